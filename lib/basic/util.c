@@ -1,0 +1,284 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "macros.h"
+
+int fd_read_exact(int fd, void *buf, size_t n) {
+        uint8_t *p = buf;
+        while (n > 0) {
+                ssize_t k = read(fd, p, n);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negative_errno();
+                }
+                if (k == 0)
+                        return -EPIPE;
+                p += k;
+                n -= (size_t) k;
+        }
+        return 0;
+}
+
+int fd_write_all(int fd, const void *buf, size_t n) {
+        const uint8_t *p = buf;
+        while (n > 0) {
+                ssize_t k = write(fd, p, n);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negative_errno();
+                }
+                p += k;
+                n -= (size_t) k;
+        }
+        return 0;
+}
+
+int file_read_all(const char *path, size_t max, char **ret, size_t *ret_len) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        size_t cap = 4096, len = 0;
+        _cleanup_free_ char *buf = malloc(cap + 1);
+        if (!buf)
+                return -ENOMEM;
+        for (;;) {
+                if (len == cap) {
+                        if (cap > max)
+                                return -EFBIG;
+                        size_t ncap = MIN(cap * 2, max + 1);
+                        char *nb = realloc(buf, ncap + 1);
+                        if (!nb)
+                                return -ENOMEM;
+                        buf = nb;
+                        cap = ncap;
+                }
+                ssize_t k = read(fd, buf + len, cap - len);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negative_errno();
+                }
+                if (k == 0)
+                        break;
+                len += (size_t) k;
+                if (len > max)
+                        return -EFBIG;
+        }
+        buf[len] = 0;
+        *ret = TAKE_PTR(buf);
+        if (ret_len)
+                *ret_len = len;
+        return 0;
+}
+
+int file_write_atomic(const char *path, const void *data, size_t len, mode_t mode) {
+        char tmp[PATH_MAX];
+        if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int) getpid()) >= (int) sizeof tmp)
+                return -ENAMETOOLONG;
+        _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+        if (fd < 0)
+                return negative_errno();
+        int r = fd_write_all(fd, data, len);
+        if (r >= 0 && fsync(fd) < 0)
+                r = negative_errno();
+        if (r >= 0 && rename(tmp, path) < 0)
+                r = negative_errno();
+        if (r < 0)
+                unlink(tmp);
+        return r;
+}
+
+int mkdir_p(const char *path, mode_t mode) {
+        char buf[PATH_MAX];
+        size_t n = strlen(path);
+        if (n == 0 || n >= sizeof buf)
+                return -EINVAL;
+        memcpy(buf, path, n + 1);
+        for (char *p = buf + 1; *p; p++) {
+                if (*p != '/')
+                        continue;
+                *p = 0;
+                if (mkdir(buf, mode) < 0 && errno != EEXIST)
+                        return negative_errno();
+                *p = '/';
+        }
+        if (mkdir(buf, mode) < 0 && errno != EEXIST)
+                return negative_errno();
+        return 0;
+}
+
+static int rm_rf_at(int parent_fd, const char *name, dev_t dev) {
+        struct stat st;
+        if (fstatat(parent_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return errno == ENOENT ? 0 : negative_errno();
+        if (!S_ISDIR(st.st_mode))
+                return unlinkat(parent_fd, name, 0) < 0 && errno != ENOENT ? negative_errno() : 0;
+        if (st.st_dev != dev)
+                return -EXDEV; /* a mount point: refuse to descend */
+        int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        DIR *d = fdopendir(fd);
+        if (!d) {
+                close(fd);
+                return -ENOMEM;
+        }
+        int r = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                int k = rm_rf_at(dirfd(d), de->d_name, dev);
+                if (k < 0 && r == 0)
+                        r = k;
+        }
+        closedir(d);
+        if (unlinkat(parent_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
+                r = negative_errno();
+        return r;
+}
+
+int rm_rf(const char *path) {
+        struct stat st;
+        if (lstat(path, &st) < 0)
+                return errno == ENOENT ? 0 : negative_errno();
+        return rm_rf_at(AT_FDCWD, path, st.st_dev);
+}
+
+int file_clone_or_copy(const char *src, const char *dst, bool *ret_cloned) {
+        _cleanup_close_ int in = open(src, O_RDONLY | O_CLOEXEC);
+        if (in < 0)
+                return negative_errno();
+        struct stat st;
+        if (fstat(in, &st) < 0)
+                return negative_errno();
+        _cleanup_close_ int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 07777);
+        if (out < 0)
+                return negative_errno();
+        if (ioctl(out, FICLONE, in) == 0) {
+                if (ret_cloned)
+                        *ret_cloned = true;
+                return 0;
+        }
+        /* Byte copy that keeps holes: copy data extents only. */
+        off_t off = 0;
+        int r = 0;
+        static char buf[1 << 16];
+        for (;;) {
+                off_t data = lseek(in, off, SEEK_DATA);
+                if (data < 0)
+                        break; /* ENXIO: no more data */
+                off_t hole = lseek(in, data, SEEK_HOLE);
+                if (hole < 0) {
+                        r = negative_errno();
+                        break;
+                }
+                for (off_t p = data; p < hole;) {
+                        size_t want = (size_t) MIN((off_t) sizeof buf, hole - p);
+                        ssize_t k = pread(in, buf, want, p);
+                        if (k <= 0) {
+                                r = k < 0 ? negative_errno() : -EIO;
+                                goto done;
+                        }
+                        ssize_t w = pwrite(out, buf, (size_t) k, p);
+                        if (w != k) {
+                                r = w < 0 ? negative_errno() : -EIO;
+                                goto done;
+                        }
+                        p += k;
+                }
+                off = hole;
+        }
+done:
+        if (r >= 0 && ftruncate(out, st.st_size) < 0)
+                r = negative_errno();
+        if (r < 0) {
+                unlink(dst);
+                return r;
+        }
+        if (ret_cloned)
+                *ret_cloned = false;
+        return 0;
+}
+
+uint64_t now_monotonic_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
+}
+
+uint64_t now_realtime_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
+}
+
+int random_bytes(void *buf, size_t n) {
+        uint8_t *p = buf;
+        while (n > 0) {
+                ssize_t k = getrandom(p, n, 0);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negative_errno();
+                }
+                p += k;
+                n -= (size_t) k;
+        }
+        return 0;
+}
+
+int random_id(const char *prefix, size_t nbytes, char *out, size_t outlen) {
+        uint8_t raw[32];
+        size_t plen = strlen(prefix);
+        if (nbytes > sizeof raw || plen + nbytes * 2 + 1 > outlen)
+                return -EINVAL;
+        int r = random_bytes(raw, nbytes);
+        if (r < 0)
+                return r;
+        memcpy(out, prefix, plen);
+        for (size_t i = 0; i < nbytes; i++)
+                snprintf(out + plen + i * 2, 3, "%02x", raw[i]);
+        return 0;
+}
+
+bool name_is_valid(const char *s) {
+        size_t n = s ? strlen(s) : 0;
+        if (n == 0 || n > 64 || s[0] == '.')
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char c = s[i];
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '_' || c == '-'))
+                        return false;
+        }
+        return true;
+}
+
+int parse_u64(const char *s, uint64_t max, uint64_t *ret) {
+        if (!s || !*s || *s == '-' || *s == '+')
+                return -EINVAL;
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (errno || *end || v > max)
+                return -ERANGE;
+        *ret = v;
+        return 0;
+}

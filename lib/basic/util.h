@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * File, fd and time helpers shared by every program, including the static
+ * guest agent (so: libc only, no other dependency). All return 0 or a
+ * negative errno; out-parameters are written only on success.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Reads exactly n bytes. Returns 0, -EPIPE on EOF before n bytes (nothing
+ * read at all also gives -EPIPE), or another negative errno. Retries EINTR. */
+int fd_read_exact(int fd, void *buf, size_t n);
+/* Writes all n bytes, retrying short writes and EINTR. */
+int fd_write_all(int fd, const void *buf, size_t n);
+
+/* Reads a whole file of at most max bytes into a NUL-terminated buffer.
+ * -EFBIG when the file is larger than max. */
+int file_read_all(const char *path, size_t max, char **ret, size_t *ret_len);
+/* Writes data to path through a temporary file and rename(2), so readers see
+ * the old or the new content, never a mix. */
+int file_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
+
+/* mkdir -p with the given mode for created directories. */
+int mkdir_p(const char *path, mode_t mode);
+/* rm -rf that does not cross mount points. Missing path is success. */
+int rm_rf(const char *path);
+
+/* Copies src to dst, trying FICLONE first (instant on btrfs/xfs); falls back
+ * to a byte copy that keeps holes. ret_cloned (may be NULL) tells which. */
+int file_clone_or_copy(const char *src, const char *dst, bool *ret_cloned);
+
+uint64_t now_monotonic_ns(void);
+uint64_t now_realtime_ns(void);
+
+/* Fills buf with n random bytes from getrandom(2). */
+int random_bytes(void *buf, size_t n);
+/* Writes prefix + 2*nbytes hex digits + NUL into out (size outlen). */
+int random_id(const char *prefix, size_t nbytes, char *out, size_t outlen);
+
+/* Returns true if s is a safe single path component for ids and names:
+ * 1..64 chars of [A-Za-z0-9._-], not starting with '.' */
+bool name_is_valid(const char *s);
+
+/* Parses a base-10 unsigned integer with range check. */
+int parse_u64(const char *s, uint64_t max, uint64_t *ret);

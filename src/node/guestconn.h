@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * The host end of one guest channel (docs/guest-protocol.md): a connected
+ * stream socket to QEMU's chardev, one reader thread that demultiplexes
+ * frames by stream id, and a mutex-protected writer. Thread-safe.
+ *
+ * Requests (EXEC, LIST, IDENTITY...) use guestconn_call() on a fresh stream;
+ * long-lived streams (process output, file data) register a handler that the
+ * reader thread calls for every frame on that stream. Handlers must not block
+ * for long: they may wait on a bounded queue, never on the guest.
+ */
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct guestconn;
+
+/* Frame handler: type is a PROTO_* value. Called on the reader thread. When
+ * the channel dies, every open stream's handler is called once more with
+ * type 0 (and payload NULL) so waiters can fail instead of hanging. */
+typedef void (*guestconn_handler_fn)(void *userdata, uint8_t type, const uint8_t *payload, size_t len);
+
+/* Takes ownership of fd. Sends HELLO with a fresh nonce and waits up to
+ * timeout_ms for the agent's HELLO reply (skipping stale bytes), then starts
+ * the reader thread. ctx is a log context ("sandbox=sbx-1"). */
+int guestconn_open(int fd, const char *ctx, int timeout_ms, struct guestconn **ret);
+
+/* Stops the reader, fails open streams (handlers get type 0), closes the fd.
+ * NULL-safe. */
+void guestconn_free(struct guestconn *g);
+
+/* false once the channel has failed (EOF, I/O error, protocol error). */
+bool guestconn_alive(struct guestconn *g);
+
+/* Sends a JSON request of the given type on a new stream and waits up to
+ * timeout_ms for RESULT or ERROR on it. On RESULT: 0 and *ret_result (owned
+ * by caller; may be NULL if not wanted). On ERROR: the guest's -errno and,
+ * if ret_message, its message. -ETIMEDOUT, -ECONNRESET when the channel
+ * died. `req` is not consumed. */
+int guestconn_call(struct guestconn *g, uint8_t type, json_t *req, int timeout_ms, json_t **ret_result,
+                   char **ret_message);
+
+/* Allocates a new stream id and registers handler for it. */
+int guestconn_stream_open(struct guestconn *g, guestconn_handler_fn handler, void *userdata, uint32_t *ret_stream);
+/* Unregisters; after it returns the handler is never called again for it. */
+void guestconn_stream_close(struct guestconn *g, uint32_t stream);
+
+/* Sends one frame (raw payload / JSON object) on a stream. Thread-safe;
+ * blocks while the guest is not reading (virtio-serial backpressure). */
+int guestconn_send(struct guestconn *g, uint8_t type, uint32_t stream, const void *payload, size_t len);
+int guestconn_send_json(struct guestconn *g, uint8_t type, uint32_t stream, json_t *obj);
+
+/* Round-trip latency probe: PING -> RESULT. */
+int guestconn_ping(struct guestconn *g, int timeout_ms);
