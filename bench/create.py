@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Create-latency benchmark: sandboxes created through the public API versus
+the raw baseline, a bare QEMU restore of the same template snapshot driven
+over QMP by this script (no control plane, no node, no guest handshake),
+measured in the same run on the same machine.
+
+  sudo bench/create.py [--n 30] [--template minimal]
+
+Needs a running Airlock (./run.sh) or starts none: pass --url and --token,
+or --data-dir (reads DATA_DIR/admin.token). Prints medians and tails (p90,
+p99, max) and the ratio API/raw."""
+
+import argparse
+import http.client
+import json
+import os
+import glob
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    k = max(0, min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1)))))
+    return xs[k]
+
+
+def summary(name, xs):
+    return (f"{name:<28} n={len(xs):<4} median={statistics.median(xs):7.1f} ms  "
+            f"p90={pct(xs, 90):7.1f}  p99={pct(xs, 99):7.1f}  max={max(xs):7.1f}")
+
+
+def api(url, token, method, path, body=None):
+    host, port = url.split("//")[1].split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=600)
+    h = {"Authorization": f"Bearer {token}"}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        h["Content-Type"] = "application/json"
+    c.request(method, path, body=data, headers=h)
+    r = c.getresponse()
+    out = r.read()
+    c.close()
+    return r.status, json.loads(out) if out else None
+
+
+class Qmp:
+    def __init__(self, path, timeout=10):
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.s = socket.socket(socket.AF_UNIX)
+                self.s.connect(path)
+                break
+            except OSError:
+                self.s.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.001)
+        self.f = self.s.makefile("rwb")
+        self.f.readline()
+        self.cmd("qmp_capabilities")
+
+    def cmd(self, name, **args):
+        msg = {"execute": name}
+        if args:
+            msg["arguments"] = args
+        self.f.write(json.dumps(msg).encode() + b"\n")
+        self.f.flush()
+        while True:
+            r = json.loads(self.f.readline())
+            if "return" in r:
+                return r["return"]
+            if "error" in r:
+                raise RuntimeError(r["error"])
+
+
+def raw_restore(tpl_dir, manifest, work, khz):
+    """One bare restore: spawn QEMU with -incoming defer, migrate-incoming,
+    cont. Returns ms from spawn to running."""
+    rootfs = os.path.join(work, "rootfs.img")
+    subprocess.run(["cp", "--reflink=auto", "--sparse=always", os.path.join(tpl_dir, "rootfs.img"), rootfs], check=True)
+    mem = manifest["memory_mib"]
+    kdir = os.path.dirname(manifest["kernel"]) if os.path.isabs(manifest.get("kernel", "")) else None
+    qmp = os.path.join(work, "qmp.sock")
+    args = ["qemu-system-x86_64", "-M", "microvm,x-option-roms=off,rtc=off,memory-backend=mem",
+            "-accel", "tcg,tb-size=32", "-cpu", "max", "-m", str(mem), "-smp", "1",
+            "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+            "-object", f"memory-backend-file,id=mem,size={mem}M,mem-path={tpl_dir}/mem,share=off",
+            "-kernel", manifest["kernel"], "-initrd", os.path.join(tpl_dir, "initramfs.cpio"),
+            "-append", f"console=ttyS0 quiet panic=-1 tsc_early_khz={khz} airlock.root=/dev/vda",
+            "-serial", "null",
+            "-device", "virtio-serial-device",
+            "-chardev", f"socket,id=ch0,path={work}/guest.sock,server=on,wait=off",
+            "-device", "virtserialport,chardev=ch0,name=airlock.0",
+            "-drive", f"id=d0,file={rootfs},format=raw,if=none", "-device", "virtio-blk-device,drive=d0",
+            "-qmp", f"unix:{qmp},server=on,wait=off", "-incoming", "defer"]
+    t0 = time.monotonic()
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        q = Qmp(qmp)
+        q.cmd("migrate-set-capabilities", capabilities=[{"capability": "x-ignore-shared", "state": True}])
+        q.cmd("migrate-incoming", uri=f"exec:cat {tpl_dir}/state")
+        while q.cmd("query-migrate").get("status") != "completed":
+            time.sleep(0.0005)
+        q.cmd("cont")
+        return (time.monotonic() - t0) * 1000
+    finally:
+        p.kill()
+        p.wait()
+        os.unlink(rootfs)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", default=os.environ.get("AIRLOCK_URL", "http://127.0.0.1:7420"))
+    ap.add_argument("--data-dir", default=os.environ.get("AIRLOCK_DATA_DIR", "/var/lib/airlock"))
+    ap.add_argument("--token")
+    ap.add_argument("--template", default="minimal")
+    ap.add_argument("--n", type=int, default=30)
+    ap.add_argument("--templates-dir")
+    a = ap.parse_args()
+    token = a.token or open(os.path.join(a.data_dir, "admin.token")).read().strip()
+
+    tdir = a.templates_dir
+    if not tdir:
+        cands = glob.glob(os.path.join(a.data_dir, "vol", "templates")) + [os.path.join(a.data_dir, "templates")]
+        tdir = next(c for c in cands if os.path.isdir(c))
+    tpl = sorted(glob.glob(os.path.join(tdir, a.template + "-*", "manifest.json")), key=os.path.getmtime)[-1]
+    tpl_dir = os.path.dirname(tpl)
+    manifest = json.load(open(tpl))
+    khz = int(float(next(l for l in open("/proc/cpuinfo") if l.startswith("cpu MHz")).split(":")[1]) * 1000)
+
+    api_ms, raw_ms, node_ms = [], [], []
+    with tempfile.TemporaryDirectory(dir=tdir) as work:
+        for i in range(a.n):
+            # interleave so both see the same machine noise
+            raw_ms.append(raw_restore(tpl_dir, manifest, work, khz))
+            t0 = time.monotonic()
+            st, sbx = api(a.url, token, "POST", "/v1/sandboxes", {"template": a.template})
+            api_ms.append((time.monotonic() - t0) * 1000)
+            assert st == 201, sbx
+            if "restore_ms" in sbx:
+                node_ms.append(sbx["restore_ms"])
+            api(a.url, token, "DELETE", f"/v1/sandboxes/{sbx['id']}")
+    print(f"template={a.template} memory={manifest['memory_mib']}MiB n={a.n}")
+    print(summary("raw QEMU restore (baseline)", raw_ms))
+    if node_ms:
+        print(summary("node restore_ms (in node)", node_ms))
+    print(summary("API create (end to end)", api_ms))
+    print(f"ratio API/raw: median {statistics.median(api_ms) / statistics.median(raw_ms):.2f}x  "
+          f"p90 {pct(api_ms, 90) / pct(raw_ms, 90):.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * Schema migrations of the SQLite backend, in order. Version N is the entry
+ * at index N-1. Never edit a migration that has shipped: append a new one.
+ * Each runs inside one transaction together with its schema_migrations row.
+ */
+
+static const char *const store_sqlite_migrations[] = {
+        /* 1: sandboxes, sessions, api keys */
+        "CREATE TABLE sandboxes (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  template TEXT NOT NULL,\n"
+        "  state TEXT NOT NULL,\n"
+        "  error TEXT,\n"
+        "  metadata TEXT NOT NULL DEFAULT '{}',\n"
+        "  env_keys TEXT NOT NULL DEFAULT '[]',\n"
+        "  created_at INTEGER NOT NULL,\n"
+        "  updated_at INTEGER NOT NULL\n"
+        ");\n"
+        "CREATE INDEX sandboxes_created ON sandboxes(created_at);\n"
+        "CREATE TABLE sessions (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,\n"
+        "  cmd TEXT NOT NULL,\n"
+        "  pty INTEGER NOT NULL DEFAULT 0,\n"
+        "  token_hash BLOB NOT NULL CHECK (length(token_hash) = 32),\n"
+        "  created_at INTEGER NOT NULL\n"
+        ");\n"
+        "CREATE INDEX sessions_sandbox ON sessions(sandbox_id);\n"
+        "CREATE TABLE api_keys (\n"
+        "  name TEXT PRIMARY KEY NOT NULL,\n"
+        "  hash BLOB NOT NULL UNIQUE CHECK (length(hash) = 32),\n"
+        "  created_at INTEGER NOT NULL\n"
+        ");\n",
+};

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Backend registry and the thin dispatch layer over struct store_ops.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "macros.h"
+
+/* Every backend this build knows; store_open() picks one by scheme. */
+static const struct store_ops *const store_backends[] = {
+        &store_sqlite_ops,
+};
+
+int store_open(const char *url, struct store **ret) {
+        if (!url || !ret)
+                return -EINVAL;
+        const char *colon = strchr(url, ':');
+        if (!colon || colon == url || colon[1] == 0)
+                return -EINVAL;
+        size_t n = (size_t) (colon - url);
+        for (size_t i = 0; i < ARRAY_SIZE(store_backends); i++) {
+                const struct store_ops *ops = store_backends[i];
+                if (strlen(ops->scheme) == n && strncmp(ops->scheme, url, n) == 0)
+                        return ops->open(colon + 1, ret);
+        }
+        return -EPROTONOSUPPORT;
+}
+
+void store_close(struct store *s) {
+        if (s)
+                s->ops->close(s);
+}
+
+int store_schema_version(struct store *s, unsigned *ret) {
+        return s->ops->schema_version(s, ret);
+}
+
+int store_sandbox_insert(struct store *s, const struct store_sandbox *sb) {
+        if (!sb || !sb->id || !sb->template_name || !sb->state)
+                return -EINVAL;
+        return s->ops->sandbox_insert(s, sb);
+}
+
+int store_sandbox_get(struct store *s, const char *id, struct store_sandbox *ret) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->sandbox_get(s, id, ret);
+}
+
+int store_sandbox_list(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n) {
+        return s->ops->sandbox_list(s, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
+int store_sandbox_update_state(struct store *s, const char *id, const char *state, const char *error) {
+        if (!id || !state)
+                return -EINVAL;
+        return s->ops->sandbox_update_state(s, id, state, error);
+}
+
+int store_sandbox_delete(struct store *s, const char *id) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->sandbox_delete(s, id);
+}
+
+void store_sandbox_release(struct store_sandbox *sb) {
+        if (!sb)
+                return;
+        free(sb->id);
+        free(sb->template_name);
+        free(sb->state);
+        free(sb->error);
+        free(sb->metadata);
+        free(sb->env_keys);
+        *sb = (struct store_sandbox){ 0 };
+}
+
+void store_sandbox_array_free(struct store_sandbox *a, size_t n) {
+        if (!a)
+                return;
+        for (size_t i = 0; i < n; i++)
+                store_sandbox_release(&a[i]);
+        free(a);
+}
+
+int store_session_insert(struct store *s, const struct store_session *ses) {
+        if (!ses || !ses->id || !ses->sandbox_id || !ses->cmd)
+                return -EINVAL;
+        return s->ops->session_insert(s, ses);
+}
+
+int store_session_get(struct store *s, const char *id, struct store_session *ret) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->session_get(s, id, ret);
+}
+
+int store_session_delete(struct store *s, const char *id) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->session_delete(s, id);
+}
+
+void store_session_release(struct store_session *ses) {
+        if (!ses)
+                return;
+        free(ses->id);
+        free(ses->sandbox_id);
+        free(ses->cmd);
+        *ses = (struct store_session){ 0 };
+}
+
+int store_api_key_insert(struct store *s, const char *name, const uint8_t hash[STORE_HASH_SIZE]) {
+        if (!name || !*name || !hash)
+                return -EINVAL;
+        return s->ops->api_key_insert(s, name, hash);
+}
+
+int store_api_key_check(struct store *s, const uint8_t hash[STORE_HASH_SIZE]) {
+        if (!hash)
+                return -EINVAL;
+        return s->ops->api_key_check(s, hash);
+}

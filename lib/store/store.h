@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * The control plane's durable state: sandboxes, command sessions and API
+ * keys. One interface, several backends behind `struct store_ops` (SQLite
+ * today; PostgreSQL fits the same table), picked by the scheme of the URL
+ * given to store_open() ("sqlite:/var/lib/airlock/airlock.db").
+ *
+ * Rules every backend follows:
+ *   - functions return 0 or a negative errno (-ENOENT: no such row,
+ *     -EEXIST: duplicate key, -EBUSY: database locked past the busy timeout,
+ *     -EIO: anything else the database reports); library error codes never
+ *     cross this boundary;
+ *   - ret_ out-parameters are written only on success, and what they receive
+ *     is owned by the caller (free with the matching *_release/_free);
+ *   - a store handle is safe to use from many threads at once;
+ *   - the schema is versioned: migrations are applied in order, each inside
+ *     one transaction, and recorded in a schema_migrations table, so opening
+ *     an up-to-date database twice changes nothing.
+ *
+ * The store never logs: callers decide what is worth a log line.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define STORE_HASH_SIZE 32   /* SHA-256 of a token */
+#define STORE_LIST_MAX 10000 /* the most rows one list call returns */
+
+struct store;
+
+/* One sandbox row: the desired state the control plane keeps. */
+struct store_sandbox {
+        char *id;            /* "sbx-" + 16 hex */
+        char *template_name; /* template the sandbox was created from */
+        char *state;         /* "creating", "running", "failed" */
+        char *error;         /* why it failed, or NULL */
+        char *metadata;      /* JSON object text, "{}" when none */
+        char *env_keys;      /* JSON array of env variable names (never values) */
+        int64_t created_at;  /* Unix time, milliseconds */
+        int64_t updated_at;  /* Unix time, milliseconds */
+};
+
+/* One command session row. The attach token itself is never stored. */
+struct store_session {
+        char *id;         /* "ses-" + 16 hex */
+        char *sandbox_id; /* owning sandbox; deleting it deletes the session */
+        char *cmd;        /* JSON array text */
+        bool pty;
+        uint8_t token_hash[STORE_HASH_SIZE]; /* SHA-256 of the attach token */
+        int64_t created_at;                  /* Unix time, milliseconds */
+};
+
+/* The backend interface. Backends embed `struct store` as their first
+ * member and point its ops at a static table of these functions. */
+struct store_ops {
+        const char *scheme; /* URL scheme this backend serves: "sqlite" */
+        int (*open)(const char *location, struct store **ret);
+        void (*close)(struct store *s);
+        int (*schema_version)(struct store *s, unsigned *ret);
+
+        int (*sandbox_insert)(struct store *s, const struct store_sandbox *sb);
+        int (*sandbox_get)(struct store *s, const char *id, struct store_sandbox *ret);
+        int (*sandbox_list)(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n);
+        int (*sandbox_update_state)(struct store *s, const char *id, const char *state, const char *error);
+        int (*sandbox_delete)(struct store *s, const char *id);
+
+        int (*session_insert)(struct store *s, const struct store_session *ses);
+        int (*session_get)(struct store *s, const char *id, struct store_session *ret);
+        int (*session_delete)(struct store *s, const char *id);
+
+        int (*api_key_insert)(struct store *s, const char *name, const uint8_t hash[STORE_HASH_SIZE]);
+        int (*api_key_check)(struct store *s, const uint8_t hash[STORE_HASH_SIZE]);
+};
+
+struct store {
+        const struct store_ops *ops;
+};
+
+/* The SQLite backend (lib/store/store-sqlite.c). */
+extern const struct store_ops store_sqlite_ops;
+
+/* Opens the store named by url ("SCHEME:LOCATION"), choosing the backend
+ * from the registered ones by scheme. -EPROTONOSUPPORT for an unknown
+ * scheme, -EINVAL for a malformed url, otherwise what the backend returns.
+ * Migrations are applied before this returns. */
+int store_open(const char *url, struct store **ret);
+/* Closes the store; NULL is fine. */
+void store_close(struct store *s);
+static inline void store_closep(struct store **s) {
+        store_close(*s);
+}
+
+/* Highest migration version applied to this database. */
+int store_schema_version(struct store *s, unsigned *ret);
+
+/* Inserts a sandbox row. -EEXIST when the id is taken. */
+int store_sandbox_insert(struct store *s, const struct store_sandbox *sb);
+/* Reads one sandbox; -ENOENT when unknown. Release *ret with
+ * store_sandbox_release(). */
+int store_sandbox_get(struct store *s, const char *id, struct store_sandbox *ret);
+/* Reads at most max sandboxes (bounded by STORE_LIST_MAX), oldest first.
+ * Free the array with store_sandbox_array_free(). */
+int store_sandbox_list(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n);
+/* Sets state and error (NULL clears it). -ENOENT when unknown. */
+int store_sandbox_update_state(struct store *s, const char *id, const char *state, const char *error);
+/* Deletes a sandbox and its sessions. -ENOENT when unknown. */
+int store_sandbox_delete(struct store *s, const char *id);
+/* Frees the strings of one sandbox (not the struct itself); NULL is fine. */
+void store_sandbox_release(struct store_sandbox *sb);
+/* Frees an array returned by store_sandbox_list(). */
+void store_sandbox_array_free(struct store_sandbox *a, size_t n);
+
+/* Inserts a session row. -ENOENT when its sandbox does not exist, -EEXIST
+ * when the id is taken. */
+int store_session_insert(struct store *s, const struct store_session *ses);
+/* Reads one session; -ENOENT when unknown. Release with
+ * store_session_release(). */
+int store_session_get(struct store *s, const char *id, struct store_session *ret);
+/* Deletes a session. -ENOENT when unknown. */
+int store_session_delete(struct store *s, const char *id);
+/* Frees the strings of one session; NULL is fine. */
+void store_session_release(struct store_session *ses);
+
+/* Inserts or replaces the key called name (one hash per name: writing the
+ * admin key again revokes its previous token). */
+int store_api_key_insert(struct store *s, const char *name, const uint8_t hash[STORE_HASH_SIZE]);
+/* 0 when hash belongs to a key, -EACCES otherwise. Every stored hash is
+ * compared in constant time, so timing tells nothing about near misses. */
+int store_api_key_check(struct store *s, const uint8_t hash[STORE_HASH_SIZE]);

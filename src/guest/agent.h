@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * The agent's private interface: one struct agent holds the channel to the
+ * host and the per-connection state (processes, file transfers). agent.c
+ * runs the poll loop and dispatches frames to process.c, files.c and
+ * identity.c. Single-threaded: nothing here locks.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "proto.h"
+
+struct process;
+struct transfer;
+
+struct agent_options {
+        const char *port_path; /* NULL: find the virtio-serial port "airlock.0" */
+        const char *run_dir;   /* where sandbox-id goes; NULL: nowhere */
+        bool pid1;             /* owns the machine: hostname, clock, RNG */
+};
+
+struct agent {
+        struct agent_options opt;
+        int chan_fd;
+        bool chan_is_socket;
+        bool host_away;
+        struct proto_reader reader;
+        int signal_fd;
+
+        char **default_env; /* from IDENTITY */
+
+        struct process *processes;
+        size_t n_processes;
+        struct transfer *transfers;
+        size_t n_transfers;
+};
+
+/* agent.c */
+/* Runs the agent until it is asked to stop (never, as PID 1). */
+int agent_run(const struct agent_options *opt);
+/* Sends one frame unless the host is away (then drops it). */
+int agent_send(struct agent *a, uint8_t type, uint32_t stream, const void *data, size_t len);
+/* Sends obj (consumed, may be NULL on allocation failure) as JSON. */
+int agent_send_json(struct agent *a, uint8_t type, uint32_t stream, json_t *obj);
+/* Sends RESULT {}. */
+int agent_send_ok(struct agent *a, uint32_t stream);
+/* Sends ERROR {"errno":-err,"message":...}. err is a negative errno. */
+int agent_send_error(struct agent *a, uint32_t stream, int err, const char *what);
+
+/* process.c */
+int process_exec(struct agent *a, uint32_t stream, const void *payload, size_t len);
+int process_stdin(struct agent *a, uint32_t stream, const void *data, size_t len);
+int process_stdin_close(struct agent *a, uint32_t stream, const void *payload, size_t len);
+int process_signal(struct agent *a, uint32_t stream, const void *payload, size_t len);
+int process_resize(struct agent *a, uint32_t stream, const void *payload, size_t len);
+/* Reaps every exited child (known processes and orphans). */
+void process_reap(struct agent *a);
+/* Adds the process fds to pfd (room for 3 per process) and returns the
+ * count; *timeout_ms is lowered to the next EXIT deadline. */
+size_t process_poll_fill(struct agent *a, struct pollfd *pfd, int *timeout_ms);
+/* Handles the poll results for the fds process_poll_fill() added. */
+void process_poll_dispatch(struct agent *a, const struct pollfd *pfd, size_t n);
+/* SIGKILLs and forgets every process (new host connection). */
+void process_kill_all(struct agent *a);
+
+/* files.c */
+int files_handle(struct agent *a, uint8_t type, uint32_t stream, const void *payload, size_t len);
+/* Sends the next chunk of every running FILE_READ; true if any is left. */
+bool files_pump(struct agent *a);
+/* Discards every transfer (disconnect, new host connection). */
+void files_discard_all(struct agent *a);
+
+/* identity.c */
+int identity_apply(struct agent *a, uint32_t stream, const void *payload, size_t len);

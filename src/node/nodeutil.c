@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "nodeutil.h"
+
+#include <errno.h>
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "macros.h"
+
+/* Length of the valid UTF-8 sequence at p (1..4), or the negated length of
+ * its longest valid prefix (at least 1) when it is invalid, so that one
+ * U+FFFD replaces a "maximal subpart" as Unicode recommends. */
+static int utf8_seq(const uint8_t *p, size_t avail) {
+        uint8_t c = p[0];
+        int need;
+        uint8_t lo = 0x80, hi = 0xbf;
+
+        if (c < 0x80)
+                return 1;
+        if (c >= 0xc2 && c <= 0xdf)
+                need = 1;
+        else if (c >= 0xe0 && c <= 0xef) {
+                need = 2;
+                if (c == 0xe0)
+                        lo = 0xa0;
+                else if (c == 0xed)
+                        hi = 0x9f; /* no surrogates */
+        } else if (c >= 0xf0 && c <= 0xf4) {
+                need = 3;
+                if (c == 0xf0)
+                        lo = 0x90;
+                else if (c == 0xf4)
+                        hi = 0x8f; /* <= U+10FFFF */
+        } else
+                return -1;
+
+        for (int i = 1; i <= need; i++) {
+                if ((size_t) i >= avail)
+                        return -i;
+                uint8_t b = p[i];
+                if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xbf))
+                        return -i;
+        }
+        return need + 1;
+}
+
+char *utf8_sanitize(const void *data, size_t len, size_t *ret_len) {
+        const uint8_t *in = data;
+        /* worst case: every byte becomes the 3-byte U+FFFD */
+        if (len > (SIZE_MAX - 1) / 3)
+                return NULL;
+        char *out = malloc(len * 3 + 1);
+        if (!out)
+                return NULL;
+        size_t o = 0;
+        for (size_t i = 0; i < len;) {
+                int k = utf8_seq(in + i, len - i);
+                if (k > 0) {
+                        memcpy(out + o, in + i, (size_t) k);
+                        o += (size_t) k;
+                        i += (size_t) k;
+                } else {
+                        memcpy(out + o, "\xef\xbf\xbd", 3);
+                        o += 3;
+                        i += (size_t) -k;
+                }
+        }
+        out[o] = 0;
+        if (ret_len)
+                *ret_len = o;
+        return out;
+}
+
+size_t utf8_cut(const char *s, size_t len, size_t max) {
+        if (len <= max)
+                return len;
+        size_t n = max;
+        /* back up over continuation bytes to the start of a character */
+        while (n > 0 && ((uint8_t) s[n] & 0xc0) == 0x80)
+                n--;
+        return n;
+}
+
+bool node_path_is_valid(const char *p) {
+        if (!p || p[0] != '/')
+                return false;
+        size_t n = strlen(p);
+        if (n > NODE_PATH_MAX)
+                return false;
+        for (const char *c = p; *c;) {
+                while (*c == '/')
+                        c++;
+                const char *e = strchrnul(c, '/');
+                if (e - c == 2 && c[0] == '.' && c[1] == '.')
+                        return false;
+                c = e;
+        }
+        return true;
+}
+
+const char *node_errno_code(int r) {
+        switch (-r) {
+        case EINVAL:
+        case ENAMETOOLONG:
+        case EBADMSG:
+                return "invalid";
+        case ENOENT:
+        case ESRCH:
+                return "not_found";
+        case EEXIST:
+        case EBUSY:
+        case EALREADY:
+                return "conflict";
+        case EFBIG:
+        case E2BIG:
+        case EMSGSIZE:
+                return "too_large";
+        case EAGAIN:
+        case ENOSPC:
+        case EMFILE:
+        case EUSERS:
+                return "unavailable";
+        case ETIMEDOUT:
+                return "timeout";
+        case ECONNRESET:
+        case EPIPE:
+        case EPROTO:
+        case ECONNREFUSED:
+        case ENOTCONN:
+                return "guest";
+        default:
+                return "internal";
+        }
+}
+
+const char *node_guest_errno_code(int guest_errno) {
+        switch (guest_errno) {
+        case ENOENT:
+                return "not_found";
+        case EINVAL:
+        case ENOTDIR:
+        case EISDIR:
+                return "invalid";
+        case EFBIG:
+                return "too_large";
+        default:
+                return "guest";
+        }
+}
+
+char *node_base64_encode(const void *data, size_t len) {
+        size_t n = sodium_base64_encoded_len(len, sodium_base64_VARIANT_ORIGINAL);
+        char *out = malloc(n);
+        if (!out)
+                return NULL;
+        sodium_bin2base64(out, n, data, len, sodium_base64_VARIANT_ORIGINAL);
+        return out;
+}
+
+int node_base64_decode(const char *s, uint8_t **ret, size_t *ret_len) {
+        size_t slen = strlen(s);
+        size_t cap = slen / 4 * 3 + 3;
+        _cleanup_free_ uint8_t *buf = malloc(cap + 1);
+        if (!buf)
+                return -ENOMEM;
+        size_t n = 0;
+        const char *end = NULL;
+        if (sodium_base642bin(buf, cap, s, slen, NULL, &n, &end, sodium_base64_VARIANT_ORIGINAL) != 0 ||
+            end != s + slen)
+                return -EINVAL;
+        *ret = TAKE_PTR(buf);
+        *ret_len = n;
+        return 0;
+}
+
+void node_hex(const uint8_t *data, size_t n, char *out) {
+        static const char digits[] = "0123456789abcdef";
+        for (size_t i = 0; i < n; i++) {
+                out[2 * i] = digits[data[i] >> 4];
+                out[2 * i + 1] = digits[data[i] & 15];
+        }
+        out[2 * n] = 0;
+}

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * Small helpers of the node agent that every op needs: turning guest output
+ * into JSON-safe UTF-8, validating the paths and names clients send, and
+ * mapping errnos to the error codes of docs/node-protocol.md.
+ */
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Longest path accepted anywhere in a request (same limit as the guest). */
+#define NODE_PATH_MAX 4096
+
+/* Returns a NUL-terminated copy of data[0..len) that is valid UTF-8: every
+ * byte that does not start a complete, shortest-form, non-surrogate sequence
+ * <= U+10FFFF is replaced by U+FFFD. NUL bytes are kept (the length tells).
+ * *ret_len (may be NULL) gets the output length. Returns NULL on ENOMEM. */
+char *utf8_sanitize(const void *data, size_t len, size_t *ret_len);
+
+/* Length of the longest prefix of s[0..len) (valid UTF-8) that ends on a
+ * character boundary and is at most max bytes. */
+size_t utf8_cut(const char *s, size_t len, size_t max);
+
+/* true when p is an absolute path of at most NODE_PATH_MAX bytes with no ".."
+ * component. */
+bool node_path_is_valid(const char *p);
+
+/* Error code (docs/node-protocol.md) for a negative errno produced inside
+ * the node: -EINVAL "invalid", -ENOENT "not_found", -EEXIST "conflict", ... */
+const char *node_errno_code(int r);
+
+/* Error code for an errno (positive) the guest agent reported with ERROR:
+ * ENOENT not_found; EINVAL, ENOTDIR, EISDIR invalid; EFBIG too_large; the rest
+ * "guest". */
+const char *node_guest_errno_code(int guest_errno);
+
+/* Encodes data as standard base64 into a new NUL-terminated string. */
+char *node_base64_encode(const void *data, size_t len);
+/* Decodes standard base64 (no whitespace). -EINVAL on bad input. */
+int node_base64_decode(const char *s, uint8_t **ret, size_t *ret_len);
+
+/* Hex-encodes n bytes into out (size >= 2n+1). */
+void node_hex(const uint8_t *data, size_t n, char *out);

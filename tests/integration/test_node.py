@@ -1,0 +1,54 @@
+"""Node-level behaviour: templates, health, storage set-up, restarts."""
+
+import os
+import subprocess
+import tempfile
+
+from conftest import mounts_under
+
+
+def test_templates_and_health(airlock):
+    status, _, body = airlock.request("GET", "/v1/health", auth=False)
+    assert status == 200
+    tpls = {t["name"]: t for t in airlock.api("GET", "/v1/templates")["templates"]}
+    assert tpls["minimal"]["state"] == "ready"
+    assert tpls["python"]["state"] == "ready"
+    st = os.stat(os.path.join(airlock.data_dir, "admin.token"))
+    assert st.st_mode & 0o777 == 0o600
+
+
+def test_loop_volume_when_data_dir_cannot_reflink(airlock_factory):
+    """A data dir on ext4 gets a btrfs loop volume, unmounted at shutdown."""
+    base = tempfile.mkdtemp(prefix="airlock-ext4-", dir="/var/tmp")
+    fs = subprocess.run(["stat", "-f", "-c", "%T", base], capture_output=True, text=True).stdout.strip()
+    try:
+        a = airlock_factory(base=base, env={"AIRLOCK_VOLUME_GIB": "4"}, prebuild="minimal")
+        if fs in ("btrfs", "xfs"):
+            assert not os.path.exists(os.path.join(a.data_dir, "volume.btrfs"))
+        else:
+            assert os.path.exists(os.path.join(a.data_dir, "volume.btrfs"))
+            assert mounts_under(a.data_dir)
+        sid = a.create("minimal")["id"]
+        assert a.exec(sid, ["echo", "ok"])["stdout"] == "ok\n"
+        a.stop()
+        assert mounts_under(a.data_dir) == []
+    finally:
+        subprocess.run(["rm", "-rf", "--one-file-system", base])
+
+
+def test_restart_keeps_token_and_cleans_stale(airlock_factory):
+    a = airlock_factory(prebuild="minimal")
+    token = a.token
+    sid = a.create("minimal")["id"]
+    a.stop()
+    from conftest import Airlock, START_TIMEOUT
+    b = Airlock(a.data_dir, prebuild="minimal")
+    try:
+        b.wait_ready(START_TIMEOUT)
+        assert b.token == token
+        # a sandbox whose VM died with the old node is reported, not silently running
+        sbx = b.api("GET", f"/v1/sandboxes/{sid}")
+        assert sbx["state"] == "failed"
+        assert b.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+    finally:
+        b.stop()

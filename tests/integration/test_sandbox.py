@@ -1,0 +1,125 @@
+"""A sandbox's life through the public API: create, run code, move files,
+delete; isolation between sandboxes of one template; a dead VMM."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import ApiError, qemu_pids
+
+
+def test_python_lifecycle(airlock):
+    sbx = airlock.create("python", env={"GREETING": "hello"}, metadata={"owner": "tests"})
+    sid = sbx["id"]
+    assert sbx["template"] == "python"
+    assert sbx["state"] == "running"
+    assert sbx["created_at"].endswith("Z")
+    assert sbx["metadata"] == {"owner": "tests"}
+
+    r = airlock.exec(sid, ["python3", "-c", "print(6*7)"])
+    assert r == {**r, "exit_code": 0, "stdout": "42\n", "stderr": ""}
+
+    # the sandbox's environment, stdin, cwd and exit codes reach the process
+    r = airlock.exec(sid, ["sh", "-c", 'echo "$GREETING $EXTRA"; pwd; cat; exit 3'],
+                     env={"EXTRA": "world"}, cwd="/tmp", stdin="from stdin")
+    assert r["exit_code"] == 3
+    assert r["stdout"] == "hello world\n/tmp\nfrom stdin"
+
+    # files: a small one and a 20 MiB one, both ways, byte for byte
+    airlock.put_file(sid, "/root/new/dir/hello.txt", b"hi there\n")
+    assert airlock.get_file(sid, "/root/new/dir/hello.txt") == b"hi there\n"
+    big = os.urandom(20 << 20)
+    airlock.put_file(sid, "/root/big.bin", big)
+    r = airlock.exec(sid, ["sha256sum", "/root/big.bin"])
+    import hashlib
+    assert r["stdout"].split()[0] == hashlib.sha256(big).hexdigest()
+    assert airlock.get_file(sid, "/root/big.bin") == big
+
+    ls = airlock.api("GET", f"/v1/sandboxes/{sid}/ls?path=/root")
+    names = {e["name"]: e for e in ls["entries"]}
+    assert names["big.bin"]["type"] == "file" and names["big.bin"]["size"] == 20 << 20
+    assert names["new"]["type"] == "dir"
+
+    status, _, _ = airlock.request("DELETE", f"/v1/sandboxes/{sid}/files?path=/root/big.bin")
+    assert status == 204
+    with pytest.raises(ApiError) as e:
+        airlock.get_file(sid, "/root/big.bin")
+    assert e.value.status == 404
+
+    listed = airlock.api("GET", "/v1/sandboxes")["sandboxes"]
+    assert [s["id"] for s in listed] == [sid]
+    assert airlock.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running"
+
+    status, _, _ = airlock.request("DELETE", f"/v1/sandboxes/{sid}")
+    assert status == 204
+    assert not qemu_pids(sid)
+    with pytest.raises(ApiError) as e:
+        airlock.api("GET", f"/v1/sandboxes/{sid}")
+    assert e.value.status == 404
+    assert os.listdir(os.path.join(airlock.data_dir, "sandboxes")) == []
+
+
+def test_sandboxes_are_isolated(airlock):
+    a = airlock.create("minimal")["id"]
+    b = airlock.create("minimal")["id"]
+
+    airlock.put_file(a, "/root/secret", b"only in a")
+    r = airlock.exec(b, ["cat", "/root/secret"])
+    assert r["exit_code"] != 0
+    with pytest.raises(ApiError) as e:
+        airlock.get_file(b, "/root/secret")
+    assert e.value.status == 404
+
+    # restored from one snapshot, yet their random state differs
+    ra = airlock.exec(a, ["sh", "-c", "head -c 32 /dev/urandom | od -An -tx1"])["stdout"]
+    rb = airlock.exec(b, ["sh", "-c", "head -c 32 /dev/urandom | od -An -tx1"])["stdout"]
+    assert len(ra.split()) == 32 and ra != rb
+    # and each got its own identity
+    assert airlock.exec(a, ["hostname"])["stdout"].strip() == a
+    assert airlock.exec(b, ["hostname"])["stdout"].strip() == b
+    assert airlock.exec(a, ["cat", "/run/airlock/sandbox-id"])["stdout"].strip() == a
+
+    for s in (a, b):
+        assert airlock.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
+
+
+def test_killed_vmm_shows_failed(airlock):
+    sid = airlock.create("minimal")["id"]
+    pids = qemu_pids(sid)
+    assert len(pids) == 1
+    os.kill(pids[0], signal.SIGKILL)
+
+    deadline = time.monotonic() + 30
+    state = None
+    while time.monotonic() < deadline:
+        sbx = airlock.api("GET", f"/v1/sandboxes/{sid}")
+        state = sbx["state"]
+        if state == "failed":
+            break
+        time.sleep(0.2)
+    assert state == "failed"
+    assert sbx.get("error")
+    listed = {s["id"]: s["state"] for s in airlock.api("GET", "/v1/sandboxes")["sandboxes"]}
+    assert listed[sid] == "failed"
+
+    # exec on a failed sandbox is an error, not a hang
+    status, _, _ = airlock.request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]})
+    assert status in (409, 502, 503)
+    assert airlock.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+    assert os.listdir(os.path.join(airlock.data_dir, "sandboxes")) == []
+
+
+def test_exec_timeout_and_output_cap(airlock):
+    sid = airlock.create("minimal")["id"]
+    t0 = time.monotonic()
+    r = airlock.exec(sid, ["sleep", "30"], timeout_s=1)
+    assert r["timed_out"] is True
+    assert time.monotonic() - t0 < 20
+    # more output than the cap: truncated, flagged, and the sandbox still answers
+    r = airlock.exec(sid, ["sh", "-c", "dd if=/dev/zero bs=1024 count=3072 2>/dev/null | tr '\\0' a"])
+    assert r["stdout_truncated"] is True
+    assert 0 < len(r["stdout"]) <= 1 << 20
+    assert airlock.exec(sid, ["echo", "ok"])["stdout"] == "ok\n"
+    assert airlock.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
