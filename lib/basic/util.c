@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,7 +180,12 @@ int file_clone_or_copy(const char *src, const char *dst, bool *ret_cloned) {
         /* Byte copy that keeps holes: copy data extents only. */
         off_t off = 0;
         int r = 0;
-        static char buf[1 << 16];
+        const size_t bufsize = 1 << 20;
+        _cleanup_free_ char *buf = malloc(bufsize);
+        if (!buf) {
+                unlink(dst);
+                return -ENOMEM;
+        }
         for (;;) {
                 off_t data = lseek(in, off, SEEK_DATA);
                 if (data < 0)
@@ -190,7 +196,7 @@ int file_clone_or_copy(const char *src, const char *dst, bool *ret_cloned) {
                         break;
                 }
                 for (off_t p = data; p < hole;) {
-                        size_t want = (size_t) MIN((off_t) sizeof buf, hole - p);
+                        size_t want = (size_t) MIN((off_t) bufsize, hole - p);
                         ssize_t k = pread(in, buf, want, p);
                         if (k <= 0) {
                                 r = k < 0 ? negative_errno() : -EIO;
@@ -281,4 +287,31 @@ int parse_u64(const char *s, uint64_t max, uint64_t *ret) {
                 return -ERANGE;
         *ret = v;
         return 0;
+}
+
+int path_check(const char *path, size_t len) {
+        if (!path || len == 0 || path[0] != '/' || memchr(path, 0, len))
+                return -EINVAL;
+        if (len > PATH_SAFE_MAX)
+                return -ENAMETOOLONG;
+        for (size_t i = 0; i < len;) {
+                while (i < len && path[i] == '/')
+                        i++;
+                size_t start = i;
+                while (i < len && path[i] != '/')
+                        i++;
+                if (i - start == 2 && path[start] == '.' && path[start + 1] == '.')
+                        return -EINVAL;
+        }
+        return 0;
+}
+
+char *strdup_printf(const char *fmt, ...) {
+        va_list ap;
+        char *s = NULL;
+        va_start(ap, fmt);
+        if (vasprintf(&s, fmt, ap) < 0)
+                s = NULL;
+        va_end(ap);
+        return s;
 }

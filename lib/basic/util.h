@@ -46,5 +46,19 @@ int random_id(const char *prefix, size_t nbytes, char *out, size_t outlen);
  * 1..64 chars of [A-Za-z0-9._-], not starting with '.' */
 bool name_is_valid(const char *s);
 
+/* The longest path any peer may name (host API, node, guest). */
+#define PATH_SAFE_MAX 4096
+
+/*
+ * The one rule for every path a client or the host names inside a sandbox:
+ * len bytes, absolute, no NUL, at most PATH_SAFE_MAX bytes, no ".."
+ * component. Returns 0, -EINVAL (empty, relative, NUL, "..") or
+ * -ENAMETOOLONG.
+ */
+int path_check(const char *path, size_t len);
+
+/* asprintf() that returns the string, or NULL when out of memory. */
+char *strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Parses a base-10 unsigned integer with range check. */
 int parse_u64(const char *s, uint64_t max, uint64_t *ret);

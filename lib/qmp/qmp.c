@@ -41,7 +41,6 @@ void qmp_free(struct qmp *q) {
         free(q);
 }
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct qmp *, qmp_free);
-DEFINE_TRIVIAL_CLEANUP_FUNC(json_t *, json_decref);
 
 const char *qmp_last_error(const struct qmp *q) {
         return q->error;
@@ -159,7 +158,7 @@ static void buf_consume(struct qmp *q, size_t n) {
  */
 static int read_message(struct qmp *q, uint64_t deadline, enum qmp_msg_kind *ret_kind, json_t **ret_msg) {
         for (;;) {
-                char *nl = memchr(q->buf + q->scanned, '\n', q->len - q->scanned);
+                char *nl = q->len > q->scanned ? memchr(q->buf + q->scanned, '\n', q->len - q->scanned) : NULL;
                 if (nl) {
                         size_t linelen = (size_t) (nl - q->buf);
                         size_t content = linelen;

@@ -14,8 +14,8 @@ bool cli_id_is_valid(const char *s) {
                 char c = s[n];
                 if (n >= CLI_ID_MAX)
                         return false;
-                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                      c == '_' || c == '-'))
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '_' || c == '-'))
                         return false;
         }
         return true;
@@ -27,7 +27,7 @@ int cli_kv_add(json_t *obj, const char *arg) {
         const char *eq = strchr(arg, '=');
         if (!eq || eq == arg)
                 return -EINVAL;
-        _cleanup_free_ char *key = strndup(arg, (size_t) (eq - arg));
+        _cleanup_free_ char *key = strndup(arg, (size_t)(eq - arg));
         if (!key)
                 return -ENOMEM;
         _cleanup_(json_decrefp) json_t *value = json_string(eq + 1);
@@ -43,9 +43,9 @@ int cli_endpoint_parse(const char *s, struct cli_endpoint *ret) {
                 return -EINVAL;
 
         const char *colon = strchr(s, ':');
-        if (colon && colon > s && (size_t) (colon - s) <= CLI_ID_MAX) {
+        if (colon && colon > s && (size_t)(colon - s) <= CLI_ID_MAX) {
                 char id[CLI_ID_MAX + 1];
-                memcpy(id, s, (size_t) (colon - s));
+                memcpy(id, s, (size_t)(colon - s));
                 id[colon - s] = '\0';
                 if (cli_id_is_valid(id)) {
                         if (colon[1] != '/')
@@ -53,7 +53,7 @@ int cli_endpoint_parse(const char *s, struct cli_endpoint *ret) {
                         _cleanup_free_ char *sandbox = strdup(id), *path = strdup(colon + 1);
                         if (!sandbox || !path)
                                 return -ENOMEM;
-                        *ret = (struct cli_endpoint){ .sandbox = TAKE_PTR(sandbox), .path = TAKE_PTR(path) };
+                        *ret = (struct cli_endpoint){.sandbox = TAKE_PTR(sandbox), .path = TAKE_PTR(path)};
                         return 0;
                 }
         }
@@ -61,7 +61,7 @@ int cli_endpoint_parse(const char *s, struct cli_endpoint *ret) {
         char *path = strdup(s);
         if (!path)
                 return -ENOMEM;
-        *ret = (struct cli_endpoint){ .path = path };
+        *ret = (struct cli_endpoint){.path = path};
         return 0;
 }
 
@@ -74,8 +74,8 @@ void cli_endpoint_done(struct cli_endpoint *e) {
 }
 
 static bool is_unreserved(unsigned char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
-               c == '_' || c == '~';
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+               c == '.' || c == '_' || c == '~';
 }
 
 int cli_url_escape(const char *s, bool keep_slash, char **ret) {
@@ -88,9 +88,9 @@ int cli_url_escape(const char *s, bool keep_slash, char **ret) {
         char *out = malloc(n * 3 + 1), *o = out;
         if (!out)
                 return -ENOMEM;
-        for (const unsigned char *p = (const unsigned char *) s; *p; p++) {
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
                 if (is_unreserved(*p) || (keep_slash && *p == '/'))
-                        *o++ = (char) *p;
+                        *o++ = (char)*p;
                 else {
                         *o++ = '%';
                         *o++ = hex[*p >> 4];
@@ -125,7 +125,7 @@ int cli_b64_decode(const char *s, size_t len, char **ret, size_t *ret_len) {
                 return -ENOMEM;
         size_t n = 0;
         /* b64_end == NULL: libsodium fails unless the whole input parses. */
-        if (len > 0 && sodium_base642bin((unsigned char *) out, cap, s, len, NULL, &n, NULL,
+        if (len > 0 && sodium_base642bin((unsigned char *)out, cap, s, len, NULL, &n, NULL,
                                          sodium_base64_VARIANT_ORIGINAL) != 0)
                 return -EINVAL;
         out[n] = '\0';
@@ -143,15 +143,15 @@ int cli_exit_status(const json_t *result) {
 
         json_t *sig = json_object_get(result, "signal");
         if (json_is_integer(sig) && json_integer_value(sig) > 0)
-                return (int) MIN(128 + json_integer_value(sig), (json_int_t) 255);
+                return (int)MIN(128 + json_integer_value(sig), (json_int_t)255);
 
         json_t *code = json_object_get(result, "exit_code");
         if (!json_is_integer(code))
                 return 255;
         json_int_t v = json_integer_value(code);
         if (v >= 0 && v <= 255)
-                return (int) v;
+                return (int)v;
         if (v < 0 && v >= -127)
-                return (int) (128 - v);
+                return (int)(128 - v);
         return 255;
 }

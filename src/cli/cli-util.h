@@ -14,10 +14,11 @@
 
 #include "macros.h"
 
+/* Cleanup of json_t: jansson (>= 2.9) itself provides json_decrefp(), so
+ * _cleanup_(json_decrefp) json_t *j works without a definition here. */
+
 /* Longest sandbox id the CLI accepts; generous, the server makes them short. */
 #define CLI_ID_MAX 128
-
-DEFINE_TRIVIAL_CLEANUP_FUNC(json_t *, json_decref);
 
 /* True for 1..CLI_ID_MAX chars of [A-Za-z0-9._-] not starting with '.', so an
  * id can never turn into "..", a slash or a query when put in a URL path. */

@@ -42,7 +42,7 @@ static int sse_buf_append(struct sse_buf *b, const char *s, size_t n, size_t lim
         if (n > limit || b->len > limit - n)
                 return -EMSGSIZE;
         if (b->len + n + 1 > b->cap) {
-                size_t cap = MAX(b->cap * 2, (size_t) 128);
+                size_t cap = MAX(b->cap * 2, (size_t)128);
                 while (cap < b->len + n + 1)
                         cap *= 2;
                 char *p = realloc(b->p, cap);
@@ -117,9 +117,9 @@ static int sse_process_line(struct sse_parser *p, const char *line, size_t len) 
                 return 0; /* comment, typically a keep-alive */
 
         const char *colon = memchr(line, ':', len);
-        size_t flen = colon ? (size_t) (colon - line) : len;
+        size_t flen = colon ? (size_t)(colon - line) : len;
         const char *value = colon ? colon + 1 : line + len;
-        size_t vlen = len - (size_t) (value - line);
+        size_t vlen = len - (size_t)(value - line);
         if (vlen > 0 && value[0] == ' ') {
                 value++;
                 vlen--;
@@ -176,7 +176,7 @@ static int sse_feed_bytes(struct sse_parser *p, const char *s, size_t len) {
 }
 
 int sse_parser_feed(struct sse_parser *p, const void *buf, size_t len) {
-        static const unsigned char bom[3] = { 0xEF, 0xBB, 0xBF };
+        static const unsigned char bom[3] = {0xEF, 0xBB, 0xBF};
         const unsigned char *s = buf;
 
         if (!p)
@@ -197,12 +197,12 @@ int sse_parser_feed(struct sse_parser *p, const void *buf, size_t len) {
                 }
                 p->seen_first_byte = true;
                 /* A partial BOM followed by something else was real data. */
-                int r = sse_feed_bytes(p, (const char *) bom, p->bom_matched);
+                int r = sse_feed_bytes(p, (const char *)bom, p->bom_matched);
                 if (r < 0)
                         return (p->error = r);
         }
 
-        int r = sse_feed_bytes(p, (const char *) s, len);
+        int r = sse_feed_bytes(p, (const char *)s, len);
         if (r < 0)
                 p->error = r;
         return r;

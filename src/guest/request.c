@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "request.h"
+#include "util.h"
 
 #include <errno.h>
 #include <string.h>
@@ -16,7 +17,6 @@ void guest_strv_free(char **v) {
                 free(*p);
         free(v);
 }
-DEFINE_TRIVIAL_CLEANUP_FUNC(char **, guest_strv_free)
 
 size_t guest_strv_length(char *const *v) {
         size_t n = 0;
@@ -26,21 +26,9 @@ size_t guest_strv_length(char *const *v) {
 }
 
 int guest_path_validate(const char *path) {
-        if (!path || path[0] != '/')
+        if (!path)
                 return -EINVAL;
-        size_t n = strnlen(path, GUEST_MAX_PATH + 1);
-        if (n > GUEST_MAX_PATH)
-                return -EINVAL;
-        /* look at every component between slashes */
-        for (const char *p = path; *p;) {
-                while (*p == '/')
-                        p++;
-                size_t k = strcspn(p, "/");
-                if (k == 2 && p[0] == '.' && p[1] == '.')
-                        return -EINVAL;
-                p += k;
-        }
-        return 0;
+        return path_check(path, strnlen(path, GUEST_MAX_PATH + 1)) < 0 ? -EINVAL : 0;
 }
 
 int guest_json_parse(const void *payload, size_t len, json_t **ret) {
@@ -56,11 +44,6 @@ int guest_json_parse(const void *payload, size_t len, json_t **ret) {
         *ret = j;
         return 0;
 }
-static inline void json_decrefp(json_t **j) {
-        if (*j)
-                json_decref(*j);
-}
-#define _cleanup_json_ _cleanup_(json_decrefp)
 
 /* Validates a JSON string: at most max bytes and no embedded NUL (jansson
  * allows "\u0000", C strings do not). Returns its C string or NULL. */
@@ -186,7 +169,6 @@ void guest_identity_free(struct guest_identity *id) {
         guest_strv_free(id->env);
         free(id);
 }
-DEFINE_TRIVIAL_CLEANUP_FUNC(struct guest_identity *, guest_identity_free)
 
 /* A hostname the kernel and resolvers accept: 1..64 bytes of letters,
  * digits, '-' and '.'. */
@@ -279,7 +261,6 @@ void guest_exec_request_free(struct guest_exec_request *req) {
         free(req->cwd);
         free(req);
 }
-DEFINE_TRIVIAL_CLEANUP_FUNC(struct guest_exec_request *, guest_exec_request_free)
 
 /* argv: a JSON array of 1..GUEST_MAX_ARGV strings. */
 static int argv_from_json(json_t *arr, char ***ret) {
@@ -439,10 +420,8 @@ int guest_path_request_parse(uint8_t type, const void *payload, size_t len, stru
         case PROTO_STAT:
         case PROTO_RENAME:
         case PROTO_REMOVE:
-        case PROTO_MKDIR:
-                break;
-        default:
-                return -EOPNOTSUPP;
+        case PROTO_MKDIR: break;
+        default: return -EOPNOTSUPP;
         }
         r = guest_json_parse(payload, len, &j);
         if (r < 0)

@@ -13,23 +13,26 @@
  * *_free() or guest_strv_free().
  */
 
+#include "util.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <jansson.h>
 
+#include "macros.h"
+
 #define GUEST_AGENT_NAME "airlock-guest 0.1.0"
-#define GUEST_MAX_PATH 4096u           /* bytes, without the NUL */
-#define GUEST_MAX_ARGV 4096u           /* argv entries */
-#define GUEST_MAX_ENV 4096u            /* env entries per object */
-#define GUEST_MAX_STRING (128u << 10)  /* any string the host sends */
-#define GUEST_MAX_NONCE 256u           /* HELLO nonce */
-#define GUEST_MAX_HOSTNAME 64u         /* HOST_NAME_MAX on Linux */
-#define GUEST_MAX_PROCESSES 256u       /* live processes */
-#define GUEST_MAX_TRANSFERS 64u        /* open file transfers */
-#define GUEST_MAX_LIST_ENTRIES 10000u  /* LIST entries before "truncated" */
-#define GUEST_SEED_SIZE 32u            /* IDENTITY seed, bytes */
+#define GUEST_MAX_PATH PATH_SAFE_MAX         /* bytes, without the NUL */
+#define GUEST_MAX_ARGV 4096u          /* argv entries */
+#define GUEST_MAX_ENV 4096u           /* env entries per object */
+#define GUEST_MAX_STRING (128u << 10) /* any string the host sends */
+#define GUEST_MAX_NONCE 256u          /* HELLO nonce */
+#define GUEST_MAX_HOSTNAME 64u        /* HOST_NAME_MAX on Linux */
+#define GUEST_MAX_PROCESSES 256u      /* live processes */
+#define GUEST_MAX_TRANSFERS 64u       /* open file transfers */
+#define GUEST_MAX_LIST_ENTRIES 10000u /* LIST entries before "truncated" */
+#define GUEST_SEED_SIZE 32u           /* IDENTITY seed, bytes */
 #define GUEST_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define GUEST_DEFAULT_FILE_MODE 0644u
 
@@ -120,3 +123,9 @@ int guest_utf8_sanitize(const char *s, size_t n, char **ret);
 
 /* Renders obj as compact JSON. -EMSGSIZE when longer than max bytes. */
 int guest_json_dump(json_t *obj, size_t max, char **ret, size_t *ret_len);
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(char **, guest_strv_free)
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct guest_identity *, guest_identity_free)
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct guest_exec_request *, guest_exec_request_free)
+/* jansson provides json_decrefp() (NULL-safe) for json_auto_t */
+#define _cleanup_json_ _cleanup_(json_decrefp)

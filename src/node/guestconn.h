@@ -44,6 +44,16 @@ bool guestconn_alive(struct guestconn *g);
 int guestconn_call(struct guestconn *g, uint8_t type, json_t *req, int timeout_ms, json_t **ret_result,
                    char **ret_message);
 
+/* Like guestconn_call() on a stream already opened with
+ * guestconn_stream_open(): the first RESULT or ERROR on that stream answers
+ * the call, every other frame still goes to the stream's handler (in wire
+ * order, so for EXEC the handler sees no STDOUT before the call has its
+ * RESULT). For requests that start a long-lived stream: EXEC, FILE_READ,
+ * FILE_WRITE. -ENOENT for an unknown stream, -EBUSY if a call already waits
+ * on it, -ECANCELED if the stream is closed meanwhile. */
+int guestconn_call_stream(struct guestconn *g, uint32_t stream, uint8_t type, json_t *req, int timeout_ms,
+                          json_t **ret_result, char **ret_message);
+
 /* Allocates a new stream id and registers handler for it. */
 int guestconn_stream_open(struct guestconn *g, guestconn_handler_fn handler, void *userdata, uint32_t *ret_stream);
 /* Unregisters; after it returns the handler is never called again for it. */

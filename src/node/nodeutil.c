@@ -3,10 +3,13 @@
 
 #include <errno.h>
 #include <sodium.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #include "macros.h"
+#include "util.h"
 
 /* Length of the valid UTF-8 sequence at p (1..4), or the negated length of
  * its longest valid prefix (at least 1) when it is invalid, so that one
@@ -83,20 +86,7 @@ size_t utf8_cut(const char *s, size_t len, size_t max) {
 }
 
 bool node_path_is_valid(const char *p) {
-        if (!p || p[0] != '/')
-                return false;
-        size_t n = strlen(p);
-        if (n > NODE_PATH_MAX)
-                return false;
-        for (const char *c = p; *c;) {
-                while (*c == '/')
-                        c++;
-                const char *e = strchrnul(c, '/');
-                if (e - c == 2 && c[0] == '.' && c[1] == '.')
-                        return false;
-                c = e;
-        }
-        return true;
+        return p && path_check(p, strnlen(p, NODE_PATH_MAX + 1)) == 0;
 }
 
 const char *node_errno_code(int r) {
@@ -181,4 +171,33 @@ void node_hex(const uint8_t *data, size_t n, char *out) {
                 out[2 * i + 1] = digits[data[i] & 15];
         }
         out[2 * n] = 0;
+}
+
+int node_vm_run_dir(const char *data_dir, char **ret) {
+        static uint64_t counter;
+        uint64_t n = __atomic_add_fetch(&counter, 1, __ATOMIC_SEQ_CST);
+        char *base = NULL, *dir = NULL;
+        if (asprintf(&base, "%s/run/vm", data_dir) < 0)
+                return -ENOMEM;
+        int r = mkdir_p(base, 0700);
+        if (r >= 0 && asprintf(&dir, "%s/%llu", base, (unsigned long long) n) < 0)
+                r = -ENOMEM;
+        free(base);
+        if (r < 0)
+                return r;
+        rm_rf(dir);
+        if (mkdir(dir, 0700) < 0) {
+                r = negative_errno();
+                free(dir);
+                return r;
+        }
+        *ret = dir;
+        return 0;
+}
+
+int node_vm_run_dirs_clean(const char *data_dir) {
+        _cleanup_free_ char *base = NULL;
+        if (asprintf(&base, "%s/run/vm", data_dir) < 0)
+                return -ENOMEM;
+        return rm_rf(base);
 }

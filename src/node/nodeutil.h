@@ -7,13 +7,14 @@
  * mapping errnos to the error codes of docs/node-protocol.md.
  */
 
+#include "util.h"
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* Longest path accepted anywhere in a request (same limit as the guest). */
-#define NODE_PATH_MAX 4096
+#define NODE_PATH_MAX PATH_SAFE_MAX
 
 /* Returns a NUL-terminated copy of data[0..len) that is valid UTF-8: every
  * byte that does not start a complete, shortest-form, non-surrogate sequence
@@ -45,3 +46,11 @@ int node_base64_decode(const char *s, uint8_t **ret, size_t *ret_len);
 
 /* Hex-encodes n bytes into out (size >= 2n+1). */
 void node_hex(const uint8_t *data, size_t n, char *out);
+
+/* Creates a fresh, short directory DATA_DIR/run/vm/N for one VM's sockets and
+ * console log: Unix socket paths are limited to 107 bytes, and sandbox or
+ * template directories can be longer. */
+int node_vm_run_dir(const char *data_dir, char **ret);
+
+/* Removes DATA_DIR/run/vm (leftovers of an earlier run). */
+int node_vm_run_dirs_clean(const char *data_dir);

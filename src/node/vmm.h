@@ -17,6 +17,12 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/* Names the machine model vmm.c builds (machine options, device list and
+ * order). A snapshot only restores into an identical machine, so template
+ * content hashes include this: bump it whenever the QEMU command line's
+ * machine or devices change. */
+#define VMM_MACHINE_REVISION "microvm-2 rtc=on virtio-serial+virtio-blk"
+
 enum vmm_accel {
         VMM_ACCEL_TCG,
         VMM_ACCEL_KVM,
@@ -56,7 +62,19 @@ struct vmm {
         char *console_path;       /* serial console log (kernel messages) */
         struct qmp *qmp;          /* connected QMP client */
         enum vmm_accel accel;
+        char *log_path;           /* QEMU's own stdout/stderr (run_dir/qemu.log) */
+        char *log_ctx;            /* copy of vmm_config.log_ctx */
 };
+
+/* QEMU runs in its own session (a Ctrl-C for the node does not reach it) and
+ * gets SIGKILL when the node dies (PR_SET_PDEATHSIG). Linux ties that
+ * signal to the *thread* that forked, so every fork happens on one internal
+ * spawner thread that lives as long as the process: vmm_boot() and
+ * vmm_restore() are safe to call from any thread. Stale
+ * qmp.sock/guest.sock in run_dir are removed first; QEMU's output goes to
+ * run_dir/qemu.log and its tail is logged when it dies while we wait on
+ * it: start-up, restore, save (-ECHILD; QEMU exits by itself when an
+ * incoming migration fails, e.g. a corrupt state file or another -m). */
 
 /* Starts a fresh VM that boots the kernel. Returns once QMP is connected and
  * the VM runs (the guest is still booting: connect the guest channel and wait
@@ -70,7 +88,8 @@ int vmm_restore(const struct vmm_config *c, const char *state_path, struct vmm *
 
 /* Pauses the VM and writes its device state to state_path with
  * x-ignore-shared (the RAM file itself is the memory snapshot). Leaves the VM
- * paused. */
+ * paused. Only share=on RAM is skipped: on a VM started with mem_shared
+ * false the whole guest RAM goes into state_path. */
 int vmm_save(struct vmm *v, const char *state_path);
 
 /* Connects to the guest channel socket (O_CLOEXEC, blocking). Retries while

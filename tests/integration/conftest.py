@@ -151,7 +151,8 @@ class Airlock:
         return body
 
     def sse(self, path, token=None, timeout=120):
-        """Yields (event, data_dict, monotonic_time) from an SSE stream."""
+        """Yields (event, data_dict, monotonic_time) from an SSE stream, up to
+        and including the exit event."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         conn.request("GET", path, headers={"Authorization": f"Bearer {token or self.token}",
                                            "Accept": "text/event-stream"})
@@ -160,13 +161,15 @@ class Airlock:
             raise ApiError(resp.status, resp.read())
         event, data = None, []
         while True:
-            line = resp.fp.readline()
+            line = resp.readline()  # decodes the chunked transfer encoding
             if not line:
                 break
             line = line.decode().rstrip("\r\n")
             if line == "":
                 if event or data:
                     yield event, json.loads("\n".join(data)) if data else None, time.monotonic()
+                    if event == "exit":
+                        break
                 event, data = None, []
             elif line.startswith(":"):
                 continue

@@ -1,0 +1,505 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * SQLite backend of the store: one connection in WAL mode, foreign keys on,
+ * a busy timeout, statements prepared once at open. A mutex serialises use
+ * of the connection and its prepared statements (a statement is stepped and
+ * read across several calls, which SQLite's own mutex does not cover).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "macros.h"
+#include "migrations/sqlite.h"
+#include "store.h"
+#include "util.h"
+
+#define SQLITE_BUSY_TIMEOUT_MS 5000
+
+enum stmt_id {
+        STMT_SANDBOX_INSERT,
+        STMT_SANDBOX_GET,
+        STMT_SANDBOX_LIST,
+        STMT_SANDBOX_UPDATE,
+        STMT_SANDBOX_DELETE,
+        STMT_SESSION_INSERT,
+        STMT_SESSION_GET,
+        STMT_SESSION_DELETE,
+        STMT_KEY_UPSERT,
+        STMT_KEY_ALL,
+        STMT_VERSION,
+        _STMT_MAX,
+};
+
+static const char *const stmt_sql[_STMT_MAX] = {
+        [STMT_SANDBOX_INSERT] = "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, "
+                                "created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        [STMT_SANDBOX_GET] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at "
+                             "FROM sandboxes WHERE id = ?1",
+        [STMT_SANDBOX_LIST] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at "
+                              "FROM sandboxes ORDER BY created_at, id LIMIT ?1",
+        [STMT_SANDBOX_UPDATE] = "UPDATE sandboxes SET state = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
+        [STMT_SANDBOX_DELETE] = "DELETE FROM sandboxes WHERE id = ?1",
+        [STMT_SESSION_INSERT] = "INSERT INTO sessions (id, sandbox_id, cmd, pty, token_hash, created_at) "
+                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        [STMT_SESSION_GET] = "SELECT id, sandbox_id, cmd, pty, token_hash, created_at FROM sessions WHERE id = ?1",
+        [STMT_SESSION_DELETE] = "DELETE FROM sessions WHERE id = ?1",
+        [STMT_KEY_UPSERT] = "INSERT INTO api_keys (name, hash, created_at) VALUES (?1, ?2, ?3) "
+                            "ON CONFLICT(name) DO UPDATE SET hash = excluded.hash, created_at = excluded.created_at",
+        [STMT_KEY_ALL] = "SELECT hash FROM api_keys",
+        [STMT_VERSION] = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+};
+
+struct store_sqlite {
+        struct store base; /* must be first */
+        sqlite3 *db;
+        sqlite3_stmt *stmt[_STMT_MAX];
+        pthread_mutex_t lock;
+};
+
+/* Maps an SQLite result code to a negative errno: the only place where
+ * SQLite's codes are looked at. */
+static int sqlite_to_errno(sqlite3 *db, int rc) {
+        int ext = db ? sqlite3_extended_errcode(db) : rc;
+        switch (rc & 0xff) {
+        case SQLITE_OK:
+        case SQLITE_ROW:
+        case SQLITE_DONE:
+                return 0;
+        case SQLITE_CONSTRAINT:
+                if (ext == SQLITE_CONSTRAINT_FOREIGNKEY)
+                        return -ENOENT;
+                if (ext == SQLITE_CONSTRAINT_PRIMARYKEY || ext == SQLITE_CONSTRAINT_UNIQUE)
+                        return -EEXIST;
+                return -EINVAL;
+        case SQLITE_BUSY:
+        case SQLITE_LOCKED:
+                return -EBUSY;
+        case SQLITE_NOMEM:
+                return -ENOMEM;
+        case SQLITE_READONLY:
+                return -EROFS;
+        case SQLITE_FULL:
+                return -ENOSPC;
+        case SQLITE_PERM:
+        case SQLITE_AUTH:
+                return -EACCES;
+        case SQLITE_CANTOPEN: {
+                int e = db ? sqlite3_system_errno(db) : 0;
+                return e > 0 ? -e : -EACCES;
+        }
+        case SQLITE_CORRUPT:
+        case SQLITE_NOTADB:
+                return -EBADMSG;
+        case SQLITE_TOOBIG:
+                return -E2BIG;
+        case SQLITE_MISUSE:
+        case SQLITE_RANGE:
+                return -EINVAL;
+        default:
+                return -EIO;
+        }
+}
+
+static int64_t now_ms(void) {
+        return (int64_t) (now_realtime_ns() / 1000000ULL);
+}
+
+static struct store_sqlite *to_sqlite(struct store *s) {
+        return (struct store_sqlite *) s;
+}
+
+/* Takes the connection lock and resets the statement, ready for binding. */
+static sqlite3_stmt *stmt_begin(struct store_sqlite *q, enum stmt_id id) {
+        pthread_mutex_lock(&q->lock);
+        sqlite3_stmt *st = q->stmt[id];
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+        return st;
+}
+
+static void stmt_end(struct store_sqlite *q, sqlite3_stmt *st) {
+        sqlite3_reset(st);
+        pthread_mutex_unlock(&q->lock);
+}
+
+static int bind_text(sqlite3_stmt *st, int idx, const char *s) {
+        return s ? sqlite3_bind_text(st, idx, s, -1, SQLITE_STATIC) : sqlite3_bind_null(st, idx);
+}
+
+/* Copies a text column; NULL columns give NULL without an error. */
+static int column_strdup(sqlite3_stmt *st, int col, char **ret) {
+        const unsigned char *t = sqlite3_column_text(st, col);
+        if (!t) {
+                *ret = NULL;
+                return 0;
+        }
+        char *c = strdup((const char *) t);
+        if (!c)
+                return -ENOMEM;
+        *ret = c;
+        return 0;
+}
+
+/* Steps a statement that returns no rows. */
+static int step_done(struct store_sqlite *q, sqlite3_stmt *st) {
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+                return 0;
+        return sqlite_to_errno(q->db, rc);
+}
+
+static int exec_sql(sqlite3 *db, const char *sql) {
+        int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+        return rc == SQLITE_OK ? 0 : sqlite_to_errno(db, rc);
+}
+
+static int query_version(sqlite3 *db, unsigned *ret) {
+        sqlite3_stmt *st = NULL;
+        int rc = sqlite3_prepare_v2(db, stmt_sql[STMT_VERSION], -1, &st, NULL);
+        if (rc != SQLITE_OK)
+                return sqlite_to_errno(db, rc);
+        rc = sqlite3_step(st);
+        int r = rc == SQLITE_ROW ? 0 : sqlite_to_errno(db, rc);
+        if (rc == SQLITE_ROW)
+                *ret = (unsigned) sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+        return r;
+}
+
+/* Applies every migration newer than the database, one transaction each.
+ * BEGIN IMMEDIATE takes the write lock before the version is read, so two
+ * processes opening the same fresh database cannot both apply version 1. */
+static int migrate(sqlite3 *db) {
+        int r = exec_sql(db, "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                             "version INTEGER PRIMARY KEY NOT NULL, applied_at INTEGER NOT NULL)");
+        if (r < 0)
+                return r;
+        for (;;) {
+                r = exec_sql(db, "BEGIN IMMEDIATE");
+                if (r < 0)
+                        return r;
+                unsigned v = 0;
+                r = query_version(db, &v);
+                if (r < 0)
+                        goto rollback;
+                if (v > ARRAY_SIZE(store_sqlite_migrations)) {
+                        r = -EPROTO; /* written by a newer airlockd */
+                        goto rollback;
+                }
+                if (v == ARRAY_SIZE(store_sqlite_migrations))
+                        return exec_sql(db, "COMMIT");
+                r = exec_sql(db, store_sqlite_migrations[v]);
+                if (r < 0)
+                        goto rollback;
+                sqlite3_stmt *st = NULL;
+                int rc = sqlite3_prepare_v2(db, "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
+                                            -1, &st, NULL);
+                if (rc != SQLITE_OK) {
+                        r = sqlite_to_errno(db, rc);
+                        goto rollback;
+                }
+                sqlite3_bind_int64(st, 1, (sqlite3_int64) v + 1);
+                sqlite3_bind_int64(st, 2, now_ms());
+                rc = sqlite3_step(st);
+                r = rc == SQLITE_DONE ? 0 : sqlite_to_errno(db, rc);
+                sqlite3_finalize(st);
+                if (r < 0)
+                        goto rollback;
+                r = exec_sql(db, "COMMIT");
+                if (r < 0)
+                        goto rollback;
+        }
+rollback:
+        (void) exec_sql(db, "ROLLBACK");
+        return r;
+}
+
+static void sqlite_close(struct store *s) {
+        struct store_sqlite *q = to_sqlite(s);
+        if (!q)
+                return;
+        for (size_t i = 0; i < _STMT_MAX; i++)
+                sqlite3_finalize(q->stmt[i]);
+        sqlite3_close_v2(q->db);
+        pthread_mutex_destroy(&q->lock);
+        free(q);
+}
+
+static int sqlite_open(const char *location, struct store **ret) {
+        if (!location || !*location)
+                return -EINVAL;
+        if (sodium_init() < 0)
+                return -EIO;
+        struct store_sqlite *q = calloc(1, sizeof *q);
+        if (!q)
+                return -ENOMEM;
+        q->base.ops = &store_sqlite_ops;
+        pthread_mutex_init(&q->lock, NULL);
+
+        int r;
+        int rc = sqlite3_open_v2(location, &q->db,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX |
+                                         SQLITE_OPEN_NOFOLLOW,
+                                 NULL);
+        if (rc != SQLITE_OK) {
+                r = sqlite_to_errno(q->db, rc);
+                goto fail;
+        }
+        sqlite3_extended_result_codes(q->db, 1);
+        sqlite3_busy_timeout(q->db, SQLITE_BUSY_TIMEOUT_MS);
+        r = exec_sql(q->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;");
+        if (r < 0)
+                goto fail;
+        r = migrate(q->db);
+        if (r < 0)
+                goto fail;
+        for (size_t i = 0; i < _STMT_MAX; i++) {
+                rc = sqlite3_prepare_v3(q->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &q->stmt[i], NULL);
+                if (rc != SQLITE_OK) {
+                        r = sqlite_to_errno(q->db, rc);
+                        goto fail;
+                }
+        }
+        *ret = &q->base;
+        return 0;
+fail:
+        sqlite_close(&q->base);
+        return r;
+}
+
+static int sqlite_schema_version(struct store *s, unsigned *ret) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_VERSION);
+        int rc = sqlite3_step(st);
+        int r = rc == SQLITE_ROW ? 0 : sqlite_to_errno(q->db, rc);
+        if (rc == SQLITE_ROW)
+                *ret = (unsigned) sqlite3_column_int64(st, 0);
+        stmt_end(q, st);
+        return r;
+}
+
+static int sqlite_sandbox_insert(struct store *s, const struct store_sandbox *sb) {
+        struct store_sqlite *q = to_sqlite(s);
+        int64_t now = now_ms();
+        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_INSERT);
+        bind_text(st, 1, sb->id);
+        bind_text(st, 2, sb->template_name);
+        bind_text(st, 3, sb->state);
+        bind_text(st, 4, sb->error);
+        bind_text(st, 5, sb->metadata ? sb->metadata : "{}");
+        bind_text(st, 6, sb->env_keys ? sb->env_keys : "[]");
+        sqlite3_bind_int64(st, 7, sb->created_at ? sb->created_at : now);
+        sqlite3_bind_int64(st, 8, sb->updated_at ? sb->updated_at : now);
+        int r = step_done(q, st);
+        stmt_end(q, st);
+        return r;
+}
+
+/* Reads the current row of a sandbox SELECT into ret. */
+static int read_sandbox_row(sqlite3_stmt *st, struct store_sandbox *ret) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r;
+        if ((r = column_strdup(st, 0, &sb.id)) < 0 || (r = column_strdup(st, 1, &sb.template_name)) < 0 ||
+            (r = column_strdup(st, 2, &sb.state)) < 0 || (r = column_strdup(st, 3, &sb.error)) < 0 ||
+            (r = column_strdup(st, 4, &sb.metadata)) < 0 || (r = column_strdup(st, 5, &sb.env_keys)) < 0)
+                return r;
+        if (!sb.id || !sb.template_name || !sb.state || !sb.metadata || !sb.env_keys)
+                return -EBADMSG;
+        sb.created_at = sqlite3_column_int64(st, 6);
+        sb.updated_at = sqlite3_column_int64(st, 7);
+        *ret = sb;
+        sb = (struct store_sandbox){ 0 };
+        return 0;
+}
+
+static int sqlite_sandbox_get(struct store *s, const char *id, struct store_sandbox *ret) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_GET);
+        bind_text(st, 1, id);
+        int rc = sqlite3_step(st);
+        int r;
+        if (rc == SQLITE_ROW)
+                r = read_sandbox_row(st, ret);
+        else if (rc == SQLITE_DONE)
+                r = -ENOENT;
+        else
+                r = sqlite_to_errno(q->db, rc);
+        stmt_end(q, st);
+        return r;
+}
+
+static int sqlite_sandbox_list(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n) {
+        struct store_sqlite *q = to_sqlite(s);
+        struct store_sandbox *a = NULL;
+        size_t n = 0, cap = 0;
+        int r = 0;
+        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_LIST);
+        sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
+        for (;;) {
+                int rc = sqlite3_step(st);
+                if (rc == SQLITE_DONE)
+                        break;
+                if (rc != SQLITE_ROW) {
+                        r = sqlite_to_errno(q->db, rc);
+                        break;
+                }
+                if (n == cap) {
+                        size_t ncap = cap ? cap * 2 : 16;
+                        struct store_sandbox *na = realloc(a, ncap * sizeof *a);
+                        if (!na) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        a = na;
+                        cap = ncap;
+                }
+                r = read_sandbox_row(st, &a[n]);
+                if (r < 0)
+                        break;
+                n++;
+        }
+        stmt_end(q, st);
+        if (r < 0) {
+                store_sandbox_array_free(a, n);
+                return r;
+        }
+        *ret = a;
+        *ret_n = n;
+        return 0;
+}
+
+/* Runs a one-row UPDATE/DELETE; -ENOENT when it touched nothing. */
+static int step_one_change(struct store_sqlite *q, sqlite3_stmt *st) {
+        int r = step_done(q, st);
+        if (r >= 0 && sqlite3_changes(q->db) == 0)
+                r = -ENOENT;
+        return r;
+}
+
+static int sqlite_sandbox_update_state(struct store *s, const char *id, const char *state, const char *error) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_UPDATE);
+        bind_text(st, 1, id);
+        bind_text(st, 2, state);
+        bind_text(st, 3, error);
+        sqlite3_bind_int64(st, 4, now_ms());
+        int r = step_one_change(q, st);
+        stmt_end(q, st);
+        return r;
+}
+
+static int sqlite_sandbox_delete(struct store *s, const char *id) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_DELETE);
+        bind_text(st, 1, id);
+        int r = step_one_change(q, st);
+        stmt_end(q, st);
+        return r;
+}
+
+static int sqlite_session_insert(struct store *s, const struct store_session *ses) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_SESSION_INSERT);
+        bind_text(st, 1, ses->id);
+        bind_text(st, 2, ses->sandbox_id);
+        bind_text(st, 3, ses->cmd);
+        sqlite3_bind_int(st, 4, ses->pty ? 1 : 0);
+        sqlite3_bind_blob(st, 5, ses->token_hash, STORE_HASH_SIZE, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 6, ses->created_at ? ses->created_at : now_ms());
+        int r = step_done(q, st);
+        stmt_end(q, st);
+        return r;
+}
+
+static int sqlite_session_get(struct store *s, const char *id, struct store_session *ret) {
+        struct store_sqlite *q = to_sqlite(s);
+        _cleanup_(store_session_release) struct store_session ses = { 0 };
+        sqlite3_stmt *st = stmt_begin(q, STMT_SESSION_GET);
+        bind_text(st, 1, id);
+        int rc = sqlite3_step(st);
+        int r = 0;
+        if (rc == SQLITE_DONE)
+                r = -ENOENT;
+        else if (rc != SQLITE_ROW)
+                r = sqlite_to_errno(q->db, rc);
+        else if ((r = column_strdup(st, 0, &ses.id)) >= 0 && (r = column_strdup(st, 1, &ses.sandbox_id)) >= 0 &&
+                 (r = column_strdup(st, 2, &ses.cmd)) >= 0) {
+                ses.pty = sqlite3_column_int(st, 3) != 0;
+                const void *h = sqlite3_column_blob(st, 4);
+                if (!ses.id || !ses.sandbox_id || !ses.cmd || !h || sqlite3_column_bytes(st, 4) != STORE_HASH_SIZE)
+                        r = -EBADMSG;
+                else
+                        memcpy(ses.token_hash, h, STORE_HASH_SIZE);
+                ses.created_at = sqlite3_column_int64(st, 5);
+        }
+        stmt_end(q, st);
+        if (r < 0)
+                return r;
+        *ret = ses;
+        ses = (struct store_session){ 0 };
+        return 0;
+}
+
+static int sqlite_session_delete(struct store *s, const char *id) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_SESSION_DELETE);
+        bind_text(st, 1, id);
+        int r = step_one_change(q, st);
+        stmt_end(q, st);
+        return r;
+}
+
+static int sqlite_api_key_insert(struct store *s, const char *name, const uint8_t hash[STORE_HASH_SIZE]) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_KEY_UPSERT);
+        bind_text(st, 1, name);
+        sqlite3_bind_blob(st, 2, hash, STORE_HASH_SIZE, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, now_ms());
+        int r = step_done(q, st);
+        stmt_end(q, st);
+        return r;
+}
+
+static int sqlite_api_key_check(struct store *s, const uint8_t hash[STORE_HASH_SIZE]) {
+        struct store_sqlite *q = to_sqlite(s);
+        bool found = false;
+        int r = 0;
+        sqlite3_stmt *st = stmt_begin(q, STMT_KEY_ALL);
+        for (;;) {
+                int rc = sqlite3_step(st);
+                if (rc == SQLITE_DONE)
+                        break;
+                if (rc != SQLITE_ROW) {
+                        r = sqlite_to_errno(q->db, rc);
+                        break;
+                }
+                const void *h = sqlite3_column_blob(st, 0);
+                if (h && sqlite3_column_bytes(st, 0) == STORE_HASH_SIZE)
+                        found |= sodium_memcmp(h, hash, STORE_HASH_SIZE) == 0; /* no early exit */
+        }
+        stmt_end(q, st);
+        if (r < 0)
+                return r;
+        return found ? 0 : -EACCES;
+}
+
+const struct store_ops store_sqlite_ops = {
+        .scheme = "sqlite",
+        .open = sqlite_open,
+        .close = sqlite_close,
+        .schema_version = sqlite_schema_version,
+        .sandbox_insert = sqlite_sandbox_insert,
+        .sandbox_get = sqlite_sandbox_get,
+        .sandbox_list = sqlite_sandbox_list,
+        .sandbox_update_state = sqlite_sandbox_update_state,
+        .sandbox_delete = sqlite_sandbox_delete,
+        .session_insert = sqlite_session_insert,
+        .session_get = sqlite_session_get,
+        .session_delete = sqlite_session_delete,
+        .api_key_insert = sqlite_api_key_insert,
+        .api_key_check = sqlite_api_key_check,
+};

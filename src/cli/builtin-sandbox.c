@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* create, ls, inspect, rm: the sandbox lifecycle. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "builtin.h"
+#include "cli-util.h"
+
+int cli_parse_plain(struct cli *cli, int argc, char **argv, int min, int max) {
+        static const struct option options[] = {CLI_GLOBAL_OPTIONS, {}};
+        int c;
+
+        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
+                int r = cli_common_option(cli, c, argv);
+                if (r != CLI_PROCEED)
+                        return r;
+        }
+        int n = argc - optind;
+        if (n < min)
+                return cli_usage_error(cli, "%s: missing argument", cli->cmd->name);
+        if (max >= 0 && n > max)
+                return cli_usage_error(cli, "%s: unexpected argument '%s'", cli->cmd->name,
+                                       argv[optind + max]);
+        return CLI_PROCEED;
+}
+
+static int sandbox_path(const char *id, const char *suffix, char **ret) {
+        if (!cli_id_is_valid(id))
+                return -EINVAL;
+        /* Valid ids need no escaping; the check above is what keeps the path
+         * from naming another resource. */
+        return asprintf(ret, "/v1/sandboxes/%s%s", id, suffix) < 0 ? -ENOMEM : 0;
+}
+
+int cmd_create(struct cli *cli, int argc, char **argv) {
+        enum { OPT_TEMPLATE = CLI_OPT_FIRST_LOCAL, OPT_METADATA };
+        static const struct option options[] = {
+                CLI_GLOBAL_OPTIONS,
+                {"template", required_argument, NULL, OPT_TEMPLATE},
+                {"env", required_argument, NULL, 'e'},
+                {"metadata", required_argument, NULL, OPT_METADATA},
+                {},
+        };
+        _cleanup_(json_decrefp) json_t *env = json_object(), *meta = json_object(), *body = NULL,
+                                       *resp = NULL;
+        const char *template = "python";
+        struct cli_error err = {};
+        int c, r;
+
+        if (!env || !meta)
+                return cli_fail("out of memory");
+        while ((c = getopt_long(argc, argv, ":he:", options, NULL)) >= 0) {
+                switch (c) {
+                case OPT_TEMPLATE: template = optarg; break;
+                case 'e':
+                case OPT_METADATA:
+                        r = cli_kv_add(c == 'e' ? env : meta, optarg);
+                        if (r < 0)
+                                return cli_usage_error(cli, "%s: expected KEY=VALUE in UTF-8, got '%s'",
+                                                       c == 'e' ? "--env" : "--metadata", optarg);
+                        break;
+                default:
+                        r = cli_common_option(cli, c, argv);
+                        if (r != CLI_PROCEED)
+                                return r;
+                }
+        }
+        if (optind < argc)
+                return cli_usage_error(cli, "create: unexpected argument '%s'", argv[optind]);
+        if (!*template)
+                return cli_usage_error(cli, "create: --template must not be empty");
+
+        body = json_pack("{s:s, s:O, s:O}", "template", template, "env", env, "metadata", meta);
+        if (!body)
+                return cli_usage_error(cli, "create: --template must be UTF-8");
+        if (cli_connect(cli) < 0)
+                return CLI_EXIT_FAILURE;
+        r = client_json(&cli->client, "POST", "/v1/sandboxes", body, &err, &resp);
+        if (r < 0)
+                return cli_fail_error(&err, "create");
+
+        if (cli->json)
+                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+        const char *id = json_string_value(json_object_get(resp, "id"));
+        if (!id)
+                return cli_fail("create: airlockd answered without a sandbox id");
+        printf("%s\n", id);
+        return CLI_EXIT_OK;
+}
+
+int cmd_ls(struct cli *cli, int argc, char **argv) {
+        static const char *const header[] = {"ID", "TEMPLATE", "STATE", "CREATED"};
+        static const char *const fields[] = {"id", "template", "state", "created_at"};
+        _cleanup_(json_decrefp) json_t *resp = NULL;
+        struct cli_error err = {};
+
+        int r = cli_parse_plain(cli, argc, argv, 0, 0);
+        if (r != CLI_PROCEED)
+                return r;
+        if (cli_connect(cli) < 0)
+                return CLI_EXIT_FAILURE;
+        if (client_json(&cli->client, "GET", "/v1/sandboxes", NULL, &err, &resp) < 0)
+                return cli_fail_error(&err, "ls");
+        if (cli->json)
+                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+
+        const json_t *list = json_object_get(resp, "sandboxes");
+        if (!json_is_array(list))
+                return cli_fail("ls: airlockd answered without a sandbox list");
+        if (cli_print_list(list, ARRAY_SIZE(header), header, fields) < 0)
+                return cli_fail("ls: out of memory");
+        return CLI_EXIT_OK;
+}
+
+int cmd_inspect(struct cli *cli, int argc, char **argv) {
+        _cleanup_(json_decrefp) json_t *resp = NULL;
+        _cleanup_free_ char *path = NULL;
+        struct cli_error err = {};
+
+        int r = cli_parse_plain(cli, argc, argv, 1, 1);
+        if (r != CLI_PROCEED)
+                return r;
+        const char *id = argv[optind];
+        if (sandbox_path(id, "", &path) < 0)
+                return cli_usage_error(cli, "inspect: invalid sandbox id '%s'", id);
+        if (cli_connect(cli) < 0)
+                return CLI_EXIT_FAILURE;
+        if (client_json(&cli->client, "GET", path, NULL, &err, &resp) < 0)
+                return cli_fail_error(&err, "%s", id);
+        r = cli->json ? cli_print_json(resp) : cli_print_fields(resp);
+        return r < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+}
+
+int cmd_rm(struct cli *cli, int argc, char **argv) {
+        int r = cli_parse_plain(cli, argc, argv, 1, -1);
+        if (r != CLI_PROCEED)
+                return r;
+        for (int i = optind; i < argc; i++)
+                if (!cli_id_is_valid(argv[i]))
+                        return cli_usage_error(cli, "rm: invalid sandbox id '%s'", argv[i]);
+        if (cli_connect(cli) < 0)
+                return CLI_EXIT_FAILURE;
+
+        /* Like rm(1): try every argument, fail if any failed. */
+        int ret = CLI_EXIT_OK;
+        for (int i = optind; i < argc; i++) {
+                _cleanup_free_ char *path = NULL;
+                struct cli_error err = {};
+                if (sandbox_path(argv[i], "", &path) < 0) {
+                        ret = cli_fail("out of memory");
+                        continue;
+                }
+                if (client_json(&cli->client, "DELETE", path, NULL, &err, NULL) < 0) {
+                        ret = cli_fail_error(&err, "%s", argv[i]);
+                        continue;
+                }
+                /* DELETE answers 204 without a body, so --json prints nothing. */
+                if (!cli->json)
+                        printf("%s\n", argv[i]);
+        }
+        return ret;
+}

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * The airlock command line: global options, the command table and the
+ * helpers every command uses. Commands live in builtin-*.c, one function per
+ * command, and return the process exit status:
+ *
+ *   0 success, 1 failure (message on stderr as "airlock: ..."), 2 usage
+ *   error; `exec` returns the remote command's status, 255 when the
+ *   connection to it fails.
+ */
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "client.h"
+#include "macros.h"
+
+enum {
+        CLI_EXIT_OK = 0,
+        CLI_EXIT_FAILURE = 1,
+        CLI_EXIT_USAGE = 2,
+        CLI_EXIT_TRANSPORT = 255,
+        /* Returned by option parsers: no exit yet, go on with the command. */
+        CLI_PROCEED = -1,
+};
+
+struct cli;
+
+struct cli_command {
+        const char *name;
+        int (*run)(struct cli *cli, int argc, char **argv);
+        const char *synopsis; /* arguments after the name */
+        const char *summary;  /* one line for `airlock --help` */
+        const char *options;  /* option lines for `airlock NAME --help`, may be NULL */
+};
+
+struct cli {
+        /* From flags; NULL means environment, then default. */
+        const char *url;
+        const char *token;
+        const char *data_dir;
+        bool json;
+
+        const struct cli_command *cmd; /* the command being run */
+        struct cli_client client;
+        bool connected;
+};
+
+/* Global options, accepted before the command and by every command. */
+enum {
+        CLI_OPT_URL = 0x100,
+        CLI_OPT_TOKEN,
+        CLI_OPT_DATA_DIR,
+        CLI_OPT_JSON,
+        CLI_OPT_VERSION,
+        CLI_OPT_FIRST_LOCAL, /* commands number their own long options from here */
+};
+/* clang-format off */
+#define CLI_GLOBAL_OPTIONS                                                      \
+        { "url", required_argument, NULL, CLI_OPT_URL },                        \
+        { "token", required_argument, NULL, CLI_OPT_TOKEN },                    \
+        { "data-dir", required_argument, NULL, CLI_OPT_DATA_DIR },              \
+        { "json", no_argument, NULL, CLI_OPT_JSON },                            \
+        { "help", no_argument, NULL, 'h' }
+/* clang-format on */
+
+/* Runs the whole program; main() is only this. */
+int cli_main(int argc, char **argv);
+
+/* Handles what a command's getopt loop did not: global options, --help
+ * (prints the command's help, returns 0), and getopt's '?'/':' (prints a
+ * usage error, returns 2). Returns CLI_PROCEED when the loop should go on. */
+int cli_common_option(struct cli *cli, int c, char **argv);
+
+/* Prints "airlock: <message>" and "Try 'airlock CMD --help'."; returns 2. */
+int cli_usage_error(struct cli *cli, const char *fmt, ...) _printf_(2, 3);
+/* Prints "airlock: <message>" to stderr; returns 1. */
+int cli_fail(const char *fmt, ...) _printf_(1, 2);
+/* Prints "airlock: <context>: <API or transport message>"; returns 1. */
+int cli_fail_error(const struct cli_error *err, const char *fmt, ...) _printf_(2, 3);
+
+/* Resolves URL and token once; prints the problem on failure. */
+int cli_connect(struct cli *cli);
+
+/* Writes j indented, with a trailing newline, to stdout. */
+int cli_print_json(const json_t *j);
+/* Prints the scalar members of an object as aligned "key: value" lines;
+ * nested objects and arrays as compact JSON. */
+int cli_print_fields(const json_t *obj);
+/* Renders a JSON value as one table cell: strings as-is, numbers as text,
+ * null/missing as "-", anything else compact JSON. */
+int cli_cell(const json_t *v, char **ret);
+/* Prints field[c] of each object in list as a table; "created_at" given as
+ * epoch seconds is shown as UTC RFC 3339. */
+int cli_print_list(const json_t *list, size_t ncols, const char *const *header, const char *const *fields);
+/* Prints rows of ncols cells as left-aligned columns under a header. */
+int cli_print_table(size_t ncols, const char *const *header, char *const *cells, size_t nrows);

@@ -1,0 +1,797 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "api.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "apireq.h"
+#include "auth.h"
+#include "log.h"
+#include "macros.h"
+#include "util.h"
+
+
+#define NODE_HEALTH_TIMEOUT_S 10
+#define EXEC_TIMEOUT_SLACK_S 30
+#define SSE_FRAME_TIMEOUT_S 60 /* a started frame must complete within this */
+
+static int fail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
+static int fail(struct api_ctx *ctx, int r, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+void api_reply_release(struct api_reply *r) {
+        if (!r)
+                return;
+        json_decref(r->body);
+        if (r->response)
+                MHD_destroy_response(r->response);
+        *r = (struct api_reply){ 0 };
+}
+
+static int reply_json(struct api_reply *ret, unsigned status, json_t *body) {
+        if (!body)
+                return -ENOMEM;
+        *ret = (struct api_reply){ .status = status, .body = body };
+        return 0;
+}
+
+static int reply_empty(struct api_reply *ret) {
+        *ret = (struct api_reply){ .status = MHD_HTTP_NO_CONTENT };
+        return 0;
+}
+
+void api_format_time(int64_t ms, char *buf, size_t n) {
+        time_t t = (time_t) (ms / 1000);
+        struct tm tm;
+        char tbuf[32];
+        gmtime_r(&t, &tm);
+        strftime(tbuf, sizeof tbuf, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(buf, n, "%s.%03dZ", tbuf, (int) (ms % 1000));
+}
+
+static json_t *sandbox_json(const struct store_sandbox *sb) {
+        char ts[48];
+        api_format_time(sb->created_at, ts, sizeof ts);
+        json_t *md = json_loads(sb->metadata, 0, NULL);
+        json_t *keys = json_loads(sb->env_keys, 0, NULL);
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o}", "id", sb->id, "template", sb->template_name, "state",
+                              sb->state, "created_at", ts, "metadata", md ? md : json_object(), "env_keys",
+                              keys ? keys : json_array());
+        if (o && sb->error)
+                json_object_set_new(o, "error", json_string(sb->error));
+        return o;
+}
+
+/* Looks up a sandbox row, turning "no row" into a 404 with a message. */
+static int sandbox_lookup(struct api_ctx *ctx, const char *id, struct store_sandbox *ret) {
+        int r = store_sandbox_get(ctx->store, id, ret);
+        if (r == -ENOENT)
+                return fail(ctx, r, "sandbox '%.64s' not found", id);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
+        return 0;
+}
+
+/* A sandbox must be running to take commands. */
+static int sandbox_require_running(struct api_ctx *ctx, const struct store_sandbox *sb) {
+        if (strcmp(sb->state, "running") == 0)
+                return 0;
+        if (strcmp(sb->state, "creating") == 0)
+                return fail(ctx, -EBUSY, "sandbox '%s' is still being created", sb->id);
+        return fail(ctx, -EBUSY, "sandbox '%s' is %s%s%.160s", sb->id, sb->state, sb->error ? ": " : "",
+                    sb->error ? sb->error : "");
+}
+
+int api_health(struct api_ctx *ctx, struct api_reply *ret) {
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "health");
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        char err[API_ERRMSG_MAX] = "";
+        if (!req)
+                return -ENOMEM;
+        int r = node_call(ctx->config->node_socket, NODE_HEALTH_TIMEOUT_S, req, &rep, err);
+        if (r < 0)
+                return fail(ctx, -EHOSTDOWN, "the node agent is not available (%.200s)", err);
+        const char *accel = json_string_value(json_object_get(rep, "accel"));
+        if (!json_is_true(json_object_get(rep, "ready")))
+                return fail(ctx, -EHOSTDOWN, "the node agent is starting: default templates are still building");
+        json_t *o = json_pack("{s:s, s:s}", "status", "ok", "accel", accel ? accel : "unknown");
+        const char *why = json_string_value(json_object_get(rep, "accel_reason"));
+        if (o && why)
+                json_object_set_new(o, "accel_reason", json_string(why));
+        return reply_json(ret, MHD_HTTP_OK, o);
+}
+
+int api_templates_list(struct api_ctx *ctx, struct api_reply *ret) {
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "template.list");
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        if (!req)
+                return -ENOMEM;
+        int r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, ctx->err);
+        if (r < 0)
+                return r;
+        json_t *t = json_object_get(rep, "templates");
+        return reply_json(ret, MHD_HTTP_OK, json_pack("{s:O}", "templates", json_is_array(t) ? t : json_array()));
+}
+
+/* Best-effort removal of whatever the node may hold for id. */
+static void node_forget(const struct daemon_config *config, const char *log_ctx, const char *id) {
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.delete", "id", id);
+        char err[API_ERRMSG_MAX] = "";
+        if (!req)
+                return;
+        int r = node_call(config->node_socket, config->node_timeout_s, req, NULL, err);
+        if (r < 0 && r != -ENOENT)
+                log_emit(LOG_LEVEL_WARN, log_ctx, "cleanup of sandbox %s on the node failed: %s", id, err);
+}
+
+int api_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret) {
+        _cleanup_(apireq_create_release) struct apireq_create c = { 0 };
+        int r = apireq_parse_create(body, &c, ctx->err);
+        if (r < 0)
+                return r;
+
+        char id[32];
+        r = random_id("sbx-", 8, id, sizeof id);
+        if (r < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *keys = json_array();
+        if (!keys)
+                return -ENOMEM;
+        const char *k;
+        json_t *v;
+        json_object_foreach(c.env, k, v) json_array_append_new(keys, json_string(k));
+        _cleanup_free_ char *keys_s = json_dumps(keys, JSON_COMPACT);
+        _cleanup_free_ char *md_s = json_dumps(c.metadata, JSON_COMPACT | JSON_SORT_KEYS);
+        if (!keys_s || !md_s)
+                return -ENOMEM;
+
+        struct store_sandbox row = {
+                .id = id, .template_name = c.template_name, .state = "creating", .metadata = md_s, .env_keys = keys_s,
+        };
+        r = store_sandbox_insert(ctx->store, &row);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert sandbox: %m");
+
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:O, s:O}", "op", "sandbox.create", "id", id,
+                                                        "template", c.template_name, "env", c.env, "metadata",
+                                                        c.metadata);
+        if (!req) {
+                (void) store_sandbox_delete(ctx->store, id);
+                return -ENOMEM;
+        }
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "creating sandbox %s from template %s", id, c.template_name);
+        r = node_call(ctx->config->node_socket, ctx->config->create_timeout_s, req, NULL, ctx->err);
+        if (r < 0) {
+                /* A transport failure leaves the node's side unknown: make
+                 * sure it holds nothing for this id either. */
+                if (r == -ETIMEDOUT || r == -ECONNRESET || r == -EBADMSG)
+                        node_forget(ctx->config, ctx->log_ctx, id);
+                int q = store_sandbox_delete(ctx->store, id);
+                if (q < 0)
+                        log_errno(LOG_LEVEL_ERROR, q, ctx->log_ctx, "store: failed to remove sandbox %s: %m", id);
+                if (r == -ENOENT)
+                        return fail(ctx, r, "template '%.64s' not found", c.template_name);
+                log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "sandbox %s: create failed: %s", id, ctx->err);
+                return r;
+        }
+        r = store_sandbox_update_state(ctx->store, id, "running", NULL);
+        if (r < 0) {
+                node_forget(ctx->config, ctx->log_ctx, id);
+                (void) store_sandbox_delete(ctx->store, id);
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m");
+        }
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        r = sandbox_lookup(ctx, id, &sb);
+        if (r < 0)
+                return r;
+        return reply_json(ret, MHD_HTTP_CREATED, sandbox_json(&sb));
+}
+
+/*
+ * Folds the node's view of one sandbox into the stored row: a sandbox the
+ * node reports failed, or does not know while the store says running, is
+ * failed; that verdict is persisted. node_sb NULL means "node does not
+ * know it".
+ */
+static void sandbox_merge(struct api_ctx *ctx, struct store_sandbox *sb, const json_t *node_sb) {
+        const char *error = NULL;
+        if (strcmp(sb->state, "running") != 0)
+                return; /* creating: the node may not know it yet; failed: final */
+        if (!node_sb)
+                error = "the node agent does not know this sandbox (lost in a node restart?)";
+        else if (strcmp(json_string_value(json_object_get(node_sb, "state")) ?: "", "failed") == 0)
+                error = json_string_value(json_object_get(node_sb, "error")) ?: "the sandbox failed";
+        else
+                return;
+        int r = store_sandbox_update_state(ctx->store, sb->id, "failed", error);
+        if (r < 0) {
+                log_errno(LOG_LEVEL_WARN, r, ctx->log_ctx, "store: failed to mark %s failed: %m", sb->id);
+                return;
+        }
+        char *e = strdup(error), *st = strdup("failed");
+        if (!e || !st) {
+                free(e);
+                free(st);
+                return;
+        }
+        free(sb->error);
+        free(sb->state);
+        sb->error = e;
+        sb->state = st;
+        log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "sandbox %s failed: %s", sb->id, error);
+}
+
+int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = sandbox_lookup(ctx, id, &sb);
+        if (r < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.get", "id", id);
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        char err[API_ERRMSG_MAX];
+        if (!req)
+                return -ENOMEM;
+        r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, err);
+        if (r >= 0)
+                sandbox_merge(ctx, &sb, json_object_get(rep, "sandbox"));
+        else if (r == -ENOENT)
+                sandbox_merge(ctx, &sb, NULL);
+        /* node unreachable: answer with what the store knows */
+        return reply_json(ret, MHD_HTTP_OK, sandbox_json(&sb));
+}
+
+int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret) {
+        struct store_sandbox *a = NULL;
+        size_t n = 0;
+        int r = store_sandbox_list(ctx->store, STORE_LIST_MAX, &a, &n);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to list sandboxes: %m");
+
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "sandbox.list");
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        char err[API_ERRMSG_MAX];
+        bool have_node = req && node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, err) >= 0;
+        json_t *node_list = json_object_get(rep, "sandboxes");
+
+        json_t *arr = json_array();
+        for (size_t i = 0; arr && i < n; i++) {
+                if (have_node && json_is_array(node_list)) {
+                        json_t *found = NULL, *e;
+                        size_t j;
+                        json_array_foreach(node_list, j, e) {
+                                const char *nid = json_string_value(json_object_get(e, "id"));
+                                if (nid && strcmp(nid, a[i].id) == 0) {
+                                        found = e;
+                                        break;
+                                }
+                        }
+                        sandbox_merge(ctx, &a[i], found);
+                }
+                json_array_append_new(arr, sandbox_json(&a[i]));
+        }
+        store_sandbox_array_free(a, n);
+        if (!arr)
+                return -ENOMEM;
+        return reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "sandboxes", arr));
+}
+
+int api_sandbox_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = sandbox_lookup(ctx, id, &sb);
+        if (r < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.delete", "id", id);
+        if (!req)
+                return -ENOMEM;
+        r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err);
+        if (r < 0 && r != -ENOENT)
+                return r; /* keep the row: the VM may still exist */
+        r = store_sandbox_delete(ctx->store, id);
+        if (r < 0 && r != -ENOENT)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to delete sandbox: %m");
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "deleted sandbox %s", id);
+        return reply_empty(ret);
+}
+
+int api_exec(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret) {
+        _cleanup_(apireq_exec_release) struct apireq_exec e = { 0 };
+        int r = apireq_parse_exec(body, ctx->config->exec_max_timeout_s, &e, ctx->err);
+        if (r < 0)
+                return r;
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        if ((r = sandbox_lookup(ctx, id, &sb)) < 0 || (r = sandbox_require_running(ctx, &sb)) < 0)
+                return r;
+
+        _cleanup_(json_decrefp) json_t *req = json_pack(
+                "{s:s, s:s, s:O, s:O, s:s, s:I, s:I}", "op", "exec", "id", id, "cmd", e.cmd, "env", e.env, "cwd", e.cwd,
+                "timeout_s", (json_int_t) e.timeout_s, "max_output", (json_int_t) ctx->config->exec_max_output);
+        if (!req)
+                return -ENOMEM;
+        if (e.stdin_data)
+                json_object_set_new(req, "stdin", json_string(e.stdin_data));
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        r = node_call(ctx->config->node_socket, e.timeout_s + EXEC_TIMEOUT_SLACK_S, req, &rep, ctx->err);
+        if (r < 0)
+                return r;
+        json_t *code = json_object_get(rep, "exit_code");
+        const char *out = json_string_value(json_object_get(rep, "stdout"));
+        const char *err = json_string_value(json_object_get(rep, "stderr"));
+        json_t *o = json_pack("{s:O, s:s, s:s, s:b, s:b, s:b}", "exit_code", json_is_integer(code) ? code : json_null(),
+                              "stdout", out ? out : "", "stderr", err ? err : "", "stdout_truncated",
+                              json_is_true(json_object_get(rep, "stdout_truncated")), "stderr_truncated",
+                              json_is_true(json_object_get(rep, "stderr_truncated")), "timed_out",
+                              json_is_true(json_object_get(rep, "timed_out")));
+        return reply_json(ret, MHD_HTTP_OK, o);
+}
+
+static json_t *session_json(const struct store_session *ses) {
+        char ts[48], url[128];
+        api_format_time(ses->created_at, ts, sizeof ts);
+        snprintf(url, sizeof url, "/v1/sessions/%s/events", ses->id);
+        json_t *cmd = json_loads(ses->cmd, 0, NULL);
+        return json_pack("{s:s, s:s, s:o, s:b, s:s, s:s}", "id", ses->id, "sandbox_id", ses->sandbox_id, "cmd",
+                         cmd ? cmd : json_array(), "pty", ses->pty, "created_at", ts, "events_url", url);
+}
+
+static int session_lookup(struct api_ctx *ctx, const char *sid, struct store_session *ret) {
+        int r = store_session_get(ctx->store, sid, ret);
+        if (r == -ENOENT)
+                return fail(ctx, r, "session '%.64s' not found", sid);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read session: %m");
+        return 0;
+}
+
+int api_session_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *body, struct api_reply *ret) {
+        _cleanup_(apireq_session_release) struct apireq_session s = { 0 };
+        int r = apireq_parse_session(body, &s, ctx->err);
+        if (r < 0)
+                return r;
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        if ((r = sandbox_lookup(ctx, sandbox_id, &sb)) < 0 || (r = sandbox_require_running(ctx, &sb)) < 0)
+                return r;
+
+        char sid[32], token[AUTH_ATTACH_TOKEN_LEN + 1];
+        if ((r = random_id("ses-", 8, sid, sizeof sid)) < 0 || (r = auth_new_attach_token(token, sizeof token)) < 0)
+                return r;
+        _cleanup_free_ char *cmd_s = json_dumps(s.cmd, JSON_COMPACT);
+        if (!cmd_s)
+                return -ENOMEM;
+        struct store_session row = { .id = sid, .sandbox_id = (char *) sandbox_id, .cmd = cmd_s, .pty = s.pty };
+        auth_hash_token(token, row.token_hash);
+        r = store_session_insert(ctx->store, &row);
+        if (r == -ENOENT)
+                return fail(ctx, r, "sandbox '%.64s' not found", sandbox_id);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert session: %m");
+
+        _cleanup_(json_decrefp) json_t *req =
+                json_pack("{s:s, s:s, s:s, s:O, s:O, s:s, s:b, s:I, s:I}", "op", "session.start", "id", sandbox_id,
+                          "session_id", sid, "cmd", s.cmd, "env", s.env, "cwd", s.cwd, "pty", s.pty, "rows",
+                          (json_int_t) s.rows, "cols", (json_int_t) s.cols);
+        r = req ? node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err) : -ENOMEM;
+        if (r < 0) {
+                (void) store_session_delete(ctx->store, sid);
+                return r;
+        }
+        _cleanup_(store_session_release) struct store_session ses = { 0 };
+        if ((r = session_lookup(ctx, sid, &ses)) < 0)
+                return r;
+        json_t *o = session_json(&ses);
+        if (o)
+                json_object_set_new(o, "attach_token", json_string(token));
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "started session %s in sandbox %s", sid, sandbox_id);
+        return reply_json(ret, MHD_HTTP_CREATED, o);
+}
+
+int api_session_get(struct api_ctx *ctx, const char *sid, struct api_reply *ret) {
+        _cleanup_(store_session_release) struct store_session ses = { 0 };
+        int r = session_lookup(ctx, sid, &ses);
+        if (r < 0)
+                return r;
+        return reply_json(ret, MHD_HTTP_OK, session_json(&ses));
+}
+
+int api_sse_format(const char *event, const json_t *data, char **ret, size_t *ret_len) {
+        _cleanup_free_ char *d = json_dumps(data, JSON_COMPACT);
+        if (!d)
+                return -ENOMEM;
+        size_t n = strlen("event: ") + strlen(event) + strlen("\ndata: ") + strlen(d) + strlen("\n\n") + 1;
+        char *s = malloc(n);
+        if (!s)
+                return -ENOMEM;
+        int k = snprintf(s, n, "event: %s\ndata: %s\n\n", event, d);
+        *ret = s;
+        *ret_len = (size_t) k;
+        return 0;
+}
+
+int api_sse_from_node_event(const json_t *ev, char **ret, size_t *ret_len, bool *ret_last) {
+        const char *type = json_string_value(json_object_get(ev, "type"));
+        _cleanup_(json_decrefp) json_t *d = NULL;
+        bool last = false;
+        if (!type)
+                return 0;
+        if (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0) {
+                const char *data = json_string_value(json_object_get(ev, "data"));
+                if (!data)
+                        return 0;
+                d = json_pack("{s:s}", "data", data);
+        } else if (strcmp(type, "exit") == 0) {
+                json_t *code = json_object_get(ev, "exit_code");
+                d = json_pack("{s:O}", "exit_code", json_is_integer(code) ? code : json_null());
+                json_t *sig = json_object_get(ev, "signal");
+                if (d && json_is_integer(sig) && json_integer_value(sig) != 0)
+                        json_object_set(d, "signal", sig);
+                last = true;
+        } else if (strcmp(type, "dropped") == 0) {
+                json_t *bytes = json_object_get(ev, "bytes");
+                d = json_pack("{s:I}", "bytes", json_is_integer(bytes) ? json_integer_value(bytes) : 0);
+        } else
+                return 0;
+        if (!d)
+                return -ENOMEM;
+        int r = api_sse_format(type, d, ret, ret_len);
+        if (r < 0)
+                return r;
+        *ret_last = last;
+        return 1;
+}
+
+/* State of one event stream, owned by its MHD response. */
+struct sse_stream {
+        struct node_conn *conn;
+        const atomic_bool *stopping;
+        char *pend;
+        size_t pend_len, pend_off;
+        bool done;
+        uint64_t last_ns;
+        char log_ctx[256];
+};
+
+static void sse_free(void *cls) {
+        struct sse_stream *s = cls;
+        node_conn_free(s->conn);
+        free(s->pend);
+        free(s);
+}
+
+static void sse_set_pending(struct sse_stream *s, char *text, size_t len) {
+        free(s->pend);
+        s->pend = text;
+        s->pend_len = len;
+        s->pend_off = 0;
+}
+
+/* Ends the stream with an error event the client can show. */
+static void sse_fail(struct sse_stream *s, int r, const char *msg) {
+        char *text = NULL;
+        size_t len = 0;
+        _cleanup_(json_decrefp) json_t *d =
+                json_pack("{s:s, s:s}", "code", api_error_code(r), "message", msg && *msg ? msg : api_error_default_message(r));
+        if (d && api_sse_format("error", d, &text, &len) >= 0)
+                sse_set_pending(s, text, len);
+        s->done = true;
+        log_emit(LOG_LEVEL_WARN, s->log_ctx, "event stream ended: %s", msg && *msg ? msg : api_error_default_message(r));
+}
+
+/*
+ * Content callback of an event stream. Runs in the connection's own thread
+ * (thread-per-connection), so blocking on the node socket is fine. Each node
+ * event becomes one SSE event, handed to MHD as soon as it arrives; idle
+ * streams get a comment line every API_SSE_KEEPALIVE_S so a vanished client
+ * is noticed; shutdown is checked once a second.
+ */
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
+        struct sse_stream *s = cls;
+        for (;;) {
+                if (s->pend_off < s->pend_len) {
+                        size_t n = MIN(max, s->pend_len - s->pend_off);
+                        memcpy(buf, s->pend + s->pend_off, n);
+                        s->pend_off += n;
+                        s->last_ns = now_monotonic_ns();
+                        return (ssize_t) n;
+                }
+                if (s->done)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                if (atomic_load(s->stopping)) {
+                        sse_fail(s, -EHOSTDOWN, "the server is shutting down");
+                        continue;
+                }
+                int r = node_conn_wait(s->conn, 1000);
+                if (r < 0) {
+                        sse_fail(s, r, "the node agent connection failed");
+                        continue;
+                }
+                if (r == 0) {
+                        if (now_monotonic_ns() - s->last_ns >= API_SSE_KEEPALIVE_S * 1000000000ULL) {
+                                char *k = strdup(": keepalive\n\n");
+                                if (!k)
+                                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                                sse_set_pending(s, k, strlen(k));
+                        }
+                        continue;
+                }
+                struct node_frame f;
+                char err[API_ERRMSG_MAX] = "";
+                r = node_conn_next(s->conn, &f, err);
+                if (r <= 0) {
+                        sse_fail(s, r == 0 ? -ECONNRESET : r, err[0] ? err : "the node agent closed the stream");
+                        continue;
+                }
+                if (f.type == PROTO_NODE_END) {
+                        json_decref(f.event);
+                        s->done = true;
+                        continue;
+                }
+                if (f.type != PROTO_NODE_EVENT)
+                        continue; /* data frames have no place in an event stream */
+                char *text = NULL;
+                size_t len = 0;
+                bool last = false;
+                r = api_sse_from_node_event(f.event, &text, &len, &last);
+                json_decref(f.event);
+                if (r < 0)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                if (r > 0) {
+                        sse_set_pending(s, text, len);
+                        if (last)
+                                s->done = true;
+                }
+        }
+}
+
+int api_session_events(struct api_ctx *ctx, const char *sid, struct api_reply *ret) {
+        _cleanup_(store_session_release) struct store_session ses = { 0 };
+        int r = session_lookup(ctx, sid, &ses);
+        if (r < 0)
+                return r;
+        _cleanup_(node_conn_freep) struct node_conn *c = NULL;
+        r = node_conn_open(ctx->config->node_socket, ctx->config->node_timeout_s, &c);
+        if (r < 0)
+                return fail(ctx, r, "the node agent is not reachable");
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "session.attach", "session_id", sid);
+        if (!req)
+                return -ENOMEM;
+        if ((r = node_conn_send_request(c, req)) < 0 || (r = node_conn_read_reply(c, NULL, ctx->err)) < 0)
+                return r;
+        if ((r = node_conn_set_timeout(c, SSE_FRAME_TIMEOUT_S)) < 0)
+                return r;
+
+        struct sse_stream *s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        s->stopping = ctx->stopping;
+        s->last_ns = now_monotonic_ns();
+        snprintf(s->log_ctx, sizeof s->log_ctx, "%s session=%s", ctx->log_ctx, sid);
+        s->conn = TAKE_PTR(c);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, s, sse_free);
+        if (!resp) {
+                sse_free(s);
+                return -ENOMEM;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .response = resp };
+        return 0;
+}
+
+int api_session_stdin(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret) {
+        _cleanup_(apireq_stdin_release) struct apireq_stdin in = { 0 };
+        int r = apireq_parse_stdin(body, &in, ctx->err);
+        if (r < 0)
+                return r;
+        _cleanup_(store_session_release) struct store_session ses = { 0 };
+        if ((r = session_lookup(ctx, sid, &ses)) < 0)
+                return r;
+        _cleanup_free_ char *b64 = NULL;
+        if ((r = apireq_base64_encode(in.data, in.len, &b64)) < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:b}", "op", "session.stdin", "session_id",
+                                                        sid, "data", b64, "close", in.close);
+        if (!req)
+                return -ENOMEM;
+        r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err);
+        return r < 0 ? r : reply_empty(ret);
+}
+
+int api_session_signal(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret) {
+        int sig;
+        int r = apireq_parse_signal(body, &sig, ctx->err);
+        if (r < 0)
+                return r;
+        _cleanup_(store_session_release) struct store_session ses = { 0 };
+        if ((r = session_lookup(ctx, sid, &ses)) < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *req =
+                json_pack("{s:s, s:s, s:i}", "op", "session.signal", "session_id", sid, "signal", sig);
+        if (!req)
+                return -ENOMEM;
+        r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err);
+        return r < 0 ? r : reply_empty(ret);
+}
+
+/* State of one file download, owned by its MHD response. */
+struct download {
+        struct node_conn *conn;
+        const uint8_t *data; /* current NODE_DATA payload (inside conn's reader) */
+        size_t len, off;
+        bool done;
+        char log_ctx[256];
+};
+
+static void download_free(void *cls) {
+        struct download *d = cls;
+        node_conn_free(d->conn);
+        free(d);
+}
+
+static ssize_t download_read(void *cls, uint64_t pos, char *buf, size_t max) {
+        struct download *d = cls;
+        for (;;) {
+                if (d->off < d->len) {
+                        size_t n = MIN(max, d->len - d->off);
+                        memcpy(buf, d->data + d->off, n);
+                        d->off += n;
+                        return (ssize_t) n;
+                }
+                if (d->done)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                struct node_frame f;
+                char err[API_ERRMSG_MAX] = "";
+                int r = node_conn_next(d->conn, &f, err);
+                if (r <= 0) {
+                        log_emit(LOG_LEVEL_WARN, d->log_ctx, "download aborted: %s",
+                                 err[0] ? err : "the node agent closed the stream");
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                }
+                if (f.type == PROTO_NODE_DATA) {
+                        d->data = f.data;
+                        d->len = f.len;
+                        d->off = 0;
+                        continue;
+                }
+                bool abort = f.type == PROTO_NODE_END && json_is_true(json_object_get(f.event, "abort"));
+                json_decref(f.event);
+                if (f.type == PROTO_NODE_END && !abort) {
+                        d->done = true;
+                        continue;
+                }
+                log_emit(LOG_LEVEL_WARN, d->log_ctx, "download aborted by the node agent");
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+}
+
+int api_file_read(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = sandbox_lookup(ctx, id, &sb);
+        if (r < 0)
+                return r;
+        _cleanup_(node_conn_freep) struct node_conn *c = NULL;
+        r = node_conn_open(ctx->config->node_socket, ctx->config->node_timeout_s, &c);
+        if (r < 0)
+                return fail(ctx, r, "the node agent is not reachable");
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "file.read", "id", id, "path", path);
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        if (!req)
+                return -ENOMEM;
+        if ((r = node_conn_send_request(c, req)) < 0 || (r = node_conn_read_reply(c, &rep, ctx->err)) < 0)
+                return r;
+
+        struct download *d = calloc(1, sizeof *d);
+        if (!d)
+                return -ENOMEM;
+        snprintf(d->log_ctx, sizeof d->log_ctx, "%s sandbox=%s", ctx->log_ctx, id);
+        d->conn = TAKE_PTR(c);
+        struct MHD_Response *resp =
+                MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 << 10, download_read, d, download_free);
+        if (!resp) {
+                download_free(d);
+                return -ENOMEM;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+        json_t *size = json_object_get(rep, "size"), *mode = json_object_get(rep, "mode");
+        char num[32];
+        if (json_is_integer(size)) {
+                snprintf(num, sizeof num, "%lld", (long long) json_integer_value(size));
+                MHD_add_response_header(resp, "X-Airlock-Size", num);
+        }
+        if (json_is_integer(mode)) {
+                snprintf(num, sizeof num, "%llo", (unsigned long long) json_integer_value(mode) & 07777);
+                MHD_add_response_header(resp, "X-Airlock-Mode", num);
+        }
+        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .response = resp };
+        return 0;
+}
+
+int api_file_remove(struct api_ctx *ctx, const char *id, const char *path, bool recursive, struct api_reply *ret) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = sandbox_lookup(ctx, id, &sb);
+        if (r < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *req =
+                json_pack("{s:s, s:s, s:s, s:b}", "op", "file.remove", "id", id, "path", path, "recursive", recursive);
+        if (!req)
+                return -ENOMEM;
+        r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err);
+        return r < 0 ? r : reply_empty(ret);
+}
+
+int api_file_list(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = sandbox_lookup(ctx, id, &sb);
+        if (r < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "file.list", "id", id, "path", path);
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        if (!req)
+                return -ENOMEM;
+        r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, ctx->err);
+        if (r < 0)
+                return r;
+        json_t *entries = json_object_get(rep, "entries");
+        return reply_json(ret, MHD_HTTP_OK, json_pack("{s:O}", "entries", json_is_array(entries) ? entries : json_array()));
+}
+
+int api_upload_begin(struct api_ctx *ctx, const char *id, const char *path, uint32_t mode, struct node_conn **ret) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = sandbox_lookup(ctx, id, &sb);
+        if (r < 0)
+                return r;
+        _cleanup_(node_conn_freep) struct node_conn *c = NULL;
+        r = node_conn_open(ctx->config->node_socket, ctx->config->node_timeout_s, &c);
+        if (r < 0)
+                return fail(ctx, r, "the node agent is not reachable");
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:I}", "op", "file.write", "id", id, "path",
+                                                        path, "mode", (json_int_t) mode);
+        if (!req)
+                return -ENOMEM;
+        if ((r = node_conn_send_request(c, req)) < 0)
+                return r;
+        *ret = TAKE_PTR(c);
+        return 0;
+}
+
+int api_upload_chunk(struct node_conn *c, const void *data, size_t len) {
+        return node_conn_send_data(c, data, len);
+}
+
+int api_upload_finish(struct api_ctx *ctx, struct node_conn *c, const char *path, uint64_t size, struct api_reply *ret) {
+        /* A failed send usually means the node already answered (and hung
+         * up): its reply says why, so read it either way. */
+        (void) node_conn_send_end(c, false);
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        int r = node_conn_read_reply(c, &rep, ctx->err);
+        if (r < 0)
+                return r;
+        json_t *sz = json_object_get(rep, "size");
+        return reply_json(ret, MHD_HTTP_OK,
+                          json_pack("{s:s, s:I}", "path", path,
+                                    "size", json_is_integer(sz) ? json_integer_value(sz) : (json_int_t) size));
+}
+
+void api_reconcile_startup(const struct daemon_config *config, struct store *store) {
+        struct store_sandbox *a = NULL;
+        size_t n = 0;
+        if (store_sandbox_list(store, STORE_LIST_MAX, &a, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                if (strcmp(a[i].state, "creating") != 0)
+                        continue;
+                log_warn("sandbox %s was being created when airlockd stopped; removing it", a[i].id);
+                node_forget(config, NULL, a[i].id);
+                (void) store_sandbox_delete(store, a[i].id);
+        }
+        store_sandbox_array_free(a, n);
+}

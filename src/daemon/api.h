@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * The API's resource handlers, independent of HTTP plumbing (http.c does
+ * routing, authentication, bodies and the error envelope). Each handler
+ * returns 0 and fills a struct api_reply, or a negative errno with a
+ * message for the client in ctx->err (empty: the table's default message).
+ * Handlers that stream (session events, file downloads) return a ready
+ * libmicrohttpd response whose content callback blocks on the node socket.
+ */
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "apierror.h"
+#include "config.h"
+#include "nodeclient.h"
+#include "store.h"
+
+#define API_SSE_KEEPALIVE_S 15 /* comment line on an idle event stream */
+
+struct api_ctx {
+        const struct daemon_config *config;
+        struct store *store;
+        const atomic_bool *stopping; /* set when the server shuts down */
+        const char *log_ctx;         /* "req=N method=M path=P" */
+        char err[API_ERRMSG_MAX];
+};
+
+struct api_reply {
+        unsigned status;                /* HTTP status on success */
+        json_t *body;                   /* JSON body, or NULL */
+        struct MHD_Response *response;  /* or a complete response (streams) */
+};
+
+/* Frees what a reply holds. */
+void api_reply_release(struct api_reply *r);
+
+int api_health(struct api_ctx *ctx, struct api_reply *ret);
+int api_templates_list(struct api_ctx *ctx, struct api_reply *ret);
+
+int api_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
+int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret);
+int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+int api_sandbox_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+int api_exec(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
+
+int api_session_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *body, struct api_reply *ret);
+int api_session_get(struct api_ctx *ctx, const char *sid, struct api_reply *ret);
+int api_session_events(struct api_ctx *ctx, const char *sid, struct api_reply *ret);
+int api_session_stdin(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret);
+int api_session_signal(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret);
+
+/* Files; path was checked with apireq_check_path() by the caller. */
+int api_file_read(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret);
+int api_file_remove(struct api_ctx *ctx, const char *id, const char *path, bool recursive, struct api_reply *ret);
+int api_file_list(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret);
+/* Uploads in three steps, so the body streams to the node as it arrives:
+ * begin opens the node transfer, chunk forwards bytes, finish ends it and
+ * reads the node's verdict. */
+int api_upload_begin(struct api_ctx *ctx, const char *id, const char *path, uint32_t mode, struct node_conn **ret);
+int api_upload_chunk(struct node_conn *c, const void *data, size_t len);
+int api_upload_finish(struct api_ctx *ctx, struct node_conn *c, const char *path, uint64_t size, struct api_reply *ret);
+
+/*
+ * Formats one Server-Sent Event: "event: NAME\ndata: JSON\n\n" with data
+ * as compact one-line JSON. *ret is a new NUL-terminated string.
+ */
+int api_sse_format(const char *event, const json_t *data, char **ret, size_t *ret_len);
+/*
+ * Translates one node session event ({"type":"stdout","data":b64}, ...)
+ * into its SSE text. Returns 1 with *ret set, 0 for events the API does
+ * not forward, or a negative errno. *ret_last is set for the exit event.
+ */
+int api_sse_from_node_event(const json_t *ev, char **ret, size_t *ret_len, bool *ret_last);
+
+/* Formats Unix milliseconds as RFC 3339 UTC ("2026-11-29T19:40:00.123Z"). */
+void api_format_time(int64_t ms, char *buf, size_t n);
+
+/*
+ * Start-up repair: a row left in state "creating" by a crash is removed,
+ * after asking the node to delete whatever it may have started for it.
+ */
+void api_reconcile_startup(const struct daemon_config *config, struct store *store);

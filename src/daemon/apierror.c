@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "apierror.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "macros.h"
+
+struct api_error_entry {
+        int r;
+        const char *code;
+        unsigned status;
+        const char *message;
+};
+
+/* The first entry for a code is what api_error_from_code() returns; later
+ * entries alias more errnos onto the same code. */
+static const struct api_error_entry api_errors[] = {
+        { -EINVAL, "invalid", 400, "invalid request" },
+        { -EBADMSG, "invalid", 400, "malformed request" },
+        { -ENAMETOOLONG, "invalid", 400, "path too long" },
+        { -EACCES, "unauthorized", 401, "missing or invalid bearer token" },
+        { -EPERM, "unauthorized", 401, "missing or invalid bearer token" },
+        { -ENOENT, "not_found", 404, "not found" },
+        { -EOPNOTSUPP, "method_not_allowed", 405, "method not allowed on this resource" },
+        { -EEXIST, "conflict", 409, "conflict" },
+        { -EBUSY, "conflict", 409, "resource busy" },
+        { -EFBIG, "too_large", 413, "request body too large" },
+        { -E2BIG, "too_large", 413, "too large" },
+        { -EMSGSIZE, "too_large", 413, "too large" },
+        { -EIO, "internal", 500, "internal error" },
+        { -ENOMEM, "internal", 500, "out of memory" },
+        { -EREMOTEIO, "guest", 502, "the guest agent failed" },
+        { -EHOSTDOWN, "unavailable", 503, "the node agent is unavailable" },
+        { -ECONNREFUSED, "unavailable", 503, "the node agent is unavailable" },
+        { -ECONNRESET, "unavailable", 503, "the node agent closed the connection" },
+        { -EPIPE, "unavailable", 503, "the node agent closed the connection" },
+        { -ETIMEDOUT, "timeout", 504, "the node agent did not answer in time" },
+};
+
+static const struct api_error_entry *lookup(int r) {
+        for (size_t i = 0; i < ARRAY_SIZE(api_errors); i++)
+                if (api_errors[i].r == r)
+                        return &api_errors[i];
+        return NULL;
+}
+
+unsigned api_error_status(int r) {
+        const struct api_error_entry *e = lookup(r);
+        return e ? e->status : 500;
+}
+
+const char *api_error_code(int r) {
+        const struct api_error_entry *e = lookup(r);
+        return e ? e->code : "internal";
+}
+
+const char *api_error_default_message(int r) {
+        const struct api_error_entry *e = lookup(r);
+        return e ? e->message : "internal error";
+}
+
+int api_error_from_code(const char *code) {
+        if (code)
+                for (size_t i = 0; i < ARRAY_SIZE(api_errors); i++)
+                        if (strcmp(api_errors[i].code, code) == 0)
+                                return api_errors[i].r;
+        return -EIO;
+}

@@ -1,0 +1,414 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "apireq.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "macros.h"
+#include "util.h"
+
+
+static int bad(char *err, const char *fmt, ...) _printf_(2, 3);
+static int bad(char *err, const char *fmt, ...) {
+        if (err) {
+                va_list ap;
+                va_start(ap, fmt);
+                vsnprintf(err, API_ERRMSG_MAX, fmt, ap);
+                va_end(ap);
+        }
+        return -EINVAL;
+}
+
+int apireq_parse_object(const char *body, size_t len, json_t **ret, char *err) {
+        json_error_t jerr;
+        json_t *o;
+        if (!body || len == 0)
+                o = json_object();
+        else
+                o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!o)
+                return len == 0 ? -ENOMEM
+                                : bad(err, "request body is not valid JSON: %s (line %d, column %d)", jerr.text,
+                                      jerr.line, jerr.column);
+        if (!json_is_object(o)) {
+                json_decref(o);
+                return bad(err, "request body must be a JSON object");
+        }
+        *ret = o;
+        return 0;
+}
+
+static bool env_name_is_valid(const char *k) {
+        size_t n = strlen(k);
+        if (n == 0 || n > 256 || (k[0] >= '0' && k[0] <= '9'))
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char c = k[i];
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'))
+                        return false;
+        }
+        return true;
+}
+
+int apireq_check_env(const json_t *env, const char *field, char *err) {
+        if (!json_is_object(env))
+                return bad(err, "field '%s' must be an object of strings", field);
+        if (json_object_size(env) > APIREQ_ENV_MAX)
+                return bad(err, "field '%s' has more than %d entries", field, APIREQ_ENV_MAX);
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *) env, k, v) {
+                if (!env_name_is_valid(k))
+                        return bad(err, "field '%s': '%.64s' is not a valid variable name", field, k);
+                if (!json_is_string(v))
+                        return bad(err, "field '%s': value of '%.64s' must be a string", field, k);
+        }
+        return 0;
+}
+
+static int check_metadata(const json_t *md, char *err) {
+        if (!json_is_object(md))
+                return bad(err, "field 'metadata' must be an object of strings");
+        if (json_object_size(md) > APIREQ_METADATA_MAX)
+                return bad(err, "field 'metadata' has more than %d entries", APIREQ_METADATA_MAX);
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *) md, k, v) {
+                if (strlen(k) == 0 || strlen(k) > 128)
+                        return bad(err, "field 'metadata': keys must be 1..128 bytes");
+                if (!json_is_string(v) || json_string_length(v) > APIREQ_METADATA_VALUE_MAX)
+                        return bad(err, "field 'metadata': value of '%.64s' must be a string of at most %d bytes", k,
+                                   APIREQ_METADATA_VALUE_MAX);
+        }
+        return 0;
+}
+
+int apireq_check_cmd(const json_t *cmd, char *err) {
+        static const char msg[] = "field 'cmd' must be a non-empty array of strings";
+        if (!json_is_array(cmd) || json_array_size(cmd) == 0)
+                return bad(err, "%s", msg);
+        if (json_array_size(cmd) > APIREQ_CMD_MAX_ARGS)
+                return bad(err, "field 'cmd' has more than %d elements", APIREQ_CMD_MAX_ARGS);
+        size_t i;
+        json_t *v;
+        json_array_foreach(cmd, i, v) {
+                if (!json_is_string(v))
+                        return bad(err, "%s", msg);
+        }
+        if (json_string_length(json_array_get(cmd, 0)) == 0)
+                return bad(err, "field 'cmd': the program name (cmd[0]) must not be empty");
+        return 0;
+}
+
+int apireq_check_path(const char *path, size_t len, char *err) {
+        if (!path || len == 0)
+                return bad(err, "path must not be empty");
+        if (len > APIREQ_PATH_MAX)
+                return bad(err, "path is longer than %d bytes", APIREQ_PATH_MAX);
+        if (memchr(path, 0, len))
+                return bad(err, "path must not contain NUL bytes");
+        if (path[0] != '/')
+                return bad(err, "path must be absolute (start with '/')");
+        if (path_check(path, len) < 0)
+                return bad(err, "path must not contain '..' components");
+        return 0;
+}
+
+/* Optional string field; *ret stays NULL when absent. */
+static int opt_string(const json_t *o, const char *field, char **ret, char *err) {
+        json_t *v = json_object_get(o, field);
+        if (!v || json_is_null(v))
+                return 0;
+        if (!json_is_string(v))
+                return bad(err, "field '%s' must be a string", field);
+        char *s = strndup(json_string_value(v), json_string_length(v));
+        if (!s)
+                return -ENOMEM;
+        *ret = s;
+        return 0;
+}
+
+/* Optional env object; an empty object when absent. */
+static int opt_env(const json_t *o, json_t **ret, char *err) {
+        json_t *v = json_object_get(o, "env");
+        if (!v || json_is_null(v)) {
+                json_t *e = json_object();
+                if (!e)
+                        return -ENOMEM;
+                *ret = e;
+                return 0;
+        }
+        int r = apireq_check_env(v, "env", err);
+        if (r < 0)
+                return r;
+        *ret = json_incref(v);
+        return 0;
+}
+
+static int opt_cwd(const json_t *o, char **ret, char *err) {
+        _cleanup_free_ char *cwd = NULL;
+        int r = opt_string(o, "cwd", &cwd, err);
+        if (r < 0)
+                return r;
+        if (!cwd) {
+                cwd = strdup(APIREQ_DEFAULT_CWD);
+                if (!cwd)
+                        return -ENOMEM;
+        }
+        char perr[API_ERRMSG_MAX];
+        if (apireq_check_path(cwd, strlen(cwd), perr) < 0)
+                return bad(err, "field 'cwd': %s", perr);
+        *ret = TAKE_PTR(cwd);
+        return 0;
+}
+
+static int opt_uint(const json_t *o, const char *field, uint32_t min, uint32_t max, uint32_t def, uint32_t *ret,
+                    char *err) {
+        json_t *v = json_object_get(o, field);
+        if (!v || json_is_null(v)) {
+                *ret = def;
+                return 0;
+        }
+        if (!json_is_integer(v) || json_integer_value(v) < (json_int_t) min || json_integer_value(v) > (json_int_t) max)
+                return bad(err, "field '%s' must be an integer from %u to %u", field, min, max);
+        *ret = (uint32_t) json_integer_value(v);
+        return 0;
+}
+
+static int opt_bool(const json_t *o, const char *field, bool *ret, char *err) {
+        json_t *v = json_object_get(o, field);
+        if (!v || json_is_null(v)) {
+                *ret = false;
+                return 0;
+        }
+        if (!json_is_boolean(v))
+                return bad(err, "field '%s' must be true or false", field);
+        *ret = json_is_true(v);
+        return 0;
+}
+
+int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
+        _cleanup_(apireq_create_release) struct apireq_create c = { 0 };
+        int r = opt_string(o, "template", &c.template_name, err);
+        if (r < 0)
+                return r;
+        if (!c.template_name && !(c.template_name = strdup(APIREQ_DEFAULT_TEMPLATE)))
+                return -ENOMEM;
+        if (!name_is_valid(c.template_name))
+                return bad(err, "field 'template' must be 1..64 characters of [A-Za-z0-9._-]");
+        r = opt_env(o, &c.env, err);
+        if (r < 0)
+                return r;
+        json_t *md = json_object_get(o, "metadata");
+        if (md && !json_is_null(md)) {
+                r = check_metadata(md, err);
+                if (r < 0)
+                        return r;
+                c.metadata = json_incref(md);
+        } else if (!(c.metadata = json_object()))
+                return -ENOMEM;
+        *ret = c;
+        c = (struct apireq_create){ 0 };
+        return 0;
+}
+
+void apireq_create_release(struct apireq_create *c) {
+        if (!c)
+                return;
+        free(c->template_name);
+        json_decref(c->env);
+        json_decref(c->metadata);
+        *c = (struct apireq_create){ 0 };
+}
+
+int apireq_parse_exec(const json_t *o, uint32_t max_timeout_s, struct apireq_exec *ret, char *err) {
+        _cleanup_(apireq_exec_release) struct apireq_exec e = { 0 };
+        json_t *cmd = json_object_get(o, "cmd");
+        int r = apireq_check_cmd(cmd, err);
+        if (r < 0)
+                return r;
+        e.cmd = json_incref(cmd);
+        if ((r = opt_env(o, &e.env, err)) < 0 || (r = opt_cwd(o, &e.cwd, err)) < 0 ||
+            (r = opt_string(o, "stdin", &e.stdin_data, err)) < 0)
+                return r;
+        if (e.stdin_data && strlen(e.stdin_data) != json_string_length(json_object_get(o, "stdin")))
+                return bad(err, "field 'stdin' must not contain NUL characters; use a session for binary input");
+        r = opt_uint(o, "timeout_s", 1, max_timeout_s, MIN((uint32_t) APIREQ_DEFAULT_EXEC_TIMEOUT_S, max_timeout_s),
+                     &e.timeout_s, err);
+        if (r < 0)
+                return r;
+        *ret = e;
+        e = (struct apireq_exec){ 0 };
+        return 0;
+}
+
+void apireq_exec_release(struct apireq_exec *e) {
+        if (!e)
+                return;
+        json_decref(e->cmd);
+        json_decref(e->env);
+        free(e->cwd);
+        free(e->stdin_data);
+        *e = (struct apireq_exec){ 0 };
+}
+
+int apireq_parse_session(const json_t *o, struct apireq_session *ret, char *err) {
+        _cleanup_(apireq_session_release) struct apireq_session s = { 0 };
+        json_t *cmd = json_object_get(o, "cmd");
+        int r = apireq_check_cmd(cmd, err);
+        if (r < 0)
+                return r;
+        s.cmd = json_incref(cmd);
+        if ((r = opt_env(o, &s.env, err)) < 0 || (r = opt_cwd(o, &s.cwd, err)) < 0 ||
+            (r = opt_bool(o, "pty", &s.pty, err)) < 0 || (r = opt_uint(o, "rows", 1, 1000, 24, &s.rows, err)) < 0 ||
+            (r = opt_uint(o, "cols", 1, 1000, 80, &s.cols, err)) < 0)
+                return r;
+        *ret = s;
+        s = (struct apireq_session){ 0 };
+        return 0;
+}
+
+void apireq_session_release(struct apireq_session *s) {
+        if (!s)
+                return;
+        json_decref(s->cmd);
+        json_decref(s->env);
+        free(s->cwd);
+        *s = (struct apireq_session){ 0 };
+}
+
+int apireq_base64_decode(const char *s, size_t len, size_t max, uint8_t **ret, size_t *ret_len) {
+        if (!s)
+                return -EINVAL;
+        size_t cap = len / 4 * 3 + 3;
+        if (len % 4 != 0)
+                return -EINVAL;
+        /* padding can shave at most two bytes off the bound */
+        if (cap - 3 > max + 2)
+                return -EFBIG;
+        _cleanup_free_ uint8_t *buf = malloc(cap ? cap : 1);
+        if (!buf)
+                return -ENOMEM;
+        size_t n = 0;
+        const char *end = NULL;
+        if (sodium_base642bin(buf, cap, s, len, NULL, &n, &end, sodium_base64_VARIANT_ORIGINAL) != 0 ||
+            end != s + len)
+                return -EINVAL;
+        if (n > max)
+                return -EFBIG;
+        *ret = TAKE_PTR(buf);
+        *ret_len = n;
+        return 0;
+}
+
+int apireq_base64_encode(const uint8_t *data, size_t len, char **ret) {
+        size_t n = sodium_base64_ENCODED_LEN(len, sodium_base64_VARIANT_ORIGINAL);
+        char *s = malloc(n);
+        if (!s)
+                return -ENOMEM;
+        sodium_bin2base64(s, n, data, len, sodium_base64_VARIANT_ORIGINAL);
+        *ret = s;
+        return 0;
+}
+
+int apireq_parse_stdin(const json_t *o, struct apireq_stdin *ret, char *err) {
+        struct apireq_stdin s = { 0 };
+        json_t *data = json_object_get(o, "data"), *text = json_object_get(o, "text");
+        int r;
+        if (data && !json_is_null(data) && text && !json_is_null(text))
+                return bad(err, "give either 'data' or 'text', not both");
+        if (data && !json_is_null(data)) {
+                if (!json_is_string(data))
+                        return bad(err, "field 'data' must be a base64 string");
+                r = apireq_base64_decode(json_string_value(data), json_string_length(data), APIREQ_STDIN_MAX, &s.data,
+                                         &s.len);
+                if (r == -EFBIG) {
+                        bad(err, "field 'data' decodes to more than %u bytes", APIREQ_STDIN_MAX);
+                        return -EFBIG;
+                }
+                if (r < 0)
+                        return r == -ENOMEM ? r : bad(err, "field 'data' is not valid base64");
+        } else if (text && !json_is_null(text)) {
+                if (!json_is_string(text))
+                        return bad(err, "field 'text' must be a string");
+                if (json_string_length(text) > APIREQ_STDIN_MAX) {
+                        bad(err, "field 'text' is longer than %u bytes", APIREQ_STDIN_MAX);
+                        return -EFBIG;
+                }
+                s.len = json_string_length(text);
+                if (s.len > 0) {
+                        s.data = malloc(s.len);
+                        if (!s.data)
+                                return -ENOMEM;
+                        memcpy(s.data, json_string_value(text), s.len);
+                }
+        }
+        r = opt_bool(o, "close", &s.close, err);
+        if (r < 0) {
+                free(s.data);
+                return r;
+        }
+        if (s.len == 0 && !s.close) {
+                free(s.data);
+                return bad(err, "nothing to do: give 'data', 'text' or \"close\":true");
+        }
+        if (s.len == 0) {
+                free(s.data);
+                s.data = NULL;
+        }
+        *ret = s;
+        return 0;
+}
+
+void apireq_stdin_release(struct apireq_stdin *s) {
+        if (!s)
+                return;
+        free(s->data);
+        *s = (struct apireq_stdin){ 0 };
+}
+
+static const struct {
+        const char *name;
+        int sig;
+} signal_names[] = {
+        { "HUP", SIGHUP },   { "INT", SIGINT },   { "QUIT", SIGQUIT }, { "KILL", SIGKILL },
+        { "TERM", SIGTERM }, { "USR1", SIGUSR1 }, { "USR2", SIGUSR2 }, { "STOP", SIGSTOP },
+        { "CONT", SIGCONT }, { "WINCH", SIGWINCH }, { "ALRM", SIGALRM }, { "PIPE", SIGPIPE },
+        { "TSTP", SIGTSTP }, { "ABRT", SIGABRT },
+};
+
+int apireq_signal_from_name(const char *name) {
+        if (!name)
+                return -EINVAL;
+        if (strncasecmp(name, "SIG", 3) == 0)
+                name += 3;
+        for (size_t i = 0; i < ARRAY_SIZE(signal_names); i++)
+                if (strcasecmp(name, signal_names[i].name) == 0)
+                        return signal_names[i].sig;
+        return -EINVAL;
+}
+
+int apireq_parse_signal(const json_t *o, int *ret, char *err) {
+        json_t *v = json_object_get(o, "signal");
+        if (json_is_integer(v)) {
+                json_int_t n = json_integer_value(v);
+                if (n < 1 || n > 64)
+                        return bad(err, "field 'signal' must be a signal number from 1 to 64");
+                *ret = (int) n;
+                return 0;
+        }
+        if (json_is_string(v)) {
+                int sig = apireq_signal_from_name(json_string_value(v));
+                if (sig < 0)
+                        return bad(err, "field 'signal': unknown signal name '%.32s'", json_string_value(v));
+                *ret = sig;
+                return 0;
+        }
+        return bad(err, "field 'signal' must be a number or a name like \"TERM\" or \"SIGKILL\"");
+}

@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * Parsing and strict validation of API request bodies and parameters. Every
+ * function takes untrusted bytes, returns 0 or -EINVAL (-EFBIG for data
+ * over a limit), and on failure writes a message for the client that names
+ * the offending field into err (API_ERRMSG_MAX bytes). Unknown fields are
+ * ignored; known fields of the wrong type are rejected. Results are written
+ * only on success and owned by the caller. No function here does I/O, so
+ * the fuzzer drives them directly (tests/fuzz/fuzz-http-json.c).
+ */
+
+#include "util.h"
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "apierror.h"
+
+#define APIREQ_PATH_MAX PATH_SAFE_MAX
+#define APIREQ_CMD_MAX_ARGS 4096
+#define APIREQ_ENV_MAX 1024
+#define APIREQ_METADATA_MAX 64
+#define APIREQ_METADATA_VALUE_MAX 1024
+#define APIREQ_STDIN_MAX (512u << 10) /* decoded bytes per stdin request */
+#define APIREQ_DEFAULT_TEMPLATE "python"
+#define APIREQ_DEFAULT_CWD "/root"
+#define APIREQ_DEFAULT_EXEC_TIMEOUT_S 60
+
+struct apireq_create {
+        char *template_name;
+        json_t *env;      /* object of strings (never NULL) */
+        json_t *metadata; /* object of strings (never NULL) */
+};
+
+struct apireq_exec {
+        json_t *cmd; /* non-empty array of strings */
+        json_t *env; /* object of strings (never NULL) */
+        char *cwd;
+        char *stdin_data; /* NULL when absent */
+        uint32_t timeout_s;
+};
+
+struct apireq_session {
+        json_t *cmd;
+        json_t *env;
+        char *cwd;
+        bool pty;
+        uint32_t rows, cols;
+};
+
+struct apireq_stdin {
+        uint8_t *data; /* decoded bytes, NULL when len == 0 */
+        size_t len;
+        bool close;
+};
+
+/* Parses a request body that must be one JSON object; an empty body counts
+ * as {}. */
+int apireq_parse_object(const char *body, size_t len, json_t **ret, char *err);
+
+int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err);
+void apireq_create_release(struct apireq_create *c);
+
+/* max_timeout_s bounds timeout_s (the config's exec_max_timeout_s). */
+int apireq_parse_exec(const json_t *o, uint32_t max_timeout_s, struct apireq_exec *ret, char *err);
+void apireq_exec_release(struct apireq_exec *e);
+
+int apireq_parse_session(const json_t *o, struct apireq_session *ret, char *err);
+void apireq_session_release(struct apireq_session *s);
+
+/* {"data":"<base64>"} or {"text":"..."}, optional "close":true. */
+int apireq_parse_stdin(const json_t *o, struct apireq_stdin *ret, char *err);
+void apireq_stdin_release(struct apireq_stdin *s);
+
+/* {"signal": 9} or {"signal":"KILL"} / "SIGKILL" / "sigkill". */
+int apireq_parse_signal(const json_t *o, int *ret, char *err);
+/* Signal number for a name with or without "SIG"; -EINVAL if unknown. */
+int apireq_signal_from_name(const char *name);
+
+/* A path inside a sandbox: absolute, 1..4096 bytes, no NUL, no ".."
+ * component. len is the byte length (so embedded NULs are caught). */
+int apireq_check_path(const char *path, size_t len, char *err);
+
+/* Validates env: an object whose keys are variable names
+ * ([A-Za-z_][A-Za-z0-9_]*, at most 256 bytes) and values strings. */
+int apireq_check_env(const json_t *env, const char *field, char *err);
+/* Validates cmd: a non-empty array (at most APIREQ_CMD_MAX_ARGS) of
+ * strings, the first non-empty. */
+int apireq_check_cmd(const json_t *cmd, char *err);
+
+/* Decodes standard base64 (with padding) into a new buffer; -EINVAL when
+ * malformed, -EFBIG when the result would exceed max bytes. */
+int apireq_base64_decode(const char *s, size_t len, size_t max, uint8_t **ret, size_t *ret_len);
+/* Encodes bytes as standard base64 into a new NUL-terminated string. */
+int apireq_base64_encode(const uint8_t *data, size_t len, char **ret);

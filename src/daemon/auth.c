@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "auth.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "log.h"
+#include "macros.h"
+#include "util.h"
+
+void auth_hash_token(const char *token, uint8_t ret[STORE_HASH_SIZE]) {
+        crypto_hash_sha256(ret, (const unsigned char *) token, strlen(token));
+}
+
+int auth_parse_bearer(const char *header, const char **ret) {
+        if (!header || strncasecmp(header, "Bearer ", 7) != 0)
+                return -EACCES;
+        const char *t = header + 7;
+        while (*t == ' ')
+                t++;
+        size_t n = strlen(t);
+        if (n == 0 || n > AUTH_TOKEN_MAX)
+                return -EACCES;
+        for (size_t i = 0; i < n; i++)
+                if ((unsigned char) t[i] <= 0x20 || (unsigned char) t[i] >= 0x7f)
+                        return -EACCES;
+        *ret = t;
+        return 0;
+}
+
+bool auth_token_matches(const char *token, const uint8_t hash[STORE_HASH_SIZE]) {
+        uint8_t h[STORE_HASH_SIZE];
+        auth_hash_token(token, h);
+        return sodium_memcmp(h, hash, STORE_HASH_SIZE) == 0;
+}
+
+int auth_new_attach_token(char *out, size_t n) {
+        return random_id("", AUTH_ATTACH_TOKEN_LEN / 2, out, n);
+}
+
+/* Reads an existing token file: one line, "alk_" + hex. */
+static int read_token_file(const char *path, char *token, size_t n) {
+        _cleanup_free_ char *buf = NULL;
+        size_t len;
+        int r = file_read_all(path, AUTH_TOKEN_MAX + 2, &buf, &len);
+        if (r < 0)
+                return r;
+        while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' '))
+                buf[--len] = 0;
+        if (len == 0 || len >= n || strlen(buf) != len)
+                return -EBADMSG;
+        for (size_t i = 0; i < len; i++)
+                if ((unsigned char) buf[i] <= 0x20 || (unsigned char) buf[i] >= 0x7f)
+                        return -EBADMSG;
+        memcpy(token, buf, len + 1);
+        return 0;
+}
+
+int auth_admin_token_init(struct store *s, const char *data_dir, bool *ret_created) {
+        char path[PATH_MAX];
+        char token[AUTH_TOKEN_MAX + 1];
+        bool created = false;
+        int r;
+
+        if (snprintf(path, sizeof path, "%s/%s", data_dir, AUTH_ADMIN_TOKEN_FILE) >= (int) sizeof path)
+                return -ENAMETOOLONG;
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd >= 0) {
+                r = random_id("alk_", 32, token, sizeof token);
+                if (r >= 0) {
+                        size_t len = strlen(token);
+                        token[len] = '\n';
+                        r = fd_write_all(fd, token, len + 1);
+                        token[len] = 0;
+                }
+                if (r >= 0 && fsync(fd) < 0)
+                        r = negative_errno();
+                if (r < 0) {
+                        unlink(path);
+                        return r;
+                }
+                created = true;
+        } else if (errno == EEXIST) {
+                struct stat st;
+                if (lstat(path, &st) < 0)
+                        return negative_errno();
+                if (!S_ISREG(st.st_mode))
+                        return -EBADMSG;
+                if (st.st_mode & 0077)
+                        log_warn("admin token file %s is readable by group or others (mode %03o); "
+                                 "consider chmod 600", path, (unsigned) (st.st_mode & 0777));
+                r = read_token_file(path, token, sizeof token);
+                if (r < 0)
+                        return r;
+        } else
+                return negative_errno();
+
+        uint8_t hash[STORE_HASH_SIZE];
+        auth_hash_token(token, hash);
+        sodium_memzero(token, sizeof token);
+        r = store_api_key_insert(s, "admin", hash);
+        if (r < 0)
+                return r;
+        if (ret_created)
+                *ret_created = created;
+        return 0;
+}

@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "airlock-config.h"
+#include "macros.h"
+#include "util.h"
+
+#define DEFAULT_DATA_DIR "/var/lib/airlock"
+#define DEFAULT_LISTEN "127.0.0.1:7420"
+
+static int fail(char *errbuf, size_t errlen, const char *fmt, ...) _printf_(3, 4);
+static int fail(char *errbuf, size_t errlen, const char *fmt, ...) {
+        if (errbuf && errlen > 0) {
+                va_list ap;
+                va_start(ap, fmt);
+                vsnprintf(errbuf, errlen, fmt, ap);
+                va_end(ap);
+        }
+        return -EINVAL;
+}
+
+/* Copies s into a fixed buffer; -ENAMETOOLONG when it does not fit. */
+static int set_str(char *dst, size_t n, const char *s) {
+        size_t l = strlen(s);
+        if (l >= n)
+                return -ENAMETOOLONG;
+        memcpy(dst, s, l + 1);
+        return 0;
+}
+
+int config_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len) {
+        char host[64];
+        const char *port_s;
+        if (!s || !*s)
+                return -EINVAL;
+        if (s[0] == '[') {
+                const char *end = strchr(s, ']');
+                if (!end || end[1] != ':' || (size_t) (end - s - 1) >= sizeof host)
+                        return -EINVAL;
+                memcpy(host, s + 1, (size_t) (end - s - 1));
+                host[end - s - 1] = 0;
+                port_s = end + 2;
+        } else {
+                const char *colon = strrchr(s, ':');
+                if (!colon || colon == s || (size_t) (colon - s) >= sizeof host || strchr(s, ':') != colon)
+                        return -EINVAL;
+                memcpy(host, s, (size_t) (colon - s));
+                host[colon - s] = 0;
+                port_s = colon + 1;
+        }
+        uint64_t port;
+        if (parse_u64(port_s, 65535, &port) < 0)
+                return -EINVAL;
+
+        struct sockaddr_storage ss = { 0 };
+        if (s[0] == '[') {
+                struct sockaddr_in6 *a6 = (struct sockaddr_in6 *) &ss;
+                a6->sin6_family = AF_INET6;
+                a6->sin6_port = htons((uint16_t) port);
+                if (inet_pton(AF_INET6, host, &a6->sin6_addr) != 1)
+                        return -EINVAL;
+                *ret_len = sizeof *a6;
+        } else {
+                struct sockaddr_in *a4 = (struct sockaddr_in *) &ss;
+                a4->sin_family = AF_INET;
+                a4->sin_port = htons((uint16_t) port);
+                if (strcmp(host, "localhost") == 0)
+                        a4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                else if (inet_pton(AF_INET, host, &a4->sin_addr) != 1)
+                        return -EINVAL;
+                *ret_len = sizeof *a4;
+        }
+        *ret = ss;
+        return 0;
+}
+
+static const struct option long_options[] = {
+        { "data-dir", required_argument, NULL, 'd' },
+        { "listen", required_argument, NULL, 'l' },
+        { "node-socket", required_argument, NULL, 's' },
+        { "node-binary", required_argument, NULL, 'b' },
+        { "no-spawn-node", no_argument, NULL, 'N' },
+        { "database", required_argument, NULL, 'D' },
+        { "log-level", required_argument, NULL, 'L' },
+        { "print-config", no_argument, NULL, 'P' },
+        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
+        { 0 },
+};
+
+void config_help(FILE *f) {
+        fputs("Usage: airlockd [OPTIONS]\n"
+              "\n"
+              "The Airlock control plane: serves the HTTP API and runs airlock-node.\n"
+              "\n"
+              "  --data-dir DIR       state directory (AIRLOCK_DATA_DIR, default " DEFAULT_DATA_DIR ")\n"
+              "  --listen HOST:PORT   API address (AIRLOCK_LISTEN, default " DEFAULT_LISTEN ")\n"
+              "  --node-socket PATH   node agent socket (AIRLOCK_NODE_SOCKET, default DIR/run/node.sock)\n"
+              "  --node-binary PATH   airlock-node to spawn (AIRLOCK_NODE_BINARY)\n"
+              "  --no-spawn-node      do not spawn airlock-node; connect to a running one\n"
+              "  --database URL       store (AIRLOCK_DATABASE, default sqlite:DIR/airlock.db)\n"
+              "  --log-level LEVEL    debug|info|warn|error (AIRLOCK_LOG_LEVEL, default info)\n"
+              "  --print-config       print the effective configuration and exit\n"
+              "  --help               show this help\n"
+              "  --version            show the version\n",
+              f);
+}
+
+/* Applies one setting (from the environment or a flag) by option letter. */
+static int apply(struct daemon_config *c, int opt, const char *val, const char *origin, char *errbuf,
+                 size_t errlen, bool *explicit_socket, bool *explicit_db) {
+        switch (opt) {
+        case 'd':
+                if (set_str(c->data_dir, sizeof c->data_dir, val) < 0)
+                        return fail(errbuf, errlen, "%s: data dir too long", origin);
+                return 0;
+        case 'l':
+                if (set_str(c->listen, sizeof c->listen, val) < 0)
+                        return fail(errbuf, errlen, "%s: listen address too long", origin);
+                return 0;
+        case 's':
+                if (set_str(c->node_socket, sizeof c->node_socket, val) < 0)
+                        return fail(errbuf, errlen, "%s: node socket path longer than %zu bytes", origin,
+                                    sizeof c->node_socket - 1);
+                *explicit_socket = true;
+                return 0;
+        case 'b':
+                if (set_str(c->node_binary, sizeof c->node_binary, val) < 0)
+                        return fail(errbuf, errlen, "%s: node binary path too long", origin);
+                return 0;
+        case 'D':
+                if (set_str(c->database, sizeof c->database, val) < 0)
+                        return fail(errbuf, errlen, "%s: database URL too long", origin);
+                *explicit_db = true;
+                return 0;
+        case 'L':
+                if (log_level_from_string(val, &c->log_level) < 0)
+                        return fail(errbuf, errlen, "%s: log level must be debug, info, warn or error", origin);
+                return 0;
+        default:
+                return fail(errbuf, errlen, "unknown option");
+        }
+}
+
+int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, size_t errlen) {
+        struct daemon_config c = {
+                .action = CONFIG_RUN,
+                .spawn_node = true,
+                .log_level = LOG_LEVEL_INFO,
+                .max_json_body = 1u << 20,
+                .max_upload = 1ull << 30,
+                .max_connections = 256,
+                .conn_timeout_s = 120,
+                .exec_max_timeout_s = 24 * 3600,
+                .exec_max_output = 256u << 10,
+                .node_timeout_s = 60,
+                .create_timeout_s = 15 * 60,
+                .node_start_timeout_s = 60,
+        };
+        bool explicit_socket = false, explicit_db = false;
+        int r;
+
+        (void) set_str(c.data_dir, sizeof c.data_dir, DEFAULT_DATA_DIR);
+        (void) set_str(c.listen, sizeof c.listen, DEFAULT_LISTEN);
+        (void) set_str(c.node_binary, sizeof c.node_binary, AIRLOCK_BUILD_DIR "/src/node/airlock-node");
+
+        static const struct {
+                const char *name;
+                int opt;
+        } envs[] = {
+                { "AIRLOCK_DATA_DIR", 'd' },    { "AIRLOCK_LISTEN", 'l' },   { "AIRLOCK_NODE_SOCKET", 's' },
+                { "AIRLOCK_NODE_BINARY", 'b' }, { "AIRLOCK_DATABASE", 'D' }, { "AIRLOCK_LOG_LEVEL", 'L' },
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
+                const char *v = getenv(envs[i].name);
+                if (!v || !*v)
+                        continue;
+                r = apply(&c, envs[i].opt, v, envs[i].name, errbuf, errlen, &explicit_socket, &explicit_db);
+                if (r < 0)
+                        return r;
+        }
+
+        optind = 0; /* full reset: config_load may run more than once (tests) */
+        opterr = 0;
+        for (;;) {
+                int opt = getopt_long(argc, argv, "+", long_options, NULL);
+                if (opt == -1)
+                        break;
+                switch (opt) {
+                case 'N':
+                        c.spawn_node = false;
+                        break;
+                case 'P':
+                        c.action = CONFIG_PRINT;
+                        break;
+                case 'h':
+                        c.action = CONFIG_HELP;
+                        break;
+                case 'V':
+                        c.action = CONFIG_VERSION;
+                        break;
+                case '?':
+                        return fail(errbuf, errlen, "unknown or incomplete option '%s'",
+                                    optind > 0 && optind <= argc ? argv[optind - 1] : "?");
+                default: {
+                        const struct option *o = long_options;
+                        while (o->name && o->val != opt)
+                                o++;
+                        char origin[64];
+                        snprintf(origin, sizeof origin, "--%s", o->name ? o->name : "?");
+                        r = apply(&c, opt, optarg, origin, errbuf, errlen, &explicit_socket, &explicit_db);
+                        if (r < 0)
+                                return r;
+                }
+                }
+        }
+        if (optind < argc)
+                return fail(errbuf, errlen, "unexpected argument '%s'", argv[optind]);
+
+        /* validation and derived values */
+        if (c.data_dir[0] != '/')
+                return fail(errbuf, errlen, "data dir '%s' must be an absolute path", c.data_dir);
+        size_t dl = strlen(c.data_dir);
+        while (dl > 1 && c.data_dir[dl - 1] == '/')
+                c.data_dir[--dl] = 0;
+        if (config_parse_listen(c.listen, &c.listen_addr, &c.listen_addr_len) < 0)
+                return fail(errbuf, errlen, "listen address '%s' must be IPV4:PORT or [IPV6]:PORT", c.listen);
+        if (!explicit_socket &&
+            snprintf(c.node_socket, sizeof c.node_socket, "%s/run/node.sock", c.data_dir) >= (int) sizeof c.node_socket)
+                return fail(errbuf, errlen, "data dir too long for a Unix socket path; set --node-socket");
+        if (c.node_socket[0] != '/')
+                return fail(errbuf, errlen, "node socket '%s' must be an absolute path", c.node_socket);
+        if (!explicit_db &&
+            snprintf(c.database, sizeof c.database, "sqlite:%s/airlock.db", c.data_dir) >= (int) sizeof c.database)
+                return fail(errbuf, errlen, "data dir too long");
+        if (!strchr(c.database, ':'))
+                return fail(errbuf, errlen, "database '%s' must be a URL like sqlite:/path/airlock.db", c.database);
+        if (c.spawn_node && c.node_binary[0] == 0)
+                return fail(errbuf, errlen, "node binary must not be empty");
+
+        *ret = c;
+        return 0;
+}
+
+void config_print(const struct daemon_config *c, FILE *f) {
+        static const char *const levels[] = { "debug", "info", "warn", "error" };
+        fprintf(f,
+                "data_dir=%s\nlisten=%s\ndatabase=%s\nnode_socket=%s\nnode_binary=%s\nspawn_node=%s\n"
+                "log_level=%s\nmax_json_body=%llu\nmax_upload=%llu\nmax_connections=%u\n"
+                "conn_timeout_s=%u\nexec_max_timeout_s=%u\nexec_max_output=%u\nnode_timeout_s=%u\n"
+                "create_timeout_s=%u\nnode_start_timeout_s=%u\n",
+                c->data_dir, c->listen, c->database, c->node_socket, c->node_binary, c->spawn_node ? "yes" : "no",
+                levels[c->log_level], (unsigned long long) c->max_json_body, (unsigned long long) c->max_upload,
+                c->max_connections, c->conn_timeout_s, c->exec_max_timeout_s, c->exec_max_output,
+                c->node_timeout_s, c->create_timeout_s, c->node_start_timeout_s);
+}

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * airlockd's configuration: one immutable struct, built once at start from
+ * defaults, then the environment (AIRLOCK_*), then command-line flags, and
+ * validated before anything runs. `airlockd --print-config` shows it.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#include "log.h"
+
+#define CONFIG_PATH_MAX 4096
+
+enum config_action {
+        CONFIG_RUN,
+        CONFIG_PRINT,   /* --print-config */
+        CONFIG_HELP,    /* --help */
+        CONFIG_VERSION, /* --version */
+};
+
+struct daemon_config {
+        enum config_action action;
+
+        char data_dir[CONFIG_PATH_MAX];    /* absolute; holds airlock.db, admin.token, run/ */
+        char listen[128];                  /* as given: "127.0.0.1:7420" or "[::1]:7420" */
+        struct sockaddr_storage listen_addr; /* parsed form of listen */
+        socklen_t listen_addr_len;
+        char database[CONFIG_PATH_MAX + 16]; /* store URL, "sqlite:DATA_DIR/airlock.db" */
+        char node_socket[108];               /* sun_path limit */
+        char node_binary[CONFIG_PATH_MAX];
+        bool spawn_node;
+        enum log_level log_level;
+
+        /* limits */
+        uint64_t max_json_body;   /* bytes of one JSON request body */
+        uint64_t max_upload;      /* bytes of one file upload */
+        unsigned max_connections; /* concurrent HTTP connections */
+        unsigned conn_timeout_s;  /* idle HTTP connection timeout */
+        unsigned exec_max_timeout_s; /* largest timeout_s an exec may ask for */
+        uint32_t exec_max_output;    /* bytes of stdout / stderr kept per exec */
+        unsigned node_timeout_s;     /* default wait for a node reply */
+        unsigned create_timeout_s;   /* wait for sandbox.create (template builds) */
+        unsigned node_start_timeout_s; /* wait for a spawned node's socket */
+};
+
+/*
+ * Builds the configuration from defaults, the environment and argv (argv[0]
+ * is skipped). On error, writes a one-line reason to errbuf and returns
+ * -EINVAL; *ret is written only on success.
+ */
+int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, size_t errlen);
+/* Writes the configuration as KEY=VALUE lines (what --print-config shows). */
+void config_print(const struct daemon_config *c, FILE *f);
+/* Writes the --help text. */
+void config_help(FILE *f);
+/*
+ * Parses "HOST:PORT" (IPv4 dotted quad, "localhost", or "[IPv6]") into a
+ * socket address. Port 0 means "any free port". -EINVAL when malformed.
+ */
+int config_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len);

@@ -1,0 +1,644 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "apireq.h"
+#include "auth.h"
+#include "log.h"
+#include "macros.h"
+#include "util.h"
+
+
+#define HTTP_SEGMENTS_MAX 8
+#define HTTP_PARAM_MAX 64
+
+struct http_server {
+        struct MHD_Daemon *mhd;
+        const struct daemon_config *config;
+        struct store *store;
+        atomic_bool stopping;
+        atomic_uint_fast64_t next_id;
+};
+
+enum {
+        M_GET = 1 << 0,
+        M_POST = 1 << 1,
+        M_PUT = 1 << 2,
+        M_DELETE = 1 << 3,
+};
+
+enum route_id {
+        R_HEALTH,
+        R_TEMPLATES,
+        R_SANDBOXES,
+        R_SANDBOX,
+        R_EXEC,
+        R_SESSIONS,
+        R_FILES,
+        R_LS,
+        R_SESSION,
+        R_EVENTS,
+        R_STDIN,
+        R_SIGNAL,
+};
+
+enum auth_kind {
+        AUTH_API,     /* API token */
+        AUTH_NONE,    /* public */
+        AUTH_SESSION, /* API token or the session's attach token */
+};
+
+struct route {
+        enum route_id id;
+        const char *seg[HTTP_SEGMENTS_MAX]; /* "*" captures the parameter */
+        unsigned methods;
+        enum auth_kind auth;
+};
+
+static const struct route routes[] = {
+        { R_HEALTH, { "v1", "health" }, M_GET, AUTH_NONE },
+        { R_TEMPLATES, { "v1", "templates" }, M_GET, AUTH_API },
+        { R_SANDBOXES, { "v1", "sandboxes" }, M_GET | M_POST, AUTH_API },
+        { R_SANDBOX, { "v1", "sandboxes", "*" }, M_GET | M_DELETE, AUTH_API },
+        { R_EXEC, { "v1", "sandboxes", "*", "exec" }, M_POST, AUTH_API },
+        { R_SESSIONS, { "v1", "sandboxes", "*", "sessions" }, M_POST, AUTH_API },
+        { R_FILES, { "v1", "sandboxes", "*", "files" }, M_GET | M_PUT | M_DELETE, AUTH_API },
+        { R_LS, { "v1", "sandboxes", "*", "ls" }, M_GET, AUTH_API },
+        { R_SESSION, { "v1", "sessions", "*" }, M_GET, AUTH_SESSION },
+        { R_EVENTS, { "v1", "sessions", "*", "events" }, M_GET, AUTH_SESSION },
+        { R_STDIN, { "v1", "sessions", "*", "stdin" }, M_POST, AUTH_SESSION },
+        { R_SIGNAL, { "v1", "sessions", "*", "signal" }, M_POST, AUTH_SESSION },
+};
+
+/* Per-request state, from the first access-handler call to completion. */
+struct request {
+        struct http_server *srv;
+        uint64_t id;
+        uint64_t start_ns;
+        char log_ctx[256];
+        const struct route *route;
+        char param[HTTP_PARAM_MAX + 1];
+        unsigned method;
+        unsigned status;
+        bool queued; /* a response is queued: ignore further body bytes */
+
+        /* JSON body */
+        char *body;
+        size_t body_len, body_cap;
+        uint64_t discarded; /* bytes dropped after the body went over the limit */
+
+        /* streamed upload (PUT files) */
+        struct node_conn *upload;
+        char upload_path[APIREQ_PATH_MAX + 1];
+        uint64_t upload_bytes;
+        int upload_r; /* first send error; the node's reply explains it */
+};
+
+static void request_free(struct request *req) {
+        if (!req)
+                return;
+        free(req->body);
+        node_conn_free(req->upload);
+        free(req);
+}
+
+static unsigned method_bit(const char *m) {
+        if (strcmp(m, "GET") == 0)
+                return M_GET;
+        if (strcmp(m, "POST") == 0)
+                return M_POST;
+        if (strcmp(m, "PUT") == 0)
+                return M_PUT;
+        if (strcmp(m, "DELETE") == 0)
+                return M_DELETE;
+        return 0;
+}
+
+static void methods_string(unsigned m, char *buf, size_t n) {
+        static const char *const names[] = { "GET", "POST", "PUT", "DELETE" };
+        buf[0] = 0;
+        size_t off = 0;
+        for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+                if (m & (1u << i)) {
+                        int k = snprintf(buf + off, n - off, "%s%s", off ? ", " : "", names[i]);
+                        if (k < 0 || (size_t) k >= n - off)
+                                return;
+                        off += (size_t) k;
+                }
+}
+
+/*
+ * Splits url into segments and finds the route whose pattern matches.
+ * ret_path_matched is true when some route has this path (for 405 vs 404).
+ * Empty segments (double or trailing slashes) are ignored.
+ */
+static const struct route *route_match(const char *url, char *param, size_t param_n) {
+        char seg[HTTP_SEGMENTS_MAX][HTTP_PARAM_MAX + 1];
+        size_t nseg = 0;
+        for (const char *p = url; *p;) {
+                while (*p == '/')
+                        p++;
+                if (!*p)
+                        break;
+                const char *e = strchrnul(p, '/');
+                size_t l = (size_t) (e - p);
+                if (nseg == HTTP_SEGMENTS_MAX || l > HTTP_PARAM_MAX)
+                        return NULL;
+                memcpy(seg[nseg], p, l);
+                seg[nseg][l] = 0;
+                nseg++;
+                p = e;
+        }
+        for (size_t i = 0; i < ARRAY_SIZE(routes); i++) {
+                const struct route *rt = &routes[i];
+                size_t n = 0;
+                while (n < HTTP_SEGMENTS_MAX && rt->seg[n])
+                        n++;
+                if (n != nseg)
+                        continue;
+                const char *captured = NULL;
+                bool ok = true;
+                for (size_t j = 0; j < n && ok; j++) {
+                        if (strcmp(rt->seg[j], "*") == 0)
+                                captured = seg[j];
+                        else
+                                ok = strcmp(rt->seg[j], seg[j]) == 0;
+                }
+                if (!ok)
+                        continue;
+                if (captured && !name_is_valid(captured))
+                        return NULL; /* cannot name anything we hold */
+                size_t l = captured ? strnlen(captured, param_n - 1) : 0;
+                if (l)
+                        memcpy(param, captured, l);
+                param[l] = 0;
+                return rt;
+        }
+        return NULL;
+}
+
+/* Copies the URL path into a log-safe form: [A-Za-z0-9/._-] kept, the rest
+ * as '?', at most 128 bytes. */
+static void log_safe_path(const char *url, char *buf, size_t n) {
+        size_t o = 0;
+        for (const char *p = url; *p && o + 1 < n && o < 128; p++) {
+                char c = *p;
+                bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' ||
+                          c == '.' || c == '_' || c == '-';
+                buf[o++] = ok ? c : '?';
+        }
+        buf[o] = 0;
+}
+
+static enum MHD_Result queue(struct request *req, struct MHD_Connection *conn, unsigned status,
+                             struct MHD_Response *resp) {
+        if (!resp)
+                return MHD_NO;
+        char rid[32];
+        snprintf(rid, sizeof rid, "%llu", (unsigned long long) req->id);
+        MHD_add_response_header(resp, "X-Request-Id", rid);
+        enum MHD_Result m = MHD_queue_response(conn, status, resp);
+        MHD_destroy_response(resp);
+        if (m == MHD_YES) {
+                req->status = status;
+                req->queued = true;
+        }
+        return m;
+}
+
+static enum MHD_Result queue_json(struct request *req, struct MHD_Connection *conn, unsigned status, const json_t *o) {
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (!s)
+                return MHD_NO;
+        size_t len = strlen(s);
+        /* a trailing newline makes curl output readable */
+        char *t = realloc(s, len + 2);
+        if (!t) {
+                free(s);
+                return MHD_NO;
+        }
+        t[len] = '\n';
+        t[len + 1] = 0;
+        struct MHD_Response *resp = MHD_create_response_from_buffer(len + 1, t, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+                free(t);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        return queue(req, conn, status, resp);
+}
+
+/* Queues {"error":{"code","message"}} for a negative errno. */
+static enum MHD_Result queue_error(struct request *req, struct MHD_Connection *conn, int r, const char *msg) {
+        unsigned status = api_error_status(r);
+        const char *code = api_error_code(r);
+        if (!msg || !*msg)
+                msg = api_error_default_message(r);
+        _cleanup_(json_decrefp) json_t *o = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        struct MHD_Response *resp = s ? MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE)
+                                      : MHD_create_response_from_buffer(0, (void *) "", MHD_RESPMEM_PERSISTENT);
+        if (!resp) {
+                free(s);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        if (status == 401)
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"airlock\"");
+        if (status == 405 && req->route) {
+                char allow[64];
+                methods_string(req->route->methods, allow, sizeof allow);
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+        }
+        if (status >= 500)
+                log_emit(LOG_LEVEL_WARN, req->log_ctx, "%s: %s", code, msg);
+        return queue(req, conn, status, resp);
+}
+
+static enum MHD_Result queue_reply(struct request *req, struct MHD_Connection *conn, struct api_reply *rep) {
+        enum MHD_Result m;
+        if (rep->response) {
+                m = MHD_queue_response(conn, rep->status, rep->response);
+                if (m == MHD_YES) {
+                        req->status = rep->status;
+                        req->queued = true;
+                }
+        } else if (rep->body)
+                m = queue_json(req, conn, rep->status, rep->body);
+        else
+                m = queue(req, conn, rep->status, MHD_create_response_from_buffer(0, (void *) "", MHD_RESPMEM_PERSISTENT));
+        api_reply_release(rep);
+        return m;
+}
+
+/* Checks the bearer token for the route. 0 when allowed, -EACCES if not. */
+static int authenticate(struct request *req, struct MHD_Connection *conn) {
+        if (req->route && req->route->auth == AUTH_NONE)
+                return 0;
+        const char *hdr = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        const char *token;
+        if (auth_parse_bearer(hdr, &token) < 0)
+                return -EACCES;
+        uint8_t hash[STORE_HASH_SIZE];
+        auth_hash_token(token, hash);
+        int r = store_api_key_check(req->srv->store, hash);
+        if (r == 0)
+                return 0;
+        if (r != -EACCES)
+                return log_errno(LOG_LEVEL_ERROR, r, req->log_ctx, "store: failed to check API key: %m");
+        if (req->route && req->route->auth == AUTH_SESSION) {
+                struct store_session ses = { 0 };
+                if (store_session_get(req->srv->store, req->param, &ses) >= 0) {
+                        bool ok = auth_token_matches(token, ses.token_hash);
+                        store_session_release(&ses);
+                        if (ok)
+                                return 0;
+                }
+        }
+        return -EACCES;
+}
+
+/* Looks up a query argument with its length (so embedded NULs are seen). */
+static const char *query_arg(struct MHD_Connection *conn, const char *key, size_t *ret_len) {
+        const char *v = NULL;
+        size_t len = 0;
+        if (MHD_lookup_connection_value_n(conn, MHD_GET_ARGUMENT_KIND, key, strlen(key), &v, &len) != MHD_YES)
+                return NULL;
+        if (ret_len)
+                *ret_len = len;
+        return v ? v : "";
+}
+
+static bool query_bool(struct MHD_Connection *conn, const char *key) {
+        const char *v = query_arg(conn, key, NULL);
+        return v && (strcmp(v, "1") == 0 || strcmp(v, "true") == 0 || strcmp(v, "yes") == 0);
+}
+
+/* Reads and validates ?path=; writes the message for a 400 to err. */
+static int query_path(struct MHD_Connection *conn, const char **ret, char *err) {
+        size_t len = 0;
+        const char *p = query_arg(conn, "path", &len);
+        if (!p) {
+                snprintf(err, API_ERRMSG_MAX, "query parameter 'path' is required");
+                return -EINVAL;
+        }
+        int r = apireq_check_path(p, len, err);
+        if (r < 0)
+                return r;
+        *ret = p;
+        return 0;
+}
+
+/* Declared Content-Length, or -1 when absent or unparsable. */
+static int64_t content_length(struct MHD_Connection *conn) {
+        const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        uint64_t n;
+        if (!v || parse_u64(v, INT64_MAX, &n) < 0)
+                return -1;
+        return (int64_t) n;
+}
+
+static void api_ctx_init(struct request *req, struct api_ctx *ctx) {
+        *ctx = (struct api_ctx){
+                .config = req->srv->config,
+                .store = req->srv->store,
+                .stopping = &req->srv->stopping,
+                .log_ctx = req->log_ctx,
+        };
+}
+
+/* First call for a request: route, authenticate, and start uploads. */
+static enum MHD_Result request_begin(struct request *req, struct MHD_Connection *conn, const char *url,
+                                     const char *method) {
+        const struct daemon_config *cfg = req->srv->config;
+        req->route = route_match(url, req->param, sizeof req->param);
+        req->method = method_bit(method);
+
+        int r = authenticate(req, conn);
+        if (r < 0)
+                return queue_error(req, conn, r, r == -EACCES ? "missing or invalid bearer token" : NULL);
+        if (!req->route)
+                return queue_error(req, conn, -ENOENT, "no such endpoint");
+        if (!(req->route->methods & req->method)) {
+                char msg[128], allow[64];
+                methods_string(req->route->methods, allow, sizeof allow);
+                snprintf(msg, sizeof msg, "method %.16s not allowed here (allowed: %s)", method, allow);
+                return queue_error(req, conn, -EOPNOTSUPP, msg);
+        }
+
+        int64_t clen = content_length(conn);
+        if (req->route->id == R_FILES && req->method == M_PUT) {
+                char err[API_ERRMSG_MAX] = "";
+                const char *path;
+                if ((r = query_path(conn, &path, err)) < 0)
+                        return queue_error(req, conn, r, err);
+                if (clen > 0 && (uint64_t) clen > cfg->max_upload) {
+                        snprintf(err, sizeof err, "upload of %lld bytes exceeds the limit of %llu bytes",
+                                 (long long) clen, (unsigned long long) cfg->max_upload);
+                        return queue_error(req, conn, -EFBIG, err);
+                }
+                uint32_t mode = 0644;
+                const char *m = query_arg(conn, "mode", NULL);
+                if (m) {
+                        char *end;
+                        unsigned long v = strtoul(m, &end, 8);
+                        if (!*m || *end || v > 07777)
+                                return queue_error(req, conn, -EINVAL, "query parameter 'mode' must be octal, at most 7777");
+                        mode = (uint32_t) v;
+                }
+                snprintf(req->upload_path, sizeof req->upload_path, "%s", path);
+                struct api_ctx ctx;
+                api_ctx_init(req, &ctx);
+                r = api_upload_begin(&ctx, req->param, path, mode, &req->upload);
+                if (r < 0)
+                        return queue_error(req, conn, r, ctx.err);
+                return MHD_YES;
+        }
+        if (clen > 0 && (uint64_t) clen > cfg->max_json_body) {
+                char err[API_ERRMSG_MAX];
+                snprintf(err, sizeof err, "request body of %lld bytes exceeds the limit of %llu bytes", (long long) clen,
+                         (unsigned long long) cfg->max_json_body);
+                return queue_error(req, conn, -EFBIG, err);
+        }
+        return MHD_YES;
+}
+
+/* A chunk of request body. */
+static enum MHD_Result request_data(struct request *req, struct MHD_Connection *conn, const char *data, size_t len) {
+        const struct daemon_config *cfg = req->srv->config;
+        if (req->upload) {
+                req->upload_bytes += len;
+                if (req->upload_bytes > cfg->max_upload) {
+                        (void) node_conn_send_end(req->upload, true);
+                        node_conn_free(TAKE_PTR(req->upload));
+                        char err[API_ERRMSG_MAX];
+                        snprintf(err, sizeof err, "upload exceeds the limit of %llu bytes",
+                                 (unsigned long long) cfg->max_upload);
+                        /* stop reading: answer now, or drop the connection */
+                        return queue_error(req, conn, -EFBIG, err);
+                }
+                if (req->upload_r == 0)
+                        req->upload_r = api_upload_chunk(req->upload, data, len);
+                return MHD_YES;
+        }
+        if (req->discarded > 0 || req->body_len + len > cfg->max_json_body) {
+                /* Over the limit without a Content-Length (chunked): MHD
+                 * cannot answer mid-body, so drop the bytes and answer 413
+                 * at the end, or hang up once the sender goes far past it. */
+                free(req->body);
+                req->body = NULL;
+                req->body_len = req->body_cap = 0;
+                req->discarded += len;
+                if (req->discarded > 4 * cfg->max_json_body)
+                        return MHD_NO;
+                return MHD_YES;
+        }
+        if (req->body_len + len > req->body_cap) {
+                size_t ncap = MAX(req->body_cap * 2, req->body_len + len);
+                ncap = MIN(ncap, (size_t) cfg->max_json_body);
+                char *nb = realloc(req->body, ncap);
+                if (!nb)
+                        return queue_error(req, conn, -ENOMEM, NULL);
+                req->body = nb;
+                req->body_cap = ncap;
+        }
+        memcpy(req->body + req->body_len, data, len);
+        req->body_len += len;
+        return MHD_YES;
+}
+
+/* The whole body is in: run the handler and queue its reply. */
+static enum MHD_Result request_finish(struct request *req, struct MHD_Connection *conn) {
+        struct api_ctx ctx;
+        struct api_reply rep = { 0 };
+        _cleanup_(json_decrefp) json_t *body = NULL;
+        const char *id = req->param;
+        const char *path = NULL;
+        int r;
+
+        api_ctx_init(req, &ctx);
+        if (req->discarded > 0) {
+                snprintf(ctx.err, sizeof ctx.err, "request body exceeds the limit of %llu bytes",
+                         (unsigned long long) req->srv->config->max_json_body);
+                return queue_error(req, conn, -EFBIG, ctx.err);
+        }
+        if (req->method == M_POST) {
+                r = apireq_parse_object(req->body, req->body_len, &body, ctx.err);
+                if (r < 0)
+                        return queue_error(req, conn, r, ctx.err);
+        }
+
+        switch (req->route->id) {
+        case R_HEALTH:
+                r = api_health(&ctx, &rep);
+                break;
+        case R_TEMPLATES:
+                r = api_templates_list(&ctx, &rep);
+                break;
+        case R_SANDBOXES:
+                r = req->method == M_POST ? api_sandbox_create(&ctx, body, &rep) : api_sandbox_list(&ctx, &rep);
+                break;
+        case R_SANDBOX:
+                r = req->method == M_DELETE ? api_sandbox_delete(&ctx, id, &rep) : api_sandbox_get(&ctx, id, &rep);
+                break;
+        case R_EXEC:
+                r = api_exec(&ctx, id, body, &rep);
+                break;
+        case R_SESSIONS:
+                r = api_session_create(&ctx, id, body, &rep);
+                break;
+        case R_FILES:
+                if (req->method == M_PUT) {
+                        if (!req->upload)
+                                return MHD_NO; /* already answered */
+                        r = api_upload_finish(&ctx, req->upload, req->upload_path, req->upload_bytes, &rep);
+                        node_conn_free(TAKE_PTR(req->upload));
+                        break;
+                }
+                if ((r = query_path(conn, &path, ctx.err)) < 0)
+                        break;
+                r = req->method == M_GET ? api_file_read(&ctx, id, path, &rep)
+                                         : api_file_remove(&ctx, id, path, query_bool(conn, "recursive"), &rep);
+                break;
+        case R_LS:
+                if ((r = query_path(conn, &path, ctx.err)) < 0)
+                        break;
+                r = api_file_list(&ctx, id, path, &rep);
+                break;
+        case R_SESSION:
+                r = api_session_get(&ctx, id, &rep);
+                break;
+        case R_EVENTS:
+                r = api_session_events(&ctx, id, &rep);
+                break;
+        case R_STDIN:
+                r = api_session_stdin(&ctx, id, body, &rep);
+                break;
+        case R_SIGNAL:
+                r = api_session_signal(&ctx, id, body, &rep);
+                break;
+        default:
+                r = -ENOENT;
+        }
+        if (r < 0) {
+                api_reply_release(&rep);
+                return queue_error(req, conn, r, ctx.err);
+        }
+        return queue_reply(req, conn, &rep);
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                 const char *version, const char *upload_data, size_t *upload_data_size,
+                                 void **con_cls) {
+        struct http_server *srv = cls;
+        struct request *req = *con_cls;
+
+        if (!req) {
+                req = calloc(1, sizeof *req);
+                if (!req)
+                        return MHD_NO;
+                req->srv = srv;
+                req->id = atomic_fetch_add(&srv->next_id, 1) + 1;
+                req->start_ns = now_monotonic_ns();
+                char safe[160];
+                log_safe_path(url, safe, sizeof safe);
+                snprintf(req->log_ctx, sizeof req->log_ctx, "req=%llu method=%.16s path=%s",
+                         (unsigned long long) req->id, method_bit(method) ? method : "other", safe);
+                *con_cls = req;
+                return request_begin(req, conn, url, method);
+        }
+        if (req->queued) {
+                *upload_data_size = 0; /* answered already: discard */
+                return MHD_YES;
+        }
+        if (*upload_data_size > 0) {
+                size_t n = *upload_data_size;
+                *upload_data_size = 0;
+                return request_data(req, conn, upload_data, n);
+        }
+        return request_finish(req, conn);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
+        struct request *req = *con_cls;
+        if (!req)
+                return;
+        uint64_t ms = (now_monotonic_ns() - req->start_ns) / 1000000ULL;
+        log_emit(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? LOG_LEVEL_INFO : LOG_LEVEL_WARN, req->log_ctx,
+                 "done status=%u ms=%llu%s", req->status, (unsigned long long) ms,
+                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
+        request_free(req);
+        *con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+        char msg[512];
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        size_t n = strlen(msg);
+        while (n > 0 && msg[n - 1] == '\n')
+                msg[--n] = 0;
+        log_emit(LOG_LEVEL_WARN, "component=microhttpd", "%s", msg);
+}
+
+int http_server_start(const struct daemon_config *config, struct store *store, struct http_server **ret) {
+        struct http_server *s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        s->config = config;
+        s->store = store;
+        atomic_init(&s->stopping, false);
+        atomic_init(&s->next_id, 0);
+
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+                         MHD_USE_ITC;
+        if (config->listen_addr.ss_family == AF_INET6)
+                flags |= MHD_USE_IPv6;
+        uint16_t port = config->listen_addr.ss_family == AF_INET6
+                                ? ntohs(((const struct sockaddr_in6 *) &config->listen_addr)->sin6_port)
+                                : ntohs(((const struct sockaddr_in *) &config->listen_addr)->sin_port);
+        s->mhd = MHD_start_daemon(flags, port, NULL, NULL, on_access, s,
+                                  MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+                                  MHD_OPTION_SOCK_ADDR, (const struct sockaddr *) &config->listen_addr,
+                                  MHD_OPTION_CONNECTION_LIMIT, config->max_connections,
+                                  MHD_OPTION_CONNECTION_TIMEOUT, config->conn_timeout_s,
+                                  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) (128u << 10),
+                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                  MHD_OPTION_END);
+        if (!s->mhd) {
+                free(s);
+                return -EADDRNOTAVAIL;
+        }
+        *ret = s;
+        return 0;
+}
+
+uint16_t http_server_port(struct http_server *s) {
+        const union MHD_DaemonInfo *i = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+        return i ? i->port : 0;
+}
+
+void http_server_quiesce(struct http_server *s) {
+        if (!s)
+                return;
+        atomic_store(&s->stopping, true);
+        MHD_socket fd = MHD_quiesce_daemon(s->mhd);
+        if (fd != MHD_INVALID_SOCKET)
+                close(fd);
+}
+
+void http_server_stop(struct http_server *s) {
+        if (!s)
+                return;
+        atomic_store(&s->stopping, true);
+        MHD_stop_daemon(s->mhd);
+        free(s);
+}

@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * airlockd: the Airlock control plane. Start-up order: configuration, data
+ * directory, store, admin token, node agent (spawned unless --no-spawn-node),
+ * HTTP API. Then it waits for a signal: SIGTERM/SIGINT stop everything
+ * cleanly (exit 0); the node agent exiting on its own is fatal (exit 1).
+ */
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "airlock-config.h"
+#include "api.h"
+#include "auth.h"
+#include "config.h"
+#include "http.h"
+#include "log.h"
+#include "macros.h"
+#include "spawn.h"
+#include "store.h"
+#include "util.h"
+
+#define NODE_STOP_GRACE_S 30
+
+/* Prints where the API is and how to use it, ready to paste. */
+static void print_banner(const struct daemon_config *c, uint16_t port) {
+        char host[INET6_ADDRSTRLEN + 2] = "127.0.0.1";
+        if (c->listen_addr.ss_family == AF_INET6) {
+                char a[INET6_ADDRSTRLEN];
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *) &c->listen_addr)->sin6_addr, a, sizeof a);
+                snprintf(host, sizeof host, "[%s]", a);
+        } else {
+                const struct sockaddr_in *a4 = (const struct sockaddr_in *) &c->listen_addr;
+                if (a4->sin_addr.s_addr != htonl(INADDR_ANY))
+                        inet_ntop(AF_INET, &a4->sin_addr, host, sizeof host);
+        }
+        printf("airlockd %s is ready\n"
+               "  API:   http://%s:%u/v1\n"
+               "  token: %s/%s\n"
+               "  try:   curl -s -H \"Authorization: Bearer $(cat %s/%s)\" http://%s:%u/v1/sandboxes\n"
+               "  CLI:   AIRLOCK_URL=http://%s:%u AIRLOCK_TOKEN=$(cat %s/%s) airlock create\n",
+               AIRLOCK_VERSION, host, port, c->data_dir, AUTH_ADMIN_TOKEN_FILE, c->data_dir, AUTH_ADMIN_TOKEN_FILE,
+               host, port, host, port, c->data_dir, AUTH_ADMIN_TOKEN_FILE);
+        fflush(stdout);
+}
+
+static int prepare_dirs(const struct daemon_config *c) {
+        int r = mkdir_p(c->data_dir, 0700);
+        if (r < 0)
+                return log_error_errno(r, "Failed to create data dir %s: %m", c->data_dir);
+        char sock_dir[sizeof c->node_socket];
+        memcpy(sock_dir, c->node_socket, sizeof sock_dir);
+        r = mkdir_p(dirname(sock_dir), 0700);
+        if (r < 0)
+                return log_error_errno(r, "Failed to create socket dir for %s: %m", c->node_socket);
+        return 0;
+}
+
+static int run(const struct daemon_config *c) {
+        _cleanup_(store_closep) struct store *store = NULL;
+        struct http_server *http = NULL;
+        pid_t node_pid = -1;
+        int r, exit_code = 0;
+
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGCHLD);
+        /* blocked before any thread exists, so every thread inherits it */
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+                return log_error_errno(negative_errno(), "Failed to block signals: %m");
+        _cleanup_close_ int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+        if (sfd < 0)
+                return log_error_errno(negative_errno(), "Failed to create signalfd: %m");
+
+        if ((r = prepare_dirs(c)) < 0)
+                return r;
+        r = store_open(c->database, &store);
+        if (r < 0)
+                return log_error_errno(r, "Failed to open store %s: %m", c->database);
+        bool created;
+        r = auth_admin_token_init(store, c->data_dir, &created);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up the admin token in %s: %m", c->data_dir);
+        log_info("admin token %s %s/%s", created ? "written to" : "loaded from", c->data_dir, AUTH_ADMIN_TOKEN_FILE);
+
+        if (c->spawn_node) {
+                if ((r = node_spawn(c, &node_pid)) < 0)
+                        return r;
+                r = node_wait_socket(c->node_socket, node_pid, c->node_start_timeout_s);
+                if (r < 0) {
+                        log_error_errno(r, "airlock-node did not open %s: %m", c->node_socket);
+                        if (r != -ECHILD)
+                                (void) node_stop(node_pid, NODE_STOP_GRACE_S);
+                        return r;
+                }
+                log_info("airlock-node is listening on %s", c->node_socket);
+                api_reconcile_startup(c, store);
+        } else
+                log_info("not spawning airlock-node; expecting it on %s", c->node_socket);
+
+        r = http_server_start(c, store, &http);
+        if (r < 0) {
+                log_error_errno(r, "Failed to listen on %s: %m", c->listen);
+                if (node_pid > 0)
+                        (void) node_stop(node_pid, NODE_STOP_GRACE_S);
+                return r;
+        }
+        log_info("listening on %s", c->listen);
+        print_banner(c, http_server_port(http));
+
+        for (;;) {
+                struct signalfd_siginfo si;
+                ssize_t k = read(sfd, &si, sizeof si);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k != (ssize_t) sizeof si) {
+                        r = log_error_errno(k < 0 ? negative_errno() : -EIO, "Failed to read signalfd: %m");
+                        exit_code = 1;
+                        break;
+                }
+                if (si.ssi_signo == SIGCHLD) {
+                        int status;
+                        if (node_pid > 0 && waitpid(node_pid, &status, WNOHANG) == node_pid) {
+                                log_error("airlock-node pid=%d exited (%s %d); stopping so a supervisor can "
+                                          "restart both",
+                                          (int) node_pid, WIFEXITED(status) ? "status" : "signal",
+                                          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                                node_pid = -1;
+                                exit_code = 1;
+                                break;
+                        }
+                        while (waitpid(-1, &status, WNOHANG) > 0) /* reap strays */
+                                ;
+                        continue;
+                }
+                log_info("received %s; shutting down", strsignal((int) si.ssi_signo));
+                break;
+        }
+
+        http_server_quiesce(http);
+        if (node_pid > 0) {
+                r = node_stop(node_pid, NODE_STOP_GRACE_S);
+                if (r < 0)
+                        log_warn_errno(r, "Failed to stop airlock-node: %m");
+        }
+        http_server_stop(http);
+        log_info("stopped");
+        return exit_code ? -ECHILD : 0;
+}
+
+int main(int argc, char **argv) {
+        struct daemon_config config;
+        char err[512] = "";
+        int r = config_load(argc, argv, &config, err, sizeof err);
+        if (r < 0) {
+                fprintf(stderr, "airlockd: %s\nTry 'airlockd --help'.\n", err);
+                return 2;
+        }
+        switch (config.action) {
+        case CONFIG_HELP:
+                config_help(stdout);
+                return 0;
+        case CONFIG_VERSION:
+                printf("airlockd %s\n", AIRLOCK_VERSION);
+                return 0;
+        case CONFIG_PRINT:
+                config_print(&config, stdout);
+                return 0;
+        case CONFIG_RUN:
+                break;
+        }
+        log_setup("airlockd", config.log_level);
+        signal(SIGPIPE, SIG_IGN); /* peers hanging up show as EPIPE */
+        if (sodium_init() < 0) {
+                log_error("Failed to initialise libsodium");
+                return 1;
+        }
+        return run(&config) < 0 ? 1 : 0;
+}

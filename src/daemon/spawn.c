@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "spawn.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "macros.h"
+#include "util.h"
+
+int node_spawn(const struct daemon_config *config, pid_t *ret_pid) {
+        if (access(config->node_binary, X_OK) < 0)
+                return log_error_errno(negative_errno(), "Node binary %s is not executable: %m", config->node_binary);
+        pid_t parent = getpid();
+        pid_t pid = fork();
+        if (pid < 0)
+                return log_error_errno(negative_errno(), "Failed to fork the node agent: %m");
+        if (pid == 0) {
+                /* child: only async-signal-safe calls until exec */
+                sigset_t none;
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                signal(SIGPIPE, SIG_DFL);
+                if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+                        _exit(127);
+                char *const argv[] = {
+                        (char *) config->node_binary, (char *) "--data-dir", (char *) config->data_dir,
+                        (char *) "--socket", (char *) config->node_socket, NULL,
+                };
+                execv(config->node_binary, argv);
+                _exit(127);
+        }
+        log_info("started airlock-node pid=%d binary=%s", (int) pid, config->node_binary);
+        *ret_pid = pid;
+        return 0;
+}
+
+/* 0 when a connect() to the socket succeeds. */
+static int try_connect(const char *path) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        size_t n = strlen(path);
+        if (n >= sizeof sa.sun_path)
+                return -ENAMETOOLONG;
+        memcpy(sa.sun_path, path, n + 1);
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return negative_errno();
+        if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
+                return negative_errno();
+        return 0;
+}
+
+int node_wait_socket(const char *socket_path, pid_t pid, unsigned timeout_s) {
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) timeout_s * 1000000000ULL;
+        for (;;) {
+                if (try_connect(socket_path) == 0)
+                        return 0;
+                if (pid > 0) {
+                        int status;
+                        pid_t k = waitpid(pid, &status, WNOHANG);
+                        if (k == pid) {
+                                log_error("airlock-node exited during start-up (%s %d)",
+                                          WIFEXITED(status) ? "status" : "signal",
+                                          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                                return -ECHILD;
+                        }
+                }
+                if (now_monotonic_ns() >= deadline)
+                        return -ETIMEDOUT;
+                nanosleep(&(struct timespec){ .tv_nsec = 50 * 1000000L }, NULL);
+        }
+}
+
+int node_stop(pid_t pid, unsigned grace_s) {
+        if (pid <= 0)
+                return -EINVAL;
+        if (kill(pid, SIGTERM) < 0 && errno != ESRCH)
+                return negative_errno();
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) grace_s * 1000000000ULL;
+        for (;;) {
+                int status;
+                pid_t k = waitpid(pid, &status, WNOHANG);
+                if (k == pid)
+                        return status;
+                if (k < 0)
+                        return negative_errno();
+                if (now_monotonic_ns() >= deadline) {
+                        log_warn("airlock-node pid=%d did not stop within %us; killing it", (int) pid, grace_s);
+                        kill(pid, SIGKILL);
+                        if (waitpid(pid, &status, 0) < 0)
+                                return negative_errno();
+                        return status;
+                }
+                nanosleep(&(struct timespec){ .tv_nsec = 50 * 1000000L }, NULL);
+        }
+}

@@ -1,0 +1,430 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * File operations. FILE_READ and FILE_WRITE are transfers (at most
+ * GUEST_MAX_TRANSFERS open): a read sends one 64 KiB chunk per loop turn, so
+ * a big file never holds up processes; a write lands in a temporary file
+ * beside the target that is renamed into place on FILE_END. The others
+ * (LIST, STAT, RENAME, REMOVE, MKDIR) answer at once.
+ *
+ * DATA and END for a stream without a transfer are dropped silently: after
+ * an ERROR the host may still have frames of that stream in flight.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "log.h"
+#include "macros.h"
+#include "request.h"
+#include "util.h"
+
+struct transfer {
+        struct transfer *next;
+        uint32_t id;
+        bool write;
+        int fd;
+        char *path;     /* write: the target */
+        char *tmp_path; /* write: the temporary file, unlinked unless renamed */
+        uint64_t size;  /* write: bytes received */
+};
+
+static uint8_t chunk_buf[PROTO_DATA_CHUNK];
+
+static struct transfer *transfer_find(struct agent *a, uint32_t id) {
+        for (struct transfer *t = a->transfers; t; t = t->next)
+                if (t->id == id)
+                        return t;
+        return NULL;
+}
+
+/* Unlinks t from the list and frees it; a write's temporary file goes. */
+static void transfer_free(struct agent *a, struct transfer *t) {
+        for (struct transfer **pp = &a->transfers; *pp; pp = &(*pp)->next)
+                if (*pp == t) {
+                        *pp = t->next;
+                        a->n_transfers--;
+                        break;
+                }
+        if (t->fd >= 0)
+                close(t->fd);
+        if (t->tmp_path)
+                (void) unlink(t->tmp_path);
+        free(t->path);
+        free(t->tmp_path);
+        free(t);
+}
+
+void files_discard_all(struct agent *a) {
+        while (a->transfers)
+                transfer_free(a, a->transfers);
+}
+
+/* A new transfer for stream id, if the stream is free and the limit allows. */
+static int transfer_new(struct agent *a, uint32_t id, bool write, struct transfer **ret) {
+        if (transfer_find(a, id))
+                return -EEXIST;
+        if (a->n_transfers >= GUEST_MAX_TRANSFERS)
+                return -EAGAIN;
+        struct transfer *t = calloc(1, sizeof *t);
+        if (!t)
+                return -ENOMEM;
+        *t = (struct transfer){ .next = a->transfers, .id = id, .write = write, .fd = -1 };
+        a->transfers = t;
+        a->n_transfers++;
+        *ret = t;
+        return 0;
+}
+
+/* FILE_READ: regular files only (a FIFO or a device could stream forever or
+ * block the agent); the RESULT goes out now, the data from files_pump(). */
+static int file_read_start(struct agent *a, uint32_t stream, const char *path) {
+        struct stat st;
+        struct transfer *t;
+        int r;
+
+        if (transfer_find(a, stream))
+                return -EEXIST;
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        if (fd < 0)
+                return negative_errno();
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        if (S_ISDIR(st.st_mode))
+                return -EISDIR;
+        if (!S_ISREG(st.st_mode))
+                return -EINVAL;
+        r = transfer_new(a, stream, false, &t);
+        if (r < 0)
+                return r;
+        t->fd = TAKE_FD(fd);
+        return agent_send_json(
+                a, PROTO_RESULT, stream,
+                json_pack("{s:I,s:i}", "size", (json_int_t) st.st_size, "mode", (int) (st.st_mode & 07777)));
+}
+
+bool files_pump(struct agent *a) {
+        struct transfer *next;
+        bool more = false;
+
+        for (struct transfer *t = a->transfers; t; t = next) {
+                next = t->next;
+                if (t->write)
+                        continue;
+                ssize_t k = read(t->fd, chunk_buf, sizeof chunk_buf);
+                if (k < 0 && (errno == EINTR || errno == EAGAIN)) {
+                        more = true;
+                        continue;
+                }
+                if (k > 0) {
+                        agent_send(a, PROTO_FILE_DATA, t->id, chunk_buf, (size_t) k);
+                        more = true;
+                        continue;
+                }
+                if (k == 0)
+                        agent_send(a, PROTO_FILE_END, t->id, "{}", 2);
+                else
+                        agent_send_error(a, t->id, negative_errno(), "file-read");
+                transfer_free(a, t);
+        }
+        return more;
+}
+
+/* Splits path into its directory ("/" for top-level names). */
+static int path_dirname(const char *path, char **ret) {
+        const char *slash = strrchr(path, '/');
+        size_t n = slash && slash != path ? (size_t) (slash - path) : 1;
+        char *d = strndup(path, n);
+        if (!d)
+                return -ENOMEM;
+        *ret = d;
+        return 0;
+}
+
+/* FILE_WRITE: creates the parents (0755) and a temporary file beside the
+ * target with the requested mode. */
+static int file_write_start(struct agent *a, uint32_t stream, const char *path, uint32_t mode) {
+        _cleanup_free_ char *dir = NULL, *tmp = NULL;
+        struct transfer *t;
+        int r;
+
+        if (transfer_find(a, stream))
+                return -EEXIST;
+        if (a->n_transfers >= GUEST_MAX_TRANSFERS)
+                return -EAGAIN;
+        r = path_dirname(path, &dir);
+        if (r < 0)
+                return r;
+        if (strcmp(dir, "/") != 0 && (r = mkdir_p(dir, 0755)) < 0)
+                return r;
+        size_t n = strlen(dir) + sizeof "/.airlock-write-XXXXXX";
+        tmp = malloc(n);
+        if (!tmp)
+                return -ENOMEM;
+        snprintf(tmp, n, "%s/.airlock-write-XXXXXX", strcmp(dir, "/") == 0 ? "" : dir);
+        _cleanup_close_ int fd = mkostemp(tmp, O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        if (fchmod(fd, mode) < 0) {
+                r = negative_errno();
+                (void) unlink(tmp);
+                return r;
+        }
+        r = transfer_new(a, stream, true, &t);
+        if (r < 0) {
+                (void) unlink(tmp);
+                return r;
+        }
+        t->fd = TAKE_FD(fd);
+        t->tmp_path = TAKE_PTR(tmp);
+        if (!(t->path = strdup(path))) {
+                transfer_free(a, t);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+/* FILE_DATA for a write: appended; the first error ends the transfer with
+ * one ERROR. */
+static int file_write_data(struct agent *a, uint32_t stream, const void *data, size_t len) {
+        struct transfer *t = transfer_find(a, stream);
+        if (!t || !t->write)
+                return 0;
+        int r = fd_write_all(t->fd, data, len);
+        if (r < 0) {
+                transfer_free(a, t);
+                return r;
+        }
+        t->size += len;
+        return 0;
+}
+
+/* FILE_END for a write: rename into place and answer with the size, or
+ * with an abort discard the temporary file and answer ECANCELED. */
+static int file_write_end(struct agent *a, uint32_t stream, const void *payload, size_t len) {
+        struct transfer *t = transfer_find(a, stream);
+        bool abort_;
+        int r;
+
+        if (!t || !t->write)
+                return 0;
+        r = guest_file_end_parse(payload, len, &abort_);
+        if (r < 0 || abort_) {
+                transfer_free(a, t);
+                return r < 0 ? r : -ECANCELED;
+        }
+        if (close(t->fd) < 0) {
+                t->fd = -1;
+                r = negative_errno();
+                transfer_free(a, t);
+                return r;
+        }
+        t->fd = -1;
+        if (rename(t->tmp_path, t->path) < 0) {
+                r = negative_errno();
+                transfer_free(a, t);
+                return r;
+        }
+        free(t->tmp_path);
+        t->tmp_path = NULL;
+        uint64_t size = t->size;
+        transfer_free(a, t);
+        return agent_send_json(a, PROTO_RESULT, stream, json_pack("{s:I}", "size", (json_int_t) size));
+}
+
+static const char *file_type_name(mode_t m) {
+        if (S_ISREG(m))
+                return "file";
+        if (S_ISDIR(m))
+                return "dir";
+        if (S_ISLNK(m))
+                return "symlink";
+        return "other";
+}
+
+/* One LIST/STAT entry. The name is made valid UTF-8 for JSON. */
+static json_t *entry_json(const char *name, const struct stat *st) {
+        _cleanup_free_ char *clean = NULL;
+        if (guest_utf8_sanitize(name, strlen(name), &clean) < 0)
+                return NULL;
+        return json_pack("{s:s,s:s,s:I,s:i,s:I}", "name", clean, "type", file_type_name(st->st_mode), "size",
+                         (json_int_t) st->st_size, "mode", (int) (st->st_mode & 07777), "mtime",
+                         (json_int_t) st->st_mtim.tv_sec);
+}
+
+static int name_compare(const void *x, const void *y) {
+        return strcmp(*(char *const *) x, *(char *const *) y);
+}
+
+static void names_free(char **names, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                free(names[i]);
+        free(names);
+}
+
+/* LIST: entries sorted by name, symlinks not followed, at most
+ * GUEST_MAX_LIST_ENTRIES and never more than one frame holds ("truncated"
+ * then says some were left out). */
+static int list_dir(struct agent *a, uint32_t stream, const char *path) {
+        int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        DIR *d = fdopendir(fd);
+        if (!d) {
+                close(fd);
+                return -ENOMEM;
+        }
+        char **names = calloc(GUEST_MAX_LIST_ENTRIES, sizeof(char *));
+        size_t n = 0;
+        bool truncated = false;
+        int r = names ? 0 : -ENOMEM;
+        struct dirent *de;
+
+        while (r >= 0 && (errno = 0, de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                if (n == GUEST_MAX_LIST_ENTRIES) {
+                        truncated = true;
+                        break;
+                }
+                if (!(names[n] = strdup(de->d_name)))
+                        r = -ENOMEM;
+                else
+                        n++;
+        }
+        if (r >= 0 && !de && errno != 0)
+                r = negative_errno();
+        if (r >= 0)
+                qsort(names, n, sizeof(char *), name_compare);
+
+        json_t *entries = r >= 0 ? json_array() : NULL;
+        if (r >= 0 && !entries)
+                r = -ENOMEM;
+        for (size_t i = 0; r >= 0 && i < n; i++) {
+                struct stat st;
+                if (fstatat(dirfd(d), names[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
+                        continue; /* removed meanwhile */
+                if (json_array_append_new(entries, entry_json(names[i], &st)) < 0)
+                        r = -ENOMEM;
+        }
+        closedir(d);
+        if (names)
+                names_free(names, n);
+        if (r < 0) {
+                json_decref(entries);
+                return r;
+        }
+
+        /* 10000 long names can exceed a frame: halve until it fits */
+        for (;;) {
+                _cleanup_free_ char *s = NULL;
+                size_t len;
+                json_t *res = json_pack("{s:O}", "entries", entries);
+                if (!res) {
+                        json_decref(entries);
+                        return -ENOMEM;
+                }
+                if (truncated)
+                        json_object_set_new(res, "truncated", json_true());
+                r = guest_json_dump(res, PROTO_MAX_PAYLOAD, &s, &len);
+                json_decref(res);
+                if (r == -EMSGSIZE && json_array_size(entries) > 0) {
+                        size_t keep = json_array_size(entries) / 2;
+                        while (json_array_size(entries) > keep)
+                                json_array_remove(entries, json_array_size(entries) - 1);
+                        truncated = true;
+                        continue;
+                }
+                json_decref(entries);
+                if (r < 0)
+                        return r;
+                return agent_send(a, PROTO_RESULT, stream, s, len);
+        }
+}
+
+/* STAT: lstat, so a symlink is reported as one. */
+static int stat_path(struct agent *a, uint32_t stream, const char *path) {
+        struct stat st;
+        if (lstat(path, &st) < 0)
+                return negative_errno();
+        const char *end = path + strlen(path);
+        while (end > path + 1 && end[-1] == '/')
+                end--;
+        const char *start = end;
+        while (start > path && start[-1] != '/')
+                start--;
+        _cleanup_free_ char *name = start == end ? strdup("/") : strndup(start, (size_t) (end - start));
+        if (!name)
+                return -ENOMEM;
+        return agent_send_json(a, PROTO_RESULT, stream, entry_json(name, &st));
+}
+
+/* REMOVE: files and symlinks are unlinked (never followed), directories
+ * removed when empty or, with recursive, with everything below them without
+ * following symlinks or crossing mount points. The root itself is refused. */
+static int remove_path(const char *path, bool recursive) {
+        struct stat st, root;
+        if (lstat(path, &st) < 0)
+                return negative_errno();
+        if (!S_ISDIR(st.st_mode))
+                return unlink(path) < 0 ? negative_errno() : 0;
+        if (stat("/", &root) >= 0 && root.st_dev == st.st_dev && root.st_ino == st.st_ino)
+                return -EBUSY;
+        if (recursive)
+                return rm_rf(path);
+        return rmdir(path) < 0 ? negative_errno() : 0;
+}
+
+/* MKDIR: 0755; with parents, an existing directory is fine. */
+static int make_dir(const char *path, bool parents) {
+        if (!parents)
+                return mkdir(path, 0755) < 0 ? negative_errno() : 0;
+        int r = mkdir_p(path, 0755);
+        if (r < 0)
+                return r;
+        struct stat st;
+        if (stat(path, &st) < 0)
+                return negative_errno();
+        return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+int files_handle(struct agent *a, uint8_t type, uint32_t stream, const void *payload, size_t len) {
+        struct guest_path_request req;
+        int r;
+
+        if (type == PROTO_FILE_DATA)
+                return file_write_data(a, stream, payload, len);
+        if (type == PROTO_FILE_END)
+                return file_write_end(a, stream, payload, len);
+
+        r = guest_path_request_parse(type, payload, len, &req);
+        if (r < 0)
+                return r;
+        switch (type) {
+        case PROTO_FILE_READ: r = file_read_start(a, stream, req.path); break;
+        case PROTO_FILE_WRITE: r = file_write_start(a, stream, req.path, req.mode); break;
+        case PROTO_LIST: r = list_dir(a, stream, req.path); break;
+        case PROTO_STAT: r = stat_path(a, stream, req.path); break;
+        case PROTO_RENAME:
+                r = rename(req.path, req.to) < 0 ? negative_errno() : agent_send_ok(a, stream);
+                break;
+        case PROTO_REMOVE:
+                r = remove_path(req.path, req.flag);
+                if (r >= 0)
+                        r = agent_send_ok(a, stream);
+                break;
+        case PROTO_MKDIR:
+                r = make_dir(req.path, req.flag);
+                if (r >= 0)
+                        r = agent_send_ok(a, stream);
+                break;
+        default: r = -EOPNOTSUPP;
+        }
+        guest_path_request_release(&req);
+        return r;
+}

@@ -1,0 +1,451 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+
+#include "airlock-config.h"
+#include "macros.h"
+#include "util.h"
+
+#define DEFAULT_DATA_DIR "/var/lib/airlock"
+#define DEFAULT_PREBUILD "minimal,python"
+
+static const char *const level_names[] = {
+        [LOG_LEVEL_DEBUG] = "debug",
+        [LOG_LEVEL_INFO] = "info",
+        [LOG_LEVEL_WARN] = "warn",
+        [LOG_LEVEL_ERROR] = "error",
+};
+
+enum {
+        OPT_DATA_DIR = 0x100,
+        OPT_SOCKET,
+        OPT_TEMPLATES_DIR,
+        OPT_IMAGES_DIR,
+        OPT_GUEST_BINARY,
+        OPT_QEMU,
+        OPT_ACCEL,
+        OPT_PREBUILD,
+        OPT_STORAGE,
+        OPT_VOLUME_GIB,
+        OPT_LOG_LEVEL,
+        OPT_MAX_SANDBOXES,
+        OPT_EXEC_MAX_OUTPUT,
+        OPT_MAX_FILE_SIZE,
+        OPT_SESSION_BUFFER,
+        OPT_EXEC_TIMEOUT_MAX,
+        OPT_MAX_CONNECTIONS,
+        OPT_PRINT_CONFIG,
+        OPT_HELP,
+};
+
+/* One setting: its flag, its environment variable and how to parse it. */
+struct setting {
+        int opt;
+        const char *flag;
+        const char *env;
+};
+
+static const struct setting settings[] = {
+        { OPT_DATA_DIR, "data-dir", "AIRLOCK_DATA_DIR" },
+        { OPT_SOCKET, "socket", "AIRLOCK_SOCKET" },
+        { OPT_TEMPLATES_DIR, "templates-dir", "AIRLOCK_TEMPLATES_DIR" },
+        { OPT_IMAGES_DIR, "images-dir", "AIRLOCK_IMAGES_DIR" },
+        { OPT_GUEST_BINARY, "guest-binary", "AIRLOCK_GUEST_BINARY" },
+        { OPT_QEMU, "qemu", "AIRLOCK_QEMU" },
+        { OPT_ACCEL, "accel", "AIRLOCK_ACCEL" },
+        { OPT_PREBUILD, "prebuild", "AIRLOCK_PREBUILD" },
+        { OPT_STORAGE, "storage", "AIRLOCK_STORAGE" },
+        { OPT_VOLUME_GIB, "volume-gib", "AIRLOCK_VOLUME_GIB" },
+        { OPT_LOG_LEVEL, "log-level", "AIRLOCK_LOG_LEVEL" },
+        { OPT_MAX_SANDBOXES, "max-sandboxes", "AIRLOCK_MAX_SANDBOXES" },
+        { OPT_EXEC_MAX_OUTPUT, "exec-max-output", "AIRLOCK_EXEC_MAX_OUTPUT" },
+        { OPT_MAX_FILE_SIZE, "max-file-size", "AIRLOCK_MAX_FILE_SIZE" },
+        { OPT_SESSION_BUFFER, "session-buffer", "AIRLOCK_SESSION_BUFFER" },
+        { OPT_EXEC_TIMEOUT_MAX, "exec-timeout-max", "AIRLOCK_EXEC_TIMEOUT_MAX" },
+        { OPT_MAX_CONNECTIONS, "max-connections", "AIRLOCK_MAX_CONNECTIONS" },
+};
+
+void node_config_free(struct node_config *c) {
+        if (!c)
+                return;
+        free(c->data_dir);
+        free(c->socket_path);
+        free(c->templates_dir);
+        free(c->images_dir);
+        free(c->guest_binary);
+        free(c->qemu_binary);
+        free(c->accel);
+        for (size_t i = 0; c->prebuild && c->prebuild[i]; i++)
+                free(c->prebuild[i]);
+        free(c->prebuild);
+        free(c);
+}
+
+int node_parse_size(const char *s, uint64_t max, uint64_t *ret) {
+        if (!s || !*s || *s < '0' || *s > '9')
+                return -EINVAL;
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (errno)
+                return -ERANGE;
+        unsigned shift = 0;
+        if (*end) {
+                switch (*end) {
+                case 'K': shift = 10; break;
+                case 'M': shift = 20; break;
+                case 'G': shift = 30; break;
+                case 'T': shift = 40; break;
+                default: return -EINVAL;
+                }
+                end++;
+                if (strcmp(end, "") != 0 && strcmp(end, "iB") != 0 && strcmp(end, "B") != 0)
+                        return -EINVAL;
+        }
+        if (v > (UINT64_MAX >> shift))
+                return -ERANGE;
+        uint64_t bytes = (uint64_t) v << shift;
+        if (bytes > max)
+                return -ERANGE;
+        *ret = bytes;
+        return 0;
+}
+
+static int set_string(char **field, const char *value) {
+        char *n = strdup(value);
+        if (!n)
+                return -ENOMEM;
+        free(*field);
+        *field = n;
+        return 0;
+}
+
+/* Splits "a,b,c" into a NULL-terminated list of valid template names. */
+static int parse_prebuild(const char *value, char ***ret, size_t *ret_n) {
+        _cleanup_free_ char *copy = strdup(value);
+        if (!copy)
+                return -ENOMEM;
+        char **list = calloc(NODE_PREBUILD_MAX + 1, sizeof(char *));
+        if (!list)
+                return -ENOMEM;
+        size_t n = 0;
+        int r = 0;
+        for (char *p = copy; p && *p;) {
+                char *comma = strchr(p, ',');
+                if (comma)
+                        *comma = 0;
+                if (*p) {
+                        if (!name_is_valid(p) || n >= NODE_PREBUILD_MAX) {
+                                r = -EINVAL;
+                                break;
+                        }
+                        bool dup = false;
+                        for (size_t i = 0; i < n; i++)
+                                dup = dup || strcmp(list[i], p) == 0;
+                        if (!dup) {
+                                list[n] = strdup(p);
+                                if (!list[n]) {
+                                        r = -ENOMEM;
+                                        break;
+                                }
+                                n++;
+                        }
+                }
+                p = comma ? comma + 1 : NULL;
+        }
+        if (r < 0) {
+                for (size_t i = 0; i < n; i++)
+                        free(list[i]);
+                free(list);
+                return r;
+        }
+        *ret = list;
+        *ret_n = n;
+        return 0;
+}
+
+static int parse_uint(const char *value, uint64_t min, uint64_t max, uint64_t *ret) {
+        uint64_t v;
+        int r = parse_u64(value, max, &v);
+        if (r < 0)
+                return r;
+        if (v < min)
+                return -ERANGE;
+        *ret = v;
+        return 0;
+}
+
+static int parse_size_range(const char *value, uint64_t min, uint64_t max, uint64_t *ret) {
+        uint64_t v;
+        int r = node_parse_size(value, max, &v);
+        if (r < 0)
+                return r;
+        if (v < min)
+                return -ERANGE;
+        *ret = v;
+        return 0;
+}
+
+/* Applies one setting. origin names where it came from, for the log. */
+static int apply(struct node_config *c, int opt, const char *value, const char *origin) {
+        uint64_t v = 0;
+        int r = 0;
+
+        switch (opt) {
+        case OPT_DATA_DIR:
+        case OPT_SOCKET:
+        case OPT_TEMPLATES_DIR:
+        case OPT_IMAGES_DIR:
+        case OPT_GUEST_BINARY:
+                if (value[0] != '/' || strlen(value) >= 4096) {
+                        r = -EINVAL;
+                        break;
+                }
+                r = set_string(opt == OPT_DATA_DIR        ? &c->data_dir
+                               : opt == OPT_SOCKET        ? &c->socket_path
+                               : opt == OPT_TEMPLATES_DIR ? &c->templates_dir
+                               : opt == OPT_IMAGES_DIR    ? &c->images_dir
+                                                          : &c->guest_binary,
+                               value);
+                break;
+        case OPT_QEMU:
+                if (!*value || strlen(value) >= 4096) {
+                        r = -EINVAL;
+                        break;
+                }
+                r = set_string(&c->qemu_binary, value);
+                break;
+        case OPT_ACCEL:
+                if (strcmp(value, "auto") != 0 && strcmp(value, "kvm") != 0 && strcmp(value, "tcg") != 0) {
+                        r = -EINVAL;
+                        break;
+                }
+                r = set_string(&c->accel, value);
+                break;
+        case OPT_PREBUILD: {
+                char **list;
+                size_t n;
+                r = parse_prebuild(value, &list, &n);
+                if (r < 0)
+                        break;
+                for (size_t i = 0; c->prebuild && c->prebuild[i]; i++)
+                        free(c->prebuild[i]);
+                free(c->prebuild);
+                c->prebuild = list;
+                c->n_prebuild = n;
+                break;
+        }
+        case OPT_STORAGE:
+                if (strcmp(value, "auto") == 0)
+                        c->storage = NODE_STORAGE_AUTO;
+                else if (strcmp(value, "copy") == 0)
+                        c->storage = NODE_STORAGE_COPY;
+                else
+                        r = -EINVAL;
+                break;
+        case OPT_VOLUME_GIB:
+                r = parse_uint(value, 1, 65536, &v);
+                if (r >= 0)
+                        c->volume_gib = (unsigned) v;
+                break;
+        case OPT_LOG_LEVEL:
+                r = log_level_from_string(value, &c->log_level);
+                break;
+        case OPT_MAX_SANDBOXES:
+                r = parse_uint(value, 1, 4096, &v);
+                if (r >= 0)
+                        c->max_sandboxes = (unsigned) v;
+                break;
+        case OPT_EXEC_MAX_OUTPUT:
+                r = parse_size_range(value, 1024, 64ULL << 20, &v);
+                if (r >= 0)
+                        c->exec_max_output = (size_t) v;
+                break;
+        case OPT_MAX_FILE_SIZE:
+                r = parse_size_range(value, 1, 1ULL << 40, &v);
+                if (r >= 0)
+                        c->max_file_size = v;
+                break;
+        case OPT_SESSION_BUFFER:
+                r = parse_size_range(value, 64 << 10, 256ULL << 20, &v);
+                if (r >= 0)
+                        c->session_buffer = (size_t) v;
+                break;
+        case OPT_EXEC_TIMEOUT_MAX:
+                r = parse_uint(value, 1, 7 * 86400, &v);
+                if (r >= 0)
+                        c->exec_timeout_max_s = (unsigned) v;
+                break;
+        case OPT_MAX_CONNECTIONS:
+                r = parse_uint(value, 1, 65536, &v);
+                if (r >= 0)
+                        c->max_connections = (unsigned) v;
+                break;
+        default:
+                r = -EINVAL;
+        }
+        if (r == -ENOMEM)
+                return log_error_errno(r, "Out of memory while parsing the configuration");
+        if (r < 0) {
+                log_error("Invalid value for %s: \"%s\"", origin, value);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static int set_defaults(struct node_config *c) {
+        int r;
+        if ((r = set_string(&c->data_dir, DEFAULT_DATA_DIR)) < 0 ||
+            (r = set_string(&c->images_dir, AIRLOCK_SOURCE_DIR "/images")) < 0 ||
+            (r = set_string(&c->guest_binary, AIRLOCK_BUILD_DIR "/src/guest/airlock-guest")) < 0 ||
+            (r = set_string(&c->qemu_binary, "qemu-system-x86_64")) < 0 ||
+            (r = set_string(&c->accel, "auto")) < 0)
+                return r;
+        r = parse_prebuild(DEFAULT_PREBUILD, &c->prebuild, &c->n_prebuild);
+        if (r < 0)
+                return r;
+        c->storage = NODE_STORAGE_AUTO;
+        c->volume_gib = 64;
+        c->log_level = LOG_LEVEL_INFO;
+        c->max_sandboxes = 64;
+        c->exec_max_output = 1 << 20;
+        c->max_file_size = 1ULL << 30;
+        c->session_buffer = 1 << 20;
+        c->exec_timeout_max_s = 3600;
+        c->max_connections = 256;
+        return 0;
+}
+
+int node_config_load(int argc, char *argv[], struct node_config **ret, enum node_config_action *ret_action) {
+        _cleanup_(node_config_freep) struct node_config *c = calloc(1, sizeof *c);
+        enum node_config_action action = NODE_CONFIG_RUN;
+        int r;
+
+        if (!c)
+                return -ENOMEM;
+        r = set_defaults(c);
+        if (r < 0)
+                return r;
+
+        for (size_t i = 0; i < ARRAY_SIZE(settings); i++) {
+                const char *v = getenv(settings[i].env);
+                if (!v)
+                        continue;
+                r = apply(c, settings[i].opt, v, settings[i].env);
+                if (r < 0)
+                        return r;
+        }
+
+        struct option longopts[ARRAY_SIZE(settings) + 3];
+        for (size_t i = 0; i < ARRAY_SIZE(settings); i++)
+                longopts[i] = (struct option){ settings[i].flag, required_argument, NULL, settings[i].opt };
+        longopts[ARRAY_SIZE(settings)] = (struct option){ "print-config", no_argument, NULL, OPT_PRINT_CONFIG };
+        longopts[ARRAY_SIZE(settings) + 1] = (struct option){ "help", no_argument, NULL, OPT_HELP };
+        longopts[ARRAY_SIZE(settings) + 2] = (struct option){ 0 };
+
+        optind = 0; /* full re-initialisation: the loader may run more than once (tests) */
+        opterr = 0;
+        int opt;
+        while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+                if (opt == OPT_PRINT_CONFIG) {
+                        action = NODE_CONFIG_PRINT;
+                        continue;
+                }
+                if (opt == OPT_HELP || opt == 'h') {
+                        action = NODE_CONFIG_HELP;
+                        continue;
+                }
+                if (opt == '?' || opt == ':') {
+                        log_error("Unknown or incomplete option: %s", argv[optind - 1]);
+                        return -EINVAL;
+                }
+                char origin[64];
+                for (size_t i = 0; i < ARRAY_SIZE(settings); i++)
+                        if (settings[i].opt == opt)
+                                snprintf(origin, sizeof origin, "--%s", settings[i].flag);
+                r = apply(c, opt, optarg, origin);
+                if (r < 0)
+                        return r;
+        }
+        if (optind < argc) {
+                log_error("Unexpected argument: %s", argv[optind]);
+                return -EINVAL;
+        }
+
+        if (!c->socket_path) {
+                size_t n = strlen(c->data_dir) + sizeof "/run/node.sock";
+                c->socket_path = malloc(n);
+                if (!c->socket_path)
+                        return -ENOMEM;
+                snprintf(c->socket_path, n, "%s/run/node.sock", c->data_dir);
+        }
+        if (strlen(c->socket_path) >= sizeof(((struct sockaddr_un *) NULL)->sun_path)) {
+                log_error("Socket path too long for a Unix socket (max %zu bytes): %s",
+                          sizeof(((struct sockaddr_un *) NULL)->sun_path) - 1, c->socket_path);
+                return -EINVAL;
+        }
+
+        *ret = TAKE_PTR(c);
+        if (ret_action)
+                *ret_action = action;
+        return 0;
+}
+
+void node_config_print(const struct node_config *c, FILE *f) {
+        fprintf(f, "data_dir=%s\n", c->data_dir);
+        fprintf(f, "socket=%s\n", c->socket_path);
+        fprintf(f, "templates_dir=%s\n", c->templates_dir ? c->templates_dir : "(storage root)/templates");
+        fprintf(f, "images_dir=%s\n", c->images_dir);
+        fprintf(f, "guest_binary=%s\n", c->guest_binary);
+        fprintf(f, "qemu=%s\n", c->qemu_binary);
+        fprintf(f, "accel=%s\n", c->accel);
+        fputs("prebuild=", f);
+        for (size_t i = 0; i < c->n_prebuild; i++)
+                fprintf(f, "%s%s", i ? "," : "", c->prebuild[i]);
+        fputc('\n', f);
+        fprintf(f, "storage=%s\n", c->storage == NODE_STORAGE_COPY ? "copy" : "auto");
+        fprintf(f, "volume_gib=%u\n", c->volume_gib);
+        fprintf(f, "log_level=%s\n", level_names[c->log_level]);
+        fprintf(f, "max_sandboxes=%u\n", c->max_sandboxes);
+        fprintf(f, "exec_max_output=%zu\n", c->exec_max_output);
+        fprintf(f, "max_file_size=%llu\n", (unsigned long long) c->max_file_size);
+        fprintf(f, "session_buffer=%zu\n", c->session_buffer);
+        fprintf(f, "exec_timeout_max_s=%u\n", c->exec_timeout_max_s);
+        fprintf(f, "max_connections=%u\n", c->max_connections);
+}
+
+void node_config_usage(FILE *f) {
+        fputs("Usage: airlock-node [OPTIONS]\n"
+              "\n"
+              "The Airlock node agent: restores sandboxes from template snapshots and\n"
+              "serves docs/node-protocol.md on a Unix socket.\n"
+              "\n"
+              "Every option can also be set with the environment variable in brackets;\n"
+              "flags override the environment.\n"
+              "\n"
+              "  --data-dir DIR          state directory [AIRLOCK_DATA_DIR] (/var/lib/airlock)\n"
+              "  --socket PATH           listening socket [AIRLOCK_SOCKET] (DATA_DIR/run/node.sock)\n"
+              "  --templates-dir DIR     built templates [AIRLOCK_TEMPLATES_DIR] (STORAGE_ROOT/templates)\n"
+              "  --images-dir DIR        image recipes [AIRLOCK_IMAGES_DIR]\n"
+              "  --guest-binary PATH     static airlock-guest [AIRLOCK_GUEST_BINARY]\n"
+              "  --qemu PATH             QEMU binary [AIRLOCK_QEMU] (qemu-system-x86_64)\n"
+              "  --accel auto|kvm|tcg    accelerator [AIRLOCK_ACCEL] (auto)\n"
+              "  --prebuild LIST         templates built at start [AIRLOCK_PREBUILD] (minimal,python)\n"
+              "  --storage auto|copy     reflink/loop volume or plain copies [AIRLOCK_STORAGE] (auto)\n"
+              "  --volume-gib N          size of the btrfs loop volume [AIRLOCK_VOLUME_GIB] (64)\n"
+              "  --log-level LEVEL       debug|info|warn|error [AIRLOCK_LOG_LEVEL] (info)\n"
+              "  --max-sandboxes N       [AIRLOCK_MAX_SANDBOXES] (64)\n"
+              "  --exec-max-output SIZE  bytes kept per exec stream [AIRLOCK_EXEC_MAX_OUTPUT] (1M)\n"
+              "  --max-file-size SIZE    largest file.write [AIRLOCK_MAX_FILE_SIZE] (1G)\n"
+              "  --session-buffer SIZE   session replay buffer [AIRLOCK_SESSION_BUFFER] (1M)\n"
+              "  --exec-timeout-max S    cap on exec timeout_s [AIRLOCK_EXEC_TIMEOUT_MAX] (3600)\n"
+              "  --max-connections N     concurrent clients [AIRLOCK_MAX_CONNECTIONS] (256)\n"
+              "  --print-config          print the configuration as key=value and exit\n"
+              "  -h, --help              show this help\n",
+              f);
+}

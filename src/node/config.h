@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * The node agent's configuration: one immutable struct built from defaults,
+ * then the environment (AIRLOCK_*), then command-line flags, validated once
+ * at start. Nothing changes it afterwards.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "log.h"
+
+enum node_storage_mode {
+        NODE_STORAGE_AUTO, /* reflink where possible, btrfs loop volume otherwise */
+        NODE_STORAGE_COPY, /* plain copies, never a loop volume */
+};
+
+#define NODE_PREBUILD_MAX 32
+
+struct node_config {
+        char *data_dir;      /* --data-dir, AIRLOCK_DATA_DIR */
+        char *socket_path;   /* --socket, AIRLOCK_SOCKET; default DATA_DIR/run/node.sock */
+        char *templates_dir; /* AIRLOCK_TEMPLATES_DIR; NULL: STORAGE_ROOT/templates */
+        char *images_dir;    /* AIRLOCK_IMAGES_DIR: kernel.sh, initramfs.sh, templates/<name>.sh */
+        char *guest_binary;  /* AIRLOCK_GUEST_BINARY: the static airlock-guest */
+        char *qemu_binary;   /* AIRLOCK_QEMU */
+        char *accel;         /* AIRLOCK_ACCEL: auto|kvm|tcg */
+        char **prebuild;     /* AIRLOCK_PREBUILD, NULL-terminated list of template names */
+        size_t n_prebuild;
+        enum node_storage_mode storage; /* AIRLOCK_STORAGE */
+        unsigned volume_gib;            /* AIRLOCK_VOLUME_GIB: size of the sparse btrfs loop volume */
+        enum log_level log_level;       /* AIRLOCK_LOG_LEVEL */
+
+        /* limits */
+        unsigned max_sandboxes;      /* AIRLOCK_MAX_SANDBOXES */
+        size_t exec_max_output;      /* AIRLOCK_EXEC_MAX_OUTPUT: bytes kept per stream of one exec */
+        uint64_t max_file_size;      /* AIRLOCK_MAX_FILE_SIZE: largest file.write */
+        size_t session_buffer;       /* AIRLOCK_SESSION_BUFFER: replay buffer per session */
+        unsigned exec_timeout_max_s; /* AIRLOCK_EXEC_TIMEOUT_MAX: cap on exec timeout_s */
+        unsigned max_connections;    /* AIRLOCK_MAX_CONNECTIONS: concurrent client connections */
+};
+
+enum node_config_action {
+        NODE_CONFIG_RUN,
+        NODE_CONFIG_PRINT, /* --print-config */
+        NODE_CONFIG_HELP,  /* --help */
+};
+
+/* Builds the configuration from defaults, the environment and argv (flags
+ * win). Logs what is wrong and returns -EINVAL on an invalid value or flag.
+ * ret_action says whether to run, print the config or print the usage. */
+int node_config_load(int argc, char *argv[], struct node_config **ret, enum node_config_action *ret_action);
+
+/* NULL-safe. */
+void node_config_free(struct node_config *c);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct node_config *, node_config_free);
+
+/* Writes the configuration as key=value lines (the --print-config output). */
+void node_config_print(const struct node_config *c, FILE *f);
+
+/* Writes the --help text. */
+void node_config_usage(FILE *f);
+
+/* Parses a byte size: a decimal number with an optional K, M, G or T suffix
+ * (powers of 1024, "KiB"/"MiB"... also accepted). -EINVAL / -ERANGE. */
+int node_parse_size(const char *s, uint64_t max, uint64_t *ret);

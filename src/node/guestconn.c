@@ -1,0 +1,620 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "guestconn.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "macros.h"
+#include "proto.h"
+#include "util.h"
+
+#define NONCE_BYTES 16
+/* How much the agent's leftovers from an earlier connection we are willing
+ * to wade through before its HELLO reply: one maximal frame. */
+#define HANDSHAKE_BUF_MAX (PROTO_HEADER_SIZE + PROTO_MAX_PAYLOAD)
+
+/* A guestconn_call() waiting for RESULT/ERROR on a stream. Lives on the
+ * caller's stack; the reader touches it only under g->lock while it is
+ * linked from a stream entry. */
+struct call {
+        bool done;
+        int error;           /* 0 for RESULT, else negative errno */
+        json_t *result;      /* RESULT payload */
+        char *message;       /* ERROR message */
+};
+
+struct stream {
+        uint32_t id;
+        guestconn_handler_fn handler; /* NULL for a stream that only carries a call */
+        void *userdata;
+        struct call *call;  /* the next RESULT/ERROR on this stream goes here */
+        bool dead_notified; /* handler already got its type-0 call */
+};
+
+struct guestconn {
+        int fd;
+        char *ctx;
+        struct proto_reader reader;
+
+        pthread_t thread;
+        bool thread_started;
+
+        pthread_mutex_t lock; /* everything below */
+        pthread_cond_t cond;  /* call completion, dispatch end */
+        bool dead;
+        uint32_t next_stream;
+        struct stream *streams;
+        size_t nstreams, cap;
+        uint32_t dispatching; /* stream whose handler runs right now, 0 = none */
+
+        pthread_mutex_t wlock; /* one frame at a time on the wire */
+};
+
+static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const void *payload, size_t len);
+
+/* ---- stream table (callers hold g->lock) ---- */
+
+static struct stream *stream_find(struct guestconn *g, uint32_t id) {
+        for (size_t i = 0; i < g->nstreams; i++)
+                if (g->streams[i].id == id)
+                        return &g->streams[i];
+        return NULL;
+}
+
+static void stream_remove(struct guestconn *g, struct stream *s) {
+        size_t i = (size_t) (s - g->streams);
+        g->streams[i] = g->streams[--g->nstreams];
+}
+
+/* Picks the next free non-zero id and appends an entry for it. */
+static int stream_add(struct guestconn *g, guestconn_handler_fn handler, void *userdata, struct stream **ret) {
+        if (g->nstreams == g->cap) {
+                size_t ncap = g->cap ? g->cap * 2 : 16;
+                struct stream *n = realloc(g->streams, ncap * sizeof *n);
+                if (!n)
+                        return -ENOMEM;
+                g->streams = n;
+                g->cap = ncap;
+        }
+        uint32_t id;
+        do {
+                id = g->next_stream++;
+                if (g->next_stream == 0) /* wrapped: 0 is the connection stream */
+                        g->next_stream = 1;
+        } while (id == 0 || stream_find(g, id));
+
+        struct stream *s = &g->streams[g->nstreams++];
+        *s = (struct stream){ .id = id, .handler = handler, .userdata = userdata };
+        *ret = s;
+        return 0;
+}
+
+static void call_finish(struct guestconn *g, struct call *c, int error, json_t *result, char *message) {
+        c->done = true;
+        c->error = error;
+        c->result = result;
+        c->message = message;
+        pthread_cond_broadcast(&g->cond);
+}
+
+/* ---- reader thread ---- */
+
+/* Turns a RESULT/ERROR payload into a call outcome (under g->lock). */
+static void complete_call(struct guestconn *g, struct call *c, uint8_t type, const uint8_t *payload, size_t len) {
+        json_error_t jerr;
+        json_t *m = len > 0 ? json_loadb((const char *) payload, len, JSON_REJECT_DUPLICATES, &jerr) : json_object();
+        if (!m || !json_is_object(m)) {
+                json_decref(m);
+                log_emit(LOG_LEVEL_WARN, g->ctx, "guest sent a malformed %s payload", proto_type_name(type));
+                call_finish(g, c, -EBADMSG, NULL, NULL);
+                return;
+        }
+        if (type == PROTO_RESULT) {
+                call_finish(g, c, 0, m, NULL);
+                return;
+        }
+        json_t *jerrno = json_object_get(m, "errno");
+        json_int_t e = json_is_integer(jerrno) ? json_integer_value(jerrno) : 0;
+        if (e <= 0 || e > 4095) /* not an errno we can pass on as one */
+                e = EIO;
+        const char *msg = json_string_value(json_object_get(m, "message"));
+        char *dup = msg ? strndup(msg, 4096) : NULL;
+        json_decref(m);
+        call_finish(g, c, (int) -e, NULL, dup);
+}
+
+/* Runs handler for stream s outside the lock, with the dispatch marker set so
+ * that guestconn_stream_close() can wait for it. Called and returns with
+ * g->lock held; s is invalid afterwards. */
+static void run_handler(struct guestconn *g, struct stream *s, uint8_t type, const uint8_t *payload, size_t len) {
+        guestconn_handler_fn fn = s->handler;
+        void *ud = s->userdata;
+        g->dispatching = s->id;
+        pthread_mutex_unlock(&g->lock);
+        fn(ud, type, payload, len);
+        pthread_mutex_lock(&g->lock);
+        g->dispatching = 0;
+        pthread_cond_broadcast(&g->cond);
+}
+
+static void dispatch(struct guestconn *g, const struct proto_header *h, const uint8_t *payload) {
+        if (h->stream == 0) {
+                /* Connection-level frames. The agent may probe us too. */
+                if (h->type == PROTO_PING) {
+                        int r = send_frame(g, PROTO_RESULT, 0, "{}", 2);
+                        if (r < 0)
+                                log_emit(LOG_LEVEL_WARN, g->ctx, "failed to answer guest ping: %s", strerror(-r));
+                } else
+                        log_emit(LOG_LEVEL_DEBUG, g->ctx, "ignoring %s frame on stream 0", proto_type_name(h->type));
+                return;
+        }
+
+        pthread_mutex_lock(&g->lock);
+        struct stream *s = stream_find(g, h->stream);
+        if (!s) {
+                /* Normal after a stream was closed or a call timed out. */
+                log_emit(LOG_LEVEL_DEBUG, g->ctx, "dropping %s frame for unknown stream %u",
+                         proto_type_name(h->type), h->stream);
+        } else if (s->call && (h->type == PROTO_RESULT || h->type == PROTO_ERROR)) {
+                struct call *c = s->call;
+                s->call = NULL;
+                complete_call(g, c, h->type, payload, h->length);
+        } else if (s->handler) {
+                run_handler(g, s, h->type, payload, h->length);
+        } else {
+                log_emit(LOG_LEVEL_DEBUG, g->ctx, "dropping %s frame on call stream %u", proto_type_name(h->type),
+                         h->stream);
+        }
+        pthread_mutex_unlock(&g->lock);
+}
+
+/* The channel is gone: fail waiters, tell every handler once. */
+static void mark_dead(struct guestconn *g) {
+        pthread_mutex_lock(&g->lock);
+        g->dead = true;
+        for (size_t i = 0; i < g->nstreams; i++)
+                if (g->streams[i].call) {
+                        call_finish(g, g->streams[i].call, -ECONNRESET, NULL, NULL);
+                        g->streams[i].call = NULL;
+                }
+        for (;;) {
+                /* Rescan after every handler: the table may change while it
+                 * runs (streams closed from other threads or the handler). */
+                struct stream *s = NULL;
+                for (size_t i = 0; i < g->nstreams && !s; i++)
+                        if (g->streams[i].handler && !g->streams[i].dead_notified)
+                                s = &g->streams[i];
+                if (!s)
+                        break;
+                s->dead_notified = true;
+                run_handler(g, s, 0, NULL, 0);
+        }
+        pthread_mutex_unlock(&g->lock);
+}
+
+static void *reader_main(void *arg) {
+        struct guestconn *g = arg;
+        for (;;) {
+                struct proto_header h;
+                const uint8_t *payload;
+                int k = proto_reader_read(&g->reader, g->fd, &h, &payload);
+                if (k == 0) {
+                        log_emit(LOG_LEVEL_INFO, g->ctx, "guest channel closed");
+                        break;
+                }
+                if (k < 0) {
+                        log_errno(LOG_LEVEL_WARN, k, g->ctx, "guest channel failed: %m");
+                        break;
+                }
+                dispatch(g, &h, payload);
+                proto_reader_pop(&g->reader, &h);
+        }
+        mark_dead(g);
+        return NULL;
+}
+
+/* ---- writing ---- */
+
+/* One whole frame with sendmsg(MSG_NOSIGNAL): a guest channel that went away
+ * must give -EPIPE, not kill the node with SIGPIPE. */
+static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const void *payload, size_t len) {
+        if (len > PROTO_MAX_PAYLOAD)
+                return -EMSGSIZE;
+        uint8_t hdr[PROTO_HEADER_SIZE];
+        proto_header_encode(&(struct proto_header){ .version = PROTO_VERSION, .type = type, .stream = stream,
+                                                     .length = (uint32_t) len },
+                            hdr);
+        struct iovec iov[2] = { { hdr, sizeof hdr }, { (void *) payload, len } };
+        struct msghdr mh = { .msg_iov = iov, .msg_iovlen = len > 0 ? 2 : 1 };
+        int r = 0;
+
+        pthread_mutex_lock(&g->wlock);
+        while (mh.msg_iovlen > 0) {
+                ssize_t k = sendmsg(g->fd, &mh, MSG_NOSIGNAL);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        r = negative_errno();
+                        break;
+                }
+                size_t adv = (size_t) k;
+                while (mh.msg_iovlen > 0 && adv >= mh.msg_iov[0].iov_len) {
+                        adv -= mh.msg_iov[0].iov_len;
+                        mh.msg_iov++;
+                        mh.msg_iovlen--;
+                }
+                if (mh.msg_iovlen > 0) {
+                        mh.msg_iov[0].iov_base = (uint8_t *) mh.msg_iov[0].iov_base + adv;
+                        mh.msg_iov[0].iov_len -= adv;
+                }
+        }
+        pthread_mutex_unlock(&g->wlock);
+        return r;
+}
+
+int guestconn_send(struct guestconn *g, uint8_t type, uint32_t stream, const void *payload, size_t len) {
+        if (!guestconn_alive(g))
+                return -ECONNRESET;
+        return send_frame(g, type, stream, payload, len);
+}
+
+int guestconn_send_json(struct guestconn *g, uint8_t type, uint32_t stream, json_t *obj) {
+        if (!obj || !json_is_object(obj))
+                return -EINVAL;
+        _cleanup_free_ char *text = json_dumps(obj, JSON_COMPACT);
+        if (!text)
+                return -ENOMEM;
+        return guestconn_send(g, type, stream, text, strlen(text));
+}
+
+/* ---- handshake ---- */
+
+/* Looks for a complete HELLO frame on stream 0 carrying our nonce anywhere in
+ * buf. Every magic is a candidate: stale bytes may hold a frame cut short, so
+ * we cannot trust lengths before our reply. Returns 1 with the offset just
+ * past the reply, where it starts and the reply, 0 if not (yet) there. *ret_keep_from is
+ * where the earliest candidate that may still complete starts (bytes before
+ * it can be dropped). */
+static int find_hello_reply(const uint8_t *buf, size_t len, const char *nonce, size_t *ret_start, size_t *ret_end,
+                            json_t **ret_msg, size_t *ret_keep_from) {
+        static const uint8_t magic[4] = { 'A', 'L', 'K', '1' };
+        size_t keep = len > 3 ? len - 3 : 0;
+        for (size_t off = 0; off + 4 <= len;) {
+                const uint8_t *p = memmem(buf + off, len - off, magic, 4);
+                if (!p)
+                        break;
+                off = (size_t) (p - buf);
+                struct proto_header h;
+                if (off + PROTO_HEADER_SIZE > len) {
+                        keep = MIN(keep, off);
+                        break;
+                }
+                if (proto_header_decode(buf + off, &h) < 0 || h.type != PROTO_HELLO || h.stream != 0) {
+                        off++;
+                        continue;
+                }
+                size_t end = off + PROTO_HEADER_SIZE + h.length;
+                if (end > len) {
+                        keep = MIN(keep, off);
+                        off++;
+                        continue;
+                }
+                json_error_t jerr;
+                json_t *m = json_loadb((const char *) buf + off + PROTO_HEADER_SIZE, h.length, 0, &jerr);
+                const char *n = json_string_value(json_object_get(m, "nonce"));
+                if (n && strcmp(n, nonce) == 0) {
+                        *ret_start = off;
+                        *ret_end = end;
+                        *ret_msg = m;
+                        return 1;
+                }
+                json_decref(m);
+                off++;
+        }
+        *ret_keep_from = keep;
+        return 0;
+}
+
+static int handshake(struct guestconn *g, int timeout_ms) {
+        uint8_t raw[NONCE_BYTES];
+        char nonce[2 * NONCE_BYTES + 1];
+        int r = random_bytes(raw, sizeof raw);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < sizeof raw; i++)
+                snprintf(nonce + 2 * i, 3, "%02x", raw[i]);
+
+        json_t *hello = json_pack("{s:s, s:i}", "nonce", nonce, "version", PROTO_VERSION);
+        if (!hello)
+                return -ENOMEM;
+        r = guestconn_send_json(g, PROTO_HELLO, 0, hello);
+        json_decref(hello);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, g->ctx, "failed to send HELLO: %m");
+
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) MAX(timeout_ms, 0) * 1000000ull;
+        size_t cap = 64u << 10, len = 0;
+        uint64_t dropped = 0;
+        _cleanup_free_ uint8_t *buf = malloc(cap);
+        if (!buf)
+                return -ENOMEM;
+
+        for (;;) {
+                size_t start, end, keep;
+                json_t *reply = NULL;
+                if (find_hello_reply(buf, len, nonce, &start, &end, &reply, &keep) > 0) {
+                        json_t *ver = json_object_get(reply, "version");
+                        if (!json_is_integer(ver) || json_integer_value(ver) != PROTO_VERSION) {
+                                json_decref(reply);
+                                return log_errno(LOG_LEVEL_ERROR, -EPROTONOSUPPORT, g->ctx,
+                                                 "guest agent speaks another protocol version");
+                        }
+                        log_emit(LOG_LEVEL_INFO, g->ctx, "guest channel up: agent %s, boot_id %s, %llu stale bytes skipped",
+                                 json_string_value(json_object_get(reply, "agent")) ?: "?",
+                                 json_string_value(json_object_get(reply, "boot_id")) ?: "?",
+                                 (unsigned long long) (dropped + start));
+                        json_decref(reply);
+                        /* Whatever followed the reply is the first real traffic. */
+                        return proto_reader_feed(&g->reader, buf + end, len - end);
+                }
+                if (keep > 0) {
+                        memmove(buf, buf + keep, len - keep);
+                        len -= keep;
+                        dropped += keep;
+                }
+                if (len == cap) {
+                        if (cap >= HANDSHAKE_BUF_MAX) {
+                                /* A stale header claiming a huge length pins the
+                                 * buffer: give up on that candidate. */
+                                memmove(buf, buf + 1, --len);
+                                dropped++;
+                        } else {
+                                size_t ncap = MIN(cap * 2, (size_t) HANDSHAKE_BUF_MAX);
+                                uint8_t *nb = realloc(buf, ncap);
+                                if (!nb)
+                                        return -ENOMEM;
+                                buf = nb;
+                                cap = ncap;
+                        }
+                }
+
+                uint64_t now = now_monotonic_ns();
+                if (now >= deadline)
+                        return log_errno(LOG_LEVEL_ERROR, -ETIMEDOUT, g->ctx,
+                                         "no HELLO reply from the guest agent within %d ms", timeout_ms);
+                struct pollfd p = { .fd = g->fd, .events = POLLIN };
+                int k = poll(&p, 1, (int) MIN((deadline - now + 999999) / 1000000, (uint64_t) INT32_MAX));
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negative_errno();
+                }
+                if (k == 0)
+                        continue;
+                ssize_t n = recv(g->fd, buf + len, cap - len, MSG_DONTWAIT);
+                if (n < 0) {
+                        if (errno == EINTR || errno == EAGAIN)
+                                continue;
+                        return log_errno(LOG_LEVEL_ERROR, negative_errno(), g->ctx,
+                                         "reading the guest channel failed: %m");
+                }
+                if (n == 0)
+                        return log_errno(LOG_LEVEL_ERROR, -ECONNRESET, g->ctx,
+                                         "guest channel closed during the handshake");
+                len += (size_t) n;
+        }
+}
+
+/* ---- life cycle ---- */
+
+static void guestconn_release(struct guestconn *g) {
+        if (g->fd >= 0)
+                close(g->fd);
+        proto_reader_release(&g->reader);
+        pthread_mutex_destroy(&g->lock);
+        pthread_mutex_destroy(&g->wlock);
+        pthread_cond_destroy(&g->cond);
+        free(g->streams);
+        free(g->ctx);
+        free(g);
+}
+
+int guestconn_open(int fd, const char *ctx, int timeout_ms, struct guestconn **ret) {
+        _cleanup_close_ int owned = fd;
+        if (fd < 0)
+                return -EBADF;
+
+        struct guestconn *g = calloc(1, sizeof *g);
+        if (!g)
+                return -ENOMEM;
+        g->fd = TAKE_FD(owned);
+        g->next_stream = 1;
+        g->ctx = strdup(ctx ?: "");
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&g->cond, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_init(&g->lock, NULL);
+        pthread_mutex_init(&g->wlock, NULL);
+        int r = proto_reader_init(&g->reader);
+        if (r < 0 || !g->ctx) {
+                guestconn_release(g);
+                return r < 0 ? r : -ENOMEM;
+        }
+
+        r = handshake(g, timeout_ms);
+        if (r < 0) {
+                guestconn_release(g);
+                return r;
+        }
+
+        /* The reader must not take process signals (the node may handle them
+         * with signalfd, which requires them blocked in every thread). */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        r = -pthread_create(&g->thread, NULL, reader_main, g);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (r < 0) {
+                guestconn_release(g);
+                return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to start the guest channel reader: %m");
+        }
+        g->thread_started = true;
+        *ret = g;
+        return 0;
+}
+
+void guestconn_free(struct guestconn *g) {
+        if (!g)
+                return;
+        if (g->thread_started) {
+                /* Wakes the reader (read returns 0) and any writer blocked on
+                 * backpressure (EPIPE); the reader then fails every stream. */
+                shutdown(g->fd, SHUT_RDWR);
+                pthread_join(g->thread, NULL);
+        }
+        guestconn_release(g);
+}
+
+bool guestconn_alive(struct guestconn *g) {
+        pthread_mutex_lock(&g->lock);
+        bool alive = !g->dead;
+        pthread_mutex_unlock(&g->lock);
+        return alive;
+}
+
+int guestconn_stream_open(struct guestconn *g, guestconn_handler_fn handler, void *userdata, uint32_t *ret_stream) {
+        if (!handler)
+                return -EINVAL;
+        pthread_mutex_lock(&g->lock);
+        int r = -ECONNRESET;
+        struct stream *s;
+        if (!g->dead)
+                r = stream_add(g, handler, userdata, &s);
+        if (r >= 0)
+                *ret_stream = s->id;
+        pthread_mutex_unlock(&g->lock);
+        return r;
+}
+
+void guestconn_stream_close(struct guestconn *g, uint32_t stream) {
+        if (stream == 0) /* never a stream of ours; 0 also means "no dispatch" below */
+                return;
+        pthread_mutex_lock(&g->lock);
+        struct stream *s = stream_find(g, stream);
+        if (s) {
+                if (s->call)
+                        call_finish(g, s->call, -ECANCELED, NULL, NULL);
+                stream_remove(g, s);
+        }
+        /* The handler may be running right now on the reader thread: wait
+         * for it, unless we are that handler closing its own stream. */
+        if (g->thread_started && !pthread_equal(pthread_self(), g->thread))
+                while (g->dispatching == stream)
+                        pthread_cond_wait(&g->cond, &g->lock);
+        pthread_mutex_unlock(&g->lock);
+}
+
+/* Waits for c under g->lock until done or deadline. */
+static void call_wait(struct guestconn *g, struct call *c, int timeout_ms) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long) (timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+        }
+        while (!c->done)
+                if (pthread_cond_timedwait(&g->cond, &g->lock, &ts) == ETIMEDOUT)
+                        break;
+}
+
+static int call_on(struct guestconn *g, uint32_t stream, bool fresh, uint8_t type, json_t *req, int timeout_ms,
+                   json_t **ret_result, char **ret_message) {
+        if (!req || !json_is_object(req))
+                return -EINVAL;
+        _cleanup_free_ char *text = json_dumps(req, JSON_COMPACT);
+        if (!text)
+                return -ENOMEM;
+
+        struct call c = { 0 };
+        struct stream *s;
+        int r = 0;
+        pthread_mutex_lock(&g->lock);
+        if (g->dead)
+                r = -ECONNRESET;
+        else if (fresh)
+                r = stream_add(g, NULL, NULL, &s);
+        else if (!(s = stream_find(g, stream)))
+                r = -ENOENT;
+        else if (s->call)
+                r = -EBUSY;
+        if (r >= 0) {
+                s->call = &c;
+                stream = s->id;
+        }
+        pthread_mutex_unlock(&g->lock);
+        if (r < 0)
+                return r;
+
+        /* Registered before sending, so the reply cannot overtake us. */
+        r = send_frame(g, type, stream, text, strlen(text));
+
+        pthread_mutex_lock(&g->lock);
+        if (r >= 0)
+                call_wait(g, &c, MAX(timeout_ms, 0));
+        s = stream_find(g, stream);
+        if (s && s->call == &c)
+                s->call = NULL;
+        if (fresh && s)
+                stream_remove(g, s);
+        pthread_mutex_unlock(&g->lock);
+
+        if (r < 0)
+                return log_errno(LOG_LEVEL_WARN, r, g->ctx, "failed to send %s: %m", proto_type_name(type));
+        if (!c.done)
+                return -ETIMEDOUT;
+        if (c.error < 0) {
+                if (ret_message && c.message)
+                        *ret_message = c.message;
+                else
+                        free(c.message);
+                return c.error;
+        }
+        if (ret_result)
+                *ret_result = c.result;
+        else
+                json_decref(c.result);
+        return 0;
+}
+
+int guestconn_call(struct guestconn *g, uint8_t type, json_t *req, int timeout_ms, json_t **ret_result,
+                   char **ret_message) {
+        return call_on(g, 0, true, type, req, timeout_ms, ret_result, ret_message);
+}
+
+int guestconn_call_stream(struct guestconn *g, uint32_t stream, uint8_t type, json_t *req, int timeout_ms,
+                          json_t **ret_result, char **ret_message) {
+        return call_on(g, stream, false, type, req, timeout_ms, ret_result, ret_message);
+}
+
+int guestconn_ping(struct guestconn *g, int timeout_ms) {
+        json_t *req = json_object();
+        if (!req)
+                return -ENOMEM;
+        int r = guestconn_call(g, PROTO_PING, req, timeout_ms, NULL, NULL);
+        json_decref(req);
+        return r;
+}

@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * airlock-node: the node agent. Parses the configuration, picks the
+ * accelerator, opens the storage, cleans up after an earlier run, serves the
+ * node protocol and prebuilds templates in the background. SIGTERM/SIGINT
+ * stop it cleanly: no QEMU is left behind.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "macros.h"
+#include "nodeops.h"
+#include "sandbox.h"
+#include "server.h"
+#include "session.h"
+#include "storage.h"
+#include "template.h"
+#include "util.h"
+#include "vmm.h"
+
+static int signal_pipe[2] = { -1, -1 };
+
+static void on_signal(int sig) {
+        int saved = errno;
+        unsigned char b = (unsigned char) sig;
+        if (write(signal_pipe[1], &b, 1) < 0) {
+                /* the pipe is full: a stop is already pending */
+        }
+        errno = saved;
+}
+
+static int setup_signals(void) {
+        if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+                return negative_errno();
+        struct sigaction sa = { .sa_handler = on_signal, .sa_flags = SA_RESTART };
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGTERM, &sa, NULL) < 0 || sigaction(SIGINT, &sa, NULL) < 0)
+                return negative_errno();
+        /* writes to a client that went away fail with EPIPE instead */
+        signal(SIGPIPE, SIG_IGN);
+        return 0;
+}
+
+/* Accepts connections until a stop signal arrives; runs housekeeping once
+ * a second. */
+static void serve(int listen_fd, const struct node_config *cfg) {
+        for (;;) {
+                struct pollfd p[2] = { { .fd = listen_fd, .events = POLLIN }, { .fd = signal_pipe[0], .events = POLLIN } };
+                int k = poll(p, 2, 1000);
+                if (k < 0 && errno != EINTR) {
+                        log_error_errno(negative_errno(), "poll failed: %m");
+                        return;
+                }
+                if (p[1].revents & POLLIN) {
+                        unsigned char sig = 0;
+                        if (read(signal_pipe[0], &sig, 1) == 1)
+                                log_info("received %s, shutting down", strsignal(sig));
+                        return;
+                }
+                if (p[0].revents & POLLIN)
+                        server_accept(listen_fd, cfg);
+                session_gc();
+        }
+}
+
+int main(int argc, char *argv[]) {
+        _cleanup_(node_config_freep) struct node_config *cfg = NULL;
+        enum node_config_action action;
+        int r;
+
+        log_setup("airlock-node", LOG_LEVEL_INFO);
+        r = node_config_load(argc, argv, &cfg, &action);
+        if (r < 0) {
+                fprintf(stderr, "Try 'airlock-node --help'.\n");
+                return 2;
+        }
+        if (action == NODE_CONFIG_HELP) {
+                node_config_usage(stdout);
+                return 0;
+        }
+        if (action == NODE_CONFIG_PRINT) {
+                node_config_print(cfg, stdout);
+                return 0;
+        }
+        log_setup("airlock-node", cfg->log_level);
+        if (sodium_init() < 0) {
+                log_error("libsodium failed to initialise");
+                return 1;
+        }
+        r = setup_signals();
+        if (r < 0) {
+                log_error_errno(r, "Failed to set up signal handling: %m");
+                return 1;
+        }
+
+        enum vmm_accel accel;
+        char reason[256] = "";
+        r = vmm_accel_pick(cfg->accel, &accel, reason, sizeof reason);
+        if (r < 0) {
+                log_error_errno(r, "Accelerator %s is not usable: %s", cfg->accel, reason[0] ? reason : "(no reason given)");
+                return 1;
+        }
+        /* vmm_accel_pick() logged the choice and its reason */
+
+        r = mkdir_p(cfg->data_dir, 0700);
+        if (r < 0) {
+                log_error_errno(r, "Failed to create %s: %m", cfg->data_dir);
+                return 1;
+        }
+        struct storage *st = NULL;
+        r = storage_open(cfg->data_dir, cfg->volume_gib, cfg->storage == NODE_STORAGE_AUTO, &st);
+        if (r < 0) {
+                log_error_errno(r, "Failed to open storage in %s: %m", cfg->data_dir);
+                return 1;
+        }
+        log_info("storage root %s (reflink %s%s)", st->root, st->reflink ? "yes" : "no",
+                 st->mounted_volume ? ", btrfs loop volume" : "");
+        if (!st->reflink)
+                log_warn("storage under %s cannot reflink: sandbox disks will be full copies", st->root);
+
+        char templates_dir[4200], sandboxes_dir[4200];
+        if (cfg->templates_dir)
+                snprintf(templates_dir, sizeof templates_dir, "%s", cfg->templates_dir);
+        else
+                snprintf(templates_dir, sizeof templates_dir, "%s/templates", st->root);
+        snprintf(sandboxes_dir, sizeof sandboxes_dir, "%s/sandboxes", st->root);
+
+        int listen_fd = -1;
+        int exit_code = 1;
+        if ((r = template_init(cfg, templates_dir, accel)) < 0 ||
+            (r = sandbox_manager_init(cfg, sandboxes_dir, accel)) < 0)
+                goto out;
+        session_init(cfg);
+        nodeops_init(cfg, accel, reason);
+
+        r = server_listen(cfg->socket_path, &listen_fd);
+        if (r < 0)
+                goto out;
+        log_info("listening on %s; templates in %s; sandboxes in %s", cfg->socket_path, templates_dir, sandboxes_dir);
+
+        if (cfg->n_prebuild > 0) {
+                r = template_prebuild_start();
+                if (r < 0) {
+                        log_error_errno(r, "Failed to start the prebuild thread: %m");
+                        goto out;
+                }
+        }
+
+        serve(listen_fd, cfg);
+        exit_code = 0;
+out:
+        if (listen_fd >= 0) {
+                close(listen_fd);
+                unlink(cfg->socket_path);
+        }
+        template_shutdown();
+        sandbox_delete_all();
+        storage_close(st);
+        log_info("stopped");
+        /* connection and build threads may still run: end the process
+         * without running destructors under their feet */
+        fflush(stdout);
+        fflush(stderr);
+        _exit(exit_code);
+}

@@ -1,0 +1,955 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "nodeops.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "guestconn.h"
+#include "log.h"
+#include "nodeutil.h"
+#include "proto.h"
+#include "sandbox.h"
+#include "server.h"
+#include "session.h"
+#include "template.h"
+#include "util.h"
+
+/* Limits on what a request may carry (the guest enforces the same). */
+#define ARGV_MAX 4096
+#define ENV_MAX 4096
+#define STRING_MAX (128u << 10)
+#define EXEC_DEFAULT_TIMEOUT_S 60
+#define GUEST_CALL_MS 30000
+/* After SIGKILL on timeout, how long to wait for the EXIT frame. */
+#define EXEC_KILL_GRACE_MS 2000
+/* file.read: guest data waiting for the client, at most. */
+#define READ_QUEUE_MAX (4u << 20)
+/* file.read / file.write: no progress for this long ends the transfer. */
+#define TRANSFER_IDLE_MS 60000
+/* Room left in a reply frame for everything but exec's two outputs. */
+#define REPLY_SLACK 1024
+
+static const struct node_config *ocfg;
+static enum vmm_accel oaccel;
+static char oaccel_reason[256];
+
+void nodeops_init(const struct node_config *cfg, enum vmm_accel accel, const char *accel_reason) {
+        ocfg = cfg;
+        oaccel = accel;
+        snprintf(oaccel_reason, sizeof oaccel_reason, "%s", accel_reason ? accel_reason : "");
+}
+
+/* ---- request validation: every helper replies "invalid" itself ---- */
+
+static int field_string(struct node_conn *c, json_t *req, const char *key, bool required, size_t max,
+                        const char **ret) {
+        json_t *v = json_object_get(req, key);
+        if (!v || json_is_null(v)) {
+                if (required)
+                        return conn_reply_error(c, -EINVAL, "invalid", "missing field \"%s\"", key);
+                *ret = NULL;
+                return 0;
+        }
+        if (!json_is_string(v))
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" must be a string", key);
+        size_t n = json_string_length(v);
+        if (n > max)
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" is longer than %zu bytes", key, max);
+        if (strlen(json_string_value(v)) != n)
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" contains a NUL character", key);
+        *ret = json_string_value(v);
+        return 0;
+}
+
+static int field_name(struct node_conn *c, json_t *req, const char *key, const char **ret) {
+        const char *s;
+        int r = field_string(c, req, key, true, 64, &s);
+        if (r < 0)
+                return r;
+        if (!name_is_valid(s))
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "field \"%s\" must be 1-64 characters of [A-Za-z0-9._-], not starting with '.'",
+                                        key);
+        *ret = s;
+        return 0;
+}
+
+static int field_path(struct node_conn *c, json_t *req, const char *key, bool required, const char **ret) {
+        const char *s;
+        int r = field_string(c, req, key, required, NODE_PATH_MAX, &s);
+        if (r < 0)
+                return r;
+        if (s && !node_path_is_valid(s))
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "field \"%s\" must be an absolute path without \"..\" components", key);
+        *ret = s;
+        return 0;
+}
+
+static int field_bool(struct node_conn *c, json_t *req, const char *key, bool def, bool *ret) {
+        json_t *v = json_object_get(req, key);
+        if (!v || json_is_null(v)) {
+                *ret = def;
+                return 0;
+        }
+        if (!json_is_boolean(v))
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" must be a boolean", key);
+        *ret = json_is_true(v);
+        return 0;
+}
+
+static int field_uint(struct node_conn *c, json_t *req, const char *key, uint64_t def, uint64_t min, uint64_t max,
+                      uint64_t *ret) {
+        json_t *v = json_object_get(req, key);
+        if (!v || json_is_null(v)) {
+                *ret = def;
+                return 0;
+        }
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t) json_integer_value(v) < min ||
+            (uint64_t) json_integer_value(v) > max)
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" must be an integer in %llu..%llu", key,
+                                        (unsigned long long) min, (unsigned long long) max);
+        *ret = (uint64_t) json_integer_value(v);
+        return 0;
+}
+
+/* env: an object of string values. Returns a new reference (empty object
+ * when absent). */
+static int field_env(struct node_conn *c, json_t *req, const char *key, json_t **ret) {
+        json_t *v = json_object_get(req, key);
+        if (!v || json_is_null(v)) {
+                *ret = json_object();
+                return *ret ? 0 : -ENOMEM;
+        }
+        if (!json_is_object(v))
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" must be an object of strings", key);
+        if (json_object_size(v) > ENV_MAX)
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" has more than %d entries", key, ENV_MAX);
+        const char *k;
+        json_t *val;
+        json_object_foreach(v, k, val) {
+                size_t klen = strlen(k);
+                if (klen == 0 || klen > STRING_MAX || strchr(k, '='))
+                        return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\": bad variable name", key);
+                if (!json_is_string(val) || json_string_length(val) > STRING_MAX ||
+                    strlen(json_string_value(val)) != json_string_length(val))
+                        return conn_reply_error(c, -EINVAL, "invalid",
+                                                "field \"%s\": value of %.64s must be a string without NUL, at most %u bytes",
+                                                key, k, STRING_MAX);
+        }
+        *ret = json_incref(v);
+        return 0;
+}
+
+/* cmd: a non-empty array of strings. Returns a new reference. */
+static int field_cmd(struct node_conn *c, json_t *req, const char *key, json_t **ret) {
+        json_t *v = json_object_get(req, key);
+        if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > ARGV_MAX)
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" must be an array of 1..%d strings", key,
+                                        ARGV_MAX);
+        size_t i;
+        json_t *a;
+        json_array_foreach(v, i, a) {
+                if (!json_is_string(a) || json_string_length(a) > STRING_MAX ||
+                    strlen(json_string_value(a)) != json_string_length(a))
+                        return conn_reply_error(c, -EINVAL, "invalid",
+                                                "field \"%s\": element %zu must be a string without NUL, at most %u bytes",
+                                                key, i, STRING_MAX);
+        }
+        if (json_string_length(json_array_get(v, 0)) == 0)
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\": empty program name", key);
+        *ret = json_incref(v);
+        return 0;
+}
+
+/* Looks up the sandbox named by the "id" field and its guest channel. */
+static int req_sandbox(struct node_conn *c, json_t *req, struct sandbox **ret_s, struct guestconn **ret_g) {
+        const char *id;
+        int r = field_name(c, req, "id", &id);
+        if (r < 0)
+                return r;
+        struct sandbox *s;
+        r = sandbox_get(id, &s);
+        if (r < 0)
+                return conn_reply_error(c, r, "not_found", "no sandbox %s", id);
+        if (ret_g) {
+                r = sandbox_guest(s, ret_g);
+                if (r < 0) {
+                        _cleanup_free_ char *why = sandbox_error(s);
+                        sandbox_unref(s);
+                        return conn_reply_error(c, r, "guest", "sandbox %s is not running: %s", id,
+                                                why ? why : "unknown");
+                }
+        }
+        *ret_s = s;
+        return 0;
+}
+
+/* Replies with a guest call's failure: the guest's errno and message when
+ * it sent ERROR, else the transport problem. */
+static int reply_guest_failure(struct node_conn *c, int r, const char *msg, const char *what) {
+        if (msg)
+                return conn_reply_error(c, r, node_guest_errno_code(-r), "%s: %s", what, msg);
+        if (r == -ETIMEDOUT)
+                return conn_reply_error(c, r, "timeout", "%s: the guest agent did not answer", what);
+        if (r == -ECONNRESET || r == -EPIPE || r == -ECANCELED)
+                return conn_reply_error(c, r, "guest", "%s: the guest channel closed", what);
+        return conn_reply_errno(c, r, what);
+}
+
+/* ---- simple ops ---- */
+
+static int op_health(struct node_conn *c, json_t *req) {
+        return conn_reply_ok(c, json_pack("{s:b, s:s, s:s}", "ready", template_prebuild_ready(), "accel",
+                                          vmm_accel_name(oaccel), "accel_reason", oaccel_reason));
+}
+
+static int op_template_list(struct node_conn *c, json_t *req) {
+        json_t *list = template_list_json();
+        if (!list)
+                return -ENOMEM;
+        return conn_reply_ok(c, json_pack("{s:o}", "templates", list));
+}
+
+static int op_sandbox_create(struct node_conn *c, json_t *req) {
+        const char *id, *tpl;
+        _cleanup_(json_decrefp) json_t *env = NULL;
+        int r;
+        if ((r = field_name(c, req, "id", &id)) < 0 || (r = field_name(c, req, "template", &tpl)) < 0 ||
+            (r = field_env(c, req, "env", &env)) < 0)
+                return r;
+        json_t *md = json_object_get(req, "metadata");
+        if (md && !json_is_object(md) && !json_is_null(md))
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"metadata\" must be an object");
+
+        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " sandbox=%s", id);
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        _cleanup_free_ char *err = NULL;
+        r = sandbox_create(id, tpl, env, &s, &err);
+        if (r < 0) {
+                const char *code = r == -EEXIST ? "conflict"
+                                   : r == -ENOENT ? "not_found"
+                                   : r == -EUSERS || r == -EAGAIN ? "unavailable"
+                                   : r == -ETIMEDOUT ? "timeout"
+                                   : r == -EIO ? "internal"
+                                               : "guest";
+                if (r == -ENOMEM)
+                        code = "internal";
+                return conn_reply_error(c, r, code, "%s", err ? err : strerror(-r));
+        }
+        return conn_reply_ok(c, json_pack("{s:o}", "sandbox", sandbox_json(s)));
+}
+
+static int op_sandbox_get(struct node_conn *c, json_t *req) {
+        const char *id;
+        int r = field_name(c, req, "id", &id);
+        if (r < 0)
+                return r;
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        if (sandbox_get(id, &s) < 0)
+                return conn_reply_error(c, -ENOENT, "not_found", "no sandbox %s", id);
+        return conn_reply_ok(c, json_pack("{s:o}", "sandbox", sandbox_json(s)));
+}
+
+static int op_sandbox_list(struct node_conn *c, json_t *req) {
+        json_t *list = sandbox_list_json();
+        if (!list)
+                return -ENOMEM;
+        return conn_reply_ok(c, json_pack("{s:o}", "sandboxes", list));
+}
+
+static int op_sandbox_delete(struct node_conn *c, json_t *req) {
+        const char *id;
+        int r = field_name(c, req, "id", &id);
+        if (r < 0)
+                return r;
+        r = sandbox_delete(id);
+        if (r == -ENOENT)
+                return conn_reply_error(c, r, "not_found", "no sandbox %s", id);
+        if (r == -EBUSY)
+                return conn_reply_error(c, r, "conflict", "sandbox %s is being created", id);
+        if (r < 0)
+                return conn_reply_errno(c, r, "delete failed");
+        return conn_reply_ok(c, NULL);
+}
+
+/* ---- exec ---- */
+
+struct exec_out {
+        uint8_t *data;
+        size_t len;
+        bool truncated;
+};
+
+struct exec_state {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        size_t max_output;
+        struct exec_out out[2]; /* stdout, stderr */
+        bool exited, dead;
+        int exit_code;
+};
+
+static void exec_handler(void *userdata, uint8_t type, const uint8_t *payload, size_t len) {
+        struct exec_state *e = userdata;
+        pthread_mutex_lock(&e->lock);
+        if (type == PROTO_STDOUT || type == PROTO_STDERR) {
+                struct exec_out *o = &e->out[type == PROTO_STDERR];
+                size_t take = MIN(len, e->max_output - o->len);
+                memcpy(o->data + o->len, payload, take);
+                o->len += take;
+                if (take < len)
+                        o->truncated = true;
+        } else if (type == PROTO_EXIT) {
+                json_error_t jerr;
+                json_t *m = json_loadb((const char *) payload, len, 0, &jerr);
+                json_t *code = json_object_get(m, "exit_code");
+                e->exit_code = json_is_integer(code) ? (int) json_integer_value(code) : -1;
+                e->exited = true;
+                json_decref(m);
+        } else if (type == 0)
+                e->dead = true;
+        pthread_cond_broadcast(&e->cond);
+        pthread_mutex_unlock(&e->lock);
+}
+
+/* Waits (e->lock held) until the process exited, the channel died or the
+ * monotonic deadline passed. */
+static void exec_wait(struct exec_state *e, uint64_t deadline_ns) {
+        while (!e->exited && !e->dead) {
+                uint64_t now = now_monotonic_ns();
+                if (now >= deadline_ns)
+                        return;
+                struct timespec ts = { .tv_sec = (time_t) (deadline_ns / 1000000000ULL),
+                                       .tv_nsec = (long) (deadline_ns % 1000000000ULL) };
+                pthread_cond_timedwait(&e->cond, &e->lock, &ts);
+        }
+}
+
+/* Size of s[0..len) encoded as a JSON string. */
+static size_t json_string_size(const char *s, size_t len) {
+        json_t *j = json_stringn_nocheck(s, len);
+        size_t n = j ? json_dumpb(j, NULL, 0, JSON_ENCODE_ANY) : SIZE_MAX;
+        json_decref(j);
+        return n;
+}
+
+/* Cuts s (valid UTF-8) at a character boundary until its JSON encoding is at
+ * most budget bytes. */
+static void fit_string(char *s, size_t *len, size_t budget, bool *truncated) {
+        for (size_t size = json_string_size(s, *len); size > budget;) {
+                size_t want = (size_t) ((double) *len * ((double) budget / (double) size) * 0.98);
+                size_t n = utf8_cut(s, *len, want < *len ? want : *len - 1);
+                *len = n;
+                s[n] = 0;
+                *truncated = true;
+                size = json_string_size(s, n);
+        }
+}
+
+/* Builds exec's reply. It must fit one frame, and escaping can grow output
+ * up to six times: the outputs share the room, neither gets less than half
+ * unless the other needs less. */
+static json_t *exec_reply(struct exec_state *e, bool timed_out) {
+        _cleanup_free_ char *so = NULL, *se = NULL;
+        size_t so_len = 0, se_len = 0;
+        so = utf8_sanitize(e->out[0].data, e->out[0].len, &so_len);
+        se = utf8_sanitize(e->out[1].data, e->out[1].len, &se_len);
+        if (!so || !se)
+                return NULL;
+        bool trunc[2] = { e->out[0].truncated, e->out[1].truncated };
+        size_t room = PROTO_MAX_PAYLOAD - REPLY_SLACK;
+        size_t so_size = json_string_size(so, so_len), se_size = json_string_size(se, se_len);
+        if (so_size + se_size > room) {
+                size_t half = room / 2;
+                size_t so_budget = se_size < half ? room - se_size : MAX(half, room - MIN(se_size, room));
+                if (so_size < half)
+                        so_budget = so_size;
+                fit_string(so, &so_len, so_budget, &trunc[0]);
+                fit_string(se, &se_len, room - json_string_size(so, so_len), &trunc[1]);
+        }
+        return json_pack("{s:i, s:s%, s:s%, s:b, s:b, s:b}", "exit_code", e->exit_code, "stdout", so, so_len, "stderr",
+                         se, se_len, "stdout_truncated", trunc[0], "stderr_truncated", trunc[1], "timed_out",
+                         timed_out);
+}
+
+static int op_exec(struct node_conn *c, json_t *req) {
+        _cleanup_(json_decrefp) json_t *cmd = NULL, *env = NULL;
+        const char *cwd, *stdin_s;
+        uint64_t timeout_s, max_output;
+        int r;
+        if ((r = field_cmd(c, req, "cmd", &cmd)) < 0 || (r = field_env(c, req, "env", &env)) < 0 ||
+            (r = field_path(c, req, "cwd", false, &cwd)) < 0 ||
+            (r = field_string(c, req, "stdin", false, PROTO_MAX_PAYLOAD, &stdin_s)) < 0 ||
+            (r = field_uint(c, req, "timeout_s", MIN(EXEC_DEFAULT_TIMEOUT_S, ocfg->exec_timeout_max_s), 1,
+                            ocfg->exec_timeout_max_s, &timeout_s)) < 0 ||
+            (r = field_uint(c, req, "max_output", ocfg->exec_max_output, 0, UINT32_MAX, &max_output)) < 0)
+                return r;
+        max_output = MIN(max_output, (uint64_t) ocfg->exec_max_output);
+        size_t stdin_len = stdin_s ? json_string_length(json_object_get(req, "stdin")) : 0;
+
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        struct guestconn *g;
+        if ((r = req_sandbox(c, req, &s, &g)) < 0)
+                return r;
+        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s", s->ctx);
+
+        uint64_t deadline = now_monotonic_ns() + timeout_s * 1000000000ULL;
+        struct exec_state e = { .max_output = max_output };
+        pthread_mutex_init(&e.lock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&e.cond, &ca);
+        pthread_condattr_destroy(&ca);
+        e.out[0].data = malloc(MAX(max_output, 1));
+        e.out[1].data = malloc(MAX(max_output, 1));
+        json_t *exec_req = json_pack("{s:O, s:O}", "argv", cmd, "env", env);
+        if (exec_req && cwd)
+                json_object_set_new(exec_req, "cwd", json_string(cwd));
+
+        uint32_t stream = 0;
+        _cleanup_free_ char *msg = NULL;
+        json_t *reply = NULL;
+        bool timed_out = false;
+        if (!e.out[0].data || !e.out[1].data || !exec_req)
+                r = -ENOMEM;
+        else
+                r = guestconn_stream_open(g, exec_handler, &e, &stream);
+        if (r >= 0)
+                r = guestconn_call_stream(g, stream, PROTO_EXEC, exec_req, GUEST_CALL_MS, NULL, &msg);
+        if (r < 0) {
+                reply_guest_failure(c, r, msg, "exec failed");
+                goto out;
+        }
+        for (size_t off = 0; off < stdin_len && r >= 0; off += PROTO_DATA_CHUNK)
+                r = guestconn_send(g, PROTO_STDIN, stream, stdin_s + off, MIN((size_t) PROTO_DATA_CHUNK, stdin_len - off));
+        if (r >= 0)
+                r = guestconn_send(g, PROTO_STDIN_CLOSE, stream, "{}", 2);
+        /* a process that exits without reading stdin is not an error */
+
+        pthread_mutex_lock(&e.lock);
+        exec_wait(&e, deadline);
+        if (!e.exited && !e.dead) {
+                timed_out = true;
+                pthread_mutex_unlock(&e.lock);
+                log_emit(LOG_LEVEL_INFO, c->ctx, "exec timed out after %llu s: killing it", (unsigned long long) timeout_s);
+                json_t *sig = json_pack("{s:i}", "signal", 9);
+                if (sig)
+                        guestconn_send_json(g, PROTO_SIGNAL, stream, sig);
+                json_decref(sig);
+                pthread_mutex_lock(&e.lock);
+                exec_wait(&e, now_monotonic_ns() + EXEC_KILL_GRACE_MS * 1000000ULL);
+                if (!e.exited)
+                        e.exit_code = -1;
+        }
+        bool dead = e.dead && !e.exited;
+        pthread_mutex_unlock(&e.lock);
+        guestconn_stream_close(g, stream);
+        stream = 0;
+        if (dead && !timed_out) {
+                _cleanup_free_ char *why = sandbox_error(s);
+                conn_reply_error(c, -ECONNRESET, "guest", "the guest channel closed during exec%s%s", why ? ": " : "",
+                                 why ? why : "");
+                goto out;
+        }
+        reply = exec_reply(&e, timed_out);
+        if (!reply) {
+                r = -ENOMEM;
+                goto out;
+        }
+        r = conn_reply_ok(c, TAKE_PTR(reply));
+out:
+        if (stream)
+                guestconn_stream_close(g, stream);
+        json_decref(exec_req);
+        free(e.out[0].data);
+        free(e.out[1].data);
+        pthread_mutex_destroy(&e.lock);
+        pthread_cond_destroy(&e.cond);
+        return r;
+}
+
+/* ---- sessions ---- */
+
+static int op_session_start(struct node_conn *c, json_t *req) {
+        _cleanup_(json_decrefp) json_t *cmd = NULL, *env = NULL;
+        const char *cwd, *sid;
+        bool pty;
+        uint64_t rows, cols;
+        int r;
+        if ((r = field_name(c, req, "session_id", &sid)) < 0 || (r = field_cmd(c, req, "cmd", &cmd)) < 0 ||
+            (r = field_env(c, req, "env", &env)) < 0 || (r = field_path(c, req, "cwd", false, &cwd)) < 0 ||
+            (r = field_bool(c, req, "pty", false, &pty)) < 0 ||
+            (r = field_uint(c, req, "rows", 24, 1, 65535, &rows)) < 0 ||
+            (r = field_uint(c, req, "cols", 80, 1, 65535, &cols)) < 0)
+                return r;
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        if ((r = req_sandbox(c, req, &s, NULL)) < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *exec_req = json_pack("{s:O, s:O, s:b, s:I, s:I}", "argv", cmd, "env", env,
+                                                             "pty", pty, "rows", (json_int_t) rows, "cols",
+                                                             (json_int_t) cols);
+        if (!exec_req)
+                return -ENOMEM;
+        if (cwd)
+                json_object_set_new(exec_req, "cwd", json_string(cwd));
+        return session_start(c, s, sid, exec_req);
+}
+
+static int op_session_attach(struct node_conn *c, json_t *req) {
+        const char *sid;
+        int r = field_name(c, req, "session_id", &sid);
+        if (r < 0)
+                return r;
+        return session_attach(c, sid);
+}
+
+static int op_session_stdin(struct node_conn *c, json_t *req) {
+        const char *sid, *data;
+        bool close_stdin;
+        int r;
+        if ((r = field_name(c, req, "session_id", &sid)) < 0 ||
+            (r = field_string(c, req, "data", false, PROTO_MAX_PAYLOAD, &data)) < 0 ||
+            (r = field_bool(c, req, "close", false, &close_stdin)) < 0)
+                return r;
+        _cleanup_free_ uint8_t *bytes = NULL;
+        size_t len = 0;
+        if (data && node_base64_decode(data, &bytes, &len) < 0)
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"data\" must be base64");
+        return session_stdin(c, sid, bytes, len, close_stdin);
+}
+
+static int op_session_signal(struct node_conn *c, json_t *req) {
+        const char *sid;
+        uint64_t sig;
+        int r;
+        if ((r = field_name(c, req, "session_id", &sid)) < 0)
+                return r;
+        if (!json_object_get(req, "signal"))
+                return conn_reply_error(c, -EINVAL, "invalid", "missing field \"signal\"");
+        if ((r = field_uint(c, req, "signal", 0, 1, 64, &sig)) < 0)
+                return r;
+        return session_signal(c, sid, (int) sig);
+}
+
+/* ---- files ---- */
+
+struct qitem {
+        struct qitem *next;
+        size_t len;
+        uint8_t data[];
+};
+
+/* One guest file transfer on its own stream. */
+struct xfer {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool done;       /* write: RESULT or ERROR arrived; read: FILE_END */
+        bool dead;       /* the channel died */
+        bool cancelled;  /* read: the client is gone, discard */
+        int err;         /* negative guest errno from ERROR */
+        char *msg;       /* its message */
+        json_t *result;  /* write: RESULT payload */
+        struct qitem *head, *tail;
+        size_t queued;
+};
+
+static void xfer_init(struct xfer *x) {
+        *x = (struct xfer){ 0 };
+        pthread_mutex_init(&x->lock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&x->cond, &ca);
+        pthread_condattr_destroy(&ca);
+}
+
+static void xfer_release(struct xfer *x) {
+        while (x->head) {
+                struct qitem *q = x->head;
+                x->head = q->next;
+                free(q);
+        }
+        free(x->msg);
+        json_decref(x->result);
+        pthread_mutex_destroy(&x->lock);
+        pthread_cond_destroy(&x->cond);
+}
+
+/* Records a guest ERROR payload (x->lock held). */
+static void xfer_set_error(struct xfer *x, const uint8_t *payload, size_t len) {
+        json_error_t jerr;
+        json_t *m = json_loadb((const char *) payload, len, 0, &jerr);
+        json_t *e = json_object_get(m, "errno");
+        const char *msg = json_string_value(json_object_get(m, "message"));
+        x->err = json_is_integer(e) && json_integer_value(e) > 0 && json_integer_value(e) < 4096
+                         ? (int) -json_integer_value(e)
+                         : -EIO;
+        free(x->msg);
+        x->msg = strndup(msg ? msg : strerror(-x->err), 1024);
+        json_decref(m);
+}
+
+static void timespec_after_ms(struct timespec *ts, int ms) {
+        clock_gettime(CLOCK_MONOTONIC, ts);
+        ts->tv_sec += ms / 1000;
+        ts->tv_nsec += (long) (ms % 1000) * 1000000L;
+        if (ts->tv_nsec >= 1000000000L) {
+                ts->tv_sec++;
+                ts->tv_nsec -= 1000000000L;
+        }
+}
+
+static void write_handler(void *userdata, uint8_t type, const uint8_t *payload, size_t len) {
+        struct xfer *x = userdata;
+        pthread_mutex_lock(&x->lock);
+        if (type == PROTO_RESULT && !x->done) {
+                json_error_t jerr;
+                x->result = json_loadb((const char *) payload, len, 0, &jerr);
+                x->done = true;
+        } else if (type == PROTO_ERROR && !x->done) {
+                xfer_set_error(x, payload, len);
+                x->done = true;
+        } else if (type == 0)
+                x->dead = true;
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+}
+
+/* Replies with the outcome of a failed transfer (x->lock not held). */
+static int reply_xfer_failure(struct node_conn *c, struct xfer *x, const char *what) {
+        if (x->err < 0)
+                return conn_reply_error(c, x->err, node_guest_errno_code(-x->err), "%s: %s", what, x->msg);
+        return conn_reply_error(c, -ECONNRESET, "guest", "%s: the guest channel closed", what);
+}
+
+static int op_file_write(struct node_conn *c, json_t *req) {
+        const char *path;
+        uint64_t mode;
+        int r;
+        if ((r = field_path(c, req, "path", true, &path)) < 0 ||
+            (r = field_uint(c, req, "mode", 0644, 0, 07777, &mode)) < 0)
+                return r;
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        struct guestconn *g;
+        if ((r = req_sandbox(c, req, &s, &g)) < 0)
+                return r;
+        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s", s->ctx);
+
+        struct xfer x;
+        xfer_init(&x);
+        uint32_t stream = 0;
+        uint64_t total = 0;
+        bool started = false;
+        json_t *m = json_pack("{s:s, s:I}", "path", path, "mode", (json_int_t) mode);
+        r = m ? guestconn_stream_open(g, write_handler, &x, &stream) : -ENOMEM;
+        if (r >= 0)
+                r = guestconn_send_json(g, PROTO_FILE_WRITE, stream, m);
+        json_decref(m);
+        if (r < 0) {
+                conn_reply_errno(c, r, "starting the guest transfer failed");
+                goto out;
+        }
+        started = true;
+
+        for (;;) {
+                struct proto_header h;
+                const uint8_t *payload;
+                r = conn_read_frame(c, TRANSFER_IDLE_MS, &h, &payload);
+                if (r <= 0) {
+                        if (r == 0)
+                                r = -ECONNRESET;
+                        conn_reply_errno(c, r, "reading the upload failed");
+                        goto out;
+                }
+                if (h.type == PROTO_NODE_END) {
+                        json_error_t jerr;
+                        json_t *end = json_loadb((const char *) payload, h.length, 0, &jerr);
+                        bool abort = json_is_true(json_object_get(end, "abort"));
+                        json_decref(end);
+                        conn_pop_frame(c, &h);
+                        if (abort) {
+                                r = conn_reply_error(c, -ECANCELED, "invalid", "upload aborted by the client");
+                                goto out;
+                        }
+                        break;
+                }
+                if (h.type != PROTO_NODE_DATA) {
+                        conn_pop_frame(c, &h);
+                        r = conn_reply_error(c, -EINVAL, "invalid", "expected node-data or node-end, got %s",
+                                             proto_type_name(h.type));
+                        goto out;
+                }
+                if (total + h.length > ocfg->max_file_size) {
+                        conn_pop_frame(c, &h);
+                        r = conn_reply_error(c, -EFBIG, "too_large", "file larger than %llu bytes",
+                                             (unsigned long long) ocfg->max_file_size);
+                        goto out;
+                }
+                pthread_mutex_lock(&x.lock);
+                bool failed = x.done || x.dead;
+                pthread_mutex_unlock(&x.lock);
+                if (failed) {
+                        conn_pop_frame(c, &h);
+                        r = reply_xfer_failure(c, &x, "writing the file failed");
+                        goto out;
+                }
+                for (size_t off = 0; off < h.length && r >= 0; off += PROTO_DATA_CHUNK)
+                        r = guestconn_send(g, PROTO_FILE_DATA, stream, payload + off,
+                                           MIN((size_t) PROTO_DATA_CHUNK, h.length - off));
+                total += h.length;
+                conn_pop_frame(c, &h);
+                if (r < 0) {
+                        reply_xfer_failure(c, &x, "writing the file failed");
+                        goto out;
+                }
+        }
+
+        r = guestconn_send(g, PROTO_FILE_END, stream, "{}", 2);
+        started = false; /* the guest finishes (or fails) it now */
+        pthread_mutex_lock(&x.lock);
+        struct timespec ts;
+        timespec_after_ms(&ts, TRANSFER_IDLE_MS);
+        while (r >= 0 && !x.done && !x.dead)
+                if (pthread_cond_timedwait(&x.cond, &x.lock, &ts) == ETIMEDOUT)
+                        break;
+        bool ok = x.done && x.err == 0;
+        bool done = x.done || x.dead;
+        pthread_mutex_unlock(&x.lock);
+        if (ok) {
+                json_t *size = json_object_get(x.result, "size");
+                r = conn_reply_ok(c, json_pack("{s:I}", "size",
+                                               json_is_integer(size) ? json_integer_value(size) : (json_int_t) total));
+        } else if (!done)
+                r = conn_reply_error(c, -ETIMEDOUT, "timeout", "the guest did not confirm the write");
+        else
+                r = reply_xfer_failure(c, &x, "writing the file failed");
+out:
+        if (started) {
+                /* tell the guest to discard its temporary file */
+                json_t *a = json_pack("{s:b}", "abort", 1);
+                if (a)
+                        guestconn_send_json(g, PROTO_FILE_END, stream, a);
+                json_decref(a);
+        }
+        if (stream)
+                guestconn_stream_close(g, stream);
+        xfer_release(&x);
+        return r;
+}
+
+static void read_handler(void *userdata, uint8_t type, const uint8_t *payload, size_t len) {
+        struct xfer *x = userdata;
+        pthread_mutex_lock(&x->lock);
+        if (type == PROTO_FILE_DATA) {
+                /* backpressure: the guest channel waits while the client is slow */
+                while (x->queued >= READ_QUEUE_MAX && !x->cancelled)
+                        pthread_cond_wait(&x->cond, &x->lock);
+                if (!x->cancelled && len > 0) {
+                        struct qitem *q = malloc(sizeof *q + len);
+                        if (q) {
+                                q->next = NULL;
+                                q->len = len;
+                                memcpy(q->data, payload, len);
+                                if (x->tail)
+                                        x->tail->next = q;
+                                else
+                                        x->head = q;
+                                x->tail = q;
+                                x->queued += len;
+                        } else {
+                                x->err = -ENOMEM;
+                                x->msg = strdup("out of memory");
+                        }
+                }
+        } else if (type == PROTO_FILE_END)
+                x->done = true;
+        else if (type == PROTO_ERROR && !x->done)
+                xfer_set_error(x, payload, len);
+        else if (type == 0)
+                x->dead = true;
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+}
+
+static int op_file_read(struct node_conn *c, json_t *req) {
+        const char *path;
+        int r;
+        if ((r = field_path(c, req, "path", true, &path)) < 0)
+                return r;
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        struct guestconn *g;
+        if ((r = req_sandbox(c, req, &s, &g)) < 0)
+                return r;
+        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s", s->ctx);
+
+        struct xfer x;
+        xfer_init(&x);
+        uint32_t stream = 0;
+        _cleanup_free_ char *msg = NULL;
+        json_t *res = NULL;
+        json_t *m = json_pack("{s:s}", "path", path);
+        r = m ? guestconn_stream_open(g, read_handler, &x, &stream) : -ENOMEM;
+        if (r >= 0)
+                r = guestconn_call_stream(g, stream, PROTO_FILE_READ, m, GUEST_CALL_MS, &res, &msg);
+        json_decref(m);
+        if (r < 0) {
+                reply_guest_failure(c, r, msg, "reading the file failed");
+                goto out;
+        }
+        json_t *size = json_object_get(res, "size"), *mode = json_object_get(res, "mode");
+        r = conn_reply_ok(c, json_pack("{s:I, s:I}", "size", json_is_integer(size) ? json_integer_value(size) : 0,
+                                       "mode", json_is_integer(mode) ? json_integer_value(mode) : 0));
+        json_decref(res);
+        if (r < 0)
+                goto out;
+
+        uint64_t idle_since = now_monotonic_ns();
+        for (;;) {
+                pthread_mutex_lock(&x.lock);
+                struct qitem *q = x.head;
+                if (q) {
+                        x.head = q->next;
+                        if (!x.head)
+                                x.tail = NULL;
+                        x.queued -= q->len;
+                        pthread_cond_broadcast(&x.cond);
+                }
+                bool done = x.done, dead = x.dead;
+                int err = x.err;
+                if (!q && !done && !dead && err == 0) {
+                        struct timespec ts;
+                        timespec_after_ms(&ts, 1000);
+                        pthread_cond_timedwait(&x.cond, &x.lock, &ts);
+                        pthread_mutex_unlock(&x.lock);
+                        if (conn_hung_up(c))
+                                goto out;
+                        if (now_monotonic_ns() - idle_since > TRANSFER_IDLE_MS * 1000000ULL) {
+                                conn_reply_error(c, -ETIMEDOUT, "timeout", "the guest stopped sending the file");
+                                goto out;
+                        }
+                        continue;
+                }
+                pthread_mutex_unlock(&x.lock);
+                if (q) {
+                        r = conn_send_data(c, q->data, q->len);
+                        free(q);
+                        idle_since = now_monotonic_ns();
+                        if (r < 0)
+                                goto out;
+                        continue;
+                }
+                if (err < 0) {
+                        /* a late error travels as a reply frame inside the stream */
+                        reply_xfer_failure(c, &x, "reading the file failed");
+                        goto out;
+                }
+                if (done) {
+                        conn_send_end(c, NULL);
+                        goto out;
+                }
+                conn_reply_error(c, -ECONNRESET, "guest", "reading the file failed: the guest channel closed");
+                goto out;
+        }
+out:
+        pthread_mutex_lock(&x.lock);
+        x.cancelled = true; /* frees a handler waiting for queue room */
+        pthread_cond_broadcast(&x.cond);
+        pthread_mutex_unlock(&x.lock);
+        if (stream)
+                guestconn_stream_close(g, stream);
+        xfer_release(&x);
+        return r;
+}
+
+/* LIST / STAT / REMOVE: one guest call; the result's fields go into the
+ * reply (STAT's under "entry"). */
+static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const char *what) {
+        const char *path;
+        bool recursive = false;
+        int r;
+        if ((r = field_path(c, req, "path", true, &path)) < 0)
+                return r;
+        if (type == PROTO_REMOVE && (r = field_bool(c, req, "recursive", false, &recursive)) < 0)
+                return r;
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        struct guestconn *g;
+        if ((r = req_sandbox(c, req, &s, &g)) < 0)
+                return r;
+        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s", s->ctx);
+
+        _cleanup_(json_decrefp) json_t *m = json_pack("{s:s}", "path", path);
+        if (!m)
+                return -ENOMEM;
+        if (type == PROTO_REMOVE)
+                json_object_set_new(m, "recursive", json_boolean(recursive));
+        json_t *res = NULL;
+        _cleanup_free_ char *msg = NULL;
+        r = guestconn_call(g, type, m, GUEST_CALL_MS, &res, &msg);
+        if (r < 0)
+                return reply_guest_failure(c, r, msg, what);
+        if (type == PROTO_STAT)
+                return conn_reply_ok(c, json_pack("{s:o}", "entry", res));
+        if (type == PROTO_REMOVE) {
+                json_decref(res);
+                return conn_reply_ok(c, NULL);
+        }
+        json_t *out = json_object();
+        json_t *entries = json_object_get(res, "entries");
+        if (out) {
+                json_object_set(out, "entries", json_is_array(entries) ? entries : json_array());
+                if (json_is_true(json_object_get(res, "truncated")))
+                        json_object_set_new(out, "truncated", json_true());
+        }
+        json_decref(res);
+        return out ? conn_reply_ok(c, out) : -ENOMEM;
+}
+
+static int op_file_list(struct node_conn *c, json_t *req) {
+        return file_simple(c, req, PROTO_LIST, "listing failed");
+}
+
+static int op_file_stat(struct node_conn *c, json_t *req) {
+        return file_simple(c, req, PROTO_STAT, "stat failed");
+}
+
+static int op_file_remove(struct node_conn *c, json_t *req) {
+        return file_simple(c, req, PROTO_REMOVE, "remove failed");
+}
+
+/* ---- dispatch ---- */
+
+static const struct {
+        const char *name;
+        int (*fn)(struct node_conn *c, json_t *req);
+} ops[] = {
+        { "health", op_health },
+        { "template.list", op_template_list },
+        { "sandbox.create", op_sandbox_create },
+        { "sandbox.get", op_sandbox_get },
+        { "sandbox.list", op_sandbox_list },
+        { "sandbox.delete", op_sandbox_delete },
+        { "exec", op_exec },
+        { "session.start", op_session_start },
+        { "session.attach", op_session_attach },
+        { "session.stdin", op_session_stdin },
+        { "session.signal", op_session_signal },
+        { "file.write", op_file_write },
+        { "file.read", op_file_read },
+        { "file.list", op_file_list },
+        { "file.stat", op_file_stat },
+        { "file.remove", op_file_remove },
+};
+
+int nodeops_dispatch(struct node_conn *c, const char *op, json_t *req) {
+        for (size_t i = 0; i < ARRAY_SIZE(ops); i++)
+                if (strcmp(ops[i].name, op) == 0)
+                        return ops[i].fn(c, req);
+        return conn_reply_error(c, -EOPNOTSUPP, "invalid", "unknown op \"%.64s\"", op);
+}

@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * The ops of docs/node-protocol.md: validation of every request field and
+ * the mapping onto sandboxes, sessions, templates and guest requests.
+ */
+
+#include <jansson.h>
+
+#include "vmm.h"
+
+struct node_config;
+struct node_conn;
+
+/* Remembers what health reports. Call once before serving. */
+void nodeops_init(const struct node_config *cfg, enum vmm_accel accel, const char *accel_reason);
+
+/* Runs one request. The op replies itself; a negative return without a
+ * reply makes the server reply with the errno's code. */
+int nodeops_dispatch(struct node_conn *c, const char *op, json_t *req);

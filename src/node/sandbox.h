@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * The sandbox registry. A sandbox is a QEMU process restored from a
+ * template snapshot plus its guest channel. Each sandbox has one thread of
+ * its own that spawns QEMU (so QEMU's parent-death signal follows the
+ * sandbox, not a short-lived connection thread), then watches the VMM's
+ * pidfd and the guest channel and marks the sandbox failed when either dies,
+ * and finally destroys the VMM on delete.
+ *
+ * Sandboxes are reference counted: ops hold a reference while they use one,
+ * so a delete during an exec is safe (the exec fails with a guest error
+ * once the VMM is gone; memory is freed with the last reference).
+ */
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "macros.h"
+#include "vmm.h"
+
+struct node_config;
+struct guestconn;
+struct template_info;
+
+enum sandbox_state {
+        SANDBOX_CREATING, /* not visible to get/list yet */
+        SANDBOX_RUNNING,
+        SANDBOX_FAILED,
+};
+
+struct sandbox {
+        char id[65];
+        char ctx[80]; /* "sandbox=ID" */
+        char *template_name;
+        char *dir;     /* SANDBOXES/ID: rootfs.img */
+        char *run_dir; /* DATA_DIR/run/vm/N: QEMU's sockets and logs (short paths) */
+        unsigned refs;
+
+        pthread_mutex_t lock; /* the fields below */
+        pthread_cond_t cond;
+        enum sandbox_state state;
+        char *error;          /* why it failed */
+        bool deleted;
+        struct vmm *vmm;      /* owned by the sandbox thread */
+        struct guestconn *gc; /* set once running; freed with the last reference */
+        pid_t pid;
+        uint64_t restore_ms;
+
+        /* the sandbox thread */
+        pthread_t thread;
+        bool thread_started;
+        int stop_fd; /* eventfd: delete asks the thread to destroy the VMM */
+        bool start_done;
+        int start_result;
+        char *start_error;
+        struct template_info *tpl;
+        json_t *env;
+};
+
+/* Sets up the registry and removes sandbox directories left by an earlier
+ * run (their QEMUs died with it). */
+int sandbox_manager_init(const struct node_config *cfg, const char *sandboxes_dir, enum vmm_accel accel);
+
+/* Creates sandbox id from template (waiting for a template build in
+ * progress), restores its VM and installs its identity. On success returns
+ * a reference. On failure nothing is left behind; *ret_error (may be NULL)
+ * gets a message for the client. -EEXIST: id taken; -EUSERS: too many
+ * sandboxes; -ENOENT: no such template; -EAGAIN: template still building;
+ * -EIO: template build failed. */
+int sandbox_create(const char *id, const char *template_name, json_t *env, struct sandbox **ret, char **ret_error);
+
+/* Looks up a running or failed sandbox and returns a reference. -ENOENT. */
+int sandbox_get(const char *id, struct sandbox **ret);
+
+/* Takes another reference; returns s. */
+struct sandbox *sandbox_ref(struct sandbox *s);
+/* Drops a reference; the last one frees the sandbox (and its channel). */
+void sandbox_unref(struct sandbox *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct sandbox *, sandbox_unref);
+
+/* Deletes: ends its sessions, destroys the VMM (killed and reaped), removes
+ * its directory. -ENOENT when unknown, -EBUSY while it is being created. */
+int sandbox_delete(const char *id);
+
+/* Deletes every sandbox (shutdown). */
+void sandbox_delete_all(void);
+
+/* The guest channel of a running sandbox. -ECONNRESET with *ret_error
+ * pointing at the reason when the sandbox failed or was deleted. The
+ * channel stays valid while the caller holds its reference. */
+int sandbox_guest(struct sandbox *s, struct guestconn **ret);
+
+/* The failure reason of a sandbox that is not running (copy), or NULL. */
+char *sandbox_error(struct sandbox *s);
+
+/* {"id","template","state","pid","restore_ms","error"?} */
+json_t *sandbox_json(struct sandbox *s);
+
+/* [sandbox_json...] of every running or failed sandbox. */
+json_t *sandbox_list_json(void);

@@ -1,0 +1,455 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "session.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "guestconn.h"
+#include "log.h"
+#include "nodeutil.h"
+#include "proto.h"
+#include "sandbox.h"
+#include "server.h"
+#include "util.h"
+
+#define EXEC_START_MS 30000
+/* Bounds the chunk list even when output arrives a byte at a time. */
+#define MAX_CHUNKS 4096
+/* Merged chunks grow up to this size. */
+#define CHUNK_MAX PROTO_DATA_CHUNK
+/* An attached client that says nothing is checked for hang-up this often. */
+#define ATTACH_POLL_MS 1000
+
+struct chunk {
+        struct chunk *next;
+        uint64_t start; /* offset of data[0] in the session's whole output */
+        size_t len, cap;
+        uint8_t type; /* PROTO_STDOUT / PROTO_STDERR */
+        uint8_t *data;
+};
+
+struct session {
+        char id[65];
+        char ctx[160];
+        unsigned refs;
+        struct sandbox *sbx; /* reference */
+        struct guestconn *gc;
+        uint32_t stream;
+        long long pid;
+
+        pthread_mutex_t lock; /* everything below */
+        pthread_cond_t cond;  /* output, exit */
+        struct chunk *head, *tail;
+        size_t nchunks;
+        size_t buffered;  /* bytes in the chunk list */
+        uint64_t total;   /* bytes of output ever received */
+        uint64_t dropped; /* bytes dropped from the front */
+        bool exited;
+        int exit_code;
+        int signal;
+        char *error;
+        uint64_t exited_at; /* monotonic ns */
+        bool stdin_closed;
+
+        struct session *next; /* table */
+};
+
+static const struct node_config *ccfg;
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct session *table;
+
+void session_init(const struct node_config *cfg) {
+        ccfg = cfg;
+}
+
+static struct session *session_ref(struct session *x) {
+        __atomic_add_fetch(&x->refs, 1, __ATOMIC_SEQ_CST);
+        return x;
+}
+
+static void session_unref(struct session *x) {
+        if (!x || __atomic_sub_fetch(&x->refs, 1, __ATOMIC_SEQ_CST) > 0)
+                return;
+        /* after this the handler never runs again */
+        if (x->stream)
+                guestconn_stream_close(x->gc, x->stream);
+        while (x->head) {
+                struct chunk *c = x->head;
+                x->head = c->next;
+                free(c->data);
+                free(c);
+        }
+        free(x->error);
+        pthread_mutex_destroy(&x->lock);
+        pthread_cond_destroy(&x->cond);
+        sandbox_unref(x->sbx);
+        free(x);
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct session *, session_unref);
+
+/* Appends output (x->lock held), merging into the tail chunk when it can,
+ * then drops the oldest chunks beyond the buffer and chunk-count limits. */
+static void append_output(struct session *x, uint8_t type, const uint8_t *data, size_t len) {
+        if (len == 0)
+                return;
+        struct chunk *t = x->tail;
+        if (t && t->type == type && t->len + len <= CHUNK_MAX) {
+                if (t->len + len > t->cap) {
+                        size_t ncap = MIN(MAX(t->cap * 2, t->len + len), (size_t) CHUNK_MAX);
+                        uint8_t *nd = realloc(t->data, ncap);
+                        if (!nd)
+                                goto drop;
+                        t->data = nd;
+                        t->cap = ncap;
+                }
+                memcpy(t->data + t->len, data, len);
+                t->len += len;
+        } else {
+                struct chunk *c = calloc(1, sizeof *c);
+                uint8_t *d = c ? malloc(len) : NULL;
+                if (!d) {
+                        free(c);
+                        goto drop;
+                }
+                memcpy(d, data, len);
+                *c = (struct chunk){ .start = x->total, .len = len, .cap = len, .type = type, .data = d };
+                if (x->tail)
+                        x->tail->next = c;
+                else
+                        x->head = c;
+                x->tail = c;
+                x->nchunks++;
+        }
+        x->total += len;
+        x->buffered += len;
+        while (x->head && x->head != x->tail &&
+               (x->buffered > ccfg->session_buffer || x->nchunks > MAX_CHUNKS)) {
+                struct chunk *c = x->head;
+                x->head = c->next;
+                x->buffered -= c->len;
+                x->dropped += c->len;
+                x->nchunks--;
+                free(c->data);
+                free(c);
+        }
+        return;
+drop:
+        /* out of memory: count it as lost, keep offsets consistent */
+        x->total += len;
+        x->dropped += len;
+}
+
+static void session_handler(void *userdata, uint8_t type, const uint8_t *payload, size_t len) {
+        struct session *x = userdata;
+        pthread_mutex_lock(&x->lock);
+        switch (type) {
+        case PROTO_STDOUT:
+        case PROTO_STDERR:
+                append_output(x, type, payload, len);
+                break;
+        case PROTO_EXIT: {
+                json_error_t jerr;
+                json_t *m = json_loadb((const char *) payload, len, 0, &jerr);
+                json_t *code = json_object_get(m, "exit_code");
+                json_t *sig = json_object_get(m, "signal");
+                if (!x->exited) {
+                        x->exited = true;
+                        x->exit_code = json_is_integer(code) ? (int) json_integer_value(code) : -1;
+                        x->signal = json_is_integer(sig) ? (int) json_integer_value(sig) : 0;
+                        x->exited_at = now_monotonic_ns();
+                }
+                json_decref(m);
+                break;
+        }
+        case 0:
+                if (!x->exited) {
+                        x->exited = true;
+                        x->exit_code = -1;
+                        x->error = strdup("guest channel closed");
+                        x->exited_at = now_monotonic_ns();
+                }
+                break;
+        default:
+                log_emit(LOG_LEVEL_DEBUG, x->ctx, "ignoring %s frame on a session stream", proto_type_name(type));
+                break;
+        }
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+}
+
+/* Finds a session and returns a reference, or NULL. */
+static struct session *session_find(const char *id) {
+        pthread_mutex_lock(&table_lock);
+        struct session *x = table;
+        while (x && strcmp(x->id, id) != 0)
+                x = x->next;
+        if (x)
+                session_ref(x);
+        pthread_mutex_unlock(&table_lock);
+        return x;
+}
+
+/* Takes x out of the table; returns true if it was there (the table's
+ * reference is then the caller's). */
+static bool table_remove(struct session *x) {
+        pthread_mutex_lock(&table_lock);
+        bool found = false;
+        for (struct session **p = &table; *p; p = &(*p)->next)
+                if (*p == x) {
+                        *p = x->next;
+                        found = true;
+                        break;
+                }
+        pthread_mutex_unlock(&table_lock);
+        return found;
+}
+
+int session_start(struct node_conn *c, struct sandbox *s, const char *session_id, json_t *exec_req) {
+        struct guestconn *gc;
+        int r = sandbox_guest(s, &gc);
+        if (r < 0) {
+                _cleanup_free_ char *why = sandbox_error(s);
+                return conn_reply_error(c, r, "guest", "sandbox is not running: %s", why ? why : "unknown");
+        }
+
+        struct session *x = calloc(1, sizeof *x);
+        if (!x)
+                return -ENOMEM;
+        snprintf(x->id, sizeof x->id, "%s", session_id);
+        snprintf(x->ctx, sizeof x->ctx, "%s session=%s", s->ctx, session_id);
+        x->refs = 1; /* the caller's, until it goes into the table */
+        x->sbx = sandbox_ref(s);
+        x->gc = gc;
+        pthread_mutex_init(&x->lock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&x->cond, &ca);
+        pthread_condattr_destroy(&ca);
+        _cleanup_(session_unrefp) struct session *own = x;
+
+        /* reserve the id and the slot first, so two starts cannot race */
+        pthread_mutex_lock(&table_lock);
+        unsigned n = 0;
+        bool taken = false;
+        for (struct session *y = table; y; y = y->next) {
+                taken = taken || strcmp(y->id, session_id) == 0;
+                n += y->sbx == s;
+        }
+        if (!taken && n < SESSION_MAX_PER_SANDBOX) {
+                session_ref(x);
+                x->next = table;
+                table = x;
+        }
+        pthread_mutex_unlock(&table_lock);
+        if (taken)
+                return conn_reply_error(c, -EEXIST, "conflict", "session %s exists", session_id);
+        if (n >= SESSION_MAX_PER_SANDBOX)
+                return conn_reply_error(c, -EUSERS, "unavailable", "sandbox has %u sessions (the limit)", n);
+
+        r = guestconn_stream_open(gc, session_handler, x, &x->stream);
+        _cleanup_free_ char *msg = NULL;
+        json_t *res = NULL;
+        if (r >= 0)
+                r = guestconn_call_stream(gc, x->stream, PROTO_EXEC, exec_req, EXEC_START_MS, &res, &msg);
+        if (r < 0) {
+                if (table_remove(x))
+                        session_unref(x);
+                if (msg)
+                        return conn_reply_error(c, r, node_guest_errno_code(-r), "exec failed: %s", msg);
+                return conn_reply_errno(c, r, "exec failed");
+        }
+        json_t *pid = json_object_get(res, "pid");
+        x->pid = json_is_integer(pid) ? json_integer_value(pid) : -1;
+        json_decref(res);
+        log_emit(LOG_LEVEL_INFO, x->ctx, "session started: pid=%lld", x->pid);
+        return conn_reply_ok(c, json_pack("{s:{s:s, s:I}}", "session", "id", x->id, "pid", (json_int_t) x->pid));
+}
+
+/* Sends one chunk's bytes [from, len) as an event. */
+static int send_output(struct node_conn *c, uint8_t type, const uint8_t *data, size_t len) {
+        _cleanup_free_ char *b64 = node_base64_encode(data, len);
+        if (!b64)
+                return -ENOMEM;
+        return conn_send_event(c, json_pack("{s:s, s:s}", "type", type == PROTO_STDERR ? "stderr" : "stdout", "data",
+                                            b64));
+}
+
+int session_attach(struct node_conn *c, const char *session_id) {
+        _cleanup_(session_unrefp) struct session *x = session_find(session_id);
+        if (!x)
+                return conn_reply_error(c, -ENOENT, "not_found", "no session %s", session_id);
+        int r = conn_reply_ok(c, json_pack("{s:{s:s, s:I}}", "session", "id", x->id, "pid", (json_int_t) x->pid));
+        if (r < 0)
+                return r;
+
+        uint64_t pos = 0; /* offset in the session's output this client has */
+        _cleanup_free_ uint8_t *buf = malloc(CHUNK_MAX);
+        if (!buf)
+                return -ENOMEM;
+        for (;;) {
+                pthread_mutex_lock(&x->lock);
+                struct chunk *ch = x->head;
+                while (ch && ch->start + ch->len <= pos)
+                        ch = ch->next;
+                uint64_t lost = 0;
+                size_t n = 0;
+                uint8_t type = 0;
+                if (ch) {
+                        if (ch->start > pos) {
+                                lost = ch->start - pos;
+                                pos = ch->start;
+                        }
+                        size_t off = (size_t) (pos - ch->start);
+                        n = ch->len - off;
+                        memcpy(buf, ch->data + off, n);
+                        type = ch->type;
+                } else if (x->total > pos) {
+                        lost = x->total - pos; /* dropped for lack of memory */
+                        pos = x->total;
+                }
+                bool exited = x->exited;
+                int code = x->exit_code, sig = x->signal;
+                _cleanup_free_ char *error = x->error ? strdup(x->error) : NULL;
+                if (!ch && lost == 0 && !exited) {
+                        struct timespec ts;
+                        clock_gettime(CLOCK_MONOTONIC, &ts);
+                        ts.tv_sec += ATTACH_POLL_MS / 1000;
+                        pthread_cond_timedwait(&x->cond, &x->lock, &ts);
+                        pthread_mutex_unlock(&x->lock);
+                        if (conn_hung_up(c))
+                                return 0;
+                        continue;
+                }
+                pthread_mutex_unlock(&x->lock);
+
+                if (lost > 0) {
+                        r = conn_send_event(c, json_pack("{s:s, s:I}", "type", "dropped", "bytes", (json_int_t) lost));
+                        if (r < 0)
+                                return 0;
+                }
+                if (n > 0) {
+                        r = send_output(c, type, buf, n);
+                        if (r < 0)
+                                return 0;
+                        pos += n;
+                        continue;
+                }
+                if (lost > 0)
+                        continue;
+                /* no more output and the process is gone */
+                json_t *ev = json_pack("{s:s, s:i}", "type", "exit", "exit_code", code);
+                if (ev && sig)
+                        json_object_set_new(ev, "signal", json_integer(sig));
+                if (ev && error)
+                        json_object_set_new(ev, "error", json_string(error));
+                if (conn_send_event(c, ev) >= 0)
+                        conn_send_end(c, NULL);
+                return 0;
+        }
+}
+
+/* Looks up a live session for stdin/signal; replies on failure. */
+static int live_session(struct node_conn *c, const char *session_id, struct session **ret) {
+        struct session *x = session_find(session_id);
+        if (!x)
+                return conn_reply_error(c, -ENOENT, "not_found", "no session %s", session_id);
+        pthread_mutex_lock(&x->lock);
+        bool exited = x->exited;
+        pthread_mutex_unlock(&x->lock);
+        if (exited) {
+                session_unref(x);
+                return conn_reply_error(c, -ESRCH, "conflict", "session %s has exited", session_id);
+        }
+        *ret = x;
+        return 0;
+}
+
+int session_stdin(struct node_conn *c, const char *session_id, const uint8_t *data, size_t len, bool close_stdin) {
+        _cleanup_(session_unrefp) struct session *x = NULL;
+        int r = live_session(c, session_id, &x);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&x->lock);
+        bool closed = x->stdin_closed;
+        if (close_stdin)
+                x->stdin_closed = true;
+        pthread_mutex_unlock(&x->lock);
+        if (closed)
+                return conn_reply_error(c, -EPIPE, "conflict", "stdin of session %s is closed", session_id);
+        for (size_t off = 0; off < len && r >= 0; off += PROTO_DATA_CHUNK)
+                r = guestconn_send(x->gc, PROTO_STDIN, x->stream, data + off, MIN((size_t) PROTO_DATA_CHUNK, len - off));
+        if (r >= 0 && close_stdin)
+                r = guestconn_send(x->gc, PROTO_STDIN_CLOSE, x->stream, "{}", 2);
+        if (r < 0)
+                return conn_reply_errno(c, r, "writing to the guest failed");
+        return conn_reply_ok(c, NULL);
+}
+
+int session_signal(struct node_conn *c, const char *session_id, int signo) {
+        _cleanup_(session_unrefp) struct session *x = NULL;
+        int r = live_session(c, session_id, &x);
+        if (r < 0)
+                return r;
+        json_t *m = json_pack("{s:i}", "signal", signo);
+        r = m ? guestconn_send_json(x->gc, PROTO_SIGNAL, x->stream, m) : -ENOMEM;
+        json_decref(m);
+        if (r < 0)
+                return conn_reply_errno(c, r, "signalling the guest failed");
+        return conn_reply_ok(c, NULL);
+}
+
+void session_sandbox_deleted(struct sandbox *s) {
+        for (;;) {
+                pthread_mutex_lock(&table_lock);
+                struct session *x = NULL;
+                for (struct session **p = &table; *p; p = &(*p)->next)
+                        if ((*p)->sbx == s) {
+                                x = *p;
+                                *p = x->next;
+                                break;
+                        }
+                pthread_mutex_unlock(&table_lock);
+                if (!x)
+                        return;
+                pthread_mutex_lock(&x->lock);
+                if (!x->exited) {
+                        x->exited = true;
+                        x->exit_code = -1;
+                        free(x->error);
+                        x->error = strdup("sandbox deleted");
+                        x->exited_at = now_monotonic_ns();
+                }
+                pthread_cond_broadcast(&x->cond);
+                pthread_mutex_unlock(&x->lock);
+                session_unref(x);
+        }
+}
+
+void session_gc(void) {
+        uint64_t now = now_monotonic_ns();
+        for (;;) {
+                pthread_mutex_lock(&table_lock);
+                struct session *x = NULL;
+                for (struct session **p = &table; *p; p = &(*p)->next) {
+                        struct session *y = *p;
+                        pthread_mutex_lock(&y->lock);
+                        bool old = y->exited && now - y->exited_at > (uint64_t) SESSION_RETAIN_S * 1000000000ULL;
+                        pthread_mutex_unlock(&y->lock);
+                        if (old) {
+                                x = y;
+                                *p = y->next;
+                                break;
+                        }
+                }
+                pthread_mutex_unlock(&table_lock);
+                if (!x)
+                        return;
+                log_emit(LOG_LEVEL_DEBUG, x->ctx, "forgetting finished session");
+                session_unref(x);
+        }
+}

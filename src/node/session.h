@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * Command sessions: a process in a sandbox whose output outlives any one
+ * client. Output goes into a bounded replay buffer (oldest dropped, losses
+ * counted); any number of clients attach, get the replay, then live events
+ * until the exit. Finished sessions are forgotten SESSION_RETAIN_S after
+ * their exit, or with their sandbox.
+ */
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct sandbox;
+struct node_conn;
+struct node_config;
+
+#define SESSION_RETAIN_S 600
+#define SESSION_MAX_PER_SANDBOX 64
+
+void session_init(const struct node_config *cfg);
+
+/* session.start: runs argv in s as session session_id. On failure replies
+ * to the client itself and returns a negative errno. */
+int session_start(struct node_conn *c, struct sandbox *s, const char *session_id, json_t *exec_req);
+
+/* session.attach: replies, then replays and streams events until the exit
+ * (then NODE_END) or until the client hangs up. */
+int session_attach(struct node_conn *c, const char *session_id);
+
+/* session.stdin: data (may be empty), then STDIN_CLOSE when close. */
+int session_stdin(struct node_conn *c, const char *session_id, const uint8_t *data, size_t len, bool close_stdin);
+
+/* session.signal. */
+int session_signal(struct node_conn *c, const char *session_id, int signo);
+
+/* Ends the sessions of a deleted sandbox (attached clients get an exit
+ * event with error "sandbox deleted") and forgets them. */
+void session_sandbox_deleted(struct sandbox *s);
+
+/* Forgets sessions that exited more than SESSION_RETAIN_S ago. */
+void session_gc(void);

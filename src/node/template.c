@@ -1,0 +1,1001 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "template.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "guestconn.h"
+#include "log.h"
+#include "macros.h"
+#include "nodeutil.h"
+#include "util.h"
+
+/* Bytes of the SHA-256 kept in names: 16 bytes = 32 hex digits. */
+#define HASH_BYTES 16
+#define HASH_HEX (2 * HASH_BYTES + 1)
+
+/* How long each build step may run. The python recipe downloads packages. */
+#define SCRIPT_TIMEOUT_S (30 * 60)
+/* TCG boots take seconds, more on a loaded host. */
+#define BOOT_TIMEOUT_MS 120000
+/* Extra kernel arguments of template VMs (vmm adds console, root and TSC ones). */
+#define TEMPLATE_CMDLINE ""
+#define BUILD_LOG_TAIL 1500
+
+enum tstate {
+        T_UNKNOWN,  /* never looked at */
+        T_BUILDING, /* a thread of this process builds it */
+        T_READY,
+        T_FAILED,
+};
+
+static const char *const tstate_names[] = {
+        [T_UNKNOWN] = "available",
+        [T_BUILDING] = "building",
+        [T_READY] = "ready",
+        [T_FAILED] = "failed",
+};
+
+struct tentry {
+        char name[65];
+        enum tstate state;
+        char *error;                /* T_FAILED */
+        struct template_info *info; /* T_READY */
+        char hash[HASH_HEX];        /* "" until computed */
+        unsigned memory_mib;
+        pid_t build_pgid;           /* running script's process group, 0 = none */
+        pid_t build_vmm_pid;        /* running template VM, 0 = none */
+        struct tentry *next;
+};
+
+/* Per-template memory. Everything else gets the default. */
+static const struct {
+        const char *name;
+        unsigned memory_mib;
+} memory_table[] = {
+        { "minimal", 256 },
+        { "python", 512 },
+};
+#define DEFAULT_MEMORY_MIB 512
+#define TEMPLATE_VCPUS 1
+
+static pthread_mutex_t tlock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t tcond; /* CLOCK_MONOTONIC; broadcast on every state change */
+static struct tentry *entries;
+static const struct node_config *tcfg;
+static char *tdir;
+static enum vmm_accel taccel;
+static char *qemu_version;
+static bool shutting_down;
+
+void template_info_free(struct template_info *t) {
+        if (!t)
+                return;
+        free(t->name);
+        free(t->hash);
+        free(t->dir);
+        free(t->kernel);
+        free(t->initrd);
+        free(t->rootfs);
+        free(t->mem);
+        free(t->state);
+        free(t->cmdline);
+        free(t);
+}
+
+
+/* Paths: the config bounds directories to 4095 bytes and names to 64, so
+ * every path built here fits; pathf() still refuses to truncate. */
+#define PATH_BUF 4608
+static int pathf(char *buf, const char *fmt, ...) _printf_(2, 3);
+static int pathf(char *buf, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(buf, PATH_BUF, fmt, ap);
+        va_end(ap);
+        return n < 0 || n >= PATH_BUF ? -ENAMETOOLONG : 0;
+}
+
+static unsigned memory_for(const char *name) {
+        for (size_t i = 0; i < ARRAY_SIZE(memory_table); i++)
+                if (strcmp(memory_table[i].name, name) == 0)
+                        return memory_table[i].memory_mib;
+        return DEFAULT_MEMORY_MIB;
+}
+
+static struct template_info *info_copy(const struct template_info *t) {
+        struct template_info *n = calloc(1, sizeof *n);
+        if (!n)
+                return NULL;
+        n->name = strdup(t->name);
+        n->hash = strdup(t->hash);
+        n->dir = strdup(t->dir);
+        n->kernel = strdup(t->kernel);
+        n->initrd = strdup(t->initrd);
+        n->rootfs = strdup(t->rootfs);
+        n->mem = strdup(t->mem);
+        n->state = strdup(t->state);
+        n->cmdline = strdup(t->cmdline);
+        n->memory_mib = t->memory_mib;
+        n->vcpus = t->vcpus;
+        if (!n->name || !n->hash || !n->dir || !n->kernel || !n->initrd || !n->rootfs || !n->mem || !n->state ||
+            !n->cmdline) {
+                template_info_free(n);
+                return NULL;
+        }
+        return n;
+}
+
+/* Describes the finished template directory dir (paths only: the caller
+ * checked that it exists). */
+static struct template_info *info_for(const char *name, const char *hash, const char *dir, const char *kdir,
+                                      unsigned memory_mib) {
+        struct template_info *t = calloc(1, sizeof *t);
+        if (!t)
+                return NULL;
+        t->name = strdup(name);
+        t->hash = strdup(hash);
+        t->dir = strdup(dir);
+        t->kernel = strdup_printf("%s/vmlinux", kdir);
+        t->initrd = strdup_printf("%s/initramfs.cpio", dir);
+        t->rootfs = strdup_printf("%s/rootfs.img", dir);
+        t->mem = strdup_printf("%s/mem", dir);
+        t->state = strdup_printf("%s/state", dir);
+        t->cmdline = strdup(TEMPLATE_CMDLINE);
+        t->memory_mib = memory_mib;
+        t->vcpus = TEMPLATE_VCPUS;
+        if (!t->name || !t->hash || !t->dir || !t->kernel || !t->initrd || !t->rootfs || !t->mem || !t->state ||
+            !t->cmdline) {
+                template_info_free(t);
+                return NULL;
+        }
+        return t;
+}
+
+/* ---- child processes ---- */
+
+/* Starts argv (PATH search) with stdin /dev/null and stdout+stderr on out_fd,
+ * in a new process group, with default signal handling. Only
+ * async-signal-safe calls between fork and exec. */
+static int spawn(char *const argv[], int out_fd, pid_t *ret_pid) {
+        _cleanup_close_ int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (devnull < 0)
+                return negative_errno();
+        sigset_t empty;
+        sigemptyset(&empty);
+
+        pid_t pid = fork();
+        if (pid < 0)
+                return negative_errno();
+        if (pid == 0) {
+                setpgid(0, 0);
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                signal(SIGPIPE, SIG_DFL);
+                signal(SIGINT, SIG_DFL);
+                signal(SIGTERM, SIG_DFL);
+                signal(SIGQUIT, SIG_DFL);
+                sigprocmask(SIG_SETMASK, &empty, NULL);
+                if (dup2(devnull, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(out_fd, 2) < 0)
+                        _exit(127);
+                execvp(argv[0], argv);
+                _exit(127);
+        }
+        *ret_pid = pid;
+        return 0;
+}
+
+/* Waits for pid up to timeout_s (then kills its process group). Returns the
+ * wait status. */
+static int wait_child(pid_t pid, unsigned timeout_s, int *ret_status) {
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) timeout_s * 1000000000ULL;
+        for (;;) {
+                int status;
+                pid_t k = waitpid(pid, &status, WNOHANG);
+                if (k == pid) {
+                        *ret_status = status;
+                        return 0;
+                }
+                if (k < 0 && errno != EINTR)
+                        return negative_errno();
+                if (now_monotonic_ns() > deadline) {
+                        kill(-pid, SIGKILL);
+                        kill(pid, SIGKILL);
+                        waitpid(pid, &status, 0);
+                        return -ETIMEDOUT;
+                }
+                struct timespec ts = { 0, 20 * 1000000L };
+                nanosleep(&ts, NULL);
+        }
+}
+
+/* Reads the first line `qemu --version` prints. */
+static int read_qemu_version(const char *qemu, char **ret) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return negative_errno();
+        _cleanup_close_ int rd = p[0];
+        char *argv[] = { (char *) qemu, (char *) "--version", NULL };
+        pid_t pid;
+        int r = spawn(argv, p[1], &pid);
+        close(p[1]);
+        if (r < 0)
+                return r;
+        char buf[1024];
+        size_t len = 0;
+        for (;;) {
+                ssize_t k = read(rd, buf + len, sizeof buf - 1 - len);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        break;
+                len += (size_t) k;
+                if (len == sizeof buf - 1)
+                        break;
+        }
+        buf[len] = 0;
+        int status;
+        r = wait_child(pid, 30, &status);
+        if (r < 0)
+                return r;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || len == 0)
+                return -ENOEXEC;
+        buf[strcspn(buf, "\n")] = 0;
+        char *s = strdup(buf);
+        if (!s)
+                return -ENOMEM;
+        *ret = s;
+        return 0;
+}
+
+/* Logs the last lines of a build log, for a failed step. */
+static void log_tail(const char *ctx, const char *log_path) {
+        _cleanup_close_ int fd = open(log_path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return;
+        off_t off = st.st_size > BUILD_LOG_TAIL ? st.st_size - BUILD_LOG_TAIL : 0;
+        char buf[BUILD_LOG_TAIL + 1];
+        ssize_t k = pread(fd, buf, BUILD_LOG_TAIL, off);
+        if (k <= 0)
+                return;
+        buf[k] = 0;
+        log_emit(LOG_LEVEL_ERROR, ctx, "build log tail (%s):\n%s", log_path, buf);
+}
+
+/* Runs one build step with its output appended to log_path. On failure
+ * *ret_error says what failed. */
+static int run_step(struct tentry *e, const char *ctx, char *const argv[], const char *log_path, char **ret_error) {
+        _cleanup_close_ int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (log_fd < 0)
+                return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx, "Failed to open %s: %m", log_path);
+        dprintf(log_fd, "+ ");
+        for (size_t i = 0; argv[i]; i++)
+                dprintf(log_fd, "%s%s", i ? " " : "", argv[i]);
+        dprintf(log_fd, "\n");
+
+        uint64_t t0 = now_monotonic_ns();
+        pid_t pid;
+        pthread_mutex_lock(&tlock);
+        int r = shutting_down ? -ECANCELED : spawn(argv, log_fd, &pid);
+        if (r >= 0)
+                e->build_pgid = pid;
+        pthread_mutex_unlock(&tlock);
+        if (r < 0) {
+                *ret_error = strdup_printf("cannot run %s: %s", argv[0], strerror(-r));
+                return r;
+        }
+        int status = 0;
+        r = wait_child(pid, SCRIPT_TIMEOUT_S, &status);
+        pthread_mutex_lock(&tlock);
+        e->build_pgid = 0;
+        pthread_mutex_unlock(&tlock);
+        const char *prog = strcmp(argv[0], "/bin/bash") == 0 && argv[1] ? argv[1] : argv[0];
+        const char *base = strrchr(prog, '/') ? strrchr(prog, '/') + 1 : prog;
+        if (r == -ETIMEDOUT) {
+                log_tail(ctx, log_path);
+                *ret_error = strdup_printf("%s timed out after %d s (log: %s)", base, SCRIPT_TIMEOUT_S, log_path);
+                return r;
+        }
+        if (r < 0) {
+                *ret_error = strdup_printf("waiting for %s failed: %s", base, strerror(-r));
+                return r;
+        }
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                log_tail(ctx, log_path);
+                int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                *ret_error = strdup_printf("%s failed with status %d (log: %s)", base, code, log_path);
+                return -EIO;
+        }
+        log_emit(LOG_LEVEL_INFO, ctx, "%s done in %llu ms", base,
+                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
+        return 0;
+}
+
+/* ---- content hashes ---- */
+
+/* Feeds a labelled file into st: label, NUL, 8-byte size, bytes. */
+static int hash_file(crypto_hash_sha256_state *st, const char *label, const char *path) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        struct stat s;
+        if (fstat(fd, &s) < 0)
+                return negative_errno();
+        if (!S_ISREG(s.st_mode))
+                return -EINVAL;
+        if (s.st_size > (off_t) (1ULL << 30))
+                return -EFBIG;
+        uint64_t size = (uint64_t) s.st_size;
+        crypto_hash_sha256_update(st, (const uint8_t *) label, strlen(label) + 1);
+        crypto_hash_sha256_update(st, (const uint8_t *) &size, sizeof size);
+        _cleanup_free_ uint8_t *buf = malloc(1 << 16);
+        if (!buf)
+                return -ENOMEM;
+        uint64_t done = 0;
+        while (done < size) {
+                ssize_t k = read(fd, buf, 1 << 16);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negative_errno();
+                }
+                if (k == 0)
+                        return -EIO; /* shrank while we read it */
+                size_t take = (size_t) MIN((uint64_t) k, size - done);
+                crypto_hash_sha256_update(st, buf, take);
+                done += take;
+        }
+        return 0;
+}
+
+static void hash_string(crypto_hash_sha256_state *st, const char *label, const char *value) {
+        uint64_t size = strlen(value);
+        crypto_hash_sha256_update(st, (const uint8_t *) label, strlen(label) + 1);
+        crypto_hash_sha256_update(st, (const uint8_t *) &size, sizeof size);
+        crypto_hash_sha256_update(st, (const uint8_t *) value, size);
+}
+
+static void hash_final(crypto_hash_sha256_state *st, char out[HASH_HEX]) {
+        uint8_t h[crypto_hash_sha256_BYTES];
+        crypto_hash_sha256_final(st, h);
+        node_hex(h, HASH_BYTES, out);
+}
+
+/* The kernel directory's hash: kernel.sh and the helpers it sources. */
+static int kernel_hash(char out[HASH_HEX]) {
+        crypto_hash_sha256_state st;
+        char path[PATH_BUF];
+        crypto_hash_sha256_init(&st);
+        pathf(path, "%s/kernel.sh", tcfg->images_dir);
+        int r = hash_file(&st, "kernel.sh", path);
+        if (r < 0)
+                return r;
+        pathf(path, "%s/common.sh", tcfg->images_dir);
+        if (access(path, F_OK) == 0 && (r = hash_file(&st, "common.sh", path)) < 0)
+                return r;
+        hash_final(&st, out);
+        return 0;
+}
+
+/* The template's hash over every input of its build. On failure *ret_error
+ * says which input is missing. */
+static int template_hash(const char *name, unsigned memory_mib, char out[HASH_HEX], char out_kernel[HASH_HEX],
+                         char **ret_error) {
+        crypto_hash_sha256_state st;
+        char path[PATH_BUF], mem[32];
+        int r;
+
+        r = kernel_hash(out_kernel);
+        if (r < 0) {
+                *ret_error = strdup_printf("cannot read %s/kernel.sh: %s", tcfg->images_dir, strerror(-r));
+                return r;
+        }
+        crypto_hash_sha256_init(&st);
+        hash_string(&st, "kernel", out_kernel);
+        const struct {
+                const char *label;
+                const char *dir;
+                const char *file;
+                bool optional;
+        } inputs[] = {
+                { "initramfs.sh", tcfg->images_dir, "initramfs.sh", false },
+                { "common.sh", tcfg->images_dir, "common.sh", true },
+                { "recipe", tcfg->images_dir, "templates", false },
+                { "guest", tcfg->guest_binary, NULL, false },
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(inputs); i++) {
+                if (!inputs[i].file)
+                        r = pathf(path, "%s", inputs[i].dir);
+                else if (strcmp(inputs[i].label, "recipe") == 0)
+                        r = pathf(path, "%s/templates/%s.sh", inputs[i].dir, name);
+                else
+                        r = pathf(path, "%s/%s", inputs[i].dir, inputs[i].file);
+                if (r < 0)
+                        return r;
+                if (inputs[i].optional && access(path, F_OK) < 0)
+                        continue;
+                r = hash_file(&st, inputs[i].label, path);
+                if (r < 0) {
+                        *ret_error = strdup_printf("cannot read build input %s: %s", path, strerror(-r));
+                        return r;
+                }
+        }
+        snprintf(mem, sizeof mem, "%u/%u", memory_mib, TEMPLATE_VCPUS);
+        hash_string(&st, "memory", mem);
+        hash_string(&st, "cmdline", TEMPLATE_CMDLINE);
+        hash_string(&st, "machine", VMM_MACHINE_REVISION);
+        hash_string(&st, "qemu", qemu_version ? qemu_version : "");
+        hash_final(&st, out);
+        return 0;
+}
+
+/* ---- the build ---- */
+
+static bool recipe_exists(const char *name) {
+        char path[PATH_BUF];
+        if (!name_is_valid(name))
+                return false;
+        pathf(path, "%s/templates/%s.sh", tcfg->images_dir, name);
+        struct stat st;
+        return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static bool file_exists(const char *dir, const char *name) {
+        char path[PATH_BUF];
+        pathf(path, "%s/%s", dir, name);
+        return access(path, F_OK) == 0;
+}
+
+/* Takes an exclusive flock on path (created), blocking. */
+static int lock_file(const char *path, int *ret_fd) {
+        _cleanup_close_ int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return negative_errno();
+        while (flock(fd, LOCK_EX) < 0)
+                if (errno != EINTR)
+                        return negative_errno();
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+/* Makes sure TEMPLATES_DIR/kernel-<khash>/vmlinux exists. */
+static int ensure_kernel(struct tentry *e, const char *ctx, const char *kdir, const char *khash,
+                         const char *log_path, char **ret_error) {
+        char lock_path[PATH_BUF], script[PATH_BUF];
+        if (file_exists(kdir, "vmlinux") && file_exists(kdir, "modules/load.list"))
+                return 0;
+        pathf(lock_path, "%s/kernel-%s.lock", tdir, khash);
+        _cleanup_close_ int lfd = -1;
+        int r = lock_file(lock_path, &lfd);
+        if (r < 0) {
+                *ret_error = strdup_printf("cannot lock %s: %s", lock_path, strerror(-r));
+                return r;
+        }
+        if (file_exists(kdir, "vmlinux") && file_exists(kdir, "modules/load.list"))
+                return 0; /* another builder made it while we waited */
+        log_emit(LOG_LEVEL_INFO, ctx, "building kernel into %s", kdir);
+        pathf(script, "%s/kernel.sh", tcfg->images_dir);
+        char *argv[] = { (char *) "/bin/bash", script, (char *) kdir, NULL };
+        return run_step(e, ctx, argv, log_path, ret_error);
+}
+
+/* Moves the VM's console and QEMU logs from its run directory into the
+ * template directory, and removes the run directory. */
+static void keep_logs(const char *run_dir, const char *tmp) {
+        static const char *const names[] = { "console.log", "qemu.log" };
+        char from[PATH_BUF], to[PATH_BUF];
+        for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+                if (pathf(from, "%s/%s", run_dir, names[i]) < 0 || pathf(to, "%s/%s", tmp, names[i]) < 0)
+                        continue;
+                if (rename(from, to) < 0 && errno == EXDEV) {
+                        /* another file system: copy (logs are small; bounded) */
+                        _cleanup_free_ char *data = NULL;
+                        size_t len;
+                        if (file_read_all(from, 16u << 20, &data, &len) >= 0)
+                                (void) file_write_atomic(to, data, len, 0644);
+                }
+        }
+        rm_rf(run_dir);
+}
+
+/* Boots the template VM, waits for its agent, saves the snapshot. */
+static int boot_and_save(struct tentry *e, const char *ctx, const char *tmp, const char *kdir, unsigned memory_mib,
+                         char **ret_error) {
+        _cleanup_free_ char *kernel = strdup_printf("%s/vmlinux", kdir);
+        _cleanup_free_ char *initrd = strdup_printf("%s/initramfs.cpio", tmp);
+        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", tmp);
+        _cleanup_free_ char *mem = strdup_printf("%s/mem", tmp);
+        _cleanup_free_ char *state = strdup_printf("%s/state", tmp);
+        if (!kernel || !initrd || !rootfs || !mem || !state)
+                return -ENOMEM;
+
+        {
+                _cleanup_close_ int fd = open(mem, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+                if (fd < 0 || ftruncate(fd, (off_t) memory_mib << 20) < 0) {
+                        int r = negative_errno();
+                        *ret_error = strdup_printf("cannot create the RAM file %s: %s", mem, strerror(-r));
+                        return r;
+                }
+        }
+
+        _cleanup_free_ char *run_dir = NULL;
+        int r = node_vm_run_dir(tcfg->data_dir, &run_dir);
+        if (r < 0) {
+                *ret_error = strdup_printf("cannot create a run directory in %s/run: %s", tcfg->data_dir, strerror(-r));
+                return r;
+        }
+        struct vmm_config vc = {
+                .qemu_binary = tcfg->qemu_binary,
+                .accel = taccel,
+                .memory_mib = memory_mib,
+                .vcpus = TEMPLATE_VCPUS,
+                .kernel = kernel,
+                .initrd = initrd,
+                .cmdline = TEMPLATE_CMDLINE,
+                .rootfs = rootfs,
+                .mem_path = mem,
+                .mem_shared = true,
+                .run_dir = run_dir,
+                .log_ctx = ctx,
+        };
+        uint64_t t0 = now_monotonic_ns();
+        struct vmm *v = NULL;
+        pthread_mutex_lock(&tlock);
+        r = shutting_down ? -ECANCELED : vmm_boot(&vc, &v);
+        if (r >= 0)
+                e->build_vmm_pid = v->pid;
+        pthread_mutex_unlock(&tlock);
+        if (r < 0) {
+                keep_logs(run_dir, tmp);
+                *ret_error = strdup_printf("template VM did not start: %s (logs in %s)", strerror(-r), tmp);
+                return r;
+        }
+
+        int fd = -1;
+        struct guestconn *g = NULL;
+        const char *step = "connecting to the guest channel";
+        r = vmm_guest_connect(v, 10000, &fd);
+        if (r >= 0) {
+                step = "waiting for the guest agent";
+                r = guestconn_open(fd, ctx, BOOT_TIMEOUT_MS, &g);
+        }
+        if (r >= 0) {
+                step = "pinging the guest agent";
+                r = guestconn_ping(g, 10000);
+        }
+        uint64_t t_boot = now_monotonic_ns();
+        /* Disconnect before saving: the snapshot then holds an agent that
+         * waits for a host, exactly what a restored sandbox needs. */
+        guestconn_free(g);
+        if (r >= 0) {
+                struct timespec ts = { 0, 50 * 1000000L };
+                nanosleep(&ts, NULL);
+                step = "saving the snapshot";
+                r = vmm_save(v, state);
+        }
+        pthread_mutex_lock(&tlock);
+        e->build_vmm_pid = 0;
+        pthread_mutex_unlock(&tlock);
+        vmm_destroy(v);
+        keep_logs(run_dir, tmp);
+        if (r < 0) {
+                *ret_error = strdup_printf("%s failed: %s (console: %s/console.log)", step, strerror(-r), tmp);
+                return r;
+        }
+        log_emit(LOG_LEVEL_INFO, ctx, "template VM booted in %llu ms, saved in %llu ms",
+                 (unsigned long long) ((t_boot - t0) / 1000000ULL),
+                 (unsigned long long) ((now_monotonic_ns() - t_boot) / 1000000ULL));
+        return 0;
+}
+
+static int write_manifest(const char *tmp, const char *name, const char *hash, unsigned memory_mib,
+                          const char *kdir_name, uint64_t build_ms) {
+        char when[64];
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        json_t *m = json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:I, s:s}", "name", name, "hash", hash, "memory_mib",
+                              (json_int_t) memory_mib, "vcpus", (json_int_t) TEMPLATE_VCPUS, "kernel", kdir_name,
+                              "built_at", when, "build_ms", (json_int_t) build_ms, "qemu",
+                              qemu_version ? qemu_version : "");
+        if (!m)
+                return -ENOMEM;
+        _cleanup_free_ char *text = json_dumps(m, JSON_INDENT(2));
+        json_decref(m);
+        if (!text)
+                return -ENOMEM;
+        _cleanup_free_ char *path = strdup_printf("%s/manifest.json", tmp);
+        if (!path)
+                return -ENOMEM;
+        return file_write_atomic(path, text, strlen(text), 0644);
+}
+
+/* Builds template e (hash and kernel hash given) unless its directory
+ * exists. Runs without tlock held. */
+static int build(struct tentry *e, const char *hash, const char *khash, unsigned memory_mib,
+                 struct template_info **ret, char **ret_error) {
+        char ctx[128], final[PATH_BUF], kdir[PATH_BUF], lock_path[PATH_BUF], tmp[PATH_BUF], log_path[PATH_BUF], kdir_name[64];
+        int r;
+
+        snprintf(ctx, sizeof ctx, "template=%s", e->name);
+        pathf(final, "%s/%s-%s", tdir, e->name, hash);
+        snprintf(kdir_name, sizeof kdir_name, "kernel-%s", khash);
+        pathf(kdir, "%s/%s", tdir, kdir_name);
+
+        /* other processes building the same template hold this lock */
+        _cleanup_close_ int lfd = -1;
+        if (!file_exists(final, "manifest.json")) {
+                pathf(lock_path, "%s/%s-%s.lock", tdir, e->name, hash);
+                r = lock_file(lock_path, &lfd);
+                if (r < 0) {
+                        *ret_error = strdup_printf("cannot lock %s: %s", lock_path, strerror(-r));
+                        return r;
+                }
+        }
+
+        if (file_exists(final, "manifest.json")) {
+                if (!file_exists(kdir, "vmlinux")) {
+                        *ret_error = strdup_printf("%s exists but its kernel %s is missing", final, kdir);
+                        return -ENOENT;
+                }
+                struct template_info *t = info_for(e->name, hash, final, kdir, memory_mib);
+                if (!t)
+                        return -ENOMEM;
+                *ret = t;
+                return 0;
+        }
+
+        uint64_t t0 = now_monotonic_ns();
+        char rnd[17];
+        r = random_id("", 8, rnd, sizeof rnd);
+        if (r < 0)
+                return r;
+        pathf(tmp, "%s/.tmp-%s-%s-%d-%s", tdir, e->name, hash, (int) getpid(), rnd);
+        if (mkdir(tmp, 0755) < 0) {
+                r = negative_errno();
+                *ret_error = strdup_printf("cannot create %s: %s", tmp, strerror(-r));
+                return r;
+        }
+        pathf(log_path, "%s/build.log", tmp);
+        log_emit(LOG_LEVEL_INFO, ctx, "building template %s-%s (memory %u MiB), log %s", e->name, hash, memory_mib,
+                 log_path);
+
+        char script[PATH_BUF], out[PATH_BUF], initramfs_script[PATH_BUF];
+        r = ensure_kernel(e, ctx, kdir, khash, log_path, ret_error);
+        if (r >= 0) {
+                pathf(initramfs_script, "%s/initramfs.sh", tcfg->images_dir);
+                pathf(out, "%s/initramfs.cpio", tmp);
+                char *argv[] = { (char *) "/bin/bash", initramfs_script, kdir, tcfg->guest_binary, out, NULL };
+                r = run_step(e, ctx, argv, log_path, ret_error);
+        }
+        if (r >= 0) {
+                pathf(script, "%s/templates/%s.sh", tcfg->images_dir, e->name);
+                pathf(out, "%s/rootfs.img", tmp);
+                char *argv[] = { (char *) "/bin/bash", script, out, NULL };
+                r = run_step(e, ctx, argv, log_path, ret_error);
+        }
+        if (r >= 0)
+                r = boot_and_save(e, ctx, tmp, kdir, memory_mib, ret_error);
+        uint64_t build_ms = (now_monotonic_ns() - t0) / 1000000ULL;
+        if (r >= 0) {
+                r = write_manifest(tmp, e->name, hash, memory_mib, kdir_name, build_ms);
+                if (r < 0)
+                        *ret_error = strdup_printf("cannot write manifest.json: %s", strerror(-r));
+        }
+        if (r >= 0 && rename(tmp, final) < 0) {
+                r = negative_errno();
+                *ret_error = strdup_printf("cannot rename %s to %s: %s", tmp, final, strerror(-r));
+        }
+        if (r < 0) {
+                /* keep the log beside the templates for whoever investigates */
+                char failed_log[PATH_BUF];
+                pathf(failed_log, "%s/%s-%s.failed.log", tdir, e->name, hash);
+                if (rename(log_path, failed_log) == 0) {
+                        char *msg = *ret_error ? strdup_printf("%s; build log %s", *ret_error, failed_log) : NULL;
+                        if (msg) {
+                                free(*ret_error);
+                                *ret_error = msg;
+                        }
+                }
+                rm_rf(tmp);
+                return r;
+        }
+        log_emit(LOG_LEVEL_INFO, ctx, "template %s-%s built in %llu ms", e->name, hash, (unsigned long long) build_ms);
+        struct template_info *t = info_for(e->name, hash, final, kdir, memory_mib);
+        if (!t)
+                return -ENOMEM;
+        *ret = t;
+        return 0;
+}
+
+/* ---- registry ---- */
+
+/* Finds or adds the entry of a template with a recipe (tlock held). */
+static struct tentry *entry_get(const char *name) {
+        for (struct tentry *e = entries; e; e = e->next)
+                if (strcmp(e->name, name) == 0)
+                        return e;
+        if (!recipe_exists(name))
+                return NULL;
+        struct tentry *e = calloc(1, sizeof *e);
+        if (!e)
+                return NULL;
+        snprintf(e->name, sizeof e->name, "%s", name);
+        e->memory_mib = memory_for(name);
+        e->next = entries;
+        entries = e;
+        return e;
+}
+
+/* Runs the build of e in this thread (tlock held on entry and return). */
+static void build_entry(struct tentry *e) {
+        char hash[HASH_HEX], khash[HASH_HEX];
+        char *error = NULL;
+        struct template_info *info = NULL;
+
+        e->state = T_BUILDING;
+        pthread_mutex_unlock(&tlock);
+        int r = template_hash(e->name, e->memory_mib, hash, khash, &error);
+        if (r >= 0) {
+                pthread_mutex_lock(&tlock);
+                snprintf(e->hash, sizeof e->hash, "%s", hash);
+                pthread_mutex_unlock(&tlock);
+                r = build(e, hash, khash, e->memory_mib, &info, &error);
+        }
+        pthread_mutex_lock(&tlock);
+        if (r >= 0) {
+                snprintf(e->hash, sizeof e->hash, "%s", hash);
+                template_info_free(e->info);
+                e->info = info;
+                free(e->error);
+                e->error = NULL;
+                e->state = T_READY;
+        } else {
+                free(e->error);
+                e->error = error ? error : strdup_printf("build failed: %s", strerror(-r));
+                e->state = T_FAILED;
+                log_emit(LOG_LEVEL_ERROR, NULL, "template=%s build failed: %s", e->name,
+                         e->error ? e->error : "(no message)");
+        }
+        pthread_cond_broadcast(&tcond);
+}
+
+int template_get(const char *name, int wait_ms, struct template_info **ret, char **ret_error) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        deadline.tv_sec += wait_ms / 1000;
+        deadline.tv_nsec += (long) (wait_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+                deadline.tv_sec++;
+                deadline.tv_nsec -= 1000000000L;
+        }
+
+        pthread_mutex_lock(&tlock);
+        struct tentry *e = entry_get(name);
+        if (!e) {
+                pthread_mutex_unlock(&tlock);
+                return -ENOENT;
+        }
+        bool waited = false;
+        for (;;) {
+                if (e->state == T_READY) {
+                        struct template_info *t = info_copy(e->info);
+                        pthread_mutex_unlock(&tlock);
+                        if (!t)
+                                return -ENOMEM;
+                        *ret = t;
+                        return 0;
+                }
+                if (e->state == T_FAILED && waited) {
+                        /* the build we waited for failed: report it, the
+                         * next request retries */
+                        if (ret_error)
+                                *ret_error = e->error ? strdup(e->error) : NULL;
+                        pthread_mutex_unlock(&tlock);
+                        return -EIO;
+                }
+                if (e->state != T_BUILDING) {
+                        if (shutting_down) {
+                                pthread_mutex_unlock(&tlock);
+                                return -ECANCELED;
+                        }
+                        build_entry(e);
+                        waited = true;
+                        continue;
+                }
+                waited = true;
+                if (pthread_cond_timedwait(&tcond, &tlock, &deadline) == ETIMEDOUT && e->state == T_BUILDING) {
+                        pthread_mutex_unlock(&tlock);
+                        return -EAGAIN;
+                }
+        }
+}
+
+static void *prebuild_thread(void *arg) {
+        for (size_t i = 0; i < tcfg->n_prebuild; i++) {
+                const char *name = tcfg->prebuild[i];
+                struct template_info *t = NULL;
+                char *error = NULL;
+                uint64_t t0 = now_monotonic_ns();
+                int r = template_get(name, 24 * 3600 * 1000, &t, &error);
+                if (r == -ENOENT)
+                        log_error("template=%s prebuild: no recipe %s/templates/%s.sh", name, tcfg->images_dir,
+                                  name);
+                else if (r < 0)
+                        log_error("template=%s prebuild failed: %s", name, error ? error : strerror(-r));
+                else
+                        log_info("template=%s ready (%s) after %llu ms", name, t->dir,
+                                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
+                template_info_free(t);
+                free(error);
+        }
+        return NULL;
+}
+
+int template_prebuild_start(void) {
+        pthread_t t;
+        int r = pthread_create(&t, NULL, prebuild_thread, NULL);
+        if (r != 0)
+                return -r;
+        pthread_detach(t);
+        return 0;
+}
+
+bool template_prebuild_ready(void) {
+        bool ready = true;
+        pthread_mutex_lock(&tlock);
+        for (size_t i = 0; i < tcfg->n_prebuild && ready; i++) {
+                struct tentry *e = NULL;
+                for (struct tentry *x = entries; x; x = x->next)
+                        if (strcmp(x->name, tcfg->prebuild[i]) == 0)
+                                e = x;
+                ready = e && e->state == T_READY;
+        }
+        pthread_mutex_unlock(&tlock);
+        return ready;
+}
+
+/* Checks an untouched entry against the disk: a template directory another
+ * process (or an earlier run) built makes it ready without a build. */
+static void entry_probe(struct tentry *e) {
+        char hash[HASH_HEX], khash[HASH_HEX], final[PATH_BUF], kdir[PATH_BUF];
+        char *error = NULL;
+        unsigned mem = e->memory_mib;
+        pthread_mutex_unlock(&tlock);
+        int r = template_hash(e->name, mem, hash, khash, &error);
+        free(error);
+        bool built = false;
+        if (r >= 0) {
+                pathf(final, "%s/%s-%s", tdir, e->name, hash);
+                pathf(kdir, "%s/kernel-%s", tdir, khash);
+                built = file_exists(final, "manifest.json") && file_exists(kdir, "vmlinux");
+        }
+        pthread_mutex_lock(&tlock);
+        if (r < 0 || e->state != T_UNKNOWN)
+                return;
+        snprintf(e->hash, sizeof e->hash, "%s", hash);
+        if (built) {
+                struct template_info *t = info_for(e->name, hash, final, kdir, mem);
+                if (t) {
+                        e->info = t;
+                        e->state = T_READY;
+                }
+        }
+}
+
+json_t *template_list_json(void) {
+        json_t *arr = json_array();
+        if (!arr)
+                return NULL;
+        char dir[PATH_BUF];
+        pathf(dir, "%s/templates", tcfg->images_dir);
+        DIR *d = opendir(dir);
+        pthread_mutex_lock(&tlock);
+        for (struct dirent *de; d && (de = readdir(d));) {
+                size_t n = strlen(de->d_name);
+                if (n <= 3 || n > 64 + 3 || strcmp(de->d_name + n - 3, ".sh") != 0)
+                        continue;
+                char name[68];
+                snprintf(name, sizeof name, "%.*s", (int) (n - 3), de->d_name);
+                struct tentry *e = entry_get(name);
+                if (e && e->state == T_UNKNOWN)
+                        entry_probe(e);
+        }
+        if (d)
+                closedir(d);
+        for (struct tentry *e = entries; e; e = e->next) {
+                json_t *o = json_pack("{s:s, s:s, s:I}", "name", e->name, "state", tstate_names[e->state],
+                                      "memory_mib", (json_int_t) e->memory_mib);
+                if (!o)
+                        continue;
+                if (e->hash[0])
+                        json_object_set_new(o, "hash", json_string(e->hash));
+                if (e->state == T_FAILED && e->error)
+                        json_object_set_new(o, "error", json_string(e->error));
+                json_array_append_new(arr, o);
+        }
+        pthread_mutex_unlock(&tlock);
+        return arr;
+}
+
+/* Removes TEMPLATES_DIR/.tmp-* directories whose builder process is gone. */
+static void remove_stale_temps(void) {
+        DIR *d = opendir(tdir);
+        if (!d)
+                return;
+        for (struct dirent *de; (de = readdir(d));) {
+                if (strncmp(de->d_name, ".tmp-", 5) != 0)
+                        continue;
+                /* .tmp-NAME-HASH-PID-RND: the pid is the second to last field */
+                char copy[256];
+                snprintf(copy, sizeof copy, "%s", de->d_name);
+                char *last = strrchr(copy, '-');
+                if (!last)
+                        continue;
+                *last = 0;
+                char *pid_s = strrchr(copy, '-');
+                uint64_t pid;
+                if (!pid_s || parse_u64(pid_s + 1, INT32_MAX, &pid) < 0)
+                        continue;
+                if ((pid_t) pid != getpid() && kill((pid_t) pid, 0) < 0 && errno == ESRCH) {
+                        char path[PATH_BUF];
+                        pathf(path, "%s/%s", tdir, de->d_name);
+                        log_info("removing %s (its builder, pid %llu, is gone)", path, (unsigned long long) pid);
+                        rm_rf(path);
+                }
+        }
+        closedir(d);
+}
+
+int template_init(const struct node_config *cfg, const char *templates_dir, enum vmm_accel accel) {
+        tcfg = cfg;
+        taccel = accel;
+        tdir = strdup(templates_dir);
+        if (!tdir)
+                return -ENOMEM;
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&tcond, &ca);
+        pthread_condattr_destroy(&ca);
+
+        int r = mkdir_p(tdir, 0755);
+        if (r < 0)
+                return log_error_errno(r, "Failed to create %s: %m", tdir);
+        r = read_qemu_version(cfg->qemu_binary, &qemu_version);
+        if (r < 0)
+                return log_error_errno(r, "Failed to run %s --version: %m", cfg->qemu_binary);
+        log_info("qemu: %s", qemu_version);
+        remove_stale_temps();
+        return 0;
+}
+
+void template_shutdown(void) {
+        pthread_mutex_lock(&tlock);
+        shutting_down = true;
+        for (struct tentry *e = entries; e; e = e->next) {
+                if (e->build_pgid > 0)
+                        kill(-e->build_pgid, SIGKILL);
+                if (e->build_vmm_pid > 0)
+                        kill(e->build_vmm_pid, SIGKILL);
+        }
+        pthread_mutex_unlock(&tlock);
+}

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * Templates: a booted-once VM saved as a snapshot, from which sandboxes are
+ * restored. A template is known by its recipe IMAGES_DIR/templates/<name>.sh
+ * and built into TEMPLATES_DIR/<name>-<hash>/ (rootfs.img, initramfs.cpio,
+ * mem, state, manifest.json, console.log), where hash covers every input
+ * (scripts, guest agent binary, memory size, QEMU version). The kernel is
+ * built once per kernel.sh into TEMPLATES_DIR/kernel-<hash>/.
+ *
+ * One build per template at a time: in-process waiters share the running
+ * build, other processes wait on TEMPLATES_DIR/<name>-<hash>.lock and then
+ * find the finished directory. A failed build is remembered with its error
+ * and retried by the next request.
+ */
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "macros.h"
+#include "vmm.h"
+
+struct node_config;
+
+/* An immutable description of a built template (paths into its directory). */
+struct template_info {
+        char *name;
+        char *hash;
+        char *dir;
+        char *kernel;  /* vmlinux */
+        char *initrd;  /* initramfs.cpio */
+        char *rootfs;  /* rootfs.img (never written: sandboxes clone it) */
+        char *mem;     /* RAM file (sandboxes map it share=off) */
+        char *state;   /* device state for migrate-incoming */
+        char *cmdline; /* the kernel command line it was booted with */
+        unsigned memory_mib;
+        unsigned vcpus;
+};
+
+/* NULL-safe. */
+void template_info_free(struct template_info *t);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct template_info *, template_info_free);
+
+/* Sets up the module (creates templates_dir, reads the QEMU version, removes
+ * temporary directories of dead builders). */
+int template_init(const struct node_config *cfg, const char *templates_dir, enum vmm_accel accel);
+
+/* Returns a ready template, building it first when needed (in the calling
+ * thread) or waiting up to wait_ms for a build another thread runs. -ENOENT:
+ * no recipe of that name; -EAGAIN: still building after wait_ms; -EIO: the
+ * build failed (*ret_error, if given, gets its message). */
+int template_get(const char *name, int wait_ms, struct template_info **ret, char **ret_error);
+
+/* Starts building cfg->prebuild in a background thread. */
+int template_prebuild_start(void);
+
+/* true once every prebuild template is built. */
+bool template_prebuild_ready(void);
+
+/* [{name,state,hash,memory_mib,error?}] for every known recipe. */
+json_t *template_list_json(void);
+
+/* Kills running build processes (scripts, the template VM): called at
+ * shutdown so no QEMU is left behind. */
+void template_shutdown(void);

@@ -1,0 +1,436 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * guestconn against a fake guest agent: a thread on the other end of a
+ * socketpair that speaks lib/proto frames the way airlock-guest does
+ * (docs/guest-protocol.md), including the stale bytes a reconnecting host
+ * finds on the channel.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "guestconn.h"
+#include "macros.h"
+#include "proto.h"
+
+/* ---- fake guest helpers (server thread) ---- */
+
+struct guest {
+        int fd;
+        struct proto_reader r;
+};
+
+static void guest_send_json(struct guest *g, uint8_t type, uint32_t stream, const char *json) {
+        assert_int_equal(proto_write_frame(g->fd, type, stream, json, strlen(json)), 0);
+}
+
+/* Reads the next frame; returns its JSON payload (NULL for data frames) and
+ * header. Returns false on EOF. */
+static bool guest_recv(struct guest *g, struct proto_header *h, json_t **ret_json) {
+        const uint8_t *payload;
+        int k = proto_reader_read(&g->r, g->fd, h, &payload);
+        if (k <= 0)
+                return false;
+        if (ret_json) {
+                json_error_t err;
+                *ret_json = json_loadb((const char *) payload, h->length, 0, &err);
+        }
+        proto_reader_pop(&g->r, h);
+        return true;
+}
+
+/* Answers the host's HELLO with its nonce, after writing stale junk: a
+ * frame cut short, random bytes, a HELLO with a wrong nonce. */
+static void guest_handshake(struct guest *g, bool stale) {
+        struct proto_header h;
+        json_t *m = NULL;
+        assert_true(guest_recv(g, &h, &m));
+        assert_int_equal(h.type, PROTO_HELLO);
+        assert_int_equal(h.stream, 0);
+        const char *nonce = json_string_value(json_object_get(m, "nonce"));
+        assert_non_null(nonce);
+        assert_int_equal(strlen(nonce), 32);
+        assert_int_equal(json_integer_value(json_object_get(m, "version")), 1);
+
+        if (stale) {
+                /* old output cut mid-frame: header promises 1000 bytes, 10 come */
+                uint8_t hdr[PROTO_HEADER_SIZE];
+                proto_header_encode(&(struct proto_header){ .version = 1, .type = PROTO_STDOUT, .stream = 7,
+                                                             .length = 1000 },
+                                    hdr);
+                assert_int_equal(write(g->fd, hdr, sizeof hdr), (ssize_t) sizeof hdr);
+                assert_int_equal(write(g->fd, "0123456789", 10), 10);
+                assert_int_equal(write(g->fd, "garbage ALK", 11), 11);
+                guest_send_json(g, PROTO_HELLO, 0, "{\"nonce\":\"00000000000000000000000000000000\",\"version\":1}");
+                guest_send_json(g, PROTO_STDOUT, 3, "old output");
+        }
+        char reply[256];
+        snprintf(reply, sizeof reply,
+                 "{\"nonce\":\"%s\",\"version\":1,\"agent\":\"fake-guest 0.1\",\"boot_id\":\"b00t\"}", nonce);
+        guest_send_json(g, PROTO_HELLO, 0, reply);
+        json_decref(m);
+}
+
+struct fake {
+        pthread_t thread;
+        struct guest g;
+        int host_fd;
+};
+
+static void fake_start(struct fake *f, void *(*fn)(void *)) {
+        int sv[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        f->host_fd = sv[0];
+        f->g.fd = sv[1];
+        assert_int_equal(proto_reader_init(&f->g.r), 0);
+        assert_int_equal(pthread_create(&f->thread, NULL, fn, &f->g), 0);
+}
+
+static void fake_join(struct fake *f) {
+        assert_int_equal(pthread_join(f->thread, NULL), 0);
+        close(f->g.fd);
+        proto_reader_release(&f->g.r);
+}
+
+static struct guestconn *fake_open(struct fake *f, void *(*fn)(void *)) {
+        fake_start(f, fn);
+        struct guestconn *c = NULL;
+        assert_int_equal(guestconn_open(f->host_fd, "test=guestconn", 2000, &c), 0);
+        assert_non_null(c);
+        return c;
+}
+
+/* Waits for the host to close the channel. */
+static void guest_drain(struct guest *g) {
+        struct proto_header h;
+        while (guest_recv(g, &h, NULL))
+                ;
+}
+
+/* ---- tests ---- */
+
+/* Serves requests: PING -> RESULT {}, LIST -> RESULT, STAT -> ERROR ENOENT,
+ * MKDIR -> nothing (the host times out), until EOF. */
+static void *guest_requests(void *arg) {
+        struct guest *g = arg;
+        guest_handshake(g, true);
+        struct proto_header h;
+        json_t *m;
+        while (guest_recv(g, &h, &m)) {
+                assert_true(h.stream != 0);
+                switch (h.type) {
+                case PROTO_PING:
+                        guest_send_json(g, PROTO_RESULT, h.stream, "{}");
+                        break;
+                case PROTO_LIST:
+                        assert_string_equal(json_string_value(json_object_get(m, "path")), "/");
+                        /* noise on the stream first: not a reply */
+                        guest_send_json(g, PROTO_STDOUT, h.stream, "x");
+                        guest_send_json(g, PROTO_RESULT, h.stream, "{\"entries\":[{\"name\":\"etc\"}]}");
+                        break;
+                case PROTO_STAT:
+                        guest_send_json(g, PROTO_ERROR, h.stream, "{\"errno\":2,\"message\":\"no such file\"}");
+                        break;
+                case PROTO_RENAME:
+                        guest_send_json(g, PROTO_ERROR, h.stream, "{\"errno\":-5}"); /* nonsense errno */
+                        break;
+                case PROTO_MKDIR:
+                        break; /* never answers */
+                default:
+                        fail_msg("unexpected frame type %u", h.type);
+                }
+                json_decref(m);
+        }
+        return NULL;
+}
+
+static void test_handshake_and_calls(void **state) {
+        struct fake f;
+        struct guestconn *c = fake_open(&f, guest_requests);
+        assert_true(guestconn_alive(c));
+
+        assert_int_equal(guestconn_ping(c, 2000), 0);
+
+        json_t *req = json_pack("{s:s}", "path", "/");
+        json_t *res = NULL;
+        assert_int_equal(guestconn_call(c, PROTO_LIST, req, 2000, &res, NULL), 0);
+        assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(res, "entries"), 0), "name")),
+                            "etc");
+        json_decref(res);
+
+        char *msg = NULL;
+        res = (json_t *) 0x1;
+        assert_int_equal(guestconn_call(c, PROTO_STAT, req, 2000, &res, &msg), -ENOENT);
+        assert_ptr_equal(res, (json_t *) 0x1);
+        assert_string_equal(msg, "no such file");
+        free(msg);
+        assert_int_equal(guestconn_call(c, PROTO_STAT, req, 2000, NULL, NULL), -ENOENT);
+        assert_int_equal(guestconn_call(c, PROTO_RENAME, req, 2000, NULL, NULL), -EIO);
+
+        assert_int_equal(guestconn_call(c, PROTO_MKDIR, req, 100, NULL, NULL), -ETIMEDOUT);
+        /* still usable after a timeout */
+        assert_int_equal(guestconn_ping(c, 2000), 0);
+        assert_int_equal(req->refcount, 1); /* not consumed */
+        json_decref(req);
+
+        assert_int_equal(guestconn_call(c, PROTO_LIST, NULL, 100, NULL, NULL), -EINVAL);
+
+        guestconn_free(c);
+        fake_join(&f);
+}
+
+static void *guest_silent(void *arg) {
+        struct guest *g = arg;
+        guest_drain(g); /* reads our HELLO, never answers */
+        return NULL;
+}
+
+static void *guest_wrong_version(void *arg) {
+        struct guest *g = arg;
+        struct proto_header h;
+        json_t *m = NULL;
+        assert_true(guest_recv(g, &h, &m));
+        char reply[256];
+        snprintf(reply, sizeof reply, "{\"nonce\":\"%s\",\"version\":2}",
+                 json_string_value(json_object_get(m, "nonce")));
+        guest_send_json(g, PROTO_HELLO, 0, reply);
+        json_decref(m);
+        guest_drain(g);
+        return NULL;
+}
+
+static void *guest_hangup(void *arg) {
+        struct guest *g = arg;
+        struct proto_header h;
+        assert_true(guest_recv(g, &h, NULL));
+        shutdown(g->fd, SHUT_RDWR);
+        return NULL;
+}
+
+static void test_handshake_failures(void **state) {
+        struct fake f;
+        struct guestconn *c = (struct guestconn *) 0x1;
+
+        fake_start(&f, guest_silent);
+        assert_int_equal(guestconn_open(f.host_fd, "t", 100, &c), -ETIMEDOUT);
+        fake_join(&f);
+
+        fake_start(&f, guest_wrong_version);
+        assert_int_equal(guestconn_open(f.host_fd, "t", 2000, &c), -EPROTONOSUPPORT);
+        fake_join(&f);
+
+        fake_start(&f, guest_hangup);
+        assert_int_equal(guestconn_open(f.host_fd, "t", 2000, &c), -ECONNRESET);
+        fake_join(&f);
+
+        assert_ptr_equal(c, (struct guestconn *) 0x1);
+        assert_int_equal(guestconn_open(-1, "t", 100, &c), -EBADF);
+        guestconn_free(NULL);
+}
+
+/* A process: EXEC answered with RESULT {"pid"}, then STDOUT/STDERR data, a
+ * guest PING on stream 0 (we must answer it), and EXIT. */
+static void *guest_exec(void *arg) {
+        struct guest *g = arg;
+        guest_handshake(g, false);
+        struct proto_header h;
+        json_t *m = NULL;
+        assert_true(guest_recv(g, &h, &m));
+        assert_int_equal(h.type, PROTO_EXEC);
+        uint32_t s = h.stream;
+        json_decref(m);
+        guest_send_json(g, PROTO_RESULT, s, "{\"pid\":42}");
+        guest_send_json(g, PROTO_STDOUT, s, "hello ");
+        guest_send_json(g, PROTO_STDERR, s, "oops");
+        guest_send_json(g, PROTO_PING, 0, "{}");
+        /* the host's answer to our ping (from its reader thread) and the
+         * test's stdin (from the main thread) come in either order */
+        bool pong = false, input = false;
+        while (!pong || !input) {
+                m = NULL;
+                assert_true(guest_recv(g, &h, &m)); /* NULL for raw stdin */
+                if (h.type == PROTO_RESULT) {
+                        assert_int_equal(h.stream, 0);
+                        pong = true;
+                } else {
+                        assert_int_equal(h.type, PROTO_STDIN);
+                        assert_int_equal(h.stream, s);
+                        assert_int_equal(h.length, 5);
+                        input = true;
+                }
+                json_decref(m);
+        }
+        guest_send_json(g, PROTO_STDOUT, s, "world");
+        guest_send_json(g, PROTO_EXIT, s, "{\"exit_code\":0,\"signal\":0}");
+        guest_drain(g);
+        return NULL;
+}
+
+struct sink {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        char out[256];
+        size_t out_len;
+        int nerr, nexit, ndead, nother;
+};
+
+static void sink_handler(void *userdata, uint8_t type, const uint8_t *payload, size_t len) {
+        struct sink *s = userdata;
+        pthread_mutex_lock(&s->lock);
+        switch (type) {
+        case PROTO_STDOUT:
+                memcpy(s->out + s->out_len, payload, MIN(len, sizeof s->out - 1 - s->out_len));
+                s->out_len += MIN(len, sizeof s->out - 1 - s->out_len);
+                break;
+        case PROTO_STDERR:
+                s->nerr++;
+                break;
+        case PROTO_EXIT:
+                s->nexit++;
+                break;
+        case 0:
+                assert_null(payload);
+                s->ndead++;
+                break;
+        default:
+                s->nother++;
+        }
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+}
+
+static void sink_wait(struct sink *s, int *counter, int want) {
+        pthread_mutex_lock(&s->lock);
+        for (int i = 0; *counter < want && i < 200; i++) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 10 * 1000000;
+                if (ts.tv_nsec >= 1000000000) {
+                        ts.tv_sec++;
+                        ts.tv_nsec -= 1000000000;
+                }
+                pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+        }
+        assert_int_equal(*counter, want);
+        pthread_mutex_unlock(&s->lock);
+}
+
+static void test_stream_exec(void **state) {
+        struct fake f;
+        struct guestconn *c = fake_open(&f, guest_exec);
+        struct sink s = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+        uint32_t id = 0;
+        assert_int_equal(guestconn_stream_open(c, sink_handler, &s, &id), 0);
+        assert_true(id != 0);
+        assert_int_equal(guestconn_call_stream(c, 999, PROTO_EXEC, NULL, 100, NULL, NULL), -EINVAL);
+        json_t *req = json_pack("{s:[s]}", "argv", "true");
+        assert_int_equal(guestconn_call_stream(c, 999, PROTO_EXEC, req, 100, NULL, NULL), -ENOENT);
+        json_t *res = NULL;
+        assert_int_equal(guestconn_call_stream(c, id, PROTO_EXEC, req, 2000, &res, NULL), 0);
+        json_decref(req);
+        assert_int_equal(json_integer_value(json_object_get(res, "pid")), 42);
+        json_decref(res);
+
+        assert_int_equal(guestconn_send(c, PROTO_STDIN, id, "input", 5), 0);
+        sink_wait(&s, &s.nexit, 1);
+        pthread_mutex_lock(&s.lock);
+        s.out[s.out_len] = 0;
+        assert_string_equal(s.out, "hello world");
+        assert_int_equal(s.nerr, 1);
+        assert_int_equal(s.nother, 0); /* the RESULT went to the call, not the handler */
+        pthread_mutex_unlock(&s.lock);
+
+        /* closed: no type-0 call for it when the channel goes */
+        guestconn_stream_close(c, id);
+        guestconn_free(c);
+        assert_int_equal(s.ndead, 0);
+        fake_join(&f);
+}
+
+/* Lets the host register streams and start a call, then dies. */
+static void *guest_dies(void *arg) {
+        struct guest *g = arg;
+        guest_handshake(g, false);
+        struct proto_header h;
+        json_t *m = NULL;
+        assert_true(guest_recv(g, &h, &m)); /* the call that will never be answered */
+        json_decref(m);
+        guest_send_json(g, PROTO_STDOUT, 1, "last words");
+        shutdown(g->fd, SHUT_RDWR);
+        return NULL;
+}
+
+static void test_channel_death(void **state) {
+        struct fake f;
+        struct guestconn *c = fake_open(&f, guest_dies);
+        struct sink s1 = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+        struct sink s2 = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+        uint32_t a, b;
+        assert_int_equal(guestconn_stream_open(c, sink_handler, &s1, &a), 0);
+        assert_int_equal(guestconn_stream_open(c, sink_handler, &s2, &b), 0);
+        assert_int_equal(a, 1);
+        assert_true(b > a);
+
+        json_t *req = json_object();
+        assert_int_equal(guestconn_call(c, PROTO_STAT, req, 5000, NULL, NULL), -ECONNRESET);
+        sink_wait(&s1, &s1.ndead, 1);
+        sink_wait(&s2, &s2.ndead, 1);
+        assert_false(guestconn_alive(c));
+        assert_int_equal(s1.out_len, 10);
+
+        /* everything fails fast now */
+        assert_int_equal(guestconn_call(c, PROTO_STAT, req, 5000, NULL, NULL), -ECONNRESET);
+        assert_int_equal(guestconn_send_json(c, PROTO_STDIN_CLOSE, a, req), -ECONNRESET);
+        uint32_t x;
+        assert_int_equal(guestconn_stream_open(c, sink_handler, &s1, &x), -ECONNRESET);
+        json_decref(req);
+
+        guestconn_stream_close(c, a);
+        guestconn_free(c);
+        /* the type-0 notification came exactly once */
+        assert_int_equal(s1.ndead, 1);
+        assert_int_equal(s2.ndead, 1);
+        fake_join(&f);
+}
+
+static void *guest_idle(void *arg) {
+        struct guest *g = arg;
+        guest_handshake(g, false);
+        guest_drain(g);
+        return NULL;
+}
+
+/* guestconn_free with open streams: their handlers get type 0. */
+static void test_free_fails_streams(void **state) {
+        struct fake f;
+        struct guestconn *c = fake_open(&f, guest_idle);
+        struct sink s = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+        uint32_t id;
+        assert_int_equal(guestconn_stream_open(c, sink_handler, &s, &id), 0);
+        guestconn_free(c);
+        assert_int_equal(s.ndead, 1);
+        fake_join(&f);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_handshake_and_calls),
+                cmocka_unit_test(test_handshake_failures),
+                cmocka_unit_test(test_stream_exec),
+                cmocka_unit_test(test_channel_death),
+                cmocka_unit_test(test_free_fails_streams),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,570 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Starts the real HTTP server on an ephemeral port, with a fake airlock-node
+ * (threads serving the node protocol on a temporary Unix socket), and talks
+ * to it over plain TCP sockets.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "api.h"
+#include "auth.h"
+#include "config.h"
+#include "http.h"
+#include "proto.h"
+#include "store.h"
+#include "util.h"
+
+static char dir[64];
+static struct daemon_config config;
+static struct store *store;
+static struct http_server *server;
+static uint16_t port;
+static char token[300];
+static int node_fd = -1;
+static pthread_t node_thread;
+static sem_t sse_go;
+
+/* ---------- fake node ---------- */
+
+static pthread_mutex_t known_lock = PTHREAD_MUTEX_INITIALIZER;
+static char known[16][32]; /* sandboxes the fake node holds */
+static uint64_t last_upload_size;
+
+static void known_set(const char *id, bool on) {
+        pthread_mutex_lock(&known_lock);
+        for (size_t i = 0; i < 16; i++) {
+                if (on && !known[i][0]) {
+                        snprintf(known[i], sizeof known[i], "%s", id);
+                        break;
+                }
+                if (!on && strcmp(known[i], id) == 0) {
+                        known[i][0] = 0;
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&known_lock);
+}
+
+static bool known_has(const char *id) {
+        bool r = false;
+        pthread_mutex_lock(&known_lock);
+        for (size_t i = 0; i < 16; i++)
+                r |= strcmp(known[i], id) == 0;
+        pthread_mutex_unlock(&known_lock);
+        return r;
+}
+
+static void send_json(int fd, uint8_t type, json_t *o) {
+        char *s = json_dumps(o, JSON_COMPACT);
+        proto_write_frame(fd, type, 0, s, strlen(s));
+        free(s);
+        json_decref(o);
+}
+
+static void send_error(int fd, const char *code, const char *msg) {
+        send_json(fd, PROTO_NODE_REPLY, json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", code, "message", msg));
+}
+
+static void *node_conn_thread(void *arg) {
+        int fd = (int) (intptr_t) arg;
+        struct proto_reader r;
+        struct proto_header h;
+        const uint8_t *p;
+        proto_reader_init(&r);
+        if (proto_reader_read(&r, fd, &h, &p) != 1 || h.type != PROTO_NODE_REQUEST)
+                goto out;
+        json_t *req = json_loadb((const char *) p, h.length, 0, NULL);
+        proto_reader_pop(&r, &h);
+        const char *op = json_string_value(json_object_get(req, "op"));
+        const char *id = json_string_value(json_object_get(req, "id"));
+        if (strcmp(op, "health") == 0)
+                send_json(fd, PROTO_NODE_REPLY, json_pack("{s:b, s:b, s:s}", "ok", 1, "ready", 1, "accel", "tcg"));
+        else if (strcmp(op, "template.list") == 0)
+                send_json(fd, PROTO_NODE_REPLY,
+                          json_pack("{s:b, s:[{s:s, s:s}]}", "ok", 1, "templates", "name", "python", "state", "ready"));
+        else if (strcmp(op, "sandbox.create") == 0) {
+                const char *t = json_string_value(json_object_get(req, "template"));
+                if (strcmp(t, "python") != 0)
+                        send_error(fd, "not_found", "unknown template");
+                else {
+                        known_set(id, true);
+                        send_json(fd, PROTO_NODE_REPLY,
+                                  json_pack("{s:b, s:{s:s, s:s, s:s}}", "ok", 1, "sandbox", "id", id, "template", t,
+                                            "state", "running"));
+                }
+        } else if (strcmp(op, "sandbox.get") == 0) {
+                if (known_has(id))
+                        send_json(fd, PROTO_NODE_REPLY,
+                                  json_pack("{s:b, s:{s:s, s:s}}", "ok", 1, "sandbox", "id", id, "state", "running"));
+                else
+                        send_error(fd, "not_found", "no such sandbox");
+        } else if (strcmp(op, "sandbox.list") == 0) {
+                json_t *arr = json_array();
+                pthread_mutex_lock(&known_lock);
+                for (size_t i = 0; i < 16; i++)
+                        if (known[i][0])
+                                json_array_append_new(arr, json_pack("{s:s, s:s}", "id", known[i], "state", "running"));
+                pthread_mutex_unlock(&known_lock);
+                send_json(fd, PROTO_NODE_REPLY, json_pack("{s:b, s:o}", "ok", 1, "sandboxes", arr));
+        } else if (strcmp(op, "sandbox.delete") == 0) {
+                known_set(id, false);
+                send_json(fd, PROTO_NODE_REPLY, json_pack("{s:b}", "ok", 1));
+        } else if (strcmp(op, "exec") == 0) {
+                bool ok = json_is_array(json_object_get(req, "cmd")) && json_object_get(req, "timeout_s");
+                send_json(fd, PROTO_NODE_REPLY,
+                          json_pack("{s:b, s:i, s:s, s:s, s:b, s:b, s:b}", "ok", 1, "exit_code", ok ? 0 : 99, "stdout",
+                                    "42\n", "stderr", "", "stdout_truncated", 0, "stderr_truncated", 0, "timed_out", 0));
+        } else if (strcmp(op, "session.start") == 0 || strcmp(op, "session.stdin") == 0 ||
+                   strcmp(op, "session.signal") == 0 || strcmp(op, "file.remove") == 0)
+                send_json(fd, PROTO_NODE_REPLY, json_pack("{s:b}", "ok", 1));
+        else if (strcmp(op, "session.attach") == 0) {
+                send_json(fd, PROTO_NODE_REPLY, json_pack("{s:b}", "ok", 1));
+                send_json(fd, PROTO_NODE_EVENT, json_pack("{s:s, s:s}", "type", "stdout", "data", "aGkK"));
+                sem_wait(&sse_go); /* the client must see stdout before the command ends */
+                send_json(fd, PROTO_NODE_EVENT, json_pack("{s:s, s:s}", "type", "stderr", "data", "ZXJy"));
+                send_json(fd, PROTO_NODE_EVENT, json_pack("{s:s, s:i}", "type", "exit", "exit_code", 3));
+                send_json(fd, PROTO_NODE_END, json_object());
+        } else if (strcmp(op, "file.write") == 0) {
+                uint64_t n = 0;
+                for (;;) {
+                        if (proto_reader_read(&r, fd, &h, &p) != 1)
+                                break;
+                        uint8_t type = h.type;
+                        if (type == PROTO_NODE_DATA)
+                                n += h.length;
+                        proto_reader_pop(&r, &h);
+                        if (type == PROTO_NODE_END)
+                                break;
+                }
+                last_upload_size = n;
+                send_json(fd, PROTO_NODE_REPLY, json_pack("{s:b, s:I}", "ok", 1, "size", (json_int_t) n));
+        } else if (strcmp(op, "file.read") == 0) {
+                send_json(fd, PROTO_NODE_REPLY, json_pack("{s:b, s:i, s:i}", "ok", 1, "size", 11, "mode", 0644));
+                proto_write_frame(fd, PROTO_NODE_DATA, 0, "hello ", 6);
+                proto_write_frame(fd, PROTO_NODE_DATA, 0, "world", 5);
+                send_json(fd, PROTO_NODE_END, json_object());
+        } else if (strcmp(op, "file.list") == 0)
+                send_json(fd, PROTO_NODE_REPLY,
+                          json_pack("{s:b, s:[{s:s, s:s, s:i}]}", "ok", 1, "entries", "name", "a.txt", "type", "file",
+                                    "size", 3));
+        else
+                send_error(fd, "invalid", "unknown op");
+        json_decref(req);
+out:
+        proto_reader_release(&r);
+        close(fd);
+        return NULL;
+}
+
+static void *node_main(void *arg) {
+        for (;;) {
+                int c = accept4(node_fd, NULL, NULL, SOCK_CLOEXEC);
+                if (c < 0)
+                        return NULL;
+                pthread_t t;
+                pthread_create(&t, NULL, node_conn_thread, (void *) (intptr_t) c);
+                pthread_detach(t);
+        }
+}
+
+/* ---------- HTTP client ---------- */
+
+static int http_connect(void) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        assert_int_equal(connect(fd, (struct sockaddr *) &sa, sizeof sa), 0);
+        struct timeval tv = { .tv_sec = 20 };
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        return fd;
+}
+
+static void send_head(int fd, const char *method, const char *path, const char *tok, const char *extra, size_t body_len) {
+        char head[2048];
+        int n = snprintf(head, sizeof head,
+                         "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%s%s%s%sContent-Length: %zu\r\n\r\n",
+                         method, path, tok ? "Authorization: Bearer " : "", tok ? tok : "", tok ? "\r\n" : "",
+                         extra ? extra : "", body_len);
+        assert_int_equal(fd_write_all(fd, head, (size_t) n), 0);
+}
+
+/* Reads until EOF; returns the status, *ret_resp the whole response. */
+static unsigned read_response(int fd, char **ret_resp) {
+        size_t cap = 1 << 16, len = 0;
+        char *buf = malloc(cap + 1);
+        for (;;) {
+                if (len == cap)
+                        buf = realloc(buf, (cap *= 2) + 1);
+                ssize_t k = read(fd, buf + len, cap - len);
+                if (k <= 0)
+                        break;
+                len += (size_t) k;
+        }
+        buf[len] = 0;
+        unsigned status = 0;
+        sscanf(buf, "HTTP/1.%*d %u", &status);
+        *ret_resp = buf;
+        return status;
+}
+
+static unsigned request(const char *method, const char *path, const char *tok, const char *body, char **ret) {
+        int fd = http_connect();
+        size_t blen = body ? strlen(body) : 0;
+        send_head(fd, method, path, tok, NULL, blen);
+        if (blen)
+                assert_int_equal(fd_write_all(fd, body, blen), 0);
+        unsigned st = read_response(fd, ret);
+        close(fd);
+        return st;
+}
+
+static json_t *body_json(const char *resp) {
+        const char *b = strstr(resp, "\r\n\r\n");
+        assert_non_null(b);
+        json_t *o = json_loads(b + 4, 0, NULL);
+        assert_non_null(o);
+        return o;
+}
+
+static void assert_error(const char *resp, const char *code) {
+        json_t *o = body_json(resp);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(o, "error"), "code")), code);
+        json_decref(o);
+}
+
+/* ---------- fixtures ---------- */
+
+static int setup(void **state) {
+        signal(SIGPIPE, SIG_IGN);
+        log_setup("test-http", LOG_LEVEL_WARN);
+        snprintf(dir, sizeof dir, "/tmp/test-http-XXXXXX");
+        if (!mkdtemp(dir))
+                return -1;
+        char sock[100], dd[100];
+        snprintf(sock, sizeof sock, "%s/node.sock", dir);
+        snprintf(dd, sizeof dd, "%s", dir);
+        char *argv[] = { (char *) "airlockd", (char *) "--data-dir", dd, (char *) "--listen", (char *) "127.0.0.1:0",
+                         (char *) "--node-socket", sock, (char *) "--no-spawn-node", NULL };
+        char err[256];
+        if (config_load(8, argv, &config, err, sizeof err) < 0)
+                return -1;
+
+        node_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+        if (bind(node_fd, (struct sockaddr *) &sa, sizeof sa) < 0 || listen(node_fd, 16) < 0)
+                return -1;
+        sem_init(&sse_go, 0, 0);
+        pthread_create(&node_thread, NULL, node_main, NULL);
+
+        if (store_open(config.database, &store) < 0 || auth_admin_token_init(store, dir, NULL) < 0)
+                return -1;
+        char path[256], *t = NULL;
+        size_t len;
+        snprintf(path, sizeof path, "%s/admin.token", dir);
+        if (file_read_all(path, 256, &t, &len) < 0)
+                return -1;
+        t[strcspn(t, "\n")] = 0;
+        snprintf(token, sizeof token, "%s", t);
+        free(t);
+        if (strncmp(token, "alk_", 4) != 0 || strlen(token) != 68)
+                return -1;
+        if (http_server_start(&config, store, &server) < 0)
+                return -1;
+        port = http_server_port(server);
+        return port ? 0 : -1;
+}
+
+static int teardown(void **state) {
+        http_server_stop(server);
+        shutdown(node_fd, SHUT_RDWR);
+        close(node_fd);
+        pthread_join(node_thread, NULL);
+        store_close(store);
+        rm_rf(dir);
+        return 0;
+}
+
+/* ---------- tests ---------- */
+
+static void test_auth(void **state) {
+        char *resp;
+        assert_int_equal(request("GET", "/v1/sandboxes", NULL, NULL, &resp), 401);
+        assert_non_null(strstr(resp, "WWW-Authenticate: Bearer"));
+        assert_error(resp, "unauthorized");
+        free(resp);
+        assert_int_equal(request("GET", "/v1/sandboxes", "alk_wrong", NULL, &resp), 401);
+        free(resp);
+        assert_int_equal(request("GET", "/v1/nothing", NULL, NULL, &resp), 401); /* no route probing */
+        free(resp);
+        assert_int_equal(request("GET", "/v1/health", NULL, NULL, &resp), 200); /* public */
+        json_t *o = body_json(resp);
+        assert_string_equal(json_string_value(json_object_get(o, "status")), "ok");
+        assert_string_equal(json_string_value(json_object_get(o, "accel")), "tcg");
+        json_decref(o);
+        free(resp);
+}
+
+static void test_routing_errors(void **state) {
+        char *resp;
+        assert_int_equal(request("GET", "/v1/nothing", token, NULL, &resp), 404);
+        assert_error(resp, "not_found");
+        free(resp);
+        assert_int_equal(request("GET", "/v1/sandboxes/sbx-unknown", token, NULL, &resp), 404);
+        assert_error(resp, "not_found");
+        free(resp);
+        assert_int_equal(request("DELETE", "/v1/sandboxes/sbx-unknown", token, NULL, &resp), 404);
+        free(resp);
+        assert_int_equal(request("PATCH", "/v1/sandboxes", token, NULL, &resp), 405);
+        assert_non_null(strstr(resp, "Allow: GET, POST"));
+        free(resp);
+        assert_int_equal(request("POST", "/v1/sandboxes", token, "{not json", &resp), 400);
+        assert_error(resp, "invalid");
+        free(resp);
+        assert_int_equal(request("POST", "/v1/sandboxes", token, "{\"template\":7}", &resp), 400);
+        assert_non_null(strstr(resp, "field 'template'"));
+        free(resp);
+        assert_int_equal(request("POST", "/v1/sandboxes", token, "{\"template\":\"nope\"}", &resp), 404);
+        free(resp);
+        assert_int_equal(request("GET", "/v1/sandboxes/sbx-x/files?path=/a/../etc", token, NULL, &resp), 400);
+        free(resp);
+        assert_int_equal(request("GET", "/v1/sandboxes/sbx-x/ls?path=rel", token, NULL, &resp), 400);
+        free(resp);
+        assert_int_equal(request("GET", "/v1/sandboxes/sbx-x/ls", token, NULL, &resp), 400);
+        free(resp);
+}
+
+static void test_too_large(void **state) {
+        /* declared too large: answered before the body is sent */
+        int fd = http_connect();
+        send_head(fd, "POST", "/v1/sandboxes", token, NULL, 2u << 20);
+        char *resp;
+        assert_int_equal(read_response(fd, &resp), 413);
+        assert_error(resp, "too_large");
+        free(resp);
+        close(fd);
+
+        /* chunked, no length: answered after the limit is passed */
+        fd = http_connect();
+        char head[512];
+        int n = snprintf(head, sizeof head,
+                         "POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer %s\r\n"
+                         "Transfer-Encoding: chunked\r\n\r\n", token);
+        fd_write_all(fd, head, (size_t) n);
+        static char chunk[65536];
+        memset(chunk, ' ', sizeof chunk);
+        for (int i = 0; i < 20; i++) {
+                fd_write_all(fd, "10000\r\n", 7);
+                fd_write_all(fd, chunk, sizeof chunk);
+                fd_write_all(fd, "\r\n", 2);
+        }
+        fd_write_all(fd, "0\r\n\r\n", 5);
+        assert_int_equal(read_response(fd, &resp), 413);
+        free(resp);
+        close(fd);
+}
+
+static void test_sandbox_lifecycle(void **state) {
+        char *resp, path[128];
+        assert_int_equal(request("POST", "/v1/sandboxes", token,
+                                 "{\"template\":\"python\",\"env\":{\"SECRET\":\"hunter2\"},\"metadata\":{\"a\":\"b\"}}",
+                                 &resp),
+                         201);
+        assert_null(strstr(resp, "hunter2")); /* env values are never echoed */
+        json_t *o = body_json(resp);
+        free(resp);
+        const char *id = json_string_value(json_object_get(o, "id"));
+        assert_int_equal(strlen(id), 20);
+        assert_memory_equal(id, "sbx-", 4);
+        assert_string_equal(json_string_value(json_object_get(o, "state")), "running");
+        assert_string_equal(json_string_value(json_object_get(json_object_get(o, "metadata"), "a")), "b");
+        assert_string_equal(json_string_value(json_array_get(json_object_get(o, "env_keys"), 0)), "SECRET");
+        const char *ts = json_string_value(json_object_get(o, "created_at"));
+        assert_int_equal(strlen(ts), 24);
+        assert_int_equal(ts[23], 'Z');
+        char sid[32];
+        snprintf(sid, sizeof sid, "%s", id);
+        json_decref(o);
+
+        snprintf(path, sizeof path, "/v1/sandboxes/%s", sid);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 200);
+        assert_non_null(strstr(resp, "\"state\":\"running\""));
+        free(resp);
+        assert_int_equal(request("GET", "/v1/sandboxes", token, NULL, &resp), 200);
+        assert_non_null(strstr(resp, sid));
+        free(resp);
+
+        /* exec relays the node's reply */
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", sid);
+        assert_int_equal(request("POST", path, token, "{\"cmd\":[\"python3\",\"-c\",\"print(6*7)\"]}", &resp), 200);
+        o = body_json(resp);
+        free(resp);
+        assert_int_equal(json_integer_value(json_object_get(o, "exit_code")), 0);
+        assert_string_equal(json_string_value(json_object_get(o, "stdout")), "42\n");
+        assert_string_equal(json_string_value(json_object_get(o, "stderr")), "");
+        assert_true(json_is_false(json_object_get(o, "timed_out")));
+        assert_true(json_is_false(json_object_get(o, "stdout_truncated")));
+        json_decref(o);
+        assert_int_equal(request("POST", path, token, "{\"cmd\":[]}", &resp), 400);
+        assert_non_null(strstr(resp, "non-empty array of strings"));
+        free(resp);
+
+        /* files */
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/files?path=/root/x.txt", sid);
+        assert_int_equal(request("PUT", path, token, "some bytes", &resp), 200);
+        assert_int_equal(last_upload_size, 10);
+        free(resp);
+        /* a bigger body streams through in several frames */
+        char *big = malloc(300001);
+        memset(big, 'x', 300000);
+        big[300000] = 0;
+        assert_int_equal(request("PUT", path, token, big, &resp), 200);
+        assert_non_null(strstr(resp, "\"size\":300000"));
+        assert_int_equal(last_upload_size, 300000);
+        free(resp);
+        free(big);
+        /* declared over the upload limit: refused before any byte is read */
+        int fd = http_connect();
+        send_head(fd, "PUT", path, token, NULL, (size_t) config.max_upload + 1);
+        assert_int_equal(read_response(fd, &resp), 413);
+        free(resp);
+        close(fd);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 200);
+        assert_non_null(strstr(resp, "application/octet-stream"));
+        assert_non_null(strstr(resp, "hello "));
+        assert_non_null(strstr(resp, "world"));
+        free(resp);
+        assert_int_equal(request("DELETE", path, token, NULL, &resp), 204);
+        free(resp);
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/ls?path=/root", sid);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 200);
+        assert_non_null(strstr(resp, "\"name\":\"a.txt\""));
+        free(resp);
+
+        /* the node forgets the sandbox: it is failed, and that sticks */
+        known_set(sid, false);
+        snprintf(path, sizeof path, "/v1/sandboxes/%s", sid);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 200);
+        assert_non_null(strstr(resp, "\"state\":\"failed\""));
+        assert_non_null(strstr(resp, "\"error\":"));
+        free(resp);
+        struct store_sandbox sb = { 0 };
+        assert_int_equal(store_sandbox_get(store, sid, &sb), 0);
+        assert_string_equal(sb.state, "failed");
+        store_sandbox_release(&sb);
+
+        assert_int_equal(request("DELETE", path, token, NULL, &resp), 204);
+        free(resp);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 404);
+        free(resp);
+}
+
+static void test_sessions_sse(void **state) {
+        char *resp, path[160];
+        assert_int_equal(request("POST", "/v1/sandboxes", token, "{}", &resp), 201);
+        json_t *o = body_json(resp);
+        free(resp);
+        char sbx[32];
+        snprintf(sbx, sizeof sbx, "%s", json_string_value(json_object_get(o, "id")));
+        json_decref(o);
+
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/sessions", sbx);
+        assert_int_equal(request("POST", path, token, "{\"cmd\":[\"bash\",\"-c\",\"echo hi\"]}", &resp), 201);
+        o = body_json(resp);
+        free(resp);
+        char ses[32], attach[80];
+        snprintf(ses, sizeof ses, "%s", json_string_value(json_object_get(o, "id")));
+        snprintf(attach, sizeof attach, "%s", json_string_value(json_object_get(o, "attach_token")));
+        assert_memory_equal(ses, "ses-", 4);
+        assert_int_equal(strlen(attach), 64);
+        json_decref(o);
+
+        /* the attach token works for session endpoints, and only there */
+        snprintf(path, sizeof path, "/v1/sessions/%s/stdin", ses);
+        assert_int_equal(request("POST", path, attach, "{\"text\":\"ls\\n\",\"close\":true}", &resp), 204);
+        free(resp);
+        assert_int_equal(request("POST", path, attach, "{\"data\":\"***\"}", &resp), 400);
+        free(resp);
+        snprintf(path, sizeof path, "/v1/sessions/%s/signal", ses);
+        assert_int_equal(request("POST", path, token, "{\"signal\":\"TERM\"}", &resp), 204);
+        free(resp);
+        assert_int_equal(request("GET", "/v1/sandboxes", attach, NULL, &resp), 401);
+        free(resp);
+        assert_int_equal(request("POST", "/v1/sessions/ses-nope/signal", token, "{\"signal\":9}", &resp), 404);
+        free(resp);
+
+        /* events stream live: stdout arrives before the command ends */
+        int fd = http_connect();
+        snprintf(path, sizeof path, "/v1/sessions/%s/events", ses);
+        send_head(fd, "GET", path, attach, NULL, 0);
+        char buf[8192];
+        size_t len = 0;
+        while (!strstr(buf, "\n\n") || !strstr(buf, "event: stdout")) {
+                ssize_t k = read(fd, buf + len, sizeof buf - 1 - len);
+                assert_true(k > 0);
+                len += (size_t) k;
+                buf[len] = 0;
+        }
+        assert_non_null(strstr(buf, "text/event-stream"));
+        assert_non_null(strstr(buf, "event: stdout\ndata: {\"data\":\"aGkK\"}\n\n"));
+        assert_null(strstr(buf, "event: exit"));
+        sem_post(&sse_go);
+        char *rest;
+        read_response(fd, &rest);
+        close(fd);
+        assert_non_null(strstr(rest, "event: stderr\ndata: {\"data\":\"ZXJy\"}\n\n"));
+        assert_non_null(strstr(rest, "event: exit\ndata: {\"exit_code\":3}\n\n"));
+        free(rest);
+}
+
+static void test_sse_format(void **state) {
+        char *s;
+        size_t n;
+        bool last = true;
+        json_t *ev = json_pack("{s:s, s:s}", "type", "stdout", "data", "QUJD");
+        assert_int_equal(api_sse_from_node_event(ev, &s, &n, &last), 1);
+        assert_string_equal(s, "event: stdout\ndata: {\"data\":\"QUJD\"}\n\n");
+        assert_int_equal(n, strlen(s));
+        assert_false(last);
+        free(s);
+        json_decref(ev);
+        ev = json_pack("{s:s, s:i}", "type", "exit", "exit_code", 0);
+        assert_int_equal(api_sse_from_node_event(ev, &s, &n, &last), 1);
+        assert_string_equal(s, "event: exit\ndata: {\"exit_code\":0}\n\n");
+        assert_true(last);
+        free(s);
+        json_decref(ev);
+        ev = json_pack("{s:s}", "type", "mystery");
+        assert_int_equal(api_sse_from_node_event(ev, &s, &n, &last), 0);
+        json_decref(ev);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_auth),
+                cmocka_unit_test(test_routing_errors),
+                cmocka_unit_test(test_too_large),
+                cmocka_unit_test(test_sandbox_lifecycle),
+                cmocka_unit_test(test_sessions_sse),
+                cmocka_unit_test(test_sse_format),
+        };
+        return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "macros.h"
+#include "store.h"
+#include "util.h"
+
+static char dir[256];
+static char url[300];
+
+static int setup(void **state) {
+        snprintf(dir, sizeof dir, "/tmp/test-store-XXXXXX");
+        if (!mkdtemp(dir))
+                return -1;
+        snprintf(url, sizeof url, "sqlite:%s/airlock.db", dir);
+        return 0;
+}
+
+static int teardown(void **state) {
+        rm_rf(dir);
+        return 0;
+}
+
+static void test_open_bad_url(void **state) {
+        struct store *s = NULL;
+        assert_int_equal(store_open("nocolon", &s), -EINVAL);
+        assert_int_equal(store_open("postgres:host=x", &s), -EPROTONOSUPPORT);
+        assert_int_equal(store_open("sqlite:", &s), -EINVAL);
+        assert_null(s);
+}
+
+static void test_migrations_idempotent(void **state) {
+        struct store *s = NULL;
+        unsigned v1 = 0, v2 = 0;
+        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_schema_version(s, &v1), 0);
+        assert_true(v1 >= 1);
+        struct store_sandbox sb = { .id = "sbx-keep", .template_name = "python", .state = "running" };
+        assert_int_equal(store_sandbox_insert(s, &sb), 0);
+        store_close(s);
+
+        s = NULL;
+        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_schema_version(s, &v2), 0);
+        assert_int_equal(v1, v2);
+        struct store_sandbox got = { 0 };
+        assert_int_equal(store_sandbox_get(s, "sbx-keep", &got), 0); /* data survives reopen */
+        store_sandbox_release(&got);
+        store_close(s);
+}
+
+static void test_sandbox_crud(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(url, &s), 0);
+        struct store_sandbox sb = {
+                .id = "sbx-0001", .template_name = "python", .state = "creating",
+                .metadata = "{\"owner\":\"me\"}", .env_keys = "[\"A\"]",
+        };
+        assert_int_equal(store_sandbox_insert(s, &sb), 0);
+        assert_int_equal(store_sandbox_insert(s, &sb), -EEXIST);
+
+        struct store_sandbox got = { 0 };
+        assert_int_equal(store_sandbox_get(s, "sbx-0001", &got), 0);
+        assert_string_equal(got.template_name, "python");
+        assert_string_equal(got.state, "creating");
+        assert_string_equal(got.metadata, "{\"owner\":\"me\"}");
+        assert_string_equal(got.env_keys, "[\"A\"]");
+        assert_null(got.error);
+        assert_true(got.created_at > 0);
+        store_sandbox_release(&got);
+
+        assert_int_equal(store_sandbox_update_state(s, "sbx-0001", "failed", "vm died"), 0);
+        assert_int_equal(store_sandbox_get(s, "sbx-0001", &got), 0);
+        assert_string_equal(got.state, "failed");
+        assert_string_equal(got.error, "vm died");
+        store_sandbox_release(&got);
+
+        struct store_sandbox sb2 = { .id = "sbx-0002", .template_name = "minimal", .state = "running" };
+        assert_int_equal(store_sandbox_insert(s, &sb2), 0);
+        struct store_sandbox *a = NULL;
+        size_t n = 0;
+        assert_int_equal(store_sandbox_list(s, 100, &a, &n), 0);
+        assert_int_equal(n, 2);
+        store_sandbox_array_free(a, n);
+        assert_int_equal(store_sandbox_list(s, 1, &a, &n), 0);
+        assert_int_equal(n, 1);
+        store_sandbox_array_free(a, n);
+
+        assert_int_equal(store_sandbox_delete(s, "sbx-0001"), 0);
+        assert_int_equal(store_sandbox_delete(s, "sbx-0001"), -ENOENT);
+        assert_int_equal(store_sandbox_get(s, "sbx-0001", &got), -ENOENT);
+        assert_int_equal(store_sandbox_update_state(s, "sbx-nope", "running", NULL), -ENOENT);
+}
+
+static void test_sessions(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(url, &s), 0);
+        struct store_sandbox sb = { .id = "sbx-s", .template_name = "python", .state = "running" };
+        assert_int_equal(store_sandbox_insert(s, &sb), 0);
+
+        struct store_session ses = { .id = "ses-1", .sandbox_id = "sbx-s", .cmd = "[\"bash\"]", .pty = true };
+        memset(ses.token_hash, 0xab, sizeof ses.token_hash);
+        assert_int_equal(store_session_insert(s, &ses), 0);
+        assert_int_equal(store_session_insert(s, &ses), -EEXIST);
+        struct store_session orphan = { .id = "ses-2", .sandbox_id = "sbx-none", .cmd = "[]" };
+        assert_int_equal(store_session_insert(s, &orphan), -ENOENT); /* foreign key */
+
+        struct store_session got = { 0 };
+        assert_int_equal(store_session_get(s, "ses-1", &got), 0);
+        assert_string_equal(got.sandbox_id, "sbx-s");
+        assert_string_equal(got.cmd, "[\"bash\"]");
+        assert_true(got.pty);
+        assert_memory_equal(got.token_hash, ses.token_hash, STORE_HASH_SIZE);
+        store_session_release(&got);
+
+        /* deleting the sandbox deletes its sessions */
+        assert_int_equal(store_sandbox_delete(s, "sbx-s"), 0);
+        assert_int_equal(store_session_get(s, "ses-1", &got), -ENOENT);
+        assert_int_equal(store_session_delete(s, "ses-1"), -ENOENT);
+}
+
+static void test_api_keys(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(url, &s), 0);
+        uint8_t h1[STORE_HASH_SIZE], h2[STORE_HASH_SIZE];
+        memset(h1, 1, sizeof h1);
+        memset(h2, 2, sizeof h2);
+        assert_int_equal(store_api_key_check(s, h1), -EACCES);
+        assert_int_equal(store_api_key_insert(s, "admin", h1), 0);
+        assert_int_equal(store_api_key_check(s, h1), 0);
+        assert_int_equal(store_api_key_check(s, h2), -EACCES);
+        /* re-inserting a name replaces its hash: the old token is revoked */
+        assert_int_equal(store_api_key_insert(s, "admin", h2), 0);
+        assert_int_equal(store_api_key_check(s, h2), 0);
+        assert_int_equal(store_api_key_check(s, h1), -EACCES);
+        /* the same hash under two names is refused */
+        assert_int_equal(store_api_key_insert(s, "other", h2), -EEXIST);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_open_bad_url),
+                cmocka_unit_test_setup_teardown(test_migrations_idempotent, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_sandbox_crud, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_sessions, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_api_keys, setup, teardown),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
