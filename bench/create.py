@@ -81,23 +81,24 @@ class Qmp:
 
 def raw_restore(tpl_dir, manifest, work, khz):
     """One bare restore: spawn QEMU with -incoming defer, migrate-incoming,
-    cont. Returns ms from spawn to running."""
+    cont. Returns ms from spawn to running. The machine must match vmm.c's
+    exactly (src/node/vmm.c, VMM_MACHINE_REVISION) or the state won't load."""
     rootfs = os.path.join(work, "rootfs.img")
     subprocess.run(["cp", "--reflink=auto", "--sparse=always", os.path.join(tpl_dir, "rootfs.img"), rootfs], check=True)
     mem = manifest["memory_mib"]
-    kdir = os.path.dirname(manifest["kernel"]) if os.path.isabs(manifest.get("kernel", "")) else None
+    vmlinux = os.path.join(os.path.dirname(tpl_dir), manifest["kernel"], "vmlinux")
     qmp = os.path.join(work, "qmp.sock")
-    args = ["qemu-system-x86_64", "-M", "microvm,x-option-roms=off,rtc=off,memory-backend=mem",
+    args = ["qemu-system-x86_64", "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=mem",
             "-accel", "tcg,tb-size=32", "-cpu", "max", "-m", str(mem), "-smp", "1",
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
             "-object", f"memory-backend-file,id=mem,size={mem}M,mem-path={tpl_dir}/mem,share=off",
-            "-kernel", manifest["kernel"], "-initrd", os.path.join(tpl_dir, "initramfs.cpio"),
+            "-kernel", vmlinux, "-initrd", os.path.join(tpl_dir, "initramfs.cpio"),
             "-append", f"console=ttyS0 quiet panic=-1 tsc_early_khz={khz} airlock.root=/dev/vda",
             "-serial", "null",
             "-device", "virtio-serial-device",
             "-chardev", f"socket,id=ch0,path={work}/guest.sock,server=on,wait=off",
             "-device", "virtserialport,chardev=ch0,name=airlock.0",
-            "-drive", f"id=d0,file={rootfs},format=raw,if=none", "-device", "virtio-blk-device,drive=d0",
+            "-drive", f"id=d0,file={rootfs},format=raw,if=none,cache=writeback", "-device", "virtio-blk-device,drive=d0",
             "-qmp", f"unix:{qmp},server=on,wait=off", "-incoming", "defer"]
     t0 = time.monotonic()
     p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -665,6 +665,15 @@ static int exec_stream(struct cli *cli, const struct exec_opts *o) {
                 terminal_make_raw();
 
         r = exec_loop(&x);
+        if (!x.exited && (r == CLI_EXIT_TRANSPORT || r == 128 + SIGINT)) {
+                /* We are leaving without the command's exit: do not leave it
+                 * running (a `cat` would wait on its stdin forever). Best
+                 * effort; the server may be what failed. */
+                _cleanup_(json_decrefp) json_t *body = json_pack("{s:i}", "signal", SIGKILL);
+                struct cli_error ignored = {};
+                if (body)
+                        (void) client_json(&cli->client, "POST", x.signal_path, body, &ignored, NULL);
+        }
         if (r == 124 && x.timed_out && x.exited)
                 cli_fail("exec: timed out after %llu s", (unsigned long long)o->timeout_s);
         return r;

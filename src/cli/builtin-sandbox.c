@@ -93,25 +93,8 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
 int cmd_ls(struct cli *cli, int argc, char **argv) {
         static const char *const header[] = {"ID", "TEMPLATE", "STATE", "CREATED"};
         static const char *const fields[] = {"id", "template", "state", "created_at"};
-        _cleanup_(json_decrefp) json_t *resp = NULL;
-        struct cli_error err = {};
-
-        int r = cli_parse_plain(cli, argc, argv, 0, 0);
-        if (r != CLI_PROCEED)
-                return r;
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        if (client_json(&cli->client, "GET", "/v1/sandboxes", NULL, &err, &resp) < 0)
-                return cli_fail_error(&err, "ls");
-        if (cli->json)
-                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
-
-        const json_t *list = json_object_get(resp, "sandboxes");
-        if (!json_is_array(list))
-                return cli_fail("ls: airlockd answered without a sandbox list");
-        if (cli_print_list(list, ARRAY_SIZE(header), header, fields) < 0)
-                return cli_fail("ls: out of memory");
-        return CLI_EXIT_OK;
+        return cli_list_command(cli, argc, argv, "ls", "/v1/sandboxes", "sandboxes", ARRAY_SIZE(header), header,
+                                fields);
 }
 
 int cmd_inspect(struct cli *cli, int argc, char **argv) {

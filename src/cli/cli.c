@@ -236,6 +236,35 @@ int cli_print_list(const json_t *list, size_t ncols, const char *const *header, 
         return r;
 }
 
+int cli_get_plain(struct cli *cli, int argc, char **argv, const char *name, const char *path, json_t **ret) {
+        struct cli_error err = {};
+        int r = cli_parse_plain(cli, argc, argv, 0, 0);
+        if (r != CLI_PROCEED)
+                return r;
+        if (cli_connect(cli) < 0)
+                return CLI_EXIT_FAILURE;
+        if (client_json(&cli->client, "GET", path, NULL, &err, ret) < 0)
+                return cli_fail_error(&err, "%s", name);
+        return CLI_PROCEED;
+}
+
+int cli_list_command(struct cli *cli, int argc, char **argv, const char *name, const char *path, const char *key,
+                     size_t ncols, const char *const *header, const char *const *fields) {
+        _cleanup_(json_decrefp) json_t *resp = NULL;
+        int r = cli_get_plain(cli, argc, argv, name, path, &resp);
+        if (r != CLI_PROCEED)
+                return r;
+        if (cli->json)
+                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+
+        const json_t *list = json_object_get(resp, key);
+        if (!json_is_array(list))
+                return cli_fail("%s: airlockd answered without a %s list", name, key);
+        if (cli_print_list(list, ncols, header, fields) < 0)
+                return cli_fail("%s: out of memory", name);
+        return CLI_EXIT_OK;
+}
+
 static const struct cli_command *find_command(const char *name) {
         for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
                 if (strcmp(commands[i].name, name) == 0)

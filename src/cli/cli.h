@@ -96,5 +96,14 @@ int cli_cell(const json_t *v, char **ret);
 /* Prints field[c] of each object in list as a table; "created_at" given as
  * epoch seconds is shown as UTC RFC 3339. */
 int cli_print_list(const json_t *list, size_t ncols, const char *const *header, const char *const *fields);
+/* The start of a command without arguments that GETs path: parses the
+ * options, connects and fetches. CLI_PROCEED with *ret set (may be NULL
+ * for an empty answer), or the exit code; name prefixes the messages. */
+int cli_get_plain(struct cli *cli, int argc, char **argv, const char *name, const char *path, json_t **ret);
+/* The whole of a command without arguments that GETs path and prints the
+ * array member key of the answer as a table (or the answer with --json);
+ * name prefixes the messages. Returns the exit code. */
+int cli_list_command(struct cli *cli, int argc, char **argv, const char *name, const char *path, const char *key,
+                     size_t ncols, const char *const *header, const char *const *fields);
 /* Prints rows of ncols cells as left-aligned columns under a header. */
 int cli_print_table(size_t ncols, const char *const *header, char *const *cells, size_t nrows);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +135,49 @@ static void node_forget(const struct daemon_config *config, const char *log_ctx,
                 log_emit(LOG_LEVEL_WARN, log_ctx, "cleanup of sandbox %s on the node failed: %s", id, err);
 }
 
+/* Undoes a create that will not be answered with 201: the node's side (when
+ * it may hold something) and the row, so nothing half-made stays behind. */
+static void sandbox_abandon(struct api_ctx *ctx, const char *id, bool on_node) {
+        if (on_node)
+                node_forget(ctx->config, ctx->log_ctx, id);
+        int r = store_sandbox_delete(ctx->store, id);
+        if (r < 0 && r != -ENOENT)
+                log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to remove sandbox %s: %m", id);
+}
+
+/* Whether the HTTP client hung up while we waited (a half-close counts:
+ * libmicrohttpd drops such a connection without answering too). */
+static bool client_gone(const struct api_ctx *ctx) {
+        if (ctx->client_fd < 0)
+                return false;
+        struct pollfd p = { .fd = ctx->client_fd, .events = POLLRDHUP };
+        return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Opens a node connection and sends req: the start of every op that
+ * streams afterwards. */
+static int node_open_request(struct api_ctx *ctx, const json_t *req, struct node_conn **ret) {
+        _cleanup_(node_conn_freep) struct node_conn *c = NULL;
+        if (!req)
+                return -ENOMEM;
+        int r = node_conn_open(ctx->config->node_socket, ctx->config->node_timeout_s, &c);
+        if (r < 0)
+                return fail(ctx, r, "the node agent is not reachable");
+        r = node_conn_send_request(c, req);
+        if (r < 0)
+                return fail(ctx, r, "failed to send the request to the node agent");
+        *ret = TAKE_PTR(c);
+        return 0;
+}
+
+/* One node op whose reply carries nothing for the client: 204. */
+static int node_call_empty(struct api_ctx *ctx, const json_t *req, struct api_reply *ret) {
+        if (!req)
+                return -ENOMEM;
+        int r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err);
+        return r < 0 ? r : reply_empty(ret);
+}
+
 int api_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret) {
         _cleanup_(apireq_create_release) struct apireq_create c = { 0 };
         int r = apireq_parse_create(body, &c, ctx->err);
@@ -166,7 +210,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
                                                         "template", c.template_name, "env", c.env, "metadata",
                                                         c.metadata);
         if (!req) {
-                (void) store_sandbox_delete(ctx->store, id);
+                sandbox_abandon(ctx, id, false);
                 return -ENOMEM;
         }
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "creating sandbox %s from template %s", id, c.template_name);
@@ -174,20 +218,23 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
         if (r < 0) {
                 /* A transport failure leaves the node's side unknown: make
                  * sure it holds nothing for this id either. */
-                if (r == -ETIMEDOUT || r == -ECONNRESET || r == -EBADMSG)
-                        node_forget(ctx->config, ctx->log_ctx, id);
-                int q = store_sandbox_delete(ctx->store, id);
-                if (q < 0)
-                        log_errno(LOG_LEVEL_ERROR, q, ctx->log_ctx, "store: failed to remove sandbox %s: %m", id);
+                sandbox_abandon(ctx, id, r == -ETIMEDOUT || r == -ECONNRESET || r == -EBADMSG);
                 if (r == -ENOENT)
                         return fail(ctx, r, "template '%.64s' not found", c.template_name);
                 log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "sandbox %s: create failed: %s", id, ctx->err);
                 return r;
         }
+        /* A create can take minutes; a client that gave up meanwhile would
+         * never learn the id, and nobody could delete the sandbox. */
+        if (client_gone(ctx)) {
+                log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "client went away while sandbox %s was created; removing it",
+                         id);
+                sandbox_abandon(ctx, id, true);
+                return fail(ctx, -ECONNRESET, "the client closed the connection");
+        }
         r = store_sandbox_update_state(ctx->store, id, "running", NULL);
         if (r < 0) {
-                node_forget(ctx->config, ctx->log_ctx, id);
-                (void) store_sandbox_delete(ctx->store, id);
+                sandbox_abandon(ctx, id, true);
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m");
         }
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
@@ -324,10 +371,12 @@ int api_exec(struct api_ctx *ctx, const char *id, const json_t *body, struct api
         if (r < 0)
                 return r;
         json_t *code = json_object_get(rep, "exit_code");
-        const char *out = json_string_value(json_object_get(rep, "stdout"));
-        const char *err = json_string_value(json_object_get(rep, "stderr"));
-        json_t *o = json_pack("{s:O, s:s, s:s, s:b, s:b, s:b}", "exit_code", json_is_integer(code) ? code : json_null(),
-                              "stdout", out ? out : "", "stderr", err ? err : "", "stdout_truncated",
+        /* Pass the string objects through: output may hold NUL bytes. */
+        json_t *out = json_object_get(rep, "stdout"), *err = json_object_get(rep, "stderr");
+        _cleanup_(json_decrefp) json_t *empty = json_string("");
+        json_t *o = json_pack("{s:O, s:O, s:O, s:b, s:b, s:b}", "exit_code", json_is_integer(code) ? code : json_null(),
+                              "stdout", json_is_string(out) ? out : empty, "stderr", json_is_string(err) ? err : empty,
+                              "stdout_truncated",
                               json_is_true(json_object_get(rep, "stdout_truncated")), "stderr_truncated",
                               json_is_true(json_object_get(rep, "stderr_truncated")), "timed_out",
                               json_is_true(json_object_get(rep, "timed_out")));
@@ -381,6 +430,15 @@ int api_session_create(struct api_ctx *ctx, const char *sandbox_id, const json_t
                           (json_int_t) s.rows, "cols", (json_int_t) s.cols);
         r = req ? node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err) : -ENOMEM;
         if (r < 0) {
+                /* After a transport failure the command may be running on
+                 * the node with no row (and no token) to reach it: stop it. */
+                if (r == -ETIMEDOUT || r == -ECONNRESET || r == -EBADMSG) {
+                        _cleanup_(json_decrefp) json_t *kill =
+                                json_pack("{s:s, s:s, s:i}", "op", "session.signal", "session_id", sid, "signal", SIGKILL);
+                        char kerr[API_ERRMSG_MAX];
+                        if (kill)
+                                (void) node_call(ctx->config->node_socket, ctx->config->node_timeout_s, kill, NULL, kerr);
+                }
                 (void) store_session_delete(ctx->store, sid);
                 return r;
         }
@@ -557,13 +615,8 @@ int api_session_events(struct api_ctx *ctx, const char *sid, struct api_reply *r
         if (r < 0)
                 return r;
         _cleanup_(node_conn_freep) struct node_conn *c = NULL;
-        r = node_conn_open(ctx->config->node_socket, ctx->config->node_timeout_s, &c);
-        if (r < 0)
-                return fail(ctx, r, "the node agent is not reachable");
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "session.attach", "session_id", sid);
-        if (!req)
-                return -ENOMEM;
-        if ((r = node_conn_send_request(c, req)) < 0 || (r = node_conn_read_reply(c, NULL, ctx->err)) < 0)
+        if ((r = node_open_request(ctx, req, &c)) < 0 || (r = node_conn_read_reply(c, NULL, ctx->err)) < 0)
                 return r;
         if ((r = node_conn_set_timeout(c, SSE_FRAME_TIMEOUT_S)) < 0)
                 return r;
@@ -600,10 +653,7 @@ int api_session_stdin(struct api_ctx *ctx, const char *sid, const json_t *body, 
                 return r;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:b}", "op", "session.stdin", "session_id",
                                                         sid, "data", b64, "close", in.close);
-        if (!req)
-                return -ENOMEM;
-        r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err);
-        return r < 0 ? r : reply_empty(ret);
+        return node_call_empty(ctx, req, ret);
 }
 
 int api_session_signal(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret) {
@@ -616,10 +666,7 @@ int api_session_signal(struct api_ctx *ctx, const char *sid, const json_t *body,
                 return r;
         _cleanup_(json_decrefp) json_t *req =
                 json_pack("{s:s, s:s, s:i}", "op", "session.signal", "session_id", sid, "signal", sig);
-        if (!req)
-                return -ENOMEM;
-        r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err);
-        return r < 0 ? r : reply_empty(ret);
+        return node_call_empty(ctx, req, ret);
 }
 
 /* State of one file download, owned by its MHD response. */
@@ -679,14 +726,9 @@ int api_file_read(struct api_ctx *ctx, const char *id, const char *path, struct 
         if (r < 0)
                 return r;
         _cleanup_(node_conn_freep) struct node_conn *c = NULL;
-        r = node_conn_open(ctx->config->node_socket, ctx->config->node_timeout_s, &c);
-        if (r < 0)
-                return fail(ctx, r, "the node agent is not reachable");
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "file.read", "id", id, "path", path);
         _cleanup_(json_decrefp) json_t *rep = NULL;
-        if (!req)
-                return -ENOMEM;
-        if ((r = node_conn_send_request(c, req)) < 0 || (r = node_conn_read_reply(c, &rep, ctx->err)) < 0)
+        if ((r = node_open_request(ctx, req, &c)) < 0 || (r = node_conn_read_reply(c, &rep, ctx->err)) < 0)
                 return r;
 
         struct download *d = calloc(1, sizeof *d);
@@ -722,10 +764,7 @@ int api_file_remove(struct api_ctx *ctx, const char *id, const char *path, bool 
                 return r;
         _cleanup_(json_decrefp) json_t *req =
                 json_pack("{s:s, s:s, s:s, s:b}", "op", "file.remove", "id", id, "path", path, "recursive", recursive);
-        if (!req)
-                return -ENOMEM;
-        r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err);
-        return r < 0 ? r : reply_empty(ret);
+        return node_call_empty(ctx, req, ret);
 }
 
 int api_file_list(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret) {
@@ -749,18 +788,9 @@ int api_upload_begin(struct api_ctx *ctx, const char *id, const char *path, uint
         int r = sandbox_lookup(ctx, id, &sb);
         if (r < 0)
                 return r;
-        _cleanup_(node_conn_freep) struct node_conn *c = NULL;
-        r = node_conn_open(ctx->config->node_socket, ctx->config->node_timeout_s, &c);
-        if (r < 0)
-                return fail(ctx, r, "the node agent is not reachable");
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:I}", "op", "file.write", "id", id, "path",
                                                         path, "mode", (json_int_t) mode);
-        if (!req)
-                return -ENOMEM;
-        if ((r = node_conn_send_request(c, req)) < 0)
-                return r;
-        *ret = TAKE_PTR(c);
-        return 0;
+        return node_open_request(ctx, req, ret);
 }
 
 int api_upload_chunk(struct node_conn *c, const void *data, size_t len) {

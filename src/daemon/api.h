@@ -28,6 +28,7 @@ struct api_ctx {
         struct store *store;
         const atomic_bool *stopping; /* set when the server shuts down */
         const char *log_ctx;         /* "req=N method=M path=P" */
+        int client_fd;               /* the HTTP client's socket (only polled), or -1 */
         char err[API_ERRMSG_MAX];
 };
 

@@ -293,8 +293,12 @@ static int authenticate(struct request *req, struct MHD_Connection *conn) {
         int r = store_api_key_check(req->srv->store, hash);
         if (r == 0)
                 return 0;
-        if (r != -EACCES)
-                return log_errno(LOG_LEVEL_ERROR, r, req->log_ctx, "store: failed to check API key: %m");
+        if (r != -EACCES) {
+                /* a store failure is ours (500), not the client's: never
+                 * let its errno pass for a client error such as 409 */
+                log_errno(LOG_LEVEL_ERROR, r, req->log_ctx, "store: failed to check API key: %m");
+                return -EIO;
+        }
         if (req->route && req->route->auth == AUTH_SESSION) {
                 struct store_session ses = { 0 };
                 if (store_session_get(req->srv->store, req->param, &ses) >= 0) {
@@ -347,12 +351,14 @@ static int64_t content_length(struct MHD_Connection *conn) {
         return (int64_t) n;
 }
 
-static void api_ctx_init(struct request *req, struct api_ctx *ctx) {
+static void api_ctx_init(struct request *req, struct MHD_Connection *conn, struct api_ctx *ctx) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         *ctx = (struct api_ctx){
                 .config = req->srv->config,
                 .store = req->srv->store,
                 .stopping = &req->srv->stopping,
                 .log_ctx = req->log_ctx,
+                .client_fd = ci ? ci->connect_fd : -1,
         };
 }
 
@@ -389,15 +395,18 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
                 uint32_t mode = 0644;
                 const char *m = query_arg(conn, "mode", NULL);
                 if (m) {
-                        char *end;
-                        unsigned long v = strtoul(m, &end, 8);
+                        char *end = (char *) m;
+                        unsigned long v = 0;
+                        /* digits only: strtoul() would take "-1", "+7" or " 7" */
+                        if (strspn(m, "01234567") == strlen(m))
+                                v = strtoul(m, &end, 8);
                         if (!*m || *end || v > 07777)
                                 return queue_error(req, conn, -EINVAL, "query parameter 'mode' must be octal, at most 7777");
                         mode = (uint32_t) v;
                 }
                 snprintf(req->upload_path, sizeof req->upload_path, "%s", path);
                 struct api_ctx ctx;
-                api_ctx_init(req, &ctx);
+                api_ctx_init(req, conn, &ctx);
                 r = api_upload_begin(&ctx, req->param, path, mode, &req->upload);
                 if (r < 0)
                         return queue_error(req, conn, r, ctx.err);
@@ -411,6 +420,8 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
         }
         return MHD_YES;
 }
+
+static enum MHD_Result request_finish(struct request *req, struct MHD_Connection *conn);
 
 /* A chunk of request body. */
 static enum MHD_Result request_data(struct request *req, struct MHD_Connection *conn, const char *data, size_t len) {
@@ -428,6 +439,11 @@ static enum MHD_Result request_data(struct request *req, struct MHD_Connection *
                 }
                 if (req->upload_r == 0)
                         req->upload_r = api_upload_chunk(req->upload, data, len);
+                /* The node stopped reading: it has answered (and hung up) or
+                 * died. Answer now instead of taking in up to max_upload
+                 * more bytes that can go nowhere. */
+                if (req->upload_r < 0)
+                        return request_finish(req, conn);
                 return MHD_YES;
         }
         if (req->discarded > 0 || req->body_len + len > cfg->max_json_body) {
@@ -465,7 +481,7 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         const char *path = NULL;
         int r;
 
-        api_ctx_init(req, &ctx);
+        api_ctx_init(req, conn, &ctx);
         if (req->discarded > 0) {
                 snprintf(ctx.err, sizeof ctx.err, "request body exceeds the limit of %llu bytes",
                          (unsigned long long) req->srv->config->max_json_body);

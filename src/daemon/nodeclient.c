@@ -148,7 +148,7 @@ int node_conn_read_reply(struct node_conn *c, json_t **ret, char *err) {
                 set_err_frame(err, "from the node agent", h.type);
                 return -EBADMSG;
         }
-        _cleanup_(json_decrefp) json_t *o = json_loadb((const char *) payload, h.length, 0, NULL);
+        _cleanup_(json_decrefp) json_t *o = json_loadb((const char *) payload, h.length, JSON_ALLOW_NUL, NULL);
         proto_reader_pop(&c->reader, &h);
         if (!json_is_object(o)) {
                 set_err(err, "malformed reply from the node agent");
@@ -180,7 +180,7 @@ int node_conn_next(struct node_conn *c, struct node_frame *ret, char *err) {
                 *ret = f;
                 return 1;
         }
-        json_t *o = h.length > 0 ? json_loadb((const char *) payload, h.length, 0, NULL) : json_object();
+        json_t *o = h.length > 0 ? json_loadb((const char *) payload, h.length, JSON_ALLOW_NUL, NULL) : json_object();
         proto_reader_pop(&c->reader, &h);
         if (!json_is_object(o)) {
                 json_decref(o);

@@ -15,6 +15,7 @@
 
 #include "log.h"
 #include "macros.h"
+#include "nodeutil.h"
 #include "proto.h"
 #include "util.h"
 
@@ -22,6 +23,8 @@
 /* How much the agent's leftovers from an earlier connection we are willing
  * to wade through before its HELLO reply: one maximal frame. */
 #define HANDSHAKE_BUF_MAX (PROTO_HEADER_SIZE + PROTO_MAX_PAYLOAD)
+/* A guest that takes no byte of a frame for this long is treated as hung. */
+#define SEND_STALL_MS 60000
 
 /* A guestconn_call() waiting for RESULT/ERROR on a stream. Lives on the
  * caller's stack; the reader touches it only under g->lock while it is
@@ -226,7 +229,10 @@ static void *reader_main(void *arg) {
 /* ---- writing ---- */
 
 /* One whole frame with sendmsg(MSG_NOSIGNAL): a guest channel that went away
- * must give -EPIPE, not kill the node with SIGPIPE. */
+ * must give -EPIPE, not kill the node with SIGPIPE. The guest is untrusted
+ * and may stop reading: a write that makes no progress for SEND_STALL_MS
+ * fails with -ETIMEDOUT and shuts the channel down (a frame cut short
+ * leaves no usable stream anyway), so no node thread waits on it forever. */
 static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const void *payload, size_t len) {
         if (len > PROTO_MAX_PAYLOAD)
                 return -EMSGSIZE;
@@ -240,12 +246,28 @@ static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const 
 
         pthread_mutex_lock(&g->wlock);
         while (mh.msg_iovlen > 0) {
-                ssize_t k = sendmsg(g->fd, &mh, MSG_NOSIGNAL);
+                ssize_t k = sendmsg(g->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
-                        r = negative_errno();
-                        break;
+                        if (errno != EAGAIN) {
+                                r = negative_errno();
+                                break;
+                        }
+                        struct pollfd p = { .fd = g->fd, .events = POLLOUT };
+                        int n = poll(&p, 1, SEND_STALL_MS);
+                        if (n < 0 && errno != EINTR) {
+                                r = negative_errno();
+                                break;
+                        }
+                        if (n == 0) {
+                                log_emit(LOG_LEVEL_WARN, g->ctx,
+                                         "guest accepted nothing for %d ms: closing the channel", SEND_STALL_MS);
+                                shutdown(g->fd, SHUT_RDWR); /* the reader sees EOF and fails every stream */
+                                r = -ETIMEDOUT;
+                                break;
+                        }
+                        continue;
                 }
                 size_t adv = (size_t) k;
                 while (mh.msg_iovlen > 0 && adv >= mh.msg_iov[0].iov_len) {
@@ -440,11 +462,7 @@ int guestconn_open(int fd, const char *ctx, int timeout_ms, struct guestconn **r
         g->fd = TAKE_FD(owned);
         g->next_stream = 1;
         g->ctx = strdup(ctx ?: "");
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&g->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        node_cond_init(&g->cond);
         pthread_mutex_init(&g->lock, NULL);
         pthread_mutex_init(&g->wlock, NULL);
         int r = proto_reader_init(&g->reader);
@@ -529,13 +547,7 @@ void guestconn_stream_close(struct guestconn *g, uint32_t stream) {
 /* Waits for c under g->lock until done or deadline. */
 static void call_wait(struct guestconn *g, struct call *c, int timeout_ms) {
         struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += timeout_ms / 1000;
-        ts.tv_nsec += (long) (timeout_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-        }
+        node_deadline_after_ms(&ts, timeout_ms);
         while (!c->done)
                 if (pthread_cond_timedwait(&g->cond, &g->lock, &ts) == ETIMEDOUT)
                         break;

@@ -60,7 +60,8 @@ int guestconn_stream_open(struct guestconn *g, guestconn_handler_fn handler, voi
 void guestconn_stream_close(struct guestconn *g, uint32_t stream);
 
 /* Sends one frame (raw payload / JSON object) on a stream. Thread-safe;
- * blocks while the guest is not reading (virtio-serial backpressure). */
+ * blocks while the guest is not reading (virtio-serial backpressure), but a
+ * guest that takes nothing for 60 s gets its channel closed (-ETIMEDOUT). */
 int guestconn_send(struct guestconn *g, uint8_t type, uint32_t stream, const void *payload, size_t len);
 int guestconn_send_json(struct guestconn *g, uint8_t type, uint32_t stream, json_t *obj);
 

@@ -31,6 +31,11 @@
 #define READ_QUEUE_MAX (4u << 20)
 /* file.read / file.write: no progress for this long ends the transfer. */
 #define TRANSFER_IDLE_MS 60000
+/* LIST: entries passed on at most (the guest's limit too). */
+#define LIST_MAX 10000
+/* A LIST/STAT name: NAME_MAX bytes, each possibly replaced by the guest
+ * with the 3-byte U+FFFD. */
+#define GUEST_NAME_MAX (3 * 255)
 /* Room left in a reply frame for everything but exec's two outputs. */
 #define REPLY_SLACK 1024
 
@@ -167,7 +172,8 @@ static int field_cmd(struct node_conn *c, json_t *req, const char *key, json_t *
         return 0;
 }
 
-/* Looks up the sandbox named by the "id" field and its guest channel. */
+/* Looks up the sandbox named by the "id" field and its guest channel, and
+ * names the sandbox in the connection's log context. */
 static int req_sandbox(struct node_conn *c, json_t *req, struct sandbox **ret_s, struct guestconn **ret_g) {
         const char *id;
         int r = field_name(c, req, "id", &id);
@@ -186,6 +192,7 @@ static int req_sandbox(struct node_conn *c, json_t *req, struct sandbox **ret_s,
                                                 why ? why : "unknown");
                 }
         }
+        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s", s->ctx);
         *ret_s = s;
         return 0;
 }
@@ -397,16 +404,11 @@ static int op_exec(struct node_conn *c, json_t *req) {
         struct guestconn *g;
         if ((r = req_sandbox(c, req, &s, &g)) < 0)
                 return r;
-        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s", s->ctx);
 
         uint64_t deadline = now_monotonic_ns() + timeout_s * 1000000000ULL;
         struct exec_state e = { .max_output = max_output };
         pthread_mutex_init(&e.lock, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&e.cond, &ca);
-        pthread_condattr_destroy(&ca);
+        node_cond_init(&e.cond);
         e.out[0].data = malloc(MAX(max_output, 1));
         e.out[1].data = malloc(MAX(max_output, 1));
         json_t *exec_req = json_pack("{s:O, s:O}", "argv", cmd, "env", env);
@@ -540,6 +542,13 @@ static int op_session_signal(struct node_conn *c, json_t *req) {
 
 /* ---- files ---- */
 
+/* A non-negative integer the guest reported, or def when it is not one. */
+static json_int_t guest_uint(json_t *v, json_int_t max, json_int_t def) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
+                return def;
+        return json_integer_value(v);
+}
+
 struct qitem {
         struct qitem *next;
         size_t len;
@@ -563,11 +572,7 @@ struct xfer {
 static void xfer_init(struct xfer *x) {
         *x = (struct xfer){ 0 };
         pthread_mutex_init(&x->lock, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&x->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        node_cond_init(&x->cond);
 }
 
 static void xfer_release(struct xfer *x) {
@@ -594,16 +599,6 @@ static void xfer_set_error(struct xfer *x, const uint8_t *payload, size_t len) {
         free(x->msg);
         x->msg = strndup(msg ? msg : strerror(-x->err), 1024);
         json_decref(m);
-}
-
-static void timespec_after_ms(struct timespec *ts, int ms) {
-        clock_gettime(CLOCK_MONOTONIC, ts);
-        ts->tv_sec += ms / 1000;
-        ts->tv_nsec += (long) (ms % 1000) * 1000000L;
-        if (ts->tv_nsec >= 1000000000L) {
-                ts->tv_sec++;
-                ts->tv_nsec -= 1000000000L;
-        }
 }
 
 static void write_handler(void *userdata, uint8_t type, const uint8_t *payload, size_t len) {
@@ -640,7 +635,6 @@ static int op_file_write(struct node_conn *c, json_t *req) {
         struct guestconn *g;
         if ((r = req_sandbox(c, req, &s, &g)) < 0)
                 return r;
-        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s", s->ctx);
 
         struct xfer x;
         xfer_init(&x);
@@ -715,7 +709,7 @@ static int op_file_write(struct node_conn *c, json_t *req) {
         started = false; /* the guest finishes (or fails) it now */
         pthread_mutex_lock(&x.lock);
         struct timespec ts;
-        timespec_after_ms(&ts, TRANSFER_IDLE_MS);
+        node_deadline_after_ms(&ts, TRANSFER_IDLE_MS);
         while (r >= 0 && !x.done && !x.dead)
                 if (pthread_cond_timedwait(&x.cond, &x.lock, &ts) == ETIMEDOUT)
                         break;
@@ -723,9 +717,9 @@ static int op_file_write(struct node_conn *c, json_t *req) {
         bool done = x.done || x.dead;
         pthread_mutex_unlock(&x.lock);
         if (ok) {
-                json_t *size = json_object_get(x.result, "size");
                 r = conn_reply_ok(c, json_pack("{s:I}", "size",
-                                               json_is_integer(size) ? json_integer_value(size) : (json_int_t) total));
+                                               guest_uint(json_object_get(x.result, "size"), INT64_MAX,
+                                                          (json_int_t) total)));
         } else if (!done)
                 r = conn_reply_error(c, -ETIMEDOUT, "timeout", "the guest did not confirm the write");
         else
@@ -787,7 +781,6 @@ static int op_file_read(struct node_conn *c, json_t *req) {
         struct guestconn *g;
         if ((r = req_sandbox(c, req, &s, &g)) < 0)
                 return r;
-        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s", s->ctx);
 
         struct xfer x;
         xfer_init(&x);
@@ -803,9 +796,8 @@ static int op_file_read(struct node_conn *c, json_t *req) {
                 reply_guest_failure(c, r, msg, "reading the file failed");
                 goto out;
         }
-        json_t *size = json_object_get(res, "size"), *mode = json_object_get(res, "mode");
-        r = conn_reply_ok(c, json_pack("{s:I, s:I}", "size", json_is_integer(size) ? json_integer_value(size) : 0,
-                                       "mode", json_is_integer(mode) ? json_integer_value(mode) : 0));
+        r = conn_reply_ok(c, json_pack("{s:I, s:I}", "size", guest_uint(json_object_get(res, "size"), INT64_MAX, 0),
+                                       "mode", guest_uint(json_object_get(res, "mode"), 07777, 0)));
         json_decref(res);
         if (r < 0)
                 goto out;
@@ -825,7 +817,7 @@ static int op_file_read(struct node_conn *c, json_t *req) {
                 int err = x.err;
                 if (!q && !done && !dead && err == 0) {
                         struct timespec ts;
-                        timespec_after_ms(&ts, 1000);
+                        node_deadline_after_ms(&ts, 1000);
                         pthread_cond_timedwait(&x.cond, &x.lock, &ts);
                         pthread_mutex_unlock(&x.lock);
                         if (conn_hung_up(c))
@@ -868,8 +860,56 @@ out:
         return r;
 }
 
-/* LIST / STAT / REMOVE: one guest call; the result's fields go into the
- * reply (STAT's under "entry"). */
+/* One LIST/STAT entry of the (untrusted) guest, rebuilt from checked fields
+ * only. Clients use LIST names as path components (a directory download),
+ * so a name must be one plain component: no '/', not "." or ".."; only
+ * STAT of the root may be named "/". NULL when the entry is malformed. */
+static json_t *guest_entry(json_t *e, bool root_ok) {
+        static const char *const types[] = { "file", "dir", "symlink", "other" };
+        json_t *name = json_object_get(e, "name"), *type = json_object_get(e, "type");
+        json_t *size = json_object_get(e, "size"), *mode = json_object_get(e, "mode");
+        json_t *mtime = json_object_get(e, "mtime");
+        if (!json_is_string(name) || !json_is_string(type) || !json_is_integer(mtime) ||
+            guest_uint(size, INT64_MAX, -1) < 0 || guest_uint(mode, 07777, -1) < 0)
+                return NULL;
+        const char *n = json_string_value(name);
+        size_t len = json_string_length(name);
+        bool root = root_ok && strcmp(n, "/") == 0;
+        if (!root && (len == 0 || len > GUEST_NAME_MAX || strlen(n) != len || strchr(n, '/') ||
+                      strcmp(n, ".") == 0 || strcmp(n, "..") == 0))
+                return NULL;
+        const char *t = NULL;
+        for (size_t i = 0; i < ARRAY_SIZE(types) && !t; i++)
+                if (strcmp(json_string_value(type), types[i]) == 0)
+                        t = types[i];
+        if (!t)
+                return NULL;
+        return json_pack("{s:s, s:s, s:I, s:I, s:I}", "name", n, "type", t, "size", json_integer_value(size), "mode",
+                         json_integer_value(mode), "mtime", json_integer_value(mtime));
+}
+
+/* LIST's reply from the guest's RESULT: at most LIST_MAX checked entries. */
+static json_t *guest_list(json_t *res) {
+        json_t *entries = json_object_get(res, "entries");
+        if (!json_is_array(entries))
+                return NULL;
+        _cleanup_(json_decrefp) json_t *out = json_object(), *arr = json_array();
+        if (!out || !arr)
+                return NULL;
+        bool truncated = json_is_true(json_object_get(res, "truncated")) || json_array_size(entries) > LIST_MAX;
+        for (size_t i = 0; i < json_array_size(entries) && i < LIST_MAX; i++) {
+                json_t *e = guest_entry(json_array_get(entries, i), false);
+                if (!e || json_array_append_new(arr, e) < 0)
+                        return NULL;
+        }
+        if (json_object_set_new(out, "entries", TAKE_PTR(arr)) < 0 ||
+            (truncated && json_object_set_new(out, "truncated", json_true()) < 0))
+                return NULL;
+        return TAKE_PTR(out);
+}
+
+/* LIST / STAT / REMOVE: one guest call; the result's checked fields go into
+ * the reply (STAT's under "entry"). */
 static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const char *what) {
         const char *path;
         bool recursive = false;
@@ -882,7 +922,6 @@ static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const cha
         struct guestconn *g;
         if ((r = req_sandbox(c, req, &s, &g)) < 0)
                 return r;
-        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s", s->ctx);
 
         _cleanup_(json_decrefp) json_t *m = json_pack("{s:s}", "path", path);
         if (!m)
@@ -894,21 +933,18 @@ static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const cha
         r = guestconn_call(g, type, m, GUEST_CALL_MS, &res, &msg);
         if (r < 0)
                 return reply_guest_failure(c, r, msg, what);
-        if (type == PROTO_STAT)
-                return conn_reply_ok(c, json_pack("{s:o}", "entry", res));
-        if (type == PROTO_REMOVE) {
-                json_decref(res);
-                return conn_reply_ok(c, NULL);
-        }
-        json_t *out = json_object();
-        json_t *entries = json_object_get(res, "entries");
-        if (out) {
-                json_object_set(out, "entries", json_is_array(entries) ? entries : json_array());
-                if (json_is_true(json_object_get(res, "truncated")))
-                        json_object_set_new(out, "truncated", json_true());
-        }
+        json_t *out = NULL;
+        if (type == PROTO_STAT) {
+                json_t *e = guest_entry(res, true);
+                out = e ? json_pack("{s:o}", "entry", e) : NULL;
+        } else if (type == PROTO_LIST)
+                out = guest_list(res);
         json_decref(res);
-        return out ? conn_reply_ok(c, out) : -ENOMEM;
+        if (type == PROTO_REMOVE)
+                return conn_reply_ok(c, NULL);
+        if (!out)
+                return conn_reply_error(c, -EBADMSG, "guest", "%s: the guest agent sent a malformed reply", what);
+        return conn_reply_ok(c, out);
 }
 
 static int op_file_list(struct node_conn *c, json_t *req) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <string.h>
+#include <time.h>
 
 #include "macros.h"
 #include "util.h"
@@ -200,4 +201,22 @@ int node_vm_run_dirs_clean(const char *data_dir) {
         if (asprintf(&base, "%s/run/vm", data_dir) < 0)
                 return -ENOMEM;
         return rm_rf(base);
+}
+
+void node_cond_init(pthread_cond_t *cond) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(cond, &ca);
+        pthread_condattr_destroy(&ca);
+}
+
+void node_deadline_after_ms(struct timespec *ts, int64_t ms) {
+        clock_gettime(CLOCK_MONOTONIC, ts);
+        ts->tv_sec += (time_t) (ms / 1000);
+        ts->tv_nsec += (long) (ms % 1000) * 1000000L;
+        if (ts->tv_nsec >= 1000000000L) {
+                ts->tv_sec++;
+                ts->tv_nsec -= 1000000000L;
+        }
 }

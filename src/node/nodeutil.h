@@ -9,6 +9,7 @@
 
 #include "util.h"
 #include <jansson.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -54,3 +55,11 @@ int node_vm_run_dir(const char *data_dir, char **ret);
 
 /* Removes DATA_DIR/run/vm (leftovers of an earlier run). */
 int node_vm_run_dirs_clean(const char *data_dir);
+
+/* Initialises cond for timed waits against CLOCK_MONOTONIC (every timed
+ * wait of the node: wall-clock jumps must not stretch or cut them). */
+void node_cond_init(pthread_cond_t *cond);
+
+/* Sets *ts to now + ms on CLOCK_MONOTONIC, the deadline for
+ * pthread_cond_timedwait() on a node_cond_init() condition. */
+void node_deadline_after_ms(struct timespec *ts, int64_t ms);

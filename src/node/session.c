@@ -209,13 +209,8 @@ static bool table_remove(struct session *x) {
 }
 
 int session_start(struct node_conn *c, struct sandbox *s, const char *session_id, json_t *exec_req) {
-        struct guestconn *gc;
-        int r = sandbox_guest(s, &gc);
-        if (r < 0) {
-                _cleanup_free_ char *why = sandbox_error(s);
-                return conn_reply_error(c, r, "guest", "sandbox is not running: %s", why ? why : "unknown");
-        }
-
+        struct guestconn *gc = NULL;
+        int r;
         struct session *x = calloc(1, sizeof *x);
         if (!x)
                 return -ENOMEM;
@@ -223,29 +218,34 @@ int session_start(struct node_conn *c, struct sandbox *s, const char *session_id
         snprintf(x->ctx, sizeof x->ctx, "%s session=%s", s->ctx, session_id);
         x->refs = 1; /* the caller's, until it goes into the table */
         x->sbx = sandbox_ref(s);
-        x->gc = gc;
         pthread_mutex_init(&x->lock, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&x->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        node_cond_init(&x->cond);
         _cleanup_(session_unrefp) struct session *own = x;
 
-        /* reserve the id and the slot first, so two starts cannot race */
+        /* reserve the id and the slot first, so two starts cannot race; and
+         * look at the sandbox again under the table lock: a delete marks it
+         * before it sweeps the table, so a session added here is either
+         * refused or found by that sweep, never left behind (lock order:
+         * table_lock, then the sandbox's lock) */
         pthread_mutex_lock(&table_lock);
         unsigned n = 0;
-        bool taken = false;
+        bool taken = false, gone = sandbox_guest(s, &gc) < 0;
         for (struct session *y = table; y; y = y->next) {
                 taken = taken || strcmp(y->id, session_id) == 0;
                 n += y->sbx == s;
         }
-        if (!taken && n < SESSION_MAX_PER_SANDBOX) {
+        if (!gone && !taken && n < SESSION_MAX_PER_SANDBOX) {
+                x->gc = gc; /* before others can find it */
                 session_ref(x);
                 x->next = table;
                 table = x;
         }
         pthread_mutex_unlock(&table_lock);
+        if (gone) {
+                _cleanup_free_ char *why = sandbox_error(s);
+                return conn_reply_error(c, -ECONNRESET, "guest", "sandbox is not running: %s",
+                                        why ? why : "unknown");
+        }
         if (taken)
                 return conn_reply_error(c, -EEXIST, "conflict", "session %s exists", session_id);
         if (n >= SESSION_MAX_PER_SANDBOX)
@@ -317,8 +317,7 @@ int session_attach(struct node_conn *c, const char *session_id) {
                 _cleanup_free_ char *error = x->error ? strdup(x->error) : NULL;
                 if (!ch && lost == 0 && !exited) {
                         struct timespec ts;
-                        clock_gettime(CLOCK_MONOTONIC, &ts);
-                        ts.tv_sec += ATTACH_POLL_MS / 1000;
+                        node_deadline_after_ms(&ts, ATTACH_POLL_MS);
                         pthread_cond_timedwait(&x->cond, &x->lock, &ts);
                         pthread_mutex_unlock(&x->lock);
                         if (conn_hung_up(c))

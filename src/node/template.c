@@ -780,13 +780,7 @@ static void build_entry(struct tentry *e) {
 
 int template_get(const char *name, int wait_ms, struct template_info **ret, char **ret_error) {
         struct timespec deadline;
-        clock_gettime(CLOCK_MONOTONIC, &deadline);
-        deadline.tv_sec += wait_ms / 1000;
-        deadline.tv_nsec += (long) (wait_ms % 1000) * 1000000L;
-        if (deadline.tv_nsec >= 1000000000L) {
-                deadline.tv_sec++;
-                deadline.tv_nsec -= 1000000000L;
-        }
+        node_deadline_after_ms(&deadline, wait_ms);
 
         pthread_mutex_lock(&tlock);
         struct tentry *e = entry_get(name);
@@ -971,11 +965,7 @@ int template_init(const struct node_config *cfg, const char *templates_dir, enum
         tdir = strdup(templates_dir);
         if (!tdir)
                 return -ENOMEM;
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&tcond, &ca);
-        pthread_condattr_destroy(&ca);
+        node_cond_init(&tcond);
 
         int r = mkdir_p(tdir, 0755);
         if (r < 0)

@@ -122,4 +122,8 @@ def test_exec_timeout_and_output_cap(airlock):
     assert r["stdout_truncated"] is True
     assert 0 < len(r["stdout"]) <= 1 << 20
     assert airlock.exec(sid, ["echo", "ok"])["stdout"] == "ok\n"
+    # binary output arrives as valid JSON: NUL kept, invalid UTF-8 replaced
+    assert airlock.exec(sid, ["printf", "a\\000b\\377c"])["stdout"] == "a\u0000b\ufffdc"
+    r = airlock.exec(sid, ["head", "-c", "4096", "/dev/urandom"])
+    assert r["exit_code"] == 0 and len(r["stdout"]) > 1000
     assert airlock.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204

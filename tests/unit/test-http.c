@@ -102,7 +102,9 @@ static void *node_conn_thread(void *arg) {
                           json_pack("{s:b, s:[{s:s, s:s}]}", "ok", 1, "templates", "name", "python", "state", "ready"));
         else if (strcmp(op, "sandbox.create") == 0) {
                 const char *t = json_string_value(json_object_get(req, "template"));
-                if (strcmp(t, "python") != 0)
+                if (strcmp(t, "slow") == 0) /* a create the client gives up on */
+                        usleep(500 * 1000);
+                if (strcmp(t, "python") != 0 && strcmp(t, "slow") != 0)
                         send_error(fd, "not_found", "unknown template");
                 else {
                         known_set(id, true);
@@ -535,6 +537,40 @@ static void test_sessions_sse(void **state) {
         free(rest);
 }
 
+static size_t known_count(void) {
+        size_t n = 0;
+        pthread_mutex_lock(&known_lock);
+        for (size_t i = 0; i < 16; i++)
+                n += known[i][0] != 0;
+        pthread_mutex_unlock(&known_lock);
+        return n;
+}
+
+static size_t store_count(void) {
+        struct store_sandbox *a = NULL;
+        size_t n = 0;
+        assert_int_equal(store_sandbox_list(store, 100, &a, &n), 0);
+        store_sandbox_array_free(a, n);
+        return n;
+}
+
+/* A client that hangs up during a create must not leave a sandbox behind
+ * that nobody knows the id of. */
+static void test_create_client_gone(void **state) {
+        size_t node_before = known_count(), store_before = store_count();
+        int fd = http_connect();
+        const char *body = "{\"template\":\"slow\"}";
+        send_head(fd, "POST", "/v1/sandboxes", token, NULL, strlen(body));
+        assert_int_equal(fd_write_all(fd, body, strlen(body)), 0);
+        usleep(100 * 1000); /* the request is in before the hang-up */
+        close(fd);
+        for (int i = 0; i < 50 && (known_count() != node_before || store_count() != store_before); i++)
+                usleep(100 * 1000);
+        usleep(700 * 1000); /* past the fake node's delay: the create has ended */
+        assert_int_equal(known_count(), node_before);
+        assert_int_equal(store_count(), store_before);
+}
+
 static void test_sse_format(void **state) {
         char *s;
         size_t n;
@@ -564,6 +600,7 @@ int main(void) {
                 cmocka_unit_test(test_too_large),
                 cmocka_unit_test(test_sandbox_lifecycle),
                 cmocka_unit_test(test_sessions_sse),
+                cmocka_unit_test(test_create_client_gone),
                 cmocka_unit_test(test_sse_format),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
