@@ -88,7 +88,7 @@ int file_read_all(const char *path, size_t max, char **ret, size_t *ret_len) {
         return 0;
 }
 
-int file_write_atomic(const char *path, const void *data, size_t len, mode_t mode) {
+static int file_write_renamed(const char *path, const void *data, size_t len, mode_t mode, bool sync) {
         char tmp[PATH_MAX];
         if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int) getpid()) >= (int) sizeof tmp)
                 return -ENAMETOOLONG;
@@ -96,13 +96,21 @@ int file_write_atomic(const char *path, const void *data, size_t len, mode_t mod
         if (fd < 0)
                 return negative_errno();
         int r = fd_write_all(fd, data, len);
-        if (r >= 0 && fsync(fd) < 0)
+        if (r >= 0 && sync && fsync(fd) < 0)
                 r = negative_errno();
         if (r >= 0 && rename(tmp, path) < 0)
                 r = negative_errno();
         if (r < 0)
                 unlink(tmp);
         return r;
+}
+
+int file_write_atomic(const char *path, const void *data, size_t len, mode_t mode) {
+        return file_write_renamed(path, data, len, mode, true);
+}
+
+int file_write_replace(const char *path, const void *data, size_t len, mode_t mode) {
+        return file_write_renamed(path, data, len, mode, false);
 }
 
 int mkdir_p(const char *path, mode_t mode) {

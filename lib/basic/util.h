@@ -24,6 +24,10 @@ int file_read_all(const char *path, size_t max, char **ret, size_t *ret_len);
 /* Writes data to path through a temporary file and rename(2), so readers see
  * the old or the new content, never a mix. */
 int file_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
+/* The same without fsync: readers still never see a mix, but a crash may
+ * lose the write. For runtime state that is rewritten anyway (the guest's
+ * identity files, where an fsync costs a disk flush on every restore). */
+int file_write_replace(const char *path, const void *data, size_t len, mode_t mode);
 
 /* mkdir -p with the given mode for created directories. */
 int mkdir_p(const char *path, mode_t mode);

@@ -44,13 +44,14 @@ static void print_banner(const struct daemon_config *c, uint16_t port) {
                 if (a4->sin_addr.s_addr != htonl(INADDR_ANY))
                         inet_ntop(AF_INET, &a4->sin_addr, host, sizeof host);
         }
-        printf("airlockd %s is ready\n"
+        printf("airlockd %s is listening (sandboxes can be created once /v1/health answers 200;\n"
+               "the first start builds the guest kernel and templates, which takes minutes)\n"
                "  API:   http://%s:%u/v1\n"
                "  token: %s/%s\n"
                "  try:   curl -s -H \"Authorization: Bearer $(cat %s/%s)\" http://%s:%u/v1/sandboxes\n"
-               "  CLI:   AIRLOCK_URL=http://%s:%u AIRLOCK_TOKEN=$(cat %s/%s) airlock create\n",
+               "  CLI:   AIRLOCK_URL=http://%s:%u AIRLOCK_DATA_DIR=%s %s/src/cli/airlock create\n",
                AIRLOCK_VERSION, host, port, c->data_dir, AUTH_ADMIN_TOKEN_FILE, c->data_dir, AUTH_ADMIN_TOKEN_FILE,
-               host, port, host, port, c->data_dir, AUTH_ADMIN_TOKEN_FILE);
+               host, port, host, port, c->data_dir, AIRLOCK_BUILD_DIR);
         fflush(stdout);
 }
 

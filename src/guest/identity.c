@@ -56,7 +56,7 @@ static int hostname_apply(const char *name) {
         memcpy(line, name, n);
         line[n] = '\n';
         line[n + 1] = 0;
-        int r = file_write_atomic("/etc/hostname", line, n + 1, 0644);
+        int r = file_write_replace("/etc/hostname", line, n + 1, 0644);
         if (r < 0)
                 log_debug("Cannot write /etc/hostname: %s", strerror(-r));
         return 0;
@@ -77,7 +77,7 @@ static int sandbox_id_write(const char *run_dir, const char *id) {
         memcpy(line, id, n);
         line[n] = '\n';
         line[n + 1] = 0;
-        return file_write_atomic(path, line, n + 1, 0644);
+        return file_write_replace(path, line, n + 1, 0644);
 }
 
 /* Applies every field present; answers RESULT {} or the first error (the
