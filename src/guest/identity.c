@@ -45,18 +45,23 @@ static int rng_seed(const uint8_t *seed, size_t n) {
         return 0;
 }
 
+/* Replaces path with the one line "value\n" (no fsync: runtime state). */
+static int write_line(const char *path, const char *value) {
+        size_t n = strlen(value);
+        _cleanup_free_ char *line = malloc(n + 2);
+        if (!line)
+                return -ENOMEM;
+        memcpy(line, value, n);
+        line[n] = '\n';
+        line[n + 1] = 0;
+        return file_write_replace(path, line, n + 1, 0644);
+}
+
 /* Sets the hostname, and /etc/hostname when it can be written. */
 static int hostname_apply(const char *name) {
         if (sethostname(name, strlen(name)) < 0)
                 return negative_errno();
-        size_t n = strlen(name);
-        _cleanup_free_ char *line = malloc(n + 2);
-        if (!line)
-                return -ENOMEM;
-        memcpy(line, name, n);
-        line[n] = '\n';
-        line[n + 1] = 0;
-        int r = file_write_replace("/etc/hostname", line, n + 1, 0644);
+        int r = write_line("/etc/hostname", name);
         if (r < 0)
                 log_debug("Cannot write /etc/hostname: %s", strerror(-r));
         return 0;
@@ -70,14 +75,7 @@ static int sandbox_id_write(const char *run_dir, const char *id) {
         int r = mkdir_p(run_dir, 0755);
         if (r < 0)
                 return r;
-        size_t n = strlen(id);
-        _cleanup_free_ char *line = malloc(n + 2);
-        if (!line)
-                return -ENOMEM;
-        memcpy(line, id, n);
-        line[n] = '\n';
-        line[n + 1] = 0;
-        return file_write_replace(path, line, n + 1, 0644);
+        return write_line(path, id);
 }
 
 /* Applies every field present; answers RESULT {} or the first error (the
