@@ -746,6 +746,36 @@ static struct tentry *entry_get(const char *name) {
 }
 
 /* Runs the build of e in this thread (tlock held on entry and return). */
+/* Removes TEMPLATES_DIR/NAME-OTHERHASH: builds of this template that the
+ * current one supersedes (another guest agent, recipe or QEMU). Running
+ * sandboxes do not need them: their rootfs is their own reflink and the RAM
+ * file stays alive while QEMU maps it. Nodes sharing a templates dir must
+ * therefore run one version. */
+static void prune_superseded(const char *name, const char *keep_hash) {
+        DIR *d = opendir(tdir);
+        if (!d)
+                return;
+        size_t nlen = strlen(name), hlen = strlen(keep_hash);
+        for (struct dirent *de; (de = readdir(d));) {
+                const char *n = de->d_name;
+                if (strncmp(n, name, nlen) != 0 || n[nlen] != '-')
+                        continue;
+                const char *h = n + nlen + 1;
+                size_t k = strspn(h, "0123456789abcdef");
+                bool is_lock = strcmp(h + k, ".lock") == 0;
+                if (k != hlen || (h[k] && !is_lock) || strncmp(h, keep_hash, hlen) == 0)
+                        continue;
+                char path[PATH_BUF];
+                pathf(path, "%s/%s", tdir, n);
+                if (!is_lock)
+                        log_info("template=%s removing superseded build %s", name, path);
+                int r = is_lock ? (unlink(path) < 0 ? negative_errno() : 0) : rm_rf(path);
+                if (r < 0)
+                        log_warn("template=%s cannot remove %s: %s", name, path, strerror(-r));
+        }
+        closedir(d);
+}
+
 static void build_entry(struct tentry *e) {
         char hash[HASH_HEX], khash[HASH_HEX];
         char *error = NULL;
@@ -759,6 +789,8 @@ static void build_entry(struct tentry *e) {
                 snprintf(e->hash, sizeof e->hash, "%s", hash);
                 pthread_mutex_unlock(&tlock);
                 r = build(e, hash, khash, e->memory_mib, &info, &error);
+                if (r >= 0)
+                        prune_superseded(e->name, hash);
         }
         pthread_mutex_lock(&tlock);
         if (r >= 0) {

@@ -52,3 +52,21 @@ def test_restart_keeps_token_and_cleans_stale(airlock_factory):
         assert b.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
     finally:
         b.stop()
+
+
+def test_superseded_template_builds_are_removed(airlock_factory):
+    """A build of a template under another hash (an older agent or recipe)
+    is removed once the current one is ready; other names are left alone."""
+    from conftest import TEMPLATES
+    stale = os.path.join(TEMPLATES, "minimal-" + "0" * 32)
+    other = os.path.join(TEMPLATES, "minimal-notahash")
+    os.makedirs(stale)
+    open(stale + ".lock", "w").close()
+    os.makedirs(other)
+    try:
+        airlock_factory(prebuild="minimal")
+        assert not os.path.exists(stale)
+        assert not os.path.exists(stale + ".lock")
+        assert os.path.isdir(other)
+    finally:
+        subprocess.run(["rm", "-rf", stale, stale + ".lock", other])
