@@ -4,11 +4,14 @@ the raw baseline, a bare QEMU restore of the same template snapshot driven
 over QMP by this script (no control plane, no node, no guest handshake),
 measured in the same run on the same machine.
 
-  sudo bench/create.py [--n 30] [--template minimal]
+  sudo bench/create.py [--n 30] [--template minimal] [--pool-wait]
 
 Needs a running Airlock (./run.sh) or starts none: pass --url and --token,
 or --data-dir (reads DATA_DIR/admin.token). Prints medians and tails (p90,
-p99, max) and the ratio API/raw."""
+p99, max) and the ratio API/raw. Creates served from a warm pool (the reply
+says "pool":"hit") are summarised apart from cold ones; --pool-wait waits
+before every round until the template's pool is full again, so that each
+create can be a hit (refills only keep up with creates slower than them)."""
 
 import argparse
 import http.client
@@ -124,6 +127,8 @@ def main():
     ap.add_argument("--template", default="minimal")
     ap.add_argument("--n", type=int, default=30)
     ap.add_argument("--templates-dir")
+    ap.add_argument("--pool-wait", action="store_true",
+                    help="before each round, wait until the template's warm pool is full")
     a = ap.parse_args()
     token = a.token or open(os.path.join(a.data_dir, "admin.token")).read().strip()
 
@@ -136,9 +141,22 @@ def main():
     manifest = json.load(open(tpl))
     khz = int(float(next(l for l in open("/proc/cpuinfo") if l.startswith("cpu MHz")).split(":")[1]) * 1000)
 
+    def wait_pool_full():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            _, r = api(a.url, token, "GET", "/v1/templates")
+            p = next((t.get("pool") for t in r["templates"] if t["name"] == a.template), None)
+            if not p or not p["size"] or p["ready"] >= p["size"]:
+                return
+            time.sleep(0.05)
+        raise TimeoutError("warm pool did not refill in 120 s")
+
     api_ms, raw_ms, node_ms = [], [], []
+    by_pool = {"hit": [], "miss": []}
     with tempfile.TemporaryDirectory(dir=tdir) as work:
         for i in range(a.n):
+            if a.pool_wait:
+                wait_pool_full()  # before the raw restore: refills must not slow it down
             # interleave so both see the same machine noise
             raw_ms.append(raw_restore(tpl_dir, manifest, work, khz))
             t0 = time.monotonic()
@@ -147,12 +165,19 @@ def main():
             assert st == 201, sbx
             if "restore_ms" in sbx:
                 node_ms.append(sbx["restore_ms"])
+            if sbx.get("pool") in by_pool:
+                by_pool[sbx["pool"]].append(api_ms[-1])
             api(a.url, token, "DELETE", f"/v1/sandboxes/{sbx['id']}")
     print(f"template={a.template} memory={manifest['memory_mib']}MiB n={a.n}")
     print(summary("raw QEMU restore (baseline)", raw_ms))
     if node_ms:
         print(summary("node restore_ms (in node)", node_ms))
     print(summary("API create (end to end)", api_ms))
+    for k in ("hit", "miss"):
+        if by_pool[k] and len(by_pool[k]) < len(api_ms):
+            print(summary(f"API create, pool {k}", by_pool[k]))
+        elif by_pool[k]:
+            print(f"(every create was a pool {k})")
     print(f"ratio API/raw: median {statistics.median(api_ms) / statistics.median(raw_ms):.2f}x  "
           f"p90 {pct(api_ms, 90) / pct(raw_ms, 90):.2f}x")
 

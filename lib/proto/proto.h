@@ -60,6 +60,7 @@ enum proto_type {
         PROTO_RENAME = 38,     /* {"from":s,"to":s} -> RESULT {} */
         PROTO_REMOVE = 39,     /* {"path":s,"recursive":b} -> RESULT {} */
         PROTO_MKDIR = 40,      /* {"path":s,"parents":b} -> RESULT {} */
+        PROTO_SYNC = 41,       /* {} -> RESULT {} once sync(2) flushed every file system */
 
         /* airlockd <-> airlock-node */
         PROTO_NODE_REQUEST = 64, /* {"op":s, ...} */

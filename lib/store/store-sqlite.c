@@ -31,16 +31,22 @@ enum stmt_id {
         STMT_KEY_UPSERT,
         STMT_KEY_ALL,
         STMT_VERSION,
+        STMT_SANDBOX_TRANSITION,
+        STMT_OP_INSERT,
+        STMT_OP_GET,
+        STMT_OP_BY_KEY,
+        STMT_OP_UPDATE,
+        STMT_OP_FAIL_UNFINISHED,
         _STMT_MAX,
 };
 
 static const char *const stmt_sql[_STMT_MAX] = {
         [STMT_SANDBOX_INSERT] = "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, "
-                                "created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        [STMT_SANDBOX_GET] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at "
-                             "FROM sandboxes WHERE id = ?1",
-        [STMT_SANDBOX_LIST] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at "
-                              "FROM sandboxes ORDER BY created_at, id LIMIT ?1",
+                                "created_at, updated_at, desired_state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        [STMT_SANDBOX_GET] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
+                             "desired_state FROM sandboxes WHERE id = ?1",
+        [STMT_SANDBOX_LIST] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
+                              "desired_state FROM sandboxes ORDER BY created_at, id LIMIT ?1",
         [STMT_SANDBOX_UPDATE] = "UPDATE sandboxes SET state = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
         [STMT_SANDBOX_DELETE] = "DELETE FROM sandboxes WHERE id = ?1",
         [STMT_SESSION_INSERT] = "INSERT INTO sessions (id, sandbox_id, cmd, pty, token_hash, created_at) "
@@ -51,6 +57,18 @@ static const char *const stmt_sql[_STMT_MAX] = {
                             "ON CONFLICT(name) DO UPDATE SET hash = excluded.hash, created_at = excluded.created_at",
         [STMT_KEY_ALL] = "SELECT hash FROM api_keys",
         [STMT_VERSION] = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+        [STMT_SANDBOX_TRANSITION] = "UPDATE sandboxes SET state = ?3, desired_state = COALESCE(?4, desired_state), "
+                                    "error = NULL, updated_at = ?5 WHERE id = ?1 AND state = ?2",
+        [STMT_OP_INSERT] = "INSERT INTO operations (id, sandbox_id, verb, state, error, result, idempotency_key, "
+                           "created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        [STMT_OP_GET] = "SELECT id, sandbox_id, verb, state, error, result, idempotency_key, created_at, "
+                        "finished_at FROM operations WHERE id = ?1",
+        [STMT_OP_BY_KEY] = "SELECT id, sandbox_id, verb, state, error, result, idempotency_key, created_at, "
+                           "finished_at FROM operations WHERE idempotency_key = ?1",
+        [STMT_OP_UPDATE] = "UPDATE operations SET state = ?2, error = ?3, result = ?4, "
+                           "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END WHERE id = ?1",
+        [STMT_OP_FAIL_UNFINISHED] = "UPDATE operations SET state = 'failed', error = ?1, finished_at = ?2 "
+                                    "WHERE state IN ('pending', 'running')",
 };
 
 struct store_sqlite {
@@ -294,6 +312,7 @@ static int sqlite_sandbox_insert(struct store *s, const struct store_sandbox *sb
         bind_text(st, 6, sb->env_keys ? sb->env_keys : "[]");
         sqlite3_bind_int64(st, 7, sb->created_at ? sb->created_at : now);
         sqlite3_bind_int64(st, 8, sb->updated_at ? sb->updated_at : now);
+        bind_text(st, 9, sb->desired_state);
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
@@ -305,7 +324,8 @@ static int read_sandbox_row(sqlite3_stmt *st, struct store_sandbox *ret) {
         int r;
         if ((r = column_strdup(st, 0, &sb.id)) < 0 || (r = column_strdup(st, 1, &sb.template_name)) < 0 ||
             (r = column_strdup(st, 2, &sb.state)) < 0 || (r = column_strdup(st, 3, &sb.error)) < 0 ||
-            (r = column_strdup(st, 4, &sb.metadata)) < 0 || (r = column_strdup(st, 5, &sb.env_keys)) < 0)
+            (r = column_strdup(st, 4, &sb.metadata)) < 0 || (r = column_strdup(st, 5, &sb.env_keys)) < 0 ||
+            (r = column_strdup(st, 8, &sb.desired_state)) < 0)
                 return r;
         if (!sb.id || !sb.template_name || !sb.state || !sb.metadata || !sb.env_keys)
                 return -EBADMSG;
@@ -397,6 +417,97 @@ static int sqlite_sandbox_delete(struct store *s, const char *id) {
         sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_DELETE);
         bind_text(st, 1, id);
         int r = step_one_change(q, st);
+        stmt_end(q, st);
+        return r;
+}
+
+static int sqlite_sandbox_transition(struct store *s, const char *id, const char *from, const char *to,
+                                     const char *desired) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_TRANSITION);
+        bind_text(st, 1, id);
+        bind_text(st, 2, from);
+        bind_text(st, 3, to);
+        bind_text(st, 4, desired);
+        sqlite3_bind_int64(st, 5, now_ms());
+        int r = step_one_change(q, st);
+        stmt_end(q, st);
+        return r == -ENOENT ? -ESTALE : r;
+}
+
+static int sqlite_operation_insert(struct store *s, const struct store_operation *op) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_OP_INSERT);
+        bind_text(st, 1, op->id);
+        bind_text(st, 2, op->sandbox_id);
+        bind_text(st, 3, op->verb);
+        bind_text(st, 4, op->state);
+        bind_text(st, 5, op->error);
+        bind_text(st, 6, op->result);
+        bind_text(st, 7, op->idempotency_key);
+        sqlite3_bind_int64(st, 8, op->created_at ? op->created_at : now_ms());
+        int r = step_done(q, st);
+        stmt_end(q, st);
+        return r;
+}
+
+/* Runs an operation SELECT bound to one text parameter. */
+static int operation_select(struct store *s, enum stmt_id id, const char *arg, struct store_operation *ret) {
+        struct store_sqlite *q = to_sqlite(s);
+        _cleanup_(store_operation_release) struct store_operation op = { 0 };
+        sqlite3_stmt *st = stmt_begin(q, id);
+        bind_text(st, 1, arg);
+        int rc = sqlite3_step(st);
+        int r = 0;
+        if (rc == SQLITE_DONE)
+                r = -ENOENT;
+        else if (rc != SQLITE_ROW)
+                r = sqlite_to_errno(q->db, rc);
+        else if ((r = column_strdup(st, 0, &op.id)) >= 0 && (r = column_strdup(st, 1, &op.sandbox_id)) >= 0 &&
+                 (r = column_strdup(st, 2, &op.verb)) >= 0 && (r = column_strdup(st, 3, &op.state)) >= 0 &&
+                 (r = column_strdup(st, 4, &op.error)) >= 0 && (r = column_strdup(st, 5, &op.result)) >= 0 &&
+                 (r = column_strdup(st, 6, &op.idempotency_key)) >= 0) {
+                if (!op.id || !op.sandbox_id || !op.verb || !op.state)
+                        r = -EBADMSG;
+                op.created_at = sqlite3_column_int64(st, 7);
+                op.finished_at = sqlite3_column_int64(st, 8); /* NULL reads as 0 */
+        }
+        stmt_end(q, st);
+        if (r < 0)
+                return r;
+        *ret = op;
+        op = (struct store_operation){ 0 };
+        return 0;
+}
+
+static int sqlite_operation_get(struct store *s, const char *id, struct store_operation *ret) {
+        return operation_select(s, STMT_OP_GET, id, ret);
+}
+
+static int sqlite_operation_find_by_key(struct store *s, const char *key, struct store_operation *ret) {
+        return operation_select(s, STMT_OP_BY_KEY, key, ret);
+}
+
+static int sqlite_operation_update(struct store *s, const char *id, const char *state, const char *error,
+                                   const char *result) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_OP_UPDATE);
+        bind_text(st, 1, id);
+        bind_text(st, 2, state);
+        bind_text(st, 3, error);
+        bind_text(st, 4, result);
+        sqlite3_bind_int64(st, 5, now_ms());
+        int r = step_one_change(q, st);
+        stmt_end(q, st);
+        return r;
+}
+
+static int sqlite_operation_fail_unfinished(struct store *s, const char *error) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_OP_FAIL_UNFINISHED);
+        bind_text(st, 1, error);
+        sqlite3_bind_int64(st, 2, now_ms());
+        int r = step_done(q, st);
         stmt_end(q, st);
         return r;
 }
@@ -497,6 +608,12 @@ const struct store_ops store_sqlite_ops = {
         .sandbox_list = sqlite_sandbox_list,
         .sandbox_update_state = sqlite_sandbox_update_state,
         .sandbox_delete = sqlite_sandbox_delete,
+        .sandbox_transition = sqlite_sandbox_transition,
+        .operation_insert = sqlite_operation_insert,
+        .operation_get = sqlite_operation_get,
+        .operation_find_by_key = sqlite_operation_find_by_key,
+        .operation_update = sqlite_operation_update,
+        .operation_fail_unfinished = sqlite_operation_fail_unfinished,
         .session_insert = sqlite_session_insert,
         .session_get = sqlite_session_get,
         .session_delete = sqlite_session_delete,

@@ -5,6 +5,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,6 +74,7 @@ void store_sandbox_release(struct store_sandbox *sb) {
         free(sb->id);
         free(sb->template_name);
         free(sb->state);
+        free(sb->desired_state);
         free(sb->error);
         free(sb->metadata);
         free(sb->env_keys);
@@ -124,4 +126,56 @@ int store_api_key_check(struct store *s, const uint8_t hash[STORE_HASH_SIZE]) {
         if (!hash)
                 return -EINVAL;
         return s->ops->api_key_check(s, hash);
+}
+
+int store_sandbox_transition(struct store *s, const char *id, const char *from, const char *to, const char *desired) {
+        if (!id || !from || !to)
+                return -EINVAL;
+        return s->ops->sandbox_transition(s, id, from, to, desired);
+}
+
+static bool operation_state_is_valid(const char *state) {
+        return state && (strcmp(state, "pending") == 0 || strcmp(state, "running") == 0 ||
+                         strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0);
+}
+
+int store_operation_insert(struct store *s, const struct store_operation *op) {
+        if (!op || !op->id || !op->sandbox_id || !op->verb || !operation_state_is_valid(op->state))
+                return -EINVAL;
+        return s->ops->operation_insert(s, op);
+}
+
+int store_operation_get(struct store *s, const char *id, struct store_operation *ret) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->operation_get(s, id, ret);
+}
+
+int store_operation_find_by_key(struct store *s, const char *key, struct store_operation *ret) {
+        if (!key || !*key)
+                return -EINVAL;
+        return s->ops->operation_find_by_key(s, key, ret);
+}
+
+int store_operation_update(struct store *s, const char *id, const char *state, const char *error, const char *result) {
+        if (!id || !operation_state_is_valid(state))
+                return -EINVAL;
+        return s->ops->operation_update(s, id, state, error, result);
+}
+
+int store_operation_fail_unfinished(struct store *s, const char *error) {
+        return s->ops->operation_fail_unfinished(s, error);
+}
+
+void store_operation_release(struct store_operation *op) {
+        if (!op)
+                return;
+        free(op->id);
+        free(op->sandbox_id);
+        free(op->verb);
+        free(op->state);
+        free(op->error);
+        free(op->result);
+        free(op->idempotency_key);
+        *op = (struct store_operation){ 0 };
 }

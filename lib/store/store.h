@@ -35,7 +35,8 @@ struct store;
 struct store_sandbox {
         char *id;            /* "sbx-" + 16 hex */
         char *template_name; /* template the sandbox was created from */
-        char *state;         /* "creating", "running", "failed" */
+        char *state;         /* observed: a state of src/daemon/lifecycle.c's table */
+        char *desired_state; /* what the last lifecycle verb asked for, or NULL */
         char *error;         /* why it failed, or NULL */
         char *metadata;      /* JSON object text, "{}" when none */
         char *env_keys;      /* JSON array of env variable names (never values) */
@@ -53,6 +54,20 @@ struct store_session {
         int64_t created_at;                  /* Unix time, milliseconds */
 };
 
+/* One lifecycle operation (pause, resume, stop, start): its progress and
+ * outcome, kept after it finished so clients can look it up. */
+struct store_operation {
+        char *id;              /* "op-" + 16 hex */
+        char *sandbox_id;      /* no foreign key: the record outlives a deleted sandbox */
+        char *verb;            /* "pause" */
+        char *state;           /* "pending", "running", "succeeded", "failed" */
+        char *error;           /* JSON object text {"code","message"} when failed, else NULL */
+        char *result;          /* JSON text when succeeded, else NULL */
+        char *idempotency_key; /* the client's Idempotency-Key, or NULL */
+        int64_t created_at;    /* Unix time, milliseconds */
+        int64_t finished_at;   /* 0 while unfinished */
+};
+
 /* The backend interface. Backends embed `struct store` as their first
  * member and point its ops at a static table of these functions. */
 struct store_ops {
@@ -66,6 +81,15 @@ struct store_ops {
         int (*sandbox_list)(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n);
         int (*sandbox_update_state)(struct store *s, const char *id, const char *state, const char *error);
         int (*sandbox_delete)(struct store *s, const char *id);
+        int (*sandbox_transition)(struct store *s, const char *id, const char *from, const char *to,
+                                  const char *desired);
+
+        int (*operation_insert)(struct store *s, const struct store_operation *op);
+        int (*operation_get)(struct store *s, const char *id, struct store_operation *ret);
+        int (*operation_find_by_key)(struct store *s, const char *key, struct store_operation *ret);
+        int (*operation_update)(struct store *s, const char *id, const char *state, const char *error,
+                                const char *result);
+        int (*operation_fail_unfinished)(struct store *s, const char *error);
 
         int (*session_insert)(struct store *s, const struct store_session *ses);
         int (*session_get)(struct store *s, const char *id, struct store_session *ret);
@@ -112,6 +136,29 @@ int store_sandbox_delete(struct store *s, const char *id);
 void store_sandbox_release(struct store_sandbox *sb);
 /* Frees an array returned by store_sandbox_list(). */
 void store_sandbox_array_free(struct store_sandbox *a, size_t n);
+
+/* Compare-and-set of a sandbox's state: sets state to `to` and
+ * desired_state to `desired` (NULL keeps it), clearing error, only while the
+ * row is in state `from`. -ESTALE when the row is not (any more) in `from`
+ * or does not exist: two verbs racing on one sandbox cannot both win. */
+int store_sandbox_transition(struct store *s, const char *id, const char *from, const char *to, const char *desired);
+
+/* Inserts an operation row (created_at 0: now). -EEXIST when the id or the
+ * idempotency key is taken. */
+int store_operation_insert(struct store *s, const struct store_operation *op);
+/* Reads one operation; -ENOENT when unknown. Release with
+ * store_operation_release(). */
+int store_operation_get(struct store *s, const char *id, struct store_operation *ret);
+/* The operation created with Idempotency-Key key; -ENOENT when none. */
+int store_operation_find_by_key(struct store *s, const char *key, struct store_operation *ret);
+/* Sets an operation's state, error and result; a final state
+ * ("succeeded"/"failed") also sets finished_at. -ENOENT when unknown. */
+int store_operation_update(struct store *s, const char *id, const char *state, const char *error, const char *result);
+/* Marks every pending or running operation failed with error (JSON object
+ * text): start-up repair after airlockd stopped while verbs ran. */
+int store_operation_fail_unfinished(struct store *s, const char *error);
+/* Frees the strings of one operation; NULL is fine. */
+void store_operation_release(struct store_operation *op);
 
 /* Inserts a session row. -ENOENT when its sandbox does not exist, -EEXIST
  * when the id is taken. */

@@ -12,6 +12,7 @@
 
 #include "apireq.h"
 #include "auth.h"
+#include "lifecycle.h"
 #include "log.h"
 #include "macros.h"
 #include "util.h"
@@ -70,6 +71,8 @@ static json_t *sandbox_json(const struct store_sandbox *sb) {
                               keys ? keys : json_array());
         if (o && sb->error)
                 json_object_set_new(o, "error", json_string(sb->error));
+        if (o)
+                json_object_set_new(o, "desired_state", json_string(sb->desired_state ? sb->desired_state : "running"));
         return o;
 }
 
@@ -214,7 +217,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
                 return -ENOMEM;
         }
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "creating sandbox %s from template %s", id, c.template_name);
-        r = node_call(ctx->config->node_socket, ctx->config->create_timeout_s, req, NULL, ctx->err);
+        _cleanup_(json_decrefp) json_t *node_rep = NULL;
+        r = node_call(ctx->config->node_socket, ctx->config->create_timeout_s, req, &node_rep, ctx->err);
         if (r < 0) {
                 /* A transport failure leaves the node's side unknown: make
                  * sure it holds nothing for this id either. */
@@ -241,7 +245,16 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
         r = sandbox_lookup(ctx, id, &sb);
         if (r < 0)
                 return r;
-        return reply_json(ret, MHD_HTTP_CREATED, sandbox_json(&sb));
+        /* how the node made it (warm pool or cold restore, and how fast):
+         * only the create reply knows, nothing of it is stored */
+        json_t *o = sandbox_json(&sb);
+        json_t *nsb = json_object_get(node_rep, "sandbox");
+        json_t *pool = json_object_get(nsb, "pool"), *ms = json_object_get(nsb, "restore_ms");
+        if (o && json_is_string(pool))
+                json_object_set(o, "pool", pool);
+        if (o && json_is_integer(ms))
+                json_object_set(o, "restore_ms", ms);
+        return reply_json(ret, MHD_HTTP_CREATED, o);
 }
 
 /*
@@ -252,8 +265,10 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
  */
 static void sandbox_merge(struct api_ctx *ctx, struct store_sandbox *sb, const json_t *node_sb) {
         const char *error = NULL;
-        if (strcmp(sb->state, "running") != 0)
-                return; /* creating: the node may not know it yet; failed: final */
+        /* creating: the node may not know it yet; failed: final; a verb in
+         * progress: its worker settles the row */
+        if (strcmp(sb->state, "running") != 0 && strcmp(sb->state, "paused") != 0 && strcmp(sb->state, "stopped") != 0)
+                return;
         if (!node_sb)
                 error = "the node agent does not know this sandbox (lost in a node restart?)";
         else if (strcmp(json_string_value(json_object_get(node_sb, "state")) ?: "", "failed") == 0)
@@ -337,6 +352,10 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, struct api_reply *re
         int r = sandbox_lookup(ctx, id, &sb);
         if (r < 0)
                 return r;
+        r = lifecycle_check(LIFECYCLE_DELETE, sb.state);
+        if (r < 0)
+                return fail(ctx, -EBUSY, "cannot delete: %ssandbox is %s", r == -EBUSY ? "an operation is in progress, " : "",
+                            sb.state);
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.delete", "id", id);
         if (!req)
                 return -ENOMEM;
@@ -723,7 +742,7 @@ static ssize_t download_read(void *cls, uint64_t pos, char *buf, size_t max) {
 int api_file_read(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = sandbox_lookup(ctx, id, &sb);
-        if (r < 0)
+        if (r < 0 || (r = sandbox_require_running(ctx, &sb)) < 0)
                 return r;
         _cleanup_(node_conn_freep) struct node_conn *c = NULL;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "file.read", "id", id, "path", path);
@@ -760,7 +779,7 @@ int api_file_read(struct api_ctx *ctx, const char *id, const char *path, struct 
 int api_file_remove(struct api_ctx *ctx, const char *id, const char *path, bool recursive, struct api_reply *ret) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = sandbox_lookup(ctx, id, &sb);
-        if (r < 0)
+        if (r < 0 || (r = sandbox_require_running(ctx, &sb)) < 0)
                 return r;
         _cleanup_(json_decrefp) json_t *req =
                 json_pack("{s:s, s:s, s:s, s:b}", "op", "file.remove", "id", id, "path", path, "recursive", recursive);
@@ -770,7 +789,7 @@ int api_file_remove(struct api_ctx *ctx, const char *id, const char *path, bool 
 int api_file_list(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = sandbox_lookup(ctx, id, &sb);
-        if (r < 0)
+        if (r < 0 || (r = sandbox_require_running(ctx, &sb)) < 0)
                 return r;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "file.list", "id", id, "path", path);
         _cleanup_(json_decrefp) json_t *rep = NULL;
@@ -786,7 +805,7 @@ int api_file_list(struct api_ctx *ctx, const char *id, const char *path, struct 
 int api_upload_begin(struct api_ctx *ctx, const char *id, const char *path, uint32_t mode, struct node_conn **ret) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = sandbox_lookup(ctx, id, &sb);
-        if (r < 0)
+        if (r < 0 || (r = sandbox_require_running(ctx, &sb)) < 0)
                 return r;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:I}", "op", "file.write", "id", id, "path",
                                                         path, "mode", (json_int_t) mode);
@@ -824,4 +843,5 @@ void api_reconcile_startup(const struct daemon_config *config, struct store *sto
                 (void) store_sandbox_delete(store, a[i].id);
         }
         store_sandbox_array_free(a, n);
+        api_lifecycle_reconcile(config, store);
 }

@@ -79,6 +79,21 @@ int api_sse_format(const char *event, const json_t *data, char **ret, size_t *re
  */
 int api_sse_from_node_event(const json_t *ev, char **ret, size_t *ret_len, bool *ret_last);
 
+/* Lifecycle verbs (lifecycle-api.c): verb is "pause", "resume", "stop" or
+ * "start"; idempotency_key may be NULL. 202 with the operation, or with
+ * wait 200 once it finished. */
+int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb, const char *idempotency_key, bool wait,
+                     struct api_reply *ret);
+int api_operation_get(struct api_ctx *ctx, const char *op_id, struct api_reply *ret);
+/* {"id","sandbox_id","verb","state","created_at","finished_at"?,"error"?,"result"?} */
+json_t *api_operation_json(const struct store_operation *op);
+/* Waits up to timeout_s for running verb workers (shutdown: they use the
+ * store and the config). */
+void api_lifecycle_drain(unsigned timeout_s);
+/* Start-up repair: unfinished operations fail, sandboxes left in a
+ * transitional state take the node's view. */
+void api_lifecycle_reconcile(const struct daemon_config *config, struct store *store);
+
 /* Formats Unix milliseconds as RFC 3339 UTC ("2026-11-29T19:40:00.123Z"). */
 void api_format_time(int64_t ms, char *buf, size_t n);
 

@@ -49,6 +49,11 @@ enum route_id {
         R_EVENTS,
         R_STDIN,
         R_SIGNAL,
+        R_PAUSE,
+        R_RESUME,
+        R_STOP,
+        R_START,
+        R_OPERATION,
 };
 
 enum auth_kind {
@@ -77,6 +82,11 @@ static const struct route routes[] = {
         { R_EVENTS, { "v1", "sessions", "*", "events" }, M_GET, AUTH_SESSION },
         { R_STDIN, { "v1", "sessions", "*", "stdin" }, M_POST, AUTH_SESSION },
         { R_SIGNAL, { "v1", "sessions", "*", "signal" }, M_POST, AUTH_SESSION },
+        { R_PAUSE, { "v1", "sandboxes", "*", "pause" }, M_POST, AUTH_API },
+        { R_RESUME, { "v1", "sandboxes", "*", "resume" }, M_POST, AUTH_API },
+        { R_STOP, { "v1", "sandboxes", "*", "stop" }, M_POST, AUTH_API },
+        { R_START, { "v1", "sandboxes", "*", "start" }, M_POST, AUTH_API },
+        { R_OPERATION, { "v1", "operations", "*" }, M_GET, AUTH_API },
 };
 
 /* Per-request state, from the first access-handler call to completion. */
@@ -541,6 +551,19 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 break;
         case R_SIGNAL:
                 r = api_session_signal(&ctx, id, body, &rep);
+                break;
+        case R_PAUSE:
+        case R_RESUME:
+        case R_STOP:
+        case R_START: {
+                static const char *const verbs[] = { [R_PAUSE - R_PAUSE] = "pause", [R_RESUME - R_PAUSE] = "resume",
+                                                     [R_STOP - R_PAUSE] = "stop", [R_START - R_PAUSE] = "start" };
+                const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key");
+                r = api_sandbox_verb(&ctx, id, verbs[req->route->id - R_PAUSE], key, query_bool(conn, "wait"), &rep);
+                break;
+        }
+        case R_OPERATION:
+                r = api_operation_get(&ctx, id, &rep);
                 break;
         default:
                 r = -ENOENT;

@@ -157,6 +157,8 @@ static int run(const struct daemon_config *c) {
                         log_warn_errno(r, "Failed to stop airlock-node: %m");
         }
         http_server_stop(http);
+        /* the node is gone: verb workers' calls fail at once and finish */
+        api_lifecycle_drain(30);
         log_info("stopped");
         return exit_code ? -ECHILD : 0;
 }

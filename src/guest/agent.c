@@ -115,10 +115,13 @@ static void dispatch(struct agent *a, const struct proto_header *h, const uint8_
 
         switch (h->type) {
         case PROTO_HELLO: r = handle_hello(a, h->stream, payload, h->length); break;
-        case PROTO_PING: {
+        case PROTO_PING:
+        case PROTO_SYNC: {
                 json_t *j = NULL;
                 r = guest_json_parse(payload, h->length, &j);
                 json_decref(j);
+                if (r >= 0 && h->type == PROTO_SYNC)
+                        sync(); /* the host is about to stop this VM: flush the disks */
                 if (r >= 0)
                         r = agent_send_ok(a, h->stream);
                 break;

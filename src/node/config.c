@@ -39,6 +39,7 @@ enum {
         OPT_SESSION_BUFFER,
         OPT_EXEC_TIMEOUT_MAX,
         OPT_MAX_CONNECTIONS,
+        OPT_POOL_SIZE,
         OPT_PRINT_CONFIG,
         OPT_HELP,
 };
@@ -68,6 +69,7 @@ static const struct setting settings[] = {
         { OPT_SESSION_BUFFER, "session-buffer", "AIRLOCK_SESSION_BUFFER" },
         { OPT_EXEC_TIMEOUT_MAX, "exec-timeout-max", "AIRLOCK_EXEC_TIMEOUT_MAX" },
         { OPT_MAX_CONNECTIONS, "max-connections", "AIRLOCK_MAX_CONNECTIONS" },
+        { OPT_POOL_SIZE, "pool-size", "AIRLOCK_POOL_SIZE" },
 };
 
 void node_config_free(struct node_config *c) {
@@ -286,6 +288,11 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
                 if (r >= 0)
                         c->max_connections = (unsigned) v;
                 break;
+        case OPT_POOL_SIZE:
+                r = parse_uint(value, 0, NODE_POOL_SIZE_MAX, &v);
+                if (r >= 0)
+                        c->pool_size = (unsigned) v;
+                break;
         default:
                 r = -EINVAL;
         }
@@ -318,6 +325,7 @@ static int set_defaults(struct node_config *c) {
         c->session_buffer = 1 << 20;
         c->exec_timeout_max_s = 3600;
         c->max_connections = 256;
+        c->pool_size = 2;
         return 0;
 }
 
@@ -417,6 +425,7 @@ void node_config_print(const struct node_config *c, FILE *f) {
         fprintf(f, "session_buffer=%zu\n", c->session_buffer);
         fprintf(f, "exec_timeout_max_s=%u\n", c->exec_timeout_max_s);
         fprintf(f, "max_connections=%u\n", c->max_connections);
+        fprintf(f, "pool_size=%u\n", c->pool_size);
 }
 
 void node_config_usage(FILE *f) {
@@ -445,6 +454,7 @@ void node_config_usage(FILE *f) {
               "  --session-buffer SIZE   session replay buffer [AIRLOCK_SESSION_BUFFER] (1M)\n"
               "  --exec-timeout-max S    cap on exec timeout_s [AIRLOCK_EXEC_TIMEOUT_MAX] (3600)\n"
               "  --max-connections N     concurrent clients [AIRLOCK_MAX_CONNECTIONS] (256)\n"
+              "  --pool-size N           warm VMs per prebuilt template, 0-32 [AIRLOCK_POOL_SIZE] (2)\n"
               "  --print-config          print the configuration as key=value and exit\n"
               "  -h, --help              show this help\n",
               f);

@@ -20,6 +20,7 @@ enum node_storage_mode {
 };
 
 #define NODE_PREBUILD_MAX 32
+#define NODE_POOL_SIZE_MAX 32
 
 struct node_config {
         char *data_dir;      /* --data-dir, AIRLOCK_DATA_DIR */
@@ -42,6 +43,7 @@ struct node_config {
         size_t session_buffer;       /* AIRLOCK_SESSION_BUFFER: replay buffer per session */
         unsigned exec_timeout_max_s; /* AIRLOCK_EXEC_TIMEOUT_MAX: cap on exec timeout_s */
         unsigned max_connections;    /* AIRLOCK_MAX_CONNECTIONS: concurrent client connections */
+        unsigned pool_size;          /* AIRLOCK_POOL_SIZE: warm VMs per prebuilt template, 0 = none */
 };
 
 enum node_config_action {

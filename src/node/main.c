@@ -20,6 +20,7 @@
 #include "log.h"
 #include "macros.h"
 #include "nodeops.h"
+#include "pool.h"
 #include "sandbox.h"
 #include "server.h"
 #include "session.h"
@@ -128,17 +129,19 @@ int main(int argc, char *argv[]) {
         if (!st->reflink)
                 log_warn("storage under %s cannot reflink: sandbox disks will be full copies", st->root);
 
-        char templates_dir[4200], sandboxes_dir[4200];
+        char templates_dir[4200], sandboxes_dir[4200], pool_dir[4200];
         if (cfg->templates_dir)
                 snprintf(templates_dir, sizeof templates_dir, "%s", cfg->templates_dir);
         else
                 snprintf(templates_dir, sizeof templates_dir, "%s/templates", st->root);
         snprintf(sandboxes_dir, sizeof sandboxes_dir, "%s/sandboxes", st->root);
+        snprintf(pool_dir, sizeof pool_dir, "%s/pool", st->root);
 
         int listen_fd = -1;
         int exit_code = 1;
         if ((r = template_init(cfg, templates_dir, accel)) < 0 ||
-            (r = sandbox_manager_init(cfg, sandboxes_dir, accel)) < 0)
+            (r = sandbox_manager_init(cfg, sandboxes_dir)) < 0 ||
+            (r = pool_init(cfg, pool_dir)) < 0)
                 goto out;
         session_init(cfg);
         nodeops_init(cfg, accel, reason);
@@ -155,6 +158,11 @@ int main(int argc, char *argv[]) {
                         goto out;
                 }
         }
+        r = pool_start();
+        if (r < 0) {
+                log_error_errno(r, "Failed to start the warm pool thread: %m");
+                goto out;
+        }
 
         serve(listen_fd, cfg);
         exit_code = 0;
@@ -164,6 +172,7 @@ out:
                 unlink(cfg->socket_path);
         }
         template_shutdown();
+        pool_shutdown();
         sandbox_delete_all();
         storage_close(st);
         log_info("stopped");

@@ -11,7 +11,9 @@
 #include "config.h"
 #include "guestconn.h"
 #include "log.h"
+#include "nodeops-lifecycle.h"
 #include "nodeutil.h"
+#include "pool.h"
 #include "proto.h"
 #include "sandbox.h"
 #include "server.h"
@@ -183,6 +185,12 @@ static int req_sandbox(struct node_conn *c, json_t *req, struct sandbox **ret_s,
         r = sandbox_get(id, &s);
         if (r < 0)
                 return conn_reply_error(c, r, "not_found", "no sandbox %s", id);
+        /* paused or stopped on purpose: the client's conflict, not a guest failure */
+        const char *st = sandbox_state_name(s);
+        if (strcmp(st, "paused") == 0 || strcmp(st, "stopped") == 0) {
+                sandbox_unref(s);
+                return conn_reply_error(c, -EBUSY, "conflict", "sandbox is %s", st);
+        }
         if (ret_g) {
                 r = sandbox_guest(s, ret_g);
                 if (r < 0) {
@@ -220,6 +228,10 @@ static int op_template_list(struct node_conn *c, json_t *req) {
         json_t *list = template_list_json();
         if (!list)
                 return -ENOMEM;
+        size_t i;
+        json_t *e;
+        json_array_foreach(list, i, e)
+                json_object_set_new(e, "pool", pool_json(json_string_value(json_object_get(e, "name")) ?: ""));
         return conn_reply_ok(c, json_pack("{s:o}", "templates", list));
 }
 
@@ -279,7 +291,7 @@ static int op_sandbox_delete(struct node_conn *c, json_t *req) {
         if (r == -ENOENT)
                 return conn_reply_error(c, r, "not_found", "no sandbox %s", id);
         if (r == -EBUSY)
-                return conn_reply_error(c, r, "conflict", "sandbox %s is being created", id);
+                return conn_reply_error(c, r, "conflict", "sandbox %s is being created or changing state", id);
         if (r < 0)
                 return conn_reply_errno(c, r, "delete failed");
         return conn_reply_ok(c, NULL);
@@ -971,6 +983,10 @@ static const struct {
         { "sandbox.get", op_sandbox_get },
         { "sandbox.list", op_sandbox_list },
         { "sandbox.delete", op_sandbox_delete },
+        { "sandbox.pause", nodeops_sandbox_pause },
+        { "sandbox.resume", nodeops_sandbox_resume },
+        { "sandbox.stop", nodeops_sandbox_stop },
+        { "sandbox.start", nodeops_sandbox_start },
         { "exec", op_exec },
         { "session.start", op_session_start },
         { "session.attach", op_session_attach },

@@ -19,7 +19,9 @@
 #include "guestconn.h"
 #include "log.h"
 #include "nodeutil.h"
+#include "pool.h"
 #include "proto.h"
+#include "qmp.h"
 #include "session.h"
 #include "template.h"
 #include "util.h"
@@ -33,13 +35,20 @@
 #define TEMPLATE_WAIT_MS (15 * 60 * 1000)
 #define GUEST_CONNECT_MS 5000
 #define GUEST_HELLO_MS 10000
+/* A cold boot (start) runs the whole kernel and init: minutes under TCG. */
+#define GUEST_BOOT_HELLO_MS 120000
+#define QMP_RUNSTATE_MS 5000
+/* pause/resume wait at most this for the sandbox thread (its QMP call is
+ * bounded by QMP_RUNSTATE_MS; the rest is slack for a busy host). */
+#define LIFECYCLE_CMD_WAIT_MS 15000
 #define IDENTITY_MS 10000
 /* How often the sandbox thread checks the guest channel. */
 #define MONITOR_INTERVAL_MS 250
+/* How long stop waits for the guest to flush its file systems. */
+#define STOP_SYNC_MS 10000
 
 static const struct node_config *scfg;
 static char *sdir;
-static enum vmm_accel saccel;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 /* A fixed array is enough: max_sandboxes is bounded and small. */
@@ -61,8 +70,13 @@ void sandbox_unref(struct sandbox *s) {
                 return;
         /* the thread was joined by delete (or never started) */
         guestconn_free(s->gc);
+        for (size_t i = 0; i < s->n_retired_gc; i++)
+                guestconn_free(s->retired_gc[i]);
+        free(s->retired_gc);
         if (s->stop_fd >= 0)
                 close(s->stop_fd);
+        if (s->cmd_fd >= 0)
+                close(s->cmd_fd);
         template_info_free(s->tpl);
         json_decref(s->env);
         free(s->template_name);
@@ -102,7 +116,8 @@ static void set_failed(struct sandbox *s, const char *fmt, ...) {
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
         pthread_mutex_lock(&s->lock);
-        bool first = s->state != SANDBOX_FAILED && !s->deleted;
+        /* a stopped sandbox has no VM left to fail */
+        bool first = s->state != SANDBOX_FAILED && s->state != SANDBOX_STOPPED && !s->deleted;
         if (first) {
                 s->state = SANDBOX_FAILED;
                 free(s->error);
@@ -144,33 +159,70 @@ static int send_identity(struct sandbox *s, struct guestconn *g, char **ret_mess
         return r;
 }
 
+/* Takes over the warm VM create claimed from the pool: resumes it and
+ * installs the identity. On failure the warm VM is destroyed and the rootfs
+ * replaced by a fresh clone, so that start_vm() can restore cold. */
+static int start_pooled(struct sandbox *s) {
+        struct pool_vm *pv = TAKE_PTR(s->pool_vm);
+        _cleanup_free_ char *msg = NULL;
+        uint64_t t0 = now_monotonic_ns();
+        int r = pool_vm_resume(pv);
+        uint64_t t_resumed = now_monotonic_ns();
+        if (r >= 0)
+                r = send_identity(s, pv->gc, &msg);
+        if (r < 0) {
+                log_emit(LOG_LEVEL_WARN, s->ctx, "warm VM %s failed: %s%s%s; restoring cold", pv->ctx,
+                         strerror(-r), msg ? ": " : "", msg ?: "");
+                pool_vm_free(pv); /* the run dir is s->run_dir now and is reused */
+                _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
+                if (!rootfs)
+                        return -ENOMEM;
+                /* the guest may have written to it: start from the template again */
+                if (unlink(rootfs) < 0 && errno != ENOENT)
+                        return negative_errno();
+                int k = file_clone_or_copy(s->tpl->rootfs, rootfs, NULL);
+                return k < 0 ? k : r;
+        }
+        uint64_t t_done = now_monotonic_ns();
+
+        pthread_mutex_lock(&s->lock);
+        s->vmm = TAKE_PTR(pv->vmm);
+        s->gc = TAKE_PTR(pv->gc);
+        s->pid = s->vmm->pid;
+        s->restore_ms = (t_done - t0) / 1000000ULL;
+        s->pool_hit = true;
+        pthread_mutex_unlock(&s->lock);
+        log_emit(LOG_LEVEL_INFO, s->ctx,
+                 "sandbox made from warm VM %s of %s-%s: restore_ms=%llu (resume %llu ms, identity %llu ms) pid=%d",
+                 pv->ctx, s->tpl->name, s->tpl->hash, (unsigned long long) s->restore_ms,
+                 (unsigned long long) ((t_resumed - t0) / 1000000ULL),
+                 (unsigned long long) ((t_done - t_resumed) / 1000000ULL), (int) s->pid);
+        pool_vm_free(pv);
+        return 0;
+}
+
 /* Restores the VM and installs its identity. On failure *ret_error says why;
  * everything started is torn down again. */
 static int start_vm(struct sandbox *s, char **ret_error) {
         _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
-        if (!rootfs)
+        _cleanup_free_ char *mem = strdup_printf("%s/mem", s->dir);
+        if (!rootfs || !mem)
                 return -ENOMEM;
         struct template_info *t = s->tpl;
-        struct vmm_config vc = {
-                .qemu_binary = scfg->qemu_binary,
-                .accel = saccel,
-                .memory_mib = t->memory_mib,
-                .vcpus = t->vcpus,
-                .kernel = t->kernel,
-                .initrd = t->initrd,
-                .cmdline = t->cmdline,
-                .rootfs = rootfs,
-                .mem_path = t->mem,
-                .mem_shared = false,
-                .run_dir = s->run_dir,
-                .log_ctx = s->ctx,
-        };
+        struct vmm_config vc = template_vmm_config(t, rootfs, s->run_dir, s->ctx);
+        /* a start boots the sandbox's own disk with fresh RAM of its own; a
+         * create maps the template's RAM copy-on-write */
+        if (s->cold_boot) {
+                vc.mem_path = mem;
+                vc.mem_shared = true;
+        }
 
         uint64_t t0 = now_monotonic_ns();
         struct vmm *v = NULL;
-        int r = vmm_restore(&vc, t->state, &v);
+        int r = s->cold_boot ? vmm_boot(&vc, &v) : vmm_restore(&vc, t->state, &v);
         if (r < 0) {
-                *ret_error = strdup_printf("restoring the VM failed: %s", strerror(-r));
+                *ret_error = strdup_printf("%s the VM failed: %s", s->cold_boot ? "booting" : "restoring",
+                                           strerror(-r));
                 return r;
         }
         uint64_t t_restored = now_monotonic_ns();
@@ -181,7 +233,7 @@ static int start_vm(struct sandbox *s, char **ret_error) {
         r = vmm_guest_connect(v, GUEST_CONNECT_MS, &fd);
         if (r >= 0) {
                 step = "guest agent handshake";
-                r = guestconn_open(fd, s->ctx, GUEST_HELLO_MS, &g);
+                r = guestconn_open(fd, s->ctx, s->cold_boot ? GUEST_BOOT_HELLO_MS : GUEST_HELLO_MS, &g);
         }
         uint64_t t_hello = now_monotonic_ns();
         if (r >= 0) {
@@ -221,11 +273,42 @@ static int start_vm(struct sandbox *s, char **ret_error) {
         return 0;
 }
 
+/* Carries out a pause/resume request on the VMM this thread owns (QMP is
+ * single-threaded, and only this thread may destroy the VMM). */
+static void run_command(struct sandbox *s, struct vmm *v) {
+        uint64_t n;
+        if (read(s->cmd_fd, &n, sizeof n) < 0 && errno != EAGAIN)
+                log_emit(LOG_LEVEL_WARN, s->ctx, "cannot read the command eventfd: %m");
+        pthread_mutex_lock(&s->lock);
+        enum sandbox_cmd cmd = s->cmd;
+        pthread_mutex_unlock(&s->lock);
+        if (cmd == SANDBOX_CMD_NONE)
+                return; /* the requester gave up waiting */
+        bool pause = cmd == SANDBOX_CMD_PAUSE;
+        int r = v ? qmp_execute(v->qmp, pause ? "stop" : "cont", NULL, QMP_RUNSTATE_MS, NULL) : -ECONNRESET;
+        if (r < 0)
+                log_emit(LOG_LEVEL_WARN, s->ctx, "QMP %s failed: %s (%s)", pause ? "stop" : "cont", strerror(-r),
+                         v ? qmp_last_error(v->qmp) : "vmm gone");
+        pthread_mutex_lock(&s->lock);
+        if (r >= 0 && s->state == (pause ? SANDBOX_RUNNING : SANDBOX_PAUSED))
+                s->state = pause ? SANDBOX_PAUSED : SANDBOX_RUNNING;
+        if (s->cmd == cmd) {
+                s->cmd = SANDBOX_CMD_NONE;
+                s->cmd_result = r;
+                s->cmd_done = true;
+                pthread_cond_broadcast(&s->cond);
+        }
+        pthread_mutex_unlock(&s->lock);
+}
+
 static void *sandbox_thread(void *arg) {
         struct sandbox *s = arg;
         char *error = NULL;
 
-        int r = start_vm(s, &error);
+        /* a warm VM when create claimed one; cold when not or when it failed */
+        int r = s->pool_vm ? start_pooled(s) : -ENOENT;
+        if (r < 0)
+                r = start_vm(s, &error);
         pthread_mutex_lock(&s->lock);
         s->start_done = true;
         s->start_result = r;
@@ -241,13 +324,19 @@ static void *sandbox_thread(void *arg) {
                 struct vmm *v = s->vmm;
                 pthread_mutex_unlock(&s->lock);
 
-                struct pollfd p[2] = { { .fd = s->stop_fd, .events = POLLIN }, { .fd = v ? v->pidfd : -1, .events = POLLIN } };
-                int k = poll(p, v ? 2 : 1, MONITOR_INTERVAL_MS);
+                struct pollfd p[3] = { { .fd = s->stop_fd, .events = POLLIN },
+                                       { .fd = s->cmd_fd, .events = POLLIN },
+                                       { .fd = v ? v->pidfd : -1, .events = POLLIN } };
+                int k = poll(p, v ? 3 : 2, MONITOR_INTERVAL_MS);
                 if (k < 0 && errno != EINTR)
                         break;
                 if (p[0].revents & POLLIN)
                         break;
-                if (v && (p[1].revents & POLLIN)) {
+                if (p[1].revents & POLLIN) {
+                        run_command(s, v);
+                        continue;
+                }
+                if (v && (p[2].revents & POLLIN)) {
                         char why[128];
                         describe_exit(v, why, sizeof why);
                         set_failed(s, "%s", why);
@@ -272,6 +361,12 @@ static void *sandbox_thread(void *arg) {
         pthread_mutex_lock(&s->lock);
         struct vmm *v = s->vmm;
         s->vmm = NULL;
+        if (s->cmd != SANDBOX_CMD_NONE) { /* nobody else will carry it out */
+                s->cmd = SANDBOX_CMD_NONE;
+                s->cmd_result = -ECANCELED;
+                s->cmd_done = true;
+                pthread_cond_broadcast(&s->cond);
+        }
         pthread_mutex_unlock(&s->lock);
         vmm_destroy(v);
         return NULL;
@@ -290,9 +385,8 @@ static void stop_thread(struct sandbox *s) {
 
 /* ---- public ---- */
 
-int sandbox_manager_init(const struct node_config *cfg, const char *sandboxes_dir, enum vmm_accel accel) {
+int sandbox_manager_init(const struct node_config *cfg, const char *sandboxes_dir) {
         scfg = cfg;
-        saccel = accel;
         sdir = strdup(sandboxes_dir);
         if (!sdir)
                 return -ENOMEM;
@@ -330,6 +424,7 @@ static void create_abort(struct sandbox *s) {
         reg_remove(s);
         pthread_mutex_unlock(&reg_lock);
         stop_thread(s);
+        pool_vm_free(TAKE_PTR(s->pool_vm)); /* claimed, but the thread never took it over */
         if (s->run_dir)
                 rm_rf(s->run_dir);
         if (s->dir) {
@@ -353,12 +448,13 @@ int sandbox_create(const char *id, const char *template_name, json_t *env, struc
         s->refs = 1; /* the registry's */
         s->state = SANDBOX_CREATING;
         s->stop_fd = eventfd(0, EFD_CLOEXEC);
+        s->cmd_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         pthread_mutex_init(&s->lock, NULL);
-        pthread_cond_init(&s->cond, NULL);
+        node_cond_init(&s->cond); /* pause/resume wait on it with a deadline */
         s->template_name = strdup(template_name);
         s->env = env ? json_incref(env) : json_object();
-        if (s->stop_fd < 0 || !s->template_name || !s->env) {
-                r = s->stop_fd < 0 ? negative_errno() : -ENOMEM;
+        if (s->stop_fd < 0 || s->cmd_fd < 0 || !s->template_name || !s->env) {
+                r = s->stop_fd < 0 || s->cmd_fd < 0 ? negative_errno() : -ENOMEM;
                 sandbox_unref(s);
                 return r;
         }
@@ -408,6 +504,11 @@ int sandbox_create(const char *id, const char *template_name, json_t *env, struc
                 goto fail;
         }
         rm_rf(s->dir); /* nothing of ours can be there: the id was free */
+        /* a warm VM brings its directory (moved to s->dir) and its run dir */
+        if (pool_claim(s->tpl, s->dir, s->ctx, &s->pool_vm) > 0) {
+                s->run_dir = TAKE_PTR(s->pool_vm->run_dir);
+                goto start_thread;
+        }
         if (mkdir(s->dir, 0700) < 0) {
                 r = negative_errno();
                 err = strdup_printf("cannot create %s: %s", s->dir, strerror(-r));
@@ -435,6 +536,7 @@ int sandbox_create(const char *id, const char *template_name, json_t *env, struc
                          "file system (btrfs/xfs); creates will be slow and use disk (logged once)",
                          s->tpl->rootfs, sdir);
 
+start_thread:
         r = -pthread_create(&s->thread, NULL, sandbox_thread, s);
         if (r < 0) {
                 err = strdup_printf("cannot start the sandbox thread: %s", strerror(-r));
@@ -513,8 +615,14 @@ int sandbox_delete(const char *id) {
                 r = -ENOENT;
         else if (s->state == SANDBOX_CREATING)
                 r = -EBUSY;
-        else
-                reg_remove(s);
+        else {
+                /* a lifecycle verb owns the sandbox thread until it is done */
+                pthread_mutex_lock(&s->lock);
+                r = s->life_busy ? -EBUSY : 0;
+                pthread_mutex_unlock(&s->lock);
+                if (r == 0)
+                        reg_remove(s);
+        }
         pthread_mutex_unlock(&reg_lock);
         if (r < 0)
                 return r;
@@ -565,13 +673,38 @@ char *sandbox_error(struct sandbox *s) {
         return e;
 }
 
+static const char *state_name(enum sandbox_state st) {
+        switch (st) {
+        case SANDBOX_RUNNING:
+                return "running";
+        case SANDBOX_FAILED:
+                return "failed";
+        case SANDBOX_PAUSED:
+                return "paused";
+        case SANDBOX_STOPPED:
+                return "stopped";
+        case SANDBOX_CREATING:
+        default:
+                return "creating";
+        }
+}
+
+const char *sandbox_state_name(struct sandbox *s) {
+        pthread_mutex_lock(&s->lock);
+        const char *n = state_name(s->state);
+        pthread_mutex_unlock(&s->lock);
+        return n;
+}
+
 json_t *sandbox_json(struct sandbox *s) {
         pthread_mutex_lock(&s->lock);
         json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I}", "id", s->id, "template", s->template_name, "state",
-                              s->state == SANDBOX_RUNNING ? "running" : s->state == SANDBOX_FAILED ? "failed" : "creating",
+                              state_name(s->state),
                               "pid", (json_int_t) s->pid, "restore_ms", (json_int_t) s->restore_ms);
         if (o && s->state == SANDBOX_FAILED && s->error)
                 json_object_set_new(o, "error", json_string(s->error));
+        if (o)
+                json_object_set_new(o, "pool", json_string(s->pool_hit ? "hit" : "miss"));
         pthread_mutex_unlock(&s->lock);
         return o;
 }
@@ -586,4 +719,215 @@ json_t *sandbox_list_json(void) {
                         json_array_append_new(arr, sandbox_json(reg[i]));
         pthread_mutex_unlock(&reg_lock);
         return arr;
+}
+
+/* ---- lifecycle verbs ---- */
+
+/* Claims s for one verb: it must still be registered, no other verb (or
+ * create) may run, and it must be in state `from` (or `from2`). */
+static int life_begin(struct sandbox *s, enum sandbox_state from, enum sandbox_state from2, const char **ret_state) {
+        pthread_mutex_lock(&reg_lock);
+        pthread_mutex_lock(&s->lock);
+        int r = 0;
+        if (reg_find(s->id) != s || s->deleted)
+                r = -ENOENT;
+        else if (s->life_busy || s->state == SANDBOX_CREATING)
+                r = -EBUSY;
+        else if (s->state != from && s->state != from2)
+                r = -EPERM;
+        else
+                s->life_busy = true;
+        if (ret_state)
+                *ret_state = state_name(s->state);
+        pthread_mutex_unlock(&s->lock);
+        pthread_mutex_unlock(&reg_lock);
+        return r;
+}
+
+static void life_end(struct sandbox *s) {
+        pthread_mutex_lock(&s->lock);
+        s->life_busy = false;
+        pthread_mutex_unlock(&s->lock);
+}
+
+/* Joins the sandbox thread (it destroys the VMM) and re-arms stop_fd for
+ * the next thread: stop_thread() leaves the eventfd readable. */
+static void life_stop_thread(struct sandbox *s) {
+        stop_thread(s);
+        uint64_t n;
+        if (read(s->stop_fd, &n, sizeof n) < 0 && errno != EAGAIN)
+                log_emit(LOG_LEVEL_WARN, s->ctx, "cannot drain the stop eventfd: %m");
+}
+
+static int run_state_command(struct sandbox *s, bool pause, const char **ret_state, char **ret_error) {
+        int r = life_begin(s, pause ? SANDBOX_RUNNING : SANDBOX_PAUSED, pause ? SANDBOX_RUNNING : SANDBOX_PAUSED,
+                           ret_state);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&s->lock);
+        s->cmd = pause ? SANDBOX_CMD_PAUSE : SANDBOX_CMD_RESUME;
+        s->cmd_done = false;
+        pthread_mutex_unlock(&s->lock);
+        uint64_t one = 1;
+        if (write(s->cmd_fd, &one, sizeof one) < 0) {
+                r = negative_errno();
+                pthread_mutex_lock(&s->lock);
+                s->cmd = SANDBOX_CMD_NONE;
+                pthread_mutex_unlock(&s->lock);
+                life_end(s);
+                if (ret_error)
+                        *ret_error = strdup_printf("cannot reach the sandbox thread: %s", strerror(-r));
+                return r;
+        }
+        struct timespec deadline;
+        node_deadline_after_ms(&deadline, LIFECYCLE_CMD_WAIT_MS);
+        pthread_mutex_lock(&s->lock);
+        r = 0;
+        while (!s->cmd_done && r == 0)
+                r = -pthread_cond_timedwait(&s->cond, &s->lock, &deadline);
+        if (s->cmd_done)
+                r = s->cmd_result;
+        else
+                s->cmd = SANDBOX_CMD_NONE; /* the thread drops it if it has not started it */
+        s->life_busy = false;
+        pthread_mutex_unlock(&s->lock);
+        if (r < 0) {
+                if (ret_error)
+                        *ret_error = strdup_printf("QMP %s failed: %s", pause ? "stop" : "cont", strerror(-r));
+                return r == -ETIMEDOUT ? r : -EIO;
+        }
+        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox %s", pause ? "paused" : "resumed");
+        return 0;
+}
+
+int sandbox_pause(struct sandbox *s, const char **ret_state, char **ret_error) {
+        return run_state_command(s, true, ret_state, ret_error);
+}
+
+int sandbox_resume(struct sandbox *s, const char **ret_state, char **ret_error) {
+        return run_state_command(s, false, ret_state, ret_error);
+}
+
+int sandbox_stop(struct sandbox *s, const char **ret_state, char **ret_error) {
+        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
+        if (r < 0)
+                return r;
+        uint64_t t0 = now_monotonic_ns();
+        /* Flush the guest's page cache to the disk image first, or writes
+         * not yet synced die with QEMU. A paused guest cannot answer; a
+         * guest that does not is stopped anyway (it is ours to stop). */
+        struct guestconn *g = NULL;
+        if (sandbox_guest(s, &g) >= 0) { /* only a running guest has one */
+                _cleanup_(json_decrefp) json_t *empty = json_object();
+                int k = empty ? guestconn_call(g, PROTO_SYNC, empty, STOP_SYNC_MS, NULL, NULL) : -ENOMEM;
+                if (k < 0)
+                        log_errno(LOG_LEVEL_WARN, k, s->ctx, "guest did not flush its disks before stop: %m");
+        }
+        /* QEMU dies, its end of the guest channel closes: open streams and
+         * sessions end ("guest channel closed"); the channel itself stays
+         * allocated until start retires it, since ops may still hold it. */
+        life_stop_thread(s);
+        _cleanup_free_ char *mem = strdup_printf("%s/mem", s->dir);
+        if (mem && unlink(mem) < 0 && errno != ENOENT)
+                log_errno(LOG_LEVEL_WARN, negative_errno(), s->ctx, "Failed to remove %s: %m", mem);
+        pthread_mutex_lock(&s->lock);
+        s->state = SANDBOX_STOPPED;
+        s->pid = 0;
+        s->life_busy = false;
+        pthread_mutex_unlock(&s->lock);
+        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox stopped in %llu ms",
+                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
+        (void) ret_error;
+        return 0;
+}
+
+/* Moves the channel of the previous VM run out of s->gc (s->lock held).
+ * Nobody can reach it through s any more; an op that fetched it before the
+ * stop may still hold it, so it is freed only when no such op can exist:
+ * right away when s has no other holder, else with the last reference. */
+static int retire_gc(struct sandbox *s) {
+        if (!s->gc)
+                return 0;
+        struct guestconn **n = realloc(s->retired_gc, (s->n_retired_gc + 1) * sizeof *n);
+        if (!n)
+                return -ENOMEM;
+        s->retired_gc = n;
+        s->retired_gc[s->n_retired_gc++] = TAKE_PTR(s->gc);
+        /* the registry's reference and the caller's */
+        if (__atomic_load_n(&s->refs, __ATOMIC_SEQ_CST) <= 2) {
+                for (size_t i = 0; i < s->n_retired_gc; i++)
+                        guestconn_free(s->retired_gc[i]);
+                s->n_retired_gc = 0;
+        }
+        return 0;
+}
+
+int sandbox_start(struct sandbox *s, const char **ret_state, char **ret_error) {
+        int r = life_begin(s, SANDBOX_STOPPED, SANDBOX_STOPPED, ret_state);
+        if (r < 0)
+                return r;
+        char *err = NULL;
+        _cleanup_free_ char *mem = strdup_printf("%s/mem", s->dir);
+        if (!mem) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        {
+                /* the RAM file of a boot with share=on, as for a template */
+                _cleanup_close_ int fd = open(mem, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (fd < 0 || ftruncate(fd, (off_t) s->tpl->memory_mib << 20) < 0) {
+                        r = negative_errno();
+                        err = strdup_printf("cannot create the RAM file %s: %s", mem, strerror(-r));
+                        goto fail;
+                }
+        }
+        pthread_mutex_lock(&s->lock);
+        r = retire_gc(s);
+        s->cold_boot = true;
+        s->start_done = false;
+        s->start_result = 0;
+        free(s->start_error);
+        s->start_error = NULL;
+        free(s->error);
+        s->error = NULL;
+        pthread_mutex_unlock(&s->lock);
+        if (r < 0)
+                goto fail;
+
+        uint64_t t0 = now_monotonic_ns();
+        r = -pthread_create(&s->thread, NULL, sandbox_thread, s);
+        if (r < 0) {
+                err = strdup_printf("cannot start the sandbox thread: %s", strerror(-r));
+                goto fail;
+        }
+        s->thread_started = true;
+        pthread_mutex_lock(&s->lock);
+        while (!s->start_done)
+                pthread_cond_wait(&s->cond, &s->lock);
+        r = s->start_result;
+        if (r < 0) {
+                err = TAKE_PTR(s->start_error);
+        } else {
+                s->state = SANDBOX_RUNNING;
+                s->life_busy = false;
+        }
+        pthread_mutex_unlock(&s->lock);
+        if (r < 0) {
+                life_stop_thread(s); /* it has returned already: only joins */
+                goto fail;
+        }
+        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox started (cold boot) in %llu ms",
+                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
+        return 0;
+
+fail:
+        if (mem)
+                (void) unlink(mem);
+        log_emit(LOG_LEVEL_WARN, s->ctx, "start failed: %s", err ? err : strerror(-r));
+        if (ret_error)
+                *ret_error = err;
+        else
+                free(err);
+        life_end(s); /* still stopped: the disk is untouched, a later start may work */
+        return r;
 }

@@ -31,6 +31,15 @@ enum sandbox_state {
         SANDBOX_CREATING, /* not visible to get/list yet */
         SANDBOX_RUNNING,
         SANDBOX_FAILED,
+        SANDBOX_PAUSED,  /* VM in memory, vCPUs stopped (QMP stop) */
+        SANDBOX_STOPPED, /* no VM; SANDBOXES/ID/rootfs.img kept for a start */
+};
+
+/* A request the sandbox thread carries out on the VMM it owns. */
+enum sandbox_cmd {
+        SANDBOX_CMD_NONE,
+        SANDBOX_CMD_PAUSE,
+        SANDBOX_CMD_RESUME,
 };
 
 struct sandbox {
@@ -50,6 +59,7 @@ struct sandbox {
         struct guestconn *gc; /* set once running; freed with the last reference */
         pid_t pid;
         uint64_t restore_ms;
+        bool pool_hit;        /* made from a warm pool VM (pool.h) */
 
         /* the sandbox thread */
         pthread_t thread;
@@ -60,11 +70,22 @@ struct sandbox {
         char *start_error;
         struct template_info *tpl;
         json_t *env;
+        struct pool_vm *pool_vm; /* claimed warm VM, until the thread takes it over */
+
+        /* lifecycle verbs (s->lock) */
+        bool life_busy;          /* a pause/resume/stop/start runs: others and delete are refused */
+        bool cold_boot;          /* the next thread boots from the disk instead of restoring */
+        int cmd_fd;              /* eventfd: a command for the sandbox thread is pending */
+        enum sandbox_cmd cmd;
+        bool cmd_done;
+        int cmd_result;
+        struct guestconn **retired_gc; /* channels of earlier VM runs, freed with the last reference */
+        size_t n_retired_gc;
 };
 
 /* Sets up the registry and removes sandbox directories left by an earlier
  * run (their QEMUs died with it). */
-int sandbox_manager_init(const struct node_config *cfg, const char *sandboxes_dir, enum vmm_accel accel);
+int sandbox_manager_init(const struct node_config *cfg, const char *sandboxes_dir);
 
 /* Creates sandbox id from template (waiting for a template build in
  * progress), restores its VM and installs its identity. On success returns
@@ -97,6 +118,23 @@ int sandbox_guest(struct sandbox *s, struct guestconn **ret);
 
 /* The failure reason of a sandbox that is not running (copy), or NULL. */
 char *sandbox_error(struct sandbox *s);
+
+/* Lifecycle verbs. Each refuses with -EBUSY while another one (or a
+ * create) runs on s, and with -EPERM when s is not in a state the verb
+ * starts from (*ret_state, if given, then names the current state).
+ * pause/resume: QMP stop/cont, carried out by the sandbox thread that owns
+ * the VMM. stop: destroys the VM (its guest channel closes, so sessions end
+ * with an exit event), keeps the directory. start: boots the stopped
+ * sandbox's own disk with the template's kernel and initramfs, RAM in
+ * SANDBOXES/ID/mem, waits for the agent and installs the identity again.
+ * ret_error (may be NULL) gets a message on other failures. */
+int sandbox_pause(struct sandbox *s, const char **ret_state, char **ret_error);
+int sandbox_resume(struct sandbox *s, const char **ret_state, char **ret_error);
+int sandbox_stop(struct sandbox *s, const char **ret_state, char **ret_error);
+int sandbox_start(struct sandbox *s, const char **ret_state, char **ret_error);
+
+/* "running", "paused", "stopped", "failed" ("creating" while hidden). */
+const char *sandbox_state_name(struct sandbox *s);
 
 /* {"id","template","state","pid","restore_ms","error"?} */
 json_t *sandbox_json(struct sandbox *s);

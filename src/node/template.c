@@ -83,6 +83,24 @@ static enum vmm_accel taccel;
 static char *qemu_version;
 static bool shutting_down;
 
+struct vmm_config template_vmm_config(const struct template_info *t, const char *rootfs, const char *run_dir,
+                                      const char *log_ctx) {
+        return (struct vmm_config){
+                .qemu_binary = tcfg->qemu_binary,
+                .accel = taccel,
+                .memory_mib = t->memory_mib,
+                .vcpus = t->vcpus,
+                .kernel = t->kernel,
+                .initrd = t->initrd,
+                .cmdline = t->cmdline,
+                .rootfs = rootfs,
+                .mem_path = t->mem,
+                .mem_shared = false,
+                .run_dir = run_dir,
+                .log_ctx = log_ctx,
+        };
+}
+
 void template_info_free(struct template_info *t) {
         if (!t)
                 return;
@@ -853,6 +871,17 @@ int template_get(const char *name, int wait_ms, struct template_info **ret, char
                         return -EAGAIN;
                 }
         }
+}
+
+int template_peek(const char *name, struct template_info **ret) {
+        pthread_mutex_lock(&tlock);
+        struct tentry *e = entry_get(name);
+        struct template_info *t = e && e->state == T_READY ? info_copy(e->info) : NULL;
+        int r = !e ? -ENOENT : e->state != T_READY ? -EAGAIN : t ? 0 : -ENOMEM;
+        pthread_mutex_unlock(&tlock);
+        if (r >= 0)
+                *ret = t;
+        return r;
 }
 
 static void *prebuild_thread(void *arg) {

@@ -38,6 +38,13 @@ struct template_info {
         unsigned vcpus;
 };
 
+/* The machine every VM of template t runs on (a snapshot restores only into
+ * the machine it was taken on), with rootfs, run_dir and log context filled
+ * in. Callers set mem_path/mem_shared: the template's RAM copy-on-write for
+ * restores, a RAM file of their own for cold boots. */
+struct vmm_config template_vmm_config(const struct template_info *t, const char *rootfs, const char *run_dir,
+                                      const char *log_ctx);
+
 /* NULL-safe. */
 void template_info_free(struct template_info *t);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct template_info *, template_info_free);
@@ -51,6 +58,10 @@ int template_init(const struct node_config *cfg, const char *templates_dir, enum
  * no recipe of that name; -EAGAIN: still building after wait_ms; -EIO: the
  * build failed (*ret_error, if given, gets its message). */
 int template_get(const char *name, int wait_ms, struct template_info **ret, char **ret_error);
+
+/* Returns the template if it is ready now; never builds and never waits
+ * (-EAGAIN otherwise, -ENOENT without a recipe). For the warm pools. */
+int template_peek(const char *name, struct template_info **ret);
 
 /* Starts building cfg->prebuild in a background thread. */
 int template_prebuild_start(void);

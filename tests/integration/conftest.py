@@ -79,6 +79,8 @@ class Airlock:
             "AIRLOCK_TEMPLATES_DIR": TEMPLATES,
             "AIRLOCK_PREBUILD": prebuild,
             "AIRLOCK_LOG_LEVEL": "debug",
+            # warm pools off unless a test asks: several tests count QEMUs
+            "AIRLOCK_POOL_SIZE": "0",
         })
         env.update(env_extra or {})
         self.log = open(self.log_path, "wb")

@@ -19,7 +19,7 @@ static const char *const env_vars[] = {
         "AIRLOCK_GUEST_BINARY",   "AIRLOCK_QEMU",            "AIRLOCK_ACCEL",          "AIRLOCK_PREBUILD",
         "AIRLOCK_STORAGE",        "AIRLOCK_VOLUME_GIB",      "AIRLOCK_LOG_LEVEL",      "AIRLOCK_MAX_SANDBOXES",
         "AIRLOCK_EXEC_MAX_OUTPUT", "AIRLOCK_MAX_FILE_SIZE",  "AIRLOCK_SESSION_BUFFER", "AIRLOCK_EXEC_TIMEOUT_MAX",
-        "AIRLOCK_MAX_CONNECTIONS",
+        "AIRLOCK_MAX_CONNECTIONS", "AIRLOCK_POOL_SIZE",
 };
 
 static int clear_env(void **state) {
@@ -60,9 +60,17 @@ static void test_defaults(void **state) {
         assert_int_equal(c->max_file_size, 1ULL << 30);
         assert_int_equal(c->session_buffer, 1 << 20);
         assert_int_equal(c->exec_timeout_max_s, 3600);
+        assert_int_equal(c->pool_size, 2);
         assert_non_null(strstr(c->images_dir, "/images"));
         assert_non_null(strstr(c->guest_binary, "/src/guest/airlock-guest"));
         node_config_free(c);
+        /* warm pools: 0 disables them, at most NODE_POOL_SIZE_MAX */
+        assert_int_equal(load(&c, NULL, 2, "--pool-size", "0"), 0);
+        assert_int_equal(c->pool_size, 0);
+        node_config_free(c);
+        c = NULL;
+        assert_int_equal(load(&c, NULL, 2, "--pool-size", "33"), -EINVAL);
+        assert_null(c);
 }
 
 static void test_env_overrides(void **state) {
@@ -138,6 +146,7 @@ static void test_actions(void **state) {
         assert_non_null(strstr(buf, "data_dir=/var/lib/airlock\n"));
         assert_non_null(strstr(buf, "prebuild=minimal,python\n"));
         assert_non_null(strstr(buf, "exec_max_output=1048576\n"));
+        assert_non_null(strstr(buf, "pool_size=2\n"));
         free(buf);
         node_config_free(c);
         assert_int_equal(load(&c, &a, 1, "--help"), 0);

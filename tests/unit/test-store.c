@@ -146,6 +146,93 @@ static void test_api_keys(void **state) {
         assert_int_equal(store_api_key_insert(s, "other", h2), -EEXIST);
 }
 
+static void test_lifecycle_rows(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(url, &s), 0);
+        unsigned v = 0;
+        assert_int_equal(store_schema_version(s, &v), 0);
+        assert_true(v >= 2);
+
+        struct store_sandbox sb = { .id = "sbx-life", .template_name = "minimal", .state = "running" };
+        assert_int_equal(store_sandbox_insert(s, &sb), 0);
+        struct store_sandbox got = { 0 };
+        assert_int_equal(store_sandbox_get(s, "sbx-life", &got), 0);
+        assert_null(got.desired_state);
+        store_sandbox_release(&got);
+
+        /* compare-and-set: only from the expected state */
+        assert_int_equal(store_sandbox_transition(s, "sbx-life", "running", "pausing", "paused"), 0);
+        assert_int_equal(store_sandbox_transition(s, "sbx-life", "running", "pausing", "paused"), -ESTALE);
+        assert_int_equal(store_sandbox_transition(s, "sbx-none", "running", "pausing", "paused"), -ESTALE);
+        assert_int_equal(store_sandbox_update_state(s, "sbx-life", "paused", NULL), 0);
+        assert_int_equal(store_sandbox_get(s, "sbx-life", &got), 0);
+        assert_string_equal(got.state, "paused");
+        assert_string_equal(got.desired_state, "paused"); /* kept by update_state */
+        store_sandbox_release(&got);
+        /* NULL desired keeps the previous one */
+        assert_int_equal(store_sandbox_transition(s, "sbx-life", "paused", "resuming", NULL), 0);
+        assert_int_equal(store_sandbox_get(s, "sbx-life", &got), 0);
+        assert_string_equal(got.state, "resuming");
+        assert_string_equal(got.desired_state, "paused");
+        store_sandbox_release(&got);
+
+        struct store_operation op = { .id = "op-1", .sandbox_id = "sbx-life", .verb = "pause", .state = "pending",
+                                      .idempotency_key = "k1" };
+        assert_int_equal(store_operation_insert(s, &op), 0);
+        assert_int_equal(store_operation_insert(s, &op), -EEXIST); /* same id */
+        struct store_operation op2 = { .id = "op-2", .sandbox_id = "sbx-life", .verb = "stop", .state = "pending",
+                                       .idempotency_key = "k1" };
+        assert_int_equal(store_operation_insert(s, &op2), -EEXIST); /* same key */
+        op2.idempotency_key = NULL;
+        assert_int_equal(store_operation_insert(s, &op2), 0);
+        op2.id = "op-3";
+        assert_int_equal(store_operation_insert(s, &op2), 0); /* many rows without a key */
+        struct store_operation bad = { .id = "op-4", .sandbox_id = "sbx-life", .verb = "stop", .state = "bogus" };
+        assert_int_equal(store_operation_insert(s, &bad), -EINVAL);
+
+        struct store_operation g = { 0 };
+        assert_int_equal(store_operation_find_by_key(s, "k1", &g), 0);
+        assert_string_equal(g.id, "op-1");
+        assert_string_equal(g.verb, "pause");
+        assert_string_equal(g.state, "pending");
+        assert_int_equal(g.finished_at, 0);
+        assert_true(g.created_at > 0);
+        store_operation_release(&g);
+        assert_int_equal(store_operation_find_by_key(s, "nokey", &g), -ENOENT);
+        assert_int_equal(store_operation_get(s, "op-none", &g), -ENOENT);
+
+        assert_int_equal(store_operation_update(s, "op-1", "running", NULL, NULL), 0);
+        assert_int_equal(store_operation_get(s, "op-1", &g), 0);
+        assert_string_equal(g.state, "running");
+        assert_int_equal(g.finished_at, 0);
+        store_operation_release(&g);
+        assert_int_equal(store_operation_update(s, "op-1", "succeeded", NULL, "{\"state\":\"paused\"}"), 0);
+        assert_int_equal(store_operation_get(s, "op-1", &g), 0);
+        assert_string_equal(g.state, "succeeded");
+        assert_string_equal(g.result, "{\"state\":\"paused\"}");
+        assert_null(g.error);
+        assert_true(g.finished_at >= g.created_at);
+        store_operation_release(&g);
+        assert_int_equal(store_operation_update(s, "op-none", "failed", NULL, NULL), -ENOENT);
+        assert_int_equal(store_operation_update(s, "op-1", "bogus", NULL, NULL), -EINVAL);
+
+        /* start-up repair fails what was unfinished, nothing else */
+        assert_int_equal(store_operation_fail_unfinished(s, "{\"code\":\"internal\"}"), 0);
+        assert_int_equal(store_operation_get(s, "op-2", &g), 0);
+        assert_string_equal(g.state, "failed");
+        assert_string_equal(g.error, "{\"code\":\"internal\"}");
+        assert_true(g.finished_at > 0);
+        store_operation_release(&g);
+        assert_int_equal(store_operation_get(s, "op-1", &g), 0);
+        assert_string_equal(g.state, "succeeded");
+        store_operation_release(&g);
+
+        /* operations outlive their sandbox */
+        assert_int_equal(store_sandbox_delete(s, "sbx-life"), 0);
+        assert_int_equal(store_operation_get(s, "op-1", &g), 0);
+        store_operation_release(&g);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_open_bad_url),
@@ -153,6 +240,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_sandbox_crud, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_sessions, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_api_keys, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_lifecycle_rows, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

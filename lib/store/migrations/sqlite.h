@@ -34,4 +34,20 @@ static const char *const store_sqlite_migrations[] = {
         "  hash BLOB NOT NULL UNIQUE CHECK (length(hash) = 32),\n"
         "  created_at INTEGER NOT NULL\n"
         ");\n",
+        /* 2: lifecycle verbs: the desired state of a sandbox and the
+         * operations that move it (idempotency keys are unique overall: a
+         * key names one operation, whatever sandbox or verb) */
+        "ALTER TABLE sandboxes ADD COLUMN desired_state TEXT;\n"
+        "CREATE TABLE operations (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  sandbox_id TEXT NOT NULL,\n"
+        "  verb TEXT NOT NULL,\n"
+        "  state TEXT NOT NULL CHECK (state IN ('pending', 'running', 'succeeded', 'failed')),\n"
+        "  error TEXT,\n"
+        "  result TEXT,\n"
+        "  idempotency_key TEXT UNIQUE,\n"
+        "  created_at INTEGER NOT NULL,\n"
+        "  finished_at INTEGER\n"
+        ");\n"
+        "CREATE INDEX operations_sandbox ON operations(sandbox_id);\n",
 };

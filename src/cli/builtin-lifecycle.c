@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* pause, resume, stop, start: lifecycle verbs; op: inspect an operation. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "builtin.h"
+#include "cli-util.h"
+
+/* POST /v1/sandboxes/SBX/VERB, waiting for the operation unless --no-wait
+ * (then the operation id is printed). Exits non-zero when it failed. */
+static int lifecycle_verb(struct cli *cli, int argc, char **argv, const char *verb) {
+        enum { OPT_NO_WAIT = CLI_OPT_FIRST_LOCAL };
+        static const struct option options[] = {
+                CLI_GLOBAL_OPTIONS,
+                {"no-wait", no_argument, NULL, OPT_NO_WAIT},
+                {},
+        };
+        _cleanup_(json_decrefp) json_t *resp = NULL;
+        struct cli_error err = {};
+        bool wait = true;
+        int c, r;
+
+        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
+                if (c == OPT_NO_WAIT) {
+                        wait = false;
+                        continue;
+                }
+                r = cli_common_option(cli, c, argv);
+                if (r != CLI_PROCEED)
+                        return r;
+        }
+        if (argc - optind != 1)
+                return cli_usage_error(cli, "%s: expected one sandbox id", verb);
+        const char *id = argv[optind];
+        if (!cli_id_is_valid(id))
+                return cli_usage_error(cli, "%s: invalid sandbox id '%s'", verb, id);
+        _cleanup_free_ char *path = NULL;
+        /* valid ids need no escaping */
+        if (asprintf(&path, "/v1/sandboxes/%s/%s%s", id, verb, wait ? "?wait=true" : "") < 0)
+                return cli_fail("out of memory");
+        if (cli_connect(cli) < 0)
+                return CLI_EXIT_FAILURE;
+        if (client_json(&cli->client, "POST", path, NULL, &err, &resp) < 0)
+                return cli_fail_error(&err, "%s %s", verb, id);
+
+        const char *state = json_string_value(json_object_get(resp, "state"));
+        if (cli->json) {
+                if (cli_print_json(resp) < 0)
+                        return CLI_EXIT_FAILURE;
+        } else if (!wait) {
+                const char *op = json_string_value(json_object_get(resp, "id"));
+                printf("%s\n", op ? op : "");
+        }
+        if (state && strcmp(state, "failed") == 0) {
+                const char *msg = json_string_value(json_object_get(json_object_get(resp, "error"), "message"));
+                return cli_fail("%s %s: %s", verb, id, msg ? msg : "the operation failed");
+        }
+        if (wait && !(state && strcmp(state, "succeeded") == 0))
+                return cli_fail("%s %s: still %s after waiting; see 'airlock op %s'", verb, id, state ? state : "?",
+                                json_string_value(json_object_get(resp, "id")) ?: "?");
+        if (wait && !cli->json)
+                printf("%s\n", id);
+        return CLI_EXIT_OK;
+}
+
+int cmd_pause(struct cli *cli, int argc, char **argv) {
+        return lifecycle_verb(cli, argc, argv, "pause");
+}
+
+int cmd_resume(struct cli *cli, int argc, char **argv) {
+        return lifecycle_verb(cli, argc, argv, "resume");
+}
+
+int cmd_stop(struct cli *cli, int argc, char **argv) {
+        return lifecycle_verb(cli, argc, argv, "stop");
+}
+
+int cmd_start(struct cli *cli, int argc, char **argv) {
+        return lifecycle_verb(cli, argc, argv, "start");
+}
+
+int cmd_op(struct cli *cli, int argc, char **argv) {
+        _cleanup_(json_decrefp) json_t *resp = NULL;
+        _cleanup_free_ char *path = NULL;
+        struct cli_error err = {};
+
+        int r = cli_parse_plain(cli, argc, argv, 1, 1);
+        if (r != CLI_PROCEED)
+                return r;
+        const char *id = argv[optind];
+        if (!cli_id_is_valid(id))
+                return cli_usage_error(cli, "op: invalid operation id '%s'", id);
+        if (asprintf(&path, "/v1/operations/%s", id) < 0)
+                return cli_fail("out of memory");
+        if (cli_connect(cli) < 0)
+                return CLI_EXIT_FAILURE;
+        if (client_json(&cli->client, "GET", path, NULL, &err, &resp) < 0)
+                return cli_fail_error(&err, "%s", id);
+        r = cli->json ? cli_print_json(resp) : cli_print_fields(resp);
+        return r < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+}

@@ -1,0 +1,360 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The lifecycle verbs of the API (POST /v1/sandboxes/{id}/{pause,resume,
+ * stop,start}) and their operations (GET /v1/operations/{id}). A verb is
+ * checked against the table of lifecycle.c, claimed by a compare-and-set of
+ * the sandbox row into the verb's transitional state (so two requests
+ * racing on one sandbox cannot both start), recorded as an operation row,
+ * and carried out by a detached worker thread that calls the node and
+ * writes the outcome to the store. Clients poll the operation or ask the
+ * request to wait for it.
+ */
+#include "api.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lifecycle.h"
+#include "log.h"
+#include "macros.h"
+#include "util.h"
+
+#define LIFECYCLE_WORKERS_MAX 64          /* verbs running at once, all sandboxes */
+#define LIFECYCLE_WAIT_MAX_MS (10 * 60 * 1000) /* ?wait=true gives up after this */
+#define LIFECYCLE_POLL_MS 100
+#define LIFECYCLE_START_TIMEOUT_S 300     /* cold boot under TCG: up to 2 minutes for the agent */
+#define LIFECYCLE_STOP_TIMEOUT_S 120
+#define IDEMPOTENCY_KEY_MAX 128
+
+static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t workers_cond = PTHREAD_COND_INITIALIZER;
+static unsigned workers;
+
+struct job {
+        const struct daemon_config *config;
+        struct store *store;
+        enum lifecycle_verb verb;
+        char op_id[32];
+        char sandbox_id[65];
+        char from_state[16];
+};
+
+static int lfail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
+static int lfail(struct api_ctx *ctx, int r, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+json_t *api_operation_json(const struct store_operation *op) {
+        char ts[48];
+        api_format_time(op->created_at, ts, sizeof ts);
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s}", "id", op->id, "sandbox_id", op->sandbox_id, "verb", op->verb,
+                              "state", op->state, "created_at", ts);
+        if (!o)
+                return NULL;
+        if (op->finished_at > 0) {
+                api_format_time(op->finished_at, ts, sizeof ts);
+                json_object_set_new(o, "finished_at", json_string(ts));
+        }
+        json_t *e = op->error ? json_loads(op->error, 0, NULL) : NULL;
+        if (e)
+                json_object_set_new(o, "error", e);
+        json_t *res = op->result ? json_loads(op->result, 0, NULL) : NULL;
+        if (res)
+                json_object_set_new(o, "result", res);
+        return o;
+}
+
+static bool operation_finished(const struct store_operation *op) {
+        return strcmp(op->state, "succeeded") == 0 || strcmp(op->state, "failed") == 0;
+}
+
+/* Writes the final state of an operation; errors only get a log line (the
+ * worker has nobody else to tell). */
+static void job_finish(struct job *j, int r, const char *message, const char *result) {
+        _cleanup_free_ char *err_s = NULL;
+        if (r < 0) {
+                _cleanup_(json_decrefp) json_t *e = json_pack("{s:s, s:s}", "code", api_error_code(r), "message",
+                                                              message && *message ? message
+                                                                                  : api_error_default_message(r));
+                err_s = e ? json_dumps(e, JSON_COMPACT) : NULL;
+        }
+        int k = store_operation_update(j->store, j->op_id, r < 0 ? "failed" : "succeeded", err_s, r < 0 ? NULL : result);
+        if (k < 0)
+                log_errno(LOG_LEVEL_ERROR, k, NULL, "store: failed to finish operation %s: %m", j->op_id);
+}
+
+/* After a failed verb: what is the sandbox now? The node knows; when it
+ * cannot be asked, the row goes back to where the verb started. */
+static void job_settle_after_failure(struct job *j, const char *why) {
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.get", "id", j->sandbox_id);
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        char err[API_ERRMSG_MAX] = "";
+        const char *state = j->from_state, *error = NULL;
+        int r = req ? node_call(j->config->node_socket, j->config->node_timeout_s, req, &rep, err) : -ENOMEM;
+        if (r >= 0) {
+                json_t *sb = json_object_get(rep, "sandbox");
+                const char *ns = json_string_value(json_object_get(sb, "state"));
+                if (ns && lifecycle_state_is_valid(ns) && !lifecycle_state_is_transitional(ns))
+                        state = ns;
+                if (strcmp(state, "failed") == 0)
+                        error = json_string_value(json_object_get(sb, "error")) ?: why;
+        } else if (r == -ENOENT) {
+                state = "failed";
+                error = "the node agent does not know this sandbox (lost in a node restart?)";
+        }
+        r = store_sandbox_update_state(j->store, j->sandbox_id, state, error);
+        if (r < 0 && r != -ENOENT)
+                log_errno(LOG_LEVEL_ERROR, r, NULL, "store: failed to update sandbox %s: %m", j->sandbox_id);
+}
+
+static unsigned verb_timeout_s(const struct daemon_config *config, enum lifecycle_verb verb) {
+        switch (verb) {
+        case LIFECYCLE_START:
+                return LIFECYCLE_START_TIMEOUT_S;
+        case LIFECYCLE_STOP:
+                return LIFECYCLE_STOP_TIMEOUT_S;
+        default:
+                return config->node_timeout_s;
+        }
+}
+
+static void *job_main(void *arg) {
+        struct job *j = arg;
+        const struct lifecycle_transition *t = lifecycle_get(j->verb);
+        char ctx[128];
+        snprintf(ctx, sizeof ctx, "operation=%s sandbox=%s verb=%s", j->op_id, j->sandbox_id, t->name);
+
+        int r = store_operation_update(j->store, j->op_id, "running", NULL, NULL);
+        if (r < 0)
+                log_errno(LOG_LEVEL_WARN, r, ctx, "store: failed to mark the operation running: %m");
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", t->node_op, "id", j->sandbox_id);
+        char err[API_ERRMSG_MAX] = "";
+        uint64_t t0 = now_monotonic_ns();
+        r = req ? node_call(j->config->node_socket, verb_timeout_s(j->config, j->verb), req, NULL, err) : -ENOMEM;
+        if (r < 0) {
+                log_emit(LOG_LEVEL_WARN, ctx, "failed: %s", err[0] ? err : api_error_default_message(r));
+                job_settle_after_failure(j, err);
+                job_finish(j, r, err, NULL);
+        } else {
+                int k = store_sandbox_update_state(j->store, j->sandbox_id, t->target, NULL);
+                if (k < 0 && k != -ENOENT)
+                        log_errno(LOG_LEVEL_ERROR, k, ctx, "store: failed to update the sandbox: %m");
+                _cleanup_(json_decrefp) json_t *res = json_pack("{s:s}", "state", t->target);
+                _cleanup_free_ char *res_s = res ? json_dumps(res, JSON_COMPACT) : NULL;
+                job_finish(j, 0, NULL, res_s);
+                log_emit(LOG_LEVEL_INFO, ctx, "succeeded in %llu ms",
+                         (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
+        }
+        free(j);
+        pthread_mutex_lock(&workers_lock);
+        workers--;
+        pthread_cond_broadcast(&workers_cond);
+        pthread_mutex_unlock(&workers_lock);
+        return NULL;
+}
+
+/* Starts the worker for a claimed verb; detached, counted for the drain. */
+static int job_spawn(struct job *j) {
+        pthread_mutex_lock(&workers_lock);
+        if (workers >= LIFECYCLE_WORKERS_MAX) {
+                pthread_mutex_unlock(&workers_lock);
+                return -EHOSTDOWN;
+        }
+        workers++;
+        pthread_mutex_unlock(&workers_lock);
+        pthread_attr_t attr;
+        pthread_t th;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int r = -pthread_create(&th, &attr, job_main, j);
+        pthread_attr_destroy(&attr);
+        if (r < 0) {
+                pthread_mutex_lock(&workers_lock);
+                workers--;
+                pthread_cond_broadcast(&workers_cond);
+                pthread_mutex_unlock(&workers_lock);
+        }
+        return r;
+}
+
+/* Replies with the operation: at once (202), or with ?wait=true once it
+ * finished (200; 202 if it still runs after LIFECYCLE_WAIT_MAX_MS). */
+static int reply_operation(struct api_ctx *ctx, const char *op_id, bool wait, struct api_reply *ret) {
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) LIFECYCLE_WAIT_MAX_MS * 1000000ULL;
+        for (;;) {
+                _cleanup_(store_operation_release) struct store_operation op = { 0 };
+                int r = store_operation_get(ctx->store, op_id, &op);
+                if (r < 0)
+                        return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read operation: %m");
+                bool done = operation_finished(&op);
+                if (!wait || done || now_monotonic_ns() >= deadline || atomic_load(ctx->stopping)) {
+                        json_t *o = api_operation_json(&op);
+                        if (!o)
+                                return -ENOMEM;
+                        *ret = (struct api_reply){ .status = done && wait ? MHD_HTTP_OK : MHD_HTTP_ACCEPTED,
+                                                   .body = o };
+                        return 0;
+                }
+                struct timespec ts = { 0, LIFECYCLE_POLL_MS * 1000000L };
+                nanosleep(&ts, NULL);
+        }
+}
+
+static bool idempotency_key_is_valid(const char *k) {
+        size_t n = strlen(k);
+        if (n == 0 || n > IDEMPOTENCY_KEY_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (k[i] < 0x21 || k[i] > 0x7e)
+                        return false;
+        return true;
+}
+
+/* An earlier request with the same key: the same operation, if it was for
+ * the same verb on the same sandbox. 1 when answered, 0 when the key is new. */
+static int replay_by_key(struct api_ctx *ctx, const char *id, const char *verb, const char *key, bool wait,
+                         struct api_reply *ret) {
+        _cleanup_(store_operation_release) struct store_operation op = { 0 };
+        int r = store_operation_find_by_key(ctx->store, key, &op);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to look up an operation: %m");
+        if (strcmp(op.sandbox_id, id) != 0 || strcmp(op.verb, verb) != 0)
+                return lfail(ctx, -EEXIST, "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
+                             op.sandbox_id, op.id);
+        r = reply_operation(ctx, op.id, wait, ret);
+        return r < 0 ? r : 1;
+}
+
+int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name, const char *idempotency_key,
+                     bool wait, struct api_reply *ret) {
+        enum lifecycle_verb verb;
+        int r = lifecycle_verb_from_name(verb_name, &verb);
+        if (r < 0)
+                return lfail(ctx, -ENOENT, "no such verb");
+        const struct lifecycle_transition *t = lifecycle_get(verb);
+        if (idempotency_key && !idempotency_key_is_valid(idempotency_key))
+                return lfail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
+                             IDEMPOTENCY_KEY_MAX);
+
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        r = store_sandbox_get(ctx->store, id, &sb);
+        if (r == -ENOENT)
+                return lfail(ctx, r, "sandbox '%.64s' not found", id);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
+        if (idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
+                return r < 0 ? r : 0;
+
+        r = lifecycle_check(verb, sb.state);
+        if (r == -EBUSY)
+                return lfail(ctx, -EBUSY, "cannot %s: another operation is in progress (sandbox is %s)", t->name,
+                             sb.state);
+        if (r < 0)
+                return lfail(ctx, -EBUSY, "cannot %s: sandbox is %s", t->name, sb.state);
+
+        /* claim: only one request moves the row out of its current state */
+        r = store_sandbox_transition(ctx->store, id, sb.state, t->transitional, t->target);
+        if (r == -ESTALE) {
+                if (idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
+                        return r < 0 ? r : 0;
+                return lfail(ctx, -EBUSY, "cannot %s: the sandbox changed state meanwhile, try again", t->name);
+        }
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m");
+
+        struct job *j = calloc(1, sizeof *j);
+        char op_id[32];
+        if (!j || (r = random_id("op-", 8, op_id, sizeof op_id)) < 0) {
+                free(j);
+                (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
+                return j ? r : -ENOMEM;
+        }
+        struct store_operation op = { .id = op_id, .sandbox_id = (char *) id, .verb = (char *) t->name,
+                                      .state = "pending", .idempotency_key = (char *) idempotency_key };
+        r = store_operation_insert(ctx->store, &op);
+        if (r < 0) {
+                free(j);
+                (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
+                /* the same key raced in from a second request: answer with its operation */
+                if (r == -EEXIST && idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
+                        return r < 0 ? r : 0;
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+        }
+        *j = (struct job){ .config = ctx->config, .store = ctx->store, .verb = verb };
+        snprintf(j->op_id, sizeof j->op_id, "%s", op_id);
+        snprintf(j->sandbox_id, sizeof j->sandbox_id, "%s", id);
+        snprintf(j->from_state, sizeof j->from_state, "%s", sb.state);
+        r = job_spawn(j);
+        if (r < 0) {
+                free(j);
+                (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
+                _cleanup_(json_decrefp) json_t *e = json_pack("{s:s, s:s}", "code", api_error_code(r), "message",
+                                                              "too many operations in progress");
+                _cleanup_free_ char *e_s = e ? json_dumps(e, JSON_COMPACT) : NULL;
+                (void) store_operation_update(ctx->store, op_id, "failed", e_s, NULL);
+                return lfail(ctx, r, "too many operations in progress, try again later");
+        }
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "sandbox %s: %s started as %s", id, t->name, op_id);
+        return reply_operation(ctx, op_id, wait, ret);
+}
+
+int api_operation_get(struct api_ctx *ctx, const char *op_id, struct api_reply *ret) {
+        _cleanup_(store_operation_release) struct store_operation op = { 0 };
+        int r = store_operation_get(ctx->store, op_id, &op);
+        if (r == -ENOENT)
+                return lfail(ctx, r, "operation '%.64s' not found", op_id);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read operation: %m");
+        json_t *o = api_operation_json(&op);
+        if (!o)
+                return -ENOMEM;
+        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = o };
+        return 0;
+}
+
+void api_lifecycle_drain(unsigned timeout_s) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += timeout_s;
+        pthread_mutex_lock(&workers_lock);
+        while (workers > 0)
+                if (pthread_cond_timedwait(&workers_cond, &workers_lock, &deadline) != 0)
+                        break;
+        unsigned left = workers;
+        pthread_mutex_unlock(&workers_lock);
+        if (left > 0)
+                log_warn("%u lifecycle operations still running at shutdown", left);
+}
+
+void api_lifecycle_reconcile(const struct daemon_config *config, struct store *store) {
+        int r = store_operation_fail_unfinished(store, "{\"code\":\"internal\",\"message\":\"airlockd stopped while "
+                                                       "the operation ran\"}");
+        if (r < 0)
+                log_errno(LOG_LEVEL_WARN, r, NULL, "store: failed to close unfinished operations: %m");
+        struct store_sandbox *a = NULL;
+        size_t n = 0;
+        if (store_sandbox_list(store, STORE_LIST_MAX, &a, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                if (strcmp(a[i].state, "creating") == 0 || !lifecycle_state_is_transitional(a[i].state))
+                        continue;
+                /* a verb was cut off: take whatever the node reports */
+                struct job j = { .config = config, .store = store };
+                snprintf(j.sandbox_id, sizeof j.sandbox_id, "%s", a[i].id);
+                snprintf(j.from_state, sizeof j.from_state, "failed");
+                log_warn("sandbox %s was %s when airlockd stopped; asking the node", a[i].id, a[i].state);
+                job_settle_after_failure(&j, "airlockd stopped during a lifecycle operation");
+        }
+        store_sandbox_array_free(a, n);
+}

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "lifecycle.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "macros.h"
+
+const char *const lifecycle_states[] = {
+        "creating", "running", "pausing", "paused",   "resuming", "stopping",
+        "stopped",  "starting", "deleting", "failed", NULL,
+};
+
+/* delete works from every settled state; while a verb runs it is refused
+ * (the node serialises lifecycle changes of one sandbox: a delete racing a
+ * start would tear down a VM the start is still booting). */
+static const char *const from_delete[] = { "running", "paused", "stopped", "failed", NULL };
+static const char *const from_pause[] = { "running", NULL };
+static const char *const from_resume[] = { "paused", NULL };
+/* a paused VM can be stopped directly: its memory is thrown away either way */
+static const char *const from_stop[] = { "running", "paused", NULL };
+static const char *const from_start[] = { "stopped", NULL };
+
+static const struct lifecycle_transition table[_LIFECYCLE_VERB_MAX] = {
+        [LIFECYCLE_CREATE] = { LIFECYCLE_CREATE, "create", NULL, "creating", "running", "sandbox.create" },
+        [LIFECYCLE_DELETE] = { LIFECYCLE_DELETE, "delete", from_delete, "deleting", "deleted", "sandbox.delete" },
+        [LIFECYCLE_PAUSE] = { LIFECYCLE_PAUSE, "pause", from_pause, "pausing", "paused", "sandbox.pause" },
+        [LIFECYCLE_RESUME] = { LIFECYCLE_RESUME, "resume", from_resume, "resuming", "running", "sandbox.resume" },
+        [LIFECYCLE_STOP] = { LIFECYCLE_STOP, "stop", from_stop, "stopping", "stopped", "sandbox.stop" },
+        [LIFECYCLE_START] = { LIFECYCLE_START, "start", from_start, "starting", "running", "sandbox.start" },
+};
+
+const struct lifecycle_transition *lifecycle_get(enum lifecycle_verb verb) {
+        if ((unsigned) verb >= _LIFECYCLE_VERB_MAX)
+                return NULL;
+        return &table[verb];
+}
+
+int lifecycle_verb_from_name(const char *name, enum lifecycle_verb *ret) {
+        if (!name)
+                return -EINVAL;
+        for (size_t i = 0; i < ARRAY_SIZE(table); i++)
+                if (strcmp(table[i].name, name) == 0) {
+                        *ret = table[i].verb;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
+static bool in_list(const char *const *list, const char *s) {
+        for (size_t i = 0; list && list[i]; i++)
+                if (strcmp(list[i], s) == 0)
+                        return true;
+        return false;
+}
+
+bool lifecycle_state_is_valid(const char *state) {
+        return state && in_list(lifecycle_states, state);
+}
+
+bool lifecycle_state_is_transitional(const char *state) {
+        if (!state)
+                return false;
+        for (size_t i = 0; i < ARRAY_SIZE(table); i++)
+                if (strcmp(table[i].transitional, state) == 0)
+                        return true;
+        return false;
+}
+
+int lifecycle_check(enum lifecycle_verb verb, const char *current_state) {
+        const struct lifecycle_transition *t = lifecycle_get(verb);
+        if (!t)
+                return -EINVAL;
+        if (!lifecycle_state_is_valid(current_state))
+                return -EPERM;
+        if (in_list(t->from, current_state))
+                return 0;
+        if (lifecycle_state_is_transitional(current_state))
+                return -EBUSY;
+        return -EPERM;
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "nodeops-lifecycle.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "macros.h"
+#include "nodeutil.h"
+#include "sandbox.h"
+#include "server.h"
+#include "util.h"
+
+typedef int (*verb_fn)(struct sandbox *s, const char **ret_state, char **ret_error);
+
+/* Validates "id", runs the verb and replies: the sandbox on success,
+ * not_found, conflict (naming the current state), or the failure. */
+static int run_verb(struct node_conn *c, json_t *req, const char *verb, verb_fn fn) {
+        const char *id = json_string_value(json_object_get(req, "id"));
+        if (!id || !name_is_valid(id))
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "field \"id\" must be 1-64 characters of [A-Za-z0-9._-], not starting with '.'");
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        if (sandbox_get(id, &s) < 0)
+                return conn_reply_error(c, -ENOENT, "not_found", "no sandbox %s", id);
+        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s", s->ctx);
+
+        const char *state = NULL;
+        _cleanup_free_ char *err = NULL;
+        int r = fn(s, &state, &err);
+        if (r == -ENOENT)
+                return conn_reply_error(c, r, "not_found", "no sandbox %s", id);
+        if (r == -EBUSY)
+                return conn_reply_error(c, r, "conflict", "cannot %s: another operation on sandbox %s is in progress",
+                                        verb, id);
+        if (r == -EPERM)
+                return conn_reply_error(c, -EBUSY, "conflict", "cannot %s: sandbox is %s", verb, state ? state : "?");
+        if (r < 0)
+                return conn_reply_error(c, r, r == -ETIMEDOUT ? "timeout" : r == -ENOMEM ? "internal" : "guest",
+                                        "%s failed: %s", verb, err ? err : strerror(-r));
+        return conn_reply_ok(c, json_pack("{s:o}", "sandbox", sandbox_json(s)));
+}
+
+int nodeops_sandbox_pause(struct node_conn *c, json_t *req) {
+        return run_verb(c, req, "pause", sandbox_pause);
+}
+
+int nodeops_sandbox_resume(struct node_conn *c, json_t *req) {
+        return run_verb(c, req, "resume", sandbox_resume);
+}
+
+int nodeops_sandbox_stop(struct node_conn *c, json_t *req) {
+        return run_verb(c, req, "stop", sandbox_stop);
+}
+
+int nodeops_sandbox_start(struct node_conn *c, json_t *req) {
+        return run_verb(c, req, "start", sandbox_start);
+}

@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * The lifecycle ops of docs/node-protocol.md: sandbox.pause,
+ * sandbox.resume, sandbox.stop, sandbox.start. Each replies itself.
+ */
+
+#include <jansson.h>
+
+struct node_conn;
+
+int nodeops_sandbox_pause(struct node_conn *c, json_t *req);
+int nodeops_sandbox_resume(struct node_conn *c, json_t *req);
+int nodeops_sandbox_stop(struct node_conn *c, json_t *req);
+int nodeops_sandbox_start(struct node_conn *c, json_t *req);

@@ -1,0 +1,419 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "guestconn.h"
+#include "log.h"
+#include "macros.h"
+#include "nodeutil.h"
+#include "qmp.h"
+#include "template.h"
+#include "util.h"
+#include "vmm.h"
+
+/* Same bounds as a cold create (sandbox.c). */
+#define GUEST_CONNECT_MS 5000
+#define GUEST_HELLO_MS 10000
+#define QMP_MS 5000
+/* How often the filler looks at the waiting VMs (and at templates that are
+ * not ready yet) when nothing wakes it. */
+#define WATCH_INTERVAL_MS 250
+/* Backoff after failed refills: 1 s, doubling, at most a minute. */
+#define RETRY_MIN_MS 1000
+#define RETRY_MAX_MS 60000
+
+struct pool {
+        char name[65];
+        struct pool_vm *ready; /* paused, HELLO done; newest first */
+        unsigned n_ready;
+        unsigned failures;     /* refills failed in a row */
+        uint64_t retry_at_ns;  /* no refill before (CLOCK_MONOTONIC) */
+        uint64_t hits, misses;
+};
+
+static const struct node_config *pcfg;
+static char *pdir;
+
+static pthread_mutex_t plock = PTHREAD_MUTEX_INITIALIZER; /* everything below */
+static pthread_cond_t pcond;                              /* CLOCK_MONOTONIC: wakes the filler */
+static struct pool *pools;
+static size_t n_pools;
+static bool kicked;   /* a claim happened since the filler last looked */
+static bool stopping; /* no claims and no refills any more */
+static pthread_t filler;
+static bool filler_started;
+static unsigned vm_counter; /* names pool directories */
+
+void pool_vm_free(struct pool_vm *pv) {
+        if (!pv)
+                return;
+        /* the channel first: its reader must not outlive the socket's peer */
+        guestconn_free(pv->gc);
+        vmm_destroy(pv->vmm);
+        if (pv->run_dir)
+                rm_rf(pv->run_dir);
+        if (pv->dir) {
+                int r = rm_rf(pv->dir);
+                if (r < 0)
+                        log_errno(LOG_LEVEL_WARN, r, pv->ctx, "Failed to remove %s: %m", pv->dir);
+        }
+        free(pv->template_name);
+        free(pv->hash);
+        free(pv->dir);
+        free(pv->run_dir);
+        free(pv);
+}
+
+static void free_list(struct pool_vm *l) {
+        while (l) {
+                struct pool_vm *next = l->next;
+                pool_vm_free(l);
+                l = next;
+        }
+}
+
+/* (plock held) */
+static struct pool *pool_find(const char *name) {
+        for (size_t i = 0; i < n_pools; i++)
+                if (strcmp(pools[i].name, name) == 0)
+                        return &pools[i];
+        return NULL;
+}
+
+/* Moves the VMs of p for which drop() is true onto *out (plock held). */
+static void pool_take_if(struct pool *p, bool (*drop)(struct pool_vm *, const void *), const void *arg,
+                         struct pool_vm **out) {
+        for (struct pool_vm **pp = &p->ready; *pp;) {
+                struct pool_vm *x = *pp;
+                if (!drop(x, arg)) {
+                        pp = &x->next;
+                        continue;
+                }
+                *pp = x->next;
+                p->n_ready--;
+                x->next = *out;
+                *out = x;
+        }
+}
+
+static bool vm_dead(struct pool_vm *x, const void *arg) {
+        return vmm_exited(x->vmm) || !guestconn_alive(x->gc);
+}
+
+static bool vm_other_build(struct pool_vm *x, const void *hash) {
+        return strcmp(x->hash, hash) != 0;
+}
+
+/* Restores one VM of template t, says HELLO and pauses it. */
+static int fill_one(const struct template_info *t, struct pool_vm **ret, char **ret_error) {
+        struct pool_vm *pv = calloc(1, sizeof *pv);
+        if (!pv)
+                return -ENOMEM;
+        unsigned n = __atomic_add_fetch(&vm_counter, 1, __ATOMIC_SEQ_CST);
+        snprintf(pv->ctx, sizeof pv->ctx, "pool=%s-%u", t->name, n);
+        pv->template_name = strdup(t->name);
+        pv->hash = strdup(t->hash);
+        pv->dir = strdup_printf("%s/%s-%u", pdir, t->name, n);
+        _cleanup_free_ char *rootfs = strdup_printf("%s/%s-%u/rootfs.img", pdir, t->name, n);
+        if (!pv->template_name || !pv->hash || !pv->dir || !rootfs) {
+                pool_vm_free(pv);
+                return -ENOMEM;
+        }
+
+        const char *step = "creating its directory";
+        int r = rm_rf(pv->dir); /* a name of ours, unused in this run */
+        if (r >= 0 && mkdir(pv->dir, 0700) < 0)
+                r = negative_errno();
+        if (r >= 0) {
+                step = "creating its run directory";
+                r = node_vm_run_dir(pcfg->data_dir, &pv->run_dir);
+        }
+        if (r >= 0) {
+                step = "cloning the template disk";
+                r = file_clone_or_copy(t->rootfs, rootfs, NULL);
+        }
+        if (r >= 0) {
+                struct vmm_config vc = template_vmm_config(t, rootfs, pv->run_dir, pv->ctx);
+                step = "restoring the VM";
+                r = vmm_restore(&vc, t->state, &pv->vmm);
+        }
+        int fd = -1;
+        if (r >= 0) {
+                step = "connecting to the guest channel";
+                r = vmm_guest_connect(pv->vmm, GUEST_CONNECT_MS, &fd);
+        }
+        if (r >= 0) {
+                step = "guest agent handshake";
+                r = guestconn_open(fd, pv->ctx, GUEST_HELLO_MS, &pv->gc);
+        }
+        if (r >= 0) {
+                /* parked: no guest CPU time while it waits for a claim */
+                step = "pausing the VM";
+                r = qmp_execute(pv->vmm->qmp, "stop", NULL, QMP_MS, NULL);
+        }
+        if (r < 0) {
+                *ret_error = strdup_printf("%s failed: %s%s", step, strerror(-r),
+                                           pv->vmm && vmm_exited(pv->vmm) ? " (qemu exited)" : "");
+                pool_vm_free(pv);
+                return r;
+        }
+        pv->ready_ns = now_monotonic_ns();
+        *ret = pv;
+        return 0;
+}
+
+/* Picks the next pool that wants a VM and may retry now, round robin so one
+ * template's failures do not starve the others (plock held). */
+static struct pool *next_to_fill(uint64_t now) {
+        static size_t rr;
+        for (size_t k = 0; k < n_pools; k++) {
+                struct pool *p = &pools[(rr + k) % n_pools];
+                if (p->n_ready < pcfg->pool_size && now >= p->retry_at_ns) {
+                        rr = (rr + k + 1) % n_pools;
+                        return p;
+                }
+        }
+        return NULL;
+}
+
+static void *filler_thread(void *arg) {
+        /* pools whose template is not ready are skipped until this time */
+        uint64_t *wait_tpl = calloc(n_pools ?: 1, sizeof *wait_tpl);
+        if (!wait_tpl) {
+                log_error("pool filler: out of memory, warm pools stay empty");
+                return NULL;
+        }
+        pthread_mutex_lock(&plock);
+        while (!stopping) {
+                /* 1. the waiting VMs: a dead one is removed (and replaced below) */
+                struct pool_vm *dead = NULL;
+                for (size_t i = 0; i < n_pools; i++)
+                        pool_take_if(&pools[i], vm_dead, NULL, &dead);
+                pthread_mutex_unlock(&plock);
+                for (struct pool_vm *x = dead; x; x = x->next)
+                        log_emit(LOG_LEVEL_WARN, x->ctx, "warm VM died while waiting (%s); replacing it",
+                                 vmm_exited(x->vmm) ? "qemu exited" : "guest channel closed");
+                free_list(dead);
+
+                /* 2. one refill */
+                uint64_t now = now_monotonic_ns();
+                pthread_mutex_lock(&plock);
+                struct pool *p = NULL;
+                for (size_t tries = 0; tries < n_pools && !stopping; tries++) {
+                        p = next_to_fill(now);
+                        if (!p || wait_tpl[p - pools] <= now)
+                                break;
+                        p = NULL;
+                }
+                pthread_mutex_unlock(&plock);
+                if (p) {
+                        struct template_info *t = NULL;
+                        int r = template_peek(p->name, &t);
+                        if (r < 0) {
+                                /* not built yet (or failed: the next create
+                                 * retries the build); look again soon */
+                                wait_tpl[p - pools] = now + 1000ULL * 1000000ULL;
+                                pthread_mutex_lock(&plock);
+                                continue;
+                        }
+                        wait_tpl[p - pools] = 0;
+
+                        /* VMs of another build of the template never get handed out */
+                        struct pool_vm *stale = NULL;
+                        pthread_mutex_lock(&plock);
+                        pool_take_if(p, vm_other_build, t->hash, &stale);
+                        pthread_mutex_unlock(&plock);
+                        for (struct pool_vm *x = stale; x; x = x->next)
+                                log_emit(LOG_LEVEL_INFO, x->ctx, "discarding warm VM of superseded build %s-%s",
+                                         x->template_name, x->hash);
+                        free_list(stale);
+
+                        struct pool_vm *pv = NULL;
+                        char *err = NULL;
+                        uint64_t t0 = now_monotonic_ns();
+                        r = fill_one(t, &pv, &err);
+                        uint64_t ms = (now_monotonic_ns() - t0) / 1000000ULL;
+                        pthread_mutex_lock(&plock);
+                        if (r >= 0 && !stopping) {
+                                pv->next = p->ready;
+                                p->ready = pv;
+                                p->n_ready++;
+                                p->failures = 0;
+                                p->retry_at_ns = 0;
+                                log_emit(LOG_LEVEL_INFO, pv->ctx, "warm VM ready in %llu ms (%u/%u for %s)",
+                                         (unsigned long long) ms, p->n_ready, pcfg->pool_size, p->name);
+                                pv = NULL;
+                        } else if (r < 0) {
+                                unsigned shift = MIN(p->failures, 6u);
+                                uint64_t delay = MIN((uint64_t) RETRY_MIN_MS << shift, (uint64_t) RETRY_MAX_MS);
+                                p->failures++;
+                                p->retry_at_ns = now_monotonic_ns() + delay * 1000000ULL;
+                                log_emit(LOG_LEVEL_WARN, NULL,
+                                         "template=%s warm VM refill failed (%u in a row): %s; retrying in %llu ms",
+                                         p->name, p->failures, err ? err : strerror(-r), (unsigned long long) delay);
+                        }
+                        pthread_mutex_unlock(&plock);
+                        pool_vm_free(pv); /* only when we stopped meanwhile */
+                        template_info_free(t);
+                        free(err);
+                        pthread_mutex_lock(&plock);
+                        continue;
+                }
+
+                /* 3. nothing to do: wait for a claim, a stop or the next look */
+                pthread_mutex_lock(&plock);
+                if (!stopping && !kicked) {
+                        struct timespec deadline;
+                        node_deadline_after_ms(&deadline, WATCH_INTERVAL_MS);
+                        pthread_cond_timedwait(&pcond, &plock, &deadline);
+                }
+                kicked = false;
+        }
+        pthread_mutex_unlock(&plock);
+        free(wait_tpl);
+        return NULL;
+}
+
+int pool_init(const struct node_config *cfg, const char *pool_dir) {
+        pcfg = cfg;
+        node_cond_init(&pcond);
+        pdir = strdup(pool_dir);
+        if (!pdir)
+                return -ENOMEM;
+        /* warm VMs of an earlier run died with it (PDEATHSIG); their disks
+         * are all that is left */
+        int r = rm_rf(pdir);
+        if (r < 0)
+                log_warn_errno(r, "Failed to remove %s: %m", pdir);
+        if (cfg->pool_size == 0 || cfg->n_prebuild == 0)
+                return 0;
+        r = mkdir_p(pdir, 0700);
+        if (r < 0)
+                return log_error_errno(r, "Failed to create %s: %m", pdir);
+        pools = calloc(cfg->n_prebuild, sizeof *pools);
+        if (!pools)
+                return -ENOMEM;
+        for (size_t i = 0; i < cfg->n_prebuild; i++)
+                snprintf(pools[i].name, sizeof pools[i].name, "%s", cfg->prebuild[i]);
+        n_pools = cfg->n_prebuild;
+        log_info("warm pools: %u VMs each for %zu templates in %s", cfg->pool_size, n_pools, pdir);
+        return 0;
+}
+
+int pool_start(void) {
+        if (n_pools == 0)
+                return 0;
+        int r = -pthread_create(&filler, NULL, filler_thread, NULL);
+        if (r < 0)
+                return r;
+        filler_started = true;
+        return 0;
+}
+
+void pool_shutdown(void) {
+        pthread_mutex_lock(&plock);
+        stopping = true;
+        pthread_cond_broadcast(&pcond);
+        pthread_mutex_unlock(&plock);
+        /* a refill in progress ends within its own timeouts */
+        if (filler_started)
+                pthread_join(filler, NULL);
+        filler_started = false;
+
+        struct pool_vm *all = NULL;
+        pthread_mutex_lock(&plock);
+        for (size_t i = 0; i < n_pools; i++) {
+                struct pool_vm *l = pools[i].ready;
+                while (l) {
+                        struct pool_vm *next = l->next;
+                        l->next = all;
+                        all = l;
+                        l = next;
+                }
+                pools[i].ready = NULL;
+                pools[i].n_ready = 0;
+        }
+        pthread_mutex_unlock(&plock);
+        free_list(all);
+        if (pdir && n_pools > 0)
+                rm_rf(pdir);
+}
+
+int pool_claim(const struct template_info *t, const char *dir, const char *ctx, struct pool_vm **ret) {
+        struct pool_vm *stale = NULL, *pv = NULL;
+        unsigned left = 0;
+
+        pthread_mutex_lock(&plock);
+        struct pool *p = stopping ? NULL : pool_find(t->name);
+        if (!p) {
+                pthread_mutex_unlock(&plock);
+                return 0;
+        }
+        pool_take_if(p, vm_other_build, t->hash, &stale);
+        if (p->ready) {
+                /* the longest-waiting VM would do as well; the newest is at hand */
+                pv = p->ready;
+                p->ready = pv->next;
+                p->n_ready--;
+                pv->next = NULL;
+                p->hits++;
+        } else
+                p->misses++;
+        left = p->n_ready;
+        uint64_t hits = p->hits, misses = p->misses;
+        kicked = true;
+        pthread_cond_broadcast(&pcond);
+        pthread_mutex_unlock(&plock);
+
+        for (struct pool_vm *x = stale; x; x = x->next)
+                log_emit(LOG_LEVEL_INFO, x->ctx, "discarding warm VM of superseded build %s-%s", x->template_name,
+                         x->hash);
+        free_list(stale);
+        if (!pv) {
+                log_emit(LOG_LEVEL_INFO, ctx, "pool miss for template %s (hits %llu, misses %llu)", t->name,
+                         (unsigned long long) hits, (unsigned long long) misses);
+                return 0;
+        }
+        /* QEMU keeps its open rootfs across the rename; the sandbox dir is
+         * on the same storage root, so this is one metadata update */
+        if (rename(pv->dir, dir) < 0) {
+                int r = negative_errno();
+                log_errno(LOG_LEVEL_WARN, r, ctx, "cannot move warm VM %s to %s: %m; restoring cold", pv->dir, dir);
+                pool_vm_free(pv);
+                return 0;
+        }
+        free(pv->dir);
+        pv->dir = NULL;
+        log_emit(LOG_LEVEL_INFO, ctx, "pool hit for template %s: %s, waited %llu ms (%u left; hits %llu, misses %llu)",
+                 t->name, pv->ctx, (unsigned long long) ((now_monotonic_ns() - pv->ready_ns) / 1000000ULL), left,
+                 (unsigned long long) hits, (unsigned long long) misses);
+        *ret = pv;
+        return 1;
+}
+
+int pool_vm_resume(struct pool_vm *pv) {
+        if (vmm_exited(pv->vmm))
+                return -ESRCH;
+        int r = qmp_execute(pv->vmm->qmp, "cont", NULL, QMP_MS, NULL);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_WARN, r, pv->ctx, "cont failed: %m (%s)", qmp_last_error(pv->vmm->qmp));
+        return 0;
+}
+
+json_t *pool_json(const char *name) {
+        pthread_mutex_lock(&plock);
+        struct pool *p = pool_find(name);
+        json_t *o = json_pack("{s:I, s:I}", "size", (json_int_t) (p ? pcfg->pool_size : 0), "ready",
+                              (json_int_t) (p ? p->n_ready : 0));
+        pthread_mutex_unlock(&plock);
+        return o;
+}

@@ -1,0 +1,101 @@
+"""Warm pools: pre-restored, paused VMs per prebuilt template that a create
+claims instead of restoring cold (docs/architecture.md, "Warm pools")."""
+
+import os
+import signal
+import time
+
+from conftest import qemu_pids
+
+
+def pool_of(a, name):
+    tpls = {t["name"]: t for t in a.api("GET", "/v1/templates")["templates"]}
+    return tpls[name]["pool"]
+
+
+def wait_pool_ready(a, name, want, timeout=180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pool_of(a, name)["ready"] == want:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"pool of {name} not at {want} ready: {pool_of(a, name)}\n{a.log_tail()}")
+
+
+def pool_qemus(a):
+    """QEMUs of warm VMs still waiting in the pool (their rootfs lies under
+    STORAGE_ROOT/pool/; a claimed one keeps that path in its command line,
+    so call this only while no sandbox exists)."""
+    out = []
+    for pid in qemu_pids(a.data_dir):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"/pool/" in f.read():
+                    out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+def test_pool_hits_refills_and_replaces_dead_vms(airlock_factory):
+    a = airlock_factory(env={"AIRLOCK_POOL_SIZE": "2"}, prebuild="minimal")
+    wait_pool_ready(a, "minimal", 2)
+    assert pool_of(a, "minimal")["size"] == 2
+    assert pool_of(a, "python") == {"size": 0, "ready": 0}  # not prebuilt here
+    assert len(pool_qemus(a)) == 2
+
+    s1 = a.create("minimal")
+    assert s1["pool"] == "hit", s1
+    assert isinstance(s1["restore_ms"], int)
+    assert a.exec(s1["id"], ["echo", "hi"])["stdout"] == "hi\n"
+    s2 = a.create("minimal")
+    assert s2["pool"] == "hit", s2
+
+    # each claimed VM got its own identity: hostname and random state
+    rand = ["sh", "-c", "head -c 32 /dev/urandom | od -An -tx1"]
+    r1, r2 = a.exec(s1["id"], rand)["stdout"], a.exec(s2["id"], rand)["stdout"]
+    assert r1.strip() and r1 != r2
+    assert a.exec(s1["id"], ["hostname"])["stdout"].strip() == s1["id"]
+    assert a.exec(s2["id"], ["hostname"])["stdout"].strip() == s2["id"]
+
+    # the pool refills in the background
+    wait_pool_ready(a, "minimal", 2)
+    for s in (s1, s2):
+        assert a.request("DELETE", f"/v1/sandboxes/{s['id']}")[0] == 204
+        assert not os.path.exists(os.path.join(a.data_dir, "sandboxes", s["id"]))
+
+    # a warm VM whose QEMU dies is removed and replaced
+    pids = pool_qemus(a)
+    assert len(pids) == 2, pids
+    os.kill(pids[0], signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        now = pool_qemus(a)
+        if pids[0] not in now and len(now) == 2 and pool_of(a, "minimal")["ready"] == 2:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"dead warm VM not replaced: {pool_qemus(a)} {pool_of(a, 'minimal')}")
+    pool_dirs = os.listdir(os.path.join(a.data_dir, "pool"))
+    assert len(pool_dirs) == 2, pool_dirs
+
+    # a miss still works: drain the pool faster than it refills
+    made = [a.create("minimal") for _ in range(3)]
+    assert {m["pool"] for m in made} <= {"hit", "miss"}
+    for m in made:
+        assert a.exec(m["id"], ["true"])["exit_code"] == 0
+        assert a.request("DELETE", f"/v1/sandboxes/{m['id']}")[0] == 204
+
+    # shutdown destroys the pool: no QEMU (checked by the harness) and no dir
+    a.stop()
+    assert pool_qemus(a) == []
+    assert not os.path.exists(os.path.join(a.data_dir, "pool"))
+
+
+def test_pool_size_zero_starts_no_vm(airlock_factory):
+    a = airlock_factory(env={"AIRLOCK_POOL_SIZE": "0"}, prebuild="minimal")
+    assert pool_of(a, "minimal") == {"size": 0, "ready": 0}
+    assert qemu_pids(a.data_dir) == []
+    s = a.create("minimal")
+    assert s["pool"] == "miss"
+    assert a.request("DELETE", f"/v1/sandboxes/{s['id']}")[0] == 204
