@@ -82,10 +82,12 @@ class Qmp:
                 raise RuntimeError(r["error"])
 
 
-def raw_restore(tpl_dir, manifest, work, khz):
-    """One bare restore: spawn QEMU with -incoming defer, migrate-incoming,
-    cont. Returns ms from spawn to running. The machine must match vmm.c's
-    exactly (src/node/vmm.c, VMM_MACHINE_REVISION) or the state won't load."""
+def spawn_restored(tpl_dir, manifest, work, khz):
+    """Spawns a bare QEMU restore of the template snapshot: -incoming defer,
+    migrate-incoming, cont. Returns (process, Qmp, ms from spawn to running).
+    The machine must match vmm.c's exactly (src/node/vmm.c,
+    VMM_MACHINE_REVISION) or the state won't load. The caller kills the
+    process and removes WORK/rootfs.img."""
     rootfs = os.path.join(work, "rootfs.img")
     subprocess.run(["cp", "--reflink=auto", "--sparse=always", os.path.join(tpl_dir, "rootfs.img"), rootfs], check=True)
     mem = manifest["memory_mib"]
@@ -112,11 +114,35 @@ def raw_restore(tpl_dir, manifest, work, khz):
         while q.cmd("query-migrate").get("status") != "completed":
             time.sleep(0.0005)
         q.cmd("cont")
-        return (time.monotonic() - t0) * 1000
-    finally:
+        return p, q, (time.monotonic() - t0) * 1000
+    except BaseException:
         p.kill()
         p.wait()
         os.unlink(rootfs)
+        raise
+
+
+def raw_restore(tpl_dir, manifest, work, khz):
+    """One bare restore; returns ms from spawn to running."""
+    p, _, ms = spawn_restored(tpl_dir, manifest, work, khz)
+    p.kill()
+    p.wait()
+    os.unlink(os.path.join(work, "rootfs.img"))
+    return ms
+
+
+def find_template(data_dir, templates_dir, name):
+    """Returns (template dir, manifest) of the newest build of name."""
+    tdir = templates_dir
+    if not tdir:
+        cands = glob.glob(os.path.join(data_dir, "vol", "templates")) + [os.path.join(data_dir, "templates")]
+        tdir = next(c for c in cands if os.path.isdir(c))
+    tpl = sorted(glob.glob(os.path.join(tdir, name + "-*", "manifest.json")), key=os.path.getmtime)[-1]
+    return os.path.dirname(tpl), json.load(open(tpl))
+
+
+def host_tsc_khz():
+    return int(float(next(l for l in open("/proc/cpuinfo") if l.startswith("cpu MHz")).split(":")[1]) * 1000)
 
 
 def main():
@@ -132,14 +158,9 @@ def main():
     a = ap.parse_args()
     token = a.token or open(os.path.join(a.data_dir, "admin.token")).read().strip()
 
-    tdir = a.templates_dir
-    if not tdir:
-        cands = glob.glob(os.path.join(a.data_dir, "vol", "templates")) + [os.path.join(a.data_dir, "templates")]
-        tdir = next(c for c in cands if os.path.isdir(c))
-    tpl = sorted(glob.glob(os.path.join(tdir, a.template + "-*", "manifest.json")), key=os.path.getmtime)[-1]
-    tpl_dir = os.path.dirname(tpl)
-    manifest = json.load(open(tpl))
-    khz = int(float(next(l for l in open("/proc/cpuinfo") if l.startswith("cpu MHz")).split(":")[1]) * 1000)
+    tpl_dir, manifest = find_template(a.data_dir, a.templates_dir, a.template)
+    tdir = os.path.dirname(tpl_dir)
+    khz = host_tsc_khz()
 
     def wait_pool_full():
         deadline = time.monotonic() + 120
