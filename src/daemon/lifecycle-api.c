@@ -26,7 +26,7 @@
 
 #define LIFECYCLE_WORKERS_MAX 64          /* verbs running at once, all sandboxes */
 #define LIFECYCLE_WAIT_MAX_MS (10 * 60 * 1000) /* ?wait=true gives up after this */
-#define LIFECYCLE_POLL_MS 100
+#define LIFECYCLE_RECHECK_S 1 /* ?wait=true re-reads the operation at least this often */
 #define LIFECYCLE_START_TIMEOUT_S 300     /* cold boot under TCG: up to 2 minutes for the agent */
 #define LIFECYCLE_STOP_TIMEOUT_S 120
 #define IDEMPOTENCY_KEY_MAX 128
@@ -192,11 +192,18 @@ static int reply_operation(struct api_ctx *ctx, const char *op_id, bool wait, st
         uint64_t deadline = now_monotonic_ns() + (uint64_t) LIFECYCLE_WAIT_MAX_MS * 1000000ULL;
         for (;;) {
                 _cleanup_(store_operation_release) struct store_operation op = { 0 };
+                /* Read under workers_lock: a worker writes its outcome to the
+                 * store and then broadcasts under this lock, so the wake-up
+                 * cannot fall between this read and the wait below. */
+                pthread_mutex_lock(&workers_lock);
                 int r = store_operation_get(ctx->store, op_id, &op);
-                if (r < 0)
+                if (r < 0) {
+                        pthread_mutex_unlock(&workers_lock);
                         return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read operation: %m");
+                }
                 bool done = operation_finished(&op);
                 if (!wait || done || now_monotonic_ns() >= deadline || atomic_load(ctx->stopping)) {
+                        pthread_mutex_unlock(&workers_lock);
                         json_t *o = api_operation_json(&op);
                         if (!o)
                                 return -ENOMEM;
@@ -204,8 +211,13 @@ static int reply_operation(struct api_ctx *ctx, const char *op_id, bool wait, st
                                                    .body = o };
                         return 0;
                 }
-                struct timespec ts = { 0, LIFECYCLE_POLL_MS * 1000000L };
-                nanosleep(&ts, NULL);
+                /* Woken by any finishing worker; the periodic wake re-checks
+                 * the shutdown flag and operations no local worker runs. */
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_sec += LIFECYCLE_RECHECK_S;
+                (void) pthread_cond_timedwait(&workers_cond, &workers_lock, &until);
+                pthread_mutex_unlock(&workers_lock);
         }
 }
 
