@@ -1,20 +1,25 @@
 #!/usr/bin/env python3
 """Lifecycle benchmark against a running Airlock: pause, resume, stop and
 start of one sandbox through the public API with ?wait=true (operation
-recorded, node verb, operation finished), each repeated N times.
+recorded, node verb, operation finished), each repeated N times; then disk
+snapshots of the running sandbox (POST .../snapshots: guest freeze, reflink,
+thaw) and rollbacks to one of them (stop, reflink, cold boot).
 
   sudo bench/lifecycle.py [--n 20] [--template minimal] [--data-dir /var/lib/airlock]
 
 Raw baseline, measured in the same run: QMP `stop` / `cont` sent straight
 to a bare QEMU restored from the same template by this script (no API, no
-node, no guest)."""
+node, no guest); for the snapshot, `cp --reflink=always` of the same
+sandbox image by this script."""
 
 import argparse
 import http.client
 import json
 import os
 import shutil
+import glob
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,7 +69,8 @@ def main():
     st, sbx = call("POST", "/v1/sandboxes", {"template": a.template})
     assert st == 201, sbx
     sid = sbx["id"]
-    res = {k: [] for k in ("pause", "resume", "stop", "start", "raw stop", "raw cont")}
+    res = {k: [] for k in ("pause", "resume", "stop", "start", "raw stop", "raw cont", "disk snapshot",
+                           "raw cp --reflink", "rollback")}
     try:
         for _ in range(a.n):
             for verb in ("pause", "resume"):
@@ -80,6 +86,25 @@ def main():
                 st, op = call("POST", f"/v1/sandboxes/{sid}/{verb}?wait=true")
                 res[verb].append((time.monotonic() - t) * 1000)
                 assert st == 200 and op["state"] == "succeeded", op
+        # a sandbox keeps at most 64 snapshots
+        image = glob.glob(os.path.join(a.data_dir, "**", "sandboxes", sid, "rootfs.img"), recursive=True)[0]
+        copy = os.path.join(os.path.dirname(image), "bench-copy.img")
+        snaps = []
+        for _ in range(min(a.n, 50)):
+            t = time.monotonic()
+            st, snap = call("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "disk"})
+            res["disk snapshot"].append((time.monotonic() - t) * 1000)
+            assert st == 201, snap
+            snaps.append(snap["id"])
+            t = time.monotonic()
+            subprocess.run(["cp", "--reflink=always", image, copy], check=True)
+            res["raw cp --reflink"].append((time.monotonic() - t) * 1000)
+            os.unlink(copy)
+        for _ in range(max(3, a.n // 4)):
+            t = time.monotonic()
+            st, op = call("POST", f"/v1/sandboxes/{sid}/rollback?wait=true", {"snapshot": snaps[0]})
+            res["rollback"].append((time.monotonic() - t) * 1000)
+            assert st == 200 and op["state"] == "succeeded", op
     finally:
         call("DELETE", f"/v1/sandboxes/{sid}")
         raw_proc.kill()
@@ -91,6 +116,9 @@ def main():
     if res["raw stop"]:
         print(f"ratio pause/raw stop: {statistics.median(res['pause']) / statistics.median(res['raw stop']):.1f}x, "
               f"resume/raw cont: {statistics.median(res['resume']) / statistics.median(res['raw cont']):.1f}x")
+    if res["raw cp --reflink"]:
+        print(f"ratio disk snapshot/raw cp --reflink: "
+              f"{statistics.median(res['disk snapshot']) / statistics.median(res['raw cp --reflink']):.1f}x")
 
 
 if __name__ == "__main__":

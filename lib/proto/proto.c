@@ -208,6 +208,8 @@ const char *proto_type_name(uint8_t type) {
         case PROTO_REMOVE: return "remove";
         case PROTO_MKDIR: return "mkdir";
         case PROTO_SYNC: return "sync";
+        case PROTO_FREEZE: return "freeze";
+        case PROTO_THAW: return "thaw";
         case PROTO_NODE_REQUEST: return "node-request";
         case PROTO_NODE_REPLY: return "node-reply";
         case PROTO_NODE_EVENT: return "node-event";

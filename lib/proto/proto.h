@@ -61,6 +61,8 @@ enum proto_type {
         PROTO_REMOVE = 39,     /* {"path":s,"recursive":b} -> RESULT {} */
         PROTO_MKDIR = 40,      /* {"path":s,"parents":b} -> RESULT {} */
         PROTO_SYNC = 41,       /* {} -> RESULT {} once sync(2) flushed every file system */
+        PROTO_FREEZE = 42,     /* {} -> RESULT {} once the root file system is frozen (FIFREEZE) */
+        PROTO_THAW = 43,       /* {} -> RESULT {} once it is thawed again (FITHAW) */
 
         /* airlockd <-> airlock-node */
         PROTO_NODE_REQUEST = 64, /* {"op":s, ...} */

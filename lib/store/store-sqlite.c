@@ -37,6 +37,10 @@ enum stmt_id {
         STMT_OP_BY_KEY,
         STMT_OP_UPDATE,
         STMT_OP_FAIL_UNFINISHED,
+        STMT_SNAP_INSERT,
+        STMT_SNAP_GET,
+        STMT_SNAP_LIST,
+        STMT_SNAP_DELETE,
         _STMT_MAX,
 };
 
@@ -69,6 +73,11 @@ static const char *const stmt_sql[_STMT_MAX] = {
                            "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END WHERE id = ?1",
         [STMT_OP_FAIL_UNFINISHED] = "UPDATE operations SET state = 'failed', error = ?1, finished_at = ?2 "
                                     "WHERE state IN ('pending', 'running')",
+        [STMT_SNAP_INSERT] = "INSERT INTO snapshots (id, sandbox_id, kind, size, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        [STMT_SNAP_GET] = "SELECT id, sandbox_id, kind, size, created_at FROM snapshots WHERE id = ?1",
+        [STMT_SNAP_LIST] = "SELECT id, sandbox_id, kind, size, created_at FROM snapshots WHERE sandbox_id = ?1 "
+                           "ORDER BY created_at DESC, id DESC LIMIT ?2",
+        [STMT_SNAP_DELETE] = "DELETE FROM snapshots WHERE id = ?1",
 };
 
 struct store_sqlite {
@@ -512,6 +521,102 @@ static int sqlite_operation_fail_unfinished(struct store *s, const char *error) 
         return r;
 }
 
+static int sqlite_snapshot_insert(struct store *s, const struct store_snapshot *snap) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_INSERT);
+        bind_text(st, 1, snap->id);
+        bind_text(st, 2, snap->sandbox_id);
+        bind_text(st, 3, snap->kind);
+        sqlite3_bind_int64(st, 4, snap->size);
+        sqlite3_bind_int64(st, 5, snap->created_at ? snap->created_at : now_ms());
+        int r = step_done(q, st);
+        stmt_end(q, st);
+        return r;
+}
+
+/* Reads the current row of a snapshot SELECT into ret. */
+static int read_snapshot_row(sqlite3_stmt *st, struct store_snapshot *ret) {
+        _cleanup_(store_snapshot_release) struct store_snapshot snap = { 0 };
+        int r;
+        if ((r = column_strdup(st, 0, &snap.id)) < 0 || (r = column_strdup(st, 1, &snap.sandbox_id)) < 0 ||
+            (r = column_strdup(st, 2, &snap.kind)) < 0)
+                return r;
+        if (!snap.id || !snap.sandbox_id || !snap.kind)
+                return -EBADMSG;
+        snap.size = sqlite3_column_int64(st, 3);
+        snap.created_at = sqlite3_column_int64(st, 4);
+        *ret = snap;
+        snap = (struct store_snapshot){ 0 };
+        return 0;
+}
+
+static int sqlite_snapshot_get(struct store *s, const char *id, struct store_snapshot *ret) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_GET);
+        bind_text(st, 1, id);
+        int rc = sqlite3_step(st);
+        int r;
+        if (rc == SQLITE_ROW)
+                r = read_snapshot_row(st, ret);
+        else if (rc == SQLITE_DONE)
+                r = -ENOENT;
+        else
+                r = sqlite_to_errno(q->db, rc);
+        stmt_end(q, st);
+        return r;
+}
+
+static int sqlite_snapshot_list(struct store *s, const char *sandbox_id, size_t max, struct store_snapshot **ret,
+                                size_t *ret_n) {
+        struct store_sqlite *q = to_sqlite(s);
+        struct store_snapshot *a = NULL;
+        size_t n = 0, cap = 0;
+        int r = 0;
+        sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_LIST);
+        bind_text(st, 1, sandbox_id);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
+        for (;;) {
+                int rc = sqlite3_step(st);
+                if (rc == SQLITE_DONE)
+                        break;
+                if (rc != SQLITE_ROW) {
+                        r = sqlite_to_errno(q->db, rc);
+                        break;
+                }
+                if (n == cap) {
+                        size_t ncap = cap ? cap * 2 : 16;
+                        struct store_snapshot *na = realloc(a, ncap * sizeof *a);
+                        if (!na) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        a = na;
+                        cap = ncap;
+                }
+                r = read_snapshot_row(st, &a[n]);
+                if (r < 0)
+                        break;
+                n++;
+        }
+        stmt_end(q, st);
+        if (r < 0) {
+                store_snapshot_array_free(a, n);
+                return r;
+        }
+        *ret = a;
+        *ret_n = n;
+        return 0;
+}
+
+static int sqlite_snapshot_delete(struct store *s, const char *id) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_DELETE);
+        bind_text(st, 1, id);
+        int r = step_one_change(q, st);
+        stmt_end(q, st);
+        return r;
+}
+
 static int sqlite_session_insert(struct store *s, const struct store_session *ses) {
         struct store_sqlite *q = to_sqlite(s);
         sqlite3_stmt *st = stmt_begin(q, STMT_SESSION_INSERT);
@@ -614,6 +719,10 @@ const struct store_ops store_sqlite_ops = {
         .operation_find_by_key = sqlite_operation_find_by_key,
         .operation_update = sqlite_operation_update,
         .operation_fail_unfinished = sqlite_operation_fail_unfinished,
+        .snapshot_insert = sqlite_snapshot_insert,
+        .snapshot_get = sqlite_snapshot_get,
+        .snapshot_list = sqlite_snapshot_list,
+        .snapshot_delete = sqlite_snapshot_delete,
         .session_insert = sqlite_session_insert,
         .session_get = sqlite_session_get,
         .session_delete = sqlite_session_delete,

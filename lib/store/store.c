@@ -179,3 +179,43 @@ void store_operation_release(struct store_operation *op) {
         free(op->idempotency_key);
         *op = (struct store_operation){ 0 };
 }
+
+int store_snapshot_insert(struct store *s, const struct store_snapshot *snap) {
+        if (!snap || !snap->id || !snap->sandbox_id || !snap->kind || snap->size < 0)
+                return -EINVAL;
+        return s->ops->snapshot_insert(s, snap);
+}
+
+int store_snapshot_get(struct store *s, const char *id, struct store_snapshot *ret) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->snapshot_get(s, id, ret);
+}
+
+int store_snapshot_list(struct store *s, const char *sandbox_id, size_t max, struct store_snapshot **ret,
+                        size_t *ret_n) {
+        if (!sandbox_id)
+                return -EINVAL;
+        return s->ops->snapshot_list(s, sandbox_id, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
+int store_snapshot_delete(struct store *s, const char *id) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->snapshot_delete(s, id);
+}
+
+void store_snapshot_release(struct store_snapshot *snap) {
+        if (!snap)
+                return;
+        free(snap->id);
+        free(snap->sandbox_id);
+        free(snap->kind);
+        *snap = (struct store_snapshot){ 0 };
+}
+
+void store_snapshot_array_free(struct store_snapshot *a, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                store_snapshot_release(&a[i]);
+        free(a);
+}

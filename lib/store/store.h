@@ -68,6 +68,15 @@ struct store_operation {
         int64_t finished_at;   /* 0 while unfinished */
 };
 
+/* One disk snapshot of a sandbox (the image itself is on the node). */
+struct store_snapshot {
+        char *id;           /* "snap-" + 16 hex */
+        char *sandbox_id;   /* owning sandbox; deleting it deletes the snapshot */
+        char *kind;         /* "disk" */
+        int64_t size;       /* bytes the node reported for the image */
+        int64_t created_at; /* Unix time, milliseconds */
+};
+
 /* The backend interface. Backends embed `struct store` as their first
  * member and point its ops at a static table of these functions. */
 struct store_ops {
@@ -90,6 +99,12 @@ struct store_ops {
         int (*operation_update)(struct store *s, const char *id, const char *state, const char *error,
                                 const char *result);
         int (*operation_fail_unfinished)(struct store *s, const char *error);
+
+        int (*snapshot_insert)(struct store *s, const struct store_snapshot *snap);
+        int (*snapshot_get)(struct store *s, const char *id, struct store_snapshot *ret);
+        int (*snapshot_list)(struct store *s, const char *sandbox_id, size_t max, struct store_snapshot **ret,
+                             size_t *ret_n);
+        int (*snapshot_delete)(struct store *s, const char *id);
 
         int (*session_insert)(struct store *s, const struct store_session *ses);
         int (*session_get)(struct store *s, const char *id, struct store_session *ret);
@@ -159,6 +174,23 @@ int store_operation_update(struct store *s, const char *id, const char *state, c
 int store_operation_fail_unfinished(struct store *s, const char *error);
 /* Frees the strings of one operation; NULL is fine. */
 void store_operation_release(struct store_operation *op);
+
+/* Inserts a snapshot row (created_at 0: now). -ENOENT when its sandbox does
+ * not exist, -EEXIST when the id is taken. */
+int store_snapshot_insert(struct store *s, const struct store_snapshot *snap);
+/* Reads one snapshot; -ENOENT when unknown. Release with
+ * store_snapshot_release(). */
+int store_snapshot_get(struct store *s, const char *id, struct store_snapshot *ret);
+/* Reads at most max snapshots of one sandbox (bounded by STORE_LIST_MAX),
+ * newest first. Free with store_snapshot_array_free(). */
+int store_snapshot_list(struct store *s, const char *sandbox_id, size_t max, struct store_snapshot **ret,
+                        size_t *ret_n);
+/* Deletes a snapshot row. -ENOENT when unknown. */
+int store_snapshot_delete(struct store *s, const char *id);
+/* Frees the strings of one snapshot; NULL is fine. */
+void store_snapshot_release(struct store_snapshot *snap);
+/* Frees an array returned by store_snapshot_list(). */
+void store_snapshot_array_free(struct store_snapshot *a, size_t n);
 
 /* Inserts a session row. -ENOENT when its sandbox does not exist, -EEXIST
  * when the id is taken. */

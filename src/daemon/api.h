@@ -79,11 +79,15 @@ int api_sse_format(const char *event, const json_t *data, char **ret, size_t *re
  */
 int api_sse_from_node_event(const json_t *ev, char **ret, size_t *ret_len, bool *ret_last);
 
-/* Lifecycle verbs (lifecycle-api.c): verb is "pause", "resume", "stop" or
- * "start"; idempotency_key may be NULL. 202 with the operation, or with
- * wait 200 once it finished. */
-int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb, const char *idempotency_key, bool wait,
-                     struct api_reply *ret);
+/* Lifecycle verbs (lifecycle-api.c): verb is "pause", "resume", "stop",
+ * "start" or "rollback" (body {"snapshot":"ID"}; the others ignore body,
+ * which may be NULL); idempotency_key may be NULL. 202 with the operation,
+ * or with wait 200 once it finished. */
+int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb, const json_t *body,
+                     const char *idempotency_key, bool wait, struct api_reply *ret);
+/* Disk snapshots (api.c): POST {"kind":"disk"} -> 201, GET -> 200 list. */
+int api_snapshot_create(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
+int api_snapshot_list(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 int api_operation_get(struct api_ctx *ctx, const char *op_id, struct api_reply *ret);
 /* {"id","sandbox_id","verb","state","created_at","finished_at"?,"error"?,"result"?} */
 json_t *api_operation_json(const struct store_operation *op);

@@ -53,6 +53,8 @@ enum route_id {
         R_RESUME,
         R_STOP,
         R_START,
+        R_ROLLBACK,
+        R_SNAPSHOTS,
         R_OPERATION,
 };
 
@@ -86,6 +88,8 @@ static const struct route routes[] = {
         { R_RESUME, { "v1", "sandboxes", "*", "resume" }, M_POST, AUTH_API },
         { R_STOP, { "v1", "sandboxes", "*", "stop" }, M_POST, AUTH_API },
         { R_START, { "v1", "sandboxes", "*", "start" }, M_POST, AUTH_API },
+        { R_ROLLBACK, { "v1", "sandboxes", "*", "rollback" }, M_POST, AUTH_API },
+        { R_SNAPSHOTS, { "v1", "sandboxes", "*", "snapshots" }, M_GET | M_POST, AUTH_API },
         { R_OPERATION, { "v1", "operations", "*" }, M_GET, AUTH_API },
 };
 
@@ -555,13 +559,19 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         case R_PAUSE:
         case R_RESUME:
         case R_STOP:
-        case R_START: {
+        case R_START:
+        case R_ROLLBACK: {
                 static const char *const verbs[] = { [R_PAUSE - R_PAUSE] = "pause", [R_RESUME - R_PAUSE] = "resume",
-                                                     [R_STOP - R_PAUSE] = "stop", [R_START - R_PAUSE] = "start" };
+                                                     [R_STOP - R_PAUSE] = "stop", [R_START - R_PAUSE] = "start",
+                                                     [R_ROLLBACK - R_PAUSE] = "rollback" };
                 const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key");
-                r = api_sandbox_verb(&ctx, id, verbs[req->route->id - R_PAUSE], key, query_bool(conn, "wait"), &rep);
+                r = api_sandbox_verb(&ctx, id, verbs[req->route->id - R_PAUSE], body, key, query_bool(conn, "wait"),
+                                     &rep);
                 break;
         }
+        case R_SNAPSHOTS:
+                r = req->method == M_POST ? api_snapshot_create(&ctx, id, body, &rep) : api_snapshot_list(&ctx, id, &rep);
+                break;
         case R_OPERATION:
                 r = api_operation_get(&ctx, id, &rep);
                 break;

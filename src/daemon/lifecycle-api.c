@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The lifecycle verbs of the API (POST /v1/sandboxes/{id}/{pause,resume,
- * stop,start}) and their operations (GET /v1/operations/{id}). A verb is
+ * stop,start,rollback}) and their operations (GET /v1/operations/{id}). A verb is
  * checked against the table of lifecycle.c, claimed by a compare-and-set of
  * the sandbox row into the verb's transitional state (so two requests
  * racing on one sandbox cannot both start), recorded as an operation row,
@@ -29,6 +29,8 @@
 #define LIFECYCLE_RECHECK_S 1 /* ?wait=true re-reads the operation at least this often */
 #define LIFECYCLE_START_TIMEOUT_S 300     /* cold boot under TCG: up to 2 minutes for the agent */
 #define LIFECYCLE_STOP_TIMEOUT_S 120
+/* a rollback stops, clones and cold-boots */
+#define LIFECYCLE_ROLLBACK_TIMEOUT_S (LIFECYCLE_STOP_TIMEOUT_S + LIFECYCLE_START_TIMEOUT_S)
 #define IDEMPOTENCY_KEY_MAX 128
 
 static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -42,6 +44,7 @@ struct job {
         char op_id[32];
         char sandbox_id[65];
         char from_state[16];
+        char snapshot_id[40]; /* rollback: the snapshot to roll back to */
 };
 
 static int lfail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
@@ -122,6 +125,8 @@ static unsigned verb_timeout_s(const struct daemon_config *config, enum lifecycl
                 return LIFECYCLE_START_TIMEOUT_S;
         case LIFECYCLE_STOP:
                 return LIFECYCLE_STOP_TIMEOUT_S;
+        case LIFECYCLE_ROLLBACK:
+                return LIFECYCLE_ROLLBACK_TIMEOUT_S;
         default:
                 return config->node_timeout_s;
         }
@@ -137,6 +142,8 @@ static void *job_main(void *arg) {
         if (r < 0)
                 log_errno(LOG_LEVEL_WARN, r, ctx, "store: failed to mark the operation running: %m");
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", t->node_op, "id", j->sandbox_id);
+        if (req && j->snapshot_id[0])
+                json_object_set_new(req, "snapshot_id", json_string(j->snapshot_id));
         char err[API_ERRMSG_MAX] = "";
         uint64_t t0 = now_monotonic_ns();
         r = req ? node_call(j->config->node_socket, verb_timeout_s(j->config, j->verb), req, NULL, err) : -ENOMEM;
@@ -248,8 +255,23 @@ static int replay_by_key(struct api_ctx *ctx, const char *id, const char *verb, 
         return r < 0 ? r : 1;
 }
 
-int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name, const char *idempotency_key,
-                     bool wait, struct api_reply *ret) {
+/* rollback's body {"snapshot":"ID"}: a snapshot of this sandbox. */
+static int rollback_snapshot(struct api_ctx *ctx, const char *id, const json_t *body, char *ret, size_t n) {
+        const char *snap = json_string_value(json_object_get(body, "snapshot"));
+        if (!snap)
+                return lfail(ctx, -EINVAL, "field \"snapshot\" (a snapshot id) is required");
+        _cleanup_(store_snapshot_release) struct store_snapshot sn = { 0 };
+        int r = strlen(snap) < n ? store_snapshot_get(ctx->store, snap, &sn) : -ENOENT;
+        if (r == -ENOENT || (r >= 0 && strcmp(sn.sandbox_id, id) != 0))
+                return lfail(ctx, -ENOENT, "snapshot '%.64s' of sandbox '%.64s' not found", snap, id);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read snapshot: %m");
+        snprintf(ret, n, "%s", sn.id);
+        return 0;
+}
+
+int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name, const json_t *body,
+                     const char *idempotency_key, bool wait, struct api_reply *ret) {
         enum lifecycle_verb verb;
         int r = lifecycle_verb_from_name(verb_name, &verb);
         if (r < 0)
@@ -267,6 +289,9 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
         if (idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
                 return r < 0 ? r : 0;
+        char snapshot_id[40] = "";
+        if (verb == LIFECYCLE_ROLLBACK && (r = rollback_snapshot(ctx, id, body, snapshot_id, sizeof snapshot_id)) < 0)
+                return r;
 
         r = lifecycle_check(verb, sb.state);
         if (r == -EBUSY)
@@ -307,6 +332,7 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         snprintf(j->op_id, sizeof j->op_id, "%s", op_id);
         snprintf(j->sandbox_id, sizeof j->sandbox_id, "%s", id);
         snprintf(j->from_state, sizeof j->from_state, "%s", sb.state);
+        snprintf(j->snapshot_id, sizeof j->snapshot_id, "%s", snapshot_id);
         r = job_spawn(j);
         if (r < 0) {
                 free(j);

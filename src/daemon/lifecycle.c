@@ -9,7 +9,7 @@
 
 const char *const lifecycle_states[] = {
         "creating", "running", "pausing", "paused",   "resuming", "stopping",
-        "stopped",  "starting", "deleting", "failed", NULL,
+        "stopped",  "starting", "deleting", "failed", "rolling_back", NULL,
 };
 
 /* delete works from every settled state; while a verb runs it is refused
@@ -21,6 +21,10 @@ static const char *const from_resume[] = { "paused", NULL };
 /* a paused VM can be stopped directly: its memory is thrown away either way */
 static const char *const from_stop[] = { "running", "paused", NULL };
 static const char *const from_start[] = { "stopped", NULL };
+/* a paused VM is refused: its disk cannot be flushed while its vCPUs are
+ * stopped, and a rollback that silently threw its memory away would
+ * surprise (stop it first) */
+static const char *const from_rollback[] = { "running", "stopped", NULL };
 
 static const struct lifecycle_transition table[_LIFECYCLE_VERB_MAX] = {
         [LIFECYCLE_CREATE] = { LIFECYCLE_CREATE, "create", NULL, "creating", "running", "sandbox.create" },
@@ -29,6 +33,8 @@ static const struct lifecycle_transition table[_LIFECYCLE_VERB_MAX] = {
         [LIFECYCLE_RESUME] = { LIFECYCLE_RESUME, "resume", from_resume, "resuming", "running", "sandbox.resume" },
         [LIFECYCLE_STOP] = { LIFECYCLE_STOP, "stop", from_stop, "stopping", "stopped", "sandbox.stop" },
         [LIFECYCLE_START] = { LIFECYCLE_START, "start", from_start, "starting", "running", "sandbox.start" },
+        [LIFECYCLE_ROLLBACK] = { LIFECYCLE_ROLLBACK, "rollback", from_rollback, "rolling_back", "running",
+                                 "sandbox.rollback" },
 };
 
 const struct lifecycle_transition *lifecycle_get(enum lifecycle_verb verb) {

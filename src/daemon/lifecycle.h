@@ -19,6 +19,7 @@ enum lifecycle_verb {
         LIFECYCLE_RESUME,
         LIFECYCLE_STOP,
         LIFECYCLE_START,
+        LIFECYCLE_ROLLBACK,
         _LIFECYCLE_VERB_MAX,
 };
 

@@ -20,6 +20,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -34,6 +36,9 @@
 #include "util.h"
 
 #define HOST_AWAY_POLL_MS 2
+/* A host that froze the root file system and vanished must not leave the
+ * guest frozen for good: the agent thaws by itself after this. */
+#define FREEZE_MAX_MS 10000
 
 static inline void closedirp(DIR **d) {
         if (*d)
@@ -91,6 +96,61 @@ static void read_boot_id(char *buf, size_t n) {
         snprintf(buf, n, "%s", s);
 }
 
+/* Thaws the root file system if FREEZE froze it. Logs go to the console
+ * only (stderr), never to the rootfs, so they are safe while frozen. */
+static int thaw(struct agent *a, const char *why) {
+        if (a->frozen_fd < 0)
+                return 0;
+        int r = ioctl(a->frozen_fd, FITHAW, 0) < 0 ? negative_errno() : 0;
+        /* EINVAL: not frozen (any more); nothing is left to undo */
+        if (r == -EINVAL)
+                r = 0;
+        if (r < 0) {
+                log_warn("Failed to thaw the root file system (%s): %s", why, strerror(-r));
+                /* try again in a second, not in a busy loop */
+                a->frozen_until_ns = now_monotonic_ns() + 1000000000ULL;
+                return r;
+        }
+        close(a->frozen_fd);
+        a->frozen_fd = -1;
+        log_info("Root file system thawed (%s)", why);
+        return 0;
+}
+
+/* FREEZE: flushes and freezes the root file system so the host can copy a
+ * consistent disk image. In host test mode nothing is frozen: the host's
+ * root must never be. A second FREEZE only extends the deadline. */
+static int handle_freeze(struct agent *a, uint32_t stream) {
+        if (a->opt.pid1 && a->frozen_fd < 0) {
+                _cleanup_close_ int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (fd < 0)
+                        return negative_errno();
+                if (ioctl(fd, FIFREEZE, 0) < 0)
+                        return negative_errno();
+                a->frozen_fd = TAKE_FD(fd);
+                log_info("Root file system frozen");
+        }
+        a->frozen_until_ns = now_monotonic_ns() + (uint64_t) FREEZE_MAX_MS * 1000000ULL;
+        return agent_send_ok(a, stream);
+}
+
+/* Requests that write to the rootfs would block the single-threaded agent
+ * until the thaw, which then could never arrive: refused while frozen. */
+static bool writes_rootfs(uint8_t type) {
+        switch (type) {
+        case PROTO_IDENTITY:
+        case PROTO_FILE_WRITE:
+        case PROTO_FILE_DATA:
+        case PROTO_FILE_END:
+        case PROTO_RENAME:
+        case PROTO_REMOVE:
+        case PROTO_MKDIR:
+                return true;
+        default:
+                return false;
+        }
+}
+
 /* HELLO: a new host connection. Ends everything of the previous one, then
  * echoes the nonce. */
 static int handle_hello(struct agent *a, uint32_t stream, const void *payload, size_t len) {
@@ -99,6 +159,7 @@ static int handle_hello(struct agent *a, uint32_t stream, const void *payload, s
         int r = guest_hello_parse(payload, len, &nonce);
         if (r < 0)
                 return r;
+        (void) thaw(a, "new host connection");
         process_kill_all(a);
         files_discard_all(a);
         read_boot_id(boot_id, sizeof boot_id);
@@ -113,6 +174,10 @@ static int handle_hello(struct agent *a, uint32_t stream, const void *payload, s
 static void dispatch(struct agent *a, const struct proto_header *h, const uint8_t *payload) {
         int r;
 
+        if (a->frozen_fd >= 0 && writes_rootfs(h->type)) {
+                agent_send_error(a, h->stream, -EBUSY, "file system frozen");
+                return;
+        }
         switch (h->type) {
         case PROTO_HELLO: r = handle_hello(a, h->stream, payload, h->length); break;
         case PROTO_PING:
@@ -120,9 +185,22 @@ static void dispatch(struct agent *a, const struct proto_header *h, const uint8_
                 json_t *j = NULL;
                 r = guest_json_parse(payload, h->length, &j);
                 json_decref(j);
-                if (r >= 0 && h->type == PROTO_SYNC)
-                        sync(); /* the host is about to stop this VM: flush the disks */
+                /* the host is about to stop this VM: flush the disks (a
+                 * frozen file system is clean already, and sync would wait) */
+                if (r >= 0 && h->type == PROTO_SYNC && a->frozen_fd < 0)
+                        sync();
                 if (r >= 0)
+                        r = agent_send_ok(a, h->stream);
+                break;
+        }
+        case PROTO_FREEZE:
+        case PROTO_THAW: {
+                json_t *j = NULL;
+                r = guest_json_parse(payload, h->length, &j);
+                json_decref(j);
+                if (r >= 0 && h->type == PROTO_FREEZE)
+                        r = handle_freeze(a, h->stream);
+                else if (r >= 0 && (r = thaw(a, "thaw request")) >= 0)
                         r = agent_send_ok(a, h->stream);
                 break;
         }
@@ -313,7 +391,7 @@ static int agent_setup(struct agent *a, const struct agent_options *opt) {
         sigset_t mask;
         int r;
 
-        *a = (struct agent){ .opt = *opt, .chan_fd = -1, .signal_fd = -1 };
+        *a = (struct agent){ .opt = *opt, .chan_fd = -1, .signal_fd = -1, .frozen_fd = -1 };
         signal(SIGPIPE, SIG_IGN);
         sigemptyset(&mask);
         sigaddset(&mask, SIGCHLD);
@@ -336,6 +414,9 @@ static int agent_setup(struct agent *a, const struct agent_options *opt) {
 }
 
 static void agent_release(struct agent *a) {
+        (void) thaw(a, "agent stopping");
+        if (a->frozen_fd >= 0)
+                close(a->frozen_fd);
         process_kill_all(a);
         files_discard_all(a);
         guest_strv_free(a->default_env);
@@ -376,6 +457,13 @@ int agent_run(const struct agent_options *opt) {
                 if (reads_pending && !a.host_away)
                         timeout = 0; /* FILE_READ chunks to send */
                 n += process_poll_fill(&a, pfd + n, &timeout);
+                if (a.frozen_fd >= 0) {
+                        uint64_t now = now_monotonic_ns();
+                        int left = now >= a.frozen_until_ns ? 0
+                                                            : (int) ((a.frozen_until_ns - now + 999999ULL) / 1000000ULL);
+                        if (timeout < 0 || left < timeout)
+                                timeout = left;
+                }
 
                 if (poll(pfd, n, timeout) < 0 && errno != EINTR) {
                         log_error("poll failed: %m");
@@ -391,6 +479,8 @@ int agent_run(const struct agent_options *opt) {
                         }
                 }
                 process_poll_dispatch(&a, pfd + 2, n - 2);
+                if (a.frozen_fd >= 0 && now_monotonic_ns() >= a.frozen_until_ns)
+                        (void) thaw(&a, "no thaw within 10 s");
                 reads_pending = !a.host_away && files_pump(&a);
         }
         free(pfd);

@@ -37,6 +37,11 @@ struct agent {
 
         char **default_env; /* from IDENTITY */
 
+        /* FREEZE: the open root directory whose file system is frozen, or
+         * -1; thawed by THAW, a new HELLO, or at frozen_until_ns */
+        int frozen_fd;
+        uint64_t frozen_until_ns;
+
         struct process *processes;
         size_t n_processes;
         struct transfer *transfers;

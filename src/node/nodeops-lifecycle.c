@@ -56,3 +56,85 @@ int nodeops_sandbox_stop(struct node_conn *c, json_t *req) {
 int nodeops_sandbox_start(struct node_conn *c, json_t *req) {
         return run_verb(c, req, "start", sandbox_start);
 }
+
+/* Validates "id" and "snapshot_id" and looks the sandbox up (replies on
+ * failure). */
+static int snapshot_args(struct node_conn *c, json_t *req, struct sandbox **ret_s, const char **ret_snap) {
+        const char *id = json_string_value(json_object_get(req, "id"));
+        const char *snap = json_string_value(json_object_get(req, "snapshot_id"));
+        if (!id || !name_is_valid(id) || !snap || !name_is_valid(snap))
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "fields \"id\" and \"snapshot_id\" must be 1-64 characters of "
+                                        "[A-Za-z0-9._-], not starting with '.'");
+        if (sandbox_get(id, ret_s) < 0)
+                return conn_reply_error(c, -ENOENT, "not_found", "no sandbox %s", id);
+        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s snapshot=%s", (*ret_s)->ctx, snap);
+        *ret_snap = snap;
+        return 0;
+}
+
+/* The refusals and failures of snapshot and rollback, as replies. */
+static int snapshot_reply_error(struct node_conn *c, struct sandbox *s, int r, const char *verb, const char *state,
+                                const char *err) {
+        switch (r) {
+        case -ENOENT:
+                return conn_reply_error(c, r, "not_found", "no sandbox %s", s->id);
+        case -ENXIO:
+                return conn_reply_error(c, -ENOENT, "not_found", "%s", err ? err : "no such snapshot");
+        case -EBUSY:
+                return conn_reply_error(c, r, "conflict", "cannot %s: another operation on sandbox %s is in progress",
+                                        verb, s->id);
+        case -EPERM:
+                return conn_reply_error(c, -EBUSY, "conflict", "cannot %s: sandbox is %s", verb, state ? state : "?");
+        case -EEXIST:
+                return conn_reply_error(c, r, "conflict", "%s", err ? err : "snapshot exists");
+        case -E2BIG:
+                return conn_reply_error(c, -EFBIG, "too_large", "%s", err ? err : "too many snapshots");
+        default:
+                return conn_reply_error(c, r, r == -ETIMEDOUT ? "timeout" : r == -ENOMEM ? "internal" : "guest",
+                                        "%s failed: %s", verb, err ? err : strerror(-r));
+        }
+}
+
+int nodeops_sandbox_snapshot(struct node_conn *c, json_t *req) {
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        const char *snap = NULL;
+        int r = snapshot_args(c, req, &s, &snap);
+        if (r < 0)
+                return r;
+        const char *state = NULL;
+        _cleanup_free_ char *err = NULL;
+        json_t *info = NULL;
+        r = sandbox_snapshot(s, snap, &info, &state, &err);
+        if (r < 0)
+                return snapshot_reply_error(c, s, r, "snapshot", state, err);
+        return conn_reply_ok(c, json_pack("{s:o}", "snapshot", info));
+}
+
+int nodeops_sandbox_rollback(struct node_conn *c, json_t *req) {
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        const char *snap = NULL;
+        int r = snapshot_args(c, req, &s, &snap);
+        if (r < 0)
+                return r;
+        const char *state = NULL;
+        _cleanup_free_ char *err = NULL;
+        r = sandbox_rollback(s, snap, &state, &err);
+        if (r < 0)
+                return snapshot_reply_error(c, s, r, "rollback", state, err);
+        return conn_reply_ok(c, json_pack("{s:o}", "sandbox", sandbox_json(s)));
+}
+
+int nodeops_snapshot_delete(struct node_conn *c, json_t *req) {
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        const char *snap = NULL;
+        int r = snapshot_args(c, req, &s, &snap);
+        if (r < 0)
+                return r;
+        r = sandbox_snapshot_delete(s, snap);
+        if (r == -ENOENT)
+                return conn_reply_error(c, r, "not_found", "no snapshot %s of sandbox %s", snap, s->id);
+        if (r < 0)
+                return conn_reply_error(c, r, "internal", "cannot remove snapshot %s: %s", snap, strerror(-r));
+        return conn_reply_ok(c, NULL);
+}

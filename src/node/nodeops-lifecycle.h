@@ -3,7 +3,8 @@
 
 /*
  * The lifecycle ops of docs/node-protocol.md: sandbox.pause,
- * sandbox.resume, sandbox.stop, sandbox.start. Each replies itself.
+ * sandbox.resume, sandbox.stop, sandbox.start, and the disk snapshot ops
+ * sandbox.snapshot, sandbox.rollback, snapshot.delete. Each replies itself.
  */
 
 #include <jansson.h>
@@ -14,3 +15,6 @@ int nodeops_sandbox_pause(struct node_conn *c, json_t *req);
 int nodeops_sandbox_resume(struct node_conn *c, json_t *req);
 int nodeops_sandbox_stop(struct node_conn *c, json_t *req);
 int nodeops_sandbox_start(struct node_conn *c, json_t *req);
+int nodeops_sandbox_snapshot(struct node_conn *c, json_t *req);
+int nodeops_sandbox_rollback(struct node_conn *c, json_t *req);
+int nodeops_snapshot_delete(struct node_conn *c, json_t *req);

@@ -46,6 +46,8 @@
 #define MONITOR_INTERVAL_MS 250
 /* How long stop waits for the guest to flush its file systems. */
 #define STOP_SYNC_MS 10000
+/* How long a snapshot waits for the guest to freeze (and to thaw). */
+#define SNAPSHOT_FREEZE_MS 10000
 
 static const struct node_config *scfg;
 static char *sdir;
@@ -808,10 +810,8 @@ int sandbox_resume(struct sandbox *s, const char **ret_state, char **ret_error) 
         return run_state_command(s, false, ret_state, ret_error);
 }
 
-int sandbox_stop(struct sandbox *s, const char **ret_state, char **ret_error) {
-        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
-        if (r < 0)
-                return r;
+/* The stop itself, for a sandbox claimed by life_begin(); leaves it claimed. */
+static void stop_claimed(struct sandbox *s) {
         uint64_t t0 = now_monotonic_ns();
         /* Flush the guest's page cache to the disk image first, or writes
          * not yet synced die with QEMU. A paused guest cannot answer; a
@@ -833,10 +833,17 @@ int sandbox_stop(struct sandbox *s, const char **ret_state, char **ret_error) {
         pthread_mutex_lock(&s->lock);
         s->state = SANDBOX_STOPPED;
         s->pid = 0;
-        s->life_busy = false;
         pthread_mutex_unlock(&s->lock);
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox stopped in %llu ms",
                  (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
+}
+
+int sandbox_stop(struct sandbox *s, const char **ret_state, char **ret_error) {
+        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
+        if (r < 0)
+                return r;
+        stop_claimed(s);
+        life_end(s);
         (void) ret_error;
         return 0;
 }
@@ -862,10 +869,10 @@ static int retire_gc(struct sandbox *s) {
         return 0;
 }
 
-int sandbox_start(struct sandbox *s, const char **ret_state, char **ret_error) {
-        int r = life_begin(s, SANDBOX_STOPPED, SANDBOX_STOPPED, ret_state);
-        if (r < 0)
-                return r;
+/* The cold boot of a stopped sandbox claimed by life_begin(); leaves it
+ * claimed. On failure it stays stopped and *ret_error says why. */
+static int start_claimed(struct sandbox *s, char **ret_error) {
+        int r;
         char *err = NULL;
         _cleanup_free_ char *mem = strdup_printf("%s/mem", s->dir);
         if (!mem) {
@@ -909,7 +916,6 @@ int sandbox_start(struct sandbox *s, const char **ret_state, char **ret_error) {
                 err = TAKE_PTR(s->start_error);
         } else {
                 s->state = SANDBOX_RUNNING;
-                s->life_busy = false;
         }
         pthread_mutex_unlock(&s->lock);
         if (r < 0) {
@@ -928,6 +934,199 @@ fail:
                 *ret_error = err;
         else
                 free(err);
-        life_end(s); /* still stopped: the disk is untouched, a later start may work */
         return r;
+}
+
+int sandbox_start(struct sandbox *s, const char **ret_state, char **ret_error) {
+        int r = life_begin(s, SANDBOX_STOPPED, SANDBOX_STOPPED, ret_state);
+        if (r < 0)
+                return r;
+        r = start_claimed(s, ret_error);
+        life_end(s); /* on failure still stopped: the disk is untouched, a later start may work */
+        return r;
+}
+
+/* ---- disk snapshots ---- */
+
+/* SANDBOXES/ID/snapshots/SNAP.img */
+static char *snapshot_path(struct sandbox *s, const char *snapshot_id) {
+        return strdup_printf("%s/snapshots/%s.img", s->dir, snapshot_id);
+}
+
+/* Counts the snapshot images of s (temporary files included: they are
+ * snapshots being made). */
+static int snapshot_count(struct sandbox *s, size_t *ret) {
+        _cleanup_free_ char *d = strdup_printf("%s/snapshots", s->dir);
+        if (!d)
+                return -ENOMEM;
+        DIR *dir = opendir(d);
+        if (!dir)
+                return negative_errno();
+        size_t n = 0;
+        for (struct dirent *de; (de = readdir(dir));)
+                if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+                        n++;
+        closedir(dir);
+        *ret = n;
+        return 0;
+}
+
+/* Clones src to dst through a temporary name beside dst, so dst is either
+ * absent or complete. */
+static int clone_replace(struct sandbox *s, const char *src, const char *dst) {
+        _cleanup_free_ char *tmp = strdup_printf("%s.tmp", dst);
+        if (!tmp)
+                return -ENOMEM;
+        (void) unlink(tmp);
+        bool cloned = false;
+        int r = file_clone_or_copy(src, tmp, &cloned);
+        if (r >= 0 && rename(tmp, dst) < 0)
+                r = negative_errno();
+        if (r < 0) {
+                (void) unlink(tmp);
+                return r;
+        }
+        if (!cloned) {
+                pthread_mutex_lock(&clone_lock);
+                bool warn = !warned_copy;
+                warned_copy = true;
+                pthread_mutex_unlock(&clone_lock);
+                if (warn)
+                        log_emit(LOG_LEVEL_WARN, s->ctx, "storage cannot reflink: disk images are copied byte by byte");
+        }
+        return 0;
+}
+
+int sandbox_snapshot(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
+                     char **ret_error) {
+        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_STOPPED, ret_state);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *dir = strdup_printf("%s/snapshots", s->dir);
+        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
+        _cleanup_free_ char *dst = snapshot_path(s, snapshot_id);
+        _cleanup_(json_decrefp) json_t *empty = json_object();
+        uint64_t freeze_ms = 0, t0 = now_monotonic_ns();
+        struct guestconn *g = NULL;
+        bool frozen = false, running;
+        size_t n = 0;
+        struct stat st;
+        if (!dir || !rootfs || !dst || !empty) {
+                r = -ENOMEM;
+                goto out;
+        }
+        if ((r = mkdir_p(dir, 0700)) < 0 || (r = snapshot_count(s, &n)) < 0) {
+                *ret_error = strdup_printf("cannot open %s: %s", dir, strerror(-r));
+                goto out;
+        }
+        if (n >= SANDBOX_SNAPSHOTS_MAX) {
+                r = -E2BIG;
+                *ret_error = strdup_printf("sandbox %s has %d snapshots already, the most it may have", s->id,
+                                           SANDBOX_SNAPSHOTS_MAX);
+                goto out;
+        }
+        if (access(dst, F_OK) == 0) {
+                r = -EEXIST;
+                *ret_error = strdup_printf("snapshot %s exists", snapshot_id);
+                goto out;
+        }
+
+        /* A running guest freezes its file systems (which flushes them), so
+         * the image is consistent without pausing the VM. A stopped one
+         * has flushed at stop. */
+        pthread_mutex_lock(&s->lock);
+        running = s->state == SANDBOX_RUNNING;
+        pthread_mutex_unlock(&s->lock);
+        if (running) {
+                r = sandbox_guest(s, &g);
+                if (r < 0) {
+                        *ret_error = strdup("the guest channel is gone");
+                        goto out;
+                }
+                char *msg = NULL;
+                frozen = true; /* a freeze that timed out may still have happened: thaw regardless */
+                r = guestconn_call(g, PROTO_FREEZE, empty, SNAPSHOT_FREEZE_MS, NULL, &msg);
+                if (r < 0) {
+                        *ret_error = strdup_printf("the guest did not freeze its file systems: %s",
+                                                   msg ? msg : strerror(-r));
+                        free(msg);
+                        goto out;
+                }
+        }
+        r = clone_replace(s, rootfs, dst);
+        if (r < 0)
+                *ret_error = strdup_printf("cannot copy the disk image: %s", strerror(-r));
+
+out:
+        if (frozen) {
+                _cleanup_free_ char *msg = NULL;
+                int k = guestconn_call(g, PROTO_THAW, empty, SNAPSHOT_FREEZE_MS, NULL, &msg);
+                if (k < 0)
+                        log_emit(LOG_LEVEL_WARN, s->ctx, "guest did not thaw (it thaws by itself within 10 s): %s",
+                                 msg ? msg : strerror(-k));
+                freeze_ms = (now_monotonic_ns() - t0) / 1000000ULL;
+        }
+        if (r >= 0 && stat(dst, &st) < 0)
+                r = negative_errno();
+        life_end(s);
+        if (r < 0) {
+                log_emit(LOG_LEVEL_WARN, s->ctx, "snapshot %s failed: %s", snapshot_id,
+                         *ret_error ? *ret_error : strerror(-r));
+                return r;
+        }
+        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I}", "id", snapshot_id, "size",
+                              (json_int_t) st.st_blocks * 512, "apparent_size", (json_int_t) st.st_size,
+                              "created_at", (json_int_t) (now_realtime_ns() / 1000000ULL), "freeze_ms",
+                              (json_int_t) freeze_ms);
+        if (!o)
+                return -ENOMEM;
+        log_emit(LOG_LEVEL_INFO, s->ctx, "snapshot %s taken in %llu ms (frozen %llu ms)", snapshot_id,
+                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL), (unsigned long long) freeze_ms);
+        *ret_info = o;
+        return 0;
+}
+
+int sandbox_rollback(struct sandbox *s, const char *snapshot_id, const char **ret_state, char **ret_error) {
+        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_STOPPED, ret_state);
+        if (r < 0)
+                return r;
+        uint64_t t0 = now_monotonic_ns();
+        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
+        _cleanup_free_ char *src = snapshot_path(s, snapshot_id);
+        bool running;
+        if (!rootfs || !src) {
+                r = -ENOMEM;
+                goto out;
+        }
+        if (access(src, F_OK) < 0) {
+                r = -ENXIO;
+                *ret_error = strdup_printf("no snapshot %s of sandbox %s", snapshot_id, s->id);
+                goto out;
+        }
+        pthread_mutex_lock(&s->lock);
+        running = s->state == SANDBOX_RUNNING;
+        pthread_mutex_unlock(&s->lock);
+        if (running)
+                stop_claimed(s);
+        /* the snapshot stays as it is: the sandbox gets a clone of it */
+        r = clone_replace(s, src, rootfs);
+        if (r < 0) {
+                *ret_error = strdup_printf("cannot replace the disk image: %s", strerror(-r));
+                goto out;
+        }
+        r = start_claimed(s, ret_error);
+out:
+        life_end(s);
+        if (r < 0)
+                return r;
+        log_emit(LOG_LEVEL_INFO, s->ctx, "rolled back to snapshot %s in %llu ms", snapshot_id,
+                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
+        return 0;
+}
+
+int sandbox_snapshot_delete(struct sandbox *s, const char *snapshot_id) {
+        _cleanup_free_ char *p = snapshot_path(s, snapshot_id);
+        if (!p)
+                return -ENOMEM;
+        return unlink(p) < 0 ? negative_errno() : 0;
 }

@@ -133,6 +133,25 @@ int sandbox_resume(struct sandbox *s, const char **ret_state, char **ret_error);
 int sandbox_stop(struct sandbox *s, const char **ret_state, char **ret_error);
 int sandbox_start(struct sandbox *s, const char **ret_state, char **ret_error);
 
+/* Disk snapshots live in SANDBOXES/ID/snapshots/SNAP.img (deleted with the
+ * sandbox); at most this many per sandbox. */
+#define SANDBOX_SNAPSHOTS_MAX 64
+
+/* Takes disk snapshot snapshot_id of a running sandbox (the guest freezes
+ * its file systems around a reflink of rootfs.img; the VM keeps running) or
+ * a stopped one (just the reflink). *ret_info gets {"id","size" (allocated
+ * bytes),"apparent_size","created_at" (Unix ms),"freeze_ms"}. -EBUSY/-EPERM
+ * as for the verbs (paused: -EPERM), -EEXIST when the id is taken, -E2BIG
+ * at SANDBOX_SNAPSHOTS_MAX. *ret_error gets a message on failure. */
+int sandbox_snapshot(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
+                     char **ret_error);
+/* Rolls a running or stopped sandbox back to a disk snapshot: stops it if
+ * running, replaces rootfs.img with a clone of the snapshot and cold-boots
+ * it. -ENXIO when there is no such snapshot. */
+int sandbox_rollback(struct sandbox *s, const char *snapshot_id, const char **ret_state, char **ret_error);
+/* Removes one snapshot image. -ENOENT when there is none. */
+int sandbox_snapshot_delete(struct sandbox *s, const char *snapshot_id);
+
 /* "running", "paused", "stopped", "failed" ("creating" while hidden). */
 const char *sandbox_state_name(struct sandbox *s);
 

@@ -584,6 +584,20 @@ static void test_agent_hello_ping(void **state) {
         assert_int_equal(json_object_size(j), 0);
         json_decref(j);
 
+        /* host test mode: FREEZE/THAW answer without freezing the host's
+         * root, so file requests keep working in between */
+        send_json(h, PROTO_FREEZE, 0, "{}");
+        j = expect_result(h, 0);
+        json_decref(j);
+        send_json(h, PROTO_PING, 0, "{}");
+        j = expect_result(h, 0);
+        json_decref(j);
+        send_json(h, PROTO_THAW, 0, "{}");
+        j = expect_result(h, 0);
+        json_decref(j);
+        send_json(h, PROTO_FREEZE, 0, "not json");
+        expect_error(h, 0, EINVAL);
+
         send_json(h, PROTO_HELLO, 0, "{\"nonce\":\"x\",\"version\":7}");
         expect_error(h, 0, EPROTONOSUPPORT);
 }

@@ -17,15 +17,17 @@
 #define B (-EBUSY)
 #define P (-EPERM)
 static const char *const states[] = { "creating", "running",  "pausing",  "paused", "resuming",
-                                      "stopping", "stopped",  "starting", "deleting", "failed" };
+                                      "stopping", "stopped",  "starting", "deleting", "failed",
+                                      "rolling_back" };
 static const int expected[_LIFECYCLE_VERB_MAX][ARRAY_SIZE(states)] = {
-        /*                    creating running pausing paused resuming stopping stopped starting deleting failed */
-        [LIFECYCLE_CREATE] = { B, P, B, P, B, B, P, B, B, P },
-        [LIFECYCLE_DELETE] = { B, 0, B, 0, B, B, 0, B, B, 0 },
-        [LIFECYCLE_PAUSE] = { B, 0, B, P, B, B, P, B, B, P },
-        [LIFECYCLE_RESUME] = { B, P, B, 0, B, B, P, B, B, P },
-        [LIFECYCLE_STOP] = { B, 0, B, 0, B, B, P, B, B, P },
-        [LIFECYCLE_START] = { B, P, B, P, B, B, 0, B, B, P },
+        /*          creating running pausing paused resuming stopping stopped starting deleting failed rolling_back */
+        [LIFECYCLE_CREATE] = { B, P, B, P, B, B, P, B, B, P, B },
+        [LIFECYCLE_DELETE] = { B, 0, B, 0, B, B, 0, B, B, 0, B },
+        [LIFECYCLE_PAUSE] = { B, 0, B, P, B, B, P, B, B, P, B },
+        [LIFECYCLE_RESUME] = { B, P, B, 0, B, B, P, B, B, P, B },
+        [LIFECYCLE_STOP] = { B, 0, B, 0, B, B, P, B, B, P, B },
+        [LIFECYCLE_START] = { B, P, B, P, B, B, 0, B, B, P, B },
+        [LIFECYCLE_ROLLBACK] = { B, 0, B, P, B, B, 0, B, B, P, B },
 };
 
 static void test_matrix(void **state) {

@@ -210,6 +210,8 @@ static void test_reader_max_payload(void **state) {
 static void test_type_names(void **state) {
         assert_string_equal(proto_type_name(PROTO_EXEC), "exec");
         assert_string_equal(proto_type_name(PROTO_FILE_END), "file-end");
+        assert_string_equal(proto_type_name(PROTO_FREEZE), "freeze");
+        assert_string_equal(proto_type_name(PROTO_THAW), "thaw");
         assert_string_equal(proto_type_name(250), "unknown");
 }
 

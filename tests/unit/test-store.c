@@ -233,6 +233,55 @@ static void test_lifecycle_rows(void **state) {
         store_operation_release(&g);
 }
 
+static void test_snapshots(void **state) {
+        struct store *s = NULL;
+        assert_int_equal(store_open(url, &s), 0);
+        struct store_sandbox sb = { .id = "sbx-snap", .template_name = "minimal", .state = "running" };
+        assert_int_equal(store_sandbox_insert(s, &sb), 0);
+        struct store_snapshot a = { .id = "snap-a", .sandbox_id = "sbx-snap", .kind = "disk", .size = 4096,
+                                    .created_at = 1000 };
+        struct store_snapshot b = { .id = "snap-b", .sandbox_id = "sbx-snap", .kind = "disk", .size = 8192,
+                                    .created_at = 2000 };
+        assert_int_equal(store_snapshot_insert(s, &a), 0);
+        assert_int_equal(store_snapshot_insert(s, &b), 0);
+        assert_int_equal(store_snapshot_insert(s, &a), -EEXIST);
+        struct store_snapshot orphan = { .id = "snap-o", .sandbox_id = "sbx-none", .kind = "disk" };
+        assert_int_equal(store_snapshot_insert(s, &orphan), -ENOENT); /* foreign key */
+        struct store_snapshot bad = { .id = "snap-x", .sandbox_id = "sbx-snap", .kind = "disk", .size = -1 };
+        assert_int_equal(store_snapshot_insert(s, &bad), -EINVAL);
+
+        struct store_snapshot g = { 0 };
+        assert_int_equal(store_snapshot_get(s, "snap-a", &g), 0);
+        assert_string_equal(g.sandbox_id, "sbx-snap");
+        assert_string_equal(g.kind, "disk");
+        assert_int_equal(g.size, 4096);
+        assert_int_equal(g.created_at, 1000);
+        store_snapshot_release(&g);
+        assert_int_equal(store_snapshot_get(s, "snap-none", &g), -ENOENT);
+
+        struct store_snapshot *list = NULL;
+        size_t n = 0;
+        assert_int_equal(store_snapshot_list(s, "sbx-snap", 10, &list, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(list[0].id, "snap-b"); /* newest first */
+        assert_string_equal(list[1].id, "snap-a");
+        store_snapshot_array_free(list, n);
+        assert_int_equal(store_snapshot_list(s, "sbx-snap", 1, &list, &n), 0);
+        assert_int_equal(n, 1);
+        store_snapshot_array_free(list, n);
+
+        assert_int_equal(store_snapshot_delete(s, "snap-a"), 0);
+        assert_int_equal(store_snapshot_delete(s, "snap-a"), -ENOENT);
+
+        /* deleting the sandbox deletes its snapshots */
+        assert_int_equal(store_sandbox_delete(s, "sbx-snap"), 0);
+        assert_int_equal(store_snapshot_get(s, "snap-b", &g), -ENOENT);
+        assert_int_equal(store_snapshot_list(s, "sbx-snap", 10, &list, &n), 0);
+        assert_int_equal(n, 0);
+        store_snapshot_array_free(list, n);
+        store_close(s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_open_bad_url),
@@ -241,6 +290,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_sessions, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_api_keys, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_lifecycle_rows, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_snapshots, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,4 +50,14 @@ static const char *const store_sqlite_migrations[] = {
         "  finished_at INTEGER\n"
         ");\n"
         "CREATE INDEX operations_sandbox ON operations(sandbox_id);\n",
+        /* 3: disk snapshots; the images live in the sandbox's directory on
+         * the node, so the rows go with the sandbox */
+        "CREATE TABLE snapshots (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,\n"
+        "  kind TEXT NOT NULL,\n"
+        "  size INTEGER NOT NULL DEFAULT 0,\n"
+        "  created_at INTEGER NOT NULL\n"
+        ");\n"
+        "CREATE INDEX snapshots_sandbox ON snapshots(sandbox_id, created_at);\n",
 };
