@@ -345,6 +345,39 @@ static int read_sandbox_row(sqlite3_stmt *st, struct store_sandbox *ret) {
         return 0;
 }
 
+static int read_sandbox_row_any(sqlite3_stmt *st, void *ret) {
+        return read_sandbox_row(st, ret);
+}
+
+/*
+ * Steps st to its end and reads every row with read_row into a growing
+ * array of elem_size elements. On failure *a and *n still describe what was
+ * read, for the caller's array destructor.
+ */
+static int collect_rows(struct store_sqlite *q, sqlite3_stmt *st, size_t elem_size,
+                        int (*read_row)(sqlite3_stmt *, void *), void **a, size_t *n) {
+        size_t cap = 0;
+        for (;;) {
+                int rc = sqlite3_step(st);
+                if (rc == SQLITE_DONE)
+                        return 0;
+                if (rc != SQLITE_ROW)
+                        return sqlite_to_errno(q->db, rc);
+                if (*n == cap) {
+                        size_t ncap = cap ? cap * 2 : 16;
+                        void *na = realloc(*a, ncap * elem_size);
+                        if (!na)
+                                return -ENOMEM;
+                        *a = na;
+                        cap = ncap;
+                }
+                int r = read_row(st, (char *) *a + *n * elem_size);
+                if (r < 0)
+                        return r;
+                (*n)++;
+        }
+}
+
 static int sqlite_sandbox_get(struct store *s, const char *id, struct store_sandbox *ret) {
         struct store_sqlite *q = to_sqlite(s);
         sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_GET);
@@ -364,33 +397,11 @@ static int sqlite_sandbox_get(struct store *s, const char *id, struct store_sand
 static int sqlite_sandbox_list(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n) {
         struct store_sqlite *q = to_sqlite(s);
         struct store_sandbox *a = NULL;
-        size_t n = 0, cap = 0;
+        size_t n = 0;
         int r = 0;
         sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_LIST);
         sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
-        for (;;) {
-                int rc = sqlite3_step(st);
-                if (rc == SQLITE_DONE)
-                        break;
-                if (rc != SQLITE_ROW) {
-                        r = sqlite_to_errno(q->db, rc);
-                        break;
-                }
-                if (n == cap) {
-                        size_t ncap = cap ? cap * 2 : 16;
-                        struct store_sandbox *na = realloc(a, ncap * sizeof *a);
-                        if (!na) {
-                                r = -ENOMEM;
-                                break;
-                        }
-                        a = na;
-                        cap = ncap;
-                }
-                r = read_sandbox_row(st, &a[n]);
-                if (r < 0)
-                        break;
-                n++;
-        }
+        r = collect_rows(q, st, sizeof *a, read_sandbox_row_any, (void **) &a, &n);
         stmt_end(q, st);
         if (r < 0) {
                 store_sandbox_array_free(a, n);
@@ -550,6 +561,10 @@ static int read_snapshot_row(sqlite3_stmt *st, struct store_snapshot *ret) {
         return 0;
 }
 
+static int read_snapshot_row_any(sqlite3_stmt *st, void *ret) {
+        return read_snapshot_row(st, ret);
+}
+
 static int sqlite_snapshot_get(struct store *s, const char *id, struct store_snapshot *ret) {
         struct store_sqlite *q = to_sqlite(s);
         sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_GET);
@@ -570,34 +585,12 @@ static int sqlite_snapshot_list(struct store *s, const char *sandbox_id, size_t 
                                 size_t *ret_n) {
         struct store_sqlite *q = to_sqlite(s);
         struct store_snapshot *a = NULL;
-        size_t n = 0, cap = 0;
+        size_t n = 0;
         int r = 0;
         sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_LIST);
         bind_text(st, 1, sandbox_id);
         sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        for (;;) {
-                int rc = sqlite3_step(st);
-                if (rc == SQLITE_DONE)
-                        break;
-                if (rc != SQLITE_ROW) {
-                        r = sqlite_to_errno(q->db, rc);
-                        break;
-                }
-                if (n == cap) {
-                        size_t ncap = cap ? cap * 2 : 16;
-                        struct store_snapshot *na = realloc(a, ncap * sizeof *a);
-                        if (!na) {
-                                r = -ENOMEM;
-                                break;
-                        }
-                        a = na;
-                        cap = ncap;
-                }
-                r = read_snapshot_row(st, &a[n]);
-                if (r < 0)
-                        break;
-                n++;
-        }
+        r = collect_rows(q, st, sizeof *a, read_snapshot_row_any, (void **) &a, &n);
         stmt_end(q, st);
         if (r < 0) {
                 store_snapshot_array_free(a, n);
