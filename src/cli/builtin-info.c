@@ -9,13 +9,13 @@
 int cmd_templates(struct cli *cli, int argc, char **argv) {
         static const char *const header[] = {"NAME", "STATE"};
         static const char *const fields[] = {"name", "state"};
-        return cli_list_command(cli, argc, argv, "templates", "/v1/templates", "templates", ARRAY_SIZE(header),
+        return cli_list_command(cli, argc, argv, "templates", "/v1/templates", NULL, "templates", ARRAY_SIZE(header),
                                 header, fields);
 }
 
 int cmd_health(struct cli *cli, int argc, char **argv) {
         _cleanup_(json_decrefp) json_t *resp = NULL;
-        int r = cli_get_plain(cli, argc, argv, "health", "/v1/health", &resp);
+        int r = cli_get_plain(cli, argc, argv, "health", "/v1/health", NULL, &resp);
         if (r != CLI_PROCEED)
                 return r;
         if (cli->json)

@@ -127,49 +127,10 @@ int cmd_snapshot(struct cli *cli, int argc, char **argv) {
 int cmd_snapshots(struct cli *cli, int argc, char **argv) {
         static const char *const header[] = {"ID", "KIND", "SIZE", "CREATED"};
         static const char *const fields[] = {"id", "kind", "size", "created_at"};
-        _cleanup_(json_decrefp) json_t *resp = NULL;
-        _cleanup_free_ char *path = NULL;
-        struct cli_error err = {};
-
-        int r = cli_parse_plain(cli, argc, argv, 1, 1);
-        if (r != CLI_PROCEED)
-                return r;
-        const char *id = argv[optind];
-        if (!cli_id_is_valid(id))
-                return cli_usage_error(cli, "snapshots: invalid sandbox id '%s'", id);
-        if (asprintf(&path, "/v1/sandboxes/%s/snapshots", id) < 0)
-                return cli_fail("out of memory");
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        if (client_json(&cli->client, "GET", path, NULL, &err, &resp) < 0)
-                return cli_fail_error(&err, "snapshots %s", id);
-        if (cli->json)
-                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
-        const json_t *list = json_object_get(resp, "snapshots");
-        if (!json_is_array(list))
-                return cli_fail("snapshots: airlockd answered without a snapshots list");
-        if (cli_print_list(list, ARRAY_SIZE(header), header, fields) < 0)
-                return cli_fail("snapshots: out of memory");
-        return CLI_EXIT_OK;
+        return cli_list_command(cli, argc, argv, "snapshots", "/v1/sandboxes/", "/snapshots", "snapshots",
+                                ARRAY_SIZE(header), header, fields);
 }
 
 int cmd_op(struct cli *cli, int argc, char **argv) {
-        _cleanup_(json_decrefp) json_t *resp = NULL;
-        _cleanup_free_ char *path = NULL;
-        struct cli_error err = {};
-
-        int r = cli_parse_plain(cli, argc, argv, 1, 1);
-        if (r != CLI_PROCEED)
-                return r;
-        const char *id = argv[optind];
-        if (!cli_id_is_valid(id))
-                return cli_usage_error(cli, "op: invalid operation id '%s'", id);
-        if (asprintf(&path, "/v1/operations/%s", id) < 0)
-                return cli_fail("out of memory");
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        if (client_json(&cli->client, "GET", path, NULL, &err, &resp) < 0)
-                return cli_fail_error(&err, "%s", id);
-        r = cli->json ? cli_print_json(resp) : cli_print_fields(resp);
-        return r < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+        return cli_show_command(cli, argc, argv, "op", "/v1/operations/", "");
 }

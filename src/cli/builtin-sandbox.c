@@ -93,27 +93,12 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
 int cmd_ls(struct cli *cli, int argc, char **argv) {
         static const char *const header[] = {"ID", "TEMPLATE", "STATE", "CREATED"};
         static const char *const fields[] = {"id", "template", "state", "created_at"};
-        return cli_list_command(cli, argc, argv, "ls", "/v1/sandboxes", "sandboxes", ARRAY_SIZE(header), header,
+        return cli_list_command(cli, argc, argv, "ls", "/v1/sandboxes", NULL, "sandboxes", ARRAY_SIZE(header), header,
                                 fields);
 }
 
 int cmd_inspect(struct cli *cli, int argc, char **argv) {
-        _cleanup_(json_decrefp) json_t *resp = NULL;
-        _cleanup_free_ char *path = NULL;
-        struct cli_error err = {};
-
-        int r = cli_parse_plain(cli, argc, argv, 1, 1);
-        if (r != CLI_PROCEED)
-                return r;
-        const char *id = argv[optind];
-        if (sandbox_path(id, "", &path) < 0)
-                return cli_usage_error(cli, "inspect: invalid sandbox id '%s'", id);
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        if (client_json(&cli->client, "GET", path, NULL, &err, &resp) < 0)
-                return cli_fail_error(&err, "%s", id);
-        r = cli->json ? cli_print_json(resp) : cli_print_fields(resp);
-        return r < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+        return cli_show_command(cli, argc, argv, "inspect", "/v1/sandboxes/", "");
 }
 
 int cmd_rm(struct cli *cli, int argc, char **argv) {

@@ -251,22 +251,44 @@ int cli_print_list(const json_t *list, size_t ncols, const char *const *header, 
         return r;
 }
 
-int cli_get_plain(struct cli *cli, int argc, char **argv, const char *name, const char *path, json_t **ret) {
+int cli_get_plain(struct cli *cli, int argc, char **argv, const char *name, const char *path, const char *suffix,
+                  json_t **ret) {
         struct cli_error err = {};
-        int r = cli_parse_plain(cli, argc, argv, 0, 0);
+        _cleanup_free_ char *full = NULL;
+        int nargs = suffix ? 1 : 0;
+        int r = cli_parse_plain(cli, argc, argv, nargs, nargs);
         if (r != CLI_PROCEED)
                 return r;
+        const char *id = suffix ? argv[optind] : NULL;
+        if (id) {
+                /* valid ids need no escaping; the check keeps the path from
+                 * naming another resource */
+                if (!cli_id_is_valid(id))
+                        return cli_usage_error(cli, "%s: invalid id '%s'", name, id);
+                if (asprintf(&full, "%s%s%s", path, id, suffix) < 0)
+                        return cli_fail("out of memory");
+                path = full;
+        }
         if (cli_connect(cli) < 0)
                 return CLI_EXIT_FAILURE;
         if (client_json(&cli->client, "GET", path, NULL, &err, ret) < 0)
-                return cli_fail_error(&err, "%s", name);
+                return id ? cli_fail_error(&err, "%s %s", name, id) : cli_fail_error(&err, "%s", name);
         return CLI_PROCEED;
 }
 
-int cli_list_command(struct cli *cli, int argc, char **argv, const char *name, const char *path, const char *key,
-                     size_t ncols, const char *const *header, const char *const *fields) {
+int cli_show_command(struct cli *cli, int argc, char **argv, const char *name, const char *path, const char *suffix) {
         _cleanup_(json_decrefp) json_t *resp = NULL;
-        int r = cli_get_plain(cli, argc, argv, name, path, &resp);
+        int r = cli_get_plain(cli, argc, argv, name, path, suffix, &resp);
+        if (r != CLI_PROCEED)
+                return r;
+        r = cli->json ? cli_print_json(resp) : cli_print_fields(resp);
+        return r < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+}
+
+int cli_list_command(struct cli *cli, int argc, char **argv, const char *name, const char *path, const char *suffix,
+                     const char *key, size_t ncols, const char *const *header, const char *const *fields) {
+        _cleanup_(json_decrefp) json_t *resp = NULL;
+        int r = cli_get_plain(cli, argc, argv, name, path, suffix, &resp);
         if (r != CLI_PROCEED)
                 return r;
         if (cli->json)

@@ -96,14 +96,20 @@ int cli_cell(const json_t *v, char **ret);
 /* Prints field[c] of each object in list as a table; "created_at" given as
  * epoch seconds is shown as UTC RFC 3339. */
 int cli_print_list(const json_t *list, size_t ncols, const char *const *header, const char *const *fields);
-/* The start of a command without arguments that GETs path: parses the
- * options, connects and fetches. CLI_PROCEED with *ret set (may be NULL
+/* The start of a command that GETs one resource: parses the options,
+ * connects and fetches. With suffix NULL the command takes no argument and
+ * fetches path; otherwise it takes one id (checked with cli_id_is_valid)
+ * and fetches path + ID + suffix. CLI_PROCEED with *ret set (may be NULL
  * for an empty answer), or the exit code; name prefixes the messages. */
-int cli_get_plain(struct cli *cli, int argc, char **argv, const char *name, const char *path, json_t **ret);
-/* The whole of a command without arguments that GETs path and prints the
- * array member key of the answer as a table (or the answer with --json);
- * name prefixes the messages. Returns the exit code. */
-int cli_list_command(struct cli *cli, int argc, char **argv, const char *name, const char *path, const char *key,
-                     size_t ncols, const char *const *header, const char *const *fields);
+int cli_get_plain(struct cli *cli, int argc, char **argv, const char *name, const char *path, const char *suffix,
+                  json_t **ret);
+/* The whole of a command that GETs as cli_get_plain() does and prints the
+ * array member key of the answer as a table (or the answer with --json).
+ * Returns the exit code. */
+int cli_list_command(struct cli *cli, int argc, char **argv, const char *name, const char *path, const char *suffix,
+                     const char *key, size_t ncols, const char *const *header, const char *const *fields);
+/* The whole of a command that GETs path + ID + suffix and prints the
+ * answer's fields (or the answer with --json). Returns the exit code. */
+int cli_show_command(struct cli *cli, int argc, char **argv, const char *name, const char *path, const char *suffix);
 /* Prints rows of ncols cells as left-aligned columns under a header. */
 int cli_print_table(size_t ncols, const char *const *header, char *const *cells, size_t nrows);

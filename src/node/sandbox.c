@@ -437,6 +437,26 @@ static void create_abort(struct sandbox *s) {
         sandbox_unref(s);
 }
 
+/* Starts the sandbox's own thread (it restores or boots the VM and then
+ * watches it) and waits until the VM is up or failed. On failure *ret_error
+ * says why. */
+static int run_sandbox_thread(struct sandbox *s, char **ret_error) {
+        int r = -pthread_create(&s->thread, NULL, sandbox_thread, s);
+        if (r < 0) {
+                *ret_error = strdup_printf("cannot start the sandbox thread: %s", strerror(-r));
+                return r;
+        }
+        s->thread_started = true;
+        pthread_mutex_lock(&s->lock);
+        while (!s->start_done)
+                pthread_cond_wait(&s->cond, &s->lock);
+        r = s->start_result;
+        if (r < 0)
+                *ret_error = TAKE_PTR(s->start_error);
+        pthread_mutex_unlock(&s->lock);
+        return r;
+}
+
 int sandbox_create(const char *id, const char *template_name, json_t *env, struct sandbox **ret, char **ret_error) {
         _cleanup_free_ char *rootfs = NULL;
         char *err = NULL;
@@ -539,21 +559,7 @@ int sandbox_create(const char *id, const char *template_name, json_t *env, struc
                          s->tpl->rootfs, sdir);
 
 start_thread:
-        r = -pthread_create(&s->thread, NULL, sandbox_thread, s);
-        if (r < 0) {
-                err = strdup_printf("cannot start the sandbox thread: %s", strerror(-r));
-                goto fail;
-        }
-        s->thread_started = true;
-        pthread_mutex_lock(&s->lock);
-        while (!s->start_done)
-                pthread_cond_wait(&s->cond, &s->lock);
-        r = s->start_result;
-        if (r < 0) {
-                err = s->start_error;
-                s->start_error = NULL;
-        }
-        pthread_mutex_unlock(&s->lock);
+        r = run_sandbox_thread(s, &err);
         if (r < 0)
                 goto fail;
         /* visible from now on (lock order: reg_lock, then s->lock) */
@@ -902,26 +908,14 @@ static int start_claimed(struct sandbox *s, char **ret_error) {
                 goto fail;
 
         uint64_t t0 = now_monotonic_ns();
-        r = -pthread_create(&s->thread, NULL, sandbox_thread, s);
-        if (r < 0) {
-                err = strdup_printf("cannot start the sandbox thread: %s", strerror(-r));
-                goto fail;
-        }
-        s->thread_started = true;
-        pthread_mutex_lock(&s->lock);
-        while (!s->start_done)
-                pthread_cond_wait(&s->cond, &s->lock);
-        r = s->start_result;
-        if (r < 0) {
-                err = TAKE_PTR(s->start_error);
-        } else {
-                s->state = SANDBOX_RUNNING;
-        }
-        pthread_mutex_unlock(&s->lock);
+        r = run_sandbox_thread(s, &err);
         if (r < 0) {
                 life_stop_thread(s); /* it has returned already: only joins */
                 goto fail;
         }
+        pthread_mutex_lock(&s->lock);
+        s->state = SANDBOX_RUNNING;
+        pthread_mutex_unlock(&s->lock);
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox started (cold boot) in %llu ms",
                  (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
         return 0;
