@@ -8,8 +8,8 @@
  * connected the virtio-serial port reports POLLIN|POLLHUP and reads return
  * 0: the agent then leaves the port out of the main poll, wakes every 2 ms to
  * look again, keeps its processes running and drops whatever it would have
- * sent. A host that comes back starts with HELLO, which resets everything of
- * the previous connection.
+ * sent. A host that comes back starts with HELLO, which ends the previous
+ * connection's streams: its processes keep running, detached.
  */
 #include "agent.h"
 
@@ -160,7 +160,7 @@ static int handle_hello(struct agent *a, uint32_t stream, const void *payload, s
         if (r < 0)
                 return r;
         (void) thaw(a, "new host connection");
-        process_kill_all(a);
+        process_detach_all(a);
         files_discard_all(a);
         read_boot_id(boot_id, sizeof boot_id);
         log_info("Host connected (hello)");

@@ -73,7 +73,15 @@ void process_reap(struct agent *a);
 size_t process_poll_fill(struct agent *a, struct pollfd *pfd, int *timeout_ms);
 /* Handles the poll results for the fds process_poll_fill() added. */
 void process_poll_dispatch(struct agent *a, const struct pollfd *pfd, size_t n);
-/* SIGKILLs and forgets every process (new host connection). */
+/* Stream id of a process whose host connection is gone (requests never use
+ * stream 0): it keeps running, its output is read and dropped, its exit is
+ * reaped without a message. */
+#define PROCESS_DETACHED 0
+/* Detaches every process (new host connection): a node that restarted, a
+ * fork child or a woken sandbox must find the guest's programs still
+ * running, and the new host's stream ids must not collide with old ones. */
+void process_detach_all(struct agent *a);
+/* SIGKILLs and forgets every process (agent shutdown). */
 void process_kill_all(struct agent *a);
 
 /* files.c */

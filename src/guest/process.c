@@ -411,7 +411,8 @@ static bool output_read(struct agent *a, struct process *p, int fd, uint8_t type
                 k = read(fd, io_buf, sizeof io_buf);
         while (k < 0 && errno == EINTR);
         if (k > 0) {
-                agent_send(a, type, p->id, io_buf, (size_t) k);
+                if (p->id != PROCESS_DETACHED)
+                        agent_send(a, type, p->id, io_buf, (size_t) k);
                 return true;
         }
         return k < 0 && errno == EAGAIN;
@@ -426,7 +427,8 @@ static void process_finish(struct agent *a, struct process *p) {
                 sig = WTERMSIG(p->status);
                 code = 128 + sig;
         }
-        agent_send_json(a, PROTO_EXIT, p->id, json_pack("{s:i,s:i}", "exit_code", code, "signal", sig));
+        if (p->id != PROCESS_DETACHED)
+                agent_send_json(a, PROTO_EXIT, p->id, json_pack("{s:i,s:i}", "exit_code", code, "signal", sig));
         log_debug("Process %u (pid %d) exited: code=%d signal=%d", p->id, (int) p->pid, code, sig);
         process_free(a, p);
 }
@@ -495,6 +497,11 @@ void process_poll_dispatch(struct agent *a, const struct pollfd *pfd, size_t n) 
                 }
                 process_finish(a, p);
         }
+}
+
+void process_detach_all(struct agent *a) {
+        for (struct process *p = a->processes; p; p = p->next)
+                p->id = PROCESS_DETACHED;
 }
 
 void process_kill_all(struct agent *a) {

@@ -707,19 +707,26 @@ static void test_agent_pty(void **state) {
         assert_int_equal(res.err_len, 0);
 }
 
-static void test_agent_hello_kills(void **state) {
+static void test_agent_hello_detaches(void **state) {
         struct harness *h = harness_get(state);
+        struct run_result res = { 0 };
         struct frame f;
 
         pid_t pid = exec_ok(h, 24, "{\"argv\":[\"sleep\",\"100\"]}");
         send_json(h, PROTO_HELLO, 0, "{\"nonce\":\"again\",\"version\":1}");
         expect_frame(h, PROTO_HELLO, 0, &f);
         frame_release(&f);
-        /* killed and reaped by the agent (no EXIT: a new host starts fresh) */
-        int i;
-        for (i = 0; i < 500 && kill(pid, 0) == 0; i++)
-                usleep(10 * 1000);
-        assert_true(i < 500);
+        /* a new host (restarted node, fork child) finds it still running... */
+        usleep(200 * 1000);
+        assert_int_equal(kill(pid, 0), 0);
+        /* ...and may use its stream id again */
+        exec_ok(h, 24, "{\"argv\":[\"echo\",\"again\"]}");
+        collect_process(h, 24, &res);
+        assert_int_equal(res.exit_code, 0);
+        assert_string_equal(res.out, "again\n");
+        /* a detached process is reaped without an EXIT to the new host */
+        assert_int_equal(kill(pid, SIGKILL), 0);
+        usleep(200 * 1000);
         send_json(h, PROTO_PING, 0, "{}");
         json_decref(expect_result(h, 0));
 }
@@ -910,7 +917,7 @@ int main(void) {
                 cmocka_unit_test(test_agent_hello_ping),  cmocka_unit_test(test_agent_exec_pipes),
                 cmocka_unit_test(test_agent_exec_errors), cmocka_unit_test(test_agent_stdin),
                 cmocka_unit_test(test_agent_signal),      cmocka_unit_test(test_agent_exit_with_grandchild),
-                cmocka_unit_test(test_agent_pty),         cmocka_unit_test(test_agent_hello_kills),
+                cmocka_unit_test(test_agent_pty),         cmocka_unit_test(test_agent_hello_detaches),
                 cmocka_unit_test(test_agent_files),       cmocka_unit_test(test_agent_file_errors),
                 cmocka_unit_test(test_agent_identity),
         };
