@@ -36,6 +36,7 @@ enum stmt_id {
         STMT_OP_GET,
         STMT_OP_BY_KEY,
         STMT_OP_UPDATE,
+        STMT_OP_PROGRESS,
         STMT_OP_FAIL_UNFINISHED,
         STMT_SNAP_INSERT,
         STMT_SNAP_GET,
@@ -64,13 +65,18 @@ static const char *const stmt_sql[_STMT_MAX] = {
         [STMT_SANDBOX_TRANSITION] = "UPDATE sandboxes SET state = ?3, desired_state = COALESCE(?4, desired_state), "
                                     "error = NULL, updated_at = ?5 WHERE id = ?1 AND state = ?2",
         [STMT_OP_INSERT] = "INSERT INTO operations (id, sandbox_id, verb, state, error, result, idempotency_key, "
-                           "created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                           "created_at, request_hash, stage, progress) "
+                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         [STMT_OP_GET] = "SELECT id, sandbox_id, verb, state, error, result, idempotency_key, created_at, "
-                        "finished_at FROM operations WHERE id = ?1",
+                        "finished_at, request_hash, stage, progress FROM operations WHERE id = ?1",
         [STMT_OP_BY_KEY] = "SELECT id, sandbox_id, verb, state, error, result, idempotency_key, created_at, "
-                           "finished_at FROM operations WHERE idempotency_key = ?1",
+                           "finished_at, request_hash, stage, progress FROM operations WHERE idempotency_key = ?1",
         [STMT_OP_UPDATE] = "UPDATE operations SET state = ?2, error = ?3, result = ?4, "
-                           "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END WHERE id = ?1",
+                           "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END, "
+                           "progress = CASE WHEN ?2 = 'succeeded' THEN 100 ELSE progress END, "
+                           "stage = CASE WHEN ?2 = 'succeeded' THEN NULL ELSE stage END WHERE id = ?1",
+        [STMT_OP_PROGRESS] = "UPDATE operations SET progress = ?2, stage = ?3 "
+                             "WHERE id = ?1 AND state IN ('pending', 'running')",
         [STMT_OP_FAIL_UNFINISHED] = "UPDATE operations SET state = 'failed', error = ?1, finished_at = ?2 "
                                     "WHERE state IN ('pending', 'running')",
         [STMT_SNAP_INSERT] = "INSERT INTO snapshots (id, sandbox_id, kind, size, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -466,6 +472,9 @@ static int sqlite_operation_insert(struct store *s, const struct store_operation
         bind_text(st, 6, op->result);
         bind_text(st, 7, op->idempotency_key);
         sqlite3_bind_int64(st, 8, op->created_at ? op->created_at : now_ms());
+        bind_text(st, 9, op->request_hash);
+        bind_text(st, 10, op->stage);
+        sqlite3_bind_int(st, 11, op->progress);
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
@@ -486,11 +495,13 @@ static int operation_select(struct store *s, enum stmt_id id, const char *arg, s
         else if ((r = column_strdup(st, 0, &op.id)) >= 0 && (r = column_strdup(st, 1, &op.sandbox_id)) >= 0 &&
                  (r = column_strdup(st, 2, &op.verb)) >= 0 && (r = column_strdup(st, 3, &op.state)) >= 0 &&
                  (r = column_strdup(st, 4, &op.error)) >= 0 && (r = column_strdup(st, 5, &op.result)) >= 0 &&
-                 (r = column_strdup(st, 6, &op.idempotency_key)) >= 0) {
+                 (r = column_strdup(st, 6, &op.idempotency_key)) >= 0 &&
+                 (r = column_strdup(st, 9, &op.request_hash)) >= 0 && (r = column_strdup(st, 10, &op.stage)) >= 0) {
                 if (!op.id || !op.sandbox_id || !op.verb || !op.state)
                         r = -EBADMSG;
                 op.created_at = sqlite3_column_int64(st, 7);
                 op.finished_at = sqlite3_column_int64(st, 8); /* NULL reads as 0 */
+                op.progress = sqlite3_column_int(st, 11);
         }
         stmt_end(q, st);
         if (r < 0)
@@ -517,6 +528,17 @@ static int sqlite_operation_update(struct store *s, const char *id, const char *
         bind_text(st, 3, error);
         bind_text(st, 4, result);
         sqlite3_bind_int64(st, 5, now_ms());
+        int r = step_one_change(q, st);
+        stmt_end(q, st);
+        return r;
+}
+
+static int sqlite_operation_progress(struct store *s, const char *id, int progress, const char *stage) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_OP_PROGRESS);
+        bind_text(st, 1, id);
+        sqlite3_bind_int(st, 2, progress);
+        bind_text(st, 3, stage);
         int r = step_one_change(q, st);
         stmt_end(q, st);
         return r;
@@ -711,6 +733,7 @@ const struct store_ops store_sqlite_ops = {
         .operation_get = sqlite_operation_get,
         .operation_find_by_key = sqlite_operation_find_by_key,
         .operation_update = sqlite_operation_update,
+        .operation_progress = sqlite_operation_progress,
         .operation_fail_unfinished = sqlite_operation_fail_unfinished,
         .snapshot_insert = sqlite_snapshot_insert,
         .snapshot_get = sqlite_snapshot_get,

@@ -140,7 +140,8 @@ static bool operation_state_is_valid(const char *state) {
 }
 
 int store_operation_insert(struct store *s, const struct store_operation *op) {
-        if (!op || !op->id || !op->sandbox_id || !op->verb || !operation_state_is_valid(op->state))
+        if (!op || !op->id || !op->sandbox_id || !op->verb || !operation_state_is_valid(op->state) ||
+            op->progress < 0 || op->progress > 100)
                 return -EINVAL;
         return s->ops->operation_insert(s, op);
 }
@@ -163,6 +164,12 @@ int store_operation_update(struct store *s, const char *id, const char *state, c
         return s->ops->operation_update(s, id, state, error, result);
 }
 
+int store_operation_progress(struct store *s, const char *id, int progress, const char *stage) {
+        if (!id || progress < 0 || progress > 100)
+                return -EINVAL;
+        return s->ops->operation_progress(s, id, progress, stage);
+}
+
 int store_operation_fail_unfinished(struct store *s, const char *error) {
         return s->ops->operation_fail_unfinished(s, error);
 }
@@ -177,6 +184,8 @@ void store_operation_release(struct store_operation *op) {
         free(op->error);
         free(op->result);
         free(op->idempotency_key);
+        free(op->request_hash);
+        free(op->stage);
         *op = (struct store_operation){ 0 };
 }
 

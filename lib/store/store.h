@@ -54,8 +54,9 @@ struct store_session {
         int64_t created_at;                  /* Unix time, milliseconds */
 };
 
-/* One lifecycle operation (pause, resume, stop, start): its progress and
- * outcome, kept after it finished so clients can look it up. */
+/* One operation on a sandbox (create, delete, pause, resume, stop, start,
+ * rollback): its progress and outcome, kept after it finished so clients
+ * can look it up. */
 struct store_operation {
         char *id;              /* "op-" + 16 hex */
         char *sandbox_id;      /* no foreign key: the record outlives a deleted sandbox */
@@ -64,6 +65,9 @@ struct store_operation {
         char *error;           /* JSON object text {"code","message"} when failed, else NULL */
         char *result;          /* JSON text when succeeded, else NULL */
         char *idempotency_key; /* the client's Idempotency-Key, or NULL */
+        char *request_hash;    /* hex digest of the request that made it, or NULL */
+        char *stage;           /* the step it is in ("stopping"), or NULL */
+        int progress;          /* 0..100; 100 once succeeded */
         int64_t created_at;    /* Unix time, milliseconds */
         int64_t finished_at;   /* 0 while unfinished */
 };
@@ -98,6 +102,7 @@ struct store_ops {
         int (*operation_find_by_key)(struct store *s, const char *key, struct store_operation *ret);
         int (*operation_update)(struct store *s, const char *id, const char *state, const char *error,
                                 const char *result);
+        int (*operation_progress)(struct store *s, const char *id, int progress, const char *stage);
         int (*operation_fail_unfinished)(struct store *s, const char *error);
 
         int (*snapshot_insert)(struct store *s, const struct store_snapshot *snap);
@@ -167,8 +172,15 @@ int store_operation_get(struct store *s, const char *id, struct store_operation 
 /* The operation created with Idempotency-Key key; -ENOENT when none. */
 int store_operation_find_by_key(struct store *s, const char *key, struct store_operation *ret);
 /* Sets an operation's state, error and result; a final state
- * ("succeeded"/"failed") also sets finished_at. -ENOENT when unknown. */
+ * ("succeeded"/"failed") also sets finished_at. "succeeded" sets progress
+ * to 100 and clears the stage; "failed" keeps both (where it stopped).
+ * -ENOENT when unknown. */
 int store_operation_update(struct store *s, const char *id, const char *state, const char *error, const char *result);
+/* Records how far an unfinished operation got: progress 0..100 (-EINVAL
+ * otherwise) and the step it is in (NULL clears it). -ENOENT when no
+ * pending or running operation has this id: a finished one keeps what it
+ * ended with. */
+int store_operation_progress(struct store *s, const char *id, int progress, const char *stage);
 /* Marks every pending or running operation failed with error (JSON object
  * text): start-up repair after airlockd stopped while verbs ran. */
 int store_operation_fail_unfinished(struct store *s, const char *error);

@@ -233,6 +233,68 @@ static void test_lifecycle_rows(void **state) {
         store_operation_release(&g);
 }
 
+static void test_operation_progress(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(url, &s), 0);
+        unsigned v = 0;
+        assert_int_equal(store_schema_version(s, &v), 0);
+        assert_true(v >= 4);
+
+        struct store_operation op = { .id = "op-p", .sandbox_id = "sbx-p", .verb = "create", .state = "running",
+                                      .idempotency_key = "kp", .request_hash = "abc123" };
+        assert_int_equal(store_operation_insert(s, &op), 0);
+        struct store_operation g = { 0 };
+        assert_int_equal(store_operation_find_by_key(s, "kp", &g), 0);
+        assert_int_equal(g.progress, 0); /* a new operation has done nothing yet */
+        assert_null(g.stage);
+        assert_string_equal(g.request_hash, "abc123");
+        store_operation_release(&g);
+
+        assert_int_equal(store_operation_progress(s, "op-p", 10, "creating"), 0);
+        assert_int_equal(store_operation_get(s, "op-p", &g), 0);
+        assert_int_equal(g.progress, 10);
+        assert_string_equal(g.stage, "creating");
+        assert_string_equal(g.state, "running");
+        store_operation_release(&g);
+        assert_int_equal(store_operation_progress(s, "op-p", 101, NULL), -EINVAL);
+        assert_int_equal(store_operation_progress(s, "op-p", -1, NULL), -EINVAL);
+        assert_int_equal(store_operation_progress(s, "op-none", 10, NULL), -ENOENT);
+
+        /* success means done: 100, no stage */
+        assert_int_equal(store_operation_update(s, "op-p", "succeeded", NULL, "{}"), 0);
+        assert_int_equal(store_operation_get(s, "op-p", &g), 0);
+        assert_int_equal(g.progress, 100);
+        assert_null(g.stage);
+        store_operation_release(&g);
+        /* a finished operation keeps what it ended with */
+        assert_int_equal(store_operation_progress(s, "op-p", 50, "again"), -ENOENT);
+
+        /* failure keeps the last step, also through start-up repair */
+        struct store_operation f = { .id = "op-f", .sandbox_id = "sbx-p", .verb = "stop", .state = "pending",
+                                     .progress = 5, .stage = "queued" };
+        assert_int_equal(store_operation_insert(s, &f), 0);
+        assert_int_equal(store_operation_progress(s, "op-f", 10, "stopping"), 0);
+        assert_int_equal(store_operation_update(s, "op-f", "failed", "{\"code\":\"timeout\"}", NULL), 0);
+        assert_int_equal(store_operation_get(s, "op-f", &g), 0);
+        assert_int_equal(g.progress, 10);
+        assert_string_equal(g.stage, "stopping");
+        assert_null(g.request_hash);
+        store_operation_release(&g);
+        struct store_operation u = { .id = "op-u", .sandbox_id = "sbx-p", .verb = "delete", .state = "running" };
+        assert_int_equal(store_operation_insert(s, &u), 0);
+        assert_int_equal(store_operation_progress(s, "op-u", 10, "deleting"), 0);
+        assert_int_equal(store_operation_fail_unfinished(s, "{\"code\":\"internal\"}"), 0);
+        assert_int_equal(store_operation_get(s, "op-u", &g), 0);
+        assert_string_equal(g.state, "failed");
+        assert_int_equal(g.progress, 10);
+        assert_string_equal(g.stage, "deleting");
+        store_operation_release(&g);
+
+        struct store_operation bad = { .id = "op-b", .sandbox_id = "sbx-p", .verb = "stop", .state = "pending",
+                                       .progress = 150 };
+        assert_int_equal(store_operation_insert(s, &bad), -EINVAL);
+}
+
 static void test_snapshots(void **state) {
         struct store *s = NULL;
         assert_int_equal(store_open(url, &s), 0);
@@ -290,6 +352,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_sessions, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_api_keys, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_lifecycle_rows, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_operation_progress, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_snapshots, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

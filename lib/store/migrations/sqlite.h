@@ -60,4 +60,13 @@ static const char *const store_sqlite_migrations[] = {
         "  created_at INTEGER NOT NULL\n"
         ");\n"
         "CREATE INDEX snapshots_sandbox ON snapshots(sandbox_id, created_at);\n",
+        /* 4: operations report how far they got (progress 0-100 and the
+         * step they are in) and remember a hash of the request that made
+         * them, so an Idempotency-Key reused for another request is told
+         * apart from a retry; operations that succeeded before are done */
+        "ALTER TABLE operations ADD COLUMN progress INTEGER NOT NULL DEFAULT 0\n"
+        "  CHECK (progress BETWEEN 0 AND 100);\n"
+        "ALTER TABLE operations ADD COLUMN stage TEXT;\n"
+        "ALTER TABLE operations ADD COLUMN request_hash TEXT;\n"
+        "UPDATE operations SET progress = 100 WHERE state = 'succeeded';\n",
 };
