@@ -170,6 +170,73 @@ int rm_rf(const char *path) {
         return rm_rf_at(AT_FDCWD, path, st.st_dev);
 }
 
+/* True when the n bytes at p are all zero. */
+static bool mem_is_zero(const char *p, size_t n) {
+        return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+/* Writes the data extents of in to out: holes are never read, and blocks of
+ * zeros inside data extents are skipped too (guest memory images are full of
+ * them), so they become holes in out. out's size is set at the end. */
+static int fd_copy_sparse(int in, int out, off_t size) {
+        const size_t bufsize = 1 << 20, block = 4096;
+        _cleanup_free_ char *buf = malloc(bufsize);
+        if (!buf)
+                return -ENOMEM;
+        for (off_t off = 0; off < size;) {
+                off_t data = lseek(in, off, SEEK_DATA);
+                if (data < 0) {
+                        if (errno == ENXIO)
+                                break; /* only a hole is left */
+                        return negative_errno();
+                }
+                off_t hole = lseek(in, data, SEEK_HOLE);
+                if (hole < 0)
+                        return negative_errno();
+                hole = MIN(hole, size);
+                for (off_t p = data; p < hole;) {
+                        size_t want = (size_t) MIN((off_t) bufsize, hole - p);
+                        ssize_t k = pread(in, buf, want, p);
+                        if (k < 0 && errno == EINTR)
+                                continue;
+                        if (k <= 0)
+                                return k < 0 ? negative_errno() : -EIO; /* shrank under us */
+                        for (size_t i = 0; i < (size_t) k; i += block) {
+                                size_t len = MIN(block, (size_t) k - i);
+                                if (mem_is_zero(buf + i, len))
+                                        continue;
+                                ssize_t w = pwrite(out, buf + i, len, p + (off_t) i);
+                                if (w != (ssize_t) len)
+                                        return w < 0 ? negative_errno() : -EIO;
+                        }
+                        p += k;
+                }
+                off = hole;
+        }
+        if (ftruncate(out, size) < 0)
+                return negative_errno();
+        return 0;
+}
+
+int fd_clone_or_copy(int in, int out, bool *ret_cloned) {
+        struct stat st;
+        if (fstat(in, &st) < 0)
+                return negative_errno();
+        if (!S_ISREG(st.st_mode))
+                return -EINVAL;
+        if (ioctl(out, FICLONE, in) == 0) {
+                if (ret_cloned)
+                        *ret_cloned = true;
+                return 0;
+        }
+        int r = fd_copy_sparse(in, out, st.st_size);
+        if (r < 0)
+                return r;
+        if (ret_cloned)
+                *ret_cloned = false;
+        return 0;
+}
+
 int file_clone_or_copy(const char *src, const char *dst, bool *ret_cloned) {
         _cleanup_close_ int in = open(src, O_RDONLY | O_CLOEXEC);
         if (in < 0)
@@ -180,55 +247,10 @@ int file_clone_or_copy(const char *src, const char *dst, bool *ret_cloned) {
         _cleanup_close_ int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 07777);
         if (out < 0)
                 return negative_errno();
-        if (ioctl(out, FICLONE, in) == 0) {
-                if (ret_cloned)
-                        *ret_cloned = true;
-                return 0;
-        }
-        /* Byte copy that keeps holes: copy data extents only. */
-        off_t off = 0;
-        int r = 0;
-        const size_t bufsize = 1 << 20;
-        _cleanup_free_ char *buf = malloc(bufsize);
-        if (!buf) {
+        int r = fd_clone_or_copy(in, out, ret_cloned);
+        if (r < 0)
                 unlink(dst);
-                return -ENOMEM;
-        }
-        for (;;) {
-                off_t data = lseek(in, off, SEEK_DATA);
-                if (data < 0)
-                        break; /* ENXIO: no more data */
-                off_t hole = lseek(in, data, SEEK_HOLE);
-                if (hole < 0) {
-                        r = negative_errno();
-                        break;
-                }
-                for (off_t p = data; p < hole;) {
-                        size_t want = (size_t) MIN((off_t) bufsize, hole - p);
-                        ssize_t k = pread(in, buf, want, p);
-                        if (k <= 0) {
-                                r = k < 0 ? negative_errno() : -EIO;
-                                goto done;
-                        }
-                        ssize_t w = pwrite(out, buf, (size_t) k, p);
-                        if (w != k) {
-                                r = w < 0 ? negative_errno() : -EIO;
-                                goto done;
-                        }
-                        p += k;
-                }
-                off = hole;
-        }
-done:
-        if (r >= 0 && ftruncate(out, st.st_size) < 0)
-                r = negative_errno();
-        if (r < 0) {
-                unlink(dst);
-                return r;
-        }
-        if (ret_cloned)
-                *ret_cloned = false;
-        return 0;
+        return r;
 }
 
 uint64_t now_monotonic_ns(void) {

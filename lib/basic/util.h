@@ -37,6 +37,12 @@ int rm_rf(const char *path);
 /* Copies src to dst, trying FICLONE first (instant on btrfs/xfs); falls back
  * to a byte copy that keeps holes. ret_cloned (may be NULL) tells which. */
 int file_clone_or_copy(const char *src, const char *dst, bool *ret_cloned);
+/* The same between open fds: copies all of in (a regular file, read with
+ * pread, so its offset does not matter) into out, which must be empty and
+ * writable. FICLONE when both are on one reflink-capable file system, else
+ * a copy of the data extents in which holes and all-zero 4 KiB blocks stay
+ * holes; out gets in's size. -EINVAL when in is not a regular file. */
+int fd_clone_or_copy(int in, int out, bool *ret_cloned);
 
 uint64_t now_monotonic_ns(void);
 uint64_t now_realtime_ns(void);

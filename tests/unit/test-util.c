@@ -132,11 +132,68 @@ static void test_files(void **state) {
         assert_int_equal(rm_rf(dir), 0); /* missing is fine */
 }
 
+/* Copies between fds: content identical, holes and explicitly written zero
+ * blocks stay (or become) holes, the source offset does not matter. With
+ * AIRLOCK_TEST_REFLINK_DIR on btrfs/xfs it must be a reflink. */
+static void check_fd_clone(const char *base, bool want_clone) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "%s/airlock-test-fdclone-XXXXXX", base);
+        assert_non_null(mkdtemp(dir));
+        _cleanup_free_ char *src = strdup_printf("%s/src", dir), *dst = strdup_printf("%s/dst", dir);
+        _cleanup_free_ char *zeros = calloc(1, 1 << 20);
+        assert_non_null(zeros);
+        int in = open(src, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        assert_true(in >= 0);
+        assert_int_equal(pwrite(in, "head", 4, 0), 4);
+        assert_int_equal(pwrite(in, zeros, 1 << 20, 4 << 20), 1 << 20); /* allocated, but zero */
+        assert_int_equal(pwrite(in, "tail", 4, (32 << 20) - 4), 4);
+        assert_int_equal(fsync(in), 0);
+        assert_int_equal(lseek(in, 100, SEEK_SET), 100);
+        int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        assert_true(out >= 0);
+        bool cloned = !want_clone;
+        assert_int_equal(fd_clone_or_copy(in, out, &cloned), 0);
+        if (want_clone)
+                assert_true(cloned);
+        close(out);
+        struct stat a, b;
+        assert_int_equal(fstat(in, &a), 0);
+        assert_int_equal(stat(dst, &b), 0);
+        assert_int_equal(b.st_size, 32 << 20);
+        if (!cloned)
+                assert_true(b.st_blocks < a.st_blocks); /* the zero MiB became a hole */
+        _cleanup_free_ char *x = NULL, *y = NULL;
+        size_t xl = 0, yl = 0;
+        assert_int_equal(file_read_all(src, 64 << 20, &x, &xl), 0);
+        assert_int_equal(file_read_all(dst, 64 << 20, &y, &yl), 0);
+        assert_int_equal(xl, yl);
+        assert_memory_equal(x, y, xl);
+        close(in);
+
+        /* only regular files are copied */
+        int p[2];
+        assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+        out = open(dst, O_WRONLY | O_TRUNC | O_CLOEXEC);
+        assert_int_equal(fd_clone_or_copy(p[0], out, NULL), -EINVAL);
+        close(out);
+        close(p[0]);
+        close(p[1]);
+        assert_int_equal(rm_rf(dir), 0);
+}
+
+static void test_fd_clone_or_copy(void **state) {
+        (void) state;
+        check_fd_clone("/tmp", false);
+        const char *reflink = getenv("AIRLOCK_TEST_REFLINK_DIR");
+        if (reflink && *reflink)
+                check_fd_clone(reflink, true);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_path_check), cmocka_unit_test(test_name_is_valid),
                 cmocka_unit_test(test_parse_u64),  cmocka_unit_test(test_random_id),
-                cmocka_unit_test(test_files),
+                cmocka_unit_test(test_files),      cmocka_unit_test(test_fd_clone_or_copy),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,839 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The backend-independent half of the object store: the handle and its
+ * dispatch (keys checked first), and snapshots on top of any backend:
+ * content-addressed blobs, a manifest written last, verification on both
+ * ways, delete and garbage collection.
+ */
+#include "objstore.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "macros.h"
+#include "util.h"
+
+#define BLOB_PREFIX "blobs/"
+#define SNAPSHOT_PREFIX "snapshots/"
+#define MANIFEST_NAME "manifest.json"
+#define MANIFEST_VERSION 1
+#define HASH_BUF_SIZE (1u << 20)
+
+struct objstore {
+        const struct objstore_ops *ops;
+        void *data;
+        /* Readers: every call but delete and gc, which take it exclusively
+         * so they never remove a blob an upload in flight is about to use. */
+        pthread_rwlock_t lock;
+};
+
+int objstore_new(const struct objstore_ops *ops, void *data, struct objstore **ret) {
+        if (!ops || !ops->put || !ops->get || !ops->exists || !ops->remove || !ops->list || !ops->free || !ret)
+                return -EINVAL;
+        if (sodium_init() < 0)
+                return -EIO;
+        struct objstore *o = calloc(1, sizeof *o);
+        if (!o)
+                return -ENOMEM;
+        int r = pthread_rwlock_init(&o->lock, NULL);
+        if (r != 0) {
+                free(o);
+                return -r;
+        }
+        o->ops = ops;
+        o->data = data;
+        *ret = o;
+        return 0;
+}
+
+void *objstore_backend_data(struct objstore *o) {
+        return o ? o->data : NULL;
+}
+
+const char *objstore_backend_name(struct objstore *o) {
+        return o ? o->ops->name : NULL;
+}
+
+void objstore_free(struct objstore *o) {
+        if (!o)
+                return;
+        o->ops->free(o);
+        pthread_rwlock_destroy(&o->lock);
+        free(o);
+}
+
+static bool char_is_safe(char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+               c == '-';
+}
+
+int objstore_key_check(const char *key) {
+        if (!key)
+                return -EINVAL;
+        size_t n = strnlen(key, OBJSTORE_KEY_MAX + 1);
+        if (n == 0 || n > OBJSTORE_KEY_MAX)
+                return -EINVAL;
+        size_t start = 0;
+        for (size_t i = 0; i <= n; i++) {
+                if (i < n && key[i] != '/') {
+                        if (!char_is_safe(key[i]))
+                                return -EINVAL;
+                        continue;
+                }
+                size_t len = i - start;
+                if (len == 0) /* leading, trailing or doubled '/' */
+                        return -EINVAL;
+                if (key[start] == '.' && (len == 1 || (len == 2 && key[start + 1] == '.')))
+                        return -EINVAL;
+                start = i + 1;
+        }
+        return 0;
+}
+
+/* A list prefix: "" or a key, optionally ending in '/'. */
+static int prefix_check(const char *prefix) {
+        if (!prefix)
+                return -EINVAL;
+        size_t n = strnlen(prefix, OBJSTORE_KEY_MAX + 1);
+        if (n == 0)
+                return 0;
+        if (n > OBJSTORE_KEY_MAX)
+                return -EINVAL;
+        char buf[OBJSTORE_KEY_MAX + 1];
+        memcpy(buf, prefix, n + 1);
+        if (buf[n - 1] == '/')
+                buf[n - 1] = 0;
+        return objstore_key_check(buf);
+}
+
+int objstore_put(struct objstore *o, const char *key, int fd) {
+        if (!o || fd < 0)
+                return -EINVAL;
+        int r = objstore_key_check(key);
+        if (r < 0)
+                return r;
+        pthread_rwlock_rdlock(&o->lock);
+        r = o->ops->put(o, key, fd);
+        pthread_rwlock_unlock(&o->lock);
+        return r;
+}
+
+int objstore_get(struct objstore *o, const char *key, const char *dst_path) {
+        if (!o || !dst_path || !*dst_path)
+                return -EINVAL;
+        int r = objstore_key_check(key);
+        if (r < 0)
+                return r;
+        pthread_rwlock_rdlock(&o->lock);
+        r = o->ops->get(o, key, dst_path);
+        pthread_rwlock_unlock(&o->lock);
+        return r;
+}
+
+int objstore_exists(struct objstore *o, const char *key, uint64_t *ret_size) {
+        if (!o)
+                return -EINVAL;
+        int r = objstore_key_check(key);
+        if (r < 0)
+                return r;
+        uint64_t size = 0;
+        pthread_rwlock_rdlock(&o->lock);
+        r = o->ops->exists(o, key, &size);
+        pthread_rwlock_unlock(&o->lock);
+        if (r >= 0 && ret_size)
+                *ret_size = size;
+        return r;
+}
+
+int objstore_remove(struct objstore *o, const char *key) {
+        if (!o)
+                return -EINVAL;
+        int r = objstore_key_check(key);
+        if (r < 0)
+                return r;
+        pthread_rwlock_rdlock(&o->lock);
+        r = o->ops->remove(o, key);
+        pthread_rwlock_unlock(&o->lock);
+        return r;
+}
+
+int objstore_list(struct objstore *o, const char *prefix, char ***ret_keys) {
+        if (!o || !ret_keys)
+                return -EINVAL;
+        int r = prefix_check(prefix);
+        if (r < 0)
+                return r;
+        pthread_rwlock_rdlock(&o->lock);
+        r = o->ops->list(o, prefix, ret_keys);
+        pthread_rwlock_unlock(&o->lock);
+        return r;
+}
+
+void objstore_keys_free(char **keys) {
+        if (!keys)
+                return;
+        for (char **k = keys; *k; k++)
+                free(*k);
+        free(keys);
+}
+
+static void hash_statep(crypto_hash_sha256_state *h) {
+        sodium_memzero(h, sizeof *h);
+}
+
+/* Hashes the first size bytes of fd, holes as zeros without reading them. */
+static int fd_sha256(int fd, char out[OBJSTORE_SHA256_HEX], uint64_t *ret_size) {
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        if (!S_ISREG(st.st_mode))
+                return -EINVAL;
+        _cleanup_free_ uint8_t *buf = malloc(HASH_BUF_SIZE);
+        if (!buf)
+                return -ENOMEM;
+        _cleanup_(hash_statep) crypto_hash_sha256_state h;
+        crypto_hash_sha256_init(&h);
+        const off_t size = st.st_size;
+        for (off_t off = 0; off < size;) {
+                off_t data = lseek(fd, off, SEEK_DATA);
+                if (data < 0) {
+                        if (errno != ENXIO)
+                                return negative_errno();
+                        data = size; /* only a hole is left */
+                }
+                data = MIN(data, size);
+                if (data > off)
+                        memset(buf, 0, HASH_BUF_SIZE);
+                while (off < data) {
+                        size_t k = (size_t) MIN((off_t) HASH_BUF_SIZE, data - off);
+                        crypto_hash_sha256_update(&h, buf, k);
+                        off += (off_t) k;
+                }
+                if (off >= size)
+                        break;
+                off_t hole = lseek(fd, data, SEEK_HOLE);
+                if (hole < 0)
+                        return negative_errno();
+                hole = MIN(hole, size);
+                while (off < hole) {
+                        ssize_t k = pread(fd, buf, (size_t) MIN((off_t) HASH_BUF_SIZE, hole - off), off);
+                        if (k < 0 && errno == EINTR)
+                                continue;
+                        if (k <= 0)
+                                return k < 0 ? negative_errno() : -EIO; /* shrank under us */
+                        crypto_hash_sha256_update(&h, buf, (unsigned long long) k);
+                        off += k;
+                }
+        }
+        uint8_t digest[crypto_hash_sha256_BYTES];
+        crypto_hash_sha256_final(&h, digest);
+        sodium_bin2hex(out, OBJSTORE_SHA256_HEX, digest, sizeof digest);
+        if (ret_size)
+                *ret_size = (uint64_t) size;
+        return 0;
+}
+
+int objstore_file_sha256(const char *path, char out[OBJSTORE_SHA256_HEX]) {
+        if (!path || !out)
+                return -EINVAL;
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        char hex[OBJSTORE_SHA256_HEX];
+        int r = fd_sha256(fd, hex, NULL);
+        if (r < 0)
+                return r;
+        memcpy(out, hex, sizeof hex);
+        return 0;
+}
+
+/* Artifact names become file names in download's dst_dir: one safe
+ * component, never "." or "..". */
+static bool artifact_name_is_valid(const char *s) {
+        size_t n = strnlen(s, 65);
+        if (n == 0 || n > 64 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!char_is_safe(s[i]))
+                        return false;
+        return true;
+}
+
+static bool sha256_hex_is_valid(const char *s) {
+        if (strlen(s) != OBJSTORE_SHA256_HEX - 1)
+                return false;
+        for (const char *p = s; *p; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                        return false;
+        return true;
+}
+
+static bool json_is_uint(const json_t *j) {
+        return json_is_integer(j) && json_integer_value(j) >= 0;
+}
+
+/* One artifact entry of a manifest already checked by manifest_check(). */
+static void manifest_artifact(json_t *m, size_t i, const char **name, const char **sha, uint64_t *size) {
+        json_t *a = json_array_get(json_object_get(m, "artifacts"), i);
+        *name = json_string_value(json_object_get(a, "name"));
+        *sha = json_string_value(json_object_get(a, "sha256"));
+        *size = (uint64_t) json_integer_value(json_object_get(a, "size"));
+}
+
+static size_t manifest_count(json_t *m) {
+        return json_array_size(json_object_get(m, "artifacts"));
+}
+
+static int manifest_check(json_t *m) {
+        /* exactly the five fields: none missing, nothing unknown */
+        if (!json_is_object(m) || json_object_size(m) != 5)
+                return -EBADMSG;
+        json_t *v = json_object_get(m, "version");
+        if (!json_is_integer(v) || json_integer_value(v) != MANIFEST_VERSION)
+                return -EBADMSG;
+        v = json_object_get(m, "snapshot");
+        if (!json_is_string(v) || !name_is_valid(json_string_value(v)))
+                return -EBADMSG;
+        if (!json_is_uint(json_object_get(m, "created_at")) || !json_is_object(json_object_get(m, "meta")))
+                return -EBADMSG;
+        json_t *arts = json_object_get(m, "artifacts");
+        size_t n = json_array_size(arts);
+        if (!json_is_array(arts) || n == 0 || n > OBJSTORE_ARTIFACTS_MAX)
+                return -EBADMSG;
+        for (size_t i = 0; i < n; i++) {
+                json_t *a = json_array_get(arts, i);
+                json_t *name = json_object_get(a, "name"), *sha = json_object_get(a, "sha256");
+                if (!json_is_object(a) || json_object_size(a) != 3 || !json_is_string(name) ||
+                    !json_is_string(sha) || !json_is_uint(json_object_get(a, "size")))
+                        return -EBADMSG;
+                if (!artifact_name_is_valid(json_string_value(name)) || !sha256_hex_is_valid(json_string_value(sha)))
+                        return -EBADMSG;
+                for (size_t j = 0; j < i; j++)
+                        if (json_equal(name, json_object_get(json_array_get(arts, j), "name")))
+                                return -EBADMSG;
+        }
+        return 0;
+}
+
+int objstore_manifest_parse(const char *data, size_t len, json_t **ret) {
+        if (!ret || (!data && len > 0))
+                return -EINVAL;
+        if (len == 0 || len > OBJSTORE_MANIFEST_MAX)
+                return -EBADMSG;
+        /* no NUL in strings (the default), duplicate keys are an error */
+        _cleanup_(json_decrefp) json_t *m = json_loadb(data, len, JSON_REJECT_DUPLICATES, NULL);
+        if (!m || manifest_check(m) < 0)
+                return -EBADMSG;
+        *ret = TAKE_PTR(m);
+        return 0;
+}
+
+static char *manifest_key(const char *snapshot_id) {
+        return strdup_printf(SNAPSHOT_PREFIX "%s/" MANIFEST_NAME, snapshot_id);
+}
+
+static char *blob_key(const char *sha) {
+        return strdup_printf(BLOB_PREFIX "%s", sha);
+}
+
+/* A private directory for files fetched only to be read here (backends
+ * only get() into files). */
+static char *tmpdir_new(void) {
+        const char *base = secure_getenv("TMPDIR");
+        _cleanup_free_ char *t = strdup_printf("%s/objstore-XXXXXX", base && *base ? base : "/tmp");
+        if (!t || !mkdtemp(t))
+                return NULL;
+        return TAKE_PTR(t);
+}
+
+/* Reads a small object (at most max bytes) into memory. -EFBIG when it is
+ * larger, without fetching it. */
+static int read_small(struct objstore *o, const char *key, size_t max, char **ret, size_t *ret_len) {
+        uint64_t size = 0;
+        int r = o->ops->exists(o, key, &size);
+        if (r < 0)
+                return r;
+        if (size > max)
+                return -EFBIG;
+        _cleanup_free_ char *dir = tmpdir_new();
+        if (!dir)
+                return negative_errno();
+        _cleanup_free_ char *path = strdup_printf("%s/object", dir);
+        r = path ? o->ops->get(o, key, path) : -ENOMEM;
+        if (r >= 0)
+                r = file_read_all(path, max, ret, ret_len);
+        (void) rm_rf(dir);
+        return r;
+}
+
+/* Loads and checks snapshot_id's manifest; a manifest that names another
+ * snapshot (copied or renamed by hand) is malformed too. */
+static int manifest_load(struct objstore *o, const char *snapshot_id, json_t **ret) {
+        _cleanup_free_ char *key = manifest_key(snapshot_id);
+        if (!key)
+                return -ENOMEM;
+        _cleanup_free_ char *data = NULL;
+        size_t len = 0;
+        int r = read_small(o, key, OBJSTORE_MANIFEST_MAX, &data, &len);
+        if (r == -EFBIG)
+                return -EBADMSG;
+        if (r < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *m = NULL;
+        r = objstore_manifest_parse(data, len, &m);
+        if (r < 0)
+                return r;
+        if (strcmp(json_string_value(json_object_get(m, "snapshot")), snapshot_id) != 0)
+                return -EBADMSG;
+        *ret = TAKE_PTR(m);
+        return 0;
+}
+
+/* Checks a landed blob: its size and, where the backend is plain files, the
+ * hash of what is actually stored. -EBADMSG when it does not match. */
+static int blob_verify(struct objstore *o, const char *key, const char *sha, uint64_t size) {
+        uint64_t got = 0;
+        int r = o->ops->exists(o, key, &got);
+        if (r == -ENOENT)
+                return -EBADMSG;
+        if (r < 0)
+                return r;
+        if (got != size)
+                return -EBADMSG;
+        if (!o->ops->local_path)
+                return 0;
+        _cleanup_free_ char *path = NULL;
+        r = o->ops->local_path(o, key, &path);
+        if (r < 0)
+                return r;
+        char hex[OBJSTORE_SHA256_HEX];
+        r = objstore_file_sha256(path, hex);
+        if (r < 0)
+                return r == -ENOENT ? -EBADMSG : r;
+        return strcmp(hex, sha) == 0 ? 0 : -EBADMSG;
+}
+
+/* Makes blobs/<sha> hold fd's content and verifies it. An existing blob of
+ * the right size is kept (dedup) unless it fails verification, in which
+ * case it is replaced once. A blob that still fails (the source changed
+ * while it was uploaded) is removed: its name would lie about its content. */
+static int blob_ensure(struct objstore *o, const char *ctx, const char *name, int fd, const char *sha,
+                       uint64_t size) {
+        _cleanup_free_ char *key = blob_key(sha);
+        if (!key)
+                return -ENOMEM;
+        uint64_t got = 0;
+        bool present = o->ops->exists(o, key, &got) >= 0 && got == size;
+        int r = present ? 0 : o->ops->put(o, key, fd);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to upload artifact %s: %m", name);
+        r = blob_verify(o, key, sha, size);
+        if (r == -EBADMSG && present) {
+                log_emit(LOG_LEVEL_WARN, ctx, "stored blob %s for artifact %s is corrupt, replacing it", sha, name);
+                r = o->ops->put(o, key, fd);
+                if (r < 0)
+                        return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to upload artifact %s: %m", name);
+                r = blob_verify(o, key, sha, size);
+        }
+        if (r == -EBADMSG) {
+                (void) o->ops->remove(o, key);
+                return log_errno(LOG_LEVEL_ERROR, r, ctx,
+                                 "artifact %s did not verify after upload (changed meanwhile?)", name);
+        }
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to verify artifact %s: %m", name);
+        return 0;
+}
+
+struct upload {
+        size_t n;
+        int fd[OBJSTORE_ARTIFACTS_MAX];
+        char sha[OBJSTORE_ARTIFACTS_MAX][OBJSTORE_SHA256_HEX];
+        uint64_t size[OBJSTORE_ARTIFACTS_MAX];
+};
+
+static void upload_release(struct upload *u) {
+        for (size_t i = 0; i < u->n; i++)
+                closep(&u->fd[i]);
+}
+
+/* The manifest as compact JSON, refused (before any blob is uploaded) when
+ * objstore_manifest_parse() could not read it back: too large, or a meta
+ * the strict parser refuses (a string with a NUL). */
+static int manifest_build(const char *snapshot_id, const struct objstore_artifact *a, const struct upload *u,
+                          json_t *meta, char **ret, size_t *ret_len) {
+        _cleanup_(json_decrefp) json_t *arts = json_array();
+        if (!arts)
+                return -ENOMEM;
+        for (size_t i = 0; i < u->n; i++)
+                if (json_array_append_new(arts, json_pack("{s:s,s:s,s:I}", "name", a[i].name, "sha256", u->sha[i],
+                                                          "size", (json_int_t) u->size[i])) < 0)
+                        return -ENOMEM;
+        _cleanup_(json_decrefp) json_t *m = json_pack(
+                "{s:i,s:s,s:I,s:o,s:O}", "version", MANIFEST_VERSION, "snapshot", snapshot_id, "created_at",
+                (json_int_t) (now_realtime_ns() / 1000000), "meta", meta ? json_incref(meta) : json_object(),
+                "artifacts", arts);
+        if (!m)
+                return -ENOMEM;
+        _cleanup_free_ char *s = json_dumps(m, JSON_COMPACT);
+        if (!s)
+                return -ENOMEM;
+        size_t len = strlen(s);
+        if (len > OBJSTORE_MANIFEST_MAX)
+                return -E2BIG;
+        _cleanup_(json_decrefp) json_t *check = NULL;
+        if (objstore_manifest_parse(s, len, &check) < 0)
+                return -EINVAL;
+        *ret = TAKE_PTR(s);
+        *ret_len = len;
+        return 0;
+}
+
+/* Puts bytes from memory: the backends take fds, so through a memfd. */
+static int put_bytes(struct objstore *o, const char *key, const char *data, size_t len) {
+        _cleanup_close_ int fd = memfd_create("objstore-put", MFD_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        int r = fd_write_all(fd, data, len);
+        if (r < 0)
+                return r;
+        return o->ops->put(o, key, fd);
+}
+
+static int snapshot_upload_locked(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
+                                  size_t n, json_t *meta, const char *ctx) {
+        _cleanup_free_ char *mkey = manifest_key(snapshot_id);
+        if (!mkey)
+                return -ENOMEM;
+        uint64_t size = 0;
+        int r = o->ops->exists(o, mkey, &size);
+        if (r >= 0)
+                return -EEXIST;
+        if (r != -ENOENT)
+                return r;
+
+        /* Each artifact is opened once, so what is hashed and what is put is
+         * the same file even if its path is replaced meanwhile. */
+        _cleanup_(upload_release) struct upload u = { 0 };
+        for (size_t i = 0; i < n; i++) {
+                u.fd[u.n++] = open(a[i].path, O_RDONLY | O_CLOEXEC);
+                if (u.fd[i] < 0)
+                        return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx, "failed to open artifact %s: %m",
+                                         a[i].name);
+                r = fd_sha256(u.fd[i], u.sha[i], &u.size[i]);
+                if (r < 0)
+                        return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to hash artifact %s: %m", a[i].name);
+        }
+        _cleanup_free_ char *manifest = NULL;
+        size_t len = 0;
+        r = manifest_build(snapshot_id, a, &u, meta, &manifest, &len);
+        if (r < 0)
+                return r;
+
+        for (size_t i = 0; i < n; i++) {
+                r = blob_ensure(o, ctx, a[i].name, u.fd[i], u.sha[i], u.size[i]);
+                if (r < 0)
+                        return r;
+        }
+        r = put_bytes(o, mkey, manifest, len);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to write the manifest: %m");
+        return 0;
+}
+
+int objstore_snapshot_upload(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
+                             size_t n, json_t *meta) {
+        if (!o || !name_is_valid(snapshot_id) || !a || n == 0 || n > OBJSTORE_ARTIFACTS_MAX ||
+            (meta && !json_is_object(meta)))
+                return -EINVAL;
+        for (size_t i = 0; i < n; i++) {
+                if (!a[i].name || !a[i].path || !artifact_name_is_valid(a[i].name))
+                        return -EINVAL;
+                for (size_t j = 0; j < i; j++)
+                        if (strcmp(a[i].name, a[j].name) == 0)
+                                return -EINVAL;
+        }
+        char ctx[96];
+        snprintf(ctx, sizeof ctx, "snapshot=%s", snapshot_id);
+        uint64_t t0 = now_monotonic_ns();
+        pthread_rwlock_rdlock(&o->lock);
+        int r = snapshot_upload_locked(o, snapshot_id, a, n, meta, ctx);
+        pthread_rwlock_unlock(&o->lock);
+        if (r >= 0)
+                log_emit(LOG_LEVEL_INFO, ctx, "snapshot uploaded: %zu artifacts, %llu ms", n,
+                         (unsigned long long) ((now_monotonic_ns() - t0) / 1000000));
+        return r;
+}
+
+int objstore_snapshot_manifest(struct objstore *o, const char *snapshot_id, json_t **ret_manifest) {
+        if (!o || !name_is_valid(snapshot_id) || !ret_manifest)
+                return -EINVAL;
+        pthread_rwlock_rdlock(&o->lock);
+        int r = manifest_load(o, snapshot_id, ret_manifest);
+        pthread_rwlock_unlock(&o->lock);
+        return r;
+}
+
+/* Makes the renames into dir durable. */
+static int fsync_dir(const char *dir) {
+        _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0 || fsync(fd) < 0)
+                return negative_errno();
+        return 0;
+}
+
+/* Temporary names in dst_dir: '~' is not allowed in artifact names, so they
+ * never collide with an artifact. */
+static char *part_path(const char *dst_dir, const char *name) {
+        return strdup_printf("%s/.%s~part", dst_dir, name);
+}
+
+static int fetch_verified(struct objstore *o, const char *ctx, const char *name, const char *sha, uint64_t size,
+                          const char *part) {
+        _cleanup_free_ char *key = blob_key(sha);
+        if (!key)
+                return -ENOMEM;
+        int r = o->ops->get(o, key, part);
+        uint64_t got = 0;
+        if (r == -ENOENT && o->ops->exists(o, key, &got) == -ENOENT) /* not dst_dir vanishing */
+                return log_errno(LOG_LEVEL_ERROR, -EBADMSG, ctx, "blob %s of artifact %s is missing", sha, name);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to download artifact %s: %m", name);
+        _cleanup_close_ int fd = open(part, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        char hex[OBJSTORE_SHA256_HEX];
+        r = fd_sha256(fd, hex, &got);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to hash artifact %s: %m", name);
+        if (got != size || strcmp(hex, sha) != 0)
+                return log_errno(LOG_LEVEL_ERROR, -EBADMSG, ctx, "artifact %s does not match its manifest", name);
+        return 0;
+}
+
+static int snapshot_download_locked(struct objstore *o, const char *snapshot_id, const char *dst_dir,
+                                    const char *ctx) {
+        _cleanup_(json_decrefp) json_t *m = NULL;
+        int r = manifest_load(o, snapshot_id, &m);
+        if (r < 0)
+                return r;
+        r = mkdir_p(dst_dir, 0700);
+        if (r < 0)
+                return r;
+
+        /* Everything is fetched and verified under temporary names first, so
+         * no unverified file ever appears under an artifact's name. */
+        size_t n = manifest_count(m), landed = 0;
+        char *part[OBJSTORE_ARTIFACTS_MAX] = { 0 }, *final[OBJSTORE_ARTIFACTS_MAX] = { 0 };
+        for (size_t i = 0; i < n && r >= 0; i++) {
+                const char *name, *sha;
+                uint64_t size;
+                manifest_artifact(m, i, &name, &sha, &size);
+                part[i] = part_path(dst_dir, name);
+                final[i] = strdup_printf("%s/%s", dst_dir, name);
+                r = part[i] && final[i] ? fetch_verified(o, ctx, name, sha, size, part[i]) : -ENOMEM;
+        }
+        while (r >= 0 && landed < n) {
+                if (rename(part[landed], final[landed]) < 0)
+                        r = negative_errno();
+                else
+                        landed++;
+        }
+        if (r >= 0)
+                r = fsync_dir(dst_dir);
+        for (size_t i = 0; i < n; i++) {
+                if (r < 0 && part[i])
+                        (void) unlink(part[i]);
+                if (r < 0 && i < landed)
+                        (void) unlink(final[i]);
+                free(part[i]);
+                free(final[i]);
+        }
+        return r;
+}
+
+int objstore_snapshot_download(struct objstore *o, const char *snapshot_id, const char *dst_dir) {
+        if (!o || !name_is_valid(snapshot_id) || !dst_dir || !*dst_dir)
+                return -EINVAL;
+        char ctx[96];
+        snprintf(ctx, sizeof ctx, "snapshot=%s", snapshot_id);
+        pthread_rwlock_rdlock(&o->lock);
+        int r = snapshot_download_locked(o, snapshot_id, dst_dir, ctx);
+        pthread_rwlock_unlock(&o->lock);
+        return r;
+}
+
+static int cmp_strp(const void *a, const void *b) {
+        return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+/* The sha256 of every blob some manifest references, sorted. -EBADMSG when
+ * a manifest cannot be read: then nobody knows what it still needs. */
+static int collect_refs(struct objstore *o, char ***ret, size_t *ret_n) {
+        _cleanup_(objstore_keys_freep) char **keys = NULL;
+        int r = o->ops->list(o, SNAPSHOT_PREFIX, &keys);
+        if (r < 0)
+                return r;
+        _cleanup_(objstore_keys_freep) char **refs = calloc(1, sizeof *refs);
+        size_t n = 0;
+        if (!refs)
+                return -ENOMEM;
+        for (char **k = keys; *k; k++) {
+                /* snapshots/<id>/manifest.json; anything else is not ours */
+                const char *id = *k + strlen(SNAPSHOT_PREFIX), *slash = strchr(id, '/');
+                if (!slash || strcmp(slash + 1, MANIFEST_NAME) != 0)
+                        continue;
+                _cleanup_free_ char *sid = strndup(id, (size_t) (slash - id));
+                if (!sid)
+                        return -ENOMEM;
+                _cleanup_(json_decrefp) json_t *m = NULL;
+                r = name_is_valid(sid) ? manifest_load(o, sid, &m) : -EBADMSG;
+                if (r == -ENOENT)
+                        continue; /* deleted meanwhile (another process) */
+                if (r < 0) {
+                        log_errno(LOG_LEVEL_WARN, r, NULL, "unreadable manifest %s: %m", *k);
+                        return r;
+                }
+                size_t c = manifest_count(m);
+                char **nr = realloc(refs, (n + c + 1) * sizeof *refs);
+                if (!nr)
+                        return -ENOMEM;
+                refs = nr;
+                for (size_t i = 0; i < c; i++) {
+                        const char *name, *sha;
+                        uint64_t size;
+                        manifest_artifact(m, i, &name, &sha, &size);
+                        refs[n] = strdup(sha);
+                        refs[n + 1] = NULL;
+                        if (!refs[n])
+                                return -ENOMEM;
+                        n++;
+                }
+        }
+        qsort(refs, n, sizeof *refs, cmp_strp);
+        *ret = TAKE_PTR(refs);
+        *ret_n = n;
+        return 0;
+}
+
+static bool refs_contain(char **refs, size_t n, const char *sha) {
+        return bsearch(&sha, refs, n, sizeof *refs, cmp_strp) != NULL;
+}
+
+static int snapshot_delete_locked(struct objstore *o, const char *snapshot_id, const char *mkey, const char *ctx) {
+        _cleanup_(json_decrefp) json_t *m = NULL;
+        int r = manifest_load(o, snapshot_id, &m);
+        if (r < 0 && r != -EBADMSG)
+                return r;
+        bool readable = r >= 0;
+        r = o->ops->remove(o, mkey);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to remove the manifest: %m");
+        if (!readable) {
+                log_emit(LOG_LEVEL_WARN, ctx, "deleted a malformed manifest; its blobs are left to gc");
+                return 0;
+        }
+
+        /* The snapshot is gone; what follows only frees space, and what it
+         * misses objstore_gc() removes later. */
+        _cleanup_(objstore_keys_freep) char **refs = NULL;
+        size_t nrefs = 0;
+        r = collect_refs(o, &refs, &nrefs);
+        if (r < 0) {
+                log_errno(LOG_LEVEL_WARN, r, ctx, "keeping the snapshot's blobs for gc: %m");
+                return 0;
+        }
+        for (size_t i = 0; i < manifest_count(m); i++) {
+                const char *name, *sha;
+                uint64_t size;
+                manifest_artifact(m, i, &name, &sha, &size);
+                if (refs_contain(refs, nrefs, sha))
+                        continue;
+                _cleanup_free_ char *key = blob_key(sha);
+                r = key ? o->ops->remove(o, key) : -ENOMEM;
+                if (r < 0 && r != -ENOENT) /* ENOENT: a duplicate artifact, removed already */
+                        log_errno(LOG_LEVEL_WARN, r, ctx, "failed to remove blob %s: %m", sha);
+        }
+        log_emit(LOG_LEVEL_INFO, ctx, "snapshot deleted");
+        return 0;
+}
+
+int objstore_snapshot_delete(struct objstore *o, const char *snapshot_id) {
+        if (!o || !name_is_valid(snapshot_id))
+                return -EINVAL;
+        char ctx[96];
+        snprintf(ctx, sizeof ctx, "snapshot=%s", snapshot_id);
+        _cleanup_free_ char *mkey = manifest_key(snapshot_id);
+        if (!mkey)
+                return -ENOMEM;
+        pthread_rwlock_wrlock(&o->lock);
+        int r = snapshot_delete_locked(o, snapshot_id, mkey, ctx);
+        pthread_rwlock_unlock(&o->lock);
+        return r;
+}
+
+/* Whether an unreferenced blob is old enough to be garbage: without a way
+ * to tell its age, only when min_age_s is 0. */
+static bool blob_is_old(struct objstore *o, const char *key, unsigned min_age_s, uint64_t now_s) {
+        if (min_age_s == 0)
+                return true;
+        uint64_t t = 0;
+        if (!o->ops->mtime || o->ops->mtime(o, key, &t) < 0)
+                return false;
+        return t + min_age_s <= now_s;
+}
+
+static int gc_locked(struct objstore *o, unsigned min_age_s) {
+        int n = 0, r;
+        if (o->ops->gc_tmp) {
+                r = o->ops->gc_tmp(o, min_age_s);
+                if (r < 0)
+                        log_warn_errno(r, "objstore gc: failed to remove leftovers of puts: %m");
+                else
+                        n += r;
+        }
+        _cleanup_(objstore_keys_freep) char **refs = NULL;
+        size_t nrefs = 0;
+        r = collect_refs(o, &refs, &nrefs);
+        if (r < 0) {
+                log_warn_errno(r, "objstore gc: removing no blob while a manifest is unreadable: %m");
+                return n;
+        }
+        _cleanup_(objstore_keys_freep) char **blobs = NULL;
+        r = o->ops->list(o, BLOB_PREFIX, &blobs);
+        if (r < 0)
+                return r;
+        uint64_t now_s = now_realtime_ns() / 1000000000ULL;
+        for (char **k = blobs; *k; k++) {
+                if (refs_contain(refs, nrefs, *k + strlen(BLOB_PREFIX)) || !blob_is_old(o, *k, min_age_s, now_s))
+                        continue;
+                r = o->ops->remove(o, *k);
+                if (r >= 0)
+                        n++;
+                else if (r != -ENOENT)
+                        log_warn_errno(r, "objstore gc: failed to remove %s: %m", *k);
+        }
+        return n;
+}
+
+int objstore_gc(struct objstore *o, unsigned min_age_s) {
+        if (!o)
+                return -EINVAL;
+        pthread_rwlock_wrlock(&o->lock);
+        int r = gc_locked(o, min_age_s);
+        pthread_rwlock_unlock(&o->lock);
+        if (r > 0)
+                log_info("objstore gc: removed %d objects", r);
+        return r;
+}

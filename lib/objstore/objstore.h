@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * The object store behind suspend and wake: a flat key -> bytes store with
+ * several backends behind `struct objstore_ops` (a local directory today, S3
+ * later), and on top of it, independent of the backend, snapshots made of
+ * content-addressed artifacts:
+ *
+ *   blobs/<sha256>                       one artifact's bytes, shared by every
+ *                                        snapshot that has the same content
+ *   snapshots/<id>/manifest.json         written last: a snapshot is
+ *                                        restorable exactly when it exists
+ *
+ * Rules every backend follows:
+ *   - keys are checked with objstore_key_check() before a backend sees them
+ *     (they are built partly from API ids: this is a security boundary), and
+ *     backends check them again before they touch anything;
+ *   - a put lands atomically: a reader sees the whole object or none;
+ *   - functions return 0 or a negative errno (-ENOENT: no such object,
+ *     -EINVAL: bad key); ret_ out-parameters are written only on success and
+ *     what they receive belongs to the caller.
+ *
+ * A handle is safe to use from many threads. Within one handle, delete and
+ * gc exclude every other call (so they never remove a blob that an upload in
+ * progress is about to reference); across processes only gc's min_age_s
+ * protects uploads, so one process should own a store's deletions.
+ */
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "macros.h"
+
+#define OBJSTORE_KEY_MAX 512                /* bytes of a key, without the NUL */
+#define OBJSTORE_MANIFEST_MAX (64u << 10)   /* bytes of a manifest */
+#define OBJSTORE_ARTIFACTS_MAX 16           /* artifacts of one snapshot */
+#define OBJSTORE_LIST_MAX (1u << 20)        /* keys one list call returns */
+#define OBJSTORE_SHA256_HEX 65              /* 64 lowercase hex digits + NUL */
+
+struct objstore; /* opaque */
+
+/* A backend. put/get/exists/remove/list/free are required; the others are
+ * optional (NULL) and only make the generic layer do more. */
+struct objstore_ops {
+        const char *name; /* "local" */
+        /* Stores the whole regular file behind fd (from offset 0, whatever
+         * fd's offset) under key, replacing what was there, atomically. */
+        int (*put)(struct objstore *o, const char *key, int fd);
+        /* Writes the object to dst_path (created 0600, atomically through a
+         * temporary file and rename). -ENOENT when absent. */
+        int (*get)(struct objstore *o, const char *key, const char *dst_path);
+        /* 0 and the object's size, or -ENOENT. */
+        int (*exists)(struct objstore *o, const char *key, uint64_t *ret_size);
+        /* -ENOENT if absent. */
+        int (*remove)(struct objstore *o, const char *key);
+        /* Every key starting with prefix ("" for all): a NULL-terminated,
+         * sorted array (free with objstore_keys_free()). */
+        int (*list)(struct objstore *o, const char *prefix, char ***ret_keys);
+        /* Frees the backend's state (objstore_backend_data()). */
+        void (*free)(struct objstore *o);
+
+        /* Optional: the file that holds key, for backends that are plain
+         * files, so uploads re-hash what actually landed. */
+        int (*local_path)(struct objstore *o, const char *key, char **ret_path);
+        /* Optional: when the object was last written (Unix seconds); without
+         * it gc removes orphan blobs only when min_age_s is 0. */
+        int (*mtime)(struct objstore *o, const char *key, uint64_t *ret_s);
+        /* Optional: removes leftovers of interrupted puts at least min_age_s
+         * old; returns how many. */
+        int (*gc_tmp)(struct objstore *o, unsigned min_age_s);
+};
+
+/* The local directory backend (lib/objstore/objstore-local.c). */
+extern const struct objstore_ops objstore_local_ops;
+
+/* Opens (creating it like mkdir -p, mode 0700) a store kept in root_dir: key
+ * K is the file root_dir/K, and root_dir/.tmp holds puts in progress. */
+int objstore_open_local(const char *root_dir, struct objstore **ret);
+/* Closes the store; NULL is fine. */
+void objstore_free(struct objstore *o);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct objstore *, objstore_free);
+
+/* For backends: wraps the backend's state (data) into a handle that
+ * dispatches to ops. On failure data is still the caller's to free. */
+int objstore_new(const struct objstore_ops *ops, void *data, struct objstore **ret);
+/* For backends: the data given to objstore_new(). */
+void *objstore_backend_data(struct objstore *o);
+/* The backend's name ("local"). */
+const char *objstore_backend_name(struct objstore *o);
+
+/* 0 when key is a valid key: segments of [A-Za-z0-9._-]+ joined by single
+ * '/', none of them "." or "..", no leading or trailing '/', at most
+ * OBJSTORE_KEY_MAX bytes. -EINVAL otherwise (NULL included). */
+int objstore_key_check(const char *key);
+
+/* The ops, with the key checked first; see struct objstore_ops. A prefix for
+ * list is "" or a valid key, optionally with a trailing '/'. */
+int objstore_put(struct objstore *o, const char *key, int fd);
+int objstore_get(struct objstore *o, const char *key, const char *dst_path);
+int objstore_exists(struct objstore *o, const char *key, uint64_t *ret_size);
+int objstore_remove(struct objstore *o, const char *key);
+int objstore_list(struct objstore *o, const char *prefix, char ***ret_keys);
+/* Frees a key array from objstore_list(); NULL is fine. */
+void objstore_keys_free(char **keys);
+DEFINE_TRIVIAL_CLEANUP_FUNC(char **, objstore_keys_free);
+
+/* SHA-256 of a file's content as 64 lowercase hex digits + NUL. Sparse-aware:
+ * holes (SEEK_DATA/SEEK_HOLE) are hashed as the zeros they read as, without
+ * reading them, so the result equals the hash of the full byte content. */
+int objstore_file_sha256(const char *path, char out[OBJSTORE_SHA256_HEX]);
+
+/* One file of a snapshot. name: [A-Za-z0-9._-]{1,64}, not "." or ".." ("state",
+ * "rootfs.img", "mem"); it is the file name download gives it. */
+struct objstore_artifact {
+        const char *name;
+        const char *path;
+};
+
+/*
+ * Uploads a snapshot: every artifact to blobs/<sha256> (skipped when a blob
+ * of the right size is there already), then verifies each landed blob (size;
+ * with local_path also a re-hash of the stored file, and a corrupt existing
+ * blob is replaced once), then writes snapshots/<snapshot_id>/manifest.json
+ * LAST:
+ *
+ *   {"version":1,"snapshot":ID,"created_at":UNIX_MS,"meta":META,
+ *    "artifacts":[{"name":N,"sha256":HEX,"size":BYTES},...]}
+ *
+ * snapshot_id: 1..64 of [A-Za-z0-9._-], not starting with '.'; 1..16
+ * artifacts with distinct names; meta a JSON object or NULL ({}). Returns 0
+ * only once the manifest has landed. -EEXIST when the snapshot exists,
+ * -E2BIG when the manifest would exceed OBJSTORE_MANIFEST_MAX, -EINVAL when
+ * it would not parse back (meta with a NUL in a string), -EBADMSG when
+ * a blob does not verify. A failed upload leaves blobs that gc removes.
+ */
+int objstore_snapshot_upload(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
+                             size_t n, json_t *meta);
+/* Reads and validates a snapshot's manifest (see objstore_manifest_parse()).
+ * -ENOENT when there is none (the snapshot is not restorable), -EBADMSG when
+ * it is malformed. */
+int objstore_snapshot_manifest(struct objstore *o, const char *snapshot_id, json_t **ret_manifest);
+/* Downloads every artifact of a restorable snapshot into dst_dir/<name>
+ * (dst_dir is created 0700 if missing), verifying size and sha256 of each
+ * before any lands under its name. On any failure nothing of it is left in
+ * dst_dir; -EBADMSG when the data does not match the manifest (a blob
+ * corrupt or missing). */
+int objstore_snapshot_download(struct objstore *o, const char *snapshot_id, const char *dst_dir);
+/* Deletes the manifest first (so the snapshot stops being restorable), then
+ * its blobs that no other manifest references. -ENOENT when there is no
+ * manifest. If any manifest cannot be read, blobs are left to objstore_gc(). */
+int objstore_snapshot_delete(struct objstore *o, const char *snapshot_id);
+/* Garbage collection after a crash: removes leftovers of interrupted puts
+ * and blobs that no manifest references, both only when at least min_age_s
+ * old (so an upload in progress in another process is not raced; 0 in
+ * tests). Removes no blob while any manifest is unreadable. Returns the
+ * number of objects removed. */
+int objstore_gc(struct objstore *o, unsigned min_age_s);
+
+/* Parses a manifest from memory: at most OBJSTORE_MANIFEST_MAX bytes, exactly
+ * the fields above (no others, no duplicate keys), version 1, snapshot id as
+ * for upload, created_at and sizes non-negative integers, meta an object,
+ * 1..16 artifacts with distinct names and sha256 64 lowercase hex digits.
+ * -EBADMSG on anything else. */
+int objstore_manifest_parse(const char *data, size_t len, json_t **ret);
