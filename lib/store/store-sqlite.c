@@ -47,11 +47,12 @@ enum stmt_id {
 
 static const char *const stmt_sql[_STMT_MAX] = {
         [STMT_SANDBOX_INSERT] = "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, "
-                                "created_at, updated_at, desired_state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                                "created_at, updated_at, desired_state, snapshot_policy) "
+                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         [STMT_SANDBOX_GET] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
-                             "desired_state FROM sandboxes WHERE id = ?1",
+                             "desired_state, snapshot_policy FROM sandboxes WHERE id = ?1",
         [STMT_SANDBOX_LIST] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
-                              "desired_state FROM sandboxes ORDER BY created_at, id LIMIT ?1",
+                              "desired_state, snapshot_policy FROM sandboxes ORDER BY created_at, id LIMIT ?1",
         [STMT_SANDBOX_UPDATE] = "UPDATE sandboxes SET state = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
         [STMT_SANDBOX_DELETE] = "DELETE FROM sandboxes WHERE id = ?1",
         [STMT_SESSION_INSERT] = "INSERT INTO sessions (id, sandbox_id, cmd, pty, token_hash, created_at) "
@@ -79,9 +80,10 @@ static const char *const stmt_sql[_STMT_MAX] = {
                              "WHERE id = ?1 AND state IN ('pending', 'running')",
         [STMT_OP_FAIL_UNFINISHED] = "UPDATE operations SET state = 'failed', error = ?1, finished_at = ?2 "
                                     "WHERE state IN ('pending', 'running')",
-        [STMT_SNAP_INSERT] = "INSERT INTO snapshots (id, sandbox_id, kind, size, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        [STMT_SNAP_GET] = "SELECT id, sandbox_id, kind, size, created_at FROM snapshots WHERE id = ?1",
-        [STMT_SNAP_LIST] = "SELECT id, sandbox_id, kind, size, created_at FROM snapshots WHERE sandbox_id = ?1 "
+        [STMT_SNAP_INSERT] = "INSERT INTO snapshots (id, sandbox_id, kind, size, created_at, pinned) "
+                             "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        [STMT_SNAP_GET] = "SELECT id, sandbox_id, kind, size, created_at, pinned FROM snapshots WHERE id = ?1",
+        [STMT_SNAP_LIST] = "SELECT id, sandbox_id, kind, size, created_at, pinned FROM snapshots WHERE sandbox_id = ?1 "
                            "ORDER BY created_at DESC, id DESC LIMIT ?2",
         [STMT_SNAP_DELETE] = "DELETE FROM snapshots WHERE id = ?1",
 };
@@ -328,6 +330,7 @@ static int sqlite_sandbox_insert(struct store *s, const struct store_sandbox *sb
         sqlite3_bind_int64(st, 7, sb->created_at ? sb->created_at : now);
         sqlite3_bind_int64(st, 8, sb->updated_at ? sb->updated_at : now);
         bind_text(st, 9, sb->desired_state);
+        bind_text(st, 10, sb->snapshot_policy);
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
@@ -340,7 +343,7 @@ static int read_sandbox_row(sqlite3_stmt *st, struct store_sandbox *ret) {
         if ((r = column_strdup(st, 0, &sb.id)) < 0 || (r = column_strdup(st, 1, &sb.template_name)) < 0 ||
             (r = column_strdup(st, 2, &sb.state)) < 0 || (r = column_strdup(st, 3, &sb.error)) < 0 ||
             (r = column_strdup(st, 4, &sb.metadata)) < 0 || (r = column_strdup(st, 5, &sb.env_keys)) < 0 ||
-            (r = column_strdup(st, 8, &sb.desired_state)) < 0)
+            (r = column_strdup(st, 8, &sb.desired_state)) < 0 || (r = column_strdup(st, 9, &sb.snapshot_policy)) < 0)
                 return r;
         if (!sb.id || !sb.template_name || !sb.state || !sb.metadata || !sb.env_keys)
                 return -EBADMSG;
@@ -562,6 +565,7 @@ static int sqlite_snapshot_insert(struct store *s, const struct store_snapshot *
         bind_text(st, 3, snap->kind);
         sqlite3_bind_int64(st, 4, snap->size);
         sqlite3_bind_int64(st, 5, snap->created_at ? snap->created_at : now_ms());
+        sqlite3_bind_int(st, 6, snap->pinned ? 1 : 0);
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
@@ -578,6 +582,7 @@ static int read_snapshot_row(sqlite3_stmt *st, struct store_snapshot *ret) {
                 return -EBADMSG;
         snap.size = sqlite3_column_int64(st, 3);
         snap.created_at = sqlite3_column_int64(st, 4);
+        snap.pinned = sqlite3_column_int(st, 5) != 0;
         *ret = snap;
         snap = (struct store_snapshot){ 0 };
         return 0;

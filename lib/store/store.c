@@ -78,6 +78,7 @@ void store_sandbox_release(struct store_sandbox *sb) {
         free(sb->error);
         free(sb->metadata);
         free(sb->env_keys);
+        free(sb->snapshot_policy);
         *sb = (struct store_sandbox){ 0 };
 }
 

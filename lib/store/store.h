@@ -40,6 +40,7 @@ struct store_sandbox {
         char *error;         /* why it failed, or NULL */
         char *metadata;      /* JSON object text, "{}" when none */
         char *env_keys;      /* JSON array of env variable names (never values) */
+        char *snapshot_policy; /* JSON object over the global snapshot policy, or NULL: the global one */
         int64_t created_at;  /* Unix time, milliseconds */
         int64_t updated_at;  /* Unix time, milliseconds */
 };
@@ -72,13 +73,14 @@ struct store_operation {
         int64_t finished_at;   /* 0 while unfinished */
 };
 
-/* One disk snapshot of a sandbox (the image itself is on the node). */
+/* One snapshot of a sandbox (the image itself is on the node). */
 struct store_snapshot {
         char *id;           /* "snap-" + 16 hex */
         char *sandbox_id;   /* owning sandbox; deleting it deletes the snapshot */
-        char *kind;         /* "disk" */
+        char *kind;         /* "disk" or "full" */
         int64_t size;       /* bytes the node reported for the image */
         int64_t created_at; /* Unix time, milliseconds */
+        bool pinned;        /* taken on demand: retention never deletes it (false: by the scheduler) */
 };
 
 /* The backend interface. Backends embed `struct store` as their first

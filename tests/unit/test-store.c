@@ -9,8 +9,10 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <sqlite3.h>
 
 #include "macros.h"
+#include "migrations/sqlite.h"
 #include "store.h"
 #include "util.h"
 
@@ -344,6 +346,103 @@ static void test_snapshots(void **state) {
         store_close(s);
 }
 
+static void test_snapshot_pinned_and_policy(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(url, &s), 0);
+        unsigned v = 0;
+        assert_int_equal(store_schema_version(s, &v), 0);
+        assert_true(v >= 5);
+
+        /* a sandbox without a policy of its own uses the global one: NULL */
+        struct store_sandbox plain = { .id = "sbx-plain", .template_name = "minimal", .state = "running" };
+        struct store_sandbox own = { .id = "sbx-own", .template_name = "minimal", .state = "running",
+                                     .snapshot_policy = "{\"disk_every\":0}" };
+        assert_int_equal(store_sandbox_insert(s, &plain), 0);
+        assert_int_equal(store_sandbox_insert(s, &own), 0);
+        struct store_sandbox got = { 0 };
+        assert_int_equal(store_sandbox_get(s, "sbx-plain", &got), 0);
+        assert_null(got.snapshot_policy);
+        store_sandbox_release(&got);
+        assert_int_equal(store_sandbox_get(s, "sbx-own", &got), 0);
+        assert_string_equal(got.snapshot_policy, "{\"disk_every\":0}");
+        store_sandbox_release(&got);
+        struct store_sandbox *a = NULL;
+        size_t n = 0;
+        assert_int_equal(store_sandbox_list(s, 10, &a, &n), 0);
+        assert_int_equal(n, 2);
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(a[i].id, "sbx-own") == 0)
+                        assert_string_equal(a[i].snapshot_policy, "{\"disk_every\":0}");
+                else
+                        assert_null(a[i].snapshot_policy);
+        store_sandbox_array_free(a, n);
+
+        /* pinned round-trips, through get and list */
+        struct store_snapshot on_demand = { .id = "snap-p", .sandbox_id = "sbx-own", .kind = "disk", .size = 1,
+                                            .created_at = 1000, .pinned = true };
+        struct store_snapshot scheduled = { .id = "snap-s", .sandbox_id = "sbx-own", .kind = "full", .size = 2,
+                                            .created_at = 2000, .pinned = false };
+        assert_int_equal(store_snapshot_insert(s, &on_demand), 0);
+        assert_int_equal(store_snapshot_insert(s, &scheduled), 0);
+        struct store_snapshot g = { 0 };
+        assert_int_equal(store_snapshot_get(s, "snap-p", &g), 0);
+        assert_true(g.pinned);
+        store_snapshot_release(&g);
+        assert_int_equal(store_snapshot_get(s, "snap-s", &g), 0);
+        assert_false(g.pinned);
+        assert_string_equal(g.kind, "full");
+        store_snapshot_release(&g);
+        struct store_snapshot *list = NULL;
+        assert_int_equal(store_snapshot_list(s, "sbx-own", 10, &list, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(list[0].id, "snap-s");
+        assert_false(list[0].pinned);
+        assert_true(list[1].pinned);
+        store_snapshot_array_free(list, n);
+}
+
+/* A database written by an airlockd before migration 5: its snapshots were
+ * all taken on demand, so they come out pinned; its sandboxes have no
+ * policy of their own. */
+static void test_migration_5_upgrade(void **state) {
+        char path[300];
+        snprintf(path, sizeof path, "%s/airlock.db", dir);
+        sqlite3 *db = NULL;
+        assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+        assert_int_equal(sqlite3_exec(db, "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY NOT NULL, "
+                                          "applied_at INTEGER NOT NULL)",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+        for (unsigned i = 0; i < 4; i++) {
+                assert_int_equal(sqlite3_exec(db, store_sqlite_migrations[i], NULL, NULL, NULL), SQLITE_OK);
+                char sql[128];
+                snprintf(sql, sizeof sql, "INSERT INTO schema_migrations VALUES (%u, 0)", i + 1);
+                assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+        }
+        assert_int_equal(sqlite3_exec(db, "INSERT INTO sandboxes (id, template, state, created_at, updated_at) "
+                                          "VALUES ('sbx-old', 'minimal', 'running', 1, 1);"
+                                          "INSERT INTO snapshots (id, sandbox_id, kind, size, created_at) "
+                                          "VALUES ('snap-old', 'sbx-old', 'disk', 4096, 5)",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+        sqlite3_close(db);
+
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(url, &s), 0);
+        unsigned v = 0;
+        assert_int_equal(store_schema_version(s, &v), 0);
+        assert_int_equal(v, ARRAY_SIZE(store_sqlite_migrations));
+        struct store_snapshot g = { 0 };
+        assert_int_equal(store_snapshot_get(s, "snap-old", &g), 0);
+        assert_true(g.pinned);
+        assert_int_equal(g.size, 4096);
+        store_snapshot_release(&g);
+        struct store_sandbox sb = { 0 };
+        assert_int_equal(store_sandbox_get(s, "sbx-old", &sb), 0);
+        assert_null(sb.snapshot_policy);
+        store_sandbox_release(&sb);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_open_bad_url),
@@ -354,6 +453,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_lifecycle_rows, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_operation_progress, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_snapshots, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_snapshot_pinned_and_policy, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_migration_5_upgrade, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

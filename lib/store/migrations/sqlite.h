@@ -69,4 +69,10 @@ static const char *const store_sqlite_migrations[] = {
         "ALTER TABLE operations ADD COLUMN stage TEXT;\n"
         "ALTER TABLE operations ADD COLUMN request_hash TEXT;\n"
         "UPDATE operations SET progress = 100 WHERE state = 'succeeded';\n",
+        /* 5: the snapshot scheduler: a snapshot is pinned when a user took
+         * it (retention never deletes it; every snapshot before this was
+         * taken on demand), and a sandbox may carry its own snapshot
+         * policy (JSON over the global one; NULL: the global one) */
+        "ALTER TABLE snapshots ADD COLUMN pinned INTEGER NOT NULL DEFAULT 1 CHECK (pinned IN (0, 1));\n"
+        "ALTER TABLE sandboxes ADD COLUMN snapshot_policy TEXT;\n",
 };
