@@ -15,6 +15,7 @@
 
 #define DEFAULT_DATA_DIR "/var/lib/airlock"
 #define DEFAULT_LISTEN "127.0.0.1:7420"
+#define DEFAULT_SNAPSHOT_TICK_MS 1000
 
 static int fail(char *errbuf, size_t errlen, const char *fmt, ...) _printf_(3, 4);
 static int fail(char *errbuf, size_t errlen, const char *fmt, ...) {
@@ -90,6 +91,8 @@ static const struct option long_options[] = {
         { "no-spawn-node", no_argument, NULL, 'N' },
         { "database", required_argument, NULL, 'D' },
         { "log-level", required_argument, NULL, 'L' },
+        { "snapshot-policy", required_argument, NULL, 'p' },
+        { "snapshot-tick-ms", required_argument, NULL, 't' },
         { "print-config", no_argument, NULL, 'P' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
@@ -108,6 +111,12 @@ void config_help(FILE *f) {
               "  --no-spawn-node      do not spawn airlock-node; connect to a running one\n"
               "  --database URL       store (AIRLOCK_DATABASE, default sqlite:DIR/airlock.db)\n"
               "  --log-level LEVEL    debug|info|warn|error (AIRLOCK_LOG_LEVEL, default info)\n"
+              "  --snapshot-policy JSON\n"
+              "                       scheduled snapshots and their retention, applied over the\n"
+              "                       built-in policy (AIRLOCK_SNAPSHOT_POLICY; keys disk_every,\n"
+              "                       full_every, full_keep, tiers; see --print-config)\n"
+              "  --snapshot-tick-ms MS how often the snapshot scheduler runs, 100-60000\n"
+              "                       (AIRLOCK_SNAPSHOT_TICK_MS, default 1000)\n"
               "  --print-config       print the effective configuration and exit\n"
               "  --help               show this help\n"
               "  --version            show the version\n",
@@ -145,6 +154,25 @@ static int apply(struct daemon_config *c, int opt, const char *val, const char *
                 if (log_level_from_string(val, &c->log_level) < 0)
                         return fail(errbuf, errlen, "%s: log level must be debug, info, warn or error", origin);
                 return 0;
+        case 'p': {
+                /* over what is set so far: the built-in policy, or the
+                 * environment's under a flag */
+                _cleanup_free_ char *msg = NULL;
+                int r = retention_policy_from_string(val, &c->snapshot_policy, &c->snapshot_policy, &msg);
+                if (r == -ENOMEM)
+                        return fail(errbuf, errlen, "%s: out of memory", origin);
+                if (r < 0)
+                        return fail(errbuf, errlen, "%s: %s", origin, msg ? msg : "invalid snapshot policy");
+                return 0;
+        }
+        case 't': {
+                uint64_t ms;
+                if (parse_u64(val, CONFIG_SNAPSHOT_TICK_MS_MAX, &ms) < 0 || ms < CONFIG_SNAPSHOT_TICK_MS_MIN)
+                        return fail(errbuf, errlen, "%s: must be a number of milliseconds from %d to %d", origin,
+                                    CONFIG_SNAPSHOT_TICK_MS_MIN, CONFIG_SNAPSHOT_TICK_MS_MAX);
+                c->snapshot_tick_ms = (unsigned) ms;
+                return 0;
+        }
         default:
                 return fail(errbuf, errlen, "unknown option");
         }
@@ -164,6 +192,8 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 .node_timeout_s = 60,
                 .create_timeout_s = 15 * 60,
                 .node_start_timeout_s = 60,
+                .snapshot_policy = retention_policy_default,
+                .snapshot_tick_ms = DEFAULT_SNAPSHOT_TICK_MS,
         };
         bool explicit_socket = false, explicit_db = false;
         int r;
@@ -178,6 +208,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
         } envs[] = {
                 { "AIRLOCK_DATA_DIR", 'd' },    { "AIRLOCK_LISTEN", 'l' },   { "AIRLOCK_NODE_SOCKET", 's' },
                 { "AIRLOCK_NODE_BINARY", 'b' }, { "AIRLOCK_DATABASE", 'D' }, { "AIRLOCK_LOG_LEVEL", 'L' },
+                { "AIRLOCK_SNAPSHOT_POLICY", 'p' }, { "AIRLOCK_SNAPSHOT_TICK_MS", 't' },
         };
         for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
                 const char *v = getenv(envs[i].name);
@@ -252,6 +283,8 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
 
 void config_print(const struct daemon_config *c, FILE *f) {
         static const char *const levels[] = { "debug", "info", "warn", "error" };
+        _cleanup_(json_decrefp) json_t *policy = retention_policy_json(&c->snapshot_policy);
+        _cleanup_free_ char *policy_s = policy ? json_dumps(policy, JSON_COMPACT) : NULL;
         fprintf(f,
                 "data_dir=%s\nlisten=%s\ndatabase=%s\nnode_socket=%s\nnode_binary=%s\nspawn_node=%s\n"
                 "log_level=%s\nmax_json_body=%llu\nmax_upload=%llu\nmax_connections=%u\n"
@@ -261,4 +294,5 @@ void config_print(const struct daemon_config *c, FILE *f) {
                 levels[c->log_level], (unsigned long long) c->max_json_body, (unsigned long long) c->max_upload,
                 c->max_connections, c->conn_timeout_s, c->exec_max_timeout_s, c->exec_max_output,
                 c->node_timeout_s, c->create_timeout_s, c->node_start_timeout_s);
+        fprintf(f, "snapshot_policy=%s\nsnapshot_tick_ms=%u\n", policy_s ? policy_s : "?", c->snapshot_tick_ms);
 }

@@ -13,8 +13,11 @@
 #include <sys/socket.h>
 
 #include "log.h"
+#include "retention.h"
 
 #define CONFIG_PATH_MAX 4096
+#define CONFIG_SNAPSHOT_TICK_MS_MIN 100
+#define CONFIG_SNAPSHOT_TICK_MS_MAX 60000
 
 enum config_action {
         CONFIG_RUN,
@@ -46,6 +49,10 @@ struct daemon_config {
         unsigned node_timeout_s;     /* default wait for a node reply */
         unsigned create_timeout_s;   /* wait for sandbox.create (template builds) */
         unsigned node_start_timeout_s; /* wait for a spawned node's socket */
+
+        /* the snapshot scheduler (scheduler.h) */
+        struct retention_policy snapshot_policy; /* global; a sandbox's own policy applies over it */
+        unsigned snapshot_tick_ms;               /* how often it looks at the sandboxes */
 };
 
 /*

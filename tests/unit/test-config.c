@@ -15,13 +15,25 @@
 
 static const char *const env_vars[] = {
         "AIRLOCK_DATA_DIR", "AIRLOCK_LISTEN", "AIRLOCK_NODE_SOCKET", "AIRLOCK_NODE_BINARY",
-        "AIRLOCK_DATABASE", "AIRLOCK_LOG_LEVEL",
+        "AIRLOCK_DATABASE", "AIRLOCK_LOG_LEVEL", "AIRLOCK_SNAPSHOT_POLICY", "AIRLOCK_SNAPSHOT_TICK_MS",
 };
 
 static int clear_env(void **state) {
         for (size_t i = 0; i < sizeof env_vars / sizeof env_vars[0]; i++)
                 unsetenv(env_vars[i]);
         return 0;
+}
+
+/* Field by field: a struct copy need not copy the padding. */
+static void assert_policy_equal(const struct retention_policy *a, const struct retention_policy *b) {
+        assert_int_equal(a->disk_every_s, b->disk_every_s);
+        assert_int_equal(a->full_every_s, b->full_every_s);
+        assert_int_equal(a->full_keep, b->full_keep);
+        assert_int_equal(a->n_tiers, b->n_tiers);
+        for (size_t i = 0; i < a->n_tiers; i++) {
+                assert_int_equal(a->tiers[i].every_s, b->tiers[i].every_s);
+                assert_int_equal(a->tiers[i].for_s, b->tiers[i].for_s);
+        }
 }
 
 static int load(struct daemon_config *c, char *err, int argc, ...) {
@@ -51,6 +63,8 @@ static void test_defaults(void **state) {
         assert_int_equal(ntohs(a->sin_port), 7420);
         assert_int_equal(ntohl(a->sin_addr.s_addr), INADDR_LOOPBACK);
         assert_non_null(strstr(c.node_binary, "airlock-node"));
+        assert_policy_equal(&c.snapshot_policy, &retention_policy_default);
+        assert_int_equal(c.snapshot_tick_ms, 1000);
 }
 
 static void test_env(void **state) {
@@ -118,6 +132,83 @@ static void test_invalid(void **state) {
         assert_int_equal(load(&c, err, 2, "--node-socket", longsock), -EINVAL);
 }
 
+static void test_snapshot_knobs(void **state) {
+        struct daemon_config c;
+        char err[256] = "";
+        /* the environment's policy applies over the built-in one */
+        setenv("AIRLOCK_SNAPSHOT_POLICY", "{\"disk_every\":1,\"full_every\":0,\"tiers\":[{\"every\":1,\"for\":4}]}", 1);
+        setenv("AIRLOCK_SNAPSHOT_TICK_MS", "200", 1);
+        assert_int_equal(load(&c, err, 0), 0);
+        assert_int_equal(c.snapshot_policy.disk_every_s, 1);
+        assert_int_equal(c.snapshot_policy.full_every_s, 0);
+        assert_int_equal(c.snapshot_policy.full_keep, retention_policy_default.full_keep);
+        assert_int_equal(c.snapshot_policy.n_tiers, 1);
+        assert_int_equal(c.snapshot_policy.tiers[0].every_s, 1);
+        assert_int_equal(c.snapshot_policy.tiers[0].for_s, 4);
+        assert_int_equal(c.snapshot_tick_ms, 200);
+
+        /* a flag applies over the environment's policy; the tick flag wins */
+        assert_int_equal(load(&c, err, 4, "--snapshot-policy", "{\"full_keep\":2}", "--snapshot-tick-ms", "100"), 0);
+        assert_int_equal(c.snapshot_policy.disk_every_s, 1);
+        assert_int_equal(c.snapshot_policy.full_keep, 2);
+        assert_int_equal(c.snapshot_policy.n_tiers, 1);
+        assert_int_equal(c.snapshot_tick_ms, 100);
+        unsetenv("AIRLOCK_SNAPSHOT_POLICY");
+        unsetenv("AIRLOCK_SNAPSHOT_TICK_MS");
+
+        /* --print-config shows both, the policy as JSON that parses back */
+        assert_int_equal(load(&c, err, 2, "--snapshot-policy", "{\"disk_every\":30}"), 0);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        assert_non_null(f);
+        config_print(&c, f);
+        fclose(f);
+        assert_non_null(strstr(text, "snapshot_tick_ms=1000\n"));
+        char *p = strstr(text, "snapshot_policy=");
+        assert_non_null(p);
+        p += strlen("snapshot_policy=");
+        *strchrnul(p, '\n') = 0;
+        struct retention_policy back;
+        assert_int_equal(retention_policy_from_string(p, &retention_policy_default, &back, NULL), 0);
+        assert_policy_equal(&back, &c.snapshot_policy);
+        assert_int_equal(back.disk_every_s, 30);
+        free(text);
+}
+
+static void test_snapshot_knobs_invalid(void **state) {
+        struct daemon_config c;
+        memset(&c, 0x5a, sizeof c);
+        struct daemon_config before = c;
+        char err[256] = "";
+        /* the parser's message, naming where the policy came from */
+        setenv("AIRLOCK_SNAPSHOT_POLICY", "{\"disk_every\":-1}", 1);
+        assert_int_equal(load(&c, err, 0), -EINVAL);
+        assert_non_null(strstr(err, "AIRLOCK_SNAPSHOT_POLICY"));
+        assert_non_null(strstr(err, "disk_every must not be negative"));
+        assert_memory_equal(&c, &before, sizeof c); /* untouched on failure */
+        setenv("AIRLOCK_SNAPSHOT_POLICY", "{\"disk_every\":", 1);
+        assert_int_equal(load(&c, err, 0), -EINVAL);
+        assert_non_null(strstr(err, "not valid JSON"));
+        setenv("AIRLOCK_SNAPSHOT_POLICY", "{\"hourly\":1}", 1);
+        assert_int_equal(load(&c, err, 0), -EINVAL);
+        assert_non_null(strstr(err, "unknown key 'hourly'"));
+        unsetenv("AIRLOCK_SNAPSHOT_POLICY");
+        assert_int_equal(load(&c, err, 2, "--snapshot-policy", "[]"), -EINVAL);
+        assert_non_null(strstr(err, "--snapshot-policy"));
+        assert_int_equal(load(&c, err, 2, "--snapshot-policy", "{\"tiers\":[{\"every\":0,\"for\":1}]}"), -EINVAL);
+        assert_non_null(strstr(err, "tiers[0].every"));
+
+        setenv("AIRLOCK_SNAPSHOT_TICK_MS", "99", 1);
+        assert_int_equal(load(&c, err, 0), -EINVAL);
+        assert_non_null(strstr(err, "AIRLOCK_SNAPSHOT_TICK_MS"));
+        unsetenv("AIRLOCK_SNAPSHOT_TICK_MS");
+        assert_int_equal(load(&c, err, 2, "--snapshot-tick-ms", "60001"), -EINVAL);
+        assert_int_equal(load(&c, err, 2, "--snapshot-tick-ms", "1s"), -EINVAL);
+        assert_int_equal(load(&c, err, 2, "--snapshot-tick-ms", "60000"), 0);
+        assert_int_equal(c.snapshot_tick_ms, 60000);
+}
+
 static void test_parse_listen(void **state) {
         struct sockaddr_storage ss;
         socklen_t len;
@@ -136,6 +227,8 @@ int main(void) {
                 cmocka_unit_test_setup(test_env, clear_env),
                 cmocka_unit_test_setup(test_flags_override_env, clear_env),
                 cmocka_unit_test_setup(test_invalid, clear_env),
+                cmocka_unit_test_setup(test_snapshot_knobs, clear_env),
+                cmocka_unit_test_setup(test_snapshot_knobs_invalid, clear_env),
                 cmocka_unit_test(test_parse_listen),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
