@@ -235,6 +235,13 @@ static int op_template_list(struct node_conn *c, json_t *req) {
         return conn_reply_ok(c, json_pack("{s:o}", "templates", list));
 }
 
+static int op_pool_list(struct node_conn *c, json_t *req) {
+        json_t *list = pool_list_json();
+        if (!list)
+                return -ENOMEM;
+        return conn_reply_ok(c, json_pack("{s:o}", "pools", list));
+}
+
 static int op_sandbox_create(struct node_conn *c, json_t *req) {
         const char *id, *tpl;
         _cleanup_(json_decrefp) json_t *env = NULL;
@@ -979,6 +986,7 @@ static const struct {
 } ops[] = {
         { "health", op_health },
         { "template.list", op_template_list },
+        { "pool.list", op_pool_list },
         { "sandbox.create", op_sandbox_create },
         { "sandbox.get", op_sandbox_get },
         { "sandbox.list", op_sandbox_list },

@@ -33,8 +33,10 @@
 
 struct pool {
         char name[65];
+        char build[65];        /* template hash it refills from, "" before the first refill */
         struct pool_vm *ready; /* paused, HELLO done; newest first */
         unsigned n_ready;
+        unsigned n_starting;   /* being restored by the filler now */
         unsigned failures;     /* refills failed in a row */
         uint64_t retry_at_ns;  /* no refill before (CLOCK_MONOTONIC) */
         uint64_t hits, misses;
@@ -231,6 +233,8 @@ static void *filler_thread(void *arg) {
                         struct pool_vm *stale = NULL;
                         pthread_mutex_lock(&plock);
                         pool_take_if(p, vm_other_build, t->hash, &stale);
+                        snprintf(p->build, sizeof p->build, "%s", t->hash);
+                        p->n_starting++;
                         pthread_mutex_unlock(&plock);
                         for (struct pool_vm *x = stale; x; x = x->next)
                                 log_emit(LOG_LEVEL_INFO, x->ctx, "discarding warm VM of superseded build %s-%s",
@@ -243,6 +247,7 @@ static void *filler_thread(void *arg) {
                         r = fill_one(t, &pv, &err);
                         uint64_t ms = (now_monotonic_ns() - t0) / 1000000ULL;
                         pthread_mutex_lock(&plock);
+                        p->n_starting--;
                         if (r >= 0 && !stopping) {
                                 pv->next = p->ready;
                                 p->ready = pv;
@@ -407,6 +412,28 @@ int pool_vm_resume(struct pool_vm *pv) {
         if (r < 0)
                 return log_errno(LOG_LEVEL_WARN, r, pv->ctx, "cont failed: %m (%s)", qmp_last_error(pv->vmm->qmp));
         return 0;
+}
+
+json_t *pool_list_json(void) {
+        json_t *a = json_array();
+        if (!a)
+                return NULL;
+        pthread_mutex_lock(&plock);
+        for (size_t i = 0; i < n_pools; i++) {
+                const struct pool *p = &pools[i];
+                json_t *o = json_pack("{s:s, s:o, s:I, s:I, s:I, s:I, s:I}", "template", p->name, "build",
+                                      p->build[0] ? json_string(p->build) : json_null(), "target",
+                                      (json_int_t) pcfg->pool_size, "ready", (json_int_t) p->n_ready, "starting",
+                                      (json_int_t) p->n_starting, "hits", (json_int_t) p->hits, "misses",
+                                      (json_int_t) p->misses);
+                if (!o || json_array_append_new(a, o) < 0) {
+                        pthread_mutex_unlock(&plock);
+                        json_decref(a);
+                        return NULL;
+                }
+        }
+        pthread_mutex_unlock(&plock);
+        return a;
 }
 
 json_t *pool_json(const char *name) {

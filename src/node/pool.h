@@ -65,3 +65,10 @@ void pool_vm_free(struct pool_vm *pv);
 
 /* {"size":N,"ready":M} for template name (size 0 when it has no pool). */
 json_t *pool_json(const char *name);
+
+/* One object per pool, in AIRLOCK_PREBUILD order (empty without pools):
+ * {"template", "build" (the template hash it refills from; null before
+ * its first refill), "target" (pool size), "ready" (VMs waiting),
+ * "starting" (VMs being restored now), "hits", "misses" (claims since the
+ * node started)}. A consistent snapshot: taken under the pools' lock. */
+json_t *pool_list_json(void);
