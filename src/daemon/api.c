@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,8 @@
 #define NODE_HEALTH_TIMEOUT_S 10
 #define EXEC_TIMEOUT_SLACK_S 30
 #define SSE_FRAME_TIMEOUT_S 60 /* a started frame must complete within this */
+/* a repeated create or delete waits this much longer than the first may take */
+#define REPLAY_WAIT_SLACK_S 30
 
 static int fail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
 static int fail(struct api_ctx *ctx, int r, const char *fmt, ...) {
@@ -127,6 +130,18 @@ int api_templates_list(struct api_ctx *ctx, struct api_reply *ret) {
         return reply_json(ret, MHD_HTTP_OK, json_pack("{s:O}", "templates", json_is_array(t) ? t : json_array()));
 }
 
+int api_pools_list(struct api_ctx *ctx, struct api_reply *ret) {
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "pool.list");
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        if (!req)
+                return -ENOMEM;
+        int r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, ctx->err);
+        if (r < 0)
+                return r;
+        json_t *p = json_object_get(rep, "pools");
+        return reply_json(ret, MHD_HTTP_OK, json_pack("{s:O}", "pools", json_is_array(p) ? p : json_array()));
+}
+
 /* Best-effort removal of whatever the node may hold for id. */
 static void node_forget(const struct daemon_config *config, const char *log_ctx, const char *id) {
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.delete", "id", id);
@@ -181,15 +196,111 @@ static int node_call_empty(struct api_ctx *ctx, const json_t *req, struct api_re
         return r < 0 ? r : reply_empty(ret);
 }
 
-int api_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret) {
+/* Replies 422 {"error":{"code":"unprocessable",...}}: apierror.c's table
+ * has no errno for it, and this is its only use. */
+static int reply_unprocessable(struct api_reply *ret, const char *fmt, ...) _printf_(2, 3);
+static int reply_unprocessable(struct api_reply *ret, const char *fmt, ...) {
+        char msg[API_ERRMSG_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        return reply_json(ret, MHD_HTTP_UNPROCESSABLE_CONTENT,
+                          json_pack("{s:{s:s, s:s}}", "error", "code", "unprocessable", "message", msg));
+}
+
+/*
+ * The outcome of a finished operation as this request's result: 0 when it
+ * succeeded; its error (code and message, so the status is the first
+ * request's) when it failed; 409 while it still runs.
+ */
+static int operation_outcome(struct api_ctx *ctx, const struct store_operation *op) {
+        if (strcmp(op->state, "succeeded") == 0)
+                return 0;
+        if (strcmp(op->state, "failed") != 0)
+                return fail(ctx, -EBUSY, "the %s with this Idempotency-Key is still in progress (operation %s)",
+                            op->verb, op->id);
+        _cleanup_(json_decrefp) json_t *e = op->error ? json_loads(op->error, 0, NULL) : NULL;
+        const char *code = json_string_value(json_object_get(e, "code"));
+        const char *msg = json_string_value(json_object_get(e, "message"));
+        return fail(ctx, api_error_from_code(code), "%s", msg ? msg : "the operation failed");
+}
+
+/*
+ * What identifies a create for Idempotency-Key: the SHA-256 of the parsed
+ * request with its defaults filled in and keys sorted, so {} and
+ * {"template":"python"} are the same request while another env value is
+ * not. Only the digest is stored (env values may be secrets).
+ */
+static int create_request_hash(const struct apireq_create *c, char ret[crypto_hash_sha256_BYTES * 2 + 1]) {
+        _cleanup_(json_decrefp) json_t *canon = json_pack("{s:s, s:O, s:O}", "template", c->template_name, "env",
+                                                          c->env, "metadata", c->metadata);
+        _cleanup_free_ char *text = canon ? json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        if (!text)
+                return -ENOMEM;
+        uint8_t h[crypto_hash_sha256_BYTES];
+        crypto_hash_sha256(h, (const uint8_t *) text, strlen(text));
+        sodium_bin2hex(ret, crypto_hash_sha256_BYTES * 2 + 1, h, sizeof h);
+        return 0;
+}
+
+/* An earlier create with this key: 0 when the key is new, 1 when answered
+ * (200 with the first create's sandbox, or its error). */
+static int create_replay(struct api_ctx *ctx, const char *key, const char *hash, struct api_reply *ret) {
+        _cleanup_(store_operation_release) struct store_operation op = { 0 };
+        int r = store_operation_find_by_key(ctx->store, key, &op);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to look up an operation: %m");
+        if (strcmp(op.verb, "create") != 0)
+                return fail(ctx, -EEXIST, "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
+                            op.sandbox_id, op.id);
+        if (!op.request_hash || strcmp(op.request_hash, hash) != 0) {
+                r = reply_unprocessable(ret, "Idempotency-Key already used for a create with a different request "
+                                             "body (operation %s, sandbox %s)", op.id, op.sandbox_id);
+                return r < 0 ? r : 1;
+        }
+        /* the first request still runs: a retry wants its answer, and gets
+         * it once the create ends (the create's own bound, and some) */
+        _cleanup_(store_operation_release) struct store_operation done = { 0 };
+        r = api_operation_wait(ctx, op.id, (uint64_t) (ctx->config->create_timeout_s + REPLAY_WAIT_SLACK_S) * 1000,
+                               &done);
+        if (r < 0 || (r = operation_outcome(ctx, &done)) < 0)
+                return r;
+        json_t *o = done.result ? json_loads(done.result, 0, NULL) : NULL;
+        if (!o)
+                return log_errno(LOG_LEVEL_ERROR, -EBADMSG, ctx->log_ctx, "operation %s: unreadable result", op.id);
+        json_object_set_new(o, "operation_id", json_string(op.id));
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "create of sandbox %s replayed (operation %s)", op.sandbox_id, op.id);
+        r = reply_json(ret, MHD_HTTP_OK, o);
+        return r < 0 ? r : 1;
+}
+
+/* Ends a create or delete that failed: its operation fails with r and
+ * the message in ctx->err (both also go to the client). */
+static int operation_fail(struct api_ctx *ctx, const char *op_id, int r) {
+        api_operation_finish(ctx->store, op_id, r, ctx->err, NULL);
+        return r;
+}
+
+int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idempotency_key, struct api_reply *ret) {
         _cleanup_(apireq_create_release) struct apireq_create c = { 0 };
         int r = apireq_parse_create(body, &c, ctx->err);
         if (r < 0)
                 return r;
-
-        char id[32];
-        r = random_id("sbx-", 8, id, sizeof id);
+        if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
+                return fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
+                            API_IDEMPOTENCY_KEY_MAX);
+        char hash[crypto_hash_sha256_BYTES * 2 + 1];
+        r = create_request_hash(&c, hash);
         if (r < 0)
+                return r;
+        if (idempotency_key && (r = create_replay(ctx, idempotency_key, hash, ret)) != 0)
+                return r < 0 ? r : 0;
+
+        char id[32], op_id[32];
+        if ((r = random_id("sbx-", 8, id, sizeof id)) < 0 || (r = random_id("op-", 8, op_id, sizeof op_id)) < 0)
                 return r;
         _cleanup_(json_decrefp) json_t *keys = json_array();
         if (!keys)
@@ -202,21 +313,35 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
         if (!keys_s || !md_s)
                 return -ENOMEM;
 
+        /* the operation first: its unique key is what tells two racing
+         * requests with the same Idempotency-Key apart */
+        struct store_operation op = { .id = op_id, .sandbox_id = id, .verb = "create", .state = "running",
+                                      .idempotency_key = (char *) idempotency_key, .request_hash = hash };
+        r = store_operation_insert(ctx->store, &op);
+        if (r == -EEXIST && idempotency_key && (r = create_replay(ctx, idempotency_key, hash, ret)) != 0)
+                return r < 0 ? r : 0;
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+
         struct store_sandbox row = {
                 .id = id, .template_name = c.template_name, .state = "creating", .metadata = md_s, .env_keys = keys_s,
         };
         r = store_sandbox_insert(ctx->store, &row);
-        if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert sandbox: %m");
+        if (r < 0) {
+                log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert sandbox: %m");
+                return operation_fail(ctx, op_id, r);
+        }
 
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:O, s:O}", "op", "sandbox.create", "id", id,
                                                         "template", c.template_name, "env", c.env, "metadata",
                                                         c.metadata);
         if (!req) {
                 sandbox_abandon(ctx, id, false);
-                return -ENOMEM;
+                return operation_fail(ctx, op_id, -ENOMEM);
         }
-        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "creating sandbox %s from template %s", id, c.template_name);
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "creating sandbox %s from template %s (operation %s)", id,
+                 c.template_name, op_id);
+        api_operation_node_called(ctx->store, op_id, "creating");
         _cleanup_(json_decrefp) json_t *node_rep = NULL;
         r = node_call(ctx->config->node_socket, ctx->config->create_timeout_s, req, &node_rep, ctx->err);
         if (r < 0) {
@@ -224,37 +349,47 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
                  * sure it holds nothing for this id either. */
                 sandbox_abandon(ctx, id, r == -ETIMEDOUT || r == -ECONNRESET || r == -EBADMSG);
                 if (r == -ENOENT)
-                        return fail(ctx, r, "template '%.64s' not found", c.template_name);
+                        return operation_fail(ctx, op_id, fail(ctx, r, "template '%.64s' not found", c.template_name));
                 log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "sandbox %s: create failed: %s", id, ctx->err);
-                return r;
+                return operation_fail(ctx, op_id, r);
         }
         /* A create can take minutes; a client that gave up meanwhile would
-         * never learn the id, and nobody could delete the sandbox. */
-        if (client_gone(ctx)) {
+         * never learn the id, and nobody could delete the sandbox. With an
+         * Idempotency-Key it can: the retry gets this sandbox. */
+        if (client_gone(ctx) && !idempotency_key) {
                 log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "client went away while sandbox %s was created; removing it",
                          id);
                 sandbox_abandon(ctx, id, true);
-                return fail(ctx, -ECONNRESET, "the client closed the connection");
+                return operation_fail(ctx, op_id, fail(ctx, -ECONNRESET, "the client closed the connection"));
         }
         r = store_sandbox_update_state(ctx->store, id, "running", NULL);
         if (r < 0) {
                 sandbox_abandon(ctx, id, true);
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m");
+                log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m");
+                return operation_fail(ctx, op_id, r);
         }
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         r = sandbox_lookup(ctx, id, &sb);
         if (r < 0)
-                return r;
+                return operation_fail(ctx, op_id, r);
         /* how the node made it (warm pool or cold restore, and how fast):
-         * only the create reply knows, nothing of it is stored */
-        json_t *o = sandbox_json(&sb);
+         * only the create reply knows; the operation's result keeps it for
+         * a replay */
+        _cleanup_(json_decrefp) json_t *o = sandbox_json(&sb);
+        if (!o)
+                return operation_fail(ctx, op_id, -ENOMEM);
         json_t *nsb = json_object_get(node_rep, "sandbox");
         json_t *pool = json_object_get(nsb, "pool"), *ms = json_object_get(nsb, "restore_ms");
-        if (o && json_is_string(pool))
+        if (json_is_string(pool))
                 json_object_set(o, "pool", pool);
-        if (o && json_is_integer(ms))
+        if (json_is_integer(ms))
                 json_object_set(o, "restore_ms", ms);
-        return reply_json(ret, MHD_HTTP_CREATED, o);
+        _cleanup_free_ char *result = json_dumps(o, JSON_COMPACT);
+        if (!result)
+                return operation_fail(ctx, op_id, -ENOMEM);
+        api_operation_finish(ctx->store, op_id, 0, NULL, result);
+        json_object_set_new(o, "operation_id", json_string(op_id));
+        return reply_json(ret, MHD_HTTP_CREATED, TAKE_PTR(o));
 }
 
 /*
@@ -347,25 +482,82 @@ int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret) {
         return reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "sandboxes", arr));
 }
 
-int api_sandbox_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+/* An earlier delete with this key: 0 when the key is new, 1 when answered
+ * (204 again, or the first delete's error). */
+static int delete_replay(struct api_ctx *ctx, const char *id, const char *key, struct api_reply *ret) {
+        _cleanup_(store_operation_release) struct store_operation op = { 0 };
+        int r = store_operation_find_by_key(ctx->store, key, &op);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to look up an operation: %m");
+        if (strcmp(op.verb, "delete") != 0 || strcmp(op.sandbox_id, id) != 0)
+                return fail(ctx, -EEXIST, "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
+                            op.sandbox_id, op.id);
+        _cleanup_(store_operation_release) struct store_operation done = { 0 };
+        r = api_operation_wait(ctx, op.id, (uint64_t) (ctx->config->node_timeout_s + REPLAY_WAIT_SLACK_S) * 1000,
+                               &done);
+        if (r < 0 || (r = operation_outcome(ctx, &done)) < 0)
+                return r;
+        r = reply_empty(ret);
+        return r < 0 ? r : 1;
+}
+
+int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempotency_key, struct api_reply *ret) {
+        if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
+                return fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
+                            API_IDEMPOTENCY_KEY_MAX);
+        /* before the lookup: after the first delete the row is gone */
+        int r;
+        if (idempotency_key && (r = delete_replay(ctx, id, idempotency_key, ret)) != 0)
+                return r < 0 ? r : 0;
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = sandbox_lookup(ctx, id, &sb);
+        r = sandbox_lookup(ctx, id, &sb);
         if (r < 0)
                 return r;
         r = lifecycle_check(LIFECYCLE_DELETE, sb.state);
         if (r < 0)
                 return fail(ctx, -EBUSY, "cannot delete: %ssandbox is %s", r == -EBUSY ? "an operation is in progress, " : "",
                             sb.state);
+        /* claim, as the verbs do: a verb cannot start on a sandbox being deleted */
+        r = store_sandbox_transition(ctx->store, id, sb.state, "deleting", NULL);
+        if (r == -ESTALE) {
+                if (idempotency_key && (r = delete_replay(ctx, id, idempotency_key, ret)) != 0)
+                        return r < 0 ? r : 0;
+                return fail(ctx, -EBUSY, "cannot delete: the sandbox changed state meanwhile, try again");
+        }
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m");
+
+        char op_id[32];
+        struct store_operation op = { .id = op_id, .sandbox_id = (char *) id, .verb = "delete", .state = "running",
+                                      .idempotency_key = (char *) idempotency_key };
+        r = random_id("op-", 8, op_id, sizeof op_id);
+        if (r >= 0)
+                r = store_operation_insert(ctx->store, &op);
+        if (r < 0) {
+                (void) store_sandbox_update_state(ctx->store, id, sb.state, sb.error);
+                /* the same key raced in from a second request: answer with its outcome */
+                if (r == -EEXIST && idempotency_key && (r = delete_replay(ctx, id, idempotency_key, ret)) != 0)
+                        return r < 0 ? r : 0;
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+        }
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.delete", "id", id);
-        if (!req)
-                return -ENOMEM;
-        r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err);
-        if (r < 0 && r != -ENOENT)
-                return r; /* keep the row: the VM may still exist */
+        api_operation_node_called(ctx->store, op_id, "deleting");
+        r = req ? node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err) : -ENOMEM;
+        if (r < 0 && r != -ENOENT) {
+                /* keep the row as it was: the VM may still exist */
+                (void) store_sandbox_update_state(ctx->store, id, sb.state, sb.error);
+                return operation_fail(ctx, op_id, r);
+        }
+        ctx->err[0] = 0; /* a node not_found is fine */
         r = store_sandbox_delete(ctx->store, id);
-        if (r < 0 && r != -ENOENT)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to delete sandbox: %m");
-        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "deleted sandbox %s", id);
+        if (r < 0 && r != -ENOENT) {
+                log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to delete sandbox: %m");
+                return operation_fail(ctx, op_id, r);
+        }
+        api_operation_finish(ctx->store, op_id, 0, NULL, "{\"state\":\"deleted\"}");
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "deleted sandbox %s (operation %s)", id, op_id);
         return reply_empty(ret);
 }
 

@@ -43,11 +43,16 @@ void api_reply_release(struct api_reply *r);
 
 int api_health(struct api_ctx *ctx, struct api_reply *ret);
 int api_templates_list(struct api_ctx *ctx, struct api_reply *ret);
+/* GET /v1/pools: the node's warm pools, {"pools":[...]}. */
+int api_pools_list(struct api_ctx *ctx, struct api_reply *ret);
 
-int api_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
+/* Create and delete run in the request's thread and record an operation
+ * ("create"/"delete"); idempotency_key (may be NULL) makes a repeated
+ * request answer with the first one's outcome instead of running again. */
+int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idempotency_key, struct api_reply *ret);
 int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret);
 int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
-int api_sandbox_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempotency_key, struct api_reply *ret);
 int api_exec(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
 
 int api_session_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *body, struct api_reply *ret);
@@ -89,8 +94,23 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb, cons
 int api_snapshot_create(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
 int api_snapshot_list(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 int api_operation_get(struct api_ctx *ctx, const char *op_id, struct api_reply *ret);
-/* {"id","sandbox_id","verb","state","created_at","finished_at"?,"error"?,"result"?} */
+/* {"id","sandbox_id","verb","state","progress","stage"?,"created_at","finished_at"?,"error"?,"result"?} */
 json_t *api_operation_json(const struct store_operation *op);
+
+#define API_IDEMPOTENCY_KEY_MAX 128
+/* An Idempotency-Key header value: 1..API_IDEMPOTENCY_KEY_MAX printable
+ * ASCII characters, no spaces. */
+bool api_idempotency_key_is_valid(const char *key);
+/* Reads operation op_id, first waiting up to max_ms for it to finish (0:
+ * no wait; shutdown ends the wait early). *ret may still be unfinished. */
+int api_operation_wait(struct api_ctx *ctx, const char *op_id, uint64_t max_ms, struct store_operation *ret);
+/* Records that an operation's node call starts: progress 10, stage (the
+ * verb's transitional state, "creating"). Failures are only logged. */
+void api_operation_node_called(struct store *store, const char *op_id, const char *stage);
+/* Writes an operation's outcome (r < 0: failed with message, or the
+ * default message of r; else succeeded with result, JSON text or NULL)
+ * and wakes the requests waiting for it. Failures are only logged. */
+void api_operation_finish(struct store *store, const char *op_id, int r, const char *message, const char *result);
 /* Waits up to timeout_s for running verb workers (shutdown: they use the
  * store and the config). */
 void api_lifecycle_drain(unsigned timeout_s);

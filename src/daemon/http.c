@@ -56,6 +56,7 @@ enum route_id {
         R_ROLLBACK,
         R_SNAPSHOTS,
         R_OPERATION,
+        R_POOLS,
 };
 
 enum auth_kind {
@@ -91,6 +92,7 @@ static const struct route routes[] = {
         { R_ROLLBACK, { "v1", "sandboxes", "*", "rollback" }, M_POST, AUTH_API },
         { R_SNAPSHOTS, { "v1", "sandboxes", "*", "snapshots" }, M_GET | M_POST, AUTH_API },
         { R_OPERATION, { "v1", "operations", "*" }, M_GET, AUTH_API },
+        { R_POOLS, { "v1", "pools" }, M_GET, AUTH_API },
 };
 
 /* Per-request state, from the first access-handler call to completion. */
@@ -493,6 +495,7 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         _cleanup_(json_decrefp) json_t *body = NULL;
         const char *id = req->param;
         const char *path = NULL;
+        const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key");
         int r;
 
         api_ctx_init(req, conn, &ctx);
@@ -514,11 +517,15 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         case R_TEMPLATES:
                 r = api_templates_list(&ctx, &rep);
                 break;
+        case R_POOLS:
+                r = api_pools_list(&ctx, &rep);
+                break;
         case R_SANDBOXES:
-                r = req->method == M_POST ? api_sandbox_create(&ctx, body, &rep) : api_sandbox_list(&ctx, &rep);
+                r = req->method == M_POST ? api_sandbox_create(&ctx, body, key, &rep) : api_sandbox_list(&ctx, &rep);
                 break;
         case R_SANDBOX:
-                r = req->method == M_DELETE ? api_sandbox_delete(&ctx, id, &rep) : api_sandbox_get(&ctx, id, &rep);
+                r = req->method == M_DELETE ? api_sandbox_delete(&ctx, id, key, &rep)
+                                            : api_sandbox_get(&ctx, id, &rep);
                 break;
         case R_EXEC:
                 r = api_exec(&ctx, id, body, &rep);
@@ -564,7 +571,6 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 static const char *const verbs[] = { [R_PAUSE - R_PAUSE] = "pause", [R_RESUME - R_PAUSE] = "resume",
                                                      [R_STOP - R_PAUSE] = "stop", [R_START - R_PAUSE] = "start",
                                                      [R_ROLLBACK - R_PAUSE] = "rollback" };
-                const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key");
                 r = api_sandbox_verb(&ctx, id, verbs[req->route->id - R_PAUSE], body, key, query_bool(conn, "wait"),
                                      &rep);
                 break;

@@ -7,7 +7,9 @@
  * racing on one sandbox cannot both start), recorded as an operation row,
  * and carried out by a detached worker thread that calls the node and
  * writes the outcome to the store. Clients poll the operation or ask the
- * request to wait for it.
+ * request to wait for it. Create and delete (api.c) record operations too
+ * but run in the request's own thread; they share the waiting and the
+ * finishing here.
  */
 #include "api.h"
 
@@ -31,7 +33,10 @@
 #define LIFECYCLE_STOP_TIMEOUT_S 120
 /* a rollback stops, clones and cold-boots */
 #define LIFECYCLE_ROLLBACK_TIMEOUT_S (LIFECYCLE_STOP_TIMEOUT_S + LIFECYCLE_START_TIMEOUT_S)
-#define IDEMPOTENCY_KEY_MAX 128
+/* Progress of a verb once the node has the request: the node does the
+ * work in one call and reports nothing until it is done, so this is the
+ * only step between 0 (recorded) and 100 (succeeded). */
+#define PROGRESS_NODE_CALLED 10
 
 static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t workers_cond = PTHREAD_COND_INITIALIZER;
@@ -63,6 +68,9 @@ json_t *api_operation_json(const struct store_operation *op) {
                               "state", op->state, "created_at", ts);
         if (!o)
                 return NULL;
+        json_object_set_new(o, "progress", json_integer(op->progress));
+        if (op->stage)
+                json_object_set_new(o, "stage", json_string(op->stage));
         if (op->finished_at > 0) {
                 api_format_time(op->finished_at, ts, sizeof ts);
                 json_object_set_new(o, "finished_at", json_string(ts));
@@ -80,9 +88,17 @@ static bool operation_finished(const struct store_operation *op) {
         return strcmp(op->state, "succeeded") == 0 || strcmp(op->state, "failed") == 0;
 }
 
+/* Wakes the requests waiting for an operation; call once its outcome is
+ * in the store (see api_operation_wait()). */
+static void operations_notify(void) {
+        pthread_mutex_lock(&workers_lock);
+        pthread_cond_broadcast(&workers_cond);
+        pthread_mutex_unlock(&workers_lock);
+}
+
 /* Writes the final state of an operation; errors only get a log line (the
- * worker has nobody else to tell). */
-static void job_finish(struct job *j, int r, const char *message, const char *result) {
+ * caller has nobody else to tell). */
+static void operation_finish(struct store *store, const char *op_id, int r, const char *message, const char *result) {
         _cleanup_free_ char *err_s = NULL;
         if (r < 0) {
                 _cleanup_(json_decrefp) json_t *e = json_pack("{s:s, s:s}", "code", api_error_code(r), "message",
@@ -90,9 +106,20 @@ static void job_finish(struct job *j, int r, const char *message, const char *re
                                                                                   : api_error_default_message(r));
                 err_s = e ? json_dumps(e, JSON_COMPACT) : NULL;
         }
-        int k = store_operation_update(j->store, j->op_id, r < 0 ? "failed" : "succeeded", err_s, r < 0 ? NULL : result);
+        int k = store_operation_update(store, op_id, r < 0 ? "failed" : "succeeded", err_s, r < 0 ? NULL : result);
         if (k < 0)
-                log_errno(LOG_LEVEL_ERROR, k, NULL, "store: failed to finish operation %s: %m", j->op_id);
+                log_errno(LOG_LEVEL_ERROR, k, NULL, "store: failed to finish operation %s: %m", op_id);
+}
+
+void api_operation_finish(struct store *store, const char *op_id, int r, const char *message, const char *result) {
+        operation_finish(store, op_id, r, message, result);
+        operations_notify();
+}
+
+void api_operation_node_called(struct store *store, const char *op_id, const char *stage) {
+        int r = store_operation_progress(store, op_id, PROGRESS_NODE_CALLED, stage);
+        if (r < 0)
+                log_errno(LOG_LEVEL_WARN, r, NULL, "store: failed to record progress of operation %s: %m", op_id);
 }
 
 /* After a failed verb: what is the sandbox now? The node knows; when it
@@ -141,6 +168,7 @@ static void *job_main(void *arg) {
         int r = store_operation_update(j->store, j->op_id, "running", NULL, NULL);
         if (r < 0)
                 log_errno(LOG_LEVEL_WARN, r, ctx, "store: failed to mark the operation running: %m");
+        api_operation_node_called(j->store, j->op_id, t->transitional);
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", t->node_op, "id", j->sandbox_id);
         if (req && j->snapshot_id[0])
                 json_object_set_new(req, "snapshot_id", json_string(j->snapshot_id));
@@ -150,14 +178,14 @@ static void *job_main(void *arg) {
         if (r < 0) {
                 log_emit(LOG_LEVEL_WARN, ctx, "failed: %s", err[0] ? err : api_error_default_message(r));
                 job_settle_after_failure(j, err);
-                job_finish(j, r, err, NULL);
+                operation_finish(j->store, j->op_id, r, err, NULL);
         } else {
                 int k = store_sandbox_update_state(j->store, j->sandbox_id, t->target, NULL);
                 if (k < 0 && k != -ENOENT)
                         log_errno(LOG_LEVEL_ERROR, k, ctx, "store: failed to update the sandbox: %m");
                 _cleanup_(json_decrefp) json_t *res = json_pack("{s:s}", "state", t->target);
                 _cleanup_free_ char *res_s = res ? json_dumps(res, JSON_COMPACT) : NULL;
-                job_finish(j, 0, NULL, res_s);
+                operation_finish(j->store, j->op_id, 0, NULL, res_s);
                 log_emit(LOG_LEVEL_INFO, ctx, "succeeded in %llu ms",
                          (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
         }
@@ -193,33 +221,30 @@ static int job_spawn(struct job *j) {
         return r;
 }
 
-/* Replies with the operation: at once (202), or with ?wait=true once it
- * finished (200; 202 if it still runs after LIFECYCLE_WAIT_MAX_MS). */
-static int reply_operation(struct api_ctx *ctx, const char *op_id, bool wait, struct api_reply *ret) {
-        uint64_t deadline = now_monotonic_ns() + (uint64_t) LIFECYCLE_WAIT_MAX_MS * 1000000ULL;
+int api_operation_wait(struct api_ctx *ctx, const char *op_id, uint64_t max_ms, struct store_operation *ret) {
+        uint64_t deadline = now_monotonic_ns() + max_ms * 1000000ULL;
         for (;;) {
                 _cleanup_(store_operation_release) struct store_operation op = { 0 };
-                /* Read under workers_lock: a worker writes its outcome to the
-                 * store and then broadcasts under this lock, so the wake-up
-                 * cannot fall between this read and the wait below. */
+                /* Read under workers_lock: whoever finishes an operation
+                 * writes its outcome to the store and then broadcasts under
+                 * this lock, so the wake-up cannot fall between this read
+                 * and the wait below. */
                 pthread_mutex_lock(&workers_lock);
                 int r = store_operation_get(ctx->store, op_id, &op);
                 if (r < 0) {
                         pthread_mutex_unlock(&workers_lock);
                         return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read operation: %m");
                 }
-                bool done = operation_finished(&op);
-                if (!wait || done || now_monotonic_ns() >= deadline || atomic_load(ctx->stopping)) {
+                if (max_ms == 0 || operation_finished(&op) || now_monotonic_ns() >= deadline ||
+                    atomic_load(ctx->stopping)) {
                         pthread_mutex_unlock(&workers_lock);
-                        json_t *o = api_operation_json(&op);
-                        if (!o)
-                                return -ENOMEM;
-                        *ret = (struct api_reply){ .status = done && wait ? MHD_HTTP_OK : MHD_HTTP_ACCEPTED,
-                                                   .body = o };
+                        *ret = op;
+                        op = (struct store_operation){ 0 };
                         return 0;
                 }
-                /* Woken by any finishing worker; the periodic wake re-checks
-                 * the shutdown flag and operations no local worker runs. */
+                /* Woken by any finishing operation; the periodic wake
+                 * re-checks the shutdown flag and operations nobody in
+                 * this process runs. */
                 struct timespec until;
                 clock_gettime(CLOCK_REALTIME, &until);
                 until.tv_sec += LIFECYCLE_RECHECK_S;
@@ -228,9 +253,24 @@ static int reply_operation(struct api_ctx *ctx, const char *op_id, bool wait, st
         }
 }
 
-static bool idempotency_key_is_valid(const char *k) {
+/* Replies with the operation: at once (202), or with ?wait=true once it
+ * finished (200; 202 if it still runs after LIFECYCLE_WAIT_MAX_MS). */
+static int reply_operation(struct api_ctx *ctx, const char *op_id, bool wait, struct api_reply *ret) {
+        _cleanup_(store_operation_release) struct store_operation op = { 0 };
+        int r = api_operation_wait(ctx, op_id, wait ? LIFECYCLE_WAIT_MAX_MS : 0, &op);
+        if (r < 0)
+                return r;
+        json_t *o = api_operation_json(&op);
+        if (!o)
+                return -ENOMEM;
+        *ret = (struct api_reply){ .status = operation_finished(&op) && wait ? MHD_HTTP_OK : MHD_HTTP_ACCEPTED,
+                                   .body = o };
+        return 0;
+}
+
+bool api_idempotency_key_is_valid(const char *k) {
         size_t n = strlen(k);
-        if (n == 0 || n > IDEMPOTENCY_KEY_MAX)
+        if (n == 0 || n > API_IDEMPOTENCY_KEY_MAX)
                 return false;
         for (size_t i = 0; i < n; i++)
                 if (k[i] < 0x21 || k[i] > 0x7e)
@@ -277,9 +317,9 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         if (r < 0)
                 return lfail(ctx, -ENOENT, "no such verb");
         const struct lifecycle_transition *t = lifecycle_get(verb);
-        if (idempotency_key && !idempotency_key_is_valid(idempotency_key))
+        if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
                 return lfail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
-                             IDEMPOTENCY_KEY_MAX);
+                             API_IDEMPOTENCY_KEY_MAX);
 
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         r = store_sandbox_get(ctx->store, id, &sb);
