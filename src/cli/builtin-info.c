@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* templates, health: read-only questions about the control plane. */
+/* templates, pools, health: read-only questions about the control plane. */
 #include <errno.h>
 #include <stdio.h>
 
@@ -11,6 +11,13 @@ int cmd_templates(struct cli *cli, int argc, char **argv) {
         static const char *const fields[] = {"name", "state"};
         return cli_list_command(cli, argc, argv, "templates", "/v1/templates", NULL, "templates", ARRAY_SIZE(header),
                                 header, fields);
+}
+
+int cmd_pools(struct cli *cli, int argc, char **argv) {
+        static const char *const header[] = {"TEMPLATE", "BUILD", "TARGET", "READY", "STARTING", "HITS", "MISSES"};
+        static const char *const fields[] = {"template", "build", "target", "ready", "starting", "hits", "misses"};
+        return cli_list_command(cli, argc, argv, "pools", "/v1/pools", NULL, "pools", ARRAY_SIZE(header), header,
+                                fields);
 }
 
 int cmd_health(struct cli *cli, int argc, char **argv) {

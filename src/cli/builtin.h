@@ -25,6 +25,7 @@ int cmd_op(struct cli *cli, int argc, char **argv);
 int cmd_exec(struct cli *cli, int argc, char **argv);
 int cmd_cp(struct cli *cli, int argc, char **argv);
 int cmd_templates(struct cli *cli, int argc, char **argv);
+int cmd_pools(struct cli *cli, int argc, char **argv);
 int cmd_health(struct cli *cli, int argc, char **argv);
 
 /* Parses options only: for commands that take none of their own, checks the

@@ -36,7 +36,7 @@ static const struct cli_command commands[] = {
         {"rollback", cmd_rollback, "[--no-wait] SBX SNAPSHOT",
          "Restart a sandbox on the disk of one of its snapshots",
          "  --no-wait         print the operation id instead of waiting for it\n"},
-        {"op", cmd_op, "OPID", "Show a lifecycle operation", NULL},
+        {"op", cmd_op, "OPID", "Show an operation (create, delete or a lifecycle verb)", NULL},
         {"exec", cmd_exec, "[-e K=V]... [-w DIR] [-i] [-t] [--timeout S] SBX -- CMD [ARGS...]",
          "Run a command in a sandbox, streaming its output",
          "  -e, --env K=V     environment variable for the command (repeatable)\n"
@@ -53,6 +53,7 @@ static const struct cli_command commands[] = {
          "for stdin/stdout. Files only; a DST ending in '/' or naming a local\n"
          "directory gets SRC's file name.\n"},
         {"templates", cmd_templates, "", "List templates", NULL},
+        {"pools", cmd_pools, "", "List the warm pools (VMs restored ahead of creates)", NULL},
         {"health", cmd_health, "", "Check that airlockd answers", NULL},
 };
 
