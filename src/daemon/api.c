@@ -16,6 +16,7 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "macros.h"
+#include "scheduler.h"
 #include "util.h"
 
 
@@ -76,6 +77,11 @@ static json_t *sandbox_json(const struct store_sandbox *sb) {
                 json_object_set_new(o, "error", json_string(sb->error));
         if (o)
                 json_object_set_new(o, "desired_state", json_string(sb->desired_state ? sb->desired_state : "running"));
+        json_t *policy = sb->snapshot_policy ? json_loads(sb->snapshot_policy, 0, NULL) : NULL;
+        if (o && policy)
+                json_object_set_new(o, "snapshot_policy", policy);
+        else
+                json_decref(policy);
         return o;
 }
 
@@ -235,6 +241,9 @@ static int operation_outcome(struct api_ctx *ctx, const struct store_operation *
 static int create_request_hash(const struct apireq_create *c, char ret[crypto_hash_sha256_BYTES * 2 + 1]) {
         _cleanup_(json_decrefp) json_t *canon = json_pack("{s:s, s:O, s:O}", "template", c->template_name, "env",
                                                           c->env, "metadata", c->metadata);
+        /* only when given: the hash of a request without one stays as it was */
+        if (canon && c->snapshot_policy && json_object_set(canon, "snapshot_policy", c->snapshot_policy) < 0)
+                return -ENOMEM;
         _cleanup_free_ char *text = canon ? json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         if (!text)
                 return -ENOMEM;
@@ -286,8 +295,10 @@ static int operation_fail(struct api_ctx *ctx, const char *op_id, int r) {
 
 int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idempotency_key, struct api_reply *ret) {
         _cleanup_(apireq_create_release) struct apireq_create c = { 0 };
+        _cleanup_free_ char *policy_s = NULL;
         int r = apireq_parse_create(body, &c, ctx->err);
-        if (r < 0)
+        if (r < 0 ||
+            (r = apireq_check_snapshot_policy(c.snapshot_policy, &ctx->config->snapshot_policy, &policy_s, ctx->err)) < 0)
                 return r;
         if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
                 return fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
@@ -325,6 +336,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
 
         struct store_sandbox row = {
                 .id = id, .template_name = c.template_name, .state = "creating", .metadata = md_s, .env_keys = keys_s,
+                .snapshot_policy = policy_s,
         };
         r = store_sandbox_insert(ctx->store, &row);
         if (r < 0) {
@@ -1038,65 +1050,57 @@ void api_reconcile_startup(const struct daemon_config *config, struct store *sto
         api_lifecycle_reconcile(config, store);
 }
 
-/* ---- disk snapshots ---- */
+/* ---- snapshots ---- */
 
-#define SNAPSHOT_TIMEOUT_S 300 /* a storage root without reflinks copies the whole image */
+/* an on-demand snapshot waits this long for a scheduled one of the same
+ * sandbox to finish */
+#define SNAPSHOT_CLAIM_WAIT_MS 30000
 
 static json_t *snapshot_json(const struct store_snapshot *sn) {
         char ts[48];
         api_format_time(sn->created_at, ts, sizeof ts);
-        return json_pack("{s:s, s:s, s:s, s:I, s:s}", "id", sn->id, "sandbox_id", sn->sandbox_id, "kind", sn->kind,
-                         "size", (json_int_t) sn->size, "created_at", ts);
+        return json_pack("{s:s, s:s, s:s, s:I, s:s, s:b}", "id", sn->id, "sandbox_id", sn->sandbox_id, "kind", sn->kind,
+                         "size", (json_int_t) sn->size, "created_at", ts, "pinned", sn->pinned);
 }
 
 int api_snapshot_create(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret) {
-        json_t *kind = json_object_get(body, "kind");
-        /* full snapshots (memory too) come with the next step; disk only now */
-        if (kind && (!json_is_string(kind) || strcmp(json_string_value(kind), "disk") != 0))
-                return fail(ctx, -EINVAL, "kind must be \"disk\"");
+        json_t *kind_j = json_object_get(body, "kind");
+        enum snapshot_kind kind = SNAPSHOT_DISK;
+        if (kind_j && !json_is_null(kind_j) &&
+            (!json_is_string(kind_j) || snapshot_kind_from_string(json_string_value(kind_j), &kind) < 0))
+                return fail(ctx, -EINVAL, "kind must be \"disk\" or \"full\"");
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = sandbox_lookup(ctx, id, &sb);
         if (r < 0)
                 return r;
         if (strcmp(sb.state, "running") != 0 && strcmp(sb.state, "stopped") != 0)
                 return fail(ctx, -EBUSY, "cannot snapshot: sandbox is %s", sb.state);
-        char snap_id[32];
-        r = random_id("snap-", 8, snap_id, sizeof snap_id);
+        /* one snapshot call per sandbox at a time: a scheduled one that
+         * runs is short, wait for it */
+        r = scheduler_claim(id, SNAPSHOT_CLAIM_WAIT_MS);
+        if (r == -EBUSY)
+                return fail(ctx, r, "cannot snapshot: another snapshot of sandbox %s is in progress", id);
         if (r < 0)
                 return r;
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "sandbox.snapshot", "id", id,
-                                                        "snapshot_id", snap_id);
-        _cleanup_(json_decrefp) json_t *rep = NULL;
-        if (!req)
-                return -ENOMEM;
-        r = node_call(ctx->config->node_socket, SNAPSHOT_TIMEOUT_S, req, &rep, ctx->err);
-        if (r < 0)
-                return r;
-        json_t *info = json_object_get(rep, "snapshot");
-        struct store_snapshot sn = { .id = snap_id, .sandbox_id = (char *) id, .kind = "disk",
-                                     .size = json_integer_value(json_object_get(info, "size")) };
-        r = store_snapshot_insert(ctx->store, &sn);
-        if (r < 0) {
-                /* nobody could use the image without its row: remove it */
-                _cleanup_(json_decrefp) json_t *del = json_pack("{s:s, s:s, s:s}", "op", "snapshot.delete", "id", id,
-                                                                "snapshot_id", snap_id);
-                char err[API_ERRMSG_MAX];
-                if (del)
-                        (void) node_call(ctx->config->node_socket, ctx->config->node_timeout_s, del, NULL, err);
-                if (r == -ENOENT)
-                        return fail(ctx, r, "sandbox '%.64s' not found", id);
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert snapshot: %m");
-        }
         _cleanup_(store_snapshot_release) struct store_snapshot stored = { 0 };
-        r = store_snapshot_get(ctx->store, snap_id, &stored);
-        if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read snapshot: %m");
+        _cleanup_(json_decrefp) json_t *info = NULL;
+        r = scheduler_snapshot_take(ctx->config, ctx->store, id, kind, true, &stored, &info, ctx->err);
+        scheduler_release(id);
+        if (r < 0) {
+                if (r != -ENOENT && r != -EBUSY && r != -EEXIST)
+                        log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "sandbox %s: %s snapshot failed: %s", id,
+                                 snapshot_kind_to_string(kind), ctx->err);
+                return r;
+        }
         json_t *o = snapshot_json(&stored);
         if (o) {
-                json_t *fm = json_object_get(info, "freeze_ms");
+                /* how long the guest was held: only the node's reply knows */
+                json_t *fm = json_object_get(info, "freeze_ms"), *pm = json_object_get(info, "pause_ms");
                 json_object_set_new(o, "freeze_ms", json_integer(json_integer_value(fm)));
+                if (json_is_integer(pm))
+                        json_object_set(o, "pause_ms", pm);
         }
-        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "sandbox %s: disk snapshot %s taken", id, snap_id);
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "sandbox %s: %s snapshot %s taken", id, stored.kind, stored.id);
         return reply_json(ret, MHD_HTTP_CREATED, o);
 }
 

@@ -213,8 +213,34 @@ int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
                 c.metadata = json_incref(md);
         } else if (!(c.metadata = json_object()))
                 return -ENOMEM;
+        json_t *sp = json_object_get(o, "snapshot_policy");
+        if (sp && !json_is_null(sp)) {
+                if (!json_is_object(sp))
+                        return bad(err, "field 'snapshot_policy' must be an object");
+                c.snapshot_policy = json_incref(sp);
+        }
         *ret = c;
         c = (struct apireq_create){ 0 };
+        return 0;
+}
+
+int apireq_check_snapshot_policy(const json_t *policy, const struct retention_policy *base, char **ret_text,
+                                 char *err) {
+        if (!policy) {
+                *ret_text = NULL;
+                return 0;
+        }
+        struct retention_policy p;
+        _cleanup_free_ char *msg = NULL;
+        int r = retention_policy_parse((json_t *) policy, base, &p, &msg);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return bad(err, "field 'snapshot_policy': %s", msg ? msg : "invalid snapshot policy");
+        char *text = json_dumps(policy, JSON_COMPACT | JSON_SORT_KEYS);
+        if (!text)
+                return -ENOMEM;
+        *ret_text = text;
         return 0;
 }
 
@@ -224,6 +250,7 @@ void apireq_create_release(struct apireq_create *c) {
         free(c->template_name);
         json_decref(c->env);
         json_decref(c->metadata);
+        json_decref(c->snapshot_policy);
         *c = (struct apireq_create){ 0 };
 }
 

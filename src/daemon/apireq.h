@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "apierror.h"
+#include "retention.h"
 
 #define APIREQ_PATH_MAX PATH_SAFE_MAX
 #define APIREQ_CMD_MAX_ARGS 4096
@@ -31,8 +32,9 @@
 
 struct apireq_create {
         char *template_name;
-        json_t *env;      /* object of strings (never NULL) */
-        json_t *metadata; /* object of strings (never NULL) */
+        json_t *env;             /* object of strings (never NULL) */
+        json_t *metadata;        /* object of strings (never NULL) */
+        json_t *snapshot_policy; /* an object, not yet checked as a policy; NULL when absent */
 };
 
 struct apireq_exec {
@@ -63,6 +65,12 @@ int apireq_parse_object(const char *body, size_t len, json_t **ret, char *err);
 
 int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err);
 void apireq_create_release(struct apireq_create *c);
+/* Checks a create's "snapshot_policy" as a policy over base (the global
+ * one, which may change later: what is stored are the overrides, not the
+ * merged policy). *ret_text gets the object as compact JSON with sorted
+ * keys to store, or NULL when policy is NULL. */
+int apireq_check_snapshot_policy(const json_t *policy, const struct retention_policy *base, char **ret_text,
+                                 char *err);
 
 /* max_timeout_s bounds timeout_s (the config's exec_max_timeout_s). */
 int apireq_parse_exec(const json_t *o, uint32_t max_timeout_s, struct apireq_exec *ret, char *err);

@@ -26,6 +26,7 @@
 #include "http.h"
 #include "log.h"
 #include "macros.h"
+#include "scheduler.h"
 #include "spawn.h"
 #include "store.h"
 #include "util.h"
@@ -70,6 +71,7 @@ static int prepare_dirs(const struct daemon_config *c) {
 static int run(const struct daemon_config *c) {
         _cleanup_(store_closep) struct store *store = NULL;
         struct http_server *http = NULL;
+        struct scheduler *scheduler = NULL;
         pid_t node_pid = -1;
         int r, exit_code = 0;
 
@@ -119,6 +121,11 @@ static int run(const struct daemon_config *c) {
                 return r;
         }
         log_info("listening on %s", c->listen);
+        /* the node is up: scheduled snapshots can start (without it the
+         * API still works) */
+        r = scheduler_start(c, store, &scheduler);
+        if (r < 0)
+                log_error_errno(r, "Failed to start the snapshot scheduler: %m");
         print_banner(c, http_server_port(http));
 
         for (;;) {
@@ -151,6 +158,8 @@ static int run(const struct daemon_config *c) {
         }
 
         http_server_quiesce(http);
+        /* before the node: a scheduled snapshot in progress ends first */
+        scheduler_stop(scheduler);
         if (node_pid > 0) {
                 r = node_stop(node_pid, NODE_STOP_GRACE_S);
                 if (r < 0)
