@@ -123,12 +123,58 @@ int cmd_snapshot(struct cli *cli, int argc, char **argv) {
         return CLI_EXIT_OK;
 }
 
-/* GET /v1/sandboxes/SBX/snapshots as a table, newest first. */
+/* Bytes as the table shows them: "512 B", "4.0 KiB", "1.5 GiB". */
+static void format_size(json_int_t bytes, char *buf, size_t n) {
+        static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+        if (bytes < 1024) {
+                snprintf(buf, n, "%lld B", (long long)bytes);
+                return;
+        }
+        double v = (double)bytes / 1024;
+        size_t u = 0;
+        while (v >= 1024 && u + 1 < ARRAY_SIZE(units)) {
+                v /= 1024;
+                u++;
+        }
+        snprintf(buf, n, "%.1f %s", v, units[u]);
+}
+
+/* GET /v1/sandboxes/SBX/snapshots as a table, newest first: sizes in
+ * binary units, PINNED "yes" for snapshots taken on demand (retention
+ * never deletes them), "no" for scheduled ones. */
 int cmd_snapshots(struct cli *cli, int argc, char **argv) {
-        static const char *const header[] = {"ID", "KIND", "SIZE", "CREATED"};
-        static const char *const fields[] = {"id", "kind", "size", "created_at"};
-        return cli_list_command(cli, argc, argv, "snapshots", "/v1/sandboxes/", "/snapshots", "snapshots",
-                                ARRAY_SIZE(header), header, fields);
+        static const char *const header[] = {"ID", "CREATED", "KIND", "SIZE", "PINNED"};
+        static const char *const fields[] = {"id", "created_at", "kind", "size", "pinned"};
+        _cleanup_(json_decrefp) json_t *resp = NULL;
+        int r = cli_get_plain(cli, argc, argv, "snapshots", "/v1/sandboxes/", "/snapshots", &resp);
+        if (r != CLI_PROCEED)
+                return r;
+        if (cli->json)
+                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+        const json_t *list = json_object_get(resp, "snapshots");
+        if (!json_is_array(list))
+                return cli_fail("snapshots: airlockd answered without a snapshots list");
+        _cleanup_(json_decrefp) json_t *rows = json_array();
+        if (!rows)
+                return cli_fail("snapshots: out of memory");
+        size_t i;
+        const json_t *sn;
+        json_array_foreach(list, i, sn) {
+                char size[32] = "-";
+                const json_t *sz = json_object_get(sn, "size");
+                if (json_is_integer(sz))
+                        format_size(json_integer_value(sz), size, sizeof size);
+                const json_t *pinned = json_object_get(sn, "pinned");
+                json_t *row = json_pack("{s:O?, s:O?, s:O?, s:s, s:s}", "id", json_object_get(sn, "id"),
+                                        "created_at", json_object_get(sn, "created_at"), "kind",
+                                        json_object_get(sn, "kind"), "size", size, "pinned",
+                                        json_is_boolean(pinned) ? (json_is_true(pinned) ? "yes" : "no") : "-");
+                if (!row || json_array_append_new(rows, row) < 0)
+                        return cli_fail("snapshots: out of memory");
+        }
+        if (cli_print_list(rows, ARRAY_SIZE(header), header, fields) < 0)
+                return cli_fail("snapshots: out of memory");
+        return CLI_EXIT_OK;
 }
 
 int cmd_op(struct cli *cli, int argc, char **argv) {
