@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* pause, resume, stop, start, rollback: lifecycle verbs; op: inspect an
+/* pause, resume, stop, start, rollback, suspend, wake, fork: lifecycle
+ * verbs; op: inspect an
  * operation; snapshot, snapshots: disk snapshots. */
 #include <errno.h>
 #include <stdio.h>
@@ -72,8 +73,12 @@ static int lifecycle_verb(struct cli *cli, int argc, char **argv, const char *ve
         if (wait && !(state && strcmp(state, "succeeded") == 0))
                 return cli_fail("%s %s: still %s after waiting; see 'airlock op %s'", verb, id, state ? state : "?",
                                 json_string_value(json_object_get(resp, "id")) ?: "?");
-        if (wait && !cli->json)
-                printf("%s\n", id);
+        if (wait && !cli->json) {
+                /* fork: the new sandbox is what the user wants next */
+                const char *child = json_string_value(
+                        json_object_get(json_object_get(json_object_get(resp, "result"), "sandbox"), "id"));
+                printf("%s\n", child ? child : id);
+        }
         return CLI_EXIT_OK;
 }
 
@@ -95,6 +100,18 @@ int cmd_start(struct cli *cli, int argc, char **argv) {
 
 int cmd_rollback(struct cli *cli, int argc, char **argv) {
         return lifecycle_verb(cli, argc, argv, "rollback");
+}
+
+int cmd_suspend(struct cli *cli, int argc, char **argv) {
+        return lifecycle_verb(cli, argc, argv, "suspend");
+}
+
+int cmd_wake(struct cli *cli, int argc, char **argv) {
+        return lifecycle_verb(cli, argc, argv, "wake");
+}
+
+int cmd_fork(struct cli *cli, int argc, char **argv) {
+        return lifecycle_verb(cli, argc, argv, "fork");
 }
 
 /* POST /v1/sandboxes/SBX/snapshots {"kind":"disk"}: prints the new id. */

@@ -95,8 +95,21 @@ static int sandbox_lookup(struct api_ctx *ctx, const char *id, struct store_sand
         return 0;
 }
 
-/* A sandbox must be running to take commands. */
-static int sandbox_require_running(struct api_ctx *ctx, const struct store_sandbox *sb) {
+/* A sandbox must be running to take commands; a suspended one is woken
+ * first, transparently (sb is read again). */
+static int sandbox_require_running(struct api_ctx *ctx, struct store_sandbox *sb) {
+        if (strcmp(sb->state, "suspended") == 0) {
+                _cleanup_free_ char *id = strdup(sb->id);
+                if (!id)
+                        return -ENOMEM;
+                int r = api_sandbox_wake(ctx, id);
+                if (r < 0)
+                        return r;
+                store_sandbox_release(sb);
+                *sb = (struct store_sandbox){ 0 };
+                if ((r = sandbox_lookup(ctx, id, sb)) < 0)
+                        return r;
+        }
         if (strcmp(sb->state, "running") == 0)
                 return 0;
         if (strcmp(sb->state, "creating") == 0)
@@ -405,39 +418,64 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
 }
 
 /*
- * Folds the node's view of one sandbox into the stored row: a sandbox the
- * node reports failed, or does not know while the store says running, is
- * failed; that verdict is persisted. node_sb NULL means "node does not
- * know it".
+ * Folds the node's view of one sandbox into the stored row: the node knows
+ * the observed state (a VM that died is failed, one the node is booting
+ * again is recovering, a recovered one runs again), and that verdict is
+ * persisted. node_sb NULL means "node does not know it": failed. The row
+ * changes only by compare-and-set from the state it was read in, so a verb
+ * that claimed the sandbox meanwhile keeps its claim.
  */
 static void sandbox_merge(struct api_ctx *ctx, struct store_sandbox *sb, const json_t *node_sb) {
-        const char *error = NULL;
-        /* creating: the node may not know it yet; failed: final; a verb in
-         * progress: its worker settles the row */
-        if (strcmp(sb->state, "running") != 0 && strcmp(sb->state, "paused") != 0 && strcmp(sb->state, "stopped") != 0)
+        /* creating: the node may not know it yet; suspended: no node holds
+         * it; a verb in progress: its worker settles the row */
+        if (strcmp(sb->state, "creating") == 0 || strcmp(sb->state, "suspended") == 0 ||
+            (lifecycle_state_is_transitional(sb->state) && strcmp(sb->state, "recovering") != 0))
                 return;
+        const char *state = "failed", *error = NULL;
         if (!node_sb)
-                error = "the node agent does not know this sandbox (lost in a node restart?)";
-        else if (strcmp(json_string_value(json_object_get(node_sb, "state")) ?: "", "failed") == 0)
-                error = json_string_value(json_object_get(node_sb, "error")) ?: "the sandbox failed";
-        else
+                error = "the node agent does not know this sandbox";
+        else {
+                state = json_string_value(json_object_get(node_sb, "state")) ?: "";
+                if (!lifecycle_state_is_valid(state) || strcmp(state, "creating") == 0)
+                        return;
+                if (strcmp(state, "failed") == 0)
+                        error = json_string_value(json_object_get(node_sb, "error")) ?: "the sandbox failed";
+        }
+        if (strcmp(state, sb->state) == 0 && (!error || (sb->error && strcmp(error, sb->error) == 0)))
                 return;
-        int r = store_sandbox_update_state(ctx->store, sb->id, "failed", error);
+        int r = store_sandbox_transition(ctx->store, sb->id, sb->state, state, NULL);
+        if (r >= 0 && error)
+                r = store_sandbox_update_state(ctx->store, sb->id, state, error);
         if (r < 0) {
-                log_errno(LOG_LEVEL_WARN, r, ctx->log_ctx, "store: failed to mark %s failed: %m", sb->id);
+                if (r != -ESTALE)
+                        log_errno(LOG_LEVEL_WARN, r, ctx->log_ctx, "store: failed to update %s: %m", sb->id);
                 return;
         }
-        char *e = strdup(error), *st = strdup("failed");
-        if (!e || !st) {
+        char *e = error ? strdup(error) : NULL, *st = strdup(state);
+        if ((error && !e) || !st) {
                 free(e);
                 free(st);
                 return;
         }
+        log_emit(strcmp(state, "failed") == 0 ? LOG_LEVEL_WARN : LOG_LEVEL_INFO, ctx->log_ctx,
+                 "sandbox %s: %s -> %s%s%s (reported by the node)", sb->id, sb->state, state, error ? ": " : "",
+                 error ?: "");
         free(sb->error);
         free(sb->state);
         sb->error = e;
         sb->state = st;
-        log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "sandbox %s failed: %s", sb->id, error);
+}
+
+/* The sandbox as the API shows it: the stored row plus what only the node
+ * knows (its current execution and the recoveries it made). */
+static json_t *sandbox_json_with_node(const struct store_sandbox *sb, const json_t *node_sb) {
+        json_t *o = sandbox_json(sb);
+        json_t *exe = json_object_get(node_sb, "execution"), *rec = json_object_get(node_sb, "recoveries");
+        if (o && json_is_integer(exe))
+                json_object_set(o, "execution", exe);
+        if (o && json_is_array(rec))
+                json_object_set(o, "recoveries", rec);
+        return o;
 }
 
 int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
@@ -451,12 +489,11 @@ int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) 
         if (!req)
                 return -ENOMEM;
         r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, err);
-        if (r >= 0)
-                sandbox_merge(ctx, &sb, json_object_get(rep, "sandbox"));
-        else if (r == -ENOENT)
-                sandbox_merge(ctx, &sb, NULL);
+        json_t *node_sb = r >= 0 ? json_object_get(rep, "sandbox") : NULL;
+        if (r >= 0 || r == -ENOENT)
+                sandbox_merge(ctx, &sb, node_sb);
         /* node unreachable: answer with what the store knows */
-        return reply_json(ret, MHD_HTTP_OK, sandbox_json(&sb));
+        return reply_json(ret, MHD_HTTP_OK, sandbox_json_with_node(&sb, node_sb));
 }
 
 int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret) {
@@ -485,6 +522,8 @@ int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret) {
                                 }
                         }
                         sandbox_merge(ctx, &a[i], found);
+                        json_array_append_new(arr, sandbox_json_with_node(&a[i], found));
+                        continue;
                 }
                 json_array_append_new(arr, sandbox_json(&a[i]));
         }
@@ -563,6 +602,19 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
                 return operation_fail(ctx, op_id, r);
         }
         ctx->err[0] = 0; /* a node not_found is fine */
+        if (strcmp(sb.state, "suspended") == 0) {
+                /* its image in the object store goes with it */
+                char snap[96];
+                api_suspended_snapshot_id(id, snap, sizeof snap);
+                _cleanup_(json_decrefp) json_t *del = json_pack("{s:s, s:s}", "op", "suspended.delete", "snapshot_id",
+                                                                snap);
+                r = del ? node_call(ctx->config->node_socket, ctx->config->node_timeout_s, del, NULL, ctx->err) : -ENOMEM;
+                if (r < 0 && r != -ENOENT) {
+                        (void) store_sandbox_update_state(ctx->store, id, sb.state, sb.error);
+                        return operation_fail(ctx, op_id, r);
+                }
+                ctx->err[0] = 0;
+        }
         r = store_sandbox_delete(ctx->store, id);
         if (r < 0 && r != -ENOENT) {
                 log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to delete sandbox: %m");

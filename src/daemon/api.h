@@ -88,6 +88,12 @@ int api_sse_from_node_event(const json_t *ev, char **ret, size_t *ret_len, bool 
  * "start" or "rollback" (body {"snapshot":"ID"}; the others ignore body,
  * which may be NULL); idempotency_key may be NULL. 202 with the operation,
  * or with wait 200 once it finished. */
+/* The object-store name of a sandbox's suspended image: one per sandbox (a
+ * new suspend replaces the old one, which a wake made stale). */
+void api_suspended_snapshot_id(const char *sandbox_id, char *ret, size_t n);
+/* Wakes suspended sandbox id and waits for it (an exec, file or session
+ * request on a suspended sandbox does this first). 0 once it runs. */
+int api_sandbox_wake(struct api_ctx *ctx, const char *id);
 int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb, const json_t *body,
                      const char *idempotency_key, bool wait, struct api_reply *ret);
 /* Disk snapshots (api.c): POST {"kind":"disk"} -> 201, GET -> 200 list. */

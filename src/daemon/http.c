@@ -54,6 +54,9 @@ enum route_id {
         R_STOP,
         R_START,
         R_ROLLBACK,
+        R_SUSPEND,
+        R_WAKE,
+        R_FORK,
         R_SNAPSHOTS,
         R_OPERATION,
         R_POOLS,
@@ -90,6 +93,9 @@ static const struct route routes[] = {
         { R_STOP, { "v1", "sandboxes", "*", "stop" }, M_POST, AUTH_API },
         { R_START, { "v1", "sandboxes", "*", "start" }, M_POST, AUTH_API },
         { R_ROLLBACK, { "v1", "sandboxes", "*", "rollback" }, M_POST, AUTH_API },
+        { R_SUSPEND, { "v1", "sandboxes", "*", "suspend" }, M_POST, AUTH_API },
+        { R_WAKE, { "v1", "sandboxes", "*", "wake" }, M_POST, AUTH_API },
+        { R_FORK, { "v1", "sandboxes", "*", "fork" }, M_POST, AUTH_API },
         { R_SNAPSHOTS, { "v1", "sandboxes", "*", "snapshots" }, M_GET | M_POST, AUTH_API },
         { R_OPERATION, { "v1", "operations", "*" }, M_GET, AUTH_API },
         { R_POOLS, { "v1", "pools" }, M_GET, AUTH_API },
@@ -567,10 +573,15 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         case R_RESUME:
         case R_STOP:
         case R_START:
-        case R_ROLLBACK: {
+        case R_ROLLBACK:
+        case R_SUSPEND:
+        case R_WAKE:
+        case R_FORK: {
                 static const char *const verbs[] = { [R_PAUSE - R_PAUSE] = "pause", [R_RESUME - R_PAUSE] = "resume",
                                                      [R_STOP - R_PAUSE] = "stop", [R_START - R_PAUSE] = "start",
-                                                     [R_ROLLBACK - R_PAUSE] = "rollback" };
+                                                     [R_ROLLBACK - R_PAUSE] = "rollback",
+                                                     [R_SUSPEND - R_PAUSE] = "suspend", [R_WAKE - R_PAUSE] = "wake",
+                                                     [R_FORK - R_PAUSE] = "fork" };
                 r = api_sandbox_verb(&ctx, id, verbs[req->route->id - R_PAUSE], body, key, query_bool(conn, "wait"),
                                      &rep);
                 break;

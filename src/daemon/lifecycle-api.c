@@ -49,8 +49,14 @@ struct job {
         char op_id[32];
         char sandbox_id[65];
         char from_state[16];
-        char snapshot_id[40]; /* rollback: the snapshot to roll back to */
+        char transitional[16];
+        char snapshot_id[80]; /* rollback: the snapshot to roll back to; suspend/wake: the suspended image */
+        char child_id[32];    /* fork: the new sandbox (its row is inserted before the worker starts) */
 };
+
+void api_suspended_snapshot_id(const char *sandbox_id, char *ret, size_t n) {
+        snprintf(ret, n, "%s.suspended", sandbox_id);
+}
 
 static int lfail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
 static int lfail(struct api_ctx *ctx, int r, const char *fmt, ...) {
@@ -137,6 +143,11 @@ static void job_settle_after_failure(struct job *j, const char *why) {
                         state = ns;
                 if (strcmp(state, "failed") == 0)
                         error = json_string_value(json_object_get(sb, "error")) ?: why;
+        } else if (r == -ENOENT && (strcmp(j->transitional, "suspending") == 0 ||
+                                    strcmp(j->transitional, "waking") == 0)) {
+                /* a suspend that released the VM finished (its image
+                 * landed); a wake that failed left it where it was */
+                state = "suspended";
         } else if (r == -ENOENT) {
                 state = "failed";
                 error = "the node agent does not know this sandbox (lost in a node restart?)";
@@ -154,6 +165,10 @@ static unsigned verb_timeout_s(const struct daemon_config *config, enum lifecycl
                 return LIFECYCLE_STOP_TIMEOUT_S;
         case LIFECYCLE_ROLLBACK:
                 return LIFECYCLE_ROLLBACK_TIMEOUT_S;
+        case LIFECYCLE_SUSPEND:
+        case LIFECYCLE_WAKE:
+        case LIFECYCLE_FORK:
+                return LIFECYCLE_START_TIMEOUT_S; /* a full snapshot plus an upload or a restore */
         default:
                 return config->node_timeout_s;
         }
@@ -172,18 +187,43 @@ static void *job_main(void *arg) {
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", t->node_op, "id", j->sandbox_id);
         if (req && j->snapshot_id[0])
                 json_object_set_new(req, "snapshot_id", json_string(j->snapshot_id));
+        if (req && j->child_id[0])
+                json_object_set_new(req, "child_id", json_string(j->child_id));
         char err[API_ERRMSG_MAX] = "";
         uint64_t t0 = now_monotonic_ns();
-        r = req ? node_call(j->config->node_socket, verb_timeout_s(j->config, j->verb), req, NULL, err) : -ENOMEM;
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        r = req ? node_call(j->config->node_socket, verb_timeout_s(j->config, j->verb), req, &rep, err) : -ENOMEM;
         if (r < 0) {
                 log_emit(LOG_LEVEL_WARN, ctx, "failed: %s", err[0] ? err : api_error_default_message(r));
                 job_settle_after_failure(j, err);
+                if (j->child_id[0])
+                        (void) store_sandbox_delete(j->store, j->child_id);
                 operation_finish(j->store, j->op_id, r, err, NULL);
         } else {
-                int k = store_sandbox_update_state(j->store, j->sandbox_id, t->target, NULL);
+                const char *target = t->target ?: j->from_state; /* fork: the parent goes on as it was */
+                int k = store_sandbox_update_state(j->store, j->sandbox_id, target, NULL);
                 if (k < 0 && k != -ENOENT)
                         log_errno(LOG_LEVEL_ERROR, k, ctx, "store: failed to update the sandbox: %m");
-                _cleanup_(json_decrefp) json_t *res = json_pack("{s:s}", "state", t->target);
+                _cleanup_(json_decrefp) json_t *res = json_pack("{s:s}", "state", target);
+                if (res && j->verb == LIFECYCLE_FORK) {
+                        json_t *child = json_object_get(rep, "sandbox");
+                        k = store_sandbox_update_state(j->store, j->child_id, "running", NULL);
+                        if (k < 0)
+                                log_errno(LOG_LEVEL_ERROR, k, ctx, "store: failed to mark the fork child running: %m");
+                        json_object_set_new(res, "sandbox", json_pack("{s:s, s:O?}", "id", j->child_id, "execution",
+                                                                      json_object_get(child, "execution")));
+                        json_object_set(res, "parent_pause_ms", json_object_get(child, "parent_pause_ms") ?: json_null());
+                }
+                if (res && j->verb == LIFECYCLE_SUSPEND && json_is_object(json_object_get(rep, "suspended")))
+                        json_object_set(res, "suspended", json_object_get(rep, "suspended"));
+                if (j->verb == LIFECYCLE_WAKE) {
+                        /* running again: its suspended image is stale */
+                        _cleanup_(json_decrefp) json_t *del = json_pack("{s:s, s:s}", "op", "suspended.delete",
+                                                                        "snapshot_id", j->snapshot_id);
+                        char derr[API_ERRMSG_MAX];
+                        if (del && node_call(j->config->node_socket, j->config->node_timeout_s, del, NULL, derr) < 0)
+                                log_emit(LOG_LEVEL_WARN, ctx, "cannot delete the suspended image: %s", derr);
+                }
                 _cleanup_free_ char *res_s = res ? json_dumps(res, JSON_COMPACT) : NULL;
                 operation_finish(j->store, j->op_id, 0, NULL, res_s);
                 log_emit(LOG_LEVEL_INFO, ctx, "succeeded in %llu ms",
@@ -310,6 +350,36 @@ static int rollback_snapshot(struct api_ctx *ctx, const char *id, const json_t *
         return 0;
 }
 
+/* The row of a fork's child, "creating" until the worker has it running:
+ * the parent's template, metadata and env keys (the env itself goes along
+ * inside the VM). */
+static int fork_child_insert(struct api_ctx *ctx, const struct store_sandbox *parent, char *ret_id, size_t n) {
+        int r = random_id("sbx-", 8, ret_id, n);
+        if (r < 0)
+                return r;
+        struct store_sandbox row = { .id = ret_id, .template_name = parent->template_name, .state = "creating",
+                                     .metadata = parent->metadata, .env_keys = parent->env_keys };
+        r = store_sandbox_insert(ctx->store, &row);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert the fork child: %m");
+        return 0;
+}
+
+int api_sandbox_wake(struct api_ctx *ctx, const char *id) {
+        struct api_reply rep = { 0 };
+        int r = api_sandbox_verb(ctx, id, "wake", NULL, NULL, true, &rep);
+        if (r >= 0) {
+                const char *st = json_string_value(json_object_get(rep.body, "state"));
+                if (!st || strcmp(st, "succeeded") != 0) {
+                        const char *msg = json_string_value(json_object_get(json_object_get(rep.body, "error"),
+                                                                            "message"));
+                        r = lfail(ctx, -EIO, "waking the suspended sandbox failed: %s", msg ?: "it did not finish");
+                }
+        }
+        api_reply_release(&rep);
+        return r;
+}
+
 int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name, const json_t *body,
                      const char *idempotency_key, bool wait, struct api_reply *ret) {
         enum lifecycle_verb verb;
@@ -329,9 +399,11 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
         if (idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
                 return r < 0 ? r : 0;
-        char snapshot_id[40] = "";
+        char snapshot_id[80] = "", child_id[32] = "";
         if (verb == LIFECYCLE_ROLLBACK && (r = rollback_snapshot(ctx, id, body, snapshot_id, sizeof snapshot_id)) < 0)
                 return r;
+        if (verb == LIFECYCLE_SUSPEND || verb == LIFECYCLE_WAKE)
+                api_suspended_snapshot_id(id, snapshot_id, sizeof snapshot_id);
 
         r = lifecycle_check(verb, sb.state);
         if (r == -EBUSY)
@@ -350,9 +422,15 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m");
 
+        if (verb == LIFECYCLE_FORK && (r = fork_child_insert(ctx, &sb, child_id, sizeof child_id)) < 0) {
+                (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
+                return r;
+        }
         struct job *j = calloc(1, sizeof *j);
         char op_id[32];
         if (!j || (r = random_id("op-", 8, op_id, sizeof op_id)) < 0) {
+                if (child_id[0])
+                        (void) store_sandbox_delete(ctx->store, child_id);
                 free(j);
                 (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
                 return j ? r : -ENOMEM;
@@ -363,6 +441,8 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         if (r < 0) {
                 free(j);
                 (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
+                if (child_id[0])
+                        (void) store_sandbox_delete(ctx->store, child_id);
                 /* the same key raced in from a second request: answer with its operation */
                 if (r == -EEXIST && idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
                         return r < 0 ? r : 0;
@@ -372,11 +452,15 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         snprintf(j->op_id, sizeof j->op_id, "%s", op_id);
         snprintf(j->sandbox_id, sizeof j->sandbox_id, "%s", id);
         snprintf(j->from_state, sizeof j->from_state, "%s", sb.state);
+        snprintf(j->transitional, sizeof j->transitional, "%s", t->transitional);
         snprintf(j->snapshot_id, sizeof j->snapshot_id, "%s", snapshot_id);
+        snprintf(j->child_id, sizeof j->child_id, "%s", child_id);
         r = job_spawn(j);
         if (r < 0) {
                 free(j);
                 (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
+                if (child_id[0])
+                        (void) store_sandbox_delete(ctx->store, child_id);
                 _cleanup_(json_decrefp) json_t *e = json_pack("{s:s, s:s}", "code", api_error_code(r), "message",
                                                               "too many operations in progress");
                 _cleanup_free_ char *e_s = e ? json_dumps(e, JSON_COMPACT) : NULL;
@@ -431,6 +515,7 @@ void api_lifecycle_reconcile(const struct daemon_config *config, struct store *s
                 struct job j = { .config = config, .store = store };
                 snprintf(j.sandbox_id, sizeof j.sandbox_id, "%s", a[i].id);
                 snprintf(j.from_state, sizeof j.from_state, "failed");
+                snprintf(j.transitional, sizeof j.transitional, "%s", a[i].state);
                 log_warn("sandbox %s was %s when airlockd stopped; asking the node", a[i].id, a[i].state);
                 job_settle_after_failure(&j, "airlockd stopped during a lifecycle operation");
         }

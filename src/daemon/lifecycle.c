@@ -9,13 +9,18 @@
 
 const char *const lifecycle_states[] = {
         "creating", "running", "pausing", "paused",   "resuming", "stopping",
-        "stopped",  "starting", "deleting", "failed", "rolling_back", NULL,
+        "stopped",  "starting", "deleting", "failed", "rolling_back", "recovering",
+        "suspending", "suspended", "waking", "forking", NULL,
 };
+
+/* A state no API verb enters: the node recovers a sandbox whose VM died
+ * (a new execution, booted from its disk). Nothing may start meanwhile. */
+static const char *const node_transitional[] = { "recovering", NULL };
 
 /* delete works from every settled state; while a verb runs it is refused
  * (the node serialises lifecycle changes of one sandbox: a delete racing a
  * start would tear down a VM the start is still booting). */
-static const char *const from_delete[] = { "running", "paused", "stopped", "failed", NULL };
+static const char *const from_delete[] = { "running", "paused", "stopped", "failed", "suspended", NULL };
 static const char *const from_pause[] = { "running", NULL };
 static const char *const from_resume[] = { "paused", NULL };
 /* a paused VM can be stopped directly: its memory is thrown away either way */
@@ -25,6 +30,10 @@ static const char *const from_start[] = { "stopped", NULL };
  * stopped, and a rollback that silently threw its memory away would
  * surprise (stop it first) */
 static const char *const from_rollback[] = { "running", "stopped", NULL };
+/* suspend and fork take a full snapshot: the VM must be in memory */
+static const char *const from_suspend[] = { "running", "paused", NULL };
+static const char *const from_wake[] = { "suspended", NULL };
+static const char *const from_fork[] = { "running", "paused", NULL };
 
 static const struct lifecycle_transition table[_LIFECYCLE_VERB_MAX] = {
         [LIFECYCLE_CREATE] = { LIFECYCLE_CREATE, "create", NULL, "creating", "running", "sandbox.create" },
@@ -35,6 +44,10 @@ static const struct lifecycle_transition table[_LIFECYCLE_VERB_MAX] = {
         [LIFECYCLE_START] = { LIFECYCLE_START, "start", from_start, "starting", "running", "sandbox.start" },
         [LIFECYCLE_ROLLBACK] = { LIFECYCLE_ROLLBACK, "rollback", from_rollback, "rolling_back", "running",
                                  "sandbox.rollback" },
+        [LIFECYCLE_SUSPEND] = { LIFECYCLE_SUSPEND, "suspend", from_suspend, "suspending", "suspended",
+                                "sandbox.suspend" },
+        [LIFECYCLE_WAKE] = { LIFECYCLE_WAKE, "wake", from_wake, "waking", "running", "sandbox.wake" },
+        [LIFECYCLE_FORK] = { LIFECYCLE_FORK, "fork", from_fork, "forking", NULL, "sandbox.fork" },
 };
 
 const struct lifecycle_transition *lifecycle_get(enum lifecycle_verb verb) {
@@ -68,6 +81,8 @@ bool lifecycle_state_is_valid(const char *state) {
 bool lifecycle_state_is_transitional(const char *state) {
         if (!state)
                 return false;
+        if (in_list(node_transitional, state))
+                return true;
         for (size_t i = 0; i < ARRAY_SIZE(table); i++)
                 if (strcmp(table[i].transitional, state) == 0)
                         return true;

@@ -20,6 +20,9 @@ enum lifecycle_verb {
         LIFECYCLE_STOP,
         LIFECYCLE_START,
         LIFECYCLE_ROLLBACK,
+        LIFECYCLE_SUSPEND,
+        LIFECYCLE_WAKE,
+        LIFECYCLE_FORK,
         _LIFECYCLE_VERB_MAX,
 };
 
@@ -28,7 +31,8 @@ struct lifecycle_transition {
         const char *name;         /* "pause" */
         const char *const *from;  /* NULL-terminated legal from-states; NULL for create (no row yet) */
         const char *transitional; /* state while the verb runs */
-        const char *target;       /* state once it succeeded ("deleted": the row is gone) */
+        const char *target;       /* state once it succeeded ("deleted": the row is gone; NULL: the
+                                   * state it started from, as fork leaves its parent) */
         const char *node_op;      /* node protocol op ("sandbox.pause") */
 };
 

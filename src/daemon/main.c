@@ -3,7 +3,10 @@
  * airlockd: the Airlock control plane. Start-up order: configuration, data
  * directory, store, admin token, node agent (spawned unless --no-spawn-node),
  * HTTP API. Then it waits for a signal: SIGTERM/SIGINT stop everything
- * cleanly (exit 0); the node agent exiting on its own is fatal (exit 1).
+ * cleanly (exit 0). A node agent that dies is started again (its VMs keep
+ * running and the new node adopts them); one that keeps dying within a
+ * minute is fatal (exit 1). airlockd is a child subreaper, so the VMs a
+ * dead node orphaned are reaped here when they end.
  */
 #include <errno.h>
 #include <libgen.h>
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,6 +36,37 @@
 #include "util.h"
 
 #define NODE_STOP_GRACE_S 30
+/* More node exits than this within NODE_RESTART_WINDOW_NS give up. */
+#define NODE_RESTARTS_MAX 5
+#define NODE_RESTART_WINDOW_NS (60 * 1000000000ULL)
+
+/* Starts the node again after it exited, unless it exited too often lately
+ * (restarts[] holds the times of the last ones). Waits for its socket. */
+static int node_restart(const struct daemon_config *c, uint64_t *restarts, size_t *n, pid_t *ret_pid) {
+        uint64_t now = now_monotonic_ns();
+        size_t k = 0;
+        for (size_t i = 0; i < *n; i++)
+                if (now - restarts[i] < NODE_RESTART_WINDOW_NS)
+                        restarts[k++] = restarts[i];
+        *n = k;
+        if (k >= NODE_RESTARTS_MAX)
+                return -ELOOP;
+        restarts[(*n)++] = now;
+        pid_t pid;
+        int r = node_spawn(c, &pid);
+        if (r < 0)
+                return r;
+        r = node_wait_socket(c->node_socket, pid, c->node_start_timeout_s);
+        if (r < 0) {
+                log_error_errno(r, "restarted airlock-node did not open %s: %m", c->node_socket);
+                if (r != -ECHILD)
+                        (void) node_stop(pid, NODE_STOP_GRACE_S);
+                return r;
+        }
+        log_info("airlock-node restarted pid=%d", (int) pid);
+        *ret_pid = pid;
+        return 0;
+}
 
 /* Prints where the API is and how to use it, ready to paste. */
 static void print_banner(const struct daemon_config *c, uint16_t port) {
@@ -73,7 +108,14 @@ static int run(const struct daemon_config *c) {
         struct http_server *http = NULL;
         struct scheduler *scheduler = NULL;
         pid_t node_pid = -1;
+        uint64_t restarts[NODE_RESTARTS_MAX];
+        size_t n_restarts = 0;
         int r, exit_code = 0;
+
+        /* VMs outlive a node that dies; they become our children, not
+         * init's, and the SIGCHLD loop below reaps them */
+        if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+                log_warn_errno(negative_errno(), "Failed to become a child subreaper: %m");
 
         sigset_t mask;
         sigemptyset(&mask);
@@ -139,18 +181,23 @@ static int run(const struct daemon_config *c) {
                         break;
                 }
                 if (si.ssi_signo == SIGCHLD) {
+                        /* the node, or strays: VMs a dead node orphaned */
                         int status;
-                        if (node_pid > 0 && waitpid(node_pid, &status, WNOHANG) == node_pid) {
-                                log_error("airlock-node pid=%d exited (%s %d); stopping so a supervisor can "
-                                          "restart both",
-                                          (int) node_pid, WIFEXITED(status) ? "status" : "signal",
-                                          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-                                node_pid = -1;
+                        bool node_exited = false;
+                        for (pid_t p; (p = waitpid(-1, &status, WNOHANG)) > 0;)
+                                if (p == node_pid) {
+                                        log_error("airlock-node pid=%d exited (%s %d)", (int) node_pid,
+                                                  WIFEXITED(status) ? "status" : "signal",
+                                                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                                        node_pid = -1;
+                                        node_exited = true;
+                                }
+                        /* its VMs keep running: a new node adopts them */
+                        if (node_exited && node_restart(c, restarts, &n_restarts, &node_pid) < 0) {
+                                log_error("airlock-node keeps failing; stopping so a supervisor can restart Airlock");
                                 exit_code = 1;
                                 break;
                         }
-                        while (waitpid(-1, &status, WNOHANG) > 0) /* reap strays */
-                                ;
                         continue;
                 }
                 log_info("received %s; shutting down", strsignal((int) si.ssi_signo));

@@ -28,7 +28,10 @@ int node_spawn(const struct daemon_config *config, pid_t *ret_pid) {
                 sigemptyset(&none);
                 sigprocmask(SIG_SETMASK, &none, NULL);
                 signal(SIGPIPE, SIG_DFL);
-                if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+                /* airlockd gone (crashed, killed): the node hands its VMs
+                 * over to the node of the next airlockd instead of stopping
+                 * them */
+                if (prctl(PR_SET_PDEATHSIG, SIGUSR1) < 0 || getppid() != parent)
                         _exit(127);
                 char *const argv[] = {
                         (char *) config->node_binary, (char *) "--data-dir", (char *) config->data_dir,

@@ -40,6 +40,8 @@ enum {
         OPT_EXEC_TIMEOUT_MAX,
         OPT_MAX_CONNECTIONS,
         OPT_POOL_SIZE,
+        OPT_RECOVER,
+        OPT_OBJSTORE_DIR,
         OPT_PRINT_CONFIG,
         OPT_HELP,
 };
@@ -70,6 +72,8 @@ static const struct setting settings[] = {
         { OPT_EXEC_TIMEOUT_MAX, "exec-timeout-max", "AIRLOCK_EXEC_TIMEOUT_MAX" },
         { OPT_MAX_CONNECTIONS, "max-connections", "AIRLOCK_MAX_CONNECTIONS" },
         { OPT_POOL_SIZE, "pool-size", "AIRLOCK_POOL_SIZE" },
+        { OPT_RECOVER, "recover", "AIRLOCK_RECOVER" },
+        { OPT_OBJSTORE_DIR, "objstore-dir", "AIRLOCK_OBJSTORE_DIR" },
 };
 
 void node_config_free(struct node_config *c) {
@@ -78,6 +82,7 @@ void node_config_free(struct node_config *c) {
         free(c->data_dir);
         free(c->socket_path);
         free(c->templates_dir);
+        free(c->objstore_dir);
         free(c->images_dir);
         free(c->guest_binary);
         free(c->qemu_binary);
@@ -204,6 +209,7 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
         case OPT_TEMPLATES_DIR:
         case OPT_IMAGES_DIR:
         case OPT_GUEST_BINARY:
+        case OPT_OBJSTORE_DIR:
                 if (value[0] != '/' || strlen(value) >= 4096) {
                         r = -EINVAL;
                         break;
@@ -212,6 +218,7 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
                                : opt == OPT_SOCKET        ? &c->socket_path
                                : opt == OPT_TEMPLATES_DIR ? &c->templates_dir
                                : opt == OPT_IMAGES_DIR    ? &c->images_dir
+                               : opt == OPT_OBJSTORE_DIR  ? &c->objstore_dir
                                                           : &c->guest_binary,
                                value);
                 break;
@@ -293,6 +300,11 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
                 if (r >= 0)
                         c->pool_size = (unsigned) v;
                 break;
+        case OPT_RECOVER:
+                r = parse_uint(value, 0, 1, &v);
+                if (r >= 0)
+                        c->recover = v == 1;
+                break;
         default:
                 r = -EINVAL;
         }
@@ -326,6 +338,7 @@ static int set_defaults(struct node_config *c) {
         c->exec_timeout_max_s = 3600;
         c->max_connections = 256;
         c->pool_size = 2;
+        c->recover = true;
         return 0;
 }
 
@@ -426,6 +439,8 @@ void node_config_print(const struct node_config *c, FILE *f) {
         fprintf(f, "exec_timeout_max_s=%u\n", c->exec_timeout_max_s);
         fprintf(f, "max_connections=%u\n", c->max_connections);
         fprintf(f, "pool_size=%u\n", c->pool_size);
+        fprintf(f, "recover=%d\n", c->recover ? 1 : 0);
+        fprintf(f, "objstore_dir=%s\n", c->objstore_dir ? c->objstore_dir : "(STORAGE_ROOT/objstore)");
 }
 
 void node_config_usage(FILE *f) {
@@ -455,6 +470,9 @@ void node_config_usage(FILE *f) {
               "  --exec-timeout-max S    cap on exec timeout_s [AIRLOCK_EXEC_TIMEOUT_MAX] (3600)\n"
               "  --max-connections N     concurrent clients [AIRLOCK_MAX_CONNECTIONS] (256)\n"
               "  --pool-size N           warm VMs per prebuilt template, 0-32 [AIRLOCK_POOL_SIZE] (2)\n"
+              "  --recover 0|1           boot a sandbox again when its VM dies [AIRLOCK_RECOVER] (1)\n"
+              "  --objstore-dir DIR      object store for suspended sandboxes [AIRLOCK_OBJSTORE_DIR]\n"
+              "                          (STORAGE_ROOT/objstore)\n"
               "  --print-config          print the configuration as key=value and exit\n"
               "  -h, --help              show this help\n",
               f);

@@ -2,8 +2,12 @@
 /*
  * airlock-node: the node agent. Parses the configuration, picks the
  * accelerator, opens the storage, cleans up after an earlier run, serves the
- * node protocol and prebuilds templates in the background. SIGTERM/SIGINT
- * stop it cleanly: no QEMU is left behind.
+ * node protocol and prebuilds templates in the background. It takes over
+ * the sandboxes an earlier node left (their VMs keep running across a node
+ * restart). SIGTERM/SIGINT stop it cleanly: every VM is stopped, its disk
+ * and record kept, and the next node brings the sandboxes back. SIGUSR1
+ * (the parent-death signal airlockd gives it) hands over instead: the node
+ * exits and leaves the sandbox VMs running for the next one.
  */
 
 #include <errno.h>
@@ -20,6 +24,8 @@
 #include "log.h"
 #include "macros.h"
 #include "nodeops.h"
+#include "nodeutil.h"
+#include "objstore.h"
 #include "pool.h"
 #include "sandbox.h"
 #include "server.h"
@@ -45,28 +51,31 @@ static int setup_signals(void) {
                 return negative_errno();
         struct sigaction sa = { .sa_handler = on_signal, .sa_flags = SA_RESTART };
         sigemptyset(&sa.sa_mask);
-        if (sigaction(SIGTERM, &sa, NULL) < 0 || sigaction(SIGINT, &sa, NULL) < 0)
+        if (sigaction(SIGTERM, &sa, NULL) < 0 || sigaction(SIGINT, &sa, NULL) < 0 ||
+            sigaction(SIGUSR1, &sa, NULL) < 0)
                 return negative_errno();
         /* writes to a client that went away fail with EPIPE instead */
         signal(SIGPIPE, SIG_IGN);
         return 0;
 }
 
-/* Accepts connections until a stop signal arrives; runs housekeeping once
- * a second. */
-static void serve(int listen_fd, const struct node_config *cfg) {
+/* Accepts connections until a stop signal arrives (returned; 0 when serving
+ * failed); runs housekeeping once a second. */
+static int serve(int listen_fd, const struct node_config *cfg) {
         for (;;) {
                 struct pollfd p[2] = { { .fd = listen_fd, .events = POLLIN }, { .fd = signal_pipe[0], .events = POLLIN } };
                 int k = poll(p, 2, 1000);
                 if (k < 0 && errno != EINTR) {
                         log_error_errno(negative_errno(), "poll failed: %m");
-                        return;
+                        return 0;
                 }
                 if (p[1].revents & POLLIN) {
                         unsigned char sig = 0;
                         if (read(signal_pipe[0], &sig, 1) == 1)
-                                log_info("received %s, shutting down", strsignal(sig));
-                        return;
+                                log_info("received %s, %s", strsignal(sig),
+                                         sig == SIGUSR1 ? "handing the sandboxes over to the next node"
+                                                        : "shutting down");
+                        return sig;
                 }
                 if (p[0].revents & POLLIN)
                         server_accept(listen_fd, cfg);
@@ -118,6 +127,13 @@ int main(int argc, char *argv[]) {
                 log_error_errno(r, "Failed to create %s: %m", cfg->data_dir);
                 return 1;
         }
+        /* One node per data dir: a node starting while the one it replaces
+         * still hands over waits for it. */
+        r = node_lock_data_dir(cfg->data_dir, NODE_LOCK_WAIT_S);
+        if (r < 0) {
+                log_error_errno(r, "Another airlock-node holds %s/node.lock: %m", cfg->data_dir);
+                return 1;
+        }
         struct storage *st = NULL;
         r = storage_open(cfg->data_dir, cfg->volume_gib, cfg->storage == NODE_STORAGE_AUTO, &st);
         if (r < 0) {
@@ -137,10 +153,28 @@ int main(int argc, char *argv[]) {
         snprintf(sandboxes_dir, sizeof sandboxes_dir, "%s/sandboxes", st->root);
         snprintf(pool_dir, sizeof pool_dir, "%s/pool", st->root);
 
+        char objstore_dir[4200];
+        if (cfg->objstore_dir)
+                snprintf(objstore_dir, sizeof objstore_dir, "%s", cfg->objstore_dir);
+        else
+                snprintf(objstore_dir, sizeof objstore_dir, "%s/objstore", st->root);
+        struct objstore *objstore = NULL;
+        r = objstore_open_local(objstore_dir, &objstore);
+        if (r < 0) {
+                log_error_errno(r, "Failed to open the object store %s: %m", objstore_dir);
+                return 1;
+        }
+        /* uploads cut off by a crash never became restorable: drop them */
+        r = objstore_gc(objstore, cfg->objstore_dir ? 3600 : 0); /* a shared one: never race another node's upload */
+        if (r > 0)
+                log_info("object store %s: removed %d leftovers of interrupted uploads", objstore_dir, r);
+        sandbox_set_objstore(objstore);
+
         int listen_fd = -1;
         int exit_code = 1;
+        bool hand_over = false;
         if ((r = template_init(cfg, templates_dir, accel)) < 0 ||
-            (r = sandbox_manager_init(cfg, sandboxes_dir)) < 0 ||
+            (r = sandbox_manager_init(cfg, accel, sandboxes_dir)) < 0 ||
             (r = pool_init(cfg, pool_dir)) < 0)
                 goto out;
         session_init(cfg);
@@ -164,7 +198,7 @@ int main(int argc, char *argv[]) {
                 goto out;
         }
 
-        serve(listen_fd, cfg);
+        hand_over = serve(listen_fd, cfg) == SIGUSR1;
         exit_code = 0;
 out:
         if (listen_fd >= 0) {
@@ -173,8 +207,12 @@ out:
         }
         template_shutdown();
         pool_shutdown();
-        sandbox_delete_all();
-        storage_close(st);
+        if (hand_over)
+                sandbox_hand_over_all(); /* VMs and the volume stay for the next node */
+        else {
+                sandbox_shutdown_all();
+                storage_close(st);
+        }
         log_info("stopped");
         /* connection and build threads may still run: end the process
          * without running destructors under their feet */

@@ -102,10 +102,14 @@ int nodeops_sandbox_snapshot(struct node_conn *c, json_t *req) {
         int r = snapshot_args(c, req, &s, &snap);
         if (r < 0)
                 return r;
+        const char *kind = json_string_value(json_object_get(req, "kind")) ?: "disk";
+        bool full = strcmp(kind, "full") == 0;
+        if (!full && strcmp(kind, "disk") != 0)
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"kind\" must be \"disk\" or \"full\"");
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
         json_t *info = NULL;
-        r = sandbox_snapshot(s, snap, &info, &state, &err);
+        r = full ? sandbox_snapshot_full(s, snap, &info, &state, &err) : sandbox_snapshot(s, snap, &info, &state, &err);
         if (r < 0)
                 return snapshot_reply_error(c, s, r, "snapshot", state, err);
         return conn_reply_ok(c, json_pack("{s:o}", "snapshot", info));
@@ -136,5 +140,91 @@ int nodeops_snapshot_delete(struct node_conn *c, json_t *req) {
                 return conn_reply_error(c, r, "not_found", "no snapshot %s of sandbox %s", snap, s->id);
         if (r < 0)
                 return conn_reply_error(c, r, "internal", "cannot remove snapshot %s: %s", snap, strerror(-r));
+        return conn_reply_ok(c, NULL);
+}
+
+int nodeops_sandbox_fork(struct node_conn *c, json_t *req) {
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        const char *child_id = json_string_value(json_object_get(req, "child_id"));
+        const char *id = json_string_value(json_object_get(req, "id"));
+        if (!id || !name_is_valid(id) || !child_id || !name_is_valid(child_id))
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "fields \"id\" and \"child_id\" must be 1-64 characters of "
+                                        "[A-Za-z0-9._-], not starting with '.'");
+        if (sandbox_get(id, &s) < 0)
+                return conn_reply_error(c, -ENOENT, "not_found", "no sandbox %s", id);
+        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s child=%s", s->ctx, child_id);
+        const char *state = NULL;
+        _cleanup_free_ char *err = NULL;
+        _cleanup_(sandbox_unrefp) struct sandbox *child = NULL;
+        int r = sandbox_fork(s, child_id, &child, &state, &err);
+        if (r == -EEXIST)
+                return conn_reply_error(c, r, "conflict", "%s", err ? err : "child exists");
+        if (r == -EUSERS)
+                return conn_reply_error(c, r, "capacity", "%s", err ? err : "node at capacity");
+        if (r < 0)
+                return snapshot_reply_error(c, s, r, "fork", state, err);
+        json_t *o = sandbox_json(child);
+        if (o)
+                json_object_set_new(o, "parent_pause_ms", json_integer((json_int_t) child->fork_pause_ms));
+        return conn_reply_ok(c, json_pack("{s:o}", "sandbox", o));
+}
+
+int nodeops_sandbox_suspend(struct node_conn *c, json_t *req) {
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        const char *snap = NULL;
+        int r = snapshot_args(c, req, &s, &snap);
+        if (r < 0)
+                return r;
+        const char *state = NULL;
+        _cleanup_free_ char *err = NULL;
+        json_t *info = NULL;
+        r = sandbox_suspend(s, snap, &info, &state, &err);
+        if (r == -EOPNOTSUPP)
+                return conn_reply_error(c, r, "unsupported", "this node has no object store");
+        if (r < 0)
+                return snapshot_reply_error(c, s, r, "suspend", state, err);
+        return conn_reply_ok(c, json_pack("{s:o}", "suspended", info));
+}
+
+int nodeops_sandbox_wake(struct node_conn *c, json_t *req) {
+        const char *id = json_string_value(json_object_get(req, "id"));
+        const char *snap = json_string_value(json_object_get(req, "snapshot_id"));
+        if (!id || !name_is_valid(id) || !snap || !name_is_valid(snap))
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "fields \"id\" and \"snapshot_id\" must be 1-64 characters of "
+                                        "[A-Za-z0-9._-], not starting with '.'");
+        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " sandbox=%s snapshot=%s", id, snap);
+        _cleanup_free_ char *err = NULL;
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        int r = sandbox_wake(id, snap, &s, &err);
+        switch (r) {
+        case 0:
+                return conn_reply_ok(c, json_pack("{s:o}", "sandbox", sandbox_json(s)));
+        case -EOPNOTSUPP:
+                return conn_reply_error(c, r, "unsupported", "this node has no object store");
+        case -ENXIO:
+                return conn_reply_error(c, -ENOENT, "not_found", "%s", err ? err : "no such snapshot");
+        case -EEXIST:
+                return conn_reply_error(c, r, "conflict", "%s", err ? err : "sandbox exists on this node");
+        case -EUSERS:
+                return conn_reply_error(c, r, "capacity", "%s", err ? err : "node at capacity");
+        default:
+                return conn_reply_error(c, r, r == -ENOMEM ? "internal" : "guest", "wake failed: %s",
+                                        err ? err : strerror(-r));
+        }
+}
+
+int nodeops_suspended_delete(struct node_conn *c, json_t *req) {
+        const char *snap = json_string_value(json_object_get(req, "snapshot_id"));
+        if (!snap || !name_is_valid(snap))
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "field \"snapshot_id\" must be 1-64 characters of [A-Za-z0-9._-], not "
+                                        "starting with '.'");
+        int r = sandbox_suspended_delete(snap);
+        if (r == -ENOENT)
+                return conn_reply_error(c, r, "not_found", "no suspended snapshot %s", snap);
+        if (r < 0)
+                return conn_reply_error(c, r, "internal", "cannot delete snapshot %s: %s", snap, strerror(-r));
         return conn_reply_ok(c, NULL);
 }

@@ -1,16 +1,21 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "nodeutil.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <string.h>
 #include <time.h>
 
+#include "log.h"
 #include "macros.h"
 #include "util.h"
+#include "vmm.h"
 
 /* Length of the valid UTF-8 sequence at p (1..4), or the negated length of
  * its longest valid prefix (at least 1) when it is invalid, so that one
@@ -174,9 +179,12 @@ void node_hex(const uint8_t *data, size_t n, char *out) {
         out[2 * n] = 0;
 }
 
+/* The number of the last run dir made; starts after those an earlier node
+ * left (node_vm_run_dirs_sweep), so an adopted VM's dir is never reused. */
+static uint64_t run_dir_counter;
+
 int node_vm_run_dir(const char *data_dir, char **ret) {
-        static uint64_t counter;
-        uint64_t n = __atomic_add_fetch(&counter, 1, __ATOMIC_SEQ_CST);
+        uint64_t n = __atomic_add_fetch(&run_dir_counter, 1, __ATOMIC_SEQ_CST);
         char *base = NULL, *dir = NULL;
         if (asprintf(&base, "%s/run/vm", data_dir) < 0)
                 return -ENOMEM;
@@ -196,11 +204,59 @@ int node_vm_run_dir(const char *data_dir, char **ret) {
         return 0;
 }
 
-int node_vm_run_dirs_clean(const char *data_dir) {
+int node_vm_run_dirs_sweep(const char *data_dir, bool (*keep)(const char *path, void *userdata), void *userdata) {
         _cleanup_free_ char *base = NULL;
         if (asprintf(&base, "%s/run/vm", data_dir) < 0)
                 return -ENOMEM;
-        return rm_rf(base);
+        DIR *d = opendir(base);
+        if (!d)
+                return errno == ENOENT ? 0 : negative_errno();
+        uint64_t max = 0;
+        for (struct dirent *de; (de = readdir(d));) {
+                if (de->d_name[0] == '.')
+                        continue;
+                uint64_t n = 0;
+                if (parse_u64(de->d_name, UINT64_MAX / 2, &n) >= 0 && n > max)
+                        max = n;
+                _cleanup_free_ char *path = NULL;
+                if (asprintf(&path, "%s/%s", base, de->d_name) < 0) {
+                        closedir(d);
+                        return -ENOMEM;
+                }
+                if (keep && keep(path, userdata))
+                        continue;
+                int r = vmm_kill_recorded(path);
+                if (r < 0)
+                        log_warn_errno(r, "Failed to end the VM recorded in %s: %m", path);
+                (void) rm_rf(path);
+        }
+        closedir(d);
+        __atomic_store_n(&run_dir_counter, max, __ATOMIC_SEQ_CST);
+        return 0;
+}
+
+int node_lock_data_dir(const char *data_dir, unsigned wait_s) {
+        _cleanup_free_ char *path = NULL;
+        if (asprintf(&path, "%s/node.lock", data_dir) < 0)
+                return -ENOMEM;
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return negative_errno();
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) wait_s * 1000000000ULL;
+        bool told = false;
+        while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+                int r = negative_errno();
+                if (r != -EWOULDBLOCK || now_monotonic_ns() >= deadline) {
+                        close(fd);
+                        return r == -EWOULDBLOCK ? -EBUSY : r;
+                }
+                if (!told)
+                        log_info("waiting for the previous airlock-node to release %s", path);
+                told = true;
+                struct timespec ts = { 0, 50 * 1000000L };
+                nanosleep(&ts, NULL);
+        }
+        return 0; /* fd stays open: the lock lives as long as the process */
 }
 
 void node_cond_init(pthread_cond_t *cond) {

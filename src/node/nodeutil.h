@@ -53,8 +53,15 @@ void node_hex(const uint8_t *data, size_t n, char *out);
  * template directories can be longer. */
 int node_vm_run_dir(const char *data_dir, char **ret);
 
-/* Removes DATA_DIR/run/vm (leftovers of an earlier run). */
-int node_vm_run_dirs_clean(const char *data_dir);
+/* Cleans DATA_DIR/run/vm after an earlier node: every run dir for which
+ * keep(path, userdata) is false loses its VM (vmm_kill_recorded) and is
+ * removed; new run dirs are numbered after the highest one left. */
+int node_vm_run_dirs_sweep(const char *data_dir, bool (*keep)(const char *path, void *userdata), void *userdata);
+
+/* Takes DATA_DIR/node.lock (flock, held until the process exits), waiting
+ * up to wait_s for a node that is still handing over. -EBUSY after that. */
+#define NODE_LOCK_WAIT_S 30
+int node_lock_data_dir(const char *data_dir, unsigned wait_s);
 
 /* Initialises cond for timed waits against CLOCK_MONOTONIC (every timed
  * wait of the node: wall-clock jumps must not stretch or cut them). */

@@ -19,6 +19,7 @@
 #include "guestconn.h"
 #include "log.h"
 #include "nodeutil.h"
+#include "objstore.h"
 #include "pool.h"
 #include "proto.h"
 #include "qmp.h"
@@ -48,9 +49,23 @@
 #define STOP_SYNC_MS 10000
 /* How long a snapshot waits for the guest to freeze (and to thaw). */
 #define SNAPSHOT_FREEZE_MS 10000
+/* A sandbox whose VMM crashed this many times within CRASH_WINDOW_NS is
+ * not recovered again: something in it kills its VM. */
+#define CRASH_GIVE_UP ARRAY_SIZE(((struct sandbox *) 0)->crash_ns)
+#define CRASH_WINDOW_NS (10 * 60 * 1000000000ULL)
+/* Recoveries kept in a sandbox's record and JSON. */
+#define RECOVERIES_KEPT 8
+/* How long a clean shutdown waits for the guest to flush its disks. */
+#define SHUTDOWN_SYNC_MS 5000
+/* How long shutdown and hand-over wait for a verb in progress. */
+#define SHUTDOWN_BUSY_WAIT_NS (30 * 1000000000ULL)
+#define RECORD_MAX (256 * 1024)
 
 static const struct node_config *scfg;
+static enum vmm_accel scfg_accel;
 static char *sdir;
+/* where suspended sandboxes go (NULL: suspend is refused) */
+static struct objstore *objstore;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 /* A fixed array is enough: max_sandboxes is bounded and small. */
@@ -79,6 +94,9 @@ void sandbox_unref(struct sandbox *s) {
                 close(s->stop_fd);
         if (s->cmd_fd >= 0)
                 close(s->cmd_fd);
+        vmm_destroy(s->adopt_vmm); /* adopted, but never taken over */
+        free(s->restore_state);
+        json_decref(s->recoveries);
         template_info_free(s->tpl);
         json_decref(s->env);
         free(s->template_name);
@@ -106,6 +124,112 @@ static void reg_remove(struct sandbox *s) {
                         reg[i] = reg[--reg_n];
                         return;
                 }
+}
+
+static bool sandbox_state_is(struct sandbox *s, enum sandbox_state st) {
+        pthread_mutex_lock(&s->lock);
+        bool is = s->state == st;
+        pthread_mutex_unlock(&s->lock);
+        return is;
+}
+
+/* ---- the record: SANDBOXES/ID/sandbox.json ---- */
+
+/* The state a record keeps: what the sandbox should be in when a node
+ * takes it over. A failed sandbox was running: recovery brings it back. */
+static const char *record_state(enum sandbox_state st) {
+        switch (st) {
+        case SANDBOX_PAUSED:
+                return "paused";
+        case SANDBOX_STOPPED:
+                return "stopped";
+        default:
+                return "running";
+        }
+}
+
+/* Writes the record. Without fsync: it is rewritten on every transition,
+ * and after a host crash every VM is gone anyway (recovery boots the disk,
+ * which only needs the template and env the first write recorded). */
+static int record_save(struct sandbox *s) {
+        pthread_mutex_lock(&s->lock);
+        json_t *o = json_pack("{s:i, s:s, s:s, s:O, s:s, s:s*, s:I, s:O*}", "version", 1, "id", s->id, "template",
+                              s->template_name, "env", s->env, "state", record_state(s->state), "run_dir", s->run_dir,
+                              "execution", (json_int_t) s->execution, "recoveries", s->recoveries);
+        pthread_mutex_unlock(&s->lock);
+        _cleanup_free_ char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        _cleanup_free_ char *path = strdup_printf("%s/sandbox.json", s->dir);
+        if (!text || !path)
+                return -ENOMEM;
+        int r = file_write_replace(path, text, strlen(text), 0600);
+        if (r < 0)
+                log_errno(LOG_LEVEL_WARN, r, s->ctx, "cannot write %s (a node restart would lose this sandbox): %m",
+                          path);
+        return r;
+}
+
+/* The parts of a record a node takes a sandbox over with. */
+struct record {
+        json_t *json;
+        const char *template_name, *state, *run_dir;
+        json_t *env, *recoveries;
+        unsigned execution;
+};
+
+static void record_release(struct record *rec) {
+        json_decref(rec->json);
+}
+
+/* Reads and checks SANDBOXES/ID/sandbox.json. -ENOENT without one (a
+ * create that never finished), -EBADMSG when it is not a record of id. */
+static int record_load(const char *dir, const char *id, struct record *ret) {
+        _cleanup_free_ char *path = strdup_printf("%s/sandbox.json", dir), *text = NULL;
+        size_t len;
+        if (!path)
+                return -ENOMEM;
+        int r = file_read_all(path, RECORD_MAX, &text, &len);
+        if (r < 0)
+                return r;
+        json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
+        if (!j)
+                return -EBADMSG;
+        struct record rec = {
+                .json = j,
+                .template_name = json_string_value(json_object_get(j, "template")),
+                .state = json_string_value(json_object_get(j, "state")),
+                .run_dir = json_string_value(json_object_get(j, "run_dir")),
+                .env = json_object_get(j, "env"),
+                .recoveries = json_object_get(j, "recoveries"),
+        };
+        json_int_t exe = json_integer_value(json_object_get(j, "execution"));
+        const char *rid = json_string_value(json_object_get(j, "id"));
+        if (!rid || strcmp(rid, id) != 0 || !rec.template_name || !name_is_valid(rec.template_name) || !rec.state ||
+            (strcmp(rec.state, "running") != 0 && strcmp(rec.state, "paused") != 0 &&
+             strcmp(rec.state, "stopped") != 0) ||
+            !json_is_object(rec.env) || (rec.recoveries && !json_is_array(rec.recoveries)) || exe < 0 ||
+            exe > UINT32_MAX || (rec.run_dir && path_check(rec.run_dir, strlen(rec.run_dir)) < 0)) {
+                json_decref(j);
+                return -EBADMSG;
+        }
+        rec.execution = (unsigned) exe;
+        *ret = rec;
+        return 0;
+}
+
+/* Appends one recovery to s->recoveries (s->lock held), keeping the last
+ * RECOVERIES_KEPT. */
+static void recoveries_add(struct sandbox *s, const char *reason, const char *how, bool ok, const char *error) {
+        if (!s->recoveries && !(s->recoveries = json_array()))
+                return;
+        json_t *o = json_pack("{s:I, s:s, s:s, s:b, s:I}", "at", (json_int_t) (now_realtime_ns() / 1000000ULL), "reason",
+                              reason, "how", how, "ok", ok, "execution", (json_int_t) s->execution);
+        if (o && error)
+                json_object_set_new(o, "error", json_string(error));
+        if (o)
+                json_array_append_new(s->recoveries, o);
+        while (json_array_size(s->recoveries) > RECOVERIES_KEPT)
+                json_array_remove(s->recoveries, 0);
 }
 
 /* ---- the sandbox thread ---- */
@@ -218,10 +342,13 @@ static int start_vm(struct sandbox *s, char **ret_error) {
                 vc.mem_path = mem;
                 vc.mem_shared = true;
         }
+        /* a full snapshot (fork, rollback, wake) carries its RAM */
+        const char *state = s->restore_state ?: t->state;
+        vc.mem_anonymous = s->restore_state != NULL;
 
         uint64_t t0 = now_monotonic_ns();
         struct vmm *v = NULL;
-        int r = s->cold_boot ? vmm_boot(&vc, &v) : vmm_restore(&vc, t->state, &v);
+        int r = s->cold_boot && !s->restore_state ? vmm_boot(&vc, &v) : vmm_restore(&vc, state, &v);
         if (r < 0) {
                 *ret_error = strdup_printf("%s the VM failed: %s", s->cold_boot ? "booting" : "restoring",
                                            strerror(-r));
@@ -235,7 +362,8 @@ static int start_vm(struct sandbox *s, char **ret_error) {
         r = vmm_guest_connect(v, GUEST_CONNECT_MS, &fd);
         if (r >= 0) {
                 step = "guest agent handshake";
-                r = guestconn_open(fd, s->ctx, s->cold_boot ? GUEST_BOOT_HELLO_MS : GUEST_HELLO_MS, &g);
+                r = guestconn_open(fd, s->ctx, s->cold_boot && !s->restore_state ? GUEST_BOOT_HELLO_MS : GUEST_HELLO_MS,
+                                   &g);
         }
         uint64_t t_hello = now_monotonic_ns();
         if (r >= 0) {
@@ -267,15 +395,83 @@ static int start_vm(struct sandbox *s, char **ret_error) {
         s->restore_ms = (t_done - t0) / 1000000ULL;
         pthread_mutex_unlock(&s->lock);
         log_emit(LOG_LEVEL_INFO, s->ctx,
-                 "sandbox restored from %s-%s: restore_ms=%llu (vmm %llu ms, guest hello %llu ms, identity %llu ms) pid=%d",
-                 t->name, t->hash, (unsigned long long) s->restore_ms,
+                 "sandbox restored from %s: restore_ms=%llu (vmm %llu ms, guest hello %llu ms, identity %llu ms) pid=%d",
+                 s->restore_state ? "a full snapshot" : t->hash, (unsigned long long) s->restore_ms,
                  (unsigned long long) ((t_restored - t0) / 1000000ULL),
                  (unsigned long long) ((t_hello - t_restored) / 1000000ULL),
                  (unsigned long long) ((t_done - t_hello) / 1000000ULL), (int) v->pid);
         return 0;
 }
 
-/* Carries out a pause/resume request on the VMM this thread owns (QMP is
+/* Takes over the VM an earlier node left running (s->adopt_vmm): a new
+ * guest channel and HELLO (the guest detaches the old connection's
+ * processes, which keep running); identity and clock stay as they are. A
+ * paused VM runs for the moment its agent needs to answer. */
+static int adopt_vm(struct sandbox *s, char **ret_error) {
+        pthread_mutex_lock(&s->lock);
+        struct vmm *v = TAKE_PTR(s->adopt_vmm);
+        pthread_mutex_unlock(&s->lock);
+        _cleanup_(json_decrefp) json_t *st = NULL;
+        const char *step = "query-status";
+        int r = qmp_execute(v->qmp, "query-status", NULL, QMP_RUNSTATE_MS, &st);
+        bool paused = r >= 0 && strcmp(json_string_value(json_object_get(st, "status")) ?: "", "running") != 0;
+        if (r >= 0 && paused) {
+                step = "cont";
+                r = qmp_execute(v->qmp, "cont", NULL, QMP_RUNSTATE_MS, NULL);
+        }
+        int fd = -1;
+        struct guestconn *g = NULL;
+        if (r >= 0) {
+                step = "connecting to the guest channel";
+                r = vmm_guest_connect(v, GUEST_CONNECT_MS, &fd);
+        }
+        if (r >= 0) {
+                step = "guest agent handshake";
+                r = guestconn_open(fd, s->ctx, GUEST_HELLO_MS, &g);
+        }
+        if (r >= 0 && paused) {
+                step = "stop";
+                r = qmp_execute(v->qmp, "stop", NULL, QMP_RUNSTATE_MS, NULL);
+        }
+        if (r < 0) {
+                *ret_error = strdup_printf("taking over the running VM failed at %s: %s", step, strerror(-r));
+                guestconn_free(g);
+                vmm_destroy(v);
+                return r;
+        }
+        pthread_mutex_lock(&s->lock);
+        s->vmm = v;
+        s->gc = g;
+        s->pid = v->pid;
+        s->state = paused ? SANDBOX_PAUSED : SANDBOX_RUNNING;
+        pthread_mutex_unlock(&s->lock);
+        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox taken over from an earlier node: pid=%d %s execution=%u",
+                 (int) v->pid, paused ? "paused" : "running", s->execution);
+        return 0;
+}
+
+static void recover_schedule(struct sandbox *s, const char *reason);
+
+/* A full snapshot the sandbox thread takes (vmm_snapshot()): RAM and
+ * device state to state_path, and the disk reflinked to disk_dst while the
+ * vCPUs are stopped, so both are of one instant. */
+struct snapshot_job {
+        struct sandbox *s;
+        const char *state_path;
+        const char *disk_dst;
+        bool leave_paused;
+        struct vmm_snapshot_stats stats;
+};
+
+static int clone_replace(struct sandbox *s, const char *src, const char *dst);
+
+static int snapshot_job_paused(void *userdata) {
+        struct snapshot_job *job = userdata;
+        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", job->s->dir);
+        return rootfs ? clone_replace(job->s, rootfs, job->disk_dst) : -ENOMEM;
+}
+
+/* Carries out a request on the VMM this thread owns (QMP is
  * single-threaded, and only this thread may destroy the VMM). */
 static void run_command(struct sandbox *s, struct vmm *v) {
         uint64_t n;
@@ -283,19 +479,32 @@ static void run_command(struct sandbox *s, struct vmm *v) {
                 log_emit(LOG_LEVEL_WARN, s->ctx, "cannot read the command eventfd: %m");
         pthread_mutex_lock(&s->lock);
         enum sandbox_cmd cmd = s->cmd;
+        struct snapshot_job *job = s->cmd_arg;
         pthread_mutex_unlock(&s->lock);
         if (cmd == SANDBOX_CMD_NONE)
                 return; /* the requester gave up waiting */
-        bool pause = cmd == SANDBOX_CMD_PAUSE;
-        int r = v ? qmp_execute(v->qmp, pause ? "stop" : "cont", NULL, QMP_RUNSTATE_MS, NULL) : -ECONNRESET;
-        if (r < 0)
-                log_emit(LOG_LEVEL_WARN, s->ctx, "QMP %s failed: %s (%s)", pause ? "stop" : "cont", strerror(-r),
-                         v ? qmp_last_error(v->qmp) : "vmm gone");
+        int r;
+        enum sandbox_state from = SANDBOX_RUNNING, to = SANDBOX_RUNNING;
+        if (cmd == SANDBOX_CMD_SNAPSHOT) {
+                r = v ? vmm_snapshot(v, job->state_path, job->leave_paused, snapshot_job_paused, job, &job->stats)
+                      : -ECONNRESET;
+                if (job->leave_paused)
+                        to = SANDBOX_PAUSED;
+        } else {
+                bool pause = cmd == SANDBOX_CMD_PAUSE;
+                r = v ? qmp_execute(v->qmp, pause ? "stop" : "cont", NULL, QMP_RUNSTATE_MS, NULL) : -ECONNRESET;
+                if (r < 0)
+                        log_emit(LOG_LEVEL_WARN, s->ctx, "QMP %s failed: %s (%s)", pause ? "stop" : "cont",
+                                 strerror(-r), v ? qmp_last_error(v->qmp) : "vmm gone");
+                from = pause ? SANDBOX_RUNNING : SANDBOX_PAUSED;
+                to = pause ? SANDBOX_PAUSED : SANDBOX_RUNNING;
+        }
         pthread_mutex_lock(&s->lock);
-        if (r >= 0 && s->state == (pause ? SANDBOX_RUNNING : SANDBOX_PAUSED))
-                s->state = pause ? SANDBOX_PAUSED : SANDBOX_RUNNING;
+        if (r >= 0 && s->state == from)
+                s->state = to;
         if (s->cmd == cmd) {
                 s->cmd = SANDBOX_CMD_NONE;
+                s->cmd_arg = NULL;
                 s->cmd_result = r;
                 s->cmd_done = true;
                 pthread_cond_broadcast(&s->cond);
@@ -307,10 +516,16 @@ static void *sandbox_thread(void *arg) {
         struct sandbox *s = arg;
         char *error = NULL;
 
-        /* a warm VM when create claimed one; cold when not or when it failed */
-        int r = s->pool_vm ? start_pooled(s) : -ENOENT;
-        if (r < 0)
-                r = start_vm(s, &error);
+        /* a VM an earlier node left; else a warm VM when create claimed
+         * one; cold when not or when it failed */
+        int r;
+        if (s->adopt_vmm)
+                r = adopt_vm(s, &error);
+        else {
+                r = s->pool_vm ? start_pooled(s) : -ENOENT;
+                if (r < 0)
+                        r = start_vm(s, &error);
+        }
         pthread_mutex_lock(&s->lock);
         s->start_done = true;
         s->start_result = r;
@@ -346,6 +561,7 @@ static void *sandbox_thread(void *arg) {
                         s->vmm = NULL;
                         pthread_mutex_unlock(&s->lock);
                         vmm_destroy(v); /* reaps it */
+                        recover_schedule(s, why);
                         continue;
                 }
                 if (!guestconn_alive(s->gc)) {
@@ -363,14 +579,19 @@ static void *sandbox_thread(void *arg) {
         pthread_mutex_lock(&s->lock);
         struct vmm *v = s->vmm;
         s->vmm = NULL;
+        bool hand_over = s->hand_over;
         if (s->cmd != SANDBOX_CMD_NONE) { /* nobody else will carry it out */
                 s->cmd = SANDBOX_CMD_NONE;
+                s->cmd_arg = NULL;
                 s->cmd_result = -ECANCELED;
                 s->cmd_done = true;
                 pthread_cond_broadcast(&s->cond);
         }
         pthread_mutex_unlock(&s->lock);
-        vmm_destroy(v);
+        if (hand_over)
+                vmm_forget(v); /* keeps running for the next node */
+        else
+                vmm_destroy(v);
         return NULL;
 }
 
@@ -387,8 +608,80 @@ static void stop_thread(struct sandbox *s) {
 
 /* ---- public ---- */
 
-int sandbox_manager_init(const struct node_config *cfg, const char *sandboxes_dir) {
+static int sandbox_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret);
+static int run_sandbox_thread(struct sandbox *s, char **ret_error);
+
+/* Builds the sandbox an earlier node recorded in SANDBOXES/name and
+ * registers it. Its VM, if it still runs, is only reconnected over QMP here
+ * (s->adopt_vmm); the thread takes it over later. */
+static int takeover_one(const char *name, const char *dir) {
+        _cleanup_(record_release) struct record rec = { 0 };
+        int r = record_load(dir, name, &rec);
+        if (r < 0)
+                return r;
+        /* what a suspend or wake cut off left: never a sandbox's state */
+        _cleanup_free_ char *suspend_dir = strdup_printf("%s/suspend", dir);
+        _cleanup_free_ char *wake_dir = strdup_printf("%s/wake", dir);
+        if (!suspend_dir || !wake_dir)
+                return -ENOMEM;
+        (void) rm_rf(suspend_dir);
+        (void) rm_rf(wake_dir);
+        struct sandbox *s;
+        r = sandbox_new(name, rec.template_name, rec.env, &s);
+        if (r < 0)
+                return r;
+        s->dir = strdup(dir);
+        s->execution = rec.execution;
+        s->recoveries = rec.recoveries ? json_deep_copy(rec.recoveries) : NULL;
+        if (!s->dir) {
+                sandbox_unref(s);
+                return -ENOMEM;
+        }
+        if (strcmp(rec.state, "stopped") == 0)
+                s->state = SANDBOX_STOPPED;
+        else {
+                /* only a run dir of ours, under DATA_DIR/run/vm/ */
+                _cleanup_free_ char *prefix = strdup_printf("%s/run/vm/", scfg->data_dir);
+                bool ours = prefix && rec.run_dir && strncmp(rec.run_dir, prefix, strlen(prefix)) == 0 &&
+                            !strchr(rec.run_dir + strlen(prefix), '/');
+                if (ours && vmm_adopt(rec.run_dir, scfg_accel, s->ctx, &s->adopt_vmm) >= 0 &&
+                    !(s->run_dir = strdup(rec.run_dir))) {
+                        sandbox_unref(s);
+                        return -ENOMEM;
+                }
+                /* adopted: CREATING (hidden) until the thread has the guest;
+                 * else its VM is gone and recovery boots it again */
+                if (!s->adopt_vmm)
+                        s->state = SANDBOX_FAILED;
+        }
+        pthread_mutex_lock(&reg_lock);
+        r = reg_n < reg_cap ? 0 : -EUSERS;
+        if (r >= 0)
+                reg[reg_n++] = s;
+        pthread_mutex_unlock(&reg_lock);
+        if (r < 0) {
+                log_emit(LOG_LEVEL_ERROR, s->ctx, "more sandboxes on disk than max_sandboxes=%u: left as it is",
+                         scfg->max_sandboxes);
+                sandbox_unref(s);
+                return 0; /* keep the directory */
+        }
+        return 1;
+}
+
+/* node_vm_run_dirs_sweep() keeps the run dirs of adopted VMs. */
+static bool run_dir_adopted(const char *path, void *userdata) {
+        (void) userdata;
+        bool keep = false;
+        pthread_mutex_lock(&reg_lock);
+        for (size_t i = 0; i < reg_n && !keep; i++)
+                keep = reg[i]->adopt_vmm && reg[i]->run_dir && strcmp(reg[i]->run_dir, path) == 0;
+        pthread_mutex_unlock(&reg_lock);
+        return keep;
+}
+
+int sandbox_manager_init(const struct node_config *cfg, enum vmm_accel accel, const char *sandboxes_dir) {
         scfg = cfg;
+        scfg_accel = accel;
         sdir = strdup(sandboxes_dir);
         if (!sdir)
                 return -ENOMEM;
@@ -397,10 +690,7 @@ int sandbox_manager_init(const struct node_config *cfg, const char *sandboxes_di
         if (!reg)
                 return -ENOMEM;
 
-        int r = node_vm_run_dirs_clean(cfg->data_dir);
-        if (r < 0)
-                log_warn_errno(r, "Failed to remove %s/run/vm: %m", cfg->data_dir);
-        r = mkdir_p(sdir, 0700);
+        int r = mkdir_p(sdir, 0700);
         if (r < 0)
                 return log_error_errno(r, "Failed to create %s: %m", sdir);
         DIR *d = opendir(sdir);
@@ -409,14 +699,64 @@ int sandbox_manager_init(const struct node_config *cfg, const char *sandboxes_di
         for (struct dirent *de; (de = readdir(d));) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
-                char path[4400];
-                snprintf(path, sizeof path, "%s/%s", sdir, de->d_name);
-                log_info("sandbox=%s removing leftover of an earlier run: %s", de->d_name, path);
+                _cleanup_free_ char *path = strdup_printf("%s/%s", sdir, de->d_name);
+                if (!path) {
+                        closedir(d);
+                        return -ENOMEM;
+                }
+                r = name_is_valid(de->d_name) ? takeover_one(de->d_name, path) : -EBADMSG;
+                if (r >= 0)
+                        continue;
+                log_info("sandbox=%s removing what an unfinished create left (%s): %s", de->d_name,
+                         r == -ENOENT ? "no record" : strerror(-r), path);
                 r = rm_rf(path);
                 if (r < 0)
                         log_warn_errno(r, "Failed to remove %s: %m", path);
         }
         closedir(d);
+
+        /* VMs nobody adopts (warm pools, template builds, unfinished
+         * creates) end here */
+        r = node_vm_run_dirs_sweep(cfg->data_dir, run_dir_adopted, NULL);
+        if (r < 0)
+                log_warn_errno(r, "Failed to clean %s/run/vm: %m", cfg->data_dir);
+
+        /* take the adopted VMs over; recover the sandboxes whose VM is gone */
+        pthread_mutex_lock(&reg_lock);
+        size_t n = reg_n;
+        struct sandbox **all = calloc(n ? n : 1, sizeof *all);
+        for (size_t i = 0; all && i < n; i++)
+                all[i] = sandbox_ref(reg[i]);
+        pthread_mutex_unlock(&reg_lock);
+        if (!all)
+                return -ENOMEM;
+        unsigned adopted = 0, recovering = 0, stopped = 0;
+        for (size_t i = 0; i < n; i++) {
+                struct sandbox *s = all[i];
+                if (s->adopt_vmm) {
+                        _cleanup_free_ char *err = NULL;
+                        r = run_sandbox_thread(s, &err);
+                        if (r >= 0) {
+                                adopted++;
+                                (void) record_save(s);
+                        } else {
+                                pthread_mutex_lock(&s->lock);
+                                s->state = SANDBOX_CREATING; /* set_failed() takes it from here */
+                                pthread_mutex_unlock(&s->lock);
+                                set_failed(s, "%s", err ? err : strerror(-r));
+                        }
+                }
+                if (sandbox_state_is(s, SANDBOX_FAILED)) {
+                        recovering++;
+                        recover_schedule(s, s->error ? s->error : "the VM was gone when the node started");
+                } else if (sandbox_state_is(s, SANDBOX_STOPPED))
+                        stopped++;
+                sandbox_unref(s);
+        }
+        free(all);
+        if (n > 0)
+                log_info("took over %zu sandboxes of an earlier node: %u VMs adopted, %u stopped, %u being recovered", n,
+                         adopted, stopped, recovering);
         return 0;
 }
 
@@ -457,17 +797,15 @@ static int run_sandbox_thread(struct sandbox *s, char **ret_error) {
         return r;
 }
 
-int sandbox_create(const char *id, const char *template_name, json_t *env, struct sandbox **ret, char **ret_error) {
-        _cleanup_free_ char *rootfs = NULL;
-        char *err = NULL;
-        int r;
-
+/* A sandbox object in state CREATING with one reference (the registry's,
+ * once registered). */
+static int sandbox_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret) {
         struct sandbox *s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
         snprintf(s->id, sizeof s->id, "%s", id);
         snprintf(s->ctx, sizeof s->ctx, "sandbox=%s", id);
-        s->refs = 1; /* the registry's */
+        s->refs = 1;
         s->state = SANDBOX_CREATING;
         s->stop_fd = eventfd(0, EFD_CLOEXEC);
         s->cmd_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -476,10 +814,24 @@ int sandbox_create(const char *id, const char *template_name, json_t *env, struc
         s->template_name = strdup(template_name);
         s->env = env ? json_incref(env) : json_object();
         if (s->stop_fd < 0 || s->cmd_fd < 0 || !s->template_name || !s->env) {
-                r = s->stop_fd < 0 || s->cmd_fd < 0 ? negative_errno() : -ENOMEM;
+                int r = s->stop_fd < 0 || s->cmd_fd < 0 ? negative_errno() : -ENOMEM;
                 sandbox_unref(s);
                 return r;
         }
+        *ret = s;
+        return 0;
+}
+
+int sandbox_create(const char *id, const char *template_name, json_t *env, struct sandbox **ret, char **ret_error) {
+        _cleanup_free_ char *rootfs = NULL;
+        char *err = NULL;
+        int r;
+
+        struct sandbox *s;
+        r = sandbox_new(id, template_name, env, &s);
+        if (r < 0)
+                return r;
+        s->execution = 1;
 
         pthread_mutex_lock(&reg_lock);
         if (reg_find(id))
@@ -569,6 +921,7 @@ start_thread:
                 s->state = SANDBOX_RUNNING;
         pthread_mutex_unlock(&s->lock);
         pthread_mutex_unlock(&reg_lock);
+        (void) record_save(s);
 
         *ret = sandbox_ref(s);
         return 0;
@@ -638,30 +991,70 @@ int sandbox_delete(const char *id) {
         return 0;
 }
 
-void sandbox_delete_all(void) {
-        /* creates still restoring finish in moments; one stuck waiting for a
-         * template another process builds is not waited for (its QEMU, if
-         * any, dies with us through PDEATHSIG) */
-        uint64_t deadline = now_monotonic_ns() + 10 * 1000000000ULL;
+/* Takes one sandbox out of the registry for shutdown or hand-over, or NULL
+ * when none is left. A sandbox that a create or a verb still works on is
+ * waited for, up to a deadline (a create waiting for a template build
+ * another process runs would wait for minutes); after that it is taken as
+ * it is. */
+static struct sandbox *take_next(uint64_t deadline) {
         for (;;) {
                 pthread_mutex_lock(&reg_lock);
                 struct sandbox *s = NULL;
-                for (size_t i = 0; i < reg_n && !s; i++)
-                        if (reg[i]->state != SANDBOX_CREATING)
+                bool late = now_monotonic_ns() > deadline;
+                for (size_t i = 0; i < reg_n && !s; i++) {
+                        pthread_mutex_lock(&reg[i]->lock);
+                        bool busy = reg[i]->state == SANDBOX_CREATING || reg[i]->life_busy;
+                        pthread_mutex_unlock(&reg[i]->lock);
+                        if (!busy || late)
                                 s = reg[i];
+                }
                 if (s)
                         reg_remove(s);
-                bool creating = !s && reg_n > 0;
+                bool empty = reg_n == 0;
                 pthread_mutex_unlock(&reg_lock);
-                if (s) {
-                        delete_removed(s);
-                        continue;
-                }
-                if (!creating || now_monotonic_ns() > deadline)
-                        return;
-                /* a create is restoring right now: it finishes in moments */
+                if (s || empty)
+                        return s;
                 struct timespec ts = { 0, 20 * 1000000L };
                 nanosleep(&ts, NULL);
+        }
+}
+
+void sandbox_shutdown_all(void) {
+        uint64_t deadline = now_monotonic_ns() + SHUTDOWN_BUSY_WAIT_NS;
+        for (struct sandbox *s; (s = take_next(deadline));) {
+                /* the guest flushes its disks; a paused or failed one cannot */
+                struct guestconn *g = NULL;
+                if (sandbox_guest(s, &g) >= 0) {
+                        _cleanup_(json_decrefp) json_t *empty = json_object();
+                        int k = empty ? guestconn_call(g, PROTO_SYNC, empty, SHUTDOWN_SYNC_MS, NULL, NULL) : -ENOMEM;
+                        if (k < 0)
+                                log_errno(LOG_LEVEL_WARN, k, s->ctx, "guest did not flush its disks: %m");
+                }
+                pthread_mutex_lock(&s->lock);
+                s->deleted = true; /* ops still holding it see "gone" */
+                bool had_vm = s->thread_started;
+                pthread_mutex_unlock(&s->lock);
+                session_sandbox_deleted(s);
+                stop_thread(s);
+                if (s->run_dir)
+                        rm_rf(s->run_dir);
+                if (had_vm)
+                        log_emit(LOG_LEVEL_INFO, s->ctx, "VM stopped for the node shutdown; the next node boots it "
+                                 "again");
+                sandbox_unref(s);
+        }
+}
+
+void sandbox_hand_over_all(void) {
+        uint64_t deadline = now_monotonic_ns() + SHUTDOWN_BUSY_WAIT_NS;
+        for (struct sandbox *s; (s = take_next(deadline));) {
+                pthread_mutex_lock(&s->lock);
+                s->hand_over = true;
+                s->deleted = true;
+                pthread_mutex_unlock(&s->lock);
+                session_sandbox_deleted(s);
+                stop_thread(s);
+                sandbox_unref(s);
         }
 }
 
@@ -699,18 +1092,20 @@ static const char *state_name(enum sandbox_state st) {
 
 const char *sandbox_state_name(struct sandbox *s) {
         pthread_mutex_lock(&s->lock);
-        const char *n = state_name(s->state);
+        const char *n = s->recovering ? "recovering" : state_name(s->state);
         pthread_mutex_unlock(&s->lock);
         return n;
 }
 
 json_t *sandbox_json(struct sandbox *s) {
         pthread_mutex_lock(&s->lock);
-        json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I}", "id", s->id, "template", s->template_name, "state",
-                              state_name(s->state),
-                              "pid", (json_int_t) s->pid, "restore_ms", (json_int_t) s->restore_ms);
-        if (o && s->state == SANDBOX_FAILED && s->error)
+        json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I}", "id", s->id, "template", s->template_name, "state",
+                              s->recovering ? "recovering" : state_name(s->state), "pid", (json_int_t) s->pid,
+                              "restore_ms", (json_int_t) s->restore_ms, "execution", (json_int_t) s->execution);
+        if (o && s->state == SANDBOX_FAILED && !s->recovering && s->error)
                 json_object_set_new(o, "error", json_string(s->error));
+        if (o && s->recoveries)
+                json_object_set_new(o, "recoveries", json_deep_copy(s->recoveries));
         if (o)
                 json_object_set_new(o, "pool", json_string(s->pool_hit ? "hit" : "miss"));
         pthread_mutex_unlock(&s->lock);
@@ -761,10 +1156,48 @@ static void life_end(struct sandbox *s) {
 /* Joins the sandbox thread (it destroys the VMM) and re-arms stop_fd for
  * the next thread: stop_thread() leaves the eventfd readable. */
 static void life_stop_thread(struct sandbox *s) {
+        if (!s->thread_started)
+                return; /* nothing to join, and stop_fd was never written (a read would block) */
         stop_thread(s);
         uint64_t n;
         if (read(s->stop_fd, &n, sizeof n) < 0 && errno != EAGAIN)
                 log_emit(LOG_LEVEL_WARN, s->ctx, "cannot drain the stop eventfd: %m");
+}
+
+/* Hands a command to the sandbox thread of s (claimed by life_begin())
+ * and waits up to wait_ms (< 0: until done; for commands whose arg lives
+ * on the caller's stack) for its result. On a timeout the thread drops the
+ * command if it has not started it yet. */
+static int post_command(struct sandbox *s, enum sandbox_cmd cmd, void *arg, int64_t wait_ms) {
+        pthread_mutex_lock(&s->lock);
+        s->cmd = cmd;
+        s->cmd_arg = arg;
+        s->cmd_done = false;
+        pthread_mutex_unlock(&s->lock);
+        uint64_t one = 1;
+        if (write(s->cmd_fd, &one, sizeof one) < 0) {
+                int r = negative_errno();
+                pthread_mutex_lock(&s->lock);
+                s->cmd = SANDBOX_CMD_NONE;
+                s->cmd_arg = NULL;
+                pthread_mutex_unlock(&s->lock);
+                return r;
+        }
+        struct timespec deadline;
+        node_deadline_after_ms(&deadline, wait_ms);
+        pthread_mutex_lock(&s->lock);
+        int r = 0;
+        while (!s->cmd_done && r == 0)
+                r = wait_ms < 0 ? -pthread_cond_wait(&s->cond, &s->lock)
+                                : -pthread_cond_timedwait(&s->cond, &s->lock, &deadline);
+        if (s->cmd_done)
+                r = s->cmd_result;
+        else {
+                s->cmd = SANDBOX_CMD_NONE;
+                s->cmd_arg = NULL;
+        }
+        pthread_mutex_unlock(&s->lock);
+        return r;
 }
 
 static int run_state_command(struct sandbox *s, bool pause, const char **ret_state, char **ret_error) {
@@ -772,38 +1205,14 @@ static int run_state_command(struct sandbox *s, bool pause, const char **ret_sta
                            ret_state);
         if (r < 0)
                 return r;
-        pthread_mutex_lock(&s->lock);
-        s->cmd = pause ? SANDBOX_CMD_PAUSE : SANDBOX_CMD_RESUME;
-        s->cmd_done = false;
-        pthread_mutex_unlock(&s->lock);
-        uint64_t one = 1;
-        if (write(s->cmd_fd, &one, sizeof one) < 0) {
-                r = negative_errno();
-                pthread_mutex_lock(&s->lock);
-                s->cmd = SANDBOX_CMD_NONE;
-                pthread_mutex_unlock(&s->lock);
-                life_end(s);
-                if (ret_error)
-                        *ret_error = strdup_printf("cannot reach the sandbox thread: %s", strerror(-r));
-                return r;
-        }
-        struct timespec deadline;
-        node_deadline_after_ms(&deadline, LIFECYCLE_CMD_WAIT_MS);
-        pthread_mutex_lock(&s->lock);
-        r = 0;
-        while (!s->cmd_done && r == 0)
-                r = -pthread_cond_timedwait(&s->cond, &s->lock, &deadline);
-        if (s->cmd_done)
-                r = s->cmd_result;
-        else
-                s->cmd = SANDBOX_CMD_NONE; /* the thread drops it if it has not started it */
-        s->life_busy = false;
-        pthread_mutex_unlock(&s->lock);
+        r = post_command(s, pause ? SANDBOX_CMD_PAUSE : SANDBOX_CMD_RESUME, NULL, LIFECYCLE_CMD_WAIT_MS);
+        life_end(s);
         if (r < 0) {
                 if (ret_error)
                         *ret_error = strdup_printf("QMP %s failed: %s", pause ? "stop" : "cont", strerror(-r));
                 return r == -ETIMEDOUT ? r : -EIO;
         }
+        (void) record_save(s);
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox %s", pause ? "paused" : "resumed");
         return 0;
 }
@@ -816,14 +1225,15 @@ int sandbox_resume(struct sandbox *s, const char **ret_state, char **ret_error) 
         return run_state_command(s, false, ret_state, ret_error);
 }
 
-/* The stop itself, for a sandbox claimed by life_begin(); leaves it claimed. */
-static void stop_claimed(struct sandbox *s) {
+/* The stop itself, for a sandbox claimed by life_begin(); leaves it
+ * claimed. flush: the guest syncs its disks first. */
+static void stop_claimed(struct sandbox *s, bool flush) {
         uint64_t t0 = now_monotonic_ns();
         /* Flush the guest's page cache to the disk image first, or writes
          * not yet synced die with QEMU. A paused guest cannot answer; a
          * guest that does not is stopped anyway (it is ours to stop). */
         struct guestconn *g = NULL;
-        if (sandbox_guest(s, &g) >= 0) { /* only a running guest has one */
+        if (flush && sandbox_guest(s, &g) >= 0) { /* only a running guest has one */
                 _cleanup_(json_decrefp) json_t *empty = json_object();
                 int k = empty ? guestconn_call(g, PROTO_SYNC, empty, STOP_SYNC_MS, NULL, NULL) : -ENOMEM;
                 if (k < 0)
@@ -840,6 +1250,7 @@ static void stop_claimed(struct sandbox *s) {
         s->state = SANDBOX_STOPPED;
         s->pid = 0;
         pthread_mutex_unlock(&s->lock);
+        (void) record_save(s);
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox stopped in %llu ms",
                  (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
 }
@@ -848,7 +1259,7 @@ int sandbox_stop(struct sandbox *s, const char **ret_state, char **ret_error) {
         int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
         if (r < 0)
                 return r;
-        stop_claimed(s);
+        stop_claimed(s, true);
         life_end(s);
         (void) ret_error;
         return 0;
@@ -875,6 +1286,17 @@ static int retire_gc(struct sandbox *s) {
         return 0;
 }
 
+/* The template of s, looked up once: a sandbox a node took over from an
+ * earlier one has none until it needs to boot (the build may still run). */
+static int sandbox_template(struct sandbox *s, char **ret_error) {
+        if (s->tpl)
+                return 0;
+        int r = template_get(s->template_name, TEMPLATE_WAIT_MS, &s->tpl, ret_error);
+        if (r < 0 && !*ret_error)
+                *ret_error = strdup_printf("template %s: %s", s->template_name, strerror(-r));
+        return r;
+}
+
 /* The cold boot of a stopped sandbox claimed by life_begin(); leaves it
  * claimed. On failure it stays stopped and *ret_error says why. */
 static int start_claimed(struct sandbox *s, char **ret_error) {
@@ -885,7 +1307,15 @@ static int start_claimed(struct sandbox *s, char **ret_error) {
                 r = -ENOMEM;
                 goto fail;
         }
-        {
+        r = sandbox_template(s, &err);
+        if (r < 0)
+                goto fail;
+        /* a sandbox taken over without its VM has no run dir yet */
+        if (!s->run_dir && (r = node_vm_run_dir(scfg->data_dir, &s->run_dir)) < 0) {
+                err = strdup_printf("cannot create a run directory under %s/run: %s", scfg->data_dir, strerror(-r));
+                goto fail;
+        }
+        if (!s->restore_state) {
                 /* the RAM file of a boot with share=on, as for a template */
                 _cleanup_close_ int fd = open(mem, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
                 if (fd < 0 || ftruncate(fd, (off_t) s->tpl->memory_mib << 20) < 0) {
@@ -915,7 +1345,9 @@ static int start_claimed(struct sandbox *s, char **ret_error) {
         }
         pthread_mutex_lock(&s->lock);
         s->state = SANDBOX_RUNNING;
+        s->execution++;
         pthread_mutex_unlock(&s->lock);
+        (void) record_save(s);
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox started (cold boot) in %llu ms",
                  (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
         return 0;
@@ -940,6 +1372,358 @@ int sandbox_start(struct sandbox *s, const char **ret_state, char **ret_error) {
         return r;
 }
 
+/* ---- crash recovery ---- */
+
+struct recovery {
+        struct sandbox *s; /* a reference */
+        char reason[256];
+};
+
+/* Brings a failed sandbox back as a new execution: a cold boot of its own
+ * disk (the freshest state it has; its file systems replay their journals
+ * as after a power cut). Runs on a thread of its own, claimed like a verb,
+ * so a delete meanwhile is refused with -EBUSY or wins before it starts. */
+static void *recover_thread(void *arg) {
+        struct recovery *rc = arg;
+        struct sandbox *s = rc->s;
+        char *err = NULL;
+        int r;
+        if (life_begin(s, SANDBOX_FAILED, SANDBOX_FAILED, NULL) < 0)
+                goto out;
+        pthread_mutex_lock(&s->lock);
+        s->recovering = true;
+        uint64_t now = now_monotonic_ns();
+        /* the oldest of the last CRASH_GIVE_UP crashes, then this one */
+        bool give_up = s->crash_ns[0] && now - s->crash_ns[0] < CRASH_WINDOW_NS;
+        memmove(s->crash_ns, s->crash_ns + 1, sizeof s->crash_ns - sizeof s->crash_ns[0]);
+        s->crash_ns[CRASH_GIVE_UP - 1] = now;
+        pthread_mutex_unlock(&s->lock);
+        if (give_up) {
+                log_emit(LOG_LEVEL_ERROR, s->ctx, "not recovering: the VM failed %zu times within %llu minutes",
+                         CRASH_GIVE_UP, (unsigned long long) (CRASH_WINDOW_NS / 60000000000ULL));
+                pthread_mutex_lock(&s->lock);
+                s->recovering = false;
+                recoveries_add(s, rc->reason, "none", false, "failed too often: left failed");
+                pthread_mutex_unlock(&s->lock);
+                (void) record_save(s);
+                life_end(s);
+                goto out;
+        }
+        log_emit(LOG_LEVEL_WARN, s->ctx, "recovering the sandbox (%s): cold boot of its disk", rc->reason);
+        life_stop_thread(s); /* joins the thread of the VM that died */
+        pthread_mutex_lock(&s->lock);
+        s->state = SANDBOX_STOPPED;
+        pthread_mutex_unlock(&s->lock);
+        r = start_claimed(s, &err);
+        pthread_mutex_lock(&s->lock);
+        s->recovering = false;
+        if (r < 0) {
+                s->state = SANDBOX_FAILED;
+                free(s->error);
+                s->error = strdup_printf("recovery failed: %s", err ? err : strerror(-r));
+        }
+        recoveries_add(s, rc->reason, "cold boot of its disk", r >= 0, r < 0 ? s->error : NULL);
+        pthread_mutex_unlock(&s->lock);
+        (void) record_save(s);
+        life_end(s);
+        log_emit(r < 0 ? LOG_LEVEL_ERROR : LOG_LEVEL_INFO, s->ctx, "recovery %s", r < 0 ? "failed" : "done");
+out:
+        free(err);
+        sandbox_unref(s);
+        free(rc);
+        return NULL;
+}
+
+static void recover_schedule(struct sandbox *s, const char *reason) {
+        if (!scfg->recover)
+                return;
+        struct recovery *rc = calloc(1, sizeof *rc);
+        if (!rc)
+                return;
+        rc->s = sandbox_ref(s);
+        snprintf(rc->reason, sizeof rc->reason, "%s", reason);
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int r = -pthread_create(&t, &attr, recover_thread, rc);
+        pthread_attr_destroy(&attr);
+        if (r < 0) {
+                log_errno(LOG_LEVEL_ERROR, r, s->ctx, "cannot start the recovery thread: %m");
+                sandbox_unref(s);
+                free(rc);
+        }
+}
+
+/* ---- fork ---- */
+
+/* Registers a new sandbox id (CREATING, hidden) for fork and wake; its
+ * directory is made fresh. On failure *ret_error says why. */
+static int register_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret,
+                        char **ret_error) {
+        struct sandbox *s;
+        int r = sandbox_new(id, template_name, env, &s);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&reg_lock);
+        if (reg_find(id))
+                r = -EEXIST;
+        else if (reg_n >= reg_cap)
+                r = -EUSERS;
+        else
+                reg[reg_n++] = s;
+        pthread_mutex_unlock(&reg_lock);
+        if (r < 0) {
+                *ret_error = r == -EEXIST ? strdup_printf("sandbox %s exists", id)
+                                          : strdup_printf("node at capacity (%u sandboxes)", scfg->max_sandboxes);
+                sandbox_unref(s);
+                return r;
+        }
+        s->dir = strdup_printf("%s/%s", sdir, id);
+        if (!s->dir) {
+                create_abort(s);
+                return -ENOMEM;
+        }
+        rm_rf(s->dir);
+        if (mkdir(s->dir, 0700) < 0 || (r = node_vm_run_dir(scfg->data_dir, &s->run_dir)) < 0) {
+                r = r < 0 ? r : negative_errno();
+                *ret_error = strdup_printf("cannot create the directories of %s: %s", id, strerror(-r));
+                create_abort(s);
+                return r;
+        }
+        *ret = s;
+        return 0;
+}
+
+/* Restores the full snapshot at state_path into s (registered by
+ * register_new(), its disk in place), installs its identity and makes it
+ * visible. The state file is removed afterwards: the VM has loaded it. */
+static int restore_new(struct sandbox *s, char *state_path, char **ret_error) {
+        s->restore_state = state_path;
+        int r = sandbox_template(s, ret_error);
+        if (r >= 0)
+                r = run_sandbox_thread(s, ret_error);
+        (void) unlink(state_path);
+        free(s->restore_state);
+        s->restore_state = NULL;
+        if (r < 0) {
+                create_abort(s);
+                return r;
+        }
+        pthread_mutex_lock(&reg_lock);
+        pthread_mutex_lock(&s->lock);
+        if (s->state == SANDBOX_CREATING)
+                s->state = SANDBOX_RUNNING;
+        pthread_mutex_unlock(&s->lock);
+        pthread_mutex_unlock(&reg_lock);
+        (void) record_save(s);
+        return 0;
+}
+
+int sandbox_fork(struct sandbox *parent, const char *child_id, struct sandbox **ret_child, const char **ret_state,
+                 char **ret_error) {
+        uint64_t t0 = now_monotonic_ns();
+        int r = life_begin(parent, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
+        if (r < 0)
+                return r;
+        struct sandbox *c = NULL;
+        r = register_new(child_id, parent->template_name, parent->env, &c, ret_error);
+        if (r < 0) {
+                life_end(parent);
+                return r;
+        }
+        c->execution = 1;
+        char *state = strdup_printf("%s/fork.state", c->dir);
+        _cleanup_free_ char *disk = strdup_printf("%s/rootfs.img", c->dir);
+        if (!state || !disk) {
+                free(state);
+                life_end(parent);
+                create_abort(c);
+                return -ENOMEM;
+        }
+        /* the parent's memory and disk of one instant; it runs on */
+        struct snapshot_job job = { .s = parent, .state_path = state, .disk_dst = disk,
+                                    .leave_paused = sandbox_state_is(parent, SANDBOX_PAUSED) };
+        r = post_command(parent, SANDBOX_CMD_SNAPSHOT, &job, -1);
+        life_end(parent);
+        if (r < 0) {
+                *ret_error = strdup_printf("snapshot of %s failed: %s", parent->id, strerror(-r));
+                free(state);
+                create_abort(c);
+                return r;
+        }
+        uint64_t t_snap = now_monotonic_ns();
+        /* new identity: hostname, sandbox id, RNG seed */
+        r = restore_new(c, state, ret_error);
+        if (r < 0)
+                return r;
+        log_emit(LOG_LEVEL_INFO, c->ctx, "forked from %s in %llu ms (snapshot %llu ms, parent paused %llu ms, restore %llu ms)",
+                 parent->id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
+                 (unsigned long long) ((t_snap - t0) / 1000000ULL), (unsigned long long) job.stats.pause_ms,
+                 (unsigned long long) c->restore_ms);
+        pthread_mutex_lock(&c->lock);
+        c->fork_pause_ms = job.stats.pause_ms;
+        pthread_mutex_unlock(&c->lock);
+        *ret_child = sandbox_ref(c);
+        return 0;
+}
+
+/* ---- suspend and wake ---- */
+
+void sandbox_set_objstore(struct objstore *o) {
+        objstore = o;
+}
+
+int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
+                    char **ret_error) {
+        uint64_t t0 = now_monotonic_ns();
+        if (!objstore)
+                return -EOPNOTSUPP;
+        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
+        if (r < 0)
+                return r;
+        bool was_paused = sandbox_state_is(s, SANDBOX_PAUSED);
+        _cleanup_free_ char *dir = strdup_printf("%s/suspend", s->dir);
+        _cleanup_free_ char *state = strdup_printf("%s/suspend/state", s->dir);
+        _cleanup_free_ char *disk = strdup_printf("%s/suspend/rootfs.img", s->dir);
+        struct snapshot_job job = { .s = s, .state_path = state, .disk_dst = disk, .leave_paused = true };
+        _cleanup_(json_decrefp) json_t *meta = NULL;
+        uint64_t t_snap = 0, t_up = 0;
+        if (!dir || !state || !disk) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        (void) rm_rf(dir);
+        if ((r = mkdir_p(dir, 0700)) < 0) {
+                *ret_error = strdup_printf("cannot create %s: %s", dir, strerror(-r));
+                goto fail;
+        }
+        /* stays stopped after the snapshot: nothing may change after it */
+        r = post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
+        if (r < 0) {
+                *ret_error = strdup_printf("full snapshot failed: %s", strerror(-r));
+                goto fail;
+        }
+        t_snap = now_monotonic_ns();
+        pthread_mutex_lock(&s->lock);
+        meta = json_pack("{s:s, s:s, s:O, s:I}", "sandbox", s->id, "template", s->template_name, "env", s->env,
+                         "execution", (json_int_t) s->execution);
+        pthread_mutex_unlock(&s->lock);
+        /* an older suspended image of this sandbox is stale: it runs here */
+        r = objstore_snapshot_delete(objstore, snapshot_id);
+        if (r < 0 && r != -ENOENT)
+                log_errno(LOG_LEVEL_WARN, r, s->ctx, "cannot remove the stale snapshot %s: %m", snapshot_id);
+        const struct objstore_artifact art[] = { { "state", state }, { "rootfs.img", disk } };
+        r = meta ? objstore_snapshot_upload(objstore, snapshot_id, art, ARRAY_SIZE(art), meta) : -ENOMEM;
+        if (r < 0) {
+                *ret_error = strdup_printf("uploading the snapshot failed: %s", strerror(-r));
+                goto fail;
+        }
+        t_up = now_monotonic_ns();
+
+        /* every node resource goes: VM, run dir, disk, record */
+        pthread_mutex_lock(&reg_lock);
+        reg_remove(s);
+        pthread_mutex_unlock(&reg_lock);
+        pthread_mutex_lock(&s->lock);
+        s->deleted = true;
+        pthread_mutex_unlock(&s->lock);
+        session_sandbox_deleted(s);
+        stop_thread(s);
+        rm_rf(s->run_dir);
+        r = rm_rf(s->dir);
+        if (r < 0)
+                log_errno(LOG_LEVEL_WARN, r, s->ctx, "Failed to remove %s: %m", s->dir);
+        life_end(s);
+        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "snapshot", snapshot_id, "memory_bytes",
+                              (json_int_t) job.stats.bytes, "snapshot_ms", (json_int_t) ((t_snap - t0) / 1000000ULL),
+                              "upload_ms", (json_int_t) ((t_up - t_snap) / 1000000ULL), "total_ms",
+                              (json_int_t) ((now_monotonic_ns() - t0) / 1000000ULL), "pause_ms",
+                              (json_int_t) job.stats.pause_ms);
+        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox suspended to snapshot %s in %llu ms (snapshot %llu ms, upload %llu ms)",
+                 snapshot_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
+                 (unsigned long long) ((t_snap - t0) / 1000000ULL), (unsigned long long) ((t_up - t_snap) / 1000000ULL));
+        *ret_info = o;
+        return o ? 0 : -ENOMEM;
+
+fail:
+        /* it goes on as it was */
+        if (!was_paused && sandbox_state_is(s, SANDBOX_PAUSED)) {
+                int k = post_command(s, SANDBOX_CMD_RESUME, NULL, LIFECYCLE_CMD_WAIT_MS);
+                if (k < 0)
+                        log_errno(LOG_LEVEL_WARN, k, s->ctx, "cannot resume after the failed suspend: %m");
+        }
+        if (dir)
+                (void) rm_rf(dir);
+        life_end(s);
+        log_emit(LOG_LEVEL_WARN, s->ctx, "suspend failed: %s", *ret_error ? *ret_error : strerror(-r));
+        return r;
+}
+
+int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, char **ret_error) {
+        uint64_t t0 = now_monotonic_ns();
+        if (!objstore)
+                return -EOPNOTSUPP;
+        _cleanup_(json_decrefp) json_t *manifest = NULL;
+        int r = objstore_snapshot_manifest(objstore, snapshot_id, &manifest);
+        if (r < 0) {
+                *ret_error = r == -ENOENT ? strdup_printf("snapshot %s is not in the object store (or never finished "
+                                                          "uploading)",
+                                                          snapshot_id)
+                                          : strdup_printf("cannot read snapshot %s: %s", snapshot_id, strerror(-r));
+                return r == -ENOENT ? -ENXIO : r;
+        }
+        json_t *meta = json_object_get(manifest, "meta");
+        const char *sid = json_string_value(json_object_get(meta, "sandbox"));
+        const char *tpl = json_string_value(json_object_get(meta, "template"));
+        json_t *env = json_object_get(meta, "env");
+        json_int_t exe = json_integer_value(json_object_get(meta, "execution"));
+        if (!sid || strcmp(sid, id) != 0 || !tpl || !name_is_valid(tpl) || !json_is_object(env) || exe < 0 ||
+            exe >= UINT32_MAX) {
+                *ret_error = strdup_printf("snapshot %s is not a suspended state of sandbox %s", snapshot_id, id);
+                return -EBADMSG;
+        }
+        struct sandbox *s = NULL;
+        r = register_new(id, tpl, env, &s, ret_error);
+        if (r < 0)
+                return r;
+        s->execution = (unsigned) exe + 1;
+        _cleanup_free_ char *dir = strdup_printf("%s/wake", s->dir);
+        _cleanup_free_ char *disk = strdup_printf("%s/wake/rootfs.img", s->dir);
+        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
+        char *state = strdup_printf("%s/wake/state", s->dir);
+        if (!dir || !disk || !rootfs || !state) {
+                free(state);
+                create_abort(s);
+                return -ENOMEM;
+        }
+        r = objstore_snapshot_download(objstore, snapshot_id, dir);
+        if (r >= 0 && rename(disk, rootfs) < 0)
+                r = negative_errno();
+        if (r < 0) {
+                *ret_error = strdup_printf("downloading snapshot %s failed: %s", snapshot_id, strerror(-r));
+                free(state);
+                create_abort(s);
+                return r;
+        }
+        uint64_t t_down = now_monotonic_ns();
+        r = restore_new(s, state, ret_error);
+        if (r < 0)
+                return r;
+        (void) rm_rf(dir);
+        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox woken from snapshot %s in %llu ms (download %llu ms, restore %llu ms)",
+                 snapshot_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
+                 (unsigned long long) ((t_down - t0) / 1000000ULL), (unsigned long long) s->restore_ms);
+        *ret = sandbox_ref(s);
+        return 0;
+}
+
+int sandbox_suspended_delete(const char *snapshot_id) {
+        if (!objstore)
+                return -EOPNOTSUPP;
+        return objstore_snapshot_delete(objstore, snapshot_id);
+}
+
 /* ---- disk snapshots ---- */
 
 /* SANDBOXES/ID/snapshots/SNAP.img */
@@ -947,8 +1731,9 @@ static char *snapshot_path(struct sandbox *s, const char *snapshot_id) {
         return strdup_printf("%s/snapshots/%s.img", s->dir, snapshot_id);
 }
 
-/* Counts the snapshot images of s (temporary files included: they are
- * snapshots being made). */
+/* Counts the snapshots of s by their disk images (temporary ones included:
+ * they are snapshots being made; a full snapshot's state file goes with
+ * its image). */
 static int snapshot_count(struct sandbox *s, size_t *ret) {
         _cleanup_free_ char *d = strdup_printf("%s/snapshots", s->dir);
         if (!d)
@@ -958,11 +1743,17 @@ static int snapshot_count(struct sandbox *s, size_t *ret) {
                 return negative_errno();
         size_t n = 0;
         for (struct dirent *de; (de = readdir(dir));)
-                if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+                if (strstr(de->d_name, ".img"))
                         n++;
         closedir(dir);
         *ret = n;
         return 0;
+}
+
+/* SANDBOXES/ID/snapshots/SNAP.state: the RAM and device state of a full
+ * snapshot. */
+static char *snapshot_state_path(struct sandbox *s, const char *snapshot_id) {
+        return strdup_printf("%s/snapshots/%s.state", s->dir, snapshot_id);
 }
 
 /* Clones src to dst through a temporary name beside dst, so dst is either
@@ -1080,6 +1871,69 @@ out:
         return 0;
 }
 
+int sandbox_snapshot_full(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
+                          char **ret_error) {
+        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *dir = strdup_printf("%s/snapshots", s->dir);
+        _cleanup_free_ char *img = snapshot_path(s, snapshot_id);
+        _cleanup_free_ char *state = snapshot_state_path(s, snapshot_id);
+        uint64_t t0 = now_monotonic_ns();
+        size_t n = 0;
+        struct stat st_img = { 0 }, st_state = { 0 };
+        struct snapshot_job job = { .s = s, .disk_dst = img, .state_path = state };
+        if (!dir || !img || !state) {
+                r = -ENOMEM;
+                goto out;
+        }
+        if ((r = mkdir_p(dir, 0700)) < 0 || (r = snapshot_count(s, &n)) < 0) {
+                *ret_error = strdup_printf("cannot open %s: %s", dir, strerror(-r));
+                goto out;
+        }
+        if (n >= SANDBOX_SNAPSHOTS_MAX) {
+                r = -E2BIG;
+                *ret_error = strdup_printf("sandbox %s has %d snapshots already, the most it may have", s->id,
+                                           SANDBOX_SNAPSHOTS_MAX);
+                goto out;
+        }
+        if (access(img, F_OK) == 0 || access(state, F_OK) == 0) {
+                r = -EEXIST;
+                *ret_error = strdup_printf("snapshot %s exists", snapshot_id);
+                goto out;
+        }
+        job.leave_paused = sandbox_state_is(s, SANDBOX_PAUSED);
+        r = post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
+        if (r >= 0 && (stat(img, &st_img) < 0 || stat(state, &st_state) < 0))
+                r = negative_errno();
+        if (r < 0) {
+                (void) unlink(img);
+                (void) unlink(state);
+                if (!*ret_error)
+                        *ret_error = strdup_printf("full snapshot failed: %s", strerror(-r));
+        }
+out:
+        life_end(s);
+        if (r < 0) {
+                log_emit(LOG_LEVEL_WARN, s->ctx, "full snapshot %s failed: %s", snapshot_id,
+                         *ret_error ? *ret_error : strerror(-r));
+                return r;
+        }
+        json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id", snapshot_id, "kind", "full",
+                              "size", (json_int_t) (st_img.st_blocks + st_state.st_blocks) * 512, "apparent_size",
+                              (json_int_t) st_img.st_size, "memory_bytes", (json_int_t) job.stats.bytes, "created_at",
+                              (json_int_t) (now_realtime_ns() / 1000000ULL), "pause_ms",
+                              (json_int_t) job.stats.pause_ms, "downtime_ms", (json_int_t) job.stats.downtime_ms,
+                              "total_ms", (json_int_t) ((now_monotonic_ns() - t0) / 1000000ULL));
+        if (!o)
+                return -ENOMEM;
+        log_emit(LOG_LEVEL_INFO, s->ctx, "full snapshot %s taken in %llu ms (vCPUs stopped %llu ms)", snapshot_id,
+                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
+                 (unsigned long long) job.stats.pause_ms);
+        *ret_info = o;
+        return 0;
+}
+
 int sandbox_rollback(struct sandbox *s, const char *snapshot_id, const char **ret_state, char **ret_error) {
         int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_STOPPED, ret_state);
         if (r < 0)
@@ -1087,8 +1941,9 @@ int sandbox_rollback(struct sandbox *s, const char *snapshot_id, const char **re
         uint64_t t0 = now_monotonic_ns();
         _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
         _cleanup_free_ char *src = snapshot_path(s, snapshot_id);
-        bool running;
-        if (!rootfs || !src) {
+        _cleanup_free_ char *state = snapshot_state_path(s, snapshot_id);
+        bool running, full;
+        if (!rootfs || !src || !state) {
                 r = -ENOMEM;
                 goto out;
         }
@@ -1097,18 +1952,26 @@ int sandbox_rollback(struct sandbox *s, const char *snapshot_id, const char **re
                 *ret_error = strdup_printf("no snapshot %s of sandbox %s", snapshot_id, s->id);
                 goto out;
         }
+        /* a full snapshot resumes at its running point; a disk one boots */
+        full = access(state, F_OK) == 0;
         pthread_mutex_lock(&s->lock);
         running = s->state == SANDBOX_RUNNING;
         pthread_mutex_unlock(&s->lock);
         if (running)
-                stop_claimed(s);
+                stop_claimed(s, !full); /* its memory is thrown away: no flush needed */
         /* the snapshot stays as it is: the sandbox gets a clone of it */
         r = clone_replace(s, src, rootfs);
         if (r < 0) {
                 *ret_error = strdup_printf("cannot replace the disk image: %s", strerror(-r));
                 goto out;
         }
+        if (full) {
+                free(s->restore_state);
+                s->restore_state = TAKE_PTR(state);
+        }
         r = start_claimed(s, ret_error);
+        free(s->restore_state);
+        s->restore_state = NULL;
 out:
         life_end(s);
         if (r < 0)
@@ -1120,7 +1983,10 @@ out:
 
 int sandbox_snapshot_delete(struct sandbox *s, const char *snapshot_id) {
         _cleanup_free_ char *p = snapshot_path(s, snapshot_id);
-        if (!p)
+        _cleanup_free_ char *st = snapshot_state_path(s, snapshot_id);
+        if (!p || !st)
                 return -ENOMEM;
+        if (unlink(st) < 0 && errno != ENOENT)
+                return negative_errno();
         return unlink(p) < 0 ? negative_errno() : 0;
 }

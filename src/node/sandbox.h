@@ -40,6 +40,7 @@ enum sandbox_cmd {
         SANDBOX_CMD_NONE,
         SANDBOX_CMD_PAUSE,
         SANDBOX_CMD_RESUME,
+        SANDBOX_CMD_SNAPSHOT, /* a full snapshot: cmd_arg is a struct snapshot_job */
 };
 
 struct sandbox {
@@ -60,6 +61,7 @@ struct sandbox {
         pid_t pid;
         uint64_t restore_ms;
         bool pool_hit;        /* made from a warm pool VM (pool.h) */
+        uint64_t fork_pause_ms; /* a fork child: how long its parent's vCPUs stopped */
 
         /* the sandbox thread */
         pthread_t thread;
@@ -75,17 +77,36 @@ struct sandbox {
         /* lifecycle verbs (s->lock) */
         bool life_busy;          /* a pause/resume/stop/start runs: others and delete are refused */
         bool cold_boot;          /* the next thread boots from the disk instead of restoring */
+        char *restore_state;     /* the next thread restores this full snapshot (anonymous RAM) */
         int cmd_fd;              /* eventfd: a command for the sandbox thread is pending */
         enum sandbox_cmd cmd;
+        void *cmd_arg;
         bool cmd_done;
         int cmd_result;
         struct guestconn **retired_gc; /* channels of earlier VM runs, freed with the last reference */
         size_t n_retired_gc;
+
+        /* surviving a node restart and a VMM crash (s->lock) */
+        struct vmm *adopt_vmm;   /* a VM an earlier node started, until the thread takes it over */
+        bool hand_over;          /* the thread lets go of the VM instead of destroying it */
+        unsigned execution;      /* 1 for the created VM, +1 for every start, recovery or restore */
+        bool recovering;         /* a recovery runs: shown as state "recovering" */
+        json_t *recoveries;      /* [{"at","reason","how","ok","error"?}], the last few */
+        uint64_t crash_ns[3];    /* when the last VMM crashes happened (monotonic), for the give-up rule */
 };
 
-/* Sets up the registry and removes sandbox directories left by an earlier
- * run (their QEMUs died with it). */
-int sandbox_manager_init(const struct node_config *cfg, const char *sandboxes_dir);
+/*
+ * Every sandbox keeps SANDBOXES/ID/sandbox.json: template, env, the state
+ * it should be in (running, paused, stopped), its VM's run dir and its
+ * execution number. A node that starts takes over what an earlier one
+ * left: a sandbox whose VM still runs is adopted (QMP and the guest channel
+ * reconnected; the guest's processes keep running), a stopped one stays
+ * stopped, and one whose VM is gone (a VMM crash, a clean node shutdown,
+ * a host reboot) is recovered: booted again from its disk as a new
+ * execution, in the background. A directory without a valid record is a
+ * create that never finished and is removed, as are VMs nobody adopts.
+ */
+int sandbox_manager_init(const struct node_config *cfg, enum vmm_accel accel, const char *sandboxes_dir);
 
 /* Creates sandbox id from template (waiting for a template build in
  * progress), restores its VM and installs its identity. On success returns
@@ -108,8 +129,12 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct sandbox *, sandbox_unref);
  * its directory. -ENOENT when unknown, -EBUSY while it is being created. */
 int sandbox_delete(const char *id);
 
-/* Deletes every sandbox (shutdown). */
-void sandbox_delete_all(void);
+/* Clean node shutdown: every VM is stopped (the guest flushes its disks
+ * first); directories and records stay, so the next node recovers them. */
+void sandbox_shutdown_all(void);
+/* Node hand-over: lets go of every VM without stopping it, for the next
+ * node to adopt. */
+void sandbox_hand_over_all(void);
 
 /* The guest channel of a running sandbox. -ECONNRESET with *ret_error
  * pointing at the reason when the sandbox failed or was deleted. The
@@ -133,6 +158,35 @@ int sandbox_resume(struct sandbox *s, const char **ret_state, char **ret_error);
 int sandbox_stop(struct sandbox *s, const char **ret_state, char **ret_error);
 int sandbox_start(struct sandbox *s, const char **ret_state, char **ret_error);
 
+/* Forks a running or paused sandbox: a full snapshot of the parent (live;
+ * its vCPUs stop only for the last dirty pages and the disk reflink)
+ * restored as sandbox child_id with its own identity (hostname, sandbox id,
+ * a fresh RNG seed), running. The parent runs on (a paused one stays
+ * paused). *ret_child gets a reference. -EEXIST/-EUSERS as for create. */
+int sandbox_fork(struct sandbox *parent, const char *child_id, struct sandbox **ret_child, const char **ret_state,
+                 char **ret_error);
+
+/* The object store suspend uploads to and wake downloads from. */
+struct objstore;
+void sandbox_set_objstore(struct objstore *o);
+
+/* Suspends a running or paused sandbox: a full snapshot (the VM stays
+ * stopped after it), uploaded to the object store as snapshot_id (state +
+ * rootfs.img, checksummed, with a manifest carrying the template, env and
+ * execution), then every node resource is released: VM, run dir, disk,
+ * record. The sandbox is no longer known to this node. On failure it goes
+ * on as it was. *ret_info: {"snapshot","memory_bytes","snapshot_ms",
+ * "upload_ms","total_ms","pause_ms"}. */
+int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
+                    char **ret_error);
+/* Wakes suspended sandbox id on this node from snapshot_id in the object
+ * store: downloads and verifies the artifacts, restores RAM, devices and
+ * disk, installs the identity again; a new execution. -ENXIO when the
+ * snapshot is not (completely) there, -EBADMSG when it is not id's. */
+int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, char **ret_error);
+/* Deletes a suspended sandbox's snapshot from the object store. */
+int sandbox_suspended_delete(const char *snapshot_id);
+
 /* Disk snapshots live in SANDBOXES/ID/snapshots/SNAP.img (deleted with the
  * sandbox); at most this many per sandbox. */
 #define SANDBOX_SNAPSHOTS_MAX 64
@@ -145,17 +199,27 @@ int sandbox_start(struct sandbox *s, const char **ret_state, char **ret_error);
  * at SANDBOX_SNAPSHOTS_MAX. *ret_error gets a message on failure. */
 int sandbox_snapshot(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
                      char **ret_error);
-/* Rolls a running or stopped sandbox back to a disk snapshot: stops it if
- * running, replaces rootfs.img with a clone of the snapshot and cold-boots
- * it. -ENXIO when there is no such snapshot. */
+/* Takes full snapshot snapshot_id of a running or paused sandbox: its RAM
+ * and device state (SNAP.state, a live migration stream) and its disk
+ * (SNAP.img, reflinked while the vCPUs are stopped), of one instant. The
+ * VM runs on (a paused one stays paused). *ret_info as for disk snapshots
+ * plus "kind":"full","pause_ms","downtime_ms","total_ms","memory_bytes". */
+int sandbox_snapshot_full(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
+                          char **ret_error);
+/* Rolls a running or stopped sandbox back to a snapshot: stops it if
+ * running and replaces rootfs.img with a clone of the snapshot's disk; a
+ * disk snapshot is then cold-booted, a full one restored (RAM and devices:
+ * it resumes exactly at its running point) as a new execution. -ENXIO when
+ * there is no such snapshot. */
 int sandbox_rollback(struct sandbox *s, const char *snapshot_id, const char **ret_state, char **ret_error);
 /* Removes one snapshot image. -ENOENT when there is none. */
 int sandbox_snapshot_delete(struct sandbox *s, const char *snapshot_id);
 
-/* "running", "paused", "stopped", "failed" ("creating" while hidden). */
+/* "running", "paused", "stopped", "failed", "recovering" ("creating"
+ * while hidden). */
 const char *sandbox_state_name(struct sandbox *s);
 
-/* {"id","template","state","pid","restore_ms","error"?} */
+/* {"id","template","state","pid","restore_ms","execution","recoveries","error"?} */
 json_t *sandbox_json(struct sandbox *s);
 
 /* [sandbox_json...] of every running or failed sandbox. */

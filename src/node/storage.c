@@ -195,9 +195,11 @@ static int setup_volume(const char *data_dir, unsigned size_gib, const char *mnt
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, storage_ctx, "failed to read /proc/self/mountinfo: %m");
         if (r > 0) {
-                /* Mounted by an earlier run (or by hand): use it, leave it. */
-                log_emit(LOG_LEVEL_INFO, storage_ctx, "volume %s already mounted, using it", mnt);
-                *ret_mounted = false;
+                /* Mounted by an earlier node of this data dir that crashed or
+                 * handed over (its VMs may still use it): ours now, and
+                 * unmounted at our clean shutdown like one we mounted. */
+                log_emit(LOG_LEVEL_INFO, storage_ctx, "volume %s already mounted, taking it over", mnt);
+                *ret_mounted = true;
                 return 0;
         }
 

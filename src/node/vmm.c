@@ -6,13 +6,12 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <pthread.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -281,7 +280,7 @@ static char *path_join(const char *dir, const char *name) {
  * not load: only -incoming differs.
  */
 static int build_argv(const struct vmm_config *c, const struct vmm *v, bool incoming, struct argv *a) {
-        _cleanup_free_ char *mem = qemu_escape(c->mem_path);
+        _cleanup_free_ char *mem = qemu_escape(c->mem_path ?: "");
         _cleanup_free_ char *rootfs = qemu_escape(c->rootfs);
         _cleanup_free_ char *guest = qemu_escape(v->guest_path);
         _cleanup_free_ char *qmp = qemu_escape(v->qmp_path);
@@ -309,8 +308,9 @@ static int build_argv(const struct vmm_config *c, const struct vmm *v, bool inco
             (r = argv_add(a, "-display")) < 0 || (r = argv_add(a, "none")) < 0 ||
             (r = argv_add(a, "-no-reboot")) < 0 ||
             (r = argv_add(a, "-object")) < 0 ||
-            (r = argv_addf(a, "memory-backend-file,id=mem,size=%uM,mem-path=%s,share=%s", c->memory_mib, mem,
-                           c->mem_shared ? "on" : "off")) < 0 ||
+            (r = c->mem_anonymous ? argv_addf(a, "memory-backend-ram,id=mem,size=%uM", c->memory_mib)
+                                  : argv_addf(a, "memory-backend-file,id=mem,size=%uM,mem-path=%s,share=%s",
+                                              c->memory_mib, mem, c->mem_shared ? "on" : "off")) < 0 ||
             (r = argv_add(a, "-kernel")) < 0 || (r = argv_add(a, c->kernel)) < 0 ||
             (r = argv_add(a, "-initrd")) < 0 || (r = argv_add(a, c->initrd)) < 0 ||
             (r = argv_add(a, "-append")) < 0 ||
@@ -369,10 +369,8 @@ static void log_tail(const char *path, char *out, size_t n) {
                 out[--k] = 0;
 }
 
-/* Forks and execs argv with stdout/stderr on log_fd. Runs on the spawner
- * thread only (see below). */
+/* Forks and execs argv with stdout/stderr on log_fd. */
 static int spawn_fork(char *const *argv, int log_fd, int null_fd, pid_t *ret_pid) {
-        pid_t parent = getpid();
         pid_t pid = fork();
         if (pid < 0)
                 return negative_errno();
@@ -387,12 +385,10 @@ static int spawn_fork(char *const *argv, int log_fd, int null_fd, pid_t *ret_pid
                                 (void) sigaction(sig, &dfl, NULL); /* SIG_IGN survives exec */
                 sigprocmask(SIG_SETMASK, &none, NULL); /* the node blocks signals for signalfd */
                 /* Own session: a Ctrl-C meant for the node must not reach its
-                 * VMs; the node decides when they die. */
+                 * VMs. No parent-death signal either: a VM outlives a node
+                 * that crashed or restarted, and the next node adopts it
+                 * (vmm_adopt); the node decides when a VM dies. */
                 setsid();
-                /* ...and they die with it. The signal is tied to the forking
-                 * thread, which is why all forks happen on the spawner thread. */
-                if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
-                        _exit(127);
                 if (dup2(null_fd, STDIN_FILENO) < 0 || dup2(log_fd, STDOUT_FILENO) < 0 ||
                     dup2(log_fd, STDERR_FILENO) < 0)
                         _exit(127);
@@ -405,55 +401,6 @@ static int spawn_fork(char *const *argv, int log_fd, int null_fd, pid_t *ret_pid
         return 0;
 }
 
-/*
- * PR_SET_PDEATHSIG fires when the *thread* that forked exits, not the
- * process. Requests are served by short-lived threads, so every QEMU is
- * forked by one spawner thread that lives as long as the node: VMs die with
- * the node, never with the request that created them.
- */
-struct spawn_req {
-        char *const *argv;
-        int log_fd, null_fd;
-        int result;
-        pid_t pid;
-        bool done;
-};
-
-static pthread_mutex_t spawner_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t spawner_cond = PTHREAD_COND_INITIALIZER;
-static struct spawn_req *spawner_pending;
-static pthread_once_t spawner_once = PTHREAD_ONCE_INIT;
-static int spawner_error;
-
-static void *spawner_main(void *arg) {
-        (void) arg;
-        pthread_mutex_lock(&spawner_lock);
-        for (;;) {
-                while (!spawner_pending || spawner_pending->done)
-                        pthread_cond_wait(&spawner_cond, &spawner_lock);
-                struct spawn_req *req = spawner_pending;
-                pthread_mutex_unlock(&spawner_lock);
-                req->result = spawn_fork(req->argv, req->log_fd, req->null_fd, &req->pid);
-                pthread_mutex_lock(&spawner_lock);
-                req->done = true;
-                pthread_cond_broadcast(&spawner_cond);
-        }
-        return NULL;
-}
-
-static void spawner_start(void) {
-        pthread_t t;
-        /* Block every signal in the spawner: the node handles signals with
-         * signalfd on its main thread. The child resets its mask. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        spawner_error = -pthread_create(&t, NULL, spawner_main, NULL);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (spawner_error == 0)
-                pthread_detach(t);
-}
-
 static int spawn(char *const *argv, const char *log_path, const char *ctx, pid_t *ret_pid) {
         _cleanup_close_ int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
         if (log_fd < 0)
@@ -461,27 +408,35 @@ static int spawn(char *const *argv, const char *log_path, const char *ctx, pid_t
         _cleanup_close_ int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null_fd < 0)
                 return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx, "failed to open /dev/null: %m");
-
-        pthread_once(&spawner_once, spawner_start);
-        if (spawner_error < 0)
-                return log_errno(LOG_LEVEL_ERROR, spawner_error, ctx, "failed to start the spawner thread: %m");
-
-        struct spawn_req req = { .argv = argv, .log_fd = log_fd, .null_fd = null_fd };
-        pthread_mutex_lock(&spawner_lock);
-        while (spawner_pending && !spawner_pending->done)
-                pthread_cond_wait(&spawner_cond, &spawner_lock);
-        spawner_pending = &req;
-        pthread_cond_broadcast(&spawner_cond);
-        while (!req.done)
-                pthread_cond_wait(&spawner_cond, &spawner_lock);
-        spawner_pending = NULL;
-        pthread_cond_broadcast(&spawner_cond);
-        pthread_mutex_unlock(&spawner_lock);
-
-        if (req.result < 0)
-                return log_errno(LOG_LEVEL_ERROR, req.result, ctx, "fork failed: %m");
-        *ret_pid = req.pid;
+        int r = spawn_fork(argv, log_fd, null_fd, ret_pid);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx, "fork failed: %m");
         return 0;
+}
+
+/* The start time of pid in clock ticks since boot (/proc/PID/stat field
+ * 22): with the pid it names one process for good, across pid reuse. */
+static int process_start_time(pid_t pid, uint64_t *ret) {
+        char path[64], buf[1024];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        if (n <= 0)
+                return n < 0 ? negative_errno() : -EIO;
+        buf[n] = 0;
+        /* comm may hold spaces and parentheses: fields start after the last ')' */
+        char *p = strrchr(buf, ')');
+        if (!p)
+                return -EIO;
+        p++;
+        for (int field = 3; field < 22; field++) {
+                p = strchr(p + 1, ' ');
+                if (!p)
+                        return -EIO;
+        }
+        return sscanf(p + 1, "%" SCNu64, ret) == 1 ? 0 : -EIO;
 }
 
 static int pidfd_open_(pid_t pid) {
@@ -553,7 +508,8 @@ static int wait_qmp(struct vmm *v) {
 }
 
 static int vmm_new(const struct vmm_config *c, struct vmm **ret) {
-        if (!c || !c->kernel || !c->initrd || !c->rootfs || !c->mem_path || !c->run_dir || c->memory_mib == 0 ||
+        if (!c || !c->kernel || !c->initrd || !c->rootfs || (!c->mem_path && !c->mem_anonymous) || !c->run_dir ||
+            c->memory_mib == 0 ||
             c->vcpus == 0)
                 return -EINVAL;
 
@@ -567,13 +523,97 @@ static int vmm_new(const struct vmm_config *c, struct vmm **ret) {
         v->guest_path = path_join(c->run_dir, "guest.sock");
         v->console_path = path_join(c->run_dir, "console.log");
         v->log_path = path_join(c->run_dir, "qemu.log");
+        v->pid_path = path_join(c->run_dir, "vmm.pid");
         v->log_ctx = strdup(c->log_ctx ?: "");
-        if (!v->qmp_path || !v->guest_path || !v->console_path || !v->log_path || !v->log_ctx) {
+        if (!v->qmp_path || !v->guest_path || !v->console_path || !v->log_path || !v->pid_path || !v->log_ctx) {
                 vmm_destroy(v);
                 return -ENOMEM;
         }
         *ret = v;
         return 0;
+}
+
+/* Writes run_dir/vmm.pid, so a node that restarts finds this VM again. */
+static int record_pid(struct vmm *v) {
+        uint64_t start;
+        int r = process_start_time(v->pid, &start);
+        if (r < 0)
+                return r;
+        char line[64];
+        int n = snprintf(line, sizeof line, "%d %" PRIu64 "\n", (int) v->pid, start);
+        return file_write_replace(v->pid_path, line, (size_t) n, 0600);
+}
+
+/* Reads run_dir/vmm.pid and returns a pidfd for the process it names, if
+ * that very process (same start time) still runs. -ESRCH otherwise. */
+static int recorded_pidfd(const char *pid_path, pid_t *ret_pid) {
+        _cleanup_free_ char *text = NULL;
+        size_t len;
+        int r = file_read_all(pid_path, 64, &text, &len);
+        if (r < 0)
+                return r == -ENOENT ? -ESRCH : r;
+        int pid;
+        uint64_t want, have;
+        if (sscanf(text, "%d %" SCNu64, &pid, &want) != 2 || pid <= 1)
+                return -EBADMSG;
+        int fd = pidfd_open_(pid);
+        if (fd < 0)
+                return -ESRCH;
+        /* checked after the pidfd exists: it cannot come to name another process */
+        if (process_start_time(pid, &have) < 0 || have != want) {
+                close(fd);
+                return -ESRCH;
+        }
+        *ret_pid = pid;
+        return fd;
+}
+
+int vmm_adopt(const char *run_dir, enum vmm_accel accel, const char *log_ctx, struct vmm **ret) {
+        struct vmm_config c = { .kernel = "-", .initrd = "-", .rootfs = "-", .mem_path = "-", .run_dir = run_dir,
+                                .memory_mib = 1, .vcpus = 1, .accel = accel, .log_ctx = log_ctx };
+        struct vmm *v;
+        int r = vmm_new(&c, &v);
+        if (r < 0)
+                return r;
+        v->adopted = true;
+        r = recorded_pidfd(v->pid_path, &v->pid);
+        if (r < 0) {
+                v->pid = -1;
+                vmm_destroy(v);
+                return r;
+        }
+        v->pidfd = r;
+        r = qmp_connect(v->qmp_path, QMP_WAIT_MS, &v->qmp);
+        if (r < 0) {
+                log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "cannot reconnect to QMP of pid %d: %m", (int) v->pid);
+                vmm_destroy(v); /* a VM we cannot drive is of no use: it goes */
+                return r;
+        }
+        log_emit(LOG_LEVEL_INFO, v->log_ctx, "vm adopted pid=%d", (int) v->pid);
+        *ret = v;
+        return 0;
+}
+
+int vmm_kill_recorded(const char *run_dir) {
+        _cleanup_free_ char *pid_path = path_join(run_dir, "vmm.pid");
+        if (!pid_path)
+                return -ENOMEM;
+        pid_t pid;
+        int fd = recorded_pidfd(pid_path, &pid);
+        if (fd == -ESRCH)
+                return 0;
+        if (fd < 0)
+                return fd;
+        int r = 0;
+        if (syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0) < 0)
+                r = negative_errno();
+        else {
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                (void) poll(&p, 1, 1000);
+                log_info("killed the VM pid=%d an earlier node left in %s", (int) pid, run_dir);
+        }
+        close(fd);
+        return r;
 }
 
 /* Spawns QEMU for c and connects QMP. */
@@ -606,6 +646,11 @@ static int vmm_start(const struct vmm_config *c, bool incoming, struct vmm **ret
         v->pidfd = pidfd_open_(v->pid);
         if (v->pidfd < 0)
                 log_errno(LOG_LEVEL_WARN, negative_errno(), v->log_ctx, "pidfd_open failed, polling instead: %m");
+        r = record_pid(v);
+        if (r < 0) {
+                log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "failed to write %s: %m", v->pid_path);
+                goto fail;
+        }
 
         r = wait_qmp(v);
         if (r < 0)
@@ -618,9 +663,12 @@ fail:
         return r;
 }
 
-static int set_ignore_shared(struct vmm *v) {
+/* x-ignore-shared: both ends of one stream must agree (it changes the
+ * stream's format). On for template snapshots (the RAM file is the memory
+ * snapshot), off for full snapshots (the stream carries RAM). */
+static int set_ignore_shared(struct vmm *v, bool on) {
         _cleanup_(json_decrefp) json_t *args =
-                json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability", "x-ignore-shared", "state", 1);
+                json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability", "x-ignore-shared", "state", on);
         if (!args)
                 return -ENOMEM;
         int r = qmp_execute(v->qmp, "migrate-set-capabilities", args, QMP_CMD_MS, NULL);
@@ -630,8 +678,9 @@ static int set_ignore_shared(struct vmm *v) {
         return 0;
 }
 
-/* Polls query-migrate until the migration completed or failed. */
-static int wait_migration(struct vmm *v, const char *what) {
+/* Polls query-migrate until the migration completed or failed; *ret_info
+ * (may be NULL) gets the last answer. */
+static int wait_migration_info(struct vmm *v, const char *what, json_t **ret_info) {
         uint64_t deadline = now_monotonic_ns() + MIGRATE_WAIT_MS * 1000000ull;
         for (;;) {
                 _cleanup_(json_decrefp) json_t *st = NULL;
@@ -643,8 +692,11 @@ static int wait_migration(struct vmm *v, const char *what) {
                                          qmp_last_error(v->qmp));
                 }
                 const char *status = json_string_value(json_object_get(st, "status"));
-                if (status && strcmp(status, "completed") == 0)
+                if (status && strcmp(status, "completed") == 0) {
+                        if (ret_info)
+                                *ret_info = TAKE_PTR(st);
                         return 0;
+                }
                 if (status && (strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0)) {
                         const char *desc = json_string_value(json_object_get(st, "error-desc"));
                         return log_errno(LOG_LEVEL_ERROR, -EIO, v->log_ctx, "%s %s: %s", what, status,
@@ -655,6 +707,10 @@ static int wait_migration(struct vmm *v, const char *what) {
                                          status ?: "not started", MIGRATE_WAIT_MS);
                 sleep_ms(1);
         }
+}
+
+static int wait_migration(struct vmm *v, const char *what) {
+        return wait_migration_info(v, what, NULL);
 }
 
 int vmm_boot(const struct vmm_config *c, struct vmm **ret) {
@@ -686,8 +742,8 @@ static int qmp_uri(struct vmm *v, const char *cmd, const char *uri) {
 
 /* The QMP half of a restore, on a QEMU waiting with -incoming defer. fd is
  * the state file; QEMU receives its own copy. */
-static int restore_state(struct vmm *v, int fd) {
-        int r = set_ignore_shared(v);
+static int restore_state(struct vmm *v, int fd, bool ignore_shared) {
+        int r = set_ignore_shared(v, ignore_shared);
         if (r < 0)
                 return r;
         r = qmp_send_fd(v->qmp, fd, "state");
@@ -720,7 +776,7 @@ int vmm_restore(const struct vmm_config *c, const char *state_path, struct vmm *
         if (r < 0)
                 return r;
         uint64_t t1 = now_monotonic_ns();
-        r = restore_state(v, fd);
+        r = restore_state(v, fd, !c->mem_anonymous);
         if (r < 0) {
                 vmm_destroy(v);
                 return r;
@@ -737,7 +793,7 @@ int vmm_restore(const struct vmm_config *c, const char *state_path, struct vmm *
 
 /* The QMP half of a save: device state into fd. */
 static int save_state(struct vmm *v, int fd) {
-        int r = set_ignore_shared(v);
+        int r = set_ignore_shared(v, true);
         if (r < 0)
                 return r;
         r = qmp_execute(v->qmp, "stop", NULL, QMP_CMD_MS, NULL);
@@ -750,6 +806,84 @@ static int save_state(struct vmm *v, int fd) {
         if (r < 0)
                 return r;
         return wait_migration(v, "save");
+}
+
+/* Live full snapshots: fast enough that the precopy converges under TCG
+ * dirtying, and a stop short enough to be a pause, not an outage. */
+#define SNAPSHOT_BANDWIDTH (8ULL << 30) /* bytes/s: a local file, not a network */
+#define SNAPSHOT_DOWNTIME_MS 20
+
+int vmm_snapshot(struct vmm *v, const char *state_path, bool leave_paused, int (*paused)(void *userdata),
+                 void *userdata, struct vmm_snapshot_stats *ret_stats) {
+        uint64_t t0 = now_monotonic_ns();
+        if (!v || !v->qmp || !state_path)
+                return -EINVAL;
+        _cleanup_free_ char *tmp = strdup_printf("%s.tmp", state_path);
+        if (!tmp)
+                return -ENOMEM;
+        (void) unlink(tmp);
+        _cleanup_close_ int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "failed to create %s: %m", tmp);
+
+        _cleanup_(json_decrefp) json_t *params = json_pack("{s:I, s:I}", "max-bandwidth",
+                                                           (json_int_t) SNAPSHOT_BANDWIDTH, "downtime-limit",
+                                                           (json_int_t) SNAPSHOT_DOWNTIME_MS);
+        _cleanup_(json_decrefp) json_t *info = NULL;
+        bool stopped = false;
+        uint64_t t_done = 0, t_run = 0;
+        int r = params ? 0 : -ENOMEM;
+        if (r >= 0)
+                r = set_ignore_shared(v, false);
+        if (r >= 0 && (r = qmp_execute(v->qmp, "migrate-set-parameters", params, QMP_CMD_MS, NULL)) < 0)
+                r = qmp_failed(v, r, "migrate-set-parameters");
+        if (r >= 0 && (r = qmp_send_fd(v->qmp, fd, "snap")) < 0)
+                r = qmp_failed(v, r, "getfd");
+        if (r >= 0)
+                r = qmp_uri(v, "migrate", "fd:snap");
+        if (r >= 0) {
+                r = wait_migration_info(v, "snapshot", &info);
+                /* completed or failed during completion: stopped either way
+                 * until we say cont (QEMU restarts a VM only when precopy
+                 * itself failed) */
+                stopped = true;
+                t_done = now_monotonic_ns();
+        }
+        if (r >= 0 && paused)
+                r = paused(userdata);
+        if (stopped && !leave_paused) {
+                int k = qmp_execute(v->qmp, "cont", NULL, QMP_CMD_MS, NULL);
+                if (k < 0) {
+                        qmp_failed(v, k, "cont after the snapshot");
+                        if (r >= 0)
+                                r = k;
+                }
+                t_run = now_monotonic_ns();
+        }
+        /* durability off the pause path */
+        if (r >= 0 && (fsync(fd) < 0 || rename(tmp, state_path) < 0))
+                r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "failed to store %s: %m", state_path);
+        if (r < 0) {
+                (void) unlink(tmp);
+                return r;
+        }
+        struct stat st = { 0 };
+        (void) fstat(fd, &st);
+        uint64_t downtime = (uint64_t) json_integer_value(json_object_get(info, "downtime"));
+        struct vmm_snapshot_stats stats = {
+                .total_ms = (now_monotonic_ns() - t0) / 1000000ULL,
+                .downtime_ms = downtime,
+                .pause_ms = downtime + (t_run > t_done ? (t_run - t_done) / 1000000ULL : 0),
+                .bytes = (uint64_t) st.st_size,
+        };
+        log_emit(LOG_LEVEL_INFO, v->log_ctx,
+                 "vm snapshot path=%s bytes=%llu ms=%llu downtime_ms=%llu pause_ms=%llu%s", state_path,
+                 (unsigned long long) stats.bytes, (unsigned long long) stats.total_ms,
+                 (unsigned long long) stats.downtime_ms, (unsigned long long) stats.pause_ms,
+                 leave_paused ? " (left paused)" : "");
+        if (ret_stats)
+                *ret_stats = stats;
+        return 0;
 }
 
 int vmm_save(struct vmm *v, const char *state_path) {
@@ -813,11 +947,37 @@ int vmm_guest_connect(struct vmm *v, int timeout_ms, int *ret_fd) {
         }
 }
 
+static void vmm_free(struct vmm *v) {
+        free(v->qmp_path);
+        free(v->guest_path);
+        free(v->console_path);
+        free(v->log_path);
+        free(v->pid_path);
+        free(v->log_ctx);
+        free(v);
+}
+
+void vmm_forget(struct vmm *v) {
+        if (!v)
+                return;
+        qmp_free(v->qmp);
+        if (v->pidfd >= 0)
+                close(v->pidfd);
+        vmm_free(v);
+}
+
 void vmm_destroy(struct vmm *v) {
         if (!v)
                 return;
         qmp_free(v->qmp);
-        if (v->pid > 0) {
+        if (v->adopted && v->pidfd >= 0) {
+                /* Not our child: whoever inherited it reaps it; the pidfd
+                 * still names this process alone. */
+                if (syscall(SYS_pidfd_send_signal, v->pidfd, SIGKILL, NULL, 0) >= 0) {
+                        struct pollfd p = { .fd = v->pidfd, .events = POLLIN };
+                        (void) poll(&p, 1, 2000);
+                }
+        } else if (v->pid > 0) {
                 /* Not reaped yet, so the pid cannot have been reused. */
                 (void) kill(v->pid, SIGKILL);
                 int status;
@@ -830,10 +990,7 @@ void vmm_destroy(struct vmm *v) {
                 (void) unlink(v->qmp_path);
         if (v->guest_path)
                 (void) unlink(v->guest_path);
-        free(v->qmp_path);
-        free(v->guest_path);
-        free(v->console_path);
-        free(v->log_path);
-        free(v->log_ctx);
-        free(v);
+        if (v->pid_path && v->pid > 0)
+                (void) unlink(v->pid_path);
+        vmm_free(v);
 }

@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Names the machine model vmm.c builds (machine options, device list and
@@ -50,6 +51,8 @@ struct vmm_config {
         const char *rootfs;       /* raw disk image, opened read-write */
         const char *mem_path;     /* RAM file */
         bool mem_shared;          /* true: share=on (template boot); false: share=off (restore) */
+        bool mem_anonymous;       /* plain anonymous RAM, mem_path unused: a restore from a full
+                                   * snapshot, whose state stream carries all of RAM */
         const char *run_dir;      /* existing dir: qmp.sock, guest.sock, console.log live here */
         const char *log_ctx;      /* "sandbox=sbx-..." for log lines */
 };
@@ -64,13 +67,14 @@ struct vmm {
         enum vmm_accel accel;
         char *log_path;           /* QEMU's own stdout/stderr (run_dir/qemu.log) */
         char *log_ctx;            /* copy of vmm_config.log_ctx */
+        char *pid_path;           /* run_dir/vmm.pid: "PID STARTTIME", for a node that restarts */
+        bool adopted;             /* started by an earlier node: not our child, never waitpid()ed */
 };
 
 /* QEMU runs in its own session (a Ctrl-C for the node does not reach it) and
- * gets SIGKILL when the node dies (PR_SET_PDEATHSIG). Linux ties that
- * signal to the *thread* that forked, so every fork happens on one internal
- * spawner thread that lives as long as the process: vmm_boot() and
- * vmm_restore() are safe to call from any thread. Stale
+ * outlives the node: a node that crashes or restarts leaves its VMs running
+ * and the next one adopts them (vmm_adopt) or kills them (vmm_kill_recorded).
+ * run_dir/vmm.pid names the process by pid and start time. Stale
  * qmp.sock/guest.sock in run_dir are removed first; QEMU's output goes to
  * run_dir/qemu.log and its tail is logged when it dies while we wait on
  * it: start-up, restore, save (-ECHILD; QEMU exits by itself when an
@@ -83,8 +87,29 @@ int vmm_boot(const struct vmm_config *c, struct vmm **ret);
 
 /* Starts QEMU with -incoming defer on c->mem_path (share=off), feeds
  * state_path to migrate-incoming through an fd passed with getfd (no `cat`
- * child), waits for completion and sends `cont`. On return the vCPUs run. */
+ * child), waits for completion and sends `cont`. On return the vCPUs run.
+ * With c->mem_anonymous the state is a full snapshot (vmm_snapshot()). */
 int vmm_restore(const struct vmm_config *c, const char *state_path, struct vmm **ret);
+
+/* What vmm_snapshot() measured. */
+struct vmm_snapshot_stats {
+        uint64_t total_ms;    /* the whole snapshot, the VM running most of it */
+        uint64_t downtime_ms; /* QEMU's own figure: vCPUs stopped until the stream was complete */
+        uint64_t pause_ms;    /* vCPUs stopped until they ran again (downtime + paused() + cont) */
+        uint64_t bytes;       /* size of the state stream */
+};
+
+/* A full snapshot of a running VM: RAM and device state are streamed to
+ * state_path by a live migration (the VM runs while most of RAM is copied,
+ * then stops for the last dirty pages), then paused(userdata) runs while
+ * the vCPUs are still stopped (the caller reflinks the disk: memory and
+ * disk are of one instant), then the VM runs again unless leave_paused.
+ * The stream holds all guest RAM whatever the backend (x-ignore-shared
+ * off), so vmm_restore() with mem_anonymous restores it anywhere. On
+ * failure the VM is running again (or still paused if leave_paused) and no
+ * state_path was written. */
+int vmm_snapshot(struct vmm *v, const char *state_path, bool leave_paused, int (*paused)(void *userdata),
+                 void *userdata, struct vmm_snapshot_stats *ret_stats);
 
 /* Pauses the VM and writes its device state to state_path with
  * x-ignore-shared (the RAM file itself is the memory snapshot). Leaves the VM
@@ -92,12 +117,27 @@ int vmm_restore(const struct vmm_config *c, const char *state_path, struct vmm *
  * false the whole guest RAM goes into state_path. */
 int vmm_save(struct vmm *v, const char *state_path);
 
+/* Takes over the QEMU an earlier node started in run_dir: checks that
+ * run_dir/vmm.pid still names a live process (pid and start time), opens a
+ * pidfd and connects QMP. -ESRCH when that VM is gone. The guest channel is
+ * connected as usual (vmm_guest_connect). */
+int vmm_adopt(const char *run_dir, enum vmm_accel accel, const char *log_ctx, struct vmm **ret);
+
+/* SIGKILLs the QEMU that run_dir/vmm.pid names, if it still runs, and waits
+ * (up to a second) for it to end. For VMs of an earlier node that nobody
+ * adopts: warm-pool VMs, template builds. 0 also when none ran. */
+int vmm_kill_recorded(const char *run_dir);
+
 /* Connects to the guest channel socket (O_CLOEXEC, blocking). Retries while
  * QEMU has not created the socket yet, up to timeout_ms. */
 int vmm_guest_connect(struct vmm *v, int timeout_ms, int *ret_fd);
 
 /* true once the QEMU process has exited (non-blocking check via pidfd). */
 bool vmm_exited(struct vmm *v);
+
+/* Lets go of v without touching the VM: it keeps running with its sockets
+ * and vmm.pid for the next node to adopt (node hand-over). NULL-safe. */
+void vmm_forget(struct vmm *v);
 
 /* SIGKILLs QEMU if alive, reaps it, closes everything, removes its sockets,
  * frees v. NULL-safe. Never leaves a zombie or a process behind. */

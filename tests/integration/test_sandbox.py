@@ -85,7 +85,10 @@ def test_sandboxes_are_isolated(airlock):
         assert airlock.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
 
 
-def test_killed_vmm_shows_failed(airlock):
+def test_killed_vmm_shows_failed(airlock_factory):
+    """With recovery off (AIRLOCK_RECOVER=0) a VMM crash leaves the sandbox
+    failed, with the reason (test_recovery.py covers recovery)."""
+    airlock = airlock_factory(env={"AIRLOCK_RECOVER": "0"}, prebuild="minimal")
     sid = airlock.create("minimal")["id"]
     pids = qemu_pids(sid)
     assert len(pids) == 1

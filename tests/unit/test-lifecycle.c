@@ -18,16 +18,21 @@
 #define P (-EPERM)
 static const char *const states[] = { "creating", "running",  "pausing",  "paused", "resuming",
                                       "stopping", "stopped",  "starting", "deleting", "failed",
-                                      "rolling_back" };
+                                      "rolling_back", "recovering", "suspending", "suspended",
+                                      "waking", "forking" };
 static const int expected[_LIFECYCLE_VERB_MAX][ARRAY_SIZE(states)] = {
-        /*          creating running pausing paused resuming stopping stopped starting deleting failed rolling_back */
-        [LIFECYCLE_CREATE] = { B, P, B, P, B, B, P, B, B, P, B },
-        [LIFECYCLE_DELETE] = { B, 0, B, 0, B, B, 0, B, B, 0, B },
-        [LIFECYCLE_PAUSE] = { B, 0, B, P, B, B, P, B, B, P, B },
-        [LIFECYCLE_RESUME] = { B, P, B, 0, B, B, P, B, B, P, B },
-        [LIFECYCLE_STOP] = { B, 0, B, 0, B, B, P, B, B, P, B },
-        [LIFECYCLE_START] = { B, P, B, P, B, B, 0, B, B, P, B },
-        [LIFECYCLE_ROLLBACK] = { B, 0, B, P, B, B, 0, B, B, P, B },
+        /*          creating running pausing paused resuming stopping stopped starting deleting failed rolling_back recovering
+         *          suspending suspended waking forking */
+        [LIFECYCLE_CREATE] = { B, P, B, P, B, B, P, B, B, P, B, B, B, P, B, B },
+        [LIFECYCLE_DELETE] = { B, 0, B, 0, B, B, 0, B, B, 0, B, B, B, 0, B, B },
+        [LIFECYCLE_PAUSE] = { B, 0, B, P, B, B, P, B, B, P, B, B, B, P, B, B },
+        [LIFECYCLE_RESUME] = { B, P, B, 0, B, B, P, B, B, P, B, B, B, P, B, B },
+        [LIFECYCLE_STOP] = { B, 0, B, 0, B, B, P, B, B, P, B, B, B, P, B, B },
+        [LIFECYCLE_START] = { B, P, B, P, B, B, 0, B, B, P, B, B, B, P, B, B },
+        [LIFECYCLE_ROLLBACK] = { B, 0, B, P, B, B, 0, B, B, P, B, B, B, P, B, B },
+        [LIFECYCLE_SUSPEND] = { B, 0, B, 0, B, B, P, B, B, P, B, B, B, P, B, B },
+        [LIFECYCLE_WAKE] = { B, P, B, P, B, B, P, B, B, P, B, B, B, 0, B, B },
+        [LIFECYCLE_FORK] = { B, 0, B, 0, B, B, P, B, B, P, B, B, B, P, B, B },
 };
 
 static void test_matrix(void **state) {
@@ -57,8 +62,9 @@ static void test_table_consistent(void **state) {
                 assert_non_null(t);
                 assert_int_equal(t->verb, v);
                 assert_true(lifecycle_state_is_transitional(t->transitional));
-                assert_true(strcmp(t->target, "deleted") == 0 || lifecycle_state_is_valid(t->target));
-                assert_false(lifecycle_state_is_transitional(t->target));
+                /* NULL: back to the state it started from (fork) */
+                assert_true(!t->target || strcmp(t->target, "deleted") == 0 || lifecycle_state_is_valid(t->target));
+                assert_false(t->target && lifecycle_state_is_transitional(t->target));
                 enum lifecycle_verb back;
                 assert_int_equal(lifecycle_verb_from_name(t->name, &back), 0);
                 assert_int_equal(back, v);

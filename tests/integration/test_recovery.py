@@ -1,0 +1,149 @@
+"""Sandboxes survive the processes around them: a node agent killed with
+SIGKILL (airlockd starts a new one, which adopts the running VMs), airlockd
+killed with SIGKILL (its node hands the VMs over to the next one), a clean
+restart (VMs stopped, booted again) and a VMM that crashes (booted again
+from its disk as a new execution)."""
+
+import os
+import signal
+import time
+
+from conftest import Airlock, START_TIMEOUT, qemu_pids
+
+
+def node_pids(data_dir):
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"airlock-node") and data_dir.encode() in argv:
+            pids.append(int(pid))
+    return pids
+
+
+def wait_state(a, sid, want, execution=None, timeout=180):
+    deadline = time.monotonic() + timeout
+    sbx = None
+    while time.monotonic() < deadline:
+        try:
+            sbx = a.api("GET", f"/v1/sandboxes/{sid}")
+            if sbx["state"] == want and execution in (None, sbx.get("execution")):
+                return sbx
+        except (OSError, Exception):  # the node may be restarting
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"sandbox {sid} not {want} after {timeout}s: {sbx}\n{a.log_tail(80)}")
+
+
+def start_sleeper(a, sid):
+    """Starts a background process in the guest and returns its pid."""
+    out = a.exec(sid, ["sh", "-c", "sleep 100000 >/dev/null 2>&1 & echo $!"])["stdout"]
+    return int(out.strip())
+
+
+def alive_in_guest(a, sid, pid):
+    return a.exec(sid, ["sh", "-c", f"kill -0 {pid} && echo alive"])["stdout"].strip() == "alive"
+
+
+def test_node_killed_vms_adopted(airlock):
+    a = airlock
+    sid = a.create("minimal")["id"]
+    paused = a.create("minimal")["id"]
+    a.exec(sid, ["sh", "-c", "echo before > /root/data; sync"])
+    sleeper = start_sleeper(a, sid)
+    a.api("POST", f"/v1/sandboxes/{paused}/pause?wait=true")
+    vm = qemu_pids(sid)
+    assert len(vm) == 1
+    old_node = node_pids(a.data_dir)
+    assert len(old_node) == 1
+
+    os.kill(old_node[0], signal.SIGKILL)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        new = node_pids(a.data_dir)
+        if new and new != old_node and a.request("GET", "/v1/health", auth=False)[0] == 200:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("airlockd did not start a new node\n" + a.log_tail(80))
+
+    sbx = wait_state(a, sid, "running")
+    assert sbx["execution"] == 1  # the same VM, not a new one
+    assert qemu_pids(sid) == vm
+    assert a.exec(sid, ["cat", "/root/data"])["stdout"] == "before\n"
+    assert alive_in_guest(a, sid, sleeper)
+    assert wait_state(a, paused, "paused")["execution"] == 1
+    a.api("POST", f"/v1/sandboxes/{paused}/resume?wait=true")
+    assert a.exec(paused, ["echo", "ok"])["stdout"] == "ok\n"
+    for s in (sid, paused):
+        assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
+    assert qemu_pids(a.data_dir) == []
+
+
+def test_airlockd_killed_vms_handed_over(airlock_factory):
+    a = airlock_factory(prebuild="minimal")
+    sid = a.create("minimal")["id"]
+    sleeper = start_sleeper(a, sid)
+    vm = qemu_pids(sid)
+    os.killpg(a.proc.pid, signal.SIGKILL)  # airlockd alone: its node gets SIGUSR1
+    a.proc.wait()
+    deadline = time.monotonic() + 30
+    while node_pids(a.data_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert node_pids(a.data_dir) == []
+    assert qemu_pids(sid) == vm  # the VM outlived both
+
+    b = Airlock(a.data_dir, prebuild="minimal")
+    try:
+        b.wait_ready(START_TIMEOUT)
+        sbx = wait_state(b, sid, "running")
+        assert sbx["execution"] == 1
+        assert qemu_pids(sid) == vm
+        assert alive_in_guest(b, sid, sleeper)
+    finally:
+        b.stop()
+    assert qemu_pids(a.data_dir) == []
+
+
+def test_clean_restart_boots_sandboxes_again(airlock_factory):
+    a = airlock_factory(prebuild="minimal")
+    token = a.token
+    sid = a.create("minimal")["id"]
+    stopped = a.create("minimal")["id"]
+    a.exec(sid, ["sh", "-c", "echo kept > /root/data"])  # not synced: shutdown flushes
+    a.api("POST", f"/v1/sandboxes/{stopped}/stop?wait=true")
+    a.stop()
+    assert qemu_pids(a.data_dir) == []
+
+    b = Airlock(a.data_dir, prebuild="minimal")
+    try:
+        b.wait_ready(START_TIMEOUT)
+        assert b.token == token
+        sbx = wait_state(b, sid, "running", execution=2)
+        assert sbx["recoveries"][-1]["ok"] is True
+        assert b.exec(sid, ["cat", "/root/data"])["stdout"] == "kept\n"
+        assert b.exec(sid, ["hostname"])["stdout"].strip() == sid
+        assert wait_state(b, stopped, "stopped")
+        for s in (sid, stopped):
+            assert b.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
+    finally:
+        b.stop()
+
+
+def test_crashed_vmm_is_recovered(airlock):
+    a = airlock
+    sid = a.create("minimal")["id"]
+    a.exec(sid, ["sh", "-c", "echo durable > /root/data; sync"])
+    vm = qemu_pids(sid)
+    os.kill(vm[0], signal.SIGKILL)
+    sbx = wait_state(a, sid, "running", execution=2)
+    rec = sbx["recoveries"][-1]
+    assert rec["ok"] is True and "killed by signal 9" in rec["reason"]
+    assert qemu_pids(sid) != vm
+    assert a.exec(sid, ["cat", "/root/data"])["stdout"] == "durable\n"
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
