@@ -261,7 +261,7 @@ static void memo_log(struct memo *m, unsigned topic, int64_t now, const char *fm
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
-        snprintf(ctx, sizeof ctx, "scheduler sandbox=%s", m->id);
+        snprintf(ctx, sizeof ctx, "component=scheduler sandbox=%s", m->id);
         if (m->suppressed[topic])
                 log_emit(LOG_LEVEL_WARN, ctx, "%s (and %u more like it since the last line)", msg,
                          m->suppressed[topic]);
@@ -313,7 +313,7 @@ static int prune(struct scheduler *s, struct memo *m, const struct retention_pol
         int64_t now = now_ms();
         size_t n_del = retention_select(p, v, n, now, keep), done = 0;
         char ctx[96], err[API_ERRMSG_MAX] = "";
-        snprintf(ctx, sizeof ctx, "scheduler sandbox=%s", sandbox_id);
+        snprintf(ctx, sizeof ctx, "component=scheduler sandbox=%s", sandbox_id);
         for (size_t i = 0; i < n && n_del > 0 && done < SCHEDULER_DELETES_MAX && !atomic_load(&s->stop); i++) {
                 if (keep[i])
                         continue;
@@ -329,6 +329,7 @@ static int prune(struct scheduler *s, struct memo *m, const struct retention_pol
                                  strerror(-r));
                         break;
                 }
+                r = 0;
                 log_emit(LOG_LEVEL_DEBUG, ctx, "retention deleted %s snapshot %s", a[i].kind, a[i].id);
                 done++;
         }
@@ -342,7 +343,7 @@ static int take(struct scheduler *s, struct memo *m, const struct retention_poli
                 enum snapshot_kind kind) {
         char err[API_ERRMSG_MAX] = "", ctx[96];
         _cleanup_(store_snapshot_release) struct store_snapshot sn = { 0 };
-        snprintf(ctx, sizeof ctx, "scheduler sandbox=%s", sandbox_id);
+        snprintf(ctx, sizeof ctx, "component=scheduler sandbox=%s", sandbox_id);
         uint64_t t0 = now_monotonic_ns();
         int r = scheduler_snapshot_take(s->config, s->store, sandbox_id, kind, false, &sn, NULL, err);
         int64_t now = now_ms();
@@ -473,7 +474,7 @@ static void pass(struct scheduler *s) {
         int r = store_sandbox_list(s->store, STORE_LIST_MAX, &a, &n);
         if (r < 0) {
                 if (now - s->store_logged_ms >= SCHEDULER_LOG_EVERY_MS || now < s->store_logged_ms) {
-                        log_errno(LOG_LEVEL_WARN, r, "scheduler", "store: failed to list sandboxes: %m");
+                        log_errno(LOG_LEVEL_WARN, r, "component=scheduler", "store: failed to list sandboxes: %m");
                         s->store_logged_ms = now;
                 }
                 return;
@@ -499,7 +500,7 @@ static void pass(struct scheduler *s) {
                 r = visit(s, sb);
                 if (r == -EHOSTDOWN) {
                         if (now - s->node_logged_ms >= SCHEDULER_LOG_EVERY_MS || now < s->node_logged_ms) {
-                                log_emit(LOG_LEVEL_WARN, "scheduler",
+                                log_emit(LOG_LEVEL_WARN, "component=scheduler",
                                          "the node agent is not reachable; scheduled snapshots wait for it");
                                 s->node_logged_ms = now;
                         }
