@@ -1125,8 +1125,12 @@ int api_snapshot_create(struct api_ctx *ctx, const char *id, const json_t *body,
         int r = sandbox_lookup(ctx, id, &sb);
         if (r < 0)
                 return r;
-        if (strcmp(sb.state, "running") != 0 && strcmp(sb.state, "stopped") != 0)
-                return fail(ctx, -EBUSY, "cannot snapshot: sandbox is %s", sb.state);
+        /* a disk image can be copied while the VM is off, memory only
+         * while there is a VM (paused: its vCPUs already stand still) */
+        if (strcmp(sb.state, "running") != 0 &&
+            strcmp(sb.state, kind == SNAPSHOT_FULL ? "paused" : "stopped") != 0)
+                return fail(ctx, -EBUSY, "cannot take a %s snapshot: sandbox is %s", snapshot_kind_to_string(kind),
+                            sb.state);
         /* one snapshot call per sandbox at a time: a scheduled one that
          * runs is short, wait for it */
         r = scheduler_claim(id, SNAPSHOT_CLAIM_WAIT_MS);

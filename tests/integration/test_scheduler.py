@@ -99,9 +99,10 @@ def test_scheduled_snapshots_retention_and_pinning(airlock_factory):
     def two_new():
         new = sorted((s for s in scheduled(a, sid) if s["id"] not in before), key=lambda s: s["created_at"])
         return new if len(new) >= 2 else None
-    # the second new one was started after the first new one was recorded,
-    # which was after the write returned
-    snap = wait_for("two scheduled snapshots after the write", two_new)[1]
+    # any but the first new one was started after the first new one was
+    # recorded, which was after the write returned; the newest is the one
+    # retention keeps longest
+    snap = wait_for("two scheduled snapshots after the write", two_new)[-1]
     a.put_file(sid, "/root/marker", b"after")
     op = verb(a, sid, "rollback", {"snapshot": snap["id"]})
     assert op["result"]["state"] == "running"
@@ -168,6 +169,41 @@ def test_per_sandbox_policy(airlock_factory):
         err = json.loads(data)["error"]
         assert err["code"] == "invalid" and all(w in err["message"] for w in words), (bad, err)
     assert len(a.api("GET", "/v1/sandboxes")["sandboxes"]) == before
+
+
+def test_scheduled_full_snapshots(airlock_factory):
+    a = start(airlock_factory)
+    # full snapshots only, every second, the newest 2 kept
+    sid = a.create(snapshot_policy={"disk_every": 0, "full_every": 1, "full_keep": 2})["id"]
+    # an on-demand full one: pinned, with the node's pause window
+    pinned = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"}, expect=201)
+    assert pinned["kind"] == "full" and pinned["pinned"] is True and pinned["pause_ms"] >= 0
+
+    seen, most, t0 = set(), 0, time.monotonic()
+    while time.monotonic() - t0 < 15:
+        ours = scheduled(a, sid)
+        assert all(s["kind"] == "full" and s["size"] > 0 for s in ours), ours
+        seen.update(s["id"] for s in ours)
+        most = max(most, len(ours))
+        time.sleep(0.5)
+    ms = sorted(int(m) for m in re.findall(r"scheduled full snapshot \S+ taken in (\d+) ms", a.log_tail(100000)))
+    print(f"scheduled full snapshots over 15 s: {len(seen)} seen, at most {most} at once"
+          + (f"; node calls {len(ms)}, median {ms[len(ms) // 2]} ms, max {ms[-1]} ms" if ms else ""))
+    assert len(seen) >= 3, seen
+    assert most <= 3, most  # full_keep, and one taken a moment before the pruning
+    assert pinned["id"] in {s["id"] for s in snapshots(a, sid)}
+
+    # the data: rolling back to a scheduled full snapshot taken after a write
+    a.put_file(sid, "/root/marker", b"before")
+    before = {s["id"] for s in scheduled(a, sid)}
+
+    def two_new():
+        new = sorted((s for s in scheduled(a, sid) if s["id"] not in before), key=lambda s: s["created_at"])
+        return new if len(new) >= 2 else None
+    snap = wait_for("two scheduled full snapshots after the write", two_new)[-1]
+    a.put_file(sid, "/root/marker", b"after")
+    verb(a, sid, "rollback", {"snapshot": snap["id"]})
+    assert a.get_file(sid, "/root/marker") == b"before"
 
 
 def test_bad_global_policy_refuses_to_start(tmp_path):
