@@ -47,12 +47,13 @@ enum stmt_id {
 
 static const char *const stmt_sql[_STMT_MAX] = {
         [STMT_SANDBOX_INSERT] = "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, "
-                                "created_at, updated_at, desired_state, snapshot_policy) "
-                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                                "created_at, updated_at, desired_state, snapshot_policy, idle_timeout_s) "
+                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         [STMT_SANDBOX_GET] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
-                             "desired_state, snapshot_policy FROM sandboxes WHERE id = ?1",
+                             "desired_state, snapshot_policy, idle_timeout_s FROM sandboxes WHERE id = ?1",
         [STMT_SANDBOX_LIST] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
-                              "desired_state, snapshot_policy FROM sandboxes ORDER BY created_at, id LIMIT ?1",
+                              "desired_state, snapshot_policy, idle_timeout_s FROM sandboxes ORDER BY created_at, id "
+                              "LIMIT ?1",
         [STMT_SANDBOX_UPDATE] = "UPDATE sandboxes SET state = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
         [STMT_SANDBOX_DELETE] = "DELETE FROM sandboxes WHERE id = ?1",
         [STMT_SESSION_INSERT] = "INSERT INTO sessions (id, sandbox_id, cmd, pty, token_hash, created_at) "
@@ -331,6 +332,10 @@ static int sqlite_sandbox_insert(struct store *s, const struct store_sandbox *sb
         sqlite3_bind_int64(st, 8, sb->updated_at ? sb->updated_at : now);
         bind_text(st, 9, sb->desired_state);
         bind_text(st, 10, sb->snapshot_policy);
+        if (sb->has_idle_timeout)
+                sqlite3_bind_int64(st, 11, sb->idle_timeout_s);
+        else
+                sqlite3_bind_null(st, 11);
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
@@ -349,6 +354,8 @@ static int read_sandbox_row(sqlite3_stmt *st, struct store_sandbox *ret) {
                 return -EBADMSG;
         sb.created_at = sqlite3_column_int64(st, 6);
         sb.updated_at = sqlite3_column_int64(st, 7);
+        sb.has_idle_timeout = sqlite3_column_type(st, 10) != SQLITE_NULL;
+        sb.idle_timeout_s = sb.has_idle_timeout ? sqlite3_column_int64(st, 10) : 0;
         *ret = sb;
         sb = (struct store_sandbox){ 0 };
         return 0;

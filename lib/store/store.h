@@ -41,6 +41,8 @@ struct store_sandbox {
         char *metadata;      /* JSON object text, "{}" when none */
         char *env_keys;      /* JSON array of env variable names (never values) */
         char *snapshot_policy; /* JSON object over the global snapshot policy, or NULL: the global one */
+        bool has_idle_timeout;  /* false: the global default applies */
+        int64_t idle_timeout_s; /* suspend after this long idle; 0: never */
         int64_t created_at;  /* Unix time, milliseconds */
         int64_t updated_at;  /* Unix time, milliseconds */
 };

@@ -116,18 +116,34 @@ int cmd_fork(struct cli *cli, int argc, char **argv) {
 
 /* POST /v1/sandboxes/SBX/snapshots {"kind":"disk"}: prints the new id. */
 int cmd_snapshot(struct cli *cli, int argc, char **argv) {
+        enum { OPT_FULL = CLI_OPT_FIRST_LOCAL };
+        static const struct option options[] = {
+                CLI_GLOBAL_OPTIONS,
+                {"full", no_argument, NULL, OPT_FULL},
+                {},
+        };
         _cleanup_(json_decrefp) json_t *resp = NULL;
         _cleanup_(json_decrefp) json_t *body = NULL;
         _cleanup_free_ char *path = NULL;
         struct cli_error err = {};
+        bool full = false;
+        int c, r;
 
-        int r = cli_parse_plain(cli, argc, argv, 1, 1);
-        if (r != CLI_PROCEED)
-                return r;
+        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
+                if (c == OPT_FULL) {
+                        full = true;
+                        continue;
+                }
+                r = cli_common_option(cli, c, argv);
+                if (r != CLI_PROCEED)
+                        return r;
+        }
+        if (argc - optind != 1)
+                return cli_usage_error(cli, "snapshot: expected one sandbox id");
         const char *id = argv[optind];
         if (!cli_id_is_valid(id))
                 return cli_usage_error(cli, "snapshot: invalid sandbox id '%s'", id);
-        body = json_pack("{s:s}", "kind", "disk");
+        body = json_pack("{s:s}", "kind", full ? "full" : "disk");
         if (!body || asprintf(&path, "/v1/sandboxes/%s/snapshots", id) < 0)
                 return cli_fail("out of memory");
         if (cli_connect(cli) < 0)

@@ -82,6 +82,8 @@ static json_t *sandbox_json(const struct store_sandbox *sb) {
                 json_object_set_new(o, "snapshot_policy", policy);
         else
                 json_decref(policy);
+        if (o && sb->has_idle_timeout)
+                json_object_set_new(o, "idle_timeout_s", json_integer((json_int_t) sb->idle_timeout_s));
         return o;
 }
 
@@ -257,6 +259,9 @@ static int create_request_hash(const struct apireq_create *c, char ret[crypto_ha
         /* only when given: the hash of a request without one stays as it was */
         if (canon && c->snapshot_policy && json_object_set(canon, "snapshot_policy", c->snapshot_policy) < 0)
                 return -ENOMEM;
+        if (canon && c->has_idle_timeout &&
+            json_object_set_new(canon, "idle_timeout_s", json_integer((json_int_t) c->idle_timeout_s)) < 0)
+                return -ENOMEM;
         _cleanup_free_ char *text = canon ? json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         if (!text)
                 return -ENOMEM;
@@ -349,7 +354,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
 
         struct store_sandbox row = {
                 .id = id, .template_name = c.template_name, .state = "creating", .metadata = md_s, .env_keys = keys_s,
-                .snapshot_policy = policy_s,
+                .snapshot_policy = policy_s, .has_idle_timeout = c.has_idle_timeout,
+                .idle_timeout_s = c.idle_timeout_s,
         };
         r = store_sandbox_insert(ctx->store, &row);
         if (r < 0) {
@@ -471,8 +477,11 @@ static void sandbox_merge(struct api_ctx *ctx, struct store_sandbox *sb, const j
 static json_t *sandbox_json_with_node(const struct store_sandbox *sb, const json_t *node_sb) {
         json_t *o = sandbox_json(sb);
         json_t *exe = json_object_get(node_sb, "execution"), *rec = json_object_get(node_sb, "recoveries");
+        json_t *idle = json_object_get(node_sb, "idle_ms");
         if (o && json_is_integer(exe))
                 json_object_set(o, "execution", exe);
+        if (o && json_is_integer(idle))
+                json_object_set(o, "idle_ms", idle);
         if (o && json_is_array(rec))
                 json_object_set(o, "recoveries", rec);
         return o;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "apireq.h"
+#include "config.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -218,6 +219,15 @@ int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
                 if (!json_is_object(sp))
                         return bad(err, "field 'snapshot_policy' must be an object");
                 c.snapshot_policy = json_incref(sp);
+        }
+        json_t *idle = json_object_get(o, "idle_timeout_s");
+        if (idle && !json_is_null(idle)) {
+                if (!json_is_integer(idle) || json_integer_value(idle) < 0 ||
+                    json_integer_value(idle) > CONFIG_IDLE_TIMEOUT_S_MAX)
+                        return bad(err, "field 'idle_timeout_s' must be an integer from 0 (never) to %d",
+                                   CONFIG_IDLE_TIMEOUT_S_MAX);
+                c.has_idle_timeout = true;
+                c.idle_timeout_s = json_integer_value(idle);
         }
         *ret = c;
         c = (struct apireq_create){ 0 };

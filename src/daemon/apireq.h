@@ -35,6 +35,8 @@ struct apireq_create {
         json_t *env;             /* object of strings (never NULL) */
         json_t *metadata;        /* object of strings (never NULL) */
         json_t *snapshot_policy; /* an object, not yet checked as a policy; NULL when absent */
+        bool has_idle_timeout;   /* "idle_timeout_s" given: seconds idle before suspend, 0 = never */
+        int64_t idle_timeout_s;
 };
 
 struct apireq_exec {

@@ -16,6 +16,8 @@
 #define DEFAULT_DATA_DIR "/var/lib/airlock"
 #define DEFAULT_LISTEN "127.0.0.1:7420"
 #define DEFAULT_SNAPSHOT_TICK_MS 1000
+#define DEFAULT_IDLE_TIMEOUT_S (6 * 3600)
+#define DEFAULT_IDLE_CHECK_MS 30000
 
 static int fail(char *errbuf, size_t errlen, const char *fmt, ...) _printf_(3, 4);
 static int fail(char *errbuf, size_t errlen, const char *fmt, ...) {
@@ -93,6 +95,8 @@ static const struct option long_options[] = {
         { "log-level", required_argument, NULL, 'L' },
         { "snapshot-policy", required_argument, NULL, 'p' },
         { "snapshot-tick-ms", required_argument, NULL, 't' },
+        { "idle-timeout-s", required_argument, NULL, 'i' },
+        { "idle-check-ms", required_argument, NULL, 'k' },
         { "print-config", no_argument, NULL, 'P' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
@@ -117,10 +121,24 @@ void config_help(FILE *f) {
               "                       full_every, full_keep, tiers; see --print-config)\n"
               "  --snapshot-tick-ms MS how often the snapshot scheduler runs, 100-60000\n"
               "                       (AIRLOCK_SNAPSHOT_TICK_MS, default 1000)\n"
+              "  --idle-timeout-s S   suspend a sandbox idle this long, 0 = never; a sandbox's\n"
+              "                       own idle_timeout_s wins (AIRLOCK_IDLE_TIMEOUT_S, default 21600)\n"
+              "  --idle-check-ms MS   how often idleness is checked, 100-600000\n"
+              "                       (AIRLOCK_IDLE_CHECK_MS, default 30000)\n"
               "  --print-config       print the effective configuration and exit\n"
               "  --help               show this help\n"
               "  --version            show the version\n",
               f);
+}
+
+/* A whole number of unit from min to max into *ret. */
+static int apply_bounded(const char *val, unsigned min, unsigned max, const char *unit, const char *origin,
+                         unsigned *ret, char *errbuf, size_t errlen) {
+        uint64_t v;
+        if (parse_u64(val, max, &v) < 0 || v < min)
+                return fail(errbuf, errlen, "%s: must be a number of %s from %u to %u", origin, unit, min, max);
+        *ret = (unsigned) v;
+        return 0;
 }
 
 /* Applies one setting (from the environment or a flag) by option letter. */
@@ -165,14 +183,15 @@ static int apply(struct daemon_config *c, int opt, const char *val, const char *
                         return fail(errbuf, errlen, "%s: %s", origin, msg ? msg : "invalid snapshot policy");
                 return 0;
         }
-        case 't': {
-                uint64_t ms;
-                if (parse_u64(val, CONFIG_SNAPSHOT_TICK_MS_MAX, &ms) < 0 || ms < CONFIG_SNAPSHOT_TICK_MS_MIN)
-                        return fail(errbuf, errlen, "%s: must be a number of milliseconds from %d to %d", origin,
-                                    CONFIG_SNAPSHOT_TICK_MS_MIN, CONFIG_SNAPSHOT_TICK_MS_MAX);
-                c->snapshot_tick_ms = (unsigned) ms;
-                return 0;
-        }
+        case 'i':
+                return apply_bounded(val, 0, CONFIG_IDLE_TIMEOUT_S_MAX, "seconds", origin, &c->idle_timeout_s, errbuf,
+                                     errlen);
+        case 'k':
+                return apply_bounded(val, CONFIG_IDLE_CHECK_MS_MIN, CONFIG_IDLE_CHECK_MS_MAX, "milliseconds", origin,
+                                     &c->idle_check_ms, errbuf, errlen);
+        case 't':
+                return apply_bounded(val, CONFIG_SNAPSHOT_TICK_MS_MIN, CONFIG_SNAPSHOT_TICK_MS_MAX, "milliseconds",
+                                     origin, &c->snapshot_tick_ms, errbuf, errlen);
         default:
                 return fail(errbuf, errlen, "unknown option");
         }
@@ -194,6 +213,8 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 .node_start_timeout_s = 60,
                 .snapshot_policy = retention_policy_default,
                 .snapshot_tick_ms = DEFAULT_SNAPSHOT_TICK_MS,
+                .idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S,
+                .idle_check_ms = DEFAULT_IDLE_CHECK_MS,
         };
         bool explicit_socket = false, explicit_db = false;
         int r;
@@ -209,6 +230,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 { "AIRLOCK_DATA_DIR", 'd' },    { "AIRLOCK_LISTEN", 'l' },   { "AIRLOCK_NODE_SOCKET", 's' },
                 { "AIRLOCK_NODE_BINARY", 'b' }, { "AIRLOCK_DATABASE", 'D' }, { "AIRLOCK_LOG_LEVEL", 'L' },
                 { "AIRLOCK_SNAPSHOT_POLICY", 'p' }, { "AIRLOCK_SNAPSHOT_TICK_MS", 't' },
+                { "AIRLOCK_IDLE_TIMEOUT_S", 'i' }, { "AIRLOCK_IDLE_CHECK_MS", 'k' },
         };
         for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
                 const char *v = getenv(envs[i].name);
@@ -295,4 +317,5 @@ void config_print(const struct daemon_config *c, FILE *f) {
                 c->max_connections, c->conn_timeout_s, c->exec_max_timeout_s, c->exec_max_output,
                 c->node_timeout_s, c->create_timeout_s, c->node_start_timeout_s);
         fprintf(f, "snapshot_policy=%s\nsnapshot_tick_ms=%u\n", policy_s ? policy_s : "?", c->snapshot_tick_ms);
+        fprintf(f, "idle_timeout_s=%u\nidle_check_ms=%u\n", c->idle_timeout_s, c->idle_check_ms);
 }

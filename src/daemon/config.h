@@ -18,6 +18,9 @@
 #define CONFIG_PATH_MAX 4096
 #define CONFIG_SNAPSHOT_TICK_MS_MIN 100
 #define CONFIG_SNAPSHOT_TICK_MS_MAX 60000
+#define CONFIG_IDLE_TIMEOUT_S_MAX (365 * 24 * 3600)
+#define CONFIG_IDLE_CHECK_MS_MIN 100
+#define CONFIG_IDLE_CHECK_MS_MAX 600000
 
 enum config_action {
         CONFIG_RUN,
@@ -53,6 +56,10 @@ struct daemon_config {
         /* the snapshot scheduler (scheduler.h) */
         struct retention_policy snapshot_policy; /* global; a sandbox's own policy applies over it */
         unsigned snapshot_tick_ms;               /* how often it looks at the sandboxes */
+
+        /* idle suspend (idle.h) */
+        unsigned idle_timeout_s; /* default for sandboxes without their own; 0: never */
+        unsigned idle_check_ms;  /* how often idleness is checked */
 };
 
 /*

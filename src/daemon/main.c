@@ -28,6 +28,7 @@
 #include "auth.h"
 #include "config.h"
 #include "http.h"
+#include "idle.h"
 #include "log.h"
 #include "macros.h"
 #include "scheduler.h"
@@ -107,6 +108,7 @@ static int run(const struct daemon_config *c) {
         _cleanup_(store_closep) struct store *store = NULL;
         struct http_server *http = NULL;
         struct scheduler *scheduler = NULL;
+        struct idle_watch *idle = NULL;
         pid_t node_pid = -1;
         uint64_t restarts[NODE_RESTARTS_MAX];
         size_t n_restarts = 0;
@@ -168,6 +170,9 @@ static int run(const struct daemon_config *c) {
         r = scheduler_start(c, store, &scheduler);
         if (r < 0)
                 log_error_errno(r, "Failed to start the snapshot scheduler: %m");
+        r = idle_watch_start(c, store, &idle);
+        if (r < 0)
+                log_error_errno(r, "Failed to start the idle watch: %m");
         print_banner(c, http_server_port(http));
 
         for (;;) {
@@ -207,6 +212,7 @@ static int run(const struct daemon_config *c) {
         http_server_quiesce(http);
         /* before the node: a scheduled snapshot in progress ends first */
         scheduler_stop(scheduler);
+        idle_watch_stop(idle);
         if (node_pid > 0) {
                 r = node_stop(node_pid, NODE_STOP_GRACE_S);
                 if (r < 0)

@@ -169,6 +169,29 @@ static int handle_hello(struct agent *a, uint32_t stream, const void *payload, s
                                          "agent", GUEST_AGENT_NAME, "boot_id", boot_id));
 }
 
+/* The requests that do work in the guest (processes, files). */
+static int dispatch_work(struct agent *a, const struct proto_header *h, const uint8_t *payload) {
+        int r;
+        switch (h->type) {
+        case PROTO_EXEC: r = process_exec(a, h->stream, payload, h->length); break;
+        case PROTO_STDIN: r = process_stdin(a, h->stream, payload, h->length); break;
+        case PROTO_STDIN_CLOSE: r = process_stdin_close(a, h->stream, payload, h->length); break;
+        case PROTO_SIGNAL: r = process_signal(a, h->stream, payload, h->length); break;
+        case PROTO_RESIZE: r = process_resize(a, h->stream, payload, h->length); break;
+        case PROTO_FILE_READ:
+        case PROTO_FILE_WRITE:
+        case PROTO_FILE_DATA:
+        case PROTO_FILE_END:
+        case PROTO_LIST:
+        case PROTO_STAT:
+        case PROTO_RENAME:
+        case PROTO_REMOVE:
+        case PROTO_MKDIR: r = files_handle(a, h->type, h->stream, payload, h->length); break;
+        default: r = -EOPNOTSUPP; break;
+        }
+        return r;
+}
+
 /* Routes one frame. Handlers return 0 once they answered (or when nothing
  * is to be answered) and a negative errno to have it sent as ERROR. */
 static void dispatch(struct agent *a, const struct proto_header *h, const uint8_t *payload) {
@@ -189,7 +212,11 @@ static void dispatch(struct agent *a, const struct proto_header *h, const uint8_
                  * frozen file system is clean already, and sync would wait) */
                 if (r >= 0 && h->type == PROTO_SYNC && a->frozen_fd < 0)
                         sync();
-                if (r >= 0)
+                if (r >= 0 && h->type == PROTO_PING)
+                        r = agent_send_json(a, PROTO_RESULT, h->stream,
+                                            json_pack("{s:I}", "idle_ms",
+                                                      (json_int_t) ((now_monotonic_ns() - a->active_ns) / 1000000ULL)));
+                else if (r >= 0)
                         r = agent_send_ok(a, h->stream);
                 break;
         }
@@ -211,25 +238,16 @@ static void dispatch(struct agent *a, const struct proto_header *h, const uint8_
                 r = 0;
                 break;
         case PROTO_IDENTITY: r = identity_apply(a, h->stream, payload, h->length); break;
-        case PROTO_EXEC: r = process_exec(a, h->stream, payload, h->length); break;
-        case PROTO_STDIN: r = process_stdin(a, h->stream, payload, h->length); break;
-        case PROTO_STDIN_CLOSE: r = process_stdin_close(a, h->stream, payload, h->length); break;
-        case PROTO_SIGNAL: r = process_signal(a, h->stream, payload, h->length); break;
-        case PROTO_RESIZE: r = process_resize(a, h->stream, payload, h->length); break;
-        case PROTO_FILE_READ:
-        case PROTO_FILE_WRITE:
-        case PROTO_FILE_DATA:
-        case PROTO_FILE_END:
-        case PROTO_LIST:
-        case PROTO_STAT:
-        case PROTO_RENAME:
-        case PROTO_REMOVE:
-        case PROTO_MKDIR: r = files_handle(a, h->type, h->stream, payload, h->length); break;
-        default: r = -EOPNOTSUPP; break;
+        default:
+                /* every other request is work someone asked for */
+                a->active_ns = now_monotonic_ns();
+                r = dispatch_work(a, h, payload);
+                break;
         }
         if (r < 0)
                 agent_send_error(a, h->stream, r, proto_type_name(h->type));
 }
+
 
 /* The stream id of a header the reader refused, for the ERROR answer. */
 static uint32_t raw_header_stream(const struct proto_reader *rd) {
@@ -391,7 +409,8 @@ static int agent_setup(struct agent *a, const struct agent_options *opt) {
         sigset_t mask;
         int r;
 
-        *a = (struct agent){ .opt = *opt, .chan_fd = -1, .signal_fd = -1, .frozen_fd = -1 };
+        *a = (struct agent){ .opt = *opt, .chan_fd = -1, .signal_fd = -1, .frozen_fd = -1,
+                            .active_ns = now_monotonic_ns() };
         signal(SIGPIPE, SIG_IGN);
         sigemptyset(&mask);
         sigaddset(&mask, SIGCHLD);

@@ -42,6 +42,11 @@ struct agent {
         int frozen_fd;
         uint64_t frozen_until_ns;
 
+        /* CLOCK_MONOTONIC of the last sign of use: a request that does work,
+         * output of any process (detached ones too), a process ending. PING
+         * answers how long ago that was: the host suspends idle sandboxes. */
+        uint64_t active_ns;
+
         struct process *processes;
         size_t n_processes;
         struct transfer *transfers;

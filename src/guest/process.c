@@ -411,6 +411,7 @@ static bool output_read(struct agent *a, struct process *p, int fd, uint8_t type
                 k = read(fd, io_buf, sizeof io_buf);
         while (k < 0 && errno == EINTR);
         if (k > 0) {
+                a->active_ns = now_monotonic_ns();
                 if (p->id != PROCESS_DETACHED)
                         agent_send(a, type, p->id, io_buf, (size_t) k);
                 return true;
@@ -421,6 +422,7 @@ static bool output_read(struct agent *a, struct process *p, int fd, uint8_t type
 /* Sends EXIT and forgets p. */
 static void process_finish(struct agent *a, struct process *p) {
         int code = 0, sig = 0;
+        a->active_ns = now_monotonic_ns();
         if (WIFEXITED(p->status))
                 code = WEXITSTATUS(p->status);
         else if (WIFSIGNALED(p->status)) {

@@ -61,7 +61,28 @@ struct guestconn {
         uint32_t dispatching; /* stream whose handler runs right now, 0 = none */
 
         pthread_mutex_t wlock; /* one frame at a time on the wire */
+
+        uint64_t used_ns; /* monotonic: the last frame that is use (is_use()); atomic */
 };
+
+/* Frames that are someone using the sandbox (for idle suspend): not the
+ * node's own housekeeping (PING, SYNC, FREEZE/THAW, HELLO, IDENTITY) and
+ * not bare replies. */
+static bool is_use(uint8_t type) {
+        switch (type) {
+        case PROTO_HELLO:
+        case PROTO_PING:
+        case PROTO_SYNC:
+        case PROTO_FREEZE:
+        case PROTO_THAW:
+        case PROTO_IDENTITY:
+        case PROTO_RESULT:
+        case PROTO_ERROR:
+                return false;
+        default:
+                return true;
+        }
+}
 
 static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const void *payload, size_t len);
 
@@ -219,6 +240,8 @@ static void *reader_main(void *arg) {
                         log_errno(LOG_LEVEL_WARN, k, g->ctx, "guest channel failed: %m");
                         break;
                 }
+                if (is_use(h.type))
+                        __atomic_store_n(&g->used_ns, now_monotonic_ns(), __ATOMIC_RELAXED);
                 dispatch(g, &h, payload);
                 proto_reader_pop(&g->reader, &h);
         }
@@ -236,6 +259,8 @@ static void *reader_main(void *arg) {
 static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const void *payload, size_t len) {
         if (len > PROTO_MAX_PAYLOAD)
                 return -EMSGSIZE;
+        if (is_use(type))
+                __atomic_store_n(&g->used_ns, now_monotonic_ns(), __ATOMIC_RELAXED);
         uint8_t hdr[PROTO_HEADER_SIZE];
         proto_header_encode(&(struct proto_header){ .version = PROTO_VERSION, .type = type, .stream = stream,
                                                      .length = (uint32_t) len },
@@ -620,6 +645,10 @@ int guestconn_call(struct guestconn *g, uint8_t type, json_t *req, int timeout_m
 int guestconn_call_stream(struct guestconn *g, uint32_t stream, uint8_t type, json_t *req, int timeout_ms,
                           json_t **ret_result, char **ret_message) {
         return call_on(g, stream, false, type, req, timeout_ms, ret_result, ret_message);
+}
+
+uint64_t guestconn_used_ns(struct guestconn *g) {
+        return __atomic_load_n(&g->used_ns, __ATOMIC_RELAXED);
 }
 
 int guestconn_ping(struct guestconn *g, int timeout_ms) {

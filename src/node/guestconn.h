@@ -66,4 +66,8 @@ int guestconn_send(struct guestconn *g, uint8_t type, uint32_t stream, const voi
 int guestconn_send_json(struct guestconn *g, uint8_t type, uint32_t stream, json_t *obj);
 
 /* Round-trip latency probe: PING -> RESULT. */
+/* When the channel last carried use (a request that does work, output,
+ * an exit; not pings, syncs, replies): CLOCK_MONOTONIC ns, 0 if never. */
+uint64_t guestconn_used_ns(struct guestconn *g);
+
 int guestconn_ping(struct guestconn *g, int timeout_ms);

@@ -45,6 +45,9 @@
 #define IDENTITY_MS 10000
 /* How often the sandbox thread checks the guest channel. */
 #define MONITOR_INTERVAL_MS 250
+/* How often it asks a running guest how long it has been idle. */
+#define IDLE_PROBE_MS 5000
+#define IDLE_PROBE_TIMEOUT_MS 2000
 /* How long stop waits for the guest to flush its file systems. */
 #define STOP_SYNC_MS 10000
 /* How long a snapshot waits for the guest to freeze (and to thaw). */
@@ -512,6 +515,29 @@ static void run_command(struct sandbox *s, struct vmm *v) {
         pthread_mutex_unlock(&s->lock);
 }
 
+/* Asks a running guest, every IDLE_PROBE_MS, how long it has been idle
+ * (the control plane suspends sandboxes idle for too long). */
+static void probe_idle(struct sandbox *s) {
+        uint64_t now = now_monotonic_ns();
+        pthread_mutex_lock(&s->lock);
+        bool due = s->state == SANDBOX_RUNNING && s->gc &&
+                   (s->idle_probe_ns == 0 || now - s->idle_probe_ns >= IDLE_PROBE_MS * 1000000ULL);
+        struct guestconn *g = s->gc;
+        pthread_mutex_unlock(&s->lock);
+        if (!due)
+                return;
+        _cleanup_(json_decrefp) json_t *req = json_object(), *res = NULL;
+        if (!req || guestconn_call(g, PROTO_PING, req, IDLE_PROBE_TIMEOUT_MS, &res, NULL) < 0)
+                return;
+        json_t *idle = json_object_get(res, "idle_ms");
+        if (!json_is_integer(idle) || json_integer_value(idle) < 0)
+                return;
+        pthread_mutex_lock(&s->lock);
+        s->guest_idle_ms = (uint64_t) json_integer_value(idle);
+        s->idle_probe_ns = now;
+        pthread_mutex_unlock(&s->lock);
+}
+
 static void *sandbox_thread(void *arg) {
         struct sandbox *s = arg;
         char *error = NULL;
@@ -527,6 +553,7 @@ static void *sandbox_thread(void *arg) {
                         r = start_vm(s, &error);
         }
         pthread_mutex_lock(&s->lock);
+        s->idle_probe_ns = 0; /* a new VM run: its guest is asked afresh */
         s->start_done = true;
         s->start_result = r;
         s->start_error = error;
@@ -564,6 +591,7 @@ static void *sandbox_thread(void *arg) {
                         recover_schedule(s, why);
                         continue;
                 }
+                probe_idle(s);
                 if (!guestconn_alive(s->gc)) {
                         /* QEMU closes the channel as it dies: give its exit a
                          * moment to show, so the error names the real cause */
@@ -1106,6 +1134,15 @@ json_t *sandbox_json(struct sandbox *s) {
                 json_object_set_new(o, "error", json_string(s->error));
         if (o && s->recoveries)
                 json_object_set_new(o, "recoveries", json_deep_copy(s->recoveries));
+        if (o && s->idle_probe_ns && s->state == SANDBOX_RUNNING && s->gc) {
+                /* the guest's idle time at the last probe, grown since,
+                 * unless the channel carried use after it */
+                uint64_t now = now_monotonic_ns(), used = guestconn_used_ns(s->gc);
+                uint64_t idle = s->guest_idle_ms + (now - s->idle_probe_ns) / 1000000ULL;
+                if (used > s->idle_probe_ns)
+                        idle = MIN(idle, (now - used) / 1000000ULL);
+                json_object_set_new(o, "idle_ms", json_integer((json_int_t) idle));
+        }
         if (o)
                 json_object_set_new(o, "pool", json_string(s->pool_hit ? "hit" : "miss"));
         pthread_mutex_unlock(&s->lock);
@@ -1374,6 +1411,36 @@ int sandbox_start(struct sandbox *s, const char **ret_state, char **ret_error) {
 
 /* ---- crash recovery ---- */
 
+static char *snapshot_path(struct sandbox *s, const char *snapshot_id);
+static char *snapshot_state_path(struct sandbox *s, const char *snapshot_id);
+
+/* The id of the newest full snapshot of s (by its state file's time): 1,
+ * or 0 when it has none. */
+static int latest_full_snapshot(struct sandbox *s, char *ret, size_t n) {
+        _cleanup_free_ char *d = strdup_printf("%s/snapshots", s->dir);
+        DIR *dir = d ? opendir(d) : NULL;
+        if (!dir)
+                return 0;
+        struct timespec best = { 0 };
+        int found = 0;
+        for (struct dirent *de; (de = readdir(dir));) {
+                size_t len = strlen(de->d_name);
+                if (len <= 6 || len - 6 >= n || strcmp(de->d_name + len - 6, ".state") != 0)
+                        continue;
+                struct stat st;
+                if (fstatat(dirfd(dir), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+                        continue;
+                if (found && (st.st_mtim.tv_sec < best.tv_sec ||
+                              (st.st_mtim.tv_sec == best.tv_sec && st.st_mtim.tv_nsec <= best.tv_nsec)))
+                        continue;
+                best = st.st_mtim;
+                snprintf(ret, n, "%.*s", (int) (len - 6), de->d_name);
+                found = 1;
+        }
+        closedir(dir);
+        return found;
+}
+
 struct recovery {
         struct sandbox *s; /* a reference */
         char reason[256];
@@ -1409,12 +1476,25 @@ static void *recover_thread(void *arg) {
                 life_end(s);
                 goto out;
         }
-        log_emit(LOG_LEVEL_WARN, s->ctx, "recovering the sandbox (%s): cold boot of its disk", rc->reason);
         life_stop_thread(s); /* joins the thread of the VM that died */
         pthread_mutex_lock(&s->lock);
         s->state = SANDBOX_STOPPED;
         pthread_mutex_unlock(&s->lock);
+        /* its latest full snapshot brings back memory and processes too;
+         * without one, the disk as the crash left it */
+        char snap[80] = "", how[128] = "cold boot of its disk";
+        if (latest_full_snapshot(s, snap, sizeof snap) > 0) {
+                _cleanup_free_ char *img = snapshot_path(s, snap);
+                _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
+                if (img && rootfs && clone_replace(s, img, rootfs) >= 0) {
+                        s->restore_state = snapshot_state_path(s, snap);
+                        snprintf(how, sizeof how, "restored full snapshot %s", snap);
+                }
+        }
+        log_emit(LOG_LEVEL_WARN, s->ctx, "recovering the sandbox (%s): %s", rc->reason, how);
         r = start_claimed(s, &err);
+        free(s->restore_state);
+        s->restore_state = NULL;
         pthread_mutex_lock(&s->lock);
         s->recovering = false;
         if (r < 0) {
@@ -1422,7 +1502,7 @@ static void *recover_thread(void *arg) {
                 free(s->error);
                 s->error = strdup_printf("recovery failed: %s", err ? err : strerror(-r));
         }
-        recoveries_add(s, rc->reason, "cold boot of its disk", r >= 0, r < 0 ? s->error : NULL);
+        recoveries_add(s, rc->reason, how, r >= 0, r < 0 ? s->error : NULL);
         pthread_mutex_unlock(&s->lock);
         (void) record_save(s);
         life_end(s);

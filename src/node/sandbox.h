@@ -93,6 +93,9 @@ struct sandbox {
         bool recovering;         /* a recovery runs: shown as state "recovering" */
         json_t *recoveries;      /* [{"at","reason","how","ok","error"?}], the last few */
         uint64_t crash_ns[3];    /* when the last VMM crashes happened (monotonic), for the give-up rule */
+        /* idleness, as the guest reports it (PING "idle_ms"; s->lock) */
+        uint64_t guest_idle_ms;  /* at idle_probe_ns */
+        uint64_t idle_probe_ns;  /* monotonic; 0: not probed in this VM run */
 };
 
 /*

@@ -145,3 +145,51 @@ def test_node_killed_during_suspend_loses_nothing(airlock):
     tmp = os.path.join(objstore, ".tmp")
     assert not os.path.exists(tmp) or os.listdir(tmp) == []
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+
+
+def test_idle_sandboxes_are_suspended(airlock_factory):
+    a = airlock_factory(env={"AIRLOCK_IDLE_CHECK_MS": "500"}, prebuild="minimal")
+    idle = a.create("minimal", idle_timeout_s=3)["id"]
+    busy = a.create("minimal", idle_timeout_s=3)["id"]
+    never = a.create("minimal", idle_timeout_s=0)["id"]
+    assert a.api("GET", f"/v1/sandboxes/{idle}")["idle_timeout_s"] == 3
+    status, _, body = a.request("POST", "/v1/sandboxes", {"template": "minimal", "idle_timeout_s": -1})
+    assert status == 400 and b"idle_timeout_s" in body
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        a.exec(busy, ["true"])  # API use is activity
+        if a.api("GET", f"/v1/sandboxes/{idle}")["state"] == "suspended":
+            break
+        time.sleep(1)
+    assert a.api("GET", f"/v1/sandboxes/{idle}")["state"] == "suspended"
+    assert a.api("GET", f"/v1/sandboxes/{busy}")["state"] == "running"
+    assert a.api("GET", f"/v1/sandboxes/{never}")["state"] == "running"
+    # the next request wakes it
+    assert a.exec(idle, ["echo", "back"])["stdout"] == "back\n"
+    assert a.api("GET", f"/v1/sandboxes/{idle}")["state"] == "running"
+    for s in (idle, busy, never):
+        assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
+
+
+def test_cli_full_snapshot_fork_suspend_wake(airlock):
+    a = airlock
+    sid = a.create("minimal")["id"]
+    out = a.cli("snapshot", "--full", sid)
+    assert out.returncode == 0, out.stderr
+    snap = out.stdout.decode().strip()
+    kinds = {s["id"]: s["kind"] for s in a.api("GET", f"/v1/sandboxes/{sid}/snapshots")["snapshots"]}
+    assert kinds[snap] == "full"
+    out = a.cli("fork", sid)
+    assert out.returncode == 0, out.stderr
+    child = out.stdout.decode().strip()
+    assert child.startswith("sbx-") and child != sid
+    assert a.api("GET", f"/v1/sandboxes/{child}")["state"] == "running"
+    assert a.cli("suspend", sid).returncode == 0
+    assert a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "suspended"
+    out = a.cli("pause", sid)
+    assert out.returncode == 1 and b"suspended" in out.stderr
+    assert a.cli("wake", sid).returncode == 0
+    assert a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running"
+    for s in (sid, child):
+        assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204

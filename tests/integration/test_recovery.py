@@ -147,3 +147,18 @@ def test_crashed_vmm_is_recovered(airlock):
     assert qemu_pids(sid) != vm
     assert a.exec(sid, ["cat", "/root/data"])["stdout"] == "durable\n"
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+
+
+def test_crashed_vmm_restored_from_full_snapshot(airlock):
+    """With a full snapshot, recovery brings memory and processes back too."""
+    a = airlock
+    sid = a.create("minimal")["id"]
+    a.exec(sid, ["sh", "-c", "echo snap > /root/f"])
+    sleeper = start_sleeper(a, sid)
+    snap = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"}, expect=201)
+    os.kill(qemu_pids(sid)[0], signal.SIGKILL)
+    sbx = wait_state(a, sid, "running", execution=2)
+    assert sbx["recoveries"][-1]["how"] == f"restored full snapshot {snap['id']}"
+    assert alive_in_guest(a, sid, sleeper)
+    assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "snap\n"
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204

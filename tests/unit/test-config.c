@@ -16,6 +16,7 @@
 static const char *const env_vars[] = {
         "AIRLOCK_DATA_DIR", "AIRLOCK_LISTEN", "AIRLOCK_NODE_SOCKET", "AIRLOCK_NODE_BINARY",
         "AIRLOCK_DATABASE", "AIRLOCK_LOG_LEVEL", "AIRLOCK_SNAPSHOT_POLICY", "AIRLOCK_SNAPSHOT_TICK_MS",
+        "AIRLOCK_IDLE_TIMEOUT_S", "AIRLOCK_IDLE_CHECK_MS",
 };
 
 static int clear_env(void **state) {
@@ -65,6 +66,8 @@ static void test_defaults(void **state) {
         assert_non_null(strstr(c.node_binary, "airlock-node"));
         assert_policy_equal(&c.snapshot_policy, &retention_policy_default);
         assert_int_equal(c.snapshot_tick_ms, 1000);
+        assert_int_equal(c.idle_timeout_s, 6 * 3600);
+        assert_int_equal(c.idle_check_ms, 30000);
 }
 
 static void test_env(void **state) {
@@ -207,6 +210,21 @@ static void test_snapshot_knobs_invalid(void **state) {
         assert_int_equal(load(&c, err, 2, "--snapshot-tick-ms", "1s"), -EINVAL);
         assert_int_equal(load(&c, err, 2, "--snapshot-tick-ms", "60000"), 0);
         assert_int_equal(c.snapshot_tick_ms, 60000);
+
+        /* idle suspend: 0 turns it off; bounded */
+        setenv("AIRLOCK_IDLE_TIMEOUT_S", "0", 1);
+        setenv("AIRLOCK_IDLE_CHECK_MS", "500", 1);
+        assert_int_equal(load(&c, err, 0), 0);
+        assert_int_equal(c.idle_timeout_s, 0);
+        assert_int_equal(c.idle_check_ms, 500);
+        assert_int_equal(load(&c, err, 2, "--idle-timeout-s", "60"), 0);
+        assert_int_equal(c.idle_timeout_s, 60);
+        unsetenv("AIRLOCK_IDLE_TIMEOUT_S");
+        unsetenv("AIRLOCK_IDLE_CHECK_MS");
+        assert_int_equal(load(&c, err, 2, "--idle-timeout-s", "-1"), -EINVAL);
+        assert_non_null(strstr(err, "--idle-timeout-s"));
+        assert_int_equal(load(&c, err, 2, "--idle-check-ms", "99"), -EINVAL);
+        assert_int_equal(load(&c, err, 2, "--idle-timeout-s", "31536001"), -EINVAL);
 }
 
 static void test_parse_listen(void **state) {

@@ -377,6 +377,28 @@ static void test_snapshot_pinned_and_policy(void **state) {
                         assert_null(a[i].snapshot_policy);
         store_sandbox_array_free(a, n);
 
+        /* idle timeout: absent (the global default), 0 (never) or seconds */
+        assert_int_equal(store_sandbox_get(s, "sbx-plain", &got), 0);
+        assert_false(got.has_idle_timeout);
+        store_sandbox_release(&got);
+        struct store_sandbox never = { .id = "sbx-never", .template_name = "minimal", .state = "running",
+                                       .has_idle_timeout = true, .idle_timeout_s = 0 };
+        struct store_sandbox soon = { .id = "sbx-soon", .template_name = "minimal", .state = "running",
+                                      .has_idle_timeout = true, .idle_timeout_s = 90 };
+        assert_int_equal(store_sandbox_insert(s, &never), 0);
+        assert_int_equal(store_sandbox_insert(s, &soon), 0);
+        assert_int_equal(store_sandbox_get(s, "sbx-never", &got), 0);
+        assert_true(got.has_idle_timeout);
+        assert_int_equal(got.idle_timeout_s, 0);
+        store_sandbox_release(&got);
+        assert_int_equal(store_sandbox_list(s, 10, &a, &n), 0);
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(a[i].id, "sbx-soon") == 0)
+                        assert_int_equal(a[i].idle_timeout_s, 90);
+        store_sandbox_array_free(a, n);
+        assert_int_equal(store_sandbox_delete(s, "sbx-never"), 0);
+        assert_int_equal(store_sandbox_delete(s, "sbx-soon"), 0);
+
         /* pinned round-trips, through get and list */
         struct store_snapshot on_demand = { .id = "snap-p", .sandbox_id = "sbx-own", .kind = "disk", .size = 1,
                                             .created_at = 1000, .pinned = true };

@@ -75,4 +75,7 @@ static const char *const store_sqlite_migrations[] = {
          * policy (JSON over the global one; NULL: the global one) */
         "ALTER TABLE snapshots ADD COLUMN pinned INTEGER NOT NULL DEFAULT 1 CHECK (pinned IN (0, 1));\n"
         "ALTER TABLE sandboxes ADD COLUMN snapshot_policy TEXT;\n",
+        /* 6: idle suspend: seconds without activity after which a sandbox
+         * is suspended (0: never; NULL: the global default) */
+        "ALTER TABLE sandboxes ADD COLUMN idle_timeout_s INTEGER CHECK (idle_timeout_s >= 0);\n",
 };

@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "idle.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api.h"
+#include "log.h"
+#include "macros.h"
+#include "nodeclient.h"
+#include "util.h"
+
+struct idle_watch {
+        const struct daemon_config *config;
+        struct store *store;
+        pthread_t thread;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool stop;
+        atomic_bool stopping; /* for the api_ctx of the verbs it starts */
+};
+
+/* The timeout that applies to one sandbox, in ms; 0: never. */
+static uint64_t timeout_ms(const struct idle_watch *w, const struct store_sandbox *sb) {
+        uint64_t s = sb->has_idle_timeout ? (uint64_t) sb->idle_timeout_s : w->config->idle_timeout_s;
+        return s * 1000ULL;
+}
+
+/* One pass: suspends every running sandbox idle for too long. */
+static void check(struct idle_watch *w) {
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "sandbox.list");
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        char err[API_ERRMSG_MAX];
+        if (!req || node_call(w->config->node_socket, w->config->node_timeout_s, req, &rep, err) < 0)
+                return; /* the node is restarting: next time */
+        json_t *list = json_object_get(rep, "sandboxes"), *e;
+        size_t i;
+        json_array_foreach(list, i, e) {
+                const char *id = json_string_value(json_object_get(e, "id"));
+                json_t *idle = json_object_get(e, "idle_ms");
+                if (!id || !json_is_integer(idle) ||
+                    strcmp(json_string_value(json_object_get(e, "state")) ?: "", "running") != 0)
+                        continue;
+                _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+                if (store_sandbox_get(w->store, id, &sb) < 0 || strcmp(sb.state, "running") != 0)
+                        continue;
+                uint64_t limit = timeout_ms(w, &sb);
+                if (limit == 0 || (uint64_t) json_integer_value(idle) < limit)
+                        continue;
+                char log_ctx[96];
+                snprintf(log_ctx, sizeof log_ctx, "idle sandbox=%s", id);
+                struct api_ctx ctx = { .config = w->config, .store = w->store, .stopping = &w->stopping,
+                                       .log_ctx = log_ctx, .client_fd = -1 };
+                struct api_reply r = { 0 };
+                log_emit(LOG_LEVEL_INFO, log_ctx, "idle for %lld s (limit %llu s): suspending",
+                         (long long) (json_integer_value(idle) / 1000), (unsigned long long) (limit / 1000));
+                int k = api_sandbox_verb(&ctx, id, "suspend", NULL, NULL, false, &r);
+                if (k < 0) /* e.g. a verb started meanwhile: it is not idle after all */
+                        log_emit(LOG_LEVEL_INFO, log_ctx, "not suspended: %s", ctx.err[0] ? ctx.err : strerror(-k));
+                api_reply_release(&r);
+        }
+}
+
+static void *idle_main(void *arg) {
+        struct idle_watch *w = arg;
+        pthread_mutex_lock(&w->lock);
+        while (!w->stop) {
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_sec += w->config->idle_check_ms / 1000;
+                until.tv_nsec += (long) (w->config->idle_check_ms % 1000) * 1000000L;
+                if (until.tv_nsec >= 1000000000L) {
+                        until.tv_sec++;
+                        until.tv_nsec -= 1000000000L;
+                }
+                while (!w->stop && pthread_cond_timedwait(&w->cond, &w->lock, &until) == 0)
+                        ;
+                if (w->stop)
+                        break;
+                pthread_mutex_unlock(&w->lock);
+                check(w);
+                pthread_mutex_lock(&w->lock);
+        }
+        pthread_mutex_unlock(&w->lock);
+        return NULL;
+}
+
+int idle_watch_start(const struct daemon_config *config, struct store *store, struct idle_watch **ret) {
+        struct idle_watch *w = calloc(1, sizeof *w);
+        if (!w)
+                return -ENOMEM;
+        *w = (struct idle_watch){ .config = config, .store = store };
+        pthread_mutex_init(&w->lock, NULL);
+        pthread_cond_init(&w->cond, NULL);
+        int r = -pthread_create(&w->thread, NULL, idle_main, w);
+        if (r < 0) {
+                pthread_mutex_destroy(&w->lock);
+                pthread_cond_destroy(&w->cond);
+                free(w);
+                return r;
+        }
+        *ret = w;
+        return 0;
+}
+
+void idle_watch_stop(struct idle_watch *w) {
+        if (!w)
+                return;
+        atomic_store(&w->stopping, true);
+        pthread_mutex_lock(&w->lock);
+        w->stop = true;
+        pthread_cond_broadcast(&w->cond);
+        pthread_mutex_unlock(&w->lock);
+        pthread_join(w->thread, NULL);
+        pthread_mutex_destroy(&w->lock);
+        pthread_cond_destroy(&w->cond);
+        free(w);
+}
