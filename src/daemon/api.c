@@ -604,7 +604,10 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
         }
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.delete", "id", id);
         api_operation_node_called(ctx->store, op_id, "deleting");
+        bool claimed = scheduler_claim(id, SCHEDULER_CLAIM_WAIT_MS) >= 0; /* see job_main() */
         r = req ? node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err) : -ENOMEM;
+        if (claimed)
+                scheduler_release(id);
         if (r < 0 && r != -ENOENT) {
                 /* keep the row as it was: the VM may still exist */
                 (void) store_sandbox_update_state(ctx->store, id, sb.state, sb.error);

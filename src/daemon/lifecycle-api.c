@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "lifecycle.h"
+#include "scheduler.h"
 #include "log.h"
 #include "macros.h"
 #include "util.h"
@@ -192,7 +193,12 @@ static void *job_main(void *arg) {
         char err[API_ERRMSG_MAX] = "";
         uint64_t t0 = now_monotonic_ns();
         _cleanup_(json_decrefp) json_t *rep = NULL;
+        /* a scheduled snapshot of this sandbox in progress ends first (the
+         * node runs one operation per sandbox at a time) */
+        bool claimed = scheduler_claim(j->sandbox_id, SCHEDULER_CLAIM_WAIT_MS) >= 0;
         r = req ? node_call(j->config->node_socket, verb_timeout_s(j->config, j->verb), req, &rep, err) : -ENOMEM;
+        if (claimed)
+                scheduler_release(j->sandbox_id);
         if (r < 0) {
                 log_emit(LOG_LEVEL_WARN, ctx, "failed: %s", err[0] ? err : api_error_default_message(r));
                 job_settle_after_failure(j, err);

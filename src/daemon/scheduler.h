@@ -53,6 +53,9 @@ void scheduler_stop(struct scheduler *s);
  * a holder to let go (0: not at all); -EBUSY when it did not.
  */
 int scheduler_claim(const char *sandbox_id, unsigned wait_ms);
+/* How long a lifecycle verb or a delete waits for a scheduled snapshot of
+ * its sandbox (a full one under TCG takes most of a second). */
+#define SCHEDULER_CLAIM_WAIT_MS 30000
 /* Lets go of a claim taken with scheduler_claim(). */
 void scheduler_release(const char *sandbox_id);
 

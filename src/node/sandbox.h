@@ -4,10 +4,10 @@
 /*
  * The sandbox registry. A sandbox is a QEMU process restored from a
  * template snapshot plus its guest channel. Each sandbox has one thread of
- * its own that spawns QEMU (so QEMU's parent-death signal follows the
- * sandbox, not a short-lived connection thread), then watches the VMM's
- * pidfd and the guest channel and marks the sandbox failed when either dies,
- * and finally destroys the VMM on delete.
+ * its own that starts (or adopts) its VM, owns the VMM and its QMP
+ * connection (pause, resume and full snapshots run on it), watches the
+ * VMM's pidfd and the guest channel, marks the sandbox failed (and has it
+ * recovered) when the VMM dies, and finally destroys the VMM on delete.
  *
  * Sandboxes are reference counted: ops hold a reference while they use one,
  * so a delete during an exec is safe (the exec fails with a guest error
@@ -161,8 +161,8 @@ int sandbox_resume(struct sandbox *s, const char **ret_state, char **ret_error);
 int sandbox_stop(struct sandbox *s, const char **ret_state, char **ret_error);
 int sandbox_start(struct sandbox *s, const char **ret_state, char **ret_error);
 
-/* Forks a running or paused sandbox: a full snapshot of the parent (live;
- * its vCPUs stop only for the last dirty pages and the disk reflink)
+/* Forks a running or paused sandbox: a full snapshot of the parent
+ * (vmm_snapshot(): live under KVM, the VM stopped for the save under TCG)
  * restored as sandbox child_id with its own identity (hostname, sandbox id,
  * a fresh RNG seed), running. The parent runs on (a paused one stays
  * paused). *ret_child gets a reference. -EEXIST/-EUSERS as for create. */
@@ -203,7 +203,7 @@ int sandbox_suspended_delete(const char *snapshot_id);
 int sandbox_snapshot(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
                      char **ret_error);
 /* Takes full snapshot snapshot_id of a running or paused sandbox: its RAM
- * and device state (SNAP.state, a live migration stream) and its disk
+ * and device state (SNAP.state, a migration stream, see vmm_snapshot()) and its disk
  * (SNAP.img, reflinked while the vCPUs are stopped), of one instant. The
  * VM runs on (a paused one stays paused). *ret_info as for disk snapshots
  * plus "kind":"full","pause_ms","downtime_ms","total_ms","memory_bytes". */

@@ -100,14 +100,16 @@ struct vmm_snapshot_stats {
 };
 
 /* A full snapshot of a running VM: RAM and device state are streamed to
- * state_path by a live migration (the VM runs while most of RAM is copied,
- * then stops for the last dirty pages), then paused(userdata) runs while
- * the vCPUs are still stopped (the caller reflinks the disk: memory and
- * disk are of one instant), then the VM runs again unless leave_paused.
- * The stream holds all guest RAM whatever the backend (x-ignore-shared
- * off), so vmm_restore() with mem_anonymous restores it anywhere. On
- * failure the VM is running again (or still paused if leave_paused) and no
- * state_path was written. */
+ * state_path by a migration, then paused(userdata) runs while the vCPUs
+ * are still stopped (the caller reflinks the disk: memory and disk are of
+ * one instant), then the VM runs again unless leave_paused. Under KVM the
+ * migration is live (the VM runs while most of RAM is copied and stops for
+ * the last dirty pages); under TCG the VM is stopped for the whole save,
+ * because live streams taken under TCG (QEMU 7.2) restored into guests
+ * that crashed now and then. The stream holds all guest RAM whatever the
+ * backend (x-ignore-shared off), so vmm_restore() with mem_anonymous
+ * restores it anywhere. On failure the VM is running again (or still
+ * paused if leave_paused) and no state_path was written. */
 int vmm_snapshot(struct vmm *v, const char *state_path, bool leave_paused, int (*paused)(void *userdata),
                  void *userdata, struct vmm_snapshot_stats *ret_stats);
 

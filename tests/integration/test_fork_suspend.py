@@ -169,7 +169,11 @@ def test_idle_sandboxes_are_suspended(airlock_factory):
     assert a.exec(idle, ["echo", "back"])["stdout"] == "back\n"
     assert a.api("GET", f"/v1/sandboxes/{idle}")["state"] == "running"
     for s in (idle, busy, never):
-        assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
+        # idle again by now, one may be being suspended: a delete waits its turn
+        deadline = time.monotonic() + 60
+        while (status := a.request("DELETE", f"/v1/sandboxes/{s}")[0]) == 409 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert status == 204
 
 
 def test_cli_full_snapshot_fork_suspend_wake(airlock):
