@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "sandbox.h"
+#include "sandbox-internal.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -19,7 +19,6 @@
 #include "guestconn.h"
 #include "log.h"
 #include "nodeutil.h"
-#include "objstore.h"
 #include "pool.h"
 #include "proto.h"
 #include "qmp.h"
@@ -32,30 +31,17 @@
 #define P_PIDFD 3
 #endif
 
-/* How long a create waits for a template that is being built. */
-#define TEMPLATE_WAIT_MS (15 * 60 * 1000)
 #define GUEST_CONNECT_MS 5000
 #define GUEST_HELLO_MS 10000
 /* A cold boot (start) runs the whole kernel and init: minutes under TCG. */
 #define GUEST_BOOT_HELLO_MS 120000
 #define QMP_RUNSTATE_MS 5000
-/* pause/resume wait at most this for the sandbox thread (its QMP call is
- * bounded by QMP_RUNSTATE_MS; the rest is slack for a busy host). */
-#define LIFECYCLE_CMD_WAIT_MS 15000
 #define IDENTITY_MS 10000
 /* How often the sandbox thread checks the guest channel. */
 #define MONITOR_INTERVAL_MS 250
 /* How often it asks a running guest how long it has been idle. */
 #define IDLE_PROBE_MS 5000
 #define IDLE_PROBE_TIMEOUT_MS 2000
-/* How long stop waits for the guest to flush its file systems. */
-#define STOP_SYNC_MS 10000
-/* How long a snapshot waits for the guest to freeze (and to thaw). */
-#define SNAPSHOT_FREEZE_MS 10000
-/* A sandbox whose VMM crashed this many times within CRASH_WINDOW_NS is
- * not recovered again: something in it kills its VM. */
-#define CRASH_GIVE_UP ARRAY_SIZE(((struct sandbox *) 0)->crash_ns)
-#define CRASH_WINDOW_NS (10 * 60 * 1000000000ULL)
 /* Recoveries kept in a sandbox's record and JSON. */
 #define RECOVERIES_KEPT 8
 /* How long a clean shutdown waits for the guest to flush its disks. */
@@ -64,20 +50,18 @@
 #define SHUTDOWN_BUSY_WAIT_NS (30 * 1000000000ULL)
 #define RECORD_MAX (256 * 1024)
 
-static const struct node_config *scfg;
+const struct node_config *scfg;
 static enum vmm_accel scfg_accel;
-static char *sdir;
-/* where suspended sandboxes go (NULL: suspend is refused) */
-static struct objstore *objstore;
+char *sdir;
 
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 /* A fixed array is enough: max_sandboxes is bounded and small. */
-static struct sandbox **reg;
-static size_t reg_n, reg_cap;
+struct sandbox **reg;
+size_t reg_n, reg_cap;
 
 /* Guards warned_copy: the byte-copy fallback is logged once per node. */
-static pthread_mutex_t clone_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool warned_copy;
+pthread_mutex_t clone_lock = PTHREAD_MUTEX_INITIALIZER;
+bool warned_copy;
 
 
 struct sandbox *sandbox_ref(struct sandbox *s) {
@@ -114,14 +98,14 @@ void sandbox_unref(struct sandbox *s) {
 
 /* ---- registry (reg_lock held) ---- */
 
-static struct sandbox *reg_find(const char *id) {
+struct sandbox *reg_find(const char *id) {
         for (size_t i = 0; i < reg_n; i++)
                 if (strcmp(reg[i]->id, id) == 0)
                         return reg[i];
         return NULL;
 }
 
-static void reg_remove(struct sandbox *s) {
+void reg_remove(struct sandbox *s) {
         for (size_t i = 0; i < reg_n; i++)
                 if (reg[i] == s) {
                         reg[i] = reg[--reg_n];
@@ -129,7 +113,7 @@ static void reg_remove(struct sandbox *s) {
                 }
 }
 
-static bool sandbox_state_is(struct sandbox *s, enum sandbox_state st) {
+bool sandbox_state_is(struct sandbox *s, enum sandbox_state st) {
         pthread_mutex_lock(&s->lock);
         bool is = s->state == st;
         pthread_mutex_unlock(&s->lock);
@@ -154,7 +138,7 @@ static const char *record_state(enum sandbox_state st) {
 /* Writes the record. Without fsync: it is rewritten on every transition,
  * and after a host crash every VM is gone anyway (recovery boots the disk,
  * which only needs the template and env the first write recorded). */
-static int record_save(struct sandbox *s) {
+int record_save(struct sandbox *s) {
         pthread_mutex_lock(&s->lock);
         json_t *o = json_pack("{s:i, s:s, s:s, s:O, s:s, s:s*, s:I, s:O*}", "version", 1, "id", s->id, "template",
                               s->template_name, "env", s->env, "state", record_state(s->state), "run_dir", s->run_dir,
@@ -222,7 +206,7 @@ static int record_load(const char *dir, const char *id, struct record *ret) {
 
 /* Appends one recovery to s->recoveries (s->lock held), keeping the last
  * RECOVERIES_KEPT. */
-static void recoveries_add(struct sandbox *s, const char *reason, const char *how, bool ok, const char *error) {
+void recoveries_add(struct sandbox *s, const char *reason, const char *how, bool ok, const char *error) {
         if (!s->recoveries && !(s->recoveries = json_array()))
                 return;
         json_t *o = json_pack("{s:I, s:s, s:s, s:b, s:I}", "at", (json_int_t) (now_realtime_ns() / 1000000ULL), "reason",
@@ -453,21 +437,6 @@ static int adopt_vm(struct sandbox *s, char **ret_error) {
         return 0;
 }
 
-static void recover_schedule(struct sandbox *s, const char *reason);
-
-/* A full snapshot the sandbox thread takes (vmm_snapshot()): RAM and
- * device state to state_path, and the disk reflinked to disk_dst while the
- * vCPUs are stopped, so both are of one instant. */
-struct snapshot_job {
-        struct sandbox *s;
-        const char *state_path;
-        const char *disk_dst;
-        bool leave_paused;
-        struct vmm_snapshot_stats stats;
-};
-
-static int clone_replace(struct sandbox *s, const char *src, const char *dst);
-
 static int snapshot_job_paused(void *userdata) {
         struct snapshot_job *job = userdata;
         _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", job->s->dir);
@@ -624,7 +593,7 @@ static void *sandbox_thread(void *arg) {
 }
 
 /* Asks the sandbox thread to destroy the VMM and waits for it. */
-static void stop_thread(struct sandbox *s) {
+void stop_thread(struct sandbox *s) {
         if (!s->thread_started)
                 return;
         uint64_t one = 1;
@@ -635,9 +604,6 @@ static void stop_thread(struct sandbox *s) {
 }
 
 /* ---- public ---- */
-
-static int sandbox_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret);
-static int run_sandbox_thread(struct sandbox *s, char **ret_error);
 
 /* Builds the sandbox an earlier node recorded in SANDBOXES/name and
  * registers it. Its VM, if it still runs, is only reconnected over QMP here
@@ -789,7 +755,7 @@ int sandbox_manager_init(const struct node_config *cfg, enum vmm_accel accel, co
 }
 
 /* Undoes a create that failed before or after the thread started. */
-static void create_abort(struct sandbox *s) {
+void create_abort(struct sandbox *s) {
         pthread_mutex_lock(&reg_lock);
         reg_remove(s);
         pthread_mutex_unlock(&reg_lock);
@@ -808,7 +774,7 @@ static void create_abort(struct sandbox *s) {
 /* Starts the sandbox's own thread (it restores or boots the VM and then
  * watches it) and waits until the VM is up or failed. On failure *ret_error
  * says why. */
-static int run_sandbox_thread(struct sandbox *s, char **ret_error) {
+int run_sandbox_thread(struct sandbox *s, char **ret_error) {
         int r = -pthread_create(&s->thread, NULL, sandbox_thread, s);
         if (r < 0) {
                 *ret_error = strdup_printf("cannot start the sandbox thread: %s", strerror(-r));
@@ -827,7 +793,7 @@ static int run_sandbox_thread(struct sandbox *s, char **ret_error) {
 
 /* A sandbox object in state CREATING with one reference (the registry's,
  * once registered). */
-static int sandbox_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret) {
+int sandbox_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret) {
         struct sandbox *s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
@@ -1102,7 +1068,7 @@ char *sandbox_error(struct sandbox *s) {
         return e;
 }
 
-static const char *state_name(enum sandbox_state st) {
+const char *state_name(enum sandbox_state st) {
         switch (st) {
         case SANDBOX_RUNNING:
                 return "running";
@@ -1159,914 +1125,4 @@ json_t *sandbox_list_json(void) {
                         json_array_append_new(arr, sandbox_json(reg[i]));
         pthread_mutex_unlock(&reg_lock);
         return arr;
-}
-
-/* ---- lifecycle verbs ---- */
-
-/* Claims s for one verb: it must still be registered, no other verb (or
- * create) may run, and it must be in state `from` (or `from2`). */
-static int life_begin(struct sandbox *s, enum sandbox_state from, enum sandbox_state from2, const char **ret_state) {
-        pthread_mutex_lock(&reg_lock);
-        pthread_mutex_lock(&s->lock);
-        int r = 0;
-        if (reg_find(s->id) != s || s->deleted)
-                r = -ENOENT;
-        else if (s->life_busy || s->state == SANDBOX_CREATING)
-                r = -EBUSY;
-        else if (s->state != from && s->state != from2)
-                r = -EPERM;
-        else
-                s->life_busy = true;
-        if (ret_state)
-                *ret_state = state_name(s->state);
-        pthread_mutex_unlock(&s->lock);
-        pthread_mutex_unlock(&reg_lock);
-        return r;
-}
-
-static void life_end(struct sandbox *s) {
-        pthread_mutex_lock(&s->lock);
-        s->life_busy = false;
-        pthread_mutex_unlock(&s->lock);
-}
-
-/* Joins the sandbox thread (it destroys the VMM) and re-arms stop_fd for
- * the next thread: stop_thread() leaves the eventfd readable. */
-static void life_stop_thread(struct sandbox *s) {
-        if (!s->thread_started)
-                return; /* nothing to join, and stop_fd was never written (a read would block) */
-        stop_thread(s);
-        uint64_t n;
-        if (read(s->stop_fd, &n, sizeof n) < 0 && errno != EAGAIN)
-                log_emit(LOG_LEVEL_WARN, s->ctx, "cannot drain the stop eventfd: %m");
-}
-
-/* Hands a command to the sandbox thread of s (claimed by life_begin())
- * and waits up to wait_ms (< 0: until done; for commands whose arg lives
- * on the caller's stack) for its result. On a timeout the thread drops the
- * command if it has not started it yet. */
-static int post_command(struct sandbox *s, enum sandbox_cmd cmd, void *arg, int64_t wait_ms) {
-        pthread_mutex_lock(&s->lock);
-        s->cmd = cmd;
-        s->cmd_arg = arg;
-        s->cmd_done = false;
-        pthread_mutex_unlock(&s->lock);
-        uint64_t one = 1;
-        if (write(s->cmd_fd, &one, sizeof one) < 0) {
-                int r = negative_errno();
-                pthread_mutex_lock(&s->lock);
-                s->cmd = SANDBOX_CMD_NONE;
-                s->cmd_arg = NULL;
-                pthread_mutex_unlock(&s->lock);
-                return r;
-        }
-        struct timespec deadline;
-        node_deadline_after_ms(&deadline, wait_ms);
-        pthread_mutex_lock(&s->lock);
-        int r = 0;
-        while (!s->cmd_done && r == 0)
-                r = wait_ms < 0 ? -pthread_cond_wait(&s->cond, &s->lock)
-                                : -pthread_cond_timedwait(&s->cond, &s->lock, &deadline);
-        if (s->cmd_done)
-                r = s->cmd_result;
-        else {
-                s->cmd = SANDBOX_CMD_NONE;
-                s->cmd_arg = NULL;
-        }
-        pthread_mutex_unlock(&s->lock);
-        return r;
-}
-
-static int run_state_command(struct sandbox *s, bool pause, const char **ret_state, char **ret_error) {
-        int r = life_begin(s, pause ? SANDBOX_RUNNING : SANDBOX_PAUSED, pause ? SANDBOX_RUNNING : SANDBOX_PAUSED,
-                           ret_state);
-        if (r < 0)
-                return r;
-        r = post_command(s, pause ? SANDBOX_CMD_PAUSE : SANDBOX_CMD_RESUME, NULL, LIFECYCLE_CMD_WAIT_MS);
-        life_end(s);
-        if (r < 0) {
-                if (ret_error)
-                        *ret_error = strdup_printf("QMP %s failed: %s", pause ? "stop" : "cont", strerror(-r));
-                return r == -ETIMEDOUT ? r : -EIO;
-        }
-        (void) record_save(s);
-        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox %s", pause ? "paused" : "resumed");
-        return 0;
-}
-
-int sandbox_pause(struct sandbox *s, const char **ret_state, char **ret_error) {
-        return run_state_command(s, true, ret_state, ret_error);
-}
-
-int sandbox_resume(struct sandbox *s, const char **ret_state, char **ret_error) {
-        return run_state_command(s, false, ret_state, ret_error);
-}
-
-/* The stop itself, for a sandbox claimed by life_begin(); leaves it
- * claimed. flush: the guest syncs its disks first. */
-static void stop_claimed(struct sandbox *s, bool flush) {
-        uint64_t t0 = now_monotonic_ns();
-        /* Flush the guest's page cache to the disk image first, or writes
-         * not yet synced die with QEMU. A paused guest cannot answer; a
-         * guest that does not is stopped anyway (it is ours to stop). */
-        struct guestconn *g = NULL;
-        if (flush && sandbox_guest(s, &g) >= 0) { /* only a running guest has one */
-                _cleanup_(json_decrefp) json_t *empty = json_object();
-                int k = empty ? guestconn_call(g, PROTO_SYNC, empty, STOP_SYNC_MS, NULL, NULL) : -ENOMEM;
-                if (k < 0)
-                        log_errno(LOG_LEVEL_WARN, k, s->ctx, "guest did not flush its disks before stop: %m");
-        }
-        /* QEMU dies, its end of the guest channel closes: open streams and
-         * sessions end ("guest channel closed"); the channel itself stays
-         * allocated until start retires it, since ops may still hold it. */
-        life_stop_thread(s);
-        _cleanup_free_ char *mem = strdup_printf("%s/mem", s->dir);
-        if (mem && unlink(mem) < 0 && errno != ENOENT)
-                log_errno(LOG_LEVEL_WARN, negative_errno(), s->ctx, "Failed to remove %s: %m", mem);
-        pthread_mutex_lock(&s->lock);
-        s->state = SANDBOX_STOPPED;
-        s->pid = 0;
-        pthread_mutex_unlock(&s->lock);
-        (void) record_save(s);
-        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox stopped in %llu ms",
-                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
-}
-
-int sandbox_stop(struct sandbox *s, const char **ret_state, char **ret_error) {
-        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
-        if (r < 0)
-                return r;
-        stop_claimed(s, true);
-        life_end(s);
-        (void) ret_error;
-        return 0;
-}
-
-/* Moves the channel of the previous VM run out of s->gc (s->lock held).
- * Nobody can reach it through s any more; an op that fetched it before the
- * stop may still hold it, so it is freed only when no such op can exist:
- * right away when s has no other holder, else with the last reference. */
-static int retire_gc(struct sandbox *s) {
-        if (!s->gc)
-                return 0;
-        struct guestconn **n = realloc(s->retired_gc, (s->n_retired_gc + 1) * sizeof *n);
-        if (!n)
-                return -ENOMEM;
-        s->retired_gc = n;
-        s->retired_gc[s->n_retired_gc++] = TAKE_PTR(s->gc);
-        /* the registry's reference and the caller's */
-        if (__atomic_load_n(&s->refs, __ATOMIC_SEQ_CST) <= 2) {
-                for (size_t i = 0; i < s->n_retired_gc; i++)
-                        guestconn_free(s->retired_gc[i]);
-                s->n_retired_gc = 0;
-        }
-        return 0;
-}
-
-/* The template of s, looked up once: a sandbox a node took over from an
- * earlier one has none until it needs to boot (the build may still run). */
-static int sandbox_template(struct sandbox *s, char **ret_error) {
-        if (s->tpl)
-                return 0;
-        int r = template_get(s->template_name, TEMPLATE_WAIT_MS, &s->tpl, ret_error);
-        if (r < 0 && !*ret_error)
-                *ret_error = strdup_printf("template %s: %s", s->template_name, strerror(-r));
-        return r;
-}
-
-/* The cold boot of a stopped sandbox claimed by life_begin(); leaves it
- * claimed. On failure it stays stopped and *ret_error says why. */
-static int start_claimed(struct sandbox *s, char **ret_error) {
-        int r;
-        char *err = NULL;
-        _cleanup_free_ char *mem = strdup_printf("%s/mem", s->dir);
-        if (!mem) {
-                r = -ENOMEM;
-                goto fail;
-        }
-        r = sandbox_template(s, &err);
-        if (r < 0)
-                goto fail;
-        /* a sandbox taken over without its VM has no run dir yet */
-        if (!s->run_dir && (r = node_vm_run_dir(scfg->data_dir, &s->run_dir)) < 0) {
-                err = strdup_printf("cannot create a run directory under %s/run: %s", scfg->data_dir, strerror(-r));
-                goto fail;
-        }
-        if (!s->restore_state) {
-                /* the RAM file of a boot with share=on, as for a template */
-                _cleanup_close_ int fd = open(mem, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-                if (fd < 0 || ftruncate(fd, (off_t) s->tpl->memory_mib << 20) < 0) {
-                        r = negative_errno();
-                        err = strdup_printf("cannot create the RAM file %s: %s", mem, strerror(-r));
-                        goto fail;
-                }
-        }
-        pthread_mutex_lock(&s->lock);
-        r = retire_gc(s);
-        s->cold_boot = true;
-        s->start_done = false;
-        s->start_result = 0;
-        free(s->start_error);
-        s->start_error = NULL;
-        free(s->error);
-        s->error = NULL;
-        pthread_mutex_unlock(&s->lock);
-        if (r < 0)
-                goto fail;
-
-        uint64_t t0 = now_monotonic_ns();
-        r = run_sandbox_thread(s, &err);
-        if (r < 0) {
-                life_stop_thread(s); /* it has returned already: only joins */
-                goto fail;
-        }
-        pthread_mutex_lock(&s->lock);
-        s->state = SANDBOX_RUNNING;
-        s->execution++;
-        pthread_mutex_unlock(&s->lock);
-        (void) record_save(s);
-        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox started (cold boot) in %llu ms",
-                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
-        return 0;
-
-fail:
-        if (mem)
-                (void) unlink(mem);
-        log_emit(LOG_LEVEL_WARN, s->ctx, "start failed: %s", err ? err : strerror(-r));
-        if (ret_error)
-                *ret_error = err;
-        else
-                free(err);
-        return r;
-}
-
-int sandbox_start(struct sandbox *s, const char **ret_state, char **ret_error) {
-        int r = life_begin(s, SANDBOX_STOPPED, SANDBOX_STOPPED, ret_state);
-        if (r < 0)
-                return r;
-        r = start_claimed(s, ret_error);
-        life_end(s); /* on failure still stopped: the disk is untouched, a later start may work */
-        return r;
-}
-
-/* ---- crash recovery ---- */
-
-static char *snapshot_path(struct sandbox *s, const char *snapshot_id);
-static char *snapshot_state_path(struct sandbox *s, const char *snapshot_id);
-
-/* The id of the newest full snapshot of s (by its state file's time): 1,
- * or 0 when it has none. */
-static int latest_full_snapshot(struct sandbox *s, char *ret, size_t n) {
-        _cleanup_free_ char *d = strdup_printf("%s/snapshots", s->dir);
-        DIR *dir = d ? opendir(d) : NULL;
-        if (!dir)
-                return 0;
-        struct timespec best = { 0 };
-        int found = 0;
-        for (struct dirent *de; (de = readdir(dir));) {
-                size_t len = strlen(de->d_name);
-                if (len <= 6 || len - 6 >= n || strcmp(de->d_name + len - 6, ".state") != 0)
-                        continue;
-                struct stat st;
-                if (fstatat(dirfd(dir), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
-                        continue;
-                if (found && (st.st_mtim.tv_sec < best.tv_sec ||
-                              (st.st_mtim.tv_sec == best.tv_sec && st.st_mtim.tv_nsec <= best.tv_nsec)))
-                        continue;
-                best = st.st_mtim;
-                snprintf(ret, n, "%.*s", (int) (len - 6), de->d_name);
-                found = 1;
-        }
-        closedir(dir);
-        return found;
-}
-
-struct recovery {
-        struct sandbox *s; /* a reference */
-        char reason[256];
-};
-
-/* Brings a failed sandbox back as a new execution: a cold boot of its own
- * disk (the freshest state it has; its file systems replay their journals
- * as after a power cut). Runs on a thread of its own, claimed like a verb,
- * so a delete meanwhile is refused with -EBUSY or wins before it starts. */
-static void *recover_thread(void *arg) {
-        struct recovery *rc = arg;
-        struct sandbox *s = rc->s;
-        char *err = NULL;
-        int r;
-        if (life_begin(s, SANDBOX_FAILED, SANDBOX_FAILED, NULL) < 0)
-                goto out;
-        pthread_mutex_lock(&s->lock);
-        s->recovering = true;
-        uint64_t now = now_monotonic_ns();
-        /* the oldest of the last CRASH_GIVE_UP crashes, then this one */
-        bool give_up = s->crash_ns[0] && now - s->crash_ns[0] < CRASH_WINDOW_NS;
-        memmove(s->crash_ns, s->crash_ns + 1, sizeof s->crash_ns - sizeof s->crash_ns[0]);
-        s->crash_ns[CRASH_GIVE_UP - 1] = now;
-        pthread_mutex_unlock(&s->lock);
-        if (give_up) {
-                log_emit(LOG_LEVEL_ERROR, s->ctx, "not recovering: the VM failed %zu times within %llu minutes",
-                         CRASH_GIVE_UP, (unsigned long long) (CRASH_WINDOW_NS / 60000000000ULL));
-                pthread_mutex_lock(&s->lock);
-                s->recovering = false;
-                recoveries_add(s, rc->reason, "none", false, "failed too often: left failed");
-                pthread_mutex_unlock(&s->lock);
-                (void) record_save(s);
-                life_end(s);
-                goto out;
-        }
-        life_stop_thread(s); /* joins the thread of the VM that died */
-        pthread_mutex_lock(&s->lock);
-        s->state = SANDBOX_STOPPED;
-        pthread_mutex_unlock(&s->lock);
-        /* its latest full snapshot brings back memory and processes too;
-         * without one, the disk as the crash left it */
-        char snap[80] = "", how[128] = "cold boot of its disk";
-        if (latest_full_snapshot(s, snap, sizeof snap) > 0) {
-                _cleanup_free_ char *img = snapshot_path(s, snap);
-                _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
-                if (img && rootfs && clone_replace(s, img, rootfs) >= 0) {
-                        s->restore_state = snapshot_state_path(s, snap);
-                        snprintf(how, sizeof how, "restored full snapshot %s", snap);
-                }
-        }
-        log_emit(LOG_LEVEL_WARN, s->ctx, "recovering the sandbox (%s): %s", rc->reason, how);
-        r = start_claimed(s, &err);
-        free(s->restore_state);
-        s->restore_state = NULL;
-        pthread_mutex_lock(&s->lock);
-        s->recovering = false;
-        if (r < 0) {
-                s->state = SANDBOX_FAILED;
-                free(s->error);
-                s->error = strdup_printf("recovery failed: %s", err ? err : strerror(-r));
-        }
-        recoveries_add(s, rc->reason, how, r >= 0, r < 0 ? s->error : NULL);
-        pthread_mutex_unlock(&s->lock);
-        (void) record_save(s);
-        life_end(s);
-        log_emit(r < 0 ? LOG_LEVEL_ERROR : LOG_LEVEL_INFO, s->ctx, "recovery %s", r < 0 ? "failed" : "done");
-out:
-        free(err);
-        sandbox_unref(s);
-        free(rc);
-        return NULL;
-}
-
-static void recover_schedule(struct sandbox *s, const char *reason) {
-        if (!scfg->recover)
-                return;
-        struct recovery *rc = calloc(1, sizeof *rc);
-        if (!rc)
-                return;
-        rc->s = sandbox_ref(s);
-        snprintf(rc->reason, sizeof rc->reason, "%s", reason);
-        pthread_t t;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        int r = -pthread_create(&t, &attr, recover_thread, rc);
-        pthread_attr_destroy(&attr);
-        if (r < 0) {
-                log_errno(LOG_LEVEL_ERROR, r, s->ctx, "cannot start the recovery thread: %m");
-                sandbox_unref(s);
-                free(rc);
-        }
-}
-
-/* ---- fork ---- */
-
-/* Registers a new sandbox id (CREATING, hidden) for fork and wake; its
- * directory is made fresh. On failure *ret_error says why. */
-static int register_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret,
-                        char **ret_error) {
-        struct sandbox *s;
-        int r = sandbox_new(id, template_name, env, &s);
-        if (r < 0)
-                return r;
-        pthread_mutex_lock(&reg_lock);
-        if (reg_find(id))
-                r = -EEXIST;
-        else if (reg_n >= reg_cap)
-                r = -EUSERS;
-        else
-                reg[reg_n++] = s;
-        pthread_mutex_unlock(&reg_lock);
-        if (r < 0) {
-                *ret_error = r == -EEXIST ? strdup_printf("sandbox %s exists", id)
-                                          : strdup_printf("node at capacity (%u sandboxes)", scfg->max_sandboxes);
-                sandbox_unref(s);
-                return r;
-        }
-        s->dir = strdup_printf("%s/%s", sdir, id);
-        if (!s->dir) {
-                create_abort(s);
-                return -ENOMEM;
-        }
-        rm_rf(s->dir);
-        if (mkdir(s->dir, 0700) < 0 || (r = node_vm_run_dir(scfg->data_dir, &s->run_dir)) < 0) {
-                r = r < 0 ? r : negative_errno();
-                *ret_error = strdup_printf("cannot create the directories of %s: %s", id, strerror(-r));
-                create_abort(s);
-                return r;
-        }
-        *ret = s;
-        return 0;
-}
-
-/* Restores the full snapshot at state_path into s (registered by
- * register_new(), its disk in place), installs its identity and makes it
- * visible. The state file is removed afterwards: the VM has loaded it. */
-static int restore_new(struct sandbox *s, char *state_path, char **ret_error) {
-        s->restore_state = state_path;
-        int r = sandbox_template(s, ret_error);
-        if (r >= 0)
-                r = run_sandbox_thread(s, ret_error);
-        (void) unlink(state_path);
-        free(s->restore_state);
-        s->restore_state = NULL;
-        if (r < 0) {
-                create_abort(s);
-                return r;
-        }
-        pthread_mutex_lock(&reg_lock);
-        pthread_mutex_lock(&s->lock);
-        if (s->state == SANDBOX_CREATING)
-                s->state = SANDBOX_RUNNING;
-        pthread_mutex_unlock(&s->lock);
-        pthread_mutex_unlock(&reg_lock);
-        (void) record_save(s);
-        return 0;
-}
-
-int sandbox_fork(struct sandbox *parent, const char *child_id, struct sandbox **ret_child, const char **ret_state,
-                 char **ret_error) {
-        uint64_t t0 = now_monotonic_ns();
-        int r = life_begin(parent, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
-        if (r < 0)
-                return r;
-        struct sandbox *c = NULL;
-        r = register_new(child_id, parent->template_name, parent->env, &c, ret_error);
-        if (r < 0) {
-                life_end(parent);
-                return r;
-        }
-        c->execution = 1;
-        char *state = strdup_printf("%s/fork.state", c->dir);
-        _cleanup_free_ char *disk = strdup_printf("%s/rootfs.img", c->dir);
-        if (!state || !disk) {
-                free(state);
-                life_end(parent);
-                create_abort(c);
-                return -ENOMEM;
-        }
-        /* the parent's memory and disk of one instant; it runs on */
-        struct snapshot_job job = { .s = parent, .state_path = state, .disk_dst = disk,
-                                    .leave_paused = sandbox_state_is(parent, SANDBOX_PAUSED) };
-        r = post_command(parent, SANDBOX_CMD_SNAPSHOT, &job, -1);
-        life_end(parent);
-        if (r < 0) {
-                *ret_error = strdup_printf("snapshot of %s failed: %s", parent->id, strerror(-r));
-                free(state);
-                create_abort(c);
-                return r;
-        }
-        uint64_t t_snap = now_monotonic_ns();
-        /* new identity: hostname, sandbox id, RNG seed */
-        r = restore_new(c, state, ret_error);
-        if (r < 0)
-                return r;
-        log_emit(LOG_LEVEL_INFO, c->ctx, "forked from %s in %llu ms (snapshot %llu ms, parent paused %llu ms, restore %llu ms)",
-                 parent->id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
-                 (unsigned long long) ((t_snap - t0) / 1000000ULL), (unsigned long long) job.stats.pause_ms,
-                 (unsigned long long) c->restore_ms);
-        pthread_mutex_lock(&c->lock);
-        c->fork_pause_ms = job.stats.pause_ms;
-        pthread_mutex_unlock(&c->lock);
-        *ret_child = sandbox_ref(c);
-        return 0;
-}
-
-/* ---- suspend and wake ---- */
-
-void sandbox_set_objstore(struct objstore *o) {
-        objstore = o;
-}
-
-int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
-                    char **ret_error) {
-        uint64_t t0 = now_monotonic_ns();
-        if (!objstore)
-                return -EOPNOTSUPP;
-        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
-        if (r < 0)
-                return r;
-        bool was_paused = sandbox_state_is(s, SANDBOX_PAUSED);
-        _cleanup_free_ char *dir = strdup_printf("%s/suspend", s->dir);
-        _cleanup_free_ char *state = strdup_printf("%s/suspend/state", s->dir);
-        _cleanup_free_ char *disk = strdup_printf("%s/suspend/rootfs.img", s->dir);
-        struct snapshot_job job = { .s = s, .state_path = state, .disk_dst = disk, .leave_paused = true };
-        _cleanup_(json_decrefp) json_t *meta = NULL;
-        uint64_t t_snap = 0, t_up = 0;
-        if (!dir || !state || !disk) {
-                r = -ENOMEM;
-                goto fail;
-        }
-        (void) rm_rf(dir);
-        if ((r = mkdir_p(dir, 0700)) < 0) {
-                *ret_error = strdup_printf("cannot create %s: %s", dir, strerror(-r));
-                goto fail;
-        }
-        /* stays stopped after the snapshot: nothing may change after it */
-        r = post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
-        if (r < 0) {
-                *ret_error = strdup_printf("full snapshot failed: %s", strerror(-r));
-                goto fail;
-        }
-        t_snap = now_monotonic_ns();
-        pthread_mutex_lock(&s->lock);
-        meta = json_pack("{s:s, s:s, s:O, s:I}", "sandbox", s->id, "template", s->template_name, "env", s->env,
-                         "execution", (json_int_t) s->execution);
-        pthread_mutex_unlock(&s->lock);
-        /* an older suspended image of this sandbox is stale: it runs here */
-        r = objstore_snapshot_delete(objstore, snapshot_id);
-        if (r < 0 && r != -ENOENT)
-                log_errno(LOG_LEVEL_WARN, r, s->ctx, "cannot remove the stale snapshot %s: %m", snapshot_id);
-        const struct objstore_artifact art[] = { { "state", state }, { "rootfs.img", disk } };
-        r = meta ? objstore_snapshot_upload(objstore, snapshot_id, art, ARRAY_SIZE(art), meta) : -ENOMEM;
-        if (r < 0) {
-                *ret_error = strdup_printf("uploading the snapshot failed: %s", strerror(-r));
-                goto fail;
-        }
-        t_up = now_monotonic_ns();
-
-        /* every node resource goes: VM, run dir, disk, record */
-        pthread_mutex_lock(&reg_lock);
-        reg_remove(s);
-        pthread_mutex_unlock(&reg_lock);
-        pthread_mutex_lock(&s->lock);
-        s->deleted = true;
-        pthread_mutex_unlock(&s->lock);
-        session_sandbox_deleted(s);
-        stop_thread(s);
-        rm_rf(s->run_dir);
-        r = rm_rf(s->dir);
-        if (r < 0)
-                log_errno(LOG_LEVEL_WARN, r, s->ctx, "Failed to remove %s: %m", s->dir);
-        life_end(s);
-        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "snapshot", snapshot_id, "memory_bytes",
-                              (json_int_t) job.stats.bytes, "snapshot_ms", (json_int_t) ((t_snap - t0) / 1000000ULL),
-                              "upload_ms", (json_int_t) ((t_up - t_snap) / 1000000ULL), "total_ms",
-                              (json_int_t) ((now_monotonic_ns() - t0) / 1000000ULL), "pause_ms",
-                              (json_int_t) job.stats.pause_ms);
-        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox suspended to snapshot %s in %llu ms (snapshot %llu ms, upload %llu ms)",
-                 snapshot_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
-                 (unsigned long long) ((t_snap - t0) / 1000000ULL), (unsigned long long) ((t_up - t_snap) / 1000000ULL));
-        *ret_info = o;
-        return o ? 0 : -ENOMEM;
-
-fail:
-        /* it goes on as it was */
-        if (!was_paused && sandbox_state_is(s, SANDBOX_PAUSED)) {
-                int k = post_command(s, SANDBOX_CMD_RESUME, NULL, LIFECYCLE_CMD_WAIT_MS);
-                if (k < 0)
-                        log_errno(LOG_LEVEL_WARN, k, s->ctx, "cannot resume after the failed suspend: %m");
-        }
-        if (dir)
-                (void) rm_rf(dir);
-        life_end(s);
-        log_emit(LOG_LEVEL_WARN, s->ctx, "suspend failed: %s", *ret_error ? *ret_error : strerror(-r));
-        return r;
-}
-
-int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, char **ret_error) {
-        uint64_t t0 = now_monotonic_ns();
-        if (!objstore)
-                return -EOPNOTSUPP;
-        _cleanup_(json_decrefp) json_t *manifest = NULL;
-        int r = objstore_snapshot_manifest(objstore, snapshot_id, &manifest);
-        if (r < 0) {
-                *ret_error = r == -ENOENT ? strdup_printf("snapshot %s is not in the object store (or never finished "
-                                                          "uploading)",
-                                                          snapshot_id)
-                                          : strdup_printf("cannot read snapshot %s: %s", snapshot_id, strerror(-r));
-                return r == -ENOENT ? -ENXIO : r;
-        }
-        json_t *meta = json_object_get(manifest, "meta");
-        const char *sid = json_string_value(json_object_get(meta, "sandbox"));
-        const char *tpl = json_string_value(json_object_get(meta, "template"));
-        json_t *env = json_object_get(meta, "env");
-        json_int_t exe = json_integer_value(json_object_get(meta, "execution"));
-        if (!sid || strcmp(sid, id) != 0 || !tpl || !name_is_valid(tpl) || !json_is_object(env) || exe < 0 ||
-            exe >= UINT32_MAX) {
-                *ret_error = strdup_printf("snapshot %s is not a suspended state of sandbox %s", snapshot_id, id);
-                return -EBADMSG;
-        }
-        struct sandbox *s = NULL;
-        r = register_new(id, tpl, env, &s, ret_error);
-        if (r < 0)
-                return r;
-        s->execution = (unsigned) exe + 1;
-        _cleanup_free_ char *dir = strdup_printf("%s/wake", s->dir);
-        _cleanup_free_ char *disk = strdup_printf("%s/wake/rootfs.img", s->dir);
-        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
-        char *state = strdup_printf("%s/wake/state", s->dir);
-        if (!dir || !disk || !rootfs || !state) {
-                free(state);
-                create_abort(s);
-                return -ENOMEM;
-        }
-        r = objstore_snapshot_download(objstore, snapshot_id, dir);
-        if (r >= 0 && rename(disk, rootfs) < 0)
-                r = negative_errno();
-        if (r < 0) {
-                *ret_error = strdup_printf("downloading snapshot %s failed: %s", snapshot_id, strerror(-r));
-                free(state);
-                create_abort(s);
-                return r;
-        }
-        uint64_t t_down = now_monotonic_ns();
-        r = restore_new(s, state, ret_error);
-        if (r < 0)
-                return r;
-        (void) rm_rf(dir);
-        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox woken from snapshot %s in %llu ms (download %llu ms, restore %llu ms)",
-                 snapshot_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
-                 (unsigned long long) ((t_down - t0) / 1000000ULL), (unsigned long long) s->restore_ms);
-        *ret = sandbox_ref(s);
-        return 0;
-}
-
-int sandbox_suspended_delete(const char *snapshot_id) {
-        if (!objstore)
-                return -EOPNOTSUPP;
-        return objstore_snapshot_delete(objstore, snapshot_id);
-}
-
-/* ---- disk snapshots ---- */
-
-/* SANDBOXES/ID/snapshots/SNAP.img */
-static char *snapshot_path(struct sandbox *s, const char *snapshot_id) {
-        return strdup_printf("%s/snapshots/%s.img", s->dir, snapshot_id);
-}
-
-/* Counts the snapshots of s by their disk images (temporary ones included:
- * they are snapshots being made; a full snapshot's state file goes with
- * its image). */
-static int snapshot_count(struct sandbox *s, size_t *ret) {
-        _cleanup_free_ char *d = strdup_printf("%s/snapshots", s->dir);
-        if (!d)
-                return -ENOMEM;
-        DIR *dir = opendir(d);
-        if (!dir)
-                return negative_errno();
-        size_t n = 0;
-        for (struct dirent *de; (de = readdir(dir));)
-                if (strstr(de->d_name, ".img"))
-                        n++;
-        closedir(dir);
-        *ret = n;
-        return 0;
-}
-
-/* SANDBOXES/ID/snapshots/SNAP.state: the RAM and device state of a full
- * snapshot. */
-static char *snapshot_state_path(struct sandbox *s, const char *snapshot_id) {
-        return strdup_printf("%s/snapshots/%s.state", s->dir, snapshot_id);
-}
-
-/* Clones src to dst through a temporary name beside dst, so dst is either
- * absent or complete. */
-static int clone_replace(struct sandbox *s, const char *src, const char *dst) {
-        _cleanup_free_ char *tmp = strdup_printf("%s.tmp", dst);
-        if (!tmp)
-                return -ENOMEM;
-        (void) unlink(tmp);
-        bool cloned = false;
-        int r = file_clone_or_copy(src, tmp, &cloned);
-        if (r >= 0 && rename(tmp, dst) < 0)
-                r = negative_errno();
-        if (r < 0) {
-                (void) unlink(tmp);
-                return r;
-        }
-        if (!cloned) {
-                pthread_mutex_lock(&clone_lock);
-                bool warn = !warned_copy;
-                warned_copy = true;
-                pthread_mutex_unlock(&clone_lock);
-                if (warn)
-                        log_emit(LOG_LEVEL_WARN, s->ctx, "storage cannot reflink: disk images are copied byte by byte");
-        }
-        return 0;
-}
-
-int sandbox_snapshot(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
-                     char **ret_error) {
-        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_STOPPED, ret_state);
-        if (r < 0)
-                return r;
-        _cleanup_free_ char *dir = strdup_printf("%s/snapshots", s->dir);
-        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
-        _cleanup_free_ char *dst = snapshot_path(s, snapshot_id);
-        _cleanup_(json_decrefp) json_t *empty = json_object();
-        uint64_t freeze_ms = 0, t0 = now_monotonic_ns();
-        struct guestconn *g = NULL;
-        bool frozen = false, running;
-        size_t n = 0;
-        struct stat st;
-        if (!dir || !rootfs || !dst || !empty) {
-                r = -ENOMEM;
-                goto out;
-        }
-        if ((r = mkdir_p(dir, 0700)) < 0 || (r = snapshot_count(s, &n)) < 0) {
-                *ret_error = strdup_printf("cannot open %s: %s", dir, strerror(-r));
-                goto out;
-        }
-        if (n >= SANDBOX_SNAPSHOTS_MAX) {
-                r = -E2BIG;
-                *ret_error = strdup_printf("sandbox %s has %d snapshots already, the most it may have", s->id,
-                                           SANDBOX_SNAPSHOTS_MAX);
-                goto out;
-        }
-        if (access(dst, F_OK) == 0) {
-                r = -EEXIST;
-                *ret_error = strdup_printf("snapshot %s exists", snapshot_id);
-                goto out;
-        }
-
-        /* A running guest freezes its file systems (which flushes them), so
-         * the image is consistent without pausing the VM. A stopped one
-         * has flushed at stop. */
-        pthread_mutex_lock(&s->lock);
-        running = s->state == SANDBOX_RUNNING;
-        pthread_mutex_unlock(&s->lock);
-        if (running) {
-                r = sandbox_guest(s, &g);
-                if (r < 0) {
-                        *ret_error = strdup("the guest channel is gone");
-                        goto out;
-                }
-                char *msg = NULL;
-                frozen = true; /* a freeze that timed out may still have happened: thaw regardless */
-                r = guestconn_call(g, PROTO_FREEZE, empty, SNAPSHOT_FREEZE_MS, NULL, &msg);
-                if (r < 0) {
-                        *ret_error = strdup_printf("the guest did not freeze its file systems: %s",
-                                                   msg ? msg : strerror(-r));
-                        free(msg);
-                        goto out;
-                }
-        }
-        r = clone_replace(s, rootfs, dst);
-        if (r < 0)
-                *ret_error = strdup_printf("cannot copy the disk image: %s", strerror(-r));
-
-out:
-        if (frozen) {
-                _cleanup_free_ char *msg = NULL;
-                int k = guestconn_call(g, PROTO_THAW, empty, SNAPSHOT_FREEZE_MS, NULL, &msg);
-                if (k < 0)
-                        log_emit(LOG_LEVEL_WARN, s->ctx, "guest did not thaw (it thaws by itself within 10 s): %s",
-                                 msg ? msg : strerror(-k));
-                freeze_ms = (now_monotonic_ns() - t0) / 1000000ULL;
-        }
-        if (r >= 0 && stat(dst, &st) < 0)
-                r = negative_errno();
-        life_end(s);
-        if (r < 0) {
-                log_emit(LOG_LEVEL_WARN, s->ctx, "snapshot %s failed: %s", snapshot_id,
-                         *ret_error ? *ret_error : strerror(-r));
-                return r;
-        }
-        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I}", "id", snapshot_id, "size",
-                              (json_int_t) st.st_blocks * 512, "apparent_size", (json_int_t) st.st_size,
-                              "created_at", (json_int_t) (now_realtime_ns() / 1000000ULL), "freeze_ms",
-                              (json_int_t) freeze_ms);
-        if (!o)
-                return -ENOMEM;
-        log_emit(LOG_LEVEL_INFO, s->ctx, "snapshot %s taken in %llu ms (frozen %llu ms)", snapshot_id,
-                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL), (unsigned long long) freeze_ms);
-        *ret_info = o;
-        return 0;
-}
-
-int sandbox_snapshot_full(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
-                          char **ret_error) {
-        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
-        if (r < 0)
-                return r;
-        _cleanup_free_ char *dir = strdup_printf("%s/snapshots", s->dir);
-        _cleanup_free_ char *img = snapshot_path(s, snapshot_id);
-        _cleanup_free_ char *state = snapshot_state_path(s, snapshot_id);
-        uint64_t t0 = now_monotonic_ns();
-        size_t n = 0;
-        struct stat st_img = { 0 }, st_state = { 0 };
-        struct snapshot_job job = { .s = s, .disk_dst = img, .state_path = state };
-        if (!dir || !img || !state) {
-                r = -ENOMEM;
-                goto out;
-        }
-        if ((r = mkdir_p(dir, 0700)) < 0 || (r = snapshot_count(s, &n)) < 0) {
-                *ret_error = strdup_printf("cannot open %s: %s", dir, strerror(-r));
-                goto out;
-        }
-        if (n >= SANDBOX_SNAPSHOTS_MAX) {
-                r = -E2BIG;
-                *ret_error = strdup_printf("sandbox %s has %d snapshots already, the most it may have", s->id,
-                                           SANDBOX_SNAPSHOTS_MAX);
-                goto out;
-        }
-        if (access(img, F_OK) == 0 || access(state, F_OK) == 0) {
-                r = -EEXIST;
-                *ret_error = strdup_printf("snapshot %s exists", snapshot_id);
-                goto out;
-        }
-        job.leave_paused = sandbox_state_is(s, SANDBOX_PAUSED);
-        r = post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
-        if (r >= 0 && (stat(img, &st_img) < 0 || stat(state, &st_state) < 0))
-                r = negative_errno();
-        if (r < 0) {
-                (void) unlink(img);
-                (void) unlink(state);
-                if (!*ret_error)
-                        *ret_error = strdup_printf("full snapshot failed: %s", strerror(-r));
-        }
-out:
-        life_end(s);
-        if (r < 0) {
-                log_emit(LOG_LEVEL_WARN, s->ctx, "full snapshot %s failed: %s", snapshot_id,
-                         *ret_error ? *ret_error : strerror(-r));
-                return r;
-        }
-        json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id", snapshot_id, "kind", "full",
-                              "size", (json_int_t) (st_img.st_blocks + st_state.st_blocks) * 512, "apparent_size",
-                              (json_int_t) st_img.st_size, "memory_bytes", (json_int_t) job.stats.bytes, "created_at",
-                              (json_int_t) (now_realtime_ns() / 1000000ULL), "pause_ms",
-                              (json_int_t) job.stats.pause_ms, "downtime_ms", (json_int_t) job.stats.downtime_ms,
-                              "total_ms", (json_int_t) ((now_monotonic_ns() - t0) / 1000000ULL));
-        if (!o)
-                return -ENOMEM;
-        log_emit(LOG_LEVEL_INFO, s->ctx, "full snapshot %s taken in %llu ms (vCPUs stopped %llu ms)", snapshot_id,
-                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
-                 (unsigned long long) job.stats.pause_ms);
-        *ret_info = o;
-        return 0;
-}
-
-int sandbox_rollback(struct sandbox *s, const char *snapshot_id, const char **ret_state, char **ret_error) {
-        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_STOPPED, ret_state);
-        if (r < 0)
-                return r;
-        uint64_t t0 = now_monotonic_ns();
-        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
-        _cleanup_free_ char *src = snapshot_path(s, snapshot_id);
-        _cleanup_free_ char *state = snapshot_state_path(s, snapshot_id);
-        bool running, full;
-        if (!rootfs || !src || !state) {
-                r = -ENOMEM;
-                goto out;
-        }
-        if (access(src, F_OK) < 0) {
-                r = -ENXIO;
-                *ret_error = strdup_printf("no snapshot %s of sandbox %s", snapshot_id, s->id);
-                goto out;
-        }
-        /* a full snapshot resumes at its running point; a disk one boots */
-        full = access(state, F_OK) == 0;
-        pthread_mutex_lock(&s->lock);
-        running = s->state == SANDBOX_RUNNING;
-        pthread_mutex_unlock(&s->lock);
-        if (running)
-                stop_claimed(s, !full); /* its memory is thrown away: no flush needed */
-        /* the snapshot stays as it is: the sandbox gets a clone of it */
-        r = clone_replace(s, src, rootfs);
-        if (r < 0) {
-                *ret_error = strdup_printf("cannot replace the disk image: %s", strerror(-r));
-                goto out;
-        }
-        if (full) {
-                free(s->restore_state);
-                s->restore_state = TAKE_PTR(state);
-        }
-        r = start_claimed(s, ret_error);
-        free(s->restore_state);
-        s->restore_state = NULL;
-out:
-        life_end(s);
-        if (r < 0)
-                return r;
-        log_emit(LOG_LEVEL_INFO, s->ctx, "rolled back to snapshot %s in %llu ms", snapshot_id,
-                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
-        return 0;
-}
-
-int sandbox_snapshot_delete(struct sandbox *s, const char *snapshot_id) {
-        _cleanup_free_ char *p = snapshot_path(s, snapshot_id);
-        _cleanup_free_ char *st = snapshot_state_path(s, snapshot_id);
-        if (!p || !st)
-                return -ENOMEM;
-        if (unlink(st) < 0 && errno != ENOENT)
-                return negative_errno();
-        return unlink(p) < 0 ? negative_errno() : 0;
 }

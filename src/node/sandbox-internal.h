@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * Private to sandbox.c (registry, record, sandbox thread, create/delete),
+ * sandbox-lifecycle.c (verbs, crash recovery) and sandbox-snapshot.c (fork,
+ * suspend/wake, snapshots, rollback): the state and helpers the three
+ * share. Nothing else includes it; the interface is sandbox.h. Each
+ * helper's comment is at its definition.
+ */
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sandbox.h"
+#include "vmm.h"
+
+struct node_config;
+
+/* How long a create waits for a template that is being built. */
+#define TEMPLATE_WAIT_MS (15 * 60 * 1000)
+/* pause/resume wait at most this for the sandbox thread (its QMP call is
+ * bounded by QMP_RUNSTATE_MS; the rest is slack for a busy host). */
+#define LIFECYCLE_CMD_WAIT_MS 15000
+
+/* ---- state, defined in sandbox.c ---- */
+
+extern const struct node_config *scfg;
+extern char *sdir;               /* SANDBOXES */
+extern pthread_mutex_t reg_lock; /* guards reg, reg_n */
+extern struct sandbox **reg;
+extern size_t reg_n, reg_cap;
+extern pthread_mutex_t clone_lock; /* guards warned_copy */
+extern bool warned_copy;
+
+/* A full snapshot the sandbox thread takes (vmm_snapshot()): RAM and
+ * device state to state_path, and the disk reflinked to disk_dst while the
+ * vCPUs are stopped, so both are of one instant. */
+struct snapshot_job {
+        struct sandbox *s;
+        const char *state_path;
+        const char *disk_dst;
+        bool leave_paused;
+        struct vmm_snapshot_stats stats;
+};
+
+/* ---- sandbox.c ---- */
+
+/* the registry (reg_lock held) */
+struct sandbox *reg_find(const char *id);
+void reg_remove(struct sandbox *s);
+
+bool sandbox_state_is(struct sandbox *s, enum sandbox_state st);
+const char *state_name(enum sandbox_state st);
+int record_save(struct sandbox *s);
+void recoveries_add(struct sandbox *s, const char *reason, const char *how, bool ok, const char *error);
+int sandbox_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret);
+int run_sandbox_thread(struct sandbox *s, char **ret_error);
+void stop_thread(struct sandbox *s);
+void create_abort(struct sandbox *s);
+
+/* ---- sandbox-lifecycle.c ---- */
+
+int life_begin(struct sandbox *s, enum sandbox_state from, enum sandbox_state from2, const char **ret_state);
+void life_end(struct sandbox *s);
+int post_command(struct sandbox *s, enum sandbox_cmd cmd, void *arg, int64_t wait_ms);
+void stop_claimed(struct sandbox *s, bool flush);
+int start_claimed(struct sandbox *s, char **ret_error);
+int sandbox_template(struct sandbox *s, char **ret_error);
+void recover_schedule(struct sandbox *s, const char *reason);
+
+/* ---- sandbox-snapshot.c ---- */
+
+char *snapshot_path(struct sandbox *s, const char *snapshot_id);
+char *snapshot_state_path(struct sandbox *s, const char *snapshot_id);
+int clone_replace(struct sandbox *s, const char *src, const char *dst);

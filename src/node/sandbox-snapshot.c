@@ -1,0 +1,562 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Fork, suspend and wake, disk and full snapshots, rollback. */
+#include "sandbox.h"
+#include "sandbox-internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "guestconn.h"
+#include "log.h"
+#include "nodeutil.h"
+#include "objstore.h"
+#include "proto.h"
+#include "session.h"
+#include "util.h"
+
+/* How long a snapshot waits for the guest to freeze (and to thaw). */
+#define SNAPSHOT_FREEZE_MS 10000
+
+/* where suspended sandboxes go (NULL: suspend is refused) */
+static struct objstore *objstore;
+
+/* ---- fork ---- */
+
+/* Registers a new sandbox id (CREATING, hidden) for fork and wake; its
+ * directory is made fresh. On failure *ret_error says why. */
+static int register_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret,
+                        char **ret_error) {
+        struct sandbox *s;
+        int r = sandbox_new(id, template_name, env, &s);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&reg_lock);
+        if (reg_find(id))
+                r = -EEXIST;
+        else if (reg_n >= reg_cap)
+                r = -EUSERS;
+        else
+                reg[reg_n++] = s;
+        pthread_mutex_unlock(&reg_lock);
+        if (r < 0) {
+                *ret_error = r == -EEXIST ? strdup_printf("sandbox %s exists", id)
+                                          : strdup_printf("node at capacity (%u sandboxes)", scfg->max_sandboxes);
+                sandbox_unref(s);
+                return r;
+        }
+        s->dir = strdup_printf("%s/%s", sdir, id);
+        if (!s->dir) {
+                create_abort(s);
+                return -ENOMEM;
+        }
+        rm_rf(s->dir);
+        if (mkdir(s->dir, 0700) < 0 || (r = node_vm_run_dir(scfg->data_dir, &s->run_dir)) < 0) {
+                r = r < 0 ? r : negative_errno();
+                *ret_error = strdup_printf("cannot create the directories of %s: %s", id, strerror(-r));
+                create_abort(s);
+                return r;
+        }
+        *ret = s;
+        return 0;
+}
+
+/* Restores the full snapshot at state_path into s (registered by
+ * register_new(), its disk in place), installs its identity and makes it
+ * visible. The state file is removed afterwards: the VM has loaded it. */
+static int restore_new(struct sandbox *s, char *state_path, char **ret_error) {
+        s->restore_state = state_path;
+        int r = sandbox_template(s, ret_error);
+        if (r >= 0)
+                r = run_sandbox_thread(s, ret_error);
+        (void) unlink(state_path);
+        free(s->restore_state);
+        s->restore_state = NULL;
+        if (r < 0) {
+                create_abort(s);
+                return r;
+        }
+        pthread_mutex_lock(&reg_lock);
+        pthread_mutex_lock(&s->lock);
+        if (s->state == SANDBOX_CREATING)
+                s->state = SANDBOX_RUNNING;
+        pthread_mutex_unlock(&s->lock);
+        pthread_mutex_unlock(&reg_lock);
+        (void) record_save(s);
+        return 0;
+}
+
+int sandbox_fork(struct sandbox *parent, const char *child_id, struct sandbox **ret_child, const char **ret_state,
+                 char **ret_error) {
+        uint64_t t0 = now_monotonic_ns();
+        int r = life_begin(parent, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
+        if (r < 0)
+                return r;
+        struct sandbox *c = NULL;
+        r = register_new(child_id, parent->template_name, parent->env, &c, ret_error);
+        if (r < 0) {
+                life_end(parent);
+                return r;
+        }
+        c->execution = 1;
+        char *state = strdup_printf("%s/fork.state", c->dir);
+        _cleanup_free_ char *disk = strdup_printf("%s/rootfs.img", c->dir);
+        if (!state || !disk) {
+                free(state);
+                life_end(parent);
+                create_abort(c);
+                return -ENOMEM;
+        }
+        /* the parent's memory and disk of one instant; it runs on */
+        struct snapshot_job job = { .s = parent, .state_path = state, .disk_dst = disk,
+                                    .leave_paused = sandbox_state_is(parent, SANDBOX_PAUSED) };
+        r = post_command(parent, SANDBOX_CMD_SNAPSHOT, &job, -1);
+        life_end(parent);
+        if (r < 0) {
+                *ret_error = strdup_printf("snapshot of %s failed: %s", parent->id, strerror(-r));
+                free(state);
+                create_abort(c);
+                return r;
+        }
+        uint64_t t_snap = now_monotonic_ns();
+        /* new identity: hostname, sandbox id, RNG seed */
+        r = restore_new(c, state, ret_error);
+        if (r < 0)
+                return r;
+        log_emit(LOG_LEVEL_INFO, c->ctx, "forked from %s in %llu ms (snapshot %llu ms, parent paused %llu ms, restore %llu ms)",
+                 parent->id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
+                 (unsigned long long) ((t_snap - t0) / 1000000ULL), (unsigned long long) job.stats.pause_ms,
+                 (unsigned long long) c->restore_ms);
+        pthread_mutex_lock(&c->lock);
+        c->fork_pause_ms = job.stats.pause_ms;
+        pthread_mutex_unlock(&c->lock);
+        *ret_child = sandbox_ref(c);
+        return 0;
+}
+
+/* ---- suspend and wake ---- */
+
+void sandbox_set_objstore(struct objstore *o) {
+        objstore = o;
+}
+
+int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
+                    char **ret_error) {
+        uint64_t t0 = now_monotonic_ns();
+        if (!objstore)
+                return -EOPNOTSUPP;
+        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
+        if (r < 0)
+                return r;
+        bool was_paused = sandbox_state_is(s, SANDBOX_PAUSED);
+        _cleanup_free_ char *dir = strdup_printf("%s/suspend", s->dir);
+        _cleanup_free_ char *state = strdup_printf("%s/suspend/state", s->dir);
+        _cleanup_free_ char *disk = strdup_printf("%s/suspend/rootfs.img", s->dir);
+        struct snapshot_job job = { .s = s, .state_path = state, .disk_dst = disk, .leave_paused = true };
+        _cleanup_(json_decrefp) json_t *meta = NULL;
+        uint64_t t_snap = 0, t_up = 0;
+        if (!dir || !state || !disk) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        (void) rm_rf(dir);
+        if ((r = mkdir_p(dir, 0700)) < 0) {
+                *ret_error = strdup_printf("cannot create %s: %s", dir, strerror(-r));
+                goto fail;
+        }
+        /* stays stopped after the snapshot: nothing may change after it */
+        r = post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
+        if (r < 0) {
+                *ret_error = strdup_printf("full snapshot failed: %s", strerror(-r));
+                goto fail;
+        }
+        t_snap = now_monotonic_ns();
+        pthread_mutex_lock(&s->lock);
+        meta = json_pack("{s:s, s:s, s:O, s:I}", "sandbox", s->id, "template", s->template_name, "env", s->env,
+                         "execution", (json_int_t) s->execution);
+        pthread_mutex_unlock(&s->lock);
+        /* an older suspended image of this sandbox is stale: it runs here */
+        r = objstore_snapshot_delete(objstore, snapshot_id);
+        if (r < 0 && r != -ENOENT)
+                log_errno(LOG_LEVEL_WARN, r, s->ctx, "cannot remove the stale snapshot %s: %m", snapshot_id);
+        const struct objstore_artifact art[] = { { "state", state }, { "rootfs.img", disk } };
+        r = meta ? objstore_snapshot_upload(objstore, snapshot_id, art, ARRAY_SIZE(art), meta) : -ENOMEM;
+        if (r < 0) {
+                *ret_error = strdup_printf("uploading the snapshot failed: %s", strerror(-r));
+                goto fail;
+        }
+        t_up = now_monotonic_ns();
+
+        /* every node resource goes: VM, run dir, disk, record */
+        pthread_mutex_lock(&reg_lock);
+        reg_remove(s);
+        pthread_mutex_unlock(&reg_lock);
+        pthread_mutex_lock(&s->lock);
+        s->deleted = true;
+        pthread_mutex_unlock(&s->lock);
+        session_sandbox_deleted(s);
+        stop_thread(s);
+        rm_rf(s->run_dir);
+        r = rm_rf(s->dir);
+        if (r < 0)
+                log_errno(LOG_LEVEL_WARN, r, s->ctx, "Failed to remove %s: %m", s->dir);
+        life_end(s);
+        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "snapshot", snapshot_id, "memory_bytes",
+                              (json_int_t) job.stats.bytes, "snapshot_ms", (json_int_t) ((t_snap - t0) / 1000000ULL),
+                              "upload_ms", (json_int_t) ((t_up - t_snap) / 1000000ULL), "total_ms",
+                              (json_int_t) ((now_monotonic_ns() - t0) / 1000000ULL), "pause_ms",
+                              (json_int_t) job.stats.pause_ms);
+        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox suspended to snapshot %s in %llu ms (snapshot %llu ms, upload %llu ms)",
+                 snapshot_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
+                 (unsigned long long) ((t_snap - t0) / 1000000ULL), (unsigned long long) ((t_up - t_snap) / 1000000ULL));
+        *ret_info = o;
+        return o ? 0 : -ENOMEM;
+
+fail:
+        /* it goes on as it was */
+        if (!was_paused && sandbox_state_is(s, SANDBOX_PAUSED)) {
+                int k = post_command(s, SANDBOX_CMD_RESUME, NULL, LIFECYCLE_CMD_WAIT_MS);
+                if (k < 0)
+                        log_errno(LOG_LEVEL_WARN, k, s->ctx, "cannot resume after the failed suspend: %m");
+        }
+        if (dir)
+                (void) rm_rf(dir);
+        life_end(s);
+        log_emit(LOG_LEVEL_WARN, s->ctx, "suspend failed: %s", *ret_error ? *ret_error : strerror(-r));
+        return r;
+}
+
+int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, char **ret_error) {
+        uint64_t t0 = now_monotonic_ns();
+        if (!objstore)
+                return -EOPNOTSUPP;
+        _cleanup_(json_decrefp) json_t *manifest = NULL;
+        int r = objstore_snapshot_manifest(objstore, snapshot_id, &manifest);
+        if (r < 0) {
+                *ret_error = r == -ENOENT ? strdup_printf("snapshot %s is not in the object store (or never finished "
+                                                          "uploading)",
+                                                          snapshot_id)
+                                          : strdup_printf("cannot read snapshot %s: %s", snapshot_id, strerror(-r));
+                return r == -ENOENT ? -ENXIO : r;
+        }
+        json_t *meta = json_object_get(manifest, "meta");
+        const char *sid = json_string_value(json_object_get(meta, "sandbox"));
+        const char *tpl = json_string_value(json_object_get(meta, "template"));
+        json_t *env = json_object_get(meta, "env");
+        json_int_t exe = json_integer_value(json_object_get(meta, "execution"));
+        if (!sid || strcmp(sid, id) != 0 || !tpl || !name_is_valid(tpl) || !json_is_object(env) || exe < 0 ||
+            exe >= UINT32_MAX) {
+                *ret_error = strdup_printf("snapshot %s is not a suspended state of sandbox %s", snapshot_id, id);
+                return -EBADMSG;
+        }
+        struct sandbox *s = NULL;
+        r = register_new(id, tpl, env, &s, ret_error);
+        if (r < 0)
+                return r;
+        s->execution = (unsigned) exe + 1;
+        _cleanup_free_ char *dir = strdup_printf("%s/wake", s->dir);
+        _cleanup_free_ char *disk = strdup_printf("%s/wake/rootfs.img", s->dir);
+        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
+        char *state = strdup_printf("%s/wake/state", s->dir);
+        if (!dir || !disk || !rootfs || !state) {
+                free(state);
+                create_abort(s);
+                return -ENOMEM;
+        }
+        r = objstore_snapshot_download(objstore, snapshot_id, dir);
+        if (r >= 0 && rename(disk, rootfs) < 0)
+                r = negative_errno();
+        if (r < 0) {
+                *ret_error = strdup_printf("downloading snapshot %s failed: %s", snapshot_id, strerror(-r));
+                free(state);
+                create_abort(s);
+                return r;
+        }
+        uint64_t t_down = now_monotonic_ns();
+        r = restore_new(s, state, ret_error);
+        if (r < 0)
+                return r;
+        (void) rm_rf(dir);
+        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox woken from snapshot %s in %llu ms (download %llu ms, restore %llu ms)",
+                 snapshot_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
+                 (unsigned long long) ((t_down - t0) / 1000000ULL), (unsigned long long) s->restore_ms);
+        *ret = sandbox_ref(s);
+        return 0;
+}
+
+int sandbox_suspended_delete(const char *snapshot_id) {
+        if (!objstore)
+                return -EOPNOTSUPP;
+        return objstore_snapshot_delete(objstore, snapshot_id);
+}
+
+/* ---- disk snapshots ---- */
+
+/* SANDBOXES/ID/snapshots/SNAP.img */
+char *snapshot_path(struct sandbox *s, const char *snapshot_id) {
+        return strdup_printf("%s/snapshots/%s.img", s->dir, snapshot_id);
+}
+
+/* Counts the snapshots of s by their disk images (temporary ones included:
+ * they are snapshots being made; a full snapshot's state file goes with
+ * its image). */
+static int snapshot_count(struct sandbox *s, size_t *ret) {
+        _cleanup_free_ char *d = strdup_printf("%s/snapshots", s->dir);
+        if (!d)
+                return -ENOMEM;
+        DIR *dir = opendir(d);
+        if (!dir)
+                return negative_errno();
+        size_t n = 0;
+        for (struct dirent *de; (de = readdir(dir));)
+                if (strstr(de->d_name, ".img"))
+                        n++;
+        closedir(dir);
+        *ret = n;
+        return 0;
+}
+
+/* SANDBOXES/ID/snapshots/SNAP.state: the RAM and device state of a full
+ * snapshot. */
+char *snapshot_state_path(struct sandbox *s, const char *snapshot_id) {
+        return strdup_printf("%s/snapshots/%s.state", s->dir, snapshot_id);
+}
+
+/* Clones src to dst through a temporary name beside dst, so dst is either
+ * absent or complete. */
+int clone_replace(struct sandbox *s, const char *src, const char *dst) {
+        _cleanup_free_ char *tmp = strdup_printf("%s.tmp", dst);
+        if (!tmp)
+                return -ENOMEM;
+        (void) unlink(tmp);
+        bool cloned = false;
+        int r = file_clone_or_copy(src, tmp, &cloned);
+        if (r >= 0 && rename(tmp, dst) < 0)
+                r = negative_errno();
+        if (r < 0) {
+                (void) unlink(tmp);
+                return r;
+        }
+        if (!cloned) {
+                pthread_mutex_lock(&clone_lock);
+                bool warn = !warned_copy;
+                warned_copy = true;
+                pthread_mutex_unlock(&clone_lock);
+                if (warn)
+                        log_emit(LOG_LEVEL_WARN, s->ctx, "storage cannot reflink: disk images are copied byte by byte");
+        }
+        return 0;
+}
+
+int sandbox_snapshot(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
+                     char **ret_error) {
+        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_STOPPED, ret_state);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *dir = strdup_printf("%s/snapshots", s->dir);
+        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
+        _cleanup_free_ char *dst = snapshot_path(s, snapshot_id);
+        _cleanup_(json_decrefp) json_t *empty = json_object();
+        uint64_t freeze_ms = 0, t0 = now_monotonic_ns();
+        struct guestconn *g = NULL;
+        bool frozen = false, running;
+        size_t n = 0;
+        struct stat st;
+        if (!dir || !rootfs || !dst || !empty) {
+                r = -ENOMEM;
+                goto out;
+        }
+        if ((r = mkdir_p(dir, 0700)) < 0 || (r = snapshot_count(s, &n)) < 0) {
+                *ret_error = strdup_printf("cannot open %s: %s", dir, strerror(-r));
+                goto out;
+        }
+        if (n >= SANDBOX_SNAPSHOTS_MAX) {
+                r = -E2BIG;
+                *ret_error = strdup_printf("sandbox %s has %d snapshots already, the most it may have", s->id,
+                                           SANDBOX_SNAPSHOTS_MAX);
+                goto out;
+        }
+        if (access(dst, F_OK) == 0) {
+                r = -EEXIST;
+                *ret_error = strdup_printf("snapshot %s exists", snapshot_id);
+                goto out;
+        }
+
+        /* A running guest freezes its file systems (which flushes them), so
+         * the image is consistent without pausing the VM. A stopped one
+         * has flushed at stop. */
+        pthread_mutex_lock(&s->lock);
+        running = s->state == SANDBOX_RUNNING;
+        pthread_mutex_unlock(&s->lock);
+        if (running) {
+                r = sandbox_guest(s, &g);
+                if (r < 0) {
+                        *ret_error = strdup("the guest channel is gone");
+                        goto out;
+                }
+                char *msg = NULL;
+                frozen = true; /* a freeze that timed out may still have happened: thaw regardless */
+                r = guestconn_call(g, PROTO_FREEZE, empty, SNAPSHOT_FREEZE_MS, NULL, &msg);
+                if (r < 0) {
+                        *ret_error = strdup_printf("the guest did not freeze its file systems: %s",
+                                                   msg ? msg : strerror(-r));
+                        free(msg);
+                        goto out;
+                }
+        }
+        r = clone_replace(s, rootfs, dst);
+        if (r < 0)
+                *ret_error = strdup_printf("cannot copy the disk image: %s", strerror(-r));
+
+out:
+        if (frozen) {
+                _cleanup_free_ char *msg = NULL;
+                int k = guestconn_call(g, PROTO_THAW, empty, SNAPSHOT_FREEZE_MS, NULL, &msg);
+                if (k < 0)
+                        log_emit(LOG_LEVEL_WARN, s->ctx, "guest did not thaw (it thaws by itself within 10 s): %s",
+                                 msg ? msg : strerror(-k));
+                freeze_ms = (now_monotonic_ns() - t0) / 1000000ULL;
+        }
+        if (r >= 0 && stat(dst, &st) < 0)
+                r = negative_errno();
+        life_end(s);
+        if (r < 0) {
+                log_emit(LOG_LEVEL_WARN, s->ctx, "snapshot %s failed: %s", snapshot_id,
+                         *ret_error ? *ret_error : strerror(-r));
+                return r;
+        }
+        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I}", "id", snapshot_id, "size",
+                              (json_int_t) st.st_blocks * 512, "apparent_size", (json_int_t) st.st_size,
+                              "created_at", (json_int_t) (now_realtime_ns() / 1000000ULL), "freeze_ms",
+                              (json_int_t) freeze_ms);
+        if (!o)
+                return -ENOMEM;
+        log_emit(LOG_LEVEL_INFO, s->ctx, "snapshot %s taken in %llu ms (frozen %llu ms)", snapshot_id,
+                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL), (unsigned long long) freeze_ms);
+        *ret_info = o;
+        return 0;
+}
+
+int sandbox_snapshot_full(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
+                          char **ret_error) {
+        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *dir = strdup_printf("%s/snapshots", s->dir);
+        _cleanup_free_ char *img = snapshot_path(s, snapshot_id);
+        _cleanup_free_ char *state = snapshot_state_path(s, snapshot_id);
+        uint64_t t0 = now_monotonic_ns();
+        size_t n = 0;
+        struct stat st_img = { 0 }, st_state = { 0 };
+        struct snapshot_job job = { .s = s, .disk_dst = img, .state_path = state };
+        if (!dir || !img || !state) {
+                r = -ENOMEM;
+                goto out;
+        }
+        if ((r = mkdir_p(dir, 0700)) < 0 || (r = snapshot_count(s, &n)) < 0) {
+                *ret_error = strdup_printf("cannot open %s: %s", dir, strerror(-r));
+                goto out;
+        }
+        if (n >= SANDBOX_SNAPSHOTS_MAX) {
+                r = -E2BIG;
+                *ret_error = strdup_printf("sandbox %s has %d snapshots already, the most it may have", s->id,
+                                           SANDBOX_SNAPSHOTS_MAX);
+                goto out;
+        }
+        if (access(img, F_OK) == 0 || access(state, F_OK) == 0) {
+                r = -EEXIST;
+                *ret_error = strdup_printf("snapshot %s exists", snapshot_id);
+                goto out;
+        }
+        job.leave_paused = sandbox_state_is(s, SANDBOX_PAUSED);
+        r = post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
+        if (r >= 0 && (stat(img, &st_img) < 0 || stat(state, &st_state) < 0))
+                r = negative_errno();
+        if (r < 0) {
+                (void) unlink(img);
+                (void) unlink(state);
+                if (!*ret_error)
+                        *ret_error = strdup_printf("full snapshot failed: %s", strerror(-r));
+        }
+out:
+        life_end(s);
+        if (r < 0) {
+                log_emit(LOG_LEVEL_WARN, s->ctx, "full snapshot %s failed: %s", snapshot_id,
+                         *ret_error ? *ret_error : strerror(-r));
+                return r;
+        }
+        json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id", snapshot_id, "kind", "full",
+                              "size", (json_int_t) (st_img.st_blocks + st_state.st_blocks) * 512, "apparent_size",
+                              (json_int_t) st_img.st_size, "memory_bytes", (json_int_t) job.stats.bytes, "created_at",
+                              (json_int_t) (now_realtime_ns() / 1000000ULL), "pause_ms",
+                              (json_int_t) job.stats.pause_ms, "downtime_ms", (json_int_t) job.stats.downtime_ms,
+                              "total_ms", (json_int_t) ((now_monotonic_ns() - t0) / 1000000ULL));
+        if (!o)
+                return -ENOMEM;
+        log_emit(LOG_LEVEL_INFO, s->ctx, "full snapshot %s taken in %llu ms (vCPUs stopped %llu ms)", snapshot_id,
+                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
+                 (unsigned long long) job.stats.pause_ms);
+        *ret_info = o;
+        return 0;
+}
+
+int sandbox_rollback(struct sandbox *s, const char *snapshot_id, const char **ret_state, char **ret_error) {
+        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_STOPPED, ret_state);
+        if (r < 0)
+                return r;
+        uint64_t t0 = now_monotonic_ns();
+        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
+        _cleanup_free_ char *src = snapshot_path(s, snapshot_id);
+        _cleanup_free_ char *state = snapshot_state_path(s, snapshot_id);
+        bool running, full;
+        if (!rootfs || !src || !state) {
+                r = -ENOMEM;
+                goto out;
+        }
+        if (access(src, F_OK) < 0) {
+                r = -ENXIO;
+                *ret_error = strdup_printf("no snapshot %s of sandbox %s", snapshot_id, s->id);
+                goto out;
+        }
+        /* a full snapshot resumes at its running point; a disk one boots */
+        full = access(state, F_OK) == 0;
+        pthread_mutex_lock(&s->lock);
+        running = s->state == SANDBOX_RUNNING;
+        pthread_mutex_unlock(&s->lock);
+        if (running)
+                stop_claimed(s, !full); /* its memory is thrown away: no flush needed */
+        /* the snapshot stays as it is: the sandbox gets a clone of it */
+        r = clone_replace(s, src, rootfs);
+        if (r < 0) {
+                *ret_error = strdup_printf("cannot replace the disk image: %s", strerror(-r));
+                goto out;
+        }
+        if (full) {
+                free(s->restore_state);
+                s->restore_state = TAKE_PTR(state);
+        }
+        r = start_claimed(s, ret_error);
+        free(s->restore_state);
+        s->restore_state = NULL;
+out:
+        life_end(s);
+        if (r < 0)
+                return r;
+        log_emit(LOG_LEVEL_INFO, s->ctx, "rolled back to snapshot %s in %llu ms", snapshot_id,
+                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
+        return 0;
+}
+
+int sandbox_snapshot_delete(struct sandbox *s, const char *snapshot_id) {
+        _cleanup_free_ char *p = snapshot_path(s, snapshot_id);
+        _cleanup_free_ char *st = snapshot_state_path(s, snapshot_id);
+        if (!p || !st)
+                return -ENOMEM;
+        if (unlink(st) < 0 && errno != ENOENT)
+                return negative_errno();
+        return unlink(p) < 0 ? negative_errno() : 0;
+}
