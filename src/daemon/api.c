@@ -1167,6 +1167,13 @@ int api_snapshot_create(struct api_ctx *ctx, const char *id, const json_t *body,
                 json_object_set_new(o, "freeze_ms", json_integer(json_integer_value(fm)));
                 if (json_is_integer(pm))
                         json_object_set(o, "pause_ms", pm);
+                /* how a full snapshot went: the node's own measurements */
+                static const char *const timings[] = { "downtime_ms", "total_ms", "memory_bytes" };
+                for (size_t k = 0; k < ARRAY_SIZE(timings); k++) {
+                        json_t *t = json_object_get(info, timings[k]);
+                        if (json_is_integer(t))
+                                json_object_set(o, timings[k], t);
+                }
         }
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "sandbox %s: %s snapshot %s taken", id, stored.kind, stored.id);
         return reply_json(ret, MHD_HTTP_CREATED, o);

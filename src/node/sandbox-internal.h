@@ -52,6 +52,9 @@ struct snapshot_job {
 /* the registry (reg_lock held) */
 struct sandbox *reg_find(const char *id);
 void reg_remove(struct sandbox *s);
+/* Registers s (hidden while CREATING): -EEXIST when its id is taken,
+ * -EUSERS at max_sandboxes, with *ret_error (may be NULL) saying so. */
+int reg_add(struct sandbox *s, char **ret_error);
 
 bool sandbox_state_is(struct sandbox *s, enum sandbox_state st);
 const char *state_name(enum sandbox_state st);
@@ -77,3 +80,9 @@ void recover_schedule(struct sandbox *s, const char *reason);
 char *snapshot_path(struct sandbox *s, const char *snapshot_id);
 char *snapshot_state_path(struct sandbox *s, const char *snapshot_id);
 int clone_replace(struct sandbox *s, const char *src, const char *dst);
+/* A suspended sandbox's directory keeps only its snapshots and the marker
+ * SUSPENDED_MARKER (no record): true for such a directory. */
+#define SUSPENDED_MARKER "suspended"
+bool sandbox_dir_is_parked(const char *dir);
+/* Removes the parked snapshots of suspended sandbox id (its delete). */
+int sandbox_parked_remove(const char *id);

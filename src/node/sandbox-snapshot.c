@@ -25,40 +25,103 @@
 /* where suspended sandboxes go (NULL: suspend is refused) */
 static struct objstore *objstore;
 
+/* ---- a suspended sandbox's snapshots ---- */
+
+/* Its snapshots stay on the node that took them (they are storage, not a
+ * running sandbox): the directory keeps snapshots/ and a marker, nothing
+ * else. A wake on this node finds them again; takeover leaves such a
+ * directory alone; a delete removes it. */
+static char *marker_path(const char *dir) {
+        return strdup_printf("%s/" SUSPENDED_MARKER, dir);
+}
+
+bool sandbox_dir_is_parked(const char *dir) {
+        _cleanup_free_ char *m = marker_path(dir);
+        return m && access(m, F_OK) == 0;
+}
+
+/* Removes everything in dir but snapshots/ (and the marker). */
+static int clear_but_snapshots(const char *dir) {
+        DIR *d = opendir(dir);
+        if (!d)
+                return errno == ENOENT ? 0 : negative_errno();
+        int r = 0;
+        for (struct dirent *de; (de = readdir(d));) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+                    strcmp(de->d_name, "snapshots") == 0 || strcmp(de->d_name, SUSPENDED_MARKER) == 0)
+                        continue;
+                _cleanup_free_ char *p = strdup_printf("%s/%s", dir, de->d_name);
+                int k = p ? rm_rf(p) : -ENOMEM;
+                if (k < 0 && r == 0)
+                        r = k;
+        }
+        closedir(d);
+        return r;
+}
+
+/* After a suspend: keeps the snapshots (with the marker), or nothing. */
+static int snapshot_count(struct sandbox *s, size_t *ret);
+
+static int park_dir(struct sandbox *s) {
+        size_t n = 0;
+        _cleanup_free_ char *m = marker_path(s->dir);
+        if (!m)
+                return -ENOMEM;
+        if (snapshot_count(s, &n) < 0 || n == 0)
+                return rm_rf(s->dir);
+        int r = file_write_replace(m, "", 0, 0600);
+        if (r < 0)
+                return r;
+        return clear_but_snapshots(s->dir);
+}
+
+/* Undoes a fork or wake that failed: as create_abort(), except that the
+ * snapshots parked in a suspended sandbox's directory stay. */
+static void new_abort(struct sandbox *s) {
+        if (s->dir && sandbox_dir_is_parked(s->dir)) {
+                (void) clear_but_snapshots(s->dir);
+                free(s->dir);
+                s->dir = NULL;
+        }
+        create_abort(s);
+}
+
+int sandbox_parked_remove(const char *id) {
+        _cleanup_free_ char *dir = strdup_printf("%s/%s", sdir, id);
+        if (!dir)
+                return -ENOMEM;
+        return sandbox_dir_is_parked(dir) ? rm_rf(dir) : -ENOENT;
+}
+
 /* ---- fork ---- */
 
 /* Registers a new sandbox id (CREATING, hidden) for fork and wake; its
- * directory is made fresh. On failure *ret_error says why. */
+ * directory is made fresh (a woken sandbox finds its snapshots again if
+ * they were parked here). On failure *ret_error says why. */
 static int register_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret,
                         char **ret_error) {
         struct sandbox *s;
         int r = sandbox_new(id, template_name, env, &s);
         if (r < 0)
                 return r;
-        pthread_mutex_lock(&reg_lock);
-        if (reg_find(id))
-                r = -EEXIST;
-        else if (reg_n >= reg_cap)
-                r = -EUSERS;
-        else
-                reg[reg_n++] = s;
-        pthread_mutex_unlock(&reg_lock);
+        r = reg_add(s, ret_error);
         if (r < 0) {
-                *ret_error = r == -EEXIST ? strdup_printf("sandbox %s exists", id)
-                                          : strdup_printf("node at capacity (%u sandboxes)", scfg->max_sandboxes);
                 sandbox_unref(s);
                 return r;
         }
         s->dir = strdup_printf("%s/%s", sdir, id);
         if (!s->dir) {
-                create_abort(s);
+                new_abort(s);
                 return -ENOMEM;
         }
-        rm_rf(s->dir);
-        if (mkdir(s->dir, 0700) < 0 || (r = node_vm_run_dir(scfg->data_dir, &s->run_dir)) < 0) {
+        if (sandbox_dir_is_parked(s->dir))
+                (void) clear_but_snapshots(s->dir);
+        else
+                (void) rm_rf(s->dir);
+        if ((mkdir(s->dir, 0700) < 0 && errno != EEXIST) || (r = node_vm_run_dir(scfg->data_dir, &s->run_dir)) < 0) {
                 r = r < 0 ? r : negative_errno();
                 *ret_error = strdup_printf("cannot create the directories of %s: %s", id, strerror(-r));
-                create_abort(s);
+                new_abort(s);
                 return r;
         }
         *ret = s;
@@ -77,7 +140,7 @@ static int restore_new(struct sandbox *s, char *state_path, char **ret_error) {
         free(s->restore_state);
         s->restore_state = NULL;
         if (r < 0) {
-                create_abort(s);
+                new_abort(s);
                 return r;
         }
         pthread_mutex_lock(&reg_lock);
@@ -191,7 +254,8 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
         }
         t_up = now_monotonic_ns();
 
-        /* every node resource goes: VM, run dir, disk, record */
+        /* every node resource goes: VM, run dir, disk, record; its
+         * snapshots stay, parked (see park_dir()) */
         pthread_mutex_lock(&reg_lock);
         reg_remove(s);
         pthread_mutex_unlock(&reg_lock);
@@ -201,9 +265,9 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
         session_sandbox_deleted(s);
         stop_thread(s);
         rm_rf(s->run_dir);
-        r = rm_rf(s->dir);
+        r = park_dir(s);
         if (r < 0)
-                log_errno(LOG_LEVEL_WARN, r, s->ctx, "Failed to remove %s: %m", s->dir);
+                log_errno(LOG_LEVEL_WARN, r, s->ctx, "Failed to clean %s: %m", s->dir);
         life_end(s);
         json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "snapshot", snapshot_id, "memory_bytes",
                               (json_int_t) job.stats.bytes, "snapshot_ms", (json_int_t) ((t_snap - t0) / 1000000ULL),
@@ -264,7 +328,7 @@ int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, 
         char *state = strdup_printf("%s/wake/state", s->dir);
         if (!dir || !disk || !rootfs || !state) {
                 free(state);
-                create_abort(s);
+                new_abort(s);
                 return -ENOMEM;
         }
         r = objstore_snapshot_download(objstore, snapshot_id, dir);
@@ -273,7 +337,7 @@ int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, 
         if (r < 0) {
                 *ret_error = strdup_printf("downloading snapshot %s failed: %s", snapshot_id, strerror(-r));
                 free(state);
-                create_abort(s);
+                new_abort(s);
                 return r;
         }
         uint64_t t_down = now_monotonic_ns();
@@ -281,6 +345,9 @@ int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, 
         if (r < 0)
                 return r;
         (void) rm_rf(dir);
+        _cleanup_free_ char *marker = marker_path(s->dir);
+        if (marker)
+                (void) unlink(marker); /* its snapshots belong to a running sandbox again */
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox woken from snapshot %s in %llu ms (download %llu ms, restore %llu ms)",
                  snapshot_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
                  (unsigned long long) ((t_down - t0) / 1000000ULL), (unsigned long long) s->restore_ms);
@@ -326,6 +393,31 @@ char *snapshot_state_path(struct sandbox *s, const char *snapshot_id) {
         return strdup_printf("%s/snapshots/%s.state", s->dir, snapshot_id);
 }
 
+/* Checks that snapshot_id can be taken: the directory exists (made), s has
+ * fewer than SANDBOX_SNAPSHOTS_MAX, and no snapshot of that id (disk or
+ * full) is there. -E2BIG / -EEXIST with *ret_error saying so. */
+static int snapshot_room(struct sandbox *s, const char *dir, const char *snapshot_id, char **ret_error) {
+        _cleanup_free_ char *img = snapshot_path(s, snapshot_id), *state = snapshot_state_path(s, snapshot_id);
+        size_t n = 0;
+        int r;
+        if (!img || !state)
+                return -ENOMEM;
+        if ((r = mkdir_p(dir, 0700)) < 0 || (r = snapshot_count(s, &n)) < 0) {
+                *ret_error = strdup_printf("cannot open %s: %s", dir, strerror(-r));
+                return r;
+        }
+        if (n >= SANDBOX_SNAPSHOTS_MAX) {
+                *ret_error = strdup_printf("sandbox %s has %d snapshots already, the most it may have", s->id,
+                                           SANDBOX_SNAPSHOTS_MAX);
+                return -E2BIG;
+        }
+        if (access(img, F_OK) == 0 || access(state, F_OK) == 0) {
+                *ret_error = strdup_printf("snapshot %s exists", snapshot_id);
+                return -EEXIST;
+        }
+        return 0;
+}
+
 /* Clones src to dst through a temporary name beside dst, so dst is either
  * absent or complete. */
 int clone_replace(struct sandbox *s, const char *src, const char *dst) {
@@ -364,27 +456,13 @@ int sandbox_snapshot(struct sandbox *s, const char *snapshot_id, json_t **ret_in
         uint64_t freeze_ms = 0, t0 = now_monotonic_ns();
         struct guestconn *g = NULL;
         bool frozen = false, running;
-        size_t n = 0;
         struct stat st;
         if (!dir || !rootfs || !dst || !empty) {
                 r = -ENOMEM;
                 goto out;
         }
-        if ((r = mkdir_p(dir, 0700)) < 0 || (r = snapshot_count(s, &n)) < 0) {
-                *ret_error = strdup_printf("cannot open %s: %s", dir, strerror(-r));
+        if ((r = snapshot_room(s, dir, snapshot_id, ret_error)) < 0)
                 goto out;
-        }
-        if (n >= SANDBOX_SNAPSHOTS_MAX) {
-                r = -E2BIG;
-                *ret_error = strdup_printf("sandbox %s has %d snapshots already, the most it may have", s->id,
-                                           SANDBOX_SNAPSHOTS_MAX);
-                goto out;
-        }
-        if (access(dst, F_OK) == 0) {
-                r = -EEXIST;
-                *ret_error = strdup_printf("snapshot %s exists", snapshot_id);
-                goto out;
-        }
 
         /* A running guest freezes its file systems (which flushes them), so
          * the image is consistent without pausing the VM. A stopped one
@@ -450,28 +528,14 @@ int sandbox_snapshot_full(struct sandbox *s, const char *snapshot_id, json_t **r
         _cleanup_free_ char *img = snapshot_path(s, snapshot_id);
         _cleanup_free_ char *state = snapshot_state_path(s, snapshot_id);
         uint64_t t0 = now_monotonic_ns();
-        size_t n = 0;
         struct stat st_img = { 0 }, st_state = { 0 };
         struct snapshot_job job = { .s = s, .disk_dst = img, .state_path = state };
         if (!dir || !img || !state) {
                 r = -ENOMEM;
                 goto out;
         }
-        if ((r = mkdir_p(dir, 0700)) < 0 || (r = snapshot_count(s, &n)) < 0) {
-                *ret_error = strdup_printf("cannot open %s: %s", dir, strerror(-r));
+        if ((r = snapshot_room(s, dir, snapshot_id, ret_error)) < 0)
                 goto out;
-        }
-        if (n >= SANDBOX_SNAPSHOTS_MAX) {
-                r = -E2BIG;
-                *ret_error = strdup_printf("sandbox %s has %d snapshots already, the most it may have", s->id,
-                                           SANDBOX_SNAPSHOTS_MAX);
-                goto out;
-        }
-        if (access(img, F_OK) == 0 || access(state, F_OK) == 0) {
-                r = -EEXIST;
-                *ret_error = strdup_printf("snapshot %s exists", snapshot_id);
-                goto out;
-        }
         job.leave_paused = sandbox_state_is(s, SANDBOX_PAUSED);
         r = post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
         if (r >= 0 && (stat(img, &st_img) < 0 || stat(state, &st_state) < 0))

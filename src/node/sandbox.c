@@ -113,6 +113,18 @@ void reg_remove(struct sandbox *s) {
                 }
 }
 
+int reg_add(struct sandbox *s, char **ret_error) {
+        pthread_mutex_lock(&reg_lock);
+        int r = reg_find(s->id) ? -EEXIST : reg_n >= reg_cap ? -EUSERS : 0;
+        if (r == 0)
+                reg[reg_n++] = s;
+        pthread_mutex_unlock(&reg_lock);
+        if (r < 0 && ret_error)
+                *ret_error = r == -EEXIST ? strdup_printf("sandbox %s exists", s->id)
+                                          : strdup_printf("node at capacity (%u sandboxes)", scfg->max_sandboxes);
+        return r;
+}
+
 bool sandbox_state_is(struct sandbox *s, enum sandbox_state st) {
         pthread_mutex_lock(&s->lock);
         bool is = s->state == st;
@@ -698,6 +710,8 @@ int sandbox_manager_init(const struct node_config *cfg, enum vmm_accel accel, co
                         closedir(d);
                         return -ENOMEM;
                 }
+                if (name_is_valid(de->d_name) && sandbox_dir_is_parked(path))
+                        continue; /* a suspended sandbox's snapshots */
                 r = name_is_valid(de->d_name) ? takeover_one(de->d_name, path) : -EBADMSG;
                 if (r >= 0)
                         continue;
@@ -827,20 +841,8 @@ int sandbox_create(const char *id, const char *template_name, json_t *env, struc
                 return r;
         s->execution = 1;
 
-        pthread_mutex_lock(&reg_lock);
-        if (reg_find(id))
-                r = -EEXIST;
-        else if (reg_n >= reg_cap)
-                r = -EUSERS;
-        else {
-                reg[reg_n++] = s;
-                r = 0;
-        }
-        pthread_mutex_unlock(&reg_lock);
+        r = reg_add(s, ret_error);
         if (r < 0) {
-                if (ret_error)
-                        *ret_error = r == -EEXIST ? strdup_printf("sandbox %s exists", id)
-                                                  : strdup_printf("node at capacity (%u sandboxes)", scfg->max_sandboxes);
                 sandbox_unref(s);
                 return r;
         }
@@ -979,6 +981,8 @@ int sandbox_delete(const char *id) {
                         reg_remove(s);
         }
         pthread_mutex_unlock(&reg_lock);
+        if (r == -ENOENT && sandbox_parked_remove(id) >= 0)
+                log_info("sandbox=%s removed the snapshots it kept while suspended", id);
         if (r < 0)
                 return r;
         delete_removed(s);

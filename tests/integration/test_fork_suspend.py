@@ -197,3 +197,27 @@ def test_cli_full_snapshot_fork_suspend_wake(airlock):
     assert a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running"
     for s in (sid, child):
         assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
+
+
+def test_snapshots_survive_suspend_and_wake(airlock):
+    a = airlock
+    sid = a.create("minimal")["id"]
+    a.exec(sid, ["sh", "-c", "echo first > /root/f"])
+    full = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"}, expect=201)["id"]
+    a.exec(sid, ["sh", "-c", "echo second > /root/f; sync"])
+    disk = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "disk"}, expect=201)["id"]
+    assert verb(a, sid, "suspend")["state"] == "succeeded"
+    assert qemu_pids(sid) == []
+    # only the snapshots stay on the node
+    left = os.listdir(os.path.join(a.data_dir, "sandboxes", sid))
+    assert sorted(left) == ["snapshots", "suspended"]
+    assert verb(a, sid, "wake")["state"] == "succeeded"
+    assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "second\n"
+    assert verb(a, sid, "rollback", {"snapshot": full})["state"] == "succeeded"
+    assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "first\n"
+    assert verb(a, sid, "rollback", {"snapshot": disk})["state"] == "succeeded"
+    assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "second\n"
+    # a suspended sandbox's delete removes what it kept
+    assert verb(a, sid, "suspend")["state"] == "succeeded"
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+    assert not os.path.exists(os.path.join(a.data_dir, "sandboxes", sid))
