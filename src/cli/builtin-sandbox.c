@@ -102,9 +102,25 @@ int cmd_inspect(struct cli *cli, int argc, char **argv) {
 }
 
 int cmd_rm(struct cli *cli, int argc, char **argv) {
-        int r = cli_parse_plain(cli, argc, argv, 1, -1);
-        if (r != CLI_PROCEED)
-                return r;
+        enum { OPT_KEEP = CLI_OPT_FIRST_LOCAL };
+        static const struct option options[] = {
+                CLI_GLOBAL_OPTIONS,
+                {"keep-snapshots", no_argument, NULL, OPT_KEEP},
+                {},
+        };
+        bool keep = false;
+        int c, r;
+        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
+                if (c == OPT_KEEP) {
+                        keep = true;
+                        continue;
+                }
+                r = cli_common_option(cli, c, argv);
+                if (r != CLI_PROCEED)
+                        return r;
+        }
+        if (optind >= argc)
+                return cli_usage_error(cli, "rm: expected at least one sandbox id");
         for (int i = optind; i < argc; i++)
                 if (!cli_id_is_valid(argv[i]))
                         return cli_usage_error(cli, "rm: invalid sandbox id '%s'", argv[i]);
@@ -116,7 +132,7 @@ int cmd_rm(struct cli *cli, int argc, char **argv) {
         for (int i = optind; i < argc; i++) {
                 _cleanup_free_ char *path = NULL;
                 struct cli_error err = {};
-                if (sandbox_path(argv[i], "", &path) < 0) {
+                if (sandbox_path(argv[i], keep ? "?keep_snapshots=true" : "", &path) < 0) {
                         ret = cli_fail("out of memory");
                         continue;
                 }
@@ -124,7 +140,8 @@ int cmd_rm(struct cli *cli, int argc, char **argv) {
                         ret = cli_fail_error(&err, "%s", argv[i]);
                         continue;
                 }
-                /* DELETE answers 204 without a body, so --json prints nothing. */
+                /* DELETE answers 204 without a body (200 with the archived
+                 * sandbox when keeping snapshots); --json prints nothing. */
                 if (!cli->json)
                         printf("%s\n", argv[i]);
         }

@@ -432,9 +432,10 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
  * that claimed the sandbox meanwhile keeps its claim.
  */
 static void sandbox_merge(struct api_ctx *ctx, struct store_sandbox *sb, const json_t *node_sb) {
-        /* creating: the node may not know it yet; suspended: no node holds
-         * it; a verb in progress: its worker settles the row */
+        /* creating: the node may not know it yet; suspended, archived: no
+         * node holds it; a verb in progress: its worker settles the row */
         if (strcmp(sb->state, "creating") == 0 || strcmp(sb->state, "suspended") == 0 ||
+            strcmp(sb->state, "archived") == 0 ||
             (lifecycle_state_is_transitional(sb->state) && strcmp(sb->state, "recovering") != 0))
                 return;
         const char *state = "failed", *error = NULL;
@@ -563,7 +564,8 @@ static int delete_replay(struct api_ctx *ctx, const char *id, const char *key, s
         return r < 0 ? r : 1;
 }
 
-int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempotency_key, struct api_reply *ret) {
+int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempotency_key, bool keep_snapshots,
+                       struct api_reply *ret) {
         if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
                 return fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
                             API_IDEMPOTENCY_KEY_MAX);
@@ -602,7 +604,15 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
                         return r < 0 ? r : 0;
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
         }
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.delete", "id", id);
+        /* archive rather than delete only what has snapshots to keep */
+        if (keep_snapshots) {
+                struct store_snapshot *snaps = NULL;
+                size_t n_snaps = 0;
+                keep_snapshots = store_snapshot_list(ctx->store, id, 1, &snaps, &n_snaps) >= 0 && n_snaps > 0;
+                store_snapshot_array_free(snaps, n_snaps);
+        }
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:b}", "op", "sandbox.delete", "id", id,
+                                                        "keep_snapshots", keep_snapshots);
         api_operation_node_called(ctx->store, op_id, "deleting");
         bool claimed = scheduler_claim(id, SCHEDULER_CLAIM_WAIT_MS) >= 0; /* see job_main() */
         r = req ? node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err) : -ENOMEM;
@@ -626,6 +636,20 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
                         return operation_fail(ctx, op_id, r);
                 }
                 ctx->err[0] = 0;
+        }
+        if (keep_snapshots) {
+                /* the row and its snapshots stay; a rollback makes it again */
+                r = store_sandbox_update_state(ctx->store, id, "archived", NULL);
+                if (r < 0) {
+                        log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to archive sandbox: %m");
+                        return operation_fail(ctx, op_id, r);
+                }
+                api_operation_finish(ctx->store, op_id, 0, NULL, "{\"state\":\"archived\"}");
+                log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "archived sandbox %s, snapshots kept (operation %s)", id, op_id);
+                _cleanup_(store_sandbox_release) struct store_sandbox archived = { 0 };
+                if ((r = sandbox_lookup(ctx, id, &archived)) < 0)
+                        return r;
+                return reply_json(ret, MHD_HTTP_OK, sandbox_json(&archived));
         }
         r = store_sandbox_delete(ctx->store, id);
         if (r < 0 && r != -ENOENT) {

@@ -52,7 +52,10 @@ int api_pools_list(struct api_ctx *ctx, struct api_reply *ret);
 int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idempotency_key, struct api_reply *ret);
 int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret);
 int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
-int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempotency_key, struct api_reply *ret);
+/* keep_snapshots: the sandbox is archived instead (VM and disk gone, row
+ * and snapshots kept; a rollback makes it again). */
+int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempotency_key, bool keep_snapshots,
+                       struct api_reply *ret);
 int api_exec(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
 
 int api_session_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *body, struct api_reply *ret);

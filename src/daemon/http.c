@@ -530,7 +530,7 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 r = req->method == M_POST ? api_sandbox_create(&ctx, body, key, &rep) : api_sandbox_list(&ctx, &rep);
                 break;
         case R_SANDBOX:
-                r = req->method == M_DELETE ? api_sandbox_delete(&ctx, id, key, &rep)
+                r = req->method == M_DELETE ? api_sandbox_delete(&ctx, id, key, query_bool(conn, "keep_snapshots"), &rep)
                                             : api_sandbox_get(&ctx, id, &rep);
                 break;
         case R_EXEC:

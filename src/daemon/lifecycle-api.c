@@ -149,6 +149,8 @@ static void job_settle_after_failure(struct job *j, const char *why) {
                 /* a suspend that released the VM finished (its image
                  * landed); a wake that failed left it where it was */
                 state = "suspended";
+        } else if (r == -ENOENT && strcmp(j->from_state, "archived") == 0) {
+                state = "archived"; /* a rollback that could not make it again */
         } else if (r == -ENOENT) {
                 state = "failed";
                 error = "the node agent does not know this sandbox (lost in a node restart?)";

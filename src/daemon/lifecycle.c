@@ -10,7 +10,7 @@
 const char *const lifecycle_states[] = {
         "creating", "running", "pausing", "paused",   "resuming", "stopping",
         "stopped",  "starting", "deleting", "failed", "rolling_back", "recovering",
-        "suspending", "suspended", "waking", "forking", NULL,
+        "suspending", "suspended", "waking", "forking", "archived", NULL,
 };
 
 /* A state no API verb enters: the node recovers a sandbox whose VM died
@@ -20,7 +20,7 @@ static const char *const node_transitional[] = { "recovering", NULL };
 /* delete works from every settled state; while a verb runs it is refused
  * (the node serialises lifecycle changes of one sandbox: a delete racing a
  * start would tear down a VM the start is still booting). */
-static const char *const from_delete[] = { "running", "paused", "stopped", "failed", "suspended", NULL };
+static const char *const from_delete[] = { "running", "paused", "stopped", "failed", "suspended", "archived", NULL };
 static const char *const from_pause[] = { "running", NULL };
 static const char *const from_resume[] = { "paused", NULL };
 /* a paused VM can be stopped directly: its memory is thrown away either way */
@@ -29,7 +29,7 @@ static const char *const from_start[] = { "stopped", NULL };
 /* a paused VM is refused: its disk cannot be flushed while its vCPUs are
  * stopped, and a rollback that silently threw its memory away would
  * surprise (stop it first) */
-static const char *const from_rollback[] = { "running", "stopped", NULL };
+static const char *const from_rollback[] = { "running", "stopped", "archived", NULL };
 /* suspend and fork take a full snapshot: the VM must be in memory */
 static const char *const from_suspend[] = { "running", "paused", NULL };
 static const char *const from_wake[] = { "suspended", NULL };

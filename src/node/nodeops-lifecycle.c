@@ -115,10 +115,35 @@ int nodeops_sandbox_snapshot(struct node_conn *c, json_t *req) {
         return conn_reply_ok(c, json_pack("{s:o}", "snapshot", info));
 }
 
+/* A rollback of a sandbox this node only keeps the snapshots of (deleted
+ * with keep_snapshots): made again from the snapshot. 1 when it answered,
+ * 0 when there is no such sandbox here either. */
+static int rollback_archived(struct node_conn *c, json_t *req) {
+        const char *id = json_string_value(json_object_get(req, "id"));
+        const char *snap = json_string_value(json_object_get(req, "snapshot_id"));
+        if (!id || !name_is_valid(id) || !snap || !name_is_valid(snap))
+                return 0; /* snapshot_args() explains */
+        _cleanup_free_ char *err = NULL;
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        int r = sandbox_unarchive(id, snap, &s, &err);
+        if (r == -ENOENT)
+                return 0;
+        if (r == -ENXIO)
+                return conn_reply_error(c, -ENOENT, "not_found", "%s", err ? err : "no such snapshot");
+        if (r < 0)
+                return conn_reply_error(c, r, r == -ENOMEM ? "internal" : "guest", "rollback failed: %s",
+                                        err ? err : strerror(-r));
+        r = conn_reply_ok(c, json_pack("{s:o}", "sandbox", sandbox_json(s)));
+        return r < 0 ? r : 1;
+}
+
 int nodeops_sandbox_rollback(struct node_conn *c, json_t *req) {
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         const char *snap = NULL;
-        int r = snapshot_args(c, req, &s, &snap);
+        int r = rollback_archived(c, req);
+        if (r != 0)
+                return r < 0 ? r : 0;
+        r = snapshot_args(c, req, &s, &snap);
         if (r < 0)
                 return r;
         const char *state = NULL;

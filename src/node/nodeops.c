@@ -294,7 +294,7 @@ static int op_sandbox_delete(struct node_conn *c, json_t *req) {
         int r = field_name(c, req, "id", &id);
         if (r < 0)
                 return r;
-        r = sandbox_delete(id);
+        r = sandbox_delete(id, json_is_true(json_object_get(req, "keep_snapshots")));
         if (r == -ENOENT)
                 return conn_reply_error(c, r, "not_found", "no sandbox %s", id);
         if (r == -EBUSY)

@@ -55,6 +55,8 @@ void reg_remove(struct sandbox *s);
 /* Registers s (hidden while CREATING): -EEXIST when its id is taken,
  * -EUSERS at max_sandboxes, with *ret_error (may be NULL) saying so. */
 int reg_add(struct sandbox *s, char **ret_error);
+/* A new sandbox whose VM runs: RUNNING (visible to get/list) and recorded. */
+void sandbox_make_visible(struct sandbox *s);
 
 bool sandbox_state_is(struct sandbox *s, enum sandbox_state st);
 const char *state_name(enum sandbox_state st);
@@ -73,6 +75,8 @@ int post_command(struct sandbox *s, enum sandbox_cmd cmd, void *arg, int64_t wai
 void stop_claimed(struct sandbox *s, bool flush);
 int start_claimed(struct sandbox *s, char **ret_error);
 int sandbox_template(struct sandbox *s, char **ret_error);
+/* Creates the RAM file of a cold boot (memory_mib of s->tpl, sparse). */
+int ram_file_create(struct sandbox *s, const char *path, char **ret_error);
 void recover_schedule(struct sandbox *s, const char *reason);
 
 /* ---- sandbox-snapshot.c ---- */
@@ -80,9 +84,13 @@ void recover_schedule(struct sandbox *s, const char *reason);
 char *snapshot_path(struct sandbox *s, const char *snapshot_id);
 char *snapshot_state_path(struct sandbox *s, const char *snapshot_id);
 int clone_replace(struct sandbox *s, const char *src, const char *dst);
-/* A suspended sandbox's directory keeps only its snapshots and the marker
- * SUSPENDED_MARKER (no record): true for such a directory. */
-#define SUSPENDED_MARKER "suspended"
+/* A parked directory (a suspended or archived sandbox) keeps only its
+ * snapshots and this marker (template, env, execution; no record): true for
+ * such a directory. */
+#define PARKED_MARKER "parked.json"
 bool sandbox_dir_is_parked(const char *dir);
+/* Parks s's directory: only snapshots/ and the marker (template, env,
+ * execution as JSON) stay; without snapshots nothing stays. */
+int sandbox_park(struct sandbox *s);
 /* Removes the parked snapshots of suspended sandbox id (its delete). */
 int sandbox_parked_remove(const char *id);

@@ -189,6 +189,17 @@ static int retire_gc(struct sandbox *s) {
         return 0;
 }
 
+int ram_file_create(struct sandbox *s, const char *path, char **ret_error) {
+        /* the RAM file of a boot with share=on, as for a template */
+        _cleanup_close_ int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0 || ftruncate(fd, (off_t) s->tpl->memory_mib << 20) < 0) {
+                int r = negative_errno();
+                *ret_error = strdup_printf("cannot create the RAM file %s: %s", path, strerror(-r));
+                return r;
+        }
+        return 0;
+}
+
 /* The template of s, looked up once: a sandbox a node took over from an
  * earlier one has none until it needs to boot (the build may still run). */
 int sandbox_template(struct sandbox *s, char **ret_error) {
@@ -218,15 +229,8 @@ int start_claimed(struct sandbox *s, char **ret_error) {
                 err = strdup_printf("cannot create a run directory under %s/run: %s", scfg->data_dir, strerror(-r));
                 goto fail;
         }
-        if (!s->restore_state) {
-                /* the RAM file of a boot with share=on, as for a template */
-                _cleanup_close_ int fd = open(mem, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-                if (fd < 0 || ftruncate(fd, (off_t) s->tpl->memory_mib << 20) < 0) {
-                        r = negative_errno();
-                        err = strdup_printf("cannot create the RAM file %s: %s", mem, strerror(-r));
-                        goto fail;
-                }
-        }
+        if (!s->restore_state && (r = ram_file_create(s, mem, &err)) < 0)
+                goto fail;
         pthread_mutex_lock(&s->lock);
         r = retire_gc(s);
         s->cold_boot = true;

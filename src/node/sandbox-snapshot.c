@@ -32,7 +32,7 @@ static struct objstore *objstore;
  * else. A wake on this node finds them again; takeover leaves such a
  * directory alone; a delete removes it. */
 static char *marker_path(const char *dir) {
-        return strdup_printf("%s/" SUSPENDED_MARKER, dir);
+        return strdup_printf("%s/" PARKED_MARKER, dir);
 }
 
 bool sandbox_dir_is_parked(const char *dir) {
@@ -48,7 +48,7 @@ static int clear_but_snapshots(const char *dir) {
         int r = 0;
         for (struct dirent *de; (de = readdir(d));) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
-                    strcmp(de->d_name, "snapshots") == 0 || strcmp(de->d_name, SUSPENDED_MARKER) == 0)
+                    strcmp(de->d_name, "snapshots") == 0 || strcmp(de->d_name, PARKED_MARKER) == 0)
                         continue;
                 _cleanup_free_ char *p = strdup_printf("%s/%s", dir, de->d_name);
                 int k = p ? rm_rf(p) : -ENOMEM;
@@ -59,17 +59,25 @@ static int clear_but_snapshots(const char *dir) {
         return r;
 }
 
-/* After a suspend: keeps the snapshots (with the marker), or nothing. */
 static int snapshot_count(struct sandbox *s, size_t *ret);
 
-static int park_dir(struct sandbox *s) {
+int sandbox_park(struct sandbox *s) {
         size_t n = 0;
         _cleanup_free_ char *m = marker_path(s->dir);
         if (!m)
                 return -ENOMEM;
         if (snapshot_count(s, &n) < 0 || n == 0)
                 return rm_rf(s->dir);
-        int r = file_write_replace(m, "", 0, 0600);
+        /* what a sandbox made from them again needs */
+        pthread_mutex_lock(&s->lock);
+        json_t *o = json_pack("{s:s, s:O, s:I}", "template", s->template_name, "env", s->env, "execution",
+                              (json_int_t) s->execution);
+        pthread_mutex_unlock(&s->lock);
+        _cleanup_free_ char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        if (!text)
+                return -ENOMEM;
+        int r = file_write_atomic(m, text, strlen(text), 0600);
         if (r < 0)
                 return r;
         return clear_but_snapshots(s->dir);
@@ -143,13 +151,7 @@ static int restore_new(struct sandbox *s, char *state_path, char **ret_error) {
                 new_abort(s);
                 return r;
         }
-        pthread_mutex_lock(&reg_lock);
-        pthread_mutex_lock(&s->lock);
-        if (s->state == SANDBOX_CREATING)
-                s->state = SANDBOX_RUNNING;
-        pthread_mutex_unlock(&s->lock);
-        pthread_mutex_unlock(&reg_lock);
-        (void) record_save(s);
+        sandbox_make_visible(s);
         return 0;
 }
 
@@ -255,7 +257,7 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
         t_up = now_monotonic_ns();
 
         /* every node resource goes: VM, run dir, disk, record; its
-         * snapshots stay, parked (see park_dir()) */
+         * snapshots stay, parked (see sandbox_park()) */
         pthread_mutex_lock(&reg_lock);
         reg_remove(s);
         pthread_mutex_unlock(&reg_lock);
@@ -265,7 +267,7 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
         session_sandbox_deleted(s);
         stop_thread(s);
         rm_rf(s->run_dir);
-        r = park_dir(s);
+        r = sandbox_park(s);
         if (r < 0)
                 log_errno(LOG_LEVEL_WARN, r, s->ctx, "Failed to clean %s: %m", s->dir);
         life_end(s);
@@ -351,6 +353,78 @@ int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, 
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox woken from snapshot %s in %llu ms (download %llu ms, restore %llu ms)",
                  snapshot_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
                  (unsigned long long) ((t_down - t0) / 1000000ULL), (unsigned long long) s->restore_ms);
+        *ret = sandbox_ref(s);
+        return 0;
+}
+
+int sandbox_unarchive(const char *id, const char *snapshot_id, struct sandbox **ret, char **ret_error) {
+        _cleanup_free_ char *dir = strdup_printf("%s/%s", sdir, id);
+        _cleanup_free_ char *marker = dir ? marker_path(dir) : NULL, *text = NULL;
+        size_t len;
+        if (!marker)
+                return -ENOMEM;
+        int r = file_read_all(marker, 256 * 1024, &text, &len);
+        if (r < 0)
+                return r == -ENOENT ? -ENOENT : r;
+        _cleanup_(json_decrefp) json_t *meta = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
+        const char *tpl = json_string_value(json_object_get(meta, "template"));
+        json_t *env = json_object_get(meta, "env");
+        json_int_t exe = json_integer_value(json_object_get(meta, "execution"));
+        if (!tpl || !name_is_valid(tpl) || !json_is_object(env) || exe < 0 || exe >= UINT32_MAX) {
+                *ret_error = strdup_printf("the kept snapshots of %s have no valid record", id);
+                return -EBADMSG;
+        }
+        struct sandbox *s = NULL;
+        r = register_new(id, tpl, env, &s, ret_error);
+        if (r < 0)
+                return r;
+        s->execution = (unsigned) exe + 1;
+        _cleanup_free_ char *img = snapshot_path(s, snapshot_id), *state = snapshot_state_path(s, snapshot_id);
+        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
+        char *restore = strdup_printf("%s/restore.state", s->dir);
+        if (!img || !state || !rootfs || !restore) {
+                free(restore);
+                new_abort(s);
+                return -ENOMEM;
+        }
+        if (access(img, F_OK) < 0) {
+                *ret_error = strdup_printf("no snapshot %s of sandbox %s", snapshot_id, id);
+                free(restore);
+                new_abort(s);
+                return -ENXIO;
+        }
+        bool full = access(state, F_OK) == 0;
+        r = clone_replace(s, img, rootfs);
+        if (r >= 0 && full)
+                r = clone_replace(s, state, restore); /* restore_new() removes what it loaded */
+        if (r < 0) {
+                *ret_error = strdup_printf("cannot copy snapshot %s: %s", snapshot_id, strerror(-r));
+                free(restore);
+                new_abort(s);
+                return r;
+        }
+        if (full)
+                r = restore_new(s, restore, ret_error); /* takes restore */
+        else {
+                /* a disk snapshot boots, as a start does */
+                free(restore);
+                _cleanup_free_ char *mem = strdup_printf("%s/mem", s->dir);
+                r = mem ? sandbox_template(s, ret_error) : -ENOMEM;
+                if (r >= 0)
+                        r = ram_file_create(s, mem, ret_error);
+                s->cold_boot = true;
+                if (r >= 0)
+                        r = run_sandbox_thread(s, ret_error);
+                if (r < 0)
+                        new_abort(s);
+                else
+                        sandbox_make_visible(s);
+        }
+        if (r < 0)
+                return r;
+        (void) unlink(marker); /* its snapshots belong to a sandbox again */
+        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox made again from its kept %s snapshot %s", full ? "full" : "disk",
+                 snapshot_id);
         *ret = sandbox_ref(s);
         return 0;
 }

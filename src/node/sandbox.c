@@ -113,6 +113,17 @@ void reg_remove(struct sandbox *s) {
                 }
 }
 
+void sandbox_make_visible(struct sandbox *s) {
+        /* lock order: reg_lock, then s->lock */
+        pthread_mutex_lock(&reg_lock);
+        pthread_mutex_lock(&s->lock);
+        if (s->state == SANDBOX_CREATING)
+                s->state = SANDBOX_RUNNING;
+        pthread_mutex_unlock(&s->lock);
+        pthread_mutex_unlock(&reg_lock);
+        (void) record_save(s);
+}
+
 int reg_add(struct sandbox *s, char **ret_error) {
         pthread_mutex_lock(&reg_lock);
         int r = reg_find(s->id) ? -EEXIST : reg_n >= reg_cap ? -EUSERS : 0;
@@ -910,15 +921,7 @@ start_thread:
         r = run_sandbox_thread(s, &err);
         if (r < 0)
                 goto fail;
-        /* visible from now on (lock order: reg_lock, then s->lock) */
-        pthread_mutex_lock(&reg_lock);
-        pthread_mutex_lock(&s->lock);
-        if (s->state == SANDBOX_CREATING)
-                s->state = SANDBOX_RUNNING;
-        pthread_mutex_unlock(&s->lock);
-        pthread_mutex_unlock(&reg_lock);
-        (void) record_save(s);
-
+        sandbox_make_visible(s);
         *ret = sandbox_ref(s);
         return 0;
 
@@ -948,7 +951,7 @@ int sandbox_get(const char *id, struct sandbox **ret) {
 
 /* Deletes s, which the caller already took out of the registry (its
  * registry reference is now the caller's). */
-static void delete_removed(struct sandbox *s) {
+static void delete_removed(struct sandbox *s, bool keep_snapshots) {
         uint64_t t0 = now_monotonic_ns();
         pthread_mutex_lock(&s->lock);
         s->deleted = true;
@@ -956,15 +959,15 @@ static void delete_removed(struct sandbox *s) {
         session_sandbox_deleted(s);
         stop_thread(s);
         rm_rf(s->run_dir);
-        int r = rm_rf(s->dir);
+        int r = keep_snapshots ? sandbox_park(s) : rm_rf(s->dir);
         if (r < 0)
                 log_errno(LOG_LEVEL_WARN, r, s->ctx, "Failed to remove %s: %m", s->dir);
-        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox deleted in %llu ms",
+        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox deleted%s in %llu ms", keep_snapshots ? " (snapshots kept)" : "",
                  (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
         sandbox_unref(s);
 }
 
-int sandbox_delete(const char *id) {
+int sandbox_delete(const char *id, bool keep_snapshots) {
         pthread_mutex_lock(&reg_lock);
         struct sandbox *s = reg_find(id);
         int r = 0;
@@ -981,11 +984,11 @@ int sandbox_delete(const char *id) {
                         reg_remove(s);
         }
         pthread_mutex_unlock(&reg_lock);
-        if (r == -ENOENT && sandbox_parked_remove(id) >= 0)
+        if (r == -ENOENT && !keep_snapshots && sandbox_parked_remove(id) >= 0)
                 log_info("sandbox=%s removed the snapshots it kept while suspended", id);
         if (r < 0)
                 return r;
-        delete_removed(s);
+        delete_removed(s, keep_snapshots);
         return 0;
 }
 

@@ -129,8 +129,16 @@ void sandbox_unref(struct sandbox *s);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct sandbox *, sandbox_unref);
 
 /* Deletes: ends its sessions, destroys the VMM (killed and reaped), removes
- * its directory. -ENOENT when unknown, -EBUSY while it is being created. */
-int sandbox_delete(const char *id);
+ * its directory — or with keep_snapshots everything but its snapshots,
+ * which stay parked (sandbox_unarchive()). An unknown id whose snapshots
+ * are parked loses them. -ENOENT when unknown, -EBUSY while it is being
+ * created. */
+int sandbox_delete(const char *id, bool keep_snapshots);
+/* Makes archived sandbox id (deleted with keep_snapshots) again from one of
+ * its kept snapshots: a full one resumes at its instant, a disk one boots;
+ * a new execution. -ENOENT when nothing of id is kept, -ENXIO when that
+ * snapshot is not. */
+int sandbox_unarchive(const char *id, const char *snapshot_id, struct sandbox **ret, char **ret_error);
 
 /* Clean node shutdown: every VM is stopped (the guest flushes its disks
  * first); directories and records stay, so the next node recovers them. */

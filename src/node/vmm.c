@@ -808,6 +808,18 @@ static int save_state(struct vmm *v, int fd) {
         return wait_migration(v, "save");
 }
 
+/* Ends writing a state file QEMU streamed into fd (our fd shares the file
+ * description QEMU wrote through): after a save that returned r >= 0 it is
+ * synced and renamed from tmp to path; otherwise, or when that fails, tmp
+ * is removed. Returns r or the failure. */
+static int state_file_finish(struct vmm *v, int fd, const char *tmp, const char *path, int r) {
+        if (r >= 0 && (fsync(fd) < 0 || rename(tmp, path) < 0))
+                r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "failed to store %s: %m", path);
+        if (r < 0)
+                (void) unlink(tmp);
+        return r;
+}
+
 /* Live full snapshots: fast enough that the precopy converges under TCG
  * dirtying, and a stop short enough to be a pause, not an outage. */
 #define SNAPSHOT_BANDWIDTH (8ULL << 30) /* bytes/s: a local file, not a network */
@@ -868,12 +880,9 @@ int vmm_snapshot(struct vmm *v, const char *state_path, bool leave_paused, int (
                 t_run = now_monotonic_ns();
         }
         /* durability off the pause path */
-        if (r >= 0 && (fsync(fd) < 0 || rename(tmp, state_path) < 0))
-                r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "failed to store %s: %m", state_path);
-        if (r < 0) {
-                (void) unlink(tmp);
+        r = state_file_finish(v, fd, tmp, state_path, r);
+        if (r < 0)
                 return r;
-        }
         struct stat st = { 0 };
         (void) fstat(fd, &st);
         /* stopped before the migration (TCG): the whole save was downtime */
@@ -912,14 +921,9 @@ int vmm_save(struct vmm *v, const char *state_path) {
         if (fd < 0)
                 return log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "failed to create %s: %m", tmp);
 
-        int r = save_state(v, fd);
-        /* Our fd shares the file description QEMU wrote through. */
-        if (r >= 0 && (fsync(fd) < 0 || rename(tmp, state_path) < 0))
-                r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "failed to store %s: %m", state_path);
-        if (r < 0) {
-                (void) unlink(tmp);
+        int r = state_file_finish(v, fd, tmp, state_path, save_state(v, fd));
+        if (r < 0)
                 return r;
-        }
         struct stat st = { 0 };
         (void) fstat(fd, &st);
         log_emit(LOG_LEVEL_INFO, v->log_ctx, "vm state saved path=%s bytes=%lld ms=%llu", state_path,

@@ -1,6 +1,7 @@
 """Full snapshots, rollback to a running point, fork, suspend and wake:
 memory, processes and disk come back exactly as they were."""
 
+import json
 import os
 import signal
 import time
@@ -210,7 +211,7 @@ def test_snapshots_survive_suspend_and_wake(airlock):
     assert qemu_pids(sid) == []
     # only the snapshots stay on the node
     left = os.listdir(os.path.join(a.data_dir, "sandboxes", sid))
-    assert sorted(left) == ["snapshots", "suspended"]
+    assert sorted(left) == ["parked.json", "snapshots"]
     assert verb(a, sid, "wake")["state"] == "succeeded"
     assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "second\n"
     assert verb(a, sid, "rollback", {"snapshot": full})["state"] == "succeeded"
@@ -221,3 +222,34 @@ def test_snapshots_survive_suspend_and_wake(airlock):
     assert verb(a, sid, "suspend")["state"] == "succeeded"
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
     assert not os.path.exists(os.path.join(a.data_dir, "sandboxes", sid))
+
+
+def test_delete_keeping_snapshots_archives(airlock):
+    a = airlock
+    sid = a.create("minimal")["id"]
+    a.exec(sid, ["sh", "-c", "echo one > /root/f; sync"])
+    disk = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "disk"}, expect=201)["id"]
+    a.exec(sid, ["sh", "-c", "echo two > /root/f"])
+    full = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"}, expect=201)["id"]
+
+    status, _, body = a.request("DELETE", f"/v1/sandboxes/{sid}?keep_snapshots=true")
+    assert status == 200 and json.loads(body)["state"] == "archived"
+    assert qemu_pids(sid) == []
+    assert sorted(os.listdir(os.path.join(a.data_dir, "sandboxes", sid))) == ["parked.json", "snapshots"]
+    status, _, body = a.request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]})
+    assert status == 409 and b"archived" in body
+    assert {s["id"] for s in a.api("GET", f"/v1/sandboxes/{sid}/snapshots")["snapshots"]} == {disk, full}
+
+    # a rollback makes it again: a full snapshot resumes, a disk one boots
+    assert verb(a, sid, "rollback", {"snapshot": full})["state"] == "succeeded"
+    assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "two\n"
+    assert a.exec(sid, ["hostname"])["stdout"].strip() == sid
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}?keep_snapshots=true")[0] == 200
+    assert verb(a, sid, "rollback", {"snapshot": disk})["state"] == "succeeded"
+    assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "one\n"
+
+    # a plain delete of an archived sandbox removes what it kept
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}?keep_snapshots=true")[0] == 200
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+    assert not os.path.exists(os.path.join(a.data_dir, "sandboxes", sid))
+    assert a.request("GET", f"/v1/sandboxes/{sid}")[0] == 404
