@@ -298,7 +298,7 @@ static void test_malformed(void **state) {
         nul[5] = 0;
         assert_int_equal(cap_parse_verify(f->node, nul, n, NOW, &got), -EINVAL);
 
-        /* the signature's last character carries 2 padding bits: a
+        /* the signature's last character carries 4 padding bits: a
          * non-canonical encoding of the same bytes is refused */
         _cleanup_free_ char *bits = strdup(t);
         char *last = &bits[n - 1];
