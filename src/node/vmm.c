@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -307,6 +309,11 @@ static int build_argv(const struct vmm_config *c, const struct vmm *v, bool inco
             (r = argv_add(a, "-nodefaults")) < 0 || (r = argv_add(a, "-no-user-config")) < 0 ||
             (r = argv_add(a, "-display")) < 0 || (r = argv_add(a, "none")) < 0 ||
             (r = argv_add(a, "-no-reboot")) < 0 ||
+            /* QEMU's own seccomp filter, every deny option: no exec or
+             * fork, no privilege changes, no obsolete syscalls, no
+             * scheduler or resource tuning */
+            (r = argv_add(a, "-sandbox")) < 0 ||
+            (r = argv_add(a, "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny")) < 0 ||
             (r = argv_add(a, "-object")) < 0 ||
             (r = c->mem_anonymous ? argv_addf(a, "memory-backend-ram,id=mem,size=%uM", c->memory_mib)
                                   : argv_addf(a, "memory-backend-file,id=mem,size=%uM,mem-path=%s,share=%s",
@@ -389,6 +396,11 @@ static int spawn_fork(char *const *argv, int log_fd, int null_fd, pid_t *ret_pid
                  * that crashed or restarted, and the next node adopts it
                  * (vmm_adopt); the node decides when a VM dies. */
                 setsid();
+                /* nothing it execs (it may exec nothing: -sandbox) gains
+                 * privileges; no core dumps of guest memory */
+                if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+                    setrlimit(RLIMIT_CORE, &(struct rlimit){ 0, 0 }) < 0)
+                        _exit(127);
                 if (dup2(null_fd, STDIN_FILENO) < 0 || dup2(log_fd, STDOUT_FILENO) < 0 ||
                     dup2(log_fd, STDERR_FILENO) < 0)
                         _exit(127);
