@@ -42,37 +42,48 @@ enum stmt_id {
         STMT_SNAP_GET,
         STMT_SNAP_LIST,
         STMT_SNAP_DELETE,
+        STMT_SANDBOX_LIST_TENANT,
+        STMT_KEY_CREATE,
+        STMT_KEY_LIST,
+        STMT_KEY_DELETE,
+        STMT_TENANT_INSERT,
+        STMT_TENANT_GET,
+        STMT_TENANT_LIST,
+        STMT_TENANT_DELETE,
         _STMT_MAX,
 };
 
 static const char *const stmt_sql[_STMT_MAX] = {
         [STMT_SANDBOX_INSERT] = "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, "
-                                "created_at, updated_at, desired_state, snapshot_policy, idle_timeout_s) "
-                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                                "created_at, updated_at, desired_state, snapshot_policy, idle_timeout_s, tenant_id) "
+                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         [STMT_SANDBOX_GET] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
-                             "desired_state, snapshot_policy, idle_timeout_s FROM sandboxes WHERE id = ?1",
+                             "desired_state, snapshot_policy, idle_timeout_s, tenant_id FROM sandboxes WHERE id = ?1",
         [STMT_SANDBOX_LIST] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
-                              "desired_state, snapshot_policy, idle_timeout_s FROM sandboxes ORDER BY created_at, id "
-                              "LIMIT ?1",
+                              "desired_state, snapshot_policy, idle_timeout_s, tenant_id FROM sandboxes "
+                              "ORDER BY created_at, id LIMIT ?1",
         [STMT_SANDBOX_UPDATE] = "UPDATE sandboxes SET state = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
         [STMT_SANDBOX_DELETE] = "DELETE FROM sandboxes WHERE id = ?1",
         [STMT_SESSION_INSERT] = "INSERT INTO sessions (id, sandbox_id, cmd, pty, token_hash, created_at) "
                                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         [STMT_SESSION_GET] = "SELECT id, sandbox_id, cmd, pty, token_hash, created_at FROM sessions WHERE id = ?1",
         [STMT_SESSION_DELETE] = "DELETE FROM sessions WHERE id = ?1",
-        [STMT_KEY_UPSERT] = "INSERT INTO api_keys (name, hash, created_at) VALUES (?1, ?2, ?3) "
+        [STMT_KEY_UPSERT] = "INSERT INTO api_keys (name, hash, created_at, id) "
+                            "VALUES (?1, ?2, ?3, 'key-' || lower(hex(randomblob(8)))) "
                             "ON CONFLICT(name) DO UPDATE SET hash = excluded.hash, created_at = excluded.created_at",
-        [STMT_KEY_ALL] = "SELECT hash FROM api_keys",
+        [STMT_KEY_ALL] = "SELECT hash, tenant_id FROM api_keys",
         [STMT_VERSION] = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
         [STMT_SANDBOX_TRANSITION] = "UPDATE sandboxes SET state = ?3, desired_state = COALESCE(?4, desired_state), "
                                     "error = NULL, updated_at = ?5 WHERE id = ?1 AND state = ?2",
         [STMT_OP_INSERT] = "INSERT INTO operations (id, sandbox_id, verb, state, error, result, idempotency_key, "
-                           "created_at, request_hash, stage, progress) "
-                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                           "created_at, request_hash, stage, progress, tenant_id) "
+                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
+                           "COALESCE(?12, (SELECT tenant_id FROM sandboxes WHERE id = ?2)))",
         [STMT_OP_GET] = "SELECT id, sandbox_id, verb, state, error, result, idempotency_key, created_at, "
-                        "finished_at, request_hash, stage, progress FROM operations WHERE id = ?1",
+                        "finished_at, request_hash, stage, progress, tenant_id FROM operations WHERE id = ?1",
         [STMT_OP_BY_KEY] = "SELECT id, sandbox_id, verb, state, error, result, idempotency_key, created_at, "
-                           "finished_at, request_hash, stage, progress FROM operations WHERE idempotency_key = ?1",
+                           "finished_at, request_hash, stage, progress, tenant_id FROM operations "
+                           "WHERE idempotency_key = ?1",
         [STMT_OP_UPDATE] = "UPDATE operations SET state = ?2, error = ?3, result = ?4, "
                            "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END, "
                            "progress = CASE WHEN ?2 = 'succeeded' THEN 100 ELSE progress END, "
@@ -87,6 +98,25 @@ static const char *const stmt_sql[_STMT_MAX] = {
         [STMT_SNAP_LIST] = "SELECT id, sandbox_id, kind, size, created_at, pinned FROM snapshots WHERE sandbox_id = ?1 "
                            "ORDER BY created_at DESC, id DESC LIMIT ?2",
         [STMT_SNAP_DELETE] = "DELETE FROM snapshots WHERE id = ?1",
+        [STMT_SANDBOX_LIST_TENANT] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
+                                     "desired_state, snapshot_policy, idle_timeout_s, tenant_id FROM sandboxes "
+                                     "WHERE tenant_id = ?1 ORDER BY created_at, id LIMIT ?2",
+        /* the limit is part of the statement, so two racing creates cannot
+         * both pass it; no row inserted means "over the limit" */
+        [STMT_KEY_CREATE] = "INSERT INTO api_keys (name, hash, created_at, id, tenant_id, label) "
+                            "SELECT ?1, ?2, ?3, ?1, ?4, ?5 "
+                            "WHERE (SELECT COUNT(*) FROM api_keys WHERE tenant_id IS ?4) < ?6",
+        [STMT_KEY_LIST] = "SELECT id, tenant_id, label, created_at FROM api_keys WHERE tenant_id = ?1 "
+                          "ORDER BY created_at, id LIMIT ?2",
+        [STMT_KEY_DELETE] = "DELETE FROM api_keys WHERE id = ?1 AND tenant_id IS NOT NULL",
+        [STMT_TENANT_INSERT] = "INSERT INTO tenants (id, name, created_at) SELECT ?1, ?2, ?3 "
+                               "WHERE (SELECT COUNT(*) FROM tenants) < ?4",
+        [STMT_TENANT_GET] = "SELECT id, name, created_at FROM tenants WHERE id = ?1",
+        [STMT_TENANT_LIST] = "SELECT id, name, created_at FROM tenants ORDER BY created_at, id LIMIT ?1",
+        /* the foreign key of sandboxes.tenant_id has no cascade: a tenant
+         * that still owns sandboxes is kept, whatever the race */
+        [STMT_TENANT_DELETE] = "DELETE FROM tenants WHERE id = ?1 "
+                               "AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE tenant_id = ?1)",
 };
 
 struct store_sqlite {
@@ -336,6 +366,7 @@ static int sqlite_sandbox_insert(struct store *s, const struct store_sandbox *sb
                 sqlite3_bind_int64(st, 11, sb->idle_timeout_s);
         else
                 sqlite3_bind_null(st, 11);
+        bind_text(st, 12, sb->tenant_id);
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
@@ -348,7 +379,8 @@ static int read_sandbox_row(sqlite3_stmt *st, struct store_sandbox *ret) {
         if ((r = column_strdup(st, 0, &sb.id)) < 0 || (r = column_strdup(st, 1, &sb.template_name)) < 0 ||
             (r = column_strdup(st, 2, &sb.state)) < 0 || (r = column_strdup(st, 3, &sb.error)) < 0 ||
             (r = column_strdup(st, 4, &sb.metadata)) < 0 || (r = column_strdup(st, 5, &sb.env_keys)) < 0 ||
-            (r = column_strdup(st, 8, &sb.desired_state)) < 0 || (r = column_strdup(st, 9, &sb.snapshot_policy)) < 0)
+            (r = column_strdup(st, 8, &sb.desired_state)) < 0 || (r = column_strdup(st, 9, &sb.snapshot_policy)) < 0 ||
+            (r = column_strdup(st, 11, &sb.tenant_id)) < 0)
                 return r;
         if (!sb.id || !sb.template_name || !sb.state || !sb.metadata || !sb.env_keys)
                 return -EBADMSG;
@@ -410,13 +442,22 @@ static int sqlite_sandbox_get(struct store *s, const char *id, struct store_sand
         return r;
 }
 
-static int sqlite_sandbox_list(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n) {
+/* Lists sandboxes: every one (tenant_id NULL) or one tenant's. */
+static int sandbox_list_common(struct store *s, const char *tenant_id, size_t max, struct store_sandbox **ret,
+                               size_t *ret_n) {
         struct store_sqlite *q = to_sqlite(s);
         struct store_sandbox *a = NULL;
         size_t n = 0;
         int r = 0;
-        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_LIST);
-        sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
+        sqlite3_stmt *st;
+        if (tenant_id) {
+                st = stmt_begin(q, STMT_SANDBOX_LIST_TENANT);
+                bind_text(st, 1, tenant_id);
+                sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
+        } else {
+                st = stmt_begin(q, STMT_SANDBOX_LIST);
+                sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
+        }
         r = collect_rows(q, st, sizeof *a, read_sandbox_row_any, (void **) &a, &n);
         stmt_end(q, st);
         if (r < 0) {
@@ -426,6 +467,15 @@ static int sqlite_sandbox_list(struct store *s, size_t max, struct store_sandbox
         *ret = a;
         *ret_n = n;
         return 0;
+}
+
+static int sqlite_sandbox_list(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n) {
+        return sandbox_list_common(s, NULL, max, ret, ret_n);
+}
+
+static int sqlite_sandbox_list_tenant(struct store *s, const char *tenant_id, size_t max, struct store_sandbox **ret,
+                                      size_t *ret_n) {
+        return sandbox_list_common(s, tenant_id, max, ret, ret_n);
 }
 
 /* Runs a one-row UPDATE/DELETE; -ENOENT when it touched nothing. */
@@ -485,6 +535,7 @@ static int sqlite_operation_insert(struct store *s, const struct store_operation
         bind_text(st, 9, op->request_hash);
         bind_text(st, 10, op->stage);
         sqlite3_bind_int(st, 11, op->progress);
+        bind_text(st, 12, op->tenant_id);
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
@@ -506,7 +557,8 @@ static int operation_select(struct store *s, enum stmt_id id, const char *arg, s
                  (r = column_strdup(st, 2, &op.verb)) >= 0 && (r = column_strdup(st, 3, &op.state)) >= 0 &&
                  (r = column_strdup(st, 4, &op.error)) >= 0 && (r = column_strdup(st, 5, &op.result)) >= 0 &&
                  (r = column_strdup(st, 6, &op.idempotency_key)) >= 0 &&
-                 (r = column_strdup(st, 9, &op.request_hash)) >= 0 && (r = column_strdup(st, 10, &op.stage)) >= 0) {
+                 (r = column_strdup(st, 9, &op.request_hash)) >= 0 && (r = column_strdup(st, 10, &op.stage)) >= 0 &&
+                 (r = column_strdup(st, 12, &op.tenant_id)) >= 0) {
                 if (!op.id || !op.sandbox_id || !op.verb || !op.state)
                         r = -EBADMSG;
                 op.created_at = sqlite3_column_int64(st, 7);
@@ -707,8 +759,9 @@ static int sqlite_api_key_insert(struct store *s, const char *name, const uint8_
         return r;
 }
 
-static int sqlite_api_key_check(struct store *s, const uint8_t hash[STORE_HASH_SIZE]) {
+static int sqlite_api_key_lookup(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_tenant_id) {
         struct store_sqlite *q = to_sqlite(s);
+        _cleanup_free_ char *tenant_id = NULL;
         bool found = false;
         int r = 0;
         sqlite3_stmt *st = stmt_begin(q, STMT_KEY_ALL);
@@ -721,13 +774,157 @@ static int sqlite_api_key_check(struct store *s, const uint8_t hash[STORE_HASH_S
                         break;
                 }
                 const void *h = sqlite3_column_blob(st, 0);
-                if (h && sqlite3_column_bytes(st, 0) == STORE_HASH_SIZE)
-                        found |= sodium_memcmp(h, hash, STORE_HASH_SIZE) == 0; /* no early exit */
+                /* no early exit: every row is compared */
+                bool match = h && sqlite3_column_bytes(st, 0) == STORE_HASH_SIZE &&
+                             sodium_memcmp(h, hash, STORE_HASH_SIZE) == 0;
+                if (match && !found) {
+                        found = true;
+                        r = column_strdup(st, 1, &tenant_id);
+                        if (r < 0)
+                                break;
+                }
         }
         stmt_end(q, st);
         if (r < 0)
                 return r;
-        return found ? 0 : -EACCES;
+        if (!found)
+                return -EACCES;
+        *ret_tenant_id = TAKE_PTR(tenant_id);
+        return 0;
+}
+
+static int sqlite_api_key_create(struct store *s, const char *id, const char *tenant_id, const char *name,
+                                 const uint8_t hash[STORE_HASH_SIZE], size_t max) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_KEY_CREATE);
+        bind_text(st, 1, id);
+        sqlite3_bind_blob(st, 2, hash, STORE_HASH_SIZE, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, now_ms());
+        bind_text(st, 4, tenant_id);
+        bind_text(st, 5, name);
+        sqlite3_bind_int64(st, 6, (sqlite3_int64) MIN(max, (size_t) INT64_MAX));
+        int r = step_done(q, st); /* -ENOENT: the tenant's foreign key */
+        if (r >= 0 && sqlite3_changes(q->db) == 0)
+                r = -EDQUOT;
+        stmt_end(q, st);
+        return r;
+}
+
+static int read_api_key_row(sqlite3_stmt *st, void *ret) {
+        _cleanup_(store_api_key_release) struct store_api_key k = { 0 };
+        int r;
+        if ((r = column_strdup(st, 0, &k.id)) < 0 || (r = column_strdup(st, 1, &k.tenant_id)) < 0 ||
+            (r = column_strdup(st, 2, &k.name)) < 0)
+                return r;
+        if (!k.id)
+                return -EBADMSG;
+        k.created_at = sqlite3_column_int64(st, 3);
+        *(struct store_api_key *) ret = k;
+        k = (struct store_api_key){ 0 };
+        return 0;
+}
+
+static int sqlite_api_key_list(struct store *s, const char *tenant_id, size_t max, struct store_api_key **ret,
+                               size_t *ret_n) {
+        struct store_sqlite *q = to_sqlite(s);
+        struct store_api_key *a = NULL;
+        size_t n = 0;
+        sqlite3_stmt *st = stmt_begin(q, STMT_KEY_LIST);
+        bind_text(st, 1, tenant_id);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
+        int r = collect_rows(q, st, sizeof *a, read_api_key_row, (void **) &a, &n);
+        stmt_end(q, st);
+        if (r < 0) {
+                store_api_key_array_free(a, n);
+                return r;
+        }
+        *ret = a;
+        *ret_n = n;
+        return 0;
+}
+
+static int sqlite_api_key_delete(struct store *s, const char *id) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_KEY_DELETE);
+        bind_text(st, 1, id);
+        int r = step_one_change(q, st);
+        stmt_end(q, st);
+        return r;
+}
+
+static int sqlite_tenant_insert(struct store *s, const struct store_tenant *t, size_t max) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_INSERT);
+        bind_text(st, 1, t->id);
+        bind_text(st, 2, t->name);
+        sqlite3_bind_int64(st, 3, t->created_at ? t->created_at : now_ms());
+        sqlite3_bind_int64(st, 4, (sqlite3_int64) MIN(max, (size_t) INT64_MAX));
+        int r = step_done(q, st);
+        if (r >= 0 && sqlite3_changes(q->db) == 0)
+                r = -EDQUOT;
+        stmt_end(q, st);
+        return r;
+}
+
+static int read_tenant_row(sqlite3_stmt *st, void *ret) {
+        _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
+        int r;
+        if ((r = column_strdup(st, 0, &t.id)) < 0 || (r = column_strdup(st, 1, &t.name)) < 0)
+                return r;
+        if (!t.id || !t.name)
+                return -EBADMSG;
+        t.created_at = sqlite3_column_int64(st, 2);
+        *(struct store_tenant *) ret = t;
+        t = (struct store_tenant){ 0 };
+        return 0;
+}
+
+static int sqlite_tenant_get(struct store *s, const char *id, struct store_tenant *ret) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_GET);
+        bind_text(st, 1, id);
+        int rc = sqlite3_step(st);
+        int r;
+        if (rc == SQLITE_ROW)
+                r = read_tenant_row(st, ret);
+        else if (rc == SQLITE_DONE)
+                r = -ENOENT;
+        else
+                r = sqlite_to_errno(q->db, rc);
+        stmt_end(q, st);
+        return r;
+}
+
+static int sqlite_tenant_list(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n) {
+        struct store_sqlite *q = to_sqlite(s);
+        struct store_tenant *a = NULL;
+        size_t n = 0;
+        sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_LIST);
+        sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
+        int r = collect_rows(q, st, sizeof *a, read_tenant_row, (void **) &a, &n);
+        stmt_end(q, st);
+        if (r < 0) {
+                store_tenant_array_free(a, n);
+                return r;
+        }
+        *ret = a;
+        *ret_n = n;
+        return 0;
+}
+
+static int sqlite_tenant_delete(struct store *s, const char *id) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_DELETE);
+        bind_text(st, 1, id);
+        int r = step_one_change(q, st);
+        stmt_end(q, st);
+        if (r != -ENOENT)
+                return r;
+        /* nothing deleted: unknown, or it still owns sandboxes */
+        struct store_tenant t = { 0 };
+        r = sqlite_tenant_get(s, id, &t);
+        store_tenant_release(&t);
+        return r < 0 ? r : -EBUSY;
 }
 
 const struct store_ops store_sqlite_ops = {
@@ -738,6 +935,7 @@ const struct store_ops store_sqlite_ops = {
         .sandbox_insert = sqlite_sandbox_insert,
         .sandbox_get = sqlite_sandbox_get,
         .sandbox_list = sqlite_sandbox_list,
+        .sandbox_list_tenant = sqlite_sandbox_list_tenant,
         .sandbox_update_state = sqlite_sandbox_update_state,
         .sandbox_delete = sqlite_sandbox_delete,
         .sandbox_transition = sqlite_sandbox_transition,
@@ -755,5 +953,12 @@ const struct store_ops store_sqlite_ops = {
         .session_get = sqlite_session_get,
         .session_delete = sqlite_session_delete,
         .api_key_insert = sqlite_api_key_insert,
-        .api_key_check = sqlite_api_key_check,
+        .api_key_lookup = sqlite_api_key_lookup,
+        .api_key_create = sqlite_api_key_create,
+        .api_key_list = sqlite_api_key_list,
+        .api_key_delete = sqlite_api_key_delete,
+        .tenant_insert = sqlite_tenant_insert,
+        .tenant_get = sqlite_tenant_get,
+        .tenant_list = sqlite_tenant_list,
+        .tenant_delete = sqlite_tenant_delete,
 };

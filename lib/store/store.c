@@ -56,6 +56,13 @@ int store_sandbox_list(struct store *s, size_t max, struct store_sandbox **ret, 
         return s->ops->sandbox_list(s, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
 }
 
+int store_sandbox_list_tenant(struct store *s, const char *tenant_id, size_t max, struct store_sandbox **ret,
+                              size_t *ret_n) {
+        if (!tenant_id)
+                return -EINVAL;
+        return s->ops->sandbox_list_tenant(s, tenant_id, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
 int store_sandbox_update_state(struct store *s, const char *id, const char *state, const char *error) {
         if (!id || !state)
                 return -EINVAL;
@@ -72,6 +79,7 @@ void store_sandbox_release(struct store_sandbox *sb) {
         if (!sb)
                 return;
         free(sb->id);
+        free(sb->tenant_id);
         free(sb->template_name);
         free(sb->state);
         free(sb->desired_state);
@@ -124,9 +132,84 @@ int store_api_key_insert(struct store *s, const char *name, const uint8_t hash[S
 }
 
 int store_api_key_check(struct store *s, const uint8_t hash[STORE_HASH_SIZE]) {
-        if (!hash)
+        _cleanup_free_ char *tenant_id = NULL;
+        return store_api_key_lookup(s, hash, &tenant_id);
+}
+
+int store_api_key_lookup(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_tenant_id) {
+        if (!hash || !ret_tenant_id)
                 return -EINVAL;
-        return s->ops->api_key_check(s, hash);
+        return s->ops->api_key_lookup(s, hash, ret_tenant_id);
+}
+
+int store_api_key_create(struct store *s, const char *id, const char *tenant_id, const char *name,
+                         const uint8_t hash[STORE_HASH_SIZE], size_t max) {
+        if (!id || !*id || !hash)
+                return -EINVAL;
+        return s->ops->api_key_create(s, id, tenant_id, name, hash, max);
+}
+
+int store_api_key_list(struct store *s, const char *tenant_id, size_t max, struct store_api_key **ret, size_t *ret_n) {
+        if (!tenant_id)
+                return -EINVAL;
+        return s->ops->api_key_list(s, tenant_id, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
+int store_api_key_delete(struct store *s, const char *id) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->api_key_delete(s, id);
+}
+
+void store_api_key_release(struct store_api_key *k) {
+        if (!k)
+                return;
+        free(k->id);
+        free(k->tenant_id);
+        free(k->name);
+        *k = (struct store_api_key){ 0 };
+}
+
+void store_api_key_array_free(struct store_api_key *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                store_api_key_release(&a[i]);
+        free(a);
+}
+
+int store_tenant_insert(struct store *s, const struct store_tenant *t, size_t max) {
+        if (!t || !t->id || !t->name)
+                return -EINVAL;
+        return s->ops->tenant_insert(s, t, max);
+}
+
+int store_tenant_get(struct store *s, const char *id, struct store_tenant *ret) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->tenant_get(s, id, ret);
+}
+
+int store_tenant_list(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n) {
+        return s->ops->tenant_list(s, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
+int store_tenant_delete(struct store *s, const char *id) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->tenant_delete(s, id);
+}
+
+void store_tenant_release(struct store_tenant *t) {
+        if (!t)
+                return;
+        free(t->id);
+        free(t->name);
+        *t = (struct store_tenant){ 0 };
+}
+
+void store_tenant_array_free(struct store_tenant *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                store_tenant_release(&a[i]);
+        free(a);
 }
 
 int store_sandbox_transition(struct store *s, const char *id, const char *from, const char *to, const char *desired) {
@@ -180,6 +263,7 @@ void store_operation_release(struct store_operation *op) {
                 return;
         free(op->id);
         free(op->sandbox_id);
+        free(op->tenant_id);
         free(op->verb);
         free(op->state);
         free(op->error);

@@ -2,8 +2,8 @@
 #pragma once
 
 /*
- * The control plane's durable state: sandboxes, command sessions and API
- * keys. One interface, several backends behind `struct store_ops` (SQLite
+ * The control plane's durable state: sandboxes, command sessions, tenants
+ * and API keys. One interface, several backends behind `struct store_ops` (SQLite
  * today; PostgreSQL fits the same table), picked by the scheme of the URL
  * given to store_open() ("sqlite:/var/lib/airlock/airlock.db").
  *
@@ -34,6 +34,7 @@ struct store;
 /* One sandbox row: the desired state the control plane keeps. */
 struct store_sandbox {
         char *id;            /* "sbx-" + 16 hex */
+        char *tenant_id;     /* owning tenant, or NULL: admin-owned */
         char *template_name; /* template the sandbox was created from */
         char *state;         /* observed: a state of src/daemon/lifecycle.c's table */
         char *desired_state; /* what the last lifecycle verb asked for, or NULL */
@@ -63,6 +64,7 @@ struct store_session {
 struct store_operation {
         char *id;              /* "op-" + 16 hex */
         char *sandbox_id;      /* no foreign key: the record outlives a deleted sandbox */
+        char *tenant_id;       /* the sandbox's tenant (NULL on insert: taken from the sandbox row) */
         char *verb;            /* "pause" */
         char *state;           /* "pending", "running", "succeeded", "failed" */
         char *error;           /* JSON object text {"code","message"} when failed, else NULL */
@@ -85,6 +87,21 @@ struct store_snapshot {
         bool pinned;        /* taken on demand: retention never deletes it (false: by the scheduler) */
 };
 
+/* One tenant: the owner of sandboxes and of API keys scoped to them. */
+struct store_tenant {
+        char *id;           /* "ten-" + 16 hex */
+        char *name;         /* unique */
+        int64_t created_at; /* Unix time, milliseconds */
+};
+
+/* One API key as listed: never its hash, let alone the key itself. */
+struct store_api_key {
+        char *id;           /* "key-" + 16 hex */
+        char *tenant_id;    /* NULL: admin scope */
+        char *name;         /* what it was called when made, or NULL */
+        int64_t created_at; /* Unix time, milliseconds */
+};
+
 /* The backend interface. Backends embed `struct store` as their first
  * member and point its ops at a static table of these functions. */
 struct store_ops {
@@ -96,6 +113,8 @@ struct store_ops {
         int (*sandbox_insert)(struct store *s, const struct store_sandbox *sb);
         int (*sandbox_get)(struct store *s, const char *id, struct store_sandbox *ret);
         int (*sandbox_list)(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n);
+        int (*sandbox_list_tenant)(struct store *s, const char *tenant_id, size_t max, struct store_sandbox **ret,
+                                   size_t *ret_n);
         int (*sandbox_update_state)(struct store *s, const char *id, const char *state, const char *error);
         int (*sandbox_delete)(struct store *s, const char *id);
         int (*sandbox_transition)(struct store *s, const char *id, const char *from, const char *to,
@@ -120,7 +139,17 @@ struct store_ops {
         int (*session_delete)(struct store *s, const char *id);
 
         int (*api_key_insert)(struct store *s, const char *name, const uint8_t hash[STORE_HASH_SIZE]);
-        int (*api_key_check)(struct store *s, const uint8_t hash[STORE_HASH_SIZE]);
+        int (*api_key_lookup)(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_tenant_id);
+        int (*api_key_create)(struct store *s, const char *id, const char *tenant_id, const char *name,
+                              const uint8_t hash[STORE_HASH_SIZE], size_t max);
+        int (*api_key_list)(struct store *s, const char *tenant_id, size_t max, struct store_api_key **ret,
+                            size_t *ret_n);
+        int (*api_key_delete)(struct store *s, const char *id);
+
+        int (*tenant_insert)(struct store *s, const struct store_tenant *t, size_t max);
+        int (*tenant_get)(struct store *s, const char *id, struct store_tenant *ret);
+        int (*tenant_list)(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n);
+        int (*tenant_delete)(struct store *s, const char *id);
 };
 
 struct store {
@@ -144,7 +173,8 @@ static inline void store_closep(struct store **s) {
 /* Highest migration version applied to this database. */
 int store_schema_version(struct store *s, unsigned *ret);
 
-/* Inserts a sandbox row. -EEXIST when the id is taken. */
+/* Inserts a sandbox row. -EEXIST when the id is taken, -ENOENT when its
+ * tenant_id names no tenant. */
 int store_sandbox_insert(struct store *s, const struct store_sandbox *sb);
 /* Reads one sandbox; -ENOENT when unknown. Release *ret with
  * store_sandbox_release(). */
@@ -152,6 +182,9 @@ int store_sandbox_get(struct store *s, const char *id, struct store_sandbox *ret
 /* Reads at most max sandboxes (bounded by STORE_LIST_MAX), oldest first.
  * Free the array with store_sandbox_array_free(). */
 int store_sandbox_list(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n);
+/* Like store_sandbox_list(), only the sandboxes of one tenant. */
+int store_sandbox_list_tenant(struct store *s, const char *tenant_id, size_t max, struct store_sandbox **ret,
+                              size_t *ret_n);
 /* Sets state and error (NULL clears it). -ENOENT when unknown. */
 int store_sandbox_update_state(struct store *s, const char *id, const char *state, const char *error);
 /* Deletes a sandbox and its sessions. -ENOENT when unknown. */
@@ -167,8 +200,9 @@ void store_sandbox_array_free(struct store_sandbox *a, size_t n);
  * or does not exist: two verbs racing on one sandbox cannot both win. */
 int store_sandbox_transition(struct store *s, const char *id, const char *from, const char *to, const char *desired);
 
-/* Inserts an operation row (created_at 0: now). -EEXIST when the id or the
- * idempotency key is taken. */
+/* Inserts an operation row (created_at 0: now; tenant_id NULL: the tenant
+ * of its sandbox row, if any). -EEXIST when the id or the idempotency key
+ * is taken. */
 int store_operation_insert(struct store *s, const struct store_operation *op);
 /* Reads one operation; -ENOENT when unknown. Release with
  * store_operation_release(). */
@@ -225,3 +259,33 @@ int store_api_key_insert(struct store *s, const char *name, const uint8_t hash[S
 /* 0 when hash belongs to a key, -EACCES otherwise. Every stored hash is
  * compared in constant time, so timing tells nothing about near misses. */
 int store_api_key_check(struct store *s, const uint8_t hash[STORE_HASH_SIZE]);
+/* Like store_api_key_check(), and tells the key's scope: *ret_tenant_id is
+ * the tenant's id (free it), or NULL for an admin key. */
+int store_api_key_lookup(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_tenant_id);
+/* Adds key id ("key-" + 16 hex) of tenant_id (NULL: admin scope), name
+ * optional. -EEXIST when the id or hash is taken, -ENOENT when the tenant
+ * does not exist, -EDQUOT when the tenant already has max keys. */
+int store_api_key_create(struct store *s, const char *id, const char *tenant_id, const char *name,
+                         const uint8_t hash[STORE_HASH_SIZE], size_t max);
+/* The keys of one tenant, at most max (bounded by STORE_LIST_MAX), oldest
+ * first. Free with store_api_key_array_free(). */
+int store_api_key_list(struct store *s, const char *tenant_id, size_t max, struct store_api_key **ret, size_t *ret_n);
+/* Revokes (deletes) a tenant's key; the admin key cannot be deleted this
+ * way. -ENOENT when no tenant key has this id. */
+int store_api_key_delete(struct store *s, const char *id);
+void store_api_key_release(struct store_api_key *k);
+void store_api_key_array_free(struct store_api_key *a, size_t n);
+
+/* Inserts a tenant (created_at 0: now). -EEXIST when the id or name is
+ * taken, -EDQUOT when max tenants exist already. */
+int store_tenant_insert(struct store *s, const struct store_tenant *t, size_t max);
+/* Reads one tenant; -ENOENT when unknown. */
+int store_tenant_get(struct store *s, const char *id, struct store_tenant *ret);
+/* At most max tenants (bounded by STORE_LIST_MAX), oldest first. Free with
+ * store_tenant_array_free(). */
+int store_tenant_list(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n);
+/* Deletes a tenant and its keys. -ENOENT when unknown, -EBUSY while it
+ * still owns sandboxes. */
+int store_tenant_delete(struct store *s, const char *id);
+void store_tenant_release(struct store_tenant *t);
+void store_tenant_array_free(struct store_tenant *a, size_t n);

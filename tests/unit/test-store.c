@@ -465,6 +465,159 @@ static void test_migration_5_upgrade(void **state) {
         store_sandbox_release(&sb);
 }
 
+/* Tenants, their keys and what they own (migration 7). */
+static void test_tenants_and_keys(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(url, &s), 0);
+        uint8_t admin[STORE_HASH_SIZE], ka[STORE_HASH_SIZE], kb[STORE_HASH_SIZE], kc[STORE_HASH_SIZE];
+        memset(admin, 1, sizeof admin);
+        memset(ka, 2, sizeof ka);
+        memset(kb, 3, sizeof kb);
+        memset(kc, 4, sizeof kc);
+        assert_int_equal(store_api_key_insert(s, "admin", admin), 0);
+
+        struct store_tenant a = { .id = "ten-a", .name = "alpha" }, b = { .id = "ten-b", .name = "beta" };
+        assert_int_equal(store_tenant_insert(s, &a, 2), 0);
+        struct store_tenant dup = { .id = "ten-c", .name = "alpha" };
+        assert_int_equal(store_tenant_insert(s, &dup, 10), -EEXIST); /* names are unique */
+        assert_int_equal(store_tenant_insert(s, &b, 2), 0);
+        struct store_tenant c = { .id = "ten-c", .name = "gamma" };
+        assert_int_equal(store_tenant_insert(s, &c, 2), -EDQUOT); /* the limit */
+
+        struct store_tenant *ts = NULL;
+        size_t n = 0;
+        assert_int_equal(store_tenant_list(s, 10, &ts, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(ts[0].name, "alpha");
+        assert_true(ts[0].created_at > 0);
+        store_tenant_array_free(ts, n);
+        struct store_tenant g = { 0 };
+        assert_int_equal(store_tenant_get(s, "ten-b", &g), 0);
+        assert_string_equal(g.name, "beta");
+        store_tenant_release(&g);
+        assert_int_equal(store_tenant_get(s, "ten-x", &g), -ENOENT);
+
+        /* keys: scope comes back with the lookup; the limit is per tenant */
+        assert_int_equal(store_api_key_create(s, "key-a", "ten-a", "ci", ka, 1), 0);
+        assert_int_equal(store_api_key_create(s, "key-a2", "ten-a", NULL, kc, 1), -EDQUOT);
+        assert_int_equal(store_api_key_create(s, "key-b", "ten-b", NULL, kb, 1), 0);
+        assert_int_equal(store_api_key_create(s, "key-x", "ten-x", NULL, kc, 1), -ENOENT);
+        assert_int_equal(store_api_key_create(s, "key-a3", "ten-b", NULL, ka, 5), -EEXIST); /* same hash */
+        char *tid = (char *) "untouched";
+        assert_int_equal(store_api_key_lookup(s, admin, &tid), 0);
+        assert_null(tid);
+        assert_int_equal(store_api_key_lookup(s, ka, &tid), 0);
+        assert_string_equal(tid, "ten-a");
+        free(tid);
+        tid = (char *) "untouched";
+        assert_int_equal(store_api_key_lookup(s, kc, &tid), -EACCES);
+        assert_string_equal(tid, "untouched");
+        assert_int_equal(store_api_key_check(s, kb), 0);
+
+        struct store_api_key *ks = NULL;
+        assert_int_equal(store_api_key_list(s, "ten-a", 10, &ks, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(ks[0].id, "key-a");
+        assert_string_equal(ks[0].tenant_id, "ten-a");
+        assert_string_equal(ks[0].name, "ci");
+        store_api_key_array_free(ks, n);
+
+        /* revoking works at once; the admin key cannot be revoked this way */
+        assert_int_equal(store_api_key_delete(s, "key-a"), 0);
+        assert_int_equal(store_api_key_check(s, ka), -EACCES);
+        assert_int_equal(store_api_key_delete(s, "key-a"), -ENOENT);
+        assert_int_equal(store_api_key_list(s, "ten-a", 10, &ks, &n), 0);
+        assert_int_equal(n, 0);
+        store_api_key_array_free(ks, n);
+
+        /* sandboxes belong to a tenant (or to nobody: admin-owned) */
+        struct store_sandbox sa = { .id = "sbx-a", .tenant_id = "ten-a", .template_name = "minimal", .state = "running" };
+        struct store_sandbox sn = { .id = "sbx-n", .template_name = "minimal", .state = "running" };
+        struct store_sandbox sx = { .id = "sbx-x", .tenant_id = "ten-x", .template_name = "minimal", .state = "running" };
+        assert_int_equal(store_sandbox_insert(s, &sa), 0);
+        assert_int_equal(store_sandbox_insert(s, &sn), 0);
+        assert_int_equal(store_sandbox_insert(s, &sx), -ENOENT);
+        struct store_sandbox got = { 0 };
+        assert_int_equal(store_sandbox_get(s, "sbx-a", &got), 0);
+        assert_string_equal(got.tenant_id, "ten-a");
+        store_sandbox_release(&got);
+        assert_int_equal(store_sandbox_get(s, "sbx-n", &got), 0);
+        assert_null(got.tenant_id);
+        store_sandbox_release(&got);
+        struct store_sandbox *sbs = NULL;
+        assert_int_equal(store_sandbox_list_tenant(s, "ten-a", 10, &sbs, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(sbs[0].id, "sbx-a");
+        store_sandbox_array_free(sbs, n);
+        assert_int_equal(store_sandbox_list_tenant(s, "ten-b", 10, &sbs, &n), 0);
+        assert_int_equal(n, 0);
+        store_sandbox_array_free(sbs, n);
+        assert_int_equal(store_sandbox_list(s, 10, &sbs, &n), 0);
+        assert_int_equal(n, 2);
+        store_sandbox_array_free(sbs, n);
+
+        /* an operation takes its sandbox's tenant unless told, and keeps it */
+        struct store_operation op = { .id = "op-1", .sandbox_id = "sbx-a", .verb = "pause", .state = "running" };
+        assert_int_equal(store_operation_insert(s, &op), 0);
+        struct store_operation op2 = { .id = "op-2", .sandbox_id = "sbx-new", .tenant_id = "ten-b", .verb = "create",
+                                       .state = "running", .idempotency_key = "k2" };
+        assert_int_equal(store_operation_insert(s, &op2), 0);
+        struct store_operation go = { 0 };
+        assert_int_equal(store_operation_get(s, "op-1", &go), 0);
+        assert_string_equal(go.tenant_id, "ten-a");
+        store_operation_release(&go);
+        assert_int_equal(store_operation_find_by_key(s, "k2", &go), 0);
+        assert_string_equal(go.tenant_id, "ten-b");
+        store_operation_release(&go);
+
+        /* a tenant with sandboxes stays; without, it goes with its keys */
+        assert_int_equal(store_tenant_delete(s, "ten-a"), -EBUSY);
+        assert_int_equal(store_sandbox_delete(s, "sbx-a"), 0);
+        assert_int_equal(store_tenant_delete(s, "ten-a"), 0);
+        assert_int_equal(store_tenant_delete(s, "ten-a"), -ENOENT);
+        assert_int_equal(store_tenant_delete(s, "ten-b"), 0);
+        assert_int_equal(store_api_key_check(s, kb), -EACCES);
+        assert_int_equal(store_api_key_check(s, admin), 0);
+}
+
+/* A database from before migration 7: its admin key gets an id and stays
+ * admin-scoped, its sandboxes are admin-owned. */
+static void test_migration_7_upgrade(void **state) {
+        char path[300];
+        snprintf(path, sizeof path, "%s/airlock.db", dir);
+        sqlite3 *db = NULL;
+        assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+        assert_int_equal(sqlite3_exec(db, "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY NOT NULL, "
+                                          "applied_at INTEGER NOT NULL)",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+        for (unsigned i = 0; i < 6; i++) {
+                assert_int_equal(sqlite3_exec(db, store_sqlite_migrations[i], NULL, NULL, NULL), SQLITE_OK);
+                char sql[128];
+                snprintf(sql, sizeof sql, "INSERT INTO schema_migrations VALUES (%u, 0)", i + 1);
+                assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+        }
+        assert_int_equal(sqlite3_exec(db, "INSERT INTO sandboxes (id, template, state, created_at, updated_at) "
+                                          "VALUES ('sbx-old', 'minimal', 'running', 1, 1);"
+                                          "INSERT INTO api_keys (name, hash, created_at) "
+                                          "VALUES ('admin', zeroblob(32), 1)",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+        sqlite3_close(db);
+
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(url, &s), 0);
+        uint8_t zero[STORE_HASH_SIZE] = { 0 };
+        char *tid = (char *) "untouched";
+        assert_int_equal(store_api_key_lookup(s, zero, &tid), 0);
+        assert_null(tid);
+        struct store_sandbox sb = { 0 };
+        assert_int_equal(store_sandbox_get(s, "sbx-old", &sb), 0);
+        assert_null(sb.tenant_id);
+        store_sandbox_release(&sb);
+        assert_int_equal(store_api_key_delete(s, "key-admin"), -ENOENT);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_open_bad_url),
@@ -477,6 +630,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_snapshots, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_snapshot_pinned_and_policy, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_migration_5_upgrade, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_tenants_and_keys, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_migration_7_upgrade, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,4 +78,24 @@ static const char *const store_sqlite_migrations[] = {
         /* 6: idle suspend: seconds without activity after which a sandbox
          * is suspended (0: never; NULL: the global default) */
         "ALTER TABLE sandboxes ADD COLUMN idle_timeout_s INTEGER CHECK (idle_timeout_s >= 0);\n",
+        /* 7: tenants. A key is admin-scoped (tenant_id NULL: the admin
+         * token) or belongs to one tenant, and goes with it; user-made keys
+         * are named by their id, "label" is the name they were given.
+         * Sandboxes and operations carry their tenant (NULL: admin-owned,
+         * which every sandbox made before tenants is); a tenant with
+         * sandboxes cannot be deleted (no cascade). */
+        "CREATE TABLE tenants (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  name TEXT NOT NULL UNIQUE,\n"
+        "  created_at INTEGER NOT NULL\n"
+        ");\n"
+        "ALTER TABLE api_keys ADD COLUMN id TEXT;\n"
+        "ALTER TABLE api_keys ADD COLUMN tenant_id TEXT REFERENCES tenants(id) ON DELETE CASCADE;\n"
+        "ALTER TABLE api_keys ADD COLUMN label TEXT;\n"
+        "UPDATE api_keys SET id = 'key-' || lower(hex(randomblob(8)));\n"
+        "CREATE UNIQUE INDEX api_keys_id ON api_keys(id);\n"
+        "CREATE INDEX api_keys_tenant ON api_keys(tenant_id);\n"
+        "ALTER TABLE sandboxes ADD COLUMN tenant_id TEXT REFERENCES tenants(id);\n"
+        "CREATE INDEX sandboxes_tenant ON sandboxes(tenant_id, created_at);\n"
+        "ALTER TABLE operations ADD COLUMN tenant_id TEXT;\n",
 };
