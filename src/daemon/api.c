@@ -84,16 +84,24 @@ static json_t *sandbox_json(const struct store_sandbox *sb) {
                 json_decref(policy);
         if (o && sb->has_idle_timeout)
                 json_object_set_new(o, "idle_timeout_s", json_integer((json_int_t) sb->idle_timeout_s));
+        if (o && sb->tenant_id)
+                json_object_set_new(o, "tenant_id", json_string(sb->tenant_id));
         return o;
 }
 
-/* Looks up a sandbox row, turning "no row" into a 404 with a message. */
+/* Looks up a sandbox row, turning "no row" into a 404 with a message.
+ * Another tenant's sandbox is "no row" too, with the same message. */
 static int sandbox_lookup(struct api_ctx *ctx, const char *id, struct store_sandbox *ret) {
-        int r = store_sandbox_get(ctx->store, id, ret);
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = store_sandbox_get(ctx->store, id, &sb);
+        if (r >= 0 && !api_tenant_may_see(ctx, sb.tenant_id))
+                r = -ENOENT;
         if (r == -ENOENT)
                 return fail(ctx, r, "sandbox '%.64s' not found", id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
+        *ret = sb;
+        sb = (struct store_sandbox){ 0 };
         return 0;
 }
 
@@ -253,7 +261,8 @@ static int operation_outcome(struct api_ctx *ctx, const struct store_operation *
  * {"template":"python"} are the same request while another env value is
  * not. Only the digest is stored (env values may be secrets).
  */
-static int create_request_hash(const struct apireq_create *c, char ret[crypto_hash_sha256_BYTES * 2 + 1]) {
+static int create_request_hash(const struct apireq_create *c, const char *tenant_id,
+                               char ret[crypto_hash_sha256_BYTES * 2 + 1]) {
         _cleanup_(json_decrefp) json_t *canon = json_pack("{s:s, s:O, s:O}", "template", c->template_name, "env",
                                                           c->env, "metadata", c->metadata);
         /* only when given: the hash of a request without one stays as it was */
@@ -262,12 +271,41 @@ static int create_request_hash(const struct apireq_create *c, char ret[crypto_ha
         if (canon && c->has_idle_timeout &&
             json_object_set_new(canon, "idle_timeout_s", json_integer((json_int_t) c->idle_timeout_s)) < 0)
                 return -ENOMEM;
+        if (canon && tenant_id && json_object_set_new(canon, "tenant", json_string(tenant_id)) < 0)
+                return -ENOMEM;
         _cleanup_free_ char *text = canon ? json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         if (!text)
                 return -ENOMEM;
         uint8_t h[crypto_hash_sha256_BYTES];
         crypto_hash_sha256(h, (const uint8_t *) text, strlen(text));
         sodium_bin2hex(ret, crypto_hash_sha256_BYTES * 2 + 1, h, sizeof h);
+        return 0;
+}
+
+/* The owner of a new sandbox: a tenant key's tenant; for the admin, the
+ * tenant named by the body's optional "tenant" (an id), else none. */
+static int create_tenant(struct api_ctx *ctx, const json_t *body, const char **ret) {
+        json_t *v = json_object_get(body, "tenant");
+        if (!v || json_is_null(v)) {
+                *ret = ctx->tenant_id;
+                return 0;
+        }
+        const char *t = json_string_value(v);
+        if (!t || !name_is_valid(t))
+                return fail(ctx, -EINVAL, "field 'tenant' must be a tenant id");
+        if (ctx->tenant_id) {
+                if (strcmp(t, ctx->tenant_id) != 0)
+                        return fail(ctx, -EPERM, "field 'tenant': a tenant key creates sandboxes of its own tenant");
+                *ret = ctx->tenant_id;
+                return 0;
+        }
+        _cleanup_(store_tenant_release) struct store_tenant ten = { 0 };
+        int r = store_tenant_get(ctx->store, t, &ten);
+        if (r == -ENOENT)
+                return fail(ctx, -EINVAL, "field 'tenant': no tenant '%.64s'", t);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read tenant: %m");
+        *ret = json_string_value(v);
         return 0;
 }
 
@@ -280,6 +318,8 @@ static int create_replay(struct api_ctx *ctx, const char *key, const char *hash,
                 return 0;
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to look up an operation: %m");
+        if (!api_tenant_may_see(ctx, op.tenant_id))
+                return fail(ctx, -EEXIST, "Idempotency-Key already used for another request");
         if (strcmp(op.verb, "create") != 0)
                 return fail(ctx, -EEXIST, "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
                             op.sandbox_id, op.id);
@@ -321,8 +361,11 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
                 return fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
                             API_IDEMPOTENCY_KEY_MAX);
+        const char *tenant_id;
+        if ((r = create_tenant(ctx, body, &tenant_id)) < 0)
+                return r;
         char hash[crypto_hash_sha256_BYTES * 2 + 1];
-        r = create_request_hash(&c, hash);
+        r = create_request_hash(&c, tenant_id, hash);
         if (r < 0)
                 return r;
         if (idempotency_key && (r = create_replay(ctx, idempotency_key, hash, ret)) != 0)
@@ -344,7 +387,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
 
         /* the operation first: its unique key is what tells two racing
          * requests with the same Idempotency-Key apart */
-        struct store_operation op = { .id = op_id, .sandbox_id = id, .verb = "create", .state = "running",
+        struct store_operation op = { .id = op_id, .sandbox_id = id, .tenant_id = (char *) tenant_id,
+                                      .verb = "create", .state = "running",
                                       .idempotency_key = (char *) idempotency_key, .request_hash = hash };
         r = store_operation_insert(ctx->store, &op);
         if (r == -EEXIST && idempotency_key && (r = create_replay(ctx, idempotency_key, hash, ret)) != 0)
@@ -353,7 +397,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
 
         struct store_sandbox row = {
-                .id = id, .template_name = c.template_name, .state = "creating", .metadata = md_s, .env_keys = keys_s,
+                .id = id, .tenant_id = (char *) tenant_id, .template_name = c.template_name, .state = "creating",
+                .metadata = md_s, .env_keys = keys_s,
                 .snapshot_policy = policy_s, .has_idle_timeout = c.has_idle_timeout,
                 .idle_timeout_s = c.idle_timeout_s,
         };
@@ -509,7 +554,8 @@ int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) 
 int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret) {
         struct store_sandbox *a = NULL;
         size_t n = 0;
-        int r = store_sandbox_list(ctx->store, STORE_LIST_MAX, &a, &n);
+        int r = ctx->tenant_id ? store_sandbox_list_tenant(ctx->store, ctx->tenant_id, STORE_LIST_MAX, &a, &n)
+                               : store_sandbox_list(ctx->store, STORE_LIST_MAX, &a, &n);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to list sandboxes: %m");
 
@@ -552,6 +598,8 @@ static int delete_replay(struct api_ctx *ctx, const char *id, const char *key, s
                 return 0;
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to look up an operation: %m");
+        if (!api_tenant_may_see(ctx, op.tenant_id))
+                return fail(ctx, -EEXIST, "Idempotency-Key already used for another request");
         if (strcmp(op.verb, "delete") != 0 || strcmp(op.sandbox_id, id) != 0)
                 return fail(ctx, -EEXIST, "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
                             op.sandbox_id, op.id);
@@ -703,8 +751,21 @@ static json_t *session_json(const struct store_session *ses) {
                          cmd ? cmd : json_array(), "pty", ses->pty, "created_at", ts, "events_url", url);
 }
 
+/* A session, as far as ctx may see it: one of another tenant's sandbox is
+ * "not found", like one that does not exist. */
 static int session_lookup(struct api_ctx *ctx, const char *sid, struct store_session *ret) {
-        int r = store_session_get(ctx->store, sid, ret);
+        _cleanup_(store_session_release) struct store_session ses = { 0 };
+        int r = store_session_get(ctx->store, sid, &ses);
+        if (r >= 0 && ctx->tenant_id) {
+                _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+                r = store_sandbox_get(ctx->store, ses.sandbox_id, &sb);
+                if (r >= 0 && !api_tenant_may_see(ctx, sb.tenant_id))
+                        r = -ENOENT;
+        }
+        if (r >= 0) {
+                *ret = ses;
+                ses = (struct store_session){ 0 };
+        }
         if (r == -ENOENT)
                 return fail(ctx, r, "session '%.64s' not found", sid);
         if (r < 0)

@@ -29,6 +29,7 @@ struct api_ctx {
         const atomic_bool *stopping; /* set when the server shuts down */
         const char *log_ctx;         /* "req=N method=M path=P" */
         int client_fd;               /* the HTTP client's socket (only polled), or -1 */
+        const char *tenant_id;       /* the key's tenant: only its sandboxes exist; NULL: admin */
         char err[API_ERRMSG_MAX];
 };
 
@@ -126,6 +127,29 @@ void api_lifecycle_drain(unsigned timeout_s);
 /* Start-up repair: unfinished operations fail, sandboxes left in a
  * transitional state take the node's view. */
 void api_lifecycle_reconcile(const struct daemon_config *config, struct store *store);
+
+/*
+ * Tenant scoping. A tenant key sees only its tenant's sandboxes (and their
+ * sessions, snapshots and operations): anything else answers exactly as an
+ * id that does not exist. True when ctx may see a resource of tenant_id
+ * (NULL: admin-owned).
+ */
+bool api_tenant_may_see(const struct api_ctx *ctx, const char *tenant_id);
+
+/* Tenants and keys (api-tenants.c), admin only (http.c checks the scope).
+ * POST /v1/tenants {"name"} -> 201; GET -> {"tenants":[...]};
+ * DELETE /v1/tenants/{id} -> 204 (409 while it owns sandboxes). */
+#define API_TENANTS_MAX 1000
+#define API_KEYS_PER_TENANT_MAX 100
+int api_tenant_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
+int api_tenant_list(struct api_ctx *ctx, struct api_reply *ret);
+int api_tenant_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+/* POST /v1/tenants/{id}/keys {"name"?} -> 201 {id, key, tenant_id,
+ * created_at}: the only time the key is shown. GET lists without keys;
+ * DELETE /v1/keys/{id} -> 204, the key fails from the next request on. */
+int api_key_create(struct api_ctx *ctx, const char *tenant_id, const json_t *body, struct api_reply *ret);
+int api_key_list(struct api_ctx *ctx, const char *tenant_id, struct api_reply *ret);
+int api_key_delete(struct api_ctx *ctx, const char *key_id, struct api_reply *ret);
 
 /* Formats Unix milliseconds as RFC 3339 UTC ("2026-11-29T19:40:00.123Z"). */
 void api_format_time(int64_t ms, char *buf, size_t n);

@@ -44,6 +44,10 @@ int auth_new_attach_token(char *out, size_t n) {
         return random_id("", AUTH_ATTACH_TOKEN_LEN / 2, out, n);
 }
 
+int auth_new_api_key(char *out, size_t n) {
+        return random_id("alk_", 32, out, n);
+}
+
 /* Reads an existing token file: one line, "alk_" + hex. */
 static int read_token_file(const char *path, char *token, size_t n) {
         _cleanup_free_ char *buf = NULL;

@@ -7,6 +7,7 @@
  * log line.
  *
  *   admin token:   "alk_" + 64 hex, in DATA_DIR/admin.token (0600)
+ *   tenant key:    "alk_" + 64 hex, returned once when the key is made
  *   attach token:  64 hex, returned once when a session is created
  */
 
@@ -19,6 +20,7 @@
 #define AUTH_TOKEN_MAX 256         /* longest bearer token accepted */
 #define AUTH_ATTACH_TOKEN_LEN 64   /* hex chars of an attach token */
 #define AUTH_ADMIN_TOKEN_FILE "admin.token"
+#define AUTH_API_KEY_LEN 68        /* "alk_" + 64 hex */
 
 /* SHA-256 of a token string. */
 void auth_hash_token(const char *token, uint8_t ret[STORE_HASH_SIZE]);
@@ -36,6 +38,10 @@ bool auth_token_matches(const char *token, const uint8_t hash[STORE_HASH_SIZE]);
 /* Fills out (at least AUTH_ATTACH_TOKEN_LEN + 1 bytes) with a fresh random
  * attach token: 32 random bytes as hex. */
 int auth_new_attach_token(char *out, size_t n);
+
+/* Fills out (at least AUTH_API_KEY_LEN + 1 bytes) with a fresh API key:
+ * "alk_" + 32 random bytes as hex, like the admin token. */
+int auth_new_api_key(char *out, size_t n);
 
 /*
  * Makes sure DATA_DIR/admin.token exists (created with O_EXCL, mode 0600,

@@ -60,12 +60,17 @@ enum route_id {
         R_SNAPSHOTS,
         R_OPERATION,
         R_POOLS,
+        R_TENANTS,
+        R_TENANT,
+        R_TENANT_KEYS,
+        R_KEY,
 };
 
 enum auth_kind {
-        AUTH_API,     /* API token */
+        AUTH_API,     /* API token: admin, or a tenant's (scoped to its sandboxes) */
         AUTH_NONE,    /* public */
         AUTH_SESSION, /* API token or the session's attach token */
+        AUTH_ADMIN,   /* admin token only: a tenant key gets 403 */
 };
 
 struct route {
@@ -99,6 +104,10 @@ static const struct route routes[] = {
         { R_SNAPSHOTS, { "v1", "sandboxes", "*", "snapshots" }, M_GET | M_POST, AUTH_API },
         { R_OPERATION, { "v1", "operations", "*" }, M_GET, AUTH_API },
         { R_POOLS, { "v1", "pools" }, M_GET, AUTH_API },
+        { R_TENANTS, { "v1", "tenants" }, M_GET | M_POST, AUTH_ADMIN },
+        { R_TENANT, { "v1", "tenants", "*" }, M_DELETE, AUTH_ADMIN },
+        { R_TENANT_KEYS, { "v1", "tenants", "*", "keys" }, M_GET | M_POST, AUTH_ADMIN },
+        { R_KEY, { "v1", "keys", "*" }, M_DELETE, AUTH_ADMIN },
 };
 
 /* Per-request state, from the first access-handler call to completion. */
@@ -112,6 +121,7 @@ struct request {
         unsigned method;
         unsigned status;
         bool queued; /* a response is queued: ignore further body bytes */
+        char *tenant_id; /* the API key's tenant; NULL: admin (or an attach token) */
 
         /* JSON body */
         char *body;
@@ -129,6 +139,7 @@ static void request_free(struct request *req) {
         if (!req)
                 return;
         free(req->body);
+        free(req->tenant_id);
         node_conn_free(req->upload);
         free(req);
 }
@@ -302,7 +313,9 @@ static enum MHD_Result queue_reply(struct request *req, struct MHD_Connection *c
         return m;
 }
 
-/* Checks the bearer token for the route. 0 when allowed, -EACCES if not. */
+/* Checks the bearer token for the route and records its scope in
+ * req->tenant_id. 0 when allowed, -EACCES for no valid token, -EPERM for a
+ * tenant key on an admin route. */
 static int authenticate(struct request *req, struct MHD_Connection *conn) {
         if (req->route && req->route->auth == AUTH_NONE)
                 return 0;
@@ -312,9 +325,9 @@ static int authenticate(struct request *req, struct MHD_Connection *conn) {
                 return -EACCES;
         uint8_t hash[STORE_HASH_SIZE];
         auth_hash_token(token, hash);
-        int r = store_api_key_check(req->srv->store, hash);
+        int r = store_api_key_lookup(req->srv->store, hash, &req->tenant_id);
         if (r == 0)
-                return 0;
+                return req->tenant_id && req->route && req->route->auth == AUTH_ADMIN ? -EPERM : 0;
         if (r != -EACCES) {
                 /* a store failure is ours (500), not the client's: never
                  * let its errno pass for a client error such as 409 */
@@ -381,6 +394,7 @@ static void api_ctx_init(struct request *req, struct MHD_Connection *conn, struc
                 .stopping = &req->srv->stopping,
                 .log_ctx = req->log_ctx,
                 .client_fd = ci ? ci->connect_fd : -1,
+                .tenant_id = req->tenant_id,
         };
 }
 
@@ -393,7 +407,9 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
 
         int r = authenticate(req, conn);
         if (r < 0)
-                return queue_error(req, conn, r, r == -EACCES ? "missing or invalid bearer token" : NULL);
+                return queue_error(req, conn, r,
+                                   r == -EACCES ? "missing or invalid bearer token"
+                                   : r == -EPERM ? "tenants and keys are managed with the admin token" : NULL);
         if (!req->route)
                 return queue_error(req, conn, -ENOENT, "no such endpoint");
         if (!(req->route->methods & req->method)) {
@@ -591,6 +607,18 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 break;
         case R_OPERATION:
                 r = api_operation_get(&ctx, id, &rep);
+                break;
+        case R_TENANTS:
+                r = req->method == M_POST ? api_tenant_create(&ctx, body, &rep) : api_tenant_list(&ctx, &rep);
+                break;
+        case R_TENANT:
+                r = api_tenant_delete(&ctx, id, &rep);
+                break;
+        case R_TENANT_KEYS:
+                r = req->method == M_POST ? api_key_create(&ctx, id, body, &rep) : api_key_list(&ctx, id, &rep);
+                break;
+        case R_KEY:
+                r = api_key_delete(&ctx, id, &rep);
                 break;
         default:
                 r = -ENOENT;

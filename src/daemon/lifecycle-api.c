@@ -336,6 +336,8 @@ static int replay_by_key(struct api_ctx *ctx, const char *id, const char *verb, 
                 return 0;
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to look up an operation: %m");
+        if (!api_tenant_may_see(ctx, op.tenant_id))
+                return lfail(ctx, -EEXIST, "Idempotency-Key already used for another request");
         if (strcmp(op.sandbox_id, id) != 0 || strcmp(op.verb, verb) != 0)
                 return lfail(ctx, -EEXIST, "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
                              op.sandbox_id, op.id);
@@ -365,7 +367,8 @@ static int fork_child_insert(struct api_ctx *ctx, const struct store_sandbox *pa
         int r = random_id("sbx-", 8, ret_id, n);
         if (r < 0)
                 return r;
-        struct store_sandbox row = { .id = ret_id, .template_name = parent->template_name, .state = "creating",
+        struct store_sandbox row = { .id = ret_id, .tenant_id = parent->tenant_id,
+                                     .template_name = parent->template_name, .state = "creating",
                                      .metadata = parent->metadata, .env_keys = parent->env_keys };
         r = store_sandbox_insert(ctx->store, &row);
         if (r < 0)
@@ -401,6 +404,8 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
 
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         r = store_sandbox_get(ctx->store, id, &sb);
+        if (r >= 0 && !api_tenant_may_see(ctx, sb.tenant_id))
+                r = -ENOENT; /* another tenant's: as if there were none */
         if (r == -ENOENT)
                 return lfail(ctx, r, "sandbox '%.64s' not found", id);
         if (r < 0)
@@ -482,6 +487,8 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
 int api_operation_get(struct api_ctx *ctx, const char *op_id, struct api_reply *ret) {
         _cleanup_(store_operation_release) struct store_operation op = { 0 };
         int r = store_operation_get(ctx->store, op_id, &op);
+        if (r >= 0 && !api_tenant_may_see(ctx, op.tenant_id))
+                r = -ENOENT; /* another tenant's: as if there were none */
         if (r == -ENOENT)
                 return lfail(ctx, r, "operation '%.64s' not found", op_id);
         if (r < 0)

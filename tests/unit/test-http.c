@@ -307,6 +307,61 @@ static int teardown(void **state) {
 
 /* ---------- tests ---------- */
 
+/* Tenants and keys: admin-only endpoints (403 for a tenant key), keys shown
+ * once, a revoked key fails at once, another tenant's ids are 404. */
+static void test_tenant_auth(void **state) {
+        char *resp;
+        assert_int_equal(request("POST", "/v1/tenants", token, "{\"name\":\"acme\"}", &resp), 201);
+        json_t *t = body_json(resp);
+        free(resp);
+        char path[128], tid[64];
+        snprintf(tid, sizeof tid, "%s", json_string_value(json_object_get(t, "id")));
+        json_decref(t);
+        assert_int_equal(request("POST", "/v1/tenants", token, "{\"name\":\"a b\"}", &resp), 400);
+        free(resp);
+        assert_int_equal(request("POST", "/v1/tenants", token, "{\"name\":\"acme\"}", &resp), 409);
+        free(resp);
+
+        snprintf(path, sizeof path, "/v1/tenants/%s/keys", tid);
+        assert_int_equal(request("POST", path, token, "{}", &resp), 201);
+        json_t *k = body_json(resp);
+        free(resp);
+        char key[128], kid[64];
+        snprintf(key, sizeof key, "%s", json_string_value(json_object_get(k, "key")));
+        snprintf(kid, sizeof kid, "%s", json_string_value(json_object_get(k, "id")));
+        json_decref(k);
+        assert_int_equal(strlen(key), 68);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 200);
+        assert_null(strstr(resp, key));
+        assert_null(strstr(resp, "\"key\""));
+        free(resp);
+
+        /* the tenant key: admin endpoints 403, the rest scoped */
+        assert_int_equal(request("GET", "/v1/tenants", key, NULL, &resp), 403);
+        assert_error(resp, "forbidden");
+        free(resp);
+        assert_int_equal(request("POST", path, key, "{}", &resp), 403);
+        free(resp);
+        assert_int_equal(request("GET", "/v1/operations/op-0123456789abcdef", key, NULL, &resp), 404);
+        free(resp);
+        assert_int_equal(request("GET", "/v1/sessions/ses-0123456789abcdef", key, NULL, &resp), 404);
+        free(resp);
+
+        /* revoked: 401 from the next request on */
+        snprintf(path, sizeof path, "/v1/keys/%s", kid);
+        assert_int_equal(request("DELETE", path, key, NULL, &resp), 403);
+        free(resp);
+        assert_int_equal(request("DELETE", path, token, NULL, &resp), 204);
+        free(resp);
+        assert_int_equal(request("GET", "/v1/sessions/ses-0123456789abcdef", key, NULL, &resp), 401);
+        free(resp);
+        snprintf(path, sizeof path, "/v1/tenants/%s", tid);
+        assert_int_equal(request("DELETE", path, token, NULL, &resp), 204);
+        free(resp);
+        assert_int_equal(request("DELETE", path, token, NULL, &resp), 404);
+        free(resp);
+}
+
 static void test_auth(void **state) {
         char *resp;
         assert_int_equal(request("GET", "/v1/sandboxes", NULL, NULL, &resp), 401);
@@ -596,6 +651,7 @@ static void test_sse_format(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_auth),
+                cmocka_unit_test(test_tenant_auth),
                 cmocka_unit_test(test_routing_errors),
                 cmocka_unit_test(test_too_large),
                 cmocka_unit_test(test_sandbox_lifecycle),

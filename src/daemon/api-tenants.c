@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Tenants and their API keys: POST/GET /v1/tenants, DELETE
+ * /v1/tenants/{id}, POST/GET /v1/tenants/{id}/keys, DELETE /v1/keys/{id}.
+ * Admin only (http.c answers 403 to a tenant key before these run). A key
+ * is shown once, in the reply that made it; only its SHA-256 is stored.
+ */
+#include <errno.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api.h"
+#include "auth.h"
+#include "log.h"
+#include "macros.h"
+#include "util.h"
+
+static int tfail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
+static int tfail(struct api_ctx *ctx, int r, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+static int reply(struct api_reply *ret, unsigned status, json_t *body) {
+        if (!body)
+                return -ENOMEM;
+        *ret = (struct api_reply){ .status = status, .body = body };
+        return 0;
+}
+
+bool api_tenant_may_see(const struct api_ctx *ctx, const char *tenant_id) {
+        if (!ctx->tenant_id)
+                return true;
+        return tenant_id && strcmp(ctx->tenant_id, tenant_id) == 0;
+}
+
+/* Reads the optional string field "name": absent or null leaves *ret NULL;
+ * otherwise 1-64 of [A-Za-z0-9._-], not starting with '.'. */
+static int body_name(struct api_ctx *ctx, const json_t *body, bool required, const char **ret) {
+        json_t *v = json_object_get(body, "name");
+        if (!v || json_is_null(v)) {
+                if (required)
+                        return tfail(ctx, -EINVAL, "field 'name' is required");
+                *ret = NULL;
+                return 0;
+        }
+        if (!json_is_string(v) || !name_is_valid(json_string_value(v)))
+                return tfail(ctx, -EINVAL, "field 'name' must be 1..64 characters of [A-Za-z0-9._-], "
+                                           "not starting with '.'");
+        *ret = json_string_value(v);
+        return 0;
+}
+
+static json_t *tenant_json(const struct store_tenant *t) {
+        char ts[48];
+        api_format_time(t->created_at, ts, sizeof ts);
+        return json_pack("{s:s, s:s, s:s}", "id", t->id, "name", t->name, "created_at", ts);
+}
+
+static json_t *key_json(const struct store_api_key *k) {
+        char ts[48];
+        api_format_time(k->created_at, ts, sizeof ts);
+        json_t *o = json_pack("{s:s, s:s?, s:s}", "id", k->id, "tenant_id", k->tenant_id, "created_at", ts);
+        if (o && k->name)
+                json_object_set_new(o, "name", json_string(k->name));
+        return o;
+}
+
+/* The tenant named by a path; a 404 with a message when there is none. */
+static int tenant_lookup(struct api_ctx *ctx, const char *id, struct store_tenant *ret) {
+        int r = store_tenant_get(ctx->store, id, ret);
+        if (r == -ENOENT)
+                return tfail(ctx, r, "tenant '%.64s' not found", id);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read tenant: %m");
+        return 0;
+}
+
+int api_tenant_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret) {
+        const char *name;
+        int r = body_name(ctx, body, true, &name);
+        if (r < 0)
+                return r;
+        char id[32];
+        if ((r = random_id("ten-", 8, id, sizeof id)) < 0)
+                return r;
+        struct store_tenant t = { .id = id, .name = (char *) name };
+        r = store_tenant_insert(ctx->store, &t, API_TENANTS_MAX);
+        if (r == -EEXIST)
+                return tfail(ctx, r, "a tenant named '%s' exists already", name);
+        if (r == -EDQUOT)
+                return tfail(ctx, r, "there are %d tenants already, the most allowed", API_TENANTS_MAX);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert tenant: %m");
+        _cleanup_(store_tenant_release) struct store_tenant stored = { 0 };
+        if ((r = tenant_lookup(ctx, id, &stored)) < 0)
+                return r;
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "created tenant %s (%s)", id, name);
+        return reply(ret, MHD_HTTP_CREATED, tenant_json(&stored));
+}
+
+int api_tenant_list(struct api_ctx *ctx, struct api_reply *ret) {
+        struct store_tenant *a = NULL;
+        size_t n = 0;
+        int r = store_tenant_list(ctx->store, STORE_LIST_MAX, &a, &n);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to list tenants: %m");
+        json_t *arr = json_array();
+        for (size_t i = 0; arr && i < n; i++)
+                json_array_append_new(arr, tenant_json(&a[i]));
+        store_tenant_array_free(a, n);
+        if (!arr)
+                return -ENOMEM;
+        return reply(ret, MHD_HTTP_OK, json_pack("{s:o}", "tenants", arr));
+}
+
+int api_tenant_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+        int r = store_tenant_delete(ctx->store, id);
+        if (r == -ENOENT)
+                return tfail(ctx, r, "tenant '%.64s' not found", id);
+        if (r == -EBUSY)
+                return tfail(ctx, r, "tenant '%.64s' still owns sandboxes: delete them first", id);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to delete tenant: %m");
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "deleted tenant %s and its keys", id);
+        *ret = (struct api_reply){ .status = MHD_HTTP_NO_CONTENT };
+        return 0;
+}
+
+int api_key_create(struct api_ctx *ctx, const char *tenant_id, const json_t *body, struct api_reply *ret) {
+        const char *name;
+        int r = body_name(ctx, body, false, &name);
+        if (r < 0)
+                return r;
+        _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
+        if ((r = tenant_lookup(ctx, tenant_id, &t)) < 0)
+                return r;
+        char id[32], key[AUTH_API_KEY_LEN + 1];
+        if ((r = random_id("key-", 8, id, sizeof id)) < 0 || (r = auth_new_api_key(key, sizeof key)) < 0)
+                return r;
+        uint8_t hash[STORE_HASH_SIZE];
+        auth_hash_token(key, hash);
+        r = store_api_key_create(ctx->store, id, tenant_id, name, hash, API_KEYS_PER_TENANT_MAX);
+        if (r == -ENOENT) /* the tenant went away meanwhile */
+                r = tfail(ctx, r, "tenant '%.64s' not found", tenant_id);
+        else if (r == -EDQUOT)
+                r = tfail(ctx, r, "tenant '%.64s' has %d keys already, the most allowed", tenant_id,
+                          API_KEYS_PER_TENANT_MAX);
+        else if (r < 0)
+                r = log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert key: %m");
+        if (r < 0) {
+                sodium_memzero(key, sizeof key);
+                return r;
+        }
+        char ts[48];
+        api_format_time((int64_t) (now_realtime_ns() / 1000000ULL), ts, sizeof ts);
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s}", "id", id, "key", key, "tenant_id", tenant_id, "created_at", ts);
+        sodium_memzero(key, sizeof key);
+        if (o && name)
+                json_object_set_new(o, "name", json_string(name));
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "created key %s for tenant %s", id, tenant_id);
+        return reply(ret, MHD_HTTP_CREATED, o);
+}
+
+int api_key_list(struct api_ctx *ctx, const char *tenant_id, struct api_reply *ret) {
+        _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
+        int r = tenant_lookup(ctx, tenant_id, &t);
+        if (r < 0)
+                return r;
+        struct store_api_key *a = NULL;
+        size_t n = 0;
+        r = store_api_key_list(ctx->store, tenant_id, STORE_LIST_MAX, &a, &n);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to list keys: %m");
+        json_t *arr = json_array();
+        for (size_t i = 0; arr && i < n; i++)
+                json_array_append_new(arr, key_json(&a[i]));
+        store_api_key_array_free(a, n);
+        if (!arr)
+                return -ENOMEM;
+        return reply(ret, MHD_HTTP_OK, json_pack("{s:o}", "keys", arr));
+}
+
+int api_key_delete(struct api_ctx *ctx, const char *key_id, struct api_reply *ret) {
+        int r = store_api_key_delete(ctx->store, key_id);
+        if (r == -ENOENT)
+                return tfail(ctx, r, "key '%.64s' not found", key_id);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to delete key: %m");
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "revoked key %s", key_id);
+        *ret = (struct api_reply){ .status = MHD_HTTP_NO_CONTENT };
+        return 0;
+}
