@@ -64,6 +64,10 @@ static const struct cli_command commands[] = {
         {"templates", cmd_templates, "", "List templates", NULL},
         {"pools", cmd_pools, "", "List the warm pools (VMs restored ahead of creates)", NULL},
         {"health", cmd_health, "", "Check that airlockd answers", NULL},
+        {"tenants", cmd_tenants, "[create NAME | rm ID]",
+         "List tenants, or create or delete one (admin token)", NULL},
+        {"keys", cmd_keys, "TENANT [create [NAME] | rm KEYID]",
+         "List a tenant's API keys, or create one (printed once) or revoke one (admin token)", NULL},
 };
 
 static const char global_options_help[] =

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* tenants, keys: tenants and their API keys (the admin token's business). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "builtin.h"
+#include "cli-util.h"
+
+/* Sends one request and prints its answer: --json the whole of it, else
+ * field `print` of it (NULL: the argument `echo`, for a 204). */
+static int call_and_print(struct cli *cli, const char *method, const char *path, const json_t *body, const char *print,
+                          const char *echo) {
+        _cleanup_(json_decrefp) json_t *resp = NULL;
+        struct cli_error err = {};
+        if (cli_connect(cli) < 0)
+                return CLI_EXIT_FAILURE;
+        if (client_json(&cli->client, method, path, body, &err, &resp) < 0)
+                return cli_fail_error(&err, "%s", cli->cmd->name);
+        if (cli->json) {
+                if (resp)
+                        return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+                return CLI_EXIT_OK;
+        }
+        const char *s = print ? json_string_value(json_object_get(resp, print)) : echo;
+        if (!s)
+                return cli_fail("%s: airlockd answered without a %s", cli->cmd->name, print);
+        printf("%s\n", s);
+        return CLI_EXIT_OK;
+}
+
+static int list_and_print(struct cli *cli, const char *path, const char *key, size_t ncols,
+                          const char *const *header, const char *const *fields) {
+        _cleanup_(json_decrefp) json_t *resp = NULL;
+        struct cli_error err = {};
+        if (cli_connect(cli) < 0)
+                return CLI_EXIT_FAILURE;
+        if (client_json(&cli->client, "GET", path, NULL, &err, &resp) < 0)
+                return cli_fail_error(&err, "%s", cli->cmd->name);
+        if (cli->json)
+                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+        const json_t *list = json_object_get(resp, key);
+        if (!json_is_array(list))
+                return cli_fail("%s: airlockd answered without a %s list", cli->cmd->name, key);
+        if (cli_print_list(list, ncols, header, fields) < 0)
+                return cli_fail("%s: out of memory", cli->cmd->name);
+        return CLI_EXIT_OK;
+}
+
+int cmd_tenants(struct cli *cli, int argc, char **argv) {
+        static const char *const header[] = {"ID", "NAME", "CREATED"};
+        static const char *const fields[] = {"id", "name", "created_at"};
+        int r = cli_parse_plain(cli, argc, argv, 0, 2);
+        if (r != CLI_PROCEED)
+                return r;
+        int n = argc - optind;
+        const char *verb = n > 0 ? argv[optind] : NULL, *arg = n > 1 ? argv[optind + 1] : NULL;
+        if (!verb)
+                return list_and_print(cli, "/v1/tenants", "tenants", ARRAY_SIZE(header), header, fields);
+        if (!arg)
+                return cli_usage_error(cli, "tenants: '%s' needs an argument", verb);
+        /* names and ids share the id alphabet: no escaping needed */
+        if (!cli_id_is_valid(arg))
+                return cli_usage_error(cli, "tenants: invalid %s '%s'", strcmp(verb, "rm") == 0 ? "id" : "name", arg);
+        if (strcmp(verb, "create") == 0) {
+                _cleanup_(json_decrefp) json_t *body = json_pack("{s:s}", "name", arg);
+                if (!body)
+                        return cli_fail("out of memory");
+                return call_and_print(cli, "POST", "/v1/tenants", body, "id", NULL);
+        }
+        if (strcmp(verb, "rm") == 0) {
+                _cleanup_free_ char *path = NULL;
+                if (asprintf(&path, "/v1/tenants/%s", arg) < 0)
+                        return cli_fail("out of memory");
+                return call_and_print(cli, "DELETE", path, NULL, NULL, arg);
+        }
+        return cli_usage_error(cli, "tenants: unknown subcommand '%s' (create, rm)", verb);
+}
+
+int cmd_keys(struct cli *cli, int argc, char **argv) {
+        static const char *const header[] = {"ID", "NAME", "CREATED"};
+        static const char *const fields[] = {"id", "name", "created_at"};
+        int r = cli_parse_plain(cli, argc, argv, 1, 3);
+        if (r != CLI_PROCEED)
+                return r;
+        int n = argc - optind;
+        const char *tenant = argv[optind];
+        const char *verb = n > 1 ? argv[optind + 1] : NULL, *arg = n > 2 ? argv[optind + 2] : NULL;
+        if (!cli_id_is_valid(tenant))
+                return cli_usage_error(cli, "keys: invalid tenant id '%s'", tenant);
+        if (arg && !cli_id_is_valid(arg))
+                return cli_usage_error(cli, "keys: invalid %s '%s'", strcmp(verb, "rm") == 0 ? "key id" : "name", arg);
+        _cleanup_free_ char *path = NULL;
+        if (!verb || strcmp(verb, "create") == 0) {
+                if (asprintf(&path, "/v1/tenants/%s/keys", tenant) < 0)
+                        return cli_fail("out of memory");
+                if (!verb)
+                        return list_and_print(cli, path, "keys", ARRAY_SIZE(header), header, fields);
+                _cleanup_(json_decrefp) json_t *body = arg ? json_pack("{s:s}", "name", arg) : json_object();
+                if (!body)
+                        return cli_fail("out of memory");
+                /* the key is shown this once: print it alone, for scripts */
+                return call_and_print(cli, "POST", path, body, "key", NULL);
+        }
+        if (strcmp(verb, "rm") == 0) {
+                if (!arg)
+                        return cli_usage_error(cli, "keys: rm needs a key id");
+                if (asprintf(&path, "/v1/keys/%s", arg) < 0)
+                        return cli_fail("out of memory");
+                return call_and_print(cli, "DELETE", path, NULL, NULL, arg);
+        }
+        return cli_usage_error(cli, "keys: unknown subcommand '%s' (create, rm)", verb);
+}
