@@ -361,7 +361,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
                 return fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
                             API_IDEMPOTENCY_KEY_MAX);
-        const char *tenant_id;
+        const char *tenant_id = NULL; /* NULL: the admin owns it */
         if ((r = create_tenant(ctx, body, &tenant_id)) < 0)
                 return r;
         char hash[crypto_hash_sha256_BYTES * 2 + 1];
