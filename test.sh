@@ -41,4 +41,4 @@ export AIRLOCK_TEST_VOLUME=$vol
 export AIRLOCK_APT_CACHE=$build/apt-cache
 mkdir -p "$AIRLOCK_APT_CACHE"
 cd "$here"
-/usr/bin/python3 -m pytest -p no:cacheprovider -v tests/integration "$@"
+/usr/bin/python3 -m pytest -p no:cacheprovider -v tests/integration tests/security "$@"

@@ -1,0 +1,65 @@
+"""A hostile API client: malformed, oversized and traversing requests get
+a clear error and change nothing."""
+
+import json
+import socket
+import urllib.parse
+
+
+def test_path_traversal_and_relative_paths_are_refused(airlock):
+    a = airlock
+    sid = a.create("minimal")["id"]
+    for p in ("../../etc/passwd", "/root/../../etc/shadow", "relative", "", "/root/\u0000x"):
+        q = urllib.parse.urlencode({"path": p})
+        status, _, body = a.request("GET", f"/v1/sandboxes/{sid}/files?{q}")
+        assert status == 400, (p, status, body)
+        status, _, _ = a.request("PUT", f"/v1/sandboxes/{sid}/files?{q}", body=b"x")
+        assert status == 400
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+
+
+def test_oversized_and_malformed_bodies(airlock):
+    a = airlock
+    status, _, body = a.request("POST", "/v1/sandboxes", body=b"{" * 100000,
+                                headers={"Content-Type": "application/json"})
+    assert status == 400 and b"error" in body
+    # a declared body over the limit is refused before it is read
+    with socket.create_connection(("127.0.0.1", a.port), timeout=30) as c:
+        c.sendall((f"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {a.token}\r\n"
+                   f"Content-Type: application/json\r\nContent-Length: {2 << 20}\r\n\r\n").encode())
+        head = c.recv(4096)
+    assert head.startswith(b"HTTP/1.1 413"), head[:80]
+    for bad in ({"template": "../minimal"}, {"template": 7}, {"env": {"A=B": "x"}}, {"env": ["x"]},
+                {"idle_timeout_s": -1}, {"metadata": "x"}):
+        status, _, body = a.request("POST", "/v1/sandboxes", bad)
+        assert status == 400, (bad, status, body)
+        assert json.loads(body)["error"]["message"]
+    assert a.api("GET", "/v1/sandboxes")["sandboxes"] == []
+
+
+def test_no_token_bad_token_and_ids_that_are_paths(airlock):
+    a = airlock
+    assert a.request("GET", "/v1/sandboxes", auth=False)[0] == 401
+    assert a.request("GET", "/v1/sandboxes", token="alk_" + "0" * 64)[0] == 401
+    for header in ("Bearer ", "Bearer", "Basic " + "x" * 20, "Bearer " + "A" * 5000):
+        assert a.request("GET", "/v1/sandboxes", auth=False, headers={"Authorization": header})[0] == 401
+    for bad in ("..", "sbx-%2e%2e", "sbx-x%2F..%2Fy"):
+        status, _, _ = a.request("GET", f"/v1/sandboxes/{bad}")
+        assert status in (400, 404)
+    status, _, _ = a.request("GET", "/v1/operations/op-%2e%2e")
+    assert status in (400, 404)
+
+
+def test_session_attach_token_does_not_open_another_session(airlock):
+    a = airlock
+    sid = a.create("minimal")["id"]
+    s1 = a.api("POST", f"/v1/sandboxes/{sid}/sessions", {"cmd": ["sleep", "30"]}, expect=201)
+    s2 = a.api("POST", f"/v1/sandboxes/{sid}/sessions", {"cmd": ["sleep", "30"]}, expect=201)
+    token1 = s1.get("token") or s1.get("attach_token")
+    assert token1
+    status, _, _ = a.request("GET", f"/v1/sessions/{s2['id']}/events", token=token1,
+                             headers={"Accept": "text/event-stream"}, timeout=10)
+    assert status in (401, 403, 404)
+    status, _, _ = a.request("GET", f"/v1/sandboxes/{sid}", token=token1)
+    assert status in (401, 403)
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
