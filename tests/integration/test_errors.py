@@ -4,7 +4,7 @@ import json
 import os
 import socket
 
-from conftest import qemu_pids
+from harness import qemu_pids
 
 
 def error_of(resp):

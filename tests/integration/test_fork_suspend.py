@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from conftest import qemu_pids
+from harness import qemu_pids
 from test_recovery import alive_in_guest, node_pids, start_sleeper, wait_state
 
 

@@ -7,7 +7,7 @@ import os
 import time
 import uuid
 
-from conftest import ApiError
+from harness import ApiError
 
 COUNTER = "i=0; while true; do i=$((i+1)); echo $i > /root/counter; sleep 0.2; done"
 

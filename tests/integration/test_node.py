@@ -4,7 +4,7 @@ import os
 import subprocess
 import tempfile
 
-from conftest import mounts_under
+from harness import mounts_under
 
 
 def test_templates_and_health(airlock):
@@ -39,7 +39,7 @@ def test_loop_volume_when_data_dir_cannot_reflink(airlock_factory):
 def test_superseded_template_builds_are_removed(airlock_factory):
     """A build of a template under another hash (an older agent or recipe)
     is removed once the current one is ready; other names are left alone."""
-    from conftest import TEMPLATES
+    from harness import TEMPLATES
     stale = os.path.join(TEMPLATES, "minimal-" + "0" * 32)
     other = os.path.join(TEMPLATES, "minimal-notahash")
     os.makedirs(stale)

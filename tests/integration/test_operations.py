@@ -6,7 +6,7 @@ import threading
 import time
 import uuid
 
-from conftest import qemu_pids
+from harness import qemu_pids
 
 
 def post_create(a, body, key=None):

@@ -5,7 +5,7 @@ import os
 import signal
 import time
 
-from conftest import qemu_pids
+from harness import qemu_pids
 
 
 def pool_of(a, name):

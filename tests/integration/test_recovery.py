@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from conftest import Airlock, START_TIMEOUT, qemu_pids
+from harness import Airlock, START_TIMEOUT, qemu_pids
 
 
 def node_pids(data_dir):

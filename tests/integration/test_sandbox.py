@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import ApiError, qemu_pids
+from harness import ApiError, qemu_pids
 
 
 def test_python_lifecycle(airlock):

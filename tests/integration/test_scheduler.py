@@ -10,7 +10,7 @@ import re
 import subprocess
 import time
 
-from conftest import AIRLOCKD
+from harness import AIRLOCKD
 
 POLICY = {"disk_every": 1, "full_every": 0, "tiers": [{"every": 1, "for": 4}]}
 ENV = {"AIRLOCK_SNAPSHOT_POLICY": json.dumps(POLICY), "AIRLOCK_SNAPSHOT_TICK_MS": "200"}

@@ -4,7 +4,7 @@ signals reach it, the attach token is scoped to its session."""
 import base64
 import time
 
-from conftest import b64
+from harness import b64
 
 
 def start_session(airlock, sid, cmd, **fields):

@@ -6,7 +6,7 @@ import glob
 import json
 import os
 
-from conftest import ApiError
+from harness import ApiError
 
 
 def snapshot(airlock, sid, expect=201, **body):

@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 
-from conftest import CLI
+from harness import CLI
 
 
 def _404_body(airlock, method, path, rid, token, body=None):

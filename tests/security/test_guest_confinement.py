@@ -3,7 +3,7 @@ the host or a neighbour sandbox, and its VMM must stay confined."""
 
 import os
 
-from airlock_harness import qemu_pids
+from harness import qemu_pids
 
 
 def _status(pid):

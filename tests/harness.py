@@ -1,0 +1,275 @@
+"""The test harness of tests/integration and tests/security (their
+conftest.py files take the fixtures from here): every test gets its own
+Airlock (airlockd plus the airlock-node it spawns) in its own data directory on its own port, and
+leaves no VM, mount or file behind, checked after each test.
+
+Templates are shared: every instance points AIRLOCK_TEMPLATES_DIR at one
+directory on the run's btrfs test volume, so `minimal` and `python` are built
+once per run (the first instance builds them; the others wait on the build's
+lock and reuse it)."""
+
+import base64
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("AIRLOCK_BUILD_DIR", os.path.join(ROOT, "build"))
+AIRLOCKD = os.path.join(BUILD, "src", "daemon", "airlockd")
+CLI = os.path.join(BUILD, "src", "cli", "airlock")
+VOLUME = os.environ.get("AIRLOCK_TEST_VOLUME") or pytest.fail(
+    "AIRLOCK_TEST_VOLUME is not set: run the suite with ./test.sh")
+TEMPLATES = os.path.join(VOLUME, "templates")
+FIRST_START_TIMEOUT = 1800  # building the python template under TCG
+START_TIMEOUT = 120
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def qemu_pids(needle):
+    """PIDs of QEMU processes whose command line mentions needle."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        if "qemu-system" in cmd and needle in cmd:
+            pids.append(int(pid))
+    return pids
+
+
+def mounts_under(path):
+    with open("/proc/self/mountinfo") as f:
+        return [l.split()[4] for l in f if l.split()[4].startswith(path)]
+
+
+class ApiError(Exception):
+    def __init__(self, status, body):
+        super().__init__(f"HTTP {status}: {body!r}")
+        self.status = status
+        self.body = body
+
+
+class Airlock:
+    """One running airlockd + airlock-node."""
+
+    def __init__(self, data_dir, env_extra=None, prebuild="minimal,python"):
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = data_dir + ".log"
+        env = dict(os.environ)
+        env.update({
+            "AIRLOCK_TEMPLATES_DIR": TEMPLATES,
+            "AIRLOCK_PREBUILD": prebuild,
+            "AIRLOCK_LOG_LEVEL": "debug",
+            # warm pools off unless a test asks: several tests count QEMUs
+            "AIRLOCK_POOL_SIZE": "0",
+        })
+        env.update(env_extra or {})
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [AIRLOCKD, "--data-dir", data_dir, "--listen", f"127.0.0.1:{self.port}"],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.token = None
+
+    def wait_ready(self, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"airlockd exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                status, _, _ = self.request("GET", "/v1/health", auth=False)
+                if status == 200:
+                    with open(os.path.join(self.data_dir, "admin.token")) as f:
+                        self.token = f.read().strip()
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"airlock not ready after {timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, n=60):
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"\n".join(f.read().splitlines()[-n:]).decode(errors="replace")
+        except OSError:
+            return ""
+
+    # --- HTTP -------------------------------------------------------------
+    def request(self, method, path, body=None, auth=True, token=None, headers=None, timeout=600):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        h = dict(headers or {})
+        if auth:
+            h["Authorization"] = f"Bearer {token or self.token}"
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+            h.setdefault("Content-Type", "application/json")
+        conn.request(method, path, body=body, headers=h)
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        return resp.status, dict(resp.getheaders()), data
+
+    def api(self, method, path, body=None, expect=200, **kw):
+        status, _, data = self.request(method, path, body, **kw)
+        if status != expect:
+            raise ApiError(status, data)
+        return json.loads(data) if data else None
+
+    def create(self, template="minimal", **fields):
+        return self.api("POST", "/v1/sandboxes", dict(template=template, **fields), expect=201)
+
+    def exec(self, sbx, cmd, **fields):
+        return self.api("POST", f"/v1/sandboxes/{sbx}/exec", dict(cmd=cmd, **fields))
+
+    def put_file(self, sbx, path, data):
+        q = urllib.parse.urlencode({"path": path})
+        status, _, body = self.request("PUT", f"/v1/sandboxes/{sbx}/files?{q}", body=data)
+        if status not in (200, 201, 204):
+            raise ApiError(status, body)
+
+    def get_file(self, sbx, path):
+        q = urllib.parse.urlencode({"path": path})
+        status, _, body = self.request("GET", f"/v1/sandboxes/{sbx}/files?{q}")
+        if status != 200:
+            raise ApiError(status, body)
+        return body
+
+    def sse(self, path, token=None, timeout=120):
+        """Yields (event, data_dict, monotonic_time) from an SSE stream, up to
+        and including the exit event."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token or self.token}",
+                                           "Accept": "text/event-stream"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise ApiError(resp.status, resp.read())
+        event, data = None, []
+        while True:
+            line = resp.readline()  # decodes the chunked transfer encoding
+            if not line:
+                break
+            line = line.decode().rstrip("\r\n")
+            if line == "":
+                if event or data:
+                    yield event, json.loads("\n".join(data)) if data else None, time.monotonic()
+                    if event == "exit":
+                        break
+                event, data = None, []
+            elif line.startswith(":"):
+                continue
+            elif line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].lstrip())
+        conn.close()
+
+    def cli(self, *args, input=None, timeout=300):
+        env = dict(os.environ, AIRLOCK_URL=self.url, AIRLOCK_DATA_DIR=self.data_dir)
+        env.pop("AIRLOCK_TOKEN", None)
+        return subprocess.run([CLI, *args], input=input, capture_output=True, env=env, timeout=timeout)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+
+def b64(data):
+    return base64.b64encode(data).decode()
+
+
+@pytest.fixture(scope="session")
+def templates():
+    """Builds the default templates once for the run (first start builds,
+    the rest reuse)."""
+    os.makedirs(TEMPLATES, exist_ok=True)
+    data_dir = tempfile.mkdtemp(prefix="airlock-tpl-", dir=VOLUME)
+    a = Airlock(data_dir)
+    try:
+        a.wait_ready(FIRST_START_TIMEOUT)
+    finally:
+        a.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return TEMPLATES
+
+
+def _check_no_leaks(data_dir):
+    leaks = []
+    pids = qemu_pids(data_dir)
+    if pids:
+        leaks.append(f"QEMU processes left: {pids}")
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    m = mounts_under(data_dir)
+    if m:
+        leaks.append(f"mounts left: {m}")
+        for path in reversed(m):
+            subprocess.run(["umount", "-l", path])
+    return leaks
+
+
+@pytest.fixture
+def airlock_factory(templates, request):
+    """Starts Airlock instances for one test; stops them and checks that
+    nothing is left behind (QEMU processes, mounts, sandbox dirs)."""
+    started = []
+
+    def start(base=VOLUME, env=None, prebuild="minimal,python"):
+        data_dir = tempfile.mkdtemp(prefix="airlock-t-", dir=base)
+        a = Airlock(data_dir, env, prebuild)
+        started.append(a)
+        a.wait_ready(START_TIMEOUT)
+        return a
+
+    yield start
+    leaks = []
+    for a in started:
+        a.stop()
+        leaks += _check_no_leaks(a.data_dir)
+        if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+            print(f"--- log of {a.data_dir}\n{a.log_tail(200)}")
+        shutil.rmtree(a.data_dir, ignore_errors=True)
+        try:
+            os.unlink(a.log_path)
+        except OSError:
+            pass
+    assert not leaks, "test left resources behind: " + "; ".join(leaks)
+
+
+@pytest.fixture
+def airlock(airlock_factory):
+    return airlock_factory()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
