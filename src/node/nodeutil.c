@@ -235,6 +235,23 @@ int node_vm_run_dirs_sweep(const char *data_dir, bool (*keep)(const char *path, 
         return 0;
 }
 
+int node_disk_link(const char *run_dir, const char *target, char **ret_link) {
+        _cleanup_free_ char *link = NULL, *tmp = NULL;
+        if (asprintf(&link, "%s/disk.img", run_dir) < 0 || asprintf(&tmp, "%s/disk.img.tmp", run_dir) < 0)
+                return -ENOMEM;
+        (void) unlink(tmp);
+        if (symlink(target, tmp) < 0)
+                return negative_errno();
+        if (rename(tmp, link) < 0) {
+                int r = negative_errno();
+                (void) unlink(tmp);
+                return r;
+        }
+        if (ret_link)
+                *ret_link = TAKE_PTR(link);
+        return 0;
+}
+
 int node_lock_data_dir(const char *data_dir, unsigned wait_s) {
         _cleanup_free_ char *path = NULL;
         if (asprintf(&path, "%s/node.lock", data_dir) < 0)

@@ -143,8 +143,13 @@ static int fill_one(const struct template_info *t, struct pool_vm **ret, char **
                 step = "cloning the template disk";
                 r = file_clone_or_copy(t->rootfs, rootfs, NULL);
         }
+        _cleanup_free_ char *disk = NULL;
         if (r >= 0) {
-                struct vmm_config vc = template_vmm_config(t, rootfs, pv->run_dir, pv->ctx);
+                step = "linking its disk";
+                r = node_disk_link(pv->run_dir, rootfs, &disk);
+        }
+        if (r >= 0) {
+                struct vmm_config vc = template_vmm_config(t, disk, pv->run_dir, pv->ctx);
                 step = "restoring the VM";
                 r = vmm_restore(&vc, t->state, &pv->vmm);
         }
@@ -398,6 +403,11 @@ int pool_claim(const struct template_info *t, const char *dir, const char *ctx, 
         }
         free(pv->dir);
         pv->dir = NULL;
+        /* QEMU reopens its disk by path during a migration: follow the move */
+        _cleanup_free_ char *moved = strdup_printf("%s/rootfs.img", dir);
+        int k = moved ? node_disk_link(pv->run_dir, moved, NULL) : -ENOMEM;
+        if (k < 0)
+                log_errno(LOG_LEVEL_WARN, k, ctx, "cannot repoint the disk link of %s: %m", pv->ctx);
         log_emit(LOG_LEVEL_INFO, ctx, "pool hit for template %s: %s, waited %llu ms (%u left; hits %llu, misses %llu)",
                  t->name, pv->ctx, (unsigned long long) ((now_monotonic_ns() - pv->ready_ns) / 1000000ULL), left,
                  (unsigned long long) hits, (unsigned long long) misses);

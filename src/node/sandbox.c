@@ -345,7 +345,13 @@ static int start_vm(struct sandbox *s, char **ret_error) {
         if (!rootfs || !mem)
                 return -ENOMEM;
         struct template_info *t = s->tpl;
-        struct vmm_config vc = template_vmm_config(t, rootfs, s->run_dir, s->ctx);
+        _cleanup_free_ char *disk = NULL;
+        int k = node_disk_link(s->run_dir, rootfs, &disk);
+        if (k < 0) {
+                *ret_error = strdup_printf("cannot link the disk into %s: %s", s->run_dir, strerror(-k));
+                return k;
+        }
+        struct vmm_config vc = template_vmm_config(t, disk, s->run_dir, s->ctx);
         /* a start boots the sandbox's own disk with fresh RAM of its own; a
          * create maps the template's RAM copy-on-write */
         if (s->cold_boot) {

@@ -253,3 +253,30 @@ def test_delete_keeping_snapshots_archives(airlock):
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
     assert not os.path.exists(os.path.join(a.data_dir, "sandboxes", sid))
     assert a.request("GET", f"/v1/sandboxes/{sid}")[0] == 404
+
+
+def test_full_snapshot_fork_suspend_of_a_warm_pool_sandbox(airlock_factory):
+    """A warm VM's disk moved after QEMU opened it (pool/NAME-N to
+    sandboxes/ID); a migration reopens it by path, through the run dir's
+    disk link."""
+    a = airlock_factory(env={"AIRLOCK_POOL_SIZE": "1"}, prebuild="minimal")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pools = a.api("GET", "/v1/pools")["pools"]
+        if pools and pools[0]["ready"] >= 1:
+            break
+        time.sleep(0.5)
+    sbx = a.create("minimal")
+    assert sbx["pool"] == "hit"
+    sid = sbx["id"]
+    a.exec(sid, ["sh", "-c", "echo warm > /root/f"])
+    snap = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"}, expect=201)
+    op = verb(a, sid, "fork")
+    assert op["state"] == "succeeded", op
+    child = op["result"]["sandbox"]["id"]
+    assert a.exec(child, ["cat", "/root/f"])["stdout"] == "warm\n"
+    assert verb(a, sid, "suspend")["state"] == "succeeded"
+    assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "warm\n"
+    assert verb(a, sid, "rollback", {"snapshot": snap["id"]})["state"] == "succeeded"
+    for s in (sid, child):
+        assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204

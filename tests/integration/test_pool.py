@@ -23,17 +23,24 @@ def wait_pool_ready(a, name, want, timeout=180):
 
 
 def pool_qemus(a):
-    """QEMUs of warm VMs still waiting in the pool (their rootfs lies under
-    STORAGE_ROOT/pool/; a claimed one keeps that path in its command line,
-    so call this only while no sandbox exists)."""
+    """QEMUs of warm VMs still waiting in the pool: their disk link (the
+    run dir's disk.img) points under STORAGE_ROOT/pool/ until a create
+    claims them and repoints it."""
     out = []
     for pid in qemu_pids(a.data_dir):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"/pool/" in f.read():
-                    out.append(pid)
+                argv = f.read().decode(errors="replace").split("\0")
         except OSError:
-            pass
+            continue
+        for arg in argv:
+            if arg.startswith("id=d0,file="):
+                path = arg[len("id=d0,file="):].split(",")[0]
+                try:
+                    if "/pool/" in os.readlink(path):
+                        out.append(pid)
+                except OSError:
+                    pass
     return out
 
 
