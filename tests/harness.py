@@ -40,17 +40,28 @@ def free_port():
 
 
 def qemu_pids(needle):
-    """PIDs of QEMU processes whose command line mentions needle."""
+    """PIDs of QEMU processes whose command line mentions needle, or whose
+    disk (opened through the run dir's disk.img link) does: a sandbox id
+    appears only in the link's target."""
     pids = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().decode(errors="replace")
+                argv = f.read().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if "qemu-system" in cmd and needle in cmd:
+        if not argv or "qemu-system" not in argv[0]:
+            continue
+        where = list(argv)
+        for arg in argv:
+            if arg.startswith("id=d0,file="):
+                try:
+                    where.append(os.readlink(arg[len("id=d0,file="):].split(",")[0]))
+                except OSError:
+                    pass
+        if any(needle in w for w in where):
             pids.append(int(pid))
     return pids
 
