@@ -397,6 +397,24 @@ static int read_sandbox_row_any(sqlite3_stmt *st, void *ret) {
         return read_sandbox_row(st, ret);
 }
 
+/* Runs a SELECT of one row by one text parameter: the row through
+ * read_row into ret, or -ENOENT. */
+static int select_one(struct store_sqlite *q, enum stmt_id id, const char *arg,
+                      int (*read_row)(sqlite3_stmt *, void *), void *ret) {
+        sqlite3_stmt *st = stmt_begin(q, id);
+        bind_text(st, 1, arg);
+        int rc = sqlite3_step(st);
+        int r;
+        if (rc == SQLITE_ROW)
+                r = read_row(st, ret);
+        else if (rc == SQLITE_DONE)
+                r = -ENOENT;
+        else
+                r = sqlite_to_errno(q->db, rc);
+        stmt_end(q, st);
+        return r;
+}
+
 /*
  * Steps st to its end and reads every row with read_row into a growing
  * array of elem_size elements. On failure *a and *n still describe what was
@@ -427,19 +445,7 @@ static int collect_rows(struct store_sqlite *q, sqlite3_stmt *st, size_t elem_si
 }
 
 static int sqlite_sandbox_get(struct store *s, const char *id, struct store_sandbox *ret) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_GET);
-        bind_text(st, 1, id);
-        int rc = sqlite3_step(st);
-        int r;
-        if (rc == SQLITE_ROW)
-                r = read_sandbox_row(st, ret);
-        else if (rc == SQLITE_DONE)
-                r = -ENOENT;
-        else
-                r = sqlite_to_errno(q->db, rc);
-        stmt_end(q, st);
-        return r;
+        return select_one(to_sqlite(s), STMT_SANDBOX_GET, id, read_sandbox_row_any, ret);
 }
 
 /* Lists sandboxes: every one (tenant_id NULL) or one tenant's. */
@@ -652,19 +658,7 @@ static int read_snapshot_row_any(sqlite3_stmt *st, void *ret) {
 }
 
 static int sqlite_snapshot_get(struct store *s, const char *id, struct store_snapshot *ret) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_GET);
-        bind_text(st, 1, id);
-        int rc = sqlite3_step(st);
-        int r;
-        if (rc == SQLITE_ROW)
-                r = read_snapshot_row(st, ret);
-        else if (rc == SQLITE_DONE)
-                r = -ENOENT;
-        else
-                r = sqlite_to_errno(q->db, rc);
-        stmt_end(q, st);
-        return r;
+        return select_one(to_sqlite(s), STMT_SNAP_GET, id, read_snapshot_row_any, ret);
 }
 
 static int sqlite_snapshot_list(struct store *s, const char *sandbox_id, size_t max, struct store_snapshot **ret,
@@ -880,19 +874,7 @@ static int read_tenant_row(sqlite3_stmt *st, void *ret) {
 }
 
 static int sqlite_tenant_get(struct store *s, const char *id, struct store_tenant *ret) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_GET);
-        bind_text(st, 1, id);
-        int rc = sqlite3_step(st);
-        int r;
-        if (rc == SQLITE_ROW)
-                r = read_tenant_row(st, ret);
-        else if (rc == SQLITE_DONE)
-                r = -ENOENT;
-        else
-                r = sqlite_to_errno(q->db, rc);
-        stmt_end(q, st);
-        return r;
+        return select_one(to_sqlite(s), STMT_TENANT_GET, id, read_tenant_row, ret);
 }
 
 static int sqlite_tenant_list(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n) {
