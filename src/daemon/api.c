@@ -313,13 +313,9 @@ static int create_tenant(struct api_ctx *ctx, const json_t *body, const char **r
  * (200 with the first create's sandbox, or its error). */
 static int create_replay(struct api_ctx *ctx, const char *key, const char *hash, struct api_reply *ret) {
         _cleanup_(store_operation_release) struct store_operation op = { 0 };
-        int r = store_operation_find_by_key(ctx->store, key, &op);
-        if (r == -ENOENT)
-                return 0;
-        if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to look up an operation: %m");
-        if (!api_tenant_may_see(ctx, op.tenant_id))
-                return fail(ctx, -EEXIST, "Idempotency-Key already used for another request");
+        int r = api_operation_by_key(ctx, key, &op);
+        if (r <= 0)
+                return r;
         if (strcmp(op.verb, "create") != 0)
                 return fail(ctx, -EEXIST, "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
                             op.sandbox_id, op.id);
@@ -593,13 +589,9 @@ int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret) {
  * (204 again, or the first delete's error). */
 static int delete_replay(struct api_ctx *ctx, const char *id, const char *key, struct api_reply *ret) {
         _cleanup_(store_operation_release) struct store_operation op = { 0 };
-        int r = store_operation_find_by_key(ctx->store, key, &op);
-        if (r == -ENOENT)
-                return 0;
-        if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to look up an operation: %m");
-        if (!api_tenant_may_see(ctx, op.tenant_id))
-                return fail(ctx, -EEXIST, "Idempotency-Key already used for another request");
+        int r = api_operation_by_key(ctx, key, &op);
+        if (r <= 0)
+                return r;
         if (strcmp(op.verb, "delete") != 0 || strcmp(op.sandbox_id, id) != 0)
                 return fail(ctx, -EEXIST, "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
                             op.sandbox_id, op.id);

@@ -108,6 +108,10 @@ int api_operation_get(struct api_ctx *ctx, const char *op_id, struct api_reply *
 json_t *api_operation_json(const struct store_operation *op);
 
 #define API_IDEMPOTENCY_KEY_MAX 128
+/* The operation an Idempotency-Key names: 0 when the key is unused, 1 with
+ * *ret (release it) when the caller may see it; -EEXIST (ctx->err says so,
+ * nothing more) for another tenant's key. */
+int api_operation_by_key(struct api_ctx *ctx, const char *key, struct store_operation *ret);
 /* An Idempotency-Key header value: 1..API_IDEMPOTENCY_KEY_MAX printable
  * ASCII characters, no spaces. */
 bool api_idempotency_key_is_valid(const char *key);

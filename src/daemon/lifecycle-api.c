@@ -326,18 +326,29 @@ bool api_idempotency_key_is_valid(const char *k) {
         return true;
 }
 
-/* An earlier request with the same key: the same operation, if it was for
- * the same verb on the same sandbox. 1 when answered, 0 when the key is new. */
-static int replay_by_key(struct api_ctx *ctx, const char *id, const char *verb, const char *key, bool wait,
-                         struct api_reply *ret) {
+int api_operation_by_key(struct api_ctx *ctx, const char *key, struct store_operation *ret) {
         _cleanup_(store_operation_release) struct store_operation op = { 0 };
         int r = store_operation_find_by_key(ctx->store, key, &op);
         if (r == -ENOENT)
                 return 0;
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to look up an operation: %m");
+        /* another tenant's key: refused without a word about its request */
         if (!api_tenant_may_see(ctx, op.tenant_id))
                 return lfail(ctx, -EEXIST, "Idempotency-Key already used for another request");
+        *ret = op;
+        op = (struct store_operation){ 0 };
+        return 1;
+}
+
+/* An earlier request with the same key: the same operation, if it was for
+ * the same verb on the same sandbox. 1 when answered, 0 when the key is new. */
+static int replay_by_key(struct api_ctx *ctx, const char *id, const char *verb, const char *key, bool wait,
+                         struct api_reply *ret) {
+        _cleanup_(store_operation_release) struct store_operation op = { 0 };
+        int r = api_operation_by_key(ctx, key, &op);
+        if (r <= 0)
+                return r;
         if (strcmp(op.sandbox_id, id) != 0 || strcmp(op.verb, verb) != 0)
                 return lfail(ctx, -EEXIST, "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
                              op.sandbox_id, op.id);
