@@ -19,7 +19,7 @@ if [ -f "$here/images/deps.txt" ]; then
   done < "$here/images/deps.txt"
 fi
 if [ "${1:-}" = "--test" ]; then
-  pkgs+=(libcmocka-dev python3 python3-pytest)
+  pkgs+=(libcmocka-dev python3 python3-pytest python3-cryptography)
 fi
 
 missing=()

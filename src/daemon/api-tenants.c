@@ -4,6 +4,7 @@
  * /v1/tenants/{id}, POST/GET /v1/tenants/{id}/keys, DELETE /v1/keys/{id}.
  * Admin only (http.c answers 403 to a tenant key before these run). A key
  * is shown once, in the reply that made it; only its SHA-256 is stored.
+ * Also the capability signing key: GET/POST /v1/capability-keys.
  */
 #include <errno.h>
 #include <sodium.h>
@@ -13,6 +14,7 @@
 
 #include "api.h"
 #include "auth.h"
+#include "dataplane.h"
 #include "log.h"
 #include "macros.h"
 #include "util.h"
@@ -195,4 +197,22 @@ int api_key_delete(struct api_ctx *ctx, const char *key_id, struct api_reply *re
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "revoked key %s", key_id);
         *ret = (struct api_reply){ .status = MHD_HTTP_NO_CONTENT };
         return 0;
+}
+
+/* ---- capability signing keys (docs/security.md, "Key rotation") ---- */
+
+int api_capability_keys_get(struct api_ctx *ctx, struct api_reply *ret) {
+        char kid[CAP_KID_MAX + 1];
+        dataplane_current_kid(kid);
+        return reply(ret, MHD_HTTP_OK, json_pack("{s:s}", "current", kid));
+}
+
+int api_capability_keys_rotate(struct api_ctx *ctx, struct api_reply *ret) {
+        char kid[CAP_KID_MAX + 1], previous[CAP_KID_MAX + 1];
+        int r = dataplane_rotate_key(ctx->config, kid, previous);
+        if (r < 0)
+                return r;
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "capability key rotated to %s", kid);
+        return reply(ret, MHD_HTTP_CREATED, json_pack("{s:s, s:s?}", "current", kid, "previous",
+                                                      previous[0] ? previous : NULL));
 }

@@ -13,6 +13,7 @@
 
 #include "apireq.h"
 #include "auth.h"
+#include "dataplane.h"
 #include "lifecycle.h"
 #include "log.h"
 #include "macros.h"
@@ -201,30 +202,6 @@ static bool client_gone(const struct api_ctx *ctx) {
         return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-/* Opens a node connection and sends req: the start of every op that
- * streams afterwards. */
-static int node_open_request(struct api_ctx *ctx, const json_t *req, struct node_conn **ret) {
-        _cleanup_(node_conn_freep) struct node_conn *c = NULL;
-        if (!req)
-                return -ENOMEM;
-        int r = node_conn_open(ctx->config->node_socket, ctx->config->node_timeout_s, &c);
-        if (r < 0)
-                return fail(ctx, r, "the node agent is not reachable");
-        r = node_conn_send_request(c, req);
-        if (r < 0)
-                return fail(ctx, r, "failed to send the request to the node agent");
-        *ret = TAKE_PTR(c);
-        return 0;
-}
-
-/* One node op whose reply carries nothing for the client: 204. */
-static int node_call_empty(struct api_ctx *ctx, const json_t *req, struct api_reply *ret) {
-        if (!req)
-                return -ENOMEM;
-        int r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err);
-        return r < 0 ? r : reply_empty(ret);
-}
-
 /* Replies 422 {"error":{"code":"unprocessable",...}}: apierror.c's table
  * has no errno for it, and this is its only use. */
 static int reply_unprocessable(struct api_reply *ret, const char *fmt, ...) _printf_(2, 3);
@@ -407,6 +384,9 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:O, s:O}", "op", "sandbox.create", "id", id,
                                                         "template", c.template_name, "env", c.env, "metadata",
                                                         c.metadata);
+        /* the node keeps the owner: capabilities for it must name it */
+        if (req && tenant_id)
+                json_object_set_new(req, "tenant", json_string(tenant_id));
         if (!req) {
                 sandbox_abandon(ctx, id, false);
                 return operation_fail(ctx, op_id, -ENOMEM);
@@ -451,6 +431,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         if (!o)
                 return operation_fail(ctx, op_id, -ENOMEM);
         json_t *nsb = json_object_get(node_rep, "sandbox");
+        dataplane_route_learn(id, nsb);
         json_t *pool = json_object_get(nsb, "pool"), *ms = json_object_get(nsb, "restore_ms");
         if (json_is_string(pool))
                 json_object_set(o, "pool", pool);
@@ -658,6 +639,7 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
         r = req ? node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err) : -ENOMEM;
         if (claimed)
                 scheduler_release(id);
+        dataplane_route_forget(id);
         if (r < 0 && r != -ENOENT) {
                 /* keep the row as it was: the VM may still exist */
                 (void) store_sandbox_update_state(ctx->store, id, sb.state, sb.error);
@@ -718,7 +700,8 @@ int api_exec(struct api_ctx *ctx, const char *id, const json_t *body, struct api
         if (e.stdin_data)
                 json_object_set_new(req, "stdin", json_string(e.stdin_data));
         _cleanup_(json_decrefp) json_t *rep = NULL;
-        r = node_call(ctx->config->node_socket, e.timeout_s + EXEC_TIMEOUT_SLACK_S, req, &rep, ctx->err);
+        r = dataplane_call(ctx->config, sb.tenant_id, id, CAP_ACCESS_EXEC, req, e.timeout_s + EXEC_TIMEOUT_SLACK_S,
+                           NULL, &rep, ctx->err);
         if (r < 0)
                 return r;
         json_t *code = json_object_get(rep, "exit_code");
@@ -765,6 +748,19 @@ static int session_lookup(struct api_ctx *ctx, const char *sid, struct store_ses
         return 0;
 }
 
+/* A session op on the node, with a capability for the session's sandbox
+ * (its owner's tenant, whoever asks: the admin may act on any). */
+static int session_call(struct api_ctx *ctx, const struct store_session *ses, json_t *req, struct node_conn **ret_conn) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = store_sandbox_get(ctx->store, ses->sandbox_id, &sb);
+        if (r == -ENOENT)
+                return fail(ctx, r, "session '%.64s' not found", ses->id);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
+        return dataplane_call(ctx->config, sb.tenant_id, sb.id, CAP_ACCESS_SESSION_ATTACH, req,
+                              ctx->config->node_timeout_s, ret_conn, NULL, ctx->err);
+}
+
 int api_session_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *body, struct api_reply *ret) {
         _cleanup_(apireq_session_release) struct apireq_session s = { 0 };
         int r = apireq_parse_session(body, &s, ctx->err);
@@ -792,7 +788,8 @@ int api_session_create(struct api_ctx *ctx, const char *sandbox_id, const json_t
                 json_pack("{s:s, s:s, s:s, s:O, s:O, s:s, s:b, s:I, s:I}", "op", "session.start", "id", sandbox_id,
                           "session_id", sid, "cmd", s.cmd, "env", s.env, "cwd", s.cwd, "pty", s.pty, "rows",
                           (json_int_t) s.rows, "cols", (json_int_t) s.cols);
-        r = req ? node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err) : -ENOMEM;
+        r = dataplane_call(ctx->config, sb.tenant_id, sandbox_id, CAP_ACCESS_EXEC, req, ctx->config->node_timeout_s,
+                           NULL, NULL, ctx->err);
         if (r < 0) {
                 /* After a transport failure the command may be running on
                  * the node with no row (and no token) to reach it: stop it. */
@@ -800,8 +797,8 @@ int api_session_create(struct api_ctx *ctx, const char *sandbox_id, const json_t
                         _cleanup_(json_decrefp) json_t *kill =
                                 json_pack("{s:s, s:s, s:i}", "op", "session.signal", "session_id", sid, "signal", SIGKILL);
                         char kerr[API_ERRMSG_MAX];
-                        if (kill)
-                                (void) node_call(ctx->config->node_socket, ctx->config->node_timeout_s, kill, NULL, kerr);
+                        (void) dataplane_call(ctx->config, sb.tenant_id, sandbox_id, CAP_ACCESS_SESSION_ATTACH, kill,
+                                              ctx->config->node_timeout_s, NULL, NULL, kerr);
                 }
                 (void) store_session_delete(ctx->store, sid);
                 return r;
@@ -980,7 +977,7 @@ int api_session_events(struct api_ctx *ctx, const char *sid, struct api_reply *r
                 return r;
         _cleanup_(node_conn_freep) struct node_conn *c = NULL;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "session.attach", "session_id", sid);
-        if ((r = node_open_request(ctx, req, &c)) < 0 || (r = node_conn_read_reply(c, NULL, ctx->err)) < 0)
+        if ((r = session_call(ctx, &ses, req, &c)) < 0)
                 return r;
         if ((r = node_conn_set_timeout(c, SSE_FRAME_TIMEOUT_S)) < 0)
                 return r;
@@ -1017,7 +1014,7 @@ int api_session_stdin(struct api_ctx *ctx, const char *sid, const json_t *body, 
                 return r;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:b}", "op", "session.stdin", "session_id",
                                                         sid, "data", b64, "close", in.close);
-        return node_call_empty(ctx, req, ret);
+        return (r = session_call(ctx, &ses, req, NULL)) < 0 ? r : reply_empty(ret);
 }
 
 int api_session_signal(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret) {
@@ -1030,7 +1027,7 @@ int api_session_signal(struct api_ctx *ctx, const char *sid, const json_t *body,
                 return r;
         _cleanup_(json_decrefp) json_t *req =
                 json_pack("{s:s, s:s, s:i}", "op", "session.signal", "session_id", sid, "signal", sig);
-        return node_call_empty(ctx, req, ret);
+        return (r = session_call(ctx, &ses, req, NULL)) < 0 ? r : reply_empty(ret);
 }
 
 /* State of one file download, owned by its MHD response. */
@@ -1092,7 +1089,8 @@ int api_file_read(struct api_ctx *ctx, const char *id, const char *path, struct 
         _cleanup_(node_conn_freep) struct node_conn *c = NULL;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "file.read", "id", id, "path", path);
         _cleanup_(json_decrefp) json_t *rep = NULL;
-        if ((r = node_open_request(ctx, req, &c)) < 0 || (r = node_conn_read_reply(c, &rep, ctx->err)) < 0)
+        if ((r = dataplane_call(ctx->config, sb.tenant_id, id, CAP_ACCESS_FILES_READ, req, ctx->config->node_timeout_s,
+                                &c, &rep, ctx->err)) < 0)
                 return r;
 
         struct download *d = calloc(1, sizeof *d);
@@ -1128,7 +1126,9 @@ int api_file_remove(struct api_ctx *ctx, const char *id, const char *path, bool 
                 return r;
         _cleanup_(json_decrefp) json_t *req =
                 json_pack("{s:s, s:s, s:s, s:b}", "op", "file.remove", "id", id, "path", path, "recursive", recursive);
-        return node_call_empty(ctx, req, ret);
+        r = dataplane_call(ctx->config, sb.tenant_id, id, CAP_ACCESS_FILES_WRITE, req, ctx->config->node_timeout_s, NULL,
+                           NULL, ctx->err);
+        return r < 0 ? r : reply_empty(ret);
 }
 
 int api_file_list(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret) {
@@ -1138,9 +1138,8 @@ int api_file_list(struct api_ctx *ctx, const char *id, const char *path, struct 
                 return r;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "file.list", "id", id, "path", path);
         _cleanup_(json_decrefp) json_t *rep = NULL;
-        if (!req)
-                return -ENOMEM;
-        r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, ctx->err);
+        r = dataplane_call(ctx->config, sb.tenant_id, id, CAP_ACCESS_FILES_READ, req, ctx->config->node_timeout_s, NULL,
+                           &rep, ctx->err);
         if (r < 0)
                 return r;
         json_t *entries = json_object_get(rep, "entries");
@@ -1154,7 +1153,7 @@ int api_upload_begin(struct api_ctx *ctx, const char *id, const char *path, uint
                 return r;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:I}", "op", "file.write", "id", id, "path",
                                                         path, "mode", (json_int_t) mode);
-        return node_open_request(ctx, req, ret);
+        return dataplane_open_upload(ctx->config, sb.tenant_id, id, CAP_ACCESS_FILES_WRITE, req, ret, ctx->err);
 }
 
 int api_upload_chunk(struct node_conn *c, const void *data, size_t len) {

@@ -155,6 +155,12 @@ int api_key_create(struct api_ctx *ctx, const char *tenant_id, const json_t *bod
 int api_key_list(struct api_ctx *ctx, const char *tenant_id, struct api_reply *ret);
 int api_key_delete(struct api_ctx *ctx, const char *key_id, struct api_reply *ret);
 
+/* GET /v1/capability-keys: {"current": kid}. POST: a new signing key, 201
+ * {"current","previous"}; the previous one still verifies until the next
+ * rotation. Admin only. */
+int api_capability_keys_get(struct api_ctx *ctx, struct api_reply *ret);
+int api_capability_keys_rotate(struct api_ctx *ctx, struct api_reply *ret);
+
 /* Formats Unix milliseconds as RFC 3339 UTC ("2026-11-29T19:40:00.123Z"). */
 void api_format_time(int64_t ms, char *buf, size_t n);
 

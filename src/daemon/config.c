@@ -97,6 +97,7 @@ static const struct option long_options[] = {
         { "snapshot-tick-ms", required_argument, NULL, 't' },
         { "idle-timeout-s", required_argument, NULL, 'i' },
         { "idle-check-ms", required_argument, NULL, 'k' },
+        { "cap-keys-dir", required_argument, NULL, 'K' },
         { "print-config", no_argument, NULL, 'P' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
@@ -125,6 +126,8 @@ void config_help(FILE *f) {
               "                       own idle_timeout_s wins (AIRLOCK_IDLE_TIMEOUT_S, default 21600)\n"
               "  --idle-check-ms MS   how often idleness is checked, 100-600000\n"
               "                       (AIRLOCK_IDLE_CHECK_MS, default 30000)\n"
+              "  --cap-keys-dir DIR   capability signing and public keys (AIRLOCK_CAP_KEYS_DIR,\n"
+              "                       default DIR/keys; docs/security.md)\n"
               "  --print-config       print the effective configuration and exit\n"
               "  --help               show this help\n"
               "  --version            show the version\n",
@@ -162,6 +165,11 @@ static int apply(struct daemon_config *c, int opt, const char *val, const char *
         case 'b':
                 if (set_str(c->node_binary, sizeof c->node_binary, val) < 0)
                         return fail(errbuf, errlen, "%s: node binary path too long", origin);
+                return 0;
+        case 'K':
+                if (val[0] != '/' || set_str(c->cap_keys_dir, sizeof c->cap_keys_dir, val) < 0)
+                        return fail(errbuf, errlen, "%s: must be an absolute path, at most %zu bytes", origin,
+                                    sizeof c->cap_keys_dir - 1);
                 return 0;
         case 'D':
                 if (set_str(c->database, sizeof c->database, val) < 0)
@@ -231,6 +239,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 { "AIRLOCK_NODE_BINARY", 'b' }, { "AIRLOCK_DATABASE", 'D' }, { "AIRLOCK_LOG_LEVEL", 'L' },
                 { "AIRLOCK_SNAPSHOT_POLICY", 'p' }, { "AIRLOCK_SNAPSHOT_TICK_MS", 't' },
                 { "AIRLOCK_IDLE_TIMEOUT_S", 'i' }, { "AIRLOCK_IDLE_CHECK_MS", 'k' },
+                { "AIRLOCK_CAP_KEYS_DIR", 'K' },
         };
         for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
                 const char *v = getenv(envs[i].name);
@@ -296,6 +305,9 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 return fail(errbuf, errlen, "data dir too long");
         if (!strchr(c.database, ':'))
                 return fail(errbuf, errlen, "database '%s' must be a URL like sqlite:/path/airlock.db", c.database);
+        if (!c.cap_keys_dir[0] &&
+            snprintf(c.cap_keys_dir, sizeof c.cap_keys_dir, "%s/keys", c.data_dir) >= (int) sizeof c.cap_keys_dir)
+                return fail(errbuf, errlen, "data dir too long");
         if (c.spawn_node && c.node_binary[0] == 0)
                 return fail(errbuf, errlen, "node binary must not be empty");
 
@@ -318,4 +330,5 @@ void config_print(const struct daemon_config *c, FILE *f) {
                 c->node_timeout_s, c->create_timeout_s, c->node_start_timeout_s);
         fprintf(f, "snapshot_policy=%s\nsnapshot_tick_ms=%u\n", policy_s ? policy_s : "?", c->snapshot_tick_ms);
         fprintf(f, "idle_timeout_s=%u\nidle_check_ms=%u\n", c->idle_timeout_s, c->idle_check_ms);
+        fprintf(f, "cap_keys_dir=%s\n", c->cap_keys_dir);
 }

@@ -39,6 +39,7 @@ struct daemon_config {
         char database[CONFIG_PATH_MAX + 16]; /* store URL, "sqlite:DATA_DIR/airlock.db" */
         char node_socket[108];               /* sun_path limit */
         char node_binary[CONFIG_PATH_MAX];
+        char cap_keys_dir[CONFIG_PATH_MAX];  /* capability keys (cap-keydir.h), default DATA_DIR/keys */
         bool spawn_node;
         enum log_level log_level;
 

@@ -64,6 +64,7 @@ enum route_id {
         R_TENANT,
         R_TENANT_KEYS,
         R_KEY,
+        R_CAP_KEYS,
 };
 
 enum auth_kind {
@@ -108,6 +109,7 @@ static const struct route routes[] = {
         { R_TENANT, { "v1", "tenants", "*" }, M_DELETE, AUTH_ADMIN },
         { R_TENANT_KEYS, { "v1", "tenants", "*", "keys" }, M_GET | M_POST, AUTH_ADMIN },
         { R_KEY, { "v1", "keys", "*" }, M_DELETE, AUTH_ADMIN },
+        { R_CAP_KEYS, { "v1", "capability-keys" }, M_GET | M_POST, AUTH_ADMIN },
 };
 
 /* Per-request state, from the first access-handler call to completion. */
@@ -619,6 +621,9 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 break;
         case R_KEY:
                 r = api_key_delete(&ctx, id, &rep);
+                break;
+        case R_CAP_KEYS:
+                r = req->method == M_POST ? api_capability_keys_rotate(&ctx, &rep) : api_capability_keys_get(&ctx, &rep);
                 break;
         default:
                 r = -ENOENT;

@@ -27,6 +27,7 @@
 #include "api.h"
 #include "auth.h"
 #include "config.h"
+#include "dataplane.h"
 #include "http.h"
 #include "idle.h"
 #include "log.h"
@@ -141,6 +142,9 @@ static int run(const struct daemon_config *c) {
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the admin token in %s: %m", c->data_dir);
         log_info("admin token %s %s/%s", created ? "written to" : "loaded from", c->data_dir, AUTH_ADMIN_TOKEN_FILE);
+        /* before the node starts: it reads the public key this writes */
+        if ((r = dataplane_init(c)) < 0)
+                return r;
 
         if (c->spawn_node) {
                 if ((r = node_spawn(c, &node_pid)) < 0)

@@ -35,7 +35,8 @@ int node_spawn(const struct daemon_config *config, pid_t *ret_pid) {
                         _exit(127);
                 char *const argv[] = {
                         (char *) config->node_binary, (char *) "--data-dir", (char *) config->data_dir,
-                        (char *) "--socket", (char *) config->node_socket, NULL,
+                        (char *) "--socket", (char *) config->node_socket, (char *) "--cap-keys-dir",
+                        (char *) config->cap_keys_dir, NULL,
                 };
                 execv(config->node_binary, argv);
                 _exit(127);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "airlock-config.h"
 #include "macros.h"
@@ -42,6 +43,8 @@ enum {
         OPT_POOL_SIZE,
         OPT_RECOVER,
         OPT_OBJSTORE_DIR,
+        OPT_NODE_NAME,
+        OPT_CAP_KEYS_DIR,
         OPT_PRINT_CONFIG,
         OPT_HELP,
 };
@@ -74,6 +77,8 @@ static const struct setting settings[] = {
         { OPT_POOL_SIZE, "pool-size", "AIRLOCK_POOL_SIZE" },
         { OPT_RECOVER, "recover", "AIRLOCK_RECOVER" },
         { OPT_OBJSTORE_DIR, "objstore-dir", "AIRLOCK_OBJSTORE_DIR" },
+        { OPT_NODE_NAME, "node-name", "AIRLOCK_NODE_NAME" },
+        { OPT_CAP_KEYS_DIR, "cap-keys-dir", "AIRLOCK_CAP_KEYS_DIR" },
 };
 
 void node_config_free(struct node_config *c) {
@@ -83,6 +88,8 @@ void node_config_free(struct node_config *c) {
         free(c->socket_path);
         free(c->templates_dir);
         free(c->objstore_dir);
+        free(c->node_name);
+        free(c->cap_keys_dir);
         free(c->images_dir);
         free(c->guest_binary);
         free(c->qemu_binary);
@@ -210,6 +217,7 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
         case OPT_IMAGES_DIR:
         case OPT_GUEST_BINARY:
         case OPT_OBJSTORE_DIR:
+        case OPT_CAP_KEYS_DIR:
                 if (value[0] != '/' || strlen(value) >= 4096) {
                         r = -EINVAL;
                         break;
@@ -219,6 +227,7 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
                                : opt == OPT_TEMPLATES_DIR ? &c->templates_dir
                                : opt == OPT_IMAGES_DIR    ? &c->images_dir
                                : opt == OPT_OBJSTORE_DIR  ? &c->objstore_dir
+                               : opt == OPT_CAP_KEYS_DIR  ? &c->cap_keys_dir
                                                           : &c->guest_binary,
                                value);
                 break;
@@ -228,6 +237,13 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
                         break;
                 }
                 r = set_string(&c->qemu_binary, value);
+                break;
+        case OPT_NODE_NAME:
+                if (!name_is_valid(value)) {
+                        r = -EINVAL;
+                        break;
+                }
+                r = set_string(&c->node_name, value);
                 break;
         case OPT_ACCEL:
                 if (strcmp(value, "auto") != 0 && strcmp(value, "kvm") != 0 && strcmp(value, "tcg") != 0) {
@@ -342,6 +358,17 @@ static int set_defaults(struct node_config *c) {
         return 0;
 }
 
+/* The host name's first label when it is a valid name (capabilities name
+ * the node: several nodes need distinct names), else "node". */
+static int default_node_name(char **ret) {
+        char host[256] = "";
+        if (gethostname(host, sizeof host - 1) < 0)
+                host[0] = 0;
+        host[strcspn(host, ".")] = 0;
+        *ret = strdup(name_is_valid(host) ? host : "node");
+        return *ret ? 0 : -ENOMEM;
+}
+
 int node_config_load(int argc, char *argv[], struct node_config **ret, enum node_config_action *ret_action) {
         _cleanup_(node_config_freep) struct node_config *c = calloc(1, sizeof *c);
         enum node_config_action action = NODE_CONFIG_RUN;
@@ -405,6 +432,10 @@ int node_config_load(int argc, char *argv[], struct node_config **ret, enum node
                         return -ENOMEM;
                 snprintf(c->socket_path, n, "%s/run/node.sock", c->data_dir);
         }
+        if (!c->cap_keys_dir && !(c->cap_keys_dir = strdup_printf("%s/keys", c->data_dir)))
+                return -ENOMEM;
+        if (!c->node_name && (r = default_node_name(&c->node_name)) < 0)
+                return r;
         if (strlen(c->socket_path) >= sizeof(((struct sockaddr_un *) NULL)->sun_path)) {
                 log_error("Socket path too long for a Unix socket (max %zu bytes): %s",
                           sizeof(((struct sockaddr_un *) NULL)->sun_path) - 1, c->socket_path);
@@ -441,6 +472,8 @@ void node_config_print(const struct node_config *c, FILE *f) {
         fprintf(f, "pool_size=%u\n", c->pool_size);
         fprintf(f, "recover=%d\n", c->recover ? 1 : 0);
         fprintf(f, "objstore_dir=%s\n", c->objstore_dir ? c->objstore_dir : "(STORAGE_ROOT/objstore)");
+        fprintf(f, "node_name=%s\n", c->node_name);
+        fprintf(f, "cap_keys_dir=%s\n", c->cap_keys_dir);
 }
 
 void node_config_usage(FILE *f) {
@@ -473,6 +506,9 @@ void node_config_usage(FILE *f) {
               "  --recover 0|1           boot a sandbox again when its VM dies [AIRLOCK_RECOVER] (1)\n"
               "  --objstore-dir DIR      object store for suspended sandboxes [AIRLOCK_OBJSTORE_DIR]\n"
               "                          (STORAGE_ROOT/objstore)\n"
+              "  --node-name NAME        this node in capabilities [AIRLOCK_NODE_NAME] (host name)\n"
+              "  --cap-keys-dir DIR      capability keys; public/ is read [AIRLOCK_CAP_KEYS_DIR]\n"
+              "                          (DATA_DIR/keys)\n"
               "  --print-config          print the configuration as key=value and exit\n"
               "  -h, --help              show this help\n",
               f);

@@ -46,6 +46,8 @@ struct node_config {
         unsigned pool_size;          /* AIRLOCK_POOL_SIZE: warm VMs per prebuilt template, 0 = none */
         bool recover;                /* AIRLOCK_RECOVER: boot a sandbox again when its VM dies */
         char *objstore_dir;          /* AIRLOCK_OBJSTORE_DIR: local object store; NULL = STORAGE_ROOT/objstore */
+        char *node_name;             /* AIRLOCK_NODE_NAME: this node in capabilities; default the host name */
+        char *cap_keys_dir;          /* AIRLOCK_CAP_KEYS_DIR: public/ holds the capability keys; DATA_DIR/keys */
 };
 
 enum node_config_action {

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "capcheck.h"
 #include "config.h"
 #include "log.h"
 #include "macros.h"
@@ -175,7 +176,7 @@ int main(int argc, char *argv[]) {
         bool hand_over = false;
         if ((r = template_init(cfg, templates_dir, accel)) < 0 ||
             (r = sandbox_manager_init(cfg, accel, sandboxes_dir)) < 0 ||
-            (r = pool_init(cfg, pool_dir)) < 0)
+            (r = pool_init(cfg, pool_dir)) < 0 || (r = capcheck_init(cfg)) < 0)
                 goto out;
         session_init(cfg);
         nodeops_init(cfg, accel, reason);

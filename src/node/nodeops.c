@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "capcheck.h"
 #include "config.h"
 #include "guestconn.h"
 #include "log.h"
@@ -174,9 +175,38 @@ static int field_cmd(struct node_conn *c, json_t *req, const char *key, json_t *
         return 0;
 }
 
-/* Looks up the sandbox named by the "id" field and its guest channel, and
- * names the sandbox in the connection's log context. */
-static int req_sandbox(struct node_conn *c, json_t *req, struct sandbox **ret_s, struct guestconn **ret_g) {
+/*
+ * The capability of a data-plane request ("cap"), checked against s as this
+ * node runs it now (docs/security.md): allow, or a reply "refresh_route"
+ * (the right sandbox, another execution or node: the caller re-resolves)
+ * or "forbidden". The token itself is never logged.
+ */
+static int req_capability(struct node_conn *c, json_t *req, struct sandbox *s, uint32_t need) {
+        json_t *v = json_object_get(req, "cap");
+        struct cap_record rec = { 0 };
+        snprintf(rec.tenant, sizeof rec.tenant, "%s", s->tenant);
+        snprintf(rec.sandbox, sizeof rec.sandbox, "%s", s->id);
+        snprintf(rec.node, sizeof rec.node, "%s", ocfg->node_name);
+        pthread_mutex_lock(&s->lock);
+        rec.execution = s->execution;
+        pthread_mutex_unlock(&s->lock);
+        const char *why;
+        enum cap_decision d = capcheck(json_string_value(v), json_is_string(v) ? json_string_length(v) : 0, &rec,
+                                       need, &why);
+        if (d == CAP_ALLOW)
+                return 0;
+        if (d == CAP_REFRESH_ROUTE)
+                return conn_reply_error(c, -ESTALE, "refresh_route", "sandbox %s runs execution %llu on node %s",
+                                        s->id, (unsigned long long) rec.execution, rec.node);
+        log_emit(LOG_LEVEL_WARN, c->ctx, "capability refused for sandbox %s: %s", s->id, why);
+        return conn_reply_error(c, -EPERM, "forbidden", "%s", why);
+}
+
+/* Looks up the sandbox named by the "id" field, checks the request's
+ * capability for need (req_capability), gets its guest channel, and names
+ * the sandbox in the connection's log context. */
+static int req_sandbox(struct node_conn *c, json_t *req, uint32_t need, struct sandbox **ret_s,
+                       struct guestconn **ret_g) {
         const char *id;
         int r = field_name(c, req, "id", &id);
         if (r < 0)
@@ -185,6 +215,10 @@ static int req_sandbox(struct node_conn *c, json_t *req, struct sandbox **ret_s,
         r = sandbox_get(id, &s);
         if (r < 0)
                 return conn_reply_error(c, r, "not_found", "no sandbox %s", id);
+        if ((r = req_capability(c, req, s, need)) < 0) {
+                sandbox_unref(s);
+                return r;
+        }
         /* paused or stopped on purpose: the client's conflict, not a guest failure */
         const char *st = sandbox_state_name(s);
         if (strcmp(st, "paused") == 0 || strcmp(st, "stopped") == 0) {
@@ -252,11 +286,15 @@ static int op_sandbox_create(struct node_conn *c, json_t *req) {
         json_t *md = json_object_get(req, "metadata");
         if (md && !json_is_object(md) && !json_is_null(md))
                 return conn_reply_error(c, -EINVAL, "invalid", "field \"metadata\" must be an object");
+        /* the owner that capabilities for it must name */
+        const char *tenant = SANDBOX_TENANT_ADMIN;
+        if (json_object_get(req, "tenant") && (r = field_name(c, req, "tenant", &tenant)) < 0)
+                return r;
 
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " sandbox=%s", id);
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         _cleanup_free_ char *err = NULL;
-        r = sandbox_create(id, tpl, env, &s, &err);
+        r = sandbox_create(id, tpl, env, tenant, &s, &err);
         if (r < 0) {
                 const char *code = r == -EEXIST ? "conflict"
                                    : r == -ENOENT ? "not_found"
@@ -421,7 +459,7 @@ static int op_exec(struct node_conn *c, json_t *req) {
 
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
-        if ((r = req_sandbox(c, req, &s, &g)) < 0)
+        if ((r = req_sandbox(c, req, CAP_ACCESS_EXEC, &s, &g)) < 0)
                 return r;
 
         uint64_t deadline = now_monotonic_ns() + timeout_s * 1000000000ULL;
@@ -511,7 +549,7 @@ static int op_session_start(struct node_conn *c, json_t *req) {
             (r = field_uint(c, req, "cols", 80, 1, 65535, &cols)) < 0)
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
-        if ((r = req_sandbox(c, req, &s, NULL)) < 0)
+        if ((r = req_sandbox(c, req, CAP_ACCESS_EXEC, &s, NULL)) < 0)
                 return r;
         _cleanup_(json_decrefp) json_t *exec_req = json_pack("{s:O, s:O, s:b, s:I, s:I}", "argv", cmd, "env", env,
                                                              "pty", pty, "rows", (json_int_t) rows, "cols",
@@ -523,10 +561,19 @@ static int op_session_start(struct node_conn *c, json_t *req) {
         return session_start(c, s, sid, exec_req);
 }
 
+/* The session ops name a session: its sandbox is what the capability
+ * must match. */
+static int req_session(struct node_conn *c, json_t *req, const char *sid) {
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        if (session_sandbox(sid, &s) < 0)
+                return conn_reply_error(c, -ENOENT, "not_found", "no session %s", sid);
+        return req_capability(c, req, s, CAP_ACCESS_SESSION_ATTACH);
+}
+
 static int op_session_attach(struct node_conn *c, json_t *req) {
         const char *sid;
         int r = field_name(c, req, "session_id", &sid);
-        if (r < 0)
+        if (r < 0 || (r = req_session(c, req, sid)) < 0)
                 return r;
         return session_attach(c, sid);
 }
@@ -543,6 +590,8 @@ static int op_session_stdin(struct node_conn *c, json_t *req) {
         size_t len = 0;
         if (data && node_base64_decode(data, &bytes, &len) < 0)
                 return conn_reply_error(c, -EINVAL, "invalid", "field \"data\" must be base64");
+        if ((r = req_session(c, req, sid)) < 0)
+                return r;
         return session_stdin(c, sid, bytes, len, close_stdin);
 }
 
@@ -554,7 +603,7 @@ static int op_session_signal(struct node_conn *c, json_t *req) {
                 return r;
         if (!json_object_get(req, "signal"))
                 return conn_reply_error(c, -EINVAL, "invalid", "missing field \"signal\"");
-        if ((r = field_uint(c, req, "signal", 0, 1, 64, &sig)) < 0)
+        if ((r = field_uint(c, req, "signal", 0, 1, 64, &sig)) < 0 || (r = req_session(c, req, sid)) < 0)
                 return r;
         return session_signal(c, sid, (int) sig);
 }
@@ -652,7 +701,7 @@ static int op_file_write(struct node_conn *c, json_t *req) {
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
-        if ((r = req_sandbox(c, req, &s, &g)) < 0)
+        if ((r = req_sandbox(c, req, CAP_ACCESS_FILES_WRITE, &s, &g)) < 0)
                 return r;
 
         struct xfer x;
@@ -798,7 +847,7 @@ static int op_file_read(struct node_conn *c, json_t *req) {
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
-        if ((r = req_sandbox(c, req, &s, &g)) < 0)
+        if ((r = req_sandbox(c, req, CAP_ACCESS_FILES_READ, &s, &g)) < 0)
                 return r;
 
         struct xfer x;
@@ -939,7 +988,8 @@ static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const cha
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
-        if ((r = req_sandbox(c, req, &s, &g)) < 0)
+        if ((r = req_sandbox(c, req, type == PROTO_REMOVE ? CAP_ACCESS_FILES_WRITE : CAP_ACCESS_FILES_READ, &s, &g)) <
+            0)
                 return r;
 
         _cleanup_(json_decrefp) json_t *m = json_pack("{s:s}", "path", path);

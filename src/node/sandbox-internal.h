@@ -63,6 +63,10 @@ const char *state_name(enum sandbox_state st);
 int record_save(struct sandbox *s);
 void recoveries_add(struct sandbox *s, const char *reason, const char *how, bool ok, const char *error);
 int sandbox_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret);
+/* Sets s->tenant from o's "tenant" (a record, a parked marker, a suspend
+ * manifest's meta); SANDBOX_TENANT_ADMIN when o has none. -EBADMSG when it
+ * is not a valid name. */
+int sandbox_tenant_from_json(struct sandbox *s, const json_t *o);
 int run_sandbox_thread(struct sandbox *s, char **ret_error);
 void stop_thread(struct sandbox *s);
 void create_abort(struct sandbox *s);

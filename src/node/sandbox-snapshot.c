@@ -70,8 +70,8 @@ int sandbox_park(struct sandbox *s) {
                 return rm_rf(s->dir);
         /* what a sandbox made from them again needs */
         pthread_mutex_lock(&s->lock);
-        json_t *o = json_pack("{s:s, s:O, s:I}", "template", s->template_name, "env", s->env, "execution",
-                              (json_int_t) s->execution);
+        json_t *o = json_pack("{s:s, s:s, s:O, s:I}", "tenant", s->tenant, "template", s->template_name, "env", s->env,
+                              "execution", (json_int_t) s->execution);
         pthread_mutex_unlock(&s->lock);
         _cleanup_free_ char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
@@ -168,6 +168,7 @@ int sandbox_fork(struct sandbox *parent, const char *child_id, struct sandbox **
                 return r;
         }
         c->execution = 1;
+        snprintf(c->tenant, sizeof c->tenant, "%s", parent->tenant);
         char *state = strdup_printf("%s/fork.state", c->dir);
         _cleanup_free_ char *disk = strdup_printf("%s/rootfs.img", c->dir);
         if (!state || !disk) {
@@ -241,8 +242,8 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
         }
         t_snap = now_monotonic_ns();
         pthread_mutex_lock(&s->lock);
-        meta = json_pack("{s:s, s:s, s:O, s:I}", "sandbox", s->id, "template", s->template_name, "env", s->env,
-                         "execution", (json_int_t) s->execution);
+        meta = json_pack("{s:s, s:s, s:s, s:O, s:I}", "sandbox", s->id, "tenant", s->tenant, "template",
+                         s->template_name, "env", s->env, "execution", (json_int_t) s->execution);
         pthread_mutex_unlock(&s->lock);
         /* an older suspended image of this sandbox is stale: it runs here */
         r = objstore_snapshot_delete(objstore, snapshot_id);
@@ -324,6 +325,11 @@ int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, 
         if (r < 0)
                 return r;
         s->execution = (unsigned) exe + 1;
+        if (sandbox_tenant_from_json(s, meta) < 0) {
+                *ret_error = strdup_printf("snapshot %s names an invalid owner", snapshot_id);
+                new_abort(s);
+                return -EBADMSG;
+        }
         _cleanup_free_ char *dir = strdup_printf("%s/wake", s->dir);
         _cleanup_free_ char *disk = strdup_printf("%s/wake/rootfs.img", s->dir);
         _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
@@ -379,6 +385,11 @@ int sandbox_unarchive(const char *id, const char *snapshot_id, struct sandbox **
         if (r < 0)
                 return r;
         s->execution = (unsigned) exe + 1;
+        if (sandbox_tenant_from_json(s, meta) < 0) {
+                *ret_error = strdup_printf("the kept snapshots of %s name an invalid owner", id);
+                new_abort(s);
+                return -EBADMSG;
+        }
         _cleanup_free_ char *img = snapshot_path(s, snapshot_id), *state = snapshot_state_path(s, snapshot_id);
         _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
         char *restore = strdup_printf("%s/restore.state", s->dir);

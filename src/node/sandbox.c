@@ -163,9 +163,10 @@ static const char *record_state(enum sandbox_state st) {
  * which only needs the template and env the first write recorded). */
 int record_save(struct sandbox *s) {
         pthread_mutex_lock(&s->lock);
-        json_t *o = json_pack("{s:i, s:s, s:s, s:O, s:s, s:s*, s:I, s:O*}", "version", 1, "id", s->id, "template",
-                              s->template_name, "env", s->env, "state", record_state(s->state), "run_dir", s->run_dir,
-                              "execution", (json_int_t) s->execution, "recoveries", s->recoveries);
+        json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:O, s:s, s:s*, s:I, s:O*}", "version", 1, "id", s->id, "tenant",
+                              s->tenant, "template", s->template_name, "env", s->env, "state", record_state(s->state),
+                              "run_dir", s->run_dir, "execution", (json_int_t) s->execution, "recoveries",
+                              s->recoveries);
         pthread_mutex_unlock(&s->lock);
         _cleanup_free_ char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
@@ -552,6 +553,7 @@ static void *sandbox_thread(void *arg) {
         }
         pthread_mutex_lock(&s->lock);
         s->idle_probe_ns = 0; /* a new VM run: its guest is asked afresh */
+        s->run_started_ns = now_monotonic_ns();
         s->start_done = true;
         s->start_result = r;
         s->start_error = error;
@@ -653,6 +655,11 @@ static int takeover_one(const char *name, const char *dir) {
         r = sandbox_new(name, rec.template_name, rec.env, &s);
         if (r < 0)
                 return r;
+        r = sandbox_tenant_from_json(s, rec.json);
+        if (r < 0) {
+                sandbox_unref(s);
+                return r;
+        }
         s->dir = strdup(dir);
         s->execution = rec.execution;
         s->recoveries = rec.recoveries ? json_deep_copy(rec.recoveries) : NULL;
@@ -830,6 +837,7 @@ int sandbox_new(const char *id, const char *template_name, json_t *env, struct s
                 return -ENOMEM;
         snprintf(s->id, sizeof s->id, "%s", id);
         snprintf(s->ctx, sizeof s->ctx, "sandbox=%s", id);
+        snprintf(s->tenant, sizeof s->tenant, "%s", SANDBOX_TENANT_ADMIN);
         s->refs = 1;
         s->state = SANDBOX_CREATING;
         s->stop_fd = eventfd(0, EFD_CLOEXEC);
@@ -847,7 +855,18 @@ int sandbox_new(const char *id, const char *template_name, json_t *env, struct s
         return 0;
 }
 
-int sandbox_create(const char *id, const char *template_name, json_t *env, struct sandbox **ret, char **ret_error) {
+int sandbox_tenant_from_json(struct sandbox *s, const json_t *o) {
+        json_t *t = json_object_get(o, "tenant");
+        if (!t)
+                return 0; /* made before sandboxes had owners on the node: the admin's */
+        if (!json_is_string(t) || !name_is_valid(json_string_value(t)))
+                return -EBADMSG;
+        snprintf(s->tenant, sizeof s->tenant, "%s", json_string_value(t));
+        return 0;
+}
+
+int sandbox_create(const char *id, const char *template_name, json_t *env, const char *tenant, struct sandbox **ret,
+                   char **ret_error) {
         _cleanup_free_ char *rootfs = NULL;
         char *err = NULL;
         int r;
@@ -857,6 +876,8 @@ int sandbox_create(const char *id, const char *template_name, json_t *env, struc
         if (r < 0)
                 return r;
         s->execution = 1;
+        if (tenant)
+                snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
 
         r = reg_add(s, ret_error);
         if (r < 0) {
@@ -1106,9 +1127,10 @@ const char *sandbox_state_name(struct sandbox *s) {
 
 json_t *sandbox_json(struct sandbox *s) {
         pthread_mutex_lock(&s->lock);
-        json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I}", "id", s->id, "template", s->template_name, "state",
-                              s->recovering ? "recovering" : state_name(s->state), "pid", (json_int_t) s->pid,
-                              "restore_ms", (json_int_t) s->restore_ms, "execution", (json_int_t) s->execution);
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:s}", "id", s->id, "tenant", s->tenant, "template",
+                              s->template_name, "state", s->recovering ? "recovering" : state_name(s->state), "pid",
+                              (json_int_t) s->pid, "restore_ms", (json_int_t) s->restore_ms, "execution",
+                              (json_int_t) s->execution, "node", scfg->node_name);
         if (o && s->state == SANDBOX_FAILED && !s->recovering && s->error)
                 json_object_set_new(o, "error", json_string(s->error));
         if (o && s->recoveries)
@@ -1120,6 +1142,9 @@ json_t *sandbox_json(struct sandbox *s) {
                 uint64_t idle = s->guest_idle_ms + (now - s->idle_probe_ns) / 1000000ULL;
                 if (used > s->idle_probe_ns)
                         idle = MIN(idle, (now - used) / 1000000ULL);
+                /* a restored guest's clock may have jumped by the time it
+                 * was suspended: it cannot have been idle longer than it ran */
+                idle = MIN(idle, (now - s->run_started_ns) / 1000000ULL);
                 json_object_set_new(o, "idle_ms", json_integer((json_int_t) idle));
         }
         if (o)

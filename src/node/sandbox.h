@@ -43,8 +43,13 @@ enum sandbox_cmd {
         SANDBOX_CMD_SNAPSHOT, /* a full snapshot: cmd_arg is a struct snapshot_job */
 };
 
+/* The owner of sandboxes the admin key made, as capabilities name it
+ * (tenant ids are "ten-..."). */
+#define SANDBOX_TENANT_ADMIN "admin"
+
 struct sandbox {
         char id[65];
+        char tenant[65]; /* owner: a tenant id or SANDBOX_TENANT_ADMIN; set before it is visible, then fixed */
         char ctx[80]; /* "sandbox=ID" */
         char *template_name;
         char *dir;     /* SANDBOXES/ID: rootfs.img */
@@ -96,6 +101,7 @@ struct sandbox {
         /* idleness, as the guest reports it (PING "idle_ms"; s->lock) */
         uint64_t guest_idle_ms;  /* at idle_probe_ns */
         uint64_t idle_probe_ns;  /* monotonic; 0: not probed in this VM run */
+        uint64_t run_started_ns; /* monotonic: when this VM run began (a wake or restore is use) */
 };
 
 /*
@@ -117,7 +123,8 @@ int sandbox_manager_init(const struct node_config *cfg, enum vmm_accel accel, co
  * gets a message for the client. -EEXIST: id taken; -EUSERS: too many
  * sandboxes; -ENOENT: no such template; -EAGAIN: template still building;
  * -EIO: template build failed. */
-int sandbox_create(const char *id, const char *template_name, json_t *env, struct sandbox **ret, char **ret_error);
+int sandbox_create(const char *id, const char *template_name, json_t *env, const char *tenant, struct sandbox **ret,
+                   char **ret_error);
 
 /* Looks up a running or failed sandbox and returns a reference. -ENOENT. */
 int sandbox_get(const char *id, struct sandbox **ret);

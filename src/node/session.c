@@ -40,6 +40,7 @@ struct session {
         struct guestconn *gc;
         uint32_t stream;
         long long pid;
+        unsigned execution; /* of its sandbox when it started: a newer one revokes it */
 
         pthread_mutex_t lock; /* everything below */
         pthread_cond_t cond;  /* output, exit */
@@ -218,6 +219,9 @@ int session_start(struct node_conn *c, struct sandbox *s, const char *session_id
         snprintf(x->ctx, sizeof x->ctx, "%s session=%s", s->ctx, session_id);
         x->refs = 1; /* the caller's, until it goes into the table */
         x->sbx = sandbox_ref(s);
+        pthread_mutex_lock(&s->lock);
+        x->execution = s->execution;
+        pthread_mutex_unlock(&s->lock);
         pthread_mutex_init(&x->lock, NULL);
         node_cond_init(&x->cond);
         _cleanup_(session_unrefp) struct session *own = x;
@@ -270,6 +274,38 @@ int session_start(struct node_conn *c, struct sandbox *s, const char *session_id
         return conn_reply_ok(c, json_pack("{s:{s:s, s:I}}", "session", "id", x->id, "pid", (json_int_t) x->pid));
 }
 
+/* A session belongs to the execution it started in: once its sandbox runs
+ * another one (a restore, recovery, wake) it is revoked, which ends it like
+ * an exit, so its stream stops and it takes no more input. */
+#define REVOKED_ERROR "revoked: the sandbox's execution was replaced"
+
+static void revoke_if_replaced(struct session *x) {
+        pthread_mutex_lock(&x->sbx->lock);
+        bool replaced = x->sbx->execution != x->execution;
+        pthread_mutex_unlock(&x->sbx->lock);
+        if (!replaced)
+                return;
+        pthread_mutex_lock(&x->lock);
+        if (!x->exited) { /* one that ended before keeps its own ending */
+                x->exited = true;
+                x->exit_code = -1;
+                x->exited_at = now_monotonic_ns();
+                free(x->error);
+                x->error = strdup(REVOKED_ERROR);
+        }
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+}
+
+int session_sandbox(const char *session_id, struct sandbox **ret) {
+        struct session *x = session_find(session_id);
+        if (!x)
+                return -ENOENT;
+        *ret = sandbox_ref(x->sbx);
+        session_unref(x);
+        return 0;
+}
+
 /* Sends one chunk's bytes [from, len) as an event. */
 static int send_output(struct node_conn *c, uint8_t type, const uint8_t *data, size_t len) {
         _cleanup_free_ char *b64 = node_base64_encode(data, len);
@@ -292,6 +328,7 @@ int session_attach(struct node_conn *c, const char *session_id) {
         if (!buf)
                 return -ENOMEM;
         for (;;) {
+                revoke_if_replaced(x);
                 pthread_mutex_lock(&x->lock);
                 struct chunk *ch = x->head;
                 while (ch && ch->start + ch->len <= pos)
@@ -357,12 +394,14 @@ static int live_session(struct node_conn *c, const char *session_id, struct sess
         struct session *x = session_find(session_id);
         if (!x)
                 return conn_reply_error(c, -ENOENT, "not_found", "no session %s", session_id);
+        revoke_if_replaced(x);
         pthread_mutex_lock(&x->lock);
-        bool exited = x->exited;
+        bool exited = x->exited, revoked = exited && x->error && strcmp(x->error, REVOKED_ERROR) == 0;
         pthread_mutex_unlock(&x->lock);
         if (exited) {
                 session_unref(x);
-                return conn_reply_error(c, -ESRCH, "conflict", "session %s has exited", session_id);
+                return conn_reply_error(c, -ESRCH, "conflict", "session %s %s", session_id,
+                                        revoked ? "was " REVOKED_ERROR : "has exited");
         }
         *ret = x;
         return 0;

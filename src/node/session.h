@@ -27,9 +27,17 @@ void session_init(const struct node_config *cfg);
  * to the client itself and returns a negative errno. */
 int session_start(struct node_conn *c, struct sandbox *s, const char *session_id, json_t *exec_req);
 
+/* The sandbox session_id runs in (a reference), for the capability check
+ * of the session ops. -ENOENT. */
+int session_sandbox(const char *session_id, struct sandbox **ret);
+
 /* session.attach: replies, then replays and streams events until the exit
  * (then NODE_END) or until the client hangs up. */
 int session_attach(struct node_conn *c, const char *session_id);
+
+/* A session whose sandbox runs another execution than the one it started
+ * in is revoked: attach replays it and ends with an exit event whose error
+ * is "revoked: ..."; stdin and signal are a conflict. */
 
 /* session.stdin: data (may be empty), then STDIN_CLOSE when close. */
 int session_stdin(struct node_conn *c, const char *session_id, const uint8_t *data, size_t len, bool close_stdin);

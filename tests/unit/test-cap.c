@@ -7,11 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
 #include <sodium.h>
 
+#include "cap-keydir.h"
 #include "cap.h"
 #include "macros.h"
 #include "util.h"
@@ -659,6 +661,76 @@ static void test_verify_then_decide(void **state) {
         assert_int_equal(cap_decide(&got, &l, CAP_ACCESS_EXEC), CAP_ALLOW);
 }
 
+/* The key directory: the first signer is created on demand; a rotation
+ * signs with a new key while the previous public key still verifies; the
+ * one before that is retired, and no old secret stays on disk. */
+static void test_keydir(void **state) {
+        char dir[] = "/tmp/test-cap-keydir-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        struct cap_keyring *signer = NULL, *pub = NULL;
+        char k1[CAP_KID_MAX + 1], k2[CAP_KID_MAX + 1], k3[CAP_KID_MAX + 1], prev[CAP_KID_MAX + 1];
+        struct cap_claims c = claims_base(), out;
+        char *t1 = NULL, *t2 = NULL, *t3 = NULL;
+        int64_t now = c.issued_at + 1;
+
+        assert_int_equal(cap_keydir_load_signer(dir, &signer, k1), 0);
+        assert_int_equal(cap_issue(signer, k1, &c, &t1), 0);
+        cap_keyring_free(signer);
+        /* loading again gives the same key, not a new one */
+        assert_int_equal(cap_keydir_load_signer(dir, &signer, k2), 0);
+        assert_string_equal(k1, k2);
+        cap_keyring_free(signer);
+
+        assert_int_equal(cap_keydir_rotate(dir, k2, prev), 0);
+        assert_string_equal(prev, k1);
+        assert_string_not_equal(k1, k2);
+        assert_int_equal(cap_keydir_load_signer(dir, &signer, k3), 0);
+        assert_string_equal(k3, k2);
+        assert_int_equal(cap_issue(signer, k2, &c, &t2), 0);
+        cap_keyring_free(signer);
+        assert_int_equal(cap_keydir_load_public(dir, &pub, NULL), 0);
+        assert_int_equal(cap_parse_verify(pub, t1, strlen(t1), now, &out), 0); /* previous still verifies */
+        assert_int_equal(cap_parse_verify(pub, t2, strlen(t2), now, &out), 0);
+        cap_keyring_free(pub);
+
+        assert_int_equal(cap_keydir_rotate(dir, k3, prev), 0);
+        assert_string_equal(prev, k2);
+        assert_int_equal(cap_keydir_load_signer(dir, &signer, prev), 0);
+        assert_int_equal(cap_issue(signer, k3, &c, &t3), 0);
+        cap_keyring_free(signer);
+        unsigned skipped = 99;
+        assert_int_equal(cap_keydir_load_public(dir, &pub, &skipped), 0);
+        assert_int_equal(skipped, 0);
+        assert_int_equal(cap_parse_verify(pub, t1, strlen(t1), now, &out), -EKEYREJECTED); /* retired */
+        assert_int_equal(cap_parse_verify(pub, t2, strlen(t2), now, &out), 0);
+        assert_int_equal(cap_parse_verify(pub, t3, strlen(t3), now, &out), 0);
+        cap_keyring_free(pub);
+
+        /* only the current secret is on disk, and only its owner reads it */
+        char path[256];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/signing/%s.key", dir, k1);
+        assert_int_equal(stat(path, &st), -1);
+        snprintf(path, sizeof path, "%s/signing/%s.key", dir, k2);
+        assert_int_equal(stat(path, &st), -1);
+        snprintf(path, sizeof path, "%s/signing/%s.key", dir, k3);
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_mode & 0777, 0600);
+
+        /* a stray file in public/ is skipped, not fatal */
+        snprintf(path, sizeof path, "%s/public/junk.pub", dir);
+        assert_int_equal(file_write_atomic(path, "zz\n", 3, 0644), 0);
+        assert_int_equal(cap_keydir_load_public(dir, &pub, &skipped), 0);
+        assert_int_equal(skipped, 1);
+        assert_int_equal(cap_parse_verify(pub, t3, strlen(t3), now, &out), 0);
+        cap_keyring_free(pub);
+
+        free(t1);
+        free(t2);
+        free(t3);
+        assert_int_equal(rm_rf(dir), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
@@ -674,6 +746,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_keyring, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_hex, setup, teardown),
                 cmocka_unit_test(test_decide),
+                cmocka_unit_test(test_keydir),
                 cmocka_unit_test_setup_teardown(test_verify_then_decide, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -26,7 +27,10 @@
 
 #include "api.h"
 #include "auth.h"
+#include "cap-keydir.h"
 #include "config.h"
+#include "dataplane.h"
+#include "macros.h"
 #include "http.h"
 #include "proto.h"
 #include "store.h"
@@ -83,6 +87,21 @@ static void send_error(int fd, const char *code, const char *msg) {
         send_json(fd, PROTO_NODE_REPLY, json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", code, "message", msg));
 }
 
+/* The request carries a capability, signed with a key of the data dir's
+ * public keys, for this sandbox's route (the fake node's "fake", 1). */
+static bool cap_ok(json_t *req, const char *sandbox, uint32_t access) {
+        json_t *tok = json_object_get(req, "cap");
+        _cleanup_free_ char *keys = strdup_printf("%s/keys", dir);
+        struct cap_keyring *kr = NULL;
+        struct cap_claims c;
+        bool ok = json_is_string(tok) && keys && cap_keydir_load_public(keys, &kr, NULL) >= 0 &&
+                  cap_parse_verify(kr, json_string_value(tok), json_string_length(tok), time(NULL), &c) >= 0 &&
+                  strcmp(c.sandbox, sandbox) == 0 && strcmp(c.node, "fake") == 0 && c.execution == 1 &&
+                  strcmp(c.tenant, "admin") == 0 && (c.access & access) == access;
+        cap_keyring_free(kr);
+        return ok;
+}
+
 static void *node_conn_thread(void *arg) {
         int fd = (int) (intptr_t) arg;
         struct proto_reader r;
@@ -109,13 +128,14 @@ static void *node_conn_thread(void *arg) {
                 else {
                         known_set(id, true);
                         send_json(fd, PROTO_NODE_REPLY,
-                                  json_pack("{s:b, s:{s:s, s:s, s:s}}", "ok", 1, "sandbox", "id", id, "template", t,
-                                            "state", "running"));
+                                  json_pack("{s:b, s:{s:s, s:s, s:s, s:i, s:s}}", "ok", 1, "sandbox", "id", id,
+                                            "template", t, "state", "running", "execution", 1, "node", "fake"));
                 }
         } else if (strcmp(op, "sandbox.get") == 0) {
                 if (known_has(id))
                         send_json(fd, PROTO_NODE_REPLY,
-                                  json_pack("{s:b, s:{s:s, s:s}}", "ok", 1, "sandbox", "id", id, "state", "running"));
+                                  json_pack("{s:b, s:{s:s, s:s, s:i, s:s}}", "ok", 1, "sandbox", "id", id, "state",
+                                            "running", "execution", 1, "node", "fake"));
                 else
                         send_error(fd, "not_found", "no such sandbox");
         } else if (strcmp(op, "sandbox.list") == 0) {
@@ -130,7 +150,8 @@ static void *node_conn_thread(void *arg) {
                 known_set(id, false);
                 send_json(fd, PROTO_NODE_REPLY, json_pack("{s:b}", "ok", 1));
         } else if (strcmp(op, "exec") == 0) {
-                bool ok = json_is_array(json_object_get(req, "cmd")) && json_object_get(req, "timeout_s");
+                bool ok = json_is_array(json_object_get(req, "cmd")) && json_object_get(req, "timeout_s") &&
+                          cap_ok(req, id, CAP_ACCESS_EXEC);
                 send_json(fd, PROTO_NODE_REPLY,
                           json_pack("{s:b, s:i, s:s, s:s, s:b, s:b, s:b}", "ok", 1, "exit_code", ok ? 0 : 99, "stdout",
                                     "42\n", "stderr", "", "stdout_truncated", 0, "stderr_truncated", 0, "timed_out", 0));
@@ -277,7 +298,8 @@ static int setup(void **state) {
         sem_init(&sse_go, 0, 0);
         pthread_create(&node_thread, NULL, node_main, NULL);
 
-        if (store_open(config.database, &store) < 0 || auth_admin_token_init(store, dir, NULL) < 0)
+        if (store_open(config.database, &store) < 0 || auth_admin_token_init(store, dir, NULL) < 0 ||
+            dataplane_init(&config) < 0)
                 return -1;
         char path[256], *t = NULL;
         size_t len;

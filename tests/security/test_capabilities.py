@@ -1,0 +1,253 @@
+"""Execution capabilities against a live node: every data-plane request on
+the node socket must carry a token that airlockd signed for exactly this
+sandbox, owner, execution and node, with the access it needs. Each test is
+one attack made directly on DATA_DIR/run/node.sock (as a stale route, a
+confused deputy or a stolen token would reach it) and passes only if the
+node refuses it."""
+
+import base64
+import json
+import os
+import socket
+import struct
+import time
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+MAGIC = 0x314B4C41
+NODE_REQUEST, NODE_REPLY = 64, 65
+ACCESS_ORDER = ["exec", "files_read", "files_write", "session_attach", "ports"]
+
+
+def node_call(a, req, timeout=60):
+    """One request on the node socket; returns the reply object."""
+    payload = json.dumps(req).encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(os.path.join(a.data_dir, "run", "node.sock"))
+        s.sendall(struct.pack("<IBBHII", MAGIC, 1, NODE_REQUEST, 0, 0, len(payload)) + payload)
+        head = b""
+        while len(head) < 16:
+            chunk = s.recv(16 - len(head))
+            assert chunk, "node closed the connection without a reply"
+            head += chunk
+        magic, _, typ, _, _, length = struct.unpack("<IBBHII", head)
+        assert magic == MAGIC and typ == NODE_REPLY
+        body = b""
+        while len(body) < length:
+            chunk = s.recv(length - len(body))
+            assert chunk
+            body += chunk
+    return json.loads(body)
+
+
+def b64u(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def keys_dir(a):
+    return os.path.join(a.data_dir, "keys")
+
+
+def signing_key(a):
+    """The control plane's current key (the test runs as root, like an
+    attacker who stole it would; tests use it to make tokens that differ
+    from a genuine one in exactly one way)."""
+    d = os.path.join(keys_dir(a), "signing")
+    kid = open(os.path.join(d, "current")).read().strip()
+    sk = bytes.fromhex(open(os.path.join(d, kid + ".key")).read().strip())
+    return kid, Ed25519PrivateKey.from_private_bytes(sk[:32])
+
+
+def token(key, kid, *, tenant="admin", sandbox, execution, node, access=("exec",), issued=None, lifetime=120,
+          payload_override=None):
+    issued = int(time.time()) if issued is None else issued
+    claims = {"access": [x for x in ACCESS_ORDER if x in access], "execution": execution,
+              "expires_at": issued + lifetime, "issued_at": issued, "kid": kid, "node": node,
+              "sandbox": sandbox, "tenant": tenant, "v": 1}
+    payload = payload_override or json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
+    return b64u(payload) + "." + b64u(key.sign(payload))
+
+
+def route(a, sid):
+    sb = node_call(a, {"op": "sandbox.get", "id": sid})["sandbox"]
+    return sb["node"], sb["execution"], sb["tenant"]
+
+
+def exec_with(a, sid, cap):
+    req = {"op": "exec", "id": sid, "cmd": ["true"], "timeout_s": 30}
+    if cap is not None:
+        req["cap"] = cap
+    return node_call(a, req)
+
+
+def refused(rep, code="forbidden"):
+    return rep.get("ok") is not True and rep.get("error", {}).get("code") == code
+
+
+@pytest.fixture
+def target(airlock):
+    """A running sandbox and a genuine token for it (exec)."""
+    sid = airlock.create("minimal")["id"]
+    node, execution, tenant = route(airlock, sid)
+    kid, key = signing_key(airlock)
+    good = token(key, kid, tenant=tenant, sandbox=sid, execution=execution, node=node)
+    assert exec_with(airlock, sid, good)["ok"] is True  # the genuine one works: the attacks below differ only by one thing
+    yield dict(a=airlock, sid=sid, node=node, execution=execution, tenant=tenant, kid=kid, key=key)
+    airlock.request("DELETE", f"/v1/sandboxes/{sid}")
+
+
+def test_request_without_capability_is_refused(target):
+    t = target
+    assert refused(exec_with(t["a"], t["sid"], None))
+    for op in ({"op": "file.list", "id": t["sid"], "path": "/"}, {"op": "file.stat", "id": t["sid"], "path": "/"},
+               {"op": "file.remove", "id": t["sid"], "path": "/tmp/x"}):
+        assert refused(node_call(t["a"], op)), op
+
+
+def test_garbage_and_oversized_capabilities_are_refused(target):
+    t = target
+    for bad in ("", "x", "a.b", "a.b.c", "=" * 100, "\u00e9." * 10, "A" * 5000, 12345):
+        assert refused(exec_with(t["a"], t["sid"], bad)), bad
+
+
+def test_forged_capability_is_refused(target):
+    """Signed with the attacker's own key under the real key id."""
+    t = target
+    forged = token(Ed25519PrivateKey.generate(), t["kid"], tenant=t["tenant"], sandbox=t["sid"],
+                   execution=t["execution"], node=t["node"])
+    rep = exec_with(t["a"], t["sid"], forged)
+    assert refused(rep) and "signature" in rep["error"]["message"]
+
+
+def test_tampered_capability_is_refused(target):
+    """A genuine token whose payload was edited (another access, a longer life)."""
+    t = target
+    good = token(t["key"], t["kid"], tenant=t["tenant"], sandbox=t["sid"], execution=t["execution"],
+                 node=t["node"], access=("files_read",))
+    payload_b64, sig = good.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload_b64 + "=="))
+    for change in ({"access": ["exec", "files_read"]}, {"expires_at": claims["expires_at"] + 100}):
+        edited = dict(claims, **change)
+        p = json.dumps(edited, separators=(",", ":"), sort_keys=True).encode()
+        assert refused(exec_with(t["a"], t["sid"], b64u(p) + "." + sig))
+
+
+def test_capability_from_an_unknown_key_is_refused(target):
+    t = target
+    rogue = token(Ed25519PrivateKey.generate(), "rogue-kid", tenant=t["tenant"], sandbox=t["sid"],
+                  execution=t["execution"], node=t["node"])
+    rep = exec_with(t["a"], t["sid"], rogue)
+    assert refused(rep) and "unknown key" in rep["error"]["message"]
+
+
+def test_expired_and_future_capabilities_are_refused(target):
+    t = target
+    now = int(time.time())
+    old = token(t["key"], t["kid"], tenant=t["tenant"], sandbox=t["sid"], execution=t["execution"],
+                node=t["node"], issued=now - 200, lifetime=120)  # expired 80 s ago (> 15 s skew)
+    future = token(t["key"], t["kid"], tenant=t["tenant"], sandbox=t["sid"], execution=t["execution"],
+                   node=t["node"], issued=now + 60)
+    for cap in (old, future):
+        rep = exec_with(t["a"], t["sid"], cap)
+        assert refused(rep) and "expired" in rep["error"]["message"]
+
+
+def test_capability_for_another_sandbox_is_refused(target):
+    t = target
+    other = t["a"].create("minimal")["id"]
+    cap_for_other = token(t["key"], t["kid"], tenant=t["tenant"], sandbox=other, execution=t["execution"],
+                          node=t["node"])
+    rep = exec_with(t["a"], t["sid"], cap_for_other)
+    assert refused(rep) and "another sandbox" in rep["error"]["message"]
+    t["a"].request("DELETE", f"/v1/sandboxes/{other}")
+
+
+def test_capability_of_another_tenant_is_refused(target):
+    t = target
+    cap = token(t["key"], t["kid"], tenant="ten-someoneelse", sandbox=t["sid"], execution=t["execution"],
+                node=t["node"])
+    assert refused(exec_with(t["a"], t["sid"], cap))
+
+
+def test_capability_without_the_needed_access_is_refused(target):
+    t = target
+    read_only = token(t["key"], t["kid"], tenant=t["tenant"], sandbox=t["sid"], execution=t["execution"],
+                      node=t["node"], access=("files_read",))
+    rep = exec_with(t["a"], t["sid"], read_only)
+    assert refused(rep) and "access" in rep["error"]["message"]
+    assert node_call(t["a"], {"op": "file.stat", "id": t["sid"], "path": "/", "cap": read_only})["ok"] is True
+    rep = node_call(t["a"], {"op": "file.remove", "id": t["sid"], "path": "/tmp/nothing", "cap": read_only})
+    assert refused(rep)
+
+
+def test_capability_for_another_node_gets_refresh_route(target):
+    t = target
+    cap = token(t["key"], t["kid"], tenant=t["tenant"], sandbox=t["sid"], execution=t["execution"],
+                node="some-other-node")
+    assert refused(exec_with(t["a"], t["sid"], cap), "refresh_route")
+
+
+def test_capability_for_a_retired_execution_is_refused(target):
+    """Once the node runs execution N+1, tokens for N stop working at once,
+    long before they expire; the API itself re-resolves and goes on."""
+    t = target
+    a, sid = t["a"], t["sid"]
+    old = token(t["key"], t["kid"], tenant=t["tenant"], sandbox=sid, execution=t["execution"], node=t["node"],
+                lifetime=300)
+    snap = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"}, expect=201)
+    op = a.api("POST", f"/v1/sandboxes/{sid}/rollback?wait=true", {"snapshot": snap["id"]})
+    assert op["state"] == "succeeded", op
+    node, execution, _ = route(a, sid)
+    assert execution == t["execution"] + 1
+    rep = exec_with(a, sid, old)
+    assert refused(rep, "refresh_route") and f"execution {execution}" in rep["error"]["message"]
+    # airlockd's cached route is now stale too: it is refreshed, not failed
+    assert a.exec(sid, ["echo", "still here"])["stdout"] == "still here\n"
+
+
+def test_session_streams_are_revoked_with_their_execution(target):
+    """A session belongs to the execution it started in: when that is
+    replaced its stream ends and it takes no more input, even with a
+    capability for the new execution."""
+    t = target
+    a, sid = t["a"], t["sid"]
+    s = a.api("POST", f"/v1/sandboxes/{sid}/sessions", {"cmd": ["sh", "-c", "echo up; sleep 600"]}, expect=201)
+    snap = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"}, expect=201)
+    events = []
+    op = a.api("POST", f"/v1/sandboxes/{sid}/rollback?wait=true", {"snapshot": snap["id"]})
+    assert op["state"] == "succeeded", op
+    for ev, data, _ in a.sse(f"/v1/sessions/{s['id']}/events", timeout=60):
+        events.append((ev, data))
+    assert events[-1][0] == "exit" and events[-1][1].get("exit_code") == -1, events
+    node, execution, tenant = route(a, sid)
+    fresh = token(t["key"], t["kid"], tenant=tenant, sandbox=sid, execution=execution, node=node,
+                  access=("session_attach",))
+    stdin = base64.b64encode(b"x\n").decode()
+    rep = node_call(a, {"op": "session.stdin", "session_id": s["id"], "data": stdin, "cap": fresh})
+    assert refused(rep, "conflict")
+    # and a token for another sandbox never reaches the session at all
+    other = token(t["key"], t["kid"], tenant=tenant, sandbox="sbx-other", execution=execution, node=node,
+                  access=("session_attach",))
+    assert refused(node_call(a, {"op": "session.signal", "session_id": s["id"], "signal": 9, "cap": other}))
+
+
+def test_key_rotation_needs_no_restart_and_retires_old_keys(target):
+    t = target
+    a, sid = t["a"], t["sid"]
+    first = token(t["key"], t["kid"], tenant=t["tenant"], sandbox=sid, execution=t["execution"], node=t["node"])
+    rot = a.api("POST", "/v1/capability-keys", expect=201)
+    assert rot["previous"] == t["kid"] and rot["current"] != t["kid"]
+    assert a.api("GET", "/v1/capability-keys")["current"] == rot["current"]
+    assert a.exec(sid, ["true"])["exit_code"] == 0  # signed with the new key, verified without a restart
+    assert exec_with(a, sid, first)["ok"] is True  # issued just before the rotation: still good
+    assert not os.path.exists(os.path.join(keys_dir(a), "signing", t["kid"] + ".key"))  # old secret gone
+    a.api("POST", "/v1/capability-keys", expect=201)
+    rep = exec_with(a, sid, first)  # two rotations later its key is retired
+    assert refused(rep) and "unknown key" in rep["error"]["message"]
+    assert a.exec(sid, ["true"])["exit_code"] == 0
+    # only the admin rotates
+    tn = a.api("POST", "/v1/tenants", {"name": "rot"}, expect=201)
+    key = a.api("POST", f"/v1/tenants/{tn['id']}/keys", {"name": "k"}, expect=201)["key"]
+    assert a.request("POST", "/v1/capability-keys", token=key)[0] == 403
