@@ -109,7 +109,7 @@ class Airlock:
             try:
                 status, _, _ = self.request("GET", "/v1/health", auth=False)
                 if status == 200:
-                    with open(os.path.join(self.data_dir, "admin.token")) as f:
+                    with open(os.path.join(self.data_dir, "control", "admin.token")) as f:
                         self.token = f.read().strip()
                     return
             except OSError:

@@ -92,7 +92,7 @@ static int file_write_renamed(const char *path, const void *data, size_t len, mo
         char tmp[PATH_MAX];
         if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int) getpid()) >= (int) sizeof tmp)
                 return -ENAMETOOLONG;
-        _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+        _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
         if (fd < 0)
                 return negative_errno();
         int r = fd_write_all(fd, data, len);

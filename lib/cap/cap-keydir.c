@@ -135,7 +135,9 @@ int cap_keydir_rotate(const char *dir, char ret_kid[CAP_KID_MAX + 1], char ret_p
         _cleanup_free_ char *cur_path = strdup_printf("%s/signing/current", dir);
         if (!pub || !sig || !pub_path || !key_path || !cur_path)
                 return -ENOMEM;
-        if ((r = mkdir_p(pub, 0755)) < 0 || (r = mkdir_p(sig, 0700)) < 0 || chmod(sig, 0700) < 0)
+        /* explicit modes: whatever the umask, public is public */
+        if ((r = mkdir_p(pub, 0755)) < 0 || (r = mkdir_p(sig, 0700)) < 0 || chmod(sig, 0700) < 0 ||
+            chmod(pub, 0755) < 0)
                 return r < 0 ? r : negative_errno();
         if ((r = cap_keygen(pk, sk)) < 0)
                 return r;
@@ -149,6 +151,7 @@ int cap_keydir_rotate(const char *dir, char ret_kid[CAP_KID_MAX + 1], char ret_p
         strcat(sk_hex, "\n");
         /* public first: no node may see a token it has no key for */
         if ((r = file_write_atomic(pub_path, pk_hex, strlen(pk_hex), 0644)) < 0 ||
+            (chmod(pub_path, 0644) < 0 && (r = negative_errno()) < 0) ||
             (r = file_write_atomic(key_path, sk_hex, strlen(sk_hex), 0600)) < 0)
                 goto out;
         char line[CAP_KID_MAX + 2];

@@ -73,7 +73,7 @@ static const struct cli_command commands[] = {
 static const char global_options_help[] =
         "Global options (also accepted after the command):\n"
         "  --url URL         airlockd address (env AIRLOCK_URL, default " CLIENT_DEFAULT_URL ")\n"
-        "  --token TOKEN     API token (env AIRLOCK_TOKEN, else DATA_DIR/admin.token)\n"
+        "  --token TOKEN     API token (env AIRLOCK_TOKEN, else DATA_DIR/control/admin.token)\n"
         "  --data-dir DIR    where admin.token lives (env AIRLOCK_DATA_DIR,\n"
         "                    default " CLIENT_DEFAULT_DATA_DIR ")\n"
         "  --json            print the API's JSON instead of text\n"

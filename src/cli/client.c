@@ -37,9 +37,21 @@ static int token_from_file(const char *data_dir, char **ret, char **ret_problem)
         _cleanup_free_ char *path = NULL, *buf = NULL;
         size_t len = 0;
 
-        if (asprintf(&path, "%s/admin.token", data_dir) < 0)
+        /* DATA_DIR/control since airlockd runs unprivileged; DATA_DIR
+         * before that */
+        if (asprintf(&path, "%s/control/admin.token", data_dir) < 0)
                 return -ENOMEM;
         int r = file_read_all(path, CLIENT_MAX_TOKEN, &buf, &len);
+        if (r == -ENOENT) {
+                _cleanup_free_ char *old = NULL;
+                if (asprintf(&old, "%s/admin.token", data_dir) < 0)
+                        return -ENOMEM;
+                if (file_read_all(old, CLIENT_MAX_TOKEN, &buf, &len) >= 0) {
+                        free(path);
+                        path = TAKE_PTR(old);
+                        r = 0;
+                }
+        }
         if (r < 0) {
                 char *problem = NULL;
                 errno = -r;

@@ -114,7 +114,7 @@ void config_help(FILE *f) {
               "  --node-socket PATH   node agent socket (AIRLOCK_NODE_SOCKET, default DIR/run/node.sock)\n"
               "  --node-binary PATH   airlock-node to spawn (AIRLOCK_NODE_BINARY)\n"
               "  --no-spawn-node      do not spawn airlock-node; connect to a running one\n"
-              "  --database URL       store (AIRLOCK_DATABASE, default sqlite:DIR/airlock.db)\n"
+              "  --database URL       store (AIRLOCK_DATABASE, default sqlite:DIR/control/airlock.db)\n"
               "  --log-level LEVEL    debug|info|warn|error (AIRLOCK_LOG_LEVEL, default info)\n"
               "  --snapshot-policy JSON\n"
               "                       scheduled snapshots and their retention, applied over the\n"
@@ -127,7 +127,7 @@ void config_help(FILE *f) {
               "  --idle-check-ms MS   how often idleness is checked, 100-600000\n"
               "                       (AIRLOCK_IDLE_CHECK_MS, default 30000)\n"
               "  --cap-keys-dir DIR   capability signing and public keys (AIRLOCK_CAP_KEYS_DIR,\n"
-              "                       default DIR/keys; docs/security.md)\n"
+              "                       default DIR/control/keys; docs/security.md)\n"
               "  --print-config       print the effective configuration and exit\n"
               "  --help               show this help\n"
               "  --version            show the version\n",
@@ -300,13 +300,15 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 return fail(errbuf, errlen, "data dir too long for a Unix socket path; set --node-socket");
         if (c.node_socket[0] != '/')
                 return fail(errbuf, errlen, "node socket '%s' must be an absolute path", c.node_socket);
+        if (snprintf(c.control_dir, sizeof c.control_dir, "%s/control", c.data_dir) >= (int) sizeof c.control_dir)
+                return fail(errbuf, errlen, "data dir too long");
         if (!explicit_db &&
-            snprintf(c.database, sizeof c.database, "sqlite:%s/airlock.db", c.data_dir) >= (int) sizeof c.database)
+            snprintf(c.database, sizeof c.database, "sqlite:%s/airlock.db", c.control_dir) >= (int) sizeof c.database)
                 return fail(errbuf, errlen, "data dir too long");
         if (!strchr(c.database, ':'))
                 return fail(errbuf, errlen, "database '%s' must be a URL like sqlite:/path/airlock.db", c.database);
         if (!c.cap_keys_dir[0] &&
-            snprintf(c.cap_keys_dir, sizeof c.cap_keys_dir, "%s/keys", c.data_dir) >= (int) sizeof c.cap_keys_dir)
+            snprintf(c.cap_keys_dir, sizeof c.cap_keys_dir, "%s/keys", c.control_dir) >= (int) sizeof c.cap_keys_dir)
                 return fail(errbuf, errlen, "data dir too long");
         if (c.spawn_node && c.node_binary[0] == 0)
                 return fail(errbuf, errlen, "node binary must not be empty");

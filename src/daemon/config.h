@@ -32,14 +32,15 @@ enum config_action {
 struct daemon_config {
         enum config_action action;
 
-        char data_dir[CONFIG_PATH_MAX];    /* absolute; holds airlock.db, admin.token, run/ */
+        char data_dir[CONFIG_PATH_MAX];    /* absolute; root's: holds control/, run/ and the node's storage */
+        char control_dir[CONFIG_PATH_MAX + 16]; /* DATA_DIR/control: airlockd's own (airlock.db, admin.token, keys/) */
         char listen[128];                  /* as given: "127.0.0.1:7420" or "[::1]:7420" */
         struct sockaddr_storage listen_addr; /* parsed form of listen */
         socklen_t listen_addr_len;
         char database[CONFIG_PATH_MAX + 16]; /* store URL, "sqlite:DATA_DIR/airlock.db" */
         char node_socket[108];               /* sun_path limit */
         char node_binary[CONFIG_PATH_MAX];
-        char cap_keys_dir[CONFIG_PATH_MAX];  /* capability keys (cap-keydir.h), default DATA_DIR/keys */
+        char cap_keys_dir[CONFIG_PATH_MAX];  /* capability keys (cap-keydir.h), default CONTROL_DIR/keys */
         bool spawn_node;
         enum log_level log_level;
 

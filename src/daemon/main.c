@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * airlockd: the Airlock control plane. Start-up order: configuration, data
- * directory, store, admin token, node agent (spawned unless --no-spawn-node),
+ * airlockd: the Airlock control plane. Started as root it becomes
+ * airlock-nodemgr (src/nodemgr/), which runs it again as the user `airlock`
+ * with --no-spawn-node; what follows is then the nodemgr's job for the
+ * node. Start-up order: configuration, data directory (DATA_DIR/control),
+ * store, admin token, signing key, node agent (spawned unless --no-spawn-node),
  * HTTP API. Then it waits for a signal: SIGTERM/SIGINT stop everything
  * cleanly (exit 0). A node agent that dies is started again (its VMs keep
  * running and the new node adopts them); one that keeps dying within a
@@ -20,6 +23,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,43 +36,11 @@
 #include "idle.h"
 #include "log.h"
 #include "macros.h"
+#include "privsep.h"
 #include "scheduler.h"
 #include "spawn.h"
 #include "store.h"
 #include "util.h"
-
-#define NODE_STOP_GRACE_S 30
-/* More node exits than this within NODE_RESTART_WINDOW_NS give up. */
-#define NODE_RESTARTS_MAX 5
-#define NODE_RESTART_WINDOW_NS (60 * 1000000000ULL)
-
-/* Starts the node again after it exited, unless it exited too often lately
- * (restarts[] holds the times of the last ones). Waits for its socket. */
-static int node_restart(const struct daemon_config *c, uint64_t *restarts, size_t *n, pid_t *ret_pid) {
-        uint64_t now = now_monotonic_ns();
-        size_t k = 0;
-        for (size_t i = 0; i < *n; i++)
-                if (now - restarts[i] < NODE_RESTART_WINDOW_NS)
-                        restarts[k++] = restarts[i];
-        *n = k;
-        if (k >= NODE_RESTARTS_MAX)
-                return -ELOOP;
-        restarts[(*n)++] = now;
-        pid_t pid;
-        int r = node_spawn(c, &pid);
-        if (r < 0)
-                return r;
-        r = node_wait_socket(c->node_socket, pid, c->node_start_timeout_s);
-        if (r < 0) {
-                log_error_errno(r, "restarted airlock-node did not open %s: %m", c->node_socket);
-                if (r != -ECHILD)
-                        (void) node_stop(pid, NODE_STOP_GRACE_S);
-                return r;
-        }
-        log_info("airlock-node restarted pid=%d", (int) pid);
-        *ret_pid = pid;
-        return 0;
-}
 
 /* Prints where the API is and how to use it, ready to paste. */
 static void print_banner(const struct daemon_config *c, uint16_t port) {
@@ -88,15 +60,15 @@ static void print_banner(const struct daemon_config *c, uint16_t port) {
                "  token: %s/%s\n"
                "  try:   curl -s -H \"Authorization: Bearer $(cat %s/%s)\" http://%s:%u/v1/sandboxes\n"
                "  CLI:   AIRLOCK_URL=http://%s:%u AIRLOCK_DATA_DIR=%s %s/src/cli/airlock create\n",
-               AIRLOCK_VERSION, host, port, c->data_dir, AUTH_ADMIN_TOKEN_FILE, c->data_dir, AUTH_ADMIN_TOKEN_FILE,
+               AIRLOCK_VERSION, host, port, c->control_dir, AUTH_ADMIN_TOKEN_FILE, c->control_dir, AUTH_ADMIN_TOKEN_FILE,
                host, port, host, port, c->data_dir, AIRLOCK_BUILD_DIR);
         fflush(stdout);
 }
 
 static int prepare_dirs(const struct daemon_config *c) {
-        int r = mkdir_p(c->data_dir, 0700);
+        int r = privsep_control_dir(c);
         if (r < 0)
-                return log_error_errno(r, "Failed to create data dir %s: %m", c->data_dir);
+                return r;
         char sock_dir[sizeof c->node_socket];
         memcpy(sock_dir, c->node_socket, sizeof sock_dir);
         r = mkdir_p(dirname(sock_dir), 0700);
@@ -132,16 +104,18 @@ static int run(const struct daemon_config *c) {
         if (sfd < 0)
                 return log_error_errno(negative_errno(), "Failed to create signalfd: %m");
 
+        umask(0077); /* what airlockd writes is its own (keys set their modes) */
         if ((r = prepare_dirs(c)) < 0)
                 return r;
         r = store_open(c->database, &store);
         if (r < 0)
                 return log_error_errno(r, "Failed to open store %s: %m", c->database);
         bool created;
-        r = auth_admin_token_init(store, c->data_dir, &created);
+        r = auth_admin_token_init(store, c->control_dir, &created);
         if (r < 0)
-                return log_error_errno(r, "Failed to set up the admin token in %s: %m", c->data_dir);
-        log_info("admin token %s %s/%s", created ? "written to" : "loaded from", c->data_dir, AUTH_ADMIN_TOKEN_FILE);
+                return log_error_errno(r, "Failed to set up the admin token in %s: %m", c->control_dir);
+        log_info("admin token %s %s/%s", created ? "written to" : "loaded from", c->control_dir,
+                 AUTH_ADMIN_TOKEN_FILE);
         /* before the node starts: it reads the public key this writes */
         if ((r = dataplane_init(c)) < 0)
                 return r;
@@ -158,8 +132,10 @@ static int run(const struct daemon_config *c) {
                 }
                 log_info("airlock-node is listening on %s", c->node_socket);
                 api_reconcile_startup(c, store);
-        } else
+        } else {
                 log_info("not spawning airlock-node; expecting it on %s", c->node_socket);
+                api_reconcile_startup(c, store); /* when it is there already (airlock-nodemgr started it) */
+        }
 
         r = http_server_start(c, store, &http);
         if (r < 0) {
@@ -229,6 +205,25 @@ static int run(const struct daemon_config *c) {
         return exit_code ? -ECHILD : 0;
 }
 
+/* Becomes airlock-nodemgr (same pid, same arguments); it starts airlockd
+ * again, unprivileged, from the binary named in AIRLOCK_DAEMON_BINARY. */
+static int exec_nodemgr(char **argv) {
+        const char *bin = getenv("AIRLOCK_NODEMGR_BINARY");
+        if (!bin || !*bin)
+                bin = AIRLOCK_BUILD_DIR "/src/nodemgr/airlock-nodemgr";
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0 || (self[n] = 0, setenv("AIRLOCK_DAEMON_BINARY", self, 1) < 0)) {
+                fprintf(stderr, "airlockd: cannot find its own binary: %s\n", strerror(errno));
+                return 1;
+        }
+        argv[0] = (char *) bin;
+        execv(bin, argv);
+        fprintf(stderr, "airlockd: started as root, but cannot run %s: %s (AIRLOCK_PRIVSEP=0 runs all as root)\n",
+                bin, strerror(errno));
+        return 1;
+}
+
 int main(int argc, char **argv) {
         struct daemon_config config;
         char err[512] = "";
@@ -250,6 +245,10 @@ int main(int argc, char **argv) {
         case CONFIG_RUN:
                 break;
         }
+        /* root is only for airlock-nodemgr: it runs us again as `airlock` */
+        const char *privsep = getenv("AIRLOCK_PRIVSEP");
+        if (geteuid() == 0 && !(privsep && strcmp(privsep, "0") == 0))
+                return exec_nodemgr(argv);
         log_setup("airlockd", config.log_level);
         signal(SIGPIPE, SIG_IGN); /* peers hanging up show as EPIPE */
         if (sodium_init() < 0) {

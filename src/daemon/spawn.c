@@ -105,3 +105,29 @@ int node_stop(pid_t pid, unsigned grace_s) {
                 nanosleep(&(struct timespec){ .tv_nsec = 50 * 1000000L }, NULL);
         }
 }
+
+int node_restart(const struct daemon_config *c, uint64_t *restarts, size_t *n, pid_t *ret_pid) {
+        uint64_t now = now_monotonic_ns();
+        size_t k = 0;
+        for (size_t i = 0; i < *n; i++)
+                if (now - restarts[i] < NODE_RESTART_WINDOW_NS)
+                        restarts[k++] = restarts[i];
+        *n = k;
+        if (k >= NODE_RESTARTS_MAX)
+                return -ELOOP;
+        restarts[(*n)++] = now;
+        pid_t pid;
+        int r = node_spawn(c, &pid);
+        if (r < 0)
+                return r;
+        r = node_wait_socket(c->node_socket, pid, c->node_start_timeout_s);
+        if (r < 0) {
+                log_error_errno(r, "restarted airlock-node did not open %s: %m", c->node_socket);
+                if (r != -ECHILD)
+                        (void) node_stop(pid, NODE_STOP_GRACE_S);
+                return r;
+        }
+        log_info("airlock-node restarted pid=%d", (int) pid);
+        *ret_pid = pid;
+        return 0;
+}

@@ -2,12 +2,15 @@
 #pragma once
 
 /*
- * airlockd runs airlock-node as its child on a single machine: one command
- * starts both. The child gets PR_SET_PDEATHSIG so it never outlives
- * airlockd; if the node exits, airlockd exits too and a supervisor restarts
- * both.
+ * Running airlock-node on a single machine: one command starts everything.
+ * Its parent (airlock-nodemgr, or airlockd when it runs without privilege
+ * separation) supervises it: a node that exits is started again (its VMs
+ * keep running and the new node adopts them) unless it keeps dying; when
+ * the parent dies the node gets SIGUSR1 and hands its VMs over.
  */
 
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "config.h"
@@ -23,3 +26,13 @@ int node_wait_socket(const char *socket_path, pid_t pid, unsigned timeout_s);
 /* Sends SIGTERM, waits up to grace_s for the child, then SIGKILLs it.
  * Returns the child's wait status (>= 0) or a negative errno. */
 int node_stop(pid_t pid, unsigned grace_s);
+
+#define NODE_STOP_GRACE_S 30
+/* More node exits than this within NODE_RESTART_WINDOW_NS give up. */
+#define NODE_RESTARTS_MAX 5
+#define NODE_RESTART_WINDOW_NS (60 * 1000000000ULL)
+
+/* Starts the node again after it exited, unless it exited too often lately
+ * (restarts[] holds the times of the last ones, at least NODE_RESTARTS_MAX;
+ * -ELOOP then). Waits for its socket. */
+int node_restart(const struct daemon_config *c, uint64_t *restarts, size_t *n, pid_t *ret_pid);

@@ -45,6 +45,7 @@ enum {
         OPT_OBJSTORE_DIR,
         OPT_NODE_NAME,
         OPT_CAP_KEYS_DIR,
+        OPT_SOCKET_GROUP,
         OPT_PRINT_CONFIG,
         OPT_HELP,
 };
@@ -79,6 +80,7 @@ static const struct setting settings[] = {
         { OPT_OBJSTORE_DIR, "objstore-dir", "AIRLOCK_OBJSTORE_DIR" },
         { OPT_NODE_NAME, "node-name", "AIRLOCK_NODE_NAME" },
         { OPT_CAP_KEYS_DIR, "cap-keys-dir", "AIRLOCK_CAP_KEYS_DIR" },
+        { OPT_SOCKET_GROUP, "socket-group", "AIRLOCK_SOCKET_GROUP" },
 };
 
 void node_config_free(struct node_config *c) {
@@ -90,6 +92,7 @@ void node_config_free(struct node_config *c) {
         free(c->objstore_dir);
         free(c->node_name);
         free(c->cap_keys_dir);
+        free(c->socket_group);
         free(c->images_dir);
         free(c->guest_binary);
         free(c->qemu_binary);
@@ -239,11 +242,12 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
                 r = set_string(&c->qemu_binary, value);
                 break;
         case OPT_NODE_NAME:
+        case OPT_SOCKET_GROUP:
                 if (!name_is_valid(value)) {
                         r = -EINVAL;
                         break;
                 }
-                r = set_string(&c->node_name, value);
+                r = set_string(opt == OPT_NODE_NAME ? &c->node_name : &c->socket_group, value);
                 break;
         case OPT_ACCEL:
                 if (strcmp(value, "auto") != 0 && strcmp(value, "kvm") != 0 && strcmp(value, "tcg") != 0) {
@@ -432,7 +436,7 @@ int node_config_load(int argc, char *argv[], struct node_config **ret, enum node
                         return -ENOMEM;
                 snprintf(c->socket_path, n, "%s/run/node.sock", c->data_dir);
         }
-        if (!c->cap_keys_dir && !(c->cap_keys_dir = strdup_printf("%s/keys", c->data_dir)))
+        if (!c->cap_keys_dir && !(c->cap_keys_dir = strdup_printf("%s/control/keys", c->data_dir)))
                 return -ENOMEM;
         if (!c->node_name && (r = default_node_name(&c->node_name)) < 0)
                 return r;
@@ -474,6 +478,7 @@ void node_config_print(const struct node_config *c, FILE *f) {
         fprintf(f, "objstore_dir=%s\n", c->objstore_dir ? c->objstore_dir : "(STORAGE_ROOT/objstore)");
         fprintf(f, "node_name=%s\n", c->node_name);
         fprintf(f, "cap_keys_dir=%s\n", c->cap_keys_dir);
+        fprintf(f, "socket_group=%s\n", c->socket_group ? c->socket_group : "(none)");
 }
 
 void node_config_usage(FILE *f) {
@@ -508,7 +513,9 @@ void node_config_usage(FILE *f) {
               "                          (STORAGE_ROOT/objstore)\n"
               "  --node-name NAME        this node in capabilities [AIRLOCK_NODE_NAME] (host name)\n"
               "  --cap-keys-dir DIR      capability keys; public/ is read [AIRLOCK_CAP_KEYS_DIR]\n"
-              "                          (DATA_DIR/keys)\n"
+              "                          (DATA_DIR/control/keys)\n"
+              "  --socket-group GROUP    may connect to the socket too (mode 0660)\n"
+              "                          [AIRLOCK_SOCKET_GROUP] (none: 0600)\n"
               "  --print-config          print the configuration as key=value and exit\n"
               "  -h, --help              show this help\n",
               f);

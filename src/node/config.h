@@ -47,7 +47,8 @@ struct node_config {
         bool recover;                /* AIRLOCK_RECOVER: boot a sandbox again when its VM dies */
         char *objstore_dir;          /* AIRLOCK_OBJSTORE_DIR: local object store; NULL = STORAGE_ROOT/objstore */
         char *node_name;             /* AIRLOCK_NODE_NAME: this node in capabilities; default the host name */
-        char *cap_keys_dir;          /* AIRLOCK_CAP_KEYS_DIR: public/ holds the capability keys; DATA_DIR/keys */
+        char *cap_keys_dir;          /* AIRLOCK_CAP_KEYS_DIR: public/ holds the capability keys; DATA_DIR/control/keys */
+        char *socket_group;          /* AIRLOCK_SOCKET_GROUP: the group that may connect too (airlockd's) */
 };
 
 enum node_config_action {

@@ -11,6 +11,7 @@
  */
 
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -181,7 +182,16 @@ int main(int argc, char *argv[]) {
         session_init(cfg);
         nodeops_init(cfg, accel, reason);
 
-        r = server_listen(cfg->socket_path, &listen_fd);
+        gid_t socket_group = (gid_t) -1;
+        if (cfg->socket_group) {
+                struct group *g = getgrnam(cfg->socket_group);
+                if (!g) {
+                        log_error("No group %s for %s (--socket-group)", cfg->socket_group, cfg->socket_path);
+                        goto out;
+                }
+                socket_group = g->gr_gid;
+        }
+        r = server_listen(cfg->socket_path, socket_group, &listen_fd);
         if (r < 0)
                 goto out;
         log_info("listening on %s; templates in %s; sandboxes in %s", cfg->socket_path, templates_dir, sandboxes_dir);

@@ -207,13 +207,13 @@ static void *conn_thread(void *arg) {
         return NULL;
 }
 
-int server_listen(const char *path, int *ret_fd) {
+int server_listen(const char *path, gid_t group, int *ret_fd) {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         if (strlen(path) >= sizeof sa.sun_path)
                 return -ENAMETOOLONG;
         memcpy(sa.sun_path, path, strlen(path) + 1);
 
-        /* the parent directory: private */
+        /* the parent directory: private (or as airlock-nodemgr made it) */
         char dir[4096];
         snprintf(dir, sizeof dir, "%s", path);
         char *slash = strrchr(dir, '/');
@@ -236,7 +236,11 @@ int server_listen(const char *path, int *ret_fd) {
         umask(old);
         if (r < 0)
                 return log_error_errno(-saved, "Failed to bind %s: %m", path);
-        if (chmod(path, 0600) < 0)
+        /* the one group allowed in besides root: airlockd's, when it runs
+         * unprivileged (airlock-nodemgr says which) */
+        if (group != (gid_t) -1 && chown(path, (uid_t) -1, group) < 0)
+                return log_error_errno(negative_errno(), "Failed to chown %s: %m", path);
+        if (chmod(path, group != (gid_t) -1 ? 0660 : 0600) < 0)
                 return log_error_errno(negative_errno(), "Failed to chmod %s: %m", path);
         if (listen(fd, 128) < 0)
                 return log_error_errno(negative_errno(), "Failed to listen on %s: %m", path);

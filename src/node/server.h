@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "macros.h"
 #include "proto.h"
@@ -57,9 +58,10 @@ void conn_pop_frame(struct node_conn *c, const struct proto_header *h);
  * streams to stop early). */
 bool conn_hung_up(struct node_conn *c);
 
-/* Binds the socket (stale socket unlinked, mode 0600, parent created 0700).
- * Returns the listening fd. */
-int server_listen(const char *path, int *ret_fd);
+/* Binds the socket (stale socket unlinked, mode 0600, parent created 0700;
+ * with group other than -1: that group's and mode 0660). Returns the
+ * listening fd. */
+int server_listen(const char *path, gid_t group, int *ret_fd);
 
 /* Accepts one pending connection on listen_fd and starts its thread. When
  * max_connections threads are running, the client gets an "unavailable"

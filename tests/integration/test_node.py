@@ -13,13 +13,14 @@ def test_templates_and_health(airlock):
     tpls = {t["name"]: t for t in airlock.api("GET", "/v1/templates")["templates"]}
     assert tpls["minimal"]["state"] == "ready"
     assert tpls["python"]["state"] == "ready"
-    st = os.stat(os.path.join(airlock.data_dir, "admin.token"))
+    st = os.stat(os.path.join(airlock.data_dir, "control", "admin.token"))
     assert st.st_mode & 0o777 == 0o600
 
 
 def test_loop_volume_when_data_dir_cannot_reflink(airlock_factory):
     """A data dir on ext4 gets a btrfs loop volume, unmounted at shutdown."""
     base = tempfile.mkdtemp(prefix="airlock-ext4-", dir="/var/tmp")
+    os.chmod(base, 0o755)  # airlockd (user airlock) passes through to its data dir
     fs = subprocess.run(["stat", "-f", "-c", "%T", base], capture_output=True, text=True).stdout.strip()
     try:
         a = airlock_factory(base=base, env={"AIRLOCK_VOLUME_GIB": "4"}, prebuild="minimal")

@@ -47,7 +47,7 @@ def b64u(data):
 
 
 def keys_dir(a):
-    return os.path.join(a.data_dir, "keys")
+    return os.path.join(a.data_dir, "control", "keys")
 
 
 def signing_key(a):

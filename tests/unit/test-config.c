@@ -8,10 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "config.h"
+#include "privsep.h"
+#include "util.h"
 
 static const char *const env_vars[] = {
         "AIRLOCK_DATA_DIR", "AIRLOCK_LISTEN", "AIRLOCK_NODE_SOCKET", "AIRLOCK_NODE_BINARY",
@@ -55,7 +58,7 @@ static void test_defaults(void **state) {
         assert_string_equal(c.data_dir, "/var/lib/airlock");
         assert_string_equal(c.listen, "127.0.0.1:7420");
         assert_string_equal(c.node_socket, "/var/lib/airlock/run/node.sock");
-        assert_string_equal(c.database, "sqlite:/var/lib/airlock/airlock.db");
+        assert_string_equal(c.database, "sqlite:/var/lib/airlock/control/airlock.db");
         assert_true(c.spawn_node);
         assert_int_equal(c.max_json_body, 1u << 20);
         assert_int_equal(c.max_upload, 1ull << 30);
@@ -80,7 +83,7 @@ static void test_env(void **state) {
         assert_int_equal(load(&c, err, 0), 0);
         assert_string_equal(c.data_dir, "/srv/alk"); /* trailing slash trimmed */
         assert_string_equal(c.node_socket, "/srv/alk/run/node.sock");
-        assert_string_equal(c.database, "sqlite:/srv/alk/airlock.db");
+        assert_string_equal(c.database, "sqlite:/srv/alk/control/airlock.db");
         assert_int_equal(c.log_level, LOG_LEVEL_DEBUG);
         assert_string_equal(c.node_binary, "/usr/bin/airlock-node");
         assert_int_equal(ntohs(((const struct sockaddr_in *) &c.listen_addr)->sin_port), 8080);
@@ -239,6 +242,43 @@ static void test_parse_listen(void **state) {
         assert_int_equal(config_parse_listen("::1:80", &ss, &len), -EINVAL);
 }
 
+/* A data dir of the layout before privilege separation: the first start
+ * moves airlockd's files into DATA_DIR/control; a second start moves
+ * nothing (and loses nothing). */
+static void test_control_dir_migration(void **state) {
+        char dir[] = "/tmp/test-config-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        char *argv[] = { (char *) "airlockd", (char *) "--data-dir", dir, NULL };
+        struct daemon_config c;
+        char err[256];
+        assert_int_equal(config_load(3, argv, &c, err, sizeof err), 0);
+        char path[4300];
+        snprintf(path, sizeof path, "%s/airlock.db", dir);
+        assert_int_equal(file_write_atomic(path, "db", 2, 0600), 0);
+        snprintf(path, sizeof path, "%s/admin.token", dir);
+        assert_int_equal(file_write_atomic(path, "tok\n", 4, 0600), 0);
+        snprintf(path, sizeof path, "%s/keys/public", dir);
+        assert_int_equal(mkdir_p(path, 0755), 0);
+
+        assert_int_equal(privsep_control_dir(&c), 0);
+        snprintf(path, sizeof path, "%s/control/airlock.db", dir);
+        assert_int_equal(access(path, F_OK), 0);
+        snprintf(path, sizeof path, "%s/control/admin.token", dir);
+        assert_int_equal(access(path, F_OK), 0);
+        snprintf(path, sizeof path, "%s/control/keys/public", dir);
+        assert_int_equal(access(path, F_OK), 0);
+        snprintf(path, sizeof path, "%s/admin.token", dir);
+        assert_int_equal(access(path, F_OK), -1);
+        assert_string_equal(c.database + strlen("sqlite:"), strcat(strcpy(path, dir), "/control/airlock.db"));
+
+        /* a stray old file after the move stays where it is */
+        snprintf(path, sizeof path, "%s/admin.token", dir);
+        assert_int_equal(file_write_atomic(path, "new\n", 4, 0600), 0);
+        assert_int_equal(privsep_control_dir(&c), 0);
+        assert_int_equal(access(path, F_OK), 0);
+        assert_int_equal(rm_rf(dir), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup(test_defaults, clear_env),
@@ -248,6 +288,7 @@ int main(void) {
                 cmocka_unit_test_setup(test_snapshot_knobs, clear_env),
                 cmocka_unit_test_setup(test_snapshot_knobs_invalid, clear_env),
                 cmocka_unit_test(test_parse_listen),
+                cmocka_unit_test_setup(test_control_dir_migration, clear_env),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

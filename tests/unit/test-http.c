@@ -31,6 +31,7 @@
 #include "config.h"
 #include "dataplane.h"
 #include "macros.h"
+#include "privsep.h"
 #include "http.h"
 #include "proto.h"
 #include "store.h"
@@ -91,7 +92,7 @@ static void send_error(int fd, const char *code, const char *msg) {
  * public keys, for this sandbox's route (the fake node's "fake", 1). */
 static bool cap_ok(json_t *req, const char *sandbox, uint32_t access) {
         json_t *tok = json_object_get(req, "cap");
-        _cleanup_free_ char *keys = strdup_printf("%s/keys", dir);
+        _cleanup_free_ char *keys = strdup_printf("%s/control/keys", dir);
         struct cap_keyring *kr = NULL;
         struct cap_claims c;
         bool ok = json_is_string(tok) && keys && cap_keydir_load_public(keys, &kr, NULL) >= 0 &&
@@ -298,12 +299,13 @@ static int setup(void **state) {
         sem_init(&sse_go, 0, 0);
         pthread_create(&node_thread, NULL, node_main, NULL);
 
-        if (store_open(config.database, &store) < 0 || auth_admin_token_init(store, dir, NULL) < 0 ||
+        if (privsep_control_dir(&config) < 0 || store_open(config.database, &store) < 0 ||
+            auth_admin_token_init(store, config.control_dir, NULL) < 0 ||
             dataplane_init(&config) < 0)
                 return -1;
-        char path[256], *t = NULL;
+        char path[sizeof config.control_dir + 16], *t = NULL;
         size_t len;
-        snprintf(path, sizeof path, "%s/admin.token", dir);
+        snprintf(path, sizeof path, "%s/admin.token", config.control_dir);
         if (file_read_all(path, 256, &t, &len) < 0)
                 return -1;
         t[strcspn(t, "\n")] = 0;

@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * airlock-nodemgr: the one process of an Airlock machine that keeps root.
+ * airlockd started as root execs it with the same arguments; it
+ *
+ *   1. creates the system user `airlock` on the first start, gives it
+ *      DATA_DIR/control (the store, the admin token, the capability keys;
+ *      moved there from DATA_DIR by the first start of this version) and
+ *      keeps DATA_DIR itself root's (airlockd can pass, not rename);
+ *   2. starts airlock-node (still root in this version: it mounts the
+ *      storage volume and launches the jailed VMMs) with its socket open to
+ *      the `airlock` group, and restarts it when it dies, like airlockd did;
+ *   3. starts airlockd as `airlock` (no supplementary groups, no_new_privs,
+ *      --no-spawn-node) and lives as long as it does.
+ *
+ * SIGTERM/SIGINT: airlockd stops first, then the node (which stops the VMs
+ * after a guest sync). airlockd dying any other way: the node gets SIGUSR1
+ * and hands its VMs over to the next start, as before. It is a child
+ * subreaper, so VMs a dead node orphaned are reaped here.
+ */
+#include <errno.h>
+#include <grp.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "airlock-config.h"
+#include "config.h"
+#include "log.h"
+#include "macros.h"
+#include "privsep.h"
+#include "spawn.h"
+#include "util.h"
+
+#define ARGS_MAX 256
+
+/* airlockd's argv: the binary, the arguments it was given, and
+ * --no-spawn-node (the node is ours). */
+static int daemon_argv(int argc, char **argv, const char *binary, char **out, size_t n) {
+        if ((size_t) argc + 2 > n)
+                return -E2BIG;
+        out[0] = (char *) binary;
+        for (int i = 1; i < argc; i++)
+                out[i] = argv[i];
+        out[argc] = (char *) "--no-spawn-node";
+        out[argc + 1] = NULL;
+        return 0;
+}
+
+static int spawn_daemon(char **argv, uid_t uid, gid_t gid, pid_t *ret_pid) {
+        pid_t pid = fork();
+        if (pid < 0)
+                return log_error_errno(negative_errno(), "Failed to fork airlockd: %m");
+        if (pid == 0) {
+                sigset_t none;
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                /* it must not outlive us: nobody would supervise its node */
+                if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || privsep_drop(uid, gid) < 0)
+                        _exit(126);
+                execv(argv[0], argv);
+                _exit(127);
+        }
+        log_info("started airlockd pid=%d as uid %u", (int) pid, (unsigned) uid);
+        *ret_pid = pid;
+        return 0;
+}
+
+static const char *describe(int status, char *buf, size_t n) {
+        if (WIFEXITED(status))
+                snprintf(buf, n, "status %d", WEXITSTATUS(status));
+        else
+                snprintf(buf, n, "signal %d", WTERMSIG(status));
+        return buf;
+}
+
+static int run(const struct daemon_config *c, int argc, char **argv) {
+        uid_t uid;
+        gid_t gid;
+        const char *user;
+        int r;
+        if ((r = privsep_control_dir(c)) < 0 || (r = privsep_user(&uid, &gid, &user)) < 0 ||
+            (r = privsep_hand_over(c, uid, gid)) < 0)
+                return r;
+        char run_dir[sizeof c->node_socket];
+        memcpy(run_dir, c->node_socket, sizeof run_dir);
+        if ((r = mkdir_p(dirname(run_dir), 0711)) < 0)
+                return log_error_errno(r, "Failed to create %s: %m", run_dir);
+        struct group *g = getgrgid(gid);
+        if (!g || setenv("AIRLOCK_SOCKET_GROUP", g->gr_name, 1) < 0)
+                return log_error_errno(-ENOENT, "No group %u for user %s", (unsigned) gid, user);
+
+        const char *daemon_bin = getenv("AIRLOCK_DAEMON_BINARY");
+        if (!daemon_bin || !*daemon_bin)
+                daemon_bin = AIRLOCK_BUILD_DIR "/src/daemon/airlockd";
+        char *dargv[ARGS_MAX];
+        if ((r = daemon_argv(argc, argv, daemon_bin, dargv, ARRAY_SIZE(dargv))) < 0)
+                return log_error_errno(r, "Too many arguments");
+
+        if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+                return log_error_errno(negative_errno(), "Failed to become a child subreaper: %m");
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGCHLD);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+                return log_error_errno(negative_errno(), "Failed to block signals: %m");
+        _cleanup_close_ int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+        if (sfd < 0)
+                return log_error_errno(negative_errno(), "Failed to create signalfd: %m");
+
+        pid_t node_pid = -1, daemon_pid = -1;
+        uint64_t restarts[NODE_RESTARTS_MAX + 1];
+        size_t n_restarts = 0;
+        if (c->spawn_node) {
+                if ((r = node_spawn(c, &node_pid)) < 0)
+                        return r;
+                r = node_wait_socket(c->node_socket, node_pid, c->node_start_timeout_s);
+                if (r < 0) {
+                        log_error_errno(r, "airlock-node did not open %s: %m", c->node_socket);
+                        if (r != -ECHILD)
+                                (void) node_stop(node_pid, NODE_STOP_GRACE_S);
+                        return r;
+                }
+        }
+        if ((r = spawn_daemon(dargv, uid, gid, &daemon_pid)) < 0) {
+                if (node_pid > 0)
+                        (void) node_stop(node_pid, NODE_STOP_GRACE_S);
+                return r;
+        }
+
+        bool stopping = false, clean = false;
+        int exit_code = 1;
+        while (daemon_pid > 0) {
+                struct signalfd_siginfo si;
+                ssize_t k = read(sfd, &si, sizeof si);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k != (ssize_t) sizeof si) {
+                        log_error_errno(k < 0 ? negative_errno() : -EIO, "Failed to read signalfd: %m");
+                        kill(daemon_pid, SIGTERM);
+                        stopping = true;
+                        continue;
+                }
+                if (si.ssi_signo != SIGCHLD) {
+                        log_info("received %s; stopping airlockd, then the node", strsignal((int) si.ssi_signo));
+                        stopping = true;
+                        kill(daemon_pid, SIGTERM);
+                        continue;
+                }
+                int status;
+                char how[32];
+                bool node_exited = false;
+                for (pid_t p; (p = waitpid(-1, &status, WNOHANG)) > 0;) {
+                        if (p == daemon_pid) {
+                                daemon_pid = -1;
+                                clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+                                exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+                                if (clean)
+                                        log_info("airlockd exited (%s)", describe(status, how, sizeof how));
+                                else
+                                        log_error("airlockd exited (%s)", describe(status, how, sizeof how));
+                        } else if (p == node_pid) {
+                                log_error("airlock-node pid=%d exited (%s)", (int) p, describe(status, how, sizeof how));
+                                node_pid = -1;
+                                node_exited = true;
+                        }
+                        /* anything else: a VM its dead node orphaned */
+                }
+                if (node_exited && daemon_pid > 0 && !stopping &&
+                    node_restart(c, restarts, &n_restarts, &node_pid) < 0) {
+                        log_error("airlock-node keeps failing; stopping so a supervisor can restart Airlock");
+                        stopping = true;
+                        kill(daemon_pid, SIGTERM);
+                }
+        }
+        if (node_pid > 0) {
+                if (clean || stopping) {
+                        r = node_stop(node_pid, NODE_STOP_GRACE_S);
+                        if (r < 0)
+                                log_warn_errno(r, "Failed to stop airlock-node: %m");
+                } else {
+                        /* airlockd crashed: keep the VMs for the next start */
+                        log_warn("handing the VMs over to the next start");
+                        kill(node_pid, SIGUSR1);
+                        (void) waitpid(node_pid, NULL, 0);
+                }
+        }
+        log_info("stopped");
+        return exit_code == 0 && (clean || stopping) ? 0 : -ECHILD;
+}
+
+int main(int argc, char **argv) {
+        struct daemon_config config;
+        char err[512] = "";
+        if (config_load(argc, argv, &config, err, sizeof err) < 0) {
+                fprintf(stderr, "airlock-nodemgr: %s\n", err);
+                return 2;
+        }
+        log_setup("airlock-nodemgr", config.log_level);
+        if (geteuid() != 0) {
+                log_error("airlock-nodemgr must run as root (it is what airlockd becomes when started as root)");
+                return 1;
+        }
+        signal(SIGPIPE, SIG_IGN);
+        return run(&config, argc, argv) < 0 ? 1 : 0;
+}
