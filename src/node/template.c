@@ -517,10 +517,12 @@ static int ensure_kernel(struct tentry *e, const char *ctx, const char *kdir, co
 /* Moves the VM's console and QEMU logs from its run directory into the
  * template directory, and removes the run directory. */
 static void keep_logs(const char *run_dir, const char *tmp) {
+        /* console.log is in the VM's own vm/ (the jail writes there) */
+        static const char *const from_names[] = { "vm/console.log", "qemu.log" };
         static const char *const names[] = { "console.log", "qemu.log" };
         char from[PATH_BUF], to[PATH_BUF];
         for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
-                if (pathf(from, "%s/%s", run_dir, names[i]) < 0 || pathf(to, "%s/%s", tmp, names[i]) < 0)
+                if (pathf(from, "%s/%s", run_dir, from_names[i]) < 0 || pathf(to, "%s/%s", tmp, names[i]) < 0)
                         continue;
                 if (rename(from, to) < 0 && errno == EXDEV) {
                         /* another file system: copy (logs are small; bounded) */

@@ -53,12 +53,16 @@ struct vmm_config {
         bool mem_shared;          /* true: share=on (template boot); false: share=off (restore) */
         bool mem_anonymous;       /* plain anonymous RAM, mem_path unused: a restore from a full
                                    * snapshot, whose state stream carries all of RAM */
-        const char *run_dir;      /* existing dir: qmp.sock, guest.sock, console.log live here */
+        const char *run_dir;      /* existing dir: vmm.pid, qemu.log; vm/ (QEMU's own: qmp.sock,
+                                   * guest.sock, console.log) is made here */
         const char *log_ctx;      /* "sandbox=sbx-..." for log lines */
 };
 
 struct vmm {
         pid_t pid;
+        uid_t uid;                /* its own uid (and gid), unique among the node's live VMs; 0: unjailed */
+        uint64_t start_time;      /* of pid, jail_process_start_time() */
+        char *vm_dir;             /* run_dir/vm: the one host directory the jailed QEMU can write */
         int pidfd;                /* pidfd_open(pid): readable when QEMU exits */
         char *qmp_path;
         char *guest_path;         /* the chardev socket of the guest channel */
@@ -71,7 +75,17 @@ struct vmm {
         bool adopted;             /* started by an earlier node: not our child, never waitpid()ed */
 };
 
-/* QEMU runs in its own session (a Ctrl-C for the node does not reach it) and
+/* Jail settings, once at start: qemu_binary (a name in PATH or a path) is
+ * resolved to the one binary every VM runs and every peer must be; VM uids (and gids) are uid_base + slot,
+ * slot < uid_count. Detects the cgroup controllers and logs them. */
+int vmm_jail_setup(const char *qemu_binary, uint32_t uid_base, uint32_t uid_count);
+
+/* Every QEMU runs jailed (src/node/jail.h): its own uid, new mount, pid,
+ * ipc, uts and network namespaces, a private root with only its files, a
+ * cgroup with memory, pids and cpu limits; every connection to its QMP and
+ * guest sockets is checked to reach that process (jail_peer_verify).
+ *
+ * QEMU runs in its own session (a Ctrl-C for the node does not reach it) and
  * outlives the node: a node that crashes or restarts leaves its VMs running
  * and the next one adopts them (vmm_adopt) or kills them (vmm_kill_recorded).
  * run_dir/vmm.pid names the process by pid and start time. Stale
