@@ -975,7 +975,10 @@ static int spawn_jailed(const struct vmm_config *c, struct vmm *v, bool incoming
                 r = -ENOMEM;
                 goto out;
         }
-        if ((mkdir(paths.root, 0700) < 0 && errno != EEXIST) || (mkdir(v->vm_dir, 0700) < 0 && errno != EEXIST) ||
+        /* a run dir is reused by a stop/start or rollback: files of the
+         * VM before (another uid) go */
+        (void) rm_rf(v->vm_dir);
+        if ((mkdir(paths.root, 0700) < 0 && errno != EEXIST) || mkdir(v->vm_dir, 0700) < 0 ||
             chown(v->vm_dir, v->uid, v->uid) < 0 || chmod(v->vm_dir, 0700) < 0) {
                 r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "cannot prepare %s: %m", v->vm_dir);
                 goto out;
