@@ -273,8 +273,10 @@ _noreturn_ static void child(const struct jail_spec *s, const struct plan *p) {
         for (size_t i = 0; i < s->n_keep_fds; i++)
                 if ((kept[i] = fcntl(s->keep_fds[i], F_DUPFD_CLOEXEC, 64)) < 0)
                         child_fail(log, "dup");
-        if (dup2(s->stdin_fd, STDIN_FILENO) < 0 || dup2(s->stdout_fd, STDOUT_FILENO) < 0 ||
-            dup2(s->stdout_fd, STDERR_FILENO) < 0)
+        int in = fcntl(s->stdin_fd, F_DUPFD_CLOEXEC, 64), out = fcntl(s->stdout_fd, F_DUPFD_CLOEXEC, 64);
+        if (in < 0 || out < 0)
+                child_fail(log, "dup");
+        if (dup2(in, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0 || dup2(out, STDERR_FILENO) < 0)
                 child_fail(log, "dup2");
         log = STDERR_FILENO;
         for (size_t i = 0; i < s->n_keep_fds; i++)

@@ -617,6 +617,9 @@ static int boot_and_save(struct tentry *e, const char *ctx, const char *tmp, con
         keep_logs(run_dir, tmp);
         /* the build VM's uid owned them; the template is root's (no VM opens
          * these: restores get clones and a sealed copy of the RAM) */
+        _cleanup_free_ char *console = strdup_printf("%s/console.log", tmp);
+        if (console)
+                (void) chown(console, 0, 0);
         if (chown(rootfs, 0, 0) < 0 || chmod(rootfs, 0644) < 0 || chown(mem, 0, 0) < 0)
                 log_emit(LOG_LEVEL_WARN, ctx, "cannot give the template files back to root: %s", strerror(errno));
         if (r < 0) {

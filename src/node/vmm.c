@@ -770,6 +770,8 @@ static int vmm_connect(struct vmm *v, const char *path, int *ret_fd) {
         if (r >= 0)
                 r = jail_peer_verify(fd, &want);
         if (r < 0) {
+                if (r == -ENOENT || r == -ECONNREFUSED) /* those mean "not there yet" to callers */
+                        r = -EPERM;
                 struct ucred cred = { 0 };
                 socklen_t len = sizeof cred;
                 (void) getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
@@ -895,11 +897,11 @@ int vmm_adopt(const char *run_dir, enum vmm_accel accel, const char *log_ctx, st
                 return r;
         }
         v->pidfd = r;
-        if (uid_mark(uid, true))
-                v->uid = uid; /* ours again: its cgroup goes with it */
-        else
-                log_emit(LOG_LEVEL_WARN, v->log_ctx, "adopting pid %d, recorded without a VM uid (unjailed)",
-                         (int) v->pid);
+        /* ours again: its peers are checked against it, its cgroup goes with it */
+        v->uid = uid;
+        if (!uid_mark(uid, true))
+                log_emit(LOG_LEVEL_WARN, v->log_ctx, "adopting pid %d, recorded with uid %u outside the VM uids",
+                         (int) v->pid, (unsigned) uid);
         int fd;
         r = vmm_connect(v, v->qmp_path, &fd);
         if (r >= 0)

@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 
-from harness import START_TIMEOUT, qemu_pids
+from harness import START_TIMEOUT, _cgroup_procs, qemu_pids, vm_cgroups
 
 NAMESPACES = ("mnt", "pid", "ipc", "uts", "net")
 
@@ -271,6 +271,12 @@ def impostor_test(a, sock_name):
     assert "refusing" in a.log_tail(400)
     # the sandbox never ran on the impostor: if it runs, it is a VM again
     # (recovered from its disk), with its env
+    # the adopted VM that was refused is gone, its cgroup with it
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:  # airlockd reaps it
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}")
+    assert all(_cgroup_procs(c) for c in vm_cgroups()), vm_cgroups()
     if sbx["state"] == "running":
         assert qemu_pids(sid) and qemu_pids(sid) != [pid]
         out = a.exec(sid, ["sh", "-c", "echo $SECRET_TOKEN"])["stdout"]
