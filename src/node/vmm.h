@@ -135,7 +135,8 @@ int vmm_save(struct vmm *v, const char *state_path);
 
 /* Takes over the QEMU an earlier node started in run_dir: checks that
  * run_dir/vmm.pid still names a live process (pid and start time), opens a
- * pidfd and connects QMP. -ESRCH when that VM is gone. The guest channel is
+ * pidfd, takes its uid back and connects QMP (the listener checked to be
+ * that process; if not, the VM is killed). -ESRCH when that VM is gone. The guest channel is
  * connected as usual (vmm_guest_connect). */
 int vmm_adopt(const char *run_dir, enum vmm_accel accel, const char *log_ctx, struct vmm **ret);
 
@@ -145,7 +146,9 @@ int vmm_adopt(const char *run_dir, enum vmm_accel accel, const char *log_ctx, st
 int vmm_kill_recorded(const char *run_dir);
 
 /* Connects to the guest channel socket (O_CLOEXEC, blocking). Retries while
- * QEMU has not created the socket yet, up to timeout_ms. */
+ * QEMU has not created the socket yet, up to timeout_ms. Every connection
+ * is checked to reach v's QEMU (jail_peer_verify) before it is returned:
+ * -EPERM (logged) for any other listener, and nothing was sent to it. */
 int vmm_guest_connect(struct vmm *v, int timeout_ms, int *ret_fd);
 
 /* true once the QEMU process has exited (non-blocking check via pidfd). */
