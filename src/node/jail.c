@@ -153,7 +153,7 @@ static bool under(const char *path, const char *dir) {
 
 int jail_spec_validate(const struct jail_spec *s) {
         if (!s || !path_ok(s->binary) || !s->argv || !s->argv[0] || s->uid == 0 || s->gid == 0 ||
-            s->uid == (uid_t) -1 || s->gid == (gid_t) -1 || !path_ok(s->root_dir) || s->n_mounts > JAIL_MOUNTS_MAX ||
+            s->uid == (uid_t) -1 || s->gid == (gid_t) -1 || s->device_gid == (gid_t) -1 || !path_ok(s->root_dir) || s->n_mounts > JAIL_MOUNTS_MAX ||
             (s->n_mounts && !s->mounts) || s->n_cgroups > JAIL_CGROUPS_MAX || (s->n_cgroups && !s->cgroup_procs) ||
             s->n_keep_fds > JAIL_KEEP_FDS_MAX || (s->n_keep_fds && !s->keep_fds) || s->stdin_fd < 0 ||
             s->stdout_fd < 0 || s->nofile < 64 || s->nproc < 16)
@@ -184,8 +184,8 @@ int jail_spec_validate(const struct jail_spec *s) {
 
 /* glibc's set*id wrappers signal every thread it believes exists; after a
  * raw clone3 of a threaded process those threads are not there. */
-static long raw_setgroups0(void) {
-        return syscall(SYS_setgroups, 0, NULL);
+static long raw_setgroups(gid_t extra) {
+        return extra ? syscall(SYS_setgroups, 1, &extra) : syscall(SYS_setgroups, 0, NULL);
 }
 
 _noreturn_ static void child_fail(int fd, const char *step) {
@@ -336,7 +336,7 @@ _noreturn_ static void child(const struct jail_spec *s, const struct plan *p) {
                 if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
                         child_fail(log, "dropping the capability bounding set");
         /* Changing every uid from 0 clears all capabilities. */
-        if (raw_setgroups0() < 0 || syscall(SYS_setresgid, s->gid, s->gid, s->gid) < 0 ||
+        if (raw_setgroups(s->device_gid) < 0 || syscall(SYS_setresgid, s->gid, s->gid, s->gid) < 0 ||
             syscall(SYS_setresuid, s->uid, s->uid, s->uid) < 0)
                 child_fail(log, "dropping privileges");
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)

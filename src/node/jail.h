@@ -41,8 +41,10 @@ struct jail_mount {
 struct jail_spec {
         const char *binary;    /* absolute path, exec'd with argv and an empty environment */
         char *const *argv;
-        uid_t uid;             /* > 0; supplementary groups: none */
+        uid_t uid;             /* > 0 */
         gid_t gid;             /* > 0 */
+        gid_t device_gid;      /* 0, or one supplementary group (the owner of /dev/kvm when it is not
+                                * world-writable) */
         const char *root_dir;  /* existing empty host dir: the private root is mounted on it
                                 * (inside the child's mount namespace only) */
         const struct jail_mount *mounts;

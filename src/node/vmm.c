@@ -1019,11 +1019,18 @@ static int spawn_jailed(const struct vmm_config *c, struct vmm *v, bool incoming
                 r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "cannot open %s: %m", v->log_path);
                 goto out;
         }
+        /* under KVM it opens /dev/kvm: through its group where the device
+         * is not open to all (Debian: root:kvm 0660) */
+        gid_t kvm_gid = 0;
+        struct stat kst;
+        if (c->accel == VMM_ACCEL_KVM && stat("/dev/kvm", &kst) == 0 && (kst.st_mode & 0006) != 0006)
+                kvm_gid = kst.st_gid;
         struct jail_spec spec = {
                 .binary = binary,
                 .argv = a.v,
                 .uid = v->uid,
                 .gid = v->uid,
+                .device_gid = kvm_gid,
                 .root_dir = paths.root,
                 .mounts = mounts,
                 .n_mounts = n_mounts,
