@@ -743,8 +743,10 @@ static int jail_mounts(const struct vmm_config *c, const struct vmm *v, const ch
 
 /* Who may be on the other end of v's sockets. */
 static int vmm_peer(const struct vmm *v, struct jail_peer *ret) {
-        struct stat st;
-        if (!qemu_path || stat(qemu_path, &st) < 0)
+        struct stat st = { .st_dev = v->exe_dev, .st_ino = v->exe_ino };
+        /* the binary recorded at its start (a QEMU upgrade since does not
+         * disown running VMs); records without one: the configured binary */
+        if (v->exe_ino == 0 && (!qemu_path || stat(qemu_path, &st) < 0))
                 return qemu_path ? negative_errno() : -ENOENT;
         *ret = (struct jail_peer){ .pid = v->pid, .pidfd = v->pidfd, .start_time = v->start_time, .uid = v->uid,
                                    .exe_dev = st.st_dev, .exe_ino = st.st_ino };
@@ -839,34 +841,41 @@ static int vmm_new(const struct vmm_config *c, struct vmm **ret) {
         return 0;
 }
 
-/* Writes run_dir/vmm.pid ("PID STARTTIME UID"), so a node that restarts
- * finds this VM again, and checks its peers and cleans up after it. */
+/* Writes run_dir/vmm.pid ("PID STARTTIME UID EXEDEV EXEINO"), so a node
+ * that restarts finds this VM again, checks its peers and cleans up after
+ * it. */
 static int record_pid(struct vmm *v) {
         int r = jail_process_start_time(v->pid, &v->start_time);
         if (r < 0)
                 return r;
-        char line[96];
-        int n = snprintf(line, sizeof line, "%d %" PRIu64 " %u\n", (int) v->pid, v->start_time, (unsigned) v->uid);
+        char line[128];
+        int n = snprintf(line, sizeof line, "%d %" PRIu64 " %u %" PRIu64 " %" PRIu64 "\n", (int) v->pid,
+                         v->start_time, (unsigned) v->uid, (uint64_t) v->exe_dev, (uint64_t) v->exe_ino);
         return file_write_replace(v->pid_path, line, (size_t) n, 0600);
 }
 
 /* Reads run_dir/vmm.pid and returns a pidfd for the process it names, if
  * that very process (same start time) still runs. -ESRCH otherwise. The
  * uid is 0 in records of unjailed VMs (older nodes). */
-static int recorded_pidfd(const char *pid_path, pid_t *ret_pid, uint64_t *ret_start, uid_t *ret_uid) {
+static int recorded_pidfd(const char *pid_path, pid_t *ret_pid, uint64_t *ret_start, uid_t *ret_uid,
+                          struct vmm *ret_exe) {
         _cleanup_free_ char *text = NULL;
         size_t len;
-        int r = file_read_all(pid_path, 96, &text, &len);
+        int r = file_read_all(pid_path, 128, &text, &len);
         if (r < 0)
                 return r == -ENOENT ? -ESRCH : r;
         int pid;
-        uint64_t want, have;
+        uint64_t want, have, dev = 0, ino = 0;
         unsigned uid = 0;
-        int k = sscanf(text, "%d %" SCNu64 " %u", &pid, &want, &uid);
+        int k = sscanf(text, "%d %" SCNu64 " %u %" SCNu64 " %" SCNu64, &pid, &want, &uid, &dev, &ino);
         if (k < 2 || pid <= 1)
                 return -EBADMSG;
         if (ret_uid)
                 *ret_uid = (uid_t) uid;
+        if (ret_exe && k == 5) {
+                ret_exe->exe_dev = (dev_t) dev;
+                ret_exe->exe_ino = (ino_t) ino;
+        }
         int fd = pidfd_open_(pid);
         if (fd < 0)
                 return -ESRCH;
@@ -890,7 +899,7 @@ int vmm_adopt(const char *run_dir, enum vmm_accel accel, const char *log_ctx, st
                 return r;
         v->adopted = true;
         uid_t uid = 0;
-        r = recorded_pidfd(v->pid_path, &v->pid, &v->start_time, &uid);
+        r = recorded_pidfd(v->pid_path, &v->pid, &v->start_time, &uid, v);
         if (r < 0) {
                 v->pid = -1;
                 vmm_destroy(v);
@@ -922,7 +931,7 @@ int vmm_kill_recorded(const char *run_dir) {
                 return -ENOMEM;
         pid_t pid;
         uid_t uid = 0;
-        int fd = recorded_pidfd(pid_path, &pid, NULL, &uid);
+        int fd = recorded_pidfd(pid_path, &pid, NULL, &uid, NULL);
         if (fd == -ESRCH) {
                 uint32_t slot;
                 if (uid_slot(uid, &slot)) /* its VM is gone; its cgroup may be left */
@@ -1043,6 +1052,13 @@ static int spawn_jailed(const struct vmm_config *c, struct vmm *v, bool incoming
                 .nofile = VMM_NOFILE,
                 .nproc = VMM_PIDS_MAX,
         };
+        struct stat bst;
+        if (stat(binary, &bst) < 0) {
+                r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "cannot stat %s: %m", binary);
+                goto out;
+        }
+        v->exe_dev = bst.st_dev;
+        v->exe_ino = bst.st_ino;
         r = jail_spawn(&spec, &v->pid, &v->pidfd);
         if (r < 0)
                 r = log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "cannot start the jailed QEMU: %m");

@@ -62,6 +62,8 @@ struct vmm {
         pid_t pid;
         uid_t uid;                /* its own uid (and gid), unique among the node's live VMs; 0: unjailed */
         uint64_t start_time;      /* of pid, jail_process_start_time() */
+        dev_t exe_dev;            /* the binary it was started from (stat before exec) */
+        ino_t exe_ino;
         char *vm_dir;             /* run_dir/vm: the one host directory the jailed QEMU can write */
         int pidfd;                /* pidfd_open(pid): readable when QEMU exits */
         char *qmp_path;
