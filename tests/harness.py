@@ -228,6 +228,30 @@ def templates():
     return TEMPLATES
 
 
+def vm_cgroups():
+    """The VM cgroups (airlock-vm-UID) in the hierarchies a node may use
+    (docs/security.md, "The VMM jail")."""
+    tops = ["/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/unified"]
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        tops.append("/sys/fs/cgroup")
+    found = []
+    for top in tops:
+        depth = top.count("/")
+        for dirpath, dirnames, _ in os.walk(top):
+            found += [os.path.join(dirpath, d) for d in dirnames if d.startswith("airlock-vm-")]
+            if dirpath.count("/") - depth >= 3:
+                dirnames[:] = []
+    return sorted(set(found))
+
+
+def _cgroup_procs(path):
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            return f.read().split()
+    except OSError:
+        return []
+
+
 def _check_no_leaks(data_dir):
     leaks = []
     pids = qemu_pids(data_dir)
@@ -237,6 +261,14 @@ def _check_no_leaks(data_dir):
             try:
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
+                pass
+    cgroups = [c for c in vm_cgroups() if not _cgroup_procs(c)]
+    if cgroups:
+        leaks.append(f"VM cgroups left: {cgroups}")
+        for c in cgroups:
+            try:
+                os.rmdir(c)
+            except OSError:
                 pass
     m = mounts_under(data_dir)
     if m:
@@ -261,8 +293,9 @@ def airlock_factory(templates, request):
 
     yield start
     leaks = []
-    for a in started:
+    for a in started:  # all first: VM cgroups are host-wide
         a.stop()
+    for a in started:
         leaks += _check_no_leaks(a.data_dir)
         if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
             print(f"--- log of {a.data_dir}\n{a.log_tail(200)}")

@@ -41,6 +41,7 @@ enum {
         OPT_EXEC_TIMEOUT_MAX,
         OPT_MAX_CONNECTIONS,
         OPT_POOL_SIZE,
+        OPT_VMM_UID_BASE,
         OPT_RECOVER,
         OPT_OBJSTORE_DIR,
         OPT_NODE_NAME,
@@ -76,6 +77,7 @@ static const struct setting settings[] = {
         { OPT_EXEC_TIMEOUT_MAX, "exec-timeout-max", "AIRLOCK_EXEC_TIMEOUT_MAX" },
         { OPT_MAX_CONNECTIONS, "max-connections", "AIRLOCK_MAX_CONNECTIONS" },
         { OPT_POOL_SIZE, "pool-size", "AIRLOCK_POOL_SIZE" },
+        { OPT_VMM_UID_BASE, "vmm-uid-base", "AIRLOCK_VMM_UID_BASE" },
         { OPT_RECOVER, "recover", "AIRLOCK_RECOVER" },
         { OPT_OBJSTORE_DIR, "objstore-dir", "AIRLOCK_OBJSTORE_DIR" },
         { OPT_NODE_NAME, "node-name", "AIRLOCK_NODE_NAME" },
@@ -320,6 +322,12 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
                 if (r >= 0)
                         c->pool_size = (unsigned) v;
                 break;
+        case OPT_VMM_UID_BASE:
+                /* above every real account, and base + NODE_VMM_UIDS - 1 < 2^32 - 1 */
+                r = parse_uint(value, 1000, UINT32_MAX - NODE_VMM_UIDS - 1, &v);
+                if (r >= 0)
+                        c->vmm_uid_base = (uint32_t) v;
+                break;
         case OPT_RECOVER:
                 r = parse_uint(value, 0, 1, &v);
                 if (r >= 0)
@@ -358,6 +366,7 @@ static int set_defaults(struct node_config *c) {
         c->exec_timeout_max_s = 3600;
         c->max_connections = 256;
         c->pool_size = 2;
+        c->vmm_uid_base = 2000000;
         c->recover = true;
         return 0;
 }
@@ -474,6 +483,7 @@ void node_config_print(const struct node_config *c, FILE *f) {
         fprintf(f, "exec_timeout_max_s=%u\n", c->exec_timeout_max_s);
         fprintf(f, "max_connections=%u\n", c->max_connections);
         fprintf(f, "pool_size=%u\n", c->pool_size);
+        fprintf(f, "vmm_uid_base=%u\n", (unsigned) c->vmm_uid_base);
         fprintf(f, "recover=%d\n", c->recover ? 1 : 0);
         fprintf(f, "objstore_dir=%s\n", c->objstore_dir ? c->objstore_dir : "(STORAGE_ROOT/objstore)");
         fprintf(f, "node_name=%s\n", c->node_name);
@@ -508,6 +518,7 @@ void node_config_usage(FILE *f) {
               "  --exec-timeout-max S    cap on exec timeout_s [AIRLOCK_EXEC_TIMEOUT_MAX] (3600)\n"
               "  --max-connections N     concurrent clients [AIRLOCK_MAX_CONNECTIONS] (256)\n"
               "  --pool-size N           warm VMs per prebuilt template, 0-32 [AIRLOCK_POOL_SIZE] (2)\n"
+              "  --vmm-uid-base N        VM uids/gids are N..N+65535 [AIRLOCK_VMM_UID_BASE] (2000000)\n"
               "  --recover 0|1           boot a sandbox again when its VM dies [AIRLOCK_RECOVER] (1)\n"
               "  --objstore-dir DIR      object store for suspended sandboxes [AIRLOCK_OBJSTORE_DIR]\n"
               "                          (STORAGE_ROOT/objstore)\n"

@@ -21,6 +21,7 @@ enum node_storage_mode {
 
 #define NODE_PREBUILD_MAX 32
 #define NODE_POOL_SIZE_MAX 32
+#define NODE_VMM_UIDS 65536u
 
 struct node_config {
         char *data_dir;      /* --data-dir, AIRLOCK_DATA_DIR */
@@ -44,6 +45,7 @@ struct node_config {
         unsigned exec_timeout_max_s; /* AIRLOCK_EXEC_TIMEOUT_MAX: cap on exec timeout_s */
         unsigned max_connections;    /* AIRLOCK_MAX_CONNECTIONS: concurrent client connections */
         unsigned pool_size;          /* AIRLOCK_POOL_SIZE: warm VMs per prebuilt template, 0 = none */
+        uint32_t vmm_uid_base;       /* AIRLOCK_VMM_UID_BASE: VM uid/gid = base + slot, slot < NODE_VMM_UIDS */
         bool recover;                /* AIRLOCK_RECOVER: boot a sandbox again when its VM dies */
         char *objstore_dir;          /* AIRLOCK_OBJSTORE_DIR: local object store; NULL = STORAGE_ROOT/objstore */
         char *node_name;             /* AIRLOCK_NODE_NAME: this node in capabilities; default the host name */

@@ -123,6 +123,9 @@ int main(int argc, char *argv[]) {
                 return 1;
         }
         /* vmm_accel_pick() logged the choice and its reason */
+        r = vmm_jail_setup(cfg->qemu_binary, cfg->vmm_uid_base, NODE_VMM_UIDS);
+        if (r < 0)
+                return 1;
 
         r = mkdir_p(cfg->data_dir, 0700);
         if (r < 0) {

@@ -517,10 +517,12 @@ static int ensure_kernel(struct tentry *e, const char *ctx, const char *kdir, co
 /* Moves the VM's console and QEMU logs from its run directory into the
  * template directory, and removes the run directory. */
 static void keep_logs(const char *run_dir, const char *tmp) {
+        /* console.log is in the VM's own vm/ (the jail writes there) */
+        static const char *const from_names[] = { "vm/console.log", "qemu.log" };
         static const char *const names[] = { "console.log", "qemu.log" };
         char from[PATH_BUF], to[PATH_BUF];
         for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
-                if (pathf(from, "%s/%s", run_dir, names[i]) < 0 || pathf(to, "%s/%s", tmp, names[i]) < 0)
+                if (pathf(from, "%s/%s", run_dir, from_names[i]) < 0 || pathf(to, "%s/%s", tmp, names[i]) < 0)
                         continue;
                 if (rename(from, to) < 0 && errno == EXDEV) {
                         /* another file system: copy (logs are small; bounded) */
@@ -613,6 +615,13 @@ static int boot_and_save(struct tentry *e, const char *ctx, const char *tmp, con
         pthread_mutex_unlock(&tlock);
         vmm_destroy(v);
         keep_logs(run_dir, tmp);
+        /* the build VM's uid owned them; the template is root's (no VM opens
+         * these: restores get clones and a sealed copy of the RAM) */
+        _cleanup_free_ char *console = strdup_printf("%s/console.log", tmp);
+        if (console)
+                (void) chown(console, 0, 0);
+        if (chown(rootfs, 0, 0) < 0 || chmod(rootfs, 0644) < 0 || chown(mem, 0, 0) < 0)
+                log_emit(LOG_LEVEL_WARN, ctx, "cannot give the template files back to root: %s", strerror(errno));
         if (r < 0) {
                 *ret_error = strdup_printf("%s failed: %s (console: %s/console.log)", step, strerror(-r), tmp);
                 return r;

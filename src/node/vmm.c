@@ -6,6 +6,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -22,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "jail.h"
 #include "log.h"
 #include "macros.h"
 #include "qmp.h"
@@ -281,8 +285,9 @@ static char *path_join(const char *dir, const char *name) {
  * the same machine (same devices, same order) or the migration stream will
  * not load: only -incoming differs.
  */
-static int build_argv(const struct vmm_config *c, const struct vmm *v, bool incoming, struct argv *a) {
-        _cleanup_free_ char *mem = qemu_escape(c->mem_path ?: "");
+static int build_argv(const struct vmm_config *c, const struct vmm *v, bool incoming, const char *binary,
+                      const char *mem_path, struct argv *a) {
+        _cleanup_free_ char *mem = qemu_escape(mem_path ?: "");
         _cleanup_free_ char *rootfs = qemu_escape(c->rootfs);
         _cleanup_free_ char *guest = qemu_escape(v->guest_path);
         _cleanup_free_ char *qmp = qemu_escape(v->qmp_path);
@@ -299,7 +304,7 @@ static int build_argv(const struct vmm_config *c, const struct vmm *v, bool inco
                 snprintf(tsc, sizeof tsc, " tsc_early_khz=%lu", khz);
 
         bool kvm = c->accel == VMM_ACCEL_KVM;
-        if ((r = argv_add(a, c->qemu_binary ?: "qemu-system-x86_64")) < 0 ||
+        if ((r = argv_add(a, binary)) < 0 ||
             (r = argv_add(a, "-M")) < 0 ||
             (r = argv_add(a, "microvm,x-option-roms=off,rtc=on,memory-backend=mem")) < 0 ||
             (r = argv_add(a, "-accel")) < 0 || (r = argv_add(a, kvm ? "kvm" : "tcg,tb-size=32")) < 0 ||
@@ -376,81 +381,6 @@ static void log_tail(const char *path, char *out, size_t n) {
                 out[--k] = 0;
 }
 
-/* Forks and execs argv with stdout/stderr on log_fd. */
-static int spawn_fork(char *const *argv, int log_fd, int null_fd, pid_t *ret_pid) {
-        pid_t pid = fork();
-        if (pid < 0)
-                return negative_errno();
-        if (pid == 0) {
-                /* Child: async-signal-safe calls only (the node has threads). */
-                static const char msg[] = "airlock: exec of qemu failed\n";
-                sigset_t none;
-                sigemptyset(&none);
-                struct sigaction dfl = { .sa_handler = SIG_DFL };
-                for (int sig = 1; sig < NSIG; sig++)
-                        if (sig != SIGKILL && sig != SIGSTOP)
-                                (void) sigaction(sig, &dfl, NULL); /* SIG_IGN survives exec */
-                sigprocmask(SIG_SETMASK, &none, NULL); /* the node blocks signals for signalfd */
-                /* Own session: a Ctrl-C meant for the node must not reach its
-                 * VMs. No parent-death signal either: a VM outlives a node
-                 * that crashed or restarted, and the next node adopts it
-                 * (vmm_adopt); the node decides when a VM dies. */
-                setsid();
-                /* nothing it execs (it may exec nothing: -sandbox) gains
-                 * privileges; no core dumps of guest memory */
-                if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-                    setrlimit(RLIMIT_CORE, &(struct rlimit){ 0, 0 }) < 0)
-                        _exit(127);
-                if (dup2(null_fd, STDIN_FILENO) < 0 || dup2(log_fd, STDOUT_FILENO) < 0 ||
-                    dup2(log_fd, STDERR_FILENO) < 0)
-                        _exit(127);
-                close_range(3, ~0u, 0);
-                execvp(argv[0], argv);
-                (void) !write(STDERR_FILENO, msg, sizeof msg - 1);
-                _exit(127);
-        }
-        *ret_pid = pid;
-        return 0;
-}
-
-static int spawn(char *const *argv, const char *log_path, const char *ctx, pid_t *ret_pid) {
-        _cleanup_close_ int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-        if (log_fd < 0)
-                return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx, "failed to open %s: %m", log_path);
-        _cleanup_close_ int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (null_fd < 0)
-                return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx, "failed to open /dev/null: %m");
-        int r = spawn_fork(argv, log_fd, null_fd, ret_pid);
-        if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx, "fork failed: %m");
-        return 0;
-}
-
-/* The start time of pid in clock ticks since boot (/proc/PID/stat field
- * 22): with the pid it names one process for good, across pid reuse. */
-static int process_start_time(pid_t pid, uint64_t *ret) {
-        char path[64], buf[1024];
-        snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return negative_errno();
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        if (n <= 0)
-                return n < 0 ? negative_errno() : -EIO;
-        buf[n] = 0;
-        /* comm may hold spaces and parentheses: fields start after the last ')' */
-        char *p = strrchr(buf, ')');
-        if (!p)
-                return -EIO;
-        p++;
-        for (int field = 3; field < 22; field++) {
-                p = strchr(p + 1, ' ');
-                if (!p)
-                        return -EIO;
-        }
-        return sscanf(p + 1, "%" SCNu64, ret) == 1 ? 0 : -EIO;
-}
-
 static int pidfd_open_(pid_t pid) {
         return (int) syscall(SYS_pidfd_open, pid, 0);
 }
@@ -495,6 +425,366 @@ static int fail_exited(struct vmm *v, const char *when) {
         return -ECHILD;
 }
 
+/* ---- the jail: uids, cgroup limits, the template RAM, the spec ---- */
+
+/* What QEMU needs beyond guest RAM: TCG's 32 MiB translation buffer, its
+ * heap, page tables and I/O buffers (measured peak: see docs/security.md). */
+#define VMM_MEMORY_MARGIN_MIB 192
+#define VMM_PIDS_MAX 256   /* threads: vCPUs, the main loop, RCU, up to 64 I/O workers */
+#define VMM_NOFILE 4096
+#define VMM_UID_BASE_DEFAULT 2000000u
+#define VMM_UID_COUNT_DEFAULT 65536u
+#define RAM_COPIES_MAX 8
+
+static pthread_mutex_t jail_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t uid_base = VMM_UID_BASE_DEFAULT, uid_count = VMM_UID_COUNT_DEFAULT;
+static uint8_t *uid_used; /* bitmap over slots: VMs of this node, live or adopted */
+static uint32_t uid_cursor;
+static char *qemu_path;   /* the binary, absolute (vmm_jail_setup) */
+
+/* An absolute path for name: itself if it has a '/', else the first
+ * executable in PATH (the jail execs without a PATH search). */
+static int resolve_binary(const char *name, char **ret) {
+        if (strchr(name, '/')) {
+                char *p = realpath(name, NULL);
+                if (!p)
+                        return negative_errno();
+                *ret = p;
+                return 0;
+        }
+        const char *path = getenv("PATH") ?: "/usr/local/bin:/usr/bin:/bin";
+        for (const char *d = path; *d;) {
+                size_t n = strcspn(d, ":");
+                _cleanup_free_ char *cand = strdup_printf("%.*s/%s", (int) n, d, name);
+                if (!cand)
+                        return -ENOMEM;
+                if (n > 0 && access(cand, X_OK) == 0) {
+                        char *p = realpath(cand, NULL);
+                        if (!p)
+                                return negative_errno();
+                        *ret = p;
+                        return 0;
+                }
+                d += n + (d[n] == ':');
+        }
+        return -ENOENT;
+}
+
+int vmm_jail_setup(const char *qemu_binary, uint32_t base, uint32_t count) {
+        if (base == 0 || count == 0 || count > (1u << 20) || base > UINT32_MAX - count - 1)
+                return -EINVAL;
+        if (geteuid() != 0)
+                return log_error_errno(-EPERM, "jailing VMs needs root (the node manager's job later)");
+        _cleanup_free_ char *bin = NULL;
+        int r = resolve_binary(qemu_binary ?: "qemu-system-x86_64", &bin);
+        if (r < 0)
+                return log_error_errno(r, "cannot find the QEMU binary %s: %m", qemu_binary ?: "qemu-system-x86_64");
+        uint8_t *used = calloc((count + 7) / 8, 1);
+        if (!used)
+                return -ENOMEM;
+        pthread_mutex_lock(&jail_lock);
+        free(uid_used);
+        uid_used = used;
+        uid_base = base;
+        uid_count = count;
+        free(qemu_path);
+        qemu_path = TAKE_PTR(bin);
+        pthread_mutex_unlock(&jail_lock);
+        jail_cgroup_setup();
+        log_info("vmm jail: qemu=%s uids %u..%u, namespaces mnt pid ipc uts net, private root", qemu_path,
+                 (unsigned) base, (unsigned) (base + count - 1));
+        return 0;
+}
+
+static bool uid_slot(uid_t uid, uint32_t *ret) {
+        if (uid < uid_base || uid - uid_base >= uid_count)
+                return false;
+        *ret = uid - uid_base;
+        return true;
+}
+
+/* Marks uid used or free; false when it is not a VM uid. */
+static bool uid_mark(uid_t uid, bool used) {
+        pthread_mutex_lock(&jail_lock);
+        uint32_t slot;
+        bool ok = uid_used && uid_slot(uid, &slot);
+        if (ok) {
+                if (used)
+                        uid_used[slot / 8] |= (uint8_t) (1u << (slot % 8));
+                else
+                        uid_used[slot / 8] &= (uint8_t) ~(1u << (slot % 8));
+        }
+        pthread_mutex_unlock(&jail_lock);
+        return ok;
+}
+
+/* A free uid, marked used. Round robin, so a uid is not reused at once. */
+static int uid_next(uid_t *ret) {
+        pthread_mutex_lock(&jail_lock);
+        if (!uid_used && !(uid_used = calloc((uid_count + 7) / 8, 1))) {
+                pthread_mutex_unlock(&jail_lock);
+                return -ENOMEM;
+        }
+        for (uint32_t i = 0; i < uid_count; i++) {
+                uint32_t slot = uid_cursor++ % uid_count;
+                if (!(uid_used[slot / 8] & (1u << (slot % 8)))) {
+                        uid_used[slot / 8] |= (uint8_t) (1u << (slot % 8));
+                        *ret = (uid_t) (uid_base + slot);
+                        pthread_mutex_unlock(&jail_lock);
+                        return 0;
+                }
+        }
+        pthread_mutex_unlock(&jail_lock);
+        return -EUSERS;
+}
+
+/* A uid and its cgroup with limits: a uid whose cgroup holds processes is
+ * in use by a VM we do not know (another node on this host) and skipped.
+ * No cgroup controller at all: the uid alone (warned once at setup). */
+static int uid_claim(const struct vmm_config *c, uid_t *ret, char **procs, size_t *ret_n) {
+        struct jail_cgroup_limits l = {
+                .memory_bytes = ((uint64_t) c->memory_mib + VMM_MEMORY_MARGIN_MIB) << 20,
+                .pids = VMM_PIDS_MAX,
+                .cpus = c->vcpus,
+        };
+        for (int tries = 0; tries < 64; tries++) {
+                uid_t uid;
+                int r = uid_next(&uid);
+                if (r < 0)
+                        return log_errno(LOG_LEVEL_ERROR, r, c->log_ctx, "no free VM uid: %m");
+                r = jail_cgroup_create(uid, &l, procs, ret_n);
+                if (r == -EBUSY)
+                        continue; /* stays marked: in use elsewhere */
+                if (r < 0) {
+                        uid_mark(uid, false);
+                        return log_errno(LOG_LEVEL_ERROR, r, c->log_ctx,
+                                         "cannot make the cgroup of VM uid %u (not starting it unlimited): %m",
+                                         (unsigned) uid);
+                }
+                *ret = uid;
+                return 0;
+        }
+        return log_errno(LOG_LEVEL_ERROR, -EUSERS, c->log_ctx, "no VM uid with a free cgroup");
+}
+
+/* Ends a VM's jail bookkeeping once its process is gone. */
+static void uid_release(struct vmm *v) {
+        if (v->uid == 0)
+                return;
+        int r = jail_cgroup_remove(v->uid);
+        if (r < 0)
+                log_errno(LOG_LEVEL_WARN, r, v->log_ctx, "cannot remove the cgroup of uid %u: %m", (unsigned) v->uid);
+        uid_mark(v->uid, false);
+        v->uid = 0;
+}
+
+/*
+ * The template RAM for share=off restores. QEMU 7.2 opens mem-path
+ * O_RDWR even for a private mapping, so a jailed QEMU given the template
+ * file itself could write it, and with it the memory of every sandbox of
+ * that template. It gets a sealed memfd copy instead (F_SEAL_WRITE: no one
+ * writes it; private mappings still work), one per template file, shared
+ * by all its VMs like the file's page cache was. Holes stay holes.
+ */
+struct ram_copy {
+        dev_t dev;
+        ino_t ino;
+        off_t size;
+        struct timespec mtime;
+        int fd;
+};
+static struct ram_copy ram_copies[RAM_COPIES_MAX];
+static size_t n_ram_copies;
+static pthread_mutex_t ram_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int ram_copy_make(int in, off_t size, int *ret) {
+        _cleanup_close_ int fd = memfd_create("airlock-template-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0 || ftruncate(fd, size) < 0)
+                return negative_errno();
+        for (off_t off = 0; off < size;) {
+                off_t data = lseek(in, off, SEEK_DATA);
+                if (data < 0) {
+                        if (errno == ENXIO)
+                                break;
+                        return negative_errno();
+                }
+                off_t hole = lseek(in, data, SEEK_HOLE);
+                if (hole < 0 || lseek(fd, data, SEEK_SET) < 0)
+                        return negative_errno();
+                for (off_t o = data; o < hole;) {
+                        ssize_t k = sendfile(fd, in, &o, (size_t) MIN(hole - o, (off_t) 1 << 30));
+                        if (k < 0 && errno != EINTR)
+                                return negative_errno();
+                        if (k == 0)
+                                return -EIO;
+                }
+                off = hole;
+        }
+        if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
+                return negative_errno();
+        *ret = TAKE_FD(fd);
+        return 0;
+}
+
+static int dup_to(int fd, int *ret) {
+        int d = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (d < 0)
+                return negative_errno();
+        *ret = d;
+        return 0;
+}
+
+/* A new fd (the caller closes it) of the sealed copy of the RAM file path. */
+static int template_ram_fd(const char *path, const char *ctx, int *ret) {
+        _cleanup_close_ int in = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (in < 0 || fstat(in, &st) < 0)
+                return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx, "cannot open the RAM file %s: %m", path);
+        pthread_mutex_lock(&ram_lock);
+        int r = -ENOENT;
+        for (size_t i = 0; i < n_ram_copies && r == -ENOENT; i++) {
+                struct ram_copy *c = &ram_copies[i];
+                if (c->dev == st.st_dev && c->ino == st.st_ino && c->size == st.st_size &&
+                    c->mtime.tv_sec == st.st_mtim.tv_sec && c->mtime.tv_nsec == st.st_mtim.tv_nsec)
+                        r = dup_to(c->fd, ret);
+        }
+        if (r == -ENOENT) {
+                uint64_t t0 = now_monotonic_ns();
+                int fd;
+                r = ram_copy_make(in, st.st_size, &fd);
+                if (r >= 0) {
+                        if (n_ram_copies == RAM_COPIES_MAX) { /* VMs keep theirs */
+                                close(ram_copies[0].fd);
+                                memmove(ram_copies, ram_copies + 1, sizeof ram_copies[0] * --n_ram_copies);
+                        }
+                        ram_copies[n_ram_copies++] = (struct ram_copy){ st.st_dev, st.st_ino, st.st_size, st.st_mtim,
+                                                                        fd };
+                        log_emit(LOG_LEVEL_INFO, ctx, "sealed copy of the template RAM %s made in %llu ms", path,
+                                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000));
+                        r = dup_to(fd, ret);
+                }
+        }
+        pthread_mutex_unlock(&ram_lock);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx, "cannot copy the RAM file %s: %m", path);
+        return 0;
+}
+
+/* A file the jailed QEMU writes: its uid owns it, no one else may. */
+static int give_file(const char *path, uid_t uid, const char *ctx) {
+        if (chown(path, uid, uid) < 0 || chmod(path, 0600) < 0)
+                return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx, "cannot hand %s to uid %u: %m", path,
+                                 (unsigned) uid);
+        return 0;
+}
+
+/* Text of the jail's mounts: the spec borrows these strings. */
+struct jail_paths {
+        char link[4][PATH_MAX];
+        char *disk, *mem, *root;
+};
+
+static void jail_paths_release(struct jail_paths *p) {
+        free(p->disk);
+        free(p->mem);
+        free(p->root);
+}
+
+/* The jail of c: what the private root holds, each at its host path. */
+static int jail_mounts(const struct vmm_config *c, const struct vmm *v, const char *binary, bool proc,
+                       struct jail_paths *p, struct jail_mount *m, size_t *ret_n) {
+        size_t n = 0;
+        m[n++] = (struct jail_mount){ JAIL_BIND_RO, "/usr", "/usr" };
+        static const char *const merged[] = { "/lib", "/lib64", "/bin", "/sbin" };
+        for (size_t i = 0; i < ARRAY_SIZE(merged); i++) {
+                struct stat st;
+                if (lstat(merged[i], &st) < 0)
+                        continue;
+                if (S_ISLNK(st.st_mode)) {
+                        ssize_t k = readlink(merged[i], p->link[i], sizeof p->link[i] - 1);
+                        if (k <= 0)
+                                return negative_errno();
+                        p->link[i][k] = 0;
+                        m[n++] = (struct jail_mount){ JAIL_SYMLINK, p->link[i], merged[i] };
+                } else if (S_ISDIR(st.st_mode))
+                        m[n++] = (struct jail_mount){ JAIL_BIND_RO, merged[i], merged[i] };
+        }
+        if (access("/etc/ld.so.cache", R_OK) == 0)
+                m[n++] = (struct jail_mount){ JAIL_BIND_RO, "/etc/ld.so.cache", "/etc/ld.so.cache" };
+        if (strncmp(binary, "/usr/", 5) != 0)
+                m[n++] = (struct jail_mount){ JAIL_BIND_RO, binary, binary };
+        m[n++] = (struct jail_mount){ JAIL_BIND_RO, c->kernel, c->kernel };
+        m[n++] = (struct jail_mount){ JAIL_BIND_RO, c->initrd, c->initrd };
+        m[n++] = (struct jail_mount){ JAIL_BIND_RW, v->vm_dir, v->vm_dir };
+        /* The disk at the path QEMU is given (the run dir's disk.img link):
+         * a bind of the file itself, so a reopen by path (migrations) finds
+         * it even after a warm VM's disk moved on the host. */
+        if (!(p->disk = realpath(c->rootfs, NULL)))
+                return negative_errno();
+        m[n++] = (struct jail_mount){ JAIL_BIND_RW, p->disk, c->rootfs };
+        if (c->mem_shared && !c->mem_anonymous) {
+                if (!(p->mem = realpath(c->mem_path, NULL)))
+                        return negative_errno();
+                m[n++] = (struct jail_mount){ JAIL_BIND_RW, p->mem, c->mem_path };
+        }
+        static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random" };
+        for (size_t i = 0; i < ARRAY_SIZE(devs); i++)
+                m[n++] = (struct jail_mount){ JAIL_BIND_DEV, devs[i], devs[i] };
+        if (c->accel == VMM_ACCEL_KVM)
+                m[n++] = (struct jail_mount){ JAIL_BIND_DEV, "/dev/kvm", "/dev/kvm" };
+        /* only for mem-path=/proc/self/fd/3 (the sealed template RAM) */
+        if (proc)
+                m[n++] = (struct jail_mount){ JAIL_PROC, NULL, "/proc" };
+        *ret_n = n;
+        return 0;
+}
+
+/* ---- peers ---- */
+
+/* Who may be on the other end of v's sockets. */
+static int vmm_peer(const struct vmm *v, struct jail_peer *ret) {
+        struct stat st = { .st_dev = v->exe_dev, .st_ino = v->exe_ino };
+        /* the binary recorded at its start (a QEMU upgrade since does not
+         * disown running VMs); records without one: the configured binary */
+        if (v->exe_ino == 0 && (!qemu_path || stat(qemu_path, &st) < 0))
+                return qemu_path ? negative_errno() : -ENOENT;
+        *ret = (struct jail_peer){ .pid = v->pid, .pidfd = v->pidfd, .start_time = v->start_time, .uid = v->uid,
+                                   .exe_dev = st.st_dev, .exe_ino = st.st_ino };
+        return 0;
+}
+
+/* Connects to one of v's sockets and proves the listener is v's QEMU
+ * before a byte goes either way. -ENOENT/-ECONNREFUSED while it is not
+ * there yet; -EPERM (logged) for anyone else. */
+static int vmm_connect(struct vmm *v, const char *path, int *ret_fd) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        size_t n = strlen(path);
+        if (n >= sizeof sa.sun_path)
+                return -ENAMETOOLONG;
+        memcpy(sa.sun_path, path, n + 1);
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return negative_errno();
+        if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
+                return negative_errno();
+        struct jail_peer want;
+        int r = vmm_peer(v, &want);
+        if (r >= 0)
+                r = jail_peer_verify(fd, &want);
+        if (r < 0) {
+                if (r == -ENOENT || r == -ECONNREFUSED) /* those mean "not there yet" to callers */
+                        r = -EPERM;
+                struct ucred cred = { 0 };
+                socklen_t len = sizeof cred;
+                (void) getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
+                return log_errno(LOG_LEVEL_ERROR, r == -EPERM ? -EPERM : r, v->log_ctx,
+                                 "refusing %s: its listener (pid %d uid %u) is not this VM's QEMU (pid %d uid %u): %m",
+                                 path, (int) cred.pid, (unsigned) cred.uid, (int) v->pid, (unsigned) v->uid);
+        }
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
 /* QEMU sets up the QMP socket early but answers only once its main loop
  * runs; retry connecting until then, and notice if it dies instead. */
 static int wait_qmp(struct vmm *v) {
@@ -506,13 +796,17 @@ static int wait_qmp(struct vmm *v) {
                 if (now >= deadline)
                         return log_errno(LOG_LEVEL_ERROR, -ETIMEDOUT, v->log_ctx,
                                          "qemu did not answer on QMP within %d ms", QMP_WAIT_MS);
-                int r = qmp_connect(v->qmp_path, (int) ((deadline - now) / 1000000), &v->qmp);
-                if (r >= 0)
-                        return 0;
+                int fd;
+                int r = vmm_connect(v, v->qmp_path, &fd);
                 if (r == -ENOENT || r == -ECONNREFUSED) {
                         sleep_ms(2);
                         continue;
                 }
+                if (r < 0)
+                        return r;
+                r = qmp_connect_fd(fd, (int) ((deadline - now) / 1000000), &v->qmp);
+                if (r >= 0)
+                        return 0;
                 if (process_exits_within(v, 500))
                         return fail_exited(v, "start-up");
                 return log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "QMP handshake with qemu failed: %m");
@@ -531,13 +825,15 @@ static int vmm_new(const struct vmm_config *c, struct vmm **ret) {
         v->pid = -1;
         v->pidfd = -1;
         v->accel = c->accel;
-        v->qmp_path = path_join(c->run_dir, "qmp.sock");
-        v->guest_path = path_join(c->run_dir, "guest.sock");
-        v->console_path = path_join(c->run_dir, "console.log");
+        v->vm_dir = path_join(c->run_dir, "vm");
+        v->qmp_path = path_join(c->run_dir, "vm/qmp.sock");
+        v->guest_path = path_join(c->run_dir, "vm/guest.sock");
+        v->console_path = path_join(c->run_dir, "vm/console.log");
         v->log_path = path_join(c->run_dir, "qemu.log");
         v->pid_path = path_join(c->run_dir, "vmm.pid");
         v->log_ctx = strdup(c->log_ctx ?: "");
-        if (!v->qmp_path || !v->guest_path || !v->console_path || !v->log_path || !v->pid_path || !v->log_ctx) {
+        if (!v->vm_dir || !v->qmp_path || !v->guest_path || !v->console_path || !v->log_path || !v->pid_path ||
+            !v->log_ctx) {
                 vmm_destroy(v);
                 return -ENOMEM;
         }
@@ -545,38 +841,52 @@ static int vmm_new(const struct vmm_config *c, struct vmm **ret) {
         return 0;
 }
 
-/* Writes run_dir/vmm.pid, so a node that restarts finds this VM again. */
+/* Writes run_dir/vmm.pid ("PID STARTTIME UID EXEDEV EXEINO"), so a node
+ * that restarts finds this VM again, checks its peers and cleans up after
+ * it. */
 static int record_pid(struct vmm *v) {
-        uint64_t start;
-        int r = process_start_time(v->pid, &start);
+        int r = jail_process_start_time(v->pid, &v->start_time);
         if (r < 0)
                 return r;
-        char line[64];
-        int n = snprintf(line, sizeof line, "%d %" PRIu64 "\n", (int) v->pid, start);
+        char line[128];
+        int n = snprintf(line, sizeof line, "%d %" PRIu64 " %u %" PRIu64 " %" PRIu64 "\n", (int) v->pid,
+                         v->start_time, (unsigned) v->uid, (uint64_t) v->exe_dev, (uint64_t) v->exe_ino);
         return file_write_replace(v->pid_path, line, (size_t) n, 0600);
 }
 
 /* Reads run_dir/vmm.pid and returns a pidfd for the process it names, if
- * that very process (same start time) still runs. -ESRCH otherwise. */
-static int recorded_pidfd(const char *pid_path, pid_t *ret_pid) {
+ * that very process (same start time) still runs. -ESRCH otherwise. The
+ * uid is 0 in records of unjailed VMs (older nodes). */
+static int recorded_pidfd(const char *pid_path, pid_t *ret_pid, uint64_t *ret_start, uid_t *ret_uid,
+                          struct vmm *ret_exe) {
         _cleanup_free_ char *text = NULL;
         size_t len;
-        int r = file_read_all(pid_path, 64, &text, &len);
+        int r = file_read_all(pid_path, 128, &text, &len);
         if (r < 0)
                 return r == -ENOENT ? -ESRCH : r;
         int pid;
-        uint64_t want, have;
-        if (sscanf(text, "%d %" SCNu64, &pid, &want) != 2 || pid <= 1)
+        uint64_t want, have, dev = 0, ino = 0;
+        unsigned uid = 0;
+        int k = sscanf(text, "%d %" SCNu64 " %u %" SCNu64 " %" SCNu64, &pid, &want, &uid, &dev, &ino);
+        if (k < 2 || pid <= 1)
                 return -EBADMSG;
+        if (ret_uid)
+                *ret_uid = (uid_t) uid;
+        if (ret_exe && k == 5) {
+                ret_exe->exe_dev = (dev_t) dev;
+                ret_exe->exe_ino = (ino_t) ino;
+        }
         int fd = pidfd_open_(pid);
         if (fd < 0)
                 return -ESRCH;
         /* checked after the pidfd exists: it cannot come to name another process */
-        if (process_start_time(pid, &have) < 0 || have != want) {
+        if (jail_process_start_time(pid, &have) < 0 || have != want) {
                 close(fd);
                 return -ESRCH;
         }
         *ret_pid = pid;
+        if (ret_start)
+                *ret_start = want;
         return fd;
 }
 
@@ -588,20 +898,29 @@ int vmm_adopt(const char *run_dir, enum vmm_accel accel, const char *log_ctx, st
         if (r < 0)
                 return r;
         v->adopted = true;
-        r = recorded_pidfd(v->pid_path, &v->pid);
+        uid_t uid = 0;
+        r = recorded_pidfd(v->pid_path, &v->pid, &v->start_time, &uid, v);
         if (r < 0) {
                 v->pid = -1;
                 vmm_destroy(v);
                 return r;
         }
         v->pidfd = r;
-        r = qmp_connect(v->qmp_path, QMP_WAIT_MS, &v->qmp);
+        /* ours again: its peers are checked against it, its cgroup goes with it */
+        v->uid = uid;
+        if (!uid_mark(uid, true))
+                log_emit(LOG_LEVEL_WARN, v->log_ctx, "adopting pid %d, recorded with uid %u outside the VM uids",
+                         (int) v->pid, (unsigned) uid);
+        int fd;
+        r = vmm_connect(v, v->qmp_path, &fd);
+        if (r >= 0)
+                r = qmp_connect_fd(fd, QMP_WAIT_MS, &v->qmp);
         if (r < 0) {
                 log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "cannot reconnect to QMP of pid %d: %m", (int) v->pid);
                 vmm_destroy(v); /* a VM we cannot drive is of no use: it goes */
                 return r;
         }
-        log_emit(LOG_LEVEL_INFO, v->log_ctx, "vm adopted pid=%d", (int) v->pid);
+        log_emit(LOG_LEVEL_INFO, v->log_ctx, "vm adopted pid=%d uid=%u", (int) v->pid, (unsigned) v->uid);
         *ret = v;
         return 0;
 }
@@ -611,9 +930,14 @@ int vmm_kill_recorded(const char *run_dir) {
         if (!pid_path)
                 return -ENOMEM;
         pid_t pid;
-        int fd = recorded_pidfd(pid_path, &pid);
-        if (fd == -ESRCH)
+        uid_t uid = 0;
+        int fd = recorded_pidfd(pid_path, &pid, NULL, &uid, NULL);
+        if (fd == -ESRCH) {
+                uint32_t slot;
+                if (uid_slot(uid, &slot)) /* its VM is gone; its cgroup may be left */
+                        (void) jail_cgroup_remove(uid);
                 return 0;
+        }
         if (fd < 0)
                 return fd;
         int r = 0;
@@ -623,8 +947,127 @@ int vmm_kill_recorded(const char *run_dir) {
                 struct pollfd p = { .fd = fd, .events = POLLIN };
                 (void) poll(&p, 1, 1000);
                 log_info("killed the VM pid=%d an earlier node left in %s", (int) pid, run_dir);
+                uint32_t slot;
+                if (uid_slot(uid, &slot))
+                        (void) jail_cgroup_remove(uid);
         }
         close(fd);
+        return r;
+}
+
+/* Prepares the jail of c and starts QEMU in it. */
+static int spawn_jailed(const struct vmm_config *c, struct vmm *v, bool incoming) {
+        char *procs[JAIL_CGROUPS_MAX] = { 0 };
+        size_t n_procs = 0;
+        struct jail_paths paths = { 0 };
+        struct argv a = { 0 };
+        _cleanup_close_ int ram_fd = -1, log_fd = -1, null_fd = -1;
+        const char *binary = qemu_path;
+        _cleanup_free_ char *own_binary = NULL;
+        int r = 0;
+        if (!binary) { /* vmm_jail_setup() not called (tests) */
+                r = resolve_binary(c->qemu_binary ?: "qemu-system-x86_64", &own_binary);
+                if (r < 0)
+                        return log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "cannot find the QEMU binary: %m");
+                pthread_mutex_lock(&jail_lock);
+                if (!qemu_path)
+                        qemu_path = strdup(own_binary);
+                pthread_mutex_unlock(&jail_lock);
+                binary = own_binary;
+        }
+
+        r = uid_claim(c, &v->uid, procs, &n_procs);
+        if (r < 0)
+                return r;
+        /* run_dir (root's): vmm.pid, qemu.log, the disk link, root/ (the
+         * mount point of the private root); vm/: the VM's own */
+        paths.root = path_join(c->run_dir, "root");
+        if (!paths.root) {
+                r = -ENOMEM;
+                goto out;
+        }
+        /* a run dir is reused by a stop/start or rollback: files of the
+         * VM before (another uid) go */
+        (void) rm_rf(v->vm_dir);
+        if ((mkdir(paths.root, 0700) < 0 && errno != EEXIST) || mkdir(v->vm_dir, 0700) < 0 ||
+            chown(v->vm_dir, v->uid, v->uid) < 0 || chmod(v->vm_dir, 0700) < 0) {
+                r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "cannot prepare %s: %m", v->vm_dir);
+                goto out;
+        }
+        if ((r = give_file(c->rootfs, v->uid, v->log_ctx)) < 0)
+                goto out;
+        bool template_ram = !c->mem_shared && !c->mem_anonymous;
+        if (c->mem_shared && !c->mem_anonymous) {
+                _cleanup_close_ int mfd = open(c->mem_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (mfd < 0) {
+                        r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "cannot create %s: %m",
+                                      c->mem_path);
+                        goto out;
+                }
+                if ((r = give_file(c->mem_path, v->uid, v->log_ctx)) < 0)
+                        goto out;
+        }
+        if (template_ram && (r = template_ram_fd(c->mem_path, v->log_ctx, &ram_fd)) < 0)
+                goto out;
+
+        struct jail_mount mounts[JAIL_MOUNTS_MAX];
+        size_t n_mounts = 0;
+        r = jail_mounts(c, v, binary, template_ram, &paths, mounts, &n_mounts);
+        if (r < 0) {
+                r = log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "cannot assemble the VM's root: %m");
+                goto out;
+        }
+        r = build_argv(c, v, incoming, binary, template_ram ? "/proc/self/fd/3" : c->mem_path, &a);
+        if (r < 0)
+                goto out;
+        log_cmdline(&a, v->log_ctx);
+
+        log_fd = open(v->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+        null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (log_fd < 0 || null_fd < 0) {
+                r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "cannot open %s: %m", v->log_path);
+                goto out;
+        }
+        /* under KVM it opens /dev/kvm: through its group where the device
+         * is not open to all (Debian: root:kvm 0660) */
+        gid_t kvm_gid = 0;
+        struct stat kst;
+        if (c->accel == VMM_ACCEL_KVM && stat("/dev/kvm", &kst) == 0 && (kst.st_mode & 0006) != 0006)
+                kvm_gid = kst.st_gid;
+        struct jail_spec spec = {
+                .binary = binary,
+                .argv = a.v,
+                .uid = v->uid,
+                .gid = v->uid,
+                .device_gid = kvm_gid,
+                .root_dir = paths.root,
+                .mounts = mounts,
+                .n_mounts = n_mounts,
+                .cgroup_procs = (const char *const *) procs,
+                .n_cgroups = n_procs,
+                .stdin_fd = null_fd,
+                .stdout_fd = log_fd,
+                .keep_fds = &ram_fd,
+                .n_keep_fds = ram_fd >= 0 ? 1 : 0,
+                .nofile = VMM_NOFILE,
+                .nproc = VMM_PIDS_MAX,
+        };
+        struct stat bst;
+        if (stat(binary, &bst) < 0) {
+                r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "cannot stat %s: %m", binary);
+                goto out;
+        }
+        v->exe_dev = bst.st_dev;
+        v->exe_ino = bst.st_ino;
+        r = jail_spawn(&spec, &v->pid, &v->pidfd);
+        if (r < 0)
+                r = log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "cannot start the jailed QEMU: %m");
+out:
+        argv_release(&a);
+        jail_paths_release(&paths);
+        jail_cgroup_procs_free(procs, n_procs);
+        if (r < 0 && v->pid <= 0)
+                uid_release(v);
         return r;
 }
 
@@ -645,19 +1088,9 @@ static int vmm_start(const struct vmm_config *c, bool incoming, struct vmm **ret
         (void) unlink(v->qmp_path);
         (void) unlink(v->guest_path);
 
-        struct argv a = { 0 };
-        r = build_argv(c, v, incoming, &a);
-        if (r >= 0) {
-                log_cmdline(&a, v->log_ctx);
-                r = spawn(a.v, v->log_path, v->log_ctx, &v->pid);
-        }
-        argv_release(&a);
+        r = spawn_jailed(c, v, incoming);
         if (r < 0)
                 goto fail;
-
-        v->pidfd = pidfd_open_(v->pid);
-        if (v->pidfd < 0)
-                log_errno(LOG_LEVEL_WARN, negative_errno(), v->log_ctx, "pidfd_open failed, polling instead: %m");
         r = record_pid(v);
         if (r < 0) {
                 log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "failed to write %s: %m", v->pid_path);
@@ -944,26 +1377,17 @@ int vmm_save(struct vmm *v, const char *state_path) {
 }
 
 int vmm_guest_connect(struct vmm *v, int timeout_ms, int *ret_fd) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        size_t n = strlen(v->guest_path);
-        if (n >= sizeof sa.sun_path)
-                return -ENAMETOOLONG;
-        memcpy(sa.sun_path, v->guest_path, n + 1);
-
         uint64_t deadline = now_monotonic_ns() + (uint64_t) MAX(timeout_ms, 0) * 1000000ull;
         for (;;) {
-                int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-                if (fd < 0)
-                        return negative_errno();
-                if (connect(fd, (struct sockaddr *) &sa, sizeof sa) >= 0) {
-                        *ret_fd = fd;
+                /* every connection is checked again: a reconnect is never
+                 * trusted because an earlier one was */
+                int r = vmm_connect(v, v->guest_path, ret_fd);
+                if (r >= 0)
                         return 0;
-                }
-                int r = negative_errno();
-                close(fd);
                 if (r != -ENOENT && r != -ECONNREFUSED)
-                        return log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "failed to connect to %s: %m",
-                                         v->guest_path);
+                        return r == -EPERM ? r
+                                           : log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "failed to connect to %s: %m",
+                                                       v->guest_path);
                 if (process_exited(v))
                         return fail_exited(v, "guest channel set-up");
                 if (now_monotonic_ns() >= deadline)
@@ -974,6 +1398,7 @@ int vmm_guest_connect(struct vmm *v, int timeout_ms, int *ret_fd) {
 }
 
 static void vmm_free(struct vmm *v) {
+        free(v->vm_dir);
         free(v->qmp_path);
         free(v->guest_path);
         free(v->console_path);
@@ -1010,6 +1435,8 @@ void vmm_destroy(struct vmm *v) {
                 while (waitpid(v->pid, &status, 0) < 0 && errno == EINTR)
                         ;
         }
+        /* gone now (killed and reaped, or seen to exit): its cgroup and uid go too */
+        uid_release(v);
         if (v->pidfd >= 0)
                 close(v->pidfd);
         if (v->qmp_path)

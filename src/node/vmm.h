@@ -53,12 +53,18 @@ struct vmm_config {
         bool mem_shared;          /* true: share=on (template boot); false: share=off (restore) */
         bool mem_anonymous;       /* plain anonymous RAM, mem_path unused: a restore from a full
                                    * snapshot, whose state stream carries all of RAM */
-        const char *run_dir;      /* existing dir: qmp.sock, guest.sock, console.log live here */
+        const char *run_dir;      /* existing dir: vmm.pid, qemu.log; vm/ (QEMU's own: qmp.sock,
+                                   * guest.sock, console.log) is made here */
         const char *log_ctx;      /* "sandbox=sbx-..." for log lines */
 };
 
 struct vmm {
         pid_t pid;
+        uid_t uid;                /* its own uid (and gid), unique among the node's live VMs; 0: unjailed */
+        uint64_t start_time;      /* of pid, jail_process_start_time() */
+        dev_t exe_dev;            /* the binary it was started from (stat before exec) */
+        ino_t exe_ino;
+        char *vm_dir;             /* run_dir/vm: the one host directory the jailed QEMU can write */
         int pidfd;                /* pidfd_open(pid): readable when QEMU exits */
         char *qmp_path;
         char *guest_path;         /* the chardev socket of the guest channel */
@@ -71,7 +77,17 @@ struct vmm {
         bool adopted;             /* started by an earlier node: not our child, never waitpid()ed */
 };
 
-/* QEMU runs in its own session (a Ctrl-C for the node does not reach it) and
+/* Jail settings, once at start: qemu_binary (a name in PATH or a path) is
+ * resolved to the one binary every VM runs and every peer must be; VM uids (and gids) are uid_base + slot,
+ * slot < uid_count. Detects the cgroup controllers and logs them. */
+int vmm_jail_setup(const char *qemu_binary, uint32_t uid_base, uint32_t uid_count);
+
+/* Every QEMU runs jailed (src/node/jail.h): its own uid, new mount, pid,
+ * ipc, uts and network namespaces, a private root with only its files, a
+ * cgroup with memory, pids and cpu limits; every connection to its QMP and
+ * guest sockets is checked to reach that process (jail_peer_verify).
+ *
+ * QEMU runs in its own session (a Ctrl-C for the node does not reach it) and
  * outlives the node: a node that crashes or restarts leaves its VMs running
  * and the next one adopts them (vmm_adopt) or kills them (vmm_kill_recorded).
  * run_dir/vmm.pid names the process by pid and start time. Stale
@@ -121,7 +137,8 @@ int vmm_save(struct vmm *v, const char *state_path);
 
 /* Takes over the QEMU an earlier node started in run_dir: checks that
  * run_dir/vmm.pid still names a live process (pid and start time), opens a
- * pidfd and connects QMP. -ESRCH when that VM is gone. The guest channel is
+ * pidfd, takes its uid back and connects QMP (the listener checked to be
+ * that process; if not, the VM is killed). -ESRCH when that VM is gone. The guest channel is
  * connected as usual (vmm_guest_connect). */
 int vmm_adopt(const char *run_dir, enum vmm_accel accel, const char *log_ctx, struct vmm **ret);
 
@@ -131,7 +148,9 @@ int vmm_adopt(const char *run_dir, enum vmm_accel accel, const char *log_ctx, st
 int vmm_kill_recorded(const char *run_dir);
 
 /* Connects to the guest channel socket (O_CLOEXEC, blocking). Retries while
- * QEMU has not created the socket yet, up to timeout_ms. */
+ * QEMU has not created the socket yet, up to timeout_ms. Every connection
+ * is checked to reach v's QEMU (jail_peer_verify) before it is returned:
+ * -EPERM (logged) for any other listener, and nothing was sent to it. */
 int vmm_guest_connect(struct vmm *v, int timeout_ms, int *ret_fd);
 
 /* true once the QEMU process has exited (non-blocking check via pidfd). */

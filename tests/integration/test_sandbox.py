@@ -133,8 +133,9 @@ def test_exec_timeout_and_output_cap(airlock):
 
 
 def test_vmm_runs_confined(airlock):
-    """Every VMM runs with no_new_privs and QEMU's seccomp filter (jailing
-    into its own uid and namespaces is issue 4's next step)."""
+    """Every VMM runs with no_new_privs and QEMU's seccomp filter, under
+    a uid of its own in namespaces of its own (the whole jail:
+    tests/security/test_vmm_jail.py)."""
     sid = airlock.create("minimal")["id"]
     pids = qemu_pids(sid)
     assert len(pids) == 1
@@ -142,6 +143,9 @@ def test_vmm_runs_confined(airlock):
         status = dict(line.split(":", 1) for line in f if ":" in line)
     assert status["NoNewPrivs"].strip() == "1"
     assert status["Seccomp"].strip() == "2"  # filter mode
+    assert status["Uid"].split()[0] != "0" and status["Gid"].split()[0] != "0"
+    for ns in ("mnt", "pid", "net"):
+        assert os.readlink(f"/proc/{pids[0]}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}")
     with open(f"/proc/{pids[0]}/cmdline", "rb") as f:
         argv = f.read().split(b"\0")
     assert b"-sandbox" in argv

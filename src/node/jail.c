@@ -1,0 +1,673 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "jail.h"
+
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/sched.h>
+#include <net/if.h>
+#include <poll.h>
+#include <pthread.h>
+#include <time.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "macros.h"
+#include "util.h"
+
+/* ---- the plan: everything the child does, prepared by the parent ---- */
+
+enum step_op {
+        STEP_MKDIR,
+        STEP_MKFILE,
+        STEP_BIND,
+        STEP_SYMLINK,
+        STEP_PROC,
+};
+
+struct step {
+        enum step_op op;
+        enum jail_mount_kind kind; /* STEP_BIND */
+        const char *source;        /* borrowed from the spec */
+        char *target;              /* root_dir + the jail path */
+};
+
+struct plan {
+        struct step *steps;
+        size_t n, cap;
+};
+
+static void plan_release(struct plan *p) {
+        for (size_t i = 0; i < p->n; i++)
+                free(p->steps[i].target);
+        free(p->steps);
+        *p = (struct plan){ 0 };
+}
+
+static int plan_add(struct plan *p, enum step_op op, enum jail_mount_kind kind, const char *source,
+                    const char *root, const char *path, size_t path_len) {
+        if (p->n == p->cap) {
+                size_t ncap = p->cap ? p->cap * 2 : 64;
+                struct step *ns = realloc(p->steps, ncap * sizeof *ns);
+                if (!ns)
+                        return -ENOMEM;
+                p->steps = ns;
+                p->cap = ncap;
+        }
+        char *t;
+        if (asprintf(&t, "%s%.*s", root, (int) path_len, path) < 0)
+                return -ENOMEM;
+        p->steps[p->n++] = (struct step){ .op = op, .kind = kind, .source = source, .target = t };
+        return 0;
+}
+
+static bool plan_has_dir(const struct plan *p, const char *root, const char *path, size_t len) {
+        size_t rl = strlen(root);
+        for (size_t i = 0; i < p->n; i++)
+                if (p->steps[i].op == STEP_MKDIR && strlen(p->steps[i].target) == rl + len &&
+                    memcmp(p->steps[i].target + rl, path, len) == 0)
+                        return true;
+        return false;
+}
+
+/* The directories above path (not path itself), each once. */
+static int plan_parents(struct plan *p, const char *root, const char *path) {
+        for (const char *s = strchr(path + 1, '/'); s; s = strchr(s + 1, '/')) {
+                size_t len = (size_t) (s - path);
+                if (plan_has_dir(p, root, path, len))
+                        continue;
+                int r = plan_add(p, STEP_MKDIR, 0, NULL, root, path, len);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int plan_build(const struct jail_spec *s, struct plan *p) {
+        const char *root = s->root_dir;
+        for (size_t i = 0; i < s->n_mounts; i++) {
+                const struct jail_mount *m = &s->mounts[i];
+                size_t len = strlen(m->target);
+                int r = plan_parents(p, root, m->target);
+                if (r < 0)
+                        return r;
+                switch (m->kind) {
+                case JAIL_SYMLINK:
+                        r = plan_add(p, STEP_SYMLINK, m->kind, m->source, root, m->target, len);
+                        break;
+                case JAIL_PROC:
+                        r = plan_add(p, STEP_MKDIR, 0, NULL, root, m->target, len);
+                        if (r >= 0)
+                                r = plan_add(p, STEP_PROC, m->kind, NULL, root, m->target, len);
+                        break;
+                default: {
+                        struct stat st;
+                        if (stat(m->source, &st) < 0)
+                                return -errno;
+                        bool dir = S_ISDIR(st.st_mode);
+                        if (m->kind == JAIL_BIND_DEV && !S_ISCHR(st.st_mode))
+                                return -EINVAL;
+                        if (!dir || !plan_has_dir(p, root, m->target, len))
+                                r = plan_add(p, dir ? STEP_MKDIR : STEP_MKFILE, 0, NULL, root, m->target, len);
+                        if (r >= 0)
+                                r = plan_add(p, STEP_BIND, m->kind, m->source, root, m->target, len);
+                }
+                }
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* ---- validation ---- */
+
+static bool path_ok(const char *p) {
+        if (!p || p[0] != '/' || strlen(p) >= PATH_MAX)
+                return false;
+        for (const char *s = p; *s; s++) {
+                if (s[0] == '/' && (s[1] == '/' || (s[1] == 0 && s != p)))
+                        return false;
+                if (s[0] == '/' && s[1] == '.' && (s[2] == '/' || s[2] == 0 || (s[2] == '.' && (s[3] == '/' || s[3] == 0))))
+                        return false;
+        }
+        return true;
+}
+
+static bool under(const char *path, const char *dir) {
+        size_t n = strlen(dir);
+        return strncmp(path, dir, n) == 0 && path[n] == '/';
+}
+
+int jail_spec_validate(const struct jail_spec *s) {
+        if (!s || !path_ok(s->binary) || !s->argv || !s->argv[0] || s->uid == 0 || s->gid == 0 ||
+            s->uid == (uid_t) -1 || s->gid == (gid_t) -1 || s->device_gid == (gid_t) -1 || !path_ok(s->root_dir) || s->n_mounts > JAIL_MOUNTS_MAX ||
+            (s->n_mounts && !s->mounts) || s->n_cgroups > JAIL_CGROUPS_MAX || (s->n_cgroups && !s->cgroup_procs) ||
+            s->n_keep_fds > JAIL_KEEP_FDS_MAX || (s->n_keep_fds && !s->keep_fds) || s->stdin_fd < 0 ||
+            s->stdout_fd < 0 || s->nofile < 64 || s->nproc < 16)
+                return -EINVAL;
+        for (size_t i = 0; i < s->n_keep_fds; i++)
+                if (s->keep_fds[i] < 0)
+                        return -EINVAL;
+        for (size_t i = 0; i < s->n_cgroups; i++)
+                if (!path_ok(s->cgroup_procs[i]))
+                        return -EINVAL;
+        for (size_t i = 0; i < s->n_mounts; i++) {
+                const struct jail_mount *m = &s->mounts[i];
+                if (!path_ok(m->target) || strcmp(m->target, "/") == 0 || m->kind > JAIL_PROC)
+                        return -EINVAL;
+                if (m->kind == JAIL_SYMLINK ? !m->source || !*m->source
+                                             : m->kind != JAIL_PROC && !path_ok(m->source))
+                        return -EINVAL;
+                /* creating a mount point under an earlier bind would write
+                 * into (or fail on) the host directory behind it */
+                for (size_t j = 0; j < i; j++)
+                        if (s->mounts[j].kind != JAIL_SYMLINK && under(m->target, s->mounts[j].target))
+                                return -EINVAL;
+        }
+        return 0;
+}
+
+/* ---- the child: async-signal-safe calls and raw syscalls only ---- */
+
+/* glibc's set*id wrappers signal every thread it believes exists; after a
+ * raw clone3 of a threaded process those threads are not there. */
+static long raw_setgroups(gid_t extra) {
+        return extra ? syscall(SYS_setgroups, 1, &extra) : syscall(SYS_setgroups, 0, NULL);
+}
+
+_noreturn_ static void child_fail(int fd, const char *step) {
+        int e = errno;
+        char num[16];
+        size_t k = sizeof num;
+        num[--k] = '\n';
+        do {
+                num[--k] = (char) ('0' + e % 10);
+                e /= 10;
+        } while (e && k > 0);
+        static const char pre[] = "airlock-jail: ";
+        static const char mid[] = " failed: errno ";
+        (void) !write(fd, pre, sizeof pre - 1);
+        (void) !write(fd, step, strlen(step));
+        (void) !write(fd, mid, sizeof mid - 1);
+        (void) !write(fd, num + k, sizeof num - k);
+        _exit(127);
+}
+
+static int child_write_file(const char *path, const char *text) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        ssize_t n = write(fd, text, strlen(text));
+        int e = errno;
+        close(fd);
+        errno = e;
+        return n < 0 ? -1 : 0;
+}
+
+static int child_bind(const struct step *st) {
+        if (mount(st->source, st->target, NULL, MS_BIND, NULL) < 0)
+                return -1;
+        unsigned long fl = MS_BIND | MS_REMOUNT | MS_NOSUID;
+        switch (st->kind) {
+        case JAIL_BIND_RO:
+                fl |= MS_RDONLY | MS_NODEV;
+                break;
+        case JAIL_BIND_RW:
+                fl |= MS_NODEV | MS_NOEXEC;
+                break;
+        default:
+                fl |= MS_NOEXEC;
+        }
+        return mount(NULL, st->target, NULL, fl, NULL);
+}
+
+static int child_loopback_up(void) {
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -1;
+        struct ifreq ifr = { 0 };
+        memcpy(ifr.ifr_name, "lo", 3);
+        int r = ioctl(fd, SIOCGIFFLAGS, &ifr);
+        if (r >= 0) {
+                ifr.ifr_flags |= IFF_UP;
+                r = ioctl(fd, SIOCSIFFLAGS, &ifr);
+        }
+        close(fd);
+        return r;
+}
+
+_noreturn_ static void child(const struct jail_spec *s, const struct plan *p) {
+        int log = s->stdout_fd;
+        sigset_t none;
+        sigemptyset(&none);
+        struct sigaction dfl = { .sa_handler = SIG_DFL };
+        for (int sig = 1; sig < NSIG; sig++)
+                if (sig != SIGKILL && sig != SIGSTOP)
+                        (void) sigaction(sig, &dfl, NULL); /* SIG_IGN survives exec */
+        sigprocmask(SIG_SETMASK, &none, NULL);            /* the node blocks signals for signalfd */
+        /* Own session: a Ctrl-C meant for the node must not reach it. No
+         * parent-death signal: a VM outlives a restarting node. */
+        setsid();
+
+        /* Into the VM's cgroups first: nothing it allocates escapes them. */
+        for (size_t i = 0; i < s->n_cgroups; i++)
+                if (child_write_file(s->cgroup_procs[i], "0") < 0)
+                        child_fail(log, "joining the cgroup");
+
+        /* The fds it gets: stdio, then the ones passed on purpose as 3, 4,
+         * ...; first moved above the range they are copied into. */
+        int kept[JAIL_KEEP_FDS_MAX];
+        for (size_t i = 0; i < s->n_keep_fds; i++)
+                if ((kept[i] = fcntl(s->keep_fds[i], F_DUPFD_CLOEXEC, 64)) < 0)
+                        child_fail(log, "dup");
+        int in = fcntl(s->stdin_fd, F_DUPFD_CLOEXEC, 64), out = fcntl(s->stdout_fd, F_DUPFD_CLOEXEC, 64);
+        if (in < 0 || out < 0)
+                child_fail(log, "dup");
+        if (dup2(in, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0 || dup2(out, STDERR_FILENO) < 0)
+                child_fail(log, "dup2");
+        log = STDERR_FILENO;
+        for (size_t i = 0; i < s->n_keep_fds; i++)
+                if (dup2(kept[i], (int) (3 + i)) < 0) /* dup2 clears FD_CLOEXEC */
+                        child_fail(log, "dup2");
+        close_range((unsigned) (3 + s->n_keep_fds), ~0u, 0);
+
+        /* The private root: a tmpfs holding only the planned paths. */
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                child_fail(log, "making mounts private");
+        if (mount("tmpfs", s->root_dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=1m,nr_inodes=4k") < 0)
+                child_fail(log, "mounting the root tmpfs");
+        for (size_t i = 0; i < p->n; i++) {
+                const struct step *st = &p->steps[i];
+                int fd;
+                switch (st->op) {
+                case STEP_MKDIR:
+                        if (mkdir(st->target, 0755) < 0 && errno != EEXIST)
+                                child_fail(log, "mkdir");
+                        break;
+                case STEP_MKFILE:
+                        fd = open(st->target, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+                        if (fd < 0)
+                                child_fail(log, "creating a mount point");
+                        close(fd);
+                        break;
+                case STEP_BIND:
+                        if (child_bind(st) < 0)
+                                child_fail(log, "bind mount");
+                        break;
+                case STEP_SYMLINK:
+                        if (symlink(st->source, st->target) < 0)
+                                child_fail(log, "symlink");
+                        break;
+                case STEP_PROC:
+                        if (mount("proc", st->target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+                                child_fail(log, "mounting proc");
+                        break;
+                }
+        }
+        if (chdir(s->root_dir) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 ||
+            chdir("/") < 0)
+                child_fail(log, "pivot_root");
+        if (mount(NULL, "/", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+                child_fail(log, "making the root read-only");
+
+        if (child_loopback_up() < 0)
+                child_fail(log, "bringing up lo");
+        if (sethostname("airlock-vmm", 11) < 0)
+                child_fail(log, "sethostname");
+
+        if (setrlimit(RLIMIT_CORE, &(struct rlimit){ 0, 0 }) < 0 ||
+            setrlimit(RLIMIT_NOFILE, &(struct rlimit){ s->nofile, s->nofile }) < 0 ||
+            setrlimit(RLIMIT_NPROC, &(struct rlimit){ s->nproc, s->nproc }) < 0)
+                child_fail(log, "setrlimit");
+        for (int cap = 0; cap < 64; cap++)
+                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+                        child_fail(log, "dropping the capability bounding set");
+        /* Changing every uid from 0 clears all capabilities. */
+        if (raw_setgroups(s->device_gid) < 0 || syscall(SYS_setresgid, s->gid, s->gid, s->gid) < 0 ||
+            syscall(SYS_setresuid, s->uid, s->uid, s->uid) < 0)
+                child_fail(log, "dropping privileges");
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                child_fail(log, "no_new_privs");
+
+        static char *const empty_env[] = { NULL };
+        execve(s->binary, s->argv, empty_env);
+        child_fail(log, "exec");
+}
+
+int jail_spawn(const struct jail_spec *s, pid_t *ret_pid, int *ret_pidfd) {
+        int r = jail_spec_validate(s);
+        if (r < 0)
+                return r;
+        struct plan p = { 0 };
+        r = plan_build(s, &p);
+        if (r < 0) {
+                plan_release(&p);
+                return r;
+        }
+        int pidfd = -1;
+        struct clone_args args = {
+                .flags = CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET,
+                .pidfd = (uint64_t) (uintptr_t) &pidfd,
+                .exit_signal = SIGCHLD,
+        };
+        long pid = syscall(SYS_clone3, &args, sizeof args);
+        if (pid == 0)
+                child(s, &p);
+        r = pid < 0 ? -errno : 0;
+        plan_release(&p);
+        if (r < 0)
+                return r;
+        *ret_pid = (pid_t) pid;
+        *ret_pidfd = pidfd;
+        return 0;
+}
+
+/* ---- peers ---- */
+
+int jail_process_start_time(pid_t pid, uint64_t *ret) {
+        char path[64], buf[1024];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        int e = errno;
+        close(fd);
+        if (n <= 0)
+                return n < 0 ? -e : -EIO;
+        buf[n] = 0;
+        /* comm may hold spaces and parentheses: fields start after the last ')' */
+        char *q = strrchr(buf, ')');
+        if (!q)
+                return -EIO;
+        q++;
+        for (int field = 3; field < 22; field++) {
+                q = strchr(q + 1, ' ');
+                if (!q)
+                        return -EIO;
+        }
+        return sscanf(q + 1, "%" SCNu64, ret) == 1 ? 0 : -EIO;
+}
+
+int jail_peer_verify(int fd, const struct jail_peer *want) {
+        if (fd < 0 || !want || want->pid <= 0 || want->pidfd < 0)
+                return -EINVAL;
+        struct ucred cred;
+        socklen_t len = sizeof cred;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+                return -errno;
+        if (cred.pid != want->pid || cred.uid != want->uid)
+                return -EPERM;
+        uint64_t start;
+        int r = jail_process_start_time(cred.pid, &start);
+        if (r < 0)
+                return r == -ENOENT ? -EPERM : r;
+        if (start != want->start_time)
+                return -EPERM;
+        char exe[64];
+        snprintf(exe, sizeof exe, "/proc/%d/exe", (int) cred.pid);
+        struct stat st;
+        if (stat(exe, &st) < 0)
+                return errno == ENOENT ? -EPERM : -errno;
+        if (st.st_dev != want->exe_dev || st.st_ino != want->exe_ino)
+                return -EPERM;
+        /* alive after the reads: /proc/PID was this process, not a reuse */
+        struct pollfd pfd = { .fd = want->pidfd, .events = POLLIN };
+        r = poll(&pfd, 1, 0);
+        if (r < 0)
+                return -errno;
+        return r == 0 ? 0 : -EPERM;
+}
+
+/* ---- cgroups ---- */
+
+#define CG_MAX 3
+
+static struct {
+        int version;            /* 2, 1, or 0: none usable */
+        size_t n;
+        char *dir[CG_MAX];      /* the node's cgroup in each hierarchy in use */
+        const char *ctl[CG_MAX]; /* v1: the controller of dir[i]; v2: NULL */
+} cg;
+static pthread_once_t cg_once = PTHREAD_ONCE_INIT;
+
+static const char *const cg_controllers[CG_MAX] = { "memory", "pids", "cpu" };
+
+static bool word_in_list(const char *list, const char *word, char sep) {
+        size_t wl = strlen(word);
+        for (const char *p = list; p && *p;) {
+                while (*p == sep || *p == ' ' || *p == '\n')
+                        p++;
+                size_t n = strcspn(p, sep == ',' ? ",\n" : " \n");
+                if (n == wl && memcmp(p, word, wl) == 0)
+                        return true;
+                p += n;
+        }
+        return false;
+}
+
+static int cg_write(const char *dir, const char *file, const char *value) {
+        _cleanup_free_ char *path = strdup_printf("%s/%s", dir, file);
+        if (!path)
+                return -ENOMEM;
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        return write(fd, value, strlen(value)) < 0 ? -errno : 0;
+}
+
+/* The node's own cgroup path in the hierarchy whose /proc/self/cgroup
+ * list field is want (v2: ""), or NULL. */
+static char *self_cgroup(const char *text, const char *controller) {
+        for (const char *line = text; line && *line;) {
+                const char *eol = strchrnul(line, '\n');
+                const char *c1 = memchr(line, ':', (size_t) (eol - line));
+                const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t) (eol - c1 - 1)) : NULL;
+                if (c2) {
+                        _cleanup_free_ char *list = strndup(c1 + 1, (size_t) (c2 - c1 - 1));
+                        bool match = list && (controller ? word_in_list(list, controller, ',') : !*list);
+                        if (match)
+                                return strndup(c2 + 1, (size_t) (eol - c2 - 1));
+                }
+                line = *eol ? eol + 1 : NULL;
+        }
+        return NULL;
+}
+
+static bool cg_try_v2(const char *self) {
+        const char *roots[] = { "/sys/fs/cgroup", "/sys/fs/cgroup/unified" };
+        _cleanup_free_ char *path = self_cgroup(self, NULL);
+        if (!path)
+                return false;
+        for (size_t i = 0; i < ARRAY_SIZE(roots); i++) {
+                _cleanup_free_ char *dir = strdup_printf("%s%s", roots[i], strcmp(path, "/") ? path : "");
+                _cleanup_free_ char *ctl_path = dir ? strdup_printf("%s/cgroup.controllers", dir) : NULL;
+                _cleanup_free_ char *ctl = NULL, *sub = NULL, *sub_path = NULL;
+                if (!ctl_path || file_read_all(ctl_path, 4096, &ctl, NULL) < 0)
+                        continue;
+                bool all = true;
+                for (size_t k = 0; k < CG_MAX; k++)
+                        all = all && word_in_list(ctl, cg_controllers[k], ' ');
+                if (!all) {
+                        log_info("vmm cgroups: v2 %s offers \"%.*s\", not memory+pids+cpu", dir,
+                                 (int) strcspn(ctl, "\n"), ctl);
+                        continue;
+                }
+                /* children get the controllers only if the node's cgroup
+                 * delegates them (fails with processes in a non-root one) */
+                int r = cg_write(dir, "cgroup.subtree_control", "+memory +pids +cpu");
+                if (r < 0) {
+                        log_warn_errno(r, "vmm cgroups: cannot enable memory, pids, cpu below %s: %m", dir);
+                        continue;
+                }
+                (void) cg_write(dir, "cgroup.subtree_control", "+io");
+                cg.version = 2;
+                cg.dir[0] = TAKE_PTR(dir);
+                cg.n = 1;
+                return true;
+        }
+        return false;
+}
+
+static void cg_try_v1(const char *self) {
+        for (size_t k = 0; k < CG_MAX; k++) {
+                _cleanup_free_ char *path = self_cgroup(self, cg_controllers[k]);
+                if (!path)
+                        continue;
+                _cleanup_free_ char *dir = strdup_printf("/sys/fs/cgroup/%s%s", cg_controllers[k],
+                                                         strcmp(path, "/") ? path : "");
+                if (!dir || access(dir, W_OK) < 0)
+                        continue;
+                cg.ctl[cg.n] = cg_controllers[k];
+                cg.dir[cg.n++] = TAKE_PTR(dir);
+        }
+        if (cg.n > 0)
+                cg.version = 1;
+}
+
+static void cg_setup_once(void) {
+        _cleanup_free_ char *self = NULL;
+        if (file_read_all("/proc/self/cgroup", 65536, &self, NULL) < 0) {
+                log_warn("vmm cgroups: cannot read /proc/self/cgroup: VMs run without cgroup limits");
+                return;
+        }
+        if (!cg_try_v2(self))
+                cg_try_v1(self);
+        if (cg.version == 0) {
+                log_warn("vmm cgroups: no usable controller (v2 memory+pids+cpu or v1 memory/pids/cpu): "
+                         "VMs run without cgroup limits");
+                return;
+        }
+        char list[256] = "";
+        for (size_t i = 0; i < cg.n; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? " " : "", cg.dir[i]);
+        log_info("vmm cgroups: v%d, one cgroup per VM below %s (memory, pids, cpu%s)", cg.version, list,
+                 cg.version == 2 ? ", io weight default" : "; no io limit on v1");
+}
+
+void jail_cgroup_setup(void) {
+        pthread_once(&cg_once, cg_setup_once);
+}
+
+bool jail_cgroup_available(void) {
+        jail_cgroup_setup();
+        return cg.version != 0;
+}
+
+static char *cg_path(size_t i, uid_t uid) {
+        return strdup_printf("%s/airlock-vm-%u", cg.dir[i], (unsigned) uid);
+}
+
+/* Removes one VM cgroup; retries while its last process is still exiting. */
+static int cg_rmdir(const char *path) {
+        for (int tries = 0;; tries++) {
+                if (rmdir(path) >= 0 || errno == ENOENT)
+                        return 0;
+                if (errno != EBUSY || tries >= 100)
+                        return -errno;
+                struct timespec ts = { 0, 10 * 1000000L };
+                nanosleep(&ts, NULL);
+        }
+}
+
+int jail_cgroup_remove(uid_t uid) {
+        jail_cgroup_setup();
+        int ret = 0;
+        for (size_t i = 0; i < cg.n; i++) {
+                _cleanup_free_ char *p = cg_path(i, uid);
+                int r = p ? cg_rmdir(p) : -ENOMEM;
+                if (r < 0 && ret == 0)
+                        ret = r;
+        }
+        return ret;
+}
+
+static int cg_limit(size_t i, const char *dir, const struct jail_cgroup_limits *l) {
+        char v[64];
+        int r = 0;
+        const char *ctl = cg.ctl[i];
+        if (cg.version == 2) {
+                snprintf(v, sizeof v, "%" PRIu64, l->memory_bytes);
+                if ((r = cg_write(dir, "memory.max", v)) < 0)
+                        return r;
+                (void) cg_write(dir, "memory.swap.max", "0");
+                snprintf(v, sizeof v, "%u", l->pids);
+                if ((r = cg_write(dir, "pids.max", v)) < 0)
+                        return r;
+                snprintf(v, sizeof v, "%u 100000", l->cpus * 100000);
+                return cg_write(dir, "cpu.max", v);
+        }
+        if (strcmp(ctl, "memory") == 0) {
+                snprintf(v, sizeof v, "%" PRIu64, l->memory_bytes);
+                if ((r = cg_write(dir, "memory.limit_in_bytes", v)) < 0)
+                        return r;
+                r = cg_write(dir, "memory.memsw.limit_in_bytes", v); /* only with swap accounting */
+                return r == -ENOENT ? 0 : r;
+        }
+        if (strcmp(ctl, "pids") == 0) {
+                snprintf(v, sizeof v, "%u", l->pids);
+                return cg_write(dir, "pids.max", v);
+        }
+        snprintf(v, sizeof v, "%u", l->cpus * 100000);
+        if ((r = cg_write(dir, "cpu.cfs_period_us", "100000")) < 0)
+                return r;
+        return cg_write(dir, "cpu.cfs_quota_us", v);
+}
+
+void jail_cgroup_procs_free(char **procs, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                free(procs[i]);
+}
+
+int jail_cgroup_create(uid_t uid, const struct jail_cgroup_limits *l, char **ret_procs, size_t *ret_n) {
+        jail_cgroup_setup();
+        if (!l || l->memory_bytes == 0 || l->pids == 0 || l->cpus == 0)
+                return -EINVAL;
+        size_t made = 0;
+        int r = 0;
+        for (size_t i = 0; i < cg.n; i++)
+                ret_procs[i] = NULL;
+        for (size_t i = 0; i < cg.n && r >= 0; i++) {
+                _cleanup_free_ char *p = cg_path(i, uid);
+                if (!p) {
+                        r = -ENOMEM;
+                        break;
+                }
+                if (mkdir(p, 0755) < 0) {
+                        /* left by a VM that is gone, or in use by a live one */
+                        r = errno == EEXIST ? (rmdir(p) < 0 ? -errno : 0) : -errno;
+                        if (r == 0 && mkdir(p, 0755) < 0)
+                                r = -errno;
+                        if (r < 0)
+                                break;
+                }
+                made++;
+                r = cg_limit(i, p, l);
+                if (r >= 0 && !(ret_procs[i] = strdup_printf("%s/cgroup.procs", p)))
+                        r = -ENOMEM;
+        }
+        if (r < 0) {
+                jail_cgroup_procs_free(ret_procs, made);
+                for (size_t i = 0; i < made; i++) {
+                        _cleanup_free_ char *p = cg_path(i, uid);
+                        if (p)
+                                (void) rmdir(p);
+                }
+                return r;
+        }
+        *ret_n = cg.n;
+        return 0;
+}

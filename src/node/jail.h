@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * The VMM jail: starts one program (QEMU) under its own uid/gid, in new
+ * mount, pid, ipc, uts and network namespaces, on a private root that holds
+ * only the paths the spec names, in the cgroups the spec names, with
+ * no_new_privs, no capabilities and a fixed fd set. Self-contained and
+ * driven by one small spec with no strings to interpret (no shell, no
+ * command building), so a root node manager can later serve it as one fixed
+ * request. See docs/security.md, "The VMM jail".
+ *
+ * Also the check the node runs on every connection to a VMM socket
+ * (jail_peer_verify): the listener on the other end must be that very
+ * process.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define JAIL_MOUNTS_MAX 32
+#define JAIL_CGROUPS_MAX 8
+#define JAIL_KEEP_FDS_MAX 4
+
+enum jail_mount_kind {
+        JAIL_BIND_RO,  /* file or directory, read-only, nosuid, nodev */
+        JAIL_BIND_RW,  /* file or directory, read-write, nosuid, nodev, noexec */
+        JAIL_BIND_DEV, /* a device node, read-write, nosuid, noexec */
+        JAIL_SYMLINK,  /* target becomes a symlink to source */
+        JAIL_PROC,     /* a procfs of the jail's own pid namespace at target */
+};
+
+struct jail_mount {
+        enum jail_mount_kind kind;
+        const char *source; /* host path (binds) or link text (symlinks) */
+        const char *target; /* absolute path inside the jail */
+};
+
+struct jail_spec {
+        const char *binary;    /* absolute path, exec'd with argv and an empty environment */
+        char *const *argv;
+        uid_t uid;             /* > 0 */
+        gid_t gid;             /* > 0 */
+        gid_t device_gid;      /* 0, or one supplementary group (the owner of /dev/kvm when it is not
+                                * world-writable) */
+        const char *root_dir;  /* existing empty host dir: the private root is mounted on it
+                                * (inside the child's mount namespace only) */
+        const struct jail_mount *mounts;
+        size_t n_mounts;       /* <= JAIL_MOUNTS_MAX; a target never lies under an earlier bind's */
+        const char *const *cgroup_procs; /* cgroup.procs files the child joins before anything else */
+        size_t n_cgroups;      /* <= JAIL_CGROUPS_MAX */
+        int stdin_fd, stdout_fd;        /* stderr is stdout */
+        const int *keep_fds;   /* passed on purpose: they become fds 3, 4, ... */
+        size_t n_keep_fds;     /* <= JAIL_KEEP_FDS_MAX */
+        unsigned nofile;       /* RLIMIT_NOFILE */
+        unsigned nproc;        /* RLIMIT_NPROC (threads of the uid) */
+};
+
+/* -EINVAL unless the spec is complete and within its limits: absolute
+ * normalised paths (no "..", no "//"), uid/gid > 0, fds valid, no mount
+ * target under an earlier bind target. */
+int jail_spec_validate(const struct jail_spec *s);
+
+/* Starts the jailed process (clone3: the pidfd comes with the process, no
+ * race with pid reuse). Returns its pid (in the caller's pid namespace) and
+ * pidfd. A step that fails in the child is written to stdout_fd as
+ * "airlock-jail: STEP failed: errno N" and the child exits 127. The caller
+ * reaps the child as usual (SIGCHLD). */
+int jail_spawn(const struct jail_spec *s, pid_t *ret_pid, int *ret_pidfd);
+
+/* The start time of pid in clock ticks since boot (/proc/PID/stat field
+ * 22): with the pid it names one process for good, across pid reuse. */
+int jail_process_start_time(pid_t pid, uint64_t *ret);
+
+/* Who must be on the other end of a VMM socket. */
+struct jail_peer {
+        pid_t pid;           /* in our pid namespace */
+        int pidfd;           /* of pid, held across the check */
+        uint64_t start_time; /* jail_process_start_time() when it was recorded */
+        uid_t uid;           /* its uid */
+        dev_t exe_dev;       /* stat() of the binary it must run */
+        ino_t exe_ino;
+};
+
+/* Checks the peer of connected Unix socket fd: SO_PEERCRED (the process
+ * that called listen()) is want->pid with want->uid, /proc/PID shows the
+ * recorded start time and the expected executable (device and inode, so a
+ * bind mount of the same file matches), and want->pidfd shows the process
+ * alive after these reads (so the pid was not reused in between). 0 if
+ * all hold, -EPERM if one does not, another negative errno if the check
+ * itself failed. Nothing is read from or written to fd. */
+int jail_peer_verify(int fd, const struct jail_peer *want);
+
+/* ---- cgroups: one per jailed VM, named by its uid ---- */
+
+/* Finds the controllers the node can use for its VMs, once: cgroup v2 when
+ * the node's own v2 cgroup offers memory, pids and cpu and they can be
+ * enabled for its children; otherwise the v1 hierarchies of memory, pids
+ * and cpu that exist and are writable; otherwise none (logged as a
+ * warning). Logs what it chose. Idempotent. */
+void jail_cgroup_setup(void);
+
+/* true when jail_cgroup_setup() found at least one usable controller: then
+ * a VM whose cgroup cannot be made must not start. */
+bool jail_cgroup_available(void);
+
+struct jail_cgroup_limits {
+        uint64_t memory_bytes; /* memory.max / memory.limit_in_bytes */
+        unsigned pids;         /* pids.max */
+        unsigned cpus;         /* cpu quota in whole CPUs */
+};
+
+/* Makes the cgroup "airlock-vm-UID" in every hierarchy in use, with the
+ * limits, and returns the cgroup.procs files the jail joins (up to
+ * JAIL_CGROUPS_MAX, strings to free with jail_cgroup_procs_free). One that
+ * exists already is removed first if empty; -EBUSY if processes are in it
+ * (the uid is in use: a live VM of this or another node). Without usable
+ * controllers 0 with *ret_n = 0. */
+int jail_cgroup_create(uid_t uid, const struct jail_cgroup_limits *l, char **ret_procs, size_t *ret_n);
+void jail_cgroup_procs_free(char **procs, size_t n);
+
+/* Removes the cgroup of uid from every hierarchy (after its VM ended;
+ * retries briefly while the kernel still counts the exiting process).
+ * 0 also when there was none. */
+int jail_cgroup_remove(uid_t uid);

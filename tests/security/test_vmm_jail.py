@@ -1,0 +1,293 @@
+"""The VMM jail (docs/security.md, "The VMM jail"): every QEMU runs under
+its own uid in its own namespaces, on a private root, in a cgroup with
+limits, and the node talks only to that very process on its sockets. Each
+test looks from the host (/proc) or plays the attacker: it passes only if
+the attack fails."""
+
+import os
+import signal
+import socket
+import threading
+import time
+
+from harness import START_TIMEOUT, _cgroup_procs, qemu_pids, vm_cgroups
+
+NAMESPACES = ("mnt", "pid", "ipc", "uts", "net")
+
+
+def node_pids(data_dir):
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"airlock-node") and data_dir.encode() in argv:
+            pids.append(int(pid))
+    return pids
+
+
+def status_of(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return {k: v.strip() for k, v in (line.split(":", 1) for line in f if ":" in line)}
+
+
+def argv_of(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().decode().split("\0")
+
+
+def run_dir_of(pid):
+    """The VM's run dir, from its -qmp unix:RUN_DIR/vm/qmp.sock argument."""
+    argv = argv_of(pid)
+    qmp = argv[argv.index("-qmp") + 1]
+    return os.path.dirname(os.path.dirname(qmp[len("unix:"):].split(",")[0]))
+
+
+def disk_of(pid):
+    """The host file behind the VM's disk link."""
+    for arg in argv_of(pid):
+        if arg.startswith("id=d0,file="):
+            return os.path.realpath(arg[len("id=d0,file="):].split(",")[0])
+    raise AssertionError(f"no disk in the command line of {pid}")
+
+
+def cgroup_files(pid):
+    """{file name: value} of the limits of the cgroups pid is in (v1
+    hierarchies or the v2 one)."""
+    out = {}
+    with open(f"/proc/{pid}/cgroup") as f:
+        lines = [l.rstrip("\n").split(":", 2) for l in f]
+    for _, ctl, path in lines:
+        if ctl == "":
+            base = "/sys/fs/cgroup" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "/sys/fs/cgroup/unified"
+        elif ctl in ("memory", "pids", "cpu", "cpu,cpuacct"):
+            base = f"/sys/fs/cgroup/{ctl.split(',')[0]}"
+        else:
+            continue
+        d = base + path
+        for name in ("memory.max", "memory.limit_in_bytes", "pids.max", "cpu.max", "cpu.cfs_quota_us",
+                     "cpu.cfs_period_us"):
+            try:
+                with open(os.path.join(d, name)) as f:
+                    out[name] = f.read().strip()
+            except OSError:
+                pass
+        out.setdefault("paths", []).append(path)
+    return out
+
+
+def test_every_vmm_is_jailed(airlock):
+    a = airlock
+    sids = [a.create("minimal")["id"] for _ in range(2)]
+    pids = [qemu_pids(s)[0] for s in sids]
+    node = node_pids(a.data_dir)[0]
+    disks = [disk_of(p) for p in pids]
+    uids = []
+    for i, pid in enumerate(pids):
+        st = status_of(pid)
+        uid = {int(x) for x in st["Uid"].split()}
+        gid = {int(x) for x in st["Gid"].split()}
+        assert len(uid) == 1 and len(gid) == 1, st  # real, effective, saved, fs all alike
+        assert uid != {0} and gid != {0}
+        # no groups; under KVM at most /dev/kvm's (when it is not open to all)
+        assert st["Groups"] in ("", str(os.stat("/dev/kvm").st_gid) if os.path.exists("/dev/kvm") else ""), st
+        assert st["NoNewPrivs"] == "1"
+        assert st["Seccomp"] == "2"
+        assert int(st["CapEff"], 16) == 0 and int(st["CapPrm"], 16) == 0 and int(st["CapBnd"], 16) == 0
+        uids.append(uid.pop())
+        for ns in NAMESPACES:
+            assert os.readlink(f"/proc/{pid}/ns/{ns}") != os.readlink(f"/proc/{node}/ns/{ns}"), ns
+        # its root: what it runs and its own files, nothing else
+        root = f"/proc/{pid}/root"
+        for absent in ("/etc/shadow", "/etc/passwd", "/root", "/home", "/var", "/tmp",
+                       a.data_dir + "/airlock.db", a.data_dir + "/admin.token", disks[1 - i]):
+            assert not os.path.lexists(root + absent), absent
+        assert os.path.exists(root + "/usr/bin/qemu-system-x86_64") or os.path.exists(root + argv_of(pid)[0])
+        assert sorted(os.listdir(root + "/dev")) in (["null", "random", "urandom", "zero"],
+                                                      ["kvm", "null", "random", "urandom", "zero"])
+        run_dir = run_dir_of(pid)
+        assert sorted(os.listdir(root + run_dir)) == ["disk.img", "vm"]
+        # cgroup limits
+        cg = cgroup_files(pid)
+        assert all(p.endswith(f"/airlock-vm-{uids[-1]}") for p in cg["paths"] if p != "/"), cg
+        mem = int(cg.get("memory.max") or cg.get("memory.limit_in_bytes"))
+        assert 256 << 20 < mem <= 1 << 30, cg
+        assert cg["pids.max"] == "256"
+        assert cg.get("cpu.max", "") == "100000 100000" or cg.get("cpu.cfs_quota_us") == "100000", cg
+        # no fd open to anything unexpected
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            ok = (target.startswith(("socket:", "pipe:", "anon_inode:", "/memfd:airlock-template-ram"))
+                  or target in ("/dev/null", "/dev/urandom", "/dev/random", "/dev/kvm")
+                  or target.startswith(run_dir + "/"))
+            assert ok, f"fd {fd} of {pid}: {target}"
+    assert uids[0] != uids[1]
+    for s in sids:  # and they work
+        assert a.exec(s, ["echo", "ok"])["stdout"] == "ok\n"
+        assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
+    for u in uids:  # the cgroups went with the VMs
+        for ctl in ("memory", "pids", "cpu"):
+            for dirpath, dirnames, _ in os.walk(f"/sys/fs/cgroup/{ctl}"):
+                assert f"airlock-vm-{u}" not in dirnames, (ctl, dirpath)
+
+
+def test_a_vmm_uid_cannot_open_another_vms_disk(airlock):
+    a = airlock
+    sids = [a.create("minimal")["id"] for _ in range(2)]
+    pids = [qemu_pids(s)[0] for s in sids]
+    uid0 = int(status_of(pids[0])["Uid"].split()[0])
+    uid1 = int(status_of(pids[1])["Uid"].split()[0])
+    other = disk_of(pids[1])
+    st = os.stat(other)
+    assert st.st_uid == uid1 and st.st_mode & 0o077 == 0, oct(st.st_mode)
+    # as the first VM's uid: by path, and by the inode alone (an fd root
+    # opened with O_PATH, reopened through /proc: only the file's own
+    # permissions count, no directory on the way)
+    opath = os.open(other, os.O_PATH)
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(r)
+        res = b""
+        try:
+            os.setgroups([])
+            os.setgid(uid0)
+            os.setuid(uid0)
+            for how in (other, f"/proc/self/fd/{opath}"):
+                try:
+                    os.close(os.open(how, os.O_RDONLY))
+                    res += b"opened "
+                except PermissionError:
+                    res += b"denied "
+        finally:
+            os.write(w, res)
+            os._exit(0)
+    os.close(w)
+    os.close(opath)
+    got = os.read(r, 100)
+    os.close(r)
+    os.waitpid(child, 0)
+    assert got == b"denied denied ", got
+    # nor does it see the file in its root
+    assert not os.path.lexists(f"/proc/{pids[0]}/root{other}")
+    for s in sids:
+        assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
+
+
+class Impostor:
+    """A listener on a VMM socket's path that records what reaches it."""
+
+    def __init__(self, path):
+        os.unlink(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.connections = 0
+        self.received = b""
+        self.stop = False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            self.connections += 1
+            # a QMP greeting and an airlock frame header's worth of bait
+            try:
+                c.sendall(b'{"QMP": {"version": {}, "capabilities": []}}\r\n')
+            except OSError:
+                pass
+            c.settimeout(2)
+            try:
+                while True:
+                    d = c.recv(65536)
+                    if not d:
+                        break
+                    self.received += d
+            except OSError:
+                pass
+            c.close()
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.sock.close()
+
+
+def kill_node(a):
+    old = node_pids(a.data_dir)
+    assert len(old) == 1
+    os.kill(old[0], signal.SIGKILL)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        new = node_pids(a.data_dir)
+        if new and new != old and a.request("GET", "/v1/health", auth=False)[0] == 200:
+            return
+        time.sleep(0.2)
+    raise AssertionError("airlockd did not start a new node\n" + a.log_tail(80))
+
+
+def wait_settled(a, sid, timeout=180):
+    deadline = time.monotonic() + timeout
+    sbx = None
+    while time.monotonic() < deadline:
+        try:
+            sbx = a.api("GET", f"/v1/sandboxes/{sid}")
+            if sbx["state"] in ("running", "failed"):
+                return sbx
+        except Exception:  # the node may be restarting
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"sandbox {sid} not settled: {sbx}\n{a.log_tail(80)}")
+
+
+def impostor_test(a, sock_name):
+    sid = a.create("minimal", env={"SECRET_TOKEN": "hunter2-do-not-leak"})["id"]
+    pid = qemu_pids(sid)[0]
+    path = os.path.join(run_dir_of(pid), "vm", sock_name)
+    # the VM's socket path now leads to us; the node restarts and adopts
+    imp = Impostor(path)
+    try:
+        kill_node(a)
+        sbx = wait_settled(a, sid)
+        # the node came to us and was turned away before a single byte
+        deadline = time.monotonic() + 10
+        while imp.connections == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert imp.connections >= 1, a.log_tail(80)
+    finally:
+        imp.close()
+    assert imp.received == b"", imp.received
+    assert "refusing" in a.log_tail(400)
+    # the sandbox never ran on the impostor: if it runs, it is a VM again
+    # (recovered from its disk), with its env
+    # the adopted VM that was refused is gone, its cgroup with it
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:  # airlockd reaps it
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}")
+    assert all(_cgroup_procs(c) for c in vm_cgroups()), vm_cgroups()
+    if sbx["state"] == "running":
+        assert qemu_pids(sid) and qemu_pids(sid) != [pid]
+        out = a.exec(sid, ["sh", "-c", "echo $SECRET_TOKEN"])["stdout"]
+        assert out == "hunter2-do-not-leak\n"
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+
+
+def test_impostor_on_the_guest_socket_gets_nothing(airlock):
+    impostor_test(airlock, "guest.sock")
+
+
+def test_impostor_on_the_qmp_socket_gets_nothing(airlock):
+    impostor_test(airlock, "qmp.sock")
