@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* tenants, keys: tenants and their API keys (the admin token's business). */
+/* tenants, keys, signing-key: tenants, their API keys and the capability
+ * signing key (the admin token's business). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,4 +112,17 @@ int cmd_keys(struct cli *cli, int argc, char **argv) {
                 return call_and_print(cli, "DELETE", path, NULL, NULL, arg);
         }
         return cli_usage_error(cli, "keys: unknown subcommand '%s' (create, rm)", verb);
+}
+
+/* signing-key [rotate]: the key that signs execution capabilities. */
+int cmd_signing_key(struct cli *cli, int argc, char **argv) {
+        int r = cli_parse_plain(cli, argc, argv, 0, 1);
+        if (r != CLI_PROCEED)
+                return r;
+        const char *verb = argc - optind > 0 ? argv[optind] : NULL;
+        if (!verb)
+                return call_and_print(cli, "GET", "/v1/capability-keys", NULL, "current", NULL);
+        if (strcmp(verb, "rotate") == 0)
+                return call_and_print(cli, "POST", "/v1/capability-keys", NULL, "current", NULL);
+        return cli_usage_error(cli, "signing-key: unknown subcommand '%s' (rotate)", verb);
 }

@@ -32,6 +32,7 @@ int cmd_pools(struct cli *cli, int argc, char **argv);
 int cmd_health(struct cli *cli, int argc, char **argv);
 int cmd_tenants(struct cli *cli, int argc, char **argv);
 int cmd_keys(struct cli *cli, int argc, char **argv);
+int cmd_signing_key(struct cli *cli, int argc, char **argv);
 
 /* Parses options only: for commands that take none of their own, checks the
  * number of positional arguments (min..max, max < 0 for unlimited). Returns

@@ -68,6 +68,10 @@ static const struct cli_command commands[] = {
          "List tenants, or create or delete one (admin token)", NULL},
         {"keys", cmd_keys, "TENANT [create [NAME] | rm KEYID]",
          "List a tenant's API keys, or create one (printed once) or revoke one (admin token)", NULL},
+        {"signing-key", cmd_signing_key, "[rotate]",
+         "Show the capability signing key's id, or rotate it (admin token)",
+         "Nodes pick the new public key up without a restart; capabilities signed\n"
+         "by the previous key keep verifying until the next rotation.\n"},
 };
 
 static const char global_options_help[] =

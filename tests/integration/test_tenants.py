@@ -172,3 +172,12 @@ def test_tenants_cli(airlock_factory):
     assert tid not in airlock.cli("tenants").stdout.decode()
     r = airlock.cli("tenants", "create", "bad name")
     assert r.returncode != 0
+
+    # the capability signing key: shown, rotated (a new kid); a tenant key
+    # gets 403 (tests/security/test_capabilities.py)
+    kid = airlock.cli("signing-key").stdout.decode().strip()
+    assert kid.startswith("k")
+    r = airlock.cli("signing-key", "rotate")
+    assert r.returncode == 0, r.stderr
+    new = r.stdout.decode().strip()
+    assert new != kid and airlock.cli("signing-key").stdout.decode().strip() == new
