@@ -14,6 +14,7 @@ One Airlock serves the module: its templates are built with the hostile
 agent in their own directory (another agent binary is another template
 hash, and a node prunes the builds of other hashes), once per volume."""
 
+import base64
 import concurrent.futures
 import http.client
 import json
@@ -297,6 +298,27 @@ def test_exec_output_in_maximal_frames(h):
     assert len(body["stdout"]) <= 256 << 10 and len(body["stderr"]) <= 256 << 10
     assert set(body["stdout"]) == {"o"}
     h.echo_works(sid)
+    h.delete(sid)
+
+
+def test_session_output_in_maximal_frames(h):
+    """A session whose process sends 64 MiB in 1 MiB frames before anyone
+    attaches: the node keeps its last MiB or so (the session buffer), says
+    how much it dropped, and the stream still ends with the exit."""
+    sid = h.victim()
+    ses = h.a.api("POST", f"/v1/sandboxes/{sid}/sessions", {"cmd": ["airlock-hostile", "exec-output", "64"]},
+                  expect=201)
+    h.echo_works(sid)  # the agent answers once it has sent it all
+    kept, dropped, exit_code = 0, 0, None
+    for event, data, _ in h.a.sse(f"/v1/sessions/{ses['id']}/events", token=ses["attach_token"]):
+        if event in ("stdout", "stderr"):
+            kept += len(base64.b64decode(data["data"]))
+        elif event == "dropped":
+            dropped += data["bytes"]
+        elif event == "exit":
+            exit_code = data.get("exit_code")
+    assert exit_code == 0
+    assert kept <= 3 * MIB and dropped >= 60 * MIB and kept + dropped == 64 * MIB, (kept, dropped)
     h.delete(sid)
 
 
