@@ -19,7 +19,8 @@ if [ -f "$here/images/deps.txt" ]; then
   done < "$here/images/deps.txt"
 fi
 if [ "${1:-}" = "--test" ]; then
-  pkgs+=(libcmocka-dev python3 python3-pytest python3-cryptography)
+  # clang and its libFuzzer runtime: the bounded fuzz runs (scripts/fuzz.sh)
+  pkgs+=(libcmocka-dev python3 python3-pytest clang libclang-rt-14-dev python3-cryptography)
 fi
 
 missing=()

@@ -9,6 +9,7 @@ once per run (the first instance builds them; the others wait on the build's
 lock and reuse it)."""
 
 import base64
+import contextlib
 import http.client
 import json
 import os
@@ -281,6 +282,29 @@ def _check_no_leaks(data_dir):
         for path in reversed(m):
             subprocess.run(["umount", "-l", path])
     return leaks
+
+
+@contextlib.contextmanager
+def airlock_instance(env=None, prebuild="minimal,python", timeout=START_TIMEOUT):
+    """One Airlock for a longer scope than a test (a module fixture of the
+    red-team suite), with the same leak checks as airlock_factory."""
+    data_dir = tempfile.mkdtemp(prefix="airlock-m-", dir=VOLUME)
+    a = Airlock(data_dir, env, prebuild)
+    leaks = []
+    try:
+        a.wait_ready(timeout)
+        yield a
+    finally:
+        a.stop()
+        leaks = _check_no_leaks(a.data_dir)
+        if leaks:
+            print(f"--- log of {a.data_dir}\n{a.log_tail(200)}")
+        shutil.rmtree(a.data_dir, ignore_errors=True)
+        try:
+            os.unlink(a.log_path)
+        except OSError:
+            pass
+    assert not leaks, "left resources behind: " + "; ".join(leaks)
 
 
 @pytest.fixture

@@ -98,10 +98,24 @@ void proto_reader_release(struct proto_reader *r) {
 }
 
 void proto_reader_reset(struct proto_reader *r) {
-        r->len = 0;
+        r->start = r->len = 0;
 }
 
+/* Moves the unread bytes to the front of the buffer. */
+static void reader_compact(struct proto_reader *r) {
+        if (r->start == 0)
+                return;
+        memmove(r->buf, r->buf + r->start, r->len - r->start);
+        r->len -= r->start;
+        r->start = 0;
+}
+
+/* Makes room for `need` unread bytes in all (compacting first, growing up to
+ * one maximal frame). */
 static int reader_reserve(struct proto_reader *r, size_t need) {
+        if (r->start + need <= r->cap)
+                return 0;
+        reader_compact(r);
         if (need <= r->cap)
                 return 0;
         if (need > READER_CAP)
@@ -117,7 +131,7 @@ static int reader_reserve(struct proto_reader *r, size_t need) {
 
 int proto_reader_fill(struct proto_reader *r, int fd) {
         if (r->len == r->cap) {
-                int k = reader_reserve(r, r->cap + 1);
+                int k = reader_reserve(r, r->len - r->start + 1);
                 if (k < 0)
                         return k;
         }
@@ -134,7 +148,7 @@ int proto_reader_fill(struct proto_reader *r, int fd) {
 }
 
 int proto_reader_feed(struct proto_reader *r, const void *data, size_t len) {
-        int k = reader_reserve(r, r->len + len);
+        int k = reader_reserve(r, r->len - r->start + len);
         if (k < 0)
                 return k;
         memcpy(r->buf + r->len, data, len);
@@ -142,39 +156,42 @@ int proto_reader_feed(struct proto_reader *r, const void *data, size_t len) {
         return 0;
 }
 
-/* Drops the first n buffered bytes. */
+/* Drops the first n unread bytes: O(1), nothing moves. */
 static void reader_consume(struct proto_reader *r, size_t n) {
-        memmove(r->buf, r->buf + n, r->len - n);
-        r->len -= n;
+        r->start += n;
+        if (r->start == r->len)
+                r->start = r->len = 0;
 }
 
 int proto_reader_next(struct proto_reader *r, struct proto_header *ret_h, const uint8_t **ret_payload) {
         static const uint8_t magic[4] = { 'A', 'L', 'K', '1' };
 
         for (;;) {
-                if (r->len < 4)
+                const uint8_t *b = r->buf + r->start;
+                size_t avail = r->len - r->start;
+                if (avail < 4)
                         return 0;
-                if (memcmp(r->buf, magic, 4) != 0) {
+                if (memcmp(b, magic, 4) != 0) {
                         /* resync: skip to the next possible magic start */
-                        uint8_t *p = memmem(r->buf + 1, r->len - 1, magic, 4);
-                        size_t drop = p ? (size_t) (p - r->buf) : r->len - 3;
+                        const uint8_t *p = memmem(b + 1, avail - 1, magic, 4);
+                        size_t drop = p ? (size_t) (p - b) : avail - 3;
                         r->skipped += drop;
                         reader_consume(r, drop);
                         continue;
                 }
-                if (r->len < PROTO_HEADER_SIZE)
+                if (avail < PROTO_HEADER_SIZE)
                         return 0;
                 struct proto_header h;
-                int k = proto_header_decode(r->buf, &h);
+                int k = proto_header_decode(b, &h);
                 if (k < 0)
                         return k;
                 size_t total = PROTO_HEADER_SIZE + h.length;
-                if (r->len < total) {
+                if (avail < total) {
                         k = reader_reserve(r, total);
                         return k < 0 ? k : 0;
                 }
                 *ret_h = h;
-                *ret_payload = r->buf + PROTO_HEADER_SIZE;
+                *ret_payload = b + PROTO_HEADER_SIZE;
                 return 1;
         }
 }

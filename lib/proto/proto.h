@@ -93,10 +93,15 @@ int proto_write_frame(int fd, uint8_t type, uint32_t stream, const void *payload
  * Incremental decoder for a byte stream (non-blocking or blocking reads).
  * Feed bytes with proto_reader_feed(); pull frames with proto_reader_next().
  * The reader owns at most PROTO_HEADER_SIZE + PROTO_MAX_PAYLOAD bytes.
+ * The unread bytes are buf[start..len): popping a frame only advances
+ * start, and the rest moves to the front only when room is needed, so a
+ * peer sending many small frames costs linear time, not a memmove of the
+ * whole buffer per frame.
  */
 struct proto_reader {
         uint8_t *buf;
-        size_t len, cap;
+        size_t start;     /* first unread byte; frames are handed out from here */
+        size_t len, cap;  /* end of the buffered bytes, allocated size */
         uint64_t skipped; /* garbage bytes dropped while looking for a magic */
 };
 

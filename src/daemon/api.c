@@ -1143,7 +1143,11 @@ int api_file_list(struct api_ctx *ctx, const char *id, const char *path, struct 
         if (r < 0)
                 return r;
         json_t *entries = json_object_get(rep, "entries");
-        return reply_json(ret, MHD_HTTP_OK, json_pack("{s:O}", "entries", json_is_array(entries) ? entries : json_array()));
+        json_t *o = json_pack("{s:o}", "entries", json_is_array(entries) ? json_incref(entries) : json_array());
+        /* the node passes on at most 10000 entries: say when there were more */
+        if (o && json_is_true(json_object_get(rep, "truncated")))
+                json_object_set_new(o, "truncated", json_true());
+        return reply_json(ret, MHD_HTTP_OK, o);
 }
 
 int api_upload_begin(struct api_ctx *ctx, const char *id, const char *path, uint32_t mode, struct node_conn **ret) {

@@ -251,7 +251,7 @@ static void dispatch(struct agent *a, const struct proto_header *h, const uint8_
 
 /* The stream id of a header the reader refused, for the ERROR answer. */
 static uint32_t raw_header_stream(const struct proto_reader *rd) {
-        const uint8_t *p = rd->buf + 8;
+        const uint8_t *p = rd->buf + rd->start + 8;
         return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
 }
 

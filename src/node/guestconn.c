@@ -63,6 +63,7 @@ struct guestconn {
         pthread_mutex_t wlock; /* one frame at a time on the wire */
 
         uint64_t used_ns; /* monotonic: the last frame that is use (is_use()); atomic */
+        bool ping_failed; /* reader only: an answer to a guest PING could not be sent */
 };
 
 /* Frames that are someone using the sandbox (for idle suspend): not the
@@ -174,11 +175,19 @@ static void run_handler(struct guestconn *g, struct stream *s, uint8_t type, con
 static void dispatch(struct guestconn *g, const struct proto_header *h, const uint8_t *payload) {
         if (h->stream == 0) {
                 /* Connection-level frames. The agent may probe us too. */
-                if (h->type == PROTO_PING) {
+                if (h->type == PROTO_PING && !g->ping_failed) {
                         int r = send_frame(g, PROTO_RESULT, 0, "{}", 2);
-                        if (r < 0)
-                                log_emit(LOG_LEVEL_WARN, g->ctx, "failed to answer guest ping: %s", strerror(-r));
-                } else
+                        if (r < 0) {
+                                /* once: a guest flooding PINGs it never reads
+                                 * the answers of must not make a log line of
+                                 * each one still buffered; the channel is
+                                 * of no use any more */
+                                g->ping_failed = true;
+                                log_emit(LOG_LEVEL_WARN, g->ctx, "failed to answer guest ping: %s; closing the channel",
+                                         strerror(-r));
+                                shutdown(g->fd, SHUT_RDWR);
+                        }
+                } else if (h->type != PROTO_PING)
                         log_emit(LOG_LEVEL_DEBUG, g->ctx, "ignoring %s frame on stream 0", proto_type_name(h->type));
                 return;
         }
@@ -528,6 +537,11 @@ void guestconn_free(struct guestconn *g) {
                 pthread_join(g->thread, NULL);
         }
         guestconn_release(g);
+}
+
+void guestconn_shutdown(struct guestconn *g) {
+        if (g)
+                shutdown(g->fd, SHUT_RDWR);
 }
 
 bool guestconn_alive(struct guestconn *g) {

@@ -33,6 +33,13 @@ int guestconn_open(int fd, const char *ctx, int timeout_ms, struct guestconn **r
  * NULL-safe. */
 void guestconn_free(struct guestconn *g);
 
+/* Shuts the channel down at once, both ways: every send blocked on the
+ * guest fails (-EPIPE) and the reader ends, failing every stream. For a
+ * sandbox being deleted, so that a guest that stopped reading cannot hold
+ * the delete up for the send stall timeout. The fd stays open until
+ * guestconn_free(). NULL-safe. */
+void guestconn_shutdown(struct guestconn *g);
+
 /* false once the channel has failed (EOF, I/O error, protocol error). */
 bool guestconn_alive(struct guestconn *g);
 

@@ -248,6 +248,10 @@ static int reply_guest_failure(struct node_conn *c, int r, const char *msg, cons
                 return conn_reply_error(c, r, "timeout", "%s: the guest agent did not answer", what);
         if (r == -ECONNRESET || r == -EPIPE || r == -ECANCELED)
                 return conn_reply_error(c, r, "guest", "%s: the guest channel closed", what);
+        /* a reply that is no JSON object is the guest's fault, not the
+         * client's (conn_reply_errno would call EBADMSG "invalid") */
+        if (r == -EBADMSG)
+                return conn_reply_error(c, r, "guest", "%s: the guest agent sent a malformed reply", what);
         return conn_reply_errno(c, r, what);
 }
 
@@ -362,7 +366,10 @@ struct exec_state {
 static void exec_handler(void *userdata, uint8_t type, const uint8_t *payload, size_t len) {
         struct exec_state *e = userdata;
         pthread_mutex_lock(&e->lock);
-        if (type == PROTO_STDOUT || type == PROTO_STDERR) {
+        if (e->exited && type != 0) {
+                /* EXIT is a process's last frame: whatever a (hostile)
+                 * guest sends after it changes nothing */
+        } else if (type == PROTO_STDOUT || type == PROTO_STDERR) {
                 struct exec_out *o = &e->out[type == PROTO_STDERR];
                 size_t take = MIN(len, e->max_output - o->len);
                 memcpy(o->data + o->len, payload, take);

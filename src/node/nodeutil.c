@@ -137,6 +137,8 @@ const char *node_guest_errno_code(int guest_errno) {
         case EINVAL:
         case ENOTDIR:
         case EISDIR:
+        case ENAMETOOLONG: /* a component over NAME_MAX: the path asked for */
+        case ELOOP:        /* a symlink loop on the path asked for */
                 return "invalid";
         case EFBIG:
                 return "too_large";

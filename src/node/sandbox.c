@@ -982,6 +982,10 @@ static void delete_removed(struct sandbox *s, bool keep_snapshots) {
         uint64_t t0 = now_monotonic_ns();
         pthread_mutex_lock(&s->lock);
         s->deleted = true;
+        /* the guest goes anyway: one that stopped reading its channel must
+         * not keep the sandbox thread (an idle probe blocked on a send) and
+         * so this delete waiting for up to a minute */
+        guestconn_shutdown(s->gc);
         pthread_mutex_unlock(&s->lock);
         session_sandbox_deleted(s);
         stop_thread(s);

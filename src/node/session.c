@@ -342,7 +342,11 @@ int session_attach(struct node_conn *c, const char *session_id) {
                                 pos = ch->start;
                         }
                         size_t off = (size_t) (pos - ch->start);
-                        n = ch->len - off;
+                        /* at most buf's size per event: a chunk made of one
+                         * guest frame can be 1 MiB (the guest is untrusted;
+                         * its own chunks are 64 KiB), and copying it whole
+                         * overflowed buf */
+                        n = MIN(ch->len - off, (size_t) CHUNK_MAX);
                         memcpy(buf, ch->data + off, n);
                         type = ch->type;
                 } else if (x->total > pos) {

@@ -38,12 +38,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                 continue;
                         }
                         assert(h.length <= PROTO_MAX_PAYLOAD);
-                        assert(p == r.buf + PROTO_HEADER_SIZE);
-                        assert(PROTO_HEADER_SIZE + (size_t) h.length <= r.len);
+                        assert(p == r.buf + r.start + PROTO_HEADER_SIZE);
+                        assert(r.start + PROTO_HEADER_SIZE + (size_t) h.length <= r.len);
                         (void) proto_type_name(h.type);
                         proto_reader_pop(&r, &h);
                 }
-                assert(r.cap <= PROTO_HEADER_SIZE + PROTO_MAX_PAYLOAD);
+                assert(r.cap <= PROTO_HEADER_SIZE + PROTO_MAX_PAYLOAD && r.start <= r.len && r.len <= r.cap);
         }
         if (size >= PROTO_HEADER_SIZE) {
                 struct proto_header h;

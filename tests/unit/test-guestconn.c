@@ -14,6 +14,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,8 +426,54 @@ static void test_free_fails_streams(void **state) {
         fake_join(&f);
 }
 
+/* Floods PINGs on stream 0 and never reads the answers, until the host
+ * hangs up. */
+static void *guest_ping_flood(void *arg) {
+        struct guest *g = arg;
+        guest_handshake(g, false);
+        while (proto_write_frame(g->fd, PROTO_PING, 0, "{}", 2) == 0)
+                ;
+        return NULL;
+}
+
+static void *call_ping(void *arg) {
+        struct guestconn *c = arg;
+        json_t *req = json_object();
+        intptr_t r = guestconn_call(c, PROTO_PING, req, 120000, NULL, NULL);
+        json_decref(req);
+        return (void *) r;
+}
+
+/* A guest that stops reading stalls the node's sends to it (for up to the
+ * stall timeout, a minute): guestconn_shutdown() fails them at once, so a
+ * delete does not wait for it. */
+static void test_shutdown_unblocks_senders(void **state) {
+        signal(SIGPIPE, SIG_IGN); /* the flooding fake writes into a closed socket */
+        struct fake f;
+        struct guestconn *c = fake_open(&f, guest_ping_flood);
+        usleep(500 * 1000); /* the reader answers until the guest's buffer is full */
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, call_ping, c), 0);
+        usleep(200 * 1000);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        guestconn_shutdown(c);
+        void *ret;
+        assert_int_equal(pthread_join(t, &ret), 0);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        assert_true((intptr_t) ret < 0);
+        assert_true(t1.tv_sec - t0.tv_sec < 5);
+        for (int i = 0; i < 500 && guestconn_alive(c); i++)
+                usleep(10 * 1000);
+        assert_false(guestconn_alive(c));
+        guestconn_free(c);
+        guestconn_shutdown(NULL);
+        fake_join(&f);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_shutdown_unblocks_senders),
                 cmocka_unit_test(test_handshake_and_calls),
                 cmocka_unit_test(test_handshake_failures),
                 cmocka_unit_test(test_stream_exec),

@@ -242,6 +242,8 @@ static void test_error_codes(void **state) {
         assert_string_equal(node_guest_errno_code(EISDIR), "invalid");
         assert_string_equal(node_guest_errno_code(ENOTDIR), "invalid");
         assert_string_equal(node_guest_errno_code(EINVAL), "invalid");
+        assert_string_equal(node_guest_errno_code(ENAMETOOLONG), "invalid");
+        assert_string_equal(node_guest_errno_code(ELOOP), "invalid");
         assert_string_equal(node_guest_errno_code(EFBIG), "too_large");
         assert_string_equal(node_guest_errno_code(EACCES), "guest");
 }

@@ -1,0 +1,293 @@
+"""Tenant B attacks tenant A's resources with its own, valid key: by id on
+every endpoint, by listing, by operation, snapshot and session ids, by
+attach token, by Idempotency-Key, by spelling ids differently; a revoked
+key, a tenant key managing tenants. Everything of A's must answer B exactly
+as an id that does not exist (404, byte-identical body once the id is
+masked), and change nothing (tests/integration/test_tenants.py holds the
+basic checks; these go further).
+
+One Airlock serves the module: A's sandbox, session, snapshot and
+operations are set up once, attacked by every test, and checked intact."""
+
+import http.client
+import json
+
+import pytest
+
+from harness import airlock_instance
+
+FAKE = {"sbx": "sbx-0123456789abcdef", "op": "op-0123456789abcdef", "ses": "ses-0123456789abcdef",
+        "snap": "snap-0123456789abcdef"}
+
+
+class World:
+    pass
+
+
+def _tenant(a, name):
+    t = a.api("POST", "/v1/tenants", {"name": name}, expect=201)
+    k = a.api("POST", f"/v1/tenants/{t['id']}/keys", {"name": "k"}, expect=201)
+    return t, k
+
+
+@pytest.fixture(scope="module")
+def w(templates):
+    with airlock_instance(prebuild="minimal") as a:
+        w = World()
+        w.a = a
+        w.ta, w.ka = _tenant(a, "alpha")
+        w.tb, w.kb = _tenant(a, "beta")
+        w.A, w.B = w.ka["key"], w.kb["key"]
+        w.sa = a.api("POST", "/v1/sandboxes", {"template": "minimal"}, expect=201, token=w.A)
+        w.sb = a.api("POST", "/v1/sandboxes", {"template": "minimal"}, expect=201, token=w.B)
+        w.admin_sbx = a.create("minimal")  # admin-owned: no tenant
+        sid = w.sa["id"]
+        a.put_file(sid, "/root/secret", b"alpha's secret")
+        w.ses = a.api("POST", f"/v1/sandboxes/{sid}/sessions", {"cmd": ["sleep", "600"]}, expect=201, token=w.A)
+        w.snap = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "disk"}, expect=201, token=w.A)
+        w.ses_b = a.api("POST", f"/v1/sandboxes/{w.sb['id']}/sessions", {"cmd": ["sleep", "600"]}, expect=201,
+                        token=w.B)
+        yield w
+        for s in (w.sa, w.sb, w.admin_sbx):
+            a.request("DELETE", f"/v1/sandboxes/{s['id']}")
+
+
+def _masked_404(a, method, path, rid, token, body=None, headers=None):
+    status, hdrs, data = a.request(method, path, body, token=token, headers=headers, timeout=60)
+    assert status == 404, (method, path, status, data)
+    assert json.loads(data)["error"]["code"] == "not_found"
+    keep = {k.lower(): v for k, v in hdrs.items() if k.lower() not in ("x-request-id", "date", "content-length")}
+    return data.replace(rid.encode(), b"<ID>"), keep
+
+
+def _same_as_unknown(a, method, tmpl, real, fake, token, body=None):
+    theirs = _masked_404(a, method, tmpl.format(real), real, token, body)
+    nobody = _masked_404(a, method, tmpl.format(fake), fake, token, body)
+    assert theirs == nobody, (method, tmpl, theirs, nobody)
+
+
+def _a_is_intact(w):
+    a, sid = w.a, w.sa["id"]
+    sb = a.api("GET", f"/v1/sandboxes/{sid}", token=w.A)
+    assert sb["state"] == "running" and sb["tenant_id"] == w.ta["id"], sb
+    assert a.api("GET", f"/v1/sessions/{w.ses['id']}", token=w.A)["id"] == w.ses["id"]
+    snaps = a.api("GET", f"/v1/sandboxes/{sid}/snapshots", token=w.A)["snapshots"]
+    assert w.snap["id"] in [s["id"] for s in snaps]
+    r = a.api("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["cat", "/root/secret"]}, token=w.A)
+    assert r["stdout"] == "alpha's secret"
+
+
+SANDBOX_ENDPOINTS = [
+    ("GET", "/v1/sandboxes/{}", None),
+    ("DELETE", "/v1/sandboxes/{}", None),
+    ("DELETE", "/v1/sandboxes/{}?keep_snapshots=true", None),
+    ("POST", "/v1/sandboxes/{}/exec", {"cmd": ["cat", "/root/secret"]}),
+    ("GET", "/v1/sandboxes/{}/files?path=/root/secret", None),
+    ("PUT", "/v1/sandboxes/{}/files?path=/root/secret", b"overwritten by beta"),
+    ("DELETE", "/v1/sandboxes/{}/files?path=/root/secret", None),
+    ("GET", "/v1/sandboxes/{}/ls?path=/root", None),
+    ("POST", "/v1/sandboxes/{}/sessions", {"cmd": ["sh", "-c", "cat /root/secret"]}),
+    ("GET", "/v1/sandboxes/{}/snapshots", None),
+    ("POST", "/v1/sandboxes/{}/snapshots", {"kind": "disk"}),
+    ("POST", "/v1/sandboxes/{}/snapshots", {"kind": "full"}),
+] + [("POST", "/v1/sandboxes/{}/" + verb, None) for verb in
+     ("pause", "resume", "stop", "start", "fork", "suspend", "wake")] + [
+    ("POST", "/v1/sandboxes/{}/pause?wait=true", {}),
+    ("POST", "/v1/sandboxes/{}/rollback", "SNAP"),
+]
+
+
+@pytest.mark.parametrize("method,tmpl,body", SANDBOX_ENDPOINTS,
+                         ids=[f"{m} {t.split('{}')[1] or '/'}" for m, t, _ in SANDBOX_ENDPOINTS])
+def test_other_tenants_sandbox_by_id(w, method, tmpl, body):
+    """Every endpoint that takes a sandbox id, with A's id and B's key:
+    the same 404 as an unknown id, and A's sandbox is untouched."""
+    if body == "SNAP":
+        body = {"snapshot": w.snap["id"]}
+    _same_as_unknown(w.a, method, tmpl, w.sa["id"], FAKE["sbx"], w.B, body)
+    # the admin's own sandboxes are no more a tenant's than another tenant's
+    _same_as_unknown(w.a, method, tmpl, w.admin_sbx["id"], FAKE["sbx"], w.B, body)
+    _a_is_intact(w)
+
+
+@pytest.mark.parametrize("query", ["", "?tenant=TA", "?tenant_id=TA", "?all=true", "?limit=1000&offset=0",
+                                   "?state=running", "?template=minimal", "?id=SA", "?page=2"])
+def test_listing_shows_only_own_sandboxes(w, query):
+    """Whatever filter or paging parameter B adds, the list has B's
+    sandboxes only."""
+    q = query.replace("TA", w.ta["id"]).replace("SA", w.sa["id"])
+    status, _, data = w.a.request("GET", "/v1/sandboxes" + q, token=w.B)
+    if status == 200:
+        assert [s["id"] for s in json.loads(data)["sandboxes"]] == [w.sb["id"]], (q, data)
+    else:
+        assert status == 400, (q, status, data)
+    assert w.sa["id"].encode() not in data and w.admin_sbx["id"].encode() not in data
+
+
+def test_other_tenants_operations(w):
+    """A's create operation and a verb operation of A's, by id with B's
+    key: the same 404 as an unknown operation."""
+    a = w.a
+    op = a.api("POST", f"/v1/sandboxes/{w.sa['id']}/pause?wait=true", token=w.A)
+    a.api("POST", f"/v1/sandboxes/{w.sa['id']}/resume?wait=true", token=w.A)
+    for real in (w.sa["operation_id"], op["id"], w.admin_sbx["operation_id"]):
+        _same_as_unknown(a, "GET", "/v1/operations/{}", real, FAKE["op"], w.B)
+    assert a.api("GET", f"/v1/operations/{op['id']}", token=w.A)["state"] == "succeeded"
+    _a_is_intact(w)
+
+
+def test_other_tenants_snapshot(w):
+    """B names A's snapshot to roll back its own sandbox: the same 404 as a
+    snapshot that does not exist, and B's sandbox is not touched."""
+    a, sb = w.a, w.sb["id"]
+    for snap in (w.snap["id"], FAKE["snap"]):
+        status, _, data = a.request("POST", f"/v1/sandboxes/{sb}/rollback", {"snapshot": snap}, token=w.B)
+        assert status == 404, (snap, status, data)
+    bodies = [a.request("POST", f"/v1/sandboxes/{sb}/rollback", {"snapshot": s}, token=w.B)[2].replace(
+        s.encode(), b"<ID>") for s in (w.snap["id"], FAKE["snap"])]
+    assert bodies[0] == bodies[1], bodies
+    assert a.api("GET", f"/v1/sandboxes/{sb}", token=w.B)["state"] == "running"
+    assert w.snap["id"].encode() not in a.request("GET", f"/v1/sandboxes/{sb}/snapshots", token=w.B)[2]
+    _a_is_intact(w)
+
+
+@pytest.mark.parametrize("method,suffix,body", [
+    ("GET", "", None), ("GET", "/events", None), ("POST", "/stdin", {"text": "x"}),
+    ("POST", "/stdin", {"close": True}), ("POST", "/signal", {"signal": "KILL"})])
+def test_other_tenants_session(w, method, suffix, body):
+    """A's session with B's API key: the same 404 as an unknown session; the
+    session keeps running."""
+    _same_as_unknown(w.a, method, "/v1/sessions/{}" + suffix, w.ses["id"], FAKE["ses"], w.B, body)
+    _a_is_intact(w)
+
+
+def test_attach_token_reaches_its_session_only(w):
+    """A's attach token on B's session, on the sandbox endpoints of A's own
+    sandbox and on the admin endpoints: 401 everywhere; B's attach token on
+    A's session likewise."""
+    a, tok_a, tok_b = w.a, w.ses["attach_token"], w.ses_b["attach_token"]
+    for token, other in ((tok_a, w.ses_b["id"]), (tok_b, w.ses["id"])):
+        for method, suffix, body in (("GET", "", None), ("POST", "/signal", {"signal": 9}),
+                                     ("POST", "/stdin", {"text": "x"})):
+            status, _, data = a.request(method, f"/v1/sessions/{other}{suffix}", body, token=token)
+            assert status == 401, (method, suffix, status, data)
+    for method, path in (("GET", f"/v1/sandboxes/{w.sa['id']}"), ("GET", "/v1/sandboxes"),
+                         ("GET", f"/v1/operations/{w.sa['operation_id']}"), ("GET", "/v1/tenants"),
+                         ("POST", f"/v1/sandboxes/{w.sa['id']}/exec")):
+        status, _, _ = a.request(method, path, {"cmd": ["true"]} if method == "POST" else None, token=tok_a)
+        assert status == 401, (method, path, status)
+    # its own session: it works
+    assert a.request("GET", f"/v1/sessions/{w.ses['id']}", token=tok_a)[0] == 200
+    _a_is_intact(w)
+
+
+@pytest.mark.parametrize("spelling", ["upper", "trailing-slash", "double-slash", "percent", "dotted", "space"])
+def test_id_spellings_do_not_reach_another_tenant(w, spelling):
+    """A's id spelled otherwise (upper case, percent-encoded, with extra
+    slashes, dots or spaces): never A's sandbox for B (404 or 400)."""
+    sid = w.sa["id"]
+    path = {"upper": f"/v1/sandboxes/{sid.upper()}",
+            "trailing-slash": f"/v1/sandboxes/{sid}/",
+            "double-slash": f"//v1//sandboxes//{sid}",
+            "percent": "/v1/sandboxes/" + "".join(f"%{ord(c):02x}" for c in sid),
+            "dotted": f"/v1/sandboxes/./{sid}",
+            "space": f"/v1/sandboxes/{sid}%20"}[spelling]
+    for token in (w.B,):
+        status, _, data = w.a.request("GET", path, token=token)
+        assert status in (400, 404), (path, status, data)
+        assert b"tenant_id" not in data and b"alpha" not in data
+    status, _, data = w.a.request("POST", path + "/exec" if not path.endswith("/") else path + "exec",
+                                  {"cmd": ["cat", "/root/secret"]}, token=w.B)
+    assert status in (400, 404), (path, status, data)
+    assert b"secret" not in data
+    _a_is_intact(w)
+
+
+def test_idempotency_key_of_another_tenant(w):
+    """B replays A's Idempotency-Keys (a create's and a verb's): it never
+    gets A's sandbox or operation back, and A's are not affected."""
+    a = w.a
+    key = "alpha-create-1"
+    mine = a.api("POST", "/v1/sandboxes", {"template": "minimal"}, expect=201, token=w.A,
+                 headers={"Idempotency-Key": key})
+    status, _, data = a.request("POST", "/v1/sandboxes", {"template": "minimal"}, token=w.B,
+                                headers={"Idempotency-Key": key})
+    assert mine["id"].encode() not in data and mine["operation_id"].encode() not in data, data
+    if status in (200, 201):
+        theirs = json.loads(data)
+        assert theirs["tenant_id"] == w.tb["id"]
+        a.api("DELETE", f"/v1/sandboxes/{theirs['id']}", expect=204, token=w.B)
+    else:
+        assert status in (409, 422), (status, data)
+    vkey = "alpha-pause-1"
+    op = a.api("POST", f"/v1/sandboxes/{mine['id']}/pause?wait=true", token=w.A, headers={"Idempotency-Key": vkey})
+    # the same key on A's sandbox (404) and on B's own (never A's operation)
+    status, _, data = a.request("POST", f"/v1/sandboxes/{mine['id']}/resume", token=w.B,
+                                headers={"Idempotency-Key": vkey})
+    assert status == 404, (status, data)
+    status, _, data = a.request("POST", f"/v1/sandboxes/{w.sb['id']}/pause?wait=true", token=w.B,
+                                headers={"Idempotency-Key": vkey})
+    assert op["id"].encode() not in data and mine["id"].encode() not in data, data
+    if status in (200, 202):
+        a.api("POST", f"/v1/sandboxes/{w.sb['id']}/resume?wait=true", token=w.B)
+    # a delete with A's create key must not delete A's sandbox
+    status, _, _ = a.request("DELETE", f"/v1/sandboxes/{w.sb['id']}", token=w.B, headers={"Idempotency-Key": key})
+    assert a.api("GET", f"/v1/sandboxes/{mine['id']}", token=w.A)["state"] == "paused"
+    if status == 204:  # B deleted its own sandbox: make it again for the other tests
+        w.sb = a.api("POST", "/v1/sandboxes", {"template": "minimal"}, expect=201, token=w.B)
+    a.api("DELETE", f"/v1/sandboxes/{mine['id']}", expect=204, token=w.A)
+    _a_is_intact(w)
+
+
+@pytest.mark.parametrize("method,path,body", [
+    ("POST", "/v1/tenants", {"name": "gamma"}),
+    ("GET", "/v1/tenants", None),
+    ("DELETE", "/v1/tenants/TB", None),
+    ("DELETE", "/v1/tenants/TA", None),
+    ("GET", "/v1/tenants/TB/keys", None),
+    ("POST", "/v1/tenants/TB/keys", {"name": "mine"}),
+    ("POST", "/v1/tenants/TA/keys", {"name": "theirs"}),
+    ("GET", "/v1/tenants/TA/keys", None),
+    ("DELETE", "/v1/keys/KA", None),
+    ("DELETE", "/v1/keys/KB", None),
+])
+def test_tenant_key_cannot_manage_tenants_or_keys(w, method, path, body):
+    """Tenant and key management is the admin's, also for the key's own
+    tenant and its own key: 403, and nothing changes."""
+    p = (path.replace("TA", w.ta["id"]).replace("TB", w.tb["id"]).replace("KA", w.ka["id"])
+         .replace("KB", w.kb["id"]))
+    status, _, data = w.a.request(method, p, body, token=w.B)
+    assert status == 403 and json.loads(data)["error"]["code"] == "forbidden", (method, p, status, data)
+    tenants = w.a.api("GET", "/v1/tenants")["tenants"]
+    assert sorted(t["name"] for t in tenants) == ["alpha", "beta"]
+    for t, k in ((w.ta, w.ka), (w.tb, w.kb)):
+        assert [x["id"] for x in w.a.api("GET", f"/v1/tenants/{t['id']}/keys")["keys"]] == [k["id"]]
+    assert w.a.request("GET", "/v1/sandboxes", token=w.A)[0] == 200
+
+
+def test_revoked_key_fails_at_once_also_on_an_open_connection(w):
+    """A key revoked while its holder keeps a keep-alive connection open and
+    a session attached: the next request on that very connection is 401, on
+    every kind of endpoint."""
+    a = w.a
+    t = w.tb
+    k = a.api("POST", f"/v1/tenants/{t['id']}/keys", {"name": "doomed"}, expect=201)
+    conn = http.client.HTTPConnection("127.0.0.1", a.port, timeout=60)
+    hdr = {"Authorization": f"Bearer {k['key']}", "Content-Type": "application/json"}
+
+    def call(method, path, body=None):
+        conn.request(method, path, body=json.dumps(body).encode() if body is not None else None, headers=hdr)
+        r = conn.getresponse()
+        return r.status, r.read()
+
+    assert call("GET", "/v1/sandboxes")[0] == 200
+    assert call("GET", f"/v1/sessions/{w.ses_b['id']}")[0] == 200
+    a.api("DELETE", f"/v1/keys/{k['id']}", expect=204)
+    for method, path, body in (("GET", "/v1/sandboxes", None), ("GET", f"/v1/sandboxes/{w.sb['id']}", None),
+                               ("POST", f"/v1/sandboxes/{w.sb['id']}/exec", {"cmd": ["true"]}),
+                               ("GET", f"/v1/sessions/{w.ses_b['id']}", None),
+                               ("POST", "/v1/sandboxes", {"template": "minimal"})):
+        status, data = call(method, path, body)
+        assert status == 401, (method, path, status, data)
+    conn.close()
+    assert len(a.api("GET", "/v1/sandboxes", token=w.B)["sandboxes"]) == 1  # nothing was made
