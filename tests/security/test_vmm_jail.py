@@ -104,7 +104,7 @@ def test_every_vmm_is_jailed(airlock):
         # its root: what it runs and its own files, nothing else
         root = f"/proc/{pid}/root"
         for absent in ("/etc/shadow", "/etc/passwd", "/root", "/home", "/var", "/tmp",
-                       a.data_dir + "/airlock.db", a.data_dir + "/admin.token", disks[1 - i]):
+                       a.data_dir + "/control/airlock.db", a.data_dir + "/control/admin.token", disks[1 - i]):
             assert not os.path.lexists(root + absent), absent
         assert os.path.exists(root + "/usr/bin/qemu-system-x86_64") or os.path.exists(root + argv_of(pid)[0])
         assert sorted(os.listdir(root + "/dev")) in (["null", "random", "urandom", "zero"],
