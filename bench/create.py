@@ -7,7 +7,7 @@ measured in the same run on the same machine.
   sudo bench/create.py [--n 30] [--template minimal] [--pool-wait]
 
 Needs a running Airlock (./run.sh) or starts none: pass --url and --token,
-or --data-dir (reads DATA_DIR/admin.token). Prints medians and tails (p90,
+or --data-dir (reads DATA_DIR/control/admin.token). Prints medians and tails (p90,
 p99, max) and the ratio API/raw. Creates served from a warm pool (the reply
 says "pool":"hit") are summarised apart from cold ones; --pool-wait waits
 before every round until the template's pool is full again, so that each
@@ -156,7 +156,7 @@ def main():
     ap.add_argument("--pool-wait", action="store_true",
                     help="before each round, wait until the template's warm pool is full")
     a = ap.parse_args()
-    token = a.token or open(os.path.join(a.data_dir, "admin.token")).read().strip()
+    token = a.token or open(os.path.join(a.data_dir, "control", "admin.token")).read().strip()
 
     tpl_dir, manifest = find_template(a.data_dir, a.templates_dir, a.template)
     tdir = os.path.dirname(tpl_dir)

@@ -23,7 +23,7 @@ def main():
     ap.add_argument("--template", default="minimal")
     ap.add_argument("--n", type=int, default=50)
     a = ap.parse_args()
-    tok = open(os.path.join(a.data_dir, "admin.token")).read().strip()
+    tok = open(os.path.join(a.data_dir, "control", "admin.token")).read().strip()
 
     def call(method, path, body=None, raw=None):
         c = http.client.HTTPConnection(a.host, a.port, timeout=300)

@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--template", default="minimal")
     ap.add_argument("--n", type=int, default=20)
     a = ap.parse_args()
-    tok = open(os.path.join(a.data_dir, "admin.token")).read().strip()
+    tok = open(os.path.join(a.data_dir, "control", "admin.token")).read().strip()
 
     def call(method, path, body=None):
         c = http.client.HTTPConnection("127.0.0.1", a.port, timeout=600)

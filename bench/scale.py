@@ -127,7 +127,7 @@ class Instance:
                 st = c.getresponse().status
                 c.close()
                 if st == 200:
-                    self.token = open(os.path.join(self.data_dir, "admin.token")).read().strip()
+                    self.token = open(os.path.join(self.data_dir, "control", "admin.token")).read().strip()
                     return self
             except OSError:
                 pass

@@ -7,7 +7,7 @@ snapshot has to carry).
   sudo bench/snapshots.py [--n 10] [--template minimal] [--data-dir /var/lib/airlock] [--port 7420]
   sudo bench/snapshots.py --start [--templates-dir DIR] [--base DIR] [--n 10]
 
-Without --start it talks to the Airlock at --port and reads DATA_DIR/admin.token
+Without --start it talks to the Airlock at --port and reads DATA_DIR/control/admin.token
 (as lifecycle.py does); with --start it runs its own airlockd (see scale.py:
 data dir under --base, templates from --templates-dir, warm pools off,
 scheduled snapshots off so none collides with a verb) and stops it at the end.
@@ -217,7 +217,7 @@ def main():
         tpl_dir, manifest = find_template(None, tdir, a.template)
     else:
         tpl_dir, manifest = find_template(a.data_dir, None, a.template)
-    tok = open(os.path.join(a.data_dir, "admin.token")).read().strip()
+    tok = open(os.path.join(a.data_dir, "control", "admin.token")).read().strip()
     log = LogTail(a.log)
 
     def call(method, path, body=None):
