@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "capcheck.h"
@@ -91,6 +92,9 @@ int main(int argc, char *argv[]) {
         int r;
 
         log_setup("airlock-node", LOG_LEVEL_INFO);
+        /* our own, not the parent's: airlockd writes with 077, and the
+         * jail's private root and the template files need their modes */
+        umask(022);
         r = node_config_load(argc, argv, &cfg, &action);
         if (r < 0) {
                 fprintf(stderr, "Try 'airlock-node --help'.\n");

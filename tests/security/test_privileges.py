@@ -126,3 +126,15 @@ def test_privilege_separation_can_be_turned_off_only_explicitly(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "airlock-nodemgr" in r.stderr
     assert not os.path.exists(tmp_path / "d")  # nothing was started or created
+
+
+def test_without_privilege_separation_everything_still_works(airlock_factory):
+    """AIRLOCK_PRIVSEP=0 (development): airlockd stays root and spawns the
+    node itself, and sandboxes run (the node sets its own umask: airlockd's
+    077 must not reach the jail's private root)."""
+    a = airlock_factory(env={"AIRLOCK_PRIVSEP": "0"}, prebuild="minimal")
+    assert exe_name(a.proc.pid) == "airlockd"
+    assert status(a.proc.pid)["Uid"].split()[0] == "0"
+    sid = a.create("minimal")["id"]
+    assert a.exec(sid, ["echo", "ok"])["stdout"] == "ok\n"
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
