@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <grp.h>
 #include <libgen.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@
 #include "config.h"
 #include "log.h"
 #include "macros.h"
+#include "mgrserver.h"
 #include "privsep.h"
 #include "spawn.h"
 #include "util.h"
@@ -86,13 +88,23 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         gid_t gid;
         const char *user;
         int r;
-        if ((r = privsep_control_dir(c)) < 0 || (r = privsep_user(&uid, &gid, &user)) < 0 ||
+        uid_t node_uid;
+        gid_t node_gid;
+        const char *node_user;
+        if ((r = privsep_control_dir(c)) < 0 ||
+            (r = privsep_user("AIRLOCK_USER", PRIVSEP_USER_DEFAULT, &uid, &gid, &user)) < 0 ||
+            (r = privsep_user("AIRLOCK_NODE_USER", PRIVSEP_NODE_USER_DEFAULT, &node_uid, &node_gid, &node_user)) < 0 ||
             (r = privsep_hand_over(c, uid, gid)) < 0)
                 return r;
+        if (node_uid == uid || node_gid == gid)
+                return log_error_errno(-EINVAL, "the node user %s must not be airlockd's user %s", node_user, user);
         char run_dir[sizeof c->node_socket];
         memcpy(run_dir, c->node_socket, sizeof run_dir);
         if ((r = mkdir_p(dirname(run_dir), 0711)) < 0)
                 return log_error_errno(r, "Failed to create %s: %m", run_dir);
+        _cleanup_(mgr_server_freep) struct mgr_server *mgr = NULL;
+        if ((r = mgr_server_open(c, node_uid, node_gid, &mgr)) < 0)
+                return r;
         struct group *g = getgrgid(gid);
         if (!g || setenv("AIRLOCK_SOCKET_GROUP", g->gr_name, 1) < 0)
                 return log_error_errno(-ENOENT, "No group %u for user %s", (unsigned) gid, user);
@@ -140,6 +152,13 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         bool stopping = false, clean = false;
         int exit_code = 1;
         while (daemon_pid > 0) {
+                struct pollfd pfd[2] = { { .fd = sfd, .events = POLLIN }, { .fd = mgr_server_fd(mgr), .events = POLLIN } };
+                if (poll(pfd, 2, -1) < 0)
+                        continue; /* EINTR */
+                if (pfd[1].revents & POLLIN)
+                        mgr_server_serve_one(mgr);
+                if (!(pfd[0].revents & POLLIN))
+                        continue;
                 struct signalfd_siginfo si;
                 ssize_t k = read(sfd, &si, sizeof si);
                 if (k < 0 && errno == EINTR)

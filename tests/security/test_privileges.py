@@ -3,6 +3,9 @@ as root becomes airlock-nodemgr, which runs the real airlockd as the system
 user `airlock`; a compromised control plane can then reach neither root's
 files nor the node's storage, only its own DATA_DIR/control."""
 
+import errno
+import glob
+import json
 import os
 import pwd
 import socket
@@ -126,3 +129,138 @@ def test_privilege_separation_can_be_turned_off_only_explicitly(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "airlock-nodemgr" in r.stderr
     assert not os.path.exists(tmp_path / "d")  # nothing was started or created
+
+
+MGR_CLIENT = r"""
+import json, socket, struct, sys
+path, req = sys.argv[1], sys.argv[2].encode()
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(path)
+except OSError as e:
+    print(json.dumps({"connect_errno": e.errno})); sys.exit(0)
+try:
+    s.sendall(struct.pack("<IBBHII", 0x314B4C41, 1, 80, 0, 0, len(req)) + req)
+except (BrokenPipeError, ConnectionResetError):  # refused before we were done
+    print(json.dumps({"closed": 0})); sys.exit(0)
+buf = b""
+while True:
+    try:
+        k = s.recv(65536)
+    except ConnectionResetError:  # closed with our request unread
+        k = b""
+    if not k:
+        break
+    buf += k
+if len(buf) < 16:
+    print(json.dumps({"closed": len(buf)})); sys.exit(0)
+magic, ver, typ, _, _, n = struct.unpack("<IBBHII", buf[:16])
+assert magic == 0x314B4C41 and typ == 81, (magic, typ)
+print(buf[16:16 + n].decode())
+"""
+
+
+def mgr_request(a, req, user="airlock-node"):
+    """One request to airlock-nodemgr as user (None: as root)."""
+    path = os.path.join(a.data_dir, "run", "nodemgr.sock")
+    drop = None
+    if user:
+        pw = pwd.getpwnam(user)
+
+        def drop():
+            os.setgroups([])
+            os.setgid(pw.pw_gid)
+            os.setuid(pw.pw_uid)
+
+    r = subprocess.run(["/usr/bin/python3", "-c", MGR_CLIENT, path, json.dumps(req)], preexec_fn=drop,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def start_time(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def test_nodemgr_socket_serves_only_the_node_user(airlock):
+    a = airlock
+    path = os.path.join(a.data_dir, "run", "nodemgr.sock")
+    st = os.stat(path)
+    node = pwd.getpwnam("airlock-node")
+    assert stat.S_IMODE(st.st_mode) == 0o660 and st.st_uid == 0 and st.st_gid == node.pw_gid
+    assert node.pw_uid != 0 and node.pw_uid != pwd.getpwnam("airlock").pw_uid
+    assert mgr_request(a, {"op": "ping"}) == {"ok": True, "uid": node.pw_uid}
+    # airlockd's user and nobody: the file mode; root (who passes any
+    # mode): SO_PEERCRED, the connection is closed unanswered
+    assert mgr_request(a, {"op": "ping"}, "airlock") == {"connect_errno": 13}
+    assert mgr_request(a, {"op": "ping"}, "nobody") == {"connect_errno": 13}
+    assert mgr_request(a, {"op": "ping"}, None) == {"closed": 0}
+    # no shell, no op outside the fixed set, no stray keys
+    for bad in ({"op": "exec", "argv": ["/bin/sh"]}, {"op": "ping", "x": 1}, {"op": "../ping"}, []):
+        r = mgr_request(a, bad)
+        assert r["error"]["errno"] == errno.EINVAL, (bad, r)
+
+
+def test_nodemgr_signals_only_vms(airlock):
+    a = airlock
+    base = 2000000
+    # nodemgr itself, airlockd, init: not VMs, whatever uid the request claims
+    for pid in (a.proc.pid, daemon_pid(a), 1):
+        for op in ("vmm.signal", "vmm.verify"):
+            req = {"op": op, "pid": pid, "start_time": start_time(pid), "uid": base}
+            if op == "vmm.signal":
+                req["signal"] = "kill"
+            r = mgr_request(a, req)
+            assert "error" in r, (pid, r)
+    assert os.path.exists(f"/proc/{a.proc.pid}") and a.request("GET", "/v1/sandboxes")[0] == 200
+    # a uid outside the VM range is refused before anything is looked at
+    r = mgr_request(a, {"op": "vmm.signal", "pid": a.proc.pid, "start_time": start_time(a.proc.pid), "uid": 0,
+                        "signal": "kill"})
+    assert r["error"]["errno"] == errno.EINVAL
+    # a real VM passes the check (verify only: it keeps running)
+    sid = a.create("minimal")["id"]
+    recs = [[int(x) for x in open(p).read().split()[:3]]
+            for p in glob.glob(os.path.join(a.data_dir, "**", "vmm.pid"), recursive=True)]
+    recs = [r for r in recs if os.path.exists(f"/proc/{r[0]}")]
+    assert recs, "no live vmm.pid"
+    pid, st, uid = recs[0]
+    assert mgr_request(a, {"op": "vmm.verify", "pid": pid, "start_time": st, "uid": uid}) == {"ok": True}
+    # the same pid with another start time (a reused pid) or another VM uid: refused
+    assert "error" in mgr_request(a, {"op": "vmm.verify", "pid": pid, "start_time": st + 1, "uid": uid})
+    other = uid + 1 if uid + 1 < base + 65536 else uid - 1
+    assert "error" in mgr_request(a, {"op": "vmm.signal", "pid": pid, "start_time": st, "uid": other,
+                                      "signal": "kill"})
+    assert a.exec(sid, ["echo", "ok"])["stdout"] == "ok\n"
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+
+
+def test_nodemgr_hands_out_only_the_nodes_files(airlock):
+    a = airlock
+    base = 2000000
+    shadow = os.stat("/etc/shadow")
+    for path in ("/etc/shadow", os.path.join(a.data_dir, "..", "..", "etc", "shadow"), a.data_dir,
+                 os.path.join(a.data_dir, "control", "admin.token") + "/"):
+        r = mgr_request(a, {"op": "file.give", "path": path, "uid": base, "mode": 0o600})
+        assert r["error"]["errno"] == errno.EINVAL, (path, r)
+    # under the data dir, but through a symlink (planted by root here; the
+    # unprivileged node could plant one in its own storage)
+    link = os.path.join(a.data_dir, "sandboxes", "evil")
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    os.symlink("/etc", link)
+    try:
+        r = mgr_request(a, {"op": "file.give", "path": link + "/shadow", "uid": base, "mode": 0o600})
+        assert r["error"]["errno"] == errno.ELOOP, r
+        r = mgr_request(a, {"op": "file.give", "path": link, "uid": base, "mode": 0o700})
+        assert r["error"]["errno"] == errno.ELOOP, r
+    finally:
+        os.unlink(link)
+    # a file of someone else's under the data dir (airlockd's token): refused
+    token = os.path.join(a.data_dir, "control", "admin.token")
+    before = os.stat(token)
+    r = mgr_request(a, {"op": "file.give", "path": token, "uid": base, "mode": 0o600})
+    assert "error" in r
+    after = os.stat(token)
+    assert (after.st_uid, after.st_mode) == (before.st_uid, before.st_mode)
+    s2 = os.stat("/etc/shadow")
+    assert (s2.st_uid, s2.st_gid, s2.st_mode) == (shadow.st_uid, shadow.st_gid, shadow.st_mode)

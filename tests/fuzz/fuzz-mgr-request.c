@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Fuzzes the parser airlock-nodemgr (root) runs on every request of the
+ * node (lib/mgr). Invariants: whatever it accepts is within the policy
+ * (a VM uid, a path under a root that mgr_path_check accepts, a mode of
+ * the fixed set, SIGKILL or SIGTERM), and formats back to a request that
+ * parses to the same values.
+ */
+#include <assert.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgr.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static const struct mgr_policy policy = {
+        .vm_uid_base = 2000000,
+        .vm_uid_count = 65536,
+        .roots = { "/d/vol", "/d", "/t" },
+        .n_roots = 3,
+};
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+        struct mgr_request r;
+        char err[256];
+        if (mgr_request_parse(data, size, &policy, &r, err, sizeof err) < 0)
+                return 0;
+        assert(r.op < MGR_OP_MAX);
+        if (r.op == MGR_OP_PING)
+                return 0;
+        assert(mgr_policy_vm_uid(&policy, r.uid));
+        if (r.op == MGR_OP_VMM_SIGNAL)
+                assert(r.signal == SIGKILL || r.signal == SIGTERM);
+        if (r.op == MGR_OP_VMM_SIGNAL || r.op == MGR_OP_VMM_VERIFY)
+                assert(r.pid > 1);
+        if (r.op == MGR_OP_FILE_GIVE) {
+                assert(r.mode == 0600 || r.mode == 0660 || r.mode == 0700 || r.mode == 02770);
+                assert((size_t) mgr_path_check(&policy, r.path) == r.root);
+                assert(!strstr(r.path, "/.") && !strstr(r.path, "//"));
+        }
+        char *json = mgr_request_format(&r);
+        assert(json);
+        struct mgr_request again;
+        assert(mgr_request_parse(json, strlen(json), &policy, &again, err, sizeof err) == 0);
+        assert(again.op == r.op && again.uid == r.uid && again.pid == r.pid && again.start_time == r.start_time &&
+               again.signal == r.signal && again.mode == r.mode && strcmp(again.path, r.path) == 0);
+        free(json);
+        return 0;
+}
