@@ -24,6 +24,7 @@ static const char *const op_names[MGR_OP_MAX] = {
         [MGR_OP_VMM_SIGNAL] = "vmm.signal",
         [MGR_OP_CGROUP_REMOVE] = "cgroup.remove",
         [MGR_OP_FILE_GIVE] = "file.give",
+        [MGR_OP_VMM_SPAWN] = "vmm.spawn",
 };
 
 /* The keys each op takes besides "op": all required, nothing else allowed. */
@@ -33,14 +34,29 @@ static const char *const op_names[MGR_OP_MAX] = {
 #define K_SIGNAL (1u << 3)
 #define K_PATH (1u << 4)
 #define K_MODE (1u << 5)
+#define K_RUN_DIR (1u << 6)
+#define K_KERNEL (1u << 7)
+#define K_INITRD (1u << 8)
+#define K_DISK (1u << 9)
+#define K_DISK_TARGET (1u << 10)
+#define K_MEM (1u << 11)
+#define K_TEMPLATE_RAM (1u << 12)
+#define K_KVM (1u << 13)
+#define K_MEMORY (1u << 14)
+#define K_VCPUS (1u << 15)
+#define K_ARGV (1u << 16)
 static const unsigned op_keys[MGR_OP_MAX] = {
         [MGR_OP_PING] = 0,
         [MGR_OP_VMM_VERIFY] = K_PID | K_START | K_UID,
         [MGR_OP_VMM_SIGNAL] = K_PID | K_START | K_UID | K_SIGNAL,
         [MGR_OP_CGROUP_REMOVE] = K_UID,
         [MGR_OP_FILE_GIVE] = K_PATH | K_UID | K_MODE,
+        [MGR_OP_VMM_SPAWN] = K_UID | K_RUN_DIR | K_KERNEL | K_INITRD | K_DISK | K_DISK_TARGET | K_MEM |
+                             K_TEMPLATE_RAM | K_KVM | K_MEMORY | K_VCPUS | K_ARGV,
 };
-static const char *const key_names[] = { "pid", "start_time", "uid", "signal", "path", "mode" };
+static const char *const key_names[] = { "pid",  "start_time",  "uid", "signal",       "path", "mode",
+                                          "run_dir", "kernel",  "initrd", "disk", "disk_target", "mem",
+                                          "template_ram", "kvm", "memory_mib", "vcpus", "argv" };
 
 const char *mgr_op_name(enum mgr_op op) {
         return (unsigned) op < MGR_OP_MAX ? op_names[op] : NULL;
@@ -106,6 +122,48 @@ static bool get_int(json_t *v, json_int_t min, json_int_t max, json_int_t *ret) 
         return true;
 }
 
+/* A path under one of p's roots into out (MGR_PATH_MAX); "" only when
+ * may_be_empty. */
+static bool get_path(json_t *v, const struct mgr_policy *p, bool may_be_empty, char *out) {
+        const char *s = json_string_value(v);
+        if (!s || strlen(s) != json_string_length(v))
+                return false;
+        if (!*s && may_be_empty) {
+                out[0] = 0;
+                return true;
+        }
+        if (mgr_path_check(p, s) < 0)
+                return false;
+        memcpy(out, s, strlen(s) + 1);
+        return true;
+}
+
+/* argv: 1..MGR_ARGV_MAX strings of < MGR_ARG_MAX bytes, no NUL inside. */
+static bool get_argv(json_t *v, char **out) {
+        size_t n = json_array_size(v);
+        if (!json_is_array(v) || n == 0 || n > MGR_ARGV_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                json_t *a = json_array_get(v, i);
+                const char *s = json_string_value(a);
+                if (!s || strlen(s) != json_string_length(a) || strlen(s) >= MGR_ARG_MAX)
+                        return false;
+                if (!(out[i] = strdup(s)))
+                        return false;
+        }
+        out[n] = NULL;
+        return true;
+}
+
+void mgr_request_release(struct mgr_request *r) {
+        if (!r)
+                return;
+        for (size_t i = 0; i < MGR_ARGV_MAX && r->argv[i]; i++) {
+                free(r->argv[i]);
+                r->argv[i] = NULL;
+        }
+}
+
 int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, struct mgr_request *ret,
                       char *err, size_t n) {
         if (!json || !p || !ret)
@@ -116,7 +174,14 @@ int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, 
         json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
         if (!root)
                 return fail(err, n, "not JSON: %s", je.text);
-        struct mgr_request r = { .op = MGR_OP_MAX };
+        static const struct mgr_request empty = { .op = MGR_OP_MAX };
+        struct mgr_request *rp = malloc(sizeof *rp);
+        if (!rp) {
+                json_decref(root);
+                return -ENOMEM;
+        }
+        *rp = empty;
+#define r (*rp)
         int res = -EINVAL;
         if (!json_is_object(root)) {
                 res = fail(err, n, "request is not an object");
@@ -184,6 +249,43 @@ int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, 
                         }
                         break;
                 }
+                case K_RUN_DIR:
+                        ok = get_path(v, p, false, r.run_dir);
+                        break;
+                case K_KERNEL:
+                        ok = get_path(v, p, false, r.kernel);
+                        break;
+                case K_INITRD:
+                        ok = get_path(v, p, false, r.initrd);
+                        break;
+                case K_DISK:
+                        ok = get_path(v, p, false, r.disk);
+                        break;
+                case K_DISK_TARGET:
+                        ok = get_path(v, p, false, r.disk_target);
+                        break;
+                case K_MEM:
+                        ok = get_path(v, p, true, r.mem);
+                        break;
+                case K_TEMPLATE_RAM:
+                        ok = json_is_boolean(v);
+                        r.template_ram = json_is_true(v);
+                        break;
+                case K_KVM:
+                        ok = json_is_boolean(v);
+                        r.kvm = json_is_true(v);
+                        break;
+                case K_MEMORY:
+                        ok = get_int(v, 16, 1 << 20, &x);
+                        r.memory_mib = (unsigned) x;
+                        break;
+                case K_VCPUS:
+                        ok = get_int(v, 1, 256, &x);
+                        r.vcpus = (unsigned) x;
+                        break;
+                case K_ARGV:
+                        ok = !r.argv[0] && get_argv(v, r.argv);
+                        break;
                 }
                 if (!ok) {
                         res = fail(err, n, "bad %s", key_names[k]);
@@ -197,9 +299,18 @@ int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, 
                                 goto out;
                         }
         }
+        /* a RAM file to share, or the template's sealed copy: not both */
+        if (r.op == MGR_OP_VMM_SPAWN && r.template_ram && r.mem[0]) {
+                res = fail(err, n, "mem and template_ram");
+                goto out;
+        }
         *ret = r;
         res = 0;
 out:
+        if (res < 0)
+                mgr_request_release(rp);
+        free(rp);
+#undef r
         json_decref(root);
         return res;
 }
@@ -224,6 +335,22 @@ char *mgr_request_format(const struct mgr_request *r) {
                 k |= json_object_set_new(o, "path", json_string(r->path));
         if (keys & K_MODE)
                 k |= json_object_set_new(o, "mode", json_integer(r->mode));
+        if (r->op == MGR_OP_VMM_SPAWN) {
+                k |= json_object_set_new(o, "run_dir", json_string(r->run_dir));
+                k |= json_object_set_new(o, "kernel", json_string(r->kernel));
+                k |= json_object_set_new(o, "initrd", json_string(r->initrd));
+                k |= json_object_set_new(o, "disk", json_string(r->disk));
+                k |= json_object_set_new(o, "disk_target", json_string(r->disk_target));
+                k |= json_object_set_new(o, "mem", json_string(r->mem));
+                k |= json_object_set_new(o, "template_ram", json_boolean(r->template_ram));
+                k |= json_object_set_new(o, "kvm", json_boolean(r->kvm));
+                k |= json_object_set_new(o, "memory_mib", json_integer(r->memory_mib));
+                k |= json_object_set_new(o, "vcpus", json_integer(r->vcpus));
+                json_t *a = json_array();
+                for (size_t i = 0; a && i < MGR_ARGV_MAX && r->argv[i]; i++)
+                        k |= json_array_append_new(a, json_string(r->argv[i]));
+                k |= a ? json_object_set_new(o, "argv", a) : -1;
+        }
         char *s = k == 0 ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
         return s;
@@ -351,7 +478,7 @@ int mgr_open_beneath(int root_fd, const char *root_path, const char *path, int e
 /* ---- the node's side ---- */
 
 int mgr_call(const char *socket_path, const struct mgr_request *r, const int *fds, size_t n_fds, char **ret_reply,
-             char *err, size_t n) {
+             int *ret_fds, size_t *ret_n_fds, char *err, size_t n) {
         if (err && n)
                 err[0] = 0;
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -371,10 +498,17 @@ int mgr_call(const char *socket_path, const struct mgr_request *r, const int *fd
                 return k;
         _cleanup_free_ char *reply = NULL;
         size_t len;
-        k = mgr_recv(fd, PROTO_MGR_REPLY, MGR_REQUEST_MAX, &reply, &len, NULL, NULL);
+        int got[MGR_FDS_MAX];
+        size_t n_got = 0;
+        k = mgr_recv(fd, PROTO_MGR_REPLY, MGR_REQUEST_MAX, &reply, &len, got, &n_got);
         if (k < 0)
                 return k;
         json_t *o = json_loadb(reply, len, 0, NULL);
+        bool ok = json_is_object(o) && !json_object_get(o, "error") && json_is_true(json_object_get(o, "ok")) &&
+                  (n_got == 0 || ret_fds);
+        if (!ok || !ret_fds)
+                for (size_t i = 0; i < n_got; i++)
+                        close(got[i]);
         if (!json_is_object(o)) {
                 json_decref(o);
                 return -EBADMSG;
@@ -388,10 +522,13 @@ int mgr_call(const char *socket_path, const struct mgr_request *r, const int *fd
                 json_decref(o);
                 return no > 0 && no < 4096 ? (int) -no : -EPROTO;
         }
-        bool ok = json_is_true(json_object_get(o, "ok"));
         json_decref(o);
         if (!ok)
                 return -EBADMSG;
+        if (ret_fds) {
+                memcpy(ret_fds, got, n_got * sizeof(int));
+                *ret_n_fds = n_got;
+        }
         if (ret_reply)
                 *ret_reply = TAKE_PTR(reply);
         return 0;

@@ -36,6 +36,9 @@
 #define MGR_PATH_DEPTH_MAX 8
 #define MGR_FDS_MAX 4
 #define MGR_REQUEST_MAX 65536 /* bytes of JSON; far below PROTO_MAX_PAYLOAD */
+#define MGR_ARGV_MAX 128
+#define MGR_ARG_MAX 4096
+#define MGR_PATH_MAX 4096
 
 enum mgr_op {
         MGR_OP_PING,          /* {} -> {"uid":n}: the channel works, the caller was accepted */
@@ -44,6 +47,10 @@ enum mgr_op {
         MGR_OP_CGROUP_REMOVE, /* {"uid"} -> {}: removes the (empty) cgroup airlock-vm-UID */
         MGR_OP_FILE_GIVE,     /* {"path","uid","mode"} -> {}: hands a VM file or dir to a VM uid,
                                * group the node's, mode 0600/0660 (files) or 0700/2770 (dirs) */
+        MGR_OP_VMM_SPAWN,     /* {"uid","run_dir","kernel","initrd","disk","disk_target","mem",
+                               *  "template_ram","kvm","memory_mib","vcpus","argv"} + fds
+                               * [QEMU's stdout, the sealed template RAM when template_ram]
+                               * -> {"pid","start_time","exe_dev","exe_ino"} + fd [its pidfd] */
         MGR_OP_MAX,
 };
 
@@ -63,7 +70,14 @@ struct mgr_request {
         int signal;           /* VMM_SIGNAL: SIGKILL or SIGTERM */
         unsigned mode;        /* FILE_GIVE */
         size_t root;          /* FILE_GIVE: index into policy->roots */
-        char path[4096];      /* FILE_GIVE: absolute, canonical, under roots[root] */
+        char path[MGR_PATH_MAX]; /* FILE_GIVE: absolute, canonical, under roots[root] */
+        /* VMM_SPAWN: every path absolute, canonical, under a root (mem: or "") */
+        char run_dir[MGR_PATH_MAX], kernel[MGR_PATH_MAX], initrd[MGR_PATH_MAX], disk[MGR_PATH_MAX],
+                disk_target[MGR_PATH_MAX], mem[MGR_PATH_MAX];
+        bool template_ram, kvm;
+        unsigned memory_mib;  /* 16 .. 1 TiB */
+        unsigned vcpus;       /* 1 .. 256 */
+        char *argv[MGR_ARGV_MAX + 1]; /* NULL-terminated, at least argv[0]; mgr_request_release() */
 };
 
 /* The op's wire name ("vmm.signal"), or NULL. */
@@ -82,6 +96,9 @@ int mgr_path_check(const struct mgr_policy *p, const char *path);
  * complete only on success. */
 int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, struct mgr_request *ret,
                       char *err, size_t n);
+
+/* Frees what a parsed request holds (argv). */
+void mgr_request_release(struct mgr_request *r);
 
 /* The request's JSON (to free). NULL on ENOMEM or an invalid op. */
 char *mgr_request_format(const struct mgr_request *r);
@@ -104,8 +121,8 @@ int mgr_recv(int fd, uint8_t type, size_t max, char **ret_payload, size_t *ret_l
 int mgr_open_beneath(int root_fd, const char *root_path, const char *path, int extra_flags);
 
 /* The node's side: connects to socket_path, sends r with fds, reads the
- * reply. 0 and *ret_reply (the JSON object of an ok reply, to free with
- * free()) or the negative errno the manager answered (its message
- * logged by the caller from err). */
+ * reply. 0 and *ret_reply (the JSON of an ok reply, to free; may be NULL)
+ * and the fds that came with it (ret_fds: room for MGR_FDS_MAX, may be
+ * NULL), or the negative errno the manager answered (its message in err). */
 int mgr_call(const char *socket_path, const struct mgr_request *r, const int *fds, size_t n_fds, char **ret_reply,
-             char *err, size_t n);
+             int *ret_fds, size_t *ret_n_fds, char *err, size_t n);

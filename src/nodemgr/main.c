@@ -75,6 +75,84 @@ static int spawn_daemon(char **argv, uid_t uid, gid_t gid, pid_t *ret_pid) {
         return 0;
 }
 
+/* node_wait_socket(), serving the node's requests meanwhile: a starting
+ * node adopts or kills the VMs of the one before through us. */
+static int wait_node(const struct daemon_config *c, struct mgr_server *mgr, pid_t pid) {
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) c->node_start_timeout_s * 1000000000ULL;
+        for (;;) {
+                if (node_wait_socket(c->node_socket, -1, 0) == 0)
+                        return 0;
+                int status;
+                if (waitpid(pid, &status, WNOHANG) == pid) {
+                        log_error("airlock-node exited during start-up (%s %d)",
+                                  WIFEXITED(status) ? "status" : "signal",
+                                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                        return -ECHILD;
+                }
+                if (now_monotonic_ns() >= deadline)
+                        return -ETIMEDOUT;
+                struct pollfd p = { .fd = mgr_server_fd(mgr), .events = POLLIN };
+                if (poll(&p, 1, 50) > 0)
+                        mgr_server_serve_one(mgr);
+        }
+}
+
+/* node_stop() (sig first: SIGTERM stops, SIGUSR1 hands the VMs over),
+ * serving the node's requests meanwhile: a stopping node has its VMs
+ * signalled through us. */
+static int stop_node(struct mgr_server *mgr, pid_t pid, int sig, unsigned grace_s) {
+        if (kill(pid, sig) < 0 && errno != ESRCH)
+                return negative_errno();
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) grace_s * 1000000000ULL;
+        for (;;) {
+                int status;
+                pid_t k = waitpid(pid, &status, WNOHANG);
+                if (k == pid)
+                        return status;
+                if (k < 0)
+                        return negative_errno();
+                if (now_monotonic_ns() >= deadline) {
+                        log_warn("airlock-node pid=%d did not stop within %us; killing it", (int) pid, grace_s);
+                        kill(pid, SIGKILL);
+                        if (waitpid(pid, &status, 0) < 0)
+                                return negative_errno();
+                        return status;
+                }
+                struct pollfd p = { .fd = mgr_server_fd(mgr), .events = POLLIN };
+                if (poll(&p, 1, 50) > 0)
+                        mgr_server_serve_one(mgr);
+        }
+}
+
+/* node_restart() with wait_node(). */
+static int restart_node(const struct daemon_config *c, struct mgr_server *mgr, uint64_t *restarts, size_t *n,
+                        pid_t *ret_pid) {
+        uint64_t now = now_monotonic_ns();
+        size_t k = 0;
+        for (size_t i = 0; i < *n; i++)
+                if (now - restarts[i] < NODE_RESTART_WINDOW_NS)
+                        restarts[k++] = restarts[i];
+        *n = k;
+        if (k >= NODE_RESTARTS_MAX)
+                return -ELOOP;
+        restarts[(*n)++] = now;
+        pid_t pid;
+        int r = node_spawn(c, &pid);
+        if (r < 0)
+                return r;
+        mgr_server_set_node(mgr, pid);
+        r = wait_node(c, mgr, pid);
+        if (r < 0) {
+                log_error_errno(r, "restarted airlock-node did not open %s: %m", c->node_socket);
+                if (r != -ECHILD)
+                        (void) stop_node(mgr, pid, SIGTERM, NODE_STOP_GRACE_S);
+                return r;
+        }
+        log_info("airlock-node restarted pid=%d", (int) pid);
+        *ret_pid = pid;
+        return 0;
+}
+
 static const char *describe(int status, char *buf, size_t n) {
         if (WIFEXITED(status))
                 snprintf(buf, n, "status %d", WEXITSTATUS(status));
@@ -105,6 +183,9 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         _cleanup_(mgr_server_freep) struct mgr_server *mgr = NULL;
         if ((r = mgr_server_open(c, node_uid, node_gid, &mgr)) < 0)
                 return r;
+        /* the node asks us for what needs root (src/node/vmm.c) */
+        if (setenv("AIRLOCK_NODEMGR_SOCKET", mgr_server_path(mgr), 1) < 0)
+                return -ENOMEM;
         struct group *g = getgrgid(gid);
         if (!g || setenv("AIRLOCK_SOCKET_GROUP", g->gr_name, 1) < 0)
                 return log_error_errno(-ENOENT, "No group %u for user %s", (unsigned) gid, user);
@@ -135,17 +216,18 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         if (c->spawn_node) {
                 if ((r = node_spawn(c, &node_pid)) < 0)
                         return r;
-                r = node_wait_socket(c->node_socket, node_pid, c->node_start_timeout_s);
+                mgr_server_set_node(mgr, node_pid);
+                r = wait_node(c, mgr, node_pid);
                 if (r < 0) {
                         log_error_errno(r, "airlock-node did not open %s: %m", c->node_socket);
                         if (r != -ECHILD)
-                                (void) node_stop(node_pid, NODE_STOP_GRACE_S);
+                                (void) stop_node(mgr, node_pid, SIGTERM, NODE_STOP_GRACE_S);
                         return r;
                 }
         }
         if ((r = spawn_daemon(dargv, uid, gid, &daemon_pid)) < 0) {
                 if (node_pid > 0)
-                        (void) node_stop(node_pid, NODE_STOP_GRACE_S);
+                        (void) stop_node(mgr, node_pid, SIGTERM, NODE_STOP_GRACE_S);
                 return r;
         }
 
@@ -195,7 +277,7 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                         /* anything else: a VM its dead node orphaned */
                 }
                 if (node_exited && daemon_pid > 0 && !stopping &&
-                    node_restart(c, restarts, &n_restarts, &node_pid) < 0) {
+                    restart_node(c, mgr, restarts, &n_restarts, &node_pid) < 0) {
                         log_error("airlock-node keeps failing; stopping so a supervisor can restart Airlock");
                         stopping = true;
                         kill(daemon_pid, SIGTERM);
@@ -203,14 +285,13 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         }
         if (node_pid > 0) {
                 if (clean || stopping) {
-                        r = node_stop(node_pid, NODE_STOP_GRACE_S);
+                        r = stop_node(mgr, node_pid, SIGTERM, NODE_STOP_GRACE_S);
                         if (r < 0)
                                 log_warn_errno(r, "Failed to stop airlock-node: %m");
                 } else {
                         /* airlockd crashed: keep the VMs for the next start */
                         log_warn("handing the VMs over to the next start");
-                        kill(node_pid, SIGUSR1);
-                        (void) waitpid(node_pid, NULL, 0);
+                        (void) stop_node(mgr, node_pid, SIGUSR1, 3600);
                 }
         }
         log_info("stopped");

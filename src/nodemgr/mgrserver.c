@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -30,12 +31,18 @@
 struct mgr_server {
         int fd;
         char path[108];
+        char *jails_dir;      /* DATA_DIR/run/jails: root's, the VMs' private roots are mounted there */
         uid_t node_uid;
         gid_t node_gid;
+        pid_t node_pid;       /* the node we run: while it still runs as root, only it may ask */
         struct mgr_policy policy;
         char *roots[MGR_ROOTS_MAX];
         char *qemu;
 };
+
+const char *mgr_server_path(const struct mgr_server *s) {
+        return s->path;
+}
 
 int mgr_server_fd(const struct mgr_server *s) {
         return s ? s->fd : -1;
@@ -51,7 +58,13 @@ void mgr_server_free(struct mgr_server *s) {
         for (size_t i = 0; i < MGR_ROOTS_MAX; i++)
                 free(s->roots[i]);
         free(s->qemu);
+        free(s->jails_dir);
         free(s);
+}
+
+void mgr_server_set_node(struct mgr_server *s, pid_t pid) {
+        if (s)
+                s->node_pid = pid;
 }
 
 /* The QEMU binary the node is configured with, absolute (as the node's
@@ -114,6 +127,11 @@ int mgr_server_open(const struct daemon_config *c, uid_t node_uid, gid_t node_gi
                 else if ((r = add_root(s, real)) < 0)
                         return r;
         }
+        s->jails_dir = strdup_printf("%s/run/jails", c->data_dir);
+        if (!s->jails_dir)
+                return -ENOMEM;
+        if ((r = mkdir_p(s->jails_dir, 0700)) < 0)
+                return log_error_errno(r, "Failed to create %s: %m", s->jails_dir);
         s->qemu = resolve_qemu();
         if (!s->qemu)
                 log_warn("no QEMU binary found (AIRLOCK_QEMU): vmm requests will be refused");
@@ -216,47 +234,284 @@ static int do_cgroup_remove(const struct mgr_request *q, char *msg, size_t n) {
         return r;
 }
 
-static int do_file_give(const struct mgr_server *s, const struct mgr_request *q, char *msg, size_t n) {
-        const char *root = s->policy.roots[q->root];
+/* Opens path (checked by the parser to lie under a root) without following
+ * a symlink: an O_PATH fd. */
+static int open_node_path(const struct mgr_server *s, const char *path, char *msg, size_t n) {
+        int ri = mgr_path_check(&s->policy, path);
+        if (ri < 0) {
+                snprintf(msg, n, "%.512s is outside the node's storage", path);
+                return -EINVAL;
+        }
+        const char *root = s->policy.roots[ri];
         _cleanup_close_ int root_fd = open(root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (root_fd < 0) {
                 snprintf(msg, n, "cannot open %.512s", root);
                 return negative_errno();
         }
-        _cleanup_close_ int fd = mgr_open_beneath(root_fd, root, q->path, 0);
-        if (fd < 0) {
-                snprintf(msg, n, "cannot open %.512s without following a link", q->path);
+        int fd = mgr_open_beneath(root_fd, root, path, 0);
+        if (fd < 0)
+                snprintf(msg, n, "cannot open %.512s without following a link", path);
+        return fd;
+}
+
+/* Whether the node may hand st to a VM: the node's own (its uid, or the
+ * uid it runs as now) or a VM's, never root's or anyone else's that was
+ * linked in; a regular file with one link, or a directory. */
+static bool node_owned(const struct mgr_server *s, uid_t caller, const struct stat *st) {
+        if (st->st_uid != s->node_uid && st->st_uid != caller && !mgr_policy_vm_uid(&s->policy, st->st_uid))
+                return false;
+        return S_ISDIR(st->st_mode) || (S_ISREG(st->st_mode) && st->st_nlink == 1);
+}
+
+/* chown uid:node's group and chmod of an O_PATH fd (the inode we
+ * checked, whatever its path became since). */
+static int give_fd(const struct mgr_server *s, int fd, uid_t uid, unsigned mode) {
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+        if (fchownat(fd, "", uid, s->node_gid, AT_EMPTY_PATH) < 0 || chmod(proc, mode) < 0)
+                return negative_errno();
+        return 0;
+}
+
+static int do_file_give(const struct mgr_server *s, uid_t caller, const struct mgr_request *q, char *msg, size_t n) {
+        _cleanup_close_ int fd = open_node_path(s, q->path, msg, n);
+        if (fd < 0)
                 return fd;
-        }
         struct stat st;
         if (fstat(fd, &st) < 0)
                 return negative_errno();
         bool dir = S_ISDIR(st.st_mode);
-        /* only what the node or a VM owns: never a file of root or of anyone
-         * else that was linked in; files only 0600/0660, dirs 0700/2770 */
-        if ((!S_ISREG(st.st_mode) && !dir) || (dir != (q->mode == 0700 || q->mode == 02770)) ||
-            (st.st_uid != s->node_uid && !mgr_policy_vm_uid(&s->policy, st.st_uid)) ||
-            (S_ISREG(st.st_mode) && st.st_nlink != 1)) {
+        /* files only 0600/0660, dirs 0700/2770 */
+        if (!node_owned(s, caller, &st) || dir != (q->mode == 0700 || q->mode == 02770)) {
                 snprintf(msg, n, "%.512s is not a VM file of the node", q->path);
                 return -EPERM;
         }
-        char proc[64];
-        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-        if (fchownat(fd, "", q->uid, s->node_gid, AT_EMPTY_PATH) < 0 || chmod(proc, q->mode) < 0) {
+        int r = give_fd(s, fd, q->uid, q->mode);
+        if (r < 0)
                 snprintf(msg, n, "cannot hand %.512s to uid %u", q->path, (unsigned) q->uid);
+        return r;
+}
+
+/* ---- vmm.spawn ---- */
+
+#define SPAWN_FILES 6 /* run dir, vm dir, kernel, initrd, disk, mem */
+
+struct spawn_files {
+        int fd[SPAWN_FILES];   /* O_PATH, opened without following a link */
+        int tree[SPAWN_FILES]; /* a detached bind mount of that very inode (open_tree) */
+};
+
+static void spawn_files_release(struct spawn_files *f) {
+        for (size_t i = 0; i < SPAWN_FILES; i++) {
+                if (f->fd[i] >= 0)
+                        close(f->fd[i]);
+                if (f->tree[i] >= 0)
+                        close(f->tree[i]);
+        }
+}
+
+/* The jail binds slot i from this tree: the inode we checked, whatever
+ * its path became since. */
+static int spawn_tree(struct spawn_files *f, size_t i) {
+        long t = syscall(SYS_open_tree, f->fd[i], "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+        if (t < 0)
                 return negative_errno();
+        f->tree[i] = (int) t;
+        return 0;
+}
+
+/* Opens path into slot i; want_dir or a regular file. */
+static int spawn_open(const struct mgr_server *s, struct spawn_files *f, size_t i, const char *path, bool want_dir,
+                      char *msg, size_t n) {
+        int fd = open_node_path(s, path, msg, n);
+        if (fd < 0)
+                return fd;
+        f->fd[i] = fd;
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
+                snprintf(msg, n, "%.512s is not a %s", path, want_dir ? "directory" : "regular file");
+                return -EINVAL;
         }
         return 0;
 }
 
-static void reply(int fd, int r, const char *msg, json_t *extra) {
+static int spawn_give(const struct mgr_server *s, uid_t caller, struct spawn_files *f, size_t i, const char *path,
+                      uid_t uid, unsigned mode, char *msg, size_t n) {
+        struct stat st;
+        if (fstat(f->fd[i], &st) < 0)
+                return negative_errno();
+        if (!node_owned(s, caller, &st)) {
+                snprintf(msg, n, "%.512s is not a VM file of the node", path);
+                return -EPERM;
+        }
+        int r = give_fd(s, f->fd[i], uid, mode);
+        if (r < 0)
+                snprintf(msg, n, "cannot hand %.512s to uid %u", path, (unsigned) uid);
+        return r;
+}
+
+static int do_vmm_spawn(const struct mgr_server *s, uid_t caller, const struct mgr_request *q, const int *fds,
+                        json_t **ret_extra, int *ret_pidfd, char *msg, size_t n) {
+        if (!s->qemu || strcmp(q->argv[0], s->qemu) != 0) {
+                snprintf(msg, n, "argv[0] is not the QEMU binary %s", s->qemu ?: "(none)");
+                return -EPERM;
+        }
+        /* QEMU's output: a file the node opened for writing; the RAM: a
+         * sealed memfd nobody can write */
+        struct stat st;
+        int fl = fcntl(fds[0], F_GETFL);
+        if (fstat(fds[0], &st) < 0 || !S_ISREG(st.st_mode) || fl < 0 || (fl & O_ACCMODE) == O_RDONLY) {
+                snprintf(msg, n, "fd 0 is not a log file open for writing");
+                return -EINVAL;
+        }
+        if (q->template_ram) {
+                int seals = fcntl(fds[1], F_GET_SEALS);
+                if (seals < 0 || !(seals & F_SEAL_WRITE) || !(seals & F_SEAL_SHRINK)) {
+                        snprintf(msg, n, "fd 1 is not a sealed memfd");
+                        return -EINVAL;
+                }
+        }
+        _cleanup_free_ char *vm_dir = strdup_printf("%s/vm", q->run_dir);
+        _cleanup_free_ char *root_dir = strdup_printf("%s/%u", s->jails_dir, (unsigned) q->uid);
+        if (!vm_dir || !root_dir)
+                return -ENOMEM;
+        struct spawn_files f;
+        for (size_t i = 0; i < SPAWN_FILES; i++)
+                f.fd[i] = f.tree[i] = -1;
+        int r, null_fd = -1;
+        if ((r = spawn_open(s, &f, 0, q->run_dir, true, msg, n)) < 0 ||
+            (r = spawn_open(s, &f, 1, vm_dir, true, msg, n)) < 0 ||
+            (r = spawn_open(s, &f, 2, q->kernel, false, msg, n)) < 0 ||
+            (r = spawn_open(s, &f, 3, q->initrd, false, msg, n)) < 0 ||
+            (r = spawn_open(s, &f, 4, q->disk, false, msg, n)) < 0 ||
+            (q->mem[0] && (r = spawn_open(s, &f, 5, q->mem, false, msg, n)) < 0))
+                goto out;
+        /* the VM's own: its dir (setgid: what QEMU makes there is the
+         * node's group), its disk, the RAM file of a boot */
+        if ((r = spawn_give(s, caller, &f, 1, vm_dir, q->uid, 02770, msg, n)) < 0 ||
+            (r = spawn_give(s, caller, &f, 4, q->disk, q->uid, 0660, msg, n)) < 0 ||
+            (q->mem[0] && (r = spawn_give(s, caller, &f, 5, q->mem, q->uid, 0660, msg, n)) < 0))
+                goto out;
+        for (size_t i = 1; i < SPAWN_FILES; i++)
+                if (f.fd[i] >= 0 && (r = spawn_tree(&f, i)) < 0) {
+                        snprintf(msg, n, "open_tree failed");
+                        goto out;
+                }
+        if (mkdir(root_dir, 0700) < 0 && errno != EEXIST) {
+                r = negative_errno();
+                snprintf(msg, n, "cannot create %s", root_dir);
+                goto out;
+        }
+
+        struct jail_mount m[JAIL_MOUNTS_MAX];
+        size_t k = 0;
+        char links[4][PATH_MAX];
+        m[k++] = (struct jail_mount){ JAIL_BIND_RO, "/usr", "/usr", -1 };
+        static const char *const merged[] = { "/lib", "/lib64", "/bin", "/sbin" };
+        for (size_t i = 0; i < ARRAY_SIZE(merged); i++) {
+                struct stat ls;
+                if (lstat(merged[i], &ls) < 0)
+                        continue;
+                if (S_ISLNK(ls.st_mode)) {
+                        ssize_t l = readlink(merged[i], links[i], sizeof links[i] - 1);
+                        if (l <= 0) {
+                                r = -EIO;
+                                goto out;
+                        }
+                        links[i][l] = 0;
+                        m[k++] = (struct jail_mount){ JAIL_SYMLINK, links[i], merged[i], -1 };
+                } else if (S_ISDIR(ls.st_mode))
+                        m[k++] = (struct jail_mount){ JAIL_BIND_RO, merged[i], merged[i], -1 };
+        }
+        if (access("/etc/ld.so.cache", R_OK) == 0)
+                m[k++] = (struct jail_mount){ JAIL_BIND_RO, "/etc/ld.so.cache", "/etc/ld.so.cache", -1 };
+        if (strncmp(s->qemu, "/usr/", 5) != 0)
+                m[k++] = (struct jail_mount){ JAIL_BIND_RO, s->qemu, s->qemu, -1 };
+        m[k++] = (struct jail_mount){ JAIL_BIND_RO, NULL, q->kernel, f.tree[2] };
+        m[k++] = (struct jail_mount){ JAIL_BIND_RO, NULL, q->initrd, f.tree[3] };
+        m[k++] = (struct jail_mount){ JAIL_BIND_RW, NULL, vm_dir, f.tree[1] };
+        m[k++] = (struct jail_mount){ JAIL_BIND_RW, NULL, q->disk_target, f.tree[4] };
+        if (q->mem[0])
+                m[k++] = (struct jail_mount){ JAIL_BIND_RW, NULL, q->mem, f.tree[5] };
+        static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random" };
+        for (size_t i = 0; i < ARRAY_SIZE(devs); i++)
+                m[k++] = (struct jail_mount){ JAIL_BIND_DEV, devs[i], devs[i], -1 };
+        gid_t kvm_gid = 0;
+        if (q->kvm) {
+                m[k++] = (struct jail_mount){ JAIL_BIND_DEV, "/dev/kvm", "/dev/kvm", -1 };
+                struct stat kst;
+                if (stat("/dev/kvm", &kst) == 0 && (kst.st_mode & 0006) != 0006)
+                        kvm_gid = kst.st_gid;
+        }
+        if (q->template_ram)
+                m[k++] = (struct jail_mount){ JAIL_PROC, NULL, "/proc", -1 };
+
+        char *procs[JAIL_CGROUPS_MAX] = { 0 };
+        size_t n_procs = 0;
+        struct jail_cgroup_limits l = {
+                .memory_bytes = ((uint64_t) q->memory_mib + JAIL_VMM_MEMORY_MARGIN_MIB) << 20,
+                .pids = JAIL_VMM_PIDS_MAX,
+                .cpus = q->vcpus,
+        };
+        r = jail_cgroup_create(q->uid, &l, procs, &n_procs);
+        if (r < 0) {
+                snprintf(msg, n, r == -EBUSY ? "uid %u is in use" : "cannot make the cgroup of uid %u",
+                         (unsigned) q->uid);
+                goto out;
+        }
+        null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        struct jail_spec spec = {
+                .binary = s->qemu,
+                .argv = q->argv,
+                .uid = q->uid,
+                .gid = q->uid,
+                .device_gid = kvm_gid,
+                .root_dir = root_dir,
+                .mounts = m,
+                .n_mounts = k,
+                .cgroup_procs = (const char *const *) procs,
+                .n_cgroups = n_procs,
+                .stdin_fd = null_fd,
+                .stdout_fd = fds[0],
+                .keep_fds = &fds[1],
+                .n_keep_fds = q->template_ram ? 1 : 0,
+                .nofile = JAIL_VMM_NOFILE,
+                .nproc = JAIL_VMM_PIDS_MAX,
+        };
+        pid_t pid = -1;
+        int pidfd = -1;
+        struct stat bst;
+        r = null_fd < 0 ? -EIO : stat(s->qemu, &bst) < 0 ? negative_errno() : jail_spawn(&spec, &pid, &pidfd);
+        jail_cgroup_procs_free(procs, n_procs);
+        if (r < 0) {
+                snprintf(msg, n, "cannot start the jailed QEMU");
+                (void) jail_cgroup_remove(q->uid);
+                goto out;
+        }
+        uint64_t start = 0;
+        (void) jail_process_start_time(pid, &start);
+        *ret_extra = json_pack("{sisIsIsI}", "pid", (json_int_t) pid, "start_time", (json_int_t) start, "exe_dev",
+                               (json_int_t) bst.st_dev, "exe_ino", (json_int_t) bst.st_ino);
+        *ret_pidfd = pidfd;
+        log_info("started VM pid=%d uid=%u for the node (%s)", (int) pid, (unsigned) q->uid, q->run_dir);
+        r = 0;
+out:
+        if (null_fd >= 0)
+                close(null_fd);
+        spawn_files_release(&f);
+        return r;
+}
+
+static void reply(int fd, int r, const char *msg, json_t *extra, int pass_fd) {
         json_t *o = r < 0 ? json_pack("{s{siss}}", "error", "errno", -r, "message", msg)
                           : json_pack("{sb}", "ok", 1);
         if (o && extra && r >= 0)
                 json_object_update(o, extra);
         char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (s)
-                (void) mgr_send(fd, PROTO_MGR_REPLY, s, strlen(s), NULL, 0);
+                (void) mgr_send(fd, PROTO_MGR_REPLY, s, strlen(s), &pass_fd, r >= 0 && pass_fd >= 0 ? 1 : 0);
         free(s);
         json_decref(o);
 }
@@ -269,10 +524,12 @@ void mgr_server_serve_one(struct mgr_server *s) {
         socklen_t len = sizeof cred;
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
                 return;
-        if (cred.uid != s->node_uid) {
+        /* the node user; while the node still runs as root (this version),
+         * root only as the very node process we started */
+        if (cred.uid != s->node_uid && !(cred.uid == 0 && s->node_pid > 0 && cred.pid == s->node_pid)) {
                 /* closed unanswered: nothing of ours reaches anyone else */
-                log_warn("refusing a request from pid %d uid %u on %s: only uid %u may ask", (int) cred.pid,
-                         (unsigned) cred.uid, s->path, (unsigned) s->node_uid);
+                log_warn("refusing a request from pid %d uid %u on %s: only the node (uid %u) may ask",
+                         (int) cred.pid, (unsigned) cred.uid, s->path, (unsigned) s->node_uid);
                 return;
         }
         struct timeval tv = { REQUEST_TIMEOUT_MS / 1000, (REQUEST_TIMEOUT_MS % 1000) * 1000 };
@@ -287,43 +544,55 @@ void mgr_server_serve_one(struct mgr_server *s) {
                 log_warn_errno(r, "bad request frame from pid %d: %m", (int) cred.pid);
                 return;
         }
-        /* no op takes fds yet */
-        for (size_t i = 0; i < n_fds; i++)
-                close(fds[i]);
-        struct mgr_request q;
+        _cleanup_free_ struct mgr_request *q = malloc(sizeof *q);
         char msg[1024] = "";
-        r = n_fds ? -EINVAL : mgr_request_parse(req, n, &s->policy, &q, msg, sizeof msg);
+        r = q ? mgr_request_parse(req, n, &s->policy, q, msg, sizeof msg) : -ENOMEM;
+        /* only vmm.spawn takes fds: 1, or 2 with the template RAM */
+        if (r >= 0 && n_fds != (q->op != MGR_OP_VMM_SPAWN ? 0 : q->template_ram ? 2 : 1)) {
+                snprintf(msg, sizeof msg, "%zu fds for %s", n_fds, mgr_op_name(q->op));
+                mgr_request_release(q);
+                r = -EINVAL;
+        }
         if (r < 0) {
-                if (n_fds)
-                        snprintf(msg, sizeof msg, "unexpected fds");
+                for (size_t i = 0; i < n_fds; i++)
+                        close(fds[i]);
                 log_warn("refusing a request from pid %d: %s", (int) cred.pid, msg);
-                reply(fd, r, msg, NULL);
+                reply(fd, r, msg, NULL, -1);
                 return;
         }
         json_t *extra = NULL;
-        switch (q.op) {
+        int pidfd = -1;
+        switch (q->op) {
         case MGR_OP_PING:
                 extra = json_pack("{si}", "uid", (json_int_t) cred.uid);
                 r = 0;
                 break;
         case MGR_OP_VMM_VERIFY:
         case MGR_OP_VMM_SIGNAL:
-                r = do_vmm(s, &q, msg, sizeof msg);
+                r = do_vmm(s, q, msg, sizeof msg);
                 break;
         case MGR_OP_CGROUP_REMOVE:
-                r = do_cgroup_remove(&q, msg, sizeof msg);
+                r = do_cgroup_remove(q, msg, sizeof msg);
                 break;
         case MGR_OP_FILE_GIVE:
-                r = do_file_give(s, &q, msg, sizeof msg);
+                r = do_file_give(s, cred.uid, q, msg, sizeof msg);
+                break;
+        case MGR_OP_VMM_SPAWN:
+                r = do_vmm_spawn(s, cred.uid, q, fds, &extra, &pidfd, msg, sizeof msg);
                 break;
         default:
                 r = -EINVAL;
                 snprintf(msg, sizeof msg, "unknown op");
         }
+        for (size_t i = 0; i < n_fds; i++)
+                close(fds[i]);
         if (r < 0)
-                log_warn_errno(r, "refused %s from pid %d: %s: %m", mgr_op_name(q.op), (int) cred.pid, msg);
+                log_warn_errno(r, "refused %s from pid %d: %s: %m", mgr_op_name(q->op), (int) cred.pid, msg);
         else
-                log_debug("served %s for pid %d", mgr_op_name(q.op), (int) cred.pid);
-        reply(fd, r, msg, extra);
+                log_debug("served %s for pid %d", mgr_op_name(q->op), (int) cred.pid);
+        reply(fd, r, msg, extra, pidfd);
         json_decref(extra);
+        if (pidfd >= 0)
+                close(pidfd);
+        mgr_request_release(q);
 }

@@ -3,7 +3,7 @@
  * Fuzzes the parser airlock-nodemgr (root) runs on every request of the
  * node (lib/mgr). Invariants: whatever it accepts is within the policy
  * (a VM uid, a path under a root that mgr_path_check accepts, a mode of
- * the fixed set, SIGKILL or SIGTERM), and formats back to a request that
+ * the fixed set, SIGKILL or SIGTERM, a spawn's paths and argv), and formats back to a request that
  * parses to the same values.
  */
 #include <assert.h>
@@ -31,6 +31,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         assert(r.op < MGR_OP_MAX);
         if (r.op == MGR_OP_PING)
                 return 0;
+        if (r.op == MGR_OP_VMM_SPAWN) {
+                assert(r.argv[0] && mgr_path_check(&policy, r.run_dir) >= 0 && mgr_path_check(&policy, r.disk) >= 0);
+                assert(!r.mem[0] || !r.template_ram);
+        }
         assert(mgr_policy_vm_uid(&policy, r.uid));
         if (r.op == MGR_OP_VMM_SIGNAL)
                 assert(r.signal == SIGKILL || r.signal == SIGTERM);
@@ -47,6 +51,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         assert(mgr_request_parse(json, strlen(json), &policy, &again, err, sizeof err) == 0);
         assert(again.op == r.op && again.uid == r.uid && again.pid == r.pid && again.start_time == r.start_time &&
                again.signal == r.signal && again.mode == r.mode && strcmp(again.path, r.path) == 0);
+        for (size_t i = 0; r.argv[i]; i++)
+                assert(again.argv[i] && strcmp(again.argv[i], r.argv[i]) == 0);
         free(json);
+        mgr_request_release(&again);
+        mgr_request_release(&r);
         return 0;
 }

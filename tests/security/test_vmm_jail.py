@@ -5,6 +5,7 @@ test looks from the host (/proc) or plays the attacker: it passes only if
 the attack fails."""
 
 import os
+import pwd
 import signal
 import socket
 import threading
@@ -146,7 +147,11 @@ def test_a_vmm_uid_cannot_open_another_vms_disk(airlock):
     uid1 = int(status_of(pids[1])["Uid"].split()[0])
     other = disk_of(pids[1])
     st = os.stat(other)
-    assert st.st_uid == uid1 and st.st_mode & 0o077 == 0, oct(st.st_mode)
+    # the VM's uid, the node's group (so that an unprivileged node can
+    # reflink and remove it), nobody else: 0660 uid1:airlock-node
+    node_gid = pwd.getpwnam("airlock-node").pw_gid
+    assert st.st_uid == uid1 and st.st_mode & 0o007 == 0, oct(st.st_mode)
+    assert st.st_gid == node_gid and st.st_gid not in (uid0, uid1)
     # as the first VM's uid: by path, and by the inode alone (an fd root
     # opened with O_PATH, reopened through /proc: only the file's own
     # permissions count, no directory on the way)

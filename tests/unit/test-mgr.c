@@ -131,6 +131,57 @@ static void test_refuses(void **state) {
         free(s);
 }
 
+#define SPAWN(extra)                                                                                        \
+        "{\"op\":\"vmm.spawn\",\"uid\":2000005,\"run_dir\":\"/var/lib/airlock/run/vm/7\","                  \
+        "\"kernel\":\"/var/lib/airlock/vol/templates/k/vmlinux\",\"initrd\":\"/var/lib/airlock/vol/templates/t/i\"," \
+        "\"disk\":\"/var/lib/airlock/vol/sandboxes/s/rootfs.img\",\"disk_target\":\"/var/lib/airlock/run/vm/7/disk.img\"," \
+        "\"memory_mib\":256,\"vcpus\":1,\"kvm\":false," extra "}"
+
+static void test_spawn(void **state) {
+        (void) state;
+        struct mgr_request r;
+        assert_int_equal(parse(SPAWN("\"mem\":\"\",\"template_ram\":true,\"argv\":[\"/usr/bin/qemu\",\"-m\",\"256\"]"), &r),
+                         0);
+        assert_int_equal(r.op, MGR_OP_VMM_SPAWN);
+        assert_true(r.template_ram && !r.kvm);
+        assert_string_equal(r.argv[0], "/usr/bin/qemu");
+        assert_string_equal(r.argv[2], "256");
+        assert_null(r.argv[3]);
+        char *json = mgr_request_format(&r);
+        struct mgr_request again;
+        assert_non_null(json);
+        assert_int_equal(parse(json, &again), 0);
+        assert_string_equal(again.disk_target, r.disk_target);
+        assert_string_equal(again.argv[1], "-m");
+        free(json);
+        mgr_request_release(&again);
+        mgr_request_release(&r);
+        static const char *const bad[] = {
+                SPAWN("\"mem\":\"\",\"template_ram\":true,\"argv\":[]"),
+                SPAWN("\"mem\":\"\",\"template_ram\":true,\"argv\":\"/usr/bin/qemu -m 256\""),
+                SPAWN("\"mem\":\"\",\"template_ram\":true,\"argv\":[\"a\",1]"),
+                SPAWN("\"mem\":\"/etc/passwd\",\"template_ram\":false,\"argv\":[\"a\"]"),
+                SPAWN("\"mem\":\"/var/lib/airlock/m\",\"template_ram\":true,\"argv\":[\"a\"]"),
+                SPAWN("\"mem\":\"\",\"template_ram\":1,\"argv\":[\"a\"]"),
+                SPAWN("\"mem\":\"\",\"template_ram\":true"),
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+                char err[256] = "";
+                if (mgr_request_parse(bad[i], strlen(bad[i]), &policy, &r, err, sizeof err) != -EINVAL)
+                        fail_msg("accepted: %s", bad[i]);
+        }
+        /* argv: at most MGR_ARGV_MAX entries */
+        char big[8192] = "";
+        strcat(big, "\"mem\":\"\",\"template_ram\":false,\"argv\":[");
+        for (int i = 0; i <= MGR_ARGV_MAX; i++)
+                strcat(big, i ? ",\"x\"" : "\"x\"");
+        strcat(big, "]");
+        char *req = NULL;
+        assert_true(asprintf(&req, SPAWN("%s"), big) > 0);
+        assert_int_equal(mgr_request_parse(req, strlen(req), &policy, &r, NULL, 0), -EINVAL);
+        free(req);
+}
+
 static void test_round_trip(void **state) {
         (void) state;
         struct mgr_request in = { .op = MGR_OP_FILE_GIVE, .uid = 2000003, .mode = 0700 };
@@ -252,6 +303,7 @@ int main(void) {
                 cmocka_unit_test(test_accepts),
                 cmocka_unit_test(test_refuses),
                 cmocka_unit_test(test_round_trip),
+                cmocka_unit_test(test_spawn),
                 cmocka_unit_test(test_frames_with_fds),
                 cmocka_unit_test(test_open_beneath),
         };
