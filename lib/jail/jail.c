@@ -278,7 +278,9 @@ _noreturn_ static void child(const struct jail_spec *s, const struct plan *p) {
                 if (child_write_file(s->cgroup_procs[i], "0") < 0)
                         child_fail(log, "joining the cgroup");
 
-        /* The private root: a tmpfs holding only the planned paths. */
+        /* The private root: a tmpfs holding only the planned paths, with
+         * exactly the modes asked for (the caller's umask may be 077). */
+        umask(0);
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 child_fail(log, "making mounts private");
         if (mount("tmpfs", s->root_dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=1m,nr_inodes=4k") < 0)

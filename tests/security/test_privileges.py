@@ -264,3 +264,18 @@ def test_nodemgr_hands_out_only_the_nodes_files(airlock):
     assert (after.st_uid, after.st_mode) == (before.st_uid, before.st_mode)
     s2 = os.stat("/etc/shadow")
     assert (s2.st_uid, s2.st_gid, s2.st_mode) == (shadow.st_uid, shadow.st_gid, shadow.st_mode)
+
+
+def test_privsep_off_still_runs_jailed_vms(airlock_factory):
+    """AIRLOCK_PRIVSEP=0 (development): no airlock-nodemgr, the root node
+    jails its VMs itself (with airlockd's umask 077 inherited)."""
+    a = airlock_factory(env={"AIRLOCK_PRIVSEP": "0"}, prebuild="minimal")
+    assert exe_name(a.proc.pid) == "airlockd"
+    assert not os.path.exists(os.path.join(a.data_dir, "run", "nodemgr.sock"))
+    sid = a.create("minimal")["id"]
+    assert a.exec(sid, ["echo", "ok"])["stdout"] == "ok\n"
+    recs = [[int(x) for x in open(p).read().split()[:3]]
+            for p in glob.glob(os.path.join(a.data_dir, "**", "vmm.pid"), recursive=True)]
+    live = [r for r in recs if os.path.exists(f"/proc/{r[0]}")]
+    assert live and all(r[2] >= 2000000 for r in live)
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
