@@ -24,6 +24,8 @@ static const char *const op_names[MGR_OP_MAX] = {
         [MGR_OP_VMM_SIGNAL] = "vmm.signal",
         [MGR_OP_CGROUP_REMOVE] = "cgroup.remove",
         [MGR_OP_FILE_GIVE] = "file.give",
+        [MGR_OP_FILE_RECLAIM] = "file.reclaim",
+        [MGR_OP_TEMPLATE_STEP] = "template.step",
         [MGR_OP_VMM_SPAWN] = "vmm.spawn",
 };
 
@@ -45,18 +47,26 @@ static const char *const op_names[MGR_OP_MAX] = {
 #define K_MEMORY (1u << 14)
 #define K_VCPUS (1u << 15)
 #define K_ARGV (1u << 16)
+#define K_STEP (1u << 17)
+#define K_NAME (1u << 18)
+#define K_DIR (1u << 19)
+#define K_OUT (1u << 20)
+#define K_KERNEL_DIR (1u << 21)
 static const unsigned op_keys[MGR_OP_MAX] = {
         [MGR_OP_PING] = 0,
         [MGR_OP_VMM_VERIFY] = K_PID | K_START | K_UID,
         [MGR_OP_VMM_SIGNAL] = K_PID | K_START | K_UID | K_SIGNAL,
         [MGR_OP_CGROUP_REMOVE] = K_UID,
         [MGR_OP_FILE_GIVE] = K_PATH | K_UID | K_MODE,
+        [MGR_OP_FILE_RECLAIM] = K_PATH | K_MODE,
+        [MGR_OP_TEMPLATE_STEP] = K_STEP | K_NAME | K_DIR | K_OUT | K_KERNEL_DIR,
         [MGR_OP_VMM_SPAWN] = K_UID | K_RUN_DIR | K_KERNEL | K_INITRD | K_DISK | K_DISK_TARGET | K_MEM |
                              K_TEMPLATE_RAM | K_KVM | K_MEMORY | K_VCPUS | K_ARGV,
 };
 static const char *const key_names[] = { "pid",  "start_time",  "uid", "signal",       "path", "mode",
                                           "run_dir", "kernel",  "initrd", "disk", "disk_target", "mem",
-                                          "template_ram", "kvm", "memory_mib", "vcpus", "argv" };
+                                          "template_ram", "kvm", "memory_mib", "vcpus", "argv",
+                                          "step", "name", "dir", "out", "kernel_dir" };
 
 const char *mgr_op_name(enum mgr_op op) {
         return (unsigned) op < MGR_OP_MAX ? op_names[op] : NULL;
@@ -84,8 +94,9 @@ int mgr_path_check(const struct mgr_policy *p, const char *path) {
                 unsigned depth = 0;
                 for (;;) {
                         size_t n = 0;
-                        if (*s == '.' || *s == '/' || *s == 0)
-                                return -EINVAL; /* ".", "..", hidden, empty component, trailing '/' */
+                        if (*s == '/' || *s == 0 || (s[0] == '.' && (s[1] == '/' || s[1] == 0)) ||
+                            (s[0] == '.' && s[1] == '.' && (s[2] == '/' || s[2] == 0)))
+                                return -EINVAL; /* ".", "..", empty component, trailing '/' */
                         while (s[n] && s[n] != '/') {
                                 if (!name_char(s[n]))
                                         return -EINVAL;
@@ -136,6 +147,39 @@ static bool get_path(json_t *v, const struct mgr_policy *p, bool may_be_empty, c
                 return false;
         memcpy(out, s, strlen(s) + 1);
         return true;
+}
+
+/* A plain name: [a-z0-9][a-z0-9_-]* (templates) or, with dots, a file
+ * name not starting with '.'; < max bytes. "" only when may_be_empty. */
+static bool get_name(json_t *v, bool dots, bool may_be_empty, char *out, size_t max) {
+        const char *s = json_string_value(v);
+        if (!s || strlen(s) != json_string_length(v) || strlen(s) >= max)
+                return false;
+        if (!*s) {
+                out[0] = 0;
+                return may_be_empty;
+        }
+        for (const char *c = s; *c; c++) {
+                bool ok = (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
+                          (c != s && (*c == '-' || *c == '_' || (dots && *c == '.')));
+                if (!ok)
+                        return false;
+        }
+        memcpy(out, s, strlen(s) + 1);
+        return true;
+}
+
+/* Exactly one of p's roots into out. */
+static bool get_root(json_t *v, const struct mgr_policy *p, char *out) {
+        const char *s = json_string_value(v);
+        if (!s || strlen(s) != json_string_length(v))
+                return false;
+        for (size_t i = 0; i < p->n_roots; i++)
+                if (p->roots[i] && strcmp(s, p->roots[i]) == 0) {
+                        memcpy(out, s, strlen(s) + 1);
+                        return true;
+                }
+        return false;
 }
 
 /* argv: 1..MGR_ARGV_MAX strings of < MGR_ARG_MAX bytes, no NUL inside. */
@@ -236,7 +280,9 @@ int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, 
                         break;
                 }
                 case K_MODE:
-                        ok = get_int(v, 0, 07777, &x) && (x == 0600 || x == 0660 || x == 0700 || x == 02770);
+                        ok = get_int(v, 0, 07777, &x) &&
+                             (r.op == MGR_OP_FILE_RECLAIM ? x == 0600 || x == 0640 || x == 0644
+                                                          : x == 0600 || x == 0660 || x == 0700 || x == 02770);
                         r.mode = (unsigned) x;
                         break;
                 case K_PATH: {
@@ -286,6 +332,26 @@ int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, 
                 case K_ARGV:
                         ok = !r.argv[0] && get_argv(v, r.argv);
                         break;
+                case K_STEP: {
+                        const char *st = json_string_value(v);
+                        ok = st && (strcmp(st, "kernel") == 0 || strcmp(st, "initramfs") == 0 ||
+                                    strcmp(st, "rootfs") == 0);
+                        if (ok)
+                                memcpy(r.step, st, strlen(st) + 1);
+                        break;
+                }
+                case K_NAME:
+                        ok = get_name(v, false, true, r.name, sizeof r.name);
+                        break;
+                case K_DIR: /* a root itself, or under one */
+                        ok = get_path(v, p, false, r.dir) || get_root(v, p, r.dir);
+                        break;
+                case K_OUT:
+                        ok = get_name(v, true, false, r.out, sizeof r.out);
+                        break;
+                case K_KERNEL_DIR:
+                        ok = get_path(v, p, true, r.kernel_dir);
+                        break;
                 }
                 if (!ok) {
                         res = fail(err, n, "bad %s", key_names[k]);
@@ -298,6 +364,12 @@ int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, 
                                 res = fail(err, n, "missing %s", key_names[k]);
                                 goto out;
                         }
+        }
+        /* a template step: a name for rootfs only, a kernel dir for initramfs only */
+        if (r.op == MGR_OP_TEMPLATE_STEP && (!!r.name[0] != (strcmp(r.step, "rootfs") == 0) ||
+                                             !!r.kernel_dir[0] != (strcmp(r.step, "initramfs") == 0))) {
+                res = fail(err, n, "step arguments");
+                goto out;
         }
         /* a RAM file to share, or the template's sealed copy: not both */
         if (r.op == MGR_OP_VMM_SPAWN && r.template_ram && r.mem[0]) {
@@ -335,6 +407,13 @@ char *mgr_request_format(const struct mgr_request *r) {
                 k |= json_object_set_new(o, "path", json_string(r->path));
         if (keys & K_MODE)
                 k |= json_object_set_new(o, "mode", json_integer(r->mode));
+        if (r->op == MGR_OP_TEMPLATE_STEP) {
+                k |= json_object_set_new(o, "step", json_string(r->step));
+                k |= json_object_set_new(o, "name", json_string(r->name));
+                k |= json_object_set_new(o, "dir", json_string(r->dir));
+                k |= json_object_set_new(o, "out", json_string(r->out));
+                k |= json_object_set_new(o, "kernel_dir", json_string(r->kernel_dir));
+        }
         if (r->op == MGR_OP_VMM_SPAWN) {
                 k |= json_object_set_new(o, "run_dir", json_string(r->run_dir));
                 k |= json_object_set_new(o, "kernel", json_string(r->kernel));

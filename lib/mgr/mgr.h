@@ -20,7 +20,7 @@
  * Paths on the wire are absolute and canonical (no "//", ".", "..",
  * trailing "/"), lie strictly under one of the policy's roots, have at most
  * MGR_PATH_DEPTH_MAX components below it, each a plain name
- * ([A-Za-z0-9._-], not starting with '.'). The manager then opens them
+ * ([A-Za-z0-9._-], not "." or ".."). The manager then opens them
  * from its own fd of that root with openat2(RESOLVE_BENEATH |
  * RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV): a symlink
  * anywhere on the way is refused, never followed (mgr_open_beneath).
@@ -47,6 +47,12 @@ enum mgr_op {
         MGR_OP_CGROUP_REMOVE, /* {"uid"} -> {}: removes the (empty) cgroup airlock-vm-UID */
         MGR_OP_FILE_GIVE,     /* {"path","uid","mode"} -> {}: hands a VM file or dir to a VM uid,
                                * group the node's, mode 0600/0660 (files) or 0700/2770 (dirs) */
+        MGR_OP_FILE_RECLAIM,  /* {"path","mode"} -> {}: a file a VM wrote (a built template's disk,
+                               * RAM, console log) back to the node user, 0600/0640/0644 */
+        MGR_OP_TEMPLATE_STEP, /* {"step":"kernel"|"initramfs"|"rootfs","name","dir","out","kernel_dir"}
+                               * + fd [the build log]: runs images/kernel.sh, initramfs.sh or
+                               * templates/NAME.sh as root into a root-only staging dir, then
+                               * moves the result to dir/out, the node's */
         MGR_OP_VMM_SPAWN,     /* {"uid","run_dir","kernel","initrd","disk","disk_target","mem",
                                *  "template_ram","kvm","memory_mib","vcpus","argv"} + fds
                                * [QEMU's stdout, the sealed template RAM when template_ram]
@@ -70,7 +76,13 @@ struct mgr_request {
         int signal;           /* VMM_SIGNAL: SIGKILL or SIGTERM */
         unsigned mode;        /* FILE_GIVE */
         size_t root;          /* FILE_GIVE: index into policy->roots */
-        char path[MGR_PATH_MAX]; /* FILE_GIVE: absolute, canonical, under roots[root] */
+        char path[MGR_PATH_MAX]; /* FILE_GIVE, FILE_RECLAIM: absolute, canonical, under roots[root] */
+        /* TEMPLATE_STEP */
+        char step[16];        /* kernel, initramfs, rootfs */
+        char name[65];        /* rootfs: the template ([a-z0-9][a-z0-9_-]*), else "" */
+        char dir[MGR_PATH_MAX]; /* a root or under one: where out lands */
+        char out[65];         /* a plain name in dir */
+        char kernel_dir[MGR_PATH_MAX]; /* initramfs: the built kernel (under a root), else "" */
         /* VMM_SPAWN: every path absolute, canonical, under a root (mem: or "") */
         char run_dir[MGR_PATH_MAX], kernel[MGR_PATH_MAX], initrd[MGR_PATH_MAX], disk[MGR_PATH_MAX],
                 disk_target[MGR_PATH_MAX], mem[MGR_PATH_MAX];

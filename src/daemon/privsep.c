@@ -141,6 +141,11 @@ int privsep_hand_over(const struct daemon_config *c, uid_t uid, gid_t gid) {
         int r = chown_tree(c->control_dir, uid, gid, 0);
         if (r < 0)
                 return log_error_errno(r, "Cannot hand %s over to uid %u: %m", c->control_dir, (unsigned) uid);
+        /* traversable, not listable: the node (another user) reads the
+         * public capability keys in control/keys/public; every file here is
+         * airlockd's alone (umask 077) */
+        if (chmod(c->control_dir, 0711) < 0)
+                return log_error_errno(negative_errno(), "Cannot chmod %s: %m", c->control_dir);
         return 0;
 }
 

@@ -607,6 +607,43 @@ static int uid_claim(const struct vmm_config *c, uid_t *ret, char **procs, size_
         return log_errno(LOG_LEVEL_ERROR, -EUSERS, c->log_ctx, "no VM uid with a free cgroup");
 }
 
+bool vmm_via_nodemgr(void) {
+        return mgr_socket != NULL;
+}
+
+int vmm_template_step(const char *step, const char *name, const char *dir, const char *out, const char *kernel_dir,
+                      int log_fd, const char *ctx) {
+        if (!mgr_socket)
+                return -EOPNOTSUPP;
+        _cleanup_free_ struct mgr_request *q = calloc(1, sizeof *q);
+        if (!q)
+                return -ENOMEM;
+        q->op = MGR_OP_TEMPLATE_STEP;
+        if (strlen(step) >= sizeof q->step || strlen(name) >= sizeof q->name || strlen(dir) >= sizeof q->dir ||
+            strlen(out) >= sizeof q->out || strlen(kernel_dir) >= sizeof q->kernel_dir)
+                return -ENAMETOOLONG;
+        strcpy(q->step, step);
+        strcpy(q->name, name);
+        strcpy(q->dir, dir);
+        strcpy(q->out, out);
+        strcpy(q->kernel_dir, kernel_dir);
+        return mgr_ask(q, &log_fd, 1, NULL, NULL, ctx);
+}
+
+int vmm_file_reclaim(const char *path, unsigned mode, const char *ctx) {
+        if (!mgr_socket)
+                return -EOPNOTSUPP;
+        _cleanup_free_ struct mgr_request *q = calloc(1, sizeof *q);
+        if (!q)
+                return -ENOMEM;
+        if (strlen(path) >= sizeof q->path)
+                return -ENAMETOOLONG;
+        q->op = MGR_OP_FILE_RECLAIM;
+        q->mode = mode;
+        strcpy(q->path, path);
+        return mgr_ask(q, NULL, 0, NULL, NULL, ctx);
+}
+
 /* Removes the cgroup of a VM uid whose VM is gone. */
 static int cgroup_remove(uid_t uid, const char *ctx) {
         if (!mgr_socket)
@@ -629,6 +666,14 @@ static int kill_vm(pid_t pid, int pidfd, uint64_t start_time, uid_t uid, int wai
                 (void) poll(&p, 1, wait_ms);
         }
         return r;
+}
+void vmm_kill(struct vmm *v) {
+        if (!v || v->pid <= 0 || process_exited(v))
+                return;
+        if (mgr_socket || v->adopted)
+                (void) kill_vm(v->pid, v->pidfd, v->start_time, v->uid, 0, v->log_ctx);
+        else
+                (void) kill(v->pid, SIGKILL);
 }
 
 /* Ends a VM's jail bookkeeping once its process is gone. */

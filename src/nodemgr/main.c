@@ -37,6 +37,7 @@
 #include "log.h"
 #include "macros.h"
 #include "mgrserver.h"
+#include "nodeprep.h"
 #include "privsep.h"
 #include "spawn.h"
 #include "util.h"
@@ -64,8 +65,10 @@ static int spawn_daemon(char **argv, uid_t uid, gid_t gid, pid_t *ret_pid) {
                 sigset_t none;
                 sigemptyset(&none);
                 sigprocmask(SIG_SETMASK, &none, NULL);
-                /* it must not outlive us: nobody would supervise its node */
-                if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || privsep_drop(uid, gid) < 0)
+                /* it must not outlive us: nobody would supervise its node
+                 * (after the drop: changing credentials clears it) */
+                pid_t parent = getppid();
+                if (privsep_drop(uid, gid) < 0 || prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
                         _exit(126);
                 execv(argv[0], argv);
                 _exit(127);
@@ -75,13 +78,38 @@ static int spawn_daemon(char **argv, uid_t uid, gid_t gid, pid_t *ret_pid) {
         return 0;
 }
 
-/* node_wait_socket(), serving the node's requests meanwhile: a starting
- * node adopts or kills the VMs of the one before through us. */
-static int wait_node(const struct daemon_config *c, struct mgr_server *mgr, pid_t pid) {
+/* The node we run: its user, and the listening socket every start of it
+ * gets (we made it: the node cannot write DATA_DIR/run). */
+static struct {
+        uid_t uid;
+        gid_t gid;
+        int listen_fd;
+        struct storage *storage;
+        bool hand_over; /* the VMs (and the volume they use) stay for the next start */
+} node = { .listen_fd = -1 };
+
+/* Starts the node as its user and waits until it says it is ready
+ * (listening), serving its requests meanwhile: a starting node adopts or
+ * kills the VMs of the one before through us. */
+static int start_node(const struct daemon_config *c, struct mgr_server *mgr, pid_t *ret_pid) {
+        pid_t pid;
+        int ready_fd;
+        int r = nodeprep_spawn(c, node.uid, node.gid, node.listen_fd, &pid, &ready_fd);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int ready = ready_fd;
+        mgr_server_set_node(mgr, pid);
+        *ret_pid = pid;
         uint64_t deadline = now_monotonic_ns() + (uint64_t) c->node_start_timeout_s * 1000000000ULL;
         for (;;) {
-                if (node_wait_socket(c->node_socket, -1, 0) == 0)
-                        return 0;
+                struct pollfd p[2] = { { .fd = ready, .events = POLLIN }, { .fd = mgr_server_fd(mgr), .events = POLLIN } };
+                if (poll(p, 2, 50) > 0) {
+                        if (p[1].revents & POLLIN)
+                                mgr_server_serve_one(mgr);
+                        char b;
+                        if ((p[0].revents & POLLIN) && read(ready, &b, 1) == 1)
+                                return 0;
+                }
                 int status;
                 if (waitpid(pid, &status, WNOHANG) == pid) {
                         log_error("airlock-node exited during start-up (%s %d)",
@@ -91,9 +119,6 @@ static int wait_node(const struct daemon_config *c, struct mgr_server *mgr, pid_
                 }
                 if (now_monotonic_ns() >= deadline)
                         return -ETIMEDOUT;
-                struct pollfd p = { .fd = mgr_server_fd(mgr), .events = POLLIN };
-                if (poll(&p, 1, 50) > 0)
-                        mgr_server_serve_one(mgr);
         }
 }
 
@@ -124,7 +149,7 @@ static int stop_node(struct mgr_server *mgr, pid_t pid, int sig, unsigned grace_
         }
 }
 
-/* node_restart() with wait_node(). */
+/* node_restart() with start_node(). */
 static int restart_node(const struct daemon_config *c, struct mgr_server *mgr, uint64_t *restarts, size_t *n,
                         pid_t *ret_pid) {
         uint64_t now = now_monotonic_ns();
@@ -137,11 +162,7 @@ static int restart_node(const struct daemon_config *c, struct mgr_server *mgr, u
                 return -ELOOP;
         restarts[(*n)++] = now;
         pid_t pid;
-        int r = node_spawn(c, &pid);
-        if (r < 0)
-                return r;
-        mgr_server_set_node(mgr, pid);
-        r = wait_node(c, mgr, pid);
+        int r = start_node(c, mgr, &pid);
         if (r < 0) {
                 log_error_errno(r, "restarted airlock-node did not open %s: %m", c->node_socket);
                 if (r != -ECHILD)
@@ -183,6 +204,13 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         _cleanup_(mgr_server_freep) struct mgr_server *mgr = NULL;
         if ((r = mgr_server_open(c, node_uid, node_gid, &mgr)) < 0)
                 return r;
+        /* the node's storage (we mount the loop volume), its directories
+         * handed to its user, its listening socket */
+        node.uid = node_uid;
+        node.gid = node_gid;
+        if ((r = nodeprep_storage(c, node_uid, node_gid, &node.storage)) < 0 ||
+            (r = nodeprep_listen(c, gid, &node.listen_fd)) < 0)
+                return r;
         /* the node asks us for what needs root (src/node/vmm.c) */
         if (setenv("AIRLOCK_NODEMGR_SOCKET", mgr_server_path(mgr), 1) < 0)
                 return -ENOMEM;
@@ -214,10 +242,7 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         uint64_t restarts[NODE_RESTARTS_MAX + 1];
         size_t n_restarts = 0;
         if (c->spawn_node) {
-                if ((r = node_spawn(c, &node_pid)) < 0)
-                        return r;
-                mgr_server_set_node(mgr, node_pid);
-                r = wait_node(c, mgr, node_pid);
+                r = start_node(c, mgr, &node_pid);
                 if (r < 0) {
                         log_error_errno(r, "airlock-node did not open %s: %m", c->node_socket);
                         if (r != -ECHILD)
@@ -291,6 +316,7 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                 } else {
                         /* airlockd crashed: keep the VMs for the next start */
                         log_warn("handing the VMs over to the next start");
+                        node.hand_over = true;
                         (void) stop_node(mgr, node_pid, SIGUSR1, 3600);
                 }
         }
@@ -311,5 +337,20 @@ int main(int argc, char **argv) {
                 return 1;
         }
         signal(SIGPIPE, SIG_IGN);
-        return run(&config, argc, argv) < 0 ? 1 : 0;
+        int r = run(&config, argc, argv);
+        if (node.listen_fd >= 0) {
+                close(node.listen_fd);
+                (void) unlink(config.node_socket);
+        }
+        if (node.storage && !node.hand_over) {
+                /* the node emptied its warm pool; the dir is in DATA_DIR,
+                 * which it cannot write (rmdir fails if it is not empty) */
+                _cleanup_free_ char *pool = strdup_printf("%s/pool", node.storage->root);
+                if (pool)
+                        (void) rmdir(pool);
+        }
+        if (node.storage && node.hand_over)
+                node.storage->mounted_volume = false; /* the next start takes it over */
+        storage_close(node.storage);
+        return r < 0 ? 1 : 0;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "mgrserver.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -10,13 +11,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "airlock-config.h"
 #include "jail.h"
 #include "log.h"
 #include "macros.h"
@@ -163,6 +168,10 @@ int mgr_server_open(const struct daemon_config *c, uid_t node_uid, gid_t node_gi
         return 0;
 }
 
+static int dirfd_of(DIR *d) {
+        return dirfd(d);
+}
+
 /* ---- the checks ---- */
 
 /* The four ids of a /proc/PID/status line ("Uid:\tR\tE\tS\tF") all equal
@@ -237,6 +246,13 @@ static int do_cgroup_remove(const struct mgr_request *q, char *msg, size_t n) {
 /* Opens path (checked by the parser to lie under a root) without following
  * a symlink: an O_PATH fd. */
 static int open_node_path(const struct mgr_server *s, const char *path, char *msg, size_t n) {
+        for (size_t i = 0; i < s->policy.n_roots; i++)
+                if (strcmp(path, s->policy.roots[i]) == 0) { /* a root itself (template.step's dir) */
+                        int fd = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        if (fd < 0)
+                                snprintf(msg, n, "cannot open %.512s", path);
+                        return fd < 0 ? negative_errno() : fd;
+                }
         int ri = mgr_path_check(&s->policy, path);
         if (ri < 0) {
                 snprintf(msg, n, "%.512s is outside the node's storage", path);
@@ -289,6 +305,196 @@ static int do_file_give(const struct mgr_server *s, uid_t caller, const struct m
         int r = give_fd(s, fd, q->uid, q->mode);
         if (r < 0)
                 snprintf(msg, n, "cannot hand %.512s to uid %u", q->path, (unsigned) q->uid);
+        return r;
+}
+
+static int do_file_reclaim(const struct mgr_server *s, uid_t caller, const struct mgr_request *q, char *msg,
+                           size_t n) {
+        _cleanup_close_ int fd = open_node_path(s, q->path, msg, n);
+        if (fd < 0)
+                return fd;
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        if (!S_ISREG(st.st_mode) || !node_owned(s, caller, &st)) {
+                snprintf(msg, n, "%.512s is not a VM file of the node", q->path);
+                return -EPERM;
+        }
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+        if (fchownat(fd, "", s->node_uid, s->node_gid, AT_EMPTY_PATH) < 0 || chmod(proc, q->mode) < 0) {
+                snprintf(msg, n, "cannot give %.512s back to the node", q->path);
+                return negative_errno();
+        }
+        return 0;
+}
+
+/* ---- template.step ---- */
+
+#define TEMPLATE_STEP_TIMEOUT_S 3600
+
+/* Removes what dirfd/name holds (ours: a staging dir only root can write),
+ * without following links. */
+static void remove_at(int dirfd, const char *name, unsigned depth) {
+        struct stat st;
+        if (depth > 16 || fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return;
+        if (S_ISDIR(st.st_mode)) {
+                int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+                if (d) {
+                        for (struct dirent *e; (e = readdir(d));)
+                                if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+                                        remove_at(dirfd_of(d), e->d_name, depth + 1);
+                        closedir(d);
+                } else if (fd >= 0)
+                        close(fd);
+                (void) unlinkat(dirfd, name, AT_REMOVEDIR);
+        } else
+                (void) unlinkat(dirfd, name, 0);
+}
+
+/* Gives what dirfd/name holds to the node user, children first (so the
+ * node cannot change a dir under us while we walk it); never follows a
+ * link, never a file with more than one link. */
+static int give_tree_at(const struct mgr_server *s, int dirfd, const char *name, unsigned depth) {
+        struct stat st;
+        if (depth > 16)
+                return -ELOOP;
+        if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return negative_errno();
+        if (S_ISDIR(st.st_mode)) {
+                int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+                if (!d) {
+                        if (fd >= 0)
+                                close(fd);
+                        return -EIO;
+                }
+                int r = 0;
+                for (struct dirent *e; r >= 0 && (e = readdir(d));)
+                        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+                                r = give_tree_at(s, dirfd_of(d), e->d_name, depth + 1);
+                closedir(d);
+                if (r < 0)
+                        return r;
+        } else if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
+                return 0; /* links stay root's (the node may remove them) */
+        return fchownat(dirfd, name, s->node_uid, s->node_gid, AT_SYMLINK_NOFOLLOW) < 0 ? negative_errno() : 0;
+}
+
+/* images/kernel.sh, images/initramfs.sh or images/templates/NAME.sh, as
+ * root, with a fixed argv: the output goes into a fresh staging dir only
+ * root can enter (fd 3 of the script, named /proc/self/fd/3: no path the
+ * node could redirect), the kernel it packs is read through fd 4. Then the
+ * result is given to the node user and renamed into dir/out. */
+static int do_template_step(const struct mgr_server *s, const struct mgr_request *q, int log_fd, char *msg,
+                            size_t n) {
+        const char *images = getenv("AIRLOCK_IMAGES_DIR");
+        if (!images || !*images)
+                images = AIRLOCK_SOURCE_DIR "/images";
+        const char *guest = getenv("AIRLOCK_GUEST_BINARY");
+        if (!guest || !*guest)
+                guest = AIRLOCK_BUILD_DIR "/src/guest/airlock-guest";
+        bool kernel = strcmp(q->step, "kernel") == 0, initramfs = strcmp(q->step, "initramfs") == 0;
+        _cleanup_free_ char *script = kernel      ? strdup_printf("%s/kernel.sh", images)
+                                      : initramfs ? strdup_printf("%s/initramfs.sh", images)
+                                                  : strdup_printf("%s/templates/%s.sh", images, q->name);
+        if (!script)
+                return -ENOMEM;
+        struct stat st;
+        if (stat(script, &st) < 0 || !S_ISREG(st.st_mode)) {
+                snprintf(msg, n, "no recipe %.512s", script);
+                return -ENOENT;
+        }
+        _cleanup_close_ int dir_fd = open_node_path(s, q->dir, msg, n);
+        if (dir_fd < 0)
+                return dir_fd;
+        _cleanup_close_ int kdir_fd = -1;
+        if (initramfs && (kdir_fd = open_node_path(s, q->kernel_dir, msg, n)) < 0)
+                return kdir_fd;
+        char stage[64];
+        uint8_t rnd[8];
+        if (random_bytes(rnd, sizeof rnd) < 0)
+                return -EIO;
+        snprintf(stage, sizeof stage, ".stage-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3],
+                 rnd[4], rnd[5], rnd[6], rnd[7]);
+        if (mkdirat(dir_fd, stage, 0700) < 0) {
+                snprintf(msg, n, "cannot make a staging dir in %.512s", q->dir);
+                return negative_errno();
+        }
+        int r = 0;
+        _cleanup_close_ int null_fd = -1;
+        _cleanup_close_ int stage_fd = openat(dir_fd, stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat sst;
+        if (stage_fd < 0 || fstat(stage_fd, &sst) < 0 || sst.st_uid != 0) {
+                r = -EPERM; /* someone swapped it */
+                goto out;
+        }
+        char out[128];
+        snprintf(out, sizeof out, "/proc/self/fd/3/%s", q->out);
+        /* every step writes stage/out (the scripts make their temp dirs
+         * next to it, in the stage too) */
+        char *argv[8] = { (char *) "/bin/bash", script, NULL };
+        if (kernel)
+                argv[2] = out;
+        else if (initramfs) {
+                argv[2] = (char *) "/proc/self/fd/4";
+                argv[3] = (char *) guest;
+                argv[4] = out;
+        } else
+                argv[2] = out;
+        null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        pid_t pid = fork();
+        if (pid < 0) {
+                r = negative_errno();
+                goto out;
+        }
+        if (pid == 0) {
+                sigset_t none;
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                signal(SIGPIPE, SIG_DFL);
+                setpgid(0, 0);
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                int a = fcntl(stage_fd, F_DUPFD_CLOEXEC, 10), b = kdir_fd >= 0 ? fcntl(kdir_fd, F_DUPFD_CLOEXEC, 10) : -1;
+                if (null_fd < 0 || a < 0 || dup2(null_fd, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0 ||
+                    dup2(a, 3) < 0 || (b >= 0 && dup2(b, 4) < 0))
+                        _exit(126);
+                execv(argv[0], argv);
+                _exit(127);
+        }
+        log_info("template.step %s %s: %s (pid %d) into %s/%s", q->step, q->name, script, (int) pid, q->dir, q->out);
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) TEMPLATE_STEP_TIMEOUT_S * 1000000000ULL;
+        int status = 0;
+        for (;;) {
+                pid_t k = waitpid(pid, &status, WNOHANG);
+                if (k == pid)
+                        break;
+                if (now_monotonic_ns() > deadline) {
+                        kill(-pid, SIGKILL);
+                        kill(pid, SIGKILL);
+                        (void) waitpid(pid, &status, 0);
+                        snprintf(msg, n, "%s timed out", q->step);
+                        r = -ETIMEDOUT;
+                        goto out;
+                }
+                struct timespec ts = { 0, 20 * 1000000L };
+                nanosleep(&ts, NULL);
+        }
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                snprintf(msg, n, "%s failed (%s %d)", script, WIFEXITED(status) ? "exit status" : "signal",
+                         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                r = -EIO;
+                goto out;
+        }
+        /* the node's now: children first, then into place */
+        if ((r = give_tree_at(s, stage_fd, q->out, 0)) < 0 || renameat(stage_fd, q->out, dir_fd, q->out) < 0) {
+                r = r < 0 ? r : negative_errno();
+                snprintf(msg, n, "cannot move %s into %.512s", q->out, q->dir);
+        }
+out:
+        remove_at(dir_fd, stage, 0);
         return r;
 }
 
@@ -524,9 +730,8 @@ void mgr_server_serve_one(struct mgr_server *s) {
         socklen_t len = sizeof cred;
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
                 return;
-        /* the node user; while the node still runs as root (this version),
-         * root only as the very node process we started */
-        if (cred.uid != s->node_uid && !(cred.uid == 0 && s->node_pid > 0 && cred.pid == s->node_pid)) {
+        /* the node user, no one else (root included) */
+        if (cred.uid != s->node_uid) {
                 /* closed unanswered: nothing of ours reaches anyone else */
                 log_warn("refusing a request from pid %d uid %u on %s: only the node (uid %u) may ask",
                          (int) cred.pid, (unsigned) cred.uid, s->path, (unsigned) s->node_uid);
@@ -547,8 +752,12 @@ void mgr_server_serve_one(struct mgr_server *s) {
         _cleanup_free_ struct mgr_request *q = malloc(sizeof *q);
         char msg[1024] = "";
         r = q ? mgr_request_parse(req, n, &s->policy, q, msg, sizeof msg) : -ENOMEM;
-        /* only vmm.spawn takes fds: 1, or 2 with the template RAM */
-        if (r >= 0 && n_fds != (q->op != MGR_OP_VMM_SPAWN ? 0 : q->template_ram ? 2 : 1)) {
+        /* vmm.spawn takes 1 fd, or 2 with the template RAM; template.step 1 */
+        size_t want_fds = q && r >= 0 ? (q->op == MGR_OP_VMM_SPAWN ? (q->template_ram ? 2 : 1)
+                                          : q->op == MGR_OP_TEMPLATE_STEP ? 1
+                                                                          : 0)
+                                      : 0;
+        if (r >= 0 && n_fds != want_fds) {
                 snprintf(msg, sizeof msg, "%zu fds for %s", n_fds, mgr_op_name(q->op));
                 mgr_request_release(q);
                 r = -EINVAL;
@@ -579,6 +788,12 @@ void mgr_server_serve_one(struct mgr_server *s) {
                 break;
         case MGR_OP_VMM_SPAWN:
                 r = do_vmm_spawn(s, cred.uid, q, fds, &extra, &pidfd, msg, sizeof msg);
+                break;
+        case MGR_OP_FILE_RECLAIM:
+                r = do_file_reclaim(s, cred.uid, q, msg, sizeof msg);
+                break;
+        case MGR_OP_TEMPLATE_STEP:
+                r = do_template_step(s, q, fds[0], msg, sizeof msg);
                 break;
         default:
                 r = -EINVAL;

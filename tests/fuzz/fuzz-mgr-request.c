@@ -35,22 +35,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 assert(r.argv[0] && mgr_path_check(&policy, r.run_dir) >= 0 && mgr_path_check(&policy, r.disk) >= 0);
                 assert(!r.mem[0] || !r.template_ram);
         }
-        assert(mgr_policy_vm_uid(&policy, r.uid));
+        if (r.op != MGR_OP_FILE_RECLAIM && r.op != MGR_OP_TEMPLATE_STEP)
+                assert(mgr_policy_vm_uid(&policy, r.uid));
+        if (r.op == MGR_OP_FILE_RECLAIM)
+                assert(r.mode == 0600 || r.mode == 0640 || r.mode == 0644);
+        if (r.op == MGR_OP_TEMPLATE_STEP)
+                assert(!strchr(r.name, '/') && !strchr(r.out, '/') && r.out[0] != '.' && r.out[0]);
         if (r.op == MGR_OP_VMM_SIGNAL)
                 assert(r.signal == SIGKILL || r.signal == SIGTERM);
         if (r.op == MGR_OP_VMM_SIGNAL || r.op == MGR_OP_VMM_VERIFY)
                 assert(r.pid > 1);
-        if (r.op == MGR_OP_FILE_GIVE) {
-                assert(r.mode == 0600 || r.mode == 0660 || r.mode == 0700 || r.mode == 02770);
+        if (r.op == MGR_OP_FILE_GIVE || r.op == MGR_OP_FILE_RECLAIM) {
+                assert(r.op == MGR_OP_FILE_RECLAIM || r.mode == 0600 || r.mode == 0660 || r.mode == 0700 ||
+                       r.mode == 02770);
                 assert((size_t) mgr_path_check(&policy, r.path) == r.root);
-                assert(!strstr(r.path, "/.") && !strstr(r.path, "//"));
+                assert(!strstr(r.path, "/./") && !strstr(r.path, "/../") && !strstr(r.path, "//"));
         }
         char *json = mgr_request_format(&r);
         assert(json);
         struct mgr_request again;
         assert(mgr_request_parse(json, strlen(json), &policy, &again, err, sizeof err) == 0);
         assert(again.op == r.op && again.uid == r.uid && again.pid == r.pid && again.start_time == r.start_time &&
-               again.signal == r.signal && again.mode == r.mode && strcmp(again.path, r.path) == 0);
+               again.signal == r.signal && again.mode == r.mode && strcmp(again.path, r.path) == 0 &&
+               strcmp(again.dir, r.dir) == 0 && strcmp(again.name, r.name) == 0 && strcmp(again.out, r.out) == 0);
         for (size_t i = 0; r.argv[i]; i++)
                 assert(again.argv[i] && strcmp(again.argv[i], r.argv[i]) == 0);
         free(json);

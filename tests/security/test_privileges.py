@@ -1,7 +1,9 @@
-"""Privilege separation: the API process never holds root. airlockd started
+"""Privilege separation: only airlock-nodemgr holds root. airlockd started
 as root becomes airlock-nodemgr, which runs the real airlockd as the system
-user `airlock`; a compromised control plane can then reach neither root's
-files nor the node's storage, only its own DATA_DIR/control."""
+user `airlock` and the node as `airlock-node`; a compromised control plane
+can then reach neither root's files nor the node's storage, only its own
+DATA_DIR/control; a compromised node reaches its storage and asks
+airlock-nodemgr for the rest through a fixed, checked set of requests."""
 
 import errno
 import glob
@@ -74,6 +76,49 @@ def test_api_process_runs_unprivileged(airlock):
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
 
 
+def node_pid(a):
+    pids = [p for p in children(a.proc.pid) if exe_name(p) == "airlock-node"]
+    assert len(pids) == 1, pids
+    return pids[0]
+
+
+def test_node_runs_unprivileged(airlock):
+    """airlock-node runs as airlock-node: no root, no capabilities, no
+    groups but its own, no_new_privs; its VMs still start, serve and stop
+    (through airlock-nodemgr)."""
+    a = airlock
+    node = pwd.getpwnam("airlock-node")
+    st = status(node_pid(a))
+    assert st["Uid"].split() == [str(node.pw_uid)] * 4
+    assert st["Gid"].split() == [str(node.pw_gid)] * 4
+    assert st["Groups"].strip() == ""
+    assert int(st["CapEff"], 16) == 0 and int(st["CapPrm"], 16) == 0 and int(st["CapBnd"], 16) != 0
+    assert st["NoNewPrivs"].strip() == "1"
+    sid = a.create("minimal")["id"]
+    assert a.exec(sid, ["echo", "ok"])["stdout"] == "ok\n"
+    # the VM's disk: its uid, the node's group, nobody else
+    recs = [[int(x) for x in open(p).read().split()[:3]]
+            for p in glob.glob(os.path.join(a.data_dir, "**", "vmm.pid"), recursive=True)]
+    live = [r for r in recs if os.path.exists(f"/proc/{r[0]}")]
+    assert live
+    # what a compromised node could try: root's files, the data dir, the
+    # control plane, nodemgr, a VM (all another uid)
+    pw = node
+
+    def drop():
+        os.setgroups([])
+        os.setgid(pw.pw_gid)
+        os.setuid(pw.pw_uid)
+
+    for args in (["cat", "/etc/shadow"], ["touch", os.path.join(a.data_dir, "planted")],
+                 ["cat", os.path.join(a.data_dir, "control", "admin.token")],
+                 ["kill", "-0", str(a.proc.pid)], ["kill", "-0", str(daemon_pid(a))], ["kill", "-0", str(live[0][0])]):
+        r = subprocess.run(args, preexec_fn=drop, capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0, args
+    assert os.path.exists(f"/proc/{live[0][0]}")
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+
+
 def test_control_plane_cannot_touch_what_is_not_its_own(airlock):
     a = airlock
     sid = a.create("minimal")["id"]
@@ -83,7 +128,8 @@ def test_control_plane_cannot_touch_what_is_not_its_own(airlock):
     control = os.path.join(a.data_dir, "control")
     uid = pwd.getpwnam("airlock").pw_uid
     c = os.stat(control)
-    assert c.st_uid == uid and stat.S_IMODE(c.st_mode) == 0o700
+    # traversable (the node reads keys/public), not listable
+    assert c.st_uid == uid and stat.S_IMODE(c.st_mode) == 0o711
     for f in ("admin.token", "airlock.db"):
         st = os.stat(os.path.join(control, f))
         assert st.st_uid == uid and not st.st_mode & 0o077, f
@@ -140,7 +186,11 @@ try:
 except OSError as e:
     print(json.dumps({"connect_errno": e.errno})); sys.exit(0)
 try:
-    s.sendall(struct.pack("<IBBHII", 0x314B4C41, 1, 80, 0, 0, len(req)) + req)
+    frame = struct.pack("<IBBHII", 0x314B4C41, 1, 80, 0, 0, len(req)) + req
+    if len(sys.argv) > 3:  # with an fd (SCM_RIGHTS), opened for writing
+        socket.send_fds(s, [frame], [__import__("os").open(sys.argv[3], 1)])
+    else:
+        s.sendall(frame)
 except (BrokenPipeError, ConnectionResetError):  # refused before we were done
     print(json.dumps({"closed": 0})); sys.exit(0)
 buf = b""
@@ -160,8 +210,9 @@ print(buf[16:16 + n].decode())
 """
 
 
-def mgr_request(a, req, user="airlock-node"):
-    """One request to airlock-nodemgr as user (None: as root)."""
+def mgr_request(a, req, user="airlock-node", fd_path=None):
+    """One request to airlock-nodemgr as user (None: as root), with the
+    file fd_path opened for writing as its fd."""
     path = os.path.join(a.data_dir, "run", "nodemgr.sock")
     drop = None
     if user:
@@ -172,7 +223,8 @@ def mgr_request(a, req, user="airlock-node"):
             os.setgid(pw.pw_gid)
             os.setuid(pw.pw_uid)
 
-    r = subprocess.run(["/usr/bin/python3", "-c", MGR_CLIENT, path, json.dumps(req)], preexec_fn=drop,
+    r = subprocess.run(["/usr/bin/python3", "-c", MGR_CLIENT, path, json.dumps(req)] + ([fd_path] if fd_path else []),
+                       preexec_fn=drop,
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
@@ -262,8 +314,16 @@ def test_nodemgr_hands_out_only_the_nodes_files(airlock):
     assert "error" in r
     after = os.stat(token)
     assert (after.st_uid, after.st_mode) == (before.st_uid, before.st_mode)
+    # taking a file back, or running a build step, from outside: refused
+    r = mgr_request(a, {"op": "file.reclaim", "path": "/etc/shadow", "mode": 0o644})
+    assert r["error"]["errno"] == errno.EINVAL, r
     s2 = os.stat("/etc/shadow")
     assert (s2.st_uid, s2.st_gid, s2.st_mode) == (shadow.st_uid, shadow.st_gid, shadow.st_mode)
+    for name, err in (("../../../bin/sh", errno.EINVAL), ("x;sh", errno.EINVAL), ("nosuch", errno.ENOENT)):
+        r = mgr_request(a, {"op": "template.step", "step": "rootfs", "name": name, "dir": a.data_dir + "/sandboxes",
+                            "out": "r.img", "kernel_dir": ""}, fd_path="/dev/null")
+        assert r["error"]["errno"] == err, (name, r)
+    assert not os.path.exists(a.data_dir + "/sandboxes/r.img")
 
 
 def test_privsep_off_still_runs_jailed_vms(airlock_factory):

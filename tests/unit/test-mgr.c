@@ -102,7 +102,9 @@ static void test_refuses(void **state) {
                 "{\"op\":\"file.give\",\"path\":\"/var/lib/airlock/./a\",\"uid\":2000002,\"mode\":384}",
                 "{\"op\":\"file.give\",\"path\":\"/var/lib/airlock//a\",\"uid\":2000002,\"mode\":384}",
                 "{\"op\":\"file.give\",\"path\":\"/var/lib/airlock/a/\",\"uid\":2000002,\"mode\":384}",
-                "{\"op\":\"file.give\",\"path\":\"/var/lib/airlock/.hidden\",\"uid\":2000002,\"mode\":384}",
+                "{\"op\":\"file.give\",\"path\":\"/var/lib/airlock/..\",\"uid\":2000002,\"mode\":384}",
+                "{\"op\":\"file.give\",\"path\":\"/var/lib/airlock/.\",\"uid\":2000002,\"mode\":384}",
+                "{\"op\":\"file.give\",\"path\":\"/var/lib/airlock/a/..\",\"uid\":2000002,\"mode\":384}",
                 "{\"op\":\"file.give\",\"path\":\"/var/lib/airlock/a b\",\"uid\":2000002,\"mode\":384}",
                 "{\"op\":\"file.give\",\"path\":\"/var/lib/airlock/a\\u0000b\",\"uid\":2000002,\"mode\":384}",
                 "{\"op\":\"file.give\",\"path\":\"var/lib/airlock/a\",\"uid\":2000002,\"mode\":384}",
@@ -180,6 +182,45 @@ static void test_spawn(void **state) {
         assert_true(asprintf(&req, SPAWN("%s"), big) > 0);
         assert_int_equal(mgr_request_parse(req, strlen(req), &policy, &r, NULL, 0), -EINVAL);
         free(req);
+}
+
+static void test_template_step_and_reclaim(void **state) {
+        (void) state;
+        struct mgr_request r;
+        assert_int_equal(parse("{\"op\":\"template.step\",\"step\":\"rootfs\",\"name\":\"python\",\"dir\":"
+                               "\"/var/lib/airlock/vol/templates/.tmp-python-1\",\"out\":\"rootfs.img\",\"kernel_dir\":\"\"}",
+                               &r),
+                         0);
+        assert_string_equal(r.name, "python");
+        assert_string_equal(r.out, "rootfs.img");
+        /* the dir may be a root itself */
+        assert_int_equal(parse("{\"op\":\"template.step\",\"step\":\"kernel\",\"name\":\"\",\"dir\":\"/var/lib/airlock\","
+                               "\"out\":\"kernel-abc\",\"kernel_dir\":\"\"}",
+                               &r),
+                         0);
+        assert_int_equal(parse("{\"op\":\"file.reclaim\",\"path\":\"/var/lib/airlock/t/mem\",\"mode\":384}", &r), 0);
+        static const char *const bad[] = {
+                /* a name that is a path, a shell word, upper case; a name for kernel; no name for rootfs */
+                "{\"op\":\"template.step\",\"step\":\"rootfs\",\"name\":\"../../bin/sh\",\"dir\":\"/var/lib/airlock\",\"out\":\"r\",\"kernel_dir\":\"\"}",
+                "{\"op\":\"template.step\",\"step\":\"rootfs\",\"name\":\"a;rm -rf /\",\"dir\":\"/var/lib/airlock\",\"out\":\"r\",\"kernel_dir\":\"\"}",
+                "{\"op\":\"template.step\",\"step\":\"rootfs\",\"name\":\"Python\",\"dir\":\"/var/lib/airlock\",\"out\":\"r\",\"kernel_dir\":\"\"}",
+                "{\"op\":\"template.step\",\"step\":\"kernel\",\"name\":\"x\",\"dir\":\"/var/lib/airlock\",\"out\":\"k\",\"kernel_dir\":\"\"}",
+                "{\"op\":\"template.step\",\"step\":\"rootfs\",\"name\":\"\",\"dir\":\"/var/lib/airlock\",\"out\":\"r\",\"kernel_dir\":\"\"}",
+                /* an unknown step, out that is a path, an initramfs without its kernel, a dir outside */
+                "{\"op\":\"template.step\",\"step\":\"shell\",\"name\":\"\",\"dir\":\"/var/lib/airlock\",\"out\":\"k\",\"kernel_dir\":\"\"}",
+                "{\"op\":\"template.step\",\"step\":\"kernel\",\"name\":\"\",\"dir\":\"/var/lib/airlock\",\"out\":\"../k\",\"kernel_dir\":\"\"}",
+                "{\"op\":\"template.step\",\"step\":\"initramfs\",\"name\":\"\",\"dir\":\"/var/lib/airlock\",\"out\":\"i\",\"kernel_dir\":\"\"}",
+                "{\"op\":\"template.step\",\"step\":\"kernel\",\"name\":\"\",\"dir\":\"/etc\",\"out\":\"k\",\"kernel_dir\":\"\"}",
+                /* reclaim: outside, group-writable, executable */
+                "{\"op\":\"file.reclaim\",\"path\":\"/etc/shadow\",\"mode\":384}",
+                "{\"op\":\"file.reclaim\",\"path\":\"/var/lib/airlock/t/mem\",\"mode\":432}",
+                "{\"op\":\"file.reclaim\",\"path\":\"/var/lib/airlock/t/mem\",\"mode\":493}",
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+                char err[256] = "";
+                if (mgr_request_parse(bad[i], strlen(bad[i]), &policy, &r, err, sizeof err) != -EINVAL)
+                        fail_msg("accepted: %s", bad[i]);
+        }
 }
 
 static void test_round_trip(void **state) {
@@ -304,6 +345,7 @@ int main(void) {
                 cmocka_unit_test(test_refuses),
                 cmocka_unit_test(test_round_trip),
                 cmocka_unit_test(test_spawn),
+                cmocka_unit_test(test_template_step_and_reclaim),
                 cmocka_unit_test(test_frames_with_fds),
                 cmocka_unit_test(test_open_beneath),
         };
