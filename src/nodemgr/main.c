@@ -7,16 +7,20 @@
  *      DATA_DIR/control (the store, the admin token, the capability keys;
  *      moved there from DATA_DIR by the first start of this version) and
  *      keeps DATA_DIR itself root's (airlockd can pass, not rename);
- *   2. starts airlock-node (still root in this version: it mounts the
- *      storage volume and launches the jailed VMMs) with its socket open to
- *      the `airlock` group, and restarts it when it dies, like airlockd did;
+ *   2. sets up the node's storage (mounting the btrfs loop volume where
+ *      needed), hands its directories to the system user `airlock-node`,
+ *      makes its socket (open to the `airlock` group) and starts
+ *      airlock-node as `airlock-node` (src/nodemgr/nodeprep.c), restarts it
+ *      when it dies, like airlockd did, and serves its privileged requests
+ *      (DATA_DIR/run/nodemgr.sock, src/nodemgr/mgrserver.c): the VMs are
+ *      started here, jailed;
  *   3. starts airlockd as `airlock` (no supplementary groups, no_new_privs,
  *      --no-spawn-node) and lives as long as it does.
  *
  * SIGTERM/SIGINT: airlockd stops first, then the node (which stops the VMs
  * after a guest sync). airlockd dying any other way: the node gets SIGUSR1
- * and hands its VMs over to the next start, as before. It is a child
- * subreaper, so VMs a dead node orphaned are reaped here.
+ * and hands its VMs over to the next start, as before. The VMs are our
+ * children (and we are a child subreaper): they are reaped here.
  */
 #include <errno.h>
 #include <grp.h>
@@ -98,7 +102,6 @@ static int start_node(const struct daemon_config *c, struct mgr_server *mgr, pid
         if (r < 0)
                 return r;
         _cleanup_close_ int ready = ready_fd;
-        mgr_server_set_node(mgr, pid);
         *ret_pid = pid;
         uint64_t deadline = now_monotonic_ns() + (uint64_t) c->node_start_timeout_s * 1000000000ULL;
         for (;;) {

@@ -39,7 +39,6 @@ struct mgr_server {
         char *jails_dir;      /* DATA_DIR/run/jails: root's, the VMs' private roots are mounted there */
         uid_t node_uid;
         gid_t node_gid;
-        pid_t node_pid;       /* the node we run: while it still runs as root, only it may ask */
         struct mgr_policy policy;
         char *roots[MGR_ROOTS_MAX];
         char *qemu;
@@ -65,11 +64,6 @@ void mgr_server_free(struct mgr_server *s) {
         free(s->qemu);
         free(s->jails_dir);
         free(s);
-}
-
-void mgr_server_set_node(struct mgr_server *s, pid_t pid) {
-        if (s)
-                s->node_pid = pid;
 }
 
 /* The QEMU binary the node is configured with, absolute (as the node's

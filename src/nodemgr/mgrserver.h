@@ -25,10 +25,6 @@ struct mgr_server;
  * (qemu-system-x86_64 in PATH). */
 int mgr_server_open(const struct daemon_config *c, uid_t node_uid, gid_t node_gid, struct mgr_server **ret);
 
-/* The pid of the node nodemgr runs now: while the node is root (this
- * version), only that process may ask as root. */
-void mgr_server_set_node(struct mgr_server *s, pid_t pid);
-
 /* DATA_DIR/run/nodemgr.sock */
 const char *mgr_server_path(const struct mgr_server *s);
 
