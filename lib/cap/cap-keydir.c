@@ -135,9 +135,10 @@ int cap_keydir_rotate(const char *dir, char ret_kid[CAP_KID_MAX + 1], char ret_p
         _cleanup_free_ char *cur_path = strdup_printf("%s/signing/current", dir);
         if (!pub || !sig || !pub_path || !key_path || !cur_path)
                 return -ENOMEM;
-        /* explicit modes: whatever the umask, public is public */
+        /* explicit modes: whatever the umask, public is public (and the
+         * dir above it traversable: a node of another user reads it) */
         if ((r = mkdir_p(pub, 0755)) < 0 || (r = mkdir_p(sig, 0700)) < 0 || chmod(sig, 0700) < 0 ||
-            chmod(pub, 0755) < 0)
+            chmod(pub, 0755) < 0 || chmod(dir, 0711) < 0)
                 return r < 0 ? r : negative_errno();
         if ((r = cap_keygen(pk, sk)) < 0)
                 return r;

@@ -232,6 +232,8 @@ const char *proto_type_name(uint8_t type) {
         case PROTO_NODE_EVENT: return "node-event";
         case PROTO_NODE_DATA: return "node-data";
         case PROTO_NODE_END: return "node-end";
+        case PROTO_MGR_REQUEST: return "mgr-request";
+        case PROTO_MGR_REPLY: return "mgr-reply";
         default: return "unknown";
         }
 }

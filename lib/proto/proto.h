@@ -5,6 +5,7 @@
  * The Airlock wire framing, used on two links:
  *   - host <-> guest agent, over the virtio-serial port (docs/guest-protocol.md)
  *   - airlockd <-> airlock-node, over a local Unix socket (docs/node-protocol.md)
+ *   - airlock-node -> airlock-nodemgr, over DATA_DIR/run/nodemgr.sock (lib/mgr)
  *
  * A frame is a 16-byte little-endian header followed by `length` payload
  * bytes:
@@ -70,6 +71,10 @@ enum proto_type {
         PROTO_NODE_EVENT = 66,   /* streamed event, JSON */
         PROTO_NODE_DATA = 67,    /* streamed raw bytes (file transfers) */
         PROTO_NODE_END = 68,     /* end of a stream {} */
+
+        /* airlock-node -> airlock-nodemgr (lib/mgr): one request per connection */
+        PROTO_MGR_REQUEST = 80, /* {"op":s, ...} (+ fds) */
+        PROTO_MGR_REPLY = 81,   /* {"ok":true,...} or {"error":{"errno":n,"message":s}} */
 };
 
 struct proto_header {

@@ -74,19 +74,19 @@ static int run_useradd(const char *name) {
         return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-int privsep_user(uid_t *ret_uid, gid_t *ret_gid, const char **ret_name) {
-        const char *name = getenv("AIRLOCK_USER");
+int privsep_user(const char *env, const char *def, uid_t *ret_uid, gid_t *ret_gid, const char **ret_name) {
+        const char *name = getenv(env);
         if (!name || !*name)
-                name = PRIVSEP_USER_DEFAULT;
+                name = def;
         if (!name_is_valid(name) || name[0] == '-')
-                return log_error_errno(-EINVAL, "AIRLOCK_USER \"%s\" is not a valid user name", name);
+                return log_error_errno(-EINVAL, "%s \"%s\" is not a valid user name", env, name);
         /* several first starts at once (a test suite) race for useradd:
          * whoever loses finds the user the winner made */
         for (int attempt = 0;; attempt++) {
                 struct passwd *pw = getpwnam(name);
                 if (pw) {
                         if (pw->pw_uid == 0 || pw->pw_gid == 0)
-                                return log_error_errno(-EPERM, "user %s is root: airlockd must not run as root", name);
+                                return log_error_errno(-EPERM, "user %s is root: it must not be", name);
                         *ret_uid = pw->pw_uid;
                         *ret_gid = pw->pw_gid;
                         *ret_name = name;
@@ -96,7 +96,7 @@ int privsep_user(uid_t *ret_uid, gid_t *ret_gid, const char **ret_name) {
                         return log_error_errno(-ENOENT, "cannot create the system user %s (%s)", name, USERADD);
                 int k = run_useradd(name);
                 if (k == 0)
-                        log_info("created the system user %s for airlockd", name);
+                        log_info("created the system user %s", name);
                 else
                         nanosleep(&(struct timespec){ .tv_nsec = 200 * 1000000L }, NULL);
         }
@@ -141,6 +141,11 @@ int privsep_hand_over(const struct daemon_config *c, uid_t uid, gid_t gid) {
         int r = chown_tree(c->control_dir, uid, gid, 0);
         if (r < 0)
                 return log_error_errno(r, "Cannot hand %s over to uid %u: %m", c->control_dir, (unsigned) uid);
+        /* traversable, not listable: the node (another user) reads the
+         * public capability keys in control/keys/public; every file here is
+         * airlockd's alone (umask 077) */
+        if (chmod(c->control_dir, 0711) < 0)
+                return log_error_errno(negative_errno(), "Cannot chmod %s: %m", c->control_dir);
         return 0;
 }
 

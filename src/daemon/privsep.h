@@ -14,16 +14,18 @@
 
 #include "config.h"
 
-#define PRIVSEP_USER_DEFAULT "airlock" /* AIRLOCK_USER overrides */
+#define PRIVSEP_USER_DEFAULT "airlock"           /* airlockd; AIRLOCK_USER overrides */
+#define PRIVSEP_NODE_USER_DEFAULT "airlock-node" /* airlock-node; AIRLOCK_NODE_USER overrides */
 
 /* Creates DATA_DIR/control (mode 0700 for a new one) and moves what an
  * earlier layout kept in DATA_DIR itself (airlock.db and its journals,
  * admin.token, keys/) into it. */
 int privsep_control_dir(const struct daemon_config *c);
 
-/* The unprivileged user airlockd runs as: AIRLOCK_USER or "airlock",
- * created as a system user (useradd, no shell, no home) when missing. */
-int privsep_user(uid_t *ret_uid, gid_t *ret_gid, const char **ret_name);
+/* An unprivileged system user: the name in the environment variable env,
+ * or def; created (useradd --system --user-group, no shell, no home) when
+ * missing. Refuses a user or primary group that is root. */
+int privsep_user(const char *env, const char *def, uid_t *ret_uid, gid_t *ret_gid, const char **ret_name);
 
 /* Hands DATA_DIR/control and everything in it to uid:gid (no symlink is
  * followed), and makes DATA_DIR traversable (0711) but root's. */

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -144,7 +145,13 @@ int main(int argc, char *argv[]) {
                 return 1;
         }
         struct storage *st = NULL;
-        r = storage_open(cfg->data_dir, cfg->volume_gib, cfg->storage == NODE_STORAGE_AUTO, &st);
+        /* under airlock-nodemgr the storage is its (it mounts the volume) */
+        const char *given = getenv("AIRLOCK_STORAGE_ROOT");
+        const char *given_reflink = getenv("AIRLOCK_STORAGE_REFLINK");
+        if (given && *given)
+                r = storage_open_given(given, given_reflink && strcmp(given_reflink, "1") == 0, &st);
+        else
+                r = storage_open(cfg->data_dir, cfg->volume_gib, cfg->storage == NODE_STORAGE_AUTO, &st);
         if (r < 0) {
                 log_error_errno(r, "Failed to open storage in %s: %m", cfg->data_dir);
                 return 1;
@@ -180,6 +187,7 @@ int main(int argc, char *argv[]) {
         sandbox_set_objstore(objstore);
 
         int listen_fd = -1;
+        bool inherited = false; /* airlock-nodemgr's socket: not ours to remove */
         int exit_code = 1;
         bool hand_over = false;
         if ((r = template_init(cfg, templates_dir, accel)) < 0 ||
@@ -198,10 +206,35 @@ int main(int argc, char *argv[]) {
                 }
                 socket_group = g->gr_gid;
         }
-        r = server_listen(cfg->socket_path, socket_group, &listen_fd);
-        if (r < 0)
+        /* under airlock-nodemgr the socket is its (we cannot write
+         * DATA_DIR/run): fd 3, and fd 4 is where we say we are ready */
+        inherited = false;
+        const char *lfd_s = getenv("AIRLOCK_NODE_LISTEN_FD"), *ready_s = getenv("AIRLOCK_NODE_READY_FD");
+        if (lfd_s && *lfd_s) {
+                uint64_t v;
+                int accepting = 0;
+                socklen_t alen = sizeof accepting;
+                if (parse_u64(lfd_s, INT32_MAX, &v) < 0 ||
+                    getsockopt((int) v, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &alen) < 0 || !accepting ||
+                    fcntl((int) v, F_SETFD, FD_CLOEXEC) < 0 ||
+                    fcntl((int) v, F_SETFL, fcntl((int) v, F_GETFL) | O_NONBLOCK) < 0) {
+                        log_error("AIRLOCK_NODE_LISTEN_FD=%s is not a listening socket", lfd_s);
+                        goto out;
+                }
+                listen_fd = (int) v;
+                inherited = true;
+        } else if ((r = server_listen(cfg->socket_path, socket_group, &listen_fd)) < 0)
                 goto out;
+        unsetenv("AIRLOCK_NODE_LISTEN_FD");
         log_info("listening on %s; templates in %s; sandboxes in %s", cfg->socket_path, templates_dir, sandboxes_dir);
+        if (ready_s && *ready_s) {
+                uint64_t v;
+                if (parse_u64(ready_s, INT32_MAX, &v) >= 0) {
+                        (void) !write((int) v, "R", 1);
+                        close((int) v);
+                }
+                unsetenv("AIRLOCK_NODE_READY_FD");
+        }
 
         if (cfg->n_prebuild > 0) {
                 r = template_prebuild_start();
@@ -221,7 +254,8 @@ int main(int argc, char *argv[]) {
 out:
         if (listen_fd >= 0) {
                 close(listen_fd);
-                unlink(cfg->socket_path);
+                if (!inherited)
+                        unlink(cfg->socket_path);
         }
         template_shutdown();
         pool_shutdown();

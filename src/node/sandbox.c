@@ -4,6 +4,9 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -265,11 +268,46 @@ static void set_failed(struct sandbox *s, const char *fmt, ...) {
                 log_emit(LOG_LEVEL_WARN, s->ctx, "sandbox failed: %s", msg);
 }
 
+/* PIDFD_GET_INFO (Linux 6.15), its first version: the exit status of a
+ * process that is not our child, once its parent reaped it. */
+struct pidfd_info_v0 {
+        uint64_t mask;
+        uint64_t cgroupid;
+        uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+        int32_t exit_code;
+};
+#define PIDFD_GET_INFO_V0 _IOWR(0xFF, 11, struct pidfd_info_v0)
+#define PIDFD_INFO_EXIT_ (1ULL << 3)
+
+/* The wait status of the exited process of pidfd that is not our child
+ * (airlock-nodemgr started it and reaps it: give it a moment). */
+static int foreign_exit_status(int pidfd, int *ret) {
+        for (int i = 0; i < 50; i++) {
+                struct pidfd_info_v0 info = { .mask = PIDFD_INFO_EXIT_ };
+                if (ioctl(pidfd, PIDFD_GET_INFO_V0, &info) < 0)
+                        return negative_errno();
+                if (info.mask & PIDFD_INFO_EXIT_) {
+                        *ret = info.exit_code;
+                        return 0;
+                }
+                struct timespec ts = { 0, 10 * 1000000L };
+                nanosleep(&ts, NULL);
+        }
+        return -ETIMEDOUT;
+}
+
 /* Describes how the (not yet reaped) QEMU process ended. */
 static void describe_exit(struct vmm *v, char *buf, size_t n) {
         siginfo_t si = { 0 };
         if (waitid((idtype_t) P_PIDFD, (id_t) v->pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0) {
-                snprintf(buf, n, "vmm exited");
+                int status;
+                if (errno != ECHILD || foreign_exit_status(v->pidfd, &status) < 0)
+                        snprintf(buf, n, "vmm exited");
+                else if (WIFEXITED(status))
+                        snprintf(buf, n, "vmm exited (status %d)", WEXITSTATUS(status));
+                else
+                        snprintf(buf, n, "vmm exited (status %d, killed by signal %d)", 128 + WTERMSIG(status),
+                                 WTERMSIG(status));
                 return;
         }
         if (si.si_code == CLD_EXITED)

@@ -59,7 +59,7 @@ struct tentry {
         char hash[HASH_HEX];        /* "" until computed */
         unsigned memory_mib;
         pid_t build_pgid;           /* running script's process group, 0 = none */
-        pid_t build_vmm_pid;        /* running template VM, 0 = none */
+        struct vmm *build_vmm;      /* running template VM, NULL = none (tlock) */
         struct tentry *next;
 };
 
@@ -346,6 +346,30 @@ static int run_step(struct tentry *e, const char *ctx, char *const argv[], const
         return 0;
 }
 
+/* One build step: run_step(), or under airlock-nodemgr its template.step
+ * (the scripts need root: mmdebstrap, device nodes, file ownership in the
+ * image). dir/out is where the step's output lands. */
+static int build_step(struct tentry *e, const char *ctx, char *const argv[], const char *step, const char *name,
+                      const char *dir, const char *out, const char *kernel_dir, const char *log_path,
+                      char **ret_error) {
+        if (!vmm_via_nodemgr())
+                return run_step(e, ctx, argv, log_path, ret_error);
+        _cleanup_close_ int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (log_fd < 0)
+                return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx, "Failed to open %s: %m", log_path);
+        dprintf(log_fd, "+ airlock-nodemgr template.step %s %s -> %s/%s\n", step, name, dir, out);
+        uint64_t t0 = now_monotonic_ns();
+        int r = vmm_template_step(step, name, dir, out, kernel_dir ? kernel_dir : "", log_fd, ctx);
+        if (r < 0) {
+                log_tail(ctx, log_path);
+                *ret_error = strdup_printf("%s step failed: %s (log: %s)", step, strerror(-r), log_path);
+                return r;
+        }
+        log_emit(LOG_LEVEL_INFO, ctx, "%s done in %llu ms (airlock-nodemgr)", step,
+                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
+        return 0;
+}
+
 /* ---- content hashes ---- */
 
 /* Feeds a labelled file into st: label, NUL, 8-byte size, bytes. */
@@ -511,7 +535,8 @@ static int ensure_kernel(struct tentry *e, const char *ctx, const char *kdir, co
         log_emit(LOG_LEVEL_INFO, ctx, "building kernel into %s", kdir);
         pathf(script, "%s/kernel.sh", tcfg->images_dir);
         char *argv[] = { (char *) "/bin/bash", script, (char *) kdir, NULL };
-        return run_step(e, ctx, argv, log_path, ret_error);
+        const char *kname = strrchr(kdir, '/') ? strrchr(kdir, '/') + 1 : kdir;
+        return build_step(e, ctx, argv, "kernel", "", tdir, kname, NULL, log_path, ret_error);
 }
 
 /* Moves the VM's console and QEMU logs from its run directory into the
@@ -580,7 +605,7 @@ static int boot_and_save(struct tentry *e, const char *ctx, const char *tmp, con
         pthread_mutex_lock(&tlock);
         r = shutting_down ? -ECANCELED : vmm_boot(&vc, &v);
         if (r >= 0)
-                e->build_vmm_pid = v->pid;
+                e->build_vmm = v;
         pthread_mutex_unlock(&tlock);
         if (r < 0) {
                 keep_logs(run_dir, tmp);
@@ -611,17 +636,26 @@ static int boot_and_save(struct tentry *e, const char *ctx, const char *tmp, con
                 r = vmm_save(v, state);
         }
         pthread_mutex_lock(&tlock);
-        e->build_vmm_pid = 0;
+        e->build_vmm = NULL;
         pthread_mutex_unlock(&tlock);
         vmm_destroy(v);
         keep_logs(run_dir, tmp);
-        /* the build VM's uid owned them; the template is root's (no VM opens
-         * these: restores get clones and a sealed copy of the RAM) */
+        /* the build VM's uid owned them; the template is the node's (root's
+         * without airlock-nodemgr; no VM opens these: restores get clones
+         * and a sealed copy of the RAM) */
         _cleanup_free_ char *console = strdup_printf("%s/console.log", tmp);
-        if (console)
-                (void) chown(console, 0, 0);
-        if (chown(rootfs, 0, 0) < 0 || chmod(rootfs, 0644) < 0 || chown(mem, 0, 0) < 0)
-                log_emit(LOG_LEVEL_WARN, ctx, "cannot give the template files back to root: %s", strerror(errno));
+        if (vmm_via_nodemgr()) {
+                if (console && access(console, F_OK) == 0)
+                        (void) vmm_file_reclaim(console, 0644, ctx);
+                if (vmm_file_reclaim(rootfs, 0644, ctx) < 0 || vmm_file_reclaim(mem, 0600, ctx) < 0)
+                        log_emit(LOG_LEVEL_WARN, ctx, "cannot give the template files back to the node");
+        } else {
+                if (console)
+                        (void) chown(console, 0, 0);
+                if (chown(rootfs, 0, 0) < 0 || chmod(rootfs, 0644) < 0 || chown(mem, 0, 0) < 0)
+                        log_emit(LOG_LEVEL_WARN, ctx, "cannot give the template files back to root: %s",
+                                 strerror(errno));
+        }
         if (r < 0) {
                 *ret_error = strdup_printf("%s failed: %s (console: %s/console.log)", step, strerror(-r), tmp);
                 return r;
@@ -711,13 +745,13 @@ static int build(struct tentry *e, const char *hash, const char *khash, unsigned
                 pathf(initramfs_script, "%s/initramfs.sh", tcfg->images_dir);
                 pathf(out, "%s/initramfs.cpio", tmp);
                 char *argv[] = { (char *) "/bin/bash", initramfs_script, kdir, tcfg->guest_binary, out, NULL };
-                r = run_step(e, ctx, argv, log_path, ret_error);
+                r = build_step(e, ctx, argv, "initramfs", "", tmp, "initramfs.cpio", kdir, log_path, ret_error);
         }
         if (r >= 0) {
                 pathf(script, "%s/templates/%s.sh", tcfg->images_dir, e->name);
                 pathf(out, "%s/rootfs.img", tmp);
                 char *argv[] = { (char *) "/bin/bash", script, out, NULL };
-                r = run_step(e, ctx, argv, log_path, ret_error);
+                r = build_step(e, ctx, argv, "rootfs", e->name, tmp, "rootfs.img", NULL, log_path, ret_error);
         }
         if (r >= 0)
                 r = boot_and_save(e, ctx, tmp, kdir, memory_mib, ret_error);
@@ -1054,8 +1088,8 @@ void template_shutdown(void) {
         for (struct tentry *e = entries; e; e = e->next) {
                 if (e->build_pgid > 0)
                         kill(-e->build_pgid, SIGKILL);
-                if (e->build_vmm_pid > 0)
-                        kill(e->build_vmm_pid, SIGKILL);
+                if (e->build_vmm)
+                        vmm_kill(e->build_vmm);
         }
         pthread_mutex_unlock(&tlock);
 }

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include <unistd.h>
 
 #include "jail.h"
+#include "mgr.h"
 #include "log.h"
 #include "macros.h"
 #include "qmp.h"
@@ -429,9 +431,9 @@ static int fail_exited(struct vmm *v, const char *when) {
 
 /* What QEMU needs beyond guest RAM: TCG's 32 MiB translation buffer, its
  * heap, page tables and I/O buffers (measured peak: see docs/security.md). */
-#define VMM_MEMORY_MARGIN_MIB 192
-#define VMM_PIDS_MAX 256   /* threads: vCPUs, the main loop, RCU, up to 64 I/O workers */
-#define VMM_NOFILE 4096
+#define VMM_MEMORY_MARGIN_MIB JAIL_VMM_MEMORY_MARGIN_MIB
+#define VMM_PIDS_MAX JAIL_VMM_PIDS_MAX
+#define VMM_NOFILE JAIL_VMM_NOFILE
 #define VMM_UID_BASE_DEFAULT 2000000u
 #define VMM_UID_COUNT_DEFAULT 65536u
 #define RAM_COPIES_MAX 8
@@ -441,6 +443,34 @@ static uint32_t uid_base = VMM_UID_BASE_DEFAULT, uid_count = VMM_UID_COUNT_DEFAU
 static uint8_t *uid_used; /* bitmap over slots: VMs of this node, live or adopted */
 static uint32_t uid_cursor;
 static char *qemu_path;   /* the binary, absolute (vmm_jail_setup) */
+/* AIRLOCK_NODEMGR_SOCKET: airlock-nodemgr starts, signals and cleans up the
+ * VMs (the node needs no privilege for them); unset: the node does it
+ * itself, as root (AIRLOCK_PRIVSEP=0, tests). */
+static char *mgr_socket;
+
+/* One request to airlock-nodemgr; its refusal is logged. */
+static int mgr_ask(const struct mgr_request *q, const int *fds, size_t n_fds, char **ret_reply, int *ret_fd,
+                   const char *ctx) {
+        char err[256];
+        int got[MGR_FDS_MAX];
+        size_t n_got = 0;
+        int r = mgr_call(mgr_socket, q, fds, n_fds, ret_reply, got, &n_got, err, sizeof err);
+        if (r < 0) {
+                if (r != -EBUSY)
+                        log_errno(LOG_LEVEL_ERROR, r, ctx, "airlock-nodemgr refused %s: %s: %m", mgr_op_name(q->op),
+                                  err[0] ? err : "no answer");
+                return r;
+        }
+        for (size_t i = 0; i < n_got; i++) {
+                if (i == 0 && ret_fd)
+                        *ret_fd = got[i];
+                else
+                        close(got[i]);
+        }
+        if (ret_fd && n_got == 0)
+                *ret_fd = -1;
+        return 0;
+}
 
 /* An absolute path for name: itself if it has a '/', else the first
  * executable in PATH (the jail execs without a PATH search). */
@@ -473,8 +503,17 @@ static int resolve_binary(const char *name, char **ret) {
 int vmm_jail_setup(const char *qemu_binary, uint32_t base, uint32_t count) {
         if (base == 0 || count == 0 || count > (1u << 20) || base > UINT32_MAX - count - 1)
                 return -EINVAL;
-        if (geteuid() != 0)
-                return log_error_errno(-EPERM, "jailing VMs needs root (the node manager's job later)");
+        const char *sock = getenv("AIRLOCK_NODEMGR_SOCKET");
+        if ((!sock || !*sock) && geteuid() != 0)
+                return log_error_errno(-EPERM, "jailing VMs needs root or airlock-nodemgr (AIRLOCK_NODEMGR_SOCKET)");
+        if (sock && *sock) {
+                free(mgr_socket);
+                if (!(mgr_socket = strdup(sock)))
+                        return -ENOMEM;
+                int k = mgr_ask(&(struct mgr_request){ .op = MGR_OP_PING }, NULL, 0, NULL, NULL, NULL);
+                if (k < 0)
+                        return log_error_errno(k, "airlock-nodemgr does not answer on %s: %m", mgr_socket);
+        }
         _cleanup_free_ char *bin = NULL;
         int r = resolve_binary(qemu_binary ?: "qemu-system-x86_64", &bin);
         if (r < 0)
@@ -490,9 +529,10 @@ int vmm_jail_setup(const char *qemu_binary, uint32_t base, uint32_t count) {
         free(qemu_path);
         qemu_path = TAKE_PTR(bin);
         pthread_mutex_unlock(&jail_lock);
-        jail_cgroup_setup();
-        log_info("vmm jail: qemu=%s uids %u..%u, namespaces mnt pid ipc uts net, private root", qemu_path,
-                 (unsigned) base, (unsigned) (base + count - 1));
+        if (!mgr_socket)
+                jail_cgroup_setup();
+        log_info("vmm jail: qemu=%s uids %u..%u, namespaces mnt pid ipc uts net, private root; started by %s",
+                 qemu_path, (unsigned) base, (unsigned) (base + count - 1), mgr_socket ? mgr_socket : "the node");
         return 0;
 }
 
@@ -567,11 +607,80 @@ static int uid_claim(const struct vmm_config *c, uid_t *ret, char **procs, size_
         return log_errno(LOG_LEVEL_ERROR, -EUSERS, c->log_ctx, "no VM uid with a free cgroup");
 }
 
+bool vmm_via_nodemgr(void) {
+        return mgr_socket != NULL;
+}
+
+int vmm_template_step(const char *step, const char *name, const char *dir, const char *out, const char *kernel_dir,
+                      int log_fd, const char *ctx) {
+        if (!mgr_socket)
+                return -EOPNOTSUPP;
+        _cleanup_free_ struct mgr_request *q = calloc(1, sizeof *q);
+        if (!q)
+                return -ENOMEM;
+        q->op = MGR_OP_TEMPLATE_STEP;
+        if (strlen(step) >= sizeof q->step || strlen(name) >= sizeof q->name || strlen(dir) >= sizeof q->dir ||
+            strlen(out) >= sizeof q->out || strlen(kernel_dir) >= sizeof q->kernel_dir)
+                return -ENAMETOOLONG;
+        strcpy(q->step, step);
+        strcpy(q->name, name);
+        strcpy(q->dir, dir);
+        strcpy(q->out, out);
+        strcpy(q->kernel_dir, kernel_dir);
+        return mgr_ask(q, &log_fd, 1, NULL, NULL, ctx);
+}
+
+int vmm_file_reclaim(const char *path, unsigned mode, const char *ctx) {
+        if (!mgr_socket)
+                return -EOPNOTSUPP;
+        _cleanup_free_ struct mgr_request *q = calloc(1, sizeof *q);
+        if (!q)
+                return -ENOMEM;
+        if (strlen(path) >= sizeof q->path)
+                return -ENAMETOOLONG;
+        q->op = MGR_OP_FILE_RECLAIM;
+        q->mode = mode;
+        strcpy(q->path, path);
+        return mgr_ask(q, NULL, 0, NULL, NULL, ctx);
+}
+
+/* Removes the cgroup of a VM uid whose VM is gone. */
+static int cgroup_remove(uid_t uid, const char *ctx) {
+        if (!mgr_socket)
+                return jail_cgroup_remove(uid);
+        return mgr_ask(&(struct mgr_request){ .op = MGR_OP_CGROUP_REMOVE, .uid = uid }, NULL, 0, NULL, NULL, ctx);
+}
+
+/* SIGKILLs a VM process that is not our child (started by airlock-nodemgr
+ * or by an earlier node) and waits up to wait_ms for it to end. */
+static int kill_vm(pid_t pid, int pidfd, uint64_t start_time, uid_t uid, int wait_ms, const char *ctx) {
+        int r = 0;
+        if (mgr_socket)
+                r = mgr_ask(&(struct mgr_request){ .op = MGR_OP_VMM_SIGNAL, .pid = pid, .start_time = start_time,
+                                                   .uid = uid, .signal = SIGKILL },
+                            NULL, 0, NULL, NULL, ctx);
+        else if (syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0) < 0)
+                r = negative_errno();
+        if (r >= 0) {
+                struct pollfd p = { .fd = pidfd, .events = POLLIN };
+                (void) poll(&p, 1, wait_ms);
+        }
+        return r;
+}
+void vmm_kill(struct vmm *v) {
+        if (!v || v->pid <= 0 || process_exited(v))
+                return;
+        if (mgr_socket || v->adopted)
+                (void) kill_vm(v->pid, v->pidfd, v->start_time, v->uid, 0, v->log_ctx);
+        else
+                (void) kill(v->pid, SIGKILL);
+}
+
 /* Ends a VM's jail bookkeeping once its process is gone. */
 static void uid_release(struct vmm *v) {
         if (v->uid == 0)
                 return;
-        int r = jail_cgroup_remove(v->uid);
+        int r = cgroup_remove(v->uid, v->log_ctx);
         if (r < 0)
                 log_errno(LOG_LEVEL_WARN, r, v->log_ctx, "cannot remove the cgroup of uid %u: %m", (unsigned) v->uid);
         uid_mark(v->uid, false);
@@ -694,7 +803,7 @@ static void jail_paths_release(struct jail_paths *p) {
 static int jail_mounts(const struct vmm_config *c, const struct vmm *v, const char *binary, bool proc,
                        struct jail_paths *p, struct jail_mount *m, size_t *ret_n) {
         size_t n = 0;
-        m[n++] = (struct jail_mount){ JAIL_BIND_RO, "/usr", "/usr" };
+        m[n++] = (struct jail_mount){ JAIL_BIND_RO, "/usr", "/usr", -1 };
         static const char *const merged[] = { "/lib", "/lib64", "/bin", "/sbin" };
         for (size_t i = 0; i < ARRAY_SIZE(merged); i++) {
                 struct stat st;
@@ -705,36 +814,36 @@ static int jail_mounts(const struct vmm_config *c, const struct vmm *v, const ch
                         if (k <= 0)
                                 return negative_errno();
                         p->link[i][k] = 0;
-                        m[n++] = (struct jail_mount){ JAIL_SYMLINK, p->link[i], merged[i] };
+                        m[n++] = (struct jail_mount){ JAIL_SYMLINK, p->link[i], merged[i], -1 };
                 } else if (S_ISDIR(st.st_mode))
-                        m[n++] = (struct jail_mount){ JAIL_BIND_RO, merged[i], merged[i] };
+                        m[n++] = (struct jail_mount){ JAIL_BIND_RO, merged[i], merged[i], -1 };
         }
         if (access("/etc/ld.so.cache", R_OK) == 0)
-                m[n++] = (struct jail_mount){ JAIL_BIND_RO, "/etc/ld.so.cache", "/etc/ld.so.cache" };
+                m[n++] = (struct jail_mount){ JAIL_BIND_RO, "/etc/ld.so.cache", "/etc/ld.so.cache", -1 };
         if (strncmp(binary, "/usr/", 5) != 0)
-                m[n++] = (struct jail_mount){ JAIL_BIND_RO, binary, binary };
-        m[n++] = (struct jail_mount){ JAIL_BIND_RO, c->kernel, c->kernel };
-        m[n++] = (struct jail_mount){ JAIL_BIND_RO, c->initrd, c->initrd };
-        m[n++] = (struct jail_mount){ JAIL_BIND_RW, v->vm_dir, v->vm_dir };
+                m[n++] = (struct jail_mount){ JAIL_BIND_RO, binary, binary, -1 };
+        m[n++] = (struct jail_mount){ JAIL_BIND_RO, c->kernel, c->kernel, -1 };
+        m[n++] = (struct jail_mount){ JAIL_BIND_RO, c->initrd, c->initrd, -1 };
+        m[n++] = (struct jail_mount){ JAIL_BIND_RW, v->vm_dir, v->vm_dir, -1 };
         /* The disk at the path QEMU is given (the run dir's disk.img link):
          * a bind of the file itself, so a reopen by path (migrations) finds
          * it even after a warm VM's disk moved on the host. */
         if (!(p->disk = realpath(c->rootfs, NULL)))
                 return negative_errno();
-        m[n++] = (struct jail_mount){ JAIL_BIND_RW, p->disk, c->rootfs };
+        m[n++] = (struct jail_mount){ JAIL_BIND_RW, p->disk, c->rootfs, -1 };
         if (c->mem_shared && !c->mem_anonymous) {
                 if (!(p->mem = realpath(c->mem_path, NULL)))
                         return negative_errno();
-                m[n++] = (struct jail_mount){ JAIL_BIND_RW, p->mem, c->mem_path };
+                m[n++] = (struct jail_mount){ JAIL_BIND_RW, p->mem, c->mem_path, -1 };
         }
         static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random" };
         for (size_t i = 0; i < ARRAY_SIZE(devs); i++)
-                m[n++] = (struct jail_mount){ JAIL_BIND_DEV, devs[i], devs[i] };
+                m[n++] = (struct jail_mount){ JAIL_BIND_DEV, devs[i], devs[i], -1 };
         if (c->accel == VMM_ACCEL_KVM)
-                m[n++] = (struct jail_mount){ JAIL_BIND_DEV, "/dev/kvm", "/dev/kvm" };
+                m[n++] = (struct jail_mount){ JAIL_BIND_DEV, "/dev/kvm", "/dev/kvm", -1 };
         /* only for mem-path=/proc/self/fd/3 (the sealed template RAM) */
         if (proc)
-                m[n++] = (struct jail_mount){ JAIL_PROC, NULL, "/proc" };
+                m[n++] = (struct jail_mount){ JAIL_PROC, NULL, "/proc", -1 };
         *ret_n = n;
         return 0;
 }
@@ -769,6 +878,17 @@ static int vmm_connect(struct vmm *v, const char *path, int *ret_fd) {
                 return negative_errno();
         struct jail_peer want;
         int r = vmm_peer(v, &want);
+        if (r >= 0 && mgr_socket) {
+                /* an unprivileged node cannot look at another uid's
+                 * /proc/PID/exe: airlock-nodemgr proves the binary (and the
+                 * uid, and the start time), with a pidfd of its own */
+                want.exe_ino = 0;
+                r = mgr_ask(&(struct mgr_request){ .op = MGR_OP_VMM_VERIFY, .pid = v->pid,
+                                                   .start_time = v->start_time, .uid = v->uid },
+                            NULL, 0, NULL, NULL, v->log_ctx);
+                if (r < 0 && r != -ENOMEM)
+                        r = -EPERM;
+        }
         if (r >= 0)
                 r = jail_peer_verify(fd, &want);
         if (r < 0) {
@@ -931,27 +1051,143 @@ int vmm_kill_recorded(const char *run_dir) {
                 return -ENOMEM;
         pid_t pid;
         uid_t uid = 0;
-        int fd = recorded_pidfd(pid_path, &pid, NULL, &uid, NULL);
+        uint64_t start = 0;
+        int fd = recorded_pidfd(pid_path, &pid, &start, &uid, NULL);
         if (fd == -ESRCH) {
                 uint32_t slot;
                 if (uid_slot(uid, &slot)) /* its VM is gone; its cgroup may be left */
-                        (void) jail_cgroup_remove(uid);
+                        (void) cgroup_remove(uid, NULL);
                 return 0;
         }
         if (fd < 0)
                 return fd;
-        int r = 0;
-        if (syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0) < 0)
-                r = negative_errno();
-        else {
-                struct pollfd p = { .fd = fd, .events = POLLIN };
-                (void) poll(&p, 1, 1000);
+        int r = kill_vm(pid, fd, start, uid, 1000, NULL);
+        if (r >= 0) {
                 log_info("killed the VM pid=%d an earlier node left in %s", (int) pid, run_dir);
                 uint32_t slot;
                 if (uid_slot(uid, &slot))
-                        (void) jail_cgroup_remove(uid);
+                        (void) cgroup_remove(uid, NULL);
         }
         close(fd);
+        return r;
+}
+
+/* The JSON number key of reply, or -EBADMSG. */
+static int reply_u64(json_t *o, const char *key, uint64_t *ret) {
+        json_t *x = json_object_get(o, key);
+        if (!json_is_integer(x) || json_integer_value(x) < 0)
+                return -EBADMSG;
+        *ret = (uint64_t) json_integer_value(x);
+        return 0;
+}
+
+/* spawn_jailed() through airlock-nodemgr: the node prepares what is its
+ * own (the VM dir, the RAM file of a boot, the sealed template RAM, the
+ * command line, QEMU's log), nodemgr checks it all, hands the VM's files
+ * to its uid, makes the cgroup and starts the jail; we get a pidfd. */
+static int spawn_remote(const struct vmm_config *c, struct vmm *v, bool incoming, const char *binary) {
+        _cleanup_free_ struct mgr_request *q = calloc(1, sizeof *q);
+        struct argv a = { 0 };
+        _cleanup_close_ int ram_fd = -1, log_fd = -1;
+        _cleanup_free_ char *disk = NULL;
+        int r;
+        if (!q)
+                return -ENOMEM;
+        (void) rm_rf(v->vm_dir); /* of the VM before (another uid) */
+        if (mkdir(v->vm_dir, 0700) < 0)
+                return log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "cannot create %s: %m", v->vm_dir);
+        bool template_ram = !c->mem_shared && !c->mem_anonymous;
+        if (c->mem_shared && !c->mem_anonymous) {
+                _cleanup_close_ int mfd = open(c->mem_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (mfd < 0)
+                        return log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "cannot create %s: %m",
+                                         c->mem_path);
+        }
+        if (template_ram && (r = template_ram_fd(c->mem_path, v->log_ctx, &ram_fd)) < 0)
+                return r;
+        if (!(disk = realpath(c->rootfs, NULL)))
+                return log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "cannot resolve %s: %m", c->rootfs);
+        if ((r = build_argv(c, v, incoming, binary, template_ram ? "/proc/self/fd/3" : c->mem_path, &a)) < 0)
+                return r;
+        log_cmdline(&a, v->log_ctx);
+        log_fd = open(v->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+        if (log_fd < 0) {
+                r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "cannot open %s: %m", v->log_path);
+                goto out;
+        }
+        if (a.n > MGR_ARGV_MAX) {
+                r = log_errno(LOG_LEVEL_ERROR, -E2BIG, v->log_ctx, "QEMU command line too long: %m");
+                goto out;
+        }
+        q->op = MGR_OP_VMM_SPAWN;
+        q->template_ram = template_ram;
+        q->kvm = c->accel == VMM_ACCEL_KVM;
+        q->memory_mib = c->memory_mib;
+        q->vcpus = c->vcpus;
+        for (size_t i = 0; i < a.n; i++)
+                q->argv[i] = a.v[i];
+        struct {
+                char *dst;
+                const char *src;
+        } paths[] = { { q->run_dir, c->run_dir }, { q->kernel, c->kernel },    { q->initrd, c->initrd },
+                      { q->disk, disk },          { q->disk_target, c->rootfs },
+                      { q->mem, c->mem_shared && !c->mem_anonymous ? c->mem_path : "" } };
+        for (size_t i = 0; i < ARRAY_SIZE(paths); i++) {
+                if (strlen(paths[i].src) >= MGR_PATH_MAX) {
+                        r = -ENAMETOOLONG;
+                        goto out;
+                }
+                strcpy(paths[i].dst, paths[i].src);
+        }
+        int fds[2] = { log_fd, ram_fd };
+        for (int tries = 0; tries < 64; tries++) {
+                if ((r = uid_next(&v->uid)) < 0) {
+                        log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "no free VM uid: %m");
+                        goto out;
+                }
+                q->uid = v->uid;
+                _cleanup_free_ char *reply = NULL;
+                int pidfd = -1;
+                r = mgr_ask(q, fds, template_ram ? 2 : 1, &reply, &pidfd, v->log_ctx);
+                if (r == -EBUSY) { /* stays marked: in use elsewhere */
+                        v->uid = 0;
+                        continue;
+                }
+                if (r < 0) {
+                        uid_mark(v->uid, false);
+                        v->uid = 0;
+                        goto out;
+                }
+                json_t *o = json_loads(reply, 0, NULL);
+                uint64_t pid = 0, dev = 0, ino = 0;
+                r = pidfd < 0 ? -EBADMSG : 0;
+                if (r >= 0)
+                        r = reply_u64(o, "pid", &pid);
+                if (r >= 0)
+                        r = reply_u64(o, "start_time", &v->start_time);
+                if (r >= 0)
+                        r = reply_u64(o, "exe_dev", &dev);
+                if (r >= 0)
+                        r = reply_u64(o, "exe_ino", &ino);
+                json_decref(o);
+                if (r < 0) {
+                        log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "bad vmm.spawn reply from airlock-nodemgr: %m");
+                        if (pidfd >= 0)
+                                close(pidfd);
+                        uid_release(v);
+                        goto out;
+                }
+                v->pid = (pid_t) pid;
+                v->pidfd = pidfd;
+                v->exe_dev = (dev_t) dev;
+                v->exe_ino = (ino_t) ino;
+                goto out;
+        }
+        r = log_errno(LOG_LEVEL_ERROR, -EUSERS, v->log_ctx, "no VM uid with a free cgroup");
+out:
+        for (size_t i = 0; i < MGR_ARGV_MAX && q->argv[i]; i++)
+                q->argv[i] = NULL; /* a's */
+        argv_release(&a);
         return r;
 }
 
@@ -975,6 +1211,8 @@ static int spawn_jailed(const struct vmm_config *c, struct vmm *v, bool incoming
                 pthread_mutex_unlock(&jail_lock);
                 binary = own_binary;
         }
+        if (mgr_socket)
+                return spawn_remote(c, v, incoming, binary);
 
         r = uid_claim(c, &v->uid, procs, &n_procs);
         if (r < 0)
@@ -1421,13 +1659,12 @@ void vmm_destroy(struct vmm *v) {
         if (!v)
                 return;
         qmp_free(v->qmp);
-        if (v->adopted && v->pidfd >= 0) {
-                /* Not our child: whoever inherited it reaps it; the pidfd
-                 * still names this process alone. */
-                if (syscall(SYS_pidfd_send_signal, v->pidfd, SIGKILL, NULL, 0) >= 0) {
-                        struct pollfd p = { .fd = v->pidfd, .events = POLLIN };
-                        (void) poll(&p, 1, 2000);
-                }
+        if ((v->adopted || mgr_socket) && v->pidfd >= 0) {
+                /* Not our child: whoever inherited it (or airlock-nodemgr,
+                 * which started it) reaps it; the pidfd still names this
+                 * process alone. */
+                if (!process_exited(v))
+                        (void) kill_vm(v->pid, v->pidfd, v->start_time, v->uid, 2000, v->log_ctx);
         } else if (v->pid > 0) {
                 /* Not reaped yet, so the pid cannot have been reused. */
                 (void) kill(v->pid, SIGKILL);

@@ -153,6 +153,25 @@ int vmm_kill_recorded(const char *run_dir);
  * -EPERM (logged) for any other listener, and nothing was sent to it. */
 int vmm_guest_connect(struct vmm *v, int timeout_ms, int *ret_fd);
 
+/* SIGKILLs v's QEMU (through airlock-nodemgr when it started it) without
+ * waiting or freeing: another thread may be in a call on v. */
+void vmm_kill(struct vmm *v);
+
+/* Whether airlock-nodemgr starts the VMs (AIRLOCK_NODEMGR_SOCKET): then
+ * what needs root goes through it. */
+bool vmm_via_nodemgr(void);
+
+/* airlock-nodemgr's template.step (docs/security.md): runs the build
+ * script of step ("kernel", "initramfs", "rootfs" of template name) as
+ * root and puts its output at dir/out, the node's; the script's output
+ * goes to log_fd. -EOPNOTSUPP without nodemgr (run it yourself). */
+int vmm_template_step(const char *step, const char *name, const char *dir, const char *out, const char *kernel_dir,
+                      int log_fd, const char *ctx);
+
+/* airlock-nodemgr's file.reclaim: a file a VM wrote becomes the node's
+ * (mode 0600/0640/0644). -EOPNOTSUPP without nodemgr. */
+int vmm_file_reclaim(const char *path, unsigned mode, const char *ctx);
+
 /* true once the QEMU process has exited (non-blocking check via pidfd). */
 bool vmm_exited(struct vmm *v);
 

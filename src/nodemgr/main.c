@@ -7,20 +7,25 @@
  *      DATA_DIR/control (the store, the admin token, the capability keys;
  *      moved there from DATA_DIR by the first start of this version) and
  *      keeps DATA_DIR itself root's (airlockd can pass, not rename);
- *   2. starts airlock-node (still root in this version: it mounts the
- *      storage volume and launches the jailed VMMs) with its socket open to
- *      the `airlock` group, and restarts it when it dies, like airlockd did;
+ *   2. sets up the node's storage (mounting the btrfs loop volume where
+ *      needed), hands its directories to the system user `airlock-node`,
+ *      makes its socket (open to the `airlock` group) and starts
+ *      airlock-node as `airlock-node` (src/nodemgr/nodeprep.c), restarts it
+ *      when it dies, like airlockd did, and serves its privileged requests
+ *      (DATA_DIR/run/nodemgr.sock, src/nodemgr/mgrserver.c): the VMs are
+ *      started here, jailed;
  *   3. starts airlockd as `airlock` (no supplementary groups, no_new_privs,
  *      --no-spawn-node) and lives as long as it does.
  *
  * SIGTERM/SIGINT: airlockd stops first, then the node (which stops the VMs
  * after a guest sync). airlockd dying any other way: the node gets SIGUSR1
- * and hands its VMs over to the next start, as before. It is a child
- * subreaper, so VMs a dead node orphaned are reaped here.
+ * and hands its VMs over to the next start, as before. The VMs are our
+ * children (and we are a child subreaper): they are reaped here.
  */
 #include <errno.h>
 #include <grp.h>
 #include <libgen.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +40,8 @@
 #include "config.h"
 #include "log.h"
 #include "macros.h"
+#include "mgrserver.h"
+#include "nodeprep.h"
 #include "privsep.h"
 #include "spawn.h"
 #include "util.h"
@@ -62,13 +69,110 @@ static int spawn_daemon(char **argv, uid_t uid, gid_t gid, pid_t *ret_pid) {
                 sigset_t none;
                 sigemptyset(&none);
                 sigprocmask(SIG_SETMASK, &none, NULL);
-                /* it must not outlive us: nobody would supervise its node */
-                if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || privsep_drop(uid, gid) < 0)
+                /* it must not outlive us: nobody would supervise its node
+                 * (after the drop: changing credentials clears it) */
+                pid_t parent = getppid();
+                if (privsep_drop(uid, gid) < 0 || prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
                         _exit(126);
                 execv(argv[0], argv);
                 _exit(127);
         }
         log_info("started airlockd pid=%d as uid %u", (int) pid, (unsigned) uid);
+        *ret_pid = pid;
+        return 0;
+}
+
+/* The node we run: its user, and the listening socket every start of it
+ * gets (we made it: the node cannot write DATA_DIR/run). */
+static struct {
+        uid_t uid;
+        gid_t gid;
+        int listen_fd;
+        struct storage *storage;
+        bool hand_over; /* the VMs (and the volume they use) stay for the next start */
+} node = { .listen_fd = -1 };
+
+/* Starts the node as its user and waits until it says it is ready
+ * (listening), serving its requests meanwhile: a starting node adopts or
+ * kills the VMs of the one before through us. */
+static int start_node(const struct daemon_config *c, struct mgr_server *mgr, pid_t *ret_pid) {
+        pid_t pid;
+        int ready_fd;
+        int r = nodeprep_spawn(c, node.uid, node.gid, node.listen_fd, &pid, &ready_fd);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int ready = ready_fd;
+        *ret_pid = pid;
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) c->node_start_timeout_s * 1000000000ULL;
+        for (;;) {
+                struct pollfd p[2] = { { .fd = ready, .events = POLLIN }, { .fd = mgr_server_fd(mgr), .events = POLLIN } };
+                if (poll(p, 2, 50) > 0) {
+                        if (p[1].revents & POLLIN)
+                                mgr_server_serve_one(mgr);
+                        char b;
+                        if ((p[0].revents & POLLIN) && read(ready, &b, 1) == 1)
+                                return 0;
+                }
+                int status;
+                if (waitpid(pid, &status, WNOHANG) == pid) {
+                        log_error("airlock-node exited during start-up (%s %d)",
+                                  WIFEXITED(status) ? "status" : "signal",
+                                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                        return -ECHILD;
+                }
+                if (now_monotonic_ns() >= deadline)
+                        return -ETIMEDOUT;
+        }
+}
+
+/* node_stop() (sig first: SIGTERM stops, SIGUSR1 hands the VMs over),
+ * serving the node's requests meanwhile: a stopping node has its VMs
+ * signalled through us. */
+static int stop_node(struct mgr_server *mgr, pid_t pid, int sig, unsigned grace_s) {
+        if (kill(pid, sig) < 0 && errno != ESRCH)
+                return negative_errno();
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) grace_s * 1000000000ULL;
+        for (;;) {
+                int status;
+                pid_t k = waitpid(pid, &status, WNOHANG);
+                if (k == pid)
+                        return status;
+                if (k < 0)
+                        return negative_errno();
+                if (now_monotonic_ns() >= deadline) {
+                        log_warn("airlock-node pid=%d did not stop within %us; killing it", (int) pid, grace_s);
+                        kill(pid, SIGKILL);
+                        if (waitpid(pid, &status, 0) < 0)
+                                return negative_errno();
+                        return status;
+                }
+                struct pollfd p = { .fd = mgr_server_fd(mgr), .events = POLLIN };
+                if (poll(&p, 1, 50) > 0)
+                        mgr_server_serve_one(mgr);
+        }
+}
+
+/* node_restart() with start_node(). */
+static int restart_node(const struct daemon_config *c, struct mgr_server *mgr, uint64_t *restarts, size_t *n,
+                        pid_t *ret_pid) {
+        uint64_t now = now_monotonic_ns();
+        size_t k = 0;
+        for (size_t i = 0; i < *n; i++)
+                if (now - restarts[i] < NODE_RESTART_WINDOW_NS)
+                        restarts[k++] = restarts[i];
+        *n = k;
+        if (k >= NODE_RESTARTS_MAX)
+                return -ELOOP;
+        restarts[(*n)++] = now;
+        pid_t pid;
+        int r = start_node(c, mgr, &pid);
+        if (r < 0) {
+                log_error_errno(r, "restarted airlock-node did not open %s: %m", c->node_socket);
+                if (r != -ECHILD)
+                        (void) stop_node(mgr, pid, SIGTERM, NODE_STOP_GRACE_S);
+                return r;
+        }
+        log_info("airlock-node restarted pid=%d", (int) pid);
         *ret_pid = pid;
         return 0;
 }
@@ -86,13 +190,33 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         gid_t gid;
         const char *user;
         int r;
-        if ((r = privsep_control_dir(c)) < 0 || (r = privsep_user(&uid, &gid, &user)) < 0 ||
+        uid_t node_uid;
+        gid_t node_gid;
+        const char *node_user;
+        if ((r = privsep_control_dir(c)) < 0 ||
+            (r = privsep_user("AIRLOCK_USER", PRIVSEP_USER_DEFAULT, &uid, &gid, &user)) < 0 ||
+            (r = privsep_user("AIRLOCK_NODE_USER", PRIVSEP_NODE_USER_DEFAULT, &node_uid, &node_gid, &node_user)) < 0 ||
             (r = privsep_hand_over(c, uid, gid)) < 0)
                 return r;
+        if (node_uid == uid || node_gid == gid)
+                return log_error_errno(-EINVAL, "the node user %s must not be airlockd's user %s", node_user, user);
         char run_dir[sizeof c->node_socket];
         memcpy(run_dir, c->node_socket, sizeof run_dir);
         if ((r = mkdir_p(dirname(run_dir), 0711)) < 0)
                 return log_error_errno(r, "Failed to create %s: %m", run_dir);
+        _cleanup_(mgr_server_freep) struct mgr_server *mgr = NULL;
+        if ((r = mgr_server_open(c, node_uid, node_gid, &mgr)) < 0)
+                return r;
+        /* the node's storage (we mount the loop volume), its directories
+         * handed to its user, its listening socket */
+        node.uid = node_uid;
+        node.gid = node_gid;
+        if ((r = nodeprep_storage(c, node_uid, node_gid, &node.storage)) < 0 ||
+            (r = nodeprep_listen(c, gid, &node.listen_fd)) < 0)
+                return r;
+        /* the node asks us for what needs root (src/node/vmm.c) */
+        if (setenv("AIRLOCK_NODEMGR_SOCKET", mgr_server_path(mgr), 1) < 0)
+                return -ENOMEM;
         struct group *g = getgrgid(gid);
         if (!g || setenv("AIRLOCK_SOCKET_GROUP", g->gr_name, 1) < 0)
                 return log_error_errno(-ENOENT, "No group %u for user %s", (unsigned) gid, user);
@@ -121,25 +245,30 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         uint64_t restarts[NODE_RESTARTS_MAX + 1];
         size_t n_restarts = 0;
         if (c->spawn_node) {
-                if ((r = node_spawn(c, &node_pid)) < 0)
-                        return r;
-                r = node_wait_socket(c->node_socket, node_pid, c->node_start_timeout_s);
+                r = start_node(c, mgr, &node_pid);
                 if (r < 0) {
                         log_error_errno(r, "airlock-node did not open %s: %m", c->node_socket);
                         if (r != -ECHILD)
-                                (void) node_stop(node_pid, NODE_STOP_GRACE_S);
+                                (void) stop_node(mgr, node_pid, SIGTERM, NODE_STOP_GRACE_S);
                         return r;
                 }
         }
         if ((r = spawn_daemon(dargv, uid, gid, &daemon_pid)) < 0) {
                 if (node_pid > 0)
-                        (void) node_stop(node_pid, NODE_STOP_GRACE_S);
+                        (void) stop_node(mgr, node_pid, SIGTERM, NODE_STOP_GRACE_S);
                 return r;
         }
 
         bool stopping = false, clean = false;
         int exit_code = 1;
         while (daemon_pid > 0) {
+                struct pollfd pfd[2] = { { .fd = sfd, .events = POLLIN }, { .fd = mgr_server_fd(mgr), .events = POLLIN } };
+                if (poll(pfd, 2, -1) < 0)
+                        continue; /* EINTR */
+                if (pfd[1].revents & POLLIN)
+                        mgr_server_serve_one(mgr);
+                if (!(pfd[0].revents & POLLIN))
+                        continue;
                 struct signalfd_siginfo si;
                 ssize_t k = read(sfd, &si, sizeof si);
                 if (k < 0 && errno == EINTR)
@@ -176,7 +305,7 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                         /* anything else: a VM its dead node orphaned */
                 }
                 if (node_exited && daemon_pid > 0 && !stopping &&
-                    node_restart(c, restarts, &n_restarts, &node_pid) < 0) {
+                    restart_node(c, mgr, restarts, &n_restarts, &node_pid) < 0) {
                         log_error("airlock-node keeps failing; stopping so a supervisor can restart Airlock");
                         stopping = true;
                         kill(daemon_pid, SIGTERM);
@@ -184,14 +313,14 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         }
         if (node_pid > 0) {
                 if (clean || stopping) {
-                        r = node_stop(node_pid, NODE_STOP_GRACE_S);
+                        r = stop_node(mgr, node_pid, SIGTERM, NODE_STOP_GRACE_S);
                         if (r < 0)
                                 log_warn_errno(r, "Failed to stop airlock-node: %m");
                 } else {
                         /* airlockd crashed: keep the VMs for the next start */
                         log_warn("handing the VMs over to the next start");
-                        kill(node_pid, SIGUSR1);
-                        (void) waitpid(node_pid, NULL, 0);
+                        node.hand_over = true;
+                        (void) stop_node(mgr, node_pid, SIGUSR1, 3600);
                 }
         }
         log_info("stopped");
@@ -211,5 +340,20 @@ int main(int argc, char **argv) {
                 return 1;
         }
         signal(SIGPIPE, SIG_IGN);
-        return run(&config, argc, argv) < 0 ? 1 : 0;
+        int r = run(&config, argc, argv);
+        if (node.listen_fd >= 0) {
+                close(node.listen_fd);
+                (void) unlink(config.node_socket);
+        }
+        if (node.storage && !node.hand_over) {
+                /* the node emptied its warm pool; the dir is in DATA_DIR,
+                 * which it cannot write (rmdir fails if it is not empty) */
+                _cleanup_free_ char *pool = strdup_printf("%s/pool", node.storage->root);
+                if (pool)
+                        (void) rmdir(pool);
+        }
+        if (node.storage && node.hand_over)
+                node.storage->mounted_volume = false; /* the next start takes it over */
+        storage_close(node.storage);
+        return r < 0 ? 1 : 0;
 }

@@ -5,6 +5,7 @@ test looks from the host (/proc) or plays the attacker: it passes only if
 the attack fails."""
 
 import os
+import pwd
 import signal
 import socket
 import threading
@@ -157,7 +158,11 @@ def test_a_vmm_uid_cannot_open_another_vms_disk(airlock):
     uid1 = int(status_of(pids[1])["Uid"].split()[0])
     other = disk_of(pids[1])
     st = os.stat(other)
-    assert st.st_uid == uid1 and st.st_mode & 0o077 == 0, oct(st.st_mode)
+    # the VM's uid, the node's group (so that an unprivileged node can
+    # reflink and remove it), nobody else: 0660 uid1:airlock-node
+    node_gid = pwd.getpwnam("airlock-node").pw_gid
+    assert st.st_uid == uid1 and st.st_mode & 0o007 == 0, oct(st.st_mode)
+    assert st.st_gid == node_gid and st.st_gid not in (uid0, uid1)
     # as the first VM's uid: by path, and by the inode alone (an fd root
     # opened with O_PATH, reopened through /proc: only the file's own
     # permissions count, no directory on the way)
@@ -199,6 +204,7 @@ class Impostor:
         os.unlink(path)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(path)
+        os.chmod(path, 0o777)  # open to the (unprivileged) node: the peer check must stop it, not the mode
         self.sock.listen(16)
         self.sock.settimeout(0.2)
         self.connections = 0

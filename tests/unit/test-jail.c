@@ -143,7 +143,7 @@ static void test_peer_accept_and_refuse(void **state) {
 
 static void test_spec_validate(void **state) {
         char *argv[] = { "/usr/bin/true", NULL };
-        struct jail_mount m[2] = { { JAIL_BIND_RO, "/usr", "/usr" }, { JAIL_BIND_DEV, "/dev/null", "/dev/null" } };
+        struct jail_mount m[2] = { { JAIL_BIND_RO, "/usr", "/usr", -1 }, { JAIL_BIND_DEV, "/dev/null", "/dev/null", -1 } };
         struct jail_spec s = { .binary = "/usr/bin/true", .argv = argv, .uid = 2999999, .gid = 2999999,
                                .root_dir = "/tmp", .mounts = m, .n_mounts = 2, .stdin_fd = 0, .stdout_fd = 1,
                                .nofile = 1024, .nproc = 64 };
@@ -157,11 +157,11 @@ static void test_spec_validate(void **state) {
         b = s;
         b.root_dir = "/tmp/../etc";
         assert_int_equal(jail_spec_validate(&b), -EINVAL);
-        struct jail_mount nested[2] = { { JAIL_BIND_RW, "/tmp", "/data" }, { JAIL_BIND_RO, "/usr", "/data/usr" } };
+        struct jail_mount nested[2] = { { JAIL_BIND_RW, "/tmp", "/data", -1 }, { JAIL_BIND_RO, "/usr", "/data/usr", -1 } };
         b = s;
         b.mounts = nested;
         assert_int_equal(jail_spec_validate(&b), -EINVAL);
-        struct jail_mount rel[1] = { { JAIL_BIND_RO, "usr", "/usr" } };
+        struct jail_mount rel[1] = { { JAIL_BIND_RO, "usr", "/usr", -1 } };
         b = s;
         b.mounts = rel;
         b.n_mounts = 1;
@@ -185,9 +185,9 @@ static void test_spawn(void **state) {
                          "echo jailed",
                          NULL };
         struct jail_mount m[] = {
-                { JAIL_BIND_RO, "/usr", "/usr" },      { JAIL_SYMLINK, "usr/lib", "/lib" },
-                { JAIL_SYMLINK, "usr/lib64", "/lib64" }, { JAIL_SYMLINK, "usr/bin", "/bin" },
-                { JAIL_BIND_DEV, "/dev/null", "/dev/null" },
+                { JAIL_BIND_RO, "/usr", "/usr", -1 },      { JAIL_SYMLINK, "usr/lib", "/lib", -1 },
+                { JAIL_SYMLINK, "usr/lib64", "/lib64", -1 }, { JAIL_SYMLINK, "usr/bin", "/bin", -1 },
+                { JAIL_BIND_DEV, "/dev/null", "/dev/null", -1 },
         };
         int out[2];
         assert_int_equal(pipe(out), 0);

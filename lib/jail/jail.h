@@ -24,6 +24,11 @@
 #define JAIL_CGROUPS_MAX 8
 #define JAIL_KEEP_FDS_MAX 4
 
+/* What every VMM gets (docs/security.md, "The VMM jail"). */
+#define JAIL_VMM_MEMORY_MARGIN_MIB 192 /* QEMU's own beyond guest RAM: TCG's 32 MiB buffer, heap, I/O */
+#define JAIL_VMM_PIDS_MAX 256          /* threads: vCPUs, the main loop, RCU, up to 64 I/O workers */
+#define JAIL_VMM_NOFILE 4096
+
 enum jail_mount_kind {
         JAIL_BIND_RO,  /* file or directory, read-only, nosuid, nodev */
         JAIL_BIND_RW,  /* file or directory, read-write, nosuid, nodev, noexec */
@@ -34,8 +39,10 @@ enum jail_mount_kind {
 
 struct jail_mount {
         enum jail_mount_kind kind;
-        const char *source; /* host path (binds) or link text (symlinks) */
+        const char *source; /* host path (binds) or link text (symlinks); NULL for a bind of tree_fd */
         const char *target; /* absolute path inside the jail */
+        int tree_fd;        /* binds with no source: a detached mount of the very file or dir to bind,
+                             * from open_tree(OPEN_TREE_CLONE) (no path is looked up again) */
 };
 
 struct jail_spec {
@@ -80,8 +87,8 @@ struct jail_peer {
         int pidfd;           /* of pid, held across the check */
         uint64_t start_time; /* jail_process_start_time() when it was recorded */
         uid_t uid;           /* its uid */
-        dev_t exe_dev;       /* stat() of the binary it must run */
-        ino_t exe_ino;
+        dev_t exe_dev;       /* stat() of the binary it must run; exe_ino 0: not checked here (the */
+        ino_t exe_ino;       /* caller has airlock-nodemgr check it: another uid's exe is not ours to see) */
 };
 
 /* Checks the peer of connected Unix socket fd: SO_PEERCRED (the process

@@ -266,7 +266,20 @@ void storage_close(struct storage *s) {
         free(s->volume_mount);
         free(s);
 }
-DEFINE_TRIVIAL_CLEANUP_FUNC(struct storage *, storage_close);
+
+int storage_open_given(const char *root, bool reflink, struct storage **ret) {
+        if (!root || root[0] != '/')
+                return -EINVAL;
+        _cleanup_(storage_closep) struct storage *s = calloc(1, sizeof *s);
+        if (!s || !(s->root = strdup(root)))
+                return -ENOMEM;
+        s->reflink = reflink;
+        int r = make_layout(s->root);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(s);
+        return 0;
+}
 
 int storage_open(const char *data_dir, unsigned volume_size_gib, bool allow_loop, struct storage **ret) {
         if (!data_dir || !*data_dir)

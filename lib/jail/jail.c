@@ -42,6 +42,7 @@ struct step {
         enum step_op op;
         enum jail_mount_kind kind; /* STEP_BIND */
         const char *source;        /* borrowed from the spec */
+        int tree_fd;               /* STEP_BIND with source NULL */
         char *target;              /* root_dir + the jail path */
 };
 
@@ -57,8 +58,8 @@ static void plan_release(struct plan *p) {
         *p = (struct plan){ 0 };
 }
 
-static int plan_add(struct plan *p, enum step_op op, enum jail_mount_kind kind, const char *source,
-                    const char *root, const char *path, size_t path_len) {
+static int plan_add_fd(struct plan *p, enum step_op op, enum jail_mount_kind kind, const char *source, int tree_fd,
+                       const char *root, const char *path, size_t path_len) {
         if (p->n == p->cap) {
                 size_t ncap = p->cap ? p->cap * 2 : 64;
                 struct step *ns = realloc(p->steps, ncap * sizeof *ns);
@@ -70,8 +71,14 @@ static int plan_add(struct plan *p, enum step_op op, enum jail_mount_kind kind, 
         char *t;
         if (asprintf(&t, "%s%.*s", root, (int) path_len, path) < 0)
                 return -ENOMEM;
-        p->steps[p->n++] = (struct step){ .op = op, .kind = kind, .source = source, .target = t };
+        p->steps[p->n++] =
+                (struct step){ .op = op, .kind = kind, .source = source, .tree_fd = tree_fd, .target = t };
         return 0;
+}
+
+static int plan_add(struct plan *p, enum step_op op, enum jail_mount_kind kind, const char *source,
+                    const char *root, const char *path, size_t path_len) {
+        return plan_add_fd(p, op, kind, source, -1, root, path, path_len);
 }
 
 static bool plan_has_dir(const struct plan *p, const char *root, const char *path, size_t len) {
@@ -115,7 +122,7 @@ static int plan_build(const struct jail_spec *s, struct plan *p) {
                         break;
                 default: {
                         struct stat st;
-                        if (stat(m->source, &st) < 0)
+                        if (m->source ? stat(m->source, &st) < 0 : fstat(m->tree_fd, &st) < 0)
                                 return -errno;
                         bool dir = S_ISDIR(st.st_mode);
                         if (m->kind == JAIL_BIND_DEV && !S_ISCHR(st.st_mode))
@@ -123,7 +130,8 @@ static int plan_build(const struct jail_spec *s, struct plan *p) {
                         if (!dir || !plan_has_dir(p, root, m->target, len))
                                 r = plan_add(p, dir ? STEP_MKDIR : STEP_MKFILE, 0, NULL, root, m->target, len);
                         if (r >= 0)
-                                r = plan_add(p, STEP_BIND, m->kind, m->source, root, m->target, len);
+                                r = plan_add_fd(p, STEP_BIND, m->kind, m->source, m->source ? -1 : m->tree_fd, root,
+                                                m->target, len);
                 }
                 }
                 if (r < 0)
@@ -168,8 +176,10 @@ int jail_spec_validate(const struct jail_spec *s) {
                 const struct jail_mount *m = &s->mounts[i];
                 if (!path_ok(m->target) || strcmp(m->target, "/") == 0 || m->kind > JAIL_PROC)
                         return -EINVAL;
-                if (m->kind == JAIL_SYMLINK ? !m->source || !*m->source
-                                             : m->kind != JAIL_PROC && !path_ok(m->source))
+                bool tree = m->kind != JAIL_SYMLINK && m->kind != JAIL_PROC && !m->source;
+                if (tree ? m->tree_fd <= STDERR_FILENO
+                         : m->kind == JAIL_SYMLINK ? !m->source || !*m->source
+                                                   : m->kind != JAIL_PROC && !path_ok(m->source))
                         return -EINVAL;
                 /* creating a mount point under an earlier bind would write
                  * into (or fail on) the host directory behind it */
@@ -218,7 +228,8 @@ static int child_write_file(const char *path, const char *text) {
 }
 
 static int child_bind(const struct step *st) {
-        if (mount(st->source, st->target, NULL, MS_BIND, NULL) < 0)
+        if (st->source ? mount(st->source, st->target, NULL, MS_BIND, NULL) < 0
+                       : syscall(SYS_move_mount, st->tree_fd, "", AT_FDCWD, st->target, MOVE_MOUNT_F_EMPTY_PATH) < 0)
                 return -1;
         unsigned long fl = MS_BIND | MS_REMOUNT | MS_NOSUID;
         switch (st->kind) {
@@ -267,24 +278,9 @@ _noreturn_ static void child(const struct jail_spec *s, const struct plan *p) {
                 if (child_write_file(s->cgroup_procs[i], "0") < 0)
                         child_fail(log, "joining the cgroup");
 
-        /* The fds it gets: stdio, then the ones passed on purpose as 3, 4,
-         * ...; first moved above the range they are copied into. */
-        int kept[JAIL_KEEP_FDS_MAX];
-        for (size_t i = 0; i < s->n_keep_fds; i++)
-                if ((kept[i] = fcntl(s->keep_fds[i], F_DUPFD_CLOEXEC, 64)) < 0)
-                        child_fail(log, "dup");
-        int in = fcntl(s->stdin_fd, F_DUPFD_CLOEXEC, 64), out = fcntl(s->stdout_fd, F_DUPFD_CLOEXEC, 64);
-        if (in < 0 || out < 0)
-                child_fail(log, "dup");
-        if (dup2(in, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0 || dup2(out, STDERR_FILENO) < 0)
-                child_fail(log, "dup2");
-        log = STDERR_FILENO;
-        for (size_t i = 0; i < s->n_keep_fds; i++)
-                if (dup2(kept[i], (int) (3 + i)) < 0) /* dup2 clears FD_CLOEXEC */
-                        child_fail(log, "dup2");
-        close_range((unsigned) (3 + s->n_keep_fds), ~0u, 0);
-
-        /* The private root: a tmpfs holding only the planned paths. */
+        /* The private root: a tmpfs holding only the planned paths, with
+         * exactly the modes asked for (the caller's umask may be 077). */
+        umask(0);
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 child_fail(log, "making mounts private");
         if (mount("tmpfs", s->root_dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=1m,nr_inodes=4k") < 0)
@@ -317,6 +313,24 @@ _noreturn_ static void child(const struct jail_spec *s, const struct plan *p) {
                         break;
                 }
         }
+        /* The fds it gets: stdio, then the ones passed on purpose as 3, 4,
+         * ...; first moved above the range they are copied into. After the
+         * binds: a bind may come from an fd (tree_fd). */
+        int kept[JAIL_KEEP_FDS_MAX];
+        for (size_t i = 0; i < s->n_keep_fds; i++)
+                if ((kept[i] = fcntl(s->keep_fds[i], F_DUPFD_CLOEXEC, 64)) < 0)
+                        child_fail(log, "dup");
+        int in = fcntl(s->stdin_fd, F_DUPFD_CLOEXEC, 64), out = fcntl(s->stdout_fd, F_DUPFD_CLOEXEC, 64);
+        if (in < 0 || out < 0)
+                child_fail(log, "dup");
+        if (dup2(in, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0 || dup2(out, STDERR_FILENO) < 0)
+                child_fail(log, "dup2");
+        log = STDERR_FILENO;
+        for (size_t i = 0; i < s->n_keep_fds; i++)
+                if (dup2(kept[i], (int) (3 + i)) < 0) /* dup2 clears FD_CLOEXEC */
+                        child_fail(log, "dup2");
+        close_range((unsigned) (3 + s->n_keep_fds), ~0u, 0);
+
         if (chdir(s->root_dir) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 ||
             chdir("/") < 0)
                 child_fail(log, "pivot_root");
@@ -342,6 +356,9 @@ _noreturn_ static void child(const struct jail_spec *s, const struct plan *p) {
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
                 child_fail(log, "no_new_privs");
 
+        /* what QEMU creates in its dir (sockets, console log) is open to the
+         * dir's group (the node's, setgid) and to no one else */
+        umask(0007);
         static char *const empty_env[] = { NULL };
         execve(s->binary, s->argv, empty_env);
         child_fail(log, "exec");
@@ -417,13 +434,15 @@ int jail_peer_verify(int fd, const struct jail_peer *want) {
                 return r == -ENOENT ? -EPERM : r;
         if (start != want->start_time)
                 return -EPERM;
-        char exe[64];
-        snprintf(exe, sizeof exe, "/proc/%d/exe", (int) cred.pid);
-        struct stat st;
-        if (stat(exe, &st) < 0)
-                return errno == ENOENT ? -EPERM : -errno;
-        if (st.st_dev != want->exe_dev || st.st_ino != want->exe_ino)
-                return -EPERM;
+        if (want->exe_ino != 0) {
+                char exe[64];
+                snprintf(exe, sizeof exe, "/proc/%d/exe", (int) cred.pid);
+                struct stat st;
+                if (stat(exe, &st) < 0)
+                        return errno == ENOENT ? -EPERM : -errno;
+                if (st.st_dev != want->exe_dev || st.st_ino != want->exe_ino)
+                        return -EPERM;
+        }
         /* alive after the reads: /proc/PID was this process, not a reuse */
         struct pollfd pfd = { .fd = want->pidfd, .events = POLLIN };
         r = poll(&pfd, 1, 0);

@@ -22,5 +22,12 @@ struct storage {
  * sets up the btrfs loop volume when needed (volume_size_gib, sparse) and
  * allow_loop is true. */
 int storage_open(const char *data_dir, unsigned volume_size_gib, bool allow_loop, struct storage **ret);
+/* The storage root set up by someone else (airlock-nodemgr, which mounted
+ * the volume and handed root to the node's user): no probe, no mount;
+ * the layout (templates/, sandboxes/) is made if missing. */
+int storage_open_given(const char *root, bool reflink, struct storage **ret);
 /* Unmounts the loop volume if this process mounted it. NULL-safe. */
 void storage_close(struct storage *s);
+static inline void storage_closep(struct storage **s) {
+        storage_close(*s);
+}

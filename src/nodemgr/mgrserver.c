@@ -1,0 +1,807 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "mgrserver.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "airlock-config.h"
+#include "jail.h"
+#include "log.h"
+#include "macros.h"
+#include "mgr.h"
+#include "proto.h"
+#include "util.h"
+
+#define VM_UID_BASE_DEFAULT 2000000u
+#define VM_UIDS 65536u            /* NODE_VMM_UIDS */
+#define REQUEST_TIMEOUT_MS 5000   /* a client that does not send its request in time is dropped */
+
+struct mgr_server {
+        int fd;
+        char path[108];
+        char *jails_dir;      /* DATA_DIR/run/jails: root's, the VMs' private roots are mounted there */
+        uid_t node_uid;
+        gid_t node_gid;
+        struct mgr_policy policy;
+        char *roots[MGR_ROOTS_MAX];
+        char *qemu;
+};
+
+const char *mgr_server_path(const struct mgr_server *s) {
+        return s->path;
+}
+
+int mgr_server_fd(const struct mgr_server *s) {
+        return s ? s->fd : -1;
+}
+
+void mgr_server_free(struct mgr_server *s) {
+        if (!s)
+                return;
+        if (s->fd >= 0) {
+                close(s->fd);
+                (void) unlink(s->path);
+        }
+        for (size_t i = 0; i < MGR_ROOTS_MAX; i++)
+                free(s->roots[i]);
+        free(s->qemu);
+        free(s->jails_dir);
+        free(s);
+}
+
+/* The QEMU binary the node is configured with, absolute (as the node's
+ * vmm_jail_setup resolves it). */
+static char *resolve_qemu(void) {
+        const char *name = getenv("AIRLOCK_QEMU");
+        if (!name || !*name)
+                name = "qemu-system-x86_64";
+        if (strchr(name, '/'))
+                return realpath(name, NULL);
+        const char *path = getenv("PATH") ?: "/usr/local/bin:/usr/bin:/bin";
+        for (const char *d = path; *d;) {
+                size_t n = strcspn(d, ":");
+                _cleanup_free_ char *cand = strdup_printf("%.*s/%s", (int) n, d, name);
+                if (cand && n > 0 && d[0] == '/' && access(cand, X_OK) == 0)
+                        return realpath(cand, NULL);
+                d += n + (d[n] == ':');
+        }
+        return NULL;
+}
+
+static int add_root(struct mgr_server *s, const char *dir) {
+        if (s->policy.n_roots == MGR_ROOTS_MAX)
+                return -E2BIG;
+        char *p = strdup(dir);
+        if (!p)
+                return -ENOMEM;
+        s->roots[s->policy.n_roots] = p;
+        s->policy.roots[s->policy.n_roots++] = p;
+        return 0;
+}
+
+int mgr_server_open(const struct daemon_config *c, uid_t node_uid, gid_t node_gid, struct mgr_server **ret) {
+        _cleanup_(mgr_server_freep) struct mgr_server *s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        s->fd = -1;
+        s->node_uid = node_uid;
+        s->node_gid = node_gid;
+        s->policy.vm_uid_base = VM_UID_BASE_DEFAULT;
+        s->policy.vm_uid_count = VM_UIDS;
+        const char *base = getenv("AIRLOCK_VMM_UID_BASE");
+        uint64_t v;
+        if (base && *base) {
+                if (parse_u64(base, UINT32_MAX - VM_UIDS - 1, &v) < 0 || v < 1000)
+                        return log_error_errno(-EINVAL, "AIRLOCK_VMM_UID_BASE=%s is not a VM uid base", base);
+                s->policy.vm_uid_base = (uid_t) v;
+        }
+        /* the node's own files: its storage (the loop volume is another
+         * file system, hence a root of its own) and a shared templates dir */
+        _cleanup_free_ char *vol = strdup_printf("%s/vol", c->data_dir);
+        const char *tpl = getenv("AIRLOCK_TEMPLATES_DIR");
+        int r;
+        if (!vol || (r = add_root(s, vol)) < 0 || (r = add_root(s, c->data_dir)) < 0)
+                return -ENOMEM;
+        if (tpl && *tpl) {
+                char real[PATH_MAX];
+                if (!realpath(tpl, real))
+                        log_warn_errno(negative_errno(), "AIRLOCK_TEMPLATES_DIR %s: %m (not served)", tpl);
+                else if ((r = add_root(s, real)) < 0)
+                        return r;
+        }
+        s->jails_dir = strdup_printf("%s/run/jails", c->data_dir);
+        if (!s->jails_dir)
+                return -ENOMEM;
+        if ((r = mkdir_p(s->jails_dir, 0700)) < 0)
+                return log_error_errno(r, "Failed to create %s: %m", s->jails_dir);
+        s->qemu = resolve_qemu();
+        if (!s->qemu)
+                log_warn("no QEMU binary found (AIRLOCK_QEMU): vmm requests will be refused");
+
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        if (snprintf(s->path, sizeof s->path, "%s/run/%s", c->data_dir, MGR_SOCKET_NAME) >= (int) sizeof s->path)
+                return log_error_errno(-ENAMETOOLONG, "%s/run/%s is too long for a socket path", c->data_dir,
+                                       MGR_SOCKET_NAME);
+        memcpy(sa.sun_path, s->path, sizeof s->path);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return negative_errno();
+        (void) unlink(s->path);
+        /* the mode is there from bind() on: nobody connects in between */
+        mode_t old = umask(0177);
+        r = bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 ? negative_errno() : 0;
+        umask(old);
+        if (r == 0 && (chown(s->path, 0, node_gid) < 0 || chmod(s->path, 0660) < 0 || listen(fd, 64) < 0))
+                r = negative_errno();
+        if (r < 0) {
+                close(fd);
+                return log_error_errno(r, "Failed to listen on %s: %m", s->path);
+        }
+        s->fd = fd;
+        log_info("serving the node's requests on %s (uid %u only); VM uids %u..%u; qemu %s", s->path,
+                 (unsigned) node_uid, (unsigned) s->policy.vm_uid_base,
+                 (unsigned) (s->policy.vm_uid_base + VM_UIDS - 1), s->qemu ?: "(none)");
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+static int dirfd_of(DIR *d) {
+        return dirfd(d);
+}
+
+/* ---- the checks ---- */
+
+/* The four ids of a /proc/PID/status line ("Uid:\tR\tE\tS\tF") all equal
+ * want. */
+static bool status_ids(const char *status, const char *key, unsigned want) {
+        const char *l = strstr(status, key);
+        if (!l)
+                return false;
+        unsigned ids[4];
+        if (sscanf(l + strlen(key), " %u %u %u %u", &ids[0], &ids[1], &ids[2], &ids[3]) != 4)
+                return false;
+        return ids[0] == want && ids[1] == want && ids[2] == want && ids[3] == want;
+}
+
+/* Proves that pid is one of the VMs: the process with that start time
+ * (held by a pidfd, so the pid cannot be reused under us), running with
+ * the VM uid and gid in all four slots, executing the configured QEMU.
+ * Returns the pidfd, -ESRCH when no such process lives, -EPERM when it is
+ * not a VM. */
+static int vm_process(const struct mgr_server *s, pid_t pid, uint64_t start_time, uid_t uid) {
+        if (!s->qemu)
+                return -EPERM;
+        _cleanup_close_ int pidfd = (int) syscall(SYS_pidfd_open, pid, 0);
+        if (pidfd < 0)
+                return -ESRCH;
+        uint64_t have;
+        if (jail_process_start_time(pid, &have) < 0 || have != start_time)
+                return -ESRCH;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/status", (int) pid);
+        _cleanup_free_ char *st = NULL;
+        if (file_read_all(path, 65536, &st, NULL) < 0)
+                return -ESRCH;
+        if (!status_ids(st, "\nUid:", uid) || !status_ids(st, "\nGid:", uid))
+                return -EPERM;
+        struct stat want, exe;
+        snprintf(path, sizeof path, "/proc/%d/exe", (int) pid);
+        if (stat(s->qemu, &want) < 0 || stat(path, &exe) < 0)
+                return -EPERM;
+        if (want.st_dev != exe.st_dev || want.st_ino != exe.st_ino)
+                return -EPERM;
+        struct pollfd p = { .fd = pidfd, .events = POLLIN };
+        if (poll(&p, 1, 0) != 0)
+                return -ESRCH; /* exited while we looked */
+        return TAKE_FD(pidfd);
+}
+
+/* ---- the handlers: 0 or a negative errno; msg says why ---- */
+
+static int do_vmm(const struct mgr_server *s, const struct mgr_request *q, char *msg, size_t n) {
+        int fd = vm_process(s, q->pid, q->start_time, q->uid);
+        if (fd < 0) {
+                snprintf(msg, n, "pid %d is not a VM with uid %u", (int) q->pid, (unsigned) q->uid);
+                return fd;
+        }
+        int r = 0;
+        if (q->op == MGR_OP_VMM_SIGNAL && syscall(SYS_pidfd_send_signal, fd, q->signal, NULL, 0) < 0) {
+                r = negative_errno();
+                snprintf(msg, n, "cannot signal pid %d", (int) q->pid);
+        }
+        close(fd);
+        return r;
+}
+
+static int do_cgroup_remove(const struct mgr_request *q, char *msg, size_t n) {
+        int r = jail_cgroup_remove(q->uid);
+        if (r < 0)
+                snprintf(msg, n, "cannot remove the cgroup of uid %u", (unsigned) q->uid);
+        return r;
+}
+
+/* Opens path (checked by the parser to lie under a root) without following
+ * a symlink: an O_PATH fd. */
+static int open_node_path(const struct mgr_server *s, const char *path, char *msg, size_t n) {
+        for (size_t i = 0; i < s->policy.n_roots; i++)
+                if (strcmp(path, s->policy.roots[i]) == 0) { /* a root itself (template.step's dir) */
+                        int fd = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        if (fd < 0)
+                                snprintf(msg, n, "cannot open %.512s", path);
+                        return fd < 0 ? negative_errno() : fd;
+                }
+        int ri = mgr_path_check(&s->policy, path);
+        if (ri < 0) {
+                snprintf(msg, n, "%.512s is outside the node's storage", path);
+                return -EINVAL;
+        }
+        const char *root = s->policy.roots[ri];
+        _cleanup_close_ int root_fd = open(root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (root_fd < 0) {
+                snprintf(msg, n, "cannot open %.512s", root);
+                return negative_errno();
+        }
+        int fd = mgr_open_beneath(root_fd, root, path, 0);
+        if (fd < 0)
+                snprintf(msg, n, "cannot open %.512s without following a link", path);
+        return fd;
+}
+
+/* Whether the node may hand st to a VM: the node's own (its uid, or the
+ * uid it runs as now) or a VM's, never root's or anyone else's that was
+ * linked in; a regular file with one link, or a directory. */
+static bool node_owned(const struct mgr_server *s, uid_t caller, const struct stat *st) {
+        if (st->st_uid != s->node_uid && st->st_uid != caller && !mgr_policy_vm_uid(&s->policy, st->st_uid))
+                return false;
+        return S_ISDIR(st->st_mode) || (S_ISREG(st->st_mode) && st->st_nlink == 1);
+}
+
+/* chown uid:node's group and chmod of an O_PATH fd (the inode we
+ * checked, whatever its path became since). */
+static int give_fd(const struct mgr_server *s, int fd, uid_t uid, unsigned mode) {
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+        if (fchownat(fd, "", uid, s->node_gid, AT_EMPTY_PATH) < 0 || chmod(proc, mode) < 0)
+                return negative_errno();
+        return 0;
+}
+
+static int do_file_give(const struct mgr_server *s, uid_t caller, const struct mgr_request *q, char *msg, size_t n) {
+        _cleanup_close_ int fd = open_node_path(s, q->path, msg, n);
+        if (fd < 0)
+                return fd;
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        bool dir = S_ISDIR(st.st_mode);
+        /* files only 0600/0660, dirs 0700/2770 */
+        if (!node_owned(s, caller, &st) || dir != (q->mode == 0700 || q->mode == 02770)) {
+                snprintf(msg, n, "%.512s is not a VM file of the node", q->path);
+                return -EPERM;
+        }
+        int r = give_fd(s, fd, q->uid, q->mode);
+        if (r < 0)
+                snprintf(msg, n, "cannot hand %.512s to uid %u", q->path, (unsigned) q->uid);
+        return r;
+}
+
+static int do_file_reclaim(const struct mgr_server *s, uid_t caller, const struct mgr_request *q, char *msg,
+                           size_t n) {
+        _cleanup_close_ int fd = open_node_path(s, q->path, msg, n);
+        if (fd < 0)
+                return fd;
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        if (!S_ISREG(st.st_mode) || !node_owned(s, caller, &st)) {
+                snprintf(msg, n, "%.512s is not a VM file of the node", q->path);
+                return -EPERM;
+        }
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+        if (fchownat(fd, "", s->node_uid, s->node_gid, AT_EMPTY_PATH) < 0 || chmod(proc, q->mode) < 0) {
+                snprintf(msg, n, "cannot give %.512s back to the node", q->path);
+                return negative_errno();
+        }
+        return 0;
+}
+
+/* ---- template.step ---- */
+
+#define TEMPLATE_STEP_TIMEOUT_S 3600
+
+/* Removes what dirfd/name holds (ours: a staging dir only root can write),
+ * without following links. */
+static void remove_at(int dirfd, const char *name, unsigned depth) {
+        struct stat st;
+        if (depth > 16 || fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return;
+        if (S_ISDIR(st.st_mode)) {
+                int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+                if (d) {
+                        for (struct dirent *e; (e = readdir(d));)
+                                if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+                                        remove_at(dirfd_of(d), e->d_name, depth + 1);
+                        closedir(d);
+                } else if (fd >= 0)
+                        close(fd);
+                (void) unlinkat(dirfd, name, AT_REMOVEDIR);
+        } else
+                (void) unlinkat(dirfd, name, 0);
+}
+
+/* Gives what dirfd/name holds to the node user, children first (so the
+ * node cannot change a dir under us while we walk it); never follows a
+ * link, never a file with more than one link. */
+static int give_tree_at(const struct mgr_server *s, int dirfd, const char *name, unsigned depth) {
+        struct stat st;
+        if (depth > 16)
+                return -ELOOP;
+        if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return negative_errno();
+        if (S_ISDIR(st.st_mode)) {
+                int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+                if (!d) {
+                        if (fd >= 0)
+                                close(fd);
+                        return -EIO;
+                }
+                int r = 0;
+                for (struct dirent *e; r >= 0 && (e = readdir(d));)
+                        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+                                r = give_tree_at(s, dirfd_of(d), e->d_name, depth + 1);
+                closedir(d);
+                if (r < 0)
+                        return r;
+        } else if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
+                return 0; /* links stay root's (the node may remove them) */
+        return fchownat(dirfd, name, s->node_uid, s->node_gid, AT_SYMLINK_NOFOLLOW) < 0 ? negative_errno() : 0;
+}
+
+/* images/kernel.sh, images/initramfs.sh or images/templates/NAME.sh, as
+ * root, with a fixed argv: the output goes into a fresh staging dir only
+ * root can enter (fd 3 of the script, named /proc/self/fd/3: no path the
+ * node could redirect), the kernel it packs is read through fd 4. Then the
+ * result is given to the node user and renamed into dir/out. */
+static int do_template_step(const struct mgr_server *s, const struct mgr_request *q, int log_fd, char *msg,
+                            size_t n) {
+        const char *images = getenv("AIRLOCK_IMAGES_DIR");
+        if (!images || !*images)
+                images = AIRLOCK_SOURCE_DIR "/images";
+        const char *guest = getenv("AIRLOCK_GUEST_BINARY");
+        if (!guest || !*guest)
+                guest = AIRLOCK_BUILD_DIR "/src/guest/airlock-guest";
+        bool kernel = strcmp(q->step, "kernel") == 0, initramfs = strcmp(q->step, "initramfs") == 0;
+        _cleanup_free_ char *script = kernel      ? strdup_printf("%s/kernel.sh", images)
+                                      : initramfs ? strdup_printf("%s/initramfs.sh", images)
+                                                  : strdup_printf("%s/templates/%s.sh", images, q->name);
+        if (!script)
+                return -ENOMEM;
+        struct stat st;
+        if (stat(script, &st) < 0 || !S_ISREG(st.st_mode)) {
+                snprintf(msg, n, "no recipe %.512s", script);
+                return -ENOENT;
+        }
+        _cleanup_close_ int dir_fd = open_node_path(s, q->dir, msg, n);
+        if (dir_fd < 0)
+                return dir_fd;
+        _cleanup_close_ int kdir_fd = -1;
+        if (initramfs && (kdir_fd = open_node_path(s, q->kernel_dir, msg, n)) < 0)
+                return kdir_fd;
+        char stage[64];
+        uint8_t rnd[8];
+        if (random_bytes(rnd, sizeof rnd) < 0)
+                return -EIO;
+        snprintf(stage, sizeof stage, ".stage-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3],
+                 rnd[4], rnd[5], rnd[6], rnd[7]);
+        if (mkdirat(dir_fd, stage, 0700) < 0) {
+                snprintf(msg, n, "cannot make a staging dir in %.512s", q->dir);
+                return negative_errno();
+        }
+        int r = 0;
+        _cleanup_close_ int null_fd = -1;
+        _cleanup_close_ int stage_fd = openat(dir_fd, stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat sst;
+        if (stage_fd < 0 || fstat(stage_fd, &sst) < 0 || sst.st_uid != 0) {
+                r = -EPERM; /* someone swapped it */
+                goto out;
+        }
+        char out[128];
+        snprintf(out, sizeof out, "/proc/self/fd/3/%s", q->out);
+        /* every step writes stage/out (the scripts make their temp dirs
+         * next to it, in the stage too) */
+        char *argv[8] = { (char *) "/bin/bash", script, NULL };
+        if (kernel)
+                argv[2] = out;
+        else if (initramfs) {
+                argv[2] = (char *) "/proc/self/fd/4";
+                argv[3] = (char *) guest;
+                argv[4] = out;
+        } else
+                argv[2] = out;
+        null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        pid_t pid = fork();
+        if (pid < 0) {
+                r = negative_errno();
+                goto out;
+        }
+        if (pid == 0) {
+                sigset_t none;
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                signal(SIGPIPE, SIG_DFL);
+                setpgid(0, 0);
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                int a = fcntl(stage_fd, F_DUPFD_CLOEXEC, 10), b = kdir_fd >= 0 ? fcntl(kdir_fd, F_DUPFD_CLOEXEC, 10) : -1;
+                if (null_fd < 0 || a < 0 || dup2(null_fd, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0 ||
+                    dup2(a, 3) < 0 || (b >= 0 && dup2(b, 4) < 0))
+                        _exit(126);
+                execv(argv[0], argv);
+                _exit(127);
+        }
+        log_info("template.step %s %s: %s (pid %d) into %s/%s", q->step, q->name, script, (int) pid, q->dir, q->out);
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) TEMPLATE_STEP_TIMEOUT_S * 1000000000ULL;
+        int status = 0;
+        for (;;) {
+                pid_t k = waitpid(pid, &status, WNOHANG);
+                if (k == pid)
+                        break;
+                if (now_monotonic_ns() > deadline) {
+                        kill(-pid, SIGKILL);
+                        kill(pid, SIGKILL);
+                        (void) waitpid(pid, &status, 0);
+                        snprintf(msg, n, "%s timed out", q->step);
+                        r = -ETIMEDOUT;
+                        goto out;
+                }
+                struct timespec ts = { 0, 20 * 1000000L };
+                nanosleep(&ts, NULL);
+        }
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                snprintf(msg, n, "%s failed (%s %d)", script, WIFEXITED(status) ? "exit status" : "signal",
+                         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                r = -EIO;
+                goto out;
+        }
+        /* the node's now: children first, then into place */
+        if ((r = give_tree_at(s, stage_fd, q->out, 0)) < 0 || renameat(stage_fd, q->out, dir_fd, q->out) < 0) {
+                r = r < 0 ? r : negative_errno();
+                snprintf(msg, n, "cannot move %s into %.512s", q->out, q->dir);
+        }
+out:
+        remove_at(dir_fd, stage, 0);
+        return r;
+}
+
+/* ---- vmm.spawn ---- */
+
+#define SPAWN_FILES 6 /* run dir, vm dir, kernel, initrd, disk, mem */
+
+struct spawn_files {
+        int fd[SPAWN_FILES];   /* O_PATH, opened without following a link */
+        int tree[SPAWN_FILES]; /* a detached bind mount of that very inode (open_tree) */
+};
+
+static void spawn_files_release(struct spawn_files *f) {
+        for (size_t i = 0; i < SPAWN_FILES; i++) {
+                if (f->fd[i] >= 0)
+                        close(f->fd[i]);
+                if (f->tree[i] >= 0)
+                        close(f->tree[i]);
+        }
+}
+
+/* The jail binds slot i from this tree: the inode we checked, whatever
+ * its path became since. */
+static int spawn_tree(struct spawn_files *f, size_t i) {
+        long t = syscall(SYS_open_tree, f->fd[i], "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+        if (t < 0)
+                return negative_errno();
+        f->tree[i] = (int) t;
+        return 0;
+}
+
+/* Opens path into slot i; want_dir or a regular file. */
+static int spawn_open(const struct mgr_server *s, struct spawn_files *f, size_t i, const char *path, bool want_dir,
+                      char *msg, size_t n) {
+        int fd = open_node_path(s, path, msg, n);
+        if (fd < 0)
+                return fd;
+        f->fd[i] = fd;
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
+                snprintf(msg, n, "%.512s is not a %s", path, want_dir ? "directory" : "regular file");
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static int spawn_give(const struct mgr_server *s, uid_t caller, struct spawn_files *f, size_t i, const char *path,
+                      uid_t uid, unsigned mode, char *msg, size_t n) {
+        struct stat st;
+        if (fstat(f->fd[i], &st) < 0)
+                return negative_errno();
+        if (!node_owned(s, caller, &st)) {
+                snprintf(msg, n, "%.512s is not a VM file of the node", path);
+                return -EPERM;
+        }
+        int r = give_fd(s, f->fd[i], uid, mode);
+        if (r < 0)
+                snprintf(msg, n, "cannot hand %.512s to uid %u", path, (unsigned) uid);
+        return r;
+}
+
+static int do_vmm_spawn(const struct mgr_server *s, uid_t caller, const struct mgr_request *q, const int *fds,
+                        json_t **ret_extra, int *ret_pidfd, char *msg, size_t n) {
+        if (!s->qemu || strcmp(q->argv[0], s->qemu) != 0) {
+                snprintf(msg, n, "argv[0] is not the QEMU binary %s", s->qemu ?: "(none)");
+                return -EPERM;
+        }
+        /* QEMU's output: a file the node opened for writing; the RAM: a
+         * sealed memfd nobody can write */
+        struct stat st;
+        int fl = fcntl(fds[0], F_GETFL);
+        if (fstat(fds[0], &st) < 0 || !S_ISREG(st.st_mode) || fl < 0 || (fl & O_ACCMODE) == O_RDONLY) {
+                snprintf(msg, n, "fd 0 is not a log file open for writing");
+                return -EINVAL;
+        }
+        if (q->template_ram) {
+                int seals = fcntl(fds[1], F_GET_SEALS);
+                if (seals < 0 || !(seals & F_SEAL_WRITE) || !(seals & F_SEAL_SHRINK)) {
+                        snprintf(msg, n, "fd 1 is not a sealed memfd");
+                        return -EINVAL;
+                }
+        }
+        _cleanup_free_ char *vm_dir = strdup_printf("%s/vm", q->run_dir);
+        _cleanup_free_ char *root_dir = strdup_printf("%s/%u", s->jails_dir, (unsigned) q->uid);
+        if (!vm_dir || !root_dir)
+                return -ENOMEM;
+        struct spawn_files f;
+        for (size_t i = 0; i < SPAWN_FILES; i++)
+                f.fd[i] = f.tree[i] = -1;
+        int r, null_fd = -1;
+        if ((r = spawn_open(s, &f, 0, q->run_dir, true, msg, n)) < 0 ||
+            (r = spawn_open(s, &f, 1, vm_dir, true, msg, n)) < 0 ||
+            (r = spawn_open(s, &f, 2, q->kernel, false, msg, n)) < 0 ||
+            (r = spawn_open(s, &f, 3, q->initrd, false, msg, n)) < 0 ||
+            (r = spawn_open(s, &f, 4, q->disk, false, msg, n)) < 0 ||
+            (q->mem[0] && (r = spawn_open(s, &f, 5, q->mem, false, msg, n)) < 0))
+                goto out;
+        /* the VM's own: its dir (setgid: what QEMU makes there is the
+         * node's group), its disk, the RAM file of a boot */
+        if ((r = spawn_give(s, caller, &f, 1, vm_dir, q->uid, 02770, msg, n)) < 0 ||
+            (r = spawn_give(s, caller, &f, 4, q->disk, q->uid, 0660, msg, n)) < 0 ||
+            (q->mem[0] && (r = spawn_give(s, caller, &f, 5, q->mem, q->uid, 0660, msg, n)) < 0))
+                goto out;
+        for (size_t i = 1; i < SPAWN_FILES; i++)
+                if (f.fd[i] >= 0 && (r = spawn_tree(&f, i)) < 0) {
+                        snprintf(msg, n, "open_tree failed");
+                        goto out;
+                }
+        if (mkdir(root_dir, 0700) < 0 && errno != EEXIST) {
+                r = negative_errno();
+                snprintf(msg, n, "cannot create %s", root_dir);
+                goto out;
+        }
+
+        struct jail_mount m[JAIL_MOUNTS_MAX];
+        size_t k = 0;
+        char links[4][PATH_MAX];
+        m[k++] = (struct jail_mount){ JAIL_BIND_RO, "/usr", "/usr", -1 };
+        static const char *const merged[] = { "/lib", "/lib64", "/bin", "/sbin" };
+        for (size_t i = 0; i < ARRAY_SIZE(merged); i++) {
+                struct stat ls;
+                if (lstat(merged[i], &ls) < 0)
+                        continue;
+                if (S_ISLNK(ls.st_mode)) {
+                        ssize_t l = readlink(merged[i], links[i], sizeof links[i] - 1);
+                        if (l <= 0) {
+                                r = -EIO;
+                                goto out;
+                        }
+                        links[i][l] = 0;
+                        m[k++] = (struct jail_mount){ JAIL_SYMLINK, links[i], merged[i], -1 };
+                } else if (S_ISDIR(ls.st_mode))
+                        m[k++] = (struct jail_mount){ JAIL_BIND_RO, merged[i], merged[i], -1 };
+        }
+        if (access("/etc/ld.so.cache", R_OK) == 0)
+                m[k++] = (struct jail_mount){ JAIL_BIND_RO, "/etc/ld.so.cache", "/etc/ld.so.cache", -1 };
+        if (strncmp(s->qemu, "/usr/", 5) != 0)
+                m[k++] = (struct jail_mount){ JAIL_BIND_RO, s->qemu, s->qemu, -1 };
+        m[k++] = (struct jail_mount){ JAIL_BIND_RO, NULL, q->kernel, f.tree[2] };
+        m[k++] = (struct jail_mount){ JAIL_BIND_RO, NULL, q->initrd, f.tree[3] };
+        m[k++] = (struct jail_mount){ JAIL_BIND_RW, NULL, vm_dir, f.tree[1] };
+        m[k++] = (struct jail_mount){ JAIL_BIND_RW, NULL, q->disk_target, f.tree[4] };
+        if (q->mem[0])
+                m[k++] = (struct jail_mount){ JAIL_BIND_RW, NULL, q->mem, f.tree[5] };
+        static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random" };
+        for (size_t i = 0; i < ARRAY_SIZE(devs); i++)
+                m[k++] = (struct jail_mount){ JAIL_BIND_DEV, devs[i], devs[i], -1 };
+        gid_t kvm_gid = 0;
+        if (q->kvm) {
+                m[k++] = (struct jail_mount){ JAIL_BIND_DEV, "/dev/kvm", "/dev/kvm", -1 };
+                struct stat kst;
+                if (stat("/dev/kvm", &kst) == 0 && (kst.st_mode & 0006) != 0006)
+                        kvm_gid = kst.st_gid;
+        }
+        if (q->template_ram)
+                m[k++] = (struct jail_mount){ JAIL_PROC, NULL, "/proc", -1 };
+
+        char *procs[JAIL_CGROUPS_MAX] = { 0 };
+        size_t n_procs = 0;
+        struct jail_cgroup_limits l = {
+                .memory_bytes = ((uint64_t) q->memory_mib + JAIL_VMM_MEMORY_MARGIN_MIB) << 20,
+                .pids = JAIL_VMM_PIDS_MAX,
+                .cpus = q->vcpus,
+        };
+        r = jail_cgroup_create(q->uid, &l, procs, &n_procs);
+        if (r < 0) {
+                snprintf(msg, n, r == -EBUSY ? "uid %u is in use" : "cannot make the cgroup of uid %u",
+                         (unsigned) q->uid);
+                goto out;
+        }
+        null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        struct jail_spec spec = {
+                .binary = s->qemu,
+                .argv = q->argv,
+                .uid = q->uid,
+                .gid = q->uid,
+                .device_gid = kvm_gid,
+                .root_dir = root_dir,
+                .mounts = m,
+                .n_mounts = k,
+                .cgroup_procs = (const char *const *) procs,
+                .n_cgroups = n_procs,
+                .stdin_fd = null_fd,
+                .stdout_fd = fds[0],
+                .keep_fds = &fds[1],
+                .n_keep_fds = q->template_ram ? 1 : 0,
+                .nofile = JAIL_VMM_NOFILE,
+                .nproc = JAIL_VMM_PIDS_MAX,
+        };
+        pid_t pid = -1;
+        int pidfd = -1;
+        struct stat bst;
+        r = null_fd < 0 ? -EIO : stat(s->qemu, &bst) < 0 ? negative_errno() : jail_spawn(&spec, &pid, &pidfd);
+        jail_cgroup_procs_free(procs, n_procs);
+        if (r < 0) {
+                snprintf(msg, n, "cannot start the jailed QEMU");
+                (void) jail_cgroup_remove(q->uid);
+                goto out;
+        }
+        uint64_t start = 0;
+        (void) jail_process_start_time(pid, &start);
+        *ret_extra = json_pack("{sisIsIsI}", "pid", (json_int_t) pid, "start_time", (json_int_t) start, "exe_dev",
+                               (json_int_t) bst.st_dev, "exe_ino", (json_int_t) bst.st_ino);
+        *ret_pidfd = pidfd;
+        log_info("started VM pid=%d uid=%u for the node (%s)", (int) pid, (unsigned) q->uid, q->run_dir);
+        r = 0;
+out:
+        if (null_fd >= 0)
+                close(null_fd);
+        spawn_files_release(&f);
+        return r;
+}
+
+static void reply(int fd, int r, const char *msg, json_t *extra, int pass_fd) {
+        json_t *o = r < 0 ? json_pack("{s{siss}}", "error", "errno", -r, "message", msg)
+                          : json_pack("{sb}", "ok", 1);
+        if (o && extra && r >= 0)
+                json_object_update(o, extra);
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (s)
+                (void) mgr_send(fd, PROTO_MGR_REPLY, s, strlen(s), &pass_fd, r >= 0 && pass_fd >= 0 ? 1 : 0);
+        free(s);
+        json_decref(o);
+}
+
+void mgr_server_serve_one(struct mgr_server *s) {
+        _cleanup_close_ int fd = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+                return;
+        struct ucred cred;
+        socklen_t len = sizeof cred;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+                return;
+        /* the node user, no one else (root included) */
+        if (cred.uid != s->node_uid) {
+                /* closed unanswered: nothing of ours reaches anyone else */
+                log_warn("refusing a request from pid %d uid %u on %s: only the node (uid %u) may ask",
+                         (int) cred.pid, (unsigned) cred.uid, s->path, (unsigned) s->node_uid);
+                return;
+        }
+        struct timeval tv = { REQUEST_TIMEOUT_MS / 1000, (REQUEST_TIMEOUT_MS % 1000) * 1000 };
+        (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        (void) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        _cleanup_free_ char *req = NULL;
+        size_t n;
+        int fds[MGR_FDS_MAX];
+        size_t n_fds = 0;
+        int r = mgr_recv(fd, PROTO_MGR_REQUEST, MGR_REQUEST_MAX, &req, &n, fds, &n_fds);
+        if (r < 0) {
+                log_warn_errno(r, "bad request frame from pid %d: %m", (int) cred.pid);
+                return;
+        }
+        _cleanup_free_ struct mgr_request *q = malloc(sizeof *q);
+        char msg[1024] = "";
+        r = q ? mgr_request_parse(req, n, &s->policy, q, msg, sizeof msg) : -ENOMEM;
+        /* vmm.spawn takes 1 fd, or 2 with the template RAM; template.step 1 */
+        size_t want_fds = q && r >= 0 ? (q->op == MGR_OP_VMM_SPAWN ? (q->template_ram ? 2 : 1)
+                                          : q->op == MGR_OP_TEMPLATE_STEP ? 1
+                                                                          : 0)
+                                      : 0;
+        if (r >= 0 && n_fds != want_fds) {
+                snprintf(msg, sizeof msg, "%zu fds for %s", n_fds, mgr_op_name(q->op));
+                mgr_request_release(q);
+                r = -EINVAL;
+        }
+        if (r < 0) {
+                for (size_t i = 0; i < n_fds; i++)
+                        close(fds[i]);
+                log_warn("refusing a request from pid %d: %s", (int) cred.pid, msg);
+                reply(fd, r, msg, NULL, -1);
+                return;
+        }
+        json_t *extra = NULL;
+        int pidfd = -1;
+        switch (q->op) {
+        case MGR_OP_PING:
+                extra = json_pack("{si}", "uid", (json_int_t) cred.uid);
+                r = 0;
+                break;
+        case MGR_OP_VMM_VERIFY:
+        case MGR_OP_VMM_SIGNAL:
+                r = do_vmm(s, q, msg, sizeof msg);
+                break;
+        case MGR_OP_CGROUP_REMOVE:
+                r = do_cgroup_remove(q, msg, sizeof msg);
+                break;
+        case MGR_OP_FILE_GIVE:
+                r = do_file_give(s, cred.uid, q, msg, sizeof msg);
+                break;
+        case MGR_OP_VMM_SPAWN:
+                r = do_vmm_spawn(s, cred.uid, q, fds, &extra, &pidfd, msg, sizeof msg);
+                break;
+        case MGR_OP_FILE_RECLAIM:
+                r = do_file_reclaim(s, cred.uid, q, msg, sizeof msg);
+                break;
+        case MGR_OP_TEMPLATE_STEP:
+                r = do_template_step(s, q, fds[0], msg, sizeof msg);
+                break;
+        default:
+                r = -EINVAL;
+                snprintf(msg, sizeof msg, "unknown op");
+        }
+        for (size_t i = 0; i < n_fds; i++)
+                close(fds[i]);
+        if (r < 0)
+                log_warn_errno(r, "refused %s from pid %d: %s: %m", mgr_op_name(q->op), (int) cred.pid, msg);
+        else
+                log_debug("served %s for pid %d", mgr_op_name(q->op), (int) cred.pid);
+        reply(fd, r, msg, extra, pidfd);
+        json_decref(extra);
+        if (pidfd >= 0)
+                close(pidfd);
+        mgr_request_release(q);
+}

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * airlock-nodemgr's request server: DATA_DIR/run/nodemgr.sock, mode 0660,
+ * owner root, group the node user's; every connection's SO_PEERCRED uid
+ * must be the node user's, or it is closed unanswered. One request per
+ * connection, parsed and validated by lib/mgr (mgr_request_parse), served
+ * synchronously (each request is short), answered, closed. No shell, no
+ * path followed through a symlink (mgr_open_beneath). docs/security.md,
+ * "Privileges".
+ */
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "config.h"
+
+struct mgr_server;
+
+/* Opens the listening socket for the node user node_uid:node_gid and fixes
+ * the policy: VM uids AIRLOCK_VMM_UID_BASE (2000000) + [0, 65536), the
+ * node's files under DATA_DIR (and the loop volume DATA_DIR/vol, and
+ * AIRLOCK_TEMPLATES_DIR when set), the QEMU binary AIRLOCK_QEMU
+ * (qemu-system-x86_64 in PATH). */
+int mgr_server_open(const struct daemon_config *c, uid_t node_uid, gid_t node_gid, struct mgr_server **ret);
+
+/* DATA_DIR/run/nodemgr.sock */
+const char *mgr_server_path(const struct mgr_server *s);
+
+/* The fd to poll for a connection. */
+int mgr_server_fd(const struct mgr_server *s);
+
+/* Accepts one connection (if there is one) and serves it. Errors are the
+ * client's: logged and answered, never fatal. */
+void mgr_server_serve_one(struct mgr_server *s);
+
+/* Closes the socket and removes it. NULL-safe. */
+void mgr_server_free(struct mgr_server *s);
+static inline void mgr_server_freep(struct mgr_server **s) {
+        mgr_server_free(*s);
+}

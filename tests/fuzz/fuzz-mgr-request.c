@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Fuzzes the parser airlock-nodemgr (root) runs on every request of the
+ * node (lib/mgr). Invariants: whatever it accepts is within the policy
+ * (a VM uid, a path under a root that mgr_path_check accepts, a mode of
+ * the fixed set, SIGKILL or SIGTERM, a spawn's paths and argv), and formats back to a request that
+ * parses to the same values.
+ */
+#include <assert.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgr.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static const struct mgr_policy policy = {
+        .vm_uid_base = 2000000,
+        .vm_uid_count = 65536,
+        .roots = { "/d/vol", "/d", "/t" },
+        .n_roots = 3,
+};
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+        struct mgr_request r;
+        char err[256];
+        if (mgr_request_parse(data, size, &policy, &r, err, sizeof err) < 0)
+                return 0;
+        assert(r.op < MGR_OP_MAX);
+        if (r.op == MGR_OP_PING)
+                return 0;
+        if (r.op == MGR_OP_VMM_SPAWN) {
+                assert(r.argv[0] && mgr_path_check(&policy, r.run_dir) >= 0 && mgr_path_check(&policy, r.disk) >= 0);
+                assert(!r.mem[0] || !r.template_ram);
+        }
+        if (r.op != MGR_OP_FILE_RECLAIM && r.op != MGR_OP_TEMPLATE_STEP)
+                assert(mgr_policy_vm_uid(&policy, r.uid));
+        if (r.op == MGR_OP_FILE_RECLAIM)
+                assert(r.mode == 0600 || r.mode == 0640 || r.mode == 0644);
+        if (r.op == MGR_OP_TEMPLATE_STEP)
+                assert(!strchr(r.name, '/') && !strchr(r.out, '/') && r.out[0] != '.' && r.out[0]);
+        if (r.op == MGR_OP_VMM_SIGNAL)
+                assert(r.signal == SIGKILL || r.signal == SIGTERM);
+        if (r.op == MGR_OP_VMM_SIGNAL || r.op == MGR_OP_VMM_VERIFY)
+                assert(r.pid > 1);
+        if (r.op == MGR_OP_FILE_GIVE || r.op == MGR_OP_FILE_RECLAIM) {
+                assert(r.op == MGR_OP_FILE_RECLAIM || r.mode == 0600 || r.mode == 0660 || r.mode == 0700 ||
+                       r.mode == 02770);
+                assert((size_t) mgr_path_check(&policy, r.path) == r.root);
+                assert(!strstr(r.path, "/./") && !strstr(r.path, "/../") && !strstr(r.path, "//"));
+        }
+        char *json = mgr_request_format(&r);
+        assert(json);
+        struct mgr_request again;
+        assert(mgr_request_parse(json, strlen(json), &policy, &again, err, sizeof err) == 0);
+        assert(again.op == r.op && again.uid == r.uid && again.pid == r.pid && again.start_time == r.start_time &&
+               again.signal == r.signal && again.mode == r.mode && strcmp(again.path, r.path) == 0 &&
+               strcmp(again.dir, r.dir) == 0 && strcmp(again.name, r.name) == 0 && strcmp(again.out, r.out) == 0);
+        for (size_t i = 0; r.argv[i]; i++)
+                assert(again.argv[i] && strcmp(again.argv[i], r.argv[i]) == 0);
+        free(json);
+        mgr_request_release(&again);
+        mgr_request_release(&r);
+        return 0;
+}
