@@ -121,13 +121,10 @@ static int run(const struct daemon_config *c) {
                 return r;
 
         if (c->spawn_node) {
-                if ((r = node_spawn(c, &node_pid)) < 0)
-                        return r;
-                r = node_wait_socket(c->node_socket, node_pid, c->node_start_timeout_s);
+                r = node_start(c, NULL, &node_pid);
                 if (r < 0) {
-                        log_error_errno(r, "airlock-node did not open %s: %m", c->node_socket);
-                        if (r != -ECHILD)
-                                (void) node_stop(node_pid, NODE_STOP_GRACE_S);
+                        if (r != -ECHILD && node_pid > 0)
+                                (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, NULL, NULL);
                         return r;
                 }
                 log_info("airlock-node is listening on %s", c->node_socket);
@@ -141,7 +138,7 @@ static int run(const struct daemon_config *c) {
         if (r < 0) {
                 log_error_errno(r, "Failed to listen on %s: %m", c->listen);
                 if (node_pid > 0)
-                        (void) node_stop(node_pid, NODE_STOP_GRACE_S);
+                        (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, NULL, NULL);
                 return r;
         }
         log_info("listening on %s", c->listen);
@@ -178,7 +175,7 @@ static int run(const struct daemon_config *c) {
                                         node_exited = true;
                                 }
                         /* its VMs keep running: a new node adopts them */
-                        if (node_exited && node_restart(c, restarts, &n_restarts, &node_pid) < 0) {
+                        if (node_exited && node_restart(c, restarts, &n_restarts, node_start, NULL, NULL, &node_pid) < 0) {
                                 log_error("airlock-node keeps failing; stopping so a supervisor can restart Airlock");
                                 exit_code = 1;
                                 break;
@@ -194,7 +191,7 @@ static int run(const struct daemon_config *c) {
         scheduler_stop(scheduler);
         idle_watch_stop(idle);
         if (node_pid > 0) {
-                r = node_stop(node_pid, NODE_STOP_GRACE_S);
+                r = node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, NULL, NULL);
                 if (r < 0)
                         log_warn_errno(r, "Failed to stop airlock-node: %m");
         }

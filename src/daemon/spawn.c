@@ -82,10 +82,10 @@ int node_wait_socket(const char *socket_path, pid_t pid, unsigned timeout_s) {
         }
 }
 
-int node_stop(pid_t pid, unsigned grace_s) {
+int node_stop(pid_t pid, int sig, unsigned grace_s, node_wait_fn wait, void *userdata) {
         if (pid <= 0)
                 return -EINVAL;
-        if (kill(pid, SIGTERM) < 0 && errno != ESRCH)
+        if (kill(pid, sig) < 0 && errno != ESRCH)
                 return negative_errno();
         uint64_t deadline = now_monotonic_ns() + (uint64_t) grace_s * 1000000000ULL;
         for (;;) {
@@ -102,11 +102,26 @@ int node_stop(pid_t pid, unsigned grace_s) {
                                 return negative_errno();
                         return status;
                 }
-                nanosleep(&(struct timespec){ .tv_nsec = 50 * 1000000L }, NULL);
+                if (wait)
+                        wait(userdata, 50);
+                else
+                        nanosleep(&(struct timespec){ .tv_nsec = 50 * 1000000L }, NULL);
         }
 }
 
-int node_restart(const struct daemon_config *c, uint64_t *restarts, size_t *n, pid_t *ret_pid) {
+int node_start(const struct daemon_config *c, void *userdata, pid_t *ret_pid) {
+        *ret_pid = -1;
+        int r = node_spawn(c, ret_pid);
+        if (r < 0)
+                return r;
+        r = node_wait_socket(c->node_socket, *ret_pid, c->node_start_timeout_s);
+        if (r < 0)
+                return log_error_errno(r, "airlock-node did not open %s: %m", c->node_socket);
+        return 0;
+}
+
+int node_restart(const struct daemon_config *c, uint64_t *restarts, size_t *n, node_start_fn start,
+                 node_wait_fn wait, void *userdata, pid_t *ret_pid) {
         uint64_t now = now_monotonic_ns();
         size_t k = 0;
         for (size_t i = 0; i < *n; i++)
@@ -116,15 +131,12 @@ int node_restart(const struct daemon_config *c, uint64_t *restarts, size_t *n, p
         if (k >= NODE_RESTARTS_MAX)
                 return -ELOOP;
         restarts[(*n)++] = now;
-        pid_t pid;
-        int r = node_spawn(c, &pid);
-        if (r < 0)
-                return r;
-        r = node_wait_socket(c->node_socket, pid, c->node_start_timeout_s);
+        pid_t pid = -1;
+        int r = start(c, userdata, &pid);
         if (r < 0) {
-                log_error_errno(r, "restarted airlock-node did not open %s: %m", c->node_socket);
-                if (r != -ECHILD)
-                        (void) node_stop(pid, NODE_STOP_GRACE_S);
+                log_error_errno(r, "restarting airlock-node failed: %m");
+                if (r != -ECHILD && pid > 0)
+                        (void) node_stop(pid, SIGTERM, NODE_STOP_GRACE_S, wait, userdata);
                 return r;
         }
         log_info("airlock-node restarted pid=%d", (int) pid);

@@ -92,12 +92,22 @@ static struct {
         bool hand_over; /* the VMs (and the volume they use) stay for the next start */
 } node = { .listen_fd = -1 };
 
-/* Starts the node as its user and waits until it says it is ready
- * (listening), serving its requests meanwhile: a starting node adopts or
- * kills the VMs of the one before through us. */
-static int start_node(const struct daemon_config *c, struct mgr_server *mgr, pid_t *ret_pid) {
+/* node_wait_fn: serves the node's requests while we wait for it. */
+static void serve_while_waiting(void *userdata, int ms) {
+        struct mgr_server *mgr = userdata;
+        struct pollfd p = { .fd = mgr_server_fd(mgr), .events = POLLIN };
+        if (poll(&p, 1, ms) > 0)
+                mgr_server_serve_one(mgr);
+}
+
+/* node_start_fn: starts the node as its user and waits until it says it
+ * is ready (listening), serving its requests meanwhile: a starting node
+ * adopts or kills the VMs of the one before through us. */
+static int start_node(const struct daemon_config *c, void *userdata, pid_t *ret_pid) {
+        struct mgr_server *mgr = userdata;
         pid_t pid;
         int ready_fd;
+        *ret_pid = -1;
         int r = nodeprep_spawn(c, node.uid, node.gid, node.listen_fd, &pid, &ready_fd);
         if (r < 0)
                 return r;
@@ -123,58 +133,6 @@ static int start_node(const struct daemon_config *c, struct mgr_server *mgr, pid
                 if (now_monotonic_ns() >= deadline)
                         return -ETIMEDOUT;
         }
-}
-
-/* node_stop() (sig first: SIGTERM stops, SIGUSR1 hands the VMs over),
- * serving the node's requests meanwhile: a stopping node has its VMs
- * signalled through us. */
-static int stop_node(struct mgr_server *mgr, pid_t pid, int sig, unsigned grace_s) {
-        if (kill(pid, sig) < 0 && errno != ESRCH)
-                return negative_errno();
-        uint64_t deadline = now_monotonic_ns() + (uint64_t) grace_s * 1000000000ULL;
-        for (;;) {
-                int status;
-                pid_t k = waitpid(pid, &status, WNOHANG);
-                if (k == pid)
-                        return status;
-                if (k < 0)
-                        return negative_errno();
-                if (now_monotonic_ns() >= deadline) {
-                        log_warn("airlock-node pid=%d did not stop within %us; killing it", (int) pid, grace_s);
-                        kill(pid, SIGKILL);
-                        if (waitpid(pid, &status, 0) < 0)
-                                return negative_errno();
-                        return status;
-                }
-                struct pollfd p = { .fd = mgr_server_fd(mgr), .events = POLLIN };
-                if (poll(&p, 1, 50) > 0)
-                        mgr_server_serve_one(mgr);
-        }
-}
-
-/* node_restart() with start_node(). */
-static int restart_node(const struct daemon_config *c, struct mgr_server *mgr, uint64_t *restarts, size_t *n,
-                        pid_t *ret_pid) {
-        uint64_t now = now_monotonic_ns();
-        size_t k = 0;
-        for (size_t i = 0; i < *n; i++)
-                if (now - restarts[i] < NODE_RESTART_WINDOW_NS)
-                        restarts[k++] = restarts[i];
-        *n = k;
-        if (k >= NODE_RESTARTS_MAX)
-                return -ELOOP;
-        restarts[(*n)++] = now;
-        pid_t pid;
-        int r = start_node(c, mgr, &pid);
-        if (r < 0) {
-                log_error_errno(r, "restarted airlock-node did not open %s: %m", c->node_socket);
-                if (r != -ECHILD)
-                        (void) stop_node(mgr, pid, SIGTERM, NODE_STOP_GRACE_S);
-                return r;
-        }
-        log_info("airlock-node restarted pid=%d", (int) pid);
-        *ret_pid = pid;
-        return 0;
 }
 
 static const char *describe(int status, char *buf, size_t n) {
@@ -249,13 +207,13 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                 if (r < 0) {
                         log_error_errno(r, "airlock-node did not open %s: %m", c->node_socket);
                         if (r != -ECHILD)
-                                (void) stop_node(mgr, node_pid, SIGTERM, NODE_STOP_GRACE_S);
+                                (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, serve_while_waiting, mgr);
                         return r;
                 }
         }
         if ((r = spawn_daemon(dargv, uid, gid, &daemon_pid)) < 0) {
                 if (node_pid > 0)
-                        (void) stop_node(mgr, node_pid, SIGTERM, NODE_STOP_GRACE_S);
+                        (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, serve_while_waiting, mgr);
                 return r;
         }
 
@@ -305,7 +263,7 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                         /* anything else: a VM its dead node orphaned */
                 }
                 if (node_exited && daemon_pid > 0 && !stopping &&
-                    restart_node(c, mgr, restarts, &n_restarts, &node_pid) < 0) {
+                    node_restart(c, restarts, &n_restarts, start_node, serve_while_waiting, mgr, &node_pid) < 0) {
                         log_error("airlock-node keeps failing; stopping so a supervisor can restart Airlock");
                         stopping = true;
                         kill(daemon_pid, SIGTERM);
@@ -313,14 +271,14 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         }
         if (node_pid > 0) {
                 if (clean || stopping) {
-                        r = stop_node(mgr, node_pid, SIGTERM, NODE_STOP_GRACE_S);
+                        r = node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, serve_while_waiting, mgr);
                         if (r < 0)
                                 log_warn_errno(r, "Failed to stop airlock-node: %m");
                 } else {
                         /* airlockd crashed: keep the VMs for the next start */
                         log_warn("handing the VMs over to the next start");
                         node.hand_over = true;
-                        (void) stop_node(mgr, node_pid, SIGUSR1, 3600);
+                        (void) node_stop(node_pid, SIGUSR1, 3600, serve_while_waiting, mgr);
                 }
         }
         log_info("stopped");
