@@ -67,6 +67,22 @@ def qemu_pids(needle):
     return pids
 
 
+def node_pids(data_dir):
+    """The airlock-node processes serving data_dir."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"airlock-node") and data_dir.encode() in argv:
+            pids.append(int(pid))
+    return pids
+
+
 def mounts_under(path):
     with open("/proc/self/mountinfo") as f:
         return [l.split()[4] for l in f if l.split()[4].startswith(path)]

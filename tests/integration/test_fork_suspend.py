@@ -7,7 +7,8 @@ import signal
 import time
 
 from harness import qemu_pids
-from test_recovery import alive_in_guest, node_pids, start_sleeper, wait_state
+from harness import node_pids
+from test_recovery import alive_in_guest, start_sleeper, wait_state
 
 
 def verb(a, sid, name, body=None, expect=200):

@@ -8,22 +8,7 @@ import os
 import signal
 import time
 
-from harness import Airlock, START_TIMEOUT, qemu_pids
-
-
-def node_pids(data_dir):
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"airlock-node") and data_dir.encode() in argv:
-            pids.append(int(pid))
-    return pids
+from harness import Airlock, START_TIMEOUT, node_pids, qemu_pids
 
 
 def wait_state(a, sid, want, execution=None, timeout=180):

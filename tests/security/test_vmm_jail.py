@@ -11,24 +11,9 @@ import socket
 import threading
 import time
 
-from harness import BUILD, START_TIMEOUT, TEMPLATES, _cgroup_procs, qemu_pids, vm_cgroups
+from harness import BUILD, START_TIMEOUT, TEMPLATES, _cgroup_procs, node_pids, qemu_pids, vm_cgroups
 
 NAMESPACES = ("mnt", "pid", "ipc", "uts", "net")
-
-
-def node_pids(data_dir):
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"airlock-node") and data_dir.encode() in argv:
-            pids.append(int(pid))
-    return pids
 
 
 def status_of(pid):
