@@ -23,8 +23,10 @@ meson test -C "$build" --suite unit --suite fuzz --print-errorlogs --num-process
 echo "== integration tests (real VMs)"
 vol_img=$build/test-vol.btrfs
 vol=$build/test-vol
+mounted_here=
 cleanup() {
-  if mountpoint -q "$vol"; then
+  # only what this run mounted: another run may be using a volume it found
+  if [ -n "$mounted_here" ] && mountpoint -q "$vol"; then
     umount "$vol" || umount -l "$vol"
   fi
 }
@@ -36,6 +38,7 @@ if ! mountpoint -q "$vol"; then
     mkfs.btrfs -q "$vol_img"
   fi
   mount -o loop "$vol_img" "$vol"
+  mounted_here=1
 fi
 export AIRLOCK_TEST_VOLUME=$vol
 export AIRLOCK_APT_CACHE=$build/apt-cache

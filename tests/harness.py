@@ -329,11 +329,12 @@ def airlock_factory(templates, request):
     nothing is left behind (QEMU processes, mounts, sandbox dirs)."""
     started = []
 
-    def start(base=VOLUME, env=None, prebuild="minimal,python"):
+    def start(base=VOLUME, env=None, prebuild="minimal,python", wait=True):
         data_dir = tempfile.mkdtemp(prefix="airlock-t-", dir=base)
         a = Airlock(data_dir, env, prebuild)
         started.append(a)
-        a.wait_ready(START_TIMEOUT)
+        if wait:
+            a.wait_ready(START_TIMEOUT)
         return a
 
     yield start

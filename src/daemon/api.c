@@ -129,6 +129,17 @@ static int sandbox_require_running(struct api_ctx *ctx, struct store_sandbox *sb
                     sb->error ? sb->error : "");
 }
 
+/* The first failed prebuilt template in the node's health report, or NULL. */
+static json_t *first_failed_template(json_t *templates) {
+        size_t i;
+        json_t *t;
+        json_array_foreach(templates, i, t)
+                if (json_is_string(json_object_get(t, "name")) &&
+                    strcmp(json_string_value(json_object_get(t, "state")) ?: "", "failed") == 0)
+                        return t;
+        return NULL;
+}
+
 int api_health(struct api_ctx *ctx, struct api_reply *ret) {
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "health");
         _cleanup_(json_decrefp) json_t *rep = NULL;
@@ -139,9 +150,31 @@ int api_health(struct api_ctx *ctx, struct api_reply *ret) {
         if (r < 0)
                 return fail(ctx, -EHOSTDOWN, "the node agent is not available (%.200s)", err);
         const char *accel = json_string_value(json_object_get(rep, "accel"));
-        if (!json_is_true(json_object_get(rep, "ready")))
-                return fail(ctx, -EHOSTDOWN, "the node agent is starting: default templates are still building");
-        json_t *o = json_pack("{s:s, s:s}", "status", "ok", "accel", accel ? accel : "unknown");
+        json_t *templates = json_object_get(rep, "templates");
+        if (!json_is_array(templates))
+                templates = NULL;
+        if (!json_is_true(json_object_get(rep, "ready"))) {
+                /* 503 either way, with each template's progress; a failed
+                 * build is said as such: waiting will not fix it */
+                json_t *f = templates ? first_failed_template(templates) : NULL;
+                _cleanup_free_ char *msg = NULL;
+                if (f) {
+                        const char *error = json_string_value(json_object_get(f, "error")) ?: "build failed";
+                        const char *log = json_string_value(json_object_get(f, "log"));
+                        bool say_log = log && !strstr(error, log); /* a step's error may name it already */
+                        msg = strdup_printf("template %s failed: %.600s%s%.300s",
+                                            json_string_value(json_object_get(f, "name")), error,
+                                            say_log ? "; build log " : "", say_log ? log : "");
+                }
+                json_t *o = json_pack("{s:{s:s, s:s}, s:o}", "error", "code", f ? "template_failed" : "unavailable",
+                                      "message",
+                                      f ? (msg ?: "a default template failed to build")
+                                        : "the node agent is starting: default templates are still building",
+                                      "templates", templates ? json_incref(templates) : json_array());
+                return reply_json(ret, MHD_HTTP_SERVICE_UNAVAILABLE, o);
+        }
+        json_t *o = json_pack("{s:s, s:s, s:o}", "status", "ok", "accel", accel ? accel : "unknown", "templates",
+                              templates ? json_incref(templates) : json_array());
         const char *why = json_string_value(json_object_get(rep, "accel_reason"));
         if (o && why)
                 json_object_set_new(o, "accel_reason", json_string(why));

@@ -258,8 +258,13 @@ static int reply_guest_failure(struct node_conn *c, int r, const char *msg, cons
 /* ---- simple ops ---- */
 
 static int op_health(struct node_conn *c, json_t *req) {
-        return conn_reply_ok(c, json_pack("{s:b, s:s, s:s}", "ready", template_prebuild_ready(), "accel",
-                                          vmm_accel_name(oaccel), "accel_reason", oaccel_reason));
+        bool ready, failed;
+        json_t *templates = template_prebuild_status(&ready, &failed);
+        if (!templates)
+                return -ENOMEM;
+        return conn_reply_ok(c, json_pack("{s:b, s:b, s:s, s:s, s:o}", "ready", ready, "failed", failed, "accel",
+                                          vmm_accel_name(oaccel), "accel_reason", oaccel_reason, "templates",
+                                          templates));
 }
 
 static int op_template_list(struct node_conn *c, json_t *req) {

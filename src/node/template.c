@@ -36,6 +36,9 @@
 /* Extra kernel arguments of template VMs (vmm adds console, root and TSC ones). */
 #define TEMPLATE_CMDLINE ""
 #define BUILD_LOG_TAIL 1500
+/* Paths: the config bounds directories to 4095 bytes and names to 64, so
+ * every path built here fits. */
+#define PATH_BUF 4608
 
 enum tstate {
         T_UNKNOWN,  /* never looked at */
@@ -60,8 +63,16 @@ struct tentry {
         unsigned memory_mib;
         pid_t build_pgid;           /* running script's process group, 0 = none */
         struct vmm *build_vmm;      /* running template VM, NULL = none (tlock) */
+        /* progress of the build this process runs, for health (tlock) */
+        const char *step;           /* one of build_steps[], NULL before the first */
+        unsigned step_number;       /* 1-based index into build_steps[] */
+        uint64_t build_start_ns;
+        char log_path[PATH_BUF];    /* the running build's log, or the failed build's kept log */
         struct tentry *next;
 };
+
+/* The steps of a build, in order, as health reports them. */
+static const char *const build_steps[] = { "kernel", "initramfs", "rootfs", "boot" };
 
 /* Per-template memory. Everything else gets the default. */
 static const struct {
@@ -116,10 +127,7 @@ void template_info_free(struct template_info *t) {
         free(t);
 }
 
-
-/* Paths: the config bounds directories to 4095 bytes and names to 64, so
- * every path built here fits; pathf() still refuses to truncate. */
-#define PATH_BUF 4608
+/* pathf() still refuses to truncate. */
 static int pathf(char *buf, const char *fmt, ...) _printf_(2, 3);
 static int pathf(char *buf, const char *fmt, ...) {
         va_list ap;
@@ -278,6 +286,17 @@ static int read_qemu_version(const char *qemu, char **ret) {
                 return -ENOMEM;
         *ret = s;
         return 0;
+}
+
+/* Records that the build of e is at step (one of build_steps[]). */
+static void build_progress(struct tentry *e, const char *step) {
+        pthread_mutex_lock(&tlock);
+        for (size_t i = 0; i < ARRAY_SIZE(build_steps); i++)
+                if (strcmp(build_steps[i], step) == 0) {
+                        e->step = build_steps[i];
+                        e->step_number = (unsigned) i + 1;
+                }
+        pthread_mutex_unlock(&tlock);
 }
 
 /* Logs the last lines of a build log, for a failed step. */
@@ -738,23 +757,32 @@ static int build(struct tentry *e, const char *hash, const char *khash, unsigned
         pathf(log_path, "%s/build.log", tmp);
         log_emit(LOG_LEVEL_INFO, ctx, "building template %s-%s (memory %u MiB), log %s", e->name, hash, memory_mib,
                  log_path);
+        pthread_mutex_lock(&tlock);
+        e->build_start_ns = t0;
+        snprintf(e->log_path, sizeof e->log_path, "%s", log_path);
+        pthread_mutex_unlock(&tlock);
 
         char script[PATH_BUF], out[PATH_BUF], initramfs_script[PATH_BUF];
+        build_progress(e, "kernel");
         r = ensure_kernel(e, ctx, kdir, khash, log_path, ret_error);
         if (r >= 0) {
+                build_progress(e, "initramfs");
                 pathf(initramfs_script, "%s/initramfs.sh", tcfg->images_dir);
                 pathf(out, "%s/initramfs.cpio", tmp);
                 char *argv[] = { (char *) "/bin/bash", initramfs_script, kdir, tcfg->guest_binary, out, NULL };
                 r = build_step(e, ctx, argv, "initramfs", "", tmp, "initramfs.cpio", kdir, log_path, ret_error);
         }
         if (r >= 0) {
+                build_progress(e, "rootfs");
                 pathf(script, "%s/templates/%s.sh", tcfg->images_dir, e->name);
                 pathf(out, "%s/rootfs.img", tmp);
                 char *argv[] = { (char *) "/bin/bash", script, out, NULL };
                 r = build_step(e, ctx, argv, "rootfs", e->name, tmp, "rootfs.img", NULL, log_path, ret_error);
         }
-        if (r >= 0)
+        if (r >= 0) {
+                build_progress(e, "boot");
                 r = boot_and_save(e, ctx, tmp, kdir, memory_mib, ret_error);
+        }
         uint64_t build_ms = (now_monotonic_ns() - t0) / 1000000ULL;
         if (r >= 0) {
                 r = write_manifest(tmp, e->name, hash, memory_mib, kdir_name, build_ms);
@@ -769,7 +797,11 @@ static int build(struct tentry *e, const char *hash, const char *khash, unsigned
                 /* keep the log beside the templates for whoever investigates */
                 char failed_log[PATH_BUF];
                 pathf(failed_log, "%s/%s-%s.failed.log", tdir, e->name, hash);
-                if (rename(log_path, failed_log) == 0) {
+                bool kept = rename(log_path, failed_log) == 0;
+                pthread_mutex_lock(&tlock);
+                snprintf(e->log_path, sizeof e->log_path, "%s", kept ? failed_log : "");
+                pthread_mutex_unlock(&tlock);
+                if (kept) {
                         char *msg = *ret_error ? strdup_printf("%s; build log %s", *ret_error, failed_log) : NULL;
                         if (msg) {
                                 free(*ret_error);
@@ -843,6 +875,10 @@ static void build_entry(struct tentry *e) {
         struct template_info *info = NULL;
 
         e->state = T_BUILDING;
+        e->step = NULL;
+        e->step_number = 0;
+        e->build_start_ns = now_monotonic_ns();
+        e->log_path[0] = 0;
         pthread_mutex_unlock(&tlock);
         int r = template_hash(e->name, e->memory_mib, hash, khash, &error);
         if (r >= 0) {
@@ -957,18 +993,51 @@ int template_prebuild_start(void) {
         return 0;
 }
 
-bool template_prebuild_ready(void) {
-        bool ready = true;
+static void entry_probe(struct tentry *e);
+
+/* One prebuilt template's entry of the health report (tlock held). */
+static json_t *prebuild_json(const char *name, const struct tentry *e, uint64_t now) {
+        if (!e) /* entry_get() found no recipe */
+                return json_pack("{s:s, s:s, s:o}", "name", name, "state", "failed", "error",
+                                 json_sprintf("no recipe %s/templates/%s.sh", tcfg->images_dir, name));
+        json_t *o = json_pack("{s:s, s:s}", "name", name, "state", tstate_names[e->state]);
+        if (!o)
+                return NULL;
+        if (e->state == T_BUILDING) {
+                json_object_set_new(o, "steps", json_integer((json_int_t) ARRAY_SIZE(build_steps)));
+                json_object_set_new(o, "elapsed_ms", json_integer((json_int_t) ((now - e->build_start_ns) / 1000000ULL)));
+                if (e->step) {
+                        json_object_set_new(o, "step", json_string(e->step));
+                        json_object_set_new(o, "step_number", json_integer(e->step_number));
+                }
+        }
+        if (e->state == T_FAILED)
+                json_object_set_new(o, "error", json_string(e->error ? e->error : "build failed"));
+        if ((e->state == T_BUILDING || e->state == T_FAILED) && e->log_path[0])
+                json_object_set_new(o, "log", json_string(e->log_path));
+        return o;
+}
+
+json_t *template_prebuild_status(bool *ret_ready, bool *ret_failed) {
+        json_t *arr = json_array();
+        bool ready = true, failed = false;
+        uint64_t now = now_monotonic_ns();
         pthread_mutex_lock(&tlock);
-        for (size_t i = 0; i < tcfg->n_prebuild && ready; i++) {
-                struct tentry *e = NULL;
-                for (struct tentry *x = entries; x; x = x->next)
-                        if (strcmp(x->name, tcfg->prebuild[i]) == 0)
-                                e = x;
-                ready = e && e->state == T_READY;
+        for (size_t i = 0; arr && i < tcfg->n_prebuild; i++) {
+                const char *name = tcfg->prebuild[i];
+                struct tentry *e = entry_get(name);
+                if (e && e->state == T_UNKNOWN)
+                        entry_probe(e); /* built by an earlier run: ready without a build */
+                ready = ready && e && e->state == T_READY;
+                failed = failed || !e || e->state == T_FAILED;
+                json_t *o = prebuild_json(name, e, now);
+                if (o)
+                        json_array_append_new(arr, o);
         }
         pthread_mutex_unlock(&tlock);
-        return ready;
+        *ret_ready = ready;
+        *ret_failed = failed;
+        return arr;
 }
 
 /* Checks an untouched entry against the disk: a template directory another

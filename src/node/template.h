@@ -66,8 +66,11 @@ int template_peek(const char *name, struct template_info **ret);
 /* Starts building cfg->prebuild in a background thread. */
 int template_prebuild_start(void);
 
-/* true once every prebuild template is built. */
-bool template_prebuild_ready(void);
+/* The prebuilt templates' state for health: [{name,state,step?,step_number?,
+ * steps?,elapsed_ms?,log?,error?}]; *ret_ready once every one is built,
+ * *ret_failed when one failed (or has no recipe): nothing will make it ready
+ * by itself, so health must say so rather than "still building". */
+json_t *template_prebuild_status(bool *ret_ready, bool *ret_failed);
 
 /* [{name,state,hash,memory_mib,error?}] for every known recipe. */
 json_t *template_list_json(void);
