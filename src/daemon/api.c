@@ -283,6 +283,8 @@ static int create_request_hash(const struct apireq_create *c, const char *tenant
                 return -ENOMEM;
         if (canon && tenant_id && json_object_set_new(canon, "tenant", json_string(tenant_id)) < 0)
                 return -ENOMEM;
+        if (canon && c->recovery && json_object_set_new(canon, "recovery", json_string(c->recovery)) < 0)
+                return -ENOMEM;
         _cleanup_free_ char *text = canon ? json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         if (!text)
                 return -ENOMEM;
@@ -420,6 +422,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         /* the node keeps the owner: capabilities for it must name it */
         if (req && tenant_id)
                 json_object_set_new(req, "tenant", json_string(tenant_id));
+        if (req && c.recovery)
+                json_object_set_new(req, "recovery", json_string(c.recovery));
         if (!req) {
                 sandbox_abandon(ctx, id, false);
                 return operation_fail(ctx, op_id, -ENOMEM);
@@ -533,13 +537,15 @@ static void sandbox_merge(struct api_ctx *ctx, struct store_sandbox *sb, const j
 static json_t *sandbox_json_with_node(const struct store_sandbox *sb, const json_t *node_sb) {
         json_t *o = sandbox_json(sb);
         json_t *exe = json_object_get(node_sb, "execution"), *rec = json_object_get(node_sb, "recoveries");
-        json_t *idle = json_object_get(node_sb, "idle_ms");
+        json_t *idle = json_object_get(node_sb, "idle_ms"), *recovery = json_object_get(node_sb, "recovery");
         if (o && json_is_integer(exe))
                 json_object_set(o, "execution", exe);
         if (o && json_is_integer(idle))
                 json_object_set(o, "idle_ms", idle);
         if (o && json_is_array(rec))
                 json_object_set(o, "recoveries", rec);
+        if (o && json_is_string(recovery))
+                json_object_set(o, "recovery", recovery);
         return o;
 }
 

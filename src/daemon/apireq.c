@@ -229,6 +229,15 @@ int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
                 c.has_idle_timeout = true;
                 c.idle_timeout_s = json_integer_value(idle);
         }
+        json_t *rec = json_object_get(o, "recovery");
+        if (rec && !json_is_null(rec)) {
+                const char *v = json_string_value(rec);
+                if (!v || (strcmp(v, "boot") != 0 && strcmp(v, "checkpoint") != 0))
+                        return bad(err, "field 'recovery' must be \"boot\" (after a crash, boot the disk: nothing "
+                                        "acknowledged is lost) or \"checkpoint\" (resume the newest full snapshot: "
+                                        "processes kept, later writes lost)");
+                c.recovery = strcmp(v, "boot") == 0 ? "boot" : "checkpoint";
+        }
         *ret = c;
         c = (struct apireq_create){ 0 };
         return 0;

@@ -37,6 +37,7 @@ struct apireq_create {
         json_t *snapshot_policy; /* an object, not yet checked as a policy; NULL when absent */
         bool has_idle_timeout;   /* "idle_timeout_s" given: seconds idle before suspend, 0 = never */
         int64_t idle_timeout_s;
+        const char *recovery;    /* "recovery" given: "boot" or "checkpoint" (static); NULL when absent */
 };
 
 struct apireq_exec {

@@ -299,11 +299,14 @@ static int op_sandbox_create(struct node_conn *c, json_t *req) {
         const char *tenant = SANDBOX_TENANT_ADMIN;
         if (json_object_get(req, "tenant") && (r = field_name(c, req, "tenant", &tenant)) < 0)
                 return r;
+        bool recover_checkpoint;
+        if (sandbox_recovery_from_json(req, &recover_checkpoint) < 0)
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"recovery\" must be \"boot\" or \"checkpoint\"");
 
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " sandbox=%s", id);
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         _cleanup_free_ char *err = NULL;
-        r = sandbox_create(id, tpl, env, tenant, &s, &err);
+        r = sandbox_create(id, tpl, env, tenant, recover_checkpoint, &s, &err);
         if (r < 0) {
                 const char *code = r == -EEXIST ? "conflict"
                                    : r == -ENOENT ? "not_found"

@@ -61,7 +61,10 @@ void sandbox_make_visible(struct sandbox *s);
 bool sandbox_state_is(struct sandbox *s, enum sandbox_state st);
 const char *state_name(enum sandbox_state st);
 int record_save(struct sandbox *s);
-void recoveries_add(struct sandbox *s, const char *reason, const char *how, bool ok, const char *error);
+/* checkpoint (NULL: none) is the full snapshot the recovery resumed and
+ * checkpoint_at_ms when it was taken (Unix ms). */
+void recoveries_add(struct sandbox *s, const char *reason, const char *how, bool ok, const char *error,
+                    const char *checkpoint, int64_t checkpoint_at_ms);
 int sandbox_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret);
 /* Sets s->tenant from o's "tenant" (a record, a parked marker, a suspend
  * manifest's meta); SANDBOX_TENANT_ADMIN when o has none. -EBADMSG when it
@@ -70,6 +73,12 @@ int sandbox_tenant_from_json(struct sandbox *s, const json_t *o);
 int run_sandbox_thread(struct sandbox *s, char **ret_error);
 void stop_thread(struct sandbox *s);
 void create_abort(struct sandbox *s);
+
+/* A full snapshot's state file remembers the execution it was taken in
+ * (an xattr; a file system without them leaves it untagged: never resumed
+ * by recovery). */
+int snapshot_execution_set(const char *state_path, unsigned execution);
+int snapshot_execution_get(const char *state_path, unsigned *ret);
 
 /* ---- sandbox-lifecycle.c ---- */
 

@@ -281,9 +281,12 @@ int sandbox_start(struct sandbox *s, const char **ret_state, char **ret_error) {
 
 /* ---- crash recovery ---- */
 
-/* The id of the newest full snapshot of s (by its state file's time): 1,
- * or 0 when it has none. */
-static int latest_full_snapshot(struct sandbox *s, char *ret, size_t n) {
+/* The newest full snapshot of s taken in its current execution (tagged by
+ * sandbox_snapshot_full()): 1 with its id and time, or 0 when there is none.
+ * One from an earlier execution is never used: the disk has moved on since
+ * (a start, wake, rollback or recovery came after it), and resuming it would
+ * take the sandbox back past writes it acknowledged after that event. */
+static int checkpoint_of_execution(struct sandbox *s, char *ret, size_t n, int64_t *ret_at_ms) {
         _cleanup_free_ char *d = strdup_printf("%s/snapshots", s->dir);
         DIR *dir = d ? opendir(d) : NULL;
         if (!dir)
@@ -297,6 +300,10 @@ static int latest_full_snapshot(struct sandbox *s, char *ret, size_t n) {
                 struct stat st;
                 if (fstatat(dirfd(dir), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
                         continue;
+                _cleanup_free_ char *path = strdup_printf("%s/%s", d, de->d_name);
+                unsigned exe;
+                if (!path || snapshot_execution_get(path, &exe) < 0 || exe != s->execution)
+                        continue;
                 if (found && (st.st_mtim.tv_sec < best.tv_sec ||
                               (st.st_mtim.tv_sec == best.tv_sec && st.st_mtim.tv_nsec <= best.tv_nsec)))
                         continue;
@@ -305,6 +312,8 @@ static int latest_full_snapshot(struct sandbox *s, char *ret, size_t n) {
                 found = 1;
         }
         closedir(dir);
+        if (found)
+                *ret_at_ms = (int64_t) best.tv_sec * 1000 + best.tv_nsec / 1000000;
         return found;
 }
 
@@ -314,8 +323,10 @@ struct recovery {
 };
 
 /* Brings a failed sandbox back as a new execution: a cold boot of its own
- * disk (the freshest state it has; its file systems replay their journals
- * as after a power cut). Runs on a thread of its own, claimed like a verb,
+ * disk (the freshest state it has: every write the guest synced is there;
+ * its file systems replay their journals as after a power cut), or, for a
+ * sandbox that opted in, a resume of the newest full snapshot of the
+ * execution that died (its processes kept, later writes lost). Runs on a thread of its own, claimed like a verb,
  * so a delete meanwhile is refused with -EBUSY or wins before it starts. */
 static void *recover_thread(void *arg) {
         struct recovery *rc = arg;
@@ -337,7 +348,7 @@ static void *recover_thread(void *arg) {
                          CRASH_GIVE_UP, (unsigned long long) (CRASH_WINDOW_NS / 60000000000ULL));
                 pthread_mutex_lock(&s->lock);
                 s->recovering = false;
-                recoveries_add(s, rc->reason, "none", false, "failed too often: left failed");
+                recoveries_add(s, rc->reason, "none", false, "failed too often: left failed", NULL, 0);
                 pthread_mutex_unlock(&s->lock);
                 (void) record_save(s);
                 life_end(s);
@@ -347,17 +358,21 @@ static void *recover_thread(void *arg) {
         pthread_mutex_lock(&s->lock);
         s->state = SANDBOX_STOPPED;
         pthread_mutex_unlock(&s->lock);
-        /* its latest full snapshot brings back memory and processes too;
-         * without one, the disk as the crash left it */
-        char snap[80] = "", how[128] = "cold boot of its disk";
-        if (latest_full_snapshot(s, snap, sizeof snap) > 0) {
+        /* by default the disk as the crash left it; a checkpoint only
+         * when asked for, and only one of this execution */
+        char snap[80] = "", how[160] = "cold boot of its disk";
+        int64_t snap_at = 0;
+        bool resumed = false;
+        if (s->recover_checkpoint && checkpoint_of_execution(s, snap, sizeof snap, &snap_at) > 0) {
                 _cleanup_free_ char *img = snapshot_path(s, snap);
                 _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
                 if (img && rootfs && clone_replace(s, img, rootfs) >= 0) {
                         s->restore_state = snapshot_state_path(s, snap);
-                        snprintf(how, sizeof how, "restored full snapshot %s", snap);
+                        resumed = true;
+                        snprintf(how, sizeof how, "resumed full snapshot %s (writes after it are lost)", snap);
                 }
-        }
+        } else if (s->recover_checkpoint)
+                snprintf(how, sizeof how, "cold boot of its disk (no full snapshot of the execution that failed)");
         log_emit(LOG_LEVEL_WARN, s->ctx, "recovering the sandbox (%s): %s", rc->reason, how);
         r = start_claimed(s, &err);
         free(s->restore_state);
@@ -369,7 +384,7 @@ static void *recover_thread(void *arg) {
                 free(s->error);
                 s->error = strdup_printf("recovery failed: %s", err ? err : strerror(-r));
         }
-        recoveries_add(s, rc->reason, how, r >= 0, r < 0 ? s->error : NULL);
+        recoveries_add(s, rc->reason, how, r >= 0, r < 0 ? s->error : NULL, resumed ? snap : NULL, snap_at);
         pthread_mutex_unlock(&s->lock);
         (void) record_save(s);
         life_end(s);

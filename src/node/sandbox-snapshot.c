@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -70,8 +71,8 @@ int sandbox_park(struct sandbox *s) {
                 return rm_rf(s->dir);
         /* what a sandbox made from them again needs */
         pthread_mutex_lock(&s->lock);
-        json_t *o = json_pack("{s:s, s:s, s:O, s:I}", "tenant", s->tenant, "template", s->template_name, "env", s->env,
-                              "execution", (json_int_t) s->execution);
+        json_t *o = json_pack("{s:s, s:s, s:O, s:I, s:s}", "tenant", s->tenant, "template", s->template_name, "env",
+                              s->env, "execution", (json_int_t) s->execution, "recovery", sandbox_recovery_name(s));
         pthread_mutex_unlock(&s->lock);
         _cleanup_free_ char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
@@ -168,6 +169,7 @@ int sandbox_fork(struct sandbox *parent, const char *child_id, struct sandbox **
                 return r;
         }
         c->execution = 1;
+        c->recover_checkpoint = parent->recover_checkpoint;
         snprintf(c->tenant, sizeof c->tenant, "%s", parent->tenant);
         char *state = strdup_printf("%s/fork.state", c->dir);
         _cleanup_free_ char *disk = strdup_printf("%s/rootfs.img", c->dir);
@@ -242,8 +244,9 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
         }
         t_snap = now_monotonic_ns();
         pthread_mutex_lock(&s->lock);
-        meta = json_pack("{s:s, s:s, s:s, s:O, s:I}", "sandbox", s->id, "tenant", s->tenant, "template",
-                         s->template_name, "env", s->env, "execution", (json_int_t) s->execution);
+        meta = json_pack("{s:s, s:s, s:s, s:O, s:I, s:s}", "sandbox", s->id, "tenant", s->tenant, "template",
+                         s->template_name, "env", s->env, "execution", (json_int_t) s->execution, "recovery",
+                         sandbox_recovery_name(s));
         pthread_mutex_unlock(&s->lock);
         /* an older suspended image of this sandbox is stale: it runs here */
         r = objstore_snapshot_delete(objstore, snapshot_id);
@@ -325,8 +328,8 @@ int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, 
         if (r < 0)
                 return r;
         s->execution = (unsigned) exe + 1;
-        if (sandbox_tenant_from_json(s, meta) < 0) {
-                *ret_error = strdup_printf("snapshot %s names an invalid owner", snapshot_id);
+        if (sandbox_tenant_from_json(s, meta) < 0 || sandbox_recovery_from_json(meta, &s->recover_checkpoint) < 0) {
+                *ret_error = strdup_printf("snapshot %s names an invalid owner or recovery", snapshot_id);
                 new_abort(s);
                 return -EBADMSG;
         }
@@ -385,8 +388,8 @@ int sandbox_unarchive(const char *id, const char *snapshot_id, struct sandbox **
         if (r < 0)
                 return r;
         s->execution = (unsigned) exe + 1;
-        if (sandbox_tenant_from_json(s, meta) < 0) {
-                *ret_error = strdup_printf("the kept snapshots of %s name an invalid owner", id);
+        if (sandbox_tenant_from_json(s, meta) < 0 || sandbox_recovery_from_json(meta, &s->recover_checkpoint) < 0) {
+                *ret_error = strdup_printf("the kept snapshots of %s name an invalid owner or recovery", id);
                 new_abort(s);
                 return -EBADMSG;
         }
@@ -444,6 +447,31 @@ int sandbox_suspended_delete(const char *snapshot_id) {
         if (!objstore)
                 return -EOPNOTSUPP;
         return objstore_snapshot_delete(objstore, snapshot_id);
+}
+
+/* ---- a full snapshot's execution ---- */
+
+#define EXECUTION_XATTR "user.airlock.execution"
+
+int snapshot_execution_set(const char *state_path, unsigned execution) {
+        char v[16];
+        int n = snprintf(v, sizeof v, "%u", execution);
+        return setxattr(state_path, EXECUTION_XATTR, v, (size_t) n, 0) < 0 ? negative_errno() : 0;
+}
+
+int snapshot_execution_get(const char *state_path, unsigned *ret) {
+        char v[16];
+        ssize_t n = getxattr(state_path, EXECUTION_XATTR, v, sizeof v - 1);
+        if (n < 0)
+                return negative_errno();
+        v[n] = 0;
+        char *end;
+        errno = 0;
+        unsigned long x = strtoul(v, &end, 10);
+        if (n == 0 || *end || errno || x > UINT32_MAX)
+                return -EBADMSG;
+        *ret = (unsigned) x;
+        return 0;
 }
 
 /* ---- disk snapshots ---- */
@@ -625,6 +653,15 @@ int sandbox_snapshot_full(struct sandbox *s, const char *snapshot_id, json_t **r
         r = post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
         if (r >= 0 && (stat(img, &st_img) < 0 || stat(state, &st_state) < 0))
                 r = negative_errno();
+        if (r >= 0) {
+                /* which execution it belongs to: a recovery may resume only
+                 * one of the execution that failed */
+                int k = snapshot_execution_set(state, s->execution);
+                if (k < 0)
+                        log_errno(LOG_LEVEL_WARN, k, s->ctx,
+                                  "cannot tag full snapshot %s with its execution (recovery will not resume it): %m",
+                                  snapshot_id);
+        }
         if (r < 0) {
                 (void) unlink(img);
                 (void) unlink(state);

@@ -166,10 +166,10 @@ static const char *record_state(enum sandbox_state st) {
  * which only needs the template and env the first write recorded). */
 int record_save(struct sandbox *s) {
         pthread_mutex_lock(&s->lock);
-        json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:O, s:s, s:s*, s:I, s:O*}", "version", 1, "id", s->id, "tenant",
-                              s->tenant, "template", s->template_name, "env", s->env, "state", record_state(s->state),
-                              "run_dir", s->run_dir, "execution", (json_int_t) s->execution, "recoveries",
-                              s->recoveries);
+        json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:O, s:s, s:s*, s:I, s:O*, s:s}", "version", 1, "id", s->id,
+                              "tenant", s->tenant, "template", s->template_name, "env", s->env, "state",
+                              record_state(s->state), "run_dir", s->run_dir, "execution", (json_int_t) s->execution,
+                              "recoveries", s->recoveries, "recovery", sandbox_recovery_name(s));
         pthread_mutex_unlock(&s->lock);
         _cleanup_free_ char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
@@ -189,6 +189,7 @@ struct record {
         const char *template_name, *state, *run_dir;
         json_t *env, *recoveries;
         unsigned execution;
+        bool recover_checkpoint;
 };
 
 static void record_release(struct record *rec) {
@@ -227,19 +228,29 @@ static int record_load(const char *dir, const char *id, struct record *ret) {
                 return -EBADMSG;
         }
         rec.execution = (unsigned) exe;
+        /* a record from before the setting existed boots its disk */
+        if (sandbox_recovery_from_json(j, &rec.recover_checkpoint) < 0) {
+                json_decref(j);
+                return -EBADMSG;
+        }
         *ret = rec;
         return 0;
 }
 
 /* Appends one recovery to s->recoveries (s->lock held), keeping the last
  * RECOVERIES_KEPT. */
-void recoveries_add(struct sandbox *s, const char *reason, const char *how, bool ok, const char *error) {
+void recoveries_add(struct sandbox *s, const char *reason, const char *how, bool ok, const char *error,
+                    const char *checkpoint, int64_t checkpoint_at_ms) {
         if (!s->recoveries && !(s->recoveries = json_array()))
                 return;
         json_t *o = json_pack("{s:I, s:s, s:s, s:b, s:I}", "at", (json_int_t) (now_realtime_ns() / 1000000ULL), "reason",
                               reason, "how", how, "ok", ok, "execution", (json_int_t) s->execution);
         if (o && error)
                 json_object_set_new(o, "error", json_string(error));
+        if (o && checkpoint) { /* what it rolled back to, and from when */
+                json_object_set_new(o, "checkpoint", json_string(checkpoint));
+                json_object_set_new(o, "checkpoint_at", json_integer(checkpoint_at_ms));
+        }
         if (o)
                 json_array_append_new(s->recoveries, o);
         while (json_array_size(s->recoveries) > RECOVERIES_KEPT)
@@ -700,6 +711,7 @@ static int takeover_one(const char *name, const char *dir) {
         }
         s->dir = strdup(dir);
         s->execution = rec.execution;
+        s->recover_checkpoint = rec.recover_checkpoint;
         s->recoveries = rec.recoveries ? json_deep_copy(rec.recoveries) : NULL;
         if (!s->dir) {
                 sandbox_unref(s);
@@ -893,6 +905,23 @@ int sandbox_new(const char *id, const char *template_name, json_t *env, struct s
         return 0;
 }
 
+const char *sandbox_recovery_name(const struct sandbox *s) {
+        return s->recover_checkpoint ? "checkpoint" : "boot";
+}
+
+int sandbox_recovery_from_json(const json_t *o, bool *ret) {
+        json_t *v = json_object_get(o, "recovery");
+        const char *n = json_string_value(v);
+        if (!v) {
+                *ret = false;
+                return 0;
+        }
+        if (!n || (strcmp(n, "boot") != 0 && strcmp(n, "checkpoint") != 0))
+                return -EBADMSG;
+        *ret = strcmp(n, "checkpoint") == 0;
+        return 0;
+}
+
 int sandbox_tenant_from_json(struct sandbox *s, const json_t *o) {
         json_t *t = json_object_get(o, "tenant");
         if (!t)
@@ -903,8 +932,8 @@ int sandbox_tenant_from_json(struct sandbox *s, const json_t *o) {
         return 0;
 }
 
-int sandbox_create(const char *id, const char *template_name, json_t *env, const char *tenant, struct sandbox **ret,
-                   char **ret_error) {
+int sandbox_create(const char *id, const char *template_name, json_t *env, const char *tenant, bool recover_checkpoint,
+                   struct sandbox **ret, char **ret_error) {
         _cleanup_free_ char *rootfs = NULL;
         char *err = NULL;
         int r;
@@ -914,6 +943,7 @@ int sandbox_create(const char *id, const char *template_name, json_t *env, const
         if (r < 0)
                 return r;
         s->execution = 1;
+        s->recover_checkpoint = recover_checkpoint;
         if (tenant)
                 snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
 
@@ -1177,6 +1207,8 @@ json_t *sandbox_json(struct sandbox *s) {
                 json_object_set_new(o, "error", json_string(s->error));
         if (o && s->recoveries)
                 json_object_set_new(o, "recoveries", json_deep_copy(s->recoveries));
+        if (o)
+                json_object_set_new(o, "recovery", json_string(sandbox_recovery_name(s)));
         if (o && s->idle_probe_ns && s->state == SANDBOX_RUNNING && s->gc) {
                 /* the guest's idle time at the last probe, grown since,
                  * unless the channel carried use after it */

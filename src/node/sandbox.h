@@ -96,7 +96,11 @@ struct sandbox {
         bool hand_over;          /* the thread lets go of the VM instead of destroying it */
         unsigned execution;      /* 1 for the created VM, +1 for every start, recovery or restore */
         bool recovering;         /* a recovery runs: shown as state "recovering" */
-        json_t *recoveries;      /* [{"at","reason","how","ok","error"?}], the last few */
+        json_t *recoveries;      /* [{"at","reason","how","ok","error"?,"checkpoint"?,"checkpoint_at"?}], the last few */
+        /* recovery resumes the newest full snapshot taken in the current
+         * execution (processes kept, writes after it lost) instead of
+         * booting the disk as the crash left it; opt-in */
+        bool recover_checkpoint;
         uint64_t crash_ns[3];    /* when the last VMM crashes happened (monotonic), for the give-up rule */
         /* idleness, as the guest reports it (PING "idle_ms"; s->lock) */
         uint64_t guest_idle_ms;  /* at idle_probe_ns */
@@ -117,14 +121,20 @@ struct sandbox {
  */
 int sandbox_manager_init(const struct node_config *cfg, enum vmm_accel accel, const char *sandboxes_dir);
 
+/* "boot" or "checkpoint": how recovery brings s back (record, marker, meta). */
+const char *sandbox_recovery_name(const struct sandbox *s);
+/* Reads o's "recovery" into *ret (false without one); -EBADMSG when it is
+ * neither "boot" nor "checkpoint". */
+int sandbox_recovery_from_json(const json_t *o, bool *ret);
+
 /* Creates sandbox id from template (waiting for a template build in
  * progress), restores its VM and installs its identity. On success returns
  * a reference. On failure nothing is left behind; *ret_error (may be NULL)
  * gets a message for the client. -EEXIST: id taken; -EUSERS: too many
  * sandboxes; -ENOENT: no such template; -EAGAIN: template still building;
  * -EIO: template build failed. */
-int sandbox_create(const char *id, const char *template_name, json_t *env, const char *tenant, struct sandbox **ret,
-                   char **ret_error);
+int sandbox_create(const char *id, const char *template_name, json_t *env, const char *tenant, bool recover_checkpoint,
+                   struct sandbox **ret, char **ret_error);
 
 /* Looks up a running or failed sandbox and returns a reference. -ENOENT. */
 int sandbox_get(const char *id, struct sandbox **ret);

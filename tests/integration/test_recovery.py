@@ -4,6 +4,7 @@ killed with SIGKILL (its node hands the VMs over to the next one), a clean
 restart (VMs stopped, booted again) and a VMM that crashes (booted again
 from its disk as a new execution)."""
 
+import datetime
 import os
 import signal
 import time
@@ -134,16 +135,65 @@ def test_crashed_vmm_is_recovered(airlock):
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
 
 
-def test_crashed_vmm_restored_from_full_snapshot(airlock):
-    """With a full snapshot, recovery brings memory and processes back too."""
+def ledger(a, sid):
+    return a.exec(sid, ["cat", "/root/ledger"])["stdout"].split()
+
+
+def append(a, sid, *entries):
+    """Acknowledged writes: each is synced before the exec returns."""
+    for e in entries:
+        assert a.exec(sid, ["sh", "-c", f"echo {e} >> /root/ledger && sync"])["exit_code"] == 0
+
+
+def test_crashed_vmm_never_goes_back_past_an_acknowledged_write(airlock):
+    """By default a recovery boots the disk: a full snapshot taken earlier is
+    not resumed (it would drop every write after it), neither on the first
+    crash nor on the next one, nor after a stop and start."""
     a = airlock
     sid = a.create("minimal")["id"]
-    a.exec(sid, ["sh", "-c", "echo snap > /root/f"])
+    assert a.api("GET", f"/v1/sandboxes/{sid}")["recovery"] == "boot"
+    append(a, sid, "1", "2")
+    a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"}, expect=201)
+    append(a, sid, "3", "4")
+    os.kill(qemu_pids(sid)[0], signal.SIGKILL)
+    rec = wait_state(a, sid, "running", execution=2)["recoveries"][-1]
+    assert rec["ok"] is True and rec["how"] == "cold boot of its disk" and "checkpoint" not in rec
+    assert ledger(a, sid) == ["1", "2", "3", "4"]
+    append(a, sid, "5")
+    a.api("POST", f"/v1/sandboxes/{sid}/stop?wait=true")
+    a.api("POST", f"/v1/sandboxes/{sid}/start?wait=true")
+    append(a, sid, "6")
+    os.kill(qemu_pids(sid)[0], signal.SIGKILL)
+    wait_state(a, sid, "running", execution=4)
+    assert ledger(a, sid) == ["1", "2", "3", "4", "5", "6"]
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+
+
+def test_crashed_vmm_resumes_its_checkpoint_when_asked(airlock):
+    """recovery=checkpoint: memory and processes come back from the newest
+    full snapshot of the execution that died, and the sandbox says what it
+    went back to; a snapshot of an older execution is never resumed."""
+    a = airlock
+    status, _, body = a.request("POST", "/v1/sandboxes", {"template": "minimal", "recovery": "sometimes"})
+    assert status == 400 and b"recovery" in body
+    sid = a.create("minimal", recovery="checkpoint")["id"]
+    assert a.api("GET", f"/v1/sandboxes/{sid}")["recovery"] == "checkpoint"
+    append(a, sid, "1")
     sleeper = start_sleeper(a, sid)
     snap = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"}, expect=201)
+    append(a, sid, "2")  # after the checkpoint: this recovery loses it, as asked
     os.kill(qemu_pids(sid)[0], signal.SIGKILL)
-    sbx = wait_state(a, sid, "running", execution=2)
-    assert sbx["recoveries"][-1]["how"] == f"restored full snapshot {snap['id']}"
+    rec = wait_state(a, sid, "running", execution=2)["recoveries"][-1]
+    assert rec["ok"] is True and rec["checkpoint"] == snap["id"], rec
+    taken = datetime.datetime.fromisoformat(snap["created_at"].replace("Z", "+00:00")).timestamp() * 1000
+    assert abs(rec["checkpoint_at"] - taken) < 60000, (rec, snap)
+    assert rec["how"].startswith(f"resumed full snapshot {snap['id']}")
     assert alive_in_guest(a, sid, sleeper)
-    assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "snap\n"
+    assert ledger(a, sid) == ["1"]
+    # the next crash: that snapshot belongs to execution 1, so the disk boots
+    append(a, sid, "3")
+    os.kill(qemu_pids(sid)[0], signal.SIGKILL)
+    rec = wait_state(a, sid, "running", execution=3)["recoveries"][-1]
+    assert rec["ok"] is True and "checkpoint" not in rec and rec["how"].startswith("cold boot of its disk"), rec
+    assert ledger(a, sid) == ["1", "3"]
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
