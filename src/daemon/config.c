@@ -86,22 +86,24 @@ int config_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *
 }
 
 static const struct option long_options[] = {
-        { "data-dir", required_argument, NULL, 'd' },
-        { "listen", required_argument, NULL, 'l' },
-        { "node-socket", required_argument, NULL, 's' },
-        { "node-binary", required_argument, NULL, 'b' },
-        { "no-spawn-node", no_argument, NULL, 'N' },
-        { "database", required_argument, NULL, 'D' },
-        { "log-level", required_argument, NULL, 'L' },
-        { "snapshot-policy", required_argument, NULL, 'p' },
-        { "snapshot-tick-ms", required_argument, NULL, 't' },
-        { "idle-timeout-s", required_argument, NULL, 'i' },
-        { "idle-check-ms", required_argument, NULL, 'k' },
-        { "cap-keys-dir", required_argument, NULL, 'K' },
-        { "print-config", no_argument, NULL, 'P' },
-        { "help", no_argument, NULL, 'h' },
-        { "version", no_argument, NULL, 'V' },
-        { 0 },
+        {"data-dir", required_argument, NULL, 'd'},
+        {"listen", required_argument, NULL, 'l'},
+        {"node-socket", required_argument, NULL, 's'},
+        {"node-binary", required_argument, NULL, 'b'},
+        {"no-spawn-node", no_argument, NULL, 'N'},
+        {"database", required_argument, NULL, 'D'},
+        {"log-level", required_argument, NULL, 'L'},
+        {"snapshot-policy", required_argument, NULL, 'p'},
+        {"snapshot-tick-ms", required_argument, NULL, 't'},
+        {"idle-timeout-s", required_argument, NULL, 'i'},
+        {"idle-check-ms", required_argument, NULL, 'k'},
+        {"cap-keys-dir", required_argument, NULL, 'K'},
+        {"print-config", no_argument, NULL, 'P'},
+        {"check", no_argument, NULL, 'C'},
+        {"json", no_argument, NULL, 'J'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {0},
 };
 
 void config_help(FILE *f) {
@@ -129,6 +131,9 @@ void config_help(FILE *f) {
               "  --cap-keys-dir DIR   capability signing and public keys (AIRLOCK_CAP_KEYS_DIR,\n"
               "                       default DIR/control/keys; docs/security.md)\n"
               "  --print-config       print the effective configuration and exit\n"
+              "  --check              check this host (root, KVM, storage, cgroups, QEMU, free\n"
+              "                       space, the API port) and exit: 0 when no line says error\n"
+              "  --json               with --check: print a JSON array of {item,status,detail,fix}\n"
               "  --help               show this help\n"
               "  --version            show the version\n",
               f);
@@ -170,6 +175,15 @@ static int apply(struct daemon_config *c, int opt, const char *val, const char *
                 if (val[0] != '/' || set_str(c->cap_keys_dir, sizeof c->cap_keys_dir, val) < 0)
                         return fail(errbuf, errlen, "%s: must be an absolute path, at most %zu bytes", origin,
                                     sizeof c->cap_keys_dir - 1);
+                return 0;
+        case 'Q':
+                if (set_str(c->qemu_binary, sizeof c->qemu_binary, val) < 0)
+                        return fail(errbuf, errlen, "%s: QEMU binary path too long", origin);
+                return 0;
+        case 'A':
+                if (strcmp(val, "auto") != 0 && strcmp(val, "kvm") != 0 && strcmp(val, "tcg") != 0)
+                        return fail(errbuf, errlen, "%s: must be auto, kvm or tcg", origin);
+                (void) set_str(c->accel, sizeof c->accel, val);
                 return 0;
         case 'D':
                 if (set_str(c->database, sizeof c->database, val) < 0)
@@ -230,16 +244,20 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
         (void) set_str(c.data_dir, sizeof c.data_dir, DEFAULT_DATA_DIR);
         (void) set_str(c.listen, sizeof c.listen, DEFAULT_LISTEN);
         (void) set_str(c.node_binary, sizeof c.node_binary, AIRLOCK_BUILD_DIR "/src/node/airlock-node");
+        (void) set_str(c.qemu_binary, sizeof c.qemu_binary, "qemu-system-x86_64");
+        (void) set_str(c.accel, sizeof c.accel, "auto");
 
         static const struct {
                 const char *name;
                 int opt;
         } envs[] = {
-                { "AIRLOCK_DATA_DIR", 'd' },    { "AIRLOCK_LISTEN", 'l' },   { "AIRLOCK_NODE_SOCKET", 's' },
-                { "AIRLOCK_NODE_BINARY", 'b' }, { "AIRLOCK_DATABASE", 'D' }, { "AIRLOCK_LOG_LEVEL", 'L' },
-                { "AIRLOCK_SNAPSHOT_POLICY", 'p' }, { "AIRLOCK_SNAPSHOT_TICK_MS", 't' },
-                { "AIRLOCK_IDLE_TIMEOUT_S", 'i' }, { "AIRLOCK_IDLE_CHECK_MS", 'k' },
-                { "AIRLOCK_CAP_KEYS_DIR", 'K' },
+                {"AIRLOCK_DATA_DIR", 'd'},        {"AIRLOCK_LISTEN", 'l'},
+                {"AIRLOCK_NODE_SOCKET", 's'},     {"AIRLOCK_NODE_BINARY", 'b'},
+                {"AIRLOCK_DATABASE", 'D'},        {"AIRLOCK_LOG_LEVEL", 'L'},
+                {"AIRLOCK_SNAPSHOT_POLICY", 'p'}, {"AIRLOCK_SNAPSHOT_TICK_MS", 't'},
+                {"AIRLOCK_IDLE_TIMEOUT_S", 'i'},  {"AIRLOCK_IDLE_CHECK_MS", 'k'},
+                {"AIRLOCK_CAP_KEYS_DIR", 'K'},    {"AIRLOCK_QEMU", 'Q'},
+                {"AIRLOCK_ACCEL", 'A'},
         };
         for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
                 const char *v = getenv(envs[i].name);
@@ -269,6 +287,8 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 case 'V':
                         c.action = CONFIG_VERSION;
                         break;
+                case 'C': c.action = CONFIG_CHECK; break;
+                case 'J': c.json = true; break;
                 case '?':
                         return fail(errbuf, errlen, "unknown or incomplete option '%s'",
                                     optind > 0 && optind <= argc ? argv[optind - 1] : "?");
@@ -286,6 +306,8 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
         }
         if (optind < argc)
                 return fail(errbuf, errlen, "unexpected argument '%s'", argv[optind]);
+        if (c.json && c.action != CONFIG_CHECK)
+                return fail(errbuf, errlen, "--json goes with --check");
 
         /* validation and derived values */
         if (c.data_dir[0] != '/')
@@ -333,4 +355,5 @@ void config_print(const struct daemon_config *c, FILE *f) {
         fprintf(f, "snapshot_policy=%s\nsnapshot_tick_ms=%u\n", policy_s ? policy_s : "?", c->snapshot_tick_ms);
         fprintf(f, "idle_timeout_s=%u\nidle_check_ms=%u\n", c->idle_timeout_s, c->idle_check_ms);
         fprintf(f, "cap_keys_dir=%s\n", c->cap_keys_dir);
+        fprintf(f, "qemu=%s\naccel=%s\n", c->qemu_binary, c->accel);
 }

@@ -22,11 +22,17 @@
 #define CONFIG_IDLE_CHECK_MS_MIN 100
 #define CONFIG_IDLE_CHECK_MS_MAX 600000
 
+/* airlockd's exit status when its start failed before it served the API:
+ * airlock-nodemgr then stops the node instead of handing VMs over (status
+ * 2 is a configuration error, 1 a failure while serving). */
+#define AIRLOCKD_EXIT_START_FAILED 3
+
 enum config_action {
         CONFIG_RUN,
         CONFIG_PRINT,   /* --print-config */
         CONFIG_HELP,    /* --help */
         CONFIG_VERSION, /* --version */
+        CONFIG_CHECK,   /* --check: the host checks of check.h, then exit */
 };
 
 struct daemon_config {
@@ -42,7 +48,12 @@ struct daemon_config {
         char node_binary[CONFIG_PATH_MAX];
         char cap_keys_dir[CONFIG_PATH_MAX];  /* capability keys (cap-keydir.h), default CONTROL_DIR/keys */
         bool spawn_node;
+        bool json; /* --json: --check prints a JSON array */
         enum log_level log_level;
+        /* the node's settings airlockd's checks look at (check.h); the node
+         * reads them from the environment itself */
+        char qemu_binary[CONFIG_PATH_MAX]; /* AIRLOCK_QEMU, default qemu-system-x86_64 (on PATH) */
+        char accel[16];                    /* AIRLOCK_ACCEL: auto, kvm or tcg */
 
         /* limits */
         uint64_t max_json_body;   /* bytes of one JSON request body */

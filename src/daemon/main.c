@@ -30,6 +30,7 @@
 #include "airlock-config.h"
 #include "api.h"
 #include "auth.h"
+#include "check.h"
 #include "config.h"
 #include "dataplane.h"
 #include "http.h"
@@ -37,31 +38,38 @@
 #include "log.h"
 #include "macros.h"
 #include "privsep.h"
+#include "progress.h"
 #include "scheduler.h"
 #include "spawn.h"
 #include "store.h"
 #include "util.h"
 
-/* Prints where the API is and how to use it, ready to paste. */
-static void print_banner(const struct daemon_config *c, uint16_t port) {
+/* The API's address as a client reaches it: http://HOST:PORT (a wildcard
+ * address is reached on loopback). */
+static void api_url(const struct daemon_config *c, uint16_t port, char *buf, size_t n) {
         char host[INET6_ADDRSTRLEN + 2] = "127.0.0.1";
         if (c->listen_addr.ss_family == AF_INET6) {
                 char a[INET6_ADDRSTRLEN];
-                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *) &c->listen_addr)->sin6_addr, a, sizeof a);
+                const struct in6_addr *a6 = &((const struct sockaddr_in6 *) &c->listen_addr)->sin6_addr;
+                inet_ntop(AF_INET6, IN6_IS_ADDR_UNSPECIFIED(a6) ? &in6addr_loopback : a6, a, sizeof a);
                 snprintf(host, sizeof host, "[%s]", a);
         } else {
                 const struct sockaddr_in *a4 = (const struct sockaddr_in *) &c->listen_addr;
                 if (a4->sin_addr.s_addr != htonl(INADDR_ANY))
                         inet_ntop(AF_INET, &a4->sin_addr, host, sizeof host);
         }
-        printf("airlockd %s is listening (sandboxes can be created once /v1/health answers 200;\n"
-               "the first start builds the guest kernel and templates, which takes minutes)\n"
-               "  API:   http://%s:%u/v1\n"
+        snprintf(buf, n, "http://%s:%u", host, port);
+}
+
+/* Prints where the API is; the lines to paste follow once the node is
+ * ready (progress.h). */
+static void print_banner(const struct daemon_config *c, const char *url) {
+        printf("airlockd %s is listening\n"
+               "  API:   %s/v1\n"
                "  token: %s/%s\n"
-               "  try:   curl -s -H \"Authorization: Bearer $(cat %s/%s)\" http://%s:%u/v1/sandboxes\n"
-               "  CLI:   AIRLOCK_URL=http://%s:%u AIRLOCK_DATA_DIR=%s %s/src/cli/airlock create\n",
-               AIRLOCK_VERSION, host, port, c->control_dir, AUTH_ADMIN_TOKEN_FILE, c->control_dir, AUTH_ADMIN_TOKEN_FILE,
-               host, port, host, port, c->data_dir, AIRLOCK_BUILD_DIR);
+               "sandboxes can be created once the default templates are ready (the first start\n"
+               "builds them, which takes minutes; the progress follows)\n",
+               AIRLOCK_VERSION, url, c->control_dir, AUTH_ADMIN_TOKEN_FILE);
         fflush(stdout);
 }
 
@@ -77,15 +85,43 @@ static int prepare_dirs(const struct daemon_config *c) {
         return 0;
 }
 
-static int run(const struct daemon_config *c) {
+/* The data dir's format (check.h): a newer one is refused, an existing one
+ * without the file is the current format and gets it. */
+static int data_format(const struct daemon_config *c) {
+        unsigned format;
+        int r = check_format_read(c->control_dir, &format);
+        if (r == -EBADMSG)
+                return check_start_failed(
+                        r, "%s/%s holds no format number; restore it or use another --data-dir",
+                        c->control_dir, CHECK_FORMAT_FILE);
+        if (r < 0)
+                return check_start_failed(r, "cannot read %s/%s: %m", c->control_dir, CHECK_FORMAT_FILE);
+        if (format > CHECK_DATA_FORMAT)
+                return check_start_failed(
+                        -EPROTO,
+                        "data dir %s has format %u, newer than this airlockd %s knows (%u); run the "
+                        "newer Airlock on it, or start this one with another --data-dir",
+                        c->data_dir, format, AIRLOCK_VERSION, CHECK_DATA_FORMAT);
+        r = check_format_write(c->control_dir);
+        if (r < 0)
+                return check_start_failed(r, "cannot write %s/%s: %m%s", c->control_dir, CHECK_FORMAT_FILE,
+                                          r == -ENOSPC ? " (the disk is full: free space)" : "");
+        return 0;
+}
+
+/* Runs airlockd until a signal; *ret_served says whether it got as far as
+ * serving the API (a failure before is a failed start). */
+static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_served) {
         _cleanup_(store_closep) struct store *store = NULL;
         struct http_server *http = NULL;
         struct scheduler *scheduler = NULL;
         struct idle_watch *idle = NULL;
+        struct progress_watch *progress = NULL;
         pid_t node_pid = -1;
         uint64_t restarts[NODE_RESTARTS_MAX];
         size_t n_restarts = 0;
         int r, exit_code = 0;
+        *ret_served = false;
 
         /* VMs outlive a node that dies; they become our children, not
          * init's, and the SIGCHLD loop below reaps them */
@@ -106,26 +142,48 @@ static int run(const struct daemon_config *c) {
 
         umask(0077); /* what airlockd writes is its own (keys set their modes) */
         if ((r = prepare_dirs(c)) < 0)
+                return check_start_failed(r, "cannot set up the data dir %s: %m%s", c->data_dir,
+                                          r == -ENOSPC ? " (the disk is full: free space)" : "");
+        if ((r = data_format(c)) < 0)
                 return r;
         r = store_open(c->database, &store);
+        if (r == -EPROTO)
+                return check_start_failed(
+                        r,
+                        "the store %s was written by a newer airlockd; run that version, or start "
+                        "this one with another --data-dir",
+                        c->database);
         if (r < 0)
-                return log_error_errno(r, "Failed to open store %s: %m", c->database);
+                return check_start_failed(log_error_errno(r, "Failed to open store %s: %m", c->database),
+                                          "cannot open the store %s: %m", c->database);
         bool created;
         r = auth_admin_token_init(store, c->control_dir, &created);
         if (r < 0)
-                return log_error_errno(r, "Failed to set up the admin token in %s: %m", c->control_dir);
+                return check_start_failed(
+                        log_error_errno(r, "Failed to set up the admin token in %s: %m", c->control_dir),
+                        "cannot set up the admin token in %s: %m", c->control_dir);
         log_info("admin token %s %s/%s", created ? "written to" : "loaded from", c->control_dir,
                  AUTH_ADMIN_TOKEN_FILE);
         /* before the node starts: it reads the public key this writes */
         if ((r = dataplane_init(c)) < 0)
-                return r;
+                return check_start_failed(r, "cannot set up the capability keys in %s: %m", c->cap_keys_dir);
 
         if (c->spawn_node) {
                 r = node_start(c, NULL, &node_pid);
                 if (r < 0) {
                         if (r != -ECHILD && node_pid > 0)
                                 (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, NULL, NULL);
-                        return r;
+                        if (r == -ECHILD)
+                                return check_start_failed(
+                                        r, "airlock-node exited while starting; its error line above "
+                                           "(prog=airlock-node) says why");
+                        if (r == -ETIMEDOUT)
+                                return check_start_failed(
+                                        r,
+                                        "airlock-node did not open %s within %us; its log lines "
+                                        "above (prog=airlock-node) say where it stopped",
+                                        c->node_socket, c->node_start_timeout_s);
+                        return check_start_failed(r, "cannot start airlock-node (%s): %m", c->node_binary);
                 }
                 log_info("airlock-node is listening on %s", c->node_socket);
                 api_reconcile_startup(c, store);
@@ -136,12 +194,17 @@ static int run(const struct daemon_config *c) {
 
         r = http_server_start(c, store, &http);
         if (r < 0) {
-                log_error_errno(r, "Failed to listen on %s: %m", c->listen);
+                /* libmicrohttpd does not keep bind's errno: ask bind again */
+                int why = check_listen_probe(&c->listen_addr, c->listen_addr_len);
+                char m[512];
+                check_listen_message(c->listen, why < 0 ? why : r, m, sizeof m);
+                log_error("%s", m);
                 if (node_pid > 0)
                         (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, NULL, NULL);
-                return r;
+                return check_start_failed(why < 0 ? why : r, "%s", m);
         }
         log_info("listening on %s", c->listen);
+        *ret_served = true;
         /* the node is up: scheduled snapshots can start (without it the
          * API still works) */
         r = scheduler_start(c, store, &scheduler);
@@ -150,7 +213,12 @@ static int run(const struct daemon_config *c) {
         r = idle_watch_start(c, store, &idle);
         if (r < 0)
                 log_error_errno(r, "Failed to start the idle watch: %m");
-        print_banner(c, http_server_port(http));
+        char url[160];
+        api_url(c, http_server_port(http), url, sizeof url);
+        print_banner(c, url);
+        r = progress_watch_start(c, url, start_ns, &progress);
+        if (r < 0)
+                log_warn_errno(r, "Failed to start the start-up progress: %m");
 
         for (;;) {
                 struct signalfd_siginfo si;
@@ -186,6 +254,7 @@ static int run(const struct daemon_config *c) {
                 break;
         }
 
+        progress_watch_stop(progress);
         http_server_quiesce(http);
         /* before the node: a scheduled snapshot in progress ends first */
         scheduler_stop(scheduler);
@@ -201,6 +270,9 @@ static int run(const struct daemon_config *c) {
         log_info("stopped");
         return exit_code ? -ECHILD : 0;
 }
+
+/* When the root airlockd started, for the one airlock-nodemgr runs. */
+#define START_NS_ENV "AIRLOCK_START_NS"
 
 /* Becomes airlock-nodemgr (same pid, same arguments); it starts airlockd
  * again, unprivileged, from the binary named in AIRLOCK_DAEMON_BINARY. */
@@ -222,6 +294,7 @@ static int exec_nodemgr(char **argv) {
 }
 
 int main(int argc, char **argv) {
+        uint64_t start_ns = now_monotonic_ns();
         struct daemon_config config;
         char err[512] = "";
         int r = config_load(argc, argv, &config, err, sizeof err);
@@ -239,18 +312,38 @@ int main(int argc, char **argv) {
         case CONFIG_PRINT:
                 config_print(&config, stdout);
                 return 0;
+        case CONFIG_CHECK: signal(SIGPIPE, SIG_IGN); return check_main(&config);
         case CONFIG_RUN:
                 break;
         }
+        /* what would stop the start anyway, before anything starts: a
+         * clear line each, nothing left behind */
+        if (check_startup(&config, stderr) < 0)
+                return AIRLOCKD_EXIT_START_FAILED;
         /* root is only for airlock-nodemgr: it runs us again as `airlock` */
         const char *privsep = getenv("AIRLOCK_PRIVSEP");
-        if (geteuid() == 0 && !(privsep && strcmp(privsep, "0") == 0))
+        if (geteuid() == 0 && !(privsep && strcmp(privsep, "0") == 0)) {
+                /* "ready after" counts from this start, not from the
+                 * unprivileged one (the monotonic clock is the machine's) */
+                char t[32];
+                snprintf(t, sizeof t, "%llu", (unsigned long long) start_ns);
+                (void) setenv(START_NS_ENV, t, 1);
                 return exec_nodemgr(argv);
+        }
+        const char *started = getenv(START_NS_ENV);
+        uint64_t t;
+        if (!config.spawn_node && started && parse_u64(started, start_ns, &t) >= 0)
+                start_ns = t;
+        unsetenv(START_NS_ENV);
         log_setup("airlockd", config.log_level);
         signal(SIGPIPE, SIG_IGN); /* peers hanging up show as EPIPE */
         if (sodium_init() < 0) {
                 log_error("Failed to initialise libsodium");
                 return 1;
         }
-        return run(&config) < 0 ? 1 : 0;
+        bool served;
+        r = run(&config, start_ns, &served);
+        /* airlock-nodemgr tells a start that failed (nothing to hand over)
+         * from a crash by this status */
+        return r >= 0 ? 0 : served ? 1 : AIRLOCKD_EXIT_START_FAILED;
 }

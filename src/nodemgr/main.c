@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "airlock-config.h"
+#include "check.h"
 #include "config.h"
 #include "log.h"
 #include "macros.h"
@@ -151,27 +152,45 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         uid_t node_uid;
         gid_t node_gid;
         const char *node_user;
-        if ((r = privsep_control_dir(c)) < 0 ||
-            (r = privsep_user("AIRLOCK_USER", PRIVSEP_USER_DEFAULT, &uid, &gid, &user)) < 0 ||
-            (r = privsep_user("AIRLOCK_NODE_USER", PRIVSEP_NODE_USER_DEFAULT, &node_uid, &node_gid, &node_user)) < 0 ||
-            (r = privsep_hand_over(c, uid, gid)) < 0)
-                return r;
+        const char *full = "";
+        if ((r = privsep_control_dir(c)) < 0)
+                return check_start_failed(r, "cannot set up the data dir %s: %m%s", c->data_dir,
+                                          r == -ENOSPC ? " (the disk is full: free space)" : "");
+        if ((r = privsep_user("AIRLOCK_USER", PRIVSEP_USER_DEFAULT, &uid, &gid, &user)) < 0 ||
+            (r = privsep_user("AIRLOCK_NODE_USER", PRIVSEP_NODE_USER_DEFAULT, &node_uid, &node_gid,
+                              &node_user)) < 0)
+                return check_start_failed(r, "cannot find or create the system users %s and %s: %m",
+                                          getenv("AIRLOCK_USER") ?: PRIVSEP_USER_DEFAULT,
+                                          getenv("AIRLOCK_NODE_USER") ?: PRIVSEP_NODE_USER_DEFAULT);
+        if ((r = privsep_hand_over(c, uid, gid)) < 0)
+                return check_start_failed(r, "cannot hand %s to the user %s: %m", c->control_dir, user);
         if (node_uid == uid || node_gid == gid)
-                return log_error_errno(-EINVAL, "the node user %s must not be airlockd's user %s", node_user, user);
+                return check_start_failed(
+                        log_error_errno(-EINVAL, "the node user %s must not be airlockd's user %s",
+                                        node_user, user),
+                        "the node user %s must not be airlockd's user %s (AIRLOCK_NODE_USER, "
+                        "AIRLOCK_USER)",
+                        node_user, user);
         char run_dir[sizeof c->node_socket];
         memcpy(run_dir, c->node_socket, sizeof run_dir);
         if ((r = mkdir_p(dirname(run_dir), 0711)) < 0)
-                return log_error_errno(r, "Failed to create %s: %m", run_dir);
+                return check_start_failed(log_error_errno(r, "Failed to create %s: %m", run_dir),
+                                          "cannot create %s: %m", run_dir);
         _cleanup_(mgr_server_freep) struct mgr_server *mgr = NULL;
         if ((r = mgr_server_open(c, node_uid, node_gid, &mgr)) < 0)
-                return r;
+                return check_start_failed(r, "cannot open the node manager's socket in %s: %m", run_dir);
         /* the node's storage (we mount the loop volume), its directories
          * handed to its user, its listening socket */
         node.uid = node_uid;
         node.gid = node_gid;
-        if ((r = nodeprep_storage(c, node_uid, node_gid, &node.storage)) < 0 ||
-            (r = nodeprep_listen(c, gid, &node.listen_fd)) < 0)
-                return r;
+        if ((r = nodeprep_storage(c, node_uid, node_gid, &node.storage)) < 0) {
+                if (r == -ENOSPC)
+                        full = " (the disk is full: free space, or use --data-dir on a larger disk)";
+                return check_start_failed(r, "cannot set up the node's storage in %s: %m%s", c->data_dir,
+                                          full);
+        }
+        if ((r = nodeprep_listen(c, gid, &node.listen_fd)) < 0)
+                return check_start_failed(r, "cannot open the node's socket %s: %m", c->node_socket);
         /* the node asks us for what needs root (src/node/vmm.c) */
         if (setenv("AIRLOCK_NODEMGR_SOCKET", mgr_server_path(mgr), 1) < 0)
                 return -ENOMEM;
@@ -205,16 +224,25 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         if (c->spawn_node) {
                 r = start_node(c, mgr, &node_pid);
                 if (r < 0) {
-                        log_error_errno(r, "airlock-node did not open %s: %m", c->node_socket);
-                        if (r != -ECHILD)
+                        if (r != -ECHILD && node_pid > 0)
                                 (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, serve_while_waiting, mgr);
-                        return r;
+                        if (r == -ECHILD)
+                                return check_start_failed(
+                                        r, "airlock-node exited while starting; its error line "
+                                           "above (prog=airlock-node) says why");
+                        if (r == -ETIMEDOUT)
+                                return check_start_failed(
+                                        r,
+                                        "airlock-node did not say it was ready within %us; its "
+                                        "log lines above (prog=airlock-node) say where it stopped",
+                                        c->node_start_timeout_s);
+                        return check_start_failed(r, "cannot start airlock-node (%s): %m", c->node_binary);
                 }
         }
         if ((r = spawn_daemon(dargv, uid, gid, &daemon_pid)) < 0) {
                 if (node_pid > 0)
                         (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, serve_while_waiting, mgr);
-                return r;
+                return check_start_failed(r, "cannot start airlockd as %s: %m", user);
         }
 
         bool stopping = false, clean = false;
@@ -253,7 +281,12 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                                 exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
                                 if (clean)
                                         log_info("airlockd exited (%s)", describe(status, how, sizeof how));
-                                else
+                                else if (exit_code == AIRLOCKD_EXIT_START_FAILED) {
+                                        /* it said why; it served nothing, so
+                                         * there is nothing to hand over */
+                                        log_error("airlockd did not start; stopping the node");
+                                        stopping = true;
+                                } else
                                         log_error("airlockd exited (%s)", describe(status, how, sizeof how));
                         } else if (p == node_pid) {
                                 log_error("airlock-node pid=%d exited (%s)", (int) p, describe(status, how, sizeof how));
