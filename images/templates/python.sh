@@ -2,10 +2,11 @@
 # images/templates/python.sh OUT.img
 #
 # The `python` template root file system (the default for users): Debian
-# bookworm minbase via mmdebstrap with python3, bash, coreutils,
-# ca-certificates, curl and git; docs, man pages and locales (except C)
-# removed and kept out of later installs; as a sparse ext4 image of about
-# twice the tree (at least 1 GiB) so users have free space.
+# bookworm minbase via mmdebstrap with python3, pip and venv, and the tools
+# an agent expects in a Debian box (ps, less, unzip, jq, wget, file, git,
+# curl, CA certificates); docs, man pages and locales (except C) removed and
+# kept out of later installs; as a sparse ext4 image of about twice the tree
+# (at least 1 GiB) so users have free space.
 #
 # Environment (all optional):
 #   AIRLOCK_APT_CACHE  directory that keeps the downloaded .debs between builds
@@ -24,7 +25,10 @@ OUT=$(abspath "$1")
 SUITE=${SUITE:-bookworm}
 HOSTNAME_=${TEMPLATE_HOSTNAME:-airlock}
 MIN_IMAGE_MB=${MIN_IMAGE_MB:-1024}
-PACKAGES=python3,bash,coreutils,ca-certificates,curl,git${EXTRA_PACKAGES:+,$EXTRA_PACKAGES}
+# Keep in step with tests/integration/test_python_template.py and
+# docs/images.md (which says why there is no C compiler).
+PACKAGES=python3,python3-pip,python3-venv,bash,coreutils,procps,less,unzip,jq,wget,file,ca-certificates,curl,git
+PACKAGES=$PACKAGES${EXTRA_PACKAGES:+,$EXTRA_PACKAGES}
 need mmdebstrap
 need mkfs.ext4 e2fsprogs
 need truncate coreutils
@@ -113,8 +117,21 @@ find \"\$1/usr/share/locale\" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec
 rm -f \"\$1/etc/resolv.conf\" && : > \"\$1/etc/resolv.conf\"")
 
 log "mmdebstrap $SUITE from ${sources[*]}"
-mmdebstrap "${mmargs[@]}" "$SUITE" "$R" "${sources[@]}" >&2 ||
-	die "mmdebstrap failed (is the mirror $MIRROR reachable?)"
+# Its output goes to our stderr (the template's build log) and to a file, so
+# that a failure can say what failed: the mirror only when it was a download.
+mmlog=$TMP/mmdebstrap.log
+rc=0
+mmdebstrap "${mmargs[@]}" "$SUITE" "$R" "${sources[@]}" 2>&1 | tee "$mmlog" >&2 || rc=$?
+if [ "$rc" -ne 0 ]; then
+	# the last error line: mmdebstrap's "E: ...", else any "error"/"failed"
+	last=$(grep -E '^(mmdebstrap: )?E: ' "$mmlog" | tail -n1 || true)
+	[ -n "$last" ] || last=$(grep -iE 'error|failed|not found' "$mmlog" | tail -n1 || true)
+	[ -n "$last" ] || last=$(grep -v '^[[:space:]]*$' "$mmlog" | tail -n1 || true)
+	if grep -qE 'Failed to fetch|Could not resolve|Temporary failure resolving|Unable to connect|Could not connect|Connection (failed|timed out|refused)|404 +Not Found|Release file .* is not valid|does not have a Release file' "$mmlog"; then
+		die "mmdebstrap could not download from the mirror $MIRROR (set AIRLOCK_MIRROR to use another): ${last:-exit $rc}"
+	fi
+	die "mmdebstrap failed (exit $rc): ${last:-no output}"
+fi
 [ -x "$R/usr/bin/python3" ] || die "no /usr/bin/python3 in the built tree"
 tree_mb=$(( ($(du -sxk "$R" | cut -f1) + 1023) / 1024 ))
 size_mb=$((tree_mb * 2))
