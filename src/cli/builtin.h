@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cli.h"
 
@@ -33,6 +34,7 @@ int cmd_health(struct cli *cli, int argc, char **argv);
 int cmd_tenants(struct cli *cli, int argc, char **argv);
 int cmd_keys(struct cli *cli, int argc, char **argv);
 int cmd_signing_key(struct cli *cli, int argc, char **argv);
+int cmd_doctor(struct cli *cli, int argc, char **argv);
 
 /* Parses options only: for commands that take none of their own, checks the
  * number of positional arguments (min..max, max < 0 for unlimited). Returns
@@ -52,3 +54,28 @@ struct exec_opts {
 };
 int exec_parse_args(struct cli *cli, int argc, char **argv, struct exec_opts *ret);
 void exec_opts_done(struct exec_opts *o);
+
+/* `airlock doctor`'s report: airlockd's host checks plus the API's view,
+ * one item a line (exposed for the unit tests). */
+enum doctor_status { DOCTOR_OK, DOCTOR_WARN, DOCTOR_ERROR };
+struct doctor_item {
+        char item[32];
+        enum doctor_status status;
+        char detail[1024];
+        char fix[512]; /* empty when ok */
+};
+struct doctor_report {
+        struct doctor_item items[24];
+        size_t n;
+};
+/* The --listen HOST:PORT of airlockd serving url (http://127.0.0.1:7420,
+ * http://[::1]:80, http://localhost:7420); -EADDRNOTAVAIL for a host name
+ * airlockd cannot listen on, -EINVAL for no URL. */
+int doctor_listen_from_url(const char *url, char *buf, size_t n);
+/* The node and templates items of a GET /v1/health answer (status, body);
+ * templates only when the answer lists them. */
+void doctor_health_items(long status, const json_t *body, struct doctor_report *rep);
+/* "STATUS  ITEM      detail; fix: ..." lines, as `airlockd --check`. */
+void doctor_report_print(const struct doctor_report *rep, FILE *f);
+/* [{item,status,detail,fix}] (fix null when ok); NULL on ENOMEM. */
+json_t *doctor_report_json(const struct doctor_report *rep);

@@ -64,6 +64,11 @@ static const struct cli_command commands[] = {
         {"templates", cmd_templates, "", "List templates", NULL},
         {"pools", cmd_pools, "", "List the warm pools (VMs restored ahead of creates)", NULL},
         {"health", cmd_health, "", "Check that airlockd answers", NULL},
+        {"doctor", cmd_doctor, "", "Say what is wrong: this host's checks, airlockd, its node and templates",
+         "One line per item (ok, warn or error, what was found, the fix). The host\n"
+         "lines come from `airlockd --check --json` (the build tree's airlockd, or\n"
+         "the one on PATH; AIRLOCK_DAEMON_BINARY overrides); the API lines from\n"
+         "GET /v1/health and GET /v1/templates. Exits 1 when a line says error.\n"},
         {"tenants", cmd_tenants, "[create NAME | rm ID]",
          "List tenants, or create or delete one (admin token)", NULL},
         {"keys", cmd_keys, "TENANT [create [NAME] | rm KEYID]",
