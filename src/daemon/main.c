@@ -335,6 +335,10 @@ int main(int argc, char **argv) {
         if (!config.spawn_node && started && parse_u64(started, start_ns, &t) >= 0)
                 start_ns = t;
         unsetenv(START_NS_ENV);
+        /* one write per log line: airlockd, airlock-nodemgr and the node
+         * share the terminal (or log file), and unbuffered stderr writes a
+         * line in pieces that the others' lines cut through */
+        setvbuf(stderr, NULL, _IOLBF, 0);
         log_setup("airlockd", config.log_level);
         signal(SIGPIPE, SIG_IGN); /* peers hanging up show as EPIPE */
         if (sodium_init() < 0) {

@@ -325,6 +325,10 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "airlock-nodemgr: %s\n", err);
                 return 2;
         }
+        /* one write per log line: airlockd, airlock-nodemgr and the node
+         * share the terminal (or log file), and unbuffered stderr writes a
+         * line in pieces that the others' lines cut through */
+        setvbuf(stderr, NULL, _IOLBF, 0);
         log_setup("airlock-nodemgr", config.log_level);
         if (geteuid() != 0) {
                 log_error("airlock-nodemgr must run as root (it is what airlockd becomes when started as root)");
