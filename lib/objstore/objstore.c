@@ -36,7 +36,14 @@ struct objstore {
         /* Readers: every call but delete and gc, which take it exclusively
          * so they never remove a blob an upload in flight is about to use. */
         pthread_rwlock_t lock;
+        objstore_blob_landed_fn blob_landed; /* NULL: nobody listens */
+        void *blob_landed_userdata;
 };
+
+void objstore_set_blob_landed(struct objstore *o, objstore_blob_landed_fn fn, void *userdata) {
+        o->blob_landed = fn;
+        o->blob_landed_userdata = userdata;
+}
 
 int objstore_new(const struct objstore_ops *ops, void *data, struct objstore **ret) {
         if (!ops || !ops->put || !ops->get || !ops->exists || !ops->remove || !ops->list || !ops->free || !ret)
@@ -545,6 +552,8 @@ static int snapshot_upload_locked(struct objstore *o, const char *snapshot_id, c
                 r = blob_ensure(o, ctx, a[i].name, u.fd[i], u.sha[i], u.size[i]);
                 if (r < 0)
                         return r;
+                if (o->blob_landed)
+                        o->blob_landed(snapshot_id, a[i].name, i, n, o->blob_landed_userdata);
         }
         r = put_bytes(o, mkey, manifest, len);
         if (r < 0)

@@ -135,6 +135,13 @@ struct objstore_artifact {
  * it would not parse back (meta with a NUL in a string), -EBADMSG when
  * a blob does not verify. A failed upload leaves blobs that gc removes.
  */
+/* Called by objstore_snapshot_upload() after artifact i of n has landed
+ * (before the manifest): progress, and a place for tests to stop an upload
+ * half done. Set it before any upload runs. */
+typedef void (*objstore_blob_landed_fn)(const char *snapshot_id, const char *artifact, size_t i, size_t n,
+                                        void *userdata);
+void objstore_set_blob_landed(struct objstore *o, objstore_blob_landed_fn fn, void *userdata);
+
 int objstore_snapshot_upload(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
                              size_t n, json_t *meta);
 /* Reads and validates a snapshot's manifest (see objstore_manifest_parse()).

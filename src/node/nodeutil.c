@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "macros.h"
@@ -293,5 +294,19 @@ void node_deadline_after_ms(struct timespec *ts, int64_t ms) {
         if (ts->tv_nsec >= 1000000000L) {
                 ts->tv_sec++;
                 ts->tv_nsec -= 1000000000L;
+        }
+}
+
+void node_hold_point(const char *point) {
+        const char *list = getenv("AIRLOCK_TEST_HOLD");
+        size_t n = strlen(point);
+        for (const char *p = list; p && *p;) {
+                size_t k = strcspn(p, ",");
+                if (k == n && strncmp(p, point, n) == 0) {
+                        log_warn("test hold point %s reached (AIRLOCK_TEST_HOLD): blocking until killed", point);
+                        for (;;)
+                                pause();
+                }
+                p += k + (p[k] == ',');
         }
 }

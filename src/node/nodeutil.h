@@ -48,6 +48,12 @@ int node_base64_decode(const char *s, uint8_t **ret, size_t *ret_len);
 /* Hex-encodes n bytes into out (size >= 2n+1). */
 void node_hex(const uint8_t *data, size_t n, char *out);
 
+/* A test hold point: when AIRLOCK_TEST_HOLD (a comma list) names point,
+ * logs "test hold point POINT reached" and blocks this thread for good, so
+ * a test can kill the node exactly there. Does nothing otherwise. Never set
+ * it in production: the operation never finishes. */
+void node_hold_point(const char *point);
+
 /* Creates a fresh, short directory DATA_DIR/run/vm/N for one VM's sockets and
  * console log: Unix socket paths are limited to 107 bytes, and sandbox or
  * template directories can be longer. */

@@ -80,6 +80,14 @@ void create_abort(struct sandbox *s);
 int snapshot_execution_set(const char *state_path, unsigned execution);
 int snapshot_execution_get(const char *state_path, unsigned *ret);
 
+/* What a suspend cut off by a node's death left in SANDBOXES/ID/suspend/,
+ * for the node taking s over (its record loaded, s->adopt_vmm decided):
+ * with the VM still there, it goes on as before the suspend; without it but
+ * with the whole snapshot, s->resume_state is set (1 is returned), since
+ * that is its latest state; an uploaded image is removed as stale, and so
+ * is the directory. */
+int suspend_takeover(struct sandbox *s, bool vm_adopted);
+
 /* ---- sandbox-lifecycle.c ---- */
 
 int life_begin(struct sandbox *s, enum sandbox_state from, enum sandbox_state from2, const char **ret_state);

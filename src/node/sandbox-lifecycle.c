@@ -362,8 +362,14 @@ static void *recover_thread(void *arg) {
          * when asked for, and only one of this execution */
         char snap[80] = "", how[160] = "cold boot of its disk";
         int64_t snap_at = 0;
-        bool resumed = false;
-        if (s->recover_checkpoint && checkpoint_of_execution(s, snap, sizeof snap, &snap_at) > 0) {
+        bool resumed = false, resumed_suspend = false;
+        if (s->resume_state) {
+                resumed_suspend = true;
+                /* the whole snapshot of a suspend the node died in: nothing
+                 * ran after it, so it is the latest state there is */
+                s->restore_state = TAKE_PTR(s->resume_state);
+                snprintf(how, sizeof how, "resumed the snapshot of the suspend it was in when the node stopped");
+        } else if (s->recover_checkpoint && checkpoint_of_execution(s, snap, sizeof snap, &snap_at) > 0) {
                 _cleanup_free_ char *img = snapshot_path(s, snap);
                 _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
                 if (img && rootfs && clone_replace(s, img, rootfs) >= 0) {
@@ -375,6 +381,8 @@ static void *recover_thread(void *arg) {
                 snprintf(how, sizeof how, "cold boot of its disk (no full snapshot of the execution that failed)");
         log_emit(LOG_LEVEL_WARN, s->ctx, "recovering the sandbox (%s): %s", rc->reason, how);
         r = start_claimed(s, &err);
+        if (resumed_suspend && s->restore_state)
+                (void) unlink(s->restore_state); /* loaded (or unusable): nobody else needs it */
         free(s->restore_state);
         s->restore_state = NULL;
         pthread_mutex_lock(&s->lock);

@@ -22,6 +22,8 @@
 
 /* How long a snapshot waits for the guest to freeze (and to thaw). */
 #define SNAPSHOT_FREEZE_MS 10000
+/* How long a suspend waits for the guest to write its page cache back. */
+#define SUSPEND_SYNC_MS 10000
 
 /* where suspended sandboxes go (NULL: suspend is refused) */
 static struct objstore *objstore;
@@ -208,8 +210,106 @@ int sandbox_fork(struct sandbox *parent, const char *child_id, struct sandbox **
 
 /* ---- suspend and wake ---- */
 
+/* Half of a suspend's upload has landed: a test may hold it there. */
+static void suspend_blob_landed(const char *snapshot_id, const char *artifact, size_t i, size_t n, void *userdata) {
+        if (i == 0 && n > 1)
+                node_hold_point("suspend.uploading");
+}
+
 void sandbox_set_objstore(struct objstore *o) {
         objstore = o;
+        if (o)
+                objstore_set_blob_landed(o, suspend_blob_landed, NULL);
+}
+
+/*
+ * A suspend leaves SANDBOXES/ID/suspend/ while it runs: "intent" (the
+ * snapshot id and whether the sandbox was paused) from the start, and
+ * "complete" once the full snapshot in state + rootfs.img is whole. A node
+ * that finds the directory took over from one killed mid-suspend; see
+ * suspend_takeover().
+ */
+#define SUSPEND_INTENT "suspend/intent"
+#define SUSPEND_COMPLETE "suspend/complete"
+
+static int suspend_intent_write(struct sandbox *s, const char *snapshot_id, bool was_paused) {
+        _cleanup_free_ char *p = strdup_printf("%s/" SUSPEND_INTENT, s->dir);
+        _cleanup_(json_decrefp) json_t *o = json_pack("{s:s, s:b}", "snapshot", snapshot_id, "was_paused", was_paused);
+        _cleanup_free_ char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (!p || !text)
+                return -ENOMEM;
+        return file_write_atomic(p, text, strlen(text), 0600);
+}
+
+static int suspend_complete_write(struct sandbox *s) {
+        _cleanup_free_ char *p = strdup_printf("%s/" SUSPEND_COMPLETE, s->dir);
+        return p ? file_write_atomic(p, "", 0, 0600) : -ENOMEM;
+}
+
+/* Asks a running guest to write its page cache back (best effort: a guest
+ * that does not answer still gets stopped). */
+static void guest_sync(struct sandbox *s, const char *why) {
+        struct guestconn *g = NULL;
+        if (sandbox_guest(s, &g) < 0)
+                return;
+        _cleanup_(json_decrefp) json_t *empty = json_object();
+        int k = empty ? guestconn_call(g, PROTO_SYNC, empty, SUSPEND_SYNC_MS, NULL, NULL) : -ENOMEM;
+        if (k < 0)
+                log_errno(LOG_LEVEL_WARN, k, s->ctx, "guest did not flush its disks before %s: %m", why);
+}
+
+int suspend_takeover(struct sandbox *s, bool vm_adopted) {
+        _cleanup_free_ char *dir = strdup_printf("%s/suspend", s->dir);
+        _cleanup_free_ char *intent = strdup_printf("%s/" SUSPEND_INTENT, s->dir);
+        _cleanup_free_ char *complete = strdup_printf("%s/" SUSPEND_COMPLETE, s->dir);
+        _cleanup_free_ char *text = NULL;
+        if (!dir || !intent || !complete)
+                return -ENOMEM;
+        size_t len;
+        int r = file_read_all(intent, 4096, &text, &len);
+        if (r == -ENOENT) {
+                (void) rm_rf(dir); /* nothing of a suspend that had begun */
+                return 0;
+        }
+        _cleanup_(json_decrefp) json_t *o = r >= 0 ? json_loadb(text, len, 0, NULL) : NULL;
+        const char *snap = json_string_value(json_object_get(o, "snapshot"));
+        bool was_paused = json_is_true(json_object_get(o, "was_paused"));
+        bool whole = access(complete, F_OK) == 0;
+        int ret = 0;
+        if (vm_adopted) {
+                /* its VM still runs, paused since the snapshot: it goes on
+                 * as it was before the suspend */
+                s->resume_after_adopt = !was_paused;
+                log_emit(LOG_LEVEL_WARN, s->ctx, "an earlier node was stopped while suspending this sandbox; its VM "
+                         "goes on%s", was_paused ? " (paused, as it was)" : "");
+        } else if (whole) {
+                /* the VM is gone, the snapshot is whole and nothing ran after
+                 * it: it is the sandbox's latest state, processes included */
+                _cleanup_free_ char *disk = strdup_printf("%s/rootfs.img", dir);
+                _cleanup_free_ char *state = strdup_printf("%s/state", dir);
+                _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
+                char *resume = strdup_printf("%s/resume.state", s->dir);
+                if (!disk || !state || !rootfs || !resume || rename(disk, rootfs) < 0 || rename(state, resume) < 0) {
+                        r = resume ? negative_errno() : -ENOMEM;
+                        free(resume);
+                        log_errno(LOG_LEVEL_WARN, r, s->ctx, "cannot take the snapshot of the interrupted suspend "
+                                  "over (its disk is booted instead): %m");
+                } else {
+                        free(s->resume_state);
+                        s->resume_state = resume;
+                        ret = 1;
+                        log_emit(LOG_LEVEL_WARN, s->ctx, "an earlier node was stopped while suspending this sandbox, "
+                                 "after its snapshot: resuming that snapshot");
+                }
+        }
+        /* it runs here again: an image that did land is stale */
+        if (snap && whole && objstore && name_is_valid(snap)) {
+                int k = objstore_snapshot_delete(objstore, snap);
+                if (k < 0 && k != -ENOENT)
+                        log_errno(LOG_LEVEL_WARN, k, s->ctx, "cannot remove the stale snapshot %s: %m", snap);
+        }
+        (void) rm_rf(dir);
+        return ret;
 }
 
 int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
@@ -232,16 +332,30 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
                 goto fail;
         }
         (void) rm_rf(dir);
-        if ((r = mkdir_p(dir, 0700)) < 0) {
+        if ((r = mkdir_p(dir, 0700)) < 0 || (r = suspend_intent_write(s, snapshot_id, was_paused)) < 0) {
                 *ret_error = strdup_printf("cannot create %s: %s", dir, strerror(-r));
                 goto fail;
         }
+        /* The VM stops for good below: what the guest has not written back
+         * yet must be on the disk first, so that even a node killed before
+         * the suspend is through (and a recovery that boots the disk)
+         * keeps every write the guest acknowledged. */
+        if (!was_paused)
+                guest_sync(s, "suspend");
         /* stays stopped after the snapshot: nothing may change after it */
         r = post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
         if (r < 0) {
                 *ret_error = strdup_printf("full snapshot failed: %s", strerror(-r));
                 goto fail;
         }
+        /* from here on the snapshot is this sandbox's latest state: a node
+         * that starts after a crash resumes it (suspend_takeover()) */
+        r = suspend_complete_write(s);
+        if (r < 0) {
+                *ret_error = strdup_printf("cannot record the finished snapshot: %s", strerror(-r));
+                goto fail;
+        }
+        node_hold_point("suspend.snapshot");
         t_snap = now_monotonic_ns();
         pthread_mutex_lock(&s->lock);
         meta = json_pack("{s:s, s:s, s:s, s:O, s:I, s:s}", "sandbox", s->id, "tenant", s->tenant, "template",
@@ -254,6 +368,7 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
                 log_errno(LOG_LEVEL_WARN, r, s->ctx, "cannot remove the stale snapshot %s: %m", snapshot_id);
         const struct objstore_artifact art[] = { { "state", state }, { "rootfs.img", disk } };
         r = meta ? objstore_snapshot_upload(objstore, snapshot_id, art, ARRAY_SIZE(art), meta) : -ENOMEM;
+        node_hold_point("suspend.uploaded");
         if (r < 0) {
                 *ret_error = strdup_printf("uploading the snapshot failed: %s", strerror(-r));
                 goto fail;
@@ -270,6 +385,7 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
         pthread_mutex_unlock(&s->lock);
         session_sandbox_deleted(s);
         stop_thread(s);
+        node_hold_point("suspend.vm-stopped");
         rm_rf(s->run_dir);
         r = sandbox_park(s);
         if (r < 0)

@@ -86,6 +86,7 @@ void sandbox_unref(struct sandbox *s) {
                 close(s->cmd_fd);
         vmm_destroy(s->adopt_vmm); /* adopted, but never taken over */
         free(s->restore_state);
+        free(s->resume_state);
         json_decref(s->recoveries);
         template_info_free(s->tpl);
         json_decref(s->env);
@@ -495,7 +496,10 @@ static int adopt_vm(struct sandbox *s, char **ret_error) {
                 step = "guest agent handshake";
                 r = guestconn_open(fd, s->ctx, GUEST_HELLO_MS, &g);
         }
-        if (r >= 0 && paused) {
+        /* paused by a suspend that never finished: it goes on running */
+        if (r >= 0 && paused && s->resume_after_adopt)
+                paused = false;
+        else if (r >= 0 && paused) {
                 step = "stop";
                 r = qmp_execute(v->qmp, "stop", NULL, QMP_RUNSTATE_MS, NULL);
         }
@@ -693,12 +697,11 @@ static int takeover_one(const char *name, const char *dir) {
         int r = record_load(dir, name, &rec);
         if (r < 0)
                 return r;
-        /* what a suspend or wake cut off left: never a sandbox's state */
-        _cleanup_free_ char *suspend_dir = strdup_printf("%s/suspend", dir);
+        /* what a wake cut off left: never a sandbox's state (a suspend's
+         * is looked at below, once we know whether its VM still runs) */
         _cleanup_free_ char *wake_dir = strdup_printf("%s/wake", dir);
-        if (!suspend_dir || !wake_dir)
+        if (!wake_dir)
                 return -ENOMEM;
-        (void) rm_rf(suspend_dir);
         (void) rm_rf(wake_dir);
         struct sandbox *s;
         r = sandbox_new(name, rec.template_name, rec.env, &s);
@@ -734,6 +737,13 @@ static int takeover_one(const char *name, const char *dir) {
                 if (!s->adopt_vmm)
                         s->state = SANDBOX_FAILED;
         }
+        r = suspend_takeover(s, s->adopt_vmm != NULL);
+        if (r < 0) {
+                sandbox_unref(s);
+                return r;
+        }
+        if (r > 0 && s->state == SANDBOX_STOPPED)
+                s->state = SANDBOX_FAILED; /* cannot be: a suspend needs a VM; resume it all the same */
         pthread_mutex_lock(&reg_lock);
         r = reg_n < reg_cap ? 0 : -EUSERS;
         if (r >= 0)
