@@ -19,6 +19,7 @@
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "airlock-config.h"
@@ -38,6 +39,7 @@
 
 #define QEMU_VERSION_TIMEOUT_MS 10000
 #define HTTP_TIMEOUT_MS 3000
+#define PORT_GRACE_MS 2000 /* a used port is looked at again this long at start */
 #define HTTP_REPLY_MAX (256u << 10)
 #define CPUINFO_MAX (64u << 20)
 
@@ -1116,7 +1118,14 @@ int check_startup(const struct daemon_config *c, FILE *err) {
                 say(err, &res);
                 failed = true;
         }
+        /* an airlockd that is stopping (a restart right after a kill) lets
+         * go of the port in a moment: give it that */
         int r = check_listen_probe(&c->listen_addr, c->listen_addr_len);
+        for (uint64_t until = now_monotonic_ns() + PORT_GRACE_MS * 1000000ULL;
+             r == -EADDRINUSE && now_monotonic_ns() < until;) {
+                nanosleep(&(struct timespec){ .tv_nsec = 100 * 1000000L }, NULL);
+                r = check_listen_probe(&c->listen_addr, c->listen_addr_len);
+        }
         if (r < 0) {
                 char m[CHECK_DETAIL_MAX];
                 int status = 0;
