@@ -195,6 +195,27 @@ static struct check_result *add(struct check_report *rep, const char *item) {
         return res;
 }
 
+/* Replaces what is not UTF-8 (a path, a program's output) with '?': the
+ * report is JSON too. */
+static void make_utf8(char *s) {
+        unsigned char *p = (unsigned char *) s;
+        while (*p) {
+                size_t len = *p < 0x80             ? 1
+                             : (*p & 0xe0) == 0xc0 ? 2
+                             : (*p & 0xf0) == 0xe0 ? 3
+                             : (*p & 0xf8) == 0xf0 ? 4
+                                                   : 0;
+                bool ok = len > 0 && !(len == 2 && *p < 0xc2);
+                for (size_t i = 1; ok && i < len; i++)
+                        ok = (p[i] & 0xc0) == 0x80;
+                if (!ok) {
+                        *p++ = '?';
+                        continue;
+                }
+                p += len;
+        }
+}
+
 static void set(struct check_result *res, enum check_status s, const char *fmt, ...) _printf_(3, 4);
 static void set(struct check_result *res, enum check_status s, const char *fmt, ...) {
         va_list ap;
@@ -202,6 +223,7 @@ static void set(struct check_result *res, enum check_status s, const char *fmt, 
         va_start(ap, fmt);
         vsnprintf(res->detail, sizeof res->detail, fmt, ap);
         va_end(ap);
+        make_utf8(res->detail);
 }
 
 static void fix(struct check_result *res, const char *fmt, ...) _printf_(2, 3);
@@ -210,6 +232,7 @@ static void fix(struct check_result *res, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(res->fix, sizeof res->fix, fmt, ap);
         va_end(ap);
+        make_utf8(res->fix);
 }
 
 bool check_report_has_error(const struct check_report *r) {

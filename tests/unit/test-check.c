@@ -271,6 +271,22 @@ static void test_host(void **state) {
                 if (rep.r[i].status != CHECK_OK)
                         assert_true(rep.r[i].fix[0]);
         }
+        /* the report is JSON even for a path that is not UTF-8 */
+        char odd[] = "/tmp/test-check-\xff-XXXXXX";
+        assert_non_null(mkdtemp(odd));
+        char *argv2[] = { (char *) "airlockd", (char *) "--data-dir",  odd,
+                          (char *) "--listen", (char *) "127.0.0.1:0", NULL };
+        struct daemon_config c2;
+        assert_int_equal(config_load(5, argv2, &c2, err, sizeof err), 0);
+        struct check_report rep2;
+        check_host(&c2, &rep2);
+        json_t *j = check_report_json(&rep2);
+        assert_non_null(j);
+        assert_non_null(
+                strstr(json_string_value(json_object_get(json_array_get(j, 7), "detail")), "test-check-?-"));
+        json_decref(j);
+        assert_int_equal(rmdir(odd), 0);
+
         /* nothing was made in the data dir */
         char p[600];
         snprintf(p, sizeof p, "%s/control", dir);
