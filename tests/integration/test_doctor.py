@@ -251,13 +251,20 @@ def slow_broken_images():
     images = os.path.join(top, "images")
     shutil.copytree(os.path.join(ROOT, "images"), images)
     with open(os.path.join(images, "templates", "slowfail.sh"), "w") as f:
-        f.write("#!/bin/bash\nsleep 4\necho 'slowfail.sh: E: Unable to locate package nope' >&2\nexit 3\n")
+        f.write("#!/bin/bash\nsleep 8\necho 'slowfail.sh: E: Unable to locate package nope' >&2\nexit 3\n")
     yield images
     shutil.rmtree(top)
 
 
 def test_start_progress_of_a_failing_build(airlock_factory, slow_broken_images):
     a = airlock_factory(prebuild="minimal,slowfail", env={"AIRLOCK_IMAGES_DIR": slow_broken_images}, wait=False)
+    wait_log(a, "airlock: building template slowfail: step 3/4 rootfs", timeout=300)
+    # meanwhile (the step takes 8 s) doctor says it builds, a warning
+    r = a.cli("doctor")
+    rows = {item: (status, detail) for status, item, detail in parse_lines(r.stdout.decode())}
+    assert rows["templates"][0] == "warn", rows["templates"]
+    assert rows["templates"][1].startswith("slowfail building: step 3/4 rootfs ("), rows["templates"]
+
     text = wait_log(a, "airlock: not ready: template slowfail failed", timeout=300)
     lines = progress_lines(text)
     # the step it was at, with the log to read while it runs
@@ -274,3 +281,15 @@ def test_start_progress_of_a_failing_build(airlock_factory, slow_broken_images):
     # one line per change: no repeats, no ready line
     assert len(lines) == len(set(lines)) and len(lines) <= 10, lines
     assert not any("ready after" in l for l in lines)
+
+    # doctor and the check say the same, with the log, and exit 1
+    r = a.cli("doctor")
+    rows = {item: (status, detail) for status, item, detail in parse_lines(r.stdout.decode())}
+    assert rows["api"][0] == "ok" and rows["node"][0] == "ok", rows
+    assert rows["templates"][0] == "error" and "slowfail failed: " in rows["templates"][1], rows["templates"]
+    assert log in rows["templates"][1] and "ready: minimal" in rows["templates"][1]
+    assert r.returncode == 1
+    c = run_airlockd("--check", "--data-dir", a.data_dir, "--listen", f"127.0.0.1:{a.port}")
+    api = {item: (status, detail) for status, item, detail in parse_lines(c.stdout)}["api"]
+    assert api[0] == "error" and "template slowfail failed" in api[1] and log in api[1], api
+    assert c.returncode == 1
