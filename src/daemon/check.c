@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "check.h"
+#include "host.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -76,22 +77,6 @@ int check_qemu_version_parse(const char *line, unsigned *ret_major, unsigned *re
         return 0;
 }
 
-/* Whether the whitespace-separated list list[0..len) holds word. */
-static bool word_in(const char *list, size_t len, const char *word) {
-        size_t wl = strlen(word);
-        for (size_t i = 0; i < len;) {
-                while (i < len && isspace((unsigned char) list[i]))
-                        i++;
-                size_t j = i;
-                while (j < len && !isspace((unsigned char) list[j]))
-                        j++;
-                if (j - i == wl && memcmp(list + i, word, wl) == 0)
-                        return true;
-                i = j;
-        }
-        return false;
-}
-
 bool check_words_have(const char *list, const char *want) {
         if (!list || !want)
                 return false;
@@ -107,26 +92,11 @@ bool check_words_have(const char *list, const char *want) {
                         return false;
                 memcpy(word, w, n);
                 word[n] = 0;
-                if (!word_in(list, ll, word))
+                if (!host_word_in(list, ll, word))
                         return false;
                 w += n;
         }
         return true;
-}
-
-bool check_cpuinfo_has_virt(const char *cpuinfo) {
-        for (const char *p = cpuinfo; p && *p;) {
-                const char *eol = strchrnul(p, '\n');
-                if (strncmp(p, "flags", 5) == 0 && (p[5] == ' ' || p[5] == '\t' || p[5] == ':')) {
-                        const char *colon = memchr(p, ':', (size_t) (eol - p));
-                        if (!colon)
-                                return false;
-                        size_t len = (size_t) (eol - colon - 1);
-                        return word_in(colon + 1, len, "vmx") || word_in(colon + 1, len, "svm");
-                }
-                p = *eol ? eol + 1 : NULL;
-        }
-        return false;
 }
 
 int check_cgroup_v2_path(const char *text, char *buf, size_t n) {
@@ -522,7 +492,7 @@ static void check_accel(const struct daemon_config *c, struct check_result *res)
                 fix(res, "mount /proc%s", then);
                 return;
         }
-        if (!check_cpuinfo_has_virt(info)) {
+        if (!host_cpu_has_virt(info)) {
                 set(res, bad, "%s: the cpu has no vmx/svm flag", as);
                 fix(res,
                     "enable VT-x/AMD-V in the firmware, or nested virtualisation when this machine is a "
@@ -530,31 +500,19 @@ static void check_accel(const struct daemon_config *c, struct check_result *res)
                     then);
                 return;
         }
-        _cleanup_close_ int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
-        if (fd < 0) {
-                int e = errno;
-                set(res, bad, "%s: the cpu has vmx/svm but /dev/kvm does not open: %s", as, strerror(e));
+        /* as airlock-nodemgr probes it for the node: as root (each VMM
+         * gets the device in its jail with its group) */
+        char why[256];
+        if (!host_kvm_usable(why, sizeof why)) {
+                int e = access("/dev/kvm", F_OK) < 0 ? errno : 0;
+                set(res, bad, "%s: %s", as, why);
                 if (e == ENOENT)
                         fix(res, "modprobe kvm_intel (or kvm_amd)%s", then);
-                else
-                        fix(res,
-                            "make /dev/kvm readable and writable (chmod 0666 /dev/kvm; a udev rule "
-                            "KERNEL==\"kvm\", MODE=\"0666\" keeps it)%s",
+                else if (geteuid() != 0)
+                        fix(res, "run the check as root, as airlockd starts (root opens /dev/kvm for the VMs)%s",
                             then);
-                return;
-        }
-        /* under privilege separation the node opens it as airlock-node,
-         * without supplementary groups: only a device open to all works */
-        struct stat st;
-        const char *privsep = getenv("AIRLOCK_PRIVSEP");
-        bool node_unprivileged = geteuid() != 0 || !(privsep && strcmp(privsep, "0") == 0);
-        if (node_unprivileged && fstat(fd, &st) == 0 && (st.st_mode & 0006) != 0006) {
-                set(res, bad,
-                    "%s for the node: /dev/kvm opens here but is mode %04o (uid %u, gid %u); the node runs "
-                    "as airlock-node without groups and cannot open it",
-                    as, (unsigned) (st.st_mode & 07777), (unsigned) st.st_uid, (unsigned) st.st_gid);
-                fix(res, "chmod 0666 /dev/kvm (a udev rule KERNEL==\"kvm\", MODE=\"0666\" keeps it)%s",
-                    then);
+                else
+                        fix(res, "check dmesg for kvm errors (another hypervisor holding VT-x?)%s", then);
                 return;
         }
         set(res, CHECK_OK, "kvm (%s): the cpu has vmx/svm and /dev/kvm opens",

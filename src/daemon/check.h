@@ -129,8 +129,6 @@ void check_listen_message(const char *listen, int r, char *buf, size_t n);
  * the line is not a QEMU version line. */
 int check_qemu_version_parse(const char *line, unsigned *ret_major, unsigned *ret_minor,
                              unsigned *ret_micro);
-/* Whether the first "flags" line of /proc/cpuinfo text has vmx or svm. */
-bool check_cpuinfo_has_virt(const char *cpuinfo);
 /* Whether every one of the space-separated words of want is in the
  * space-separated list (cgroup.controllers, cgroup.subtree_control). */
 bool check_words_have(const char *list, const char *want);

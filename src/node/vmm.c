@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "jail.h"
+#include "host.h"
 #include "mgr.h"
 #include "log.h"
 #include "macros.h"
@@ -45,67 +46,17 @@ const char *vmm_accel_name(enum vmm_accel a) {
         return a == VMM_ACCEL_KVM ? "kvm" : "tcg";
 }
 
-/* true if the whitespace-separated list in line contains word exactly. */
-static bool word_in(const char *line, size_t len, const char *word) {
-        size_t wl = strlen(word);
-        for (size_t i = 0; i < len;) {
-                while (i < len && (line[i] == ' ' || line[i] == '\t'))
-                        i++;
-                size_t j = i;
-                while (j < len && line[j] != ' ' && line[j] != '\t')
-                        j++;
-                if (j - i == wl && memcmp(line + i, word, wl) == 0)
-                        return true;
-                i = j;
-        }
-        return false;
-}
-
-/* Finds the first "key<spaces>: value" line of /proc/cpuinfo text; returns the
- * value and its length through ret_*. */
-static bool cpuinfo_field(const char *text, const char *key, const char **ret_val, size_t *ret_len) {
-        size_t kl = strlen(key);
-        for (const char *p = text; p && *p;) {
-                const char *eol = strchrnul(p, '\n');
-                if (strncmp(p, key, kl) == 0 && (p[kl] == ' ' || p[kl] == '\t' || p[kl] == ':')) {
-                        const char *colon = memchr(p, ':', (size_t) (eol - p));
-                        if (colon) {
-                                const char *v = colon + 1;
-                                while (*v == ' ' || *v == '\t')
-                                        v++;
-                                *ret_val = v;
-                                *ret_len = (size_t) (eol - v);
-                                return true;
-                        }
-                }
-                p = *eol ? eol + 1 : NULL;
-        }
-        return false;
-}
-
-/* Whether KVM is usable; reason says why or why not. */
+/* Whether KVM can run this node's VMs. Under airlock-nodemgr the node
+ * cannot tell by itself: it runs without groups, while /dev/kvm is
+ * commonly 0660 root:kvm and reaches each VMM's jail with its group
+ * (mgrserver.c). nodemgr probes it as root and passes the answer on. */
 static bool kvm_usable(char *reason, size_t n) {
-        _cleanup_free_ char *info = NULL;
-        int r = file_read_all("/proc/cpuinfo", 64u << 20, &info, NULL);
-        if (r < 0) {
-                snprintf(reason, n, "cannot read /proc/cpuinfo: %s", strerror(-r));
-                return false;
+        const char *probe = getenv(HOST_KVM_ENV);
+        if (probe && (probe[0] == '0' || probe[0] == '1') && probe[1] == ' ') {
+                snprintf(reason, n, "%s (probed by airlock-nodemgr)", probe + 2);
+                return probe[0] == '1';
         }
-        const char *flags;
-        size_t len;
-        if (!cpuinfo_field(info, "flags", &flags, &len) ||
-            !(word_in(flags, len, "vmx") || word_in(flags, len, "svm"))) {
-                snprintf(reason, n, "cpu has no vmx/svm flag (PVM host or nested virtualisation off?)");
-                return false;
-        }
-        int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
-        if (fd < 0) {
-                snprintf(reason, n, "cpu has vmx/svm but /dev/kvm does not open read-write: %s", strerror(errno));
-                return false;
-        }
-        close(fd);
-        snprintf(reason, n, "cpu has vmx/svm and /dev/kvm opens");
-        return true;
+        return host_kvm_usable(reason, n);
 }
 
 int vmm_accel_pick(const char *want, enum vmm_accel *ret, char *reason, size_t n) {
@@ -184,7 +135,7 @@ static int host_tsc_khz_uncached(unsigned long *ret) {
                 return r;
         const char *v;
         size_t len;
-        if (!cpuinfo_field(info, "cpu MHz", &v, &len))
+        if (!host_cpuinfo_field(info, "cpu MHz", &v, &len))
                 return -ENOENT;
         char num[32];
         if (len == 0 || len >= sizeof num)

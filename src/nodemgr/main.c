@@ -39,6 +39,7 @@
 #include "airlock-config.h"
 #include "check.h"
 #include "config.h"
+#include "host.h"
 #include "log.h"
 #include "macros.h"
 #include "mgrserver.h"
@@ -193,6 +194,14 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                 return check_start_failed(r, "cannot open the node's socket %s: %m", c->node_socket);
         /* the node asks us for what needs root (src/node/vmm.c) */
         if (setenv("AIRLOCK_NODEMGR_SOCKET", mgr_server_path(mgr), 1) < 0)
+                return -ENOMEM;
+        /* the node, without groups, cannot open a /dev/kvm of mode 0660
+         * root:kvm, yet its VMMs can (each jail gets the device and its
+         * group): KVM is probed here, as root, and the answer passed on */
+        char kvm_why[256], kvm_env[sizeof kvm_why + 2];
+        bool kvm = host_kvm_usable(kvm_why, sizeof kvm_why);
+        snprintf(kvm_env, sizeof kvm_env, "%c %s", kvm ? '1' : '0', kvm_why);
+        if (setenv(HOST_KVM_ENV, kvm_env, 1) < 0)
                 return -ENOMEM;
         struct group *g = getgrgid(gid);
         if (!g || setenv("AIRLOCK_SOCKET_GROUP", g->gr_name, 1) < 0)

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "check.h"
+#include "host.h"
 #include "config.h"
 #include "util.h"
 
@@ -55,14 +56,14 @@ static void test_qemu_version(void **state) {
 }
 
 static void test_cpuinfo(void **state) {
-        assert_true(check_cpuinfo_has_virt("processor\t: 0\nflags\t\t: fpu vme vmx sse\nbugs\t\t: x\n"));
-        assert_true(check_cpuinfo_has_virt("flags: fpu svm\n"));
+        assert_true(host_cpu_has_virt("processor\t: 0\nflags\t\t: fpu vme vmx sse\nbugs\t\t: x\n"));
+        assert_true(host_cpu_has_virt("flags: fpu svm\n"));
         /* a word, not a substring */
-        assert_false(check_cpuinfo_has_virt("flags\t\t: fpu vmxx svm_lock\n"));
+        assert_false(host_cpu_has_virt("flags\t\t: fpu vmxx svm_lock\n"));
         /* only the flags line counts */
-        assert_false(check_cpuinfo_has_virt("model name\t: vmx svm\nflags\t\t: fpu sse\n"));
-        assert_false(check_cpuinfo_has_virt("flagsy\t: vmx\n"));
-        assert_false(check_cpuinfo_has_virt(""));
+        assert_false(host_cpu_has_virt("model name\t: vmx svm\nflags\t\t: fpu sse\n"));
+        assert_false(host_cpu_has_virt("flagsy\t: vmx\n"));
+        assert_false(host_cpu_has_virt(""));
 }
 
 static void test_words(void **state) {
