@@ -4,8 +4,10 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *log_prog = "airlock";
 static enum log_level log_min = LOG_LEVEL_INFO;
@@ -62,16 +64,36 @@ static void log_vemit(enum log_level level, const char *ctx, const char *fmt, va
         gmtime_r(&ts.tv_sec, &tm);
         strftime(tbuf, sizeof tbuf, "%Y-%m-%dT%H:%M:%S", &tm);
 
-        pthread_mutex_lock(&log_lock);
-        fprintf(stderr, "ts=%s.%03ldZ level=%s prog=%s ", tbuf, ts.tv_nsec / 1000000L,
-                level_names[level], log_prog);
+        /* The line is built first and written with one write(): airlockd,
+         * nodemgr and the node share one stderr, and lines written in pieces
+         * cut into each other (a pipe keeps writes up to PIPE_BUF whole). */
+        char *line = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&line, &len);
+        if (!f)
+                return;
+        fprintf(f, "ts=%s.%03ldZ level=%s prog=%s ", tbuf, ts.tv_nsec / 1000000L, level_names[level], log_prog);
         if (ctx && *ctx)
-                fprintf(stderr, "%s ", ctx);
-        fputs("msg=", stderr);
-        write_quoted(stderr, msg);
-        fputc('\n', stderr);
-        fflush(stderr);
+                fprintf(f, "%s ", ctx);
+        fputs("msg=", f);
+        write_quoted(f, msg);
+        fputc('\n', f);
+        if (fclose(f) != 0) {
+                free(line);
+                return;
+        }
+        pthread_mutex_lock(&log_lock);
+        fflush(stderr); /* anything printed with stdio before, in order */
+        for (size_t off = 0; off < len;) {
+                ssize_t k = write(STDERR_FILENO, line + off, len - off);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        break;
+                off += (size_t) k;
+        }
         pthread_mutex_unlock(&log_lock);
+        free(line);
 }
 
 void log_emit(enum log_level level, const char *ctx, const char *fmt, ...) {
