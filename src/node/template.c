@@ -299,6 +299,35 @@ static void build_progress(struct tentry *e, const char *step) {
         pthread_mutex_unlock(&tlock);
 }
 
+/* The last non-empty line of a build log (what a failed script said last,
+ * e.g. apt's "E: Unable to locate package ..."), at most n - 1 bytes; "" when
+ * there is none. */
+static void log_last_line(const char *log_path, char *buf, size_t n) {
+        buf[0] = 0;
+        _cleanup_close_ int fd = open(log_path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0)
+                return;
+        char tail[BUILD_LOG_TAIL + 1];
+        off_t off = st.st_size > BUILD_LOG_TAIL ? st.st_size - BUILD_LOG_TAIL : 0;
+        ssize_t k = pread(fd, tail, BUILD_LOG_TAIL, off);
+        if (k <= 0)
+                return;
+        tail[k] = 0;
+        while (k > 0 && (tail[k - 1] == '\n' || tail[k - 1] == '\r' || tail[k - 1] == ' '))
+                tail[--k] = 0;
+        const char *start = strrchr(tail, '\n');
+        start = start ? start + 1 : tail;
+        size_t len = strlen(start);
+        if (len >= n)
+                len = n - 1;
+        memcpy(buf, start, len);
+        buf[len] = 0;
+        for (char *p = buf; *p; p++) /* one line for the API and the terminal */
+                if ((unsigned char) *p < 0x20)
+                        *p = ' ';
+}
+
 /* Logs the last lines of a build log, for a failed step. */
 static void log_tail(const char *ctx, const char *log_path) {
         _cleanup_close_ int fd = open(log_path, O_RDONLY | O_CLOEXEC);
@@ -347,7 +376,7 @@ static int run_step(struct tentry *e, const char *ctx, char *const argv[], const
         const char *base = strrchr(prog, '/') ? strrchr(prog, '/') + 1 : prog;
         if (r == -ETIMEDOUT) {
                 log_tail(ctx, log_path);
-                *ret_error = strdup_printf("%s timed out after %d s (log: %s)", base, SCRIPT_TIMEOUT_S, log_path);
+                *ret_error = strdup_printf("%s timed out after %d s", base, SCRIPT_TIMEOUT_S);
                 return r;
         }
         if (r < 0) {
@@ -357,7 +386,9 @@ static int run_step(struct tentry *e, const char *ctx, char *const argv[], const
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
                 log_tail(ctx, log_path);
                 int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-                *ret_error = strdup_printf("%s failed with status %d (log: %s)", base, code, log_path);
+                char last[512];
+                log_last_line(log_path, last, sizeof last);
+                *ret_error = strdup_printf("%s failed with status %d%s%s", base, code, last[0] ? ": " : "", last);
                 return -EIO;
         }
         log_emit(LOG_LEVEL_INFO, ctx, "%s done in %llu ms", base,
@@ -381,7 +412,9 @@ static int build_step(struct tentry *e, const char *ctx, char *const argv[], con
         int r = vmm_template_step(step, name, dir, out, kernel_dir ? kernel_dir : "", log_fd, ctx);
         if (r < 0) {
                 log_tail(ctx, log_path);
-                *ret_error = strdup_printf("%s step failed: %s (log: %s)", step, strerror(-r), log_path);
+                char last[512];
+                log_last_line(log_path, last, sizeof last);
+                *ret_error = strdup_printf("%s step failed: %s", step, last[0] ? last : strerror(-r));
                 return r;
         }
         log_emit(LOG_LEVEL_INFO, ctx, "%s done in %llu ms (airlock-nodemgr)", step,

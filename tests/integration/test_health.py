@@ -65,6 +65,8 @@ def test_failed_template_build_is_reported_with_its_log(airlock_factory, broken_
     assert status == 503
     msg = body["error"]["message"]
     assert "template broken failed" in msg and "log" in msg, msg
+    # what the recipe said last, not an errno
+    assert "Unable to locate package no-such-package" in msg, msg
     broken = by_name(body)["broken"]
     assert broken["state"] == "failed" and broken["error"]
     # the log it names holds what the recipe said
