@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Airlock needs to build, run and test, if any
-# are missing. Idempotent and quiet when everything is there.
-#   scripts/deps.sh [--test]     (--test adds what the test suite needs)
+# Installs the Debian packages Airlock needs to build and run (and, with
+# --test, to run the test suite), if any are missing. Idempotent and silent
+# when everything is there; otherwise one line says what it installs, and a
+# failure says in a line or two what failed, with apt's log kept in
+# BUILD_DIR/apt.log.
+#   scripts/deps.sh [--test]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+build=${AIRLOCK_BUILD_DIR:-$here/build}
 
 pkgs=(
   # build
-  gcc pkg-config meson ninja-build
+  gcc libc6-dev pkg-config meson ninja-build
   libmicrohttpd-dev libjansson-dev libsodium-dev libsqlite3-dev libcurl4-openssl-dev
-  # run: the VMM and what the node uses for storage
-  qemu-system-x86 btrfs-progs util-linux e2fsprogs
+  # run: the VMM and what the node uses for storage and its users
+  qemu-system-x86 btrfs-progs util-linux mount e2fsprogs passwd
 )
 if [ -f "$here/images/deps.txt" ]; then
   while read -r p _; do
@@ -18,23 +22,67 @@ if [ -f "$here/images/deps.txt" ]; then
     pkgs+=("$p")
   done < "$here/images/deps.txt"
 fi
-if [ "${1:-}" = "--test" ]; then
-  # clang and its libFuzzer runtime: the bounded fuzz runs (scripts/fuzz.sh)
-  pkgs+=(libcmocka-dev python3 python3-pytest clang libclang-rt-14-dev python3-cryptography)
-fi
+case "${1:-}" in
+  '') ;;
+  --test)
+    # cmocka: the unit tests (required by ./test.sh, optional for ./run.sh);
+    # clang and its libFuzzer runtime: the bounded fuzz runs (scripts/fuzz.sh)
+    pkgs+=(libcmocka-dev python3 python3-pytest clang libclang-rt-14-dev python3-cryptography)
+    ;;
+  *) echo "usage: $0 [--test]" >&2; exit 2 ;;
+esac
 
 missing=()
+declare -A seen=()
 for p in "${pkgs[@]}"; do
+  [ -z "${seen[$p]:-}" ] || continue
+  seen[$p]=1
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
   [ "$status" = "install ok installed" ] || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then
-  echo "airlock: missing Debian packages: ${missing[*]} (run as root to install them)" >&2
+  echo "airlock: ${#missing[@]} Debian packages are missing: ${missing[*]}" >&2
+  echo "airlock: run this as root (sudo $0${1:+ $1}) to install them, or install them yourself" >&2
   exit 1
 fi
-echo "airlock: installing ${missing[*]}" >&2
+
+# apt needs room in /var/cache/apt (the .debs) and /usr; ~1 GiB covers a
+# bare machine's whole first install (measured: ~700 MiB, docs/testing.md)
+need_mib=1024
+for d in /var/cache/apt /usr; do
+  avail=$(df -Pk "$d" 2>/dev/null | awk 'NR == 2 { print int($4 / 1024) }')
+  if [ -n "$avail" ] && [ "$avail" -lt "$need_mib" ]; then
+    echo "airlock: no space to install Debian packages: $d has $avail MiB free, about $need_mib MiB needed" >&2
+    exit 1
+  fi
+done
+
+mkdir -p "$build"
+log=$build/apt.log
+: > "$log"
+# what apt said, in a line or two: its errors, else its last line
+apt_error() {
+  local e
+  e=$(grep -E '^(E|Err):' "$log" | tail -n 3 || true)
+  [ -n "$e" ] || e=$(grep -E '^W:' "$log" | tail -n 2 || true)
+  [ -n "$e" ] || e=$(tail -n 1 "$log")
+  printf '%s\n' "$e" | sed 's/^/airlock:   /' >&2
+}
+
+echo "airlock: installing ${#missing[@]} Debian packages (first start only): ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -q >/dev/null
-apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+# --error-on=any: a mirror that cannot be reached is an error here, not a
+# warning followed by a confusing "Unable to locate package" later
+if ! apt-get update -q --error-on=any >>"$log" 2>&1; then
+  echo "airlock: apt-get update failed; is the Debian mirror in /etc/apt/sources.list* reachable? (log: $log)" >&2
+  apt_error
+  exit 1
+fi
+if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$log" 2>&1; then
+  echo "airlock: apt-get install failed for: ${missing[*]} (log: $log)" >&2
+  apt_error
+  exit 1
+fi
+echo "airlock: installed ${#missing[@]} Debian packages" >&2
