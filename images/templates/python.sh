@@ -123,14 +123,16 @@ mmlog=$TMP/mmdebstrap.log
 rc=0
 mmdebstrap "${mmargs[@]}" "$SUITE" "$R" "${sources[@]}" 2>&1 | tee "$mmlog" >&2 || rc=$?
 if [ "$rc" -ne 0 ]; then
-	# the last error line: mmdebstrap's "E: ...", else any "error"/"failed"
-	last=$(grep -E '^(mmdebstrap: )?E: ' "$mmlog" | tail -n1 || true)
-	[ -n "$last" ] || last=$(grep -iE 'error|failed|not found' "$mmlog" | tail -n1 || true)
-	[ -n "$last" ] || last=$(grep -v '^[[:space:]]*$' "$mmlog" | tail -n1 || true)
-	if grep -qE 'Failed to fetch|Could not resolve|Temporary failure resolving|Unable to connect|Could not connect|Connection (failed|timed out|refused)|404 +Not Found|Release file .* is not valid|does not have a Release file' "$mmlog"; then
-		die "mmdebstrap could not download from the mirror $MIRROR (set AIRLOCK_MIRROR to use another): ${last:-exit $rc}"
+	download='Failed to fetch|Could not resolve|Temporary failure resolving|Unable to connect|Could not connect|Connection (failed|timed out|refused)|404 +Not Found|Release file .* is not valid|does not have a Release file'
+	if grep -qE "$download" "$mmlog"; then
+		die "mmdebstrap could not download from the mirror $MIRROR (set AIRLOCK_MIRROR to use another): $(grep -E "$download" "$mmlog" | tail -n1)"
 	fi
-	die "mmdebstrap failed (exit $rc): ${last:-no output}"
+	# what failed: a missing command (a hook's tool), and mmdebstrap's last
+	# own error ("E: mmdebstrap failed to run" says nothing)
+	cause=$(grep -E ': not found$|command not found' "$mmlog" | tail -n1 || true)
+	last=$(grep -E '^E: ' "$mmlog" | grep -v 'E: mmdebstrap failed to run' | tail -n1 || true)
+	[ -n "$cause$last" ] || last=$(grep -v '^[[:space:]]*$' "$mmlog" | tail -n1 || true)
+	die "mmdebstrap failed (exit $rc): ${cause:+$cause; }${last:-no output}"
 fi
 [ -x "$R/usr/bin/python3" ] || die "no /usr/bin/python3 in the built tree"
 tree_mb=$(( ($(du -sxk "$R" | cut -f1) + 1023) / 1024 ))
