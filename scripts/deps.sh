@@ -44,7 +44,7 @@ done
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "airlock: ${#missing[@]} Debian packages are missing: ${missing[*]}" >&2
-  echo "airlock: run this as root (sudo $0${1:+ $1}) to install them, or install them yourself" >&2
+  echo "airlock: run it as root (sudo) to install them, or install them yourself (apt-get install --no-install-recommends ...)" >&2
   exit 1
 fi
 
@@ -65,7 +65,7 @@ log=$build/apt.log
 # what apt said, in a line or two: its errors, else its last line
 apt_error() {
   local e
-  e=$(grep -E '^(E|Err):' "$log" | tail -n 3 || true)
+  e=$(grep -E '^(E|Err):' "$log" | head -n 2 || true)
   [ -n "$e" ] || e=$(grep -E '^W:' "$log" | tail -n 2 || true)
   [ -n "$e" ] || e=$(tail -n 1 "$log")
   printf '%s\n' "$e" | sed 's/^/airlock:   /' >&2
@@ -76,12 +76,12 @@ export DEBIAN_FRONTEND=noninteractive
 # --error-on=any: a mirror that cannot be reached is an error here, not a
 # warning followed by a confusing "Unable to locate package" later
 if ! apt-get update -q --error-on=any >>"$log" 2>&1; then
-  echo "airlock: apt-get update failed; is the Debian mirror in /etc/apt/sources.list* reachable? (log: $log)" >&2
+  echo "airlock: apt-get update failed: is the Debian mirror in /etc/apt/sources.list* reachable? (log: $log)" >&2
   apt_error
   exit 1
 fi
 if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$log" 2>&1; then
-  echo "airlock: apt-get install failed for: ${missing[*]} (log: $log)" >&2
+  echo "airlock: apt-get install of the ${#missing[@]} packages failed (log: $log):" >&2
   apt_error
   exit 1
 fi

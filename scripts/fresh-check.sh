@@ -366,6 +366,8 @@ if [ -n "$run_check" ]; then
 	airlockd_pid=
 	[ "$rc" -eq 0 ] || die "airlockd exited with status $rc after SIGTERM (log: $log)"
 	say "airlockd exited 0; its data volume had ${used:-?} MiB in use"
+	say "the root: $(du -sxm --exclude="$R/var/lib/airlock" --exclude="$R/var/cache/apt/archives" \
+		--exclude="$R/var/cache/airlock-debs" "$R" | cut -f1) MiB after the install and the build (the base: $(du -sxm "$base" | cut -f1) MiB); the data dir: $(du -sxm "$R/var/lib/airlock" | cut -f1) MiB"
 	cp "$log" "$top/last-run.log"
 	phase "checks and cleanup"
 	cleanup_root check || die "the run left things behind (above)"
