@@ -27,6 +27,8 @@
 # test_python_lifecycle): its install step (scripts/deps.sh --test), the
 # build with the tests, all unit tests and fuzz replays, the test volume,
 # the templates and that test with real VMs (--only-test-deps: that alone).
+# FRESH_BEFORE_CHECK=CMD runs CMD just before the leftovers check (R and
+# LOG in its environment; `bash` to look around in what airlockd left).
 # Apt's .debs (the root's own apt and the template builds'
 # AIRLOCK_APT_CACHE) are cached in BUILD_DIR/fresh-root/cache. Each phase
 # prints its time.
@@ -128,6 +130,19 @@ our_vms() {
 	[ -f "${log:-}" ] || return 0
 	sed -n 's/.*started VM pid=\([0-9]*\) uid=\([0-9]*\) .*/\1 \2/p' "$log" | sort -u
 }
+empty_vm_cgroups() {
+	local dirs d u
+	[ -f "${log:-}" ] || return 0
+	dirs=$(sed -n 's/.*one cgroup per VM below \(.*\) (memory.*/\1/p' "$log" | head -n1)
+	for u in $(our_vms | cut -d' ' -f2); do
+		for d in $dirs; do
+			# (cgroupfs files have size 0: read it)
+			[ -d "$d/airlock-vm-$u" ] && [ -z "$(cat "$d/airlock-vm-$u/cgroup.procs" 2>/dev/null)" ] &&
+				echo "$d/airlock-vm-$u"
+		done
+	done
+	return 0
+}
 vms_running() {
 	local p u
 	while read -r p u; do
@@ -181,11 +196,13 @@ cleanup_root() {
 		-e "$R/var/cache/apt/archives" -e "$R/var/cache/airlock-debs" |
 		grep -v -e "^$R/dev/" -e "^$R/sys/" -e "^$R/proc/" || true)
 	[ -z "$m" ] || [ -z "$mode" ] || leaks+=("mounts left: $(echo $m)")
+	# before the unmounts: a backing file's path reads as R/... only while
+	# the root's own bind mount is there
+	l=$(loops_in_root | tr '\n' ' ')
+	[ -z "${l// /}" ] || [ -z "$mode" ] || leaks+=("loop devices left: $l")
 	for m in $(mounts_in_root); do
 		umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || say "cannot unmount $m"
 	done
-	l=$(loops_in_root | tr '\n' ' ')
-	[ -z "${l// /}" ] || [ -z "$mode" ] || leaks+=("loop devices left: $l")
 	# unmounted here, a loop device still held is mounted in a namespace of
 	# a process of ours (a jailed VM): who has it in its mountinfo
 	p=$(for d in $l; do grep -lF " $d " /proc/[0-9]*/mountinfo 2>/dev/null | cut -d/ -f3; done | sort -u | tr '\n' ' ')
@@ -196,11 +213,14 @@ cleanup_root() {
 		sleep 1
 	fi
 	for l in $l; do losetup -d "$l" 2>/dev/null || true; done
-	# our VMs' cgroups (airlock-vm-UID, in whichever hierarchies), if empty:
-	# with processes, another suite on this host took the uid since
-	c=$(our_vms | while read -r _ u; do
-		find /sys/fs/cgroup -maxdepth 5 -type d -name "airlock-vm-$u" 2>/dev/null
-	done | sort -u | while read -r d; do [ -s "$d/cgroup.procs" ] || echo "$d"; done)
+	# our VMs' cgroups (airlock-vm-UID below the dirs airlockd's log names),
+	# if empty, and still empty 3 s later: a VM uid is host-wide, another
+	# suite here may take one of ours and make its cgroup meanwhile
+	c=$(empty_vm_cgroups)
+	if [ -n "$c" ]; then
+		sleep 3
+		c=$(empty_vm_cgroups)
+	fi
 	[ -z "$c" ] || [ -z "$mode" ] || leaks+=("VM cgroups left: $(echo $c)")
 	for d in $c; do rmdir "$d" 2>/dev/null || true; done
 	if [ -n "$(mounts_in_root)" ]; then
@@ -370,6 +390,9 @@ if [ -n "$run_check" ]; then
 		--exclude="$R/var/cache/airlock-debs" "$R" | cut -f1) MiB after the install and the build (the base: $(du -sxm "$base" | cut -f1) MiB); the data dir: $(du -sxm "$R/var/lib/airlock" | cut -f1) MiB"
 	cp "$log" "$top/last-run.log"
 	phase "checks and cleanup"
+	# FRESH_BEFORE_CHECK: a shell command (R and LOG set) run in the state
+	# airlockd left, before the checks (`bash` to look around)
+	[ -z "${FRESH_BEFORE_CHECK:-}" ] || R=$R LOG=$log bash -c "$FRESH_BEFORE_CHECK" || true
 	cleanup_root check || die "the run left things behind (above)"
 	log= # its VMs are gone; their uids may be another suite's now
 fi
