@@ -337,6 +337,7 @@ class Soak:
         self.stopping = threading.Event()
         self.fatal = None
         self.uids = set()
+        self.leaked_pids = set()  # QEMUs already reported: later checks do not wait for them
         self.stack = None
         self.baseline_cgroups = set()
         self.baseline_loops = []
@@ -1085,6 +1086,7 @@ class Soak:
                 bad = [f"cannot list: {e}"]
                 listed = {}
             vms, unknown = vm_map(data_dir)
+            unknown = [p for p in unknown if p not in self.leaked_pids]
             for pid in unknown:
                 bad.append(f"QEMU {pid} of no sandbox (run dir {qemu_run_dir(pid)}: its vmm.pid names "
                            f"another VM or is gone)")
@@ -1107,9 +1109,12 @@ class Soak:
             for d in sorted(dirs - set(listed)):
                 bad.append(f"directory {sbxdir}/{d} of a sandbox the API does not know"
                            f"{' (deleted)' if d in self.deleted else ''}")
-            if not bad or now() > deadline:
+            with self.lock:
+                new = [b for b in bad if b not in self.leaks]  # reported ones need not settle again
+            if not new or now() > deadline:
                 break
             time.sleep(0.5)
+        self.leaked_pids |= set(unknown)
         for b in bad:
             self.problem("leak", f"({why}) {b}")
         mounts = harness.mounts_under(data_dir)
