@@ -15,7 +15,18 @@ build=${AIRLOCK_BUILD_DIR:-$here/build}
 export AIRLOCK_BUILD_DIR=$build
 
 "$here/scripts/deps.sh" --test
-"$here/scripts/build.sh"
+"$here/scripts/build.sh" --test
+
+# The suite's Airlocks drop to the users airlock and airlock-node, which
+# exec the binaries of this build and read images/ and the test volume in
+# it: a checkout they cannot reach (under /root, mode 0700) cannot work.
+if [ "${AIRLOCK_PRIVSEP:-1}" != 0 ] &&
+    ! setpriv --reuid=65534 --regid=65534 --clear-groups -- \
+      sh -c 'test -x "$1" && test -r "$2"' sh "$build/src/node/airlock-node" "$here/images/kernel.sh" 2>/dev/null; then
+  echo "airlock: the tests need a checkout other users can reach (airlockd's users run $build/src and read $here/images);" >&2
+  echo "  $here is not: clone it under /opt or /srv, or make every directory above it o+x" >&2
+  exit 1
+fi
 
 echo "== unit tests and fuzz replays"
 meson test -C "$build" --suite unit --suite fuzz --print-errorlogs --num-processes 2

@@ -204,6 +204,24 @@ static int file_write_data(struct agent *a, uint32_t stream, const void *data, s
         return 0;
 }
 
+/* Makes a rename into path's directory durable (best effort: the file's
+ * own data is synced already; a directory that cannot be opened keeps the
+ * old name after a crash, never a torn file). */
+static void fsync_parent_dir(const char *path) {
+        const char *slash = strrchr(path, '/');
+        char dir[PATH_MAX];
+        size_t n = slash && slash != path ? (size_t) (slash - path) : 1;
+        if (n >= sizeof dir)
+                return;
+        memcpy(dir, slash ? path : "/", n);
+        dir[n] = 0;
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd >= 0) {
+                (void) fsync(fd);
+                close(fd);
+        }
+}
+
 /* FILE_END for a write: rename into place and answer with the size, or
  * with an abort discard the temporary file and answer ECANCELED. */
 static int file_write_end(struct agent *a, uint32_t stream, const void *payload, size_t len) {
@@ -218,9 +236,14 @@ static int file_write_end(struct agent *a, uint32_t stream, const void *payload,
                 transfer_free(a, t);
                 return r < 0 ? r : -ECANCELED;
         }
-        if (close(t->fd) < 0) {
-                t->fd = -1;
+        /* The API acknowledges the write once we answer: it must survive
+         * the VM's death from then on (a crash, a recovery that boots the
+         * disk), so the data and the rename reach the disk first. */
+        if (fsync(t->fd) < 0 || close(t->fd) < 0) {
                 r = negative_errno();
+                if (t->fd >= 0)
+                        (void) close(t->fd);
+                t->fd = -1;
                 transfer_free(a, t);
                 return r;
         }
@@ -230,6 +253,7 @@ static int file_write_end(struct agent *a, uint32_t stream, const void *payload,
                 transfer_free(a, t);
                 return r;
         }
+        fsync_parent_dir(t->path);
         free(t->tmp_path);
         t->tmp_path = NULL;
         uint64_t size = t->size;

@@ -218,6 +218,14 @@ int nodeprep_spawn(const struct daemon_config *c, uid_t uid, gid_t gid, int list
                         (char *) c->cap_keys_dir, NULL,
                 };
                 execv(c->node_binary, argv);
+                /* no log_*() after fork: its lock may be held by a thread
+                 * that does not exist here; one write says why */
+                int e = errno;
+                dprintf(STDERR_FILENO, "level=error prog=airlock-nodemgr msg=\"cannot run %s as the node user: %s%s\"\n",
+                        c->node_binary, strerror(e),
+                        e == EACCES ? " (the binary and every directory above it must be reachable by other users; "
+                                      "a checkout under /root, mode 0700, is not)"
+                                    : "");
                 _exit(127);
         }
         close(p[1]);

@@ -197,3 +197,16 @@ def test_crashed_vmm_resumes_its_checkpoint_when_asked(airlock):
     assert rec["ok"] is True and "checkpoint" not in rec and rec["how"].startswith("cold boot of its disk"), rec
     assert ledger(a, sid) == ["1", "3"]
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+
+
+def test_uploaded_file_survives_a_vmm_crash(airlock):
+    """A file the API answered 200 for is on the guest's disk: a recovery
+    that boots the disk finds it (the agent syncs before it answers)."""
+    a = airlock
+    sid = a.create("minimal")["id"]
+    data = os.urandom(256 * 1024)
+    a.put_file(sid, "/root/upload.bin", data)
+    os.kill(qemu_pids(sid)[0], signal.SIGKILL)
+    wait_state(a, sid, "running", execution=2)
+    assert a.get_file(sid, "/root/upload.bin") == data
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
