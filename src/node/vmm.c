@@ -1459,6 +1459,25 @@ static int state_file_finish(struct vmm *v, int fd, const char *tmp, const char 
 #define SNAPSHOT_BANDWIDTH (8ULL << 30) /* bytes/s: a local file, not a network */
 #define SNAPSHOT_DOWNTIME_MS 20
 
+/* A VM left paused after a snapshot is in QEMU's "postmigrate" state, from
+ * which QEMU refuses to migrate again ("Can't migrate the vm that was
+ * paused due to previous migration"): a paused sandbox could take one full
+ * snapshot, fork or suspend, then no other. cont and stop at once make it
+ * an ordinary paused VM (its vCPUs run for the moment between the two). */
+static int leave_postmigrate(struct vmm *v) {
+        _cleanup_(json_decrefp) json_t *st = NULL;
+        int r = qmp_execute(v->qmp, "query-status", NULL, QMP_CMD_MS, &st);
+        if (r < 0)
+                return qmp_failed(v, r, "query-status");
+        if (strcmp(json_string_value(json_object_get(st, "status")) ?: "", "postmigrate") != 0)
+                return 0;
+        if ((r = qmp_execute(v->qmp, "cont", NULL, QMP_CMD_MS, NULL)) < 0)
+                return qmp_failed(v, r, "cont (leaving postmigrate)");
+        if ((r = qmp_execute(v->qmp, "stop", NULL, QMP_CMD_MS, NULL)) < 0)
+                return qmp_failed(v, r, "stop (leaving postmigrate)");
+        return 0;
+}
+
 int vmm_snapshot(struct vmm *v, const char *state_path, bool leave_paused, int (*paused)(void *userdata),
                  void *userdata, struct vmm_snapshot_stats *ret_stats) {
         uint64_t t0 = now_monotonic_ns();
@@ -1485,6 +1504,8 @@ int vmm_snapshot(struct vmm *v, const char *state_path, bool leave_paused, int (
                 r = qmp_failed(v, r, "migrate-set-parameters");
         if (r >= 0 && (r = qmp_send_fd(v->qmp, fd, "snap")) < 0)
                 r = qmp_failed(v, r, "getfd");
+        if (r >= 0)
+                r = leave_postmigrate(v);
         /* Live only where dirty tracking is the hardware's (KVM): under
          * TCG (QEMU 7.2) a live stream restored into a guest that later
          * crashed in 1 of 3 tries (timer-wheel corruption); stopped first,

@@ -298,3 +298,24 @@ def test_full_snapshot_fork_suspend_of_a_warm_pool_sandbox(airlock_factory):
     assert verb(a, sid, "rollback", {"snapshot": snap["id"]})["state"] == "succeeded"
     for s in (sid, child):
         assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
+
+
+def test_paused_sandbox_takes_one_full_snapshot_after_another(airlock_factory):
+    """A snapshot leaves a paused VM in QEMU's postmigrate state, from which
+    QEMU refuses another migration: a second full snapshot, a fork and a
+    suspend of the same paused sandbox must all work, and it stays paused."""
+    a = airlock_factory(prebuild="minimal")
+    sid = a.create("minimal")["id"]
+    assert a.exec(sid, ["sh", "-c", "echo kept > /root/f"])["exit_code"] == 0
+    verb(a, sid, "pause")
+    for _ in range(2):
+        assert a.request("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"})[0] == 201
+    op = verb(a, sid, "fork")
+    child = op["result"]["sandbox"]["id"]
+    assert a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "paused"
+    verb(a, sid, "suspend")
+    assert a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "suspended"
+    assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "kept\n"  # wakes it
+    assert a.exec(child, ["cat", "/root/f"])["stdout"] == "kept\n"
+    for s in (sid, child):
+        assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
