@@ -490,6 +490,16 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
  * changes only by compare-and-set from the state it was read in, so a verb
  * that claimed the sandbox meanwhile keeps its claim.
  */
+/* Whether the node's object store holds the whole suspended image of
+ * sandbox id. */
+static bool suspended_image_landed(struct api_ctx *ctx, const char *id) {
+        char snap[96];
+        api_suspended_snapshot_id(id, snap, sizeof snap);
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "suspended.get", "snapshot_id", snap);
+        char err[API_ERRMSG_MAX];
+        return req && node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, err) >= 0;
+}
+
 static void sandbox_merge(struct api_ctx *ctx, struct store_sandbox *sb, const json_t *node_sb) {
         /* creating: the node may not know it yet; suspended, archived: no
          * node holds it; a verb in progress: its worker settles the row */
@@ -498,7 +508,9 @@ static void sandbox_merge(struct api_ctx *ctx, struct store_sandbox *sb, const j
             (lifecycle_state_is_transitional(sb->state) && strcmp(sb->state, "recovering") != 0))
                 return;
         const char *state = "failed", *error = NULL;
-        if (!node_sb)
+        if (!node_sb && suspended_image_landed(ctx, sb->id))
+                state = "suspended"; /* its suspend finished, but its reply never came (a node or airlockd died) */
+        else if (!node_sb)
                 error = "the node agent does not know this sandbox";
         else {
                 state = json_string_value(json_object_get(node_sb, "state")) ?: "";

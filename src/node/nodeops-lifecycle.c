@@ -240,6 +240,20 @@ int nodeops_sandbox_wake(struct node_conn *c, json_t *req) {
         }
 }
 
+int nodeops_suspended_get(struct node_conn *c, json_t *req) {
+        const char *snap = json_string_value(json_object_get(req, "snapshot_id"));
+        if (!snap || !name_is_valid(snap))
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "field \"snapshot_id\" must be 1-64 characters of [A-Za-z0-9._-], not "
+                                        "starting with '.'");
+        int r = sandbox_suspended_exists(snap);
+        if (r == -ENOENT)
+                return conn_reply_error(c, r, "not_found", "no suspended snapshot %s", snap);
+        if (r < 0)
+                return conn_reply_error(c, r, "internal", "cannot read snapshot %s: %s", snap, strerror(-r));
+        return conn_reply_ok(c, json_pack("{s:s}", "snapshot_id", snap));
+}
+
 int nodeops_suspended_delete(struct node_conn *c, json_t *req) {
         const char *snap = json_string_value(json_object_get(req, "snapshot_id"));
         if (!snap || !name_is_valid(snap))

@@ -1067,6 +1067,7 @@ static const struct {
         { "sandbox.suspend", nodeops_sandbox_suspend },
         { "sandbox.wake", nodeops_sandbox_wake },
         { "suspended.delete", nodeops_suspended_delete },
+        { "suspended.get", nodeops_suspended_get },
         { "exec", op_exec },
         { "session.start", op_session_start },
         { "session.attach", op_session_attach },

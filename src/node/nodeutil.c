@@ -303,9 +303,13 @@ void node_hold_point(const char *point) {
         for (const char *p = list; p && *p;) {
                 size_t k = strcspn(p, ",");
                 if (k == n && strncmp(p, point, n) == 0) {
-                        log_warn("test hold point %s reached (AIRLOCK_TEST_HOLD): blocking until killed", point);
-                        for (;;)
-                                pause();
+                        const char *release = getenv("AIRLOCK_TEST_HOLD_RELEASE");
+                        log_warn("test hold point %s reached (AIRLOCK_TEST_HOLD): blocking until %s", point,
+                                 release && *release ? release : "killed");
+                        while (!(release && *release && access(release, F_OK) == 0))
+                                (void) usleep(50 * 1000);
+                        log_warn("test hold point %s released", point);
+                        return;
                 }
                 p += k + (p[k] == ',');
         }

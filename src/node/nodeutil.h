@@ -49,9 +49,10 @@ int node_base64_decode(const char *s, uint8_t **ret, size_t *ret_len);
 void node_hex(const uint8_t *data, size_t n, char *out);
 
 /* A test hold point: when AIRLOCK_TEST_HOLD (a comma list) names point,
- * logs "test hold point POINT reached" and blocks this thread for good, so
- * a test can kill the node exactly there. Does nothing otherwise. Never set
- * it in production: the operation never finishes. */
+ * logs "test hold point POINT reached" and blocks this thread until the
+ * file AIRLOCK_TEST_HOLD_RELEASE exists (for good without one), so a test
+ * can kill a process exactly there. Does nothing otherwise. Never set it in
+ * production: the operation waits. */
 void node_hold_point(const char *point);
 
 /* Creates a fresh, short directory DATA_DIR/run/vm/N for one VM's sockets and

@@ -559,6 +559,13 @@ int sandbox_unarchive(const char *id, const char *snapshot_id, struct sandbox **
         return 0;
 }
 
+int sandbox_suspended_exists(const char *snapshot_id) {
+        if (!objstore)
+                return -EOPNOTSUPP;
+        _cleanup_(json_decrefp) json_t *m = NULL;
+        return objstore_snapshot_manifest(objstore, snapshot_id, &m);
+}
+
 int sandbox_suspended_delete(const char *snapshot_id) {
         if (!objstore)
                 return -EOPNOTSUPP;

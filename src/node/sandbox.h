@@ -216,6 +216,9 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
 int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, char **ret_error);
 /* Deletes a suspended sandbox's snapshot from the object store. */
 int sandbox_suspended_delete(const char *snapshot_id);
+/* 0 when the object store holds the whole suspended image snapshot_id
+ * (its manifest landed), -ENOENT when not. */
+int sandbox_suspended_exists(const char *snapshot_id);
 
 /* Disk snapshots live in SANDBOXES/ID/snapshots/SNAP.img (deleted with the
  * sandbox); at most this many per sandbox. */

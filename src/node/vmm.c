@@ -1627,6 +1627,30 @@ void vmm_forget(struct vmm *v) {
         vmm_free(v);
 }
 
+/* A VM that could not be killed (airlock-nodemgr gone: only it may signal
+ * a jailed VMM) must not be forgotten, or it runs on with no owner: its run
+ * dir, with the vmm.pid record, moves aside to RUN_DIR.stray, which the
+ * next node's sweep of run/vm finds and ends (node_vm_run_dirs_sweep). Its
+ * uid and cgroup stay taken until then. */
+static void vmm_strand(struct vmm *v) {
+        _cleanup_free_ char *dir = v->pid_path ? strdup(v->pid_path) : NULL;
+        char *slash = dir ? strrchr(dir, '/') : NULL;
+        if (slash)
+                *slash = 0;
+        _cleanup_free_ char *aside = slash ? strdup_printf("%s.stray", dir) : NULL;
+        if (!aside || rename(dir, aside) < 0)
+                log_errno(LOG_LEVEL_ERROR, aside ? negative_errno() : -ENOMEM, v->log_ctx,
+                          "cannot stop VM pid %d nor keep its record (it may run on unowned): %m", (int) v->pid);
+        else
+                log_emit(LOG_LEVEL_ERROR, v->log_ctx,
+                         "cannot stop VM pid %d (airlock-nodemgr gone?); its record moved to %s, the next node start "
+                         "ends it",
+                         (int) v->pid, aside);
+        if (v->pidfd >= 0)
+                close(v->pidfd);
+        vmm_free(v);
+}
+
 void vmm_destroy(struct vmm *v) {
         if (!v)
                 return;
@@ -1637,6 +1661,10 @@ void vmm_destroy(struct vmm *v) {
                  * process alone. */
                 if (!process_exited(v))
                         (void) kill_vm(v->pid, v->pidfd, v->start_time, v->uid, 2000, v->log_ctx);
+                if (!process_exited(v)) {
+                        vmm_strand(v);
+                        return;
+                }
         } else if (v->pid > 0) {
                 /* Not reaped yet, so the pid cannot have been reused. */
                 (void) kill(v->pid, SIGKILL);

@@ -4,11 +4,12 @@ memory, processes and disk come back exactly as they were."""
 import json
 import os
 import signal
+import tempfile
 import time
 
 import pytest
 
-from harness import qemu_pids
+from harness import Airlock, qemu_pids
 from harness import node_pids
 from test_recovery import alive_in_guest, start_sleeper, wait_state
 
@@ -319,3 +320,52 @@ def test_paused_sandbox_takes_one_full_snapshot_after_another(airlock_factory):
     assert a.exec(child, ["cat", "/root/f"])["stdout"] == "kept\n"
     for s in (sid, child):
         assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
+
+
+def airlock_pids(data_dir):
+    """airlock-nodemgr, airlockd and airlock-node processes of data_dir."""
+    out = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        except (OSError, ValueError):
+            continue
+        if exe.startswith(("airlock-nodemgr", "airlockd", "airlock-node")) and data_dir.encode() in argv:
+            out.append(int(pid))
+    return out
+
+
+def test_nodemgr_killed_during_suspend_leaves_no_vm_running(airlock_factory):
+    """airlock-nodemgr (the only process that may signal a VM) dies while a
+    suspend is between its upload and stopping the VM: the node cannot stop
+    it, and must not forget it. Started again as a service manager would,
+    the stack ends that VM, the sandbox is suspended and wakes with its
+    data."""
+    release = tempfile.mktemp(prefix="release-", dir=os.environ["AIRLOCK_TEST_VOLUME"])
+    env = {"AIRLOCK_TEST_HOLD": "suspend.uploaded", "AIRLOCK_TEST_HOLD_RELEASE": release}
+    a = airlock_factory(prebuild="minimal", env=env)
+    sid = a.create("minimal")["id"]
+    assert a.exec(sid, ["sh", "-c", "echo safe > /root/f"])["exit_code"] == 0
+    assert a.request("POST", f"/v1/sandboxes/{sid}/suspend")[0] == 202
+    try:
+        wait_for(lambda: "test hold point suspend.uploaded reached" in a.log_tail(400), "no hold", a)
+        os.kill(a.proc.pid, signal.SIGKILL)  # airlock-nodemgr: what airlockd became
+        a.proc.wait()
+    finally:
+        open(release, "w").close()
+    try:
+        wait_for(lambda: not airlock_pids(a.data_dir), "airlockd and its node did not end with nodemgr", a)
+        b = Airlock(a.data_dir, {"AIRLOCK_POOL_SIZE": "0"}, "minimal")
+        try:
+            b.wait_ready(120)
+            assert wait_for(lambda: not qemu_pids(a.data_dir), "the VM the old node could not stop runs on", b)
+            assert b.api("GET", f"/v1/sandboxes/{sid}")["state"] == "suspended"
+            assert b.exec(sid, ["cat", "/root/f"])["stdout"] == "safe\n"  # wakes it
+            assert len(qemu_pids(a.data_dir)) == 1
+            assert b.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+        finally:
+            b.stop()
+    finally:
+        os.unlink(release)
