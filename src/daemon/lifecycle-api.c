@@ -224,14 +224,7 @@ static void *job_main(void *arg) {
                 }
                 if (res && j->verb == LIFECYCLE_SUSPEND && json_is_object(json_object_get(rep, "suspended")))
                         json_object_set(res, "suspended", json_object_get(rep, "suspended"));
-                if (j->verb == LIFECYCLE_WAKE) {
-                        /* running again: its suspended image is stale */
-                        _cleanup_(json_decrefp) json_t *del = json_pack("{s:s, s:s}", "op", "suspended.delete",
-                                                                        "snapshot_id", j->snapshot_id);
-                        char derr[API_ERRMSG_MAX];
-                        if (del && node_call(j->config->node_socket, j->config->node_timeout_s, del, NULL, derr) < 0)
-                                log_emit(LOG_LEVEL_WARN, ctx, "cannot delete the suspended image: %s", derr);
-                }
+                /* a wake's image, stale now, the node removed itself */
                 _cleanup_free_ char *res_s = res ? json_dumps(res, JSON_COMPACT) : NULL;
                 operation_finish(j->store, j->op_id, 0, NULL, res_s);
                 log_emit(LOG_LEVEL_INFO, ctx, "succeeded in %llu ms",

@@ -475,6 +475,12 @@ int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, 
         _cleanup_free_ char *marker = marker_path(s->dir);
         if (marker)
                 (void) unlink(marker); /* its snapshots belong to a running sandbox again */
+        /* it runs here now: its image is stale, and removed here rather than
+         * by airlockd after the reply, which a crash of either could lose */
+        int k = objstore_snapshot_delete(objstore, snapshot_id);
+        if (k < 0 && k != -ENOENT)
+                log_errno(LOG_LEVEL_WARN, k, s->ctx, "cannot remove the stale snapshot %s: %m", snapshot_id);
+        node_hold_point("wake.restored");
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox woken from snapshot %s in %llu ms (download %llu ms, restore %llu ms)",
                  snapshot_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
                  (unsigned long long) ((t_down - t0) / 1000000ULL), (unsigned long long) s->restore_ms);

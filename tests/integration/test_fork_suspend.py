@@ -369,3 +369,31 @@ def test_nodemgr_killed_during_suspend_leaves_no_vm_running(airlock_factory):
             b.stop()
     finally:
         os.unlink(release)
+
+
+def test_wake_removes_the_stale_image_itself(airlock_factory):
+    """The node removes a woken sandbox's image before it answers the wake,
+    so a crash of airlockd (or a lost reply) cannot leave it in the object
+    store for good."""
+    release = tempfile.mktemp(prefix="release-", dir=os.environ["AIRLOCK_TEST_VOLUME"])
+    env = {"AIRLOCK_TEST_HOLD": "wake.restored", "AIRLOCK_TEST_HOLD_RELEASE": release}
+    a = airlock_factory(prebuild="minimal", env=env)
+    sid = a.create("minimal")["id"]
+    verb(a, sid, "suspend")
+    objstore = os.path.join(a.data_dir, "objstore")
+
+    def manifests():
+        return [d for d, _, fs in os.walk(objstore) for f in fs if f == "manifest.json"]
+    assert len(manifests()) == 1  # control: the image is there while suspended
+    assert a.request("POST", f"/v1/sandboxes/{sid}/wake")[0] == 202
+    try:
+        wait_for(lambda: "test hold point wake.restored reached" in a.log_tail(400), "no hold", a)
+        assert manifests() == []  # gone before airlockd heard of the wake
+    finally:
+        open(release, "w").close()
+    try:
+        wait_for(lambda: a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running", "not woken", a)
+        assert a.exec(sid, ["echo", "up"])["stdout"] == "up\n"
+        assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+    finally:
+        os.unlink(release)
