@@ -87,6 +87,10 @@ int snapshot_execution_get(const char *state_path, unsigned *ret);
  * that is its latest state; an uploaded image is removed as stale, and so
  * is the directory. */
 int suspend_takeover(struct sandbox *s, bool vm_adopted);
+/* What a wake cut off left in DIR/wake/, for the node taking over the
+ * sandbox in dir (which has a record, so the wake made it visible): the
+ * image it was woken from is stale and goes, and so does the directory. */
+void wake_takeover(const char *dir);
 
 /* ---- sandbox-lifecycle.c ---- */
 

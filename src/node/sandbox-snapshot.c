@@ -416,10 +416,36 @@ fail:
         return r;
 }
 
+#define WAKE_SNAPSHOT "wake/snapshot"
+
+void wake_takeover(const char *dir) {
+        _cleanup_free_ char *marker = strdup_printf("%s/" WAKE_SNAPSHOT, dir), *snap = NULL;
+        size_t len;
+        if (marker && file_read_all(marker, 128, &snap, &len) >= 0 && len == strlen(snap) && name_is_valid(snap) &&
+            objstore) {
+                int k = objstore_snapshot_delete(objstore, snap);
+                if (k < 0 && k != -ENOENT)
+                        log_warn_errno(k, "cannot remove the stale snapshot %s of a woken sandbox: %m", snap);
+                else if (k >= 0)
+                        log_info("removed the stale snapshot %s (its wake finished, its node did not)", snap);
+        }
+        _cleanup_free_ char *wake_dir = strdup_printf("%s/wake", dir);
+        if (wake_dir)
+                (void) rm_rf(wake_dir);
+}
+
 int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, char **ret_error) {
         uint64_t t0 = now_monotonic_ns();
         if (!objstore)
                 return -EOPNOTSUPP;
+        /* A wake whose reply a crash lost (of this node or airlockd) is
+         * asked again: the sandbox runs here already, so it is awake. */
+        struct sandbox *awake = NULL;
+        if (sandbox_get(id, &awake) >= 0) {
+                log_emit(LOG_LEVEL_INFO, awake->ctx, "wake: the sandbox runs here already");
+                *ret = awake;
+                return 0;
+        }
         _cleanup_(json_decrefp) json_t *manifest = NULL;
         int r = objstore_snapshot_manifest(objstore, snapshot_id, &manifest);
         if (r < 0) {
@@ -461,6 +487,11 @@ int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, 
         r = objstore_snapshot_download(objstore, snapshot_id, dir);
         if (r >= 0 && rename(disk, rootfs) < 0)
                 r = negative_errno();
+        /* which image this is: a node that takes the sandbox over after the
+         * wake made it visible removes it as stale (wake_takeover()) */
+        _cleanup_free_ char *wake_marker = strdup_printf("%s/" WAKE_SNAPSHOT, s->dir);
+        if (r >= 0)
+                r = wake_marker ? file_write_atomic(wake_marker, snapshot_id, strlen(snapshot_id), 0600) : -ENOMEM;
         if (r < 0) {
                 *ret_error = strdup_printf("downloading snapshot %s failed: %s", snapshot_id, strerror(-r));
                 free(state);
@@ -471,16 +502,18 @@ int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, 
         r = restore_new(s, state, ret_error);
         if (r < 0)
                 return r;
-        (void) rm_rf(dir);
+        node_hold_point("wake.visible");
         _cleanup_free_ char *marker = marker_path(s->dir);
         if (marker)
                 (void) unlink(marker); /* its snapshots belong to a running sandbox again */
         /* it runs here now: its image is stale, and removed here rather than
-         * by airlockd after the reply, which a crash of either could lose */
+         * by airlockd after the reply, which a crash of either could lose
+         * (before wake/ goes: a node killed in between finds the marker) */
         int k = objstore_snapshot_delete(objstore, snapshot_id);
         if (k < 0 && k != -ENOENT)
                 log_errno(LOG_LEVEL_WARN, k, s->ctx, "cannot remove the stale snapshot %s: %m", snapshot_id);
         node_hold_point("wake.restored");
+        (void) rm_rf(dir);
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox woken from snapshot %s in %llu ms (download %llu ms, restore %llu ms)",
                  snapshot_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
                  (unsigned long long) ((t_down - t0) / 1000000ULL), (unsigned long long) s->restore_ms);

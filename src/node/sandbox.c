@@ -699,10 +699,7 @@ static int takeover_one(const char *name, const char *dir) {
                 return r;
         /* what a wake cut off left: never a sandbox's state (a suspend's
          * is looked at below, once we know whether its VM still runs) */
-        _cleanup_free_ char *wake_dir = strdup_printf("%s/wake", dir);
-        if (!wake_dir)
-                return -ENOMEM;
-        (void) rm_rf(wake_dir);
+        wake_takeover(dir);
         struct sandbox *s;
         r = sandbox_new(name, rec.template_name, rec.env, &s);
         if (r < 0)

@@ -397,3 +397,34 @@ def test_wake_removes_the_stale_image_itself(airlock_factory):
         assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
     finally:
         os.unlink(release)
+
+
+def test_node_killed_during_wake_leaves_it_awake_and_no_image(airlock_factory):
+    """The node dies after a wake made the sandbox visible, before it removed
+    the image and answered: the next node keeps the sandbox running, removes
+    the stale image, and a wake asked again (the first one's reply was lost)
+    finds it awake."""
+    a = airlock_factory(prebuild="minimal", env={"AIRLOCK_TEST_HOLD": "wake.visible"})
+    sid = a.create("minimal")["id"]
+    assert a.exec(sid, ["sh", "-c", "echo kept > /root/f && sync"])["exit_code"] == 0
+    verb(a, sid, "suspend")
+    objstore = os.path.join(a.data_dir, "objstore")
+
+    def manifests():
+        return [d for d, _, fs in os.walk(objstore) for f in fs if f == "manifest.json"]
+    assert len(manifests()) == 1
+    old = node_pids(a.data_dir)
+    assert a.request("POST", f"/v1/sandboxes/{sid}/wake")[0] == 202
+    try:
+        wait_for(lambda: "test hold point wake.visible reached" in a.log_tail(400), "no hold", a)
+    finally:
+        os.kill(old[0], signal.SIGKILL)
+    wait_for(lambda: (new := node_pids(a.data_dir)) and new != old and
+             a.request("GET", "/v1/health", auth=False)[0] == 200, "no new node", a)
+    wait_for(lambda: manifests() == [], "the stale image stayed", a)
+    # whatever airlockd concluded from the cut-off wake, the sandbox is up
+    # with its data, and in one VM
+    assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "kept\n"
+    wait_for(lambda: a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running", "not running", a)
+    assert len(qemu_pids(sid)) == 1
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
