@@ -83,6 +83,26 @@ def node_pids(data_dir):
     return pids
 
 
+def airlock_procs(data_dir):
+    """{pid: program} of the airlock-nodemgr, airlockd and airlock-node
+    processes serving data_dir, by their binary rather than argv[0]: under
+    root the harness's Popen pid is airlock-nodemgr (airlockd exec'd it, argv
+    unchanged) and airlockd and the node are its children."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            exe = os.path.basename(os.readlink(f"/proc/{pid}/exe")).replace(" (deleted)", "")
+        except OSError:
+            continue
+        if exe in ("airlock-nodemgr", "airlockd", "airlock-node") and data_dir.encode() in argv:
+            out[int(pid)] = exe
+    return out
+
+
 def mounts_under(path):
     with open("/proc/self/mountinfo") as f:
         return [l.split()[4] for l in f if l.split()[4].startswith(path)]
@@ -133,6 +153,13 @@ class Airlock:
                 pass
             time.sleep(0.5)
         raise TimeoutError(f"airlock not ready after {timeout}s:\n{self.log_tail()}")
+
+    def pid_of(self, program):
+        """The one pid of program ("airlockd", "airlock-node",
+        "airlock-nodemgr") serving this instance."""
+        pids = [p for p, exe in airlock_procs(self.data_dir).items() if exe == program]
+        assert len(pids) == 1, f"{program} of {self.data_dir}: pids {pids}"
+        return pids[0]
 
     def log_tail(self, n=60):
         try:
