@@ -13,9 +13,11 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import tempfile
 import time
@@ -262,13 +264,16 @@ def templates():
     """Builds the default templates once for the run (first start builds,
     the rest reuse)."""
     os.makedirs(TEMPLATES, exist_ok=True)
-    data_dir = tempfile.mkdtemp(prefix="airlock-tpl-", dir=VOLUME)
+    data_dir = volume_tempdir("airlock-tpl-")
     a = Airlock(data_dir)
     try:
         a.wait_ready(FIRST_START_TIMEOUT)
+    except Exception:
+        print(f"--- log of the first start\n{a.log_tail(200)}")
+        raise
     finally:
         a.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        _remove(a)
     return TEMPLATES
 
 
@@ -296,8 +301,94 @@ def _cgroup_procs(path):
         return []
 
 
-def _check_no_leaks(data_dir):
+def loop_devices_on(path):
+    """Loop devices whose backing file lies under path."""
+    out = []
+    for dev in os.listdir("/sys/block"):
+        try:
+            with open(f"/sys/block/{dev}/loop/backing_file") as f:
+                if f.read().strip().startswith(path):
+                    out.append(dev)
+        except OSError:
+            pass
+    return out
+
+
+def store_sandbox_ids(data_dir):
+    """The ids of the sandboxes the store holds (airlockd's SQLite file,
+    read-only: airlockd has stopped)."""
+    db = os.path.join(data_dir, "control", "airlock.db")
+    if not os.path.exists(db):
+        return set()
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as c:
+        return {row[0] for row in c.execute("SELECT id FROM sandboxes")}
+
+
+def _data_dir_leaks(data_dir):
+    """What a stopped Airlock must not leave in its data dir: a VM run dir
+    (live or stray), the warm pool, a sandbox dir the store does not know,
+    half-written objects, files in a jail's private root."""
     leaks = []
+    vm = os.path.join(data_dir, "run", "vm")
+    if os.path.isdir(vm) and os.listdir(vm):
+        leaks.append(f"VM run dirs left: {sorted(os.listdir(vm))}")
+    if os.path.exists(os.path.join(data_dir, "pool")):
+        leaks.append(f"warm pool dir left: {sorted(os.listdir(os.path.join(data_dir, 'pool')))}")
+    sandboxes = os.path.join(data_dir, "sandboxes")
+    if os.path.isdir(sandboxes):
+        known = store_sandbox_ids(data_dir)
+        orphans = sorted(d for d in os.listdir(sandboxes) if d not in known)
+        if orphans:
+            leaks.append(f"sandbox dirs without a sandbox: {orphans}")
+    tmp = os.path.join(data_dir, "objstore", ".tmp")
+    if os.path.isdir(tmp) and os.listdir(tmp):
+        leaks.append(f"half-written objects left: {sorted(os.listdir(tmp))}")
+    jails = os.path.join(data_dir, "run", "jails")
+    if os.path.isdir(jails):
+        full = sorted(j for j in os.listdir(jails) if os.listdir(os.path.join(jails, j)))
+        if full:
+            leaks.append(f"jail roots not emptied: {full}")
+    return leaks
+
+
+RUN = os.getpid()  # names what this run puts on the volume: other suites may share it
+
+
+def volume_tempdir(prefix, mode=0o700):
+    """A new directory at the top of the test volume for this run; the leak
+    check fails a test that leaves one behind."""
+    d = tempfile.mkdtemp(prefix=f"{prefix}{RUN}-", dir=VOLUME)
+    os.chmod(d, mode)
+    return d
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _volume_entries():
+    """This run's entries at the top of the test volume (data dirs, their
+    logs, a test's own dirs: all removed after the test), and the temporary
+    dirs of template builds whose node is gone (.tmp-NAME-HASH-PID-RANDOM: a
+    build removes its own when it ends)."""
+    mine = re.compile(rf"^[a-z0-9]+(-[a-z0-9]+)*-{RUN}-")
+    entries = {n for n in os.listdir(VOLUME) if mine.match(n)}
+    if os.path.isdir(TEMPLATES):
+        for n in os.listdir(TEMPLATES):
+            m = re.match(r"^\.tmp-.*-(\d+)-[^-]+$", n)
+            if m and not _pid_alive(int(m.group(1))):
+                entries.add(os.path.join("templates", n))
+    return entries
+
+
+def _check_no_leaks(data_dir):
+    leaks = _data_dir_leaks(data_dir)
     pids = qemu_pids(data_dir)
     if pids:
         leaks.append(f"QEMU processes left: {pids}")
@@ -324,14 +415,28 @@ def _check_no_leaks(data_dir):
         leaks.append(f"mounts left: {m}")
         for path in reversed(m):
             subprocess.run(["umount", "-l", path])
+    loops = loop_devices_on(data_dir)
+    if loops:
+        leaks.append(f"loop devices left: {loops}")
+        for dev in loops:
+            subprocess.run(["losetup", "-d", f"/dev/{dev}"])
     return leaks
+
+
+def _remove(a):
+    shutil.rmtree(a.data_dir, ignore_errors=True)
+    try:
+        os.unlink(a.log_path)
+    except OSError:
+        pass
 
 
 @contextlib.contextmanager
 def airlock_instance(env=None, prebuild="minimal,python", timeout=START_TIMEOUT):
     """One Airlock for a longer scope than a test (a module fixture of the
     red-team suite), with the same leak checks as airlock_factory."""
-    data_dir = tempfile.mkdtemp(prefix="airlock-m-", dir=VOLUME)
+    before = _volume_entries()
+    data_dir = volume_tempdir("airlock-m-")
     a = Airlock(data_dir, env, prebuild)
     leaks = []
     try:
@@ -342,22 +447,23 @@ def airlock_instance(env=None, prebuild="minimal,python", timeout=START_TIMEOUT)
         leaks = _check_no_leaks(a.data_dir)
         if leaks:
             print(f"--- log of {a.data_dir}\n{a.log_tail(200)}")
-        shutil.rmtree(a.data_dir, ignore_errors=True)
-        try:
-            os.unlink(a.log_path)
-        except OSError:
-            pass
+        _remove(a)
+        leaks += [f"files left on the test volume: {sorted(_volume_entries() - before)}"] \
+            if _volume_entries() - before else []
     assert not leaks, "left resources behind: " + "; ".join(leaks)
 
 
 @pytest.fixture
 def airlock_factory(templates, request):
     """Starts Airlock instances for one test; stops them and checks that
-    nothing is left behind (QEMU processes, mounts, sandbox dirs)."""
+    nothing is left behind: QEMU processes, VM cgroups, mounts, loop
+    devices, VM run dirs, sandbox dirs the store does not know, files on
+    the test volume outside the data dirs (see _check_no_leaks)."""
     started = []
+    before = _volume_entries()
 
     def start(base=VOLUME, env=None, prebuild="minimal,python", wait=True):
-        data_dir = tempfile.mkdtemp(prefix="airlock-t-", dir=base)
+        data_dir = volume_tempdir("airlock-t-") if base == VOLUME else tempfile.mkdtemp(prefix="airlock-t-", dir=base)
         a = Airlock(data_dir, env, prebuild)
         started.append(a)
         if wait:
@@ -372,11 +478,10 @@ def airlock_factory(templates, request):
         leaks += _check_no_leaks(a.data_dir)
         if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
             print(f"--- log of {a.data_dir}\n{a.log_tail(200)}")
-        shutil.rmtree(a.data_dir, ignore_errors=True)
-        try:
-            os.unlink(a.log_path)
-        except OSError:
-            pass
+        _remove(a)
+    left = _volume_entries() - before
+    if left:
+        leaks.append(f"files left on the test volume: {sorted(left)}")
     assert not leaks, "test left resources behind: " + "; ".join(leaks)
 
 

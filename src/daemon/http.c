@@ -400,12 +400,30 @@ static void api_ctx_init(struct request *req, struct MHD_Connection *conn, struc
         };
 }
 
+/* Set while MHD parses a request line that decoded a %00 (in the path or a
+ * query argument), read by that request's first on_access(): with a thread
+ * per connection both run on the connection's thread, one request at a
+ * time. MHD hands the path over as a C string, so without this
+ * "/v1/sandboxes/ID%00anything" would route as ID. */
+static __thread bool url_had_nul;
+
+static size_t unescape_url(void *cls, struct MHD_Connection *conn, char *s) {
+        size_t n = MHD_http_unescape(s);
+        if (memchr(s, 0, n))
+                url_had_nul = true;
+        return n;
+}
+
 /* First call for a request: route, authenticate, and start uploads. */
 static enum MHD_Result request_begin(struct request *req, struct MHD_Connection *conn, const char *url,
                                      const char *method) {
         const struct daemon_config *cfg = req->srv->config;
-        req->route = route_match(url, req->param, sizeof req->param);
         req->method = method_bit(method);
+        if (url_had_nul) {
+                url_had_nul = false;
+                return queue_error(req, conn, -EINVAL, "the URL has an encoded NUL byte (%00)");
+        }
+        req->route = route_match(url, req->param, sizeof req->param);
 
         int r = authenticate(req, conn);
         if (r < 0)
@@ -711,6 +729,7 @@ int http_server_start(const struct daemon_config *config, struct store *store, s
                                   MHD_OPTION_CONNECTION_TIMEOUT, config->conn_timeout_s,
                                   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) (128u << 10),
                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                  MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, s,
                                   MHD_OPTION_END);
         if (!s->mhd) {
                 free(s);

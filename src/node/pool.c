@@ -249,6 +249,7 @@ static void *filler_thread(void *arg) {
 
                         struct pool_vm *pv = NULL;
                         char *err = NULL;
+                        node_hold_point("pool.refill"); /* a test's way to have a create miss */
                         uint64_t t0 = now_monotonic_ns();
                         r = fill_one(t, &pv, &err);
                         uint64_t ms = (now_monotonic_ns() - t0) / 1000000ULL;

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from harness import AIRLOCKD, CLI, ROOT, VOLUME, free_port, node_pids, qemu_pids
+from harness import AIRLOCKD, CLI, ROOT, VOLUME, free_port, node_pids, qemu_pids, volume_tempdir
 
 ITEMS = ["user", "accel", "storage", "cgroups", "namespaces", "qemu", "space", "format", "binaries", "api"]
 LINE = re.compile(r"^(ok|warn|error) +(\S+) +(\S.*)$")
@@ -60,7 +60,7 @@ def progress_lines(text):
 
 @pytest.fixture
 def data_dir():
-    d = tempfile.mkdtemp(prefix="airlock-doc-", dir=VOLUME)
+    d = volume_tempdir("airlock-doc-")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -246,7 +246,7 @@ def test_start_prints_ready_with_lines_to_paste(airlock_factory):
 def slow_broken_images():
     """The images with a recipe that takes a few seconds, then fails the
     way a broken install does (readable to the node's user)."""
-    top = tempfile.mkdtemp(prefix="images-", dir=VOLUME)
+    top = volume_tempdir("images-")
     os.chmod(top, 0o755)
     images = os.path.join(top, "images")
     shutil.copytree(os.path.join(ROOT, "images"), images)

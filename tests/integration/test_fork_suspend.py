@@ -176,18 +176,24 @@ def test_idle_sandboxes_are_suspended(airlock_factory):
     status, _, body = a.request("POST", "/v1/sandboxes", {"template": "minimal", "idle_timeout_s": -1})
     assert status == 400 and b"idle_timeout_s" in body
 
+    # A woken sandbox is a new execution: busy's must not change, or an
+    # exec that woke it would pass for one that kept it awake.
+    executions = {s: a.api("GET", f"/v1/sandboxes/{s}")["execution"] for s in (idle, busy, never)}
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        a.exec(busy, ["true"])  # API use is activity
+        assert a.exec(busy, ["true"])["exit_code"] == 0  # API use is activity
         if a.api("GET", f"/v1/sandboxes/{idle}")["state"] == "suspended":
             break
-        time.sleep(1)
-    assert a.api("GET", f"/v1/sandboxes/{idle}")["state"] == "suspended"
-    assert a.api("GET", f"/v1/sandboxes/{busy}")["state"] == "running"
-    assert a.api("GET", f"/v1/sandboxes/{never}")["state"] == "running"
-    # the next request wakes it
+        time.sleep(0.5)
+    assert a.api("GET", f"/v1/sandboxes/{idle}")["state"] == "suspended", a.log_tail(80)
+    sbx = a.api("GET", f"/v1/sandboxes/{busy}")
+    assert sbx["state"] == "running" and sbx["execution"] == executions[busy], (sbx, executions)
+    sbx = a.api("GET", f"/v1/sandboxes/{never}")
+    assert sbx["state"] == "running" and sbx["execution"] == executions[never], (sbx, executions)
+    # the next request wakes it, as a new execution
     assert a.exec(idle, ["echo", "back"])["stdout"] == "back\n"
-    assert a.api("GET", f"/v1/sandboxes/{idle}")["state"] == "running"
+    sbx = a.api("GET", f"/v1/sandboxes/{idle}")
+    assert sbx["state"] == "running" and sbx["execution"] > executions[idle], (sbx, executions)
     for s in (idle, busy, never):
         # idle again by now, one may be being suspended: a delete waits its turn
         deadline = time.monotonic() + 60

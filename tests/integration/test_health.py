@@ -11,7 +11,7 @@ import pytest
 
 import tempfile
 
-from harness import ROOT, VOLUME
+from harness import ROOT, VOLUME, volume_tempdir
 
 
 def health(a):
@@ -48,7 +48,7 @@ def test_health_lists_ready_templates(airlock_factory):
 def broken_images():
     """The same images with one recipe that fails the way a broken install
     does, where the node's user can read them."""
-    top = tempfile.mkdtemp(prefix="images-", dir=VOLUME)
+    top = volume_tempdir("images-")
     os.chmod(top, 0o755)
     images = os.path.join(top, "images")
     shutil.copytree(os.path.join(ROOT, "images"), images)

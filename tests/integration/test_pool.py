@@ -2,10 +2,14 @@
 claims instead of restoring cold (docs/architecture.md, "Warm pools")."""
 
 import os
+import pathlib
+import shutil
 import signal
 import time
 
-from harness import qemu_pids
+import pytest
+
+from harness import qemu_pids, volume_tempdir
 
 
 def pool_of(a, name):
@@ -44,8 +48,21 @@ def pool_qemus(a):
     return out
 
 
-def test_pool_hits_refills_and_replaces_dead_vms(airlock_factory):
-    a = airlock_factory(env={"AIRLOCK_POOL_SIZE": "2"}, prebuild="minimal")
+@pytest.fixture
+def refill_switch():
+    """A file that, while it exists, lets the node refill its pools (the
+    hold point pool.refill), where the node's user can see it."""
+    d = volume_tempdir("pool-hold-", 0o755)
+    path = pathlib.Path(d, "refill")
+    path.touch()
+    yield path
+    shutil.rmtree(d)
+
+
+def test_pool_hits_refills_and_replaces_dead_vms(refill_switch, airlock_factory):
+    release = refill_switch
+    a = airlock_factory(env={"AIRLOCK_POOL_SIZE": "2", "AIRLOCK_TEST_HOLD": "pool.refill",
+                             "AIRLOCK_TEST_HOLD_RELEASE": str(release)}, prebuild="minimal")
     wait_pool_ready(a, "minimal", 2)
     assert pool_of(a, "minimal")["size"] == 2
     assert pool_of(a, "python") == {"size": 0, "ready": 0}  # not prebuilt here
@@ -86,12 +103,18 @@ def test_pool_hits_refills_and_replaces_dead_vms(airlock_factory):
     pool_dirs = os.listdir(os.path.join(a.data_dir, "pool"))
     assert len(pool_dirs) == 2, pool_dirs
 
-    # a miss still works: drain the pool faster than it refills
-    made = [a.create("minimal") for _ in range(3)]
-    assert {m["pool"] for m in made} <= {"hit", "miss"}
-    for m in made:
-        assert a.exec(m["id"], ["true"])["exit_code"] == 0
-        assert a.request("DELETE", f"/v1/sandboxes/{m['id']}")[0] == 204
+    # a miss still works: with refills held, the third create finds the
+    # pool empty and restores cold
+    release.unlink()
+    try:
+        made = [a.create("minimal") for _ in range(3)]
+        assert [m["pool"] for m in made] == ["hit", "hit", "miss"], made
+        for m in made:
+            assert a.exec(m["id"], ["true"])["exit_code"] == 0
+            assert a.request("DELETE", f"/v1/sandboxes/{m['id']}")[0] == 204
+    finally:
+        release.touch()
+    wait_pool_ready(a, "minimal", 2)
 
     # shutdown destroys the pool: no QEMU (checked by the harness) and no dir
     a.stop()

@@ -66,8 +66,12 @@ def test_sandboxes_are_isolated(airlock):
     b = airlock.create("minimal")["id"]
 
     airlock.put_file(a, "/root/secret", b"only in a")
+    # the control: a has it, through both the exec and the files path
+    assert airlock.exec(a, ["cat", "/root/secret"]) == {**airlock.exec(a, ["cat", "/root/secret"]),
+                                                       "exit_code": 0, "stdout": "only in a"}
+    assert airlock.get_file(a, "/root/secret") == b"only in a"
     r = airlock.exec(b, ["cat", "/root/secret"])
-    assert r["exit_code"] != 0
+    assert r["exit_code"] != 0 and "No such file" in r["stderr"], r
     with pytest.raises(ApiError) as e:
         airlock.get_file(b, "/root/secret")
     assert e.value.status == 404

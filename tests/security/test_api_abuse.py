@@ -43,11 +43,25 @@ def test_no_token_bad_token_and_ids_that_are_paths(airlock):
     assert a.request("GET", "/v1/sandboxes", token="alk_" + "0" * 64)[0] == 401
     for header in ("Bearer ", "Bearer", "Basic " + "x" * 20, "Bearer " + "A" * 5000):
         assert a.request("GET", "/v1/sandboxes", auth=False, headers={"Authorization": header})[0] == 401
-    for bad in ("..", "sbx-%2e%2e", "sbx-x%2F..%2Fy"):
-        status, _, _ = a.request("GET", f"/v1/sandboxes/{bad}")
-        assert status in (400, 404)
-    status, _, _ = a.request("GET", "/v1/operations/op-%2e%2e")
-    assert status in (400, 404)
+    # Spellings that would reach a sandbox and an operation that exist if
+    # the server decoded or normalised them; the plain spellings are the
+    # control (so a 404 here is the refusal, not an unknown id).
+    sid = a.create("minimal")["id"]
+    op = a.api("POST", f"/v1/sandboxes/{sid}/pause", expect=202)["id"]
+    assert a.request("GET", f"/v1/sandboxes/{sid}")[0] == 200
+    assert a.request("GET", f"/v1/operations/{op}")[0] == 200
+    for bad in (f"x/../{sid}", f"./{sid}", f"sbx-x%2F..%2F{sid}", f"..%2F{sid}", f"{sid}%2F.", f"{sid[:4]}%2D{sid[5:]}", "..",
+                "sbx-%2e%2e"):
+        status, _, body = a.request("GET", f"/v1/sandboxes/{bad}")
+        assert status == 404 and json.loads(body)["error"]["code"] == "not_found", (bad, status, body)
+    # an encoded NUL would end the id early: refused as such, not routed
+    for bad in (f"{sid}%00", f"{sid}%00/../x", f"{sid}?x=%00"):
+        status, _, body = a.request("GET", f"/v1/sandboxes/{bad}")
+        assert status == 400 and b"NUL" in body, (bad, status, body)
+    for bad in (f"x/../{op}", f"op-x%2F..%2F{op}", "op-%2e%2e"):
+        status, _, body = a.request("GET", f"/v1/operations/{bad}")
+        assert status == 404 and json.loads(body)["error"]["code"] == "not_found", (bad, status, body)
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
 
 
 def test_session_attach_token_does_not_open_another_session(airlock):

@@ -11,6 +11,7 @@ operations are set up once, attacked by every test, and checked intact."""
 
 import http.client
 import json
+import time
 
 import pytest
 
@@ -43,7 +44,16 @@ def w(templates):
         w.admin_sbx = a.create("minimal")  # admin-owned: no tenant
         sid = w.sa["id"]
         a.put_file(sid, "/root/secret", b"alpha's secret")
-        w.ses = a.api("POST", f"/v1/sandboxes/{sid}/sessions", {"cmd": ["sleep", "600"]}, expect=201, token=w.A)
+        # the session's process records its pid, so "intact" can check that
+        # it still runs rather than that its row is still there
+        w.ses = a.api("POST", f"/v1/sandboxes/{sid}/sessions",
+                      {"cmd": ["sh", "-c", "echo $$ > /root/ses.pid.new && mv /root/ses.pid.new /root/ses.pid && "
+                                           "exec sleep 600"]}, expect=201, token=w.A)
+        deadline = time.monotonic() + 60
+        while (r := a.exec(sid, ["cat", "/root/ses.pid"]))["exit_code"] != 0:
+            assert time.monotonic() < deadline, f"the session never wrote its pid: {r}"
+            time.sleep(0.1)
+        w.ses_pid = int(r["stdout"])
         w.snap = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "disk"}, expect=201, token=w.A)
         w.ses_b = a.api("POST", f"/v1/sandboxes/{w.sb['id']}/sessions", {"cmd": ["sleep", "600"]}, expect=201,
                         token=w.B)
@@ -71,6 +81,8 @@ def _a_is_intact(w):
     sb = a.api("GET", f"/v1/sandboxes/{sid}", token=w.A)
     assert sb["state"] == "running" and sb["tenant_id"] == w.ta["id"], sb
     assert a.api("GET", f"/v1/sessions/{w.ses['id']}", token=w.A)["id"] == w.ses["id"]
+    r = a.api("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["cat", f"/proc/{w.ses_pid}/cmdline"]}, token=w.A)
+    assert r["exit_code"] == 0 and r["stdout"] == "sleep\x00600\x00", f"A's session process is gone: {r}"
     snaps = a.api("GET", f"/v1/sandboxes/{sid}/snapshots", token=w.A)["snapshots"]
     assert w.snap["id"] in [s["id"] for s in snaps]
     r = a.api("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["cat", "/root/secret"]}, token=w.A)
@@ -184,22 +196,34 @@ def test_attach_token_reaches_its_session_only(w):
 @pytest.mark.parametrize("spelling", ["upper", "trailing-slash", "double-slash", "percent", "dotted", "space"])
 def test_id_spellings_do_not_reach_another_tenant(w, spelling):
     """A's id spelled otherwise (upper case, percent-encoded, with extra
-    slashes, dots or spaces): never A's sandbox for B (404 or 400)."""
-    sid = w.sa["id"]
-    path = {"upper": f"/v1/sandboxes/{sid.upper()}",
-            "trailing-slash": f"/v1/sandboxes/{sid}/",
-            "double-slash": f"//v1//sandboxes//{sid}",
-            "percent": "/v1/sandboxes/" + "".join(f"%{ord(c):02x}" for c in sid),
-            "dotted": f"/v1/sandboxes/./{sid}",
-            "space": f"/v1/sandboxes/{sid}%20"}[spelling]
-    for token in (w.B,):
-        status, _, data = w.a.request("GET", path, token=token)
-        assert status in (400, 404), (path, status, data)
-        assert b"tenant_id" not in data and b"alpha" not in data
-    status, _, data = w.a.request("POST", path + "/exec" if not path.endswith("/") else path + "exec",
-                                  {"cmd": ["cat", "/root/secret"]}, token=w.B)
-    assert status in (400, 404), (path, status, data)
-    assert b"secret" not in data
+    slashes, dots or spaces): never A's sandbox for B. The control is A's
+    own key on the same spelling: where it reaches A's sandbox, B gets the
+    404 of an unknown id; where it does not, B gets exactly A's refusal (so
+    B is refused for the spelling, not by chance)."""
+    sid, a = w.sa["id"], w.a
+
+    def spelled(i, suffix):
+        return {"upper": f"/v1/sandboxes/{i.upper()}{suffix}",
+                "trailing-slash": f"/v1/sandboxes/{i}{suffix}/",
+                "double-slash": f"//v1//sandboxes//{i}/{suffix}",
+                "percent": "/v1/sandboxes/" + "".join(f"%{ord(c):02x}" for c in i) + suffix,
+                "dotted": f"/v1/sandboxes/./{i}{suffix}",
+                "space": f"/v1/sandboxes/{i}%20{suffix}"}[spelling]
+
+    resolves = spelling in ("trailing-slash", "double-slash", "percent")  # empty segments and %xx: the same id
+    for method, suffix, body in (("GET", "", None), ("POST", "/exec", {"cmd": ["cat", "/root/secret"]})):
+        p = spelled(sid, suffix)
+        own_status, _, own = a.request(method, p, body, token=w.A)
+        theirs_status, _, theirs = a.request(method, p, body, token=w.B)
+        assert b"secret" not in theirs and b"tenant_id" not in theirs and b"alpha" not in theirs, theirs
+        if resolves:
+            assert own_status == 200 and (method == "GET" or json.loads(own)["stdout"] == "alpha's secret"), own
+            unknown = a.request(method, spelled(FAKE["sbx"], suffix), body, token=w.B)
+            assert theirs_status == 404 and theirs.replace(sid.encode(), b"<ID>") == \
+                unknown[2].replace(FAKE["sbx"].encode(), b"<ID>"), (theirs, unknown)
+        else:
+            assert own_status in (400, 404), (p, own_status, own)
+            assert (theirs_status, theirs) == (own_status, own), (p, theirs_status, theirs, own)
     _a_is_intact(w)
 
 
@@ -212,13 +236,12 @@ def test_idempotency_key_of_another_tenant(w):
                  headers={"Idempotency-Key": key})
     status, _, data = a.request("POST", "/v1/sandboxes", {"template": "minimal"}, token=w.B,
                                 headers={"Idempotency-Key": key})
-    assert mine["id"].encode() not in data and mine["operation_id"].encode() not in data, data
-    if status in (200, 201):
-        theirs = json.loads(data)
-        assert theirs["tenant_id"] == w.tb["id"]
-        a.api("DELETE", f"/v1/sandboxes/{theirs['id']}", expect=204, token=w.B)
-    else:
-        assert status in (409, 422), (status, data)
+    # keys are one namespace: B learns only that the key is taken
+    refused = (409, {"error": {"code": "conflict", "message": "Idempotency-Key already used for another request"}})
+    assert (status, json.loads(data)) == refused, (status, data)
+    # the control: A's own retry gets A's sandbox back
+    again = a.api("POST", "/v1/sandboxes", {"template": "minimal"}, token=w.A, headers={"Idempotency-Key": key})
+    assert again["id"] == mine["id"], (again, mine)
     vkey = "alpha-pause-1"
     op = a.api("POST", f"/v1/sandboxes/{mine['id']}/pause?wait=true", token=w.A, headers={"Idempotency-Key": vkey})
     # the same key on A's sandbox (404) and on B's own (never A's operation)
@@ -227,14 +250,17 @@ def test_idempotency_key_of_another_tenant(w):
     assert status == 404, (status, data)
     status, _, data = a.request("POST", f"/v1/sandboxes/{w.sb['id']}/pause?wait=true", token=w.B,
                                 headers={"Idempotency-Key": vkey})
-    assert op["id"].encode() not in data and mine["id"].encode() not in data, data
-    if status in (200, 202):
-        a.api("POST", f"/v1/sandboxes/{w.sb['id']}/resume?wait=true", token=w.B)
-    # a delete with A's create key must not delete A's sandbox
-    status, _, _ = a.request("DELETE", f"/v1/sandboxes/{w.sb['id']}", token=w.B, headers={"Idempotency-Key": key})
+    assert (status, json.loads(data)) == refused, (status, data)
+    assert a.api("GET", f"/v1/sandboxes/{w.sb['id']}", token=w.B)["state"] == "running"
+    # a delete of B's own sandbox with A's create key: refused alike, and
+    # neither sandbox is deleted
+    status, _, data = a.request("DELETE", f"/v1/sandboxes/{w.sb['id']}", token=w.B, headers={"Idempotency-Key": key})
+    assert (status, json.loads(data)) == refused, (status, data)
+    assert a.api("GET", f"/v1/sandboxes/{w.sb['id']}", token=w.B)["state"] == "running"
     assert a.api("GET", f"/v1/sandboxes/{mine['id']}", token=w.A)["state"] == "paused"
-    if status == 204:  # B deleted its own sandbox: make it again for the other tests
-        w.sb = a.api("POST", "/v1/sandboxes", {"template": "minimal"}, expect=201, token=w.B)
+    # the control: A's own retry of the pause gets its operation back
+    assert a.api("POST", f"/v1/sandboxes/{mine['id']}/pause?wait=true", token=w.A,
+                 headers={"Idempotency-Key": vkey})["id"] == op["id"]
     a.api("DELETE", f"/v1/sandboxes/{mine['id']}", expect=204, token=w.A)
     _a_is_intact(w)
 
