@@ -398,10 +398,11 @@ def _check_no_leaks(data_dir):
             except ProcessLookupError:
                 pass
     cgroups = [c for c in vm_cgroups() if not _cgroup_procs(c)]
-    if cgroups:
-        # VM cgroups are host-wide: another Airlock on this host (a second
-        # suite) may be removing one of its own right now; ours stay
-        time.sleep(3)
+    # VM cgroups are host-wide: another Airlock on this host (a second
+    # suite) may be removing one of its own right now; ours stay
+    deadline = time.monotonic() + 5
+    while cgroups and time.monotonic() < deadline:
+        time.sleep(0.2)
         cgroups = [c for c in cgroups if os.path.exists(c) and not _cgroup_procs(c)]
     if cgroups:
         leaks.append(f"VM cgroups left: {cgroups}")

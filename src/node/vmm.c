@@ -267,6 +267,9 @@ static int build_argv(const struct vmm_config *c, const struct vmm *v, bool inco
             (r = argv_add(a, "-nodefaults")) < 0 || (r = argv_add(a, "-no-user-config")) < 0 ||
             (r = argv_add(a, "-display")) < 0 || (r = argv_add(a, "none")) < 0 ||
             (r = argv_add(a, "-no-reboot")) < 0 ||
+            /* threads named "CPU n/TCG" (or /KVM): top -H shows where a
+             * VM's time goes, and a test sees a paused vCPU stand still */
+            (r = argv_add(a, "-name")) < 0 || (r = argv_add(a, "airlock,debug-threads=on")) < 0 ||
             /* QEMU's own seccomp filter, every deny option: no exec or
              * fork, no privilege changes, no obsolete syscalls, no
              * scheduler or resource tuning */

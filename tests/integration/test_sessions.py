@@ -12,22 +12,21 @@ def start_session(airlock, sid, cmd, **fields):
 
 
 def test_session_streams_before_exit(airlock):
+    """Output reaches the client while the command runs: "first" must
+    arrive while the command waits for the stdin only we can send."""
     sid = airlock.create("minimal")["id"]
-    ses = start_session(airlock, sid, ["sh", "-c", "echo first; sleep 3; echo second >&2; exit 5"])
+    ses = start_session(airlock, sid, ["sh", "-c", "echo first; read go; echo second >&2; exit 5"])
     assert ses["id"] and ses["attach_token"]
 
-    seen = []
-    for event, data, t in airlock.sse(f"/v1/sessions/{ses['id']}/events", token=ses["attach_token"]):
-        seen.append((event, data, t))
-        if event == "exit":
-            break
-    out = [(e, base64.b64decode(d["data"]), t) for e, d, t in seen if e in ("stdout", "stderr")]
-    exit_events = [(d, t) for e, d, t in seen if e == "exit"]
-    assert out[0][:2] == ("stdout", b"first\n")
-    assert ("stderr", b"second\n") in [o[:2] for o in out]
-    assert exit_events and exit_events[0][0]["exit_code"] == 5
-    # "first" arrived well before the command ended (it sleeps 3 s in between)
-    assert exit_events[0][1] - out[0][2] > 1.5
+    events = airlock.sse(f"/v1/sessions/{ses['id']}/events", token=ses["attach_token"])
+    event, data, _ = next(events)
+    assert (event, base64.b64decode(data["data"])) == ("stdout", b"first\n"), (event, data)
+    assert airlock.request("POST", f"/v1/sessions/{ses['id']}/stdin", {"text": "go\n"},
+                           token=ses["attach_token"])[0] == 204
+    rest = list(events)
+    out = [(e, base64.b64decode(d["data"])) for e, d, _ in rest if e in ("stdout", "stderr")]
+    assert out == [("stderr", b"second\n")], rest
+    assert rest[-1][0] == "exit" and rest[-1][1]["exit_code"] == 5, rest
 
 
 def test_session_stdin_and_signal(airlock):
@@ -53,14 +52,17 @@ def test_session_stdin_and_signal(airlock):
 
 def test_attach_token_is_scoped(airlock):
     sid = airlock.create("minimal")["id"]
-    s1 = start_session(airlock, sid, ["sleep", "5"])
-    s2 = start_session(airlock, sid, ["sleep", "5"])
+    s1 = start_session(airlock, sid, ["sleep", "600"])
+    s2 = start_session(airlock, sid, ["sleep", "600"])
     # s1's token does not open s2, nor the rest of the API
     status, _, _ = airlock.request("POST", f"/v1/sessions/{s2['id']}/signal", {"signal": 9},
                                    token=s1["attach_token"])
     assert status == 401
     status, _, _ = airlock.request("GET", "/v1/sandboxes", token=s1["attach_token"])
     assert status == 401
+    # each token signals its own session (the control): both die of it
     for s in (s1, s2):
         assert airlock.request("POST", f"/v1/sessions/{s['id']}/signal", {"signal": 9},
                                token=s["attach_token"])[0] == 204
+        evs = list(airlock.sse(f"/v1/sessions/{s['id']}/events", token=s["attach_token"]))
+        assert evs[-1][0] == "exit" and evs[-1][1]["exit_code"] == 137, evs
