@@ -212,7 +212,10 @@ class Airlock:
 
     def sse(self, path, token=None, timeout=120):
         """Yields (event, data_dict, monotonic_time) from an SSE stream, up to
-        and including the exit event."""
+        and including the exit event; fails once the stream has run for
+        timeout seconds in all (keep-alive comments would reset a socket
+        timeout for ever)."""
+        deadline = time.monotonic() + timeout
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         conn.request("GET", path, headers={"Authorization": f"Bearer {token or self.token}",
                                            "Accept": "text/event-stream"})
@@ -224,6 +227,9 @@ class Airlock:
             line = resp.readline()  # decodes the chunked transfer encoding
             if not line:
                 break
+            if time.monotonic() > deadline:
+                conn.close()
+                raise AssertionError(f"{path}: the stream did not end within {timeout}s")
             line = line.decode().rstrip("\r\n")
             if line == "":
                 if event or data:

@@ -18,7 +18,7 @@ def test_session_streams_before_exit(airlock):
     ses = start_session(airlock, sid, ["sh", "-c", "echo first; read go; echo second >&2; exit 5"])
     assert ses["id"] and ses["attach_token"]
 
-    events = airlock.sse(f"/v1/sessions/{ses['id']}/events", token=ses["attach_token"])
+    events = airlock.sse(f"/v1/sessions/{ses['id']}/events", token=ses["attach_token"], timeout=60)
     event, data, _ = next(events)
     assert (event, base64.b64decode(data["data"])) == ("stdout", b"first\n"), (event, data)
     assert airlock.request("POST", f"/v1/sessions/{ses['id']}/stdin", {"text": "go\n"},
