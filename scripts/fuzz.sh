@@ -12,7 +12,12 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${AIRLOCK_BUILD_DIR:-$here/build}/libfuzzer
-all=(fuzz-proto fuzz-guest-json fuzz-qmp fuzz-http-json fuzz-manifest fuzz-retention fuzz-cap)
+# every target in tests/fuzz/ (fuzz-main.c is the replay driver of meson's tests)
+all=()
+for f in "$here"/tests/fuzz/fuzz-*.c; do
+  t=$(basename "$f" .c)
+  [ "$t" = fuzz-main ] || all+=("$t")
+done
 
 build_only=false
 if [ "${1:-}" = "--build" ]; then build_only=true; shift; fi

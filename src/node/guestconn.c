@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "guestreply.h"
 #include "log.h"
 #include "macros.h"
 #include "nodeutil.h"
@@ -136,26 +137,14 @@ static void call_finish(struct guestconn *g, struct call *c, int error, json_t *
 
 /* Turns a RESULT/ERROR payload into a call outcome (under g->lock). */
 static void complete_call(struct guestconn *g, struct call *c, uint8_t type, const uint8_t *payload, size_t len) {
-        json_error_t jerr;
-        json_t *m = len > 0 ? json_loadb((const char *) payload, len, JSON_REJECT_DUPLICATES, &jerr) : json_object();
-        if (!m || !json_is_object(m)) {
-                json_decref(m);
+        int error = 0;
+        json_t *result = NULL;
+        char *message = NULL;
+        if (guestreply_parse(type, payload, len, &error, &result, &message) < 0) {
                 log_emit(LOG_LEVEL_WARN, g->ctx, "guest sent a malformed %s payload", proto_type_name(type));
-                call_finish(g, c, -EBADMSG, NULL, NULL);
-                return;
+                error = -EBADMSG;
         }
-        if (type == PROTO_RESULT) {
-                call_finish(g, c, 0, m, NULL);
-                return;
-        }
-        json_t *jerrno = json_object_get(m, "errno");
-        json_int_t e = json_is_integer(jerrno) ? json_integer_value(jerrno) : 0;
-        if (e <= 0 || e > 4095) /* not an errno we can pass on as one */
-                e = EIO;
-        const char *msg = json_string_value(json_object_get(m, "message"));
-        char *dup = msg ? strndup(msg, 4096) : NULL;
-        json_decref(m);
-        call_finish(g, c, (int) -e, NULL, dup);
+        call_finish(g, c, error, result, message);
 }
 
 /* Runs handler for stream s outside the lock, with the dispatch marker set so
@@ -335,52 +324,6 @@ int guestconn_send_json(struct guestconn *g, uint8_t type, uint32_t stream, json
 
 /* ---- handshake ---- */
 
-/* Looks for a complete HELLO frame on stream 0 carrying our nonce anywhere in
- * buf. Every magic is a candidate: stale bytes may hold a frame cut short, so
- * we cannot trust lengths before our reply. Returns 1 with the offset just
- * past the reply, where it starts and the reply, 0 if not (yet) there. *ret_keep_from is
- * where the earliest candidate that may still complete starts (bytes before
- * it can be dropped). */
-static int find_hello_reply(const uint8_t *buf, size_t len, const char *nonce, size_t *ret_start, size_t *ret_end,
-                            json_t **ret_msg, size_t *ret_keep_from) {
-        static const uint8_t magic[4] = { 'A', 'L', 'K', '1' };
-        size_t keep = len > 3 ? len - 3 : 0;
-        for (size_t off = 0; off + 4 <= len;) {
-                const uint8_t *p = memmem(buf + off, len - off, magic, 4);
-                if (!p)
-                        break;
-                off = (size_t) (p - buf);
-                struct proto_header h;
-                if (off + PROTO_HEADER_SIZE > len) {
-                        keep = MIN(keep, off);
-                        break;
-                }
-                if (proto_header_decode(buf + off, &h) < 0 || h.type != PROTO_HELLO || h.stream != 0) {
-                        off++;
-                        continue;
-                }
-                size_t end = off + PROTO_HEADER_SIZE + h.length;
-                if (end > len) {
-                        keep = MIN(keep, off);
-                        off++;
-                        continue;
-                }
-                json_error_t jerr;
-                json_t *m = json_loadb((const char *) buf + off + PROTO_HEADER_SIZE, h.length, 0, &jerr);
-                const char *n = json_string_value(json_object_get(m, "nonce"));
-                if (n && strcmp(n, nonce) == 0) {
-                        *ret_start = off;
-                        *ret_end = end;
-                        *ret_msg = m;
-                        return 1;
-                }
-                json_decref(m);
-                off++;
-        }
-        *ret_keep_from = keep;
-        return 0;
-}
-
 static int handshake(struct guestconn *g, int timeout_ms) {
         uint8_t raw[NONCE_BYTES];
         char nonce[2 * NONCE_BYTES + 1];
@@ -408,7 +351,7 @@ static int handshake(struct guestconn *g, int timeout_ms) {
         for (;;) {
                 size_t start, end, keep;
                 json_t *reply = NULL;
-                if (find_hello_reply(buf, len, nonce, &start, &end, &reply, &keep) > 0) {
+                if (guestreply_find_hello(buf, len, nonce, &start, &end, &reply, &keep) > 0) {
                         json_t *ver = json_object_get(reply, "version");
                         if (!json_is_integer(ver) || json_integer_value(ver) != PROTO_VERSION) {
                                 json_decref(reply);

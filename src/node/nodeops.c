@@ -11,6 +11,7 @@
 #include "capcheck.h"
 #include "config.h"
 #include "guestconn.h"
+#include "guestreply.h"
 #include "log.h"
 #include "nodeops-lifecycle.h"
 #include "nodeutil.h"
@@ -34,11 +35,6 @@
 #define READ_QUEUE_MAX (4u << 20)
 /* file.read / file.write: no progress for this long ends the transfer. */
 #define TRANSFER_IDLE_MS 60000
-/* LIST: entries passed on at most (the guest's limit too). */
-#define LIST_MAX 10000
-/* A LIST/STAT name: NAME_MAX bytes, each possibly replaced by the guest
- * with the 3-byte U+FFFD. */
-#define GUEST_NAME_MAX (3 * 255)
 /* Room left in a reply frame for everything but exec's two outputs. */
 #define REPLY_SLACK 1024
 
@@ -625,13 +621,6 @@ static int op_session_signal(struct node_conn *c, json_t *req) {
 
 /* ---- files ---- */
 
-/* A non-negative integer the guest reported, or def when it is not one. */
-static json_int_t guest_uint(json_t *v, json_int_t max, json_int_t def) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
-                return def;
-        return json_integer_value(v);
-}
-
 struct qitem {
         struct qitem *next;
         size_t len;
@@ -801,8 +790,8 @@ static int op_file_write(struct node_conn *c, json_t *req) {
         pthread_mutex_unlock(&x.lock);
         if (ok) {
                 r = conn_reply_ok(c, json_pack("{s:I}", "size",
-                                               guest_uint(json_object_get(x.result, "size"), INT64_MAX,
-                                                          (json_int_t) total)));
+                                               guestreply_uint(json_object_get(x.result, "size"), INT64_MAX,
+                                                               (json_int_t) total)));
         } else if (!done)
                 r = conn_reply_error(c, -ETIMEDOUT, "timeout", "the guest did not confirm the write");
         else
@@ -879,8 +868,9 @@ static int op_file_read(struct node_conn *c, json_t *req) {
                 reply_guest_failure(c, r, msg, "reading the file failed");
                 goto out;
         }
-        r = conn_reply_ok(c, json_pack("{s:I, s:I}", "size", guest_uint(json_object_get(res, "size"), INT64_MAX, 0),
-                                       "mode", guest_uint(json_object_get(res, "mode"), 07777, 0)));
+        r = conn_reply_ok(c, json_pack("{s:I, s:I}", "size",
+                                       guestreply_uint(json_object_get(res, "size"), INT64_MAX, 0), "mode",
+                                       guestreply_uint(json_object_get(res, "mode"), 07777, 0)));
         json_decref(res);
         if (r < 0)
                 goto out;
@@ -943,54 +933,6 @@ out:
         return r;
 }
 
-/* One LIST/STAT entry of the (untrusted) guest, rebuilt from checked fields
- * only. Clients use LIST names as path components (a directory download),
- * so a name must be one plain component: no '/', not "." or ".."; only
- * STAT of the root may be named "/". NULL when the entry is malformed. */
-static json_t *guest_entry(json_t *e, bool root_ok) {
-        static const char *const types[] = { "file", "dir", "symlink", "other" };
-        json_t *name = json_object_get(e, "name"), *type = json_object_get(e, "type");
-        json_t *size = json_object_get(e, "size"), *mode = json_object_get(e, "mode");
-        json_t *mtime = json_object_get(e, "mtime");
-        if (!json_is_string(name) || !json_is_string(type) || !json_is_integer(mtime) ||
-            guest_uint(size, INT64_MAX, -1) < 0 || guest_uint(mode, 07777, -1) < 0)
-                return NULL;
-        const char *n = json_string_value(name);
-        size_t len = json_string_length(name);
-        bool root = root_ok && strcmp(n, "/") == 0;
-        if (!root && (len == 0 || len > GUEST_NAME_MAX || strlen(n) != len || strchr(n, '/') ||
-                      strcmp(n, ".") == 0 || strcmp(n, "..") == 0))
-                return NULL;
-        const char *t = NULL;
-        for (size_t i = 0; i < ARRAY_SIZE(types) && !t; i++)
-                if (strcmp(json_string_value(type), types[i]) == 0)
-                        t = types[i];
-        if (!t)
-                return NULL;
-        return json_pack("{s:s, s:s, s:I, s:I, s:I}", "name", n, "type", t, "size", json_integer_value(size), "mode",
-                         json_integer_value(mode), "mtime", json_integer_value(mtime));
-}
-
-/* LIST's reply from the guest's RESULT: at most LIST_MAX checked entries. */
-static json_t *guest_list(json_t *res) {
-        json_t *entries = json_object_get(res, "entries");
-        if (!json_is_array(entries))
-                return NULL;
-        _cleanup_(json_decrefp) json_t *out = json_object(), *arr = json_array();
-        if (!out || !arr)
-                return NULL;
-        bool truncated = json_is_true(json_object_get(res, "truncated")) || json_array_size(entries) > LIST_MAX;
-        for (size_t i = 0; i < json_array_size(entries) && i < LIST_MAX; i++) {
-                json_t *e = guest_entry(json_array_get(entries, i), false);
-                if (!e || json_array_append_new(arr, e) < 0)
-                        return NULL;
-        }
-        if (json_object_set_new(out, "entries", TAKE_PTR(arr)) < 0 ||
-            (truncated && json_object_set_new(out, "truncated", json_true()) < 0))
-                return NULL;
-        return TAKE_PTR(out);
-}
-
 /* LIST / STAT / REMOVE: one guest call; the result's checked fields go into
  * the reply (STAT's under "entry"). */
 static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const char *what) {
@@ -1019,10 +961,10 @@ static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const cha
                 return reply_guest_failure(c, r, msg, what);
         json_t *out = NULL;
         if (type == PROTO_STAT) {
-                json_t *e = guest_entry(res, true);
+                json_t *e = guestreply_entry(res, true);
                 out = e ? json_pack("{s:o}", "entry", e) : NULL;
         } else if (type == PROTO_LIST)
-                out = guest_list(res);
+                out = guestreply_list(res);
         json_decref(res);
         if (type == PROTO_REMOVE)
                 return conn_reply_ok(c, NULL);

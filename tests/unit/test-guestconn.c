@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "guestconn.h"
@@ -436,33 +438,82 @@ static void *guest_ping_flood(void *arg) {
         return NULL;
 }
 
+struct ping_call {
+        struct guestconn *c;
+        pid_t tid; /* atomic: the thread's, once it runs */
+};
+
 static void *call_ping(void *arg) {
-        struct guestconn *c = arg;
+        struct ping_call *pc = arg;
+        __atomic_store_n(&pc->tid, gettid(), __ATOMIC_RELEASE);
         json_t *req = json_object();
-        intptr_t r = guestconn_call(c, PROTO_PING, req, 120000, NULL, NULL);
+        intptr_t r = guestconn_call(pc->c, PROTO_PING, req, 120000, NULL, NULL);
         json_decref(req);
         return (void *) r;
 }
 
+/* The number of the syscall thread tid of this process is blocked in, -1
+ * while it runs (/proc/self/task/TID/syscall). */
+static long thread_syscall(pid_t tid) {
+        char path[64], buf[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int) tid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return -1;
+        bool ok = fgets(buf, sizeof buf, f);
+        fclose(f);
+        char *end;
+        long nr = strtol(buf, &end, 10);
+        return ok && end != buf ? nr : -1;
+}
+
+static uint64_t mono_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+}
+
 /* A guest that stops reading stalls the node's sends to it (for up to the
  * stall timeout, a minute): guestconn_shutdown() fails them at once, so a
- * delete does not wait for it. */
+ * delete does not wait for it. Shut down only once both are stuck: the
+ * reader on the full channel, a caller behind it. */
 static void test_shutdown_unblocks_senders(void **state) {
         signal(SIGPIPE, SIG_IGN); /* the flooding fake writes into a closed socket */
         struct fake f;
         struct guestconn *c = fake_open(&f, guest_ping_flood);
-        usleep(500 * 1000); /* the reader answers until the guest's buffer is full */
+        /* the reader answers the PINGs until the guest's side is full */
+        uint64_t deadline = mono_ms() + 10000;
+        for (;;) {
+                struct pollfd p = { .fd = f.host_fd, .events = POLLOUT };
+                if (poll(&p, 1, 0) == 0)
+                        break;
+                if (mono_ms() > deadline)
+                        fail_msg("the channel to a guest that reads nothing never filled up (10 s)");
+                usleep(1000);
+        }
+        struct ping_call pc = { .c = c };
         pthread_t t;
-        assert_int_equal(pthread_create(&t, NULL, call_ping, c), 0);
-        usleep(200 * 1000);
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        assert_int_equal(pthread_create(&t, NULL, call_ping, &pc), 0);
+        /* the call waits for the writer lock the stalled reader holds */
+        deadline = mono_ms() + 10000;
+        for (;;) {
+                pid_t tid = __atomic_load_n(&pc.tid, __ATOMIC_ACQUIRE);
+                if (tid > 0 && thread_syscall(tid) == SYS_futex)
+                        break;
+                if (mono_ms() > deadline)
+                        fail_msg("the PING call never blocked behind the stalled channel (10 s)");
+                usleep(1000);
+        }
+        uint64_t t0 = mono_ms();
         guestconn_shutdown(c);
         void *ret;
         assert_int_equal(pthread_join(t, &ret), 0);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
+        uint64_t took = mono_ms() - t0;
+        if (took >= 5000)
+                fail_msg("the call blocked behind the stalled channel took %llu ms to fail after "
+                         "guestconn_shutdown()",
+                         (unsigned long long) took);
         assert_true((intptr_t) ret < 0);
-        assert_true(t1.tv_sec - t0.tv_sec < 5);
         for (int i = 0; i < 500 && guestconn_alive(c); i++)
                 usleep(10 * 1000);
         assert_false(guestconn_alive(c));

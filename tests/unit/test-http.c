@@ -5,8 +5,10 @@
  * to it over plain TCP sockets.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <setjmp.h>
@@ -46,6 +48,10 @@ static char token[300];
 static int node_fd = -1;
 static pthread_t node_thread;
 static sem_t sse_go;
+/* the "slow" create: the node got it (slow_in), may answer (slow_go), was
+ * told to delete that sandbox (slow_forgotten) */
+static sem_t slow_in, slow_go, slow_forgotten;
+static char slow_id[32];
 
 /* ---------- fake node ---------- */
 
@@ -122,8 +128,13 @@ static void *node_conn_thread(void *arg) {
                           json_pack("{s:b, s:[{s:s, s:s}]}", "ok", 1, "templates", "name", "python", "state", "ready"));
         else if (strcmp(op, "sandbox.create") == 0) {
                 const char *t = json_string_value(json_object_get(req, "template"));
-                if (strcmp(t, "slow") == 0) /* a create the client gives up on */
-                        usleep(500 * 1000);
+                if (strcmp(t, "slow") == 0) { /* a create the client gives up on */
+                        pthread_mutex_lock(&known_lock);
+                        snprintf(slow_id, sizeof slow_id, "%s", id);
+                        pthread_mutex_unlock(&known_lock);
+                        sem_post(&slow_in);
+                        sem_wait(&slow_go);
+                }
                 if (strcmp(t, "python") != 0 && strcmp(t, "slow") != 0)
                         send_error(fd, "not_found", "unknown template");
                 else {
@@ -149,6 +160,11 @@ static void *node_conn_thread(void *arg) {
                 send_json(fd, PROTO_NODE_REPLY, json_pack("{s:b, s:o}", "ok", 1, "sandboxes", arr));
         } else if (strcmp(op, "sandbox.delete") == 0) {
                 known_set(id, false);
+                pthread_mutex_lock(&known_lock);
+                bool slow = slow_id[0] && strcmp(id, slow_id) == 0;
+                pthread_mutex_unlock(&known_lock);
+                if (slow)
+                        sem_post(&slow_forgotten);
                 send_json(fd, PROTO_NODE_REPLY, json_pack("{s:b}", "ok", 1));
         } else if (strcmp(op, "exec") == 0) {
                 bool ok = json_is_array(json_object_get(req, "cmd")) && json_object_get(req, "timeout_s") &&
@@ -297,6 +313,9 @@ static int setup(void **state) {
         if (bind(node_fd, (struct sockaddr *) &sa, sizeof sa) < 0 || listen(node_fd, 16) < 0)
                 return -1;
         sem_init(&sse_go, 0, 0);
+        sem_init(&slow_in, 0, 0);
+        sem_init(&slow_go, 0, 0);
+        sem_init(&slow_forgotten, 0, 0);
         pthread_create(&node_thread, NULL, node_main, NULL);
 
         if (privsep_control_dir(&config) < 0 || store_open(config.database, &store) < 0 ||
@@ -633,21 +652,75 @@ static size_t store_count(void) {
         return n;
 }
 
+/* Waits for sem, failing the test with what after 10 s. */
+static void sem_wait_or_fail(sem_t *sem, const char *what) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 10;
+        while (sem_timedwait(sem, &ts) < 0)
+                if (errno != EINTR)
+                        fail_msg("%s (waited 10 s)", what);
+}
+
+/* airlockd's end of our connection fd: the server runs in this process. */
+static int server_end_of(int fd) {
+        struct sockaddr_in mine, a;
+        socklen_t l = sizeof mine;
+        assert_int_equal(getsockname(fd, (struct sockaddr *) &mine, &l), 0);
+        DIR *d = opendir("/proc/self/fd");
+        assert_non_null(d);
+        int found = -1;
+        for (struct dirent *de; found < 0 && (de = readdir(d));) {
+                int k = atoi(de->d_name);
+                if (de->d_name[0] == '.' || k == fd || k == dirfd(d))
+                        continue;
+                l = sizeof a;
+                if (getpeername(k, (struct sockaddr *) &a, &l) < 0 || a.sin_family != AF_INET ||
+                    a.sin_port != mine.sin_port)
+                        continue;
+                l = sizeof a;
+                if (getsockname(k, (struct sockaddr *) &a, &l) == 0 && a.sin_port == htons(port))
+                        found = k;
+        }
+        closedir(d);
+        return found;
+}
+
+static size_t store_count_within(size_t want, int ms) {
+        size_t n = store_count();
+        for (int i = 0; i < ms / 10 && n != want; i++) {
+                usleep(10 * 1000);
+                n = store_count();
+        }
+        return n;
+}
+
 /* A client that hangs up during a create must not leave a sandbox behind
- * that nobody knows the id of. */
+ * that nobody knows the id of. The fake node holds the create until the
+ * hang-up is there for airlockd to see, then answers: no sleep decides
+ * what came first. */
 static void test_create_client_gone(void **state) {
         size_t node_before = known_count(), store_before = store_count();
         int fd = http_connect();
         const char *body = "{\"template\":\"slow\"}";
         send_head(fd, "POST", "/v1/sandboxes", token, NULL, strlen(body));
         assert_int_equal(fd_write_all(fd, body, strlen(body)), 0);
-        usleep(100 * 1000); /* the request is in before the hang-up */
+        sem_wait_or_fail(&slow_in, "the create never reached the node");
+        /* the row is there while the node creates: its removal below is real */
+        assert_int_equal(store_count(), store_before + 1);
+        int srv = server_end_of(fd);
+        if (srv < 0)
+                fail_msg("airlockd's end of the connection is not among this process's fds");
         close(fd);
-        for (int i = 0; i < 50 && (known_count() != node_before || store_count() != store_before); i++)
-                usleep(100 * 1000);
-        usleep(700 * 1000); /* past the fake node's delay: the create has ended */
+        struct pollfd p = { .fd = srv, .events = POLLRDHUP };
+        if (poll(&p, 1, 10000) != 1 || !(p.revents & (POLLRDHUP | POLLHUP)))
+                fail_msg("airlockd's end of the connection never saw the hang-up");
+        sem_post(&slow_go);
+        sem_wait_or_fail(&slow_forgotten,
+                         "airlockd did not tell the node to delete the sandbox of a client that hung up");
+        if (store_count_within(store_before, 10000) != store_before)
+                fail_msg("the row of the sandbox of a client that hung up is still in the store after 10 s");
         assert_int_equal(known_count(), node_before);
-        assert_int_equal(store_count(), store_before);
 }
 
 static void test_sse_format(void **state) {

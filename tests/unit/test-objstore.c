@@ -22,6 +22,7 @@
 
 #include "macros.h"
 #include "objstore.h"
+#include "unit-skip.h"
 #include "util.h"
 
 #define SPARSE_SIZE (64u << 20)
@@ -30,7 +31,7 @@
 /* One fresh store per test: ROOT for the store, SRC for input files, DST
  * for downloads, all under a mkdtemp directory. */
 struct fixture {
-        char dir[64];
+        char dir[512]; /* under AIRLOCK_TEST_REFLINK_DIR too */
         char *root, *src, *dst;
         struct objstore *o;
 };
@@ -39,14 +40,23 @@ static int setup_in(void **state, const char *base) {
         struct fixture *f = calloc(1, sizeof *f);
         if (!f)
                 return -1;
-        snprintf(f->dir, sizeof f->dir, "%s/test-objstore-XXXXXX", base);
+        if ((size_t) snprintf(f->dir, sizeof f->dir, "%s/test-objstore-XXXXXX", base) >= sizeof f->dir) {
+                free(f);
+                errno = ENAMETOOLONG;
+                return -1;
+        }
         if (!mkdtemp(f->dir))
                 return -1;
         f->root = strdup_printf("%s/store", f->dir);
         f->src = strdup_printf("%s/src", f->dir);
         f->dst = strdup_printf("%s/dst", f->dir);
-        if (mkdir(f->src, 0700) < 0 || objstore_open_local(f->root, &f->o) < 0)
+        if (mkdir(f->src, 0700) < 0)
                 return -1;
+        int r = objstore_open_local(f->root, &f->o);
+        if (r < 0) {
+                errno = -r;
+                return -1;
+        }
         *state = f;
         return 0;
 }
@@ -57,6 +67,8 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
         struct fixture *f = *state;
+        if (!f) /* setup_reflink() without a directory */
+                return 0;
         objstore_free(f->o);
         rm_rf(f->dir);
         free(f->root);
@@ -181,7 +193,7 @@ static void test_key_check(void **state) {
         assert_int_equal(objstore_list(f->o, "../", &keys), -EINVAL);
         assert_int_equal(objstore_list(f->o, "a//", &keys), -EINVAL);
         assert_null(keys);
-        char escaped[512];
+        char escaped[sizeof f->dir + 16];
         snprintf(escaped, sizeof escaped, "%s/escape", f->dir);
         assert_int_equal(access(escaped, F_OK), -1);
 }
@@ -672,38 +684,59 @@ static void test_minimal_backend(void **state) {
 }
 
 /* With AIRLOCK_TEST_REFLINK_DIR naming a directory on btrfs or xfs, puts
- * and gets of files on it are reflinks: the stored blocks are shared. */
-static bool extent_shared(const char *path) {
+ * and gets of files on it are reflinks: the stored blocks are shared.
+ * -errno when the filesystem cannot say (no FIEMAP: no reflinks either). */
+static int extent_shared(const char *path) {
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
         assert_true(fd >= 0);
         union {
                 struct fiemap fm;
                 char buf[sizeof(struct fiemap) + sizeof(struct fiemap_extent)];
         } u = { .fm = { .fm_length = FIEMAP_MAX_OFFSET, .fm_flags = FIEMAP_FLAG_SYNC, .fm_extent_count = 1 } };
-        assert_int_equal(ioctl(fd, FS_IOC_FIEMAP, &u.fm), 0);
+        if (ioctl(fd, FS_IOC_FIEMAP, &u.fm) < 0)
+                return -errno;
         assert_int_equal(u.fm.fm_mapped_extents, 1);
-        return u.fm.fm_extents[0].fe_flags & FIEMAP_EXTENT_SHARED;
+        return !!(u.fm.fm_extents[0].fe_flags & FIEMAP_EXTENT_SHARED);
+}
+
+static void assert_shared(const char *path, const char *base) {
+        int r = extent_shared(path);
+        if (r <= 0)
+                fail_msg("%s does not share its blocks (%s): AIRLOCK_TEST_REFLINK_DIR=%s must be on a filesystem "
+                         "with reflinks (btrfs, XFS with reflink=1), and the object store must clone onto it",
+                         path, r < 0 ? strerror(-r) : "a copy, not a reflink", base);
+}
+
+/* The store of test_reflink in AIRLOCK_TEST_REFLINK_DIR; none (the test
+ * skips) without it. teardown() removes it, also when the test failed. */
+static int setup_reflink(void **state) {
+        const char *base = getenv("AIRLOCK_TEST_REFLINK_DIR");
+        *state = NULL;
+        if (!base || !*base)
+                return 0;
+        if (setup_in(state, base) < 0) {
+                fprintf(stderr, "cannot make a store under AIRLOCK_TEST_REFLINK_DIR=%s: %s\n", base, strerror(errno));
+                return -1;
+        }
+        return 0;
 }
 
 static void test_reflink(void **state) {
-        (void) state;
+        struct fixture *f = *state;
         const char *base = getenv("AIRLOCK_TEST_REFLINK_DIR");
-        if (!base || !*base)
-                skip();
-        void *st = NULL;
-        assert_int_equal(setup_in(&st, base), 0);
-        struct fixture *f = st;
+        if (!f)
+                unit_skip("AIRLOCK_TEST_REFLINK_DIR is not set: name a directory on a filesystem with reflinks "
+                          "(btrfs, XFS with reflink=1); ./test.sh sets it to its btrfs test volume");
         upload3(f, "snap-r", 9);
         _cleanup_free_ char *src = strdup_printf("%s/rootfs.img", f->src);
         char hex[OBJSTORE_SHA256_HEX];
         assert_int_equal(objstore_file_sha256(src, hex), 0);
         _cleanup_free_ char *blob = strdup_printf("%s/blobs/%s", f->root, hex);
-        assert_true(extent_shared(blob));
+        assert_shared(blob, base);
         assert_int_equal(objstore_snapshot_download(f->o, "snap-r", f->dst), 0);
         _cleanup_free_ char *got = strdup_printf("%s/rootfs.img", f->dst);
-        assert_true(extent_shared(got));
+        assert_shared(got, base);
         assert_same_content(src, got);
-        teardown(&st);
 }
 
 int main(void) {
@@ -718,7 +751,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_dedup_delete, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_manifest_parse, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_minimal_backend, setup, teardown),
-                cmocka_unit_test(test_reflink),
+                cmocka_unit_test_setup_teardown(test_reflink, setup_reflink, teardown),
         };
-        return cmocka_run_group_tests(tests, NULL, NULL);
+        return unit_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }
