@@ -16,6 +16,7 @@ hash, and a node prunes the builds of other hashes), once per volume."""
 
 import base64
 import concurrent.futures
+import datetime
 import http.client
 import json
 import os
@@ -26,28 +27,11 @@ import urllib.parse
 
 import pytest
 
-from harness import BUILD, TEMPLATES, VOLUME, airlock_instance
+from harness import BUILD, TEMPLATES, VOLUME, airlock_instance, qemu_pids
 
 HOSTILE_BINARY = os.path.join(BUILD, "tests", "security", "hostile-guest", "airlock-guest-hostile")
 HOSTILE_TEMPLATES = os.path.join(VOLUME, "templates-hostile")
 MIB = 1 << 20
-
-
-def _children(ppid, name):
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
-        if comm == name and int(fields[1]) == ppid:
-            pids.append(int(pid))
-    return pids
 
 
 def rss(pid):
@@ -74,9 +58,12 @@ class Hostile:
 
     @property
     def node(self):
-        pids = _children(self.a.proc.pid, "airlock-node")
-        assert len(pids) == 1, pids
-        return pids[0]
+        return self.a.pid_of("airlock-node")
+
+    @property
+    def airlockd(self):
+        # not self.a.proc.pid: under root that is airlock-nodemgr
+        return self.a.pid_of("airlockd")
 
     def neighbour_ok(self, timeout=60):
         r = self.a.api("POST", f"/v1/sandboxes/{self.neighbour}/exec", {"cmd": ["cat", "/run/airlock/sandbox-id"]},
@@ -103,6 +90,26 @@ class Hostile:
             if sb["state"] == want or time.monotonic() > deadline:
                 return sb
             time.sleep(0.25)
+
+    def wait_console(self, sid, text, timeout=30):
+        """Waits until the guest of sid has written text to its console
+        (the hostile agent says there what it is doing)."""
+        argv = open(f"/proc/{qemu_pids(sid)[0]}/cmdline", "rb").read().decode().split("\0")
+        qmp = argv[argv.index("-qmp") + 1][len("unix:"):].split(",")[0]
+        path = os.path.join(os.path.dirname(qmp), "console.log")
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(path, errors="replace") as f:
+                got = f.read()
+            if text in got:
+                return
+            assert time.monotonic() < deadline, f"{sid}'s guest did not log {text!r} in {timeout} s:\n{got[-2000:]}"
+            time.sleep(0.1)
+
+    def log_lines(self, sid, text):
+        """The node's log lines about sandbox sid that contain text."""
+        with open(self.a.log_path, errors="replace") as f:
+            return [l for l in f if f"sandbox={sid} " in l and text in l]
 
     def delete(self, sid, within=20):
         t0 = time.monotonic()
@@ -143,10 +150,36 @@ def hostile(templates):
         yield h
 
 
+class Stalled:
+    """The module's ping-flooded sandbox: when its flood began (wall
+    clock) and the exec that started it (a future of (status, body))."""
+
+    def __init__(self, sid, t0, fut):
+        self.sid, self.t0, self.fut = sid, t0, fut
+
+
+@pytest.fixture(scope="module")
+def stalled(hostile):
+    """A guest that floods PINGs and never reads the answers, from before
+    the first test to the last: the node's sends to it stall, so every
+    test runs beside a channel stuck in a 60 s send, and the last checks
+    how that ends (test_ping_flood_closes_the_channel_after_60_s) without
+    a minute of its own."""
+    sid = hostile.victim()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        t0 = time.time()
+        fut = pool.submit(hostile.attack, sid, "ping-flood", timeout=150)
+        hostile.wait_console(sid, "hostile: ping flood stalled", timeout=60)
+        yield Stalled(sid, t0, fut)
+        hostile.a.request("DELETE", f"/v1/sandboxes/{sid}", timeout=120)
+        fut.result(timeout=150)
+
+
 @pytest.fixture
-def h(hostile, request):
+def h(hostile, stalled, request):
     """Per test: the node is the same process before and after, it answers
-    health, and the neighbour works."""
+    health, and the neighbour works (also while another guest's channel
+    is stalled: see `stalled`)."""
     node = hostile.node
     assert node == hostile.node_pid, "the node was restarted by an earlier attack"
     rss0 = rss(node)
@@ -181,18 +214,22 @@ def test_bad_frame_header_fails_only_that_sandbox(h, how):
 
 
 def test_truncated_frame_then_silence(h):
-    """Half a frame and then nothing: the waiting request times out (it
-    does not hang), the neighbour works meanwhile, the sandbox can go."""
+    """Half a frame and then nothing: the waiting request ends at the
+    node's call timeout, 504 `timeout` at 30 s (it does not hang: the exec
+    itself could have run 60 s), the neighbour works meanwhile, the sandbox
+    can go."""
     sid = h.victim()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         t0 = time.monotonic()
         fut = pool.submit(h.attack, sid, "truncated")
-        time.sleep(2)
+        h.wait_console(sid, "hostile: attack truncated")
         assert h.neighbour_ok(timeout=20)
         assert h.a.request("GET", "/v1/sandboxes")[0] == 200
+        assert not fut.done(), fut.result()
         status, body = fut.result(timeout=90)
-    assert status in (502, 504) and body["error"]["code"] in ("timeout", "guest"), (status, body)
-    assert time.monotonic() - t0 < 60
+        took = time.monotonic() - t0
+    assert status == 504 and body["error"]["code"] == "timeout", (status, body)
+    assert 29 < took < 40, f"the request waiting on half a frame ended after {took:.1f} s, not at the 30 s call timeout"
     h.delete(sid)
 
 
@@ -202,7 +239,7 @@ def test_slowloris_frame_does_not_hold_the_node(h):
     sid = h.victim()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         fut = pool.submit(h.attack, sid, "slowloris", "300")
-        time.sleep(3)
+        h.wait_console(sid, "hostile: attack slowloris")
         t0 = time.monotonic()
         assert h.neighbour_ok(timeout=20)
         assert h.a.request("GET", "/v1/health", auth=False)[0] == 200
@@ -273,20 +310,52 @@ def test_unsolicited_replies_and_stream_frames(h):
 
 def test_ping_flood_without_reading(h):
     """The guest floods PINGs and never reads the answers: the node's
-    writes to it stall, and only that channel's do. The neighbour, health
-    and the list answer meanwhile, and the sandbox is deleted promptly."""
+    writes to it stall, and only that channel's do. Once the guest's
+    writes block (every buffer on the way is full), the neighbour, health
+    and the list answer, and the sandbox is deleted promptly: the delete
+    shuts the channel down first. The failed answer is logged once, not
+    once per PING still buffered."""
     sid = h.victim()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         fut = pool.submit(h.attack, sid, "ping-flood", timeout=150)
-        time.sleep(8)  # long enough for every buffer on the way to fill
+        h.wait_console(sid, "hostile: ping flood stalled", timeout=60)
         t0 = time.monotonic()
         assert h.neighbour_ok(timeout=20)
         assert h.a.request("GET", "/v1/sandboxes", timeout=20)[0] == 200
         assert h.a.request("GET", f"/v1/sandboxes/{sid}", timeout=20)[0] == 200
         assert time.monotonic() - t0 < 10
+        assert not fut.done(), fut.result()
         h.delete(sid, within=20)
         status, body = fut.result(timeout=150)
     assert status in (404, 409, 502, 504), (status, body)
+    warned = h.log_lines(sid, "failed to answer guest ping")
+    assert len(warned) == 1, warned[:5]
+
+
+def _log_time(line):
+    ts = line.split(" ", 1)[0][len("ts="):]
+    return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def test_ping_flood_closes_the_channel_after_60_s(h, stalled):
+    """The module's `stalled` guest, flooding since before the first test:
+    its exec got 504 at the 30 s call timeout; the node's send to it made
+    no progress for 60 s and then the node closed that channel (one
+    warning for the flood, not one per PING); the sandbox is `failed` with
+    "guest channel closed" and is deleted promptly. Run alone, this test
+    waits out the minute itself."""
+    sid = stalled.sid
+    sb = h.wait_state(sid, "failed", timeout=max(1, stalled.t0 + 120 - time.time()))
+    assert sb["state"] == "failed" and "guest channel closed" in sb.get("error", ""), sb
+    closed = h.log_lines(sid, "guest accepted nothing for")
+    assert len(closed) == 1, closed
+    took = _log_time(closed[0]) - stalled.t0
+    assert 60 <= took < 80, f"the stalled channel was closed {took:.1f} s after the flood began, not after 60 s"
+    warned = h.log_lines(sid, "failed to answer guest ping")
+    assert len(warned) == 1, warned[:5]
+    status, body = stalled.fut.result(timeout=10)
+    assert status == 504 and body["error"]["code"] == "timeout", (status, body)
+    h.delete(sid)
 
 
 def test_exec_output_in_maximal_frames(h):
@@ -323,13 +392,33 @@ def test_session_output_in_maximal_frames(h):
     h.delete(sid)
 
 
+def _wait_still(node, airlockd, rss_node, rss_d, timeout=60):
+    """Waits until the node and airlockd have neither grown (1 MiB) nor
+    used CPU (50 ms) for 1.5 s; returns the most each grew meanwhile."""
+    pids = (node, airlockd)
+    base = (rss_node, rss_d)
+    most = [0, 0]
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        now = (time.monotonic(), [rss(p) for p in pids], [cpu_s(p) for p in pids])
+        most = [max(m, r - b) for m, r, b in zip(most, now[1], base)]
+        if last is None or any(abs(a - b) > MIB for a, b in zip(now[1], last[1])) or \
+                any(a - b > 0.05 for a, b in zip(now[2], last[2])):
+            last = now
+        elif now[0] - last[0] >= 1.5:
+            return most
+        assert now[0] < deadline, f"the transfer never stood still (grown {most}) in {timeout} s"
+        time.sleep(0.1)
+
+
 def test_giant_file_read_is_streamed_with_backpressure(h):
     """A file read that announces one byte and sends 256 MiB: the node and
     airlockd stream it with bounded buffers while the client reads slowly,
     and a client that hangs up ends it."""
     sid = h.victim()
-    node = h.node
-    rss_node, rss_d = rss(node), rss(h.a.proc.pid)
+    node, airlockd = h.node, h.airlockd
+    rss_node, rss_d = rss(node), rss(airlockd)
     q = urllib.parse.urlencode({"path": "/airlock-hostile/giant-256"})
     conn = http.client.HTTPConnection("127.0.0.1", h.a.port, timeout=60)
     conn.request("GET", f"/v1/sandboxes/{sid}/files?{q}", headers={"Authorization": f"Bearer {h.a.token}"})
@@ -340,9 +429,12 @@ def test_giant_file_read_is_streamed_with_backpressure(h):
         chunk = resp.read1(1 << 16)
         assert chunk and set(chunk) == {ord("g")}
         got += len(chunk)
-    time.sleep(5)  # a slow client: every queue on the way fills up
-    assert rss(node) - rss_node < 48 * MIB, "the node buffered the file"
-    assert rss(h.a.proc.pid) - rss_d < 48 * MIB, "airlockd buffered the file"
+    # a slow client: wait until every queue on the way is full and the
+    # transfer stands still (neither process grows or works any more);
+    # without backpressure that is only once all 256 MiB are held
+    grown = _wait_still(node, airlockd, rss_node, rss_d)
+    assert grown[0] < 48 * MIB, f"the node buffered the file: {grown[0] / MIB:.0f} MiB"
+    assert grown[1] < 48 * MIB, f"airlockd buffered the file: {grown[1] / MIB:.0f} MiB"
     conn.close()  # the client hangs up mid-transfer
     assert h.neighbour_ok(timeout=30)
     # the guest keeps sending into a closed stream until it is done; then
@@ -353,7 +445,7 @@ def test_giant_file_read_is_streamed_with_backpressure(h):
         if status == 200:
             break
         assert time.monotonic() < deadline, (status, body)
-        time.sleep(2)
+        time.sleep(0.5)
     assert json.loads(body)["stdout"] == "still-here\n"
     h.delete(sid)
 

@@ -6,12 +6,13 @@ the attack fails."""
 
 import os
 import pwd
+import re
 import signal
 import socket
 import threading
 import time
 
-from harness import BUILD, START_TIMEOUT, TEMPLATES, _cgroup_procs, node_pids, qemu_pids, vm_cgroups
+from harness import BUILD, START_TIMEOUT, TEMPLATES, _cgroup_procs, node_pids, qemu_pids
 
 NAMESPACES = ("mnt", "pid", "ipc", "uts", "net")
 
@@ -41,29 +42,56 @@ def disk_of(pid):
     raise AssertionError(f"no disk in the command line of {pid}")
 
 
-def cgroup_files(pid):
-    """{file name: value} of the limits of the cgroups pid is in (v1
-    hierarchies or the v2 one)."""
-    out = {}
-    with open(f"/proc/{pid}/cgroup") as f:
-        lines = [l.rstrip("\n").split(":", 2) for l in f]
-    for _, ctl, path in lines:
-        if ctl == "":
-            base = "/sys/fs/cgroup" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "/sys/fs/cgroup/unified"
-        elif ctl in ("memory", "pids", "cpu", "cpu,cpuacct"):
-            base = f"/sys/fs/cgroup/{ctl.split(',')[0]}"
-        else:
-            continue
-        d = base + path
-        for name in ("memory.max", "memory.limit_in_bytes", "pids.max", "cpu.max", "cpu.cfs_quota_us",
-                     "cpu.cfs_period_us"):
+def cgroup_parents(a):
+    """(version, [dirs]) of the VM cgroups this node makes, as nodemgr
+    logged them at start ("vmm cgroups: v2, one cgroup per VM below
+    /sys/fs/cgroup/x (...)", or v1 with a dir per controller)."""
+    with open(a.log_path, errors="replace") as f:
+        m = re.search(r"vmm cgroups: v([12]), one cgroup per VM below (.*?) \(", f.read())
+    assert m, "the node logged no cgroup hierarchy: VMs would run without limits\n" + a.log_tail(80)
+    return int(m.group(1)), m.group(2).split(" ")
+
+
+def fs_type_of(path):
+    """The file system type of the mount path is on (/proc/self/mountinfo)."""
+    path = os.path.realpath(path)  # /sys/fs/cgroup/cpu may lead to cpu,cpuacct
+    best, fstype = "", None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            pre, post = line.split(" - ", 1)
+            mnt = pre.split()[4]
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                best, fstype = mnt, post.split()[0]
+    return fstype
+
+
+def vm_cgroup(a, pid, uid):
+    """The VM's own cgroup dirs in the hierarchy the node uses (v2: one;
+    v1: one per controller) and their limits, each checked to hold pid."""
+    version, parents = cgroup_parents(a)
+    dirs = [f"{p}/airlock-vm-{uid}" for p in parents]
+    limits = {}
+    for d in dirs:
+        assert fs_type_of(d) == ("cgroup2" if version == 2 else "cgroup"), (version, d)
+        assert str(pid) in _cgroup_procs(d), f"QEMU {pid} is not in {d}"
+        for name in ("memory.max", "memory.limit_in_bytes", "pids.max", "cpu.max", "cpu.cfs_quota_us"):
             try:
                 with open(os.path.join(d, name)) as f:
-                    out[name] = f.read().strip()
+                    limits[name] = f.read().strip()
             except OSError:
                 pass
-        out.setdefault("paths", []).append(path)
-    return out
+    # and /proc agrees: in each hierarchy the node uses, that cgroup
+    with open(f"/proc/{pid}/cgroup") as f:
+        paths = [l.rstrip("\n").split(":", 2)[2] for l in f]
+    assert sum(p.endswith(f"/airlock-vm-{uid}") for p in paths) == len(dirs), (paths, dirs)
+    return dirs, limits
+
+
+def wait_gone(dirs, timeout=10):
+    deadline = time.monotonic() + timeout
+    while any(os.path.exists(d) for d in dirs):
+        assert time.monotonic() < deadline, f"VM cgroups left: {[d for d in dirs if os.path.exists(d)]}"
+        time.sleep(0.05)
 
 
 def test_every_vmm_is_jailed(airlock):
@@ -73,6 +101,7 @@ def test_every_vmm_is_jailed(airlock):
     node = node_pids(a.data_dir)[0]
     disks = [disk_of(p) for p in pids]
     uids = []
+    cgroups = []
     for i, pid in enumerate(pids):
         st = status_of(pid)
         uid = {int(x) for x in st["Uid"].split()}
@@ -108,9 +137,9 @@ def test_every_vmm_is_jailed(airlock):
                                                       ["kvm", "null", "random", "urandom", "zero"])
         run_dir = run_dir_of(pid)
         assert sorted(os.listdir(root + run_dir)) == ["disk.img", "vm"]
-        # cgroup limits
-        cg = cgroup_files(pid)
-        assert all(p.endswith(f"/airlock-vm-{uids[-1]}") for p in cg["paths"] if p != "/"), cg
+        # cgroup limits, in the VM's own cgroup of the hierarchy the node uses
+        cg_dirs, cg = vm_cgroup(a, pid, uids[-1])
+        cgroups.append(cg_dirs)
         mem = int(cg.get("memory.max") or cg.get("memory.limit_in_bytes"))
         assert 256 << 20 < mem <= 1 << 30, cg
         assert cg["pids.max"] == "256"
@@ -129,10 +158,8 @@ def test_every_vmm_is_jailed(airlock):
     for s in sids:  # and they work
         assert a.exec(s, ["echo", "ok"])["stdout"] == "ok\n"
         assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
-    for u in uids:  # the cgroups went with the VMs
-        for ctl in ("memory", "pids", "cpu"):
-            for dirpath, dirnames, _ in os.walk(f"/sys/fs/cgroup/{ctl}"):
-                assert f"airlock-vm-{u}" not in dirnames, (ctl, dirpath)
+    for dirs in cgroups:  # the cgroups went with the VMs
+        wait_gone(dirs)
 
 
 def test_a_vmm_uid_cannot_open_another_vms_disk(airlock):
@@ -240,50 +267,61 @@ def kill_node(a):
     raise AssertionError("airlockd did not start a new node\n" + a.log_tail(80))
 
 
-def wait_settled(a, sid, timeout=180):
+def wait_running(a, sid, old_pid, timeout=180):
+    """Waits until sid runs on a VM other than old_pid (it may read
+    `failed` on the way: the take-over failed, the recovery is next),
+    or the node reports the recovery failed."""
     deadline = time.monotonic() + timeout
     sbx = None
     while time.monotonic() < deadline:
         try:
             sbx = a.api("GET", f"/v1/sandboxes/{sid}")
-            if sbx["state"] in ("running", "failed"):
-                return sbx
         except Exception:  # the node may be restarting
-            pass
+            time.sleep(0.2)
+            continue
+        if sbx["state"] == "running" and qemu_pids(sid) and qemu_pids(sid) != [old_pid]:
+            return sbx
+        if sbx["state"] == "failed" and sbx.get("recoveries") and not sbx["recoveries"][-1]["ok"]:
+            break
         time.sleep(0.2)
-    raise AssertionError(f"sandbox {sid} not settled: {sbx}\n{a.log_tail(80)}")
+    raise AssertionError(f"sandbox {sid} was not recovered: {sbx}\n{a.log_tail(80)}")
 
 
 def impostor_test(a, sock_name):
     sid = a.create("minimal", env={"SECRET_TOKEN": "hunter2-do-not-leak"})["id"]
     pid = qemu_pids(sid)[0]
+    uid_line = status_of(pid)["Uid"]
+    cg_dirs, _ = vm_cgroup(a, pid, int(uid_line.split()[0]))
     path = os.path.join(run_dir_of(pid), "vm", sock_name)
     # the VM's socket path now leads to us; the node restarts and adopts
     imp = Impostor(path)
     try:
         kill_node(a)
-        sbx = wait_settled(a, sid)
         # the node came to us and was turned away before a single byte
-        deadline = time.monotonic() + 10
-        while imp.connections == 0 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while imp.connections == 0:
+            assert time.monotonic() < deadline, "the new node never connected\n" + a.log_tail(80)
             time.sleep(0.1)
-        assert imp.connections >= 1, a.log_tail(80)
+        # the sandbox never ran on the impostor: it runs again as a new VM
+        # (recovered from its disk, docs/security.md), with its env
+        wait_running(a, sid, pid)
     finally:
         imp.close()
     assert imp.received == b"", imp.received
     assert "refusing" in a.log_tail(400)
-    # the sandbox never ran on the impostor: if it runs, it is a VM again
-    # (recovered from its disk), with its env
-    # the adopted VM that was refused is gone, its cgroup with it
+    out = a.exec(sid, ["sh", "-c", "echo $SECRET_TOKEN"])["stdout"]
+    assert out == "hunter2-do-not-leak\n"
+    # the adopted VM that was refused is gone, its cgroup with it (unless
+    # the new VM got the freed uid, and with it the cgroup's name)
     deadline = time.monotonic() + 10
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:  # airlockd reaps it
+    while os.path.exists(f"/proc/{pid}"):  # nodemgr reaps it
+        assert time.monotonic() < deadline, f"the refused VM {pid} lives on"
         time.sleep(0.1)
-    assert not os.path.exists(f"/proc/{pid}")
-    assert all(_cgroup_procs(c) for c in vm_cgroups()), vm_cgroups()
-    if sbx["state"] == "running":
-        assert qemu_pids(sid) and qemu_pids(sid) != [pid]
-        out = a.exec(sid, ["sh", "-c", "echo $SECRET_TOKEN"])["stdout"]
-        assert out == "hunter2-do-not-leak\n"
+    new_pid = qemu_pids(sid)[0]
+    if status_of(new_pid)["Uid"] == uid_line:
+        assert vm_cgroup(a, new_pid, int(uid_line.split()[0]))[0] == cg_dirs
+    else:
+        wait_gone(cg_dirs)
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
 
 

@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,11 +231,21 @@ static int attack_unsolicited(struct agent *a, uint32_t stream) {
 }
 
 /* PINGs on stream 0 without end, never reading the answers: the agent
- * blocks in write once the node stops taking them. */
+ * blocks in write once the node stops taking them. It says so on the
+ * console (once) when the channel has taken nothing for two seconds: the
+ * node's reader is then stuck sending answers nobody reads, which is the
+ * moment the test checks that nothing else on the node waits for it. */
 static int attack_ping_flood(struct agent *a) {
-        for (;;)
+        bool told = false;
+        for (;;) {
+                struct pollfd p = { .fd = a->chan_fd, .events = POLLOUT };
+                if (!told && poll(&p, 1, 2000) == 0) {
+                        log_warn("hostile: ping flood stalled: the node takes no more");
+                        told = true;
+                }
                 if (frame_str(a, PROTO_PING, 0, "{}") < 0)
                         return 0;
+        }
 }
 
 /* An exec whose output comes in maximal (1 MiB) frames, far past the
