@@ -224,23 +224,7 @@ class Stack(harness.Airlock):
             return data
 
 
-def airlock_procs(data_dir):
-    """{pid: program} of the airlock-nodemgr, airlockd and airlock-node
-    processes serving data_dir (by their binary, not argv[0]: nodemgr is
-    what airlockd exec'd, with its argv)."""
-    out = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            exe = os.path.basename(os.readlink(f"/proc/{pid}/exe")).replace(" (deleted)", "")
-        except OSError:
-            continue
-        if exe in ("airlock-nodemgr", "airlockd", "airlock-node") and data_dir.encode() in argv:
-            out[int(pid)] = exe
-    return out
+airlock_procs = harness.airlock_procs
 
 
 def vm_map(data_dir):

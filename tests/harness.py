@@ -134,7 +134,7 @@ class Airlock:
             "AIRLOCK_POOL_SIZE": "0",
         })
         env.update(env_extra or {})
-        self.log = open(self.log_path, "wb")
+        self.log = open(self.log_path, "ab")  # a restart on the same data dir adds to it
         self.proc = subprocess.Popen(
             [AIRLOCKD, "--data-dir", data_dir, "--listen", f"127.0.0.1:{self.port}"],
             stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -16,10 +16,13 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "lifecycle.h"
 #include "scheduler.h"
@@ -38,6 +41,10 @@
  * work in one call and reports nothing until it is done, so this is the
  * only step between 0 (recorded) and 100 (succeeded). */
 #define PROGRESS_NODE_CALLED 10
+/* A verb cut off by the node going away: how long its worker waits for a
+ * node to ask what became of the sandbox (nodemgr restarts one at once). */
+#define SETTLE_NODE_WAIT_MS (60 * 1000)
+#define SETTLE_RETRY_MS 250
 
 static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t workers_cond = PTHREAD_COND_INITIALIZER;
@@ -53,6 +60,7 @@ struct job {
         char transitional[16];
         char snapshot_id[80]; /* rollback: the snapshot to roll back to; suspend/wake: the suspended image */
         char child_id[32];    /* fork: the new sandbox (its row is inserted before the worker starts) */
+        bool wait_for_node;   /* settling a failure waits for a node that went away (not at start-up) */
 };
 
 void api_suspended_snapshot_id(const char *sandbox_id, char *ret, size_t n) {
@@ -129,14 +137,34 @@ void api_operation_node_called(struct store *store, const char *op_id, const cha
                 log_errno(LOG_LEVEL_WARN, r, NULL, "store: failed to record progress of operation %s: %m", op_id);
 }
 
-/* After a failed verb: what is the sandbox now? The node knows; when it
- * cannot be asked, the row goes back to where the verb started. */
+static atomic_bool settle_abort; /* set at shutdown: stop waiting for a node */
+
+static bool node_gone(int r) {
+        return r == -EHOSTDOWN || r == -ECONNRESET || r == -EPIPE || r == -ECONNREFUSED;
+}
+
+/* After a failed verb: what is the sandbox now? The node knows. A verb cut
+ * off by its node going away may still have happened (a wake restored the
+ * VM, and the next node adopts it): the row stays transitional while we
+ * wait for that node, and one left so at our own exit is settled by the
+ * next airlockd's reconcile. Only a node that answers and does not know
+ * the sandbox, or one that never comes back, sends the row back to where
+ * the verb started. */
 static void job_settle_after_failure(struct job *j, const char *why) {
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.get", "id", j->sandbox_id);
         _cleanup_(json_decrefp) json_t *rep = NULL;
         char err[API_ERRMSG_MAX] = "";
         const char *state = j->from_state, *error = NULL;
-        int r = req ? node_call(j->config->node_socket, j->config->node_timeout_s, req, &rep, err) : -ENOMEM;
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) SETTLE_NODE_WAIT_MS * 1000000ULL;
+        int r;
+        for (;;) {
+                r = req ? node_call(j->config->node_socket, j->config->node_timeout_s, req, &rep, err) : -ENOMEM;
+                if (!j->wait_for_node || !node_gone(r) || now_monotonic_ns() >= deadline)
+                        break;
+                if (atomic_load(&settle_abort))
+                        return; /* the row stays transitional: the next start asks */
+                (void) usleep(SETTLE_RETRY_MS * 1000);
+        }
         if (r >= 0) {
                 json_t *sb = json_object_get(rep, "sandbox");
                 const char *ns = json_string_value(json_object_get(sb, "state"));
@@ -465,7 +493,7 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
                         return r < 0 ? r : 0;
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
         }
-        *j = (struct job){ .config = ctx->config, .store = ctx->store, .verb = verb };
+        *j = (struct job){ .config = ctx->config, .store = ctx->store, .verb = verb, .wait_for_node = true };
         snprintf(j->op_id, sizeof j->op_id, "%s", op_id);
         snprintf(j->sandbox_id, sizeof j->sandbox_id, "%s", id);
         snprintf(j->from_state, sizeof j->from_state, "%s", sb.state);
@@ -505,6 +533,7 @@ int api_operation_get(struct api_ctx *ctx, const char *op_id, struct api_reply *
 }
 
 void api_lifecycle_drain(unsigned timeout_s) {
+        atomic_store(&settle_abort, true);
         struct timespec deadline;
         clock_gettime(CLOCK_REALTIME, &deadline);
         deadline.tv_sec += timeout_s;
