@@ -105,6 +105,28 @@ def airlock_procs(data_dir):
     return out
 
 
+def vcpu_threads(sid):
+    """/proc paths of the vCPU threads of the sandbox's QEMU (named "CPU
+    n/TCG" or "CPU n/KVM": the node starts QEMU with debug-threads=on)."""
+    out = []
+    for pid in qemu_pids(sid):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().startswith("CPU "):
+                    out.append(f"/proc/{pid}/task/{tid}/stat")
+    return out
+
+
+def vcpu_cpu_ticks(threads):
+    """User plus system clock ticks the threads have run."""
+    total = 0
+    for path in threads:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
+    return total
+
+
 def mounts_under(path):
     with open("/proc/self/mountinfo") as f:
         return [l.split()[4] for l in f if l.split()[4].startswith(path)]

@@ -7,7 +7,7 @@ import os
 import time
 import uuid
 
-from harness import ApiError, qemu_pids
+from harness import ApiError, vcpu_cpu_ticks, vcpu_threads
 
 COUNTER = "i=0; while true; do i=$((i+1)); echo $i > /root/counter; sleep 0.2; done"
 
@@ -45,28 +45,6 @@ def wait_for(pred, what, airlock, timeout):
             return
         time.sleep(0.1)
     raise AssertionError(f"{what} after {timeout}s\n{airlock.log_tail(40)}")
-
-
-def vcpu_threads(sid):
-    """/proc paths of the vCPU threads of the sandbox's QEMU (named "CPU
-    n/TCG" or "CPU n/KVM": the node starts QEMU with debug-threads=on)."""
-    out = []
-    for pid in qemu_pids(sid):
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                if f.read().startswith("CPU "):
-                    out.append(f"/proc/{pid}/task/{tid}/stat")
-    return out
-
-
-def vcpu_cpu_ticks(threads):
-    """User plus system clock ticks the threads have run."""
-    total = 0
-    for path in threads:
-        with open(path) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
-    return total
 
 
 def sandbox_dirs(airlock, sid):

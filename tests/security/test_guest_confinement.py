@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import time
 
-from harness import START_TIMEOUT, qemu_pids
+from harness import START_TIMEOUT, qemu_pids, vcpu_cpu_ticks, vcpu_threads
 
 SECCOMP_SANDBOX = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
 
@@ -23,14 +23,35 @@ def _status(pid):
 
 
 def test_fork_bomb_stays_inside(airlock):
+    """A classic fork bomb: the shell that starts it returns at once and the
+    bomb runs on inside the VM (nothing bounds it but the VM: its own
+    kernel, its fixed vCPUs and RAM). It is shown to run (the victim's vCPU
+    burns a second of CPU time); meanwhile the neighbour answers, the node
+    is the same process and healthy, the victim is still one QEMU, and a
+    delete gets rid of it, QEMU included."""
     a = airlock
     victim = a.create("minimal")["id"]
     neighbour = a.create("minimal")["id"]
-    # a classic fork bomb, bounded by the exec timeout
-    a.exec(victim, ["sh", "-c", "b() { b | b & }; b"], timeout_s=5)
+    node = a.pid_of("airlock-node")
+    vcpu = vcpu_threads(victim)
+    assert vcpu, f"no vCPU thread of {victim}"
+    r = a.exec(victim, ["sh", "-c", "b() { b | b & }; b"], timeout_s=5)
+    assert r["exit_code"] == 0 and not r["timed_out"], r
+    start = vcpu_cpu_ticks(vcpu)
+    deadline = time.monotonic() + 60
+    while vcpu_cpu_ticks(vcpu) - start < os.sysconf("SC_CLK_TCK"):
+        assert time.monotonic() < deadline, "the fork bomb did not keep the victim's vCPU busy"
+        time.sleep(0.2)
     assert a.exec(neighbour, ["echo", "fine"])["stdout"] == "fine\n"
-    for s in (victim, neighbour):
-        assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
+    assert a.request("GET", "/v1/health", auth=False)[0] == 200
+    assert a.pid_of("airlock-node") == node
+    assert len(qemu_pids(victim)) == 1
+    t0 = time.monotonic()
+    assert a.request("DELETE", f"/v1/sandboxes/{victim}")[0] == 204
+    assert time.monotonic() - t0 < 60, "deleting the bombed sandbox took over a minute"
+    assert qemu_pids(victim) == []
+    assert a.exec(neighbour, ["echo", "fine"])["stdout"] == "fine\n"
+    assert a.request("DELETE", f"/v1/sandboxes/{neighbour}")[0] == 204
 
 
 def test_memory_hog_is_the_guests_problem(airlock):
