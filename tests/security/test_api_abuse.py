@@ -47,7 +47,7 @@ def test_no_token_bad_token_and_ids_that_are_paths(airlock):
     # the server decoded or normalised them; the plain spellings are the
     # control (so a 404 here is the refusal, not an unknown id).
     sid = a.create("minimal")["id"]
-    op = a.api("POST", f"/v1/sandboxes/{sid}/pause", expect=202)["id"]
+    op = a.api("POST", f"/v1/sandboxes/{sid}/pause?wait=true")["id"]  # finished: the delete below may run
     assert a.request("GET", f"/v1/sandboxes/{sid}")[0] == 200
     assert a.request("GET", f"/v1/operations/{op}")[0] == 200
     for bad in (f"x/../{sid}", f"./{sid}", f"sbx-x%2F..%2F{sid}", f"..%2F{sid}", f"{sid}%2F.", f"{sid[:4]}%2D{sid[5:]}", "..",
