@@ -69,22 +69,6 @@ def qemu_pids(needle):
     return pids
 
 
-def node_pids(data_dir):
-    """The airlock-node processes serving data_dir."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"airlock-node") and data_dir.encode() in argv:
-            pids.append(int(pid))
-    return pids
-
-
 def airlock_procs(data_dir):
     """{pid: program} of the airlock-nodemgr, airlockd and airlock-node
     processes serving data_dir, by their binary rather than argv[0]: under
@@ -103,6 +87,11 @@ def airlock_procs(data_dir):
         if exe in ("airlock-nodemgr", "airlockd", "airlock-node") and data_dir.encode() in argv:
             out[int(pid)] = exe
     return out
+
+
+def node_pids(data_dir):
+    """The airlock-node processes serving data_dir."""
+    return sorted(p for p, exe in airlock_procs(data_dir).items() if exe == "airlock-node")
 
 
 def vcpu_threads(sid):
