@@ -56,6 +56,19 @@ static inline void closep(int *fd) {
                         func(*p);                                                                  \
         }
 
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
+
+/* Closes fd if it is one; returns -1 to assign back: fd = safe_close(fd). */
+static inline int safe_close(int fd) {
+        if (fd >= 0) {
+                int saved = errno;
+                close(fd);
+                errno = saved;
+        }
+        return -1;
+}
+
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 

@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <time.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,6 +167,8 @@ int jail_spec_validate(const struct jail_spec *s) {
             s->n_keep_fds > JAIL_KEEP_FDS_MAX || (s->n_keep_fds && !s->keep_fds) || s->stdin_fd < 0 ||
             s->stdout_fd < 0 || s->nofile < 64 || s->nproc < 16)
                 return -EINVAL;
+        if (s->join_netns && s->netns_fd < 0)
+                return -EINVAL;
         for (size_t i = 0; i < s->n_keep_fds; i++)
                 if (s->keep_fds[i] < 0)
                         return -EINVAL;
@@ -277,6 +280,8 @@ _noreturn_ static void child(const struct jail_spec *s, const struct plan *p) {
         for (size_t i = 0; i < s->n_cgroups; i++)
                 if (child_write_file(s->cgroup_procs[i], "0") < 0)
                         child_fail(log, "joining the cgroup");
+        if (s->join_netns && setns(s->netns_fd, CLONE_NEWNET) < 0)
+                child_fail(log, "joining the VM's network namespace");
 
         /* The private root: a tmpfs holding only the planned paths, with
          * exactly the modes asked for (the caller's umask may be 077). */
@@ -376,7 +381,8 @@ int jail_spawn(const struct jail_spec *s, pid_t *ret_pid, int *ret_pidfd) {
         }
         int pidfd = -1;
         struct clone_args args = {
-                .flags = CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET,
+                .flags = CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
+                         (s->join_netns ? 0 : CLONE_NEWNET),
                 .pidfd = (uint64_t) (uintptr_t) &pidfd,
                 .exit_signal = SIGCHLD,
         };

@@ -61,6 +61,9 @@ struct jail_spec {
         int stdin_fd, stdout_fd;        /* stderr is stdout */
         const int *keep_fds;   /* passed on purpose: they become fds 3, 4, ... */
         size_t n_keep_fds;     /* <= JAIL_KEEP_FDS_MAX */
+        bool join_netns;       /* joins netns_fd (a namespace vmnet_create() made, with the VM's tap)
+                                * instead of a new, empty network namespace */
+        int netns_fd;
         unsigned nofile;       /* RLIMIT_NOFILE */
         unsigned nproc;        /* RLIMIT_NPROC (threads of the uid) */
 };

@@ -27,6 +27,7 @@ static const char *const op_names[MGR_OP_MAX] = {
         [MGR_OP_FILE_RECLAIM] = "file.reclaim",
         [MGR_OP_TEMPLATE_STEP] = "template.step",
         [MGR_OP_VMM_SPAWN] = "vmm.spawn",
+        [MGR_OP_NET_LISTEN] = "net.listen",
 };
 
 /* The keys each op takes besides "op": all required, nothing else allowed. */
@@ -62,6 +63,7 @@ static const unsigned op_keys[MGR_OP_MAX] = {
         [MGR_OP_TEMPLATE_STEP] = K_STEP | K_NAME | K_DIR | K_OUT | K_KERNEL_DIR,
         [MGR_OP_VMM_SPAWN] = K_UID | K_RUN_DIR | K_KERNEL | K_INITRD | K_DISK | K_DISK_TARGET | K_MEM |
                              K_TEMPLATE_RAM | K_KVM | K_MEMORY | K_VCPUS | K_ARGV,
+        [MGR_OP_NET_LISTEN] = K_PID | K_START | K_UID,
 };
 static const char *const key_names[] = { "pid",  "start_time",  "uid", "signal",       "path", "mode",
                                           "run_dir", "kernel",  "initrd", "disk", "disk_target", "mem",

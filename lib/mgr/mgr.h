@@ -56,7 +56,11 @@ enum mgr_op {
         MGR_OP_VMM_SPAWN,     /* {"uid","run_dir","kernel","initrd","disk","disk_target","mem",
                                *  "template_ram","kvm","memory_mib","vcpus","argv"} + fds
                                * [QEMU's stdout, the sealed template RAM when template_ram]
-                               * -> {"pid","start_time","exe_dev","exe_ino"} + fd [its pidfd] */
+                               * -> {"pid","start_time","exe_dev","exe_ino"} + fds [its pidfd, the
+                               * gateway's TCP listener and DNS socket in its network namespace,
+                               * made with its tap: lib/vmnet] */
+        MGR_OP_NET_LISTEN,    /* {"pid","start_time","uid"} -> {} + fds [new gateway sockets in the
+                               * namespace of that VM: for a gateway that restarted] */
         MGR_OP_MAX,
 };
 

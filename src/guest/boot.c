@@ -226,6 +226,7 @@ int boot_setup_root(void) {
         r = mkdir_p(BOOT_RUN_DIR, 0755);
         if (r < 0)
                 log_warn("Failed to create " BOOT_RUN_DIR ": %s", strerror(-r));
+        (void) boot_net_setup();
         if (sethostname("airlock", strlen("airlock")) < 0)
                 log_warn("Failed to set the hostname: %m");
         setenv("PATH", GUEST_DEFAULT_PATH, 1);

@@ -18,5 +18,8 @@ void boot_console_setup(bool pid1);
 int boot_initramfs(void);
 /* Real-root stage: devpts, tmpfs mounts, /run/airlock, hostname, PATH. */
 int boot_setup_root(void);
+/* eth0's address, default route and resolver (net.c); the sandbox runs
+ * without a network if it fails. */
+int boot_net_setup(void);
 /* Logs why, then sleeps forever reaping children: PID 1 never exits. */
 _noreturn_ void boot_halt(const char *why);

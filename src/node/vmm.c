@@ -33,6 +33,7 @@
 #include "macros.h"
 #include "qmp.h"
 #include "util.h"
+#include "vmnet.h"
 
 #define QMP_WAIT_MS 10000      /* QEMU start until QMP answers */
 #define QMP_CMD_MS 5000        /* one ordinary QMP command */
@@ -239,7 +240,7 @@ static char *path_join(const char *dir, const char *name) {
  * not load: only -incoming differs.
  */
 static int build_argv(const struct vmm_config *c, const struct vmm *v, bool incoming, const char *binary,
-                      const char *mem_path, struct argv *a) {
+                      const char *mem_path, int tap_fd, struct argv *a) {
         _cleanup_free_ char *mem = qemu_escape(mem_path ?: "");
         _cleanup_free_ char *rootfs = qemu_escape(c->rootfs);
         _cleanup_free_ char *guest = qemu_escape(v->guest_path);
@@ -296,6 +297,12 @@ static int build_argv(const struct vmm_config *c, const struct vmm *v, bool inco
             (r = argv_add(a, "-drive")) < 0 ||
             (r = argv_addf(a, "id=d0,file=%s,format=raw,if=none,cache=writeback", rootfs)) < 0 ||
             (r = argv_add(a, "-device")) < 0 || (r = argv_add(a, "virtio-blk-device,drive=d0")) < 0 ||
+            /* the NIC: a tap in the VMM's network namespace, whose only
+             * peer is the egress gateway (lib/vmnet); after the disk, so the
+             * devices before it keep their places */
+            (r = argv_add(a, "-netdev")) < 0 || (r = argv_addf(a, "tap,id=n0,fd=%d", tap_fd)) < 0 ||
+            (r = argv_add(a, "-device")) < 0 ||
+            (r = argv_add(a, "virtio-net-device,netdev=n0,mac=" VMNET_GUEST_MAC)) < 0 ||
             (r = argv_add(a, "-qmp")) < 0 || (r = argv_addf(a, "unix:%s,server=on,wait=off", qmp)) < 0)
                 return r;
         if (incoming && ((r = argv_add(a, "-incoming")) < 0 || (r = argv_add(a, "defer")) < 0))
@@ -403,8 +410,8 @@ static char *qemu_path;   /* the binary, absolute (vmm_jail_setup) */
 static char *mgr_socket;
 
 /* One request to airlock-nodemgr; its refusal is logged. */
-static int mgr_ask(const struct mgr_request *q, const int *fds, size_t n_fds, char **ret_reply, int *ret_fd,
-                   const char *ctx) {
+static int mgr_ask(const struct mgr_request *q, const int *fds, size_t n_fds, char **ret_reply, int *ret_fds,
+                   size_t n_ret_fds, const char *ctx) {
         char err[256];
         int got[MGR_FDS_MAX];
         size_t n_got = 0;
@@ -415,14 +422,10 @@ static int mgr_ask(const struct mgr_request *q, const int *fds, size_t n_fds, ch
                                   err[0] ? err : "no answer");
                 return r;
         }
-        for (size_t i = 0; i < n_got; i++) {
-                if (i == 0 && ret_fd)
-                        *ret_fd = got[i];
-                else
-                        close(got[i]);
-        }
-        if (ret_fd && n_got == 0)
-                *ret_fd = -1;
+        for (size_t i = 0; i < n_ret_fds; i++)
+                ret_fds[i] = i < n_got ? got[i] : -1;
+        for (size_t i = n_ret_fds; i < n_got; i++)
+                close(got[i]);
         return 0;
 }
 
@@ -464,7 +467,7 @@ int vmm_jail_setup(const char *qemu_binary, uint32_t base, uint32_t count) {
                 free(mgr_socket);
                 if (!(mgr_socket = strdup(sock)))
                         return -ENOMEM;
-                int k = mgr_ask(&(struct mgr_request){ .op = MGR_OP_PING }, NULL, 0, NULL, NULL, NULL);
+                int k = mgr_ask(&(struct mgr_request){ .op = MGR_OP_PING }, NULL, 0, NULL, NULL, 0, NULL);
                 if (k < 0)
                         return log_error_errno(k, "airlock-nodemgr does not answer on %s: %m", mgr_socket);
         }
@@ -581,7 +584,7 @@ int vmm_template_step(const char *step, const char *name, const char *dir, const
         strcpy(q->dir, dir);
         strcpy(q->out, out);
         strcpy(q->kernel_dir, kernel_dir);
-        return mgr_ask(q, &log_fd, 1, NULL, NULL, ctx);
+        return mgr_ask(q, &log_fd, 1, NULL, NULL, 0, ctx);
 }
 
 int vmm_file_reclaim(const char *path, unsigned mode, const char *ctx) {
@@ -595,14 +598,14 @@ int vmm_file_reclaim(const char *path, unsigned mode, const char *ctx) {
         q->op = MGR_OP_FILE_RECLAIM;
         q->mode = mode;
         strcpy(q->path, path);
-        return mgr_ask(q, NULL, 0, NULL, NULL, ctx);
+        return mgr_ask(q, NULL, 0, NULL, NULL, 0, ctx);
 }
 
 /* Removes the cgroup of a VM uid whose VM is gone. */
 static int cgroup_remove(uid_t uid, const char *ctx) {
         if (!mgr_socket)
                 return jail_cgroup_remove(uid);
-        return mgr_ask(&(struct mgr_request){ .op = MGR_OP_CGROUP_REMOVE, .uid = uid }, NULL, 0, NULL, NULL, ctx);
+        return mgr_ask(&(struct mgr_request){ .op = MGR_OP_CGROUP_REMOVE, .uid = uid }, NULL, 0, NULL, NULL, 0, ctx);
 }
 
 /* SIGKILLs a VM process that is not our child (started by airlock-nodemgr
@@ -612,7 +615,7 @@ static int kill_vm(pid_t pid, int pidfd, uint64_t start_time, uid_t uid, int wai
         if (mgr_socket)
                 r = mgr_ask(&(struct mgr_request){ .op = MGR_OP_VMM_SIGNAL, .pid = pid, .start_time = start_time,
                                                    .uid = uid, .signal = SIGKILL },
-                            NULL, 0, NULL, NULL, ctx);
+                            NULL, 0, NULL, NULL, 0, ctx);
         else if (syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0) < 0)
                 r = negative_errno();
         if (r >= 0) {
@@ -839,7 +842,7 @@ static int vmm_connect(struct vmm *v, const char *path, int *ret_fd) {
                 want.exe_ino = 0;
                 r = mgr_ask(&(struct mgr_request){ .op = MGR_OP_VMM_VERIFY, .pid = v->pid,
                                                    .start_time = v->start_time, .uid = v->uid },
-                            NULL, 0, NULL, NULL, v->log_ctx);
+                            NULL, 0, NULL, NULL, 0, v->log_ctx);
                 if (r < 0 && r != -ENOMEM)
                         r = -EPERM;
         }
@@ -898,6 +901,7 @@ static int vmm_new(const struct vmm_config *c, struct vmm **ret) {
                 return -ENOMEM;
         v->pid = -1;
         v->pidfd = -1;
+        v->gw_fds[0] = v->gw_fds[1] = -1;
         v->accel = c->accel;
         v->vm_dir = path_join(c->run_dir, "vm");
         v->qmp_path = path_join(c->run_dir, "vm/qmp.sock");
@@ -1061,7 +1065,7 @@ static int spawn_remote(const struct vmm_config *c, struct vmm *v, bool incoming
                 return r;
         if (!(disk = realpath(c->rootfs, NULL)))
                 return log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "cannot resolve %s: %m", c->rootfs);
-        if ((r = build_argv(c, v, incoming, binary, template_ram ? "/proc/self/fd/3" : c->mem_path, &a)) < 0)
+        if ((r = build_argv(c, v, incoming, binary, template_ram ? "/proc/self/fd/3" : c->mem_path, template_ram ? 4 : 3, &a)) < 0)
                 return r;
         log_cmdline(&a, v->log_ctx);
         log_fd = open(v->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
@@ -1101,8 +1105,9 @@ static int spawn_remote(const struct vmm_config *c, struct vmm *v, bool incoming
                 }
                 q->uid = v->uid;
                 _cleanup_free_ char *reply = NULL;
-                int pidfd = -1;
-                r = mgr_ask(q, fds, template_ram ? 2 : 1, &reply, &pidfd, v->log_ctx);
+                int got[3]; /* its pidfd, the gateway's sockets */
+                r = mgr_ask(q, fds, template_ram ? 2 : 1, &reply, got, ARRAY_SIZE(got), v->log_ctx);
+                int pidfd = got[0];
                 if (r == -EBUSY) { /* stays marked: in use elsewhere */
                         v->uid = 0;
                         continue;
@@ -1114,7 +1119,7 @@ static int spawn_remote(const struct vmm_config *c, struct vmm *v, bool incoming
                 }
                 json_t *o = json_loads(reply, 0, NULL);
                 uint64_t pid = 0, dev = 0, ino = 0;
-                r = pidfd < 0 ? -EBADMSG : 0;
+                r = pidfd < 0 || got[1] < 0 || got[2] < 0 ? -EBADMSG : 0;
                 if (r >= 0)
                         r = reply_u64(o, "pid", &pid);
                 if (r >= 0)
@@ -1126,13 +1131,15 @@ static int spawn_remote(const struct vmm_config *c, struct vmm *v, bool incoming
                 json_decref(o);
                 if (r < 0) {
                         log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "bad vmm.spawn reply from airlock-nodemgr: %m");
-                        if (pidfd >= 0)
-                                close(pidfd);
+                        for (size_t i = 0; i < ARRAY_SIZE(got); i++)
+                                safe_close(got[i]);
                         uid_release(v);
                         goto out;
                 }
                 v->pid = (pid_t) pid;
                 v->pidfd = pidfd;
+                v->gw_fds[0] = got[1];
+                v->gw_fds[1] = got[2];
                 v->exe_dev = (dev_t) dev;
                 v->exe_ino = (ino_t) ino;
                 goto out;
@@ -1152,6 +1159,7 @@ static int spawn_jailed(const struct vmm_config *c, struct vmm *v, bool incoming
         struct jail_paths paths = { 0 };
         struct argv a = { 0 };
         _cleanup_close_ int ram_fd = -1, log_fd = -1, null_fd = -1;
+        struct vmnet net = { -1, -1 };
         const char *binary = qemu_path;
         _cleanup_free_ char *own_binary = NULL;
         int r = 0;
@@ -1209,7 +1217,13 @@ static int spawn_jailed(const struct vmm_config *c, struct vmm *v, bool incoming
                 r = log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "cannot assemble the VM's root: %m");
                 goto out;
         }
-        r = build_argv(c, v, incoming, binary, template_ram ? "/proc/self/fd/3" : c->mem_path, &a);
+        char net_err[256];
+        if ((r = vmnet_create(&net, net_err, sizeof net_err)) < 0) {
+                r = log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "cannot make the VM's network: %s", net_err);
+                goto out;
+        }
+        r = build_argv(c, v, incoming, binary, template_ram ? "/proc/self/fd/3" : c->mem_path, template_ram ? 4 : 3,
+                       &a);
         if (r < 0)
                 goto out;
         log_cmdline(&a, v->log_ctx);
@@ -1226,6 +1240,10 @@ static int spawn_jailed(const struct vmm_config *c, struct vmm *v, bool incoming
         struct stat kst;
         if (c->accel == VMM_ACCEL_KVM && stat("/dev/kvm", &kst) == 0 && (kst.st_mode & 0006) != 0006)
                 kvm_gid = kst.st_gid;
+        int keep[2], n_keep = 0;
+        if (ram_fd >= 0)
+                keep[n_keep++] = ram_fd;
+        keep[n_keep++] = net.tap_fd;
         struct jail_spec spec = {
                 .binary = binary,
                 .argv = a.v,
@@ -1239,8 +1257,10 @@ static int spawn_jailed(const struct vmm_config *c, struct vmm *v, bool incoming
                 .n_cgroups = n_procs,
                 .stdin_fd = null_fd,
                 .stdout_fd = log_fd,
-                .keep_fds = &ram_fd,
-                .n_keep_fds = ram_fd >= 0 ? 1 : 0,
+                .keep_fds = keep,
+                .n_keep_fds = n_keep,
+                .join_netns = true,
+                .netns_fd = net.netns_fd,
                 .nofile = VMM_NOFILE,
                 .nproc = VMM_PIDS_MAX,
         };
@@ -1251,16 +1271,53 @@ static int spawn_jailed(const struct vmm_config *c, struct vmm *v, bool incoming
         }
         v->exe_dev = bst.st_dev;
         v->exe_ino = bst.st_ino;
+        /* the gateway's sockets before QEMU: nothing can fail after it runs */
+        if ((r = vmnet_listen(net.netns_fd, &v->gw_fds[0], &v->gw_fds[1], net_err, sizeof net_err)) < 0) {
+                r = log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "cannot open the gateway's sockets: %s", net_err);
+                goto out;
+        }
         r = jail_spawn(&spec, &v->pid, &v->pidfd);
         if (r < 0)
                 r = log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "cannot start the jailed QEMU: %m");
 out:
+        vmnet_release(&net);
         argv_release(&a);
         jail_paths_release(&paths);
         jail_cgroup_procs_free(procs, n_procs);
         if (r < 0 && v->pid <= 0)
                 uid_release(v);
         return r;
+}
+
+int vmm_net_listen(const struct vmm *v, int *ret_tcp_fd, int *ret_dns_fd) {
+        if (mgr_socket) {
+                int got[2];
+                int r = mgr_ask(&(struct mgr_request){ .op = MGR_OP_NET_LISTEN, .pid = v->pid,
+                                                       .start_time = v->start_time, .uid = v->uid },
+                                NULL, 0, NULL, got, ARRAY_SIZE(got), v->log_ctx);
+                if (r < 0)
+                        return r;
+                if (got[0] < 0 || got[1] < 0) {
+                        safe_close(got[0]);
+                        safe_close(got[1]);
+                        return log_errno(LOG_LEVEL_ERROR, -EBADMSG, v->log_ctx,
+                                         "airlock-nodemgr answered net.listen without the sockets: %m");
+                }
+                *ret_tcp_fd = got[0];
+                *ret_dns_fd = got[1];
+                return 0;
+        }
+        /* a root node: the namespace of the very process, through its pidfd */
+        char path[64], err[256];
+        snprintf(path, sizeof path, "/proc/%d/ns/net", (int) v->pid);
+        _cleanup_close_ int ns = open(path, O_RDONLY | O_CLOEXEC);
+        if (ns < 0 || process_exited(v))
+                return log_errno(LOG_LEVEL_ERROR, ns < 0 ? negative_errno() : -ESRCH, v->log_ctx,
+                                 "cannot open the VM's network namespace: %m");
+        int r = vmnet_listen(ns, ret_tcp_fd, ret_dns_fd, err, sizeof err);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "cannot open the gateway's sockets: %s", err);
+        return 0;
 }
 
 /* Spawns QEMU for c and connects QMP. */
@@ -1658,6 +1715,8 @@ void vmm_destroy(struct vmm *v) {
         if (!v)
                 return;
         qmp_free(v->qmp);
+        v->gw_fds[0] = safe_close(v->gw_fds[0]);
+        v->gw_fds[1] = safe_close(v->gw_fds[1]);
         if ((v->adopted || mgr_socket) && v->pidfd >= 0) {
                 /* Not our child: whoever inherited it (or airlock-nodemgr,
                  * which started it) reaps it; the pidfd still names this

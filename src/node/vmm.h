@@ -22,7 +22,7 @@
  * order). A snapshot only restores into an identical machine, so template
  * content hashes include this: bump it whenever the QEMU command line's
  * machine or devices change. */
-#define VMM_MACHINE_REVISION "microvm-2 rtc=on virtio-serial+virtio-blk"
+#define VMM_MACHINE_REVISION "microvm-3 rtc=on virtio-serial+virtio-blk+virtio-net"
 
 enum vmm_accel {
         VMM_ACCEL_TCG,
@@ -75,6 +75,8 @@ struct vmm {
         char *log_ctx;            /* copy of vmm_config.log_ctx */
         char *pid_path;           /* run_dir/vmm.pid: "PID STARTTIME", for a node that restarts */
         bool adopted;             /* started by an earlier node: not our child, never waitpid()ed */
+        int gw_fds[2];            /* the gateway's TCP listener and DNS socket in the VM's network
+                                   * namespace (lib/vmnet), made with it; -1 once taken */
 };
 
 /* Jail settings, once at start: qemu_binary (a name in PATH or a path) is
@@ -95,6 +97,13 @@ int vmm_jail_setup(const char *qemu_binary, uint32_t uid_base, uint32_t uid_coun
  * run_dir/qemu.log and its tail is logged when it dies while we wait on
  * it: start-up, restore, save (-ECHILD; QEMU exits by itself when an
  * incoming migration fails, e.g. a corrupt state file or another -m). */
+
+/* Every VM has one NIC, a virtio-net device on a tap in its own network
+ * namespace (lib/vmnet), whose only peer is the egress gateway: v->gw_fds
+ * are the sockets the gateway serves it on. vmm_net_listen() makes new ones
+ * for a running VM (a gateway that restarted, an adopted VM); the old ones
+ * must be closed by then. */
+int vmm_net_listen(const struct vmm *v, int *ret_tcp_fd, int *ret_dns_fd);
 
 /* Starts a fresh VM that boots the kernel. Returns once QMP is connected and
  * the VM runs (the guest is still booting: connect the guest channel and wait

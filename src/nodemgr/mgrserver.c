@@ -28,6 +28,7 @@
 #include "mgr.h"
 #include "proto.h"
 #include "util.h"
+#include "vmnet.h"
 
 #define VM_UID_BASE_DEFAULT 2000000u
 #define VM_UIDS 65536u            /* NODE_VMM_UIDS */
@@ -228,6 +229,26 @@ static int do_vmm(const struct mgr_server *s, const struct mgr_request *q, char 
         }
         close(fd);
         return r;
+}
+
+/* New gateway sockets in the network namespace of one of our VMs. */
+static int do_net_listen(const struct mgr_server *s, const struct mgr_request *q, int *ret_fds, char *msg,
+                         size_t n) {
+        _cleanup_close_ int pidfd = vm_process(s, q->pid, q->start_time, q->uid);
+        if (pidfd < 0) {
+                snprintf(msg, n, "pid %d is not a VM with uid %u", (int) q->pid, (unsigned) q->uid);
+                return pidfd;
+        }
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/ns/net", (int) q->pid);
+        _cleanup_close_ int ns = open(path, O_RDONLY | O_CLOEXEC);
+        /* still that process after the open (the pidfd names it alone) */
+        struct pollfd p = { .fd = pidfd, .events = POLLIN };
+        if (ns < 0 || poll(&p, 1, 0) != 0) {
+                snprintf(msg, n, "pid %d is gone", (int) q->pid);
+                return -ESRCH;
+        }
+        return vmnet_listen(ns, &ret_fds[0], &ret_fds[1], msg, n);
 }
 
 static int do_cgroup_remove(const struct mgr_request *q, char *msg, size_t n) {
@@ -553,7 +574,7 @@ static int spawn_give(const struct mgr_server *s, uid_t caller, struct spawn_fil
 }
 
 static int do_vmm_spawn(const struct mgr_server *s, uid_t caller, const struct mgr_request *q, const int *fds,
-                        json_t **ret_extra, int *ret_pidfd, char *msg, size_t n) {
+                        json_t **ret_extra, int *ret_fds, char *msg, size_t n) {
         if (!s->qemu || strcmp(q->argv[0], s->qemu) != 0) {
                 snprintf(msg, n, "argv[0] is not the QEMU binary %s", s->qemu ?: "(none)");
                 return -EPERM;
@@ -580,7 +601,8 @@ static int do_vmm_spawn(const struct mgr_server *s, uid_t caller, const struct m
         struct spawn_files f;
         for (size_t i = 0; i < SPAWN_FILES; i++)
                 f.fd[i] = f.tree[i] = -1;
-        int r, null_fd = -1;
+        int r, null_fd = -1, gw[2] = { -1, -1 };
+        struct vmnet net = { -1, -1 };
         if ((r = spawn_open(s, &f, 0, q->run_dir, true, msg, n)) < 0 ||
             (r = spawn_open(s, &f, 1, vm_dir, true, msg, n)) < 0 ||
             (r = spawn_open(s, &f, 2, q->kernel, false, msg, n)) < 0 ||
@@ -661,6 +683,17 @@ static int do_vmm_spawn(const struct mgr_server *s, uid_t caller, const struct m
                          (unsigned) q->uid);
                 goto out;
         }
+        /* its network: the namespace with its tap, and the gateway's
+         * sockets in it, before QEMU runs (nothing fails after that) */
+        if ((r = vmnet_create(&net, msg, n)) < 0 || (r = vmnet_listen(net.netns_fd, &gw[0], &gw[1], msg, n)) < 0) {
+                (void) jail_cgroup_remove(q->uid);
+                jail_cgroup_procs_free(procs, n_procs);
+                goto out;
+        }
+        int keep[2], n_keep = 0;
+        if (q->template_ram)
+                keep[n_keep++] = fds[1];
+        keep[n_keep++] = net.tap_fd;
         null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         struct jail_spec spec = {
                 .binary = s->qemu,
@@ -675,8 +708,10 @@ static int do_vmm_spawn(const struct mgr_server *s, uid_t caller, const struct m
                 .n_cgroups = n_procs,
                 .stdin_fd = null_fd,
                 .stdout_fd = fds[0],
-                .keep_fds = &fds[1],
-                .n_keep_fds = q->template_ram ? 1 : 0,
+                .keep_fds = keep,
+                .n_keep_fds = n_keep,
+                .join_netns = true,
+                .netns_fd = net.netns_fd,
                 .nofile = JAIL_VMM_NOFILE,
                 .nproc = JAIL_VMM_PIDS_MAX,
         };
@@ -694,24 +729,29 @@ static int do_vmm_spawn(const struct mgr_server *s, uid_t caller, const struct m
         (void) jail_process_start_time(pid, &start);
         *ret_extra = json_pack("{sisIsIsI}", "pid", (json_int_t) pid, "start_time", (json_int_t) start, "exe_dev",
                                (json_int_t) bst.st_dev, "exe_ino", (json_int_t) bst.st_ino);
-        *ret_pidfd = pidfd;
+        ret_fds[0] = pidfd;
+        ret_fds[1] = TAKE_FD(gw[0]);
+        ret_fds[2] = TAKE_FD(gw[1]);
         log_info("started VM pid=%d uid=%u for the node (%s)", (int) pid, (unsigned) q->uid, q->run_dir);
         r = 0;
 out:
+        vmnet_release(&net);
+        safe_close(gw[0]);
+        safe_close(gw[1]);
         if (null_fd >= 0)
                 close(null_fd);
         spawn_files_release(&f);
         return r;
 }
 
-static void reply(int fd, int r, const char *msg, json_t *extra, int pass_fd) {
+static void reply(int fd, int r, const char *msg, json_t *extra, const int *pass_fds, size_t n_pass) {
         json_t *o = r < 0 ? json_pack("{s{siss}}", "error", "errno", -r, "message", msg)
                           : json_pack("{sb}", "ok", 1);
         if (o && extra && r >= 0)
                 json_object_update(o, extra);
         char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (s)
-                (void) mgr_send(fd, PROTO_MGR_REPLY, s, strlen(s), &pass_fd, r >= 0 && pass_fd >= 0 ? 1 : 0);
+                (void) mgr_send(fd, PROTO_MGR_REPLY, s, strlen(s), pass_fds, r >= 0 ? n_pass : 0);
         free(s);
         json_decref(o);
 }
@@ -760,11 +800,12 @@ void mgr_server_serve_one(struct mgr_server *s) {
                 for (size_t i = 0; i < n_fds; i++)
                         close(fds[i]);
                 log_warn("refusing a request from pid %d: %s", (int) cred.pid, msg);
-                reply(fd, r, msg, NULL, -1);
+                reply(fd, r, msg, NULL, NULL, 0);
                 return;
         }
         json_t *extra = NULL;
-        int pidfd = -1;
+        int out_fds[3] = { -1, -1, -1 }; /* what the reply passes on */
+        size_t n_out = 0;
         switch (q->op) {
         case MGR_OP_PING:
                 extra = json_pack("{si}", "uid", (json_int_t) cred.uid);
@@ -781,7 +822,12 @@ void mgr_server_serve_one(struct mgr_server *s) {
                 r = do_file_give(s, cred.uid, q, msg, sizeof msg);
                 break;
         case MGR_OP_VMM_SPAWN:
-                r = do_vmm_spawn(s, cred.uid, q, fds, &extra, &pidfd, msg, sizeof msg);
+                r = do_vmm_spawn(s, cred.uid, q, fds, &extra, out_fds, msg, sizeof msg);
+                n_out = 3;
+                break;
+        case MGR_OP_NET_LISTEN:
+                r = do_net_listen(s, q, out_fds, msg, sizeof msg);
+                n_out = 2;
                 break;
         case MGR_OP_FILE_RECLAIM:
                 r = do_file_reclaim(s, cred.uid, q, msg, sizeof msg);
@@ -799,9 +845,9 @@ void mgr_server_serve_one(struct mgr_server *s) {
                 log_warn_errno(r, "refused %s from pid %d: %s: %m", mgr_op_name(q->op), (int) cred.pid, msg);
         else
                 log_debug("served %s for pid %d", mgr_op_name(q->op), (int) cred.pid);
-        reply(fd, r, msg, extra, pidfd);
+        reply(fd, r, msg, extra, out_fds, n_out);
         json_decref(extra);
-        if (pidfd >= 0)
-                close(pidfd);
+        for (size_t i = 0; i < ARRAY_SIZE(out_fds); i++)
+                safe_close(out_fds[i]);
         mgr_request_release(q);
 }
