@@ -110,7 +110,7 @@ static const struct {
         [APIREQ_BODY_NONE] = { (const char *const[]){ NULL } },
         /* "tenant" is read by the handler (api.c), the rest by apireq_parse_create() */
         [APIREQ_BODY_CREATE] = { (const char *const[]){ "template", "env", "metadata", "snapshot_policy",
-                                                        "idle_timeout_s", "recovery", "tenant", NULL },
+                                                        "idle_timeout_s", "recovery", "tenant", "network", NULL },
                                  check_create_nested },
         [APIREQ_BODY_EXEC] = { (const char *const[]){ "cmd", "env", "cwd", "stdin", "timeout_s", NULL } },
         [APIREQ_BODY_SESSION] = { (const char *const[]){ "cmd", "env", "cwd", "pty", "rows", "cols", NULL } },
@@ -325,6 +325,12 @@ int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
                                         "processes kept, later writes lost)");
                 c.recovery = strcmp(v, "boot") == 0 ? "boot" : "checkpoint";
         }
+        json_t *net = json_object_get(o, "network");
+        if (net && !json_is_null(net)) {
+                if (!json_is_object(net))
+                        return bad(err, "field 'network' must be an object");
+                c.network = json_incref(net);
+        }
         *ret = c;
         c = (struct apireq_create){ 0 };
         return 0;
@@ -357,6 +363,7 @@ void apireq_create_release(struct apireq_create *c) {
         json_decref(c->env);
         json_decref(c->metadata);
         json_decref(c->snapshot_policy);
+        json_decref(c->network);
         *c = (struct apireq_create){ 0 };
 }
 

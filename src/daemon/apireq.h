@@ -67,6 +67,7 @@ struct apireq_create {
         bool has_idle_timeout;   /* "idle_timeout_s" given: seconds idle before suspend, 0 = never */
         int64_t idle_timeout_s;
         const char *recovery;    /* "recovery" given: "boot" or "checkpoint" (static); NULL when absent */
+        json_t *network;         /* an object, not yet checked as a policy; NULL when absent or null */
 };
 
 struct apireq_exec {

@@ -495,6 +495,10 @@ static void test_unknown_fields(void **state) {
                          400);
         assert_non_null(strstr(resp, "unknown field \\\"fro\\\" in \\\"snapshot_policy.tiers[0]\\\""));
         free(resp);
+        /* network is known, and refused until something enforces it */
+        assert_int_equal(request("POST", "/v1/sandboxes", token, "{\"network\":{\"mode\":\"deny-all\"}}", &resp), 400);
+        assert_non_null(strstr(resp, "network policies are not supported yet"));
+        free(resp);
 }
 
 static void test_too_large(void **state) {

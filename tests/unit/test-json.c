@@ -48,9 +48,27 @@ static void test_create(void **state) {
         assert_int_equal(apireq_parse_create(o, &c, err), 0);
         assert_string_equal(c.template_name, "minimal");
         assert_string_equal(json_string_value(json_object_get(c.env, "A_1")), "x");
+        assert_null(c.network);
         apireq_create_release(&c);
         assert_int_equal(apireq_check_body(o, APIREQ_BODY_CREATE, false, err), -EINVAL);
         assert_string_equal(err, "unknown field \"extra\" in the request body");
+        json_decref(o);
+
+        /* network: an object, kept as given for the policy code; null is absent */
+        o = parse("{\"network\":{\"mode\":\"deny-all\"}}");
+        assert_int_equal(apireq_check_body(o, APIREQ_BODY_CREATE, false, err), 0);
+        assert_int_equal(apireq_parse_create(o, &c, err), 0);
+        assert_string_equal(json_string_value(json_object_get(c.network, "mode")), "deny-all");
+        apireq_create_release(&c);
+        json_decref(o);
+        o = parse("{\"network\":null}");
+        assert_int_equal(apireq_parse_create(o, &c, err), 0);
+        assert_null(c.network);
+        apireq_create_release(&c);
+        json_decref(o);
+        o = parse("{\"network\":\"deny-all\"}");
+        assert_int_equal(apireq_parse_create(o, &c, err), -EINVAL);
+        assert_string_equal(err, "field 'network' must be an object");
         json_decref(o);
 
         static const char *const bad[] = {
@@ -231,7 +249,7 @@ static void test_check_fields(void **state) {
                   "{\"template\":\"m\",\"env\":{\"netwrok\":\"x\"},\"metadata\":{\"any\":\"x\"},"
                   "\"snapshot_policy\":{\"disk_every\":0,\"full_every\":0,\"full_keep\":1,"
                   "\"tiers\":[{\"every\":1,\"for\":2}]},\"idle_timeout_s\":0,\"recovery\":\"boot\","
-                  "\"tenant\":\"t\"}",
+                  "\"tenant\":\"t\",\"network\":{\"anything\":1}}",
                   "{\"template\":\"m\",\"netwrok\":{}}", "netwrok" },
                 { APIREQ_BODY_EXEC,
                   "{\"cmd\":[\"a\"],\"env\":{},\"cwd\":\"/\",\"stdin\":\"\",\"timeout_s\":1}",
