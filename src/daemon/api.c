@@ -359,12 +359,22 @@ static int operation_fail(struct api_ctx *ctx, const char *op_id, int r) {
         return r;
 }
 
+/* A create's "network" policy. Nothing enforces one yet, so any is
+ * refused: a client must never believe a policy holds that does not. */
+static int create_network_policy(struct api_ctx *ctx, const struct apireq_create *c) {
+        if (!c->network)
+                return 0;
+        return fail(ctx, -EINVAL, "network policies are not supported yet");
+}
+
 int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idempotency_key, struct api_reply *ret) {
         _cleanup_(apireq_create_release) struct apireq_create c = { 0 };
         _cleanup_free_ char *policy_s = NULL;
         int r = apireq_parse_create(body, &c, ctx->err);
         if (r < 0 ||
-            (r = apireq_check_snapshot_policy(c.snapshot_policy, &ctx->config->snapshot_policy, &policy_s, ctx->err)) < 0)
+            (r = apireq_check_snapshot_policy(c.snapshot_policy, &ctx->config->snapshot_policy, &policy_s,
+                                              ctx->err)) < 0 ||
+            (r = create_network_policy(ctx, &c)) < 0)
                 return r;
         if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
                 return fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",

@@ -89,9 +89,9 @@ int api_sse_format(const char *event, const json_t *data, char **ret, size_t *re
 int api_sse_from_node_event(const json_t *ev, char **ret, size_t *ret_len, bool *ret_last);
 
 /* Lifecycle verbs (lifecycle-api.c): verb is "pause", "resume", "stop",
- * "start" or "rollback" (body {"snapshot":"ID"}; the others ignore body,
- * which may be NULL); idempotency_key may be NULL. 202 with the operation,
- * or with wait 200 once it finished. */
+ * "start" or "rollback" (body {"snapshot":"ID"}; the others read no field
+ * and http.c refuses any, body may be NULL); idempotency_key may be NULL.
+ * 202 with the operation, or with wait 200 once it finished. */
 /* The object-store name of a sandbox's suspended image: one per sandbox (a
  * new suspend replaces the old one, which a wake made stale). */
 void api_suspended_snapshot_id(const char *sandbox_id, char *ret, size_t n);

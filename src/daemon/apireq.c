@@ -45,6 +45,93 @@ int apireq_parse_object(const char *body, size_t len, json_t **ret, char *err) {
         return 0;
 }
 
+/* A key as a message shows it: printable ASCII (anything else '?', so the
+ * message stays valid UTF-8 and one line), cut at 64 bytes. */
+static void key_for_message(const char *k, char *buf, size_t n) {
+        size_t i = 0;
+        for (; k[i] && i < 64 && i + 4 < n; i++)
+                buf[i] = k[i] >= 0x20 && k[i] < 0x7f ? k[i] : '?';
+        if (k[i])
+                buf[i++] = '.', buf[i++] = '.', buf[i++] = '.';
+        buf[i] = 0;
+}
+
+int apireq_check_fields(const json_t *o, const char *const *known, const char *where, bool lenient, char *err) {
+        if (!json_is_object(o))
+                return where ? bad(err, "field '%s' must be an object", where)
+                             : bad(err, "request body must be a JSON object");
+        if (lenient)
+                return 0;
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *) o, k, v) {
+                bool found = false;
+                for (size_t i = 0; known[i] && !found; i++)
+                        found = strcmp(k, known[i]) == 0;
+                if (found)
+                        continue;
+                char shown[72];
+                key_for_message(k, shown, sizeof shown);
+                return where ? bad(err, "unknown field \"%s\" in \"%s\"", shown, where)
+                             : bad(err, "unknown field \"%s\" in the request body", shown);
+        }
+        return 0;
+}
+
+/* A create's "snapshot_policy" and its tiers: retention_policy_parse()
+ * refuses unknown keys as well, but this names them as every other
+ * unknown field is named. Wrong types are left to it. */
+static int check_create_nested(const json_t *o, bool lenient, char *err) {
+        json_t *sp = json_object_get(o, "snapshot_policy");
+        if (!json_is_object(sp))
+                return 0;
+        int r = apireq_check_fields(sp, retention_policy_keys, "snapshot_policy", lenient, err);
+        if (r < 0)
+                return r;
+        size_t i;
+        json_t *t;
+        json_array_foreach(json_object_get(sp, "tiers"), i, t) {
+                if (!json_is_object(t))
+                        continue;
+                char where[48];
+                snprintf(where, sizeof where, "snapshot_policy.tiers[%zu]", i);
+                if ((r = apireq_check_fields(t, retention_tier_keys, where, lenient, err)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* The fields each body's handler reads: one more here is one more the API
+ * accepts. */
+static const struct {
+        const char *const *fields;
+        int (*check_nested)(const json_t *o, bool lenient, char *err);
+} bodies[_APIREQ_BODY_MAX] = {
+        [APIREQ_BODY_NONE] = { (const char *const[]){ NULL } },
+        /* "tenant" is read by the handler (api.c), the rest by apireq_parse_create() */
+        [APIREQ_BODY_CREATE] = { (const char *const[]){ "template", "env", "metadata", "snapshot_policy",
+                                                        "idle_timeout_s", "recovery", "tenant", "network", NULL },
+                                 check_create_nested },
+        [APIREQ_BODY_EXEC] = { (const char *const[]){ "cmd", "env", "cwd", "stdin", "timeout_s", NULL } },
+        [APIREQ_BODY_SESSION] = { (const char *const[]){ "cmd", "env", "cwd", "pty", "rows", "cols", NULL } },
+        [APIREQ_BODY_STDIN] = { (const char *const[]){ "data", "text", "close", NULL } },
+        [APIREQ_BODY_SIGNAL] = { (const char *const[]){ "signal", NULL } },
+        [APIREQ_BODY_ROLLBACK] = { (const char *const[]){ "snapshot", NULL } },
+        [APIREQ_BODY_SNAPSHOT] = { (const char *const[]){ "kind", NULL } },
+        [APIREQ_BODY_NAME] = { (const char *const[]){ "name", NULL } },
+};
+
+int apireq_check_body(const json_t *o, enum apireq_body kind, bool lenient, char *err) {
+        if ((unsigned) kind >= _APIREQ_BODY_MAX)
+                return bad(err, "no such kind of request body");
+        if (!o)
+                return 0;
+        int r = apireq_check_fields(o, bodies[kind].fields, NULL, lenient, err);
+        if (r < 0 || !bodies[kind].check_nested)
+                return r;
+        return bodies[kind].check_nested(o, lenient, err);
+}
+
 static bool env_name_is_valid(const char *k) {
         size_t n = strlen(k);
         if (n == 0 || n > 256 || (k[0] >= '0' && k[0] <= '9'))
@@ -238,6 +325,12 @@ int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
                                         "processes kept, later writes lost)");
                 c.recovery = strcmp(v, "boot") == 0 ? "boot" : "checkpoint";
         }
+        json_t *net = json_object_get(o, "network");
+        if (net && !json_is_null(net)) {
+                if (!json_is_object(net))
+                        return bad(err, "field 'network' must be an object");
+                c.network = json_incref(net);
+        }
         *ret = c;
         c = (struct apireq_create){ 0 };
         return 0;
@@ -270,6 +363,7 @@ void apireq_create_release(struct apireq_create *c) {
         json_decref(c->env);
         json_decref(c->metadata);
         json_decref(c->snapshot_policy);
+        json_decref(c->network);
         *c = (struct apireq_create){ 0 };
 }
 

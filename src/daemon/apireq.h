@@ -5,10 +5,13 @@
  * Parsing and strict validation of API request bodies and parameters. Every
  * function takes untrusted bytes, returns 0 or -EINVAL (-EFBIG for data
  * over a limit), and on failure writes a message for the client that names
- * the offending field into err (API_ERRMSG_MAX bytes). Unknown fields are
- * ignored; known fields of the wrong type are rejected. Results are written
- * only on success and owned by the caller. No function here does I/O, so
- * the fuzzer drives them directly (tests/fuzz/fuzz-http-json.c).
+ * the offending field into err (API_ERRMSG_MAX bytes). Bodies are strict:
+ * apireq_check_body() refuses a field the body's handler would not read
+ * (http.c calls it for every body before the handler runs, so a misspelt
+ * setting is an error, never silently dropped); the parsers below then
+ * reject known fields of the wrong type. Results are written only on
+ * success and owned by the caller. No function here does I/O, so the fuzzer
+ * drives them directly (tests/fuzz/fuzz-http-json.c).
  */
 
 #include "util.h"
@@ -30,6 +33,32 @@
 #define APIREQ_DEFAULT_CWD "/root"
 #define APIREQ_DEFAULT_EXEC_TIMEOUT_S 60
 
+/* The kinds of request body, each with the list of fields its handler
+ * reads (apireq.c); every POST route names one (http.c). */
+enum apireq_body {
+        APIREQ_BODY_NONE,     /* no fields: empty or {} (most lifecycle verbs, key rotation) */
+        APIREQ_BODY_CREATE,   /* POST /v1/sandboxes, also its nested "snapshot_policy" */
+        APIREQ_BODY_EXEC,     /* POST /v1/sandboxes/{id}/exec */
+        APIREQ_BODY_SESSION,  /* POST /v1/sandboxes/{id}/sessions */
+        APIREQ_BODY_STDIN,    /* POST /v1/sessions/{sid}/stdin */
+        APIREQ_BODY_SIGNAL,   /* POST /v1/sessions/{sid}/signal */
+        APIREQ_BODY_ROLLBACK, /* {"snapshot"} */
+        APIREQ_BODY_SNAPSHOT, /* {"kind"} */
+        APIREQ_BODY_NAME,     /* {"name"}: a tenant, an API key */
+        _APIREQ_BODY_MAX,
+};
+
+/* Refuses a key of object o that is not in the NULL-terminated list known:
+ * -EINVAL with `unknown field "K" in the request body` (where NULL) or
+ * `unknown field "K" in "WHERE"` (where names the nested object, e.g.
+ * "snapshot_policy.tiers[0]"), the key shown as printable ASCII, at most 64
+ * bytes. A non-object o is -EINVAL. lenient allows unknown keys (for a door
+ * whose clients send fields we do not know, such as the E2B SDKs). */
+int apireq_check_fields(const json_t *o, const char *const *known, const char *where, bool lenient, char *err);
+/* Checks a whole body of kind (NULL counts as {}) with
+ * apireq_check_fields(), its nested objects too. Unknown kinds are -EINVAL. */
+int apireq_check_body(const json_t *o, enum apireq_body kind, bool lenient, char *err);
+
 struct apireq_create {
         char *template_name;
         json_t *env;             /* object of strings (never NULL) */
@@ -38,6 +67,7 @@ struct apireq_create {
         bool has_idle_timeout;   /* "idle_timeout_s" given: seconds idle before suspend, 0 = never */
         int64_t idle_timeout_s;
         const char *recovery;    /* "recovery" given: "boot" or "checkpoint" (static); NULL when absent */
+        json_t *network;         /* an object, not yet checked as a policy; NULL when absent or null */
 };
 
 struct apireq_exec {

@@ -79,37 +79,38 @@ struct route {
         const char *seg[HTTP_SEGMENTS_MAX]; /* "*" captures the parameter */
         unsigned methods;
         enum auth_kind auth;
+        enum apireq_body body; /* the fields a POST may have (default: none) */
 };
 
 static const struct route routes[] = {
-        { R_HEALTH, { "v1", "health" }, M_GET, AUTH_NONE },
-        { R_TEMPLATES, { "v1", "templates" }, M_GET, AUTH_API },
-        { R_SANDBOXES, { "v1", "sandboxes" }, M_GET | M_POST, AUTH_API },
-        { R_SANDBOX, { "v1", "sandboxes", "*" }, M_GET | M_DELETE, AUTH_API },
-        { R_EXEC, { "v1", "sandboxes", "*", "exec" }, M_POST, AUTH_API },
-        { R_SESSIONS, { "v1", "sandboxes", "*", "sessions" }, M_POST, AUTH_API },
-        { R_FILES, { "v1", "sandboxes", "*", "files" }, M_GET | M_PUT | M_DELETE, AUTH_API },
-        { R_LS, { "v1", "sandboxes", "*", "ls" }, M_GET, AUTH_API },
-        { R_SESSION, { "v1", "sessions", "*" }, M_GET, AUTH_SESSION },
-        { R_EVENTS, { "v1", "sessions", "*", "events" }, M_GET, AUTH_SESSION },
-        { R_STDIN, { "v1", "sessions", "*", "stdin" }, M_POST, AUTH_SESSION },
-        { R_SIGNAL, { "v1", "sessions", "*", "signal" }, M_POST, AUTH_SESSION },
-        { R_PAUSE, { "v1", "sandboxes", "*", "pause" }, M_POST, AUTH_API },
-        { R_RESUME, { "v1", "sandboxes", "*", "resume" }, M_POST, AUTH_API },
-        { R_STOP, { "v1", "sandboxes", "*", "stop" }, M_POST, AUTH_API },
-        { R_START, { "v1", "sandboxes", "*", "start" }, M_POST, AUTH_API },
-        { R_ROLLBACK, { "v1", "sandboxes", "*", "rollback" }, M_POST, AUTH_API },
-        { R_SUSPEND, { "v1", "sandboxes", "*", "suspend" }, M_POST, AUTH_API },
-        { R_WAKE, { "v1", "sandboxes", "*", "wake" }, M_POST, AUTH_API },
-        { R_FORK, { "v1", "sandboxes", "*", "fork" }, M_POST, AUTH_API },
-        { R_SNAPSHOTS, { "v1", "sandboxes", "*", "snapshots" }, M_GET | M_POST, AUTH_API },
-        { R_OPERATION, { "v1", "operations", "*" }, M_GET, AUTH_API },
-        { R_POOLS, { "v1", "pools" }, M_GET, AUTH_API },
-        { R_TENANTS, { "v1", "tenants" }, M_GET | M_POST, AUTH_ADMIN },
-        { R_TENANT, { "v1", "tenants", "*" }, M_DELETE, AUTH_ADMIN },
-        { R_TENANT_KEYS, { "v1", "tenants", "*", "keys" }, M_GET | M_POST, AUTH_ADMIN },
-        { R_KEY, { "v1", "keys", "*" }, M_DELETE, AUTH_ADMIN },
-        { R_CAP_KEYS, { "v1", "capability-keys" }, M_GET | M_POST, AUTH_ADMIN },
+        { R_HEALTH, { "v1", "health" }, M_GET, AUTH_NONE, APIREQ_BODY_NONE },
+        { R_TEMPLATES, { "v1", "templates" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
+        { R_SANDBOXES, { "v1", "sandboxes" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_CREATE },
+        { R_SANDBOX, { "v1", "sandboxes", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
+        { R_EXEC, { "v1", "sandboxes", "*", "exec" }, M_POST, AUTH_API, APIREQ_BODY_EXEC },
+        { R_SESSIONS, { "v1", "sandboxes", "*", "sessions" }, M_POST, AUTH_API, APIREQ_BODY_SESSION },
+        { R_FILES, { "v1", "sandboxes", "*", "files" }, M_GET | M_PUT | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
+        { R_LS, { "v1", "sandboxes", "*", "ls" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
+        { R_SESSION, { "v1", "sessions", "*" }, M_GET, AUTH_SESSION, APIREQ_BODY_NONE },
+        { R_EVENTS, { "v1", "sessions", "*", "events" }, M_GET, AUTH_SESSION, APIREQ_BODY_NONE },
+        { R_STDIN, { "v1", "sessions", "*", "stdin" }, M_POST, AUTH_SESSION, APIREQ_BODY_STDIN },
+        { R_SIGNAL, { "v1", "sessions", "*", "signal" }, M_POST, AUTH_SESSION, APIREQ_BODY_SIGNAL },
+        { R_PAUSE, { "v1", "sandboxes", "*", "pause" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
+        { R_RESUME, { "v1", "sandboxes", "*", "resume" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
+        { R_STOP, { "v1", "sandboxes", "*", "stop" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
+        { R_START, { "v1", "sandboxes", "*", "start" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
+        { R_ROLLBACK, { "v1", "sandboxes", "*", "rollback" }, M_POST, AUTH_API, APIREQ_BODY_ROLLBACK },
+        { R_SUSPEND, { "v1", "sandboxes", "*", "suspend" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
+        { R_WAKE, { "v1", "sandboxes", "*", "wake" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
+        { R_FORK, { "v1", "sandboxes", "*", "fork" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
+        { R_SNAPSHOTS, { "v1", "sandboxes", "*", "snapshots" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_SNAPSHOT },
+        { R_OPERATION, { "v1", "operations", "*" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
+        { R_POOLS, { "v1", "pools" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
+        { R_TENANTS, { "v1", "tenants" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_NAME },
+        { R_TENANT, { "v1", "tenants", "*" }, M_DELETE, AUTH_ADMIN, APIREQ_BODY_NONE },
+        { R_TENANT_KEYS, { "v1", "tenants", "*", "keys" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_NAME },
+        { R_KEY, { "v1", "keys", "*" }, M_DELETE, AUTH_ADMIN, APIREQ_BODY_NONE },
+        { R_CAP_KEYS, { "v1", "capability-keys" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
 };
 
 /* Per-request state, from the first access-handler call to completion. */
@@ -548,6 +549,10 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         }
         if (req->method == M_POST) {
                 r = apireq_parse_object(req->body, req->body_len, &body, ctx.err);
+                /* strict: a field no handler reads is the client's mistake
+                 * (a misspelt security setting must not just be dropped) */
+                if (r >= 0)
+                        r = apireq_check_body(body, req->route->body, false, ctx.err);
                 if (r < 0)
                         return queue_error(req, conn, r, ctx.err);
         }

@@ -22,6 +22,9 @@ const struct retention_policy retention_policy_default = {
         },
 };
 
+const char *const retention_policy_keys[] = { "disk_every", "full_every", "full_keep", "tiers", NULL };
+const char *const retention_tier_keys[] = { "every", "for", NULL };
+
 static const char *const kind_names[_SNAPSHOT_KIND_MAX] = {
         [SNAPSHOT_DISK] = "disk",
         [SNAPSHOT_FULL] = "full",
@@ -94,7 +97,6 @@ static int check_keys(const json_t *o, const char *const *known, const char *whe
 }
 
 static int parse_tiers(const json_t *a, struct retention_policy *p, char **ret_error) {
-        static const char *const known[] = { "every", "for", NULL };
         int r;
 
         if (!json_is_array(a))
@@ -113,7 +115,7 @@ static int parse_tiers(const json_t *a, struct retention_policy *p, char **ret_e
                         return fail(ret_error, "%s must be an object {\"every\": s, \"for\": s}", where);
                 char prefix[40];
                 snprintf(prefix, sizeof prefix, "%s: ", where);
-                if ((r = check_keys(t, known, prefix, ret_error)) < 0)
+                if ((r = check_keys(t, retention_tier_keys, prefix, ret_error)) < 0)
                         return r;
 
                 struct retention_tier tier;
@@ -141,7 +143,6 @@ static int parse_tiers(const json_t *a, struct retention_policy *p, char **ret_e
 
 int retention_policy_parse(json_t *j, const struct retention_policy *base, struct retention_policy *ret,
                            char **ret_error) {
-        static const char *const known[] = { "disk_every", "full_every", "full_keep", "tiers", NULL };
         struct retention_policy p = *base;
         const json_t *v;
         int64_t x;
@@ -149,7 +150,7 @@ int retention_policy_parse(json_t *j, const struct retention_policy *base, struc
 
         if (!json_is_object(j))
                 return fail(ret_error, "snapshot policy must be a JSON object");
-        if ((r = check_keys(j, known, "", ret_error)) < 0)
+        if ((r = check_keys(j, retention_policy_keys, "", ret_error)) < 0)
                 return r;
 
         if ((v = json_object_get(j, "disk_every"))) {

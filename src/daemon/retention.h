@@ -61,6 +61,11 @@ struct retention_snapshot {
  */
 extern const struct retention_policy retention_policy_default;
 
+/* The keys a policy object and each of its tiers may have, NULL-terminated
+ * (the API names an unknown one in a request body from the same lists). */
+extern const char *const retention_policy_keys[];
+extern const char *const retention_tier_keys[];
+
 /* "disk" / "full"; NULL for an out-of-range value. */
 const char *snapshot_kind_to_string(enum snapshot_kind kind);
 /* Kind by name; -EINVAL when unknown. */

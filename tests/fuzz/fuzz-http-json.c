@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fuzzes airlockd's request-body parsers: the first byte picks the parser,
- * the rest is the body (or, for paths, the raw path bytes). Every parser
- * must either accept and produce owned results or reject with a message,
- * never crash or leak.
+ * the rest is the body (or, for paths, the raw path bytes). Every body goes
+ * through the strict field check first, as http.c does, and the parser runs
+ * on it either way; 7 checks it as every kind of body, strict and lenient.
+ * Every parser must either accept and produce owned results or reject with
+ * a message, never crash or leak.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -18,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char err[API_ERRMSG_MAX];
         if (size < 1)
                 return 0;
-        uint8_t which = data[0] % 7;
+        uint8_t which = data[0] % 8;
         const char *body = (const char *) data + 1;
         size_t len = size - 1;
 
@@ -34,6 +36,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         json_t *o = NULL;
         if (apireq_parse_object(body, len, &o, err) < 0)
                 return 0;
+        static const enum apireq_body kinds[] = { APIREQ_BODY_CREATE, APIREQ_BODY_EXEC, APIREQ_BODY_SESSION,
+                                                  APIREQ_BODY_STDIN, APIREQ_BODY_SIGNAL };
+        if (which < 5)
+                (void) apireq_check_body(o, kinds[which], false, err);
         switch (which) {
         case 0: {
                 struct apireq_create c;
@@ -67,6 +73,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         case 5:
                 (void) apireq_check_env(json_object_get(o, "env"), "env", err);
                 (void) apireq_check_cmd(json_object_get(o, "cmd"), err);
+                break;
+        case 7:
+                for (int k = 0; k < _APIREQ_BODY_MAX; k++) {
+                        (void) apireq_check_body(o, (enum apireq_body) k, false, err);
+                        (void) apireq_check_body(o, (enum apireq_body) k, true, err);
+                }
                 break;
         }
         json_decref(o);

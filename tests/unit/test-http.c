@@ -452,6 +452,55 @@ static void test_routing_errors(void **state) {
         free(resp);
 }
 
+/* Every POST route refuses a field its handler does not read, before the
+ * handler runs (the sandbox and session ids need not exist: 400, not 404). */
+static void test_unknown_fields(void **state) {
+        static const char *const paths[] = {
+                "/v1/sandboxes",
+                "/v1/sandboxes/sbx-x/exec",
+                "/v1/sandboxes/sbx-x/sessions",
+                "/v1/sessions/ses-x/stdin",
+                "/v1/sessions/ses-x/signal",
+                "/v1/sandboxes/sbx-x/pause",
+                "/v1/sandboxes/sbx-x/resume",
+                "/v1/sandboxes/sbx-x/stop",
+                "/v1/sandboxes/sbx-x/start",
+                "/v1/sandboxes/sbx-x/rollback",
+                "/v1/sandboxes/sbx-x/suspend",
+                "/v1/sandboxes/sbx-x/wake",
+                "/v1/sandboxes/sbx-x/fork",
+                "/v1/sandboxes/sbx-x/snapshots",
+                "/v1/tenants",
+                "/v1/tenants/ten-x/keys",
+                "/v1/capability-keys",
+        };
+        char *resp;
+        for (size_t i = 0; i < ARRAY_SIZE(paths); i++) {
+                assert_int_equal(request("POST", paths[i], token, "{\"bogus\":1}", &resp), 400);
+                json_t *o = body_json(resp);
+                json_t *e = json_object_get(o, "error");
+                assert_string_equal(json_string_value(json_object_get(e, "code")), "invalid");
+                assert_string_equal(json_string_value(json_object_get(e, "message")),
+                                    "unknown field \"bogus\" in the request body");
+                json_decref(o);
+                free(resp);
+        }
+        /* the control: the same routes past the check (to the handler's 404) */
+        assert_int_equal(request("POST", "/v1/sandboxes/sbx-x/exec", token, "{\"cmd\":[\"true\"]}", &resp), 404);
+        free(resp);
+        assert_int_equal(request("POST", "/v1/sandboxes/sbx-x/pause", token, "{}", &resp), 404);
+        free(resp);
+        assert_int_equal(request("POST", "/v1/sandboxes", token, "{\"snapshot_policy\":{\"tiers\":[{\"fro\":1}]}}",
+                                 &resp),
+                         400);
+        assert_non_null(strstr(resp, "unknown field \\\"fro\\\" in \\\"snapshot_policy.tiers[0]\\\""));
+        free(resp);
+        /* network is known, and refused until something enforces it */
+        assert_int_equal(request("POST", "/v1/sandboxes", token, "{\"network\":{\"mode\":\"deny-all\"}}", &resp), 400);
+        assert_non_null(strstr(resp, "network policies are not supported yet"));
+        free(resp);
+}
+
 static void test_too_large(void **state) {
         /* declared too large: answered before the body is sent */
         int fd = http_connect();
@@ -750,6 +799,7 @@ int main(void) {
                 cmocka_unit_test(test_auth),
                 cmocka_unit_test(test_tenant_auth),
                 cmocka_unit_test(test_routing_errors),
+                cmocka_unit_test(test_unknown_fields),
                 cmocka_unit_test(test_too_large),
                 cmocka_unit_test(test_sandbox_lifecycle),
                 cmocka_unit_test(test_sessions_sse),

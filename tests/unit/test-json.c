@@ -42,11 +42,33 @@ static void test_create(void **state) {
         apireq_create_release(&c);
         json_decref(o);
 
+        /* the parser reads what it knows; the unknown field is
+         * apireq_check_body()'s to refuse, which http.c runs first */
         o = parse("{\"template\":\"minimal\",\"env\":{\"A_1\":\"x\"},\"metadata\":{\"k\":\"v\"},\"extra\":[1]}");
         assert_int_equal(apireq_parse_create(o, &c, err), 0);
         assert_string_equal(c.template_name, "minimal");
         assert_string_equal(json_string_value(json_object_get(c.env, "A_1")), "x");
+        assert_null(c.network);
         apireq_create_release(&c);
+        assert_int_equal(apireq_check_body(o, APIREQ_BODY_CREATE, false, err), -EINVAL);
+        assert_string_equal(err, "unknown field \"extra\" in the request body");
+        json_decref(o);
+
+        /* network: an object, kept as given for the policy code; null is absent */
+        o = parse("{\"network\":{\"mode\":\"deny-all\"}}");
+        assert_int_equal(apireq_check_body(o, APIREQ_BODY_CREATE, false, err), 0);
+        assert_int_equal(apireq_parse_create(o, &c, err), 0);
+        assert_string_equal(json_string_value(json_object_get(c.network, "mode")), "deny-all");
+        apireq_create_release(&c);
+        json_decref(o);
+        o = parse("{\"network\":null}");
+        assert_int_equal(apireq_parse_create(o, &c, err), 0);
+        assert_null(c.network);
+        apireq_create_release(&c);
+        json_decref(o);
+        o = parse("{\"network\":\"deny-all\"}");
+        assert_int_equal(apireq_parse_create(o, &c, err), -EINVAL);
+        assert_string_equal(err, "field 'network' must be an object");
         json_decref(o);
 
         static const char *const bad[] = {
@@ -202,6 +224,88 @@ static void test_stdin_signal(void **state) {
         }
 }
 
+static void expect_refused(const char *body, enum apireq_body kind, const char *msg) {
+        json_t *o = parse(body);
+        assert_int_equal(apireq_check_body(o, kind, false, err), -EINVAL);
+        assert_string_equal(err, msg);
+        assert_int_equal(apireq_check_body(o, kind, true, err), 0); /* lenient lets it pass */
+        json_decref(o);
+}
+
+static void expect_accepted(const char *body, enum apireq_body kind) {
+        json_t *o = parse(body);
+        assert_int_equal(apireq_check_body(o, kind, false, err), 0);
+        json_decref(o);
+}
+
+static void test_check_fields(void **state) {
+        /* every kind: its fields spelt right pass, one misspelt is named */
+        static const struct {
+                enum apireq_body kind;
+                const char *good, *bad, *name;
+        } cases[] = {
+                { APIREQ_BODY_NONE, "{}", "{\"wait\":true}", "wait" },
+                { APIREQ_BODY_CREATE,
+                  "{\"template\":\"m\",\"env\":{\"netwrok\":\"x\"},\"metadata\":{\"any\":\"x\"},"
+                  "\"snapshot_policy\":{\"disk_every\":0,\"full_every\":0,\"full_keep\":1,"
+                  "\"tiers\":[{\"every\":1,\"for\":2}]},\"idle_timeout_s\":0,\"recovery\":\"boot\","
+                  "\"tenant\":\"t\",\"network\":{\"anything\":1}}",
+                  "{\"template\":\"m\",\"netwrok\":{}}", "netwrok" },
+                { APIREQ_BODY_EXEC,
+                  "{\"cmd\":[\"a\"],\"env\":{},\"cwd\":\"/\",\"stdin\":\"\",\"timeout_s\":1}",
+                  "{\"cmd\":[\"a\"],\"timeout\":1}", "timeout" },
+                { APIREQ_BODY_SESSION,
+                  "{\"cmd\":[\"a\"],\"env\":{},\"cwd\":\"/\",\"pty\":true,\"rows\":1,\"cols\":1}",
+                  "{\"cmd\":[\"a\"],\"tty\":true}", "tty" },
+                { APIREQ_BODY_STDIN, "{\"data\":\"\",\"text\":\"\",\"close\":true}", "{\"txt\":\"x\"}", "txt" },
+                { APIREQ_BODY_SIGNAL, "{\"signal\":9}", "{\"sig\":9}", "sig" },
+                { APIREQ_BODY_ROLLBACK, "{\"snapshot\":\"s\"}", "{\"snapshot_id\":\"s\"}", "snapshot_id" },
+                { APIREQ_BODY_SNAPSHOT, "{\"kind\":\"disk\"}", "{\"type\":\"disk\"}", "type" },
+                { APIREQ_BODY_NAME, "{\"name\":\"n\"}", "{\"nam\":\"n\"}", "nam" },
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+                char msg[128];
+                snprintf(msg, sizeof msg, "unknown field \"%s\" in the request body", cases[i].name);
+                expect_accepted(cases[i].good, cases[i].kind);
+                expect_accepted("{}", cases[i].kind);
+                expect_refused(cases[i].bad, cases[i].kind, msg);
+        }
+        assert_int_equal(apireq_check_body(NULL, APIREQ_BODY_EXEC, false, err), 0); /* no body */
+        assert_int_equal(apireq_check_body(NULL, _APIREQ_BODY_MAX, false, err), -EINVAL);
+
+        /* nested objects airlockd interprets are strict, free-form maps not */
+        expect_refused("{\"snapshot_policy\":{\"disk_evry\":0}}", APIREQ_BODY_CREATE,
+                       "unknown field \"disk_evry\" in \"snapshot_policy\"");
+        expect_refused("{\"snapshot_policy\":{\"tiers\":[{\"every\":1,\"for\":2},{\"every\":1,\"fro\":2}]}}",
+                       APIREQ_BODY_CREATE, "unknown field \"fro\" in \"snapshot_policy.tiers[1]\"");
+        /* wrong types inside are the policy parser's to name */
+        expect_accepted("{\"snapshot_policy\":{\"tiers\":[5]}}", APIREQ_BODY_CREATE);
+        expect_accepted("{\"snapshot_policy\":{\"tiers\":{\"x\":1}}}", APIREQ_BODY_CREATE);
+        expect_accepted("{\"snapshot_policy\":7}", APIREQ_BODY_CREATE);
+
+        /* the key is shown as one line of printable ASCII, cut at 64 bytes */
+        expect_refused("{\"a\\nb\\u00e9\":1}", APIREQ_BODY_NONE, "unknown field \"a?b??\" in the request body");
+        char big[200], msg[160];
+        memset(big, 0, sizeof big);
+        memcpy(big, "{\"", 2);
+        memset(big + 2, 'k', 100);
+        memcpy(big + 102, "\":1}", 4);
+        snprintf(msg, sizeof msg, "unknown field \"%.64s...\" in the request body", big + 2);
+        expect_refused(big, APIREQ_BODY_NONE, msg);
+
+        /* the plain function: where names the object, non-objects refused */
+        static const char *const known[] = { "a", NULL };
+        json_t *o = parse("{\"a\":1,\"b\":2}");
+        assert_int_equal(apireq_check_fields(o, known, "x.y", false, err), -EINVAL);
+        assert_string_equal(err, "unknown field \"b\" in \"x.y\"");
+        assert_int_equal(apireq_check_fields(o, known, "x.y", true, err), 0);
+        json_decref(o);
+        o = json_integer(1);
+        assert_int_equal(apireq_check_fields(o, known, "x", true, err), -EINVAL);
+        assert_string_equal(err, "field 'x' must be an object");
+        json_decref(o);
+}
+
 static void test_error_table(void **state) {
         assert_int_equal(api_error_status(-EINVAL), 400);
         assert_int_equal(api_error_status(-EACCES), 401);
@@ -225,7 +329,8 @@ int main(void) {
                 cmocka_unit_test(test_parse_object), cmocka_unit_test(test_create),
                 cmocka_unit_test(test_exec),         cmocka_unit_test(test_session),
                 cmocka_unit_test(test_paths),        cmocka_unit_test(test_base64),
-                cmocka_unit_test(test_stdin_signal), cmocka_unit_test(test_error_table),
+                cmocka_unit_test(test_stdin_signal), cmocka_unit_test(test_check_fields),
+                cmocka_unit_test(test_error_table),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
