@@ -13,6 +13,8 @@ pkgs=(
   # build
   gcc libc6-dev pkg-config meson ninja-build
   libmicrohttpd-dev libjansson-dev libsodium-dev libsqlite3-dev libcurl4-openssl-dev
+  # lib/netpolicy: libpsl and the public suffix list it reads (wildcard rules)
+  libpsl-dev publicsuffix
   # run: the VMM and what the node uses for storage and its users
   qemu-system-x86 btrfs-progs util-linux mount e2fsprogs passwd
 )
