@@ -75,6 +75,10 @@ enum proto_type {
         /* airlock-node -> airlock-nodemgr (lib/mgr): one request per connection */
         PROTO_MGR_REQUEST = 80, /* {"op":s, ...} (+ fds) */
         PROTO_MGR_REPLY = 81,   /* {"ok":true,...} or {"error":{"errno":n,"message":s}} */
+
+        /* airlock-node -> airlock-gw (src/node/gwclient.h): one request per connection */
+        PROTO_GW_REQUEST = 96, /* {"op":s, ...} (+ fds) */
+        PROTO_GW_REPLY = 97,   /* {"ok":true,...} or {"error":{"errno":n,"message":s}} */
 };
 
 struct proto_header {
