@@ -13,6 +13,9 @@ pkgs=(
   # build
   gcc libc6-dev pkg-config meson ninja-build
   libmicrohttpd-dev libjansson-dev libsodium-dev libsqlite3-dev libcurl4-openssl-dev
+  # the egress gateway's parsers: DNS (ldns), TLS (OpenSSL), HTTP/1 (llhttp's
+  # C sources, which node-llhttp ships and src/gw compiles in)
+  libldns-dev libssl-dev node-llhttp
   # run: the VMM and what the node uses for storage and its users
   qemu-system-x86 btrfs-progs util-linux mount e2fsprogs passwd
 )
