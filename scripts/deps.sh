@@ -15,6 +15,9 @@ pkgs=(
   libmicrohttpd-dev libjansson-dev libsodium-dev libsqlite3-dev libcurl4-openssl-dev
   # lib/netpolicy: libpsl and the public suffix list it reads (wildcard rules)
   libpsl-dev publicsuffix
+  # the egress gateway's parsers: DNS (ldns), TLS (OpenSSL), HTTP/1 (llhttp's
+  # C sources, which node-llhttp ships and src/gw compiles in)
+  libldns-dev libssl-dev node-llhttp
   # run: the VMM and what the node uses for storage and its users
   qemu-system-x86 btrfs-progs util-linux mount e2fsprogs passwd
 )
