@@ -70,11 +70,12 @@ def qemu_pids(needle):
 
 
 def airlock_procs(data_dir):
-    """{pid: program} of the airlock-nodemgr, airlockd and airlock-node
-    processes serving data_dir, by their binary rather than argv[0]: under
-    root the harness's Popen pid is airlock-nodemgr (airlockd exec'd it, argv
-    unchanged) and airlockd and the node are its children."""
-    out = {}
+    """{pid: program} of the airlock-nodemgr, airlockd, airlock-node and
+    airlock-gw processes serving data_dir, by their binary rather than
+    argv[0]: under root the harness's Popen pid is airlock-nodemgr (airlockd
+    exec'd it, argv unchanged) and airlockd, the node and the gateway (whose
+    command line names no data dir) are its children."""
+    out, gateways = {}, []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -82,10 +83,16 @@ def airlock_procs(data_dir):
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
             exe = os.path.basename(os.readlink(f"/proc/{pid}/exe")).replace(" (deleted)", "")
+            if exe == "airlock-gw":
+                with open(f"/proc/{pid}/stat") as f:
+                    gateways.append((int(pid), int(f.read().rsplit(")", 1)[1].split()[1])))
         except OSError:
             continue
         if exe in ("airlock-nodemgr", "airlockd", "airlock-node") and data_dir.encode() in argv:
             out[int(pid)] = exe
+    for pid, ppid in gateways:
+        if out.get(ppid) == "airlock-nodemgr":
+            out[pid] = "airlock-gw"
     return out
 
 
