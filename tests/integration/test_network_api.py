@@ -3,7 +3,7 @@ is refused with a 400 that says why (and nothing is made) or stored in its
 canonical form; GET shows it, PUT replaces it; the node holds the same
 policy (asked over its own socket: what it would hand the gateway), also
 after a node restart, an airlockd restart, a fork (the child has the
-parent's) and a stop/start; a tenant's default applies to that tenant's new
+parent's), a stop/start and a suspend/wake; a tenant's default applies to that tenant's new
 sandboxes only; the CLI makes and shows them. That the gateway enforces
 them (connections from the guest) is tests/security's and test_network's."""
 
@@ -75,8 +75,8 @@ def wait_until(pred, what, a, timeout=START_TIMEOUT):
 
 
 def test_sandbox_policies(airlock_factory):
-    """Seconds: see the report (5 VMs, a stop/start, a node and an airlockd
-    killed, the VMs adopted)."""
+    """About 20 s here (5 VMs, a stop/start, a suspend/wake, a node and an
+    airlockd killed, the VMs adopted)."""
     a = airlock_factory(prebuild="minimal")
 
     # what the node cannot enforce is refused, never dropped: no row, no VM
@@ -147,6 +147,16 @@ def test_sandbox_policies(airlock_factory):
         (status == 503 and json.loads(data)["error"]["code"] == "unavailable"), (status, data)
     status, _, data = a.request("GET", f"/v1/sandboxes/{deny}/network/log?limit=1001")
     assert status == 400, data
+
+    # suspended: no node holds it; a PUT is stored and the wake carries it
+    assert a.api("POST", f"/v1/sandboxes/{deny}/suspend?wait=true")["state"] == "succeeded"
+    assert a.request("GET", f"/v1/sandboxes/{deny}/network/log")[0] == 409
+    assert a.api("PUT", f"/v1/sandboxes/{deny}/network", want_listed) == want_listed
+    assert a.api("GET", f"/v1/sandboxes/{deny}")["state"] == "suspended"  # not woken for it
+    assert a.api("POST", f"/v1/sandboxes/{deny}/wake?wait=true")["state"] == "succeeded"
+    assert node_network(a, deny) == want_listed
+    assert a.api("PUT", f"/v1/sandboxes/{deny}/network", DENY_ALL) == DENY_ALL
+    assert node_network(a, deny) == DENY_ALL
 
     # the node's copy survives a node restart (its record), the VM adopted
     with open(os.path.join(a.data_dir, "sandboxes", listed, "sandbox.json")) as f:
