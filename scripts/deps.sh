@@ -15,6 +15,11 @@ pkgs=(
   libmicrohttpd-dev libjansson-dev libsodium-dev libsqlite3-dev libcurl4-openssl-dev
   # lib/netpolicy: libpsl and the public suffix list it reads (wildcard rules)
   libpsl-dev publicsuffix
+  # the egress gateway's parsers: DNS (ldns), TLS (OpenSSL), HTTP/1 (llhttp's
+  # C sources, which node-llhttp ships and src/gw compiles in)
+  libldns-dev libssl-dev node-llhttp
+  # lib/vmnet: each VM's namespace rules, loaded in-process (libnftables)
+  libnftables-dev
   # run: the VMM and what the node uses for storage and its users
   qemu-system-x86 btrfs-progs util-linux mount e2fsprogs passwd
 )
@@ -29,7 +34,8 @@ case "${1:-}" in
   --test)
     # cmocka: the unit tests (required by ./test.sh, optional for ./run.sh);
     # clang and its libFuzzer runtime: the bounded fuzz runs (scripts/fuzz.sh)
-    pkgs+=(libcmocka-dev python3 python3-pytest clang libclang-rt-14-dev python3-cryptography)
+    # dnsmasq and iproute2: the network tests' own internet (tests/netlab.py)
+    pkgs+=(libcmocka-dev python3 python3-pytest clang libclang-rt-14-dev python3-cryptography dnsmasq-base iproute2)
     ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac

@@ -25,6 +25,7 @@
 
 #include "capcheck.h"
 #include "config.h"
+#include "gwclient.h"
 #include "log.h"
 #include "macros.h"
 #include "nodeops.h"
@@ -84,6 +85,7 @@ static int serve(int listen_fd, const struct node_config *cfg) {
                 if (p[0].revents & POLLIN)
                         server_accept(listen_fd, cfg);
                 session_gc();
+                gwclient_tick();
         }
 }
 
@@ -128,6 +130,10 @@ int main(int argc, char *argv[]) {
                 return 1;
         }
         /* vmm_accel_pick() logged the choice and its reason */
+        /* the egress gateway airlock-nodemgr runs beside us (src/nodemgr/gwprep.c) */
+        gwclient_setup(getenv("AIRLOCK_GW_SOCKET"), sandbox_net_reattach_all);
+        if (!gwclient_enabled())
+                log_warn("no egress gateway (AIRLOCK_GW_SOCKET unset): sandboxes have a NIC but no network");
         r = vmm_jail_setup(cfg->qemu_binary, cfg->vmm_uid_base, NODE_VMM_UIDS);
         if (r < 0)
                 return 1;

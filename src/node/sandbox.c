@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -103,6 +104,8 @@ void sandbox_unref(struct sandbox *s) {
         pthread_cond_destroy(&s->cond);
         free(s);
 }
+
+static void net_attach(struct sandbox *s, struct vmm *v);
 
 /* ---- registry (reg_lock held) ---- */
 
@@ -410,6 +413,7 @@ static int start_pooled(struct sandbox *s) {
         }
         uint64_t t_done = now_monotonic_ns();
 
+        net_attach(s, pv->vmm);
         pthread_mutex_lock(&s->lock);
         s->vmm = TAKE_PTR(pv->vmm);
         s->gc = TAKE_PTR(pv->gc);
@@ -423,6 +427,85 @@ static int start_pooled(struct sandbox *s) {
                  (unsigned long long) ((t_resumed - t0) / 1000000ULL),
                  (unsigned long long) ((t_done - t_resumed) / 1000000ULL), (int) s->pid);
         pool_vm_free(pv);
+        return 0;
+}
+
+/* ---- the VM's network: the egress gateway serves it (gwclient.h) ---- */
+
+/* Hands the gateway the VM's sockets with the sandbox's policy; the node
+ * keeps no copy (a new gateway gets new ones: vmm_net_listen). A VM an
+ * earlier node started has none here: a gateway that still serves it keeps
+ * its sockets (they cannot be made twice: EADDRINUSE), one that does not
+ * gets new ones. */
+static void net_attach(struct sandbox *s, struct vmm *v) {
+        if (!gwclient_enabled())
+                goto out;
+        const char *policy = NULL; /* the sandbox's policy: allow-all until the node keeps one */
+        int tcp = v->gw_fds[0], dns = v->gw_fds[1];
+        int r = 0;
+        if (tcp < 0) {
+                r = vmm_net_listen(v, &tcp, &dns);
+                if (r == -EADDRINUSE) {
+                        (void) gwclient_set_policy(s->id, policy, s->ctx);
+                        goto out;
+                }
+        }
+        if (r >= 0)
+                (void) gwclient_attach(s->id, s->execution, policy, tcp, dns, s->ctx);
+        if (tcp != v->gw_fds[0]) {
+                safe_close(tcp);
+                safe_close(dns);
+        }
+out:
+        v->gw_fds[0] = safe_close(v->gw_fds[0]);
+        v->gw_fds[1] = safe_close(v->gw_fds[1]);
+}
+
+static void net_detach(struct sandbox *s) {
+        if (gwclient_enabled())
+                (void) gwclient_detach(s->id, s->ctx);
+}
+
+/* gwclient's reattach_all: a gateway that restarted gets every sandbox
+ * that has a VM again, with new sockets. */
+int sandbox_net_reattach_all(void) {
+        pthread_mutex_lock(&reg_lock);
+        size_t n = reg_n;
+        struct sandbox **list = calloc(n ? n : 1, sizeof *list);
+        size_t k = 0;
+        for (size_t i = 0; list && i < n; i++)
+                if (reg[i]->state != SANDBOX_CREATING) {
+                        sandbox_ref(reg[i]);
+                        list[k++] = reg[i];
+                }
+        pthread_mutex_unlock(&reg_lock);
+        if (!list)
+                return -ENOMEM;
+        for (size_t i = 0; i < k; i++) {
+                struct sandbox *s = list[i];
+                pthread_mutex_lock(&s->lock);
+                /* a copy of what names the process: the thread may end the VM meanwhile
+                 * (then the listen fails: its pid is gone) */
+                struct vmm who = { .pid = -1, .gw_fds = { -1, -1 } };
+                if (s->vmm) {
+                        who.pid = s->vmm->pid;
+                        who.pidfd = s->vmm->pidfd >= 0 ? fcntl(s->vmm->pidfd, F_DUPFD_CLOEXEC, 3) : -1;
+                        who.start_time = s->vmm->start_time;
+                        who.uid = s->vmm->uid;
+                        who.log_ctx = s->ctx;
+                }
+                unsigned execution = s->execution;
+                pthread_mutex_unlock(&s->lock);
+                int tcp = -1, dns = -1;
+                if (who.pid > 0 && vmm_net_listen(&who, &tcp, &dns) >= 0) {
+                        (void) gwclient_attach(s->id, execution, NULL, tcp, dns, s->ctx);
+                        safe_close(tcp);
+                        safe_close(dns);
+                }
+                safe_close(who.pidfd);
+                sandbox_unref(s);
+        }
+        free(list);
         return 0;
 }
 
@@ -491,6 +574,7 @@ static int start_vm(struct sandbox *s, char **ret_error) {
                 vmm_destroy(v);
                 return r;
         }
+        net_attach(s, v);
         uint64_t t_done = now_monotonic_ns();
 
         pthread_mutex_lock(&s->lock);
@@ -547,6 +631,7 @@ static int adopt_vm(struct sandbox *s, char **ret_error) {
                 vmm_destroy(v);
                 return r;
         }
+        net_attach(s, v);
         pthread_mutex_lock(&s->lock);
         s->vmm = v;
         s->gc = g;
@@ -678,6 +763,7 @@ static void *sandbox_thread(void *arg) {
                         pthread_mutex_lock(&s->lock);
                         s->vmm = NULL;
                         pthread_mutex_unlock(&s->lock);
+                        net_detach(s);
                         vmm_destroy(v); /* reaps it */
                         recover_schedule(s, why);
                         continue;
@@ -708,9 +794,12 @@ static void *sandbox_thread(void *arg) {
         }
         pthread_mutex_unlock(&s->lock);
         if (hand_over)
-                vmm_forget(v); /* keeps running for the next node */
-        else
+                vmm_forget(v); /* keeps running for the next node, served by the same gateway */
+        else {
+                if (v)
+                        net_detach(s);
                 vmm_destroy(v);
+        }
         return NULL;
 }
 

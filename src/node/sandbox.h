@@ -155,6 +155,10 @@ int sandbox_get(const char *id, struct sandbox **ret);
 struct sandbox *sandbox_ref(struct sandbox *s);
 /* Drops a reference; the last one frees the sandbox (and its channel). */
 void sandbox_unref(struct sandbox *s);
+
+/* For gwclient_setup(): attaches every sandbox with a VM to a gateway that
+ * restarted, with new sockets. */
+int sandbox_net_reattach_all(void);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct sandbox *, sandbox_unref);
 
 /* Deletes: ends its sessions, destroys the VMM (killed and reaped), removes

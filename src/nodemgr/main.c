@@ -14,7 +14,9 @@
  *      when it dies, like airlockd did, and serves its privileged requests
  *      (DATA_DIR/run/nodemgr.sock, src/nodemgr/mgrserver.c): the VMs are
  *      started here, jailed;
- *   3. starts airlockd as `airlock` (no supplementary groups, no_new_privs,
+ *   3. starts the egress gateway airlock-gw as `airlock-gw` (src/nodemgr/
+ *      gwprep.c) and restarts it when it dies;
+ *   4. starts airlockd as `airlock` (no supplementary groups, no_new_privs,
  *      --no-spawn-node) and lives as long as it does.
  *
  * SIGTERM/SIGINT: airlockd stops first, then the node (which stops the VMs
@@ -39,6 +41,7 @@
 #include "airlock-config.h"
 #include "check.h"
 #include "config.h"
+#include "gwprep.h"
 #include "host.h"
 #include "log.h"
 #include "macros.h"
@@ -93,6 +96,8 @@ static struct {
         struct storage *storage;
         bool hand_over; /* the VMs (and the volume they use) stay for the next start */
 } node = { .listen_fd = -1 };
+
+static struct gwprep gw = { .listen_fd = -1, .netns_fd = -1, .pid = -1 };
 
 /* node_wait_fn: serves the node's requests while we wait for it. */
 static void serve_while_waiting(void *userdata, int ms) {
@@ -192,6 +197,9 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         }
         if ((r = nodeprep_listen(c, gid, &node.listen_fd)) < 0)
                 return check_start_failed(r, "cannot open the node's socket %s: %m", c->node_socket);
+        /* the egress gateway, before the node: it attaches its sandboxes */
+        if ((r = gwprep_setup(c, node_uid, node_gid, &gw)) < 0 || (r = gwprep_start(&gw)) < 0)
+                return check_start_failed(r, "cannot start the egress gateway airlock-gw: %m");
         /* the node asks us for what needs root (src/node/vmm.c) */
         if (setenv("AIRLOCK_NODEMGR_SOCKET", mgr_server_path(mgr), 1) < 0)
                 return -ENOMEM;
@@ -297,6 +305,12 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                                         stopping = true;
                                 } else
                                         log_error("airlockd exited (%s)", describe(status, how, sizeof how));
+                        } else if (p == gw.pid) {
+                                log_error("airlock-gw pid=%d exited (%s)", (int) p, describe(status, how, sizeof how));
+                                gw.pid = -1;
+                                if (!stopping && gwprep_start(&gw) < 0)
+                                        log_error("airlock-gw keeps failing; sandboxes have no network until "
+                                                  "Airlock restarts");
                         } else if (p == node_pid) {
                                 log_error("airlock-node pid=%d exited (%s)", (int) p, describe(status, how, sizeof how));
                                 node_pid = -1;
@@ -323,6 +337,7 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                         (void) node_stop(node_pid, SIGUSR1, 3600, serve_while_waiting, mgr);
                 }
         }
+        gwprep_stop(&gw);
         log_info("stopped");
         return exit_code == 0 && (clean || stopping) ? 0 : -ECHILD;
 }

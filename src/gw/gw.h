@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * airlock-gw's shared state (docs/network.md): the sandboxes it serves,
+ * each with its sockets (made in the VM's namespace by airlock-nodemgr and
+ * handed over by the node), its policy, the names the gateway resolved for
+ * it and its network log. One thread, one event loop (loop.h).
+ */
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "loop.h"
+#include "netpolicy.h"
+
+#define GW_ID_MAX 64
+#define GW_LOG_MAX 1000             /* entries kept per sandbox */
+#define GW_BINDINGS_MAX 4096        /* (name, address) pairs remembered per sandbox */
+#define GW_BINDING_MIN_TTL_S 300    /* a short TTL does not end a binding before this */
+#define GW_CONNS_MAX 512            /* open TCP connections per sandbox */
+#define GW_DNS_QPS 200              /* DNS queries per second per sandbox (burst twice that) */
+#define GW_DNS_PENDING_MAX 64       /* upstream queries in flight per sandbox */
+
+struct gw_config {
+        struct sockaddr_in dns_upstream; /* AIRLOCK_DNS_UPSTREAM, default the host's first resolver */
+        struct netpolicy_platform platform; /* the deny set, with the operator's opens (AIRLOCK_NETWORK_OPEN) */
+};
+
+struct gw_binding {
+        char name[254];
+        struct in_addr addr;
+        uint64_t expires_ms;
+};
+
+struct gw_log_entry {
+        uint64_t ts_ms; /* wall clock */
+        bool dns;
+        bool allowed;
+        char name[254];  /* "" when none */
+        struct in_addr addr; /* 0 when none */
+        uint16_t port;
+        char reason[96];
+};
+
+struct gw_sandbox {
+        char id[GW_ID_MAX + 1];
+        unsigned execution;
+        unsigned refs; /* the registry's, and one per connection or query */
+        bool detached;
+        struct netpolicy *policy;
+        int tcp_fd, dns_fd;
+        struct loop_watch *tcp_watch, *dns_watch;
+        unsigned n_conns, n_pending;
+        double dns_tokens;
+        uint64_t dns_tokens_at;
+        struct gw_binding *bindings; /* a ring of GW_BINDINGS_MAX */
+        size_t n_bindings, next_binding;
+        struct gw_log_entry *log; /* a ring of GW_LOG_MAX */
+        size_t n_log, next_log;
+        struct gw_sandbox *next;
+};
+
+extern struct gw_config gw_config;
+extern struct loop *gw_loop;
+
+/* ---- sandbox.c: the registry ---- */
+struct gw_sandbox *gw_sandbox_find(const char *id);
+/* Replaces an attachment of the same id (its connections end). Takes the fds. */
+int gw_sandbox_attach(const char *id, unsigned execution, struct netpolicy *policy, int tcp_fd, int dns_fd);
+void gw_sandbox_set_policy(struct gw_sandbox *s, struct netpolicy *policy);
+void gw_sandbox_detach(struct gw_sandbox *s);
+void gw_sandbox_ref(struct gw_sandbox *s);
+void gw_sandbox_unref(struct gw_sandbox *s);
+void gw_sandbox_bind(struct gw_sandbox *s, const char *name, struct in_addr addr, uint32_t ttl_s);
+bool gw_sandbox_bound(struct gw_sandbox *s, const char *name, struct in_addr addr);
+void gw_sandbox_log(struct gw_sandbox *s, bool dns, bool allowed, const char *name, struct in_addr addr,
+                    uint16_t port, const char *reason);
+size_t gw_sandbox_count(void);
+
+/* ---- dns.c: the guest's resolver ---- */
+void gw_dns_readable(int fd, uint32_t events, void *userdata);
+
+/* ---- relay.c: the guest's TCP connections ---- */
+void gw_relay_accept(int fd, uint32_t events, void *userdata);
+int gw_relay_init(void);
+
+/* ---- control.c: the node's requests ---- */
+int gw_control_start(int listen_fd, uid_t peer_uid);

@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "gwprep.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "airlock-config.h"
+#include "log.h"
+#include "macros.h"
+#include "privsep.h"
+#include "util.h"
+
+int gwprep_setup(const struct daemon_config *c, uid_t node_uid, gid_t node_gid, struct gwprep *ret) {
+        struct gwprep g = { .node_uid = node_uid, .listen_fd = -1, .netns_fd = -1, .pid = -1 };
+        const char *name;
+        int r = privsep_user("AIRLOCK_GW_USER", GWPREP_USER_DEFAULT, &g.uid, &g.gid, &name);
+        if (r < 0)
+                return log_error_errno(r, "Cannot find or create the system user %s: %m",
+                                       getenv("AIRLOCK_GW_USER") ?: GWPREP_USER_DEFAULT);
+        if (g.uid == node_uid)
+                return log_error_errno(-EINVAL, "the gateway's user %s must not be the node's", name);
+        const char *bin = getenv("AIRLOCK_GW_BINARY");
+        snprintf(g.binary, sizeof g.binary, "%s", bin && *bin ? bin : AIRLOCK_BUILD_DIR "/src/gw/airlock-gw");
+        if (access(g.binary, X_OK) < 0)
+                return log_error_errno(negative_errno(), "The gateway binary %s is not executable: %m", g.binary);
+        const char *ns = getenv("AIRLOCK_EGRESS_NETNS");
+        if (ns && *ns) {
+                if (strchr(ns, '/') || strcmp(ns, ".") == 0 || strcmp(ns, "..") == 0)
+                        return log_error_errno(-EINVAL, "AIRLOCK_EGRESS_NETNS=%s is not a namespace name", ns);
+                _cleanup_free_ char *p = strdup_printf("/run/netns/%s", ns);
+                g.netns_fd = p ? open(p, O_RDONLY | O_CLOEXEC) : -1;
+                if (g.netns_fd < 0)
+                        return log_error_errno(negative_errno(), "Cannot open the egress namespace %s: %m",
+                                               p ? p : ns);
+        }
+        char run_dir[sizeof c->node_socket];
+        memcpy(run_dir, c->node_socket, sizeof run_dir);
+        int n = snprintf(g.socket_path, sizeof g.socket_path, "%s/%s", dirname(run_dir), GWPREP_SOCKET_NAME);
+        if (n < 0 || (size_t) n >= sizeof g.socket_path)
+                return log_error_errno(-ENAMETOOLONG, "The gateway's socket path is too long");
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        memcpy(sa.sun_path, g.socket_path, strlen(g.socket_path) + 1);
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return negative_errno();
+        (void) unlink(g.socket_path);
+        mode_t old = umask(0177);
+        r = bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 ? negative_errno() : 0;
+        umask(old);
+        if (r == 0 && (chown(g.socket_path, 0, node_gid) < 0 || chmod(g.socket_path, 0660) < 0 || listen(fd, 64) < 0))
+                r = negative_errno();
+        if (r < 0)
+                return log_error_errno(r, "Failed to listen on %s: %m", g.socket_path);
+        if (setenv("AIRLOCK_GW_SOCKET", g.socket_path, 1) < 0)
+                return -ENOMEM;
+        g.listen_fd = TAKE_FD(fd);
+        *ret = g;
+        return 0;
+}
+
+int gwprep_start(struct gwprep *g) {
+        uint64_t now = now_monotonic_ns();
+        if (g->n_started == ARRAY_SIZE(g->started_ns) && now - g->started_ns[0] < 60ull * 1000000000ull)
+                return -EAGAIN;
+        if (g->n_started == ARRAY_SIZE(g->started_ns)) {
+                memmove(g->started_ns, g->started_ns + 1, sizeof g->started_ns - sizeof g->started_ns[0]);
+                g->n_started--;
+        }
+        g->started_ns[g->n_started++] = now;
+        char peer[32];
+        snprintf(peer, sizeof peer, "%u", (unsigned) g->node_uid);
+        pid_t parent = getpid();
+        pid_t pid = fork();
+        if (pid < 0)
+                return log_error_errno(negative_errno(), "Failed to fork airlock-gw: %m");
+        if (pid == 0) {
+                sigset_t none;
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                if (g->netns_fd >= 0 && setns(g->netns_fd, CLONE_NEWNET) < 0)
+                        _exit(125);
+                if (dup2(g->listen_fd, 3) < 0)
+                        _exit(125);
+                (void) close_range(4, ~0u, 0);
+                if (setenv("AIRLOCK_GW_LISTEN_FD", "3", 1) < 0 || setenv("AIRLOCK_GW_PEER_UID", peer, 1) < 0)
+                        _exit(125);
+                if (privsep_drop(g->uid, g->gid) < 0 || prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+                        _exit(126);
+                execl(g->binary, g->binary, (char *) NULL);
+                _exit(127);
+        }
+        g->pid = pid;
+        log_info("started airlock-gw pid=%d as uid %u", (int) pid, (unsigned) g->uid);
+        return 0;
+}
+
+void gwprep_stop(struct gwprep *g) {
+        if (g->pid > 0) {
+                (void) kill(g->pid, SIGTERM);
+                int status;
+                for (int i = 0; i < 500 && waitpid(g->pid, &status, WNOHANG) == 0; i++)
+                        usleep(10000);
+                if (waitpid(g->pid, &status, WNOHANG) == 0) {
+                        (void) kill(g->pid, SIGKILL);
+                        (void) waitpid(g->pid, &status, 0);
+                }
+                g->pid = -1;
+        }
+        g->listen_fd = safe_close(g->listen_fd);
+        g->netns_fd = safe_close(g->netns_fd);
+        if (g->socket_path[0])
+                (void) unlink(g->socket_path);
+}

@@ -1,0 +1,175 @@
+"""A test "internet" on this machine, for the network tests (docs/testing.md).
+
+Two network namespaces the test makes and removes:
+
+  egress (EGRESS_ADDR)  where airlock-gw runs (AIRLOCK_EGRESS_NETNS): its
+                        outbound connections leave from here
+  inet                  the hosts: ORIGIN (HTTP :80, HTTPS :443 with a
+                        certificate from a test CA, /echo reflects request
+                        headers), SINK (records every connection, answers
+                        nothing), RESOLVER (dnsmasq, authoritative for the
+                        test zones, logging every query it gets)
+
+joined by a veth pair, in 198.18.0.0/15 (the benchmarking range: not in the
+platform deny set). Nothing leaves the machine.
+
+Zones: a.test and its subdomains -> ORIGIN; e.test -> SINK ("evil");
+internal.test -> 10.0.0.5 and meta.test -> 169.254.169.254 (an upstream
+that rebinds to internal addresses).
+"""
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EGRESS_ADDR = "198.18.0.1"
+ORIGIN = "198.18.0.10"
+RESOLVER = "198.18.0.53"
+SINK = "198.18.0.66"
+ZONES = {"a.test": ORIGIN, "e.test": SINK, "internal.test": "10.0.0.5", "meta.test": "169.254.169.254"}
+_seq = 0
+
+
+def _run(*argv):
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def _cert(names, ca_key=None, ca_cert=None):
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0] if names else "airlock test CA")])
+    b = (x509.CertificateBuilder().subject_name(subject)
+         .issuer_name(ca_cert.subject if ca_cert else subject)
+         .public_key(key.public_key()).serial_number(x509.random_serial_number())
+         .not_valid_before(now - datetime.timedelta(hours=1))
+         .not_valid_after(now + datetime.timedelta(days=2)))
+    if ca_cert:
+        b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
+    else:
+        b = b.add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+    cert = b.sign(ca_key or key, hashes.SHA256())
+    return key, cert
+
+
+def _write_pem(path, key=None, cert=None):
+    with open(path, "wb") as f:
+        if cert is not None:
+            f.write(cert.public_bytes(serialization.Encoding.PEM))
+        if key is not None:
+            f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption()))
+
+
+class Internet:
+    def __init__(self, workdir):
+        global _seq
+        _seq += 1
+        tag = f"{os.getpid()}-{_seq}"
+        self.inet = f"alk-inet-{tag}"
+        self.egress = f"alk-egress-{tag}"
+        self.dir = workdir
+        self.procs = []
+        self.sink_log = os.path.join(workdir, "sink.log")
+        self.dns_log = os.path.join(workdir, "dns.log")
+        self.ca_path = os.path.join(workdir, "ca.pem")
+        self.www = os.path.join(workdir, "www")
+
+    def env(self):
+        """What Airlock needs to use this internet."""
+        return {"AIRLOCK_EGRESS_NETNS": self.egress, "AIRLOCK_DNS_UPSTREAM": RESOLVER,
+                "AIRLOCK_UPSTREAM_CA": self.ca_path}
+
+    def __enter__(self):
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _start(self):
+        _run("ip", "netns", "add", self.inet)
+        _run("ip", "netns", "add", self.egress)
+        for ns in (self.inet, self.egress):
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+        _run("ip", "-n", self.egress, "link", "add", "eg0", "type", "veth", "peer", "name", "inet0",
+             "netns", self.inet)
+        _run("ip", "-n", self.egress, "addr", "add", f"{EGRESS_ADDR}/24", "dev", "eg0")
+        _run("ip", "-n", self.egress, "link", "set", "eg0", "up")
+        for a in (ORIGIN, RESOLVER, SINK):
+            _run("ip", "-n", self.inet, "addr", "add", f"{a}/24", "dev", "inet0")
+        _run("ip", "-n", self.inet, "link", "set", "inet0", "up")
+
+        os.makedirs(self.www, exist_ok=True)
+        with open(os.path.join(self.www, "hello.txt"), "w") as f:
+            f.write("hello from the test internet\n")
+        ca_key, ca_cert = _cert([])
+        _write_pem(self.ca_path, cert=ca_cert)
+        key, cert = _cert(["a.test", "www.a.test"], ca_key, ca_cert)
+        tls = os.path.join(self.dir, "origin.pem")
+        _write_pem(tls, key=key, cert=cert)
+
+        dns = [f"--address=/{z}/{a}" for z, a in ZONES.items()]
+        self.procs.append(subprocess.Popen(
+            ["ip", "netns", "exec", self.inet, "dnsmasq", "--no-daemon", "--no-resolv", "--no-hosts",
+             f"--listen-address={RESOLVER}", "--bind-interfaces", "--log-queries", "--pid-file=",
+             "--user=root", f"--log-facility={self.dns_log}", *dns],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        srv = subprocess.Popen(
+            ["ip", "netns", "exec", self.inet, sys.executable, os.path.join(HERE, "netlab_servers.py"),
+             "--origin", ORIGIN, "--www", self.www, "--tls-cert", tls, "--tls-key", tls, "--sink", SINK,
+             "--sink-log", self.sink_log],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.procs.append(srv)
+        if srv.stdout.readline().strip() != "ready":
+            raise RuntimeError("the test internet's servers did not start")
+        deadline = time.monotonic() + 10
+        while "started" not in self._read(self.dns_log):
+            if time.monotonic() > deadline:
+                raise RuntimeError("dnsmasq did not start")
+            time.sleep(0.05)
+
+    @staticmethod
+    def _read(path):
+        try:
+            with open(path) as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def sink_hits(self):
+        """The connections SINK received: [{port, peer, data}]."""
+        return [json.loads(line) for line in self._read(self.sink_log).splitlines() if line]
+
+    def dns_queries(self):
+        """The names the resolver was asked for."""
+        return [line.split("]", 1)[1].split()[0] for line in self._read(self.dns_log).splitlines()
+                if "query[" in line]
+
+    def close(self):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
+        for ns in (self.inet, self.egress):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)

@@ -1,0 +1,99 @@
+"""The servers of the test "internet" (tests/netlab.py), one process run
+inside its network namespace:
+
+  ORIGIN:80   HTTP, files from --www (and /echo: the request's headers back)
+  ORIGIN:443  the same over TLS, with a certificate for --tls-names from the
+              test CA (--tls-cert/--tls-key)
+  SINK:*      every port of --sink-ports: records each connection (first
+              bytes included) as a JSON line in --sink-log, answers nothing
+
+Each listener is up before "ready" is printed on stdout.
+"""
+
+import argparse
+import http.server
+import json
+import socket
+import ssl
+import threading
+import time
+
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def do_GET(self):
+        if self.path.startswith("/echo"):
+            body = json.dumps({"host": self.headers.get("Host"), "path": self.path,
+                               "headers": dict(self.headers.items())}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        super().do_GET()
+
+
+def serve_http(addr, port, www, tls_ctx=None):
+    class H(Handler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=www, **kw)
+    srv = http.server.ThreadingHTTPServer((addr, port), H)
+    if tls_ctx:
+        srv.socket = tls_ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+
+
+def serve_sink(addr, port, log_path, lock):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port))
+    s.listen(64)
+
+    def one(c, peer):
+        c.settimeout(2)
+        data = b""
+        try:
+            data = c.recv(4096)
+        except OSError:
+            pass
+        with lock, open(log_path, "a") as f:
+            f.write(json.dumps({"port": port, "peer": peer[0], "data": data[:512].decode("latin-1"),
+                                "ts": time.time()}) + "\n")
+        c.close()
+
+    def loop():
+        while True:
+            c, peer = s.accept()
+            threading.Thread(target=one, args=(c, peer), daemon=True).start()
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--origin", required=True)
+    p.add_argument("--www", required=True)
+    p.add_argument("--tls-cert", required=True)
+    p.add_argument("--tls-key", required=True)
+    p.add_argument("--sink", required=True)
+    p.add_argument("--sink-ports", default="80,443,22,5432")
+    p.add_argument("--sink-log", required=True)
+    a = p.parse_args()
+    serve_http(a.origin, 80, a.www)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(a.tls_cert, a.tls_key)
+    serve_http(a.origin, 443, a.www, ctx)
+    lock = threading.Lock()
+    for port in a.sink_ports.split(","):
+        serve_sink(a.sink, int(port), a.sink_log, lock)
+    print("ready", flush=True)
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()
