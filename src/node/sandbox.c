@@ -440,18 +440,23 @@ static int start_pooled(struct sandbox *s) {
 static void net_attach(struct sandbox *s, struct vmm *v) {
         if (!gwclient_enabled())
                 goto out;
-        const char *policy = NULL; /* the sandbox's policy: allow-all until the node keeps one */
+        /* held until the gateway has it: a policy changed meanwhile
+         * (sandbox_set_network()) is handed over after this one, never before */
+        sandbox_network_lock(s);
+        const char *policy = sandbox_network(s);
         int tcp = v->gw_fds[0], dns = v->gw_fds[1];
         int r = 0;
         if (tcp < 0) {
                 r = vmm_net_listen(v, &tcp, &dns);
                 if (r == -EADDRINUSE) {
                         (void) gwclient_set_policy(s->id, policy, s->ctx);
+                        sandbox_network_unlock(s);
                         goto out;
                 }
         }
         if (r >= 0)
                 (void) gwclient_attach(s->id, s->execution, policy, tcp, dns, s->ctx);
+        sandbox_network_unlock(s);
         if (tcp != v->gw_fds[0]) {
                 safe_close(tcp);
                 safe_close(dns);
@@ -498,7 +503,9 @@ int sandbox_net_reattach_all(void) {
                 pthread_mutex_unlock(&s->lock);
                 int tcp = -1, dns = -1;
                 if (who.pid > 0 && vmm_net_listen(&who, &tcp, &dns) >= 0) {
-                        (void) gwclient_attach(s->id, execution, NULL, tcp, dns, s->ctx);
+                        sandbox_network_lock(s);
+                        (void) gwclient_attach(s->id, execution, sandbox_network(s), tcp, dns, s->ctx);
+                        sandbox_network_unlock(s);
                         safe_close(tcp);
                         safe_close(dns);
                 }
