@@ -50,13 +50,16 @@ enum stmt_id {
         STMT_TENANT_GET,
         STMT_TENANT_LIST,
         STMT_TENANT_DELETE,
+        STMT_SANDBOX_NETWORK_GET,
+        STMT_SANDBOX_NETWORK_SET,
+        STMT_TENANT_NETWORK_SET,
         _STMT_MAX,
 };
 
 static const char *const stmt_sql[_STMT_MAX] = {
         [STMT_SANDBOX_INSERT] = "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, "
-                                "created_at, updated_at, desired_state, snapshot_policy, idle_timeout_s, tenant_id) "
-                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                                "created_at, updated_at, desired_state, snapshot_policy, idle_timeout_s, tenant_id, network) "
+                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         [STMT_SANDBOX_GET] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
                              "desired_state, snapshot_policy, idle_timeout_s, tenant_id FROM sandboxes WHERE id = ?1",
         [STMT_SANDBOX_LIST] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
@@ -109,14 +112,17 @@ static const char *const stmt_sql[_STMT_MAX] = {
         [STMT_KEY_LIST] = "SELECT id, tenant_id, label, created_at FROM api_keys WHERE tenant_id = ?1 "
                           "ORDER BY created_at, id LIMIT ?2",
         [STMT_KEY_DELETE] = "DELETE FROM api_keys WHERE id = ?1 AND tenant_id IS NOT NULL",
-        [STMT_TENANT_INSERT] = "INSERT INTO tenants (id, name, created_at) SELECT ?1, ?2, ?3 "
+        [STMT_TENANT_INSERT] = "INSERT INTO tenants (id, name, created_at, network) SELECT ?1, ?2, ?3, ?5 "
                                "WHERE (SELECT COUNT(*) FROM tenants) < ?4",
-        [STMT_TENANT_GET] = "SELECT id, name, created_at FROM tenants WHERE id = ?1",
-        [STMT_TENANT_LIST] = "SELECT id, name, created_at FROM tenants ORDER BY created_at, id LIMIT ?1",
+        [STMT_TENANT_GET] = "SELECT id, name, created_at, network FROM tenants WHERE id = ?1",
+        [STMT_TENANT_LIST] = "SELECT id, name, created_at, network FROM tenants ORDER BY created_at, id LIMIT ?1",
         /* the foreign key of sandboxes.tenant_id has no cascade: a tenant
          * that still owns sandboxes is kept, whatever the race */
         [STMT_TENANT_DELETE] = "DELETE FROM tenants WHERE id = ?1 "
                                "AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE tenant_id = ?1)",
+        [STMT_SANDBOX_NETWORK_GET] = "SELECT network FROM sandboxes WHERE id = ?1",
+        [STMT_SANDBOX_NETWORK_SET] = "UPDATE sandboxes SET network = ?3, updated_at = ?4 WHERE id = ?1 AND state = ?2",
+        [STMT_TENANT_NETWORK_SET] = "UPDATE tenants SET network = ?2 WHERE id = ?1",
 };
 
 struct store_sqlite {
@@ -367,6 +373,7 @@ static int sqlite_sandbox_insert(struct store *s, const struct store_sandbox *sb
         else
                 sqlite3_bind_null(st, 11);
         bind_text(st, 12, sb->tenant_id);
+        bind_text(st, 13, sb->network);
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
@@ -522,6 +529,26 @@ static int sqlite_sandbox_transition(struct store *s, const char *id, const char
         bind_text(st, 3, to);
         bind_text(st, 4, desired);
         sqlite3_bind_int64(st, 5, now_ms());
+        int r = step_one_change(q, st);
+        stmt_end(q, st);
+        return r == -ENOENT ? -ESTALE : r;
+}
+
+static int read_network_row(sqlite3_stmt *st, void *ret) {
+        return column_strdup(st, 0, ret);
+}
+
+static int sqlite_sandbox_network_get(struct store *s, const char *id, char **ret) {
+        return select_one(to_sqlite(s), STMT_SANDBOX_NETWORK_GET, id, read_network_row, ret);
+}
+
+static int sqlite_sandbox_network_set(struct store *s, const char *id, const char *state, const char *network) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_NETWORK_SET);
+        bind_text(st, 1, id);
+        bind_text(st, 2, state);
+        bind_text(st, 3, network);
+        sqlite3_bind_int64(st, 4, now_ms());
         int r = step_one_change(q, st);
         stmt_end(q, st);
         return r == -ENOENT ? -ESTALE : r;
@@ -853,6 +880,7 @@ static int sqlite_tenant_insert(struct store *s, const struct store_tenant *t, s
         bind_text(st, 2, t->name);
         sqlite3_bind_int64(st, 3, t->created_at ? t->created_at : now_ms());
         sqlite3_bind_int64(st, 4, (sqlite3_int64) MIN(max, (size_t) INT64_MAX));
+        bind_text(st, 5, t->network);
         int r = step_done(q, st);
         if (r >= 0 && sqlite3_changes(q->db) == 0)
                 r = -EDQUOT;
@@ -863,7 +891,8 @@ static int sqlite_tenant_insert(struct store *s, const struct store_tenant *t, s
 static int read_tenant_row(sqlite3_stmt *st, void *ret) {
         _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
         int r;
-        if ((r = column_strdup(st, 0, &t.id)) < 0 || (r = column_strdup(st, 1, &t.name)) < 0)
+        if ((r = column_strdup(st, 0, &t.id)) < 0 || (r = column_strdup(st, 1, &t.name)) < 0 ||
+            (r = column_strdup(st, 3, &t.network)) < 0)
                 return r;
         if (!t.id || !t.name)
                 return -EBADMSG;
@@ -909,6 +938,16 @@ static int sqlite_tenant_delete(struct store *s, const char *id) {
         return r < 0 ? r : -EBUSY;
 }
 
+static int sqlite_tenant_network_set(struct store *s, const char *id, const char *network) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_NETWORK_SET);
+        bind_text(st, 1, id);
+        bind_text(st, 2, network);
+        int r = step_one_change(q, st);
+        stmt_end(q, st);
+        return r;
+}
+
 const struct store_ops store_sqlite_ops = {
         .scheme = "sqlite",
         .open = sqlite_open,
@@ -921,6 +960,8 @@ const struct store_ops store_sqlite_ops = {
         .sandbox_update_state = sqlite_sandbox_update_state,
         .sandbox_delete = sqlite_sandbox_delete,
         .sandbox_transition = sqlite_sandbox_transition,
+        .sandbox_network_get = sqlite_sandbox_network_get,
+        .sandbox_network_set = sqlite_sandbox_network_set,
         .operation_insert = sqlite_operation_insert,
         .operation_get = sqlite_operation_get,
         .operation_find_by_key = sqlite_operation_find_by_key,
@@ -943,4 +984,5 @@ const struct store_ops store_sqlite_ops = {
         .tenant_get = sqlite_tenant_get,
         .tenant_list = sqlite_tenant_list,
         .tenant_delete = sqlite_tenant_delete,
+        .tenant_network_set = sqlite_tenant_network_set,
 };

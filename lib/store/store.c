@@ -87,6 +87,7 @@ void store_sandbox_release(struct store_sandbox *sb) {
         free(sb->metadata);
         free(sb->env_keys);
         free(sb->snapshot_policy);
+        free(sb->network);
         *sb = (struct store_sandbox){ 0 };
 }
 
@@ -198,11 +199,18 @@ int store_tenant_delete(struct store *s, const char *id) {
         return s->ops->tenant_delete(s, id);
 }
 
+int store_tenant_network_set(struct store *s, const char *id, const char *network) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->tenant_network_set(s, id, network);
+}
+
 void store_tenant_release(struct store_tenant *t) {
         if (!t)
                 return;
         free(t->id);
         free(t->name);
+        free(t->network);
         *t = (struct store_tenant){ 0 };
 }
 
@@ -216,6 +224,18 @@ int store_sandbox_transition(struct store *s, const char *id, const char *from, 
         if (!id || !from || !to)
                 return -EINVAL;
         return s->ops->sandbox_transition(s, id, from, to, desired);
+}
+
+int store_sandbox_network_get(struct store *s, const char *id, char **ret) {
+        if (!id || !ret)
+                return -EINVAL;
+        return s->ops->sandbox_network_get(s, id, ret);
+}
+
+int store_sandbox_network_set(struct store *s, const char *id, const char *state, const char *network) {
+        if (!id || !state || !network)
+                return -EINVAL;
+        return s->ops->sandbox_network_set(s, id, state, network);
 }
 
 static bool operation_state_is_valid(const char *state) {

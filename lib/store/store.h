@@ -46,6 +46,10 @@ struct store_sandbox {
         int64_t idle_timeout_s; /* suspend after this long idle; 0: never */
         int64_t created_at;  /* Unix time, milliseconds */
         int64_t updated_at;  /* Unix time, milliseconds */
+        /* its egress policy (canonical JSON text, lib/netpolicy), written
+         * by insert; reads leave it NULL: a policy may be 64 KiB and lists
+         * run every second, so it is read alone, store_sandbox_network_get() */
+        char *network;
 };
 
 /* One command session row. The attach token itself is never stored. */
@@ -92,6 +96,7 @@ struct store_tenant {
         char *id;           /* "ten-" + 16 hex */
         char *name;         /* unique */
         int64_t created_at; /* Unix time, milliseconds */
+        char *network;      /* its sandboxes' default egress policy (canonical JSON text), or NULL: the node's */
 };
 
 /* One API key as listed: never its hash, let alone the key itself. */
@@ -119,6 +124,8 @@ struct store_ops {
         int (*sandbox_delete)(struct store *s, const char *id);
         int (*sandbox_transition)(struct store *s, const char *id, const char *from, const char *to,
                                   const char *desired);
+        int (*sandbox_network_get)(struct store *s, const char *id, char **ret);
+        int (*sandbox_network_set)(struct store *s, const char *id, const char *state, const char *network);
 
         int (*operation_insert)(struct store *s, const struct store_operation *op);
         int (*operation_get)(struct store *s, const char *id, struct store_operation *ret);
@@ -150,6 +157,7 @@ struct store_ops {
         int (*tenant_get)(struct store *s, const char *id, struct store_tenant *ret);
         int (*tenant_list)(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n);
         int (*tenant_delete)(struct store *s, const char *id);
+        int (*tenant_network_set)(struct store *s, const char *id, const char *network);
 };
 
 struct store {
@@ -199,6 +207,16 @@ void store_sandbox_array_free(struct store_sandbox *a, size_t n);
  * row is in state `from`. -ESTALE when the row is not (any more) in `from`
  * or does not exist: two verbs racing on one sandbox cannot both win. */
 int store_sandbox_transition(struct store *s, const char *id, const char *from, const char *to, const char *desired);
+
+/* A sandbox's egress policy: *ret the canonical JSON text (free it), or
+ * NULL for a row made before policies existed. -ENOENT when unknown. */
+int store_sandbox_network_get(struct store *s, const char *id, char **ret);
+/* Replaces a sandbox's egress policy (network: canonical JSON text), only
+ * while its row is in state `state`: a verb that claims the sandbox
+ * between a caller's read and this write makes it -ESTALE, so the verb
+ * (which reads the policy after its claim) never carries an older one.
+ * -ESTALE also when the sandbox does not exist. */
+int store_sandbox_network_set(struct store *s, const char *id, const char *state, const char *network);
 
 /* Inserts an operation row (created_at 0: now; tenant_id NULL: the tenant
  * of its sandbox row, if any). -EEXIST when the id or the idempotency key
@@ -287,5 +305,8 @@ int store_tenant_list(struct store *s, size_t max, struct store_tenant **ret, si
 /* Deletes a tenant and its keys. -ENOENT when unknown, -EBUSY while it
  * still owns sandboxes. */
 int store_tenant_delete(struct store *s, const char *id);
+/* Sets a tenant's default egress policy (canonical JSON text; NULL: back
+ * to the node's). Sandboxes made before keep theirs. -ENOENT when unknown. */
+int store_tenant_network_set(struct store *s, const char *id, const char *network);
 void store_tenant_release(struct store_tenant *t);
 void store_tenant_array_free(struct store_tenant *a, size_t n);

@@ -38,13 +38,15 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
         enum { OPT_TEMPLATE = CLI_OPT_FIRST_LOCAL, OPT_METADATA };
         static const struct option options[] = {
                 CLI_GLOBAL_OPTIONS,
+                CLI_NET_OPTIONS,
                 {"template", required_argument, NULL, OPT_TEMPLATE},
                 {"env", required_argument, NULL, 'e'},
                 {"metadata", required_argument, NULL, OPT_METADATA},
                 {},
         };
         _cleanup_(json_decrefp) json_t *env = json_object(), *meta = json_object(), *body = NULL,
-                                       *resp = NULL;
+                                       *resp = NULL, *policy = NULL;
+        _cleanup_(cli_net_done) struct cli_net net = {};
         const char *template = "python";
         struct cli_error err = {};
         int c, r;
@@ -62,6 +64,10 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
                                                        c == 'e' ? "--env" : "--metadata", optarg);
                         break;
                 default:
+                        if ((r = cli_net_option(cli, &net, c, optarg)) == CLI_PROCEED)
+                                break;
+                        if (r != 0)
+                                return r;
                         r = cli_common_option(cli, c, argv);
                         if (r != CLI_PROCEED)
                                 return r;
@@ -75,6 +81,10 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
         body = json_pack("{s:s, s:O, s:O}", "template", template, "env", env, "metadata", meta);
         if (!body)
                 return cli_usage_error(cli, "create: --template must be UTF-8");
+        /* no flag: the tenant's default, else the node's */
+        if (cli_net_given(&net) &&
+            (cli_net_policy(&net, &policy) < 0 || json_object_set(body, "network", policy) < 0))
+                return cli_fail("out of memory");
         if (cli_connect(cli) < 0)
                 return CLI_EXIT_FAILURE;
         r = client_json(&cli->client, "POST", "/v1/sandboxes", body, &err, &resp);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli-net.h"
 #include "cli.h"
 
 int cmd_create(struct cli *cli, int argc, char **argv);
@@ -35,6 +36,35 @@ int cmd_tenants(struct cli *cli, int argc, char **argv);
 int cmd_keys(struct cli *cli, int argc, char **argv);
 int cmd_signing_key(struct cli *cli, int argc, char **argv);
 int cmd_doctor(struct cli *cli, int argc, char **argv);
+int cmd_net(struct cli *cli, int argc, char **argv);
+
+/* The egress flags of create and net (cli-net.h), as long options. */
+enum {
+        CLI_OPT_NET = CLI_OPT_FIRST_LOCAL + 64,
+        CLI_OPT_ALLOW,
+        CLI_OPT_ALLOW_CIDR,
+        CLI_OPT_DENY,
+        CLI_OPT_DENY_CIDR,
+};
+/* clang-format off */
+#define CLI_NET_OPTIONS                                                         \
+        { "net", required_argument, NULL, CLI_OPT_NET },                        \
+        { "allow", required_argument, NULL, CLI_OPT_ALLOW },                    \
+        { "allow-cidr", required_argument, NULL, CLI_OPT_ALLOW_CIDR },          \
+        { "deny", required_argument, NULL, CLI_OPT_DENY },                      \
+        { "deny-cidr", required_argument, NULL, CLI_OPT_DENY_CIDR }
+/* clang-format on */
+/* Option lines of --help for them. */
+#define CLI_NET_HELP                                                                              \
+        "  --net MODE        egress: allow-all, deny-all (default: the tenant's, else the node's)\n"  \
+        "  --allow HOSTS     allow these hosts only (comma-separated, HOST or HOST:PORT;\n"          \
+        "                    *.example.org for its subdomains; ports 80 and 443 by default)\n"       \
+        "  --allow-cidr C    allow raw TCP to a range, C is CIDR[:PORT[,PORT...]] (repeatable)\n"    \
+        "  --deny HOSTS      deny these hosts (with --net allow-all or --allow)\n"                   \
+        "  --deny-cidr C     deny a range (repeatable)\n"
+/* Collects option c into net when it is one of them: CLI_PROCEED when it
+ * was, 0 when it is another option, a usage error's exit code. */
+int cli_net_option(struct cli *cli, struct cli_net *net, int c, const char *arg);
 
 /* Parses options only: for commands that take none of their own, checks the
  * number of positional arguments (min..max, max < 0 for unlimited). Returns

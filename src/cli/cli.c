@@ -14,11 +14,12 @@
 #include "cli.h"
 
 static const struct cli_command commands[] = {
-        {"create", cmd_create, "[--template T] [--env K=V]... [--metadata K=V]...",
+        {"create", cmd_create,
+         "[--template T] [--env K=V]... [--metadata K=V]... [--net MODE | --allow HOSTS]... [--deny HOSTS]...",
          "Create a sandbox and print its id",
          "  --template T      template to boot from (default: python)\n"
          "  -e, --env K=V     environment variable for commands in the sandbox (repeatable)\n"
-         "  --metadata K=V    free-form label stored with the sandbox (repeatable)\n"},
+         "  --metadata K=V    free-form label stored with the sandbox (repeatable)\n" CLI_NET_HELP},
         {"ls", cmd_ls, "", "List sandboxes", NULL},
         {"inspect", cmd_inspect, "SBX", "Show one sandbox", NULL},
         {"rm", cmd_rm, "[--keep-snapshots] SBX...", "Delete sandboxes",
@@ -46,6 +47,11 @@ static const struct cli_command commands[] = {
         {"fork", cmd_fork, "[--no-wait] SBX", "Fork a running or paused sandbox; print the new sandbox's id",
          "  --no-wait         print the operation id instead of waiting for it\n"},
         {"op", cmd_op, "OPID", "Show an operation (create, delete or a lifecycle verb)", NULL},
+        {"net", cmd_net, "SBX [--net MODE | --allow HOSTS ...] | log SBX [--limit N]",
+         "Show or replace a sandbox's egress policy, or show its network log",
+         "Without policy flags, shows the policy one rule a line; with them,\n"
+         "replaces it (a running sandbox's new connections follow it at once).\n" CLI_NET_HELP
+         "  --limit N         with 'net log': the newest N entries (1-1000, default 100)\n"},
         {"exec", cmd_exec, "[-e K=V]... [-w DIR] [-i] [-t] [--timeout S] SBX -- CMD [ARGS...]",
          "Run a command in a sandbox, streaming its output",
          "  -e, --env K=V     environment variable for the command (repeatable)\n"

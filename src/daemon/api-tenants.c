@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Tenants and their API keys: POST/GET /v1/tenants, DELETE
- * /v1/tenants/{id}, POST/GET /v1/tenants/{id}/keys, DELETE /v1/keys/{id}.
+ * Tenants and their API keys: POST/GET /v1/tenants, GET/DELETE
+ * /v1/tenants/{id}, GET/PUT/DELETE /v1/tenants/{id}/network (the default
+ * egress policy of its new sandboxes), POST/GET /v1/tenants/{id}/keys,
+ * DELETE /v1/keys/{id}.
  * Admin only (http.c answers 403 to a tenant key before these run). A key
  * is shown once, in the reply that made it; only its SHA-256 is stored.
  * Also the capability signing key: GET/POST /v1/capability-keys.
@@ -61,7 +63,11 @@ static int body_name(struct api_ctx *ctx, const json_t *body, bool required, con
 static json_t *tenant_json(const struct store_tenant *t) {
         char ts[48];
         api_format_time(t->created_at, ts, sizeof ts);
-        return json_pack("{s:s, s:s, s:s}", "id", t->id, "name", t->name, "created_at", ts);
+        json_t *o = json_pack("{s:s, s:s, s:s}", "id", t->id, "name", t->name, "created_at", ts);
+        json_t *net = NULL;
+        if (o && t->network && api_network_json(t->network, &net) >= 0)
+                json_object_set_new(o, "network", net);
+        return o;
 }
 
 static json_t *key_json(const struct store_api_key *k) {
@@ -85,13 +91,17 @@ static int tenant_lookup(struct api_ctx *ctx, const char *id, struct store_tenan
 
 int api_tenant_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret) {
         const char *name;
+        _cleanup_free_ char *network = NULL;
         int r = body_name(ctx, body, true, &name);
         if (r < 0)
+                return r;
+        json_t *net = json_object_get(body, "network");
+        if (net && !json_is_null(net) && (r = api_network_parse(ctx, net, "network", false, &network)) < 0)
                 return r;
         char id[32];
         if ((r = random_id("ten-", 8, id, sizeof id)) < 0)
                 return r;
-        struct store_tenant t = { .id = id, .name = (char *) name };
+        struct store_tenant t = { .id = id, .name = (char *) name, .network = network };
         r = store_tenant_insert(ctx->store, &t, API_TENANTS_MAX);
         if (r == -EEXIST)
                 return tfail(ctx, r, "a tenant named '%s' exists already", name);
@@ -119,6 +129,60 @@ int api_tenant_list(struct api_ctx *ctx, struct api_reply *ret) {
         if (!arr)
                 return -ENOMEM;
         return reply(ret, MHD_HTTP_OK, json_pack("{s:o}", "tenants", arr));
+}
+
+int api_tenant_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+        _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
+        int r = tenant_lookup(ctx, id, &t);
+        if (r < 0)
+                return r;
+        return reply(ret, MHD_HTTP_OK, tenant_json(&t));
+}
+
+int api_tenant_network_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+        _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
+        int r = tenant_lookup(ctx, id, &t);
+        if (r < 0)
+                return r;
+        if (!t.network)
+                return tfail(ctx, -ENOENT, "tenant '%.64s' has no default network policy: its sandboxes get the "
+                                           "node default", id);
+        json_t *o;
+        if ((r = api_network_json(t.network, &o)) < 0)
+                return r;
+        return reply(ret, MHD_HTTP_OK, o);
+}
+
+int api_tenant_network_put(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret) {
+        _cleanup_free_ char *network = NULL;
+        int r = api_network_parse(ctx, body, "network", true, &network);
+        if (r < 0)
+                return r;
+        json_t *o;
+        if ((r = api_network_json(network, &o)) < 0)
+                return r;
+        r = store_tenant_network_set(ctx->store, id, network);
+        if (r < 0) {
+                json_decref(o);
+                if (r == -ENOENT)
+                        return tfail(ctx, r, "tenant '%.64s' not found", id);
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update tenant: %m");
+        }
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "tenant %s: default network policy set (mode %s)", id,
+                 json_string_value(json_object_get(o, "mode")) ?: "?");
+        return reply(ret, MHD_HTTP_OK, o);
+}
+
+int api_tenant_network_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+        int r = store_tenant_network_set(ctx->store, id, NULL);
+        if (r == -ENOENT)
+                return tfail(ctx, r, "tenant '%.64s' not found", id);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update tenant: %m");
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "tenant %s: default network policy removed (the node default applies)",
+                 id);
+        *ret = (struct api_reply){ .status = MHD_HTTP_NO_CONTENT };
+        return 0;
 }
 
 int api_tenant_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret) {

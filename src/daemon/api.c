@@ -271,7 +271,7 @@ static int operation_outcome(struct api_ctx *ctx, const struct store_operation *
  * {"template":"python"} are the same request while another env value is
  * not. Only the digest is stored (env values may be secrets).
  */
-static int create_request_hash(const struct apireq_create *c, const char *tenant_id,
+static int create_request_hash(const struct apireq_create *c, const char *network, const char *tenant_id,
                                char ret[crypto_hash_sha256_BYTES * 2 + 1]) {
         _cleanup_(json_decrefp) json_t *canon = json_pack("{s:s, s:O, s:O}", "template", c->template_name, "env",
                                                           c->env, "metadata", c->metadata);
@@ -284,6 +284,10 @@ static int create_request_hash(const struct apireq_create *c, const char *tenant
         if (canon && tenant_id && json_object_set_new(canon, "tenant", json_string(tenant_id)) < 0)
                 return -ENOMEM;
         if (canon && c->recovery && json_object_set_new(canon, "recovery", json_string(c->recovery)) < 0)
+                return -ENOMEM;
+        /* the policy as given, canonical (so spellings of one policy are one
+         * request); not the default it got, which a tenant may change */
+        if (canon && network && json_object_set_new(canon, "network", json_string(network)) < 0)
                 return -ENOMEM;
         _cleanup_free_ char *text = canon ? json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         if (!text)
@@ -359,22 +363,16 @@ static int operation_fail(struct api_ctx *ctx, const char *op_id, int r) {
         return r;
 }
 
-/* A create's "network" policy. Nothing enforces one yet, so any is
- * refused: a client must never believe a policy holds that does not. */
-static int create_network_policy(struct api_ctx *ctx, const struct apireq_create *c) {
-        if (!c->network)
-                return 0;
-        return fail(ctx, -EINVAL, "network policies are not supported yet");
-}
-
 int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idempotency_key, struct api_reply *ret) {
         _cleanup_(apireq_create_release) struct apireq_create c = { 0 };
-        _cleanup_free_ char *policy_s = NULL;
+        _cleanup_free_ char *policy_s = NULL, *net_given = NULL, *net_s = NULL;
+        _cleanup_(json_decrefp) json_t *net = NULL;
+        /* a bad policy is refused before anything exists, never dropped */
         int r = apireq_parse_create(body, &c, ctx->err);
         if (r < 0 ||
             (r = apireq_check_snapshot_policy(c.snapshot_policy, &ctx->config->snapshot_policy, &policy_s,
                                               ctx->err)) < 0 ||
-            (r = create_network_policy(ctx, &c)) < 0)
+            (r = api_network_parse(ctx, c.network, "network", false, &net_given)) < 0)
                 return r;
         if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
                 return fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
@@ -382,8 +380,15 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         const char *tenant_id = NULL; /* NULL: the admin owns it */
         if ((r = create_tenant(ctx, body, &tenant_id)) < 0)
                 return r;
+        /* none given ({} included): the tenant's default, else the node's */
+        if (net_given)
+                net_s = strdup(net_given);
+        else if ((r = api_network_default(ctx, tenant_id, &net_s)) < 0)
+                return r;
+        if (!net_s || (r = api_network_json(net_s, &net)) < 0)
+                return net_s ? r : -ENOMEM;
         char hash[crypto_hash_sha256_BYTES * 2 + 1];
-        r = create_request_hash(&c, tenant_id, hash);
+        r = create_request_hash(&c, net_given, tenant_id, hash);
         if (r < 0)
                 return r;
         if (idempotency_key && (r = create_replay(ctx, idempotency_key, hash, ret)) != 0)
@@ -418,7 +423,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 .id = id, .tenant_id = (char *) tenant_id, .template_name = c.template_name, .state = "creating",
                 .metadata = md_s, .env_keys = keys_s,
                 .snapshot_policy = policy_s, .has_idle_timeout = c.has_idle_timeout,
-                .idle_timeout_s = c.idle_timeout_s,
+                .idle_timeout_s = c.idle_timeout_s, .network = net_s,
         };
         r = store_sandbox_insert(ctx->store, &row);
         if (r < 0) {
@@ -426,9 +431,9 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 return operation_fail(ctx, op_id, r);
         }
 
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:O, s:O}", "op", "sandbox.create", "id", id,
-                                                        "template", c.template_name, "env", c.env, "metadata",
-                                                        c.metadata);
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:O, s:O, s:O}", "op", "sandbox.create", "id",
+                                                        id, "template", c.template_name, "env", c.env, "metadata",
+                                                        c.metadata, "network", net);
         /* the node keeps the owner: capabilities for it must name it */
         if (req && tenant_id)
                 json_object_set_new(req, "tenant", json_string(tenant_id));

@@ -140,14 +140,54 @@ void api_lifecycle_reconcile(const struct daemon_config *config, struct store *s
  */
 bool api_tenant_may_see(const struct api_ctx *ctx, const char *tenant_id);
 
+/*
+ * Egress policies (api-network.c; docs/network.md). Policies are kept as the
+ * canonical text of lib/netpolicy.
+ *
+ * api_network_parse(): j (NULL: absent) parsed strictly as a policy, its
+ * messages naming field; *ret the canonical text, or NULL when j is absent
+ * or {} (it specifies nothing: the defaults apply). With required, {} and
+ * absent are 400 too (a PUT says what it wants). 400 with netpolicy's
+ * message, 413 over NETPOLICY_JSON_MAX.
+ */
+int api_network_parse(struct api_ctx *ctx, const json_t *j, const char *field, bool required, char **ret);
+/* The policy of a new sandbox that gave none: its tenant's default
+ * (tenant_id NULL: admin-owned, none), else the node default
+ * (config->network_default). */
+int api_network_default(struct api_ctx *ctx, const char *tenant_id, char **ret);
+/* The stored policy of sandbox id (the node default for a row made before
+ * policies existed). 404 when there is no row; no tenant check. */
+int api_network_of_sandbox(struct api_ctx *ctx, const char *id, char **ret);
+/* Canonical policy text as a JSON object; -EBADMSG when it is not one. */
+int api_network_json(const char *text, json_t **ret);
+/* GET /v1/sandboxes/{id}/network: 200 with the policy object. */
+int api_sandbox_network_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+/* PUT /v1/sandboxes/{id}/network, body a policy: stored, and sent to the
+ * node when one holds the sandbox (the gateway applies it to new
+ * connections); 200 with the canonical policy. 409 while the sandbox is
+ * being made, deleted or a verb runs on it. */
+int api_sandbox_network_put(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
+/* GET /v1/sandboxes/{id}/network/log?limit=N (limit_s NULL: 100; at most
+ * 1000): {"entries":[...]} from the node's gateway; 409 without a VM. */
+int api_sandbox_network_log(struct api_ctx *ctx, const char *id, const char *limit_s, struct api_reply *ret);
+
 /* Tenants and keys (api-tenants.c), admin only (http.c checks the scope).
- * POST /v1/tenants {"name"} -> 201; GET -> {"tenants":[...]};
- * DELETE /v1/tenants/{id} -> 204 (409 while it owns sandboxes). */
+ * POST /v1/tenants {"name","network"?} -> 201; GET -> {"tenants":[...]};
+ * GET /v1/tenants/{id} -> the tenant ("network": its default policy, when
+ * it has one); DELETE /v1/tenants/{id} -> 204 (409 while it owns
+ * sandboxes); PUT /v1/tenants/{id}/network, body a policy -> 200 with it:
+ * the default of sandboxes the tenant creates from then on (existing ones
+ * keep theirs); GET of it -> the default (404 when it has none); DELETE of
+ * it -> 204, back to the node default. */
 #define API_TENANTS_MAX 1000
 #define API_KEYS_PER_TENANT_MAX 100
 int api_tenant_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
 int api_tenant_list(struct api_ctx *ctx, struct api_reply *ret);
+int api_tenant_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 int api_tenant_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+int api_tenant_network_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+int api_tenant_network_put(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
+int api_tenant_network_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 /* POST /v1/tenants/{id}/keys {"name"?} -> 201 {id, key, tenant_id,
  * created_at}: the only time the key is shown. GET lists without keys;
  * DELETE /v1/keys/{id} -> 204, the key fails from the next request on. */

@@ -119,6 +119,9 @@ static const struct {
         [APIREQ_BODY_ROLLBACK] = { (const char *const[]){ "snapshot", NULL } },
         [APIREQ_BODY_SNAPSHOT] = { (const char *const[]){ "kind", NULL } },
         [APIREQ_BODY_NAME] = { (const char *const[]){ "name", NULL } },
+        [APIREQ_BODY_TENANT] = { (const char *const[]){ "name", "network", NULL } },
+        /* netpolicy_parse() is as strict inside the rules */
+        [APIREQ_BODY_NETWORK] = { (const char *const[]){ "mode", "allow", "deny", NULL } },
 };
 
 int apireq_check_body(const json_t *o, enum apireq_body kind, bool lenient, char *err) {

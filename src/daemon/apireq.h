@@ -34,7 +34,7 @@
 #define APIREQ_DEFAULT_EXEC_TIMEOUT_S 60
 
 /* The kinds of request body, each with the list of fields its handler
- * reads (apireq.c); every POST route names one (http.c). */
+ * reads (apireq.c); every POST and JSON PUT route names one (http.c). */
 enum apireq_body {
         APIREQ_BODY_NONE,     /* no fields: empty or {} (most lifecycle verbs, key rotation) */
         APIREQ_BODY_CREATE,   /* POST /v1/sandboxes, also its nested "snapshot_policy" */
@@ -44,7 +44,9 @@ enum apireq_body {
         APIREQ_BODY_SIGNAL,   /* POST /v1/sessions/{sid}/signal */
         APIREQ_BODY_ROLLBACK, /* {"snapshot"} */
         APIREQ_BODY_SNAPSHOT, /* {"kind"} */
-        APIREQ_BODY_NAME,     /* {"name"}: a tenant, an API key */
+        APIREQ_BODY_NAME,     /* {"name"}: an API key */
+        APIREQ_BODY_TENANT,   /* {"name","network"}: a tenant */
+        APIREQ_BODY_NETWORK,  /* an egress policy (PUT .../network): its top-level fields; lib/netpolicy the rest */
         _APIREQ_BODY_MAX,
 };
 

@@ -98,6 +98,7 @@ static const struct option long_options[] = {
         {"idle-timeout-s", required_argument, NULL, 'i'},
         {"idle-check-ms", required_argument, NULL, 'k'},
         {"cap-keys-dir", required_argument, NULL, 'K'},
+        {"network-default", required_argument, NULL, 'n'},
         {"print-config", no_argument, NULL, 'P'},
         {"check", no_argument, NULL, 'C'},
         {"json", no_argument, NULL, 'J'},
@@ -130,6 +131,10 @@ void config_help(FILE *f) {
               "                       (AIRLOCK_IDLE_CHECK_MS, default 30000)\n"
               "  --cap-keys-dir DIR   capability signing and public keys (AIRLOCK_CAP_KEYS_DIR,\n"
               "                       default DIR/control/keys; docs/security.md)\n"
+              "  --network-default MODE\n"
+              "                       egress of a sandbox created without a policy whose tenant\n"
+              "                       has no default: allow-all or deny-all\n"
+              "                       (AIRLOCK_NETWORK_DEFAULT, default allow-all; docs/network.md)\n"
               "  --print-config       print the effective configuration and exit\n"
               "  --check              check this host (root, KVM, storage, cgroups, QEMU, free\n"
               "                       space, the API port) and exit: 0 when no line says error\n"
@@ -205,6 +210,14 @@ static int apply(struct daemon_config *c, int opt, const char *val, const char *
                         return fail(errbuf, errlen, "%s: %s", origin, msg ? msg : "invalid snapshot policy");
                 return 0;
         }
+        case 'n': {
+                enum netpolicy_mode m;
+                /* an allowlist needs rules: that is a tenant's default or a sandbox's own */
+                if (netpolicy_mode_from_string(val, &m) < 0 || m == NETPOLICY_ALLOWLIST)
+                        return fail(errbuf, errlen, "%s: must be allow-all or deny-all", origin);
+                c->network_default = m;
+                return 0;
+        }
         case 'i':
                 return apply_bounded(val, 0, CONFIG_IDLE_TIMEOUT_S_MAX, "seconds", origin, &c->idle_timeout_s, errbuf,
                                      errlen);
@@ -237,6 +250,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 .snapshot_tick_ms = DEFAULT_SNAPSHOT_TICK_MS,
                 .idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S,
                 .idle_check_ms = DEFAULT_IDLE_CHECK_MS,
+                .network_default = NETPOLICY_ALLOW_ALL,
         };
         bool explicit_socket = false, explicit_db = false;
         int r;
@@ -257,7 +271,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 {"AIRLOCK_SNAPSHOT_POLICY", 'p'}, {"AIRLOCK_SNAPSHOT_TICK_MS", 't'},
                 {"AIRLOCK_IDLE_TIMEOUT_S", 'i'},  {"AIRLOCK_IDLE_CHECK_MS", 'k'},
                 {"AIRLOCK_CAP_KEYS_DIR", 'K'},    {"AIRLOCK_QEMU", 'Q'},
-                {"AIRLOCK_ACCEL", 'A'},
+                {"AIRLOCK_ACCEL", 'A'},           {"AIRLOCK_NETWORK_DEFAULT", 'n'},
         };
         for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
                 const char *v = getenv(envs[i].name);
@@ -356,4 +370,5 @@ void config_print(const struct daemon_config *c, FILE *f) {
         fprintf(f, "idle_timeout_s=%u\nidle_check_ms=%u\n", c->idle_timeout_s, c->idle_check_ms);
         fprintf(f, "cap_keys_dir=%s\n", c->cap_keys_dir);
         fprintf(f, "qemu=%s\naccel=%s\n", c->qemu_binary, c->accel);
+        fprintf(f, "network_default=%s\n", netpolicy_mode_to_string(c->network_default));
 }

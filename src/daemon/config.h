@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include "log.h"
+#include "netpolicy.h"
 #include "retention.h"
 
 #define CONFIG_PATH_MAX 4096
@@ -73,6 +74,10 @@ struct daemon_config {
         /* idle suspend (idle.h) */
         unsigned idle_timeout_s; /* default for sandboxes without their own; 0: never */
         unsigned idle_check_ms;  /* how often idleness is checked */
+
+        /* egress: the policy of a sandbox created without one whose tenant
+         * has no default either (allow-all or deny-all) */
+        enum netpolicy_mode network_default;
 };
 
 /*

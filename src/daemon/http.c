@@ -65,6 +65,9 @@ enum route_id {
         R_TENANT_KEYS,
         R_KEY,
         R_CAP_KEYS,
+        R_NETWORK,
+        R_NETWORK_LOG,
+        R_TENANT_NETWORK,
 };
 
 enum auth_kind {
@@ -79,7 +82,7 @@ struct route {
         const char *seg[HTTP_SEGMENTS_MAX]; /* "*" captures the parameter */
         unsigned methods;
         enum auth_kind auth;
-        enum apireq_body body; /* the fields a POST may have (default: none) */
+        enum apireq_body body; /* the fields a POST or JSON PUT may have (default: none) */
 };
 
 static const struct route routes[] = {
@@ -106,8 +109,12 @@ static const struct route routes[] = {
         { R_SNAPSHOTS, { "v1", "sandboxes", "*", "snapshots" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_SNAPSHOT },
         { R_OPERATION, { "v1", "operations", "*" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
         { R_POOLS, { "v1", "pools" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
-        { R_TENANTS, { "v1", "tenants" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_NAME },
-        { R_TENANT, { "v1", "tenants", "*" }, M_DELETE, AUTH_ADMIN, APIREQ_BODY_NONE },
+        { R_NETWORK, { "v1", "sandboxes", "*", "network" }, M_GET | M_PUT, AUTH_API, APIREQ_BODY_NETWORK },
+        { R_NETWORK_LOG, { "v1", "sandboxes", "*", "network", "log" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
+        { R_TENANTS, { "v1", "tenants" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_TENANT },
+        { R_TENANT, { "v1", "tenants", "*" }, M_GET | M_DELETE, AUTH_ADMIN, APIREQ_BODY_NONE },
+        { R_TENANT_NETWORK, { "v1", "tenants", "*", "network" }, M_GET | M_PUT | M_DELETE, AUTH_ADMIN,
+          APIREQ_BODY_NETWORK },
         { R_TENANT_KEYS, { "v1", "tenants", "*", "keys" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_NAME },
         { R_KEY, { "v1", "keys", "*" }, M_DELETE, AUTH_ADMIN, APIREQ_BODY_NONE },
         { R_CAP_KEYS, { "v1", "capability-keys" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
@@ -547,7 +554,8 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                          (unsigned long long) req->srv->config->max_json_body);
                 return queue_error(req, conn, -EFBIG, ctx.err);
         }
-        if (req->method == M_POST) {
+        /* every body but a file upload's is one JSON object */
+        if (req->method == M_POST || (req->method == M_PUT && req->route->id != R_FILES)) {
                 r = apireq_parse_object(req->body, req->body_len, &body, ctx.err);
                 /* strict: a field no handler reads is the client's mistake
                  * (a misspelt security setting must not just be dropped) */
@@ -637,7 +645,19 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 r = req->method == M_POST ? api_tenant_create(&ctx, body, &rep) : api_tenant_list(&ctx, &rep);
                 break;
         case R_TENANT:
-                r = api_tenant_delete(&ctx, id, &rep);
+                r = req->method == M_GET ? api_tenant_get(&ctx, id, &rep) : api_tenant_delete(&ctx, id, &rep);
+                break;
+        case R_TENANT_NETWORK:
+                r = req->method == M_GET   ? api_tenant_network_get(&ctx, id, &rep)
+                    : req->method == M_PUT ? api_tenant_network_put(&ctx, id, body, &rep)
+                                           : api_tenant_network_delete(&ctx, id, &rep);
+                break;
+        case R_NETWORK:
+                r = req->method == M_PUT ? api_sandbox_network_put(&ctx, id, body, &rep)
+                                         : api_sandbox_network_get(&ctx, id, &rep);
+                break;
+        case R_NETWORK_LOG:
+                r = api_sandbox_network_log(&ctx, id, query_arg(conn, "limit", NULL), &rep);
                 break;
         case R_TENANT_KEYS:
                 r = req->method == M_POST ? api_key_create(&ctx, id, body, &rep) : api_key_list(&ctx, id, &rep);

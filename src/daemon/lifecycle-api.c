@@ -61,7 +61,15 @@ struct job {
         char snapshot_id[80]; /* rollback: the snapshot to roll back to; suspend/wake: the suspended image */
         char child_id[32];    /* fork: the new sandbox (its row is inserted before the worker starts) */
         bool wait_for_node;   /* settling a failure waits for a node that went away (not at start-up) */
+        char *network;        /* start, rollback, wake, fork: the egress policy the VM gets (canonical text) */
 };
+
+static void job_free(struct job *j) {
+        if (!j)
+                return;
+        free(j->network);
+        free(j);
+}
 
 void api_suspended_snapshot_id(const char *sandbox_id, char *ret, size_t n) {
         snprintf(ret, n, "%s.suspended", sandbox_id);
@@ -220,6 +228,9 @@ static void *job_main(void *arg) {
                 json_object_set_new(req, "snapshot_id", json_string(j->snapshot_id));
         if (req && j->child_id[0])
                 json_object_set_new(req, "child_id", json_string(j->child_id));
+        json_t *net = NULL;
+        if (req && j->network && api_network_json(j->network, &net) >= 0)
+                json_object_set_new(req, "network", net);
         char err[API_ERRMSG_MAX] = "";
         uint64_t t0 = now_monotonic_ns();
         _cleanup_(json_decrefp) json_t *rep = NULL;
@@ -258,7 +269,7 @@ static void *job_main(void *arg) {
                 log_emit(LOG_LEVEL_INFO, ctx, "succeeded in %llu ms",
                          (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
         }
-        free(j);
+        job_free(j);
         pthread_mutex_lock(&workers_lock);
         workers--;
         pthread_cond_broadcast(&workers_cond);
@@ -393,15 +404,17 @@ static int rollback_snapshot(struct api_ctx *ctx, const char *id, const json_t *
 }
 
 /* The row of a fork's child, "creating" until the worker has it running:
- * the parent's template, metadata and env keys (the env itself goes along
- * inside the VM). */
-static int fork_child_insert(struct api_ctx *ctx, const struct store_sandbox *parent, char *ret_id, size_t n) {
+ * the parent's template, metadata, env keys (the env itself goes along
+ * inside the VM) and egress policy. */
+static int fork_child_insert(struct api_ctx *ctx, const struct store_sandbox *parent, const char *network,
+                             char *ret_id, size_t n) {
         int r = random_id("sbx-", 8, ret_id, n);
         if (r < 0)
                 return r;
         struct store_sandbox row = { .id = ret_id, .tenant_id = parent->tenant_id,
                                      .template_name = parent->template_name, .state = "creating",
-                                     .metadata = parent->metadata, .env_keys = parent->env_keys };
+                                     .metadata = parent->metadata, .env_keys = parent->env_keys,
+                                     .network = (char *) network };
         r = store_sandbox_insert(ctx->store, &row);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert the fork child: %m");
@@ -467,7 +480,17 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m");
 
-        if (verb == LIFECYCLE_FORK && (r = fork_child_insert(ctx, &sb, child_id, sizeof child_id)) < 0) {
+        /* the verbs that give the sandbox a VM carry its egress policy, read
+         * after the claim: a PUT stored before it is seen, one after it
+         * waits for the verb (api-network.c) */
+        _cleanup_free_ char *network = NULL;
+        if ((verb == LIFECYCLE_START || verb == LIFECYCLE_ROLLBACK || verb == LIFECYCLE_WAKE ||
+             verb == LIFECYCLE_FORK) &&
+            (r = api_network_of_sandbox(ctx, id, &network)) < 0) {
+                (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
+                return r;
+        }
+        if (verb == LIFECYCLE_FORK && (r = fork_child_insert(ctx, &sb, network, child_id, sizeof child_id)) < 0) {
                 (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
                 return r;
         }
@@ -476,7 +499,7 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         if (!j || (r = random_id("op-", 8, op_id, sizeof op_id)) < 0) {
                 if (child_id[0])
                         (void) store_sandbox_delete(ctx->store, child_id);
-                free(j);
+                job_free(j);
                 (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
                 return j ? r : -ENOMEM;
         }
@@ -484,7 +507,7 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
                                       .state = "pending", .idempotency_key = (char *) idempotency_key };
         r = store_operation_insert(ctx->store, &op);
         if (r < 0) {
-                free(j);
+                job_free(j);
                 (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
                 if (child_id[0])
                         (void) store_sandbox_delete(ctx->store, child_id);
@@ -493,7 +516,8 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
                         return r < 0 ? r : 0;
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
         }
-        *j = (struct job){ .config = ctx->config, .store = ctx->store, .verb = verb, .wait_for_node = true };
+        *j = (struct job){ .config = ctx->config, .store = ctx->store, .verb = verb, .wait_for_node = true,
+                           .network = TAKE_PTR(network) };
         snprintf(j->op_id, sizeof j->op_id, "%s", op_id);
         snprintf(j->sandbox_id, sizeof j->sandbox_id, "%s", id);
         snprintf(j->from_state, sizeof j->from_state, "%s", sb.state);
@@ -502,7 +526,7 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         snprintf(j->child_id, sizeof j->child_id, "%s", child_id);
         r = job_spawn(j);
         if (r < 0) {
-                free(j);
+                job_free(j);
                 (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
                 if (child_id[0])
                         (void) store_sandbox_delete(ctx->store, child_id);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "macros.h"
+#include "nodeops.h"
 #include "nodeutil.h"
 #include "sandbox.h"
 #include "server.h"
@@ -13,9 +14,24 @@
 
 typedef int (*verb_fn)(struct sandbox *s, const char **ret_state, char **ret_error);
 
+/* A verb that gives s a VM (start, rollback, wake) may carry the policy the
+ * control plane holds: s takes it first, so the VM starts under it. A
+ * gateway's refusal is logged by sandbox_set_network(); the new VM's
+ * attachment hands the policy over again. */
+static int take_network(struct node_conn *c, json_t *req, struct sandbox *s) {
+        _cleanup_free_ char *network = NULL;
+        int r = nodeops_field_network(c, req, false, &network);
+        if (r < 0)
+                return r;
+        if (network)
+                (void) sandbox_set_network(s, network);
+        return 0;
+}
+
 /* Validates "id", runs the verb and replies: the sandbox on success,
- * not_found, conflict (naming the current state), or the failure. */
-static int run_verb(struct node_conn *c, json_t *req, const char *verb, verb_fn fn) {
+ * not_found, conflict (naming the current state), or the failure. With
+ * network, the request's "network" is taken first (take_network()). */
+static int run_verb(struct node_conn *c, json_t *req, const char *verb, verb_fn fn, bool network) {
         const char *id = json_string_value(json_object_get(req, "id"));
         if (!id || !name_is_valid(id))
                 return conn_reply_error(c, -EINVAL, "invalid",
@@ -24,10 +40,13 @@ static int run_verb(struct node_conn *c, json_t *req, const char *verb, verb_fn 
         if (sandbox_get(id, &s) < 0)
                 return conn_reply_error(c, -ENOENT, "not_found", "no sandbox %s", id);
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s", s->ctx);
+        int r;
+        if (network && (r = take_network(c, req, s)) < 0)
+                return r;
 
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
-        int r = fn(s, &state, &err);
+        r = fn(s, &state, &err);
         if (r == -ENOENT)
                 return conn_reply_error(c, r, "not_found", "no sandbox %s", id);
         if (r == -EBUSY)
@@ -42,19 +61,19 @@ static int run_verb(struct node_conn *c, json_t *req, const char *verb, verb_fn 
 }
 
 int nodeops_sandbox_pause(struct node_conn *c, json_t *req) {
-        return run_verb(c, req, "pause", sandbox_pause);
+        return run_verb(c, req, "pause", sandbox_pause, false);
 }
 
 int nodeops_sandbox_resume(struct node_conn *c, json_t *req) {
-        return run_verb(c, req, "resume", sandbox_resume);
+        return run_verb(c, req, "resume", sandbox_resume, false);
 }
 
 int nodeops_sandbox_stop(struct node_conn *c, json_t *req) {
-        return run_verb(c, req, "stop", sandbox_stop);
+        return run_verb(c, req, "stop", sandbox_stop, false);
 }
 
 int nodeops_sandbox_start(struct node_conn *c, json_t *req) {
-        return run_verb(c, req, "start", sandbox_start);
+        return run_verb(c, req, "start", sandbox_start, true);
 }
 
 /* Validates "id" and "snapshot_id" and looks the sandbox up (replies on
@@ -118,14 +137,14 @@ int nodeops_sandbox_snapshot(struct node_conn *c, json_t *req) {
 /* A rollback of a sandbox this node only keeps the snapshots of (deleted
  * with keep_snapshots): made again from the snapshot. 1 when it answered,
  * 0 when there is no such sandbox here either. */
-static int rollback_archived(struct node_conn *c, json_t *req) {
+static int rollback_archived(struct node_conn *c, json_t *req, const char *network) {
         const char *id = json_string_value(json_object_get(req, "id"));
         const char *snap = json_string_value(json_object_get(req, "snapshot_id"));
         if (!id || !name_is_valid(id) || !snap || !name_is_valid(snap))
                 return 0; /* snapshot_args() explains */
         _cleanup_free_ char *err = NULL;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
-        int r = sandbox_unarchive(id, snap, &s, &err);
+        int r = sandbox_unarchive(id, snap, network, &s, &err);
         if (r == -ENOENT)
                 return 0;
         if (r == -ENXIO)
@@ -139,13 +158,19 @@ static int rollback_archived(struct node_conn *c, json_t *req) {
 
 int nodeops_sandbox_rollback(struct node_conn *c, json_t *req) {
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        _cleanup_free_ char *network = NULL;
         const char *snap = NULL;
-        int r = rollback_archived(c, req);
+        int r = nodeops_field_network(c, req, false, &network);
+        if (r < 0)
+                return r;
+        r = rollback_archived(c, req, network);
         if (r != 0)
                 return r < 0 ? r : 0;
         r = snapshot_args(c, req, &s, &snap);
         if (r < 0)
                 return r;
+        if (network)
+                (void) sandbox_set_network(s, network);
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
         r = sandbox_rollback(s, snap, &state, &err);
@@ -176,13 +201,18 @@ int nodeops_sandbox_fork(struct node_conn *c, json_t *req) {
                 return conn_reply_error(c, -EINVAL, "invalid",
                                         "fields \"id\" and \"child_id\" must be 1-64 characters of "
                                         "[A-Za-z0-9._-], not starting with '.'");
+        /* absent: the child inherits the parent's */
+        _cleanup_free_ char *network = NULL;
+        int r = nodeops_field_network(c, req, false, &network);
+        if (r < 0)
+                return r;
         if (sandbox_get(id, &s) < 0)
                 return conn_reply_error(c, -ENOENT, "not_found", "no sandbox %s", id);
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s child=%s", s->ctx, child_id);
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
         _cleanup_(sandbox_unrefp) struct sandbox *child = NULL;
-        int r = sandbox_fork(s, child_id, &child, &state, &err);
+        r = sandbox_fork(s, child_id, network, &child, &state, &err);
         if (r == -EEXIST)
                 return conn_reply_error(c, r, "conflict", "%s", err ? err : "child exists");
         if (r == -EUSERS)
@@ -219,12 +249,21 @@ int nodeops_sandbox_wake(struct node_conn *c, json_t *req) {
                 return conn_reply_error(c, -EINVAL, "invalid",
                                         "fields \"id\" and \"snapshot_id\" must be 1-64 characters of "
                                         "[A-Za-z0-9._-], not starting with '.'");
+        /* absent: an airlockd from before policies, which meant allow-all */
+        _cleanup_free_ char *network = NULL;
+        int r = nodeops_field_network(c, req, false, &network);
+        if (r < 0)
+                return r;
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " sandbox=%s snapshot=%s", id, snap);
         _cleanup_free_ char *err = NULL;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
-        int r = sandbox_wake(id, snap, &s, &err);
+        r = sandbox_wake(id, snap, network, &s, &err);
         switch (r) {
         case 0:
+                /* woken by an earlier request whose reply was lost: this
+                 * one's policy is the control plane's current one */
+                if (network)
+                        (void) sandbox_set_network(s, network);
                 return conn_reply_ok(c, json_pack("{s:o}", "sandbox", sandbox_json(s)));
         case -EOPNOTSUPP:
                 return conn_reply_error(c, r, "unsupported", "this node has no object store");

@@ -12,7 +12,9 @@
 #include "config.h"
 #include "guestconn.h"
 #include "guestreply.h"
+#include "gwclient.h"
 #include "log.h"
+#include "netpolicy.h"
 #include "nodeops-lifecycle.h"
 #include "nodeutil.h"
 #include "pool.h"
@@ -22,6 +24,9 @@
 #include "session.h"
 #include "template.h"
 #include "util.h"
+
+/* The network log's entries one request may ask for (the API's limit). */
+#define NETWORK_LOG_MAX 1000
 
 /* Limits on what a request may carry (the guest enforces the same). */
 #define ARGV_MAX 4096
@@ -124,6 +129,25 @@ static int field_uint(struct node_conn *c, json_t *req, const char *key, uint64_
 
 /* env: an object of string values. Returns a new reference (empty object
  * when absent). */
+int nodeops_field_network(struct node_conn *c, json_t *req, bool required, char **ret) {
+        json_t *v = json_object_get(req, "network");
+        _cleanup_(netpolicy_freep) struct netpolicy *p = NULL;
+        char err[NETPOLICY_ERR_MAX] = "";
+        int r = v && !json_is_null(v) ? netpolicy_parse(v, "network", &p, err, sizeof err) : 0;
+        if (r == -ENOMEM)
+                return conn_reply_errno(c, r, "network");
+        if (r < 0)
+                return conn_reply_error(c, -EINVAL, "invalid", "%s", err[0] ? err : "field \"network\" is not a policy");
+        if (r == 0) {
+                if (required)
+                        return conn_reply_error(c, -EINVAL, "invalid", "field \"network\" must give a policy");
+                *ret = NULL;
+                return 0;
+        }
+        r = netpolicy_format(p, ret);
+        return r < 0 ? conn_reply_errno(c, r, "network") : 0;
+}
+
 static int field_env(struct node_conn *c, json_t *req, const char *key, json_t **ret) {
         json_t *v = json_object_get(req, key);
         if (!v || json_is_null(v)) {
@@ -298,11 +322,15 @@ static int op_sandbox_create(struct node_conn *c, json_t *req) {
         bool recover_checkpoint;
         if (sandbox_recovery_from_json(req, &recover_checkpoint) < 0)
                 return conn_reply_error(c, -EINVAL, "invalid", "field \"recovery\" must be \"boot\" or \"checkpoint\"");
+        /* absent: an airlockd from before policies, which meant allow-all */
+        _cleanup_free_ char *network = NULL;
+        if ((r = nodeops_field_network(c, req, false, &network)) < 0)
+                return r;
 
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " sandbox=%s", id);
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         _cleanup_free_ char *err = NULL;
-        r = sandbox_create(id, tpl, env, tenant, recover_checkpoint, &s, &err);
+        r = sandbox_create(id, tpl, env, tenant, recover_checkpoint, network, &s, &err);
         if (r < 0) {
                 const char *code = r == -EEXIST ? "conflict"
                                    : r == -ENOENT ? "not_found"
@@ -348,6 +376,76 @@ static int op_sandbox_delete(struct node_conn *c, json_t *req) {
         if (r < 0)
                 return conn_reply_errno(c, r, "delete failed");
         return conn_reply_ok(c, NULL);
+}
+
+/* ---- egress policy ---- */
+
+/* The sandbox "id" names (visible: not one being made). Replies itself. */
+static int req_sandbox_plain(struct node_conn *c, json_t *req, struct sandbox **ret) {
+        const char *id;
+        int r = field_name(c, req, "id", &id);
+        if (r < 0)
+                return r;
+        if (sandbox_get(id, ret) < 0)
+                return conn_reply_error(c, -ENOENT, "not_found", "no sandbox %s", id);
+        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s", (*ret)->ctx);
+        return 0;
+}
+
+static int reply_network(struct node_conn *c, struct sandbox *s) {
+        sandbox_network_lock(s);
+        json_t *o = json_loads(sandbox_network(s), 0, NULL);
+        sandbox_network_unlock(s);
+        if (!o)
+                return -ENOMEM;
+        return conn_reply_ok(c, json_pack("{s:o}", "network", o));
+}
+
+static int op_network_get(struct node_conn *c, json_t *req) {
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        int r = req_sandbox_plain(c, req, &s);
+        if (r < 0)
+                return r;
+        return reply_network(c, s);
+}
+
+/* A new policy for a sandbox: its VM's new connections follow it at once,
+ * and whatever starts a VM for it later (a start, a recovery, a gateway
+ * that restarted) hands this one over. */
+static int op_network_set(struct node_conn *c, json_t *req) {
+        _cleanup_free_ char *network = NULL;
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        int r = nodeops_field_network(c, req, true, &network);
+        if (r < 0 || (r = req_sandbox_plain(c, req, &s)) < 0)
+                return r;
+        r = sandbox_set_network(s, network);
+        if (r < 0)
+                return conn_reply_error(c, r, "internal", "the egress gateway refused the policy: %s", strerror(-r));
+        return reply_network(c, s);
+}
+
+/* The gateway's log of the sandbox's connections and DNS queries, while it
+ * has a VM. */
+static int op_network_log(struct node_conn *c, json_t *req) {
+        uint64_t limit;
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        int r = field_uint(c, req, "limit", 100, 1, NETWORK_LOG_MAX, &limit);
+        if (r < 0 || (r = req_sandbox_plain(c, req, &s)) < 0)
+                return r;
+        const char *st = sandbox_state_name(s);
+        if (strcmp(st, "running") != 0 && strcmp(st, "paused") != 0)
+                return conn_reply_error(c, -EBUSY, "conflict", "sandbox %s is %s: it has no VM, so no network log",
+                                        s->id, st);
+        _cleanup_(json_decrefp) json_t *entries = NULL;
+        r = gwclient_log(s->id, (unsigned) limit, &entries, c->ctx);
+        if (r == -ENOTCONN)
+                return conn_reply_error(c, -EHOSTDOWN, "unavailable", "no egress gateway answers on this node");
+        if (r == -ENOENT)
+                return conn_reply_error(c, -EBUSY, "conflict", "the egress gateway does not serve sandbox %s now",
+                                        s->id);
+        if (r < 0)
+                return conn_reply_error(c, r, "internal", "the egress gateway's log: %s", strerror(-r));
+        return conn_reply_ok(c, json_pack("{s:O}", "entries", entries));
 }
 
 /* ---- exec ---- */
@@ -998,6 +1096,9 @@ static const struct {
         { "sandbox.get", op_sandbox_get },
         { "sandbox.list", op_sandbox_list },
         { "sandbox.delete", op_sandbox_delete },
+        { "sandbox.network.get", op_network_get },
+        { "sandbox.network.set", op_network_set },
+        { "sandbox.network.log", op_network_log },
         { "sandbox.pause", nodeops_sandbox_pause },
         { "sandbox.resume", nodeops_sandbox_resume },
         { "sandbox.stop", nodeops_sandbox_stop },

@@ -7,6 +7,7 @@
  */
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "vmm.h"
 
@@ -19,3 +20,8 @@ void nodeops_init(const struct node_config *cfg, enum vmm_accel accel, const cha
 /* Runs one request. The op replies itself; a negative return without a
  * reply makes the server reply with the errno's code. */
 int nodeops_dispatch(struct node_conn *c, const char *op, json_t *req);
+
+/* The request's "network", checked as an egress policy (netpolicy_parse():
+ * the node trusts nothing): *ret its canonical text, or NULL when absent,
+ * null or {} (required: refused). Replies "invalid" itself on failure. */
+int nodeops_field_network(struct node_conn *c, json_t *req, bool required, char **ret);

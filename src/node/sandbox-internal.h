@@ -65,7 +65,8 @@ int record_save(struct sandbox *s);
  * checkpoint_at_ms when it was taken (Unix ms). */
 void recoveries_add(struct sandbox *s, const char *reason, const char *how, bool ok, const char *error,
                     const char *checkpoint, int64_t checkpoint_at_ms);
-int sandbox_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret);
+/* network: canonical policy text, or NULL (allow-all) */
+int sandbox_new(const char *id, const char *template_name, json_t *env, const char *network, struct sandbox **ret);
 /* Sets s->tenant from o's "tenant" (a record, a parked marker, a suspend
  * manifest's meta); SANDBOX_TENANT_ADMIN when o has none. -EBADMSG when it
  * is not a valid name. */

@@ -109,10 +109,10 @@ int sandbox_parked_remove(const char *id) {
 /* Registers a new sandbox id (CREATING, hidden) for fork and wake; its
  * directory is made fresh (a woken sandbox finds its snapshots again if
  * they were parked here). On failure *ret_error says why. */
-static int register_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret,
-                        char **ret_error) {
+static int register_new(const char *id, const char *template_name, json_t *env, const char *network,
+                        struct sandbox **ret, char **ret_error) {
         struct sandbox *s;
-        int r = sandbox_new(id, template_name, env, &s);
+        int r = sandbox_new(id, template_name, env, network, &s);
         if (r < 0)
                 return r;
         r = reg_add(s, ret_error);
@@ -158,14 +158,27 @@ static int restore_new(struct sandbox *s, char *state_path, char **ret_error) {
         return 0;
 }
 
-int sandbox_fork(struct sandbox *parent, const char *child_id, struct sandbox **ret_child, const char **ret_state,
-                 char **ret_error) {
+int sandbox_fork(struct sandbox *parent, const char *child_id, const char *network, struct sandbox **ret_child,
+                 const char **ret_state, char **ret_error) {
         uint64_t t0 = now_monotonic_ns();
         int r = life_begin(parent, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
         if (r < 0)
                 return r;
+        /* the child inherits the parent's policy unless told otherwise */
+        _cleanup_free_ char *inherited = NULL;
+        if (!network) {
+                pthread_mutex_lock(&parent->lock);
+                inherited = parent->network ? strdup(parent->network) : NULL;
+                bool oom = parent->network && !inherited;
+                pthread_mutex_unlock(&parent->lock);
+                if (oom) {
+                        life_end(parent);
+                        return -ENOMEM;
+                }
+                network = inherited;
+        }
         struct sandbox *c = NULL;
-        r = register_new(child_id, parent->template_name, parent->env, &c, ret_error);
+        r = register_new(child_id, parent->template_name, parent->env, network, &c, ret_error);
         if (r < 0) {
                 life_end(parent);
                 return r;
@@ -434,7 +447,8 @@ void wake_takeover(const char *dir) {
                 (void) rm_rf(wake_dir);
 }
 
-int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, char **ret_error) {
+int sandbox_wake(const char *id, const char *snapshot_id, const char *network, struct sandbox **ret,
+                 char **ret_error) {
         uint64_t t0 = now_monotonic_ns();
         if (!objstore)
                 return -EOPNOTSUPP;
@@ -466,7 +480,7 @@ int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, 
                 return -EBADMSG;
         }
         struct sandbox *s = NULL;
-        r = register_new(id, tpl, env, &s, ret_error);
+        r = register_new(id, tpl, env, network, &s, ret_error);
         if (r < 0)
                 return r;
         s->execution = (unsigned) exe + 1;
@@ -521,7 +535,8 @@ int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, 
         return 0;
 }
 
-int sandbox_unarchive(const char *id, const char *snapshot_id, struct sandbox **ret, char **ret_error) {
+int sandbox_unarchive(const char *id, const char *snapshot_id, const char *network, struct sandbox **ret,
+                      char **ret_error) {
         _cleanup_free_ char *dir = strdup_printf("%s/%s", sdir, id);
         _cleanup_free_ char *marker = dir ? marker_path(dir) : NULL, *text = NULL;
         size_t len;
@@ -539,7 +554,7 @@ int sandbox_unarchive(const char *id, const char *snapshot_id, struct sandbox **
                 return -EBADMSG;
         }
         struct sandbox *s = NULL;
-        r = register_new(id, tpl, env, &s, ret_error);
+        r = register_new(id, tpl, env, network, &s, ret_error);
         if (r < 0)
                 return r;
         s->execution = (unsigned) exe + 1;

@@ -23,6 +23,7 @@
 #include "guestconn.h"
 #include "gwclient.h"
 #include "log.h"
+#include "netpolicy.h"
 #include "nodeutil.h"
 #include "pool.h"
 #include "proto.h"
@@ -97,6 +98,8 @@ void sandbox_unref(struct sandbox *s) {
         free(s->run_dir);
         free(s->error);
         free(s->start_error);
+        free(s->network);
+        pthread_mutex_destroy(&s->net_lock);
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->cond);
         free(s);
@@ -175,6 +178,10 @@ int record_save(struct sandbox *s) {
                               "tenant", s->tenant, "template", s->template_name, "env", s->env, "state",
                               record_state(s->state), "run_dir", s->run_dir, "execution", (json_int_t) s->execution,
                               "recoveries", s->recoveries, "recovery", sandbox_recovery_name(s));
+        /* the policy goes along, so a node restart keeps enforcing it */
+        json_t *net = o && s->network ? json_loads(s->network, 0, NULL) : NULL;
+        if (net)
+                json_object_set_new(o, "network", net);
         pthread_mutex_unlock(&s->lock);
         _cleanup_free_ char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
@@ -195,10 +202,36 @@ struct record {
         json_t *env, *recoveries;
         unsigned execution;
         bool recover_checkpoint;
+        char *network; /* canonical, or NULL: none recorded (allow-all) */
 };
 
 static void record_release(struct record *rec) {
         json_decref(rec->json);
+        free(rec->network);
+}
+
+/* The policy a record carries, checked again: canonical text, or NULL
+ * when it has none (a record from before policies: allow-all, as then).
+ * One that does not parse (a damaged file) fails closed, to deny-all: the
+ * sandbox is kept, never dropped for it. */
+static int record_network(const json_t *j, const char *id, char **ret) {
+        json_t *n = json_object_get(j, "network");
+        if (!n) {
+                *ret = NULL;
+                return 0;
+        }
+        _cleanup_(netpolicy_freep) struct netpolicy *p = NULL;
+        char err[NETPOLICY_ERR_MAX] = "";
+        int r = netpolicy_parse(n, "network", &p, err, sizeof err);
+        if (r == -ENOMEM)
+                return r;
+        if (r <= 0) {
+                log_warn("sandbox=%s the recorded network policy is unusable (%s): denying all egress", id,
+                         r == 0 ? "empty" : err[0] ? err : strerror(-r));
+                if ((r = netpolicy_new(NETPOLICY_DENY_ALL, &p)) < 0)
+                        return r;
+        }
+        return netpolicy_format(p, ret);
 }
 
 /* Reads and checks SANDBOXES/ID/sandbox.json. -ENOENT without one (a
@@ -237,6 +270,10 @@ static int record_load(const char *dir, const char *id, struct record *ret) {
         if (sandbox_recovery_from_json(j, &rec.recover_checkpoint) < 0) {
                 json_decref(j);
                 return -EBADMSG;
+        }
+        if ((r = record_network(j, id, &rec.network)) < 0) {
+                json_decref(j);
+                return r;
         }
         *ret = rec;
         return 0;
@@ -403,18 +440,23 @@ static int start_pooled(struct sandbox *s) {
 static void net_attach(struct sandbox *s, struct vmm *v) {
         if (!gwclient_enabled())
                 goto out;
-        const char *policy = NULL; /* the sandbox's policy: allow-all until the node keeps one */
+        /* held until the gateway has it: a policy changed meanwhile
+         * (sandbox_set_network()) is handed over after this one, never before */
+        sandbox_network_lock(s);
+        const char *policy = sandbox_network(s);
         int tcp = v->gw_fds[0], dns = v->gw_fds[1];
         int r = 0;
         if (tcp < 0) {
                 r = vmm_net_listen(v, &tcp, &dns);
                 if (r == -EADDRINUSE) {
                         (void) gwclient_set_policy(s->id, policy, s->ctx);
+                        sandbox_network_unlock(s);
                         goto out;
                 }
         }
         if (r >= 0)
                 (void) gwclient_attach(s->id, s->execution, policy, tcp, dns, s->ctx);
+        sandbox_network_unlock(s);
         if (tcp != v->gw_fds[0]) {
                 safe_close(tcp);
                 safe_close(dns);
@@ -461,7 +503,9 @@ int sandbox_net_reattach_all(void) {
                 pthread_mutex_unlock(&s->lock);
                 int tcp = -1, dns = -1;
                 if (who.pid > 0 && vmm_net_listen(&who, &tcp, &dns) >= 0) {
-                        (void) gwclient_attach(s->id, execution, NULL, tcp, dns, s->ctx);
+                        sandbox_network_lock(s);
+                        (void) gwclient_attach(s->id, execution, sandbox_network(s), tcp, dns, s->ctx);
+                        sandbox_network_unlock(s);
                         safe_close(tcp);
                         safe_close(dns);
                 }
@@ -791,7 +835,7 @@ static int takeover_one(const char *name, const char *dir) {
          * is looked at below, once we know whether its VM still runs) */
         wake_takeover(dir);
         struct sandbox *s;
-        r = sandbox_new(name, rec.template_name, rec.env, &s);
+        r = sandbox_new(name, rec.template_name, rec.env, rec.network, &s);
         if (r < 0)
                 return r;
         r = sandbox_tenant_from_json(s, rec.json);
@@ -978,7 +1022,7 @@ int run_sandbox_thread(struct sandbox *s, char **ret_error) {
 
 /* A sandbox object in state CREATING with one reference (the registry's,
  * once registered). */
-int sandbox_new(const char *id, const char *template_name, json_t *env, struct sandbox **ret) {
+int sandbox_new(const char *id, const char *template_name, json_t *env, const char *network, struct sandbox **ret) {
         struct sandbox *s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
@@ -990,10 +1034,12 @@ int sandbox_new(const char *id, const char *template_name, json_t *env, struct s
         s->stop_fd = eventfd(0, EFD_CLOEXEC);
         s->cmd_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         pthread_mutex_init(&s->lock, NULL);
+        pthread_mutex_init(&s->net_lock, NULL);
         node_cond_init(&s->cond); /* pause/resume wait on it with a deadline */
         s->template_name = strdup(template_name);
         s->env = env ? json_incref(env) : json_object();
-        if (s->stop_fd < 0 || s->cmd_fd < 0 || !s->template_name || !s->env) {
+        s->network = network ? strdup(network) : NULL;
+        if (s->stop_fd < 0 || s->cmd_fd < 0 || !s->template_name || !s->env || (network && !s->network)) {
                 int r = s->stop_fd < 0 || s->cmd_fd < 0 ? negative_errno() : -ENOMEM;
                 sandbox_unref(s);
                 return r;
@@ -1030,13 +1076,13 @@ int sandbox_tenant_from_json(struct sandbox *s, const json_t *o) {
 }
 
 int sandbox_create(const char *id, const char *template_name, json_t *env, const char *tenant, bool recover_checkpoint,
-                   struct sandbox **ret, char **ret_error) {
+                   const char *network, struct sandbox **ret, char **ret_error) {
         _cleanup_free_ char *rootfs = NULL;
         char *err = NULL;
         int r;
 
         struct sandbox *s;
-        r = sandbox_new(id, template_name, env, &s);
+        r = sandbox_new(id, template_name, env, network, &s);
         if (r < 0)
                 return r;
         s->execution = 1;
@@ -1334,4 +1380,53 @@ json_t *sandbox_list_json(void) {
                         json_array_append_new(arr, sandbox_json(reg[i]));
         pthread_mutex_unlock(&reg_lock);
         return arr;
+}
+
+/* ---- egress policy ---- */
+
+#define NETWORK_NONE "{\"mode\":\"allow-all\"}"
+
+const char *sandbox_network(struct sandbox *s) {
+        return s->network ?: NETWORK_NONE;
+}
+
+void sandbox_network_lock(struct sandbox *s) {
+        pthread_mutex_lock(&s->net_lock);
+}
+
+void sandbox_network_unlock(struct sandbox *s) {
+        pthread_mutex_unlock(&s->net_lock);
+}
+
+int sandbox_set_network(struct sandbox *s, const char *text) {
+        char *copy = strdup(text);
+        if (!copy)
+                return -ENOMEM;
+        sandbox_network_lock(s);
+        pthread_mutex_lock(&s->lock);
+        bool same = strcmp(sandbox_network(s), text) == 0;
+        bool hidden = s->state == SANDBOX_CREATING;
+        if (!same) {
+                free(s->network);
+                s->network = TAKE_PTR(copy);
+        }
+        pthread_mutex_unlock(&s->lock);
+        free(copy);
+        if (same) {
+                sandbox_network_unlock(s);
+                return 0;
+        }
+        /* the gateway serves only VMs it was attached to: one that does not
+         * know this sandbox (no VM, or not attached yet) or no gateway at
+         * all (nothing is served) reads it at the next attachment */
+        int r = gwclient_enabled() ? gwclient_set_policy(s->id, text, s->ctx) : 0;
+        if (r == -ENOENT || r == -ENOTCONN)
+                r = 0;
+        sandbox_network_unlock(s);
+        log_emit(LOG_LEVEL_INFO, s->ctx, "network policy changed%s", r < 0 ? " (the gateway refused it)" : "");
+        /* a sandbox still being made is recorded once it is visible (a
+         * record would make a node restart take an unfinished create over) */
+        if (!hidden)
+                (void) record_save(s);
+        return r;
 }

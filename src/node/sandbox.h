@@ -108,6 +108,16 @@ struct sandbox {
         uint64_t guest_idle_ms;  /* at idle_probe_ns */
         uint64_t idle_probe_ns;  /* monotonic; 0: not probed in this VM run */
         uint64_t run_started_ns; /* monotonic: when this VM run began (a wake or restore is use) */
+
+        /* egress: the policy the gateway enforces for this sandbox, canonical
+         * JSON text (lib/netpolicy), NULL meaning allow-all (made by an
+         * airlockd from before policies). Written under net_lock and lock
+         * both; read under either (sandbox_network()). net_lock is held
+         * across a change and its hand-over to the gateway, and should be
+         * across an attachment's reading of it too, so the gateway always
+         * ends up with the newest. Lock order: net_lock, then lock. */
+        pthread_mutex_t net_lock;
+        char *network;
 };
 
 /*
@@ -136,7 +146,7 @@ int sandbox_recovery_from_json(const json_t *o, bool *ret);
  * sandboxes; -ENOENT: no such template; -EAGAIN: template still building;
  * -EIO: template build failed. */
 int sandbox_create(const char *id, const char *template_name, json_t *env, const char *tenant, bool recover_checkpoint,
-                   struct sandbox **ret, char **ret_error);
+                   const char *network, struct sandbox **ret, char **ret_error);
 
 /* Looks up a running or failed sandbox and returns a reference. -ENOENT. */
 int sandbox_get(const char *id, struct sandbox **ret);
@@ -161,7 +171,8 @@ int sandbox_delete(const char *id, bool keep_snapshots);
  * its kept snapshots: a full one resumes at its instant, a disk one boots;
  * a new execution. -ENOENT when nothing of id is kept, -ENXIO when that
  * snapshot is not. */
-int sandbox_unarchive(const char *id, const char *snapshot_id, struct sandbox **ret, char **ret_error);
+int sandbox_unarchive(const char *id, const char *snapshot_id, const char *network, struct sandbox **ret,
+                      char **ret_error);
 
 /* Clean node shutdown: every VM is stopped (the guest flushes its disks
  * first); directories and records stay, so the next node recovers them. */
@@ -197,8 +208,8 @@ int sandbox_start(struct sandbox *s, const char **ret_state, char **ret_error);
  * restored as sandbox child_id with its own identity (hostname, sandbox id,
  * a fresh RNG seed), running. The parent runs on (a paused one stays
  * paused). *ret_child gets a reference. -EEXIST/-EUSERS as for create. */
-int sandbox_fork(struct sandbox *parent, const char *child_id, struct sandbox **ret_child, const char **ret_state,
-                 char **ret_error);
+int sandbox_fork(struct sandbox *parent, const char *child_id, const char *network, struct sandbox **ret_child,
+                 const char **ret_state, char **ret_error);
 
 /* The object store suspend uploads to and wake downloads from. */
 struct objstore;
@@ -217,7 +228,8 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
  * store: downloads and verifies the artifacts, restores RAM, devices and
  * disk, installs the identity again; a new execution. -ENXIO when the
  * snapshot is not (completely) there, -EBADMSG when it is not id's. */
-int sandbox_wake(const char *id, const char *snapshot_id, struct sandbox **ret, char **ret_error);
+int sandbox_wake(const char *id, const char *snapshot_id, const char *network, struct sandbox **ret,
+                 char **ret_error);
 /* Deletes a suspended sandbox's snapshot from the object store. */
 int sandbox_suspended_delete(const char *snapshot_id);
 /* 0 when the object store holds the whole suspended image snapshot_id
@@ -261,3 +273,25 @@ json_t *sandbox_json(struct sandbox *s);
 
 /* [sandbox_json...] of every running or failed sandbox. */
 json_t *sandbox_list_json(void);
+
+/*
+ * Egress policies (docs/network.md). Every function that makes a sandbox
+ * (create, fork, wake, unarchive) takes its policy as canonical JSON text
+ * (checked by the caller with netpolicy_parse(); NULL: allow-all, what an
+ * airlockd from before policies means; a fork: the parent's), set before
+ * its VM starts.
+ *
+ * sandbox_network(): the policy, never NULL ("{\"mode\":\"allow-all\"}" for
+ * none). Valid while the caller holds s->lock or sandbox_network_lock():
+ * hold the latter across handing it to the gateway (gwclient_attach()), so
+ * a concurrent sandbox_set_network() cannot be lost.
+ */
+const char *sandbox_network(struct sandbox *s);
+void sandbox_network_lock(struct sandbox *s);
+void sandbox_network_unlock(struct sandbox *s);
+/* Replaces the policy (text as above, not NULL) under the network lock,
+ * hands it to the gateway (gwclient_set_policy(): new connections follow
+ * it; a gateway that does not know the sandbox, or none at all, gets it at
+ * the next attachment) and records it. Unchanged text does nothing. 0, or
+ * the gateway's error, with the new policy kept. */
+int sandbox_set_network(struct sandbox *s, const char *text);

@@ -39,12 +39,19 @@ def test_every_body_is_strict(airlock_factory):
     refused(a, "/v1/sandboxes", dict(good, snapshot_policy={"disk_evry": 0}), "disk_evry", '"snapshot_policy"')
     refused(a, "/v1/sandboxes", dict(good, snapshot_policy={"tiers": [{"every": 60, "for": 600, "keep": 1}]}),
             "keep", '"snapshot_policy.tiers[0]"')
-    # network is known, and refused until a policy can be enforced
-    status, _, data = a.request("POST", "/v1/sandboxes", dict(good, network={"mode": "deny-all"}))
-    assert status == 400 and json.loads(data)["error"]["message"] == "network policies are not supported yet", data
+    # network: the policy parser is as strict inside it, naming the field
+    status, _, data = a.request("POST", "/v1/sandboxes", dict(good, network={"mode": "deny-all", "alow": []}))
+    assert status == 400 and json.loads(data)["error"]["message"] == \
+        'network: unknown field "alow" (accepted: "mode", "allow", "deny")', data
     assert a.api("GET", "/v1/sandboxes")["sandboxes"] == []
+    good["network"] = {"mode": "deny-all"}
     sid = a.api("POST", "/v1/sandboxes", good, expect=201)["id"]
     base = f"/v1/sandboxes/{sid}"
+    # a PUT of a policy: its body is the policy
+    status, _, data = a.request("PUT", f"{base}/network", {"mode": "allow-all", "dney": []})
+    assert status == 400 and json.loads(data)["error"] == \
+        {"code": "invalid", "message": 'unknown field "dney" in the request body'}, data
+    assert a.api("PUT", f"{base}/network", {"mode": "allow-all", "deny": []}) == {"mode": "allow-all"}
 
     refused(a, f"{base}/exec", {"cmd": ["cat"], "timeout": 5}, "timeout")
     r = a.api("POST", f"{base}/exec", {"cmd": ["cat"], "env": {}, "cwd": "/", "stdin": "in", "timeout_s": 5})

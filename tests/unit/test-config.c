@@ -19,7 +19,7 @@
 static const char *const env_vars[] = {
         "AIRLOCK_DATA_DIR", "AIRLOCK_LISTEN", "AIRLOCK_NODE_SOCKET", "AIRLOCK_NODE_BINARY",
         "AIRLOCK_DATABASE", "AIRLOCK_LOG_LEVEL", "AIRLOCK_SNAPSHOT_POLICY", "AIRLOCK_SNAPSHOT_TICK_MS",
-        "AIRLOCK_IDLE_TIMEOUT_S", "AIRLOCK_IDLE_CHECK_MS",
+        "AIRLOCK_IDLE_TIMEOUT_S", "AIRLOCK_IDLE_CHECK_MS", "AIRLOCK_NETWORK_DEFAULT",
 };
 
 static int clear_env(void **state) {
@@ -230,6 +230,36 @@ static void test_snapshot_knobs_invalid(void **state) {
         assert_int_equal(load(&c, err, 2, "--idle-timeout-s", "31536001"), -EINVAL);
 }
 
+/* The egress default: allow-all unless the environment or a flag says
+ * deny-all; an allowlist needs rules, so it is no node default. */
+static void test_network_default(void **state) {
+        struct daemon_config c;
+        char err[256];
+        assert_int_equal(load(&c, err, 0), 0);
+        assert_int_equal(c.network_default, NETPOLICY_ALLOW_ALL);
+        setenv("AIRLOCK_NETWORK_DEFAULT", "deny-all", 1);
+        assert_int_equal(load(&c, err, 0), 0);
+        assert_int_equal(c.network_default, NETPOLICY_DENY_ALL);
+        assert_int_equal(load(&c, err, 2, "--network-default", "allow-all"), 0);
+        assert_int_equal(c.network_default, NETPOLICY_ALLOW_ALL);
+        setenv("AIRLOCK_NETWORK_DEFAULT", "allowlist", 1);
+        assert_int_equal(load(&c, err, 0), -EINVAL);
+        assert_string_equal(err, "AIRLOCK_NETWORK_DEFAULT: must be allow-all or deny-all");
+        unsetenv("AIRLOCK_NETWORK_DEFAULT");
+        assert_int_equal(load(&c, err, 2, "--network-default", "deny_all"), -EINVAL);
+        assert_string_equal(err, "--network-default: must be allow-all or deny-all");
+
+        assert_int_equal(load(&c, err, 2, "--network-default", "deny-all"), 0);
+        char *out = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&out, &len);
+        assert_non_null(f);
+        config_print(&c, f);
+        fclose(f);
+        assert_non_null(strstr(out, "\nnetwork_default=deny-all\n"));
+        free(out);
+}
+
 static void test_parse_listen(void **state) {
         struct sockaddr_storage ss;
         socklen_t len;
@@ -281,6 +311,7 @@ static void test_control_dir_migration(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup(test_network_default, clear_env),
                 cmocka_unit_test_setup(test_defaults, clear_env),
                 cmocka_unit_test_setup(test_env, clear_env),
                 cmocka_unit_test_setup(test_flags_override_env, clear_env),

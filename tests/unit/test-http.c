@@ -58,6 +58,26 @@ static char slow_id[32];
 static pthread_mutex_t known_lock = PTHREAD_MUTEX_INITIALIZER;
 static char known[16][32]; /* sandboxes the fake node holds */
 static uint64_t last_upload_size;
+/* what the fake node was last sent: a create's or set's "network", the
+ * log's "limit" (known_lock) */
+static char *last_network;
+static json_int_t last_log_limit;
+
+static void last_network_set(json_t *req) {
+        json_t *n = json_object_get(req, "network");
+        pthread_mutex_lock(&known_lock);
+        free(last_network);
+        last_network = n ? json_dumps(n, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        pthread_mutex_unlock(&known_lock);
+}
+
+/* The network the fake node got last (a copy to free), or NULL. */
+static char *last_network_take(void) {
+        pthread_mutex_lock(&known_lock);
+        char *s = TAKE_PTR(last_network);
+        pthread_mutex_unlock(&known_lock);
+        return s;
+}
 
 static void known_set(const char *id, bool on) {
         pthread_mutex_lock(&known_lock);
@@ -139,6 +159,7 @@ static void *node_conn_thread(void *arg) {
                         send_error(fd, "not_found", "unknown template");
                 else {
                         known_set(id, true);
+                        last_network_set(req);
                         send_json(fd, PROTO_NODE_REPLY,
                                   json_pack("{s:b, s:{s:s, s:s, s:s, s:i, s:s}}", "ok", 1, "sandbox", "id", id,
                                             "template", t, "state", "running", "execution", 1, "node", "fake"));
@@ -172,6 +193,20 @@ static void *node_conn_thread(void *arg) {
                 send_json(fd, PROTO_NODE_REPLY,
                           json_pack("{s:b, s:i, s:s, s:s, s:b, s:b, s:b}", "ok", 1, "exit_code", ok ? 0 : 99, "stdout",
                                     "42\n", "stderr", "", "stdout_truncated", 0, "stderr_truncated", 0, "timed_out", 0));
+        } else if (strcmp(op, "sandbox.network.set") == 0) {
+                last_network_set(req);
+                if (known_has(id))
+                        send_json(fd, PROTO_NODE_REPLY, json_pack("{s:b}", "ok", 1));
+                else
+                        send_error(fd, "not_found", "no such sandbox");
+        } else if (strcmp(op, "sandbox.network.log") == 0) {
+                pthread_mutex_lock(&known_lock);
+                last_log_limit = json_integer_value(json_object_get(req, "limit"));
+                pthread_mutex_unlock(&known_lock);
+                send_json(fd, PROTO_NODE_REPLY,
+                          json_pack("{s:b, s:[{s:I, s:s, s:s, s:s, s:s}]}", "ok", 1, "entries", "ts_ms",
+                                    (json_int_t) 1700000000000, "kind", "dns", "name", "e.test", "action", "deny",
+                                    "reason", "no allow rule matches"));
         } else if (strcmp(op, "session.start") == 0 || strcmp(op, "session.stdin") == 0 ||
                    strcmp(op, "session.signal") == 0 || strcmp(op, "file.remove") == 0)
                 send_json(fd, PROTO_NODE_REPLY, json_pack("{s:b}", "ok", 1));
@@ -495,9 +530,188 @@ static void test_unknown_fields(void **state) {
                          400);
         assert_non_null(strstr(resp, "unknown field \\\"fro\\\" in \\\"snapshot_policy.tiers[0]\\\""));
         free(resp);
-        /* network is known, and refused until something enforces it */
-        assert_int_equal(request("POST", "/v1/sandboxes", token, "{\"network\":{\"mode\":\"deny-all\"}}", &resp), 400);
-        assert_non_null(strstr(resp, "network policies are not supported yet"));
+        /* inside "network" the policy parser is as strict, naming the field */
+        assert_int_equal(request("POST", "/v1/sandboxes", token, "{\"network\":{\"mode\":\"deny-all\",\"prots\":1}}",
+                                 &resp),
+                         400);
+        assert_non_null(strstr(resp, "network: unknown field \\\"prots\\\""));
+        free(resp);
+        /* and a PUT of a policy at its top level */
+        assert_int_equal(request("PUT", "/v1/sandboxes/sbx-x/network", token, "{\"mode\":\"deny-all\",\"bogus\":1}",
+                                 &resp),
+                         400);
+        assert_non_null(strstr(resp, "unknown field \\\"bogus\\\" in the request body"));
+        free(resp);
+        assert_int_equal(request("PUT", "/v1/sandboxes/sbx-x/network", token, "{\"mode\":\"deny-all\"}", &resp), 404);
+        free(resp);
+}
+
+/* The body of a 2xx or 4xx reply as compact JSON with sorted keys. */
+static char *body_canonical(const char *resp) {
+        json_t *o = body_json(resp);
+        char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+        json_decref(o);
+        return s;
+}
+
+static void expect_body(const char *resp, const char *want) {
+        _cleanup_free_ char *got = body_canonical(resp);
+        assert_string_equal(got, want);
+}
+
+/* Network policies: a create's is checked, canonical, stored and sent to
+ * the node; without one the tenant's default, else the node default; PUT
+ * replaces and forwards it; the log comes from the node. */
+static void test_network(void **state) {
+        char *resp, path[128], id[64];
+        static const char allowlist[] = "{\"allow\":[{\"host\":\"pypi.org\",\"ports\":[80,443]}],"
+                                        "\"mode\":\"allowlist\"}";
+        /* refused: nothing made, the node never asked */
+        free(last_network_take());
+        assert_int_equal(request("POST", "/v1/sandboxes", token,
+                                 "{\"network\":{\"mode\":\"deny-all\",\"allow\":[{\"host\":\"a.org\"}]}}", &resp),
+                         400);
+        assert_non_null(strstr(resp, "mode \\\"deny-all\\\" takes no rules"));
+        free(resp);
+        assert_int_equal(request("POST", "/v1/sandboxes", token,
+                                 "{\"network\":{\"allow\":[{\"host\":\"*.github.io\"}]}}", &resp),
+                         400);
+        assert_non_null(strstr(resp, "public suffix"));
+        free(resp);
+        assert_int_equal(request("POST", "/v1/sandboxes", token, "{\"network\":{\"allow\":[{\"cidr\":\"10.0.0.1/8\"}]}}",
+                                 &resp),
+                         400);
+        free(resp);
+        assert_null(last_network_take());
+
+        /* given: canonical on the node and in GET */
+        assert_int_equal(request("POST", "/v1/sandboxes", token,
+                                 "{\"network\":{\"allow\":[{\"host\":\"PyPI.org.\"}]}}", &resp),
+                         201);
+        json_t *o = body_json(resp);
+        snprintf(id, sizeof id, "%s", json_string_value(json_object_get(o, "id")));
+        json_decref(o);
+        free(resp);
+        _cleanup_free_ char *sent = last_network_take();
+        assert_string_equal(sent, allowlist);
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/network", id);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 200);
+        expect_body(resp, allowlist);
+        free(resp);
+
+        /* PUT: {} says nothing, a policy replaces it and goes to the node */
+        assert_int_equal(request("PUT", path, token, "{}", &resp), 400);
+        assert_non_null(strstr(resp, "the policy is empty"));
+        free(resp);
+        assert_int_equal(request("PUT", path, token, "{\"mode\":\"deny-all\"}", &resp), 200);
+        expect_body(resp, "{\"mode\":\"deny-all\"}");
+        free(resp);
+        free(sent);
+        sent = last_network_take();
+        assert_string_equal(sent, "{\"mode\":\"deny-all\"}");
+        assert_int_equal(request("GET", path, token, NULL, &resp), 200);
+        expect_body(resp, "{\"mode\":\"deny-all\"}");
+        free(resp);
+        assert_int_equal(request("POST", path, token, "{\"mode\":\"deny-all\"}", &resp), 405);
+        free(resp);
+
+        /* the log: limits checked, the node's entries passed on */
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/network/log?limit=0", id);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 400);
+        free(resp);
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/network/log?limit=1001", id);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 400);
+        free(resp);
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/network/log?limit=7", id);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 200);
+        expect_body(resp, "{\"entries\":[{\"action\":\"deny\",\"kind\":\"dns\",\"name\":\"e.test\","
+                          "\"reason\":\"no allow rule matches\",\"ts_ms\":1700000000000}]}");
+        free(resp);
+        assert_int_equal(last_log_limit, 7);
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/network/log", id);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 200);
+        free(resp);
+        assert_int_equal(last_log_limit, 100);
+
+        /* none given: the node default; {} is none */
+        assert_int_equal(request("POST", "/v1/sandboxes", token, "{\"network\":{}}", &resp), 201);
+        free(resp);
+        free(sent);
+        sent = last_network_take();
+        assert_string_equal(sent, "{\"mode\":\"allow-all\"}");
+
+        /* a tenant's default, for its sandboxes only */
+        assert_int_equal(request("POST", "/v1/tenants", token,
+                                 "{\"name\":\"netco\",\"network\":{\"mode\":\"deny-all\",\"deny\":[]}}", &resp),
+                         201);
+        o = body_json(resp);
+        char tid[64], body[160];
+        snprintf(tid, sizeof tid, "%s", json_string_value(json_object_get(o, "id")));
+        assert_string_equal(json_string_value(json_object_get(json_object_get(o, "network"), "mode")), "deny-all");
+        json_decref(o);
+        free(resp);
+        snprintf(body, sizeof body, "{\"tenant\":\"%s\"}", tid);
+        assert_int_equal(request("POST", "/v1/sandboxes", token, body, &resp), 201);
+        free(resp);
+        free(sent);
+        sent = last_network_take();
+        assert_string_equal(sent, "{\"mode\":\"deny-all\"}");
+        snprintf(path, sizeof path, "/v1/tenants/%s/network", tid);
+        assert_int_equal(request("PUT", path, token, "{}", &resp), 400);
+        free(resp);
+        assert_int_equal(request("PUT", path, token, allowlist, &resp), 200);
+        free(resp);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 200);
+        expect_body(resp, allowlist);
+        free(resp);
+        snprintf(path, sizeof path, "/v1/tenants/%s", tid);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 200);
+        assert_non_null(strstr(resp, "pypi.org"));
+        free(resp);
+        assert_int_equal(request("POST", "/v1/sandboxes", token, body, &resp), 201);
+        free(resp);
+        free(sent);
+        sent = last_network_take();
+        assert_string_equal(sent, allowlist);
+        /* the admin's own sandbox is nobody's tenant: the node default */
+        assert_int_equal(request("POST", "/v1/sandboxes", token, "{}", &resp), 201);
+        free(resp);
+        free(sent);
+        sent = last_network_take();
+        assert_string_equal(sent, "{\"mode\":\"allow-all\"}");
+        snprintf(path, sizeof path, "/v1/tenants/%s/network", tid);
+        assert_int_equal(request("DELETE", path, token, NULL, &resp), 204);
+        free(resp);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 404);
+        free(resp);
+        assert_int_equal(request("POST", "/v1/sandboxes", token, body, &resp), 201);
+        free(resp);
+        free(sent);
+        sent = last_network_take();
+        assert_string_equal(sent, "{\"mode\":\"allow-all\"}");
+
+        /* a tenant key: another's sandbox does not exist, tenant admin is 403 */
+        snprintf(path, sizeof path, "/v1/tenants/%s/keys", tid);
+        assert_int_equal(request("POST", path, token, "{}", &resp), 201);
+        o = body_json(resp);
+        char key[128];
+        snprintf(key, sizeof key, "%s", json_string_value(json_object_get(o, "key")));
+        json_decref(o);
+        free(resp);
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/network", id);
+        assert_int_equal(request("GET", path, key, NULL, &resp), 404);
+        free(resp);
+        assert_int_equal(request("PUT", path, key, "{\"mode\":\"allow-all\"}", &resp), 404);
+        free(resp);
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/network/log", id);
+        assert_int_equal(request("GET", path, key, NULL, &resp), 404);
+        free(resp);
+        snprintf(path, sizeof path, "/v1/tenants/%s/network", tid);
+        assert_int_equal(request("PUT", path, key, "{\"mode\":\"allow-all\"}", &resp), 403);
+        free(resp);
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/network", id);
+        assert_int_equal(request("GET", path, token, NULL, &resp), 200); /* the control: still deny-all */
+        expect_body(resp, "{\"mode\":\"deny-all\"}");
         free(resp);
 }
 
@@ -800,6 +1014,7 @@ int main(void) {
                 cmocka_unit_test(test_tenant_auth),
                 cmocka_unit_test(test_routing_errors),
                 cmocka_unit_test(test_unknown_fields),
+                cmocka_unit_test(test_network),
                 cmocka_unit_test(test_too_large),
                 cmocka_unit_test(test_sandbox_lifecycle),
                 cmocka_unit_test(test_sessions_sse),

@@ -262,6 +262,11 @@ static void test_check_fields(void **state) {
                 { APIREQ_BODY_ROLLBACK, "{\"snapshot\":\"s\"}", "{\"snapshot_id\":\"s\"}", "snapshot_id" },
                 { APIREQ_BODY_SNAPSHOT, "{\"kind\":\"disk\"}", "{\"type\":\"disk\"}", "type" },
                 { APIREQ_BODY_NAME, "{\"name\":\"n\"}", "{\"nam\":\"n\"}", "nam" },
+                { APIREQ_BODY_NAME, "{\"name\":\"n\"}", "{\"name\":\"n\",\"network\":{}}", "network" },
+                { APIREQ_BODY_TENANT, "{\"name\":\"n\",\"network\":{}}", "{\"name\":\"n\",\"netwrok\":{}}",
+                  "netwrok" },
+                { APIREQ_BODY_NETWORK, "{\"mode\":\"allowlist\",\"allow\":[],\"deny\":[]}",
+                  "{\"mode\":\"deny-all\",\"egress\":{}}", "egress" },
         };
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
                 char msg[128];

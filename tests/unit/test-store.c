@@ -618,6 +618,72 @@ static void test_migration_7_upgrade(void **state) {
         assert_int_equal(store_api_key_delete(s, "key-admin"), -ENOENT);
 }
 
+/* Egress policies: a sandbox's is written by insert, read alone (lists and
+ * gets leave the field NULL), replaced only from the state the caller read;
+ * a tenant's default is read with the tenant and can be cleared. */
+static void test_network_policies(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(url, &s), 0);
+        struct store_sandbox sb = { .id = "sbx-net", .template_name = "minimal", .state = "running",
+                                    .network = (char *) "{\"mode\":\"deny-all\"}" };
+        assert_int_equal(store_sandbox_insert(s, &sb), 0);
+        struct store_sandbox old = { .id = "sbx-none", .template_name = "minimal", .state = "stopped" };
+        assert_int_equal(store_sandbox_insert(s, &old), 0);
+
+        char *net = NULL;
+        assert_int_equal(store_sandbox_network_get(s, "sbx-net", &net), 0);
+        assert_string_equal(net, "{\"mode\":\"deny-all\"}");
+        free(net);
+        net = (char *) "untouched";
+        assert_int_equal(store_sandbox_network_get(s, "sbx-none", &net), 0);
+        assert_null(net); /* a row from before policies */
+        net = (char *) "untouched";
+        assert_int_equal(store_sandbox_network_get(s, "sbx-nope", &net), -ENOENT);
+        assert_string_equal(net, "untouched");
+
+        struct store_sandbox got = { 0 };
+        assert_int_equal(store_sandbox_get(s, "sbx-net", &got), 0);
+        assert_null(got.network);
+        store_sandbox_release(&got);
+
+        /* compare-and-set on the state the caller read */
+        assert_int_equal(store_sandbox_network_set(s, "sbx-net", "stopped", "{\"mode\":\"allow-all\"}"), -ESTALE);
+        assert_int_equal(store_sandbox_network_get(s, "sbx-net", &net), 0);
+        assert_string_equal(net, "{\"mode\":\"deny-all\"}");
+        free(net);
+        assert_int_equal(store_sandbox_network_set(s, "sbx-net", "running", "{\"mode\":\"allow-all\"}"), 0);
+        assert_int_equal(store_sandbox_network_get(s, "sbx-net", &net), 0);
+        assert_string_equal(net, "{\"mode\":\"allow-all\"}");
+        free(net);
+        assert_int_equal(store_sandbox_network_set(s, "sbx-nope", "running", "{}"), -ESTALE);
+        assert_int_equal(store_sandbox_network_set(s, "sbx-net", "running", NULL), -EINVAL);
+        /* the policy goes with the row */
+        assert_int_equal(store_sandbox_delete(s, "sbx-net"), 0);
+        assert_int_equal(store_sandbox_network_get(s, "sbx-net", &net), -ENOENT);
+
+        struct store_tenant t = { .id = "ten-a", .name = "a", .network = (char *) "{\"mode\":\"deny-all\"}" };
+        assert_int_equal(store_tenant_insert(s, &t, 10), 0);
+        struct store_tenant u = { .id = "ten-b", .name = "b" };
+        assert_int_equal(store_tenant_insert(s, &u, 10), 0);
+        struct store_tenant tg = { 0 };
+        assert_int_equal(store_tenant_get(s, "ten-a", &tg), 0);
+        assert_string_equal(tg.network, "{\"mode\":\"deny-all\"}");
+        store_tenant_release(&tg);
+        assert_int_equal(store_tenant_get(s, "ten-b", &tg), 0);
+        assert_null(tg.network);
+        store_tenant_release(&tg);
+        assert_int_equal(store_tenant_network_set(s, "ten-b", "{\"mode\":\"allow-all\"}"), 0);
+        assert_int_equal(store_tenant_network_set(s, "ten-a", NULL), 0);
+        struct store_tenant *a = NULL;
+        size_t n = 0;
+        assert_int_equal(store_tenant_list(s, 10, &a, &n), 0);
+        assert_int_equal(n, 2);
+        assert_null(a[0].network);
+        assert_string_equal(a[1].network, "{\"mode\":\"allow-all\"}");
+        store_tenant_array_free(a, n);
+        assert_int_equal(store_tenant_network_set(s, "ten-nope", NULL), -ENOENT);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_open_bad_url),
@@ -632,6 +698,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_migration_5_upgrade, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_tenants_and_keys, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_migration_7_upgrade, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_network_policies, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -98,4 +98,10 @@ static const char *const store_sqlite_migrations[] = {
         "ALTER TABLE sandboxes ADD COLUMN tenant_id TEXT REFERENCES tenants(id);\n"
         "CREATE INDEX sandboxes_tenant ON sandboxes(tenant_id, created_at);\n"
         "ALTER TABLE operations ADD COLUMN tenant_id TEXT;\n",
+        /* 8: egress policies (lib/netpolicy, canonical JSON text): a
+         * sandbox's own, resolved when it was made (NULL: made before
+         * policies, it gets the node default), and a tenant's default for
+         * the sandboxes it makes later (NULL: the node default) */
+        "ALTER TABLE sandboxes ADD COLUMN network TEXT;\n"
+        "ALTER TABLE tenants ADD COLUMN network TEXT;\n",
 };
