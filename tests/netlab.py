@@ -21,6 +21,7 @@ that rebinds to internal addresses).
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -158,8 +159,8 @@ class Internet:
 
     def dns_queries(self):
         """The names the resolver was asked for."""
-        return [line.split("]", 1)[1].split()[0] for line in self._read(self.dns_log).splitlines()
-                if "query[" in line]
+        # "Dec  1 15:07:29 dnsmasq[123]: query[A] a.test from 198.18.0.1"
+        return [m.group(1) for m in re.finditer(r"query\[\w+\] (\S+) from ", self._read(self.dns_log))]
 
     def close(self):
         for p in self.procs:

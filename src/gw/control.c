@@ -57,7 +57,7 @@ static json_t *log_entries(const struct gw_sandbox *s, size_t limit) {
         size_t first = (s->next_log + GW_LOG_MAX - n) % GW_LOG_MAX;
         for (size_t i = 0; a && i < n; i++) {
                 const struct gw_log_entry *e = &s->log[(first + i) % GW_LOG_MAX];
-                json_t *o = json_pack("{sIsssssss}", "ts_ms", (json_int_t) e->ts_ms, "kind", e->dns ? "dns" : "tcp",
+                json_t *o = json_pack("{sIssssss}", "ts_ms", (json_int_t) e->ts_ms, "kind", e->dns ? "dns" : "tcp",
                                       "action", e->allowed ? "allow" : "deny", "reason", e->reason);
                 if (!o)
                         continue;

@@ -332,10 +332,11 @@ static void sniff(struct conn *c) {
                         deny(c, h->host, "protocol upgrades are not allowed");
                         return;
                 }
-                /* the parser starts over on the whole stream in relay */
+                /* the parser starts over on the whole stream in relay
+                 * (h lives in the parser: the name is copied first) */
+                snprintf(c->name, sizeof c->name, "%s", h->host);
                 c->hp = http1_parser_free(c->hp);
                 c->hp = http1_parser_new();
-                snprintf(c->name, sizeof c->name, "%s", h->host);
                 if (!c->hp || check_http(c, b->data, b->len) < 0) {
                         reset_guest(c);
                         conn_free(c);

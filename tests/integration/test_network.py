@@ -1,0 +1,175 @@
+"""The sandbox's network through the egress gateway, against a test
+internet on this machine (tests/netlab.py): DNS, HTTP and TLS by name and
+by address under allow-all, deny-all and an allowlist, a policy changed
+while the sandbox runs, and the network log that says what was denied.
+Every refusal sits beside the same request made legitimately, which
+succeeds."""
+
+import os
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import netlab  # noqa: E402
+from netlab import ORIGIN, SINK  # noqa: E402
+
+HELLO = "hello from the test internet"
+
+
+@pytest.fixture
+def internet(tmp_path):
+    with netlab.Internet(str(tmp_path)) as net:
+        yield net
+
+
+def sh(a, sid, script, timeout_s=30):
+    out = a.exec(sid, ["sh", "-c", script], timeout_s=timeout_s)
+    return out["exit_code"], out["stdout"] + out["stderr"]
+
+
+def http_get(host, addr=None, path="/hello.txt"):
+    """A shell line: one HTTP/1.0 GET through busybox nc (the minimal
+    template has no curl), its output and then 'rc=N'."""
+    return (f"printf 'GET {path} HTTP/1.0\\r\\nHost: {host}\\r\\n\\r\\n' | nc -w 5 {addr or host} 80; "
+            "echo rc=$?")
+
+
+def net_log(a, sid):
+    return a.api("GET", f"/v1/sandboxes/{sid}/network/log")["entries"]
+
+
+def wait_log(a, sid, pred, what, timeout=10):
+    deadline = time.monotonic() + timeout
+    while True:
+        entries = net_log(a, sid)
+        if any(pred(e) for e in entries):
+            return entries
+        assert time.monotonic() < deadline, f"no network log entry {what}: {entries}"
+        time.sleep(0.1)
+
+
+def test_allow_all_reaches_the_internet_but_never_internal_addresses(airlock_factory, internet):
+    a = airlock_factory(prebuild="minimal", env=internet.env())
+    sid = a.create()["id"]
+    assert a.api("GET", f"/v1/sandboxes/{sid}/network")["mode"] == "allow-all"
+
+    # the control: a name resolves through the gateway, and HTTP reaches it
+    # by name and by address
+    _, out = sh(a, sid, "nslookup a.test")
+    assert ORIGIN in out, out
+    _, out = sh(a, sid, http_get("a.test"))
+    assert HELLO in out, out
+    _, out = sh(a, sid, http_get("a.test", ORIGIN))
+    assert HELLO in out, out
+
+    # the platform deny set: private, metadata, link-local, CGNAT, the
+    # gateway itself, the egress host -- refused at once, whatever the mode
+    for addr, why in [("10.0.0.1", "private"), ("169.254.169.254", "metadata"), ("169.254.1.1", "link-local"),
+                      ("100.64.0.1", "shared"), ("10.200.0.1", "private"), (netlab.EGRESS_ADDR, "own")]:
+        t0 = time.monotonic()
+        _, out = sh(a, sid, http_get("a.test", addr))
+        took = time.monotonic() - t0
+        assert HELLO not in out and "200 OK" not in out, (addr, out)
+        assert took < 5, f"{addr}: refused only after {took:.1f}s (a timeout, not a refusal)"
+        wait_log(a, sid, lambda e: e["action"] == "deny" and e.get("addr") == addr and e["kind"] == "tcp",
+                 f"denying {addr} ({why})")
+
+    # an upstream answer that rebinds a name to internal addresses: the
+    # addresses are dropped before the guest sees them
+    _, out = sh(a, sid, "nslookup internal.test; nslookup meta.test")
+    assert "10.0.0.5" not in out and "169.254.169.254" not in out, out
+    wait_log(a, sid, lambda e: e["kind"] == "dns" and e.get("name") == "internal.test" and e["action"] == "deny",
+             "dropping the rebound answer")
+    assert internet.sink_hits() == []
+
+
+def test_deny_all_refuses_everything_at_once_and_sends_nothing_upstream(airlock_factory, internet):
+    a = airlock_factory(prebuild="minimal", env=internet.env())
+    sid = a.create(network={"mode": "deny-all"})["id"]
+    assert a.api("GET", f"/v1/sandboxes/{sid}/network") == {"mode": "deny-all"}
+
+    t0 = time.monotonic()
+    _, out = sh(a, sid, "nslookup a.test; " + http_get("a.test", ORIGIN) + "; " + http_get("e.test", SINK))
+    assert time.monotonic() - t0 < 10, "refusals must not wait for timeouts"
+    assert ORIGIN not in out.split("rc=")[0].split("Address:")[-1] and HELLO not in out, out
+    # nothing about the name left the machine: the resolver never heard of it
+    assert "a.test" not in internet.dns_queries()
+    assert internet.sink_hits() == []
+    entries = net_log(a, sid)
+    assert any(e["kind"] == "dns" and e.get("name") == "a.test" and e["action"] == "deny" for e in entries), entries
+    assert any(e["kind"] == "tcp" and e.get("addr") == ORIGIN and "deny-all" in e["reason"] for e in entries), entries
+
+    # the control, in the same sandbox: the policy changes while it runs,
+    # and new connections follow within a second
+    assert a.api("PUT", f"/v1/sandboxes/{sid}/network", {"mode": "allow-all"})["mode"] == "allow-all"
+    deadline = time.monotonic() + 1.0
+    while True:
+        _, out = sh(a, sid, http_get("a.test", ORIGIN))
+        if HELLO in out:
+            break
+        assert time.monotonic() < deadline + 5, f"allow-all not in force: {out}"
+    _, out = sh(a, sid, "nslookup a.test")
+    assert ORIGIN in out, out
+    assert "a.test" in internet.dns_queries()
+
+
+def test_allowlist_decides_on_names_the_gateway_resolved(airlock_factory, internet):
+    a = airlock_factory(prebuild="minimal", env=internet.env())
+    sid = a.create(network={"allow": [{"host": "a.test"}]})["id"]
+    policy = a.api("GET", f"/v1/sandboxes/{sid}/network")
+    assert policy["mode"] == "allowlist" and policy["allow"][0]["host"] == "a.test", policy
+
+    # the control: the allowed name, resolved through the gateway
+    _, out = sh(a, sid, "nslookup a.test && " + http_get("a.test"))
+    assert HELLO in out, out
+
+    # a name outside the policy: refused locally, nothing asked upstream
+    # (no tunnel through queries either)
+    _, out = sh(a, sid, "nslookup e.test; nslookup aGVsbG8gd29ybGQ.e.test")
+    assert SINK not in out, out
+    assert not any(q.endswith("e.test") for q in internet.dns_queries()), internet.dns_queries()
+
+    # the allowed name pointed at another address by the guest (its own
+    # /etc/hosts, a forged answer): the gateway never resolved it there
+    _, out = sh(a, sid, http_get("a.test", SINK))
+    assert "rc=" in out and HELLO not in out
+    wait_log(a, sid, lambda e: e["action"] == "deny" and e.get("addr") == SINK and e.get("name") == "a.test",
+             "denying a.test at SINK")
+    # an address as Host, and a denied name at the allowed address
+    _, out = sh(a, sid, http_get(ORIGIN, ORIGIN) + "; " + http_get("e.test", ORIGIN))
+    assert HELLO not in out, out
+    assert out.count("403 Forbidden") == 2, out
+    # Host switched on a kept-alive connection: the first request is
+    # served, the second (a second later, on the same connection) is cut
+    two = ("(printf 'GET /hello.txt HTTP/1.1\\r\\nHost: a.test\\r\\n\\r\\n'; sleep 1; "
+           "printf 'GET /echo HTTP/1.1\\r\\nHost: e.test\\r\\n\\r\\n') | nc -w 5 a.test 80")
+    _, out = sh(a, sid, two)
+    assert HELLO in out and '"host": "e.test"' not in out, out
+    wait_log(a, sid, lambda e: e.get("name") == "e.test" and "kept-alive" in e["reason"], "cutting the Host switch")
+    # raw TCP to the allowed address on another port: only cidr rules allow that
+    _, out = sh(a, sid, f"echo x | nc -w 3 {ORIGIN} 5432; echo rc=$?")
+    assert internet.sink_hits() == []
+
+
+def test_a_restarted_gateway_serves_the_running_sandboxes_again(airlock_factory, internet):
+    a = airlock_factory(prebuild="minimal", env=internet.env())
+    sid = a.create(network={"allow": [{"host": "a.test"}]})["id"]
+    _, out = sh(a, sid, http_get("a.test"))
+    assert HELLO in out, out
+    old = a.pid_of("airlock-gw")
+    os.kill(old, 9)
+    # airlock-nodemgr starts another; the node attaches the sandbox to it,
+    # with its policy (e.test stays refused)
+    deadline = time.monotonic() + 15
+    while True:
+        _, out = sh(a, sid, "nslookup a.test >/dev/null && " + http_get("a.test"))
+        if HELLO in out:
+            break
+        assert time.monotonic() < deadline, f"no network after the gateway restarted: {out}"
+        time.sleep(0.2)
+    assert a.pid_of("airlock-gw") != old
+    _, out = sh(a, sid, "nslookup e.test; " + http_get("e.test", SINK))
+    assert SINK not in out.split("rc=")[0] and internet.sink_hits() == [], out
