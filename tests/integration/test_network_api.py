@@ -131,6 +131,21 @@ def test_sandbox_policies(airlock_factory):
     child = op["result"]["sandbox"]["id"]
     assert network(a, child) == want_new and node_network(a, child) == want_new
     assert network(a, listed) == want_new
+    # and its gateway enforces it from the start (no PUT since its VM began):
+    # the log, the gateway's, has the query its policy denies, also in the CLI
+    a.exec(child, ["sh", "-c", "nslookup denied.example.org >/dev/null 2>&1; true"], timeout_s=30)
+
+    def denied_query():
+        log = a.api("GET", f"/v1/sandboxes/{child}/network/log?limit=1000")["entries"]
+        return [e for e in log if e.get("name") == "denied.example.org" and e["kind"] == "dns" and
+                e["action"] == "deny" and e["reason"] == "no allow rule matches"]
+    wait_until(denied_query, "the denied query is not in the network log", a, timeout=30)
+    r = a.cli("net", "log", child, "--limit", "1000")
+    assert r.returncode == 0, r.stderr
+    rows = [l.split(None, 4) for l in r.stdout.decode().splitlines()]
+    assert rows[0] == ["TIME", "KIND", "DESTINATION", "ACTION", "REASON"], rows
+    assert any(row[1] == "dns" and row[2] in ("denied.example.org", "denied.example.org:53") and row[3] == "deny"
+               for row in rows[1:]), rows
     assert a.request("DELETE", f"/v1/sandboxes/{child}")[0] == 204
 
     # stopped: the log needs a VM; a PUT is stored, and the start runs under it
@@ -154,20 +169,6 @@ def test_sandbox_policies(airlock_factory):
     assert a.api("PUT", f"/v1/sandboxes/{deny}/network", DENY_ALL) == DENY_ALL
     assert node_network(a, deny) == DENY_ALL
 
-    # the log is the gateway's: a query the policy denies shows up, also in the CLI
-    a.exec(deny, ["sh", "-c", "nslookup denied.example.org >/dev/null 2>&1; true"], timeout_s=30)
-
-    def denied_query():
-        log = a.api("GET", f"/v1/sandboxes/{deny}/network/log?limit=1000")["entries"]
-        return [e for e in log if e.get("name") == "denied.example.org" and e["kind"] == "dns" and
-                e["action"] == "deny"]
-    wait_until(denied_query, "the denied query is not in the network log", a, timeout=30)
-    r = a.cli("net", "log", deny, "--limit", "1000")
-    assert r.returncode == 0, r.stderr
-    rows = [l.split(None, 4) for l in r.stdout.decode().splitlines()]
-    assert rows[0] == ["TIME", "KIND", "DESTINATION", "ACTION", "REASON"], rows
-    assert any(row[1] == "dns" and row[2] in ("denied.example.org", "denied.example.org:53") and row[3] == "deny"
-               for row in rows[1:]), rows
 
     # the node's copy survives a node restart (its record), the VM adopted
     with open(os.path.join(a.data_dir, "sandboxes", listed, "sandbox.json")) as f:
