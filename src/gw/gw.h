@@ -44,6 +44,8 @@ struct gw_log_entry {
         char reason[96];
 };
 
+struct conn;
+
 struct gw_sandbox {
         char id[GW_ID_MAX + 1];
         unsigned execution;
@@ -53,6 +55,7 @@ struct gw_sandbox {
         int tcp_fd, dns_fd;
         struct loop_watch *tcp_watch, *dns_watch;
         unsigned n_conns, n_pending;
+        struct conn *conns; /* open TCP connections (relay.c): they end with the attachment */
         double dns_tokens;
         uint64_t dns_tokens_at;
         struct gw_binding *bindings; /* a ring of GW_BINDINGS_MAX */
@@ -84,6 +87,8 @@ void gw_dns_readable(int fd, uint32_t events, void *userdata);
 
 /* ---- relay.c: the guest's TCP connections ---- */
 void gw_relay_accept(int fd, uint32_t events, void *userdata);
+/* Ends every connection of s (its VM is gone, or replaced). */
+void gw_relay_close_all(struct gw_sandbox *s);
 int gw_relay_init(void);
 
 /* ---- control.c: the node's requests ---- */

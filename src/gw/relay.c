@@ -65,6 +65,7 @@ struct conn {
         struct buf g2u, u2g;      /* guest -> upstream (the sniffed bytes first), and back */
         bool g_eof, u_eof;        /* read side ended */
         bool g_shut, u_shut;      /* write side shut after the other's EOF */
+        struct conn *prev, *next; /* the sandbox's connections */
 };
 
 int gw_relay_init(void) {
@@ -72,6 +73,12 @@ int gw_relay_init(void) {
 }
 
 static void conn_free(struct conn *c) {
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                c->sb->conns = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
         loop_watch_remove(c->g_watch);
         loop_watch_remove(c->u_watch);
         loop_timer_cancel(c->timer);
@@ -396,6 +403,13 @@ static void upstream_event(int fd, uint32_t events, void *userdata) {
         relay_io(c, false, events);
 }
 
+void gw_relay_close_all(struct gw_sandbox *s) {
+        while (s->conns) {
+                reset_guest(s->conns);
+                conn_free(s->conns);
+        }
+}
+
 void gw_relay_accept(int fd, uint32_t events, void *userdata) {
         struct gw_sandbox *s = userdata;
         for (int i = 0; i < 16; i++) {
@@ -423,6 +437,10 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata) {
                 *c = (struct conn){ .sb = s, .g_fd = g, .u_fd = -1, .dst = dst, .g2u.data = b1, .u2g.data = b2 };
                 gw_sandbox_ref(s);
                 s->n_conns++;
+                c->next = s->conns;
+                if (s->conns)
+                        s->conns->prev = c;
+                s->conns = c;
                 int one = 1;
                 (void) setsockopt(g, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                 if (loop_watch_add(gw_loop, g, EPOLLIN, guest_event, c, &c->g_watch) < 0) {

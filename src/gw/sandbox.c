@@ -95,6 +95,7 @@ void gw_sandbox_detach(struct gw_sandbox *s) {
                         break;
                 }
         s->detached = true;
+        gw_relay_close_all(s);
         loop_watch_remove(s->tcp_watch);
         loop_watch_remove(s->dns_watch);
         s->tcp_watch = s->dns_watch = NULL;

@@ -337,9 +337,12 @@ struct pidfd_info_v0 {
 static int foreign_exit_status(int pidfd, int *ret) {
         for (int i = 0; i < 50; i++) {
                 struct pidfd_info_v0 info = { .mask = PIDFD_INFO_EXIT_ };
-                if (ioctl(pidfd, PIDFD_GET_INFO_V0, &info) < 0)
+                /* ESRCH: gone, but its exit not published yet (a VM whose
+                 * exit closes a tap takes a moment longer): ask again */
+                int k = ioctl(pidfd, PIDFD_GET_INFO_V0, &info);
+                if (k < 0 && errno != ESRCH)
                         return negative_errno();
-                if (info.mask & PIDFD_INFO_EXIT_) {
+                if (k >= 0 && (info.mask & PIDFD_INFO_EXIT_)) {
                         *ret = info.exit_code;
                         return 0;
                 }

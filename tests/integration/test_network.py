@@ -173,3 +173,27 @@ def test_a_restarted_gateway_serves_the_running_sandboxes_again(airlock_factory,
     assert a.pid_of("airlock-gw") != old
     _, out = sh(a, sid, "nslookup e.test; " + http_get("e.test", SINK))
     assert SINK not in out.split("rc=")[0] and internet.sink_hits() == [], out
+
+
+def test_tls_is_decided_by_its_sni_where_names_decide(airlock_factory, internet):
+    """Passed-through TLS under an allowlist: the SNI must be an allowed name
+    the gateway resolved to that address (curl -k: the origin's test CA is
+    not the guest's; the decision, not the certificate, is what is tested
+    here)."""
+    a = airlock_factory(prebuild="minimal,python", env=internet.env())
+    sid = a.create(template="python", network={"allow": [{"host": "a.test"}]})["id"]
+    # the control
+    _, out = sh(a, sid, "curl -sSk --max-time 10 https://a.test/hello.txt")
+    assert HELLO in out, out
+    # the allowed SNI sent to another address, and a denied SNI
+    for cmd in ("curl -sSk --max-time 10 --resolve a.test:443:198.18.0.66 https://a.test/hello.txt",
+                f"curl -sSk --max-time 10 --resolve e.test:443:{ORIGIN} https://e.test/hello.txt",
+                f"curl -sSk --max-time 10 https://{ORIGIN}/hello.txt"):
+        t0 = time.monotonic()
+        code, out = sh(a, sid, cmd)
+        assert code != 0 and HELLO not in out, (cmd, out)
+        assert time.monotonic() - t0 < 8, f"{cmd}: refused only by a timeout"
+    entries = net_log(a, sid)
+    assert any(e.get("name") == "a.test" and e.get("addr") == SINK and e["action"] == "deny" for e in entries), entries
+    assert any(e.get("name") == "e.test" and e["action"] == "deny" for e in entries), entries
+    assert internet.sink_hits() == []

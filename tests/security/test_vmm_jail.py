@@ -144,16 +144,24 @@ def test_every_vmm_is_jailed(airlock):
         assert 256 << 20 < mem <= 1 << 30, cg
         assert cg["pids.max"] == "256"
         assert cg.get("cpu.max", "") == "100000 100000" or cg.get("cpu.cfs_quota_us") == "100000", cg
-        # no fd open to anything unexpected
+        # its network namespace holds its tap and loopback, nothing else
+        # (lib/vmnet; the egress gateway serves the tap)
+        with open(f"/proc/{pid}/net/dev") as f:
+            devs = sorted(line.split(":")[0].strip() for line in f.readlines()[2:])
+        assert devs == ["lo", "tap0"], devs
+        # no fd open to anything unexpected: the tap's queue is the one device beyond the jail's
+        taps = 0
         for fd in os.listdir(f"/proc/{pid}/fd"):
             try:
                 target = os.readlink(f"/proc/{pid}/fd/{fd}")
             except OSError:
                 continue
+            taps += target == "/dev/net/tun"
             ok = (target.startswith(("socket:", "pipe:", "anon_inode:", "/memfd:airlock-template-ram"))
-                  or target in ("/dev/null", "/dev/urandom", "/dev/random", "/dev/kvm")
+                  or target in ("/dev/null", "/dev/urandom", "/dev/random", "/dev/kvm", "/dev/net/tun")
                   or target.startswith(run_dir + "/"))
             assert ok, f"fd {fd} of {pid}: {target}"
+        assert taps == 1, f"{taps} tap fds in {pid}"
     assert uids[0] != uids[1]
     for s in sids:  # and they work
         assert a.exec(s, ["echo", "ok"])["stdout"] == "ok\n"
