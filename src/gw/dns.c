@@ -28,29 +28,48 @@
 #define DNS_BUF 1232
 #define DNS_TTL_CAP_S 300
 
+/* Who asked: a UDP datagram's sender, or a TCP connection (one query,
+ * answered with its length prefix, then closed). */
+struct peer {
+        struct sockaddr_in udp;
+        int tcp_fd; /* -1 for UDP */
+};
+
 struct pending {
         struct gw_sandbox *sb;
         int fd;
         struct loop_watch *watch;
         struct loop_timer *timer;
-        struct sockaddr_in guest;
+        struct peer guest;
         struct dnsmsg_query q;
         uint16_t id;
 };
 
-static void reply_raw(struct gw_sandbox *s, const struct sockaddr_in *to, const uint8_t *buf, size_t len) {
-        if (s->dns_fd >= 0)
-                (void) sendto(s->dns_fd, buf, len, MSG_DONTWAIT, (const struct sockaddr *) to, sizeof *to);
+static void reply_raw(struct gw_sandbox *s, struct peer *to, const uint8_t *buf, size_t len) {
+        if (to->tcp_fd >= 0) {
+                uint8_t msg[2 + DNS_BUF];
+                msg[0] = (uint8_t) (len >> 8);
+                msg[1] = (uint8_t) len;
+                memcpy(msg + 2, buf, MIN(len, (size_t) DNS_BUF));
+                (void) send(to->tcp_fd, msg, 2 + MIN(len, (size_t) DNS_BUF), MSG_DONTWAIT | MSG_NOSIGNAL);
+                to->tcp_fd = safe_close(to->tcp_fd);
+        } else if (s->dns_fd >= 0)
+                (void) sendto(s->dns_fd, buf, len, MSG_DONTWAIT, (const struct sockaddr *) &to->udp, sizeof to->udp);
 }
 
-static void reply_rcode(struct gw_sandbox *s, const struct sockaddr_in *to, const struct dnsmsg_query *q, int rcode) {
+static void reply_rcode(struct gw_sandbox *s, struct peer *to, const struct dnsmsg_query *q, int rcode) {
         uint8_t out[DNS_BUF];
         size_t len;
         if (dnsmsg_reply_rcode(q, rcode, out, sizeof out, &len) >= 0)
                 reply_raw(s, to, out, len);
 }
 
+static size_t reply_size(const struct peer *to, const struct dnsmsg_query *q) {
+        return to->tcp_fd >= 0 ? DNS_BUF : dnsmsg_query_udp_size(q);
+}
+
 static void pending_free(struct pending *p) {
+        safe_close(p->guest.tcp_fd);
         loop_watch_remove(p->watch);
         loop_timer_cancel(p->timer);
         safe_close(p->fd);
@@ -112,7 +131,7 @@ static void upstream_readable(int fd, uint32_t events, void *userdata) {
                                "answer addresses in the platform deny set dropped");
         uint8_t out[DNS_BUF];
         size_t len;
-        if (dnsmsg_reply_build(&p->q, &a, DNS_TTL_CAP_S, out, dnsmsg_query_udp_size(&p->q), &len) >= 0)
+        if (dnsmsg_reply_build(&p->q, &a, DNS_TTL_CAP_S, out, reply_size(&p->guest, &p->q), &len) >= 0)
                 reply_raw(p->sb, &p->guest, out, len);
         pending_free(p);
 }
@@ -128,7 +147,7 @@ static bool take_token(struct gw_sandbox *s) {
         return true;
 }
 
-static void resolve(struct gw_sandbox *s, const struct sockaddr_in *guest, const struct dnsmsg_query *q) {
+static void resolve(struct gw_sandbox *s, struct peer *guest, const struct dnsmsg_query *q) {
         if (s->n_pending >= GW_DNS_PENDING_MAX) {
                 reply_rcode(s, guest, q, DNSMSG_RCODE_REFUSED);
                 return;
@@ -139,6 +158,7 @@ static void resolve(struct gw_sandbox *s, const struct sockaddr_in *guest, const
         p->fd = -1;
         p->q = *q;
         p->guest = *guest;
+        guest->tcp_fd = -1; /* the pending query's now */
         p->sb = s;
         gw_sandbox_ref(s);
         s->n_pending++;
@@ -159,9 +179,46 @@ static void resolve(struct gw_sandbox *s, const struct sockaddr_in *guest, const
                 r = loop_timer_add(gw_loop, DNS_TIMEOUT_MS, pending_timeout, p, &p->timer);
         if (r < 0) {
                 log_warn_errno(r, "sandbox=%s cannot ask the upstream resolver: %m", s->id);
-                reply_rcode(s, guest, q, DNSMSG_RCODE_SERVFAIL);
+                reply_rcode(s, &p->guest, q, DNSMSG_RCODE_SERVFAIL);
                 pending_free(p);
         }
+}
+
+/* One query from the guest: answered here, or sent upstream. */
+static void query(struct gw_sandbox *s, struct peer *from, const uint8_t *buf, size_t n) {
+        struct dnsmsg_query q;
+        int r = dnsmsg_query_parse(buf, n, &q);
+        if (r < 0)
+                return;
+        if (!take_token(s)) {
+                reply_rcode(s, from, &q, DNSMSG_RCODE_REFUSED);
+                return;
+        }
+        if (r > 0) {
+                reply_rcode(s, from, &q, r);
+                gw_sandbox_log(s, true, false, q.name, (struct in_addr){ 0 }, 53, q.reason ?: "refused");
+                return;
+        }
+        struct netpolicy_decision d;
+        if (!netpolicy_check_name(s->policy, q.name, 0, &d)) {
+                char why[NETPOLICY_DECISION_STRING_MAX];
+                (void) netpolicy_decision_format(&d, why, sizeof why);
+                /* answered here; nothing about the name leaves the machine */
+                reply_rcode(s, from, &q, DNSMSG_RCODE_REFUSED);
+                gw_sandbox_log(s, true, false, q.name, (struct in_addr){ 0 }, 53, why);
+                return;
+        }
+        if (q.qtype != DNSMSG_TYPE_A) {
+                reply_rcode(s, from, &q, DNSMSG_RCODE_NOERROR); /* no IPv6, no other records */
+                return;
+        }
+        resolve(s, from, &q);
+}
+
+void gw_dns_tcp(struct gw_sandbox *s, int fd, const uint8_t *msg, size_t len) {
+        struct peer p = { .tcp_fd = fd };
+        query(s, &p, msg, len);
+        safe_close(p.tcp_fd); /* unanswered (malformed): closed */
 }
 
 void gw_dns_readable(int fd, uint32_t events, void *userdata) {
@@ -169,39 +226,13 @@ void gw_dns_readable(int fd, uint32_t events, void *userdata) {
         /* a few per wakeup: one sandbox cannot starve the others */
         for (int i = 0; i < 16; i++) {
                 uint8_t buf[DNS_BUF];
-                struct sockaddr_in from;
-                socklen_t fl = sizeof from;
-                ssize_t n = recvfrom(fd, buf, sizeof buf, MSG_DONTWAIT, (struct sockaddr *) &from, &fl);
+                struct peer from = { .tcp_fd = -1 };
+                socklen_t fl = sizeof from.udp;
+                ssize_t n = recvfrom(fd, buf, sizeof buf, MSG_DONTWAIT, (struct sockaddr *) &from.udp, &fl);
                 if (n < 0)
                         return;
-                if (fl != sizeof from || from.sin_family != AF_INET)
+                if (fl != sizeof from.udp || from.udp.sin_family != AF_INET)
                         continue;
-                struct dnsmsg_query q;
-                int r = dnsmsg_query_parse(buf, (size_t) n, &q);
-                if (r < 0)
-                        continue;
-                if (!take_token(s)) {
-                        reply_rcode(s, &from, &q, DNSMSG_RCODE_REFUSED);
-                        continue;
-                }
-                if (r > 0) {
-                        reply_rcode(s, &from, &q, r);
-                        gw_sandbox_log(s, true, false, q.name, (struct in_addr){ 0 }, 53, q.reason ?: "refused");
-                        continue;
-                }
-                struct netpolicy_decision d;
-                if (!netpolicy_check_name(s->policy, q.name, 0, &d)) {
-                        char why[NETPOLICY_DECISION_STRING_MAX];
-                        (void) netpolicy_decision_format(&d, why, sizeof why);
-                        /* answered here; nothing about the name leaves the machine */
-                        reply_rcode(s, &from, &q, DNSMSG_RCODE_REFUSED);
-                        gw_sandbox_log(s, true, false, q.name, (struct in_addr){ 0 }, 53, why);
-                        continue;
-                }
-                if (q.qtype != DNSMSG_TYPE_A) {
-                        reply_rcode(s, &from, &q, DNSMSG_RCODE_NOERROR); /* no IPv6, no other records */
-                        continue;
-                }
-                resolve(s, &from, &q);
+                query(s, &from, buf, (size_t) n);
         }
 }

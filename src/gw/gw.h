@@ -84,6 +84,9 @@ size_t gw_sandbox_count(void);
 
 /* ---- dns.c: the guest's resolver ---- */
 void gw_dns_readable(int fd, uint32_t events, void *userdata);
+/* A query that came over TCP (to the gateway's port 53; msg without its
+ * length prefix); takes fd, answers on it and closes it. */
+void gw_dns_tcp(struct gw_sandbox *s, int fd, const uint8_t *msg, size_t len);
 
 /* ---- relay.c: the guest's TCP connections ---- */
 void gw_relay_accept(int fd, uint32_t events, void *userdata);

@@ -36,12 +36,14 @@
 #include "log.h"
 #include "macros.h"
 #include "tlshello.h"
+#include "vmnet.h"
 
 #define RELAY_BUF (64u << 10)
 #define SNIFF_TIMEOUT_MS 10000
 #define CONNECT_TIMEOUT_MS 10000
 
 enum conn_state {
+        CONN_DNS, /* DNS over TCP to the gateway: one length-prefixed query */
         CONN_SNIFF,
         CONN_CONNECTING,
         CONN_RELAY,
@@ -223,7 +225,7 @@ static void upstream_event(int fd, uint32_t events, void *userdata);
 static void timeout(void *userdata) {
         struct conn *c = userdata;
         c->timer = NULL;
-        deny(c, c->name, c->state == CONN_SNIFF ? "no request within 10 s" : "the destination did not answer");
+        deny(c, c->name, c->state == CONN_CONNECTING ? "the destination did not answer" : "no request within 10 s");
 }
 
 static void start_connect(struct conn *c) {
@@ -370,9 +372,45 @@ static void sniff(struct conn *c) {
         decide_addr(c);
 }
 
+/* DNS over TCP (a truncated answer's retry): the query is read here, the
+ * resolver (dns.c) takes the connection. */
+static void dns_read(struct conn *c) {
+        struct buf *b = &c->g2u;
+        ssize_t n = read(c->g_fd, b->data + b->len, 2 + 1232 - b->len);
+        if (n <= 0) {
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                        return;
+                conn_free(c);
+                return;
+        }
+        b->len += (size_t) n;
+        if (b->len < 2)
+                return;
+        size_t want = (size_t) b->data[0] << 8 | b->data[1];
+        if (want == 0 || want > 1232) {
+                reset_guest(c);
+                conn_free(c);
+                return;
+        }
+        if (b->len < 2 + want)
+                return;
+        struct gw_sandbox *s = c->sb;
+        int fd = TAKE_FD(c->g_fd);
+        uint8_t msg[1232];
+        memcpy(msg, b->data + 2, want);
+        loop_watch_remove(c->g_watch);
+        c->g_watch = NULL;
+        gw_sandbox_ref(s);
+        conn_free(c);
+        gw_dns_tcp(s, fd, msg, want);
+        gw_sandbox_unref(s);
+}
+
 static void guest_event(int fd, uint32_t events, void *userdata) {
         struct conn *c = userdata;
-        if (c->state == CONN_SNIFF)
+        if (c->state == CONN_DNS)
+                dns_read(c);
+        else if (c->state == CONN_SNIFF)
                 sniff(c);
         else if (c->state == CONN_RELAY)
                 relay_io(c, true, events);
@@ -445,6 +483,14 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata) {
                 (void) setsockopt(g, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                 if (loop_watch_add(gw_loop, g, EPOLLIN, guest_event, c, &c->g_watch) < 0) {
                         conn_free(c);
+                        continue;
+                }
+                struct in_addr gw_addr;
+                (void) inet_pton(AF_INET, VMNET_GATEWAY_ADDR, &gw_addr);
+                if (dst.sin_addr.s_addr == gw_addr.s_addr && ntohs(dst.sin_port) == VMNET_DNS_PORT) {
+                        c->state = CONN_DNS;
+                        if (loop_timer_add(gw_loop, SNIFF_TIMEOUT_MS, timeout, c, &c->timer) < 0)
+                                conn_free(c);
                         continue;
                 }
                 if (!netpolicy_needs_names(s->policy) && netpolicy_mode(s->policy) != NETPOLICY_ALLOWLIST) {

@@ -197,3 +197,39 @@ def test_tls_is_decided_by_its_sni_where_names_decide(airlock_factory, internet)
     assert any(e.get("name") == "a.test" and e.get("addr") == SINK and e["action"] == "deny" for e in entries), entries
     assert any(e.get("name") == "e.test" and e["action"] == "deny" for e in entries), entries
     assert internet.sink_hits() == []
+
+
+DNS_TCP = r"""
+import socket, struct, sys
+def ask(name):
+    q = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
+    s = socket.create_connection(("10.200.0.1", 53), timeout=5)
+    s.sendall(struct.pack(">H", len(q)) + q)
+    data = b""
+    while len(data) < 2 or len(data) < 2 + struct.unpack(">H", data[:2])[0]:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    r = data[2:]
+    rcode = r[3] & 15
+    # answers: TYPE A, CLASS IN, TTL, RDLENGTH 4, the address
+    addrs = [socket.inet_ntoa(r[i + 10:i + 14]) for i in range(12, len(r) - 13)
+             if r[i:i + 4] == b"\0\1\0\1" and r[i + 8:i + 10] == b"\0\4"]
+    print(name, "rcode", rcode, "addrs", addrs)
+for n in sys.argv[1:]:
+    ask(n)
+"""
+
+
+def test_dns_over_tcp_is_answered_by_the_gateway_under_the_same_policy(airlock_factory, internet):
+    """A truncated answer makes resolvers retry over TCP: the gateway
+    answers there too, with the same decisions."""
+    a = airlock_factory(prebuild="minimal,python", env=internet.env())
+    sid = a.create(template="python", network={"allow": [{"host": "a.test"}]})["id"]
+    a.put_file(sid, "/root/dnstcp.py", DNS_TCP.encode())
+    _, out = sh(a, sid, "python3 /root/dnstcp.py a.test e.test")
+    assert f"a.test rcode 0 addrs ['{ORIGIN}']" in out, out  # the control
+    assert "e.test rcode 5 addrs []" in out, out  # REFUSED, locally
+    assert "e.test" not in internet.dns_queries()
