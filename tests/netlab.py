@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -174,3 +175,41 @@ class Internet:
         self.procs = []
         for ns in (self.inet, self.egress):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+# ---- what a test does in a sandbox ----
+
+HELLO = "hello from the test internet"
+
+
+def sh(a, sid, script, timeout_s=30):
+    out = a.exec(sid, ["sh", "-c", script], timeout_s=timeout_s)
+    return out["exit_code"], out["stdout"] + out["stderr"]
+
+
+def http_get(host, addr=None, path="/hello.txt"):
+    """A shell line: one HTTP/1.0 GET through busybox nc (the minimal
+    template has no curl), its output and then 'rc=N'."""
+    return (f"printf 'GET {path} HTTP/1.0\\r\\nHost: {host}\\r\\n\\r\\n' | nc -w 5 {addr or host} 80; "
+            "echo rc=$?")
+
+
+def net_log(a, sid):
+    return a.api("GET", f"/v1/sandboxes/{sid}/network/log")["entries"]
+
+
+def wait_log(a, sid, pred, what, timeout=10):
+    deadline = time.monotonic() + timeout
+    while True:
+        entries = net_log(a, sid)
+        if any(pred(e) for e in entries):
+            return entries
+        assert time.monotonic() < deadline, f"no network log entry {what}: {entries}"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def internet(tmp_path):
+    """A test internet for one test (import it into the test module)."""
+    with Internet(str(tmp_path)) as net:
+        yield net

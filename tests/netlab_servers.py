@@ -4,8 +4,9 @@ inside its network namespace:
   ORIGIN:80   HTTP, files from --www (and /echo: the request's headers back)
   ORIGIN:443  the same over TLS, with a certificate for --tls-names from the
               test CA (--tls-cert/--tls-key)
-  SINK:*      every port of --sink-ports: records each connection (first
-              bytes included) as a JSON line in --sink-log, answers nothing
+  SINK:*      every port of --sink-ports (TCP) and --sink-udp-ports: records
+              each connection or datagram (first bytes included) as a JSON
+              line in --sink-log, answers nothing
 
 Each listener is up before "ready" is printed on stdout.
 """
@@ -73,6 +74,19 @@ def serve_sink(addr, port, log_path, lock):
     threading.Thread(target=loop, daemon=True).start()
 
 
+def serve_udp_sink(addr, port, log_path, lock):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((addr, port))
+
+    def loop():
+        while True:
+            data, peer = s.recvfrom(4096)
+            with lock, open(log_path, "a") as f:
+                f.write(json.dumps({"port": port, "udp": True, "peer": peer[0],
+                                    "data": data[:512].decode("latin-1"), "ts": time.time()}) + "\n")
+    threading.Thread(target=loop, daemon=True).start()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--origin", required=True)
@@ -80,7 +94,8 @@ def main():
     p.add_argument("--tls-cert", required=True)
     p.add_argument("--tls-key", required=True)
     p.add_argument("--sink", required=True)
-    p.add_argument("--sink-ports", default="80,443,22,5432")
+    p.add_argument("--sink-ports", default="80,443,22,53,853,5432")
+    p.add_argument("--sink-udp-ports", default="53,123,443,5353")
     p.add_argument("--sink-log", required=True)
     a = p.parse_args()
     serve_http(a.origin, 80, a.www)
@@ -90,6 +105,8 @@ def main():
     lock = threading.Lock()
     for port in a.sink_ports.split(","):
         serve_sink(a.sink, int(port), a.sink_log, lock)
+    for port in a.sink_udp_ports.split(","):
+        serve_udp_sink(a.sink, int(port), a.sink_log, lock)
     print("ready", flush=True)
     while True:
         time.sleep(3600)

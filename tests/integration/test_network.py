@@ -9,47 +9,10 @@ import os
 import sys
 import time
 
-import pytest
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import netlab  # noqa: E402
-from netlab import ORIGIN, SINK  # noqa: E402
-
-HELLO = "hello from the test internet"
-
-
-@pytest.fixture
-def internet(tmp_path):
-    with netlab.Internet(str(tmp_path)) as net:
-        yield net
-
-
-def sh(a, sid, script, timeout_s=30):
-    out = a.exec(sid, ["sh", "-c", script], timeout_s=timeout_s)
-    return out["exit_code"], out["stdout"] + out["stderr"]
-
-
-def http_get(host, addr=None, path="/hello.txt"):
-    """A shell line: one HTTP/1.0 GET through busybox nc (the minimal
-    template has no curl), its output and then 'rc=N'."""
-    return (f"printf 'GET {path} HTTP/1.0\\r\\nHost: {host}\\r\\n\\r\\n' | nc -w 5 {addr or host} 80; "
-            "echo rc=$?")
-
-
-def net_log(a, sid):
-    return a.api("GET", f"/v1/sandboxes/{sid}/network/log")["entries"]
-
-
-def wait_log(a, sid, pred, what, timeout=10):
-    deadline = time.monotonic() + timeout
-    while True:
-        entries = net_log(a, sid)
-        if any(pred(e) for e in entries):
-            return entries
-        assert time.monotonic() < deadline, f"no network log entry {what}: {entries}"
-        time.sleep(0.1)
-
+from netlab import HELLO, ORIGIN, SINK, http_get, internet, net_log, sh, wait_log  # noqa: E402,F401
 
 def test_allow_all_reaches_the_internet_but_never_internal_addresses(airlock_factory, internet):
     a = airlock_factory(prebuild="minimal", env=internet.env())
