@@ -222,9 +222,18 @@ static void relay_io(struct conn *c, bool guest_side, uint32_t events) {
 static void guest_event(int fd, uint32_t events, void *userdata);
 static void upstream_event(int fd, uint32_t events, void *userdata);
 
+static void decide_addr(struct conn *c);
+
 static void timeout(void *userdata) {
         struct conn *c = userdata;
         c->timer = NULL;
+        /* the guest said nothing: a protocol where the server speaks first
+         * (SSH, SMTP), decided by address like any raw TCP; but a head begun
+         * and never finished is no way around a name rule */
+        if (c->state == CONN_SNIFF && c->g2u.len == 0) {
+                decide_addr(c);
+                return;
+        }
         deny(c, c->name, c->state == CONN_CONNECTING ? "the destination did not answer" : "no request within 10 s");
 }
 
@@ -356,9 +365,13 @@ static void sniff(struct conn *c) {
                 decide_name(c, name);
                 return;
         }
-        if (r >= 0 && ev.type == HTTP1_EV_NEED_MORE && b->len < TLSHELLO_BUF_MAX) {
+        if (r >= 0 && ev.type == HTTP1_EV_NEED_MORE) {
                 c->hp = http1_parser_free(c->hp);
-                return; /* maybe more of a head */
+                if (b->len < TLSHELLO_BUF_MAX)
+                        return; /* maybe more of a head */
+                c->http = true; /* fail closed: a name was due and none came */
+                deny(c, "", "no complete request head in the first 16 KiB");
+                return;
         }
         /* neither TLS nor HTTP (or a refused request): by address */
         bool looked_http = r < 0 && http1_parser_status(c->hp) != 400;
@@ -495,6 +508,15 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata) {
                 }
                 if (!netpolicy_needs_names(s->policy) && netpolicy_mode(s->policy) != NETPOLICY_ALLOWLIST) {
                         decide_addr(c); /* allow-all or deny-all: the address decides */
+                        continue;
+                }
+                /* a cidr rule admits any protocol: nothing to read first */
+                struct in6_addr a6 = { .s6_addr = { [10] = 0xff, [11] = 0xff } };
+                memcpy(&a6.s6_addr[12], &dst.sin_addr, 4);
+                struct netpolicy_decision d;
+                if (netpolicy_check_addr(s->policy, &gw_config.platform, &a6, ntohs(dst.sin_port), &d) &&
+                    d.reason == NETPOLICY_REASON_ALLOW_RULE) {
+                        start_connect(c);
                         continue;
                 }
                 c->state = CONN_SNIFF;

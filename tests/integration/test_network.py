@@ -196,3 +196,23 @@ def test_dns_over_tcp_is_answered_by_the_gateway_under_the_same_policy(airlock_f
     assert f"a.test rcode 0 addrs ['{ORIGIN}']" in out, out  # the control
     assert "e.test rcode 5 addrs []" in out, out  # REFUSED, locally
     assert "e.test" not in internet.dns_queries()
+
+
+def test_cidr_rules_admit_raw_tcp_at_once(airlock_factory, internet):
+    """A cidr rule admits any protocol to its addresses and ports, also one
+    where the server speaks first: the gateway does not wait for the guest's
+    first bytes there."""
+    a = airlock_factory(prebuild="minimal", env=internet.env())
+    sid = a.create(network={"allow": [{"host": "a.test"}, {"cidr": f"{SINK}/32", "ports": [22]}]})["id"]
+    policy = a.api("GET", f"/v1/sandboxes/{sid}/network")
+    assert {"cidr": f"{SINK}/32", "ports": [22]} in policy["allow"], policy
+    # the guest connects and says nothing (as a client of a server-first
+    # protocol waits for a banner): SINK has the connection meanwhile (its
+    # read of the first bytes times out after 2 s and records none)
+    sh(a, sid, f"(sleep 4; echo late) | nc -w 6 {SINK} 22")
+    hits = [h for h in internet.sink_hits() if h["port"] == 22]
+    assert hits and hits[0]["data"] == "", hits
+    # the same address on a port no rule names
+    sh(a, sid, f"echo other-port | nc -w 3 {SINK} 80")
+    assert not any(h["port"] == 80 for h in internet.sink_hits()), internet.sink_hits()
+    assert any(e.get("addr") == SINK and e.get("port") == 80 and e["action"] == "deny" for e in net_log(a, sid))
