@@ -44,7 +44,7 @@ fi
 # copy in /run/airlock/HASH instead (the same bytes: templates built from
 # either are the same).
 airlockd=$build/src/daemon/airlockd
-bins=(daemon/airlockd nodemgr/airlock-nodemgr node/airlock-node guest/airlock-guest)
+bins=(daemon/airlockd nodemgr/airlock-nodemgr node/airlock-node gw/airlock-gw guest/airlock-guest)
 if [ "$(id -u)" -eq 0 ] && [ "${AIRLOCK_PRIVSEP:-1}" != 0 ] &&
     ! setpriv --reuid=65534 --regid=65534 --clear-groups -- \
       sh -c 'test -x "$1" && test -r "$2"' sh "$build/src/node/airlock-node" "$here/images/kernel.sh" 2>/dev/null; then
@@ -61,6 +61,7 @@ if [ "$(id -u)" -eq 0 ] && [ "${AIRLOCK_PRIVSEP:-1}" != 0 ] &&
   echo "airlock: $here is not reachable by other users (airlockd's users exec its binaries); running a copy in $stage" >&2
   export AIRLOCK_NODEMGR_BINARY=${AIRLOCK_NODEMGR_BINARY:-$stage/airlock-nodemgr}
   export AIRLOCK_NODE_BINARY=${AIRLOCK_NODE_BINARY:-$stage/airlock-node}
+  export AIRLOCK_GW_BINARY=${AIRLOCK_GW_BINARY:-$stage/airlock-gw}
   export AIRLOCK_GUEST_BINARY=${AIRLOCK_GUEST_BINARY:-$stage/airlock-guest}
   export AIRLOCK_IMAGES_DIR=${AIRLOCK_IMAGES_DIR:-$stage/images}
   airlockd=$stage/airlockd

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -15,17 +16,32 @@
 #include "util.h"
 
 #define GW_REPLY_MAX (1u << 20) /* a network log of 1000 entries fits */
-#define GW_TIMEOUT_MS 5000
+#define GW_TIMEOUT_MS 2000 /* the gateway answers at once; a stuck one must not hold a create */
+#define GW_TICK_MS 1000
 
 static char *gw_socket;
 static int (*gw_reattach_all)(void);
 static pthread_mutex_t gw_lock = PTHREAD_MUTEX_INITIALIZER;
 static char gw_boot_id[64]; /* of the gateway last seen (gw_lock) */
 
+static void *tick_thread(void *userdata) {
+        for (;;) {
+                gwclient_tick();
+                struct timespec ts = { GW_TICK_MS / 1000, (GW_TICK_MS % 1000) * 1000000L };
+                nanosleep(&ts, NULL);
+        }
+        return NULL;
+}
+
 void gwclient_setup(const char *socket_path, int (*reattach_all)(void)) {
         free(gw_socket);
         gw_socket = socket_path && *socket_path ? strdup(socket_path) : NULL;
         gw_reattach_all = reattach_all;
+        /* its own thread: a gateway that does not answer (restarting, or
+         * given up) never holds the node's requests */
+        pthread_t t;
+        if (gw_socket && pthread_create(&t, NULL, tick_thread, NULL) == 0)
+                (void) pthread_detach(t);
 }
 
 bool gwclient_enabled(void) {

@@ -8,10 +8,10 @@
  * sandbox's policy (lib/netpolicy, canonical JSON text). One request per
  * connection on the gateway's socket, in lib/mgr framing (JSON + fds).
  *
- * A gateway that restarts has lost its sandboxes: gwclient_tick() (the
- * node's housekeeping, about every second) notices its new boot id and calls
- * the reattach function for every running sandbox, which makes new sockets
- * (vmm_net_listen) and attaches again.
+ * A gateway that restarts has lost its sandboxes: gwclient_tick() (on a
+ * thread of its own, every second) notices its new boot id and calls the
+ * reattach function, which makes new sockets for every running sandbox
+ * (vmm_net_listen) and attaches them again.
  *
  * Every function is thread-safe and returns 0 or a negative errno (-ENOENT:
  * the gateway does not know that sandbox; -ENOTCONN: no gateway configured or
@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 /* AIRLOCK_GW_SOCKET: where the gateway listens; unset: no gateway (VMs get
- * their NIC, but nothing serves it: every connection is refused). */
+ * their NIC, but nothing serves it). Starts the thread of gwclient_tick(). */
 void gwclient_setup(const char *socket_path, int (*reattach_all)(void));
 bool gwclient_enabled(void);
 
@@ -44,5 +44,5 @@ int gwclient_detach(const char *sandbox_id, const char *ctx);
  * "port"?,"action":"allow"|"deny","reason"}. */
 int gwclient_log(const char *sandbox_id, unsigned limit, json_t **ret_entries, const char *ctx);
 
-/* Housekeeping: pings the gateway; after it restarted, reattaches all. */
+/* Pings the gateway; after it restarted, reattaches all (the thread's). */
 void gwclient_tick(void);

@@ -85,7 +85,6 @@ static int serve(int listen_fd, const struct node_config *cfg) {
                 if (p[0].revents & POLLIN)
                         server_accept(listen_fd, cfg);
                 session_gc();
-                gwclient_tick();
         }
 }
 

@@ -99,11 +99,24 @@ int gwprep_start(struct gwprep *g) {
                 if (privsep_drop(g->uid, g->gid) < 0 || prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
                         _exit(126);
                 execl(g->binary, g->binary, (char *) NULL);
+                /* no log_*() after fork; one write says why */
+                int e = errno;
+                dprintf(STDERR_FILENO, "level=error prog=airlock-nodemgr msg=\"cannot run %s as the gateway user: %s%s\"\n",
+                        g->binary, strerror(e),
+                        e == EACCES ? " (the binary and every directory above it must be reachable by other users)" : "");
                 _exit(127);
         }
         g->pid = pid;
         log_info("started airlock-gw pid=%d as uid %u", (int) pid, (unsigned) g->uid);
         return 0;
+}
+
+void gwprep_give_up(struct gwprep *g) {
+        /* the node's calls are refused at once instead of waiting in a
+         * backlog nobody accepts */
+        g->listen_fd = safe_close(g->listen_fd);
+        if (g->socket_path[0])
+                (void) unlink(g->socket_path);
 }
 
 void gwprep_stop(struct gwprep *g) {

@@ -36,5 +36,8 @@ struct gwprep {
 int gwprep_setup(const struct daemon_config *c, uid_t node_uid, gid_t node_gid, struct gwprep *ret);
 /* Starts it (again). -EAGAIN when it has been restarted too often. */
 int gwprep_start(struct gwprep *g);
+/* After it failed too often: its socket goes, so the node's calls fail at
+ * once (its sandboxes have no network until Airlock restarts). */
+void gwprep_give_up(struct gwprep *g);
 /* SIGTERM and reap (up to 5 s, then SIGKILL); the socket goes. */
 void gwprep_stop(struct gwprep *g);

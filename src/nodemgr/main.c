@@ -308,9 +308,11 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                         } else if (p == gw.pid) {
                                 log_error("airlock-gw pid=%d exited (%s)", (int) p, describe(status, how, sizeof how));
                                 gw.pid = -1;
-                                if (!stopping && gwprep_start(&gw) < 0)
+                                if (!stopping && gw.listen_fd >= 0 && gwprep_start(&gw) < 0) {
                                         log_error("airlock-gw keeps failing; sandboxes have no network until "
                                                   "Airlock restarts");
+                                        gwprep_give_up(&gw);
+                                }
                         } else if (p == node_pid) {
                                 log_error("airlock-node pid=%d exited (%s)", (int) p, describe(status, how, sizeof how));
                                 node_pid = -1;

@@ -216,3 +216,24 @@ def test_cidr_rules_admit_raw_tcp_at_once(airlock_factory, internet):
     sh(a, sid, f"echo other-port | nc -w 3 {SINK} 80")
     assert not any(h["port"] == 80 for h in internet.sink_hits()), internet.sink_hits()
     assert any(e.get("addr") == SINK and e.get("port") == 80 and e["action"] == "deny" for e in net_log(a, sid))
+
+
+def test_a_gateway_that_cannot_run_costs_the_network_not_the_node(airlock_factory, internet):
+    """airlock-nodemgr gives up on a gateway that keeps failing: the node
+    still answers at once and creates sandboxes (which have no network);
+    before, every node request waited on a socket nobody served."""
+    a = airlock_factory(prebuild="minimal", env={**internet.env(), "AIRLOCK_GW_BINARY": "/bin/false"})
+    deadline = time.monotonic() + 30
+    while "airlock-gw keeps failing" not in open(a.log_path, errors="replace").read():
+        assert time.monotonic() < deadline, "airlock-nodemgr did not give up on the gateway"
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    sid = a.create()["id"]
+    assert time.monotonic() - t0 < 10
+    t0 = time.monotonic()
+    for _ in range(5):
+        assert a.request("GET", "/v1/health", auth=False)[0] == 200
+    assert time.monotonic() - t0 < 2, "the node's requests wait on the gateway"
+    _, out = sh(a, sid, "nslookup -timeout=1 a.test; " + http_get("a.test", ORIGIN))
+    assert HELLO not in out and f"Address: {ORIGIN}" not in out, out
+    assert internet.sink_hits() == []
