@@ -116,8 +116,7 @@ static void upstream_readable(int fd, uint32_t events, void *userdata) {
                         dropped++;
                         continue;
                 }
-                struct in6_addr m = { .s6_addr = { [10] = 0xff, [11] = 0xff } };
-                memcpy(&m.s6_addr[12], &a.addr[i].v4, 4);
+                struct in6_addr m = gw_addr_v4(a.addr[i].v4);
                 if (netpolicy_platform_denied(&gw_config.platform, &m, NULL)) {
                         dropped++;
                         continue;

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "loop.h"
 #include "netpolicy.h"
@@ -66,6 +67,13 @@ struct gw_sandbox {
 };
 
 extern struct gw_config gw_config;
+
+/* An IPv4 address as lib/netpolicy takes addresses (IPv4-mapped). */
+static inline struct in6_addr gw_addr_v4(struct in_addr a) {
+        struct in6_addr m = { .s6_addr = { [10] = 0xff, [11] = 0xff } };
+        memcpy(&m.s6_addr[12], &a, 4);
+        return m;
+}
 extern struct loop *gw_loop;
 
 /* ---- sandbox.c: the registry ---- */

@@ -261,8 +261,7 @@ static void start_connect(struct conn *c) {
 
 /* Decides by address: no name, or a policy with no host rules. */
 static void decide_addr(struct conn *c) {
-        struct in6_addr a = { .s6_addr = { [10] = 0xff, [11] = 0xff } };
-        memcpy(&a.s6_addr[12], &c->dst.sin_addr, 4);
+        struct in6_addr a = gw_addr_v4(c->dst.sin_addr);
         struct netpolicy_decision d;
         if (!netpolicy_check_addr(c->sb->policy, &gw_config.platform, &a, ntohs(c->dst.sin_port), &d)) {
                 char why[NETPOLICY_DECISION_STRING_MAX];
@@ -275,8 +274,7 @@ static void decide_addr(struct conn *c) {
 
 static void decide_name(struct conn *c, const char *name) {
         snprintf(c->name, sizeof c->name, "%s", name);
-        struct in6_addr a = { .s6_addr = { [10] = 0xff, [11] = 0xff } };
-        memcpy(&a.s6_addr[12], &c->dst.sin_addr, 4);
+        struct in6_addr a = gw_addr_v4(c->dst.sin_addr);
         enum netpolicy_reason pr;
         if (netpolicy_platform_denied(&gw_config.platform, &a, &pr)) {
                 deny(c, name, netpolicy_reason_to_string(pr));
@@ -511,8 +509,7 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata) {
                         continue;
                 }
                 /* a cidr rule admits any protocol: nothing to read first */
-                struct in6_addr a6 = { .s6_addr = { [10] = 0xff, [11] = 0xff } };
-                memcpy(&a6.s6_addr[12], &dst.sin_addr, 4);
+                struct in6_addr a6 = gw_addr_v4(dst.sin_addr);
                 struct netpolicy_decision d;
                 if (netpolicy_check_addr(s->policy, &gw_config.platform, &a6, ntohs(dst.sin_port), &d) &&
                     d.reason == NETPOLICY_REASON_ALLOW_RULE) {

@@ -10,15 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "airlock-config.h"
 #include "log.h"
 #include "macros.h"
+#include "nodeprep.h"
 #include "privsep.h"
 #include "util.h"
 
@@ -50,22 +48,11 @@ int gwprep_setup(const struct daemon_config *c, uid_t node_uid, gid_t node_gid, 
         int n = snprintf(g.socket_path, sizeof g.socket_path, "%s/%s", dirname(run_dir), GWPREP_SOCKET_NAME);
         if (n < 0 || (size_t) n >= sizeof g.socket_path)
                 return log_error_errno(-ENAMETOOLONG, "The gateway's socket path is too long");
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        memcpy(sa.sun_path, g.socket_path, strlen(g.socket_path) + 1);
-        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
-                return negative_errno();
-        (void) unlink(g.socket_path);
-        mode_t old = umask(0177);
-        r = bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 ? negative_errno() : 0;
-        umask(old);
-        if (r == 0 && (chown(g.socket_path, 0, node_gid) < 0 || chmod(g.socket_path, 0660) < 0 || listen(fd, 64) < 0))
-                r = negative_errno();
-        if (r < 0)
-                return log_error_errno(r, "Failed to listen on %s: %m", g.socket_path);
-        if (setenv("AIRLOCK_GW_SOCKET", g.socket_path, 1) < 0)
-                return -ENOMEM;
-        g.listen_fd = TAKE_FD(fd);
+        if ((r = nodeprep_listen_at(g.socket_path, node_gid, &g.listen_fd)) < 0 ||
+            (r = setenv("AIRLOCK_GW_SOCKET", g.socket_path, 1) < 0 ? -ENOMEM : 0) < 0) {
+                gwprep_stop(&g);
+                return r;
+        }
         *ret = g;
         return 0;
 }

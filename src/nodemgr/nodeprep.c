@@ -155,25 +155,29 @@ int nodeprep_storage(const struct daemon_config *c, uid_t uid, gid_t gid, struct
         return 0;
 }
 
-int nodeprep_listen(const struct daemon_config *c, gid_t group, int *ret_fd) {
+int nodeprep_listen_at(const char *path, gid_t group, int *ret_fd) {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        size_t n = strlen(c->node_socket);
+        size_t n = strlen(path);
         if (n >= sizeof sa.sun_path)
-                return -ENAMETOOLONG;
-        memcpy(sa.sun_path, c->node_socket, n + 1);
+                return log_error_errno(-ENAMETOOLONG, "Socket path %s is too long", path);
+        memcpy(sa.sun_path, path, n + 1);
         _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return negative_errno();
-        (void) unlink(c->node_socket);
+        (void) unlink(path);
         mode_t old = umask(0177);
         int r = bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 ? negative_errno() : 0;
         umask(old);
-        if (r == 0 && (chown(c->node_socket, 0, group) < 0 || chmod(c->node_socket, 0660) < 0 || listen(fd, 128) < 0))
+        if (r == 0 && (chown(path, 0, group) < 0 || chmod(path, 0660) < 0 || listen(fd, 128) < 0))
                 r = negative_errno();
         if (r < 0)
-                return log_error_errno(r, "Failed to listen on %s: %m", c->node_socket);
+                return log_error_errno(r, "Failed to listen on %s: %m", path);
         *ret_fd = TAKE_FD(fd);
         return 0;
+}
+
+int nodeprep_listen(const struct daemon_config *c, gid_t group, int *ret_fd) {
+        return nodeprep_listen_at(c->node_socket, group, ret_fd);
 }
 
 int nodeprep_spawn(const struct daemon_config *c, uid_t uid, gid_t gid, int listen_fd, pid_t *ret_pid,

@@ -30,6 +30,8 @@ int nodeprep_storage(const struct daemon_config *c, uid_t uid, gid_t gid, struct
 /* The node's listening socket DATA_DIR/run/node.sock (0660, root:group), made
  * here because the node cannot write DATA_DIR/run. */
 int nodeprep_listen(const struct daemon_config *c, gid_t group, int *ret_fd);
+/* A listening Unix socket at path (0660, root:group), non-blocking. */
+int nodeprep_listen_at(const char *path, gid_t group, int *ret_fd);
 
 /* Starts the node as uid:gid with the listening socket as fd 3 and the
  * write end of a pipe as fd 4, on which it says it is ready. Returns the

@@ -214,7 +214,7 @@ static void test_query_local_answers(void **state) {
         query(&m, 0x4242, "", DNSMSG_TYPE_A, 0);
         assert_local(&m, DNSMSG_RCODE_REFUSED, "root");
 
-        /* not implemented: other opcodes (question unread) */
+        /* other opcodes: NOTIMP (RFC 1035), the question left unread */
         header(&m, 0x4242, RD | (2 << 11), 1, 0, 0, 0);
         question(&m, "a.test", DNSMSG_TYPE_A, DNSMSG_CLASS_IN);
         assert_local(&m, DNSMSG_RCODE_NOTIMP, "opcode");
