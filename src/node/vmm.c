@@ -686,7 +686,14 @@ static int ram_copy_make(int in, off_t size, int *ret) {
                 }
                 off = hole;
         }
-        if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
+        /* EBUSY: the kernel still holds references to pages just written
+         * (the copy's own, briefly): they drop in a moment */
+        int k;
+        for (int i = 0; (k = fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL)) < 0 &&
+                        errno == EBUSY && i < 50;
+             i++)
+                nanosleep(&(struct timespec){ 0, 10 * 1000000L }, NULL);
+        if (k < 0)
                 return negative_errno();
         *ret = TAKE_FD(fd);
         return 0;
