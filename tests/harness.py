@@ -500,8 +500,10 @@ def airlock_factory(templates, request):
     for a in started:  # all first: VM cgroups are host-wide
         a.stop()
     for a in started:
-        leaks += _check_no_leaks(a.data_dir)
-        if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+        left_behind = _check_no_leaks(a.data_dir)
+        leaks += left_behind
+        failed = request.node.rep_call.failed if hasattr(request.node, "rep_call") else False
+        if failed or left_behind:
             print(f"--- log of {a.data_dir}\n{a.log_tail(200)}")
         _remove(a)
     left = _volume_entries() - before

@@ -181,12 +181,31 @@ static bool status_ids(const char *status, const char *key, unsigned want) {
         return ids[0] == want && ids[1] == want && ids[2] == want && ids[3] == want;
 }
 
+/* Whether pid's main thread has exited (a zombie, or one being reaped):
+ * its /proc/PID/exe is gone with its memory, though threads of it may
+ * still be ending. */
+static bool main_thread_exited(pid_t pid) {
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+        if (n <= 0)
+                return true;
+        buf[n] = 0;
+        const char *q = strrchr(buf, ')'); /* comm may hold anything */
+        return !q || q[1] != ' ' || q[2] == 'Z' || q[2] == 'X';
+}
+
 /* Proves that pid is one of the VMs: the process with that start time
  * (held by a pidfd, so the pid cannot be reused under us), running with
  * the VM uid and gid in all four slots, executing the configured QEMU.
  * Returns the pidfd, -ESRCH when no such process lives, -EPERM when it is
- * not a VM. */
-static int vm_process(const struct mgr_server *s, pid_t pid, uint64_t start_time, uid_t uid) {
+ * not a VM. A VM whose main thread has exited while others still end (a
+ * QEMU killed by its seccomp filter, dumping core) has no executable left
+ * to check: its uid alone names it, and *ret_exiting says so (it may
+ * still be signalled, not used). */
+static int vm_process(const struct mgr_server *s, pid_t pid, uint64_t start_time, uid_t uid, bool *ret_exiting) {
+        *ret_exiting = false;
         if (!s->qemu)
                 return -EPERM;
         _cleanup_close_ int pidfd = (int) syscall(SYS_pidfd_open, pid, 0);
@@ -204,6 +223,10 @@ static int vm_process(const struct mgr_server *s, pid_t pid, uint64_t start_time
                 return -EPERM;
         struct stat want, exe;
         snprintf(path, sizeof path, "/proc/%d/exe", (int) pid);
+        if (stat(path, &exe) < 0 && errno == ENOENT && main_thread_exited(pid)) {
+                *ret_exiting = true;
+                return TAKE_FD(pidfd);
+        }
         if (stat(s->qemu, &want) < 0 || stat(path, &exe) < 0)
                 return -EPERM;
         if (want.st_dev != exe.st_dev || want.st_ino != exe.st_ino)
@@ -217,7 +240,12 @@ static int vm_process(const struct mgr_server *s, pid_t pid, uint64_t start_time
 /* ---- the handlers: 0 or a negative errno; msg says why ---- */
 
 static int do_vmm(const struct mgr_server *s, const struct mgr_request *q, char *msg, size_t n) {
-        int fd = vm_process(s, q->pid, q->start_time, q->uid);
+        bool exiting;
+        int fd = vm_process(s, q->pid, q->start_time, q->uid, &exiting);
+        if (fd >= 0 && exiting && q->op != MGR_OP_VMM_SIGNAL) {
+                close(fd);
+                fd = -ESRCH;
+        }
         if (fd < 0) {
                 snprintf(msg, n, "pid %d is not a VM with uid %u", (int) q->pid, (unsigned) q->uid);
                 return fd;
@@ -234,7 +262,12 @@ static int do_vmm(const struct mgr_server *s, const struct mgr_request *q, char 
 /* New gateway sockets in the network namespace of one of our VMs. */
 static int do_net_listen(const struct mgr_server *s, const struct mgr_request *q, int *ret_fds, char *msg,
                          size_t n) {
-        _cleanup_close_ int pidfd = vm_process(s, q->pid, q->start_time, q->uid);
+        bool exiting;
+        _cleanup_close_ int pidfd = vm_process(s, q->pid, q->start_time, q->uid, &exiting);
+        if (pidfd >= 0 && exiting) {
+                close(pidfd);
+                pidfd = -ESRCH;
+        }
         if (pidfd < 0) {
                 snprintf(msg, n, "pid %d is not a VM with uid %u", (int) q->pid, (unsigned) q->uid);
                 return pidfd;
