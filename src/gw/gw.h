@@ -92,6 +92,7 @@ struct gw_audit_event {
 };
 
 struct conn;
+struct term;
 
 struct gw_sandbox {
         char id[GW_ID_MAX + 1];
@@ -103,6 +104,7 @@ struct gw_sandbox {
         struct loop_watch *tcp_watch, *dns_watch;
         unsigned n_conns, n_pending;
         struct conn *conns; /* open TCP connections (relay.c): they end with the attachment */
+        struct term *terms; /* the terminated TLS ones (tlsterm.c) */
         double dns_tokens;
         uint64_t dns_tokens_at;
         struct gw_binding *bindings; /* a ring of GW_BINDINGS_MAX */
@@ -150,10 +152,23 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata);
 void gw_relay_close_all(struct gw_sandbox *s);
 int gw_relay_init(void);
 
+/* ---- tlsterm.c: terminated TLS ---- */
+struct sockaddr_in;
+/* Makes or loads the egress CA (ca_dir) and the TLS contexts; the
+ * upstream's are verified with the system's trust store and the PEM
+ * certificates read from upstream_ca_fd (-1: none). */
+int gw_tlsterm_init(const char *ca_dir, int upstream_ca_fd);
+/* Takes the guest's connection g_fd to dst over, for name, with the
+ * ClientHello bytes already read from it. */
+int gw_tlsterm_start(struct gw_sandbox *sb, int g_fd, const struct sockaddr_in *dst, const char *name,
+                     const uint8_t *hello, size_t hello_len);
+void gw_tlsterm_close_all(struct gw_sandbox *s);
+
 /* ---- secrets.c: credentials and their audit ---- */
 #include <jansson.h>
 int gw_secrets_parse(json_t *a, struct gw_secret **ret, size_t *ret_n, char *msg, size_t n);
 void gw_secrets_free(struct gw_secret *v, size_t n);
+bool gw_secret_binds(const struct gw_secret *s, const char *host, uint16_t port);
 /* Whether a credential is bound to host:port (the connection is terminated for it). */
 bool gw_secrets_for_host(const struct gw_sandbox *sb, const char *host, uint16_t port);
 /* The credential for this request, or NULL (*ret_refusal says why when

@@ -233,13 +233,17 @@ static bool host_matches(const struct gw_secret *s, const char *host) {
         return false;
 }
 
+bool gw_secret_binds(const struct gw_secret *s, const char *host, uint16_t port) {
+        for (size_t j = 0; j < s->n_ports; j++)
+                if (s->ports[j] == port)
+                        return host_matches(s, host);
+        return false;
+}
+
 bool gw_secrets_for_host(const struct gw_sandbox *sb, const char *host, uint16_t port) {
-        for (size_t i = 0; i < sb->n_secrets; i++) {
-                const struct gw_secret *s = &sb->secrets[i];
-                for (size_t j = 0; j < s->n_ports; j++)
-                        if (s->ports[j] == port && host_matches(s, host))
-                                return true;
-        }
+        for (size_t i = 0; i < sb->n_secrets; i++)
+                if (gw_secret_binds(&sb->secrets[i], host, port))
+                        return true;
         return false;
 }
 
@@ -309,10 +313,7 @@ struct gw_secret *gw_secrets_pick(struct gw_sandbox *sb, const char *host, uint1
         *ret_refusal = NULL;
         for (size_t i = 0; i < sb->n_secrets; i++) {
                 struct gw_secret *s = &sb->secrets[i];
-                bool port_ok = false;
-                for (size_t j = 0; j < s->n_ports && !port_ok; j++)
-                        port_ok = s->ports[j] == port;
-                if (!port_ok || !host_matches(s, host))
+                if (!gw_secret_binds(s, host, port))
                         continue;
                 const char *why = refusal(s, method, path);
                 if (why) {
