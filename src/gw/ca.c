@@ -66,15 +66,19 @@ static X509 *make_ca(EVP_PKEY *key) {
         X509 *x = X509_new();
         X509_NAME *n = x ? X509_get_subject_name(x) : NULL;
         char host[64] = "";
-        (void) gethostname(host, sizeof host - 1);
+        (void)gethostname(host, sizeof host - 1);
         char cn[128];
         snprintf(cn, sizeof cn, "Airlock egress CA (%s)", host);
         bool ok = x && X509_set_version(x, 2) == 1 && random_serial(x) >= 0 &&
-                  X509_gmtime_adj(X509_getm_notBefore(x), -3600) && X509_gmtime_adj(X509_getm_notAfter(x), (long) CA_DAYS * 86400) &&
+                  X509_gmtime_adj(X509_getm_notBefore(x), -3600) &&
+                  X509_gmtime_adj(X509_getm_notAfter(x), (long)CA_DAYS * 86400) &&
                   X509_set_pubkey(x, key) == 1 &&
-                  X509_NAME_add_entry_by_txt(n, "O", MBSTRING_UTF8, (const unsigned char *) "Airlock", -1, -1, 0) == 1 &&
-                  X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_UTF8, (const unsigned char *) cn, -1, -1, 0) == 1 &&
-                  X509_set_issuer_name(x, n) == 1 && add_ext(x, x, NID_basic_constraints, "critical,CA:TRUE,pathlen:0") &&
+                  X509_NAME_add_entry_by_txt(n, "O", MBSTRING_UTF8, (const unsigned char *)"Airlock", -1, -1,
+                                             0) == 1 &&
+                  X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_UTF8, (const unsigned char *)cn, -1, -1, 0) ==
+                          1 &&
+                  X509_set_issuer_name(x, n) == 1 &&
+                  add_ext(x, x, NID_basic_constraints, "critical,CA:TRUE,pathlen:0") &&
                   add_ext(x, x, NID_key_usage, "critical,keyCertSign,cRLSign") &&
                   add_ext(x, x, NID_subject_key_identifier, "hash") && X509_sign(x, key, EVP_sha256()) > 0;
         if (!ok) {
@@ -85,11 +89,12 @@ static X509 *make_ca(EVP_PKEY *key) {
 }
 
 /* Writes what pem() writes into dir/name atomically, with mode. */
-static int write_pem(const char *dir, const char *name, mode_t mode, bool (*pem)(FILE *f, void *obj), void *obj) {
+static int write_pem(const char *dir, const char *name, mode_t mode, bool (*pem)(FILE *f, void *obj),
+                     void *obj) {
         char tmp[4096], final[4096];
         snprintf(final, sizeof final, "%s/%s", dir, name);
         snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
-        (void) unlink(tmp);
+        (void)unlink(tmp);
         int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
         if (fd < 0)
                 return negative_errno();
@@ -102,7 +107,7 @@ static int write_pem(const char *dir, const char *name, mode_t mode, bool (*pem)
         ok = fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
         fclose(f);
         if (!ok || rename(tmp, final) < 0) {
-                (void) unlink(tmp);
+                (void)unlink(tmp);
                 return -EIO;
         }
         return 0;
@@ -130,7 +135,8 @@ static int load(const char *dir) {
         ca_cert = PEM_read_X509(f, NULL, NULL, NULL);
         fclose(f);
         if (!ca_key || !ca_cert || X509_check_private_key(ca_cert, ca_key) != 1)
-                return log_error_errno(-EBADMSG, "%s: ca.key and ca.crt are unreadable or do not match", dir);
+                return log_error_errno(-EBADMSG, "%s: ca.key and ca.crt are unreadable or do not match",
+                                       dir);
         return 0;
 }
 
@@ -164,16 +170,19 @@ static X509 *mint(const char *name) {
         X509_NAME *n = x ? X509_get_subject_name(x) : NULL;
         char san[300];
         snprintf(san, sizeof san, "DNS:%s", name);
-        bool ok = x && X509_set_version(x, 2) == 1 && random_serial(x) >= 0 &&
-                  X509_gmtime_adj(X509_getm_notBefore(x), -3600) && X509_gmtime_adj(X509_getm_notAfter(x), LEAF_SECONDS) &&
-                  X509_set_pubkey(x, leaf_key) == 1 &&
-                  X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_UTF8, (const unsigned char *) name, -1, -1, 0) == 1 &&
-                  X509_set_issuer_name(x, X509_get_subject_name(ca_cert)) == 1 &&
-                  add_ext(x, ca_cert, NID_basic_constraints, "critical,CA:FALSE") &&
-                  add_ext(x, ca_cert, NID_key_usage, "critical,digitalSignature") &&
-                  add_ext(x, ca_cert, NID_ext_key_usage, "serverAuth") && add_ext(x, ca_cert, NID_subject_alt_name, san) &&
-                  add_ext(x, ca_cert, NID_authority_key_identifier, "keyid:always") &&
-                  X509_sign(x, ca_key, EVP_sha256()) > 0;
+        bool ok =
+                x && X509_set_version(x, 2) == 1 && random_serial(x) >= 0 &&
+                X509_gmtime_adj(X509_getm_notBefore(x), -3600) &&
+                X509_gmtime_adj(X509_getm_notAfter(x), LEAF_SECONDS) && X509_set_pubkey(x, leaf_key) == 1 &&
+                X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_UTF8, (const unsigned char *)name, -1, -1, 0) ==
+                        1 &&
+                X509_set_issuer_name(x, X509_get_subject_name(ca_cert)) == 1 &&
+                add_ext(x, ca_cert, NID_basic_constraints, "critical,CA:FALSE") &&
+                add_ext(x, ca_cert, NID_key_usage, "critical,digitalSignature") &&
+                add_ext(x, ca_cert, NID_ext_key_usage, "serverAuth") &&
+                add_ext(x, ca_cert, NID_subject_alt_name, san) &&
+                add_ext(x, ca_cert, NID_authority_key_identifier, "keyid:always") &&
+                X509_sign(x, ca_key, EVP_sha256()) > 0;
         if (!ok) {
                 X509_free(x);
                 return NULL;
@@ -202,7 +211,7 @@ int gw_ca_leaf(const char *name, X509 **ret_cert, EVP_PKEY **ret_key, X509 **ret
         if (!x)
                 return -EIO;
         X509_free(slot->cert);
-        *slot = (struct leaf){ .cert = x, .made = now, .used = ++use_clock };
+        *slot = (struct leaf){.cert = x, .made = now, .used = ++use_clock};
         snprintf(slot->name, sizeof slot->name, "%s", name);
         *ret_cert = x;
         *ret_key = leaf_key;

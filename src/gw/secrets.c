@@ -31,7 +31,7 @@ static uint64_t audit_next_seq = 1; /* the seq of the next event */
 static uint64_t wall_ms(void) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 void gw_secrets_free(struct gw_secret *v, size_t n) {
@@ -58,7 +58,8 @@ static int bad(char *msg, size_t n, size_t i, const char *what) {
 }
 
 static bool token_char(char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || strchr("!#$%&'*+-.^_`|~", c);
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               strchr("!#$%&'*+-.^_`|~", c);
 }
 
 /* A string array of at most max entries, each 1..len_max bytes. */
@@ -71,21 +72,20 @@ static int string_array(json_t *a, size_t max, size_t len_max, size_t *ret_n) {
                 return -EINVAL;
         size_t i;
         json_t *v;
-        json_array_foreach (a, i, v)
-                if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > len_max)
-                        return -EINVAL;
+        json_array_foreach(a, i, v) if (!json_is_string(v) || json_string_length(v) == 0 ||
+                                        json_string_length(v) > len_max) return -EINVAL;
         *ret_n = json_array_size(a);
         return 0;
 }
 
 static int parse_one(json_t *o, size_t i, struct gw_secret *s, char *msg, size_t n) {
-        static const char *const keys[] = { "name", "placeholder", "value", "hosts", "ports", "inject",
-                                            "methods", "paths", "expires_at", "rate_per_min" };
+        static const char *const keys[] = {"name",   "placeholder", "value", "hosts",      "ports",
+                                           "inject", "methods",     "paths", "expires_at", "rate_per_min"};
         const char *k;
         json_t *v;
         if (!json_is_object(o))
                 return bad(msg, n, i, "not an object");
-        json_object_foreach (o, k, v) {
+        json_object_foreach(o, k, v) {
                 bool known = false;
                 for (size_t j = 0; j < ARRAY_SIZE(keys) && !known; j++)
                         known = strcmp(k, keys[j]) == 0;
@@ -105,12 +105,14 @@ static int parse_one(json_t *o, size_t i, struct gw_secret *s, char *msg, size_t
         if (vlen == 0 || vlen > GW_SECRET_VALUE_MAX || memchr(json_string_value(val), 0, vlen))
                 return bad(msg, n, i, "value missing, too long or holding NUL");
         size_t nh, nm, npa;
-        if (string_array(json_object_get(o, "hosts"), GW_SECRET_HOSTS_MAX, GWNAME_MAX + 2, &nh) < 0 || nh == 0)
+        if (string_array(json_object_get(o, "hosts"), GW_SECRET_HOSTS_MAX, GWNAME_MAX + 2, &nh) < 0 ||
+            nh == 0)
                 return bad(msg, n, i, "hosts must be 1..16 names");
         for (size_t j = 0; j < nh; j++) {
                 const char *h = json_string_value(json_array_get(json_object_get(o, "hosts"), j));
                 bool wild = strncmp(h, "*.", 2) == 0;
-                if (gwname_canonical(h + (wild ? 2 : 0), strlen(h) - (wild ? 2 : 0), 0, s->hosts[j].name) < 0)
+                if (gwname_canonical(h + (wild ? 2 : 0), strlen(h) - (wild ? 2 : 0), 0, s->hosts[j].name) <
+                    0)
                         return bad(msg, n, i, "a host is not a host name");
                 s->hosts[j].wildcard = wild;
         }
@@ -122,11 +124,12 @@ static int parse_one(json_t *o, size_t i, struct gw_secret *s, char *msg, size_t
                 json_t *p = json_array_get(ports, j);
                 if (!json_is_integer(p) || json_integer_value(p) < 1 || json_integer_value(p) > 65535)
                         return bad(msg, n, i, "a port is out of range");
-                s->ports[s->n_ports++] = (uint16_t) json_integer_value(p);
+                s->ports[s->n_ports++] = (uint16_t)json_integer_value(p);
         }
         if (s->n_ports == 0)
                 s->ports[s->n_ports++] = 443;
-        if (string_array(json_object_get(o, "methods"), GW_SECRET_METHODS_MAX, sizeof s->methods[0] - 1, &nm) < 0 ||
+        if (string_array(json_object_get(o, "methods"), GW_SECRET_METHODS_MAX, sizeof s->methods[0] - 1,
+                         &nm) < 0 ||
             string_array(json_object_get(o, "paths"), GW_SECRET_PATHS_MAX, sizeof s->paths[0] - 1, &npa) < 0)
                 return bad(msg, n, i, "methods or paths malformed");
         for (size_t j = 0; j < nm; j++)
@@ -142,10 +145,11 @@ static int parse_one(json_t *o, size_t i, struct gw_secret *s, char *msg, size_t
         s->n_paths = npa;
         json_t *exp = json_object_get(o, "expires_at"), *rate = json_object_get(o, "rate_per_min");
         if ((exp && (!json_is_integer(exp) || json_integer_value(exp) < 0)) ||
-            (rate && (!json_is_integer(rate) || json_integer_value(rate) < 0 || json_integer_value(rate) > 1000000)))
+            (rate &&
+             (!json_is_integer(rate) || json_integer_value(rate) < 0 || json_integer_value(rate) > 1000000)))
                 return bad(msg, n, i, "expires_at or rate_per_min malformed");
-        s->expires_at_ms = exp ? (uint64_t) json_integer_value(exp) * 1000 : 0;
-        s->rate_per_min = rate ? (unsigned) json_integer_value(rate) : 0;
+        s->expires_at_ms = exp ? (uint64_t)json_integer_value(exp) * 1000 : 0;
+        s->rate_per_min = rate ? (unsigned)json_integer_value(rate) : 0;
         s->tokens = s->rate_per_min;
         s->tokens_at_ms = wall_ms();
 
@@ -153,7 +157,8 @@ static int parse_one(json_t *o, size_t i, struct gw_secret *s, char *msg, size_t
         const char *hname = json_string_value(json_object_get(inj, "header"));
         const char *tmpl = json_string_value(json_object_get(inj, "template"));
         const char *user = json_string_value(json_object_get(inj, "basic"));
-        if (!json_is_object(inj) || json_object_size(inj) != (user ? 1u : 2u) || (!user && (!hname || !tmpl)))
+        if (!json_is_object(inj) || json_object_size(inj) != (user ? 1u : 2u) ||
+            (!user && (!hname || !tmpl)))
                 return bad(msg, n, i, "inject must be {header, template} or {basic}");
         if (user) {
                 if (strlen(user) > 256 || strchr(user, ':'))
@@ -176,7 +181,7 @@ static int parse_one(json_t *o, size_t i, struct gw_secret *s, char *msg, size_t
                 if (!raw || !(s->encoded = malloc(4 * ((raw_len + 2) / 3) + 1)))
                         return -ENOMEM;
                 snprintf(raw, raw_len + 1, "%s:%s", user, s->value);
-                EVP_EncodeBlock((unsigned char *) s->encoded, (const unsigned char *) raw, (int) raw_len);
+                EVP_EncodeBlock((unsigned char *)s->encoded, (const unsigned char *)raw, (int)raw_len);
                 OPENSSL_cleanse(raw, raw_len);
                 if (asprintf(&s->header_value, "Basic %s", s->encoded) < 0) {
                         s->header_value = NULL;
@@ -187,13 +192,14 @@ static int parse_one(json_t *o, size_t i, struct gw_secret *s, char *msg, size_t
         const char *at = strstr(tmpl, "{value}");
         if (!at || strstr(at + 1, "{value}") || strlen(tmpl) > 1024)
                 return bad(msg, n, i, "the template must hold {value} exactly once (at most 1 KiB)");
-        if (asprintf(&s->header_value, "%.*s%s%s", (int) (at - tmpl), tmpl, s->value, at + strlen("{value}")) < 0) {
+        if (asprintf(&s->header_value, "%.*s%s%s", (int)(at - tmpl), tmpl, s->value,
+                     at + strlen("{value}")) < 0) {
                 s->header_value = NULL;
                 return -ENOMEM;
         }
         /* no CR, LF or other control byte may split the request head */
         for (const char *c = s->header_value; *c; c++)
-                if ((unsigned char) *c < 0x20 && *c != '\t')
+                if ((unsigned char)*c < 0x20 && *c != '\t')
                         return bad(msg, n, i, "the header value would hold a control character");
         return 0;
 }
@@ -250,15 +256,16 @@ bool gw_secrets_for_host(const struct gw_sandbox *sb, const char *host, uint16_t
 void gw_audit(const struct gw_sandbox *sb, const struct gw_secret *s, const char *host, uint16_t port,
               const char *method, const char *path, bool injected, const char *reason) {
         struct gw_audit_event *e = &audit[audit_next_seq % AUDIT_MAX];
-        *e = (struct gw_audit_event){ .seq = audit_next_seq++, .ts_ms = wall_ms(), .port = port, .injected = injected };
+        *e = (struct gw_audit_event){
+                .seq = audit_next_seq++, .ts_ms = wall_ms(), .port = port, .injected = injected};
         snprintf(e->sandbox, sizeof e->sandbox, "%s", sb->id);
         snprintf(e->secret, sizeof e->secret, "%s", s ? s->name : "");
         snprintf(e->host, sizeof e->host, "%s", host ? host : "");
         snprintf(e->method, sizeof e->method, "%s", method ? method : "");
         /* the path without its query: a query may carry anything */
-        snprintf(e->path, sizeof e->path, "%.*s", path ? (int) strcspn(path, "?") : 0, path ? path : "");
+        snprintf(e->path, sizeof e->path, "%.*s", path ? (int)strcspn(path, "?") : 0, path ? path : "");
         snprintf(e->reason, sizeof e->reason, "%s", reason);
-        log_info("sandbox=%s credential %s for %s:%u %s %s: %s", sb->id, e->secret, e->host, (unsigned) port,
+        log_info("sandbox=%s credential %s for %s:%u %s %s: %s", sb->id, e->secret, e->host, (unsigned)port,
                  e->method, injected ? "injected" : "refused", reason);
 }
 
@@ -268,14 +275,15 @@ json_t *gw_audit_read(uint64_t after, size_t limit) {
         uint64_t seq = MAX(after + 1, first);
         for (; a && seq < audit_next_seq && json_array_size(a) < limit; seq++) {
                 const struct gw_audit_event *e = &audit[seq % AUDIT_MAX];
-                json_t *o = json_pack("{sIsIsssssssisssssss}", "seq", (json_int_t) e->seq, "ts_ms",
-                                      (json_int_t) e->ts_ms, "sandbox", e->sandbox, "secret", e->secret, "host",
-                                      e->host, "port", (int) e->port, "method", e->method, "path", e->path,
-                                      "action", e->injected ? "injected" : "refused", "reason", e->reason);
+                json_t *o =
+                        json_pack("{sIsIsssssssisssssss}", "seq", (json_int_t)e->seq, "ts_ms",
+                                  (json_int_t)e->ts_ms, "sandbox", e->sandbox, "secret", e->secret, "host",
+                                  e->host, "port", (int)e->port, "method", e->method, "path", e->path,
+                                  "action", e->injected ? "injected" : "refused", "reason", e->reason);
                 if (o)
                         json_array_append_new(a, o);
         }
-        return json_pack("{sosI}", "events", a, "next", (json_int_t) (seq - 1));
+        return json_pack("{sosI}", "events", a, "next", (json_int_t)(seq - 1));
 }
 
 /* Whether the credential may go into this request now; why not otherwise. */
@@ -299,7 +307,8 @@ static const char *refusal(struct gw_secret *s, const char *method, const char *
         }
         if (s->rate_per_min) {
                 double per_ms = s->rate_per_min / 60000.0;
-                s->tokens = MIN((double) s->rate_per_min, s->tokens + (double) (now - s->tokens_at_ms) * per_ms);
+                s->tokens =
+                        MIN((double)s->rate_per_min, s->tokens + (double)(now - s->tokens_at_ms) * per_ms);
                 s->tokens_at_ms = now;
                 if (s->tokens < 1.0)
                         return "the credential's rate limit is reached";
