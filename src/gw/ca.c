@@ -66,17 +66,17 @@ static X509 *make_ca(EVP_PKEY *key) {
         X509 *x = X509_new();
         X509_NAME *n = x ? X509_get_subject_name(x) : NULL;
         char host[64] = "";
-        (void)gethostname(host, sizeof host - 1);
+        (void) gethostname(host, sizeof host - 1);
         char cn[128];
         snprintf(cn, sizeof cn, "Airlock egress CA (%s)", host);
         bool ok = x && X509_set_version(x, 2) == 1 && random_serial(x) >= 0 &&
                   X509_gmtime_adj(X509_getm_notBefore(x), -3600) &&
-                  X509_gmtime_adj(X509_getm_notAfter(x), (long)CA_DAYS * 86400) &&
+                  X509_gmtime_adj(X509_getm_notAfter(x), (long) CA_DAYS * 86400) &&
                   X509_set_pubkey(x, key) == 1 &&
-                  X509_NAME_add_entry_by_txt(n, "O", MBSTRING_UTF8, (const unsigned char *)"Airlock", -1, -1,
+                  X509_NAME_add_entry_by_txt(n, "O", MBSTRING_UTF8, (const unsigned char *) "Airlock", -1,
+                                             -1, 0) == 1 &&
+                  X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_UTF8, (const unsigned char *) cn, -1, -1,
                                              0) == 1 &&
-                  X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_UTF8, (const unsigned char *)cn, -1, -1, 0) ==
-                          1 &&
                   X509_set_issuer_name(x, n) == 1 &&
                   add_ext(x, x, NID_basic_constraints, "critical,CA:TRUE,pathlen:0") &&
                   add_ext(x, x, NID_key_usage, "critical,keyCertSign,cRLSign") &&
@@ -94,7 +94,7 @@ static int write_pem(const char *dir, const char *name, mode_t mode, bool (*pem)
         char tmp[4096], final[4096];
         snprintf(final, sizeof final, "%s/%s", dir, name);
         snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
-        (void)unlink(tmp);
+        (void) unlink(tmp);
         int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
         if (fd < 0)
                 return negative_errno();
@@ -107,7 +107,7 @@ static int write_pem(const char *dir, const char *name, mode_t mode, bool (*pem)
         ok = fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
         fclose(f);
         if (!ok || rename(tmp, final) < 0) {
-                (void)unlink(tmp);
+                (void) unlink(tmp);
                 return -EIO;
         }
         return 0;
@@ -170,19 +170,19 @@ static X509 *mint(const char *name) {
         X509_NAME *n = x ? X509_get_subject_name(x) : NULL;
         char san[300];
         snprintf(san, sizeof san, "DNS:%s", name);
-        bool ok =
-                x && X509_set_version(x, 2) == 1 && random_serial(x) >= 0 &&
-                X509_gmtime_adj(X509_getm_notBefore(x), -3600) &&
-                X509_gmtime_adj(X509_getm_notAfter(x), LEAF_SECONDS) && X509_set_pubkey(x, leaf_key) == 1 &&
-                X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_UTF8, (const unsigned char *)name, -1, -1, 0) ==
-                        1 &&
-                X509_set_issuer_name(x, X509_get_subject_name(ca_cert)) == 1 &&
-                add_ext(x, ca_cert, NID_basic_constraints, "critical,CA:FALSE") &&
-                add_ext(x, ca_cert, NID_key_usage, "critical,digitalSignature") &&
-                add_ext(x, ca_cert, NID_ext_key_usage, "serverAuth") &&
-                add_ext(x, ca_cert, NID_subject_alt_name, san) &&
-                add_ext(x, ca_cert, NID_authority_key_identifier, "keyid:always") &&
-                X509_sign(x, ca_key, EVP_sha256()) > 0;
+        bool ok = x && X509_set_version(x, 2) == 1 && random_serial(x) >= 0 &&
+                  X509_gmtime_adj(X509_getm_notBefore(x), -3600) &&
+                  X509_gmtime_adj(X509_getm_notAfter(x), LEAF_SECONDS) &&
+                  X509_set_pubkey(x, leaf_key) == 1 &&
+                  X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_UTF8, (const unsigned char *) name, -1, -1,
+                                             0) == 1 &&
+                  X509_set_issuer_name(x, X509_get_subject_name(ca_cert)) == 1 &&
+                  add_ext(x, ca_cert, NID_basic_constraints, "critical,CA:FALSE") &&
+                  add_ext(x, ca_cert, NID_key_usage, "critical,digitalSignature") &&
+                  add_ext(x, ca_cert, NID_ext_key_usage, "serverAuth") &&
+                  add_ext(x, ca_cert, NID_subject_alt_name, san) &&
+                  add_ext(x, ca_cert, NID_authority_key_identifier, "keyid:always") &&
+                  X509_sign(x, ca_key, EVP_sha256()) > 0;
         if (!ok) {
                 X509_free(x);
                 return NULL;

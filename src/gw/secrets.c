@@ -31,7 +31,7 @@ static uint64_t audit_next_seq = 1; /* the seq of the next event */
 static uint64_t wall_ms(void) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+        return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
 }
 
 void gw_secrets_free(struct gw_secret *v, size_t n) {
@@ -124,7 +124,7 @@ static int parse_one(json_t *o, size_t i, struct gw_secret *s, char *msg, size_t
                 json_t *p = json_array_get(ports, j);
                 if (!json_is_integer(p) || json_integer_value(p) < 1 || json_integer_value(p) > 65535)
                         return bad(msg, n, i, "a port is out of range");
-                s->ports[s->n_ports++] = (uint16_t)json_integer_value(p);
+                s->ports[s->n_ports++] = (uint16_t) json_integer_value(p);
         }
         if (s->n_ports == 0)
                 s->ports[s->n_ports++] = 443;
@@ -148,8 +148,8 @@ static int parse_one(json_t *o, size_t i, struct gw_secret *s, char *msg, size_t
             (rate &&
              (!json_is_integer(rate) || json_integer_value(rate) < 0 || json_integer_value(rate) > 1000000)))
                 return bad(msg, n, i, "expires_at or rate_per_min malformed");
-        s->expires_at_ms = exp ? (uint64_t)json_integer_value(exp) * 1000 : 0;
-        s->rate_per_min = rate ? (unsigned)json_integer_value(rate) : 0;
+        s->expires_at_ms = exp ? (uint64_t) json_integer_value(exp) * 1000 : 0;
+        s->rate_per_min = rate ? (unsigned) json_integer_value(rate) : 0;
         s->tokens = s->rate_per_min;
         s->tokens_at_ms = wall_ms();
 
@@ -181,7 +181,7 @@ static int parse_one(json_t *o, size_t i, struct gw_secret *s, char *msg, size_t
                 if (!raw || !(s->encoded = malloc(4 * ((raw_len + 2) / 3) + 1)))
                         return -ENOMEM;
                 snprintf(raw, raw_len + 1, "%s:%s", user, s->value);
-                EVP_EncodeBlock((unsigned char *)s->encoded, (const unsigned char *)raw, (int)raw_len);
+                EVP_EncodeBlock((unsigned char *) s->encoded, (const unsigned char *) raw, (int) raw_len);
                 OPENSSL_cleanse(raw, raw_len);
                 if (asprintf(&s->header_value, "Basic %s", s->encoded) < 0) {
                         s->header_value = NULL;
@@ -192,14 +192,14 @@ static int parse_one(json_t *o, size_t i, struct gw_secret *s, char *msg, size_t
         const char *at = strstr(tmpl, "{value}");
         if (!at || strstr(at + 1, "{value}") || strlen(tmpl) > 1024)
                 return bad(msg, n, i, "the template must hold {value} exactly once (at most 1 KiB)");
-        if (asprintf(&s->header_value, "%.*s%s%s", (int)(at - tmpl), tmpl, s->value,
+        if (asprintf(&s->header_value, "%.*s%s%s", (int) (at - tmpl), tmpl, s->value,
                      at + strlen("{value}")) < 0) {
                 s->header_value = NULL;
                 return -ENOMEM;
         }
         /* no CR, LF or other control byte may split the request head */
         for (const char *c = s->header_value; *c; c++)
-                if ((unsigned char)*c < 0x20 && *c != '\t')
+                if ((unsigned char) *c < 0x20 && *c != '\t')
                         return bad(msg, n, i, "the header value would hold a control character");
         return 0;
 }
@@ -263,9 +263,9 @@ void gw_audit(const struct gw_sandbox *sb, const struct gw_secret *s, const char
         snprintf(e->host, sizeof e->host, "%s", host ? host : "");
         snprintf(e->method, sizeof e->method, "%s", method ? method : "");
         /* the path without its query: a query may carry anything */
-        snprintf(e->path, sizeof e->path, "%.*s", path ? (int)strcspn(path, "?") : 0, path ? path : "");
+        snprintf(e->path, sizeof e->path, "%.*s", path ? (int) strcspn(path, "?") : 0, path ? path : "");
         snprintf(e->reason, sizeof e->reason, "%s", reason);
-        log_info("sandbox=%s credential %s for %s:%u %s %s: %s", sb->id, e->secret, e->host, (unsigned)port,
+        log_info("sandbox=%s credential %s for %s:%u %s %s: %s", sb->id, e->secret, e->host, (unsigned) port,
                  e->method, injected ? "injected" : "refused", reason);
 }
 
@@ -276,14 +276,14 @@ json_t *gw_audit_read(uint64_t after, size_t limit) {
         for (; a && seq < audit_next_seq && json_array_size(a) < limit; seq++) {
                 const struct gw_audit_event *e = &audit[seq % AUDIT_MAX];
                 json_t *o =
-                        json_pack("{sIsIsssssssisssssss}", "seq", (json_int_t)e->seq, "ts_ms",
-                                  (json_int_t)e->ts_ms, "sandbox", e->sandbox, "secret", e->secret, "host",
-                                  e->host, "port", (int)e->port, "method", e->method, "path", e->path,
+                        json_pack("{sI sI ss ss ss si ss ss ss ss}", "seq", (json_int_t) e->seq, "ts_ms",
+                                  (json_int_t) e->ts_ms, "sandbox", e->sandbox, "secret", e->secret, "host",
+                                  e->host, "port", (int) e->port, "method", e->method, "path", e->path,
                                   "action", e->injected ? "injected" : "refused", "reason", e->reason);
                 if (o)
                         json_array_append_new(a, o);
         }
-        return json_pack("{sosI}", "events", a, "next", (json_int_t)(seq - 1));
+        return json_pack("{sosI}", "events", a, "next", (json_int_t) (seq - 1));
 }
 
 /* Whether the credential may go into this request now; why not otherwise. */
@@ -308,7 +308,7 @@ static const char *refusal(struct gw_secret *s, const char *method, const char *
         if (s->rate_per_min) {
                 double per_ms = s->rate_per_min / 60000.0;
                 s->tokens =
-                        MIN((double)s->rate_per_min, s->tokens + (double)(now - s->tokens_at_ms) * per_ms);
+                        MIN((double) s->rate_per_min, s->tokens + (double) (now - s->tokens_at_ms) * per_ms);
                 s->tokens_at_ms = now;
                 if (s->tokens < 1.0)
                         return "the credential's rate limit is reached";

@@ -83,7 +83,7 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
                         break;
                 if (l == 8 && memcmp(in + i + 1, "http/1.1", 8) == 0) {
                         *out = in + i + 1;
-                        *outlen = (unsigned char)l;
+                        *outlen = (unsigned char) l;
                         return SSL_TLSEXT_ERR_OK;
                 }
                 i += 1 + l;
@@ -161,7 +161,7 @@ static void term_free(struct term *t) {
 
 static void reset(struct term *t) {
         struct linger l = {1, 0};
-        (void)setsockopt(t->g_fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+        (void) setsockopt(t->g_fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
         term_free(t);
 }
 
@@ -207,12 +207,12 @@ static void refuse(struct term *t, int status, const char *host, const char *why
         t->down_scanned = 0;
         char body[384], msg[640];
         int bl = snprintf(body, sizeof body, "airlock: egress to %s:%u refused: %s\n",
-                          host && *host ? host : t->name, (unsigned)ntohs(t->dst.sin_port), why);
+                          host && *host ? host : t->name, (unsigned) ntohs(t->dst.sin_port), why);
         int ml = snprintf(msg, sizeof msg,
                           "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: "
                           "close\r\n\r\n%s",
                           status, status_text(status), bl, body);
-        put(&t->down, msg, (size_t)ml);
+        put(&t->down, msg, (size_t) ml);
         t->u_done = true; /* nothing more comes from there */
 }
 
@@ -231,7 +231,7 @@ static size_t redact_span(const struct term *t) {
 static void overwrite_all(uint8_t *p, size_t n, const char *needle, size_t nl) {
         if (nl == 0 || nl > n)
                 return;
-        for (uint8_t *at = p; (at = memmem(at, (size_t)(p + n - at), needle, nl)); at += nl)
+        for (uint8_t *at = p; (at = memmem(at, (size_t) (p + n - at), needle, nl)); at += nl)
                 memset(at, '*', nl);
 }
 
@@ -293,7 +293,7 @@ static int on_head(struct term *t) {
         }
         compact(&t->up);
         size_t len;
-        int r = http1_head_serialize(h, add, n_add, drop, n_drop, (char *)t->up.data + t->up.len,
+        int r = http1_head_serialize(h, add, n_add, drop, n_drop, (char *) t->up.data + t->up.len,
                                      room(&t->up), &len);
         if (r < 0) {
                 refuse(t, 403, h->host, "the request head cannot be passed on");
@@ -353,9 +353,9 @@ static bool net_in(int fd, BIO *net, bool *eof) {
                 ssize_t space = BIO_nwrite0(net, &p);
                 if (space <= 0)
                         break;
-                ssize_t n = read(fd, p, (size_t)space);
+                ssize_t n = read(fd, p, (size_t) space);
                 if (n > 0) {
-                        BIO_nwrite(net, &p, (int)n);
+                        BIO_nwrite(net, &p, (int) n);
                         progress = true;
                         continue;
                 }
@@ -377,10 +377,10 @@ static int net_out(int fd, BIO *net) {
                 ssize_t avail = BIO_nread0(net, &p);
                 if (avail <= 0)
                         break;
-                ssize_t n = send(fd, p, (size_t)avail, MSG_DONTWAIT | MSG_NOSIGNAL);
+                ssize_t n = send(fd, p, (size_t) avail, MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (n < 0)
                         return errno == EAGAIN || errno == EINTR ? progress : -1;
-                BIO_nread(net, &p, (int)n);
+                BIO_nread(net, &p, (int) n);
                 progress = 1;
         }
         return progress;
@@ -461,7 +461,7 @@ static void pump(struct term *t) {
                                         ERR_clear_error();
                                         gw_sandbox_log(t->sb, false, false, t->name, t->dst.sin_addr,
                                                        ntohs(t->dst.sin_port), why);
-                                        (void)net_out(t->g_fd, t->g_net); /* its alert */
+                                        (void) net_out(t->g_fd, t->g_net); /* its alert */
                                         term_free(t);
                                         return;
                                 }
@@ -520,16 +520,16 @@ static void pump(struct term *t) {
 
         /* ends: the guest finished sending -> the upstream hears close_notify */
         if (t->g_done && t->gp.len == 0 && t->up.len == 0 && t->u_hs && !t->u_closed) {
-                (void)SSL_shutdown(t->u_ssl);
-                (void)net_out(t->u_fd, t->u_net);
+                (void) SSL_shutdown(t->u_ssl);
+                (void) net_out(t->u_fd, t->u_net);
                 t->u_closed = true;
         }
         /* the upstream finished (or failed, or a refusal is written):
          * once the guest has it all, close_notify and the end */
         if ((t->u_done || u_failed) && t->g_hs && t->down.len == 0 && !t->g_closed) {
-                (void)SSL_shutdown(t->g_ssl);
+                (void) SSL_shutdown(t->g_ssl);
                 t->g_closed = true;
-                (void)net_out(t->g_fd, t->g_net);
+                (void) net_out(t->g_fd, t->g_net);
         }
         if (t->g_closed && BIO_ctrl_pending(t->g_net) == 0) {
                 term_free(t);
@@ -556,9 +556,9 @@ static void update_interest(struct term *t) {
                 if (BIO_ctrl_pending(t->u_net) > 0)
                         u |= EPOLLOUT;
         }
-        (void)loop_watch_set(t->g_watch, g);
+        (void) loop_watch_set(t->g_watch, g);
         if (t->u_watch)
-                (void)loop_watch_set(t->u_watch, u);
+                (void) loop_watch_set(t->u_watch, u);
 }
 
 static void timeout(void *userdata) {
@@ -641,21 +641,21 @@ int gw_tlsterm_start(struct gw_sandbox *sb, int g_fd, const struct sockaddr_in *
         }
         /* the ClientHello the relay sniffed goes in first */
         char *p;
-        if (r >= 0 && BIO_nwrite0(t->g_net, &p) < (int)hello_len)
+        if (r >= 0 && BIO_nwrite0(t->g_net, &p) < (int) hello_len)
                 r = -ENOBUFS;
         if (r >= 0) {
                 memcpy(p, hello, hello_len);
-                BIO_nwrite(t->g_net, &p, (int)hello_len);
+                BIO_nwrite(t->g_net, &p, (int) hello_len);
         }
         if (r >= 0) {
                 t->u_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-                if (t->u_fd < 0 || (connect(t->u_fd, (const struct sockaddr *)dst, sizeof *dst) < 0 &&
+                if (t->u_fd < 0 || (connect(t->u_fd, (const struct sockaddr *) dst, sizeof *dst) < 0 &&
                                     errno != EINPROGRESS))
                         r = negative_errno();
         }
         if (r >= 0) {
                 int one = 1;
-                (void)setsockopt(t->u_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                (void) setsockopt(t->u_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                 r = loop_watch_add(gw_loop, t->g_fd, EPOLLIN, guest_event, t, &t->g_watch);
         }
         if (r >= 0)
