@@ -179,7 +179,7 @@ int gwclient_set_secrets(const char *sandbox_id, const char *secrets_json, const
                 return -EINVAL;
         }
         char err[256] = "";
-        int r = gw_call(json_pack("{sssso}", "op", "secrets", "sandbox", sandbox_id, "secrets", a), NULL, 0, NULL, err,
+        int r = gw_call(json_pack("{ss ss so}", "op", "secrets", "sandbox", sandbox_id, "secrets", a), NULL, 0, NULL, err,
                         sizeof err);
         return logged(r, "the credentials", sandbox_id, err, ctx);
 }
