@@ -18,7 +18,7 @@ struct credstore_local {
 };
 
 static struct credstore_local *to_local(struct credstore *cs) {
-        return (struct credstore_local *)cs;
+        return (struct credstore_local *) cs;
 }
 
 static void local_free(struct credstore *cs) {
@@ -62,10 +62,10 @@ static int local_put(struct credstore *cs, const struct credstore_meta *m, const
         return store_secret_insert(l->store, &row);
 }
 
-static int local_get(struct credstore *cs, const char *tenant_id, const char *name,
-                     struct credstore_meta *ret, char **ret_value, size_t *ret_len) {
+static int local_get(struct credstore *cs, const char *tenant_id, const char *name, struct credstore_meta *ret,
+                     char **ret_value, size_t *ret_len) {
         struct credstore_local *l = to_local(cs);
-        _cleanup_(store_secret_release) struct store_secret row = {0};
+        _cleanup_(store_secret_release) struct store_secret row = { 0 };
         int r = store_secret_get(l->store, tenant_id, name, &row);
         if (r < 0)
                 return r;
@@ -73,8 +73,7 @@ static int local_get(struct credstore *cs, const char *tenant_id, const char *na
         size_t vlen = 0;
         /* opened with the scope and name asked for: a row moved to
          * another scope or name does not open */
-        if (ret_value &&
-            (r = credstore_unseal(l->key, tenant_id, name, row.sealed, row.sealed_len, &v, &vlen)) < 0)
+        if (ret_value && (r = credstore_unseal(l->key, tenant_id, name, row.sealed, row.sealed_len, &v, &vlen)) < 0)
                 return r;
         meta_from_row(&row, ret);
         if (ret_value) {

@@ -22,8 +22,8 @@
 #define NONCE_SIZE crypto_aead_xchacha20poly1305_ietf_NPUBBYTES
 #define AD_PREFIX "airlock-secret-v1"
 
-_Static_assert(CREDSTORE_SEALED_OVERHEAD == 1 + crypto_aead_xchacha20poly1305_ietf_NPUBBYTES +
-                                                    crypto_aead_xchacha20poly1305_ietf_ABYTES,
+_Static_assert(CREDSTORE_SEALED_OVERHEAD ==
+                       1 + crypto_aead_xchacha20poly1305_ietf_NPUBBYTES + crypto_aead_xchacha20poly1305_ietf_ABYTES,
                "sealed layout");
 _Static_assert(CREDSTORE_KEY_SIZE == crypto_aead_xchacha20poly1305_ietf_KEYBYTES, "key size");
 
@@ -59,8 +59,8 @@ static int make_ad(const char *tenant_id, const char *name, uint8_t **ret, size_
         return 0;
 }
 
-int credstore_seal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_id, const char *name,
-                   const char *value, size_t len, uint8_t **ret, size_t *ret_len) {
+int credstore_seal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_id, const char *name, const char *value,
+                   size_t len, uint8_t **ret, size_t *ret_len) {
         if (!key || !value || len == 0 || len > CREDSTORE_VALUE_MAX || memchr(value, 0, len))
                 return -EINVAL;
         if (sodium_init() < 0)
@@ -77,10 +77,10 @@ int credstore_seal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_id,
         out[0] = SEAL_VERSION;
         randombytes_buf(out + 1, NONCE_SIZE);
         unsigned long long clen = 0;
-        crypto_aead_xchacha20poly1305_ietf_encrypt(out + 1 + NONCE_SIZE, &clen, (const uint8_t *)value, len,
-                                                   ad, ad_len, NULL, out + 1, key);
+        crypto_aead_xchacha20poly1305_ietf_encrypt(out + 1 + NONCE_SIZE, &clen, (const uint8_t *) value, len, ad,
+                                                   ad_len, NULL, out + 1, key);
         *ret = out;
-        *ret_len = 1 + NONCE_SIZE + (size_t)clen;
+        *ret_len = 1 + NONCE_SIZE + (size_t) clen;
         return 0;
 }
 
@@ -88,8 +88,7 @@ int credstore_unseal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_i
                      const uint8_t *sealed, size_t sealed_len, char **ret_value, size_t *ret_len) {
         if (!key || !sealed)
                 return -EINVAL;
-        if (sealed_len <= CREDSTORE_SEALED_OVERHEAD || sealed_len > CREDSTORE_SEALED_MAX ||
-            sealed[0] != SEAL_VERSION)
+        if (sealed_len <= CREDSTORE_SEALED_OVERHEAD || sealed_len > CREDSTORE_SEALED_MAX || sealed[0] != SEAL_VERSION)
                 return -EBADMSG;
         if (sodium_init() < 0)
                 return -EIO;
@@ -103,15 +102,14 @@ int credstore_unseal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_i
         if (!v)
                 return -ENOMEM;
         unsigned long long mlen = 0;
-        if (crypto_aead_xchacha20poly1305_ietf_decrypt((uint8_t *)v, &mlen, NULL, sealed + 1 + NONCE_SIZE,
-                                                       sealed_len - 1 - NONCE_SIZE, ad, ad_len, sealed + 1,
-                                                       key) != 0) {
+        if (crypto_aead_xchacha20poly1305_ietf_decrypt((uint8_t *) v, &mlen, NULL, sealed + 1 + NONCE_SIZE,
+                                                       sealed_len - 1 - NONCE_SIZE, ad, ad_len, sealed + 1, key) != 0) {
                 free(v);
                 return -EBADMSG;
         }
         v[mlen] = 0;
         *ret_value = v;
-        *ret_len = (size_t)mlen;
+        *ret_len = (size_t) mlen;
         return 0;
 }
 
@@ -157,9 +155,9 @@ int credstore_key_load(const char *path, uint8_t ret[CREDSTORE_KEY_SIZE]) {
          * then linked in place (link fails if another process won the race,
          * whose key is then read) */
         char tmp[4096];
-        if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int) getpid()) >= (int) sizeof tmp)
                 return -ENAMETOOLONG;
-        (void)unlink(tmp);
+        (void) unlink(tmp);
         _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0)
                 return -errno;
@@ -173,7 +171,7 @@ int credstore_key_load(const char *path, uint8_t ret[CREDSTORE_KEY_SIZE]) {
                 r = -errno;
         if (r >= 0 && link(tmp, path) < 0 && errno != EEXIST)
                 r = -errno;
-        (void)unlink(tmp);
+        (void) unlink(tmp);
         if (r < 0)
                 return r;
         return key_read(path, ret);
@@ -187,7 +185,7 @@ void credstore_meta_release(struct credstore_meta *m) {
         free(m->sandbox_id);
         free(m->spec);
         free(m->created_by);
-        *m = (struct credstore_meta){0};
+        *m = (struct credstore_meta){ 0 };
 }
 
 void credstore_meta_array_free(struct credstore_meta *a, size_t n) {

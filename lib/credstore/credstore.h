@@ -30,6 +30,7 @@ struct store;
 #define CREDSTORE_KEY_SIZE 32
 #define CREDSTORE_KEY_FILE "secrets.key"
 #define CREDSTORE_NAME_MAX 64
+#define CREDSTORE_ENV_NAME_SIZE (CREDSTORE_NAME_MAX + 1) /* its env variable, NUL included */
 #define CREDSTORE_VALUE_MAX 8192
 /* version byte, nonce, ciphertext, tag */
 #define CREDSTORE_SEALED_OVERHEAD (1 + 24 + 16)
@@ -89,8 +90,7 @@ int credstore_put(struct credstore *cs, const struct credstore_meta *m, const ch
 int credstore_get(struct credstore *cs, const char *tenant_id, const char *name, struct credstore_meta *ret,
                   char **ret_value, size_t *ret_len);
 /* One scope's secrets by name, at most max. */
-int credstore_list(struct credstore *cs, const char *tenant_id, size_t max, struct credstore_meta **ret,
-                   size_t *ret_n);
+int credstore_list(struct credstore *cs, const char *tenant_id, size_t max, struct credstore_meta **ret, size_t *ret_n);
 int credstore_delete(struct credstore *cs, const char *tenant_id, const char *name);
 
 void credstore_meta_release(struct credstore_meta *m);
@@ -105,8 +105,8 @@ void credstore_value_free(char *value, size_t len);
  * for anything that does not open: wrong key, other tenant or name, a
  * changed byte, a short or unknown-version blob.
  */
-int credstore_seal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_id, const char *name,
-                   const char *value, size_t len, uint8_t **ret, size_t *ret_len);
+int credstore_seal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_id, const char *name, const char *value,
+                   size_t len, uint8_t **ret, size_t *ret_len);
 int credstore_unseal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_id, const char *name,
                      const uint8_t *sealed, size_t sealed_len, char **ret_value, size_t *ret_len);
 /* Reads or makes the key file (see credstore_local_new()). */

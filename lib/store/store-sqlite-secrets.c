@@ -18,7 +18,7 @@
 #define SCOPE_IS(n) "COALESCE(tenant_id, '') = ?" #n
 
 static struct store_sqlite_conn *to_conn(struct store *s) {
-        return (struct store_sqlite_conn *)s;
+        return (struct store_sqlite_conn *) s;
 }
 
 /* Takes the lock and prepares sql; on failure the lock is released. */
@@ -50,7 +50,7 @@ static int col_dup(sqlite3_stmt *st, int col, char **ret) {
         *ret = NULL;
         if (!t)
                 return 0;
-        *ret = strdup((const char *)t);
+        *ret = strdup((const char *) t);
         return *ret ? 0 : -ENOMEM;
 }
 
@@ -80,11 +80,11 @@ static int collect(struct store_sqlite_conn *c, sqlite3_stmt *st, size_t elem, s
                         void *na = realloc(*a, ncap * elem);
                         if (!na)
                                 return -ENOMEM;
-                        memset((char *)na + cap * elem, 0, (ncap - cap) * elem);
+                        memset((char *) na + cap * elem, 0, (ncap - cap) * elem);
                         *a = na;
                         cap = ncap;
                 }
-                int r = read_row(st, (char *)*a + *n * elem);
+                int r = read_row(st, (char *) *a + *n * elem);
                 if (r < 0)
                         return r;
                 (*n)++;
@@ -100,9 +100,7 @@ int sqlite_api_key_id(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char
         sqlite3_bind_blob(st, 1, hash, STORE_HASH_SIZE, SQLITE_STATIC);
         int rc = sqlite3_step(st);
         char *id = NULL;
-        r = rc == SQLITE_ROW    ? col_dup(st, 0, &id)
-            : rc == SQLITE_DONE ? -ENOENT
-                                : (sqlite_to_errno(c->db, rc) ?: -EIO);
+        r = rc == SQLITE_ROW ? col_dup(st, 0, &id) : rc == SQLITE_DONE ? -ENOENT : (sqlite_to_errno(c->db, rc) ?: -EIO);
         done(c, st);
         if (r >= 0 && !id)
                 r = -ENOENT;
@@ -115,11 +113,10 @@ int sqlite_api_key_id(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char
 int sqlite_secret_insert(struct store *s, const struct store_secret *sec) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(
-                c,
-                "INSERT INTO secrets (tenant_id, name, sandbox_id, spec, expires_at, sealed, created_at, "
-                "created_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                &st);
+        int r = prep(c,
+                     "INSERT INTO secrets (tenant_id, name, sandbox_id, spec, expires_at, sealed, created_at, "
+                     "created_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                     &st);
         if (r < 0)
                 return r;
         bind_str(st, 1, sec->tenant_id);
@@ -127,9 +124,8 @@ int sqlite_secret_insert(struct store *s, const struct store_secret *sec) {
         bind_str(st, 3, sec->sandbox_id);
         bind_str(st, 4, sec->spec);
         sqlite3_bind_int64(st, 5, sec->expires_at);
-        sqlite3_bind_blob(st, 6, sec->sealed, (int)sec->sealed_len, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 7,
-                           sec->created_at ? sec->created_at : (int64_t)(now_realtime_ns() / 1000000ULL));
+        sqlite3_bind_blob(st, 6, sec->sealed, (int) sec->sealed_len, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 7, sec->created_at ? sec->created_at : (int64_t) (now_realtime_ns() / 1000000ULL));
         bind_str(st, 8, sec->created_by);
         r = step_write(c, st, false);
         done(c, st);
@@ -139,7 +135,7 @@ int sqlite_secret_insert(struct store *s, const struct store_secret *sec) {
 #define SECRET_COLUMNS "tenant_id, name, sandbox_id, spec, expires_at, created_at, created_by"
 
 static int read_secret(sqlite3_stmt *st, void *ret) {
-        _cleanup_(store_secret_release) struct store_secret sec = {0};
+        _cleanup_(store_secret_release) struct store_secret sec = { 0 };
         int r;
         if ((r = col_dup(st, 0, &sec.tenant_id)) < 0 || (r = col_dup(st, 1, &sec.name)) < 0 ||
             (r = col_dup(st, 2, &sec.sandbox_id)) < 0 || (r = col_dup(st, 3, &sec.spec)) < 0 ||
@@ -154,22 +150,21 @@ static int read_secret(sqlite3_stmt *st, void *ret) {
                 int n = sqlite3_column_bytes(st, 7);
                 if (!b || n <= 0)
                         return -EBADMSG;
-                sec.sealed = malloc((size_t)n);
+                sec.sealed = malloc((size_t) n);
                 if (!sec.sealed)
                         return -ENOMEM;
-                memcpy(sec.sealed, b, (size_t)n);
-                sec.sealed_len = (size_t)n;
+                memcpy(sec.sealed, b, (size_t) n);
+                sec.sealed_len = (size_t) n;
         }
-        *(struct store_secret *)ret = sec;
-        sec = (struct store_secret){0};
+        *(struct store_secret *) ret = sec;
+        sec = (struct store_secret){ 0 };
         return 0;
 }
 
 int sqlite_secret_get(struct store *s, const char *tenant_id, const char *name, struct store_secret *ret) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(c, "SELECT " SECRET_COLUMNS ", sealed FROM secrets WHERE " SCOPE_IS(1) " AND name = ?2",
-                     &st);
+        int r = prep(c, "SELECT " SECRET_COLUMNS ", sealed FROM secrets WHERE " SCOPE_IS(1) " AND name = ?2", &st);
         if (r < 0)
                 return r;
         bind_str(st, 1, tenant_id ?: "");
@@ -182,8 +177,7 @@ int sqlite_secret_get(struct store *s, const char *tenant_id, const char *name, 
         return r;
 }
 
-int sqlite_secret_list(struct store *s, const char *tenant_id, size_t max, struct store_secret **ret,
-                       size_t *ret_n) {
+int sqlite_secret_list(struct store *s, const char *tenant_id, size_t max, struct store_secret **ret, size_t *ret_n) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
         int r = prep(c, "SELECT " SECRET_COLUMNS " FROM secrets WHERE " SCOPE_IS(1) " ORDER BY name", &st);
@@ -192,7 +186,7 @@ int sqlite_secret_list(struct store *s, const char *tenant_id, size_t max, struc
         bind_str(st, 1, tenant_id ?: "");
         struct store_secret *a = NULL;
         size_t n = 0;
-        r = collect(c, st, sizeof *a, max, read_secret, (void **)&a, &n);
+        r = collect(c, st, sizeof *a, max, read_secret, (void **) &a, &n);
         done(c, st);
         if (r < 0) {
                 store_secret_array_free(a, n);
@@ -218,7 +212,7 @@ int sqlite_secret_delete(struct store *s, const char *tenant_id, const char *nam
 
 static int read_string(sqlite3_stmt *st, void *ret) {
         int r = col_dup(st, 0, ret);
-        return r < 0 ? r : *(char **)ret ? 0 : -EBADMSG;
+        return r < 0 ? r : *(char **) ret ? 0 : -EBADMSG;
 }
 
 int sqlite_secret_users(struct store *s, const char *tenant_id, const char *name, size_t max, char ***ret,
@@ -235,7 +229,7 @@ int sqlite_secret_users(struct store *s, const char *tenant_id, const char *name
         bind_str(st, 2, name);
         char **a = NULL;
         size_t n = 0;
-        r = collect(c, st, sizeof *a, max, read_string, (void **)&a, &n);
+        r = collect(c, st, sizeof *a, max, read_string, (void **) &a, &n);
         done(c, st);
         if (r < 0) {
                 store_string_array_free(a, n);
@@ -246,8 +240,7 @@ int sqlite_secret_users(struct store *s, const char *tenant_id, const char *name
         return 0;
 }
 
-int sqlite_sandbox_secret_insert(struct store *s, const char *tenant_id,
-                                 const struct store_sandbox_secret *a) {
+int sqlite_sandbox_secret_insert(struct store *s, const char *tenant_id, const struct store_sandbox_secret *a) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
         /* no secret row: nothing inserted, -ENOENT */
@@ -272,7 +265,7 @@ static void store_sandbox_secret_array_free_members(struct store_sandbox_secret 
         free(a->name);
         free(a->placeholder);
         free(a->env_name);
-        *a = (struct store_sandbox_secret){0};
+        *a = (struct store_sandbox_secret){ 0 };
 }
 
 static int read_attachment(sqlite3_stmt *st, void *ret) {
@@ -291,17 +284,16 @@ int sqlite_sandbox_secret_list(struct store *s, const char *sandbox_id, struct s
                                size_t *ret_n) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(
-                c,
-                "SELECT sandbox_id, name, placeholder, env_name FROM sandbox_secrets WHERE sandbox_id = ?1 "
-                "ORDER BY name",
-                &st);
+        int r = prep(c,
+                     "SELECT sandbox_id, name, placeholder, env_name FROM sandbox_secrets WHERE sandbox_id = ?1 "
+                     "ORDER BY name",
+                     &st);
         if (r < 0)
                 return r;
         bind_str(st, 1, sandbox_id);
         struct store_sandbox_secret *a = NULL;
         size_t n = 0;
-        r = collect(c, st, sizeof *a, STORE_LIST_MAX, read_attachment, (void **)&a, &n);
+        r = collect(c, st, sizeof *a, STORE_LIST_MAX, read_attachment, (void **) &a, &n);
         done(c, st);
         if (r < 0) {
                 store_sandbox_secret_array_free(a, n);
@@ -329,8 +321,8 @@ int sqlite_sandbox_secret_copy(struct store *s, const char *from_id, const char 
         return r;
 }
 
-int sqlite_audit_insert(struct store *s, const struct store_audit_event *ev, const char *source,
-                        const char *boot_id, int64_t seq) {
+int sqlite_audit_insert(struct store *s, const struct store_audit_event *ev, const char *source, const char *boot_id,
+                        int64_t seq) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
         /* a gateway event already stored (same source, boot, seq) is skipped */
@@ -342,7 +334,7 @@ int sqlite_audit_insert(struct store *s, const struct store_audit_event *ev, con
                      &st);
         if (r < 0)
                 return r;
-        sqlite3_bind_int64(st, 1, ev->ts_ms ? ev->ts_ms : (int64_t)(now_realtime_ns() / 1000000ULL));
+        sqlite3_bind_int64(st, 1, ev->ts_ms ? ev->ts_ms : (int64_t) (now_realtime_ns() / 1000000ULL));
         bind_str(st, 2, ev->tenant_id);
         bind_str(st, 3, ev->actor);
         bind_str(st, 4, ev->sandbox_id);
@@ -384,27 +376,26 @@ static int read_event(sqlite3_stmt *st, void *ret) {
         return 0;
 }
 
-int sqlite_audit_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id,
-                      const char *secret, size_t max, struct store_audit_event **ret, size_t *ret_n) {
+int sqlite_audit_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, const char *secret,
+                      size_t max, struct store_audit_event **ret, size_t *ret_n) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(
-                c,
-                "SELECT id, ts_ms, tenant_id, actor, sandbox_id, secret, host, port, method, path, action, "
-                "reason FROM audit_events WHERE (?1 OR " SCOPE_IS(
-                        2) ") AND (?3 IS NULL OR sandbox_id = ?3) "
-                           "AND (?4 IS NULL OR secret = ?4) ORDER BY id DESC LIMIT ?5",
-                &st);
+        int r = prep(c,
+                     "SELECT id, ts_ms, tenant_id, actor, sandbox_id, secret, host, port, method, path, action, "
+                     "reason FROM audit_events WHERE (?1 OR " SCOPE_IS(
+                             2) ") AND (?3 IS NULL OR sandbox_id = ?3) "
+                                "AND (?4 IS NULL OR secret = ?4) ORDER BY id DESC LIMIT ?5",
+                     &st);
         if (r < 0)
                 return r;
         sqlite3_bind_int(st, 1, all);
         bind_str(st, 2, tenant_id ?: "");
         bind_str(st, 3, sandbox_id);
         bind_str(st, 4, secret);
-        sqlite3_bind_int64(st, 5, (sqlite3_int64)max);
+        sqlite3_bind_int64(st, 5, (sqlite3_int64) max);
         struct store_audit_event *a = NULL;
         size_t n = 0;
-        r = collect(c, st, sizeof *a, max, read_event, (void **)&a, &n);
+        r = collect(c, st, sizeof *a, max, read_event, (void **) &a, &n);
         done(c, st);
         if (r < 0) {
                 store_audit_event_array_free(a, n);

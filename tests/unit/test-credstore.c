@@ -94,8 +94,7 @@ static void test_seal_round_trip(void **state) {
         }
         /* short or truncated */
         assert_int_equal(credstore_unseal(key, "ten-1", "gh", sealed, n - 1, &v, &vlen), -EBADMSG);
-        assert_int_equal(credstore_unseal(key, "ten-1", "gh", sealed, CREDSTORE_SEALED_OVERHEAD, &v, &vlen),
-                         -EBADMSG);
+        assert_int_equal(credstore_unseal(key, "ten-1", "gh", sealed, CREDSTORE_SEALED_OVERHEAD, &v, &vlen), -EBADMSG);
         assert_null(v);
 
         /* two seals of one value differ (random nonce) */
@@ -117,8 +116,7 @@ static void test_seal_limits(void **state) {
         char *big = malloc(CREDSTORE_VALUE_MAX + 1);
         assert_non_null(big);
         memset(big, 'x', CREDSTORE_VALUE_MAX + 1);
-        assert_int_equal(credstore_seal(key, NULL, "gh", big, CREDSTORE_VALUE_MAX + 1, &sealed, &n),
-                         -EINVAL);
+        assert_int_equal(credstore_seal(key, NULL, "gh", big, CREDSTORE_VALUE_MAX + 1, &sealed, &n), -EINVAL);
         assert_null(sealed);
         assert_int_equal(credstore_seal(key, NULL, "gh", big, CREDSTORE_VALUE_MAX, &sealed, &n), 0);
         assert_int_equal(n, CREDSTORE_SEALED_MAX);
@@ -145,7 +143,7 @@ static void test_key_file(void **state) {
         assert_memory_equal(k1, k2, sizeof k1);
         /* no temporary left behind */
         char tmp[400];
-        snprintf(tmp, sizeof tmp, "%s.tmp.%d", key_path, (int)getpid());
+        snprintf(tmp, sizeof tmp, "%s.tmp.%d", key_path, (int) getpid());
         assert_int_equal(access(tmp, F_OK), -1);
 
         /* readable by others: refused, not used */
@@ -165,27 +163,27 @@ static void test_key_file(void **state) {
 static void test_local_backend(void **state) {
         _cleanup_(store_closep) struct store *st = NULL;
         assert_int_equal(store_open(url, &st), 0);
-        struct store_tenant t = {.id = "ten-a", .name = "a"};
+        struct store_tenant t = { .id = "ten-a", .name = "a" };
         assert_int_equal(store_tenant_insert(st, &t, 10), 0);
         _cleanup_(credstore_freep) struct credstore *cs = NULL;
         assert_int_equal(credstore_local_new(st, key_path, &cs), 0);
 
-        struct credstore_meta m = {.tenant_id = "ten-a",
-                                   .name = "gh",
-                                   .spec = "{\"hosts\":[\"api.github.com\"]}",
-                                   .expires_at = 0,
-                                   .created_by = "key-1"};
+        struct credstore_meta m = { .tenant_id = "ten-a",
+                                    .name = "gh",
+                                    .spec = "{\"hosts\":[\"api.github.com\"]}",
+                                    .expires_at = 0,
+                                    .created_by = "key-1" };
         assert_int_equal(credstore_put(cs, &m, VALUE, strlen(VALUE)), 0);
         assert_int_equal(credstore_put(cs, &m, VALUE, strlen(VALUE)), -EEXIST);
         /* the same name in the admin scope is another secret */
-        struct credstore_meta adm = {.name = "gh", .spec = "{}"};
+        struct credstore_meta adm = { .name = "gh", .spec = "{}" };
         assert_int_equal(credstore_put(cs, &adm, "admin-value", 11), 0);
         assert_int_equal(credstore_put(cs, &adm, "admin-value", 11), -EEXIST);
         /* unknown tenant */
-        struct credstore_meta bad = {.tenant_id = "ten-none", .name = "x", .spec = "{}"};
+        struct credstore_meta bad = { .tenant_id = "ten-none", .name = "x", .spec = "{}" };
         assert_int_equal(credstore_put(cs, &bad, "v", 1), -ENOENT);
 
-        struct credstore_meta got = {0};
+        struct credstore_meta got = { 0 };
         char *v = NULL;
         size_t vlen = 0;
         assert_int_equal(credstore_get(cs, "ten-a", "gh", &got, &v, &vlen), 0);
@@ -221,13 +219,11 @@ static void test_local_backend(void **state) {
         assert_int_equal(credstore_local_new(st, key_path, &cs), 0);
 
         /* a row swapped into another scope does not open */
-        struct store_secret row = {0};
+        struct store_secret row = { 0 };
         assert_int_equal(store_secret_get(st, "ten-a", "gh", &row), 0);
-        struct store_secret moved = {.tenant_id = NULL,
-                                     .name = "moved",
-                                     .spec = "{}",
-                                     .sealed = row.sealed,
-                                     .sealed_len = row.sealed_len};
+        struct store_secret moved = {
+                .tenant_id = NULL, .name = "moved", .spec = "{}", .sealed = row.sealed, .sealed_len = row.sealed_len
+        };
         assert_int_equal(store_secret_insert(st, &moved), 0);
         store_secret_release(&row);
         assert_int_equal(credstore_get(cs, NULL, "moved", &got, &v, &vlen), -EBADMSG);
@@ -252,17 +248,17 @@ static void test_store_attachments_and_audit(void **state) {
         assert_int_equal(store_open(url, &st), 0);
         _cleanup_(credstore_freep) struct credstore *cs = NULL;
         assert_int_equal(credstore_local_new(st, key_path, &cs), 0);
-        struct credstore_meta m = {.name = "gh", .spec = "{}"};
+        struct credstore_meta m = { .name = "gh", .spec = "{}" };
         assert_int_equal(credstore_put(cs, &m, VALUE, strlen(VALUE)), 0);
-        struct store_sandbox sb = {.id = "sbx-1", .template_name = "python", .state = "running"};
+        struct store_sandbox sb = { .id = "sbx-1", .template_name = "python", .state = "running" };
         assert_int_equal(store_sandbox_insert(st, &sb), 0);
         sb.id = "sbx-2";
         assert_int_equal(store_sandbox_insert(st, &sb), 0);
 
-        struct store_sandbox_secret a = {.sandbox_id = "sbx-1",
-                                         .name = "gh",
-                                         .placeholder = "airlock_ph_00112233445566778899aabbccddeeff",
-                                         .env_name = "GH"};
+        struct store_sandbox_secret a = { .sandbox_id = "sbx-1",
+                                          .name = "gh",
+                                          .placeholder = "airlock_ph_00112233445566778899aabbccddeeff",
+                                          .env_name = "GH" };
         assert_int_equal(store_sandbox_secret_insert(st, NULL, &a), 0);
         assert_int_equal(store_sandbox_secret_insert(st, NULL, &a), -EEXIST);
         struct store_sandbox_secret nope = a;
@@ -293,17 +289,18 @@ static void test_store_attachments_and_audit(void **state) {
 
         /* audit: the control plane's events, and a gateway's read twice */
         struct store_audit_event ev = {
-                .tenant_id = NULL, .actor = "key-1", .secret = "gh", .action = "secret.create"};
+                .tenant_id = NULL, .actor = "key-1", .secret = "gh", .action = "secret.create"
+        };
         assert_int_equal(store_audit_insert(st, &ev, NULL, NULL, 0), 0);
-        struct store_audit_event gw = {.tenant_id = "ten-a",
-                                       .actor = "gateway",
-                                       .sandbox_id = "sbx-9",
-                                       .secret = "gh",
-                                       .host = "api.github.com",
-                                       .port = 443,
-                                       .method = "GET",
-                                       .path = "/user",
-                                       .action = "injected"};
+        struct store_audit_event gw = { .tenant_id = "ten-a",
+                                        .actor = "gateway",
+                                        .sandbox_id = "sbx-9",
+                                        .secret = "gh",
+                                        .host = "api.github.com",
+                                        .port = 443,
+                                        .method = "GET",
+                                        .path = "/user",
+                                        .action = "injected" };
         assert_int_equal(store_audit_insert(st, &gw, "node", "boot-1", 1), 0);
         assert_int_equal(store_audit_insert(st, &gw, "node", "boot-1", 1), 0); /* skipped */
         assert_int_equal(store_audit_insert(st, &gw, "node", "boot-2", 1), 0); /* a new boot */
