@@ -394,6 +394,12 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         if (idempotency_key && (r = create_replay(ctx, idempotency_key, hash, ret)) != 0)
                 return r < 0 ? r : 0;
 
+        /* named secrets: checked before anything exists; their
+         * placeholders join env (the guest never sees a value) */
+        _cleanup_(api_secret_attach_release) struct api_secret_attach secrets = { 0 };
+        if ((r = api_secrets_prepare(ctx, tenant_id, json_object_get(body, "secrets"), c.env, &secrets)) < 0)
+                return r;
+
         char id[32], op_id[32];
         if ((r = random_id("sbx-", 8, id, sizeof id)) < 0 || (r = random_id("op-", 8, op_id, sizeof op_id)) < 0)
                 return r;
@@ -428,6 +434,10 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         r = store_sandbox_insert(ctx->store, &row);
         if (r < 0) {
                 log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert sandbox: %m");
+                return operation_fail(ctx, op_id, r);
+        }
+        if ((r = api_secrets_record(ctx, tenant_id, id, &secrets)) < 0) {
+                sandbox_abandon(ctx, id, false);
                 return operation_fail(ctx, op_id, r);
         }
 
@@ -472,6 +482,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m");
                 return operation_fail(ctx, op_id, r);
         }
+        api_secrets_attached(ctx, tenant_id, id, &secrets);
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         r = sandbox_lookup(ctx, id, &sb);
         if (r < 0)
