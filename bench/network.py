@@ -106,8 +106,10 @@ def main():
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
             env = dict(os.environ, AIRLOCK_PREBUILD="python", AIRLOCK_POOL_SIZE="0", **net.env())
-            if a.templates_dir:
+            if a.templates_dir:  # its templates trust the egress CA beside them
                 env["AIRLOCK_TEMPLATES_DIR"] = a.templates_dir
+                env["AIRLOCK_EGRESS_CA_DIR"] = os.path.join(os.path.dirname(os.path.abspath(a.templates_dir)),
+                                                            "egress-ca")
             log = open(os.path.join(work, "airlock.log"), "wb")
             proc = subprocess.Popen([os.path.join(BUILD, "src", "daemon", "airlockd"), "--data-dir", data,
                                      "--listen", f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,

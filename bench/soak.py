@@ -188,7 +188,7 @@ class Stack(harness.Airlock):
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = data_dir + ".log"
         self.env = dict(os.environ)
-        self.env.update({"AIRLOCK_TEMPLATES_DIR": harness.TEMPLATES, "AIRLOCK_PREBUILD": prebuild,
+        self.env.update({"AIRLOCK_TEMPLATES_DIR": harness.TEMPLATES, "AIRLOCK_EGRESS_CA_DIR": harness.EGRESS_CA, "AIRLOCK_PREBUILD": prebuild,
                          "AIRLOCK_LOG_LEVEL": "debug", "AIRLOCK_POOL_SIZE": "0"})
         self.env.update(env_extra)
         self.log = open(self.log_path, "ab")

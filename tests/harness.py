@@ -32,6 +32,8 @@ CLI = os.path.join(BUILD, "src", "cli", "airlock")
 VOLUME = os.environ.get("AIRLOCK_TEST_VOLUME") or pytest.fail(
     "AIRLOCK_TEST_VOLUME is not set: run the suite with ./test.sh")
 TEMPLATES = os.path.join(VOLUME, "templates")
+# One egress CA for the run, as for the templates whose trust store holds it
+EGRESS_CA = os.path.join(VOLUME, "egress-ca")
 FIRST_START_TIMEOUT = 1800  # building the python template under TCG
 START_TIMEOUT = 120
 
@@ -146,6 +148,7 @@ class Airlock:
         env = dict(os.environ)
         env.update({
             "AIRLOCK_TEMPLATES_DIR": TEMPLATES,
+            "AIRLOCK_EGRESS_CA_DIR": EGRESS_CA,
             "AIRLOCK_PREBUILD": prebuild,
             "AIRLOCK_LOG_LEVEL": "debug",
             # warm pools off unless a test asks: several tests count QEMUs

@@ -72,6 +72,12 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=${HOME:-/root}
 EOF
 : >"$R/etc/resolv.conf"
+# The installation's egress CA (the gateway terminates TLS with it): the
+# trust store is just it, as busybox has no other
+if [ -n "${AIRLOCK_EGRESS_CA_CERT:-}" ]; then
+	mkdir -p "$R/etc/ssl/certs"
+	install -m 0644 "$AIRLOCK_EGRESS_CA_CERT" "$R/etc/ssl/certs/ca-certificates.crt"
+fi
 find "$R" -type d -exec chmod 0755 {} +
 chmod 0700 "$R/root"
 chmod 1777 "$R/tmp" "$R/var/tmp"

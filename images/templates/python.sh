@@ -105,6 +105,13 @@ if [ -n "${AIRLOCK_APT_CACHE:-}" ]; then
 		--setup-hook="sync-in '$cache' /var/cache/apt/archives/"
 		--customize-hook="sync-out /var/cache/apt/archives '$cache'")
 fi
+# The installation's egress CA joins the trust store (the gateway
+# terminates TLS with it where a name or a credential decides).
+if [ -n "${AIRLOCK_EGRESS_CA_CERT:-}" ]; then
+	[ -r "$AIRLOCK_EGRESS_CA_CERT" ] || die "AIRLOCK_EGRESS_CA_CERT=$AIRLOCK_EGRESS_CA_CERT is not readable"
+	mmargs+=(--customize-hook="install -m 0644 '$AIRLOCK_EGRESS_CA_CERT' \"\$1/usr/local/share/ca-certificates/airlock-egress.crt\"
+chroot \"\$1\" update-ca-certificates >&2")
+fi
 # Shrink and finish the tree (runs inside mmdebstrap, after all installs).
 mmargs+=(--customize-hook="echo '$HOSTNAME_' > \"\$1/etc/hostname\"
 printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n' '$HOSTNAME_' > \"\$1/etc/hosts\"

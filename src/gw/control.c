@@ -9,6 +9,8 @@
  *   policy {sandbox, policy}
  *   detach {sandbox}
  *   log    {sandbox, limit}             -> {"entries": [...]}
+ *   secrets {sandbox, secrets: [...]}   (secrets.c; replaces the sandbox's)
+ *   audit  {after, limit}               -> {"boot_id", "events": [...], "next"}
  */
 #include "gw.h"
 
@@ -27,7 +29,8 @@
 #include "proto.h"
 
 #define CONTROL_TIMEOUT_MS 2000
-#define CONTROL_REQUEST_MAX (128u << 10)
+#define CONTROL_REQUEST_MAX (512u << 10) /* 16 credentials of 8 KiB fit */
+#define AUDIT_READ_MAX 1000
 #define LOG_LIMIT_MAX GW_LOG_MAX
 
 static uid_t control_peer_uid;
@@ -83,6 +86,16 @@ static int serve(json_t *req, int *fds, size_t n_fds, json_t **ret_extra, char *
                 *ret_extra = json_pack("{sssi}", "boot_id", boot_id, "sandboxes", (json_int_t) gw_sandbox_count());
                 return 0;
         }
+        if (strcmp(op, "audit") == 0) {
+                json_t *a = json_object_get(req, "after"), *l = json_object_get(req, "limit");
+                if (!json_is_integer(a) || json_integer_value(a) < 0 || !json_is_integer(l) ||
+                    json_integer_value(l) < 1 || json_integer_value(l) > AUDIT_READ_MAX)
+                        return bad(msg, n, "after and limit (1..1000) must be numbers");
+                *ret_extra = gw_audit_read((uint64_t) json_integer_value(a), (size_t) json_integer_value(l));
+                if (*ret_extra)
+                        json_object_set_new(*ret_extra, "boot_id", json_string(boot_id));
+                return *ret_extra ? 0 : -ENOMEM;
+        }
         const char *id = json_string_value(json_object_get(req, "sandbox"));
         if (!id || !*id || strlen(id) > GW_ID_MAX)
                 return bad(msg, n, "sandbox missing or too long");
@@ -116,6 +129,17 @@ static int serve(json_t *req, int *fds, size_t n_fds, json_t **ret_extra, char *
                 if (r < 0)
                         return r;
                 gw_sandbox_set_policy(s, p);
+                return 0;
+        }
+        if (strcmp(op, "secrets") == 0) {
+                struct gw_secret *v;
+                size_t count;
+                int r = gw_secrets_parse(json_object_get(req, "secrets"), &v, &count, msg, n);
+                if (r < 0)
+                        return r;
+                gw_secrets_free(s->secrets, s->n_secrets);
+                s->secrets = v;
+                s->n_secrets = count;
                 return 0;
         }
         if (strcmp(op, "detach") == 0) {

@@ -45,7 +45,54 @@ struct gw_log_entry {
         char reason[96];
 };
 
+#define GW_SECRETS_MAX 16          /* credentials per sandbox */
+#define GW_SECRET_VALUE_MAX 8192
+#define GW_SECRET_HOSTS_MAX 16
+#define GW_SECRET_PORTS_MAX 8
+#define GW_SECRET_METHODS_MAX 8
+#define GW_SECRET_PATHS_MAX 8
+
+/* A credential the sandbox may use (secrets.c): its value goes into
+ * requests to its hosts as header: header_value, replacing the guest's. */
+struct gw_secret {
+        char name[65];
+        char placeholder[64]; /* what the guest holds instead of the value */
+        char *value;          /* wiped when freed */
+        size_t value_len;
+        char *encoded;        /* basic auth: base64 of user:value, also redacted from responses */
+        char header[64];
+        char *header_value;
+        struct {
+                char name[254]; /* canonical; "*.x" is stored as x with wildcard */
+                bool wildcard;
+        } hosts[GW_SECRET_HOSTS_MAX];
+        size_t n_hosts;
+        uint16_t ports[GW_SECRET_PORTS_MAX];
+        size_t n_ports;
+        char methods[GW_SECRET_METHODS_MAX][16];
+        size_t n_methods;
+        char paths[GW_SECRET_PATHS_MAX][256];
+        size_t n_paths;
+        uint64_t expires_at_ms; /* wall clock; 0: never */
+        unsigned rate_per_min;  /* 0: unlimited */
+        double tokens;
+        uint64_t tokens_at_ms;
+};
+
+struct gw_audit_event {
+        uint64_t seq, ts_ms;
+        char sandbox[GW_ID_MAX + 1];
+        char secret[65];
+        char host[254];
+        uint16_t port;
+        char method[16];
+        char path[256];
+        bool injected;
+        char reason[96];
+};
+
 struct conn;
+struct term;
 
 struct gw_sandbox {
         char id[GW_ID_MAX + 1];
@@ -57,12 +104,15 @@ struct gw_sandbox {
         struct loop_watch *tcp_watch, *dns_watch;
         unsigned n_conns, n_pending;
         struct conn *conns; /* open TCP connections (relay.c): they end with the attachment */
+        struct term *terms; /* the terminated TLS ones (tlsterm.c) */
         double dns_tokens;
         uint64_t dns_tokens_at;
         struct gw_binding *bindings; /* a ring of GW_BINDINGS_MAX */
         size_t n_bindings, next_binding;
         struct gw_log_entry *log; /* a ring of GW_LOG_MAX */
         size_t n_log, next_log;
+        struct gw_secret *secrets;
+        size_t n_secrets;
         struct gw_sandbox *next;
 };
 
@@ -101,6 +151,34 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata);
 /* Ends every connection of s (its VM is gone, or replaced). */
 void gw_relay_close_all(struct gw_sandbox *s);
 int gw_relay_init(void);
+
+/* ---- tlsterm.c: terminated TLS ---- */
+struct sockaddr_in;
+/* Makes or loads the egress CA (ca_dir) and the TLS contexts; the
+ * upstream's are verified with the system's trust store and the PEM
+ * certificates read from upstream_ca_fd (-1: none). */
+int gw_tlsterm_init(const char *ca_dir, int upstream_ca_fd);
+/* Takes the guest's connection g_fd to dst over, for name, with the
+ * ClientHello bytes already read from it. */
+int gw_tlsterm_start(struct gw_sandbox *sb, int g_fd, const struct sockaddr_in *dst, const char *name,
+                     const uint8_t *hello, size_t hello_len);
+void gw_tlsterm_close_all(struct gw_sandbox *s);
+
+/* ---- secrets.c: credentials and their audit ---- */
+#include <jansson.h>
+int gw_secrets_parse(json_t *a, struct gw_secret **ret, size_t *ret_n, char *msg, size_t n);
+void gw_secrets_free(struct gw_secret *v, size_t n);
+bool gw_secret_binds(const struct gw_secret *s, const char *host, uint16_t port);
+/* Whether a credential is bound to host:port (the connection is terminated for it). */
+bool gw_secrets_for_host(const struct gw_sandbox *sb, const char *host, uint16_t port);
+/* The credential for this request, or NULL (*ret_refusal says why when
+ * one was bound to the host but may not be used: audited). */
+struct gw_secret *gw_secrets_pick(struct gw_sandbox *sb, const char *host, uint16_t port, const char *method,
+                                  const char *path, const char **ret_refusal);
+void gw_audit(const struct gw_sandbox *sb, const struct gw_secret *s, const char *host, uint16_t port,
+              const char *method, const char *path, bool injected, const char *reason);
+/* {"events": [...], "next": N}: the events after seq `after`. */
+json_t *gw_audit_read(uint64_t after, size_t limit);
 
 /* ---- control.c: the node's requests ---- */
 int gw_control_start(int listen_fd, uid_t peer_uid);

@@ -132,6 +132,14 @@ int main(void) {
         }
         add_own_addresses();
 
+        const char *ca_dir = getenv("AIRLOCK_EGRESS_CA_DIR");
+        if (!ca_dir || !*ca_dir) {
+                log_error("AIRLOCK_EGRESS_CA_DIR must be set (airlock-nodemgr sets it)");
+                return 2;
+        }
+        const char *ca_fd = getenv("AIRLOCK_UPSTREAM_CA_FD");
+        if ((r = gw_tlsterm_init(ca_dir, ca_fd && *ca_fd ? atoi(ca_fd) : -1)) < 0)
+                return log_error_errno(r, "cannot set up TLS termination: %m"), 1;
         if ((r = loop_new(&gw_loop)) < 0 || (r = gw_relay_init()) < 0 ||
             (r = gw_control_start((int) listen_fd, (uid_t) peer_uid)) < 0)
                 return log_error_errno(r, "cannot start: %m"), 1;

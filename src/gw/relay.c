@@ -272,7 +272,28 @@ static void decide_addr(struct conn *c) {
         start_connect(c);
 }
 
-static void decide_name(struct conn *c, const char *name) {
+/* Hands a TLS connection allowed by name to tlsterm.c, with the
+ * ClientHello it sent. */
+static void terminate(struct conn *c) {
+        struct gw_sandbox *s = c->sb;
+        int fd = TAKE_FD(c->g_fd);
+        struct sockaddr_in dst = c->dst;
+        char name[sizeof c->name];
+        snprintf(name, sizeof name, "%s", c->name);
+        loop_watch_remove(c->g_watch);
+        c->g_watch = NULL;
+        gw_sandbox_ref(s);
+        /* the hello outlives the conn: copied */
+        size_t len = c->g2u.len;
+        uint8_t hello[TLSHELLO_BUF_MAX];
+        memcpy(hello, c->g2u.data, MIN(len, sizeof hello));
+        conn_free(c);
+        if (gw_tlsterm_start(s, fd, &dst, name, hello, MIN(len, sizeof hello)) < 0)
+                gw_sandbox_log(s, false, false, name, dst.sin_addr, ntohs(dst.sin_port), "cannot terminate its TLS");
+        gw_sandbox_unref(s);
+}
+
+static void decide_name(struct conn *c, const char *name, bool tls) {
         snprintf(c->name, sizeof c->name, "%s", name);
         struct in6_addr a = gw_addr_v4(c->dst.sin_addr);
         enum netpolicy_reason pr;
@@ -289,8 +310,15 @@ static void decide_name(struct conn *c, const char *name) {
         }
         /* allowed by a rule (not merely by allow-all): the address must be
          * one the gateway resolved the name to for this sandbox */
-        if (netpolicy_mode(c->sb->policy) == NETPOLICY_ALLOWLIST && !gw_sandbox_bound(c->sb, name, c->dst.sin_addr)) {
+        bool by_rule = netpolicy_mode(c->sb->policy) == NETPOLICY_ALLOWLIST;
+        if (by_rule && !gw_sandbox_bound(c->sb, name, c->dst.sin_addr)) {
                 deny(c, name, "the gateway did not resolve the name to that address for this sandbox");
+                return;
+        }
+        /* TLS is terminated where its name decided (so Host can be checked
+         * against it inside) or a credential may go in; else passed through */
+        if (tls && (by_rule || gw_secrets_for_host(c->sb, name, ntohs(c->dst.sin_port)))) {
+                terminate(c);
                 return;
         }
         start_connect(c);
@@ -321,7 +349,7 @@ static void sniff(struct conn *c) {
                                 return;
                         }
                         if (h.has_sni)
-                                decide_name(c, h.sni);
+                                decide_name(c, h.sni, true);
                         else
                                 decide_addr(c); /* no name: cidr rules alone */
                         return;
@@ -360,7 +388,7 @@ static void sniff(struct conn *c) {
                 }
                 char name[254];
                 snprintf(name, sizeof name, "%s", c->name);
-                decide_name(c, name);
+                decide_name(c, name, false);
                 return;
         }
         if (r >= 0 && ev.type == HTTP1_EV_NEED_MORE) {
@@ -453,10 +481,21 @@ static void upstream_event(int fd, uint32_t events, void *userdata) {
 }
 
 void gw_relay_close_all(struct gw_sandbox *s) {
+        gw_tlsterm_close_all(s);
         while (s->conns) {
                 reset_guest(s->conns);
                 conn_free(s->conns);
         }
+}
+
+/* Whether a credential is bound to some host on port: its TLS is read
+ * for the name even where addresses decide. */
+static bool secret_port(const struct gw_sandbox *s, uint16_t port) {
+        for (size_t i = 0; i < s->n_secrets; i++)
+                for (size_t j = 0; j < s->secrets[i].n_ports; j++)
+                        if (s->secrets[i].ports[j] == port)
+                                return true;
+        return false;
 }
 
 void gw_relay_accept(int fd, uint32_t events, void *userdata) {
@@ -504,7 +543,8 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata) {
                                 conn_free(c);
                         continue;
                 }
-                if (!netpolicy_needs_names(s->policy) && netpolicy_mode(s->policy) != NETPOLICY_ALLOWLIST) {
+                if (!netpolicy_needs_names(s->policy) && netpolicy_mode(s->policy) != NETPOLICY_ALLOWLIST &&
+                    !secret_port(s, ntohs(dst.sin_port))) {
                         decide_addr(c); /* allow-all or deny-all: the address decides */
                         continue;
                 }

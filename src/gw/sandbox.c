@@ -36,6 +36,7 @@ void gw_sandbox_unref(struct gw_sandbox *s) {
         if (!s || --s->refs > 0)
                 return;
         netpolicy_free(s->policy);
+        gw_secrets_free(s->secrets, s->n_secrets);
         free(s->bindings);
         free(s->log);
         free(s);

@@ -172,6 +172,34 @@ int gwclient_log(const char *sandbox_id, unsigned limit, json_t **ret_entries, c
         return 0;
 }
 
+int gwclient_set_secrets(const char *sandbox_id, const char *secrets_json, const char *ctx) {
+        json_t *a = json_loads(secrets_json ? secrets_json : "[]", 0, NULL);
+        if (!json_is_array(a)) {
+                json_decref(a);
+                return -EINVAL;
+        }
+        char err[256] = "";
+        int r = gw_call(json_pack("{sssso}", "op", "secrets", "sandbox", sandbox_id, "secrets", a), NULL, 0, NULL, err,
+                        sizeof err);
+        return logged(r, "the credentials", sandbox_id, err, ctx);
+}
+
+int gwclient_audit_read(uint64_t after, unsigned limit, json_t **ret_reply, const char *ctx) {
+        char err[256] = "";
+        json_t *reply = NULL;
+        int r = gw_call(json_pack("{sssIsi}", "op", "audit", "after", (json_int_t) after, "limit", (json_int_t) limit),
+                        NULL, 0, &reply, err, sizeof err);
+        if (r < 0)
+                return logged(r, "the audit read", "the node", err, ctx);
+        if (!json_is_array(json_object_get(reply, "events"))) {
+                json_decref(reply);
+                return -EBADMSG;
+        }
+        json_object_del(reply, "ok");
+        *ret_reply = reply;
+        return 0;
+}
+
 void gwclient_tick(void) {
         if (!gw_socket)
                 return;

@@ -44,5 +44,17 @@ int gwclient_detach(const char *sandbox_id, const char *ctx);
  * "port"?,"action":"allow"|"deny","reason"}. */
 int gwclient_log(const char *sandbox_id, unsigned limit, json_t **ret_entries, const char *ctx);
 
+/* The sandbox's credentials (replaces what the gateway had): secrets_json
+ * is a JSON array text of credential objects (docs/node-protocol.md,
+ * sandbox.secrets.set); "[]" removes them all. The values travel only over
+ * this socket and live only in the gateway's memory. */
+int gwclient_set_secrets(const char *sandbox_id, const char *secrets_json, const char *ctx);
+
+/* The gateway's audit events after sequence number `after` (at most limit):
+ * *ret_reply (to decref) = {"boot_id", "events": [{"seq","ts_ms","sandbox",
+ * "secret","host","port","method","path","action":"injected"|"refused",
+ * "reason"}], "next"}; a new boot_id means the sequence started over. */
+int gwclient_audit_read(uint64_t after, unsigned limit, json_t **ret_reply, const char *ctx);
+
 /* Pings the gateway; after it restarted, reattaches all (the thread's). */
 void gwclient_tick(void);

@@ -531,6 +531,12 @@ static int template_hash(const char *name, unsigned memory_mib, char out[HASH_HE
                         return r;
                 }
         }
+        /* the egress CA the recipe puts into the guest's trust store */
+        const char *ca = getenv("AIRLOCK_EGRESS_CA_CERT");
+        if (ca && (r = hash_file(&st, "egress-ca", ca)) < 0) {
+                *ret_error = strdup_printf("cannot read the egress CA %s: %s", ca, strerror(-r));
+                return r;
+        }
         snprintf(mem, sizeof mem, "%u/%u", memory_mib, TEMPLATE_VCPUS);
         hash_string(&st, "memory", mem);
         hash_string(&st, "cmdline", TEMPLATE_CMDLINE);
@@ -1165,6 +1171,27 @@ static void remove_stale_temps(void) {
         closedir(d);
 }
 
+/* The gateway makes the egress CA on its first start (AIRLOCK_EGRESS_CA_DIR,
+ * set by airlock-nodemgr): templates are built with its certificate in
+ * their trust store (the recipes read AIRLOCK_EGRESS_CA_CERT), so the node
+ * waits for it. No gateway (AIRLOCK_PRIVSEP=0): no CA, nothing to trust. */
+static int egress_ca_wait(void) {
+        const char *dir = getenv("AIRLOCK_EGRESS_CA_DIR");
+        if (!dir || !*dir || !getenv("AIRLOCK_GW_SOCKET"))
+                return unsetenv("AIRLOCK_EGRESS_CA_CERT") < 0 ? -errno : 0;
+        _cleanup_free_ char *cert = strdup_printf("%s/ca.crt", dir);
+        if (!cert)
+                return -ENOMEM;
+        for (int i = 0; access(cert, R_OK) < 0; i++) {
+                if (i >= 300)
+                        return log_error_errno(-ENOENT, "The gateway has not made the egress CA %s in 30 s", cert);
+                struct timespec ts = { 0, 100 * 1000000L };
+                nanosleep(&ts, NULL);
+        }
+        /* before any thread: the recipes inherit the environment */
+        return setenv("AIRLOCK_EGRESS_CA_CERT", cert, 1) < 0 ? -errno : 0;
+}
+
 int template_init(const struct node_config *cfg, const char *templates_dir, enum vmm_accel accel) {
         tcfg = cfg;
         taccel = accel;
@@ -1180,6 +1207,9 @@ int template_init(const struct node_config *cfg, const char *templates_dir, enum
         if (r < 0)
                 return log_error_errno(r, "Failed to run %s --version: %m", cfg->qemu_binary);
         log_info("qemu: %s", qemu_version);
+        r = egress_ca_wait();
+        if (r < 0)
+                return r;
         remove_stale_temps();
         return 0;
 }

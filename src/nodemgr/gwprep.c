@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,33 @@
 #include "nodeprep.h"
 #include "privsep.h"
 #include "util.h"
+
+/* The egress CA's directory (AIRLOCK_EGRESS_CA_DIR, default
+ * DATA_DIR/egress-ca): the gateway's, which makes its key there on the
+ * first start; readable by all for the certificate the node puts into
+ * templates. Both learn the path from the environment, and so do the
+ * template recipes (AIRLOCK_EGRESS_CA_CERT). */
+static int ca_dir_prepare(const struct daemon_config *c, uid_t uid, gid_t gid) {
+        const char *env = getenv("AIRLOCK_EGRESS_CA_DIR");
+        _cleanup_free_ char *dir = env && *env ? strdup(env) : strdup_printf("%s/egress-ca", c->data_dir);
+        if (!dir)
+                return -ENOMEM;
+        if (dir[0] != '/')
+                return log_error_errno(-EINVAL, "AIRLOCK_EGRESS_CA_DIR=%s is not an absolute path", dir);
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+                return log_error_errno(negative_errno(), "Cannot create the egress CA directory %s: %m", dir);
+        _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || fchown(fd, uid, gid) < 0 || fchmod(fd, 0755) < 0)
+                return log_error_errno(negative_errno(), "Cannot give the egress CA directory %s to the gateway: %m", dir);
+        /* a key left by an earlier install with another gateway uid */
+        _cleanup_close_ int key = openat(fd, "ca.key", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (key >= 0 && (fchown(key, uid, gid) < 0 || fchmod(key, 0600) < 0))
+                return log_error_errno(negative_errno(), "Cannot give %s/ca.key to the gateway: %m", dir);
+        _cleanup_free_ char *cert = strdup_printf("%s/ca.crt", dir);
+        if (!cert || setenv("AIRLOCK_EGRESS_CA_DIR", dir, 1) < 0 || setenv("AIRLOCK_EGRESS_CA_CERT", cert, 1) < 0)
+                return -ENOMEM;
+        return 0;
+}
 
 int gwprep_setup(const struct daemon_config *c, uid_t node_uid, gid_t node_gid, struct gwprep *ret) {
         struct gwprep g = { .node_uid = node_uid, .listen_fd = -1, .netns_fd = -1, .pid = -1 };
@@ -43,6 +71,8 @@ int gwprep_setup(const struct daemon_config *c, uid_t node_uid, gid_t node_gid, 
                         return log_error_errno(negative_errno(), "Cannot open the egress namespace %s: %m",
                                                p ? p : ns);
         }
+        if ((r = ca_dir_prepare(c, g.uid, g.gid)) < 0)
+                return r;
         char run_dir[sizeof c->node_socket];
         memcpy(run_dir, c->node_socket, sizeof run_dir);
         int n = snprintf(g.socket_path, sizeof g.socket_path, "%s/%s", dirname(run_dir), GWPREP_SOCKET_NAME);
@@ -78,10 +108,20 @@ int gwprep_start(struct gwprep *g) {
                 sigprocmask(SIG_SETMASK, &none, NULL);
                 if (g->netns_fd >= 0 && setns(g->netns_fd, CLONE_NEWNET) < 0)
                         _exit(125);
-                if (dup2(g->listen_fd, 3) < 0)
+                /* the operator's extra CAs for upstream TLS, opened here: the
+                 * gateway's user need not reach the file */
+                const char *ca = getenv("AIRLOCK_UPSTREAM_CA");
+                int ca_fd = ca && *ca ? open(ca, O_RDONLY | O_CLOEXEC) : -1;
+                if (ca && *ca && ca_fd < 0) {
+                        dprintf(STDERR_FILENO, "level=error prog=airlock-nodemgr msg=\"cannot open AIRLOCK_UPSTREAM_CA=%s: %s\"\n",
+                                ca, strerror(errno));
                         _exit(125);
-                (void) close_range(4, ~0u, 0);
-                if (setenv("AIRLOCK_GW_LISTEN_FD", "3", 1) < 0 || setenv("AIRLOCK_GW_PEER_UID", peer, 1) < 0)
+                }
+                if (dup2(g->listen_fd, 3) < 0 || (ca_fd >= 0 && dup2(ca_fd, 4) < 0))
+                        _exit(125);
+                (void) close_range(ca_fd >= 0 ? 5 : 4, ~0u, 0);
+                if (setenv("AIRLOCK_GW_LISTEN_FD", "3", 1) < 0 || setenv("AIRLOCK_GW_PEER_UID", peer, 1) < 0 ||
+                    (ca_fd >= 0 && setenv("AIRLOCK_UPSTREAM_CA_FD", "4", 1) < 0))
                         _exit(125);
                 if (privsep_drop(g->uid, g->gid) < 0 || prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
                         _exit(126);

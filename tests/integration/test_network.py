@@ -138,18 +138,37 @@ def test_a_restarted_gateway_serves_the_running_sandboxes_again(airlock_factory,
     assert SINK not in out.split("rc=")[0] and internet.sink_hits() == [], out
 
 
-def test_tls_is_decided_by_its_sni_where_names_decide(airlock_factory, internet):
-    """Passed-through TLS under an allowlist: the SNI must be an allowed name
-    the gateway resolved to that address (curl -k: the origin's test CA is
-    not the guest's; the decision, not the certificate, is what is tested
-    here)."""
+ISSUER = ("python3 -c \"import socket, ssl; c = ssl.create_default_context(); "
+          "s = c.wrap_socket(socket.create_connection(('a.test', 443), timeout=10), server_hostname='a.test'); "
+          "print('issuer', dict(x[0] for x in s.getpeercert()['issuer']))\"")
+
+
+def test_tls_under_an_allowlist_is_terminated_and_checked_inside(airlock_factory, internet):
+    """Where names decide, the gateway terminates TLS: the guest's own trust
+    store accepts the certificate the gateway minted for the name (the
+    installation's egress CA is in the template), the gateway verifies the
+    origin's certificate for that name (the test CA, AIRLOCK_UPSTREAM_CA),
+    and every request inside must name the host the TLS session was for.
+    The SNI must be an allowed name the gateway resolved to that address."""
     a = airlock_factory(prebuild="minimal,python", env=internet.env())
-    sid = a.create(template="python", network={"allow": [{"host": "a.test"}]})["id"]
-    # the control
-    _, out = sh(a, sid, "curl -sSk --max-time 10 https://a.test/hello.txt")
+    sid = a.create(template="python", network={"allow": [{"host": "a.test"}, {"host": "*.a.test"}]})["id"]
+    # the control: plain curl, no -k, and the issuer is the egress CA
+    _, out = sh(a, sid, "curl -sS --max-time 10 https://a.test/hello.txt")
     assert HELLO in out, out
-    # the allowed SNI sent to another address, and a denied SNI
-    for cmd in ("curl -sSk --max-time 10 --resolve a.test:443:198.18.0.66 https://a.test/hello.txt",
+    _, out = sh(a, sid, ISSUER)
+    assert "'organizationName': 'Airlock'" in out, out
+    entries = net_log(a, sid)
+    assert any(e.get("name") == "a.test" and e["reason"] == "allowed by name (TLS terminated)" for e in entries), entries
+
+    # inside the tunnel: a Host that is not the TLS name (domain fronting)
+    _, out = sh(a, sid, "curl -sS --max-time 10 -H 'Host: e.test' -w ' code=%{http_code}' https://a.test/hello.txt")
+    assert "code=403" in out and "differs from the TLS name" in out and HELLO not in out, out
+    # an origin whose certificate is not for the name: refused before anything is sent
+    _, out = sh(a, sid, "curl -sS --max-time 10 -w ' code=%{http_code}' https://other.a.test/hello.txt")
+    assert "code=502" in out and "certificate" in out and HELLO not in out, out
+
+    # the allowed SNI sent to another address, a denied SNI, an address
+    for cmd in ("curl -sS --max-time 10 --resolve a.test:443:198.18.0.66 https://a.test/hello.txt",
                 f"curl -sSk --max-time 10 --resolve e.test:443:{ORIGIN} https://e.test/hello.txt",
                 f"curl -sSk --max-time 10 https://{ORIGIN}/hello.txt"):
         t0 = time.monotonic()
@@ -160,6 +179,22 @@ def test_tls_is_decided_by_its_sni_where_names_decide(airlock_factory, internet)
     assert any(e.get("name") == "a.test" and e.get("addr") == SINK and e["action"] == "deny" for e in entries), entries
     assert any(e.get("name") == "e.test" and e["action"] == "deny" for e in entries), entries
     assert internet.sink_hits() == []
+
+
+def test_tls_under_allow_all_passes_through_untouched(airlock_factory, internet):
+    """Where nothing depends on the name (allow-all, no credential), TLS is
+    not terminated: the guest sees the origin's own certificate (so it needs
+    the test CA: -k), and the log says it was allowed by address."""
+    a = airlock_factory(prebuild="minimal,python", env=internet.env())
+    sid = a.create(template="python")["id"]
+    _, out = sh(a, sid, "curl -sS --max-time 10 https://a.test/hello.txt")
+    assert HELLO not in out and "certificate" in out, out  # the test CA is not the guest's
+    _, out = sh(a, sid, "curl -sSk --max-time 10 https://a.test/hello.txt")
+    assert HELLO in out, out
+    _, out = sh(a, sid, "curl -vsSk --max-time 10 -o /dev/null https://a.test/hello.txt 2>&1 | grep issuer:")
+    assert "airlock test CA" in out and "Airlock" not in out, out  # the origin's own certificate
+    entries = net_log(a, sid)
+    assert not any("TLS terminated" in e["reason"] for e in entries), entries
 
 
 DNS_TCP = r"""

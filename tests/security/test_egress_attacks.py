@@ -6,12 +6,14 @@ and SINK — the evil host, which records everything that reaches it — saw
 nothing."""
 
 import os
+import pwd
 import sys
 import time
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
 import netlab  # noqa: E402
 from netlab import EGRESS_ADDR, HELLO, ORIGIN, RESOLVER, SINK, http_get, internet, net_log, sh  # noqa: E402,F401
 
@@ -197,3 +199,154 @@ def test_rebinding_to_internal_addresses_under_an_allowlist(airlock_factory, int
     assert any(e.get("name") == name and e["kind"] == "dns" and e["action"] == "deny" for e in entries), entries
     assert any(e.get("addr") == internal and e["action"] == "deny" for e in entries), entries
 
+
+
+# Attacks inside TLS the gateway terminates (an allowlist decides by name).
+# The guest's script speaks raw HTTP/1.1 over TLS to a.test (trusting its
+# own store, which holds the installation's egress CA) and prints one line
+# per request: its id, then what came back.
+TLS_SCRIPT = r'''
+import socket, ssl, sys, time
+ctx = ssl.create_default_context()
+def conn(sni="a.test", addr="a.test"):
+    s = socket.create_connection((addr, 443), timeout=10)
+    return ctx.wrap_socket(s, server_hostname=sni)
+def send(ident, raws, sni="a.test"):
+    try:
+        c = conn(sni)
+        out = b""
+        for raw in raws:
+            c.sendall(raw)
+            time.sleep(0.3)
+            try:
+                while True:
+                    d = c.recv(65536)
+                    if not d:
+                        break
+                    out += d
+                    if b"\r\n\r\n" in out and (b"hello" in out or b"refused" in out or b'"path"' in out):
+                        break
+            except (socket.timeout, ssl.SSLError, ConnectionError):
+                pass
+        print(ident, repr(out[:3000]))
+    except Exception as e:
+        print(ident, "error", type(e).__name__, e)
+def req(host, path="/hello.txt", extra=""):
+    return ("GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (path, host, extra)).encode()
+send("control", [req("a.test")])
+send("control-keepalive", [req("a.test"), req("a.test")])
+send("T1-fronting", [req("e.test")])
+send("T2-keepalive-switch", [req("a.test"), req("e.test", "/echo")])
+send("T3-absolute-form", [b"GET https://e.test/echo HTTP/1.1\r\nHost: a.test\r\n\r\n"])
+send("T4-websocket", [req("a.test", "/echo", "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n")])
+send("T5-cl-te", [b"POST /echo HTTP/1.1\r\nHost: a.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  b"0\r\n\r\nGET /echo HTTP/1.1\r\nHost: e.test\r\n\r\n"])
+send("T6-h2-preface", [b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"])
+send("T7-host-port", [req("a.test:8443")])
+send("T8-crlf-in-header", [b"GET /echo HTTP/1.1\r\nHost: a.test\r\nX-A: 1\rHost: e.test\r\n\r\n"])
+# the ClientHello split across TCP segments (the gateway must reassemble it)
+def split_hello(ident, sni):
+    try:
+        inc, outg = ssl.MemoryBIO(), ssl.MemoryBIO()
+        o = ctx.wrap_bio(inc, outg, server_hostname=sni)
+        try:
+            o.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        hello = outg.read()
+        s = socket.create_connection(("a.test", 443), timeout=10)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(0, len(hello), 7):
+            s.sendall(hello[i:i + 7])
+            time.sleep(0.01)
+        while True:
+            try:
+                o.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                s.sendall(outg.read())
+                d = s.recv(65536)
+                if not d:
+                    raise ConnectionError("closed")
+                inc.write(d)
+        s.sendall(outg.read())
+        o.write(req(sni))
+        s.sendall(outg.read())
+        out = b""
+        while b"hello" not in out:
+            d = s.recv(65536)
+            if not d:
+                break
+            inc.write(d)
+            try:
+                out += o.read(65536)
+            except ssl.SSLWantReadError:
+                pass
+        print(ident, repr(out[:3000]))
+    except Exception as e:
+        print(ident, "error", type(e).__name__, e)
+split_hello("control-split-hello", "a.test")
+split_hello("T9-split-hello-denied", "e.test")
+'''
+
+
+def test_attacks_inside_terminated_tls(airlock_factory, internet):
+    a = airlock_factory(prebuild="minimal,python", env=internet.env())
+    sid = a.create(template="python", network={"allow": [{"host": "a.test"}]})["id"]
+    out = a.exec(sid, ["python3", "-c", TLS_SCRIPT], timeout_s=120)
+    lines = {ln.split(" ", 1)[0]: ln.split(" ", 1)[1] for ln in out["stdout"].splitlines() if " " in ln}
+    assert set(lines) >= {"control", "control-keepalive", "control-split-hello", "T9-split-hello-denied"}, out
+    # the controls: one request, two on one connection, a hello in pieces
+    assert HELLO in lines["control"], lines
+    assert lines["control-keepalive"].count("HTTP/1.1 200") == 2, lines
+    assert HELLO in lines["control-split-hello"], lines
+    print("\n".join(f"{k}: {v[:200]}" for k, v in lines.items()))
+    failures = [f"{k} got through: {v[:300]}" for k, v in lines.items()
+                if k.startswith("T") and ('"path"' in v or (HELLO in v and k != "T2-keepalive-switch"))]
+    # the switch: its first request is legitimate, its second must not pass
+    if lines["T2-keepalive-switch"].count("HTTP/1.1 200") > 1 or '"path"' in lines["T2-keepalive-switch"]:
+        failures.append(f"T2-keepalive-switch got through: {lines['T2-keepalive-switch'][:300]}")
+    assert not failures, "\n".join(failures)
+    for k in ("T1-fronting", "T2-keepalive-switch", "T4-websocket", "T7-host-port"):
+        assert "403" in lines[k], (k, lines[k])
+    assert "error" in lines["T9-split-hello-denied"], lines  # a reset: never a handshake
+    entries = net_log(a, sid)
+    assert any(e.get("name") == "e.test" and e["action"] == "deny" for e in entries), entries
+    assert internet.sink_hits() == []
+
+
+def test_the_egress_ca_key_is_the_gateways_alone(airlock_factory, internet):
+    """The key that could mint a certificate for any name the guests trust:
+    0600 and owned by the gateway's user, unreadable to the node's user
+    (the control: the node's user reads the certificate beside it), and
+    nowhere in a guest or a log."""
+    a = airlock_factory(prebuild="minimal", env=internet.env())
+    sid = a.create()["id"]
+    key, cert = os.path.join(harness.EGRESS_CA, "ca.key"), os.path.join(harness.EGRESS_CA, "ca.crt")
+    st = os.stat(key)
+    assert st.st_mode & 0o777 == 0o600 and pwd.getpwuid(st.st_uid).pw_name == "airlock-gw", (oct(st.st_mode), st.st_uid)
+    with open(f"/proc/{a.pid_of('airlock-node')}/status") as f:
+        node_uid = int(f.read().split("\nUid:")[1].split()[0])
+    node_gid = pwd.getpwuid(node_uid).pw_gid
+
+    def can_read(path):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setgid(node_gid)
+                os.setuid(node_uid)
+                with open(path, "rb") as f:
+                    f.read(1)
+                os._exit(0)
+            except OSError:
+                os._exit(1)
+        return os.waitpid(pid, 0)[1] == 0
+    assert can_read(cert), "the control: the node's user reads the certificate"
+    assert not can_read(key), "the node's user read the egress CA's key"
+    pem = open(key).read()
+    body = "".join(pem.strip().splitlines()[1:-1])
+    _, out = sh(a, sid, "cat /etc/ssl/certs/ca-certificates.crt; grep -rl PRIVATE /etc 2>/dev/null; echo done")
+    assert "BEGIN CERTIFICATE" in out and body[:40] not in out and "PRIVATE" not in out.split("done")[0], out
+    assert body[:40] not in open(a.log_path, errors="replace").read()

@@ -1,0 +1,678 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Terminated TLS (docs/network.md, "TLS"): where a name decides (an
+ * allowlist's host rules) or a credential applies, the gateway is the
+ * guest's TLS server, with a certificate for the exact name the guest
+ * asked for (ca.c), and the upstream's TLS client, verifying its
+ * certificate for that name (the system's trust store and
+ * AIRLOCK_UPSTREAM_CA) before a byte is forwarded. In between, every
+ * request is parsed (http1.c): its Host must be the TLS name (no fronting
+ * inside the tunnel), upgrades are refused, its head is re-serialised with
+ * the credential bound to that host, method and path (the guest's own
+ * header of that name dropped), and its body re-framed. Responses go back
+ * as they are, with every credential value in them overwritten.
+ *
+ * OpenSSL works on BIO pairs, never on the sockets: the loop moves bytes
+ * between the sockets and the pairs' network ends, so one pump drives both
+ * handshakes and both directions without blocking, and every buffer is
+ * bounded (the pairs' sizes, the plaintext buffers).
+ */
+#include "gw.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ca.h"
+#include "http1.h"
+#include "log.h"
+#include "macros.h"
+
+/* per connection: 2 pairs of 2 x PAIR_BUF, 3 x PLAIN_BUF (320 KiB) */
+#define PAIR_BUF (32u << 10)  /* ciphertext buffered per direction and side */
+#define PLAIN_BUF (64u << 10) /* plaintext buffered per direction */
+/* free space needed before feeding a head: HTTP1_HEAD_MAX and a credential */
+#define HEAD_ROOM (28u << 10)
+#define HANDSHAKE_TIMEOUT_MS 10000
+
+struct pbuf {
+        uint8_t *data;
+        size_t off, len; /* data[off..off+len) is pending */
+};
+
+struct term {
+        struct gw_sandbox *sb;
+        int g_fd, u_fd;
+        struct loop_watch *g_watch, *u_watch;
+        struct loop_timer *timer;
+        struct sockaddr_in dst;
+        char name[254];
+        SSL *g_ssl, *u_ssl;
+        BIO *g_net, *u_net; /* the network ends of the BIO pairs */
+        bool u_connected, g_hs, u_hs;
+        bool g_sock_eof, u_sock_eof; /* the TCP peers closed */
+        bool g_done, u_done;         /* no more plaintext from that side */
+        bool g_closed, u_closed;     /* our close_notify sent */
+        bool refused;                /* a refusal is on its way to the guest: nothing more is read */
+        struct http1_parser *hp;
+        bool chunked;        /* the current request's body */
+        struct pbuf gp;      /* guest plaintext not yet parsed */
+        struct pbuf up;      /* to the upstream, re-serialised */
+        struct pbuf down;    /* to the guest */
+        size_t down_scanned; /* redaction: bytes of down already checked */
+        struct term *prev, *next;
+};
+
+static SSL_CTX *guest_ctx, *upstream_ctx;
+
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+                       unsigned inlen, void *arg) {
+        /* HTTP/1.1 only: a client that offers h2 too falls back to it */
+        for (unsigned i = 0; i < inlen;) {
+                unsigned l = in[i];
+                if (i + 1 + l > inlen)
+                        break;
+                if (l == 8 && memcmp(in + i + 1, "http/1.1", 8) == 0) {
+                        *out = in + i + 1;
+                        *outlen = (unsigned char) l;
+                        return SSL_TLSEXT_ERR_OK;
+                }
+                i += 1 + l;
+        }
+        return SSL_TLSEXT_ERR_NOACK;
+}
+
+/* The operator's extra CAs (AIRLOCK_UPSTREAM_CA, opened by airlock-nodemgr). */
+static int add_upstream_cas(int fd) {
+        FILE *f = fdopen(fd, "re");
+        if (!f)
+                return negative_errno();
+        STACK_OF(X509_INFO) *infos = PEM_X509_INFO_read(f, NULL, NULL, NULL);
+        fclose(f);
+        X509_STORE *store = SSL_CTX_get_cert_store(upstream_ctx);
+        int n = 0;
+        for (int i = 0; infos && i < sk_X509_INFO_num(infos); i++) {
+                X509_INFO *x = sk_X509_INFO_value(infos, i);
+                if (x->x509 && X509_STORE_add_cert(store, x->x509) == 1)
+                        n++;
+        }
+        sk_X509_INFO_pop_free(infos, X509_INFO_free);
+        if (n == 0)
+                return log_error_errno(-EINVAL, "AIRLOCK_UPSTREAM_CA holds no certificate");
+        log_info("upstream TLS also trusts %d certificate(s) of AIRLOCK_UPSTREAM_CA", n);
+        return 0;
+}
+
+int gw_tlsterm_init(const char *ca_dir, int upstream_ca_fd) {
+        int r = gw_ca_open(ca_dir);
+        if (r < 0)
+                return r;
+        guest_ctx = SSL_CTX_new(TLS_server_method());
+        upstream_ctx = SSL_CTX_new(TLS_client_method());
+        if (!guest_ctx || !upstream_ctx)
+                return -ENOMEM;
+        SSL_CTX_set_min_proto_version(guest_ctx, TLS1_2_VERSION);
+        SSL_CTX_set_min_proto_version(upstream_ctx, TLS1_2_VERSION);
+        SSL_CTX_set_max_early_data(guest_ctx, 0); /* no 0-RTT: replayable data is never accepted */
+        SSL_CTX_set_alpn_select_cb(guest_ctx, alpn_select, NULL);
+        SSL_CTX_set_verify(upstream_ctx, SSL_VERIFY_PEER, NULL);
+        if (SSL_CTX_set_default_verify_paths(upstream_ctx) != 1)
+                log_warn("cannot load the system's trust store for upstream TLS");
+        if (upstream_ca_fd >= 0 && (r = add_upstream_cas(upstream_ca_fd)) < 0)
+                return r;
+        static const unsigned char alpn[] = "\x08http/1.1";
+        SSL_CTX_set_alpn_protos(upstream_ctx, alpn, sizeof alpn - 1);
+        return 0;
+}
+
+static void term_free(struct term *t) {
+        if (t->prev)
+                t->prev->next = t->next;
+        else
+                t->sb->terms = t->next;
+        if (t->next)
+                t->next->prev = t->prev;
+        loop_watch_remove(t->g_watch);
+        loop_watch_remove(t->u_watch);
+        loop_timer_cancel(t->timer);
+        safe_close(t->g_fd);
+        safe_close(t->u_fd);
+        SSL_free(t->g_ssl); /* frees its end of the pair */
+        SSL_free(t->u_ssl);
+        BIO_free(t->g_net);
+        BIO_free(t->u_net);
+        http1_parser_free(t->hp);
+        free(t->gp.data);
+        free(t->up.data);
+        free(t->down.data);
+        t->sb->n_conns--;
+        gw_sandbox_unref(t->sb);
+        free(t);
+}
+
+static void reset(struct term *t) {
+        struct linger l = {1, 0};
+        (void) setsockopt(t->g_fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+        term_free(t);
+}
+
+static size_t room(const struct pbuf *b) {
+        return PLAIN_BUF - b->off - b->len;
+}
+
+/* Makes the free space contiguous at the end. */
+static void compact(struct pbuf *b) {
+        if (b->off > 0) {
+                memmove(b->data, b->data + b->off, b->len);
+                b->off = 0;
+        }
+}
+
+static void put(struct pbuf *b, const void *p, size_t n) {
+        compact(b);
+        memcpy(b->data + b->len, p, n); /* callers checked room() */
+        b->len += n;
+}
+
+static const char *status_text(int status) {
+        switch (status) {
+        case 400: return "Bad Request";
+        case 403: return "Forbidden";
+        case 405: return "Method Not Allowed";
+        case 414: return "URI Too Long";
+        case 431: return "Request Header Fields Too Large";
+        case 505: return "HTTP Version Not Supported";
+        default: return "Bad Gateway";
+        }
+}
+
+/* Refuses what the guest asked, inside its TLS session when it has one:
+ * a 403 (or 502 for an upstream at fault) naming the reason, then the end. */
+static void refuse(struct term *t, int status, const char *host, const char *why) {
+        gw_sandbox_log(t->sb, false, false, host && *host ? host : t->name, t->dst.sin_addr,
+                       ntohs(t->dst.sin_port), why);
+        t->refused = true;
+        t->up.len = 0;
+        t->down.len = 0;
+        t->down.off = 0;
+        t->down_scanned = 0;
+        char body[384], msg[640];
+        int bl = snprintf(body, sizeof body, "airlock: egress to %s:%u refused: %s\n",
+                          host && *host ? host : t->name, (unsigned) ntohs(t->dst.sin_port), why);
+        int ml = snprintf(msg, sizeof msg,
+                          "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: "
+                          "close\r\n\r\n%s",
+                          status, status_text(status), bl, body);
+        put(&t->down, msg, (size_t) ml);
+        t->u_done = true; /* nothing more comes from there */
+}
+
+/* The longest credential text that must not reach the guest. */
+static size_t redact_span(const struct term *t) {
+        size_t m = 0;
+        for (size_t i = 0; i < t->sb->n_secrets; i++) {
+                const struct gw_secret *s = &t->sb->secrets[i];
+                m = MAX(m, s->value_len);
+                if (s->encoded)
+                        m = MAX(m, strlen(s->encoded));
+        }
+        return m;
+}
+
+static void overwrite_all(uint8_t *p, size_t n, const char *needle, size_t nl) {
+        if (nl == 0 || nl > n)
+                return;
+        for (uint8_t *at = p; (at = memmem(at, (size_t) (p + n - at), needle, nl)); at += nl)
+                memset(at, '*', nl);
+}
+
+/* Overwrites every credential value in down (also across reads: the last
+ * span-1 bytes are held back until more comes or the upstream ends).
+ * Returns how many bytes of down may go to the guest. */
+static size_t redact(struct term *t) {
+        size_t span = t->refused ? 0 : redact_span(t);
+        if (span == 0)
+                return t->down.len;
+        uint8_t *p = t->down.data + t->down.off;
+        size_t from = t->down_scanned >= span - 1 ? t->down_scanned - (span - 1) : 0;
+        for (size_t i = 0; i < t->sb->n_secrets; i++) {
+                const struct gw_secret *s = &t->sb->secrets[i];
+                overwrite_all(p + from, t->down.len - from, s->value, s->value_len);
+                if (s->encoded)
+                        overwrite_all(p + from, t->down.len - from, s->encoded, strlen(s->encoded));
+        }
+        t->down_scanned = t->down.len;
+        if (t->u_done)
+                return t->down.len;
+        return t->down.len > span - 1 ? t->down.len - (span - 1) : 0;
+}
+
+/* One request head of the guest: checked, then re-serialised into up. */
+static int on_head(struct term *t) {
+        const struct http1_head *h = http1_parser_head(t->hp);
+        uint16_t port = ntohs(t->dst.sin_port);
+        if (h->host_kind != HTTP1_HOST_NAME || strcmp(h->host, t->name) != 0) {
+                refuse(t, 403, h->host, "the Host header differs from the TLS name (domain fronting)");
+                return -EPERM;
+        }
+        if (h->port != 0 && h->port != port) {
+                refuse(t, 403, h->host, "the Host header names another port");
+                return -EPERM;
+        }
+        if (h->upgrade != HTTP1_UPGRADE_NONE) {
+                refuse(t, 403, h->host, "protocol upgrades are not allowed");
+                return -EPERM;
+        }
+        struct http1_extra_header add[1];
+        size_t n_add = 0;
+        const char *drop[GW_SECRETS_MAX];
+        size_t n_drop = 0;
+        /* the guest's own header of a credential bound here never passes:
+         * only the gateway puts one in */
+        for (size_t i = 0; i < t->sb->n_secrets; i++)
+                if (gw_secret_binds(&t->sb->secrets[i], t->name, port))
+                        drop[n_drop++] = t->sb->secrets[i].header;
+        const char *why = NULL;
+        struct gw_secret *s = gw_secrets_pick(t->sb, t->name, port, h->method, h->path, &why);
+        if (!s && why) {
+                refuse(t, 403, h->host, why);
+                return -EPERM;
+        }
+        if (s) {
+                add[n_add++] = (struct http1_extra_header){s->header, s->header_value};
+                gw_audit(t->sb, s, t->name, port, h->method, h->path, true, "injected");
+        }
+        compact(&t->up);
+        size_t len;
+        int r = http1_head_serialize(h, add, n_add, drop, n_drop, (char *) t->up.data + t->up.len,
+                                     room(&t->up), &len);
+        if (r < 0) {
+                refuse(t, 403, h->host, "the request head cannot be passed on");
+                return r;
+        }
+        t->up.len += len;
+        t->chunked = h->body == HTTP1_BODY_CHUNKED;
+        return 0;
+}
+
+/* Feeds guest plaintext to the parser while up has room. */
+static bool parse_guest(struct term *t) {
+        bool progress = false;
+        while (!t->refused && room(&t->up) >= HEAD_ROOM) {
+                size_t give = MIN(t->gp.len, room(&t->up) - HEAD_ROOM / 2);
+                size_t used = 0;
+                struct http1_event ev;
+                int r = http1_parser_feed(t->hp, t->gp.data + t->gp.off, give, &used, &ev);
+                if (r < 0) {
+                        refuse(t, http1_parser_status(t->hp) ?: 400, t->name,
+                               http1_parser_reason(t->hp) ?: "malformed HTTP request");
+                        return true;
+                }
+                t->gp.off += used;
+                t->gp.len -= used;
+                if (used)
+                        progress = true;
+                if (ev.type == HTTP1_EV_NEED_MORE)
+                        break;
+                progress = true;
+                if (ev.type == HTTP1_EV_HEAD) {
+                        if (on_head(t) < 0)
+                                return true;
+                } else if (ev.type == HTTP1_EV_BODY) {
+                        if (t->chunked) {
+                                char ch[HTTP1_CHUNK_HEADER_MAX];
+                                put(&t->up, ch, http1_chunk_header(ev.len, ch));
+                                put(&t->up, ev.data, ev.len);
+                                put(&t->up, "\r\n", 2);
+                        } else
+                                put(&t->up, ev.data, ev.len);
+                } else if (ev.type == HTTP1_EV_END && t->chunked) {
+                        put(&t->up, HTTP1_CHUNK_LAST, strlen(HTTP1_CHUNK_LAST));
+                        t->chunked = false;
+                }
+        }
+        if (t->gp.len == 0)
+                t->gp.off = 0;
+        return progress;
+}
+
+/* Socket -> the pair's network end. */
+static bool net_in(int fd, BIO *net, bool *eof) {
+        bool progress = false;
+        while (!*eof) {
+                char *p;
+                ssize_t space = BIO_nwrite0(net, &p);
+                if (space <= 0)
+                        break;
+                ssize_t n = read(fd, p, (size_t) space);
+                if (n > 0) {
+                        BIO_nwrite(net, &p, (int) n);
+                        progress = true;
+                        continue;
+                }
+                if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+                        *eof = true;
+                        BIO_shutdown_wr(net);
+                        progress = true;
+                }
+                break;
+        }
+        return progress;
+}
+
+/* The pair's network end -> socket. -1 when the socket is broken. */
+static int net_out(int fd, BIO *net) {
+        int progress = 0;
+        for (;;) {
+                char *p;
+                ssize_t avail = BIO_nread0(net, &p);
+                if (avail <= 0)
+                        break;
+                ssize_t n = send(fd, p, (size_t) avail, MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (n < 0)
+                        return errno == EAGAIN || errno == EINTR ? progress : -1;
+                BIO_nread(net, &p, (int) n);
+                progress = 1;
+        }
+        return progress;
+}
+
+/* SSL_read into b. Returns whether anything moved; *done on the peer's end. */
+static bool ssl_in(SSL *ssl, struct pbuf *b, bool *done, bool *failed) {
+        compact(b);
+        size_t space = room(b);
+        if (space == 0 || *done)
+                return false;
+        size_t n = 0;
+        int r = SSL_read_ex(ssl, b->data + b->len, space, &n);
+        if (r == 1) {
+                b->len += n;
+                return true;
+        }
+        int e = SSL_get_error(ssl, r);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+                return false;
+        *done = true;
+        if (e != SSL_ERROR_ZERO_RETURN)
+                *failed = true; /* a truncation or an error: the other side hears of it as an end too */
+        return true;
+}
+
+static bool ssl_out(SSL *ssl, struct pbuf *b, size_t limit, bool *failed) {
+        if (limit == 0)
+                return false;
+        size_t n = 0;
+        int r = SSL_write_ex(ssl, b->data + b->off, limit, &n);
+        if (r == 1) {
+                b->off += n;
+                b->len -= n;
+                if (b->len == 0)
+                        b->off = 0;
+                return true;
+        }
+        int e = SSL_get_error(ssl, r);
+        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+                *failed = true;
+        return false;
+}
+
+static const char *upstream_failure(struct term *t) {
+        long v = SSL_get_verify_result(t->u_ssl);
+        if (v != X509_V_OK)
+                return X509_verify_cert_error_string(v);
+        return "the TLS handshake with the destination failed";
+}
+
+static void update_interest(struct term *t);
+
+/* Moves everything that can move; ends the connection when all is said. */
+static void pump(struct term *t) {
+        bool progress, g_failed = false, u_failed = false;
+        do {
+                progress = false;
+                if (!t->refused || !t->g_hs) /* a refusal waits for the handshake that carries it */
+                        progress |= net_in(t->g_fd, t->g_net, &t->g_sock_eof);
+                if (t->u_connected && !t->u_closed)
+                        progress |= net_in(t->u_fd, t->u_net, &t->u_sock_eof);
+                if (!t->g_hs) {
+                        int r = SSL_do_handshake(t->g_ssl);
+                        if (r == 1) {
+                                t->g_hs = progress = true;
+                                if (t->u_hs) {
+                                        loop_timer_cancel(t->timer);
+                                        t->timer = NULL;
+                                }
+                        } else {
+                                int e = SSL_get_error(t->g_ssl, r);
+                                if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+                                        char why[96];
+                                        snprintf(why, sizeof why, "the guest's TLS handshake failed: %s",
+                                                 ERR_reason_error_string(ERR_peek_last_error())
+                                                         ?: "the guest ended it");
+                                        ERR_clear_error();
+                                        gw_sandbox_log(t->sb, false, false, t->name, t->dst.sin_addr,
+                                                       ntohs(t->dst.sin_port), why);
+                                        (void) net_out(t->g_fd, t->g_net); /* its alert */
+                                        term_free(t);
+                                        return;
+                                }
+                        }
+                }
+                if (t->u_connected && !t->u_hs && !t->u_closed) {
+                        int r = SSL_do_handshake(t->u_ssl);
+                        if (r == 1) {
+                                t->u_hs = progress = true;
+                                if (t->g_hs) {
+                                        loop_timer_cancel(t->timer);
+                                        t->timer = NULL;
+                                }
+                        } else {
+                                int e = SSL_get_error(t->u_ssl, r);
+                                if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+                                        char why[160];
+                                        snprintf(why, sizeof why, "the destination's certificate: %s",
+                                                 upstream_failure(t));
+                                        t->u_closed = true;
+                                        refuse(t, 502, t->name, why);
+                                        progress = true;
+                                }
+                        }
+                }
+                if (t->g_hs && !t->refused)
+                        progress |= ssl_in(t->g_ssl, &t->gp, &t->g_done, &g_failed);
+                if (t->g_hs && !t->refused)
+                        progress |= parse_guest(t);
+                if (t->u_hs && !t->u_closed && t->up.len)
+                        progress |= ssl_out(t->u_ssl, &t->up, t->up.len, &u_failed);
+                if (t->u_hs && !t->u_done && !t->refused)
+                        progress |= ssl_in(t->u_ssl, &t->down, &t->u_done, &u_failed);
+                if (t->g_hs && t->down.len) {
+                        size_t may = redact(t), before = t->down.len;
+                        progress |= ssl_out(t->g_ssl, &t->down, may, &g_failed);
+                        t->down_scanned -= before - t->down.len; /* it counts from the first pending byte */
+                }
+                int o = net_out(t->g_fd, t->g_net);
+                if (o < 0)
+                        g_failed = true;
+                progress |= o > 0;
+                if (t->u_connected) {
+                        o = net_out(t->u_fd, t->u_net);
+                        if (o < 0)
+                                u_failed = true;
+                        progress |= o > 0;
+                }
+                if (g_failed) {
+                        term_free(t);
+                        return;
+                }
+                if (u_failed)
+                        t->u_done = true; /* the guest gets what came, then the end */
+        } while (progress);
+
+        /* ends: the guest finished sending -> the upstream hears close_notify */
+        if (t->g_done && t->gp.len == 0 && t->up.len == 0 && t->u_hs && !t->u_closed) {
+                (void) SSL_shutdown(t->u_ssl);
+                (void) net_out(t->u_fd, t->u_net);
+                t->u_closed = true;
+        }
+        /* the upstream finished (or failed, or a refusal is written):
+         * once the guest has it all, close_notify and the end */
+        if ((t->u_done || u_failed) && t->g_hs && t->down.len == 0 && !t->g_closed) {
+                (void) SSL_shutdown(t->g_ssl);
+                t->g_closed = true;
+                (void) net_out(t->g_fd, t->g_net);
+        }
+        if (t->g_closed && BIO_ctrl_pending(t->g_net) == 0) {
+                term_free(t);
+                return;
+        }
+        if (t->g_done && t->g_sock_eof && t->u_done) {
+                term_free(t);
+                return;
+        }
+        update_interest(t);
+}
+
+static void update_interest(struct term *t) {
+        uint32_t g = 0, u = 0;
+        if (!t->g_sock_eof && (!t->refused || !t->g_hs) && BIO_ctrl_get_write_guarantee(t->g_net) > 0)
+                g |= EPOLLIN;
+        if (BIO_ctrl_pending(t->g_net) > 0)
+                g |= EPOLLOUT;
+        if (!t->u_connected)
+                u = EPOLLOUT;
+        else if (!t->u_closed || BIO_ctrl_pending(t->u_net) > 0) {
+                if (!t->u_sock_eof && BIO_ctrl_get_write_guarantee(t->u_net) > 0)
+                        u |= EPOLLIN;
+                if (BIO_ctrl_pending(t->u_net) > 0)
+                        u |= EPOLLOUT;
+        }
+        (void) loop_watch_set(t->g_watch, g);
+        if (t->u_watch)
+                (void) loop_watch_set(t->u_watch, u);
+}
+
+static void timeout(void *userdata) {
+        struct term *t = userdata;
+        t->timer = NULL;
+        gw_sandbox_log(t->sb, false, false, t->name, t->dst.sin_addr, ntohs(t->dst.sin_port),
+                       t->u_connected ? "the TLS handshakes did not finish within 10 s"
+                                      : "the destination did not answer");
+        reset(t);
+}
+
+static void guest_event(int fd, uint32_t events, void *userdata) {
+        pump(userdata);
+}
+
+static void upstream_event(int fd, uint32_t events, void *userdata) {
+        struct term *t = userdata;
+        if (!t->u_connected) {
+                int err = 0;
+                socklen_t l = sizeof err;
+                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0 || err != 0) {
+                        gw_sandbox_log(t->sb, false, false, t->name, t->dst.sin_addr, ntohs(t->dst.sin_port),
+                                       err == ECONNREFUSED ? "the destination refused the connection"
+                                                           : "the destination cannot be reached");
+                        reset(t);
+                        return;
+                }
+                t->u_connected = true;
+        }
+        pump(t);
+}
+
+static SSL *side(SSL_CTX *ctx, BIO **ret_net) {
+        SSL *ssl = SSL_new(ctx);
+        BIO *inner = NULL, *net = NULL;
+        if (!ssl || BIO_new_bio_pair(&inner, PAIR_BUF, &net, PAIR_BUF) != 1) {
+                SSL_free(ssl);
+                return NULL;
+        }
+        SSL_set_bio(ssl, inner, inner);
+        *ret_net = net;
+        return ssl;
+}
+
+int gw_tlsterm_start(struct gw_sandbox *sb, int g_fd, const struct sockaddr_in *dst, const char *name,
+                     const uint8_t *hello, size_t hello_len) {
+        struct term *t = calloc(1, sizeof *t);
+        if (!t)
+                return -ENOMEM;
+        *t = (struct term){.sb = sb, .g_fd = g_fd, .u_fd = -1, .dst = *dst};
+        gw_sandbox_ref(sb);
+        sb->n_conns++;
+        t->next = sb->terms;
+        if (sb->terms)
+                sb->terms->prev = t;
+        sb->terms = t;
+        snprintf(t->name, sizeof t->name, "%s", name);
+        X509 *leaf, *ca;
+        EVP_PKEY *key;
+        int r = 0;
+        t->gp.data = malloc(PLAIN_BUF);
+        t->up.data = malloc(PLAIN_BUF);
+        t->down.data = malloc(PLAIN_BUF);
+        t->hp = http1_parser_new();
+        t->g_ssl = side(guest_ctx, &t->g_net);
+        t->u_ssl = side(upstream_ctx, &t->u_net);
+        if (!t->gp.data || !t->up.data || !t->down.data || !t->hp || !t->g_ssl || !t->u_ssl)
+                r = -ENOMEM;
+        if (r >= 0 && (r = gw_ca_leaf(name, &leaf, &key, &ca)) >= 0 &&
+            (SSL_use_certificate(t->g_ssl, leaf) != 1 || SSL_use_PrivateKey(t->g_ssl, key) != 1 ||
+             SSL_add1_chain_cert(t->g_ssl, ca) != 1))
+                r = -EIO;
+        if (r >= 0) {
+                SSL_set_accept_state(t->g_ssl);
+                SSL_set_connect_state(t->u_ssl);
+                /* the upstream is verified for the very name the guest asked for */
+                if (SSL_set_tlsext_host_name(t->u_ssl, name) != 1 || SSL_set1_host(t->u_ssl, name) != 1)
+                        r = -EIO;
+                SSL_set_hostflags(t->u_ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+        }
+        /* the ClientHello the relay sniffed goes in first */
+        char *p;
+        if (r >= 0 && BIO_nwrite0(t->g_net, &p) < (int) hello_len)
+                r = -ENOBUFS;
+        if (r >= 0) {
+                memcpy(p, hello, hello_len);
+                BIO_nwrite(t->g_net, &p, (int) hello_len);
+        }
+        if (r >= 0) {
+                t->u_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+                if (t->u_fd < 0 || (connect(t->u_fd, (const struct sockaddr *) dst, sizeof *dst) < 0 &&
+                                    errno != EINPROGRESS))
+                        r = negative_errno();
+        }
+        if (r >= 0) {
+                int one = 1;
+                (void) setsockopt(t->u_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                r = loop_watch_add(gw_loop, t->g_fd, EPOLLIN, guest_event, t, &t->g_watch);
+        }
+        if (r >= 0)
+                r = loop_watch_add(gw_loop, t->u_fd, EPOLLOUT, upstream_event, t, &t->u_watch);
+        if (r >= 0)
+                r = loop_timer_add(gw_loop, HANDSHAKE_TIMEOUT_MS, timeout, t, &t->timer);
+        if (r < 0) {
+                reset(t);
+                return r;
+        }
+        gw_sandbox_log(sb, false, true, name, dst->sin_addr, ntohs(dst->sin_port),
+                       "allowed by name (TLS terminated)");
+        pump(t);
+        return 0;
+}
+
+void gw_tlsterm_close_all(struct gw_sandbox *s) {
+        while (s->terms)
+                reset(s->terms);
+}
