@@ -156,18 +156,30 @@ def assert_value_absent(a, control):
     assert r.returncode == 0 and b"airlock.db" in r.stdout, (control, r.stdout, r.stderr)
 
 
-def guest_has_no_value(a, sid):
+def guest_grep(a, sid, needle):
+    """grep -rl for needle (given in two halves) in the guest's process
+    environments, /etc, /root and /tmp: (exit status, files)."""
+    half = len(needle) // 2
+    r = a.exec(sid, ["sh", "-c", f"v1={needle[:half]}; v2={needle[half:]}; "
+                                 f"grep -rlsaF \"$v1$v2\" /proc/[0-9]*/environ /etc /root /tmp"])
+    return r["exit_code"], r["stdout"]
+
+
+def guest_has_no_value(a, sid, control):
     """The value in no process's environment nor under /etc, /root, /tmp
     of the guest; the command holds it in two halves only (a request that
-    held it whole could put it in a log line)."""
-    half = len(VALUE) // 2
-    r = a.exec(sid, ["sh", "-c", f"env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; "
-                                 f"v1={VALUE[:half]}; v2={VALUE[half:]}; "
-                                 f"grep -rsaF \"$v1$v2\" /proc/*/environ /etc /root /tmp; echo rc=$?"])
-    assert VALUE not in r["stdout"], r["stdout"][-400:]
-    assert "rc=1" in r["stdout"], r["stdout"][-400:]
-    # the control: what the guest was given is there
-    return r["stdout"]
+    held it whole could put it in a log line). Returns the guest's env
+    and its processes' environments."""
+    dump = a.exec(sid, ["sh", "-c", "env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'"])
+    assert VALUE not in dump["stdout"] and VALUE not in dump["stderr"], dump["stdout"][-400:]
+    # grep: 1 when nothing matched; 2 when a file could not be read as
+    # well (a process that exited meanwhile): what it read did not match
+    status, files = guest_grep(a, sid, VALUE)
+    assert status in (1, 2) and files == "", (status, files)
+    # the control: the same search finds the placeholder the guest was given
+    status, files = guest_grep(a, sid, control)
+    assert status in (0, 2) and "/environ" in files, (status, files)
+    return dump["stdout"]
 
 
 def getenv(a, sid, name):
@@ -208,7 +220,7 @@ def test_secrets_in_sandboxes(airlock_factory, tmp_path):
     assert all(PLACEHOLDER.match(p) for p in ph.values()) and ph["gh-app"] != ph["other"]
     out = getenv(a, sid, "GH_APP")
     assert out == ph["gh-app"] and out != VALUE
-    env_dump = guest_has_no_value(a, sid)
+    env_dump = guest_has_no_value(a, sid, ph["gh-app"])
     assert ph["gh-app"] in env_dump
     attach = a.api("GET", f"/v1/audit?sandbox={sid}")["events"]
     assert sorted((e["action"], e["secret"]) for e in attach) == [("secret.attach", "gh-app"),
@@ -226,7 +238,7 @@ def test_secrets_in_sandboxes(airlock_factory, tmp_path):
     assert sandbox_secrets(a, bare) == {"secrets": [], "node": []}
     # its memory still holds the placeholder, never the value
     assert getenv(a, bare, "GH_APP") == ph["gh-app"]
-    guest_has_no_value(a, bare)
+    guest_has_no_value(a, bare, ph["gh-app"])
     st, _, data = a.request("POST", f"/v1/sandboxes/{sid}/fork", {"secrets": "yes"})
     assert st == 400, data
 
@@ -282,7 +294,7 @@ def test_secrets_in_sandboxes(airlock_factory, tmp_path):
         att = sandbox_secrets(b, n["id"])
         assert att["node"] == ["gh-app"]
         assert getenv(b, n["id"], "GH_APP") == att["secrets"][0]["placeholder"]
-        guest_has_no_value(b, n["id"])
+        guest_has_no_value(b, n["id"], att["secrets"][0]["placeholder"])
         assert b.request("DELETE", f"/v1/sandboxes/{n['id']}")[0] == 204
     finally:
         b.stop()
