@@ -437,6 +437,16 @@ static int start_pooled(struct sandbox *s) {
 
 /* ---- the VM's network: the egress gateway serves it (gwclient.h) ---- */
 
+/* Hands the gateway the sandbox's credentials, when it has any, after an
+ * attachment (a gateway that restarted, or one that never had them). Under
+ * the network lock, like the attachment. */
+static void net_hand_secrets(struct sandbox *s) {
+        char *set = sandbox_secrets_dup(s);
+        if (set)
+                (void) gwclient_set_secrets(s->id, set, s->ctx);
+        sandbox_secrets_free(set);
+}
+
 /* Hands the gateway the VM's sockets with the sandbox's policy; the node
  * keeps no copy (a new gateway gets new ones: vmm_net_listen). A VM an
  * earlier node started has none here: a gateway that still serves it keeps
@@ -459,8 +469,8 @@ static void net_attach(struct sandbox *s, struct vmm *v) {
                         goto out;
                 }
         }
-        if (r >= 0)
-                (void) gwclient_attach(s->id, s->execution, policy, tcp, dns, s->ctx);
+        if (r >= 0 && gwclient_attach(s->id, s->execution, policy, tcp, dns, s->ctx) >= 0)
+                net_hand_secrets(s);
         sandbox_network_unlock(s);
         if (tcp != v->gw_fds[0]) {
                 safe_close(tcp);
@@ -509,7 +519,8 @@ int sandbox_net_reattach_all(void) {
                 int tcp = -1, dns = -1;
                 if (who.pid > 0 && vmm_net_listen(&who, &tcp, &dns) >= 0) {
                         sandbox_network_lock(s);
-                        (void) gwclient_attach(s->id, execution, sandbox_network(s), tcp, dns, s->ctx);
+                        if (gwclient_attach(s->id, execution, sandbox_network(s), tcp, dns, s->ctx) >= 0)
+                                net_hand_secrets(s);
                         sandbox_network_unlock(s);
                         safe_close(tcp);
                         safe_close(dns);
