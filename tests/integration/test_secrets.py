@@ -10,10 +10,23 @@ That the gateway injects the value into requests is the gateway's tests'."""
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 
-from harness import Airlock, START_TIMEOUT, qemu_pids
+from harness import Airlock, START_TIMEOUT, node_pids, qemu_pids
+
+
+def wait_until(pred, what, a, timeout=START_TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if pred():
+                return
+        except Exception:  # a node that restarts
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{what} after {timeout}s\n{a.log_tail(80)}")
 
 VALUE = "ghp_TestValue0123456789abcdefSECRET"
 PLACEHOLDER = re.compile(r"^airlock_ph_[0-9a-f]{32}$")
@@ -191,8 +204,8 @@ def sandbox_secrets(a, sid, **kw):
 
 
 def test_secrets_in_sandboxes(airlock_factory, tmp_path):
-    """About 60 s here: 4 VMs (a fork with and without secrets), an airlockd
-    restart, the CLI."""
+    """About 30 s here: 6 VMs (forks with and without secrets), a node killed,
+    a suspend/wake, an airlockd restart, the CLI."""
     a = airlock_factory(prebuild="minimal")
     add(a, "gh-app", header="Authorization: token {value}")
     add(a, "other", basic="ci")
@@ -225,6 +238,22 @@ def test_secrets_in_sandboxes(airlock_factory, tmp_path):
     attach = a.api("GET", f"/v1/audit?sandbox={sid}")["events"]
     assert sorted((e["action"], e["secret"]) for e in attach) == [("secret.attach", "gh-app"),
                                                                   ("secret.attach", "other")]
+
+    # the node keeps the set in memory only: not in its record; a node
+    # restart loses it and airlockd (seeing the new boot id) hands it over
+    with open(os.path.join(a.data_dir, "sandboxes", sid, "sandbox.json"), "rb") as f:
+        assert VALUE.encode() not in f.read()
+    old = node_pids(a.data_dir)
+    os.kill(old[0], signal.SIGKILL)
+    wait_until(lambda: node_pids(a.data_dir) not in ([], old) and
+               a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running" and
+               sandbox_secrets(a, sid)["node"] == ["gh-app", "other"], "the new node did not get the set", a)
+    # a suspend drops the sandbox from the node; the wake hands the set over
+    assert a.api("POST", f"/v1/sandboxes/{sid}/suspend?wait=true")["state"] == "succeeded"
+    assert sandbox_secrets(a, sid)["node"] is None
+    assert a.api("POST", f"/v1/sandboxes/{sid}/wake?wait=true")["state"] == "succeeded"
+    assert sandbox_secrets(a, sid)["node"] == ["gh-app", "other"]
+    assert getenv(a, sid, "GH_APP") == ph["gh-app"]
 
     # fork: the child has the parent's (same placeholders) only when asked
     with_s = a.api("POST", f"/v1/sandboxes/{sid}/fork?wait=true", {"secrets": True})
