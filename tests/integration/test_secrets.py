@@ -308,6 +308,18 @@ def test_secrets_in_sandboxes(airlock_factory, tmp_path):
     fork_cli = r.stdout.decode().strip()
     assert sandbox_secrets(a, fork_cli)["node"] == ["gh-app"]
 
+    # narrowed to a sandbox: attached to it at once; no new sandbox can have it
+    narrow = add(a, "narrow", sandbox=sid)
+    assert narrow["sandbox"] == sid
+    att = sandbox_secrets(a, sid)
+    assert [x["name"] for x in att["secrets"]] == ["gh-app", "narrow"] and att["node"] == ["gh-app", "narrow"]
+    refused(a, {"template": "minimal", "secrets": ["narrow"]}, 400, "narrowed to sandbox", path="/v1/sandboxes")
+    t, k = tenant_with_key(a, "gamma")
+    refused(a, {"name": "narrow2", "value": VALUE, "hosts": ["a.example.com"], "sandbox": sid}, 400,
+            "no sandbox", token=k["key"])
+    a.api("DELETE", "/v1/secrets/narrow", expect=204)
+    assert sandbox_secrets(a, sid)["node"] == ["gh-app"]
+
     for s in (sid, child, bare, cid, fork_cli):
         assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
     # the attachments go with the sandbox
