@@ -6,12 +6,14 @@
 Starts its own Airlock (a temporary data dir; templates from --templates-dir
 or built) and its own test internet (tests/netlab.py: an origin with HTTP and
 HTTPS, nothing leaves the machine). Inside a python sandbox it times, N times
-each, a TCP connect plus one HTTP request, a TLS handshake (passed through),
-and once a --mib MiB download; under allow-all (decided by address) and under
-an allowlist (the gateway reads Host or SNI first). The raw baseline is the
-same script run in the gateway's own network namespace, straight to the
-origin, in the same run: the difference is the VM (TCG here) plus the
-gateway."""
+each, a TCP connect plus one HTTP request, a TLS handshake, and once a --mib
+MiB download; under allow-all (decided by address, TLS passed through) and
+under an allowlist (the gateway reads Host, and terminates TLS: the handshake
+is the gateway's with the guest plus its own with the origin). The raw
+baseline is the same script run in the gateway's own network namespace,
+straight to the origin, in the same run: the difference is the VM (TCG here)
+plus the gateway. The guest's loopback download says what the VM alone
+manages."""
 
 import argparse
 import json
@@ -30,7 +32,23 @@ import netlab  # noqa: E402
 
 BUILD = os.environ.get("AIRLOCK_BUILD_DIR", os.path.join(os.path.dirname(HERE), "build"))
 
-PROBE = r"""
+# The download both probes time: /big.bin from addr:port, with Host.
+DOWNLOAD = r"""
+import socket, time
+def download(addr, port, host):
+    t = time.perf_counter()
+    s = socket.create_connection((addr, port), timeout=60)
+    s.sendall(f"GET /big.bin HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+    got = 0
+    while True:
+        b = s.recv(1 << 20)
+        if not b:
+            break
+        got += len(b)
+    return got, time.perf_counter() - t
+"""
+
+PROBE = DOWNLOAD + r"""
 import json, socket, ssl, statistics, sys, time
 host, n, mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 addr = socket.gethostbyname(host)
@@ -53,21 +71,27 @@ for _ in range(n):
     s = ctx.wrap_socket(socket.create_connection((addr, 443), timeout=10), server_hostname=host)
     s.close()
     tls.append((time.perf_counter() - t) * 1000)
-t = time.perf_counter()
-s = socket.create_connection((addr, 80), timeout=60)
-s.sendall(f"GET /big.bin HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
-got = 0
-while True:
-    b = s.recv(1 << 20)
-    if not b:
-        break
-    got += len(b)
-dl = time.perf_counter() - t
+got, dl = download(addr, 80, host)
 for k, xs in (("tcp_request_ms", tcp), ("tls_handshake_ms", tls)):
     out[k] = {"p50": statistics.median(xs), "p90": pct(xs, 0.9), "max": max(xs)}
 out["download_mib_s"] = got / (1 << 20) / dl
 out["download_bytes"] = got
 print(json.dumps(out))
+"""
+
+# The guest's own ceiling: a --mib MiB download from a server on its loopback.
+LOOPBACK = DOWNLOAD + r"""
+import http.server, json, os, socket, sys, threading, time
+mib = int(sys.argv[1])
+os.makedirs("/tmp/lb", exist_ok=True)
+with open("/tmp/lb/big.bin", "wb") as f:
+    f.write(os.urandom(mib << 20))
+os.chdir("/tmp/lb")
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 8099), http.server.SimpleHTTPRequestHandler)
+srv.RequestHandlerClass.log_message = lambda *a: None
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+got, dl = download("127.0.0.1", 8099, "x")
+print(json.dumps({"download_mib_s": got / (1 << 20) / dl}))
 """
 
 
@@ -130,7 +154,7 @@ def main():
             token = open(os.path.join(data, "control", "admin.token")).read().strip()
             results = {"direct (host namespace, no VM)": base}
             for label, policy in (("allow-all (by address)", {"mode": "allow-all"}),
-                                  ("allowlist (Host/SNI read first)", {"allow": [{"host": "a.test"}]})):
+                                  ("allowlist (Host read, TLS terminated)", {"allow": [{"host": "a.test"}]})):
                 sbx = api(port, token, "POST", "/v1/sandboxes", {"template": "python", "network": policy})["id"]
                 host = "a.test"
                 req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/sandboxes/{sbx}/files?path=/root/probe.py",
@@ -142,6 +166,13 @@ def main():
                 if out["exit_code"] != 0:
                     raise SystemExit(f"probe failed in the sandbox: {out['stderr']}")
                 results[label] = json.loads(out["stdout"])
+                if label.startswith("allow-all"):
+                    # the VM alone: the same download over the guest's loopback
+                    out = api(port, token, "POST", f"/v1/sandboxes/{sbx}/exec",
+                              {"cmd": ["python3", "-c", LOOPBACK, str(a.mib)], "timeout_s": 600})
+                    if out["exit_code"] != 0:
+                        raise SystemExit(f"loopback probe failed in the sandbox: {out['stderr']}")
+                    loopback = json.loads(out["stdout"])["download_mib_s"]
                 api(port, token, "DELETE", f"/v1/sandboxes/{sbx}")
             b = results["direct (host namespace, no VM)"]
             print(f"n={a.n}, download {a.mib} MiB")
@@ -150,6 +181,8 @@ def main():
                 t, s = r["tcp_request_ms"], r["tls_handshake_ms"]
                 print(f"{label:34} {t['p50']:10.2f} / {t['p90']:8.2f}   {s['p50']:10.2f} / {s['p90']:8.2f}  "
                       f"{r['download_mib_s']:10.1f} ({r['download_mib_s'] / b['download_mib_s'] * 100:.0f} %)")
+            print(f"{'guest loopback (the VM alone)':34} {'':>24} {'':>26} {loopback:10.1f} "
+                  f"({loopback / b['download_mib_s'] * 100:.0f} %)")
             for label, r in results.items():
                 if r is b:
                     continue

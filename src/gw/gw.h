@@ -27,6 +27,14 @@
 struct gw_config {
         struct sockaddr_in dns_upstream; /* AIRLOCK_DNS_UPSTREAM, default the host's first resolver */
         struct netpolicy_platform platform; /* the deny set, with the operator's opens (AIRLOCK_NETWORK_OPEN) */
+        uint64_t bandwidth; /* AIRLOCK_EGRESS_BANDWIDTH: bytes a second per sandbox and direction; 0: no limit */
+};
+
+/* A sandbox's bandwidth in one direction (sandbox.c): a token bucket of
+ * gw_config.bandwidth bytes a second, a quarter second deep. */
+struct gw_bucket {
+        double tokens;
+        uint64_t at_ms;
 };
 
 struct gw_binding {
@@ -105,6 +113,7 @@ struct gw_sandbox {
         unsigned n_conns, n_pending;
         struct conn *conns; /* open TCP connections (relay.c): they end with the attachment */
         struct term *terms; /* the terminated TLS ones (tlsterm.c) */
+        struct gw_bucket up, down; /* guest -> internet, and back */
         double dns_tokens;
         uint64_t dns_tokens_at;
         struct gw_binding *bindings; /* a ring of GW_BINDINGS_MAX */
@@ -139,6 +148,11 @@ bool gw_sandbox_bound(struct gw_sandbox *s, const char *name, struct in_addr add
 void gw_sandbox_log(struct gw_sandbox *s, bool dns, bool allowed, const char *name, struct in_addr addr,
                     uint16_t port, const char *reason);
 size_t gw_sandbox_count(void);
+/* How many of want bytes may be read now in that direction (up: from the
+ * guest), and taking what was read; ms until some may be read again. */
+size_t gw_bandwidth_allow(struct gw_sandbox *s, bool up, size_t want);
+void gw_bandwidth_take(struct gw_sandbox *s, bool up, size_t n);
+uint64_t gw_bandwidth_wait_ms(struct gw_sandbox *s, bool up);
 
 /* ---- dns.c: the guest's resolver ---- */
 void gw_dns_readable(int fd, uint32_t events, void *userdata);

@@ -98,6 +98,26 @@ static void on_signal(int fd, uint32_t events, void *userdata) {
         }
 }
 
+/* "0", "500K", "100M", "1G" (binary units) bytes a second. */
+static int parse_bandwidth(const char *s, uint64_t *ret) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (errno || end == s || s[0] == '-')
+                return -EINVAL;
+        unsigned shift = 0;
+        if (*end == 'K' || *end == 'k')
+                shift = 10, end++;
+        else if (*end == 'M' || *end == 'm')
+                shift = 20, end++;
+        else if (*end == 'G' || *end == 'g')
+                shift = 30, end++;
+        if (*end || v > (UINT64_MAX >> shift) || (v != 0 && (v << shift) < 4096))
+                return -EINVAL;
+        *ret = (uint64_t) v << shift;
+        return 0;
+}
+
 int main(void) {
         setvbuf(stderr, NULL, _IOLBF, 0);
         enum log_level level = LOG_LEVEL_INFO;
@@ -131,6 +151,11 @@ int main(void) {
                 return 2;
         }
         add_own_addresses();
+        const char *bw = getenv("AIRLOCK_EGRESS_BANDWIDTH");
+        if (bw && *bw && parse_bandwidth(bw, &gw_config.bandwidth) < 0) {
+                log_error("AIRLOCK_EGRESS_BANDWIDTH=%s is not a rate (bytes a second: 0, 500K, 100M, 1G)", bw);
+                return 2;
+        }
 
         const char *ca_dir = getenv("AIRLOCK_EGRESS_CA_DIR");
         if (!ca_dir || !*ca_dir) {

@@ -116,14 +116,32 @@ static void deny(struct conn *c, const char *name, const char *why) {
         conn_free(c);
 }
 
+static void update_interest(struct conn *c);
+
+static void unthrottle(void *userdata) {
+        struct conn *c = userdata;
+        c->timer = NULL;
+        update_interest(c);
+}
+
+/* Whether a side may be read now; if not, a timer looks again when the
+ * sandbox's bandwidth allows (the conn's timer is free while it relays). */
+static bool may_read(struct conn *c, bool guest_side) {
+        if (gw_bandwidth_allow(c->sb, guest_side, 1) > 0)
+                return true;
+        if (!c->timer)
+                (void) loop_timer_add(gw_loop, gw_bandwidth_wait_ms(c->sb, guest_side), unthrottle, c, &c->timer);
+        return false;
+}
+
 static void update_interest(struct conn *c) {
         uint32_t g = 0, u = 0;
         if (c->state == CONN_RELAY) {
-                if (!c->g_eof && c->g2u.len == 0)
+                if (!c->g_eof && c->g2u.len == 0 && may_read(c, true))
                         g |= EPOLLIN;
                 if (c->u2g.len > 0)
                         g |= EPOLLOUT;
-                if (!c->u_eof && c->u2g.len == 0)
+                if (!c->u_eof && c->u2g.len == 0 && may_read(c, false))
                         u |= EPOLLIN;
                 if (c->g2u.len > 0)
                         u |= EPOLLOUT;
@@ -175,9 +193,11 @@ static void relay_io(struct conn *c, bool guest_side, uint32_t events) {
         struct buf *in = guest_side ? &c->g2u : &c->u2g;  /* what from sends */
         struct buf *out = guest_side ? &c->u2g : &c->g2u; /* what from receives */
         bool *from_eof = guest_side ? &c->g_eof : &c->u_eof;
-        if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !*from_eof && in->len == 0) {
-                ssize_t n = read(from, in->data, RELAY_BUF);
+        size_t allowed = gw_bandwidth_allow(c->sb, guest_side, RELAY_BUF);
+        if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !*from_eof && in->len == 0 && allowed > 0) {
+                ssize_t n = read(from, in->data, allowed);
                 if (n > 0) {
+                        gw_bandwidth_take(c->sb, guest_side, (size_t) n);
                         in->off = 0;
                         in->len = (size_t) n;
                         if (guest_side && c->http && check_http(c, in->data, in->len) < 0) {

@@ -160,3 +160,42 @@ void gw_sandbox_log(struct gw_sandbox *s, bool dns, bool allowed, const char *na
                  s->id, dns ? "dns" : "tcp", allowed ? "allowed" : "denied", e->name[0] ? e->name : "-",
                  a[0] ? a : "-", (unsigned) port, e->reason);
 }
+
+/* ---- bandwidth ---- */
+
+#define BUCKET_MIN_DEPTH (64u << 10)
+
+static double bucket_depth(void) {
+        return MAX((double) gw_config.bandwidth / 4.0, (double) BUCKET_MIN_DEPTH);
+}
+
+static struct gw_bucket *bucket(struct gw_sandbox *s, bool up) {
+        struct gw_bucket *b = up ? &s->up : &s->down;
+        uint64_t now = loop_now_ms();
+        if (b->at_ms == 0)
+                b->tokens = bucket_depth();
+        else
+                b->tokens = MIN(bucket_depth(), b->tokens + (double) (now - b->at_ms) * (double) gw_config.bandwidth / 1000.0);
+        b->at_ms = now;
+        return b;
+}
+
+size_t gw_bandwidth_allow(struct gw_sandbox *s, bool up, size_t want) {
+        if (gw_config.bandwidth == 0)
+                return want;
+        double t = bucket(s, up)->tokens;
+        return t < 1.0 ? 0 : (size_t) MIN((double) want, t);
+}
+
+void gw_bandwidth_take(struct gw_sandbox *s, bool up, size_t n) {
+        if (gw_config.bandwidth != 0)
+                bucket(s, up)->tokens -= (double) n;
+}
+
+uint64_t gw_bandwidth_wait_ms(struct gw_sandbox *s, bool up) {
+        if (gw_config.bandwidth == 0)
+                return 0;
+        /* until a 4 KiB read fits: no wake-ups for a few bytes at a time */
+        double need = 4096.0 - bucket(s, up)->tokens;
+        return need <= 0 ? 0 : (uint64_t) (need * 1000.0 / (double) gw_config.bandwidth) + 1;
+}

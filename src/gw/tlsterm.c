@@ -53,7 +53,8 @@ struct term {
         struct gw_sandbox *sb;
         int g_fd, u_fd;
         struct loop_watch *g_watch, *u_watch;
-        struct loop_timer *timer;
+        struct loop_timer *timer;    /* the handshakes' deadline */
+        struct loop_timer *throttle; /* bandwidth: when to read again */
         struct sockaddr_in dst;
         char name[254];
         SSL *g_ssl, *u_ssl;
@@ -144,6 +145,7 @@ static void term_free(struct term *t) {
         loop_watch_remove(t->g_watch);
         loop_watch_remove(t->u_watch);
         loop_timer_cancel(t->timer);
+        loop_timer_cancel(t->throttle);
         safe_close(t->g_fd);
         safe_close(t->u_fd);
         SSL_free(t->g_ssl); /* frees its end of the pair */
@@ -345,16 +347,19 @@ static bool parse_guest(struct term *t) {
         return progress;
 }
 
-/* Socket -> the pair's network end. */
-static bool net_in(int fd, BIO *net, bool *eof) {
+/* Socket -> the pair's network end, as the sandbox's bandwidth allows
+ * (up: the guest's socket). */
+static bool net_in(struct term *t, bool up, int fd, BIO *net, bool *eof) {
         bool progress = false;
         while (!*eof) {
                 char *p;
                 ssize_t space = BIO_nwrite0(net, &p);
-                if (space <= 0)
+                size_t allowed = space > 0 ? gw_bandwidth_allow(t->sb, up, (size_t) space) : 0;
+                if (allowed == 0)
                         break;
-                ssize_t n = read(fd, p, (size_t) space);
+                ssize_t n = read(fd, p, allowed);
                 if (n > 0) {
+                        gw_bandwidth_take(t->sb, up, (size_t) n);
                         BIO_nwrite(net, &p, (int) n);
                         progress = true;
                         continue;
@@ -440,9 +445,9 @@ static void pump(struct term *t) {
         do {
                 progress = false;
                 if (!t->refused || !t->g_hs) /* a refusal waits for the handshake that carries it */
-                        progress |= net_in(t->g_fd, t->g_net, &t->g_sock_eof);
+                        progress |= net_in(t, true, t->g_fd, t->g_net, &t->g_sock_eof);
                 if (t->u_connected && !t->u_closed)
-                        progress |= net_in(t->u_fd, t->u_net, &t->u_sock_eof);
+                        progress |= net_in(t, false, t->u_fd, t->u_net, &t->u_sock_eof);
                 if (!t->g_hs) {
                         int r = SSL_do_handshake(t->g_ssl);
                         if (r == 1) {
@@ -542,16 +547,33 @@ static void pump(struct term *t) {
         update_interest(t);
 }
 
+static void unthrottle(void *userdata) {
+        struct term *t = userdata;
+        t->throttle = NULL;
+        update_interest(t);
+}
+
+/* Whether a side may be read now; if not, a timer looks again when the
+ * sandbox's bandwidth allows. */
+static bool may_read(struct term *t, bool up) {
+        if (gw_bandwidth_allow(t->sb, up, 1) > 0)
+                return true;
+        if (!t->throttle)
+                (void) loop_timer_add(gw_loop, gw_bandwidth_wait_ms(t->sb, up), unthrottle, t, &t->throttle);
+        return false;
+}
+
 static void update_interest(struct term *t) {
         uint32_t g = 0, u = 0;
-        if (!t->g_sock_eof && (!t->refused || !t->g_hs) && BIO_ctrl_get_write_guarantee(t->g_net) > 0)
+        if (!t->g_sock_eof && (!t->refused || !t->g_hs) && BIO_ctrl_get_write_guarantee(t->g_net) > 0 &&
+            may_read(t, true))
                 g |= EPOLLIN;
         if (BIO_ctrl_pending(t->g_net) > 0)
                 g |= EPOLLOUT;
         if (!t->u_connected)
                 u = EPOLLOUT;
         else if (!t->u_closed || BIO_ctrl_pending(t->u_net) > 0) {
-                if (!t->u_sock_eof && BIO_ctrl_get_write_guarantee(t->u_net) > 0)
+                if (!t->u_sock_eof && BIO_ctrl_get_write_guarantee(t->u_net) > 0 && may_read(t, false))
                         u |= EPOLLIN;
                 if (BIO_ctrl_pending(t->u_net) > 0)
                         u |= EPOLLOUT;

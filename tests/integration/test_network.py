@@ -272,3 +272,30 @@ def test_a_gateway_that_cannot_run_costs_the_network_not_the_node(airlock_factor
     _, out = sh(a, sid, "nslookup -timeout=1 a.test; " + http_get("a.test", ORIGIN))
     assert HELLO not in out and f"Address: {ORIGIN}" not in out, out
     assert internet.sink_hits() == []
+
+
+def test_a_sandboxs_bandwidth_is_limited_per_direction(airlock_factory, internet):
+    """AIRLOCK_EGRESS_BANDWIDTH caps what each sandbox moves a second in each
+    direction (the same bucket code serves both; downloads are measured): 2
+    MiB at 512 KiB/s cannot arrive in under 3 s (the bucket is 128 KiB
+    deep), over plain HTTP and a terminated TLS connection alike; the
+    control, an Airlock without the limit, moves the same bytes intact."""
+    blob = os.urandom(2 << 20)
+    with open(os.path.join(internet.www, "blob.bin"), "wb") as f:
+        f.write(blob)
+    digest = __import__("hashlib").sha256(blob).hexdigest()
+    fetch = ("t0=$(date +%s%N); curl -sS --max-time 60 {k} -o /tmp/b {url} && "
+             "echo took_ms=$(( ($(date +%s%N) - t0) / 1000000 )) && sha256sum /tmp/b")
+    free = airlock_factory(prebuild="minimal,python", env=internet.env())
+    sid = free.create(template="python")["id"]
+    _, out = sh(free, sid, fetch.format(k="", url="http://a.test/blob.bin"), timeout_s=90)
+    assert digest in out, out
+    free.stop()
+
+    limited = airlock_factory(prebuild="minimal,python", env=dict(internet.env(), AIRLOCK_EGRESS_BANDWIDTH="512K"))
+    for policy, url in ((None, "http://a.test/blob.bin"), ({"allow": [{"host": "a.test"}]}, "https://a.test/blob.bin")):
+        sid = limited.create(template="python", **({"network": policy} if policy else {}))["id"]
+        _, out = sh(limited, sid, fetch.format(k="", url=url), timeout_s=90)
+        assert digest in out, (url, out)
+        took = int(out.split("took_ms=")[1].split()[0])
+        assert took >= 3000, f"{url}: 2 MiB in {took} ms at 512 KiB/s"

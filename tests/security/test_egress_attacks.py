@@ -311,6 +311,20 @@ def test_attacks_inside_terminated_tls(airlock_factory, internet):
     for k in ("T1-fronting", "T2-keepalive-switch", "T4-websocket", "T7-host-port"):
         assert "403" in lines[k], (k, lines[k])
     assert "error" in lines["T9-split-hello-denied"], lines  # a reset: never a handshake
+
+    # T10: TLS 1.3 0-RTT. The control: a session the gateway issued resumes.
+    # The attack: a request in early data on that session, which a replay
+    # could repeat; the gateway never accepts early data (max_early_data 0),
+    # so it is not sent, or rejected, and never answered.
+    req = "GET /hello.txt HTTP/1.1\\r\\nHost: a.test\\r\\nConnection: close\\r\\n\\r\\n"
+    code, out = sh(a, sid, f"cd /tmp && printf '{req}' > early && openssl s_client -quiet -tls1_3 "
+                   "-connect a.test:443 -servername a.test -sess_out sess -ign_eof < early > first 2>&1; "
+                   "grep -c 'hello from' first; "
+                   "openssl s_client -tls1_3 -connect a.test:443 -servername a.test -sess_in sess "
+                   "-early_data early < /dev/null 2>&1 | grep -E 'Reused|Early data|hello from'", timeout_s=60)
+    assert "Reused" in out, out  # the control: resumption works
+    assert "Early data was not sent" in out or "Early data was rejected" in out, out
+    assert HELLO not in out, out
     entries = net_log(a, sid)
     assert any(e.get("name") == "e.test" and e["action"] == "deny" for e in entries), entries
     assert internet.sink_hits() == []
