@@ -175,6 +175,15 @@ int api_secrets_push(const struct daemon_config *config, struct store *store, co
                 return -ENOMEM;
         char err[API_ERRMSG_MAX] = "";
         r = node_call(config->node_socket, config->node_timeout_s, req, NULL, err);
+        /* the decrypted values do not outlive the call in this process's
+         * heap (jansson frees without wiping) */
+        size_t i;
+        json_t *c;
+        json_array_foreach(set, i, c) {
+                json_t *v = json_object_get(c, "value");
+                if (json_is_string(v))
+                        sodium_memzero((char *) json_string_value(v), json_string_length(v));
+        }
         if (r < 0 && r != -ENOENT)
                 log_emit(LOG_LEVEL_WARN, log_ctx, "sandbox %s: the node did not take its secrets: %s", sandbox_id,
                          err[0] ? err : api_error_default_message(r));
