@@ -14,6 +14,7 @@
 
 #include "macros.h"
 #include "migrations/sqlite.h"
+#include "store-sqlite-internal.h"
 #include "store.h"
 #include "util.h"
 
@@ -126,15 +127,13 @@ static const char *const stmt_sql[_STMT_MAX] = {
 };
 
 struct store_sqlite {
-        struct store base; /* must be first */
-        sqlite3 *db;
+        struct store_sqlite_conn conn; /* must be first */
         sqlite3_stmt *stmt[_STMT_MAX];
-        pthread_mutex_t lock;
 };
 
 /* Maps an SQLite result code to a negative errno: the only place where
  * SQLite's codes are looked at. */
-static int sqlite_to_errno(sqlite3 *db, int rc) {
+int sqlite_to_errno(sqlite3 *db, int rc) {
         int ext = db ? sqlite3_extended_errcode(db) : rc;
         switch (rc & 0xff) {
         case SQLITE_OK:
@@ -186,7 +185,7 @@ static struct store_sqlite *to_sqlite(struct store *s) {
 
 /* Takes the connection lock and resets the statement, ready for binding. */
 static sqlite3_stmt *stmt_begin(struct store_sqlite *q, enum stmt_id id) {
-        pthread_mutex_lock(&q->lock);
+        pthread_mutex_lock(&q->conn.lock);
         sqlite3_stmt *st = q->stmt[id];
         sqlite3_reset(st);
         sqlite3_clear_bindings(st);
@@ -195,7 +194,7 @@ static sqlite3_stmt *stmt_begin(struct store_sqlite *q, enum stmt_id id) {
 
 static void stmt_end(struct store_sqlite *q, sqlite3_stmt *st) {
         sqlite3_reset(st);
-        pthread_mutex_unlock(&q->lock);
+        pthread_mutex_unlock(&q->conn.lock);
 }
 
 static int bind_text(sqlite3_stmt *st, int idx, const char *s) {
@@ -221,7 +220,7 @@ static int step_done(struct store_sqlite *q, sqlite3_stmt *st) {
         int rc = sqlite3_step(st);
         if (rc == SQLITE_DONE)
                 return 0;
-        return sqlite_to_errno(q->db, rc);
+        return sqlite_to_errno(q->conn.db, rc);
 }
 
 static int exec_sql(sqlite3 *db, const char *sql) {
@@ -296,8 +295,8 @@ static void sqlite_close(struct store *s) {
                 return;
         for (size_t i = 0; i < _STMT_MAX; i++)
                 sqlite3_finalize(q->stmt[i]);
-        sqlite3_close_v2(q->db);
-        pthread_mutex_destroy(&q->lock);
+        sqlite3_close_v2(q->conn.db);
+        pthread_mutex_destroy(&q->conn.lock);
         free(q);
 }
 
@@ -309,37 +308,37 @@ static int sqlite_open(const char *location, struct store **ret) {
         struct store_sqlite *q = calloc(1, sizeof *q);
         if (!q)
                 return -ENOMEM;
-        q->base.ops = &store_sqlite_ops;
-        pthread_mutex_init(&q->lock, NULL);
+        q->conn.base.ops = &store_sqlite_ops;
+        pthread_mutex_init(&q->conn.lock, NULL);
 
         int r;
-        int rc = sqlite3_open_v2(location, &q->db,
+        int rc = sqlite3_open_v2(location, &q->conn.db,
                                  SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX |
                                          SQLITE_OPEN_NOFOLLOW,
                                  NULL);
         if (rc != SQLITE_OK) {
-                r = sqlite_to_errno(q->db, rc);
+                r = sqlite_to_errno(q->conn.db, rc);
                 goto fail;
         }
-        sqlite3_extended_result_codes(q->db, 1);
-        sqlite3_busy_timeout(q->db, SQLITE_BUSY_TIMEOUT_MS);
-        r = exec_sql(q->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;");
+        sqlite3_extended_result_codes(q->conn.db, 1);
+        sqlite3_busy_timeout(q->conn.db, SQLITE_BUSY_TIMEOUT_MS);
+        r = exec_sql(q->conn.db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;");
         if (r < 0)
                 goto fail;
-        r = migrate(q->db);
+        r = migrate(q->conn.db);
         if (r < 0)
                 goto fail;
         for (size_t i = 0; i < _STMT_MAX; i++) {
-                rc = sqlite3_prepare_v3(q->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &q->stmt[i], NULL);
+                rc = sqlite3_prepare_v3(q->conn.db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &q->stmt[i], NULL);
                 if (rc != SQLITE_OK) {
-                        r = sqlite_to_errno(q->db, rc);
+                        r = sqlite_to_errno(q->conn.db, rc);
                         goto fail;
                 }
         }
-        *ret = &q->base;
+        *ret = &q->conn.base;
         return 0;
 fail:
-        sqlite_close(&q->base);
+        sqlite_close(&q->conn.base);
         return r;
 }
 
@@ -347,7 +346,7 @@ static int sqlite_schema_version(struct store *s, unsigned *ret) {
         struct store_sqlite *q = to_sqlite(s);
         sqlite3_stmt *st = stmt_begin(q, STMT_VERSION);
         int rc = sqlite3_step(st);
-        int r = rc == SQLITE_ROW ? 0 : sqlite_to_errno(q->db, rc);
+        int r = rc == SQLITE_ROW ? 0 : sqlite_to_errno(q->conn.db, rc);
         if (rc == SQLITE_ROW)
                 *ret = (unsigned) sqlite3_column_int64(st, 0);
         stmt_end(q, st);
@@ -417,7 +416,7 @@ static int select_one(struct store_sqlite *q, enum stmt_id id, const char *arg,
         else if (rc == SQLITE_DONE)
                 r = -ENOENT;
         else
-                r = sqlite_to_errno(q->db, rc);
+                r = sqlite_to_errno(q->conn.db, rc);
         stmt_end(q, st);
         return r;
 }
@@ -435,7 +434,7 @@ static int collect_rows(struct store_sqlite *q, sqlite3_stmt *st, size_t elem_si
                 if (rc == SQLITE_DONE)
                         return 0;
                 if (rc != SQLITE_ROW)
-                        return sqlite_to_errno(q->db, rc);
+                        return sqlite_to_errno(q->conn.db, rc);
                 if (*n == cap) {
                         size_t ncap = cap ? cap * 2 : 16;
                         void *na = realloc(*a, ncap * elem_size);
@@ -494,7 +493,7 @@ static int sqlite_sandbox_list_tenant(struct store *s, const char *tenant_id, si
 /* Runs a one-row UPDATE/DELETE; -ENOENT when it touched nothing. */
 static int step_one_change(struct store_sqlite *q, sqlite3_stmt *st) {
         int r = step_done(q, st);
-        if (r >= 0 && sqlite3_changes(q->db) == 0)
+        if (r >= 0 && sqlite3_changes(q->conn.db) == 0)
                 r = -ENOENT;
         return r;
 }
@@ -585,7 +584,7 @@ static int operation_select(struct store *s, enum stmt_id id, const char *arg, s
         if (rc == SQLITE_DONE)
                 r = -ENOENT;
         else if (rc != SQLITE_ROW)
-                r = sqlite_to_errno(q->db, rc);
+                r = sqlite_to_errno(q->conn.db, rc);
         else if ((r = column_strdup(st, 0, &op.id)) >= 0 && (r = column_strdup(st, 1, &op.sandbox_id)) >= 0 &&
                  (r = column_strdup(st, 2, &op.verb)) >= 0 && (r = column_strdup(st, 3, &op.state)) >= 0 &&
                  (r = column_strdup(st, 4, &op.error)) >= 0 && (r = column_strdup(st, 5, &op.result)) >= 0 &&
@@ -741,7 +740,7 @@ static int sqlite_session_get(struct store *s, const char *id, struct store_sess
         if (rc == SQLITE_DONE)
                 r = -ENOENT;
         else if (rc != SQLITE_ROW)
-                r = sqlite_to_errno(q->db, rc);
+                r = sqlite_to_errno(q->conn.db, rc);
         else if ((r = column_strdup(st, 0, &ses.id)) >= 0 && (r = column_strdup(st, 1, &ses.sandbox_id)) >= 0 &&
                  (r = column_strdup(st, 2, &ses.cmd)) >= 0) {
                 ses.pty = sqlite3_column_int(st, 3) != 0;
@@ -791,7 +790,7 @@ static int sqlite_api_key_lookup(struct store *s, const uint8_t hash[STORE_HASH_
                 if (rc == SQLITE_DONE)
                         break;
                 if (rc != SQLITE_ROW) {
-                        r = sqlite_to_errno(q->db, rc);
+                        r = sqlite_to_errno(q->conn.db, rc);
                         break;
                 }
                 const void *h = sqlite3_column_blob(st, 0);
@@ -825,7 +824,7 @@ static int sqlite_api_key_create(struct store *s, const char *id, const char *te
         bind_text(st, 5, name);
         sqlite3_bind_int64(st, 6, (sqlite3_int64) MIN(max, (size_t) INT64_MAX));
         int r = step_done(q, st); /* -ENOENT: the tenant's foreign key */
-        if (r >= 0 && sqlite3_changes(q->db) == 0)
+        if (r >= 0 && sqlite3_changes(q->conn.db) == 0)
                 r = -EDQUOT;
         stmt_end(q, st);
         return r;
@@ -882,7 +881,7 @@ static int sqlite_tenant_insert(struct store *s, const struct store_tenant *t, s
         sqlite3_bind_int64(st, 4, (sqlite3_int64) MIN(max, (size_t) INT64_MAX));
         bind_text(st, 5, t->network);
         int r = step_done(q, st);
-        if (r >= 0 && sqlite3_changes(q->db) == 0)
+        if (r >= 0 && sqlite3_changes(q->conn.db) == 0)
                 r = -EDQUOT;
         stmt_end(q, st);
         return r;
@@ -985,4 +984,5 @@ const struct store_ops store_sqlite_ops = {
         .tenant_list = sqlite_tenant_list,
         .tenant_delete = sqlite_tenant_delete,
         .tenant_network_set = sqlite_tenant_network_set,
+        STORE_SQLITE_SECRETS_OPS,
 };

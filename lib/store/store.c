@@ -333,3 +333,137 @@ void store_snapshot_array_free(struct store_snapshot *a, size_t n) {
                 store_snapshot_release(&a[i]);
         free(a);
 }
+
+int store_api_key_id(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_id) {
+        if (!hash || !ret_id)
+                return -EINVAL;
+        return s->ops->api_key_id(s, hash, ret_id);
+}
+
+int store_secret_insert(struct store *s, const struct store_secret *sec) {
+        if (!sec || !sec->name || !sec->spec || !sec->sealed || sec->sealed_len == 0)
+                return -EINVAL;
+        return s->ops->secret_insert(s, sec);
+}
+
+int store_secret_get(struct store *s, const char *tenant_id, const char *name, struct store_secret *ret) {
+        if (!name || !ret)
+                return -EINVAL;
+        return s->ops->secret_get(s, tenant_id, name, ret);
+}
+
+int store_secret_list(struct store *s, const char *tenant_id, size_t max, struct store_secret **ret, size_t *ret_n) {
+        return s->ops->secret_list(s, tenant_id, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
+int store_secret_delete(struct store *s, const char *tenant_id, const char *name) {
+        if (!name)
+                return -EINVAL;
+        return s->ops->secret_delete(s, tenant_id, name);
+}
+
+int store_secret_users(struct store *s, const char *tenant_id, const char *name, size_t max, char ***ret,
+                       size_t *ret_n) {
+        if (!name)
+                return -EINVAL;
+        return s->ops->secret_users(s, tenant_id, name, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
+void store_secret_release(struct store_secret *sec) {
+        if (!sec)
+                return;
+        free(sec->tenant_id);
+        free(sec->name);
+        free(sec->sandbox_id);
+        free(sec->spec);
+        free(sec->created_by);
+        free(sec->sealed);
+        *sec = (struct store_secret){ 0 };
+}
+
+void store_secret_array_free(struct store_secret *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                store_secret_release(&a[i]);
+        free(a);
+}
+
+void store_string_array_free(char **a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                free(a[i]);
+        free(a);
+}
+
+int store_sandbox_secret_insert(struct store *s, const char *tenant_id, const struct store_sandbox_secret *a) {
+        if (!a || !a->sandbox_id || !a->name || !a->placeholder || !a->env_name)
+                return -EINVAL;
+        return s->ops->sandbox_secret_insert(s, tenant_id, a);
+}
+
+int store_sandbox_secret_list(struct store *s, const char *sandbox_id, struct store_sandbox_secret **ret,
+                              size_t *ret_n) {
+        if (!sandbox_id)
+                return -EINVAL;
+        return s->ops->sandbox_secret_list(s, sandbox_id, ret, ret_n);
+}
+
+int store_sandbox_secret_copy(struct store *s, const char *from_id, const char *to_id) {
+        if (!from_id || !to_id)
+                return -EINVAL;
+        return s->ops->sandbox_secret_copy(s, from_id, to_id);
+}
+
+void store_sandbox_secret_array_free(struct store_sandbox_secret *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++) {
+                free(a[i].sandbox_id);
+                free(a[i].name);
+                free(a[i].placeholder);
+                free(a[i].env_name);
+        }
+        free(a);
+}
+
+int store_audit_insert(struct store *s, const struct store_audit_event *ev, const char *source, const char *boot_id,
+                       int64_t seq) {
+        if (!ev || !ev->actor || !ev->action || (source && !boot_id))
+                return -EINVAL;
+        return s->ops->audit_insert(s, ev, source, boot_id, seq);
+}
+
+int store_audit_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, const char *secret,
+                     size_t max, struct store_audit_event **ret, size_t *ret_n) {
+        return s->ops->audit_list(s, all, tenant_id, sandbox_id, secret, MIN(max, (size_t) STORE_LIST_MAX), ret,
+                                  ret_n);
+}
+
+void store_audit_event_release(struct store_audit_event *ev) {
+        if (!ev)
+                return;
+        free(ev->tenant_id);
+        free(ev->actor);
+        free(ev->sandbox_id);
+        free(ev->secret);
+        free(ev->host);
+        free(ev->method);
+        free(ev->path);
+        free(ev->reason);
+        free(ev->action);
+        *ev = (struct store_audit_event){ 0 };
+}
+
+void store_audit_event_array_free(struct store_audit_event *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                store_audit_event_release(&a[i]);
+        free(a);
+}
+
+int store_audit_cursor_get(struct store *s, const char *source, char **ret_boot_id, int64_t *ret_seq) {
+        if (!source || !ret_boot_id || !ret_seq)
+                return -EINVAL;
+        return s->ops->audit_cursor_get(s, source, ret_boot_id, ret_seq);
+}
+
+int store_audit_cursor_set(struct store *s, const char *source, const char *boot_id, int64_t seq) {
+        if (!source || !boot_id)
+                return -EINVAL;
+        return s->ops->audit_cursor_set(s, source, boot_id, seq);
+}

@@ -107,6 +107,40 @@ struct store_api_key {
         int64_t created_at; /* Unix time, milliseconds */
 };
 
+/* One credential (lib/credstore keeps them here): who owns it, where it may
+ * be sent, and its value sealed (never the value itself). */
+struct store_secret {
+        char *tenant_id;    /* NULL: admin scope */
+        char *name;         /* [a-z0-9_-]{1,64}, unique per tenant */
+        char *sandbox_id;   /* narrowed to this sandbox, or NULL */
+        char *spec;         /* JSON object text: hosts, ports, inject, methods, paths, rate_per_min */
+        int64_t expires_at; /* Unix seconds; 0: never */
+        int64_t created_at; /* Unix time, milliseconds (0 on insert: now) */
+        char *created_by;   /* the API key id that made it, or NULL */
+        uint8_t *sealed;    /* the sealed value (lib/credstore); reads by list leave it NULL */
+        size_t sealed_len;
+};
+
+/* A credential attached to a sandbox: the placeholder its guest sees. */
+struct store_sandbox_secret {
+        char *sandbox_id;
+        char *name;        /* the secret's name (in the sandbox's tenant scope) */
+        char *placeholder; /* "airlock_ph_" + 32 hex: not secret */
+        char *env_name;    /* the env variable holding the placeholder */
+};
+
+/* One audit event: a credential made, attached or deleted (by an API key),
+ * or used or refused by the gateway. Never a value. */
+struct store_audit_event {
+        int64_t id;         /* ascending (set by the store) */
+        int64_t ts_ms;      /* Unix time, milliseconds (0 on insert: now) */
+        char *tenant_id;    /* the tenant it concerns; NULL: admin scope */
+        char *actor;        /* API key id, or "gateway" */
+        char *sandbox_id, *secret, *host, *method, *path, *reason; /* each may be NULL */
+        int port;           /* 0: none */
+        char *action;       /* "secret.create", "secret.attach", "secret.delete", "injected", "refused" */
+};
+
 /* The backend interface. Backends embed `struct store` as their first
  * member and point its ops at a static table of these functions. */
 struct store_ops {
@@ -158,6 +192,25 @@ struct store_ops {
         int (*tenant_list)(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n);
         int (*tenant_delete)(struct store *s, const char *id);
         int (*tenant_network_set)(struct store *s, const char *id, const char *network);
+
+        int (*api_key_id)(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_id);
+        int (*secret_insert)(struct store *s, const struct store_secret *sec);
+        int (*secret_get)(struct store *s, const char *tenant_id, const char *name, struct store_secret *ret);
+        int (*secret_list)(struct store *s, const char *tenant_id, size_t max, struct store_secret **ret,
+                           size_t *ret_n);
+        int (*secret_delete)(struct store *s, const char *tenant_id, const char *name);
+        int (*secret_users)(struct store *s, const char *tenant_id, const char *name, size_t max, char ***ret,
+                            size_t *ret_n);
+        int (*sandbox_secret_insert)(struct store *s, const char *tenant_id, const struct store_sandbox_secret *a);
+        int (*sandbox_secret_list)(struct store *s, const char *sandbox_id, struct store_sandbox_secret **ret,
+                                   size_t *ret_n);
+        int (*sandbox_secret_copy)(struct store *s, const char *from_id, const char *to_id);
+        int (*audit_insert)(struct store *s, const struct store_audit_event *ev, const char *source,
+                            const char *boot_id, int64_t seq);
+        int (*audit_list)(struct store *s, bool all, const char *tenant_id, const char *sandbox_id,
+                          const char *secret, size_t max, struct store_audit_event **ret, size_t *ret_n);
+        int (*audit_cursor_get)(struct store *s, const char *source, char **ret_boot_id, int64_t *ret_seq);
+        int (*audit_cursor_set)(struct store *s, const char *source, const char *boot_id, int64_t seq);
 };
 
 struct store {
@@ -310,3 +363,57 @@ int store_tenant_delete(struct store *s, const char *id);
 int store_tenant_network_set(struct store *s, const char *id, const char *network);
 void store_tenant_release(struct store_tenant *t);
 void store_tenant_array_free(struct store_tenant *a, size_t n);
+
+/* The id of the API key whose token hashes to hash (after
+ * store_api_key_lookup() accepted it): for records of who did what.
+ * -ENOENT when none. */
+int store_api_key_id(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_id);
+
+/*
+ * Credentials (sealed by lib/credstore; the store never sees a value).
+ * tenant_id NULL is the admin scope throughout: names are unique per scope.
+ */
+#define STORE_SANDBOX_SECRETS_MAX 16
+/* -EEXIST when the scope has the name, -ENOENT when the tenant does not exist. */
+int store_secret_insert(struct store *s, const struct store_secret *sec);
+/* With its sealed value. -ENOENT when unknown. */
+int store_secret_get(struct store *s, const char *tenant_id, const char *name, struct store_secret *ret);
+/* One scope's secrets by name, without sealed values. */
+int store_secret_list(struct store *s, const char *tenant_id, size_t max, struct store_secret **ret, size_t *ret_n);
+/* Deletes a secret and its attachments to sandboxes. -ENOENT when unknown. */
+int store_secret_delete(struct store *s, const char *tenant_id, const char *name);
+/* The ids of the sandboxes a secret is attached to (free with
+ * store_string_array_free()). */
+int store_secret_users(struct store *s, const char *tenant_id, const char *name, size_t max, char ***ret,
+                       size_t *ret_n);
+void store_secret_release(struct store_secret *sec);
+void store_secret_array_free(struct store_secret *a, size_t n);
+void store_string_array_free(char **a, size_t n);
+
+/* Attaches secret a->name of scope tenant_id to sandbox a->sandbox_id.
+ * -ENOENT when the secret or the sandbox does not exist, -EEXIST when
+ * attached already. */
+int store_sandbox_secret_insert(struct store *s, const char *tenant_id, const struct store_sandbox_secret *a);
+/* A sandbox's attachments, by name. */
+int store_sandbox_secret_list(struct store *s, const char *sandbox_id, struct store_sandbox_secret **ret,
+                              size_t *ret_n);
+/* Gives sandbox to_id the attachments of from_id, same placeholders (a fork
+ * child: its memory holds them). */
+int store_sandbox_secret_copy(struct store *s, const char *from_id, const char *to_id);
+void store_sandbox_secret_array_free(struct store_sandbox_secret *a, size_t n);
+
+/* Appends an audit event. source/boot_id/seq (all NULL/0 for the control
+ * plane's own) identify an event read from a gateway: one already stored
+ * is skipped (returns 0), so reading a range twice adds nothing. */
+int store_audit_insert(struct store *s, const struct store_audit_event *ev, const char *source, const char *boot_id,
+                       int64_t seq);
+/* Newest first, at most max: all scopes (all) or tenant_id's (NULL: the
+ * admin scope); sandbox_id, secret filter when not NULL. */
+int store_audit_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, const char *secret,
+                     size_t max, struct store_audit_event **ret, size_t *ret_n);
+void store_audit_event_release(struct store_audit_event *ev);
+void store_audit_event_array_free(struct store_audit_event *a, size_t n);
+/* Where reading a gateway's events stopped: its boot id and the last
+ * sequence number stored. -ENOENT when never read. */
+int store_audit_cursor_get(struct store *s, const char *source, char **ret_boot_id, int64_t *ret_seq);
+int store_audit_cursor_set(struct store *s, const char *source, const char *boot_id, int64_t seq);

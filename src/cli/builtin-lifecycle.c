@@ -14,20 +14,27 @@
  * (then the operation id is printed). Exits non-zero when it failed.
  * rollback takes a second argument, the snapshot id. */
 static int lifecycle_verb(struct cli *cli, int argc, char **argv, const char *verb) {
-        enum { OPT_NO_WAIT = CLI_OPT_FIRST_LOCAL };
+        enum { OPT_NO_WAIT = CLI_OPT_FIRST_LOCAL, OPT_SECRETS };
         static const struct option options[] = {
                 CLI_GLOBAL_OPTIONS,
                 {"no-wait", no_argument, NULL, OPT_NO_WAIT},
+                {"secrets", no_argument, NULL, OPT_SECRETS},
                 {},
         };
         _cleanup_(json_decrefp) json_t *resp = NULL;
         struct cli_error err = {};
-        bool wait = true;
+        bool wait = true, secrets = false;
         int c, r;
 
         while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
                 if (c == OPT_NO_WAIT) {
                         wait = false;
+                        continue;
+                }
+                if (c == OPT_SECRETS) {
+                        if (strcmp(verb, "fork") != 0)
+                                return cli_usage_error(cli, "%s: --secrets goes with fork", verb);
+                        secrets = true;
                         continue;
                 }
                 r = cli_common_option(cli, c, argv);
@@ -49,6 +56,9 @@ static int lifecycle_verb(struct cli *cli, int argc, char **argv, const char *ve
                 if (!body)
                         return cli_fail("out of memory");
         }
+        /* a fork child gets the parent's credentials only when asked */
+        if (secrets && !(body = json_pack("{s:b}", "secrets", 1)))
+                return cli_fail("out of memory");
         _cleanup_free_ char *path = NULL;
         /* valid ids need no escaping */
         if (asprintf(&path, "/v1/sandboxes/%s/%s%s", id, verb, wait ? "?wait=true" : "") < 0)

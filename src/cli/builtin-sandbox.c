@@ -35,27 +35,38 @@ static int sandbox_path(const char *id, const char *suffix, char **ret) {
 }
 
 int cmd_create(struct cli *cli, int argc, char **argv) {
-        enum { OPT_TEMPLATE = CLI_OPT_FIRST_LOCAL, OPT_METADATA };
+        enum { OPT_TEMPLATE = CLI_OPT_FIRST_LOCAL, OPT_METADATA, OPT_SECRET };
         static const struct option options[] = {
                 CLI_GLOBAL_OPTIONS,
                 CLI_NET_OPTIONS,
                 {"template", required_argument, NULL, OPT_TEMPLATE},
                 {"env", required_argument, NULL, 'e'},
                 {"metadata", required_argument, NULL, OPT_METADATA},
+                {"secret", required_argument, NULL, OPT_SECRET},
                 {},
         };
         _cleanup_(json_decrefp) json_t *env = json_object(), *meta = json_object(), *body = NULL,
-                                       *resp = NULL, *policy = NULL;
+                                       *resp = NULL, *policy = NULL, *secrets = json_array();
         _cleanup_(cli_net_done) struct cli_net net = {};
         const char *template = "python";
         struct cli_error err = {};
         int c, r;
 
-        if (!env || !meta)
+        if (!env || !meta || !secrets)
                 return cli_fail("out of memory");
         while ((c = getopt_long(argc, argv, ":he:", options, NULL)) >= 0) {
                 switch (c) {
                 case OPT_TEMPLATE: template = optarg; break;
+                case OPT_SECRET: {
+                        _cleanup_free_ char *list = strdup(optarg);
+                        char *save = NULL;
+                        if (!list)
+                                return cli_fail("out of memory");
+                        for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
+                                if (json_array_append_new(secrets, json_string(t)) < 0)
+                                        return cli_usage_error(cli, "--secret: '%s' is not a name", t);
+                        break;
+                }
                 case 'e':
                 case OPT_METADATA:
                         r = cli_kv_add(c == 'e' ? env : meta, optarg);
@@ -81,6 +92,8 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
         body = json_pack("{s:s, s:O, s:O}", "template", template, "env", env, "metadata", meta);
         if (!body)
                 return cli_usage_error(cli, "create: --template must be UTF-8");
+        if (json_array_size(secrets) > 0 && json_object_set(body, "secrets", secrets) < 0)
+                return cli_fail("out of memory");
         /* no flag: the tenant's default, else the node's */
         if (cli_net_given(&net) &&
             (cli_net_policy(&net, &policy) < 0 || json_object_set(body, "network", policy) < 0))

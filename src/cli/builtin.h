@@ -37,6 +37,8 @@ int cmd_keys(struct cli *cli, int argc, char **argv);
 int cmd_signing_key(struct cli *cli, int argc, char **argv);
 int cmd_doctor(struct cli *cli, int argc, char **argv);
 int cmd_net(struct cli *cli, int argc, char **argv);
+int cmd_secret(struct cli *cli, int argc, char **argv);
+int cmd_audit(struct cli *cli, int argc, char **argv);
 
 /* The egress flags of create and net (cli-net.h), as long options. */
 enum {

@@ -19,7 +19,9 @@ static const struct cli_command commands[] = {
          "Create a sandbox and print its id",
          "  --template T      template to boot from (default: python)\n"
          "  -e, --env K=V     environment variable for commands in the sandbox (repeatable)\n"
-         "  --metadata K=V    free-form label stored with the sandbox (repeatable)\n" CLI_NET_HELP},
+         "  --metadata K=V    free-form label stored with the sandbox (repeatable)\n"
+         "  --secret NAME     attach a credential: $NAME (upper-cased, '-' as '_') holds its\n"
+         "                    placeholder (repeatable, or a comma list)\n" CLI_NET_HELP},
         {"ls", cmd_ls, "", "List sandboxes", NULL},
         {"inspect", cmd_inspect, "SBX", "Show one sandbox", NULL},
         {"rm", cmd_rm, "[--keep-snapshots] SBX...", "Delete sandboxes",
@@ -44,14 +46,32 @@ static const struct cli_command commands[] = {
          "  --no-wait         print the operation id instead of waiting for it\n"},
         {"wake", cmd_wake, "[--no-wait] SBX", "Wake a suspended sandbox (any request to it does too)",
          "  --no-wait         print the operation id instead of waiting for it\n"},
-        {"fork", cmd_fork, "[--no-wait] SBX", "Fork a running or paused sandbox; print the new sandbox's id",
-         "  --no-wait         print the operation id instead of waiting for it\n"},
+        {"fork", cmd_fork, "[--no-wait] [--secrets] SBX", "Fork a running or paused sandbox; print the new sandbox's id",
+         "  --no-wait         print the operation id instead of waiting for it\n"
+         "  --secrets         the child gets the parent's credentials (default: none)\n"},
         {"op", cmd_op, "OPID", "Show an operation (create, delete or a lifecycle verb)", NULL},
         {"net", cmd_net, "SBX [--net MODE | --allow HOSTS ...] | log SBX [--limit N]",
          "Show or replace a sandbox's egress policy, or show its network log",
          "Without policy flags, shows the policy one rule a line; with them,\n"
          "replaces it (a running sandbox's new connections follow it at once).\n" CLI_NET_HELP
          "  --limit N         with 'net log': the newest N entries (1-1000, default 100)\n"},
+        {"secret", cmd_secret,
+         "add NAME (--value-file F | --value-stdin) --host H[,H...] [OPTIONS] | ls | rm NAME",
+         "Manage credentials the gateway injects (the guest sees a placeholder)",
+         "  --value-file F    read the value from file F (one trailing newline dropped)\n"
+         "  --value-stdin     read the value from stdin\n"
+         "  --host H[,H...]   hosts it may be sent to (exact, or *.example.com; repeatable)\n"
+         "  --port P[,P...]   their ports (default 443)\n"
+         "  --header 'N: T'   inject header N with template T holding {value} once\n"
+         "                    (default 'Authorization: Bearer {value}')\n"
+         "  --basic USER      inject HTTP basic auth, the value as the password\n"
+         "  --method M,...    only for these methods; --path P,... only under these prefixes\n"
+         "  --sandbox SBX     only for this sandbox (attached to it at once)\n"
+         "  --expires WHEN    30d, 12h, 15m, 90s from now, or an RFC 3339 time\n"
+         "  --rate N          at most N injections a minute (0: unlimited)\n"
+         "  --tenant ID       the tenant's scope (admin token only)\n"},
+        {"audit", cmd_audit, "[--sandbox SBX] [--secret NAME] [--limit N]",
+         "Show the credential audit log, newest first", NULL},
         {"exec", cmd_exec, "[-e K=V]... [-w DIR] [-i] [-t] [--timeout S] SBX -- CMD [ARGS...]",
          "Run a command in a sandbox, streaming its output",
          "  -e, --env K=V     environment variable for the command (repeatable)\n"

@@ -272,7 +272,7 @@ static int operation_outcome(struct api_ctx *ctx, const struct store_operation *
  * not. Only the digest is stored (env values may be secrets).
  */
 static int create_request_hash(const struct apireq_create *c, const char *network, const char *tenant_id,
-                               char ret[crypto_hash_sha256_BYTES * 2 + 1]) {
+                               const json_t *secrets, char ret[crypto_hash_sha256_BYTES * 2 + 1]) {
         _cleanup_(json_decrefp) json_t *canon = json_pack("{s:s, s:O, s:O}", "template", c->template_name, "env",
                                                           c->env, "metadata", c->metadata);
         /* only when given: the hash of a request without one stays as it was */
@@ -284,6 +284,9 @@ static int create_request_hash(const struct apireq_create *c, const char *networ
         if (canon && tenant_id && json_object_set_new(canon, "tenant", json_string(tenant_id)) < 0)
                 return -ENOMEM;
         if (canon && c->recovery && json_object_set_new(canon, "recovery", json_string(c->recovery)) < 0)
+                return -ENOMEM;
+        /* the names as given (not the placeholders, drawn afresh each time) */
+        if (canon && json_array_size(secrets) > 0 && json_object_set(canon, "secrets", (json_t *) secrets) < 0)
                 return -ENOMEM;
         /* the policy as given, canonical (so spellings of one policy are one
          * request); not the default it got, which a tenant may change */
@@ -388,11 +391,17 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         if (!net_s || (r = api_network_json(net_s, &net)) < 0)
                 return net_s ? r : -ENOMEM;
         char hash[crypto_hash_sha256_BYTES * 2 + 1];
-        r = create_request_hash(&c, net_given, tenant_id, hash);
+        r = create_request_hash(&c, net_given, tenant_id, json_object_get(body, "secrets"), hash);
         if (r < 0)
                 return r;
         if (idempotency_key && (r = create_replay(ctx, idempotency_key, hash, ret)) != 0)
                 return r < 0 ? r : 0;
+
+        /* named secrets: checked before anything exists; their
+         * placeholders join env (the guest never sees a value) */
+        _cleanup_(api_secret_attach_release) struct api_secret_attach secrets = { 0 };
+        if ((r = api_secrets_prepare(ctx, tenant_id, json_object_get(body, "secrets"), c.env, &secrets)) < 0)
+                return r;
 
         char id[32], op_id[32];
         if ((r = random_id("sbx-", 8, id, sizeof id)) < 0 || (r = random_id("op-", 8, op_id, sizeof op_id)) < 0)
@@ -428,6 +437,10 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         r = store_sandbox_insert(ctx->store, &row);
         if (r < 0) {
                 log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert sandbox: %m");
+                return operation_fail(ctx, op_id, r);
+        }
+        if ((r = api_secrets_record(ctx, tenant_id, id, &secrets)) < 0) {
+                sandbox_abandon(ctx, id, false);
                 return operation_fail(ctx, op_id, r);
         }
 
@@ -472,6 +485,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m");
                 return operation_fail(ctx, op_id, r);
         }
+        api_secrets_attached(ctx, tenant_id, id, &secrets);
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         r = sandbox_lookup(ctx, id, &sb);
         if (r < 0)

@@ -18,7 +18,9 @@
 
 #include "apierror.h"
 #include "config.h"
+#include "credstore.h"
 #include "nodeclient.h"
+#include "secretreq.h"
 #include "store.h"
 
 #define API_SSE_KEEPALIVE_S 15 /* comment line on an idle event stream */
@@ -30,6 +32,7 @@ struct api_ctx {
         const char *log_ctx;         /* "req=N method=M path=P" */
         int client_fd;               /* the HTTP client's socket (only polled), or -1 */
         const char *tenant_id;       /* the key's tenant: only its sandboxes exist; NULL: admin */
+        const char *key_id;          /* the API key's id (who did it, for the audit log), or NULL */
         char err[API_ERRMSG_MAX];
 };
 
@@ -209,3 +212,70 @@ void api_format_time(int64_t ms, char *buf, size_t n);
  * after asking the node to delete whatever it may have started for it.
  */
 void api_reconcile_startup(const struct daemon_config *config, struct store *store);
+
+/*
+ * Credentials (api-secrets.c; docs/api.md, "Credentials"). The values are
+ * sealed in the store (lib/credstore, key DATA_DIR/control/secrets.key) and
+ * leave airlockd only over the node socket; replies and logs show metadata.
+ *
+ * api_secrets_init(): opens the credential store (makes the key on first
+ * use). Until it succeeds every secrets handler answers 500.
+ */
+int api_secrets_init(const struct daemon_config *config, struct store *store);
+void api_secrets_shutdown(void);
+/* POST /v1/secrets -> 201 metadata; GET /v1/secrets[?tenant=] -> {"secrets"};
+ * GET/DELETE /v1/secrets/{name}[?tenant=] (?tenant= and the body's
+ * "tenant": an admin's choice of scope). A DELETE takes the secret from the
+ * running sandboxes that have it at once. */
+int api_secret_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
+int api_secret_list(struct api_ctx *ctx, const char *tenant_q, struct api_reply *ret);
+int api_secret_get(struct api_ctx *ctx, const char *name, const char *tenant_q, struct api_reply *ret);
+int api_secret_delete(struct api_ctx *ctx, const char *name, const char *tenant_q, struct api_reply *ret);
+/* GET /v1/sandboxes/{id}/secrets: {"secrets":[{name, env, placeholder}],
+ * "node": the names the node holds in memory now, or null}. */
+int api_sandbox_secrets_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+
+/* The secrets a create names, before the sandbox exists. */
+struct api_secret_attach {
+        size_t n;
+        char *names[STORE_SANDBOX_SECRETS_MAX];
+        char env[STORE_SANDBOX_SECRETS_MAX][CREDSTORE_ENV_NAME_SIZE];
+        char placeholder[STORE_SANDBOX_SECRETS_MAX][SECRETREQ_PLACEHOLDER_LEN + 1];
+};
+void api_secret_attach_release(struct api_secret_attach *at);
+/* Checks a create's `secrets` (NULL: none) in scope tenant_id: each must
+ * exist, not be expired nor narrowed to a sandbox (400 naming it), its env
+ * variable not set by `env`. Draws the placeholders and adds them to env. */
+int api_secrets_prepare(struct api_ctx *ctx, const char *tenant_id, const json_t *names, json_t *env,
+                        struct api_secret_attach *ret);
+/* Stores the attachments once the sandbox row exists (its deletion drops them). */
+int api_secrets_record(struct api_ctx *ctx, const char *tenant_id, const char *sandbox_id,
+                       const struct api_secret_attach *at);
+/* After the node made the sandbox: audit events and the first push. */
+void api_secrets_attached(struct api_ctx *ctx, const char *tenant_id, const char *sandbox_id,
+                          const struct api_secret_attach *at);
+/* Sends the node sandbox_id's decrypted set (sandbox.secrets.set): with
+ * always, also when it has none (to clear what the node holds). */
+int api_secrets_push(const struct daemon_config *config, struct store *store, const char *sandbox_id, bool always,
+                     const char *log_ctx);
+/* The same for every sandbox with a VM (the node restarted). */
+void api_secrets_push_running(const struct daemon_config *config, struct store *store, const char *log_ctx);
+/* A fork child asked for its parent's secrets: the same attachments. */
+int api_secrets_fork(struct api_ctx *ctx, const char *parent_id, const char *child_id);
+
+/*
+ * The audit log (api-audit.c): the control plane's own events, and the
+ * gateway's, read from the node every API_AUDIT_POLL_MS by a thread and
+ * before each GET /v1/audit.
+ */
+#define API_AUDIT_POLL_MS 2000
+/* Records one of airlockd's own events (actor: ctx->key_id). */
+void api_audit_record(struct api_ctx *ctx, const char *action, const char *tenant_id, const char *sandbox_id,
+                      const char *secret);
+/* GET /v1/audit?sandbox=&secret=&limit= (100; at most 1000): newest first,
+ * {"events":[...]}; a tenant key sees its tenant's. */
+int api_audit_get(struct api_ctx *ctx, const char *sandbox, const char *secret, const char *limit_s,
+                  struct api_reply *ret);
+struct api_audit_poller;
+int api_audit_poller_start(const struct daemon_config *config, struct store *store, struct api_audit_poller **ret);
+void api_audit_poller_stop(struct api_audit_poller *p);

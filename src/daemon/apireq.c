@@ -110,7 +110,8 @@ static const struct {
         [APIREQ_BODY_NONE] = { (const char *const[]){ NULL } },
         /* "tenant" is read by the handler (api.c), the rest by apireq_parse_create() */
         [APIREQ_BODY_CREATE] = { (const char *const[]){ "template", "env", "metadata", "snapshot_policy",
-                                                        "idle_timeout_s", "recovery", "tenant", "network", NULL },
+                                                        "idle_timeout_s", "recovery", "tenant", "network", "secrets",
+                                                        NULL },
                                  check_create_nested },
         [APIREQ_BODY_EXEC] = { (const char *const[]){ "cmd", "env", "cwd", "stdin", "timeout_s", NULL } },
         [APIREQ_BODY_SESSION] = { (const char *const[]){ "cmd", "env", "cwd", "pty", "rows", "cols", NULL } },
@@ -122,6 +123,10 @@ static const struct {
         [APIREQ_BODY_TENANT] = { (const char *const[]){ "name", "network", NULL } },
         /* netpolicy_parse() is as strict inside the rules */
         [APIREQ_BODY_NETWORK] = { (const char *const[]){ "mode", "allow", "deny", NULL } },
+        [APIREQ_BODY_SECRET] = { (const char *const[]){ "name", "value", "hosts", "ports", "header", "basic",
+                                                        "methods", "paths", "sandbox", "expires_at", "rate_per_min",
+                                                        "tenant", NULL } },
+        [APIREQ_BODY_FORK] = { (const char *const[]){ "secrets", NULL } },
 };
 
 int apireq_check_body(const json_t *o, enum apireq_body kind, bool lenient, char *err) {

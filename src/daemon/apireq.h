@@ -47,6 +47,8 @@ enum apireq_body {
         APIREQ_BODY_NAME,     /* {"name"}: an API key */
         APIREQ_BODY_TENANT,   /* {"name","network"}: a tenant */
         APIREQ_BODY_NETWORK,  /* an egress policy (PUT .../network): its top-level fields; lib/netpolicy the rest */
+        APIREQ_BODY_SECRET,   /* POST /v1/secrets (api-secrets.c checks each field) */
+        APIREQ_BODY_FORK,     /* POST /v1/sandboxes/{id}/fork {"secrets"} */
         _APIREQ_BODY_MAX,
 };
 

@@ -68,6 +68,10 @@ enum route_id {
         R_NETWORK,
         R_NETWORK_LOG,
         R_TENANT_NETWORK,
+        R_SECRETS,
+        R_SECRET,
+        R_SANDBOX_SECRETS,
+        R_AUDIT,
 };
 
 enum auth_kind {
@@ -105,7 +109,7 @@ static const struct route routes[] = {
         { R_ROLLBACK, { "v1", "sandboxes", "*", "rollback" }, M_POST, AUTH_API, APIREQ_BODY_ROLLBACK },
         { R_SUSPEND, { "v1", "sandboxes", "*", "suspend" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
         { R_WAKE, { "v1", "sandboxes", "*", "wake" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
-        { R_FORK, { "v1", "sandboxes", "*", "fork" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
+        { R_FORK, { "v1", "sandboxes", "*", "fork" }, M_POST, AUTH_API, APIREQ_BODY_FORK },
         { R_SNAPSHOTS, { "v1", "sandboxes", "*", "snapshots" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_SNAPSHOT },
         { R_OPERATION, { "v1", "operations", "*" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
         { R_POOLS, { "v1", "pools" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
@@ -118,6 +122,10 @@ static const struct route routes[] = {
         { R_TENANT_KEYS, { "v1", "tenants", "*", "keys" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_NAME },
         { R_KEY, { "v1", "keys", "*" }, M_DELETE, AUTH_ADMIN, APIREQ_BODY_NONE },
         { R_CAP_KEYS, { "v1", "capability-keys" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
+        { R_SECRETS, { "v1", "secrets" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_SECRET },
+        { R_SECRET, { "v1", "secrets", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
+        { R_SANDBOX_SECRETS, { "v1", "sandboxes", "*", "secrets" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
+        { R_AUDIT, { "v1", "audit" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
 };
 
 /* Per-request state, from the first access-handler call to completion. */
@@ -132,6 +140,7 @@ struct request {
         unsigned status;
         bool queued; /* a response is queued: ignore further body bytes */
         char *tenant_id; /* the API key's tenant; NULL: admin (or an attach token) */
+        char *key_id;    /* the API key's id (NULL: an attach token) */
 
         /* JSON body */
         char *body;
@@ -150,6 +159,7 @@ static void request_free(struct request *req) {
                 return;
         free(req->body);
         free(req->tenant_id);
+        free(req->key_id);
         node_conn_free(req->upload);
         free(req);
 }
@@ -336,6 +346,8 @@ static int authenticate(struct request *req, struct MHD_Connection *conn) {
         uint8_t hash[STORE_HASH_SIZE];
         auth_hash_token(token, hash);
         int r = store_api_key_lookup(req->srv->store, hash, &req->tenant_id);
+        if (r == 0 && store_api_key_id(req->srv->store, hash, &req->key_id) < 0)
+                req->key_id = NULL; /* only the audit log's actor: "unknown" */
         if (r == 0)
                 return req->tenant_id && req->route && req->route->auth == AUTH_ADMIN ? -EPERM : 0;
         if (r != -EACCES) {
@@ -405,6 +417,7 @@ static void api_ctx_init(struct request *req, struct MHD_Connection *conn, struc
                 .log_ctx = req->log_ctx,
                 .client_fd = ci ? ci->connect_fd : -1,
                 .tenant_id = req->tenant_id,
+                .key_id = req->key_id,
         };
 }
 
@@ -667,6 +680,21 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 break;
         case R_CAP_KEYS:
                 r = req->method == M_POST ? api_capability_keys_rotate(&ctx, &rep) : api_capability_keys_get(&ctx, &rep);
+                break;
+        case R_SECRETS:
+                r = req->method == M_POST ? api_secret_create(&ctx, body, &rep)
+                                          : api_secret_list(&ctx, query_arg(conn, "tenant", NULL), &rep);
+                break;
+        case R_SECRET:
+                r = req->method == M_DELETE ? api_secret_delete(&ctx, id, query_arg(conn, "tenant", NULL), &rep)
+                                            : api_secret_get(&ctx, id, query_arg(conn, "tenant", NULL), &rep);
+                break;
+        case R_SANDBOX_SECRETS:
+                r = api_sandbox_secrets_get(&ctx, id, &rep);
+                break;
+        case R_AUDIT:
+                r = api_audit_get(&ctx, query_arg(conn, "sandbox", NULL), query_arg(conn, "secret", NULL),
+                                  query_arg(conn, "limit", NULL), &rep);
                 break;
         default:
                 r = -ENOENT;

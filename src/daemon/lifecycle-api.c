@@ -263,6 +263,12 @@ static void *job_main(void *arg) {
                 }
                 if (res && j->verb == LIFECYCLE_SUSPEND && json_is_object(json_object_get(rep, "suspended")))
                         json_object_set(res, "suspended", json_object_get(rep, "suspended"));
+                /* a new VM, a new gateway attachment: the sandbox's secrets
+                 * go along (a fork child's only when the fork asked) */
+                if (j->verb == LIFECYCLE_START || j->verb == LIFECYCLE_WAKE || j->verb == LIFECYCLE_ROLLBACK)
+                        (void) api_secrets_push(j->config, j->store, j->sandbox_id, false, ctx);
+                if (j->verb == LIFECYCLE_FORK)
+                        (void) api_secrets_push(j->config, j->store, j->child_id, false, ctx);
                 /* a wake's image, stale now, the node removed itself */
                 _cleanup_free_ char *res_s = res ? json_dumps(res, JSON_COMPACT) : NULL;
                 operation_finish(j->store, j->op_id, 0, NULL, res_s);
@@ -458,6 +464,10 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         if (idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
                 return r < 0 ? r : 0;
         char snapshot_id[80] = "", child_id[32] = "";
+        /* a fork child gets its parent's secrets only when asked */
+        json_t *fork_secrets = json_object_get(body, "secrets");
+        if (fork_secrets && !json_is_boolean(fork_secrets))
+                return lfail(ctx, -EINVAL, "field 'secrets' must be true or false");
         if (verb == LIFECYCLE_ROLLBACK && (r = rollback_snapshot(ctx, id, body, snapshot_id, sizeof snapshot_id)) < 0)
                 return r;
         if (verb == LIFECYCLE_SUSPEND || verb == LIFECYCLE_WAKE)
@@ -491,6 +501,11 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
                 return r;
         }
         if (verb == LIFECYCLE_FORK && (r = fork_child_insert(ctx, &sb, network, child_id, sizeof child_id)) < 0) {
+                (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
+                return r;
+        }
+        if (verb == LIFECYCLE_FORK && json_is_true(fork_secrets) && (r = api_secrets_fork(ctx, id, child_id)) < 0) {
+                (void) store_sandbox_delete(ctx->store, child_id);
                 (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
                 return r;
         }

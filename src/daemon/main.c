@@ -116,6 +116,7 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         struct http_server *http = NULL;
         struct scheduler *scheduler = NULL;
         struct idle_watch *idle = NULL;
+        struct api_audit_poller *audit = NULL;
         struct progress_watch *progress = NULL;
         pid_t node_pid = -1;
         uint64_t restarts[NODE_RESTARTS_MAX];
@@ -164,6 +165,11 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
                         "cannot set up the admin token in %s: %m", c->control_dir);
         log_info("admin token %s %s/%s", created ? "written to" : "loaded from", c->control_dir,
                  AUTH_ADMIN_TOKEN_FILE);
+        r = api_secrets_init(c, store);
+        if (r < 0)
+                return check_start_failed(log_error_errno(r, "Failed to open the credential store: %m"),
+                                          "cannot open the credential store (%s/%s): %m", c->control_dir,
+                                          CREDSTORE_KEY_FILE);
         /* before the node starts: it reads the public key this writes */
         if ((r = dataplane_init(c)) < 0)
                 return check_start_failed(r, "cannot set up the capability keys in %s: %m", c->cap_keys_dir);
@@ -210,6 +216,9 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         r = scheduler_start(c, store, &scheduler);
         if (r < 0)
                 log_error_errno(r, "Failed to start the snapshot scheduler: %m");
+        r = api_audit_poller_start(c, store, &audit);
+        if (r < 0)
+                log_error_errno(r, "Failed to start the audit poller: %m");
         r = idle_watch_start(c, store, &idle);
         if (r < 0)
                 log_error_errno(r, "Failed to start the idle watch: %m");
@@ -259,6 +268,7 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         /* before the node: a scheduled snapshot in progress ends first */
         scheduler_stop(scheduler);
         idle_watch_stop(idle);
+        api_audit_poller_stop(audit);
         if (node_pid > 0) {
                 r = node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, NULL, NULL);
                 if (r < 0)
@@ -267,6 +277,7 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         http_server_stop(http);
         /* the node is gone: verb workers' calls fail at once and finish */
         api_lifecycle_drain(30);
+        api_secrets_shutdown();
         log_info("stopped");
         return exit_code ? -ECHILD : 0;
 }

@@ -16,6 +16,7 @@
 #include "log.h"
 #include "netpolicy.h"
 #include "nodeops-lifecycle.h"
+#include "nodeops-secrets.h"
 #include "nodeutil.h"
 #include "pool.h"
 #include "proto.h"
@@ -1099,6 +1100,9 @@ static const struct {
         { "sandbox.network.get", op_network_get },
         { "sandbox.network.set", op_network_set },
         { "sandbox.network.log", op_network_log },
+        { "sandbox.secrets.set", nodeops_secrets_set },
+        { "sandbox.secrets.get", nodeops_secrets_get },
+        { "audit.read", nodeops_audit_read },
         { "sandbox.pause", nodeops_sandbox_pause },
         { "sandbox.resume", nodeops_sandbox_resume },
         { "sandbox.stop", nodeops_sandbox_stop },

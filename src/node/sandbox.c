@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <sodium.h>
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
@@ -99,6 +100,7 @@ void sandbox_unref(struct sandbox *s) {
         free(s->error);
         free(s->start_error);
         free(s->network);
+        sandbox_secrets_free(s->secrets);
         pthread_mutex_destroy(&s->net_lock);
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->cond);
@@ -435,6 +437,16 @@ static int start_pooled(struct sandbox *s) {
 
 /* ---- the VM's network: the egress gateway serves it (gwclient.h) ---- */
 
+/* Hands the gateway the sandbox's credentials, when it has any, after an
+ * attachment (a gateway that restarted, or one that never had them). Under
+ * the network lock, like the attachment. */
+static void net_hand_secrets(struct sandbox *s) {
+        char *set = sandbox_secrets_dup(s);
+        if (set)
+                (void) gwclient_set_secrets(s->id, set, s->ctx);
+        sandbox_secrets_free(set);
+}
+
 /* Hands the gateway the VM's sockets with the sandbox's policy; the node
  * keeps no copy (a new gateway gets new ones: vmm_net_listen). A VM an
  * earlier node started has none here: a gateway that still serves it keeps
@@ -457,8 +469,8 @@ static void net_attach(struct sandbox *s, struct vmm *v) {
                         goto out;
                 }
         }
-        if (r >= 0)
-                (void) gwclient_attach(s->id, s->execution, policy, tcp, dns, s->ctx);
+        if (r >= 0 && gwclient_attach(s->id, s->execution, policy, tcp, dns, s->ctx) >= 0)
+                net_hand_secrets(s);
         sandbox_network_unlock(s);
         if (tcp != v->gw_fds[0]) {
                 safe_close(tcp);
@@ -507,7 +519,8 @@ int sandbox_net_reattach_all(void) {
                 int tcp = -1, dns = -1;
                 if (who.pid > 0 && vmm_net_listen(&who, &tcp, &dns) >= 0) {
                         sandbox_network_lock(s);
-                        (void) gwclient_attach(s->id, execution, sandbox_network(s), tcp, dns, s->ctx);
+                        if (gwclient_attach(s->id, execution, sandbox_network(s), tcp, dns, s->ctx) >= 0)
+                                net_hand_secrets(s);
                         sandbox_network_unlock(s);
                         safe_close(tcp);
                         safe_close(dns);
@@ -1233,6 +1246,10 @@ int sandbox_delete(const char *id, bool keep_snapshots) {
                 log_info("sandbox=%s removed the snapshots it kept while suspended", id);
         if (r < 0)
                 return r;
+        /* its credentials go at once, not with the last reference */
+        pthread_mutex_lock(&s->lock);
+        sandbox_secrets_free(TAKE_PTR(s->secrets));
+        pthread_mutex_unlock(&s->lock);
         delete_removed(s, keep_snapshots);
         return 0;
 }
@@ -1432,4 +1449,40 @@ int sandbox_set_network(struct sandbox *s, const char *text) {
         if (!hidden)
                 (void) record_save(s);
         return r;
+}
+
+void sandbox_secrets_free(char *text) {
+        if (!text)
+                return;
+        sodium_memzero(text, strlen(text));
+        free(text);
+}
+
+int sandbox_set_secrets(struct sandbox *s, const char *text) {
+        bool clear = strcmp(text, "[]") == 0;
+        char *copy = clear ? NULL : strdup(text);
+        if (!clear && !copy)
+                return -ENOMEM;
+        /* net_lock across the change and its hand-over: two sets in a row
+         * reach the gateway in that order */
+        sandbox_network_lock(s);
+        pthread_mutex_lock(&s->lock);
+        sandbox_secrets_free(s->secrets);
+        s->secrets = copy;
+        bool has_vm = s->state == SANDBOX_RUNNING || s->state == SANDBOX_PAUSED;
+        pthread_mutex_unlock(&s->lock);
+        /* without a VM the gateway does not know the sandbox: whatever
+         * attaches it later hands the set over (sandbox_secrets_dup()) */
+        int r = gwclient_enabled() && has_vm ? gwclient_set_secrets(s->id, text, s->ctx) : 0;
+        if (r == -ENOENT || r == -ENOTCONN)
+                r = 0;
+        sandbox_network_unlock(s);
+        return r;
+}
+
+char *sandbox_secrets_dup(struct sandbox *s) {
+        pthread_mutex_lock(&s->lock);
+        char *c = s->secrets ? strdup(s->secrets) : NULL;
+        pthread_mutex_unlock(&s->lock);
+        return c;
 }

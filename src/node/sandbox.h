@@ -118,6 +118,12 @@ struct sandbox {
          * ends up with the newest. Lock order: net_lock, then lock. */
         pthread_mutex_t net_lock;
         char *network;
+        /* credentials for the gateway to inject (sandbox.secrets.set): a
+         * JSON array text holding their values, so in memory only, never
+         * in sandbox.json; NULL: none. Written under net_lock and lock,
+         * read under lock (sandbox_secrets_dup()). airlockd hands them
+         * over again after a node restart. */
+        char *secrets;
 };
 
 /*
@@ -295,3 +301,15 @@ void sandbox_network_unlock(struct sandbox *s);
  * the next attachment) and records it. Unchanged text does nothing. 0, or
  * the gateway's error, with the new policy kept. */
 int sandbox_set_network(struct sandbox *s, const char *text);
+
+/*
+ * Credentials (nodeops-secrets.c checks them first). sandbox_set_secrets():
+ * replaces the set (text: a JSON array; "[]" clears it) and hands it to the
+ * gateway when the sandbox has a VM there. sandbox_secrets_dup(): a copy of
+ * the set (free it with sandbox_secrets_free()), NULL when it has none: for
+ * whatever attaches the sandbox to a gateway again.
+ */
+int sandbox_set_secrets(struct sandbox *s, const char *text);
+char *sandbox_secrets_dup(struct sandbox *s);
+/* Wipes and frees a set; NULL is fine. */
+void sandbox_secrets_free(char *text);

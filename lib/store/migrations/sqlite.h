@@ -104,4 +104,56 @@ static const char *const store_sqlite_migrations[] = {
          * the sandboxes it makes later (NULL: the node default) */
         "ALTER TABLE sandboxes ADD COLUMN network TEXT;\n"
         "ALTER TABLE tenants ADD COLUMN network TEXT;\n",
+        /* 9: credentials (lib/credstore seals the values; the AEAD binds
+         * each to its tenant and name), their attachments to sandboxes
+         * (the placeholder the guest sees; a fork child may share its
+         * parent's), and the audit log: the control plane's own events
+         * and those read from gateways (source, boot_id, seq: read once),
+         * with where reading each gateway stopped. The admin scope is
+         * tenant_id NULL, hence the COALESCE in the unique index. */
+        "CREATE TABLE secrets (\n"
+        "  id INTEGER PRIMARY KEY,\n"
+        "  tenant_id TEXT REFERENCES tenants(id) ON DELETE CASCADE,\n"
+        "  name TEXT NOT NULL,\n"
+        "  sandbox_id TEXT,\n"
+        "  spec TEXT NOT NULL,\n"
+        "  expires_at INTEGER NOT NULL DEFAULT 0,\n"
+        "  sealed BLOB NOT NULL,\n"
+        "  created_at INTEGER NOT NULL,\n"
+        "  created_by TEXT\n"
+        ");\n"
+        "CREATE UNIQUE INDEX secrets_scope_name ON secrets(COALESCE(tenant_id, ''), name);\n"
+        "CREATE TABLE sandbox_secrets (\n"
+        "  sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,\n"
+        "  secret_id INTEGER NOT NULL REFERENCES secrets(id) ON DELETE CASCADE,\n"
+        "  name TEXT NOT NULL,\n"
+        "  placeholder TEXT NOT NULL,\n"
+        "  env_name TEXT NOT NULL,\n"
+        "  PRIMARY KEY (sandbox_id, name)\n"
+        ");\n"
+        "CREATE INDEX sandbox_secrets_secret ON sandbox_secrets(secret_id);\n"
+        "CREATE TABLE audit_events (\n"
+        "  id INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+        "  ts_ms INTEGER NOT NULL,\n"
+        "  tenant_id TEXT,\n"
+        "  actor TEXT NOT NULL,\n"
+        "  sandbox_id TEXT,\n"
+        "  secret TEXT,\n"
+        "  host TEXT,\n"
+        "  port INTEGER,\n"
+        "  method TEXT,\n"
+        "  path TEXT,\n"
+        "  action TEXT NOT NULL,\n"
+        "  reason TEXT,\n"
+        "  source TEXT,\n"
+        "  boot_id TEXT,\n"
+        "  seq INTEGER\n"
+        ");\n"
+        "CREATE UNIQUE INDEX audit_events_source ON audit_events(source, boot_id, seq);\n"
+        "CREATE INDEX audit_events_tenant ON audit_events(tenant_id, id);\n"
+        "CREATE TABLE audit_cursors (\n"
+        "  source TEXT PRIMARY KEY NOT NULL,\n"
+        "  boot_id TEXT NOT NULL,\n"
+        "  seq INTEGER NOT NULL\n"
+        ");\n",
 };

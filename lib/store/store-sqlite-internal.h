@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * What the SQLite backend's files share (store-sqlite.c: the connection,
+ * migrations and the core tables; store-sqlite-secrets.c: credentials and
+ * the audit log). Private to lib/store.
+ */
+
+#include <pthread.h>
+#include <sqlite3.h>
+
+#include "store.h"
+
+/* The connection; the first member of the backend's handle. Every use of
+ * db, its statements included, holds lock. */
+struct store_sqlite_conn {
+        struct store base; /* must be first */
+        sqlite3 *db;
+        pthread_mutex_t lock;
+};
+
+/* Maps an SQLite result code to a negative errno. */
+int sqlite_to_errno(sqlite3 *db, int rc);
+
+int sqlite_api_key_id(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_id);
+int sqlite_secret_insert(struct store *s, const struct store_secret *sec);
+int sqlite_secret_get(struct store *s, const char *tenant_id, const char *name, struct store_secret *ret);
+int sqlite_secret_list(struct store *s, const char *tenant_id, size_t max, struct store_secret **ret, size_t *ret_n);
+int sqlite_secret_delete(struct store *s, const char *tenant_id, const char *name);
+int sqlite_secret_users(struct store *s, const char *tenant_id, const char *name, size_t max, char ***ret,
+                        size_t *ret_n);
+int sqlite_sandbox_secret_insert(struct store *s, const char *tenant_id, const struct store_sandbox_secret *a);
+int sqlite_sandbox_secret_list(struct store *s, const char *sandbox_id, struct store_sandbox_secret **ret,
+                               size_t *ret_n);
+int sqlite_sandbox_secret_copy(struct store *s, const char *from_id, const char *to_id);
+int sqlite_audit_insert(struct store *s, const struct store_audit_event *ev, const char *source, const char *boot_id,
+                        int64_t seq);
+int sqlite_audit_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, const char *secret,
+                      size_t max, struct store_audit_event **ret, size_t *ret_n);
+int sqlite_audit_cursor_get(struct store *s, const char *source, char **ret_boot_id, int64_t *ret_seq);
+int sqlite_audit_cursor_set(struct store *s, const char *source, const char *boot_id, int64_t seq);
+
+#define STORE_SQLITE_SECRETS_OPS                                                                                       \
+        .api_key_id = sqlite_api_key_id, .secret_insert = sqlite_secret_insert, .secret_get = sqlite_secret_get,       \
+        .secret_list = sqlite_secret_list, .secret_delete = sqlite_secret_delete, .secret_users = sqlite_secret_users, \
+        .sandbox_secret_insert = sqlite_sandbox_secret_insert, .sandbox_secret_list = sqlite_sandbox_secret_list,      \
+        .sandbox_secret_copy = sqlite_sandbox_secret_copy, .audit_insert = sqlite_audit_insert,                        \
+        .audit_list = sqlite_audit_list, .audit_cursor_get = sqlite_audit_cursor_get,                                  \
+        .audit_cursor_set = sqlite_audit_cursor_set
