@@ -43,6 +43,7 @@
 /* free space needed before feeding a head: HTTP1_HEAD_MAX and a credential */
 #define HEAD_ROOM (28u << 10)
 #define HANDSHAKE_TIMEOUT_MS 10000
+#define REDACT_HOLD_MS 100
 
 struct pbuf {
         uint8_t *data;
@@ -55,6 +56,8 @@ struct term {
         struct loop_watch *g_watch, *u_watch;
         struct loop_timer *timer;    /* the handshakes' deadline */
         struct loop_timer *throttle; /* bandwidth: when to read again */
+        struct loop_timer *release_timer; /* redaction: when a held tail goes anyway */
+        bool release_held;
         struct sockaddr_in dst;
         char name[254];
         SSL *g_ssl, *u_ssl;
@@ -146,6 +149,7 @@ static void term_free(struct term *t) {
         loop_watch_remove(t->u_watch);
         loop_timer_cancel(t->timer);
         loop_timer_cancel(t->throttle);
+        loop_timer_cancel(t->release_timer);
         safe_close(t->g_fd);
         safe_close(t->u_fd);
         SSL_free(t->g_ssl); /* frees its end of the pair */
@@ -218,6 +222,9 @@ static void refuse(struct term *t, int status, const char *host, const char *why
         t->u_done = true; /* nothing more comes from there */
 }
 
+static void pump(struct term *t);
+static void update_interest(struct term *t);
+
 /* The longest credential text that must not reach the guest. */
 static size_t redact_span(const struct term *t) {
         size_t m = 0;
@@ -237,25 +244,50 @@ static void overwrite_all(uint8_t *p, size_t n, const char *needle, size_t nl) {
                 memset(at, '*', nl);
 }
 
-/* Overwrites every credential value in down (also across reads: the last
- * span-1 bytes are held back until more comes or the upstream ends).
- * Returns how many bytes of down may go to the guest. */
+/* The longest suffix of p[0..n), shorter than needle, that needle begins
+ * with: where a value split across reads may have begun. */
+static size_t partial_tail(const uint8_t *p, size_t n, const char *needle, size_t nl) {
+        for (size_t i = n - MIN(n, nl - 1); i < n; i++)
+                if (p[i] == (uint8_t) needle[0] && memcmp(p + i, needle, n - i) == 0)
+                        return n - i;
+        return 0;
+}
+
+static void release(void *userdata) {
+        struct term *t = userdata;
+        t->release_timer = NULL;
+        t->release_held = true;
+        pump(t);
+}
+
+/* Overwrites every credential value in down, also one split across reads:
+ * a tail that may begin a value is held back until more comes, the
+ * upstream ends, or REDACT_HOLD_MS pass without more (a kept-alive
+ * response may end in bytes that only look like a value's start). Returns
+ * how many bytes of down may go to the guest. */
 static size_t redact(struct term *t) {
         size_t span = t->refused ? 0 : redact_span(t);
         if (span == 0)
                 return t->down.len;
         uint8_t *p = t->down.data + t->down.off;
-        size_t from = t->down_scanned >= span - 1 ? t->down_scanned - (span - 1) : 0;
+        size_t n = t->down.len, from = t->down_scanned >= span - 1 ? t->down_scanned - (span - 1) : 0, hold = 0;
         for (size_t i = 0; i < t->sb->n_secrets; i++) {
                 const struct gw_secret *s = &t->sb->secrets[i];
-                overwrite_all(p + from, t->down.len - from, s->value, s->value_len);
-                if (s->encoded)
-                        overwrite_all(p + from, t->down.len - from, s->encoded, strlen(s->encoded));
+                const char *texts[2] = { s->value, s->encoded };
+                for (size_t j = 0; j < 2 && texts[j]; j++) {
+                        size_t nl = strlen(texts[j]);
+                        overwrite_all(p + from, n - from, texts[j], nl);
+                        hold = MAX(hold, partial_tail(p, n, texts[j], nl));
+                }
         }
-        t->down_scanned = t->down.len;
-        if (t->u_done)
-                return t->down.len;
-        return t->down.len > span - 1 ? t->down.len - (span - 1) : 0;
+        t->down_scanned = n;
+        if (t->u_done || t->release_held || hold == 0) {
+                t->release_held = false;
+                return n;
+        }
+        if (!t->release_timer)
+                (void) loop_timer_add(gw_loop, REDACT_HOLD_MS, release, t, &t->release_timer);
+        return n - hold;
 }
 
 /* One request head of the guest: checked, then re-serialised into up. */
@@ -436,8 +468,6 @@ static const char *upstream_failure(struct term *t) {
                 return X509_verify_cert_error_string(v);
         return "the TLS handshake with the destination failed";
 }
-
-static void update_interest(struct term *t);
 
 /* Moves everything that can move; ends the connection when all is said. */
 static void pump(struct term *t) {
