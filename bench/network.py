@@ -111,7 +111,7 @@ def main():
     ap.add_argument("--work-dir", default=None,
                     help="where the data dir goes (reflink-capable, or every create copies the rootfs)")
     a = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="airlock-bench-net-", dir=a.work_dir)
+    work = tempfile.mkdtemp(prefix="airlock-bench-net-", dir=os.path.abspath(a.work_dir) if a.work_dir else None)
     os.chmod(work, 0o711)  # the node's and the VMs' users pass through to the data dir
     data = os.path.join(work, "data")
     proc = None
