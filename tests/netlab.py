@@ -38,6 +38,9 @@ ORIGIN = "198.18.0.10"
 RESOLVER = "198.18.0.53"
 SINK = "198.18.0.66"
 ZONES = {"a.test": ORIGIN, "e.test": SINK, "internal.test": "10.0.0.5", "meta.test": "169.254.169.254"}
+# alias.test is a CNAME of sink.evil.test, which is SINK
+CNAMES = {"alias.test": "sink.evil.test"}
+HOST_RECORDS = {"sink.evil.test": SINK}
 _seq = 0
 
 
@@ -127,6 +130,8 @@ class Internet:
         _write_pem(tls, key=key, cert=cert)
 
         dns = [f"--address=/{z}/{a}" for z, a in ZONES.items()]
+        dns += [f"--host-record={n},{a}" for n, a in HOST_RECORDS.items()]
+        dns += [f"--cname={n},{t}" for n, t in CNAMES.items()]
         self.procs.append(subprocess.Popen(
             ["ip", "netns", "exec", self.inet, "dnsmasq", "--no-daemon", "--no-resolv", "--no-hosts",
              f"--listen-address={RESOLVER}", "--bind-interfaces", "--log-queries", "--pid-file=",

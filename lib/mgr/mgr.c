@@ -440,7 +440,9 @@ char *mgr_request_format(const struct mgr_request *r) {
 /* ---- framing with fds ---- */
 
 int mgr_send(int fd, uint8_t type, const void *payload, size_t len, const int *fds, size_t n_fds) {
-        if (len > MGR_REQUEST_MAX || n_fds > MGR_FDS_MAX || (n_fds && !fds))
+        /* each receiver bounds what it takes (mgr_recv's max): the node's
+         * requests to airlock-gw carry credential sets larger than these */
+        if (len > PROTO_MAX_PAYLOAD || n_fds > MGR_FDS_MAX || (n_fds && !fds))
                 return -EINVAL;
         uint8_t hdr[PROTO_HEADER_SIZE];
         proto_header_encode(&(struct proto_header){ .version = PROTO_VERSION, .type = type, .length = (uint32_t) len },

@@ -108,6 +108,20 @@ static void upstream_readable(int fd, uint32_t events, void *userdata) {
                 pending_free(p);
                 return;
         }
+        /* a chain through a name the policy denies (a deny rule, not merely
+         * no allow rule: CDNs answer through names nobody lists) leads
+         * there: nothing of it is kept */
+        for (size_t i = 0; i < a.n_cname; i++) {
+                struct netpolicy_decision d;
+                if (!netpolicy_check_name(p->sb->policy, a.cname[i], 0, &d) && d.reason != NETPOLICY_REASON_NO_MATCH) {
+                        char why[GWNAME_MAX + 64];
+                        snprintf(why, sizeof why, "the answer's CNAME chain passes the denied name %s", a.cname[i]);
+                        gw_sandbox_log(p->sb, true, false, p->q.name, (struct in_addr){ 0 }, 53, why);
+                        a.n_addr = 0;
+                        a.n_cname = 0;
+                        break;
+                }
+        }
         /* keep what may be dialled; remember it as this sandbox's */
         size_t kept = 0;
         unsigned dropped = 0;

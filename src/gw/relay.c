@@ -38,7 +38,7 @@
 #include "tlshello.h"
 #include "vmnet.h"
 
-#define RELAY_BUF (64u << 10)
+#define RELAY_BUF (96u << 10)
 #define SNIFF_TIMEOUT_MS 10000
 #define CONNECT_TIMEOUT_MS 10000
 
@@ -266,6 +266,10 @@ static void start_connect(struct conn *c) {
         int r = c->u_fd < 0 ? negative_errno() : 0;
         if (r >= 0 && connect(c->u_fd, (struct sockaddr *) &c->dst, sizeof c->dst) < 0 && errno != EINPROGRESS)
                 r = negative_errno();
+        if (r >= 0) { /* a relay adds no delay of its own: what comes is sent */
+                int one = 1;
+                (void) setsockopt(c->u_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        }
         if (r >= 0)
                 r = loop_watch_add(gw_loop, c->u_fd, EPOLLOUT, upstream_event, c, &c->u_watch);
         if (r >= 0)

@@ -72,7 +72,12 @@ def test_a_credential_bound_to_a_method_and_path_refuses_others(airlock_factory,
     a = airlock_factory(prebuild="minimal,python", env=internet.env())
     a.api("POST", "/v1/secrets", {"name": "ro", "value": VALUE, "hosts": ["a.test"], "methods": ["GET"],
                                   "paths": ["/echo"], "header": "X-Api-Key: {value}"}, expect=201)
-    sid = a.create(template="python", secrets=["ro"], network={"allow": [{"host": "a.test"}]})["id"]
+    # beside it, 15 more of 8000 bytes each: the largest set reaches the gateway whole
+    for i in range(15):
+        a.api("POST", "/v1/secrets", {"name": f"big{i}", "value": chr(ord("a") + i) * 8000,
+                                      "hosts": [f"h{i}.example.org"], "header": "X-K: {value}"}, expect=201)
+    sid = a.create(template="python", secrets=["ro"] + [f"big{i}" for i in range(15)],
+                   network={"allow": [{"host": "a.test"}]})["id"]
     _, out = sh(a, sid, "curl -sS --max-time 10 https://a.test/echo")  # the control
     assert echoed(out)["X-Api-Key"] == "*" * len(VALUE), out
     _, out = sh(a, sid, "curl -sS --max-time 10 -w ' code=%{http_code}' https://a.test/hello.txt")

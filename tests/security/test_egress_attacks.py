@@ -364,3 +364,21 @@ def test_the_egress_ca_key_is_the_gateways_alone(airlock_factory, internet):
     _, out = sh(a, sid, "cat /etc/ssl/certs/ca-certificates.crt; grep -rl PRIVATE /etc 2>/dev/null; echo done")
     assert "BEGIN CERTIFICATE" in out and body[:40] not in out and "PRIVATE" not in out.split("done")[0], out
     assert body[:40] not in open(a.log_path, errors="replace").read()
+
+
+def test_a_cname_chain_through_a_denied_name_is_dropped(airlock_factory, internet):
+    """alias.test is allowed, and a CNAME of sink.evil.test, which a deny rule
+    names: its answer reaches the guest without addresses, the gateway binds
+    nothing, and a connection by the allowed name to where the chain leads is
+    refused. The control: a.test resolves and answers."""
+    a = airlock_factory(prebuild="minimal", env=internet.env())
+    sid = a.create(network={"allow": [{"host": "a.test"}, {"host": "alias.test"}],
+                            "deny": [{"host": "sink.evil.test"}]})["id"]
+    _, out = sh(a, sid, "nslookup a.test; " + http_get("a.test"))
+    assert ORIGIN in out and HELLO in out, out
+    _, out = sh(a, sid, "nslookup alias.test; " + http_get("alias.test", SINK))
+    assert "Address: " + SINK not in out, out
+    entries = net_log(a, sid)
+    assert any(e["kind"] == "dns" and "CNAME chain" in e["reason"] for e in entries), entries
+    assert any(e.get("name") == "alias.test" and e["kind"] == "tcp" and e["action"] == "deny" for e in entries), entries
+    assert internet.sink_hits() == []
