@@ -400,29 +400,48 @@ int jail_spawn(const struct jail_spec *s, pid_t *ret_pid, int *ret_pidfd) {
 
 /* ---- peers ---- */
 
-int jail_process_start_time(pid_t pid, uint64_t *ret) {
-        char path[64], buf[1024];
+/* The fields of /proc/PID/stat after comm (which may hold spaces and
+ * parentheses: they start after the last ')'), NUL-terminated in buf. */
+static int proc_stat_fields(pid_t pid, char *buf, size_t n, char **ret) {
+        char path[64];
         snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
-        ssize_t n = read(fd, buf, sizeof buf - 1);
+        ssize_t k = read(fd, buf, n - 1);
         int e = errno;
         close(fd);
-        if (n <= 0)
-                return n < 0 ? -e : -EIO;
-        buf[n] = 0;
-        /* comm may hold spaces and parentheses: fields start after the last ')' */
+        if (k <= 0)
+                return k < 0 ? -e : -EIO;
+        buf[k] = 0;
         char *q = strrchr(buf, ')');
-        if (!q)
+        if (!q || q[1] != ' ')
                 return -EIO;
-        q++;
+        *ret = q + 2; /* field 3, the state */
+        return 0;
+}
+
+int jail_process_start_time(pid_t pid, uint64_t *ret) {
+        char buf[1024], *q;
+        int r = proc_stat_fields(pid, buf, sizeof buf, &q);
+        if (r < 0)
+                return r;
         for (int field = 3; field < 22; field++) {
-                q = strchr(q + 1, ' ');
+                q = strchr(q, ' ');
                 if (!q)
                         return -EIO;
+                q++;
         }
-        return sscanf(q + 1, "%" SCNu64, ret) == 1 ? 0 : -EIO;
+        return sscanf(q, "%" SCNu64, ret) == 1 ? 0 : -EIO;
+}
+
+int jail_process_state(pid_t pid, char *ret) {
+        char buf[1024], *q;
+        int r = proc_stat_fields(pid, buf, sizeof buf, &q);
+        if (r < 0)
+                return r;
+        *ret = q[0];
+        return 0;
 }
 
 int jail_peer_verify(int fd, const struct jail_peer *want) {

@@ -183,6 +183,8 @@ void gw_tlsterm_close_all(struct gw_sandbox *s);
 int gw_secrets_parse(json_t *a, struct gw_secret **ret, size_t *ret_n, char *msg, size_t n);
 void gw_secrets_free(struct gw_secret *v, size_t n);
 bool gw_secret_binds(const struct gw_secret *s, const char *host, uint16_t port);
+/* Whether a credential is bound to some host on port. */
+bool gw_secrets_on_port(const struct gw_sandbox *sb, uint16_t port);
 /* Whether a credential is bound to host:port (the connection is terminated for it). */
 bool gw_secrets_for_host(const struct gw_sandbox *sb, const char *host, uint16_t port);
 /* The credential for this request, or NULL (*ret_refusal says why when

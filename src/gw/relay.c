@@ -512,16 +512,6 @@ void gw_relay_close_all(struct gw_sandbox *s) {
         }
 }
 
-/* Whether a credential is bound to some host on port: its TLS is read
- * for the name even where addresses decide. */
-static bool secret_port(const struct gw_sandbox *s, uint16_t port) {
-        for (size_t i = 0; i < s->n_secrets; i++)
-                for (size_t j = 0; j < s->secrets[i].n_ports; j++)
-                        if (s->secrets[i].ports[j] == port)
-                                return true;
-        return false;
-}
-
 void gw_relay_accept(int fd, uint32_t events, void *userdata) {
         struct gw_sandbox *s = userdata;
         for (int i = 0; i < 16; i++) {
@@ -568,7 +558,7 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata) {
                         continue;
                 }
                 if (!netpolicy_needs_names(s->policy) && netpolicy_mode(s->policy) != NETPOLICY_ALLOWLIST &&
-                    !secret_port(s, ntohs(dst.sin_port))) {
+                    !gw_secrets_on_port(s, ntohs(dst.sin_port))) { /* a credential's TLS is read for its name */
                         decide_addr(c); /* allow-all or deny-all: the address decides */
                         continue;
                 }

@@ -239,10 +239,21 @@ static bool host_matches(const struct gw_secret *s, const char *host) {
         return false;
 }
 
-bool gw_secret_binds(const struct gw_secret *s, const char *host, uint16_t port) {
+static bool on_port(const struct gw_secret *s, uint16_t port) {
         for (size_t j = 0; j < s->n_ports; j++)
                 if (s->ports[j] == port)
-                        return host_matches(s, host);
+                        return true;
+        return false;
+}
+
+bool gw_secret_binds(const struct gw_secret *s, const char *host, uint16_t port) {
+        return on_port(s, port) && host_matches(s, host);
+}
+
+bool gw_secrets_on_port(const struct gw_sandbox *sb, uint16_t port) {
+        for (size_t i = 0; i < sb->n_secrets; i++)
+                if (on_port(&sb->secrets[i], port))
+                        return true;
         return false;
 }
 

@@ -185,15 +185,8 @@ static bool status_ids(const char *status, const char *key, unsigned want) {
  * its /proc/PID/exe is gone with its memory, though threads of it may
  * still be ending. */
 static bool main_thread_exited(pid_t pid) {
-        char path[64], buf[512];
-        snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
-        if (n <= 0)
-                return true;
-        buf[n] = 0;
-        const char *q = strrchr(buf, ')'); /* comm may hold anything */
-        return !q || q[1] != ' ' || q[2] == 'Z' || q[2] == 'X';
+        char state;
+        return jail_process_state(pid, &state) < 0 || state == 'Z' || state == 'X';
 }
 
 /* Proves that pid is one of the VMs: the process with that start time
