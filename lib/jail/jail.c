@@ -2,6 +2,7 @@
 #include "jail.h"
 
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -637,6 +638,29 @@ int jail_cgroup_remove(uid_t uid) {
                         ret = r;
         }
         return ret;
+}
+
+int jail_cgroup_sweep(uid_t base, uint32_t count) {
+        jail_cgroup_setup();
+        int removed = 0;
+        for (size_t i = 0; i < cg.n; i++) {
+                DIR *d = opendir(cg.dir[i]);
+                if (!d)
+                        continue;
+                struct dirent *e;
+                while ((e = readdir(d))) {
+                        unsigned uid;
+                        int end = 0;
+                        if (e->d_type != DT_DIR || sscanf(e->d_name, "airlock-vm-%u%n", &uid, &end) != 1 ||
+                            e->d_name[end] != '\0' || uid < base || uid - base >= count)
+                                continue;
+                        /* one try: EBUSY is a live VM's, and stays */
+                        if (unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) >= 0)
+                                removed++;
+                }
+                closedir(d);
+        }
+        return removed;
 }
 
 static int cg_limit(size_t i, const char *dir, const struct jail_cgroup_limits *l) {

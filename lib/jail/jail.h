@@ -137,3 +137,8 @@ void jail_cgroup_procs_free(char **procs, size_t n);
  * retries briefly while the kernel still counts the exiting process).
  * 0 also when there was none. */
 int jail_cgroup_remove(uid_t uid);
+
+/* Removes every empty VM cgroup of a uid in [base, base + count): those
+ * of VMs that ended while nobody could remove theirs (airlock-nodemgr
+ * was down). A cgroup with a process in it stays. The number removed. */
+int jail_cgroup_sweep(uid_t base, uint32_t count);

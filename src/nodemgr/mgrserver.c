@@ -113,6 +113,11 @@ int mgr_server_open(const struct daemon_config *c, uid_t node_uid, gid_t node_gi
                         return log_error_errno(-EINVAL, "AIRLOCK_VMM_UID_BASE=%s is not a VM uid base", base);
                 s->policy.vm_uid_base = (uid_t) v;
         }
+        /* airlock-nodemgr alone puts VMs into cgroups and removes them:
+         * one whose VM ended while no nodemgr was running is still there */
+        int swept = jail_cgroup_sweep(s->policy.vm_uid_base, s->policy.vm_uid_count);
+        if (swept > 0)
+                log_info("removed %d empty VM cgroup%s left from before", swept, swept == 1 ? "" : "s");
         /* the node's own files: its storage (the loop volume is another
          * file system, hence a root of its own) and a shared templates dir */
         _cleanup_free_ char *vol = strdup_printf("%s/vol", c->data_dir);

@@ -9,6 +9,7 @@ import pwd
 import re
 import signal
 import socket
+import subprocess
 import threading
 import time
 
@@ -168,6 +169,53 @@ def test_every_vmm_is_jailed(airlock):
         assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
     for dirs in cgroups:  # the cgroups went with the VMs
         wait_gone(dirs)
+
+
+def test_a_vm_cgroup_left_empty_goes_at_the_next_start(airlock_factory):
+    """A VM that ends while airlock-nodemgr is down (killed, being
+    restarted) leaves its cgroup: only nodemgr may remove it. The next
+    nodemgr removes every empty VM cgroup of its uid range when it starts;
+    one with a process in it stays (the control: a live VM's)."""
+    a = airlock_factory(prebuild="minimal")
+    a.create("minimal")  # (the hierarchies are logged once a VM needs them)
+    _, parents = cgroup_parents(a)
+    a.stop()
+    base = 2000000  # the default AIRLOCK_VMM_UID_BASE; the far end of its range
+    empty = [f"{p}/airlock-vm-{base + 65000}" for p in parents]
+    live = [f"{p}/airlock-vm-{base + 65001}" for p in parents]
+    outside = [f"{p}/airlock-vm-{base - 1}" for p in parents]  # not ours to touch
+    sleeper = None
+    try:
+        for d in empty + live + outside:
+            os.mkdir(d)
+        sleeper = subprocess.Popen(["sleep", "600"])
+        for d in live:
+            with open(os.path.join(d, "cgroup.procs"), "w") as f:
+                f.write(str(sleeper.pid))
+        b = airlock_factory(prebuild="minimal")
+        with open(b.log_path, errors="replace") as f:
+            assert re.search(r"removed \d+ empty VM cgroups? left from before", f.read()), b.log_tail(40)
+        assert not any(os.path.exists(d) for d in empty)
+        for d in live:
+            assert _cgroup_procs(d) == [str(sleeper.pid)], d
+        assert all(os.path.isdir(d) for d in outside)
+        sid = b.create("minimal")["id"]  # and VMs still start
+        assert b.exec(sid, ["echo", "ok"])["stdout"] == "ok\n"
+        assert b.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+    finally:
+        if sleeper:
+            sleeper.kill()
+            sleeper.wait()
+        for d in empty + live + outside:
+            for _ in range(200):
+                try:
+                    os.rmdir(d)
+                except FileNotFoundError:
+                    break
+                except OSError:  # the killed sleeper is still leaving it
+                    time.sleep(0.01)
+                    continue
+                break
 
 
 def test_a_vmm_uid_cannot_open_another_vms_disk(airlock):
