@@ -173,6 +173,11 @@ int cap_key_from_hex(const char *hex, uint8_t *out, size_t n) {
         return 0;
 }
 
+/* The protocols a service port speaks through Airlock. */
+static bool protocol_valid(const char *p) {
+        return strcmp(p, "http") == 0;
+}
+
 /* The rules both issuing and parsing enforce, so that nothing the issuer
  * signs is refused and nothing else is accepted. */
 static int claims_check(const struct cap_claims *c) {
@@ -187,7 +192,9 @@ static int claims_check(const struct cap_claims *c) {
                 return -EINVAL;
         if (c->expires_at <= c->issued_at || c->expires_at - c->issued_at > CAP_LIFETIME_MAX_S)
                 return -EINVAL;
-        return 0;
+        if (c->access & CAP_ACCESS_PORTS)
+                return c->port > 0 && protocol_valid(c->protocol) ? 0 : -EINVAL;
+        return c->port == 0 && c->protocol[0] == '\0' ? 0 : -EINVAL;
 }
 
 /* The canonical payload of checked claims signed by kid. */
@@ -203,6 +210,10 @@ static char *payload_encode(const struct cap_claims *c, const char *kid) {
                                    "issued_at", (json_int_t) c->issued_at, "kid", kid, "node", c->node,
                                    "sandbox", c->sandbox, "tenant", c->tenant, "v", CAP_VERSION);
         if (!o)
+                return NULL;
+        if ((c->access & CAP_ACCESS_PORTS) &&
+            (json_object_set_new(o, "port", json_integer(c->port)) < 0 ||
+             json_object_set_new(o, "protocol", json_string(c->protocol)) < 0))
                 return NULL;
         return json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
 }
@@ -304,12 +315,12 @@ static int access_field(json_t *v, uint32_t *ret) {
         return 0;
 }
 
-/* Strict schema: exactly the nine fields, each of its type; claims_check()
- * then applies the same rules cap_issue() does. */
+/* Strict schema: exactly the nine fields (eleven with "ports"), each of
+ * its type; claims_check() then applies the same rules cap_issue() does. */
 static int payload_parse(const uint8_t *payload, size_t len, struct cap_claims *ret) {
         /* duplicate keys are an error; strings with NUL are refused by default */
         json_auto_t *o = json_loadb((const char *) payload, len, JSON_REJECT_DUPLICATES, NULL);
-        if (!json_is_object(o) || json_object_size(o) != 9)
+        if (!json_is_object(o) || (json_object_size(o) != 9 && json_object_size(o) != 11))
                 return -EINVAL;
         struct cap_claims c = {};
         json_int_t v = 0, execution = 0, iat = 0, exp = 0;
@@ -327,6 +338,15 @@ static int payload_parse(const uint8_t *payload, size_t len, struct cap_claims *
         c.execution = (uint64_t) execution;
         c.issued_at = iat;
         c.expires_at = exp;
+        if (json_object_size(o) == 11) {
+                json_int_t port = 0;
+                json_t *proto = json_object_get(o, "protocol");
+                if (number_field(json_object_get(o, "port"), &port) < 0 || port < 1 || port > UINT16_MAX ||
+                    !json_is_string(proto) || json_string_length(proto) > CAP_PROTOCOL_MAX)
+                        return -EINVAL;
+                c.port = (uint16_t) port;
+                memcpy(c.protocol, json_string_value(proto), json_string_length(proto) + 1);
+        }
         if (claims_check(&c) < 0)
                 return -EINVAL;
         *ret = c;
@@ -391,6 +411,13 @@ enum cap_decision cap_decide(const struct cap_claims *c, const struct cap_record
         if (c->execution != local->execution || strcmp(c->node, local->node) != 0)
                 return CAP_REFRESH_ROUTE;
         return CAP_ALLOW;
+}
+
+enum cap_decision cap_decide_port(const struct cap_claims *c, const struct cap_record *local, uint16_t port,
+                                  const char *protocol) {
+        if (!c || !protocol || port == 0 || c->port != port || strcmp(c->protocol, protocol) != 0)
+                return CAP_DENY;
+        return cap_decide(c, local, CAP_ACCESS_PORTS);
 }
 
 const char *cap_decision_to_string(enum cap_decision d) {

@@ -17,6 +17,9 @@
  *    "issued_at":1700000000,"kid":"k1","node":"node-b","sandbox":"sbx-1",
  *    "tenant":"t-1","v":1}
  *
+ * plus "port" (1..65535) and "protocol" ("http") exactly when access holds
+ * "ports": a service-port capability names the one port it opens.
+ *
  * and signature is Ed25519 over the exact payload bytes. Every claims set
  * has exactly one token encoding: the verifier re-encodes what it parsed and
  * rejects anything that differs (spaces, key order, escapes, "-0", padding
@@ -36,6 +39,7 @@
 #define CAP_TOKEN_MAX 2048          /* bytes of a whole token */
 #define CAP_ID_MAX 64               /* chars of tenant, sandbox and node ids */
 #define CAP_KID_MAX 32              /* chars of a key id */
+#define CAP_PROTOCOL_MAX 8          /* chars of a service port's protocol */
 #define CAP_KEYRING_MAX 8           /* keys one keyring holds */
 #define CAP_LIFETIME_DEFAULT_S 120  /* expires_at - issued_at when not given */
 #define CAP_LIFETIME_MAX_S 300      /* the longest lifetime issued or accepted */
@@ -70,6 +74,10 @@ struct cap_claims {
         uint32_t access;    /* enum cap_access bits, at least one */
         int64_t issued_at;  /* Unix seconds */
         int64_t expires_at; /* Unix seconds, issued_at < expires_at <= issued_at + 300 */
+        /* with CAP_ACCESS_PORTS (and only then): the one guest port and the
+         * protocol spoken to it, "port" and "protocol" in the encoding */
+        uint16_t port;
+        char protocol[CAP_PROTOCOL_MAX + 1]; /* "http" */
         char kid[CAP_KID_MAX + 1]; /* the signing key; set by cap_parse_verify() */
 };
 
@@ -151,6 +159,12 @@ enum cap_decision {
  * expires. NULL arguments give CAP_DENY.
  */
 enum cap_decision cap_decide(const struct cap_claims *c, const struct cap_record *local, uint32_t needed_access);
+
+/* cap_decide() for a request to a service port: the claims must name
+ * this port and protocol as well (CAP_DENY otherwise, before the route is
+ * looked at), and grant CAP_ACCESS_PORTS. */
+enum cap_decision cap_decide_port(const struct cap_claims *c, const struct cap_record *local, uint16_t port,
+                                  const char *protocol);
 
 /* "allow", "refresh_route", "deny". */
 const char *cap_decision_to_string(enum cap_decision d);

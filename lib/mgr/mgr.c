@@ -28,6 +28,7 @@ static const char *const op_names[MGR_OP_MAX] = {
         [MGR_OP_TEMPLATE_STEP] = "template.step",
         [MGR_OP_VMM_SPAWN] = "vmm.spawn",
         [MGR_OP_NET_LISTEN] = "net.listen",
+        [MGR_OP_NET_CONNECT] = "net.connect",
 };
 
 /* The keys each op takes besides "op": all required, nothing else allowed. */
@@ -53,6 +54,7 @@ static const char *const op_names[MGR_OP_MAX] = {
 #define K_DIR (1u << 19)
 #define K_OUT (1u << 20)
 #define K_KERNEL_DIR (1u << 21)
+#define K_PORT (1u << 22)
 static const unsigned op_keys[MGR_OP_MAX] = {
         [MGR_OP_PING] = 0,
         [MGR_OP_VMM_VERIFY] = K_PID | K_START | K_UID,
@@ -64,11 +66,12 @@ static const unsigned op_keys[MGR_OP_MAX] = {
         [MGR_OP_VMM_SPAWN] = K_UID | K_RUN_DIR | K_KERNEL | K_INITRD | K_DISK | K_DISK_TARGET | K_MEM |
                              K_TEMPLATE_RAM | K_KVM | K_MEMORY | K_VCPUS | K_ARGV,
         [MGR_OP_NET_LISTEN] = K_PID | K_START | K_UID,
+        [MGR_OP_NET_CONNECT] = K_PID | K_START | K_UID | K_PORT,
 };
 static const char *const key_names[] = { "pid",  "start_time",  "uid", "signal",       "path", "mode",
                                           "run_dir", "kernel",  "initrd", "disk", "disk_target", "mem",
                                           "template_ram", "kvm", "memory_mib", "vcpus", "argv",
-                                          "step", "name", "dir", "out", "kernel_dir" };
+                                          "step", "name", "dir", "out", "kernel_dir", "port" };
 
 const char *mgr_op_name(enum mgr_op op) {
         return (unsigned) op < MGR_OP_MAX ? op_names[op] : NULL;
@@ -331,6 +334,10 @@ int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, 
                         ok = get_int(v, 1, 256, &x);
                         r.vcpus = (unsigned) x;
                         break;
+                case K_PORT:
+                        ok = get_int(v, 1, UINT16_MAX, &x);
+                        r.port = (uint16_t) x;
+                        break;
                 case K_ARGV:
                         ok = !r.argv[0] && get_argv(v, r.argv);
                         break;
@@ -409,6 +416,8 @@ char *mgr_request_format(const struct mgr_request *r) {
                 k |= json_object_set_new(o, "path", json_string(r->path));
         if (keys & K_MODE)
                 k |= json_object_set_new(o, "mode", json_integer(r->mode));
+        if (keys & K_PORT)
+                k |= json_object_set_new(o, "port", json_integer(r->port));
         if (r->op == MGR_OP_TEMPLATE_STEP) {
                 k |= json_object_set_new(o, "step", json_string(r->step));
                 k |= json_object_set_new(o, "name", json_string(r->name));

@@ -61,6 +61,8 @@ enum mgr_op {
                                * made with its tap: lib/vmnet] */
         MGR_OP_NET_LISTEN,    /* {"pid","start_time","uid"} -> {} + fds [new gateway sockets in the
                                * namespace of that VM: for a gateway that restarted] */
+        MGR_OP_NET_CONNECT,   /* {"pid","start_time","uid","port"} -> {} + fd [a TCP socket made in
+                               * that VM's namespace, connecting to the guest's port: a service port] */
         MGR_OP_MAX,
 };
 
@@ -78,6 +80,7 @@ struct mgr_request {
         uint64_t start_time;  /* VMM_VERIFY, VMM_SIGNAL: /proc/PID/stat field 22 */
         uid_t uid;            /* a VM uid: VMM_*, CGROUP_REMOVE, FILE_GIVE */
         int signal;           /* VMM_SIGNAL: SIGKILL or SIGTERM */
+        uint16_t port;        /* NET_CONNECT: 1..65535 */
         unsigned mode;        /* FILE_GIVE */
         size_t root;          /* FILE_GIVE: index into policy->roots */
         char path[MGR_PATH_MAX]; /* FILE_GIVE, FILE_RECLAIM: absolute, canonical, under roots[root] */

@@ -47,6 +47,9 @@ static const char ruleset[] =
         "    iifname \"lo\" accept\n"
         "    iifname \"" VMNET_TAP "\" tcp dport " STRINGIFY(VMNET_REDIRECT_PORT) " ct status dnat accept\n"
         "    iifname \"" VMNET_TAP "\" ip daddr " VMNET_GATEWAY_ADDR " udp dport 53 accept\n"
+        /* the guest's side of a connection the node made to one of its
+         * service ports (vmnet_connect); the guest can open none itself */
+        "    iifname \"" VMNET_TAP "\" meta l4proto tcp ct direction reply accept\n"
         "  }\n"
         "  chain forward {\n"
         "    type filter hook forward priority filter; policy drop;\n"
@@ -101,10 +104,11 @@ static int link_up(int sock, const char *name) {
 /* ---- the work, in a thread that enters the namespace ---- */
 
 struct job {
-        bool create;     /* else listen */
-        int netns_fd;    /* listen: the namespace; create: made */
-        int tap_fd;      /* create */
-        int tcp_fd, dns_fd; /* listen */
+        enum { JOB_CREATE, JOB_LISTEN, JOB_CONNECT } kind;
+        int netns_fd;       /* listen, connect: the namespace; create: made */
+        int tap_fd;         /* create */
+        int tcp_fd, dns_fd; /* listen; connect: tcp_fd */
+        uint16_t port;      /* connect */
         int r;
         char err[256];
 };
@@ -216,9 +220,23 @@ static int do_listen(struct job *j) {
         return 0;
 }
 
+static int do_connect(struct job *j) {
+        if (setns(j->netns_fd, CLONE_NEWNET) < 0)
+                return fail(j, negative_errno(), "entering the VM's namespace");
+        _cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return fail(j, negative_errno(), "socket");
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(j->port) };
+        (void) inet_pton(AF_INET, VMNET_GUEST_ADDR, &sa.sin_addr);
+        if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0 && errno != EINPROGRESS)
+                return fail(j, negative_errno(), "connecting to the guest");
+        j->tcp_fd = TAKE_FD(fd);
+        return 0;
+}
+
 static void *job_thread(void *userdata) {
         struct job *j = userdata;
-        j->r = j->create ? do_create(j) : do_listen(j);
+        j->r = j->kind == JOB_CREATE ? do_create(j) : j->kind == JOB_LISTEN ? do_listen(j) : do_connect(j);
         return NULL; /* the thread ends, and its namespace with it */
 }
 
@@ -236,7 +254,7 @@ static int run_job(struct job *j, char *err, size_t n) {
 }
 
 int vmnet_create(struct vmnet *ret, char *err, size_t n) {
-        struct job j = { .create = true, .netns_fd = -1, .tap_fd = -1, .tcp_fd = -1, .dns_fd = -1 };
+        struct job j = { .kind = JOB_CREATE, .netns_fd = -1, .tap_fd = -1, .tcp_fd = -1, .dns_fd = -1 };
         int r = run_job(&j, err, n);
         if (r < 0) {
                 safe_close(j.netns_fd);
@@ -255,7 +273,7 @@ void vmnet_release(struct vmnet *v) {
 }
 
 int vmnet_listen(int netns_fd, int *ret_tcp_fd, int *ret_dns_fd, char *err, size_t n) {
-        struct job j = { .netns_fd = netns_fd, .tap_fd = -1, .tcp_fd = -1, .dns_fd = -1 };
+        struct job j = { .kind = JOB_LISTEN, .netns_fd = netns_fd, .tap_fd = -1, .tcp_fd = -1, .dns_fd = -1 };
         int r = run_job(&j, err, n);
         if (r < 0) {
                 safe_close(j.tcp_fd);
@@ -264,5 +282,19 @@ int vmnet_listen(int netns_fd, int *ret_tcp_fd, int *ret_dns_fd, char *err, size
         }
         *ret_tcp_fd = j.tcp_fd;
         *ret_dns_fd = j.dns_fd;
+        return 0;
+}
+
+int vmnet_connect(int netns_fd, uint16_t port, int *ret_fd, char *err, size_t n) {
+        if (port == 0) {
+                snprintf(err, n, "port 0");
+                return -EINVAL;
+        }
+        struct job j = { .kind = JOB_CONNECT, .netns_fd = netns_fd, .tap_fd = -1, .tcp_fd = -1, .dns_fd = -1,
+                         .port = port };
+        int r = run_job(&j, err, n);
+        if (r < 0)
+                return r;
+        *ret_fd = j.tcp_fd;
         return 0;
 }

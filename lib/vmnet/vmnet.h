@@ -23,6 +23,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define VMNET_TAP "tap0"
 #define VMNET_GUEST_ADDR "10.200.0.2"
@@ -51,6 +52,13 @@ void vmnet_release(struct vmnet *v);
  * ones: SO_REUSEADDR on the listener, the DNS socket with SO_REUSEPORT
  * refused (the old one must be gone first: the gateway's end closed). */
 int vmnet_listen(int netns_fd, int *ret_tcp_fd, int *ret_dns_fd, char *err, size_t n);
+
+/* A TCP socket made in the namespace netns_fd, non-blocking and
+ * close-on-exec, its connection to VMNET_GUEST_ADDR:port started (poll for
+ * POLLOUT, then SO_ERROR): the node's way to a server in the guest (a
+ * service port). The rules let through the guest's replies on it and
+ * nothing the guest starts. */
+int vmnet_connect(int netns_fd, uint16_t port, int *ret_fd, char *err, size_t n);
 
 /* The ruleset vmnet_create() loads, as nft(8) text (for docs and tests). */
 const char *vmnet_ruleset(void);

@@ -92,7 +92,7 @@ static json_t *sandbox_json(const struct store_sandbox *sb) {
 
 /* Looks up a sandbox row, turning "no row" into a 404 with a message.
  * Another tenant's sandbox is "no row" too, with the same message. */
-static int sandbox_lookup(struct api_ctx *ctx, const char *id, struct store_sandbox *ret) {
+int api_sandbox_lookup(struct api_ctx *ctx, const char *id, struct store_sandbox *ret) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = store_sandbox_get(ctx->store, id, &sb);
         if (r >= 0 && !api_tenant_may_see(ctx, sb.tenant_id))
@@ -108,7 +108,7 @@ static int sandbox_lookup(struct api_ctx *ctx, const char *id, struct store_sand
 
 /* A sandbox must be running to take commands; a suspended one is woken
  * first, transparently (sb is read again). */
-static int sandbox_require_running(struct api_ctx *ctx, struct store_sandbox *sb) {
+int api_sandbox_require_running(struct api_ctx *ctx, struct store_sandbox *sb) {
         if (strcmp(sb->state, "suspended") == 0) {
                 _cleanup_free_ char *id = strdup(sb->id);
                 if (!id)
@@ -118,7 +118,7 @@ static int sandbox_require_running(struct api_ctx *ctx, struct store_sandbox *sb
                         return r;
                 store_sandbox_release(sb);
                 *sb = (struct store_sandbox){ 0 };
-                if ((r = sandbox_lookup(ctx, id, sb)) < 0)
+                if ((r = api_sandbox_lookup(ctx, id, sb)) < 0)
                         return r;
         }
         if (strcmp(sb->state, "running") == 0)
@@ -487,7 +487,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         }
         api_secrets_attached(ctx, tenant_id, id, &secrets);
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        r = sandbox_lookup(ctx, id, &sb);
+        r = api_sandbox_lookup(ctx, id, &sb);
         if (r < 0)
                 return operation_fail(ctx, op_id, r);
         /* how the node made it (warm pool or cold restore, and how fast):
@@ -592,7 +592,7 @@ static json_t *sandbox_json_with_node(const struct store_sandbox *sb, const json
 
 int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = sandbox_lookup(ctx, id, &sb);
+        int r = api_sandbox_lookup(ctx, id, &sb);
         if (r < 0)
                 return r;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.get", "id", id);
@@ -675,7 +675,7 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
         if (idempotency_key && (r = delete_replay(ctx, id, idempotency_key, ret)) != 0)
                 return r < 0 ? r : 0;
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        r = sandbox_lookup(ctx, id, &sb);
+        r = api_sandbox_lookup(ctx, id, &sb);
         if (r < 0)
                 return r;
         r = lifecycle_check(LIFECYCLE_DELETE, sb.state);
@@ -749,7 +749,7 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
                 api_operation_finish(ctx->store, op_id, 0, NULL, "{\"state\":\"archived\"}");
                 log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "archived sandbox %s, snapshots kept (operation %s)", id, op_id);
                 _cleanup_(store_sandbox_release) struct store_sandbox archived = { 0 };
-                if ((r = sandbox_lookup(ctx, id, &archived)) < 0)
+                if ((r = api_sandbox_lookup(ctx, id, &archived)) < 0)
                         return r;
                 return reply_json(ret, MHD_HTTP_OK, sandbox_json(&archived));
         }
@@ -769,7 +769,7 @@ int api_exec(struct api_ctx *ctx, const char *id, const json_t *body, struct api
         if (r < 0)
                 return r;
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        if ((r = sandbox_lookup(ctx, id, &sb)) < 0 || (r = sandbox_require_running(ctx, &sb)) < 0)
+        if ((r = api_sandbox_lookup(ctx, id, &sb)) < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
                 return r;
 
         _cleanup_(json_decrefp) json_t *req = json_pack(
@@ -847,7 +847,7 @@ int api_session_create(struct api_ctx *ctx, const char *sandbox_id, const json_t
         if (r < 0)
                 return r;
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        if ((r = sandbox_lookup(ctx, sandbox_id, &sb)) < 0 || (r = sandbox_require_running(ctx, &sb)) < 0)
+        if ((r = api_sandbox_lookup(ctx, sandbox_id, &sb)) < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
                 return r;
 
         char sid[32], token[AUTH_ATTACH_TOKEN_LEN + 1];
@@ -1161,10 +1161,24 @@ static ssize_t download_read(void *cls, uint64_t pos, char *buf, size_t max) {
         }
 }
 
+struct MHD_Response *api_stream_response(struct node_conn **c, uint64_t size, const char *log_ctx) {
+        struct download *d = calloc(1, sizeof *d);
+        if (!d)
+                return NULL;
+        snprintf(d->log_ctx, sizeof d->log_ctx, "%s", log_ctx);
+        d->conn = TAKE_PTR(*c);
+        struct MHD_Response *resp = MHD_create_response_from_callback(size, 64 << 10, download_read, d, download_free);
+        if (!resp) {
+                *c = TAKE_PTR(d->conn);
+                free(d);
+        }
+        return resp;
+}
+
 int api_file_read(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = sandbox_lookup(ctx, id, &sb);
-        if (r < 0 || (r = sandbox_require_running(ctx, &sb)) < 0)
+        int r = api_sandbox_lookup(ctx, id, &sb);
+        if (r < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
                 return r;
         _cleanup_(node_conn_freep) struct node_conn *c = NULL;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "file.read", "id", id, "path", path);
@@ -1173,17 +1187,11 @@ int api_file_read(struct api_ctx *ctx, const char *id, const char *path, struct 
                                 &c, &rep, ctx->err)) < 0)
                 return r;
 
-        struct download *d = calloc(1, sizeof *d);
-        if (!d)
+        char log_ctx[256];
+        snprintf(log_ctx, sizeof log_ctx, "%s sandbox=%s", ctx->log_ctx, id);
+        struct MHD_Response *resp = api_stream_response(&c, MHD_SIZE_UNKNOWN, log_ctx);
+        if (!resp)
                 return -ENOMEM;
-        snprintf(d->log_ctx, sizeof d->log_ctx, "%s sandbox=%s", ctx->log_ctx, id);
-        d->conn = TAKE_PTR(c);
-        struct MHD_Response *resp =
-                MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 << 10, download_read, d, download_free);
-        if (!resp) {
-                download_free(d);
-                return -ENOMEM;
-        }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
         json_t *size = json_object_get(rep, "size"), *mode = json_object_get(rep, "mode");
         char num[32];
@@ -1201,8 +1209,8 @@ int api_file_read(struct api_ctx *ctx, const char *id, const char *path, struct 
 
 int api_file_remove(struct api_ctx *ctx, const char *id, const char *path, bool recursive, struct api_reply *ret) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = sandbox_lookup(ctx, id, &sb);
-        if (r < 0 || (r = sandbox_require_running(ctx, &sb)) < 0)
+        int r = api_sandbox_lookup(ctx, id, &sb);
+        if (r < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
                 return r;
         _cleanup_(json_decrefp) json_t *req =
                 json_pack("{s:s, s:s, s:s, s:b}", "op", "file.remove", "id", id, "path", path, "recursive", recursive);
@@ -1213,8 +1221,8 @@ int api_file_remove(struct api_ctx *ctx, const char *id, const char *path, bool 
 
 int api_file_list(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = sandbox_lookup(ctx, id, &sb);
-        if (r < 0 || (r = sandbox_require_running(ctx, &sb)) < 0)
+        int r = api_sandbox_lookup(ctx, id, &sb);
+        if (r < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
                 return r;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "file.list", "id", id, "path", path);
         _cleanup_(json_decrefp) json_t *rep = NULL;
@@ -1232,8 +1240,8 @@ int api_file_list(struct api_ctx *ctx, const char *id, const char *path, struct 
 
 int api_upload_begin(struct api_ctx *ctx, const char *id, const char *path, uint32_t mode, struct node_conn **ret) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = sandbox_lookup(ctx, id, &sb);
-        if (r < 0 || (r = sandbox_require_running(ctx, &sb)) < 0)
+        int r = api_sandbox_lookup(ctx, id, &sb);
+        if (r < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
                 return r;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:I}", "op", "file.write", "id", id, "path",
                                                         path, "mode", (json_int_t) mode);
@@ -1294,7 +1302,7 @@ int api_snapshot_create(struct api_ctx *ctx, const char *id, const json_t *body,
             (!json_is_string(kind_j) || snapshot_kind_from_string(json_string_value(kind_j), &kind) < 0))
                 return fail(ctx, -EINVAL, "kind must be \"disk\" or \"full\"");
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = sandbox_lookup(ctx, id, &sb);
+        int r = api_sandbox_lookup(ctx, id, &sb);
         if (r < 0)
                 return r;
         /* a disk image can be copied while the VM is off, memory only
@@ -1341,7 +1349,7 @@ int api_snapshot_create(struct api_ctx *ctx, const char *id, const json_t *body,
 
 int api_snapshot_list(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = sandbox_lookup(ctx, id, &sb);
+        int r = api_sandbox_lookup(ctx, id, &sb);
         if (r < 0)
                 return r;
         struct store_snapshot *a = NULL;

@@ -45,6 +45,17 @@ struct api_reply {
 /* Frees what a reply holds. */
 void api_reply_release(struct api_reply *r);
 
+/* The sandbox row id as the caller may see it (another tenant's is a 404
+ * too), or an error with ctx->err set. */
+int api_sandbox_lookup(struct api_ctx *ctx, const char *id, struct store_sandbox *ret);
+/* 0 when sb runs; a suspended one is woken first (sb is read again);
+ * -EBUSY with a message otherwise. */
+int api_sandbox_require_running(struct api_ctx *ctx, struct store_sandbox *sb);
+/* A response whose body is the NODE_DATA frames of *c up to NODE_END
+ * (size bytes, or MHD_SIZE_UNKNOWN); it takes *c. NULL when out of memory
+ * (*c stays the caller's). */
+struct MHD_Response *api_stream_response(struct node_conn **c, uint64_t size, const char *log_ctx);
+
 int api_health(struct api_ctx *ctx, struct api_reply *ret);
 int api_templates_list(struct api_ctx *ctx, struct api_reply *ret);
 /* GET /v1/pools: the node's warm pools, {"pools":[...]}. */
@@ -78,6 +89,24 @@ int api_file_list(struct api_ctx *ctx, const char *id, const char *path, struct 
 int api_upload_begin(struct api_ctx *ctx, const char *id, const char *path, uint32_t mode, struct node_conn **ret);
 int api_upload_chunk(struct node_conn *c, const void *data, size_t len);
 int api_upload_finish(struct api_ctx *ctx, struct node_conn *c, const char *path, uint64_t size, struct api_reply *ret);
+
+/* Service ports (api-ports.c): one HTTP request to a server in the guest,
+ * streamed like an upload. begin sends the request head (method, target:
+ * the path and query the server gets, headers: [[name, value], ...] to
+ * forward, length: the body's size or -1), chunks go with
+ * api_upload_chunk(), finish ends the body and turns the node's reply into
+ * the response, streamed. */
+int api_port_begin(struct api_ctx *ctx, const char *id, unsigned port, const char *method, const char *target,
+                   json_t *headers, int64_t length, struct node_conn **ret);
+int api_port_finish(struct api_ctx *ctx, struct node_conn **c, struct api_reply *ret);
+/* Whether a request is for a service port: the path
+ * /v1/sandboxes/ID/ports/PORT[/REST] of raw_uri (as the client sent it:
+ * escapes and query kept), or a Host "PORT-ID.DOMAIN". Then the sandbox id
+ * (at most id_size - 1 chars), the port and the target the server gets
+ * ("/REST?QUERY", or raw_uri itself with a Host) are set. -EINVAL for a
+ * port that is no number in 1..65535 (with a message in err). */
+int api_port_target(const char *raw_uri, const char *host, char *id, size_t id_size, unsigned *ret_port,
+                    const char **ret_target, char *err, size_t err_size);
 
 /*
  * Formats one Server-Sent Event: "event: NAME\ndata: JSON\n\n" with data

@@ -33,6 +33,7 @@ static const struct api_error_entry api_errors[] = {
         { -EIO, "internal", 500, "internal error" },
         { -ENOMEM, "internal", 500, "out of memory" },
         { -EREMOTEIO, "guest", 502, "the guest agent failed" },
+        { -ENETUNREACH, "bad_gateway", 502, "the server in the sandbox failed" },
         { -ESTALE, "refresh_route", 503, "the sandbox runs another execution now; retry" },
         { -EHOSTDOWN, "unavailable", 503, "the node agent is unavailable" },
         { -ECONNREFUSED, "unavailable", 503, "the node agent is unavailable" },

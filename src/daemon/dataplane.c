@@ -160,12 +160,16 @@ static int route_get(const struct daemon_config *config, const char *sandbox, st
 
 /* ---- requests ---- */
 
-static int attach_capability(const char *tenant_id, const struct route *rt, uint32_t access, json_t *req) {
+static int attach_capability(const char *tenant_id, const struct route *rt, uint32_t access, uint16_t port,
+                             json_t *req) {
         struct cap_claims c = {
                 .execution = rt->execution,
                 .access = access,
                 .issued_at = (int64_t) time(NULL),
+                .port = port,
         };
+        if (port)
+                snprintf(c.protocol, sizeof c.protocol, "http");
         snprintf(c.tenant, sizeof c.tenant, "%s", tenant_id ? tenant_id : ADMIN_TENANT);
         snprintf(c.sandbox, sizeof c.sandbox, "%s", rt->sandbox);
         snprintf(c.node, sizeof c.node, "%s", rt->node);
@@ -181,10 +185,10 @@ static int attach_capability(const char *tenant_id, const struct route *rt, uint
 }
 
 static int send_with_capability(const struct daemon_config *config, const char *tenant_id, const struct route *rt,
-                                uint32_t access, json_t *req, unsigned timeout_s, struct node_conn **ret,
-                                char *err) {
+                                uint32_t access, uint16_t port, json_t *req, unsigned timeout_s,
+                                struct node_conn **ret, char *err) {
         _cleanup_(node_conn_freep) struct node_conn *c = NULL;
-        int r = attach_capability(tenant_id, rt, access, req);
+        int r = attach_capability(tenant_id, rt, access, port, req);
         if (r < 0)
                 return r;
         if ((r = node_conn_open(config->node_socket, timeout_s, &c)) < 0) {
@@ -208,7 +212,7 @@ int dataplane_call(const struct daemon_config *config, const char *tenant_id, co
         for (int attempt = 0; r >= 0; attempt++) {
                 _cleanup_(node_conn_freep) struct node_conn *c = NULL;
                 json_t *rep = NULL;
-                r = send_with_capability(config, tenant_id, &rt, access, req, timeout_s, &c, err);
+                r = send_with_capability(config, tenant_id, &rt, access, 0, req, timeout_s, &c, err);
                 if (r >= 0)
                         r = node_conn_read_reply(c, &rep, err);
                 if (r == -ESTALE && attempt == 0) {
@@ -234,13 +238,26 @@ int dataplane_call(const struct daemon_config *config, const char *tenant_id, co
         return r;
 }
 
-int dataplane_open_upload(const struct daemon_config *config, const char *tenant_id, const char *sandbox,
-                          uint32_t access, json_t *req, struct node_conn **ret_conn, char *err) {
+/* A request whose reply comes after a body: sent for a route resolved just
+ * now (it cannot be replayed on refresh_route). */
+static int open_streaming(const struct daemon_config *config, const char *tenant_id, const char *sandbox,
+                          uint32_t access, uint16_t port, json_t *req, struct node_conn **ret_conn, char *err) {
         if (!req)
                 return -ENOMEM;
         struct route rt;
         int r = route_resolve(config, sandbox, NULL, &rt, err);
         if (r < 0)
                 return r;
-        return send_with_capability(config, tenant_id, &rt, access, req, config->node_timeout_s, ret_conn, err);
+        return send_with_capability(config, tenant_id, &rt, access, port, req, config->node_timeout_s, ret_conn,
+                                    err);
+}
+
+int dataplane_open_upload(const struct daemon_config *config, const char *tenant_id, const char *sandbox,
+                          uint32_t access, json_t *req, struct node_conn **ret_conn, char *err) {
+        return open_streaming(config, tenant_id, sandbox, access, 0, req, ret_conn, err);
+}
+
+int dataplane_open_port(const struct daemon_config *config, const char *tenant_id, const char *sandbox,
+                        uint16_t port, json_t *req, struct node_conn **ret_conn, char *err) {
+        return open_streaming(config, tenant_id, sandbox, CAP_ACCESS_PORTS, port, req, ret_conn, err);
 }

@@ -40,6 +40,13 @@ int dataplane_call(const struct daemon_config *config, const char *tenant_id, co
 int dataplane_open_upload(const struct daemon_config *config, const char *tenant_id, const char *sandbox,
                           uint32_t access, json_t *req, struct node_conn **ret_conn, char *err);
 
+/* The start of a request to guest port `port` (a service port): req goes
+ * with a capability for that port and "http", for a route resolved just
+ * now (like an upload, it cannot be replayed: the reply comes after the
+ * body). */
+int dataplane_open_port(const struct daemon_config *config, const char *tenant_id, const char *sandbox,
+                        uint16_t port, json_t *req, struct node_conn **ret_conn, char *err);
+
 /* What a node reply says about where a sandbox runs ({"execution","node"}
  * of its sandbox object): cached. */
 void dataplane_route_learn(const char *sandbox, const json_t *node_sandbox);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "api.h"
 #include "apireq.h"
@@ -147,7 +148,14 @@ struct request {
         size_t body_len, body_cap;
         uint64_t discarded; /* bytes dropped after the body went over the limit */
 
-        /* streamed upload (PUT files) */
+        char *raw_uri;   /* as the client sent it (escapes, query): a service port's target */
+        bool begun;
+
+        /* a service port's request (api-ports.c): its body streams like an upload */
+        unsigned port;
+        char port_id[HTTP_PARAM_MAX + 1];
+
+        /* streamed upload (PUT files, service ports) */
         struct node_conn *upload;
         char upload_path[APIREQ_PATH_MAX + 1];
         uint64_t upload_bytes;
@@ -158,6 +166,7 @@ static void request_free(struct request *req) {
         if (!req)
                 return;
         free(req->body);
+        free(req->raw_uri);
         free(req->tenant_id);
         free(req->key_id);
         node_conn_free(req->upload);
@@ -336,12 +345,11 @@ static enum MHD_Result queue_reply(struct request *req, struct MHD_Connection *c
 /* Checks the bearer token for the route and records its scope in
  * req->tenant_id. 0 when allowed, -EACCES for no valid token, -EPERM for a
  * tenant key on an admin route. */
-static int authenticate(struct request *req, struct MHD_Connection *conn) {
-        if (req->route && req->route->auth == AUTH_NONE)
-                return 0;
-        const char *hdr = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-        const char *token;
-        if (auth_parse_bearer(hdr, &token) < 0)
+/* Checks an API key: token itself, or with bearer the Authorization
+ * header's value it is in. Sets the request's tenant and key id. */
+static int authenticate_token(struct request *req, const char *value, bool bearer) {
+        const char *token = value;
+        if (!value || (bearer && auth_parse_bearer(value, &token) < 0))
                 return -EACCES;
         uint8_t hash[STORE_HASH_SIZE];
         auth_hash_token(token, hash);
@@ -356,7 +364,18 @@ static int authenticate(struct request *req, struct MHD_Connection *conn) {
                 log_errno(LOG_LEVEL_ERROR, r, req->log_ctx, "store: failed to check API key: %m");
                 return -EIO;
         }
-        if (req->route && req->route->auth == AUTH_SESSION) {
+        return -EACCES;
+}
+
+static int authenticate(struct request *req, struct MHD_Connection *conn) {
+        if (req->route && req->route->auth == AUTH_NONE)
+                return 0;
+        const char *hdr = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        int r = authenticate_token(req, hdr, true);
+        if (r != -EACCES)
+                return r;
+        const char *token;
+        if (req->route && req->route->auth == AUTH_SESSION && auth_parse_bearer(hdr, &token) >= 0) {
                 struct store_session ses = { 0 };
                 if (store_session_get(req->srv->store, req->param, &ses) >= 0) {
                         bool ok = auth_token_matches(token, ses.token_hash);
@@ -435,6 +454,90 @@ static size_t unescape_url(void *cls, struct MHD_Connection *conn, char *s) {
         return n;
 }
 
+/* The headers a service port's server gets: the client's end-to-end ones,
+ * without Airlock's credential and this hop's framing, plus where the
+ * request came from. */
+struct forward {
+        json_t *headers;
+        bool drop_authorization; /* it carried the Airlock key */
+};
+
+static enum MHD_Result forward_header(void *cls, enum MHD_ValueKind kind, const char *name, const char *value) {
+        struct forward *f = cls;
+        static const char *const hop[] = { "connection", "keep-alive", "proxy-connection", "proxy-authorization",
+                                           "transfer-encoding", "content-length", "te", "trailer", "upgrade",
+                                           "expect", "x-airlock-key", "x-forwarded-for", "x-forwarded-host",
+                                           "x-forwarded-proto", "forwarded" };
+        (void) kind;
+        if (!name || !value)
+                return MHD_YES;
+        for (size_t i = 0; i < ARRAY_SIZE(hop); i++)
+                if (strcasecmp(name, hop[i]) == 0)
+                        return MHD_YES;
+        if (f->drop_authorization && strcasecmp(name, "authorization") == 0)
+                return MHD_YES;
+        /* NULL for a value that is not UTF-8 (the node protocol is JSON): dropped */
+        json_t *v = json_string(value);
+        if (v)
+                json_array_append_new(f->headers, json_pack("[so]", name, v));
+        return MHD_YES;
+}
+
+static void client_address(struct MHD_Connection *conn, char *buf, size_t n) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        buf[0] = '\0';
+        if (!ci || !ci->client_addr)
+                return;
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *) sa)->sin_addr, buf, (socklen_t) n);
+        else if (sa->sa_family == AF_INET6)
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *) sa)->sin6_addr, buf, (socklen_t) n);
+}
+
+/* A service port's request: authenticated like the API (the key in
+ * Authorization, or in X-Airlock-Key so that the server gets its own
+ * Authorization), then the head goes to the node and the body follows. */
+static enum MHD_Result port_begin(struct request *req, struct MHD_Connection *conn, const char *method,
+                                  const char *target) {
+        const struct daemon_config *cfg = req->srv->config;
+        const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Airlock-Key");
+        int r = authenticate_token(req, key ? key : MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                                             MHD_HTTP_HEADER_AUTHORIZATION),
+                                   !key);
+        if (r < 0)
+                return queue_error(req, conn, r == -EPERM ? -EACCES : r, "missing or invalid bearer token");
+        int64_t clen = content_length(conn);
+        if (clen > 0 && (uint64_t) clen > cfg->max_upload) {
+                char err[API_ERRMSG_MAX];
+                snprintf(err, sizeof err, "request body of %lld bytes exceeds the limit of %llu bytes",
+                         (long long) clen, (unsigned long long) cfg->max_upload);
+                return queue_error(req, conn, -EFBIG, err);
+        }
+        const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        struct forward f = { .headers = json_array(), .drop_authorization = !key };
+        if (!f.headers)
+                return queue_error(req, conn, -ENOMEM, NULL);
+        _cleanup_(json_decrefp) json_t *headers = f.headers;
+        MHD_get_connection_values(conn, MHD_HEADER_KIND, forward_header, &f);
+        char addr[INET6_ADDRSTRLEN];
+        client_address(conn, addr, sizeof addr);
+        const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+        if (addr[0])
+                json_array_append_new(headers, json_pack("[ss]", "X-Forwarded-For", addr));
+        if (host) /* (json_pack fails on a Host that is not UTF-8: then none) */
+                json_array_append_new(headers, json_pack("[ss]", "X-Forwarded-Host", host));
+        json_array_append_new(headers, json_pack("[ss]", "X-Forwarded-Proto", "http"));
+        struct api_ctx ctx;
+        api_ctx_init(req, conn, &ctx);
+        /* a body without Content-Length (chunked) has a size the node does not know */
+        int64_t length = clen >= 0 ? clen : te ? -1 : 0;
+        r = api_port_begin(&ctx, req->port_id, req->port, method, target, headers, length, &req->upload);
+        if (r < 0)
+                return queue_error(req, conn, r, ctx.err);
+        return MHD_YES;
+}
+
 /* First call for a request: route, authenticate, and start uploads. */
 static enum MHD_Result request_begin(struct request *req, struct MHD_Connection *conn, const char *url,
                                      const char *method) {
@@ -444,6 +547,14 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
                 url_had_nul = false;
                 return queue_error(req, conn, -EINVAL, "the URL has an encoded NUL byte (%00)");
         }
+        const char *target = NULL;
+        char port_err[API_ERRMSG_MAX] = "";
+        int p = api_port_target(req->raw_uri, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
+                                req->port_id, sizeof req->port_id, &req->port, &target, port_err, sizeof port_err);
+        if (p < 0)
+                return queue_error(req, conn, p, port_err);
+        if (p > 0)
+                return port_begin(req, conn, method, target);
         req->route = route_match(url, req->param, sizeof req->param);
 
         int r = authenticate(req, conn);
@@ -562,6 +673,17 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         int r;
 
         api_ctx_init(req, conn, &ctx);
+        if (req->port) {
+                if (!req->upload)
+                        return MHD_NO; /* already answered */
+                r = api_port_finish(&ctx, &req->upload, &rep);
+                node_conn_free(TAKE_PTR(req->upload));
+                if (r < 0) {
+                        api_reply_release(&rep);
+                        return queue_error(req, conn, r, ctx.err);
+                }
+                return queue_reply(req, conn, &rep);
+        }
         if (req->discarded > 0) {
                 snprintf(ctx.err, sizeof ctx.err, "request body exceeds the limit of %llu bytes",
                          (unsigned long long) req->srv->config->max_json_body);
@@ -706,19 +828,37 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         return queue_reply(req, conn, &rep);
 }
 
+static struct request *request_new(struct http_server *srv, const char *raw_uri) {
+        struct request *req = calloc(1, sizeof *req);
+        if (!req)
+                return NULL;
+        req->srv = srv;
+        req->id = atomic_fetch_add(&srv->next_id, 1) + 1;
+        req->start_ns = now_monotonic_ns();
+        if (raw_uri && !(req->raw_uri = strdup(raw_uri))) {
+                free(req);
+                return NULL;
+        }
+        return req;
+}
+
+/* Before anything else of a request: its URI as sent (MHD unescapes the
+ * one on_access() gets, and cuts the query off). */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
+        (void) conn;
+        return request_new(cls, uri);
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                  const char *version, const char *upload_data, size_t *upload_data_size,
                                  void **con_cls) {
         struct http_server *srv = cls;
         struct request *req = *con_cls;
 
-        if (!req) {
-                req = calloc(1, sizeof *req);
-                if (!req)
+        if (!req || !req->begun) {
+                if (!req && !(req = request_new(srv, NULL)))
                         return MHD_NO;
-                req->srv = srv;
-                req->id = atomic_fetch_add(&srv->next_id, 1) + 1;
-                req->start_ns = now_monotonic_ns();
+                req->begun = true;
                 char safe[160];
                 log_safe_path(url, safe, sizeof safe);
                 snprintf(req->log_ctx, sizeof req->log_ctx, "req=%llu method=%.16s path=%s",
@@ -783,6 +923,7 @@ int http_server_start(const struct daemon_config *config, struct store *store, s
                                   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) (128u << 10),
                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                   MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, s,
+                                  MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
                                   MHD_OPTION_END);
         if (!s->mhd) {
                 free(s);

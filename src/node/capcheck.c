@@ -66,7 +66,7 @@ static int verify(const char *token, size_t len, int64_t now, struct cap_claims 
 }
 
 enum cap_decision capcheck(const char *token, size_t len, const struct cap_record *local, uint32_t need,
-                           const char **ret_why) {
+                           uint16_t port, const char **ret_why) {
         *ret_why = "";
         if (!token || len == 0) {
                 *ret_why = "no capability";
@@ -108,10 +108,12 @@ enum cap_decision capcheck(const char *token, size_t len, const struct cap_recor
                 *ret_why = "malformed capability";
                 return CAP_DENY;
         }
-        enum cap_decision d = cap_decide(&c, local, need);
+        bool to_port = need == CAP_ACCESS_PORTS;
+        enum cap_decision d = to_port ? cap_decide_port(&c, local, port, "http") : cap_decide(&c, local, need);
         if (d == CAP_DENY)
                 *ret_why = strcmp(c.tenant, local->tenant) != 0 || strcmp(c.sandbox, local->sandbox) != 0
                                    ? "capability is for another sandbox"
-                                   : "capability does not grant this access";
+                           : to_port && (c.access & CAP_ACCESS_PORTS) ? "capability is for another port or protocol"
+                                                                      : "capability does not grant this access";
         return d;
 }

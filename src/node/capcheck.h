@@ -23,7 +23,9 @@ int capcheck_init(const struct node_config *cfg);
 void capcheck_done(void);
 
 /* Verifies token (len bytes) and decides for the sandbox described by
- * local, for an operation needing every bit of need. Returns the decision;
- * *ret_why (static text) says what failed for a deny. */
+ * local, for an operation needing every bit of need; need CAP_ACCESS_PORTS
+ * alone is a request to guest port `port` over HTTP, which the token must
+ * name (cap_decide_port). Returns the decision; *ret_why (static text)
+ * says what failed for a deny. */
 enum cap_decision capcheck(const char *token, size_t len, const struct cap_record *local, uint32_t need,
-                           const char **ret_why);
+                           uint16_t port, const char **ret_why);

@@ -17,6 +17,7 @@
 #include "netpolicy.h"
 #include "nodeops-lifecycle.h"
 #include "nodeops-secrets.h"
+#include "portproxy.h"
 #include "nodeutil.h"
 #include "pool.h"
 #include "proto.h"
@@ -202,7 +203,7 @@ static int field_cmd(struct node_conn *c, json_t *req, const char *key, json_t *
  * (the right sandbox, another execution or node: the caller re-resolves)
  * or "forbidden". The token itself is never logged.
  */
-static int req_capability(struct node_conn *c, json_t *req, struct sandbox *s, uint32_t need) {
+static int req_capability(struct node_conn *c, json_t *req, struct sandbox *s, uint32_t need, uint16_t port) {
         json_t *v = json_object_get(req, "cap");
         struct cap_record rec = { 0 };
         snprintf(rec.tenant, sizeof rec.tenant, "%s", s->tenant);
@@ -213,7 +214,7 @@ static int req_capability(struct node_conn *c, json_t *req, struct sandbox *s, u
         pthread_mutex_unlock(&s->lock);
         const char *why;
         enum cap_decision d = capcheck(json_string_value(v), json_is_string(v) ? json_string_length(v) : 0, &rec,
-                                       need, &why);
+                                       need, port, &why);
         if (d == CAP_ALLOW)
                 return 0;
         if (d == CAP_REFRESH_ROUTE)
@@ -223,11 +224,8 @@ static int req_capability(struct node_conn *c, json_t *req, struct sandbox *s, u
         return conn_reply_error(c, -EPERM, "forbidden", "%s", why);
 }
 
-/* Looks up the sandbox named by the "id" field, checks the request's
- * capability for need (req_capability), gets its guest channel, and names
- * the sandbox in the connection's log context. */
-static int req_sandbox(struct node_conn *c, json_t *req, uint32_t need, struct sandbox **ret_s,
-                       struct guestconn **ret_g) {
+int nodeops_req_sandbox(struct node_conn *c, json_t *req, uint32_t need, uint16_t port, struct sandbox **ret_s,
+                        struct guestconn **ret_g) {
         const char *id;
         int r = field_name(c, req, "id", &id);
         if (r < 0)
@@ -236,7 +234,7 @@ static int req_sandbox(struct node_conn *c, json_t *req, uint32_t need, struct s
         r = sandbox_get(id, &s);
         if (r < 0)
                 return conn_reply_error(c, r, "not_found", "no sandbox %s", id);
-        if ((r = req_capability(c, req, s, need)) < 0) {
+        if ((r = req_capability(c, req, s, need, port)) < 0) {
                 sandbox_unref(s);
                 return r;
         }
@@ -258,6 +256,11 @@ static int req_sandbox(struct node_conn *c, json_t *req, uint32_t need, struct s
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s", s->ctx);
         *ret_s = s;
         return 0;
+}
+
+static int req_sandbox(struct node_conn *c, json_t *req, uint32_t need, struct sandbox **ret_s,
+                       struct guestconn **ret_g) {
+        return nodeops_req_sandbox(c, req, need, 0, ret_s, ret_g);
 }
 
 /* Replies with a guest call's failure: the guest's errno and message when
@@ -677,7 +680,7 @@ static int req_session(struct node_conn *c, json_t *req, const char *sid) {
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         if (session_sandbox(sid, &s) < 0)
                 return conn_reply_error(c, -ENOENT, "not_found", "no session %s", sid);
-        return req_capability(c, req, s, CAP_ACCESS_SESSION_ATTACH);
+        return req_capability(c, req, s, CAP_ACCESS_SESSION_ATTACH, 0);
 }
 
 static int op_session_attach(struct node_conn *c, json_t *req) {
@@ -1125,6 +1128,7 @@ static const struct {
         { "file.list", op_file_list },
         { "file.stat", op_file_stat },
         { "file.remove", op_file_remove },
+        { "port.http", portproxy_http },
 };
 
 int nodeops_dispatch(struct node_conn *c, const char *op, json_t *req) {

@@ -486,6 +486,32 @@ static void net_detach(struct sandbox *s) {
                 (void) gwclient_detach(s->id, s->ctx);
 }
 
+/* A copy of what names the sandbox's VM process (pid -1: it has none),
+ * for work outside its lock: the sandbox's thread may end the VM meanwhile,
+ * and then what is asked of this pid fails (it is gone). Close its pidfd. */
+static struct vmm vm_who(struct sandbox *s, unsigned *ret_execution) {
+        struct vmm who = { .pid = -1, .pidfd = -1, .gw_fds = { -1, -1 } };
+        pthread_mutex_lock(&s->lock);
+        if (s->vmm) {
+                who.pid = s->vmm->pid;
+                who.pidfd = s->vmm->pidfd >= 0 ? fcntl(s->vmm->pidfd, F_DUPFD_CLOEXEC, 3) : -1;
+                who.start_time = s->vmm->start_time;
+                who.uid = s->vmm->uid;
+                who.log_ctx = s->ctx;
+        }
+        if (ret_execution)
+                *ret_execution = s->execution;
+        pthread_mutex_unlock(&s->lock);
+        return who;
+}
+
+int sandbox_port_connect(struct sandbox *s, uint16_t port, int *ret_fd) {
+        struct vmm who = vm_who(s, NULL);
+        int r = who.pid > 0 ? vmm_net_connect(&who, port, ret_fd) : -ESRCH;
+        safe_close(who.pidfd);
+        return r;
+}
+
 /* gwclient's reattach_all: a gateway that restarted gets every sandbox
  * that has a VM again, with new sockets. */
 int sandbox_net_reattach_all(void) {
@@ -503,19 +529,8 @@ int sandbox_net_reattach_all(void) {
                 return -ENOMEM;
         for (size_t i = 0; i < k; i++) {
                 struct sandbox *s = list[i];
-                pthread_mutex_lock(&s->lock);
-                /* a copy of what names the process: the thread may end the VM meanwhile
-                 * (then the listen fails: its pid is gone) */
-                struct vmm who = { .pid = -1, .gw_fds = { -1, -1 } };
-                if (s->vmm) {
-                        who.pid = s->vmm->pid;
-                        who.pidfd = s->vmm->pidfd >= 0 ? fcntl(s->vmm->pidfd, F_DUPFD_CLOEXEC, 3) : -1;
-                        who.start_time = s->vmm->start_time;
-                        who.uid = s->vmm->uid;
-                        who.log_ctx = s->ctx;
-                }
-                unsigned execution = s->execution;
-                pthread_mutex_unlock(&s->lock);
+                unsigned execution;
+                struct vmm who = vm_who(s, &execution);
                 int tcp = -1, dns = -1;
                 if (who.pid > 0 && vmm_net_listen(&who, &tcp, &dns) >= 0) {
                         sandbox_network_lock(s);

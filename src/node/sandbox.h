@@ -192,6 +192,10 @@ void sandbox_hand_over_all(void);
  * channel stays valid while the caller holds its reference. */
 int sandbox_guest(struct sandbox *s, struct guestconn **ret);
 
+/* A socket in the sandbox's VM's network namespace, its connection to
+ * the guest's port started (vmm_net_connect). -ESRCH without a VM. */
+int sandbox_port_connect(struct sandbox *s, uint16_t port, int *ret_fd);
+
 /* The failure reason of a sandbox that is not running (copy), or NULL. */
 char *sandbox_error(struct sandbox *s);
 

@@ -1296,6 +1296,18 @@ out:
         return r;
 }
 
+/* A root node's way into a VM's network namespace: the very process's,
+ * still that process after the open (its pidfd). */
+static int vm_netns(const struct vmm *v) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/ns/net", (int) v->pid);
+        _cleanup_close_ int ns = open(path, O_RDONLY | O_CLOEXEC);
+        if (ns < 0 || process_exited(v))
+                return log_errno(LOG_LEVEL_ERROR, ns < 0 ? negative_errno() : -ESRCH, v->log_ctx,
+                                 "cannot open the VM's network namespace: %m");
+        return TAKE_FD(ns);
+}
+
 int vmm_net_listen(const struct vmm *v, int *ret_tcp_fd, int *ret_dns_fd) {
         if (mgr_socket) {
                 int got[2];
@@ -1314,17 +1326,38 @@ int vmm_net_listen(const struct vmm *v, int *ret_tcp_fd, int *ret_dns_fd) {
                 *ret_dns_fd = got[1];
                 return 0;
         }
-        /* a root node: the namespace of the very process, through its pidfd */
-        char path[64], err[256];
-        snprintf(path, sizeof path, "/proc/%d/ns/net", (int) v->pid);
-        _cleanup_close_ int ns = open(path, O_RDONLY | O_CLOEXEC);
-        if (ns < 0 || process_exited(v))
-                return log_errno(LOG_LEVEL_ERROR, ns < 0 ? negative_errno() : -ESRCH, v->log_ctx,
-                                 "cannot open the VM's network namespace: %m");
+        char err[256];
+        _cleanup_close_ int ns = vm_netns(v);
+        if (ns < 0)
+                return ns;
         int r = vmnet_listen(ns, ret_tcp_fd, ret_dns_fd, err, sizeof err);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "cannot open the gateway's sockets: %s", err);
         return 0;
+}
+
+int vmm_net_connect(const struct vmm *v, uint16_t port, int *ret_fd) {
+        if (mgr_socket) {
+                int got = -1;
+                int r = mgr_ask(&(struct mgr_request){ .op = MGR_OP_NET_CONNECT, .pid = v->pid,
+                                                       .start_time = v->start_time, .uid = v->uid, .port = port },
+                                NULL, 0, NULL, &got, 1, v->log_ctx);
+                if (r < 0)
+                        return r;
+                if (got < 0)
+                        return log_errno(LOG_LEVEL_ERROR, -EBADMSG, v->log_ctx,
+                                         "airlock-nodemgr answered net.connect without the socket: %m");
+                *ret_fd = got;
+                return 0;
+        }
+        char err[256];
+        _cleanup_close_ int ns = vm_netns(v);
+        if (ns < 0)
+                return ns;
+        int r = vmnet_connect(ns, port, ret_fd, err, sizeof err);
+        if (r < 0)
+                log_errno(LOG_LEVEL_WARN, r, v->log_ctx, "cannot connect to guest port %u: %s", (unsigned) port, err);
+        return r;
 }
 
 /* Spawns QEMU for c and connects QMP. */

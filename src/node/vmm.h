@@ -104,6 +104,10 @@ int vmm_jail_setup(const char *qemu_binary, uint32_t uid_base, uint32_t uid_coun
  * for a running VM (a gateway that restarted, an adopted VM); the old ones
  * must be closed by then. */
 int vmm_net_listen(const struct vmm *v, int *ret_tcp_fd, int *ret_dns_fd);
+/* A socket in the VM's namespace whose connection to the guest's port has
+ * started (non-blocking: poll for POLLOUT, then SO_ERROR): how the node
+ * reaches a server in the guest (a service port). */
+int vmm_net_connect(const struct vmm *v, uint16_t port, int *ret_fd);
 
 /* Starts a fresh VM that boots the kernel. Returns once QMP is connected and
  * the VM runs (the guest is still booting: connect the guest channel and wait

@@ -257,9 +257,8 @@ static int do_vmm(const struct mgr_server *s, const struct mgr_request *q, char 
         return r;
 }
 
-/* New gateway sockets in the network namespace of one of our VMs. */
-static int do_net_listen(const struct mgr_server *s, const struct mgr_request *q, int *ret_fds, char *msg,
-                         size_t n) {
+/* The network namespace of one of our VMs (an nsfs fd), or a negative errno. */
+static int vm_netns(const struct mgr_server *s, const struct mgr_request *q, char *msg, size_t n) {
         bool exiting;
         _cleanup_close_ int pidfd = vm_process(s, q->pid, q->start_time, q->uid, &exiting);
         if (pidfd >= 0 && exiting) {
@@ -279,7 +278,22 @@ static int do_net_listen(const struct mgr_server *s, const struct mgr_request *q
                 snprintf(msg, n, "pid %d is gone", (int) q->pid);
                 return -ESRCH;
         }
-        return vmnet_listen(ns, &ret_fds[0], &ret_fds[1], msg, n);
+        return TAKE_FD(ns);
+}
+
+/* New gateway sockets in the network namespace of one of our VMs. */
+static int do_net_listen(const struct mgr_server *s, const struct mgr_request *q, int *ret_fds, char *msg,
+                         size_t n) {
+        _cleanup_close_ int ns = vm_netns(s, q, msg, n);
+        return ns < 0 ? ns : vmnet_listen(ns, &ret_fds[0], &ret_fds[1], msg, n);
+}
+
+/* A connection from inside the namespace of one of our VMs to a port of
+ * its guest: the only address such a socket reaches is the guest's. */
+static int do_net_connect(const struct mgr_server *s, const struct mgr_request *q, int *ret_fd, char *msg,
+                          size_t n) {
+        _cleanup_close_ int ns = vm_netns(s, q, msg, n);
+        return ns < 0 ? ns : vmnet_connect(ns, q->port, ret_fd, msg, n);
 }
 
 static int do_cgroup_remove(const struct mgr_request *q, char *msg, size_t n) {
@@ -859,6 +873,10 @@ void mgr_server_serve_one(struct mgr_server *s) {
         case MGR_OP_NET_LISTEN:
                 r = do_net_listen(s, q, out_fds, msg, sizeof msg);
                 n_out = 2;
+                break;
+        case MGR_OP_NET_CONNECT:
+                r = do_net_connect(s, q, &out_fds[0], msg, sizeof msg);
+                n_out = 1;
                 break;
         case MGR_OP_FILE_RECLAIM:
                 r = do_file_reclaim(s, cred.uid, q, msg, sizeof msg);

@@ -16,17 +16,23 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 MAGIC = 0x314B4C41
-NODE_REQUEST, NODE_REPLY = 64, 65
+NODE_REQUEST, NODE_REPLY, NODE_END = 64, 65, 68
 ACCESS_ORDER = ["exec", "files_read", "files_write", "session_attach", "ports"]
 
 
-def node_call(a, req, timeout=60):
-    """One request on the node socket; returns the reply object."""
+def node_call(a, req, timeout=60, end=False):
+    """One request on the node socket (with end: and an empty body's
+    NODE_END, as a port.http request has); returns the reply object."""
     payload = json.dumps(req).encode()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
         s.connect(os.path.join(a.data_dir, "run", "node.sock"))
         s.sendall(struct.pack("<IBBHII", MAGIC, 1, NODE_REQUEST, 0, 0, len(payload)) + payload)
+        if end:
+            try:
+                s.sendall(struct.pack("<IBBHII", MAGIC, 1, NODE_END, 0, 0, 2) + b"{}")
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # refused before the body: the reply is there to read
         head = b""
         while len(head) < 16:
             chunk = s.recv(16 - len(head))
@@ -61,11 +67,13 @@ def signing_key(a):
 
 
 def token(key, kid, *, tenant="admin", sandbox, execution, node, access=("exec",), issued=None, lifetime=120,
-          payload_override=None):
+          payload_override=None, port=None, protocol="http"):
     issued = int(time.time()) if issued is None else issued
     claims = {"access": [x for x in ACCESS_ORDER if x in access], "execution": execution,
               "expires_at": issued + lifetime, "issued_at": issued, "kid": kid, "node": node,
               "sandbox": sandbox, "tenant": tenant, "v": 1}
+    if port is not None:
+        claims.update(port=port, protocol=protocol)
     payload = payload_override or json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
     return b64u(payload) + "." + b64u(key.sign(payload))
 
@@ -94,7 +102,7 @@ def target(airlock):
     kid, key = signing_key(airlock)
     good = token(key, kid, tenant=tenant, sandbox=sid, execution=execution, node=node)
     assert exec_with(airlock, sid, good)["ok"] is True  # the genuine one works: the attacks below differ only by one thing
-    yield dict(a=airlock, sid=sid, node=node, execution=execution, tenant=tenant, kid=kid, key=key)
+    yield dict(a=airlock, sid=sid, node=node, execution=execution, tenant=tenant, kid=kid, key=key, good=good)
     airlock.request("DELETE", f"/v1/sandboxes/{sid}")
 
 
@@ -180,6 +188,37 @@ def test_capability_without_the_needed_access_is_refused(target):
     assert node_call(t["a"], {"op": "file.stat", "id": t["sid"], "path": "/", "cap": read_only})["ok"] is True
     rep = node_call(t["a"], {"op": "file.remove", "id": t["sid"], "path": "/tmp/nothing", "cap": read_only})
     assert refused(rep)
+
+
+def test_a_port_capability_opens_its_port_only(target):
+    """A service-port capability names one port and the protocol: the node
+    refuses it for another port, another protocol, or anything but that
+    port, and an exec capability opens no port."""
+    t = target
+    a, sid = t["a"], t["sid"]
+    a.put_file(sid, "/root/www/index.html", b"ok\n")
+    a.exec(sid, ["httpd", "-p", "8000", "-h", "/root/www"])
+    a.exec(sid, ["httpd", "-p", "8001", "-h", "/root/www"])
+
+    def cap(**kw):
+        return token(t["key"], t["kid"], tenant=t["tenant"], sandbox=sid, execution=t["execution"],
+                     node=t["node"], **kw)
+
+    def to_port(port, c):
+        return node_call(a, {"op": "port.http", "id": sid, "port": port, "method": "GET", "target": "/",
+                             "headers": [], "length": 0, "cap": c}, end=True)
+
+    for_8000 = cap(access=("ports",), port=8000)
+    # the control: the port it names, through the node, to the guest's server
+    rep = to_port(8000, for_8000)
+    assert rep.get("ok") is True and rep["status"] == 200, rep
+    rep = to_port(8001, for_8000)
+    assert refused(rep) and "another port" in rep["error"]["message"], rep
+    assert refused(to_port(8000, cap(access=("ports",), port=8000, protocol="tcp")))  # no such protocol: malformed
+    assert refused(to_port(8000, t["good"]))  # exec only
+    assert refused(to_port(8000, None))
+    assert refused(exec_with(a, sid, for_8000))  # a port's token runs nothing
+    assert refused(to_port(8000, cap(access=("exec", "ports"))))  # "ports" without its port: malformed
 
 
 def test_capability_for_another_node_gets_refresh_route(target):

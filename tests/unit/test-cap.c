@@ -161,9 +161,12 @@ static void test_round_trip(void **state) {
         memset(c.sandbox, 'b', CAP_ID_MAX);
         memset(c.node, 'c', CAP_ID_MAX);
         c.expires_at = NOW + CAP_LIFETIME_MAX_S;
+        c.port = UINT16_MAX; /* "ports" names its port */
+        strcpy(c.protocol, "http");
         _cleanup_free_ char *big = issue(f, "k2", &c);
         assert_int_equal(verify(f->node, big, NOW, &got), 0);
         assert_int_equal(got.access, CAP_ACCESS_ALL);
+        assert_int_equal(got.port, UINT16_MAX);
         assert_int_equal(got.execution, CAP_NUMBER_MAX);
         assert_int_equal(strlen(got.sandbox), CAP_ID_MAX);
         assert_string_equal(got.kid, "k2");
@@ -644,6 +647,89 @@ static void test_decide(void **state) {
 }
 
 /* The whole path a node takes: verify, then compare with its record. */
+#define PORT_PAYLOAD                                                                                                   \
+        "{\"access\":[\"ports\"],\"execution\":8,\"expires_at\":1700000120,\"issued_at\":1700000000,"              \
+        "\"kid\":\"k1\",\"node\":\"node-b\",\"port\":8000,\"protocol\":\"http\",\"sandbox\":\"sbx-1\","             \
+        "\"tenant\":\"t-1\",\"v\":1}"
+
+/* A service-port capability names one port and its protocol, exactly
+ * when it grants "ports"; it opens that port and nothing else. */
+static void test_ports(void **state) {
+        struct fixture *f = *state;
+        struct cap_claims c = claims_base();
+        c.access = CAP_ACCESS_PORTS;
+        c.port = 8000;
+        strcpy(c.protocol, "http");
+        _cleanup_free_ char *t = issue(f, "k1", &c);
+        _cleanup_free_ char *p = payload_of(t);
+        assert_string_equal(p, PORT_PAYLOAD);
+        struct cap_claims got;
+        assert_int_equal(verify(f->node, t, NOW, &got), 0);
+        assert_int_equal(got.port, 8000);
+        assert_string_equal(got.protocol, "http");
+
+        struct cap_record l = record_base();
+        assert_int_equal(cap_decide_port(&got, &l, 8000, "http"), CAP_ALLOW);
+        assert_int_equal(cap_decide_port(&got, &l, 8001, "http"), CAP_DENY);
+        assert_int_equal(cap_decide_port(&got, &l, 8000, "tcp"), CAP_DENY);
+        assert_int_equal(cap_decide(&got, &l, CAP_ACCESS_EXEC), CAP_DENY);
+        /* the port is checked before the route: no refresh for another port */
+        l.execution = 9;
+        assert_int_equal(cap_decide_port(&got, &l, 8001, "http"), CAP_DENY);
+        assert_int_equal(cap_decide_port(&got, &l, 8000, "http"), CAP_REFRESH_ROUTE);
+        /* an exec capability opens no port */
+        struct cap_claims e = claims_base();
+        l = record_base();
+        assert_int_equal(cap_decide_port(&e, &l, 8000, "http"), CAP_DENY);
+
+        /* issuing: "ports" without a port or with another protocol, a port
+         * without "ports" */
+        char *bad = NULL;
+        struct cap_claims x = c;
+        x.port = 0;
+        assert_int_equal(cap_issue(f->issuer, "k1", &x, &bad), -EINVAL);
+        x = c;
+        strcpy(x.protocol, "tcp");
+        assert_int_equal(cap_issue(f->issuer, "k1", &x, &bad), -EINVAL);
+        x = c;
+        x.protocol[0] = '\0';
+        assert_int_equal(cap_issue(f->issuer, "k1", &x, &bad), -EINVAL);
+        x = claims_base();
+        x.port = 8000;
+        assert_int_equal(cap_issue(f->issuer, "k1", &x, &bad), -EINVAL);
+        assert_null(bad);
+
+        /* parsing: the same rules on signed payloads */
+        static const char *const refused[] = {
+                /* a port without "ports" */
+                "{\"access\":[\"exec\"],\"execution\":8,\"expires_at\":1700000120,\"issued_at\":1700000000,"
+                "\"kid\":\"k1\",\"node\":\"node-b\",\"port\":8000,\"protocol\":\"http\",\"sandbox\":\"sbx-1\","
+                "\"tenant\":\"t-1\",\"v\":1}",
+                /* "ports" without a port */
+                "{\"access\":[\"ports\"],\"execution\":8,\"expires_at\":1700000120,\"issued_at\":1700000000,"
+                "\"kid\":\"k1\",\"node\":\"node-b\",\"sandbox\":\"sbx-1\",\"tenant\":\"t-1\",\"v\":1}",
+                /* port 0, 65536, a string; another protocol */
+                "{\"access\":[\"ports\"],\"execution\":8,\"expires_at\":1700000120,\"issued_at\":1700000000,"
+                "\"kid\":\"k1\",\"node\":\"node-b\",\"port\":0,\"protocol\":\"http\",\"sandbox\":\"sbx-1\","
+                "\"tenant\":\"t-1\",\"v\":1}",
+                "{\"access\":[\"ports\"],\"execution\":8,\"expires_at\":1700000120,\"issued_at\":1700000000,"
+                "\"kid\":\"k1\",\"node\":\"node-b\",\"port\":65536,\"protocol\":\"http\",\"sandbox\":\"sbx-1\","
+                "\"tenant\":\"t-1\",\"v\":1}",
+                "{\"access\":[\"ports\"],\"execution\":8,\"expires_at\":1700000120,\"issued_at\":1700000000,"
+                "\"kid\":\"k1\",\"node\":\"node-b\",\"port\":\"8000\",\"protocol\":\"http\",\"sandbox\":\"sbx-1\","
+                "\"tenant\":\"t-1\",\"v\":1}",
+                "{\"access\":[\"ports\"],\"execution\":8,\"expires_at\":1700000120,\"issued_at\":1700000000,"
+                "\"kid\":\"k1\",\"node\":\"node-b\",\"port\":8000,\"protocol\":\"tcp\",\"sandbox\":\"sbx-1\","
+                "\"tenant\":\"t-1\",\"v\":1}",
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(refused); i++) {
+                _cleanup_free_ char *r = sign_raw(f->sk1, refused[i]);
+                assert_int_equal(verify(f->node, r, NOW, &got), -EINVAL);
+        }
+        _cleanup_free_ char *ok = sign_raw(f->sk1, PORT_PAYLOAD);
+        assert_int_equal(verify(f->node, ok, NOW, &got), 0);
+}
+
 static void test_verify_then_decide(void **state) {
         struct fixture *f = *state;
         struct cap_claims c = claims_base(), got;
@@ -746,6 +832,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_keyring, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_hex, setup, teardown),
                 cmocka_unit_test(test_decide),
+                cmocka_unit_test_setup_teardown(test_ports, setup, teardown),
                 cmocka_unit_test(test_keydir),
                 cmocka_unit_test_setup_teardown(test_verify_then_decide, setup, teardown),
         };

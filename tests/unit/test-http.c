@@ -1008,8 +1008,64 @@ static void test_sse_format(void **state) {
         json_decref(ev);
 }
 
+/* Which requests are a service port's, and what its server gets. */
+static void test_port_target(void **state) {
+        (void) state;
+        char id[65], err[256];
+        unsigned got_port = 0;
+        const char *target = NULL;
+        struct {
+                const char *uri, *host;
+                int r;
+                const char *id;
+                unsigned port;
+                const char *target;
+        } cases[] = {
+                { "/v1/sandboxes/sbx-1/ports/8000/a/b?x=%2F", "api:1", 1, "sbx-1", 8000, "/a/b?x=%2F" },
+                { "/v1/sandboxes/sbx-1/ports/8000", NULL, 1, "sbx-1", 8000, "/" },
+                { "/v1/sandboxes/sbx-1/ports/8000/", NULL, 1, "sbx-1", 8000, "/" },
+                { "/v1/sandboxes/sbx-1/ports/8000?q", NULL, 1, "sbx-1", 8000, "?q" },
+                { "/v1/sandboxes/sbx-1/ports/65535/", NULL, 1, "sbx-1", 65535, "/" },
+                { "/v1/sandboxes/sbx-1/ports/0/", NULL, -EINVAL, NULL, 0, NULL },
+                { "/v1/sandboxes/sbx-1/ports/65536/", NULL, -EINVAL, NULL, 0, NULL },
+                { "/v1/sandboxes/sbx-1/ports/080/", NULL, -EINVAL, NULL, 0, NULL },
+                { "/v1/sandboxes/sbx-1/ports/8a/", NULL, -EINVAL, NULL, 0, NULL },
+                { "/v1/sandboxes/sbx-1/ports/", NULL, -EINVAL, NULL, 0, NULL },
+                { "/v1/sandboxes/sbx-1/exec", NULL, 0, NULL, 0, NULL },
+                { "/v1/sandboxes/sbx-1/portsX/80", NULL, 0, NULL, 0, NULL },
+                { "/v1/sandboxes/sbx%2F1/ports/80/", NULL, 0, NULL, 0, NULL },
+                /* by host name: the first label PORT-ID */
+                { "/x?y", "8000-sbx-1.example.com", 1, "sbx-1", 8000, "/x?y" },
+                { "/", "3000-sbx-ab12.localhost:8080", 1, "sbx-ab12", 3000, "/" },
+                { "/", "8000-sbx-1", 0, NULL, 0, NULL },       /* no domain */
+                { "/", "x8000-sbx-1.example", 0, NULL, 0, NULL },
+                { "/", "8000.example", 0, NULL, 0, NULL },
+                { "/", "8000-.example", 0, NULL, 0, NULL },
+                { "/", "8000-sb_x!.example", 0, NULL, 0, NULL },
+                { "/", "99999-sbx-1.example", -EINVAL, NULL, 0, NULL },
+                { "/v1/health", "api.example.com", 0, NULL, 0, NULL },
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                int r = api_port_target(cases[i].uri, cases[i].host, id, sizeof id, &got_port, &target, err, sizeof err);
+                assert_int_equal(r, cases[i].r);
+                if (r == 1) {
+                        assert_string_equal(id, cases[i].id);
+                        assert_int_equal(got_port, cases[i].port);
+                        assert_string_equal(target, cases[i].target);
+                }
+                if (r < 0)
+                        assert_non_null(strstr(err, "is not a port"));
+        }
+        /* an id longer than the buffer is no port request */
+        char small[4];
+        assert_int_equal(api_port_target("/v1/sandboxes/sbx-1/ports/80/", NULL, small, sizeof small, &got_port, &target,
+                                         err, sizeof err),
+                         0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_port_target),
                 cmocka_unit_test(test_auth),
                 cmocka_unit_test(test_tenant_auth),
                 cmocka_unit_test(test_routing_errors),
