@@ -130,6 +130,8 @@ static bool token_listed(const char *list, const char *name) {
 static int on_headers_complete(llhttp_t *ll) {
         struct portresp *p = parser_of(ll);
         unsigned status = llhttp_get_status_code(ll);
+        if (status < 100 || status > 599) /* llhttp takes any three digits */
+                return fail(p, -EBADMSG, "the status is not an HTTP status (100-599)");
         if (status == 101)
                 return fail(p, -EBADMSG, "the server switched protocols, which no request asked for");
         if (status < 200) {

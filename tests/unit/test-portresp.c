@@ -133,6 +133,8 @@ static void test_refusals(void **state) {
         assert_int_equal(parse("GET", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n", 64, true, &g),
                          -EBADMSG);
         assert_int_equal(parse("GET", "SSH-2.0-OpenSSH_9.2\r\n", 64, true, &g), -EBADMSG);
+        assert_int_equal(parse("GET", "HTTP/1.1 600 OK\r\nContent-Length: 0\r\n\r\n", 64, true, &g), -EBADMSG);
+        assert_int_equal(parse("GET", "HTTP/1.1 099 OK\r\nContent-Length: 0\r\n\r\n", 64, true, &g), -EBADMSG);
         assert_int_equal(parse("GET", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", 64, true, &g), -EBADMSG);
         json_decref(g.headers);
         assert_int_equal(parse("GET", "HTTP/1.1 200 OK\r\nContent-Len", 64, true, &g), -EBADMSG);
