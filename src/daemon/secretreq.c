@@ -18,6 +18,10 @@
 #include "macros.h"
 #include "netpolicy.h"
 
+/* a stored secret must fit the objects the node and the gateway take */
+_Static_assert(CREDSTORE_VALUE_MAX == CREDSET_VALUE_MAX, "credstore and credset disagree on a value's size");
+_Static_assert(CREDSTORE_NAME_MAX == CREDSET_NAME_MAX, "credstore and credset disagree on a name's size");
+
 static int bad(char *err, const char *fmt, ...) _printf_(2, 3);
 static int bad(char *err, const char *fmt, ...) {
         va_list ap;
@@ -128,18 +132,6 @@ static bool token_char(char c) {
         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
 }
 
-/* Headers the gateway owns or that change how a request is framed. */
-static bool header_reserved(const char *name, size_t n) {
-        static const char *const reserved[] = { "host",       "content-length", "transfer-encoding",
-                                                "connection", "upgrade",        "te",
-                                                "trailer",    "keep-alive",     "proxy-connection",
-                                                "expect" };
-        for (size_t i = 0; i < ARRAY_SIZE(reserved); i++)
-                if (strlen(reserved[i]) == n && strncasecmp(reserved[i], name, n) == 0)
-                        return true;
-        return false;
-}
-
 /* "Name: template with {value}" -> {"header": Name, "template": ...}. */
 static int parse_header(const json_t *v, json_t **ret, char *err) {
         const char *s = json_string_value(v);
@@ -155,7 +147,7 @@ static int parse_header(const json_t *v, json_t **ret, char *err) {
                 if (!token_char(s[i]))
                         return bad(err, "field 'header': the header name may hold only letters, digits, '-' "
                                         "and '_'");
-        if (header_reserved(s, nlen))
+        if (!credset_header_name_ok(s, nlen)) /* one the gateway owns, or that frames a request */
                 return bad(err, "field 'header': the gateway does not inject '%.*s'", (int) nlen, s);
         const char *t = colon + 1;
         size_t tlen = len - nlen - 1;
@@ -331,9 +323,8 @@ int secretreq_parse(const json_t *o, int64_t now_s, struct secretreq *ret, char 
         if (!json_is_string(v) || vlen == 0 || vlen > CREDSTORE_VALUE_MAX)
                 return bad(err, "field 'value' is required: a string of 1-%d bytes", CREDSTORE_VALUE_MAX);
         /* the value goes into a header line: nothing there may end it */
-        if (memchr(json_string_value(v), 0, vlen) || memchr(json_string_value(v), '\r', vlen) ||
-            memchr(json_string_value(v), '\n', vlen))
-                return bad(err, "field 'value' may not hold NUL, CR or LF");
+        if (!credset_value_ok(json_string_value(v), vlen))
+                return bad(err, "field 'value' may not hold NUL, CR or LF, or another control character but tab");
         json_t *header = json_object_get(o, "header"), *basic = json_object_get(o, "basic");
         if (json_is_null(header))
                 header = NULL;

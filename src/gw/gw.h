@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "credset.h"
 #include "loop.h"
 #include "netpolicy.h"
 
@@ -53,12 +54,7 @@ struct gw_log_entry {
         char reason[96];
 };
 
-#define GW_SECRETS_MAX 16          /* credentials per sandbox */
-#define GW_SECRET_VALUE_MAX 8192
-#define GW_SECRET_HOSTS_MAX 16
-#define GW_SECRET_PORTS_MAX 8
-#define GW_SECRET_METHODS_MAX 8
-#define GW_SECRET_PATHS_MAX 8
+#define GW_SECRETS_MAX CREDSET_MAX /* credentials per sandbox (lib/credset's limits throughout) */
 
 /* A credential the sandbox may use (secrets.c): its value goes into
  * requests to its hosts as header: header_value, replacing the guest's. */
@@ -68,18 +64,18 @@ struct gw_secret {
         char *value;          /* wiped when freed */
         size_t value_len;
         char *encoded;        /* basic auth: base64 of user:value, also redacted from responses */
-        char header[64];
+        char header[CREDSET_HEADER_NAME_MAX + 1];
         char *header_value;
         struct {
                 char name[254]; /* canonical; "*.x" is stored as x with wildcard */
                 bool wildcard;
-        } hosts[GW_SECRET_HOSTS_MAX];
+        } hosts[CREDSET_HOSTS_MAX];
         size_t n_hosts;
-        uint16_t ports[GW_SECRET_PORTS_MAX];
+        uint16_t ports[CREDSET_PORTS_MAX];
         size_t n_ports;
-        char methods[GW_SECRET_METHODS_MAX][16];
+        char methods[CREDSET_METHODS_MAX][CREDSET_METHOD_MAX + 1];
         size_t n_methods;
-        char paths[GW_SECRET_PATHS_MAX][256];
+        char paths[CREDSET_PATHS_MAX][CREDSET_PATH_MAX + 1];
         size_t n_paths;
         uint64_t expires_at_ms; /* wall clock; 0: never */
         unsigned rate_per_min;  /* 0: unlimited */

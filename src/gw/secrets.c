@@ -57,130 +57,42 @@ static int bad(char *msg, size_t n, size_t i, const char *what) {
         return -EINVAL;
 }
 
-static bool token_char(char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-               strchr("!#$%&'*+-.^_`|~", c);
-}
-
-/* A string array of at most max entries, each 1..len_max bytes. */
-static int string_array(json_t *a, size_t max, size_t len_max, size_t *ret_n) {
-        if (!a) {
-                *ret_n = 0;
-                return 0;
-        }
-        if (!json_is_array(a) || json_array_size(a) > max)
-                return -EINVAL;
-        size_t i;
-        json_t *v;
-        json_array_foreach(a, i, v) if (!json_is_string(v) || json_string_length(v) == 0 ||
-                                        json_string_length(v) > len_max) return -EINVAL;
-        *ret_n = json_array_size(a);
-        return 0;
-}
-
-static int parse_one(json_t *o, size_t i, struct gw_secret *s, char *msg, size_t n) {
-        static const char *const keys[] = {"name",   "placeholder", "value", "hosts",      "ports",
-                                           "inject", "methods",     "paths", "expires_at", "rate_per_min"};
-        const char *k;
-        json_t *v;
-        if (!json_is_object(o))
-                return bad(msg, n, i, "not an object");
-        json_object_foreach(o, k, v) {
-                bool known = false;
-                for (size_t j = 0; j < ARRAY_SIZE(keys) && !known; j++)
-                        known = strcmp(k, keys[j]) == 0;
-                if (!known)
-                        return bad(msg, n, i, "unknown key");
-        }
-        const char *name = json_string_value(json_object_get(o, "name"));
-        if (!name || !*name || strlen(name) >= sizeof s->name)
-                return bad(msg, n, i, "name missing or too long");
-        snprintf(s->name, sizeof s->name, "%s", name);
-        const char *ph = json_string_value(json_object_get(o, "placeholder"));
-        if (!ph || strlen(ph) < 16 || strlen(ph) >= sizeof s->placeholder)
-                return bad(msg, n, i, "placeholder missing or of a bad length");
-        snprintf(s->placeholder, sizeof s->placeholder, "%s", ph);
-        json_t *val = json_object_get(o, "value");
-        size_t vlen = json_is_string(val) ? json_string_length(val) : 0;
-        if (vlen == 0 || vlen > GW_SECRET_VALUE_MAX || memchr(json_string_value(val), 0, vlen))
-                return bad(msg, n, i, "value missing, too long or holding NUL");
-        size_t nh, nm, npa;
-        if (string_array(json_object_get(o, "hosts"), GW_SECRET_HOSTS_MAX, GWNAME_MAX + 2, &nh) < 0 ||
-            nh == 0)
-                return bad(msg, n, i, "hosts must be 1..16 names");
-        for (size_t j = 0; j < nh; j++) {
-                const char *h = json_string_value(json_array_get(json_object_get(o, "hosts"), j));
+/* One credential checked by lib/credset, made ready to inject: hosts
+ * canonical, the header's whole value built. */
+static int make_one(const struct credset_entry *c, size_t i, struct gw_secret *s, char *msg, size_t n) {
+        snprintf(s->name, sizeof s->name, "%s", c->name);
+        snprintf(s->placeholder, sizeof s->placeholder, "%s", c->placeholder);
+        for (size_t j = 0; j < c->n_hosts; j++) {
+                const char *h = c->hosts[j];
                 bool wild = strncmp(h, "*.", 2) == 0;
-                if (gwname_canonical(h + (wild ? 2 : 0), strlen(h) - (wild ? 2 : 0), 0, s->hosts[j].name) <
-                    0)
+                if (gwname_canonical(h + (wild ? 2 : 0), strlen(h) - (wild ? 2 : 0), 0, s->hosts[j].name) < 0)
                         return bad(msg, n, i, "a host is not a host name");
                 s->hosts[j].wildcard = wild;
         }
-        s->n_hosts = nh;
-        json_t *ports = json_object_get(o, "ports");
-        if (ports && (!json_is_array(ports) || json_array_size(ports) > GW_SECRET_PORTS_MAX))
-                return bad(msg, n, i, "ports must be at most 8 numbers");
-        for (size_t j = 0; ports && j < json_array_size(ports); j++) {
-                json_t *p = json_array_get(ports, j);
-                if (!json_is_integer(p) || json_integer_value(p) < 1 || json_integer_value(p) > 65535)
-                        return bad(msg, n, i, "a port is out of range");
-                s->ports[s->n_ports++] = (uint16_t) json_integer_value(p);
-        }
-        if (s->n_ports == 0)
-                s->ports[s->n_ports++] = 443;
-        if (string_array(json_object_get(o, "methods"), GW_SECRET_METHODS_MAX, sizeof s->methods[0] - 1,
-                         &nm) < 0 ||
-            string_array(json_object_get(o, "paths"), GW_SECRET_PATHS_MAX, sizeof s->paths[0] - 1, &npa) < 0)
-                return bad(msg, n, i, "methods or paths malformed");
-        for (size_t j = 0; j < nm; j++)
-                snprintf(s->methods[j], sizeof s->methods[j], "%s",
-                         json_string_value(json_array_get(json_object_get(o, "methods"), j)));
-        for (size_t j = 0; j < npa; j++) {
-                const char *p = json_string_value(json_array_get(json_object_get(o, "paths"), j));
-                if (p[0] != '/')
-                        return bad(msg, n, i, "a path must start with /");
-                snprintf(s->paths[j], sizeof s->paths[j], "%s", p);
-        }
-        s->n_methods = nm;
-        s->n_paths = npa;
-        json_t *exp = json_object_get(o, "expires_at"), *rate = json_object_get(o, "rate_per_min");
-        if ((exp && (!json_is_integer(exp) || json_integer_value(exp) < 0)) ||
-            (rate &&
-             (!json_is_integer(rate) || json_integer_value(rate) < 0 || json_integer_value(rate) > 1000000)))
-                return bad(msg, n, i, "expires_at or rate_per_min malformed");
-        s->expires_at_ms = exp ? (uint64_t) json_integer_value(exp) * 1000 : 0;
-        s->rate_per_min = rate ? (unsigned) json_integer_value(rate) : 0;
+        s->n_hosts = c->n_hosts;
+        memcpy(s->ports, c->ports, c->n_ports * sizeof *c->ports);
+        s->n_ports = c->n_ports;
+        for (size_t j = 0; j < c->n_methods; j++)
+                snprintf(s->methods[j], sizeof s->methods[j], "%s", c->methods[j]);
+        s->n_methods = c->n_methods;
+        for (size_t j = 0; j < c->n_paths; j++)
+                snprintf(s->paths[j], sizeof s->paths[j], "%s", c->paths[j]);
+        s->n_paths = c->n_paths;
+        s->expires_at_ms = (uint64_t) c->expires_at * 1000;
+        s->rate_per_min = c->rate_per_min;
         s->tokens = s->rate_per_min;
         s->tokens_at_ms = wall_ms();
-
-        json_t *inj = json_object_get(o, "inject");
-        const char *hname = json_string_value(json_object_get(inj, "header"));
-        const char *tmpl = json_string_value(json_object_get(inj, "template"));
-        const char *user = json_string_value(json_object_get(inj, "basic"));
-        if (!json_is_object(inj) || json_object_size(inj) != (user ? 1u : 2u) ||
-            (!user && (!hname || !tmpl)))
-                return bad(msg, n, i, "inject must be {header, template} or {basic}");
-        if (user) {
-                if (strlen(user) > 256 || strchr(user, ':'))
-                        return bad(msg, n, i, "a basic user is at most 256 bytes, without ':'");
-                hname = "Authorization";
-        }
-        if (!*hname || strlen(hname) >= sizeof s->header)
-                return bad(msg, n, i, "header name missing or too long");
-        for (const char *c = hname; *c; c++)
-                if (!token_char(*c))
-                        return bad(msg, n, i, "header name is not a token");
-        snprintf(s->header, sizeof s->header, "%s", hname);
-        if (!(s->value = malloc(vlen + 1)))
+        snprintf(s->header, sizeof s->header, "%s", c->header);
+        if (!(s->value = malloc(c->value_len + 1)))
                 return -ENOMEM;
-        memcpy(s->value, json_string_value(val), vlen + 1);
-        s->value_len = vlen;
-        if (user) {
-                size_t raw_len = strlen(user) + 1 + vlen;
+        memcpy(s->value, c->value, c->value_len + 1);
+        s->value_len = c->value_len;
+        if (c->user) {
+                size_t raw_len = strlen(c->user) + 1 + c->value_len;
                 _cleanup_free_ char *raw = malloc(raw_len + 1);
                 if (!raw || !(s->encoded = malloc(4 * ((raw_len + 2) / 3) + 1)))
                         return -ENOMEM;
-                snprintf(raw, raw_len + 1, "%s:%s", user, s->value);
+                snprintf(raw, raw_len + 1, "%s:%s", c->user, s->value);
                 EVP_EncodeBlock((unsigned char *) s->encoded, (const unsigned char *) raw, (int) raw_len);
                 OPENSSL_cleanse(raw, raw_len);
                 if (asprintf(&s->header_value, "Basic %s", s->encoded) < 0) {
@@ -189,32 +101,26 @@ static int parse_one(json_t *o, size_t i, struct gw_secret *s, char *msg, size_t
                 }
                 return 0;
         }
-        const char *at = strstr(tmpl, "{value}");
-        if (!at || strstr(at + 1, "{value}") || strlen(tmpl) > 1024)
-                return bad(msg, n, i, "the template must hold {value} exactly once (at most 1 KiB)");
-        if (asprintf(&s->header_value, "%.*s%s%s", (int) (at - tmpl), tmpl, s->value,
+        const char *at = strstr(c->template, "{value}");
+        if (asprintf(&s->header_value, "%.*s%s%s", (int) (at - c->template), c->template, s->value,
                      at + strlen("{value}")) < 0) {
                 s->header_value = NULL;
                 return -ENOMEM;
         }
-        /* no CR, LF or other control byte may split the request head */
-        for (const char *c = s->header_value; *c; c++)
-                if ((unsigned char) *c < 0x20 && *c != '\t')
-                        return bad(msg, n, i, "the header value would hold a control character");
         return 0;
 }
 
 int gw_secrets_parse(json_t *a, struct gw_secret **ret, size_t *ret_n, char *msg, size_t n) {
-        if (!json_is_array(a) || json_array_size(a) > GW_SECRETS_MAX) {
-                snprintf(msg, n, "secrets must be an array of at most %d", GW_SECRETS_MAX);
-                return -EINVAL;
-        }
-        size_t count = json_array_size(a);
+        struct credset_entry set[CREDSET_MAX];
+        size_t count;
+        int r = credset_parse(a, set, &count, msg, n);
+        if (r < 0)
+                return r;
         struct gw_secret *v = calloc(count ? count : 1, sizeof *v);
         if (!v)
                 return -ENOMEM;
         for (size_t i = 0; i < count; i++) {
-                int r = parse_one(json_array_get(a, i), i, &v[i], msg, n);
+                r = make_one(&set[i], i, &v[i], msg, n);
                 if (r < 0) {
                         gw_secrets_free(v, count);
                         return r;

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "credcheck.h"
+#include "credset.h"
 #include "gwclient.h"
 #include "log.h"
 #include "macros.h"
@@ -50,10 +50,21 @@ static int req_sandbox(struct node_conn *c, json_t *req, struct sandbox **ret) {
         return 0;
 }
 
+/* The names of a set's credentials (each an object with a "name"). */
+static json_t *set_names(const json_t *set) {
+        json_t *names = json_array();
+        size_t i;
+        json_t *o;
+        json_array_foreach(set, i, o) if (names) json_array_append(names, json_object_get(o, "name"));
+        return names;
+}
+
 int nodeops_secrets_set(struct node_conn *c, json_t *req) {
         json_t *set = json_object_get(req, "secrets");
         char err[256] = "";
-        if (credcheck_set(set, err, sizeof err) < 0)
+        struct credset_entry parsed[CREDSET_MAX];
+        size_t n;
+        if (credset_parse(set, parsed, &n, err, sizeof err) < 0)
                 return conn_reply_error(c, -EINVAL, "invalid", "%s", err);
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         int r = req_sandbox(c, req, &s);
@@ -70,7 +81,7 @@ int nodeops_secrets_set(struct node_conn *c, json_t *req) {
         if (r < 0)
                 return conn_reply_error(c, r, "internal", "the egress gateway refused the credentials: %s",
                                         strerror(-r));
-        json_t *names = credcheck_names(set);
+        json_t *names = set_names(set);
         return names ? conn_reply_ok(c, json_pack("{s:o}", "names", names)) : -ENOMEM;
 }
 
@@ -82,7 +93,7 @@ int nodeops_secrets_get(struct node_conn *c, json_t *req) {
         char *text = sandbox_secrets_dup(s);
         json_t *set = text ? json_loads(text, 0, NULL) : json_array();
         sandbox_secrets_free(text);
-        json_t *names = set ? credcheck_names(set) : NULL;
+        json_t *names = set ? set_names(set) : NULL;
         json_decref(set);
         return names ? conn_reply_ok(c, json_pack("{s:o}", "names", names)) : -ENOMEM;
 }

@@ -69,7 +69,7 @@ static void test_expiry_and_basic(void **state) {
         struct gw_sandbox sb = {.id = "sbx-2"};
         char msg[256];
         assert_int_equal(
-                parse("[{\"name\":\"old\",\"placeholder\":\"airlock_ph_0123456789abcdef\",\"value\":\"pw\","
+                parse("[{\"name\":\"old\",\"placeholder\":\"airlock_ph_0123456789abcdef0123456789abcdef\",\"value\":\"pw\","
                       "\"hosts\":[\"a.test\"],\"inject\":{\"basic\":\"bob\"},\"expires_at\":1}]",
                       &sb, msg, sizeof msg),
                 0);
@@ -84,26 +84,26 @@ static void test_expiry_and_basic(void **state) {
 static void test_refused_shapes(void **state) {
         static const char *const bad[] = {
                 /* a value with CR LF would split the head */
-                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef\",\"value\":\"a\\r\\nHost: "
+                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef0123456789abcdef\",\"value\":\"a\\r\\nHost: "
                 "e.test\","
                 "\"hosts\":[\"a.test\"],\"inject\":{\"header\":\"X-Key\",\"template\":\"{value}\"}}]",
                 /* {value} twice, and none */
-                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef\",\"value\":\"v\","
+                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef0123456789abcdef\",\"value\":\"v\","
                 "\"hosts\":[\"a.test\"],\"inject\":{\"header\":\"X-Key\",\"template\":\"{value}{value}\"}}]",
-                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef\",\"value\":\"v\","
+                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef0123456789abcdef\",\"value\":\"v\","
                 "\"hosts\":[\"a.test\"],\"inject\":{\"header\":\"X-Key\",\"template\":\"static\"}}]",
                 /* a header name that is no token, a host that is an address, no hosts, an unknown key */
-                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef\",\"value\":\"v\","
+                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef0123456789abcdef\",\"value\":\"v\","
                 "\"hosts\":[\"a.test\"],\"inject\":{\"header\":\"X Key:\",\"template\":\"{value}\"}}]",
-                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef\",\"value\":\"v\","
+                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef0123456789abcdef\",\"value\":\"v\","
                 "\"hosts\":[\"10.0.0.1\"],\"inject\":{\"header\":\"X-Key\",\"template\":\"{value}\"}}]",
-                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef\",\"value\":\"v\","
+                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef0123456789abcdef\",\"value\":\"v\","
                 "\"hosts\":[],\"inject\":{\"header\":\"X-Key\",\"template\":\"{value}\"}}]",
-                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef\",\"value\":\"v\",\"extra\":"
+                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef0123456789abcdef\",\"value\":\"v\",\"extra\":"
                 "1,"
                 "\"hosts\":[\"a.test\"],\"inject\":{\"header\":\"X-Key\",\"template\":\"{value}\"}}]",
                 /* a basic user with ':' */
-                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef\",\"value\":\"v\","
+                "[{\"name\":\"x\",\"placeholder\":\"airlock_ph_0123456789abcdef0123456789abcdef\",\"value\":\"v\","
                 "\"hosts\":[\"a.test\"],\"inject\":{\"basic\":\"a:b\"}}]",
         };
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* POST /v1/secrets' checks (src/daemon/secretreq.c) and the node's check of
- * a credential set (src/node/credcheck.c sits in another library: the
- * fuzzers drive both; this covers the cases by name). */
+/* POST /v1/secrets' checks (src/daemon/secretreq.c), and that whatever it
+ * accepts becomes a credential object the node and the gateway accept too
+ * (lib/credset: one parser, one set of limits). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -124,11 +124,66 @@ static void test_parse(void **state) {
         }
 }
 
+/* The largest request the API takes, in every field, gives an object the
+ * node and the gateway take: nothing accepted at the API is dropped later. */
+static void test_what_the_api_takes_the_gateway_takes(void **state) {
+        (void) state;
+        json_t *o = json_pack("{s:s, s:s, s:[], s:[], s:[], s:[], s:s, s:i, s:s}", "name", "gh-app_1", "value",
+                              "tok\twith a tab and \xc3\xa9", "hosts", "ports", "methods", "paths", "header",
+                              "X-Token: Bearer {value}", "rate_per_min", CREDSET_RATE_MAX, "expires_at",
+                              "2030-01-01T00:00:00Z");
+        assert_non_null(o);
+        char buf[CREDSET_PATH_MAX + 1];
+        for (int i = 0; i < CREDSET_HOSTS_MAX; i++) {
+                snprintf(buf, sizeof buf, "h%d.example.com", i);
+                json_array_append_new(json_object_get(o, "hosts"), json_string(buf));
+        }
+        for (int i = 0; i < CREDSET_PORTS_MAX; i++)
+                json_array_append_new(json_object_get(o, "ports"), json_integer(8000 + i));
+        for (int i = 0; i < CREDSET_METHODS_MAX; i++) {
+                memset(buf, 'A' + i, CREDSET_METHOD_MAX);
+                buf[CREDSET_METHOD_MAX] = 0;
+                json_array_append_new(json_object_get(o, "methods"), json_string(buf));
+        }
+        for (int i = 0; i < CREDSET_PATHS_MAX; i++) {
+                memset(buf, 'a' + i, CREDSET_PATH_MAX);
+                buf[0] = '/';
+                buf[CREDSET_PATH_MAX] = 0;
+                json_array_append_new(json_object_get(o, "paths"), json_string(buf));
+        }
+        struct secretreq q = { 0 };
+        char err[API_ERRMSG_MAX] = "";
+        assert_int_equal(secretreq_parse(o, NOW, &q, err), 0);
+        char *spec = json_dumps(q.spec, JSON_COMPACT);
+        json_t *set = json_array();
+        json_array_append_new(set, secretreq_credential(q.name, "airlock_ph_0123456789abcdef0123456789abcdef", q.value,
+                                                        q.value_len, spec, q.expires_at));
+        struct credset_entry e[CREDSET_MAX];
+        size_t n = 0;
+        char cerr[256] = "";
+        if (credset_parse(set, e, &n, cerr, sizeof cerr) < 0)
+                fail_msg("the node would refuse what the API took: %s", cerr);
+        assert_int_equal(n, 1);
+        assert_int_equal(e[0].n_methods, CREDSET_METHODS_MAX);
+        assert_int_equal(e[0].n_paths, CREDSET_PATHS_MAX);
+        assert_int_equal(e[0].n_hosts, CREDSET_HOSTS_MAX);
+        json_decref(set);
+        free(spec);
+        secretreq_release(&q);
+
+        /* and what the node would refuse, the API refuses: a control character in the value */
+        json_object_set_new(o, "value", json_string("tok\x01"));
+        assert_int_equal(secretreq_parse(o, NOW, &q, err), -EINVAL);
+        assert_non_null(strstr(err, "control character"));
+        json_decref(o);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_rfc3339),
                 cmocka_unit_test(test_env_name),
                 cmocka_unit_test(test_parse),
+                cmocka_unit_test(test_what_the_api_takes_the_gateway_takes),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
