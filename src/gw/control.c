@@ -8,6 +8,7 @@
  *   attach {sandbox, execution, policy} + fds [TCP listener, DNS socket]
  *   policy {sandbox, policy}
  *   detach {sandbox}
+ *   forget {sandbox}: detached, and its journal (state.c) removed
  *   log    {sandbox, limit}             -> {"entries": [...]}
  *   secrets {sandbox, secrets: [...]}   (secrets.c; replaces the sandbox's)
  *   audit  {after, limit}               -> {"boot_id", "events": [...], "next"}
@@ -100,6 +101,12 @@ static int serve(json_t *req, int *fds, size_t n_fds, json_t **ret_extra, char *
         if (!id || !*id || strlen(id) > GW_ID_MAX)
                 return bad(msg, n, "sandbox missing or too long");
         struct gw_sandbox *s = gw_sandbox_find(id);
+        if (strcmp(op, "forget") == 0) { /* deleted: its attachment and its journal go */
+                if (s)
+                        gw_sandbox_detach(s);
+                gw_state_forget(id);
+                return 0;
+        }
         if (strcmp(op, "attach") == 0) {
                 json_t *e = json_object_get(req, "execution");
                 if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > UINT32_MAX)

@@ -116,6 +116,8 @@ struct gw_sandbox {
         size_t n_bindings, next_binding;
         struct gw_log_entry *log; /* a ring of GW_LOG_MAX */
         size_t n_log, next_log;
+        int state_fd;       /* its journal (state.c), or -1 */
+        size_t state_lines; /* in the journal */
         struct gw_secret *secrets;
         size_t n_secrets;
         struct gw_sandbox *next;
@@ -141,6 +143,8 @@ void gw_sandbox_ref(struct gw_sandbox *s);
 void gw_sandbox_unref(struct gw_sandbox *s);
 void gw_sandbox_bind(struct gw_sandbox *s, const char *name, struct in_addr addr, uint32_t ttl_s);
 bool gw_sandbox_bound(struct gw_sandbox *s, const char *name, struct in_addr addr);
+/* A binding read back from a journal, expiring at expires_ms (loop time). */
+void gw_binding_restore(struct gw_sandbox *s, const char *name, struct in_addr addr, uint64_t expires_ms);
 void gw_sandbox_log(struct gw_sandbox *s, bool dns, bool allowed, const char *name, struct in_addr addr,
                     uint16_t port, const char *reason);
 size_t gw_sandbox_count(void);
@@ -149,6 +153,18 @@ size_t gw_sandbox_count(void);
 size_t gw_bandwidth_allow(struct gw_sandbox *s, bool up, size_t want);
 void gw_bandwidth_take(struct gw_sandbox *s, bool up, size_t n);
 uint64_t gw_bandwidth_wait_ms(struct gw_sandbox *s, bool up);
+
+/* ---- state.c: a sandbox's bindings and log on disk, for the next gateway ---- */
+/* The journals' directory (AIRLOCK_GW_STATE_DIR); NULL or "": none kept. */
+int gw_state_init(const char *dir);
+/* At attach: reads the sandbox's journal back (the log, and the bindings
+ * of its execution), then goes on appending to a fresh one. */
+void gw_state_open(struct gw_sandbox *s);
+void gw_state_close(struct gw_sandbox *s);
+void gw_state_binding(struct gw_sandbox *s, const struct gw_binding *b);
+void gw_state_log(struct gw_sandbox *s, const struct gw_log_entry *e);
+/* The sandbox is gone for good (deleted): its journal too. */
+void gw_state_forget(const char *id);
 
 /* ---- dns.c: the guest's resolver ---- */
 void gw_dns_readable(int fd, uint32_t events, void *userdata);

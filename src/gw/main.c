@@ -162,6 +162,8 @@ int main(void) {
                 log_error("AIRLOCK_EGRESS_CA_DIR must be set (airlock-nodemgr sets it)");
                 return 2;
         }
+        if ((r = gw_state_init(getenv("AIRLOCK_GW_STATE_DIR"))) < 0)
+                return 2;
         const char *ca_fd = getenv("AIRLOCK_UPSTREAM_CA_FD");
         if ((r = gw_tlsterm_init(ca_dir, ca_fd && *ca_fd ? atoi(ca_fd) : -1)) < 0)
                 return log_error_errno(r, "cannot set up TLS termination: %m"), 1;

@@ -35,6 +35,7 @@ void gw_sandbox_ref(struct gw_sandbox *s) {
 void gw_sandbox_unref(struct gw_sandbox *s) {
         if (!s || --s->refs > 0)
                 return;
+        gw_state_close(s);
         netpolicy_free(s->policy);
         gw_secrets_free(s->secrets, s->n_secrets);
         free(s->bindings);
@@ -65,6 +66,7 @@ int gw_sandbox_attach(const char *id, unsigned execution, struct netpolicy *poli
         s->refs = 1;
         s->dns_tokens = 2 * GW_DNS_QPS;
         s->dns_tokens_at = loop_now_ms();
+        gw_state_open(s); /* what a gateway before this one decided for it */
         int r = loop_watch_add(gw_loop, tcp_fd, EPOLLIN, gw_relay_accept, s, &s->tcp_watch);
         if (r >= 0)
                 r = loop_watch_add(gw_loop, dns_fd, EPOLLIN, gw_dns_readable, s, &s->dns_watch);
@@ -102,18 +104,22 @@ void gw_sandbox_detach(struct gw_sandbox *s) {
         s->tcp_watch = s->dns_watch = NULL;
         s->tcp_fd = safe_close(s->tcp_fd);
         s->dns_fd = safe_close(s->dns_fd);
+        gw_state_close(s); /* the journal stays for the next attachment */
         log_info("sandbox %s detached", s->id);
         gw_sandbox_unref(s);
 }
 
-void gw_sandbox_bind(struct gw_sandbox *s, const char *name, struct in_addr addr, uint32_t ttl_s) {
-        uint64_t now = loop_now_ms();
-        uint64_t expires = now + 1000ull * MAX(ttl_s, (uint32_t) GW_BINDING_MIN_TTL_S);
+/* The binding of (name, addr), made or lengthened to expires_ms; NULL when
+ * it already lasted as long. */
+static struct gw_binding *binding_put(struct gw_sandbox *s, const char *name, struct in_addr addr,
+                                      uint64_t expires_ms) {
         for (size_t i = 0; i < s->n_bindings; i++) {
                 struct gw_binding *b = &s->bindings[i];
                 if (b->addr.s_addr == addr.s_addr && strcmp(b->name, name) == 0) {
-                        b->expires_ms = MAX(b->expires_ms, expires);
-                        return;
+                        if (b->expires_ms >= expires_ms)
+                                return NULL;
+                        b->expires_ms = expires_ms;
+                        return b;
                 }
         }
         /* a ring: the oldest binding makes room */
@@ -123,7 +129,19 @@ void gw_sandbox_bind(struct gw_sandbox *s, const char *name, struct in_addr addr
                 s->n_bindings++;
         snprintf(b->name, sizeof b->name, "%s", name);
         b->addr = addr;
-        b->expires_ms = expires;
+        b->expires_ms = expires_ms;
+        return b;
+}
+
+void gw_sandbox_bind(struct gw_sandbox *s, const char *name, struct in_addr addr, uint32_t ttl_s) {
+        uint64_t expires = loop_now_ms() + 1000ull * MAX(ttl_s, (uint32_t) GW_BINDING_MIN_TTL_S);
+        struct gw_binding *b = binding_put(s, name, addr, expires);
+        if (b)
+                gw_state_binding(s, b);
+}
+
+void gw_binding_restore(struct gw_sandbox *s, const char *name, struct in_addr addr, uint64_t expires_ms) {
+        (void) binding_put(s, name, addr, expires_ms);
 }
 
 bool gw_sandbox_bound(struct gw_sandbox *s, const char *name, struct in_addr addr) {
@@ -153,6 +171,7 @@ void gw_sandbox_log(struct gw_sandbox *s, bool dns, bool allowed, const char *na
         };
         snprintf(e->name, sizeof e->name, "%s", name ? name : "");
         snprintf(e->reason, sizeof e->reason, "%s", reason ? reason : "");
+        gw_state_log(s, e);
         char a[INET_ADDRSTRLEN] = "";
         if (addr.s_addr)
                 inet_ntop(AF_INET, &addr, a, sizeof a);

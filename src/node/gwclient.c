@@ -155,6 +155,12 @@ int gwclient_detach(const char *sandbox_id, const char *ctx) {
         return r == -ENOENT ? 0 : logged(r, "the detachment", sandbox_id, err, ctx);
 }
 
+int gwclient_forget(const char *sandbox_id, const char *ctx) {
+        char err[256] = "";
+        int r = gw_call(json_pack("{ssss}", "op", "forget", "sandbox", sandbox_id), NULL, 0, NULL, err, sizeof err);
+        return logged(r, "forgetting", sandbox_id, err, ctx);
+}
+
 int gwclient_log(const char *sandbox_id, unsigned limit, json_t **ret_entries, const char *ctx) {
         char err[256] = "";
         json_t *reply = NULL;

@@ -39,6 +39,10 @@ int gwclient_set_policy(const char *sandbox_id, const char *policy_json, const c
 /* The sandbox's VM is gone: the gateway closes its sockets and connections. */
 int gwclient_detach(const char *sandbox_id, const char *ctx);
 
+/* The sandbox is deleted: detached, and the gateway drops what it kept
+ * of it across its own restarts (its bindings and log). */
+int gwclient_forget(const char *sandbox_id, const char *ctx);
+
 /* The newest limit entries of the sandbox's network log (oldest first), as
  * a JSON array to decref: {"ts_ms","kind":"dns"|"tcp","name"?,"addr"?,
  * "port"?,"action":"allow"|"deny","reason"}. */

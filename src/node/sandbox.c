@@ -1259,6 +1259,11 @@ int sandbox_delete(const char *id, bool keep_snapshots) {
         pthread_mutex_unlock(&reg_lock);
         if (r == -ENOENT && !keep_snapshots && sandbox_parked_remove(id) >= 0)
                 log_info("sandbox=%s removed the snapshots it kept while suspended", id);
+        /* the gateway's journal of it goes (a suspended one's too: the node
+         * does not know it); one archived with its snapshots keeps it */
+        bool forget = !keep_snapshots && gwclient_enabled();
+        if (r == -ENOENT && forget)
+                (void) gwclient_forget(id, NULL);
         if (r < 0)
                 return r;
         /* its credentials go at once, not with the last reference */
@@ -1266,6 +1271,8 @@ int sandbox_delete(const char *id, bool keep_snapshots) {
         sandbox_secrets_free(TAKE_PTR(s->secrets));
         pthread_mutex_unlock(&s->lock);
         delete_removed(s, keep_snapshots);
+        if (forget)
+                (void) gwclient_forget(id, NULL);
         return 0;
 }
 

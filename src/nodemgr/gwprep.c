@@ -48,6 +48,20 @@ static int ca_dir_prepare(const struct daemon_config *c, uid_t uid, gid_t gid) {
         return 0;
 }
 
+/* DATA_DIR/gw-state: the gateway's journals of its sandboxes' bindings and
+ * network logs (src/gw/state.c), its alone (0700), kept across its restarts. */
+static int state_dir_prepare(const struct daemon_config *c, uid_t uid, gid_t gid) {
+        _cleanup_free_ char *dir = strdup_printf("%s/gw-state", c->data_dir);
+        if (!dir)
+                return -ENOMEM;
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                return log_error_errno(negative_errno(), "Cannot create the gateway's state directory %s: %m", dir);
+        _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || fchown(fd, uid, gid) < 0 || fchmod(fd, 0700) < 0)
+                return log_error_errno(negative_errno(), "Cannot give the gateway's state directory %s to it: %m", dir);
+        return setenv("AIRLOCK_GW_STATE_DIR", dir, 1) < 0 ? -ENOMEM : 0;
+}
+
 int gwprep_setup(const struct daemon_config *c, uid_t node_uid, gid_t node_gid, struct gwprep *ret) {
         struct gwprep g = { .node_uid = node_uid, .listen_fd = -1, .netns_fd = -1, .pid = -1 };
         const char *name;
@@ -71,7 +85,7 @@ int gwprep_setup(const struct daemon_config *c, uid_t node_uid, gid_t node_gid, 
                         return log_error_errno(negative_errno(), "Cannot open the egress namespace %s: %m",
                                                p ? p : ns);
         }
-        if ((r = ca_dir_prepare(c, g.uid, g.gid)) < 0)
+        if ((r = ca_dir_prepare(c, g.uid, g.gid)) < 0 || (r = state_dir_prepare(c, g.uid, g.gid)) < 0)
                 return r;
         char run_dir[sizeof c->node_socket];
         memcpy(run_dir, c->node_socket, sizeof run_dir);

@@ -118,24 +118,39 @@ def test_allowlist_decides_on_names_the_gateway_resolved(airlock_factory, intern
 
 
 def test_a_restarted_gateway_serves_the_running_sandboxes_again(airlock_factory, internet):
+    """A gateway killed with SIGKILL: airlock-nodemgr starts another, the
+    node attaches the sandbox to it with its policy, and the new one has
+    what the old one decided (its journal, DATA_DIR/gw-state): the names it
+    resolved for the sandbox, to which addresses, and the network log."""
     a = airlock_factory(prebuild="minimal", env=internet.env())
     sid = a.create(network={"allow": [{"host": "a.test"}]})["id"]
     _, out = sh(a, sid, http_get("a.test"))
     assert HELLO in out, out
+    _, out = sh(a, sid, "nslookup e.test")  # refused, and logged
+    before = [e for e in net_log(a, sid) if e.get("name") == "e.test" and e["action"] == "deny"]
+    assert before, net_log(a, sid)
+    journal = os.path.join(a.data_dir, "gw-state", f"{sid}.journal")
+    assert os.path.exists(journal)
     old = a.pid_of("airlock-gw")
     os.kill(old, 9)
-    # airlock-nodemgr starts another; the node attaches the sandbox to it,
-    # with its policy (e.test stays refused)
+    # by address, with no lookup in between: allowed only where the gateway
+    # has the binding of a.test to ORIGIN from before its restart
     deadline = time.monotonic() + 15
     while True:
-        _, out = sh(a, sid, "nslookup a.test >/dev/null && " + http_get("a.test"))
+        _, out = sh(a, sid, http_get("a.test", ORIGIN))
         if HELLO in out:
             break
-        assert time.monotonic() < deadline, f"no network after the gateway restarted: {out}"
+        assert time.monotonic() < deadline, f"no network, or no binding, after the gateway restarted: {out}"
         time.sleep(0.2)
     assert a.pid_of("airlock-gw") != old
+    after = net_log(a, sid)
+    assert all(e in after for e in before), (before, after)  # the log from before the restart
+    # the policy holds: e.test stays refused
     _, out = sh(a, sid, "nslookup e.test; " + http_get("e.test", SINK))
     assert SINK not in out.split("rc=")[0] and internet.sink_hits() == [], out
+    # deleted: its journal goes
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+    assert not os.path.exists(journal)
 
 
 ISSUER = ("python3 -c \"import socket, ssl; c = ssl.create_default_context(); "
