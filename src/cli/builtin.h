@@ -29,6 +29,7 @@ int cmd_snapshots(struct cli *cli, int argc, char **argv);
 int cmd_op(struct cli *cli, int argc, char **argv);
 int cmd_exec(struct cli *cli, int argc, char **argv);
 int cmd_cp(struct cli *cli, int argc, char **argv);
+int cmd_port(struct cli *cli, int argc, char **argv);
 int cmd_templates(struct cli *cli, int argc, char **argv);
 int cmd_pools(struct cli *cli, int argc, char **argv);
 int cmd_health(struct cli *cli, int argc, char **argv);

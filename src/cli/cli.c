@@ -87,6 +87,12 @@ static const struct cli_command commands[] = {
          "One of SRC and DST is SBX:/absolute/path, the other a local path or '-'\n"
          "for stdin/stdout. Files only; a DST ending in '/' or naming a local\n"
          "directory gets SRC's file name.\n"},
+        {"port", cmd_port, "[--print-url] SBX PORT [PATH]", "GET a page from a server in a sandbox, through its service port",
+         "The body goes to stdout; a status that is not 2xx, the API's or the\n"
+         "server's, fails with its message. With --print-url, prints the two URLs that\n"
+         "reach the port: by path, and by host name (PORT-SBX.HOST; *.localhost\n"
+         "is this machine). Either needs the API key (Authorization: Bearer, or\n"
+         "X-Airlock-Key).\n"},
         {"templates", cmd_templates, "", "List templates", NULL},
         {"pools", cmd_pools, "", "List the warm pools (VMs restored ahead of creates)", NULL},
         {"health", cmd_health, "", "Check that airlockd answers", NULL},

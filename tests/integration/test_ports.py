@@ -163,3 +163,25 @@ def test_a_paused_sandbox_is_a_409(served):
     finally:
         a.api("POST", f"/v1/sandboxes/{sid}/resume?wait=true")
     assert a.request("GET", f"/v1/sandboxes/{sid}/ports/8000/")[0] == 200
+
+
+def test_the_cli_gets_a_page_and_prints_the_urls(served):
+    a, sid = served["a"], served["sid"]
+    r = a.cli("port", sid, "8000", "/index.html")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"<h1>hello from the sandbox</h1>\n"
+    r = a.cli("port", sid, "8001")
+    assert r.returncode != 0 and b"nothing listens on port 8001" in r.stderr, r.stderr
+    r = a.cli("port", sid, "8000", "/no-such-page")
+    assert r.returncode != 0 and b"404" in r.stderr, r.stderr
+    r = a.cli("port", sid, "0")
+    assert r.returncode == 2 and b"is not a port" in r.stderr, (r.returncode, r.stderr)
+    r = a.cli("port", "--print-url", sid, "8000", "/x")
+    assert r.returncode == 0, r.stderr
+    by_path, by_host = r.stdout.decode().split()
+    assert by_path == f"{a.url}/v1/sandboxes/{sid}/ports/8000/x"
+    assert by_host == f"http://8000-{sid}.localhost:{a.port}/x"
+    # and the printed URLs work, with the key
+    status, _, data = raw(a, "GET", "/x", headers={"Host": f"8000-{sid}.localhost:{a.port}",
+                                                   "Authorization": f"Bearer {a.token}"})
+    assert status == 404  # busybox's answer for a page that is not there: the server's, reached
