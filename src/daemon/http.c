@@ -505,8 +505,8 @@ static enum MHD_Result port_begin(struct request *req, struct MHD_Connection *co
         int r = authenticate_token(req, key ? key : MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                                              MHD_HTTP_HEADER_AUTHORIZATION),
                                    !key);
-        if (r < 0)
-                return queue_error(req, conn, r == -EPERM ? -EACCES : r, "missing or invalid bearer token");
+        if (r < 0) /* (-EIO: the store failed, its own 500) */
+                return queue_error(req, conn, r, r == -EACCES ? "missing or invalid bearer token" : NULL);
         int64_t clen = content_length(conn);
         if (clen > 0 && (uint64_t) clen > cfg->max_upload) {
                 char err[API_ERRMSG_MAX];
