@@ -279,10 +279,17 @@ def split_hello(ident, sni):
             if not d:
                 break
             inc.write(d)
-            try:
-                out += o.read(65536)
-            except ssl.SSLWantReadError:
-                pass
+            # one read gives one TLS record: drain every record this
+            # segment carried, or a body that came with its head waits
+            # for a recv that never comes
+            while True:
+                try:
+                    chunk = o.read(65536)
+                except ssl.SSLWantReadError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
         print(ident, repr(out[:3000]))
     except Exception as e:
         print(ident, "error", type(e).__name__, e)
