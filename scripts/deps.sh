@@ -16,8 +16,9 @@ pkgs=(
   # lib/netpolicy: libpsl and the public suffix list it reads (wildcard rules)
   libpsl-dev publicsuffix
   # the egress gateway's parsers: DNS (ldns), TLS (OpenSSL), HTTP/1 (llhttp's
-  # C sources, which node-llhttp ships and src/gw compiles in)
-  libldns-dev libssl-dev node-llhttp
+  # C sources, which node-llhttp ships and src/gw compiles in), HTTP/2 from
+  # the guest inside terminated TLS (nghttp2)
+  libldns-dev libssl-dev node-llhttp libnghttp2-dev
   # lib/vmnet: each VM's namespace rules, loaded in-process (libnftables)
   libnftables-dev
   # run: the VMM and what the node uses for storage and its users

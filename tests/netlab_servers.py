@@ -1,7 +1,9 @@
 """The servers of the test "internet" (tests/netlab.py), one process run
 inside its network namespace:
 
-  ORIGIN:80   HTTP, files from --www (and /echo: the request's headers back)
+  ORIGIN:80   HTTP, files from --www (and /echo: the request's headers back;
+              a POST to /echo also its body's length and SHA-256, whether
+              it came with a length or chunked)
   ORIGIN:443  the same over TLS, with a certificate for --tls-names from the
               test CA (--tls-cert/--tls-key)
   SINK:*      every port of --sink-ports (TCP) and --sink-udp-ports: records
@@ -12,6 +14,7 @@ Each listener is up before "ready" is printed on stdout.
 """
 
 import argparse
+import hashlib
 import http.server
 import json
 import socket
@@ -26,10 +29,32 @@ class Handler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, fmt, *args):
         pass
 
-    def do_GET(self):
+    def read_body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            data = b""
+            while True:
+                size = int(self.rfile.readline().strip(), 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return data
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length", "0")))
+
+    def do_POST(self):
+        if not self.path.startswith("/echo"):
+            self.send_error(405)
+            return
+        data = self.read_body()
+        self.do_GET(extra={"method": self.command, "body_len": len(data), "body_sha256": hashlib.sha256(data).hexdigest(),
+                           "framing": "chunked" if "Transfer-Encoding" in self.headers else "length"})
+
+    do_PUT = do_POST
+
+    def do_GET(self, extra=None):
         if self.path.startswith("/echo"):
             body = json.dumps({"host": self.headers.get("Host"), "path": self.path,
-                               "headers": dict(self.headers.items())}).encode()
+                               "headers": dict(self.headers.items()), **(extra or {})}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

@@ -282,6 +282,25 @@ static int parse_authority(const char *s, size_t n, struct authority *ret) {
         return 0;
 }
 
+int http1_authority_parse(const char *s, size_t n, struct http1_head *h) {
+        struct authority a;
+        int r = parse_authority(s, n, &a);
+        if (r < 0)
+                return r;
+        h->host_kind = a.kind;
+        memcpy(h->host, a.host, sizeof h->host);
+        h->port = a.port;
+        return 0;
+}
+
+bool http1_token(const char *s, size_t n) {
+        return is_token(s, n);
+}
+
+bool http1_value_clean(const char *s, size_t n) {
+        return value_clean(s, n);
+}
+
 static bool authority_eq(const struct authority *a, const struct authority *b) {
         return a->kind == b->kind && a->port == b->port && strcmp(a->host, b->host) == 0;
 }

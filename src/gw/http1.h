@@ -161,6 +161,18 @@ struct http1_extra_header {
 int http1_head_serialize(const struct http1_head *h, const struct http1_extra_header *add, size_t n_add,
                          const char *const *drop, size_t n_drop, char *out, size_t outsz, size_t *ret_len);
 
+/* host[:port] as a Host header carries it (a canonical name, a dotted
+ * quad or a bracketed IPv6 address; a port 1..65535) into h->host_kind,
+ * h->host and h->port (0 without one); -EINVAL when it is none of them.
+ * For a request that came another way (HTTP/2's :authority). */
+int http1_authority_parse(const char *s, size_t n, struct http1_head *h);
+
+/* Whether s[0..n) is a token (a method, a header name: RFC 9110 tchar). */
+bool http1_token(const char *s, size_t n);
+
+/* Whether a header value holds no control character but HTAB. */
+bool http1_value_clean(const char *s, size_t n);
+
 /* The chunk-size line for a chunk of len > 0 bytes ("%zx\r\n") in out
  * (HTTP1_CHUNK_HEADER_MAX bytes); returns its length. */
 size_t http1_chunk_header(size_t len, char *out);

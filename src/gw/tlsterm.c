@@ -10,7 +10,9 @@
  * inside the tunnel), upgrades are refused, its head is re-serialised with
  * the credential bound to that host, method and path (the guest's own
  * header of that name dropped), and its body re-framed. Responses go back
- * as they are, with every credential value in them overwritten.
+ * as they are, with every credential value in them overwritten. A guest
+ * that offers h2 in ALPN speaks HTTP/2 to the gateway (h2front.c): each
+ * stream becomes one such HTTP/1.1 request upstream, decided the same way.
  *
  * OpenSSL works on BIO pairs, never on the sockets: the loop moves bytes
  * between the sockets and the pairs' network ends, so one pump drives both
@@ -33,6 +35,7 @@
 #include <unistd.h>
 
 #include "ca.h"
+#include "h2front.h"
 #include "http1.h"
 #include "log.h"
 #include "macros.h"
@@ -67,7 +70,11 @@ struct term {
         bool g_done, u_done;         /* no more plaintext from that side */
         bool g_closed, u_closed;     /* our close_notify sent */
         bool refused;                /* a refusal is on its way to the guest: nothing more is read */
+        int refusal_status;          /* the last refusal: for an HTTP/2 front that starts after it */
+        char refusal_why[200];
         struct http1_parser *hp;
+        struct h2front *h2;  /* the guest speaks HTTP/2 (ALPN h2); NULL: HTTP/1.x */
+        bool h2_up_ended;    /* h2: the upstream's end was told to the front */
         bool chunked;        /* the current request's body */
         struct pbuf gp;      /* guest plaintext not yet parsed */
         struct pbuf up;      /* to the upstream, re-serialised */
@@ -78,20 +85,29 @@ struct term {
 
 static SSL_CTX *guest_ctx, *upstream_ctx;
 
-static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
-                       unsigned inlen, void *arg) {
-        /* HTTP/1.1 only: a client that offers h2 too falls back to it */
+static bool alpn_find(const unsigned char *in, unsigned inlen, const char *proto, const unsigned char **out,
+                      unsigned char *outlen) {
+        size_t pl = strlen(proto);
         for (unsigned i = 0; i < inlen;) {
                 unsigned l = in[i];
                 if (i + 1 + l > inlen)
                         break;
-                if (l == 8 && memcmp(in + i + 1, "http/1.1", 8) == 0) {
+                if (l == pl && memcmp(in + i + 1, proto, pl) == 0) {
                         *out = in + i + 1;
                         *outlen = (unsigned char) l;
-                        return SSL_TLSEXT_ERR_OK;
+                        return true;
                 }
                 i += 1 + l;
         }
+        return false;
+}
+
+/* h2 when the guest offers it (the front turns it into HTTP/1.1), else
+ * http/1.1; a guest that offers neither speaks HTTP/1.x without ALPN. */
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+                       unsigned inlen, void *arg) {
+        if (alpn_find(in, inlen, "h2", out, outlen) || alpn_find(in, inlen, "http/1.1", out, outlen))
+                return SSL_TLSEXT_ERR_OK;
         return SSL_TLSEXT_ERR_NOACK;
 }
 
@@ -157,6 +173,7 @@ static void term_free(struct term *t) {
         BIO_free(t->g_net);
         BIO_free(t->u_net);
         http1_parser_free(t->hp);
+        h2front_free(t->h2);
         free(t->gp.data);
         free(t->up.data);
         free(t->down.data);
@@ -203,9 +220,13 @@ static const char *status_text(int status) {
 
 /* Refuses what the guest asked, inside its TLS session when it has one:
  * a 403 (or 502 for an upstream at fault) naming the reason, then the end. */
-static void refuse(struct term *t, int status, const char *host, const char *why) {
-        gw_sandbox_log(t->sb, false, false, host && *host ? host : t->name, t->dst.sin_addr,
-                       ntohs(t->dst.sin_port), why);
+static void refuse_quietly(struct term *t, int status, const char *host, const char *why) {
+        t->refusal_status = status;
+        snprintf(t->refusal_why, sizeof t->refusal_why, "%s", why);
+        if (t->h2) { /* only the upstream fails this way once HTTP/2 is spoken */
+                h2front_upstream_failed(t->h2, status, why);
+                return;
+        }
         t->refused = true;
         t->up.len = 0;
         t->down.len = 0;
@@ -220,6 +241,12 @@ static void refuse(struct term *t, int status, const char *host, const char *why
                           status, status_text(status), bl, body);
         put(&t->down, msg, (size_t) ml);
         t->u_done = true; /* nothing more comes from there */
+}
+
+static void refuse(struct term *t, int status, const char *host, const char *why) {
+        gw_sandbox_log(t->sb, false, false, host && *host ? host : t->name, t->dst.sin_addr,
+                       ntohs(t->dst.sin_port), why);
+        refuse_quietly(t, status, host, why);
 }
 
 static void pump(struct term *t);
@@ -260,17 +287,17 @@ static void release(void *userdata) {
         pump(t);
 }
 
-/* Overwrites every credential value in down, also one split across reads:
- * a tail that may begin a value is held back until more comes, the
- * upstream ends, or REDACT_HOLD_MS pass without more (a kept-alive
- * response may end in bytes that only look like a value's start). Returns
- * how many bytes of down may go to the guest. */
-static size_t redact(struct term *t) {
-        size_t span = t->refused ? 0 : redact_span(t);
+/* Overwrites every credential value in p[0..n), also one split across
+ * reads (scanned: the bytes looked at before): a tail that may begin a
+ * value is held back until more comes, the response ends (final), or
+ * REDACT_HOLD_MS pass without more (a kept-alive response may end in
+ * bytes that only look like a value's start). Returns how many bytes of p
+ * may go to the guest. */
+static size_t redact_bytes(struct term *t, uint8_t *p, size_t n, size_t scanned, bool final) {
+        size_t span = redact_span(t);
         if (span == 0)
-                return t->down.len;
-        uint8_t *p = t->down.data + t->down.off;
-        size_t n = t->down.len, from = t->down_scanned >= span - 1 ? t->down_scanned - (span - 1) : 0, hold = 0;
+                return n;
+        size_t from = scanned >= span - 1 ? scanned - (span - 1) : 0, hold = 0;
         for (size_t i = 0; i < t->sb->n_secrets; i++) {
                 const struct gw_secret *s = &t->sb->secrets[i];
                 const char *texts[2] = { s->value, s->encoded };
@@ -280,8 +307,7 @@ static size_t redact(struct term *t) {
                         hold = MAX(hold, partial_tail(p, n, texts[j], nl));
                 }
         }
-        t->down_scanned = n;
-        if (t->u_done || t->release_held || hold == 0) {
+        if (final || t->release_held || hold == 0) {
                 t->release_held = false;
                 return n;
         }
@@ -290,21 +316,32 @@ static size_t redact(struct term *t) {
         return n - hold;
 }
 
-/* One request head of the guest: checked, then re-serialised into up. */
-static int on_head(struct term *t) {
-        const struct http1_head *h = http1_parser_head(t->hp);
+/* HTTP/1.x: the upstream's bytes in down, as they go. */
+static size_t redact(struct term *t) {
+        if (t->refused)
+                return t->down.len;
+        size_t may = redact_bytes(t, t->down.data + t->down.off, t->down.len, t->down_scanned, t->u_done);
+        t->down_scanned = t->down.len;
+        return may;
+}
+
+/* One request of the guest (an HTTP/1.x head, or an HTTP/2 stream's):
+ * decided, logged when refused, then re-serialised into up. Returns 0, or
+ * the HTTP status to refuse with and *why. */
+static int decide(struct term *t, const struct http1_head *h, const char **why) {
         uint16_t port = ntohs(t->dst.sin_port);
-        if (h->host_kind != HTTP1_HOST_NAME || strcmp(h->host, t->name) != 0) {
-                refuse(t, 403, h->host, "the Host header differs from the TLS name (domain fronting)");
-                return -EPERM;
-        }
-        if (h->port != 0 && h->port != port) {
-                refuse(t, 403, h->host, "the Host header names another port");
-                return -EPERM;
-        }
-        if (h->upgrade != HTTP1_UPGRADE_NONE) {
-                refuse(t, 403, h->host, "protocol upgrades are not allowed");
-                return -EPERM;
+        const char *refusal = NULL;
+        if (h->host_kind != HTTP1_HOST_NAME || strcmp(h->host, t->name) != 0)
+                refusal = t->h2 ? ":authority differs from the TLS name (domain fronting)"
+                                : "the Host header differs from the TLS name (domain fronting)";
+        else if (h->port != 0 && h->port != port)
+                refusal = t->h2 ? ":authority names another port" : "the Host header names another port";
+        else if (h->upgrade != HTTP1_UPGRADE_NONE)
+                refusal = "protocol upgrades are not allowed";
+        if (refusal) {
+                gw_sandbox_log(t->sb, false, false, h->host, t->dst.sin_addr, port, refusal);
+                *why = refusal;
+                return 403;
         }
         struct http1_extra_header add[1];
         size_t n_add = 0;
@@ -315,11 +352,11 @@ static int on_head(struct term *t) {
         for (size_t i = 0; i < t->sb->n_secrets; i++)
                 if (gw_secret_binds(&t->sb->secrets[i], t->name, port))
                         drop[n_drop++] = t->sb->secrets[i].header;
-        const char *why = NULL;
-        struct gw_secret *s = gw_secrets_pick(t->sb, t->name, port, h->method, h->path, &why);
-        if (!s && why) {
-                refuse(t, 403, h->host, why);
-                return -EPERM;
+        *why = NULL;
+        struct gw_secret *s = gw_secrets_pick(t->sb, t->name, port, h->method, h->path, why);
+        if (!s && *why) {
+                gw_sandbox_log(t->sb, false, false, h->host, t->dst.sin_addr, port, *why);
+                return 403;
         }
         if (s) {
                 add[n_add++] = (struct http1_extra_header){s->header, s->header_value};
@@ -330,10 +367,23 @@ static int on_head(struct term *t) {
         int r = http1_head_serialize(h, add, n_add, drop, n_drop, (char *) t->up.data + t->up.len,
                                      room(&t->up), &len);
         if (r < 0) {
-                refuse(t, 403, h->host, "the request head cannot be passed on");
-                return r;
+                *why = "the request head cannot be passed on";
+                gw_sandbox_log(t->sb, false, false, h->host, t->dst.sin_addr, port, *why);
+                return 403;
         }
         t->up.len += len;
+        return 0;
+}
+
+/* An HTTP/1.x request head: decided, or refused with the connection's end. */
+static int on_head(struct term *t) {
+        const struct http1_head *h = http1_parser_head(t->hp);
+        const char *why = NULL;
+        int status = decide(t, h, &why);
+        if (status != 0) {
+                refuse_quietly(t, status, h->host, why);
+                return -EPERM;
+        }
         t->chunked = h->body == HTTP1_BODY_CHUNKED;
         return 0;
 }
@@ -469,6 +519,132 @@ static const char *upstream_failure(struct term *t) {
         return "the TLS handshake with the destination failed";
 }
 
+/* --- HTTP/2 (h2front.c): the front's view of this connection --- */
+
+static int h2_head(void *userdata, const struct http1_head *h, const char **why) {
+        return decide(userdata, h, why);
+}
+
+static int h2_up_write(void *userdata, const void *data, size_t len) {
+        struct term *t = userdata;
+        if (len > PLAIN_BUF - t->up.len)
+                return -ENOBUFS;
+        put(&t->up, data, len);
+        return 0;
+}
+
+static size_t h2_up_room(void *userdata) {
+        struct term *t = userdata;
+        return PLAIN_BUF - t->up.len;
+}
+
+static size_t h2_redact(void *userdata, uint8_t *data, size_t len, size_t scanned, bool final) {
+        return redact_bytes(userdata, data, len, scanned, final);
+}
+
+static const struct h2front_ops h2_ops = {
+        .head = h2_head,
+        .up_write = h2_up_write,
+        .up_room = h2_up_room,
+        .redact = h2_redact,
+};
+
+/* The guest's handshake is done: if it chose h2, the front takes over its
+ * plaintext (and hears of an upstream that failed before). */
+static int h2_start(struct term *t) {
+        const unsigned char *proto = NULL;
+        unsigned len = 0;
+        SSL_get0_alpn_selected(t->g_ssl, &proto, &len);
+        if (len != 2 || memcmp(proto, "h2", 2) != 0)
+                return 0;
+        int r = h2front_new(&h2_ops, t, &t->h2);
+        if (r < 0)
+                return r;
+        if (t->refused) { /* the upstream's handshake failed: the refusal is said in HTTP/2 */
+                t->refused = false;
+                t->down.off = t->down.len = 0;
+                h2front_upstream_failed(t->h2, t->refusal_status, t->refusal_why);
+        }
+        return 0;
+}
+
+/* Guest plaintext into the front while up has room. */
+static bool h2_guest(struct term *t, bool *failed) {
+        bool progress = false;
+        while (t->gp.len > 0 && h2_up_room(t) >= H2FRONT_UP_ROOM) {
+                size_t used = 0;
+                const char *why = NULL;
+                if (h2front_recv(t->h2, t->gp.data + t->gp.off, t->gp.len, &used, &why) < 0) {
+                        char msg[160];
+                        snprintf(msg, sizeof msg, "HTTP/2: %s", why ? why : "broken");
+                        gw_sandbox_log(t->sb, false, false, t->name, t->dst.sin_addr, ntohs(t->dst.sin_port),
+                                       msg);
+                        *failed = true;
+                        return true;
+                }
+                if (used == 0)
+                        break;
+                t->gp.off += used;
+                t->gp.len -= used;
+                progress = true;
+        }
+        if (t->gp.len == 0)
+                t->gp.off = 0;
+        return progress;
+}
+
+/* Upstream plaintext into the front, as much as it takes. */
+static bool h2_upstream(struct term *t) {
+        bool progress = false;
+        uint8_t buf[16u << 10];
+        size_t want;
+        while (!t->u_done && (want = h2front_upstream_room(t->h2)) > 0) {
+                size_t n = 0;
+                int r = SSL_read_ex(t->u_ssl, buf, MIN(want, sizeof buf), &n);
+                if (r != 1) {
+                        int e = SSL_get_error(t->u_ssl, r);
+                        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+                                t->u_done = true;
+                                progress = true;
+                        }
+                        break;
+                }
+                h2front_upstream(t->h2, buf, n);
+                progress = true;
+        }
+        if (t->u_done && !t->h2_up_ended) {
+                t->h2_up_ended = true;
+                h2front_upstream(t->h2, NULL, 0);
+        }
+        return progress;
+}
+
+/* The front's frames into down. */
+static bool h2_out(struct term *t) {
+        h2front_resume(t->h2);
+        compact(&t->down);
+        size_t n = h2front_send(t->h2, t->down.data + t->down.len, room(&t->down));
+        t->down.len += n;
+        return n > 0;
+}
+
+/* The ends of an HTTP/2 connection: the upstream goes once the front has
+ * no use for it, the guest once the front is done (or the guest is). */
+static void h2_ends(struct term *t) {
+        if (!h2front_upstream_wanted(t->h2) && t->up.len == 0 && !t->u_closed) {
+                if (t->u_hs) {
+                        (void) SSL_shutdown(t->u_ssl);
+                        (void) net_out(t->u_fd, t->u_net);
+                }
+                t->u_closed = t->u_done = t->h2_up_ended = true;
+        }
+        if ((h2front_done(t->h2) || t->g_done) && t->down.len == 0 && !t->g_closed) {
+                (void) SSL_shutdown(t->g_ssl);
+                t->g_closed = true;
+                (void) net_out(t->g_fd, t->g_net);
+        }
+}
+
 /* Moves everything that can move; ends the connection when all is said. */
 static void pump(struct term *t) {
         bool progress, g_failed = false, u_failed = false;
@@ -482,6 +658,10 @@ static void pump(struct term *t) {
                         int r = SSL_do_handshake(t->g_ssl);
                         if (r == 1) {
                                 t->g_hs = progress = true;
+                                if (h2_start(t) < 0) {
+                                        term_free(t);
+                                        return;
+                                }
                                 if (t->u_hs) {
                                         loop_timer_cancel(t->timer);
                                         t->timer = NULL;
@@ -525,15 +705,23 @@ static void pump(struct term *t) {
                 if (t->g_hs && !t->refused)
                         progress |= ssl_in(t->g_ssl, &t->gp, &t->g_done, &g_failed);
                 if (t->g_hs && !t->refused)
-                        progress |= parse_guest(t);
+                        progress |= t->h2 ? h2_guest(t, &g_failed) : parse_guest(t);
                 if (t->u_hs && !t->u_closed && t->up.len)
                         progress |= ssl_out(t->u_ssl, &t->up, t->up.len, &u_failed);
-                if (t->u_hs && !t->u_done && !t->refused)
-                        progress |= ssl_in(t->u_ssl, &t->down, &t->u_done, &u_failed);
-                if (t->g_hs && t->down.len) {
-                        size_t may = redact(t), before = t->down.len;
-                        progress |= ssl_out(t->g_ssl, &t->down, may, &g_failed);
-                        t->down_scanned -= before - t->down.len; /* it counts from the first pending byte */
+                if (t->h2) {
+                        if (t->u_hs && !t->u_closed)
+                                progress |= h2_upstream(t);
+                        progress |= h2_out(t);
+                        if (t->down.len)
+                                progress |= ssl_out(t->g_ssl, &t->down, t->down.len, &g_failed);
+                } else {
+                        if (t->u_hs && !t->u_done && !t->refused)
+                                progress |= ssl_in(t->u_ssl, &t->down, &t->u_done, &u_failed);
+                        if (t->g_hs && t->down.len) {
+                                size_t may = redact(t), before = t->down.len;
+                                progress |= ssl_out(t->g_ssl, &t->down, may, &g_failed);
+                                t->down_scanned -= before - t->down.len; /* from the first pending byte */
+                        }
                 }
                 int o = net_out(t->g_fd, t->g_net);
                 if (o < 0)
@@ -549,9 +737,25 @@ static void pump(struct term *t) {
                         term_free(t);
                         return;
                 }
-                if (u_failed)
+                if (u_failed) {
                         t->u_done = true; /* the guest gets what came, then the end */
+                        if (t->h2 && !t->h2_up_ended) { /* the front hears of it */
+                                t->h2_up_ended = true;
+                                h2front_upstream(t->h2, NULL, 0);
+                                progress = true;
+                        }
+                }
         } while (progress);
+
+        if (t->h2) {
+                h2_ends(t);
+                if (t->g_closed && BIO_ctrl_pending(t->g_net) == 0) {
+                        term_free(t);
+                        return;
+                }
+                update_interest(t);
+                return;
+        }
 
         /* ends: the guest finished sending -> the upstream hears close_notify */
         if (t->g_done && t->gp.len == 0 && t->up.len == 0 && t->u_hs && !t->u_closed) {

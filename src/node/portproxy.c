@@ -14,7 +14,7 @@
 #include "log.h"
 #include "nodeops.h"
 #include "nodeutil.h"
-#include "portresp.h"
+#include "httpresp.h"
 #include "sandbox.h"
 #include "server.h"
 #include "util.h"
@@ -214,7 +214,7 @@ static int relay_body(void *userdata, const uint8_t *data, size_t len) {
         return 0;
 }
 
-static const struct portresp_events relay_events = { .head = relay_head, .body = relay_body };
+static const struct httpresp_events relay_events = { .head = relay_head, .body = relay_body };
 
 /* A failure after the head went out ends the stream with "abort". */
 static int fail_stream(struct relay *x, int r, const char *code, const char *what, uint16_t port) {
@@ -265,8 +265,8 @@ static int forward_body(struct node_conn *c, int fd, bool chunked, bool *ret_abo
 }
 
 static int relay_response(struct relay *x, int fd, const char *method, uint16_t port) {
-        _cleanup_(portresp_freep) struct portresp *p = NULL;
-        int r = portresp_new(method, &relay_events, x, &p);
+        _cleanup_(httpresp_freep) struct httpresp *p = NULL;
+        int r = httpresp_new(method, &relay_events, x, &p);
         if (r < 0)
                 return r;
         uint8_t buf[64 << 10];
@@ -282,7 +282,7 @@ static int relay_response(struct relay *x, int fd, const char *method, uint16_t 
                 if (n < 0)
                         n = 0; /* a reset: like a close, the parser says whether the response was whole */
                 const char *why;
-                r = portresp_feed(p, buf, (size_t) n, &why);
+                r = httpresp_feed(p, buf, (size_t) n, &why);
                 if (r == 1)
                         return conn_send_end(x->c, NULL);
                 if (r < 0 && x->c->broken)

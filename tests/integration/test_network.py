@@ -5,6 +5,8 @@ while the sandbox runs, and the network log that says what was denied.
 Every refusal sits beside the same request made legitimately, which
 succeeds."""
 
+import hashlib
+import json
 import os
 import sys
 import time
@@ -194,6 +196,57 @@ def test_tls_under_an_allowlist_is_terminated_and_checked_inside(airlock_factory
     assert any(e.get("name") == "a.test" and e.get("addr") == SINK and e["action"] == "deny" for e in entries), entries
     assert any(e.get("name") == "e.test" and e["action"] == "deny" for e in entries), entries
     assert internet.sink_hits() == []
+
+
+H2_FMT = "-w ' [v=%{http_version} code=%{http_code} new=%{num_connects}]\\n'"
+
+
+def echoes(out):
+    """Every JSON object /echo sent back, in the order curl printed them."""
+    dec, found, at = json.JSONDecoder(), [], out.find('{"host"')
+    while at >= 0:
+        obj, end = dec.raw_decode(out, at)
+        found.append(obj)
+        at = out.find('{"host"', end)
+    return found
+
+
+def test_http2_inside_terminated_tls_becomes_checked_http1_requests(airlock_factory, internet):
+    """A guest that offers h2 in ALPN (curl does by default) speaks HTTP/2
+    to the gateway, and each stream becomes one HTTP/1.1 request on the
+    upstream connection, decided like one (tests/security has the attacks).
+    Bodies cross both ways whole, with a length or without one (then
+    chunked upstream), larger than every buffer on the way; the controls:
+    HTTP/1.1 when the guest asks for it, and one connection for the lot."""
+    blob = os.urandom(3 << 20)
+    with open(os.path.join(internet.www, "blob.bin"), "wb") as f:
+        f.write(blob)
+    digest = hashlib.sha256(blob).hexdigest()
+    a = airlock_factory(prebuild="minimal,python", env=internet.env())
+    sid = a.create(template="python", network={"allow": [{"host": "a.test"}]})["id"]
+    _, out = sh(a, sid, f"curl -sS --max-time 10 {H2_FMT} https://a.test/hello.txt")
+    assert HELLO in out and "[v=2 code=200 new=1]" in out, out
+    _, out = sh(a, sid, f"curl -sS --http1.1 --max-time 10 {H2_FMT} https://a.test/hello.txt")
+    assert HELLO in out and "[v=1.1 code=200 new=1]" in out, out
+
+    # four requests on one connection: a 3 MiB download, a 300 kB upload
+    # with a length, the same without one (from a pipe), and a HEAD
+    up = "head -c 300000 /dev/urandom > /tmp/up && sha256sum /tmp/up && "
+    cmd = (up + f"curl -sS --max-time 60 {H2_FMT} -o /tmp/b https://a.test/blob.bin "
+           f"--next -sS --max-time 60 {H2_FMT} --data-binary @/tmp/up https://a.test/echo "
+           f"--next -sS --max-time 60 {H2_FMT} -X POST -T - https://a.test/echo "
+           f"--next -sS --max-time 60 {H2_FMT} -I https://a.test/hello.txt < /tmp/up && sha256sum /tmp/b")
+    _, out = sh(a, sid, cmd, timeout_s=120)
+    assert digest in out, out
+    assert out.count("[v=2 code=200 new=1]") == 1 and out.count("[v=2 code=200 new=0]") == 3, out
+    sha = out.split()[0]
+    sized, chunked = echoes(out)
+    assert (sized["body_len"], sized["body_sha256"], sized["framing"]) == (300000, sha, "length"), sized
+    assert (chunked["body_len"], chunked["body_sha256"], chunked["framing"]) == (300000, sha, "chunked"), chunked
+    assert sized["host"] == "a.test", sized
+    assert "content-length: 29" in out.lower(), out  # the HEAD's length, and no body
+    entries = net_log(a, sid)
+    assert any(e.get("name") == "a.test" and e["reason"] == "allowed by name (TLS terminated)" for e in entries), entries
 
 
 def test_tls_under_allow_all_passes_through_untouched(airlock_factory, internet):

@@ -34,6 +34,10 @@ def test_credentials_go_only_where_they_are_bound(airlock_factory, internet):
     got = echoed(out)["Authorization"]
     assert got == "Bearer " + "*" * len(VALUE), out  # the value's length: injected, then redacted
     assert VALUE not in out and ph not in out, out
+    # curl speaks HTTP/2 to the gateway by default; the same over HTTP/1.1
+    _, out = sh(a, sid, 'curl -sS --http1.1 --max-time 10 -H "Authorization: Bearer $TOK" https://a.test/echo')
+    assert echoed(out)["Authorization"] == "Bearer " + "*" * len(VALUE), out
+    assert VALUE not in out and ph not in out, out
 
     attacks = {
         # the guest's own Authorization to the bound host is replaced, never passed

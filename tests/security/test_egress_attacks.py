@@ -337,6 +337,31 @@ def test_attacks_inside_terminated_tls(airlock_factory, internet):
     assert internet.sink_hits() == []
 
 
+H2_FMT = "-w ' [v=%{http_version} code=%{http_code} new=%{num_connects}]\\n'"
+
+
+def test_an_authority_switch_on_a_reused_http2_connection_is_refused(airlock_factory, internet):
+    """HTTP/2 lets a client reuse one connection for other authorities (RFC
+    9113 §9.1.1): the guest opens a stream for e.test on its connection to
+    a.test (curl turns Host into :authority). Each stream is decided on its
+    own. The control: the first stream, to a.test, is answered; the switch,
+    on the same connection, is refused with 403 and reaches no upstream;
+    so is another port, on the fresh connection that follows the GOAWAY."""
+    a = airlock_factory(prebuild="minimal,python", env=internet.env())
+    sid = a.create(template="python", network={"allow": [{"host": "a.test"}]})["id"]
+    _, out = sh(a, sid, f"curl -sS --max-time 10 {H2_FMT} https://a.test/hello.txt "
+                        f"--next -sS --max-time 10 {H2_FMT} -H 'Host: e.test' https://a.test/echo "
+                        f"--next -sS --max-time 10 {H2_FMT} -H 'Host: a.test:8443' https://a.test/echo")
+    lines = out.splitlines()
+    assert HELLO in out and "[v=2 code=200 new=1]" in lines[1], out  # the control
+    assert "[v=2 code=403 new=0]" in out and ":authority differs from the TLS name" in out, out
+    assert "[v=2 code=403 new=1]" in out and ":authority names another port" in out, out
+    assert '"path"' not in out, out  # /echo never answered
+    entries = net_log(a, sid)
+    assert any(e.get("name") == "e.test" and e["action"] == "deny" for e in entries), entries
+    assert internet.sink_hits() == []
+
+
 def test_the_egress_ca_key_is_the_gateways_alone(airlock_factory, internet):
     """The key that could mint a certificate for any name the guests trust:
     0600 and owned by the gateway's user, unreadable to the node's user

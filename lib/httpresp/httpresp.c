@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#include "portresp.h"
+#include "httpresp.h"
 
 #include <errno.h>
 #include <llhttp.h>
@@ -9,10 +9,10 @@
 
 #include "util.h"
 
-struct portresp {
+struct httpresp {
         llhttp_t ll;
         llhttp_settings_t settings; /* llhttp keeps a pointer: lives as long */
-        const struct portresp_events *ev;
+        const struct httpresp_events *ev;
         void *userdata;
         bool head_request;
         size_t head_bytes; /* of the current message's head */
@@ -20,27 +20,28 @@ struct portresp {
         size_t field_len, value_len;
         json_t *headers;
         char *connection; /* the Connection header's tokens: hop-by-hop names */
-        bool informational, done;
+        bool informational, done, keep_alive;
+        size_t trailing;
         int err; /* a limit's or an event's errno */
         const char *why;
 };
 
-static struct portresp *parser_of(llhttp_t *ll) {
-        return (struct portresp *) ((char *) ll - offsetof(struct portresp, ll));
+static struct httpresp *parser_of(llhttp_t *ll) {
+        return (struct httpresp *) ((char *) ll - offsetof(struct httpresp, ll));
 }
 
-static int fail(struct portresp *p, int r, const char *why) {
+static int fail(struct httpresp *p, int r, const char *why) {
         p->err = r;
         p->why = why;
         return -1;
 }
 
-static int count_head(struct portresp *p, size_t n) {
+static int count_head(struct httpresp *p, size_t n) {
         p->head_bytes += n;
-        return p->head_bytes > PORTRESP_HEAD_MAX ? fail(p, -E2BIG, "the response head is too large") : 0;
+        return p->head_bytes > HTTPRESP_HEAD_MAX ? fail(p, -E2BIG, "the response head is too large") : 0;
 }
 
-static int append(struct portresp *p, char **buf, size_t *len, const char *at, size_t n) {
+static int append(struct httpresp *p, char **buf, size_t *len, const char *at, size_t n) {
         if (count_head(p, n) < 0)
                 return -1;
         char *b = realloc(*buf, *len + n + 1);
@@ -54,7 +55,7 @@ static int append(struct portresp *p, char **buf, size_t *len, const char *at, s
 }
 
 static int on_message_begin(llhttp_t *ll) {
-        struct portresp *p = parser_of(ll);
+        struct httpresp *p = parser_of(ll);
         p->head_bytes = 0;
         json_array_clear(p->headers);
         free(p->connection);
@@ -68,12 +69,12 @@ static int on_status(llhttp_t *ll, const char *at, size_t n) {
 }
 
 static int on_header_field(llhttp_t *ll, const char *at, size_t n) {
-        struct portresp *p = parser_of(ll);
+        struct httpresp *p = parser_of(ll);
         return append(p, &p->field, &p->field_len, at, n);
 }
 
 static int on_header_value(llhttp_t *ll, const char *at, size_t n) {
-        struct portresp *p = parser_of(ll);
+        struct httpresp *p = parser_of(ll);
         return append(p, &p->value, &p->value_len, at, n);
 }
 
@@ -88,7 +89,7 @@ static bool hop_by_hop(const char *name) {
 }
 
 static int on_header_value_complete(llhttp_t *ll) {
-        struct portresp *p = parser_of(ll);
+        struct httpresp *p = parser_of(ll);
         const char *name = p->field ? p->field : "", *value = p->value ? p->value : "";
         int r = 0;
         if (strcasecmp(name, "connection") == 0) {
@@ -98,7 +99,7 @@ static int on_header_value_complete(llhttp_t *ll) {
                 free(p->connection);
                 p->connection = c;
         } else if (!hop_by_hop(name)) {
-                if (json_array_size(p->headers) >= PORTRESP_HEADERS_MAX)
+                if (json_array_size(p->headers) >= HTTPRESP_HEADERS_MAX)
                         r = fail(p, -E2BIG, "the response has too many headers");
                 else {
                         /* NULL for a value that is not UTF-8: that header is dropped */
@@ -128,7 +129,7 @@ static bool token_listed(const char *list, const char *name) {
 }
 
 static int on_headers_complete(llhttp_t *ll) {
-        struct portresp *p = parser_of(ll);
+        struct httpresp *p = parser_of(ll);
         unsigned status = llhttp_get_status_code(ll);
         if (status < 100 || status > 599) /* llhttp takes any three digits */
                 return fail(p, -EBADMSG, "the status is not an HTTP status (100-599)");
@@ -157,7 +158,7 @@ static int on_headers_complete(llhttp_t *ll) {
 }
 
 static int on_body(llhttp_t *ll, const char *at, size_t n) {
-        struct portresp *p = parser_of(ll);
+        struct httpresp *p = parser_of(ll);
         if (p->informational)
                 return 0;
         int r = p->ev->body(p->userdata, (const uint8_t *) at, n);
@@ -165,19 +166,20 @@ static int on_body(llhttp_t *ll, const char *at, size_t n) {
 }
 
 static int on_message_complete(llhttp_t *ll) {
-        struct portresp *p = parser_of(ll);
+        struct httpresp *p = parser_of(ll);
         if (p->informational) {
                 p->informational = false;
                 return 0;
         }
         p->done = true;
+        p->keep_alive = llhttp_should_keep_alive(ll);
         return HPE_PAUSED; /* nothing after the response is read */
 }
 
-int portresp_new(const char *method, const struct portresp_events *ev, void *userdata, struct portresp **ret) {
+int httpresp_new(const char *method, const struct httpresp_events *ev, void *userdata, struct httpresp **ret) {
         if (!method || !ev || !ev->head || !ev->body)
                 return -EINVAL;
-        struct portresp *p = calloc(1, sizeof *p);
+        struct httpresp *p = calloc(1, sizeof *p);
         if (!p || !(p->headers = json_array())) {
                 free(p);
                 return -ENOMEM;
@@ -200,7 +202,7 @@ int portresp_new(const char *method, const struct portresp_events *ev, void *use
         return 0;
 }
 
-void portresp_free(struct portresp *p) {
+void httpresp_free(struct httpresp *p) {
         if (!p)
                 return;
         json_decref(p->headers);
@@ -210,7 +212,7 @@ void portresp_free(struct portresp *p) {
         free(p);
 }
 
-int portresp_feed(struct portresp *p, const uint8_t *data, size_t len, const char **ret_why) {
+int httpresp_feed(struct httpresp *p, const uint8_t *data, size_t len, const char **ret_why) {
         *ret_why = "";
         if (p->done)
                 return 1;
@@ -219,8 +221,12 @@ int portresp_feed(struct portresp *p, const uint8_t *data, size_t len, const cha
                 return p->err;
         }
         llhttp_errno_t e = len > 0 ? llhttp_execute(&p->ll, (const char *) data, len) : llhttp_finish(&p->ll);
-        if (p->done)
+        if (p->done) {
+                const char *end = len > 0 && e == HPE_PAUSED ? llhttp_get_error_pos(&p->ll) : NULL;
+                if (end && end >= (const char *) data && end <= (const char *) data + len)
+                        p->trailing = len - (size_t) (end - (const char *) data);
                 return 1;
+        }
         if (p->err < 0) {
                 *ret_why = p->why;
                 return p->err;
@@ -234,4 +240,12 @@ int portresp_feed(struct portresp *p, const uint8_t *data, size_t len, const cha
                 return -EBADMSG;
         }
         return 0;
+}
+
+bool httpresp_keep_alive(const struct httpresp *p) {
+        return p->done && p->keep_alive;
+}
+
+size_t httpresp_trailing(const struct httpresp *p) {
+        return p->done ? p->trailing : 0;
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The parser of a guest server's response on a service port (src/node/portresp.c). */
+/* The parser of an untrusted server's HTTP/1.x response (lib/httpresp). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "portresp.h"
+#include "httpresp.h"
 
 struct got {
         unsigned status;
@@ -37,21 +37,21 @@ static int on_body(void *userdata, const uint8_t *data, size_t len) {
         return 0;
 }
 
-static const struct portresp_events events = { .head = on_head, .body = on_body };
+static const struct httpresp_events events = { .head = on_head, .body = on_body };
 
 /* Feeds text in reads of step bytes, then (with close) the end. */
 static int parse(const char *method, const char *text, size_t step, bool close, struct got *g) {
         memset(g, 0, sizeof *g);
-        struct portresp *p;
-        assert_int_equal(portresp_new(method, &events, g, &p), 0);
+        struct httpresp *p;
+        assert_int_equal(httpresp_new(method, &events, g, &p), 0);
         const char *why;
         int r = 0;
         size_t n = strlen(text);
         for (size_t off = 0; off < n && r == 0; off += step)
-                r = portresp_feed(p, (const uint8_t *) text + off, n - off < step ? n - off : step, &why);
+                r = httpresp_feed(p, (const uint8_t *) text + off, n - off < step ? n - off : step, &why);
         if (r == 0 && close)
-                r = portresp_feed(p, NULL, 0, &why);
-        portresp_free(p);
+                r = httpresp_feed(p, NULL, 0, &why);
+        httpresp_free(p);
         return r;
 }
 
@@ -107,6 +107,35 @@ static void test_framings(void **state) {
         json_decref(g.headers);
 }
 
+/* What follows a response in its last read, and whether the connection
+ * stays open: what the gateway's HTTP/2 front decides reuse by. */
+static void test_keep_alive_and_trailing_bytes(void **state) {
+        (void) state;
+        struct got g;
+        struct {
+                const char *text;
+                bool keep_alive;
+                size_t trailing;
+        } cases[] = {
+                { "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true, 0 },
+                { "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200", true, 12 },
+                { "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", false, 0 },
+                { "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", false, 0 },
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+                memset(&g, 0, sizeof g);
+                struct httpresp *p;
+                const char *why;
+                assert_int_equal(httpresp_new("GET", &events, &g, &p), 0);
+                assert_false(httpresp_keep_alive(p)); /* not before the end */
+                assert_int_equal(httpresp_feed(p, (const uint8_t *) cases[i].text, strlen(cases[i].text), &why), 1);
+                assert_int_equal(httpresp_keep_alive(p), cases[i].keep_alive);
+                assert_int_equal(httpresp_trailing(p), cases[i].trailing);
+                httpresp_free(p);
+                json_decref(g.headers);
+        }
+}
+
 static void test_hops_and_informational(void **state) {
         (void) state;
         struct got g;
@@ -147,7 +176,7 @@ static void test_refusals(void **state) {
         json_decref(g.headers);
 
         /* limits: the head's size, the number of headers */
-        size_t n = PORTRESP_HEAD_MAX + 100;
+        size_t n = HTTPRESP_HEAD_MAX + 100;
         char *big = malloc(n + 64);
         assert_non_null(big);
         strcpy(big, "HTTP/1.1 200 OK\r\nX: ");
@@ -156,8 +185,8 @@ static void test_refusals(void **state) {
         strcpy(big + n, "\r\n\r\n");
         assert_int_equal(parse("GET", big, 4096, true, &g), -E2BIG);
         free(big);
-        char many[PORTRESP_HEADERS_MAX * 16 + 64] = "HTTP/1.1 200 OK\r\n";
-        for (int i = 0; i <= PORTRESP_HEADERS_MAX; i++)
+        char many[HTTPRESP_HEADERS_MAX * 16 + 64] = "HTTP/1.1 200 OK\r\n";
+        for (int i = 0; i <= HTTPRESP_HEADERS_MAX; i++)
                 snprintf(many + strlen(many), sizeof many - strlen(many), "X-%d: v\r\n", i);
         strcat(many, "\r\n");
         assert_int_equal(parse("GET", many, 512, true, &g), -E2BIG);
@@ -174,6 +203,7 @@ static void test_refusals(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_framings),
+                cmocka_unit_test(test_keep_alive_and_trailing_bytes),
                 cmocka_unit_test(test_hops_and_informational),
                 cmocka_unit_test(test_refusals),
         };
