@@ -440,10 +440,16 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *frame, void
         struct h2front *f = userdata;
         if (frame->hd.type != NGHTTP2_HEADERS)
                 return 0;
-        if (frame->headers.cat != NGHTTP2_HCAT_REQUEST || f->stream != 0 || f->goaway)
-                /* trailers (which would pass unchecked), or a second
-                 * stream at once: that stream is reset */
-                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        if (frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* trailers would pass unchecked: reset */
+        if (f->stream != 0 || f->goaway) {
+                /* a second stream at once (sent before our SETTINGS arrived),
+                 * or one after GOAWAY: not processed, which the client may
+                 * retry (its fields and DATA are ignored: not f->stream) */
+                (void) nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                                 NGHTTP2_REFUSED_STREAM);
+                return 0;
+        }
         exchange_reset(f);
         f->stream = frame->hd.stream_id;
         return 0;

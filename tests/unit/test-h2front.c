@@ -393,6 +393,78 @@ static void test_a_bad_preface_breaks_the_connection(void **state) {
         h2front_free(f);
 }
 
+/* --- raw frames, for what a well-behaved client never sends --- */
+
+static size_t frame(uint8_t *out, uint8_t type, uint8_t flags, uint32_t stream, const void *payload,
+                    size_t len) {
+        out[0] = (uint8_t) (len >> 16), out[1] = (uint8_t) (len >> 8), out[2] = (uint8_t) len;
+        out[3] = type, out[4] = flags;
+        out[5] = (uint8_t) (stream >> 24), out[6] = (uint8_t) (stream >> 16),
+        out[7] = (uint8_t) (stream >> 8);
+        out[8] = (uint8_t) stream;
+        memcpy(out + 9, payload, len);
+        return 9 + len;
+}
+
+/* A request's header block: literal fields without indexing, no Huffman. */
+static size_t get_block(uint8_t *out, const char *authority) {
+        const char *nv[] = {":method", "GET", ":scheme", "https", ":authority", authority, ":path", "/"};
+        size_t n = 0;
+        for (size_t i = 0; i < 8; i += 2) {
+                out[n++] = 0;
+                for (size_t j = 0; j < 2; j++) {
+                        size_t l = strlen(nv[i + j]);
+                        out[n++] = (uint8_t) l;
+                        memcpy(out + n, nv[i + j], l);
+                        n += l;
+                }
+        }
+        return n;
+}
+
+/* Whether the front's output holds RST_STREAM(stream, code). */
+static bool has_rst(const uint8_t *p, size_t n, uint32_t stream, uint32_t code) {
+        for (size_t at = 0; at + 9 <= n;) {
+                size_t len = (size_t) p[at] << 16 | (size_t) p[at + 1] << 8 | p[at + 2];
+                uint32_t id = (uint32_t) p[at + 5] << 24 | (uint32_t) p[at + 6] << 16 |
+                              (uint32_t) p[at + 7] << 8 | p[at + 8];
+                if (p[at + 3] == NGHTTP2_RST_STREAM && id == stream && len == 4 &&
+                    ((uint32_t) p[at + 9] << 24 | (uint32_t) p[at + 10] << 16 | (uint32_t) p[at + 11] << 8 |
+                     p[at + 12]) == code)
+                        return true;
+                at += 9 + len;
+        }
+        return false;
+}
+
+static void test_a_second_stream_at_once_is_refused_for_a_retry(void **state) {
+        struct world *w = calloc(1, sizeof *w);
+        assert_non_null(w);
+        assert_int_equal(h2front_new(&ops, w, &w->f), 0);
+        uint8_t in[1024], block[256], out[1 << 16];
+        size_t n = 0;
+        memcpy(in, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
+        n += 24;
+        n += frame(in + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+        size_t bl = get_block(block, "a.test");
+        n += frame(in + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 1, block,
+                   bl);
+        n += frame(in + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 3, block,
+                   bl);
+        size_t used = 0;
+        const char *why = NULL;
+        assert_int_equal(h2front_recv(w->f, in, n, &used, &why), 0);
+        assert_int_equal(used, n);
+        size_t got = h2front_send(w->f, out, sizeof out);
+        assert_true(has_rst(out, got, 3, NGHTTP2_REFUSED_STREAM));
+        assert_false(has_rst(out, got, 1, NGHTTP2_REFUSED_STREAM));
+        w->up[w->up_len] = 0;
+        assert_string_equal(w->up, "GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"); /* the first alone went */
+        assert_int_equal(w->heads, 1);
+        h2front_free(w->f);
+        free(w);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_a_get_becomes_an_http1_request_and_its_response_comes_back),
@@ -404,6 +476,7 @@ int main(void) {
                 cmocka_unit_test(test_a_broken_response_answers_502),
                 cmocka_unit_test(test_a_failed_upstream_is_said_to_every_request),
                 cmocka_unit_test(test_a_bad_preface_breaks_the_connection),
+                cmocka_unit_test(test_a_second_stream_at_once_is_refused_for_a_retry),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
