@@ -36,7 +36,8 @@ case "${1:-}" in
     # cmocka: the unit tests (required by ./test.sh, optional for ./run.sh);
     # clang and its libFuzzer runtime: the bounded fuzz runs (scripts/fuzz.sh)
     # dnsmasq and iproute2: the network tests' own internet (tests/netlab.py)
-    pkgs+=(libcmocka-dev python3 python3-pytest clang libclang-rt-14-dev python3-cryptography dnsmasq-base iproute2)
+    # git: the repository test_network.py serves for git clone
+    pkgs+=(libcmocka-dev python3 python3-pytest clang libclang-rt-14-dev python3-cryptography dnsmasq-base iproute2 git)
     ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac

@@ -121,7 +121,8 @@ rm -rf \"\$1\"/var/lib/apt/lists/* \"\$1\"/usr/share/man/* \"\$1\"/usr/share/inf
 find \"\$1/usr/share/doc\" -mindepth 1 ! -type d ! -name copyright -delete
 find \"\$1/usr/share/doc\" -mindepth 1 -type d -empty -delete
 find \"\$1/usr/share/locale\" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
-rm -f \"\$1/etc/resolv.conf\" && : > \"\$1/etc/resolv.conf\"")
+rm -f \"\$1/etc/resolv.conf\" && : > \"\$1/etc/resolv.conf\"
+rm -f \"\$1\"/usr/lib/python3*/EXTERNALLY-MANAGED")
 
 log "mmdebstrap $SUITE from ${sources[*]}"
 # Its output goes to our stderr (the template's build log) and to a file, so

@@ -8,6 +8,7 @@ succeeds."""
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -246,6 +247,77 @@ def test_http2_inside_terminated_tls_becomes_checked_http1_requests(airlock_fact
     assert sized["host"] == "a.test", sized
     assert "content-length: 29" in out.lower(), out  # the HEAD's length, and no body
     entries = net_log(a, sid)
+    assert any(e.get("name") == "a.test" and e["reason"] == "allowed by name (TLS terminated)" for e in entries), entries
+
+
+GREETING = "installed through the gateway"
+
+
+def publish_git_repo(www):
+    """A repository with one commit at www/repo.git, for git's dumb HTTP
+    (the origin is a static file server): the host's git makes it."""
+    src = os.path.join(os.path.dirname(www), "repo-src")
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@a.test", "-c", "init.defaultBranch=main"]
+    subprocess.run(git + ["init", "-q", src], check=True)
+    with open(os.path.join(src, "README.md"), "w") as f:
+        f.write("cloned through the gateway\n")
+    subprocess.run(git + ["-C", src, "add", "README.md"], check=True)
+    subprocess.run(git + ["-C", src, "commit", "-qm", "first"], check=True)
+    subprocess.run(git + ["clone", "-q", "--bare", src, os.path.join(www, "repo.git")], check=True)
+    subprocess.run(git + ["-C", os.path.join(www, "repo.git"), "update-server-info"], check=True)
+
+
+def publish_wheel(www):
+    """airlock-hello 1.0, a pure-Python wheel, behind a PEP 503 simple index
+    at www/simple/."""
+    import base64
+    import zipfile
+    name = "airlock_hello-1.0-py3-none-any.whl"
+    files = {"airlock_hello/__init__.py": f"GREETING = {GREETING!r}\n",
+             "airlock_hello-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: airlock-hello\nVersion: 1.0\n",
+             "airlock_hello-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                  "Tag: py3-none-any\n"}
+    record = ""
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record += f"{path},sha256={digest},{len(text.encode())}\n"
+    files["airlock_hello-1.0.dist-info/RECORD"] = record + "airlock_hello-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(os.path.join(www, name), "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+    with open(os.path.join(www, name), "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()
+    os.makedirs(os.path.join(www, "simple", "airlock-hello"))
+    with open(os.path.join(www, "simple", "airlock-hello", "index.html"), "w") as f:
+        f.write(f'<html><body><a href="../../{name}#sha256={sha}">{name}</a></body></html>\n')
+
+
+def test_git_clone_and_pip_install_work_through_the_gateway(airlock_factory, internet):
+    """What an agent does first, under an allowlist (TLS terminated, the
+    egress CA in the template's normal trust store, no option needed):
+    git clone (libcurl, so HTTP/2 through the gateway's front) and pip
+    install (HTTP/1.1), with the system's pip and a venv's, from servers of
+    the test internet. The policy's control: the same clone from a name it
+    does not allow fails at once, and the log says why."""
+    publish_git_repo(internet.www)
+    publish_wheel(internet.www)
+    a = airlock_factory(prebuild="minimal,python", env=internet.env())
+    sid = a.create(template="python", network={"allow": [{"host": "a.test"}]})["id"]
+    code, out = sh(a, sid, "git clone -q https://a.test/repo.git /tmp/r && cat /tmp/r/README.md", timeout_s=120)
+    assert code == 0 and "cloned through the gateway" in out, out
+    pip = "pip install -q --disable-pip-version-check --no-cache-dir --index-url https://a.test/simple/ airlock-hello"
+    code, out = sh(a, sid, f"{pip} && python3 -c 'import airlock_hello; print(airlock_hello.GREETING)'",
+                   timeout_s=240)
+    assert code == 0 and GREETING in out, out
+    code, out = sh(a, sid, f"python3 -m venv /tmp/v && /tmp/v/bin/{pip} && "
+                           "/tmp/v/bin/python -c 'import airlock_hello; print(airlock_hello.__file__)'", timeout_s=240)
+    assert code == 0 and "/tmp/v/" in out, out
+
+    t0 = time.monotonic()
+    code, out = sh(a, sid, "git clone -q https://e.test/repo.git /tmp/e", timeout_s=60)
+    assert code != 0 and time.monotonic() - t0 < 10, out
+    entries = net_log(a, sid)
+    assert any(e.get("name") == "e.test" and e["action"] == "deny" for e in entries), entries
     assert any(e.get("name") == "a.test" and e["reason"] == "allowed by name (TLS terminated)" for e in entries), entries
 
 

@@ -3,7 +3,7 @@ is refused with a 400 that says why (and nothing is made) or stored in its
 canonical form; GET shows it, PUT replaces it; the node holds the same
 policy (asked over its own socket: what it would hand the gateway), also
 after a node restart, an airlockd restart, a fork (the child has the
-parent's), a stop/start and a suspend/wake; a tenant's default applies to that tenant's new
+parent's), a pause/resume, a rollback, a stop/start and a suspend/wake; a tenant's default applies to that tenant's new
 sandboxes only; the CLI makes and shows them. That the gateway enforces
 them (connections from the guest) is tests/security's and test_network's."""
 
@@ -147,6 +147,23 @@ def test_sandbox_policies(airlock_factory):
     assert any(row[1] == "dns" and row[2] in ("denied.example.org", "denied.example.org:53") and row[3] == "deny"
                for row in rows[1:]), rows
     assert a.request("DELETE", f"/v1/sandboxes/{child}")[0] == 204
+
+    # pause/resume and a rollback keep it: on the node, and the gateway
+    # enforces it in the execution the rollback starts (a query it denies,
+    # asked after the rollback, is in the log)
+    for verb in ("pause", "resume"):
+        assert a.api("POST", f"/v1/sandboxes/{listed}/{verb}?wait=true")["state"] == "succeeded", verb
+    assert network(a, listed) == want_new and node_network(a, listed) == want_new
+    snap = a.api("POST", f"/v1/sandboxes/{listed}/snapshots", {"kind": "full"}, expect=201)
+    before = a.api("GET", f"/v1/sandboxes/{listed}")["execution"]
+    op = a.api("POST", f"/v1/sandboxes/{listed}/rollback?wait=true", {"snapshot": snap["id"]})
+    assert op["state"] == "succeeded", op
+    assert a.api("GET", f"/v1/sandboxes/{listed}")["execution"] == before + 1
+    assert network(a, listed) == want_new and node_network(a, listed) == want_new
+    a.exec(listed, ["sh", "-c", "nslookup after-rollback.example.org >/dev/null 2>&1; true"], timeout_s=30)
+    wait_until(lambda: [e for e in a.api("GET", f"/v1/sandboxes/{listed}/network/log?limit=1000")["entries"]
+                        if e.get("name") == "after-rollback.example.org" and e["action"] == "deny"],
+               "the query denied after the rollback is not in the network log", a, timeout=30)
 
     # stopped: the log needs a VM; a PUT is stored, and the start runs under it
     assert a.api("POST", f"/v1/sandboxes/{deny}/stop?wait=true")["state"] == "succeeded"
