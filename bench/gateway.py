@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The egress gateway alone: what airlock-gw adds to a connection, with no VM.
 
-  sudo python3 bench/gateway.py [--n 200] [--mib 200]
+  sudo python3 bench/gateway.py [--n 200] [--mib 200]     (curl for the keep-alive part)
 
 bench/network.py measures a sandbox, so its numbers hold the TCG guest as
 well as the gateway. Here the guest is a network namespace wired the way
@@ -14,7 +14,11 @@ it the sockets as the node would (op attach, lib/mgr framing). The probe of
 bench/network.py then runs natively in the guest namespace, and once straight
 from the egress namespace to the origin: the raw baseline of the same run.
 Under allow-all (by address, TLS passed through) and an allowlist (Host
-read, TLS terminated)."""
+read, TLS terminated). Then, under the allowlist, curl makes --n requests on
+one kept-alive TLS connection, over HTTP/1.1 and over HTTP/2 (the gateway's
+HTTP/2 front, which speaks HTTP/1.1 to the origin); the baseline is the same
+HTTP/1.1 requests straight to the origin (it speaks no HTTP/2). The first
+request of each run pays the handshakes and is left out."""
 
 import argparse
 import ctypes
@@ -102,6 +106,25 @@ def gw_call(path, req, fds=()):
     return reply
 
 
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def keepalive_in(ns, n, proto, cacert, extra=()):
+    """n GETs of /hello.txt on one connection: p50/p90 of the 2nd..nth, in ms."""
+    argv = ["ip", "netns", "exec", ns, "curl", "-sS", proto, "--cacert", cacert, *extra,
+            "-w", "\nT %{time_total} %{num_connects} %{http_version}\n"] + ["https://a.test/hello.txt"] * n
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise SystemExit(f"curl in {ns} failed: {out.stderr[-2000:]}")
+    rows = [ln.split()[1:] for ln in out.stdout.splitlines() if ln.startswith("T ")]
+    if len(rows) != n or sum(int(c) for _, c, _ in rows) != 1:
+        raise SystemExit(f"curl in {ns}: {len(rows)} requests, not all on one connection: {rows[:5]}")
+    ms = [float(t) * 1000 for t, _, _ in rows[1:]]
+    return {"p50": pct(ms, 0.5), "p90": pct(ms, 0.9), "version": rows[-1][2]}
+
+
 def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the cleanup runs on a kill too
     ap = argparse.ArgumentParser()
@@ -171,6 +194,13 @@ def main():
             results["gateway, allow-all (TLS passed through)"] = probe_in(guest)
             gw_call(ctl_path, {"op": "policy", "sandbox": "bench", "policy": {"allow": [{"host": "a.test"}]}})
             results["gateway, allowlist (TLS terminated)"] = probe_in(guest)
+            egress_ca = os.path.join(ca_dir, "ca.crt")
+            kept = {
+                "direct, HTTP/1.1": keepalive_in(net.egress, a.n, "--http1.1", net.ca_path,
+                                                 ("--resolve", f"a.test:443:{netlab.ORIGIN}")),
+                "gateway terminated, HTTP/1.1": keepalive_in(guest, a.n, "--http1.1", egress_ca),
+                "gateway terminated, HTTP/2 front": keepalive_in(guest, a.n, "--http2", egress_ca),
+            }
             b = results["direct (egress namespace)"]
             print(f"n={a.n}, download {a.mib} MiB, no VM")
             print(f"{'path':40} {'TCP+request p50/p90 ms':>24} {'TLS handshake p50/p90 ms':>26} {'download MiB/s':>15}")
@@ -183,6 +213,11 @@ def main():
                     print(f"added by the gateway, {label}: TCP+request p50 "
                           f"{r['tcp_request_ms']['p50'] - b['tcp_request_ms']['p50']:.2f} ms, TLS p50 "
                           f"{r['tls_handshake_ms']['p50'] - b['tls_handshake_ms']['p50']:.2f} ms")
+            kb = kept["direct, HTTP/1.1"]
+            print(f"\n{a.n} requests on one kept-alive TLS connection (curl), the 2nd..{a.n}th:")
+            print(f"{'path':40} {'version':>8} {'request p50/p90 ms':>20} {'added p50 ms':>13}")
+            for label, r in kept.items():
+                print(f"{label:40} {r['version']:>8} {r['p50']:10.2f} / {r['p90']:6.2f}  {r['p50'] - kb['p50']:+10.2f}")
     finally:
         if gw and gw.poll() is None:
             gw.terminate()
