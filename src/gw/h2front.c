@@ -403,7 +403,8 @@ static int request_ready(struct h2front *f, bool end_stream, const char **why) {
                         has_length = true;
                         char *end = NULL;
                         unsigned long long v = strtoull(fl->value, &end, 10);
-                        if (!end || *end || fl->value_len == 0 || fl->value_len > 19)
+                        if (!end || *end || fl->value_len == 0 || fl->value_len > 19 || fl->value[0] < '0' ||
+                            fl->value[0] > '9') /* strtoull takes a sign and spaces */
                                 return refusal(why, 400, "content-length is no number");
                         h->content_length = v;
                 }
