@@ -110,6 +110,14 @@ static ssize_t read_body(nghttp2_session *s, int32_t stream, uint8_t *buf, size_
         return (ssize_t) n;
 }
 
+/* nghttp2 asks for the body again (it was deferred for want of bytes). */
+static void resume(struct h2front *f) {
+        if (f->deferred && f->stream) {
+                f->deferred = false;
+                (void) nghttp2_session_resume_data(f->s, f->stream);
+        }
+}
+
 static void body_put(struct h2front *f, const void *data, size_t len) {
         if (f->body_off > 0) {
                 memmove(f->body, f->body + f->body_off, f->body_len);
@@ -117,10 +125,7 @@ static void body_put(struct h2front *f, const void *data, size_t len) {
         }
         memcpy(f->body + f->body_len, data, len); /* h2front_upstream_room() bounded it */
         f->body_len += len;
-        if (f->deferred) {
-                f->deferred = false;
-                (void) nghttp2_session_resume_data(f->s, f->stream);
-        }
+        resume(f);
 }
 
 static int submit(struct h2front *f, unsigned status, const nghttp2_nv *fields, size_t n) {
@@ -222,9 +227,13 @@ static int resp_body(void *userdata, const uint8_t *data, size_t len) {
 static const struct httpresp_events resp_events = {.head = resp_head, .body = resp_body};
 
 size_t h2front_upstream_room(const struct h2front *f) {
-        if (!f->resp || f->resp_done || !f->up_usable)
+        if (!f->up_usable)
                 return 0;
-        return H2FRONT_BODY_BUF - f->body_len;
+        if (f->resp && !f->resp_done)
+                return H2FRONT_BODY_BUF - f->body_len;
+        /* none expected: read anyway, so that the origin closing an idle
+         * connection (or sending what nobody asked for) is seen at once */
+        return H2FRONT_BODY_BUF;
 }
 
 void h2front_upstream(struct h2front *f, const uint8_t *data, size_t len) {
@@ -239,10 +248,7 @@ void h2front_upstream(struct h2front *f, const uint8_t *data, size_t len) {
                 f->resp_done = true;
                 if (!httpresp_keep_alive(f->resp) || httpresp_trailing(f->resp) > 0)
                         upstream_unusable(f);
-                if (f->deferred) {
-                        f->deferred = false;
-                        (void) nghttp2_session_resume_data(f->s, f->stream);
-                }
+                resume(f); /* for the end of the stream */
         } else if (r < 0) {
                 char msg[160];
                 snprintf(msg, sizeof msg, "the destination's response: %s", why && *why ? why : "broken");
@@ -627,10 +633,8 @@ size_t h2front_send(struct h2front *f, uint8_t *out, size_t size) {
 }
 
 void h2front_resume(struct h2front *f) {
-        if (f->deferred && f->stream && f->body_len > 0) {
-                f->deferred = false;
-                (void) nghttp2_session_resume_data(f->s, f->stream);
-        }
+        if (f->body_len > 0) /* a tail redaction held may go now */
+                resume(f);
 }
 
 bool h2front_done(const struct h2front *f) {

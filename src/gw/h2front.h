@@ -87,7 +87,9 @@ int h2front_recv(struct h2front *f, const uint8_t *data, size_t len, size_t *ret
 size_t h2front_send(struct h2front *f, uint8_t *out, size_t size);
 
 /* How many bytes of upstream plaintext h2front_upstream takes now: 0 when
- * no response is expected or the body buffer is full. */
+ * the body buffer is full or the upstream is of no more use. With no
+ * response expected it takes them too: any byte, or the end, means the
+ * upstream cannot carry another request (GOAWAY, and the guest reconnects). */
 size_t h2front_upstream_room(const struct h2front *f);
 
 /* The upstream's plaintext; len 0: it ended (or broke). */

@@ -564,6 +564,7 @@ static int h2_start(struct term *t) {
                 t->refused = false;
                 t->down.off = t->down.len = 0;
                 h2front_upstream_failed(t->h2, t->refusal_status, t->refusal_why);
+                t->h2_up_ended = true; /* told: its first request hears why, then GOAWAY */
         }
         return 0;
 }
@@ -611,10 +612,6 @@ static bool h2_upstream(struct term *t) {
                 }
                 h2front_upstream(t->h2, buf, n);
                 progress = true;
-        }
-        if (t->u_done && !t->h2_up_ended) {
-                t->h2_up_ended = true;
-                h2front_upstream(t->h2, NULL, 0);
         }
         return progress;
 }
@@ -711,6 +708,11 @@ static void pump(struct term *t) {
                 if (t->h2) {
                         if (t->u_hs && !t->u_closed)
                                 progress |= h2_upstream(t);
+                        if (t->u_done && !t->h2_up_ended) { /* it ended or broke: the front hears of it once */
+                                t->h2_up_ended = true;
+                                h2front_upstream(t->h2, NULL, 0);
+                                progress = true;
+                        }
                         progress |= h2_out(t);
                         if (t->down.len)
                                 progress |= ssl_out(t->g_ssl, &t->down, t->down.len, &g_failed);
@@ -739,11 +741,8 @@ static void pump(struct term *t) {
                 }
                 if (u_failed) {
                         t->u_done = true; /* the guest gets what came, then the end */
-                        if (t->h2 && !t->h2_up_ended) { /* the front hears of it */
-                                t->h2_up_ended = true;
-                                h2front_upstream(t->h2, NULL, 0);
-                                progress = true;
-                        }
+                        if (t->h2 && !t->h2_up_ended)
+                                progress = true; /* one more round tells the front */
                 }
         } while (progress);
 

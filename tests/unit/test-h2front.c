@@ -353,6 +353,23 @@ static void test_responses_are_redacted_and_a_closing_upstream_ends_the_connecti
         world_free(w);
 }
 
+/* An origin that closes its kept-alive connection between requests: the
+ * guest hears GOAWAY (and opens a new connection), not a 502 later. */
+static void test_an_idle_upstream_that_closes_ends_the_connection_gracefully(void **state) {
+        struct world *w = world_new();
+        int32_t id = get(w, "a.test", "/");
+        upstream_says(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        assert_int_equal(seen(w, id)->status, 200);
+        assert_true(h2front_upstream_room(w->f) > 0); /* idle, and still read */
+        assert_false(w->goaway);
+        h2front_upstream(w->f, NULL, 0);
+        exchange(w);
+        assert_true(w->goaway);
+        assert_false(h2front_upstream_wanted(w->f));
+        assert_true(h2front_done(w->f));
+        world_free(w);
+}
+
 static void test_a_broken_response_answers_502(void **state) {
         struct world *w = world_new();
         int32_t id = get(w, "a.test", "/");
@@ -473,6 +490,7 @@ int main(void) {
                 cmocka_unit_test(test_requests_http1_could_not_carry_are_refused),
                 cmocka_unit_test(test_too_many_fields_answer_431),
                 cmocka_unit_test(test_responses_are_redacted_and_a_closing_upstream_ends_the_connection),
+                cmocka_unit_test(test_an_idle_upstream_that_closes_ends_the_connection_gracefully),
                 cmocka_unit_test(test_a_broken_response_answers_502),
                 cmocka_unit_test(test_a_failed_upstream_is_said_to_every_request),
                 cmocka_unit_test(test_a_bad_preface_breaks_the_connection),
