@@ -157,8 +157,12 @@ void api_operation_node_called(struct store *store, const char *op_id, const cha
  * default message of r; else succeeded with result, JSON text or NULL)
  * and wakes the requests waiting for it. Failures are only logged. */
 void api_operation_finish(struct store *store, const char *op_id, int r, const char *message, const char *result);
+/* Marks the start of a shutdown: from here on a verb whose node call the
+ * node's exit cuts off is left unfinished for the next start to settle
+ * (it may have happened), and nobody waits for a node to come back. */
+void api_lifecycle_shutdown_begin(void);
 /* Waits up to timeout_s for running verb workers (shutdown: they use the
- * store and the config). */
+ * store and the config); begins the shutdown if that was not done. */
 void api_lifecycle_drain(unsigned timeout_s);
 /* Start-up repair: unfinished operations fail, sandboxes left in a
  * transitional state take the node's view. */

@@ -145,7 +145,9 @@ void api_operation_node_called(struct store *store, const char *op_id, const cha
                 log_errno(LOG_LEVEL_WARN, r, NULL, "store: failed to record progress of operation %s: %m", op_id);
 }
 
-static atomic_bool settle_abort; /* set at shutdown: stop waiting for a node */
+/* set when airlockd begins to shut down: nobody waits for a node any more,
+ * and a verb the node's exit cut off is left to the next start */
+static atomic_bool shutting_down;
 
 static bool node_gone(int r) {
         return r == -EHOSTDOWN || r == -ECONNRESET || r == -EPIPE || r == -ECONNREFUSED;
@@ -169,7 +171,7 @@ static void job_settle_after_failure(struct job *j, const char *why) {
                 r = req ? node_call(j->config->node_socket, j->config->node_timeout_s, req, &rep, err) : -ENOMEM;
                 if (!j->wait_for_node || !node_gone(r) || now_monotonic_ns() >= deadline)
                         break;
-                if (atomic_load(&settle_abort))
+                if (atomic_load(&shutting_down))
                         return; /* the row stays transitional: the next start asks */
                 (void) usleep(SETTLE_RETRY_MS * 1000);
         }
@@ -240,7 +242,15 @@ static void *job_main(void *arg) {
         r = req ? node_call(j->config->node_socket, verb_timeout_s(j->config, j->verb), req, &rep, err) : -ENOMEM;
         if (claimed)
                 scheduler_release(j->sandbox_id);
-        if (r < 0) {
+        if (r < 0 && node_gone(r) && atomic_load(&shutting_down)) {
+                /* the node went first in a shutdown: whether the verb
+                 * happened is not known here. Row and operation stay as
+                 * they are; the next start asks the node
+                 * (api_lifecycle_reconcile()), and a fork child's row,
+                 * still creating, goes on both sides. */
+                log_emit(LOG_LEVEL_WARN, ctx, "cut off by the shutdown (%s); the next start settles it",
+                         err[0] ? err : api_error_default_message(r));
+        } else if (r < 0) {
                 log_emit(LOG_LEVEL_WARN, ctx, "failed: %s", err[0] ? err : api_error_default_message(r));
                 job_settle_after_failure(j, err);
                 if (j->child_id[0])
@@ -571,8 +581,12 @@ int api_operation_get(struct api_ctx *ctx, const char *op_id, struct api_reply *
         return 0;
 }
 
+void api_lifecycle_shutdown_begin(void) {
+        atomic_store(&shutting_down, true);
+}
+
 void api_lifecycle_drain(unsigned timeout_s) {
-        atomic_store(&settle_abort, true);
+        api_lifecycle_shutdown_begin();
         struct timespec deadline;
         clock_gettime(CLOCK_REALTIME, &deadline);
         deadline.tv_sec += timeout_s;

@@ -263,6 +263,8 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
                 break;
         }
 
+        /* first: the node may end before us (it got our signal too) */
+        api_lifecycle_shutdown_begin();
         progress_watch_stop(progress);
         http_server_quiesce(http);
         /* before the node: a scheduled snapshot in progress ends first */

@@ -40,6 +40,9 @@
 #include "util.h"
 #include "vmm.h"
 
+/* within the 30 s its parent gives a stopping node (NODE_STOP_GRACE_S) */
+#define NODE_LIFECYCLE_DRAIN_S 20
+
 static int signal_pipe[2] = { -1, -1 };
 
 static void on_signal(int sig) {
@@ -262,6 +265,11 @@ out:
                 if (!inherited)
                         unlink(cfg->socket_path);
         }
+        /* a verb done and not answered would leave airlockd guessing (a
+         * suspend whose image landed, undone by the next node) */
+        unsigned left = nodeops_lifecycle_drain(NODE_LIFECYCLE_DRAIN_S);
+        if (left > 0)
+                log_warn("%u lifecycle requests still running; stopping without their answers", left);
         template_shutdown();
         pool_shutdown();
         if (hand_over)

@@ -1092,48 +1092,83 @@ static int op_file_remove(struct node_conn *c, json_t *req) {
 static const struct {
         const char *name;
         int (*fn)(struct node_conn *c, json_t *req);
+        /* it changes what a sandbox is (its VM, its images): one that the
+         * node's exit cut off between doing it and replying leaves
+         * airlockd guessing, so a stopping node lets these finish first */
+        bool lifecycle;
 } ops[] = {
-        { "health", op_health },
-        { "template.list", op_template_list },
-        { "pool.list", op_pool_list },
-        { "sandbox.create", op_sandbox_create },
-        { "sandbox.get", op_sandbox_get },
-        { "sandbox.list", op_sandbox_list },
-        { "sandbox.delete", op_sandbox_delete },
-        { "sandbox.network.get", op_network_get },
-        { "sandbox.network.set", op_network_set },
-        { "sandbox.network.log", op_network_log },
-        { "sandbox.secrets.set", nodeops_secrets_set },
-        { "sandbox.secrets.get", nodeops_secrets_get },
-        { "audit.read", nodeops_audit_read },
-        { "sandbox.pause", nodeops_sandbox_pause },
-        { "sandbox.resume", nodeops_sandbox_resume },
-        { "sandbox.stop", nodeops_sandbox_stop },
-        { "sandbox.start", nodeops_sandbox_start },
-        { "sandbox.snapshot", nodeops_sandbox_snapshot },
-        { "sandbox.rollback", nodeops_sandbox_rollback },
-        { "snapshot.delete", nodeops_snapshot_delete },
-        { "sandbox.fork", nodeops_sandbox_fork },
-        { "sandbox.suspend", nodeops_sandbox_suspend },
-        { "sandbox.wake", nodeops_sandbox_wake },
-        { "suspended.delete", nodeops_suspended_delete },
-        { "suspended.get", nodeops_suspended_get },
-        { "exec", op_exec },
-        { "session.start", op_session_start },
-        { "session.attach", op_session_attach },
-        { "session.stdin", op_session_stdin },
-        { "session.signal", op_session_signal },
-        { "file.write", op_file_write },
-        { "file.read", op_file_read },
-        { "file.list", op_file_list },
-        { "file.stat", op_file_stat },
-        { "file.remove", op_file_remove },
-        { "port.http", portproxy_http },
+        { "health", op_health, false },
+        { "template.list", op_template_list, false },
+        { "pool.list", op_pool_list, false },
+        { "sandbox.create", op_sandbox_create, true },
+        { "sandbox.get", op_sandbox_get, false },
+        { "sandbox.list", op_sandbox_list, false },
+        { "sandbox.delete", op_sandbox_delete, true },
+        { "sandbox.network.get", op_network_get, false },
+        { "sandbox.network.set", op_network_set, false },
+        { "sandbox.network.log", op_network_log, false },
+        { "sandbox.secrets.set", nodeops_secrets_set, false },
+        { "sandbox.secrets.get", nodeops_secrets_get, false },
+        { "audit.read", nodeops_audit_read, false },
+        { "sandbox.pause", nodeops_sandbox_pause, true },
+        { "sandbox.resume", nodeops_sandbox_resume, true },
+        { "sandbox.stop", nodeops_sandbox_stop, true },
+        { "sandbox.start", nodeops_sandbox_start, true },
+        { "sandbox.snapshot", nodeops_sandbox_snapshot, true },
+        { "sandbox.rollback", nodeops_sandbox_rollback, true },
+        { "snapshot.delete", nodeops_snapshot_delete, true },
+        { "sandbox.fork", nodeops_sandbox_fork, true },
+        { "sandbox.suspend", nodeops_sandbox_suspend, true },
+        { "sandbox.wake", nodeops_sandbox_wake, true },
+        { "suspended.delete", nodeops_suspended_delete, true },
+        { "suspended.get", nodeops_suspended_get, false },
+        { "exec", op_exec, false },
+        { "session.start", op_session_start, false },
+        { "session.attach", op_session_attach, false },
+        { "session.stdin", op_session_stdin, false },
+        { "session.signal", op_session_signal, false },
+        { "file.write", op_file_write, false },
+        { "file.read", op_file_read, false },
+        { "file.list", op_file_list, false },
+        { "file.stat", op_file_stat, false },
+        { "file.remove", op_file_remove, false },
+        { "port.http", portproxy_http, false },
 };
 
+static pthread_mutex_t lifecycle_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t lifecycle_cond = PTHREAD_COND_INITIALIZER;
+static unsigned lifecycle_in_flight;
+
 int nodeops_dispatch(struct node_conn *c, const char *op, json_t *req) {
-        for (size_t i = 0; i < ARRAY_SIZE(ops); i++)
-                if (strcmp(ops[i].name, op) == 0)
+        for (size_t i = 0; i < ARRAY_SIZE(ops); i++) {
+                if (strcmp(ops[i].name, op) != 0)
+                        continue;
+                if (!ops[i].lifecycle)
                         return ops[i].fn(c, req);
+                pthread_mutex_lock(&lifecycle_lock);
+                lifecycle_in_flight++;
+                pthread_mutex_unlock(&lifecycle_lock);
+                int r = ops[i].fn(c, req);
+                if (r < 0 && !c->replied)
+                        conn_reply_errno(c, r, op); /* answered before it counts as done */
+                pthread_mutex_lock(&lifecycle_lock);
+                lifecycle_in_flight--;
+                pthread_cond_broadcast(&lifecycle_cond);
+                pthread_mutex_unlock(&lifecycle_lock);
+                return r;
+        }
         return conn_reply_error(c, -EOPNOTSUPP, "invalid", "unknown op \"%.64s\"", op);
+}
+
+unsigned nodeops_lifecycle_drain(unsigned timeout_s) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += timeout_s;
+        pthread_mutex_lock(&lifecycle_lock);
+        while (lifecycle_in_flight > 0)
+                if (pthread_cond_timedwait(&lifecycle_cond, &lifecycle_lock, &deadline) != 0)
+                        break;
+        unsigned left = lifecycle_in_flight;
+        pthread_mutex_unlock(&lifecycle_lock);
+        return left;
 }

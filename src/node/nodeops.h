@@ -24,6 +24,12 @@ void nodeops_init(const struct node_config *cfg, enum vmm_accel accel, const cha
  * reply makes the server reply with the errno's code. */
 int nodeops_dispatch(struct node_conn *c, const char *op, json_t *req);
 
+/* Waits up to timeout_s for the lifecycle ops in flight (create, suspend,
+ * wake, ...) to finish and reply; returns how many still run. A stopping
+ * node calls it once it accepts no more connections, so that a verb it
+ * did is never left without its answer. */
+unsigned nodeops_lifecycle_drain(unsigned timeout_s);
+
 /* The request's "network", checked as an egress policy (netpolicy_parse():
  * the node trusts nothing): *ret its canonical text, or NULL when absent,
  * null or {} (required: refused). Replies "invalid" itself on failure. */

@@ -347,17 +347,24 @@ def test_nodemgr_killed_during_suspend_leaves_no_vm_running(airlock_factory):
     suspend is between its upload and stopping the VM: the node cannot stop
     it, and must not forget it. Started again as a service manager would,
     the stack ends that VM, the sandbox is suspended and wakes with its
-    data."""
+    data. The node, told to hand over, answers the suspend before it goes
+    (released only once the node and airlockd both know they are stopping,
+    so the node's exit would come first if it did not wait): the
+    operation succeeded, it is not left to a guess."""
     release = tempfile.mktemp(prefix="release-", dir=os.environ["AIRLOCK_TEST_VOLUME"])
     env = {"AIRLOCK_TEST_HOLD": "suspend.uploaded", "AIRLOCK_TEST_HOLD_RELEASE": release}
     a = airlock_factory(prebuild="minimal", env=env)
     sid = a.create("minimal")["id"]
     assert a.exec(sid, ["sh", "-c", "echo safe > /root/f"])["exit_code"] == 0
-    assert a.request("POST", f"/v1/sandboxes/{sid}/suspend")[0] == 202
+    status, _, body = a.request("POST", f"/v1/sandboxes/{sid}/suspend")
+    assert status == 202
+    op_id = json.loads(body)["id"]
     try:
         wait_for(lambda: "test hold point suspend.uploaded reached" in a.log_tail(400), "no hold", a)
         os.kill(a.proc.pid, signal.SIGKILL)  # airlock-nodemgr: what airlockd became
         a.proc.wait()
+        wait_for(lambda: "handing the sandboxes over" in (t := a.log_tail(400)) and "airlockd msg=\"received" in t,
+                 "neither the node nor airlockd was told to stop", a)
     finally:
         open(release, "w").close()
     try:
@@ -367,6 +374,8 @@ def test_nodemgr_killed_during_suspend_leaves_no_vm_running(airlock_factory):
             b.wait_ready(120)
             assert wait_for(lambda: not qemu_pids(a.data_dir), "the VM the old node could not stop runs on", b)
             assert b.api("GET", f"/v1/sandboxes/{sid}")["state"] == "suspended"
+            op = b.api("GET", f"/v1/operations/{op_id}")
+            assert op["state"] == "succeeded", op
             assert b.exec(sid, ["cat", "/root/f"])["stdout"] == "safe\n"  # wakes it
             assert len(qemu_pids(a.data_dir)) == 1
             assert b.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
