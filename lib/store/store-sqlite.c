@@ -54,17 +54,19 @@ enum stmt_id {
         STMT_SANDBOX_NETWORK_GET,
         STMT_SANDBOX_NETWORK_SET,
         STMT_TENANT_NETWORK_SET,
+        STMT_SANDBOX_EXPIRY_SET,
         _STMT_MAX,
 };
 
 static const char *const stmt_sql[_STMT_MAX] = {
         [STMT_SANDBOX_INSERT] = "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, "
-                                "created_at, updated_at, desired_state, snapshot_policy, idle_timeout_s, tenant_id, network) "
-                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                                "created_at, updated_at, desired_state, snapshot_policy, idle_timeout_s, tenant_id, network, "
+                                "expires_at, expiry_s, on_expiry) "
+                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
         [STMT_SANDBOX_GET] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
-                             "desired_state, snapshot_policy, idle_timeout_s, tenant_id FROM sandboxes WHERE id = ?1",
+                             "desired_state, snapshot_policy, idle_timeout_s, tenant_id, expires_at, expiry_s, on_expiry FROM sandboxes WHERE id = ?1",
         [STMT_SANDBOX_LIST] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
-                              "desired_state, snapshot_policy, idle_timeout_s, tenant_id FROM sandboxes "
+                              "desired_state, snapshot_policy, idle_timeout_s, tenant_id, expires_at, expiry_s, on_expiry FROM sandboxes "
                               "ORDER BY created_at, id LIMIT ?1",
         [STMT_SANDBOX_UPDATE] = "UPDATE sandboxes SET state = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
         [STMT_SANDBOX_DELETE] = "DELETE FROM sandboxes WHERE id = ?1",
@@ -103,7 +105,7 @@ static const char *const stmt_sql[_STMT_MAX] = {
                            "ORDER BY created_at DESC, id DESC LIMIT ?2",
         [STMT_SNAP_DELETE] = "DELETE FROM snapshots WHERE id = ?1",
         [STMT_SANDBOX_LIST_TENANT] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
-                                     "desired_state, snapshot_policy, idle_timeout_s, tenant_id FROM sandboxes "
+                                     "desired_state, snapshot_policy, idle_timeout_s, tenant_id, expires_at, expiry_s, on_expiry FROM sandboxes "
                                      "WHERE tenant_id = ?1 ORDER BY created_at, id LIMIT ?2",
         /* the limit is part of the statement, so two racing creates cannot
          * both pass it; no row inserted means "over the limit" */
@@ -124,6 +126,8 @@ static const char *const stmt_sql[_STMT_MAX] = {
         [STMT_SANDBOX_NETWORK_GET] = "SELECT network FROM sandboxes WHERE id = ?1",
         [STMT_SANDBOX_NETWORK_SET] = "UPDATE sandboxes SET network = ?3, updated_at = ?4 WHERE id = ?1 AND state = ?2",
         [STMT_TENANT_NETWORK_SET] = "UPDATE tenants SET network = ?2 WHERE id = ?1",
+        [STMT_SANDBOX_EXPIRY_SET] = "UPDATE sandboxes SET expires_at = ?2, expiry_s = ?3, "
+                                    "on_expiry = COALESCE(?4, on_expiry), updated_at = ?5 WHERE id = ?1",
 };
 
 struct store_sqlite {
@@ -195,6 +199,14 @@ static sqlite3_stmt *stmt_begin(struct store_sqlite *q, enum stmt_id id) {
 static void stmt_end(struct store_sqlite *q, sqlite3_stmt *st) {
         sqlite3_reset(st);
         pthread_mutex_unlock(&q->conn.lock);
+}
+
+/* 0 stands for "none" in the columns that take it */
+static void bind_int64_or_null(sqlite3_stmt *st, int idx, int64_t v) {
+        if (v)
+                sqlite3_bind_int64(st, idx, v);
+        else
+                sqlite3_bind_null(st, idx);
 }
 
 static int bind_text(sqlite3_stmt *st, int idx, const char *s) {
@@ -373,6 +385,9 @@ static int sqlite_sandbox_insert(struct store *s, const struct store_sandbox *sb
                 sqlite3_bind_null(st, 11);
         bind_text(st, 12, sb->tenant_id);
         bind_text(st, 13, sb->network);
+        bind_int64_or_null(st, 14, sb->expires_at);
+        bind_int64_or_null(st, 15, sb->expiry_s);
+        bind_text(st, 16, sb->on_expiry);
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
@@ -386,7 +401,7 @@ static int read_sandbox_row(sqlite3_stmt *st, struct store_sandbox *ret) {
             (r = column_strdup(st, 2, &sb.state)) < 0 || (r = column_strdup(st, 3, &sb.error)) < 0 ||
             (r = column_strdup(st, 4, &sb.metadata)) < 0 || (r = column_strdup(st, 5, &sb.env_keys)) < 0 ||
             (r = column_strdup(st, 8, &sb.desired_state)) < 0 || (r = column_strdup(st, 9, &sb.snapshot_policy)) < 0 ||
-            (r = column_strdup(st, 11, &sb.tenant_id)) < 0)
+            (r = column_strdup(st, 11, &sb.tenant_id)) < 0 || (r = column_strdup(st, 14, &sb.on_expiry)) < 0)
                 return r;
         if (!sb.id || !sb.template_name || !sb.state || !sb.metadata || !sb.env_keys)
                 return -EBADMSG;
@@ -394,6 +409,8 @@ static int read_sandbox_row(sqlite3_stmt *st, struct store_sandbox *ret) {
         sb.updated_at = sqlite3_column_int64(st, 7);
         sb.has_idle_timeout = sqlite3_column_type(st, 10) != SQLITE_NULL;
         sb.idle_timeout_s = sb.has_idle_timeout ? sqlite3_column_int64(st, 10) : 0;
+        sb.expires_at = sqlite3_column_int64(st, 12); /* NULL reads as 0: never */
+        sb.expiry_s = sqlite3_column_int64(st, 13);
         *ret = sb;
         sb = (struct store_sandbox){ 0 };
         return 0;
@@ -551,6 +568,20 @@ static int sqlite_sandbox_network_set(struct store *s, const char *id, const cha
         int r = step_one_change(q, st);
         stmt_end(q, st);
         return r == -ENOENT ? -ESTALE : r;
+}
+
+static int sqlite_sandbox_expiry_set(struct store *s, const char *id, int64_t expires_at, int64_t expiry_s,
+                                     const char *on_expiry) {
+        struct store_sqlite *q = to_sqlite(s);
+        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_EXPIRY_SET);
+        bind_text(st, 1, id);
+        bind_int64_or_null(st, 2, expires_at);
+        bind_int64_or_null(st, 3, expiry_s);
+        bind_text(st, 4, on_expiry);
+        sqlite3_bind_int64(st, 5, now_ms());
+        int r = step_one_change(q, st);
+        stmt_end(q, st);
+        return r;
 }
 
 static int sqlite_operation_insert(struct store *s, const struct store_operation *op) {
@@ -961,6 +992,7 @@ const struct store_ops store_sqlite_ops = {
         .sandbox_transition = sqlite_sandbox_transition,
         .sandbox_network_get = sqlite_sandbox_network_get,
         .sandbox_network_set = sqlite_sandbox_network_set,
+        .sandbox_expiry_set = sqlite_sandbox_expiry_set,
         .operation_insert = sqlite_operation_insert,
         .operation_get = sqlite_operation_get,
         .operation_find_by_key = sqlite_operation_find_by_key,

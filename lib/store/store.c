@@ -88,6 +88,7 @@ void store_sandbox_release(struct store_sandbox *sb) {
         free(sb->env_keys);
         free(sb->snapshot_policy);
         free(sb->network);
+        free(sb->on_expiry);
         *sb = (struct store_sandbox){ 0 };
 }
 
@@ -230,6 +231,14 @@ int store_sandbox_network_get(struct store *s, const char *id, char **ret) {
         if (!id || !ret)
                 return -EINVAL;
         return s->ops->sandbox_network_get(s, id, ret);
+}
+
+int store_sandbox_expiry_set(struct store *s, const char *id, int64_t expires_at, int64_t expiry_s,
+                             const char *on_expiry) {
+        if (!id || expires_at < 0 || expiry_s < 0 ||
+            (on_expiry && strcmp(on_expiry, "delete") != 0 && strcmp(on_expiry, "suspend") != 0))
+                return -EINVAL;
+        return s->ops->sandbox_expiry_set(s, id, expires_at, expiry_s, on_expiry);
 }
 
 int store_sandbox_network_set(struct store *s, const char *id, const char *state, const char *network) {

@@ -44,6 +44,9 @@ struct store_sandbox {
         char *snapshot_policy; /* JSON object over the global snapshot policy, or NULL: the global one */
         bool has_idle_timeout;  /* false: the global default applies */
         int64_t idle_timeout_s; /* suspend after this long idle; 0: never */
+        int64_t expires_at;     /* Unix ms when its lifetime ends; 0: never */
+        int64_t expiry_s;       /* the lifetime it was last given, seconds; 0: none */
+        char *on_expiry;        /* "delete" or "suspend" (NULL: "delete") */
         int64_t created_at;  /* Unix time, milliseconds */
         int64_t updated_at;  /* Unix time, milliseconds */
         /* its egress policy (canonical JSON text, lib/netpolicy), written
@@ -160,6 +163,8 @@ struct store_ops {
                                   const char *desired);
         int (*sandbox_network_get)(struct store *s, const char *id, char **ret);
         int (*sandbox_network_set)(struct store *s, const char *id, const char *state, const char *network);
+        int (*sandbox_expiry_set)(struct store *s, const char *id, int64_t expires_at, int64_t expiry_s,
+                                  const char *on_expiry);
 
         int (*operation_insert)(struct store *s, const struct store_operation *op);
         int (*operation_get)(struct store *s, const char *id, struct store_operation *ret);
@@ -270,6 +275,11 @@ int store_sandbox_network_get(struct store *s, const char *id, char **ret);
  * (which reads the policy after its claim) never carries an older one.
  * -ESTALE also when the sandbox does not exist. */
 int store_sandbox_network_set(struct store *s, const char *id, const char *state, const char *network);
+/* Sets when a sandbox's lifetime ends (Unix ms; 0: never), the lifetime it
+ * was given (seconds; 0: none) and what happens then ("delete" or
+ * "suspend"; NULL keeps what it had). -ENOENT when there is no such row. */
+int store_sandbox_expiry_set(struct store *s, const char *id, int64_t expires_at, int64_t expiry_s,
+                             const char *on_expiry);
 
 /* Inserts an operation row (created_at 0: now; tenant_id NULL: the tenant
  * of its sandbox row, if any). -EEXIST when the id or the idempotency key

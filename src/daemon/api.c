@@ -87,6 +87,12 @@ static json_t *sandbox_json(const struct store_sandbox *sb) {
                 json_object_set_new(o, "idle_timeout_s", json_integer((json_int_t) sb->idle_timeout_s));
         if (o && sb->tenant_id)
                 json_object_set_new(o, "tenant_id", json_string(sb->tenant_id));
+        if (o && sb->expires_at) {
+                char exp[48];
+                api_format_time(sb->expires_at, exp, sizeof exp);
+                json_object_set_new(o, "expires_at", json_string(exp));
+                json_object_set_new(o, "on_expiry", json_string(sb->on_expiry ?: "delete"));
+        }
         return o;
 }
 

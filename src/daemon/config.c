@@ -18,6 +18,7 @@
 #define DEFAULT_SNAPSHOT_TICK_MS 1000
 #define DEFAULT_IDLE_TIMEOUT_S (6 * 3600)
 #define DEFAULT_IDLE_CHECK_MS 30000
+#define DEFAULT_E2B_TEMPLATES "base=python,code-interpreter-v1=code-interpreter"
 
 static int fail(char *errbuf, size_t errlen, const char *fmt, ...) _printf_(3, 4);
 static int fail(char *errbuf, size_t errlen, const char *fmt, ...) {
@@ -85,6 +86,58 @@ int config_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *
         return 0;
 }
 
+/* "base=python,code-interpreter-v1=code-interpreter": each E2B name once,
+ * both sides template names ([A-Za-z0-9._-], not starting with '.') */
+static int parse_e2b_templates(struct daemon_config *c, const char *val, const char *origin, char *errbuf,
+                               size_t errlen) {
+        c->n_e2b_templates = 0;
+        for (const char *p = val; *p;) {
+                size_t len = strcspn(p, ",");
+                const char *eq = memchr(p, '=', len);
+                size_t ln = eq ? (size_t) (eq - p) : 0, rn = eq ? len - ln - 1 : 0;
+                if (c->n_e2b_templates == CONFIG_E2B_TEMPLATES_MAX)
+                        return fail(errbuf, errlen, "%s: at most %d template names", origin, CONFIG_E2B_TEMPLATES_MAX);
+                if (!eq || ln == 0 || rn == 0 || ln >= CONFIG_NAME_MAX || rn >= CONFIG_NAME_MAX)
+                        return fail(errbuf, errlen, "%s: entries must be E2B_NAME=AIRLOCK_TEMPLATE, joined by ','",
+                                    origin);
+                char *e2b = c->e2b_templates[c->n_e2b_templates].e2b;
+                char *airlock = c->e2b_templates[c->n_e2b_templates].airlock;
+                memcpy(e2b, p, ln);
+                e2b[ln] = 0;
+                memcpy(airlock, eq + 1, rn);
+                airlock[rn] = 0;
+                if (!name_is_valid(e2b) || !name_is_valid(airlock))
+                        return fail(errbuf, errlen, "%s: '%s=%s': template names are [A-Za-z0-9._-], not starting "
+                                    "with '.'", origin, e2b, airlock);
+                for (size_t i = 0; i < c->n_e2b_templates; i++)
+                        if (strcmp(c->e2b_templates[i].e2b, e2b) == 0)
+                                return fail(errbuf, errlen, "%s: '%s' is mapped twice", origin, e2b);
+                c->n_e2b_templates++;
+                p += len + (p[len] == ',');
+        }
+        return 0;
+}
+
+/* A DNS name of letters, digits, '-' and '.' labels (1-63 bytes each). */
+static bool e2b_domain_is_valid(const char *s) {
+        size_t label = 0;
+        if (!*s || *s == '.')
+                return false;
+        for (const char *p = s; *p; p++) {
+                bool alnum = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9');
+                if (*p == '.') {
+                        if (label == 0)
+                                return false;
+                        label = 0;
+                } else if (alnum || (*p == '-' && label > 0)) {
+                        if (++label > 63)
+                                return false;
+                } else
+                        return false;
+        }
+        return label > 0;
+}
+
 static const struct option long_options[] = {
         {"data-dir", required_argument, NULL, 'd'},
         {"listen", required_argument, NULL, 'l'},
@@ -99,6 +152,8 @@ static const struct option long_options[] = {
         {"idle-check-ms", required_argument, NULL, 'k'},
         {"cap-keys-dir", required_argument, NULL, 'K'},
         {"network-default", required_argument, NULL, 'n'},
+        {"e2b-templates", required_argument, NULL, 'E'},
+        {"e2b-domain", required_argument, NULL, 'M'},
         {"print-config", no_argument, NULL, 'P'},
         {"check", no_argument, NULL, 'C'},
         {"json", no_argument, NULL, 'J'},
@@ -135,6 +190,11 @@ void config_help(FILE *f) {
               "                       egress of a sandbox created without a policy whose tenant\n"
               "                       has no default: allow-all or deny-all\n"
               "                       (AIRLOCK_NETWORK_DEFAULT, default allow-all; docs/network.md)\n"
+              "  --e2b-templates MAP  the Airlock template of each E2B template name, as\n"
+              "                       E2B=AIRLOCK,... (AIRLOCK_E2B_TEMPLATES, default " DEFAULT_E2B_TEMPLATES ";\n"
+              "                       docs/e2b.md)\n"
+              "  --e2b-domain DOMAIN  the domain E2B clients build sandbox host names with, when a\n"
+              "                       wildcard name points at this node (AIRLOCK_E2B_DOMAIN)\n"
               "  --print-config       print the effective configuration and exit\n"
               "  --check              check this host (root, KVM, storage, cgroups, QEMU, free\n"
               "                       space, the API port) and exit: 0 when no line says error\n"
@@ -218,6 +278,13 @@ static int apply(struct daemon_config *c, int opt, const char *val, const char *
                 c->network_default = m;
                 return 0;
         }
+        case 'E':
+                return parse_e2b_templates(c, val, origin, errbuf, errlen);
+        case 'M':
+                if (strlen(val) >= sizeof c->e2b_domain || !e2b_domain_is_valid(val))
+                        return fail(errbuf, errlen, "%s: must be a DNS name (letters, digits, '-' and '.')", origin);
+                (void) set_str(c->e2b_domain, sizeof c->e2b_domain, val);
+                return 0;
         case 'i':
                 return apply_bounded(val, 0, CONFIG_IDLE_TIMEOUT_S_MAX, "seconds", origin, &c->idle_timeout_s, errbuf,
                                      errlen);
@@ -260,6 +327,9 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
         (void) set_str(c.node_binary, sizeof c.node_binary, AIRLOCK_BUILD_DIR "/src/node/airlock-node");
         (void) set_str(c.qemu_binary, sizeof c.qemu_binary, "qemu-system-x86_64");
         (void) set_str(c.accel, sizeof c.accel, "auto");
+        r = parse_e2b_templates(&c, DEFAULT_E2B_TEMPLATES, "default", errbuf, errlen);
+        if (r < 0)
+                return r;
 
         static const struct {
                 const char *name;
@@ -272,6 +342,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 {"AIRLOCK_IDLE_TIMEOUT_S", 'i'},  {"AIRLOCK_IDLE_CHECK_MS", 'k'},
                 {"AIRLOCK_CAP_KEYS_DIR", 'K'},    {"AIRLOCK_QEMU", 'Q'},
                 {"AIRLOCK_ACCEL", 'A'},           {"AIRLOCK_NETWORK_DEFAULT", 'n'},
+                {"AIRLOCK_E2B_TEMPLATES", 'E'},   {"AIRLOCK_E2B_DOMAIN", 'M'},
         };
         for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
                 const char *v = getenv(envs[i].name);
@@ -371,4 +442,8 @@ void config_print(const struct daemon_config *c, FILE *f) {
         fprintf(f, "cap_keys_dir=%s\n", c->cap_keys_dir);
         fprintf(f, "qemu=%s\naccel=%s\n", c->qemu_binary, c->accel);
         fprintf(f, "network_default=%s\n", netpolicy_mode_to_string(c->network_default));
+        fprintf(f, "e2b_templates=");
+        for (size_t i = 0; i < c->n_e2b_templates; i++)
+                fprintf(f, "%s%s=%s", i ? "," : "", c->e2b_templates[i].e2b, c->e2b_templates[i].airlock);
+        fprintf(f, "\ne2b_domain=%s\n", c->e2b_domain);
 }

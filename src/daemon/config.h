@@ -22,6 +22,8 @@
 #define CONFIG_IDLE_TIMEOUT_S_MAX (365 * 24 * 3600)
 #define CONFIG_IDLE_CHECK_MS_MIN 100
 #define CONFIG_IDLE_CHECK_MS_MAX 600000
+#define CONFIG_E2B_TEMPLATES_MAX 16 /* E2B template names mapped onto Airlock templates */
+#define CONFIG_NAME_MAX 64
 
 /* airlockd's exit status when its start failed before it served the API:
  * airlock-nodemgr then stops the node instead of handing VMs over (status
@@ -78,6 +80,17 @@ struct daemon_config {
         /* egress: the policy of a sandbox created without one whose tenant
          * has no default either (allow-all or deny-all) */
         enum netpolicy_mode network_default;
+
+        /* the E2B front door (docs/e2b.md): the Airlock template each E2B
+         * template name stands for (a name without an entry is taken as an
+         * Airlock template's own), and the domain E2B's host names use
+         * (empty: the SDK's own default) */
+        struct {
+                char e2b[CONFIG_NAME_MAX];
+                char airlock[CONFIG_NAME_MAX];
+        } e2b_templates[CONFIG_E2B_TEMPLATES_MAX];
+        size_t n_e2b_templates;
+        char e2b_domain[254];
 };
 
 /*

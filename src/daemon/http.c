@@ -14,6 +14,7 @@
 #include "api.h"
 #include "apireq.h"
 #include "auth.h"
+#include "e2b-api.h"
 #include "log.h"
 #include "macros.h"
 #include "util.h"
@@ -73,6 +74,12 @@ enum route_id {
         R_SECRET,
         R_SANDBOX_SECRETS,
         R_AUDIT,
+        /* the E2B front door's control plane (e2b-api.h) */
+        R_E2B_SANDBOXES,
+        R_E2B_SANDBOX,
+        R_E2B_TIMEOUT,
+        R_E2B_PAUSE,
+        R_E2B_CONNECT,
 };
 
 enum auth_kind {
@@ -80,6 +87,7 @@ enum auth_kind {
         AUTH_NONE,    /* public */
         AUTH_SESSION, /* API token or the session's attach token */
         AUTH_ADMIN,   /* admin token only: a tenant key gets 403 */
+        AUTH_E2B,     /* an API key in X-API-Key, as E2B's SDKs send it; E2B's error bodies */
 };
 
 struct route {
@@ -127,6 +135,12 @@ static const struct route routes[] = {
         { R_SECRET, { "v1", "secrets", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
         { R_SANDBOX_SECRETS, { "v1", "sandboxes", "*", "secrets" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
         { R_AUDIT, { "v1", "audit" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
+        /* E2B's bodies are checked by e2b-api.c (SDK versions add fields) */
+        { R_E2B_SANDBOXES, { "v2", "sandboxes" }, M_GET | M_POST, AUTH_E2B, APIREQ_BODY_NONE },
+        { R_E2B_SANDBOX, { "sandboxes", "*" }, M_GET | M_DELETE, AUTH_E2B, APIREQ_BODY_NONE },
+        { R_E2B_TIMEOUT, { "sandboxes", "*", "timeout" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
+        { R_E2B_PAUSE, { "sandboxes", "*", "pause" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
+        { R_E2B_CONNECT, { "v2", "sandboxes", "*", "connect" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
 };
 
 /* Per-request state, from the first access-handler call to completion. */
@@ -299,13 +313,20 @@ static enum MHD_Result queue_json(struct request *req, struct MHD_Connection *co
         return queue(req, conn, status, resp);
 }
 
-/* Queues {"error":{"code","message"}} for a negative errno. */
+static bool is_e2b(const struct request *req) {
+        return req->route && req->route->auth == AUTH_E2B;
+}
+
+/* Queues {"error":{"code","message"}} for a negative errno; on E2B's routes
+ * {"code":STATUS,"message"}, which is what its SDKs read. */
 static enum MHD_Result queue_error(struct request *req, struct MHD_Connection *conn, int r, const char *msg) {
         unsigned status = api_error_status(r);
         const char *code = api_error_code(r);
         if (!msg || !*msg)
                 msg = api_error_default_message(r);
-        _cleanup_(json_decrefp) json_t *o = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
+        _cleanup_(json_decrefp) json_t *o =
+                is_e2b(req) ? json_pack("{s:i, s:s}", "code", (int) status, "message", msg)
+                            : json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
         char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
         struct MHD_Response *resp = s ? MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE)
                                       : MHD_create_response_from_buffer(0, (void *) "", MHD_RESPMEM_PERSISTENT);
@@ -314,7 +335,7 @@ static enum MHD_Result queue_error(struct request *req, struct MHD_Connection *c
                 return MHD_NO;
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-        if (status == 401)
+        if (status == 401 && !is_e2b(req))
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"airlock\"");
         if (status == 405 && req->route) {
                 char allow[64];
@@ -370,6 +391,8 @@ static int authenticate_token(struct request *req, const char *value, bool beare
 static int authenticate(struct request *req, struct MHD_Connection *conn) {
         if (req->route && req->route->auth == AUTH_NONE)
                 return 0;
+        if (is_e2b(req))
+                return authenticate_token(req, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-Key"), false);
         const char *hdr = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         int r = authenticate_token(req, hdr, true);
         if (r != -EACCES)
@@ -560,7 +583,8 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
         int r = authenticate(req, conn);
         if (r < 0)
                 return queue_error(req, conn, r,
-                                   r == -EACCES ? "missing or invalid bearer token"
+                                   r == -EACCES && is_e2b(req) ? "missing or invalid API key (X-API-Key)"
+                                   : r == -EACCES               ? "missing or invalid bearer token"
                                    : r == -EPERM ? "tenants and keys are managed with the admin token" : NULL);
         if (!req->route)
                 return queue_error(req, conn, -ENOENT, "no such endpoint");
@@ -694,7 +718,7 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 r = apireq_parse_object(req->body, req->body_len, &body, ctx.err);
                 /* strict: a field no handler reads is the client's mistake
                  * (a misspelt security setting must not just be dropped) */
-                if (r >= 0)
+                if (r >= 0 && !is_e2b(req))
                         r = apireq_check_body(body, req->route->body, false, ctx.err);
                 if (r < 0)
                         return queue_error(req, conn, r, ctx.err);
@@ -817,6 +841,32 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         case R_AUDIT:
                 r = api_audit_get(&ctx, query_arg(conn, "sandbox", NULL), query_arg(conn, "secret", NULL),
                                   query_arg(conn, "limit", NULL), &rep);
+                break;
+        case R_E2B_SANDBOXES:
+                if (req->method == M_POST)
+                        r = e2b_sandbox_create(&ctx, body, &rep);
+                else {
+                        struct e2b_list_query q = {
+                                .state = query_arg(conn, "state", NULL),
+                                .metadata = query_arg(conn, "metadata", NULL),
+                                .limit = query_arg(conn, "limit", NULL),
+                                .next_token = query_arg(conn, "nextToken", NULL),
+                                .order = query_arg(conn, "order", NULL),
+                        };
+                        r = e2b_sandbox_list(&ctx, &q, &rep);
+                }
+                break;
+        case R_E2B_SANDBOX:
+                r = req->method == M_DELETE ? e2b_sandbox_kill(&ctx, id, &rep) : e2b_sandbox_get(&ctx, id, &rep);
+                break;
+        case R_E2B_TIMEOUT:
+                r = e2b_sandbox_set_timeout(&ctx, id, body, &rep);
+                break;
+        case R_E2B_PAUSE:
+                r = e2b_sandbox_pause(&ctx, id, body, &rep);
+                break;
+        case R_E2B_CONNECT:
+                r = e2b_sandbox_connect(&ctx, id, body, &rep);
                 break;
         default:
                 r = -ENOENT;

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "api.h"
+#include "lifecycle.h"
 #include "log.h"
 #include "macros.h"
 #include "nodeclient.h"
@@ -65,14 +66,57 @@ static void check(struct idle_watch *w) {
         }
 }
 
+/* One pass over the lifetimes: a sandbox whose lifetime is over is
+ * deleted, or suspended (its clock then stops until it is back). */
+static void expire(struct idle_watch *w) {
+        struct store_sandbox *a = NULL;
+        size_t n = 0;
+        if (store_sandbox_list(w->store, STORE_LIST_MAX, &a, &n) < 0)
+                return;
+        int64_t now = (int64_t) (now_realtime_ns() / 1000000ULL);
+        for (size_t i = 0; i < n; i++) {
+                struct store_sandbox *sb = &a[i];
+                if (!sb->expires_at || sb->expires_at > now || lifecycle_state_is_transitional(sb->state) ||
+                    strcmp(sb->state, "creating") == 0)
+                        continue;
+                bool suspend = sb->on_expiry && strcmp(sb->on_expiry, "suspend") == 0;
+                char log_ctx[96];
+                snprintf(log_ctx, sizeof log_ctx, "lifetime sandbox=%s", sb->id);
+                struct api_ctx ctx = { .config = w->config, .store = w->store, .stopping = &w->stopping,
+                                       .log_ctx = log_ctx, .client_fd = -1 };
+                struct api_reply r = { 0 };
+                int k = 0;
+                if (suspend && (strcmp(sb->state, "running") == 0 || strcmp(sb->state, "paused") == 0)) {
+                        log_emit(LOG_LEVEL_INFO, log_ctx, "its lifetime is over: suspending");
+                        k = api_sandbox_verb(&ctx, sb->id, "suspend", NULL, NULL, false, &r);
+                } else if (!suspend) {
+                        log_emit(LOG_LEVEL_INFO, log_ctx, "its lifetime is over: deleting");
+                        k = api_sandbox_delete(&ctx, sb->id, NULL, false, &r);
+                }
+                api_reply_release(&r);
+                if (k < 0) {
+                        log_emit(LOG_LEVEL_WARN, log_ctx, "not ended: %s", ctx.err[0] ? ctx.err : strerror(-k));
+                        continue; /* next pass */
+                }
+                if (suspend) /* suspended (or on its way): no clock until it is back */
+                        (void) store_sandbox_expiry_set(w->store, sb->id, 0, sb->expiry_s, NULL);
+        }
+        store_sandbox_array_free(a, n);
+}
+
+/* lifetimes are looked at this often (idleness at idle_check_ms) */
+#define EXPIRE_CHECK_MS 1000
+
 static void *idle_main(void *arg) {
         struct idle_watch *w = arg;
+        uint64_t next_idle = now_monotonic_ns() + (uint64_t) w->config->idle_check_ms * 1000000ULL;
         pthread_mutex_lock(&w->lock);
         while (!w->stop) {
+                unsigned wait_ms = MIN(w->config->idle_check_ms, EXPIRE_CHECK_MS);
                 struct timespec until;
                 clock_gettime(CLOCK_REALTIME, &until);
-                until.tv_sec += w->config->idle_check_ms / 1000;
-                until.tv_nsec += (long) (w->config->idle_check_ms % 1000) * 1000000L;
+                until.tv_sec += wait_ms / 1000;
+                until.tv_nsec += (long) (wait_ms % 1000) * 1000000L;
                 if (until.tv_nsec >= 1000000000L) {
                         until.tv_sec++;
                         until.tv_nsec -= 1000000000L;
@@ -82,7 +126,11 @@ static void *idle_main(void *arg) {
                 if (w->stop)
                         break;
                 pthread_mutex_unlock(&w->lock);
-                check(w);
+                expire(w);
+                if (now_monotonic_ns() >= next_idle) {
+                        check(w);
+                        next_idle = now_monotonic_ns() + (uint64_t) w->config->idle_check_ms * 1000000ULL;
+                }
                 pthread_mutex_lock(&w->lock);
         }
         pthread_mutex_unlock(&w->lock);

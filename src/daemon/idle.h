@@ -10,6 +10,11 @@
  * idle_timeout_s (its own, else the global AIRLOCK_IDLE_TIMEOUT_S; 0 =
  * never) through the suspend verb, as a client would: an operation is
  * recorded, and the next request to the sandbox wakes it.
+ *
+ * Lifetimes ride along: every second the thread deletes each sandbox
+ * whose expires_at has passed, or suspends it when its on_expiry says so
+ * (the E2B front door's sandbox timeout, e2b-api.h); a suspended one's
+ * clock stops until it is connected to again.
  */
 
 #include "config.h"

@@ -33,6 +33,7 @@
 #include "check.h"
 #include "config.h"
 #include "dataplane.h"
+#include "e2b-api.h"
 #include "http.h"
 #include "idle.h"
 #include "log.h"
@@ -170,6 +171,8 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
                 return check_start_failed(log_error_errno(r, "Failed to open the credential store: %m"),
                                           "cannot open the credential store (%s/%s): %m", c->control_dir,
                                           CREDSTORE_KEY_FILE);
+        if ((r = e2b_init(c)) < 0)
+                return check_start_failed(r, "cannot set up the E2B token key in %s: %m", c->control_dir);
         /* before the node starts: it reads the public key this writes */
         if ((r = dataplane_init(c)) < 0)
                 return check_start_failed(r, "cannot set up the capability keys in %s: %m", c->cap_keys_dir);

@@ -20,6 +20,7 @@ static const char *const env_vars[] = {
         "AIRLOCK_DATA_DIR", "AIRLOCK_LISTEN", "AIRLOCK_NODE_SOCKET", "AIRLOCK_NODE_BINARY",
         "AIRLOCK_DATABASE", "AIRLOCK_LOG_LEVEL", "AIRLOCK_SNAPSHOT_POLICY", "AIRLOCK_SNAPSHOT_TICK_MS",
         "AIRLOCK_IDLE_TIMEOUT_S", "AIRLOCK_IDLE_CHECK_MS", "AIRLOCK_NETWORK_DEFAULT",
+        "AIRLOCK_E2B_TEMPLATES", "AIRLOCK_E2B_DOMAIN",
 };
 
 static int clear_env(void **state) {
@@ -309,6 +310,39 @@ static void test_control_dir_migration(void **state) {
         assert_int_equal(rm_rf(dir), 0);
 }
 
+/* The E2B template names: the default map, one given, and each way a map
+ * or a domain can be wrong, said in the message. */
+static void test_e2b(void **state) {
+        struct daemon_config c;
+        char err[256] = "";
+        assert_int_equal(load(&c, err, 0), 0);
+        assert_int_equal(c.n_e2b_templates, 2);
+        assert_string_equal(c.e2b_templates[0].e2b, "base");
+        assert_string_equal(c.e2b_templates[0].airlock, "python");
+        assert_string_equal(c.e2b_templates[1].e2b, "code-interpreter-v1");
+        assert_string_equal(c.e2b_domain, "");
+        setenv("AIRLOCK_E2B_TEMPLATES", "base=minimal", 1);
+        setenv("AIRLOCK_E2B_DOMAIN", "sbx.example.org", 1);
+        assert_int_equal(load(&c, err, 0), 0);
+        assert_int_equal(c.n_e2b_templates, 1);
+        assert_string_equal(c.e2b_templates[0].airlock, "minimal");
+        assert_string_equal(c.e2b_domain, "sbx.example.org");
+        assert_int_equal(load(&c, err, 2, "--e2b-templates", "a=b,c=d"), 0);
+        assert_int_equal(c.n_e2b_templates, 2);
+        static const char *const bad_maps[] = { "base", "=python", "base=", "base=py/thon", "a=b,a=c", ".x=y" };
+        for (size_t i = 0; i < sizeof bad_maps / sizeof bad_maps[0]; i++) {
+                err[0] = 0;
+                assert_int_equal(load(&c, err, 2, "--e2b-templates", bad_maps[i]), -EINVAL);
+                assert_non_null(strstr(err, "--e2b-templates"));
+        }
+        static const char *const bad_domains[] = { "-x.org", "a..b", ".org", "a_b.org", "x.org." };
+        for (size_t i = 0; i < sizeof bad_domains / sizeof bad_domains[0]; i++) {
+                err[0] = 0;
+                assert_int_equal(load(&c, err, 2, "--e2b-domain", bad_domains[i]), -EINVAL);
+                assert_non_null(strstr(err, "DNS name"));
+        }
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup(test_network_default, clear_env),
@@ -319,6 +353,7 @@ int main(void) {
                 cmocka_unit_test_setup(test_snapshot_knobs, clear_env),
                 cmocka_unit_test_setup(test_snapshot_knobs_invalid, clear_env),
                 cmocka_unit_test(test_parse_listen),
+                cmocka_unit_test_setup(test_e2b, clear_env),
                 cmocka_unit_test_setup(test_control_dir_migration, clear_env),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

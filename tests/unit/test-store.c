@@ -621,6 +621,50 @@ static void test_migration_7_upgrade(void **state) {
 /* Egress policies: a sandbox's is written by insert, read alone (lists and
  * gets leave the field NULL), replaced only from the state the caller read;
  * a tenant's default is read with the tenant and can be cleared. */
+/* A lifetime: none at first; set, read back through get and list; a
+ * suspend stops the clock and keeps the timeout; what happens at its end
+ * stays unless given again. */
+static void test_sandbox_lifetimes(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(url, &s), 0);
+        struct store_sandbox sb = { .id = "sbx-life", .template_name = "minimal", .state = "running" };
+        assert_int_equal(store_sandbox_insert(s, &sb), 0);
+        struct store_sandbox got = { 0 };
+        assert_int_equal(store_sandbox_get(s, "sbx-life", &got), 0);
+        assert_int_equal(got.expires_at, 0);
+        assert_int_equal(got.expiry_s, 0);
+        assert_null(got.on_expiry);
+        store_sandbox_release(&got);
+
+        assert_int_equal(store_sandbox_expiry_set(s, "sbx-life", 1796000000000, 300, "suspend"), 0);
+        assert_int_equal(store_sandbox_get(s, "sbx-life", &got), 0);
+        assert_int_equal(got.expires_at, 1796000000000);
+        assert_int_equal(got.expiry_s, 300);
+        assert_string_equal(got.on_expiry, "suspend");
+        store_sandbox_release(&got);
+        assert_int_equal(store_sandbox_expiry_set(s, "sbx-life", 0, 300, NULL), 0);
+        struct store_sandbox *a = NULL;
+        size_t n = 0;
+        assert_int_equal(store_sandbox_list(s, 10, &a, &n), 0);
+        assert_int_equal(n, 1);
+        assert_int_equal(a[0].expires_at, 0);
+        assert_int_equal(a[0].expiry_s, 300);
+        assert_string_equal(a[0].on_expiry, "suspend");
+        store_sandbox_array_free(a, n);
+
+        assert_int_equal(store_sandbox_expiry_set(s, "sbx-nope", 1, 1, NULL), -ENOENT);
+        assert_int_equal(store_sandbox_expiry_set(s, "sbx-life", -1, 1, NULL), -EINVAL);
+        assert_int_equal(store_sandbox_expiry_set(s, "sbx-life", 1, 1, "explode"), -EINVAL);
+        /* and an insert can carry one */
+        struct store_sandbox born = { .id = "sbx-born", .template_name = "minimal", .state = "running",
+                                      .expires_at = 5000, .expiry_s = 5, .on_expiry = (char *) "delete" };
+        assert_int_equal(store_sandbox_insert(s, &born), 0);
+        assert_int_equal(store_sandbox_get(s, "sbx-born", &got), 0);
+        assert_int_equal(got.expires_at, 5000);
+        assert_string_equal(got.on_expiry, "delete");
+        store_sandbox_release(&got);
+}
+
 static void test_network_policies(void **state) {
         _cleanup_(store_closep) struct store *s = NULL;
         assert_int_equal(store_open(url, &s), 0);
@@ -699,6 +743,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_tenants_and_keys, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_migration_7_upgrade, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_network_policies, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_sandbox_lifetimes, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

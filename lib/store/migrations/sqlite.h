@@ -156,4 +156,10 @@ static const char *const store_sqlite_migrations[] = {
         "  boot_id TEXT NOT NULL,\n"
         "  seq INTEGER NOT NULL\n"
         ");\n",
+        /* 10: a sandbox's lifetime: when it ends (Unix ms; NULL: never),
+         * how (deleted, or suspended), and the timeout it was given, so
+         * that a wake can give it again */
+        "ALTER TABLE sandboxes ADD COLUMN expires_at INTEGER;\n"
+        "ALTER TABLE sandboxes ADD COLUMN expiry_s INTEGER CHECK (expiry_s > 0);\n"
+        "ALTER TABLE sandboxes ADD COLUMN on_expiry TEXT CHECK (on_expiry IN ('delete', 'suspend'));\n",
 };

@@ -1,0 +1,552 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "e2b-api.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "macros.h"
+#include "nodeclient.h"
+#include "util.h"
+
+#define E2B_KEY_FILE "e2b.key"
+#define E2B_CLIENT_ID "airlock"
+/* what getInfo() shows as the end of a sandbox without a lifetime: E2B has
+ * no "never", and a date the SDK can parse keeps arithmetic on it sane */
+#define E2B_NEVER "9999-12-31T23:59:59.000Z"
+
+static uint8_t token_key[crypto_auth_hmacsha256_KEYBYTES];
+static bool token_key_loaded;
+
+static int efail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
+static int efail(struct api_ctx *ctx, int r, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+int e2b_init(const struct daemon_config *config) {
+        _cleanup_free_ char *path = NULL, *text = NULL;
+        if (asprintf(&path, "%s/" E2B_KEY_FILE, config->control_dir) < 0)
+                return -ENOMEM;
+        size_t len = 0;
+        int r = file_read_all(path, sizeof token_key, &text, &len);
+        if (r == -ENOENT) {
+                randombytes_buf(token_key, sizeof token_key);
+                r = file_write_atomic(path, token_key, sizeof token_key, 0600);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to write %s: %m", path);
+        } else if (r < 0 || len != sizeof token_key) {
+                return log_error_errno(r < 0 ? r : -EBADMSG, "Failed to read the E2B token key %s: %m", path);
+        } else
+                memcpy(token_key, text, sizeof token_key);
+        if (text)
+                sodium_memzero(text, len);
+        token_key_loaded = true;
+        return 0;
+}
+
+int e2b_access_token(const char *sandbox_id, char out[65]) {
+        if (!token_key_loaded)
+                return -EIO; /* e2b_init() failed, and airlockd would not have started */
+        uint8_t mac[crypto_auth_hmacsha256_BYTES];
+        char msg[96];
+        int n = snprintf(msg, sizeof msg, "e2b-envd-access:%s", sandbox_id);
+        if (n < 0 || (size_t) n >= sizeof msg)
+                return -EINVAL;
+        crypto_auth_hmacsha256(mac, (const unsigned char *) msg, (unsigned long long) n, token_key);
+        sodium_bin2hex(out, 65, mac, sizeof mac);
+        return 0;
+}
+
+static int hex_digit(char c) {
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
+int e2b_percent_decode(const char *s, size_t len, bool form, char *out, size_t *ret_len) {
+        size_t o = 0;
+        for (size_t i = 0; i < len; i++) {
+                char c = s[i];
+                if (c == '%') {
+                        if (i + 2 >= len)
+                                return -EINVAL;
+                        int hi = hex_digit(s[i + 1]), lo = hex_digit(s[i + 2]);
+                        if (hi < 0 || lo < 0)
+                                return -EINVAL;
+                        c = (char) (hi << 4 | lo);
+                        i += 2;
+                } else if (c == '+' && form)
+                        c = ' ';
+                if (c == 0)
+                        return -EINVAL;
+                out[o++] = c;
+        }
+        out[o] = 0;
+        *ret_len = o;
+        return 0;
+}
+
+/* ---- mapping ---- */
+
+static const char *airlock_template(const struct daemon_config *config, const char *e2b_name) {
+        for (size_t i = 0; i < config->n_e2b_templates; i++)
+                if (strcmp(config->e2b_templates[i].e2b, e2b_name) == 0)
+                        return config->e2b_templates[i].airlock;
+        return e2b_name;
+}
+
+/* The E2B name an Airlock template goes by (its first alias), else its own. */
+static const char *e2b_template(const struct daemon_config *config, const char *airlock_name) {
+        for (size_t i = 0; i < config->n_e2b_templates; i++)
+                if (strcmp(config->e2b_templates[i].airlock, airlock_name) == 0)
+                        return config->e2b_templates[i].e2b;
+        return airlock_name;
+}
+
+/* E2B knows two states: what is not running (or on its way back) is paused. */
+static const char *e2b_state(const char *state) {
+        static const char *const paused[] = { "paused", "pausing", "suspended", "suspending", "stopped", "stopping" };
+        for (size_t i = 0; i < ARRAY_SIZE(paused); i++)
+                if (state && strcmp(state, paused[i]) == 0)
+                        return "paused";
+        return "running";
+}
+
+static bool is_suspended(const char *state) {
+        return strcmp(state, "suspended") == 0 || strcmp(state, "suspending") == 0;
+}
+
+/* A map of string values, at most one level (E2B's metadata and envVars). */
+static int check_string_map(struct api_ctx *ctx, const json_t *o, const char *field) {
+        if (!o)
+                return 0;
+        if (!json_is_object(o))
+                return efail(ctx, -EINVAL, "'%s' must be an object of strings", field);
+        const char *k;
+        const json_t *v;
+        json_object_foreach((json_t *) o, k, v) if (!json_is_string(v)) return efail(
+                ctx, -EINVAL, "'%s.%.64s' must be a string", field, k);
+        return 0;
+}
+
+/* E2B's timeout: whole seconds; 0 is "no lifetime". */
+static int parse_timeout(struct api_ctx *ctx, const json_t *body, bool *ret_given, int64_t *ret_s) {
+        const json_t *t = json_object_get(body, "timeout");
+        *ret_given = t && !json_is_null(t);
+        *ret_s = 0;
+        if (!*ret_given)
+                return 0;
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > E2B_TIMEOUT_S_MAX)
+                return efail(ctx, -EINVAL, "'timeout' must be whole seconds, 0 to %d", E2B_TIMEOUT_S_MAX);
+        *ret_s = json_integer_value(t);
+        return 0;
+}
+
+/* The template sizes getInfo() reports, from the node (0 when unknown). */
+static json_t *template_sizes(struct api_ctx *ctx) {
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "template.list");
+        json_t *rep = NULL;
+        char err[API_ERRMSG_MAX];
+        if (!req || node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, err) < 0)
+                return NULL;
+        return rep;
+}
+
+static json_int_t template_memory_mib(const json_t *sizes, const char *name) {
+        const json_t *t;
+        size_t i;
+        json_array_foreach(json_object_get(sizes, "templates"), i, t) {
+                const char *n = json_string_value(json_object_get(t, "name"));
+                if (n && strcmp(n, name) == 0)
+                        return json_integer_value(json_object_get(t, "memory_mib"));
+        }
+        return 0;
+}
+
+/* The Sandbox object of create, connect and fork replies. */
+static json_t *sandbox_reply(struct api_ctx *ctx, const char *id, const char *template_name) {
+        char token[65];
+        if (e2b_access_token(id, token) < 0)
+                return NULL;
+        const char *domain = ctx->config->e2b_domain;
+        return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s?, s:n}", "sandboxID", id, "templateID", template_name,
+                         "alias", e2b_template(ctx->config, template_name), "clientID", E2B_CLIENT_ID, "envdVersion",
+                         E2B_ENVD_VERSION, "envdAccessToken", token, "domain", domain[0] ? domain : NULL,
+                         "trafficAccessToken");
+}
+
+/* A /v1 sandbox object as E2B's ListedSandbox (detail: SandboxDetail). */
+static json_t *sandbox_info(struct api_ctx *ctx, const json_t *sb, const json_t *sizes, bool detail) {
+        const char *id = json_string_value(json_object_get(sb, "id"));
+        const char *tpl = json_string_value(json_object_get(sb, "template"));
+        const char *state = json_string_value(json_object_get(sb, "state"));
+        const char *started = json_string_value(json_object_get(sb, "created_at"));
+        const char *ends = json_string_value(json_object_get(sb, "expires_at"));
+        const char *on_expiry = json_string_value(json_object_get(sb, "on_expiry"));
+        if (!id || !tpl || !state || !started)
+                return NULL;
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:s, s:O, s:[]}", "sandboxID", id,
+                              "templateID", tpl, "alias", e2b_template(ctx->config, tpl), "clientID", E2B_CLIENT_ID,
+                              "startedAt", started, "endAt", ends ? ends : E2B_NEVER, "state", e2b_state(state),
+                              "cpuCount", 1, "memoryMB", template_memory_mib(sizes, tpl), "envdVersion",
+                              E2B_ENVD_VERSION, "metadata", json_object_get(sb, "metadata") ?: json_object(),
+                              "volumeMounts");
+        if (o && detail) {
+                const char *domain = ctx->config->e2b_domain;
+                json_object_set_new(o, "domain", domain[0] ? json_string(domain) : json_null());
+                json_object_set_new(o, "lifecycle",
+                                    json_pack("{s:s, s:b}", "onTimeout",
+                                              on_expiry && strcmp(on_expiry, "suspend") == 0 ? "pause" : "kill",
+                                              "autoResume", true));
+        }
+        return o;
+}
+
+/* Runs a /v1 lifecycle verb to its end: 0 once it succeeded. */
+static int run_verb(struct api_ctx *ctx, const char *id, const char *verb) {
+        struct api_reply rep = { 0 };
+        int r = api_sandbox_verb(ctx, id, verb, NULL, NULL, true, &rep);
+        if (r >= 0) {
+                const char *state = json_string_value(json_object_get(rep.body, "state"));
+                const json_t *e = json_object_get(rep.body, "error");
+                if (!state || strcmp(state, "succeeded") != 0)
+                        r = efail(ctx, -EIO, "%s failed: %s", verb,
+                                  json_string_value(json_object_get(e, "message")) ?: "the operation did not finish");
+        }
+        api_reply_release(&rep);
+        return r;
+}
+
+/* Sets the lifetime from now: timeout_s 0 ends it. */
+static int set_lifetime(struct api_ctx *ctx, const char *id, int64_t timeout_s, const char *on_expiry) {
+        int64_t at = timeout_s > 0 ? (int64_t) (now_realtime_ns() / 1000000ULL) + timeout_s * 1000 : 0;
+        int r = store_sandbox_expiry_set(ctx->store, id, at, timeout_s, on_expiry);
+        if (r < 0 && r != -ENOENT)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to set the sandbox's lifetime: %m");
+        return r;
+}
+
+/* ---- handlers ---- */
+
+int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret) {
+        /* what Airlock cannot do is refused, never dropped */
+        static const char *const unsupported[] = { "mcp", "iam", "volumeMounts", "network" };
+        for (size_t i = 0; i < ARRAY_SIZE(unsupported); i++) {
+                const json_t *v = json_object_get(body, unsupported[i]);
+                if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
+                        return efail(ctx, -EINVAL, "'%s' is not supported by Airlock's E2B front door (docs/e2b.md)",
+                                     unsupported[i]);
+        }
+        const json_t *tpl_j = json_object_get(body, "templateID");
+        if (tpl_j && !json_is_string(tpl_j))
+                return efail(ctx, -EINVAL, "'templateID' must be a string");
+        const char *tpl = airlock_template(ctx->config, tpl_j ? json_string_value(tpl_j) : "base");
+        const json_t *md = json_object_get(body, "metadata"), *env = json_object_get(body, "envVars");
+        const json_t *internet = json_object_get(body, "allow_internet_access");
+        const json_t *auto_pause = json_object_get(body, "autoPause");
+        bool timeout_given;
+        int64_t timeout_s;
+        int r;
+        if ((r = check_string_map(ctx, md, "metadata")) < 0 || (r = check_string_map(ctx, env, "envVars")) < 0 ||
+            (r = parse_timeout(ctx, body, &timeout_given, &timeout_s)) < 0)
+                return r;
+        if (internet && !json_is_boolean(internet) && !json_is_null(internet))
+                return efail(ctx, -EINVAL, "'allow_internet_access' must be a boolean");
+        if (auto_pause && !json_is_boolean(auto_pause) && !json_is_null(auto_pause))
+                return efail(ctx, -EINVAL, "'autoPause' must be a boolean");
+
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "template", tpl);
+        if (!req)
+                return -ENOMEM;
+        if (md)
+                json_object_set(req, "metadata", (json_t *) md);
+        if (env)
+                json_object_set(req, "env", (json_t *) env);
+        if (json_is_false(internet))
+                json_object_set_new(req, "network", json_pack("{s:s}", "mode", "deny-all"));
+        struct api_reply v1 = { 0 };
+        r = api_sandbox_create(ctx, req, NULL, &v1);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *id = strdup(json_string_value(json_object_get(v1.body, "id")) ?: "");
+        api_reply_release(&v1);
+        if (!id || !*id)
+                return -ENOMEM;
+        if (timeout_s > 0 && (r = set_lifetime(ctx, id, timeout_s, json_is_true(auto_pause) ? "suspend" : "delete")) < 0)
+                return r;
+        json_t *o = sandbox_reply(ctx, id, tpl);
+        if (!o)
+                return -ENOMEM;
+        *ret = (struct api_reply){ .status = MHD_HTTP_CREATED, .body = o };
+        return 0;
+}
+
+int e2b_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+        struct api_reply v1 = { 0 };
+        int r = api_sandbox_get(ctx, id, &v1);
+        if (r < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *sizes = template_sizes(ctx);
+        json_t *o = sandbox_info(ctx, v1.body, sizes, true);
+        api_reply_release(&v1);
+        if (!o)
+                return -ENOMEM;
+        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = o };
+        return 0;
+}
+
+/* ?metadata=: "k=v&k2=v2" as a form decodes it, each key and value then
+ * percent-decoded once more (the SDK encodes them before it builds the
+ * form). NULL ret: none given. */
+static int parse_metadata_filter(struct api_ctx *ctx, const char *q, json_t **ret) {
+        *ret = NULL;
+        if (!q || !*q)
+                return 0;
+        _cleanup_(json_decrefp) json_t *filter = json_object();
+        size_t qlen = strlen(q);
+        if (!filter || qlen > 4096)
+                return filter ? efail(ctx, -EINVAL, "'metadata' is longer than 4096 bytes") : -ENOMEM;
+        _cleanup_free_ char *a = malloc(qlen + 1), *b = malloc(qlen + 1);
+        if (!a || !b)
+                return -ENOMEM;
+        for (const char *p = q; *p;) {
+                size_t len = strcspn(p, "&");
+                const char *eq = memchr(p, '=', len);
+                size_t kl = eq ? (size_t) (eq - p) : len, n;
+                char key[256];
+                if (kl == 0 || e2b_percent_decode(p, kl, true, a, &n) < 0 || e2b_percent_decode(a, n, false, b, &n) < 0 ||
+                    n >= sizeof key)
+                        return efail(ctx, -EINVAL, "'metadata' must be key=value pairs joined by '&'");
+                memcpy(key, b, n + 1);
+                const char *v = eq ? eq + 1 : "";
+                size_t vl = eq ? len - kl - 1 : 0;
+                if (e2b_percent_decode(v, vl, true, a, &n) < 0 || e2b_percent_decode(a, n, false, b, &n) < 0)
+                        return efail(ctx, -EINVAL, "'metadata' has a value that is not percent-encoded");
+                json_object_set_new(filter, key, json_stringn(b, n));
+                p += len + (p[len] == '&');
+        }
+        *ret = TAKE_PTR(filter);
+        return 0;
+}
+
+static bool metadata_matches(const json_t *md, const json_t *filter) {
+        const char *k;
+        const json_t *want;
+        json_object_foreach((json_t *) filter, k, want) {
+                const json_t *have = json_object_get(md, k);
+                if (!json_is_string(have) || !json_equal(have, want))
+                        return false;
+        }
+        return true;
+}
+
+/* X-Next-Token: where the last page ended, as "<created_at>_<id>". */
+struct cursor {
+        char created_at[48];
+        char id[64];
+};
+
+static int cmp_cursor(const json_t *sb, const struct cursor *c) {
+        int k = strcmp(json_string_value(json_object_get(sb, "created_at")) ?: "", c->created_at);
+        return k ? k : strcmp(json_string_value(json_object_get(sb, "id")) ?: "", c->id);
+}
+
+static int cmp_created(const void *a, const void *b) {
+        const json_t *x = *(json_t *const *) a, *y = *(json_t *const *) b;
+        int k = strcmp(json_string_value(json_object_get(x, "created_at")) ?: "",
+                       json_string_value(json_object_get(y, "created_at")) ?: "");
+        return k ? k : strcmp(json_string_value(json_object_get(x, "id")) ?: "",
+                              json_string_value(json_object_get(y, "id")) ?: "");
+}
+
+int e2b_sandbox_list(struct api_ctx *ctx, const struct e2b_list_query *q, struct api_reply *ret) {
+        bool want_running = true, want_paused = true;
+        if (q->state && *q->state) {
+                want_running = want_paused = false;
+                for (const char *p = q->state; *p;) {
+                        size_t len = strcspn(p, ",");
+                        if (len == 7 && strncmp(p, "running", 7) == 0)
+                                want_running = true;
+                        else if (len == 6 && strncmp(p, "paused", 6) == 0)
+                                want_paused = true;
+                        else
+                                return efail(ctx, -EINVAL, "'state' must list running and/or paused");
+                        p += len + (p[len] == ',');
+                }
+        }
+        uint64_t limit = E2B_LIST_LIMIT_DEFAULT;
+        if (q->limit && (parse_u64(q->limit, E2B_LIST_LIMIT_MAX, &limit) < 0 || limit == 0))
+                return efail(ctx, -EINVAL, "'limit' must be 1 to %d", E2B_LIST_LIMIT_MAX);
+        bool asc = false;
+        if (q->order && strcmp(q->order, "asc") != 0 && strcmp(q->order, "desc") != 0)
+                return efail(ctx, -EINVAL, "'order' must be asc or desc");
+        asc = q->order && strcmp(q->order, "asc") == 0;
+        struct cursor cur = { "", "" };
+        bool have_cursor = q->next_token && *q->next_token;
+        if (have_cursor) {
+                const char *us = strrchr(q->next_token, '_');
+                size_t tl = us ? (size_t) (us - q->next_token) : 0;
+                if (!us || tl == 0 || tl >= sizeof cur.created_at || strlen(us + 1) >= sizeof cur.id ||
+                    !name_is_valid(us + 1))
+                        return efail(ctx, -EINVAL, "'nextToken' is not one this server gave out");
+                memcpy(cur.created_at, q->next_token, tl);
+                snprintf(cur.id, sizeof cur.id, "%s", us + 1);
+        }
+        _cleanup_(json_decrefp) json_t *filter = NULL;
+        int r = parse_metadata_filter(ctx, q->metadata, &filter);
+        if (r < 0)
+                return r;
+
+        struct api_reply v1 = { 0 };
+        if ((r = api_sandbox_list(ctx, &v1)) < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *all = json_incref(json_object_get(v1.body, "sandboxes"));
+        api_reply_release(&v1);
+        size_t n = json_array_size(all);
+        _cleanup_free_ json_t **sel = calloc(n ? n : 1, sizeof *sel);
+        if (!all || !sel)
+                return -ENOMEM;
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++) {
+                json_t *sb = json_array_get(all, i);
+                const char *st = json_string_value(json_object_get(sb, "state")) ?: "";
+                if (strcmp(st, "creating") == 0 || strcmp(st, "archived") == 0 || strcmp(st, "deleting") == 0)
+                        continue; /* not there for E2B (yet, or any more) */
+                bool paused = strcmp(e2b_state(st), "paused") == 0;
+                if ((paused && !want_paused) || (!paused && !want_running))
+                        continue;
+                if (filter && !metadata_matches(json_object_get(sb, "metadata"), filter))
+                        continue;
+                if (have_cursor && (asc ? cmp_cursor(sb, &cur) <= 0 : cmp_cursor(sb, &cur) >= 0))
+                        continue;
+                sel[m++] = sb;
+        }
+        qsort(sel, m, sizeof *sel, cmp_created);
+        _cleanup_(json_decrefp) json_t *sizes = template_sizes(ctx);
+        _cleanup_(json_decrefp) json_t *out = json_array();
+        if (!out)
+                return -ENOMEM;
+        size_t take = MIN(m, (size_t) limit);
+        for (size_t k = 0; k < take; k++) {
+                json_t *sb = sel[asc ? k : m - 1 - k];
+                json_t *o = sandbox_info(ctx, sb, sizes, false);
+                if (!o || json_array_append_new(out, o) < 0)
+                        return -ENOMEM;
+        }
+        char next[sizeof cur.created_at + sizeof cur.id + 2] = "";
+        if (take < m) {
+                json_t *last = sel[asc ? take - 1 : m - take];
+                snprintf(next, sizeof next, "%s_%s", json_string_value(json_object_get(last, "created_at")) ?: "",
+                         json_string_value(json_object_get(last, "id")) ?: "");
+        }
+        _cleanup_free_ char *text = json_dumps(out, JSON_COMPACT);
+        if (!text)
+                return -ENOMEM;
+        size_t len = strlen(text);
+        struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+        if (!resp)
+                return -ENOMEM;
+        text = NULL;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        if (next[0])
+                MHD_add_response_header(resp, "X-Next-Token", next);
+        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .response = resp };
+        return 0;
+}
+
+int e2b_sandbox_kill(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+        return api_sandbox_delete(ctx, id, NULL, false, ret);
+}
+
+int e2b_sandbox_set_timeout(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret) {
+        bool given;
+        int64_t timeout_s;
+        int r = parse_timeout(ctx, body, &given, &timeout_s);
+        if (r < 0)
+                return r;
+        if (!given)
+                return efail(ctx, -EINVAL, "'timeout' is required");
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        if ((r = api_sandbox_lookup(ctx, id, &sb)) < 0)
+                return r;
+        /* a paused one has no clock running: its lifetime starts again
+         * when it is connected to, from the timeout it keeps */
+        if (is_suspended(sb.state))
+                r = store_sandbox_expiry_set(ctx->store, id, 0, timeout_s, NULL);
+        else
+                r = set_lifetime(ctx, id, timeout_s, NULL);
+        if (r == -ENOENT)
+                return efail(ctx, r, "sandbox '%.64s' not found", id);
+        if (r < 0)
+                return r;
+        *ret = (struct api_reply){ .status = MHD_HTTP_NO_CONTENT };
+        return 0;
+}
+
+int e2b_sandbox_pause(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret) {
+        const json_t *memory = json_object_get(body, "memory");
+        if (memory && !json_is_boolean(memory))
+                return efail(ctx, -EINVAL, "'memory' must be a boolean");
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = api_sandbox_lookup(ctx, id, &sb);
+        if (r < 0)
+                return r;
+        if (is_suspended(sb.state))
+                return efail(ctx, -EBUSY, "sandbox '%.64s' is already paused", id);
+        /* (without memory E2B keeps the disk only; a suspend keeps both,
+         * which is more than was asked, never less) */
+        if ((r = run_verb(ctx, id, "suspend")) < 0)
+                return r;
+        /* its clock stops with it; a connect starts it again */
+        (void) store_sandbox_expiry_set(ctx->store, id, 0, sb.expiry_s, NULL);
+        *ret = (struct api_reply){ .status = MHD_HTTP_NO_CONTENT };
+        return 0;
+}
+
+int e2b_sandbox_connect(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret) {
+        bool given;
+        int64_t timeout_s;
+        int r = parse_timeout(ctx, body, &given, &timeout_s);
+        if (r < 0)
+                return r;
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        if ((r = api_sandbox_lookup(ctx, id, &sb)) < 0)
+                return r;
+        const char *verb = is_suspended(sb.state)             ? "wake"
+                           : strcmp(sb.state, "paused") == 0  ? "resume"
+                           : strcmp(sb.state, "stopped") == 0 ? "start"
+                                                              : NULL;
+        if (verb && (r = run_verb(ctx, id, verb)) < 0)
+                return r;
+        int64_t now = (int64_t) (now_realtime_ns() / 1000000ULL);
+        if (verb) {
+                /* back: its clock starts again, from the timeout asked for
+                 * now or the one it had */
+                int64_t s = given ? timeout_s : sb.expiry_s;
+                if (s > 0 && (r = set_lifetime(ctx, id, s, NULL)) < 0)
+                        return r;
+        } else if (given && timeout_s > 0 && sb.expires_at && sb.expires_at < now + timeout_s * 1000) {
+                /* running: E2B only ever lengthens a running one's lifetime */
+                if ((r = set_lifetime(ctx, id, timeout_s, NULL)) < 0)
+                        return r;
+        }
+        json_t *o = sandbox_reply(ctx, id, sb.template_name);
+        if (!o)
+                return -ENOMEM;
+        *ret = (struct api_reply){ .status = verb ? MHD_HTTP_CREATED : MHD_HTTP_OK, .body = o };
+        return 0;
+}

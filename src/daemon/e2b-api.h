@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * The E2B front door's control plane (docs/e2b.md): the REST API that E2B's
+ * SDKs call (/v2/sandboxes, /sandboxes/ID/...), translated onto the /v1
+ * handlers of api.c, so the same checks, tenants, operations and lifecycle
+ * run underneath; what comes back is E2B's shape: its fields, its two
+ * states ("running", "paused") and, through http.c, its error bodies
+ * ({"code":404,"message":...}). E2B's pause is Airlock's suspend, its
+ * connect a wake (or a resume or start, whatever brings the sandbox back);
+ * its sandbox timeout is the sandbox's lifetime (store expires_at), which
+ * the idle watcher enforces (idle.c).
+ */
+
+#include <jansson.h>
+
+#include "api.h"
+
+/* What the front door tells the SDK it implements: the SDK's feature gates
+ * on this version (docs/e2b.md) must match what Airlock does. */
+#define E2B_ENVD_VERSION "0.5.7"
+
+/* A lifetime longer than a year is a mistake */
+#define E2B_TIMEOUT_S_MAX (365 * 24 * 3600)
+
+/* The query of GET /v2/sandboxes, as MHD decoded it (each may be NULL). */
+struct e2b_list_query {
+        const char *state;      /* "running,paused" */
+        const char *metadata;   /* form-encoded pairs, each part percent-encoded once more */
+        const char *limit;      /* decimal, 1..E2B_LIST_LIMIT_MAX */
+        const char *next_token; /* what X-Next-Token said */
+        const char *order;      /* "asc" or "desc" (default) */
+};
+
+#define E2B_LIST_LIMIT_DEFAULT 100
+#define E2B_LIST_LIMIT_MAX 1000
+
+/* Loads the key envd access tokens are derived with (CONTROL_DIR/e2b.key,
+ * made on first start). Call once before serving. */
+int e2b_init(const struct daemon_config *config);
+
+/* The sandbox's envdAccessToken (64 hex and a NUL): an HMAC of its id under
+ * the front door's key, so that it needs no storage and a connect hands out
+ * the same one again. */
+int e2b_access_token(const char *sandbox_id, char out[65]);
+
+int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
+int e2b_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+int e2b_sandbox_list(struct api_ctx *ctx, const struct e2b_list_query *q, struct api_reply *ret);
+int e2b_sandbox_kill(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+int e2b_sandbox_set_timeout(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
+int e2b_sandbox_pause(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
+int e2b_sandbox_connect(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
+
+/* Decodes %XX escapes of s[0..len) into out (at least len + 1 bytes), '+'
+ * as a space when form is set; -EINVAL for a bad escape or a NUL. Exposed
+ * for the unit test. */
+int e2b_percent_decode(const char *s, size_t len, bool form, char *out, size_t *ret_len);
