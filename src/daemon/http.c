@@ -15,6 +15,7 @@
 #include "apireq.h"
 #include "auth.h"
 #include "e2b-api.h"
+#include "e2b-envd.h"
 #include "log.h"
 #include "macros.h"
 #include "util.h"
@@ -169,6 +170,9 @@ struct request {
         unsigned port;
         char port_id[HTTP_PARAM_MAX + 1];
 
+        /* a request for a sandbox's envd (E2b-Sandbox-Id: e2b-envd.h) */
+        struct e2b_envd_request *envd;
+
         /* streamed upload (PUT files, service ports) */
         struct node_conn *upload;
         char upload_path[APIREQ_PATH_MAX + 1];
@@ -184,6 +188,7 @@ static void request_free(struct request *req) {
         free(req->tenant_id);
         free(req->key_id);
         node_conn_free(req->upload);
+        e2b_envd_free(req->envd);
         free(req);
 }
 
@@ -561,6 +566,19 @@ static enum MHD_Result port_begin(struct request *req, struct MHD_Connection *co
         return MHD_YES;
 }
 
+/* A request E2B's SDK sends to a sandbox's envd: e2b-envd.c answers it,
+ * errors included, in the shape the SDK reads. */
+static enum MHD_Result envd_begin(struct request *req, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *sandbox_id) {
+        struct api_ctx ctx;
+        struct api_reply rep = { 0 };
+        api_ctx_init(req, conn, &ctx);
+        int r = e2b_envd_begin(&ctx, conn, url, method, sandbox_id, &req->envd, &rep);
+        if (r < 0)
+                return queue_error(req, conn, r, ctx.err);
+        return r > 0 ? queue_reply(req, conn, &rep) : MHD_YES;
+}
+
 /* First call for a request: route, authenticate, and start uploads. */
 static enum MHD_Result request_begin(struct request *req, struct MHD_Connection *conn, const char *url,
                                      const char *method) {
@@ -570,6 +588,9 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
                 url_had_nul = false;
                 return queue_error(req, conn, -EINVAL, "the URL has an encoded NUL byte (%00)");
         }
+        const char *e2b_sandbox = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+        if (e2b_sandbox)
+                return envd_begin(req, conn, url, method, e2b_sandbox);
         const char *target = NULL;
         char port_err[API_ERRMSG_MAX] = "";
         int p = api_port_target(req->raw_uri, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
@@ -640,6 +661,15 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
 /* A chunk of request body. */
 static enum MHD_Result request_data(struct request *req, struct MHD_Connection *conn, const char *data, size_t len) {
         const struct daemon_config *cfg = req->srv->config;
+        if (req->envd) {
+                struct api_ctx ctx;
+                struct api_reply rep = { 0 };
+                api_ctx_init(req, conn, &ctx);
+                int r = e2b_envd_data(req->envd, &ctx, data, len, &rep);
+                if (r < 0)
+                        return queue_error(req, conn, r, ctx.err);
+                return r > 0 ? queue_reply(req, conn, &rep) : MHD_YES;
+        }
         if (req->upload) {
                 req->upload_bytes += len;
                 if (req->upload_bytes > cfg->max_upload) {
@@ -697,6 +727,10 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         int r;
 
         api_ctx_init(req, conn, &ctx);
+        if (req->envd) {
+                e2b_envd_finish(req->envd, &ctx, &rep);
+                return queue_reply(req, conn, &rep);
+        }
         if (req->port) {
                 if (!req->upload)
                         return MHD_NO; /* already answered */

@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* envd's POST /files: the SDK's uploads, multipart/form-data (a part named
+ * "file" per file, its filename the destination) or one octet-stream
+ * body, each streamed to the node as a file.write while it arrives. MHD's
+ * post processor parses the multipart framing. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "apireq.h"
+#include "e2b-envd-internal.h"
+#include "log.h"
+#include "nodeclient.h"
+#include "util.h"
+
+#define UPLOAD_PARTS_MAX 1000 /* files in one multipart write */
+#define POST_BUFFER 65536
+
+struct e2b_upload {
+        struct MHD_PostProcessor *pp; /* multipart; NULL: octet-stream */
+        struct api_ctx *ctx;          /* of the call feeding it now */
+        char sandbox_id[HTTP_ID_MAX];
+        char user[33];
+        char query_path[APIREQ_PATH_MAX + 1]; /* ?path= ("" when absent) */
+        /* the file being written */
+        struct node_conn *conn;
+        char path[APIREQ_PATH_MAX + 1];
+        uint64_t bytes;
+        /* the first failure, answered at the end */
+        int r;
+        unsigned status;
+        char err[API_ERRMSG_MAX];
+        json_t *written; /* [{"name","path","type"}] */
+        size_t parts;
+};
+
+static int failed(struct e2b_upload *u, int r, unsigned status, const char *msg) {
+        if (u->r == 0) {
+                u->r = r;
+                u->status = status;
+                snprintf(u->err, sizeof u->err, "%s", msg && *msg ? msg : api_error_default_message(r));
+        }
+        if (u->conn) {
+                (void) node_conn_send_end(u->conn, true);
+                node_conn_free(u->conn);
+                u->conn = NULL;
+        }
+        return r;
+}
+
+/* Ends the file being written: the node's reply says whether it landed. */
+static int part_end(struct e2b_upload *u) {
+        if (!u->conn)
+                return 0;
+        struct api_reply rep = { 0 };
+        int r = api_upload_finish(u->ctx, u->conn, u->path, u->bytes, &rep);
+        node_conn_free(u->conn);
+        u->conn = NULL;
+        api_reply_release(&rep);
+        if (r < 0)
+                return failed(u, r, api_error_status(r), u->ctx->err);
+        const char *slash = strrchr(u->path, '/');
+        json_t *w = json_pack("{s:s, s:s, s:s}", "name", slash ? slash + 1 : u->path, "path", u->path, "type", "file");
+        if (!w || json_array_append_new(u->written, w) < 0)
+                return failed(u, -ENOMEM, 500, NULL);
+        return 0;
+}
+
+static int part_begin(struct e2b_upload *u, const char *dest) {
+        if (++u->parts > UPLOAD_PARTS_MAX)
+                return failed(u, -E2BIG, 400, "more than 1000 files in one write");
+        struct envd_call c = { .api = u->ctx, .sandbox_id = u->sandbox_id, .user = u->user };
+        if (!dest || e2b_resolve_path(&c, dest, u->path, sizeof u->path) < 0)
+                return failed(u, -EINVAL, 400, "each file needs a destination path of at most 4096 bytes, without '..'");
+        u->bytes = 0;
+        int r = api_upload_begin(u->ctx, u->sandbox_id, u->path, 0644, &u->conn);
+        return r < 0 ? failed(u, r, api_error_status(r), u->ctx->err) : 0;
+}
+
+static int part_data(struct e2b_upload *u, const char *data, size_t len) {
+        u->bytes += len;
+        if (u->bytes > u->ctx->config->max_upload)
+                return failed(u, -EFBIG, 413, "a file is over the upload limit");
+        int r = len ? api_upload_chunk(u->conn, data, len) : 0;
+        /* the node stopped reading: it has answered; its reply says why */
+        return r < 0 ? part_end(u) : 0;
+}
+
+static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
+                               const char *content_type, const char *transfer_encoding, const char *data, uint64_t off,
+                               size_t size) {
+        struct e2b_upload *u = cls;
+        (void) kind;
+        (void) content_type;
+        (void) transfer_encoding;
+        if (u->r < 0)
+                return MHD_NO;
+        if (!key || strcmp(key, "file") != 0)
+                return MHD_YES; /* no other field means anything */
+        if (off == 0) {
+                /* single writes name the path twice; multi-file ones once */
+                if (part_end(u) < 0 || part_begin(u, filename && *filename ? filename : u->query_path) < 0)
+                        return MHD_NO;
+        }
+        return part_data(u, data, size) < 0 ? MHD_NO : MHD_YES;
+}
+
+int e2b_upload_begin(struct api_ctx *ctx, struct MHD_Connection *conn, const char *sandbox_id, const char *user,
+                     const char *path, struct e2b_upload **ret, struct api_reply *reply) {
+        const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+        const char *ce = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+        if (ce && strcasecmp(ce, "identity") != 0)
+                return e2b_rest_error(reply, 415, "compressed uploads (Content-Encoding) are not supported yet"), 1;
+        bool multipart = ct && strncasecmp(ct, "multipart/form-data", 19) == 0;
+        bool octet = ct && strncasecmp(ct, "application/octet-stream", 24) == 0;
+        if (!multipart && !octet)
+                return e2b_rest_error(reply, 400, "uploads are multipart/form-data or application/octet-stream"), 1;
+        if (octet && !*path)
+                return e2b_rest_error(reply, 400, "an octet-stream upload needs the query parameter 'path'"), 1;
+        struct e2b_upload *u = calloc(1, sizeof *u);
+        if (!u || !(u->written = json_array())) {
+                free(u);
+                return -ENOMEM;
+        }
+        u->ctx = ctx;
+        snprintf(u->sandbox_id, sizeof u->sandbox_id, "%s", sandbox_id);
+        snprintf(u->user, sizeof u->user, "%s", user);
+        snprintf(u->query_path, sizeof u->query_path, "%s", path);
+        if (multipart && !(u->pp = MHD_create_post_processor(conn, POST_BUFFER, on_part, u))) {
+                e2b_upload_free(u);
+                return e2b_rest_error(reply, 400, "the multipart body has no usable boundary"), 1;
+        }
+        if (octet && part_begin(u, path) < 0) {
+                e2b_rest_error(reply, u->status, u->err);
+                e2b_upload_free(u);
+                return 1;
+        }
+        *ret = u;
+        return 0;
+}
+
+int e2b_upload_data(struct e2b_upload *u, struct api_ctx *ctx, const char *data, size_t len, struct api_reply *reply) {
+        u->ctx = ctx;
+        if (u->r == 0) {
+                if (u->pp) {
+                        if (MHD_post_process(u->pp, data, len) != MHD_YES)
+                                (void) failed(u, -EINVAL, 400, "the multipart body is malformed");
+                } else
+                        (void) part_data(u, data, len);
+        }
+        if (u->r < 0) {
+                e2b_rest_error(reply, u->status, u->err);
+                return 1;
+        }
+        return 0;
+}
+
+void e2b_upload_finish(struct e2b_upload *u, struct api_ctx *ctx, struct api_reply *reply) {
+        u->ctx = ctx;
+        if (u->pp && u->r == 0 && MHD_destroy_post_processor(u->pp) != MHD_YES)
+                (void) failed(u, -EINVAL, 400, "the multipart body ended early");
+        u->pp = NULL;
+        if (u->r == 0)
+                (void) part_end(u);
+        if (u->r == 0 && json_array_size(u->written) == 0)
+                (void) failed(u, -EINVAL, 400, "the upload has no part named 'file'");
+        if (u->r < 0)
+                return e2b_rest_error(reply, u->status, u->err);
+        *reply = (struct api_reply){ .status = MHD_HTTP_OK, .body = json_incref(u->written) };
+}
+
+void e2b_upload_free(struct e2b_upload *u) {
+        if (!u)
+                return;
+        if (u->pp)
+                (void) MHD_destroy_post_processor(u->pp);
+        if (u->conn) {
+                (void) node_conn_send_end(u->conn, true);
+                node_conn_free(u->conn);
+        }
+        json_decref(u->written);
+        free(u);
+}
