@@ -183,10 +183,12 @@ static json_t *sandbox_reply(struct api_ctx *ctx, const char *id, const char *te
         if (e2b_access_token(id, token) < 0)
                 return NULL;
         const char *domain = ctx->config->e2b_domain;
-        return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s?, s:n}", "sandboxID", id, "templateID", template_name,
+        /* the traffic token guards the sandbox's other ports (the code
+         * interpreter's requests carry it): the same secret */
+        return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s?, s:s}", "sandboxID", id, "templateID", template_name,
                          "alias", e2b_template(ctx->config, template_name), "clientID", E2B_CLIENT_ID, "envdVersion",
                          E2B_ENVD_VERSION, "envdAccessToken", token, "domain", domain[0] ? domain : NULL,
-                         "trafficAccessToken");
+                         "trafficAccessToken", token);
 }
 
 /* A /v1 sandbox object as E2B's ListedSandbox (detail: SandboxDetail). */

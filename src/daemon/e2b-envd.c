@@ -485,28 +485,47 @@ static int fs_list_dir(struct envd_call *c, const json_t *req, json_t **resp) {
 
 /* ---- the request ---- */
 
+bool e2b_header_is_front_door(const char *name) {
+        static const char *const h[] = { "e2b-sandbox-id", "e2b-sandbox-port", "x-access-token",
+                                         "e2b-traffic-access-token" };
+        for (size_t i = 0; i < ARRAY_SIZE(h); i++)
+                if (strcasecmp(name, h[i]) == 0)
+                        return true;
+        return false;
+}
+
 static bool ends_with(const char *s, const char *suffix) {
         size_t n = strlen(s), k = strlen(suffix);
         return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-static bool token_ok(struct MHD_Connection *conn, const char *sandbox_id) {
+static bool token_ok(struct MHD_Connection *conn, const char *sandbox_id, bool traffic) {
         const char *got = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token");
+        /* a sandbox port's traffic may carry the traffic token instead (the
+         * code interpreter's requests but /execute do) */
+        if (!got && traffic)
+                got = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2B-Traffic-Access-Token");
         char want[65];
         return got && strlen(got) == 64 && e2b_access_token(sandbox_id, want) >= 0 &&
                sodium_memcmp(got, want, 64) == 0;
 }
 
 int e2b_envd_begin(struct api_ctx *ctx, struct MHD_Connection *conn, const char *url, const char *method,
-                   const char *sandbox_id, struct e2b_envd_request **ret, struct api_reply *reply) {
+                   const char *sandbox_id, struct e2b_envd_request **ret, uint16_t *ret_port, struct api_reply *reply) {
         const char *port = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Port");
         uint64_t p = ENVD_PORT;
         if (port && (parse_u64(port, 65535, &p) < 0 || p == 0))
                 return e2b_rest_error(reply, 400, "E2b-Sandbox-Port must be a port number"), 1;
-        if (p != ENVD_PORT)
-                return e2b_rest_error(reply, 502, "only envd (port 49983) is served through E2b-Sandbox-Port yet"), 1;
         if (strlen(sandbox_id) >= HTTP_ID_MAX || !name_is_valid(sandbox_id))
                 return e2b_rest_error(reply, 502, "no such sandbox"), 1;
+        if (p != ENVD_PORT) {
+                /* another port: the server in the sandbox answers, through
+                 * the service-port path (http.c) */
+                if (!token_ok(conn, sandbox_id, true))
+                        return e2b_rest_error(reply, 401, "missing or invalid access token for this sandbox"), 1;
+                *ret_port = (uint16_t) p;
+                return 2;
+        }
         bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
 
         _cleanup_(e2b_envd_freep) struct e2b_envd_request *r = calloc(1, sizeof *r);
@@ -521,7 +540,7 @@ int e2b_envd_begin(struct api_ctx *ctx, struct MHD_Connection *conn, const char 
                 return 0;
         }
         /* everything else needs the sandbox's token */
-        if (!token_ok(conn, sandbox_id))
+        if (!token_ok(conn, sandbox_id, false))
                 return e2b_rest_error(reply, 401, "missing or invalid X-Access-Token for this sandbox"), 1;
         const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         if (connect_basic_user(auth, r->user, sizeof r->user) < 0)

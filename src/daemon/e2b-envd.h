@@ -25,10 +25,17 @@ struct e2b_envd_request;
 /*
  * Starts an envd request for sandbox_id (the E2b-Sandbox-Id header). 0 with
  * *ret to be fed the body; 1 when *reply is the whole answer already
- * (refused before the body: no token, unknown path, too large).
+ * (refused before the body: no token, unknown path, too large); 2 when it
+ * is for another port of the sandbox (E2b-Sandbox-Port: the code
+ * interpreter's 49999, a user's service), its token checked: http.c passes
+ * it to *ret_port through the service-port path.
  */
 int e2b_envd_begin(struct api_ctx *ctx, struct MHD_Connection *conn, const char *url, const char *method,
-                   const char *sandbox_id, struct e2b_envd_request **ret, struct api_reply *reply);
+                   const char *sandbox_id, struct e2b_envd_request **ret, uint16_t *ret_port, struct api_reply *reply);
+
+/* Headers E2B's SDK adds for the front door, which a sandbox's server is
+ * not to see (the access tokens above all). */
+bool e2b_header_is_front_door(const char *name);
 /* A chunk of body. 1 when *reply is the answer now (over a limit, an
  * upload the node refused): the rest of the body is to be dropped. */
 int e2b_envd_data(struct e2b_envd_request *r, struct api_ctx *ctx, const char *data, size_t len,

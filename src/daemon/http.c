@@ -488,6 +488,7 @@ static size_t unescape_url(void *cls, struct MHD_Connection *conn, char *s) {
 struct forward {
         json_t *headers;
         bool drop_authorization; /* it carried the Airlock key */
+        bool drop_e2b;           /* E2B's front-door headers (its tokens) */
 };
 
 static enum MHD_Result forward_header(void *cls, enum MHD_ValueKind kind, const char *name, const char *value) {
@@ -503,6 +504,8 @@ static enum MHD_Result forward_header(void *cls, enum MHD_ValueKind kind, const 
                 if (strcasecmp(name, hop[i]) == 0)
                         return MHD_YES;
         if (f->drop_authorization && strcasecmp(name, "authorization") == 0)
+                return MHD_YES;
+        if (f->drop_e2b && e2b_header_is_front_door(name))
                 return MHD_YES;
         /* NULL for a value that is not UTF-8 (the node protocol is JSON): dropped */
         json_t *v = json_string(value);
@@ -523,18 +526,12 @@ static void client_address(struct MHD_Connection *conn, char *buf, size_t n) {
                 inet_ntop(AF_INET6, &((const struct sockaddr_in6 *) sa)->sin6_addr, buf, (socklen_t) n);
 }
 
-/* A service port's request: authenticated like the API (the key in
- * Authorization, or in X-Airlock-Key so that the server gets its own
- * Authorization), then the head goes to the node and the body follows. */
-static enum MHD_Result port_begin(struct request *req, struct MHD_Connection *conn, const char *method,
-                                  const char *target) {
+/* A service port's request, its caller authorised: the head goes to the
+ * node and the body follows. */
+static enum MHD_Result port_forward(struct request *req, struct MHD_Connection *conn, const char *method,
+                                    const char *target, bool drop_authorization, bool drop_e2b) {
         const struct daemon_config *cfg = req->srv->config;
-        const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Airlock-Key");
-        int r = authenticate_token(req, key ? key : MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                                             MHD_HTTP_HEADER_AUTHORIZATION),
-                                   !key);
-        if (r < 0) /* (-EIO: the store failed, its own 500) */
-                return queue_error(req, conn, r, r == -EACCES ? "missing or invalid bearer token" : NULL);
+        int r;
         int64_t clen = content_length(conn);
         if (clen > 0 && (uint64_t) clen > cfg->max_upload) {
                 char err[API_ERRMSG_MAX];
@@ -543,7 +540,7 @@ static enum MHD_Result port_begin(struct request *req, struct MHD_Connection *co
                 return queue_error(req, conn, -EFBIG, err);
         }
         const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-        struct forward f = { .headers = json_array(), .drop_authorization = !key };
+        struct forward f = { .headers = json_array(), .drop_authorization = drop_authorization, .drop_e2b = drop_e2b };
         if (!f.headers)
                 return queue_error(req, conn, -ENOMEM, NULL);
         _cleanup_(json_decrefp) json_t *headers = f.headers;
@@ -566,6 +563,20 @@ static enum MHD_Result port_begin(struct request *req, struct MHD_Connection *co
         return MHD_YES;
 }
 
+/* A service port's request: authenticated like the API (the key in
+ * Authorization, or in X-Airlock-Key so that the server gets its own
+ * Authorization). */
+static enum MHD_Result port_begin(struct request *req, struct MHD_Connection *conn, const char *method,
+                                  const char *target) {
+        const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Airlock-Key");
+        int r = authenticate_token(req, key ? key : MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                                             MHD_HTTP_HEADER_AUTHORIZATION),
+                                   !key);
+        if (r < 0) /* (-EIO: the store failed, its own 500) */
+                return queue_error(req, conn, r, r == -EACCES ? "missing or invalid bearer token" : NULL);
+        return port_forward(req, conn, method, target, !key, false);
+}
+
 /* A request E2B's SDK sends to a sandbox's envd: e2b-envd.c answers it,
  * errors included, in the shape the SDK reads. */
 static enum MHD_Result envd_begin(struct request *req, struct MHD_Connection *conn, const char *url,
@@ -573,9 +584,17 @@ static enum MHD_Result envd_begin(struct request *req, struct MHD_Connection *co
         struct api_ctx ctx;
         struct api_reply rep = { 0 };
         api_ctx_init(req, conn, &ctx);
-        int r = e2b_envd_begin(&ctx, conn, url, method, sandbox_id, &req->envd, &rep);
+        uint16_t port = 0;
+        int r = e2b_envd_begin(&ctx, conn, url, method, sandbox_id, &req->envd, &port, &rep);
         if (r < 0)
                 return queue_error(req, conn, r, ctx.err);
+        if (r == 2) {
+                /* the sandbox's token was its authorisation: as the admin's,
+                 * for this one sandbox; its server gets the path as sent */
+                req->port = port;
+                snprintf(req->port_id, sizeof req->port_id, "%s", sandbox_id);
+                return port_forward(req, conn, method, req->raw_uri ? req->raw_uri : url, false, true);
+        }
         return r > 0 ? queue_reply(req, conn, &rep) : MHD_YES;
 }
 
