@@ -215,6 +215,8 @@ const char *proto_type_name(uint8_t type) {
         case PROTO_STDOUT: return "stdout";
         case PROTO_STDERR: return "stderr";
         case PROTO_EXIT: return "exit";
+        case PROTO_PROCESSES: return "processes";
+        case PROTO_ADOPT: return "adopt";
         case PROTO_FILE_READ: return "file-read";
         case PROTO_FILE_WRITE: return "file-write";
         case PROTO_FILE_DATA: return "file-data";
@@ -227,6 +229,9 @@ const char *proto_type_name(uint8_t type) {
         case PROTO_SYNC: return "sync";
         case PROTO_FREEZE: return "freeze";
         case PROTO_THAW: return "thaw";
+        case PROTO_WATCH: return "watch";
+        case PROTO_WATCH_EVENT: return "watch-event";
+        case PROTO_WATCH_END: return "watch-end";
         case PROTO_NODE_REQUEST: return "node-request";
         case PROTO_NODE_REPLY: return "node-reply";
         case PROTO_NODE_EVENT: return "node-event";

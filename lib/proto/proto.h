@@ -50,6 +50,8 @@ enum proto_type {
         PROTO_STDOUT = 21,      /* guest->host data (the PTY when pty=true) */
         PROTO_STDERR = 22,      /* guest->host data */
         PROTO_EXIT = 23,        /* guest->host {"exit_code":n,"signal":n} last frame of a process */
+        PROTO_PROCESSES = 24,   /* host->guest {} -> RESULT {"processes":[...]} (every live EXEC process) */
+        PROTO_ADOPT = 25,       /* host->guest {"pid":n} on a new stream: re-attach a detached process */
 
         /* files (stream = transfer id chosen by the host) */
         PROTO_FILE_READ = 32,  /* host->guest {"path":s}; guest: RESULT {"size","mode"}, DATA*, END */
@@ -64,6 +66,9 @@ enum proto_type {
         PROTO_SYNC = 41,       /* {} -> RESULT {} once sync(2) flushed every file system */
         PROTO_FREEZE = 42,     /* {} -> RESULT {} once the root file system is frozen (FIFREEZE) */
         PROTO_THAW = 43,       /* {} -> RESULT {} once it is thawed again (FITHAW) */
+        PROTO_WATCH = 44,       /* host->guest {"path":s,"recursive":b} -> RESULT {}, then WATCH_EVENT* */
+        PROTO_WATCH_EVENT = 45, /* guest->host {"name":s,"type":s} a change in a watched directory */
+        PROTO_WATCH_END = 46,   /* host->guest {} ends the watch of that stream */
 
         /* airlockd <-> airlock-node */
         PROTO_NODE_REQUEST = 64, /* {"op":s, ...} */

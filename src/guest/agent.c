@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <linux/fs.h>
@@ -82,6 +83,20 @@ int agent_send_error(struct agent *a, uint32_t stream, int err, const char *what
         char msg[256];
         snprintf(msg, sizeof msg, "%s: %s", what ? what : "request", strerror(e));
         return agent_send_json(a, PROTO_ERROR, stream, json_pack("{s:i,s:s}", "errno", e, "message", msg));
+}
+
+int agent_send_errorf(struct agent *a, uint32_t stream, int err, const char *fmt, ...) {
+        int e = err < 0 ? -err : (err > 0 ? err : EIO);
+        _cleanup_free_ char *clean = NULL;
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        /* names in it (paths, users) may be any bytes, or cut mid-character */
+        if (guest_utf8_sanitize(msg, strlen(msg), &clean) < 0)
+                return -ENOMEM;
+        return agent_send_json(a, PROTO_ERROR, stream, json_pack("{s:i,s:s}", "errno", e, "message", clean));
 }
 
 /* Reads the kernel's boot id (a UUID); empty when unreadable (host mode on
@@ -162,11 +177,16 @@ static int handle_hello(struct agent *a, uint32_t stream, const void *payload, s
         (void) thaw(a, "new host connection");
         process_detach_all(a);
         files_discard_all(a);
+        watch_discard_all(a);
         read_boot_id(boot_id, sizeof boot_id);
         log_info("Host connected (hello)");
+        /* what this agent does that older ones did not: an older agent
+         * ignores an EXEC "user" it does not know and would run the
+         * process as root, so the host must be able to tell */
         return agent_send_json(a, PROTO_HELLO, stream,
-                               json_pack("{s:s,s:i,s:s,s:s}", "nonce", nonce, "version", PROTO_VERSION,
-                                         "agent", GUEST_AGENT_NAME, "boot_id", boot_id));
+                               json_pack("{s:s,s:i,s:s,s:s,s:[s,s,s]}", "nonce", nonce, "version",
+                                         PROTO_VERSION, "agent", GUEST_AGENT_NAME, "boot_id", boot_id,
+                                         "features", "user", "processes", "watch"));
 }
 
 /* The requests that do work in the guest (processes, files). */
@@ -178,6 +198,10 @@ static int dispatch_work(struct agent *a, const struct proto_header *h, const ui
         case PROTO_STDIN_CLOSE: r = process_stdin_close(a, h->stream, payload, h->length); break;
         case PROTO_SIGNAL: r = process_signal(a, h->stream, payload, h->length); break;
         case PROTO_RESIZE: r = process_resize(a, h->stream, payload, h->length); break;
+        case PROTO_PROCESSES: r = process_list(a, h->stream, payload, h->length); break;
+        case PROTO_ADOPT: r = process_adopt(a, h->stream, payload, h->length); break;
+        case PROTO_WATCH: r = watch_start(a, h->stream, payload, h->length); break;
+        case PROTO_WATCH_END: r = watch_end(a, h->stream, payload, h->length); break;
         case PROTO_FILE_READ:
         case PROTO_FILE_WRITE:
         case PROTO_FILE_DATA:
@@ -360,6 +384,7 @@ static int host_lost(struct agent *a) {
                 log_info("Host disconnected");
         a->host_away = true;
         files_discard_all(a);
+        watch_discard_all(a);
         proto_reader_reset(&a->reader);
         if (!a->chan_is_socket)
                 return 0;
@@ -438,6 +463,7 @@ static void agent_release(struct agent *a) {
                 close(a->frozen_fd);
         process_kill_all(a);
         files_discard_all(a);
+        watch_discard_all(a);
         guest_strv_free(a->default_env);
         proto_reader_release(&a->reader);
         if (a->chan_fd >= 0)
@@ -457,7 +483,7 @@ int agent_run(const struct agent_options *opt) {
                 agent_release(&a);
                 return r;
         }
-        pfd = calloc(2 + 3 * GUEST_MAX_PROCESSES, sizeof *pfd);
+        pfd = calloc(2 + 3 * GUEST_MAX_PROCESSES + GUEST_MAX_WATCHES, sizeof *pfd);
         if (!pfd) {
                 agent_release(&a);
                 return -ENOMEM;
@@ -475,7 +501,10 @@ int agent_run(const struct agent_options *opt) {
                         timeout = HOST_AWAY_POLL_MS;
                 if (reads_pending && !a.host_away)
                         timeout = 0; /* FILE_READ chunks to send */
-                n += process_poll_fill(&a, pfd + n, &timeout);
+                size_t n_proc = process_poll_fill(&a, pfd + n, &timeout);
+                n += n_proc;
+                size_t n_watch = watch_poll_fill(&a, pfd + n);
+                n += n_watch;
                 if (a.frozen_fd >= 0) {
                         uint64_t now = now_monotonic_ns();
                         int left = now >= a.frozen_until_ns ? 0
@@ -497,7 +526,8 @@ int agent_run(const struct agent_options *opt) {
                                 break;
                         }
                 }
-                process_poll_dispatch(&a, pfd + 2, n - 2);
+                process_poll_dispatch(&a, pfd + 2, n_proc);
+                watch_poll_dispatch(&a, pfd + 2 + n_proc, n_watch);
                 if (a.frozen_fd >= 0 && now_monotonic_ns() >= a.frozen_until_ns)
                         (void) thaw(&a, "no thaw within 10 s");
                 reads_pending = !a.host_away && files_pump(&a);

@@ -16,10 +16,12 @@
 
 #include <jansson.h>
 
+#include "macros.h"
 #include "proto.h"
 
 struct process;
 struct transfer;
+struct watch;
 
 struct agent_options {
         const char *port_path; /* NULL: find the virtio-serial port "airlock.0" */
@@ -51,6 +53,8 @@ struct agent {
         size_t n_processes;
         struct transfer *transfers;
         size_t n_transfers;
+        struct watch *watches;
+        size_t n_watches;
 };
 
 /* agent.c */
@@ -64,6 +68,8 @@ int agent_send_json(struct agent *a, uint8_t type, uint32_t stream, json_t *obj)
 int agent_send_ok(struct agent *a, uint32_t stream);
 /* Sends ERROR {"errno":-err,"message":...}. err is a negative errno. */
 int agent_send_error(struct agent *a, uint32_t stream, int err, const char *what);
+/* The same with a message of its own (made valid UTF-8, at most 512 bytes). */
+int agent_send_errorf(struct agent *a, uint32_t stream, int err, const char *fmt, ...) _printf_(4, 5);
 
 /* process.c */
 int process_exec(struct agent *a, uint32_t stream, const void *payload, size_t len);
@@ -71,6 +77,10 @@ int process_stdin(struct agent *a, uint32_t stream, const void *data, size_t len
 int process_stdin_close(struct agent *a, uint32_t stream, const void *payload, size_t len);
 int process_signal(struct agent *a, uint32_t stream, const void *payload, size_t len);
 int process_resize(struct agent *a, uint32_t stream, const void *payload, size_t len);
+/* PROCESSES: every live process EXEC started, attached or detached. */
+int process_list(struct agent *a, uint32_t stream, const void *payload, size_t len);
+/* ADOPT: attaches a detached process to this stream, replaying its ring. */
+int process_adopt(struct agent *a, uint32_t stream, const void *payload, size_t len);
 /* Reaps every exited child (known processes and orphans). */
 void process_reap(struct agent *a);
 /* Adds the process fds to pfd (room for 3 per process) and returns the
@@ -95,6 +105,19 @@ int files_handle(struct agent *a, uint8_t type, uint32_t stream, const void *pay
 bool files_pump(struct agent *a);
 /* Discards every transfer (disconnect, new host connection). */
 void files_discard_all(struct agent *a);
+
+/* watch.c */
+/* WATCH: an inotify watch of a directory (and, recursive, of its
+ * subdirectories) whose changes go out as WATCH_EVENT frames. */
+int watch_start(struct agent *a, uint32_t stream, const void *payload, size_t len);
+/* WATCH_END: ends the watch of that stream (none: nothing to do). */
+int watch_end(struct agent *a, uint32_t stream, const void *payload, size_t len);
+/* Adds the inotify fds to pfd (room for GUEST_MAX_WATCHES) and returns the count. */
+size_t watch_poll_fill(struct agent *a, struct pollfd *pfd);
+/* Handles the poll results for the fds watch_poll_fill() added. */
+void watch_poll_dispatch(struct agent *a, const struct pollfd *pfd, size_t n);
+/* Ends every watch (the host connection ended). */
+void watch_discard_all(struct agent *a);
 
 /* identity.c */
 int identity_apply(struct agent *a, uint32_t stream, const void *payload, size_t len);

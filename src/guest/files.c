@@ -4,7 +4,8 @@
  * GUEST_MAX_TRANSFERS open): a read sends one 64 KiB chunk per loop turn, so
  * a big file never holds up processes; a write lands in a temporary file
  * beside the target that is renamed into place on FILE_END. The others
- * (LIST, STAT, RENAME, REMOVE, MKDIR) answer at once.
+ * (LIST, STAT, RENAME, REMOVE, MKDIR) answer at once; LIST and STAT
+ * entries name owner and group from the guest's own passwd and group files.
  *
  * DATA and END for a stream without a transfer are dropped silently: after
  * an ERROR the host may still have frames of that stream in flight.
@@ -271,14 +272,48 @@ static const char *file_type_name(mode_t m) {
         return "other";
 }
 
-/* One LIST/STAT entry. The name is made valid UTF-8 for JSON. */
-static json_t *entry_json(const char *name, const struct stat *st) {
-        _cleanup_free_ char *clean = NULL;
-        if (guest_utf8_sanitize(name, strlen(name), &clean) < 0)
+/* The name ids gives id, made valid UTF-8, or the number as a string. */
+static char *id_name(const char *name, uint32_t id) {
+        char *s = NULL;
+        if (name)
+                return guest_utf8_sanitize(name, strlen(name), &s) < 0 ? NULL : s;
+        return strdup_printf("%u", id);
+}
+
+/* One LIST/STAT entry: the owner and group by name from the guest's own
+ * files (ids), a symlink's target (NULL for others). Names are made valid
+ * UTF-8 for JSON. */
+static json_t *entry_json(const char *name, const struct stat *st, const struct guest_idmap *ids,
+                          const char *target) {
+        _cleanup_free_ char *clean = NULL, *clean_target = NULL;
+        _cleanup_free_ char *owner = id_name(guest_idmap_user(ids, st->st_uid), st->st_uid);
+        _cleanup_free_ char *group = id_name(guest_idmap_group(ids, st->st_gid), st->st_gid);
+        if (!owner || !group || guest_utf8_sanitize(name, strlen(name), &clean) < 0)
                 return NULL;
-        return json_pack("{s:s,s:s,s:I,s:i,s:I}", "name", clean, "type", file_type_name(st->st_mode), "size",
-                         (json_int_t) st->st_size, "mode", (int) (st->st_mode & 07777), "mtime",
-                         (json_int_t) st->st_mtim.tv_sec);
+        if (target && guest_utf8_sanitize(target, strlen(target), &clean_target) < 0)
+                return NULL;
+        json_t *e = json_pack("{s:s,s:s,s:I,s:i,s:I,s:I,s:I,s:s,s:s}", "name", clean, "type",
+                              file_type_name(st->st_mode), "size", (json_int_t) st->st_size, "mode",
+                              (int) (st->st_mode & 07777), "mtime", (json_int_t) st->st_mtim.tv_sec, "uid",
+                              (json_int_t) st->st_uid, "gid", (json_int_t) st->st_gid, "owner", owner,
+                              "group", group);
+        if (e && clean_target && json_object_set_new(e, "symlink_target", json_string(clean_target)) < 0) {
+                json_decref(e);
+                return NULL;
+        }
+        return e;
+}
+
+/* A symlink's target (readlinkat of dirfd/name; at most GUEST_MAX_PATH
+ * bytes, what Linux allows), or NULL when it is none or unreadable. */
+static char *link_target(int dirfd, const char *name, const struct stat *st) {
+        char buf[GUEST_MAX_PATH + 1];
+        if (!S_ISLNK(st->st_mode))
+                return NULL;
+        ssize_t n = readlinkat(dirfd, name, buf, sizeof buf - 1);
+        if (n < 0)
+                return NULL;
+        return strndup(buf, (size_t) n);
 }
 
 static int name_compare(const void *x, const void *y) {
@@ -326,6 +361,9 @@ static int list_dir(struct agent *a, uint32_t stream, const char *path) {
         if (r >= 0)
                 qsort(names, n, sizeof(char *), name_compare);
 
+        _cleanup_(guest_idmap_freep) struct guest_idmap *ids = NULL;
+        if (r >= 0)
+                r = guest_idmap_load(GUEST_PASSWD_PATH, GUEST_GROUP_PATH, &ids);
         json_t *entries = r >= 0 ? json_array() : NULL;
         if (r >= 0 && !entries)
                 r = -ENOMEM;
@@ -333,7 +371,8 @@ static int list_dir(struct agent *a, uint32_t stream, const char *path) {
                 struct stat st;
                 if (fstatat(dirfd(d), names[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
                         continue; /* removed meanwhile */
-                if (json_array_append_new(entries, entry_json(names[i], &st)) < 0)
+                _cleanup_free_ char *target = link_target(dirfd(d), names[i], &st);
+                if (json_array_append_new(entries, entry_json(names[i], &st, ids, target)) < 0)
                         r = -ENOMEM;
         }
         closedir(d);
@@ -385,7 +424,12 @@ static int stat_path(struct agent *a, uint32_t stream, const char *path) {
         _cleanup_free_ char *name = start == end ? strdup("/") : strndup(start, (size_t) (end - start));
         if (!name)
                 return -ENOMEM;
-        return agent_send_json(a, PROTO_RESULT, stream, entry_json(name, &st));
+        _cleanup_(guest_idmap_freep) struct guest_idmap *ids = NULL;
+        int r = guest_idmap_load(GUEST_PASSWD_PATH, GUEST_GROUP_PATH, &ids);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *target = link_target(AT_FDCWD, path, &st);
+        return agent_send_json(a, PROTO_RESULT, stream, entry_json(name, &st, ids, target));
 }
 
 /* REMOVE: files and symlinks are unlinked (never followed), directories

@@ -9,6 +9,12 @@
  * EXIT is the last frame of a process: sent once the child was reaped and
  * its output reached EOF, or 100 ms after the exit when a grandchild keeps
  * the output open.
+ *
+ * A process outlives its host connection: a new HELLO detaches it (a
+ * suspend and wake, a node restart). What a detached process writes goes
+ * into a small ring (the last OUTPUT_RING_MAX bytes, records of one type
+ * each), which ADOPT replays on the stream it attaches the process to.
+ * PROCESSES lists them all with the configuration EXEC gave them.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +39,37 @@
 #define EXIT_GRACE_NS (100ull * 1000 * 1000)
 #define STDIN_BUFFER_MAX (4u << 20) /* pending stdin per process */
 #define FINAL_DRAIN_MAX (1u << 20)  /* output still read when the grace ends */
+#define OUTPUT_RING_MAX (64u << 10) /* output a detached process keeps for ADOPT */
+/* PROCESSES fits one frame with room for what the host adds to each entry */
+#define PROCESSES_REPLY_MAX (PROTO_MAX_PAYLOAD - (64u << 10))
+
+/* A record of the output ring: the header, then len bytes. */
+struct ring_record {
+        uint8_t type; /* PROTO_STDOUT / PROTO_STDERR */
+        uint32_t len;
+};
+
+/* The steps of the child that can fail before exec, reported with the errno. */
+enum child_step {
+        CHILD_STEP_SETUP,
+        CHILD_STEP_USER,
+        CHILD_STEP_CWD,
+        CHILD_STEP_EXEC,
+};
+
+struct child_report {
+        int step; /* enum child_step */
+        int err;
+};
+
+/* Who the child becomes: a user of the guest's passwd file, or uid/gid. */
+struct child_identity {
+        bool has_user;
+        uid_t uid;
+        gid_t gid;
+        gid_t *groups;
+        size_t n_groups;
+};
 
 struct process {
         struct process *next;
@@ -49,6 +86,11 @@ struct process {
         int status;
         uint64_t exit_ns;
         int idx_in, idx_out, idx_err; /* poll slots of this turn, -1 if none */
+        json_t *info;                 /* for PROCESSES: guest_process_info() */
+        uint8_t *ring;                /* output while detached: ring_record + data, oldest first */
+        size_t ring_len;
+        size_t ring_last;             /* offset of the newest record; SIZE_MAX when empty */
+        uint64_t ring_dropped;        /* bytes of that output the ring let go */
 };
 
 static uint8_t io_buf[PROTO_DATA_CHUNK];
@@ -78,7 +120,88 @@ static void process_free(struct agent *a, struct process *p) {
         fd_closep_int(&p->out_fd);
         fd_closep_int(&p->err_fd);
         free(p->in_buf);
+        json_decref(p->info);
+        free(p->ring);
         free(p);
+}
+
+/* Keeps output nobody can take now (the process is detached, or the host
+ * away) in p's ring: appended to the last record when it is of the same
+ * type, the oldest output dropped (the front of the oldest record, or
+ * whole records) to make room, and only the tail of a chunk larger than
+ * the whole ring kept. */
+static void ring_append(struct process *p, uint8_t type, const uint8_t *data, size_t len) {
+        const size_t hdr = sizeof(struct ring_record);
+        struct ring_record rec = { 0 };
+
+        if (len > OUTPUT_RING_MAX - hdr) {
+                p->ring_dropped += len - (OUTPUT_RING_MAX - hdr);
+                data += len - (OUTPUT_RING_MAX - hdr);
+                len = OUTPUT_RING_MAX - hdr;
+        }
+        if (!p->ring && !(p->ring = malloc(OUTPUT_RING_MAX))) {
+                p->ring_dropped += len;
+                return;
+        }
+        if (p->ring_len == 0)
+                p->ring_last = SIZE_MAX;
+        if (p->ring_last != SIZE_MAX)
+                memcpy(&rec, p->ring + p->ring_last, hdr);
+        bool extend = p->ring_last != SIZE_MAX && rec.type == type;
+        for (;;) {
+                size_t need = len + (extend ? 0 : hdr);
+                if (p->ring_len + need <= OUTPUT_RING_MAX)
+                        break;
+                size_t excess = p->ring_len + need - OUTPUT_RING_MAX;
+                struct ring_record first;
+                memcpy(&first, p->ring, hdr);
+                if (first.len > excess) {
+                        /* the oldest record loses its front, and the rest fits */
+                        memmove(p->ring + hdr, p->ring + hdr + excess, p->ring_len - hdr - excess);
+                        first.len -= (uint32_t) excess;
+                        memcpy(p->ring, &first, hdr);
+                        p->ring_len -= excess;
+                        p->ring_dropped += excess;
+                        if (p->ring_last > 0)
+                                p->ring_last -= excess;
+                        break;
+                }
+                size_t n = hdr + first.len;
+                memmove(p->ring, p->ring + n, p->ring_len - n);
+                p->ring_len -= n;
+                p->ring_dropped += first.len;
+                if (p->ring_last == 0) {
+                        p->ring_last = SIZE_MAX;
+                        extend = false;
+                } else
+                        p->ring_last -= n;
+        }
+        if (extend) {
+                memcpy(&rec, p->ring + p->ring_last, hdr);
+                rec.len += (uint32_t) len;
+                memcpy(p->ring + p->ring_last, &rec, hdr);
+        } else {
+                rec = (struct ring_record){ .type = type, .len = (uint32_t) len };
+                p->ring_last = p->ring_len;
+                memcpy(p->ring + p->ring_len, &rec, hdr);
+                p->ring_len += hdr;
+        }
+        memcpy(p->ring + p->ring_len, data, len);
+        p->ring_len += len;
+}
+
+/* Sends what the ring holds on p's stream and empties it. */
+static void ring_flush(struct agent *a, struct process *p) {
+        const size_t hdr = sizeof(struct ring_record);
+        for (size_t off = 0; off < p->ring_len;) {
+                struct ring_record rec;
+                memcpy(&rec, p->ring + off, hdr);
+                agent_send(a, rec.type, p->id, p->ring + off + hdr, rec.len);
+                off += hdr + rec.len;
+        }
+        free(p->ring);
+        p->ring = NULL;
+        p->ring_len = 0;
 }
 
 static int fd_set_nonblock(int fd) {
@@ -88,12 +211,14 @@ static int fd_set_nonblock(int fd) {
         return 0;
 }
 
-/* The child side of EXEC: never returns. On failure it writes the errno to
- * err_fd (close-on-exec, so success closes it silently) and exits 127. */
-_noreturn_ static void child_run(const struct guest_exec_request *req, char **env, int in_fd, int out_fd,
-                                 int err_fd, const char *pty_slave, int report_fd) {
+/* The child side of EXEC: never returns. On failure it writes the step
+ * and the errno to report_fd (close-on-exec, so success closes it
+ * silently) and exits 127. */
+_noreturn_ static void child_run(const struct guest_exec_request *req, const struct child_identity *who,
+                                 const char *cwd, char **env, int in_fd, int out_fd, int err_fd,
+                                 const char *pty_slave, int report_fd) {
+        struct child_report rep = { .step = CHILD_STEP_SETUP };
         sigset_t all;
-        int e;
 
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
@@ -119,19 +244,30 @@ _noreturn_ static void child_run(const struct guest_exec_request *req, char **en
                         goto fail;
         }
 
-        uid_t uid = req->has_uid ? req->uid : getuid();
-        gid_t gid = req->has_gid ? req->gid : getgid();
-        if (uid != geteuid() || gid != getegid()) {
-                if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
+        rep.step = CHILD_STEP_USER;
+        if (who->has_user) {
+                /* what initgroups() and login do, from the files read before the fork */
+                if (setgroups(who->n_groups, who->groups) < 0 || setgid(who->gid) < 0 ||
+                    setuid(who->uid) < 0)
                         goto fail;
+        } else {
+                uid_t uid = req->has_uid ? req->uid : getuid();
+                gid_t gid = req->has_gid ? req->gid : getgid();
+                if (uid != geteuid() || gid != getegid()) {
+                        if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
+                                goto fail;
+                }
         }
-        if (chdir(req->cwd) < 0)
+        /* as the new user: a directory it may not enter is its error too */
+        rep.step = CHILD_STEP_CWD;
+        if (chdir(cwd) < 0)
                 goto fail;
+        rep.step = CHILD_STEP_EXEC;
         environ = env; /* execvpe searches the PATH of environ */
         execvpe(req->argv[0], req->argv, env);
 fail:
-        e = errno > 0 ? errno : EIO;
-        (void) !write(report_fd, &e, sizeof e);
+        rep.err = errno > 0 ? errno : EIO;
+        (void) !write(report_fd, &rep, sizeof rep);
         _exit(127);
 }
 
@@ -162,18 +298,50 @@ static int pty_open(uint16_t rows, uint16_t cols, int *ret_master, char *ret_sla
         return 0;
 }
 
-/* Starts the child described by req as process id. The parent ends of its
- * stdio are returned in p. Exec failures come back as their errno. */
-static int spawn(struct agent *a, const struct guest_exec_request *req, struct process *p) {
-        _cleanup_(guest_strv_freep) char **env = NULL;
+/* "KEY=value" into v[*n] (room for it). */
+static int env_entry(char **v, size_t *n, const char *key, const char *value) {
+        char *e = strdup_printf("%s=%s", key, value);
+        if (!e)
+                return -ENOMEM;
+        v[(*n)++] = e;
+        return 0;
+}
+
+/* The environment of a new process: the IDENTITY env, then what the
+ * user's passwd entry says (HOME, USER, LOGNAME, SHELL), then the
+ * request's env; PATH and HOME defaults where still missing. */
+static int process_env(struct agent *a, const struct guest_exec_request *req, const struct guest_user *user,
+                       char ***ret) {
+        _cleanup_(guest_strv_freep) char **base = NULL;
+        if (user) {
+                _cleanup_(guest_strv_freep) char **uv = calloc(5, sizeof(char *));
+                size_t n = 0;
+                int r;
+                if (!uv)
+                        return -ENOMEM;
+                if ((r = env_entry(uv, &n, "HOME", user->home)) < 0 ||
+                    (r = env_entry(uv, &n, "USER", user->name)) < 0 ||
+                    (r = env_entry(uv, &n, "LOGNAME", user->name)) < 0 ||
+                    (r = env_entry(uv, &n, "SHELL", user->shell)) < 0)
+                        return r;
+                r = guest_env_merge(a->default_env, uv, NULL, &base);
+                if (r < 0)
+                        return r;
+        }
+        return guest_env_merge(user ? base : a->default_env, req->env, default_home(), ret);
+}
+
+/* Starts the child described by req as process id, as who in cwd. The
+ * parent ends of its stdio are returned in p. A failure before the exec
+ * comes back as its errno, *ret_step saying which step failed. */
+static int spawn(struct agent *a, const struct guest_exec_request *req, const struct child_identity *who,
+                 const char *cwd, char **env, struct process *p, enum child_step *ret_step) {
         int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 }, rep[2] = { -1, -1 };
         int master = -1;
         char slave[128];
-        int r;
+        int r = 0;
 
-        r = guest_env_merge(a->default_env, req->env, default_home(), &env);
-        if (r < 0)
-                return r;
+        *ret_step = CHILD_STEP_SETUP;
         if (req->pty)
                 r = pty_open(req->rows, req->cols, &master, slave, sizeof slave);
         else if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)
@@ -192,23 +360,25 @@ static int spawn(struct agent *a, const struct guest_exec_request *req, struct p
                 close(rep[0]);
                 if (master >= 0)
                         close(master);
-                child_run(req, env, in[0], out[1], err[1], req->pty ? slave : NULL, rep[1]);
+                child_run(req, who, cwd, env, in[0], out[1], err[1], req->pty ? slave : NULL, rep[1]);
         }
         fd_closep_int(&rep[1]);
         fd_closep_int(&in[0]);
         fd_closep_int(&out[1]);
         fd_closep_int(&err[1]);
 
-        /* EOF: exec succeeded (the pipe was close-on-exec); an int: it failed */
-        int child_errno = 0;
+        /* EOF: exec succeeded (the pipe was close-on-exec); a report: it failed */
+        struct child_report report = { .step = CHILD_STEP_SETUP };
         ssize_t k;
         do
-                k = read(rep[0], &child_errno, sizeof child_errno);
+                k = read(rep[0], &report, sizeof report);
         while (k < 0 && errno == EINTR);
         if (k > 0) {
                 while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
                         ;
-                r = child_errno > 0 ? -child_errno : -EIO;
+                r = k == sizeof report && report.err > 0 ? -report.err : -EIO;
+                if (k == sizeof report && report.step >= CHILD_STEP_SETUP && report.step <= CHILD_STEP_EXEC)
+                        *ret_step = (enum child_step) report.step;
                 goto finish;
         }
 
@@ -241,8 +411,23 @@ finish:
         return r;
 }
 
+/* The directory a process of user starts in without a cwd: its home, when
+ * that is a directory the agent may name, else "/". */
+static const char *user_default_cwd(const struct guest_user *user) {
+        struct stat st;
+        if (guest_path_validate(user->home) >= 0 && stat(user->home, &st) >= 0 && S_ISDIR(st.st_mode))
+                return user->home;
+        return "/";
+}
+
 int process_exec(struct agent *a, uint32_t stream, const void *payload, size_t len) {
         _cleanup_(guest_exec_request_freep) struct guest_exec_request *req = NULL;
+        _cleanup_(guest_user_freep) struct guest_user *user = NULL;
+        _cleanup_(guest_strv_freep) char **env = NULL;
+        _cleanup_free_ gid_t *groups = NULL;
+        _cleanup_free_ char *cwd_clean = NULL;
+        struct child_identity who = { 0 };
+        enum child_step step;
         int r;
 
         r = guest_exec_request_parse(payload, len, &req);
@@ -255,19 +440,63 @@ int process_exec(struct agent *a, uint32_t stream, const void *payload, size_t l
         if (a->n_processes >= GUEST_MAX_PROCESSES)
                 return -EAGAIN;
 
-        struct process *p = calloc(1, sizeof *p);
-        if (!p)
+        const char *cwd = req->cwd;
+        if (req->user) {
+                r = guest_user_lookup(GUEST_PASSWD_PATH, GUEST_GROUP_PATH, req->user, &user);
+                if (r == -ESRCH)
+                        return agent_send_errorf(a, stream, r, "unknown user '%s'", req->user);
+                if (r < 0)
+                        return agent_send_errorf(a, stream, r, "user %s: %s", req->user, strerror(-r));
+                groups = calloc(user->n_groups, sizeof *groups);
+                if (!groups)
+                        return -ENOMEM;
+                for (size_t i = 0; i < user->n_groups; i++)
+                        groups[i] = (gid_t) user->groups[i];
+                who = (struct child_identity){ .has_user = true,
+                                               .uid = (uid_t) user->uid,
+                                               .gid = (gid_t) user->gid,
+                                               .groups = groups,
+                                               .n_groups = user->n_groups };
+                if (!req->has_cwd)
+                        cwd = user_default_cwd(user);
+        }
+        r = process_env(a, req, user, &env);
+        if (r < 0)
+                return r;
+        /* a home directory from the passwd file may be any bytes: JSON takes UTF-8 */
+        r = guest_utf8_sanitize(cwd, strlen(cwd), &cwd_clean);
+        if (r < 0)
+                return r;
+        _cleanup_json_ json_t *info_full = guest_process_info(req, cwd_clean);
+        json_t *info = info_full ? guest_process_info_fit(info_full, GUEST_MAX_PROCESS_INFO) : NULL;
+        if (!info)
                 return -ENOMEM;
+
+        struct process *p = calloc(1, sizeof *p);
+        if (!p) {
+                json_decref(info);
+                return -ENOMEM;
+        }
         *p = (struct process){ .id = stream,
                                .in_fd = -1,
                                .out_fd = -1,
                                .err_fd = -1,
                                .idx_in = -1,
                                .idx_out = -1,
-                               .idx_err = -1 };
-        r = spawn(a, req, p);
+                               .idx_err = -1,
+                               .info = info };
+        r = spawn(a, req, &who, cwd, env, p, &step);
         if (r < 0) {
+                json_decref(p->info);
                 free(p);
+                /* E2B and the node tell a bad cwd from a missing program:
+                 * a cwd that is missing or no directory is ENOTDIR */
+                if (step == CHILD_STEP_CWD)
+                        return agent_send_errorf(a, stream, r == -ENOENT ? -ENOTDIR : r, "cwd %s: %s", cwd,
+                                                 strerror(-r));
+                if (step == CHILD_STEP_USER)
+                        return agent_send_errorf(a, stream, r, "user %s: %s",
+                                                 req->user ? req->user : "(uid/gid)", strerror(-r));
                 return r;
         }
         p->next = a->processes;
@@ -275,6 +504,96 @@ int process_exec(struct agent *a, uint32_t stream, const void *payload, size_t l
         a->n_processes++;
         log_debug("Started process %u as pid %d: %s", stream, (int) p->pid, req->argv[0]);
         return agent_send_json(a, PROTO_RESULT, stream, json_pack("{s:i}", "pid", (int) p->pid));
+}
+
+static int pid_compare(const void *x, const void *y) {
+        pid_t a = (*(struct process *const *) x)->pid, b = (*(struct process *const *) y)->pid;
+        return (a > b) - (a < b);
+}
+
+/* The PROCESSES list with every entry cut to at most max bytes (SIZE_MAX:
+ * whole). */
+static json_t *processes_json(struct process **v, size_t n, size_t max) {
+        _cleanup_json_ json_t *arr = json_array();
+        if (!arr)
+                return NULL;
+        for (size_t i = 0; i < n; i++) {
+                json_t *e =
+                        max == SIZE_MAX ? json_copy(v[i]->info) : guest_process_info_fit(v[i]->info, max);
+                /* fit may hand back the stored object itself: never change that */
+                if (e && e == v[i]->info) {
+                        json_decref(e);
+                        e = json_copy(v[i]->info);
+                }
+                if (!e || json_object_set_new(e, "pid", json_integer(v[i]->pid)) < 0 ||
+                    json_object_set_new(e, "attached", json_boolean(v[i]->id != PROCESS_DETACHED)) < 0 ||
+                    json_array_append_new(arr, e) < 0)
+                        return NULL;
+        }
+        return json_pack("{s:O}", "processes", arr);
+}
+
+int process_list(struct agent *a, uint32_t stream, const void *payload, size_t len) {
+        json_t *j = NULL;
+        int r = guest_json_parse(payload, len, &j);
+        json_decref(j);
+        if (r < 0)
+                return r;
+        _cleanup_free_ struct process **v = calloc(MAX(a->n_processes, (size_t) 1), sizeof *v);
+        size_t n = 0;
+        if (!v)
+                return -ENOMEM;
+        for (struct process *p = a->processes; p; p = p->next)
+                if (!p->exited && n < a->n_processes)
+                        v[n++] = p;
+        qsort(v, n, sizeof *v, pid_compare);
+
+        /* each entry keeps at most 64 KiB; 256 of those do not fit a frame,
+         * so then every entry gets its share */
+        _cleanup_json_ json_t *res = processes_json(v, n, SIZE_MAX);
+        _cleanup_free_ char *s = NULL;
+        size_t slen;
+        r = res ? guest_json_dump(res, PROCESSES_REPLY_MAX, &s, &slen) : -ENOMEM;
+        if (r == -EMSGSIZE) {
+                json_decref(res);
+                res = processes_json(v, n, PROCESSES_REPLY_MAX / MAX(n, (size_t) 1) - 64);
+                r = res ? guest_json_dump(res, PROCESSES_REPLY_MAX, &s, &slen) : -ENOMEM;
+        }
+        if (r < 0)
+                return r;
+        return agent_send(a, PROTO_RESULT, stream, s, slen);
+}
+
+int process_adopt(struct agent *a, uint32_t stream, const void *payload, size_t len) {
+        int32_t pid;
+        int r = guest_adopt_parse(payload, len, &pid);
+        if (r < 0)
+                return r;
+        if (stream == 0)
+                return -EINVAL;
+        if (process_find(a, stream))
+                return -EEXIST;
+        struct process *p = NULL;
+        for (struct process *q = a->processes; q && !p; q = q->next)
+                if (q->pid == pid && !q->exited)
+                        p = q;
+        if (!p)
+                return agent_send_errorf(a, stream, -ENOENT, "no process %d", (int) pid);
+        /* one stream per process: the host ends the other one's use first
+         * (the node refuses an adopt of a process one of its sessions has) */
+        if (p->id != PROCESS_DETACHED)
+                return agent_send_errorf(a, stream, -EBUSY, "process %d is attached to stream %u", (int) pid,
+                                         p->id);
+        r = agent_send_json(a, PROTO_RESULT, stream,
+                            json_pack("{s:i, s:b, s:I}", "pid", (int) p->pid, "pty", p->pty, "dropped",
+                                      (json_int_t) MIN(p->ring_dropped, (uint64_t) INT64_MAX)));
+        if (r < 0)
+                return r;
+        p->id = stream;
+        p->ring_dropped = 0;
+        ring_flush(a, p);
+        log_debug("Process %d adopted by stream %u", (int) p->pid, stream);
+        return 0;
 }
 
 /* Closes the child's stdin: the pipe, or with a PTY an EOF character (the
@@ -375,8 +694,10 @@ int process_resize(struct agent *a, uint32_t stream, const void *payload, size_t
         if (r < 0)
                 return r;
         struct process *p = process_find(a, stream);
-        if (!p || !p->pty || p->out_fd < 0)
+        if (!p || p->out_fd < 0)
                 return 0;
+        if (!p->pty)
+                return -ENOTTY;
         struct winsize ws = { .ws_row = rows, .ws_col = cols };
         if (ioctl(p->out_fd, TIOCSWINSZ, &ws) < 0)
                 return negative_errno();
@@ -412,8 +733,13 @@ static bool output_read(struct agent *a, struct process *p, int fd, uint8_t type
         while (k < 0 && errno == EINTR);
         if (k > 0) {
                 a->active_ns = now_monotonic_ns();
-                if (p->id != PROCESS_DETACHED)
+                if (p->id == PROCESS_DETACHED || a->host_away)
+                        ring_append(p, type, io_buf, (size_t) k);
+                else {
+                        if (p->ring)
+                                ring_flush(a, p); /* kept while the host was away: it comes first */
                         agent_send(a, type, p->id, io_buf, (size_t) k);
+                }
                 return true;
         }
         return k < 0 && errno == EAGAIN;

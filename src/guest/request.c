@@ -259,7 +259,19 @@ void guest_exec_request_free(struct guest_exec_request *req) {
         guest_strv_free(req->argv);
         guest_strv_free(req->env);
         free(req->cwd);
+        free(req->user);
+        free(req->tag);
         free(req);
+}
+
+bool guest_user_name_is_valid(const char *name) {
+        size_t n = name ? strlen(name) : 0;
+        if (n == 0 || n > GUEST_MAX_USER || !((name[0] >= 'a' && name[0] <= 'z') || name[0] == '_'))
+                return false;
+        for (const char *p = name + 1; *p; p++)
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-'))
+                        return false;
+        return true;
 }
 
 /* argv: a JSON array of 1..GUEST_MAX_ARGV strings. */
@@ -314,6 +326,7 @@ int guest_exec_request_parse(const void *payload, size_t len, struct guest_exec_
         r = get_string(j, "cwd", GUEST_MAX_PATH, &req->cwd);
         if (r < 0)
                 return r;
+        req->has_cwd = r > 0;
         if (!req->cwd && !(req->cwd = strdup("/")))
                 return -ENOMEM;
         if (guest_path_validate(req->cwd) < 0)
@@ -329,6 +342,16 @@ int guest_exec_request_parse(const void *payload, size_t len, struct guest_exec_
                 return r;
         req->has_gid = r > 0;
         req->gid = req->has_gid ? (uint32_t) u : 0;
+        /* a user brings its own uid, gid and groups: both at once is a
+         * contradiction, not a choice */
+        r = get_string(j, "user", GUEST_MAX_USER, &req->user);
+        if (r < 0)
+                return r;
+        if (req->user && (!guest_user_name_is_valid(req->user) || req->has_uid || req->has_gid))
+                return -EINVAL;
+        r = get_string(j, "tag", GUEST_MAX_TAG, &req->tag);
+        if (r < 0)
+                return r;
         r = get_bool(j, "pty", &req->pty);
         if (r < 0)
                 return r;
@@ -344,6 +367,126 @@ int guest_exec_request_parse(const void *payload, size_t len, struct guest_exec_
                 req->cols = (uint16_t) u;
         *ret = TAKE_PTR(req);
         return 0;
+}
+
+int guest_adopt_parse(const void *payload, size_t len, int32_t *ret_pid) {
+        _cleanup_json_ json_t *j = NULL;
+        uint64_t pid;
+        int r = guest_json_parse(payload, len, &j);
+        if (r < 0)
+                return r;
+        r = get_uint(j, "pid", INT32_MAX, &pid);
+        if (r <= 0 || pid == 0)
+                return -EINVAL;
+        *ret_pid = (int32_t) pid;
+        return 0;
+}
+
+/* Length of the longest prefix of s (valid UTF-8) of at most max bytes
+ * that ends on a character boundary. */
+static size_t utf8_prefix(const char *s, size_t max) {
+        size_t n = strnlen(s, max + 1);
+        if (n <= max)
+                return n;
+        n = max;
+        while (n > 0 && ((unsigned char) s[n] & 0xc0) == 0x80)
+                n--;
+        return n;
+}
+
+static json_t *string_cut(const char *s, size_t max) {
+        return json_stringn(s, utf8_prefix(s, max));
+}
+
+json_t *guest_process_info(const struct guest_exec_request *req, const char *cwd) {
+        _cleanup_json_ json_t *argv = json_array(), *env = json_object();
+        if (!argv || !env)
+                return NULL;
+        for (char **a = req->argv; *a; a++)
+                if (json_array_append_new(argv, json_string(*a)) < 0)
+                        return NULL;
+        for (char **e = req->env; *e; e++) {
+                const char *eq = strchr(*e, '=');
+                _cleanup_free_ char *key = eq ? strndup(*e, (size_t) (eq - *e)) : NULL;
+                if (!key || json_object_set_new(env, key, json_string(eq + 1)) < 0)
+                        return NULL;
+        }
+        json_t *info =
+                json_pack("{s:O, s:s, s:O, s:b}", "argv", argv, "cwd", cwd, "env", env, "pty", req->pty);
+        if (info && req->tag && json_object_set_new(info, "tag", json_string(req->tag)) < 0) {
+                json_decref(info);
+                return NULL;
+        }
+        return info;
+}
+
+static size_t json_size(json_t *j) {
+        return json_dumpb(j, NULL, 0, JSON_COMPACT);
+}
+
+/* info with every argv and env string cut to limit bytes, the first
+ * max_argv argv entries (env only with keep_env) and cwd cut to at most
+ * cwd_max bytes at a '/' (its components are whole, so none becomes ".."). */
+static json_t *info_cut(json_t *info, size_t limit, size_t max_argv, bool keep_env, size_t cwd_max) {
+        json_t *argv = json_object_get(info, "argv"), *env = json_object_get(info, "env");
+        const char *cwd = json_string_value(json_object_get(info, "cwd")) ?: "/";
+        _cleanup_json_ json_t *o = json_object(), *na = json_array(), *ne = json_object();
+        size_t i;
+        json_t *v;
+        const char *k;
+
+        if (!o || !na || !ne)
+                return NULL;
+        json_array_foreach(argv, i, v) {
+                if (i >= max_argv)
+                        break;
+                if (json_array_append_new(na, string_cut(json_string_value(v) ?: "", limit)) < 0)
+                        return NULL;
+        }
+        if (keep_env) {
+                json_object_foreach(env, k, v) {
+                        if (json_object_set_new(ne, k, string_cut(json_string_value(v) ?: "", limit)) < 0)
+                                return NULL;
+                }
+        }
+        size_t cl = strlen(cwd);
+        if (cl > cwd_max) {
+                cl = cwd_max;
+                while (cl > 1 && cwd[cl] != '/')
+                        cl--;
+        }
+        if (json_object_set_new(o, "argv", TAKE_PTR(na)) < 0 ||
+            json_object_set_new(o, "env", TAKE_PTR(ne)) < 0 ||
+            json_object_set_new(o, "cwd", json_stringn(cwd, MAX(cl, (size_t) 1))) < 0 ||
+            json_object_set(o, "pty", json_object_get(info, "pty") ?: json_false()) < 0 ||
+            json_object_set_new(o, "truncated", json_true()) < 0)
+                return NULL;
+        json_t *tag = json_object_get(info, "tag");
+        if (tag && json_object_set(o, "tag", tag) < 0)
+                return NULL;
+        return TAKE_PTR(o);
+}
+
+json_t *guest_process_info_fit(json_t *info, size_t max) {
+        if (json_size(info) <= max)
+                return json_incref(info);
+        size_t n_argv = json_array_size(json_object_get(info, "argv"));
+        /* shorter strings first, then fewer entries, then a shorter cwd */
+        for (size_t limit = 4096;; limit /= 2) {
+                json_t *o = info_cut(info, limit, n_argv, true, GUEST_MAX_PATH);
+                if (!o || json_size(o) <= max)
+                        return o;
+                json_decref(o);
+                if (limit == 0)
+                        break;
+        }
+        for (size_t k = n_argv; k > 0; k /= 2) {
+                json_t *o = info_cut(info, 0, k, false, GUEST_MAX_PATH);
+                if (!o || json_size(o) <= max)
+                        return o;
+                json_decref(o);
+        }
+        return info_cut(info, 0, 1, false, 255);
 }
 
 int guest_signal_parse(const void *payload, size_t len, int *ret_signal) {
@@ -420,7 +563,8 @@ int guest_path_request_parse(uint8_t type, const void *payload, size_t len, stru
         case PROTO_STAT:
         case PROTO_RENAME:
         case PROTO_REMOVE:
-        case PROTO_MKDIR: break;
+        case PROTO_MKDIR:
+        case PROTO_WATCH: break;
         default: return -EOPNOTSUPP;
         }
         r = guest_json_parse(payload, len, &j);
@@ -441,8 +585,8 @@ int guest_path_request_parse(uint8_t type, const void *payload, size_t len, stru
                 if (r > 0)
                         req.mode = (uint32_t) mode;
         }
-        if (type == PROTO_REMOVE || type == PROTO_MKDIR) {
-                r = get_bool(j, type == PROTO_REMOVE ? "recursive" : "parents", &req.flag);
+        if (type == PROTO_REMOVE || type == PROTO_MKDIR || type == PROTO_WATCH) {
+                r = get_bool(j, type == PROTO_MKDIR ? "parents" : "recursive", &req.flag);
                 if (r < 0)
                         goto fail;
         }

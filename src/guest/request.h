@@ -33,6 +33,11 @@
 #define GUEST_MAX_TRANSFERS 64u       /* open file transfers */
 #define GUEST_MAX_LIST_ENTRIES 10000u /* LIST entries before "truncated" */
 #define GUEST_SEED_SIZE 32u           /* IDENTITY seed, bytes */
+#define GUEST_MAX_USER 32u            /* EXEC user name, bytes */
+#define GUEST_MAX_TAG 256u            /* EXEC tag, bytes */
+#define GUEST_MAX_PROCESS_INFO (64u << 10) /* JSON a process's PROCESSES entry keeps */
+#define GUEST_MAX_WATCHES 16u         /* WATCH streams per host connection */
+#define GUEST_MAX_WATCH_DIRS 8192u    /* directories one (recursive) WATCH watches */
 #define GUEST_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define GUEST_DEFAULT_FILE_MODE 0644u
 
@@ -72,16 +77,41 @@ struct guest_exec_request {
         char **argv; /* >= 1 entry */
         char **env;  /* "K=V", never NULL (may be empty) */
         char *cwd;   /* "/" by default */
+        bool has_cwd;
         bool has_uid, has_gid;
         uint32_t uid, gid; /* 0 by default */
+        char *user;        /* NULL: uid/gid as given */
+        char *tag;         /* NULL: none */
         bool pty;
         uint16_t rows, cols; /* 24x80 by default */
 };
-/* EXEC {"argv","env","cwd","uid","gid","pty","rows","cols"}: argv 1..4096
- * strings, env at most 4096 entries, every string <= 128 KiB without NUL
- * bytes, env keys non-empty without '=', cwd a valid path. */
+/* EXEC {"argv","env","cwd","uid","gid","user","tag","pty","rows","cols"}:
+ * argv 1..4096 strings, env at most 4096 entries, every string <= 128 KiB
+ * without NUL bytes, env keys non-empty without '=', cwd a valid path, user
+ * a valid user name (guest_user_name_is_valid(); not with uid or gid), tag
+ * at most GUEST_MAX_TAG bytes. */
 int guest_exec_request_parse(const void *payload, size_t len, struct guest_exec_request **ret);
 void guest_exec_request_free(struct guest_exec_request *req);
+
+/* [a-z_][a-z0-9_-]{0,31}: the user names EXEC accepts ("root" is one). */
+bool guest_user_name_is_valid(const char *name);
+
+/* ADOPT {"pid":n}, 1 <= n <= INT32_MAX. */
+int guest_adopt_parse(const void *payload, size_t len, int32_t *ret_pid);
+
+/*
+ * What PROCESSES reports of a process, built at EXEC: {"argv","cwd","env"
+ * (the request's own, not the defaults),"tag"?,"pty"}. guest_process_info()
+ * builds it from a parsed request and the cwd the process got;
+ * guest_process_info_fit() returns it (a new reference) in at most max
+ * bytes of JSON: argv and env strings are cut on UTF-8 character
+ * boundaries, then entries dropped, then cwd shortened to a parent
+ * directory, and "truncated":true says so. tag and pty are always kept
+ * (max must leave room for them and a short cwd: 4 KiB does). NULL on
+ * ENOMEM.
+ */
+json_t *guest_process_info(const struct guest_exec_request *req, const char *cwd);
+json_t *guest_process_info_fit(json_t *info, size_t max);
 
 /* SIGNAL {"signal":n}, 1 <= n <= 64. */
 int guest_signal_parse(const void *payload, size_t len, int *ret_signal);
@@ -91,8 +121,8 @@ int guest_resize_parse(const void *payload, size_t len, uint16_t *ret_rows, uint
 int guest_file_end_parse(const void *payload, size_t len, bool *ret_abort);
 
 /* The file requests: path (and "to" for RENAME) validated paths, mode <= 07777
- * (FILE_WRITE, default 0644), flag = "recursive" (REMOVE) or "parents"
- * (MKDIR), false by default. */
+ * (FILE_WRITE, default 0644), flag = "recursive" (REMOVE, WATCH) or
+ * "parents" (MKDIR), false by default. */
 struct guest_path_request {
         char *path;
         char *to;
@@ -100,7 +130,7 @@ struct guest_path_request {
         bool flag;
 };
 /* type is one of PROTO_FILE_READ, _FILE_WRITE, _LIST, _STAT, _RENAME,
- * _REMOVE, _MKDIR; anything else is -EOPNOTSUPP. */
+ * _REMOVE, _MKDIR, _WATCH; anything else is -EOPNOTSUPP. */
 int guest_path_request_parse(uint8_t type, const void *payload, size_t len, struct guest_path_request *ret);
 void guest_path_request_release(struct guest_path_request *req);
 
@@ -116,6 +146,42 @@ int guest_env_from_json(json_t *obj, char ***ret);
  */
 int guest_env_merge(char *const *base, char *const *overlay, const char *home, char ***ret);
 
+/*
+ * The guest's users and groups, read from its own passwd(5) and group(5)
+ * files (users.c) without NSS: the agent is static, and glibc's getpwnam()
+ * would load the NSS modules of the guest's own, other glibc. Files are
+ * read whole, at most GUEST_MAX_ACCOUNTS_FILE bytes each.
+ */
+#define GUEST_PASSWD_PATH "/etc/passwd"
+#define GUEST_GROUP_PATH "/etc/group"
+#define GUEST_MAX_ACCOUNTS_FILE (4u << 20)
+#define GUEST_MAX_GROUPS 1024u /* supplementary groups set for a user */
+
+struct guest_user {
+        char *name;
+        uint32_t uid, gid;
+        char *home;  /* "/" when the file leaves it empty */
+        char *shell; /* "/bin/sh" when the file leaves it empty */
+        uint32_t *groups; /* gid first, then every group that lists the user */
+        size_t n_groups;
+};
+/* Looks user name up in passwd_path (first entry wins) and its groups in
+ * group_path (missing: only the primary group). -ESRCH when there is no
+ * such user (also when passwd_path is missing), -EFBIG for a file over the
+ * limit. */
+int guest_user_lookup(const char *passwd_path, const char *group_path, const char *name,
+                      struct guest_user **ret);
+void guest_user_free(struct guest_user *u);
+
+/* uid -> user name and gid -> group name, for STAT and LIST entries: both
+ * files read once per request (a missing or oversized one maps nothing). */
+struct guest_idmap;
+int guest_idmap_load(const char *passwd_path, const char *group_path, struct guest_idmap **ret);
+/* The name of uid / gid, or NULL when the files do not name it. */
+const char *guest_idmap_user(const struct guest_idmap *m, uint32_t uid);
+const char *guest_idmap_group(const struct guest_idmap *m, uint32_t gid);
+void guest_idmap_free(struct guest_idmap *m);
+
 /* Copies s (n bytes) into a NUL-terminated string where every byte
  * sequence that is not well-formed UTF-8 (and every NUL) becomes U+FFFD, so
  * any file name can be put into JSON. */
@@ -127,5 +193,7 @@ int guest_json_dump(json_t *obj, size_t max, char **ret, size_t *ret_len);
 DEFINE_TRIVIAL_CLEANUP_FUNC(char **, guest_strv_free)
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct guest_identity *, guest_identity_free)
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct guest_exec_request *, guest_exec_request_free)
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct guest_user *, guest_user_free)
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct guest_idmap *, guest_idmap_free)
 /* jansson provides json_decrefp() (NULL-safe) for json_auto_t */
 #define _cleanup_json_ _cleanup_(json_decrefp)

@@ -63,6 +63,7 @@ struct guestconn {
 
         pthread_mutex_t wlock; /* one frame at a time on the wire */
 
+        unsigned features; /* GUESTCONN_FEATURE_*, from the HELLO reply; fixed after the handshake */
         uint64_t used_ns; /* monotonic: the last frame that is use (is_use()); atomic */
         bool ping_failed; /* reader only: an answer to a guest PING could not be sent */
 };
@@ -80,10 +81,32 @@ static bool is_use(uint8_t type) {
         case PROTO_IDENTITY:
         case PROTO_RESULT:
         case PROTO_ERROR:
+        case PROTO_WATCH_EVENT: /* what changed the files was use, not the watch */
                 return false;
         default:
                 return true;
         }
+}
+
+/* The features of a HELLO reply that the node knows; others are ignored. */
+static unsigned hello_features(json_t *reply) {
+        static const struct {
+                const char *name;
+                unsigned bit;
+        } known[] = {
+                { "user", GUESTCONN_FEATURE_USER },
+                { "processes", GUESTCONN_FEATURE_PROCESSES },
+                { "watch", GUESTCONN_FEATURE_WATCH },
+        };
+        json_t *list = json_object_get(reply, "features"), *v;
+        unsigned bits = 0;
+        size_t i;
+        json_array_foreach(list, i, v) {
+                for (size_t k = 0; k < ARRAY_SIZE(known); k++)
+                        if (json_is_string(v) && strcmp(json_string_value(v), known[k].name) == 0)
+                                bits |= known[k].bit;
+        }
+        return bits;
 }
 
 static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const void *payload, size_t len);
@@ -358,9 +381,12 @@ static int handshake(struct guestconn *g, int timeout_ms) {
                                 return log_errno(LOG_LEVEL_ERROR, -EPROTONOSUPPORT, g->ctx,
                                                  "guest agent speaks another protocol version");
                         }
-                        log_emit(LOG_LEVEL_INFO, g->ctx, "guest channel up: agent %s, boot_id %s, %llu stale bytes skipped",
+                        g->features = hello_features(reply);
+                        log_emit(LOG_LEVEL_INFO, g->ctx,
+                                 "guest channel up: agent %s, boot_id %s, features 0x%x, "
+                                 "%llu stale bytes skipped",
                                  json_string_value(json_object_get(reply, "agent")) ?: "?",
-                                 json_string_value(json_object_get(reply, "boot_id")) ?: "?",
+                                 json_string_value(json_object_get(reply, "boot_id")) ?: "?", g->features,
                                  (unsigned long long) (dropped + start));
                         json_decref(reply);
                         /* Whatever followed the reply is the first real traffic. */
@@ -602,6 +628,10 @@ int guestconn_call(struct guestconn *g, uint8_t type, json_t *req, int timeout_m
 int guestconn_call_stream(struct guestconn *g, uint32_t stream, uint8_t type, json_t *req, int timeout_ms,
                           json_t **ret_result, char **ret_message) {
         return call_on(g, stream, false, type, req, timeout_ms, ret_result, ret_message);
+}
+
+bool guestconn_has(struct guestconn *g, unsigned feature) {
+        return (g->features & feature) == feature;
 }
 
 uint64_t guestconn_used_ns(struct guestconn *g) {

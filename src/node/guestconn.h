@@ -43,6 +43,15 @@ void guestconn_shutdown(struct guestconn *g);
 /* false once the channel has failed (EOF, I/O error, protocol error). */
 bool guestconn_alive(struct guestconn *g);
 
+/* What the agent's HELLO reply said it does beyond the first protocol
+ * ("features"): an older agent ignores request fields it does not know
+ * (it would run a process of another user as root), so the node asks for
+ * these only where the agent has them. A lie hurts only the guest itself. */
+#define GUESTCONN_FEATURE_USER (1u << 0)      /* EXEC "user" */
+#define GUESTCONN_FEATURE_PROCESSES (1u << 1) /* PROCESSES, ADOPT, EXEC "tag" */
+#define GUESTCONN_FEATURE_WATCH (1u << 2)     /* WATCH, WATCH_EVENT, WATCH_END */
+bool guestconn_has(struct guestconn *g, unsigned feature);
+
 /* Sends a JSON request of the given type on a new stream and waits up to
  * timeout_ms for RESULT or ERROR on it. On RESULT: 0 and *ret_result (owned
  * by caller; may be NULL if not wanted). On ERROR: the guest's -errno and,

@@ -73,6 +73,14 @@ int guestreply_parse(uint8_t type, const uint8_t *payload, size_t len, int *ret_
         return 0;
 }
 
+/* A JSON string of min..max bytes without NUL (jansson allows "\u0000"). */
+static bool string_ok(json_t *v, size_t min, size_t max) {
+        if (!json_is_string(v))
+                return false;
+        size_t n = json_string_length(v);
+        return n >= min && n <= max && strlen(json_string_value(v)) == n;
+}
+
 json_int_t guestreply_uint(json_t *v, json_int_t max, json_int_t def) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
                 return def;
@@ -99,8 +107,39 @@ json_t *guestreply_entry(json_t *e, bool root_ok) {
                         t = types[i];
         if (!t)
                 return NULL;
-        return json_pack("{s:s, s:s, s:I, s:I, s:I}", "name", n, "type", t, "size", json_integer_value(size), "mode",
-                         json_integer_value(mode), "mtime", json_integer_value(mtime));
+        _cleanup_(json_decrefp) json_t *out = json_pack(
+                "{s:s, s:s, s:I, s:I, s:I}", "name", n, "type", t, "size", json_integer_value(size), "mode",
+                json_integer_value(mode), "mtime", json_integer_value(mtime));
+        if (!out)
+                return NULL;
+        /* what a newer agent adds: each checked when present */
+        static const char *const ids[] = { "uid", "gid" };
+        for (size_t i = 0; i < ARRAY_SIZE(ids); i++) {
+                json_t *v = json_object_get(e, ids[i]);
+                if (!v)
+                        continue;
+                if (guestreply_uint(v, UINT32_MAX, -1) < 0 || json_object_set(out, ids[i], v) < 0)
+                        return NULL;
+        }
+        static const struct {
+                const char *key;
+                size_t max;
+        } strs[] = { { "owner", GUESTREPLY_OWNER_MAX },
+                     { "group", GUESTREPLY_OWNER_MAX },
+                     { "symlink_target", GUESTREPLY_TARGET_MAX } };
+        for (size_t i = 0; i < ARRAY_SIZE(strs); i++) {
+                json_t *v = json_object_get(e, strs[i].key);
+                if (!v)
+                        continue;
+                if (!string_ok(v, 1, strs[i].max))
+                        return NULL;
+                /* a target on a file would be a lie the client may follow */
+                if (strcmp(strs[i].key, "symlink_target") == 0 && strcmp(t, "symlink") != 0)
+                        continue;
+                if (json_object_set(out, strs[i].key, v) < 0)
+                        return NULL;
+        }
+        return TAKE_PTR(out);
 }
 
 json_t *guestreply_list(json_t *res) {
@@ -121,4 +160,120 @@ json_t *guestreply_list(json_t *res) {
             (truncated && json_object_set_new(out, "truncated", json_true()) < 0))
                 return NULL;
         return TAKE_PTR(out);
+}
+
+/* Limits of what a process entry may hold: those of EXEC's own fields. */
+#define PROCESS_ARGV_MAX 4096
+#define PROCESS_ENV_MAX 4096
+#define PROCESS_STRING_MAX (128u << 10)
+#define PROCESS_TAG_MAX 256
+
+/* An optional boolean member: absent false, else it must be one. */
+static int bool_field(json_t *e, const char *key, bool *ret) {
+        json_t *v = json_object_get(e, key);
+        if (!v) {
+                *ret = false;
+                return 0;
+        }
+        if (!json_is_boolean(v))
+                return -EBADMSG;
+        *ret = json_is_true(v);
+        return 0;
+}
+
+json_t *guestreply_process(json_t *e) {
+        json_t *pid = json_object_get(e, "pid"), *argv = json_object_get(e, "argv"),
+               *env = json_object_get(e, "env");
+        json_t *cwd = json_object_get(e, "cwd"), *tag = json_object_get(e, "tag");
+        bool pty, attached, truncated;
+        if (!json_is_object(e) || guestreply_uint(pid, GUESTREPLY_PID_MAX, 0) < 1 || !json_is_array(argv) ||
+            json_array_size(argv) < 1 || json_array_size(argv) > PROCESS_ARGV_MAX || !json_is_object(env) ||
+            json_object_size(env) > PROCESS_ENV_MAX || !string_ok(cwd, 1, PATH_SAFE_MAX) ||
+            path_check(json_string_value(cwd), json_string_length(cwd)) < 0 ||
+            (tag && !string_ok(tag, 0, PROCESS_TAG_MAX)) || bool_field(e, "pty", &pty) < 0 ||
+            bool_field(e, "attached", &attached) < 0 || bool_field(e, "truncated", &truncated) < 0)
+                return NULL;
+        size_t i;
+        json_t *v;
+        json_array_foreach(argv, i, v) {
+                if (!string_ok(v, 0, PROCESS_STRING_MAX))
+                        return NULL;
+        }
+        const char *k;
+        json_object_foreach(env, k, v) {
+                size_t kl = strlen(k);
+                if (kl == 0 || kl > PROCESS_STRING_MAX || strchr(k, '=') ||
+                    !string_ok(v, 0, PROCESS_STRING_MAX))
+                        return NULL;
+        }
+        _cleanup_(json_decrefp) json_t *out =
+                json_pack("{s:I, s:O, s:O, s:O, s:b, s:b}", "pid", json_integer_value(pid), "argv", argv,
+                          "cwd", cwd, "env", env, "pty", pty, "attached", attached);
+        if (!out || (tag && json_object_set(out, "tag", tag) < 0) ||
+            (truncated && json_object_set_new(out, "truncated", json_true()) < 0))
+                return NULL;
+        return TAKE_PTR(out);
+}
+
+json_t *guestreply_processes(json_t *res) {
+        json_t *list = json_object_get(res, "processes");
+        if (!json_is_array(list) || json_array_size(list) > GUESTREPLY_PROCESSES_MAX)
+                return NULL;
+        _cleanup_(json_decrefp) json_t *arr = json_array();
+        if (!arr)
+                return NULL;
+        size_t i;
+        json_t *e;
+        json_array_foreach(list, i, e) {
+                json_t *p = guestreply_process(e);
+                if (!p || json_array_append_new(arr, p) < 0)
+                        return NULL;
+                /* a pid names one process: the node looks sessions up by it */
+                json_int_t pid = json_integer_value(json_object_get(p, "pid"));
+                for (size_t k = 0; k < i; k++)
+                        if (json_integer_value(json_object_get(json_array_get(arr, k), "pid")) == pid)
+                                return NULL;
+        }
+        return json_pack("{s:O}", "processes", arr);
+}
+
+/* A path below a watched directory: relative, components non-empty and
+ * neither "." nor "..". */
+static bool relative_path_ok(const char *p) {
+        for (;;) {
+                size_t n = strcspn(p, "/");
+                if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+                        return false;
+                if (!p[n])
+                        return true;
+                p += n + 1;
+        }
+}
+
+json_t *guestreply_watch_event(json_t *ev) {
+        static const char *const types[] = { "create", "write", "remove", "rename", "chmod" };
+        json_t *type = json_object_get(ev, "type"), *name = json_object_get(ev, "name");
+        if (!json_is_string(type))
+                return NULL;
+        if (strcmp(json_string_value(type), "overflow") == 0)
+                return json_pack("{s:s}", "type", "overflow");
+        const char *t = NULL;
+        for (size_t i = 0; i < ARRAY_SIZE(types) && !t; i++)
+                if (strcmp(json_string_value(type), types[i]) == 0)
+                        t = types[i];
+        if (!t || !string_ok(name, 1, GUESTREPLY_EVENT_NAME_MAX) ||
+            !relative_path_ok(json_string_value(name)))
+                return NULL;
+        return json_pack("{s:O, s:s}", "name", name, "type", t);
+}
+
+int guestreply_adopt(json_t *res, long long pid, bool *ret_pty, uint64_t *ret_dropped) {
+        json_t *dropped = json_object_get(res, "dropped");
+        bool pty;
+        if (guestreply_uint(json_object_get(res, "pid"), GUESTREPLY_PID_MAX, 0) != pid ||
+            bool_field(res, "pty", &pty) < 0 || (dropped && guestreply_uint(dropped, INT64_MAX, -1) < 0))
+                return -EBADMSG;
+        *ret_pty = pty;
+        *ret_dropped = dropped ? (uint64_t) json_integer_value(dropped) : 0;
+        return 0;
 }

@@ -44,6 +44,15 @@
 #define TRANSFER_IDLE_MS 60000
 /* Room left in a reply frame for everything but exec's two outputs. */
 #define REPLY_SLACK 1024
+/* session.resize: the terminal sizes a client may ask for. */
+#define TERMINAL_MAX 1000
+/* EXEC's tag, at most (the guest's limit). */
+#define TAG_MAX 256
+/* file.watch: events waiting for the client, at most; beyond, they are
+ * dropped and the client told so with an overflow event. */
+#define WATCH_QUEUE_MAX 4096
+/* An attached client that says nothing is checked for hang-up this often. */
+#define WATCH_POLL_MS 1000
 
 static const struct node_config *ocfg;
 static enum vmm_accel oaccel;
@@ -126,6 +135,19 @@ static int field_uint(struct node_conn *c, json_t *req, const char *key, uint64_
                 return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" must be an integer in %llu..%llu", key,
                                         (unsigned long long) min, (unsigned long long) max);
         *ret = (uint64_t) json_integer_value(v);
+        return 0;
+}
+
+/* user: a user name of the guest (absent: NULL, the request's uid). */
+static int field_user(struct node_conn *c, json_t *req, const char **ret) {
+        const char *s;
+        int r = field_string(c, req, "user", false, NODE_USER_MAX, &s);
+        if (r < 0)
+                return r;
+        if (s && !node_user_name_is_valid(s))
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "field \"user\" must be a user name: [a-z_][a-z0-9_-]{0,31}");
+        *ret = s;
         return 0;
 }
 
@@ -557,11 +579,11 @@ static json_t *exec_reply(struct exec_state *e, bool timed_out) {
 
 static int op_exec(struct node_conn *c, json_t *req) {
         _cleanup_(json_decrefp) json_t *cmd = NULL, *env = NULL;
-        const char *cwd, *stdin_s;
+        const char *cwd, *stdin_s, *user;
         uint64_t timeout_s, max_output;
         int r;
         if ((r = field_cmd(c, req, "cmd", &cmd)) < 0 || (r = field_env(c, req, "env", &env)) < 0 ||
-            (r = field_path(c, req, "cwd", false, &cwd)) < 0 ||
+            (r = field_path(c, req, "cwd", false, &cwd)) < 0 || (r = field_user(c, req, &user)) < 0 ||
             (r = field_string(c, req, "stdin", false, PROTO_MAX_PAYLOAD, &stdin_s)) < 0 ||
             (r = field_uint(c, req, "timeout_s", MIN(EXEC_DEFAULT_TIMEOUT_S, ocfg->exec_timeout_max_s), 1,
                             ocfg->exec_timeout_max_s, &timeout_s)) < 0 ||
@@ -574,6 +596,11 @@ static int op_exec(struct node_conn *c, json_t *req) {
         struct guestconn *g;
         if ((r = req_sandbox(c, req, CAP_ACCESS_EXEC, &s, &g)) < 0)
                 return r;
+        /* an older agent would ignore "user" and run the command as root */
+        if (user && !guestconn_has(g, GUESTCONN_FEATURE_USER))
+                return conn_reply_error(
+                        c, -EOPNOTSUPP, "unavailable",
+                        "the sandbox's guest agent is older and cannot run commands as a user");
 
         uint64_t deadline = now_monotonic_ns() + timeout_s * 1000000000ULL;
         struct exec_state e = { .max_output = max_output };
@@ -584,6 +611,8 @@ static int op_exec(struct node_conn *c, json_t *req) {
         json_t *exec_req = json_pack("{s:O, s:O}", "argv", cmd, "env", env);
         if (exec_req && cwd)
                 json_object_set_new(exec_req, "cwd", json_string(cwd));
+        if (exec_req && user)
+                json_object_set_new(exec_req, "user", json_string(user));
 
         uint32_t stream = 0;
         _cleanup_free_ char *msg = NULL;
@@ -596,7 +625,10 @@ static int op_exec(struct node_conn *c, json_t *req) {
         if (r >= 0)
                 r = guestconn_call_stream(g, stream, PROTO_EXEC, exec_req, GUEST_CALL_MS, NULL, &msg);
         if (r < 0) {
-                reply_guest_failure(c, r, msg, "exec failed");
+                if (r == -ESRCH && msg && user)
+                        conn_reply_error(c, r, "invalid", "unknown user '%s'", user);
+                else
+                        reply_guest_failure(c, r, msg, "exec failed");
                 goto out;
         }
         for (size_t off = 0; off < stdin_len && r >= 0; off += PROTO_DATA_CHUNK)
@@ -651,12 +683,14 @@ out:
 
 static int op_session_start(struct node_conn *c, json_t *req) {
         _cleanup_(json_decrefp) json_t *cmd = NULL, *env = NULL;
-        const char *cwd, *sid;
+        const char *cwd, *sid, *user, *tag;
         bool pty;
         uint64_t rows, cols;
         int r;
         if ((r = field_name(c, req, "session_id", &sid)) < 0 || (r = field_cmd(c, req, "cmd", &cmd)) < 0 ||
             (r = field_env(c, req, "env", &env)) < 0 || (r = field_path(c, req, "cwd", false, &cwd)) < 0 ||
+            (r = field_user(c, req, &user)) < 0 ||
+            (r = field_string(c, req, "tag", false, TAG_MAX, &tag)) < 0 ||
             (r = field_bool(c, req, "pty", false, &pty)) < 0 ||
             (r = field_uint(c, req, "rows", 24, 1, 65535, &rows)) < 0 ||
             (r = field_uint(c, req, "cols", 80, 1, 65535, &cols)) < 0)
@@ -669,9 +703,67 @@ static int op_session_start(struct node_conn *c, json_t *req) {
                                                              (json_int_t) cols);
         if (!exec_req)
                 return -ENOMEM;
-        if (cwd)
-                json_object_set_new(exec_req, "cwd", json_string(cwd));
+        if ((cwd && json_object_set_new(exec_req, "cwd", json_string(cwd)) < 0) ||
+            (user && json_object_set_new(exec_req, "user", json_string(user)) < 0) ||
+            (tag && json_object_set_new(exec_req, "tag", json_string(tag)) < 0))
+                return -ENOMEM;
         return session_start(c, s, sid, exec_req);
+}
+
+/* The processes the guest runs for its hosts (background ones, and those
+ * whose host connection ended: a restarted node, a wake), with the
+ * session that has each, if any. */
+static int op_session_list(struct node_conn *c, json_t *req) {
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        struct guestconn *g;
+        int r = req_sandbox(c, req, CAP_ACCESS_EXEC, &s, &g);
+        if (r < 0)
+                return r;
+        if (!guestconn_has(g, GUESTCONN_FEATURE_PROCESSES))
+                return conn_reply_error(c, -EOPNOTSUPP, "unavailable",
+                                        "the sandbox's guest agent is older and cannot list its processes");
+        _cleanup_(json_decrefp) json_t *m = json_object(), *res = NULL, *checked = NULL;
+        _cleanup_free_ char *msg = NULL;
+        if (!m)
+                return -ENOMEM;
+        r = guestconn_call(g, PROTO_PROCESSES, m, GUEST_CALL_MS, &res, &msg);
+        if (r < 0)
+                return reply_guest_failure(c, r, msg, "listing the processes failed");
+        checked = guestreply_processes(res);
+        if (!checked)
+                return conn_reply_error(
+                        c, -EBADMSG, "guest",
+                        "listing the processes failed: the guest agent sent a malformed reply");
+        _cleanup_(json_decrefp) json_t *out = json_array();
+        if (!out)
+                return -ENOMEM;
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(checked, "processes"), i, e) {
+                char sid[65];
+                if (session_of_pid(s, g, json_integer_value(json_object_get(e, "pid")), sid) >= 0 &&
+                    json_object_set_new(e, "session_id", json_string(sid)) < 0)
+                        return -ENOMEM;
+                if (json_array_append(out, e) < 0)
+                        return -ENOMEM;
+        }
+        return conn_reply_ok(c, json_pack("{s:O}", "sessions", out));
+}
+
+static int op_session_adopt(struct node_conn *c, json_t *req) {
+        const char *sid;
+        uint64_t pid;
+        int r;
+        if ((r = field_name(c, req, "session_id", &sid)) < 0)
+                return r;
+        if (!json_object_get(req, "pid"))
+                return conn_reply_error(c, -EINVAL, "invalid", "missing field \"pid\"");
+        if ((r = field_uint(c, req, "pid", 0, 1, GUESTREPLY_PID_MAX, &pid)) < 0)
+                return r;
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        if ((r = req_sandbox(c, req, CAP_ACCESS_EXEC, &s, NULL)) < 0)
+                return r;
+        return session_adopt(c, s, sid, (long long) pid);
 }
 
 /* The session ops name a session: its sandbox is what the capability
@@ -706,6 +798,22 @@ static int op_session_stdin(struct node_conn *c, json_t *req) {
         if ((r = req_session(c, req, sid)) < 0)
                 return r;
         return session_stdin(c, sid, bytes, len, close_stdin);
+}
+
+static int op_session_resize(struct node_conn *c, json_t *req) {
+        const char *sid;
+        uint64_t rows, cols;
+        int r;
+        if ((r = field_name(c, req, "session_id", &sid)) < 0)
+                return r;
+        if (!json_object_get(req, "rows") || !json_object_get(req, "cols"))
+                return conn_reply_error(c, -EINVAL, "invalid", "missing field \"%s\"",
+                                        json_object_get(req, "rows") ? "cols" : "rows");
+        if ((r = field_uint(c, req, "rows", 0, 1, TERMINAL_MAX, &rows)) < 0 ||
+            (r = field_uint(c, req, "cols", 0, 1, TERMINAL_MAX, &cols)) < 0 ||
+            (r = req_session(c, req, sid)) < 0)
+                return r;
+        return session_resize(c, sid, (unsigned) rows, (unsigned) cols);
 }
 
 static int op_session_signal(struct node_conn *c, json_t *req) {
@@ -1087,6 +1195,201 @@ static int op_file_remove(struct node_conn *c, json_t *req) {
         return file_simple(c, req, PROTO_REMOVE, "remove failed");
 }
 
+/* The checked STAT entry of path, or NULL (for a reply that can do
+ * without: the path was changed meanwhile, the guest failed). */
+static json_t *stat_entry(struct guestconn *g, const char *path) {
+        _cleanup_(json_decrefp) json_t *m = json_pack("{s:s}", "path", path), *res = NULL;
+        if (!m || guestconn_call(g, PROTO_STAT, m, GUEST_CALL_MS, &res, NULL) < 0)
+                return NULL;
+        return guestreply_entry(res, true);
+}
+
+/* MKDIR and RENAME: one guest call, then the entry of the directory made
+ * or of the new name (E2B answers with it), when the guest gives it. */
+static int file_change(struct node_conn *c, json_t *req, uint8_t type, const char *what) {
+        const char *path, *to = NULL;
+        bool parents = false;
+        int r;
+        if ((r = field_path(c, req, type == PROTO_RENAME ? "from" : "path", true, &path)) < 0 ||
+            (type == PROTO_RENAME && (r = field_path(c, req, "to", true, &to)) < 0) ||
+            (type == PROTO_MKDIR && (r = field_bool(c, req, "parents", false, &parents)) < 0))
+                return r;
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        struct guestconn *g;
+        if ((r = req_sandbox(c, req, CAP_ACCESS_FILES_WRITE, &s, &g)) < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *m =
+                type == PROTO_RENAME ? json_pack("{s:s, s:s}", "from", path, "to", to)
+                                     : json_pack("{s:s, s:b}", "path", path, "parents", parents);
+        _cleanup_free_ char *msg = NULL;
+        if (!m)
+                return -ENOMEM;
+        r = guestconn_call(g, type, m, GUEST_CALL_MS, NULL, &msg);
+        if (r < 0)
+                return reply_guest_failure(c, r, msg, what);
+        json_t *e = stat_entry(g, to ?: path);
+        return conn_reply_ok(c, e ? json_pack("{s:o}", "entry", e) : NULL);
+}
+
+static int op_file_mkdir(struct node_conn *c, json_t *req) {
+        return file_change(c, req, PROTO_MKDIR, "mkdir failed");
+}
+
+static int op_file_rename(struct node_conn *c, json_t *req) {
+        return file_change(c, req, PROTO_RENAME, "rename failed");
+}
+
+/* ---- file.watch ---- */
+
+/* What the guest's reader thread hands the client's thread: checked
+ * events, bounded, and how the watch ended. */
+struct watch_queue {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        json_t *events;   /* array, at most WATCH_QUEUE_MAX */
+        bool overflow;    /* events were dropped since the queue was last taken */
+        uint64_t invalid; /* malformed events the guest sent, dropped */
+        bool ended, dead; /* the guest's ERROR (err, msg); the channel died */
+        int err;
+        char *msg;
+};
+
+static void watch_handler(void *userdata, uint8_t type, const uint8_t *payload, size_t len) {
+        struct watch_queue *q = userdata;
+        pthread_mutex_lock(&q->lock);
+        if (q->ended || q->dead) {
+                /* a watch's last frame is its ERROR */
+        } else if (type == PROTO_WATCH_EVENT) {
+                json_error_t jerr;
+                _cleanup_(json_decrefp) json_t *m =
+                        json_loadb((const char *) payload, len, JSON_REJECT_DUPLICATES, &jerr);
+                json_t *ev = guestreply_watch_event(m);
+                if (!ev)
+                        q->invalid++;
+                else if (json_array_size(q->events) >= WATCH_QUEUE_MAX ||
+                         json_array_append_new(q->events, ev) < 0)
+                        q->overflow = true;
+        } else if (type == PROTO_ERROR) {
+                json_t *res = NULL;
+                q->ended = true;
+                if (guestreply_parse(type, payload, len, &q->err, &res, &q->msg) < 0)
+                        q->err = -EBADMSG;
+                json_decref(res);
+        } else if (type == 0)
+                q->dead = true;
+        pthread_cond_broadcast(&q->cond);
+        pthread_mutex_unlock(&q->lock);
+}
+
+/* NODE_END {"error":{"code","message"}}: the watch ended from the
+ * sandbox's side (message: the guest's words, made valid UTF-8). */
+static int watch_end_error(struct node_conn *c, const char *code, const char *message) {
+        _cleanup_free_ char *clean = utf8_sanitize(message, strlen(message), NULL);
+        return conn_send_end(
+                c, json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", clean ?: "watch ended"));
+}
+
+static int op_file_watch(struct node_conn *c, json_t *req) {
+        const char *path;
+        bool recursive;
+        int r;
+        if ((r = field_path(c, req, "path", true, &path)) < 0 ||
+            (r = field_bool(c, req, "recursive", false, &recursive)) < 0)
+                return r;
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        struct guestconn *g;
+        if ((r = req_sandbox(c, req, CAP_ACCESS_FILES_READ, &s, &g)) < 0)
+                return r;
+        if (!guestconn_has(g, GUESTCONN_FEATURE_WATCH))
+                return conn_reply_error(c, -EOPNOTSUPP, "unavailable",
+                                        "the sandbox's guest agent is older and cannot watch directories");
+
+        struct watch_queue q = { .events = json_array() };
+        pthread_mutex_init(&q.lock, NULL);
+        node_cond_init(&q.cond);
+        uint32_t stream = 0;
+        _cleanup_free_ char *msg = NULL;
+        json_t *m = json_pack("{s:s, s:b}", "path", path, "recursive", recursive);
+        r = m && q.events ? guestconn_stream_open(g, watch_handler, &q, &stream) : -ENOMEM;
+        if (r >= 0)
+                r = guestconn_call_stream(g, stream, PROTO_WATCH, m, GUEST_CALL_MS, NULL, &msg);
+        json_decref(m);
+        if (r < 0) {
+                if (msg && (r == -EMFILE || r == -EAGAIN))
+                        conn_reply_error(c, r, "unavailable", "watch failed: %s", msg);
+                else if (msg && (r == -E2BIG || r == -ENOSPC))
+                        conn_reply_error(c, r, "too_large", "watch failed: %s", msg);
+                else
+                        reply_guest_failure(c, r, msg, "watch failed");
+                goto out;
+        }
+        r = conn_reply_ok(c, NULL);
+        if (r < 0)
+                goto end;
+
+        for (;;) {
+                pthread_mutex_lock(&q.lock);
+                if (json_array_size(q.events) == 0 && !q.overflow && !q.ended && !q.dead) {
+                        struct timespec ts;
+                        node_deadline_after_ms(&ts, WATCH_POLL_MS);
+                        pthread_cond_timedwait(&q.cond, &q.lock, &ts);
+                        pthread_mutex_unlock(&q.lock);
+                        if (conn_hung_up(c))
+                                break;
+                        continue;
+                }
+                /* the events go out without the lock: the guest's reader
+                 * never waits for a slow client */
+                json_t *batch = q.events;
+                q.events = json_array();
+                bool overflow = q.overflow, ended = q.ended, dead = q.dead;
+                q.overflow = false;
+                int err = q.err;
+                _cleanup_free_ char *why = q.msg ? strdup(q.msg) : NULL;
+                pthread_mutex_unlock(&q.lock);
+                size_t i;
+                json_t *ev;
+                r = 0;
+                json_array_foreach(batch, i, ev) {
+                        if (r >= 0)
+                                r = conn_send_event(c, json_incref(ev));
+                }
+                json_decref(batch);
+                if (r >= 0 && overflow)
+                        r = conn_send_event(c, json_pack("{s:s}", "type", "overflow"));
+                if (r < 0 || !q.events)
+                        break;
+                /* ended by the guest (its directory went) or with the
+                 * channel: nothing to tell the guest */
+                if (ended) {
+                        watch_end_error(c, err == -EBADMSG ? "guest" : node_guest_errno_code(-err),
+                                        why ? why : "the watch ended");
+                        goto out;
+                }
+                if (dead) {
+                        _cleanup_free_ char *serr = sandbox_error(s);
+                        _cleanup_free_ char *text = strdup_printf("the guest channel closed%s%s",
+                                                                  serr ? ": " : "", serr ? serr : "");
+                        watch_end_error(c, "guest", text ? text : "the guest channel closed");
+                        goto out;
+                }
+        }
+end:
+        /* the client went away: the guest stops watching */
+        guestconn_send(g, PROTO_WATCH_END, stream, "{}", 2);
+out:
+        if (stream)
+                guestconn_stream_close(g, stream);
+        if (q.invalid > 0)
+                log_emit(LOG_LEVEL_WARN, c->ctx, "the guest sent %llu malformed watch events (dropped)",
+                         (unsigned long long) q.invalid);
+        json_decref(q.events);
+        free(q.msg);
+        pthread_mutex_destroy(&q.lock);
+        pthread_cond_destroy(&q.cond);
+        return r;
+}
+
 /* ---- dispatch ---- */
 
 static const struct {
@@ -1127,11 +1430,17 @@ static const struct {
         { "session.attach", op_session_attach, false },
         { "session.stdin", op_session_stdin, false },
         { "session.signal", op_session_signal, false },
+        { "session.resize", op_session_resize, false },
+        { "session.list", op_session_list, false },
+        { "session.adopt", op_session_adopt, false },
         { "file.write", op_file_write, false },
         { "file.read", op_file_read, false },
         { "file.list", op_file_list, false },
         { "file.stat", op_file_stat, false },
         { "file.remove", op_file_remove, false },
+        { "file.mkdir", op_file_mkdir, false },
+        { "file.rename", op_file_rename, false },
+        { "file.watch", op_file_watch, false },
         { "port.http", portproxy_http, false },
 };
 

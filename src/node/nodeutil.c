@@ -96,6 +96,16 @@ bool node_path_is_valid(const char *p) {
         return p && path_check(p, strnlen(p, NODE_PATH_MAX + 1)) == 0;
 }
 
+bool node_user_name_is_valid(const char *name) {
+        size_t n = name ? strlen(name) : 0;
+        if (n == 0 || n > NODE_USER_MAX || !((name[0] >= 'a' && name[0] <= 'z') || name[0] == '_'))
+                return false;
+        for (const char *p = name + 1; *p; p++)
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-'))
+                        return false;
+        return true;
+}
+
 const char *node_errno_code(int r) {
         switch (-r) {
         case EINVAL:
@@ -143,6 +153,12 @@ const char *node_guest_errno_code(int guest_errno) {
                 return "invalid";
         case EFBIG:
                 return "too_large";
+        case EEXIST:    /* mkdir of a name that is taken */
+        case ENOTEMPTY: /* a rename onto, or a remove of, a directory with files */
+                return "conflict";
+        case EACCES: /* the request's user may not (a cwd, a program) */
+        case EPERM:
+                return "forbidden";
         default:
                 return "guest";
         }

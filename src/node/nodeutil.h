@@ -31,13 +31,19 @@ size_t utf8_cut(const char *s, size_t len, size_t max);
  * component. */
 bool node_path_is_valid(const char *p);
 
+/* A user name exec and session.start pass to the guest, which looks it up
+ * in its own passwd file: [a-z_][a-z0-9_-]{0,31} ("root" is one). */
+#define NODE_USER_MAX 32
+bool node_user_name_is_valid(const char *name);
+
 /* Error code (docs/node-protocol.md) for a negative errno produced inside
  * the node: -EINVAL "invalid", -ENOENT "not_found", -EEXIST "conflict", ... */
 const char *node_errno_code(int r);
 
 /* Error code for an errno (positive) the guest agent reported with ERROR:
- * ENOENT not_found; EINVAL, ENOTDIR, EISDIR invalid; EFBIG too_large; the rest
- * "guest". */
+ * ENOENT not_found; EINVAL, ENOTDIR, EISDIR, ENAMETOOLONG, ELOOP invalid;
+ * EFBIG too_large; EEXIST, ENOTEMPTY conflict; EACCES, EPERM forbidden;
+ * the rest "guest". */
 const char *node_guest_errno_code(int guest_errno);
 
 /* Encodes data as standard base64 into a new NUL-terminated string. */

@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "guestconn.h"
+#include "guestreply.h"
 #include "log.h"
 #include "nodeutil.h"
 #include "proto.h"
@@ -40,6 +41,7 @@ struct session {
         struct guestconn *gc;
         uint32_t stream;
         long long pid;
+        bool pty;           /* a terminal: RESIZE means something */
         unsigned execution; /* of its sandbox when it started: a newer one revokes it */
 
         pthread_mutex_t lock; /* everything below */
@@ -209,7 +211,35 @@ static bool table_remove(struct session *x) {
         return found;
 }
 
-int session_start(struct node_conn *c, struct sandbox *s, const char *session_id, json_t *exec_req) {
+/* Replies with the guest's refusal of an EXEC or ADOPT (or the channel's
+ * failure). An unknown user is the client's mistake, "invalid", in words
+ * of the node's own (the guest's message is not needed to say it). */
+static int reply_open_failure(struct node_conn *c, int r, const char *msg, uint8_t type, json_t *req) {
+        const char *user = json_string_value(json_object_get(req, "user"));
+        if (type == PROTO_EXEC && msg && r == -ESRCH && user)
+                return conn_reply_error(c, r, "invalid", "unknown user '%s'", user);
+        if (type == PROTO_ADOPT && msg && r == -ENOENT)
+                return conn_reply_error(c, r, "not_found", "no process %lld in the sandbox",
+                                        (long long) json_integer_value(json_object_get(req, "pid")));
+        if (type == PROTO_ADOPT && msg && r == -EBUSY)
+                return conn_reply_error(c, r, "conflict", "process %lld is attached to another stream",
+                                        (long long) json_integer_value(json_object_get(req, "pid")));
+        const char *what = type == PROTO_EXEC ? "exec failed" : "adopt failed";
+        if (msg)
+                return conn_reply_error(c, r, node_guest_errno_code(-r), "%s: %s", what, msg);
+        if (r == -EBADMSG)
+                return conn_reply_error(c, r, "guest", "%s: the guest agent sent a malformed reply", what);
+        return conn_reply_errno(c, r, what);
+}
+
+/*
+ * Makes session session_id of s on a new guest stream, for a process EXEC
+ * starts (req: the EXEC request) or one ADOPT attaches again (req
+ * {"pid":n}: a process the guest kept after its host connection ended).
+ * Replies to the client either way.
+ */
+static int session_open(struct node_conn *c, struct sandbox *s, const char *session_id, uint8_t type,
+                        json_t *req) {
         struct guestconn *gc = NULL;
         int r;
         struct session *x = calloc(1, sizeof *x);
@@ -231,14 +261,23 @@ int session_start(struct node_conn *c, struct sandbox *s, const char *session_id
          * before it sweeps the table, so a session added here is either
          * refused or found by that sweep, never left behind (lock order:
          * table_lock, then the sandbox's lock) */
+        long long adopt_pid = type == PROTO_ADOPT ? json_integer_value(json_object_get(req, "pid")) : 0;
+        char owner[sizeof x->id] = "";
         pthread_mutex_lock(&table_lock);
         unsigned n = 0;
         bool taken = false, gone = sandbox_guest(s, &gc) < 0;
         for (struct session *y = table; y; y = y->next) {
                 taken = taken || strcmp(y->id, session_id) == 0;
                 n += y->sbx == s;
+                /* a process one session has: attach to that one instead */
+                if (adopt_pid && !owner[0] && y->sbx == s && y->gc == gc && y->pid == adopt_pid) {
+                        pthread_mutex_lock(&y->lock);
+                        if (!y->exited)
+                                snprintf(owner, sizeof owner, "%s", y->id);
+                        pthread_mutex_unlock(&y->lock);
+                }
         }
-        if (!gone && !taken && n < SESSION_MAX_PER_SANDBOX) {
+        if (!gone && !taken && !owner[0] && n < SESSION_MAX_PER_SANDBOX) {
                 x->gc = gc; /* before others can find it */
                 session_ref(x);
                 x->next = table;
@@ -252,26 +291,85 @@ int session_start(struct node_conn *c, struct sandbox *s, const char *session_id
         }
         if (taken)
                 return conn_reply_error(c, -EEXIST, "conflict", "session %s exists", session_id);
+        if (owner[0])
+                return conn_reply_error(c, -EBUSY, "conflict", "process %lld belongs to session %s",
+                                        adopt_pid, owner);
         if (n >= SESSION_MAX_PER_SANDBOX)
                 return conn_reply_error(c, -EUSERS, "unavailable", "sandbox has %u sessions (the limit)", n);
+
+        /* an older agent would ignore "user" and run the process as root */
+        const char *missing = NULL;
+        if (type == PROTO_ADOPT && !guestconn_has(gc, GUESTCONN_FEATURE_PROCESSES))
+                missing = "adopt";
+        else if (json_object_get(req, "user") && !guestconn_has(gc, GUESTCONN_FEATURE_USER))
+                missing = "a user";
+        if (missing) {
+                if (table_remove(x))
+                        session_unref(x);
+                return conn_reply_error(c, -EOPNOTSUPP, "unavailable",
+                                        "the sandbox's guest agent is older and cannot do %s", missing);
+        }
 
         r = guestconn_stream_open(gc, session_handler, x, &x->stream);
         _cleanup_free_ char *msg = NULL;
         json_t *res = NULL;
+        bool pty = json_is_true(json_object_get(req, "pty"));
+        uint64_t dropped = 0;
         if (r >= 0)
-                r = guestconn_call_stream(gc, x->stream, PROTO_EXEC, exec_req, EXEC_START_MS, &res, &msg);
+                r = guestconn_call_stream(gc, x->stream, type, req, EXEC_START_MS, &res, &msg);
+        if (r >= 0 && type == PROTO_ADOPT)
+                r = guestreply_adopt(res, adopt_pid, &pty, &dropped);
         if (r < 0) {
+                json_decref(res);
                 if (table_remove(x))
                         session_unref(x);
-                if (msg)
-                        return conn_reply_error(c, r, node_guest_errno_code(-r), "exec failed: %s", msg);
-                return conn_reply_errno(c, r, "exec failed");
+                return reply_open_failure(c, r, msg, type, req);
         }
-        json_t *pid = json_object_get(res, "pid");
-        x->pid = json_is_integer(pid) ? json_integer_value(pid) : -1;
+        x->pid = type == PROTO_ADOPT ? adopt_pid
+                                     : guestreply_uint(json_object_get(res, "pid"), GUESTREPLY_PID_MAX, -1);
         json_decref(res);
-        log_emit(LOG_LEVEL_INFO, x->ctx, "session started: pid=%lld", x->pid);
+        pthread_mutex_lock(&x->lock);
+        x->pty = pty;
+        if (dropped > 0) {
+                /* lost before anything the replay brought, which may be
+                 * buffered already: attach then says so first */
+                for (struct chunk *ch = x->head; ch; ch = ch->next)
+                        ch->start += dropped;
+                x->total += dropped;
+                x->dropped += dropped;
+        }
+        pthread_mutex_unlock(&x->lock);
+        log_emit(LOG_LEVEL_INFO, x->ctx, "session %s: pid=%lld", type == PROTO_ADOPT ? "adopted" : "started",
+                 x->pid);
         return conn_reply_ok(c, json_pack("{s:{s:s, s:I}}", "session", "id", x->id, "pid", (json_int_t) x->pid));
+}
+
+int session_start(struct node_conn *c, struct sandbox *s, const char *session_id, json_t *exec_req) {
+        return session_open(c, s, session_id, PROTO_EXEC, exec_req);
+}
+
+int session_adopt(struct node_conn *c, struct sandbox *s, const char *session_id, long long pid) {
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:I}", "pid", (json_int_t) pid);
+        if (!req)
+                return -ENOMEM;
+        return session_open(c, s, session_id, PROTO_ADOPT, req);
+}
+
+int session_of_pid(struct sandbox *s, struct guestconn *gc, long long pid, char ret_id[static 65]) {
+        int r = -ENOENT;
+        pthread_mutex_lock(&table_lock);
+        for (struct session *y = table; y && r < 0; y = y->next) {
+                if (y->sbx != s || y->gc != gc || y->pid != pid)
+                        continue;
+                pthread_mutex_lock(&y->lock);
+                if (!y->exited) {
+                        snprintf(ret_id, 65, "%s", y->id);
+                        r = 0;
+                }
+                pthread_mutex_unlock(&y->lock);
+        }
+        pthread_mutex_unlock(&table_lock);
+        return r;
 }
 
 /* A session belongs to the execution it started in: once its sandbox runs
@@ -442,6 +540,24 @@ int session_signal(struct node_conn *c, const char *session_id, int signo) {
         json_decref(m);
         if (r < 0)
                 return conn_reply_errno(c, r, "signalling the guest failed");
+        return conn_reply_ok(c, NULL);
+}
+
+int session_resize(struct node_conn *c, const char *session_id, unsigned rows, unsigned cols) {
+        _cleanup_(session_unrefp) struct session *x = NULL;
+        int r = live_session(c, session_id, &x);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&x->lock);
+        bool pty = x->pty;
+        pthread_mutex_unlock(&x->lock);
+        if (!pty)
+                return conn_reply_error(c, -ENOTTY, "conflict", "session %s has no terminal", session_id);
+        json_t *m = json_pack("{s:i, s:i}", "rows", (int) rows, "cols", (int) cols);
+        r = m ? guestconn_send_json(x->gc, PROTO_RESIZE, x->stream, m) : -ENOMEM;
+        json_decref(m);
+        if (r < 0)
+                return conn_reply_errno(c, r, "resizing the terminal failed");
         return conn_reply_ok(c, NULL);
 }
 

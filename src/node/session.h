@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct guestconn;
 struct sandbox;
 struct node_conn;
 struct node_config;
@@ -26,6 +27,17 @@ void session_init(const struct node_config *cfg);
 /* session.start: runs argv in s as session session_id. On failure replies
  * to the client itself and returns a negative errno. */
 int session_start(struct node_conn *c, struct sandbox *s, const char *session_id, json_t *exec_req);
+
+/* session.adopt: a session for process pid, which the guest kept running
+ * after the host connection that started it ended (ADOPT; its output
+ * since, as far as the guest's ring kept it, is replayed first). A
+ * process one of s's sessions has is a conflict: attach to that one.
+ * Replies to the client itself. */
+int session_adopt(struct node_conn *c, struct sandbox *s, const char *session_id, long long pid);
+
+/* The live session of s whose process is pid on guest channel gc, for
+ * session.list: 0 with its id, or -ENOENT. */
+int session_of_pid(struct sandbox *s, struct guestconn *gc, long long pid, char ret_id[static 65]);
 
 /* The sandbox session_id runs in (a reference), for the capability check
  * of the session ops. -ENOENT. */
@@ -44,6 +56,10 @@ int session_stdin(struct node_conn *c, const char *session_id, const uint8_t *da
 
 /* session.signal. */
 int session_signal(struct node_conn *c, const char *session_id, int signo);
+
+/* session.resize: the terminal of a PTY session (conflict for one of
+ * pipes). */
+int session_resize(struct node_conn *c, const char *session_id, unsigned rows, unsigned cols);
 
 /* Ends the sessions of a deleted sandbox (attached clients get an exit
  * event with error "sandbox deleted") and forgets them. */

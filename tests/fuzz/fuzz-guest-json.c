@@ -25,6 +25,24 @@ static void check_exec(const uint8_t *p, size_t n) {
         assert(guest_strv_length(req->argv) <= GUEST_MAX_ARGV);
         assert(guest_strv_length(req->env) <= GUEST_MAX_ENV);
         assert(guest_path_validate(req->cwd) == 0);
+        assert(!req->user || guest_user_name_is_valid(req->user));
+        assert(!req->user || (!req->has_uid && !req->has_gid));
+        assert(!req->tag || strlen(req->tag) <= GUEST_MAX_TAG);
+        /* what PROCESSES reports of it fits what it is given */
+        json_t *info = guest_process_info(req, req->cwd);
+        if (info) {
+                static const size_t maxes[] = { GUEST_MAX_PROCESS_INFO, 4096 };
+                for (size_t i = 0; i < 2; i++) {
+                        json_t *fit = guest_process_info_fit(info, maxes[i]);
+                        if (!fit)
+                                continue;
+                        assert(json_dumpb(fit, NULL, 0, JSON_COMPACT) <= maxes[i]);
+                        assert(json_array_size(json_object_get(fit, "argv")) >= 1);
+                        assert(guest_path_validate(json_string_value(json_object_get(fit, "cwd"))) == 0);
+                        json_decref(fit);
+                }
+                json_decref(info);
+        }
         char *base[] = { "A=1", "PATH=/x", NULL };
         char **env = NULL;
         if (guest_env_merge(base, req->env, "/root", &env) == 0) {
@@ -59,8 +77,8 @@ static void check_path_request(uint8_t type, const uint8_t *p, size_t n) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-        static const uint8_t path_types[] = { PROTO_FILE_READ, PROTO_FILE_WRITE, PROTO_LIST, PROTO_STAT,
-                                              PROTO_RENAME,    PROTO_REMOVE,     PROTO_MKDIR };
+        static const uint8_t path_types[] = { PROTO_FILE_READ, PROTO_FILE_WRITE, PROTO_LIST,  PROTO_STAT,
+                                              PROTO_RENAME,    PROTO_REMOVE,     PROTO_MKDIR, PROTO_WATCH };
         if (size == 0)
                 return 0;
         uint8_t sel = data[0];
@@ -87,6 +105,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         assert(rows > 0 && cols > 0);
                 bool abort_;
                 (void) guest_file_end_parse(p, n, &abort_);
+                int32_t pid;
+                if (guest_adopt_parse(p, n, &pid) == 0)
+                        assert(pid >= 1);
                 break;
         }
         case 4: {

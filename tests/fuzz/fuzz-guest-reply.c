@@ -5,7 +5,8 @@
  * first byte picks the parser, the rest is what came off the channel:
  *   0  the handshake's scan for our HELLO reply among stale bytes (the
  *      second byte says how much of our reply is in the buffer yet)
- *   1  a RESULT payload, and the LIST and STAT entries rebuilt from it
+ *   1  a RESULT payload, and the LIST and STAT entries, the PROCESSES
+ *      list, a WATCH_EVENT and an ADOPT answer rebuilt from it
  *   2  an ERROR payload
  *   3  process output made JSON-safe UTF-8, and cut on a character boundary
  * Invariants: a reply found is a whole HELLO frame inside the buffer with
@@ -79,10 +80,35 @@ static void check_hello(const uint8_t *p, size_t n) {
         free(buf);
 }
 
+/* An optional string field: 1..max bytes without NUL. */
+static size_t check_optional_string(json_t *e, const char *key, size_t max) {
+        json_t *v = json_object_get(e, key);
+        if (!v)
+                return 0;
+        assert(json_is_string(v) && json_string_length(v) >= 1 && json_string_length(v) <= max &&
+               strlen(json_string_value(v)) == json_string_length(v));
+        return 1;
+}
+
 /* An entry the node passes on: exactly the checked fields. */
 static void check_entry(json_t *e, bool root_ok) {
         static const char *const types[] = { "file", "dir", "symlink", "other" };
-        assert(json_is_object(e) && json_object_size(e) == 5);
+        size_t extra = 0;
+        assert(json_is_object(e));
+        static const char *const ids[] = { "uid", "gid" };
+        for (size_t i = 0; i < 2; i++) {
+                json_t *v = json_object_get(e, ids[i]);
+                if (v) {
+                        assert(json_is_integer(v) && json_integer_value(v) >= 0 &&
+                               json_integer_value(v) <= UINT32_MAX);
+                        extra++;
+                }
+        }
+        extra += check_optional_string(e, "owner", GUESTREPLY_OWNER_MAX);
+        extra += check_optional_string(e, "group", GUESTREPLY_OWNER_MAX);
+        size_t target = check_optional_string(e, "symlink_target", GUESTREPLY_TARGET_MAX);
+        assert(!target || strcmp(json_string_value(json_object_get(e, "type")), "symlink") == 0);
+        assert(json_object_size(e) == 5 + extra + target);
         json_t *name = json_object_get(e, "name"), *type = json_object_get(e, "type");
         assert(json_is_string(name) && json_is_string(type));
         const char *nm = json_string_value(name);
@@ -121,6 +147,51 @@ static void check_result(const uint8_t *p, size_t n) {
         if (stat)
                 check_entry(stat, true);
         json_decref(stat);
+
+        json_t *procs = guestreply_processes(res);
+        if (procs) {
+                json_t *arr = json_object_get(procs, "processes");
+                assert(json_is_array(arr) && json_array_size(arr) <= GUESTREPLY_PROCESSES_MAX);
+                size_t i;
+                json_t *pe;
+                json_array_foreach(arr, i, pe) {
+                        json_int_t pid = json_integer_value(json_object_get(pe, "pid"));
+                        assert(pid >= 1 && pid <= GUESTREPLY_PID_MAX);
+                        json_t *argv = json_object_get(pe, "argv");
+                        assert(json_is_array(argv) && json_array_size(argv) >= 1 &&
+                               json_array_size(argv) <= 4096);
+                        const char *cwd = json_string_value(json_object_get(pe, "cwd"));
+                        assert(cwd && node_path_is_valid(cwd));
+                        assert(json_is_object(json_object_get(pe, "env")));
+                        assert(json_is_boolean(json_object_get(pe, "pty")));
+                        assert(json_is_boolean(json_object_get(pe, "attached")));
+                        /* what the node passes on passes its own check unchanged */
+                        json_t *again = guestreply_process(pe);
+                        assert(again && json_equal(again, pe));
+                        json_decref(again);
+                }
+                json_decref(procs);
+        }
+
+        json_t *ev = guestreply_watch_event(res);
+        if (ev) {
+                const char *t = json_string_value(json_object_get(ev, "type"));
+                const char *nm = json_string_value(json_object_get(ev, "name"));
+                assert(t);
+                if (strcmp(t, "overflow") == 0)
+                        assert(json_object_size(ev) == 1);
+                else {
+                        assert(nm && nm[0] && nm[0] != '/' && strlen(nm) <= GUESTREPLY_EVENT_NAME_MAX);
+                        assert(!strstr(nm, "//") && nm[strlen(nm) - 1] != '/');
+                        assert(strcmp(nm, "..") != 0 && strncmp(nm, "../", 3) != 0 && !strstr(nm, "/../"));
+                }
+                json_decref(ev);
+        }
+
+        bool pty;
+        uint64_t dropped;
+        if (guestreply_adopt(res, 42, &pty, &dropped) == 0)
+                assert(json_integer_value(json_object_get(res, "pid")) == 42 && dropped <= INT64_MAX);
 
         json_t *list = guestreply_list(res);
         if (list) {

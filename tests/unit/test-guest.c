@@ -12,7 +12,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +106,33 @@ static void test_exec_parse(void **state) {
         assert_true(req->pty);
         assert_int_equal(req->rows, 50);
         assert_int_equal(req->cols, 132);
+        assert_true(req->has_cwd);
+        assert_null(req->user);
+        assert_null(req->tag);
         guest_exec_request_free(req);
+
+        /* a user (up to 32 bytes) and a tag (up to 256) */
+        assert_int_equal(exec_parse("{\"argv\":[\"sh\"],\"user\":\"_a23456789012345678901234567-_9\","
+                                    "\"tag\":\"my tag\"}",
+                                    &req),
+                         0);
+        assert_string_equal(req->user, "_a23456789012345678901234567-_9");
+        assert_string_equal(req->tag, "my tag");
+        assert_false(req->has_cwd);
+        assert_false(req->has_uid);
+        guest_exec_request_free(req);
+        char tag[GUEST_MAX_TAG + 64];
+        for (size_t extra = 0; extra < 2; extra++) {
+                int k = snprintf(tag, sizeof tag, "{\"argv\":[\"sh\"],\"tag\":\"");
+                memset(tag + k, 't', GUEST_MAX_TAG + extra);
+                snprintf(tag + k + GUEST_MAX_TAG + extra, sizeof tag - (size_t) k - GUEST_MAX_TAG - extra,
+                         "\"}");
+                req = NULL;
+                assert_int_equal(exec_parse(tag, &req), extra ? -EINVAL : 0);
+                if (!extra)
+                        assert_int_equal(strlen(req->tag), GUEST_MAX_TAG);
+                guest_exec_request_free(req);
+        }
 
         req = NULL;
         static const char *const bad[] = {
@@ -129,6 +157,16 @@ static void test_exec_parse(void **state) {
                 "{\"argv\":[\"sh\"],\"pty\":1}",
                 "{\"argv\":[\"sh\"],\"rows\":70000}",
                 "{\"argv\":[\"sh\"],\"argv\":[\"ls\"]}",
+                "{\"argv\":[\"sh\"],\"user\":\"Root\"}",
+                "{\"argv\":[\"sh\"],\"user\":\"1user\"}",
+                "{\"argv\":[\"sh\"],\"user\":\"\"}",
+                "{\"argv\":[\"sh\"],\"user\":\"a b\"}",
+                "{\"argv\":[\"sh\"],\"user\":\"a23456789012345678901234567890123\"}",
+                "{\"argv\":[\"sh\"],\"user\":7}",
+                "{\"argv\":[\"sh\"],\"user\":\"root\",\"uid\":0}",
+                "{\"argv\":[\"sh\"],\"user\":\"root\",\"gid\":0}",
+                "{\"argv\":[\"sh\"],\"tag\":1}",
+                "{\"argv\":[\"sh\"],\"tag\":\"a\\u0000b\"}",
         };
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
                 int r = exec_parse(bad[i], &req);
@@ -252,6 +290,18 @@ static void test_small_parsers(void **state) {
         assert_int_equal(cols, 100);
         assert_int_equal(guest_resize_parse(J("{\"rows\":40}"), &rows, &cols), -EINVAL);
 
+        int32_t pid = -1;
+        assert_int_equal(guest_adopt_parse(J("{\"pid\":42}"), &pid), 0);
+        assert_int_equal(pid, 42);
+        assert_int_equal(guest_adopt_parse(J("{\"pid\":2147483647}"), &pid), 0);
+        assert_int_equal(pid, INT32_MAX);
+        assert_int_equal(guest_adopt_parse(J("{\"pid\":2147483648}"), &pid), -EINVAL);
+        assert_int_equal(guest_adopt_parse(J("{\"pid\":0}"), &pid), -EINVAL);
+        assert_int_equal(guest_adopt_parse(J("{\"pid\":-1}"), &pid), -EINVAL);
+        assert_int_equal(guest_adopt_parse(J("{\"pid\":\"1\"}"), &pid), -EINVAL);
+        assert_int_equal(guest_adopt_parse(J("{}"), &pid), -EINVAL);
+        assert_int_equal(pid, INT32_MAX);
+
         bool abort_ = true;
         assert_int_equal(guest_file_end_parse(J("{}"), &abort_), 0);
         assert_false(abort_);
@@ -298,6 +348,193 @@ static void test_identity_parse(void **state) {
         assert_null(id);
 }
 
+static void test_user_name(void **state) {
+        assert_true(guest_user_name_is_valid("root"));
+        assert_true(guest_user_name_is_valid("user"));
+        assert_true(guest_user_name_is_valid("_apt"));
+        assert_true(guest_user_name_is_valid("a-b_c9"));
+        assert_true(guest_user_name_is_valid("a2345678901234567890123456789012"));
+        assert_false(guest_user_name_is_valid("a23456789012345678901234567890123"));
+        assert_false(guest_user_name_is_valid(""));
+        assert_false(guest_user_name_is_valid(NULL));
+        assert_false(guest_user_name_is_valid("-a"));
+        assert_false(guest_user_name_is_valid("9a"));
+        assert_false(guest_user_name_is_valid("User"));
+        assert_false(guest_user_name_is_valid("a.b"));
+        assert_false(guest_user_name_is_valid("a:b"));
+        assert_false(guest_user_name_is_valid("a/b"));
+}
+
+/* Writes text to dir/name and returns the path (static buffer per slot). */
+static const char *write_file(const char *dir, const char *name, const char *text, char *buf, size_t n) {
+        snprintf(buf, n, "%s/%s", dir, name);
+        assert_int_equal(file_write_atomic(buf, text, strlen(text), 0644), 0);
+        return buf;
+}
+
+static void test_users(void **state) {
+        char dir[] = "/tmp/test-guest-users-XXXXXX", pw[256], gr[256], missing[256];
+        struct guest_user *u = NULL;
+
+        assert_non_null(mkdtemp(dir));
+        write_file(dir, "passwd",
+                   "root:x:0:0:root:/root:/bin/bash\n"
+                   "# not an entry\n"
+                   "+nis::::::\n"
+                   "short:x:5\n"
+                   "badid:x:abc:1::/:/bin/sh\n"
+                   "user:x:1000:1000:A User,,,:/home/user:/bin/bash\n"
+                   "user:x:1001:1001::/home/second:/bin/sh\n"
+                   "bare:x:1002:1002:::\n"
+                   "minusone:x:4294967295:1::/:\n"
+                   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin",
+                   pw, sizeof pw);
+        write_file(dir, "group",
+                   "root:x:0:\n"
+                   "user:x:1000:\n"
+                   "sudo:x:27:admin,user\n"
+                   "docker:x:999:user\n"
+                   "other:x:50:usera,auser\n"
+                   "again:x:27:user\n"
+                   "nogroup:x:65534:",
+                   gr, sizeof gr);
+        snprintf(missing, sizeof missing, "%s/missing", dir);
+
+        assert_int_equal(guest_user_lookup(pw, gr, "user", &u), 0);
+        assert_string_equal(u->name, "user");
+        assert_int_equal(u->uid, 1000); /* the first entry wins */
+        assert_int_equal(u->gid, 1000);
+        assert_string_equal(u->home, "/home/user");
+        assert_string_equal(u->shell, "/bin/bash");
+        assert_int_equal(u->n_groups, 3); /* 1000, sudo, docker; "again" repeats 27 */
+        assert_int_equal(u->groups[0], 1000);
+        assert_int_equal(u->groups[1], 27);
+        assert_int_equal(u->groups[2], 999);
+        guest_user_free(u);
+        u = NULL;
+
+        assert_int_equal(guest_user_lookup(pw, gr, "bare", &u), 0);
+        assert_string_equal(u->home, "/");
+        assert_string_equal(u->shell, "/bin/sh");
+        assert_int_equal(u->n_groups, 1);
+        guest_user_free(u);
+        u = NULL;
+
+        /* without a group file: the primary group only */
+        assert_int_equal(guest_user_lookup(pw, missing, "root", &u), 0);
+        assert_int_equal(u->uid, 0);
+        assert_int_equal(u->n_groups, 1);
+        guest_user_free(u);
+        u = NULL;
+
+        assert_int_equal(guest_user_lookup(pw, gr, "nosuch", &u), -ESRCH);
+        assert_int_equal(guest_user_lookup(pw, gr, "badid", &u), -ESRCH);
+        assert_int_equal(guest_user_lookup(pw, gr, "short", &u), -ESRCH);
+        assert_int_equal(guest_user_lookup(pw, gr, "minusone", &u), -ESRCH);
+        assert_int_equal(guest_user_lookup(pw, gr, "+nis", &u), -ESRCH);
+        assert_int_equal(guest_user_lookup(missing, gr, "root", &u), -ESRCH);
+        assert_null(u);
+
+        struct guest_idmap *m = NULL;
+        assert_int_equal(guest_idmap_load(pw, gr, &m), 0);
+        assert_string_equal(guest_idmap_user(m, 0), "root");
+        assert_string_equal(guest_idmap_user(m, 1000), "user");
+        assert_string_equal(guest_idmap_user(m, 1001), "user");
+        assert_string_equal(guest_idmap_user(m, 65534), "nobody");
+        assert_null(guest_idmap_user(m, 4242));
+        assert_string_equal(guest_idmap_group(m, 27), "sudo"); /* the first entry wins */
+        assert_string_equal(guest_idmap_group(m, 65534), "nogroup");
+        assert_null(guest_idmap_group(m, 1001));
+        guest_idmap_free(m);
+        m = NULL;
+        /* missing files map nothing, and that is no error */
+        assert_int_equal(guest_idmap_load(missing, missing, &m), 0);
+        assert_null(guest_idmap_user(m, 0));
+        assert_null(guest_idmap_group(m, 0));
+        guest_idmap_free(m);
+        assert_null(guest_idmap_user(NULL, 0));
+        rm_rf(dir);
+}
+
+static size_t dump_size(json_t *j) {
+        return json_dumpb(j, NULL, 0, JSON_COMPACT);
+}
+
+static void test_process_info(void **state) {
+        struct guest_exec_request *req = NULL;
+        assert_int_equal(
+                exec_parse("{\"argv\":[\"/bin/bash\",\"-l\",\"-c\",\"sleep 1\"],\"env\":{\"A\":\"B\"},"
+                           "\"tag\":\"t\",\"pty\":true}",
+                           &req),
+                0);
+        json_t *info = guest_process_info(req, "/home/user");
+        assert_non_null(info);
+        assert_int_equal(json_array_size(json_object_get(info, "argv")), 4);
+        assert_string_equal(json_string_value(json_array_get(json_object_get(info, "argv"), 3)), "sleep 1");
+        assert_string_equal(json_string_value(json_object_get(json_object_get(info, "env"), "A")), "B");
+        assert_int_equal(json_object_size(json_object_get(info, "env")), 1);
+        assert_string_equal(json_string_value(json_object_get(info, "cwd")), "/home/user");
+        assert_string_equal(json_string_value(json_object_get(info, "tag")), "t");
+        assert_true(json_is_true(json_object_get(info, "pty")));
+        assert_null(json_object_get(info, "truncated"));
+        /* small enough: the same object back */
+        json_t *fit = guest_process_info_fit(info, 4096);
+        assert_ptr_equal(fit, info);
+        json_decref(fit);
+        json_decref(info);
+        guest_exec_request_free(req);
+
+        /* argv of 3000 entries of 100 bytes, env of 100 entries, a long cwd:
+         * cut to 64 KiB and to 2 KiB, still well-formed */
+        size_t cap = 8u << 20, n = 0;
+        char *big = malloc(cap);
+        assert_non_null(big);
+        n += (size_t) snprintf(big + n, cap - n, "{\"argv\":[");
+        for (size_t i = 0; i < 3000; i++) {
+                n += (size_t) snprintf(big + n, cap - n, "%s\"", i ? "," : "");
+                for (size_t k = 0; k < 100; k++) {
+                        /* a newline: escaped again when the info is dumped */
+                        if (k % 10 == 9) {
+                                big[n++] = '\\';
+                                big[n++] = 'n';
+                        } else
+                                big[n++] = (char) ('a' + (i + k) % 26);
+                }
+                big[n++] = '"';
+        }
+        n += (size_t) snprintf(big + n, cap - n, "],\"env\":{");
+        for (size_t i = 0; i < 100; i++)
+                n += (size_t) snprintf(big + n, cap - n, "%s\"K%zu\":\"%0200zu\"", i ? "," : "", i, i);
+        n += (size_t) snprintf(big + n, cap - n, "},\"tag\":\"keep\"}");
+        req = NULL;
+        assert_int_equal(guest_exec_request_parse(big, n, &req), 0);
+        char cwd[600] = "/";
+        for (size_t i = 1; i < 590; i++)
+                cwd[i] = i % 50 == 0 ? '/' : 'd';
+        info = guest_process_info(req, cwd);
+        assert_non_null(info);
+        assert_true(dump_size(info) > GUEST_MAX_PROCESS_INFO);
+        static const size_t maxes[] = { GUEST_MAX_PROCESS_INFO, 8192, 2048 };
+        for (size_t m = 0; m < sizeof maxes / sizeof maxes[0]; m++) {
+                fit = guest_process_info_fit(info, maxes[m]);
+                assert_non_null(fit);
+                assert_true(dump_size(fit) <= maxes[m]);
+                assert_true(json_is_true(json_object_get(fit, "truncated")));
+                assert_string_equal(json_string_value(json_object_get(fit, "tag")), "keep");
+                assert_true(json_is_boolean(json_object_get(fit, "pty")));
+                assert_true(json_array_size(json_object_get(fit, "argv")) >= 1);
+                assert_true(json_is_object(json_object_get(fit, "env")));
+                const char *c = json_string_value(json_object_get(fit, "cwd"));
+                assert_non_null(c);
+                assert_int_equal(guest_path_validate(c), 0);
+                assert_int_equal(strncmp(cwd, c, strlen(c)), 0);
+                json_decref(fit);
+        }
+        json_decref(info);
+        guest_exec_request_free(req);
+        free(big);
+}
+
 static void test_path_request_parse(void **state) {
         struct guest_path_request req;
         const char *j;
@@ -336,6 +573,17 @@ static void test_path_request_parse(void **state) {
         assert_int_equal(guest_path_request_parse(PROTO_MKDIR, j, strlen(j), &req), 0);
         assert_true(req.flag);
         guest_path_request_release(&req);
+
+        j = "{\"path\":\"/d\",\"recursive\":true}";
+        assert_int_equal(guest_path_request_parse(PROTO_WATCH, j, strlen(j), &req), 0);
+        assert_true(req.flag);
+        guest_path_request_release(&req);
+        j = "{\"path\":\"/d\"}";
+        assert_int_equal(guest_path_request_parse(PROTO_WATCH, j, strlen(j), &req), 0);
+        assert_false(req.flag);
+        guest_path_request_release(&req);
+        j = "{\"path\":\"/d\",\"recursive\":1}";
+        assert_int_equal(guest_path_request_parse(PROTO_WATCH, j, strlen(j), &req), -EINVAL);
 
         j = "{\"path\":\"relative\"}";
         assert_int_equal(guest_path_request_parse(PROTO_STAT, j, strlen(j), &req), -EINVAL);
@@ -583,6 +831,12 @@ static void test_agent_hello_ping(void **state) {
         assert_int_equal(json_integer_value(json_object_get(j, "version")), 1);
         assert_string_equal(json_string_value(json_object_get(j, "agent")), GUEST_AGENT_NAME);
         assert_true(json_is_string(json_object_get(j, "boot_id")));
+        /* what the node checks before it asks for a user, PROCESSES, WATCH */
+        json_t *features = json_object_get(j, "features");
+        assert_int_equal(json_array_size(features), 3);
+        assert_string_equal(json_string_value(json_array_get(features, 0)), "user");
+        assert_string_equal(json_string_value(json_array_get(features, 1)), "processes");
+        assert_string_equal(json_string_value(json_array_get(features, 2)), "watch");
         json_decref(j);
         frame_release(&f);
 
@@ -644,8 +898,11 @@ static void test_agent_exec_errors(void **state) {
         expect_error(h, 12, ENOENT);
         send_json(h, PROTO_EXEC, 13, "{\"argv\":[\"no-such-command-airlock\"]}");
         expect_error(h, 13, ENOENT);
+        /* a missing cwd is told from a missing program */
         send_json(h, PROTO_EXEC, 14, "{\"argv\":[\"true\"],\"cwd\":\"/nonexistent-dir\"}");
-        expect_error(h, 14, ENOENT);
+        expect_error(h, 14, ENOTDIR);
+        send_json(h, PROTO_EXEC, 14, "{\"argv\":[\"true\"],\"cwd\":\"/etc/passwd\"}");
+        expect_error(h, 14, ENOTDIR);
         send_json(h, PROTO_EXEC, 0, "{\"argv\":[\"true\"]}");
         expect_error(h, 0, EINVAL);
         send_json(h, PROTO_EXEC, 15, "{\"argv\":");
@@ -844,6 +1101,17 @@ static void test_agent_files(void **state) {
         assert_string_equal(json_string_value(json_object_get(e, "type")), "file");
         assert_int_equal(json_integer_value(json_object_get(e, "size")), len);
         assert_true(json_integer_value(json_object_get(e, "mtime")) > 0);
+        /* owner and group by name from /etc/passwd and /etc/group */
+        assert_int_equal(json_integer_value(json_object_get(e, "uid")), st.st_uid);
+        assert_int_equal(json_integer_value(json_object_get(e, "gid")), st.st_gid);
+        struct passwd *pw = getpwuid(st.st_uid);
+        struct group *gr = getgrgid(st.st_gid);
+        char num[32];
+        snprintf(num, sizeof num, "%u", (unsigned) st.st_uid);
+        assert_string_equal(json_string_value(json_object_get(e, "owner")), pw ? pw->pw_name : num);
+        snprintf(num, sizeof num, "%u", (unsigned) st.st_gid);
+        assert_string_equal(json_string_value(json_object_get(e, "group")), gr ? gr->gr_name : num);
+        assert_null(json_object_get(e, "symlink_target"));
         json_decref(j);
 
         snprintf(json, sizeof json, "{\"path\":\"%s/a\"}", h->dir);
@@ -851,7 +1119,29 @@ static void test_agent_files(void **state) {
         j = expect_result(h, 33);
         assert_string_equal(json_string_value(json_object_get(j, "name")), "a");
         assert_string_equal(json_string_value(json_object_get(j, "type")), "dir");
+        assert_true(json_is_string(json_object_get(j, "owner")));
         json_decref(j);
+
+        /* a symlink names its target, in STAT and in LIST */
+        char lnk[300];
+        snprintf(lnk, sizeof lnk, "%s/a/b/lnk", h->dir);
+        assert_int_equal(symlink("file.bin", lnk), 0);
+        snprintf(json, sizeof json, "{\"path\":\"%s\"}", lnk);
+        send_json(h, PROTO_STAT, 33, json);
+        j = expect_result(h, 33);
+        assert_string_equal(json_string_value(json_object_get(j, "type")), "symlink");
+        assert_string_equal(json_string_value(json_object_get(j, "symlink_target")), "file.bin");
+        json_decref(j);
+        snprintf(json, sizeof json, "{\"path\":\"%s/a/b\"}", h->dir);
+        send_json(h, PROTO_LIST, 33, json);
+        j = expect_result(h, 33);
+        entries = json_object_get(j, "entries");
+        assert_int_equal(json_array_size(entries), 2);
+        e = json_array_get(entries, 1);
+        assert_string_equal(json_string_value(json_object_get(e, "name")), "lnk");
+        assert_string_equal(json_string_value(json_object_get(e, "symlink_target")), "file.bin");
+        json_decref(j);
+        assert_int_equal(unlink(lnk), 0);
 
         /* MKDIR, RENAME */
         snprintf(json, sizeof json, "{\"path\":\"%s/m/n\",\"parents\":true}", h->dir);
@@ -949,12 +1239,489 @@ static void test_agent_identity(void **state) {
         expect_error(h, 0, EINVAL);
 }
 
+/* Expects ERROR on stream with that errno and a message containing text. */
+static void expect_error_msg(struct harness *h, uint32_t stream, int err, const char *text) {
+        struct frame f;
+        expect_frame(h, PROTO_ERROR, stream, &f);
+        json_t *j = json_loadb((const char *) f.data, f.len, 0, NULL);
+        assert_non_null(j);
+        if (json_integer_value(json_object_get(j, "errno")) != err ||
+            !strstr(json_string_value(json_object_get(j, "message")) ?: "", text))
+                fail_msg("expected errno %d with \"%s\", got %s", err, text, (char *) f.data);
+        json_decref(j);
+        frame_release(&f);
+}
+
+/* The passwd entry of name in this host's /etc/passwd, as the agent in
+ * host test mode reads it: false when there is none. */
+static bool host_user(const char *name, char *home, size_t hn, char *shell, size_t sn, uid_t *uid) {
+        FILE *f = fopen("/etc/passwd", "re");
+        char line[1024];
+        bool found = false;
+        if (!f)
+                return false;
+        while (!found && fgets(line, sizeof line, f)) {
+                char *fields[7], *p = line;
+                size_t i = 0;
+                line[strcspn(line, "\n")] = 0;
+                for (; i < 7 && p; i++) {
+                        fields[i] = p;
+                        p = i < 6 ? strchr(p, ':') : NULL;
+                        if (p)
+                                *p++ = 0;
+                }
+                if (i == 7 && strcmp(fields[0], name) == 0) {
+                        snprintf(home, hn, "%s", fields[5][0] ? fields[5] : "/");
+                        snprintf(shell, sn, "%s", fields[6][0] ? fields[6] : "/bin/sh");
+                        *uid = (uid_t) strtoul(fields[2], NULL, 10);
+                        found = true;
+                }
+        }
+        fclose(f);
+        return found;
+}
+
+static void test_agent_exec_user(void **state) {
+        struct harness *h = harness_get(state);
+        struct run_result res = { 0 };
+        char home[256], shell[256], want[1024];
+        uid_t uid;
+
+        /* the user's home, name, shell and groups; its home is the cwd */
+        assert_true(host_user("root", home, sizeof home, shell, sizeof shell, &uid));
+        exec_ok(h, 70,
+                "{\"argv\":[\"sh\",\"-c\",\"echo $HOME $USER $LOGNAME $SHELL; pwd\"],\"user\":\"root\"}");
+        collect_process(h, 70, &res);
+        struct stat st;
+        bool home_is_dir = stat(home, &st) == 0 && S_ISDIR(st.st_mode);
+        snprintf(want, sizeof want, "%s root root %s\n%s\n", home, shell, home_is_dir ? home : "/");
+        assert_string_equal(res.out, want);
+        assert_int_equal(res.exit_code, 0);
+
+        /* the request's env wins over the user's, and a cwd given over its home */
+        memset(&res, 0, sizeof res);
+        exec_ok(h, 71,
+                "{\"argv\":[\"sh\",\"-c\",\"echo $HOME $USER; pwd\"],\"user\":\"root\","
+                "\"env\":{\"USER\":\"mine\"},\"cwd\":\"/tmp\"}");
+        collect_process(h, 71, &res);
+        snprintf(want, sizeof want, "%s mine\n/tmp\n", home);
+        assert_string_equal(res.out, want);
+
+        send_json(h, PROTO_EXEC, 72, "{\"argv\":[\"true\"],\"user\":\"no-such-user-airlock\"}");
+        expect_error_msg(h, 72, ESRCH, "unknown user 'no-such-user-airlock'");
+        send_json(h, PROTO_EXEC, 72, "{\"argv\":[\"true\"],\"user\":\"root\",\"uid\":0}");
+        expect_error(h, 72, EINVAL);
+
+        /* another user's uid, gid and groups (the agent must be root) */
+        if (geteuid() != 0 || !host_user("nobody", home, sizeof home, shell, sizeof shell, &uid))
+                return;
+        memset(&res, 0, sizeof res);
+        exec_ok(h, 73,
+                "{\"argv\":[\"sh\",\"-c\",\"id -u; id -G | wc -w\"],\"user\":\"nobody\",\"cwd\":\"/\"}");
+        collect_process(h, 73, &res);
+        snprintf(want, sizeof want, "%u\n", (unsigned) uid);
+        assert_int_equal(strncmp(res.out, want, strlen(want)), 0);
+        assert_int_equal(res.exit_code, 0);
+        /* a cwd the user may not enter fails before the process starts */
+        char dir[256];
+        snprintf(dir, sizeof dir, "%s/private", h->dir);
+        assert_int_equal(mkdir(dir, 0700), 0);
+        char json[512];
+        snprintf(json, sizeof json, "{\"argv\":[\"true\"],\"user\":\"nobody\",\"cwd\":\"%s\"}", dir);
+        send_json(h, PROTO_EXEC, 74, json);
+        expect_error_msg(h, 74, EACCES, "cwd ");
+}
+
+/* Waits for path to exist (failing after TIMEOUT_MS). */
+static void wait_file(const char *path) {
+        uint64_t deadline = now_monotonic_ns() + TIMEOUT_MS * 1000000ull;
+        while (access(path, F_OK) < 0) {
+                if (now_monotonic_ns() > deadline)
+                        fail_msg("%s did not appear within %d ms", path, TIMEOUT_MS);
+                usleep(10 * 1000);
+        }
+}
+
+static void touch(const char *path) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        assert_true(fd >= 0);
+        close(fd);
+}
+
+/* PROCESSES on stream; returns the entry of pid (a new reference), NULL
+ * when it is not listed. */
+static json_t *processes_entry(struct harness *h, uint32_t stream, pid_t pid) {
+        send_json(h, PROTO_PROCESSES, stream, "{}");
+        json_t *j = expect_result(h, stream);
+        json_t *list = json_object_get(j, "processes"), *found = NULL, *e;
+        size_t i;
+        assert_true(json_is_array(list));
+        json_array_foreach(list, i, e) {
+                assert_true(json_is_integer(json_object_get(e, "pid")));
+                if (json_integer_value(json_object_get(e, "pid")) == pid)
+                        found = json_incref(e);
+        }
+        json_decref(j);
+        return found;
+}
+
+static void test_agent_processes_adopt(void **state) {
+        struct harness *h = harness_get(state);
+        struct run_result res = { 0 };
+        char json[1024], go[256], done[256];
+        struct frame f;
+
+        /* prints, waits for "go", prints while detached, then echoes a line */
+        snprintf(go, sizeof go, "%s/go", h->dir);
+        snprintf(done, sizeof done, "%s/done", h->dir);
+        snprintf(json, sizeof json,
+                 "{\"argv\":[\"sh\",\"-c\",\"echo started; while [ ! -e %s ]; do sleep 0.02; done; "
+                 "echo during; echo more >&2; touch %s; read x; echo got $x\"],\"env\":{\"K\":\"V\"},"
+                 "\"cwd\":\"/tmp\",\"tag\":\"t1\"}",
+                 go, done);
+        pid_t pid = exec_ok(h, 60, json);
+        expect_frame(h, PROTO_STDOUT, 60, &f);
+        assert_memory_equal(f.data, "started\n", 8);
+        frame_release(&f);
+
+        json_t *e = processes_entry(h, 61, pid);
+        assert_non_null(e);
+        json_t *argv = json_object_get(e, "argv");
+        assert_int_equal(json_array_size(argv), 3);
+        assert_string_equal(json_string_value(json_array_get(argv, 0)), "sh");
+        assert_string_equal(json_string_value(json_object_get(e, "cwd")), "/tmp");
+        assert_int_equal(json_object_size(json_object_get(e, "env")), 1); /* not the defaults */
+        assert_string_equal(json_string_value(json_object_get(json_object_get(e, "env"), "K")), "V");
+        assert_string_equal(json_string_value(json_object_get(e, "tag")), "t1");
+        assert_true(json_is_false(json_object_get(e, "pty")));
+        assert_true(json_is_true(json_object_get(e, "attached")));
+        json_decref(e);
+
+        /* attached to stream 60: no second stream */
+        snprintf(json, sizeof json, "{\"pid\":%d}", (int) pid);
+        send_json(h, PROTO_ADOPT, 62, json);
+        expect_error(h, 62, EBUSY);
+
+        /* a new host connection: detached, still listed */
+        send_json(h, PROTO_HELLO, 0, "{\"nonce\":\"adopt\",\"version\":1}");
+        expect_frame(h, PROTO_HELLO, 0, &f);
+        frame_release(&f);
+        e = processes_entry(h, 63, pid);
+        assert_non_null(e);
+        assert_true(json_is_false(json_object_get(e, "attached")));
+        json_decref(e);
+
+        /* its output while detached is kept and replayed on ADOPT */
+        touch(go);
+        wait_file(done);
+        usleep(100 * 1000); /* the agent reads what came before the touch */
+        send_json(h, PROTO_ADOPT, 64, json);
+        json_t *j = expect_result(h, 64);
+        assert_int_equal(json_integer_value(json_object_get(j, "pid")), pid);
+        assert_true(json_is_false(json_object_get(j, "pty")));
+        assert_int_equal(json_integer_value(json_object_get(j, "dropped")), 0);
+        json_decref(j);
+        expect_frame(h, PROTO_STDOUT, 64, &f);
+        assert_int_equal(f.len, 7);
+        assert_memory_equal(f.data, "during\n", 7);
+        frame_release(&f);
+        expect_frame(h, PROTO_STDERR, 64, &f);
+        assert_memory_equal(f.data, "more\n", 5);
+        frame_release(&f);
+        /* stdin reaches it on the new stream, and EXIT ends that */
+        send_raw(h, PROTO_STDIN, 64, "hi\n", 3);
+        collect_process(h, 64, &res);
+        assert_string_equal(res.out, "got hi\n");
+        assert_int_equal(res.exit_code, 0);
+        wait_reaped(pid);
+        e = processes_entry(h, 65, pid);
+        assert_null(e);
+
+        send_json(h, PROTO_ADOPT, 66, json);
+        expect_error(h, 66, ENOENT);
+        send_json(h, PROTO_ADOPT, 0, json);
+        expect_error(h, 0, EINVAL);
+        send_json(h, PROTO_ADOPT, 66, "{\"pid\":\"x\"}");
+        expect_error(h, 66, EINVAL);
+        send_json(h, PROTO_PROCESSES, 66, "[]");
+        expect_error(h, 66, EINVAL);
+}
+
+static void test_agent_adopt_ring(void **state) {
+        struct harness *h = harness_get(state);
+        char json[1024], go[256], done[256];
+        struct frame f;
+
+        /* 200000 bytes while detached: the last 64 KiB (less the record
+         * headers) are kept, the rest counted as dropped */
+        snprintf(go, sizeof go, "%s/go2", h->dir);
+        snprintf(done, sizeof done, "%s/done2", h->dir);
+        snprintf(json, sizeof json,
+                 "{\"argv\":[\"sh\",\"-c\",\"while [ ! -e %s ]; do sleep 0.02; done; "
+                 "head -c 199996 /dev/zero | tr '\\\\0' x; echo END; touch %s; sleep 100\"]}",
+                 go, done);
+        pid_t pid = exec_ok(h, 67, json);
+        send_json(h, PROTO_HELLO, 0, "{\"nonce\":\"ring\",\"version\":1}");
+        expect_frame(h, PROTO_HELLO, 0, &f);
+        frame_release(&f);
+        touch(go);
+        wait_file(done);
+        usleep(100 * 1000);
+        snprintf(json, sizeof json, "{\"pid\":%d}", (int) pid);
+        send_json(h, PROTO_ADOPT, 68, json);
+        json_t *j = expect_result(h, 68);
+        json_int_t dropped = json_integer_value(json_object_get(j, "dropped"));
+        json_decref(j);
+        /* replayed: one record, then the PING answer marks its end */
+        send_json(h, PROTO_PING, 69, "{}");
+        size_t got = 0;
+        bool end_seen = false;
+        for (;;) {
+                recv_frame(h, &f);
+                if (f.type == PROTO_RESULT && f.stream == 69) {
+                        frame_release(&f);
+                        break;
+                }
+                assert_int_equal(f.type, PROTO_STDOUT);
+                assert_int_equal(f.stream, 68);
+                got += f.len;
+                end_seen = f.len >= 4 && memcmp(f.data + f.len - 4, "END\n", 4) == 0;
+                frame_release(&f);
+        }
+        assert_true(end_seen);
+        assert_int_equal((size_t) dropped + got, 200000);
+        assert_true(got <= 64u << 10);
+        assert_true(got >= (64u << 10) - 64);
+        send_json(h, PROTO_SIGNAL, 68, "{\"signal\":9}");
+        struct run_result res = { 0 };
+        collect_process(h, 68, &res);
+        assert_int_equal(res.signal, 9);
+}
+
+static void test_agent_resize(void **state) {
+        struct harness *h = harness_get(state);
+        struct run_result res = { 0 };
+
+        exec_ok(h, 75,
+                "{\"argv\":[\"sh\",\"-c\",\"read x; stty size\"],\"pty\":true,\"rows\":24,\"cols\":80}");
+        send_json(h, PROTO_RESIZE, 75, "{\"rows\":40,\"cols\":120}");
+        send_raw(h, PROTO_STDIN, 75, "\n", 1);
+        collect_process(h, 75, &res);
+        assert_non_null(strstr(res.out, "40 120"));
+
+        /* pipes have no terminal to size */
+        exec_ok(h, 76, "{\"argv\":[\"cat\"]}");
+        send_json(h, PROTO_RESIZE, 76, "{\"rows\":40,\"cols\":120}");
+        expect_error(h, 76, ENOTTY);
+        send_json(h, PROTO_RESIZE, 76, "{\"rows\":0,\"cols\":120}");
+        expect_error(h, 76, EINVAL);
+        send_json(h, PROTO_STDIN_CLOSE, 76, "{}");
+        memset(&res, 0, sizeof res);
+        collect_process(h, 76, &res);
+        assert_int_equal(res.exit_code, 0);
+}
+
+/* Expects WATCH_EVENT on stream with name and type. */
+static void expect_event(struct harness *h, uint32_t stream, const char *name, const char *type) {
+        struct frame f;
+        expect_frame(h, PROTO_WATCH_EVENT, stream, &f);
+        json_t *j = json_loadb((const char *) f.data, f.len, 0, NULL);
+        assert_non_null(j);
+        const char *n = json_string_value(json_object_get(j, "name")),
+                   *t = json_string_value(json_object_get(j, "type"));
+        if (!n || !t || strcmp(n, name) != 0 || strcmp(t, type) != 0)
+                fail_msg("expected %s of %s on %u, got %s", type, name, stream, (char *) f.data);
+        json_decref(j);
+        frame_release(&f);
+}
+
+struct want_event {
+        uint32_t stream;
+        const char *name, *type;
+};
+
+/* Expects exactly the n events of want, in order per stream (the order
+ * across streams is the agent's). */
+static void expect_events(struct harness *h, const struct want_event *want, size_t n) {
+        bool *seen = calloc(n, sizeof *seen);
+        assert_non_null(seen);
+        for (size_t got = 0; got < n; got++) {
+                struct frame f;
+                recv_frame(h, &f);
+                if (f.type != PROTO_WATCH_EVENT)
+                        fail_msg("expected a watch event, got %s on %u: %s", proto_type_name(f.type),
+                                 f.stream, (char *) f.data);
+                json_t *j = json_loadb((const char *) f.data, f.len, 0, NULL);
+                assert_non_null(j);
+                const char *nm = json_string_value(json_object_get(j, "name")) ?: "";
+                const char *t = json_string_value(json_object_get(j, "type")) ?: "";
+                size_t i = 0;
+                while (i < n && (seen[i] || want[i].stream != f.stream))
+                        i++;
+                if (i == n || strcmp(want[i].name, nm) != 0 || strcmp(want[i].type, t) != 0)
+                        fail_msg("unexpected event on %u: %s (wanted %s of %s)", f.stream, (char *) f.data,
+                                 i < n ? want[i].type : "none", i < n ? want[i].name : "-");
+                seen[i] = true;
+                json_decref(j);
+                frame_release(&f);
+        }
+        free(seen);
+}
+#define EXPECT_EVENTS(h, ...)                                                          \
+        do {                                                                           \
+                const struct want_event w_[] = { __VA_ARGS__ };                        \
+                expect_events(h, w_, sizeof w_ / sizeof w_[0]);                        \
+        } while (0)
+
+/* Writes a few bytes to path (created when missing). */
+static void put(const char *path, const char *text) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, text, strlen(text)), (ssize_t) strlen(text));
+        close(fd);
+}
+
+static void test_agent_watch(void **state) {
+        struct harness *h = harness_get(state);
+        char dir[256], path[512], path2[512], json[1024];
+
+        snprintf(dir, sizeof dir, "%s/w", h->dir);
+        assert_int_equal(mkdir(dir, 0755), 0);
+        snprintf(path, sizeof path, "%s/pre", dir);
+        assert_int_equal(mkdir(path, 0755), 0);
+        snprintf(path, sizeof path, "%s/pre/deep", dir);
+        assert_int_equal(mkdir(path, 0755), 0);
+
+        /* refused: missing, a file, relative, malformed */
+        snprintf(json, sizeof json, "{\"path\":\"%s/missing\"}", dir);
+        send_json(h, PROTO_WATCH, 80, json);
+        expect_error(h, 80, ENOENT);
+        snprintf(path, sizeof path, "%s/file", dir);
+        put(path, "x");
+        snprintf(json, sizeof json, "{\"path\":\"%s\"}", path);
+        send_json(h, PROTO_WATCH, 80, json);
+        expect_error(h, 80, ENOTDIR);
+        assert_int_equal(unlink(path), 0);
+        send_json(h, PROTO_WATCH, 80, "{\"path\":\"w\"}");
+        expect_error(h, 80, EINVAL);
+        send_json(h, PROTO_WATCH, 0, "{\"path\":\"/\"}");
+        expect_error(h, 0, EINVAL);
+
+        /* one watch of the directory alone, one recursive */
+        snprintf(json, sizeof json, "{\"path\":\"%s\"}", dir);
+        send_json(h, PROTO_WATCH, 80, json);
+        json_decref(expect_result(h, 80));
+        send_json(h, PROTO_WATCH, 80, json);
+        expect_error(h, 80, EEXIST);
+        snprintf(json, sizeof json, "{\"path\":\"%s\",\"recursive\":true}", dir);
+        send_json(h, PROTO_WATCH, 81, json);
+        json_decref(expect_result(h, 81));
+
+        /* create + write, rename, chmod, remove of a file */
+        snprintf(path, sizeof path, "%s/a", dir);
+        put(path, "data");
+        EXPECT_EVENTS(h, { 80, "a", "create" }, { 80, "a", "write" }, { 81, "a", "create" },
+                      { 81, "a", "write" });
+        snprintf(path2, sizeof path2, "%s/b", dir);
+        assert_int_equal(rename(path, path2), 0);
+        EXPECT_EVENTS(h, { 80, "a", "rename" }, { 80, "b", "create" }, { 81, "a", "rename" },
+                      { 81, "b", "create" });
+        assert_int_equal(chmod(path2, 0600), 0);
+        EXPECT_EVENTS(h, { 80, "b", "chmod" }, { 81, "b", "chmod" });
+        assert_int_equal(unlink(path2), 0);
+        EXPECT_EVENTS(h, { 80, "b", "remove" }, { 81, "b", "remove" });
+
+        /* below the directory: only the recursive watch, with the relative name */
+        snprintf(path, sizeof path, "%s/pre/deep/f", dir);
+        touch(path);
+        expect_event(h, 81, "pre/deep/f", "create");
+        /* a subdirectory made later is watched too */
+        snprintf(path, sizeof path, "%s/new", dir);
+        assert_int_equal(mkdir(path, 0755), 0);
+        EXPECT_EVENTS(h, { 80, "new", "create" }, { 81, "new", "create" });
+        snprintf(path, sizeof path, "%s/new/g", dir);
+        touch(path);
+        expect_event(h, 81, "new/g", "create");
+        /* one moved away is forgotten, its new name watched */
+        snprintf(path, sizeof path, "%s/new", dir);
+        snprintf(path2, sizeof path2, "%s/pre/moved", dir);
+        assert_int_equal(rename(path, path2), 0);
+        EXPECT_EVENTS(h, { 80, "new", "rename" }, { 81, "new", "rename" }, { 81, "pre/moved", "create" });
+        snprintf(path, sizeof path, "%s/pre/moved/g", dir);
+        assert_int_equal(unlink(path), 0);
+        expect_event(h, 81, "pre/moved/g", "remove");
+
+        /* repeats in one batch go out once */
+        snprintf(path, sizeof path, "%s/c", dir);
+        touch(path);
+        EXPECT_EVENTS(h, { 80, "c", "create" }, { 81, "c", "create" });
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        for (int i = 0; i < 200; i++)
+                assert_int_equal(write(fd, "y", 1), 1);
+        close(fd);
+        /* then a marker: its creation on both streams ends the count */
+        snprintf(path, sizeof path, "%s/end", dir);
+        touch(path);
+        unsigned writes = 0, ends = 0;
+        while (ends < 2) {
+                struct frame f;
+                recv_frame(h, &f);
+                assert_int_equal(f.type, PROTO_WATCH_EVENT);
+                json_t *j = json_loadb((const char *) f.data, f.len, 0, NULL);
+                const char *nm = json_string_value(json_object_get(j, "name")) ?: "";
+                if (strcmp(nm, "end") == 0)
+                        ends++;
+                else {
+                        assert_string_equal(nm, "c");
+                        assert_string_equal(json_string_value(json_object_get(j, "type")), "write");
+                        writes++;
+                }
+                json_decref(j);
+                frame_release(&f);
+        }
+        /* both watches saw the writes, but 200 writes are not 400 events */
+        assert_true(writes >= 2 && writes < 400);
+
+        /* WATCH_END: nothing more on that stream */
+        send_json(h, PROTO_WATCH_END, 80, "{}");
+        send_json(h, PROTO_WATCH_END, 80, "{}"); /* ended already: ignored */
+        snprintf(path, sizeof path, "%s/d", dir);
+        touch(path);
+        expect_event(h, 81, "d", "create");
+
+        /* at most 16 watches: 81 and 15 more */
+        snprintf(json, sizeof json, "{\"path\":\"%s/pre\"}", dir);
+        for (uint32_t s = 83; s < 98; s++) {
+                send_json(h, PROTO_WATCH, s, json);
+                json_decref(expect_result(h, s));
+        }
+        send_json(h, PROTO_WATCH, 98, json);
+        expect_error(h, 98, EMFILE);
+        for (uint32_t s = 83; s < 98; s++)
+                send_json(h, PROTO_WATCH_END, s, "{}");
+
+        /* the watched directory goes: the watch ends with ERROR */
+        snprintf(path, sizeof path, "%s/gone", h->dir);
+        assert_int_equal(mkdir(path, 0755), 0);
+        snprintf(json, sizeof json, "{\"path\":\"%s\"}", path);
+        send_json(h, PROTO_WATCH, 99, json);
+        json_decref(expect_result(h, 99));
+        assert_int_equal(rmdir(path), 0);
+        expect_error(h, 99, ENOENT);
+        send_json(h, PROTO_WATCH_END, 81, "{}");
+        send_json(h, PROTO_PING, 82, "{}");
+        json_decref(expect_result(h, 82));
+}
+
 int main(void) {
         const struct CMUnitTest unit[] = {
                 cmocka_unit_test(test_path_validate),      cmocka_unit_test(test_exec_parse),
                 cmocka_unit_test(test_exec_limits),        cmocka_unit_test(test_env_merge),
                 cmocka_unit_test(test_small_parsers),      cmocka_unit_test(test_identity_parse),
                 cmocka_unit_test(test_path_request_parse), cmocka_unit_test(test_utf8_sanitize),
+                cmocka_unit_test(test_user_name),          cmocka_unit_test(test_users),
+                cmocka_unit_test(test_process_info),
         };
         /* in order, on one agent: HELLO first */
         const struct CMUnitTest agent[] = {
@@ -963,7 +1730,9 @@ int main(void) {
                 cmocka_unit_test(test_agent_signal),      cmocka_unit_test(test_agent_exit_with_grandchild),
                 cmocka_unit_test(test_agent_pty),         cmocka_unit_test(test_agent_hello_detaches),
                 cmocka_unit_test(test_agent_files),       cmocka_unit_test(test_agent_file_errors),
-                cmocka_unit_test(test_agent_identity),
+                cmocka_unit_test(test_agent_identity),    cmocka_unit_test(test_agent_exec_user),
+                cmocka_unit_test(test_agent_processes_adopt), cmocka_unit_test(test_agent_adopt_ring),
+                cmocka_unit_test(test_agent_resize),      cmocka_unit_test(test_agent_watch),
         };
         signal(SIGPIPE, SIG_IGN);
         int r = cmocka_run_group_tests_name("guest_lib", unit, NULL, NULL);

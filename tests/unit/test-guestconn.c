@@ -3,7 +3,8 @@
  * guestconn against a fake guest agent: a thread on the other end of a
  * socketpair that speaks lib/proto frames the way airlock-guest does
  * (docs/guest-protocol.md), including the stale bytes a reconnecting host
- * finds on the channel.
+ * finds on the channel; then the checks guestreply.c makes of what a
+ * guest sends (entries, process lists, watch events, ADOPT answers).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include "guestconn.h"
+#include "guestreply.h"
 #include "macros.h"
 #include "proto.h"
 
@@ -54,6 +56,9 @@ static bool guest_recv(struct guest *g, struct proto_header *h, json_t **ret_jso
         return true;
 }
 
+/* More members of the fake guest's HELLO reply (",\"features\":[...]"). */
+static const char *hello_extra = "";
+
 /* Answers the host's HELLO with its nonce, after writing stale junk: a
  * frame cut short, random bytes, a HELLO with a wrong nonce. */
 static void guest_handshake(struct guest *g, bool stale) {
@@ -79,9 +84,10 @@ static void guest_handshake(struct guest *g, bool stale) {
                 guest_send_json(g, PROTO_HELLO, 0, "{\"nonce\":\"00000000000000000000000000000000\",\"version\":1}");
                 guest_send_json(g, PROTO_STDOUT, 3, "old output");
         }
-        char reply[256];
+        char reply[512];
         snprintf(reply, sizeof reply,
-                 "{\"nonce\":\"%s\",\"version\":1,\"agent\":\"fake-guest 0.1\",\"boot_id\":\"b00t\"}", nonce);
+                 "{\"nonce\":\"%s\",\"version\":1,\"agent\":\"fake-guest 0.1\",\"boot_id\":\"b00t\"%s}",
+                 nonce, hello_extra);
         guest_send_json(g, PROTO_HELLO, 0, reply);
         json_decref(m);
 }
@@ -522,6 +528,296 @@ static void test_shutdown_unblocks_senders(void **state) {
         fake_join(&f);
 }
 
+/* Features come from the HELLO reply; unknown names and non-strings are
+ * ignored, and an agent that names none has none. */
+static void *guest_handshake_only(void *arg) {
+        struct guest *g = arg;
+        guest_handshake(g, false);
+        guest_drain(g);
+        return NULL;
+}
+
+static void test_features(void **state) {
+        struct fake f;
+        struct guestconn *c = fake_open(&f, guest_handshake_only);
+        assert_false(guestconn_has(c, GUESTCONN_FEATURE_USER));
+        assert_false(guestconn_has(c, GUESTCONN_FEATURE_PROCESSES));
+        assert_false(guestconn_has(c, GUESTCONN_FEATURE_WATCH));
+        guestconn_free(c);
+        fake_join(&f);
+
+        hello_extra = ",\"features\":[\"user\",\"bogus\",7,{\"watch\":1},\"watch\"]";
+        c = fake_open(&f, guest_handshake_only);
+        hello_extra = "";
+        assert_true(guestconn_has(c, GUESTCONN_FEATURE_USER));
+        assert_false(guestconn_has(c, GUESTCONN_FEATURE_PROCESSES));
+        assert_true(guestconn_has(c, GUESTCONN_FEATURE_WATCH));
+        assert_false(guestconn_has(c, GUESTCONN_FEATURE_USER | GUESTCONN_FEATURE_PROCESSES));
+        guestconn_free(c);
+        fake_join(&f);
+
+        hello_extra = ",\"features\":\"user\"";
+        c = fake_open(&f, guest_handshake_only);
+        hello_extra = "";
+        assert_false(guestconn_has(c, GUESTCONN_FEATURE_USER));
+        guestconn_free(c);
+        fake_join(&f);
+}
+
+/* ---- what the node takes from the guest's replies (guestreply.c) ---- */
+
+/* A reply as the node would parse it, but with "\u0000" allowed: the
+ * checks must hold without the parser's help too. */
+static json_t *parse(const char *s) {
+        json_t *j = json_loads(s, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL);
+        assert_non_null(j);
+        return j;
+}
+
+/* guestreply_entry() of a JSON text; NULL when refused. */
+static json_t *entry_of(const char *s, bool root_ok) {
+        json_t *j = parse(s);
+        json_t *e = guestreply_entry(j, root_ok);
+        json_decref(j);
+        return e;
+}
+
+#define ENTRY_BASE "\"name\":\"f\",\"size\":1,\"mode\":420,\"mtime\":5"
+
+static void test_reply_entry(void **state) {
+        /* an older agent's entry: the five fields */
+        json_t *e = entry_of("{" ENTRY_BASE ",\"type\":\"file\"}", false);
+        assert_non_null(e);
+        assert_int_equal(json_object_size(e), 5);
+        json_decref(e);
+
+        /* owner, group and ids; a symlink's target */
+        e = entry_of("{" ENTRY_BASE
+                     ",\"type\":\"symlink\",\"uid\":1000,\"gid\":4294967295,\"owner\":\"user\","
+                     "\"group\":\"1234\",\"symlink_target\":\"../x\",\"extra\":\"dropped\"}",
+                     false);
+        assert_non_null(e);
+        assert_int_equal(json_object_size(e), 10);
+        assert_int_equal(json_integer_value(json_object_get(e, "uid")), 1000);
+        assert_int_equal(json_integer_value(json_object_get(e, "gid")), 4294967295LL);
+        assert_string_equal(json_string_value(json_object_get(e, "owner")), "user");
+        assert_string_equal(json_string_value(json_object_get(e, "group")), "1234");
+        assert_string_equal(json_string_value(json_object_get(e, "symlink_target")), "../x");
+        assert_null(json_object_get(e, "extra"));
+        json_decref(e);
+
+        /* a target on anything but a symlink is not passed on */
+        e = entry_of("{" ENTRY_BASE ",\"type\":\"file\",\"symlink_target\":\"/etc\"}", false);
+        assert_non_null(e);
+        assert_null(json_object_get(e, "symlink_target"));
+        json_decref(e);
+
+        char big[GUESTREPLY_OWNER_MAX + 128];
+        int k = snprintf(big, sizeof big, "{" ENTRY_BASE ",\"type\":\"file\",\"owner\":\"");
+        memset(big + k, 'o', GUESTREPLY_OWNER_MAX + 1);
+        snprintf(big + k + GUESTREPLY_OWNER_MAX + 1, sizeof big - (size_t) k - GUESTREPLY_OWNER_MAX - 1,
+                 "\"}");
+        static const char *const bad[] = {
+                "{" ENTRY_BASE ",\"type\":\"file\",\"uid\":-1}",
+                "{" ENTRY_BASE ",\"type\":\"file\",\"uid\":4294967296}",
+                "{" ENTRY_BASE ",\"type\":\"file\",\"gid\":\"0\"}",
+                "{" ENTRY_BASE ",\"type\":\"file\",\"owner\":\"\"}",
+                "{" ENTRY_BASE ",\"type\":\"file\",\"owner\":7}",
+                "{" ENTRY_BASE ",\"type\":\"file\",\"group\":\"a\\u0000b\"}",
+                "{" ENTRY_BASE ",\"type\":\"symlink\",\"symlink_target\":\"\"}",
+                "{" ENTRY_BASE ",\"type\":\"symlink\",\"symlink_target\":null}",
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+                e = entry_of(bad[i], false);
+                if (e)
+                        fail_msg("entry %s was taken", bad[i]);
+        }
+        assert_null(entry_of(big, false));
+        big[k + GUESTREPLY_OWNER_MAX] = '"';
+        big[k + GUESTREPLY_OWNER_MAX + 1] = '}';
+        big[k + GUESTREPLY_OWNER_MAX + 2] = 0;
+        e = entry_of(big, false);
+        assert_non_null(e);
+        json_decref(e);
+}
+
+/* guestreply_processes() of {"processes":[entry]}; NULL when refused. */
+static json_t *processes_of(const char *entry) {
+        char buf[2048];
+        snprintf(buf, sizeof buf, "{\"processes\":[%s]}", entry);
+        json_t *j = parse(buf);
+        json_t *p = guestreply_processes(j);
+        json_decref(j);
+        return p;
+}
+
+#define PROC_BASE "\"argv\":[\"sh\",\"-c\",\"x\"],\"cwd\":\"/tmp\",\"env\":{\"A\":\"B\"}"
+
+static void test_reply_processes(void **state) {
+        json_t *p = processes_of("{\"pid\":42," PROC_BASE ",\"tag\":\"t\",\"pty\":true,\"attached\":false,"
+                                 "\"truncated\":true,\"secret\":1}");
+        assert_non_null(p);
+        json_t *e = json_array_get(json_object_get(p, "processes"), 0);
+        assert_int_equal(json_integer_value(json_object_get(e, "pid")), 42);
+        assert_int_equal(json_array_size(json_object_get(e, "argv")), 3);
+        assert_string_equal(json_string_value(json_object_get(e, "cwd")), "/tmp");
+        assert_string_equal(json_string_value(json_object_get(json_object_get(e, "env"), "A")), "B");
+        assert_string_equal(json_string_value(json_object_get(e, "tag")), "t");
+        assert_true(json_is_true(json_object_get(e, "pty")));
+        assert_true(json_is_false(json_object_get(e, "attached")));
+        assert_true(json_is_true(json_object_get(e, "truncated")));
+        assert_null(json_object_get(e, "secret"));
+        json_decref(p);
+
+        /* booleans default to false; truncated only when true; no tag */
+        p = processes_of("{\"pid\":1," PROC_BASE ",\"truncated\":false}");
+        assert_non_null(p);
+        e = json_array_get(json_object_get(p, "processes"), 0);
+        assert_true(json_is_false(json_object_get(e, "pty")));
+        assert_true(json_is_false(json_object_get(e, "attached")));
+        assert_null(json_object_get(e, "truncated"));
+        assert_null(json_object_get(e, "tag"));
+        json_decref(p);
+
+        p = processes_of("");
+        assert_non_null(p);
+        assert_int_equal(json_array_size(json_object_get(p, "processes")), 0);
+        json_decref(p);
+
+        static const char *const bad[] = {
+                "{\"pid\":0," PROC_BASE "}",
+                "{\"pid\":4194305," PROC_BASE "}",
+                "{\"pid\":\"1\"," PROC_BASE "}",
+                "{" PROC_BASE "}",
+                "{\"pid\":1,\"argv\":[],\"cwd\":\"/\",\"env\":{}}",
+                "{\"pid\":1,\"argv\":[1],\"cwd\":\"/\",\"env\":{}}",
+                "{\"pid\":1,\"argv\":[\"a\\u0000\"],\"cwd\":\"/\",\"env\":{}}",
+                "{\"pid\":1,\"argv\":[\"sh\"],\"cwd\":\"tmp\",\"env\":{}}",
+                "{\"pid\":1,\"argv\":[\"sh\"],\"cwd\":\"/a/../b\",\"env\":{}}",
+                "{\"pid\":1,\"argv\":[\"sh\"],\"env\":{}}",
+                "{\"pid\":1,\"argv\":[\"sh\"],\"cwd\":\"/\"}",
+                "{\"pid\":1,\"argv\":[\"sh\"],\"cwd\":\"/\",\"env\":{\"A=B\":\"x\"}}",
+                "{\"pid\":1,\"argv\":[\"sh\"],\"cwd\":\"/\",\"env\":{\"\":\"x\"}}",
+                "{\"pid\":1,\"argv\":[\"sh\"],\"cwd\":\"/\",\"env\":{\"A\":1}}",
+                "{\"pid\":1," PROC_BASE ",\"tag\":7}",
+                "{\"pid\":1," PROC_BASE ",\"pty\":1}",
+                "{\"pid\":1," PROC_BASE ",\"attached\":\"yes\"}",
+                "{\"pid\":1," PROC_BASE "},{\"pid\":1," PROC_BASE "}",
+                "7",
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+                p = processes_of(bad[i]);
+                if (p)
+                        fail_msg("process entry %s was taken", bad[i]);
+        }
+        /* a tag of 256 bytes is one, 257 is not */
+        char entry[1024];
+        for (size_t extra = 0; extra < 2; extra++) {
+                int k = snprintf(entry, sizeof entry, "{\"pid\":1," PROC_BASE ",\"tag\":\"");
+                memset(entry + k, 't', 256 + extra);
+                snprintf(entry + k + 256 + extra, sizeof entry - (size_t) k - 256 - extra, "\"}");
+                p = processes_of(entry);
+                assert_true(extra ? p == NULL : p != NULL);
+                json_decref(p);
+        }
+
+        /* at most 256 entries */
+        json_t *many = json_pack("{s:[]}", "processes");
+        assert_non_null(many);
+        for (int i = 1; i <= 257; i++)
+                json_array_append_new(
+                        json_object_get(many, "processes"),
+                        json_pack("{s:i, s:[s], s:s, s:{}}", "pid", i, "argv", "x", "cwd", "/", "env"));
+        assert_null(guestreply_processes(many));
+        json_array_remove(json_object_get(many, "processes"), 256);
+        p = guestreply_processes(many);
+        assert_non_null(p);
+        assert_int_equal(json_array_size(json_object_get(p, "processes")), 256);
+        json_decref(p);
+        json_decref(many);
+        json_t *none = parse("{}");
+        assert_null(guestreply_processes(none));
+        json_decref(none);
+}
+
+static json_t *event_of(const char *s) {
+        json_t *j = parse(s);
+        json_t *e = guestreply_watch_event(j);
+        json_decref(j);
+        return e;
+}
+
+static void test_reply_watch_event(void **state) {
+        static const char *const types[] = { "create", "write", "remove", "rename", "chmod" };
+        char buf[256];
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+                snprintf(buf, sizeof buf, "{\"name\":\"sub/x.txt\",\"type\":\"%s\",\"entry\":{}}", types[i]);
+                json_t *e = event_of(buf);
+                assert_non_null(e);
+                assert_int_equal(json_object_size(e), 2);
+                assert_string_equal(json_string_value(json_object_get(e, "name")), "sub/x.txt");
+                assert_string_equal(json_string_value(json_object_get(e, "type")), types[i]);
+                json_decref(e);
+        }
+        json_t *e = event_of("{\"type\":\"overflow\",\"name\":\"/etc/passwd\"}");
+        assert_non_null(e);
+        assert_int_equal(json_object_size(e), 1);
+        json_decref(e);
+        e = event_of("{\"name\":\"..a/b..\",\"type\":\"create\"}");
+        assert_non_null(e);
+        json_decref(e);
+
+        static const char *const bad[] = {
+                "{\"name\":\"x\",\"type\":\"delete\"}",
+                "{\"name\":\"x\"}",
+                "{\"name\":\"x\",\"type\":1}",
+                "{\"type\":\"create\"}",
+                "{\"name\":\"\",\"type\":\"create\"}",
+                "{\"name\":\"/x\",\"type\":\"create\"}",
+                "{\"name\":\"x/\",\"type\":\"create\"}",
+                "{\"name\":\"a//b\",\"type\":\"create\"}",
+                "{\"name\":\".\",\"type\":\"create\"}",
+                "{\"name\":\"..\",\"type\":\"create\"}",
+                "{\"name\":\"a/../b\",\"type\":\"create\"}",
+                "{\"name\":\"./a\",\"type\":\"create\"}",
+                "{\"name\":\"a\\u0000\",\"type\":\"create\"}",
+                "{\"name\":7,\"type\":\"create\"}",
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+                e = event_of(bad[i]);
+                if (e)
+                        fail_msg("event %s was taken", bad[i]);
+        }
+        assert_null(guestreply_watch_event(NULL));
+}
+
+static void test_reply_adopt(void **state) {
+        bool pty = false;
+        uint64_t dropped = 7;
+        json_t *j = parse("{\"pid\":42,\"pty\":true,\"dropped\":1000}");
+        assert_int_equal(guestreply_adopt(j, 42, &pty, &dropped), 0);
+        assert_true(pty);
+        assert_int_equal(dropped, 1000);
+        assert_int_equal(guestreply_adopt(j, 43, &pty, &dropped), -EBADMSG);
+        json_decref(j);
+        j = parse("{\"pid\":42}");
+        assert_int_equal(guestreply_adopt(j, 42, &pty, &dropped), 0);
+        assert_false(pty);
+        assert_int_equal(dropped, 0);
+        json_decref(j);
+        static const char *const bad[] = { "{}", "{\"pid\":\"42\"}", "{\"pid\":42,\"pty\":1}",
+                                           "{\"pid\":42,\"dropped\":-1}", "{\"pid\":42,\"dropped\":\"1\"}" };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+                j = parse(bad[i]);
+                pty = true;
+                dropped = 9;
+                assert_int_equal(guestreply_adopt(j, 42, &pty, &dropped), -EBADMSG);
+                assert_true(pty);
+                assert_int_equal(dropped, 9);
+                json_decref(j);
+        }
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_shutdown_unblocks_senders),
@@ -530,6 +826,11 @@ int main(void) {
                 cmocka_unit_test(test_stream_exec),
                 cmocka_unit_test(test_channel_death),
                 cmocka_unit_test(test_free_fails_streams),
+                cmocka_unit_test(test_features),
+                cmocka_unit_test(test_reply_entry),
+                cmocka_unit_test(test_reply_processes),
+                cmocka_unit_test(test_reply_watch_event),
+                cmocka_unit_test(test_reply_adopt),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -245,7 +245,27 @@ static void test_error_codes(void **state) {
         assert_string_equal(node_guest_errno_code(ENAMETOOLONG), "invalid");
         assert_string_equal(node_guest_errno_code(ELOOP), "invalid");
         assert_string_equal(node_guest_errno_code(EFBIG), "too_large");
-        assert_string_equal(node_guest_errno_code(EACCES), "guest");
+        assert_string_equal(node_guest_errno_code(EEXIST), "conflict");
+        assert_string_equal(node_guest_errno_code(ENOTEMPTY), "conflict");
+        assert_string_equal(node_guest_errno_code(EACCES), "forbidden");
+        assert_string_equal(node_guest_errno_code(EPERM), "forbidden");
+        assert_string_equal(node_guest_errno_code(EIO), "guest");
+        assert_string_equal(node_guest_errno_code(ESRCH), "guest");
+}
+
+static void test_user_names(void **state) {
+        assert_true(node_user_name_is_valid("root"));
+        assert_true(node_user_name_is_valid("user"));
+        assert_true(node_user_name_is_valid("_x-9"));
+        assert_true(node_user_name_is_valid("a2345678901234567890123456789012"));
+        assert_false(node_user_name_is_valid("a23456789012345678901234567890123"));
+        assert_false(node_user_name_is_valid(""));
+        assert_false(node_user_name_is_valid(NULL));
+        assert_false(node_user_name_is_valid("Root"));
+        assert_false(node_user_name_is_valid("-x"));
+        assert_false(node_user_name_is_valid("1x"));
+        assert_false(node_user_name_is_valid("a b"));
+        assert_false(node_user_name_is_valid("a:b"));
 }
 
 static void test_base64(void **state) {
@@ -276,6 +296,7 @@ int main(void) {
                 cmocka_unit_test(test_utf8_sanitize),
                 cmocka_unit_test(test_paths),
                 cmocka_unit_test(test_error_codes),
+                cmocka_unit_test(test_user_names),
                 cmocka_unit_test(test_base64),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

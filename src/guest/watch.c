@@ -1,0 +1,401 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Directory watches (WATCH): one inotify instance per watch, read
+ * non-blocking from the agent's poll loop. A recursive watch also watches
+ * every subdirectory on the same file system, those created (or moved in)
+ * later included, up to GUEST_MAX_WATCH_DIRS. Events go out as WATCH_EVENT
+ * {"name","type"} with the name relative to the watched directory, the
+ * types those of E2B's envd (fsnotify's): create (also a name moved in),
+ * write, remove, rename (a name moved away), chmod.
+ *
+ * Everything is bounded: at most GUEST_MAX_WATCHES watches, a few inotify
+ * buffers read per watch and loop turn (the kernel queues the rest, and
+ * says IN_Q_OVERFLOW when its queue is full, which goes out as
+ * {"type":"overflow"}), repeats of one event in a batch sent once. A
+ * watch ends with WATCH_END from the host, with its host connection, or
+ * from here with ERROR when the watched directory itself goes away.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "log.h"
+#include "macros.h"
+#include "request.h"
+#include "util.h"
+
+#define WATCH_MASK \
+        (IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | \
+         IN_MOVE_SELF | IN_EXCL_UNLINK | IN_ONLYDIR)
+/* The relative paths one watch keeps, in all (so 8192 deep paths cannot
+ * take the guest's memory). */
+#define WATCH_PATH_BYTES_MAX (4u << 20)
+/* inotify buffers read per watch and loop turn. */
+#define READS_PER_TURN 4
+
+struct watch_dir {
+        int wd;
+        char *rel; /* "" for the watched directory, else "a/b" */
+};
+
+struct watch {
+        struct watch *next;
+        uint32_t id;
+        int fd; /* inotify, non-blocking */
+        bool recursive;
+        dev_t dev;   /* the walk stays on the watched directory's file system */
+        char *root;  /* the path WATCH named */
+        struct watch_dir *dirs;
+        size_t n_dirs, cap_dirs;
+        size_t path_bytes;  /* of every rel */
+        bool full_reported; /* an overflow went out for a subdirectory over the limits */
+        int idx;            /* poll slot of this turn, -1 if none */
+};
+
+static uint8_t event_buf[16 << 10] __attribute__((aligned(__alignof__(struct inotify_event))));
+
+static struct watch *watch_find(struct agent *a, uint32_t id) {
+        for (struct watch *w = a->watches; w; w = w->next)
+                if (w->id == id)
+                        return w;
+        return NULL;
+}
+
+/* Unlinks w (when linked) and frees it; its inotify fd takes the kernel's
+ * watches with it. */
+static void watch_free(struct agent *a, struct watch *w) {
+        for (struct watch **pp = &a->watches; *pp; pp = &(*pp)->next)
+                if (*pp == w) {
+                        *pp = w->next;
+                        a->n_watches--;
+                        break;
+                }
+        if (w->fd >= 0)
+                close(w->fd);
+        for (size_t i = 0; i < w->n_dirs; i++)
+                free(w->dirs[i].rel);
+        free(w->dirs);
+        free(w->root);
+        free(w);
+}
+
+void watch_discard_all(struct agent *a) {
+        while (a->watches)
+                watch_free(a, a->watches);
+}
+
+static struct watch_dir *dir_find(struct watch *w, int wd) {
+        for (size_t i = 0; i < w->n_dirs; i++)
+                if (w->dirs[i].wd == wd)
+                        return &w->dirs[i];
+        return NULL;
+}
+
+static void dir_remove(struct watch *w, struct watch_dir *d) {
+        w->path_bytes -= strlen(d->rel);
+        free(d->rel);
+        *d = w->dirs[--w->n_dirs];
+}
+
+/* The absolute path of rel. */
+static char *dir_path(const struct watch *w, const char *rel) {
+        return rel[0] ? strdup_printf("%s/%s", w->root, rel) : strdup(w->root);
+}
+
+/* Watches directory rel (takes it): -E2BIG over the limits, -ENAMETOOLONG
+ * for a path longer than any the host may name, or what inotify says
+ * (ENOSPC: the kernel's watches are used up). */
+static int dir_add(struct watch *w, char *rel) {
+        _cleanup_free_ char *owned = rel, *path = NULL;
+        if (w->n_dirs >= GUEST_MAX_WATCH_DIRS || w->path_bytes + strlen(rel) > WATCH_PATH_BYTES_MAX)
+                return -E2BIG;
+        if (strlen(w->root) + 1 + strlen(rel) > GUEST_MAX_PATH)
+                return -ENAMETOOLONG;
+        if (!(path = dir_path(w, rel)))
+                return -ENOMEM;
+        int wd = inotify_add_watch(w->fd, path, WATCH_MASK | (rel[0] ? IN_DONT_FOLLOW : 0));
+        if (wd < 0)
+                return negative_errno();
+        struct watch_dir *d = dir_find(w, wd);
+        if (d) {
+                /* the same directory again (moved back meanwhile): its new name */
+                w->path_bytes -= strlen(d->rel);
+                free(d->rel);
+                d->rel = TAKE_PTR(owned);
+                w->path_bytes += strlen(d->rel);
+                return 0;
+        }
+        if (w->n_dirs == w->cap_dirs) {
+                size_t ncap = w->cap_dirs ? w->cap_dirs * 2 : 16;
+                struct watch_dir *nd = realloc(w->dirs, ncap * sizeof *nd);
+                if (!nd) {
+                        (void) inotify_rm_watch(w->fd, wd);
+                        return -ENOMEM;
+                }
+                w->dirs = nd;
+                w->cap_dirs = ncap;
+        }
+        w->path_bytes += strlen(owned);
+        w->dirs[w->n_dirs++] = (struct watch_dir){ .wd = wd, .rel = TAKE_PTR(owned) };
+        return 0;
+}
+
+/* Adds the subdirectories below dirs[from..] (those it adds included: the
+ * array is the walk's queue), without following symlinks or leaving the
+ * file system. A directory that vanished meanwhile is skipped. */
+static int dirs_walk(struct watch *w, size_t from) {
+        for (size_t i = from; i < w->n_dirs; i++) {
+                _cleanup_free_ char *path = dir_path(w, w->dirs[i].rel);
+                _cleanup_free_ char *base = strdup(w->dirs[i].rel);
+                if (!path || !base)
+                        return -ENOMEM;
+                int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                DIR *dir = fdopendir(fd);
+                if (!dir) {
+                        close(fd);
+                        return -ENOMEM;
+                }
+                int r = 0;
+                struct dirent *de;
+                while (r >= 0 && (de = readdir(dir))) {
+                        struct stat st;
+                        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                                continue;
+                        if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
+                                continue;
+                        if (fstatat(dirfd(dir), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                            !S_ISDIR(st.st_mode) || st.st_dev != w->dev)
+                                continue;
+                        char *rel = base[0] ? strdup_printf("%s/%s", base, de->d_name) : strdup(de->d_name);
+                        r = rel ? dir_add(w, rel) : -ENOMEM;
+                        /* gone or replaced meanwhile, too deep: skipped; only
+                         * the limits and memory end the walk */
+                        if (r != -E2BIG && r != -ENOSPC && r != -ENOMEM)
+                                r = 0;
+                }
+                closedir(dir);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int watch_start(struct agent *a, uint32_t stream, const void *payload, size_t len) {
+        struct guest_path_request req;
+        struct stat st;
+        int r;
+
+        r = guest_path_request_parse(PROTO_WATCH, payload, len, &req);
+        if (r < 0)
+                return r;
+        struct watch *w = NULL;
+        if (stream == 0)
+                r = -EINVAL;
+        else if (watch_find(a, stream))
+                r = -EEXIST;
+        else if (a->n_watches >= GUEST_MAX_WATCHES)
+                r = agent_send_errorf(a, stream, -EMFILE, "watch: at most %u watches", GUEST_MAX_WATCHES);
+        else if (stat(req.path, &st) < 0)
+                r = negative_errno();
+        else if (!S_ISDIR(st.st_mode))
+                r = -ENOTDIR;
+        else if (!(w = calloc(1, sizeof *w)))
+                r = -ENOMEM;
+        if (!w) {
+                guest_path_request_release(&req);
+                return r;
+        }
+        *w = (struct watch){ .id = stream,
+                             .recursive = req.flag,
+                             .dev = st.st_dev,
+                             .root = TAKE_PTR(req.path),
+                             .idx = -1 };
+        guest_path_request_release(&req);
+        w->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        char *rel = strdup("");
+        if (w->fd < 0)
+                r = negative_errno();
+        else
+                r = rel ? dir_add(w, TAKE_PTR(rel)) : -ENOMEM;
+        free(rel);
+        if (r >= 0 && w->recursive)
+                r = dirs_walk(w, 0);
+        if (r == -E2BIG) {
+                watch_free(a, w);
+                return agent_send_errorf(a, stream, r, "watch: more than %u directories below it",
+                                         GUEST_MAX_WATCH_DIRS);
+        }
+        if (r < 0) {
+                watch_free(a, w);
+                return r;
+        }
+        w->next = a->watches;
+        a->watches = w;
+        a->n_watches++;
+        log_debug("Watching %s%s on stream %u (%zu directories)", w->root,
+                  w->recursive ? " recursively" : "", stream, w->n_dirs);
+        return agent_send_ok(a, stream);
+}
+
+int watch_end(struct agent *a, uint32_t stream, const void *payload, size_t len) {
+        json_t *j = NULL;
+        int r = guest_json_parse(payload, len, &j);
+        json_decref(j);
+        if (r < 0)
+                return r;
+        /* it may cross the ERROR that ended the watch from here */
+        struct watch *w = watch_find(a, stream);
+        if (w)
+                watch_free(a, w);
+        return 0;
+}
+
+size_t watch_poll_fill(struct agent *a, struct pollfd *pfd) {
+        size_t n = 0;
+        for (struct watch *w = a->watches; w && n < GUEST_MAX_WATCHES; w = w->next) {
+                w->idx = (int) n;
+                pfd[n++] = (struct pollfd){ .fd = w->fd, .events = POLLIN };
+        }
+        return n;
+}
+
+static int send_event(struct agent *a, struct watch *w, const char *name, const char *type) {
+        if (!name)
+                return agent_send_json(a, PROTO_WATCH_EVENT, w->id, json_pack("{s:s}", "type", type));
+        _cleanup_free_ char *clean = NULL;
+        int r = guest_utf8_sanitize(name, strlen(name), &clean);
+        if (r < 0)
+                return r;
+        return agent_send_json(a, PROTO_WATCH_EVENT, w->id,
+                               json_pack("{s:s,s:s}", "name", clean, "type", type));
+}
+
+/* A subdirectory over the limits is not watched: said once with an
+ * overflow, since its events are lost. */
+static void report_full(struct agent *a, struct watch *w) {
+        if (w->full_reported)
+                return;
+        w->full_reported = true;
+        log_warn("Watch of %s is over its limits: a new subdirectory is not watched", w->root);
+        send_event(a, w, NULL, "overflow");
+}
+
+/* Stops watching rel and everything below it (it moved away: its
+ * descendants' names would be wrong). */
+static void dirs_forget(struct watch *w, const char *rel) {
+        size_t rl = strlen(rel);
+        for (size_t i = 0; i < w->n_dirs;) {
+                const char *x = w->dirs[i].rel;
+                if (strncmp(x, rel, rl) == 0 && (x[rl] == 0 || x[rl] == '/')) {
+                        (void) inotify_rm_watch(w->fd, w->dirs[i].wd);
+                        dir_remove(w, &w->dirs[i]);
+                } else
+                        i++;
+        }
+}
+
+static const char *event_type(uint32_t mask) {
+        if (mask & (IN_CREATE | IN_MOVED_TO))
+                return "create";
+        if (mask & IN_MODIFY)
+                return "write";
+        if (mask & IN_DELETE)
+                return "remove";
+        if (mask & IN_MOVED_FROM)
+                return "rename";
+        if (mask & IN_ATTRIB)
+                return "chmod";
+        return NULL;
+}
+
+/* Handles one batch of events; false when the watch ended. prev/prev_type
+ * (the last event sent) let a repeat in the batch go out once. */
+static bool handle_events(struct agent *a, struct watch *w, const uint8_t *buf, size_t len, char **prev,
+                          const char **prev_type) {
+        for (size_t off = 0; off + sizeof(struct inotify_event) <= len;) {
+                const struct inotify_event *ev = (const struct inotify_event *) (buf + off);
+                off += sizeof *ev + ev->len;
+                if (ev->mask & IN_Q_OVERFLOW) {
+                        send_event(a, w, NULL, "overflow");
+                        free(*prev);
+                        *prev = NULL;
+                        continue;
+                }
+                struct watch_dir *d = dir_find(w, ev->wd);
+                if (!d)
+                        continue; /* a subdirectory forgotten meanwhile */
+                bool root = d->rel[0] == 0;
+                if (ev->mask & IN_IGNORED) {
+                        if (root) {
+                                agent_send_errorf(a, w->id, -ENOENT, "watch: %s was removed", w->root);
+                                return false;
+                        }
+                        dir_remove(w, d);
+                        continue;
+                }
+                if (root && (ev->mask & IN_MOVE_SELF)) {
+                        agent_send_errorf(a, w->id, -ENOENT, "watch: %s was moved away", w->root);
+                        return false;
+                }
+                const char *type = event_type(ev->mask);
+                if (ev->len == 0 || !type || !ev->name[0])
+                        continue; /* about a watched directory itself: its parent says it */
+                _cleanup_free_ char *rel =
+                        root ? strdup(ev->name) : strdup_printf("%s/%s", d->rel, ev->name);
+                if (!rel)
+                        continue;
+                if (w->recursive && (ev->mask & IN_ISDIR)) {
+                        if (ev->mask & IN_MOVED_FROM)
+                                dirs_forget(w, rel);
+                        else if (ev->mask & (IN_CREATE | IN_MOVED_TO)) {
+                                size_t from = w->n_dirs;
+                                char *copy = strdup(rel);
+                                int r = copy ? dir_add(w, copy) : -ENOMEM;
+                                if (r >= 0)
+                                        r = dirs_walk(w, from);
+                                if (r == -E2BIG || r == -ENOSPC)
+                                        report_full(a, w);
+                        }
+                }
+                if (*prev && *prev_type == type && strcmp(*prev, rel) == 0)
+                        continue;
+                send_event(a, w, rel, type);
+                free(*prev);
+                *prev = TAKE_PTR(rel);
+                *prev_type = type;
+        }
+        return true;
+}
+
+void watch_poll_dispatch(struct agent *a, const struct pollfd *pfd, size_t n) {
+        struct watch *next;
+        for (struct watch *w = a->watches; w; w = next) {
+                next = w->next;
+                int idx = w->idx;
+                w->idx = -1;
+                if (idx < 0 || (size_t) idx >= n || !pfd[idx].revents)
+                        continue;
+                _cleanup_free_ char *prev = NULL;
+                const char *prev_type = NULL;
+                bool alive = true;
+                for (int i = 0; i < READS_PER_TURN && alive && !a->host_away; i++) {
+                        ssize_t k = read(w->fd, event_buf, sizeof event_buf);
+                        if (k < 0 && errno == EINTR)
+                                continue;
+                        if (k <= 0)
+                                break;
+                        alive = handle_events(a, w, event_buf, (size_t) k, &prev, &prev_type);
+                }
+                if (!alive)
+                        watch_free(a, w);
+        }
+}
