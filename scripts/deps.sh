@@ -38,6 +38,13 @@ case "${1:-}" in
     # dnsmasq and iproute2: the network tests' own internet (tests/netlab.py)
     # git: the repository test_network.py serves for git clone
     pkgs+=(libcmocka-dev python3 python3-pytest clang libclang-rt-14-dev python3-cryptography dnsmasq-base iproute2 git)
+    # npm: the E2B SDK suite (scripts/e2b-sdk.sh installs the SDK with it,
+    # and a pinned Node 20 where the system's node is older than the SDK
+    # needs, as Debian's 18 is). Debian's npm, which brings Debian's nodejs,
+    # only where there is no npm at all: a node from elsewhere comes with
+    # its own (NodeSource's nodejs has npm inside and conflicts with
+    # Debian's), and stays as it is
+    command -v npm >/dev/null 2>&1 || pkgs+=(npm)
     ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac
