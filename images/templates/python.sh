@@ -14,6 +14,8 @@
 #   AIRLOCK_SECURITY_MIRROR  debian-security URL (default: from the host's apt
 #                      config; "none" leaves security updates out)
 #   SUITE (bookworm), TEMPLATE_HOSTNAME (airlock), EXTRA_PACKAGES (comma list)
+#   EXTRA_TREE         a directory copied over the root file system last
+#                      (a template built on this one: code-interpreter.sh)
 #   MIN_IMAGE_MB (1024), AIRLOCK_NO_EATMYDATA=1 (keep dpkg's fsyncs)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -111,6 +113,10 @@ if [ -n "${AIRLOCK_EGRESS_CA_CERT:-}" ]; then
 	[ -r "$AIRLOCK_EGRESS_CA_CERT" ] || die "AIRLOCK_EGRESS_CA_CERT=$AIRLOCK_EGRESS_CA_CERT is not readable"
 	mmargs+=(--customize-hook="install -m 0644 '$AIRLOCK_EGRESS_CA_CERT' \"\$1/usr/local/share/ca-certificates/airlock-egress.crt\"
 chroot \"\$1\" update-ca-certificates >&2")
+fi
+if [ -n "${EXTRA_TREE:-}" ]; then
+	[ -d "$EXTRA_TREE" ] || die "EXTRA_TREE=$EXTRA_TREE is not a directory"
+	mmargs+=(--customize-hook="cp -a --no-preserve=ownership '$EXTRA_TREE/.' \"\$1/\"")
 fi
 # Shrink and finish the tree (runs inside mmdebstrap, after all installs).
 mmargs+=(--customize-hook="echo '$HOSTNAME_' > \"\$1/etc/hostname\"

@@ -23,6 +23,7 @@
 #include "log.h"
 #include "macros.h"
 #include "nodeutil.h"
+#include "proto.h"
 #include "util.h"
 
 /* Bytes of the SHA-256 kept in names: 16 bytes = 32 hex digits. */
@@ -81,6 +82,7 @@ static const struct {
 } memory_table[] = {
         { "minimal", 256 },
         { "python", 512 },
+        { "code-interpreter", 1024 }, /* numpy, pandas, matplotlib and a warm Jupyter kernel */
 };
 #define DEFAULT_MEMORY_MIB 512
 #define TEMPLATE_VCPUS 1
@@ -459,6 +461,40 @@ static int hash_file(crypto_hash_sha256_state *st, const char *label, const char
         return 0;
 }
 
+/* Every regular file under dir (a recipe's NAME.d/), in name order, by its
+ * path below dir, mode and contents: what a recipe copies into the image. */
+static int hash_tree(crypto_hash_sha256_state *st, const char *label, const char *dir, unsigned depth) {
+        struct dirent **names = NULL;
+        int n = scandir(dir, &names, NULL, alphasort);
+        if (n < 0)
+                return negative_errno();
+        int r = 0;
+        for (int i = 0; i < n; i++) {
+                const char *name = names[i]->d_name;
+                char path[PATH_BUF], sub[PATH_BUF];
+                struct stat s;
+                if (r < 0 || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+                        continue;
+                if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int) sizeof path ||
+                    snprintf(sub, sizeof sub, "%s/%s", label, name) >= (int) sizeof sub)
+                        r = -ENAMETOOLONG;
+                else if (lstat(path, &s) < 0)
+                        r = negative_errno();
+                else if (S_ISDIR(s.st_mode))
+                        r = depth < 16 ? hash_tree(st, sub, path, depth + 1) : -ELOOP;
+                else if (S_ISREG(s.st_mode)) {
+                        uint32_t mode = s.st_mode & 07777;
+                        crypto_hash_sha256_update(st, (const uint8_t *) &mode, sizeof mode);
+                        r = hash_file(st, sub, path);
+                } else
+                        r = -EINVAL; /* links and devices have no place in a recipe */
+        }
+        for (int i = 0; i < n; i++)
+                free(names[i]);
+        free(names);
+        return r;
+}
+
 static void hash_string(crypto_hash_sha256_state *st, const char *label, const char *value) {
         uint64_t size = strlen(value);
         crypto_hash_sha256_update(st, (const uint8_t *) label, strlen(label) + 1);
@@ -530,6 +566,31 @@ static int template_hash(const char *name, unsigned memory_mib, char out[HASH_HE
                         *ret_error = strdup_printf("cannot read build input %s: %s", path, strerror(-r));
                         return r;
                 }
+        }
+        /* a recipe may build on another (code-interpreter.sh runs python.sh):
+         * every recipe counts, and the files of its own NAME.d/ */
+        pathf(path, "%s/templates", tcfg->images_dir);
+        struct dirent **names = NULL;
+        int n = scandir(path, &names, NULL, alphasort);
+        r = n < 0 ? negative_errno() : 0;
+        for (int i = 0; i < n; i++) {
+                const char *f = names[i]->d_name;
+                size_t l = strlen(f);
+                char recipe[PATH_BUF];
+                if (r >= 0 && f[0] != '.' && l > 3 && strcmp(f + l - 3, ".sh") == 0 &&
+                    (r = pathf(recipe, "%s/templates/%s", tcfg->images_dir, f)) >= 0)
+                        r = hash_file(&st, f, recipe);
+                free(names[i]);
+        }
+        free(names);
+        if (r < 0) {
+                *ret_error = strdup_printf("cannot read the recipes in %s: %s", path, strerror(-r));
+                return r;
+        }
+        pathf(path, "%s/templates/%s.d", tcfg->images_dir, name);
+        if (access(path, F_OK) == 0 && (r = hash_tree(&st, "tree", path, 0)) < 0) {
+                *ret_error = strdup_printf("cannot read build input %s: %s", path, strerror(-r));
+                return r;
         }
         /* the egress CA the recipe puts into the guest's trust store */
         const char *ca = getenv("AIRLOCK_EGRESS_CA_CERT");
@@ -619,6 +680,83 @@ static void keep_logs(const char *run_dir, const char *tmp) {
 }
 
 /* Boots the template VM, waits for its agent, saves the snapshot. */
+/* A template's own start (a recipe's NAME.d/etc/airlock/template-start):
+ * run once in the build VM before its snapshot, so what it starts (the
+ * code interpreter's server) runs in every sandbox restored from it. */
+#define TEMPLATE_START "/etc/airlock/template-start"
+#define TEMPLATE_START_TIMEOUT_MS (10 * 60 * 1000) /* a cold Python under TCG, numpy and a kernel */
+
+struct start_exec {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool exited, dead;
+        int exit_code;
+        char out[2048]; /* the start of its output, for the build's error */
+        size_t out_len;
+};
+
+static void start_handler(void *userdata, uint8_t type, const uint8_t *payload, size_t len) {
+        struct start_exec *x = userdata;
+        pthread_mutex_lock(&x->lock);
+        if ((type == PROTO_STDOUT || type == PROTO_STDERR) && !x->exited) {
+                size_t take = MIN(len, sizeof x->out - 1 - x->out_len);
+                memcpy(x->out + x->out_len, payload, take);
+                x->out_len += take;
+        } else if (type == PROTO_EXIT && !x->exited) {
+                _cleanup_(json_decrefp) json_t *m = json_loadb((const char *) payload, len, 0, NULL);
+                json_t *code = json_object_get(m, "exit_code");
+                x->exit_code = json_is_integer(code) ? (int) json_integer_value(code) : -1;
+                x->exited = true;
+        } else if (type == 0)
+                x->dead = true;
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+}
+
+static int template_start(struct guestconn *g, const char *ctx, char **ret_error) {
+        struct start_exec x = { .lock = PTHREAD_MUTEX_INITIALIZER };
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&x.cond, &ca);
+        pthread_condattr_destroy(&ca);
+        uint32_t stream = 0;
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:[s], s:{}, s:s}", "argv", TEMPLATE_START, "env", "cwd", "/");
+        _cleanup_free_ char *msg = NULL;
+        int r = req ? guestconn_stream_open(g, start_handler, &x, &stream) : -ENOMEM;
+        if (r >= 0)
+                r = guestconn_call_stream(g, stream, PROTO_EXEC, req, 10000, NULL, &msg);
+        if (r == -ENOENT) { /* the template has none */
+                guestconn_stream_close(g, stream);
+                pthread_cond_destroy(&x.cond);
+                return 0;
+        }
+        if (r >= 0) {
+                log_emit(LOG_LEVEL_INFO, ctx, "running the template's " TEMPLATE_START);
+                uint64_t deadline = now_monotonic_ns() + (uint64_t) TEMPLATE_START_TIMEOUT_MS * 1000000ULL;
+                pthread_mutex_lock(&x.lock);
+                while (!x.exited && !x.dead && now_monotonic_ns() < deadline) {
+                        struct timespec ts = { .tv_sec = (time_t) (deadline / 1000000000ULL),
+                                               .tv_nsec = (long) (deadline % 1000000000ULL) };
+                        pthread_cond_timedwait(&x.cond, &x.lock, &ts);
+                }
+                pthread_mutex_unlock(&x.lock);
+                if (!x.exited)
+                        r = x.dead ? -ECONNRESET : -ETIMEDOUT;
+                else if (x.exit_code != 0)
+                        r = -ECHILD;
+        }
+        guestconn_stream_close(g, stream);
+        pthread_cond_destroy(&x.cond);
+        if (r < 0) {
+                x.out[x.out_len] = 0;
+                *ret_error = r == -ECHILD ? strdup_printf(TEMPLATE_START " exited with %d: %s", x.exit_code, x.out)
+                                          : strdup_printf(TEMPLATE_START " failed: %s%s%s", strerror(-r),
+                                                          msg ? ": " : "", msg ?: "");
+        }
+        return r;
+}
+
 static int boot_and_save(struct tentry *e, const char *ctx, const char *tmp, const char *kdir, unsigned memory_mib,
                          char **ret_error) {
         _cleanup_free_ char *kernel = strdup_printf("%s/vmlinux", kdir);
@@ -683,6 +821,11 @@ static int boot_and_save(struct tentry *e, const char *ctx, const char *tmp, con
                 step = "pinging the guest agent";
                 r = guestconn_ping(g, 10000);
         }
+        _cleanup_free_ char *start_error = NULL;
+        if (r >= 0) {
+                step = "starting the template's services";
+                r = template_start(g, ctx, &start_error);
+        }
         uint64_t t_boot = now_monotonic_ns();
         /* Disconnect before saving: the snapshot then holds an agent that
          * waits for a host, exactly what a restored sandbox needs. */
@@ -715,7 +858,9 @@ static int boot_and_save(struct tentry *e, const char *ctx, const char *tmp, con
                                  strerror(errno));
         }
         if (r < 0) {
-                *ret_error = strdup_printf("%s failed: %s (console: %s/console.log)", step, strerror(-r), tmp);
+                *ret_error = start_error ? TAKE_PTR(start_error)
+                                         : strdup_printf("%s failed: %s (console: %s/console.log)", step, strerror(-r),
+                                                         tmp);
                 return r;
         }
         log_emit(LOG_LEVEL_INFO, ctx, "template VM booted in %llu ms, saved in %llu ms",

@@ -81,6 +81,12 @@ static int hand_over_at(struct hand_over *h, int dirfd, const char *name, unsign
         for (struct dirent *e; r >= 0 && (e = readdir(d));) {
                 if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
                         continue;
+                /* a template build's working tree (a whole Debian root,
+                 * deeper than HAND_OVER_DEPTH), maybe still being built by
+                 * another node sharing the directory: its builder owns it,
+                 * and its recipe removes it when it ends */
+                if (depth == 0 && strncmp(e->d_name, ".tmp-", 5) == 0)
+                        continue;
                 r = hand_over_at(h, fd, e->d_name, depth + 1);
         }
         closedir(d);

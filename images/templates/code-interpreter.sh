@@ -1,0 +1,18 @@
+#!/bin/bash
+# images/templates/code-interpreter.sh OUT.img
+#
+# The `code-interpreter` template (E2B's `code-interpreter-v1`, docs/e2b.md):
+# the `python` template with numpy, pandas and matplotlib from Debian, a
+# Jupyter kernel (python3-ipykernel, python3-jupyter-client), and Airlock's
+# code interpreter server (code-interpreter.d/usr/local/lib/airlock/
+# interpreter.py), which the template build starts before its snapshot
+# (code-interpreter.d/etc/airlock/template-start), so that every sandbox
+# has it answering on port 49999 with a warm kernel.
+#
+# Environment: as python.sh.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+export EXTRA_PACKAGES=python3-numpy,python3-pandas,python3-matplotlib,python3-ipykernel,python3-jupyter-client${EXTRA_PACKAGES:+,$EXTRA_PACKAGES}
+export EXTRA_TREE=$HERE/code-interpreter.d
+export MIN_IMAGE_MB=${MIN_IMAGE_MB:-2048}
+exec "$HERE/python.sh" "$@"
