@@ -242,11 +242,101 @@ static int set_lifetime(struct api_ctx *ctx, const char *id, int64_t timeout_s, 
         return r;
 }
 
+/* ---- egress ---- */
+
+#define E2B_ALL_TRAFFIC "0.0.0.0/0"
+
+/* One allowOut/denyOut entry as a rule of Airlock's policy: an address or
+ * CIDR block by address, anything else a host name (docs/network.md). */
+static json_t *network_rule(const char *entry) {
+        bool addr = strspn(entry, "0123456789./") == strlen(entry) || strchr(entry, ':');
+        if (!addr)
+                return json_pack("{s:s}", "host", entry);
+        if (strchr(entry, '/'))
+                return json_pack("{s:s}", "cidr", entry);
+        return json_pack("{s:s++}", "cidr", entry, strchr(entry, ':') ? "/128" : "/32");
+}
+
+static int network_list(struct api_ctx *ctx, const json_t *list, const char *field, bool *ret_all, json_t *rules) {
+        if (!list)
+                return 0;
+        if (!json_is_array(list))
+                return efail(ctx, -EINVAL, "'network.%s' must be a list of addresses, CIDR blocks or host names", field);
+        const json_t *e;
+        size_t i;
+        json_array_foreach(list, i, e) {
+                const char *s = json_string_value(e);
+                if (!s || !*s)
+                        return efail(ctx, -EINVAL, "'network.%s' must be a list of addresses, CIDR blocks or host "
+                                     "names", field);
+                if (strcmp(s, E2B_ALL_TRAFFIC) == 0) {
+                        *ret_all = true;
+                        continue;
+                }
+                json_t *rule = network_rule(s);
+                if (!rule || json_array_append_new(rules, rule) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/*
+ * E2B's egress options as an Airlock policy (/v1's "network" body; the
+ * gateway's parser checks what is in it). E2B's allowOut wins over its
+ * denyOut, Airlock's deny over its allow, so: denyOut with all traffic and
+ * an allowOut is an allowlist (no allowOut: deny-all); a denyOut without it
+ * denies what it names and allows the rest, and an allowOut then would be
+ * exceptions Airlock cannot make, refused; allowOut alone changes nothing.
+ * allow_internet_access false is deny-all. *ret NULL: nothing asked for.
+ */
+static int network_policy(struct api_ctx *ctx, const json_t *net, const json_t *internet, json_t **ret) {
+        *ret = NULL;
+        static const char *const unsupported[] = { "rules", "egressProxy", "maskRequestHost", "httpsPorts" };
+        for (size_t i = 0; net && i < ARRAY_SIZE(unsupported); i++) {
+                const json_t *v = json_object_get(net, unsupported[i]);
+                if (v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0) &&
+                    !(json_is_array(v) && json_array_size(v) == 0))
+                        return efail(ctx, -EINVAL, "'network.%s' is not supported by Airlock (docs/e2b.md)",
+                                     unsupported[i]);
+        }
+        if (net && json_is_true(json_object_get(net, "allowPublicTraffic")))
+                return efail(ctx, -EINVAL, "'network.allowPublicTraffic': a sandbox's ports always need its "
+                             "traffic token on Airlock (docs/e2b.md)");
+        if (net && !json_is_object(net))
+                return efail(ctx, -EINVAL, "'network' must be an object");
+        _cleanup_(json_decrefp) json_t *allow = json_array(), *deny = json_array();
+        bool allow_all = false, deny_all = false;
+        int r;
+        if (!allow || !deny)
+                return -ENOMEM;
+        if ((r = network_list(ctx, json_object_get(net, "allowOut"), "allowOut", &allow_all, allow)) < 0 ||
+            (r = network_list(ctx, json_object_get(net, "denyOut"), "denyOut", &deny_all, deny)) < 0)
+                return r;
+        if (internet && !json_is_null(internet) && !json_is_boolean(internet))
+                return efail(ctx, -EINVAL, "'allow_internet_access' must be a boolean");
+        if (json_is_false(internet))
+                deny_all = true;
+        if (deny_all && !allow_all) {
+                /* everything the allowlist does not name is denied already */
+                *ret = json_array_size(allow) ? json_pack("{s:s, s:O}", "mode", "allowlist", "allow", allow)
+                                              : json_pack("{s:s}", "mode", "deny-all");
+                return *ret ? 0 : -ENOMEM;
+        }
+        if (json_array_size(deny) && json_array_size(allow))
+                return efail(ctx, -EINVAL, "'network.allowOut' as exceptions to a 'denyOut' that is not all traffic "
+                             "(" E2B_ALL_TRAFFIC ") is not supported: Airlock's deny rules win (docs/network.md)");
+        if (json_array_size(deny))
+                *ret = json_pack("{s:s, s:O}", "mode", "allow-all", "deny", deny);
+        else if (net || internet)
+                *ret = json_pack("{s:s}", "mode", "allow-all");
+        return *ret || (!net && !internet) ? 0 : -ENOMEM;
+}
+
 /* ---- handlers ---- */
 
 int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret) {
         /* what Airlock cannot do is refused, never dropped */
-        static const char *const unsupported[] = { "mcp", "iam", "volumeMounts", "network" };
+        static const char *const unsupported[] = { "mcp", "iam", "volumeMounts" };
         for (size_t i = 0; i < ARRAY_SIZE(unsupported); i++) {
                 const json_t *v = json_object_get(body, unsupported[i]);
                 if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
@@ -266,8 +356,9 @@ int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
         if ((r = check_string_map(ctx, md, "metadata")) < 0 || (r = check_string_map(ctx, env, "envVars")) < 0 ||
             (r = parse_timeout(ctx, body, &timeout_given, &timeout_s)) < 0)
                 return r;
-        if (internet && !json_is_boolean(internet) && !json_is_null(internet))
-                return efail(ctx, -EINVAL, "'allow_internet_access' must be a boolean");
+        _cleanup_(json_decrefp) json_t *policy = NULL;
+        if ((r = network_policy(ctx, json_object_get(body, "network"), internet, &policy)) < 0)
+                return r;
         if (auto_pause && !json_is_boolean(auto_pause) && !json_is_null(auto_pause))
                 return efail(ctx, -EINVAL, "'autoPause' must be a boolean");
 
@@ -278,8 +369,8 @@ int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
                 json_object_set(req, "metadata", (json_t *) md);
         if (env)
                 json_object_set(req, "env", (json_t *) env);
-        if (json_is_false(internet))
-                json_object_set_new(req, "network", json_pack("{s:s}", "mode", "deny-all"));
+        if (policy)
+                json_object_set(req, "network", policy);
         struct api_reply v1 = { 0 };
         r = api_sandbox_create(ctx, req, NULL, &v1);
         if (r < 0)
@@ -294,6 +385,69 @@ int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
         if (!o)
                 return -ENOMEM;
         *ret = (struct api_reply){ .status = MHD_HTTP_CREATED, .body = o };
+        return 0;
+}
+
+#define E2B_FORK_MAX 16 /* children of one fork request */
+
+int e2b_sandbox_fork(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret) {
+        bool given;
+        int64_t timeout_s;
+        int r = parse_timeout(ctx, body, &given, &timeout_s);
+        if (r < 0)
+                return r;
+        const json_t *count_j = json_object_get(body, "count");
+        json_int_t count = count_j && !json_is_null(count_j) ? json_integer_value(count_j) : 1;
+        if ((count_j && !json_is_null(count_j) && !json_is_integer(count_j)) || count < 1 || count > E2B_FORK_MAX)
+                return efail(ctx, -EINVAL, "'count' must be 1 to %d", E2B_FORK_MAX);
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        if ((r = api_sandbox_lookup(ctx, id, &sb)) < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *out = json_array();
+        if (!out)
+                return -ENOMEM;
+        /* one after another: the node forks a sandbox once at a time */
+        for (json_int_t i = 0; i < count; i++) {
+                struct api_reply v1 = { 0 };
+                ctx->err[0] = 0;
+                r = api_sandbox_verb(ctx, id, "fork", NULL, NULL, true, &v1);
+                const json_t *op = v1.body;
+                const char *state = json_string_value(json_object_get(op, "state"));
+                const char *child = json_string_value(
+                        json_object_get(json_object_get(json_object_get(op, "result"), "sandbox"), "id"));
+                json_t *item;
+                if (r >= 0 && state && strcmp(state, "succeeded") == 0 && child) {
+                        if (timeout_s > 0)
+                                (void) set_lifetime(ctx, child, timeout_s, NULL);
+                        item = json_pack("{s:o}", "sandbox", sandbox_reply(ctx, child, sb.template_name));
+                } else {
+                        const char *msg = r < 0 ? (ctx->err[0] ? ctx->err : api_error_default_message(r))
+                                                : json_string_value(json_object_get(json_object_get(op, "error"),
+                                                                                    "message"));
+                        item = json_pack("{s:{s:i, s:s}}", "error", "code", r < 0 ? (int) api_error_status(r) : 500,
+                                         "message", msg ?: "the fork did not finish");
+                }
+                api_reply_release(&v1);
+                if (!item || json_array_append_new(out, item) < 0)
+                        return -ENOMEM;
+        }
+        *ret = (struct api_reply){ .status = MHD_HTTP_CREATED, .body = json_incref(out) };
+        return 0;
+}
+
+int e2b_sandbox_update_network(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret) {
+        _cleanup_(json_decrefp) json_t *policy = NULL;
+        /* the update replaces the whole configuration: nothing named is allow-all */
+        int r = network_policy(ctx, body, json_object_get(body, "allow_internet_access"), &policy);
+        if (r < 0)
+                return r;
+        if (!policy && !(policy = json_pack("{s:s}", "mode", "allow-all")))
+                return -ENOMEM;
+        struct api_reply v1 = { 0 };
+        if ((r = api_sandbox_network_put(ctx, id, policy, &v1)) < 0)
+                return r;
+        api_reply_release(&v1);
+        *ret = (struct api_reply){ .status = MHD_HTTP_NO_CONTENT };
         return 0;
 }
 

@@ -52,6 +52,12 @@ int e2b_sandbox_kill(struct api_ctx *ctx, const char *id, struct api_reply *ret)
 int e2b_sandbox_set_timeout(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
 int e2b_sandbox_pause(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
 int e2b_sandbox_connect(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
+/* POST /sandboxes/ID/fork {timeout, count}: count forks, each a Sandbox
+ * object or an {"error"} in the 201's array. */
+int e2b_sandbox_fork(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
+/* PUT /sandboxes/ID/network: E2B's allowOut/denyOut as the sandbox's egress
+ * policy, which replaces the one it had (the /v1 PUT underneath). */
+int e2b_sandbox_update_network(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
 
 /* Decodes %XX escapes of s[0..len) into out (at least len + 1 bytes), '+'
  * as a space when form is set; -EINVAL for a bad escape or a NUL. Exposed

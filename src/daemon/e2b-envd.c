@@ -199,6 +199,11 @@ static int process_list(struct envd_call *c, const json_t *req, json_t **resp) {
         const json_t *e;
         size_t i;
         json_array_foreach(json_object_get(rep, "sessions"), i, e) {
+                /* a process a request is waiting on (a /v1 exec) is not
+                 * one anybody can connect to: those with a session are,
+                 * and those an earlier execution left running */
+                if (!json_object_get(e, "session_id") && json_is_true(json_object_get(e, "attached")))
+                        continue;
                 const json_t *argv = json_object_get(e, "argv");
                 json_t *args = json_array();
                 for (size_t k = 1; args && k < json_array_size(argv); k++)

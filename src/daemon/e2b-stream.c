@@ -268,7 +268,10 @@ static void stream_reply(struct envd_call *c, struct node_conn **conn, bool watc
 }
 
 static void fail(struct envd_call *c, int r, struct api_reply *reply) {
-        e2b_stream_error(reply, e2b_connect_code(r), c->api->err[0] ? c->api->err : api_error_default_message(r));
+        /* the node says "unknown user 'x'" (invalid): envd's unauthenticated */
+        bool user = r == -EINVAL && strncmp(c->api->err, "unknown user", 12) == 0;
+        e2b_stream_error(reply, user ? CONNECT_UNAUTHENTICATED : e2b_connect_code(r),
+                         c->api->err[0] ? c->api->err : api_error_default_message(r));
 }
 
 /* Attaches to session sid of process pid and streams it. */

@@ -81,6 +81,8 @@ enum route_id {
         R_E2B_TIMEOUT,
         R_E2B_PAUSE,
         R_E2B_CONNECT,
+        R_E2B_NETWORK,
+        R_E2B_FORK,
 };
 
 enum auth_kind {
@@ -142,6 +144,8 @@ static const struct route routes[] = {
         { R_E2B_TIMEOUT, { "sandboxes", "*", "timeout" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
         { R_E2B_PAUSE, { "sandboxes", "*", "pause" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
         { R_E2B_CONNECT, { "v2", "sandboxes", "*", "connect" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
+        { R_E2B_NETWORK, { "sandboxes", "*", "network" }, M_PUT, AUTH_E2B, APIREQ_BODY_NONE },
+        { R_E2B_FORK, { "sandboxes", "*", "fork" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
 };
 
 /* Per-request state, from the first access-handler call to completion. */
@@ -920,6 +924,12 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 break;
         case R_E2B_CONNECT:
                 r = e2b_sandbox_connect(&ctx, id, body, &rep);
+                break;
+        case R_E2B_FORK:
+                r = e2b_sandbox_fork(&ctx, id, body, &rep);
+                break;
+        case R_E2B_NETWORK:
+                r = e2b_sandbox_update_network(&ctx, id, body, &rep);
                 break;
         default:
                 r = -ENOENT;
