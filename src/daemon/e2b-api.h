@@ -20,6 +20,8 @@
 /* What the front door tells the SDK it implements: the SDK's feature gates
  * on this version (docs/e2b.md) must match what Airlock does. */
 #define E2B_ENVD_VERSION "0.5.7"
+/* the port E2B's SDKs address a sandbox's envd at */
+#define E2B_ENVD_PORT 49983
 
 /* A lifetime longer than a year is a mistake */
 #define E2B_TIMEOUT_S_MAX (365 * 24 * 3600)

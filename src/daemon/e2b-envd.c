@@ -18,7 +18,6 @@
 #include "nodeclient.h"
 #include "util.h"
 
-#define ENVD_PORT 49983
 #define LIST_DEPTH_MAX 16      /* ListDir depth */
 #define LIST_ENTRIES_MAX 10000 /* entries of one ListDir, all levels */
 
@@ -504,6 +503,61 @@ static bool ends_with(const char *s, const char *suffix) {
         return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
+/* The signature E2B's uploadUrl() and downloadUrl() put on a /files URL:
+ * "v1_" + base64(sha256("PATH:OP:USER:TOKEN[:EXPIRATION]")), unpadded
+ * (E2B-PROTOCOL.md 4.9). */
+static bool signature_matches(const char *sandbox_id, const char *path, const char *op, const char *user,
+                              const char *expiration, const char *signature) {
+        char token[65], want[64];
+        if (e2b_access_token(sandbox_id, token) < 0)
+                return false;
+        crypto_hash_sha256_state st;
+        crypto_hash_sha256_init(&st);
+        const char *parts[] = { path, ":", op, ":", user, ":", token, expiration ? ":" : "", expiration ?: "" };
+        for (size_t i = 0; i < ARRAY_SIZE(parts); i++)
+                crypto_hash_sha256_update(&st, (const uint8_t *) parts[i], strlen(parts[i]));
+        uint8_t h[crypto_hash_sha256_BYTES];
+        crypto_hash_sha256_final(&st, h);
+        memcpy(want, "v1_", 3);
+        sodium_bin2base64(want + 3, sizeof want - 3, h, sizeof h, sodium_base64_VARIANT_ORIGINAL_NO_PADDING);
+        sodium_memzero(token, sizeof token);
+        return strlen(signature) == strlen(want) && sodium_memcmp(signature, want, strlen(want)) == 0;
+}
+
+/*
+ * A signed /files URL (no token header: a browser's plain fetch). With
+ * E2B_SANDBOX_URL the URL does not name its sandbox: the signature does,
+ * being made with that sandbox's token, so the running sandboxes are tried
+ * (an HMAC and a SHA-256 each). 0 with the sandbox in id; -EACCES.
+ */
+static int signed_files(struct api_ctx *ctx, struct MHD_Connection *conn, const char *method, char *id,
+                        size_t id_size) {
+        const char *sig = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "signature");
+        const char *exp = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "signature_expiration");
+        const char *path = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "path") ?: "";
+        const char *user = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "username") ?: "";
+        const char *op = strcmp(method, "POST") == 0 ? "write" : "read";
+        uint64_t until;
+        if (!sig || strncmp(sig, "v1_", 3) != 0)
+                return -EACCES;
+        if (exp && (parse_u64(exp, INT64_MAX, &until) < 0 || until < now_realtime_ns() / 1000000000ULL))
+                return -EACCES; /* expired, or not a time */
+        if (id[0])
+                return signature_matches(id, path, op, user, exp, sig) ? 0 : -EACCES;
+        struct store_sandbox *a = NULL;
+        size_t n = 0;
+        int r = -EACCES;
+        if (store_sandbox_list(ctx->store, STORE_LIST_MAX, &a, &n) < 0)
+                return -EIO;
+        for (size_t i = 0; i < n && r < 0; i++)
+                if (signature_matches(a[i].id, path, op, user, exp, sig)) {
+                        snprintf(id, id_size, "%s", a[i].id);
+                        r = 0;
+                }
+        store_sandbox_array_free(a, n);
+        return r;
+}
+
 static bool token_ok(struct MHD_Connection *conn, const char *sandbox_id, bool traffic) {
         const char *got = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token");
         /* a sandbox port's traffic may carry the traffic token instead (the
@@ -515,15 +569,27 @@ static bool token_ok(struct MHD_Connection *conn, const char *sandbox_id, bool t
                sodium_memcmp(got, want, 64) == 0;
 }
 
+bool e2b_port_token_ok(struct MHD_Connection *conn, const char *sandbox_id) {
+        return token_ok(conn, sandbox_id, true);
+}
+
 int e2b_envd_begin(struct api_ctx *ctx, struct MHD_Connection *conn, const char *url, const char *method,
                    const char *sandbox_id, struct e2b_envd_request **ret, uint16_t *ret_port, struct api_reply *reply) {
         const char *port = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Port");
-        uint64_t p = ENVD_PORT;
+        uint64_t p = E2B_ENVD_PORT;
         if (port && (parse_u64(port, 65535, &p) < 0 || p == 0))
                 return e2b_rest_error(reply, 400, "E2b-Sandbox-Port must be a port number"), 1;
+        char sbx[HTTP_ID_MAX] = "";
+        if (!*sandbox_id && ends_with(url, "/files")) {
+                /* a signed URL that does not name its sandbox */
+                int k = signed_files(ctx, conn, method, sbx, sizeof sbx);
+                if (k < 0)
+                        return e2b_rest_error(reply, 401, "the URL's signature is not valid (or expired)"), 1;
+                sandbox_id = sbx;
+        }
         if (strlen(sandbox_id) >= HTTP_ID_MAX || !name_is_valid(sandbox_id))
                 return e2b_rest_error(reply, 502, "no such sandbox"), 1;
-        if (p != ENVD_PORT) {
+        if (p != E2B_ENVD_PORT) {
                 /* another port: the server in the sandbox answers, through
                  * the service-port path (http.c) */
                 if (!token_ok(conn, sandbox_id, true))
@@ -544,14 +610,17 @@ int e2b_envd_begin(struct api_ctx *ctx, struct MHD_Connection *conn, const char 
                 *ret = TAKE_PTR(r);
                 return 0;
         }
-        /* everything else needs the sandbox's token */
-        if (!token_ok(conn, sandbox_id, false))
+        /* everything else needs the sandbox's token, or for /files a
+         * signature made with it */
+        bool files = ends_with(url, "/files");
+        if (!token_ok(conn, sandbox_id, false) &&
+            !(files && (sbx[0] || signed_files(ctx, conn, method, r->sandbox_id, sizeof r->sandbox_id) >= 0)))
                 return e2b_rest_error(reply, 401, "missing or invalid X-Access-Token for this sandbox"), 1;
         const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         if (connect_basic_user(auth, r->user, sizeof r->user) < 0)
                 return e2b_rest_error(reply, 401, "Authorization must be Basic base64(user:) with a user name"), 1;
 
-        if (ends_with(url, "/files")) {
+        if (files) {
                 const char *user = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "username");
                 if (user && *user) {
                         if (!connect_user_is_valid(user))

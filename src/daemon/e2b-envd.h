@@ -33,6 +33,11 @@ struct e2b_envd_request;
 int e2b_envd_begin(struct api_ctx *ctx, struct MHD_Connection *conn, const char *url, const char *method,
                    const char *sandbox_id, struct e2b_envd_request **ret, uint16_t *ret_port, struct api_reply *reply);
 
+/* Whether a request to a port of sandbox_id carries its E2B token
+ * (E2B-Traffic-Access-Token, or X-Access-Token): E2B's clients reach a
+ * sandbox's services by host name (PORT-ID.DOMAIN) with it. */
+bool e2b_port_token_ok(struct MHD_Connection *conn, const char *sandbox_id);
+
 /* Headers E2B's SDK adds for the front door, which a sandbox's server is
  * not to see (the access tokens above all). */
 bool e2b_header_is_front_door(const char *name);

@@ -614,12 +614,30 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
         const char *e2b_sandbox = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
         if (e2b_sandbox)
                 return envd_begin(req, conn, url, method, e2b_sandbox);
+        /* E2B's signed /files URLs, fetched without any header: the
+         * signature says which sandbox (e2b-envd.c) */
+        size_t ul = strlen(url);
+        if (ul >= 6 && strcmp(url + ul - 6, "/files") == 0 && strncmp(url, "/v1/", 4) != 0 &&
+            MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "signature"))
+                return envd_begin(req, conn, url, method, "");
         const char *target = NULL;
         char port_err[API_ERRMSG_MAX] = "";
         int p = api_port_target(req->raw_uri, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
                                 req->port_id, sizeof req->port_id, &req->port, &target, port_err, sizeof port_err);
         if (p < 0)
                 return queue_error(req, conn, p, port_err);
+        /* E2B's host names: 49983-ID.DOMAIN is the sandbox's envd */
+        if (p > 0 && req->port == E2B_ENVD_PORT) {
+                req->port = 0;
+                return envd_begin(req, conn, url, method, req->port_id);
+        }
+        if (p > 0 && (MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2B-Traffic-Access-Token") ||
+                      MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token"))) {
+                /* an E2B client at a sandbox's service: its token, not a key */
+                if (!e2b_port_token_ok(conn, req->port_id))
+                        return queue_error(req, conn, -EACCES, "missing or invalid access token for this sandbox");
+                return port_forward(req, conn, method, target, false, true);
+        }
         if (p > 0)
                 return port_begin(req, conn, method, target);
         req->route = route_match(url, req->param, sizeof req->param);
