@@ -69,6 +69,7 @@ enum proto_type {
         PROTO_WATCH = 44,       /* host->guest {"path":s,"recursive":b} -> RESULT {}, then WATCH_EVENT* */
         PROTO_WATCH_EVENT = 45, /* guest->host {"name":s,"type":s} a change in a watched directory */
         PROTO_WATCH_END = 46,   /* host->guest {} ends the watch of that stream */
+        PROTO_METRICS = 47,     /* {} -> RESULT {cpu, memory and disk use} */
 
         /* airlockd <-> airlock-node */
         PROTO_NODE_REQUEST = 64, /* {"op":s, ...} */

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "cap.h"
+#include "dataplane.h"
 #include "log.h"
 #include "macros.h"
 #include "nodeclient.h"
@@ -385,6 +387,46 @@ int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
         if (!o)
                 return -ENOMEM;
         *ret = (struct api_reply){ .status = MHD_HTTP_CREATED, .body = o };
+        return 0;
+}
+
+int e2b_sandbox_metrics(struct api_ctx *ctx, const char *id, const char *start, const char *end,
+                        struct api_reply *ret) {
+        uint64_t from = 0, to = UINT64_MAX;
+        if ((start && parse_u64(start, INT64_MAX, &from) < 0) || (end && parse_u64(end, INT64_MAX, &to) < 0))
+                return efail(ctx, -EINVAL, "'start' and 'end' are Unix times in seconds");
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = api_sandbox_lookup(ctx, id, &sb);
+        if (r < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *out = json_array();
+        if (!out)
+                return -ENOMEM;
+        int64_t now_ms = (int64_t) (now_realtime_ns() / 1000000ULL);
+        uint64_t now_s = (uint64_t) now_ms / 1000;
+        /* Airlock keeps no history: the sample of now, when it is asked
+         * for and there is a VM to ask */
+        if (strcmp(sb.state, "running") == 0 && from <= now_s && now_s <= to) {
+                _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.metrics", "id", id);
+                _cleanup_(json_decrefp) json_t *rep = NULL;
+                if (!req)
+                        return -ENOMEM;
+                if ((r = dataplane_call(ctx->config, sb.tenant_id, id, CAP_ACCESS_EXEC, req, ctx->config->node_timeout_s,
+                                        NULL, &rep, ctx->err)) < 0)
+                        return r;
+                const json_t *m = json_object_get(rep, "metrics");
+                char ts[48];
+                api_format_time(now_ms, ts, sizeof ts);
+                json_t *o = json_pack("{s:s, s:I, s:O, s:O, s:O, s:O, s:O, s:O, s:O}", "timestamp", ts, "timestampUnix",
+                                      (json_int_t) now_s, "cpuCount", json_object_get(m, "cpu_count"), "cpuUsedPct",
+                                      json_object_get(m, "cpu_used_pct"), "memUsed", json_object_get(m, "mem_used"),
+                                      "memTotal", json_object_get(m, "mem_total"), "memCache",
+                                      json_object_get(m, "mem_cache"), "diskUsed", json_object_get(m, "disk_used"),
+                                      "diskTotal", json_object_get(m, "disk_total"));
+                if (!o || json_array_append_new(out, o) < 0)
+                        return -ENOMEM;
+        }
+        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = json_incref(out) };
         return 0;
 }
 

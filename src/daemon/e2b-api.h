@@ -54,6 +54,11 @@ int e2b_sandbox_kill(struct api_ctx *ctx, const char *id, struct api_reply *ret)
 int e2b_sandbox_set_timeout(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
 int e2b_sandbox_pause(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
 int e2b_sandbox_connect(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
+/* GET /sandboxes/ID/metrics?start&end: the guest's CPU, memory and disk
+ * use now, as a one-sample series (empty when not running or outside the
+ * window). */
+int e2b_sandbox_metrics(struct api_ctx *ctx, const char *id, const char *start, const char *end,
+                        struct api_reply *ret);
 /* POST /sandboxes/ID/fork {timeout, count}: count forks, each a Sandbox
  * object or an {"error"} in the 201's array. */
 int e2b_sandbox_fork(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);

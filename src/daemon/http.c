@@ -83,6 +83,7 @@ enum route_id {
         R_E2B_CONNECT,
         R_E2B_NETWORK,
         R_E2B_FORK,
+        R_E2B_METRICS,
 };
 
 enum auth_kind {
@@ -146,6 +147,7 @@ static const struct route routes[] = {
         { R_E2B_CONNECT, { "v2", "sandboxes", "*", "connect" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
         { R_E2B_NETWORK, { "sandboxes", "*", "network" }, M_PUT, AUTH_E2B, APIREQ_BODY_NONE },
         { R_E2B_FORK, { "sandboxes", "*", "fork" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
+        { R_E2B_METRICS, { "sandboxes", "*", "metrics" }, M_GET, AUTH_E2B, APIREQ_BODY_NONE },
 };
 
 /* Per-request state, from the first access-handler call to completion. */
@@ -942,6 +944,9 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 break;
         case R_E2B_CONNECT:
                 r = e2b_sandbox_connect(&ctx, id, body, &rep);
+                break;
+        case R_E2B_METRICS:
+                r = e2b_sandbox_metrics(&ctx, id, query_arg(conn, "start", NULL), query_arg(conn, "end", NULL), &rep);
                 break;
         case R_E2B_FORK:
                 r = e2b_sandbox_fork(&ctx, id, body, &rep);

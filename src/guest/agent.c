@@ -184,9 +184,9 @@ static int handle_hello(struct agent *a, uint32_t stream, const void *payload, s
          * ignores an EXEC "user" it does not know and would run the
          * process as root, so the host must be able to tell */
         return agent_send_json(a, PROTO_HELLO, stream,
-                               json_pack("{s:s,s:i,s:s,s:s,s:[s,s,s]}", "nonce", nonce, "version",
+                               json_pack("{s:s,s:i,s:s,s:s,s:[s,s,s,s]}", "nonce", nonce, "version",
                                          PROTO_VERSION, "agent", GUEST_AGENT_NAME, "boot_id", boot_id,
-                                         "features", "user", "processes", "watch"));
+                                         "features", "user", "processes", "watch", "metrics"));
 }
 
 /* The requests that do work in the guest (processes, files). */
@@ -227,6 +227,8 @@ static void dispatch(struct agent *a, const struct proto_header *h, const uint8_
         }
         switch (h->type) {
         case PROTO_HELLO: r = handle_hello(a, h->stream, payload, h->length); break;
+        /* looking at the guest is not using it (idle suspend) */
+        case PROTO_METRICS: r = metrics_handle(a, h->stream, payload, h->length); break;
         case PROTO_PING:
         case PROTO_SYNC: {
                 json_t *j = NULL;

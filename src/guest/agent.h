@@ -109,6 +109,11 @@ void files_discard_all(struct agent *a);
 /* watch.c */
 /* WATCH: an inotify watch of a directory (and, recursive, of its
  * subdirectories) whose changes go out as WATCH_EVENT frames. */
+/* METRICS {} -> RESULT {cpu_count, cpu_used_pct (since the previous call), mem_total,
+ * mem_used, mem_cache, disk_total, disk_used (bytes; the root file system)} (metrics.c). */
+int metrics_handle(struct agent *a, uint32_t stream, const uint8_t *payload, size_t len);
+/* Starts the CPU use the next METRICS reports from now (IDENTITY: a new sandbox). */
+void metrics_prime(void);
 int watch_start(struct agent *a, uint32_t stream, const void *payload, size_t len);
 /* WATCH_END: ends the watch of that stream (none: nothing to do). */
 int watch_end(struct agent *a, uint32_t stream, const void *payload, size_t len);

@@ -118,5 +118,7 @@ int identity_apply(struct agent *a, uint32_t stream, const void *payload, size_t
         if (first < 0)
                 return first;
         log_info("Identity installed%s%s", id->sandbox_id ? ": " : "", id->sandbox_id ? id->sandbox_id : "");
+        /* a new sandbox (a restore, a fork, a wake): its CPU use counts from here */
+        metrics_prime();
         return agent_send_ok(a, stream);
 }

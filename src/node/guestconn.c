@@ -97,6 +97,7 @@ static unsigned hello_features(json_t *reply) {
                 { "user", GUESTCONN_FEATURE_USER },
                 { "processes", GUESTCONN_FEATURE_PROCESSES },
                 { "watch", GUESTCONN_FEATURE_WATCH },
+                { "metrics", GUESTCONN_FEATURE_METRICS },
         };
         json_t *list = json_object_get(reply, "features"), *v;
         unsigned bits = 0;

@@ -267,6 +267,22 @@ json_t *guestreply_watch_event(json_t *ev) {
         return json_pack("{s:O, s:s}", "name", name, "type", t);
 }
 
+json_t *guestreply_metrics(json_t *res) {
+        json_t *pct = json_object_get(res, "cpu_used_pct");
+        json_int_t cpus = guestreply_uint(json_object_get(res, "cpu_count"), 4096, -1);
+        json_int_t mt = guestreply_uint(json_object_get(res, "mem_total"), INT64_MAX, -1);
+        json_int_t mu = guestreply_uint(json_object_get(res, "mem_used"), INT64_MAX, -1);
+        json_int_t mc = guestreply_uint(json_object_get(res, "mem_cache"), INT64_MAX, -1);
+        json_int_t dt = guestreply_uint(json_object_get(res, "disk_total"), INT64_MAX, -1);
+        json_int_t du = guestreply_uint(json_object_get(res, "disk_used"), INT64_MAX, -1);
+        if (!json_is_number(pct) || json_number_value(pct) < 0 || json_number_value(pct) > 100 || cpus < 1 ||
+            mt < 0 || mu < 0 || mu > mt || mc < 0 || mc > mt || dt < 0 || du < 0 || du > dt)
+                return NULL;
+        return json_pack("{s:I, s:f, s:I, s:I, s:I, s:I, s:I}", "cpu_count", cpus, "cpu_used_pct",
+                         json_number_value(pct), "mem_total", mt, "mem_used", mu, "mem_cache", mc, "disk_total", dt,
+                         "disk_used", du);
+}
+
 int guestreply_adopt(json_t *res, long long pid, bool *ret_pty, uint64_t *ret_dropped) {
         json_t *dropped = json_object_get(res, "dropped");
         bool pty;

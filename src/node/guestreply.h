@@ -93,3 +93,8 @@ json_t *guestreply_watch_event(json_t *ev);
  * guest's ring lost while nobody listened; 0 when absent), -EBADMSG when
  * the reply names another pid or its fields are of the wrong kind. */
 int guestreply_adopt(json_t *res, long long pid, bool *ret_pty, uint64_t *ret_dropped);
+
+/* METRICS' RESULT rebuilt: cpu_count 1..4096, cpu_used_pct 0..100 (a
+ * number), mem_* and disk_* byte counts, used within total. NULL when it
+ * is malformed. */
+json_t *guestreply_metrics(json_t *res);

@@ -750,6 +750,29 @@ static int op_session_list(struct node_conn *c, json_t *req) {
         return conn_reply_ok(c, json_pack("{s:O}", "sessions", out));
 }
 
+/* The guest's use of its CPUs, memory and disk, now (E2B's getMetrics()). */
+static int op_sandbox_metrics(struct node_conn *c, json_t *req) {
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        struct guestconn *g;
+        int r = req_sandbox(c, req, CAP_ACCESS_EXEC, &s, &g);
+        if (r < 0)
+                return r;
+        if (!guestconn_has(g, GUESTCONN_FEATURE_METRICS))
+                return conn_reply_error(c, -EOPNOTSUPP, "unavailable",
+                                        "the sandbox's guest agent is older and reports no metrics");
+        _cleanup_(json_decrefp) json_t *m = json_object(), *res = NULL, *checked = NULL;
+        _cleanup_free_ char *msg = NULL;
+        if (!m)
+                return -ENOMEM;
+        r = guestconn_call(g, PROTO_METRICS, m, GUEST_CALL_MS, &res, &msg);
+        if (r < 0)
+                return reply_guest_failure(c, r, msg, "reading the metrics failed");
+        if (!(checked = guestreply_metrics(res)))
+                return conn_reply_error(c, -EBADMSG, "guest",
+                                        "reading the metrics failed: the guest agent sent a malformed reply");
+        return conn_reply_ok(c, json_pack("{s:O}", "metrics", checked));
+}
+
 static int op_session_adopt(struct node_conn *c, json_t *req) {
         const char *sid;
         uint64_t pid;
@@ -1408,6 +1431,7 @@ static const struct {
         { "sandbox.list", op_sandbox_list, false },
         { "sandbox.delete", op_sandbox_delete, true },
         { "sandbox.network.get", op_network_get, false },
+        { "sandbox.metrics", op_sandbox_metrics, false },
         { "sandbox.network.set", op_network_set, false },
         { "sandbox.network.log", op_network_log, false },
         { "sandbox.secrets.set", nodeops_secrets_set, false },

@@ -831,12 +831,13 @@ static void test_agent_hello_ping(void **state) {
         assert_int_equal(json_integer_value(json_object_get(j, "version")), 1);
         assert_string_equal(json_string_value(json_object_get(j, "agent")), GUEST_AGENT_NAME);
         assert_true(json_is_string(json_object_get(j, "boot_id")));
-        /* what the node checks before it asks for a user, PROCESSES, WATCH */
+        /* what the node checks before it asks for a user, PROCESSES, WATCH, METRICS */
         json_t *features = json_object_get(j, "features");
-        assert_int_equal(json_array_size(features), 3);
+        assert_int_equal(json_array_size(features), 4);
         assert_string_equal(json_string_value(json_array_get(features, 0)), "user");
         assert_string_equal(json_string_value(json_array_get(features, 1)), "processes");
         assert_string_equal(json_string_value(json_array_get(features, 2)), "watch");
+        assert_string_equal(json_string_value(json_array_get(features, 3)), "metrics");
         json_decref(j);
         frame_release(&f);
 
@@ -865,6 +866,33 @@ static void test_agent_hello_ping(void **state) {
         json_decref(j);
         send_json(h, PROTO_FREEZE, 0, "not json");
         expect_error(h, 0, EINVAL);
+
+        /* METRICS: what a sandbox uses, within what it has; looking is not use */
+        send_json(h, PROTO_PING, 0, "{}");
+        j = expect_result(h, 0);
+        json_int_t idle_before = json_integer_value(json_object_get(j, "idle_ms"));
+        json_decref(j);
+        for (int k = 0; k < 2; k++) {
+                send_json(h, PROTO_METRICS, 5, "{}");
+                j = expect_result(h, 5);
+                assert_true(json_integer_value(json_object_get(j, "cpu_count")) >= 1);
+                double pct = json_number_value(json_object_get(j, "cpu_used_pct"));
+                assert_true(pct >= 0 && pct <= 100);
+                json_int_t mt = json_integer_value(json_object_get(j, "mem_total"));
+                json_int_t mu = json_integer_value(json_object_get(j, "mem_used"));
+                json_int_t dt = json_integer_value(json_object_get(j, "disk_total"));
+                json_int_t du = json_integer_value(json_object_get(j, "disk_used"));
+                assert_true(mt > 0 && mu > 0 && mu <= mt);
+                assert_true(dt > 0 && du <= dt);
+                assert_true(json_integer_value(json_object_get(j, "mem_cache")) >= 0);
+                json_decref(j);
+        }
+        send_json(h, PROTO_PING, 0, "{}");
+        j = expect_result(h, 0);
+        assert_true(json_integer_value(json_object_get(j, "idle_ms")) >= idle_before);
+        json_decref(j);
+        send_json(h, PROTO_METRICS, 5, "[1]");
+        expect_error(h, 5, EINVAL);
 
         send_json(h, PROTO_HELLO, 0, "{\"nonce\":\"x\",\"version\":7}");
         expect_error(h, 0, EPROTONOSUPPORT);

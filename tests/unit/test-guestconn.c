@@ -791,6 +791,39 @@ static void test_reply_watch_event(void **state) {
         assert_null(guestreply_watch_event(NULL));
 }
 
+/* METRICS from a guest the node cannot trust: numbers of the right kind,
+ * used never above total, a percentage within 0..100. */
+static void test_reply_metrics(void **state) {
+        json_t *j = parse("{\"cpu_count\":2,\"cpu_used_pct\":12.5,\"mem_total\":1000,\"mem_used\":400,"
+                          "\"mem_cache\":100,\"disk_total\":5000,\"disk_used\":0,\"extra\":\"x\"}");
+        json_t *m = guestreply_metrics(j);
+        assert_non_null(m);
+        assert_int_equal(json_object_size(m), 7); /* rebuilt: nothing else passes */
+        assert_true(json_number_value(json_object_get(m, "cpu_used_pct")) == 12.5);
+        assert_int_equal(json_integer_value(json_object_get(m, "mem_used")), 400);
+        json_decref(m);
+        json_decref(j);
+        static const char *const bad[] = {
+                "{\"cpu_count\":0,\"cpu_used_pct\":1,\"mem_total\":1,\"mem_used\":1,\"mem_cache\":0,\"disk_total\":1,\"disk_used\":1}",
+                "{\"cpu_count\":1,\"cpu_used_pct\":101,\"mem_total\":1,\"mem_used\":1,\"mem_cache\":0,\"disk_total\":1,\"disk_used\":1}",
+                "{\"cpu_count\":1,\"cpu_used_pct\":-1,\"mem_total\":1,\"mem_used\":1,\"mem_cache\":0,\"disk_total\":1,\"disk_used\":1}",
+                "{\"cpu_count\":1,\"cpu_used_pct\":\"5\",\"mem_total\":1,\"mem_used\":1,\"mem_cache\":0,\"disk_total\":1,\"disk_used\":1}",
+                "{\"cpu_count\":1,\"cpu_used_pct\":1,\"mem_total\":1,\"mem_used\":2,\"mem_cache\":0,\"disk_total\":1,\"disk_used\":1}",
+                "{\"cpu_count\":1,\"cpu_used_pct\":1,\"mem_total\":1,\"mem_used\":1,\"mem_cache\":0,\"disk_total\":1,\"disk_used\":9}",
+                "{\"cpu_count\":1,\"cpu_used_pct\":1,\"mem_total\":-1,\"mem_used\":0,\"mem_cache\":0,\"disk_total\":1,\"disk_used\":1}",
+                "{\"cpu_count\":1,\"cpu_used_pct\":1,\"mem_total\":1,\"mem_used\":1,\"disk_total\":1,\"disk_used\":1}",
+                "{}",
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+                j = parse(bad[i]);
+                m = guestreply_metrics(j);
+                if (m)
+                        fail_msg("metrics %s were taken", bad[i]);
+                json_decref(j);
+        }
+        assert_null(guestreply_metrics(NULL));
+}
+
 static void test_reply_adopt(void **state) {
         bool pty = false;
         uint64_t dropped = 7;
@@ -831,6 +864,7 @@ int main(void) {
                 cmocka_unit_test(test_reply_processes),
                 cmocka_unit_test(test_reply_watch_event),
                 cmocka_unit_test(test_reply_adopt),
+                cmocka_unit_test(test_reply_metrics),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
