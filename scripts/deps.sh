@@ -21,6 +21,8 @@ pkgs=(
   libldns-dev libssl-dev node-llhttp libnghttp2-dev
   # lib/vmnet: each VM's namespace rules, loaded in-process (libnftables)
   libnftables-dev
+  # the E2B front door's gzip uploads (src/daemon/e2b-files.c)
+  zlib1g-dev
   # run: the VMM and what the node uses for storage and its users
   qemu-system-x86 btrfs-progs util-linux mount e2fsprogs passwd
 )

@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* envd's POST /files: the SDK's uploads, multipart/form-data (a part named
  * "file" per file, its filename the destination) or one octet-stream
- * body, each streamed to the node as a file.write while it arrives. MHD's
- * post processor parses the multipart framing. */
+ * body (gzip-encoded when the SDK was asked to: zlib inflates it), each
+ * streamed to the node as a file.write while it arrives. MHD's post
+ * processor parses the multipart framing. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <zlib.h>
 
 #include "apireq.h"
 #include "e2b-envd-internal.h"
@@ -34,6 +36,9 @@ struct e2b_upload {
         char err[API_ERRMSG_MAX];
         json_t *written; /* [{"name","path","type"}] */
         size_t parts;
+        /* Content-Encoding: gzip (octet-stream only) */
+        bool gzip, gzip_end;
+        z_stream z;
 };
 
 static int failed(struct e2b_upload *u, int r, unsigned status, const char *msg) {
@@ -88,6 +93,35 @@ static int part_data(struct e2b_upload *u, const char *data, size_t len) {
         return r < 0 ? part_end(u) : 0;
 }
 
+/* A gzip body's bytes: inflated as they come, what comes out goes to the
+ * node; the upload limit counts the inflated bytes (a small body may not
+ * become a huge file). */
+static int gzip_data(struct e2b_upload *u, const char *data, size_t len) {
+        uint8_t out[65536];
+        u->z.next_in = (Bytef *) data;
+        u->z.avail_in = (uInt) len;
+        while (u->z.avail_in > 0 || u->z.avail_out == 0) {
+                if (u->gzip_end && u->z.avail_in > 0)
+                        return failed(u, -EINVAL, 400, "bytes after the end of the gzip stream");
+                if (u->gzip_end)
+                        break;
+                u->z.next_out = out;
+                u->z.avail_out = sizeof out;
+                int k = inflate(&u->z, Z_NO_FLUSH);
+                if (k != Z_OK && k != Z_STREAM_END && k != Z_BUF_ERROR)
+                        return failed(u, -EINVAL, 400, "the body is not valid gzip");
+                size_t n = sizeof out - u->z.avail_out;
+                int r = n ? part_data(u, (const char *) out, n) : 0;
+                if (r < 0 || u->r < 0)
+                        return r < 0 ? r : u->r;
+                if (k == Z_STREAM_END)
+                        u->gzip_end = true;
+                if (k == Z_BUF_ERROR || (n == 0 && u->z.avail_in == 0))
+                        break;
+        }
+        return 0;
+}
+
 static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
                                const char *content_type, const char *transfer_encoding, const char *data, uint64_t off,
                                size_t size) {
@@ -111,10 +145,13 @@ int e2b_upload_begin(struct api_ctx *ctx, struct MHD_Connection *conn, const cha
                      const char *path, struct e2b_upload **ret, struct api_reply *reply) {
         const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         const char *ce = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
-        if (ce && strcasecmp(ce, "identity") != 0)
-                return e2b_rest_error(reply, 415, "compressed uploads (Content-Encoding) are not supported yet"), 1;
+        bool gzip = ce && strcasecmp(ce, "gzip") == 0;
+        if (ce && !gzip && strcasecmp(ce, "identity") != 0)
+                return e2b_rest_error(reply, 415, "an upload's Content-Encoding is gzip or identity"), 1;
         bool multipart = ct && strncasecmp(ct, "multipart/form-data", 19) == 0;
         bool octet = ct && strncasecmp(ct, "application/octet-stream", 24) == 0;
+        if (gzip && !octet)
+                return e2b_rest_error(reply, 415, "gzip uploads are application/octet-stream"), 1;
         if (!multipart && !octet)
                 return e2b_rest_error(reply, 400, "uploads are multipart/form-data or application/octet-stream"), 1;
         if (octet && !*path)
@@ -125,6 +162,13 @@ int e2b_upload_begin(struct api_ctx *ctx, struct MHD_Connection *conn, const cha
                 return -ENOMEM;
         }
         u->ctx = ctx;
+        /* 16 + window bits: a gzip header, not zlib's */
+        if (gzip && inflateInit2(&u->z, 16 + MAX_WBITS) != Z_OK) {
+                json_decref(u->written);
+                free(u);
+                return -ENOMEM;
+        }
+        u->gzip = gzip;
         snprintf(u->sandbox_id, sizeof u->sandbox_id, "%s", sandbox_id);
         snprintf(u->user, sizeof u->user, "%s", user);
         snprintf(u->query_path, sizeof u->query_path, "%s", path);
@@ -147,7 +191,9 @@ int e2b_upload_data(struct e2b_upload *u, struct api_ctx *ctx, const char *data,
                 if (u->pp) {
                         if (MHD_post_process(u->pp, data, len) != MHD_YES)
                                 (void) failed(u, -EINVAL, 400, "the multipart body is malformed");
-                } else
+                } else if (u->gzip)
+                        (void) gzip_data(u, data, len);
+                else
                         (void) part_data(u, data, len);
         }
         if (u->r < 0) {
@@ -162,6 +208,8 @@ void e2b_upload_finish(struct e2b_upload *u, struct api_ctx *ctx, struct api_rep
         if (u->pp && u->r == 0 && MHD_destroy_post_processor(u->pp) != MHD_YES)
                 (void) failed(u, -EINVAL, 400, "the multipart body ended early");
         u->pp = NULL;
+        if (u->r == 0 && u->gzip && !u->gzip_end)
+                (void) failed(u, -EINVAL, 400, "the gzip stream ended early");
         if (u->r == 0)
                 (void) part_end(u);
         if (u->r == 0 && json_array_size(u->written) == 0)
@@ -180,6 +228,8 @@ void e2b_upload_free(struct e2b_upload *u) {
                 (void) node_conn_send_end(u->conn, true);
                 node_conn_free(u->conn);
         }
+        if (u->gzip)
+                inflateEnd(&u->z);
         json_decref(u->written);
         free(u);
 }
