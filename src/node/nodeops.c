@@ -15,6 +15,7 @@
 #include "gwclient.h"
 #include "log.h"
 #include "netpolicy.h"
+#include "nodeops-files.h"
 #include "nodeops-lifecycle.h"
 #include "nodeops-secrets.h"
 #include "portproxy.h"
@@ -35,24 +36,14 @@
 #define ENV_MAX 4096
 #define STRING_MAX (128u << 10)
 #define EXEC_DEFAULT_TIMEOUT_S 60
-#define GUEST_CALL_MS 30000
 /* After SIGKILL on timeout, how long to wait for the EXIT frame. */
 #define EXEC_KILL_GRACE_MS 2000
-/* file.read: guest data waiting for the client, at most. */
-#define READ_QUEUE_MAX (4u << 20)
-/* file.read / file.write: no progress for this long ends the transfer. */
-#define TRANSFER_IDLE_MS 60000
 /* Room left in a reply frame for everything but exec's two outputs. */
 #define REPLY_SLACK 1024
 /* session.resize: the terminal sizes a client may ask for. */
 #define TERMINAL_MAX 1000
 /* EXEC's tag, at most (the guest's limit). */
 #define TAG_MAX 256
-/* file.watch: events waiting for the client, at most; beyond, they are
- * dropped and the client told so with an overflow event. */
-#define WATCH_QUEUE_MAX 4096
-/* An attached client that says nothing is checked for hang-up this often. */
-#define WATCH_POLL_MS 1000
 
 static const struct node_config *ocfg;
 static enum vmm_accel oaccel;
@@ -62,6 +53,10 @@ void nodeops_init(const struct node_config *cfg, enum vmm_accel accel, const cha
         ocfg = cfg;
         oaccel = accel;
         snprintf(oaccel_reason, sizeof oaccel_reason, "%s", accel_reason ? accel_reason : "");
+}
+
+const struct node_config *nodeops_config(void) {
+        return ocfg;
 }
 
 /* ---- request validation: every helper replies "invalid" itself ---- */
@@ -99,7 +94,7 @@ static int field_name(struct node_conn *c, json_t *req, const char *key, const c
         return 0;
 }
 
-static int field_path(struct node_conn *c, json_t *req, const char *key, bool required, const char **ret) {
+int nodeops_field_path(struct node_conn *c, json_t *req, const char *key, bool required, const char **ret) {
         const char *s;
         int r = field_string(c, req, key, required, NODE_PATH_MAX, &s);
         if (r < 0)
@@ -111,7 +106,7 @@ static int field_path(struct node_conn *c, json_t *req, const char *key, bool re
         return 0;
 }
 
-static int field_bool(struct node_conn *c, json_t *req, const char *key, bool def, bool *ret) {
+int nodeops_field_bool(struct node_conn *c, json_t *req, const char *key, bool def, bool *ret) {
         json_t *v = json_object_get(req, key);
         if (!v || json_is_null(v)) {
                 *ret = def;
@@ -123,8 +118,8 @@ static int field_bool(struct node_conn *c, json_t *req, const char *key, bool de
         return 0;
 }
 
-static int field_uint(struct node_conn *c, json_t *req, const char *key, uint64_t def, uint64_t min, uint64_t max,
-                      uint64_t *ret) {
+int nodeops_field_uint(struct node_conn *c, json_t *req, const char *key, uint64_t def, uint64_t min, uint64_t max,
+                       uint64_t *ret) {
         json_t *v = json_object_get(req, key);
         if (!v || json_is_null(v)) {
                 *ret = def;
@@ -287,7 +282,7 @@ static int req_sandbox(struct node_conn *c, json_t *req, uint32_t need, struct s
 
 /* Replies with a guest call's failure: the guest's errno and message when
  * it sent ERROR, else the transport problem. */
-static int reply_guest_failure(struct node_conn *c, int r, const char *msg, const char *what) {
+int nodeops_reply_guest_failure(struct node_conn *c, int r, const char *msg, const char *what) {
         if (msg)
                 return conn_reply_error(c, r, node_guest_errno_code(-r), "%s: %s", what, msg);
         if (r == -ETIMEDOUT)
@@ -455,7 +450,7 @@ static int op_network_set(struct node_conn *c, json_t *req) {
 static int op_network_log(struct node_conn *c, json_t *req) {
         uint64_t limit;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
-        int r = field_uint(c, req, "limit", 100, 1, NETWORK_LOG_MAX, &limit);
+        int r = nodeops_field_uint(c, req, "limit", 100, 1, NETWORK_LOG_MAX, &limit);
         if (r < 0 || (r = req_sandbox_plain(c, req, &s)) < 0)
                 return r;
         const char *st = sandbox_state_name(s);
@@ -583,11 +578,11 @@ static int op_exec(struct node_conn *c, json_t *req) {
         uint64_t timeout_s, max_output;
         int r;
         if ((r = field_cmd(c, req, "cmd", &cmd)) < 0 || (r = field_env(c, req, "env", &env)) < 0 ||
-            (r = field_path(c, req, "cwd", false, &cwd)) < 0 || (r = field_user(c, req, &user)) < 0 ||
+            (r = nodeops_field_path(c, req, "cwd", false, &cwd)) < 0 || (r = field_user(c, req, &user)) < 0 ||
             (r = field_string(c, req, "stdin", false, PROTO_MAX_PAYLOAD, &stdin_s)) < 0 ||
-            (r = field_uint(c, req, "timeout_s", MIN(EXEC_DEFAULT_TIMEOUT_S, ocfg->exec_timeout_max_s), 1,
-                            ocfg->exec_timeout_max_s, &timeout_s)) < 0 ||
-            (r = field_uint(c, req, "max_output", ocfg->exec_max_output, 0, UINT32_MAX, &max_output)) < 0)
+            (r = nodeops_field_uint(c, req, "timeout_s", MIN(EXEC_DEFAULT_TIMEOUT_S, ocfg->exec_timeout_max_s), 1,
+                                    ocfg->exec_timeout_max_s, &timeout_s)) < 0 ||
+            (r = nodeops_field_uint(c, req, "max_output", ocfg->exec_max_output, 0, UINT32_MAX, &max_output)) < 0)
                 return r;
         max_output = MIN(max_output, (uint64_t) ocfg->exec_max_output);
         size_t stdin_len = stdin_s ? json_string_length(json_object_get(req, "stdin")) : 0;
@@ -623,12 +618,12 @@ static int op_exec(struct node_conn *c, json_t *req) {
         else
                 r = guestconn_stream_open(g, exec_handler, &e, &stream);
         if (r >= 0)
-                r = guestconn_call_stream(g, stream, PROTO_EXEC, exec_req, GUEST_CALL_MS, NULL, &msg);
+                r = guestconn_call_stream(g, stream, PROTO_EXEC, exec_req, NODEOPS_GUEST_CALL_MS, NULL, &msg);
         if (r < 0) {
                 if (r == -ESRCH && msg && user)
                         conn_reply_error(c, r, "invalid", "unknown user '%s'", user);
                 else
-                        reply_guest_failure(c, r, msg, "exec failed");
+                        nodeops_reply_guest_failure(c, r, msg, "exec failed");
                 goto out;
         }
         for (size_t off = 0; off < stdin_len && r >= 0; off += PROTO_DATA_CHUNK)
@@ -688,12 +683,12 @@ static int op_session_start(struct node_conn *c, json_t *req) {
         uint64_t rows, cols;
         int r;
         if ((r = field_name(c, req, "session_id", &sid)) < 0 || (r = field_cmd(c, req, "cmd", &cmd)) < 0 ||
-            (r = field_env(c, req, "env", &env)) < 0 || (r = field_path(c, req, "cwd", false, &cwd)) < 0 ||
+            (r = field_env(c, req, "env", &env)) < 0 || (r = nodeops_field_path(c, req, "cwd", false, &cwd)) < 0 ||
             (r = field_user(c, req, &user)) < 0 ||
             (r = field_string(c, req, "tag", false, TAG_MAX, &tag)) < 0 ||
-            (r = field_bool(c, req, "pty", false, &pty)) < 0 ||
-            (r = field_uint(c, req, "rows", 24, 1, 65535, &rows)) < 0 ||
-            (r = field_uint(c, req, "cols", 80, 1, 65535, &cols)) < 0)
+            (r = nodeops_field_bool(c, req, "pty", false, &pty)) < 0 ||
+            (r = nodeops_field_uint(c, req, "rows", 24, 1, 65535, &rows)) < 0 ||
+            (r = nodeops_field_uint(c, req, "cols", 80, 1, 65535, &cols)) < 0)
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         if ((r = req_sandbox(c, req, CAP_ACCESS_EXEC, &s, NULL)) < 0)
@@ -726,9 +721,9 @@ static int op_session_list(struct node_conn *c, json_t *req) {
         _cleanup_free_ char *msg = NULL;
         if (!m)
                 return -ENOMEM;
-        r = guestconn_call(g, PROTO_PROCESSES, m, GUEST_CALL_MS, &res, &msg);
+        r = guestconn_call(g, PROTO_PROCESSES, m, NODEOPS_GUEST_CALL_MS, &res, &msg);
         if (r < 0)
-                return reply_guest_failure(c, r, msg, "listing the processes failed");
+                return nodeops_reply_guest_failure(c, r, msg, "listing the processes failed");
         checked = guestreply_processes(res);
         if (!checked)
                 return conn_reply_error(
@@ -764,9 +759,9 @@ static int op_sandbox_metrics(struct node_conn *c, json_t *req) {
         _cleanup_free_ char *msg = NULL;
         if (!m)
                 return -ENOMEM;
-        r = guestconn_call(g, PROTO_METRICS, m, GUEST_CALL_MS, &res, &msg);
+        r = guestconn_call(g, PROTO_METRICS, m, NODEOPS_GUEST_CALL_MS, &res, &msg);
         if (r < 0)
-                return reply_guest_failure(c, r, msg, "reading the metrics failed");
+                return nodeops_reply_guest_failure(c, r, msg, "reading the metrics failed");
         if (!(checked = guestreply_metrics(res)))
                 return conn_reply_error(c, -EBADMSG, "guest",
                                         "reading the metrics failed: the guest agent sent a malformed reply");
@@ -781,7 +776,7 @@ static int op_session_adopt(struct node_conn *c, json_t *req) {
                 return r;
         if (!json_object_get(req, "pid"))
                 return conn_reply_error(c, -EINVAL, "invalid", "missing field \"pid\"");
-        if ((r = field_uint(c, req, "pid", 0, 1, GUESTREPLY_PID_MAX, &pid)) < 0)
+        if ((r = nodeops_field_uint(c, req, "pid", 0, 1, GUESTREPLY_PID_MAX, &pid)) < 0)
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         if ((r = req_sandbox(c, req, CAP_ACCESS_EXEC, &s, NULL)) < 0)
@@ -812,7 +807,7 @@ static int op_session_stdin(struct node_conn *c, json_t *req) {
         int r;
         if ((r = field_name(c, req, "session_id", &sid)) < 0 ||
             (r = field_string(c, req, "data", false, PROTO_MAX_PAYLOAD, &data)) < 0 ||
-            (r = field_bool(c, req, "close", false, &close_stdin)) < 0)
+            (r = nodeops_field_bool(c, req, "close", false, &close_stdin)) < 0)
                 return r;
         _cleanup_free_ uint8_t *bytes = NULL;
         size_t len = 0;
@@ -832,8 +827,8 @@ static int op_session_resize(struct node_conn *c, json_t *req) {
         if (!json_object_get(req, "rows") || !json_object_get(req, "cols"))
                 return conn_reply_error(c, -EINVAL, "invalid", "missing field \"%s\"",
                                         json_object_get(req, "rows") ? "cols" : "rows");
-        if ((r = field_uint(c, req, "rows", 0, 1, TERMINAL_MAX, &rows)) < 0 ||
-            (r = field_uint(c, req, "cols", 0, 1, TERMINAL_MAX, &cols)) < 0 ||
+        if ((r = nodeops_field_uint(c, req, "rows", 0, 1, TERMINAL_MAX, &rows)) < 0 ||
+            (r = nodeops_field_uint(c, req, "cols", 0, 1, TERMINAL_MAX, &cols)) < 0 ||
             (r = req_session(c, req, sid)) < 0)
                 return r;
         return session_resize(c, sid, (unsigned) rows, (unsigned) cols);
@@ -847,570 +842,9 @@ static int op_session_signal(struct node_conn *c, json_t *req) {
                 return r;
         if (!json_object_get(req, "signal"))
                 return conn_reply_error(c, -EINVAL, "invalid", "missing field \"signal\"");
-        if ((r = field_uint(c, req, "signal", 0, 1, 64, &sig)) < 0 || (r = req_session(c, req, sid)) < 0)
+        if ((r = nodeops_field_uint(c, req, "signal", 0, 1, 64, &sig)) < 0 || (r = req_session(c, req, sid)) < 0)
                 return r;
         return session_signal(c, sid, (int) sig);
-}
-
-/* ---- files ---- */
-
-struct qitem {
-        struct qitem *next;
-        size_t len;
-        uint8_t data[];
-};
-
-/* One guest file transfer on its own stream. */
-struct xfer {
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        bool done;       /* write: RESULT or ERROR arrived; read: FILE_END */
-        bool dead;       /* the channel died */
-        bool cancelled;  /* read: the client is gone, discard */
-        int err;         /* negative guest errno from ERROR */
-        char *msg;       /* its message */
-        json_t *result;  /* write: RESULT payload */
-        struct qitem *head, *tail;
-        size_t queued;
-};
-
-static void xfer_init(struct xfer *x) {
-        *x = (struct xfer){ 0 };
-        pthread_mutex_init(&x->lock, NULL);
-        node_cond_init(&x->cond);
-}
-
-static void xfer_release(struct xfer *x) {
-        while (x->head) {
-                struct qitem *q = x->head;
-                x->head = q->next;
-                free(q);
-        }
-        free(x->msg);
-        json_decref(x->result);
-        pthread_mutex_destroy(&x->lock);
-        pthread_cond_destroy(&x->cond);
-}
-
-/* Records a guest ERROR payload (x->lock held). */
-static void xfer_set_error(struct xfer *x, const uint8_t *payload, size_t len) {
-        json_error_t jerr;
-        json_t *m = json_loadb((const char *) payload, len, 0, &jerr);
-        json_t *e = json_object_get(m, "errno");
-        const char *msg = json_string_value(json_object_get(m, "message"));
-        x->err = json_is_integer(e) && json_integer_value(e) > 0 && json_integer_value(e) < 4096
-                         ? (int) -json_integer_value(e)
-                         : -EIO;
-        free(x->msg);
-        x->msg = strndup(msg ? msg : strerror(-x->err), 1024);
-        json_decref(m);
-}
-
-static void write_handler(void *userdata, uint8_t type, const uint8_t *payload, size_t len) {
-        struct xfer *x = userdata;
-        pthread_mutex_lock(&x->lock);
-        if (type == PROTO_RESULT && !x->done) {
-                json_error_t jerr;
-                x->result = json_loadb((const char *) payload, len, 0, &jerr);
-                x->done = true;
-        } else if (type == PROTO_ERROR && !x->done) {
-                xfer_set_error(x, payload, len);
-                x->done = true;
-        } else if (type == 0)
-                x->dead = true;
-        pthread_cond_broadcast(&x->cond);
-        pthread_mutex_unlock(&x->lock);
-}
-
-/* Replies with the outcome of a failed transfer (x->lock not held). */
-static int reply_xfer_failure(struct node_conn *c, struct xfer *x, const char *what) {
-        if (x->err < 0)
-                return conn_reply_error(c, x->err, node_guest_errno_code(-x->err), "%s: %s", what, x->msg);
-        return conn_reply_error(c, -ECONNRESET, "guest", "%s: the guest channel closed", what);
-}
-
-static int op_file_write(struct node_conn *c, json_t *req) {
-        const char *path;
-        uint64_t mode;
-        int r;
-        if ((r = field_path(c, req, "path", true, &path)) < 0 ||
-            (r = field_uint(c, req, "mode", 0644, 0, 07777, &mode)) < 0)
-                return r;
-        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
-        struct guestconn *g;
-        if ((r = req_sandbox(c, req, CAP_ACCESS_FILES_WRITE, &s, &g)) < 0)
-                return r;
-
-        struct xfer x;
-        xfer_init(&x);
-        uint32_t stream = 0;
-        uint64_t total = 0;
-        bool started = false;
-        json_t *m = json_pack("{s:s, s:I}", "path", path, "mode", (json_int_t) mode);
-        r = m ? guestconn_stream_open(g, write_handler, &x, &stream) : -ENOMEM;
-        if (r >= 0)
-                r = guestconn_send_json(g, PROTO_FILE_WRITE, stream, m);
-        json_decref(m);
-        if (r < 0) {
-                conn_reply_errno(c, r, "starting the guest transfer failed");
-                goto out;
-        }
-        started = true;
-
-        for (;;) {
-                struct proto_header h;
-                const uint8_t *payload;
-                r = conn_read_frame(c, TRANSFER_IDLE_MS, &h, &payload);
-                if (r <= 0) {
-                        if (r == 0)
-                                r = -ECONNRESET;
-                        conn_reply_errno(c, r, "reading the upload failed");
-                        goto out;
-                }
-                if (h.type == PROTO_NODE_END) {
-                        json_error_t jerr;
-                        json_t *end = json_loadb((const char *) payload, h.length, 0, &jerr);
-                        bool abort = json_is_true(json_object_get(end, "abort"));
-                        json_decref(end);
-                        conn_pop_frame(c, &h);
-                        if (abort) {
-                                r = conn_reply_error(c, -ECANCELED, "invalid", "upload aborted by the client");
-                                goto out;
-                        }
-                        break;
-                }
-                if (h.type != PROTO_NODE_DATA) {
-                        conn_pop_frame(c, &h);
-                        r = conn_reply_error(c, -EINVAL, "invalid", "expected node-data or node-end, got %s",
-                                             proto_type_name(h.type));
-                        goto out;
-                }
-                if (total + h.length > ocfg->max_file_size) {
-                        conn_pop_frame(c, &h);
-                        r = conn_reply_error(c, -EFBIG, "too_large", "file larger than %llu bytes",
-                                             (unsigned long long) ocfg->max_file_size);
-                        goto out;
-                }
-                pthread_mutex_lock(&x.lock);
-                bool failed = x.done || x.dead;
-                pthread_mutex_unlock(&x.lock);
-                if (failed) {
-                        conn_pop_frame(c, &h);
-                        r = reply_xfer_failure(c, &x, "writing the file failed");
-                        goto out;
-                }
-                for (size_t off = 0; off < h.length && r >= 0; off += PROTO_DATA_CHUNK)
-                        r = guestconn_send(g, PROTO_FILE_DATA, stream, payload + off,
-                                           MIN((size_t) PROTO_DATA_CHUNK, h.length - off));
-                total += h.length;
-                conn_pop_frame(c, &h);
-                if (r < 0) {
-                        reply_xfer_failure(c, &x, "writing the file failed");
-                        goto out;
-                }
-        }
-
-        r = guestconn_send(g, PROTO_FILE_END, stream, "{}", 2);
-        started = false; /* the guest finishes (or fails) it now */
-        pthread_mutex_lock(&x.lock);
-        struct timespec ts;
-        node_deadline_after_ms(&ts, TRANSFER_IDLE_MS);
-        while (r >= 0 && !x.done && !x.dead)
-                if (pthread_cond_timedwait(&x.cond, &x.lock, &ts) == ETIMEDOUT)
-                        break;
-        bool ok = x.done && x.err == 0;
-        bool done = x.done || x.dead;
-        pthread_mutex_unlock(&x.lock);
-        if (ok) {
-                r = conn_reply_ok(c, json_pack("{s:I}", "size",
-                                               guestreply_uint(json_object_get(x.result, "size"), INT64_MAX,
-                                                               (json_int_t) total)));
-        } else if (!done)
-                r = conn_reply_error(c, -ETIMEDOUT, "timeout", "the guest did not confirm the write");
-        else
-                r = reply_xfer_failure(c, &x, "writing the file failed");
-out:
-        if (started) {
-                /* tell the guest to discard its temporary file */
-                json_t *a = json_pack("{s:b}", "abort", 1);
-                if (a)
-                        guestconn_send_json(g, PROTO_FILE_END, stream, a);
-                json_decref(a);
-        }
-        if (stream)
-                guestconn_stream_close(g, stream);
-        xfer_release(&x);
-        return r;
-}
-
-static void read_handler(void *userdata, uint8_t type, const uint8_t *payload, size_t len) {
-        struct xfer *x = userdata;
-        pthread_mutex_lock(&x->lock);
-        if (type == PROTO_FILE_DATA) {
-                /* backpressure: the guest channel waits while the client is slow */
-                while (x->queued >= READ_QUEUE_MAX && !x->cancelled)
-                        pthread_cond_wait(&x->cond, &x->lock);
-                if (!x->cancelled && len > 0) {
-                        struct qitem *q = malloc(sizeof *q + len);
-                        if (q) {
-                                q->next = NULL;
-                                q->len = len;
-                                memcpy(q->data, payload, len);
-                                if (x->tail)
-                                        x->tail->next = q;
-                                else
-                                        x->head = q;
-                                x->tail = q;
-                                x->queued += len;
-                        } else {
-                                x->err = -ENOMEM;
-                                x->msg = strdup("out of memory");
-                        }
-                }
-        } else if (type == PROTO_FILE_END)
-                x->done = true;
-        else if (type == PROTO_ERROR && !x->done)
-                xfer_set_error(x, payload, len);
-        else if (type == 0)
-                x->dead = true;
-        pthread_cond_broadcast(&x->cond);
-        pthread_mutex_unlock(&x->lock);
-}
-
-static int op_file_read(struct node_conn *c, json_t *req) {
-        const char *path;
-        int r;
-        if ((r = field_path(c, req, "path", true, &path)) < 0)
-                return r;
-        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
-        struct guestconn *g;
-        if ((r = req_sandbox(c, req, CAP_ACCESS_FILES_READ, &s, &g)) < 0)
-                return r;
-
-        struct xfer x;
-        xfer_init(&x);
-        uint32_t stream = 0;
-        _cleanup_free_ char *msg = NULL;
-        json_t *res = NULL;
-        json_t *m = json_pack("{s:s}", "path", path);
-        r = m ? guestconn_stream_open(g, read_handler, &x, &stream) : -ENOMEM;
-        if (r >= 0)
-                r = guestconn_call_stream(g, stream, PROTO_FILE_READ, m, GUEST_CALL_MS, &res, &msg);
-        json_decref(m);
-        if (r < 0) {
-                reply_guest_failure(c, r, msg, "reading the file failed");
-                goto out;
-        }
-        r = conn_reply_ok(c, json_pack("{s:I, s:I}", "size",
-                                       guestreply_uint(json_object_get(res, "size"), INT64_MAX, 0), "mode",
-                                       guestreply_uint(json_object_get(res, "mode"), 07777, 0)));
-        json_decref(res);
-        if (r < 0)
-                goto out;
-
-        uint64_t idle_since = now_monotonic_ns();
-        for (;;) {
-                pthread_mutex_lock(&x.lock);
-                struct qitem *q = x.head;
-                if (q) {
-                        x.head = q->next;
-                        if (!x.head)
-                                x.tail = NULL;
-                        x.queued -= q->len;
-                        pthread_cond_broadcast(&x.cond);
-                }
-                bool done = x.done, dead = x.dead;
-                int err = x.err;
-                if (!q && !done && !dead && err == 0) {
-                        struct timespec ts;
-                        node_deadline_after_ms(&ts, 1000);
-                        pthread_cond_timedwait(&x.cond, &x.lock, &ts);
-                        pthread_mutex_unlock(&x.lock);
-                        if (conn_hung_up(c))
-                                goto out;
-                        if (now_monotonic_ns() - idle_since > TRANSFER_IDLE_MS * 1000000ULL) {
-                                conn_reply_error(c, -ETIMEDOUT, "timeout", "the guest stopped sending the file");
-                                goto out;
-                        }
-                        continue;
-                }
-                pthread_mutex_unlock(&x.lock);
-                if (q) {
-                        r = conn_send_data(c, q->data, q->len);
-                        free(q);
-                        idle_since = now_monotonic_ns();
-                        if (r < 0)
-                                goto out;
-                        continue;
-                }
-                if (err < 0) {
-                        /* a late error travels as a reply frame inside the stream */
-                        reply_xfer_failure(c, &x, "reading the file failed");
-                        goto out;
-                }
-                if (done) {
-                        conn_send_end(c, NULL);
-                        goto out;
-                }
-                conn_reply_error(c, -ECONNRESET, "guest", "reading the file failed: the guest channel closed");
-                goto out;
-        }
-out:
-        pthread_mutex_lock(&x.lock);
-        x.cancelled = true; /* frees a handler waiting for queue room */
-        pthread_cond_broadcast(&x.cond);
-        pthread_mutex_unlock(&x.lock);
-        if (stream)
-                guestconn_stream_close(g, stream);
-        xfer_release(&x);
-        return r;
-}
-
-/* LIST / STAT / REMOVE: one guest call; the result's checked fields go into
- * the reply (STAT's under "entry"). */
-static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const char *what) {
-        const char *path;
-        bool recursive = false;
-        int r;
-        if ((r = field_path(c, req, "path", true, &path)) < 0)
-                return r;
-        if (type == PROTO_REMOVE && (r = field_bool(c, req, "recursive", false, &recursive)) < 0)
-                return r;
-        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
-        struct guestconn *g;
-        if ((r = req_sandbox(c, req, type == PROTO_REMOVE ? CAP_ACCESS_FILES_WRITE : CAP_ACCESS_FILES_READ, &s, &g)) <
-            0)
-                return r;
-
-        _cleanup_(json_decrefp) json_t *m = json_pack("{s:s}", "path", path);
-        if (!m)
-                return -ENOMEM;
-        if (type == PROTO_REMOVE)
-                json_object_set_new(m, "recursive", json_boolean(recursive));
-        json_t *res = NULL;
-        _cleanup_free_ char *msg = NULL;
-        r = guestconn_call(g, type, m, GUEST_CALL_MS, &res, &msg);
-        if (r < 0)
-                return reply_guest_failure(c, r, msg, what);
-        json_t *out = NULL;
-        if (type == PROTO_STAT) {
-                json_t *e = guestreply_entry(res, true);
-                out = e ? json_pack("{s:o}", "entry", e) : NULL;
-        } else if (type == PROTO_LIST)
-                out = guestreply_list(res);
-        json_decref(res);
-        if (type == PROTO_REMOVE)
-                return conn_reply_ok(c, NULL);
-        if (!out)
-                return conn_reply_error(c, -EBADMSG, "guest", "%s: the guest agent sent a malformed reply", what);
-        return conn_reply_ok(c, out);
-}
-
-static int op_file_list(struct node_conn *c, json_t *req) {
-        return file_simple(c, req, PROTO_LIST, "listing failed");
-}
-
-static int op_file_stat(struct node_conn *c, json_t *req) {
-        return file_simple(c, req, PROTO_STAT, "stat failed");
-}
-
-static int op_file_remove(struct node_conn *c, json_t *req) {
-        return file_simple(c, req, PROTO_REMOVE, "remove failed");
-}
-
-/* The checked STAT entry of path, or NULL (for a reply that can do
- * without: the path was changed meanwhile, the guest failed). */
-static json_t *stat_entry(struct guestconn *g, const char *path) {
-        _cleanup_(json_decrefp) json_t *m = json_pack("{s:s}", "path", path), *res = NULL;
-        if (!m || guestconn_call(g, PROTO_STAT, m, GUEST_CALL_MS, &res, NULL) < 0)
-                return NULL;
-        return guestreply_entry(res, true);
-}
-
-/* MKDIR and RENAME: one guest call, then the entry of the directory made
- * or of the new name (E2B answers with it), when the guest gives it. */
-static int file_change(struct node_conn *c, json_t *req, uint8_t type, const char *what) {
-        const char *path, *to = NULL;
-        bool parents = false;
-        int r;
-        if ((r = field_path(c, req, type == PROTO_RENAME ? "from" : "path", true, &path)) < 0 ||
-            (type == PROTO_RENAME && (r = field_path(c, req, "to", true, &to)) < 0) ||
-            (type == PROTO_MKDIR && (r = field_bool(c, req, "parents", false, &parents)) < 0))
-                return r;
-        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
-        struct guestconn *g;
-        if ((r = req_sandbox(c, req, CAP_ACCESS_FILES_WRITE, &s, &g)) < 0)
-                return r;
-        _cleanup_(json_decrefp) json_t *m =
-                type == PROTO_RENAME ? json_pack("{s:s, s:s}", "from", path, "to", to)
-                                     : json_pack("{s:s, s:b}", "path", path, "parents", parents);
-        _cleanup_free_ char *msg = NULL;
-        if (!m)
-                return -ENOMEM;
-        r = guestconn_call(g, type, m, GUEST_CALL_MS, NULL, &msg);
-        if (r < 0)
-                return reply_guest_failure(c, r, msg, what);
-        json_t *e = stat_entry(g, to ?: path);
-        return conn_reply_ok(c, e ? json_pack("{s:o}", "entry", e) : NULL);
-}
-
-static int op_file_mkdir(struct node_conn *c, json_t *req) {
-        return file_change(c, req, PROTO_MKDIR, "mkdir failed");
-}
-
-static int op_file_rename(struct node_conn *c, json_t *req) {
-        return file_change(c, req, PROTO_RENAME, "rename failed");
-}
-
-/* ---- file.watch ---- */
-
-/* What the guest's reader thread hands the client's thread: checked
- * events, bounded, and how the watch ended. */
-struct watch_queue {
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        json_t *events;   /* array, at most WATCH_QUEUE_MAX */
-        bool overflow;    /* events were dropped since the queue was last taken */
-        uint64_t invalid; /* malformed events the guest sent, dropped */
-        bool ended, dead; /* the guest's ERROR (err, msg); the channel died */
-        int err;
-        char *msg;
-};
-
-static void watch_handler(void *userdata, uint8_t type, const uint8_t *payload, size_t len) {
-        struct watch_queue *q = userdata;
-        pthread_mutex_lock(&q->lock);
-        if (q->ended || q->dead) {
-                /* a watch's last frame is its ERROR */
-        } else if (type == PROTO_WATCH_EVENT) {
-                json_error_t jerr;
-                _cleanup_(json_decrefp) json_t *m =
-                        json_loadb((const char *) payload, len, JSON_REJECT_DUPLICATES, &jerr);
-                json_t *ev = guestreply_watch_event(m);
-                if (!ev)
-                        q->invalid++;
-                else if (json_array_size(q->events) >= WATCH_QUEUE_MAX ||
-                         json_array_append_new(q->events, ev) < 0)
-                        q->overflow = true;
-        } else if (type == PROTO_ERROR) {
-                json_t *res = NULL;
-                q->ended = true;
-                if (guestreply_parse(type, payload, len, &q->err, &res, &q->msg) < 0)
-                        q->err = -EBADMSG;
-                json_decref(res);
-        } else if (type == 0)
-                q->dead = true;
-        pthread_cond_broadcast(&q->cond);
-        pthread_mutex_unlock(&q->lock);
-}
-
-/* NODE_END {"error":{"code","message"}}: the watch ended from the
- * sandbox's side (message: the guest's words, made valid UTF-8). */
-static int watch_end_error(struct node_conn *c, const char *code, const char *message) {
-        _cleanup_free_ char *clean = utf8_sanitize(message, strlen(message), NULL);
-        return conn_send_end(
-                c, json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", clean ?: "watch ended"));
-}
-
-static int op_file_watch(struct node_conn *c, json_t *req) {
-        const char *path;
-        bool recursive;
-        int r;
-        if ((r = field_path(c, req, "path", true, &path)) < 0 ||
-            (r = field_bool(c, req, "recursive", false, &recursive)) < 0)
-                return r;
-        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
-        struct guestconn *g;
-        if ((r = req_sandbox(c, req, CAP_ACCESS_FILES_READ, &s, &g)) < 0)
-                return r;
-        if (!guestconn_has(g, GUESTCONN_FEATURE_WATCH))
-                return conn_reply_error(c, -EOPNOTSUPP, "unavailable",
-                                        "the sandbox's guest agent is older and cannot watch directories");
-
-        struct watch_queue q = { .events = json_array() };
-        pthread_mutex_init(&q.lock, NULL);
-        node_cond_init(&q.cond);
-        uint32_t stream = 0;
-        _cleanup_free_ char *msg = NULL;
-        json_t *m = json_pack("{s:s, s:b}", "path", path, "recursive", recursive);
-        r = m && q.events ? guestconn_stream_open(g, watch_handler, &q, &stream) : -ENOMEM;
-        if (r >= 0)
-                r = guestconn_call_stream(g, stream, PROTO_WATCH, m, GUEST_CALL_MS, NULL, &msg);
-        json_decref(m);
-        if (r < 0) {
-                if (msg && (r == -EMFILE || r == -EAGAIN))
-                        conn_reply_error(c, r, "unavailable", "watch failed: %s", msg);
-                else if (msg && (r == -E2BIG || r == -ENOSPC))
-                        conn_reply_error(c, r, "too_large", "watch failed: %s", msg);
-                else
-                        reply_guest_failure(c, r, msg, "watch failed");
-                goto out;
-        }
-        r = conn_reply_ok(c, NULL);
-        if (r < 0)
-                goto end;
-
-        for (;;) {
-                pthread_mutex_lock(&q.lock);
-                if (json_array_size(q.events) == 0 && !q.overflow && !q.ended && !q.dead) {
-                        struct timespec ts;
-                        node_deadline_after_ms(&ts, WATCH_POLL_MS);
-                        pthread_cond_timedwait(&q.cond, &q.lock, &ts);
-                        pthread_mutex_unlock(&q.lock);
-                        if (conn_hung_up(c))
-                                break;
-                        continue;
-                }
-                /* the events go out without the lock: the guest's reader
-                 * never waits for a slow client */
-                json_t *batch = q.events;
-                q.events = json_array();
-                bool overflow = q.overflow, ended = q.ended, dead = q.dead;
-                q.overflow = false;
-                int err = q.err;
-                _cleanup_free_ char *why = q.msg ? strdup(q.msg) : NULL;
-                pthread_mutex_unlock(&q.lock);
-                size_t i;
-                json_t *ev;
-                r = 0;
-                json_array_foreach(batch, i, ev) {
-                        if (r >= 0)
-                                r = conn_send_event(c, json_incref(ev));
-                }
-                json_decref(batch);
-                if (r >= 0 && overflow)
-                        r = conn_send_event(c, json_pack("{s:s}", "type", "overflow"));
-                if (r < 0 || !q.events)
-                        break;
-                /* ended by the guest (its directory went) or with the
-                 * channel: nothing to tell the guest */
-                if (ended) {
-                        watch_end_error(c, err == -EBADMSG ? "guest" : node_guest_errno_code(-err),
-                                        why ? why : "the watch ended");
-                        goto out;
-                }
-                if (dead) {
-                        _cleanup_free_ char *serr = sandbox_error(s);
-                        _cleanup_free_ char *text = strdup_printf("the guest channel closed%s%s",
-                                                                  serr ? ": " : "", serr ? serr : "");
-                        watch_end_error(c, "guest", text ? text : "the guest channel closed");
-                        goto out;
-                }
-        }
-end:
-        /* the client went away: the guest stops watching */
-        guestconn_send(g, PROTO_WATCH_END, stream, "{}", 2);
-out:
-        if (stream)
-                guestconn_stream_close(g, stream);
-        if (q.invalid > 0)
-                log_emit(LOG_LEVEL_WARN, c->ctx, "the guest sent %llu malformed watch events (dropped)",
-                         (unsigned long long) q.invalid);
-        json_decref(q.events);
-        free(q.msg);
-        pthread_mutex_destroy(&q.lock);
-        pthread_cond_destroy(&q.cond);
-        return r;
 }
 
 /* ---- dispatch ---- */
@@ -1457,14 +891,14 @@ static const struct {
         { "session.resize", op_session_resize, false },
         { "session.list", op_session_list, false },
         { "session.adopt", op_session_adopt, false },
-        { "file.write", op_file_write, false },
-        { "file.read", op_file_read, false },
-        { "file.list", op_file_list, false },
-        { "file.stat", op_file_stat, false },
-        { "file.remove", op_file_remove, false },
-        { "file.mkdir", op_file_mkdir, false },
-        { "file.rename", op_file_rename, false },
-        { "file.watch", op_file_watch, false },
+        { "file.write", nodeops_file_write, false },
+        { "file.read", nodeops_file_read, false },
+        { "file.list", nodeops_file_list, false },
+        { "file.stat", nodeops_file_stat, false },
+        { "file.remove", nodeops_file_remove, false },
+        { "file.mkdir", nodeops_file_mkdir, false },
+        { "file.rename", nodeops_file_rename, false },
+        { "file.watch", nodeops_file_watch, false },
         { "port.http", portproxy_http, false },
 };
 
