@@ -188,6 +188,19 @@ static void check_result(const uint8_t *p, size_t n) {
                 json_decref(ev);
         }
 
+        /* metrics: rebuilt with exactly its seven fields, used within total */
+        json_t *m = guestreply_metrics(res);
+        if (m) {
+                assert(json_object_size(m) == 7);
+                assert(json_integer_value(json_object_get(m, "mem_used")) <=
+                       json_integer_value(json_object_get(m, "mem_total")));
+                assert(json_integer_value(json_object_get(m, "disk_used")) <=
+                       json_integer_value(json_object_get(m, "disk_total")));
+                double pct = json_number_value(json_object_get(m, "cpu_used_pct"));
+                assert(pct >= 0 && pct <= 100);
+                json_decref(m);
+        }
+
         bool pty;
         uint64_t dropped;
         if (guestreply_adopt(res, 42, &pty, &dropped) == 0)
