@@ -91,8 +91,10 @@ static json_t *sandbox_json(const struct store_sandbox *sb) {
                 char exp[48];
                 api_format_time(sb->expires_at, exp, sizeof exp);
                 json_object_set_new(o, "expires_at", json_string(exp));
-                json_object_set_new(o, "on_expiry", json_string(sb->on_expiry ?: "delete"));
         }
+        /* also while its clock stands (suspended): what its end will do */
+        if (o && (sb->expires_at || sb->expiry_s))
+                json_object_set_new(o, "on_expiry", json_string(sb->on_expiry ?: "delete"));
         return o;
 }
 

@@ -12,6 +12,7 @@
 
 #include "cap.h"
 #include "dataplane.h"
+#include "lifecycle.h"
 #include "log.h"
 #include "macros.h"
 #include "nodeclient.h"
@@ -220,6 +221,25 @@ static json_t *sandbox_info(struct api_ctx *ctx, const json_t *sb, const json_t 
         return o;
 }
 
+#define E2B_SETTLE_WAIT_MS (5 * 60 * 1000) /* a suspend under TCG, an upload */
+#define E2B_SETTLE_POLL_MS 200
+
+/* Reads the sandbox's row again until no verb is under way (E2B's verbs
+ * wait for a pausing sandbox where Airlock's answer 409). */
+static int settled(struct api_ctx *ctx, const char *id, struct store_sandbox *sb) {
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) E2B_SETTLE_WAIT_MS * 1000000ULL;
+        for (;;) {
+                int r = api_sandbox_lookup(ctx, id, sb);
+                if (r < 0 || !lifecycle_state_is_transitional(sb->state) || strcmp(sb->state, "creating") == 0)
+                        return r;
+                if (now_monotonic_ns() >= deadline)
+                        return efail(ctx, -EBUSY, "sandbox '%.64s' is still %s", id, sb->state);
+                store_sandbox_release(sb);
+                struct timespec ts = { 0, E2B_SETTLE_POLL_MS * 1000000L };
+                nanosleep(&ts, NULL);
+        }
+}
+
 /* Runs a /v1 lifecycle verb to its end: 0 once it succeeded. */
 static int run_verb(struct api_ctx *ctx, const char *id, const char *verb) {
         struct api_reply rep = { 0 };
@@ -256,7 +276,7 @@ static json_t *network_rule(const char *entry) {
                 return json_pack("{s:s}", "host", entry);
         if (strchr(entry, '/'))
                 return json_pack("{s:s}", "cidr", entry);
-        return json_pack("{s:s++}", "cidr", entry, strchr(entry, ':') ? "/128" : "/32");
+        return json_pack("{s:s+}", "cidr", entry, strchr(entry, ':') ? "/128" : "/32");
 }
 
 static int network_list(struct api_ctx *ctx, const json_t *list, const char *field, bool *ret_all, json_t *rules) {
@@ -667,7 +687,9 @@ int e2b_sandbox_list(struct api_ctx *ctx, const struct e2b_list_query *q, struct
 }
 
 int e2b_sandbox_kill(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
-        return api_sandbox_delete(ctx, id, NULL, false, ret);
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = settled(ctx, id, &sb);
+        return r < 0 ? r : api_sandbox_delete(ctx, id, NULL, false, ret);
 }
 
 int e2b_sandbox_set_timeout(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret) {
@@ -722,7 +744,7 @@ int e2b_sandbox_connect(struct api_ctx *ctx, const char *id, const json_t *body,
         if (r < 0)
                 return r;
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        if ((r = api_sandbox_lookup(ctx, id, &sb)) < 0)
+        if ((r = settled(ctx, id, &sb)) < 0)
                 return r;
         const char *verb = is_suspended(sb.state)             ? "wake"
                            : strcmp(sb.state, "paused") == 0  ? "resume"

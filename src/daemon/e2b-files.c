@@ -28,6 +28,8 @@ struct e2b_upload {
         char query_path[APIREQ_PATH_MAX + 1]; /* ?path= ("" when absent) */
         /* the file being written */
         struct node_conn *conn;
+        char part_name[APIREQ_PATH_MAX + 1]; /* its part's filename */
+        uint64_t part_off;                   /* the part's bytes taken so far */
         char path[APIREQ_PATH_MAX + 1];
         uint64_t bytes;
         /* the first failure, answered at the end */
@@ -133,11 +135,29 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *k
                 return MHD_NO;
         if (!key || strcmp(key, "file") != 0)
                 return MHD_YES; /* no other field means anything */
-        if (off == 0) {
-                /* single writes name the path twice; multi-file ones once */
-                if (part_end(u) < 0 || part_begin(u, filename && *filename ? filename : u->query_path) < 0)
+        /* MHD may open a part with an empty call at offset 0 and give
+         * its bytes at offset 0 next (short parts): a part goes on while
+         * it has the same filename and the offset where it stopped; bytes
+         * given again are skipped (a multi-file write naming one path
+         * twice in a row keeps the first) */
+        bool same = u->conn && strcmp(u->part_name, filename ?: "") == 0;
+        if (same && off < u->part_off) {
+                uint64_t seen = u->part_off - off;
+                if (seen >= size)
+                        return MHD_YES;
+                data += seen;
+                size -= seen;
+                off += seen;
+        }
+        if (off == 0 && !(same && u->part_off == 0)) {
+                /* single writes name the path in the query (and, the SDK,
+                 * in the filename); multi-file ones in each filename */
+                const char *dest = u->query_path[0] ? u->query_path : filename;
+                snprintf(u->part_name, sizeof u->part_name, "%s", filename ?: "");
+                if (part_end(u) < 0 || part_begin(u, dest) < 0)
                         return MHD_NO;
         }
+        u->part_off = off + size;
         return part_data(u, data, size) < 0 ? MHD_NO : MHD_YES;
 }
 

@@ -24,6 +24,7 @@ struct envd_stream {
         const atomic_bool *stopping;
         bool watch;     /* WatchDir (else a process) */
         bool pty;       /* output goes out as "pty" */
+        bool upload;    /* a watch saw an upload's temporary file since its last event */
         bool done;      /* nothing after what is pending */
         uint8_t *pend;
         size_t pend_len, pend_off;
@@ -147,6 +148,23 @@ static int watch_event(struct envd_stream *s, const json_t *ev) {
         };
         const char *type = json_string_value(json_object_get(ev, "type")) ?: "";
         const char *name = json_string_value(json_object_get(ev, "name"));
+        /* the temporary file the guest writes an upload to before it
+         * renames it into place (docs/guest-protocol.md, FILE_WRITE) */
+        const char *base = name ? strrchr(name, '/') : NULL;
+        if (name && strncmp(base ? base + 1 : name, ".airlock-write-", 15) == 0) {
+                s->upload = true;
+                return 0;
+        }
+        /* ... which lands by a rename: for envd, which writes in place,
+         * that file was made and written */
+        bool landed = s->upload && strcmp(type, "create") == 0;
+        s->upload = false;
+        if (landed) {
+                int r = queue_message(s, json_pack("{s:{s:s, s:s}}", "filesystem", "name", name, "type",
+                                                   "EVENT_TYPE_CREATE"));
+                return r < 0 ? r : queue_message(s, json_pack("{s:{s:s, s:s}}", "filesystem", "name", name, "type",
+                                                              "EVENT_TYPE_WRITE"));
+        }
         if (strcmp(type, "overflow") == 0)
                 return queue_end(s, false, CONNECT_RESOURCE_EXHAUSTED, "too many events: the watch fell behind");
         for (size_t i = 0; name && i < ARRAY_SIZE(types); i++)
@@ -274,12 +292,17 @@ static void fail(struct envd_call *c, int r, struct api_reply *reply) {
                          c->api->err[0] ? c->api->err : api_error_default_message(r));
 }
 
-/* Attaches to session sid of process pid and streams it. */
-static void attach(struct envd_call *c, const char *sid, json_int_t pid, bool pty, struct api_reply *reply) {
+/* Attaches to session sid of process pid and streams it: from its start
+ * (Start: all it wrote is this client's), or from now (Connect: what came
+ * before went to another client, as envd does). */
+static void attach(struct envd_call *c, const char *sid, json_int_t pid, bool pty, bool from_now,
+                   struct api_reply *reply) {
         _cleanup_(node_conn_freep) struct node_conn *conn = NULL;
         _cleanup_(json_decrefp) json_t *rep = NULL;
         int r = e2b_node_call(c, CAP_ACCESS_SESSION_ATTACH,
-                              json_pack("{s:s, s:s}", "op", "session.attach", "session_id", sid), &rep, &conn);
+                              json_pack("{s:s, s:s, s:b}", "op", "session.attach", "session_id", sid, "from_now",
+                                        from_now),
+                              &rep, &conn);
         if (r < 0)
                 return fail(c, r, reply);
         stream_reply(c, &conn, false, pty, sid, json_pack("{s:{s:{s:I}}}", "event", "start", "pid", pid), reply);
@@ -333,8 +356,9 @@ void e2b_process_start(struct envd_call *c, const json_t *req, struct api_reply 
                         return e2b_stream_error(reply, CONNECT_INVALID_ARGUMENT, "'process.cwd' is not a usable path");
                 json_object_set_new(start, "cwd", json_string(dir));
         }
-        if (c->user[0])
-                json_object_set_new(start, "user", json_string(c->user));
+        /* no user: root, whose home is then the default cwd, as envd's
+         * default user's is */
+        json_object_set_new(start, "user", json_string(c->user[0] ? c->user : "root"));
         if (tag)
                 json_object_set(start, "tag", (json_t *) tag);
         _cleanup_(json_decrefp) json_t *rep = NULL;
@@ -349,7 +373,7 @@ void e2b_process_start(struct envd_call *c, const json_t *req, struct api_reply 
                                          "close", true),
                                NULL, NULL)) < 0)
                 log_emit(LOG_LEVEL_WARN, c->api->log_ctx, "cannot close the stdin of %s: %s", sid, c->api->err);
-        attach(c, sid, pid, pty != NULL, reply);
+        attach(c, sid, pid, pty != NULL, false, reply);
 }
 
 void e2b_process_connect(struct envd_call *c, const json_t *req, struct api_reply *reply) {
@@ -367,7 +391,7 @@ void e2b_process_connect(struct envd_call *c, const json_t *req, struct api_repl
                 json_array_foreach(json_object_get(rep, "sessions"), i, e) if (json_integer_value(
                         json_object_get(e, "pid")) == pid) pty = json_is_true(json_object_get(e, "pty"));
         }
-        attach(c, sid, pid, pty, reply);
+        attach(c, sid, pid, pty, true, reply);
 }
 
 void e2b_watch_dir(struct envd_call *c, const json_t *req, struct api_reply *reply) {

@@ -795,10 +795,12 @@ static int req_session(struct node_conn *c, json_t *req, const char *sid) {
 
 static int op_session_attach(struct node_conn *c, json_t *req) {
         const char *sid;
+        bool from_now;
         int r = field_name(c, req, "session_id", &sid);
-        if (r < 0 || (r = req_session(c, req, sid)) < 0)
+        if (r < 0 || (r = nodeops_field_bool(c, req, "from_now", false, &from_now)) < 0 ||
+            (r = req_session(c, req, sid)) < 0)
                 return r;
-        return session_attach(c, sid);
+        return session_attach(c, sid, from_now);
 }
 
 static int op_session_stdin(struct node_conn *c, json_t *req) {

@@ -413,7 +413,7 @@ static int send_output(struct node_conn *c, uint8_t type, const uint8_t *data, s
                                             b64));
 }
 
-int session_attach(struct node_conn *c, const char *session_id) {
+int session_attach(struct node_conn *c, const char *session_id, bool from_now) {
         _cleanup_(session_unrefp) struct session *x = session_find(session_id);
         if (!x)
                 return conn_reply_error(c, -ENOENT, "not_found", "no session %s", session_id);
@@ -422,6 +422,11 @@ int session_attach(struct node_conn *c, const char *session_id) {
                 return r;
 
         uint64_t pos = 0; /* offset in the session's output this client has */
+        if (from_now) { /* what came before is another client's */
+                pthread_mutex_lock(&x->lock);
+                pos = x->total;
+                pthread_mutex_unlock(&x->lock);
+        }
         _cleanup_free_ uint8_t *buf = malloc(CHUNK_MAX);
         if (!buf)
                 return -ENOMEM;

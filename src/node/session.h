@@ -43,9 +43,10 @@ int session_of_pid(struct sandbox *s, struct guestconn *gc, long long pid, char 
  * of the session ops. -ENOENT. */
 int session_sandbox(const char *session_id, struct sandbox **ret);
 
-/* session.attach: replies, then replays and streams events until the exit
- * (then NODE_END) or until the client hangs up. */
-int session_attach(struct node_conn *c, const char *session_id);
+/* session.attach: replies, then replays (unless from_now: only what comes
+ * after) and streams events until the exit (then NODE_END) or until the
+ * client hangs up. */
+int session_attach(struct node_conn *c, const char *session_id, bool from_now);
 
 /* A session whose sandbox runs another execution than the one it started
  * in is revoked: attach replays it and ends with an exit event whose error

@@ -70,6 +70,26 @@ export function near(a, b, slackMs, what) {
     `${new Date(tb).toISOString()}, more than the ${slackMs / 1000} s allowed`)
 }
 
+/** Resolves after ms. */
+export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/**
+ * Polls fn (sync or async) every intervalMs until it returns a truthy value,
+ * which it returns; fails naming what after timeoutMs, with the last value.
+ */
+export async function until(fn, timeoutMs, what, intervalMs = 200) {
+  const deadline = Date.now() + timeoutMs
+  let last
+  for (;;) {
+    last = await fn()
+    if (last) return last
+    if (Date.now() > deadline) {
+      assert.fail(`${what}: not so after ${timeoutMs / 1000} s (last: ${JSON.stringify(last)})`)
+    }
+    await sleep(intervalMs)
+  }
+}
+
 /** A tag unique to this run, for metadata a list can filter on. */
 export const runTag = `e2b-${process.pid}-${t0}`
 
