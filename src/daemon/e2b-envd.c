@@ -386,6 +386,16 @@ static int fs_stat(struct envd_call *c, const json_t *req, json_t **resp) {
         return *resp ? 0 : -ENOMEM;
 }
 
+/* The entry a node op's reply carries (file.mkdir, file.rename give the
+ * one they made), else a stat of path: one guest call, not two. */
+static int reply_entry(struct envd_call *c, const json_t *rep, const char *path, json_t **ret_entry) {
+        const json_t *e = json_object_get(rep, "entry");
+        if (!json_is_object(e))
+                return stat_path(c, path, ret_entry);
+        *ret_entry = e2b_entry_info(e, path);
+        return *ret_entry ? 0 : -ENOMEM;
+}
+
 static int fs_make_dir(struct envd_call *c, const json_t *req, json_t **resp) {
         char path[APIREQ_PATH_MAX + 1];
         int r = req_path(c, req, "path", path, sizeof path);
@@ -398,9 +408,10 @@ static int fs_make_dir(struct envd_call *c, const json_t *req, json_t **resp) {
                 return -EEXIST;
         }
         c->api->err[0] = 0;
+        _cleanup_(json_decrefp) json_t *rep = NULL;
         r = e2b_node_call(c, CAP_ACCESS_FILES_WRITE,
-                          json_pack("{s:s, s:s, s:b}", "op", "file.mkdir", "path", path, "parents", true), NULL, NULL);
-        if (r < 0 || (r = stat_path(c, path, &entry)) < 0)
+                          json_pack("{s:s, s:s, s:b}", "op", "file.mkdir", "path", path, "parents", true), &rep, NULL);
+        if (r < 0 || (r = reply_entry(c, rep, path, &entry)) < 0)
                 return r;
         *resp = json_pack("{s:o}", "entry", entry);
         return *resp ? 0 : -ENOMEM;
@@ -411,12 +422,13 @@ static int fs_move(struct envd_call *c, const json_t *req, json_t **resp) {
         int r = req_path(c, req, "source", from, sizeof from);
         if (r < 0 || (r = req_path(c, req, "destination", to, sizeof to)) < 0)
                 return r;
+        _cleanup_(json_decrefp) json_t *rep = NULL;
         r = e2b_node_call(c, CAP_ACCESS_FILES_WRITE,
-                          json_pack("{s:s, s:s, s:s}", "op", "file.rename", "from", from, "to", to), NULL, NULL);
+                          json_pack("{s:s, s:s, s:s}", "op", "file.rename", "from", from, "to", to), &rep, NULL);
         if (r == -ENOENT)
                 snprintf(c->api->err, sizeof c->api->err, "path '%.200s' does not exist", from);
         json_t *entry = NULL;
-        if (r < 0 || (r = stat_path(c, to, &entry)) < 0)
+        if (r < 0 || (r = reply_entry(c, rep, to, &entry)) < 0)
                 return r;
         *resp = json_pack("{s:o}", "entry", entry);
         return *resp ? 0 : -ENOMEM;
