@@ -4,7 +4,8 @@
 /*
  * What the SQLite backend's files share (store-sqlite.c: the connection,
  * migrations and the core tables; store-sqlite-secrets.c: credentials and
- * the audit log). Private to lib/store.
+ * the audit log; store-sqlite-images.c: images; store-sqlite-helpers.c:
+ * the statement helpers of the last two). Private to lib/store.
  */
 
 #include <pthread.h>
@@ -23,6 +24,25 @@ struct store_sqlite_conn {
 /* Maps an SQLite result code to a negative errno. */
 int sqlite_to_errno(sqlite3 *db, int rc);
 
+/* The admin scope is tenant_id NULL; "COALESCE(tenant_id, '') = ?" with
+ * "" for it matches either. */
+#define SCOPE_IS(n) "COALESCE(tenant_id, '') = ?" #n
+
+/* Takes the lock and prepares sql; on failure the lock is released. */
+int sqlite_prep(struct store_sqlite_conn *c, const char *sql, sqlite3_stmt **ret);
+/* Finalizes st and releases the lock sqlite_prep() took. */
+void sqlite_done(struct store_sqlite_conn *c, sqlite3_stmt *st);
+/* Binds v as text, or NULL. */
+void sqlite_bind_str(sqlite3_stmt *st, int idx, const char *v);
+/* Copies a text column (NULL stays NULL). */
+int sqlite_col_dup(sqlite3_stmt *st, int col, char **ret);
+/* Steps a statement without rows; -ENOENT when it changed nothing and
+ * need_change. */
+int sqlite_step_write(struct store_sqlite_conn *c, sqlite3_stmt *st, bool need_change);
+/* Collects at most max rows through read_row into a growing array. */
+int sqlite_collect(struct store_sqlite_conn *c, sqlite3_stmt *st, size_t elem, size_t max,
+                   int (*read_row)(sqlite3_stmt *, void *), void **a, size_t *n);
+
 int sqlite_api_key_id(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_id);
 int sqlite_secret_insert(struct store *s, const struct store_secret *sec);
 int sqlite_secret_get(struct store *s, const char *tenant_id, const char *name, struct store_secret *ret);
@@ -40,6 +60,17 @@ int sqlite_audit_list(struct store *s, bool all, const char *tenant_id, const ch
                       size_t max, struct store_audit_event **ret, size_t *ret_n);
 int sqlite_audit_cursor_get(struct store *s, const char *source, char **ret_boot_id, int64_t *ret_seq);
 int sqlite_audit_cursor_set(struct store *s, const char *source, const char *boot_id, int64_t seq);
+
+int sqlite_image_insert(struct store *s, const struct store_image *img);
+int sqlite_image_get(struct store *s, const char *id, struct store_image *ret);
+int sqlite_image_find(struct store *s, const char *tenant_id, const char *name, struct store_image *ret);
+int sqlite_image_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, size_t max,
+                      struct store_image **ret, size_t *ret_n);
+int sqlite_image_delete(struct store *s, const char *id);
+
+#define STORE_SQLITE_IMAGES_OPS                                                                               \
+        .image_insert = sqlite_image_insert, .image_get = sqlite_image_get, .image_find = sqlite_image_find, \
+        .image_list = sqlite_image_list, .image_delete = sqlite_image_delete
 
 #define STORE_SQLITE_SECRETS_OPS                                                                                       \
         .api_key_id = sqlite_api_key_id, .secret_insert = sqlite_secret_insert, .secret_get = sqlite_secret_get,       \

@@ -13,95 +13,21 @@
 #include "store-sqlite-internal.h"
 #include "util.h"
 
-/* The admin scope is tenant_id NULL; "COALESCE(tenant_id, '') = ?" with
- * "" for it matches either. */
-#define SCOPE_IS(n) "COALESCE(tenant_id, '') = ?" #n
-
 static struct store_sqlite_conn *to_conn(struct store *s) {
         return (struct store_sqlite_conn *) s;
-}
-
-/* Takes the lock and prepares sql; on failure the lock is released. */
-static int prep(struct store_sqlite_conn *c, const char *sql, sqlite3_stmt **ret) {
-        pthread_mutex_lock(&c->lock);
-        int rc = sqlite3_prepare_v2(c->db, sql, -1, ret, NULL);
-        if (rc != SQLITE_OK) {
-                int r = sqlite_to_errno(c->db, rc);
-                pthread_mutex_unlock(&c->lock);
-                return r < 0 ? r : -EIO;
-        }
-        return 0;
-}
-
-static void done(struct store_sqlite_conn *c, sqlite3_stmt *st) {
-        sqlite3_finalize(st);
-        pthread_mutex_unlock(&c->lock);
-}
-
-static void bind_str(sqlite3_stmt *st, int idx, const char *v) {
-        if (v)
-                sqlite3_bind_text(st, idx, v, -1, SQLITE_STATIC);
-        else
-                sqlite3_bind_null(st, idx);
-}
-
-static int col_dup(sqlite3_stmt *st, int col, char **ret) {
-        const unsigned char *t = sqlite3_column_text(st, col);
-        *ret = NULL;
-        if (!t)
-                return 0;
-        *ret = strdup((const char *) t);
-        return *ret ? 0 : -ENOMEM;
-}
-
-/* Steps a statement without rows; -ENOENT when it changed nothing and
- * need_change. */
-static int step_write(struct store_sqlite_conn *c, sqlite3_stmt *st, bool need_change) {
-        int rc = sqlite3_step(st);
-        if (rc != SQLITE_DONE)
-                return sqlite_to_errno(c->db, rc) ?: -EIO;
-        return need_change && sqlite3_changes(c->db) == 0 ? -ENOENT : 0;
-}
-
-/* Collects every row through read_row into a growing array. */
-static int collect(struct store_sqlite_conn *c, sqlite3_stmt *st, size_t elem, size_t max,
-                   int (*read_row)(sqlite3_stmt *, void *), void **a, size_t *n) {
-        size_t cap = 0;
-        for (;;) {
-                int rc = sqlite3_step(st);
-                if (rc == SQLITE_DONE)
-                        return 0;
-                if (rc != SQLITE_ROW)
-                        return sqlite_to_errno(c->db, rc) ?: -EIO;
-                if (*n >= max)
-                        return 0;
-                if (*n == cap) {
-                        size_t ncap = cap ? cap * 2 : 8;
-                        void *na = realloc(*a, ncap * elem);
-                        if (!na)
-                                return -ENOMEM;
-                        memset((char *) na + cap * elem, 0, (ncap - cap) * elem);
-                        *a = na;
-                        cap = ncap;
-                }
-                int r = read_row(st, (char *) *a + *n * elem);
-                if (r < 0)
-                        return r;
-                (*n)++;
-        }
 }
 
 int sqlite_api_key_id(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_id) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(c, "SELECT id FROM api_keys WHERE hash = ?1", &st);
+        int r = sqlite_prep(c, "SELECT id FROM api_keys WHERE hash = ?1", &st);
         if (r < 0)
                 return r;
         sqlite3_bind_blob(st, 1, hash, STORE_HASH_SIZE, SQLITE_STATIC);
         int rc = sqlite3_step(st);
         char *id = NULL;
-        r = rc == SQLITE_ROW ? col_dup(st, 0, &id) : rc == SQLITE_DONE ? -ENOENT : (sqlite_to_errno(c->db, rc) ?: -EIO);
-        done(c, st);
+        r = rc == SQLITE_ROW ? sqlite_col_dup(st, 0, &id) : rc == SQLITE_DONE ? -ENOENT : (sqlite_to_errno(c->db, rc) ?: -EIO);
+        sqlite_done(c, st);
         if (r >= 0 && !id)
                 r = -ENOENT;
         if (r < 0)
@@ -113,22 +39,22 @@ int sqlite_api_key_id(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char
 int sqlite_secret_insert(struct store *s, const struct store_secret *sec) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(c,
+        int r = sqlite_prep(c,
                      "INSERT INTO secrets (tenant_id, name, sandbox_id, spec, expires_at, sealed, created_at, "
                      "created_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                      &st);
         if (r < 0)
                 return r;
-        bind_str(st, 1, sec->tenant_id);
-        bind_str(st, 2, sec->name);
-        bind_str(st, 3, sec->sandbox_id);
-        bind_str(st, 4, sec->spec);
+        sqlite_bind_str(st, 1, sec->tenant_id);
+        sqlite_bind_str(st, 2, sec->name);
+        sqlite_bind_str(st, 3, sec->sandbox_id);
+        sqlite_bind_str(st, 4, sec->spec);
         sqlite3_bind_int64(st, 5, sec->expires_at);
         sqlite3_bind_blob(st, 6, sec->sealed, (int) sec->sealed_len, SQLITE_STATIC);
         sqlite3_bind_int64(st, 7, sec->created_at ? sec->created_at : (int64_t) (now_realtime_ns() / 1000000ULL));
-        bind_str(st, 8, sec->created_by);
-        r = step_write(c, st, false);
-        done(c, st);
+        sqlite_bind_str(st, 8, sec->created_by);
+        r = sqlite_step_write(c, st, false);
+        sqlite_done(c, st);
         return r;
 }
 
@@ -137,9 +63,9 @@ int sqlite_secret_insert(struct store *s, const struct store_secret *sec) {
 static int read_secret(sqlite3_stmt *st, void *ret) {
         _cleanup_(store_secret_release) struct store_secret sec = { 0 };
         int r;
-        if ((r = col_dup(st, 0, &sec.tenant_id)) < 0 || (r = col_dup(st, 1, &sec.name)) < 0 ||
-            (r = col_dup(st, 2, &sec.sandbox_id)) < 0 || (r = col_dup(st, 3, &sec.spec)) < 0 ||
-            (r = col_dup(st, 6, &sec.created_by)) < 0)
+        if ((r = sqlite_col_dup(st, 0, &sec.tenant_id)) < 0 || (r = sqlite_col_dup(st, 1, &sec.name)) < 0 ||
+            (r = sqlite_col_dup(st, 2, &sec.sandbox_id)) < 0 || (r = sqlite_col_dup(st, 3, &sec.spec)) < 0 ||
+            (r = sqlite_col_dup(st, 6, &sec.created_by)) < 0)
                 return r;
         if (!sec.name || !sec.spec)
                 return -EBADMSG;
@@ -164,30 +90,30 @@ static int read_secret(sqlite3_stmt *st, void *ret) {
 int sqlite_secret_get(struct store *s, const char *tenant_id, const char *name, struct store_secret *ret) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(c, "SELECT " SECRET_COLUMNS ", sealed FROM secrets WHERE " SCOPE_IS(1) " AND name = ?2", &st);
+        int r = sqlite_prep(c, "SELECT " SECRET_COLUMNS ", sealed FROM secrets WHERE " SCOPE_IS(1) " AND name = ?2", &st);
         if (r < 0)
                 return r;
-        bind_str(st, 1, tenant_id ?: "");
-        bind_str(st, 2, name);
+        sqlite_bind_str(st, 1, tenant_id ?: "");
+        sqlite_bind_str(st, 2, name);
         int rc = sqlite3_step(st);
         r = rc == SQLITE_ROW    ? read_secret(st, ret)
             : rc == SQLITE_DONE ? -ENOENT
                                 : (sqlite_to_errno(c->db, rc) ?: -EIO);
-        done(c, st);
+        sqlite_done(c, st);
         return r;
 }
 
 int sqlite_secret_list(struct store *s, const char *tenant_id, size_t max, struct store_secret **ret, size_t *ret_n) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(c, "SELECT " SECRET_COLUMNS " FROM secrets WHERE " SCOPE_IS(1) " ORDER BY name", &st);
+        int r = sqlite_prep(c, "SELECT " SECRET_COLUMNS " FROM secrets WHERE " SCOPE_IS(1) " ORDER BY name", &st);
         if (r < 0)
                 return r;
-        bind_str(st, 1, tenant_id ?: "");
+        sqlite_bind_str(st, 1, tenant_id ?: "");
         struct store_secret *a = NULL;
         size_t n = 0;
-        r = collect(c, st, sizeof *a, max, read_secret, (void **) &a, &n);
-        done(c, st);
+        r = sqlite_collect(c, st, sizeof *a, max, read_secret, (void **) &a, &n);
+        sqlite_done(c, st);
         if (r < 0) {
                 store_secret_array_free(a, n);
                 return r;
@@ -200,18 +126,18 @@ int sqlite_secret_list(struct store *s, const char *tenant_id, size_t max, struc
 int sqlite_secret_delete(struct store *s, const char *tenant_id, const char *name) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(c, "DELETE FROM secrets WHERE " SCOPE_IS(1) " AND name = ?2", &st);
+        int r = sqlite_prep(c, "DELETE FROM secrets WHERE " SCOPE_IS(1) " AND name = ?2", &st);
         if (r < 0)
                 return r;
-        bind_str(st, 1, tenant_id ?: "");
-        bind_str(st, 2, name);
-        r = step_write(c, st, true);
-        done(c, st);
+        sqlite_bind_str(st, 1, tenant_id ?: "");
+        sqlite_bind_str(st, 2, name);
+        r = sqlite_step_write(c, st, true);
+        sqlite_done(c, st);
         return r;
 }
 
 static int read_string(sqlite3_stmt *st, void *ret) {
-        int r = col_dup(st, 0, ret);
+        int r = sqlite_col_dup(st, 0, ret);
         return r < 0 ? r : *(char **) ret ? 0 : -EBADMSG;
 }
 
@@ -219,18 +145,18 @@ int sqlite_secret_users(struct store *s, const char *tenant_id, const char *name
                         size_t *ret_n) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(c,
+        int r = sqlite_prep(c,
                      "SELECT a.sandbox_id FROM sandbox_secrets a JOIN secrets s ON s.id = a.secret_id "
                      "WHERE COALESCE(s.tenant_id, '') = ?1 AND s.name = ?2 ORDER BY a.sandbox_id",
                      &st);
         if (r < 0)
                 return r;
-        bind_str(st, 1, tenant_id ?: "");
-        bind_str(st, 2, name);
+        sqlite_bind_str(st, 1, tenant_id ?: "");
+        sqlite_bind_str(st, 2, name);
         char **a = NULL;
         size_t n = 0;
-        r = collect(c, st, sizeof *a, max, read_string, (void **) &a, &n);
-        done(c, st);
+        r = sqlite_collect(c, st, sizeof *a, max, read_string, (void **) &a, &n);
+        sqlite_done(c, st);
         if (r < 0) {
                 store_string_array_free(a, n);
                 return r;
@@ -244,19 +170,19 @@ int sqlite_sandbox_secret_insert(struct store *s, const char *tenant_id, const s
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
         /* no secret row: nothing inserted, -ENOENT */
-        int r = prep(c,
+        int r = sqlite_prep(c,
                      "INSERT INTO sandbox_secrets (sandbox_id, secret_id, name, placeholder, env_name) "
                      "SELECT ?1, id, name, ?4, ?5 FROM secrets WHERE " SCOPE_IS(2) " AND name = ?3",
                      &st);
         if (r < 0)
                 return r;
-        bind_str(st, 1, a->sandbox_id);
-        bind_str(st, 2, tenant_id ?: "");
-        bind_str(st, 3, a->name);
-        bind_str(st, 4, a->placeholder);
-        bind_str(st, 5, a->env_name);
-        r = step_write(c, st, true);
-        done(c, st);
+        sqlite_bind_str(st, 1, a->sandbox_id);
+        sqlite_bind_str(st, 2, tenant_id ?: "");
+        sqlite_bind_str(st, 3, a->name);
+        sqlite_bind_str(st, 4, a->placeholder);
+        sqlite_bind_str(st, 5, a->env_name);
+        r = sqlite_step_write(c, st, true);
+        sqlite_done(c, st);
         return r;
 }
 
@@ -271,8 +197,8 @@ static void store_sandbox_secret_array_free_members(struct store_sandbox_secret 
 static int read_attachment(sqlite3_stmt *st, void *ret) {
         struct store_sandbox_secret *a = ret;
         int r;
-        if ((r = col_dup(st, 0, &a->sandbox_id)) < 0 || (r = col_dup(st, 1, &a->name)) < 0 ||
-            (r = col_dup(st, 2, &a->placeholder)) < 0 || (r = col_dup(st, 3, &a->env_name)) < 0 ||
+        if ((r = sqlite_col_dup(st, 0, &a->sandbox_id)) < 0 || (r = sqlite_col_dup(st, 1, &a->name)) < 0 ||
+            (r = sqlite_col_dup(st, 2, &a->placeholder)) < 0 || (r = sqlite_col_dup(st, 3, &a->env_name)) < 0 ||
             (r = a->sandbox_id && a->name && a->placeholder && a->env_name ? 0 : -EBADMSG) < 0) {
                 store_sandbox_secret_array_free_members(a);
                 return r;
@@ -284,17 +210,17 @@ int sqlite_sandbox_secret_list(struct store *s, const char *sandbox_id, struct s
                                size_t *ret_n) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(c,
+        int r = sqlite_prep(c,
                      "SELECT sandbox_id, name, placeholder, env_name FROM sandbox_secrets WHERE sandbox_id = ?1 "
                      "ORDER BY name",
                      &st);
         if (r < 0)
                 return r;
-        bind_str(st, 1, sandbox_id);
+        sqlite_bind_str(st, 1, sandbox_id);
         struct store_sandbox_secret *a = NULL;
         size_t n = 0;
-        r = collect(c, st, sizeof *a, STORE_LIST_MAX, read_attachment, (void **) &a, &n);
-        done(c, st);
+        r = sqlite_collect(c, st, sizeof *a, STORE_LIST_MAX, read_attachment, (void **) &a, &n);
+        sqlite_done(c, st);
         if (r < 0) {
                 store_sandbox_secret_array_free(a, n);
                 return r;
@@ -307,17 +233,17 @@ int sqlite_sandbox_secret_list(struct store *s, const char *sandbox_id, struct s
 int sqlite_sandbox_secret_copy(struct store *s, const char *from_id, const char *to_id) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(c,
+        int r = sqlite_prep(c,
                      "INSERT INTO sandbox_secrets (sandbox_id, secret_id, name, placeholder, env_name) "
                      "SELECT ?2, secret_id, name, placeholder, env_name FROM sandbox_secrets WHERE "
                      "sandbox_id = ?1",
                      &st);
         if (r < 0)
                 return r;
-        bind_str(st, 1, from_id);
-        bind_str(st, 2, to_id);
-        r = step_write(c, st, false);
-        done(c, st);
+        sqlite_bind_str(st, 1, from_id);
+        sqlite_bind_str(st, 2, to_id);
+        r = sqlite_step_write(c, st, false);
+        sqlite_done(c, st);
         return r;
 }
 
@@ -326,7 +252,7 @@ int sqlite_audit_insert(struct store *s, const struct store_audit_event *ev, con
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
         /* a gateway event already stored (same source, boot, seq) is skipped */
-        int r = prep(c,
+        int r = sqlite_prep(c,
                      "INSERT OR IGNORE INTO audit_events (ts_ms, tenant_id, actor, sandbox_id, secret, "
                      "host, port, "
                      "method, path, action, reason, source, boot_id, seq) "
@@ -335,27 +261,27 @@ int sqlite_audit_insert(struct store *s, const struct store_audit_event *ev, con
         if (r < 0)
                 return r;
         sqlite3_bind_int64(st, 1, ev->ts_ms ? ev->ts_ms : (int64_t) (now_realtime_ns() / 1000000ULL));
-        bind_str(st, 2, ev->tenant_id);
-        bind_str(st, 3, ev->actor);
-        bind_str(st, 4, ev->sandbox_id);
-        bind_str(st, 5, ev->secret);
-        bind_str(st, 6, ev->host);
+        sqlite_bind_str(st, 2, ev->tenant_id);
+        sqlite_bind_str(st, 3, ev->actor);
+        sqlite_bind_str(st, 4, ev->sandbox_id);
+        sqlite_bind_str(st, 5, ev->secret);
+        sqlite_bind_str(st, 6, ev->host);
         if (ev->port > 0)
                 sqlite3_bind_int(st, 7, ev->port);
         else
                 sqlite3_bind_null(st, 7);
-        bind_str(st, 8, ev->method);
-        bind_str(st, 9, ev->path);
-        bind_str(st, 10, ev->action);
-        bind_str(st, 11, ev->reason);
-        bind_str(st, 12, source);
-        bind_str(st, 13, boot_id);
+        sqlite_bind_str(st, 8, ev->method);
+        sqlite_bind_str(st, 9, ev->path);
+        sqlite_bind_str(st, 10, ev->action);
+        sqlite_bind_str(st, 11, ev->reason);
+        sqlite_bind_str(st, 12, source);
+        sqlite_bind_str(st, 13, boot_id);
         if (source)
                 sqlite3_bind_int64(st, 14, seq);
         else
                 sqlite3_bind_null(st, 14);
-        r = step_write(c, st, false);
-        done(c, st);
+        r = sqlite_step_write(c, st, false);
+        sqlite_done(c, st);
         return r;
 }
 
@@ -364,11 +290,11 @@ static int read_event(sqlite3_stmt *st, void *ret) {
         int r;
         e->id = sqlite3_column_int64(st, 0);
         e->ts_ms = sqlite3_column_int64(st, 1);
-        if ((r = col_dup(st, 2, &e->tenant_id)) < 0 || (r = col_dup(st, 3, &e->actor)) < 0 ||
-            (r = col_dup(st, 4, &e->sandbox_id)) < 0 || (r = col_dup(st, 5, &e->secret)) < 0 ||
-            (r = col_dup(st, 6, &e->host)) < 0 || (r = col_dup(st, 8, &e->method)) < 0 ||
-            (r = col_dup(st, 9, &e->path)) < 0 || (r = col_dup(st, 10, &e->action)) < 0 ||
-            (r = col_dup(st, 11, &e->reason)) < 0 || (r = e->actor && e->action ? 0 : -EBADMSG) < 0) {
+        if ((r = sqlite_col_dup(st, 2, &e->tenant_id)) < 0 || (r = sqlite_col_dup(st, 3, &e->actor)) < 0 ||
+            (r = sqlite_col_dup(st, 4, &e->sandbox_id)) < 0 || (r = sqlite_col_dup(st, 5, &e->secret)) < 0 ||
+            (r = sqlite_col_dup(st, 6, &e->host)) < 0 || (r = sqlite_col_dup(st, 8, &e->method)) < 0 ||
+            (r = sqlite_col_dup(st, 9, &e->path)) < 0 || (r = sqlite_col_dup(st, 10, &e->action)) < 0 ||
+            (r = sqlite_col_dup(st, 11, &e->reason)) < 0 || (r = e->actor && e->action ? 0 : -EBADMSG) < 0) {
                 store_audit_event_release(e);
                 return r;
         }
@@ -380,7 +306,7 @@ int sqlite_audit_list(struct store *s, bool all, const char *tenant_id, const ch
                       size_t max, struct store_audit_event **ret, size_t *ret_n) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(c,
+        int r = sqlite_prep(c,
                      "SELECT id, ts_ms, tenant_id, actor, sandbox_id, secret, host, port, method, path, action, "
                      "reason FROM audit_events WHERE (?1 OR " SCOPE_IS(
                              2) ") AND (?3 IS NULL OR sandbox_id = ?3) "
@@ -389,14 +315,14 @@ int sqlite_audit_list(struct store *s, bool all, const char *tenant_id, const ch
         if (r < 0)
                 return r;
         sqlite3_bind_int(st, 1, all);
-        bind_str(st, 2, tenant_id ?: "");
-        bind_str(st, 3, sandbox_id);
-        bind_str(st, 4, secret);
+        sqlite_bind_str(st, 2, tenant_id ?: "");
+        sqlite_bind_str(st, 3, sandbox_id);
+        sqlite_bind_str(st, 4, secret);
         sqlite3_bind_int64(st, 5, (sqlite3_int64) max);
         struct store_audit_event *a = NULL;
         size_t n = 0;
-        r = collect(c, st, sizeof *a, max, read_event, (void **) &a, &n);
-        done(c, st);
+        r = sqlite_collect(c, st, sizeof *a, max, read_event, (void **) &a, &n);
+        sqlite_done(c, st);
         if (r < 0) {
                 store_audit_event_array_free(a, n);
                 return r;
@@ -409,19 +335,19 @@ int sqlite_audit_list(struct store *s, bool all, const char *tenant_id, const ch
 int sqlite_audit_cursor_get(struct store *s, const char *source, char **ret_boot_id, int64_t *ret_seq) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(c, "SELECT boot_id, seq FROM audit_cursors WHERE source = ?1", &st);
+        int r = sqlite_prep(c, "SELECT boot_id, seq FROM audit_cursors WHERE source = ?1", &st);
         if (r < 0)
                 return r;
-        bind_str(st, 1, source);
+        sqlite_bind_str(st, 1, source);
         int rc = sqlite3_step(st);
         char *boot = NULL;
         int64_t seq = 0;
         if (rc == SQLITE_ROW) {
-                r = col_dup(st, 0, &boot);
+                r = sqlite_col_dup(st, 0, &boot);
                 seq = sqlite3_column_int64(st, 1);
         } else
                 r = rc == SQLITE_DONE ? -ENOENT : (sqlite_to_errno(c->db, rc) ?: -EIO);
-        done(c, st);
+        sqlite_done(c, st);
         if (r >= 0 && !boot)
                 r = -EBADMSG;
         if (r < 0)
@@ -434,16 +360,16 @@ int sqlite_audit_cursor_get(struct store *s, const char *source, char **ret_boot
 int sqlite_audit_cursor_set(struct store *s, const char *source, const char *boot_id, int64_t seq) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = prep(c,
+        int r = sqlite_prep(c,
                      "INSERT INTO audit_cursors (source, boot_id, seq) VALUES (?1, ?2, ?3) "
                      "ON CONFLICT(source) DO UPDATE SET boot_id = excluded.boot_id, seq = excluded.seq",
                      &st);
         if (r < 0)
                 return r;
-        bind_str(st, 1, source);
-        bind_str(st, 2, boot_id);
+        sqlite_bind_str(st, 1, source);
+        sqlite_bind_str(st, 2, boot_id);
         sqlite3_bind_int64(st, 3, seq);
-        r = step_write(c, st, false);
-        done(c, st);
+        r = sqlite_step_write(c, st, false);
+        sqlite_done(c, st);
         return r;
 }

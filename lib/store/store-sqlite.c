@@ -122,7 +122,8 @@ static const char *const stmt_sql[_STMT_MAX] = {
         /* the foreign key of sandboxes.tenant_id has no cascade: a tenant
          * that still owns sandboxes is kept, whatever the race */
         [STMT_TENANT_DELETE] = "DELETE FROM tenants WHERE id = ?1 "
-                               "AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE tenant_id = ?1)",
+                               "AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE tenant_id = ?1) "
+                               "AND NOT EXISTS (SELECT 1 FROM images WHERE tenant_id = ?1)",
         [STMT_SANDBOX_NETWORK_GET] = "SELECT network FROM sandboxes WHERE id = ?1",
         [STMT_SANDBOX_NETWORK_SET] = "UPDATE sandboxes SET network = ?3, updated_at = ?4 WHERE id = ?1 AND state = ?2",
         [STMT_TENANT_NETWORK_SET] = "UPDATE tenants SET network = ?2 WHERE id = ?1",
@@ -1017,4 +1018,5 @@ const struct store_ops store_sqlite_ops = {
         .tenant_delete = sqlite_tenant_delete,
         .tenant_network_set = sqlite_tenant_network_set,
         STORE_SQLITE_SECRETS_OPS,
+        STORE_SQLITE_IMAGES_OPS,
 };

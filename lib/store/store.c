@@ -100,6 +100,54 @@ void store_sandbox_array_free(struct store_sandbox *a, size_t n) {
         free(a);
 }
 
+int store_image_insert(struct store *s, const struct store_image *img) {
+        if (!img || !img->id || !img->sandbox_id || !img->template_name)
+                return -EINVAL;
+        return s->ops->image_insert(s, img);
+}
+
+int store_image_get(struct store *s, const char *id, struct store_image *ret) {
+        if (!id || !ret)
+                return -EINVAL;
+        return s->ops->image_get(s, id, ret);
+}
+
+int store_image_find(struct store *s, const char *tenant_id, const char *name, struct store_image *ret) {
+        if (!name || !ret)
+                return -EINVAL;
+        return s->ops->image_find(s, tenant_id, name, ret);
+}
+
+int store_image_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, size_t max,
+                     struct store_image **ret, size_t *ret_n) {
+        if (!ret || !ret_n)
+                return -EINVAL;
+        return s->ops->image_list(s, all, tenant_id, sandbox_id, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
+int store_image_delete(struct store *s, const char *id) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->image_delete(s, id);
+}
+
+void store_image_release(struct store_image *img) {
+        if (!img)
+                return;
+        free(img->id);
+        free(img->tenant_id);
+        free(img->name);
+        free(img->sandbox_id);
+        free(img->template_name);
+        *img = (struct store_image){ 0 };
+}
+
+void store_image_array_free(struct store_image *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                store_image_release(&a[i]);
+        free(a);
+}
+
 int store_session_insert(struct store *s, const struct store_session *ses) {
         if (!ses || !ses->id || !ses->sandbox_id || !ses->cmd)
                 return -EINVAL;

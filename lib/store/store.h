@@ -94,6 +94,19 @@ struct store_snapshot {
         bool pinned;        /* taken on demand: retention never deletes it (false: by the scheduler) */
 };
 
+/* An image: a full snapshot (memory and disk) of a sandbox, published to
+ * the object store under its id; new sandboxes are made from it. Unlike a
+ * snapshot it outlives its sandbox. */
+struct store_image {
+        char *id;            /* "img-" + 16 hex: also its name in the object store */
+        char *tenant_id;     /* owner, or NULL: the admin */
+        char *name;          /* unique in its owner's scope, or NULL */
+        char *sandbox_id;    /* the sandbox it was taken from (which may be gone) */
+        char *template_name; /* that sandbox's template */
+        int64_t size;        /* bytes of memory the node reported */
+        int64_t created_at;  /* Unix time, milliseconds */
+};
+
 /* One tenant: the owner of sandboxes and of API keys scoped to them. */
 struct store_tenant {
         char *id;           /* "ten-" + 16 hex */
@@ -179,6 +192,13 @@ struct store_ops {
         int (*snapshot_list)(struct store *s, const char *sandbox_id, size_t max, struct store_snapshot **ret,
                              size_t *ret_n);
         int (*snapshot_delete)(struct store *s, const char *id);
+
+        int (*image_insert)(struct store *s, const struct store_image *img);
+        int (*image_get)(struct store *s, const char *id, struct store_image *ret);
+        int (*image_find)(struct store *s, const char *tenant_id, const char *name, struct store_image *ret);
+        int (*image_list)(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, size_t max,
+                          struct store_image **ret, size_t *ret_n);
+        int (*image_delete)(struct store *s, const char *id);
 
         int (*session_insert)(struct store *s, const struct store_session *ses);
         int (*session_get)(struct store *s, const char *id, struct store_session *ret);
@@ -325,6 +345,23 @@ void store_snapshot_array_free(struct store_snapshot *a, size_t n);
 
 /* Inserts a session row. -ENOENT when its sandbox does not exist, -EEXIST
  * when the id is taken. */
+/* Images (tenant_id NULL is the admin scope). Inserts one (created_at 0:
+ * now): -EEXIST when the scope has its name already. */
+int store_image_insert(struct store *s, const struct store_image *img);
+/* Reads one image by id, or by name in a scope; -ENOENT when unknown.
+ * Release with store_image_release(). */
+int store_image_get(struct store *s, const char *id, struct store_image *ret);
+int store_image_find(struct store *s, const char *tenant_id, const char *name, struct store_image *ret);
+/* Reads at most max images (bounded by STORE_LIST_MAX), newest first: of
+ * every scope when all, otherwise of tenant_id's; only those taken from
+ * sandbox_id unless it is NULL. Free with store_image_array_free(). */
+int store_image_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, size_t max,
+                     struct store_image **ret, size_t *ret_n);
+/* Deletes an image row. -ENOENT when unknown. */
+int store_image_delete(struct store *s, const char *id);
+void store_image_release(struct store_image *img);
+void store_image_array_free(struct store_image *a, size_t n);
+
 int store_session_insert(struct store *s, const struct store_session *ses);
 /* Reads one session; -ENOENT when unknown. Release with
  * store_session_release(). */

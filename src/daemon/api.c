@@ -293,6 +293,8 @@ static int create_request_hash(const struct apireq_create *c, const char *networ
                 return -ENOMEM;
         if (canon && c->recovery && json_object_set_new(canon, "recovery", json_string(c->recovery)) < 0)
                 return -ENOMEM;
+        if (canon && c->image && json_object_set_new(canon, "image", json_string(c->image)) < 0)
+                return -ENOMEM;
         /* the names as given (not the placeholders, drawn afresh each time) */
         if (canon && json_array_size(secrets) > 0 && json_object_set(canon, "secrets", (json_t *) secrets) < 0)
                 return -ENOMEM;
@@ -391,6 +393,17 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         const char *tenant_id = NULL; /* NULL: the admin owns it */
         if ((r = create_tenant(ctx, body, &tenant_id)) < 0)
                 return r;
+        /* from an image: its template, and the node restores it */
+        _cleanup_(store_image_release) struct store_image image = { 0 };
+        if (c.image) {
+                if ((r = api_image_lookup(ctx, c.image, &image)) < 0)
+                        return r;
+                if (!api_image_usable_by(&image, ctx, tenant_id))
+                        return fail(ctx, -EPERM, "image '%.64s' belongs to another tenant than the sandbox", c.image);
+                free(c.template_name);
+                if (!(c.template_name = strdup(image.template_name)))
+                        return -ENOMEM;
+        }
         /* none given ({} included): the tenant's default, else the node's */
         if (net_given)
                 net_s = strdup(net_given);
@@ -460,12 +473,14 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 json_object_set_new(req, "tenant", json_string(tenant_id));
         if (req && c.recovery)
                 json_object_set_new(req, "recovery", json_string(c.recovery));
+        if (req && c.image)
+                json_object_set_new(req, "image", json_string(image.id));
         if (!req) {
                 sandbox_abandon(ctx, id, false);
                 return operation_fail(ctx, op_id, -ENOMEM);
         }
-        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "creating sandbox %s from template %s (operation %s)", id,
-                 c.template_name, op_id);
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "creating sandbox %s from %s %s (operation %s)", id,
+                 c.image ? "image" : "template", c.image ? image.id : c.template_name, op_id);
         api_operation_node_called(ctx->store, op_id, "creating");
         _cleanup_(json_decrefp) json_t *node_rep = NULL;
         r = node_call(ctx->config->node_socket, ctx->config->create_timeout_s, req, &node_rep, ctx->err);
@@ -473,7 +488,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 /* A transport failure leaves the node's side unknown: make
                  * sure it holds nothing for this id either. */
                 sandbox_abandon(ctx, id, r == -ETIMEDOUT || r == -ECONNRESET || r == -EBADMSG);
-                if (r == -ENOENT)
+                /* (from an image the node's message says what is missing) */
+                if (r == -ENOENT && !c.image)
                         return operation_fail(ctx, op_id, fail(ctx, r, "template '%.64s' not found", c.template_name));
                 log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "sandbox %s: create failed: %s", id, ctx->err);
                 return operation_fail(ctx, op_id, r);

@@ -177,6 +177,29 @@ void api_lifecycle_reconcile(const struct daemon_config *config, struct store *s
 bool api_tenant_may_see(const struct api_ctx *ctx, const char *tenant_id);
 
 /*
+ * Images (api-images.c; docs/api.md): full snapshots of a sandbox in the
+ * object store that outlive it; POST /v1/sandboxes {"image"} makes a new
+ * sandbox from one. Scoped like sandboxes.
+ *
+ * POST /v1/sandboxes/{id}/images {"name"?} -> 201 the image (a running or
+ * paused sandbox; a suspended one is woken); GET /v1/images[?sandbox_id=]
+ * -> {"images":[...]}, newest first; GET /v1/images/{id}; DELETE -> 204.
+ */
+json_t *api_image_json(const struct store_image *img);
+/* The image row id as the caller may see it (another tenant's is a 404). */
+int api_image_lookup(struct api_ctx *ctx, const char *id, struct store_image *ret);
+/* The caller's image named name (404 when it has none). */
+int api_image_find(struct api_ctx *ctx, const char *name, struct store_image *ret);
+/* Whether a sandbox of owner (NULL: admin) may be made from img by ctx. */
+bool api_image_usable_by(const struct store_image *img, const struct api_ctx *ctx, const char *owner);
+int api_image_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *body, struct api_reply *ret);
+/* The rows GET /v1/images lists (free with store_image_array_free()). */
+int api_image_list_rows(struct api_ctx *ctx, const char *sandbox_id, struct store_image **ret, size_t *ret_n);
+int api_image_list(struct api_ctx *ctx, const char *sandbox_id, struct api_reply *ret);
+int api_image_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+int api_image_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+
+/*
  * Egress policies (api-network.c; docs/network.md). Policies are kept as the
  * canonical text of lib/netpolicy.
  *

@@ -109,7 +109,7 @@ static const struct {
 } bodies[_APIREQ_BODY_MAX] = {
         [APIREQ_BODY_NONE] = { (const char *const[]){ NULL } },
         /* "tenant" is read by the handler (api.c), the rest by apireq_parse_create() */
-        [APIREQ_BODY_CREATE] = { (const char *const[]){ "template", "env", "metadata", "snapshot_policy",
+        [APIREQ_BODY_CREATE] = { (const char *const[]){ "template", "image", "env", "metadata", "snapshot_policy",
                                                         "idle_timeout_s", "recovery", "tenant", "network", "secrets",
                                                         NULL },
                                  check_create_nested },
@@ -292,8 +292,13 @@ static int opt_bool(const json_t *o, const char *field, bool *ret, char *err) {
 int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
         _cleanup_(apireq_create_release) struct apireq_create c = { 0 };
         int r = opt_string(o, "template", &c.template_name, err);
-        if (r < 0)
+        if (r < 0 || (r = opt_string(o, "image", &c.image, err)) < 0)
                 return r;
+        if (c.image && c.template_name)
+                return bad(err, "give 'template' or 'image', not both");
+        if (c.image && !name_is_valid(c.image))
+                return bad(err, "field 'image' must be 1..64 characters of [A-Za-z0-9._-]");
+        /* made from an image: the handler takes the image's template */
         if (!c.template_name && !(c.template_name = strdup(APIREQ_DEFAULT_TEMPLATE)))
                 return -ENOMEM;
         if (!name_is_valid(c.template_name))
@@ -368,6 +373,7 @@ void apireq_create_release(struct apireq_create *c) {
         if (!c)
                 return;
         free(c->template_name);
+        free(c->image);
         json_decref(c->env);
         json_decref(c->metadata);
         json_decref(c->snapshot_policy);

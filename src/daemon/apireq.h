@@ -65,6 +65,7 @@ int apireq_check_body(const json_t *o, enum apireq_body kind, bool lenient, char
 
 struct apireq_create {
         char *template_name;
+        char *image;             /* "image" given: made from that image (not checked to exist); NULL when absent */
         json_t *env;             /* object of strings (never NULL) */
         json_t *metadata;        /* object of strings (never NULL) */
         json_t *snapshot_policy; /* an object, not yet checked as a policy; NULL when absent */

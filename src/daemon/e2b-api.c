@@ -356,6 +356,122 @@ static int network_policy(struct api_ctx *ctx, const json_t *net, const json_t *
 
 /* ---- handlers ---- */
 
+/* 200 with a JSON array and, when there is more, X-Next-Token. */
+static int reply_page(const json_t *items, const char *next, struct api_reply *ret) {
+        _cleanup_free_ char *text = json_dumps(items, JSON_COMPACT);
+        if (!text)
+                return -ENOMEM;
+        size_t len = strlen(text);
+        struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+        if (!resp)
+                return -ENOMEM;
+        text = NULL;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        if (next && next[0])
+                MHD_add_response_header(resp, "X-Next-Token", next);
+        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .response = resp };
+        return 0;
+}
+
+/* ---- snapshots: Airlock's images ---- */
+
+/* The caller's image with this id or name; -ENOENT (message set) when none. */
+static int snapshot_lookup(struct api_ctx *ctx, const char *id_or_name, struct store_image *ret) {
+        if (!name_is_valid(id_or_name))
+                return efail(ctx, -ENOENT, "snapshot '%.64s' not found", id_or_name);
+        int r = api_image_lookup(ctx, id_or_name, ret);
+        if (r == -ENOENT)
+                r = api_image_find(ctx, id_or_name, ret);
+        if (r == -ENOENT)
+                return efail(ctx, r, "snapshot '%.64s' not found", id_or_name);
+        return r;
+}
+
+static json_t *snapshot_info(const struct store_image *img) {
+        return json_pack("{s:s, s:[s*]}", "snapshotID", img->id, "names", img->name);
+}
+
+int e2b_snapshot_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *body, struct api_reply *ret) {
+        const json_t *name = json_object_get(body, "name");
+        if (name && !json_is_null(name) && !json_is_string(name))
+                return efail(ctx, -EINVAL, "'name' must be a string");
+        _cleanup_(json_decrefp) json_t *v1_body = json_object();
+        if (!v1_body || (json_is_string(name) && json_object_set(v1_body, "name", (json_t *) name) < 0))
+                return -ENOMEM;
+        struct api_reply v1 = { 0 };
+        int r = api_image_create(ctx, sandbox_id, v1_body, &v1);
+        if (r < 0)
+                return r;
+        const json_t *o = v1.body;
+        json_t *info = json_pack("{s:s, s:[s*]}", "snapshotID", json_string_value(json_object_get(o, "id")) ?: "",
+                                 "names", json_string_value(json_object_get(o, "name")));
+        api_reply_release(&v1);
+        if (!info)
+                return -ENOMEM;
+        *ret = (struct api_reply){ .status = MHD_HTTP_CREATED, .body = info };
+        return 0;
+}
+
+int e2b_snapshot_list(struct api_ctx *ctx, const struct e2b_list_query *q, struct api_reply *ret) {
+        uint64_t limit = E2B_LIST_LIMIT_DEFAULT;
+        if (q->limit && (parse_u64(q->limit, E2B_LIST_LIMIT_MAX, &limit) < 0 || limit == 0))
+                return efail(ctx, -EINVAL, "'limit' must be 1 to %d", E2B_LIST_LIMIT_MAX);
+        /* the page after the image "<created_at ms>_<id>" (newest first) */
+        uint64_t cur_at = 0;
+        const char *cur_id = NULL;
+        if (q->next_token && *q->next_token) {
+                const char *us = strchr(q->next_token, '_');
+                char at[24];
+                size_t tl = us ? (size_t) (us - q->next_token) : 0;
+                if (!us || tl == 0 || tl >= sizeof at || !name_is_valid(us + 1))
+                        return efail(ctx, -EINVAL, "'nextToken' is not one this server gave out");
+                memcpy(at, q->next_token, tl);
+                at[tl] = 0;
+                if (parse_u64(at, INT64_MAX, &cur_at) < 0)
+                        return efail(ctx, -EINVAL, "'nextToken' is not one this server gave out");
+                cur_id = us + 1;
+        }
+        struct store_image *a = NULL;
+        size_t n = 0;
+        int r = api_image_list_rows(ctx, q->sandbox_id && *q->sandbox_id ? q->sandbox_id : NULL, &a, &n);
+        if (r < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *out = json_array();
+        char next[96] = "";
+        const struct store_image *last = NULL; /* the last one given */
+        size_t taken = 0;
+        for (size_t i = 0; out && i < n; i++) {
+                const struct store_image *img = &a[i];
+                if (q->name && *q->name && (!img->name || strcmp(img->name, q->name) != 0))
+                        continue;
+                if (cur_id && ((uint64_t) img->created_at > cur_at ||
+                               ((uint64_t) img->created_at == cur_at && strcmp(img->id, cur_id) >= 0)))
+                        continue;
+                if (taken == limit) {
+                        snprintf(next, sizeof next, "%lld_%s", (long long) last->created_at, last->id);
+                        break;
+                }
+                if (json_array_append_new(out, snapshot_info(img)) < 0) {
+                        store_image_array_free(a, n);
+                        return -ENOMEM;
+                }
+                last = img;
+                taken++;
+        }
+        store_image_array_free(a, n);
+        if (!out)
+                return -ENOMEM;
+        return reply_page(out, next, ret);
+}
+
+int e2b_snapshot_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+        _cleanup_(store_image_release) struct store_image img = { 0 };
+        int r = snapshot_lookup(ctx, id, &img);
+        if (r < 0)
+                return r;
+        return api_image_delete(ctx, img.id, ret);
+}
+
 int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret) {
         /* what Airlock cannot do is refused, never dropped */
         static const char *const unsupported[] = { "mcp", "iam", "volumeMounts" };
@@ -369,6 +485,14 @@ int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
         if (tpl_j && !json_is_string(tpl_j))
                 return efail(ctx, -EINVAL, "'templateID' must be a string");
         const char *tpl = airlock_template(ctx->config, tpl_j ? json_string_value(tpl_j) : "base");
+        /* not an alias: a snapshot's id or name makes the sandbox from it */
+        _cleanup_(store_image_release) struct store_image image = { 0 };
+        int k = tpl_j && tpl == json_string_value(tpl_j) ? snapshot_lookup(ctx, tpl, &image) : -ENOENT;
+        if (k < 0 && k != -ENOENT)
+                return k;
+        if (k >= 0)
+                tpl = image.template_name;
+        ctx->err[0] = 0;
         const json_t *md = json_object_get(body, "metadata"), *env = json_object_get(body, "envVars");
         const json_t *internet = json_object_get(body, "allow_internet_access");
         const json_t *auto_pause = json_object_get(body, "autoPause");
@@ -384,7 +508,8 @@ int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
         if (auto_pause && !json_is_boolean(auto_pause) && !json_is_null(auto_pause))
                 return efail(ctx, -EINVAL, "'autoPause' must be a boolean");
 
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "template", tpl);
+        _cleanup_(json_decrefp) json_t *req = image.id ? json_pack("{s:s}", "image", image.id)
+                                                       : json_pack("{s:s}", "template", tpl);
         if (!req)
                 return -ENOMEM;
         if (md)
@@ -671,19 +796,7 @@ int e2b_sandbox_list(struct api_ctx *ctx, const struct e2b_list_query *q, struct
                 snprintf(next, sizeof next, "%s_%s", json_string_value(json_object_get(last, "created_at")) ?: "",
                          json_string_value(json_object_get(last, "id")) ?: "");
         }
-        _cleanup_free_ char *text = json_dumps(out, JSON_COMPACT);
-        if (!text)
-                return -ENOMEM;
-        size_t len = strlen(text);
-        struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
-        if (!resp)
-                return -ENOMEM;
-        text = NULL;
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-        if (next[0])
-                MHD_add_response_header(resp, "X-Next-Token", next);
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .response = resp };
-        return 0;
+        return reply_page(out, next, ret);
 }
 
 int e2b_sandbox_kill(struct api_ctx *ctx, const char *id, struct api_reply *ret) {

@@ -26,10 +26,13 @@
 /* A lifetime longer than a year is a mistake */
 #define E2B_TIMEOUT_S_MAX (365 * 24 * 3600)
 
-/* The query of GET /v2/sandboxes, as MHD decoded it (each may be NULL). */
+/* The query of GET /v2/sandboxes and GET /snapshots, as MHD decoded it
+ * (each may be NULL). */
 struct e2b_list_query {
         const char *state;      /* "running,paused" */
         const char *metadata;   /* form-encoded pairs, each part percent-encoded once more */
+        const char *sandbox_id; /* snapshots: of this sandbox only */
+        const char *name;       /* snapshots: of this name only */
         const char *limit;      /* decimal, 1..E2B_LIST_LIMIT_MAX */
         const char *next_token; /* what X-Next-Token said */
         const char *order;      /* "asc" or "desc" (default) */
@@ -57,6 +60,14 @@ int e2b_sandbox_connect(struct api_ctx *ctx, const char *id, const json_t *body,
 /* GET /sandboxes/ID/metrics?start&end: the guest's CPU, memory and disk
  * use now, as a one-sample series (empty when not running or outside the
  * window). */
+/* E2B's snapshots are Airlock's images (api-images.c): POST
+ * /sandboxes/ID/snapshots {"name"?} -> 201 {"snapshotID","names"}; GET
+ * /snapshots?sandboxID&name&limit&nextToken -> [{"snapshotID","names"}]
+ * newest first, X-Next-Token; DELETE /templates/ID (an image's id or name)
+ * -> 204. Sandbox.create() takes an image's id or name as its template. */
+int e2b_snapshot_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *body, struct api_reply *ret);
+int e2b_snapshot_list(struct api_ctx *ctx, const struct e2b_list_query *q, struct api_reply *ret);
+int e2b_snapshot_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 int e2b_sandbox_metrics(struct api_ctx *ctx, const char *id, const char *start, const char *end,
                         struct api_reply *ret);
 /* POST /sandboxes/ID/fork {timeout, count}: count forks, each a Sandbox

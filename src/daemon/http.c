@@ -61,6 +61,9 @@ enum route_id {
         R_WAKE,
         R_FORK,
         R_SNAPSHOTS,
+        R_SANDBOX_IMAGES,
+        R_IMAGES,
+        R_IMAGE,
         R_OPERATION,
         R_POOLS,
         R_TENANTS,
@@ -84,6 +87,9 @@ enum route_id {
         R_E2B_NETWORK,
         R_E2B_FORK,
         R_E2B_METRICS,
+        R_E2B_SNAPSHOT_CREATE,
+        R_E2B_SNAPSHOTS,
+        R_E2B_TEMPLATE,
 };
 
 enum auth_kind {
@@ -124,6 +130,9 @@ static const struct route routes[] = {
         { R_WAKE, { "v1", "sandboxes", "*", "wake" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
         { R_FORK, { "v1", "sandboxes", "*", "fork" }, M_POST, AUTH_API, APIREQ_BODY_FORK },
         { R_SNAPSHOTS, { "v1", "sandboxes", "*", "snapshots" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_SNAPSHOT },
+        { R_SANDBOX_IMAGES, { "v1", "sandboxes", "*", "images" }, M_POST, AUTH_API, APIREQ_BODY_NAME },
+        { R_IMAGES, { "v1", "images" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
+        { R_IMAGE, { "v1", "images", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
         { R_OPERATION, { "v1", "operations", "*" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
         { R_POOLS, { "v1", "pools" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
         { R_NETWORK, { "v1", "sandboxes", "*", "network" }, M_GET | M_PUT, AUTH_API, APIREQ_BODY_NETWORK },
@@ -148,6 +157,9 @@ static const struct route routes[] = {
         { R_E2B_NETWORK, { "sandboxes", "*", "network" }, M_PUT, AUTH_E2B, APIREQ_BODY_NONE },
         { R_E2B_FORK, { "sandboxes", "*", "fork" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
         { R_E2B_METRICS, { "sandboxes", "*", "metrics" }, M_GET, AUTH_E2B, APIREQ_BODY_NONE },
+        { R_E2B_SNAPSHOT_CREATE, { "sandboxes", "*", "snapshots" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
+        { R_E2B_SNAPSHOTS, { "snapshots" }, M_GET, AUTH_E2B, APIREQ_BODY_NONE },
+        { R_E2B_TEMPLATE, { "templates", "*" }, M_DELETE, AUTH_E2B, APIREQ_BODY_NONE },
 };
 
 /* Per-request state, from the first access-handler call to completion. */
@@ -874,6 +886,15 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         case R_SNAPSHOTS:
                 r = req->method == M_POST ? api_snapshot_create(&ctx, id, body, &rep) : api_snapshot_list(&ctx, id, &rep);
                 break;
+        case R_SANDBOX_IMAGES:
+                r = api_image_create(&ctx, id, body, &rep);
+                break;
+        case R_IMAGES:
+                r = api_image_list(&ctx, query_arg(conn, "sandbox_id", NULL), &rep);
+                break;
+        case R_IMAGE:
+                r = req->method == M_GET ? api_image_get(&ctx, id, &rep) : api_image_delete(&ctx, id, &rep);
+                break;
         case R_OPERATION:
                 r = api_operation_get(&ctx, id, &rep);
                 break;
@@ -953,6 +974,22 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 break;
         case R_E2B_NETWORK:
                 r = e2b_sandbox_update_network(&ctx, id, body, &rep);
+                break;
+        case R_E2B_SNAPSHOT_CREATE:
+                r = e2b_snapshot_create(&ctx, id, body, &rep);
+                break;
+        case R_E2B_SNAPSHOTS: {
+                struct e2b_list_query q = {
+                        .sandbox_id = query_arg(conn, "sandboxID", NULL),
+                        .name = query_arg(conn, "name", NULL),
+                        .limit = query_arg(conn, "limit", NULL),
+                        .next_token = query_arg(conn, "nextToken", NULL),
+                };
+                r = e2b_snapshot_list(&ctx, &q, &rep);
+                break;
+        }
+        case R_E2B_TEMPLATE:
+                r = e2b_snapshot_delete(&ctx, id, &rep);
                 break;
         default:
                 r = -ENOENT;

@@ -242,6 +242,25 @@ int nodeops_sandbox_suspend(struct node_conn *c, json_t *req) {
         return conn_reply_ok(c, json_pack("{s:o}", "suspended", info));
 }
 
+int nodeops_sandbox_publish(struct node_conn *c, json_t *req) {
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        const char *image = NULL;
+        int r = snapshot_args(c, req, &s, &image);
+        if (r < 0)
+                return r;
+        const char *state = NULL;
+        _cleanup_free_ char *err = NULL;
+        json_t *info = NULL;
+        r = sandbox_publish(s, image, &info, &state, &err);
+        if (r == -EOPNOTSUPP)
+                return conn_reply_error(c, r, "unsupported", "this node has no object store");
+        if (r == -EEXIST)
+                return conn_reply_error(c, r, "conflict", "%s", err ? err : "image exists");
+        if (r < 0)
+                return snapshot_reply_error(c, s, r, "publish", state, err);
+        return conn_reply_ok(c, json_pack("{s:o}", "published", info));
+}
+
 int nodeops_sandbox_wake(struct node_conn *c, json_t *req) {
         const char *id = json_string_value(json_object_get(req, "id"));
         const char *snap = json_string_value(json_object_get(req, "snapshot_id"));

@@ -18,6 +18,7 @@ int nodeops_sandbox_start(struct node_conn *c, json_t *req);
 int nodeops_sandbox_snapshot(struct node_conn *c, json_t *req);
 int nodeops_sandbox_fork(struct node_conn *c, json_t *req);
 int nodeops_sandbox_suspend(struct node_conn *c, json_t *req);
+int nodeops_sandbox_publish(struct node_conn *c, json_t *req);
 int nodeops_sandbox_wake(struct node_conn *c, json_t *req);
 int nodeops_suspended_delete(struct node_conn *c, json_t *req);
 int nodeops_suspended_get(struct node_conn *c, json_t *req);

@@ -327,10 +327,13 @@ static int op_pool_list(struct node_conn *c, json_t *req) {
 }
 
 static int op_sandbox_create(struct node_conn *c, json_t *req) {
-        const char *id, *tpl;
+        const char *id, *tpl = NULL, *image = NULL;
         _cleanup_(json_decrefp) json_t *env = NULL;
         int r;
-        if ((r = field_name(c, req, "id", &id)) < 0 || (r = field_name(c, req, "template", &tpl)) < 0 ||
+        /* from a template, or from an image (sandbox.publish) */
+        if ((r = field_name(c, req, "id", &id)) < 0 ||
+            (r = json_object_get(req, "image") ? field_name(c, req, "image", &image)
+                                               : field_name(c, req, "template", &tpl)) < 0 ||
             (r = field_env(c, req, "env", &env)) < 0)
                 return r;
         json_t *md = json_object_get(req, "metadata");
@@ -351,7 +354,10 @@ static int op_sandbox_create(struct node_conn *c, json_t *req) {
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " sandbox=%s", id);
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         _cleanup_free_ char *err = NULL;
-        r = sandbox_create(id, tpl, env, tenant, recover_checkpoint, network, &s, &err);
+        r = image ? sandbox_create_from_image(id, image, env, tenant, recover_checkpoint, network, &s, &err)
+                  : sandbox_create(id, tpl, env, tenant, recover_checkpoint, network, &s, &err);
+        if (r == -EOPNOTSUPP)
+                return conn_reply_error(c, r, "unsupported", "this node has no object store");
         if (r < 0) {
                 const char *code = r == -EEXIST ? "conflict"
                                    : r == -ENOENT ? "not_found"
@@ -882,6 +888,7 @@ static const struct {
         { "snapshot.delete", nodeops_snapshot_delete, true },
         { "sandbox.fork", nodeops_sandbox_fork, true },
         { "sandbox.suspend", nodeops_sandbox_suspend, true },
+        { "sandbox.publish", nodeops_sandbox_publish, true },
         { "sandbox.wake", nodeops_sandbox_wake, true },
         { "suspended.delete", nodeops_suspended_delete, true },
         { "suspended.get", nodeops_suspended_get, false },

@@ -431,6 +431,55 @@ fail:
 
 #define WAKE_SNAPSHOT "wake/snapshot"
 
+/* Reads the manifest of object store snapshot snapshot_id: -ENXIO when it
+ * is not (completely) there. */
+static int manifest_read(const char *snapshot_id, json_t **ret, char **ret_error) {
+        int r = objstore_snapshot_manifest(objstore, snapshot_id, ret);
+        if (r >= 0)
+                return 0;
+        *ret_error = r == -ENOENT ? strdup_printf("snapshot %s is not in the object store (or never finished "
+                                                  "uploading)",
+                                                  snapshot_id)
+                                  : strdup_printf("cannot read snapshot %s: %s", snapshot_id, strerror(-r));
+        return r == -ENOENT ? -ENXIO : r;
+}
+
+/* Downloads object store snapshot snapshot_id into s (registered by
+ * register_new()) and restores it. mark: write which image this is for
+ * wake_takeover(). *ret_t_down: when the download was done. On failure s
+ * is gone (new_abort()). */
+static int download_restore(struct sandbox *s, const char *snapshot_id, bool mark, uint64_t *ret_t_down,
+                            char **ret_error) {
+        _cleanup_free_ char *dir = strdup_printf("%s/wake", s->dir);
+        _cleanup_free_ char *disk = strdup_printf("%s/wake/rootfs.img", s->dir);
+        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
+        _cleanup_free_ char *wake_marker = strdup_printf("%s/" WAKE_SNAPSHOT, s->dir);
+        char *state = strdup_printf("%s/wake/state", s->dir);
+        if (!dir || !disk || !rootfs || !state || !wake_marker) {
+                free(state);
+                new_abort(s);
+                return -ENOMEM;
+        }
+        int r = objstore_snapshot_download(objstore, snapshot_id, dir);
+        if (r >= 0 && rename(disk, rootfs) < 0)
+                r = negative_errno();
+        /* which image this is: a node that takes the sandbox over after the
+         * wake made it visible removes it as stale (wake_takeover()) */
+        if (r >= 0 && mark)
+                r = file_write_atomic(wake_marker, snapshot_id, strlen(snapshot_id), 0600);
+        if (r < 0) {
+                *ret_error = strdup_printf("downloading snapshot %s failed: %s", snapshot_id, strerror(-r));
+                free(state);
+                new_abort(s);
+                return r;
+        }
+        *ret_t_down = now_monotonic_ns();
+        r = restore_new(s, state, ret_error);
+        if (r >= 0 && !mark)
+                (void) rm_rf(dir);
+        return r;
+}
+
 void wake_takeover(const char *dir) {
         _cleanup_free_ char *marker = strdup_printf("%s/" WAKE_SNAPSHOT, dir), *snap = NULL;
         size_t len;
@@ -461,21 +510,16 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, s
                 return 0;
         }
         _cleanup_(json_decrefp) json_t *manifest = NULL;
-        int r = objstore_snapshot_manifest(objstore, snapshot_id, &manifest);
-        if (r < 0) {
-                *ret_error = r == -ENOENT ? strdup_printf("snapshot %s is not in the object store (or never finished "
-                                                          "uploading)",
-                                                          snapshot_id)
-                                          : strdup_printf("cannot read snapshot %s: %s", snapshot_id, strerror(-r));
-                return r == -ENOENT ? -ENXIO : r;
-        }
+        int r = manifest_read(snapshot_id, &manifest, ret_error);
+        if (r < 0)
+                return r;
         json_t *meta = json_object_get(manifest, "meta");
         const char *sid = json_string_value(json_object_get(meta, "sandbox"));
         const char *tpl = json_string_value(json_object_get(meta, "template"));
         json_t *env = json_object_get(meta, "env");
         json_int_t exe = json_integer_value(json_object_get(meta, "execution"));
         if (!sid || strcmp(sid, id) != 0 || !tpl || !name_is_valid(tpl) || !json_is_object(env) || exe < 0 ||
-            exe >= UINT32_MAX) {
+            exe >= UINT32_MAX || json_object_get(meta, "kind")) {
                 *ret_error = strdup_printf("snapshot %s is not a suspended state of sandbox %s", snapshot_id, id);
                 return -EBADMSG;
         }
@@ -489,33 +533,11 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, s
                 new_abort(s);
                 return -EBADMSG;
         }
-        _cleanup_free_ char *dir = strdup_printf("%s/wake", s->dir);
-        _cleanup_free_ char *disk = strdup_printf("%s/wake/rootfs.img", s->dir);
-        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
-        char *state = strdup_printf("%s/wake/state", s->dir);
-        if (!dir || !disk || !rootfs || !state) {
-                free(state);
-                new_abort(s);
-                return -ENOMEM;
-        }
-        r = objstore_snapshot_download(objstore, snapshot_id, dir);
-        if (r >= 0 && rename(disk, rootfs) < 0)
-                r = negative_errno();
-        /* which image this is: a node that takes the sandbox over after the
-         * wake made it visible removes it as stale (wake_takeover()) */
-        _cleanup_free_ char *wake_marker = strdup_printf("%s/" WAKE_SNAPSHOT, s->dir);
-        if (r >= 0)
-                r = wake_marker ? file_write_atomic(wake_marker, snapshot_id, strlen(snapshot_id), 0600) : -ENOMEM;
-        if (r < 0) {
-                *ret_error = strdup_printf("downloading snapshot %s failed: %s", snapshot_id, strerror(-r));
-                free(state);
-                new_abort(s);
-                return r;
-        }
-        uint64_t t_down = now_monotonic_ns();
-        r = restore_new(s, state, ret_error);
+        uint64_t t_down;
+        r = download_restore(s, snapshot_id, true, &t_down, ret_error);
         if (r < 0)
                 return r;
+        _cleanup_free_ char *dir = strdup_printf("%s/wake", s->dir);
         node_hold_point("wake.visible");
         _cleanup_free_ char *marker = marker_path(s->dir);
         if (marker)
@@ -527,9 +549,120 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, s
         if (k < 0 && k != -ENOENT)
                 log_errno(LOG_LEVEL_WARN, k, s->ctx, "cannot remove the stale snapshot %s: %m", snapshot_id);
         node_hold_point("wake.restored");
-        (void) rm_rf(dir);
+        if (dir)
+                (void) rm_rf(dir);
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox woken from snapshot %s in %llu ms (download %llu ms, restore %llu ms)",
                  snapshot_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
+                 (unsigned long long) ((t_down - t0) / 1000000ULL), (unsigned long long) s->restore_ms);
+        *ret = sandbox_ref(s);
+        return 0;
+}
+
+/* ---- images ---- */
+
+/* Where a publish keeps its snapshot until it is uploaded: under the
+ * sandboxes directory, not the sandbox's (a delete meanwhile does not pull
+ * it away); a node start removes what a killed one left (".tmp-" names are
+ * no sandbox's). */
+#define PUBLISH_DIR ".tmp-publish-"
+
+int sandbox_publish(struct sandbox *s, const char *image_id, json_t **ret_info, const char **ret_state,
+                    char **ret_error) {
+        uint64_t t0 = now_monotonic_ns();
+        if (!objstore)
+                return -EOPNOTSUPP;
+        _cleanup_free_ char *dir = strdup_printf("%s/" PUBLISH_DIR "%s", sdir, image_id);
+        _cleanup_free_ char *state = strdup_printf("%s/" PUBLISH_DIR "%s/state", sdir, image_id);
+        _cleanup_free_ char *disk = strdup_printf("%s/" PUBLISH_DIR "%s/rootfs.img", sdir, image_id);
+        if (!dir || !state || !disk)
+                return -ENOMEM;
+        if (sandbox_suspended_exists(image_id) >= 0) {
+                *ret_error = strdup_printf("the object store has %s already", image_id);
+                return -EEXIST;
+        }
+        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
+        if (r < 0)
+                return r;
+        (void) rm_rf(dir);
+        if ((r = mkdir_p(dir, 0700)) < 0) {
+                life_end(s);
+                *ret_error = strdup_printf("cannot create %s: %s", dir, strerror(-r));
+                return r;
+        }
+        /* memory and disk of one instant; the sandbox runs on (a paused
+         * one stays paused) while the image uploads */
+        struct snapshot_job job = { .s = s, .state_path = state, .disk_dst = disk,
+                                    .leave_paused = sandbox_state_is(s, SANDBOX_PAUSED) };
+        r = post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
+        pthread_mutex_lock(&s->lock);
+        _cleanup_(json_decrefp) json_t *meta =
+                json_pack("{s:s, s:s, s:s, s:s, s:O, s:I, s:s}", "kind", "image", "sandbox", s->id, "tenant",
+                          s->tenant, "template", s->template_name, "env", s->env, "execution",
+                          (json_int_t) s->execution, "recovery", sandbox_recovery_name(s));
+        pthread_mutex_unlock(&s->lock);
+        life_end(s);
+        if (r < 0) {
+                *ret_error = strdup_printf("full snapshot failed: %s", strerror(-r));
+                (void) rm_rf(dir);
+                return r;
+        }
+        uint64_t t_snap = now_monotonic_ns();
+        const struct objstore_artifact art[] = { { "state", state }, { "rootfs.img", disk } };
+        r = meta ? objstore_snapshot_upload(objstore, image_id, art, ARRAY_SIZE(art), meta) : -ENOMEM;
+        (void) rm_rf(dir);
+        if (r < 0) {
+                *ret_error = strdup_printf("uploading image %s failed: %s", image_id, strerror(-r));
+                return r;
+        }
+        uint64_t t_up = now_monotonic_ns();
+        log_emit(LOG_LEVEL_INFO, s->ctx, "published image %s in %llu ms (snapshot %llu ms, paused %llu ms, upload %llu ms)",
+                 image_id, (unsigned long long) ((t_up - t0) / 1000000ULL),
+                 (unsigned long long) ((t_snap - t0) / 1000000ULL), (unsigned long long) job.stats.pause_ms,
+                 (unsigned long long) ((t_up - t_snap) / 1000000ULL));
+        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "image", image_id, "memory_bytes",
+                              (json_int_t) job.stats.bytes, "snapshot_ms", (json_int_t) ((t_snap - t0) / 1000000ULL),
+                              "upload_ms", (json_int_t) ((t_up - t_snap) / 1000000ULL), "total_ms",
+                              (json_int_t) ((t_up - t0) / 1000000ULL), "pause_ms", (json_int_t) job.stats.pause_ms);
+        *ret_info = o;
+        return o ? 0 : -ENOMEM;
+}
+
+int sandbox_create_from_image(const char *id, const char *image_id, json_t *env, const char *tenant,
+                              bool recover_checkpoint, const char *network, struct sandbox **ret, char **ret_error) {
+        uint64_t t0 = now_monotonic_ns();
+        if (!objstore)
+                return -EOPNOTSUPP;
+        _cleanup_(json_decrefp) json_t *manifest = NULL;
+        int r = manifest_read(image_id, &manifest, ret_error);
+        if (r < 0)
+                return r == -ENXIO ? -ENOENT : r;
+        json_t *meta = json_object_get(manifest, "meta");
+        const char *kind = json_string_value(json_object_get(meta, "kind"));
+        const char *tpl = json_string_value(json_object_get(meta, "template"));
+        json_t *image_env = json_object_get(meta, "env");
+        if (!kind || strcmp(kind, "image") != 0 || !tpl || !name_is_valid(tpl) || !json_is_object(image_env)) {
+                *ret_error = strdup_printf("%s is not an image", image_id);
+                return -EBADMSG;
+        }
+        /* the image's environment, and what this create adds over it */
+        _cleanup_(json_decrefp) json_t *merged = json_deep_copy(image_env);
+        if (!merged || (env && json_object_update(merged, env) < 0))
+                return -ENOMEM;
+        struct sandbox *s = NULL;
+        r = register_new(id, tpl, merged, network, &s, ret_error);
+        if (r < 0)
+                return r;
+        s->execution = 1;
+        s->recover_checkpoint = recover_checkpoint;
+        if (tenant)
+                snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
+        /* a new identity, as a fork child gets (restore_new()) */
+        uint64_t t_down;
+        r = download_restore(s, image_id, false, &t_down, ret_error);
+        if (r < 0)
+                return r;
+        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox made from image %s in %llu ms (download %llu ms, restore %llu ms)",
+                 image_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
                  (unsigned long long) ((t_down - t0) / 1000000ULL), (unsigned long long) s->restore_ms);
         *ret = sandbox_ref(s);
         return 0;

@@ -240,7 +240,20 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
  * snapshot is not (completely) there, -EBADMSG when it is not id's. */
 int sandbox_wake(const char *id, const char *snapshot_id, const char *network, struct sandbox **ret,
                  char **ret_error);
-/* Deletes a suspended sandbox's snapshot from the object store. */
+/* Publishes a running or paused sandbox as an image: a full snapshot (the
+ * sandbox runs on) uploaded to the object store as image_id, with a
+ * manifest of kind "image" carrying its template and env. -EEXIST when the
+ * object store has image_id. *ret_info: {"image","memory_bytes",
+ * "snapshot_ms","upload_ms","total_ms","pause_ms"}. */
+int sandbox_publish(struct sandbox *s, const char *image_id, json_t **ret_info, const char **ret_state,
+                    char **ret_error);
+/* Makes sandbox id from image image_id, as sandbox_create() makes one from
+ * a template: its memory, processes and disk, with its own identity; env
+ * over the image's. The image stays. -ENOENT when there is no such image,
+ * -EBADMSG when image_id is no image. */
+int sandbox_create_from_image(const char *id, const char *image_id, json_t *env, const char *tenant,
+                              bool recover_checkpoint, const char *network, struct sandbox **ret, char **ret_error);
+/* Deletes a suspended sandbox's snapshot (or an image) from the object store. */
 int sandbox_suspended_delete(const char *snapshot_id);
 /* 0 when the object store holds the whole suspended image snapshot_id
  * (its manifest landed), -ENOENT when not. */

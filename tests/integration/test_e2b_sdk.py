@@ -261,6 +261,17 @@ def test_envd_fork(airlock, e2b_sdk):
     print(f"fork: {out.result}")
 
 
+def test_envd_snapshots(airlock, e2b_sdk):
+    """createSnapshot (named and not), listSnapshots (all, a sandbox's,
+    paged), Sandbox.create(snapshotId or name) after the sandbox is gone:
+    its files and a running process, an identity of its own;
+    deleteSnapshot true then false, and a deleted one makes nothing."""
+    out = e2b_sdk.run(airlock, "snapshots.mjs")
+    print(f"snapshots: {out.result}")
+    images = airlock.api("GET", "/v1/images")["images"]
+    assert [i["id"] for i in images] == [], images  # the scenario deleted what it made
+
+
 def _policy_hosts(policy):
     return sorted(r.get("host") or r.get("cidr") for r in policy.get("allow", []))
 

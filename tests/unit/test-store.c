@@ -728,6 +728,73 @@ static void test_network_policies(void **state) {
         assert_int_equal(store_tenant_network_set(s, "ten-nope", NULL), -ENOENT);
 }
 
+static void test_images(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(url, &s), 0);
+        struct store_tenant t = { .id = "ten-i", .name = "imaging" };
+        assert_int_equal(store_tenant_insert(s, &t, 10), 0);
+        struct store_image a = { .id = "img-a", .tenant_id = "ten-i", .name = "base", .sandbox_id = "sbx-1",
+                                 .template_name = "python", .size = 512, .created_at = 1000 };
+        struct store_image b = { .id = "img-b", .tenant_id = "ten-i", .sandbox_id = "sbx-2",
+                                 .template_name = "python", .created_at = 2000 };
+        struct store_image admin = { .id = "img-c", .name = "base", .sandbox_id = "sbx-1",
+                                     .template_name = "minimal", .created_at = 3000 };
+        assert_int_equal(store_image_insert(s, &a), 0);
+        assert_int_equal(store_image_insert(s, &b), 0);
+        assert_int_equal(store_image_insert(s, &admin), 0); /* a name is unique in its scope only */
+        struct store_image dup = { .id = "img-d", .tenant_id = "ten-i", .name = "base", .sandbox_id = "sbx-3",
+                                   .template_name = "python" };
+        assert_int_equal(store_image_insert(s, &dup), -EEXIST);
+        struct store_image unnamed = { .id = "img-e", .tenant_id = "ten-i", .sandbox_id = "sbx-3",
+                                       .template_name = "python", .created_at = 1500 };
+        assert_int_equal(store_image_insert(s, &unnamed), 0); /* any number without a name */
+        struct store_image bad = { .id = "img-f", .tenant_id = "ten-none", .sandbox_id = "sbx-3",
+                                   .template_name = "python" };
+        assert_true(store_image_insert(s, &bad) < 0); /* an unknown owner */
+
+        struct store_image g = { 0 };
+        assert_int_equal(store_image_get(s, "img-a", &g), 0);
+        assert_string_equal(g.tenant_id, "ten-i");
+        assert_string_equal(g.name, "base");
+        assert_string_equal(g.sandbox_id, "sbx-1");
+        assert_string_equal(g.template_name, "python");
+        assert_int_equal(g.size, 512);
+        assert_int_equal(g.created_at, 1000);
+        store_image_release(&g);
+        assert_int_equal(store_image_find(s, "ten-i", "base", &g), 0);
+        assert_string_equal(g.id, "img-a");
+        store_image_release(&g);
+        assert_int_equal(store_image_find(s, NULL, "base", &g), 0);
+        assert_string_equal(g.id, "img-c");
+        store_image_release(&g);
+        assert_int_equal(store_image_find(s, "ten-i", "other", &g), -ENOENT);
+        assert_int_equal(store_image_get(s, "img-zz", &g), -ENOENT);
+
+        struct store_image *l = NULL;
+        size_t n = 0;
+        assert_int_equal(store_image_list(s, false, "ten-i", NULL, 10, &l, &n), 0);
+        assert_int_equal(n, 3); /* newest first, the tenant's only */
+        assert_string_equal(l[0].id, "img-b");
+        assert_string_equal(l[1].id, "img-e");
+        assert_string_equal(l[2].id, "img-a");
+        store_image_array_free(l, n);
+        assert_int_equal(store_image_list(s, false, "ten-i", "sbx-1", 10, &l, &n), 0);
+        assert_int_equal(n, 1);
+        store_image_array_free(l, n);
+        assert_int_equal(store_image_list(s, true, NULL, NULL, 2, &l, &n), 0);
+        assert_int_equal(n, 2); /* the bound */
+        assert_string_equal(l[0].id, "img-c");
+        store_image_array_free(l, n);
+
+        /* a tenant that owns images stays */
+        assert_int_equal(store_tenant_delete(s, "ten-i"), -EBUSY);
+        assert_int_equal(store_image_delete(s, "img-a"), 0);
+        assert_int_equal(store_image_delete(s, "img-a"), -ENOENT);
+        assert_int_equal(store_image_delete(s, "img-b"), 0);
+        assert_int_equal(store_image_delete(s, "img-e"), 0);
+        assert_int_equal(store_tenant_delete(s, "ten-i"), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_open_bad_url),
@@ -744,6 +811,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_migration_7_upgrade, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_network_policies, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_sandbox_lifetimes, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_images, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -162,4 +162,17 @@ static const char *const store_sqlite_migrations[] = {
         "ALTER TABLE sandboxes ADD COLUMN expires_at INTEGER;\n"
         "ALTER TABLE sandboxes ADD COLUMN expiry_s INTEGER CHECK (expiry_s > 0);\n"
         "ALTER TABLE sandboxes ADD COLUMN on_expiry TEXT CHECK (on_expiry IN ('delete', 'suspend'));\n",
+        /* 11: images, full snapshots published to the object store that
+         * outlive their sandbox (sandbox_id is no reference: it may go) */
+        "CREATE TABLE images (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  tenant_id TEXT REFERENCES tenants(id),\n"
+        "  name TEXT,\n"
+        "  sandbox_id TEXT NOT NULL,\n"
+        "  template TEXT NOT NULL,\n"
+        "  size INTEGER NOT NULL DEFAULT 0,\n"
+        "  created_at INTEGER NOT NULL\n"
+        ");\n"
+        "CREATE UNIQUE INDEX images_name ON images(COALESCE(tenant_id, ''), name) WHERE name IS NOT NULL;\n"
+        "CREATE INDEX images_scope ON images(tenant_id, created_at);\n",
 };
