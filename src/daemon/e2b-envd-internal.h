@@ -40,6 +40,14 @@ void e2b_rest_error(struct api_reply *reply, unsigned status, const char *messag
 void e2b_stream_error(struct api_reply *reply, enum connect_code code, const char *message);
 enum connect_code e2b_connect_code(int r);
 
+/* A file op's node request with c's user in it (none given: the node's
+ * default, root); req is consumed, NULL stays NULL. */
+json_t *e2b_file_req(const struct envd_call *c, json_t *req);
+/* Whether r with api->err is the node's "unknown user 'NAME'" (invalid):
+ * envd's unauthenticated / 401, so api->err becomes its "invalid
+ * username: 'user'". */
+bool e2b_unknown_user(struct api_ctx *api, const char *user, int r);
+
 /* A node op for c's sandbox ("id" added); req is consumed. */
 int e2b_node_call(struct envd_call *c, uint32_t access, json_t *req, json_t **rep, struct node_conn **conn);
 /* The node session of the process req selects ({"process":{"pid"|"tag"}}),
@@ -56,6 +64,11 @@ json_t *e2b_entry_info(const json_t *e, const char *path);
 void e2b_process_start(struct envd_call *c, const json_t *req, struct api_reply *reply);
 void e2b_process_connect(struct envd_call *c, const json_t *req, struct api_reply *reply);
 void e2b_watch_dir(struct envd_call *c, const json_t *req, struct api_reply *reply);
+
+/* GET /files (e2b-files.c): path of sandbox_id as user ("": root),
+ * streamed. Errors as api_file_read(). */
+int e2b_download(struct api_ctx *ctx, const char *sandbox_id, const char *user, const char *path,
+                 struct api_reply *reply);
 
 /* POST /files (e2b-files.c): multipart parts or one octet-stream body,
  * each streamed to the node as a file.write. begin: 0 to take the body,

@@ -125,6 +125,21 @@ int e2b_resolve_path(const struct envd_call *c, const char *path, char *out, siz
         return apireq_check_path(out, (size_t) n, err);
 }
 
+json_t *e2b_file_req(const struct envd_call *c, json_t *req) {
+        if (req && c->user && c->user[0] && json_object_set_new(req, "user", json_string(c->user)) < 0) {
+                json_decref(req);
+                return NULL;
+        }
+        return req;
+}
+
+bool e2b_unknown_user(struct api_ctx *api, const char *user, int r) {
+        if (r != -EINVAL || strncmp(api->err, "unknown user", 12) != 0)
+                return false;
+        snprintf(api->err, sizeof api->err, "invalid username: '%s'", user && *user ? user : "root");
+        return true;
+}
+
 /* ---- node calls for the request's sandbox ---- */
 
 int e2b_node_call(struct envd_call *c, uint32_t access, json_t *req, json_t **rep, struct node_conn **conn) {
@@ -366,8 +381,8 @@ static int req_path(struct envd_call *c, const json_t *req, const char *field, c
 
 static int stat_path(struct envd_call *c, const char *path, json_t **ret_entry) {
         _cleanup_(json_decrefp) json_t *rep = NULL;
-        int r = e2b_node_call(c, CAP_ACCESS_FILES_READ, json_pack("{s:s, s:s}", "op", "file.stat", "path", path), &rep,
-                              NULL);
+        int r = e2b_node_call(c, CAP_ACCESS_FILES_READ,
+                              e2b_file_req(c, json_pack("{s:s, s:s}", "op", "file.stat", "path", path)), &rep, NULL);
         if (r == -ENOENT)
                 snprintf(c->api->err, sizeof c->api->err, "path '%.200s' does not exist", path);
         if (r < 0)
@@ -410,7 +425,8 @@ static int fs_make_dir(struct envd_call *c, const json_t *req, json_t **resp) {
         c->api->err[0] = 0;
         _cleanup_(json_decrefp) json_t *rep = NULL;
         r = e2b_node_call(c, CAP_ACCESS_FILES_WRITE,
-                          json_pack("{s:s, s:s, s:b}", "op", "file.mkdir", "path", path, "parents", true), &rep, NULL);
+                          e2b_file_req(c, json_pack("{s:s, s:s, s:b}", "op", "file.mkdir", "path", path, "parents", true)),
+                          &rep, NULL);
         if (r < 0 || (r = reply_entry(c, rep, path, &entry)) < 0)
                 return r;
         *resp = json_pack("{s:o}", "entry", entry);
@@ -424,7 +440,8 @@ static int fs_move(struct envd_call *c, const json_t *req, json_t **resp) {
                 return r;
         _cleanup_(json_decrefp) json_t *rep = NULL;
         r = e2b_node_call(c, CAP_ACCESS_FILES_WRITE,
-                          json_pack("{s:s, s:s, s:s}", "op", "file.rename", "from", from, "to", to), &rep, NULL);
+                          e2b_file_req(c, json_pack("{s:s, s:s, s:s}", "op", "file.rename", "from", from, "to", to)), &rep,
+                          NULL);
         if (r == -ENOENT)
                 snprintf(c->api->err, sizeof c->api->err, "path '%.200s' does not exist", from);
         json_t *entry = NULL;
@@ -440,8 +457,9 @@ static int fs_remove(struct envd_call *c, const json_t *req, json_t **resp) {
         if (r < 0)
                 return r;
         r = e2b_node_call(c, CAP_ACCESS_FILES_WRITE,
-                          json_pack("{s:s, s:s, s:b}", "op", "file.remove", "path", path, "recursive", true), NULL,
-                          NULL);
+                          e2b_file_req(c, json_pack("{s:s, s:s, s:b}", "op", "file.remove", "path", path, "recursive",
+                                                    true)),
+                          NULL, NULL);
         if (r == -ENOENT)
                 snprintf(c->api->err, sizeof c->api->err, "path '%.200s' does not exist", path);
         return r < 0 ? r : (*resp = json_object()) ? 0 : -ENOMEM;
@@ -450,8 +468,8 @@ static int fs_remove(struct envd_call *c, const json_t *req, json_t **resp) {
 /* Appends the entries of dir (and, while depth > 1, of its directories). */
 static int list_into(struct envd_call *c, const char *dir, unsigned depth, json_t *out) {
         _cleanup_(json_decrefp) json_t *rep = NULL;
-        int r = e2b_node_call(c, CAP_ACCESS_FILES_READ, json_pack("{s:s, s:s}", "op", "file.list", "path", dir), &rep,
-                              NULL);
+        int r = e2b_node_call(c, CAP_ACCESS_FILES_READ,
+                              e2b_file_req(c, json_pack("{s:s, s:s}", "op", "file.list", "path", dir)), &rep, NULL);
         if (r == -ENOENT)
                 snprintf(c->api->err, sizeof c->api->err, "path '%.200s' does not exist", dir);
         if (r < 0)
@@ -757,8 +775,9 @@ static void run_rpc(struct e2b_envd_request *r, struct api_ctx *ctx, struct api_
         json_t *resp = NULL;
         k = r->rpc->unary(&c, req, &resp);
         if (k < 0) {
-                enum connect_code code = k == -EEXIST && r->rpc->unary == fs_make_dir ? CONNECT_ALREADY_EXISTS
-                                                                                     : e2b_connect_code(k);
+                enum connect_code code = e2b_unknown_user(ctx, c.user, k) ? CONNECT_UNAUTHENTICATED
+                                         : k == -EEXIST && r->rpc->unary == fs_make_dir ? CONNECT_ALREADY_EXISTS
+                                                                                        : e2b_connect_code(k);
                 return rpc_error(reply, code, ctx->err[0] ? ctx->err : api_error_default_message(k));
         }
         reply_json_status(reply, MHD_HTTP_OK, resp);
@@ -769,11 +788,12 @@ void e2b_envd_finish(struct e2b_envd_request *r, struct api_ctx *ctx, struct api
         case ENVD_HEALTH:
                 return health(r, ctx, reply);
         case ENVD_FILES_GET: {
-                int k = api_file_read(ctx, r->sandbox_id, r->path, reply);
+                int k = e2b_download(ctx, r->sandbox_id, r->user, r->path, reply);
                 if (k == -ENOENT && !ctx->err[0])
                         snprintf(ctx->err, sizeof ctx->err, "path '%.200s' does not exist", r->path);
                 if (k < 0)
-                        e2b_rest_error(reply, api_error_status(k), ctx->err[0] ? ctx->err : api_error_default_message(k));
+                        e2b_rest_error(reply, e2b_unknown_user(ctx, r->user, k) ? 401 : api_error_status(k),
+                                       ctx->err[0] ? ctx->err : api_error_default_message(k));
                 return;
         }
         case ENVD_FILES_POST:

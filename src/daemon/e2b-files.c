@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* envd's POST /files: the SDK's uploads, multipart/form-data (a part named
+/* envd's GET and POST /files, both as the call's user. POST: the SDK's uploads, multipart/form-data (a part named
  * "file" per file, its filename the destination) or one octet-stream
  * body (gzip-encoded when the SDK was asked to: zlib inflates it), each
  * streamed to the node as a file.write while it arrives. MHD's post
@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "apireq.h"
+#include "dataplane.h"
 #include "e2b-envd-internal.h"
 #include "log.h"
 #include "nodeclient.h"
@@ -57,6 +58,53 @@ static int failed(struct e2b_upload *u, int r, unsigned status, const char *msg)
         return r;
 }
 
+int e2b_download(struct api_ctx *ctx, const char *sandbox_id, const char *user, const char *path,
+                 struct api_reply *reply) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = api_sandbox_lookup(ctx, sandbox_id, &sb);
+        if (r < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
+                return r;
+        struct envd_call c = { .user = user };
+        _cleanup_(node_conn_freep) struct node_conn *conn = NULL;
+        _cleanup_(json_decrefp) json_t *req =
+                e2b_file_req(&c, json_pack("{s:s, s:s, s:s}", "op", "file.read", "id", sandbox_id, "path", path));
+        if (!req)
+                return -ENOMEM;
+        if ((r = dataplane_call(ctx->config, sb.tenant_id, sandbox_id, CAP_ACCESS_FILES_READ, req,
+                                ctx->config->node_timeout_s, &conn, NULL, ctx->err)) < 0)
+                return r;
+        char log_ctx[256];
+        snprintf(log_ctx, sizeof log_ctx, "%s sandbox=%s", ctx->log_ctx, sandbox_id);
+        struct MHD_Response *resp = api_stream_response(&conn, MHD_SIZE_UNKNOWN, log_ctx);
+        if (!resp)
+                return -ENOMEM;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+        *reply = (struct api_reply){ .status = MHD_HTTP_OK, .response = resp };
+        return 0;
+}
+
+/* A node refusal of the file being written: an unknown user is 401. */
+static int node_failed(struct e2b_upload *u, int r) {
+        unsigned status = e2b_unknown_user(u->ctx, u->user, r) ? 401 : api_error_status(r);
+        return failed(u, r, status, u->ctx->err);
+}
+
+/* file.write of u->path as u->user, its upload open in u->conn. */
+static int upload_open(struct e2b_upload *u) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = api_sandbox_lookup(u->ctx, u->sandbox_id, &sb);
+        if (r < 0 || (r = api_sandbox_require_running(u->ctx, &sb)) < 0)
+                return r;
+        struct envd_call c = { .user = u->user };
+        _cleanup_(json_decrefp) json_t *req = e2b_file_req(
+                &c, json_pack("{s:s, s:s, s:s, s:i}", "op", "file.write", "id", u->sandbox_id, "path", u->path, "mode",
+                              0644));
+        if (!req)
+                return -ENOMEM;
+        return dataplane_open_upload(u->ctx->config, sb.tenant_id, u->sandbox_id, CAP_ACCESS_FILES_WRITE, req, &u->conn,
+                                     u->ctx->err);
+}
+
 /* Ends the file being written: the node's reply says whether it landed. */
 static int part_end(struct e2b_upload *u) {
         if (!u->conn)
@@ -67,7 +115,7 @@ static int part_end(struct e2b_upload *u) {
         u->conn = NULL;
         api_reply_release(&rep);
         if (r < 0)
-                return failed(u, r, api_error_status(r), u->ctx->err);
+                return node_failed(u, r);
         const char *slash = strrchr(u->path, '/');
         json_t *w = json_pack("{s:s, s:s, s:s}", "name", slash ? slash + 1 : u->path, "path", u->path, "type", "file");
         if (!w || json_array_append_new(u->written, w) < 0)
@@ -82,8 +130,8 @@ static int part_begin(struct e2b_upload *u, const char *dest) {
         if (!dest || e2b_resolve_path(&c, dest, u->path, sizeof u->path) < 0)
                 return failed(u, -EINVAL, 400, "each file needs a destination path of at most 4096 bytes, without '..'");
         u->bytes = 0;
-        int r = api_upload_begin(u->ctx, u->sandbox_id, u->path, 0644, &u->conn);
-        return r < 0 ? failed(u, r, api_error_status(r), u->ctx->err) : 0;
+        int r = upload_open(u);
+        return r < 0 ? node_failed(u, r) : 0;
 }
 
 static int part_data(struct e2b_upload *u, const char *data, size_t len) {

@@ -287,7 +287,7 @@ static void stream_reply(struct envd_call *c, struct node_conn **conn, bool watc
 
 static void fail(struct envd_call *c, int r, struct api_reply *reply) {
         /* the node says "unknown user 'x'" (invalid): envd's unauthenticated */
-        bool user = r == -EINVAL && strncmp(c->api->err, "unknown user", 12) == 0;
+        bool user = e2b_unknown_user(c->api, c->user, r);
         e2b_stream_error(reply, user ? CONNECT_UNAUTHENTICATED : e2b_connect_code(r),
                          c->api->err[0] ? c->api->err : api_error_default_message(r));
 }
@@ -407,7 +407,8 @@ void e2b_watch_dir(struct envd_call *c, const json_t *req, struct api_reply *rep
         _cleanup_(node_conn_freep) struct node_conn *conn = NULL;
         _cleanup_(json_decrefp) json_t *rep = NULL;
         int r = e2b_node_call(c, CAP_ACCESS_FILES_READ,
-                              json_pack("{s:s, s:s, s:b}", "op", "file.watch", "path", dir, "recursive", json_is_true(rec)),
+                              e2b_file_req(c, json_pack("{s:s, s:s, s:b}", "op", "file.watch", "path", dir, "recursive",
+                                                        json_is_true(rec))),
                               &rep, &conn);
         if (r == -ENOENT)
                 snprintf(c->api->err, sizeof c->api->err, "directory '%.200s' does not exist", dir);

@@ -181,12 +181,12 @@ static int handle_hello(struct agent *a, uint32_t stream, const void *payload, s
         read_boot_id(boot_id, sizeof boot_id);
         log_info("Host connected (hello)");
         /* what this agent does that older ones did not: an older agent
-         * ignores an EXEC "user" it does not know and would run the
-         * process as root, so the host must be able to tell */
+         * ignores an EXEC (or file request's) "user" it does not know and
+         * would run it as root, so the host must be able to tell */
         return agent_send_json(a, PROTO_HELLO, stream,
-                               json_pack("{s:s,s:i,s:s,s:s,s:[s,s,s,s]}", "nonce", nonce, "version",
+                               json_pack("{s:s,s:i,s:s,s:s,s:[s,s,s,s,s]}", "nonce", nonce, "version",
                                          PROTO_VERSION, "agent", GUEST_AGENT_NAME, "boot_id", boot_id,
-                                         "features", "user", "processes", "watch", "metrics"));
+                                         "features", "user", "processes", "watch", "metrics", "files_user"));
 }
 
 /* The requests that do work in the guest (processes, files). */

@@ -99,6 +99,40 @@ void process_detach_all(struct agent *a);
 /* SIGKILLs and forgets every process (agent shutdown). */
 void process_kill_all(struct agent *a);
 
+/* fsuser.c */
+/* Who a file request acts as (docs/guest-protocol.md, Files: "user"): a
+ * guest user's uid, gid and groups, or, inactive, the agent itself (root;
+ * also any user of uid 0). */
+struct fs_user {
+        bool active;
+        uid_t uid;
+        gid_t gid;
+        gid_t *groups; /* gid first, then the groups that list the user */
+        size_t n_groups;
+};
+/* The identity fs_user_enter() replaced. */
+struct fs_user_saved {
+        bool switched;
+        uid_t fsuid;
+        gid_t fsgid;
+        gid_t *groups;
+        size_t n_groups;
+};
+/* Looks user name up in the guest's passwd and group files (NULL: the
+ * agent's own identity). -ESRCH for a user the guest does not have. */
+int fs_user_lookup(const char *name, struct fs_user *ret);
+/* fs_user_lookup() for the request on stream: false when it failed, its
+ * ERROR sent (ESRCH "unknown user 'NAME'" for a user the guest lacks). */
+bool fs_user_request(struct agent *a, uint32_t stream, const char *name, struct fs_user *ret);
+void fs_user_release(struct fs_user *u);
+/* Moves from into to (releasing what to held); from is left inactive. */
+void fs_user_move(struct fs_user *from, struct fs_user *to);
+/* Makes u (NULL or inactive: nothing to do) the filesystem identity of
+ * the calling thread until fs_user_leave(); the agent's own is saved in
+ * *ret. The pair brackets one request, nothing in between forks. */
+int fs_user_enter(const struct fs_user *u, struct fs_user_saved *ret);
+void fs_user_leave(struct fs_user_saved *saved);
+
 /* files.c */
 int files_handle(struct agent *a, uint8_t type, uint32_t stream, const void *payload, size_t len);
 /* Sends the next chunk of every running FILE_READ; true if any is left. */

@@ -6,6 +6,8 @@
  * beside the target that is renamed into place on FILE_END. The others
  * (LIST, STAT, RENAME, REMOVE, MKDIR) answer at once; LIST and STAT
  * entries name owner and group from the guest's own passwd and group files.
+ * A request with a "user" runs with that user's filesystem identity
+ * (fsuser.c); so does a write's rename on FILE_END.
  *
  * DATA and END for a stream without a transfer are dropped silently: after
  * an ERROR the host may still have frames of that stream in flight.
@@ -33,6 +35,7 @@ struct transfer {
         char *path;     /* write: the target */
         char *tmp_path; /* write: the temporary file, unlinked unless renamed */
         uint64_t size;  /* write: bytes received */
+        struct fs_user user; /* write: who renames it into place */
 };
 
 static uint8_t chunk_buf[PROTO_DATA_CHUNK];
@@ -58,6 +61,7 @@ static void transfer_free(struct agent *a, struct transfer *t) {
                 (void) unlink(t->tmp_path);
         free(t->path);
         free(t->tmp_path);
+        fs_user_release(&t->user);
         free(t);
 }
 
@@ -148,8 +152,9 @@ static int path_dirname(const char *path, char **ret) {
 }
 
 /* FILE_WRITE: creates the parents (0755) and a temporary file beside the
- * target with the requested mode. */
-static int file_write_start(struct agent *a, uint32_t stream, const char *path, uint32_t mode) {
+ * target with the requested mode; the transfer takes user, for the rename. */
+static int file_write_start(struct agent *a, uint32_t stream, const char *path, uint32_t mode,
+                            struct fs_user *user) {
         _cleanup_free_ char *dir = NULL, *tmp = NULL;
         struct transfer *t;
         int r;
@@ -183,6 +188,7 @@ static int file_write_start(struct agent *a, uint32_t stream, const char *path, 
         }
         t->fd = TAKE_FD(fd);
         t->tmp_path = TAKE_PTR(tmp);
+        fs_user_move(user, &t->user);
         if (!(t->path = strdup(path))) {
                 transfer_free(a, t);
                 return -ENOMEM;
@@ -249,8 +255,14 @@ static int file_write_end(struct agent *a, uint32_t stream, const void *payload,
                 return r;
         }
         t->fd = -1;
-        if (rename(t->tmp_path, t->path) < 0) {
-                r = negative_errno();
+        /* as the user: replacing a file is its directory's permission */
+        struct fs_user_saved saved;
+        r = fs_user_enter(&t->user, &saved);
+        if (r >= 0) {
+                r = rename(t->tmp_path, t->path) < 0 ? negative_errno() : 0;
+                fs_user_leave(&saved);
+        }
+        if (r < 0) {
                 transfer_free(a, t);
                 return r;
         }
@@ -461,8 +473,30 @@ static int make_dir(const char *path, bool parents) {
         return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
+/* One parsed request, run as whoever the caller made the thread. */
+static int files_run(struct agent *a, uint8_t type, uint32_t stream, const struct guest_path_request *req,
+                     struct fs_user *user) {
+        int r;
+        switch (type) {
+        case PROTO_FILE_READ: return file_read_start(a, stream, req->path);
+        case PROTO_FILE_WRITE: return file_write_start(a, stream, req->path, req->mode, user);
+        case PROTO_LIST: return list_dir(a, stream, req->path);
+        case PROTO_STAT: return stat_path(a, stream, req->path);
+        case PROTO_RENAME: return rename(req->path, req->to) < 0 ? negative_errno() : agent_send_ok(a, stream);
+        case PROTO_REMOVE:
+                r = remove_path(req->path, req->flag);
+                return r < 0 ? r : agent_send_ok(a, stream);
+        case PROTO_MKDIR:
+                r = make_dir(req->path, req->flag);
+                return r < 0 ? r : agent_send_ok(a, stream);
+        default: return -EOPNOTSUPP;
+        }
+}
+
 int files_handle(struct agent *a, uint8_t type, uint32_t stream, const void *payload, size_t len) {
         struct guest_path_request req;
+        struct fs_user user = { 0 };
+        struct fs_user_saved saved;
         int r;
 
         if (type == PROTO_FILE_DATA)
@@ -473,26 +507,12 @@ int files_handle(struct agent *a, uint8_t type, uint32_t stream, const void *pay
         r = guest_path_request_parse(type, payload, len, &req);
         if (r < 0)
                 return r;
-        switch (type) {
-        case PROTO_FILE_READ: r = file_read_start(a, stream, req.path); break;
-        case PROTO_FILE_WRITE: r = file_write_start(a, stream, req.path, req.mode); break;
-        case PROTO_LIST: r = list_dir(a, stream, req.path); break;
-        case PROTO_STAT: r = stat_path(a, stream, req.path); break;
-        case PROTO_RENAME:
-                r = rename(req.path, req.to) < 0 ? negative_errno() : agent_send_ok(a, stream);
-                break;
-        case PROTO_REMOVE:
-                r = remove_path(req.path, req.flag);
-                if (r >= 0)
-                        r = agent_send_ok(a, stream);
-                break;
-        case PROTO_MKDIR:
-                r = make_dir(req.path, req.flag);
-                if (r >= 0)
-                        r = agent_send_ok(a, stream);
-                break;
-        default: r = -EOPNOTSUPP;
+        /* an unknown user is refused before anything is touched */
+        if (fs_user_request(a, stream, req.user, &user) && (r = fs_user_enter(&user, &saved)) >= 0) {
+                r = files_run(a, type, stream, &req, &user);
+                fs_user_leave(&saved);
         }
+        fs_user_release(&user);
         guest_path_request_release(&req);
         return r;
 }

@@ -535,6 +535,7 @@ void guest_path_request_release(struct guest_path_request *req) {
                 return;
         free(req->path);
         free(req->to);
+        free(req->user);
         *req = (struct guest_path_request){ 0 };
 }
 
@@ -589,6 +590,13 @@ int guest_path_request_parse(uint8_t type, const void *payload, size_t len, stru
                 r = get_bool(j, type == PROTO_MKDIR ? "parents" : "recursive", &req.flag);
                 if (r < 0)
                         goto fail;
+        }
+        r = get_string(j, "user", GUEST_MAX_USER, &req.user);
+        if (r < 0)
+                goto fail;
+        if (req.user && !guest_user_name_is_valid(req.user)) {
+                r = -EINVAL;
+                goto fail;
         }
         *ret = req;
         return 0;

@@ -122,12 +122,14 @@ int guest_file_end_parse(const void *payload, size_t len, bool *ret_abort);
 
 /* The file requests: path (and "to" for RENAME) validated paths, mode <= 07777
  * (FILE_WRITE, default 0644), flag = "recursive" (REMOVE, WATCH) or
- * "parents" (MKDIR), false by default. */
+ * "parents" (MKDIR), false by default, user (optional, every type) a valid
+ * user name (guest_user_name_is_valid()) the request runs as. */
 struct guest_path_request {
         char *path;
         char *to;
         uint32_t mode;
         bool flag;
+        char *user; /* NULL: as the agent (root) */
 };
 /* type is one of PROTO_FILE_READ, _FILE_WRITE, _LIST, _STAT, _RENAME,
  * _REMOVE, _MKDIR, _WATCH; anything else is -EOPNOTSUPP. */

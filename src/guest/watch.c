@@ -14,6 +14,10 @@
  * {"type":"overflow"}), repeats of one event in a batch sent once. A
  * watch ends with WATCH_END from the host, with its host connection, or
  * from here with ERROR when the watched directory itself goes away.
+ *
+ * A watch with a "user" sees what that user may: the directories are
+ * opened and watched with its filesystem identity (fsuser.c), the
+ * subdirectories a recursive watch adds later too.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -57,6 +61,7 @@ struct watch {
         size_t path_bytes;  /* of every rel */
         bool full_reported; /* an overflow went out for a subdirectory over the limits */
         int idx;            /* poll slot of this turn, -1 if none */
+        struct fs_user user; /* who walks and watches the directories */
 };
 
 static uint8_t event_buf[16 << 10] __attribute__((aligned(__alignof__(struct inotify_event))));
@@ -83,6 +88,7 @@ static void watch_free(struct agent *a, struct watch *w) {
                 free(w->dirs[i].rel);
         free(w->dirs);
         free(w->root);
+        fs_user_release(&w->user);
         free(w);
 }
 
@@ -189,14 +195,11 @@ static int dirs_walk(struct watch *w, size_t from) {
         return 0;
 }
 
-int watch_start(struct agent *a, uint32_t stream, const void *payload, size_t len) {
-        struct guest_path_request req;
+/* WATCH's work once the request is parsed, as user (taken on success). */
+static int watch_setup(struct agent *a, uint32_t stream, struct guest_path_request *req, struct fs_user *user) {
         struct stat st;
-        int r;
+        int r = 0;
 
-        r = guest_path_request_parse(PROTO_WATCH, payload, len, &req);
-        if (r < 0)
-                return r;
         struct watch *w = NULL;
         if (stream == 0)
                 r = -EINVAL;
@@ -204,22 +207,20 @@ int watch_start(struct agent *a, uint32_t stream, const void *payload, size_t le
                 r = -EEXIST;
         else if (a->n_watches >= GUEST_MAX_WATCHES)
                 r = agent_send_errorf(a, stream, -EMFILE, "watch: at most %u watches", GUEST_MAX_WATCHES);
-        else if (stat(req.path, &st) < 0)
+        else if (stat(req->path, &st) < 0)
                 r = negative_errno();
         else if (!S_ISDIR(st.st_mode))
                 r = -ENOTDIR;
         else if (!(w = calloc(1, sizeof *w)))
                 r = -ENOMEM;
-        if (!w) {
-                guest_path_request_release(&req);
+        if (!w)
                 return r;
-        }
         *w = (struct watch){ .id = stream,
-                             .recursive = req.flag,
+                             .recursive = req->flag,
                              .dev = st.st_dev,
-                             .root = TAKE_PTR(req.path),
+                             .root = TAKE_PTR(req->path),
                              .idx = -1 };
-        guest_path_request_release(&req);
+        fs_user_move(user, &w->user);
         w->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
         char *rel = strdup("");
         if (w->fd < 0)
@@ -244,6 +245,24 @@ int watch_start(struct agent *a, uint32_t stream, const void *payload, size_t le
         log_debug("Watching %s%s on stream %u (%zu directories)", w->root,
                   w->recursive ? " recursively" : "", stream, w->n_dirs);
         return agent_send_ok(a, stream);
+}
+
+int watch_start(struct agent *a, uint32_t stream, const void *payload, size_t len) {
+        struct guest_path_request req;
+        struct fs_user user = { 0 };
+        struct fs_user_saved saved;
+        int r;
+
+        r = guest_path_request_parse(PROTO_WATCH, payload, len, &req);
+        if (r < 0)
+                return r;
+        if (fs_user_request(a, stream, req.user, &user) && (r = fs_user_enter(&user, &saved)) >= 0) {
+                r = watch_setup(a, stream, &req, &user);
+                fs_user_leave(&saved);
+        }
+        fs_user_release(&user);
+        guest_path_request_release(&req);
+        return r;
 }
 
 int watch_end(struct agent *a, uint32_t stream, const void *payload, size_t len) {
@@ -358,10 +377,15 @@ static bool handle_events(struct agent *a, struct watch *w, const uint8_t *buf, 
                                 dirs_forget(w, rel);
                         else if (ev->mask & (IN_CREATE | IN_MOVED_TO)) {
                                 size_t from = w->n_dirs;
-                                char *copy = strdup(rel);
-                                int r = copy ? dir_add(w, copy) : -ENOMEM;
-                                if (r >= 0)
-                                        r = dirs_walk(w, from);
+                                struct fs_user_saved saved;
+                                int r = fs_user_enter(&w->user, &saved);
+                                if (r >= 0) {
+                                        char *copy = strdup(rel);
+                                        r = copy ? dir_add(w, copy) : -ENOMEM;
+                                        if (r >= 0)
+                                                r = dirs_walk(w, from);
+                                        fs_user_leave(&saved);
+                                }
                                 if (r == -E2BIG || r == -ENOSPC)
                                         report_full(a, w);
                         }

@@ -4,6 +4,9 @@
  * transfer on its own guest stream, bounded both ways), file.list,
  * file.stat, file.remove, file.mkdir, file.rename (one guest call each) and
  * file.watch (the guest's events relayed until either side ends it).
+ * Each takes an optional "user" the guest runs it as (its permissions, its
+ * ownership of what it makes); a user the guest does not have is refused
+ * as exec refuses it.
  */
 #include "nodeops-files.h"
 
@@ -37,6 +40,40 @@
 #define WATCH_POLL_MS 1000
 
 /* ---- files ---- */
+
+/* user: the guest user a file op runs as (absent: NULL, the agent's root). */
+static int field_user(struct node_conn *c, json_t *req, const char **ret) {
+        json_t *v = json_object_get(req, "user");
+        if (!v || json_is_null(v)) {
+                *ret = NULL;
+                return 0;
+        }
+        const char *s = json_string_value(v);
+        if (!s || json_string_length(v) != strlen(s) || !node_user_name_is_valid(s))
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "field \"user\" must be a user name: [a-z_][a-z0-9_-]{0,31}");
+        *ret = s;
+        return 0;
+}
+
+/* The guest request for path (and user, when given). NULL on ENOMEM. */
+static json_t *guest_req(const char *key, const char *path, const char *user) {
+        json_t *m = json_pack("{s:s}", key, path);
+        if (m && user && json_object_set_new(m, "user", json_string(user)) < 0) {
+                json_decref(m);
+                return NULL;
+        }
+        return m;
+}
+
+/* A guest failure of a file op; ESRCH for the op's user is the client's
+ * mistake, in exec's words (airlockd tells it by them), with the node's
+ * own copy of the name. */
+static int reply_failure(struct node_conn *c, int r, const char *msg, const char *what, const char *user) {
+        if (r == -ESRCH && user)
+                return conn_reply_error(c, r, "invalid", "unknown user '%s'", user);
+        return nodeops_reply_guest_failure(c, r, msg, what);
+}
 
 struct qitem {
         struct qitem *next;
@@ -107,18 +144,21 @@ static void write_handler(void *userdata, uint8_t type, const uint8_t *payload, 
 }
 
 /* Replies with the outcome of a failed transfer (x->lock not held). */
-static int reply_xfer_failure(struct node_conn *c, struct xfer *x, const char *what) {
+static int reply_xfer_failure(struct node_conn *c, struct xfer *x, const char *what, const char *user) {
+        if (x->err == -ESRCH && user)
+                return conn_reply_error(c, x->err, "invalid", "unknown user '%s'", user);
         if (x->err < 0)
                 return conn_reply_error(c, x->err, node_guest_errno_code(-x->err), "%s: %s", what, x->msg);
         return conn_reply_error(c, -ECONNRESET, "guest", "%s: the guest channel closed", what);
 }
 
 int nodeops_file_write(struct node_conn *c, json_t *req) {
-        const char *path;
+        const char *path, *user;
         uint64_t mode;
         int r;
         if ((r = nodeops_field_path(c, req, "path", true, &path)) < 0 ||
-            (r = nodeops_field_uint(c, req, "mode", 0644, 0, 07777, &mode)) < 0)
+            (r = nodeops_field_uint(c, req, "mode", 0644, 0, 07777, &mode)) < 0 ||
+            (r = field_user(c, req, &user)) < 0)
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
@@ -130,7 +170,11 @@ int nodeops_file_write(struct node_conn *c, json_t *req) {
         uint32_t stream = 0;
         uint64_t total = 0;
         bool started = false;
-        json_t *m = json_pack("{s:s, s:I}", "path", path, "mode", (json_int_t) mode);
+        json_t *m = guest_req("path", path, user);
+        if (m && json_object_set_new(m, "mode", json_integer((json_int_t) mode)) < 0) {
+                json_decref(m);
+                m = NULL;
+        }
         r = m ? guestconn_stream_open(g, write_handler, &x, &stream) : -ENOMEM;
         if (r >= 0)
                 r = guestconn_send_json(g, PROTO_FILE_WRITE, stream, m);
@@ -180,7 +224,7 @@ int nodeops_file_write(struct node_conn *c, json_t *req) {
                 pthread_mutex_unlock(&x.lock);
                 if (failed) {
                         conn_pop_frame(c, &h);
-                        r = reply_xfer_failure(c, &x, "writing the file failed");
+                        r = reply_xfer_failure(c, &x, "writing the file failed", user);
                         goto out;
                 }
                 for (size_t off = 0; off < h.length && r >= 0; off += PROTO_DATA_CHUNK)
@@ -189,7 +233,7 @@ int nodeops_file_write(struct node_conn *c, json_t *req) {
                 total += h.length;
                 conn_pop_frame(c, &h);
                 if (r < 0) {
-                        reply_xfer_failure(c, &x, "writing the file failed");
+                        reply_xfer_failure(c, &x, "writing the file failed", user);
                         goto out;
                 }
         }
@@ -212,7 +256,7 @@ int nodeops_file_write(struct node_conn *c, json_t *req) {
         } else if (!done)
                 r = conn_reply_error(c, -ETIMEDOUT, "timeout", "the guest did not confirm the write");
         else
-                r = reply_xfer_failure(c, &x, "writing the file failed");
+                r = reply_xfer_failure(c, &x, "writing the file failed", user);
 out:
         if (started) {
                 /* tell the guest to discard its temporary file */
@@ -262,9 +306,9 @@ static void read_handler(void *userdata, uint8_t type, const uint8_t *payload, s
 }
 
 int nodeops_file_read(struct node_conn *c, json_t *req) {
-        const char *path;
+        const char *path, *user;
         int r;
-        if ((r = nodeops_field_path(c, req, "path", true, &path)) < 0)
+        if ((r = nodeops_field_path(c, req, "path", true, &path)) < 0 || (r = field_user(c, req, &user)) < 0)
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
@@ -276,13 +320,13 @@ int nodeops_file_read(struct node_conn *c, json_t *req) {
         uint32_t stream = 0;
         _cleanup_free_ char *msg = NULL;
         json_t *res = NULL;
-        json_t *m = json_pack("{s:s}", "path", path);
+        json_t *m = guest_req("path", path, user);
         r = m ? guestconn_stream_open(g, read_handler, &x, &stream) : -ENOMEM;
         if (r >= 0)
                 r = guestconn_call_stream(g, stream, PROTO_FILE_READ, m, NODEOPS_GUEST_CALL_MS, &res, &msg);
         json_decref(m);
         if (r < 0) {
-                nodeops_reply_guest_failure(c, r, msg, "reading the file failed");
+                reply_failure(c, r, msg, "reading the file failed", user);
                 goto out;
         }
         r = conn_reply_ok(c, json_pack("{s:I, s:I}", "size",
@@ -329,7 +373,7 @@ int nodeops_file_read(struct node_conn *c, json_t *req) {
                 }
                 if (err < 0) {
                         /* a late error travels as a reply frame inside the stream */
-                        reply_xfer_failure(c, &x, "reading the file failed");
+                        reply_xfer_failure(c, &x, "reading the file failed", user);
                         goto out;
                 }
                 if (done) {
@@ -353,10 +397,10 @@ out:
 /* LIST / STAT / REMOVE: one guest call; the result's checked fields go into
  * the reply (STAT's under "entry"). */
 static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const char *what) {
-        const char *path;
+        const char *path, *user;
         bool recursive = false;
         int r;
-        if ((r = nodeops_field_path(c, req, "path", true, &path)) < 0)
+        if ((r = nodeops_field_path(c, req, "path", true, &path)) < 0 || (r = field_user(c, req, &user)) < 0)
                 return r;
         if (type == PROTO_REMOVE && (r = nodeops_field_bool(c, req, "recursive", false, &recursive)) < 0)
                 return r;
@@ -366,7 +410,7 @@ static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const cha
                                      &s, &g)) < 0)
                 return r;
 
-        _cleanup_(json_decrefp) json_t *m = json_pack("{s:s}", "path", path);
+        _cleanup_(json_decrefp) json_t *m = guest_req("path", path, user);
         if (!m)
                 return -ENOMEM;
         if (type == PROTO_REMOVE)
@@ -375,7 +419,7 @@ static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const cha
         _cleanup_free_ char *msg = NULL;
         r = guestconn_call(g, type, m, NODEOPS_GUEST_CALL_MS, &res, &msg);
         if (r < 0)
-                return nodeops_reply_guest_failure(c, r, msg, what);
+                return reply_failure(c, r, msg, what, user);
         json_t *out = NULL;
         if (type == PROTO_STAT) {
                 json_t *e = guestreply_entry(res, true);
@@ -402,10 +446,10 @@ int nodeops_file_remove(struct node_conn *c, json_t *req) {
         return file_simple(c, req, PROTO_REMOVE, "remove failed");
 }
 
-/* The checked STAT entry of path, or NULL (for a reply that can do
- * without: the path was changed meanwhile, the guest failed). */
-static json_t *stat_entry(struct guestconn *g, const char *path) {
-        _cleanup_(json_decrefp) json_t *m = json_pack("{s:s}", "path", path), *res = NULL;
+/* The checked STAT entry of path as user sees it, or NULL (for a reply
+ * that can do without: the path was changed meanwhile, the guest failed). */
+static json_t *stat_entry(struct guestconn *g, const char *path, const char *user) {
+        _cleanup_(json_decrefp) json_t *m = guest_req("path", path, user), *res = NULL;
         if (!m || guestconn_call(g, PROTO_STAT, m, NODEOPS_GUEST_CALL_MS, &res, NULL) < 0)
                 return NULL;
         return guestreply_entry(res, true);
@@ -414,27 +458,27 @@ static json_t *stat_entry(struct guestconn *g, const char *path) {
 /* MKDIR and RENAME: one guest call, then the entry of the directory made
  * or of the new name (E2B answers with it), when the guest gives it. */
 static int file_change(struct node_conn *c, json_t *req, uint8_t type, const char *what) {
-        const char *path, *to = NULL;
+        const char *path, *to = NULL, *user;
         bool parents = false;
         int r;
         if ((r = nodeops_field_path(c, req, type == PROTO_RENAME ? "from" : "path", true, &path)) < 0 ||
             (type == PROTO_RENAME && (r = nodeops_field_path(c, req, "to", true, &to)) < 0) ||
-            (type == PROTO_MKDIR && (r = nodeops_field_bool(c, req, "parents", false, &parents)) < 0))
+            (type == PROTO_MKDIR && (r = nodeops_field_bool(c, req, "parents", false, &parents)) < 0) ||
+            (r = field_user(c, req, &user)) < 0)
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
         if ((r = nodeops_req_sandbox(c, req, CAP_ACCESS_FILES_WRITE, 0, &s, &g)) < 0)
                 return r;
-        _cleanup_(json_decrefp) json_t *m =
-                type == PROTO_RENAME ? json_pack("{s:s, s:s}", "from", path, "to", to)
-                                     : json_pack("{s:s, s:b}", "path", path, "parents", parents);
+        _cleanup_(json_decrefp) json_t *m = guest_req(type == PROTO_RENAME ? "from" : "path", path, user);
         _cleanup_free_ char *msg = NULL;
-        if (!m)
+        if (!m || json_object_set_new(m, type == PROTO_RENAME ? "to" : "parents",
+                                      type == PROTO_RENAME ? json_string(to) : json_boolean(parents)) < 0)
                 return -ENOMEM;
         r = guestconn_call(g, type, m, NODEOPS_GUEST_CALL_MS, NULL, &msg);
         if (r < 0)
-                return nodeops_reply_guest_failure(c, r, msg, what);
-        json_t *e = stat_entry(g, to ?: path);
+                return reply_failure(c, r, msg, what, user);
+        json_t *e = stat_entry(g, to ?: path, user);
         return conn_reply_ok(c, e ? json_pack("{s:o}", "entry", e) : NULL);
 }
 
@@ -497,11 +541,12 @@ static int watch_end_error(struct node_conn *c, const char *code, const char *me
 }
 
 int nodeops_file_watch(struct node_conn *c, json_t *req) {
-        const char *path;
+        const char *path, *user;
         bool recursive;
         int r;
         if ((r = nodeops_field_path(c, req, "path", true, &path)) < 0 ||
-            (r = nodeops_field_bool(c, req, "recursive", false, &recursive)) < 0)
+            (r = nodeops_field_bool(c, req, "recursive", false, &recursive)) < 0 ||
+            (r = field_user(c, req, &user)) < 0)
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
@@ -516,7 +561,11 @@ int nodeops_file_watch(struct node_conn *c, json_t *req) {
         node_cond_init(&q.cond);
         uint32_t stream = 0;
         _cleanup_free_ char *msg = NULL;
-        json_t *m = json_pack("{s:s, s:b}", "path", path, "recursive", recursive);
+        json_t *m = guest_req("path", path, user);
+        if (m && json_object_set_new(m, "recursive", json_boolean(recursive)) < 0) {
+                json_decref(m);
+                m = NULL;
+        }
         r = m && q.events ? guestconn_stream_open(g, watch_handler, &q, &stream) : -ENOMEM;
         if (r >= 0)
                 r = guestconn_call_stream(g, stream, PROTO_WATCH, m, NODEOPS_GUEST_CALL_MS, NULL, &msg);
@@ -527,7 +576,7 @@ int nodeops_file_watch(struct node_conn *c, json_t *req) {
                 else if (msg && (r == -E2BIG || r == -ENOSPC))
                         conn_reply_error(c, r, "too_large", "watch failed: %s", msg);
                 else
-                        nodeops_reply_guest_failure(c, r, msg, "watch failed");
+                        reply_failure(c, r, msg, "watch failed", user);
                 goto out;
         }
         r = conn_reply_ok(c, NULL);

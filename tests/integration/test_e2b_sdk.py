@@ -197,14 +197,12 @@ def test_envd_files_small_writes(airlock, e2b_sdk):
     e2b_sdk.run(airlock, "files-small.mjs")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "server: filesystem calls ignore an unknown user: Stat/ListDir/MakeDir/Remove with Authorization "
-    "'Basic base64(no-such-user:)' and GET/POST /files?username=no-such-user succeed as root; reference envd "
-    "answers unauthenticated / 401 ('invalid username'), which the SDK raises as AuthenticationError (as "
-    "commands.run already does)"))
 def test_envd_files_unknown_user(airlock, e2b_sdk):
     """Filesystem calls as root work; as a user the sandbox does not have they
-    are refused with AuthenticationError, as commands.run is."""
+    are refused with AuthenticationError, as commands.run is, and change
+    nothing; as a user it has (alice, made with useradd) they run with its
+    permissions: what it writes and makes is its own, root's 0600 file and
+    0700 directory are refused to it (SandboxError) while root reads them."""
     e2b_sdk.run(airlock, "files-user.mjs")
 
 

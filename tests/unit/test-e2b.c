@@ -15,6 +15,7 @@
 #include "config.h"
 #include "e2b-api.h"
 #include "e2b-connect.h"
+#include "e2b-envd-internal.h"
 #include "apierror.h"
 #include "util.h"
 
@@ -180,8 +181,34 @@ static void test_headers(void **state) {
         assert_false(connect_user_is_valid("abcdefghijklmnopqrstuvwxyzabcdefg")); /* 33 */
 }
 
+/* A file op's user goes to the node; the node's "unknown user" answer is
+ * told apart from other invalid ones and becomes envd's words. */
+static void test_file_user(void **state) {
+        struct envd_call c = { .user = "alice" };
+        json_t *req = e2b_file_req(&c, json_pack("{s:s, s:s}", "op", "file.stat", "path", "/x"));
+        assert_non_null(req);
+        assert_string_equal(json_string_value(json_object_get(req, "user")), "alice");
+        json_decref(req);
+        c.user = "";
+        req = e2b_file_req(&c, json_pack("{s:s}", "op", "file.list"));
+        assert_non_null(req);
+        assert_null(json_object_get(req, "user")); /* none given: the node's root */
+        json_decref(req);
+        assert_null(e2b_file_req(&c, NULL));
+
+        struct api_ctx api = { 0 };
+        snprintf(api.err, sizeof api.err, "unknown user 'bob'");
+        assert_false(e2b_unknown_user(&api, "bob", -EACCES));
+        assert_true(e2b_unknown_user(&api, "bob", -EINVAL));
+        assert_string_equal(api.err, "invalid username: 'bob'");
+        snprintf(api.err, sizeof api.err, "field \"path\" must be an absolute path");
+        assert_false(e2b_unknown_user(&api, "bob", -EINVAL));
+        assert_string_equal(api.err, "field \"path\" must be an absolute path");
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_file_user),
                 cmocka_unit_test(test_percent_decode),
                 cmocka_unit_test(test_access_token),
                 cmocka_unit_test(test_stream_request),

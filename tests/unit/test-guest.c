@@ -585,6 +585,48 @@ static void test_path_request_parse(void **state) {
         j = "{\"path\":\"/d\",\"recursive\":1}";
         assert_int_equal(guest_path_request_parse(PROTO_WATCH, j, strlen(j), &req), -EINVAL);
 
+        /* user: optional on every file request, a valid user name */
+        j = "{\"path\":\"/d\"}";
+        assert_int_equal(guest_path_request_parse(PROTO_STAT, j, strlen(j), &req), 0);
+        assert_null(req.user);
+        guest_path_request_release(&req);
+        j = "{\"path\":\"/tmp/f\",\"mode\":384,\"user\":\"alice\"}";
+        assert_int_equal(guest_path_request_parse(PROTO_FILE_WRITE, j, strlen(j), &req), 0);
+        assert_string_equal(req.user, "alice");
+        assert_int_equal(req.mode, 0600);
+        guest_path_request_release(&req);
+        assert_null(req.user);
+        j = "{\"from\":\"/a\",\"to\":\"/b\",\"user\":\"root\"}";
+        assert_int_equal(guest_path_request_parse(PROTO_RENAME, j, strlen(j), &req), 0);
+        assert_string_equal(req.user, "root");
+        guest_path_request_release(&req);
+        j = "{\"path\":\"/d\",\"recursive\":true,\"user\":\"_svc-1\"}";
+        assert_int_equal(guest_path_request_parse(PROTO_WATCH, j, strlen(j), &req), 0);
+        assert_string_equal(req.user, "_svc-1");
+        guest_path_request_release(&req);
+        j = "{\"path\":\"/d\",\"user\":null}";
+        assert_int_equal(guest_path_request_parse(PROTO_LIST, j, strlen(j), &req), 0);
+        assert_null(req.user);
+        guest_path_request_release(&req);
+        static const char *const bad_users[] = {
+                "{\"path\":\"/d\",\"user\":\"\"}",
+                "{\"path\":\"/d\",\"user\":\"Alice\"}",
+                "{\"path\":\"/d\",\"user\":\"a/b\"}",
+                "{\"path\":\"/d\",\"user\":\"1abc\"}",
+                "{\"path\":\"/d\",\"user\":\"a\\u0000b\"}",
+                "{\"path\":\"/d\",\"user\":\"abcdefghijklmnopqrstuvwxyz0123456\"}", /* 33 bytes */
+                "{\"path\":\"/d\",\"user\":0}",
+                "{\"path\":\"/d\",\"user\":[\"root\"]}",
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(bad_users); i++) {
+                j = bad_users[i];
+                if (guest_path_request_parse(PROTO_REMOVE, j, strlen(j), &req) != -EINVAL)
+                        fail_msg("accepted %s", j);
+        }
+        j = "{\"path\":\"/d\",\"user\":\"abcdefghijklmnopqrstuvwxyz012345\"}"; /* 32 bytes */
+        assert_int_equal(guest_path_request_parse(PROTO_MKDIR, j, strlen(j), &req), 0);
+        guest_path_request_release(&req);
+
         j = "{\"path\":\"relative\"}";
         assert_int_equal(guest_path_request_parse(PROTO_STAT, j, strlen(j), &req), -EINVAL);
         j = "{}";
@@ -831,13 +873,15 @@ static void test_agent_hello_ping(void **state) {
         assert_int_equal(json_integer_value(json_object_get(j, "version")), 1);
         assert_string_equal(json_string_value(json_object_get(j, "agent")), GUEST_AGENT_NAME);
         assert_true(json_is_string(json_object_get(j, "boot_id")));
-        /* what the node checks before it asks for a user, PROCESSES, WATCH, METRICS */
+        /* what the node checks before it asks for a user, PROCESSES, WATCH, METRICS,
+         * a file request's user */
         json_t *features = json_object_get(j, "features");
-        assert_int_equal(json_array_size(features), 4);
+        assert_int_equal(json_array_size(features), 5);
         assert_string_equal(json_string_value(json_array_get(features, 0)), "user");
         assert_string_equal(json_string_value(json_array_get(features, 1)), "processes");
         assert_string_equal(json_string_value(json_array_get(features, 2)), "watch");
         assert_string_equal(json_string_value(json_array_get(features, 3)), "metrics");
+        assert_string_equal(json_string_value(json_array_get(features, 4)), "files_user");
         json_decref(j);
         frame_release(&f);
 
@@ -1376,6 +1420,140 @@ static void touch(const char *path) {
         close(fd);
 }
 
+/* FILE_WRITE of a short text as user (NULL: none), answered on stream. */
+static void file_write_as(struct harness *h, uint32_t stream, const char *path, const char *user,
+                          uint32_t mode, const char *text) {
+        char json[1024];
+        if (user)
+                snprintf(json, sizeof json, "{\"path\":\"%s\",\"mode\":%u,\"user\":\"%s\"}", path, mode, user);
+        else
+                snprintf(json, sizeof json, "{\"path\":\"%s\",\"mode\":%u}", path, mode);
+        send_json(h, PROTO_FILE_WRITE, stream, json);
+        send_raw(h, PROTO_FILE_DATA, stream, text, strlen(text));
+        send_json(h, PROTO_FILE_END, stream, "{}");
+}
+
+/* Sends a file request {"path":path,"user":user} of type on stream. */
+static void send_path_as(struct harness *h, uint8_t type, uint32_t stream, const char *path, const char *user) {
+        char json[1024];
+        snprintf(json, sizeof json, "{\"path\":\"%s\",\"user\":\"%s\"}", path, user);
+        send_json(h, type, stream, json);
+}
+
+static void test_agent_files_user(void **state) {
+        struct harness *h = harness_get(state);
+        static const char bad[] = "no-such-user-airlock";
+        char dir[256], path[512], json[2048];
+        struct stat st;
+
+        /* an unknown user: refused before anything is made, read or removed */
+        snprintf(dir, sizeof dir, "%s/fu", h->dir);
+        snprintf(path, sizeof path, "%s/sub/x", dir);
+        file_write_as(h, 90, path, bad, 0644, "no");
+        expect_error_msg(h, 90, ESRCH, "unknown user 'no-such-user-airlock'");
+        assert_int_equal(stat(dir, &st), -1);
+        send_path_as(h, PROTO_MKDIR, 91, dir, bad);
+        expect_error_msg(h, 91, ESRCH, "unknown user");
+        assert_int_equal(stat(dir, &st), -1);
+        assert_int_equal(mkdir(dir, 0755), 0);
+        snprintf(path, sizeof path, "%s/keep", dir);
+        touch(path);
+        send_path_as(h, PROTO_REMOVE, 92, path, bad);
+        expect_error_msg(h, 92, ESRCH, "unknown user");
+        assert_int_equal(stat(path, &st), 0);
+        snprintf(json, sizeof json, "{\"from\":\"%s\",\"to\":\"%s/moved\",\"user\":\"%s\"}", path, dir, bad);
+        send_json(h, PROTO_RENAME, 93, json);
+        expect_error_msg(h, 93, ESRCH, "unknown user");
+        assert_int_equal(stat(path, &st), 0);
+        static const uint8_t reads[] = { PROTO_FILE_READ, PROTO_STAT, PROTO_LIST, PROTO_WATCH };
+        for (size_t i = 0; i < ARRAY_SIZE(reads); i++) {
+                send_path_as(h, reads[i], 94, reads[i] == PROTO_FILE_READ || reads[i] == PROTO_STAT ? path : dir,
+                             bad);
+                expect_error_msg(h, 94, ESRCH, "unknown user");
+        }
+
+        /* root is the agent itself */
+        snprintf(path, sizeof path, "%s/root.txt", dir);
+        file_write_as(h, 95, path, "root", 0644, "root\n");
+        json_decref(expect_result(h, 95));
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_uid, geteuid());
+
+        /* another user's permissions and ownership (the agent must be root) */
+        struct passwd *pw = getpwnam("nobody");
+        if (geteuid() != 0 || !pw)
+                return;
+        uid_t uid = pw->pw_uid;
+        gid_t gid = pw->pw_gid;
+        assert_int_equal(chmod(h->dir, 0711), 0);
+        assert_int_equal(chmod(dir, 0777), 0);
+
+        snprintf(path, sizeof path, "%s/mine/n.txt", dir);
+        file_write_as(h, 96, path, "nobody", 0640, "nobody's\n");
+        json_decref(expect_result(h, 96));
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_uid, uid);
+        assert_int_equal(st.st_gid, gid);
+        assert_int_equal(st.st_mode & 07777, 0640);
+        snprintf(path, sizeof path, "%s/mine", dir);
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_uid, uid); /* the parent it made */
+        snprintf(path, sizeof path, "%s/made", dir);
+        send_path_as(h, PROTO_MKDIR, 97, path, "nobody");
+        json_decref(expect_result(h, 97));
+        assert_int_equal(stat(path, &st), 0);
+        assert_true(S_ISDIR(st.st_mode));
+        assert_int_equal(st.st_uid, uid);
+        assert_int_equal(st.st_gid, gid);
+        send_path_as(h, PROTO_STAT, 98, path, "nobody");
+        json_t *j = expect_result(h, 98);
+        assert_int_equal(json_integer_value(json_object_get(j, "uid")), uid);
+        json_decref(j);
+
+        /* what root keeps to itself stays root's */
+        snprintf(path, sizeof path, "%s/secret", dir);
+        file_write_as(h, 99, path, NULL, 0600, "secret\n");
+        json_decref(expect_result(h, 99));
+        send_path_as(h, PROTO_FILE_READ, 100, path, "nobody");
+        expect_error(h, 100, EACCES);
+        assert_int_equal(chmod(dir, 01777), 0); /* sticky: only owners replace or remove */
+        file_write_as(h, 101, path, "nobody", 0644, "overwritten\n");
+        expect_error(h, 101, EPERM); /* the rename on FILE_END, as nobody */
+        snprintf(json, sizeof json, "{\"path\":\"%s\"}", path);
+        send_json(h, PROTO_FILE_READ, 102, json);
+        j = expect_result(h, 102);
+        assert_int_equal(json_integer_value(json_object_get(j, "size")), 7);
+        json_decref(j);
+        struct frame f;
+        expect_frame(h, PROTO_FILE_DATA, 102, &f);
+        assert_memory_equal(f.data, "secret\n", 7);
+        frame_release(&f);
+        expect_frame(h, PROTO_FILE_END, 102, &f);
+        frame_release(&f);
+        send_path_as(h, PROTO_REMOVE, 103, path, "nobody");
+        expect_error(h, 103, EPERM);
+        assert_int_equal(stat(path, &st), 0);
+        char priv[300];
+        snprintf(priv, sizeof priv, "%s/private", dir);
+        assert_int_equal(mkdir(priv, 0700), 0);
+        send_path_as(h, PROTO_LIST, 104, priv, "nobody");
+        expect_error(h, 104, EACCES);
+        send_path_as(h, PROTO_WATCH, 105, priv, "nobody");
+        expect_error(h, 105, EACCES);
+        snprintf(path, sizeof path, "%s/x", priv);
+        send_path_as(h, PROTO_STAT, 106, path, "nobody");
+        expect_error(h, 106, EACCES);
+
+        /* and the agent is root again after each of them */
+        snprintf(path, sizeof path, "%s/after", priv);
+        file_write_as(h, 107, path, NULL, 0644, "root again\n");
+        json_decref(expect_result(h, 107));
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_uid, 0);
+        assert_int_equal(st.st_gid, getegid());
+        assert_int_equal(chmod(h->dir, 0700), 0);
+}
+
 /* PROCESSES on stream; returns the entry of pid (a new reference), NULL
  * when it is not listed. */
 static json_t *processes_entry(struct harness *h, uint32_t stream, pid_t pid) {
@@ -1759,6 +1937,7 @@ int main(void) {
                 cmocka_unit_test(test_agent_pty),         cmocka_unit_test(test_agent_hello_detaches),
                 cmocka_unit_test(test_agent_files),       cmocka_unit_test(test_agent_file_errors),
                 cmocka_unit_test(test_agent_identity),    cmocka_unit_test(test_agent_exec_user),
+                cmocka_unit_test(test_agent_files_user),
                 cmocka_unit_test(test_agent_processes_adopt), cmocka_unit_test(test_agent_adopt_ring),
                 cmocka_unit_test(test_agent_resize),      cmocka_unit_test(test_agent_watch),
         };
