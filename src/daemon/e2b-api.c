@@ -638,6 +638,67 @@ int e2b_sandbox_update_network(struct api_ctx *ctx, const char *id, const json_t
         return 0;
 }
 
+/* Whether ports is what an allowOut host becomes: the default of a host
+ * rule, [80, 443] (lib/netpolicy). */
+static bool host_default_ports(const json_t *ports) {
+        return json_array_size(ports) == 2 && json_integer_value(json_array_get(ports, 0)) == 80 &&
+               json_integer_value(json_array_get(ports, 1)) == 443;
+}
+
+/* The entries of E2B's allowOut or denyOut for rules that are a plain host
+ * or address block; false when a rule says more (other ports), which E2B's
+ * lists cannot. */
+static bool network_entries(const json_t *rules, json_t *out) {
+        size_t i;
+        const json_t *rule;
+        json_array_foreach(rules, i, rule) {
+                const json_t *host = json_object_get(rule, "host"), *ports = json_object_get(rule, "ports");
+                const json_t *v = host ?: json_object_get(rule, "cidr");
+                size_t plain = 1 + (host && ports && host_default_ports(ports));
+                if (json_object_size(rule) != plain || !json_is_string(v) ||
+                    json_array_append_new(out, json_string(json_string_value(v))) < 0)
+                        return false;
+        }
+        return true;
+}
+
+/* The sandbox's egress policy the way E2B's getInfo() reads it: network
+ * {allowOut, denyOut} and allowInternetAccess, onto o. A policy E2B's
+ * lists cannot say (ports, other modes) is left out, not bent. */
+static int network_info(struct api_ctx *ctx, const char *id, json_t *o) {
+        _cleanup_free_ char *text = NULL;
+        _cleanup_(json_decrefp) json_t *policy = NULL;
+        int r = api_network_of_sandbox(ctx, id, &text);
+        if (r < 0 || (r = api_network_json(text, &policy)) < 0)
+                return r;
+        const char *mode = json_string_value(json_object_get(policy, "mode")) ?: "";
+        _cleanup_(json_decrefp) json_t *allow = json_array(), *deny = json_array();
+        if (!allow || !deny)
+                return -ENOMEM;
+        bool internet = true, ok;
+        if (strcmp(mode, "deny-all") == 0) {
+                internet = false;
+                ok = json_array_append_new(deny, json_string(E2B_ALL_TRAFFIC)) == 0;
+        } else if (strcmp(mode, "allowlist") == 0)
+                ok = network_entries(json_object_get(policy, "allow"), allow) &&
+                     json_array_append_new(deny, json_string(E2B_ALL_TRAFFIC)) == 0;
+        else if (strcmp(mode, "allow-all") == 0)
+                ok = network_entries(json_object_get(policy, "deny"), deny);
+        else
+                ok = false;
+        json_object_set_new(o, "allowInternetAccess", json_boolean(internet));
+        if (!ok || (json_array_size(allow) == 0 && json_array_size(deny) == 0))
+                return 0;
+        json_t *net = json_object();
+        if (!net || json_object_set_new(o, "network", net) < 0)
+                return -ENOMEM;
+        if (json_array_size(allow))
+                json_object_set(net, "allowOut", allow);
+        if (json_array_size(deny))
+                json_object_set(net, "denyOut", deny);
+        return 0;
+}
+
 int e2b_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
         struct api_reply v1 = { 0 };
         int r = api_sandbox_get(ctx, id, &v1);
@@ -648,6 +709,10 @@ int e2b_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) 
         api_reply_release(&v1);
         if (!o)
                 return -ENOMEM;
+        if ((r = network_info(ctx, id, o)) < 0) {
+                json_decref(o);
+                return r;
+        }
         *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = o };
         return 0;
 }

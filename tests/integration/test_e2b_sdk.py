@@ -24,6 +24,7 @@ import time
 import pytest
 
 from e2b_sdk import SDK_DIR
+from test_tenants import _tenant_with_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -91,6 +92,69 @@ def test_wrong_api_key(airlock, e2b_sdk):
     """A wrong API key: AuthenticationError for create, list, getInfo, kill,
     setTimeout, pause, connect, and nothing changed; the right key creates."""
     e2b_sdk.run(airlock, "auth.mjs")
+
+
+def _e2b(a, method, path, body=None, key=None, headers=None):
+    """A raw request to the E2B front door with an API key (X-API-Key)."""
+    h = {"X-API-Key": key or a.token, **(headers or {})}
+    status, _, data = a.request(method, path, body, auth=False, headers=h)
+    return status, json.loads(data) if data and data[:1] in (b"{", b"[") else data
+
+
+def test_tenant_keys_see_their_own(airlock_factory, e2b_sdk):
+    """With a tenant's API key the SDK sees that tenant's sandboxes and
+    snapshots only: another tenant's answer as ids that do not exist (and
+    are untouched afterwards), its envd token opens no other sandbox; the
+    controls on its own succeed in the same scenario."""
+    a = airlock_factory()
+    _, ka = _tenant_with_key(a, "alpha")
+    tb, kb = _tenant_with_key(a, "beta")
+    other = a.api("POST", "/v1/sandboxes", {"template": "minimal"}, expect=201, token=kb["key"])["id"]
+    image = a.api("POST", f"/v1/sandboxes/{other}/images", {"name": "theirs"}, expect=201, token=kb["key"])["id"]
+    try:
+        e2b_sdk.run(a, "tenants.mjs", other, image, key=ka["key"])
+        assert a.api("GET", f"/v1/sandboxes/{other}")["state"] == "running"
+        assert a.api("GET", f"/v1/images/{image}")["tenant_id"] == tb["id"]
+        # what alpha made, alpha's scenario removed
+        assert [s["id"] for s in a.api("GET", "/v1/sandboxes")["sandboxes"]] == [other]
+        assert [i["id"] for i in a.api("GET", "/v1/images")["images"]] == [image]
+    finally:
+        a.request("DELETE", f"/v1/images/{image}")
+        a.request("DELETE", f"/v1/sandboxes/{other}")
+
+
+def test_e2b_host_names(airlock_factory):
+    """E2B's host names with AIRLOCK_E2B_DOMAIN: a create reports the
+    domain; 49983-ID.DOMAIN is the sandbox's envd (its token needed: another
+    sandbox's name or a wrong token is 401) and PORT-ID.DOMAIN a server in
+    the sandbox, reached with its traffic token (without it 401)."""
+    a = airlock_factory(env={"AIRLOCK_E2B_DOMAIN": "sbx.test"}, prebuild="minimal")
+    status, sbx = _e2b(a, "POST", "/v2/sandboxes", {"templateID": "minimal"})
+    assert status == 201, sbx
+    sid, token = sbx["sandboxID"], sbx["envdAccessToken"]
+    assert sbx["domain"] == "sbx.test"
+    try:
+        envd = {"Host": f"49983-{sid}.sbx.test"}
+        status, _, body = a.request("GET", "/files?path=/etc/hostname&username=root", auth=False,
+                                    headers={**envd, "X-Access-Token": token})
+        assert status == 200 and body == f"{sid}\n".encode(), (status, body)
+        assert a.request("GET", "/health", auth=False, headers=envd)[0] == 204
+        for h in ({"Host": "49983-sbx-0123456789abcdef.sbx.test", "X-Access-Token": token},
+                  {**envd, "X-Access-Token": "0" * 64}):
+            status, _, body = a.request("GET", "/files?path=/etc/hostname&username=root", auth=False, headers=h)
+            assert status == 401 and sid.encode() not in body, (h, status, body)
+
+        a.exec(sid, ["sh", "-c", "mkdir -p /root/www && echo served > /root/www/index.html"])
+        a.exec(sid, ["httpd", "-p", "8000", "-h", "/root/www"])
+        port = {"Host": f"8000-{sid}.sbx.test"}
+        status, _, body = a.request("GET", "/index.html", auth=False,
+                                    headers={**port, "E2B-Traffic-Access-Token": sbx["trafficAccessToken"]})
+        assert status == 200 and body == b"served\n", (status, body)
+        status, _, body = a.request("GET", "/index.html", auth=False,
+                                    headers={**port, "E2B-Traffic-Access-Token": "0" * 64})
+        assert status == 401 and b"served" not in body, (status, body)
+    finally:
+        a.request("DELETE", f"/v1/sandboxes/{sid}")
 
 
 def test_unknown_template(airlock, e2b_sdk):

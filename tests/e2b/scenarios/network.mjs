@@ -2,7 +2,8 @@
 // (denyOut all traffic, allowOut example.com), allowInternetAccess: false,
 // and an update that replaces the policy are accepted; options Airlock does
 // not support (rules with a transform, egressProxy) reject with an error
-// naming the option, on create and on update, and change nothing. The
+// naming the option, on create and on update, and change nothing;
+// getInfo() reports each policy as network {allowOut, denyOut}. The
 // policies themselves the test reads from /v1 (the sandboxes in RESULT are
 // left running for it; the test kills them).
 import assert from 'node:assert/strict'
@@ -45,6 +46,14 @@ await scenario('network', async (cleanups) => {
   assert.match(badUpdate.message, /rules/, 'the error names network.rules')
   await rejects(Sandbox.updateNetwork('nosuchsandbox0', { allowInternetAccess: false }), SandboxNotFoundError,
     'Sandbox.updateNetwork of an unknown id')
+  // getInfo() reports each policy in E2B's terms
+  const infos = await Promise.all([allow, deny, updated].map((s) => Sandbox.getInfo(s.sandboxId)))
+  const lists = ({ network }) => network && Object.fromEntries(['allowOut', 'denyOut'].filter((k) => network[k]).map((k) => [k, network[k]]))
+  assert.deepEqual(lists(infos[0]), { allowOut: ['example.com'], denyOut: [ALL_TRAFFIC] }, 'getInfo().network of the allowlist')
+  assert.equal(infos[0].allowInternetAccess, true)
+  assert.deepEqual(lists(infos[1]), { denyOut: [ALL_TRAFFIC] }, 'getInfo().network of allowInternetAccess false')
+  assert.equal(infos[1].allowInternetAccess, false)
+  assert.deepEqual(lists(infos[2]), { allowOut: ['pypi.org'], denyOut: [ALL_TRAFFIC] }, 'getInfo().network after updateNetwork')
   result({ allowlist: allow.sandboxId, denyAll: deny.sandboxId, updated: updated.sandboxId, callback: viaCallback.sandboxId })
   cleanups.length = 0 // the test reads their policies, then kills them
 })
