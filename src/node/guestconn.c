@@ -98,6 +98,7 @@ static unsigned hello_features(json_t *reply) {
                 { "processes", GUESTCONN_FEATURE_PROCESSES },
                 { "watch", GUESTCONN_FEATURE_WATCH },
                 { "metrics", GUESTCONN_FEATURE_METRICS },
+                { "files_user", GUESTCONN_FEATURE_FILES_USER },
         };
         json_t *list = json_object_get(reply, "features"), *v;
         unsigned bits = 0;

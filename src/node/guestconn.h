@@ -51,6 +51,7 @@ bool guestconn_alive(struct guestconn *g);
 #define GUESTCONN_FEATURE_PROCESSES (1u << 1) /* PROCESSES, ADOPT, EXEC "tag" */
 #define GUESTCONN_FEATURE_WATCH (1u << 2)     /* WATCH, WATCH_EVENT, WATCH_END */
 #define GUESTCONN_FEATURE_METRICS (1u << 3)   /* METRICS */
+#define GUESTCONN_FEATURE_FILES_USER (1u << 4) /* "user" on file requests and WATCH */
 bool guestconn_has(struct guestconn *g, unsigned feature);
 
 /* Sends a JSON request of the given type on a new stream and waits up to

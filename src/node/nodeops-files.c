@@ -56,6 +56,15 @@ static int field_user(struct node_conn *c, json_t *req, const char **ret) {
         return 0;
 }
 
+/* An older agent ignores "user" and would act as root: a file op as
+ * another user needs an agent that says it has them (HELLO files_user). */
+static int user_supported(struct node_conn *c, struct guestconn *g, const char *user) {
+        if (!user || strcmp(user, "root") == 0 || guestconn_has(g, GUESTCONN_FEATURE_FILES_USER))
+                return 0;
+        return conn_reply_error(c, -EOPNOTSUPP, "unavailable",
+                                "the sandbox's guest agent is older and runs file calls only as root");
+}
+
 /* The guest request for path (and user, when given). NULL on ENOMEM. */
 static json_t *guest_req(const char *key, const char *path, const char *user) {
         json_t *m = json_pack("{s:s}", key, path);
@@ -163,6 +172,8 @@ int nodeops_file_write(struct node_conn *c, json_t *req) {
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
         if ((r = nodeops_req_sandbox(c, req, CAP_ACCESS_FILES_WRITE, 0, &s, &g)) < 0)
+                return r;
+        if ((r = user_supported(c, g, user)) < 0)
                 return r;
 
         struct xfer x;
@@ -314,6 +325,8 @@ int nodeops_file_read(struct node_conn *c, json_t *req) {
         struct guestconn *g;
         if ((r = nodeops_req_sandbox(c, req, CAP_ACCESS_FILES_READ, 0, &s, &g)) < 0)
                 return r;
+        if ((r = user_supported(c, g, user)) < 0)
+                return r;
 
         struct xfer x;
         xfer_init(&x);
@@ -409,6 +422,8 @@ static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const cha
         if ((r = nodeops_req_sandbox(c, req, type == PROTO_REMOVE ? CAP_ACCESS_FILES_WRITE : CAP_ACCESS_FILES_READ, 0,
                                      &s, &g)) < 0)
                 return r;
+        if ((r = user_supported(c, g, user)) < 0)
+                return r;
 
         _cleanup_(json_decrefp) json_t *m = guest_req("path", path, user);
         if (!m)
@@ -469,6 +484,8 @@ static int file_change(struct node_conn *c, json_t *req, uint8_t type, const cha
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
         if ((r = nodeops_req_sandbox(c, req, CAP_ACCESS_FILES_WRITE, 0, &s, &g)) < 0)
+                return r;
+        if ((r = user_supported(c, g, user)) < 0)
                 return r;
         _cleanup_(json_decrefp) json_t *m = guest_req(type == PROTO_RENAME ? "from" : "path", path, user);
         _cleanup_free_ char *msg = NULL;
@@ -551,6 +568,8 @@ int nodeops_file_watch(struct node_conn *c, json_t *req) {
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
         if ((r = nodeops_req_sandbox(c, req, CAP_ACCESS_FILES_READ, 0, &s, &g)) < 0)
+                return r;
+        if ((r = user_supported(c, g, user)) < 0)
                 return r;
         if (!guestconn_has(g, GUESTCONN_FEATURE_WATCH))
                 return conn_reply_error(c, -EOPNOTSUPP, "unavailable",
