@@ -62,4 +62,4 @@ export AIRLOCK_TEST_VOLUME=$vol
 export AIRLOCK_APT_CACHE=$build/apt-cache
 mkdir -p "$AIRLOCK_APT_CACHE"
 cd "$here"
-/usr/bin/python3 -m pytest -p no:cacheprovider -v tests/integration tests/security "$@"
+/usr/bin/python3 -m pytest -p no:cacheprovider -v --durations=40 tests/integration tests/security "$@"

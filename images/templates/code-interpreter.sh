@@ -12,7 +12,12 @@
 # Environment: as python.sh.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-export EXTRA_PACKAGES=python3-numpy,python3-pandas,python3-matplotlib,python3-ipykernel,python3-jupyter-client${EXTRA_PACKAGES:+,$EXTRA_PACKAGES}
+# python3-munkres: matplotlib's python3-fonttools depends on
+# "python3-scipy | python3-munkres", and apt takes the first, whose
+# python3-pythran brings g++, Boost's and OpenBLAS's headers and the Python
+# headers: about 600 MiB and two minutes of the build for nothing a figure
+# needs (pip can still install scipy, with a compiler the user adds)
+export EXTRA_PACKAGES=python3-numpy,python3-pandas,python3-matplotlib,python3-munkres,python3-ipykernel,python3-jupyter-client${EXTRA_PACKAGES:+,$EXTRA_PACKAGES}
 export EXTRA_TREE=$HERE/code-interpreter.d
 export MIN_IMAGE_MB=${MIN_IMAGE_MB:-2048}
 exec "$HERE/python.sh" "$@"
