@@ -103,7 +103,11 @@ class Hostile:
                 got = f.read()
             if text in got:
                 return
-            assert time.monotonic() < deadline, f"{sid}'s guest did not log {text!r} in {timeout} s:\n{got[-2000:]}"
+            if time.monotonic() >= deadline:
+                # what the node saw of it, to tell a slow guest from a channel gone
+                node = "".join(self.log_lines(sid, "")[-30:])
+                raise AssertionError(f"{sid}'s guest did not log {text!r} in {timeout} s:\n{got[-2000:]}"
+                                     f"\n--- the log's lines about {sid}:\n{node}")
             time.sleep(0.1)
 
     def log_lines(self, sid, text):

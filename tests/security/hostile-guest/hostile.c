@@ -243,8 +243,12 @@ static int attack_ping_flood(struct agent *a) {
                         log_warn("hostile: ping flood stalled: the node takes no more");
                         told = true;
                 }
-                if (frame_str(a, PROTO_PING, 0, "{}") < 0)
+                int r = frame_str(a, PROTO_PING, 0, "{}");
+                if (r < 0) {
+                        /* the test waits for the stall: say why it will not come */
+                        log_warn("hostile: ping flood ended%s: %s", told ? "" : " before it stalled", strerror(-r));
                         return 0;
+                }
         }
 }
 
