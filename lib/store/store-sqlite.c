@@ -439,33 +439,12 @@ static int select_one(struct store_sqlite *q, enum stmt_id id, const char *arg,
         return r;
 }
 
-/*
- * Steps st to its end and reads every row with read_row into a growing
- * array of elem_size elements. On failure *a and *n still describe what was
- * read, for the caller's array destructor.
- */
+/* Steps st to its end and reads every row with read_row into a growing
+ * array (sqlite_collect()). On failure *a and *n still describe what was
+ * read, for the caller's array destructor. */
 static int collect_rows(struct store_sqlite *q, sqlite3_stmt *st, size_t elem_size,
                         int (*read_row)(sqlite3_stmt *, void *), void **a, size_t *n) {
-        size_t cap = 0;
-        for (;;) {
-                int rc = sqlite3_step(st);
-                if (rc == SQLITE_DONE)
-                        return 0;
-                if (rc != SQLITE_ROW)
-                        return sqlite_to_errno(q->conn.db, rc);
-                if (*n == cap) {
-                        size_t ncap = cap ? cap * 2 : 16;
-                        void *na = realloc(*a, ncap * elem_size);
-                        if (!na)
-                                return -ENOMEM;
-                        *a = na;
-                        cap = ncap;
-                }
-                int r = read_row(st, (char *) *a + *n * elem_size);
-                if (r < 0)
-                        return r;
-                (*n)++;
-        }
+        return sqlite_collect(&q->conn, st, elem_size, SIZE_MAX, read_row, a, n);
 }
 
 static int sqlite_sandbox_get(struct store *s, const char *id, struct store_sandbox *ret) {

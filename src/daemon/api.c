@@ -1199,7 +1199,7 @@ struct MHD_Response *api_stream_response(struct node_conn **c, uint64_t size, co
         return resp;
 }
 
-int api_file_read(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret) {
+int api_file_read(struct api_ctx *ctx, const char *id, const char *path, const char *user, struct api_reply *ret) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = api_sandbox_lookup(ctx, id, &sb);
         if (r < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
@@ -1207,6 +1207,8 @@ int api_file_read(struct api_ctx *ctx, const char *id, const char *path, struct 
         _cleanup_(node_conn_freep) struct node_conn *c = NULL;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "file.read", "id", id, "path", path);
         _cleanup_(json_decrefp) json_t *rep = NULL;
+        if (req && user && *user && json_object_set_new(req, "user", json_string(user)) < 0)
+                return -ENOMEM;
         if ((r = dataplane_call(ctx->config, sb.tenant_id, id, CAP_ACCESS_FILES_READ, req, ctx->config->node_timeout_s,
                                 &c, &rep, ctx->err)) < 0)
                 return r;

@@ -79,8 +79,9 @@ int api_session_events(struct api_ctx *ctx, const char *sid, struct api_reply *r
 int api_session_stdin(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret);
 int api_session_signal(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret);
 
-/* Files; path was checked with apireq_check_path() by the caller. */
-int api_file_read(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret);
+/* Files; path was checked with apireq_check_path() by the caller. A read
+ * runs as the guest's user (NULL or "": root). */
+int api_file_read(struct api_ctx *ctx, const char *id, const char *path, const char *user, struct api_reply *ret);
 int api_file_remove(struct api_ctx *ctx, const char *id, const char *path, bool recursive, struct api_reply *ret);
 int api_file_list(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret);
 /* Uploads in three steps, so the body streams to the node as it arrives:

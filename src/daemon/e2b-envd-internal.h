@@ -65,11 +65,6 @@ void e2b_process_start(struct envd_call *c, const json_t *req, struct api_reply 
 void e2b_process_connect(struct envd_call *c, const json_t *req, struct api_reply *reply);
 void e2b_watch_dir(struct envd_call *c, const json_t *req, struct api_reply *reply);
 
-/* GET /files (e2b-files.c): path of sandbox_id as user ("": root),
- * streamed. Errors as api_file_read(). */
-int e2b_download(struct api_ctx *ctx, const char *sandbox_id, const char *user, const char *path,
-                 struct api_reply *reply);
-
 /* POST /files (e2b-files.c): multipart parts or one octet-stream body,
  * each streamed to the node as a file.write. begin: 0 to take the body,
  * 1 with *reply the answer already. */

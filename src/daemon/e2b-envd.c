@@ -788,7 +788,7 @@ void e2b_envd_finish(struct e2b_envd_request *r, struct api_ctx *ctx, struct api
         case ENVD_HEALTH:
                 return health(r, ctx, reply);
         case ENVD_FILES_GET: {
-                int k = e2b_download(ctx, r->sandbox_id, r->user, r->path, reply);
+                int k = api_file_read(ctx, r->sandbox_id, r->path, r->user, reply);
                 if (k == -ENOENT && !ctx->err[0])
                         snprintf(ctx->err, sizeof ctx->err, "path '%.200s' does not exist", r->path);
                 if (k < 0)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* envd's GET and POST /files, both as the call's user. POST: the SDK's uploads, multipart/form-data (a part named
- * "file" per file, its filename the destination) or one octet-stream
+/* envd's POST /files, as the call's user (GET is api_file_read()): the
+ * SDK's uploads, multipart/form-data (a part named "file" per file, its
+ * filename the destination) or one octet-stream
  * body (gzip-encoded when the SDK was asked to: zlib inflates it), each
  * streamed to the node as a file.write while it arrives. MHD's post
  * processor parses the multipart framing. */
@@ -56,31 +57,6 @@ static int failed(struct e2b_upload *u, int r, unsigned status, const char *msg)
                 u->conn = NULL;
         }
         return r;
-}
-
-int e2b_download(struct api_ctx *ctx, const char *sandbox_id, const char *user, const char *path,
-                 struct api_reply *reply) {
-        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = api_sandbox_lookup(ctx, sandbox_id, &sb);
-        if (r < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
-                return r;
-        struct envd_call c = { .user = user };
-        _cleanup_(node_conn_freep) struct node_conn *conn = NULL;
-        _cleanup_(json_decrefp) json_t *req =
-                e2b_file_req(&c, json_pack("{s:s, s:s, s:s}", "op", "file.read", "id", sandbox_id, "path", path));
-        if (!req)
-                return -ENOMEM;
-        if ((r = dataplane_call(ctx->config, sb.tenant_id, sandbox_id, CAP_ACCESS_FILES_READ, req,
-                                ctx->config->node_timeout_s, &conn, NULL, ctx->err)) < 0)
-                return r;
-        char log_ctx[256];
-        snprintf(log_ctx, sizeof log_ctx, "%s sandbox=%s", ctx->log_ctx, sandbox_id);
-        struct MHD_Response *resp = api_stream_response(&conn, MHD_SIZE_UNKNOWN, log_ctx);
-        if (!resp)
-                return -ENOMEM;
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
-        *reply = (struct api_reply){ .status = MHD_HTTP_OK, .response = resp };
-        return 0;
 }
 
 /* A node refusal of the file being written: an unknown user is 401. */

@@ -846,7 +846,7 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 }
                 if ((r = query_path(conn, &path, ctx.err)) < 0)
                         break;
-                r = req->method == M_GET ? api_file_read(&ctx, id, path, &rep)
+                r = req->method == M_GET ? api_file_read(&ctx, id, path, NULL, &rep)
                                          : api_file_remove(&ctx, id, path, query_bool(conn, "recursive"), &rep);
                 break;
         case R_LS:
