@@ -14,12 +14,14 @@ before every round until the template's pool is full again, so that each
 create can be a hit (refills only keep up with creates slower than them)."""
 
 import argparse
+import fcntl
 import http.client
 import json
 import os
 import glob
 import socket
 import statistics
+import struct
 import subprocess
 import tempfile
 import time
@@ -82,21 +84,29 @@ class Qmp:
                 raise RuntimeError(r["error"])
 
 
-def spawn_restored(tpl_dir, manifest, work, khz):
-    """Spawns a bare QEMU restore of the template snapshot: -incoming defer,
-    migrate-incoming, cont. Returns (process, Qmp, ms from spawn to running).
-    The machine must match vmm.c's exactly (src/node/vmm.c,
-    VMM_MACHINE_REVISION) or the state won't load. The caller kills the
-    process and removes WORK/rootfs.img."""
-    rootfs = os.path.join(work, "rootfs.img")
-    subprocess.run(["cp", "--reflink=auto", "--sparse=always", os.path.join(tpl_dir, "rootfs.img"), rootfs], check=True)
+def tap_open():
+    """A tap for the bare VM's NIC, as lib/vmnet makes one (vnet headers:
+    the NIC's state carries the offloads they bring). It is never brought
+    up, and goes when the last fd on it closes."""
+    fd = os.open("/dev/net/tun", os.O_RDWR)
+    try:
+        fcntl.ioctl(fd, 0x400454CA, struct.pack("16sH", b"", 0x0002 | 0x1000 | 0x4000))  # TUNSETIFF: TAP|NO_PI|VNET_HDR
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def qemu_argv(tpl_dir, manifest, work, khz, memory_object, rootfs, tap_fd):
+    """The machine of src/node/vmm.c's build_argv(), device for device (or
+    the state will not load; VMM_MACHINE_REVISION), without the jail, the
+    seccomp filter and the egress gateway: its NIC's tap leads nowhere."""
     mem = manifest["memory_mib"]
     vmlinux = os.path.join(os.path.dirname(tpl_dir), manifest["kernel"], "vmlinux")
-    qmp = os.path.join(work, "qmp.sock")
-    args = ["qemu-system-x86_64", "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=mem",
-            "-accel", "tcg,tb-size=32", "-cpu", "max", "-m", str(mem), "-smp", "1",
+    return ["qemu-system-x86_64", "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=mem",
+            "-accel", "tcg,tb-size=32", "-cpu", "max", "-m", str(mem), "-smp", str(manifest.get("vcpus", 1)),
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-            "-object", f"memory-backend-file,id=mem,size={mem}M,mem-path={tpl_dir}/mem,share=off",
+            "-object", memory_object.format(mem=mem),
             "-kernel", vmlinux, "-initrd", os.path.join(tpl_dir, "initramfs.cpio"),
             "-append", f"console=ttyS0 quiet panic=-1 tsc_early_khz={khz} airlock.root=/dev/vda",
             "-serial", "null",
@@ -104,11 +114,26 @@ def spawn_restored(tpl_dir, manifest, work, khz):
             "-chardev", f"socket,id=ch0,path={work}/guest.sock,server=on,wait=off",
             "-device", "virtserialport,chardev=ch0,name=airlock.0",
             "-drive", f"id=d0,file={rootfs},format=raw,if=none,cache=writeback", "-device", "virtio-blk-device,drive=d0",
-            "-qmp", f"unix:{qmp},server=on,wait=off", "-incoming", "defer"]
+            "-netdev", f"tap,id=n0,fd={tap_fd}", "-device", "virtio-net-device,netdev=n0,mac=02:a1:0c:00:00:02",
+            "-qmp", f"unix:{work}/qmp.sock,server=on,wait=off", "-incoming", "defer"]
+
+
+def spawn_restored(tpl_dir, manifest, work, khz):
+    """Spawns a bare QEMU restore of the template snapshot: -incoming defer,
+    migrate-incoming, cont. Returns (process, Qmp, ms from spawn to running).
+    The caller kills the process and removes WORK/rootfs.img."""
+    rootfs = os.path.join(work, "rootfs.img")
+    subprocess.run(["cp", "--reflink=auto", "--sparse=always", os.path.join(tpl_dir, "rootfs.img"), rootfs], check=True)
+    tap = tap_open()
+    args = qemu_argv(tpl_dir, manifest, work, khz,
+                     f"memory-backend-file,id=mem,size={{mem}}M,mem-path={tpl_dir}/mem,share=off", rootfs, tap)
     t0 = time.monotonic()
-    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        q = Qmp(qmp)
+        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(tap,))
+    finally:
+        os.close(tap)
+    try:
+        q = Qmp(os.path.join(work, "qmp.sock"))
         q.cmd("migrate-set-capabilities", capabilities=[{"capability": "x-ignore-shared", "state": True}])
         q.cmd("migrate-incoming", uri=f"exec:cat {tpl_dir}/state")
         while q.cmd("query-migrate").get("status") != "completed":

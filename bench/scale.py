@@ -20,8 +20,8 @@ when --concurrent or the largest --idle needs it.
    in the same run: the same number of bare QEMU restores of the template
    (the benchmark's own, see create.py), spawned at once.
 2. For each K in --idle: K idle sandboxes, --settle seconds of quiet, then
-   the PSS of each one's QEMU process (/proc/PID/smaps_rollup; the process
-   is found by the sandbox id on its command line). Median, total, and how
+   the PSS of each one's QEMU process (/proc/PID/smaps_rollup; the QEMUs
+   are those whose command line names the data dir). Median, total, and how
    many would fit in MemTotal."""
 
 import argparse
@@ -284,10 +284,12 @@ def idle_pss(inst, k, template, settle):
         ids.append(b["id"])
     time.sleep(settle)
     pss, rss, priv, anon, filep = [], [], [], [], []
-    for sid in ids:
-        pids = qemu_pids(sid)
-        assert len(pids) == 1, (sid, pids)
-        m = smaps_kib(pids[0])
+    # the QEMUs of this instance (their run dirs are in its data dir; a
+    # jailed QEMU's command line does not name its sandbox)
+    pids = qemu_pids(inst.data_dir)
+    assert len(pids) == len(ids), (ids, pids)
+    for pid in pids:
+        m = smaps_kib(pid)
         pss.append(m["Pss"] / 1024)
         rss.append(m["Rss"] / 1024)
         priv.append((m.get("Private_Clean", 0) + m.get("Private_Dirty", 0)) / 1024)

@@ -56,7 +56,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from create import Qmp, find_template, host_tsc_khz, spawn_restored  # noqa: E402
+from create import Qmp, find_template, host_tsc_khz, qemu_argv, spawn_restored, tap_open  # noqa: E402
 from scale import Instance, default_templates_dir, pct  # noqa: E402
 
 
@@ -109,24 +109,15 @@ def spawn_from_state(tpl_dir, manifest, state, rootfs_src, work, khz):
     running)."""
     rootfs = os.path.join(work, "rootfs.img")
     subprocess.run(["cp", "--reflink=auto", "--sparse=always", rootfs_src, rootfs], check=True)
-    mem = manifest["memory_mib"]
-    vmlinux = os.path.join(os.path.dirname(tpl_dir), manifest["kernel"], "vmlinux")
+    tap = tap_open()
+    args = qemu_argv(tpl_dir, manifest, work, khz, "memory-backend-ram,id=mem,size={mem}M", rootfs, tap)
     qmp = os.path.join(work, "qmp.sock")
-    args = ["qemu-system-x86_64", "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=mem",
-            "-accel", "tcg,tb-size=32", "-cpu", "max", "-m", str(mem), "-smp", str(manifest.get("vcpus", 1)),
-            "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-            "-object", f"memory-backend-ram,id=mem,size={mem}M",
-            "-kernel", vmlinux, "-initrd", os.path.join(tpl_dir, "initramfs.cpio"),
-            "-append", f"console=ttyS0 quiet panic=-1 tsc_early_khz={khz} airlock.root=/dev/vda",
-            "-serial", "null",
-            "-device", "virtio-serial-device",
-            "-chardev", f"socket,id=ch0,path={work}/guest.sock,server=on,wait=off",
-            "-device", "virtserialport,chardev=ch0,name=airlock.0",
-            "-drive", f"id=d0,file={rootfs},format=raw,if=none,cache=writeback", "-device", "virtio-blk-device,drive=d0",
-            "-qmp", f"unix:{qmp},server=on,wait=off", "-incoming", "defer"]
     fd = os.open(state, os.O_RDONLY | os.O_CLOEXEC)
     t0 = time.monotonic()
-    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(tap,))
+    finally:
+        os.close(tap)
     try:
         q = Qmp(qmp)
         qmp_getfd(q, fd, "state")

@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "guestconn.h"
+#include "guestops.h"
 #include "log.h"
 #include "macros.h"
 #include "nodeutil.h"
@@ -116,7 +117,8 @@ static bool vm_other_build(struct pool_vm *x, const void *hash) {
         return strcmp(x->hash, hash) != 0;
 }
 
-/* Restores one VM of template t, says HELLO and pauses it. */
+/* Restores one VM of template t, says HELLO, rehearses a claim and pauses
+ * it. */
 static int fill_one(const struct template_info *t, struct pool_vm **ret, char **ret_error) {
         struct pool_vm *pv = calloc(1, sizeof *pv);
         if (!pv)
@@ -162,6 +164,10 @@ static int fill_one(const struct template_info *t, struct pool_vm **ret, char **
         if (r >= 0) {
                 step = "guest agent handshake";
                 r = guestconn_open(fd, pv->ctx, GUEST_HELLO_MS, &pv->gc);
+        }
+        if (r >= 0) {
+                step = "rehearsing a claim";
+                r = guestops_rehearse(pv->gc, pv->ctx);
         }
         if (r >= 0) {
                 /* parked: no guest CPU time while it waits for a claim */

@@ -22,6 +22,7 @@
 
 #include "config.h"
 #include "guestconn.h"
+#include "guestops.h"
 #include "gwclient.h"
 #include "log.h"
 #include "netpolicy.h"
@@ -374,22 +375,8 @@ static void describe_exit(struct vmm *v, char *buf, size_t n) {
                 snprintf(buf, n, "vmm exited (status %d, killed by signal %d)", 128 + si.si_status, si.si_status);
 }
 
-/* IDENTITY: the sandbox id as hostname, its env, the wall clock and a fresh
- * RNG seed, so clones of one snapshot never share random state. */
 static int send_identity(struct sandbox *s, struct guestconn *g, char **ret_message) {
-        uint8_t seed[32];
-        char seed_hex[65];
-        int r = random_bytes(seed, sizeof seed);
-        if (r < 0)
-                return r;
-        node_hex(seed, sizeof seed, seed_hex);
-        json_t *req = json_pack("{s:s, s:s, s:O, s:I, s:s}", "sandbox_id", s->id, "hostname", s->id, "env", s->env,
-                                "time_ns", (json_int_t) now_realtime_ns(), "seed", seed_hex);
-        r = req ? guestconn_call(g, PROTO_IDENTITY, req, IDENTITY_MS, NULL, ret_message) : -ENOMEM;
-        json_decref(req);
-        explicit_bzero(seed, sizeof seed);
-        explicit_bzero(seed_hex, sizeof seed_hex);
-        return r;
+        return guestops_identity(g, s->id, s->env, IDENTITY_MS, ret_message);
 }
 
 /* Takes over the warm VM create claimed from the pool: resumes it and

@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "guestconn.h"
+#include "guestops.h"
 #include "log.h"
 #include "macros.h"
 #include "nodeutil.h"
@@ -36,6 +37,9 @@
 #define BOOT_TIMEOUT_MS 120000
 /* Extra kernel arguments of template VMs (vmm adds console, root and TSC ones). */
 #define TEMPLATE_CMDLINE ""
+/* What the build does in the VM beyond the recipe: a change here makes a
+ * new template (2: a sandbox's start rehearsed before the snapshot). */
+#define TEMPLATE_BUILD_REVISION "2"
 #define BUILD_LOG_TAIL 1500
 /* Paths: the config bounds directories to 4095 bytes and names to 64, so
  * every path built here fits. */
@@ -602,6 +606,7 @@ static int template_hash(const char *name, unsigned memory_mib, char out[HASH_HE
         hash_string(&st, "memory", mem);
         hash_string(&st, "cmdline", TEMPLATE_CMDLINE);
         hash_string(&st, "machine", VMM_MACHINE_REVISION);
+        hash_string(&st, "build", TEMPLATE_BUILD_REVISION);
         hash_string(&st, "qemu", qemu_version ? qemu_version : "");
         hash_final(&st, out);
         return 0;
@@ -686,74 +691,23 @@ static void keep_logs(const char *run_dir, const char *tmp) {
 #define TEMPLATE_START "/etc/airlock/template-start"
 #define TEMPLATE_START_TIMEOUT_MS (10 * 60 * 1000) /* a cold Python under TCG, numpy and a kernel */
 
-struct start_exec {
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        bool exited, dead;
-        int exit_code;
-        char out[2048]; /* the start of its output, for the build's error */
-        size_t out_len;
-};
-
-static void start_handler(void *userdata, uint8_t type, const uint8_t *payload, size_t len) {
-        struct start_exec *x = userdata;
-        pthread_mutex_lock(&x->lock);
-        if ((type == PROTO_STDOUT || type == PROTO_STDERR) && !x->exited) {
-                size_t take = MIN(len, sizeof x->out - 1 - x->out_len);
-                memcpy(x->out + x->out_len, payload, take);
-                x->out_len += take;
-        } else if (type == PROTO_EXIT && !x->exited) {
-                _cleanup_(json_decrefp) json_t *m = json_loadb((const char *) payload, len, 0, NULL);
-                json_t *code = json_object_get(m, "exit_code");
-                x->exit_code = json_is_integer(code) ? (int) json_integer_value(code) : -1;
-                x->exited = true;
-        } else if (type == 0)
-                x->dead = true;
-        pthread_cond_broadcast(&x->cond);
-        pthread_mutex_unlock(&x->lock);
-}
-
 static int template_start(struct guestconn *g, const char *ctx, char **ret_error) {
-        struct start_exec x = { .lock = PTHREAD_MUTEX_INITIALIZER };
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&x.cond, &ca);
-        pthread_condattr_destroy(&ca);
-        uint32_t stream = 0;
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:[s], s:{}, s:s}", "argv", TEMPLATE_START, "env", "cwd", "/");
+        char out[2048]; /* the start of its output, for the build's error */
         _cleanup_free_ char *msg = NULL;
-        int r = req ? guestconn_stream_open(g, start_handler, &x, &stream) : -ENOMEM;
-        if (r >= 0)
-                r = guestconn_call_stream(g, stream, PROTO_EXEC, req, 10000, NULL, &msg);
-        if (r == -ENOENT) { /* the template has none */
-                guestconn_stream_close(g, stream);
-                pthread_cond_destroy(&x.cond);
+        _cleanup_(json_decrefp) json_t *argv = json_pack("[s]", TEMPLATE_START);
+        log_emit(LOG_LEVEL_DEBUG, ctx, "running the template's " TEMPLATE_START " if it has one");
+        int code = 0;
+        int r = argv ? guestops_run(g, argv, TEMPLATE_START_TIMEOUT_MS, &code, out, sizeof out, &msg) : -ENOMEM;
+        if (r == -ENOENT) /* the template has none */
                 return 0;
+        if (r >= 0 && code != 0) {
+                *ret_error = strdup_printf(TEMPLATE_START " exited with %d: %s", code, out);
+                return -ECHILD;
         }
-        if (r >= 0) {
-                log_emit(LOG_LEVEL_INFO, ctx, "running the template's " TEMPLATE_START);
-                uint64_t deadline = now_monotonic_ns() + (uint64_t) TEMPLATE_START_TIMEOUT_MS * 1000000ULL;
-                pthread_mutex_lock(&x.lock);
-                while (!x.exited && !x.dead && now_monotonic_ns() < deadline) {
-                        struct timespec ts = { .tv_sec = (time_t) (deadline / 1000000000ULL),
-                                               .tv_nsec = (long) (deadline % 1000000000ULL) };
-                        pthread_cond_timedwait(&x.cond, &x.lock, &ts);
-                }
-                pthread_mutex_unlock(&x.lock);
-                if (!x.exited)
-                        r = x.dead ? -ECONNRESET : -ETIMEDOUT;
-                else if (x.exit_code != 0)
-                        r = -ECHILD;
-        }
-        guestconn_stream_close(g, stream);
-        pthread_cond_destroy(&x.cond);
-        if (r < 0) {
-                x.out[x.out_len] = 0;
-                *ret_error = r == -ECHILD ? strdup_printf(TEMPLATE_START " exited with %d: %s", x.exit_code, x.out)
-                                          : strdup_printf(TEMPLATE_START " failed: %s%s%s", strerror(-r),
-                                                          msg ? ": " : "", msg ?: "");
-        }
+        if (r < 0)
+                *ret_error = strdup_printf(TEMPLATE_START " failed: %s%s%s", strerror(-r), msg ? ": " : "", msg ?: "");
+        else
+                log_emit(LOG_LEVEL_INFO, ctx, "ran the template's " TEMPLATE_START);
         return r;
 }
 
@@ -825,6 +779,10 @@ static int boot_and_save(struct tentry *e, const char *ctx, const char *tmp, con
         if (r >= 0) {
                 step = "starting the template's services";
                 r = template_start(g, ctx, &start_error);
+        }
+        if (r >= 0) {
+                step = "rehearsing a sandbox's start";
+                r = guestops_rehearse(g, ctx);
         }
         uint64_t t_boot = now_monotonic_ns();
         /* Disconnect before saving: the snapshot then holds an agent that

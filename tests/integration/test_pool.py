@@ -72,7 +72,7 @@ def test_pool_hits_refills_and_replaces_dead_vms(refill_switch, airlock_factory)
     assert s1["pool"] == "hit", s1
     assert isinstance(s1["restore_ms"], int)
     assert a.exec(s1["id"], ["echo", "hi"])["stdout"] == "hi\n"
-    s2 = a.create("minimal")
+    s2 = a.create("minimal", env={"POOL_TEST": "second"})
     assert s2["pool"] == "hit", s2
 
     # each claimed VM got its own identity: hostname and random state
@@ -81,6 +81,17 @@ def test_pool_hits_refills_and_replaces_dead_vms(refill_switch, airlock_factory)
     assert r1.strip() and r1 != r2
     assert a.exec(s1["id"], ["hostname"])["stdout"].strip() == s1["id"]
     assert a.exec(s2["id"], ["hostname"])["stdout"].strip() == s2["id"]
+    # and nothing is left of the identity the warm VM rehearsed its claim
+    # with: the files that name the sandbox, its env and the clock are the
+    # claim's own
+    for s in (s1, s2):
+        names = a.exec(s["id"], ["cat", "/etc/hostname", "/run/airlock/sandbox-id"])["stdout"].split()
+        assert names == [s["id"], s["id"]], names
+        guest_now = int(a.exec(s["id"], ["date", "+%s"])["stdout"])
+        assert abs(guest_now - time.time()) < 5, (guest_now, time.time())
+    env = a.exec(s2["id"], ["sh", "-c", "echo ${POOL_TEST:-unset}"])["stdout"].strip()
+    assert env == "second", env
+    assert a.exec(s1["id"], ["sh", "-c", "echo ${POOL_TEST:-unset}"])["stdout"].strip() == "unset"
 
     # the pool refills in the background
     wait_pool_ready(a, "minimal", 2)

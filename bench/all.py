@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+"""Every speed figure in one run, printed as one table: each figure's
+median and tails, the raw baseline measured in the same run, the ratio
+between them, and the target it is held to.
+
+  sudo bench/all.py [--quick] [--template python] [--scale-template minimal]
+                    [--templates-dir DIR] [--airlockd PATH] [--json FILE]
+
+Starts its own Airlocks (see scale.py's Instance: a data dir next to the
+templates, which must be built already, on a btrfs/xfs mount such as the
+test volume `mount -o loop build/test-vol.btrfs build/test-vol`):
+
+  1. pool on (AIRLOCK_POOL_SIZE=2): warm creates, each waiting for a full
+     pool, interleaved with bare QEMU restores of the same snapshot (the raw
+     baseline, create.py's spawn_restored); then 20 creates, each with its
+     first exec, back to back (the pool cannot keep up: misses count too);
+     then exec round trips on one sandbox, against the guest's own shell
+     starting /bin/true (the part of a round trip no host code can save).
+  2. pool off: cold creates interleaved with the raw restore; full
+     snapshots, fork, suspend and wake of a sandbox with 64 MiB written
+     into its guest memory, with raw stop-and-copy and full-state restores
+     of that same state as baselines (snapshots.py's); a burst of
+     concurrent creates against the same number of bare restores at once;
+     idle sandboxes' PSS.
+
+--quick runs the same with few repetitions (about two minutes with the
+templates built); the figures are then indicative, the tails meaningless.
+No API, node or guest detail is read from logs: every number is what a
+client sees, or what the API's reply says (pause_ms, snapshot_ms, ...)."""
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from create import find_template, host_tsc_khz, raw_restore  # noqa: E402
+from scale import Instance, burst, default_templates_dir, meminfo_kib, pct, qemu_pids, raw_burst, smaps_kib  # noqa: E402
+from snapshots import raw_stop_copy, spawn_from_state  # noqa: E402
+
+FULL = {"warm": 30, "burst_exec": 20, "cold": 20, "exec": 50, "snap": 10, "suspend": 5, "fork": 10,
+        "concurrent": 50, "idle": 10, "settle": 20}
+QUICK = {"warm": 8, "burst_exec": 10, "cold": 5, "exec": 30, "snap": 3, "suspend": 2, "fork": 3,
+         "concurrent": 10, "idle": 4, "settle": 5}
+
+
+class Table:
+    """Rows of (what, samples, baseline name, baseline samples, target)."""
+
+    def __init__(self):
+        self.rows = []
+
+    def add(self, what, xs, unit="ms", base=None, base_xs=None, target=None):
+        """target: (text, predicate over (median, p99, baseline median))."""
+        self.rows.append({"what": what, "xs": list(xs), "unit": unit, "base": base,
+                          "base_xs": list(base_xs) if base_xs else None, "target": target})
+
+    def render(self):
+        out = ["| figure | n | median | p90 | p99 | max | raw baseline, same run (median) | ratio | target | |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in self.rows:
+            xs, u = r["xs"], r["unit"]
+            if not xs:
+                out.append(f"| {r['what']} | 0 | — | — | — | — | — | — | {r['target'][0] if r['target'] else ''} | |")
+                continue
+            med, p99 = statistics.median(xs), pct(xs, 99)
+            bmed = statistics.median(r["base_xs"]) if r["base_xs"] else None
+            base = f"{r['base']}: {bmed:.1f} {u}" if bmed is not None else "—"
+            ratio = f"{med / bmed:.2f}x" if bmed else "—"
+            verdict = ""
+            if r["target"]:
+                verdict = "met" if r["target"][1](med, p99, bmed) else "**missed**"
+            out.append(f"| {r['what']} | {len(xs)} | {med:.1f} {u} | {pct(xs, 90):.1f} | {p99:.1f} | {max(xs):.1f} | "
+                       f"{base} | {ratio} | {r['target'][0] if r['target'] else ''} | {verdict} |")
+        return "\n".join(out)
+
+    def as_json(self):
+        def stats(xs):
+            return {"n": len(xs), "median": statistics.median(xs), "p90": pct(xs, 90), "p99": pct(xs, 99),
+                    "max": max(xs)} if xs else {"n": 0}
+        return [{"what": r["what"], "unit": r["unit"], **stats(r["xs"]), "baseline": r["base"],
+                 "baseline_median": statistics.median(r["base_xs"]) if r["base_xs"] else None,
+                 "target": r["target"][0] if r["target"] else None} for r in self.rows]
+
+
+# microseconds per /bin/true the guest's shell starts (and waits for)
+SPAWN_LOOP = ("a=$(date +%s%N); for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do /bin/true; done; "
+              "b=$(date +%s%N); echo $(( (b - a) / 20000 ))")
+
+
+def ratio_at_most(k, of_p99=False):
+    return lambda med, p99, base: base is not None and (p99 if of_p99 else med) <= k * base
+
+
+def at_most(ms, of_p99=False):
+    return lambda med, p99, base: (p99 if of_p99 else med) <= ms
+
+
+def timed(fn, *args):
+    t = time.monotonic()
+    out = fn(*args)
+    return (time.monotonic() - t) * 1000, out
+
+
+def create(inst, template):
+    st, b = inst.call("POST", "/v1/sandboxes", {"template": template})
+    assert st == 201, (st, b)
+    return b
+
+
+def delete(inst, sid):
+    st, b = inst.call("DELETE", f"/v1/sandboxes/{sid}")
+    assert st == 204, (st, b)
+
+
+def run(inst, sid, cmd):
+    st, r = inst.call("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": cmd})
+    assert st == 200 and r["exit_code"] == 0, (st, r)
+    return r
+
+
+def verb(inst, sid, name, body=None):
+    st, op = inst.call("POST", f"/v1/sandboxes/{sid}/{name}?wait=true", body)
+    assert st == 200 and op["state"] == "succeeded", (name, st, op)
+    return op
+
+
+def pool_on(a, n, tdir, tpl, table):
+    inst = Instance(a.base, tdir, {"AIRLOCK_POOL_SIZE": "2", "AIRLOCK_SNAPSHOT_POLICY": json.dumps(
+        {"disk_every": 0, "full_every": 0})}, a.airlockd, prebuild=a.template)
+    work = tempfile.mkdtemp(prefix="bench-all-", dir=a.base)
+    try:
+        inst.wait_ready()
+        khz = host_tsc_khz()
+        tpl_dir, manifest = tpl
+        raw, warm, missed = [], [], 0
+        for _ in range(n["warm"]):
+            inst.wait_pool_full(a.template)
+            raw.append(raw_restore(tpl_dir, manifest, work, khz))
+            ms, b = timed(create, inst, a.template)
+            if b.get("pool") == "hit":
+                warm.append(ms)
+            else:
+                missed += 1
+            delete(inst, b["id"])
+        name = f"create, warm-pool hit ({a.template})" + (f"; {missed} missed, left out" if missed else "")
+        table.add(name, warm, base="bare QEMU restore", base_xs=raw,
+                  target=("p50 ≤ 0.25x, p99 ≤ 0.5x raw",
+                          lambda med, p99, base: ratio_at_most(0.25)(med, p99, base) and
+                          ratio_at_most(0.5, of_p99=True)(med, p99, base)))
+
+        # back to back: the pool runs dry, the misses restore cold
+        inst.wait_pool_full(a.template)
+        both, hits = [], 0
+        for _ in range(n["burst_exec"]):
+            t = time.monotonic()
+            b = create(inst, a.template)
+            run(inst, b["id"], ["true"])
+            both.append((time.monotonic() - t) * 1000)
+            hits += b.get("pool") == "hit"
+            delete(inst, b["id"])
+        table.add(f"create + first exec, {n['burst_exec']} back to back, pool 2 ({hits} hits)", both,
+                  base="bare QEMU restore", base_xs=raw, target=("p50 ≤ 1.5x raw", ratio_at_most(1.5)))
+
+        b = create(inst, a.template)
+        try:
+            run(inst, b["id"], ["true"])  # the first exec after a restore is not a round trip's cost
+            xs = [timed(run, inst, b["id"], ["true"])[0] for _ in range(n["exec"])]
+            # the guest's own floor: its shell starting /bin/true, 20 at a time
+            spawn = [int(run(inst, b["id"], ["sh", "-c", SPAWN_LOOP])["stdout"]) / 1000 for _ in range(5)]
+        finally:
+            delete(inst, b["id"])
+        table.add(f"exec `true` round trip, {n['exec']} in a row ({a.template})", xs,
+                  base="in-guest fork+exec of /bin/true", base_xs=spawn, target=("p50 ≤ 5 ms", at_most(5)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        report_log(inst)
+
+
+def pool_off(a, n, tdir, tpl, stpl, table):
+    max_sbx = max(64, n["concurrent"], n["idle"]) + 4
+    prebuild = a.template if a.template == a.scale_template else f"{a.template},{a.scale_template}"
+    inst = Instance(a.base, tdir, {"AIRLOCK_POOL_SIZE": "0", "AIRLOCK_MAX_SANDBOXES": str(max_sbx),
+                                   "AIRLOCK_SNAPSHOT_POLICY": json.dumps({"disk_every": 0, "full_every": 0})},
+                    a.airlockd, prebuild=prebuild)
+    work = tempfile.mkdtemp(prefix="bench-all-", dir=a.base)
+    khz = host_tsc_khz()
+    tpl_dir, manifest = tpl
+    raw_proc = None
+    try:
+        inst.wait_ready()
+        raw, cold = [], []
+        for _ in range(n["cold"]):
+            raw.append(raw_restore(tpl_dir, manifest, work, khz))
+            ms, b = timed(create, inst, a.template)
+            cold.append(ms)
+            delete(inst, b["id"])
+        table.add(f"cold create, pool off ({a.template})", cold, base="bare QEMU restore", base_xs=raw,
+                  target=("p50 ≤ 1.3x raw", ratio_at_most(1.3)))
+
+        sid = create(inst, a.template)["id"]
+        try:
+            run(inst, sid, ["sh", "-c", "dd if=/dev/urandom of=/dev/shm/x bs=1M count=64 2>/dev/null"])
+            # full snapshots, and the raw stop-and-copy of the same state
+            pause, stopcopy = [], []
+            for i in range(n["snap"]):
+                st, snap = inst.call("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"})
+                assert st == 201, snap
+                pause.append(snap["pause_ms"])
+                if i == 0:
+                    state = glob.glob(os.path.join(inst.data_dir, "**", "sandboxes", sid, "snapshots",
+                                                   snap["id"] + ".state"), recursive=True)[0]
+                    rootfs = os.path.join(os.path.dirname(os.path.dirname(state)), "rootfs.img")
+                    w = os.path.join(work, "raw")
+                    os.mkdir(w)
+                    raw_proc, raw_qmp, _ = spawn_from_state(tpl_dir, manifest, state, rootfs, w, khz)
+                stopcopy.append(raw_stop_copy(raw_qmp, os.path.join(work, "raw.state"))[0])
+            raw_proc.kill()
+            raw_proc.wait()
+            raw_proc = None
+            table.add(f"full snapshot, VM paused ({a.template}, 64 MiB written)", pause,
+                      base="bare stop+migrate+cont", base_xs=stopcopy, target=("≤ 100 ms", at_most(100)))
+
+            # fork, against a bare restore of the same full state
+            fpause, fork, full_restore = [], [], []
+            for i in range(n["fork"]):
+                ms, op = timed(verb, inst, sid, "fork")
+                fork.append(ms)
+                fpause.append(op["result"]["parent_pause_ms"])
+                delete(inst, op["result"]["sandbox"]["id"])
+                w = os.path.join(work, f"raw-{i}")
+                os.mkdir(w)
+                p, _, ms = spawn_from_state(tpl_dir, manifest, state, rootfs, w, khz)
+                p.kill()
+                p.wait()
+                shutil.rmtree(w)
+                full_restore.append(ms)
+            table.add(f"fork, parent paused ({a.template})", fpause, target=("≤ 100 ms", at_most(100)))
+            table.add(f"fork, child ready ({a.template})", fork, base="bare restore of the state",
+                      base_xs=full_restore, target=("≤ 400 ms", at_most(400)))
+
+            # suspend and wake
+            susp, released, wake = [], [], []
+            for _ in range(n["suspend"]):
+                ms, op = timed(verb, inst, sid, "suspend")
+                susp.append(ms)
+                s = op["result"].get("suspended", {})
+                released.append(s.get("released_ms", ms))
+                ms, _ = timed(verb, inst, sid, "wake")
+                wake.append(ms)
+            run(inst, sid, ["sh", "-c", "test $(stat -c %s /dev/shm/x) -eq 67108864"])
+            table.add(f"suspend, VM resources released ({a.template})", released, target=("≤ 500 ms", at_most(500)))
+            table.add(f"suspend, restorable in the object store ({a.template})", susp,
+                      target=("≤ 2000 ms", at_most(2000)))
+            table.add(f"wake from the object store ({a.template})", wake, base="bare restore of the state",
+                      base_xs=full_restore, target=("≤ 1500 ms", at_most(1500)))
+        finally:
+            delete(inst, sid)
+
+        # a burst of concurrent creates, against as many bare restores at once
+        stpl_dir, smanifest = stpl
+        raw_xs, _ = raw_burst(stpl_dir, smanifest, n["concurrent"], a.base)
+        res, _ = burst(n["concurrent"], lambda i: inst.call("POST", "/v1/sandboxes", {"template": a.scale_template}))
+        ok = [(ms, out[1]["id"]) for ms, out in res if out[0] == 201]
+        bursts = [ms for ms, _ in ok]
+        burst(len(ok), lambda i: inst.call("DELETE", f"/v1/sandboxes/{ok[i][1]}"))
+        table.add(f"{n['concurrent']} concurrent creates, pool off ({a.scale_template}; "
+                  f"{len(ok)}/{n['concurrent']} succeeded)", bursts, base=f"{n['concurrent']} bare restores at once",
+                  base_xs=raw_xs, target=("p50 ≤ 1.3x raw", ratio_at_most(1.3)))
+
+        # idle memory
+        ids = [create(inst, a.scale_template)["id"] for _ in range(n["idle"])]
+        try:
+            time.sleep(n["settle"])
+            # the QEMUs of this instance (their run dirs are in its data dir)
+            pids = qemu_pids(inst.data_dir)
+            assert len(pids) == len(ids), (ids, pids)
+            pss = [smaps_kib(pid)["Pss"] / 1024 for pid in pids]
+        finally:
+            burst(len(ids), lambda i: inst.call("DELETE", f"/v1/sandboxes/{ids[i]}"))
+        table.add(f"idle memory per sandbox, {n['idle']} idle for {n['settle']} s ({a.scale_template})", pss,
+                  unit="MiB", target=("≤ 20 MiB PSS", at_most(20)))
+    finally:
+        if raw_proc:
+            raw_proc.kill()
+            raw_proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+        report_log(inst)
+
+
+def report_log(inst):
+    errs = inst.log_lines("level=error")
+    warns = [l for l in inst.log_lines("level=warn") if "path=/v1/health" not in l]
+    left = inst.stop()
+    if errs or warns or left:
+        print(f"  airlockd log: {len(errs)} error and {len(warns)} warning lines"
+              + (f"; QEMU left behind (killed): {left}" if left else ""), file=sys.stderr)
+        for l in (errs + warns)[:5]:
+            print("    ", l[:300], file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="few repetitions, about two minutes")
+    ap.add_argument("--template", default="python", help="for the single-sandbox figures")
+    ap.add_argument("--scale-template", default="minimal", help="for the concurrent creates and idle memory")
+    ap.add_argument("--templates-dir")
+    ap.add_argument("--base", help="where the data dirs go (default: next to the templates dir)")
+    ap.add_argument("--airlockd")
+    ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--only", choices=("pool", "nopool"), help="run one of the two halves")
+    a = ap.parse_args()
+    n = QUICK if a.quick else FULL
+    tdir = a.templates_dir or default_templates_dir()
+    a.base = a.base or os.path.dirname(tdir)
+    tpl = find_template(None, tdir, a.template)
+    stpl = find_template(None, tdir, a.scale_template)
+    load0 = open("/proc/loadavg").read().split()[0]
+    t0 = time.monotonic()
+    table = Table()
+    if a.only != "nopool":
+        pool_on(a, n, tdir, tpl, table)
+    if a.only != "pool":
+        pool_off(a, n, tdir, tpl, stpl, table)
+    print(f"bench/all.py{' --quick' if a.quick else ''}: {a.template} ({tpl[1]['memory_mib']} MiB), "
+          f"{a.scale_template} for scale; {os.cpu_count()} CPUs, MemTotal {meminfo_kib('MemTotal') / 1048576:.1f} GiB; "
+          f"load {load0} at the start, {open('/proc/loadavg').read().split()[0]} at the end; "
+          f"{time.monotonic() - t0:.0f} s")
+    print()
+    print(table.render())
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(table.as_json(), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * Calls into a guest that more than one part of the node makes: installing
+ * a sandbox's identity (create, fork, wake, warm pools), running one
+ * command to its end (a template's start) and rehearsing a sandbox's
+ * start (template builds, warm VMs).
+ */
+
+#include <jansson.h>
+#include <stddef.h>
+
+struct guestconn;
+
+/* IDENTITY: sandbox_id as id and hostname, env, the wall clock and a fresh
+ * RNG seed, so clones of one snapshot never share random state. Waits up
+ * to timeout_ms for the agent's answer; on ERROR *ret_message (if given)
+ * says why. */
+int guestops_identity(struct guestconn *g, const char *sandbox_id, json_t *env, int timeout_ms, char **ret_message);
+
+/* Runs argv in the guest as root, env empty, in "/", and waits up to
+ * timeout_ms for it to exit: 0 with *ret_exit_code, -ENOENT when argv[0]
+ * does not exist, -ETIMEDOUT, -ECONNRESET when the channel died. out (may
+ * be NULL) gets the start of its output, NUL-terminated; *ret_message the
+ * agent's words when it refused to start it. */
+int guestops_run(struct guestconn *g, json_t *argv, int timeout_ms, int *ret_exit_code, char *out, size_t out_size,
+                 char **ret_message);
+
+/*
+ * Runs, once, what a sandbox's start and its first command will run: an
+ * IDENTITY of no sandbox (the sandbox's own replaces every part of it) and
+ * `true`. A template's build does it before its snapshot, so that every
+ * restore finds the files those paths read in the guest's page cache; a
+ * warm VM does it after its restore, because under TCG a new QEMU has no
+ * translated code, and a first pass through the agent's identity and exec
+ * paths, the guest kernel's and the dynamic loader's costs tens of
+ * milliseconds each. ctx names the VM in the log.
+ */
+int guestops_rehearse(struct guestconn *g, const char *ctx);
