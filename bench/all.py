@@ -41,7 +41,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from create import find_template, host_tsc_khz, raw_restore  # noqa: E402
 from scale import Instance, burst, default_templates_dir, meminfo_kib, pct, qemu_pids, raw_burst, smaps_kib  # noqa: E402
-from snapshots import raw_stop_copy, spawn_from_state  # noqa: E402
+from snapshots import raw_state_restore_once, raw_stop_copy, spawn_from_state  # noqa: E402
 
 FULL = {"warm": 30, "burst_exec": 20, "cold": 20, "exec": 50, "snap": 10, "suspend": 5, "fork": 10,
         "concurrent": 50, "idle": 10, "settle": 20}
@@ -130,14 +130,17 @@ def verb(inst, sid, name, body=None):
     return op
 
 
-def pool_on(a, n, tdir, tpl, table):
+def pool_on(a, n, tdir, table):
     inst = Instance(a.base, tdir, {"AIRLOCK_POOL_SIZE": "2", "AIRLOCK_SNAPSHOT_POLICY": json.dumps(
         {"disk_every": 0, "full_every": 0})}, a.airlockd, prebuild=a.template)
     work = tempfile.mkdtemp(prefix="bench-all-", dir=a.base)
+    ok = False
     try:
         inst.wait_ready()
         khz = host_tsc_khz()
-        tpl_dir, manifest = tpl
+        # the build this instance uses (a node removes builds it does not)
+        tpl_dir, manifest = find_template(None, tdir, a.template)
+        a.memory_mib = manifest["memory_mib"]
         raw, warm, missed = [], [], 0
         for _ in range(n["warm"]):
             inst.wait_pool_full(a.template)
@@ -175,14 +178,15 @@ def pool_on(a, n, tdir, tpl, table):
             spawn = [int(run(inst, b["id"], ["sh", "-c", SPAWN_LOOP])["stdout"]) / 1000 for _ in range(5)]
         finally:
             delete(inst, b["id"])
+        ok = True
         table.add(f"exec `true` round trip, {n['exec']} in a row ({a.template})", xs,
                   base="in-guest fork+exec of /bin/true", base_xs=spawn, target=("p50 ≤ 5 ms", at_most(5)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        report_log(inst)
+        report_log(inst, ok)
 
 
-def pool_off(a, n, tdir, tpl, stpl, table):
+def pool_off(a, n, tdir, table):
     max_sbx = max(64, n["concurrent"], n["idle"]) + 4
     prebuild = a.template if a.template == a.scale_template else f"{a.template},{a.scale_template}"
     inst = Instance(a.base, tdir, {"AIRLOCK_POOL_SIZE": "0", "AIRLOCK_MAX_SANDBOXES": str(max_sbx),
@@ -190,10 +194,13 @@ def pool_off(a, n, tdir, tpl, stpl, table):
                     a.airlockd, prebuild=prebuild)
     work = tempfile.mkdtemp(prefix="bench-all-", dir=a.base)
     khz = host_tsc_khz()
-    tpl_dir, manifest = tpl
     raw_proc = None
+    ok = False
     try:
         inst.wait_ready()
+        tpl_dir, manifest = find_template(None, tdir, a.template)
+        stpl_dir, smanifest = find_template(None, tdir, a.scale_template)
+        a.memory_mib = manifest["memory_mib"]
         raw, cold = [], []
         for _ in range(n["cold"]):
             raw.append(raw_restore(tpl_dir, manifest, work, khz))
@@ -233,13 +240,7 @@ def pool_off(a, n, tdir, tpl, stpl, table):
                 fork.append(ms)
                 fpause.append(op["result"]["parent_pause_ms"])
                 delete(inst, op["result"]["sandbox"]["id"])
-                w = os.path.join(work, f"raw-{i}")
-                os.mkdir(w)
-                p, _, ms = spawn_from_state(tpl_dir, manifest, state, rootfs, w, khz)
-                p.kill()
-                p.wait()
-                shutil.rmtree(w)
-                full_restore.append(ms)
+                full_restore.append(raw_state_restore_once(tpl_dir, manifest, state, rootfs, work, khz))
             table.add(f"fork, parent paused ({a.template})", fpause, target=("≤ 100 ms", at_most(100)))
             table.add(f"fork, child ready ({a.template})", fork, base="bare restore of the state",
                       base_xs=full_restore, target=("≤ 400 ms", at_most(400)))
@@ -263,14 +264,13 @@ def pool_off(a, n, tdir, tpl, stpl, table):
             delete(inst, sid)
 
         # a burst of concurrent creates, against as many bare restores at once
-        stpl_dir, smanifest = stpl
         raw_xs, _ = raw_burst(stpl_dir, smanifest, n["concurrent"], a.base)
         res, _ = burst(n["concurrent"], lambda i: inst.call("POST", "/v1/sandboxes", {"template": a.scale_template}))
-        ok = [(ms, out[1]["id"]) for ms, out in res if out[0] == 201]
-        bursts = [ms for ms, _ in ok]
-        burst(len(ok), lambda i: inst.call("DELETE", f"/v1/sandboxes/{ok[i][1]}"))
+        made = [(ms, out[1]["id"]) for ms, out in res if out[0] == 201]
+        bursts = [ms for ms, _ in made]
+        burst(len(made), lambda i: inst.call("DELETE", f"/v1/sandboxes/{made[i][1]}"))
         table.add(f"{n['concurrent']} concurrent creates, pool off ({a.scale_template}; "
-                  f"{len(ok)}/{n['concurrent']} succeeded)", bursts, base=f"{n['concurrent']} bare restores at once",
+                  f"{len(made)}/{n['concurrent']} succeeded)", bursts, base=f"{n['concurrent']} bare restores at once",
                   base_xs=raw_xs, target=("p50 ≤ 1.3x raw", ratio_at_most(1.3)))
 
         # idle memory
@@ -285,23 +285,27 @@ def pool_off(a, n, tdir, tpl, stpl, table):
             burst(len(ids), lambda i: inst.call("DELETE", f"/v1/sandboxes/{ids[i]}"))
         table.add(f"idle memory per sandbox, {n['idle']} idle for {n['settle']} s ({a.scale_template})", pss,
                   unit="MiB", target=("≤ 20 MiB PSS", at_most(20)))
+        ok = True
     finally:
         if raw_proc:
             raw_proc.kill()
             raw_proc.wait()
         shutil.rmtree(work, ignore_errors=True)
-        report_log(inst)
+        report_log(inst, ok)
 
 
-def report_log(inst):
+def report_log(inst, ok):
     errs = inst.log_lines("level=error")
     warns = [l for l in inst.log_lines("level=warn") if "path=/v1/health" not in l]
     left = inst.stop()
-    if errs or warns or left:
+    if errs or warns or left or not ok:
         print(f"  airlockd log: {len(errs)} error and {len(warns)} warning lines"
               + (f"; QEMU left behind (killed): {left}" if left else ""), file=sys.stderr)
         for l in (errs + warns)[:5]:
             print("    ", l[:300], file=sys.stderr)
+        print(f"  (log kept: {inst.log_path})", file=sys.stderr)
+    else:
+        os.unlink(inst.log_path)
 
 
 def main():
@@ -316,18 +320,16 @@ def main():
     ap.add_argument("--only", choices=("pool", "nopool"), help="run one of the two halves")
     a = ap.parse_args()
     n = QUICK if a.quick else FULL
-    tdir = a.templates_dir or default_templates_dir()
-    a.base = a.base or os.path.dirname(tdir)
-    tpl = find_template(None, tdir, a.template)
-    stpl = find_template(None, tdir, a.scale_template)
+    tdir = os.path.abspath(a.templates_dir or default_templates_dir())
+    a.base = os.path.abspath(a.base or os.path.dirname(tdir))
     load0 = open("/proc/loadavg").read().split()[0]
     t0 = time.monotonic()
     table = Table()
     if a.only != "nopool":
-        pool_on(a, n, tdir, tpl, table)
+        pool_on(a, n, tdir, table)
     if a.only != "pool":
-        pool_off(a, n, tdir, tpl, stpl, table)
-    print(f"bench/all.py{' --quick' if a.quick else ''}: {a.template} ({tpl[1]['memory_mib']} MiB), "
+        pool_off(a, n, tdir, table)
+    print(f"bench/all.py{' --quick' if a.quick else ''}: {a.template} ({a.memory_mib} MiB), "
           f"{a.scale_template} for scale; {os.cpu_count()} CPUs, MemTotal {meminfo_kib('MemTotal') / 1048576:.1f} GiB; "
           f"load {load0} at the start, {open('/proc/loadavg').read().split()[0]} at the end; "
           f"{time.monotonic() - t0:.0f} s")

@@ -25,7 +25,6 @@ when --concurrent or the largest --idle needs it.
    many would fit in MemTotal."""
 
 import argparse
-import glob
 import http.client
 import json
 import os

@@ -314,13 +314,7 @@ def main():
         for i in range(a.n):
             ms, _ = verb(sid, "rollback", {"snapshot": snaps[0]})
             res["rollback (API)"].append(ms)
-            w = os.path.join(work, f"raw-{i}")
-            os.mkdir(w)
-            p, _, ms = spawn_from_state(tpl_dir, manifest, state, rootfs, w, khz)
-            p.kill()
-            p.wait()
-            shutil.rmtree(w)
-            res["raw restore of full state"].append(ms)
+            res["raw restore of full state"].append(raw_state_restore_once(tpl_dir, manifest, state, rootfs, work, khz))
         node["rollback"] = grab(log.new(), r"restored from a full snapshot: restore_ms=(?P<r>\d+)", "r")
         res["node full-state restore ms"] = [r for (r,) in node["rollback"]]
 
@@ -419,6 +413,18 @@ def main():
     print(f"| transparent wake (exec `true` on a suspended sandbox) | {cell(res['transparent wake (exec true)'])} | "
           f"first exec after an explicit wake {cell(res['first exec after wake'], False)}; "
           f"exec awake {cell(res['exec true (awake)'], False)} | — |")
+
+
+def raw_state_restore_once(tpl_dir, manifest, state, rootfs, work, khz):
+    """One bare restore of a full-snapshot state; returns ms spawn to running."""
+    w = tempfile.mkdtemp(dir=work)
+    try:
+        p, _, ms = spawn_from_state(tpl_dir, manifest, state, rootfs, w, khz)
+        p.kill()
+        p.wait()
+        return ms
+    finally:
+        shutil.rmtree(w, ignore_errors=True)
 
 
 def raw_restore_once(tpl_dir, manifest, work, khz):
