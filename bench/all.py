@@ -178,9 +178,9 @@ def pool_on(a, n, tdir, table):
             spawn = [int(run(inst, b["id"], ["sh", "-c", SPAWN_LOOP])["stdout"]) / 1000 for _ in range(5)]
         finally:
             delete(inst, b["id"])
-        ok = True
         table.add(f"exec `true` round trip, {n['exec']} in a row ({a.template})", xs,
                   base="in-guest fork+exec of /bin/true", base_xs=spawn, target=("p50 ≤ 5 ms", at_most(5)))
+        ok = True
     finally:
         shutil.rmtree(work, ignore_errors=True)
         report_log(inst, ok)
@@ -246,16 +246,14 @@ def pool_off(a, n, tdir, table):
                       base_xs=full_restore, target=("≤ 400 ms", at_most(400)))
 
             # suspend and wake
-            susp, released, wake = [], [], []
+            susp, wake = [], []
             for _ in range(n["suspend"]):
-                ms, op = timed(verb, inst, sid, "suspend")
-                susp.append(ms)
-                s = op["result"].get("suspended", {})
-                released.append(s.get("released_ms", ms))
-                ms, _ = timed(verb, inst, sid, "wake")
-                wake.append(ms)
+                susp.append(timed(verb, inst, sid, "suspend")[0])
+                wake.append(timed(verb, inst, sid, "wake")[0])
             run(inst, sid, ["sh", "-c", "test $(stat -c %s /dev/shm/x) -eq 67108864"])
-            table.add(f"suspend, VM resources released ({a.template})", released, target=("≤ 500 ms", at_most(500)))
+            # the node ends the VM only once the upload has landed: both
+            # targets are held to the one time a suspend takes
+            table.add(f"suspend, VM resources released ({a.template})", susp, target=("≤ 500 ms", at_most(500)))
             table.add(f"suspend, restorable in the object store ({a.template})", susp,
                       target=("≤ 2000 ms", at_most(2000)))
             table.add(f"wake from the object store ({a.template})", wake, base="bare restore of the state",
