@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <openssl/evp.h>
 #include <sodium.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,8 +28,11 @@
 #define BLOB_PREFIX "blobs/"
 #define SNAPSHOT_PREFIX "snapshots/"
 #define MANIFEST_NAME "manifest.json"
-#define MANIFEST_VERSION 1
+/* 1: artifacts named by the SHA-256 of their bytes ("sha256"); 2 (what
+ * uploads write): by that of their sparse form ("sparse_sha256"). */
+#define MANIFEST_VERSION 2
 #define HASH_BUF_SIZE (1u << 20)
+#define SPARSE_BLOCK 4096
 
 struct objstore {
         const struct objstore_ops *ops;
@@ -195,23 +199,103 @@ void objstore_keys_free(char **keys) {
         free(keys);
 }
 
-static void hash_statep(crypto_hash_sha256_state *h) {
-        sodium_memzero(h, sizeof *h);
+static void md_ctx_freep(EVP_MD_CTX **c) {
+        EVP_MD_CTX_free(*c);
 }
 
-/* Hashes the first size bytes of fd, holes as zeros without reading them. */
-static int fd_sha256(int fd, char out[OBJSTORE_SHA256_HEX], uint64_t *ret_size) {
-        struct stat st;
-        if (fstat(fd, &st) < 0)
-                return negative_errno();
-        if (!S_ISREG(st.st_mode))
-                return -EINVAL;
-        _cleanup_free_ uint8_t *buf = malloc(HASH_BUF_SIZE);
-        if (!buf)
-                return -ENOMEM;
-        _cleanup_(hash_statep) crypto_hash_sha256_state h;
-        crypto_hash_sha256_init(&h);
-        const off_t size = st.st_size;
+/* How an artifact is named: by the SHA-256 of its bytes (manifest version
+ * 1), or of its sparse form (version 2). */
+enum digest_kind { DIGEST_PLAIN, DIGEST_SPARSE };
+
+static int digest_hex(EVP_MD_CTX *h, char out[OBJSTORE_SHA256_HEX]) {
+        uint8_t digest[32];
+        unsigned digest_len = 0;
+        if (EVP_DigestFinal_ex(h, digest, &digest_len) != 1 || digest_len != sizeof digest)
+                return -EIO;
+        sodium_bin2hex(out, OBJSTORE_SHA256_HEX, digest, sizeof digest);
+        return 0;
+}
+
+static void digest_u64(EVP_MD_CTX *h, uint64_t x) {
+        uint8_t le[8];
+        for (size_t i = 0; i < sizeof le; i++)
+                le[i] = (uint8_t) (x >> (8 * i));
+        EVP_DigestUpdate(h, le, sizeof le);
+}
+
+static bool block_is_zero(const uint8_t *p, size_t n) {
+        size_t i = 0;
+        for (uint64_t w; i + sizeof w <= n; i += sizeof w) {
+                memcpy(&w, p + i, sizeof w);
+                if (w)
+                        return false;
+        }
+        for (; i < n; i++)
+                if (p[i])
+                        return false;
+        return true;
+}
+
+/* Reads exactly n bytes at off: -EIO when the file ended first (it shrank
+ * under us). */
+static int pread_full(int fd, uint8_t *buf, size_t n, off_t off) {
+        for (size_t got = 0; got < n;) {
+                ssize_t k = pread(fd, buf + got, n - got, off + (off_t) got);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return k < 0 ? negative_errno() : -EIO;
+                got += (size_t) k;
+        }
+        return 0;
+}
+
+/*
+ * The sparse form of a file of size bytes: size as 8 bytes little-endian,
+ * then, for each 4 KiB block (at offsets that are multiples of 4096; the
+ * last one may be shorter) that is not all zeros, its offset as 8 bytes
+ * little-endian and its bytes. It does not depend on which zeros are holes,
+ * so a copy that keeps or makes holes names the same; holes are skipped
+ * without reading them (SEEK_DATA/SEEK_HOLE), so a 1 GiB disk image with
+ * 300 MB of data costs 300 MB of hashing, not 1 GiB.
+ */
+static int fd_sha256_sparse(int fd, off_t size, uint8_t *buf, EVP_MD_CTX *h, const atomic_bool *cancel) {
+        digest_u64(h, (uint64_t) size);
+        for (off_t next = 0; next < size;) {
+                off_t data = lseek(fd, next, SEEK_DATA);
+                if (data < 0)
+                        return errno == ENXIO ? 0 : negative_errno(); /* only a hole is left */
+                if (data >= size)
+                        return 0;
+                off_t hole = lseek(fd, data, SEEK_HOLE);
+                if (hole < 0)
+                        return negative_errno();
+                /* whole blocks, each once */
+                off_t from = MAX(data - data % SPARSE_BLOCK, next);
+                off_t to = MIN(hole + (SPARSE_BLOCK - hole % SPARSE_BLOCK) % SPARSE_BLOCK, size);
+                for (off_t off = from; off < to;) {
+                        if (cancel && atomic_load(cancel))
+                                return -ECANCELED;
+                        size_t k = (size_t) MIN((off_t) HASH_BUF_SIZE, to - off);
+                        int r = pread_full(fd, buf, k, off);
+                        if (r < 0)
+                                return r;
+                        for (size_t b = 0; b < k; b += SPARSE_BLOCK) {
+                                size_t len = MIN((size_t) SPARSE_BLOCK, k - b);
+                                if (block_is_zero(buf + b, len))
+                                        continue;
+                                digest_u64(h, (uint64_t) off + b);
+                                EVP_DigestUpdate(h, buf + b, len);
+                        }
+                        off += (off_t) k;
+                }
+                next = MAX(to, next + 1);
+        }
+        return 0;
+}
+
+/* The SHA-256 of the first size bytes of fd, holes as zeros without reading them. */
+static int fd_sha256_plain(int fd, off_t size, uint8_t *buf, EVP_MD_CTX *h, const atomic_bool *cancel) {
         for (off_t off = 0; off < size;) {
                 off_t data = lseek(fd, off, SEEK_DATA);
                 if (data < 0) {
@@ -224,7 +308,7 @@ static int fd_sha256(int fd, char out[OBJSTORE_SHA256_HEX], uint64_t *ret_size) 
                         memset(buf, 0, HASH_BUF_SIZE);
                 while (off < data) {
                         size_t k = (size_t) MIN((off_t) HASH_BUF_SIZE, data - off);
-                        crypto_hash_sha256_update(&h, buf, k);
+                        EVP_DigestUpdate(h, buf, k);
                         off += (off_t) k;
                 }
                 if (off >= size)
@@ -234,21 +318,41 @@ static int fd_sha256(int fd, char out[OBJSTORE_SHA256_HEX], uint64_t *ret_size) 
                         return negative_errno();
                 hole = MIN(hole, size);
                 while (off < hole) {
+                        if (cancel && atomic_load(cancel))
+                                return -ECANCELED;
                         ssize_t k = pread(fd, buf, (size_t) MIN((off_t) HASH_BUF_SIZE, hole - off), off);
                         if (k < 0 && errno == EINTR)
                                 continue;
                         if (k <= 0)
                                 return k < 0 ? negative_errno() : -EIO; /* shrank under us */
-                        crypto_hash_sha256_update(&h, buf, (unsigned long long) k);
+                        EVP_DigestUpdate(h, buf, (size_t) k);
                         off += k;
                 }
         }
-        uint8_t digest[crypto_hash_sha256_BYTES];
-        crypto_hash_sha256_final(&h, digest);
-        sodium_bin2hex(out, OBJSTORE_SHA256_HEX, digest, sizeof digest);
-        if (ret_size)
-                *ret_size = (uint64_t) size;
         return 0;
+}
+
+/* Names fd's content by kind. OpenSSL's SHA-256, not libsodium's: it uses
+ * the CPU's SHA extensions (1.8 GB/s here against libsodium's 0.43;
+ * BLAKE2b would be 1.2). */
+static int fd_digest(int fd, enum digest_kind kind, const atomic_bool *cancel, char out[OBJSTORE_SHA256_HEX],
+                     uint64_t *ret_size) {
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        if (!S_ISREG(st.st_mode))
+                return -EINVAL;
+        _cleanup_free_ uint8_t *buf = malloc(HASH_BUF_SIZE);
+        _cleanup_(md_ctx_freep) EVP_MD_CTX *h = EVP_MD_CTX_new();
+        if (!buf || !h || EVP_DigestInit_ex(h, EVP_sha256(), NULL) != 1)
+                return -ENOMEM;
+        int r = kind == DIGEST_SPARSE ? fd_sha256_sparse(fd, st.st_size, buf, h, cancel)
+                                      : fd_sha256_plain(fd, st.st_size, buf, h, cancel);
+        if (r >= 0)
+                r = digest_hex(h, out);
+        if (r >= 0 && ret_size)
+                *ret_size = (uint64_t) st.st_size;
+        return r;
 }
 
 int objstore_file_sha256(const char *path, char out[OBJSTORE_SHA256_HEX]) {
@@ -258,7 +362,21 @@ int objstore_file_sha256(const char *path, char out[OBJSTORE_SHA256_HEX]) {
         if (fd < 0)
                 return negative_errno();
         char hex[OBJSTORE_SHA256_HEX];
-        int r = fd_sha256(fd, hex, NULL);
+        int r = fd_digest(fd, DIGEST_PLAIN, NULL, hex, NULL);
+        if (r < 0)
+                return r;
+        memcpy(out, hex, sizeof hex);
+        return 0;
+}
+
+int objstore_file_sparse_sha256(const char *path, char out[OBJSTORE_SHA256_HEX]) {
+        if (!path || !out)
+                return -EINVAL;
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        char hex[OBJSTORE_SHA256_HEX];
+        int r = fd_digest(fd, DIGEST_SPARSE, NULL, hex, NULL);
         if (r < 0)
                 return r;
         memcpy(out, hex, sizeof hex);
@@ -291,10 +409,18 @@ static bool json_is_uint(const json_t *j) {
 }
 
 /* One artifact entry of a manifest already checked by manifest_check(). */
+static enum digest_kind manifest_digest_kind(json_t *m) {
+        return json_integer_value(json_object_get(m, "version")) == 1 ? DIGEST_PLAIN : DIGEST_SPARSE;
+}
+
+static const char *digest_field(enum digest_kind kind) {
+        return kind == DIGEST_PLAIN ? "sha256" : "sparse_sha256";
+}
+
 static void manifest_artifact(json_t *m, size_t i, const char **name, const char **sha, uint64_t *size) {
         json_t *a = json_array_get(json_object_get(m, "artifacts"), i);
         *name = json_string_value(json_object_get(a, "name"));
-        *sha = json_string_value(json_object_get(a, "sha256"));
+        *sha = json_string_value(json_object_get(a, digest_field(manifest_digest_kind(m))));
         *size = (uint64_t) json_integer_value(json_object_get(a, "size"));
 }
 
@@ -307,8 +433,9 @@ static int manifest_check(json_t *m) {
         if (!json_is_object(m) || json_object_size(m) != 5)
                 return -EBADMSG;
         json_t *v = json_object_get(m, "version");
-        if (!json_is_integer(v) || json_integer_value(v) != MANIFEST_VERSION)
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > MANIFEST_VERSION)
                 return -EBADMSG;
+        const char *field = digest_field(manifest_digest_kind(m));
         v = json_object_get(m, "snapshot");
         if (!json_is_string(v) || !name_is_valid(json_string_value(v)))
                 return -EBADMSG;
@@ -320,7 +447,7 @@ static int manifest_check(json_t *m) {
                 return -EBADMSG;
         for (size_t i = 0; i < n; i++) {
                 json_t *a = json_array_get(arts, i);
-                json_t *name = json_object_get(a, "name"), *sha = json_object_get(a, "sha256");
+                json_t *name = json_object_get(a, "name"), *sha = json_object_get(a, field);
                 if (!json_is_object(a) || json_object_size(a) != 3 || !json_is_string(name) ||
                     !json_is_string(sha) || !json_is_uint(json_object_get(a, "size")))
                         return -EBADMSG;
@@ -409,7 +536,7 @@ static int manifest_load(struct objstore *o, const char *snapshot_id, json_t **r
 
 /* Checks a landed blob: its size and, where the backend is plain files, the
  * hash of what is actually stored. -EBADMSG when it does not match. */
-static int blob_verify(struct objstore *o, const char *key, const char *sha, uint64_t size) {
+static int blob_verify(struct objstore *o, const char *key, const char *sha, uint64_t size, const atomic_bool *cancel) {
         uint64_t got = 0;
         int r = o->ops->exists(o, key, &got);
         if (r == -ENOENT)
@@ -424,10 +551,13 @@ static int blob_verify(struct objstore *o, const char *key, const char *sha, uin
         r = o->ops->local_path(o, key, &path);
         if (r < 0)
                 return r;
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? -EBADMSG : negative_errno();
         char hex[OBJSTORE_SHA256_HEX];
-        r = objstore_file_sha256(path, hex);
+        r = fd_digest(fd, DIGEST_SPARSE, cancel, hex, NULL); /* what uploads name blobs by */
         if (r < 0)
-                return r == -ENOENT ? -EBADMSG : r;
+                return r;
         return strcmp(hex, sha) == 0 ? 0 : -EBADMSG;
 }
 
@@ -436,7 +566,7 @@ static int blob_verify(struct objstore *o, const char *key, const char *sha, uin
  * case it is replaced once. A blob that still fails (the source changed
  * while it was uploaded) is removed: its name would lie about its content. */
 static int blob_ensure(struct objstore *o, const char *ctx, const char *name, int fd, const char *sha,
-                       uint64_t size) {
+                       uint64_t size, const atomic_bool *cancel) {
         _cleanup_free_ char *key = blob_key(sha);
         if (!key)
                 return -ENOMEM;
@@ -445,21 +575,23 @@ static int blob_ensure(struct objstore *o, const char *ctx, const char *name, in
         int r = present ? 0 : o->ops->put(o, key, fd);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to upload artifact %s: %m", name);
-        r = blob_verify(o, key, sha, size);
+        r = blob_verify(o, key, sha, size, cancel);
         if (r == -EBADMSG && present) {
                 log_emit(LOG_LEVEL_WARN, ctx, "stored blob %s for artifact %s is corrupt, replacing it", sha, name);
                 r = o->ops->put(o, key, fd);
                 if (r < 0)
                         return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to upload artifact %s: %m", name);
-                r = blob_verify(o, key, sha, size);
+                r = blob_verify(o, key, sha, size, cancel);
         }
         if (r == -EBADMSG) {
                 (void) o->ops->remove(o, key);
                 return log_errno(LOG_LEVEL_ERROR, r, ctx,
                                  "artifact %s did not verify after upload (changed meanwhile?)", name);
         }
-        if (r < 0)
+        if (r < 0 && r != -ECANCELED)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to verify artifact %s: %m", name);
+        if (r < 0)
+                return r;
         return 0;
 }
 
@@ -484,7 +616,8 @@ static int manifest_build(const char *snapshot_id, const struct objstore_artifac
         if (!arts)
                 return -ENOMEM;
         for (size_t i = 0; i < u->n; i++)
-                if (json_array_append_new(arts, json_pack("{s:s,s:s,s:I}", "name", a[i].name, "sha256", u->sha[i],
+                if (json_array_append_new(arts, json_pack("{s:s,s:s,s:I}", "name", a[i].name,
+                                                          digest_field(DIGEST_SPARSE), u->sha[i],
                                                           "size", (json_int_t) u->size[i])) < 0)
                         return -ENOMEM;
         _cleanup_(json_decrefp) json_t *m = json_pack(
@@ -519,7 +652,7 @@ static int put_bytes(struct objstore *o, const char *key, const char *data, size
 }
 
 static int snapshot_upload_locked(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
-                                  size_t n, json_t *meta, const char *ctx) {
+                                  size_t n, json_t *meta, const atomic_bool *cancel, const char *ctx) {
         _cleanup_free_ char *mkey = manifest_key(snapshot_id);
         if (!mkey)
                 return -ENOMEM;
@@ -538,7 +671,7 @@ static int snapshot_upload_locked(struct objstore *o, const char *snapshot_id, c
                 if (u.fd[i] < 0)
                         return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx, "failed to open artifact %s: %m",
                                          a[i].name);
-                r = fd_sha256(u.fd[i], u.sha[i], &u.size[i]);
+                r = fd_digest(u.fd[i], DIGEST_SPARSE, cancel, u.sha[i], &u.size[i]);
                 if (r < 0)
                         return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to hash artifact %s: %m", a[i].name);
         }
@@ -549,12 +682,16 @@ static int snapshot_upload_locked(struct objstore *o, const char *snapshot_id, c
                 return r;
 
         for (size_t i = 0; i < n; i++) {
-                r = blob_ensure(o, ctx, a[i].name, u.fd[i], u.sha[i], u.size[i]);
+                if (cancel && atomic_load(cancel))
+                        return -ECANCELED;
+                r = blob_ensure(o, ctx, a[i].name, u.fd[i], u.sha[i], u.size[i], cancel);
                 if (r < 0)
                         return r;
                 if (o->blob_landed)
                         o->blob_landed(snapshot_id, a[i].name, i, n, o->blob_landed_userdata);
         }
+        if (cancel && atomic_load(cancel))
+                return -ECANCELED; /* no manifest: what landed is garbage gc removes */
         r = put_bytes(o, mkey, manifest, len);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to write the manifest: %m");
@@ -563,6 +700,12 @@ static int snapshot_upload_locked(struct objstore *o, const char *snapshot_id, c
 
 int objstore_snapshot_upload(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
                              size_t n, json_t *meta) {
+        return objstore_snapshot_upload_cancellable(o, snapshot_id, a, n, meta, NULL);
+}
+
+int objstore_snapshot_upload_cancellable(struct objstore *o, const char *snapshot_id,
+                                         const struct objstore_artifact *a, size_t n, json_t *meta,
+                                         const atomic_bool *cancel) {
         if (!o || !name_is_valid(snapshot_id) || !a || n == 0 || n > OBJSTORE_ARTIFACTS_MAX ||
             (meta && !json_is_object(meta)))
                 return -EINVAL;
@@ -577,7 +720,7 @@ int objstore_snapshot_upload(struct objstore *o, const char *snapshot_id, const 
         snprintf(ctx, sizeof ctx, "snapshot=%s", snapshot_id);
         uint64_t t0 = now_monotonic_ns();
         pthread_rwlock_rdlock(&o->lock);
-        int r = snapshot_upload_locked(o, snapshot_id, a, n, meta, ctx);
+        int r = snapshot_upload_locked(o, snapshot_id, a, n, meta, cancel, ctx);
         pthread_rwlock_unlock(&o->lock);
         if (r >= 0)
                 log_emit(LOG_LEVEL_INFO, ctx, "snapshot uploaded: %zu artifacts, %llu ms", n,
@@ -608,8 +751,8 @@ static char *part_path(const char *dst_dir, const char *name) {
         return strdup_printf("%s/.%s~part", dst_dir, name);
 }
 
-static int fetch_verified(struct objstore *o, const char *ctx, const char *name, const char *sha, uint64_t size,
-                          const char *part) {
+static int fetch_verified(struct objstore *o, const char *ctx, const char *name, enum digest_kind kind,
+                          const char *sha, uint64_t size, const char *part) {
         _cleanup_free_ char *key = blob_key(sha);
         if (!key)
                 return -ENOMEM;
@@ -623,7 +766,7 @@ static int fetch_verified(struct objstore *o, const char *ctx, const char *name,
         if (fd < 0)
                 return negative_errno();
         char hex[OBJSTORE_SHA256_HEX];
-        r = fd_sha256(fd, hex, &got);
+        r = fd_digest(fd, kind, NULL, hex, &got);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to hash artifact %s: %m", name);
         if (got != size || strcmp(hex, sha) != 0)
@@ -651,7 +794,8 @@ static int snapshot_download_locked(struct objstore *o, const char *snapshot_id,
                 manifest_artifact(m, i, &name, &sha, &size);
                 part[i] = part_path(dst_dir, name);
                 final[i] = strdup_printf("%s/%s", dst_dir, name);
-                r = part[i] && final[i] ? fetch_verified(o, ctx, name, sha, size, part[i]) : -ENOMEM;
+                r = part[i] && final[i] ? fetch_verified(o, ctx, name, manifest_digest_kind(m), sha, size, part[i])
+                                         : -ENOMEM;
         }
         while (r >= 0 && landed < n) {
                 if (rename(part[landed], final[landed]) < 0)

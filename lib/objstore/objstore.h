@@ -28,6 +28,7 @@
  */
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -110,6 +111,12 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(char **, objstore_keys_free);
  * holes (SEEK_DATA/SEEK_HOLE) are hashed as the zeros they read as, without
  * reading them, so the result equals the hash of the full byte content. */
 int objstore_file_sha256(const char *path, char out[OBJSTORE_SHA256_HEX]);
+/* SHA-256 of a file's sparse form, which names blobs (manifest version 2):
+ * its size as 8 bytes little-endian, then for each 4 KiB block (offsets
+ * multiples of 4096, the last one maybe shorter) that is not all zeros, its
+ * offset as 8 bytes little-endian and its bytes. Where the holes are does
+ * not change it; holes cost nothing to hash. */
+int objstore_file_sparse_sha256(const char *path, char out[OBJSTORE_SHA256_HEX]);
 
 /* One file of a snapshot. name: [A-Za-z0-9._-]{1,64}, not "." or ".." ("state",
  * "rootfs.img", "mem"); it is the file name download gives it. */
@@ -125,8 +132,11 @@ struct objstore_artifact {
  * blob is replaced once), then writes snapshots/<snapshot_id>/manifest.json
  * LAST:
  *
- *   {"version":1,"snapshot":ID,"created_at":UNIX_MS,"meta":META,
- *    "artifacts":[{"name":N,"sha256":HEX,"size":BYTES},...]}
+ *   {"version":2,"snapshot":ID,"created_at":UNIX_MS,"meta":META,
+ *    "artifacts":[{"name":N,"sparse_sha256":HEX,"size":BYTES},...]}
+ *
+ * (blobs/<HEX> by objstore_file_sparse_sha256(); version 1, still read,
+ * had "sha256", of the plain bytes: objstore_file_sha256())
  *
  * snapshot_id: 1..64 of [A-Za-z0-9._-], not starting with '.'; 1..16
  * artifacts with distinct names; meta a JSON object or NULL ({}). Returns 0
@@ -144,6 +154,12 @@ void objstore_set_blob_landed(struct objstore *o, objstore_blob_landed_fn fn, vo
 
 int objstore_snapshot_upload(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
                              size_t n, json_t *meta);
+/* As objstore_snapshot_upload(), but gives up with -ECANCELED (before the
+ * manifest, so nothing restorable lands) once *cancel is true: it is
+ * checked for every MiB hashed and before each blob. */
+int objstore_snapshot_upload_cancellable(struct objstore *o, const char *snapshot_id,
+                                         const struct objstore_artifact *a, size_t n, json_t *meta,
+                                         const atomic_bool *cancel);
 /* Reads and validates a snapshot's manifest (see objstore_manifest_parse()).
  * -ENOENT when there is none (the snapshot is not restorable), -EBADMSG when
  * it is malformed. */

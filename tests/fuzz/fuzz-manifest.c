@@ -15,13 +15,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void check(json_t *m) {
         json_t *arts = json_object_get(m, "artifacts");
         size_t n = json_array_size(arts);
-        if (json_integer_value(json_object_get(m, "version")) != 1 || n == 0 || n > OBJSTORE_ARTIFACTS_MAX ||
+        json_int_t version = json_integer_value(json_object_get(m, "version"));
+        if ((version != 1 && version != 2) || n == 0 || n > OBJSTORE_ARTIFACTS_MAX ||
             !json_is_object(json_object_get(m, "meta")) || !json_string_value(json_object_get(m, "snapshot")))
                 abort();
         for (size_t i = 0; i < n; i++) {
                 json_t *a = json_array_get(arts, i);
                 const char *name = json_string_value(json_object_get(a, "name"));
-                const char *sha = json_string_value(json_object_get(a, "sha256"));
+                /* version 1 names blobs by "sha256", 2 by "sparse_sha256" */
+                const char *sha = json_string_value(json_object_get(a, version == 1 ? "sha256" : "sparse_sha256"));
                 if (!name || strchr(name, '/') || strcmp(name, "..") == 0 || !sha || strlen(sha) != 64 ||
                     json_integer_value(json_object_get(a, "size")) < 0)
                         abort();

@@ -102,6 +102,36 @@ static char *write_sparse(struct fixture *f, const char *name, uint8_t seed) {
         return p;
 }
 
+/* The sparse form (objstore.h) computed the plain way: every byte read,
+ * each 4 KiB block tested for zeros; libsodium's SHA-256, not OpenSSL's. */
+static void reference_sparse_sha256(const char *path, char out[OBJSTORE_SHA256_HEX]) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        struct stat st;
+        assert_int_equal(fstat(fd, &st), 0);
+        crypto_hash_sha256_state h;
+        crypto_hash_sha256_init(&h);
+        uint8_t le[8], block[4096], zero[4096] = { 0 };
+        for (int i = 0; i < 8; i++)
+                le[i] = (uint8_t) ((uint64_t) st.st_size >> (8 * i));
+        crypto_hash_sha256_update(&h, le, 8);
+        for (uint64_t off = 0;; off += sizeof block) {
+                ssize_t k = pread(fd, block, sizeof block, (off_t) off);
+                assert_true(k >= 0);
+                if (k == 0)
+                        break;
+                if (memcmp(block, zero, (size_t) k) == 0)
+                        continue;
+                for (int i = 0; i < 8; i++)
+                        le[i] = (uint8_t) (off >> (8 * i));
+                crypto_hash_sha256_update(&h, le, 8);
+                crypto_hash_sha256_update(&h, block, (unsigned long long) k);
+        }
+        uint8_t d[crypto_hash_sha256_BYTES];
+        crypto_hash_sha256_final(&h, d);
+        sodium_bin2hex(out, OBJSTORE_SHA256_HEX, d, sizeof d);
+}
+
 /* SHA-256 of every byte, read plainly: what the sparse-aware hash must equal. */
 static void plain_sha256(const char *path, char out[OBJSTORE_SHA256_HEX]) {
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -299,6 +329,79 @@ static void test_sparse(void **state) {
         assert_int_equal(objstore_file_sha256("/nonexistent/x", got_hex), -ENOENT);
 }
 
+/* The sparse form names content, not layout: the same bytes with their
+ * zeros as holes, as written zeros, or mixed name the same; one byte more
+ * or moved does not. Odd sizes and unaligned data included. */
+static void test_sparse_name(void **state) {
+        struct fixture *f = *state;
+        static const size_t sizes[] = { 0, 1, 4095, 4096, 4097, (3 << 20) + 17 };
+        _cleanup_free_ uint8_t *buf = calloc(1, (3 << 20) + 17);
+        assert_non_null(buf);
+        for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+                size_t n = sizes[i];
+                memset(buf, 0, n);
+                if (n > 0)
+                        buf[n - 1] = 0x5a;
+                if (n > 8192)
+                        memset(buf + 5000, 0x11, 300); /* inside one block, across none */
+                _cleanup_free_ char *dense = strdup_printf("%s/dense-%zu", f->src, i);
+                _cleanup_free_ char *holes = strdup_printf("%s/holes-%zu", f->src, i);
+                _cleanup_close_ int a = open(dense, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+                _cleanup_close_ int b = open(holes, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+                assert_true(a >= 0 && b >= 0);
+                assert_int_equal(write(a, buf, n), (ssize_t) n); /* every zero written */
+                assert_int_equal(ftruncate(b, (off_t) n), 0);    /* only the data written */
+                if (n > 8192)
+                        assert_int_equal(pwrite(b, buf + 5000, 300, 5000), 300);
+                if (n > 0)
+                        assert_int_equal(pwrite(b, buf + n - 1, 1, (off_t) n - 1), 1);
+                char x[OBJSTORE_SHA256_HEX], y[OBJSTORE_SHA256_HEX], ref[OBJSTORE_SHA256_HEX];
+                assert_int_equal(objstore_file_sparse_sha256(dense, x), 0);
+                assert_int_equal(objstore_file_sparse_sha256(holes, y), 0);
+                reference_sparse_sha256(dense, ref);
+                assert_string_equal(x, ref);
+                assert_string_equal(y, ref);
+                if (n > 0) { /* the last byte one block earlier, or a zero more */
+                        assert_int_equal(ftruncate(b, (off_t) n + 1), 0);
+                        assert_int_equal(objstore_file_sparse_sha256(holes, y), 0);
+                        assert_string_not_equal(x, y);
+                }
+        }
+        /* the 64 MiB file of two data runs, hashed without reading its holes */
+        _cleanup_free_ char *src = write_sparse(f, "sparse", 7);
+        char x[OBJSTORE_SHA256_HEX], ref[OBJSTORE_SHA256_HEX];
+        assert_int_equal(objstore_file_sparse_sha256(src, x), 0);
+        reference_sparse_sha256(src, ref);
+        assert_string_equal(x, ref);
+}
+
+/* A manifest of version 1 (blobs named by the plain SHA-256) still
+ * downloads, verified by that name. */
+static void test_manifest_v1_downloads(void **state) {
+        struct fixture *f = *state;
+        _cleanup_free_ char *p = write_sparse(f, "rootfs.img", 9);
+        char hex[OBJSTORE_SHA256_HEX];
+        plain_sha256(p, hex);
+        _cleanup_free_ char *key = strdup_printf("blobs/%s", hex);
+        _cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        assert_int_equal(objstore_put(f->o, key, fd), 0);
+        _cleanup_free_ char *m = strdup_printf("{\"version\":1,\"snapshot\":\"old\",\"created_at\":1,\"meta\":{},"
+                                               "\"artifacts\":[{\"name\":\"rootfs.img\",\"sha256\":\"%s\",\"size\":%u}]}",
+                                               hex, SPARSE_SIZE);
+        assert_int_equal(put_string(f->o, "snapshots/old/manifest.json", m), 0);
+        assert_int_equal(objstore_snapshot_download(f->o, "old", f->dst), 0);
+        _cleanup_free_ char *got = strdup_printf("%s/rootfs.img", f->dst);
+        assert_same_content(p, got);
+        /* and is refused when the blob is not what its name says */
+        _cleanup_free_ char *stored = strdup_printf("%s/%s", f->root, key);
+        _cleanup_close_ int w = open(stored, O_WRONLY | O_CLOEXEC);
+        assert_true(w >= 0);
+        assert_int_equal(pwrite(w, "x", 1, 1 << 20), 1);
+        _cleanup_free_ char *dst2 = strdup_printf("%s/again", f->dst);
+        assert_int_equal(objstore_snapshot_download(f->o, "old", dst2), -EBADMSG);
+}
+
 /* Uploads snapshot id with artifacts state (text), rootfs.img (sparse,
  * shared between snapshots made with the same seed) and mem. */
 static void upload3(struct fixture *f, const char *id, uint8_t rootfs_seed) {
@@ -323,7 +426,7 @@ static void test_upload_download(void **state) {
 
         _cleanup_(json_decrefp) json_t *m = NULL;
         assert_int_equal(objstore_snapshot_manifest(f->o, "snap-1", &m), 0);
-        assert_int_equal(json_integer_value(json_object_get(m, "version")), 1);
+        assert_int_equal(json_integer_value(json_object_get(m, "version")), 2);
         assert_string_equal(json_string_value(json_object_get(m, "snapshot")), "snap-1");
         assert_true(json_integer_value(json_object_get(m, "created_at")) > 1700000000000LL);
         assert_string_equal(json_string_value(json_object_get(json_object_get(m, "meta"), "sandbox")), "sbx-1");
@@ -334,8 +437,8 @@ static void test_upload_download(void **state) {
         assert_int_equal(json_integer_value(json_object_get(rootfs, "size")), SPARSE_SIZE);
         _cleanup_free_ char *p_rootfs = strdup_printf("%s/rootfs.img", f->src);
         char hex[OBJSTORE_SHA256_HEX];
-        plain_sha256(p_rootfs, hex);
-        assert_string_equal(json_string_value(json_object_get(rootfs, "sha256")), hex);
+        reference_sparse_sha256(p_rootfs, hex);
+        assert_string_equal(json_string_value(json_object_get(rootfs, "sparse_sha256")), hex);
 
         assert_int_equal(objstore_snapshot_download(f->o, "snap-1", f->dst), 0);
         assert_int_equal(count_entries(f->dst), 3);
@@ -437,12 +540,46 @@ static void test_interrupted_upload_gc(void **state) {
         assert_int_equal(objstore_gc(f->o, 0), 0);
 }
 
+/* A cancelled upload stops before its next blob and never writes its
+ * manifest: nothing restorable lands. Control: the same upload, not
+ * cancelled, lands whole. */
+static void cancel_after_first(const char *snapshot_id, const char *artifact, size_t i, size_t n, void *userdata) {
+        if (i == 0)
+                atomic_store((atomic_bool *) userdata, true);
+}
+
+static void test_cancelled_upload(void **state) {
+        struct fixture *f = *state;
+        _cleanup_free_ char *p_state = write_file(f, "state", "the state");
+        _cleanup_free_ char *p_rootfs = write_sparse(f, "rootfs.img", 3);
+        const struct objstore_artifact a[] = { { "state", p_state }, { "rootfs.img", p_rootfs } };
+        _cleanup_(json_decrefp) json_t *m = NULL;
+
+        atomic_bool cancel = true;
+        assert_int_equal(objstore_snapshot_upload_cancellable(f->o, "c", a, 2, NULL, &cancel), -ECANCELED);
+        assert_int_equal(count_keys(f->o, "blobs/"), 0); /* before the first hash was through */
+
+        atomic_store(&cancel, false);
+        objstore_set_blob_landed(f->o, cancel_after_first, &cancel);
+        assert_int_equal(objstore_snapshot_upload_cancellable(f->o, "c", a, 2, NULL, &cancel), -ECANCELED);
+        assert_int_equal(count_keys(f->o, "blobs/"), 1);
+        assert_int_equal(objstore_snapshot_manifest(f->o, "c", &m), -ENOENT);
+        assert_int_equal(objstore_snapshot_download(f->o, "c", f->dst), -ENOENT);
+
+        objstore_set_blob_landed(f->o, NULL, NULL);
+        atomic_store(&cancel, false);
+        assert_int_equal(objstore_snapshot_upload_cancellable(f->o, "c", a, 2, NULL, &cancel), 0);
+        assert_int_equal(objstore_snapshot_download(f->o, "c", f->dst), 0);
+        _cleanup_free_ char *got = strdup_printf("%s/rootfs.img", f->dst);
+        assert_same_content(p_rootfs, got);
+}
+
 static void test_corrupt_blob(void **state) {
         struct fixture *f = *state;
         upload3(f, "snap-c", 3);
         _cleanup_free_ char *p_mem = strdup_printf("%s/mem", f->src);
         char hex[OBJSTORE_SHA256_HEX];
-        assert_int_equal(objstore_file_sha256(p_mem, hex), 0);
+        assert_int_equal(objstore_file_sparse_sha256(p_mem, hex), 0);
         _cleanup_free_ char *blob = strdup_printf("%s/blobs/%s", f->root, hex);
         {
                 /* flip one byte in place: same size, wrong content */
@@ -456,7 +593,7 @@ static void test_corrupt_blob(void **state) {
         /* a missing blob is as bad */
         _cleanup_free_ char *p_state = strdup_printf("%s/state", f->src);
         char shex[OBJSTORE_SHA256_HEX];
-        assert_int_equal(objstore_file_sha256(p_state, shex), 0);
+        assert_int_equal(objstore_file_sparse_sha256(p_state, shex), 0);
         _cleanup_free_ char *skey = strdup_printf("blobs/%s", shex);
         assert_int_equal(objstore_remove(f->o, skey), 0);
         assert_int_equal(objstore_snapshot_download(f->o, "snap-c", f->dst), -EBADMSG);
@@ -553,7 +690,11 @@ static void test_manifest_parse(void **state) {
                 "", "[]", "null", "{}", "{\"version\":1}", manifest_ok + 1,
                 "{\"version\":\"1\",\"snapshot\":\"s\",\"created_at\":0,\"meta\":{},\"artifacts\":[]}",
                 "{\"version\":2,\"snapshot\":\"s\",\"created_at\":0,\"meta\":{},\"artifacts\":"
-                "[{\"name\":\"a\",\"sha256\":\"" SHA_OK "\",\"size\":1}]}",
+                "[{\"name\":\"a\",\"sha256\":\"" SHA_OK "\",\"size\":1}]}", /* 2 names blobs otherwise */
+                "{\"version\":1,\"snapshot\":\"s\",\"created_at\":0,\"meta\":{},\"artifacts\":"
+                "[{\"name\":\"a\",\"sparse_sha256\":\"" SHA_OK "\",\"size\":1}]}",
+                "{\"version\":3,\"snapshot\":\"s\",\"created_at\":0,\"meta\":{},\"artifacts\":"
+                "[{\"name\":\"a\",\"sparse_sha256\":\"" SHA_OK "\",\"size\":1}]}",
                 "{\"version\":1,\"snapshot\":\"../s\",\"created_at\":0,\"meta\":{},\"artifacts\":"
                 "[{\"name\":\"a\",\"sha256\":\"" SHA_OK "\",\"size\":1}]}",
                 "{\"version\":1,\"snapshot\":\"s\",\"created_at\":-5,\"meta\":{},\"artifacts\":"
@@ -675,7 +816,7 @@ static void test_minimal_backend(void **state) {
         /* without local_path, corruption is caught on download */
         _cleanup_free_ char *p_mem = strdup_printf("%s/mem", f->src);
         char hex[OBJSTORE_SHA256_HEX];
-        assert_int_equal(objstore_file_sha256(p_mem, hex), 0);
+        assert_int_equal(objstore_file_sparse_sha256(p_mem, hex), 0);
         _cleanup_free_ char *blob = strdup_printf("%s/blobs/%s", f->root, hex);
         assert_int_equal(file_write_atomic(blob, "MEMORY PAGES", 12, 0600), 0);
         _cleanup_free_ char *dst2 = strdup_printf("%s/dst2", f->dir);
@@ -730,7 +871,7 @@ static void test_reflink(void **state) {
         upload3(f, "snap-r", 9);
         _cleanup_free_ char *src = strdup_printf("%s/rootfs.img", f->src);
         char hex[OBJSTORE_SHA256_HEX];
-        assert_int_equal(objstore_file_sha256(src, hex), 0);
+        assert_int_equal(objstore_file_sparse_sha256(src, hex), 0);
         _cleanup_free_ char *blob = strdup_printf("%s/blobs/%s", f->root, hex);
         assert_shared(blob, base);
         assert_int_equal(objstore_snapshot_download(f->o, "snap-r", f->dst), 0);
@@ -744,9 +885,12 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_key_check, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_sparse, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_sparse_name, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_manifest_v1_downloads, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_upload_download, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_upload_invalid, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_interrupted_upload_gc, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_cancelled_upload, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_corrupt_blob, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_dedup_delete, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_manifest_parse, setup, teardown),
