@@ -543,14 +543,26 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
  * changes only by compare-and-set from the state it was read in, so a verb
  * that claimed the sandbox meanwhile keeps its claim.
  */
-/* Whether the node's object store holds the whole suspended image of
- * sandbox id. */
-static bool suspended_image_landed(struct api_ctx *ctx, const char *id) {
+/* Where the suspended image of sandbox id is: the node's reply
+ * {"local": B, "uploaded": B} (uploaded: the object store holds it whole,
+ * any node can wake it), or NULL when nowhere or the node cannot say. */
+static json_t *suspended_image_get(struct api_ctx *ctx, const char *id) {
         char snap[96];
         api_suspended_snapshot_id(id, snap, sizeof snap);
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "suspended.get", "snapshot_id", snap);
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "suspended.get", "snapshot_id",
+                                                        snap, "id", id);
+        json_t *rep = NULL;
         char err[API_ERRMSG_MAX];
-        return req && node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, err) >= 0;
+        if (!req || node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, err) < 0)
+                return NULL;
+        return rep;
+}
+
+/* Whether sandbox id's suspend finished: its image is on the node or in
+ * the object store. */
+static bool suspended_image_landed(struct api_ctx *ctx, const char *id) {
+        _cleanup_(json_decrefp) json_t *rep = suspended_image_get(ctx, id);
+        return rep != NULL;
 }
 
 static void sandbox_merge(struct api_ctx *ctx, struct store_sandbox *sb, const json_t *node_sb) {
@@ -629,7 +641,15 @@ int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) 
         if (r >= 0 || r == -ENOENT)
                 sandbox_merge(ctx, &sb, node_sb);
         /* node unreachable: answer with what the store knows */
-        return reply_json(ret, MHD_HTTP_OK, sandbox_json_with_node(&sb, node_sb));
+        json_t *o = sandbox_json_with_node(&sb, node_sb);
+        if (o && strcmp(sb.state, "suspended") == 0) {
+                /* restorable on another node only once its upload landed */
+                _cleanup_(json_decrefp) json_t *img = suspended_image_get(ctx, id);
+                json_t *up = json_object_get(img, "uploaded");
+                if (json_is_boolean(up))
+                        json_object_set(o, "image_uploaded", up);
+        }
+        return reply_json(ret, MHD_HTTP_OK, o);
 }
 
 int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret) {
@@ -754,8 +774,8 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
                 /* its image in the object store goes with it */
                 char snap[96];
                 api_suspended_snapshot_id(id, snap, sizeof snap);
-                _cleanup_(json_decrefp) json_t *del = json_pack("{s:s, s:s}", "op", "suspended.delete", "snapshot_id",
-                                                                snap);
+                _cleanup_(json_decrefp) json_t *del = json_pack("{s:s, s:s, s:s}", "op", "suspended.delete",
+                                                                "snapshot_id", snap, "id", id);
                 r = del ? node_call(ctx->config->node_socket, ctx->config->node_timeout_s, del, NULL, ctx->err) : -ENOMEM;
                 if (r < 0 && r != -ENOENT) {
                         (void) store_sandbox_update_state(ctx->store, id, sb.state, sb.error);

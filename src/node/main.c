@@ -272,6 +272,7 @@ out:
                 log_warn("%u lifecycle requests still running; stopping without their answers", left);
         template_shutdown();
         pool_shutdown();
+        sandbox_uploads_stop();
         if (hand_over)
                 sandbox_hand_over_all(); /* VMs and the volume stay for the next node */
         else {

@@ -304,12 +304,15 @@ int nodeops_suspended_get(struct node_conn *c, json_t *req) {
                 return conn_reply_error(c, -EINVAL, "invalid",
                                         "field \"snapshot_id\" must be 1-64 characters of [A-Za-z0-9._-], not "
                                         "starting with '.'");
-        int r = sandbox_suspended_exists(snap);
+        const char *id = json_string_value(json_object_get(req, "id")); /* optional: the node's copy too */
+        bool local = false, uploaded = false;
+        int r = sandbox_suspended_get(id, snap, &local, &uploaded);
         if (r == -ENOENT)
                 return conn_reply_error(c, r, "not_found", "no suspended snapshot %s", snap);
         if (r < 0)
                 return conn_reply_error(c, r, "internal", "cannot read snapshot %s: %s", snap, strerror(-r));
-        return conn_reply_ok(c, json_pack("{s:s}", "snapshot_id", snap));
+        return conn_reply_ok(c, json_pack("{s:s, s:b, s:b}", "snapshot_id", snap, "local", local, "uploaded",
+                                          uploaded));
 }
 
 int nodeops_suspended_delete(struct node_conn *c, json_t *req) {
@@ -318,7 +321,7 @@ int nodeops_suspended_delete(struct node_conn *c, json_t *req) {
                 return conn_reply_error(c, -EINVAL, "invalid",
                                         "field \"snapshot_id\" must be 1-64 characters of [A-Za-z0-9._-], not "
                                         "starting with '.'");
-        int r = sandbox_suspended_delete(snap);
+        int r = sandbox_suspended_delete(json_string_value(json_object_get(req, "id")), snap);
         if (r == -ENOENT)
                 return conn_reply_error(c, r, "not_found", "no suspended snapshot %s", snap);
         if (r < 0)

@@ -88,6 +88,9 @@ int snapshot_execution_get(const char *state_path, unsigned *ret);
  * that is its latest state; an uploaded image is removed as stale, and so
  * is the directory. */
 int suspend_takeover(struct sandbox *s, bool vm_adopted);
+/* A node start found suspended sandbox id parked in dir: the upload of its
+ * copy that did not land starts again. */
+void suspended_takeover(const char *id, const char *dir);
 /* What a wake cut off left in DIR/wake/, for the node taking over the
  * sandbox in dir (which has a record, so the wake made it visible): the
  * image it was woken from is stale and goes, and so does the directory. */

@@ -43,7 +43,8 @@ bool sandbox_dir_is_parked(const char *dir) {
         return m && access(m, F_OK) == 0;
 }
 
-/* Removes everything in dir but snapshots/ (and the marker). */
+/* Removes everything in dir but snapshots/, the marker and a suspended
+ * sandbox's local copy (suspend/: a wake that failed keeps it). */
 static int clear_but_snapshots(const char *dir) {
         DIR *d = opendir(dir);
         if (!d)
@@ -51,7 +52,8 @@ static int clear_but_snapshots(const char *dir) {
         int r = 0;
         for (struct dirent *de; (de = readdir(d));) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
-                    strcmp(de->d_name, "snapshots") == 0 || strcmp(de->d_name, PARKED_MARKER) == 0)
+                    strcmp(de->d_name, "snapshots") == 0 || strcmp(de->d_name, PARKED_MARKER) == 0 ||
+                    strcmp(de->d_name, "suspend") == 0)
                         continue;
                 _cleanup_free_ char *p = strdup_printf("%s/%s", dir, de->d_name);
                 int k = p ? rm_rf(p) : -ENOMEM;
@@ -63,13 +65,14 @@ static int clear_but_snapshots(const char *dir) {
 }
 
 static int snapshot_count(struct sandbox *s, size_t *ret);
+static bool suspend_is_released(const char *dir);
 
 int sandbox_park(struct sandbox *s) {
         size_t n = 0;
         _cleanup_free_ char *m = marker_path(s->dir);
         if (!m)
                 return -ENOMEM;
-        if (snapshot_count(s, &n) < 0 || n == 0)
+        if ((snapshot_count(s, &n) < 0 || n == 0) && !suspend_is_released(s->dir))
                 return rm_rf(s->dir);
         /* what a sandbox made from them again needs */
         pthread_mutex_lock(&s->lock);
@@ -97,11 +100,16 @@ static void new_abort(struct sandbox *s) {
         create_abort(s);
 }
 
+static void upload_cancel(const char *id);
+
 int sandbox_parked_remove(const char *id) {
         _cleanup_free_ char *dir = strdup_printf("%s/%s", sdir, id);
         if (!dir)
                 return -ENOMEM;
-        return sandbox_dir_is_parked(dir) ? rm_rf(dir) : -ENOENT;
+        if (!sandbox_dir_is_parked(dir))
+                return -ENOENT;
+        upload_cancel(id); /* nothing of it may land after its delete */
+        return rm_rf(dir);
 }
 
 /* ---- fork ---- */
@@ -236,14 +244,36 @@ void sandbox_set_objstore(struct objstore *o) {
 }
 
 /*
- * A suspend leaves SANDBOXES/ID/suspend/ while it runs: "intent" (the
- * snapshot id and whether the sandbox was paused) from the start, and
- * "complete" once the full snapshot in state + rootfs.img is whole. A node
- * that finds the directory took over from one killed mid-suspend; see
- * suspend_takeover().
+ * A suspend leaves SANDBOXES/ID/suspend/: "intent" (the snapshot id and
+ * whether the sandbox was paused) from the start, "complete" once the full
+ * snapshot in state + rootfs.img is whole, "released" once the VM is to be
+ * stopped for it (from then on that snapshot is the sandbox), and
+ * "uploaded" once the object store holds it whole. A node that finds the
+ * directory unparked took over from one killed mid-suspend (or mid-wake);
+ * see suspend_takeover(). Parked, it is a suspended sandbox: it wakes from
+ * this copy on this node, from the object store elsewhere once uploaded.
  */
 #define SUSPEND_INTENT "suspend/intent"
 #define SUSPEND_COMPLETE "suspend/complete"
+#define SUSPEND_RELEASED "suspend/released"
+#define SUSPEND_UPLOADED "suspend/uploaded"
+
+/* How long an upload that failed waits before it is tried again. */
+#define UPLOAD_RETRY_MS 30000
+
+static bool suspend_has(const char *dir, const char *what) {
+        _cleanup_free_ char *p = strdup_printf("%s/%s", dir, what);
+        return p && access(p, F_OK) == 0;
+}
+
+static bool suspend_is_released(const char *dir) {
+        return suspend_has(dir, SUSPEND_RELEASED);
+}
+
+static int suspend_mark(struct sandbox *s, const char *what) {
+        _cleanup_free_ char *p = strdup_printf("%s/%s", s->dir, what);
+        return p ? file_write_atomic(p, "", 0, 0600) : -ENOMEM;
+}
 
 static int suspend_intent_write(struct sandbox *s, const char *snapshot_id, bool was_paused) {
         _cleanup_free_ char *p = strdup_printf("%s/" SUSPEND_INTENT, s->dir);
@@ -254,9 +284,182 @@ static int suspend_intent_write(struct sandbox *s, const char *snapshot_id, bool
         return file_write_atomic(p, text, strlen(text), 0600);
 }
 
-static int suspend_complete_write(struct sandbox *s) {
-        _cleanup_free_ char *p = strdup_printf("%s/" SUSPEND_COMPLETE, s->dir);
-        return p ? file_write_atomic(p, "", 0, 0600) : -ENOMEM;
+/* The intent of the suspend in dir (SANDBOXES/ID): NULL when there is none. */
+static json_t *suspend_intent_read(const char *dir) {
+        _cleanup_free_ char *p = strdup_printf("%s/" SUSPEND_INTENT, dir), *text = NULL;
+        size_t len;
+        if (!p || file_read_all(p, 4096, &text, &len) < 0)
+                return NULL;
+        json_t *o = json_loadb(text, len, 0, NULL);
+        const char *snap = json_string_value(json_object_get(o, "snapshot"));
+        if (!snap || !name_is_valid(snap)) {
+                json_decref(o);
+                return NULL;
+        }
+        return o;
+}
+
+/* Whether SANDBOXES/id holds the released local copy of suspended image
+ * snapshot_id (and so whether it can wake from it here). */
+static bool suspended_local(const char *id, const char *snapshot_id) {
+        _cleanup_free_ char *dir = strdup_printf("%s/%s", sdir, id);
+        if (!dir || !name_is_valid(id) || !sandbox_dir_is_parked(dir) || !suspend_is_released(dir))
+                return false;
+        _cleanup_(json_decrefp) json_t *intent = suspend_intent_read(dir);
+        return intent && strcmp(json_string_value(json_object_get(intent, "snapshot")), snapshot_id) == 0;
+}
+
+/* What a suspended sandbox's image carries and a wake needs (its parked
+ * marker, which sandbox_park() wrote, and its id), or NULL. */
+static json_t *suspended_meta(const char *id) {
+        _cleanup_free_ char *dir = strdup_printf("%s/%s", sdir, id);
+        _cleanup_free_ char *m = dir ? marker_path(dir) : NULL, *text = NULL;
+        size_t len;
+        if (!m || file_read_all(m, 1 << 20, &text, &len) < 0)
+                return NULL;
+        json_t *o = json_loadb(text, len, 0, NULL);
+        if (!json_is_object(o) || json_object_set_new(o, "sandbox", json_string(id)) < 0) {
+                json_decref(o);
+                return NULL;
+        }
+        return o;
+}
+
+/*
+ * Uploads of suspended sandboxes' local copies run after their suspend
+ * answered, one thread each: a suspend releases the VM as soon as its
+ * snapshot is durable here, and the sandbox becomes restorable on another
+ * node once its upload lands (the manifest last; the node then marks
+ * "uploaded"). A wake here or a delete cancels the upload first; one that
+ * fails is tried again, and a node that starts again resumes what a
+ * stopped one left.
+ */
+struct upload_job {
+        struct upload_job *next;
+        char id[65];
+        char snapshot_id[65];
+        uint64_t started_ns;
+        atomic_bool cancel;
+        atomic_bool done;
+        pthread_t thread;
+};
+
+static pthread_mutex_t uploads_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t uploads_cond = PTHREAD_COND_INITIALIZER;
+static struct upload_job *uploads;
+
+static int upload_once(struct upload_job *j) {
+        char ctx[96];
+        snprintf(ctx, sizeof ctx, "sandbox=%s", j->id);
+        _cleanup_free_ char *dir = strdup_printf("%s/%s", sdir, j->id);
+        _cleanup_free_ char *state = strdup_printf("%s/%s/suspend/state", sdir, j->id);
+        _cleanup_free_ char *disk = strdup_printf("%s/%s/suspend/rootfs.img", sdir, j->id);
+        _cleanup_(json_decrefp) json_t *meta = suspended_meta(j->id);
+        if (!dir || !state || !disk || !meta)
+                return -ENOMEM;
+        /* an older image of this id is stale (this copy is newer) */
+        int r = objstore_snapshot_delete(objstore, j->snapshot_id);
+        if (r < 0 && r != -ENOENT)
+                return r;
+        uint64_t t0 = now_monotonic_ns();
+        const struct objstore_artifact art[] = { { "state", state }, { "rootfs.img", disk } };
+        r = objstore_snapshot_upload_cancellable(objstore, j->snapshot_id, art, ARRAY_SIZE(art), meta, &j->cancel);
+        if (r < 0)
+                return r;
+        node_hold_point("suspend.uploaded");
+        _cleanup_free_ char *marker = strdup_printf("%s/" SUSPEND_UPLOADED, dir);
+        r = marker ? file_write_atomic(marker, "", 0, 0600) : -ENOMEM;
+        if (r < 0)
+                return r;
+        uint64_t t1 = now_monotonic_ns();
+        log_emit(LOG_LEVEL_INFO, ctx, "suspended image %s restorable from the object store %llu ms after the "
+                 "suspend answered (upload %llu ms)", j->snapshot_id,
+                 (unsigned long long) ((t1 - j->started_ns) / 1000000ULL), (unsigned long long) ((t1 - t0) / 1000000ULL));
+        return 0;
+}
+
+static void *upload_thread(void *userdata) {
+        struct upload_job *j = userdata;
+        char ctx[96];
+        snprintf(ctx, sizeof ctx, "sandbox=%s", j->id);
+        for (;;) {
+                int r = upload_once(j);
+                if (r >= 0 || atomic_load(&j->cancel))
+                        break;
+                log_errno(LOG_LEVEL_WARN, r, ctx, "uploading the suspended image %s failed (it wakes from this "
+                          "node's copy meanwhile); trying again in %u s: %m", j->snapshot_id, UPLOAD_RETRY_MS / 1000);
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until); /* the condition variable's clock */
+                until.tv_sec += UPLOAD_RETRY_MS / 1000;
+                pthread_mutex_lock(&uploads_lock);
+                while (!atomic_load(&j->cancel) &&
+                       pthread_cond_timedwait(&uploads_cond, &uploads_lock, &until) != ETIMEDOUT)
+                        ;
+                pthread_mutex_unlock(&uploads_lock);
+                if (atomic_load(&j->cancel))
+                        break;
+        }
+        atomic_store(&j->done, true);
+        return NULL;
+}
+
+/* Starts the upload of suspended sandbox id's local copy. */
+static void upload_start(const char *id, const char *snapshot_id) {
+        struct upload_job *j = calloc(1, sizeof *j);
+        if (!j) {
+                log_warn("sandbox=%s cannot upload its suspended image: out of memory (it wakes here only)", id);
+                return;
+        }
+        snprintf(j->id, sizeof j->id, "%s", id);
+        snprintf(j->snapshot_id, sizeof j->snapshot_id, "%s", snapshot_id);
+        j->started_ns = now_monotonic_ns();
+        atomic_init(&j->cancel, false);
+        atomic_init(&j->done, false);
+        upload_cancel(id); /* one that finished (or, never, still runs) */
+        pthread_mutex_lock(&uploads_lock);
+        int r = pthread_create(&j->thread, NULL, upload_thread, j);
+        if (r != 0) {
+                pthread_mutex_unlock(&uploads_lock);
+                log_warn("sandbox=%s cannot start the upload of its suspended image: %s (it wakes here only)", id,
+                         strerror(r));
+                free(j);
+                return;
+        }
+        j->next = uploads;
+        uploads = j;
+        pthread_mutex_unlock(&uploads_lock);
+}
+
+/* Stops the upload of suspended sandbox id, if one runs, and waits for it:
+ * afterwards nothing of it lands any more. */
+static void upload_cancel(const char *id) {
+        pthread_mutex_lock(&uploads_lock);
+        struct upload_job *j = NULL;
+        for (struct upload_job **p = &uploads; *p; p = &(*p)->next)
+                if (strcmp((*p)->id, id) == 0) {
+                        j = *p;
+                        *p = j->next;
+                        break;
+                }
+        if (j) {
+                atomic_store(&j->cancel, true);
+                pthread_cond_broadcast(&uploads_cond);
+        }
+        pthread_mutex_unlock(&uploads_lock);
+        if (!j)
+                return;
+        if (!atomic_load(&j->done))
+                log_info("sandbox=%s stopping the upload of its suspended image %s", id, j->snapshot_id);
+        (void) pthread_join(j->thread, NULL);
+        free(j);
+}
+
+void sandbox_uploads_stop(void) {
+        pthread_mutex_lock(&uploads_lock);
+        for (struct upload_job *j = uploads; j; j = j->next)
+                atomic_store(&j->cancel, true);
+        pthread_cond_broadcast(&uploads_cond);
+        pthread_mutex_unlock(&uploads_lock);
 }
 
 /* Asks a running guest to write its page cache back (best effort: a guest
@@ -273,28 +476,23 @@ static void guest_sync(struct sandbox *s, const char *why) {
 
 int suspend_takeover(struct sandbox *s, bool vm_adopted) {
         _cleanup_free_ char *dir = strdup_printf("%s/suspend", s->dir);
-        _cleanup_free_ char *intent = strdup_printf("%s/" SUSPEND_INTENT, s->dir);
-        _cleanup_free_ char *complete = strdup_printf("%s/" SUSPEND_COMPLETE, s->dir);
-        _cleanup_free_ char *text = NULL;
-        if (!dir || !intent || !complete)
+        if (!dir)
                 return -ENOMEM;
-        size_t len;
-        int r = file_read_all(intent, 4096, &text, &len);
-        if (r == -ENOENT) {
+        _cleanup_(json_decrefp) json_t *o = suspend_intent_read(s->dir);
+        if (!o) {
                 (void) rm_rf(dir); /* nothing of a suspend that had begun */
                 return 0;
         }
-        _cleanup_(json_decrefp) json_t *o = r >= 0 ? json_loadb(text, len, 0, NULL) : NULL;
         const char *snap = json_string_value(json_object_get(o, "snapshot"));
         bool was_paused = json_is_true(json_object_get(o, "was_paused"));
-        bool whole = access(complete, F_OK) == 0;
+        bool whole = suspend_has(s->dir, SUSPEND_COMPLETE);
         int ret = 0;
         if (vm_adopted) {
-                /* its VM still runs, paused since the snapshot: it goes on
-                 * as it was before the suspend */
+                /* its VM still runs (paused since the snapshot, or woken from
+                 * it): it goes on as it was before the suspend */
                 s->resume_after_adopt = !was_paused;
-                log_emit(LOG_LEVEL_WARN, s->ctx, "an earlier node was stopped while suspending this sandbox; its VM "
-                         "goes on%s", was_paused ? " (paused, as it was)" : "");
+                log_emit(LOG_LEVEL_WARN, s->ctx, "an earlier node was stopped while suspending or waking this "
+                         "sandbox; its VM goes on%s", was_paused ? " (paused, as it was)" : "");
         } else if (whole) {
                 /* the VM is gone, the snapshot is whole and nothing ran after
                  * it: it is the sandbox's latest state, processes included */
@@ -303,7 +501,7 @@ int suspend_takeover(struct sandbox *s, bool vm_adopted) {
                 _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
                 char *resume = strdup_printf("%s/resume.state", s->dir);
                 if (!disk || !state || !rootfs || !resume || rename(disk, rootfs) < 0 || rename(state, resume) < 0) {
-                        r = resume ? negative_errno() : -ENOMEM;
+                        int r = resume ? negative_errno() : -ENOMEM;
                         free(resume);
                         log_errno(LOG_LEVEL_WARN, r, s->ctx, "cannot take the snapshot of the interrupted suspend "
                                   "over (its disk is booted instead): %m");
@@ -311,18 +509,30 @@ int suspend_takeover(struct sandbox *s, bool vm_adopted) {
                         free(s->resume_state);
                         s->resume_state = resume;
                         ret = 1;
-                        log_emit(LOG_LEVEL_WARN, s->ctx, "an earlier node was stopped while suspending this sandbox, "
-                                 "after its snapshot: resuming that snapshot");
+                        log_emit(LOG_LEVEL_WARN, s->ctx, "an earlier node was stopped while suspending or waking "
+                                 "this sandbox, after its snapshot: resuming that snapshot");
                 }
         }
         /* it runs here again: an image that did land is stale */
-        if (snap && whole && objstore && name_is_valid(snap)) {
+        if (whole && objstore) {
                 int k = objstore_snapshot_delete(objstore, snap);
                 if (k < 0 && k != -ENOENT)
                         log_errno(LOG_LEVEL_WARN, k, s->ctx, "cannot remove the stale snapshot %s: %m", snap);
         }
         (void) rm_rf(dir);
         return ret;
+}
+
+void suspended_takeover(const char *id, const char *dir) {
+        if (!suspend_is_released(dir) || suspend_has(dir, SUSPEND_UPLOADED) || !objstore)
+                return;
+        _cleanup_(json_decrefp) json_t *intent = suspend_intent_read(dir);
+        if (!intent) {
+                log_warn("sandbox=%s its suspended copy names no image: not uploaded (it wakes here only)", id);
+                return;
+        }
+        log_info("sandbox=%s resuming the upload of its suspended image", id);
+        upload_start(id, json_string_value(json_object_get(intent, "snapshot")));
 }
 
 int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
@@ -338,8 +548,7 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
         _cleanup_free_ char *state = strdup_printf("%s/suspend/state", s->dir);
         _cleanup_free_ char *disk = strdup_printf("%s/suspend/rootfs.img", s->dir);
         struct snapshot_job job = { .s = s, .state_path = state, .disk_dst = disk, .leave_paused = true };
-        _cleanup_(json_decrefp) json_t *meta = NULL;
-        uint64_t t_snap = 0, t_up = 0;
+        uint64_t t_snap = 0;
         if (!dir || !state || !disk) {
                 r = -ENOMEM;
                 goto fail;
@@ -363,33 +572,18 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
         }
         /* from here on the snapshot is this sandbox's latest state: a node
          * that starts after a crash resumes it (suspend_takeover()) */
-        r = suspend_complete_write(s);
+        r = suspend_mark(s, SUSPEND_COMPLETE);
+        if (r >= 0)
+                r = suspend_mark(s, SUSPEND_RELEASED);
         if (r < 0) {
                 *ret_error = strdup_printf("cannot record the finished snapshot: %s", strerror(-r));
                 goto fail;
         }
         node_hold_point("suspend.snapshot");
         t_snap = now_monotonic_ns();
-        pthread_mutex_lock(&s->lock);
-        meta = json_pack("{s:s, s:s, s:s, s:O, s:I, s:s}", "sandbox", s->id, "tenant", s->tenant, "template",
-                         s->template_name, "env", s->env, "execution", (json_int_t) s->execution, "recovery",
-                         sandbox_recovery_name(s));
-        pthread_mutex_unlock(&s->lock);
-        /* an older suspended image of this sandbox is stale: it runs here */
-        r = objstore_snapshot_delete(objstore, snapshot_id);
-        if (r < 0 && r != -ENOENT)
-                log_errno(LOG_LEVEL_WARN, r, s->ctx, "cannot remove the stale snapshot %s: %m", snapshot_id);
-        const struct objstore_artifact art[] = { { "state", state }, { "rootfs.img", disk } };
-        r = meta ? objstore_snapshot_upload(objstore, snapshot_id, art, ARRAY_SIZE(art), meta) : -ENOMEM;
-        node_hold_point("suspend.uploaded");
-        if (r < 0) {
-                *ret_error = strdup_printf("uploading the snapshot failed: %s", strerror(-r));
-                goto fail;
-        }
-        t_up = now_monotonic_ns();
 
-        /* every node resource goes: VM, run dir, disk, record; its
-         * snapshots stay, parked (see sandbox_park()) */
+        /* every node resource goes: VM, run dir, disk, record; the snapshot
+         * and the sandbox's snapshots stay, parked (sandbox_park()) */
         pthread_mutex_lock(&reg_lock);
         reg_remove(s);
         pthread_mutex_unlock(&reg_lock);
@@ -404,14 +598,16 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
         if (r < 0)
                 log_errno(LOG_LEVEL_WARN, r, s->ctx, "Failed to clean %s: %m", s->dir);
         life_end(s);
-        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "snapshot", snapshot_id, "memory_bytes",
+        /* restorable elsewhere once this lands; here it is already */
+        upload_start(s->id, snapshot_id);
+        uint64_t t1 = now_monotonic_ns();
+        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:b}", "snapshot", snapshot_id, "memory_bytes",
                               (json_int_t) job.stats.bytes, "snapshot_ms", (json_int_t) ((t_snap - t0) / 1000000ULL),
-                              "upload_ms", (json_int_t) ((t_up - t_snap) / 1000000ULL), "total_ms",
-                              (json_int_t) ((now_monotonic_ns() - t0) / 1000000ULL), "pause_ms",
-                              (json_int_t) job.stats.pause_ms);
-        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox suspended to snapshot %s in %llu ms (snapshot %llu ms, upload %llu ms)",
-                 snapshot_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
-                 (unsigned long long) ((t_snap - t0) / 1000000ULL), (unsigned long long) ((t_up - t_snap) / 1000000ULL));
+                              "total_ms", (json_int_t) ((t1 - t0) / 1000000ULL), "pause_ms",
+                              (json_int_t) job.stats.pause_ms, "uploaded", false);
+        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox suspended to snapshot %s in %llu ms (snapshot %llu ms); its "
+                 "upload runs on", snapshot_id, (unsigned long long) ((t1 - t0) / 1000000ULL),
+                 (unsigned long long) ((t_snap - t0) / 1000000ULL));
         *ret_info = o;
         return o ? 0 : -ENOMEM;
 
@@ -480,6 +676,28 @@ static int download_restore(struct sandbox *s, const char *snapshot_id, bool mar
         return r;
 }
 
+/* Restores s (registered by register_new()) from its suspended copy on
+ * this node, which stays whole until the wake is through: its disk and
+ * state are cloned out of suspend/. *ret_t_down: when the copy was ready.
+ * On failure s is gone (new_abort()). */
+static int local_restore(struct sandbox *s, uint64_t *ret_t_down, char **ret_error) {
+        _cleanup_free_ char *disk = strdup_printf("%s/suspend/rootfs.img", s->dir);
+        _cleanup_free_ char *state = strdup_printf("%s/suspend/state", s->dir);
+        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
+        char *restore = strdup_printf("%s/wake.state", s->dir);
+        int r = disk && state && rootfs && restore ? clone_replace(s, disk, rootfs) : -ENOMEM;
+        if (r >= 0)
+                r = clone_replace(s, state, restore); /* restore_new() removes what it loaded */
+        if (r < 0) {
+                *ret_error = strdup_printf("cannot copy the suspended snapshot: %s", strerror(-r));
+                free(restore);
+                new_abort(s);
+                return r;
+        }
+        *ret_t_down = now_monotonic_ns();
+        return restore_new(s, restore, ret_error); /* takes restore */
+}
+
 void wake_takeover(const char *dir) {
         _cleanup_free_ char *marker = strdup_printf("%s/" WAKE_SNAPSHOT, dir), *snap = NULL;
         size_t len;
@@ -509,11 +727,27 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, s
                 *ret = awake;
                 return 0;
         }
-        _cleanup_(json_decrefp) json_t *manifest = NULL;
-        int r = manifest_read(snapshot_id, &manifest, ret_error);
-        if (r < 0)
-                return r;
-        json_t *meta = json_object_get(manifest, "meta");
+        /* from this node's copy when it has one (its upload stops: the
+         * copy is the sandbox again), else from the object store */
+        bool local = suspended_local(id, snapshot_id);
+        _cleanup_(json_decrefp) json_t *manifest = NULL, *local_meta = NULL;
+        _cleanup_free_ char *dir = strdup_printf("%s/%s/wake", sdir, id);
+        _cleanup_free_ char *copy = strdup_printf("%s/%s/suspend", sdir, id);
+        _cleanup_free_ char *marker = strdup_printf("%s/%s/" PARKED_MARKER, sdir, id);
+        struct sandbox *s = NULL;
+        json_t *meta = NULL;
+        int r;
+        if (!dir || !copy || !marker)
+                return -ENOMEM;
+        if (local) {
+                upload_cancel(id);
+                meta = local_meta = suspended_meta(id);
+        } else {
+                r = manifest_read(snapshot_id, &manifest, ret_error);
+                if (r < 0)
+                        return r;
+                meta = json_object_get(manifest, "meta");
+        }
         const char *sid = json_string_value(json_object_get(meta, "sandbox"));
         const char *tpl = json_string_value(json_object_get(meta, "template"));
         json_t *env = json_object_get(meta, "env");
@@ -521,41 +755,50 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, s
         if (!sid || strcmp(sid, id) != 0 || !tpl || !name_is_valid(tpl) || !json_is_object(env) || exe < 0 ||
             exe >= UINT32_MAX || json_object_get(meta, "kind")) {
                 *ret_error = strdup_printf("snapshot %s is not a suspended state of sandbox %s", snapshot_id, id);
-                return -EBADMSG;
+                r = -EBADMSG;
+                goto fail;
         }
-        struct sandbox *s = NULL;
         r = register_new(id, tpl, env, network, &s, ret_error);
         if (r < 0)
-                return r;
+                goto fail;
         s->execution = (unsigned) exe + 1;
         if (sandbox_tenant_from_json(s, meta) < 0 || sandbox_recovery_from_json(meta, &s->recover_checkpoint) < 0) {
                 *ret_error = strdup_printf("snapshot %s names an invalid owner or recovery", snapshot_id);
                 new_abort(s);
-                return -EBADMSG;
+                r = -EBADMSG;
+                goto fail;
         }
         uint64_t t_down;
-        r = download_restore(s, snapshot_id, true, &t_down, ret_error);
+        r = local ? local_restore(s, &t_down, ret_error) : download_restore(s, snapshot_id, true, &t_down, ret_error);
         if (r < 0)
-                return r;
-        _cleanup_free_ char *dir = strdup_printf("%s/wake", s->dir);
+                goto fail;
         node_hold_point("wake.visible");
-        _cleanup_free_ char *marker = marker_path(s->dir);
-        if (marker)
-                (void) unlink(marker); /* its snapshots belong to a running sandbox again */
+        (void) unlink(marker); /* its snapshots belong to a running sandbox again */
         /* it runs here now: its image is stale, and removed here rather than
          * by airlockd after the reply, which a crash of either could lose
-         * (before wake/ goes: a node killed in between finds the marker) */
+         * (before wake/ and suspend/ go: a node killed in between finds
+         * them, see wake_takeover() and suspend_takeover()) */
         int k = objstore_snapshot_delete(objstore, snapshot_id);
         if (k < 0 && k != -ENOENT)
                 log_errno(LOG_LEVEL_WARN, k, s->ctx, "cannot remove the stale snapshot %s: %m", snapshot_id);
         node_hold_point("wake.restored");
-        if (dir)
-                (void) rm_rf(dir);
-        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox woken from snapshot %s in %llu ms (download %llu ms, restore %llu ms)",
+        (void) rm_rf(dir);
+        (void) rm_rf(copy);
+        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox woken from snapshot %s in %llu ms (%s %llu ms, restore %llu ms)",
                  snapshot_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
-                 (unsigned long long) ((t_down - t0) / 1000000ULL), (unsigned long long) s->restore_ms);
+                 local ? "copied on this node" : "download", (unsigned long long) ((t_down - t0) / 1000000ULL),
+                 (unsigned long long) s->restore_ms);
         *ret = sandbox_ref(s);
         return 0;
+
+fail:
+        /* still suspended here: the upload the wake stopped goes on */
+        if (local && suspended_local(id, snapshot_id) && access(copy, F_OK) == 0) {
+                _cleanup_free_ char *pdir = strdup_printf("%s/%s", sdir, id);
+                if (pdir && !suspend_has(pdir, SUSPEND_UPLOADED))
+                        upload_start(id, snapshot_id);
+        }
+        return r;
 }
 
 /* ---- images ---- */
@@ -576,7 +819,8 @@ int sandbox_publish(struct sandbox *s, const char *image_id, json_t **ret_info, 
         _cleanup_free_ char *disk = strdup_printf("%s/" PUBLISH_DIR "%s/rootfs.img", sdir, image_id);
         if (!dir || !state || !disk)
                 return -ENOMEM;
-        if (sandbox_suspended_exists(image_id) >= 0) {
+        _cleanup_(json_decrefp) json_t *existing = NULL;
+        if (objstore_snapshot_manifest(objstore, image_id, &existing) >= 0) {
                 *ret_error = strdup_printf("the object store has %s already", image_id);
                 return -EEXIST;
         }
@@ -746,17 +990,50 @@ int sandbox_unarchive(const char *id, const char *snapshot_id, const char *netwo
         return 0;
 }
 
-int sandbox_suspended_exists(const char *snapshot_id) {
+int sandbox_suspended_get(const char *id, const char *snapshot_id, bool *ret_local, bool *ret_uploaded) {
         if (!objstore)
                 return -EOPNOTSUPP;
         _cleanup_(json_decrefp) json_t *m = NULL;
-        return objstore_snapshot_manifest(objstore, snapshot_id, &m);
+        int r = objstore_snapshot_manifest(objstore, snapshot_id, &m);
+        if (r < 0 && r != -ENOENT)
+                return r;
+        *ret_uploaded = r >= 0;
+        *ret_local = id && suspended_local(id, snapshot_id);
+        return *ret_local || *ret_uploaded ? 0 : -ENOENT;
 }
 
-int sandbox_suspended_delete(const char *snapshot_id) {
+/* Whether dir/snapshots holds nothing (or is not there). */
+static bool snapshots_none(const char *dir) {
+        _cleanup_free_ char *p = strdup_printf("%s/snapshots", dir);
+        DIR *d = p ? opendir(p) : NULL;
+        if (!d)
+                return p && errno == ENOENT;
+        bool none = true;
+        for (struct dirent *de; none && (de = readdir(d));)
+                none = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+        closedir(d);
+        return none;
+}
+
+int sandbox_suspended_delete(const char *id, const char *snapshot_id) {
         if (!objstore)
                 return -EOPNOTSUPP;
-        return objstore_snapshot_delete(objstore, snapshot_id);
+        bool local = false;
+        if (id && name_is_valid(id)) {
+                upload_cancel(id); /* nothing of it may land after its delete */
+                _cleanup_free_ char *dir = strdup_printf("%s/%s", sdir, id);
+                _cleanup_free_ char *copy = strdup_printf("%s/%s/suspend", sdir, id);
+                if (!dir || !copy)
+                        return -ENOMEM;
+                if (suspended_local(id, snapshot_id)) {
+                        int r = snapshots_none(dir) ? rm_rf(dir) : rm_rf(copy);
+                        if (r < 0)
+                                return r;
+                        local = true;
+                }
+        }
+        int r = objstore_snapshot_delete(objstore, snapshot_id);
+        return r == -ENOENT && local ? 0 : r;
 }
 
 /* ---- a full snapshot's execution ---- */

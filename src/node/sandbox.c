@@ -943,8 +943,19 @@ int sandbox_manager_init(const struct node_config *cfg, enum vmm_accel accel, co
                         closedir(d);
                         return -ENOMEM;
                 }
-                if (name_is_valid(de->d_name) && sandbox_dir_is_parked(path))
-                        continue; /* a suspended sandbox's snapshots */
+                if (name_is_valid(de->d_name) && sandbox_dir_is_parked(path)) {
+                        /* a record in a parked directory: a wake (or a rollback
+                         * of an archived sandbox) made it visible again, and its
+                         * node stopped before it unparked it */
+                        _cleanup_free_ char *rec = strdup_printf("%s/sandbox.json", path);
+                        _cleanup_free_ char *marker = strdup_printf("%s/" PARKED_MARKER, path);
+                        if (!rec || !marker || access(rec, F_OK) < 0) {
+                                suspended_takeover(de->d_name, path); /* a suspended or archived sandbox */
+                                continue;
+                        }
+                        log_info("sandbox=%s was made again from what it kept; taking it over", de->d_name);
+                        (void) unlink(marker);
+                }
                 r = name_is_valid(de->d_name) ? takeover_one(de->d_name, path) : -EBADMSG;
                 if (r >= 0)
                         continue;

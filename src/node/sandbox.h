@@ -253,11 +253,18 @@ int sandbox_publish(struct sandbox *s, const char *image_id, json_t **ret_info, 
  * -EBADMSG when image_id is no image. */
 int sandbox_create_from_image(const char *id, const char *image_id, json_t *env, const char *tenant,
                               bool recover_checkpoint, const char *network, struct sandbox **ret, char **ret_error);
-/* Deletes a suspended sandbox's snapshot (or an image) from the object store. */
-int sandbox_suspended_delete(const char *snapshot_id);
-/* 0 when the object store holds the whole suspended image snapshot_id
- * (its manifest landed), -ENOENT when not. */
-int sandbox_suspended_exists(const char *snapshot_id);
+/* Deletes a suspended sandbox's image (or an image) from the object store
+ * and, given the sandbox's id, its copy on this node (its upload stops
+ * first). -ENOENT when there was neither. */
+int sandbox_suspended_delete(const char *id, const char *snapshot_id);
+/* Where suspended image snapshot_id of sandbox id (NULL: not known) is:
+ * *ret_local when this node holds its copy (it wakes here from that),
+ * *ret_uploaded when the object store holds it whole (its manifest landed:
+ * any node can wake it). -ENOENT when neither. */
+int sandbox_suspended_get(const char *id, const char *snapshot_id, bool *ret_local, bool *ret_uploaded);
+/* Tells the uploads of suspended sandboxes to stop (the node is ending;
+ * the next one resumes them). */
+void sandbox_uploads_stop(void);
 
 /* Disk snapshots live in SANDBOXES/ID/snapshots/SNAP.img (deleted with the
  * sandbox); at most this many per sandbox. */

@@ -3,6 +3,7 @@ memory, processes and disk come back exactly as they were."""
 
 import json
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -89,9 +90,13 @@ def test_suspend_wake_transparently(airlock):
     assert op["state"] == "succeeded", op
     assert op["result"]["state"] == "suspended"
     assert a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "suspended"
-    # every node resource released
+    # every node resource released: the node keeps only the snapshot
     assert qemu_pids(sid) == []
-    assert not os.path.exists(os.path.join(a.data_dir, "sandboxes", sid))
+    assert sorted(os.listdir(os.path.join(a.data_dir, "sandboxes", sid))) == ["parked.json", "suspend"]
+    # restorable on another node once its upload landed, which the node
+    # says (and a manifest is what any node restores from)
+    wait_for(lambda: a.api("GET", f"/v1/sandboxes/{sid}")["image_uploaded"], "the image never landed", a)
+    assert len(manifests(a)) == 1
     listed = {s["id"]: s["state"] for s in a.api("GET", "/v1/sandboxes")["sandboxes"]}
     assert listed[sid] == "suspended"
     # illegal verbs on a suspended sandbox name its state
@@ -111,14 +116,21 @@ def test_suspend_wake_transparently(airlock):
     assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "kept\n"
     assert verb(a, sid, "suspend")["state"] == "succeeded"
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
-    manifests = os.path.join(a.data_dir, "objstore", "snapshots")
-    assert not os.path.exists(manifests) or os.listdir(manifests) == []
+    assert manifests(a) == []
+    assert not os.path.exists(os.path.join(a.data_dir, "sandboxes", sid))
+
+
+def manifests(a):
+    """The snapshots any node could restore from the object store."""
+    objstore = os.path.join(a.data_dir, "objstore")
+    return [d for d, _, fs in os.walk(objstore) for f in fs if f == "manifest.json"]
 
 
 # The steps of a suspend, in order, where AIRLOCK_TEST_HOLD stops the node
-# for good (src/node/sandbox-snapshot.c): its snapshot is whole; half the
-# upload has landed; the upload and its manifest have; its VM is stopped.
-SUSPEND_STEPS = ["suspend.snapshot", "suspend.uploading", "suspend.uploaded", "suspend.vm-stopped"]
+# for good (src/node/sandbox-snapshot.c): its snapshot is whole; its VM is
+# stopped; then, after the suspend answered, half its upload has landed;
+# the upload and its manifest have.
+SUSPEND_STEPS = ["suspend.snapshot", "suspend.vm-stopped", "suspend.uploading", "suspend.uploaded"]
 
 
 def wait_for(pred, what, a, timeout=120):
@@ -135,35 +147,50 @@ def wait_for(pred, what, a, timeout=120):
 def test_node_killed_during_suspend_loses_nothing(airlock_factory, step):
     """Killed at each step of a suspend, the node that starts next brings
     the sandbox back as it was, with a write it had acknowledged before the
-    suspend (still only in the guest's page cache) and its processes."""
-    a = airlock_factory(prebuild="minimal", env={"AIRLOCK_TEST_HOLD": step})
-    sid = a.create("minimal")["id"]
-    assert a.exec(sid, ["sh", "-c", "echo safe > /root/f"])["exit_code"] == 0  # no sync
-    sleeper = int(a.exec(sid, ["sh", "-c", "sleep 100000 >/dev/null 2>&1 & echo $!"])["stdout"])
-    old = node_pids(a.data_dir)
-    status, _, _ = a.request("POST", f"/v1/sandboxes/{sid}/suspend")
-    assert status == 202
+    suspend (still only in the guest's page cache) and its processes:
+    running when the suspend had not released its VM yet, suspended (its
+    upload resumed by the new node) when it had."""
+    release = tempfile.mktemp(prefix="release-", dir=os.environ["AIRLOCK_TEST_VOLUME"])
+    a = airlock_factory(prebuild="minimal", env={"AIRLOCK_TEST_HOLD": step, "AIRLOCK_TEST_HOLD_RELEASE": release})
     try:
-        wait_for(lambda: f"test hold point {step} reached" in a.log_tail(400), f"the node never reached {step}", a)
+        sid = a.create("minimal")["id"]
+        assert a.exec(sid, ["sh", "-c", "echo safe > /root/f"])["exit_code"] == 0  # no sync
+        sleeper = int(a.exec(sid, ["sh", "-c", "sleep 100000 >/dev/null 2>&1 & echo $!"])["stdout"])
+        old = node_pids(a.data_dir)
+        status, _, _ = a.request("POST", f"/v1/sandboxes/{sid}/suspend")
+        assert status == 202
+        try:
+            wait_for(lambda: f"test hold point {step} reached" in a.log_tail(400), f"the node never reached {step}",
+                     a)
+        finally:
+            os.kill(old[0], signal.SIGKILL)  # also when it failed: a held node never stops by itself
+            open(release, "w").close()  # the next node passes the point
+        wait_for(lambda: (new := node_pids(a.data_dir)) and new != old and
+                 a.request("GET", "/v1/health", auth=False)[0] == 200, "no new node", a)
+        released = step.startswith("suspend.upload")
+        if released:
+            # suspended, and the new node uploads what the old one did not
+            wait_for(lambda: (x := a.api("GET", f"/v1/sandboxes/{sid}"))["state"] == "suspended" and
+                     x.get("image_uploaded"), "the new node did not finish the upload", a)
+            assert len(manifests(a)) == 1
+            assert qemu_pids(sid) == []
+            assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "safe\n"  # wakes it
+        sbx = wait_for(lambda: (x := a.api("GET", f"/v1/sandboxes/{sid}"))["state"] == "running" and x,
+                       "the sandbox did not come back running", a)
+        # the same VM where it still ran, else its snapshot resumed: either way
+        # its processes are there, and so is the write
+        assert sbx["execution"] == (1 if step == "suspend.snapshot" else 2), sbx
+        assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "safe\n"
+        assert a.exec(sid, ["sh", "-c", f"kill -0 {sleeper} && echo alive"])["stdout"] == "alive\n"
+        # nothing restorable or half-uploaded is left of the suspend: the
+        # sandbox runs here
+        tmp = os.path.join(a.data_dir, "objstore", ".tmp")
+        assert not os.path.exists(tmp) or os.listdir(tmp) == []
+        assert manifests(a) == []
+        assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
     finally:
-        os.kill(old[0], signal.SIGKILL)  # also when it failed: a held node never stops by itself
-    wait_for(lambda: (new := node_pids(a.data_dir)) and new != old and
-             a.request("GET", "/v1/health", auth=False)[0] == 200, "no new node", a)
-    sbx = wait_for(lambda: (x := a.api("GET", f"/v1/sandboxes/{sid}"))["state"] == "running" and x,
-                   "the sandbox did not come back running", a)
-    # the same VM where it still ran, else its snapshot resumed: either way
-    # its processes are there, and so is the write
-    assert sbx["execution"] == (2 if step == "suspend.vm-stopped" else 1), sbx
-    assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "safe\n"
-    assert a.exec(sid, ["sh", "-c", f"kill -0 {sleeper} && echo alive"])["stdout"] == "alive\n"
-    # nothing restorable or half-uploaded is left of the suspend that did
-    # not happen: the sandbox runs here
-    objstore = os.path.join(a.data_dir, "objstore")
-    tmp = os.path.join(objstore, ".tmp")
-    assert not os.path.exists(tmp) or os.listdir(tmp) == []
-    manifests = [os.path.join(d, f) for d, _, fs in os.walk(objstore) for f in fs if f == "manifest.json"]
-    assert manifests == [], manifests
-    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+        if os.path.exists(release):
+            os.unlink(release)
 
 
 def test_idle_sandboxes_are_suspended(airlock_factory):
@@ -233,9 +260,9 @@ def test_snapshots_survive_suspend_and_wake(airlock):
     disk = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "disk"}, expect=201)["id"]
     assert verb(a, sid, "suspend")["state"] == "succeeded"
     assert qemu_pids(sid) == []
-    # only the snapshots stay on the node
+    # only the snapshots and the suspended copy stay on the node
     left = os.listdir(os.path.join(a.data_dir, "sandboxes", sid))
-    assert sorted(left) == ["parked.json", "snapshots"]
+    assert sorted(left) == ["parked.json", "snapshots", "suspend"]
     assert verb(a, sid, "wake")["state"] == "succeeded"
     assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "second\n"
     assert verb(a, sid, "rollback", {"snapshot": full})["state"] == "succeeded"
@@ -344,7 +371,7 @@ def airlock_pids(data_dir):
 
 def test_nodemgr_killed_during_suspend_leaves_no_vm_running(airlock_factory):
     """airlock-nodemgr (the only process that may signal a VM) dies while a
-    suspend is between its upload and stopping the VM: the node cannot stop
+    suspend is between its snapshot and stopping the VM: the node cannot stop
     it, and must not forget it. Started again as a service manager would,
     the stack ends that VM, the sandbox is suspended and wakes with its
     data. The node, told to hand over, answers the suspend before it goes
@@ -352,7 +379,7 @@ def test_nodemgr_killed_during_suspend_leaves_no_vm_running(airlock_factory):
     so the node's exit would come first if it did not wait): the
     operation succeeded, it is not left to a guess."""
     release = tempfile.mktemp(prefix="release-", dir=os.environ["AIRLOCK_TEST_VOLUME"])
-    env = {"AIRLOCK_TEST_HOLD": "suspend.uploaded", "AIRLOCK_TEST_HOLD_RELEASE": release}
+    env = {"AIRLOCK_TEST_HOLD": "suspend.snapshot", "AIRLOCK_TEST_HOLD_RELEASE": release}
     a = airlock_factory(prebuild="minimal", env=env)
     sid = a.create("minimal")["id"]
     assert a.exec(sid, ["sh", "-c", "echo safe > /root/f"])["exit_code"] == 0
@@ -360,7 +387,7 @@ def test_nodemgr_killed_during_suspend_leaves_no_vm_running(airlock_factory):
     assert status == 202
     op_id = json.loads(body)["id"]
     try:
-        wait_for(lambda: "test hold point suspend.uploaded reached" in a.log_tail(400), "no hold", a)
+        wait_for(lambda: "test hold point suspend.snapshot reached" in a.log_tail(400), "no hold", a)
         os.kill(a.proc.pid, signal.SIGKILL)  # airlock-nodemgr: what airlockd became
         a.proc.wait()
         wait_for(lambda: "handing the sandboxes over" in (t := a.log_tail(400)) and "airlockd msg=\"received" in t,
@@ -394,15 +421,12 @@ def test_wake_removes_the_stale_image_itself(airlock_factory):
     a = airlock_factory(prebuild="minimal", env=env)
     sid = a.create("minimal")["id"]
     verb(a, sid, "suspend")
-    objstore = os.path.join(a.data_dir, "objstore")
-
-    def manifests():
-        return [d for d, _, fs in os.walk(objstore) for f in fs if f == "manifest.json"]
-    assert len(manifests()) == 1  # control: the image is there while suspended
+    wait_for(lambda: a.api("GET", f"/v1/sandboxes/{sid}")["image_uploaded"], "the image never landed", a)
+    assert len(manifests(a)) == 1  # control: the image is there while suspended
     assert a.request("POST", f"/v1/sandboxes/{sid}/wake")[0] == 202
     try:
         wait_for(lambda: "test hold point wake.restored reached" in a.log_tail(400), "no hold", a)
-        assert manifests() == []  # gone before airlockd heard of the wake
+        assert manifests(a) == []  # gone before airlockd heard of the wake
     finally:
         open(release, "w").close()
     try:
@@ -424,11 +448,8 @@ def test_node_killed_during_wake_leaves_it_awake_and_no_image(airlock_factory, k
     sid = a.create("minimal")["id"]
     assert a.exec(sid, ["sh", "-c", "echo kept > /root/f && sync"])["exit_code"] == 0
     verb(a, sid, "suspend")
-    objstore = os.path.join(a.data_dir, "objstore")
-
-    def manifests():
-        return [d for d, _, fs in os.walk(objstore) for f in fs if f == "manifest.json"]
-    assert len(manifests()) == 1
+    wait_for(lambda: a.api("GET", f"/v1/sandboxes/{sid}")["image_uploaded"], "the image never landed", a)
+    assert len(manifests(a)) == 1
     old = node_pids(a.data_dir)
     victim, daemon = a.pid_of(killed), a.pid_of("airlockd")
     assert a.request("POST", f"/v1/sandboxes/{sid}/wake")[0] == 202
@@ -448,7 +469,7 @@ def test_node_killed_during_wake_leaves_it_awake_and_no_image(airlock_factory, k
             b.wait_ready(START_TIMEOUT)
         wait_for(lambda: (new := node_pids(b.data_dir)) and new != old and
                  b.request("GET", "/v1/health", auth=False)[0] == 200, "no new node", b)
-        wait_for(lambda: manifests() == [], "the stale image stayed", b)
+        wait_for(lambda: manifests(b) == [], "the stale image stayed", b)
         wait_for(lambda: b.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running",
                  "airlockd does not list the woken sandbox as running", b)
         assert len(qemu_pids(sid)) == 1
@@ -457,3 +478,51 @@ def test_node_killed_during_wake_leaves_it_awake_and_no_image(airlock_factory, k
     finally:
         if b is not a:
             b.stop()
+
+
+def test_suspend_releases_the_vm_before_its_upload(airlock_factory):
+    """A suspend answers once its snapshot is durable on the node and its VM
+    is gone; the upload runs after. Until it has landed the sandbox is not
+    restorable on another node (the object store has no manifest of it, and
+    the API says so), yet it wakes here from the node's copy, which stops
+    the upload: nothing of it lands afterwards. Once uploaded, a node
+    without the copy (here: this one, its copy removed) wakes it from the
+    object store."""
+    release = tempfile.mktemp(prefix="release-", dir=os.environ["AIRLOCK_TEST_VOLUME"])
+    env = {"AIRLOCK_TEST_HOLD": "suspend.uploading", "AIRLOCK_TEST_HOLD_RELEASE": release}
+    a = airlock_factory(prebuild="minimal", env=env)
+    try:
+        sid = a.create("minimal")["id"]
+        assert a.exec(sid, ["sh", "-c", "echo safe > /root/f"])["exit_code"] == 0
+        sleeper = start_sleeper(a, sid)
+        assert verb(a, sid, "suspend")["state"] == "succeeded"  # while its upload is held
+        wait_for(lambda: "test hold point suspend.uploading reached" in a.log_tail(400), "no hold", a)
+        sbx = a.api("GET", f"/v1/sandboxes/{sid}")
+        assert sbx["state"] == "suspended" and sbx["image_uploaded"] is False, sbx
+        assert qemu_pids(sid) == []
+        assert manifests(a) == []  # half its blobs, no manifest: no other node can restore it
+
+        # control: it wakes here, from the node's copy, with its processes
+        assert a.request("POST", f"/v1/sandboxes/{sid}/wake")[0] == 202
+        wait_for(lambda: "stopping the upload of its suspended image" in a.log_tail(200),
+                 "the wake did not stop the upload", a)
+        open(release, "w").close()  # the held upload sees it was cancelled
+        wait_for(lambda: a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running", "not woken", a)
+        assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "safe\n"
+        assert alive_in_guest(a, sid, sleeper)
+        assert "copied on this node" in a.log_tail(400)
+        assert manifests(a) == []  # the cancelled upload never landed
+
+        # uploaded, the object store alone wakes it
+        assert verb(a, sid, "suspend")["state"] == "succeeded"
+        wait_for(lambda: a.api("GET", f"/v1/sandboxes/{sid}")["image_uploaded"], "the image never landed", a)
+        assert len(manifests(a)) == 1
+        shutil.rmtree(os.path.join(a.data_dir, "sandboxes", sid, "suspend"))
+        assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "safe\n"  # wakes it
+        assert alive_in_guest(a, sid, sleeper)
+        assert a.api("GET", f"/v1/sandboxes/{sid}")["execution"] == 3
+        assert manifests(a) == []  # the woken sandbox's image is stale
+        assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+    finally:
+        if os.path.exists(release):
+            os.unlink(release)
