@@ -677,17 +677,22 @@ static int download_restore(struct sandbox *s, const char *snapshot_id, bool mar
 }
 
 /* Restores s (registered by register_new()) from its suspended copy on
- * this node, which stays whole until the wake is through: its disk and
- * state are cloned out of suspend/. *ret_t_down: when the copy was ready.
- * On failure s is gone (new_abort()). */
+ * this node, which stays whole until the wake is through: its disk is
+ * cloned out of suspend/ (the VM writes it), its state hard-linked (only
+ * read; the same inode, so what the suspend wrote is still in the page
+ * cache, where a clone would be read from the disk again). *ret_t_down:
+ * when the copy was ready. On failure s is gone (new_abort()). */
 static int local_restore(struct sandbox *s, uint64_t *ret_t_down, char **ret_error) {
         _cleanup_free_ char *disk = strdup_printf("%s/suspend/rootfs.img", s->dir);
         _cleanup_free_ char *state = strdup_printf("%s/suspend/state", s->dir);
         _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
         char *restore = strdup_printf("%s/wake.state", s->dir);
         int r = disk && state && rootfs && restore ? clone_replace(s, disk, rootfs) : -ENOMEM;
-        if (r >= 0)
-                r = clone_replace(s, state, restore); /* restore_new() removes what it loaded */
+        if (r >= 0) {
+                (void) unlink(restore);
+                if (link(state, restore) < 0) /* restore_new() removes what it loaded: this link */
+                        r = negative_errno();
+        }
         if (r < 0) {
                 *ret_error = strdup_printf("cannot copy the suspended snapshot: %s", strerror(-r));
                 free(restore);

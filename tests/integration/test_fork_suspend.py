@@ -517,7 +517,9 @@ def test_suspend_releases_the_vm_before_its_upload(airlock_factory):
         assert verb(a, sid, "suspend")["state"] == "succeeded"
         wait_for(lambda: a.api("GET", f"/v1/sandboxes/{sid}")["image_uploaded"], "the image never landed", a)
         assert len(manifests(a)) == 1
-        shutil.rmtree(os.path.join(a.data_dir, "sandboxes", sid, "suspend"))
+        copy = os.path.join(a.data_dir, "sandboxes", sid, "suspend")
+        wait_for(lambda: os.path.exists(os.path.join(copy, "uploaded")), "the node never marked it uploaded", a)
+        shutil.rmtree(copy)
         assert a.exec(sid, ["cat", "/root/f"])["stdout"] == "safe\n"  # wakes it
         assert alive_in_guest(a, sid, sleeper)
         assert a.api("GET", f"/v1/sandboxes/{sid}")["execution"] == 3
