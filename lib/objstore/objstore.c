@@ -355,32 +355,26 @@ static int fd_digest(int fd, enum digest_kind kind, const atomic_bool *cancel, c
         return r;
 }
 
-int objstore_file_sha256(const char *path, char out[OBJSTORE_SHA256_HEX]) {
+static int file_digest(const char *path, enum digest_kind kind, char out[OBJSTORE_SHA256_HEX]) {
         if (!path || !out)
                 return -EINVAL;
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
                 return negative_errno();
         char hex[OBJSTORE_SHA256_HEX];
-        int r = fd_digest(fd, DIGEST_PLAIN, NULL, hex, NULL);
+        int r = fd_digest(fd, kind, NULL, hex, NULL);
         if (r < 0)
                 return r;
         memcpy(out, hex, sizeof hex);
         return 0;
 }
 
+int objstore_file_sha256(const char *path, char out[OBJSTORE_SHA256_HEX]) {
+        return file_digest(path, DIGEST_PLAIN, out);
+}
+
 int objstore_file_sparse_sha256(const char *path, char out[OBJSTORE_SHA256_HEX]) {
-        if (!path || !out)
-                return -EINVAL;
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return negative_errno();
-        char hex[OBJSTORE_SHA256_HEX];
-        int r = fd_digest(fd, DIGEST_SPARSE, NULL, hex, NULL);
-        if (r < 0)
-                return r;
-        memcpy(out, hex, sizeof hex);
-        return 0;
+        return file_digest(path, DIGEST_SPARSE, out);
 }
 
 /* Artifact names become file names in download's dst_dir: one safe
