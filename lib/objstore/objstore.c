@@ -878,7 +878,11 @@ static bool refs_contain(char **refs, size_t n, const char *sha) {
         return bsearch(&sha, refs, n, sizeof *refs, cmp_strp) != NULL;
 }
 
-static int snapshot_delete_locked(struct objstore *o, const char *snapshot_id, const char *mkey, const char *ctx) {
+/* Removes snapshot_id's manifest: from then on it is not restorable.
+ * *ret_manifest: what it said (NULL when it did not parse: its blobs are
+ * left to gc). */
+static int snapshot_withdraw_locked(struct objstore *o, const char *snapshot_id, const char *mkey,
+                                    const char *ctx, json_t **ret_manifest) {
         _cleanup_(json_decrefp) json_t *m = NULL;
         int r = manifest_load(o, snapshot_id, &m);
         if (r < 0 && r != -EBADMSG)
@@ -887,19 +891,21 @@ static int snapshot_delete_locked(struct objstore *o, const char *snapshot_id, c
         r = o->ops->remove(o, mkey);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to remove the manifest: %m");
-        if (!readable) {
+        if (!readable)
                 log_emit(LOG_LEVEL_WARN, ctx, "deleted a malformed manifest; its blobs are left to gc");
-                return 0;
-        }
+        *ret_manifest = TAKE_PTR(m);
+        return 0;
+}
 
-        /* The snapshot is gone; what follows only frees space, and what it
-         * misses objstore_gc() removes later. */
+/* Removes the blobs of manifest m that no manifest references any more.
+ * It only frees space: what it misses objstore_gc() removes later. */
+static void blobs_release_locked(struct objstore *o, json_t *m, const char *ctx) {
         _cleanup_(objstore_keys_freep) char **refs = NULL;
         size_t nrefs = 0;
-        r = collect_refs(o, &refs, &nrefs);
+        int r = collect_refs(o, &refs, &nrefs);
         if (r < 0) {
                 log_errno(LOG_LEVEL_WARN, r, ctx, "keeping the snapshot's blobs for gc: %m");
-                return 0;
+                return;
         }
         for (size_t i = 0; i < manifest_count(m); i++) {
                 const char *name, *sha;
@@ -913,10 +919,9 @@ static int snapshot_delete_locked(struct objstore *o, const char *snapshot_id, c
                         log_errno(LOG_LEVEL_WARN, r, ctx, "failed to remove blob %s: %m", sha);
         }
         log_emit(LOG_LEVEL_INFO, ctx, "snapshot deleted");
-        return 0;
 }
 
-int objstore_snapshot_delete(struct objstore *o, const char *snapshot_id) {
+static int snapshot_delete_common(struct objstore *o, const char *snapshot_id, json_t **ret_manifest) {
         if (!o || !name_is_valid(snapshot_id))
                 return -EINVAL;
         char ctx[96];
@@ -924,10 +929,36 @@ int objstore_snapshot_delete(struct objstore *o, const char *snapshot_id) {
         _cleanup_free_ char *mkey = manifest_key(snapshot_id);
         if (!mkey)
                 return -ENOMEM;
+        _cleanup_(json_decrefp) json_t *m = NULL;
         pthread_rwlock_wrlock(&o->lock);
-        int r = snapshot_delete_locked(o, snapshot_id, mkey, ctx);
+        int r = snapshot_withdraw_locked(o, snapshot_id, mkey, ctx, &m);
+        if (r >= 0 && m && !ret_manifest)
+                blobs_release_locked(o, m, ctx);
         pthread_rwlock_unlock(&o->lock);
+        if (r >= 0 && ret_manifest)
+                *ret_manifest = TAKE_PTR(m);
         return r;
+}
+
+int objstore_snapshot_delete(struct objstore *o, const char *snapshot_id) {
+        return snapshot_delete_common(o, snapshot_id, NULL);
+}
+
+int objstore_snapshot_withdraw(struct objstore *o, const char *snapshot_id, json_t **ret_manifest) {
+        if (!ret_manifest)
+                return -EINVAL;
+        *ret_manifest = NULL;
+        return snapshot_delete_common(o, snapshot_id, ret_manifest);
+}
+
+void objstore_snapshot_release(struct objstore *o, json_t *manifest) {
+        if (!o || !manifest)
+                return;
+        char ctx[96];
+        snprintf(ctx, sizeof ctx, "snapshot=%s", json_string_value(json_object_get(manifest, "snapshot")) ?: "?");
+        pthread_rwlock_wrlock(&o->lock);
+        blobs_release_locked(o, manifest, ctx);
+        pthread_rwlock_unlock(&o->lock);
 }
 
 /* Whether an unreferenced blob is old enough to be garbage: without a way

@@ -174,6 +174,13 @@ int objstore_snapshot_download(struct objstore *o, const char *snapshot_id, cons
  * its blobs that no other manifest references. -ENOENT when there is no
  * manifest. If any manifest cannot be read, blobs are left to objstore_gc(). */
 int objstore_snapshot_delete(struct objstore *o, const char *snapshot_id);
+/* objstore_snapshot_delete() in two steps, for a caller that must not wait
+ * for the blobs: withdraw removes the manifest (the snapshot is no longer
+ * restorable when it returns) and gives it back (NULL when it did not
+ * parse); release, later, removes its blobs that no other manifest
+ * references (and does not free the manifest). */
+int objstore_snapshot_withdraw(struct objstore *o, const char *snapshot_id, json_t **ret_manifest);
+void objstore_snapshot_release(struct objstore *o, json_t *manifest);
 /* Garbage collection after a crash: removes leftovers of interrupted puts
  * and blobs that no manifest references, both only when at least min_age_s
  * old (so an upload in progress in another process is not raced; 0 in

@@ -676,31 +676,55 @@ static int download_restore(struct sandbox *s, const char *snapshot_id, bool mar
         return r;
 }
 
-static void *remove_thread(void *path) {
-        int r = rm_rf(path);
+struct leftovers {
+        char *path;        /* renamed out of the way, or NULL */
+        json_t *manifest;  /* a withdrawn image's, or NULL */
+};
+
+static void *leftovers_thread(void *userdata) {
+        struct leftovers *l = userdata;
+        if (l->manifest)
+                objstore_snapshot_release(objstore, l->manifest);
+        int r = l->path ? rm_rf(l->path) : 0;
         if (r < 0)
-                log_warn_errno(r, "Failed to remove %s: %m", (char *) path);
-        free(path);
+                log_warn_errno(r, "Failed to remove %s: %m", l->path);
+        json_decref(l->manifest);
+        free(l->path);
+        free(l);
         return NULL;
 }
 
-/* Removes path off the caller's way: renamed at once under a name no
- * sandbox has (a node start removes such leftovers), removed by a thread
- * of its own. */
-static void remove_later(const char *path) {
+/* Removes what a wake leaves off the answer's path (unlinking a 1 GiB disk
+ * image takes tens of ms): path, renamed at once under a name no sandbox
+ * has (a node start removes such leftovers), and the blobs of a withdrawn
+ * image (objstore_gc() removes those a stopped node missed). Takes
+ * manifest. */
+static void remove_later(const char *path, json_t *manifest) {
+        struct leftovers *l = calloc(1, sizeof *l);
         char name[32];
-        char *trash = random_id(".trash-", 8, name, sizeof name) >= 0 ? strdup_printf("%s/%s", sdir, name) : NULL;
-        pthread_t t;
-        pthread_attr_t attr;
-        if (!trash || rename(path, trash) < 0 || pthread_attr_init(&attr) != 0) {
-                free(trash);
+        if (l && path && random_id(".trash-", 8, name, sizeof name) >= 0 &&
+            (l->path = strdup_printf("%s/%s", sdir, name)) && rename(path, l->path) < 0) {
+                free(l->path);
+                l->path = NULL;
+        }
+        if (!l || (path && !l->path))
                 (void) rm_rf(path);
+        if (!l) {
+                objstore_snapshot_release(objstore, manifest);
+                json_decref(manifest);
                 return;
         }
-        (void) pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &attr, remove_thread, trash) != 0)
-                (void) remove_thread(trash);
-        pthread_attr_destroy(&attr);
+        l->manifest = manifest;
+        pthread_t t;
+        pthread_attr_t attr;
+        bool started = pthread_attr_init(&attr) == 0;
+        if (started) {
+                (void) pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+                started = pthread_create(&t, &attr, leftovers_thread, l) == 0;
+                pthread_attr_destroy(&attr);
+        }
+        if (!started)
+                (void) leftovers_thread(l);
 }
 
 /* Restores s (registered by register_new()) from its suspended copy on
@@ -811,12 +835,13 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, s
          * by airlockd after the reply, which a crash of either could lose
          * (before wake/ and suspend/ go: a node killed in between finds
          * them, see wake_takeover() and suspend_takeover()) */
-        int k = objstore_snapshot_delete(objstore, snapshot_id);
+        json_t *stale = NULL;
+        int k = objstore_snapshot_withdraw(objstore, snapshot_id, &stale);
         if (k < 0 && k != -ENOENT)
                 log_errno(LOG_LEVEL_WARN, k, s->ctx, "cannot remove the stale snapshot %s: %m", snapshot_id);
         node_hold_point("wake.restored");
         (void) rm_rf(dir);
-        remove_later(copy); /* unlinking a 1 GiB disk image takes tens of ms */
+        remove_later(copy, stale); /* its blobs and the copy: only space now */
         uint64_t t1 = now_monotonic_ns();
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox woken from snapshot %s in %llu ms (%s %llu ms, restore %llu ms, "
                  "removing the image and the copy %llu ms)", snapshot_id, (unsigned long long) ((t1 - t0) / 1000000ULL),

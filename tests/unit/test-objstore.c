@@ -631,6 +631,34 @@ static void test_dedup_delete(void **state) {
         assert_int_equal(count_entries(f->root), 1); /* only .tmp is left */
 }
 
+/* A delete in two steps: withdrawn, the snapshot is not restorable at
+ * once and its blobs stay; released, those no other snapshot references
+ * go. A snapshot uploaded between the two keeps what it shares. */
+static void test_withdraw_release(void **state) {
+        struct fixture *f = *state;
+        upload3(f, "snap-a", 6);
+        assert_int_equal(count_keys(f->o, "blobs/"), 3);
+        json_t *m = NULL;
+        assert_int_equal(objstore_snapshot_withdraw(f->o, "snap-a", &m), 0);
+        assert_non_null(m);
+        _cleanup_(json_decrefp) json_t *gone = NULL;
+        assert_int_equal(objstore_snapshot_manifest(f->o, "snap-a", &gone), -ENOENT);
+        assert_int_equal(objstore_snapshot_download(f->o, "snap-a", f->dst), -ENOENT);
+        assert_int_equal(count_keys(f->o, "blobs/"), 3);
+
+        upload3(f, "snap-b", 6); /* the same rootfs and mem, its own state */
+        assert_int_equal(count_keys(f->o, "blobs/"), 4);
+        objstore_snapshot_release(f->o, m);
+        json_decref(m);
+        assert_int_equal(count_keys(f->o, "blobs/"), 3);
+        assert_int_equal(objstore_snapshot_download(f->o, "snap-b", f->dst), 0);
+
+        json_t *none = NULL;
+        assert_int_equal(objstore_snapshot_withdraw(f->o, "snap-a", &none), -ENOENT);
+        assert_null(none);
+        assert_int_equal(objstore_snapshot_withdraw(f->o, "snap-b", NULL), -EINVAL);
+}
+
 static const char manifest_ok[] =
         "{\"version\":1,\"snapshot\":\"snap-1\",\"created_at\":1767225600000,\"meta\":{\"k\":[1,2]},"
         "\"artifacts\":[{\"name\":\"state\",\"sha256\":"
@@ -893,6 +921,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_cancelled_upload, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_corrupt_blob, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_dedup_delete, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_withdraw_release, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_manifest_parse, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_minimal_backend, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_reflink, setup_reflink, teardown),
