@@ -126,6 +126,10 @@ int mgr_server_open(const struct daemon_config *c, uid_t node_uid, gid_t node_gi
         if (!vol || (r = add_root(s, vol)) < 0 || (r = add_root(s, c->data_dir)) < 0)
                 return -ENOMEM;
         if (tpl && *tpl) {
+                /* a root must exist to be one: a new one is made here (and
+                 * handed to the node with its other directories right
+                 * after, nodeprep_storage()) */
+                (void) mkdir_p(tpl, 0755);
                 char real[PATH_MAX];
                 if (!realpath(tpl, real))
                         log_warn_errno(negative_errno(), "AIRLOCK_TEMPLATES_DIR %s: %m (not served)", tpl);
