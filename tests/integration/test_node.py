@@ -53,3 +53,26 @@ def test_superseded_template_builds_are_removed(airlock_factory):
         assert os.path.isdir(other)
     finally:
         subprocess.run(["rm", "-rf", stale, stale + ".lock", other])
+
+
+def test_new_templates_dir_is_made_and_built_into(airlock_factory):
+    """AIRLOCK_TEMPLATES_DIR naming a directory that does not exist yet:
+    the stack makes it, hands it to the node and builds into it (airlock-
+    nodemgr once registered it as a root before it existed, and refused
+    every build step in it). Control: the template builds and runs."""
+    from harness import TEMPLATES
+    fresh = tempfile.mktemp(prefix="templates-new-", dir=os.path.dirname(TEMPLATES))
+    a = None
+    try:
+        a = airlock_factory(env={"AIRLOCK_TEMPLATES_DIR": fresh}, prebuild="minimal")
+        st = os.stat(fresh)
+        assert st.st_uid != 0  # the node's, not root's
+        assert any(n.startswith("minimal-") for n in os.listdir(fresh))
+        sid = a.create("minimal")["id"]
+        assert a.exec(sid, ["echo", "ok"])["stdout"] == "ok\n"
+        assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+        assert "bad dir" not in a.log_tail(2000)
+    finally:
+        if a:
+            a.stop()  # before its templates go
+        subprocess.run(["rm", "-rf", fresh])
