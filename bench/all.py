@@ -132,6 +132,12 @@ def verb(inst, sid, name, body=None):
     return op
 
 
+def wait_uploaded(inst, sid):
+    """Until the API says the suspended sandbox's image has landed."""
+    while not inst.call("GET", f"/v1/sandboxes/{sid}")[1].get("image_uploaded"):
+        time.sleep(0.01)
+
+
 def pool_on(a, n, tdir, table):
     inst = Instance(a.base, tdir, {"AIRLOCK_POOL_SIZE": "2", "AIRLOCK_SNAPSHOT_POLICY": json.dumps(
         {"disk_every": 0, "full_every": 0})}, a.airlockd, prebuild=a.template)
@@ -258,15 +264,13 @@ def pool_off(a, n, tdir, table):
                 t = time.monotonic()
                 verb(inst, sid, "suspend")
                 susp.append((time.monotonic() - t) * 1000)
-                while not inst.call("GET", f"/v1/sandboxes/{sid}")[1].get("image_uploaded"):
-                    time.sleep(0.01)
+                wait_uploaded(inst, sid)
                 landed.append((time.monotonic() - t) * 1000)
                 wake_local.append(timed(verb, inst, sid, "wake")[0])
                 # the raw baseline right after, on the same host memory
                 wake_raw.append(raw_state_restore_once(tpl_dir, manifest, state, rootfs, work, khz))
                 verb(inst, sid, "suspend")
-                while not inst.call("GET", f"/v1/sandboxes/{sid}")[1].get("image_uploaded"):
-                    time.sleep(0.05)
+                wait_uploaded(inst, sid)
                 while not os.path.exists(os.path.join(sdir, "suspend", "uploaded")):  # the node is done with it
                     time.sleep(0.01)
                 shutil.rmtree(os.path.join(sdir, "suspend"))

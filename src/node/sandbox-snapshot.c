@@ -64,7 +64,7 @@ static int clear_but_snapshots(const char *dir) {
         return r;
 }
 
-static int snapshot_count(struct sandbox *s, size_t *ret);
+static int snapshot_count(const char *dir, size_t *ret);
 static bool suspend_is_released(const char *dir);
 
 int sandbox_park(struct sandbox *s) {
@@ -72,7 +72,7 @@ int sandbox_park(struct sandbox *s) {
         _cleanup_free_ char *m = marker_path(s->dir);
         if (!m)
                 return -ENOMEM;
-        if ((snapshot_count(s, &n) < 0 || n == 0) && !suspend_is_released(s->dir))
+        if ((snapshot_count(s->dir, &n) < 0 || n == 0) && !suspend_is_released(s->dir))
                 return rm_rf(s->dir);
         /* what a sandbox made from them again needs */
         pthread_mutex_lock(&s->lock);
@@ -789,7 +789,8 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, s
         _cleanup_(json_decrefp) json_t *manifest = NULL, *local_meta = NULL;
         _cleanup_free_ char *dir = strdup_printf("%s/%s/wake", sdir, id);
         _cleanup_free_ char *copy = strdup_printf("%s/%s/suspend", sdir, id);
-        _cleanup_free_ char *marker = strdup_printf("%s/%s/" PARKED_MARKER, sdir, id);
+        _cleanup_free_ char *sandbox_dir = strdup_printf("%s/%s", sdir, id);
+        _cleanup_free_ char *marker = sandbox_dir ? marker_path(sandbox_dir) : NULL;
         struct sandbox *s = NULL;
         json_t *meta = NULL;
         int r;
@@ -852,11 +853,8 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, s
 
 fail:
         /* still suspended here: the upload the wake stopped goes on */
-        if (local && suspended_local(id, snapshot_id) && access(copy, F_OK) == 0) {
-                _cleanup_free_ char *pdir = strdup_printf("%s/%s", sdir, id);
-                if (pdir && !suspend_has(pdir, SUSPEND_UPLOADED))
-                        upload_start(id, snapshot_id);
-        }
+        if (local && suspended_local(id, snapshot_id) && !suspend_has(sandbox_dir, SUSPEND_UPLOADED))
+                upload_start(id, snapshot_id);
         return r;
 }
 
@@ -1061,19 +1059,6 @@ int sandbox_suspended_get(const char *id, const char *snapshot_id, bool *ret_loc
         return *ret_local || *ret_uploaded ? 0 : -ENOENT;
 }
 
-/* Whether dir/snapshots holds nothing (or is not there). */
-static bool snapshots_none(const char *dir) {
-        _cleanup_free_ char *p = strdup_printf("%s/snapshots", dir);
-        DIR *d = p ? opendir(p) : NULL;
-        if (!d)
-                return p && errno == ENOENT;
-        bool none = true;
-        for (struct dirent *de; none && (de = readdir(d));)
-                none = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
-        closedir(d);
-        return none;
-}
-
 int sandbox_suspended_delete(const char *id, const char *snapshot_id) {
         if (!objstore)
                 return -EOPNOTSUPP;
@@ -1085,7 +1070,8 @@ int sandbox_suspended_delete(const char *id, const char *snapshot_id) {
                 if (!dir || !copy)
                         return -ENOMEM;
                 if (suspended_local(id, snapshot_id)) {
-                        int r = snapshots_none(dir) ? rm_rf(dir) : rm_rf(copy);
+                        size_t n = 0; /* only the copy kept it: all of it goes */
+                        int r = snapshot_count(dir, &n) < 0 || n == 0 ? rm_rf(dir) : rm_rf(copy);
                         if (r < 0)
                                 return r;
                         local = true;
@@ -1130,8 +1116,8 @@ char *snapshot_path(struct sandbox *s, const char *snapshot_id) {
 /* Counts the snapshots of s by their disk images (temporary ones included:
  * they are snapshots being made; a full snapshot's state file goes with
  * its image). */
-static int snapshot_count(struct sandbox *s, size_t *ret) {
-        _cleanup_free_ char *d = strdup_printf("%s/snapshots", s->dir);
+static int snapshot_count(const char *sandbox_dir, size_t *ret) {
+        _cleanup_free_ char *d = strdup_printf("%s/snapshots", sandbox_dir);
         if (!d)
                 return -ENOMEM;
         DIR *dir = opendir(d);
@@ -1161,7 +1147,7 @@ static int snapshot_room(struct sandbox *s, const char *dir, const char *snapsho
         int r;
         if (!img || !state)
                 return -ENOMEM;
-        if ((r = mkdir_p(dir, 0700)) < 0 || (r = snapshot_count(s, &n)) < 0) {
+        if ((r = mkdir_p(dir, 0700)) < 0 || (r = snapshot_count(s->dir, &n)) < 0) {
                 *ret_error = strdup_printf("cannot open %s: %s", dir, strerror(-r));
                 return r;
         }
