@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -446,6 +447,14 @@ static int agent_setup(struct agent *a, const struct agent_options *opt) {
         a->signal_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
         if (a->signal_fd < 0)
                 return log_error_errno(negative_errno(), "Failed to create signalfd: %m");
+        /* The agent must answer while the guest's own processes take every
+         * CPU: a fork bomb leaves a normal task 1/N of one. It runs at the
+         * lowest real-time priority, and SCHED_RESET_ON_FORK gives every
+         * process it starts the normal policy back. The kernel's RT
+         * throttling (95 % of each second) bounds it should it ever spin.
+         * Only as the guest's PID 1: never a host's process in test mode. */
+        if (opt->pid1 && sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &(struct sched_param){ .sched_priority = 1 }) < 0)
+                log_warn("Failed to run at real-time priority, a busy guest may starve the agent: %m");
         /* in host mode, orphans of our processes come to us as they would to PID 1 */
         if (!opt->pid1)
                 (void) prctl(PR_SET_CHILD_SUBREAPER, 1);
