@@ -528,3 +528,59 @@ def test_suspend_releases_the_vm_before_its_upload(airlock_factory):
     finally:
         if os.path.exists(release):
             os.unlink(release)
+
+
+def test_guest_memory_comes_back_byte_for_byte(airlock):
+    """32 MiB of random bytes in a tmpfs (guest RAM only, never on the
+    disk) hash the same after every way a sandbox's memory is saved and
+    restored: a full snapshot rolled back to, a fork, a suspend woken from
+    the node's copy and one woken from the object store (sparse-form
+    hashes, hard-linked states, the upload after the answer). The control:
+    the same bytes overwritten hash differently, so the hash reads what is
+    in memory now."""
+    a = airlock
+    sid = a.create("minimal")["id"]
+    fill = ("mkdir -p /mem && mount -t tmpfs -o size=48m tmpfs /mem && "
+            "head -c 33554432 /dev/urandom > /mem/blob && sha256sum /mem/blob")
+    r = a.exec(sid, ["sh", "-c", fill], timeout_s=120)
+    assert r["exit_code"] == 0, r
+    digest = r["stdout"].split()[0]
+
+    def hash_in(s):
+        r = a.exec(s, ["sha256sum", "/mem/blob"], timeout_s=60)
+        assert r["exit_code"] == 0, r
+        return r["stdout"].split()[0]
+
+    snap = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"}, expect=201)
+    r = a.exec(sid, ["sh", "-c", "head -c 4096 /dev/urandom | dd of=/mem/blob conv=notrunc 2>/dev/null"])
+    assert r["exit_code"] == 0, r
+    assert hash_in(sid) != digest  # the control
+    assert verb(a, sid, "rollback", {"snapshot": snap["id"]})["state"] == "succeeded"
+    assert hash_in(sid) == digest, "after a rollback to a full snapshot"
+
+    child = verb(a, sid, "fork")["result"]["sandbox"]["id"]
+    assert hash_in(child) == digest, "in a fork"
+    assert hash_in(sid) == digest, "in the forked parent"
+
+    assert verb(a, sid, "suspend")["state"] == "succeeded"
+    assert verb(a, sid, "wake")["state"] == "succeeded"
+    assert len(wakes(a, sid, "copied on this node")) == 1
+    assert hash_in(sid) == digest, "woken from the node's copy"
+
+    assert verb(a, sid, "suspend")["state"] == "succeeded"
+    wait_for(lambda: a.api("GET", f"/v1/sandboxes/{sid}")["image_uploaded"], "the image never landed", a)
+    copy = os.path.join(a.data_dir, "sandboxes", sid, "suspend")
+    wait_for(lambda: os.path.exists(os.path.join(copy, "uploaded")), "the node never marked it uploaded", a)
+    shutil.rmtree(copy)
+    assert verb(a, sid, "wake")["state"] == "succeeded"
+    assert len(wakes(a, sid, "download")) == 1
+    assert hash_in(sid) == digest, "woken from the object store"
+    for s in (sid, child):
+        assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
+
+
+def wakes(a, sid, source):
+    """The node's log lines of sid's wakes from source ("copied on this
+    node" or "download")."""
+    with open(a.log_path, errors="replace") as f:
+        return [l for l in f if f"sandbox={sid} " in l and "woken from snapshot" in l and f"({source} " in l]
