@@ -100,10 +100,11 @@ def tap_open():
 def qemu_argv(tpl_dir, manifest, work, khz, memory_object, rootfs, tap_fd):
     """The machine of src/node/vmm.c's build_argv(), device for device (or
     the state will not load; VMM_MACHINE_REVISION), without the jail, the
-    seccomp filter and the egress gateway: its NIC's tap leads nowhere."""
+    seccomp filter and the egress gateway: its NIC's tap leads nowhere.
+    The binary is the node's: AIRLOCK_QEMU, else qemu-system-x86_64."""
     mem = manifest["memory_mib"]
     vmlinux = os.path.join(os.path.dirname(tpl_dir), manifest["kernel"], "vmlinux")
-    return ["qemu-system-x86_64", "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=mem",
+    return [os.environ.get("AIRLOCK_QEMU", "qemu-system-x86_64"), "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=mem",
             "-accel", "tcg,tb-size=32", "-cpu", "max", "-m", str(mem), "-smp", str(manifest.get("vcpus", 1)),
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
             "-object", memory_object.format(mem=mem),
