@@ -51,13 +51,20 @@ int proto_header_decode(const uint8_t in[PROTO_HEADER_SIZE], struct proto_header
         return 0;
 }
 
-int proto_write_frame(int fd, uint8_t type, uint32_t stream, const void *payload, size_t len) {
+int proto_frame_header(uint8_t type, uint32_t stream, size_t len, uint8_t out[PROTO_HEADER_SIZE]) {
         if (len > PROTO_MAX_PAYLOAD)
                 return -EMSGSIZE;
-        uint8_t hdr[PROTO_HEADER_SIZE];
         proto_header_encode(&(struct proto_header){ .version = PROTO_VERSION, .type = type,
                                                      .stream = stream, .length = (uint32_t) len },
-                            hdr);
+                            out);
+        return 0;
+}
+
+int proto_write_frame(int fd, uint8_t type, uint32_t stream, const void *payload, size_t len) {
+        uint8_t hdr[PROTO_HEADER_SIZE];
+        int r = proto_frame_header(type, stream, len, hdr);
+        if (r < 0)
+                return r;
         struct iovec iov[2] = { { hdr, sizeof hdr }, { (void *) payload, len } };
         int cnt = len > 0 ? 2 : 1;
         size_t total = sizeof hdr + len, done = 0;
@@ -129,22 +136,30 @@ static int reader_reserve(struct proto_reader *r, size_t need) {
         return 0;
 }
 
-int proto_reader_fill(struct proto_reader *r, int fd) {
+int proto_reader_fill_with(struct proto_reader *r, ssize_t (*rd)(void *ctx, void *buf, size_t n), void *ctx) {
         if (r->len == r->cap) {
                 int k = reader_reserve(r, r->len - r->start + 1);
                 if (k < 0)
                         return k;
         }
         for (;;) {
-                ssize_t k = read(fd, r->buf + r->len, r->cap - r->len);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return errno == EWOULDBLOCK ? -EAGAIN : negative_errno();
-                }
+                ssize_t k = rd(ctx, r->buf + r->len, r->cap - r->len);
+                if (k == -EINTR)
+                        continue;
+                if (k < 0)
+                        return k == -EWOULDBLOCK ? -EAGAIN : (int) k;
                 r->len += (size_t) k;
                 return (int) k;
         }
+}
+
+static ssize_t fd_read(void *ctx, void *buf, size_t n) {
+        ssize_t k = read(*(int *) ctx, buf, n);
+        return k < 0 ? negative_errno() : k;
+}
+
+int proto_reader_fill(struct proto_reader *r, int fd) {
+        return proto_reader_fill_with(r, fd_read, &fd);
 }
 
 int proto_reader_feed(struct proto_reader *r, const void *data, size_t len) {

@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define PROTO_MAGIC 0x314b4c41u /* "ALK1" little-endian */
 #define PROTO_VERSION 1
@@ -101,6 +102,9 @@ void proto_header_encode(const struct proto_header *h, uint8_t out[PROTO_HEADER_
  * an unknown version, -EMSGSIZE when length > PROTO_MAX_PAYLOAD. */
 int proto_header_decode(const uint8_t in[PROTO_HEADER_SIZE], struct proto_header *ret);
 
+/* The header of a frame of len payload bytes, for writers that are not an
+ * fd (a TLS connection). -EMSGSIZE if len is too big. */
+int proto_frame_header(uint8_t type, uint32_t stream, size_t len, uint8_t out[PROTO_HEADER_SIZE]);
 /* Writes one whole frame to a blocking fd. -EMSGSIZE if len is too big. */
 int proto_write_frame(int fd, uint8_t type, uint32_t stream, const void *payload, size_t len);
 
@@ -127,6 +131,9 @@ void proto_reader_reset(struct proto_reader *r);
 /* Reads once from fd into the buffer. Returns bytes read (>0), 0 on EOF,
  * -EAGAIN when nothing is available, or a negative errno. */
 int proto_reader_fill(struct proto_reader *r, int fd);
+/* proto_reader_fill() with another source: rd reads like read(2) but
+ * returns a negative errno (a TLS connection's). */
+int proto_reader_fill_with(struct proto_reader *r, ssize_t (*rd)(void *ctx, void *buf, size_t n), void *ctx);
 /* Appends bytes (for tests and fuzzers). -ENOBUFS if the buffer is full. */
 int proto_reader_feed(struct proto_reader *r, const void *data, size_t len);
 /*
