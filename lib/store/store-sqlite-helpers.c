@@ -33,15 +33,6 @@ void sqlite_bind_str(sqlite3_stmt *st, int idx, const char *v) {
                 sqlite3_bind_null(st, idx);
 }
 
-int sqlite_col_dup(sqlite3_stmt *st, int col, char **ret) {
-        const unsigned char *t = sqlite3_column_text(st, col);
-        *ret = NULL;
-        if (!t)
-                return 0;
-        *ret = strdup((const char *) t);
-        return *ret ? 0 : -ENOMEM;
-}
-
 int sqlite_step_write(struct store_sqlite_conn *c, sqlite3_stmt *st, bool need_change) {
         int rc = sqlite3_step(st);
         if (rc != SQLITE_DONE)
@@ -49,29 +40,63 @@ int sqlite_step_write(struct store_sqlite_conn *c, sqlite3_stmt *st, bool need_c
         return need_change && sqlite3_changes(c->db) == 0 ? -ENOENT : 0;
 }
 
+static struct sqlite_rows *rows_of(const struct store_row *r) {
+        return (struct sqlite_rows *) r;
+}
+
+static int rows_ncols(const struct store_row *r) {
+        return sqlite3_column_count(rows_of(r)->st);
+}
+
+static bool rows_is_null(const struct store_row *r, int col) {
+        return sqlite3_column_type(rows_of(r)->st, col) == SQLITE_NULL;
+}
+
+static const char *rows_text(const struct store_row *r, int col) {
+        return (const char *) sqlite3_column_text(rows_of(r)->st, col);
+}
+
+static int64_t rows_int64(const struct store_row *r, int col) {
+        return sqlite3_column_int64(rows_of(r)->st, col);
+}
+
+static const void *rows_blob(const struct store_row *r, int col, size_t *ret_len) {
+        sqlite3_stmt *st = rows_of(r)->st;
+        const void *b = sqlite3_column_blob(st, col);
+        *ret_len = b ? (size_t) sqlite3_column_bytes(st, col) : 0;
+        return b;
+}
+
+static int rows_next(struct store_row *r) {
+        struct sqlite_rows *q = rows_of(r);
+        int rc = sqlite3_step(q->st);
+        if (rc == SQLITE_ROW)
+                return 1;
+        if (rc == SQLITE_DONE)
+                return 0;
+        return sqlite_to_errno(q->db, rc) ?: -EIO;
+}
+
+static const struct store_row_ops sqlite_row_ops = {
+        .ncols = rows_ncols,
+        .is_null = rows_is_null,
+        .text = rows_text,
+        .int64 = rows_int64,
+        .blob = rows_blob,
+};
+
+struct sqlite_rows sqlite_rows(sqlite3 *db, sqlite3_stmt *st) {
+        return (struct sqlite_rows){ .row = { .ops = &sqlite_row_ops, .next = rows_next }, .db = db, .st = st };
+}
+
 int sqlite_collect(struct store_sqlite_conn *c, sqlite3_stmt *st, size_t elem, size_t max,
-                   int (*read_row)(sqlite3_stmt *, void *), void **a, size_t *n) {
-        size_t cap = 0;
-        for (;;) {
-                int rc = sqlite3_step(st);
-                if (rc == SQLITE_DONE)
-                        return 0;
-                if (rc != SQLITE_ROW)
-                        return sqlite_to_errno(c->db, rc) ?: -EIO;
-                if (*n >= max)
-                        return 0;
-                if (*n == cap) {
-                        size_t ncap = cap ? cap * 2 : 8;
-                        void *na = realloc(*a, ncap * elem);
-                        if (!na)
-                                return -ENOMEM;
-                        memset((char *) na + cap * elem, 0, (ncap - cap) * elem);
-                        *a = na;
-                        cap = ncap;
-                }
-                int r = read_row(st, (char *) *a + *n * elem);
-                if (r < 0)
-                        return r;
-                (*n)++;
-        }
+                   int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
+        struct sqlite_rows rows = sqlite_rows(c->db, st);
+        return store_rows_collect(&rows.row, elem, max, read_row, a, n);
+}
+
+int sqlite_one(struct store_sqlite_conn *c, sqlite3_stmt *st, int (*read_row)(const struct store_row *, void *),
+               void *ret) {
+        struct sqlite_rows rows = sqlite_rows(c->db, st);
+        return store_rows_one(&rows.row, read_row, ret);
 }

@@ -8,18 +8,15 @@
 
 #include "macros.h"
 #include "store-sqlite-internal.h"
-#include "util.h"
 
 static struct store_sqlite_conn *to_conn(struct store *s) {
         return (struct store_sqlite_conn *) s;
 }
 
-#define IMAGE_COLUMNS "id, tenant_id, name, sandbox_id, template, size, created_at"
-
 int sqlite_image_insert(struct store *s, const struct store_image *img) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = sqlite_prep(c, "INSERT INTO images (" IMAGE_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", &st);
+        int r = sqlite_prep(c, "INSERT INTO images (" STORE_IMAGE_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", &st);
         if (r < 0)
                 return r;
         sqlite_bind_str(st, 1, img->id);
@@ -28,34 +25,15 @@ int sqlite_image_insert(struct store *s, const struct store_image *img) {
         sqlite_bind_str(st, 4, img->sandbox_id);
         sqlite_bind_str(st, 5, img->template_name);
         sqlite3_bind_int64(st, 6, img->size);
-        sqlite3_bind_int64(st, 7, img->created_at ? img->created_at : (int64_t) (now_realtime_ns() / 1000000ULL));
+        sqlite3_bind_int64(st, 7, img->created_at ? img->created_at : store_now_ms());
         r = sqlite_step_write(c, st, false);
         sqlite_done(c, st);
         return r;
 }
 
-static int read_image(sqlite3_stmt *st, void *ret) {
-        _cleanup_(store_image_release) struct store_image img = { 0 };
-        int r;
-        if ((r = sqlite_col_dup(st, 0, &img.id)) < 0 || (r = sqlite_col_dup(st, 1, &img.tenant_id)) < 0 ||
-            (r = sqlite_col_dup(st, 2, &img.name)) < 0 || (r = sqlite_col_dup(st, 3, &img.sandbox_id)) < 0 ||
-            (r = sqlite_col_dup(st, 4, &img.template_name)) < 0)
-                return r;
-        if (!img.id || !img.sandbox_id || !img.template_name)
-                return -EBADMSG;
-        img.size = sqlite3_column_int64(st, 5);
-        img.created_at = sqlite3_column_int64(st, 6);
-        *(struct store_image *) ret = img;
-        img = (struct store_image){ 0 };
-        return 0;
-}
-
 /* Runs a prepared SELECT that yields at most one image. */
 static int select_image(struct store_sqlite_conn *c, sqlite3_stmt *st, struct store_image *ret) {
-        int rc = sqlite3_step(st);
-        int r = rc == SQLITE_ROW    ? read_image(st, ret)
-                : rc == SQLITE_DONE ? -ENOENT
-                                    : (sqlite_to_errno(c->db, rc) ?: -EIO);
+        int r = sqlite_one(c, st, store_read_image, ret);
         sqlite_done(c, st);
         return r;
 }
@@ -63,7 +41,7 @@ static int select_image(struct store_sqlite_conn *c, sqlite3_stmt *st, struct st
 int sqlite_image_get(struct store *s, const char *id, struct store_image *ret) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = sqlite_prep(c, "SELECT " IMAGE_COLUMNS " FROM images WHERE id = ?1", &st);
+        int r = sqlite_prep(c, "SELECT " STORE_IMAGE_COLUMNS " FROM images WHERE id = ?1", &st);
         if (r < 0)
                 return r;
         sqlite_bind_str(st, 1, id);
@@ -73,7 +51,7 @@ int sqlite_image_get(struct store *s, const char *id, struct store_image *ret) {
 int sqlite_image_find(struct store *s, const char *tenant_id, const char *name, struct store_image *ret) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = sqlite_prep(c, "SELECT " IMAGE_COLUMNS " FROM images WHERE " SCOPE_IS(1) " AND name = ?2", &st);
+        int r = sqlite_prep(c, "SELECT " STORE_IMAGE_COLUMNS " FROM images WHERE " SCOPE_IS(1) " AND name = ?2", &st);
         if (r < 0)
                 return r;
         sqlite_bind_str(st, 1, tenant_id ?: "");
@@ -86,7 +64,7 @@ int sqlite_image_list(struct store *s, bool all, const char *tenant_id, const ch
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
         int r = sqlite_prep(c,
-                            "SELECT " IMAGE_COLUMNS " FROM images WHERE (?1 OR " SCOPE_IS(2) ") "
+                            "SELECT " STORE_IMAGE_COLUMNS " FROM images WHERE (?1 OR " SCOPE_IS(2) ") "
                             "AND (?3 IS NULL OR sandbox_id = ?3) ORDER BY created_at DESC, id DESC",
                             &st);
         if (r < 0)
@@ -96,7 +74,7 @@ int sqlite_image_list(struct store *s, bool all, const char *tenant_id, const ch
         sqlite_bind_str(st, 3, sandbox_id);
         struct store_image *a = NULL;
         size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, read_image, (void **) &a, &n);
+        r = sqlite_collect(c, st, sizeof *a, max, store_read_image, (void **) &a, &n);
         sqlite_done(c, st);
         if (r < 0) {
                 store_image_array_free(a, n);

@@ -5,12 +5,15 @@
  * What the SQLite backend's files share (store-sqlite.c: the connection,
  * migrations and the core tables; store-sqlite-secrets.c: credentials and
  * the audit log; store-sqlite-images.c: images; store-sqlite-helpers.c:
- * the statement helpers of the last two). Private to lib/store.
+ * the statement helpers of the last two, and a statement's rows as the
+ * store_row cursor the shared row readers take, store-backend.h). Private
+ * to lib/store.
  */
 
 #include <pthread.h>
 #include <sqlite3.h>
 
+#include "store-backend.h"
 #include "store.h"
 
 /* The connection; the first member of the backend's handle. Every use of
@@ -34,14 +37,25 @@ int sqlite_prep(struct store_sqlite_conn *c, const char *sql, sqlite3_stmt **ret
 void sqlite_done(struct store_sqlite_conn *c, sqlite3_stmt *st);
 /* Binds v as text, or NULL. */
 void sqlite_bind_str(sqlite3_stmt *st, int idx, const char *v);
-/* Copies a text column (NULL stays NULL). */
-int sqlite_col_dup(sqlite3_stmt *st, int col, char **ret);
 /* Steps a statement without rows; -ENOENT when it changed nothing and
  * need_change. */
 int sqlite_step_write(struct store_sqlite_conn *c, sqlite3_stmt *st, bool need_change);
-/* Collects at most max rows through read_row into a growing array. */
+
+/* A statement's rows as a store_row cursor (store-backend.h): next() steps
+ * st, mapping errors through db. */
+struct sqlite_rows {
+        struct store_row row; /* must be first */
+        sqlite3 *db;
+        sqlite3_stmt *st;
+};
+struct sqlite_rows sqlite_rows(sqlite3 *db, sqlite3_stmt *st);
+/* Collects at most max rows through read_row into a growing array
+ * (store_rows_collect()). */
 int sqlite_collect(struct store_sqlite_conn *c, sqlite3_stmt *st, size_t elem, size_t max,
-                   int (*read_row)(sqlite3_stmt *, void *), void **a, size_t *n);
+                   int (*read_row)(const struct store_row *, void *), void **a, size_t *n);
+/* Reads the one row of st through read_row into ret; -ENOENT when none. */
+int sqlite_one(struct store_sqlite_conn *c, sqlite3_stmt *st, int (*read_row)(const struct store_row *, void *),
+               void *ret);
 
 int sqlite_api_key_id(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_id);
 int sqlite_secret_insert(struct store *s, const struct store_secret *sec);

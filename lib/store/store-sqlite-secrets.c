@@ -11,7 +11,6 @@
 
 #include "macros.h"
 #include "store-sqlite-internal.h"
-#include "util.h"
 
 static struct store_sqlite_conn *to_conn(struct store *s) {
         return (struct store_sqlite_conn *) s;
@@ -24,9 +23,8 @@ int sqlite_api_key_id(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char
         if (r < 0)
                 return r;
         sqlite3_bind_blob(st, 1, hash, STORE_HASH_SIZE, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
         char *id = NULL;
-        r = rc == SQLITE_ROW ? sqlite_col_dup(st, 0, &id) : rc == SQLITE_DONE ? -ENOENT : (sqlite_to_errno(c->db, rc) ?: -EIO);
+        r = sqlite_one(c, st, store_read_text, &id);
         sqlite_done(c, st);
         if (r >= 0 && !id)
                 r = -ENOENT;
@@ -51,54 +49,22 @@ int sqlite_secret_insert(struct store *s, const struct store_secret *sec) {
         sqlite_bind_str(st, 4, sec->spec);
         sqlite3_bind_int64(st, 5, sec->expires_at);
         sqlite3_bind_blob(st, 6, sec->sealed, (int) sec->sealed_len, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 7, sec->created_at ? sec->created_at : (int64_t) (now_realtime_ns() / 1000000ULL));
+        sqlite3_bind_int64(st, 7, sec->created_at ? sec->created_at : store_now_ms());
         sqlite_bind_str(st, 8, sec->created_by);
         r = sqlite_step_write(c, st, false);
         sqlite_done(c, st);
         return r;
 }
 
-#define SECRET_COLUMNS "tenant_id, name, sandbox_id, spec, expires_at, created_at, created_by"
-
-static int read_secret(sqlite3_stmt *st, void *ret) {
-        _cleanup_(store_secret_release) struct store_secret sec = { 0 };
-        int r;
-        if ((r = sqlite_col_dup(st, 0, &sec.tenant_id)) < 0 || (r = sqlite_col_dup(st, 1, &sec.name)) < 0 ||
-            (r = sqlite_col_dup(st, 2, &sec.sandbox_id)) < 0 || (r = sqlite_col_dup(st, 3, &sec.spec)) < 0 ||
-            (r = sqlite_col_dup(st, 6, &sec.created_by)) < 0)
-                return r;
-        if (!sec.name || !sec.spec)
-                return -EBADMSG;
-        sec.expires_at = sqlite3_column_int64(st, 4);
-        sec.created_at = sqlite3_column_int64(st, 5);
-        if (sqlite3_column_count(st) > 7) {
-                const void *b = sqlite3_column_blob(st, 7);
-                int n = sqlite3_column_bytes(st, 7);
-                if (!b || n <= 0)
-                        return -EBADMSG;
-                sec.sealed = malloc((size_t) n);
-                if (!sec.sealed)
-                        return -ENOMEM;
-                memcpy(sec.sealed, b, (size_t) n);
-                sec.sealed_len = (size_t) n;
-        }
-        *(struct store_secret *) ret = sec;
-        sec = (struct store_secret){ 0 };
-        return 0;
-}
-
 int sqlite_secret_get(struct store *s, const char *tenant_id, const char *name, struct store_secret *ret) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = sqlite_prep(c, "SELECT " SECRET_COLUMNS ", sealed FROM secrets WHERE " SCOPE_IS(1) " AND name = ?2", &st);
+        int r = sqlite_prep(c, "SELECT " STORE_SECRET_COLUMNS ", sealed FROM secrets WHERE " SCOPE_IS(1) " AND name = ?2", &st);
         if (r < 0)
                 return r;
         sqlite_bind_str(st, 1, tenant_id ?: "");
         sqlite_bind_str(st, 2, name);
-        int rc = sqlite3_step(st);
-        r = rc == SQLITE_ROW    ? read_secret(st, ret)
-            : rc == SQLITE_DONE ? -ENOENT
-                                : (sqlite_to_errno(c->db, rc) ?: -EIO);
+        r = sqlite_one(c, st, store_read_secret, ret);
         sqlite_done(c, st);
         return r;
 }
@@ -106,13 +72,13 @@ int sqlite_secret_get(struct store *s, const char *tenant_id, const char *name, 
 int sqlite_secret_list(struct store *s, const char *tenant_id, size_t max, struct store_secret **ret, size_t *ret_n) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = sqlite_prep(c, "SELECT " SECRET_COLUMNS " FROM secrets WHERE " SCOPE_IS(1) " ORDER BY name", &st);
+        int r = sqlite_prep(c, "SELECT " STORE_SECRET_COLUMNS " FROM secrets WHERE " SCOPE_IS(1) " ORDER BY name", &st);
         if (r < 0)
                 return r;
         sqlite_bind_str(st, 1, tenant_id ?: "");
         struct store_secret *a = NULL;
         size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, read_secret, (void **) &a, &n);
+        r = sqlite_collect(c, st, sizeof *a, max, store_read_secret, (void **) &a, &n);
         sqlite_done(c, st);
         if (r < 0) {
                 store_secret_array_free(a, n);
@@ -136,11 +102,6 @@ int sqlite_secret_delete(struct store *s, const char *tenant_id, const char *nam
         return r;
 }
 
-static int read_string(sqlite3_stmt *st, void *ret) {
-        int r = sqlite_col_dup(st, 0, ret);
-        return r < 0 ? r : *(char **) ret ? 0 : -EBADMSG;
-}
-
 int sqlite_secret_users(struct store *s, const char *tenant_id, const char *name, size_t max, char ***ret,
                         size_t *ret_n) {
         struct store_sqlite_conn *c = to_conn(s);
@@ -155,7 +116,7 @@ int sqlite_secret_users(struct store *s, const char *tenant_id, const char *name
         sqlite_bind_str(st, 2, name);
         char **a = NULL;
         size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, read_string, (void **) &a, &n);
+        r = sqlite_collect(c, st, sizeof *a, max, store_read_string, (void **) &a, &n);
         sqlite_done(c, st);
         if (r < 0) {
                 store_string_array_free(a, n);
@@ -186,32 +147,12 @@ int sqlite_sandbox_secret_insert(struct store *s, const char *tenant_id, const s
         return r;
 }
 
-static void store_sandbox_secret_array_free_members(struct store_sandbox_secret *a) {
-        free(a->sandbox_id);
-        free(a->name);
-        free(a->placeholder);
-        free(a->env_name);
-        *a = (struct store_sandbox_secret){ 0 };
-}
-
-static int read_attachment(sqlite3_stmt *st, void *ret) {
-        struct store_sandbox_secret *a = ret;
-        int r;
-        if ((r = sqlite_col_dup(st, 0, &a->sandbox_id)) < 0 || (r = sqlite_col_dup(st, 1, &a->name)) < 0 ||
-            (r = sqlite_col_dup(st, 2, &a->placeholder)) < 0 || (r = sqlite_col_dup(st, 3, &a->env_name)) < 0 ||
-            (r = a->sandbox_id && a->name && a->placeholder && a->env_name ? 0 : -EBADMSG) < 0) {
-                store_sandbox_secret_array_free_members(a);
-                return r;
-        }
-        return 0;
-}
-
 int sqlite_sandbox_secret_list(struct store *s, const char *sandbox_id, struct store_sandbox_secret **ret,
                                size_t *ret_n) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
         int r = sqlite_prep(c,
-                     "SELECT sandbox_id, name, placeholder, env_name FROM sandbox_secrets WHERE sandbox_id = ?1 "
+                     "SELECT " STORE_ATTACHMENT_COLUMNS " FROM sandbox_secrets WHERE sandbox_id = ?1 "
                      "ORDER BY name",
                      &st);
         if (r < 0)
@@ -219,7 +160,7 @@ int sqlite_sandbox_secret_list(struct store *s, const char *sandbox_id, struct s
         sqlite_bind_str(st, 1, sandbox_id);
         struct store_sandbox_secret *a = NULL;
         size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, STORE_LIST_MAX, read_attachment, (void **) &a, &n);
+        r = sqlite_collect(c, st, sizeof *a, STORE_LIST_MAX, store_read_attachment, (void **) &a, &n);
         sqlite_done(c, st);
         if (r < 0) {
                 store_sandbox_secret_array_free(a, n);
@@ -260,7 +201,7 @@ int sqlite_audit_insert(struct store *s, const struct store_audit_event *ev, con
                      &st);
         if (r < 0)
                 return r;
-        sqlite3_bind_int64(st, 1, ev->ts_ms ? ev->ts_ms : (int64_t) (now_realtime_ns() / 1000000ULL));
+        sqlite3_bind_int64(st, 1, ev->ts_ms ? ev->ts_ms : store_now_ms());
         sqlite_bind_str(st, 2, ev->tenant_id);
         sqlite_bind_str(st, 3, ev->actor);
         sqlite_bind_str(st, 4, ev->sandbox_id);
@@ -285,30 +226,12 @@ int sqlite_audit_insert(struct store *s, const struct store_audit_event *ev, con
         return r;
 }
 
-static int read_event(sqlite3_stmt *st, void *ret) {
-        struct store_audit_event *e = ret;
-        int r;
-        e->id = sqlite3_column_int64(st, 0);
-        e->ts_ms = sqlite3_column_int64(st, 1);
-        if ((r = sqlite_col_dup(st, 2, &e->tenant_id)) < 0 || (r = sqlite_col_dup(st, 3, &e->actor)) < 0 ||
-            (r = sqlite_col_dup(st, 4, &e->sandbox_id)) < 0 || (r = sqlite_col_dup(st, 5, &e->secret)) < 0 ||
-            (r = sqlite_col_dup(st, 6, &e->host)) < 0 || (r = sqlite_col_dup(st, 8, &e->method)) < 0 ||
-            (r = sqlite_col_dup(st, 9, &e->path)) < 0 || (r = sqlite_col_dup(st, 10, &e->action)) < 0 ||
-            (r = sqlite_col_dup(st, 11, &e->reason)) < 0 || (r = e->actor && e->action ? 0 : -EBADMSG) < 0) {
-                store_audit_event_release(e);
-                return r;
-        }
-        e->port = sqlite3_column_int(st, 7);
-        return 0;
-}
-
 int sqlite_audit_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, const char *secret,
                       size_t max, struct store_audit_event **ret, size_t *ret_n) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
         int r = sqlite_prep(c,
-                     "SELECT id, ts_ms, tenant_id, actor, sandbox_id, secret, host, port, method, path, action, "
-                     "reason FROM audit_events WHERE (?1 OR " SCOPE_IS(
+                     "SELECT " STORE_AUDIT_COLUMNS " FROM audit_events WHERE (?1 OR " SCOPE_IS(
                              2) ") AND (?3 IS NULL OR sandbox_id = ?3) "
                                 "AND (?4 IS NULL OR secret = ?4) ORDER BY id DESC LIMIT ?5",
                      &st);
@@ -321,7 +244,7 @@ int sqlite_audit_list(struct store *s, bool all, const char *tenant_id, const ch
         sqlite3_bind_int64(st, 5, (sqlite3_int64) max);
         struct store_audit_event *a = NULL;
         size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, read_event, (void **) &a, &n);
+        r = sqlite_collect(c, st, sizeof *a, max, store_read_audit_event, (void **) &a, &n);
         sqlite_done(c, st);
         if (r < 0) {
                 store_audit_event_array_free(a, n);
@@ -339,21 +262,13 @@ int sqlite_audit_cursor_get(struct store *s, const char *source, char **ret_boot
         if (r < 0)
                 return r;
         sqlite_bind_str(st, 1, source);
-        int rc = sqlite3_step(st);
-        char *boot = NULL;
-        int64_t seq = 0;
-        if (rc == SQLITE_ROW) {
-                r = sqlite_col_dup(st, 0, &boot);
-                seq = sqlite3_column_int64(st, 1);
-        } else
-                r = rc == SQLITE_DONE ? -ENOENT : (sqlite_to_errno(c->db, rc) ?: -EIO);
+        struct store_audit_cursor cur = { 0 };
+        r = sqlite_one(c, st, store_read_audit_cursor, &cur);
         sqlite_done(c, st);
-        if (r >= 0 && !boot)
-                r = -EBADMSG;
         if (r < 0)
                 return r;
-        *ret_boot_id = boot;
-        *ret_seq = seq;
+        *ret_boot_id = cur.boot_id;
+        *ret_seq = cur.seq;
         return 0;
 }
 

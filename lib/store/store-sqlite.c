@@ -16,7 +16,6 @@
 #include "migrations/sqlite.h"
 #include "store-sqlite-internal.h"
 #include "store.h"
-#include "util.h"
 
 #define SQLITE_BUSY_TIMEOUT_MS 5000
 
@@ -63,16 +62,13 @@ static const char *const stmt_sql[_STMT_MAX] = {
                                 "created_at, updated_at, desired_state, snapshot_policy, idle_timeout_s, tenant_id, network, "
                                 "expires_at, expiry_s, on_expiry) "
                                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-        [STMT_SANDBOX_GET] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
-                             "desired_state, snapshot_policy, idle_timeout_s, tenant_id, expires_at, expiry_s, on_expiry FROM sandboxes WHERE id = ?1",
-        [STMT_SANDBOX_LIST] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
-                              "desired_state, snapshot_policy, idle_timeout_s, tenant_id, expires_at, expiry_s, on_expiry FROM sandboxes "
-                              "ORDER BY created_at, id LIMIT ?1",
+        [STMT_SANDBOX_GET] = "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes WHERE id = ?1",
+        [STMT_SANDBOX_LIST] = "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes ORDER BY created_at, id LIMIT ?1",
         [STMT_SANDBOX_UPDATE] = "UPDATE sandboxes SET state = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
         [STMT_SANDBOX_DELETE] = "DELETE FROM sandboxes WHERE id = ?1",
         [STMT_SESSION_INSERT] = "INSERT INTO sessions (id, sandbox_id, cmd, pty, token_hash, created_at) "
                                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        [STMT_SESSION_GET] = "SELECT id, sandbox_id, cmd, pty, token_hash, created_at FROM sessions WHERE id = ?1",
+        [STMT_SESSION_GET] = "SELECT " STORE_SESSION_COLUMNS " FROM sessions WHERE id = ?1",
         [STMT_SESSION_DELETE] = "DELETE FROM sessions WHERE id = ?1",
         [STMT_KEY_UPSERT] = "INSERT INTO api_keys (name, hash, created_at, id) "
                             "VALUES (?1, ?2, ?3, 'key-' || lower(hex(randomblob(8)))) "
@@ -85,11 +81,8 @@ static const char *const stmt_sql[_STMT_MAX] = {
                            "created_at, request_hash, stage, progress, tenant_id) "
                            "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
                            "COALESCE(?12, (SELECT tenant_id FROM sandboxes WHERE id = ?2)))",
-        [STMT_OP_GET] = "SELECT id, sandbox_id, verb, state, error, result, idempotency_key, created_at, "
-                        "finished_at, request_hash, stage, progress, tenant_id FROM operations WHERE id = ?1",
-        [STMT_OP_BY_KEY] = "SELECT id, sandbox_id, verb, state, error, result, idempotency_key, created_at, "
-                           "finished_at, request_hash, stage, progress, tenant_id FROM operations "
-                           "WHERE idempotency_key = ?1",
+        [STMT_OP_GET] = "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE id = ?1",
+        [STMT_OP_BY_KEY] = "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE idempotency_key = ?1",
         [STMT_OP_UPDATE] = "UPDATE operations SET state = ?2, error = ?3, result = ?4, "
                            "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END, "
                            "progress = CASE WHEN ?2 = 'succeeded' THEN 100 ELSE progress END, "
@@ -100,25 +93,24 @@ static const char *const stmt_sql[_STMT_MAX] = {
                                     "WHERE state IN ('pending', 'running')",
         [STMT_SNAP_INSERT] = "INSERT INTO snapshots (id, sandbox_id, kind, size, created_at, pinned) "
                              "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        [STMT_SNAP_GET] = "SELECT id, sandbox_id, kind, size, created_at, pinned FROM snapshots WHERE id = ?1",
-        [STMT_SNAP_LIST] = "SELECT id, sandbox_id, kind, size, created_at, pinned FROM snapshots WHERE sandbox_id = ?1 "
+        [STMT_SNAP_GET] = "SELECT " STORE_SNAPSHOT_COLUMNS " FROM snapshots WHERE id = ?1",
+        [STMT_SNAP_LIST] = "SELECT " STORE_SNAPSHOT_COLUMNS " FROM snapshots WHERE sandbox_id = ?1 "
                            "ORDER BY created_at DESC, id DESC LIMIT ?2",
         [STMT_SNAP_DELETE] = "DELETE FROM snapshots WHERE id = ?1",
-        [STMT_SANDBOX_LIST_TENANT] = "SELECT id, template, state, error, metadata, env_keys, created_at, updated_at, "
-                                     "desired_state, snapshot_policy, idle_timeout_s, tenant_id, expires_at, expiry_s, on_expiry FROM sandboxes "
+        [STMT_SANDBOX_LIST_TENANT] = "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes "
                                      "WHERE tenant_id = ?1 ORDER BY created_at, id LIMIT ?2",
         /* the limit is part of the statement, so two racing creates cannot
          * both pass it; no row inserted means "over the limit" */
         [STMT_KEY_CREATE] = "INSERT INTO api_keys (name, hash, created_at, id, tenant_id, label) "
                             "SELECT ?1, ?2, ?3, ?1, ?4, ?5 "
                             "WHERE (SELECT COUNT(*) FROM api_keys WHERE tenant_id IS ?4) < ?6",
-        [STMT_KEY_LIST] = "SELECT id, tenant_id, label, created_at FROM api_keys WHERE tenant_id = ?1 "
+        [STMT_KEY_LIST] = "SELECT " STORE_API_KEY_COLUMNS " FROM api_keys WHERE tenant_id = ?1 "
                           "ORDER BY created_at, id LIMIT ?2",
         [STMT_KEY_DELETE] = "DELETE FROM api_keys WHERE id = ?1 AND tenant_id IS NOT NULL",
         [STMT_TENANT_INSERT] = "INSERT INTO tenants (id, name, created_at, network) SELECT ?1, ?2, ?3, ?5 "
                                "WHERE (SELECT COUNT(*) FROM tenants) < ?4",
-        [STMT_TENANT_GET] = "SELECT id, name, created_at, network FROM tenants WHERE id = ?1",
-        [STMT_TENANT_LIST] = "SELECT id, name, created_at, network FROM tenants ORDER BY created_at, id LIMIT ?1",
+        [STMT_TENANT_GET] = "SELECT " STORE_TENANT_COLUMNS " FROM tenants WHERE id = ?1",
+        [STMT_TENANT_LIST] = "SELECT " STORE_TENANT_COLUMNS " FROM tenants ORDER BY created_at, id LIMIT ?1",
         /* the foreign key of sandboxes.tenant_id has no cascade: a tenant
          * that still owns sandboxes is kept, whatever the race */
         [STMT_TENANT_DELETE] = "DELETE FROM tenants WHERE id = ?1 "
@@ -180,10 +172,6 @@ int sqlite_to_errno(sqlite3 *db, int rc) {
         }
 }
 
-static int64_t now_ms(void) {
-        return (int64_t) (now_realtime_ns() / 1000000ULL);
-}
-
 static struct store_sqlite *to_sqlite(struct store *s) {
         return (struct store_sqlite *) s;
 }
@@ -212,20 +200,6 @@ static void bind_int64_or_null(sqlite3_stmt *st, int idx, int64_t v) {
 
 static int bind_text(sqlite3_stmt *st, int idx, const char *s) {
         return s ? sqlite3_bind_text(st, idx, s, -1, SQLITE_STATIC) : sqlite3_bind_null(st, idx);
-}
-
-/* Copies a text column; NULL columns give NULL without an error. */
-static int column_strdup(sqlite3_stmt *st, int col, char **ret) {
-        const unsigned char *t = sqlite3_column_text(st, col);
-        if (!t) {
-                *ret = NULL;
-                return 0;
-        }
-        char *c = strdup((const char *) t);
-        if (!c)
-                return -ENOMEM;
-        *ret = c;
-        return 0;
 }
 
 /* Steps a statement that returns no rows. */
@@ -287,7 +261,7 @@ static int migrate(sqlite3 *db) {
                         goto rollback;
                 }
                 sqlite3_bind_int64(st, 1, (sqlite3_int64) v + 1);
-                sqlite3_bind_int64(st, 2, now_ms());
+                sqlite3_bind_int64(st, 2, store_now_ms());
                 rc = sqlite3_step(st);
                 r = rc == SQLITE_DONE ? 0 : sqlite_to_errno(db, rc);
                 sqlite3_finalize(st);
@@ -368,7 +342,7 @@ static int sqlite_schema_version(struct store *s, unsigned *ret) {
 
 static int sqlite_sandbox_insert(struct store *s, const struct store_sandbox *sb) {
         struct store_sqlite *q = to_sqlite(s);
-        int64_t now = now_ms();
+        int64_t now = store_now_ms();
         sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_INSERT);
         bind_text(st, 1, sb->id);
         bind_text(st, 2, sb->template_name);
@@ -394,47 +368,13 @@ static int sqlite_sandbox_insert(struct store *s, const struct store_sandbox *sb
         return r;
 }
 
-/* Reads the current row of a sandbox SELECT into ret. */
-static int read_sandbox_row(sqlite3_stmt *st, struct store_sandbox *ret) {
-        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r;
-        if ((r = column_strdup(st, 0, &sb.id)) < 0 || (r = column_strdup(st, 1, &sb.template_name)) < 0 ||
-            (r = column_strdup(st, 2, &sb.state)) < 0 || (r = column_strdup(st, 3, &sb.error)) < 0 ||
-            (r = column_strdup(st, 4, &sb.metadata)) < 0 || (r = column_strdup(st, 5, &sb.env_keys)) < 0 ||
-            (r = column_strdup(st, 8, &sb.desired_state)) < 0 || (r = column_strdup(st, 9, &sb.snapshot_policy)) < 0 ||
-            (r = column_strdup(st, 11, &sb.tenant_id)) < 0 || (r = column_strdup(st, 14, &sb.on_expiry)) < 0)
-                return r;
-        if (!sb.id || !sb.template_name || !sb.state || !sb.metadata || !sb.env_keys)
-                return -EBADMSG;
-        sb.created_at = sqlite3_column_int64(st, 6);
-        sb.updated_at = sqlite3_column_int64(st, 7);
-        sb.has_idle_timeout = sqlite3_column_type(st, 10) != SQLITE_NULL;
-        sb.idle_timeout_s = sb.has_idle_timeout ? sqlite3_column_int64(st, 10) : 0;
-        sb.expires_at = sqlite3_column_int64(st, 12); /* NULL reads as 0: never */
-        sb.expiry_s = sqlite3_column_int64(st, 13);
-        *ret = sb;
-        sb = (struct store_sandbox){ 0 };
-        return 0;
-}
-
-static int read_sandbox_row_any(sqlite3_stmt *st, void *ret) {
-        return read_sandbox_row(st, ret);
-}
-
 /* Runs a SELECT of one row by one text parameter: the row through
  * read_row into ret, or -ENOENT. */
 static int select_one(struct store_sqlite *q, enum stmt_id id, const char *arg,
-                      int (*read_row)(sqlite3_stmt *, void *), void *ret) {
+                      int (*read_row)(const struct store_row *, void *), void *ret) {
         sqlite3_stmt *st = stmt_begin(q, id);
         bind_text(st, 1, arg);
-        int rc = sqlite3_step(st);
-        int r;
-        if (rc == SQLITE_ROW)
-                r = read_row(st, ret);
-        else if (rc == SQLITE_DONE)
-                r = -ENOENT;
-        else
-                r = sqlite_to_errno(q->conn.db, rc);
+        int r = sqlite_one(&q->conn, st, read_row, ret);
         stmt_end(q, st);
         return r;
 }
@@ -443,12 +383,12 @@ static int select_one(struct store_sqlite *q, enum stmt_id id, const char *arg,
  * array (sqlite_collect()). On failure *a and *n still describe what was
  * read, for the caller's array destructor. */
 static int collect_rows(struct store_sqlite *q, sqlite3_stmt *st, size_t elem_size,
-                        int (*read_row)(sqlite3_stmt *, void *), void **a, size_t *n) {
+                        int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
         return sqlite_collect(&q->conn, st, elem_size, SIZE_MAX, read_row, a, n);
 }
 
 static int sqlite_sandbox_get(struct store *s, const char *id, struct store_sandbox *ret) {
-        return select_one(to_sqlite(s), STMT_SANDBOX_GET, id, read_sandbox_row_any, ret);
+        return select_one(to_sqlite(s), STMT_SANDBOX_GET, id, store_read_sandbox, ret);
 }
 
 /* Lists sandboxes: every one (tenant_id NULL) or one tenant's. */
@@ -467,7 +407,7 @@ static int sandbox_list_common(struct store *s, const char *tenant_id, size_t ma
                 st = stmt_begin(q, STMT_SANDBOX_LIST);
                 sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
         }
-        r = collect_rows(q, st, sizeof *a, read_sandbox_row_any, (void **) &a, &n);
+        r = collect_rows(q, st, sizeof *a, store_read_sandbox, (void **) &a, &n);
         stmt_end(q, st);
         if (r < 0) {
                 store_sandbox_array_free(a, n);
@@ -501,7 +441,7 @@ static int sqlite_sandbox_update_state(struct store *s, const char *id, const ch
         bind_text(st, 1, id);
         bind_text(st, 2, state);
         bind_text(st, 3, error);
-        sqlite3_bind_int64(st, 4, now_ms());
+        sqlite3_bind_int64(st, 4, store_now_ms());
         int r = step_one_change(q, st);
         stmt_end(q, st);
         return r;
@@ -524,18 +464,14 @@ static int sqlite_sandbox_transition(struct store *s, const char *id, const char
         bind_text(st, 2, from);
         bind_text(st, 3, to);
         bind_text(st, 4, desired);
-        sqlite3_bind_int64(st, 5, now_ms());
+        sqlite3_bind_int64(st, 5, store_now_ms());
         int r = step_one_change(q, st);
         stmt_end(q, st);
         return r == -ENOENT ? -ESTALE : r;
 }
 
-static int read_network_row(sqlite3_stmt *st, void *ret) {
-        return column_strdup(st, 0, ret);
-}
-
 static int sqlite_sandbox_network_get(struct store *s, const char *id, char **ret) {
-        return select_one(to_sqlite(s), STMT_SANDBOX_NETWORK_GET, id, read_network_row, ret);
+        return select_one(to_sqlite(s), STMT_SANDBOX_NETWORK_GET, id, store_read_text, ret);
 }
 
 static int sqlite_sandbox_network_set(struct store *s, const char *id, const char *state, const char *network) {
@@ -544,7 +480,7 @@ static int sqlite_sandbox_network_set(struct store *s, const char *id, const cha
         bind_text(st, 1, id);
         bind_text(st, 2, state);
         bind_text(st, 3, network);
-        sqlite3_bind_int64(st, 4, now_ms());
+        sqlite3_bind_int64(st, 4, store_now_ms());
         int r = step_one_change(q, st);
         stmt_end(q, st);
         return r == -ENOENT ? -ESTALE : r;
@@ -558,7 +494,7 @@ static int sqlite_sandbox_expiry_set(struct store *s, const char *id, int64_t ex
         bind_int64_or_null(st, 2, expires_at);
         bind_int64_or_null(st, 3, expiry_s);
         bind_text(st, 4, on_expiry);
-        sqlite3_bind_int64(st, 5, now_ms());
+        sqlite3_bind_int64(st, 5, store_now_ms());
         int r = step_one_change(q, st);
         stmt_end(q, st);
         return r;
@@ -574,7 +510,7 @@ static int sqlite_operation_insert(struct store *s, const struct store_operation
         bind_text(st, 5, op->error);
         bind_text(st, 6, op->result);
         bind_text(st, 7, op->idempotency_key);
-        sqlite3_bind_int64(st, 8, op->created_at ? op->created_at : now_ms());
+        sqlite3_bind_int64(st, 8, op->created_at ? op->created_at : store_now_ms());
         bind_text(st, 9, op->request_hash);
         bind_text(st, 10, op->stage);
         sqlite3_bind_int(st, 11, op->progress);
@@ -584,44 +520,12 @@ static int sqlite_operation_insert(struct store *s, const struct store_operation
         return r;
 }
 
-/* Runs an operation SELECT bound to one text parameter. */
-static int operation_select(struct store *s, enum stmt_id id, const char *arg, struct store_operation *ret) {
-        struct store_sqlite *q = to_sqlite(s);
-        _cleanup_(store_operation_release) struct store_operation op = { 0 };
-        sqlite3_stmt *st = stmt_begin(q, id);
-        bind_text(st, 1, arg);
-        int rc = sqlite3_step(st);
-        int r = 0;
-        if (rc == SQLITE_DONE)
-                r = -ENOENT;
-        else if (rc != SQLITE_ROW)
-                r = sqlite_to_errno(q->conn.db, rc);
-        else if ((r = column_strdup(st, 0, &op.id)) >= 0 && (r = column_strdup(st, 1, &op.sandbox_id)) >= 0 &&
-                 (r = column_strdup(st, 2, &op.verb)) >= 0 && (r = column_strdup(st, 3, &op.state)) >= 0 &&
-                 (r = column_strdup(st, 4, &op.error)) >= 0 && (r = column_strdup(st, 5, &op.result)) >= 0 &&
-                 (r = column_strdup(st, 6, &op.idempotency_key)) >= 0 &&
-                 (r = column_strdup(st, 9, &op.request_hash)) >= 0 && (r = column_strdup(st, 10, &op.stage)) >= 0 &&
-                 (r = column_strdup(st, 12, &op.tenant_id)) >= 0) {
-                if (!op.id || !op.sandbox_id || !op.verb || !op.state)
-                        r = -EBADMSG;
-                op.created_at = sqlite3_column_int64(st, 7);
-                op.finished_at = sqlite3_column_int64(st, 8); /* NULL reads as 0 */
-                op.progress = sqlite3_column_int(st, 11);
-        }
-        stmt_end(q, st);
-        if (r < 0)
-                return r;
-        *ret = op;
-        op = (struct store_operation){ 0 };
-        return 0;
-}
-
 static int sqlite_operation_get(struct store *s, const char *id, struct store_operation *ret) {
-        return operation_select(s, STMT_OP_GET, id, ret);
+        return select_one(to_sqlite(s), STMT_OP_GET, id, store_read_operation, ret);
 }
 
 static int sqlite_operation_find_by_key(struct store *s, const char *key, struct store_operation *ret) {
-        return operation_select(s, STMT_OP_BY_KEY, key, ret);
+        return select_one(to_sqlite(s), STMT_OP_BY_KEY, key, store_read_operation, ret);
 }
 
 static int sqlite_operation_update(struct store *s, const char *id, const char *state, const char *error,
@@ -632,7 +536,7 @@ static int sqlite_operation_update(struct store *s, const char *id, const char *
         bind_text(st, 2, state);
         bind_text(st, 3, error);
         bind_text(st, 4, result);
-        sqlite3_bind_int64(st, 5, now_ms());
+        sqlite3_bind_int64(st, 5, store_now_ms());
         int r = step_one_change(q, st);
         stmt_end(q, st);
         return r;
@@ -653,7 +557,7 @@ static int sqlite_operation_fail_unfinished(struct store *s, const char *error) 
         struct store_sqlite *q = to_sqlite(s);
         sqlite3_stmt *st = stmt_begin(q, STMT_OP_FAIL_UNFINISHED);
         bind_text(st, 1, error);
-        sqlite3_bind_int64(st, 2, now_ms());
+        sqlite3_bind_int64(st, 2, store_now_ms());
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
@@ -666,36 +570,15 @@ static int sqlite_snapshot_insert(struct store *s, const struct store_snapshot *
         bind_text(st, 2, snap->sandbox_id);
         bind_text(st, 3, snap->kind);
         sqlite3_bind_int64(st, 4, snap->size);
-        sqlite3_bind_int64(st, 5, snap->created_at ? snap->created_at : now_ms());
+        sqlite3_bind_int64(st, 5, snap->created_at ? snap->created_at : store_now_ms());
         sqlite3_bind_int(st, 6, snap->pinned ? 1 : 0);
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
 }
 
-/* Reads the current row of a snapshot SELECT into ret. */
-static int read_snapshot_row(sqlite3_stmt *st, struct store_snapshot *ret) {
-        _cleanup_(store_snapshot_release) struct store_snapshot snap = { 0 };
-        int r;
-        if ((r = column_strdup(st, 0, &snap.id)) < 0 || (r = column_strdup(st, 1, &snap.sandbox_id)) < 0 ||
-            (r = column_strdup(st, 2, &snap.kind)) < 0)
-                return r;
-        if (!snap.id || !snap.sandbox_id || !snap.kind)
-                return -EBADMSG;
-        snap.size = sqlite3_column_int64(st, 3);
-        snap.created_at = sqlite3_column_int64(st, 4);
-        snap.pinned = sqlite3_column_int(st, 5) != 0;
-        *ret = snap;
-        snap = (struct store_snapshot){ 0 };
-        return 0;
-}
-
-static int read_snapshot_row_any(sqlite3_stmt *st, void *ret) {
-        return read_snapshot_row(st, ret);
-}
-
 static int sqlite_snapshot_get(struct store *s, const char *id, struct store_snapshot *ret) {
-        return select_one(to_sqlite(s), STMT_SNAP_GET, id, read_snapshot_row_any, ret);
+        return select_one(to_sqlite(s), STMT_SNAP_GET, id, store_read_snapshot, ret);
 }
 
 static int sqlite_snapshot_list(struct store *s, const char *sandbox_id, size_t max, struct store_snapshot **ret,
@@ -707,7 +590,7 @@ static int sqlite_snapshot_list(struct store *s, const char *sandbox_id, size_t 
         sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_LIST);
         bind_text(st, 1, sandbox_id);
         sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        r = collect_rows(q, st, sizeof *a, read_snapshot_row_any, (void **) &a, &n);
+        r = collect_rows(q, st, sizeof *a, store_read_snapshot, (void **) &a, &n);
         stmt_end(q, st);
         if (r < 0) {
                 store_snapshot_array_free(a, n);
@@ -735,39 +618,14 @@ static int sqlite_session_insert(struct store *s, const struct store_session *se
         bind_text(st, 3, ses->cmd);
         sqlite3_bind_int(st, 4, ses->pty ? 1 : 0);
         sqlite3_bind_blob(st, 5, ses->token_hash, STORE_HASH_SIZE, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 6, ses->created_at ? ses->created_at : now_ms());
+        sqlite3_bind_int64(st, 6, ses->created_at ? ses->created_at : store_now_ms());
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
 }
 
 static int sqlite_session_get(struct store *s, const char *id, struct store_session *ret) {
-        struct store_sqlite *q = to_sqlite(s);
-        _cleanup_(store_session_release) struct store_session ses = { 0 };
-        sqlite3_stmt *st = stmt_begin(q, STMT_SESSION_GET);
-        bind_text(st, 1, id);
-        int rc = sqlite3_step(st);
-        int r = 0;
-        if (rc == SQLITE_DONE)
-                r = -ENOENT;
-        else if (rc != SQLITE_ROW)
-                r = sqlite_to_errno(q->conn.db, rc);
-        else if ((r = column_strdup(st, 0, &ses.id)) >= 0 && (r = column_strdup(st, 1, &ses.sandbox_id)) >= 0 &&
-                 (r = column_strdup(st, 2, &ses.cmd)) >= 0) {
-                ses.pty = sqlite3_column_int(st, 3) != 0;
-                const void *h = sqlite3_column_blob(st, 4);
-                if (!ses.id || !ses.sandbox_id || !ses.cmd || !h || sqlite3_column_bytes(st, 4) != STORE_HASH_SIZE)
-                        r = -EBADMSG;
-                else
-                        memcpy(ses.token_hash, h, STORE_HASH_SIZE);
-                ses.created_at = sqlite3_column_int64(st, 5);
-        }
-        stmt_end(q, st);
-        if (r < 0)
-                return r;
-        *ret = ses;
-        ses = (struct store_session){ 0 };
-        return 0;
+        return select_one(to_sqlite(s), STMT_SESSION_GET, id, store_read_session, ret);
 }
 
 static int sqlite_session_delete(struct store *s, const char *id) {
@@ -784,7 +642,7 @@ static int sqlite_api_key_insert(struct store *s, const char *name, const uint8_
         sqlite3_stmt *st = stmt_begin(q, STMT_KEY_UPSERT);
         bind_text(st, 1, name);
         sqlite3_bind_blob(st, 2, hash, STORE_HASH_SIZE, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, now_ms());
+        sqlite3_bind_int64(st, 3, store_now_ms());
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
@@ -792,36 +650,11 @@ static int sqlite_api_key_insert(struct store *s, const char *name, const uint8_
 
 static int sqlite_api_key_lookup(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_tenant_id) {
         struct store_sqlite *q = to_sqlite(s);
-        _cleanup_free_ char *tenant_id = NULL;
-        bool found = false;
-        int r = 0;
         sqlite3_stmt *st = stmt_begin(q, STMT_KEY_ALL);
-        for (;;) {
-                int rc = sqlite3_step(st);
-                if (rc == SQLITE_DONE)
-                        break;
-                if (rc != SQLITE_ROW) {
-                        r = sqlite_to_errno(q->conn.db, rc);
-                        break;
-                }
-                const void *h = sqlite3_column_blob(st, 0);
-                /* no early exit: every row is compared */
-                bool match = h && sqlite3_column_bytes(st, 0) == STORE_HASH_SIZE &&
-                             sodium_memcmp(h, hash, STORE_HASH_SIZE) == 0;
-                if (match && !found) {
-                        found = true;
-                        r = column_strdup(st, 1, &tenant_id);
-                        if (r < 0)
-                                break;
-                }
-        }
+        struct sqlite_rows rows = sqlite_rows(q->conn.db, st);
+        int r = store_rows_match_key(&rows.row, hash, ret_tenant_id);
         stmt_end(q, st);
-        if (r < 0)
-                return r;
-        if (!found)
-                return -EACCES;
-        *ret_tenant_id = TAKE_PTR(tenant_id);
-        return 0;
+        return r;
 }
 
 static int sqlite_api_key_create(struct store *s, const char *id, const char *tenant_id, const char *name,
@@ -830,7 +663,7 @@ static int sqlite_api_key_create(struct store *s, const char *id, const char *te
         sqlite3_stmt *st = stmt_begin(q, STMT_KEY_CREATE);
         bind_text(st, 1, id);
         sqlite3_bind_blob(st, 2, hash, STORE_HASH_SIZE, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, now_ms());
+        sqlite3_bind_int64(st, 3, store_now_ms());
         bind_text(st, 4, tenant_id);
         bind_text(st, 5, name);
         sqlite3_bind_int64(st, 6, (sqlite3_int64) MIN(max, (size_t) INT64_MAX));
@@ -841,20 +674,6 @@ static int sqlite_api_key_create(struct store *s, const char *id, const char *te
         return r;
 }
 
-static int read_api_key_row(sqlite3_stmt *st, void *ret) {
-        _cleanup_(store_api_key_release) struct store_api_key k = { 0 };
-        int r;
-        if ((r = column_strdup(st, 0, &k.id)) < 0 || (r = column_strdup(st, 1, &k.tenant_id)) < 0 ||
-            (r = column_strdup(st, 2, &k.name)) < 0)
-                return r;
-        if (!k.id)
-                return -EBADMSG;
-        k.created_at = sqlite3_column_int64(st, 3);
-        *(struct store_api_key *) ret = k;
-        k = (struct store_api_key){ 0 };
-        return 0;
-}
-
 static int sqlite_api_key_list(struct store *s, const char *tenant_id, size_t max, struct store_api_key **ret,
                                size_t *ret_n) {
         struct store_sqlite *q = to_sqlite(s);
@@ -863,7 +682,7 @@ static int sqlite_api_key_list(struct store *s, const char *tenant_id, size_t ma
         sqlite3_stmt *st = stmt_begin(q, STMT_KEY_LIST);
         bind_text(st, 1, tenant_id);
         sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        int r = collect_rows(q, st, sizeof *a, read_api_key_row, (void **) &a, &n);
+        int r = collect_rows(q, st, sizeof *a, store_read_api_key, (void **) &a, &n);
         stmt_end(q, st);
         if (r < 0) {
                 store_api_key_array_free(a, n);
@@ -888,7 +707,7 @@ static int sqlite_tenant_insert(struct store *s, const struct store_tenant *t, s
         sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_INSERT);
         bind_text(st, 1, t->id);
         bind_text(st, 2, t->name);
-        sqlite3_bind_int64(st, 3, t->created_at ? t->created_at : now_ms());
+        sqlite3_bind_int64(st, 3, t->created_at ? t->created_at : store_now_ms());
         sqlite3_bind_int64(st, 4, (sqlite3_int64) MIN(max, (size_t) INT64_MAX));
         bind_text(st, 5, t->network);
         int r = step_done(q, st);
@@ -898,22 +717,8 @@ static int sqlite_tenant_insert(struct store *s, const struct store_tenant *t, s
         return r;
 }
 
-static int read_tenant_row(sqlite3_stmt *st, void *ret) {
-        _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
-        int r;
-        if ((r = column_strdup(st, 0, &t.id)) < 0 || (r = column_strdup(st, 1, &t.name)) < 0 ||
-            (r = column_strdup(st, 3, &t.network)) < 0)
-                return r;
-        if (!t.id || !t.name)
-                return -EBADMSG;
-        t.created_at = sqlite3_column_int64(st, 2);
-        *(struct store_tenant *) ret = t;
-        t = (struct store_tenant){ 0 };
-        return 0;
-}
-
 static int sqlite_tenant_get(struct store *s, const char *id, struct store_tenant *ret) {
-        return select_one(to_sqlite(s), STMT_TENANT_GET, id, read_tenant_row, ret);
+        return select_one(to_sqlite(s), STMT_TENANT_GET, id, store_read_tenant, ret);
 }
 
 static int sqlite_tenant_list(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n) {
@@ -922,7 +727,7 @@ static int sqlite_tenant_list(struct store *s, size_t max, struct store_tenant *
         size_t n = 0;
         sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_LIST);
         sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
-        int r = collect_rows(q, st, sizeof *a, read_tenant_row, (void **) &a, &n);
+        int r = collect_rows(q, st, sizeof *a, store_read_tenant, (void **) &a, &n);
         stmt_end(q, st);
         if (r < 0) {
                 store_tenant_array_free(a, n);

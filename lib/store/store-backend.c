@@ -1,0 +1,297 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the backends share: the row readers of every table, collecting rows,
+ * and the constant-time API key match (store-backend.h).
+ */
+#include <errno.h>
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "macros.h"
+#include "store-backend.h"
+#include "util.h"
+
+int64_t store_now_ms(void) {
+        return (int64_t) (now_realtime_ns() / 1000000ULL);
+}
+
+int store_row_strdup(const struct store_row *r, int col, char **ret) {
+        const char *t = store_row_text(r, col);
+        if (!t) {
+                *ret = NULL;
+                return 0;
+        }
+        char *c = strdup(t);
+        if (!c)
+                return -ENOMEM;
+        *ret = c;
+        return 0;
+}
+
+int store_read_sandbox(const struct store_row *r, void *ret) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &sb.id)) < 0 || (k = store_row_strdup(r, 1, &sb.template_name)) < 0 ||
+            (k = store_row_strdup(r, 2, &sb.state)) < 0 || (k = store_row_strdup(r, 3, &sb.error)) < 0 ||
+            (k = store_row_strdup(r, 4, &sb.metadata)) < 0 || (k = store_row_strdup(r, 5, &sb.env_keys)) < 0 ||
+            (k = store_row_strdup(r, 8, &sb.desired_state)) < 0 ||
+            (k = store_row_strdup(r, 9, &sb.snapshot_policy)) < 0 ||
+            (k = store_row_strdup(r, 11, &sb.tenant_id)) < 0 ||
+            (k = store_row_strdup(r, 14, &sb.on_expiry)) < 0)
+                return k;
+        if (!sb.id || !sb.template_name || !sb.state || !sb.metadata || !sb.env_keys)
+                return -EBADMSG;
+        sb.created_at = store_row_int64(r, 6);
+        sb.updated_at = store_row_int64(r, 7);
+        sb.has_idle_timeout = !r->ops->is_null(r, 10);
+        sb.idle_timeout_s = store_row_int64(r, 10);
+        sb.expires_at = store_row_int64(r, 12); /* NULL reads as 0: never */
+        sb.expiry_s = store_row_int64(r, 13);
+        *(struct store_sandbox *) ret = sb;
+        sb = (struct store_sandbox){ 0 };
+        return 0;
+}
+
+int store_read_snapshot(const struct store_row *r, void *ret) {
+        _cleanup_(store_snapshot_release) struct store_snapshot snap = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &snap.id)) < 0 || (k = store_row_strdup(r, 1, &snap.sandbox_id)) < 0 ||
+            (k = store_row_strdup(r, 2, &snap.kind)) < 0)
+                return k;
+        if (!snap.id || !snap.sandbox_id || !snap.kind)
+                return -EBADMSG;
+        snap.size = store_row_int64(r, 3);
+        snap.created_at = store_row_int64(r, 4);
+        snap.pinned = store_row_int64(r, 5) != 0;
+        *(struct store_snapshot *) ret = snap;
+        snap = (struct store_snapshot){ 0 };
+        return 0;
+}
+
+int store_read_operation(const struct store_row *r, void *ret) {
+        _cleanup_(store_operation_release) struct store_operation op = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &op.id)) < 0 || (k = store_row_strdup(r, 1, &op.sandbox_id)) < 0 ||
+            (k = store_row_strdup(r, 2, &op.verb)) < 0 || (k = store_row_strdup(r, 3, &op.state)) < 0 ||
+            (k = store_row_strdup(r, 4, &op.error)) < 0 || (k = store_row_strdup(r, 5, &op.result)) < 0 ||
+            (k = store_row_strdup(r, 6, &op.idempotency_key)) < 0 ||
+            (k = store_row_strdup(r, 9, &op.request_hash)) < 0 || (k = store_row_strdup(r, 10, &op.stage)) < 0 ||
+            (k = store_row_strdup(r, 12, &op.tenant_id)) < 0)
+                return k;
+        if (!op.id || !op.sandbox_id || !op.verb || !op.state)
+                return -EBADMSG;
+        op.created_at = store_row_int64(r, 7);
+        op.finished_at = store_row_int64(r, 8); /* NULL reads as 0 */
+        op.progress = (int) store_row_int64(r, 11);
+        *(struct store_operation *) ret = op;
+        op = (struct store_operation){ 0 };
+        return 0;
+}
+
+int store_read_session(const struct store_row *r, void *ret) {
+        _cleanup_(store_session_release) struct store_session ses = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &ses.id)) < 0 || (k = store_row_strdup(r, 1, &ses.sandbox_id)) < 0 ||
+            (k = store_row_strdup(r, 2, &ses.cmd)) < 0)
+                return k;
+        size_t n = 0;
+        const void *h = r->ops->blob(r, 4, &n);
+        if (!ses.id || !ses.sandbox_id || !ses.cmd || !h || n != STORE_HASH_SIZE)
+                return -EBADMSG;
+        memcpy(ses.token_hash, h, STORE_HASH_SIZE);
+        ses.pty = store_row_int64(r, 3) != 0;
+        ses.created_at = store_row_int64(r, 5);
+        *(struct store_session *) ret = ses;
+        ses = (struct store_session){ 0 };
+        return 0;
+}
+
+int store_read_api_key(const struct store_row *r, void *ret) {
+        _cleanup_(store_api_key_release) struct store_api_key key = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &key.id)) < 0 || (k = store_row_strdup(r, 1, &key.tenant_id)) < 0 ||
+            (k = store_row_strdup(r, 2, &key.name)) < 0)
+                return k;
+        if (!key.id)
+                return -EBADMSG;
+        key.created_at = store_row_int64(r, 3);
+        *(struct store_api_key *) ret = key;
+        key = (struct store_api_key){ 0 };
+        return 0;
+}
+
+int store_read_tenant(const struct store_row *r, void *ret) {
+        _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &t.id)) < 0 || (k = store_row_strdup(r, 1, &t.name)) < 0 ||
+            (k = store_row_strdup(r, 3, &t.network)) < 0)
+                return k;
+        if (!t.id || !t.name)
+                return -EBADMSG;
+        t.created_at = store_row_int64(r, 2);
+        *(struct store_tenant *) ret = t;
+        t = (struct store_tenant){ 0 };
+        return 0;
+}
+
+int store_read_secret(const struct store_row *r, void *ret) {
+        _cleanup_(store_secret_release) struct store_secret sec = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &sec.tenant_id)) < 0 || (k = store_row_strdup(r, 1, &sec.name)) < 0 ||
+            (k = store_row_strdup(r, 2, &sec.sandbox_id)) < 0 || (k = store_row_strdup(r, 3, &sec.spec)) < 0 ||
+            (k = store_row_strdup(r, 6, &sec.created_by)) < 0)
+                return k;
+        if (!sec.name || !sec.spec)
+                return -EBADMSG;
+        sec.expires_at = store_row_int64(r, 4);
+        sec.created_at = store_row_int64(r, 5);
+        if (r->ops->ncols(r) > 7) { /* selected with its sealed value */
+                size_t n = 0;
+                const void *b = r->ops->blob(r, 7, &n);
+                if (!b || n == 0)
+                        return -EBADMSG;
+                sec.sealed = malloc(n);
+                if (!sec.sealed)
+                        return -ENOMEM;
+                memcpy(sec.sealed, b, n);
+                sec.sealed_len = n;
+        }
+        *(struct store_secret *) ret = sec;
+        sec = (struct store_secret){ 0 };
+        return 0;
+}
+
+int store_read_image(const struct store_row *r, void *ret) {
+        _cleanup_(store_image_release) struct store_image img = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &img.id)) < 0 || (k = store_row_strdup(r, 1, &img.tenant_id)) < 0 ||
+            (k = store_row_strdup(r, 2, &img.name)) < 0 || (k = store_row_strdup(r, 3, &img.sandbox_id)) < 0 ||
+            (k = store_row_strdup(r, 4, &img.template_name)) < 0)
+                return k;
+        if (!img.id || !img.sandbox_id || !img.template_name)
+                return -EBADMSG;
+        img.size = store_row_int64(r, 5);
+        img.created_at = store_row_int64(r, 6);
+        *(struct store_image *) ret = img;
+        img = (struct store_image){ 0 };
+        return 0;
+}
+
+int store_read_audit_event(const struct store_row *r, void *ret) {
+        _cleanup_(store_audit_event_release) struct store_audit_event e = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 2, &e.tenant_id)) < 0 || (k = store_row_strdup(r, 3, &e.actor)) < 0 ||
+            (k = store_row_strdup(r, 4, &e.sandbox_id)) < 0 || (k = store_row_strdup(r, 5, &e.secret)) < 0 ||
+            (k = store_row_strdup(r, 6, &e.host)) < 0 || (k = store_row_strdup(r, 8, &e.method)) < 0 ||
+            (k = store_row_strdup(r, 9, &e.path)) < 0 || (k = store_row_strdup(r, 10, &e.action)) < 0 ||
+            (k = store_row_strdup(r, 11, &e.reason)) < 0)
+                return k;
+        if (!e.actor || !e.action)
+                return -EBADMSG;
+        e.id = store_row_int64(r, 0);
+        e.ts_ms = store_row_int64(r, 1);
+        e.port = (int) store_row_int64(r, 7);
+        *(struct store_audit_event *) ret = e;
+        e = (struct store_audit_event){ 0 };
+        return 0;
+}
+
+int store_read_attachment(const struct store_row *r, void *ret) {
+        struct store_sandbox_secret a = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &a.sandbox_id)) < 0 || (k = store_row_strdup(r, 1, &a.name)) < 0 ||
+            (k = store_row_strdup(r, 2, &a.placeholder)) < 0 || (k = store_row_strdup(r, 3, &a.env_name)) < 0 ||
+            (k = a.sandbox_id && a.name && a.placeholder && a.env_name ? 0 : -EBADMSG) < 0) {
+                free(a.sandbox_id);
+                free(a.name);
+                free(a.placeholder);
+                free(a.env_name);
+                return k;
+        }
+        *(struct store_sandbox_secret *) ret = a;
+        return 0;
+}
+
+int store_read_audit_cursor(const struct store_row *r, void *ret) {
+        char *boot_id = NULL;
+        int k = store_row_strdup(r, 0, &boot_id);
+        if (k < 0)
+                return k;
+        if (!boot_id)
+                return -EBADMSG;
+        *(struct store_audit_cursor *) ret = (struct store_audit_cursor){ boot_id, store_row_int64(r, 1) };
+        return 0;
+}
+
+int store_read_text(const struct store_row *r, void *ret) {
+        return store_row_strdup(r, 0, ret);
+}
+
+int store_read_string(const struct store_row *r, void *ret) {
+        char *s = NULL;
+        int k = store_row_strdup(r, 0, &s);
+        if (k < 0)
+                return k;
+        if (!s)
+                return -EBADMSG;
+        *(char **) ret = s;
+        return 0;
+}
+
+int store_rows_one(struct store_row *r, int (*read_row)(const struct store_row *, void *), void *ret) {
+        int k = r->next(r);
+        if (k < 0)
+                return k;
+        return k == 0 ? -ENOENT : read_row(r, ret);
+}
+
+int store_rows_collect(struct store_row *r, size_t elem, size_t max,
+                       int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
+        size_t cap = 0;
+        while (*n < max) {
+                int k = r->next(r);
+                if (k <= 0)
+                        return k;
+                if (*n == cap) {
+                        size_t ncap = cap ? cap * 2 : 8;
+                        void *na = realloc(*a, ncap * elem);
+                        if (!na)
+                                return -ENOMEM;
+                        memset((char *) na + cap * elem, 0, (ncap - cap) * elem);
+                        *a = na;
+                        cap = ncap;
+                }
+                k = read_row(r, (char *) *a + *n * elem);
+                if (k < 0)
+                        return k;
+                (*n)++;
+        }
+        return 0;
+}
+
+int store_rows_match_key(struct store_row *r, const uint8_t hash[STORE_HASH_SIZE], char **ret_tenant_id) {
+        _cleanup_free_ char *tenant_id = NULL;
+        bool found = false;
+        for (;;) {
+                int k = r->next(r);
+                if (k < 0)
+                        return k;
+                if (k == 0)
+                        break;
+                size_t n = 0;
+                const void *h = r->ops->blob(r, 0, &n);
+                /* no early exit: every row is compared */
+                bool match = h && n == STORE_HASH_SIZE && sodium_memcmp(h, hash, STORE_HASH_SIZE) == 0;
+                if (match && !found) {
+                        found = true;
+                        k = store_row_strdup(r, 1, &tenant_id);
+                        if (k < 0)
+                                return k;
+                }
+        }
+        if (!found)
+                return -EACCES;
+        *ret_tenant_id = TAKE_PTR(tenant_id);
+        return 0;
+}

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * What every backend of the store shares (store-backend.c): a row of a
+ * result read by column whichever database made it, the readers that turn
+ * a row of each table into its struct (so both backends select the same
+ * columns in the same order: the column lists below), collecting rows into
+ * an array, and the constant-time API key match. Private to lib/store.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+/* One row of a result: ops read its columns (0-based). */
+struct store_row;
+struct store_row_ops {
+        int (*ncols)(const struct store_row *r);
+        bool (*is_null)(const struct store_row *r, int col);
+        /* NULL for an SQL NULL; valid until the cursor moves */
+        const char *(*text)(const struct store_row *r, int col);
+        /* 0 for an SQL NULL; booleans read as 0 or 1 */
+        int64_t (*int64)(const struct store_row *r, int col);
+        /* NULL for an SQL NULL; valid until the cursor moves */
+        const void *(*blob)(const struct store_row *r, int col, size_t *ret_len);
+};
+
+/* A cursor over a result: next() moves onto the following row (1), finds
+ * none left (0) or fails (negative errno). */
+struct store_row {
+        const struct store_row_ops *ops;
+        int (*next)(struct store_row *r);
+};
+
+static inline const char *store_row_text(const struct store_row *r, int col) {
+        return r->ops->text(r, col);
+}
+static inline int64_t store_row_int64(const struct store_row *r, int col) {
+        return r->ops->int64(r, col);
+}
+/* Copies a text column (an SQL NULL gives NULL). */
+int store_row_strdup(const struct store_row *r, int col, char **ret);
+
+/* Unix time in milliseconds, the unit of every *_at column (computed here,
+ * not by the database, so that both backends write the same numbers). */
+int64_t store_now_ms(void);
+
+/* The columns each reader expects, in its order. */
+#define STORE_SANDBOX_COLUMNS                                                                           \
+        "id, template, state, error, metadata, env_keys, created_at, updated_at, desired_state, "     \
+        "snapshot_policy, idle_timeout_s, tenant_id, expires_at, expiry_s, on_expiry"
+#define STORE_SNAPSHOT_COLUMNS "id, sandbox_id, kind, size, created_at, pinned"
+#define STORE_OPERATION_COLUMNS                                                                         \
+        "id, sandbox_id, verb, state, error, result, idempotency_key, created_at, finished_at, "       \
+        "request_hash, stage, progress, tenant_id"
+#define STORE_SESSION_COLUMNS "id, sandbox_id, cmd, pty, token_hash, created_at"
+#define STORE_API_KEY_COLUMNS "id, tenant_id, label, created_at"
+#define STORE_TENANT_COLUMNS "id, name, created_at, network"
+/* a secret's columns; "SECRET_COLUMNS, sealed" reads its value too */
+#define STORE_SECRET_COLUMNS "tenant_id, name, sandbox_id, spec, expires_at, created_at, created_by"
+#define STORE_IMAGE_COLUMNS "id, tenant_id, name, sandbox_id, template, size, created_at"
+#define STORE_AUDIT_COLUMNS                                                                             \
+        "id, ts_ms, tenant_id, actor, sandbox_id, secret, host, port, method, path, action, reason"
+#define STORE_ATTACHMENT_COLUMNS "sandbox_id, name, placeholder, env_name"
+
+/* Readers: the current row into *ret (the struct named), which they fill
+ * only on success. -EBADMSG for a row that breaks the schema's promises. */
+int store_read_sandbox(const struct store_row *r, void *ret);
+int store_read_snapshot(const struct store_row *r, void *ret);
+int store_read_operation(const struct store_row *r, void *ret);
+int store_read_session(const struct store_row *r, void *ret);
+int store_read_api_key(const struct store_row *r, void *ret);
+int store_read_tenant(const struct store_row *r, void *ret);
+int store_read_secret(const struct store_row *r, void *ret);
+int store_read_image(const struct store_row *r, void *ret);
+int store_read_audit_event(const struct store_row *r, void *ret);
+int store_read_attachment(const struct store_row *r, void *ret);
+/* where reading a gateway's audit events stopped (boot_id, seq) */
+struct store_audit_cursor {
+        char *boot_id;
+        int64_t seq;
+};
+int store_read_audit_cursor(const struct store_row *r, void *ret);
+/* one text column, NULL allowed (char **) */
+int store_read_text(const struct store_row *r, void *ret);
+/* one text column, never NULL (char **) */
+int store_read_string(const struct store_row *r, void *ret);
+
+/* Reads the first row through read_row into ret; -ENOENT when there is none. */
+int store_rows_one(struct store_row *r, int (*read_row)(const struct store_row *, void *), void *ret);
+/* Reads at most max rows through read_row into a growing array of elem-sized
+ * elements. On failure *a and *n still describe what was read, for the
+ * caller's array destructor. */
+int store_rows_collect(struct store_row *r, size_t elem, size_t max,
+                       int (*read_row)(const struct store_row *, void *), void **a, size_t *n);
+
+/* Compares hash with the hash in column 0 of every row (api_keys: hash,
+ * tenant_id), in constant time and without stopping at a match, so timing
+ * tells nothing about near misses: 0 and *ret_tenant_id (column 1, NULL
+ * for the admin scope) when one matched, -EACCES when none did. */
+int store_rows_match_key(struct store_row *r, const uint8_t hash[STORE_HASH_SIZE], char **ret_tenant_id);
