@@ -2,50 +2,39 @@
 #include "nodeclient.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 
 #include "apierror.h"
 #include "util.h"
 
 
-int node_conn_set_timeout(struct node_conn *c, unsigned timeout_s) {
-        struct timeval tv = { .tv_sec = timeout_s ? timeout_s : 1 };
-        if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0 ||
-            setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0)
-                return negative_errno();
-        return 0;
+/* The control plane's side of mutual TLS: set once at start, before any
+ * request, in a cluster; NULL on one machine (Unix sockets only). */
+static struct mtls_ctx *cluster_tls;
+
+void node_client_set_tls(struct mtls_ctx *tls) {
+        cluster_tls = tls;
 }
 
-int node_conn_open(const char *socket_path, unsigned timeout_s, struct node_conn **ret) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        size_t n = strlen(socket_path);
-        if (n == 0 || n >= sizeof sa.sun_path)
-                return -EINVAL;
-        memcpy(sa.sun_path, socket_path, n + 1);
+int node_conn_set_timeout(struct node_conn *c, unsigned timeout_s) {
+        return link_set_timeout(&c->link, (int) (timeout_s ? timeout_s : 1) * 1000);
+}
 
+int node_conn_open(const char *node_addr, unsigned timeout_s, struct node_conn **ret) {
         struct node_conn *c = calloc(1, sizeof *c);
         if (!c)
                 return -ENOMEM;
-        c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (c->fd < 0) {
-                int r = negative_errno();
-                free(c);
-                return r;
-        }
+        c->link = LINK_NULL;
         int r = proto_reader_init(&c->reader);
         if (r >= 0)
-                r = node_conn_set_timeout(c, timeout_s);
-        if (r >= 0 && connect(c->fd, (struct sockaddr *) &sa, sizeof sa) < 0)
-                /* missing socket, refused, permission: the node is not there for us */
-                r = -EHOSTDOWN;
+                r = link_connect(node_addr, cluster_tls, (int) (timeout_s ? timeout_s : 1) * 1000, &c->link);
         if (r < 0) {
                 node_conn_free(c);
-                return r;
+                /* a bad address is ours; anything else (missing socket,
+                 * refused, a certificate refused) is a node not there for us */
+                return r == -EINVAL || r == -ENOMEM ? r : -EHOSTDOWN;
         }
         *ret = c;
         return 0;
@@ -54,8 +43,7 @@ int node_conn_open(const char *socket_path, unsigned timeout_s, struct node_conn
 void node_conn_free(struct node_conn *c) {
         if (!c)
                 return;
-        if (c->fd >= 0)
-                close(c->fd);
+        link_close(&c->link);
         proto_reader_release(&c->reader);
         free(c);
 }
@@ -76,14 +64,14 @@ int node_conn_send_request(struct node_conn *c, const json_t *req) {
         size_t len = strlen(s);
         if (len > PROTO_MAX_PAYLOAD)
                 return -EMSGSIZE;
-        return io_errno(proto_write_frame(c->fd, PROTO_NODE_REQUEST, 0, s, len));
+        return io_errno(link_write_frame(&c->link, PROTO_NODE_REQUEST, 0, s, len));
 }
 
 int node_conn_send_data(struct node_conn *c, const void *data, size_t len) {
         const uint8_t *p = data;
         while (len > 0) {
                 size_t k = MIN(len, (size_t) PROTO_DATA_CHUNK);
-                int r = proto_write_frame(c->fd, PROTO_NODE_DATA, 0, p, k);
+                int r = link_write_frame(&c->link, PROTO_NODE_DATA, 0, p, k);
                 if (r < 0)
                         return io_errno(r);
                 p += k;
@@ -94,7 +82,7 @@ int node_conn_send_data(struct node_conn *c, const void *data, size_t len) {
 
 int node_conn_send_end(struct node_conn *c, bool abort) {
         const char *body = abort ? "{\"abort\":true}" : "{}";
-        return io_errno(proto_write_frame(c->fd, PROTO_NODE_END, 0, body, strlen(body)));
+        return io_errno(link_write_frame(&c->link, PROTO_NODE_END, 0, body, strlen(body)));
 }
 
 static void set_err(char *err, const char *msg) {
@@ -128,7 +116,7 @@ static void drop_pending(struct node_conn *c) {
 /* Reads one frame; -ECONNRESET on EOF. */
 static int read_frame(struct node_conn *c, struct proto_header *h, const uint8_t **payload) {
         drop_pending(c);
-        int r = proto_reader_read(&c->reader, c->fd, h, payload);
+        int r = link_read_frame(&c->link, &c->reader, h, payload);
         if (r == 0)
                 return -ECONNRESET;
         return r < 0 ? io_errno(r) : 0;
@@ -165,7 +153,7 @@ int node_conn_next(struct node_conn *c, struct node_frame *ret, char *err) {
         struct proto_header h;
         const uint8_t *payload;
         drop_pending(c);
-        int r = proto_reader_read(&c->reader, c->fd, &h, &payload);
+        int r = link_read_frame(&c->link, &c->reader, &h, &payload);
         if (r == 0)
                 return 0;
         if (r < 0)
@@ -209,16 +197,12 @@ int node_conn_wait(struct node_conn *c, int timeout_ms) {
         int r = proto_reader_next(&c->reader, &h, &payload);
         if (r != 0)
                 return r < 0 ? r : 1; /* a whole frame is already buffered */
-        struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
-        r = poll(&pfd, 1, timeout_ms);
-        if (r < 0)
-                return errno == EINTR ? 0 : negative_errno();
-        return r > 0 ? 1 : 0;
+        return link_wait(&c->link, timeout_ms);
 }
 
-int node_call(const char *socket_path, unsigned timeout_s, const json_t *req, json_t **ret, char *err) {
+int node_call(const char *node_addr, unsigned timeout_s, const json_t *req, json_t **ret, char *err) {
         _cleanup_(node_conn_freep) struct node_conn *c = NULL;
-        int r = node_conn_open(socket_path, timeout_s, &c);
+        int r = node_conn_open(node_addr, timeout_s, &c);
         if (r < 0) {
                 set_err(err, "the node agent is not reachable");
                 return r;

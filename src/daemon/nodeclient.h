@@ -2,8 +2,9 @@
 #pragma once
 
 /*
- * Client side of the node protocol (docs/node-protocol.md): one Unix socket
- * connection per request to airlock-node, NODE_REQUEST out, NODE_REPLY back,
+ * Client side of the node protocol (docs/node-protocol.md): one connection
+ * per request to an airlock-node (lib/link: its Unix socket on this
+ * machine, mutual TLS to a node of the cluster), NODE_REQUEST out, NODE_REPLY back,
  * then optional streams (NODE_DATA / NODE_EVENT ... NODE_END) either way.
  * Every read has a deadline (SO_RCVTIMEO); a read that runs past it fails
  * with -ETIMEDOUT. A node that cannot be reached gives -EHOSTDOWN, a node
@@ -16,19 +17,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "link.h"
 #include "macros.h"
 #include "proto.h"
 
 struct node_conn {
-        int fd;
+        struct link link;
         struct proto_reader reader;
         struct proto_header pending; /* NODE_DATA frame still in the reader */
         bool has_pending;
 };
 
-/* Connects to the node socket; timeout_s bounds every later read and write
- * (change it with node_conn_set_timeout()). */
-int node_conn_open(const char *socket_path, unsigned timeout_s, struct node_conn **ret);
+/* The TLS configuration for nodes at tls: addresses (the replica's
+ * certificate; peers must be nodes of the cluster). Set once at start. */
+void node_client_set_tls(struct mtls_ctx *tls);
+
+/* Connects to a node at node_addr (a link address: its socket path on this
+ * machine, or tls:NAME@HOST:PORT); timeout_s bounds the connection and every
+ * later read and write (change it with node_conn_set_timeout()). */
+int node_conn_open(const char *node_addr, unsigned timeout_s, struct node_conn **ret);
 /* Closes the connection; NULL is fine. */
 void node_conn_free(struct node_conn *c);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct node_conn *, node_conn_free)
@@ -74,4 +81,4 @@ int node_conn_wait(struct node_conn *c, int timeout_ms);
  * One complete request/reply exchange on a fresh connection: the common
  * case for ops without streams. *ret gets the reply object on success.
  */
-int node_call(const char *socket_path, unsigned timeout_s, const json_t *req, json_t **ret, char *err);
+int node_call(const char *node_addr, unsigned timeout_s, const json_t *req, json_t **ret, char *err);

@@ -86,7 +86,7 @@ static int serve(int listen_fd, const struct node_config *cfg) {
                         return sig;
                 }
                 if (p[0].revents & POLLIN)
-                        server_accept(listen_fd, cfg);
+                        server_accept(listen_fd, NULL, cfg);
                 session_gc();
         }
 }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -33,7 +34,7 @@ static int conn_send_json(struct node_conn *c, uint8_t type, json_t *obj) {
         _cleanup_free_ char *s = json_dumps(obj, JSON_COMPACT);
         if (!s)
                 return -ENOMEM;
-        int r = proto_write_frame(c->fd, type, 0, s, strlen(s));
+        int r = link_write_frame(&c->link, type, 0, s, strlen(s));
         if (r < 0 && r != -EMSGSIZE)
                 c->broken = true;
         return r;
@@ -90,7 +91,7 @@ int conn_send_event(struct node_conn *c, json_t *obj) {
 int conn_send_data(struct node_conn *c, const void *data, size_t len) {
         if (c->broken)
                 return -EPIPE;
-        int r = proto_write_frame(c->fd, PROTO_NODE_DATA, 0, data, len);
+        int r = link_write_frame(&c->link, PROTO_NODE_DATA, 0, data, len);
         if (r < 0)
                 c->broken = true;
         return r;
@@ -115,16 +116,12 @@ int conn_read_frame(struct node_conn *c, int timeout_ms, struct proto_header *re
                 uint64_t now = now_monotonic_ns();
                 if (now >= deadline)
                         return -ETIMEDOUT;
-                struct pollfd p = { .fd = c->fd, .events = POLLIN };
-                r = poll(&p, 1, (int) ((deadline - now + 999999) / 1000000));
-                if (r < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return negative_errno();
-                }
+                r = link_wait(&c->link, (int) ((deadline - now + 999999) / 1000000));
+                if (r < 0)
+                        return r;
                 if (r == 0)
-                        return -ETIMEDOUT;
-                r = proto_reader_fill(&c->reader, c->fd);
+                        continue; /* the deadline decides */
+                r = link_fill(&c->link, &c->reader);
                 if (r == 0)
                         return 0;
                 if (r < 0 && r != -EAGAIN)
@@ -137,20 +134,8 @@ void conn_pop_frame(struct node_conn *c, const struct proto_header *h) {
 }
 
 bool conn_hung_up(struct node_conn *c) {
-        if (c->broken)
-                return true;
-        struct pollfd p = { .fd = c->fd, .events = POLLIN | POLLRDHUP };
-        if (poll(&p, 1, 0) <= 0)
-                return false;
-        if (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))
-                return true;
-        if (p.revents & POLLIN) {
-                /* nothing more is expected from a client mid-stream: peek for EOF */
-                char b;
-                ssize_t k = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-                return k == 0;
-        }
-        return false;
+        /* nothing more is expected from a client mid-stream */
+        return c->broken || link_hung_up(&c->link);
 }
 
 static void conn_handle(struct node_conn *c) {
@@ -195,11 +180,35 @@ static void conn_handle(struct node_conn *c) {
         json_decref(req);
 }
 
+/* The TLS handshake of a cluster connection: the time a client may take. */
+#define HANDSHAKE_TIMEOUT_MS 10000
+
+struct conn_start {
+        struct node_conn *c;
+        int fd;
+        struct mtls_ctx *tls;
+};
+
 static void *conn_thread(void *arg) {
-        struct node_conn *c = arg;
-        conn_handle(c);
+        struct conn_start st = *(struct conn_start *) arg;
+        free(arg);
+        struct node_conn *c = st.c;
+        int r = link_accept(st.fd, st.tls, HANDSHAKE_TIMEOUT_MS, &c->link);
+        if (r < 0)
+                log_emit(LOG_LEVEL_INFO, c->ctx, "TLS handshake failed: %s", strerror(-r));
+        else {
+                if (st.tls) {
+                        enum mtls_role role;
+                        const char *peer = link_peer(&c->link, &role);
+                        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " peer=%s", peer);
+                }
+                /* a client that stops reading must not pin a thread forever */
+                struct timeval sndto = { .tv_sec = 60 };
+                setsockopt(c->link.fd, SOL_SOCKET, SO_SNDTIMEO, &sndto, sizeof sndto);
+                conn_handle(c);
+        }
         proto_reader_release(&c->reader);
-        close(c->fd);
+        link_close(&c->link);
         free(c);
         pthread_mutex_lock(&conn_lock);
         conn_count--;
@@ -248,7 +257,33 @@ int server_listen(const char *path, gid_t group, int *ret_fd) {
         return 0;
 }
 
-int server_accept(int listen_fd, const struct node_config *cfg) {
+int server_listen_tcp(const char *addr, int *ret_fd) {
+        struct link_addr a;
+        char spec[LINK_ADDR_MAX];
+        snprintf(spec, sizeof spec, "tls:%s", addr);
+        int r = link_addr_parse(spec, &a);
+        if (r < 0 || a.name[0])
+                return log_error_errno(-EINVAL, "Bad cluster listen address '%s' (HOST:PORT)", addr);
+        struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICHOST }, *res = NULL;
+        char port[8];
+        snprintf(port, sizeof port, "%u", a.port);
+        int k = getaddrinfo(a.host, port, &hints, &res);
+        if (k != 0)
+                return log_error_errno(-EINVAL, "Bad cluster listen address '%s': %s", addr, gai_strerror(k));
+        _cleanup_close_ int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        int one = 1;
+        if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+            bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 128) < 0) {
+                r = negative_errno();
+                freeaddrinfo(res);
+                return log_error_errno(r, "Failed to listen on %s: %m", addr);
+        }
+        freeaddrinfo(res);
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+int server_accept(int listen_fd, struct mtls_ctx *tls, const struct node_config *cfg) {
         int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) {
                 if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
@@ -257,15 +292,15 @@ int server_accept(int listen_fd, const struct node_config *cfg) {
         }
 
         struct node_conn *c = calloc(1, sizeof *c);
-        if (!c || proto_reader_init(&c->reader) < 0) {
+        struct conn_start *st = malloc(sizeof *st);
+        if (!c || !st || proto_reader_init(&c->reader) < 0) {
                 free(c);
+                free(st);
                 close(fd);
                 return -ENOMEM;
         }
-        c->fd = fd;
-        /* a client that stops reading must not pin a thread forever */
-        struct timeval sndto = { .tv_sec = 60 };
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &sndto, sizeof sndto);
+        c->link = LINK_NULL;
+        *st = (struct conn_start){ .c = c, .fd = fd, .tls = tls };
 
         pthread_mutex_lock(&conn_lock);
         bool full = conn_count >= cfg->max_connections;
@@ -276,13 +311,19 @@ int server_accept(int listen_fd, const struct node_config *cfg) {
         snprintf(c->ctx, sizeof c->ctx, "conn=%llu", (unsigned long long) c->id);
 
         if (full) {
-                /* a bounded refusal: the socket is blocking, but the reply is tiny */
-                struct timeval tv = { .tv_sec = 1 };
-                setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-                conn_reply_error(c, -EAGAIN, "unavailable", "too many connections (%u)", cfg->max_connections);
+                if (!tls) {
+                        /* a bounded refusal: the socket is blocking, but the reply is tiny */
+                        c->link.fd = fd;
+                        struct timeval tv = { .tv_sec = 1 };
+                        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+                        conn_reply_error(c, -EAGAIN, "unavailable", "too many connections (%u)",
+                                         cfg->max_connections);
+                        link_close(&c->link);
+                } else
+                        close(fd); /* no handshake for it: the replica retries */
                 proto_reader_release(&c->reader);
-                close(fd);
                 free(c);
+                free(st);
                 return 0;
         }
 
@@ -291,7 +332,7 @@ int server_accept(int listen_fd, const struct node_config *cfg) {
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         pthread_attr_setstacksize(&attr, 512 << 10);
         pthread_t t;
-        int r = pthread_create(&t, &attr, conn_thread, c);
+        int r = pthread_create(&t, &attr, conn_thread, st);
         pthread_attr_destroy(&attr);
         if (r != 0) {
                 pthread_mutex_lock(&conn_lock);
@@ -300,6 +341,7 @@ int server_accept(int listen_fd, const struct node_config *cfg) {
                 proto_reader_release(&c->reader);
                 close(fd);
                 free(c);
+                free(st);
                 return log_warn_errno(-r, "Failed to start connection thread: %m");
         }
         return 0;

@@ -2,8 +2,10 @@
 #pragma once
 
 /*
- * The local protocol server (docs/node-protocol.md): a Unix stream socket,
- * one detached thread per connection (bounded), one request per connection.
+ * The node protocol's server (docs/node-protocol.md): the Unix socket the
+ * control plane of this machine connects to, and in a cluster a TCP port
+ * with mutual TLS (lib/link) for its replicas; one detached thread per
+ * connection (bounded), one request per connection.
  * The connection thread reads the NODE_REQUEST frame, hands it to
  * nodeops_dispatch() and closes the connection when the op returns.
  */
@@ -14,6 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "link.h"
 #include "macros.h"
 #include "proto.h"
 
@@ -21,7 +24,7 @@ struct node_config;
 
 /* One client connection, owned by its thread. */
 struct node_conn {
-        int fd;
+        struct link link;
         struct proto_reader reader;
         bool replied; /* a NODE_REPLY went out */
         bool broken;  /* a write failed: the client is gone */
@@ -63,7 +66,11 @@ bool conn_hung_up(struct node_conn *c);
  * listening fd. */
 int server_listen(const char *path, gid_t group, int *ret_fd);
 
-/* Accepts one pending connection on listen_fd and starts its thread. When
- * max_connections threads are running, the client gets an "unavailable"
- * reply instead. Never blocks for long. */
-int server_accept(int listen_fd, const struct node_config *cfg);
+/* Accepts one pending connection on listen_fd and starts its thread; with
+ * tls, the thread does the TLS handshake first (the client must be a
+ * replica of the cluster). When max_connections threads are running, the
+ * client gets an "unavailable" reply instead (plain sockets) or is closed
+ * (TLS). Never blocks for long. */
+int server_accept(int listen_fd, struct mtls_ctx *tls, const struct node_config *cfg);
+/* Binds a TCP listener on addr ("HOST:PORT"): the cluster's port. */
+int server_listen_tcp(const char *addr, int *ret_fd);
