@@ -9,6 +9,7 @@
 #include "cap-keydir.h"
 #include "config.h"
 #include "log.h"
+#include "membership.h"
 #include "util.h"
 
 /* An unknown kid makes the node look at the directory again, at most this
@@ -83,7 +84,10 @@ enum cap_decision capcheck(const char *token, size_t len, const struct cap_recor
         int64_t now = (int64_t) time(NULL);
         int r = verify(token, len, now, &c);
         if (r == -EKEYREJECTED) {
-                /* a key published since we last looked? */
+                /* a key published since we last looked? In a cluster, a
+                 * replica started since the last heartbeat: ask for the
+                 * keys now (at most once a second) */
+                (void) membership_refresh_keys();
                 pthread_rwlock_wrlock(&keys_lock);
                 reload_locked(true);
                 pthread_rwlock_unlock(&keys_lock);

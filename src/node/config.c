@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "airlock-config.h"
+#include "cluster.h"
 #include "macros.h"
 #include "util.h"
 
@@ -47,6 +48,11 @@ enum {
         OPT_NODE_NAME,
         OPT_CAP_KEYS_DIR,
         OPT_SOCKET_GROUP,
+        OPT_JOIN,
+        OPT_JOIN_TOKEN_FILE,
+        OPT_CLUSTER_LISTEN,
+        OPT_ADVERTISE,
+        OPT_LABELS,
         OPT_PRINT_CONFIG,
         OPT_HELP,
 };
@@ -83,6 +89,11 @@ static const struct setting settings[] = {
         { OPT_NODE_NAME, "node-name", "AIRLOCK_NODE_NAME" },
         { OPT_CAP_KEYS_DIR, "cap-keys-dir", "AIRLOCK_CAP_KEYS_DIR" },
         { OPT_SOCKET_GROUP, "socket-group", "AIRLOCK_SOCKET_GROUP" },
+        { OPT_JOIN, "join", "AIRLOCK_JOIN" },
+        { OPT_JOIN_TOKEN_FILE, "join-token-file", "AIRLOCK_JOIN_TOKEN_FILE" },
+        { OPT_CLUSTER_LISTEN, "cluster-listen", "AIRLOCK_CLUSTER_LISTEN" },
+        { OPT_ADVERTISE, "advertise", "AIRLOCK_ADVERTISE" },
+        { OPT_LABELS, "labels", "AIRLOCK_NODE_LABELS" },
 };
 
 void node_config_free(struct node_config *c) {
@@ -95,6 +106,11 @@ void node_config_free(struct node_config *c) {
         free(c->node_name);
         free(c->cap_keys_dir);
         free(c->socket_group);
+        free(c->join);
+        free(c->join_token_file);
+        free(c->cluster_listen);
+        free(c->advertise);
+        free(c->labels);
         free(c->images_dir);
         free(c->guest_binary);
         free(c->qemu_binary);
@@ -251,6 +267,40 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
                 }
                 r = set_string(opt == OPT_NODE_NAME ? &c->node_name : &c->socket_group, value);
                 break;
+        case OPT_JOIN: {
+                /* every entry HOST:PORT; membership.c splits them */
+                _cleanup_free_ char *copy = strdup(value);
+                if (!copy) {
+                        r = -ENOMEM;
+                        break;
+                }
+                size_t n = 0;
+                for (char *save = NULL, *a = strtok_r(copy, ",", &save); a; a = strtok_r(NULL, ",", &save), n++)
+                        if (!cluster_address_valid(a))
+                                r = -EINVAL;
+                if (r >= 0 && (n == 0 || n > CLUSTER_CONTROL_MAX))
+                        r = -EINVAL;
+                if (r >= 0)
+                        r = set_string(&c->join, value);
+                break;
+        }
+        case OPT_JOIN_TOKEN_FILE:
+                r = value[0] == '/' && strlen(value) < 4096 ? set_string(&c->join_token_file, value) : -EINVAL;
+                break;
+        case OPT_CLUSTER_LISTEN:
+        case OPT_ADVERTISE:
+                if (!cluster_address_valid(value)) {
+                        r = -EINVAL;
+                        break;
+                }
+                r = set_string(opt == OPT_CLUSTER_LISTEN ? &c->cluster_listen : &c->advertise, value);
+                break;
+        case OPT_LABELS: {
+                struct cluster_label l[CLUSTER_LABELS_MAX];
+                size_t n;
+                r = cluster_labels_parse(value, l, &n) < 0 ? -EINVAL : set_string(&c->labels, value);
+                break;
+        }
         case OPT_ACCEL:
                 if (strcmp(value, "auto") != 0 && strcmp(value, "kvm") != 0 && strcmp(value, "tcg") != 0) {
                         r = -EINVAL;
@@ -445,8 +495,17 @@ int node_config_load(int argc, char *argv[], struct node_config **ret, enum node
                         return -ENOMEM;
                 snprintf(c->socket_path, n, "%s/run/node.sock", c->data_dir);
         }
-        if (!c->cap_keys_dir && !(c->cap_keys_dir = strdup_printf("%s/control/keys", c->data_dir)))
+        /* a node of a cluster gets the capability keys from the replicas
+         * (membership.c writes them) */
+        if (!c->cap_keys_dir && !(c->cap_keys_dir = strdup_printf(c->join ? "%s/cluster/keys" : "%s/control/keys",
+                                                                      c->data_dir)))
                 return -ENOMEM;
+        if (c->join && !c->cluster_listen && set_string(&c->cluster_listen, "0.0.0.0:7422") < 0)
+                return -ENOMEM;
+        if (!c->join && (c->join_token_file || c->cluster_listen || c->advertise || c->labels)) {
+                log_error("--join-token-file, --cluster-listen, --advertise and --labels need --join");
+                return -EINVAL;
+        }
         if (!c->node_name && (r = default_node_name(&c->node_name)) < 0)
                 return r;
         if (strlen(c->socket_path) >= sizeof(((struct sockaddr_un *) NULL)->sun_path)) {
@@ -489,6 +548,13 @@ void node_config_print(const struct node_config *c, FILE *f) {
         fprintf(f, "node_name=%s\n", c->node_name);
         fprintf(f, "cap_keys_dir=%s\n", c->cap_keys_dir);
         fprintf(f, "socket_group=%s\n", c->socket_group ? c->socket_group : "(none)");
+        fprintf(f, "join=%s\n", c->join ? c->join : "(none: one machine)");
+        if (c->join) {
+                fprintf(f, "join_token_file=%s\n", c->join_token_file ? c->join_token_file : "(none)");
+                fprintf(f, "cluster_listen=%s\n", c->cluster_listen);
+                fprintf(f, "advertise=%s\n", c->advertise ? c->advertise : "(the address a replica sees)");
+                fprintf(f, "labels=%s\n", c->labels ? c->labels : "");
+        }
 }
 
 void node_config_usage(FILE *f) {
@@ -527,6 +593,17 @@ void node_config_usage(FILE *f) {
               "                          (DATA_DIR/control/keys)\n"
               "  --socket-group GROUP    may connect to the socket too (mode 0660)\n"
               "                          [AIRLOCK_SOCKET_GROUP] (none: 0600)\n"
+              "\n"
+              "In a cluster (docs/cluster.md):\n"
+              "  --join HOST:PORT[,...]  replicas' cluster ports to join and heartbeat to [AIRLOCK_JOIN]\n"
+              "  --join-token-file FILE  the token of `airlock nodes token`, read at the first join\n"
+              "                          [AIRLOCK_JOIN_TOKEN_FILE]\n"
+              "  --cluster-listen H:P    this node's TLS port for the replicas [AIRLOCK_CLUSTER_LISTEN]\n"
+              "                          (0.0.0.0:7422)\n"
+              "  --advertise HOST:PORT   where replicas reach that port [AIRLOCK_ADVERTISE] (the\n"
+              "                          address a replica sees this node connect from)\n"
+              "  --labels K=V[,K=V]      for placement [AIRLOCK_NODE_LABELS]\n"
+              "\n"
               "  --print-config          print the configuration as key=value and exit\n"
               "  -h, --help              show this help\n",
               f);

@@ -51,6 +51,13 @@ struct node_config {
         char *node_name;             /* AIRLOCK_NODE_NAME: this node in capabilities; default the host name */
         char *cap_keys_dir;          /* AIRLOCK_CAP_KEYS_DIR: public/ holds the capability keys; DATA_DIR/control/keys */
         char *socket_group;          /* AIRLOCK_SOCKET_GROUP: the group that may connect too (airlockd's) */
+
+        /* a cluster (membership.h): all NULL on one machine */
+        char *join;            /* AIRLOCK_JOIN: replicas' cluster ports, HOST:PORT[,HOST:PORT...] */
+        char *join_token_file; /* AIRLOCK_JOIN_TOKEN_FILE: read at the first join only */
+        char *cluster_listen;  /* AIRLOCK_CLUSTER_LISTEN: this node's TLS port (0.0.0.0:7422) */
+        char *advertise;       /* AIRLOCK_ADVERTISE: HOST:PORT replicas reach it at (default: found) */
+        char *labels;          /* AIRLOCK_NODE_LABELS: k=v,k2=v2 for placement */
 };
 
 enum node_config_action {

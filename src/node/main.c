@@ -31,6 +31,7 @@
 #include "nodeops.h"
 #include "nodeutil.h"
 #include "objstore.h"
+#include "membership.h"
 #include "pool.h"
 #include "sandbox.h"
 #include "server.h"
@@ -256,10 +257,13 @@ int main(int argc, char *argv[]) {
                 log_error_errno(r, "Failed to start the warm pool thread: %m");
                 goto out;
         }
+        if (membership_start(cfg) < 0)
+                goto out;
 
         hand_over = serve(listen_fd, cfg) == SIGUSR1;
         exit_code = 0;
 out:
+        membership_stop(); /* no replica reaches us any more */
         if (listen_fd >= 0) {
                 close(listen_fd);
                 if (!inherited)
