@@ -23,6 +23,8 @@ pkgs=(
   libnftables-dev
   # the E2B front door's gzip uploads (src/daemon/e2b-files.c)
   zlib1g-dev
+  # lib/store's PostgreSQL backend, for a control plane of several replicas
+  libpq-dev
   # run: the VMM and what the node uses for storage and its users
   qemu-system-x86 btrfs-progs util-linux mount e2fsprogs passwd
 )
@@ -47,6 +49,9 @@ case "${1:-}" in
     # its own (NodeSource's nodejs has npm inside and conflicts with
     # Debian's), and stays as it is
     command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+    # PostgreSQL's server: the store's tests on its PostgreSQL backend and
+    # the cluster tests start throwaway servers (tests/unit/with-postgres.sh)
+    pkgs+=(postgresql-15)
     ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac

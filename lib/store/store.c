@@ -11,9 +11,15 @@
 
 #include "macros.h"
 
-/* Every backend this build knows; store_open() picks one by scheme. */
-static const struct store_ops *const store_backends[] = {
-        &store_sqlite_ops,
+/* Every backend this build knows, by the URL schemes it serves;
+ * store_open() picks one by scheme. */
+static const struct {
+        const char *scheme;
+        const struct store_ops *ops;
+} store_backends[] = {
+        { "sqlite", &store_sqlite_ops },
+        { "postgres", &store_pg_ops },
+        { "postgresql", &store_pg_ops },
 };
 
 int store_open(const char *url, struct store **ret) {
@@ -24,9 +30,9 @@ int store_open(const char *url, struct store **ret) {
                 return -EINVAL;
         size_t n = (size_t) (colon - url);
         for (size_t i = 0; i < ARRAY_SIZE(store_backends); i++) {
-                const struct store_ops *ops = store_backends[i];
-                if (strlen(ops->scheme) == n && strncmp(ops->scheme, url, n) == 0)
-                        return ops->open(colon + 1, ret);
+                const char *scheme = store_backends[i].scheme;
+                if (strlen(scheme) == n && strncmp(scheme, url, n) == 0)
+                        return store_backends[i].ops->open(colon + 1, ret);
         }
         return -EPROTONOSUPPORT;
 }

@@ -3,15 +3,20 @@
 
 /*
  * The control plane's durable state: sandboxes, command sessions, tenants
- * and API keys. One interface, several backends behind `struct store_ops` (SQLite
- * today; PostgreSQL fits the same table), picked by the scheme of the URL
- * given to store_open() ("sqlite:/var/lib/airlock/airlock.db").
+ * and API keys. One interface, two backends behind `struct store_ops`,
+ * picked by the scheme of the URL given to store_open(): SQLite
+ * ("sqlite:/var/lib/airlock/airlock.db", one node) and PostgreSQL
+ * ("postgres://user@host:5432/airlock?sslmode=require", or postgresql://:
+ * the whole URL is libpq's connection URI), which several control-plane
+ * replicas may share.
  *
  * Rules every backend follows:
  *   - functions return 0 or a negative errno (-ENOENT: no such row,
- *     -EEXIST: duplicate key, -EBUSY: database locked past the busy timeout,
- *     -EIO: anything else the database reports); library error codes never
- *     cross this boundary;
+ *     -EEXIST: duplicate key, -EBUSY: database locked past the busy timeout
+ *     (PostgreSQL: a transaction that kept meeting conflicting ones),
+ *     -ETIMEDOUT: PostgreSQL's statement timeout, -EIO: anything else the
+ *     database reports, a lost connection included); library error codes
+ *     never cross this boundary;
  *   - ret_ out-parameters are written only on success, and what they receive
  *     is owned by the caller (free with the matching *_release/_free);
  *   - a store handle is safe to use from many threads at once;
@@ -244,6 +249,8 @@ struct store {
 
 /* The SQLite backend (lib/store/store-sqlite.c). */
 extern const struct store_ops store_sqlite_ops;
+/* The PostgreSQL backend (lib/store/store-pg.c). */
+extern const struct store_ops store_pg_ops;
 
 /* Opens the store named by url ("SCHEME:LOCATION"), choosing the backend
  * from the registered ones by scheme. -EPROTONOSUPPORT for an unknown

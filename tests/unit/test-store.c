@@ -1,5 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The store's unit tests, each run against every backend: SQLite (a fresh
+ * database file) and PostgreSQL (the database at AIRLOCK_TEST_PG_URL, its
+ * schema emptied before each test; meson runs this binary under
+ * tests/unit/with-postgres.sh, which starts a throwaway server and sets
+ * it). The tests speak only store.h, but for the few that prepare a
+ * database by hand (raw_*(), each backend's own client).
+ */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,41 +18,177 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <libpq-fe.h>
 #include <sqlite3.h>
 
 #include "macros.h"
+#include "migrations/pg.h"
 #include "migrations/sqlite.h"
 #include "store.h"
+#include "unit-skip.h"
 #include "util.h"
 
-static char dir[256];
-static char url[300];
+/* One backend under test: the prestate of each test (main()). */
+struct backend {
+        const char *name;
+        bool pg;
+        const char *const *migrations;
+        size_t n_migrations;
+        char dir[256];   /* SQLite: the test's directory */
+        char url[1024];  /* what store_open() is given */
+        const char *why; /* set when it cannot run here */
+};
 
+static struct backend sqlite_backend = {
+        .name = "sqlite",
+        .migrations = store_sqlite_migrations,
+        .n_migrations = ARRAY_SIZE(store_sqlite_migrations),
+};
+static struct backend pg_backend = {
+        .name = "postgresql",
+        .pg = true,
+        .migrations = store_pg_migrations,
+        .n_migrations = ARRAY_SIZE(store_pg_migrations),
+};
+
+static void notice_ignore(void *arg, const char *message) {
+}
+
+/* A connection of our own to the PostgreSQL test database, or NULL. */
+static PGconn *raw_pg(const struct backend *b) {
+        PGconn *c = PQconnectdb(b->url);
+        if (PQstatus(c) != CONNECTION_OK) {
+                fprintf(stderr, "cannot connect to AIRLOCK_TEST_PG_URL: %s", PQerrorMessage(c));
+                PQfinish(c);
+                return NULL;
+        }
+        PQsetNoticeProcessor(c, notice_ignore, NULL);
+        return c;
+}
+
+/* Runs SQL (several statements) on the backend's database behind the
+ * store's back: 0, or -1 with what failed on stderr. */
+static int raw_exec(const struct backend *b, const char *sql) {
+        if (b->pg) {
+                PGconn *c = raw_pg(b);
+                if (!c)
+                        return -1;
+                PGresult *res = PQexec(c, sql);
+                int st = PQresultStatus(res);
+                int r = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK ? 0 : -1;
+                if (r < 0)
+                        fprintf(stderr, "%s: %s", sql, PQerrorMessage(c));
+                PQclear(res);
+                PQfinish(c);
+                return r;
+        }
+        char path[300];
+        snprintf(path, sizeof path, "%s/airlock.db", b->dir);
+        sqlite3 *db = NULL;
+        int rc = sqlite3_open(path, &db);
+        if (rc == SQLITE_OK)
+                rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+        if (rc != SQLITE_OK)
+                fprintf(stderr, "%s: %s\n", sql, sqlite3_errmsg(db));
+        sqlite3_close(db);
+        return rc == SQLITE_OK ? 0 : -1;
+}
+
+/* The one integer a query gives, or -1. */
+static long raw_count(const struct backend *b, const char *sql) {
+        long n = -1;
+        if (b->pg) {
+                PGconn *c = raw_pg(b);
+                if (!c)
+                        return -1;
+                PGresult *res = PQexec(c, sql);
+                if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+                        n = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+                PQclear(res);
+                PQfinish(c);
+                return n;
+        }
+        char path[300];
+        snprintf(path, sizeof path, "%s/airlock.db", b->dir);
+        sqlite3 *db = NULL;
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_open(path, &db) == SQLITE_OK && sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW)
+                n = (long) sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+        return n;
+}
+
+/* Makes the database an airlockd of migration version v left it. */
+static void raw_migrate_to(const struct backend *b, unsigned v) {
+        assert_int_equal(raw_exec(b, "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY NOT NULL, "
+                                     "applied_at BIGINT NOT NULL)"),
+                         0);
+        for (unsigned i = 0; i < v; i++) {
+                assert_int_equal(raw_exec(b, b->migrations[i]), 0);
+                char sql[128];
+                snprintf(sql, sizeof sql, "INSERT INTO schema_migrations VALUES (%u, 0)", i + 1);
+                assert_int_equal(raw_exec(b, sql), 0);
+        }
+}
+
+/* A fresh, empty database for each test: a new SQLite file, or the
+ * PostgreSQL test database with its schema dropped and made again. */
 static int setup(void **state) {
-        snprintf(dir, sizeof dir, "/tmp/test-store-XXXXXX");
-        if (!mkdtemp(dir))
+        struct backend *b = *state;
+        b->why = NULL;
+        if (b->pg) {
+                const char *u = getenv("AIRLOCK_TEST_PG_URL");
+                if (!u || !*u) {
+                        b->why = "AIRLOCK_TEST_PG_URL is not set (meson test runs this binary under "
+                                 "tests/unit/with-postgres.sh, which starts a server and sets it)";
+                        return 0;
+                }
+                snprintf(b->url, sizeof b->url, "%s", u);
+                return raw_exec(b, "DROP SCHEMA public CASCADE; CREATE SCHEMA public;");
+        }
+        snprintf(b->dir, sizeof b->dir, "/tmp/test-store-XXXXXX");
+        if (!mkdtemp(b->dir))
                 return -1;
-        snprintf(url, sizeof url, "sqlite:%s/airlock.db", dir);
+        snprintf(b->url, sizeof b->url, "sqlite:%s/airlock.db", b->dir);
         return 0;
 }
 
 static int teardown(void **state) {
-        rm_rf(dir);
+        struct backend *b = *state;
+        if (!b->pg)
+                rm_rf(b->dir);
         return 0;
 }
+
+/* The test's backend; skips the test when that cannot run here. */
+#define BACKEND                                             \
+        ({                                                  \
+                struct backend *b_ = *state;                \
+                if (b_->why)                                \
+                        unit_skip("%s: %s", b_->name, b_->why); \
+                b_;                                         \
+        })
+/* The URL of the test's database. */
+#define URL (BACKEND->url)
 
 static void test_open_bad_url(void **state) {
         struct store *s = NULL;
         assert_int_equal(store_open("nocolon", &s), -EINVAL);
-        assert_int_equal(store_open("postgres:host=x", &s), -EPROTONOSUPPORT);
+        assert_int_equal(store_open("mysql://localhost/x", &s), -EPROTONOSUPPORT);
         assert_int_equal(store_open("sqlite:", &s), -EINVAL);
+        /* PostgreSQL: not a connection URI, a malformed one, no server */
+        assert_int_equal(store_open("postgres:host=x", &s), -EINVAL);
+        assert_int_equal(store_open("postgresql://h/db?nosuchoption=1", &s), -EINVAL);
+        assert_int_equal(store_open("postgresql:///x?host=/nonexistent&connect_timeout=2", &s), -EIO);
         assert_null(s);
 }
 
 static void test_migrations_idempotent(void **state) {
         struct store *s = NULL;
         unsigned v1 = 0, v2 = 0;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         assert_int_equal(store_schema_version(s, &v1), 0);
         assert_true(v1 >= 1);
         struct store_sandbox sb = { .id = "sbx-keep", .template_name = "python", .state = "running" };
@@ -51,7 +196,7 @@ static void test_migrations_idempotent(void **state) {
         store_close(s);
 
         s = NULL;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         assert_int_equal(store_schema_version(s, &v2), 0);
         assert_int_equal(v1, v2);
         struct store_sandbox got = { 0 };
@@ -62,7 +207,7 @@ static void test_migrations_idempotent(void **state) {
 
 static void test_sandbox_crud(void **state) {
         _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         struct store_sandbox sb = {
                 .id = "sbx-0001", .template_name = "python", .state = "creating",
                 .metadata = "{\"owner\":\"me\"}", .env_keys = "[\"A\"]",
@@ -105,7 +250,7 @@ static void test_sandbox_crud(void **state) {
 
 static void test_sessions(void **state) {
         _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         struct store_sandbox sb = { .id = "sbx-s", .template_name = "python", .state = "running" };
         assert_int_equal(store_sandbox_insert(s, &sb), 0);
 
@@ -132,7 +277,7 @@ static void test_sessions(void **state) {
 
 static void test_api_keys(void **state) {
         _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         uint8_t h1[STORE_HASH_SIZE], h2[STORE_HASH_SIZE];
         memset(h1, 1, sizeof h1);
         memset(h2, 2, sizeof h2);
@@ -150,7 +295,7 @@ static void test_api_keys(void **state) {
 
 static void test_lifecycle_rows(void **state) {
         _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         unsigned v = 0;
         assert_int_equal(store_schema_version(s, &v), 0);
         assert_true(v >= 2);
@@ -237,7 +382,7 @@ static void test_lifecycle_rows(void **state) {
 
 static void test_operation_progress(void **state) {
         _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         unsigned v = 0;
         assert_int_equal(store_schema_version(s, &v), 0);
         assert_true(v >= 4);
@@ -299,7 +444,7 @@ static void test_operation_progress(void **state) {
 
 static void test_snapshots(void **state) {
         struct store *s = NULL;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         struct store_sandbox sb = { .id = "sbx-snap", .template_name = "minimal", .state = "running" };
         assert_int_equal(store_sandbox_insert(s, &sb), 0);
         struct store_snapshot a = { .id = "snap-a", .sandbox_id = "sbx-snap", .kind = "disk", .size = 4096,
@@ -348,7 +493,7 @@ static void test_snapshots(void **state) {
 
 static void test_snapshot_pinned_and_policy(void **state) {
         _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         unsigned v = 0;
         assert_int_equal(store_schema_version(s, &v), 0);
         assert_true(v >= 5);
@@ -427,33 +572,19 @@ static void test_snapshot_pinned_and_policy(void **state) {
  * all taken on demand, so they come out pinned; its sandboxes have no
  * policy of their own. */
 static void test_migration_5_upgrade(void **state) {
-        char path[300];
-        snprintf(path, sizeof path, "%s/airlock.db", dir);
-        sqlite3 *db = NULL;
-        assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-        assert_int_equal(sqlite3_exec(db, "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY NOT NULL, "
-                                          "applied_at INTEGER NOT NULL)",
-                                      NULL, NULL, NULL),
-                         SQLITE_OK);
-        for (unsigned i = 0; i < 4; i++) {
-                assert_int_equal(sqlite3_exec(db, store_sqlite_migrations[i], NULL, NULL, NULL), SQLITE_OK);
-                char sql[128];
-                snprintf(sql, sizeof sql, "INSERT INTO schema_migrations VALUES (%u, 0)", i + 1);
-                assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-        }
-        assert_int_equal(sqlite3_exec(db, "INSERT INTO sandboxes (id, template, state, created_at, updated_at) "
-                                          "VALUES ('sbx-old', 'minimal', 'running', 1, 1);"
-                                          "INSERT INTO snapshots (id, sandbox_id, kind, size, created_at) "
-                                          "VALUES ('snap-old', 'sbx-old', 'disk', 4096, 5)",
-                                      NULL, NULL, NULL),
-                         SQLITE_OK);
-        sqlite3_close(db);
+        struct backend *b = BACKEND;
+        raw_migrate_to(b, 4);
+        assert_int_equal(raw_exec(b, "INSERT INTO sandboxes (id, template, state, created_at, updated_at) "
+                                     "VALUES ('sbx-old', 'minimal', 'running', 1, 1);"
+                                     "INSERT INTO snapshots (id, sandbox_id, kind, size, created_at) "
+                                     "VALUES ('snap-old', 'sbx-old', 'disk', 4096, 5)"),
+                         0);
 
         _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         unsigned v = 0;
         assert_int_equal(store_schema_version(s, &v), 0);
-        assert_int_equal(v, ARRAY_SIZE(store_sqlite_migrations));
+        assert_int_equal(v, b->n_migrations);
         struct store_snapshot g = { 0 };
         assert_int_equal(store_snapshot_get(s, "snap-old", &g), 0);
         assert_true(g.pinned);
@@ -468,7 +599,7 @@ static void test_migration_5_upgrade(void **state) {
 /* Tenants, their keys and what they own (migration 7). */
 static void test_tenants_and_keys(void **state) {
         _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         uint8_t admin[STORE_HASH_SIZE], ka[STORE_HASH_SIZE], kb[STORE_HASH_SIZE], kc[STORE_HASH_SIZE];
         memset(admin, 1, sizeof admin);
         memset(ka, 2, sizeof ka);
@@ -583,30 +714,19 @@ static void test_tenants_and_keys(void **state) {
 /* A database from before migration 7: its admin key gets an id and stays
  * admin-scoped, its sandboxes are admin-owned. */
 static void test_migration_7_upgrade(void **state) {
-        char path[300];
-        snprintf(path, sizeof path, "%s/airlock.db", dir);
-        sqlite3 *db = NULL;
-        assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-        assert_int_equal(sqlite3_exec(db, "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY NOT NULL, "
-                                          "applied_at INTEGER NOT NULL)",
-                                      NULL, NULL, NULL),
-                         SQLITE_OK);
-        for (unsigned i = 0; i < 6; i++) {
-                assert_int_equal(sqlite3_exec(db, store_sqlite_migrations[i], NULL, NULL, NULL), SQLITE_OK);
-                char sql[128];
-                snprintf(sql, sizeof sql, "INSERT INTO schema_migrations VALUES (%u, 0)", i + 1);
-                assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-        }
-        assert_int_equal(sqlite3_exec(db, "INSERT INTO sandboxes (id, template, state, created_at, updated_at) "
-                                          "VALUES ('sbx-old', 'minimal', 'running', 1, 1);"
-                                          "INSERT INTO api_keys (name, hash, created_at) "
-                                          "VALUES ('admin', zeroblob(32), 1)",
-                                      NULL, NULL, NULL),
-                         SQLITE_OK);
-        sqlite3_close(db);
+        struct backend *b = BACKEND;
+        raw_migrate_to(b, 6);
+        assert_int_equal(raw_exec(b, b->pg ? "INSERT INTO api_keys (name, hash, created_at) "
+                                             "VALUES ('admin', decode(repeat('00', 32), 'hex'), 1)"
+                                           : "INSERT INTO api_keys (name, hash, created_at) "
+                                             "VALUES ('admin', zeroblob(32), 1)"),
+                         0);
+        assert_int_equal(raw_exec(b, "INSERT INTO sandboxes (id, template, state, created_at, updated_at) "
+                                     "VALUES ('sbx-old', 'minimal', 'running', 1, 1)"),
+                         0);
 
         _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         uint8_t zero[STORE_HASH_SIZE] = { 0 };
         char *tid = (char *) "untouched";
         assert_int_equal(store_api_key_lookup(s, zero, &tid), 0);
@@ -626,7 +746,7 @@ static void test_migration_7_upgrade(void **state) {
  * stays unless given again. */
 static void test_sandbox_lifetimes(void **state) {
         _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         struct store_sandbox sb = { .id = "sbx-life", .template_name = "minimal", .state = "running" };
         assert_int_equal(store_sandbox_insert(s, &sb), 0);
         struct store_sandbox got = { 0 };
@@ -667,7 +787,7 @@ static void test_sandbox_lifetimes(void **state) {
 
 static void test_network_policies(void **state) {
         _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         struct store_sandbox sb = { .id = "sbx-net", .template_name = "minimal", .state = "running",
                                     .network = (char *) "{\"mode\":\"deny-all\"}" };
         assert_int_equal(store_sandbox_insert(s, &sb), 0);
@@ -730,7 +850,7 @@ static void test_network_policies(void **state) {
 
 static void test_images(void **state) {
         _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(url, &s), 0);
+        assert_int_equal(store_open(URL, &s), 0);
         struct store_tenant t = { .id = "ten-i", .name = "imaging" };
         assert_int_equal(store_tenant_insert(s, &t, 10), 0);
         struct store_image a = { .id = "img-a", .tenant_id = "ten-i", .name = "base", .sandbox_id = "sbx-1",
@@ -795,23 +915,168 @@ static void test_images(void **state) {
         assert_int_equal(store_tenant_delete(s, "ten-i"), 0);
 }
 
+/* PostgreSQL only: what several replicas sharing one database rely on. */
+
+/* Opens a second handle on the test database (as another replica would). */
+static struct store *open_pg(const struct backend *b) {
+        struct store *s = NULL;
+        assert_int_equal(store_open(b->url, &s), 0);
+        return s;
+}
+
+struct key_race {
+        struct store *s;
+        unsigned from; /* the first of the key ids it creates */
+        unsigned made, limited;
+};
+
+static void *key_race_run(void *arg) {
+        struct key_race *k = arg;
+        for (unsigned i = 0; i < 10; i++) {
+                char id[32];
+                uint8_t h[STORE_HASH_SIZE];
+                snprintf(id, sizeof id, "key-%016u", k->from + i);
+                memset(h, 0, sizeof h);
+                memcpy(h, &(unsigned){ k->from + i }, sizeof(unsigned));
+                int r = store_api_key_create(k->s, id, "ten-race", NULL, h, 7);
+                if (r == 0)
+                        k->made++;
+                else if (r == -EDQUOT)
+                        k->limited++;
+        }
+        return NULL;
+}
+
+/* Two replicas adding keys to one tenant at once never pass its limit:
+ * the count and the insert are one transaction under the scope's lock. */
+static void test_pg_key_limit_across_replicas(void **state) {
+        struct backend *b = BACKEND;
+        _cleanup_(store_closep) struct store *s1 = open_pg(b);
+        _cleanup_(store_closep) struct store *s2 = open_pg(b);
+        struct store_tenant t = { .id = "ten-race", .name = "race" };
+        assert_int_equal(store_tenant_insert(s1, &t, 10), 0);
+        struct key_race k1 = { .s = s1, .from = 1000 }, k2 = { .s = s2, .from = 2000 };
+        pthread_t t1, t2;
+        assert_int_equal(pthread_create(&t1, NULL, key_race_run, &k1), 0);
+        assert_int_equal(pthread_create(&t2, NULL, key_race_run, &k2), 0);
+        pthread_join(t1, NULL);
+        pthread_join(t2, NULL);
+        assert_int_equal(k1.made + k2.made, 7);
+        assert_int_equal(k1.limited + k2.limited, 13);
+        assert_int_equal(raw_count(b, "SELECT COUNT(*) FROM api_keys WHERE tenant_id = 'ten-race'"), 7);
+}
+
+struct opener {
+        const char *url;
+        int r;
+};
+
+static void *opener_run(void *arg) {
+        struct opener *o = arg;
+        struct store *s = NULL;
+        o->r = store_open(o->url, &s);
+        store_close(s);
+        return NULL;
+}
+
+/* Replicas starting together on an empty database: every one opens it,
+ * and each migration ran once. */
+static void test_pg_concurrent_migrations(void **state) {
+        struct backend *b = BACKEND;
+        struct opener o[4];
+        pthread_t t[4];
+        for (size_t i = 0; i < ARRAY_SIZE(o); i++) {
+                o[i] = (struct opener){ .url = b->url, .r = 1 };
+                assert_int_equal(pthread_create(&t[i], NULL, opener_run, &o[i]), 0);
+        }
+        for (size_t i = 0; i < ARRAY_SIZE(o); i++) {
+                pthread_join(t[i], NULL);
+                assert_int_equal(o[i].r, 0);
+        }
+        assert_int_equal(raw_count(b, "SELECT COUNT(*) FROM schema_migrations"), (long) b->n_migrations);
+        assert_int_equal(raw_count(b, "SELECT MAX(version) FROM schema_migrations"), (long) b->n_migrations);
+}
+
+/* An Idempotency-Key taken through one replica is taken for the other. */
+static void test_pg_idempotency_across_replicas(void **state) {
+        struct backend *b = BACKEND;
+        _cleanup_(store_closep) struct store *s1 = open_pg(b);
+        _cleanup_(store_closep) struct store *s2 = open_pg(b);
+        struct store_operation a = { .id = "op-000000000000000a", .sandbox_id = "sbx-x", .verb = "create",
+                                     .state = "pending", .idempotency_key = "k-1" };
+        struct store_operation c = a;
+        c.id = "op-000000000000000c";
+        assert_int_equal(store_operation_insert(s1, &a), 0);
+        assert_int_equal(store_operation_insert(s2, &c), -EEXIST);
+        struct store_operation got = { 0 };
+        assert_int_equal(store_operation_find_by_key(s2, "k-1", &got), 0);
+        assert_string_equal(got.id, a.id);
+        store_operation_release(&got);
+        /* control: another key goes in */
+        c.idempotency_key = "k-2";
+        assert_int_equal(store_operation_insert(s2, &c), 0);
+}
+
+/* The server drops the store's idle connections (a restart, a failover,
+ * an administrator): the next calls open new ones and succeed. The
+ * termination waits until those sessions have ended, so their goodbye is
+ * on the socket before the next call (a write sent on a connection that
+ * dies under it is -EIO: it may have committed, so it is not sent again). */
+static void test_pg_connection_lost(void **state) {
+        struct backend *b = BACKEND;
+        _cleanup_(store_closep) struct store *s = open_pg(b);
+        struct store_sandbox sb = { .id = "sbx-conn", .template_name = "minimal", .state = "running" };
+        assert_int_equal(store_sandbox_insert(s, &sb), 0);
+        assert_int_equal(raw_exec(b, "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                                     "WHERE datname = current_database() AND pid <> pg_backend_pid()"),
+                         0);
+        struct store_sandbox got = { 0 };
+        assert_int_equal(store_sandbox_get(s, "sbx-conn", &got), 0);
+        assert_string_equal(got.state, "running");
+        store_sandbox_release(&got);
+        /* and a write */
+        assert_int_equal(raw_exec(b, "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                                     "WHERE datname = current_database() AND pid <> pg_backend_pid()"),
+                         0);
+        assert_int_equal(store_sandbox_update_state(s, "sbx-conn", "paused", NULL), 0);
+        assert_int_equal(store_sandbox_get(s, "sbx-conn", &got), 0);
+        assert_string_equal(got.state, "paused");
+        store_sandbox_release(&got);
+}
+
+/* The tests every backend runs, each with the backend as its state. */
+#define BACKEND_TESTS(b)                                                                           \
+        cmocka_unit_test_prestate_setup_teardown(test_migrations_idempotent, setup, teardown, b),  \
+        cmocka_unit_test_prestate_setup_teardown(test_sandbox_crud, setup, teardown, b),           \
+        cmocka_unit_test_prestate_setup_teardown(test_sessions, setup, teardown, b),               \
+        cmocka_unit_test_prestate_setup_teardown(test_api_keys, setup, teardown, b),               \
+        cmocka_unit_test_prestate_setup_teardown(test_lifecycle_rows, setup, teardown, b),         \
+        cmocka_unit_test_prestate_setup_teardown(test_operation_progress, setup, teardown, b),     \
+        cmocka_unit_test_prestate_setup_teardown(test_snapshots, setup, teardown, b),              \
+        cmocka_unit_test_prestate_setup_teardown(test_snapshot_pinned_and_policy, setup, teardown, b), \
+        cmocka_unit_test_prestate_setup_teardown(test_migration_5_upgrade, setup, teardown, b),    \
+        cmocka_unit_test_prestate_setup_teardown(test_tenants_and_keys, setup, teardown, b),       \
+        cmocka_unit_test_prestate_setup_teardown(test_migration_7_upgrade, setup, teardown, b),    \
+        cmocka_unit_test_prestate_setup_teardown(test_network_policies, setup, teardown, b),       \
+        cmocka_unit_test_prestate_setup_teardown(test_sandbox_lifetimes, setup, teardown, b),      \
+        cmocka_unit_test_prestate_setup_teardown(test_images, setup, teardown, b)
+
 int main(void) {
-        const struct CMUnitTest tests[] = {
+        const struct CMUnitTest sqlite_tests[] = {
                 cmocka_unit_test(test_open_bad_url),
-                cmocka_unit_test_setup_teardown(test_migrations_idempotent, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_sandbox_crud, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_sessions, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_api_keys, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_lifecycle_rows, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_operation_progress, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_snapshots, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_snapshot_pinned_and_policy, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_migration_5_upgrade, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_tenants_and_keys, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_migration_7_upgrade, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_network_policies, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_sandbox_lifetimes, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_images, setup, teardown),
+                BACKEND_TESTS(&sqlite_backend),
         };
-        return cmocka_run_group_tests(tests, NULL, NULL);
+        const struct CMUnitTest pg_tests[] = {
+                BACKEND_TESTS(&pg_backend),
+                cmocka_unit_test_prestate_setup_teardown(test_pg_key_limit_across_replicas, setup, teardown,
+                                                         &pg_backend),
+                cmocka_unit_test_prestate_setup_teardown(test_pg_concurrent_migrations, setup, teardown,
+                                                         &pg_backend),
+                cmocka_unit_test_prestate_setup_teardown(test_pg_idempotency_across_replicas, setup, teardown,
+                                                         &pg_backend),
+                cmocka_unit_test_prestate_setup_teardown(test_pg_connection_lost, setup, teardown, &pg_backend),
+        };
+        int failed = cmocka_run_group_tests_name("sqlite", sqlite_tests, NULL, NULL);
+        failed += cmocka_run_group_tests_name("postgresql", pg_tests, NULL, NULL);
+        return unit_exit(failed);
 }

@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * Schema migrations of the PostgreSQL backend, in order: the same versions
+ * as migrations/sqlite.h, each making the same tables, constraints and
+ * indexes in PostgreSQL's types (BIGINT for Unix-ms times and sizes, BYTEA
+ * for hashes and sealed values, BOOLEAN for flags), so that
+ * store_schema_version() gives one number on both backends. Version N is
+ * the entry at index N-1. Never edit a migration that has shipped: append a
+ * new one, here and in sqlite.h. Each runs inside one transaction together
+ * with its schema_migrations row, under the migrations' advisory lock.
+ */
+
+static const char *const store_pg_migrations[] = {
+        /* 1: sandboxes, sessions, api keys */
+        "CREATE TABLE sandboxes (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  template TEXT NOT NULL,\n"
+        "  state TEXT NOT NULL,\n"
+        "  error TEXT,\n"
+        "  metadata TEXT NOT NULL DEFAULT '{}',\n"
+        "  env_keys TEXT NOT NULL DEFAULT '[]',\n"
+        "  created_at BIGINT NOT NULL,\n"
+        "  updated_at BIGINT NOT NULL\n"
+        ");\n"
+        "CREATE INDEX sandboxes_created ON sandboxes(created_at);\n"
+        "CREATE TABLE sessions (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,\n"
+        "  cmd TEXT NOT NULL,\n"
+        "  pty BOOLEAN NOT NULL DEFAULT FALSE,\n"
+        "  token_hash BYTEA NOT NULL CHECK (octet_length(token_hash) = 32),\n"
+        "  created_at BIGINT NOT NULL\n"
+        ");\n"
+        "CREATE INDEX sessions_sandbox ON sessions(sandbox_id);\n"
+        "CREATE TABLE api_keys (\n"
+        "  name TEXT PRIMARY KEY NOT NULL,\n"
+        "  hash BYTEA NOT NULL UNIQUE CHECK (octet_length(hash) = 32),\n"
+        "  created_at BIGINT NOT NULL\n"
+        ");\n",
+        /* 2: lifecycle verbs (idempotency keys are unique overall) */
+        "ALTER TABLE sandboxes ADD COLUMN desired_state TEXT;\n"
+        "CREATE TABLE operations (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  sandbox_id TEXT NOT NULL,\n"
+        "  verb TEXT NOT NULL,\n"
+        "  state TEXT NOT NULL CHECK (state IN ('pending', 'running', 'succeeded', 'failed')),\n"
+        "  error TEXT,\n"
+        "  result TEXT,\n"
+        "  idempotency_key TEXT UNIQUE,\n"
+        "  created_at BIGINT NOT NULL,\n"
+        "  finished_at BIGINT\n"
+        ");\n"
+        "CREATE INDEX operations_sandbox ON operations(sandbox_id);\n",
+        /* 3: disk snapshots, going with their sandbox */
+        "CREATE TABLE snapshots (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,\n"
+        "  kind TEXT NOT NULL,\n"
+        "  size BIGINT NOT NULL DEFAULT 0,\n"
+        "  created_at BIGINT NOT NULL\n"
+        ");\n"
+        "CREATE INDEX snapshots_sandbox ON snapshots(sandbox_id, created_at);\n",
+        /* 4: operations' progress, stage and request hash */
+        "ALTER TABLE operations ADD COLUMN progress INTEGER NOT NULL DEFAULT 0\n"
+        "  CHECK (progress BETWEEN 0 AND 100);\n"
+        "ALTER TABLE operations ADD COLUMN stage TEXT;\n"
+        "ALTER TABLE operations ADD COLUMN request_hash TEXT;\n"
+        "UPDATE operations SET progress = 100 WHERE state = 'succeeded';\n",
+        /* 5: pinned snapshots (every earlier one was taken on demand) and a
+         * sandbox's own snapshot policy */
+        "ALTER TABLE snapshots ADD COLUMN pinned BOOLEAN NOT NULL DEFAULT TRUE;\n"
+        "ALTER TABLE sandboxes ADD COLUMN snapshot_policy TEXT;\n",
+        /* 6: idle suspend */
+        "ALTER TABLE sandboxes ADD COLUMN idle_timeout_s BIGINT CHECK (idle_timeout_s >= 0);\n",
+        /* 7: tenants; keys, sandboxes and operations carry theirs (NULL:
+         * the admin's); a tenant with sandboxes cannot be deleted */
+        "CREATE TABLE tenants (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  name TEXT NOT NULL UNIQUE,\n"
+        "  created_at BIGINT NOT NULL\n"
+        ");\n"
+        "ALTER TABLE api_keys ADD COLUMN id TEXT;\n"
+        "ALTER TABLE api_keys ADD COLUMN tenant_id TEXT REFERENCES tenants(id) ON DELETE CASCADE;\n"
+        "ALTER TABLE api_keys ADD COLUMN label TEXT;\n"
+        "UPDATE api_keys SET id = 'key-' || left(replace(gen_random_uuid()::text, '-', ''), 16);\n"
+        "CREATE UNIQUE INDEX api_keys_id ON api_keys(id);\n"
+        "CREATE INDEX api_keys_tenant ON api_keys(tenant_id);\n"
+        "ALTER TABLE sandboxes ADD COLUMN tenant_id TEXT REFERENCES tenants(id);\n"
+        "CREATE INDEX sandboxes_tenant ON sandboxes(tenant_id, created_at);\n"
+        "ALTER TABLE operations ADD COLUMN tenant_id TEXT;\n",
+        /* 8: egress policies, a sandbox's and a tenant's default */
+        "ALTER TABLE sandboxes ADD COLUMN network TEXT;\n"
+        "ALTER TABLE tenants ADD COLUMN network TEXT;\n",
+        /* 9: credentials, their attachments to sandboxes, and the audit
+         * log with where reading each gateway stopped */
+        "CREATE TABLE secrets (\n"
+        "  id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,\n"
+        "  tenant_id TEXT REFERENCES tenants(id) ON DELETE CASCADE,\n"
+        "  name TEXT NOT NULL,\n"
+        "  sandbox_id TEXT,\n"
+        "  spec TEXT NOT NULL,\n"
+        "  expires_at BIGINT NOT NULL DEFAULT 0,\n"
+        "  sealed BYTEA NOT NULL,\n"
+        "  created_at BIGINT NOT NULL,\n"
+        "  created_by TEXT\n"
+        ");\n"
+        "CREATE UNIQUE INDEX secrets_scope_name ON secrets((COALESCE(tenant_id, '')), name);\n"
+        "CREATE TABLE sandbox_secrets (\n"
+        "  sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,\n"
+        "  secret_id BIGINT NOT NULL REFERENCES secrets(id) ON DELETE CASCADE,\n"
+        "  name TEXT NOT NULL,\n"
+        "  placeholder TEXT NOT NULL,\n"
+        "  env_name TEXT NOT NULL,\n"
+        "  PRIMARY KEY (sandbox_id, name)\n"
+        ");\n"
+        "CREATE INDEX sandbox_secrets_secret ON sandbox_secrets(secret_id);\n"
+        "CREATE TABLE audit_events (\n"
+        "  id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n"
+        "  ts_ms BIGINT NOT NULL,\n"
+        "  tenant_id TEXT,\n"
+        "  actor TEXT NOT NULL,\n"
+        "  sandbox_id TEXT,\n"
+        "  secret TEXT,\n"
+        "  host TEXT,\n"
+        "  port INTEGER,\n"
+        "  method TEXT,\n"
+        "  path TEXT,\n"
+        "  action TEXT NOT NULL,\n"
+        "  reason TEXT,\n"
+        "  source TEXT,\n"
+        "  boot_id TEXT,\n"
+        "  seq BIGINT\n"
+        ");\n"
+        "CREATE UNIQUE INDEX audit_events_source ON audit_events(source, boot_id, seq);\n"
+        "CREATE INDEX audit_events_tenant ON audit_events(tenant_id, id);\n"
+        "CREATE TABLE audit_cursors (\n"
+        "  source TEXT PRIMARY KEY NOT NULL,\n"
+        "  boot_id TEXT NOT NULL,\n"
+        "  seq BIGINT NOT NULL\n"
+        ");\n",
+        /* 10: a sandbox's lifetime */
+        "ALTER TABLE sandboxes ADD COLUMN expires_at BIGINT;\n"
+        "ALTER TABLE sandboxes ADD COLUMN expiry_s BIGINT CHECK (expiry_s > 0);\n"
+        "ALTER TABLE sandboxes ADD COLUMN on_expiry TEXT CHECK (on_expiry IN ('delete', 'suspend'));\n",
+        /* 11: images, outliving their sandbox (sandbox_id is no reference) */
+        "CREATE TABLE images (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  tenant_id TEXT REFERENCES tenants(id),\n"
+        "  name TEXT,\n"
+        "  sandbox_id TEXT NOT NULL,\n"
+        "  template TEXT NOT NULL,\n"
+        "  size BIGINT NOT NULL DEFAULT 0,\n"
+        "  created_at BIGINT NOT NULL\n"
+        ");\n"
+        "CREATE UNIQUE INDEX images_name ON images((COALESCE(tenant_id, '')), name) WHERE name IS NOT NULL;\n"
+        "CREATE INDEX images_scope ON images(tenant_id, created_at);\n",
+};
