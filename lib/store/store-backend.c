@@ -38,7 +38,7 @@ int store_read_sandbox(const struct store_row *r, void *ret) {
             (k = store_row_strdup(r, 8, &sb.desired_state)) < 0 ||
             (k = store_row_strdup(r, 9, &sb.snapshot_policy)) < 0 ||
             (k = store_row_strdup(r, 11, &sb.tenant_id)) < 0 ||
-            (k = store_row_strdup(r, 14, &sb.on_expiry)) < 0)
+            (k = store_row_strdup(r, 14, &sb.on_expiry)) < 0 || (k = store_row_strdup(r, 15, &sb.node)) < 0)
                 return k;
         if (!sb.id || !sb.template_name || !sb.state || !sb.metadata || !sb.env_keys)
                 return -EBADMSG;
@@ -77,13 +77,14 @@ int store_read_operation(const struct store_row *r, void *ret) {
             (k = store_row_strdup(r, 4, &op.error)) < 0 || (k = store_row_strdup(r, 5, &op.result)) < 0 ||
             (k = store_row_strdup(r, 6, &op.idempotency_key)) < 0 ||
             (k = store_row_strdup(r, 9, &op.request_hash)) < 0 || (k = store_row_strdup(r, 10, &op.stage)) < 0 ||
-            (k = store_row_strdup(r, 12, &op.tenant_id)) < 0)
+            (k = store_row_strdup(r, 12, &op.tenant_id)) < 0 || (k = store_row_strdup(r, 13, &op.owner)) < 0)
                 return k;
         if (!op.id || !op.sandbox_id || !op.verb || !op.state)
                 return -EBADMSG;
         op.created_at = store_row_int64(r, 7);
         op.finished_at = store_row_int64(r, 8); /* NULL reads as 0 */
         op.progress = (int) store_row_int64(r, 11);
+        op.lease_until = store_row_int64(r, 14); /* NULL reads as 0 */
         *(struct store_operation *) ret = op;
         op = (struct store_operation){ 0 };
         return 0;
@@ -222,6 +223,123 @@ int store_read_audit_cursor(const struct store_row *r, void *ret) {
                 return -EBADMSG;
         *(struct store_audit_cursor *) ret = (struct store_audit_cursor){ boot_id, store_row_int64(r, 1) };
         return 0;
+}
+
+int store_read_node(const struct store_row *r, void *ret) {
+        _cleanup_(store_node_release) struct store_node n = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &n.name)) < 0 || (k = store_row_strdup(r, 1, &n.address)) < 0 ||
+            (k = store_row_strdup(r, 2, &n.boot_id)) < 0 || (k = store_row_strdup(r, 3, &n.info)) < 0)
+                return k;
+        if (!n.name || !n.address || !n.info)
+                return -EBADMSG;
+        n.draining = store_row_int64(r, 4) != 0;
+        n.lost_at = store_row_int64(r, 5); /* NULL reads as 0: not lost */
+        n.joined_at = store_row_int64(r, 6);
+        n.heartbeat_at = store_row_int64(r, 7);
+        *(struct store_node *) ret = n;
+        n = (struct store_node){ 0 };
+        return 0;
+}
+
+int store_read_cap_key(const struct store_row *r, void *ret) {
+        struct store_cap_key c = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &c.kid)) < 0 || (k = store_row_strdup(r, 1, &c.public_key)) < 0 ||
+            (k = store_row_strdup(r, 2, &c.replica)) < 0 || (k = c.kid && c.public_key ? 0 : -EBADMSG) < 0) {
+                free(c.kid);
+                free(c.public_key);
+                free(c.replica);
+                return k;
+        }
+        c.created_at = store_row_int64(r, 3);
+        *(struct store_cap_key *) ret = c;
+        return 0;
+}
+
+int store_read_replica(const struct store_row *r, void *ret) {
+        struct store_replica p = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &p.id)) < 0 || (k = store_row_strdup(r, 1, &p.cluster_address)) < 0 ||
+            (k = store_row_strdup(r, 2, &p.api_address)) < 0 || (k = p.id ? 0 : -EBADMSG) < 0) {
+                free(p.id);
+                free(p.cluster_address);
+                free(p.api_address);
+                return k;
+        }
+        p.started_at = store_row_int64(r, 3);
+        p.seen_at = store_row_int64(r, 4);
+        *(struct store_replica *) ret = p;
+        return 0;
+}
+
+int store_read_node_beat(const struct store_row *r, void *ret) {
+        *(struct store_node_beat *) ret = (struct store_node_beat){
+                .was_lost = store_row_int64(r, 0) != 0,
+                .draining = store_row_int64(r, 1) != 0,
+        };
+        return 0;
+}
+
+int store_read_node_count(const struct store_row *r, void *ret) {
+        char *node = NULL;
+        int k = store_row_strdup(r, 0, &node);
+        if (k < 0)
+                return k;
+        *(struct store_node_count *) ret = (struct store_node_count){ node, store_row_int64(r, 1) };
+        return 0;
+}
+
+int store_node_counts_split(struct store_node_count *a, size_t n, char ***ret_names, int64_t **ret_counts) {
+        char **names = calloc(n ?: 1, sizeof *names);
+        int64_t *counts = calloc(n ?: 1, sizeof *counts);
+        if (!names || !counts) {
+                free(names);
+                free(counts);
+                for (size_t i = 0; i < n; i++)
+                        free(a[i].node);
+                free(a);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++) {
+                names[i] = a[i].node;
+                counts[i] = a[i].count;
+        }
+        free(a);
+        *ret_names = names;
+        *ret_counts = counts;
+        return 0;
+}
+
+int store_read_ca_pem(const struct store_row *r, void *ret) {
+        struct store_ca_pem ca = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &ca.cert)) < 0 || (k = store_row_strdup(r, 1, &ca.key)) < 0 ||
+            (k = ca.cert && ca.key ? 0 : -EBADMSG) < 0) {
+                free(ca.cert);
+                free(ca.key);
+                return k;
+        }
+        *(struct store_ca_pem *) ret = ca;
+        return 0;
+}
+
+int store_read_join_token(const struct store_row *r, void *ret) {
+        size_t n = 0;
+        const void *h = r->ops->blob(r, 0, &n);
+        if (!h || n != STORE_HASH_SIZE)
+                return -EBADMSG;
+        struct store_join_token *t = ret;
+        memcpy(t->hash, h, STORE_HASH_SIZE);
+        t->expires_at = store_row_int64(r, 1);
+        return 0;
+}
+
+int store_join_token_verdict(bool found, const struct store_join_token *t, const uint8_t hash[STORE_HASH_SIZE],
+                             int64_t now) {
+        if (!found || sodium_memcmp(t->hash, hash, STORE_HASH_SIZE) != 0)
+                return -ENOENT;
+        return t->expires_at <= now ? -EKEYEXPIRED : 0;
 }
 
 int store_read_text(const struct store_row *r, void *ret) {

@@ -51,11 +51,11 @@ int64_t store_now_ms(void);
 /* The columns each reader expects, in its order. */
 #define STORE_SANDBOX_COLUMNS                                                                           \
         "id, template, state, error, metadata, env_keys, created_at, updated_at, desired_state, "     \
-        "snapshot_policy, idle_timeout_s, tenant_id, expires_at, expiry_s, on_expiry"
+        "snapshot_policy, idle_timeout_s, tenant_id, expires_at, expiry_s, on_expiry, node"
 #define STORE_SNAPSHOT_COLUMNS "id, sandbox_id, kind, size, created_at, pinned"
 #define STORE_OPERATION_COLUMNS                                                                         \
         "id, sandbox_id, verb, state, error, result, idempotency_key, created_at, finished_at, "       \
-        "request_hash, stage, progress, tenant_id"
+        "request_hash, stage, progress, tenant_id, owner, lease_until"
 #define STORE_SESSION_COLUMNS "id, sandbox_id, cmd, pty, token_hash, created_at"
 #define STORE_API_KEY_COLUMNS "id, tenant_id, label, created_at"
 #define STORE_TENANT_COLUMNS "id, name, created_at, network"
@@ -65,6 +65,9 @@ int64_t store_now_ms(void);
 #define STORE_AUDIT_COLUMNS                                                                             \
         "id, ts_ms, tenant_id, actor, sandbox_id, secret, host, port, method, path, action, reason"
 #define STORE_ATTACHMENT_COLUMNS "sandbox_id, name, placeholder, env_name"
+#define STORE_NODE_COLUMNS "name, address, boot_id, info, draining, lost_at, joined_at, heartbeat_at"
+#define STORE_CAP_KEY_COLUMNS "kid, public_key, replica, created_at"
+#define STORE_REPLICA_COLUMNS "id, cluster_address, api_address, started_at, seen_at"
 
 /* Readers: the current row into *ret (the struct named), which they fill
  * only on success. -EBADMSG for a row that breaks the schema's promises. */
@@ -84,6 +87,39 @@ struct store_audit_cursor {
         int64_t seq;
 };
 int store_read_audit_cursor(const struct store_row *r, void *ret);
+int store_read_node(const struct store_row *r, void *ret);
+int store_read_cap_key(const struct store_row *r, void *ret);
+int store_read_replica(const struct store_row *r, void *ret);
+/* what a heartbeat found: "lost_at IS NOT NULL, draining" */
+struct store_node_beat {
+        bool was_lost, draining;
+};
+int store_read_node_beat(const struct store_row *r, void *ret);
+/* a group of store_sandbox_count_by_node(): "node, COUNT(*)" */
+struct store_node_count {
+        char *node; /* NULL: the local node */
+        int64_t count;
+};
+int store_read_node_count(const struct store_row *r, void *ret);
+/* Turns n groups into store_sandbox_count_by_node()'s parallel arrays,
+ * taking the names; frees a (on failure too). */
+int store_node_counts_split(struct store_node_count *a, size_t n, char ***ret_names, int64_t **ret_counts);
+/* the cluster's CA: "cert, key" */
+struct store_ca_pem {
+        char *cert, *key;
+};
+int store_read_ca_pem(const struct store_row *r, void *ret);
+/* a join token's stored secret hash and expiry: "hash, expires_at" */
+struct store_join_token {
+        uint8_t hash[STORE_HASH_SIZE];
+        int64_t expires_at;
+};
+int store_read_join_token(const struct store_row *r, void *ret);
+/* store_join_token_check()'s answer for the row read (found: there was
+ * one): the same -ENOENT for an unknown id and a wrong secret, the hash
+ * compared in constant time. */
+int store_join_token_verdict(bool found, const struct store_join_token *t, const uint8_t hash[STORE_HASH_SIZE],
+                             int64_t now);
 /* one text column, NULL allowed (char **) */
 int store_read_text(const struct store_row *r, void *ret);
 /* one text column, never NULL (char **) */

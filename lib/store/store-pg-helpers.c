@@ -355,6 +355,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(PGresult *, PQclear);
 /* One statement as a call (pg_run()); run again, its result starts over. */
 struct statement {
         bool write;
+        bool rows; /* a write's RETURNING rows are wanted */
         const char *sql;
         const struct pg_params *q;
         PGresult *res;
@@ -365,7 +366,7 @@ static int statement_run(struct pg_call *c, void *ctx) {
         struct statement *st = ctx;
         PQclear(st->res);
         st->res = NULL;
-        return pg_exec(c, st->write, st->sql, st->q, st->write ? NULL : &st->res, &st->changed);
+        return pg_exec(c, st->write, st->sql, st->q, st->write && !st->rows ? NULL : &st->res, &st->changed);
 }
 
 /* Runs a SELECT as a call of its own; *ret its rows. */
@@ -426,6 +427,17 @@ int pg_write(struct store *s, const char *sql, const struct pg_params *q, uint64
         if (r >= 0 && ret_changed)
                 *ret_changed = st.changed;
         return r;
+}
+
+int pg_write_rows(struct store *s, const char *sql, const struct pg_params *q, size_t elem, size_t max,
+                  int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
+        struct statement st = { .write = true, .rows = true, .sql = sql, .q = q };
+        int r = pg_run(to_pg(s), statement_run, &st);
+        _cleanup_(PQclearp) PGresult *res = st.res;
+        if (r < 0)
+                return r;
+        struct pg_rows rows = pg_rows(res);
+        return store_rows_collect(&rows.row, elem, max, read_row, a, n);
 }
 
 int pg_write_one(struct store *s, const char *sql, const struct pg_params *q) {

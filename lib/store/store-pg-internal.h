@@ -6,7 +6,9 @@
  * connection pool, statements, transactions, the error mapping and a
  * result's rows as a store_row cursor; store-pg.c: opening, migrations and
  * the core tables; store-pg-secrets.c: credentials and the audit log;
- * store-pg-images.c: images). Private to lib/store.
+ * store-pg-images.c: images; store-pg-cluster.c: nodes, join tokens, the
+ * CA, capability keys, replicas and operation leases). Private to
+ * lib/store.
  *
  * Every call borrows one connection from the handle's pool for its
  * duration, so no two threads ever use one PGconn. Statements are
@@ -116,6 +118,10 @@ int pg_select_all(struct store *s, const char *sql, const struct pg_params *q, s
 int pg_select_key_match(struct store *s, const char *sql, const uint8_t hash[STORE_HASH_SIZE],
                         char **ret_tenant_id);
 int pg_write(struct store *s, const char *sql, const struct pg_params *q, uint64_t *ret_changed);
+/* A write whose RETURNING rows are wanted, as a call of its own: at most
+ * max of them through read_row, as pg_select_all() collects them. */
+int pg_write_rows(struct store *s, const char *sql, const struct pg_params *q, size_t elem, size_t max,
+                  int (*read_row)(const struct store_row *, void *), void **a, size_t *n);
 int pg_write_one(struct store *s, const char *sql, const struct pg_params *q);
 /* A write in a transaction of its own that first takes the advisory lock
  * key: what it reads (a count under a limit) cannot change under it before
@@ -162,3 +168,39 @@ int pg_image_delete(struct store *s, const char *id);
         .sandbox_secret_copy = pg_sandbox_secret_copy, .audit_insert = pg_audit_insert,                   \
         .audit_list = pg_audit_list, .audit_cursor_get = pg_audit_cursor_get,                             \
         .audit_cursor_set = pg_audit_cursor_set
+
+int pg_node_insert(struct store *s, const struct store_node *n);
+int pg_node_heartbeat(struct store *s, const struct store_node *n, bool *ret_was_lost, bool *ret_draining);
+int pg_node_get(struct store *s, const char *name, struct store_node *ret);
+int pg_node_list(struct store *s, size_t max, struct store_node **ret, size_t *ret_n);
+int pg_node_set_draining(struct store *s, const char *name, bool draining);
+int pg_node_delete(struct store *s, const char *name);
+int pg_nodes_mark_lost(struct store *s, int64_t cutoff, size_t max, char ***ret, size_t *ret_n);
+int pg_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret, size_t *ret_n);
+int pg_sandbox_count_by_node(struct store *s, size_t max, char ***ret_names, int64_t **ret_counts, size_t *ret_n);
+int pg_join_token_insert(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE], int64_t expires_at);
+int pg_join_token_check(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE], int64_t now);
+int pg_join_token_delete(struct store *s, const char *id);
+int pg_cluster_ca(struct store *s, const char *cert_pem, const char *key_pem, char **ret_cert, char **ret_key);
+int pg_cap_key_publish(struct store *s, const struct store_cap_key *k);
+int pg_cap_key_list(struct store *s, size_t max, struct store_cap_key **ret, size_t *ret_n);
+int pg_cap_key_delete(struct store *s, const char *kid);
+int pg_replica_seen(struct store *s, const struct store_replica *r);
+int pg_replica_list(struct store *s, int64_t since, size_t max, struct store_replica **ret, size_t *ret_n);
+int pg_replica_delete(struct store *s, const char *id);
+int pg_operation_lease_renew(struct store *s, const char *owner, int64_t until, uint64_t *ret_n);
+int pg_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
+                              size_t *ret_n);
+int pg_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until);
+
+#define STORE_PG_CLUSTER_OPS                                                                                  \
+        .node_insert = pg_node_insert, .node_heartbeat = pg_node_heartbeat, .node_get = pg_node_get,         \
+        .node_list = pg_node_list, .node_set_draining = pg_node_set_draining, .node_delete = pg_node_delete, \
+        .nodes_mark_lost = pg_nodes_mark_lost, .sandbox_list_node = pg_sandbox_list_node,                    \
+        .sandbox_count_by_node = pg_sandbox_count_by_node, .join_token_insert = pg_join_token_insert,        \
+        .join_token_check = pg_join_token_check, .join_token_delete = pg_join_token_delete,                  \
+        .cluster_ca = pg_cluster_ca, .cap_key_publish = pg_cap_key_publish, .cap_key_list = pg_cap_key_list, \
+        .cap_key_delete = pg_cap_key_delete, .replica_seen = pg_replica_seen,                                \
+        .replica_list = pg_replica_list, .replica_delete = pg_replica_delete,                                \
+        .operation_lease_renew = pg_operation_lease_renew,                                                   \
+        .operation_list_expired = pg_operation_list_expired, .operation_take_over = pg_operation_take_over

@@ -212,11 +212,12 @@ static int pg_sandbox_insert(struct store *s, const struct store_sandbox *sb) {
         pg_add_int_or_null(&q, sb->expires_at);
         pg_add_int_or_null(&q, sb->expiry_s);
         pg_add_text(&q, sb->on_expiry);
+        pg_add_text(&q, sb->node);
         return pg_write(s,
                         "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, created_at, "
                         "updated_at, desired_state, snapshot_policy, idle_timeout_s, tenant_id, network, "
-                        "expires_at, expiry_s, on_expiry) "
-                        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                        "expires_at, expiry_s, on_expiry, node) "
+                        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
                         &q, NULL);
 }
 
@@ -346,13 +347,15 @@ static int pg_operation_insert(struct store *s, const struct store_operation *op
         pg_add_text(&q, op->stage);
         pg_add_int(&q, op->progress);
         pg_add_text(&q, op->tenant_id);
+        pg_add_text(&q, op->owner);
+        pg_add_int_or_null(&q, op->lease_until);
         /* a taken idempotency key is the UNIQUE constraint's -EEXIST, in
          * whichever replica the other insert ran */
         return pg_write(s,
                         "INSERT INTO operations (id, sandbox_id, verb, state, error, result, idempotency_key, "
-                        "created_at, request_hash, stage, progress, tenant_id) "
+                        "created_at, request_hash, stage, progress, tenant_id, owner, lease_until) "
                         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, "
-                        "COALESCE($12, (SELECT tenant_id FROM sandboxes WHERE id = $2)))",
+                        "COALESCE($12, (SELECT tenant_id FROM sandboxes WHERE id = $2)), $13, $14)",
                         &q, NULL);
 }
 
@@ -648,4 +651,5 @@ const struct store_ops store_pg_ops = {
         .tenant_network_set = pg_tenant_network_set,
         STORE_PG_SECRETS_OPS,
         STORE_PG_IMAGES_OPS,
+        STORE_PG_CLUSTER_OPS,
 };

@@ -4,7 +4,9 @@
 /*
  * What the SQLite backend's files share (store-sqlite.c: the connection,
  * migrations and the core tables; store-sqlite-secrets.c: credentials and
- * the audit log; store-sqlite-images.c: images; store-sqlite-helpers.c:
+ * the audit log; store-sqlite-images.c: images; store-sqlite-cluster.c:
+ * nodes, join tokens, the CA, capability keys, replicas and operation
+ * leases; store-sqlite-helpers.c:
  * the statement helpers of the last two, and a statement's rows as the
  * store_row cursor the shared row readers take, store-backend.h). Private
  * to lib/store.
@@ -93,3 +95,43 @@ int sqlite_image_delete(struct store *s, const char *id);
         .sandbox_secret_copy = sqlite_sandbox_secret_copy, .audit_insert = sqlite_audit_insert,                        \
         .audit_list = sqlite_audit_list, .audit_cursor_get = sqlite_audit_cursor_get,                                  \
         .audit_cursor_set = sqlite_audit_cursor_set
+
+int sqlite_node_insert(struct store *s, const struct store_node *n);
+int sqlite_node_heartbeat(struct store *s, const struct store_node *n, bool *ret_was_lost, bool *ret_draining);
+int sqlite_node_get(struct store *s, const char *name, struct store_node *ret);
+int sqlite_node_list(struct store *s, size_t max, struct store_node **ret, size_t *ret_n);
+int sqlite_node_set_draining(struct store *s, const char *name, bool draining);
+int sqlite_node_delete(struct store *s, const char *name);
+int sqlite_nodes_mark_lost(struct store *s, int64_t cutoff, size_t max, char ***ret, size_t *ret_n);
+int sqlite_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret,
+                             size_t *ret_n);
+int sqlite_sandbox_count_by_node(struct store *s, size_t max, char ***ret_names, int64_t **ret_counts,
+                                 size_t *ret_n);
+int sqlite_join_token_insert(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE], int64_t expires_at);
+int sqlite_join_token_check(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE], int64_t now);
+int sqlite_join_token_delete(struct store *s, const char *id);
+int sqlite_cluster_ca(struct store *s, const char *cert_pem, const char *key_pem, char **ret_cert, char **ret_key);
+int sqlite_cap_key_publish(struct store *s, const struct store_cap_key *k);
+int sqlite_cap_key_list(struct store *s, size_t max, struct store_cap_key **ret, size_t *ret_n);
+int sqlite_cap_key_delete(struct store *s, const char *kid);
+int sqlite_replica_seen(struct store *s, const struct store_replica *r);
+int sqlite_replica_list(struct store *s, int64_t since, size_t max, struct store_replica **ret, size_t *ret_n);
+int sqlite_replica_delete(struct store *s, const char *id);
+int sqlite_operation_lease_renew(struct store *s, const char *owner, int64_t until, uint64_t *ret_n);
+int sqlite_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
+                                  size_t *ret_n);
+int sqlite_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until);
+
+#define STORE_SQLITE_CLUSTER_OPS                                                                                  \
+        .node_insert = sqlite_node_insert, .node_heartbeat = sqlite_node_heartbeat, .node_get = sqlite_node_get, \
+        .node_list = sqlite_node_list, .node_set_draining = sqlite_node_set_draining,                            \
+        .node_delete = sqlite_node_delete, .nodes_mark_lost = sqlite_nodes_mark_lost,                            \
+        .sandbox_list_node = sqlite_sandbox_list_node, .sandbox_count_by_node = sqlite_sandbox_count_by_node,    \
+        .join_token_insert = sqlite_join_token_insert, .join_token_check = sqlite_join_token_check,              \
+        .join_token_delete = sqlite_join_token_delete, .cluster_ca = sqlite_cluster_ca,                          \
+        .cap_key_publish = sqlite_cap_key_publish, .cap_key_list = sqlite_cap_key_list,                          \
+        .cap_key_delete = sqlite_cap_key_delete, .replica_seen = sqlite_replica_seen,                            \
+        .replica_list = sqlite_replica_list, .replica_delete = sqlite_replica_delete,                            \
+        .operation_lease_renew = sqlite_operation_lease_renew,                                                   \
+        .operation_list_expired = sqlite_operation_list_expired,                                                 \
+        .operation_take_over = sqlite_operation_take_over

@@ -60,8 +60,8 @@ enum stmt_id {
 static const char *const stmt_sql[_STMT_MAX] = {
         [STMT_SANDBOX_INSERT] = "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, "
                                 "created_at, updated_at, desired_state, snapshot_policy, idle_timeout_s, tenant_id, network, "
-                                "expires_at, expiry_s, on_expiry) "
-                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                                "expires_at, expiry_s, on_expiry, node) "
+                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
         [STMT_SANDBOX_GET] = "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes WHERE id = ?1",
         [STMT_SANDBOX_LIST] = "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes ORDER BY created_at, id LIMIT ?1",
         [STMT_SANDBOX_UPDATE] = "UPDATE sandboxes SET state = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
@@ -78,9 +78,9 @@ static const char *const stmt_sql[_STMT_MAX] = {
         [STMT_SANDBOX_TRANSITION] = "UPDATE sandboxes SET state = ?3, desired_state = COALESCE(?4, desired_state), "
                                     "error = NULL, updated_at = ?5 WHERE id = ?1 AND state = ?2",
         [STMT_OP_INSERT] = "INSERT INTO operations (id, sandbox_id, verb, state, error, result, idempotency_key, "
-                           "created_at, request_hash, stage, progress, tenant_id) "
+                           "created_at, request_hash, stage, progress, tenant_id, owner, lease_until) "
                            "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-                           "COALESCE(?12, (SELECT tenant_id FROM sandboxes WHERE id = ?2)))",
+                           "COALESCE(?12, (SELECT tenant_id FROM sandboxes WHERE id = ?2)), ?13, ?14)",
         [STMT_OP_GET] = "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE id = ?1",
         [STMT_OP_BY_KEY] = "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE idempotency_key = ?1",
         [STMT_OP_UPDATE] = "UPDATE operations SET state = ?2, error = ?3, result = ?4, "
@@ -363,6 +363,7 @@ static int sqlite_sandbox_insert(struct store *s, const struct store_sandbox *sb
         bind_int64_or_null(st, 14, sb->expires_at);
         bind_int64_or_null(st, 15, sb->expiry_s);
         bind_text(st, 16, sb->on_expiry);
+        bind_text(st, 17, sb->node);
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
@@ -515,6 +516,8 @@ static int sqlite_operation_insert(struct store *s, const struct store_operation
         bind_text(st, 10, op->stage);
         sqlite3_bind_int(st, 11, op->progress);
         bind_text(st, 12, op->tenant_id);
+        bind_text(st, 13, op->owner);
+        bind_int64_or_null(st, 14, op->lease_until);
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;
@@ -803,4 +806,5 @@ const struct store_ops store_sqlite_ops = {
         .tenant_network_set = sqlite_tenant_network_set,
         STORE_SQLITE_SECRETS_OPS,
         STORE_SQLITE_IMAGES_OPS,
+        STORE_SQLITE_CLUSTER_OPS,
 };

@@ -95,6 +95,7 @@ void store_sandbox_release(struct store_sandbox *sb) {
         free(sb->snapshot_policy);
         free(sb->network);
         free(sb->on_expiry);
+        free(sb->node);
         *sb = (struct store_sandbox){ 0 };
 }
 
@@ -354,7 +355,14 @@ void store_operation_release(struct store_operation *op) {
         free(op->idempotency_key);
         free(op->request_hash);
         free(op->stage);
+        free(op->owner);
         *op = (struct store_operation){ 0 };
+}
+
+void store_operation_array_free(struct store_operation *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                store_operation_release(&a[i]);
+        free(a);
 }
 
 int store_snapshot_insert(struct store *s, const struct store_snapshot *snap) {
@@ -529,4 +537,198 @@ int store_audit_cursor_set(struct store *s, const char *source, const char *boot
         if (!source || !boot_id)
                 return -EINVAL;
         return s->ops->audit_cursor_set(s, source, boot_id, seq);
+}
+
+/* [a-z0-9-], 1..STORE_NODE_NAME_MAX: what a certificate's CN may be */
+static bool node_name_is_valid(const char *name) {
+        size_t n = name ? strlen(name) : 0;
+        if (n == 0 || n > STORE_NODE_NAME_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') || name[i] == '-'))
+                        return false;
+        return true;
+}
+
+int store_node_insert(struct store *s, const struct store_node *n) {
+        if (!n || !node_name_is_valid(n->name) || !n->address || n->joined_at < 0 || n->heartbeat_at < 0)
+                return -EINVAL;
+        return s->ops->node_insert(s, n);
+}
+
+int store_node_heartbeat(struct store *s, const struct store_node *n, bool *ret_was_lost, bool *ret_draining) {
+        if (!n || !n->name || n->heartbeat_at < 0)
+                return -EINVAL;
+        bool was_lost = false, draining = false;
+        int r = s->ops->node_heartbeat(s, n, &was_lost, &draining);
+        if (r < 0)
+                return r;
+        if (ret_was_lost)
+                *ret_was_lost = was_lost;
+        if (ret_draining)
+                *ret_draining = draining;
+        return 0;
+}
+
+int store_node_get(struct store *s, const char *name, struct store_node *ret) {
+        if (!name || !ret)
+                return -EINVAL;
+        return s->ops->node_get(s, name, ret);
+}
+
+int store_node_list(struct store *s, size_t max, struct store_node **ret, size_t *ret_n) {
+        if (!ret || !ret_n)
+                return -EINVAL;
+        return s->ops->node_list(s, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
+int store_node_set_draining(struct store *s, const char *name, bool draining) {
+        if (!name)
+                return -EINVAL;
+        return s->ops->node_set_draining(s, name, draining);
+}
+
+int store_node_delete(struct store *s, const char *name) {
+        if (!name)
+                return -EINVAL;
+        return s->ops->node_delete(s, name);
+}
+
+int store_nodes_mark_lost(struct store *s, int64_t cutoff, char ***ret, size_t *ret_n) {
+        if (!ret || !ret_n)
+                return -EINVAL;
+        /* more than STORE_LIST_MAX silent nodes: the rest on the next call */
+        return s->ops->nodes_mark_lost(s, cutoff, STORE_LIST_MAX, ret, ret_n);
+}
+
+void store_node_release(struct store_node *n) {
+        if (!n)
+                return;
+        free(n->name);
+        free(n->address);
+        free(n->boot_id);
+        free(n->info);
+        *n = (struct store_node){ 0 };
+}
+
+void store_node_array_free(struct store_node *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                store_node_release(&a[i]);
+        free(a);
+}
+
+int store_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret,
+                            size_t *ret_n) {
+        if (!ret || !ret_n)
+                return -EINVAL;
+        return s->ops->sandbox_list_node(s, node, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
+int store_sandbox_count_by_node(struct store *s, char ***ret_names, int64_t **ret_counts, size_t *ret_n) {
+        if (!ret_names || !ret_counts || !ret_n)
+                return -EINVAL;
+        return s->ops->sandbox_count_by_node(s, STORE_LIST_MAX, ret_names, ret_counts, ret_n);
+}
+
+int store_join_token_insert(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE],
+                            int64_t expires_at) {
+        if (!id || !*id || !hash || expires_at <= 0)
+                return -EINVAL;
+        return s->ops->join_token_insert(s, id, hash, expires_at);
+}
+
+int store_join_token_check(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE], int64_t now) {
+        if (!id || !hash)
+                return -EINVAL;
+        return s->ops->join_token_check(s, id, hash, now);
+}
+
+int store_join_token_delete(struct store *s, const char *id) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->join_token_delete(s, id);
+}
+
+int store_cluster_ca(struct store *s, const char *cert_pem, const char *key_pem, char **ret_cert,
+                     char **ret_key) {
+        if (!cert_pem || !key_pem || !ret_cert || !ret_key)
+                return -EINVAL;
+        return s->ops->cluster_ca(s, cert_pem, key_pem, ret_cert, ret_key);
+}
+
+int store_cap_key_publish(struct store *s, const struct store_cap_key *k) {
+        if (!k || !k->kid || !*k->kid || !k->public_key || k->created_at < 0)
+                return -EINVAL;
+        return s->ops->cap_key_publish(s, k);
+}
+
+int store_cap_key_list(struct store *s, size_t max, struct store_cap_key **ret, size_t *ret_n) {
+        if (!ret || !ret_n)
+                return -EINVAL;
+        return s->ops->cap_key_list(s, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
+int store_cap_key_delete(struct store *s, const char *kid) {
+        if (!kid)
+                return -EINVAL;
+        return s->ops->cap_key_delete(s, kid);
+}
+
+void store_cap_key_array_free(struct store_cap_key *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++) {
+                free(a[i].kid);
+                free(a[i].public_key);
+                free(a[i].replica);
+        }
+        free(a);
+}
+
+int store_replica_seen(struct store *s, const struct store_replica *r) {
+        if (!r || !r->id || !*r->id || r->started_at < 0 || r->seen_at < 0)
+                return -EINVAL;
+        return s->ops->replica_seen(s, r);
+}
+
+int store_replica_list(struct store *s, int64_t since, size_t max, struct store_replica **ret, size_t *ret_n) {
+        if (!ret || !ret_n)
+                return -EINVAL;
+        return s->ops->replica_list(s, since, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
+int store_replica_delete(struct store *s, const char *id) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->replica_delete(s, id);
+}
+
+void store_replica_array_free(struct store_replica *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++) {
+                free(a[i].id);
+                free(a[i].cluster_address);
+                free(a[i].api_address);
+        }
+        free(a);
+}
+
+int store_operation_lease_renew(struct store *s, const char *owner, int64_t until, uint64_t *ret_n) {
+        if (!owner)
+                return -EINVAL;
+        uint64_t n = 0;
+        int r = s->ops->operation_lease_renew(s, owner, until, &n);
+        if (r >= 0 && ret_n)
+                *ret_n = n;
+        return r;
+}
+
+int store_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
+                                 size_t *ret_n) {
+        if (!ret || !ret_n)
+                return -EINVAL;
+        return s->ops->operation_list_expired(s, now, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
+int store_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until) {
+        if (!id || !owner)
+                return -EINVAL;
+        return s->ops->operation_take_over(s, id, owner, now, until);
 }

@@ -58,6 +58,9 @@ struct store_sandbox {
          * by insert; reads leave it NULL: a policy may be 64 KiB and lists
          * run every second, so it is read alone, store_sandbox_network_get() */
         char *network;
+        /* the node it runs on (store_node.name), or NULL: the control
+         * plane's local node (one machine; rows made before clusters) */
+        char *node;
 };
 
 /* One command session row. The attach token itself is never stored. */
@@ -87,6 +90,11 @@ struct store_operation {
         int progress;          /* 0..100; 100 once succeeded */
         int64_t created_at;    /* Unix time, milliseconds */
         int64_t finished_at;   /* 0 while unfinished */
+        /* the control-plane replica carrying it out (store_replica.id), or
+         * NULL; while unfinished it renews lease_until (Unix ms), and once
+         * that passed another replica may take it over and settle it */
+        char *owner;
+        int64_t lease_until;
 };
 
 /* One snapshot of a sandbox (the image itself is on the node). */
@@ -161,6 +169,10 @@ struct store_audit_event {
         int port;           /* 0: none */
         char *action;       /* "secret.create", "secret.attach", "secret.delete", "injected", "refused" */
 };
+
+struct store_node;
+struct store_cap_key;
+struct store_replica;
 
 /* The backend interface. Backends embed `struct store` as their first
  * member and point its ops at a static table of these functions. */
@@ -241,6 +253,35 @@ struct store_ops {
                           const char *secret, size_t max, struct store_audit_event **ret, size_t *ret_n);
         int (*audit_cursor_get)(struct store *s, const char *source, char **ret_boot_id, int64_t *ret_seq);
         int (*audit_cursor_set)(struct store *s, const char *source, const char *boot_id, int64_t seq);
+
+        /* a cluster; ret_ pointers are never NULL here, lists are bounded */
+        int (*node_insert)(struct store *s, const struct store_node *n);
+        int (*node_heartbeat)(struct store *s, const struct store_node *n, bool *ret_was_lost, bool *ret_draining);
+        int (*node_get)(struct store *s, const char *name, struct store_node *ret);
+        int (*node_list)(struct store *s, size_t max, struct store_node **ret, size_t *ret_n);
+        int (*node_set_draining)(struct store *s, const char *name, bool draining);
+        int (*node_delete)(struct store *s, const char *name);
+        int (*nodes_mark_lost)(struct store *s, int64_t cutoff, size_t max, char ***ret, size_t *ret_n);
+        int (*sandbox_list_node)(struct store *s, const char *node, size_t max, struct store_sandbox **ret,
+                                 size_t *ret_n);
+        int (*sandbox_count_by_node)(struct store *s, size_t max, char ***ret_names, int64_t **ret_counts,
+                                     size_t *ret_n);
+        int (*join_token_insert)(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE],
+                                 int64_t expires_at);
+        int (*join_token_check)(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE], int64_t now);
+        int (*join_token_delete)(struct store *s, const char *id);
+        int (*cluster_ca)(struct store *s, const char *cert_pem, const char *key_pem, char **ret_cert,
+                          char **ret_key);
+        int (*cap_key_publish)(struct store *s, const struct store_cap_key *k);
+        int (*cap_key_list)(struct store *s, size_t max, struct store_cap_key **ret, size_t *ret_n);
+        int (*cap_key_delete)(struct store *s, const char *kid);
+        int (*replica_seen)(struct store *s, const struct store_replica *r);
+        int (*replica_list)(struct store *s, int64_t since, size_t max, struct store_replica **ret, size_t *ret_n);
+        int (*replica_delete)(struct store *s, const char *id);
+        int (*operation_lease_renew)(struct store *s, const char *owner, int64_t until, uint64_t *ret_n);
+        int (*operation_list_expired)(struct store *s, int64_t now, size_t max, struct store_operation **ret,
+                                      size_t *ret_n);
+        int (*operation_take_over)(struct store *s, const char *id, const char *owner, int64_t now, int64_t until);
 };
 
 struct store {
@@ -267,7 +308,7 @@ static inline void store_closep(struct store **s) {
 int store_schema_version(struct store *s, unsigned *ret);
 
 /* Inserts a sandbox row. -EEXIST when the id is taken, -ENOENT when its
- * tenant_id names no tenant. */
+ * tenant_id names no tenant or its node no node. */
 int store_sandbox_insert(struct store *s, const struct store_sandbox *sb);
 /* Reads one sandbox; -ENOENT when unknown. Release *ret with
  * store_sandbox_release(). */
@@ -332,6 +373,7 @@ int store_operation_progress(struct store *s, const char *id, int progress, cons
 int store_operation_fail_unfinished(struct store *s, const char *error);
 /* Frees the strings of one operation; NULL is fine. */
 void store_operation_release(struct store_operation *op);
+void store_operation_array_free(struct store_operation *a, size_t n);
 
 /* Inserts a snapshot row (created_at 0: now). -ENOENT when its sandbox does
  * not exist, -EEXIST when the id is taken. */
@@ -471,3 +513,120 @@ void store_audit_event_array_free(struct store_audit_event *a, size_t n);
  * sequence number stored. -ENOENT when never read. */
 int store_audit_cursor_get(struct store *s, const char *source, char **ret_boot_id, int64_t *ret_seq);
 int store_audit_cursor_set(struct store *s, const char *source, const char *boot_id, int64_t seq);
+
+/*
+ * A cluster (docs/cluster.md): worker nodes that joined with a token and
+ * heartbeat to the control-plane replicas, the cluster's CA, every
+ * replica's capability public keys, the replicas themselves.
+ */
+#define STORE_NODE_NAME_MAX 63
+
+/* One worker node, as it joined and as its last heartbeat described it. */
+struct store_node {
+        char *name;          /* [a-z0-9-], ≤ STORE_NODE_NAME_MAX: its certificate's CN */
+        char *address;       /* where replicas reach its node protocol (a lib/link address) */
+        char *boot_id;       /* its airlock-node process's: a new one is a restart */
+        char *info;          /* the last heartbeat's JSON object text (labels, capacity, usage, templates) */
+        bool draining;       /* the operator's: nothing new is placed there */
+        int64_t lost_at;     /* Unix ms it was found silent (store_nodes_mark_lost()), 0 while not */
+        int64_t joined_at;   /* Unix ms */
+        int64_t heartbeat_at; /* Unix ms of its last heartbeat */
+};
+
+/* Adds a node that joined (joined_at, heartbeat_at 0: now). -EEXIST when
+ * the name is taken: a machine rejoining under a name that exists must be
+ * deleted from the cluster first. */
+int store_node_insert(struct store *s, const struct store_node *n);
+/* Records a heartbeat: address, boot_id, info, heartbeat_at (0: now), and
+ * clears lost_at. *ret_was_lost (may be NULL) tells whether it was lost, so
+ * that the caller reconciles its sandboxes once, and *ret_draining what the
+ * operator wants of it. -ENOENT when the node is not (any more) a member.
+ * One statement or one transaction: two replicas serving beats of one
+ * node at once cannot both see it as lost. */
+int store_node_heartbeat(struct store *s, const struct store_node *n, bool *ret_was_lost, bool *ret_draining);
+/* Reads one node; -ENOENT when unknown. */
+int store_node_get(struct store *s, const char *name, struct store_node *ret);
+/* At most max nodes (bounded by STORE_LIST_MAX), by name. */
+int store_node_list(struct store *s, size_t max, struct store_node **ret, size_t *ret_n);
+/* Sets or clears draining. -ENOENT when unknown. */
+int store_node_set_draining(struct store *s, const char *name, bool draining);
+/* Removes a node from the cluster. -ENOENT when unknown, -EBUSY while
+ * sandbox rows name it. */
+int store_node_delete(struct store *s, const char *name);
+/* Marks lost (lost_at = now) every node not lost yet whose last heartbeat
+ * is older than cutoff (Unix ms), and returns their names (free with
+ * store_string_array_free()). Atomic: of replicas doing this at once, one
+ * gets each name. */
+int store_nodes_mark_lost(struct store *s, int64_t cutoff, char ***ret, size_t *ret_n);
+void store_node_release(struct store_node *n);
+void store_node_array_free(struct store_node *a, size_t n);
+
+/* The sandboxes placed on node (NULL: the local node's, node IS NULL),
+ * at most max, oldest first. */
+int store_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret,
+                            size_t *ret_n);
+/* How many sandbox rows each node has: parallel arrays of names (NULL:
+ * the local node) and counts; for placement. Free names with
+ * store_string_array_free() (NULL entries are fine). */
+int store_sandbox_count_by_node(struct store *s, char ***ret_names, int64_t **ret_counts, size_t *ret_n);
+
+/* Join tokens (alj1-…, lib/cluster): only the SHA-256 of the secret is
+ * kept. A token serves any number of joins until it expires or is deleted. */
+int store_join_token_insert(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE],
+                            int64_t expires_at);
+/* 0 when token id exists, its secret hashes to hash (compared in constant
+ * time) and it has not expired at now (Unix ms); -ENOENT when unknown or
+ * the secret is wrong (the same answer), -EKEYEXPIRED when expired. */
+int store_join_token_check(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE], int64_t now);
+/* -ENOENT when unknown. Expired tokens are deleted by
+ * store_join_token_check() and store_join_token_insert() as they go. */
+int store_join_token_delete(struct store *s, const char *id);
+
+/* The cluster's CA (lib/mtls, PEM): stores cert_pem and key_pem unless a CA
+ * is stored already, and gives back the stored one (*ret_cert, *ret_key:
+ * free them), so that replicas starting at once agree on the first. */
+int store_cluster_ca(struct store *s, const char *cert_pem, const char *key_pem, char **ret_cert,
+                     char **ret_key);
+
+/* One replica's capability public key, which nodes fetch with heartbeats. */
+struct store_cap_key {
+        char *kid;
+        char *public_key; /* hex, as cap-keydir writes it */
+        char *replica;    /* the replica that signs with it */
+        int64_t created_at;
+};
+/* Adds or replaces (by kid) a public key. */
+int store_cap_key_publish(struct store *s, const struct store_cap_key *k);
+/* At most max keys, oldest first. */
+int store_cap_key_list(struct store *s, size_t max, struct store_cap_key **ret, size_t *ret_n);
+/* -ENOENT when unknown. */
+int store_cap_key_delete(struct store *s, const char *kid);
+void store_cap_key_array_free(struct store_cap_key *a, size_t n);
+
+/* One control-plane replica, as it last said it was alive. */
+struct store_replica {
+        char *id;              /* "rep-" + 16 hex, new at each start */
+        char *cluster_address; /* where nodes reach it (host:port), or NULL */
+        char *api_address;     /* its public API (host:port), or NULL */
+        int64_t started_at;
+        int64_t seen_at;
+};
+/* Inserts or refreshes (seen_at 0: now) a replica's row. */
+int store_replica_seen(struct store *s, const struct store_replica *r);
+/* The replicas seen at or after since (Unix ms), at most max, by id. */
+int store_replica_list(struct store *s, int64_t since, size_t max, struct store_replica **ret, size_t *ret_n);
+/* -ENOENT when unknown. */
+int store_replica_delete(struct store *s, const char *id);
+void store_replica_array_free(struct store_replica *a, size_t n);
+
+/* Renews the lease of every unfinished operation owner carries: until
+ * (Unix ms). *ret_n (may be NULL) the number renewed. */
+int store_operation_lease_renew(struct store *s, const char *owner, int64_t until, uint64_t *ret_n);
+/* The unfinished operations whose lease ran out before now (an owner
+ * that died), at most max, oldest first. */
+int store_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
+                                 size_t *ret_n);
+/* Makes owner the carrier of operation id, with lease until, only while
+ * its lease ran out before now and it is unfinished: -ESTALE otherwise (a
+ * replica that took it first, or its owner renewed it). */
+int store_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until);

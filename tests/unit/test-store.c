@@ -915,6 +915,428 @@ static void test_images(void **state) {
         assert_int_equal(store_tenant_delete(s, "ten-i"), 0);
 }
 
+/* A cluster's nodes: joined, read back, drained; a silent one is marked
+ * lost once, and the heartbeat after tells it was lost once; a node that
+ * a sandbox names stays. */
+static void test_nodes(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(URL, &s), 0);
+        struct store_node a = { .name = "node-a", .address = "tls:node-a@10.0.0.1:7443", .boot_id = "b1",
+                                .info = "{\"cpus\":4}", .joined_at = 1000, .heartbeat_at = 2000 };
+        struct store_node b = { .name = "node-b", .address = "tls:node-b@10.0.0.2:7443" };
+        assert_int_equal(store_node_insert(s, &b), 0);
+        assert_int_equal(store_node_insert(s, &a), 0);
+        assert_int_equal(store_node_insert(s, &a), -EEXIST);
+        struct store_node bad = { .name = "Node_A", .address = "x" };
+        assert_int_equal(store_node_insert(s, &bad), -EINVAL);
+
+        struct store_node g = { 0 };
+        assert_int_equal(store_node_get(s, "node-a", &g), 0);
+        assert_string_equal(g.address, a.address);
+        assert_string_equal(g.boot_id, "b1");
+        assert_string_equal(g.info, "{\"cpus\":4}");
+        assert_false(g.draining);
+        assert_int_equal(g.lost_at, 0);
+        assert_int_equal(g.joined_at, 1000);
+        assert_int_equal(g.heartbeat_at, 2000);
+        store_node_release(&g);
+        assert_int_equal(store_node_get(s, "node-b", &g), 0);
+        assert_string_equal(g.info, "{}");
+        assert_null(g.boot_id);
+        assert_true(g.joined_at > 0 && g.heartbeat_at == g.joined_at);
+        store_node_release(&g);
+        assert_int_equal(store_node_get(s, "node-z", &g), -ENOENT);
+
+        struct store_node *l = NULL;
+        size_t n = 0;
+        assert_int_equal(store_node_list(s, 10, &l, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(l[0].name, "node-a"); /* by name */
+        assert_string_equal(l[1].name, "node-b");
+        store_node_array_free(l, n);
+        assert_int_equal(store_node_list(s, 1, &l, &n), 0);
+        assert_int_equal(n, 1);
+        store_node_array_free(l, n);
+
+        assert_int_equal(store_node_set_draining(s, "node-a", true), 0);
+        assert_int_equal(store_node_set_draining(s, "node-z", true), -ENOENT);
+        bool lost = true, draining = false;
+        struct store_node beat = { .name = "node-a", .boot_id = "b2", .heartbeat_at = 3000 };
+        assert_int_equal(store_node_heartbeat(s, &beat, &lost, &draining), 0);
+        assert_false(lost);
+        assert_true(draining);
+        assert_int_equal(store_node_get(s, "node-a", &g), 0);
+        assert_string_equal(g.boot_id, "b2");
+        assert_string_equal(g.address, a.address); /* NULL keeps it */
+        assert_string_equal(g.info, "{\"cpus\":4}");
+        assert_int_equal(g.heartbeat_at, 3000);
+        store_node_release(&g);
+        beat.name = "node-z";
+        assert_int_equal(store_node_heartbeat(s, &beat, NULL, NULL), -ENOENT);
+
+        /* node-a beat at 3000, node-b now: only node-a is silent before 5000 */
+        char **names = NULL;
+        assert_int_equal(store_nodes_mark_lost(s, 5000, &names, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(names[0], "node-a");
+        store_string_array_free(names, n);
+        assert_int_equal(store_nodes_mark_lost(s, 5000, &names, &n), 0);
+        assert_int_equal(n, 0); /* once */
+        store_string_array_free(names, n);
+        assert_int_equal(store_node_get(s, "node-a", &g), 0);
+        assert_true(g.lost_at > 0);
+        store_node_release(&g);
+        beat = (struct store_node){ .name = "node-a", .heartbeat_at = 6000 };
+        assert_int_equal(store_node_heartbeat(s, &beat, &lost, NULL), 0);
+        assert_true(lost);
+        assert_int_equal(store_node_heartbeat(s, &beat, &lost, NULL), 0);
+        assert_false(lost);
+        assert_int_equal(store_node_get(s, "node-a", &g), 0);
+        assert_int_equal(g.lost_at, 0);
+        store_node_release(&g);
+
+        struct store_sandbox sb = { .id = "sbx-on-a", .template_name = "minimal", .state = "running",
+                                    .node = "node-a" };
+        assert_int_equal(store_sandbox_insert(s, &sb), 0);
+        assert_int_equal(store_node_delete(s, "node-a"), -EBUSY);
+        assert_int_equal(store_node_delete(s, "node-z"), -ENOENT);
+        assert_int_equal(store_sandbox_delete(s, "sbx-on-a"), 0);
+        assert_int_equal(store_node_delete(s, "node-a"), 0);
+        assert_int_equal(store_node_delete(s, "node-a"), -ENOENT);
+}
+
+/* A sandbox's node is written by insert and read by every read; the
+ * local node's are those with none. */
+static void test_sandbox_nodes(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(URL, &s), 0);
+        struct store_node nd = { .name = "n1", .address = "unix:/run/n1.sock" };
+        assert_int_equal(store_node_insert(s, &nd), 0);
+        struct store_tenant t = { .id = "ten-n", .name = "n" };
+        assert_int_equal(store_tenant_insert(s, &t, 10), 0);
+        struct store_sandbox sb = { .id = "sbx-1", .template_name = "minimal", .state = "running", .node = "n1",
+                                    .tenant_id = "ten-n", .created_at = 10 };
+        assert_int_equal(store_sandbox_insert(s, &sb), 0);
+        sb = (struct store_sandbox){ .id = "sbx-2", .template_name = "minimal", .state = "running", .node = "n1",
+                                     .created_at = 20 };
+        assert_int_equal(store_sandbox_insert(s, &sb), 0);
+        sb = (struct store_sandbox){ .id = "sbx-3", .template_name = "minimal", .state = "running",
+                                     .created_at = 30 };
+        assert_int_equal(store_sandbox_insert(s, &sb), 0);
+        sb = (struct store_sandbox){ .id = "sbx-4", .template_name = "minimal", .state = "running", .node = "n9" };
+        assert_int_equal(store_sandbox_insert(s, &sb), -ENOENT); /* no such node */
+
+        struct store_sandbox g = { 0 };
+        assert_int_equal(store_sandbox_get(s, "sbx-1", &g), 0);
+        assert_string_equal(g.node, "n1");
+        store_sandbox_release(&g);
+        assert_int_equal(store_sandbox_get(s, "sbx-3", &g), 0);
+        assert_null(g.node);
+        store_sandbox_release(&g);
+        struct store_sandbox *a = NULL;
+        size_t n = 0;
+        assert_int_equal(store_sandbox_list(s, 10, &a, &n), 0);
+        assert_int_equal(n, 3);
+        assert_string_equal(a[1].node, "n1");
+        assert_null(a[2].node);
+        store_sandbox_array_free(a, n);
+        assert_int_equal(store_sandbox_list_tenant(s, "ten-n", 10, &a, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(a[0].node, "n1");
+        store_sandbox_array_free(a, n);
+
+        assert_int_equal(store_sandbox_list_node(s, "n1", 10, &a, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(a[0].id, "sbx-1"); /* oldest first */
+        assert_string_equal(a[1].id, "sbx-2");
+        store_sandbox_array_free(a, n);
+        assert_int_equal(store_sandbox_list_node(s, "n1", 1, &a, &n), 0);
+        assert_int_equal(n, 1);
+        store_sandbox_array_free(a, n);
+        assert_int_equal(store_sandbox_list_node(s, NULL, 10, &a, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(a[0].id, "sbx-3");
+        store_sandbox_array_free(a, n);
+
+        char **names = NULL;
+        int64_t *counts = NULL;
+        assert_int_equal(store_sandbox_count_by_node(s, &names, &counts, &n), 0);
+        assert_int_equal(n, 2);
+        assert_null(names[0]); /* the local node's group first */
+        assert_int_equal(counts[0], 1);
+        assert_string_equal(names[1], "n1");
+        assert_int_equal(counts[1], 2);
+        store_string_array_free(names, n);
+        free(counts);
+}
+
+/* Join tokens: the right secret joins; a wrong one and an unknown id get
+ * the same answer; an expired one is told once, then gone. */
+static void test_join_tokens(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(URL, &s), 0);
+        uint8_t h[STORE_HASH_SIZE], wrong[STORE_HASH_SIZE];
+        memset(h, 0x5a, sizeof h);
+        memcpy(wrong, h, sizeof h);
+        wrong[STORE_HASH_SIZE - 1] ^= 1;
+        /* insert deletes what expired by the clock: an hour from now */
+        int64_t exp = (int64_t) (now_realtime_ns() / 1000000) + 3600 * 1000;
+        assert_int_equal(store_join_token_insert(s, "jt-1", h, exp), 0);
+        assert_int_equal(store_join_token_insert(s, "jt-1", h, exp), -EEXIST);
+        assert_int_equal(store_join_token_insert(s, "jt-x", h, 0), -EINVAL);
+        assert_int_equal(store_join_token_check(s, "jt-1", h, exp - 1), 0);
+        assert_int_equal(store_join_token_check(s, "jt-1", h, exp - 1), 0); /* any number of joins */
+        assert_int_equal(store_join_token_check(s, "jt-1", wrong, exp - 1), -ENOENT);
+        assert_int_equal(store_join_token_check(s, "jt-9", h, exp - 1), -ENOENT);
+        assert_int_equal(store_join_token_insert(s, "jt-2", h, exp + 1), 0);
+        assert_int_equal(store_join_token_check(s, "jt-1", h, exp), -EKEYEXPIRED);
+        assert_int_equal(store_join_token_check(s, "jt-1", h, exp - 1), -ENOENT); /* deleted as it went */
+        assert_int_equal(store_join_token_check(s, "jt-2", h, exp), 0);
+
+        assert_int_equal(store_join_token_insert(s, "jt-3", h, 1), 0); /* expired already */
+        assert_int_equal(store_join_token_insert(s, "jt-4", h, exp), 0); /* deletes jt-3 */
+        assert_int_equal(store_join_token_check(s, "jt-3", h, 0), -ENOENT);
+        assert_int_equal(store_join_token_delete(s, "jt-2"), 0);
+        assert_int_equal(store_join_token_delete(s, "jt-2"), -ENOENT);
+        assert_int_equal(store_join_token_check(s, "jt-2", h, 0), -ENOENT);
+        assert_int_equal(store_join_token_check(s, "jt-4", h, 0), 0);
+        assert_int_equal(store_join_token_check(s, "jt-4", wrong, exp), -ENOENT); /* expiry not told */
+}
+
+/* The first CA stored wins: a replica with another one gets the first. */
+static void test_cluster_ca(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        _cleanup_(store_closep) struct store *s2 = NULL;
+        assert_int_equal(store_open(URL, &s), 0);
+        assert_int_equal(store_open(URL, &s2), 0);
+        char *cert = NULL, *key = NULL;
+        assert_int_equal(store_cluster_ca(s, "CERT-1", "KEY-1", &cert, &key), 0);
+        assert_string_equal(cert, "CERT-1");
+        assert_string_equal(key, "KEY-1");
+        free(cert);
+        free(key);
+        assert_int_equal(store_cluster_ca(s2, "CERT-2", "KEY-2", &cert, &key), 0);
+        assert_string_equal(cert, "CERT-1");
+        assert_string_equal(key, "KEY-1");
+        free(cert);
+        free(key);
+}
+
+/* Capability keys (replaced by kid) and replicas (refreshed by id). */
+static void test_cap_keys_and_replicas(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(URL, &s), 0);
+        struct store_cap_key k1 = { .kid = "k1", .public_key = "aa", .replica = "rep-1", .created_at = 100 };
+        struct store_cap_key k2 = { .kid = "k2", .public_key = "bb", .replica = "rep-2", .created_at = 50 };
+        assert_int_equal(store_cap_key_publish(s, &k1), 0);
+        assert_int_equal(store_cap_key_publish(s, &k2), 0);
+        k1.public_key = "cc";
+        assert_int_equal(store_cap_key_publish(s, &k1), 0);
+        struct store_cap_key *ka = NULL;
+        size_t n = 0;
+        assert_int_equal(store_cap_key_list(s, 10, &ka, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(ka[0].kid, "k2"); /* oldest first */
+        assert_string_equal(ka[1].public_key, "cc");
+        assert_string_equal(ka[1].replica, "rep-1");
+        assert_int_equal(ka[1].created_at, 100);
+        store_cap_key_array_free(ka, n);
+        assert_int_equal(store_cap_key_list(s, 1, &ka, &n), 0);
+        assert_int_equal(n, 1);
+        store_cap_key_array_free(ka, n);
+        assert_int_equal(store_cap_key_delete(s, "k2"), 0);
+        assert_int_equal(store_cap_key_delete(s, "k2"), -ENOENT);
+
+        struct store_replica r1 = { .id = "rep-1", .cluster_address = "10.0.0.1:7000", .started_at = 10,
+                                    .seen_at = 1000 };
+        struct store_replica r2 = { .id = "rep-2", .api_address = "10.0.0.2:8080", .started_at = 20,
+                                    .seen_at = 500 };
+        assert_int_equal(store_replica_seen(s, &r1), 0);
+        assert_int_equal(store_replica_seen(s, &r2), 0);
+        r2.seen_at = 2000;
+        r2.started_at = 99;
+        assert_int_equal(store_replica_seen(s, &r2), 0);
+        struct store_replica *ra = NULL;
+        assert_int_equal(store_replica_list(s, 0, 10, &ra, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(ra[0].id, "rep-1"); /* by id */
+        assert_string_equal(ra[0].cluster_address, "10.0.0.1:7000");
+        assert_null(ra[0].api_address);
+        assert_int_equal(ra[1].seen_at, 2000);
+        assert_int_equal(ra[1].started_at, 20); /* kept */
+        store_replica_array_free(ra, n);
+        assert_int_equal(store_replica_list(s, 1500, 10, &ra, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(ra[0].id, "rep-2");
+        store_replica_array_free(ra, n);
+        assert_int_equal(store_replica_delete(s, "rep-1"), 0);
+        assert_int_equal(store_replica_delete(s, "rep-1"), -ENOENT);
+}
+
+/* Operation leases: renewed by their owner, listed once they ran out,
+ * taken over by one replica (compare-and-set), never when renewed or
+ * finished. */
+static void test_operation_leases(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(URL, &s), 0);
+        struct store_operation op = { .id = "op-a", .sandbox_id = "sbx-a", .verb = "create", .state = "running",
+                                      .owner = "rep-1", .lease_until = 1000, .created_at = 1 };
+        assert_int_equal(store_operation_insert(s, &op), 0);
+        op = (struct store_operation){ .id = "op-b", .sandbox_id = "sbx-b", .verb = "pause", .state = "pending",
+                                       .owner = "rep-1", .lease_until = 1000, .created_at = 2 };
+        assert_int_equal(store_operation_insert(s, &op), 0);
+        op = (struct store_operation){ .id = "op-c", .sandbox_id = "sbx-c", .verb = "stop", .state = "running",
+                                       .owner = "rep-2", .lease_until = 1000, .created_at = 3 };
+        assert_int_equal(store_operation_insert(s, &op), 0);
+        op = (struct store_operation){ .id = "op-d", .sandbox_id = "sbx-d", .verb = "stop", .state = "running" };
+        assert_int_equal(store_operation_insert(s, &op), 0); /* no owner: no lease */
+
+        struct store_operation g = { 0 };
+        assert_int_equal(store_operation_get(s, "op-a", &g), 0);
+        assert_string_equal(g.owner, "rep-1");
+        assert_int_equal(g.lease_until, 1000);
+        store_operation_release(&g);
+        assert_int_equal(store_operation_get(s, "op-d", &g), 0);
+        assert_null(g.owner);
+        assert_int_equal(g.lease_until, 0);
+        store_operation_release(&g);
+
+        assert_int_equal(store_operation_update(s, "op-b", "succeeded", NULL, "{}"), 0);
+        uint64_t renewed = 0;
+        assert_int_equal(store_operation_lease_renew(s, "rep-1", 5000, &renewed), 0);
+        assert_int_equal(renewed, 1); /* the finished one is not */
+        assert_int_equal(store_operation_lease_renew(s, "rep-9", 5000, NULL), 0);
+
+        struct store_operation *a = NULL;
+        size_t n = 0;
+        assert_int_equal(store_operation_list_expired(s, 2000, 10, &a, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(a[0].id, "op-c");
+        assert_string_equal(a[0].owner, "rep-2");
+        store_operation_array_free(a, n);
+        assert_int_equal(store_operation_list_expired(s, 6000, 1, &a, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(a[0].id, "op-a"); /* oldest first, bounded */
+        store_operation_array_free(a, n);
+
+        /* two takers of op-c: the first wins, the second finds its lease new */
+        assert_int_equal(store_operation_take_over(s, "op-c", "rep-3", 2000, 9000), 0);
+        assert_int_equal(store_operation_take_over(s, "op-c", "rep-4", 2000, 9000), -ESTALE);
+        assert_int_equal(store_operation_get(s, "op-c", &g), 0);
+        assert_string_equal(g.owner, "rep-3");
+        assert_int_equal(g.lease_until, 9000);
+        store_operation_release(&g);
+        assert_int_equal(store_operation_take_over(s, "op-a", "rep-3", 2000, 9000), -ESTALE); /* renewed */
+        assert_int_equal(store_operation_take_over(s, "op-b", "rep-3", 9999, 20000), -ESTALE); /* finished */
+        assert_int_equal(store_operation_take_over(s, "op-d", "rep-3", 9999, 20000), -ESTALE); /* no lease */
+        assert_int_equal(store_operation_take_over(s, "op-z", "rep-3", 9999, 20000), -ESTALE);
+}
+
+/* Replicas racing on two handles: each silent node is marked lost for
+ * one of them, one beat of a lost node sees it lost, one taker wins. */
+struct race {
+        struct store *s;
+        pthread_barrier_t *start;
+        char **names;
+        size_t n;
+        bool lost;
+        int r, taken;
+};
+
+static void *race_run(void *arg) {
+        struct race *x = arg;
+        pthread_barrier_wait(x->start);
+        x->r = store_nodes_mark_lost(x->s, 5000, &x->names, &x->n);
+        pthread_barrier_wait(x->start);
+        struct store_node beat = { .name = "race-00", .heartbeat_at = 6000 };
+        if (x->r >= 0)
+                x->r = store_node_heartbeat(x->s, &beat, &x->lost, NULL);
+        pthread_barrier_wait(x->start);
+        x->taken = store_operation_take_over(x->s, "op-race", "rep-x", 2000, 9000);
+        return NULL;
+}
+
+static void test_cluster_races(void **state) {
+        _cleanup_(store_closep) struct store *s1 = NULL;
+        _cleanup_(store_closep) struct store *s2 = NULL;
+        assert_int_equal(store_open(URL, &s1), 0);
+        assert_int_equal(store_open(URL, &s2), 0);
+        enum { NODES = 40 };
+        for (unsigned i = 0; i < NODES; i++) {
+                char name[16];
+                snprintf(name, sizeof name, "race-%02u", i);
+                struct store_node nd = { .name = name, .address = "x", .joined_at = 1, .heartbeat_at = 1000 };
+                assert_int_equal(store_node_insert(s1, &nd), 0);
+        }
+        struct store_operation op = { .id = "op-race", .sandbox_id = "sbx-r", .verb = "create",
+                                      .state = "running", .owner = "rep-dead", .lease_until = 1000 };
+        assert_int_equal(store_operation_insert(s1, &op), 0);
+
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, 2);
+        struct race x1 = { .s = s1, .start = &start }, x2 = { .s = s2, .start = &start };
+        pthread_t t1, t2;
+        assert_int_equal(pthread_create(&t1, NULL, race_run, &x1), 0);
+        assert_int_equal(pthread_create(&t2, NULL, race_run, &x2), 0);
+        pthread_join(t1, NULL);
+        pthread_join(t2, NULL);
+        pthread_barrier_destroy(&start);
+        assert_int_equal(x1.r, 0);
+        assert_int_equal(x2.r, 0);
+        assert_int_equal(x1.n + x2.n, NODES);
+        unsigned seen[NODES] = { 0 };
+        for (size_t i = 0; i < x1.n + x2.n; i++) {
+                const char *name = i < x1.n ? x1.names[i] : x2.names[i - x1.n];
+                seen[strtoul(name + 5, NULL, 10)]++;
+        }
+        for (unsigned i = 0; i < NODES; i++)
+                assert_int_equal(seen[i], 1);
+        store_string_array_free(x1.names, x1.n);
+        store_string_array_free(x2.names, x2.n);
+        assert_int_equal(x1.lost + x2.lost, 1);
+        assert_int_equal((x1.taken == 0) + (x2.taken == 0), 1);
+        assert_int_equal((x1.taken == -ESTALE) + (x2.taken == -ESTALE), 1);
+}
+
+/* Sandboxes and operations made before clusters: on the local node, no
+ * owner, no lease. */
+static void test_migration_12_upgrade(void **state) {
+        struct backend *b = BACKEND;
+        raw_migrate_to(b, 11);
+        assert_int_equal(raw_exec(b, "INSERT INTO sandboxes (id, template, state, created_at, updated_at) "
+                                     "VALUES ('sbx-old', 'minimal', 'running', 1, 1);"
+                                     "INSERT INTO operations (id, sandbox_id, verb, state, created_at) "
+                                     "VALUES ('op-old', 'sbx-old', 'create', 'running', 1)"),
+                         0);
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(URL, &s), 0);
+        unsigned v = 0;
+        assert_int_equal(store_schema_version(s, &v), 0);
+        assert_true(v >= 12);
+        struct store_sandbox sb = { 0 };
+        assert_int_equal(store_sandbox_get(s, "sbx-old", &sb), 0);
+        assert_null(sb.node);
+        store_sandbox_release(&sb);
+        struct store_operation op = { 0 };
+        assert_int_equal(store_operation_get(s, "op-old", &op), 0);
+        assert_null(op.owner);
+        assert_int_equal(op.lease_until, 0);
+        store_operation_release(&op);
+        char **names = NULL;
+        int64_t *counts = NULL;
+        size_t n = 0;
+        assert_int_equal(store_sandbox_count_by_node(s, &names, &counts, &n), 0);
+        assert_int_equal(n, 1);
+        assert_null(names[0]);
+        assert_int_equal(counts[0], 1);
+        store_string_array_free(names, n);
+        free(counts);
+        struct store_operation *a = NULL;
+        assert_int_equal(store_operation_list_expired(s, INT64_MAX, 10, &a, &n), 0);
+        assert_int_equal(n, 0); /* never leased: not taken over */
+        store_operation_array_free(a, n);
+}
+
 /* PostgreSQL only: what several replicas sharing one database rely on. */
 
 /* Opens a second handle on the test database (as another replica would). */
@@ -1059,7 +1481,15 @@ static void test_pg_connection_lost(void **state) {
         cmocka_unit_test_prestate_setup_teardown(test_migration_7_upgrade, setup, teardown, b),    \
         cmocka_unit_test_prestate_setup_teardown(test_network_policies, setup, teardown, b),       \
         cmocka_unit_test_prestate_setup_teardown(test_sandbox_lifetimes, setup, teardown, b),      \
-        cmocka_unit_test_prestate_setup_teardown(test_images, setup, teardown, b)
+        cmocka_unit_test_prestate_setup_teardown(test_images, setup, teardown, b),                 \
+        cmocka_unit_test_prestate_setup_teardown(test_nodes, setup, teardown, b),                  \
+        cmocka_unit_test_prestate_setup_teardown(test_sandbox_nodes, setup, teardown, b),          \
+        cmocka_unit_test_prestate_setup_teardown(test_join_tokens, setup, teardown, b),            \
+        cmocka_unit_test_prestate_setup_teardown(test_cluster_ca, setup, teardown, b),             \
+        cmocka_unit_test_prestate_setup_teardown(test_cap_keys_and_replicas, setup, teardown, b),  \
+        cmocka_unit_test_prestate_setup_teardown(test_operation_leases, setup, teardown, b),       \
+        cmocka_unit_test_prestate_setup_teardown(test_cluster_races, setup, teardown, b),          \
+        cmocka_unit_test_prestate_setup_teardown(test_migration_12_upgrade, setup, teardown, b)
 
 int main(void) {
         const struct CMUnitTest sqlite_tests[] = {

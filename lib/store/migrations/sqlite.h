@@ -175,4 +175,55 @@ static const char *const store_sqlite_migrations[] = {
         ");\n"
         "CREATE UNIQUE INDEX images_name ON images(COALESCE(tenant_id, ''), name) WHERE name IS NOT NULL;\n"
         "CREATE INDEX images_scope ON images(tenant_id, created_at);\n",
+        /* 12: a cluster (docs/cluster.md): the worker nodes that joined
+         * (lost_at: found silent, NULL while not), join tokens (the SHA-256
+         * of their secret), the cluster's CA (one row), the replicas'
+         * capability public keys and the replicas themselves. A sandbox
+         * names the node it runs on (NULL: the control plane's local one,
+         * every sandbox made before); a node named by a sandbox stays. An
+         * unfinished operation has an owner (a replica) and a lease it
+         * renews; once the lease ran out another replica may take it over */
+        "CREATE TABLE nodes (\n"
+        "  name TEXT PRIMARY KEY NOT NULL,\n"
+        "  address TEXT NOT NULL,\n"
+        "  boot_id TEXT,\n"
+        "  info TEXT NOT NULL DEFAULT '{}',\n"
+        "  draining INTEGER NOT NULL DEFAULT 0 CHECK (draining IN (0, 1)),\n"
+        "  lost_at INTEGER,\n"
+        "  joined_at INTEGER NOT NULL,\n"
+        "  heartbeat_at INTEGER NOT NULL\n"
+        ");\n"
+        "CREATE INDEX nodes_heartbeat ON nodes(heartbeat_at);\n"
+        "CREATE TABLE join_tokens (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  hash BLOB NOT NULL CHECK (length(hash) = 32),\n"
+        "  created_at INTEGER NOT NULL,\n"
+        "  expires_at INTEGER NOT NULL\n"
+        ");\n"
+        "CREATE TABLE cluster_ca (\n"
+        "  id INTEGER PRIMARY KEY NOT NULL CHECK (id = 1),\n"
+        "  cert TEXT NOT NULL,\n"
+        "  key TEXT NOT NULL,\n"
+        "  created_at INTEGER NOT NULL\n"
+        ");\n"
+        "CREATE TABLE cap_keys (\n"
+        "  kid TEXT PRIMARY KEY NOT NULL,\n"
+        "  public_key TEXT NOT NULL,\n"
+        "  replica TEXT,\n"
+        "  created_at INTEGER NOT NULL\n"
+        ");\n"
+        "CREATE TABLE replicas (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  cluster_address TEXT,\n"
+        "  api_address TEXT,\n"
+        "  started_at INTEGER NOT NULL,\n"
+        "  seen_at INTEGER NOT NULL\n"
+        ");\n"
+        "CREATE INDEX replicas_seen ON replicas(seen_at);\n"
+        "ALTER TABLE sandboxes ADD COLUMN node TEXT REFERENCES nodes(name);\n"
+        "CREATE INDEX sandboxes_node ON sandboxes(node, created_at);\n"
+        "ALTER TABLE operations ADD COLUMN owner TEXT;\n"
+        "ALTER TABLE operations ADD COLUMN lease_until INTEGER;\n"
+        "CREATE INDEX operations_lease ON operations(lease_until) WHERE state IN ('pending', 'running');\n"
+        "CREATE INDEX operations_owner ON operations(owner) WHERE state IN ('pending', 'running');\n",
 };
