@@ -34,6 +34,7 @@ int cmd_templates(struct cli *cli, int argc, char **argv);
 int cmd_pools(struct cli *cli, int argc, char **argv);
 int cmd_health(struct cli *cli, int argc, char **argv);
 int cmd_tenants(struct cli *cli, int argc, char **argv);
+int cmd_nodes(struct cli *cli, int argc, char **argv);
 int cmd_keys(struct cli *cli, int argc, char **argv);
 int cmd_signing_key(struct cli *cli, int argc, char **argv);
 int cmd_doctor(struct cli *cli, int argc, char **argv);

@@ -105,6 +105,12 @@ static const struct cli_command commands[] = {
          "List tenants, or create or delete one (admin token)", NULL},
         {"keys", cmd_keys, "TENANT [create [NAME] | rm KEYID]",
          "List a tenant's API keys, or create one (printed once) or revoke one (admin token)", NULL},
+        {"nodes", cmd_nodes, "[token [TTL_S] | drain NODE | undrain NODE | rm NODE]",
+         "List the nodes of a cluster, make a join token, drain or remove a node (admin token)",
+         "A join token (printed once, valid an hour unless TTL_S says otherwise)\n"
+         "lets a machine join: airlock-node --join HOST:PORT --join-token-file FILE.\n"
+         "A draining node gets no new sandboxes; its idle ones are suspended.\n"
+         "A node is removed once it has no sandboxes.\n"},
         {"signing-key", cmd_signing_key, "[rotate]",
          "Show the capability signing key's id, or rotate it (admin token)",
          "Nodes pick the new public key up without a restart; capabilities signed\n"

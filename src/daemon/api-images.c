@@ -19,6 +19,7 @@
 #include "log.h"
 #include "macros.h"
 #include "nodeclient.h"
+#include "nodes.h"
 #include "scheduler.h"
 #include "util.h"
 
@@ -81,7 +82,10 @@ static int node_image_delete(struct api_ctx *ctx, const char *image_id) {
                                                         image_id);
         if (!req)
                 return -ENOMEM;
-        int r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err);
+        char addr[NODES_ADDR_MAX];
+        int r = nodes_any_addr(addr); /* the object store is every node's */
+        if (r >= 0)
+                r = node_call(addr, ctx->config->node_timeout_s, req, NULL, ctx->err);
         return r == -ENOENT ? 0 : r;
 }
 
@@ -120,7 +124,7 @@ int api_image_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "sandbox.publish", "id", sandbox_id,
                                                         "snapshot_id", id);
         _cleanup_(json_decrefp) json_t *rep = NULL;
-        r = req ? node_call(ctx->config->node_socket, SCHEDULER_SNAPSHOT_TIMEOUT_S, req, &rep, ctx->err) : -ENOMEM;
+        r = req ? nodes_sandbox_call(sandbox_id, SCHEDULER_SNAPSHOT_TIMEOUT_S, req, &rep, ctx->err) : -ENOMEM;
         scheduler_release(sandbox_id);
         if (r < 0) {
                 log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "sandbox %s: publishing an image failed: %s", sandbox_id,

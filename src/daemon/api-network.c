@@ -20,6 +20,7 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "macros.h"
+#include "nodes.h"
 #include "netpolicy.h"
 #include "util.h"
 
@@ -206,7 +207,7 @@ int api_sandbox_network_put(struct api_ctx *ctx, const char *id, const json_t *b
                 _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:O}", "op", "sandbox.network.set", "id",
                                                                 id, "network", policy);
                 char err[API_ERRMSG_MAX] = "";
-                r = req ? node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, err) : -ENOMEM;
+                r = req ? nodes_sandbox_call(id, ctx->config->node_timeout_s, req, NULL, err) : -ENOMEM;
                 if (r == -ENOENT)
                         r = 0; /* the node has no such sandbox (any more): the next start carries it */
                 if (r < 0 && has_vm(sb.state)) {
@@ -246,7 +247,7 @@ int api_sandbox_network_log(struct api_ctx *ctx, const char *id, const char *lim
         _cleanup_(json_decrefp) json_t *rep = NULL;
         if (!req)
                 return -ENOMEM;
-        r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, ctx->err);
+        r = nodes_sandbox_call(id, ctx->config->node_timeout_s, req, &rep, ctx->err);
         if (r < 0)
                 return r;
         json_t *entries = json_object_get(rep, "entries");

@@ -22,6 +22,7 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "macros.h"
+#include "nodes.h"
 #include "secretreq.h"
 #include "util.h"
 
@@ -174,7 +175,7 @@ int api_secrets_push(const struct daemon_config *config, struct store *store, co
         if (!req)
                 return -ENOMEM;
         char err[API_ERRMSG_MAX] = "";
-        r = node_call(config->node_socket, config->node_timeout_s, req, NULL, err);
+        r = nodes_sandbox_call(sandbox_id, config->node_timeout_s, req, NULL, err);
         /* the decrypted values do not outlive the call in this process's
          * heap (jansson frees without wiping) */
         size_t i;
@@ -461,7 +462,7 @@ int api_sandbox_secrets_get(struct api_ctx *ctx, const char *id, struct api_repl
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.secrets.get", "id", id);
         _cleanup_(json_decrefp) json_t *rep = NULL;
         char err[API_ERRMSG_MAX] = "";
-        r = req ? node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, err) : -ENOMEM;
+        r = req ? nodes_sandbox_call(id, ctx->config->node_timeout_s, req, &rep, err) : -ENOMEM;
         json_t *names = r >= 0 ? json_object_get(rep, "names") : NULL;
         json_object_set(o, "node", json_is_array(names) ? names : json_null());
         *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = TAKE_PTR(o) };

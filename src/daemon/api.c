@@ -17,6 +17,8 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "macros.h"
+#include "nodes.h"
+#include "replica.h"
 #include "scheduler.h"
 #include "util.h"
 
@@ -87,6 +89,9 @@ static json_t *sandbox_json(const struct store_sandbox *sb) {
                 json_object_set_new(o, "idle_timeout_s", json_integer((json_int_t) sb->idle_timeout_s));
         if (o && sb->tenant_id)
                 json_object_set_new(o, "tenant_id", json_string(sb->tenant_id));
+        /* where it runs: a node of the cluster, or this machine's own */
+        if (o)
+                json_object_set_new(o, "node", json_string(sb->node ?: API_LOCAL_NODE));
         if (o && sb->expires_at) {
                 char exp[48];
                 api_format_time(sb->expires_at, exp, sizeof exp);
@@ -148,7 +153,27 @@ static json_t *first_failed_template(json_t *templates) {
         return NULL;
 }
 
+/* A control plane without a node of its own is healthy when the store
+ * answers and some node of its cluster is ready for sandboxes. */
+static int cluster_health(struct api_ctx *ctx, struct api_reply *ret) {
+        struct store_node *nodes = NULL;
+        size_t n = 0, ready = 0;
+        int r = store_node_list(ctx->store, STORE_LIST_MAX, &nodes, &n);
+        if (r < 0)
+                return fail(ctx, -EHOSTDOWN, "the store is not available (%s)", strerror(-r));
+        for (size_t i = 0; i < n; i++)
+                ready += !nodes[i].lost_at && !nodes[i].draining;
+        store_node_array_free(nodes, n);
+        if (ready == 0)
+                return fail(ctx, -EHOSTDOWN, "no node of the cluster is ready (%zu joined; see GET /v1/nodes)", n);
+        return reply_json(ret, MHD_HTTP_OK,
+                          json_pack("{s:s, s:{s:I, s:I}}", "status", "ok", "nodes", "ready", (json_int_t) ready, "total",
+                                    (json_int_t) n));
+}
+
 int api_health(struct api_ctx *ctx, struct api_reply *ret) {
+        if (!ctx->config->local_node)
+                return cluster_health(ctx, ret);
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "health");
         _cleanup_(json_decrefp) json_t *rep = NULL;
         char err[API_ERRMSG_MAX] = "";
@@ -189,37 +214,60 @@ int api_health(struct api_ctx *ctx, struct api_reply *ret) {
         return reply_json(ret, MHD_HTTP_OK, o);
 }
 
-int api_templates_list(struct api_ctx *ctx, struct api_reply *ret) {
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "template.list");
-        _cleanup_(json_decrefp) json_t *rep = NULL;
-        if (!req)
+/* The array field of op's reply from every node (nodes_targets()), each
+ * element marked with its node when there are several; a node that does
+ * not answer is left out (and fails the call when it is the only one). */
+static int gather(struct api_ctx *ctx, const char *op, const char *field, json_t **ret) {
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", op), *all = json_array();
+        struct nodes_target *t = NULL;
+        size_t n = 0;
+        if (!req || !all)
                 return -ENOMEM;
-        int r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, ctx->err);
+        int r = nodes_targets(&t, &n), last = -EHOSTDOWN;
         if (r < 0)
                 return r;
-        json_t *t = json_object_get(rep, "templates");
-        return reply_json(ret, MHD_HTTP_OK, json_pack("{s:O}", "templates", json_is_array(t) ? t : json_array()));
+        size_t answered = 0;
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_(json_decrefp) json_t *rep = NULL;
+                if ((last = node_call(t[i].addr, ctx->config->node_timeout_s, req, &rep, ctx->err)) < 0)
+                        continue;
+                answered++;
+                size_t k;
+                json_t *e;
+                json_array_foreach(json_object_get(rep, field), k, e) {
+                        if (json_is_object(e) && (n > 1 || t[i].name))
+                                json_object_set_new(e, "node", json_string(t[i].name ?: API_LOCAL_NODE));
+                        json_array_append(all, e);
+                }
+        }
+        nodes_targets_free(t, n);
+        if (answered == 0 && n > 0)
+                return last;
+        ctx->err[0] = 0;
+        *ret = TAKE_PTR(all);
+        return 0;
+}
+
+int api_templates_list(struct api_ctx *ctx, struct api_reply *ret) {
+        json_t *t = NULL;
+        int r = gather(ctx, "template.list", "templates", &t);
+        return r < 0 ? r : reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "templates", t));
 }
 
 int api_pools_list(struct api_ctx *ctx, struct api_reply *ret) {
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "pool.list");
-        _cleanup_(json_decrefp) json_t *rep = NULL;
-        if (!req)
-                return -ENOMEM;
-        int r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, ctx->err);
-        if (r < 0)
-                return r;
-        json_t *p = json_object_get(rep, "pools");
-        return reply_json(ret, MHD_HTTP_OK, json_pack("{s:O}", "pools", json_is_array(p) ? p : json_array()));
+        json_t *p = NULL;
+        int r = gather(ctx, "pool.list", "pools", &p);
+        return r < 0 ? r : reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "pools", p));
 }
 
-/* Best-effort removal of whatever the node may hold for id. */
+/* Best-effort removal of whatever the node of sandbox id (its row still
+ * there) may hold for it. */
 static void node_forget(const struct daemon_config *config, const char *log_ctx, const char *id) {
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.delete", "id", id);
-        char err[API_ERRMSG_MAX] = "";
-        if (!req)
+        char err[API_ERRMSG_MAX] = "", addr[NODES_ADDR_MAX];
+        if (!req || nodes_addr_of_id(id, addr) < 0)
                 return;
-        int r = node_call(config->node_socket, config->node_timeout_s, req, NULL, err);
+        int r = node_call(addr, config->node_timeout_s, req, NULL, err);
         if (r < 0 && r != -ENOENT)
                 log_emit(LOG_LEVEL_WARN, log_ctx, "cleanup of sandbox %s on the node failed: %s", id, err);
 }
@@ -294,6 +342,10 @@ static int create_request_hash(const struct apireq_create *c, const char *networ
         if (canon && c->recovery && json_object_set_new(canon, "recovery", json_string(c->recovery)) < 0)
                 return -ENOMEM;
         if (canon && c->image && json_object_set_new(canon, "image", json_string(c->image)) < 0)
+                return -ENOMEM;
+        if (canon && c->node && json_object_set_new(canon, "node", json_string(c->node)) < 0)
+                return -ENOMEM;
+        if (canon && c->node_labels && json_object_set(canon, "node_labels", c->node_labels) < 0)
                 return -ENOMEM;
         /* the names as given (not the placeholders, drawn afresh each time) */
         if (canon && json_array_size(secrets) > 0 && json_object_set(canon, "secrets", (json_t *) secrets) < 0)
@@ -438,11 +490,20 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         if (!keys_s || !md_s)
                 return -ENOMEM;
 
+        /* where it runs: decided before anything is stored, so that a
+         * create no node can take leaves nothing behind */
+        _cleanup_free_ char *node = NULL;
+        char node_addr[NODES_ADDR_MAX];
+        struct nodes_want want = { .template_name = c.template_name, .node = c.node, .labels = c.node_labels };
+        if ((r = nodes_place(&want, &node, ctx->err)) < 0 || (r = nodes_addr(node, node_addr)) < 0)
+                return r;
+
         /* the operation first: its unique key is what tells two racing
          * requests with the same Idempotency-Key apart */
         struct store_operation op = { .id = op_id, .sandbox_id = id, .tenant_id = (char *) tenant_id,
                                       .verb = "create", .state = "running",
                                       .idempotency_key = (char *) idempotency_key, .request_hash = hash };
+        replica_op_lease(&op);
         r = store_operation_insert(ctx->store, &op);
         if (r == -EEXIST && idempotency_key && (r = create_replay(ctx, idempotency_key, hash, ret)) != 0)
                 return r < 0 ? r : 0;
@@ -453,7 +514,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 .id = id, .tenant_id = (char *) tenant_id, .template_name = c.template_name, .state = "creating",
                 .metadata = md_s, .env_keys = keys_s,
                 .snapshot_policy = policy_s, .has_idle_timeout = c.has_idle_timeout,
-                .idle_timeout_s = c.idle_timeout_s, .network = net_s,
+                .idle_timeout_s = c.idle_timeout_s, .network = net_s, .node = node,
         };
         r = store_sandbox_insert(ctx->store, &row);
         if (r < 0) {
@@ -483,7 +544,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                  c.image ? "image" : "template", c.image ? image.id : c.template_name, op_id);
         api_operation_node_called(ctx->store, op_id, "creating");
         _cleanup_(json_decrefp) json_t *node_rep = NULL;
-        r = node_call(ctx->config->node_socket, ctx->config->create_timeout_s, req, &node_rep, ctx->err);
+        r = node_call(node_addr, ctx->config->create_timeout_s, req, &node_rep, ctx->err);
         if (r < 0) {
                 /* A transport failure leaves the node's side unknown: make
                  * sure it holds nothing for this id either. */
@@ -521,7 +582,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         if (!o)
                 return operation_fail(ctx, op_id, -ENOMEM);
         json_t *nsb = json_object_get(node_rep, "sandbox");
-        dataplane_route_learn(id, nsb);
+        dataplane_route_learn(id, node_addr, nsb);
         json_t *pool = json_object_get(nsb, "pool"), *ms = json_object_get(nsb, "restore_ms");
         if (json_is_string(pool))
                 json_object_set(o, "pool", pool);
@@ -552,8 +613,9 @@ static json_t *suspended_image_get(struct api_ctx *ctx, const char *id) {
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "suspended.get", "snapshot_id",
                                                         snap, "id", id);
         json_t *rep = NULL;
-        char err[API_ERRMSG_MAX];
-        if (!req || node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, err) < 0)
+        char err[API_ERRMSG_MAX], addr[NODES_ADDR_MAX];
+        if (!req || nodes_addr_of_id(id, addr) < 0 ||
+            node_call(addr, ctx->config->node_timeout_s, req, &rep, err) < 0)
                 return NULL;
         return rep;
 }
@@ -633,10 +695,12 @@ int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) 
                 return r;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.get", "id", id);
         _cleanup_(json_decrefp) json_t *rep = NULL;
-        char err[API_ERRMSG_MAX];
+        char err[API_ERRMSG_MAX], addr[NODES_ADDR_MAX];
         if (!req)
                 return -ENOMEM;
-        r = node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, err);
+        r = nodes_addr_of(&sb, addr);
+        if (r >= 0)
+                r = node_call(addr, ctx->config->node_timeout_s, req, &rep, err);
         json_t *node_sb = r >= 0 ? json_object_get(rep, "sandbox") : NULL;
         if (r >= 0 || r == -ENOENT)
                 sandbox_merge(ctx, &sb, node_sb);
@@ -660,15 +724,27 @@ int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret) {
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to list sandboxes: %m");
 
+        /* what each node the rows name runs: one sandbox.list per node */
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "sandbox.list");
-        _cleanup_(json_decrefp) json_t *rep = NULL;
-        char err[API_ERRMSG_MAX];
-        bool have_node = req && node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, err) >= 0;
-        json_t *node_list = json_object_get(rep, "sandboxes");
-
+        _cleanup_(json_decrefp) json_t *lists = json_object(); /* node name ("" local) -> its list, or null */
+        if (!req || !lists) {
+                store_sandbox_array_free(a, n);
+                return -ENOMEM;
+        }
         json_t *arr = json_array();
         for (size_t i = 0; arr && i < n; i++) {
-                if (have_node && json_is_array(node_list)) {
+                const char *key = a[i].node ?: "";
+                json_t *node_list = json_object_get(lists, key);
+                if (!node_list) {
+                        _cleanup_(json_decrefp) json_t *rep = NULL;
+                        char err[API_ERRMSG_MAX], addr[NODES_ADDR_MAX];
+                        bool have = nodes_addr_of(&a[i], addr) >= 0 &&
+                                    node_call(addr, ctx->config->node_timeout_s, req, &rep, err) >= 0 &&
+                                    json_is_array(json_object_get(rep, "sandboxes"));
+                        json_object_set(lists, key, have ? json_object_get(rep, "sandboxes") : json_null());
+                        node_list = json_object_get(lists, key);
+                }
+                if (json_is_array(node_list)) {
                         json_t *found = NULL, *e;
                         size_t j;
                         json_array_foreach(node_list, j, e) {
@@ -739,6 +815,7 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
         char op_id[32];
         struct store_operation op = { .id = op_id, .sandbox_id = (char *) id, .verb = "delete", .state = "running",
                                       .idempotency_key = (char *) idempotency_key };
+        replica_op_lease(&op);
         r = random_id("op-", 8, op_id, sizeof op_id);
         if (r >= 0)
                 r = store_operation_insert(ctx->store, &op);
@@ -760,7 +837,12 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
                                                         "keep_snapshots", keep_snapshots);
         api_operation_node_called(ctx->store, op_id, "deleting");
         bool claimed = scheduler_claim(id, SCHEDULER_CLAIM_WAIT_MS) >= 0; /* see job_main() */
-        r = req ? node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, NULL, ctx->err) : -ENOMEM;
+        char addr[NODES_ADDR_MAX];
+        r = !req ? -ENOMEM : nodes_addr_of(&sb, addr);
+        /* a lost node is not asked: the row goes, and the node removes
+         * the VM when it comes back (replica.c, reconcile_node()) */
+        if (r >= 0 && strcmp(sb.state, "lost") != 0)
+                r = node_call(addr, ctx->config->node_timeout_s, req, NULL, ctx->err);
         if (claimed)
                 scheduler_release(id);
         dataplane_route_forget(id);
@@ -776,7 +858,7 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
                 api_suspended_snapshot_id(id, snap, sizeof snap);
                 _cleanup_(json_decrefp) json_t *del = json_pack("{s:s, s:s, s:s}", "op", "suspended.delete",
                                                                 "snapshot_id", snap, "id", id);
-                r = del ? node_call(ctx->config->node_socket, ctx->config->node_timeout_s, del, NULL, ctx->err) : -ENOMEM;
+                r = del ? node_call(addr, ctx->config->node_timeout_s, del, NULL, ctx->err) : -ENOMEM;
                 if (r < 0 && r != -ENOENT) {
                         (void) store_sandbox_update_state(ctx->store, id, sb.state, sb.error);
                         return operation_fail(ctx, op_id, r);

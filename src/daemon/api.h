@@ -24,6 +24,8 @@
 #include "store.h"
 
 #define API_SSE_KEEPALIVE_S 15 /* comment line on an idle event stream */
+/* the "node" of a sandbox on this machine's own airlock-node (no cluster node) */
+#define API_LOCAL_NODE "local"
 
 struct api_ctx {
         const struct daemon_config *config;
@@ -168,6 +170,13 @@ void api_lifecycle_drain(unsigned timeout_s);
 /* Start-up repair: unfinished operations fail, sandboxes left in a
  * transitional state take the node's view. */
 void api_lifecycle_reconcile(const struct daemon_config *config, struct store *store);
+/* Settles an operation whose replica stopped carrying it (its lease ran
+ * out; this replica took it over): a create the node finished is adopted,
+ * one it did not is undone; a verb's sandbox takes the state its node
+ * reports, and the operation succeeded if that is where the verb was going,
+ * else failed. Several replicas on one store (replica.c's beat). */
+void api_operation_settle_orphan(const struct daemon_config *config, struct store *store,
+                                 const struct store_operation *op);
 
 /*
  * Tenant scoping. A tenant key sees only its tenant's sandboxes (and their
@@ -243,6 +252,12 @@ int api_sandbox_network_log(struct api_ctx *ctx, const char *id, const char *lim
 #define API_KEYS_PER_TENANT_MAX 100
 int api_tenant_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
 int api_tenant_list(struct api_ctx *ctx, struct api_reply *ret);
+/* The nodes of a cluster (api-nodes.c), admin only. */
+int api_node_list(struct api_ctx *ctx, struct api_reply *ret);
+int api_node_get(struct api_ctx *ctx, const char *name, struct api_reply *ret);
+int api_node_delete(struct api_ctx *ctx, const char *name, struct api_reply *ret);
+int api_node_drain(struct api_ctx *ctx, const char *name, bool drain, struct api_reply *ret);
+int api_node_token_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
 int api_tenant_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 int api_tenant_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 int api_tenant_network_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);

@@ -111,7 +111,7 @@ static const struct {
         /* "tenant" is read by the handler (api.c), the rest by apireq_parse_create() */
         [APIREQ_BODY_CREATE] = { (const char *const[]){ "template", "image", "env", "metadata", "snapshot_policy",
                                                         "idle_timeout_s", "recovery", "tenant", "network", "secrets",
-                                                        NULL },
+                                                        "node", "node_labels", NULL },
                                  check_create_nested },
         [APIREQ_BODY_EXEC] = { (const char *const[]){ "cmd", "env", "cwd", "stdin", "timeout_s", NULL } },
         [APIREQ_BODY_SESSION] = { (const char *const[]){ "cmd", "env", "cwd", "pty", "rows", "cols", NULL } },
@@ -121,6 +121,7 @@ static const struct {
         [APIREQ_BODY_SNAPSHOT] = { (const char *const[]){ "kind", NULL } },
         [APIREQ_BODY_NAME] = { (const char *const[]){ "name", NULL } },
         [APIREQ_BODY_TENANT] = { (const char *const[]){ "name", "network", NULL } },
+        [APIREQ_BODY_JOIN_TOKEN] = { (const char *const[]){ "ttl_s", NULL } },
         /* netpolicy_parse() is as strict inside the rules */
         [APIREQ_BODY_NETWORK] = { (const char *const[]){ "mode", "allow", "deny", NULL } },
         [APIREQ_BODY_SECRET] = { (const char *const[]){ "name", "value", "hosts", "ports", "header", "basic",
@@ -344,6 +345,21 @@ int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
                         return bad(err, "field 'network' must be an object");
                 c.network = json_incref(net);
         }
+        if ((r = opt_string(o, "node", &c.node, err)) < 0)
+                return r;
+        if (c.node && (strlen(c.node) > 63 || !name_is_valid(c.node)))
+                return bad(err, "field 'node' must be a node's name (see GET /v1/nodes)");
+        json_t *labels = json_object_get(o, "node_labels");
+        if (labels && !json_is_null(labels)) {
+                const char *k;
+                json_t *v;
+                if (!json_is_object(labels) || json_object_size(labels) > 16)
+                        return bad(err, "field 'node_labels' must be an object of at most 16 strings");
+                json_object_foreach(labels, k, v) if (!json_is_string(v) || strlen(k) > 63 ||
+                                                      strlen(json_string_value(v)) > 63)
+                        return bad(err, "field 'node_labels' must map label keys to strings of at most 63 characters");
+                c.node_labels = json_incref(labels);
+        }
         *ret = c;
         c = (struct apireq_create){ 0 };
         return 0;
@@ -378,6 +394,8 @@ void apireq_create_release(struct apireq_create *c) {
         json_decref(c->metadata);
         json_decref(c->snapshot_policy);
         json_decref(c->network);
+        free(c->node);
+        json_decref(c->node_labels);
         *c = (struct apireq_create){ 0 };
 }
 

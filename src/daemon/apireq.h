@@ -49,6 +49,7 @@ enum apireq_body {
         APIREQ_BODY_NETWORK,  /* an egress policy (PUT .../network): its top-level fields; lib/netpolicy the rest */
         APIREQ_BODY_SECRET,   /* POST /v1/secrets (api-secrets.c checks each field) */
         APIREQ_BODY_FORK,     /* POST /v1/sandboxes/{id}/fork {"secrets"} */
+        APIREQ_BODY_JOIN_TOKEN, /* POST /v1/nodes/tokens {"ttl_s"} */
         _APIREQ_BODY_MAX,
 };
 
@@ -73,6 +74,8 @@ struct apireq_create {
         int64_t idle_timeout_s;
         const char *recovery;    /* "recovery" given: "boot" or "checkpoint" (static); NULL when absent */
         json_t *network;         /* an object, not yet checked as a policy; NULL when absent or null */
+        char *node;              /* "node": placed on this node of the cluster, or NULL */
+        json_t *node_labels;     /* "node_labels": an object of strings its node must have, or NULL */
 };
 
 struct apireq_exec {

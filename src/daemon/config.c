@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "airlock-config.h"
+#include "cluster.h"
 #include "macros.h"
 #include "util.h"
 
@@ -145,6 +146,12 @@ static const struct option long_options[] = {
         {"node-binary", required_argument, NULL, 'b'},
         {"no-spawn-node", no_argument, NULL, 'N'},
         {"database", required_argument, NULL, 'D'},
+        {"store", required_argument, NULL, 'D'},
+        {"cluster-listen", required_argument, NULL, 'c'},
+        {"advertise", required_argument, NULL, 'a'},
+        {"local-node", no_argument, NULL, 'o'},
+        {"no-local-node", no_argument, NULL, 'O'},
+        {"node-lost-after-s", required_argument, NULL, 'x'},
         {"log-level", required_argument, NULL, 'L'},
         {"snapshot-policy", required_argument, NULL, 'p'},
         {"snapshot-tick-ms", required_argument, NULL, 't'},
@@ -172,7 +179,22 @@ void config_help(FILE *f) {
               "  --node-socket PATH   node agent socket (AIRLOCK_NODE_SOCKET, default DIR/run/node.sock)\n"
               "  --node-binary PATH   airlock-node to spawn (AIRLOCK_NODE_BINARY)\n"
               "  --no-spawn-node      do not spawn airlock-node; connect to a running one\n"
-              "  --database URL       store (AIRLOCK_DATABASE, default sqlite:DIR/control/airlock.db)\n"
+              "  --store URL          store: sqlite:PATH, or postgres://USER@HOST/DB for a cluster of\n"
+              "                       replicas (AIRLOCK_STORE; --database, AIRLOCK_DATABASE are the\n"
+              "                       same; default sqlite:DIR/control/airlock.db)\n"
+              "  --cluster-listen HOST:PORT\n"
+              "                       serve nodes of a cluster here: joins and heartbeats, mutual\n"
+              "                       TLS (AIRLOCK_CLUSTER_LISTEN; off by default; docs/cluster.md)\n"
+              "  --advertise HOST:PORT\n"
+              "                       the cluster address nodes reach this replica at\n"
+              "                       (AIRLOCK_ADVERTISE, default the --cluster-listen address)\n"
+              "  --local-node, --no-local-node\n"
+              "                       run and place sandboxes on this machine's own airlock-node\n"
+              "                       (AIRLOCK_LOCAL_NODE=1|0; default yes with SQLite; a shared store's\n"
+              "                       replicas have none: nodes join them)\n"
+              "  --node-lost-after-s S\n"
+              "                       a node silent this long is lost, 3-3600 (AIRLOCK_NODE_LOST_AFTER_S,\n"
+              "                       default 15)\n"
               "  --log-level LEVEL    debug|info|warn|error (AIRLOCK_LOG_LEVEL, default info)\n"
               "  --snapshot-policy JSON\n"
               "                       scheduled snapshots and their retention, applied over the\n"
@@ -216,7 +238,7 @@ static int apply_bounded(const char *val, unsigned min, unsigned max, const char
 
 /* Applies one setting (from the environment or a flag) by option letter. */
 static int apply(struct daemon_config *c, int opt, const char *val, const char *origin, char *errbuf,
-                 size_t errlen, bool *explicit_socket, bool *explicit_db) {
+                 size_t errlen, bool *explicit_socket, bool *explicit_db, int *local_node) {
         switch (opt) {
         case 'd':
                 if (set_str(c->data_dir, sizeof c->data_dir, val) < 0)
@@ -250,6 +272,22 @@ static int apply(struct daemon_config *c, int opt, const char *val, const char *
                         return fail(errbuf, errlen, "%s: must be auto, kvm or tcg", origin);
                 (void) set_str(c->accel, sizeof c->accel, val);
                 return 0;
+        case 'c':
+                if (set_str(c->cluster_listen, sizeof c->cluster_listen, val) < 0 || !cluster_address_valid(val))
+                        return fail(errbuf, errlen, "%s: must be HOST:PORT", origin);
+                return 0;
+        case 'a':
+                if (set_str(c->advertise, sizeof c->advertise, val) < 0 || !cluster_address_valid(val))
+                        return fail(errbuf, errlen, "%s: must be HOST:PORT (how nodes reach this replica)", origin);
+                return 0;
+        case 'o':
+        case 'O':
+                if (strcmp(val, "1") != 0 && strcmp(val, "0") != 0)
+                        return fail(errbuf, errlen, "%s: must be 1 or 0", origin);
+                *local_node = val[0] == '1';
+                return 0;
+        case 'x':
+                return apply_bounded(val, 3, 3600, "seconds", origin, &c->node_lost_after_s, errbuf, errlen);
         case 'D':
                 if (set_str(c->database, sizeof c->database, val) < 0)
                         return fail(errbuf, errlen, "%s: database URL too long", origin);
@@ -318,8 +356,11 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 .idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S,
                 .idle_check_ms = DEFAULT_IDLE_CHECK_MS,
                 .network_default = NETPOLICY_ALLOW_ALL,
+                .node_lost_after_s = 15,
+                .heartbeat_ms = 2000,
         };
         bool explicit_socket = false, explicit_db = false;
+        int local_node = -1; /* unset: decided from the store below */
         int r;
 
         (void) set_str(c.data_dir, sizeof c.data_dir, DEFAULT_DATA_DIR);
@@ -343,12 +384,15 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 {"AIRLOCK_CAP_KEYS_DIR", 'K'},    {"AIRLOCK_QEMU", 'Q'},
                 {"AIRLOCK_ACCEL", 'A'},           {"AIRLOCK_NETWORK_DEFAULT", 'n'},
                 {"AIRLOCK_E2B_TEMPLATES", 'E'},   {"AIRLOCK_E2B_DOMAIN", 'M'},
+                {"AIRLOCK_STORE", 'D'},           {"AIRLOCK_CLUSTER_LISTEN", 'c'},
+                {"AIRLOCK_ADVERTISE", 'a'},       {"AIRLOCK_LOCAL_NODE", 'o'},
+                {"AIRLOCK_NODE_LOST_AFTER_S", 'x'},
         };
         for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
                 const char *v = getenv(envs[i].name);
                 if (!v || !*v)
                         continue;
-                r = apply(&c, envs[i].opt, v, envs[i].name, errbuf, errlen, &explicit_socket, &explicit_db);
+                r = apply(&c, envs[i].opt, v, envs[i].name, errbuf, errlen, &explicit_socket, &explicit_db, &local_node);
                 if (r < 0)
                         return r;
         }
@@ -362,6 +406,10 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 switch (opt) {
                 case 'N':
                         c.spawn_node = false;
+                        break;
+                case 'o':
+                case 'O':
+                        local_node = opt == 'o';
                         break;
                 case 'P':
                         c.action = CONFIG_PRINT;
@@ -383,7 +431,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                                 o++;
                         char origin[64];
                         snprintf(origin, sizeof origin, "--%s", o->name ? o->name : "?");
-                        r = apply(&c, opt, optarg, origin, errbuf, errlen, &explicit_socket, &explicit_db);
+                        r = apply(&c, opt, optarg, origin, errbuf, errlen, &explicit_socket, &explicit_db, &local_node);
                         if (r < 0)
                                 return r;
                 }
@@ -419,6 +467,23 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 return fail(errbuf, errlen, "data dir too long");
         if (c.spawn_node && c.node_binary[0] == 0)
                 return fail(errbuf, errlen, "node binary must not be empty");
+        if (c.advertise[0] && !c.cluster_listen[0])
+                return fail(errbuf, errlen, "--advertise goes with --cluster-listen");
+        if (!c.advertise[0])
+                snprintf(c.advertise, sizeof c.advertise, "%s", c.cluster_listen);
+        /* a cluster on a shared store places on its joined nodes; one
+         * machine (SQLite) keeps its own node */
+        /* a shared store's replicas place on joined nodes only: "the
+         * local node" (a row without node) would be a different machine
+         * for each replica */
+        c.shared_store = strncmp(c.database, "sqlite:", 7) != 0;
+        if (c.shared_store && local_node == 1)
+                return fail(errbuf, errlen,
+                            "--local-node needs a store of its own (sqlite:): with a shared store, run "
+                            "airlock-node --join on this machine like on any other");
+        c.local_node = !c.shared_store && local_node != 0;
+        if (!c.local_node)
+                c.spawn_node = false;
 
         *ret = c;
         return 0;
@@ -446,4 +511,6 @@ void config_print(const struct daemon_config *c, FILE *f) {
         for (size_t i = 0; i < c->n_e2b_templates; i++)
                 fprintf(f, "%s%s=%s", i ? "," : "", c->e2b_templates[i].e2b, c->e2b_templates[i].airlock);
         fprintf(f, "\ne2b_domain=%s\n", c->e2b_domain);
+        fprintf(f, "cluster_listen=%s\nadvertise=%s\nlocal_node=%s\nnode_lost_after_s=%u\nheartbeat_ms=%u\n",
+                c->cluster_listen, c->advertise, c->local_node ? "yes" : "no", c->node_lost_after_s, c->heartbeat_ms);
 }

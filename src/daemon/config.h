@@ -91,6 +91,19 @@ struct daemon_config {
         } e2b_templates[CONFIG_E2B_TEMPLATES_MAX];
         size_t n_e2b_templates;
         char e2b_domain[254];
+
+        /* a cluster (docs/cluster.md): where this replica serves nodes
+         * (HOST:PORT; empty: no cluster port, the local node only), the
+         * address nodes are told to reach it at (default: cluster_listen),
+         * whether sandboxes may be placed on this machine's own node (off
+         * by default when cluster_listen is set and the store is not
+         * SQLite), and how long a node may stay silent before it is lost */
+        bool shared_store; /* the store is not SQLite: other replicas may share it */
+        char cluster_listen[128];
+        char advertise[128];
+        bool local_node;
+        unsigned node_lost_after_s;
+        unsigned heartbeat_ms; /* how often nodes are asked to beat */
 };
 
 /*

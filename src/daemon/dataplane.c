@@ -13,6 +13,7 @@
 #include "config.h"
 #include "log.h"
 #include "nodeclient.h"
+#include "nodes.h"
 #include "util.h"
 
 /* How the tenant of admin-owned sandboxes appears in capabilities (the
@@ -27,6 +28,7 @@ struct route {
         char sandbox[CAP_ID_MAX + 1]; /* "" = empty slot */
         char node[CAP_ID_MAX + 1];
         uint64_t execution;
+        char addr[NODES_ADDR_MAX]; /* where that node is reached (nodes.h) */
 };
 
 static pthread_mutex_t signer_lock = PTHREAD_MUTEX_INITIALIZER; /* guards signer, signer_kid */
@@ -106,10 +108,11 @@ static bool route_from_json(const char *sandbox, const json_t *o, struct route *
         return true;
 }
 
-void dataplane_route_learn(const char *sandbox, const json_t *node_sandbox) {
+void dataplane_route_learn(const char *sandbox, const char *node_addr, const json_t *node_sandbox) {
         struct route rt;
         if (!route_from_json(sandbox, node_sandbox, &rt))
                 return;
+        snprintf(rt.addr, sizeof rt.addr, "%s", node_addr);
         pthread_mutex_lock(&routes_lock);
         *slot(sandbox) = rt;
         pthread_mutex_unlock(&routes_lock);
@@ -130,7 +133,10 @@ static int route_resolve(const struct daemon_config *config, const char *sandbox
                          struct route *ret, char *err) {
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.get", "id", sandbox);
         _cleanup_(json_decrefp) json_t *rep = NULL;
-        int r = req ? node_call(config->node_socket, RESOLVE_TIMEOUT_S, req, &rep, err) : -ENOMEM;
+        char addr[NODES_ADDR_MAX];
+        int r = req ? nodes_addr_of_id(sandbox, addr) : -ENOMEM;
+        if (r >= 0)
+                r = node_call(addr, RESOLVE_TIMEOUT_S, req, &rep, err);
         if (r < 0)
                 return r;
         struct route rt;
@@ -138,6 +144,7 @@ static int route_resolve(const struct daemon_config *config, const char *sandbox
                 snprintf(err, API_ERRMSG_MAX, "the node agent did not say where sandbox %s runs", sandbox);
                 return -EBADMSG;
         }
+        snprintf(rt.addr, sizeof rt.addr, "%s", addr);
         pthread_mutex_lock(&routes_lock);
         struct route *s = slot(sandbox);
         bool mine = strcmp(s->sandbox, sandbox) == 0;
@@ -191,7 +198,7 @@ static int send_with_capability(const struct daemon_config *config, const char *
         int r = attach_capability(tenant_id, rt, access, port, req);
         if (r < 0)
                 return r;
-        if ((r = node_conn_open(config->node_socket, timeout_s, &c)) < 0) {
+        if ((r = node_conn_open(rt->addr, timeout_s, &c)) < 0) {
                 snprintf(err, API_ERRMSG_MAX, "the node agent is not reachable");
                 return r;
         }

@@ -49,7 +49,7 @@ int dataplane_open_port(const struct daemon_config *config, const char *tenant_i
 
 /* What a node reply says about where a sandbox runs ({"execution","node"}
  * of its sandbox object): cached. */
-void dataplane_route_learn(const char *sandbox, const json_t *node_sandbox);
+void dataplane_route_learn(const char *sandbox, const char *node_addr, const json_t *node_sandbox);
 /* A deleted sandbox has no route. */
 void dataplane_route_forget(const char *sandbox);
 

@@ -15,6 +15,7 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "macros.h"
+#include "nodes.h"
 #include "nodeclient.h"
 #include "util.h"
 
@@ -163,8 +164,8 @@ static int parse_timeout(struct api_ctx *ctx, const json_t *body, bool *ret_give
 static json_t *template_sizes(struct api_ctx *ctx) {
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "template.list");
         json_t *rep = NULL;
-        char err[API_ERRMSG_MAX];
-        if (!req || node_call(ctx->config->node_socket, ctx->config->node_timeout_s, req, &rep, err) < 0)
+        char err[API_ERRMSG_MAX], addr[NODES_ADDR_MAX];
+        if (!req || nodes_any_addr(addr) < 0 || node_call(addr, ctx->config->node_timeout_s, req, &rep, err) < 0)
                 return NULL;
         return rep;
 }

@@ -18,6 +18,7 @@
 #include "e2b-envd.h"
 #include "log.h"
 #include "macros.h"
+#include "nodes.h"
 #include "util.h"
 
 
@@ -78,6 +79,11 @@ enum route_id {
         R_SECRET,
         R_SANDBOX_SECRETS,
         R_AUDIT,
+        R_NODES,
+        R_NODE_TOKENS,
+        R_NODE,
+        R_NODE_DRAIN,
+        R_NODE_UNDRAIN,
         /* the E2B front door's control plane (e2b-api.h) */
         R_E2B_SANDBOXES,
         R_E2B_SANDBOX,
@@ -148,6 +154,11 @@ static const struct route routes[] = {
         { R_SECRET, { "v1", "secrets", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
         { R_SANDBOX_SECRETS, { "v1", "sandboxes", "*", "secrets" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
         { R_AUDIT, { "v1", "audit" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
+        { R_NODES, { "v1", "nodes" }, M_GET, AUTH_ADMIN, APIREQ_BODY_NONE },
+        { R_NODE_TOKENS, { "v1", "nodes", "tokens" }, M_POST, AUTH_ADMIN, APIREQ_BODY_JOIN_TOKEN },
+        { R_NODE, { "v1", "nodes", "*" }, M_GET | M_DELETE, AUTH_ADMIN, APIREQ_BODY_NONE },
+        { R_NODE_DRAIN, { "v1", "nodes", "*", "drain" }, M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
+        { R_NODE_UNDRAIN, { "v1", "nodes", "*", "undrain" }, M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
         /* E2B's bodies are checked by e2b-api.c (SDK versions add fields) */
         { R_E2B_SANDBOXES, { "v2", "sandboxes" }, M_GET | M_POST, AUTH_E2B, APIREQ_BODY_NONE },
         { R_E2B_SANDBOX, { "sandboxes", "*" }, M_GET | M_DELETE, AUTH_E2B, APIREQ_BODY_NONE },
@@ -898,6 +909,19 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         case R_OPERATION:
                 r = api_operation_get(&ctx, id, &rep);
                 break;
+        case R_NODES:
+                r = api_node_list(&ctx, &rep);
+                break;
+        case R_NODE_TOKENS:
+                r = api_node_token_create(&ctx, body, &rep);
+                break;
+        case R_NODE:
+                r = req->method == M_GET ? api_node_get(&ctx, id, &rep) : api_node_delete(&ctx, id, &rep);
+                break;
+        case R_NODE_DRAIN:
+        case R_NODE_UNDRAIN:
+                r = api_node_drain(&ctx, id, req->route->id == R_NODE_DRAIN, &rep);
+                break;
         case R_TENANTS:
                 r = req->method == M_POST ? api_tenant_create(&ctx, body, &rep) : api_tenant_list(&ctx, &rep);
                 break;
@@ -1073,6 +1097,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 }
 
 int http_server_start(const struct daemon_config *config, struct store *store, struct http_server **ret) {
+        nodes_init(config, store); /* where requests about sandboxes go */
         struct http_server *s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;

@@ -12,6 +12,8 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "macros.h"
+#include "replica.h"
+#include "nodes.h"
 #include "nodeclient.h"
 #include "util.h"
 
@@ -31,12 +33,12 @@ static uint64_t timeout_ms(const struct idle_watch *w, const struct store_sandbo
         return s * 1000ULL;
 }
 
-/* One pass: suspends every running sandbox idle for too long. */
-static void check(struct idle_watch *w) {
+/* One pass over one node: suspends every running sandbox idle for too long. */
+static void check_node(struct idle_watch *w, const char *addr) {
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "sandbox.list");
         _cleanup_(json_decrefp) json_t *rep = NULL;
         char err[API_ERRMSG_MAX];
-        if (!req || node_call(w->config->node_socket, w->config->node_timeout_s, req, &rep, err) < 0)
+        if (!req || node_call(addr, w->config->node_timeout_s, req, &rep, err) < 0)
                 return; /* the node is restarting: next time */
         json_t *list = json_object_get(rep, "sandboxes"), *e;
         size_t i;
@@ -44,7 +46,8 @@ static void check(struct idle_watch *w) {
                 const char *id = json_string_value(json_object_get(e, "id"));
                 json_t *idle = json_object_get(e, "idle_ms");
                 if (!id || !json_is_integer(idle) ||
-                    strcmp(json_string_value(json_object_get(e, "state")) ?: "", "running") != 0)
+                    strcmp(json_string_value(json_object_get(e, "state")) ?: "", "running") != 0 ||
+                    !replica_owns(id))
                         continue;
                 _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
                 if (store_sandbox_get(w->store, id, &sb) < 0 || strcmp(sb.state, "running") != 0)
@@ -66,6 +69,17 @@ static void check(struct idle_watch *w) {
         }
 }
 
+/* One pass over every node. */
+static void check(struct idle_watch *w) {
+        struct nodes_target *t = NULL;
+        size_t n = 0;
+        if (nodes_targets(&t, &n) < 0)
+                return;
+        for (size_t i = 0; i < n && !atomic_load(&w->stopping); i++)
+                check_node(w, t[i].addr);
+        nodes_targets_free(t, n);
+}
+
 /* One pass over the lifetimes: a sandbox whose lifetime is over is
  * deleted, or suspended (its clock then stops until it is back). */
 static void expire(struct idle_watch *w) {
@@ -77,7 +91,7 @@ static void expire(struct idle_watch *w) {
         for (size_t i = 0; i < n; i++) {
                 struct store_sandbox *sb = &a[i];
                 if (!sb->expires_at || sb->expires_at > now || lifecycle_state_is_transitional(sb->state) ||
-                    strcmp(sb->state, "creating") == 0)
+                    strcmp(sb->state, "creating") == 0 || !replica_owns(sb->id))
                         continue;
                 bool suspend = sb->on_expiry && strcmp(sb->on_expiry, "suspend") == 0;
                 char log_ctx[96];

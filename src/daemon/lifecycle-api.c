@@ -28,6 +28,8 @@
 #include "scheduler.h"
 #include "log.h"
 #include "macros.h"
+#include "nodes.h"
+#include "replica.h"
 #include "util.h"
 
 #define LIFECYCLE_WORKERS_MAX 64          /* verbs running at once, all sandboxes */
@@ -168,7 +170,7 @@ static void job_settle_after_failure(struct job *j, const char *why) {
         uint64_t deadline = now_monotonic_ns() + (uint64_t) SETTLE_NODE_WAIT_MS * 1000000ULL;
         int r;
         for (;;) {
-                r = req ? node_call(j->config->node_socket, j->config->node_timeout_s, req, &rep, err) : -ENOMEM;
+                r = req ? nodes_sandbox_call(j->sandbox_id, j->config->node_timeout_s, req, &rep, err) : -ENOMEM;
                 if (!j->wait_for_node || !node_gone(r) || now_monotonic_ns() >= deadline)
                         break;
                 if (atomic_load(&shutting_down))
@@ -239,7 +241,7 @@ static void *job_main(void *arg) {
         /* a scheduled snapshot of this sandbox in progress ends first (the
          * node runs one operation per sandbox at a time) */
         bool claimed = scheduler_claim(j->sandbox_id, SCHEDULER_CLAIM_WAIT_MS) >= 0;
-        r = req ? node_call(j->config->node_socket, verb_timeout_s(j->config, j->verb), req, &rep, err) : -ENOMEM;
+        r = req ? nodes_sandbox_call(j->sandbox_id, verb_timeout_s(j->config, j->verb), req, &rep, err) : -ENOMEM;
         if (claimed)
                 scheduler_release(j->sandbox_id);
         if (r < 0 && node_gone(r) && atomic_load(&shutting_down)) {
@@ -421,7 +423,7 @@ static int rollback_snapshot(struct api_ctx *ctx, const char *id, const json_t *
 
 /* The row of a fork's child, "creating" until the worker has it running:
  * the parent's template, metadata, env keys (the env itself goes along
- * inside the VM) and egress policy. */
+ * inside the VM), egress policy and node (the fork is a copy on its disk). */
 static int fork_child_insert(struct api_ctx *ctx, const struct store_sandbox *parent, const char *network,
                              char *ret_id, size_t n) {
         int r = random_id("sbx-", 8, ret_id, n);
@@ -430,7 +432,7 @@ static int fork_child_insert(struct api_ctx *ctx, const struct store_sandbox *pa
         struct store_sandbox row = { .id = ret_id, .tenant_id = parent->tenant_id,
                                      .template_name = parent->template_name, .state = "creating",
                                      .metadata = parent->metadata, .env_keys = parent->env_keys,
-                                     .network = (char *) network };
+                                     .network = (char *) network, .node = parent->node };
         r = store_sandbox_insert(ctx->store, &row);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert the fork child: %m");
@@ -530,6 +532,7 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         }
         struct store_operation op = { .id = op_id, .sandbox_id = (char *) id, .verb = (char *) t->name,
                                       .state = "pending", .idempotency_key = (char *) idempotency_key };
+        replica_op_lease(&op);
         r = store_operation_insert(ctx->store, &op);
         if (r < 0) {
                 job_free(j);
@@ -622,3 +625,79 @@ void api_lifecycle_reconcile(const struct daemon_config *config, struct store *s
         }
         store_sandbox_array_free(a, n);
 }
+
+/* The state a verb leaves its sandbox in when it succeeds (fork: its
+ * parent's, which it keeps; delete: gone). */
+static const char *verb_target(const char *verb, const char *from) {
+        enum lifecycle_verb v;
+        if (lifecycle_verb_from_name(verb, &v) < 0)
+                return NULL;
+        const struct lifecycle_transition *t = lifecycle_get(v);
+        return t->target ? t->target : from;
+}
+
+void api_operation_settle_orphan(const struct daemon_config *config, struct store *store,
+                                 const struct store_operation *op) {
+        static const char why[] = "the control-plane replica carrying it stopped";
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = store_sandbox_get(store, op->sandbox_id, &sb);
+        if (r == -ENOENT) {
+                /* a delete that got as far as removing the row did it all */
+                api_operation_finish(store, op->id, strcmp(op->verb, "delete") == 0 ? 0 : -EIO, why, NULL);
+                return;
+        }
+        if (r < 0)
+                return; /* the store is away: the lease runs out again, and the next beat retries */
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.get", "id", op->sandbox_id);
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        char err[API_ERRMSG_MAX] = "";
+        r = req ? nodes_sandbox_call(op->sandbox_id, config->node_timeout_s, req, &rep, err) : -ENOMEM;
+        const char *node_state = r >= 0 ? json_string_value(json_object_get(json_object_get(rep, "sandbox"), "state"))
+                                        : NULL;
+        if (node_state && (!lifecycle_state_is_valid(node_state) || lifecycle_state_is_transitional(node_state)))
+                node_state = NULL;
+        if (strcmp(op->verb, "create") == 0) {
+                /* the node made it: it is the client's (with its key the
+                 * retry finds it); else nothing of it stays */
+                if (node_state && strcmp(node_state, "running") == 0 &&
+                    store_sandbox_transition(store, sb.id, "creating", "running", NULL) >= 0) {
+                        _cleanup_free_ char *res = strdup_printf("{\"id\":\"%s\",\"state\":\"running\"}", sb.id);
+                        api_operation_finish(store, op->id, 0, NULL, res);
+                        log_info("operation %s (create %s): its replica stopped; the node has it running: adopted",
+                                 op->id, sb.id);
+                        return;
+                }
+                if (r >= 0 || r == -ENOENT) {
+                        if (r >= 0) {
+                                _cleanup_(json_decrefp) json_t *del =
+                                        json_pack("{s:s, s:s}", "op", "sandbox.delete", "id", sb.id);
+                                (void) nodes_sandbox_call(sb.id, config->node_timeout_s, del, NULL, err);
+                        }
+                        (void) store_sandbox_delete(store, sb.id);
+                } else
+                        (void) store_sandbox_transition(store, sb.id, "creating", "failed", NULL);
+                api_operation_finish(store, op->id, -EIO, why, NULL);
+                log_info("operation %s (create %s): its replica stopped before the sandbox ran: failed", op->id, sb.id);
+                return;
+        }
+        /* a verb: the sandbox takes what its node reports; the verb
+         * succeeded if that is where it was going */
+        const char *target = verb_target(op->verb, node_state);
+        if (!lifecycle_state_is_transitional(sb.state)) {
+                /* its worker settled the row, then died before the operation */
+                bool done = target && strcmp(sb.state, target) == 0;
+                api_operation_finish(store, op->id, done ? 0 : -EIO, done ? NULL : why, NULL);
+                return;
+        }
+        struct job j = { .config = config, .store = store };
+        snprintf(j.sandbox_id, sizeof j.sandbox_id, "%s", sb.id);
+        snprintf(j.from_state, sizeof j.from_state, "failed");
+        snprintf(j.transitional, sizeof j.transitional, "%s", sb.state);
+        job_settle_after_failure(&j, why);
+        _cleanup_(store_sandbox_release) struct store_sandbox now = { 0 };
+        bool done = store_sandbox_get(store, sb.id, &now) >= 0 && target && strcmp(now.state, target) == 0;
+        api_operation_finish(store, op->id, done ? 0 : -EIO, done ? NULL : why, NULL);
+        log_info("operation %s (%s %s): its replica stopped; settled as %s, the sandbox %s", op->id, op->verb, sb.id,
+                 done ? "succeeded" : "failed", now.state ?: "gone");
+}
+

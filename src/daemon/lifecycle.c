@@ -10,7 +10,7 @@
 const char *const lifecycle_states[] = {
         "creating", "running", "pausing", "paused",   "resuming", "stopping",
         "stopped",  "starting", "deleting", "failed", "rolling_back", "recovering",
-        "suspending", "suspended", "waking", "forking", "archived", NULL,
+        "suspending", "suspended", "waking", "forking", "archived", "lost", NULL,
 };
 
 /* A state no API verb enters: the node recovers a sandbox whose VM died
@@ -20,7 +20,10 @@ static const char *const node_transitional[] = { "recovering", NULL };
 /* delete works from every settled state; while a verb runs it is refused
  * (the node serialises lifecycle changes of one sandbox: a delete racing a
  * start would tear down a VM the start is still booting). */
-static const char *const from_delete[] = { "running", "paused", "stopped", "failed", "suspended", "archived", NULL };
+/* lost: its node stopped heartbeating (src/daemon/replica.c); deleting
+ * it removes the row, and the node removes the VM when it comes back */
+static const char *const from_delete[] = { "running", "paused", "stopped", "failed", "suspended", "archived", "lost",
+                                           NULL };
 static const char *const from_pause[] = { "running", NULL };
 static const char *const from_resume[] = { "paused", NULL };
 /* a paused VM can be stopped directly: its memory is thrown away either way */

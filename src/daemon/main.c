@@ -37,6 +37,8 @@
 #include "http.h"
 #include "idle.h"
 #include "log.h"
+#include "nodes.h"
+#include "replica.h"
 #include "macros.h"
 #include "privsep.h"
 #include "progress.h"
@@ -177,7 +179,17 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         if ((r = dataplane_init(c)) < 0)
                 return check_start_failed(r, "cannot set up the capability keys in %s: %m", c->cap_keys_dir);
 
-        if (c->spawn_node) {
+        nodes_init(c, store);
+        _cleanup_(replica_stopp) struct replica *replica = NULL;
+        if ((r = replica_start(c, store, &replica)) < 0)
+                return check_start_failed(r, "cannot start serving the cluster (%s): %m",
+                                          c->cluster_listen[0] ? c->cluster_listen : "shared store");
+
+        if (!c->local_node) {
+                /* no node of our own: the joined ones; operations other
+                 * replicas left are settled by lease (replica.c) */
+                log_info("no local node: sandboxes go to the nodes that joined the cluster");
+        } else if (c->spawn_node) {
                 r = node_start(c, NULL, &node_pid);
                 if (r < 0) {
                         if (r != -ECHILD && node_pid > 0)
@@ -200,6 +212,7 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
                 log_info("not spawning airlock-node; expecting it on %s", c->node_socket);
                 api_reconcile_startup(c, store); /* when it is there already (airlock-nodemgr started it) */
         }
+        r = 0;
 
         r = http_server_start(c, store, &http);
         if (r < 0) {
@@ -274,6 +287,7 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         scheduler_stop(scheduler);
         idle_watch_stop(idle);
         api_audit_poller_stop(audit);
+        replica_stop(TAKE_PTR(replica));
         if (node_pid > 0) {
                 r = node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, NULL, NULL);
                 if (r < 0)
@@ -338,7 +352,10 @@ int main(int argc, char **argv) {
                 return AIRLOCKD_EXIT_START_FAILED;
         /* root is only for airlock-nodemgr: it runs us again as `airlock` */
         const char *privsep = getenv("AIRLOCK_PRIVSEP");
-        if (geteuid() == 0 && !(privsep && strcmp(privsep, "0") == 0)) {
+        if (geteuid() == 0 && !config.local_node)
+                fprintf(stderr, "airlockd: warning: a replica without a local node needs no privileges; run it as "
+                                "an unprivileged user\n");
+        else if (geteuid() == 0 && !(privsep && strcmp(privsep, "0") == 0)) {
                 /* "ready after" counts from this start, not from the
                  * unprivileged one (the monotonic clock is the machine's) */
                 char t[32];

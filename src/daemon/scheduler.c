@@ -19,7 +19,9 @@
 #include "apierror.h"
 #include "log.h"
 #include "macros.h"
+#include "replica.h"
 #include "nodeclient.h"
+#include "nodes.h"
 #include "util.h"
 
 #define SCHEDULER_VISITS_MAX 256     /* running sandboxes looked at per pass (a store read each) */
@@ -145,7 +147,7 @@ static int node_snapshot_delete(const struct daemon_config *config, const char *
                                                         "snapshot_id", snap_id);
         if (!req)
                 return -ENOMEM;
-        int r = node_call(config->node_socket, config->node_timeout_s, req, NULL, err);
+        int r = nodes_sandbox_call(sandbox_id, config->node_timeout_s, req, NULL, err);
         return r == -ENOENT ? 0 : r;
 }
 
@@ -164,7 +166,7 @@ int scheduler_snapshot_take(const struct daemon_config *config, struct store *st
         _cleanup_(json_decrefp) json_t *rep = NULL;
         if (!req)
                 return -ENOMEM;
-        r = node_call(config->node_socket, SCHEDULER_SNAPSHOT_TIMEOUT_S, req, &rep, err);
+        r = nodes_sandbox_call(sandbox_id, SCHEDULER_SNAPSHOT_TIMEOUT_S, req, &rep, err);
         if (r < 0)
                 return r;
         json_t *info = json_object_get(rep, "snapshot");
@@ -492,7 +494,8 @@ static void pass(struct scheduler *s) {
                         break;
                 const struct store_sandbox *sb = &a[(start + i) % n];
                 /* a verb in progress, paused, stopped, failed, creating: not ours to touch */
-                if (strcmp(sb->state, "running") != 0 || strlen(sb->id) >= SCHEDULER_ID_MAX)
+                if (strcmp(sb->state, "running") != 0 || strlen(sb->id) >= SCHEDULER_ID_MAX ||
+                    !replica_owns(sb->id))
                         continue;
                 visits++;
                 s->cursor_created_at = sb->created_at;

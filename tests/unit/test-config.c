@@ -21,6 +21,8 @@ static const char *const env_vars[] = {
         "AIRLOCK_DATABASE", "AIRLOCK_LOG_LEVEL", "AIRLOCK_SNAPSHOT_POLICY", "AIRLOCK_SNAPSHOT_TICK_MS",
         "AIRLOCK_IDLE_TIMEOUT_S", "AIRLOCK_IDLE_CHECK_MS", "AIRLOCK_NETWORK_DEFAULT",
         "AIRLOCK_E2B_TEMPLATES", "AIRLOCK_E2B_DOMAIN",
+        "AIRLOCK_STORE", "AIRLOCK_CLUSTER_LISTEN", "AIRLOCK_ADVERTISE", "AIRLOCK_LOCAL_NODE",
+        "AIRLOCK_NODE_LOST_AFTER_S",
 };
 
 static int clear_env(void **state) {
@@ -343,6 +345,57 @@ static void test_e2b(void **state) {
         }
 }
 
+/* The cluster's settings: one machine by default; a shared store's
+ * replica has no node of its own and may not be given one. */
+static void test_cluster(void **state) {
+        struct daemon_config c;
+        char err[256] = "";
+        assert_int_equal(load(&c, err, 0), 0);
+        assert_false(c.shared_store);
+        assert_true(c.local_node);
+        assert_string_equal(c.cluster_listen, "");
+        assert_int_equal(c.node_lost_after_s, 15);
+
+        /* SQLite with a cluster port: its own node and joined ones */
+        assert_int_equal(load(&c, err, 2, "--cluster-listen", "0.0.0.0:7422"), 0);
+        assert_true(c.local_node);
+        assert_true(c.spawn_node);
+        assert_string_equal(c.advertise, "0.0.0.0:7422");
+
+        /* a shared store: no local node, nothing spawned */
+        setenv("AIRLOCK_STORE", "postgres://airlock@db/airlock", 1);
+        assert_int_equal(load(&c, err, 4, "--cluster-listen", "10.0.0.5:7422", "--advertise", "db.example:7422"), 0);
+        assert_string_equal(c.database, "postgres://airlock@db/airlock");
+        assert_true(c.shared_store);
+        assert_false(c.local_node);
+        assert_false(c.spawn_node);
+        assert_string_equal(c.advertise, "db.example:7422");
+        assert_int_equal(load(&c, err, 1, "--local-node"), -EINVAL);
+        assert_non_null(strstr(err, "--local-node"));
+        unsetenv("AIRLOCK_STORE");
+
+        assert_int_equal(load(&c, err, 2, "--store", "postgresql:///airlock"), 0);
+        assert_true(c.shared_store);
+        assert_int_equal(load(&c, err, 1, "--no-local-node"), 0);
+        assert_false(c.local_node);
+        assert_false(c.spawn_node);
+        setenv("AIRLOCK_LOCAL_NODE", "0", 1);
+        assert_int_equal(load(&c, err, 0), 0);
+        assert_false(c.local_node);
+        setenv("AIRLOCK_LOCAL_NODE", "maybe", 1);
+        assert_int_equal(load(&c, err, 0), -EINVAL);
+        unsetenv("AIRLOCK_LOCAL_NODE");
+
+        /* bad values say what was wrong */
+        assert_int_equal(load(&c, err, 2, "--cluster-listen", "nohost"), -EINVAL);
+        assert_non_null(strstr(err, "HOST:PORT"));
+        assert_int_equal(load(&c, err, 2, "--advertise", "10.0.0.5:7422"), -EINVAL);
+        assert_non_null(strstr(err, "--cluster-listen"));
+        assert_int_equal(load(&c, err, 2, "--node-lost-after-s", "2"), -EINVAL);
+        assert_int_equal(load(&c, err, 2, "--node-lost-after-s", "30"), 0);
+        assert_int_equal(c.node_lost_after_s, 30);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup(test_network_default, clear_env),
@@ -354,6 +407,7 @@ int main(void) {
                 cmocka_unit_test_setup(test_snapshot_knobs_invalid, clear_env),
                 cmocka_unit_test(test_parse_listen),
                 cmocka_unit_test_setup(test_e2b, clear_env),
+                cmocka_unit_test_setup(test_cluster, clear_env),
                 cmocka_unit_test_setup(test_control_dir_migration, clear_env),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

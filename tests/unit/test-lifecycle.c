@@ -19,20 +19,20 @@
 static const char *const states[] = { "creating", "running",  "pausing",  "paused", "resuming",
                                       "stopping", "stopped",  "starting", "deleting", "failed",
                                       "rolling_back", "recovering", "suspending", "suspended",
-                                      "waking", "forking", "archived" };
+                                      "waking", "forking", "archived", "lost" };
 static const int expected[_LIFECYCLE_VERB_MAX][ARRAY_SIZE(states)] = {
         /*          creating running pausing paused resuming stopping stopped starting deleting failed rolling_back recovering
-         *          suspending suspended waking forking archived */
-        [LIFECYCLE_CREATE] = { B, P, B, P, B, B, P, B, B, P, B, B, B, P, B, B, P },
-        [LIFECYCLE_DELETE] = { B, 0, B, 0, B, B, 0, B, B, 0, B, B, B, 0, B, B, 0 },
-        [LIFECYCLE_PAUSE] = { B, 0, B, P, B, B, P, B, B, P, B, B, B, P, B, B, P },
-        [LIFECYCLE_RESUME] = { B, P, B, 0, B, B, P, B, B, P, B, B, B, P, B, B, P },
-        [LIFECYCLE_STOP] = { B, 0, B, 0, B, B, P, B, B, P, B, B, B, P, B, B, P },
-        [LIFECYCLE_START] = { B, P, B, P, B, B, 0, B, B, P, B, B, B, P, B, B, P },
-        [LIFECYCLE_ROLLBACK] = { B, 0, B, P, B, B, 0, B, B, P, B, B, B, P, B, B, 0 },
-        [LIFECYCLE_SUSPEND] = { B, 0, B, 0, B, B, P, B, B, P, B, B, B, P, B, B, P },
-        [LIFECYCLE_WAKE] = { B, P, B, P, B, B, P, B, B, P, B, B, B, 0, B, B, P },
-        [LIFECYCLE_FORK] = { B, 0, B, 0, B, B, P, B, B, P, B, B, B, P, B, B, P },
+         *          suspending suspended waking forking archived lost */
+        [LIFECYCLE_CREATE] = { B, P, B, P, B, B, P, B, B, P, B, B, B, P, B, B, P, P },
+        [LIFECYCLE_DELETE] = { B, 0, B, 0, B, B, 0, B, B, 0, B, B, B, 0, B, B, 0, 0 },
+        [LIFECYCLE_PAUSE] = { B, 0, B, P, B, B, P, B, B, P, B, B, B, P, B, B, P, P },
+        [LIFECYCLE_RESUME] = { B, P, B, 0, B, B, P, B, B, P, B, B, B, P, B, B, P, P },
+        [LIFECYCLE_STOP] = { B, 0, B, 0, B, B, P, B, B, P, B, B, B, P, B, B, P, P },
+        [LIFECYCLE_START] = { B, P, B, P, B, B, 0, B, B, P, B, B, B, P, B, B, P, P },
+        [LIFECYCLE_ROLLBACK] = { B, 0, B, P, B, B, 0, B, B, P, B, B, B, P, B, B, 0, P },
+        [LIFECYCLE_SUSPEND] = { B, 0, B, 0, B, B, P, B, B, P, B, B, B, P, B, B, P, P },
+        [LIFECYCLE_WAKE] = { B, P, B, P, B, B, P, B, B, P, B, B, B, 0, B, B, P, P },
+        [LIFECYCLE_FORK] = { B, 0, B, 0, B, B, P, B, B, P, B, B, B, P, B, B, P, P },
 };
 
 static void test_matrix(void **state) {
