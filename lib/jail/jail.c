@@ -583,6 +583,19 @@ static void cg_try_v1(const char *self) {
                 cg.version = 1;
 }
 
+/* An empty /sys/fs/cgroup: a /sys mounted without the cgroup file systems
+ * (what `ip netns exec` does in its mount namespace). */
+static bool cg_fs_missing(void) {
+        DIR *d = opendir("/sys/fs/cgroup");
+        if (!d)
+                return true;
+        bool empty = true;
+        for (struct dirent *e; empty && (e = readdir(d));)
+                empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+        closedir(d);
+        return empty;
+}
+
 static void cg_setup_once(void) {
         _cleanup_free_ char *self = NULL;
         if (file_read_all("/proc/self/cgroup", 65536, &self, NULL) < 0) {
@@ -593,7 +606,11 @@ static void cg_setup_once(void) {
                 cg_try_v1(self);
         if (cg.version == 0) {
                 log_warn("vmm cgroups: no usable controller (v2 memory+pids+cpu or v1 memory/pids/cpu): "
-                         "VMs run without cgroup limits");
+                         "VMs run without cgroup limits%s",
+                         cg_fs_missing() ? " (nothing is mounted on /sys/fs/cgroup: `ip netns exec` mounts a /sys "
+                                           "of its own; `nsenter --net=/run/netns/NAME` enters only the network "
+                                           "namespace)"
+                                         : "");
                 return;
         }
         char list[256] = "";

@@ -520,6 +520,33 @@ int node_config_load(int argc, char *argv[], struct node_config **ret, enum node
         return 0;
 }
 
+int node_config_export(const struct node_config *c) {
+        char gib[16], base[16];
+        snprintf(gib, sizeof gib, "%u", c->volume_gib);
+        snprintf(base, sizeof base, "%u", (unsigned) c->vmm_uid_base);
+        const struct {
+                const char *name, *value;
+        } vars[] = {
+                { "AIRLOCK_DATA_DIR", c->data_dir },
+                { "AIRLOCK_SOCKET", c->socket_path },
+                { "AIRLOCK_CAP_KEYS_DIR", c->cap_keys_dir },
+                { "AIRLOCK_LOG_LEVEL", level_names[c->log_level] },
+                { "AIRLOCK_STORAGE", c->storage == NODE_STORAGE_COPY ? "copy" : "auto" },
+                { "AIRLOCK_VOLUME_GIB", gib },
+                { "AIRLOCK_VMM_UID_BASE", base },
+                { "AIRLOCK_QEMU", c->qemu_binary },
+                { "AIRLOCK_IMAGES_DIR", c->images_dir },
+                { "AIRLOCK_GUEST_BINARY", c->guest_binary },
+                { "AIRLOCK_TEMPLATES_DIR", c->templates_dir },
+                { "AIRLOCK_OBJSTORE_DIR", c->objstore_dir },
+                { "AIRLOCK_JOIN_TOKEN_FILE", c->join_token_file },
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(vars); i++)
+                if (vars[i].value && setenv(vars[i].name, vars[i].value, 1) < 0)
+                        return -ENOMEM;
+        return 0;
+}
+
 void node_config_print(const struct node_config *c, FILE *f) {
         fprintf(f, "data_dir=%s\n", c->data_dir);
         fprintf(f, "socket=%s\n", c->socket_path);
@@ -603,6 +630,14 @@ void node_config_usage(FILE *f) {
               "  --advertise HOST:PORT   where replicas reach that port [AIRLOCK_ADVERTISE] (the\n"
               "                          address a replica sees this node connect from)\n"
               "  --labels K=V[,K=V]      for placement [AIRLOCK_NODE_LABELS]\n"
+              "\n"
+              "Started as root with --join, airlock-node becomes airlock-nodemgr --worker\n"
+              "[AIRLOCK_NODEMGR_BINARY]: it keeps root for the VMs' jails and the storage,\n"
+              "reads the join token file, and runs this node as the user airlock-node\n"
+              "(AIRLOCK_NODE_USER) with the token in its environment; AIRLOCK_PRIVSEP=0\n"
+              "keeps all of it root. Several nodes on one machine need their own --data-dir\n"
+              "and --vmm-uid-base ranges (65536 apart), and --cluster-listen ports or\n"
+              "network namespaces of their own.\n"
               "\n"
               "  --print-config          print the configuration as key=value and exit\n"
               "  -h, --help              show this help\n",

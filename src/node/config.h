@@ -71,6 +71,17 @@ enum node_config_action {
  * ret_action says whether to run, print the config or print the usage. */
 int node_config_load(int argc, char *argv[], struct node_config **ret, enum node_config_action *ret_action);
 
+/* Puts what airlock-nodemgr reads to prepare this node into the
+ * environment, resolved, under the node's own names: AIRLOCK_DATA_DIR,
+ * AIRLOCK_SOCKET, AIRLOCK_CAP_KEYS_DIR, AIRLOCK_LOG_LEVEL, AIRLOCK_STORAGE,
+ * AIRLOCK_VOLUME_GIB, AIRLOCK_VMM_UID_BASE, AIRLOCK_QEMU,
+ * AIRLOCK_IMAGES_DIR, AIRLOCK_GUEST_BINARY, and AIRLOCK_TEMPLATES_DIR,
+ * AIRLOCK_OBJSTORE_DIR, AIRLOCK_JOIN_TOKEN_FILE when set. A node loading
+ * its configuration again (from this environment and the same flags) gets
+ * the same one. What airlock-node started as root with --join does before
+ * it becomes airlock-nodemgr --worker. */
+int node_config_export(const struct node_config *c);
+
 /* NULL-safe. */
 void node_config_free(struct node_config *c);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct node_config *, node_config_free);

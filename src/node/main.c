@@ -8,11 +8,17 @@
  * and record kept, and the next node brings the sandboxes back. SIGUSR1
  * (the parent-death signal airlockd gives it) hands over instead: the node
  * exits and leaves the sandbox VMs running for the next one.
+ *
+ * Started as root with --join (a worker of a cluster, no airlockd on the
+ * machine), it becomes airlock-nodemgr --worker, which keeps root for what
+ * needs it and runs this binary again as the user airlock-node, as airlockd
+ * started as root does on one machine (src/nodemgr/worker.c).
  */
 
 #include <errno.h>
 #include <grp.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <sodium.h>
@@ -23,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "airlock-config.h"
 #include "capcheck.h"
 #include "config.h"
 #include "gwclient.h"
@@ -66,6 +73,37 @@ static int setup_signals(void) {
         /* writes to a client that went away fail with EPIPE instead */
         signal(SIGPIPE, SIG_IGN);
         return 0;
+}
+
+/* Becomes airlock-nodemgr in worker mode (same pid): it prepares the data
+ * dir our configuration names (handed over in the environment,
+ * node_config_export) and runs this binary again, unprivileged, with the
+ * same arguments. Returns only on failure. */
+static int exec_nodemgr(const struct node_config *cfg, int argc, char **argv) {
+        const char *bin = getenv("AIRLOCK_NODEMGR_BINARY");
+        if (!bin || !*bin)
+                bin = AIRLOCK_BUILD_DIR "/src/nodemgr/airlock-nodemgr";
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0 || (self[n] = 0, setenv("AIRLOCK_NODE_BINARY", self, 1) < 0)) {
+                log_error_errno(n < 0 ? negative_errno() : -ENOMEM, "Cannot find this binary: %m");
+                return 1;
+        }
+        _cleanup_free_ char **args = calloc((size_t) argc + 2, sizeof *args);
+        if (!args || node_config_export(cfg) < 0) {
+                log_error("Out of memory");
+                return 1;
+        }
+        args[0] = (char *) bin;
+        args[1] = (char *) "--worker";
+        for (int i = 1; i < argc; i++)
+                args[i + 1] = argv[i];
+        execv(bin, args);
+        log_error_errno(negative_errno(),
+                        "Started as root with --join, but cannot run %s: %m (AIRLOCK_NODEMGR_BINARY; "
+                        "AIRLOCK_PRIVSEP=0 runs the node as root)",
+                        bin);
+        return 1;
 }
 
 /* Accepts connections until a stop signal arrives (returned; 0 when serving
@@ -115,8 +153,18 @@ int main(int argc, char *argv[]) {
                 return 0;
         }
         log_setup("airlock-node", cfg->log_level);
+        /* root is for airlock-nodemgr only: a node of a cluster started as
+         * root becomes it; on one machine airlockd does that, and a root
+         * node without --join keeps running as root (its parent's choice) */
+        const char *privsep = getenv("AIRLOCK_PRIVSEP");
+        if (cfg->join && geteuid() == 0 && !(privsep && strcmp(privsep, "0") == 0))
+                return exec_nodemgr(cfg, argc, argv);
         if (sodium_init() < 0) {
                 log_error("libsodium failed to initialise");
+                return 1;
+        }
+        if (membership_take_token() < 0) {
+                log_error("Out of memory");
                 return 1;
         }
         r = setup_signals();

@@ -342,26 +342,40 @@ static json_t *build_heartbeat(int fd, void *userdata) {
         return o;
 }
 
-/* The join token: AIRLOCK_JOIN_TOKEN (airlock-nodemgr read the file as
- * root and put it there; gone from our environment once read), else the
- * file of --join-token-file. */
+/* The join token airlock-nodemgr passed, taken out of the environment at
+ * start (membership_take_token), until the join uses it. */
+static char *env_token;
+
+int membership_take_token(void) {
+        char *env = getenv("AIRLOCK_JOIN_TOKEN");
+        if (!env)
+                return 0;
+        if (*env && !env_token && !(env_token = strdup(env)))
+                return -ENOMEM;
+        /* wiped where /proc/PID/environ shows it */
+        sodium_memzero(env, strlen(env));
+        unsetenv("AIRLOCK_JOIN_TOKEN");
+        return 0;
+}
+
+static void env_token_drop(void) {
+        if (env_token)
+                sodium_memzero(env_token, strlen(env_token));
+        free(env_token);
+        env_token = NULL;
+}
+
+/* The join token: airlock-nodemgr's, else the file of --join-token-file. */
 static int join_token(struct cluster_token *ret) {
-        const char *env = getenv("AIRLOCK_JOIN_TOKEN");
-        _cleanup_free_ char *text = NULL;
-        if (env && *env) {
-                text = strdup(env);
-                unsetenv("AIRLOCK_JOIN_TOKEN");
-                if (!text)
-                        return -ENOMEM;
-        } else if (!mcfg->join_token_file) {
+        _cleanup_free_ char *text = TAKE_PTR(env_token);
+        if (!text && !mcfg->join_token_file) {
                 log_error("joining the cluster needs a join token (--join-token-file; `airlock nodes token` makes one)");
                 return -ENOKEY;
-        } else {
-                int r = file_read_all(mcfg->join_token_file, CLUSTER_TOKEN_MAX, &text, NULL);
-                if (r < 0)
-                        return log_error_errno(r, "Cannot read the join token %s: %m", mcfg->join_token_file);
         }
-        int r = cluster_token_parse(text, ret);
+        int r;
+        if (!text && (r = file_read_all(mcfg->join_token_file, CLUSTER_TOKEN_MAX, &text, NULL)) < 0)
+                return log_error_errno(r, "Cannot read the join token %s: %m", mcfg->join_token_file);
+        r = cluster_token_parse(text, ret);
         sodium_memzero(text, strlen(text));
         if (r < 0)
                 log_error("the join token is not one (`airlock nodes token` prints alj1-...)");
@@ -543,8 +557,10 @@ static int load_identity(void) {
 }
 
 int membership_start(const struct node_config *cfg) {
-        if (!cfg->join)
+        if (!cfg->join) {
+                env_token_drop();
                 return 0;
+        }
         mcfg = cfg;
         snprintf(dir, sizeof dir, "%s/cluster", cfg->data_dir);
         int r = mkdir_p(dir, 0700);
@@ -582,6 +598,7 @@ int membership_start(const struct node_config *cfg) {
                 return -ENOMEM;
         if (access(crt, F_OK) < 0 && (r = join()) < 0)
                 return r;
+        env_token_drop(); /* joined before: not needed */
         if ((r = load_identity()) < 0)
                 return r;
         stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

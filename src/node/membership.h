@@ -26,6 +26,10 @@
 
 struct node_config;
 
+/* Takes the join token airlock-nodemgr passes (AIRLOCK_JOIN_TOKEN) out of
+ * the environment, before a thread or a child could see it; the join uses
+ * it instead of --join-token-file (which the node's user may not read). */
+int membership_take_token(void);
 /* Joins (once), opens the TLS port and starts heartbeating. 0 when the
  * node is not in a cluster. Logs what failed. */
 int membership_start(const struct node_config *cfg);

@@ -23,6 +23,10 @@
  * after a guest sync). airlockd dying any other way: the node gets SIGUSR1
  * and hands its VMs over to the next start, as before. The VMs are our
  * children (and we are a child subreaper): they are reaped here.
+ *
+ * `airlock-nodemgr --worker NODE_ARGS...` is the same for a node of a
+ * cluster on a machine without airlockd: what airlock-node started as root
+ * with --join becomes (src/nodemgr/worker.c).
  */
 #include <errno.h>
 #include <grp.h>
@@ -50,6 +54,7 @@
 #include "privsep.h"
 #include "spawn.h"
 #include "util.h"
+#include "worker.h"
 
 #define ARGS_MAX 256
 
@@ -99,47 +104,10 @@ static struct {
 
 static struct gwprep gw = { .listen_fd = -1, .netns_fd = -1, .pid = -1 };
 
-/* node_wait_fn: serves the node's requests while we wait for it. */
-static void serve_while_waiting(void *userdata, int ms) {
-        struct mgr_server *mgr = userdata;
-        struct pollfd p = { .fd = mgr_server_fd(mgr), .events = POLLIN };
-        if (poll(&p, 1, ms) > 0)
-                mgr_server_serve_one(mgr);
-}
-
 /* node_start_fn: starts the node as its user and waits until it says it
- * is ready (listening), serving its requests meanwhile: a starting node
- * adopts or kills the VMs of the one before through us. */
+ * is ready (nodeprep_start). */
 static int start_node(const struct daemon_config *c, void *userdata, pid_t *ret_pid) {
-        struct mgr_server *mgr = userdata;
-        pid_t pid;
-        int ready_fd;
-        *ret_pid = -1;
-        int r = nodeprep_spawn(c, node.uid, node.gid, node.listen_fd, &pid, &ready_fd);
-        if (r < 0)
-                return r;
-        _cleanup_close_ int ready = ready_fd;
-        *ret_pid = pid;
-        uint64_t deadline = now_monotonic_ns() + (uint64_t) c->node_start_timeout_s * 1000000000ULL;
-        for (;;) {
-                struct pollfd p[2] = { { .fd = ready, .events = POLLIN }, { .fd = mgr_server_fd(mgr), .events = POLLIN } };
-                if (poll(p, 2, 50) > 0) {
-                        if (p[1].revents & POLLIN)
-                                mgr_server_serve_one(mgr);
-                        char b;
-                        if ((p[0].revents & POLLIN) && read(ready, &b, 1) == 1)
-                                return 0;
-                }
-                int status;
-                if (waitpid(pid, &status, WNOHANG) == pid) {
-                        log_error("airlock-node exited during start-up (%s %d)",
-                                  WIFEXITED(status) ? "status" : "signal",
-                                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-                        return -ECHILD;
-                }
-                if (now_monotonic_ns() >= deadline)
-                        return -ETIMEDOUT;
-        }
+        return nodeprep_start(c, node.uid, node.gid, node.listen_fd, NULL, NULL, userdata, ret_pid);
 }
 
 static const char *describe(int status, char *buf, size_t n) {
@@ -242,7 +210,7 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                 r = start_node(c, mgr, &node_pid);
                 if (r < 0) {
                         if (r != -ECHILD && node_pid > 0)
-                                (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, serve_while_waiting, mgr);
+                                (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for, mgr);
                         if (r == -ECHILD)
                                 return check_start_failed(
                                         r, "airlock-node exited while starting; its error line "
@@ -258,7 +226,7 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         }
         if ((r = spawn_daemon(dargv, uid, gid, &daemon_pid)) < 0) {
                 if (node_pid > 0)
-                        (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, serve_while_waiting, mgr);
+                        (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for, mgr);
                 return check_start_failed(r, "cannot start airlockd as %s: %m", user);
         }
 
@@ -321,7 +289,7 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                         /* anything else: a VM its dead node orphaned */
                 }
                 if (node_exited && daemon_pid > 0 && !stopping &&
-                    node_restart(c, restarts, &n_restarts, start_node, serve_while_waiting, mgr, &node_pid) < 0) {
+                    node_restart(c, restarts, &n_restarts, start_node, mgr_server_serve_for, mgr, &node_pid) < 0) {
                         log_error("airlock-node keeps failing; stopping so a supervisor can restart Airlock");
                         stopping = true;
                         kill(daemon_pid, SIGTERM);
@@ -329,14 +297,14 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         }
         if (node_pid > 0) {
                 if (clean || stopping) {
-                        r = node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, serve_while_waiting, mgr);
+                        r = node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for, mgr);
                         if (r < 0)
                                 log_warn_errno(r, "Failed to stop airlock-node: %m");
                 } else {
                         /* airlockd crashed: keep the VMs for the next start */
                         log_warn("handing the VMs over to the next start");
                         node.hand_over = true;
-                        (void) node_stop(node_pid, SIGUSR1, 3600, serve_while_waiting, mgr);
+                        (void) node_stop(node_pid, SIGUSR1, 3600, mgr_server_serve_for, mgr);
                 }
         }
         gwprep_stop(&gw);
@@ -345,6 +313,8 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+        if (argc >= 2 && strcmp(argv[1], "--worker") == 0)
+                return worker_main(argc - 2, argv + 2);
         struct daemon_config config;
         char err[512] = "";
         if (config_load(argc, argv, &config, err, sizeof err) < 0) {

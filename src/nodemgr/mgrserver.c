@@ -904,3 +904,10 @@ void mgr_server_serve_one(struct mgr_server *s) {
                 safe_close(out_fds[i]);
         mgr_request_release(q);
 }
+
+void mgr_server_serve_for(void *userdata, int ms) {
+        struct mgr_server *s = userdata;
+        struct pollfd p = { .fd = s->fd, .events = POLLIN };
+        if (poll(&p, 1, ms) > 0)
+                mgr_server_serve_one(s);
+}

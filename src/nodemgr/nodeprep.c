@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,10 +13,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "macros.h"
+#include "mgrserver.h"
 #include "privsep.h"
 #include "util.h"
 
@@ -186,18 +189,61 @@ int nodeprep_listen(const struct daemon_config *c, gid_t group, int *ret_fd) {
         return nodeprep_listen_at(c->node_socket, group, ret_fd);
 }
 
-int nodeprep_spawn(const struct daemon_config *c, uid_t uid, gid_t gid, int listen_fd, pid_t *ret_pid,
-                   int *ret_ready_fd) {
+int nodeprep_cluster(const struct daemon_config *c, uid_t uid, gid_t gid) {
+        struct hand_over h = { .uid = uid, .gid = gid, .vm_base = VM_UID_BASE_DEFAULT };
+        _cleanup_free_ char *dir = strdup_printf("%s/cluster", c->data_dir);
+        if (!dir)
+                return -ENOMEM;
+        int r = hand_over(&h, dir, 0700);
+        if (r < 0)
+                return r;
+        /* the node keeps its key here: its alone, also when an earlier
+         * node running as root made the directory */
+        if (chmod(dir, 0700) < 0)
+                return log_error_errno(negative_errno(), "Failed to chmod %s: %m", dir);
+        /* the capability keys the node writes (membership.c): by default
+         * DATA_DIR/cluster/keys, handed over above */
+        size_t n = strlen(dir);
+        if (strncmp(c->cap_keys_dir, dir, n) == 0 && (c->cap_keys_dir[n] == '/' || !c->cap_keys_dir[n]))
+                return 0;
+        if ((r = mkdir_p(c->cap_keys_dir, 0755)) < 0)
+                return log_error_errno(r, "Failed to create %s: %m", c->cap_keys_dir);
+        return hand_over(&h, c->cap_keys_dir, 0755);
+}
+
+int nodeprep_spawn(const struct daemon_config *c, uid_t uid, gid_t gid, int listen_fd, char *const *args,
+                   const char *env, pid_t *ret_pid, int *ret_ready_fd) {
         if (access(c->node_binary, X_OK) < 0)
                 return log_error_errno(negative_errno(), "Node binary %s is not executable: %m", c->node_binary);
+        if (setenv("AIRLOCK_NODE_LISTEN_FD", "3", 1) < 0 || setenv("AIRLOCK_NODE_READY_FD", "4", 1) < 0)
+                return -ENOMEM;
+        /* the argv and the environment, built before the fork (no
+         * allocation after it): the fixed arguments, then args; our
+         * environment, and env for this child only */
+        size_t n_args = 0, n_env = 0;
+        while (args && args[n_args])
+                n_args++;
+        while (environ[n_env])
+                n_env++;
+        _cleanup_free_ char **argv = calloc(8 + n_args, sizeof *argv);
+        _cleanup_free_ char **envp = calloc(n_env + 2, sizeof *envp);
+        if (!argv || !envp)
+                return -ENOMEM;
+        size_t k = 0;
+        argv[k++] = (char *) c->node_binary;
+        argv[k++] = (char *) "--data-dir";
+        argv[k++] = (char *) c->data_dir;
+        argv[k++] = (char *) "--socket";
+        argv[k++] = (char *) c->node_socket;
+        argv[k++] = (char *) "--cap-keys-dir";
+        argv[k++] = (char *) c->cap_keys_dir;
+        for (size_t i = 0; i < n_args; i++)
+                argv[k++] = args[i];
+        memcpy(envp, environ, n_env * sizeof *envp);
+        envp[n_env] = (char *) env;
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0)
                 return negative_errno();
-        if (setenv("AIRLOCK_NODE_LISTEN_FD", "3", 1) < 0 || setenv("AIRLOCK_NODE_READY_FD", "4", 1) < 0) {
-                close(p[0]);
-                close(p[1]);
-                return -ENOMEM;
-        }
         pid_t parent = getpid();
         pid_t pid = fork();
         if (pid < 0) {
@@ -222,12 +268,7 @@ int nodeprep_spawn(const struct daemon_config *c, uid_t uid, gid_t gid, int list
                  * hands the VMs over to the next start. */
                 if (prctl(PR_SET_PDEATHSIG, SIGUSR1) < 0 || getppid() != parent)
                         _exit(127);
-                char *const argv[] = {
-                        (char *) c->node_binary, (char *) "--data-dir", (char *) c->data_dir,
-                        (char *) "--socket", (char *) c->node_socket, (char *) "--cap-keys-dir",
-                        (char *) c->cap_keys_dir, NULL,
-                };
-                execv(c->node_binary, argv);
+                execve(c->node_binary, argv, envp);
                 /* no log_*() after fork: its lock may be held by a thread
                  * that does not exist here; one write says why */
                 int e = errno;
@@ -243,4 +284,36 @@ int nodeprep_spawn(const struct daemon_config *c, uid_t uid, gid_t gid, int list
         *ret_pid = pid;
         *ret_ready_fd = p[0];
         return 0;
+}
+
+int nodeprep_start(const struct daemon_config *c, uid_t uid, gid_t gid, int listen_fd, char *const *args,
+                   const char *env, struct mgr_server *mgr, pid_t *ret_pid) {
+        pid_t pid;
+        int ready_fd;
+        *ret_pid = -1;
+        int r = nodeprep_spawn(c, uid, gid, listen_fd, args, env, &pid, &ready_fd);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int ready = ready_fd;
+        *ret_pid = pid;
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) c->node_start_timeout_s * 1000000000ULL;
+        for (;;) {
+                struct pollfd p[2] = { { .fd = ready, .events = POLLIN }, { .fd = mgr_server_fd(mgr), .events = POLLIN } };
+                if (poll(p, 2, 50) > 0) {
+                        if (p[1].revents & POLLIN)
+                                mgr_server_serve_one(mgr);
+                        char b;
+                        if ((p[0].revents & POLLIN) && read(ready, &b, 1) == 1)
+                                return 0;
+                }
+                int status;
+                if (waitpid(pid, &status, WNOHANG) == pid) {
+                        log_error("airlock-node exited during start-up (%s %d)",
+                                  WIFEXITED(status) ? "status" : "signal",
+                                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                        return -ECHILD;
+                }
+                if (now_monotonic_ns() >= deadline)
+                        return -ETIMEDOUT;
+        }
 }

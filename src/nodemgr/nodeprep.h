@@ -7,13 +7,14 @@
  * (mounting the btrfs loop volume where the data dir cannot reflink), hands
  * the node's directories to the node user, opens the node's listening
  * socket, and starts the node with setresuid, no supplementary groups and
- * no_new_privs.
+ * no_new_privs; for a node of a cluster also its DATA_DIR/cluster.
  */
 
 #include <stdbool.h>
 #include <sys/types.h>
 
 #include "config.h"
+#include "mgrserver.h"
 #include "storage.h"
 
 /* Opens the storage of DATA_DIR as the node would (AIRLOCK_STORAGE,
@@ -33,8 +34,24 @@ int nodeprep_listen(const struct daemon_config *c, gid_t group, int *ret_fd);
 /* A listening Unix socket at path (0660, root:group), non-blocking. */
 int nodeprep_listen_at(const char *path, gid_t group, int *ret_fd);
 
+/* A node of a cluster (airlock-nodemgr --worker): DATA_DIR/cluster (0700)
+ * handed to uid:gid with what is in it (the node writes its key, its
+ * certificates and the capability keys there), and CAP_KEYS_DIR too when
+ * it lies elsewhere. */
+int nodeprep_cluster(const struct daemon_config *c, uid_t uid, gid_t gid);
+
 /* Starts the node as uid:gid with the listening socket as fd 3 and the
- * write end of a pipe as fd 4, on which it says it is ready. Returns the
- * pid and the read end. */
-int nodeprep_spawn(const struct daemon_config *c, uid_t uid, gid_t gid, int listen_fd, pid_t *ret_pid,
-                   int *ret_ready_fd);
+ * write end of a pipe as fd 4, on which it says it is ready: NODE_BINARY
+ * --data-dir D --socket S --cap-keys-dir K, then args (NULL-terminated, or
+ * NULL), with our environment plus env ("NAME=VALUE" for this child only,
+ * or NULL). Returns the pid and the read end. */
+int nodeprep_spawn(const struct daemon_config *c, uid_t uid, gid_t gid, int listen_fd, char *const *args,
+                   const char *env, pid_t *ret_pid, int *ret_ready_fd);
+
+/* nodeprep_spawn(), then waits up to c->node_start_timeout_s until the node
+ * says it is ready, serving its requests on mgr meanwhile (a starting node
+ * adopts or kills the VMs of the one before through us). -ECHILD when it
+ * exited first (reaped), -ETIMEDOUT. *ret_pid is set also on failure, so
+ * the caller can stop what started. */
+int nodeprep_start(const struct daemon_config *c, uid_t uid, gid_t gid, int listen_fd, char *const *args,
+                   const char *env, struct mgr_server *mgr, pid_t *ret_pid);

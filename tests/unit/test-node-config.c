@@ -19,7 +19,9 @@ static const char *const env_vars[] = {
         "AIRLOCK_GUEST_BINARY",   "AIRLOCK_QEMU",            "AIRLOCK_ACCEL",          "AIRLOCK_PREBUILD",
         "AIRLOCK_STORAGE",        "AIRLOCK_VOLUME_GIB",      "AIRLOCK_LOG_LEVEL",      "AIRLOCK_MAX_SANDBOXES",
         "AIRLOCK_EXEC_MAX_OUTPUT", "AIRLOCK_MAX_FILE_SIZE",  "AIRLOCK_SESSION_BUFFER", "AIRLOCK_EXEC_TIMEOUT_MAX",
-        "AIRLOCK_MAX_CONNECTIONS", "AIRLOCK_POOL_SIZE",
+        "AIRLOCK_MAX_CONNECTIONS", "AIRLOCK_POOL_SIZE",      "AIRLOCK_VMM_UID_BASE",   "AIRLOCK_OBJSTORE_DIR",
+        "AIRLOCK_CAP_KEYS_DIR",    "AIRLOCK_JOIN",           "AIRLOCK_JOIN_TOKEN_FILE", "AIRLOCK_CLUSTER_LISTEN",
+        "AIRLOCK_NODE_NAME",
 };
 
 static int clear_env(void **state) {
@@ -151,6 +153,45 @@ static void test_actions(void **state) {
         node_config_free(c);
         assert_int_equal(load(&c, &a, 1, "--help"), 0);
         assert_int_equal(a, NODE_CONFIG_HELP);
+        node_config_free(c);
+}
+
+/* What airlock-node as root hands airlock-nodemgr --worker: the resolved
+ * settings under their own names; loading again from them (and the same
+ * flags, which the unprivileged node gets) gives the same configuration. */
+static void test_export(void **state) {
+        setenv("AIRLOCK_STORAGE", "copy", 1);
+        struct node_config *c = NULL;
+        assert_int_equal(load(&c, NULL, 12, "--join", "10.0.0.1:7422", "--join-token-file", "/etc/airlock/token",
+                              "--data-dir", "/srv/w1", "--vmm-uid-base", "3000000", "--log-level", "debug",
+                              "--templates-dir", "/srv/tpl"),
+                         0);
+        /* a node of a cluster: the keys the replicas send, in DATA_DIR/cluster */
+        assert_string_equal(c->cap_keys_dir, "/srv/w1/cluster/keys");
+        assert_int_equal(node_config_export(c), 0);
+        node_config_free(c);
+        assert_string_equal(getenv("AIRLOCK_DATA_DIR"), "/srv/w1");
+        assert_string_equal(getenv("AIRLOCK_SOCKET"), "/srv/w1/run/node.sock");
+        assert_string_equal(getenv("AIRLOCK_CAP_KEYS_DIR"), "/srv/w1/cluster/keys");
+        assert_string_equal(getenv("AIRLOCK_VMM_UID_BASE"), "3000000");
+        assert_string_equal(getenv("AIRLOCK_STORAGE"), "copy");
+        assert_string_equal(getenv("AIRLOCK_VOLUME_GIB"), "64");
+        assert_string_equal(getenv("AIRLOCK_LOG_LEVEL"), "debug");
+        assert_string_equal(getenv("AIRLOCK_TEMPLATES_DIR"), "/srv/tpl");
+        assert_string_equal(getenv("AIRLOCK_JOIN_TOKEN_FILE"), "/etc/airlock/token");
+        assert_string_equal(getenv("AIRLOCK_QEMU"), "qemu-system-x86_64");
+        assert_non_null(strstr(getenv("AIRLOCK_GUEST_BINARY"), "/src/guest/airlock-guest"));
+        /* unset ones stay unset: the node's defaults hold */
+        assert_null(getenv("AIRLOCK_OBJSTORE_DIR"));
+        /* the unprivileged node: the environment, then the same flags */
+        assert_int_equal(load(&c, NULL, 2, "--join", "10.0.0.1:7422"), 0);
+        assert_string_equal(c->data_dir, "/srv/w1");
+        assert_string_equal(c->cap_keys_dir, "/srv/w1/cluster/keys");
+        assert_int_equal(c->vmm_uid_base, 3000000);
+        assert_int_equal(c->storage, NODE_STORAGE_COPY);
+        assert_int_equal(c->log_level, LOG_LEVEL_DEBUG);
+        assert_string_equal(c->templates_dir, "/srv/tpl");
+        assert_string_equal(c->join_token_file, "/etc/airlock/token");
         node_config_free(c);
 }
 
@@ -292,6 +333,7 @@ int main(void) {
                 cmocka_unit_test_setup(test_env_overrides, clear_env),
                 cmocka_unit_test_setup(test_invalid, clear_env),
                 cmocka_unit_test_setup(test_actions, clear_env),
+                cmocka_unit_test_setup(test_export, clear_env),
                 cmocka_unit_test(test_parse_size),
                 cmocka_unit_test(test_utf8_sanitize),
                 cmocka_unit_test(test_paths),
