@@ -360,13 +360,15 @@ class NodeNetns:
         self.created = False  # the namespace is ours to remove
 
     def argv(self, argv):
-        """argv run inside this namespace."""
-        return ["ip", "netns", "exec", self.name, *argv]
+        """argv run inside this namespace: nsenter enters its network
+        namespace alone and execs argv (the Popen's pid is the program's
+        own); `ip netns exec` would also mount a /sys of its own, without
+        the cgroup tree the VMs' limits live in."""
+        return ["nsenter", f"--net={self.path}", "--", *argv]
 
     def run(self, argv, **popen_kwargs):
-        """Starts argv inside the namespace (`ip netns exec`, which execs
-        it: the Popen's pid is the program's own). The caller stops it; see
-        Lab.spawn for one the lab stops and logs."""
+        """Starts argv inside the namespace (argv()). The caller stops it;
+        see Lab.spawn for one the lab stops and logs."""
         return subprocess.Popen(self.argv(argv), **popen_kwargs)
 
     def check(self, argv, timeout=30, **kwargs):
@@ -843,7 +845,8 @@ class Lab:
             name = f"{name}-{len(self.procs)}"
         log_path = os.path.join(self.dir, f"{name}.log")
         if netns is not None:
-            argv = ["ip", "netns", "exec", getattr(netns, "name", netns), *argv]
+            path = getattr(netns, "path", None) or os.path.join(NETNS_DIR, netns)
+            argv = ["nsenter", f"--net={path}", "--", *argv]
         popen_kwargs.setdefault("stdin", subprocess.DEVNULL)
         popen_kwargs.setdefault("start_new_session", True)
         with open(log_path, "ab") as log:
@@ -915,3 +918,151 @@ def lab(request):
         lab.close()
     request.addfinalizer(fin)
     return lab
+
+
+# ---- Airlock on the lab: replicas and workers ------------------------------
+
+def _harness():
+    """tests/harness.py (imported late: it needs AIRLOCK_TEST_VOLUME, which
+    the lab's own self-test does not)."""
+    import harness
+    return harness
+
+
+class Replica:
+    """One airlockd replica on the lab's store: its API on 127.0.0.1, its
+    cluster port on the bridge (where the workers reach it). The HTTP
+    helpers are tests/harness.py's Airlock's."""
+
+    def __init__(self, lab, name, store_url, bridge, lost_after_s=6, extra=()):
+        h = _harness()
+        self.lab, self.name = lab, name
+        self.data_dir = h.volume_tempdir(f"airlock-{name}-")
+        lab.defer(shutil.rmtree, self.data_dir, True)
+        self.port = _free_port(["127.0.0.1"])
+        self.cluster_port = _free_port([bridge.host])
+        self.cluster_addr = f"{bridge.host}:{self.cluster_port}"
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.argv = [h.AIRLOCKD, "--data-dir", self.data_dir, "--listen", f"127.0.0.1:{self.port}",
+                     "--store", store_url, "--cluster-listen", self.cluster_addr,
+                     "--node-lost-after-s", str(lost_after_s), *extra]
+        self.token = None
+        self.proc = None
+
+    def start(self, timeout=60):
+        self.proc = self.lab.spawn(self.argv, name=f"{self.name}-{len(self.lab.procs)}",
+                                   env={"AIRLOCK_LOG_LEVEL": "debug"})
+        self.log_path = self.proc.log_path
+        token = os.path.join(self.data_dir, "control", "admin.token")
+
+        def up():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{log_tail(self.log_path)}")
+            if not os.path.exists(token):
+                return False
+            with open(token) as f:
+                self.token = f.read().strip()
+            try:
+                return self.request("GET", "/v1/nodes")[0] == 200
+            except OSError:
+                return False
+        wait_for(up, timeout, f"replica {self.name} serving")
+        return self
+
+    def kill9(self):
+        kill9(self.proc)
+
+    # the HTTP helpers of harness.Airlock, which need only url, port, token
+    def request(self, *args, **kwargs):
+        return _harness().Airlock.request(self, *args, **kwargs)
+
+    def api(self, *args, **kwargs):
+        return _harness().Airlock.api(self, *args, **kwargs)
+
+    def create(self, *args, **kwargs):
+        return _harness().Airlock.create(self, *args, **kwargs)
+
+    def exec(self, *args, **kwargs):
+        return _harness().Airlock.exec(self, *args, **kwargs)
+
+    def cli(self, *args, **kwargs):
+        return _harness().Airlock.cli(self, *args, **kwargs)
+
+    def log_tail(self, n=60):
+        return log_tail(self.log_path, n)
+
+    def nodes(self):
+        return {n["name"]: n for n in self.api("GET", "/v1/nodes")["nodes"]}
+
+
+class Worker:
+    """One worker node in namespace netns: airlock-node started as root
+    with --join, which becomes airlock-nodemgr --worker (the node and the
+    gateway unprivileged), its data dir on the test volume, the run's
+    shared templates, a VM uid range of its own."""
+
+    def __init__(self, lab, name, netns, index, join, token_file, labels=None):
+        h = _harness()
+        self.lab, self.name, self.netns = lab, name, netns
+        self.data_dir = h.volume_tempdir(f"airlock-{name}-")
+        lab.defer(self._remove)
+        self.argv = [os.path.join(h.BUILD, "src", "node", "airlock-node"), "--join", ",".join(join),
+                     "--join-token-file", token_file, "--data-dir", self.data_dir,
+                     "--vmm-uid-base", str(2200000 + index * 65536), "--node-name", name,
+                     "--cluster-listen", "0.0.0.0:7421", "--advertise", f"{netns.addr}:7421",
+                     "--prebuild", "minimal", "--pool-size", "0", "--log-level", "debug"]
+        if labels:
+            self.argv += ["--labels", labels]
+        self.env = {"AIRLOCK_TEMPLATES_DIR": h.TEMPLATES, "AIRLOCK_EGRESS_CA_DIR": h.EGRESS_CA,
+                    "AIRLOCK_DNS_UPSTREAM": "127.0.0.1"}
+        self.proc = None
+
+    def start(self):
+        self.proc = self.lab.spawn(self.argv, name=f"{self.name}-{len(self.lab.procs)}", netns=self.netns,
+                                   env=self.env, stop_timeout=60)
+        return self
+
+    def pids(self):
+        """Every process of this worker: nodemgr, node, gateway, VMMs."""
+        h = _harness()
+        return set(h.airlock_procs(self.data_dir)) | set(h.qemu_pids(self.data_dir))
+
+    def kill9(self):
+        """The machine dies: every process of it at once, VMs included."""
+        pids = self.pids()
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            self.proc.wait(10)
+        left = _wait_pids_gone(list(pids), 10)
+        assert not left, f"{self.name}: processes outlived SIGKILL: {left}"
+
+    def leaks(self):
+        """What this worker left once stopped: processes, mounts, loop
+        devices, VM run dirs."""
+        h = _harness()
+        out = []
+        if self.pids():
+            out.append(f"{self.name}: processes left: {sorted(self.pids())}")
+        if h.mounts_under(self.data_dir):
+            out.append(f"{self.name}: mounts left: {h.mounts_under(self.data_dir)}")
+        if h.loop_devices_on(self.data_dir):
+            out.append(f"{self.name}: loop devices left: {h.loop_devices_on(self.data_dir)}")
+        vm = os.path.join(self.data_dir, "run", "vm")
+        if os.path.isdir(vm) and os.listdir(vm):
+            out.append(f"{self.name}: VM run dirs left: {sorted(os.listdir(vm))}")
+        return out
+
+    def _remove(self):
+        """After the worker stopped (the lab stops it first): fails the
+        test on what it left behind, having removed that too."""
+        h = _harness()
+        leaks = self.leaks()
+        for p in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+        for m in reversed(h.mounts_under(self.data_dir)):
+            subprocess.run(["umount", "-l", m])
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+        assert not leaks, "worker left resources behind: " + "; ".join(leaks)

@@ -130,7 +130,7 @@ int api_node_token_create(struct api_ctx *ctx, const json_t *body, struct api_re
         int64_t expires_at;
         int r = replica_join_token(replica_self(), ttl_s, token, sizeof token, id, &expires_at);
         if (r == -ENOTCONN)
-                return nfail(ctx, -EOPNOTSUPP,
+                return nfail(ctx, -EBUSY,
                              "this airlockd serves no cluster: start it with --cluster-listen HOST:PORT (and a "
                              "PostgreSQL --store for several replicas; docs/cluster.md)");
         if (r < 0)

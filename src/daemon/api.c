@@ -171,6 +171,10 @@ static int cluster_health(struct api_ctx *ctx, struct api_reply *ret) {
                                     (json_int_t) n));
 }
 
+json_t *api_sandbox_row_json(const struct store_sandbox *sb) {
+        return sandbox_json(sb);
+}
+
 int api_health(struct api_ctx *ctx, struct api_reply *ret) {
         if (!ctx->config->local_node)
                 return cluster_health(ctx, ret);

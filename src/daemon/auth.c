@@ -66,7 +66,7 @@ static int read_token_file(const char *path, char *token, size_t n) {
         return 0;
 }
 
-int auth_admin_token_init(struct store *s, const char *data_dir, bool *ret_created) {
+int auth_admin_token_init(struct store *s, const char *data_dir, bool shared, bool *ret_created) {
         char path[PATH_MAX];
         char token[AUTH_TOKEN_MAX + 1];
         bool created = false;
@@ -108,7 +108,14 @@ int auth_admin_token_init(struct store *s, const char *data_dir, bool *ret_creat
         uint8_t hash[STORE_HASH_SIZE];
         auth_hash_token(token, hash);
         sodium_memzero(token, sizeof token);
-        r = store_api_key_insert(s, "admin", hash);
+        /* one machine: the admin key, replaced with a new token file; a
+         * shared store: one admin key per replica's token (named by its
+         * hash), so that starting a replica does not revoke another's */
+        char name[32] = "admin";
+        if (shared)
+                snprintf(name, sizeof name, "admin-%02x%02x%02x%02x%02x%02x", hash[0], hash[1], hash[2], hash[3],
+                         hash[4], hash[5]);
+        r = store_api_key_insert(s, name, hash);
         if (r < 0)
                 return r;
         if (ret_created)

@@ -46,7 +46,8 @@ int auth_new_api_key(char *out, size_t n);
 /*
  * Makes sure DATA_DIR/admin.token exists (created with O_EXCL, mode 0600,
  * holding a fresh "alk_" token; an existing file is reused) and that its
- * hash is the store's "admin" API key. *ret_created (may be NULL) tells
- * whether a new token was written.
+ * hash is the store's "admin" API key (on a shared store, with several
+ * replicas: the key "admin-<hash prefix>", one per replica's token).
+ * *ret_created (may be NULL) tells whether a new token was written.
  */
-int auth_admin_token_init(struct store *s, const char *data_dir, bool *ret_created);
+int auth_admin_token_init(struct store *s, const char *data_dir, bool shared, bool *ret_created);

@@ -658,16 +658,24 @@ void api_operation_settle_orphan(const struct daemon_config *config, struct stor
                 node_state = NULL;
         if (strcmp(op->verb, "create") == 0) {
                 /* the node made it: it is the client's (with its key the
-                 * retry finds it); else nothing of it stays */
-                if (node_state && strcmp(node_state, "running") == 0 &&
-                    store_sandbox_transition(store, sb.id, "creating", "running", NULL) >= 0) {
-                        _cleanup_free_ char *res = strdup_printf("{\"id\":\"%s\",\"state\":\"running\"}", sb.id);
-                        api_operation_finish(store, op->id, 0, NULL, res);
+                 * retry finds it); else nothing of it stays. A row that is
+                 * running already was marked so by its replica at the last
+                 * moment. */
+                if (strcmp(sb.state, "running") == 0 ||
+                    (node_state && strcmp(node_state, "running") == 0 &&
+                     store_sandbox_transition(store, sb.id, "creating", "running", NULL) >= 0)) {
+                        _cleanup_(store_sandbox_release) struct store_sandbox now = { 0 };
+                        _cleanup_(json_decrefp) json_t *o =
+                                store_sandbox_get(store, sb.id, &now) >= 0 ? api_sandbox_row_json(&now) : NULL;
+                        _cleanup_free_ char *res = o ? json_dumps(o, JSON_COMPACT) : NULL;
+                        api_operation_finish(store, op->id, 0, NULL, res ?: "{}");
                         log_info("operation %s (create %s): its replica stopped; the node has it running: adopted",
                                  op->id, sb.id);
                         return;
                 }
-                if (r >= 0 || r == -ENOENT) {
+                if (strcmp(sb.state, "creating") != 0) {
+                        /* not ours to undo: deleted, or a verb claimed it */
+                } else if (r >= 0 || r == -ENOENT) {
                         if (r >= 0) {
                                 _cleanup_(json_decrefp) json_t *del =
                                         json_pack("{s:s, s:s}", "op", "sandbox.delete", "id", sb.id);

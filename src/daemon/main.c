@@ -161,7 +161,7 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
                 return check_start_failed(log_error_errno(r, "Failed to open store %s: %m", c->database),
                                           "cannot open the store %s: %m", c->database);
         bool created;
-        r = auth_admin_token_init(store, c->control_dir, &created);
+        r = auth_admin_token_init(store, c->control_dir, c->shared_store, &created);
         if (r < 0)
                 return check_start_failed(
                         log_error_errno(r, "Failed to set up the admin token in %s: %m", c->control_dir),

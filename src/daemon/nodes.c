@@ -199,7 +199,7 @@ int nodes_place(const struct nodes_want *w, char **ret_node, char *err) {
                          "no node can take a sandbox of template %s%s%s: none is ready with the template "
                          "and room (see GET /v1/nodes)",
                          w->template_name, w->node ? " on node " : "", w->node ?: "");
-                r = -ENOSPC;
+                r = -EHOSTDOWN; /* 503: none now; a node may join or free up */
                 goto out;
         }
         /* the best of a few chosen at random: spreads like the best of

@@ -49,7 +49,7 @@ struct nodes_want {
  * (sandboxes under their max, memory left), the best of
  * NODES_PLACE_CHOICES taken at random by weighted free capacity; the local
  * node when the config places there. *ret_node gets its name (NULL: the
- * local node; free it). -ENOSPC with a message in err (API_ERRMSG_MAX)
+ * local node; free it). -EHOSTDOWN with a message in err (API_ERRMSG_MAX)
  * when none fits, -ENOENT when a pinned node is not a member.
  */
 int nodes_place(const struct nodes_want *w, char **ret_node, char *err);

@@ -36,6 +36,9 @@
 /* a replica not seen for this many beats is left out of the addresses
  * nodes are given */
 #define REPLICA_STALE_BEATS 10
+/* how often (in beats) a replica asks the nodes it owns for sandboxes the
+ * store has no row of */
+#define ORPHAN_SWEEP_BEATS 5
 
 struct replica {
         const struct daemon_config *config;
@@ -73,9 +76,9 @@ static uint32_t id_hash(const char *s) {
         return h;
 }
 
-bool replica_owns(const char *sandbox_id) {
+bool replica_owns(const char *key) {
         unsigned n = atomic_load(&live_count), i = atomic_load(&live_index);
-        return !self || n <= 1 || id_hash(sandbox_id) % n == i;
+        return !self || n <= 1 || id_hash(key) % n == i;
 }
 
 /* Reads who is alive (seen within a few beats), for replica_owns(). */
@@ -214,6 +217,48 @@ static int handle_join(struct replica *rp, struct link *l, const json_t *req, co
 
 /* ---- cluster.heartbeat ---- */
 
+/* Deletes on node name what it runs that the store has no row of (list:
+ * its sandbox.list): sandboxes deleted while it was lost, or whose delete
+ * it refused then (busy recovering them). Rows come before VMs (a create
+ * or a fork inserts its row first), so a VM without a row is no one's. */
+static void remove_orphans(struct replica *rp, const char *name, const char *addr, const json_t *list) {
+        size_t k;
+        json_t *s;
+        json_array_foreach(list, k, s) {
+                const char *id = json_string_value(json_object_get(s, "id"));
+                _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+                if (!id || store_sandbox_get(rp->store, id, &sb) != -ENOENT)
+                        continue;
+                char err[API_ERRMSG_MAX] = "";
+                _cleanup_(json_decrefp) json_t *del = json_pack("{s:s, s:s}", "op", "sandbox.delete", "id", id);
+                int r = del ? node_call(addr, rp->config->node_timeout_s, del, NULL, err) : -ENOMEM;
+                if (r >= 0 || r == -ENOENT)
+                        log_info("sandbox %s on node %s has no row any more (deleted while the node was lost): "
+                                 "removed there", id, name);
+                else
+                        log_info("sandbox %s on node %s has no row any more; removing it there failed (%s): the "
+                                 "next sweep tries again", id, name, err);
+        }
+}
+
+/* Every few beats: the orphan sweep over the nodes this replica owns. */
+static void sweep_orphans(struct replica *rp) {
+        struct store_node *nodes = NULL;
+        size_t n = 0;
+        if (store_node_list(rp->store, STORE_LIST_MAX, &nodes, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                if (nodes[i].lost_at || !replica_owns(nodes[i].name))
+                        continue;
+                _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "sandbox.list");
+                _cleanup_(json_decrefp) json_t *rep = NULL;
+                char err[API_ERRMSG_MAX] = "";
+                if (req && node_call(nodes[i].address, rp->config->node_timeout_s, req, &rep, err) >= 0)
+                        remove_orphans(rp, nodes[i].name, nodes[i].address, json_object_get(rep, "sandboxes"));
+        }
+        store_node_array_free(nodes, n);
+}
+
 /* A node that was lost beats again: its sandboxes marked lost take the
  * state it reports; those it does not have any more failed; what it runs
  * that the store deleted meanwhile is deleted there. */
@@ -249,19 +294,8 @@ static void reconcile_node(struct replica *rp, const char *name, const char *add
                 }
                 log_info("sandbox %s on node %s: lost -> %s", rows[i].id, name, state ?: "failed");
         }
-        size_t k;
-        json_t *s;
-        json_array_foreach(list, k, s) {
-                const char *id = json_string_value(json_object_get(s, "id"));
-                _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-                if (!id || store_sandbox_get(rp->store, id, &sb) != -ENOENT)
-                        continue;
-                _cleanup_(json_decrefp) json_t *del = json_pack("{s:s, s:s}", "op", "sandbox.delete", "id", id);
-                int r = del ? node_call(addr, rp->config->node_timeout_s, del, NULL, err) : -ENOMEM;
-                log_info("sandbox %s on node %s was deleted while the node was lost: %s", id, name,
-                         r < 0 && r != -ENOENT ? err : "removed there");
-        }
         store_sandbox_array_free(rows, n);
+        remove_orphans(rp, name, addr, list);
 }
 
 static int handle_heartbeat(struct replica *rp, struct link *l, const json_t *req, const char *peer,
@@ -466,6 +500,8 @@ static void *beat_main(void *arg) {
                         publish_cap_keys(rp);
                 leases(rp);
                 mark_lost(rp);
+                if (beat % ORPHAN_SWEEP_BEATS == ORPHAN_SWEEP_BEATS - 1)
+                        sweep_orphans(rp);
                 struct pollfd p = { .fd = rp->stop_pipe[0], .events = POLLIN };
                 if (poll(&p, 1, (int) rp->config->heartbeat_ms) != 0)
                         break;

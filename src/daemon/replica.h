@@ -49,8 +49,9 @@ struct replica *replica_self(void);
  * (SQLite) leaves it without owner (a restart settles all). */
 void replica_op_lease(struct store_operation *op);
 
-/* Whether this replica does the background work of sandbox id (scheduled
- * snapshots, idle suspends, lifetimes): on a shared store the live
- * replicas split the sandboxes between them by a hash of the id, so that
- * no two take the same scheduled snapshot; alone, every sandbox is its. */
-bool replica_owns(const char *sandbox_id);
+/* Whether this replica does the background work of a sandbox (by its id:
+ * scheduled snapshots, idle suspends, lifetimes) or of a node (by its
+ * name: the orphan sweep): on a shared store the live replicas split them
+ * by a hash of the key, so that no two take the same scheduled snapshot;
+ * alone, all are its. */
+bool replica_owns(const char *key);

@@ -1,0 +1,211 @@
+"""A cluster on one machine (docs/cluster.md): a throwaway PostgreSQL, two
+airlockd replicas sharing it, and worker nodes each in its own network
+namespace on a bridge (tests/clusterlab.py), with real VMs.
+
+Placement spreads creates and honours pins; a sandbox's requests reach its
+node through either replica (capabilities signed by one replica verify on
+nodes that got its key through heartbeats); a node killed outright turns
+lost with its sandboxes while the others go on, and reconciles when it
+comes back; a replica killed in the middle of a create or of a lifecycle
+verb has its operation settled by the other, and an Idempotency-Key still
+answers with what happened."""
+
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from clusterlab import Replica, Worker, kill9, lab, wait_for  # noqa: F401 (lab: the fixture)
+
+LOST_AFTER_S = 6
+
+
+def start_cluster(lab, n_workers, labels=None):
+    """PostgreSQL, two replicas, n_workers workers joined and ready with
+    the minimal template; returns (replicas, workers)."""
+    net = lab.bridge(nodes=n_workers)
+    pg = lab.postgres(bridge=net)
+    replicas = [Replica(lab, f"r{i}", pg.url, net, lost_after_s=LOST_AFTER_S).start() for i in range(2)]
+    token = replicas[0].api("POST", "/v1/nodes/tokens", {"ttl_s": 600}, expect=201)["token"]
+    token_file = os.path.join(lab.dir, "join.token")
+    with open(os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(token + "\n")
+    join = [r.cluster_addr for r in replicas]
+    workers = [Worker(lab, f"w{i}", net.nodes[i], i, join, token_file,
+                      labels=(labels or {}).get(i)).start() for i in range(n_workers)]
+    wait_ready(replicas[1], {w.name for w in workers})
+    return replicas, workers, pg
+
+
+def wait_ready(replica, names, timeout=180):
+    def ready():
+        nodes = replica.nodes()
+        return all(n in nodes and nodes[n]["state"] == "ready" and "minimal" in (nodes[n].get("templates") or [])
+                   for n in names)
+    wait_for(ready, timeout, f"nodes {sorted(names)} ready with the minimal template")
+
+
+def delete_all(replica):
+    for s in replica.api("GET", "/v1/sandboxes")["sandboxes"]:
+        replica.api("DELETE", f"/v1/sandboxes/{s['id']}", expect=204)
+
+
+def sandbox(replica, sid):
+    return replica.api("GET", f"/v1/sandboxes/{sid}")
+
+
+def test_placement_lost_node_and_return(lab, templates):
+    (r0, r1), workers, _ = start_cluster(lab, 3, labels={1: "zone=b"})
+    w0, w1, w2 = workers
+
+    # spread: creates through both replicas land on more than one node,
+    # each shows its node, and every sandbox answers through the other
+    # replica (whose capability the node checks with the key its
+    # heartbeats brought)
+    made = []
+    for i in range(6):
+        sb = (r0, r1)[i % 2].create("minimal")
+        assert sb["node"] in ("w0", "w1", "w2"), sb
+        made.append(sb)
+    assert len({sb["node"] for sb in made}) >= 2, [sb["node"] for sb in made]
+    for i, sb in enumerate(made):
+        out = (r1, r0)[i % 2].exec(sb["id"], ["sh", "-c", f"echo {sb['id']}"])
+        assert out["exit_code"] == 0 and out["stdout"].strip() == sb["id"], out
+    # pins: by name and by label; a pin nothing matches is refused
+    assert r0.create("minimal", node="w2")["node"] == "w2"
+    assert r1.create("minimal", node_labels={"zone": "b"})["node"] == "w1"
+    status, _, body = r0.request("POST", "/v1/sandboxes", {"template": "minimal", "node": "w9"})
+    assert status == 404 and b"w9" in body, (status, body)
+    status, _, body = r0.request("POST", "/v1/sandboxes", {"template": "minimal", "node_labels": {"zone": "z"}})
+    assert status == 503 and b"no node" in body, (status, body)
+    listed = {s["id"]: s["node"] for s in r1.api("GET", "/v1/sandboxes")["sandboxes"]}
+    assert len(listed) == 8 and set(listed.values()) <= {"w0", "w1", "w2"}, listed
+    out = r0.cli("nodes")
+    assert out.returncode == 0, out.stderr
+    assert all(f"w{i}" in out.stdout.decode() for i in range(3)), out.stdout
+
+    # w2 dies outright: lost after the grace, with its sandboxes; the others
+    # go on, and nothing new goes there
+    on_w2 = [s for s, n in listed.items() if n == "w2"]
+    elsewhere = [s for s, n in listed.items() if n != "w2"]
+    assert on_w2 and elsewhere
+    w2.kill9()
+    wait_for(lambda: r1.nodes()["w2"]["state"] == "lost", LOST_AFTER_S + 15, "w2 lost")
+    wait_for(lambda: all(sandbox(r0, s)["state"] == "lost" for s in on_w2), 15, "w2's sandboxes lost")
+    status, _, body = r0.request("POST", f"/v1/sandboxes/{on_w2[0]}/exec", {"cmd": ["true"]})
+    assert status == 409 and b"lost" in body, (status, body)
+    for s in elsewhere:
+        assert r1.exec(s, ["true"])["exit_code"] == 0
+    for _ in range(4):
+        assert r1.create("minimal")["node"] in ("w0", "w1")
+    # a lost sandbox deleted meanwhile: its row goes now, its VM when w2 is back
+    gone = on_w2.pop()
+    r0.api("DELETE", f"/v1/sandboxes/{gone}", expect=204)
+    assert r0.request("GET", f"/v1/sandboxes/{gone}")[0] == 404
+
+    # w2 comes back (a member already: no new join): it reconciles
+    w2.start()
+    wait_for(lambda: r0.nodes()["w2"]["state"] == "ready", 120, "w2 ready again")
+    wait_for(lambda: all(sandbox(r1, s)["state"] == "running" for s in on_w2), 180,
+             "w2's sandboxes running again")
+    for s in on_w2:
+        assert r0.exec(s, ["true"])["exit_code"] == 0
+    wait_for(lambda: not os.path.exists(os.path.join(w2.data_dir, "sandboxes", gone)), 30,
+             f"the deleted {gone} removed from w2")
+
+    # drain: nothing new goes to w0; undrain: it may again
+    r0.api("POST", "/v1/nodes/w0/drain")
+    assert r1.nodes()["w0"]["state"] == "draining"
+    for _ in range(4):
+        assert r1.create("minimal")["node"] != "w0"
+    r0.api("POST", "/v1/nodes/w0/undrain")
+    assert r0.create("minimal", node="w0")["node"] == "w0"
+    # a node with sandboxes is not removed; an empty one is
+    status, _, body = r0.request("DELETE", "/v1/nodes/w1")
+    assert status == 409 and b"sandboxes" in body, (status, body)
+    delete_all(r1)
+    r1.api("DELETE", "/v1/nodes/w1", expect=204)
+    assert "w1" not in r0.nodes()
+
+
+def stall_updates(pg, from_state, to_state):
+    """Makes PostgreSQL hold (in pg_sleep) the update that moves a sandbox
+    row from from_state to to_state: the replica making it is caught after
+    its node did the work and before the store says so."""
+    pg.psql(f"""
+        CREATE OR REPLACE FUNCTION airlock_test_stall() RETURNS trigger AS $$
+        BEGIN PERFORM pg_sleep(120); RETURN NEW; END $$ LANGUAGE plpgsql;
+        CREATE TRIGGER airlock_test_stall BEFORE UPDATE ON sandboxes FOR EACH ROW
+          WHEN (OLD.state = '{from_state}' AND NEW.state = '{to_state}')
+          EXECUTE FUNCTION airlock_test_stall();""")
+
+
+def stalled(pg):
+    out = pg.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'")
+    return out.strip().splitlines()[-1].strip() not in ("0", "")
+
+
+def unstall(pg):
+    """The killed replica's session dies with it; the trigger goes."""
+    pg.psql("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE wait_event = 'PgSleep';"
+            "DROP TRIGGER airlock_test_stall ON sandboxes;")
+
+
+def in_thread(fn, *args, **kwargs):
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn(*args, **kwargs)
+        except Exception as e:  # the replica it talks to is killed
+            out["error"] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_replica_killed_mid_operation(lab, templates):
+    (r0, r1), (w0,), pg = start_cluster(lab, 1)
+
+    # mid-create: w0 made the VM, r0 dies before the store says so; r1
+    # takes the operation over when r0's lease runs out and adopts the
+    # sandbox; the same Idempotency-Key, asked of r1, answers with it
+    stall_updates(pg, "creating", "running")
+    key = {"Idempotency-Key": "create-1"}
+    t, _ = in_thread(r0.request, "POST", "/v1/sandboxes", {"template": "minimal"}, headers=key, timeout=60)
+    wait_for(lambda: stalled(pg), 60, "r0's create held after the node made the VM")
+    r0.kill9()
+    unstall(pg)
+    t.join(10)
+    status, _, body = r1.request("POST", "/v1/sandboxes", {"template": "minimal"}, headers=key)
+    assert status in (200, 201), (status, body)
+    sb = json.loads(body)
+    assert sb["state"] == "running" and sb["node"] == "w0", sb
+    assert r1.exec(sb["id"], ["true"])["exit_code"] == 0
+    op = r1.api("GET", f"/v1/operations/{sb['operation_id']}")
+    assert op["state"] == "succeeded", op
+    assert [s["id"] for s in r1.api("GET", "/v1/sandboxes")["sandboxes"]] == [sb["id"]]  # nothing duplicated
+
+    # mid-verb: r0 is back (a new replica on the same data dir); w0 paused
+    # the VM, r0 dies before the store says so; r1 settles the pause as
+    # succeeded from what w0 reports
+    r0.start()
+    stall_updates(pg, "pausing", "paused")
+    t, _ = in_thread(r0.request, "POST", f"/v1/sandboxes/{sb['id']}/pause", None,
+                     headers={"Idempotency-Key": "pause-1"}, timeout=60)
+    wait_for(lambda: stalled(pg), 60, "r0's pause held after the node paused the VM")
+    r0.kill9()
+    unstall(pg)
+    t.join(10)
+    wait_for(lambda: sandbox(r1, sb["id"])["state"] == "paused", 60, "the pause settled by r1")
+    ops = pg.psql("SELECT state FROM operations WHERE idempotency_key = 'pause-1'")
+    assert "succeeded" in ops, ops
+    # the key still holds on r1: the same pause answers with that operation
+    status, _, body = r1.request("POST", f"/v1/sandboxes/{sb['id']}/pause?wait=true", None,
+                                 headers={"Idempotency-Key": "pause-1"})
+    assert status == 200 and json.loads(body)["state"] == "succeeded", (status, body)
+    r1.api("POST", f"/v1/sandboxes/{sb['id']}/resume?wait=true")
+    assert r1.exec(sb["id"], ["true"])["exit_code"] == 0
+    delete_all(r1)
