@@ -354,7 +354,7 @@ static int setup(void **state) {
         pthread_create(&node_thread, NULL, node_main, NULL);
 
         if (privsep_control_dir(&config) < 0 || store_open(config.database, &store) < 0 ||
-            auth_admin_token_init(store, config.control_dir, NULL) < 0 ||
+            auth_admin_token_init(store, config.control_dir, false, NULL) < 0 ||
             dataplane_init(&config) < 0)
                 return -1;
         char path[sizeof config.control_dir + 16], *t = NULL;
