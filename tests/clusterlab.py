@@ -995,13 +995,25 @@ class Replica:
         return {n["name"]: n for n in self.api("GET", "/v1/nodes")["nodes"]}
 
 
+def shared_objstore(lab):
+    """An object store directory every worker of the lab uses (a local
+    directory standing for the cluster's shared one), owned by the node
+    user, removed at close."""
+    h = _harness()
+    d = h.volume_tempdir("airlock-objstore-")
+    lab.defer(shutil.rmtree, d, True)
+    pw = pwd.getpwnam("airlock-node")
+    os.chown(d, pw.pw_uid, pw.pw_gid)
+    return d
+
+
 class Worker:
     """One worker node in namespace netns: airlock-node started as root
     with --join, which becomes airlock-nodemgr --worker (the node and the
     gateway unprivileged), its data dir on the test volume, the run's
     shared templates, a VM uid range of its own."""
 
-    def __init__(self, lab, name, netns, index, join, token_file, labels=None):
+    def __init__(self, lab, name, netns, index, join, token_file, labels=None, objstore=None):
         h = _harness()
         self.lab, self.name, self.netns = lab, name, netns
         self.data_dir = h.volume_tempdir(f"airlock-{name}-")
@@ -1013,6 +1025,8 @@ class Worker:
                      "--prebuild", "minimal", "--pool-size", "0", "--log-level", "debug"]
         if labels:
             self.argv += ["--labels", labels]
+        if objstore:  # shared with other workers: a wake may happen on any
+            self.argv += ["--objstore-dir", objstore]
         self.env = {"AIRLOCK_TEMPLATES_DIR": h.TEMPLATES, "AIRLOCK_EGRESS_CA_DIR": h.EGRESS_CA,
                     "AIRLOCK_DNS_UPSTREAM": "127.0.0.1"}
         self.proc = None

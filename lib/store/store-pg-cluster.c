@@ -156,6 +156,22 @@ int pg_sandbox_list_node(struct store *s, const char *node, size_t max, struct s
         return 0;
 }
 
+int pg_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to) {
+        struct pg_params q = { 0 };
+        pg_add_text(&q, id);
+        pg_add_text(&q, state);
+        pg_add_text(&q, from);
+        pg_add_text(&q, to);
+        pg_add_int(&q, store_now_ms());
+        uint64_t changed = 0;
+        /* -ENOENT from the write: `to` is no node (its foreign key) */
+        int r = pg_write(s,
+                         "UPDATE sandboxes SET node = $4, updated_at = $5 "
+                         "WHERE id = $1 AND state = $2 AND node IS NOT DISTINCT FROM $3",
+                         &q, &changed);
+        return r < 0 ? r : changed == 0 ? -ESTALE : 0;
+}
+
 int pg_sandbox_count_by_node(struct store *s, size_t max, char ***ret_names, int64_t **ret_counts, size_t *ret_n) {
         struct pg_params q = { 0 };
         pg_add_int(&q, (int64_t) max);

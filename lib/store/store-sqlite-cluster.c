@@ -253,6 +253,28 @@ int sqlite_sandbox_list_node(struct store *s, const char *node, size_t max, stru
         return 0;
 }
 
+int sqlite_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to) {
+        struct store_sqlite_conn *c = to_conn(s);
+        sqlite3_stmt *st;
+        int r = sqlite_prep(c,
+                            "UPDATE sandboxes SET node = ?4, updated_at = ?5 "
+                            "WHERE id = ?1 AND state = ?2 AND node IS ?3",
+                            &st);
+        if (r < 0)
+                return r;
+        sqlite_bind_str(st, 1, id);
+        sqlite_bind_str(st, 2, state);
+        sqlite_bind_str(st, 3, from);
+        sqlite_bind_str(st, 4, to);
+        sqlite3_bind_int64(st, 5, store_now_ms());
+        /* -ENOENT from the step: `to` is no node (its foreign key) */
+        r = sqlite_step_write(c, st, false);
+        if (r >= 0 && sqlite3_changes(c->db) == 0)
+                r = -ESTALE;
+        sqlite_done(c, st);
+        return r;
+}
+
 int sqlite_sandbox_count_by_node(struct store *s, size_t max, char ***ret_names, int64_t **ret_counts,
                                  size_t *ret_n) {
         struct store_sqlite_conn *c = to_conn(s);

@@ -617,6 +617,12 @@ void store_node_array_free(struct store_node *a, size_t n) {
         free(a);
 }
 
+int store_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to) {
+        if (!id || !state)
+                return -EINVAL;
+        return s->ops->sandbox_move(s, id, state, from, to);
+}
+
 int store_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret,
                             size_t *ret_n) {
         if (!ret || !ret_n)

@@ -264,6 +264,7 @@ struct store_ops {
         int (*nodes_mark_lost)(struct store *s, int64_t cutoff, size_t max, char ***ret, size_t *ret_n);
         int (*sandbox_list_node)(struct store *s, const char *node, size_t max, struct store_sandbox **ret,
                                  size_t *ret_n);
+        int (*sandbox_move)(struct store *s, const char *id, const char *state, const char *from, const char *to);
         int (*sandbox_count_by_node)(struct store *s, size_t max, char ***ret_names, int64_t **ret_counts,
                                      size_t *ret_n);
         int (*join_token_insert)(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE],
@@ -565,6 +566,11 @@ void store_node_array_free(struct store_node *a, size_t n);
  * at most max, oldest first. */
 int store_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret,
                             size_t *ret_n);
+/* Moves sandbox id from node `from` to node `to` (NULL: the local node),
+ * only while its row is in state `state` and on `from` (a suspended
+ * sandbox woken elsewhere): -ESTALE otherwise, -ENOENT when `to` is no
+ * node. */
+int store_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to);
 /* How many sandbox rows each node has: parallel arrays of names (NULL:
  * the local node) and counts; for placement. Free names with
  * store_string_array_free() (NULL entries are fine). */

@@ -222,9 +222,12 @@ int dataplane_call(const struct daemon_config *config, const char *tenant_id, co
                 r = send_with_capability(config, tenant_id, &rt, access, 0, req, timeout_s, &c, err);
                 if (r >= 0)
                         r = node_conn_read_reply(c, &rep, err);
-                if (r == -ESTALE && attempt == 0) {
-                        /* the sandbox runs another execution now: learn
-                         * where, and try once more with a new capability */
+                /* the sandbox runs another execution now, or its node at
+                 * the cached address cannot be reached (a wake through
+                 * another replica placed it elsewhere): learn where, and
+                 * try once more with a new capability */
+                bool unreached = !c && (r == -EHOSTDOWN || r == -ECONNREFUSED);
+                if ((r == -ESTALE || unreached) && attempt == 0) {
                         struct route stale = rt;
                         log_debug("route of sandbox %s refreshed (was execution %llu on %s)", sandbox,
                                   (unsigned long long) stale.execution, stale.node);

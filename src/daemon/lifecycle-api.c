@@ -28,6 +28,7 @@
 #include "scheduler.h"
 #include "log.h"
 #include "macros.h"
+#include "nodeclient.h"
 #include "nodes.h"
 #include "replica.h"
 #include "util.h"
@@ -454,6 +455,56 @@ int api_sandbox_wake(struct api_ctx *ctx, const char *id) {
         return r;
 }
 
+/* A wake of a suspended sandbox whose node is away (lost, draining, or no
+ * member any more) goes to another node that holds its template, if its
+ * image is whole in the object store the nodes share (the new node says
+ * so): the row moves there first. A lost or removed node's sandbox with no
+ * such image cannot wake (409: the latest state may be on that node
+ * alone); a draining node's wakes there when no other node fits. */
+static int wake_placement(struct api_ctx *ctx, const struct store_sandbox *sb) {
+        if (!sb->node)
+                return 0;
+        _cleanup_(store_node_release) struct store_node n = { 0 };
+        int r = store_node_get(ctx->store, sb->node, &n);
+        if (r < 0 && r != -ENOENT)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read node: %m");
+        const char *why = r == -ENOENT ? "no member of the cluster" : n.lost_at ? "lost" : n.draining ? "draining" : NULL;
+        if (!why)
+                return 0;
+        bool must = !n.draining || n.lost_at;
+        _cleanup_free_ char *to = NULL;
+        char addr[NODES_ADDR_MAX], err[API_ERRMSG_MAX] = "", snap[96];
+        struct nodes_want want = { .template_name = sb->template_name };
+        r = nodes_place(&want, &to, err);
+        if (r >= 0 && !(to && strcmp(to, sb->node) == 0))
+                r = nodes_addr(to, addr);
+        else if (r >= 0)
+                r = -EHOSTDOWN; /* only the draining node itself fits */
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        if (r >= 0) {
+                api_suspended_snapshot_id(sb->id, snap, sizeof snap);
+                _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "suspended.get", "snapshot_id",
+                                                                snap);
+                r = req ? node_call(addr, ctx->config->node_timeout_s, req, &rep, err) : -ENOMEM;
+                if (r >= 0 && !json_is_true(json_object_get(rep, "uploaded")))
+                        r = -ENOENT;
+        }
+        if (r < 0)
+                return must ? lfail(ctx, -EBUSY,
+                                    "cannot wake: its node %s is %s, and no other node can wake it (%s)", sb->node,
+                                    why,
+                                    r == -ENOENT ? "its image is not whole in the object store" : err[0] ? err : strerror(-r))
+                            : 0;
+        r = store_sandbox_move(ctx->store, sb->id, "suspended", sb->node, to);
+        if (r == -ESTALE || r == -ENOENT)
+                return lfail(ctx, -EBUSY, "cannot wake: the sandbox changed meanwhile, try again");
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to move sandbox: %m");
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "sandbox %s: its node %s is %s: waking it on %s", sb->id, sb->node, why,
+                 to ?: API_LOCAL_NODE);
+        return 0;
+}
+
 int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name, const json_t *body,
                      const char *idempotency_key, bool wait, struct api_reply *ret) {
         enum lifecycle_verb verb;
@@ -491,6 +542,8 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
                              sb.state);
         if (r < 0)
                 return lfail(ctx, -EBUSY, "cannot %s: sandbox is %s", t->name, sb.state);
+        if (verb == LIFECYCLE_WAKE && (r = wake_placement(ctx, &sb)) < 0)
+                return r;
 
         /* claim: only one request moves the row out of its current state */
         r = store_sandbox_transition(ctx->store, id, sb.state, t->transitional, t->target);

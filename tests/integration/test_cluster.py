@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from clusterlab import Replica, Worker, kill9, lab, wait_for  # noqa: F401 (lab: the fixture)
+from clusterlab import Replica, Worker, kill9, lab, shared_objstore, wait_for  # noqa: F401 (lab: the fixture)
 
 LOST_AFTER_S = 6
 
@@ -33,8 +33,9 @@ def start_cluster(lab, n_workers, labels=None):
     with open(os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         f.write(token + "\n")
     join = [r.cluster_addr for r in replicas]
-    workers = [Worker(lab, f"w{i}", net.nodes[i], i, join, token_file,
-                      labels=(labels or {}).get(i)).start() for i in range(n_workers)]
+    objstore = shared_objstore(lab)
+    workers = [Worker(lab, f"w{i}", net.nodes[i], i, join, token_file, labels=(labels or {}).get(i),
+                      objstore=objstore).start() for i in range(n_workers)]
     wait_ready(replicas[1], {w.name for w in workers})
     return replicas, workers, pg
 
@@ -86,11 +87,17 @@ def test_placement_lost_node_and_return(lab, templates):
     assert out.returncode == 0, out.stderr
     assert all(f"w{i}" in out.stdout.decode() for i in range(3)), out.stdout
 
-    # w2 dies outright: lost after the grace, with its sandboxes; the others
-    # go on, and nothing new goes there
+    # a sandbox on w2 suspended, its image whole in the object store
     on_w2 = [s for s, n in listed.items() if n == "w2"]
     elsewhere = [s for s, n in listed.items() if n != "w2"]
     assert on_w2 and elsewhere
+    napping = r0.create("minimal", node="w2")["id"]
+    r0.exec(napping, ["sh", "-c", "echo still-me > /root/mark && sync"])
+    r0.api("POST", f"/v1/sandboxes/{napping}/suspend?wait=true")
+    wait_for(lambda: sandbox(r1, napping).get("image_uploaded") is True, 60, "the suspended image uploaded")
+
+    # w2 dies outright: lost after the grace, with its sandboxes; the others
+    # go on, and nothing new goes there
     w2.kill9()
     wait_for(lambda: r1.nodes()["w2"]["state"] == "lost", LOST_AFTER_S + 15, "w2 lost")
     wait_for(lambda: all(sandbox(r0, s)["state"] == "lost" for s in on_w2), 15, "w2's sandboxes lost")
@@ -100,6 +107,12 @@ def test_placement_lost_node_and_return(lab, templates):
         assert r1.exec(s, ["true"])["exit_code"] == 0
     for _ in range(4):
         assert r1.create("minimal")["node"] in ("w0", "w1")
+    # the suspended one is not lost: it wakes on another node, as it was
+    assert sandbox(r0, napping)["state"] == "suspended"
+    r1.api("POST", f"/v1/sandboxes/{napping}/wake?wait=true")
+    woke = sandbox(r0, napping)
+    assert woke["state"] == "running" and woke["node"] in ("w0", "w1"), woke
+    assert r0.exec(napping, ["cat", "/root/mark"])["stdout"] == "still-me\n"
     # a lost sandbox deleted meanwhile: its row goes now, its VM when w2 is back
     gone = on_w2.pop()
     r0.api("DELETE", f"/v1/sandboxes/{gone}", expect=204)

@@ -1068,6 +1068,22 @@ static void test_sandbox_nodes(void **state) {
         assert_int_equal(counts[1], 2);
         store_string_array_free(names, n);
         free(counts);
+
+        /* a move: only from the state and node it was read in */
+        struct store_node n2 = { .name = "n2", .address = "unix:/run/n2.sock" };
+        assert_int_equal(store_node_insert(s, &n2), 0);
+        assert_int_equal(store_sandbox_move(s, "sbx-1", "suspended", "n1", "n2"), -ESTALE); /* not suspended */
+        assert_int_equal(store_sandbox_move(s, "sbx-1", "running", "n2", "n1"), -ESTALE);   /* not on n2 */
+        assert_int_equal(store_sandbox_move(s, "sbx-1", "running", "n1", "n9"), -ENOENT);   /* no node n9 */
+        assert_int_equal(store_sandbox_move(s, "sbx-1", "running", "n1", "n2"), 0);
+        assert_int_equal(store_sandbox_move(s, "sbx-3", "running", NULL, "n2"), 0);
+        assert_int_equal(store_sandbox_move(s, "sbx-nope", "running", NULL, "n2"), -ESTALE);
+        assert_int_equal(store_sandbox_get(s, "sbx-1", &g), 0);
+        assert_string_equal(g.node, "n2");
+        store_sandbox_release(&g);
+        assert_int_equal(store_sandbox_list_node(s, "n2", 10, &a, &n), 0);
+        assert_int_equal(n, 2);
+        store_sandbox_array_free(a, n);
 }
 
 /* Join tokens: the right secret joins; a wrong one and an unknown id get
