@@ -217,27 +217,30 @@ static int handle_join(struct replica *rp, struct link *l, const json_t *req, co
 
 /* ---- cluster.heartbeat ---- */
 
-/* Deletes on node name what it runs that the store has no row of (list:
- * its sandbox.list): sandboxes deleted while it was lost, or whose delete
- * it refused then (busy recovering them). Rows come before VMs (a create
- * or a fork inserts its row first), so a VM without a row is no one's. */
+/* Deletes on node name what it runs that the store has no row of, or
+ * places on another node (list: its sandbox.list): sandboxes deleted while
+ * it was lost, or whose delete it refused then (busy recovering them), and
+ * suspended ones woken elsewhere meanwhile. Rows come before VMs (a create
+ * or a fork inserts its row, with its node, first), so such a VM is no
+ * one's, and a sandbox runs on one node only. */
 static void remove_orphans(struct replica *rp, const char *name, const char *addr, const json_t *list) {
         size_t k;
         json_t *s;
         json_array_foreach(list, k, s) {
                 const char *id = json_string_value(json_object_get(s, "id"));
                 _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-                if (!id || store_sandbox_get(rp->store, id, &sb) != -ENOENT)
+                int r = id ? store_sandbox_get(rp->store, id, &sb) : -EINVAL;
+                if (r != -ENOENT && !(r >= 0 && sb.node && strcmp(sb.node, name) != 0))
                         continue;
                 char err[API_ERRMSG_MAX] = "";
                 _cleanup_(json_decrefp) json_t *del = json_pack("{s:s, s:s}", "op", "sandbox.delete", "id", id);
-                int r = del ? node_call(addr, rp->config->node_timeout_s, del, NULL, err) : -ENOMEM;
+                const char *why = sb.node ? "runs on another node now" : "has no row any more";
+                r = del ? node_call(addr, rp->config->node_timeout_s, del, NULL, err) : -ENOMEM;
                 if (r >= 0 || r == -ENOENT)
-                        log_info("sandbox %s on node %s has no row any more (deleted while the node was lost): "
-                                 "removed there", id, name);
+                        log_info("sandbox %s on node %s %s: removed there", id, name, why);
                 else
-                        log_info("sandbox %s on node %s has no row any more; removing it there failed (%s): the "
-                                 "next sweep tries again", id, name, err);
+                        log_info("sandbox %s on node %s %s; removing it there failed (%s): the next sweep tries "
+                                 "again", id, name, why, err);
         }
 }
 
