@@ -30,7 +30,8 @@ static json_t *node_row(const json_t *n) {
         FILE *f = open_memstream(&templates, &len);
         if (!f)
                 return NULL;
-        json_array_foreach(json_object_get(n, "templates"), i, t) fprintf(f, "%s%s", i ? "," : "", json_string_value(t) ?: "?");
+        json_array_foreach(json_object_get(n, "templates"), i, t)
+                fprintf(f, "%s%s", i ? "," : "", json_string_value(t) ?: "?");
         fclose(f);
         return json_pack("{s:O?, s:O?, s:s, s:s, s:s, s:s, s:O?}", "name", json_object_get(n, "name"), "state",
                          json_object_get(n, "state"), "sandboxes", sandboxes, "capacity", cpu_mem, "disk", disk,

@@ -123,7 +123,8 @@ int api_node_token_create(struct api_ctx *ctx, const json_t *body, struct api_re
         int64_t ttl_s = TOKEN_TTL_DEFAULT_S;
         if (ttl && !json_is_null(ttl)) {
                 if (!json_is_integer(ttl) || json_integer_value(ttl) < 60 || json_integer_value(ttl) > TOKEN_TTL_MAX_S)
-                        return nfail(ctx, -EINVAL, "field 'ttl_s' must be whole seconds from 60 to %d", TOKEN_TTL_MAX_S);
+                        return nfail(ctx, -EINVAL, "field 'ttl_s' must be whole seconds from 60 to %d",
+                                     TOKEN_TTL_MAX_S);
                 ttl_s = json_integer_value(ttl);
         }
         char token[CLUSTER_TOKEN_MAX], id[17];

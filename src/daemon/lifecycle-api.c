@@ -468,7 +468,10 @@ static int wake_placement(struct api_ctx *ctx, const struct store_sandbox *sb) {
         int r = store_node_get(ctx->store, sb->node, &n);
         if (r < 0 && r != -ENOENT)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read node: %m");
-        const char *why = r == -ENOENT ? "no member of the cluster" : n.lost_at ? "lost" : n.draining ? "draining" : NULL;
+        const char *why = r == -ENOENT ? "no member of the cluster"
+                          : n.lost_at  ? "lost"
+                          : n.draining ? "draining"
+                                       : NULL;
         if (!why)
                 return 0;
         bool must = !n.draining || n.lost_at;
@@ -491,9 +494,11 @@ static int wake_placement(struct api_ctx *ctx, const struct store_sandbox *sb) {
         }
         if (r < 0)
                 return must ? lfail(ctx, -EBUSY,
-                                    "cannot wake: its node %s is %s, and no other node can wake it (%s)", sb->node,
-                                    why,
-                                    r == -ENOENT ? "its image is not whole in the object store" : err[0] ? err : strerror(-r))
+                                    "cannot wake: its node %s is %s, and no other node can wake it (%s)",
+                                    sb->node, why,
+                                    r == -ENOENT ? "its image is not whole in the object store"
+                                    : err[0]     ? err
+                                                 : strerror(-r))
                             : 0;
         r = store_sandbox_move(ctx->store, sb->id, "suspended", sb->node, to);
         if (r == -ESTALE || r == -ENOENT)

@@ -163,31 +163,38 @@ int nodes_place(const struct nodes_want *w, char **ret_node, char *err) {
         }
         int64_t fresh = wall_ms() - (int64_t) config->node_lost_after_s * 1000;
         bool pinned_seen = false;
-        for (size_t i = 0; i < n_nodes; i++) {
-                const struct store_node *n = &nodes[i];
-                if (w->node && strcmp(w->node, n->name) != 0)
-                        continue;
-                pinned_seen = true;
-                _cleanup_(json_decrefp) json_t *info = json_loads(n->info ?: "{}", 0, NULL);
-                if (n->draining || n->lost_at || n->heartbeat_at < fresh || !info ||
-                    !holds_template(info, w->template_name) || (w->labels && !labels_match(info, w->labels)))
-                        continue;
-                uint64_t used = info_u64(info, "usage", "sandboxes");
-                uint64_t stored = (uint64_t) count_of(names, counts, n_counts, n->name);
-                uint64_t max = info_u64(info, "capacity", "max_sandboxes");
-                if (!max)
-                        max = info_u64(info, "capacity", "cpus") * SANDBOXES_PER_CPU;
-                double s = free_capacity(used > stored ? used : stored, max, info_u64(info, "usage", "memory_mib"),
-                                         info_u64(info, "capacity", "memory_mib"));
-                if (s >= 0)
-                        cand[n_cand++] = (struct candidate){ .name = n->name, .score = s };
+        /* nodes that hold the template ready first; when none does, any
+         * node that fits builds it on demand, as one machine does */
+        for (int pass = 0; pass < 2 && n_cand == 0; pass++) {
+                for (size_t i = 0; i < n_nodes; i++) {
+                        const struct store_node *n = &nodes[i];
+                        if (w->node && strcmp(w->node, n->name) != 0)
+                                continue;
+                        pinned_seen = true;
+                        _cleanup_(json_decrefp) json_t *info = json_loads(n->info ?: "{}", 0, NULL);
+                        if (n->draining || n->lost_at || n->heartbeat_at < fresh || !info ||
+                            (pass == 0 && !holds_template(info, w->template_name)) ||
+                            (w->labels && !labels_match(info, w->labels)))
+                                continue;
+                        uint64_t used = info_u64(info, "usage", "sandboxes");
+                        uint64_t stored = (uint64_t) count_of(names, counts, n_counts, n->name);
+                        uint64_t max = info_u64(info, "capacity", "max_sandboxes");
+                        if (!max)
+                                max = info_u64(info, "capacity", "cpus") * SANDBOXES_PER_CPU;
+                        double s = free_capacity(used > stored ? used : stored, max,
+                                                 info_u64(info, "usage", "memory_mib"),
+                                                 info_u64(info, "capacity", "memory_mib"));
+                        if (s >= 0)
+                                cand[n_cand++] = (struct candidate){ .name = n->name, .score = s };
+                }
         }
         if (config->local_node && !w->node && !w->labels) {
                 /* this machine's node: its sandboxes against its CPUs */
                 long cpus = sysconf(_SC_NPROCESSORS_ONLN);
                 uint64_t max = (uint64_t) (cpus > 0 ? cpus : 1) * SANDBOXES_PER_CPU;
                 uint64_t used = (uint64_t) count_of(names, counts, n_counts, NULL);
-                cand[n_cand++] = (struct candidate){ .name = NULL, .score = used >= max ? 0 : 1.0 - (double) used / max };
+                cand[n_cand++] = (struct candidate){.name = NULL,
+                                                    .score = used >= max ? 0 : 1.0 - (double) used / max};
         }
         if (w->node && !pinned_seen) {
                 snprintf(err, API_ERRMSG_MAX, "node %s is not a node of this cluster (see GET /v1/nodes)", w->node);
@@ -196,8 +203,8 @@ int nodes_place(const struct nodes_want *w, char **ret_node, char *err) {
         }
         if (n_cand == 0) {
                 snprintf(err, API_ERRMSG_MAX,
-                         "no node can take a sandbox of template %s%s%s: none is ready with the template "
-                         "and room (see GET /v1/nodes)",
+                         "no node can take a sandbox of template %s%s%s: none is ready (not draining, not "
+                         "lost) with room (see GET /v1/nodes)",
                          w->template_name, w->node ? " on node " : "", w->node ?: "");
                 r = -EHOSTDOWN; /* 503: none now; a node may join or free up */
                 goto out;

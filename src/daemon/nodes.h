@@ -45,8 +45,9 @@ struct nodes_want {
 
 /*
  * Picks the node for a new sandbox: among nodes that are ready (not
- * draining, not lost, heard from lately), hold the template and have room
- * (sandboxes under their max, memory left), the best of
+ * draining, not lost, heard from lately), hold the template ready (when
+ * none does: any, which builds it on demand) and have room (sandboxes
+ * under their max), the best of
  * NODES_PLACE_CHOICES taken at random by weighted free capacity; the local
  * node when the config places there. *ret_node gets its name (NULL: the
  * local node; free it). -EHOSTDOWN with a message in err (API_ERRMSG_MAX)

@@ -184,7 +184,8 @@ static int handle_join(struct replica *rp, struct link *l, const json_t *req, co
                 return send_error(l, -EACCES, "the join token has expired: make a new one (`airlock nodes token`)");
         if (r < 0)
                 return send_error(l, r == -ENOENT ? -EACCES : r, "%s",
-                                  r == -ENOENT ? "the join token is not valid" : "the store cannot check the join token");
+                                  r == -ENOENT ? "the join token is not valid"
+                                               : "the store cannot check the join token");
         if (!mtls_name_valid(info.name))
                 return send_error(l, -EINVAL, "node name %s must be 1-63 of [a-z0-9-]", info.name);
         _cleanup_free_ char *cert = NULL;
@@ -366,8 +367,9 @@ static void serve(struct replica *rp, struct link *l) {
         else if (strcmp(op, "cluster.heartbeat") == 0)
                 r = handle_heartbeat(rp, l, req, peer, role);
         else
-                r = send_error(l, -EINVAL, "a replica's cluster port serves cluster.join and cluster.heartbeat, not %.40s",
-                               op);
+                r = send_error(
+                        l, -EINVAL,
+                        "a replica's cluster port serves cluster.join and cluster.heartbeat, not %.40s", op);
         if (r < 0)
                 log_debug("cluster request %s from %s: %s", op ?: "?", peer[0] ? peer : "?", strerror(-r));
 }
@@ -387,7 +389,8 @@ static void *conn_thread(void *arg) {
 
 static void *accept_main(void *arg) {
         struct replica *rp = arg;
-        struct pollfd p[2] = { { .fd = rp->listen_fd, .events = POLLIN }, { .fd = rp->stop_pipe[0], .events = POLLIN } };
+        struct pollfd p[2] = {{.fd = rp->listen_fd, .events = POLLIN},
+                              {.fd = rp->stop_pipe[0], .events = POLLIN}};
         for (;;) {
                 if (poll(p, 2, -1) < 0 && errno != EINTR)
                         break;
