@@ -5,11 +5,13 @@
  * the gateway's (a credential injected into a request, or refused), which
  * the node serves by `audit.read` and this file copies into the store: every
  * API_AUDIT_POLL_MS from a thread of its own, and before each GET /v1/audit.
- * Each gateway event is stored once (source, gateway boot id, sequence
- * number), and where reading stopped is kept in the store, so a restart of
- * airlockd neither loses nor repeats events. The same reply carries the
- * node's boot id: a node that restarted has lost the sets it held in
- * memory, so every sandbox with a VM gets its set again.
+ * Each gateway event is stored once (source: "node" for this machine's own,
+ * "node:NAME" for a node of a cluster; gateway boot id; sequence number),
+ * and where reading stopped is kept in the store, so a restart of airlockd
+ * neither loses nor repeats events. The same reply carries the node's boot
+ * id: a node that restarted has lost the sets it held in memory, so every
+ * sandbox of it with a VM gets its set again. In a cluster each replica
+ * polls the nodes it owns (replica_owns()).
  */
 #include "api.h"
 
@@ -22,18 +24,37 @@
 
 #include "log.h"
 #include "macros.h"
+#include "nodeclient.h"
+#include "nodes.h"
+#include "replica.h"
 #include "util.h"
 
-#define AUDIT_SOURCE "node"
+#define AUDIT_SOURCE "node" /* this machine's own node; "node:NAME" for a cluster's */
 #define AUDIT_READ_MAX 1000
 #define AUDIT_ROUNDS_MAX 10  /* batches one poll reads at most */
 #define AUDIT_FIELD_MAX 2048 /* longer strings from the gateway are dropped */
 #define AUDIT_LIST_DEFAULT 100
 #define AUDIT_LIST_MAX 1000
 #define NODE_BOOT_ID_MAX 64
+#define BOOTS_MAX 1024 /* nodes whose boot id is remembered */
 
 static pthread_mutex_t poll_lock = PTHREAD_MUTEX_INITIALIZER;
-static char node_boot[NODE_BOOT_ID_MAX + 1]; /* the node's boot id last seen, "" before the first reply */
+/* each node's boot id last seen (none before its first reply), by source */
+static struct node_boot {
+        char source[80];
+        char boot[NODE_BOOT_ID_MAX + 1];
+} boots[BOOTS_MAX];
+static size_t n_boots;
+
+static struct node_boot *boot_of(const char *source) {
+        for (size_t i = 0; i < n_boots; i++)
+                if (strcmp(boots[i].source, source) == 0)
+                        return &boots[i];
+        struct node_boot *b = &boots[n_boots < BOOTS_MAX ? n_boots++ : BOOTS_MAX - 1];
+        snprintf(b->source, sizeof b->source, "%s", source);
+        b->boot[0] = 0;
+        return b;
+}
 
 static const char *field(const json_t *ev, const char *key) {
         json_t *v = json_object_get(ev, key);
@@ -42,7 +63,7 @@ static const char *field(const json_t *ev, const char *key) {
 }
 
 /* Stores one gateway event; its tenant is its sandbox's. */
-static int store_gateway_event(struct store *store, const json_t *ev, const char *boot_id) {
+static int store_gateway_event(struct store *store, const json_t *ev, const char *source, const char *boot_id) {
         json_t *seq = json_object_get(ev, "seq");
         const char *action = field(ev, "action");
         if (!json_is_integer(seq) || json_integer_value(seq) <= 0 || !action)
@@ -67,15 +88,15 @@ static int store_gateway_event(struct store *store, const json_t *ev, const char
                 .reason = (char *) field(ev, "reason"),
                 .action = (char *) action,
         };
-        return store_audit_insert(store, &e, AUDIT_SOURCE, boot_id, json_integer_value(seq));
+        return store_audit_insert(store, &e, source, boot_id, json_integer_value(seq));
 }
 
 /* One audit.read; *ret_more when a full batch came (read on). */
-static int poll_round(const struct daemon_config *config, struct store *store, bool *ret_node_restarted,
-                      bool *ret_more) {
+static int poll_round(const struct daemon_config *config, struct store *store, const char *addr, const char *source,
+                      bool *ret_node_restarted, bool *ret_more) {
         _cleanup_free_ char *cur_boot = NULL;
         int64_t after = 0;
-        int r = store_audit_cursor_get(store, AUDIT_SOURCE, &cur_boot, &after);
+        int r = store_audit_cursor_get(store, source, &cur_boot, &after);
         if (r < 0 && r != -ENOENT)
                 return log_errno(LOG_LEVEL_WARN, r, NULL, "store: failed to read the audit cursor: %m");
         _cleanup_(json_decrefp) json_t *rep = NULL;
@@ -85,13 +106,14 @@ static int poll_round(const struct daemon_config *config, struct store *store, b
                                                                 (json_int_t) after, "limit", AUDIT_READ_MAX);
                 char err[API_ERRMSG_MAX] = "";
                 json_decref(TAKE_PTR(rep));
-                r = req ? node_call(config->node_socket, config->node_timeout_s, req, &rep, err) : -ENOMEM;
+                r = req ? node_call(addr, config->node_timeout_s, req, &rep, err) : -ENOMEM;
                 if (r < 0)
                         return r;
                 const char *nb = json_string_value(json_object_get(rep, "node_boot_id"));
-                if (nb && strlen(nb) <= NODE_BOOT_ID_MAX && strcmp(nb, node_boot) != 0) {
+                struct node_boot *b = boot_of(source);
+                if (nb && strlen(nb) <= NODE_BOOT_ID_MAX && strcmp(nb, b->boot) != 0) {
                         *ret_node_restarted = true;
-                        snprintf(node_boot, sizeof node_boot, "%s", nb);
+                        snprintf(b->boot, sizeof b->boot, "%s", nb);
                 }
                 gboot = json_string_value(json_object_get(rep, "boot_id"));
                 if (!gboot || strlen(gboot) > NODE_BOOT_ID_MAX)
@@ -108,7 +130,7 @@ static int poll_round(const struct daemon_config *config, struct store *store, b
         json_t *ev;
         int64_t last = after;
         json_array_foreach(events, i, ev) {
-                int k = store_gateway_event(store, ev, gboot);
+                int k = store_gateway_event(store, ev, source, gboot);
                 if (k < 0 && k != -EBADMSG)
                         return log_errno(LOG_LEVEL_WARN, k, NULL, "store: failed to store an audit event: %m");
                 json_int_t s = json_integer_value(json_object_get(ev, "seq"));
@@ -118,29 +140,48 @@ static int poll_round(const struct daemon_config *config, struct store *store, b
         json_t *next = json_object_get(rep, "next");
         if (json_is_integer(next) && json_integer_value(next) > last)
                 last = json_integer_value(next);
-        r = store_audit_cursor_set(store, AUDIT_SOURCE, gboot, last);
+        r = store_audit_cursor_set(store, source, gboot, last);
         if (r < 0)
                 return log_errno(LOG_LEVEL_WARN, r, NULL, "store: failed to write the audit cursor: %m");
         *ret_more = json_array_size(events) >= AUDIT_READ_MAX;
         return 0;
 }
 
-/* Reads what the gateway recorded since the last poll. */
-static int audit_poll(const struct daemon_config *config, struct store *store) {
+/* Reads what one node's gateway recorded since the last poll. */
+static int audit_poll_node(const struct daemon_config *config, struct store *store, const char *name,
+                           const char *addr) {
+        char source[80];
+        if (name)
+                snprintf(source, sizeof source, AUDIT_SOURCE ":%s", name);
+        else
+                snprintf(source, sizeof source, AUDIT_SOURCE);
         bool restarted = false, more = true;
         int r = 0;
         pthread_mutex_lock(&poll_lock);
         for (int i = 0; more && i < AUDIT_ROUNDS_MAX; i++) {
                 more = false;
-                r = poll_round(config, store, &restarted, &more);
+                r = poll_round(config, store, addr, source, &restarted, &more);
                 if (r < 0)
                         break;
         }
         pthread_mutex_unlock(&poll_lock);
         if (restarted) {
-                log_emit(LOG_LEVEL_INFO, NULL, "node boot id %s: handing it the secrets of its sandboxes", node_boot);
-                api_secrets_push_running(config, store, NULL);
+                log_emit(LOG_LEVEL_INFO, NULL, "node %s has a new boot id: handing it the secrets of its sandboxes",
+                         name ?: API_LOCAL_NODE);
+                api_secrets_push_running(config, store, name, NULL);
         }
+        return r;
+}
+
+/* Reads what the gateways of the nodes this replica owns recorded. */
+static int audit_poll(const struct daemon_config *config, struct store *store) {
+        struct nodes_target *t = NULL;
+        size_t n = 0;
+        int r = nodes_targets(&t, &n);
+        for (size_t i = 0; r >= 0 && i < n; i++)
+                if (!t[i].name || replica_owns(t[i].name))
+                        (void) audit_poll_node(config, store, t[i].name, t[i].addr);
+        nodes_targets_free(t, n);
         return r;
 }
 

@@ -194,10 +194,11 @@ int api_secrets_push(const struct daemon_config *config, struct store *store, co
         return r;
 }
 
-void api_secrets_push_running(const struct daemon_config *config, struct store *store, const char *log_ctx) {
+void api_secrets_push_running(const struct daemon_config *config, struct store *store, const char *node,
+                              const char *log_ctx) {
         struct store_sandbox *a = NULL;
         size_t n = 0;
-        int r = store_sandbox_list(store, STORE_LIST_MAX, &a, &n);
+        int r = store_sandbox_list_node(store, node, STORE_LIST_MAX, &a, &n);
         if (r < 0) {
                 log_errno(LOG_LEVEL_WARN, r, log_ctx, "store: failed to list sandboxes: %m");
                 return;

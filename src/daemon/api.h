@@ -332,8 +332,10 @@ void api_secrets_attached(struct api_ctx *ctx, const char *tenant_id, const char
  * always, also when it has none (to clear what the node holds). */
 int api_secrets_push(const struct daemon_config *config, struct store *store, const char *sandbox_id, bool always,
                      const char *log_ctx);
-/* The same for every sandbox with a VM (the node restarted). */
-void api_secrets_push_running(const struct daemon_config *config, struct store *store, const char *log_ctx);
+/* The same for every sandbox with a VM on node (NULL: the local node), which
+ * restarted. */
+void api_secrets_push_running(const struct daemon_config *config, struct store *store, const char *node,
+                              const char *log_ctx);
 /* A fork child asked for its parent's secrets: the same attachments. */
 int api_secrets_fork(struct api_ctx *ctx, const char *parent_id, const char *child_id);
 

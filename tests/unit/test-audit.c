@@ -26,6 +26,7 @@
 #include "api.h"
 #include "config.h"
 #include "macros.h"
+#include "nodes.h"
 #include "proto.h"
 #include "store.h"
 #include "util.h"
@@ -115,6 +116,7 @@ static int setup(void **state) {
         snprintf(url, sizeof url, "sqlite:%s/airlock.db", dir);
         snprintf(config.node_socket, sizeof config.node_socket, "%s/node.sock", dir);
         config.node_timeout_s = 5;
+        config.local_node = true; /* one machine: its own node */
         node_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         snprintf(sa.sun_path, sizeof sa.sun_path, "%s", config.node_socket);
@@ -153,6 +155,7 @@ static json_t *audit(struct store *st, const char *tenant, const char *sandbox, 
 static void test_gateway_events(void **state) {
         struct store *st = NULL;
         assert_int_equal(store_open(url, &st), 0);
+        nodes_init(&config, st); /* the fake node is the local one */
         struct store_tenant t = { .id = "ten-a", .name = "a" };
         assert_int_equal(store_tenant_insert(st, &t, 10), 0);
         struct store_sandbox sb = {
@@ -216,6 +219,7 @@ static void test_gateway_events(void **state) {
         store_close(st);
         st = NULL;
         assert_int_equal(store_open(url, &st), 0);
+        nodes_init(&config, st);
         pthread_mutex_lock(&gw_lock);
         unsigned before = reads;
         pthread_mutex_unlock(&gw_lock);
