@@ -101,7 +101,8 @@ static void live_refresh(struct replica *rp) {
 }
 
 void replica_op_lease(struct store_operation *op) {
-        if (!self)
+        /* alone on its store, a restart settles what it left (main.c) */
+        if (!self || !self->config->shared_store)
                 return;
         op->owner = self->id;
         op->lease_until = wall_ms() + REPLICA_LEASE_MS;
@@ -504,7 +505,8 @@ static void *beat_main(void *arg) {
                 live_refresh(rp);
                 if (beat % 10 == 0)
                         publish_cap_keys(rp);
-                leases(rp);
+                if (rp->config->shared_store)
+                        leases(rp);
                 mark_lost(rp);
                 if (beat % ORPHAN_SWEEP_BEATS == ORPHAN_SWEEP_BEATS - 1)
                         sweep_orphans(rp);
