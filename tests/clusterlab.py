@@ -950,9 +950,17 @@ class Replica:
         self.proc = None
 
     def start(self, timeout=60):
+        return self.spawn().wait_serving(timeout)
+
+    def spawn(self):
+        """Starts it without waiting (replicas started together race to
+        migrate the store: each migration must still run once)."""
         self.proc = self.lab.spawn(self.argv, name=f"{self.name}-{len(self.lab.procs)}",
                                    env={"AIRLOCK_LOG_LEVEL": "debug"})
         self.log_path = self.proc.log_path
+        return self
+
+    def wait_serving(self, timeout=60):
         token = os.path.join(self.data_dir, "control", "admin.token")
 
         def up():

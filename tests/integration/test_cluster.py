@@ -27,7 +27,12 @@ def start_cluster(lab, n_workers, labels=None):
     the minimal template; returns (replicas, workers)."""
     net = lab.bridge(nodes=n_workers)
     pg = lab.postgres(bridge=net)
-    replicas = [Replica(lab, f"r{i}", pg.url, net, lost_after_s=LOST_AFTER_S).start() for i in range(2)]
+    # started together: they race to migrate the empty database
+    replicas = [Replica(lab, f"r{i}", pg.url, net, lost_after_s=LOST_AFTER_S).spawn() for i in range(2)]
+    for r in replicas:
+        r.wait_serving()
+    n, top = pg.psql("SELECT count(*), max(version) FROM schema_migrations").strip().split("|")
+    assert n == top and int(top) >= 12, (n, top)  # every version once, none missing
     token = replicas[0].api("POST", "/v1/nodes/tokens", {"ttl_s": 600}, expect=201)["token"]
     token_file = os.path.join(lab.dir, "join.token")
     with open(os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
