@@ -424,28 +424,66 @@ static void *accept_main(void *arg) {
 
 /* ---- the beat ---- */
 
+/* how long the public keys of a replica that is gone stay in the store:
+ * capabilities it signed may still be carried that long */
+#define GONE_REPLICA_KEYS_MS (3600 * 1000)
+
 /* Puts this replica's capability public keys (DIR/public/KID.pub) in the
- * store, where nodes get them with their next heartbeat. */
+ * store, where nodes get them with their next heartbeat; takes out the
+ * ones it retired (a rotation removes the one before the previous from
+ * DIR/public), and those of replicas not seen for an hour. */
 static void publish_cap_keys(struct replica *rp) {
         _cleanup_free_ char *dir = strdup_printf("%s/public", rp->config->cap_keys_dir);
         DIR *d = dir ? opendir(dir) : NULL;
         if (!d)
                 return;
+        char kids[CLUSTER_KEYS_MAX][CAP_KID_MAX + 1];
+        size_t n_kids = 0;
         struct dirent *e;
-        while ((e = readdir(d))) {
+        while ((e = readdir(d)) && n_kids < CLUSTER_KEYS_MAX) {
                 size_t len = strlen(e->d_name);
                 if (len < 5 || len - 4 > CAP_KID_MAX || strcmp(e->d_name + len - 4, ".pub") != 0)
                         continue;
-                char kid[CAP_KID_MAX + 1];
-                snprintf(kid, sizeof kid, "%.*s", (int) (len - 4), e->d_name);
+                char *kid = kids[n_kids];
+                snprintf(kid, CAP_KID_MAX + 1, "%.*s", (int) (len - 4), e->d_name);
                 _cleanup_free_ char *path = strdup_printf("%s/%s", dir, e->d_name), *hex = NULL;
                 if (!path || file_read_all(path, 256, &hex, NULL) < 0)
                         continue;
                 hex[strcspn(hex, "\r\n")] = 0;
                 struct store_cap_key k = { .kid = kid, .public_key = hex, .replica = rp->id };
-                (void) store_cap_key_publish(rp->store, &k);
+                if (store_cap_key_publish(rp->store, &k) >= 0)
+                        n_kids++;
         }
         closedir(d);
+
+        struct store_cap_key *keys = NULL;
+        struct store_replica *reps = NULL;
+        size_t n = 0, n_reps = 0;
+        if (store_cap_key_list(rp->store, STORE_LIST_MAX, &keys, &n) < 0 ||
+            store_replica_list(rp->store, wall_ms() - GONE_REPLICA_KEYS_MS, STORE_LIST_MAX, &reps, &n_reps) < 0)
+                goto out;
+        for (size_t i = 0; i < n; i++) {
+                bool mine = keys[i].replica && strcmp(keys[i].replica, rp->id) == 0, keep = !mine;
+                for (size_t k = 0; mine && k < n_kids && !keep; k++)
+                        keep = strcmp(kids[k], keys[i].kid) == 0;
+                /* another's: kept while its replica was seen within the grace */
+                if (!mine) {
+                        keep = false;
+                        for (size_t k = 0; k < n_reps && !keep; k++)
+                                keep = keys[i].replica && strcmp(reps[k].id, keys[i].replica) == 0;
+                }
+                if (!keep && store_cap_key_delete(rp->store, keys[i].kid) >= 0)
+                        log_info("capability key %s retired from the cluster (%s)", keys[i].kid,
+                                 mine ? "rotated out here" : "its replica is gone");
+        }
+out:
+        store_cap_key_array_free(keys, n);
+        store_replica_array_free(reps, n_reps);
+}
+
+void replica_keys_changed(void) {
+        if (self)
+                publish_cap_keys(self);
 }
 
 /* Marks the nodes silent past the grace lost, and their sandboxes: a

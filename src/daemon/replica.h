@@ -36,6 +36,10 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct replica *, replica_stop)
 int replica_join_token(struct replica *r, int64_t ttl_s, char *out, size_t n, char ret_id[17],
                        int64_t *ret_expires_at);
 
+/* Publishes this replica's capability public keys at once (after a
+ * rotation), not at the next tenth beat. */
+void replica_keys_changed(void);
+
 /* The replica of this process, or NULL without a cluster port. */
 struct replica *replica_self(void);
 

@@ -474,16 +474,33 @@ static int heartbeat_once(void) {
         return r;
 }
 
+/* One key refresh at a time (refresh_lock); a caller within a second of
+ * the last one waits out the rest of that second, then refreshes unless
+ * another did since it asked: a flood of unknown keys costs one heartbeat
+ * a second, and two rotations in a second cost no refused request. */
+static pthread_mutex_t refresh_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool nap(int ms);
+
 int membership_refresh_keys(void) {
         if (!running)
                 return -ENOTCONN;
-        uint64_t now = now_monotonic_ns();
+        uint64_t asked = now_monotonic_ns();
+        int r = 0;
+        pthread_mutex_lock(&refresh_lock);
         pthread_mutex_lock(&lock);
-        bool recent = now - keys_refreshed_ns < KEYS_REFRESH_MIN_NS;
-        if (!recent)
-                keys_refreshed_ns = now;
+        uint64_t last = keys_refreshed_ns;
         pthread_mutex_unlock(&lock);
-        return recent ? -EAGAIN : heartbeat_once();
+        if (last < asked) {
+                uint64_t now = now_monotonic_ns();
+                if (last && now - last < KEYS_REFRESH_MIN_NS)
+                        (void) nap((int) ((KEYS_REFRESH_MIN_NS - (now - last)) / 1000000) + 1);
+                pthread_mutex_lock(&lock);
+                keys_refreshed_ns = now_monotonic_ns();
+                pthread_mutex_unlock(&lock);
+                r = heartbeat_once();
+        }
+        pthread_mutex_unlock(&refresh_lock);
+        return r;
 }
 
 bool membership_draining(void) {

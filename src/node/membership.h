@@ -38,6 +38,8 @@ void membership_stop(void);
 /* Whether the control plane says this node is draining. */
 bool membership_draining(void);
 /* Asks a replica for the capability keys now (a capability signed by a
- * key this node has not seen: a replica that started since the last
- * heartbeat). At most once a second; 0 when keys were written. */
+ * key this node has not seen: a replica that started or rotated its key
+ * since the last heartbeat). At most once a second: a caller within a
+ * second of the last refresh waits for the next; 0 when keys were written
+ * (or another caller's refresh since it asked got them). */
 int membership_refresh_keys(void);

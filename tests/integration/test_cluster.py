@@ -63,7 +63,7 @@ def sandbox(replica, sid):
 
 
 def test_placement_lost_node_and_return(lab, templates):
-    (r0, r1), workers, _ = start_cluster(lab, 3, labels={1: "zone=b"})
+    (r0, r1), workers, pg = start_cluster(lab, 3, labels={1: "zone=b"})
     w0, w1, w2 = workers
 
     # spread: creates through both replicas land on more than one node,
@@ -79,6 +79,17 @@ def test_placement_lost_node_and_return(lab, templates):
     for i, sb in enumerate(made):
         out = (r1, r0)[i % 2].exec(sb["id"], ["sh", "-c", f"echo {sb['id']}"])
         assert out["exit_code"] == 0 and out["stdout"].strip() == sb["id"], out
+    # r0 rotates its signing key twice: its capabilities verify at once on
+    # every node (an unknown key makes a node beat for the keys), and the
+    # key retired by the second rotation leaves the store and the nodes
+    first = r0.api("GET", "/v1/capability-keys")["current"]
+    for _ in range(2):
+        r0.api("POST", "/v1/capability-keys", expect=201)
+        for sb in made:
+            assert r0.exec(sb["id"], ["true"])["exit_code"] == 0
+    wait_for(lambda: first not in pg.psql("SELECT kid FROM cap_keys") and all(
+        not os.path.exists(os.path.join(w.data_dir, "cluster", "keys", "public", f"{first}.pub")) for w in workers),
+        20, f"the retired key {first} gone from the nodes")
     # pins: by name and by label; a pin nothing matches is refused
     assert r0.create("minimal", node="w2")["node"] == "w2"
     assert r1.create("minimal", node_labels={"zone": "b"})["node"] == "w1"
