@@ -7,6 +7,7 @@ acknowledged was lost or corrupted and that nothing leaked.
   sudo bench/soak.py [--minutes 3] [--seed N] [--sandboxes 3] [--template minimal]
                      [--workers 2] [--fault-interval 15,30] [--faults KIND,...]
                      [--recovery boot|checkpoint] [--upload-sync] [--json] [--keep]
+  sudo bench/soak.py --cluster [--replicas 2] [--nodes 2] [--node-lost-after-s 10] ...
 
 (docs/testing.md, "Chaos soak", says what the output means.)
 
@@ -51,7 +52,28 @@ listed and usable, and no leak: one QEMU per running or paused sandbox and
 none of a sandbox the API does not know, nothing mounted twice, no loop
 device, no empty VM cgroup (airlock-vm-UID of one of our VMs' uids), no
 directory of a deleted sandbox. Exit status 1 on any loss, corruption,
-leak or a stack that did not recover; 2 on bad arguments."""
+leak or a stack that did not recover; 2 on bad arguments.
+
+--cluster: the same operations, models and checks against a cluster of its
+own (docs/cluster.md), started through tests/clusterlab.py: a throwaway
+PostgreSQL on a lab bridge, --replicas airlockd replicas on it (--store
+postgres, --cluster-listen on the bridge), a join token, --nodes workers
+each in its own network namespace (clusterlab.Worker). Every request goes
+to a replica chosen per request (seeded per thread), so one sandbox's
+requests alternate between replicas; a verb cut off by a fault is asked
+again with its Idempotency-Key of any replica once the cluster is healthy.
+Its faults: SIGKILL of a replica (started again on its data dir; its
+operations are settled by another after their lease), of a worker's
+airlock-node (its nodemgr starts another), of one VMM on a worker, and of
+a whole worker (every process, VMs included: lost after
+--node-lost-after-s, started again a while later; its sandboxes must come
+back with what they had acknowledged). A recovery window lasts until every
+replica is healthy, every worker ready, every sandbox settled and no
+operation of a dead replica unsettled; a sandbox `lost` meanwhile (409 to
+every operation) is the fault's expected outcome. The checks add: every
+sandbox row names one of the workers, no sandbox's VM runs under two
+workers' data dirs (or under another than its row names), no operation
+unfinished past its lease (10 s) plus a margin, and leaks per worker."""
 
 import argparse
 import collections
@@ -76,10 +98,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 os.environ.setdefault("AIRLOCK_TEST_VOLUME", os.path.join(ROOT, "build", "test-vol"))
 import harness  # noqa: E402
+import clusterlab  # noqa: E402
 
 STABLE = {"running", "paused", "stopped", "suspended"}
 HEAVY = {"suspend", "wake", "write_wake", "fork", "snapshot_full", "rollback", "start", "stop", "create", "delete"}
 FAULTS = ("node", "airlockd", "vmm", "nodemgr")
+FAULTS_CLUSTER = ("replica", "node", "vmm", "worker")
+LEASE_S = 10  # an operation's lease (src/daemon/replica.h, REPLICA_LEASE_MS)
+LEASE_MARGIN_S = 20  # past its lease by this much, an unfinished operation was left behind
+OPS_SETTLE_S = 90  # with nothing of ours in flight, every operation ends within this
 RECOVER_TIMEOUT = 300  # a fault's recovery window may last this long
 FAILED_GRACE = 30  # a sandbox failed this long with the stack healthy is not coming back (lost)
 OP_TIMEOUT = 240  # one HTTP request
@@ -224,6 +251,241 @@ class Stack(harness.Airlock):
             return data
 
 
+class ClusterStack:
+    """A cluster of its own through tests/clusterlab.py: PostgreSQL on a lab
+    bridge, replicas r0.. on it, workers w0.. each in a network namespace,
+    joined with one token and ready with the template. Requests go to a
+    replica chosen per request (seeded per thread: seed_thread()) among
+    those up; a replica the soak killed is out until it serves again, as
+    behind a load balancer. The soak's marks go to DIR/soak.log and to every
+    process's log; close() copies the lab's logs to DIR before the lab goes."""
+
+    def __init__(self, a, keep_dir):
+        self.a = a
+        self.keep_dir = keep_dir
+        self.log_path = os.path.join(keep_dir, "soak.log")
+        self.log = open(self.log_path, "ab")
+        self.lab = clusterlab.Lab()
+        self.lock = threading.Lock()
+        self.local = threading.local()
+        self.rng = random.Random(a.seed ^ 0xC1)  # threads without seed_thread()
+        self.busy = {}  # request -> (replica name, path): what is in flight where
+        self.n_req = 0
+        self.per_replica = collections.Counter()  # requests sent to each
+        self.replicas, self.workers = [], []
+        self.down = set()  # replicas killed and not serving again yet
+        self.ids = {}  # replica name -> id of its running process (rep-…)
+        self.pg = self.net = self.objstore = None
+
+    # --- start ---------------------------------------------------------------
+    def start(self):
+        a = self.a
+        self.net = self.lab.bridge(nodes=a.nodes)
+        self.pg = self.lab.postgres(bridge=self.net)
+        for i in range(a.replicas):
+            r = clusterlab.Replica(self.lab, f"r{i}", self.pg.url, self.net, lost_after_s=a.node_lost_after_s)
+            self.replicas.append(r)
+            self.start_replica(r)
+        token = self.replicas[0].api("POST", "/v1/nodes/tokens", {"ttl_s": 3600}, expect=201)["token"]
+        token_file = os.path.join(self.lab.dir, "join.token")
+        with open(os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(token + "\n")
+        join = [r.cluster_addr for r in self.replicas]
+        self.objstore = clusterlab.shared_objstore(self.lab)  # a suspended sandbox may wake on any worker
+        for i in range(a.nodes):
+            w = clusterlab.Worker(self.lab, f"w{i}", self.net.nodes[i], i, join, token_file, objstore=self.objstore)
+            w.argv[w.argv.index("--prebuild") + 1] = a.template
+            self.workers.append(w)
+            w.start()
+        names = {w.name for w in self.workers}
+
+        def ready():
+            try:
+                nodes = self.replicas[-1].nodes()
+            except (OSError, harness.ApiError):
+                return False
+            return all(n in nodes and nodes[n]["state"] == "ready" and a.template in (nodes[n].get("templates") or [])
+                       for n in names)
+        clusterlab.wait_for(ready, harness.FIRST_START_TIMEOUT, f"workers {sorted(names)} ready with {a.template}",
+                            interval=0.5)
+
+    def start_replica(self, r):
+        """Starts r (again: the same data dir and ports) and takes it back
+        into the rotation once it serves; reads its id from its log."""
+        r.start(timeout=harness.START_TIMEOUT)
+        m = re.search(r"replica (rep-[0-9A-Za-z]+) ", clusterlab.log_tail(r.log_path, 400))
+        with self.lock:
+            self.ids[r.name] = m.group(1) if m else None
+            self.down.discard(r.name)
+
+    def seed_thread(self, seed):
+        self.local.rng = random.Random(seed)
+
+    # --- requests ------------------------------------------------------------
+    def pick(self):
+        with self.lock:
+            up = [r for r in self.replicas if r.name not in self.down] or list(self.replicas)
+            rng = getattr(self.local, "rng", None) or self.rng
+            r = rng.choice(up)
+        via = getattr(self.local, "via", None)
+        if via is not None:
+            via.append(r.name)
+        return r
+
+    def request(self, method, path, body=None, auth=True, headers=None, timeout=600, replica=None):
+        r = replica or self.pick()
+        with self.lock:
+            self.n_req += 1
+            key = self.n_req
+            self.busy[key] = (r.name, path)
+            self.per_replica[r.name] += 1
+        try:
+            return r.request(method, path, body, auth=auth, headers=headers, timeout=timeout)
+        finally:
+            with self.lock:
+                self.busy.pop(key, None)
+
+    call = Stack.call
+
+    def mark(self, text):
+        line = f"--- soak: {text}\n".encode()
+        paths = [getattr(p.proc, "log_path", None) for p in (list(self.replicas) + list(self.workers))
+                 if getattr(p, "proc", None)]
+        for path in paths:
+            try:
+                with open(path, "ab") as f:  # O_APPEND: whole lines between the process's own
+                    f.write(line)
+            except (OSError, TypeError):
+                pass
+        if not self.log.closed:
+            self.log.write(f"[{time.strftime('%H:%M:%S')}] ".encode() + line)
+            self.log.flush()
+
+    # --- what runs where -----------------------------------------------------
+    def sql(self, query):
+        """Rows of query (psql -At over the server's socket), split on |."""
+        return [line.split("|") for line in self.pg.psql(query).splitlines() if line]
+
+    def replica_carrying(self, sid):
+        """The replica a request about sandbox sid is in flight on, if any."""
+        if not sid:
+            return None
+        with self.lock:
+            names = [n for n, path in self.busy.values() if sid in path]
+        return next((r for r in self.replicas if names and r.name == names[0]), None)
+
+    def worker_named(self, name):
+        return next((w for w in self.workers if w.name == name), None)
+
+    def worker_hosting(self, sid):
+        if not sid or not re.fullmatch(r"sbx-[0-9a-z]+", sid):
+            return None
+        rows = self.sql(f"SELECT coalesce(node, '') FROM sandboxes WHERE id = '{sid}'")
+        return self.worker_named(rows[0][0]) if rows else None
+
+    def worker_of_path(self, path):
+        return next((w.name for w in self.workers if path.startswith(w.data_dir + "/")), None)
+
+    def node_pids(self, w):
+        return [p for p, n in airlock_procs(w.data_dir).items() if n == "airlock-node"]
+
+    def node_states(self):
+        return {n["name"]: n["state"] for n in self.call("GET", "/v1/nodes", timeout=30)["nodes"]}
+
+    def health(self):
+        """None when every replica answers /v1/health 200, every worker is
+        ready and no operation of a replica that died is unsettled, else
+        what is not."""
+        with self.lock:
+            down = sorted(self.down)
+            live = {i for n, i in self.ids.items() if n not in self.down}
+        if down:
+            return f"replica {down[0]} is down"
+        for r in self.replicas:
+            status, _, body = self.request("GET", "/v1/health", auth=False, timeout=10, replica=r)
+            if status != 200:
+                return f"{r.name} health: {status} {body[:100]!r}"
+        states = self.node_states()
+        for w in self.workers:
+            if states.get(w.name) != "ready":
+                return f"worker {w.name} is {states.get(w.name)}"
+        if None not in live:
+            orphans = [row for row in self.sql("SELECT id, verb, sandbox_id, coalesce(owner, '') FROM operations "
+                                               "WHERE state IN ('pending', 'running')")
+                       if row[3] and row[3] not in live]
+            if orphans:
+                return f"operations of a replica that died not settled yet: {orphans[:3]}"
+        return None
+
+    def unfinished_ops(self):
+        """(id, verb, state, sandbox_id, owner, seconds past its lease (< 0:
+        before it), age s) of every operation not finished, by the store's
+        clock."""
+        out = []
+        q = ("SELECT id, verb, state, sandbox_id, coalesce(owner, ''), "
+             "(extract(epoch from clock_timestamp()) * 1000)::bigint - coalesce(lease_until, 0), "
+             "(extract(epoch from clock_timestamp()) * 1000)::bigint - created_at "
+             "FROM operations WHERE state IN ('pending', 'running') ORDER BY created_at")
+        for row in self.sql(q):
+            out.append((row[0], row[1], row[2], row[3], row[4], int(row[5]) / 1000, int(row[6]) / 1000))
+        return out
+
+    # --- the end -------------------------------------------------------------
+    def stop(self):
+        """Stops the workers (SIGTERM: nodemgr stops its node and gateway),
+        then the replicas; returns what the workers left (Worker.leaks, and
+        the harness's data-dir checks, which clean up what they find)."""
+        out = []
+        try:
+            rows = self.sql("SELECT id, coalesce(node, '') FROM sandboxes")
+        except Exception as e:  # noqa: BLE001
+            rows = []
+            out.append(f"cannot read the store: {e}")
+        for w in self.workers:
+            if w.proc is not None:
+                clusterlab.stop(w.proc, 60)
+        for w in self.workers:
+            out += w.leaks()
+            # the harness's check reads a SQLite store; a worker's sandboxes are the rows naming it
+            out += [f"{w.name}: {x}" for x in harness._check_no_leaks(w.data_dir)
+                    if x.startswith(("warm pool", "half-written", "jail roots"))]
+            try:
+                dirs = set(os.listdir(os.path.join(w.data_dir, "sandboxes")))
+            except OSError:
+                dirs = set()
+            orphans = sorted(dirs - {sid for sid, node in rows if node == w.name})
+            if orphans:
+                out.append(f"{w.name}: sandbox dirs without a sandbox there: {orphans}")
+        for r in self.replicas:
+            if r.proc is not None:
+                clusterlab.stop(r.proc, 30)
+        return out
+
+    def close(self):
+        """Copies the lab's logs (every process's, PostgreSQL's) to DIR and
+        closes the lab (everything it started goes). Returns what closing
+        found that stop() had not."""
+        out = []
+        try:
+            for n in os.listdir(self.lab.dir):
+                if n.endswith(".log"):
+                    shutil.copy(os.path.join(self.lab.dir, n), self.keep_dir)
+            if self.pg is not None and self.pg.dir and os.path.exists(self.pg.log_path):
+                shutil.copy(self.pg.log_path, os.path.join(self.keep_dir, "postgres.log"))
+        except OSError as e:
+            out.append(f"copying the logs: {e}")
+        try:
+            self.lab.close()
+        except AssertionError as e:
+            if "worker left resources behind" not in str(e):  # stop() reported those
+                out.append(f"closing the lab: {e}")
+        except Exception as e:  # noqa: BLE001
+            out.append(f"closing the lab: {e!r}")
+        out += [f"lab: {n}" for n in self.lab.notes]
+        self.log.close()
+        return out
+
+
 airlock_procs = harness.airlock_procs
 
 
@@ -298,6 +560,7 @@ def vm_uids(data_dir):
 class Soak:
     def __init__(self, args):
         self.a = args
+        self.cluster = args.cluster
         self.t_start = now()
         self.lock = threading.RLock()  # registry and counters
         self.cv = threading.Condition(self.lock)
@@ -314,6 +577,7 @@ class Soak:
         self.problems = []  # (kind, text)
         self.lost_entries = self.lost_files = self.lost_sandboxes = self.corrupt = 0
         self.leaks = []
+        self.cluster_bad = []  # cluster checks that failed (each once)
         self.hold = False
         self.idle = set()
         self.active = set()
@@ -377,6 +641,11 @@ class Soak:
                 if what in self.leaks:
                     return  # the same leak seen again by a later check
                 self.leaks.append(what)
+            elif kind == "cluster":
+                what = re.sub(r"^\([^)]*\) ", "", text)
+                if what in self.cluster_bad:
+                    return
+                self.cluster_bad.append(what)
             detail = text
             if sbx is not None:
                 detail = f"{sbx.id}: {text}\n      recent ops of {sbx.id}:\n        " + "\n        ".join(sbx.history)
@@ -384,7 +653,7 @@ class Soak:
         self.stack.mark(f"PROBLEM {kind}: {text}")
         self.log(f"PROBLEM {kind}: {sbx.id + ': ' if sbx else ''}{text}")
 
-    def record(self, kind, ok, t0, t1, err=None, sbx=None):
+    def record(self, kind, ok, t0, t1, err=None, sbx=None, via=None):
         with self.lock:
             c = self.ops[kind]
             if ok:
@@ -396,7 +665,8 @@ class Soak:
                 self.errors_outside.append(f"t={t0 - self.t_start:.1f}s {kind} {sbx.id if sbx else ''}: {err}")
                 self.log(f"error outside a recovery window: {kind} {sbx.id if sbx else ''}: {err}")
         if sbx is not None:
-            sbx.note(t0 - self.t_start, f"{kind}: {'ok' if ok else 'FAILED ' + str(err)[:200]}")
+            how = f" via {via}" if via else ""
+            sbx.note(t0 - self.t_start, f"{kind}{how}: {'ok' if ok else 'FAILED ' + str(err)[:200]}")
 
     # --- HTTP helpers ------------------------------------------------------
     def api(self, *args, **kw):
@@ -496,6 +766,8 @@ class Soak:
         t0 = now()
         with self.lock:
             self.inflight[wid] = (kind, sbx.id if sbx else None, t0)
+        if self.cluster:
+            self.stack.local.via = []  # the replicas this op's requests went to
         ok, err = False, None
         try:
             ok = getattr(self, "op_" + kind)(rng, wid, sbx)
@@ -508,7 +780,8 @@ class Soak:
         finally:
             with self.lock:
                 self.inflight.pop(wid, None)
-        self.record(kind, ok, t0, now(), err, sbx)
+        via = ",".join(dict.fromkeys(getattr(self.stack.local, "via", None) or [])) if self.cluster else None
+        self.record(kind, ok, t0, now(), err, sbx, via)
         if not ok:
             # after a failure: wait for the fault to be over, or back off a little
             if not self.wait_window_closed():
@@ -697,6 +970,8 @@ class Soak:
 
     def worker(self, wid):
         rng = random.Random(self.a.seed * 1000 + wid)
+        if self.cluster:
+            self.stack.seed_thread(self.a.seed * 1000 + 500 + wid)  # its own stream: ops stay as seeded
         try:
             while not self.stopping.is_set() and not self.fatal:
                 self.checkpoint(wid)
@@ -750,6 +1025,22 @@ class Soak:
             self.cv.notify_all()
 
     # --- faults ------------------------------------------------------------
+    def places(self):
+        """(worker name, or None on one machine; data dir) of every node."""
+        if self.cluster:
+            return [(w.name, w.data_dir) for w in self.stack.workers]
+        return [(None, self.stack.data_dir)]
+
+    def vm_map_all(self):
+        """vm_map() over every node's data dir, merged."""
+        by_id, unknown = collections.defaultdict(list), []
+        for _, d in self.places():
+            v, u = vm_map(d)
+            for sid, pids in v.items():
+                by_id[sid] += pids
+            unknown += u
+        return dict(by_id), unknown
+
     def pids_of(self, program):
         return [p for p, n in airlock_procs(self.stack.data_dir).items() if n == program]
 
@@ -778,7 +1069,7 @@ class Soak:
         with self.lock:
             cands = sorted((s for s in self.sandboxes.values() if not s.lost), key=lambda s: s.id)
         t = now()
-        vms, _ = vm_map(self.stack.data_dir)
+        vms, _ = self.vm_map_all()
         # a third crash within 10 minutes leaves a sandbox failed by design
         cands = [s for s in cands if vms.get(s.id) and len([k for k in s.vmm_kills if t - k < 660]) < 2]
         if not cands:
@@ -799,8 +1090,11 @@ class Soak:
             return 6 if fulls and len(s.models[0].committed) > len(fulls[-1][0].committed) else 2
         return rng.choices(cands, weights=[weight(s) for s in cands])[0]
 
-    def inject(self, kind, victim):
-        """Sends the fault; returns (detail, predicate for 'it took effect')."""
+    def inject(self, kind, victim, rng=None, aimed=None):
+        """Sends the fault; returns (detail, predicate for 'it took effect'),
+        (None, None) when there was nothing to hit."""
+        if self.cluster:
+            return self.inject_cluster(kind, victim, rng, aimed)
         data_dir = self.stack.data_dir
         if kind == "node":
             old = self.pids_of("airlock-node")
@@ -829,26 +1123,85 @@ class Soak:
             self.restart()
             return f"SIGTERM to {procs} at once, stack started again", None
         if kind == "vmm":
-            vms, _ = vm_map(data_dir)
-            if not vms.get(victim.id):
-                return None, None  # it stopped meanwhile
-            pid = vms[victim.id][0]
-            try:
-                before = self.get_sbx(victim.id).get("execution")
-            except Exception:  # noqa: BLE001
-                before = victim.execution
-            os.kill(pid, signal.SIGKILL)
-            victim.vmm_kills.append(now())
-            victim.note(self.t(), f"FAULT: its VMM {pid} killed (execution {before})")
+            return self.kill_vmm(victim)
+        raise ValueError(kind)
 
-            def took():
+    def kill_vmm(self, victim):
+        vms, _ = self.vm_map_all()
+        if not vms.get(victim.id):
+            return None, None  # it stopped meanwhile
+        pid = vms[victim.id][0]
+        where = f" on {self.stack.worker_of_path(qemu_run_dir(pid))}" if self.cluster else ""
+        try:
+            before = self.get_sbx(victim.id).get("execution")
+        except Exception:  # noqa: BLE001
+            before = victim.execution
+        os.kill(pid, signal.SIGKILL)
+        victim.vmm_kills.append(now())
+        victim.note(self.t(), f"FAULT: its VMM {pid}{where} killed (execution {before})")
+
+        def took():
+            try:
+                o = self.get_sbx(victim.id)
+            except harness.ApiError as e:
+                return e.status == 404  # a delete of ours won the race
+            return o.get("execution") != before or o["state"] in ("recovering", "failed", "stopped",
+                                                                   "suspended", "archived", "lost")
+        return f"SIGKILL qemu {pid} of {victim.id}{where}", took
+
+    def inject_cluster(self, kind, victim, rng, aimed):
+        """The cluster's faults. aimed: a sandbox a slow verb of ours is in
+        flight on: the replica carrying it, the worker hosting it."""
+        st = self.stack
+        if kind == "replica":
+            rep = st.replica_carrying(aimed) or rng.choice(st.replicas)
+            pid, old_id = rep.proc.pid, st.ids.get(rep.name)
+            with st.lock:
+                st.down.add(rep.name)  # no new requests go there
+            rep.kill9()
+            pause = rng.uniform(0.5, 3.0)  # a service manager's RestartSec
+            time.sleep(pause)
+            st.start_replica(rep)
+            return (f"SIGKILL replica {rep.name} (pid {pid}, {old_id}), started again {pause:.1f} s later as "
+                    f"{st.ids.get(rep.name)}"), None
+        if kind == "node":
+            w = st.worker_hosting(aimed) or rng.choice(st.workers)
+            old = st.node_pids(w)
+            if not old:
+                return None, None  # between two of its processes: later
+            for p in old:
+                os.kill(p, signal.SIGKILL)
+            return f"SIGKILL airlock-node {old} of {w.name}", lambda: set(st.node_pids(w)) - set(old)
+        if kind == "vmm":
+            return self.kill_vmm(victim)
+        if kind == "worker":
+            w = st.worker_hosting(aimed) or rng.choice(st.workers)
+            hosted = {row[0] for row in st.sql(f"SELECT id FROM sandboxes WHERE node = '{w.name}'")}
+            t_kill = now()
+            n = len(w.pids())
+            w.kill9()  # the machine dies: nodemgr, node, gateway and VMs at once
+            with self.lock:
+                for s in self.sandboxes.values():
+                    if s.id in hosted:
+                        s.note(self.t(), f"FAULT: its worker {w.name} killed")
+            state = None
+            deadline = now() + self.a.node_lost_after_s + 60
+            while now() < deadline:
                 try:
-                    o = self.get_sbx(victim.id)
-                except harness.ApiError as e:
-                    return e.status == 404  # a delete of ours won the race
-                return o.get("execution") != before or o["state"] in ("recovering", "failed", "stopped",
-                                                                       "suspended", "archived")
-            return f"SIGKILL qemu {pid} of {victim.id}", took
+                    state = st.node_states().get(w.name)
+                except Exception:  # noqa: BLE001
+                    state = None
+                if state == "lost":
+                    break
+                time.sleep(0.5)
+            lost_after = now() - t_kill
+            if state != "lost":
+                self.problem("cluster", f"worker {w.name} killed {lost_after:.0f} s ago is {state}, not lost")
+            pause = rng.uniform(3.0, 12.0)  # the machine reboots
+            time.sleep(pause)
+            w.start()
+            return (f"SIGKILL worker {w.name} ({n} processes, {len(hosted)} sandboxes): lost after {lost_after:.1f} s, "
+                    f"started again {pause:.1f} s later"), None
         raise ValueError(kind)
 
     def settled(self, failed_since, exempt_ours=True):
@@ -858,11 +1211,16 @@ class Soak:
         exempt_ours: a sandbox in the transitional state of a verb of ours
         still in flight counts as settled (it is the op, not the fault)."""
         try:
-            status, _, body = self.stack.request("GET", "/v1/health", auth=False, timeout=10)
+            if self.cluster:
+                why = self.stack.health()  # replicas, workers, operations of dead replicas
+                if why:
+                    return why
+            else:
+                status, _, body = self.stack.request("GET", "/v1/health", auth=False, timeout=10)
+                if status != 200:
+                    return f"health: {status} {body[:100]!r}"
         except Exception as e:  # noqa: BLE001
             return f"health: {e}"
-        if status != 200:
-            return f"health: {status} {body[:100]!r}"
         with self.lock:
             sbxs = [s for s in self.sandboxes.values() if not s.lost]
             busy = {v[1] for v in self.inflight.values()} if exempt_ours else set()
@@ -914,9 +1272,10 @@ class Soak:
         with self.cv:
             self.windows.append([now(), None])
         t0 = now()
-        self.uids |= vm_uids(self.stack.data_dir)
+        for _, d in self.places():
+            self.uids |= vm_uids(d)
         self.stack.mark(f"fault {kind} at t={self.t():.1f}s")
-        detail, took = self.inject(kind, victim)
+        detail, took = self.inject(kind, victim, rng, aimed_sid)
         if detail is None:
             with self.cv:
                 self.windows.pop()
@@ -986,8 +1345,8 @@ class Soak:
                             want = HEAVY
                         time.sleep(0.05)
                 t_inject = now()
-                if not self.fault(kind, rng, aimed) and kind == "vmm":
-                    queue.append("vmm")  # no VM to kill now: later
+                if not self.fault(kind, rng, aimed) and kind in ("vmm", "node"):
+                    queue.append(kind)  # nothing to kill now: later
                 t_next = max(t_inject + rng.uniform(lo, hi), now() + 2)
         except Exception:  # noqa: BLE001
             self.fatal = f"fault loop crashed: {traceback.format_exc()}"
@@ -1018,6 +1377,7 @@ class Soak:
             return
         with self.lock:
             sbxs = sorted((s for s in self.sandboxes.values() if not s.lost), key=lambda s: s.id)
+        n_read = 0
         for s in sbxs:
             o = listed.get(s.id)
             if o is None:
@@ -1029,6 +1389,10 @@ class Soak:
             except Exception:  # noqa: BLE001
                 pass
             s.state, s.execution = o["state"], o.get("execution")
+            if s.state == "lost":  # its node never came back
+                s.lost = True
+                self.problem("lost", f"({why}) sandbox is lost (its node {o.get('node')} is away)", s)
+                continue
             if s.state == "failed":
                 s.lost = True
                 self.problem("lost", f"({why}) sandbox failed: {o.get('error')}; recoveries {o.get('recoveries')}", s)
@@ -1043,6 +1407,7 @@ class Soak:
                         s.state = "running"
                 if s.state == "running":
                     self.verify(s, why)
+                    n_read += 1
             except Exception as e:  # noqa: BLE001
                 s.lost = True
                 self.problem("lost", f"({why}) sandbox not usable ({s.state}): {e}", s)
@@ -1056,58 +1421,76 @@ class Soak:
                                  f"({listed[sid].get('state')})")
             self.unknown_reported.add(sid)
         self.check_leaks(why)
+        if self.cluster:
+            self.check_cluster(why)
+        self.log(f"checked {why}: {len(sbxs)} sandboxes ({n_read} running, read back)"
+                 + (f" on {dict(collections.Counter(o.get('node') for o in listed.values()))}" if self.cluster else ""))
 
     def check_leaks(self, why):
-        data_dir = self.stack.data_dir
-        self.uids |= vm_uids(data_dir)
+        places = self.places()
+        for _, d in places:
+            self.uids |= vm_uids(d)
         # QEMUs against sandboxes: settle for a while (a node may be tearing down)
         deadline = now() + 30
         while True:
-            bad = []
+            bad, unknown_all = [], []
             try:
-                listed = {s["id"]: s["state"] for s in self.api("GET", "/v1/sandboxes", timeout=60)["sandboxes"]}
+                listed = {s["id"]: (s["state"], s.get("node"))
+                          for s in self.api("GET", "/v1/sandboxes", timeout=60)["sandboxes"]}
             except Exception as e:  # noqa: BLE001
                 bad = [f"cannot list: {e}"]
                 listed = {}
-            vms, unknown = vm_map(data_dir)
-            unknown = [p for p in unknown if p not in self.leaked_pids]
-            for pid in unknown:
-                bad.append(f"QEMU {pid} of no sandbox (run dir {qemu_run_dir(pid)}: its vmm.pid names "
-                           f"another VM or is gone)")
-            for sid, pids in sorted(vms.items()):
-                st = listed.get(sid)
-                if st is None:
-                    bad.append(f"QEMU {pids} of {sid}, which the API does not know (unowned)")
-                elif len(pids) > 1:
-                    bad.append(f"{len(pids)} QEMUs {pids} for {sid}")
-                elif st in ("stopped", "suspended", "archived", "failed"):
-                    bad.append(f"QEMU {pids} for {sid}, which is {st}")
-            for sid, st in sorted(listed.items()):
-                if st in ("running", "paused") and not vms.get(sid):
-                    bad.append(f"{sid} is {st} but has no QEMU")
-            sbxdir = os.path.join(data_dir, "sandboxes")
-            try:
-                dirs = set(os.listdir(sbxdir))
-            except OSError:
-                dirs = set()
-            for d in sorted(dirs - set(listed)):
-                bad.append(f"directory {sbxdir}/{d} of a sandbox the API does not know"
-                           f"{' (deleted)' if d in self.deleted else ''}")
+            for name, data_dir in places:
+                at = f" on {name}" if name else ""
+                # the sandboxes of this node (on one machine: all)
+                here = {sid: st for sid, (st, node) in listed.items() if name is None or node == name}
+                vms, unknown = vm_map(data_dir)
+                unknown = [p for p in unknown if p not in self.leaked_pids]
+                unknown_all += unknown
+                for pid in unknown:
+                    bad.append(f"QEMU {pid}{at} of no sandbox (run dir {qemu_run_dir(pid)}: its vmm.pid names "
+                               f"another VM or is gone)")
+                for sid, pids in sorted(vms.items()):
+                    st = here.get(sid)
+                    if sid in listed and st is None:
+                        continue  # another node's sandbox: check_cluster says where it runs
+                    if st is None:
+                        bad.append(f"QEMU {pids}{at} of {sid}, which the API does not know (unowned)")
+                    elif len(pids) > 1:
+                        bad.append(f"{len(pids)} QEMUs {pids}{at} for {sid}")
+                    elif st in ("stopped", "suspended", "archived", "failed"):
+                        bad.append(f"QEMU {pids}{at} for {sid}, which is {st}")
+                for sid, st in sorted(here.items()):
+                    if st in ("running", "paused") and not vms.get(sid):
+                        bad.append(f"{sid} is {st} but has no QEMU{at}")
+                sbxdir = os.path.join(data_dir, "sandboxes")
+                try:
+                    dirs = set(os.listdir(sbxdir))
+                except OSError:
+                    dirs = set()
+                for d in sorted(dirs - set(here)):
+                    if d in listed:
+                        bad.append(f"directory {sbxdir}/{d} of a sandbox whose node is {listed[d][1]}")
+                    else:
+                        bad.append(f"directory {sbxdir}/{d} of a sandbox the API does not know"
+                                   f"{' (deleted)' if d in self.deleted else ''}")
             with self.lock:
                 new = [b for b in bad if b not in self.leaks]  # reported ones need not settle again
             if not new or now() > deadline:
                 break
             time.sleep(0.5)
-        self.leaked_pids |= set(unknown)
+        self.leaked_pids |= set(unknown_all)
         for b in bad:
             self.problem("leak", f"({why}) {b}")
-        mounts = harness.mounts_under(data_dir)
-        for m, n in collections.Counter(mounts).items():
-            if n > 1:
-                self.problem("leak", f"({why}) {m} is mounted {n} times")
-        loops = [l for l in loop_backing() if l[1].startswith(data_dir) and l not in self.baseline_loops]
-        if len(loops) > 1 or (loops and not mounts):
-            self.problem("leak", f"({why}) loop devices on the data dir: {loops}")
+        for name, data_dir in places:
+            at = f" ({name})" if name else ""
+            mounts = harness.mounts_under(data_dir)
+            for m, n in collections.Counter(mounts).items():
+                if n > 1:
+                    self.problem("leak", f"({why}) {m} is mounted {n} times")
+            loops = [l for l in loop_backing() if l[1].startswith(data_dir) and l not in self.baseline_loops]
+            if len(loops) > 1 or (loops and not mounts):
+                self.problem("leak", f"({why}) loop devices on the data dir{at}: {loops}")
         empty = self.empty_cgroups()
         if empty:
             time.sleep(3)  # host-wide: a VM of ours may be going right now
@@ -1118,6 +1501,55 @@ class Soak:
                 os.rmdir(c)  # report once
             except OSError:
                 pass
+
+    def check_cluster(self, why):
+        """Every sandbox row names one of the workers; each sandbox's VM runs
+        under one worker's data dir, the one its row names; no operation
+        stays unfinished past its lease (the workers are held: nothing of
+        ours is in flight)."""
+        st = self.stack
+        names = {w.name for w in st.workers}
+        try:
+            rows = st.sql("SELECT id, coalesce(node, ''), state FROM sandboxes ORDER BY id")
+        except Exception as e:  # noqa: BLE001
+            self.problem("stuck", f"({why}) cannot read the store: {e}")
+            return
+        for sid, node, state in rows:
+            if node not in names:
+                self.problem("cluster", f"({why}) sandbox {sid} ({state}) is on {node or 'no node'}, not one of "
+                                        f"the workers {sorted(names)}")
+        row_node = {sid: node for sid, node, _ in rows}
+        with self.lock:
+            ids = set(row_node) | set(self.sandboxes)
+        for sid in sorted(ids):
+            where = collections.defaultdict(list)
+            for pid in harness.qemu_pids(sid):
+                run_dir = qemu_run_dir(pid)
+                if sid not in os.path.realpath(os.path.join(run_dir, "disk.img")):
+                    continue  # another sandbox's VM that names sid (a fork's source)
+                where[st.worker_of_path(run_dir) or f"no worker ({run_dir})"].append(pid)
+            if len(where) > 1:
+                self.problem("cluster", f"({why}) {sid} runs on {len(where)} nodes: {dict(where)}")
+            elif where and sid in row_node and row_node[sid] not in where:
+                self.problem("cluster", f"({why}) {sid} runs on {next(iter(where))} {dict(where)}, but its row "
+                                        f"says {row_node[sid] or 'no node'}")
+        deadline = now() + OPS_SETTLE_S
+        while True:
+            try:
+                ops = st.unfinished_ops()
+            except Exception as e:  # noqa: BLE001
+                self.problem("stuck", f"({why}) cannot read the operations: {e}")
+                return
+            if not ops or now() > deadline:
+                break
+            time.sleep(1)
+        for op_id, verb, state, sid, owner, past, age in ops:
+            if past > LEASE_MARGIN_S:
+                self.problem("cluster", f"({why}) operation {op_id} ({verb} of {sid}) still {state} {past:.0f} s "
+                                        f"past its lease (owner {owner or 'none'}): no replica settled it")
+            else:
+                self.problem("stuck", f"({why}) operation {op_id} ({verb} of {sid}) still {state} after {age:.0f} s "
+                                      f"with nothing of ours in flight (owner {owner} renews its lease)")
 
     def empty_cgroups(self):
         out = set()
@@ -1134,15 +1566,28 @@ class Soak:
     def run(self):
         a = self.a
         os.makedirs(harness.TEMPLATES, exist_ok=True)
-        data_dir = tempfile.mkdtemp(prefix="airlock-soak-", dir=a.base)
         self.baseline_cgroups = {c for c in harness.vm_cgroups() if not harness._cgroup_procs(c)}
         self.baseline_loops = loop_backing()
-        self.stack = Stack(data_dir, a.template, {})
+        if self.cluster:
+            keep_dir = tempfile.mkdtemp(prefix="airlock-soak-cluster-", dir=a.base)
+            self.stack = ClusterStack(a, keep_dir)
+        else:
+            data_dir = tempfile.mkdtemp(prefix="airlock-soak-", dir=a.base)
+            self.stack = Stack(data_dir, a.template, {})
         ok = False
         try:
-            self.log(f"seed {a.seed}; {a.minutes} min; {a.sandboxes} sandboxes of {a.template}; "
-                     f"{a.workers} workers; data {data_dir}; log {self.stack.log_path}")
-            self.stack.wait_ready(harness.FIRST_START_TIMEOUT)
+            if self.cluster:
+                self.log(f"seed {a.seed}; {a.minutes} min; {a.sandboxes} sandboxes of {a.template}; "
+                         f"{a.workers} workers; cluster of {a.replicas} replicas and {a.nodes} workers (lost after "
+                         f"{a.node_lost_after_s} s); logs {keep_dir}")
+                self.stack.start()
+                reps = [(r.name, r.url, self.stack.ids.get(r.name)) for r in self.stack.replicas]
+                self.log(f"cluster ready: replicas {reps}, "
+                         f"workers {[(w.name, w.netns.addr, w.data_dir) for w in self.stack.workers]}")
+            else:
+                self.log(f"seed {a.seed}; {a.minutes} min; {a.sandboxes} sandboxes of {a.template}; "
+                         f"{a.workers} workers; data {data_dir}; log {self.stack.log_path}")
+                self.stack.wait_ready(harness.FIRST_START_TIMEOUT)
             for i in range(a.sandboxes):
                 r = self.api("POST", "/v1/sandboxes", self.create_body(), expect=(201,))
                 self.sandboxes[r["id"]] = Sandbox(r["id"], i % a.workers, [Model()])
@@ -1187,18 +1632,31 @@ class Soak:
         deadline = now() + 30
         while True:
             left = []
-            d = self.stack.data_dir
-            for sub in ("sandboxes", "pool"):
+            for name, d in self.places():
+                at = f"{name}: " if name else ""
+                for sub in ("sandboxes", "pool"):
+                    try:
+                        left += [f"{at}{sub}/{x}" for x in os.listdir(os.path.join(d, sub))]
+                    except OSError:
+                        pass
                 try:
-                    left += [f"{sub}/{x}" for x in os.listdir(os.path.join(d, sub))]
+                    left += [f"{at}objstore/snapshots/{x}"
+                             for x in os.listdir(os.path.join(d, "objstore", "snapshots"))]
                 except OSError:
                     pass
-            try:
-                left += [f"objstore/snapshots/{x}" for x in os.listdir(os.path.join(d, "objstore", "snapshots"))]
-            except OSError:
-                pass
-            vms, unknown = vm_map(d)
-            left += [f"QEMU {p}" for ps in vms.values() for p in ps] + [f"QEMU {p}" for p in unknown]
+                vms, unknown = vm_map(d)
+                left += [f"{at}QEMU {p}" for ps in vms.values() for p in ps] + [f"{at}QEMU {p}" for p in unknown]
+            if self.cluster:
+                try:
+                    left += [f"objstore/snapshots/{x}"
+                             for x in os.listdir(os.path.join(self.stack.objstore, "snapshots"))]
+                except OSError:
+                    pass
+                try:
+                    left += [f"sandbox row {r[0]} ({r[1]} on {r[2]})"
+                             for r in self.stack.sql("SELECT id, state, coalesce(node, '') FROM sandboxes")]
+                except Exception as e:  # noqa: BLE001
+                    left.append(f"cannot read the store: {e}")
             if not left or now() > deadline:
                 break
             time.sleep(0.5)
@@ -1208,6 +1666,8 @@ class Soak:
     def teardown(self, ok):
         if not self.stack:
             return
+        if self.cluster:
+            return self.teardown_cluster()
         data_dir = self.stack.data_dir
         try:
             self.stack.stop()
@@ -1245,9 +1705,39 @@ class Soak:
             except OSError:
                 pass
 
+    def teardown_cluster(self):
+        """Stops the workers and replicas, reports what the workers left,
+        keeps the logs (DIR) when the run failed or --keep, and closes the
+        lab: nothing of the cluster stays."""
+        st = self.stack
+        try:
+            try:
+                left = st.stop()
+            except Exception as e:  # noqa: BLE001
+                left = [f"stopping the cluster: {e!r}"]
+            for leak in left:
+                self.problem("leak", f"(after stopping) {leak}")
+            empty = self.empty_cgroups()
+            if empty:
+                time.sleep(3)
+                for c in sorted(empty & self.empty_cgroups()):
+                    self.problem("leak", f"(after stopping) empty VM cgroup {c}")
+            for w in st.workers:
+                for dev, f in loop_backing():
+                    if f.startswith(w.data_dir):
+                        self.problem("leak", f"(after stopping) loop device {dev} on {f}")
+                        subprocess.run(["losetup", "-d", f"/dev/{dev}"])
+        finally:
+            for leak in st.close():  # whatever happened above: nothing of the cluster stays
+                self.problem("leak", f"(after stopping) {leak}")
+        if self.a.keep or self.failed():
+            self.log(f"kept the logs: {st.keep_dir}")
+        else:
+            shutil.rmtree(st.keep_dir, ignore_errors=True)
+
     def failed(self):
         return bool(self.fatal or self.lost_entries or self.lost_files or self.lost_sandboxes or self.corrupt
-                    or self.leaks or any(k == "stuck" for k, _ in self.problems))
+                    or self.leaks or self.cluster_bad or any(k == "stuck" for k, _ in self.problems))
 
     # --- the summary -------------------------------------------------------
     def summary(self):
@@ -1257,8 +1747,9 @@ class Soak:
             nfaults[f["kind"]] += 1
             if f["recovery_s"] is not None:
                 rec[f["kind"]].append(f["recovery_s"])
-        return {
+        out = {
             "result": "fail" if self.failed() else "pass",
+            "mode": "cluster" if self.cluster else "single",
             "seed": self.a.seed, "minutes": self.a.minutes, "sandboxes": self.a.sandboxes,
             "template": self.a.template, "workers": self.a.workers, "fault_kinds": self.a.faults,
             "recovery": self.a.recovery or "boot", "upload_sync": self.a.upload_sync,
@@ -1275,20 +1766,30 @@ class Soak:
             "leaks": len(self.leaks),
             "problems": [f"{k}: {t}" for k, t in self.problems[:MAX_PROBLEMS_SHOWN]],
             "fatal": self.fatal,
-            "log": self.stack.log_path if self.stack else None,
+            "log": (self.stack.keep_dir if self.cluster else self.stack.log_path) if self.stack else None,
         }
+        if self.cluster:
+            out.update({"replicas": self.a.replicas, "nodes": self.a.nodes,
+                        "node_lost_after_s": self.a.node_lost_after_s, "cluster_problems": len(self.cluster_bad),
+                        "requests_per_replica": dict(sorted(self.stack.per_replica.items()))})
+        return out
 
 
 def format_summary(s):
     """The summary (as Soak.summary() returns it) as text."""
     out = []
     p = out.append
-    p(f"soak: seed {s['seed']}, {s['minutes']} min, {s['sandboxes']} sandboxes of {s['template']} "
+    cluster = s.get("mode") == "cluster"
+    where = (f"cluster of {s['replicas']} replicas and {s['nodes']} workers (lost after {s['node_lost_after_s']} s), "
+             if cluster else "")
+    p(f"soak: seed {s['seed']}, {s['minutes']} min, {where}{s['sandboxes']} sandboxes of {s['template']} "
       f"(recovery {s['recovery']}), {s['workers']} workers, faults {','.join(s['fault_kinds']) or 'none'}")
     p(f"{'op':<16}{'ok':>6}{'failed in window':>18}{'failed outside':>16}")
     for k, v in s["ops"].items():
         p(f"  {k:<14}{v['ok']:>6}{v['failed_in_window']:>18}{v['failed_outside']:>16}")
     p(f"  (409 'in progress' retried: {s['retries_on_conflict']})")
+    if cluster:
+        p("requests per replica: " + ", ".join(f"{k} {v}" for k, v in s["requests_per_replica"].items()))
     p(f"{'fault':<16}{'n':>4}{'recovery median':>18}{'max':>10}")
     for k, n in s["faults"].items():
         r = s["recovery_s"].get(k)
@@ -1298,13 +1799,14 @@ def format_summary(s):
         p(f"  {e}")
     lost = s["lost"]
     p(f"lost: {lost['sandboxes']} sandboxes, {lost['ledger_entries']} ledger entries, {lost['files']} files; "
-      f"corrupt: {s['corrupt']}; leaks: {s['leaks']}")
+      f"corrupt: {s['corrupt']}; leaks: {s['leaks']}"
+      + (f"; cluster: {s['cluster_problems']}" if cluster else ""))
     for x in s["problems"]:
         p(f"  {x}")
     if s["fatal"]:
         p(f"fatal: {s['fatal']}")
     if s["result"] == "fail":
-        p(f"instance log: {s['log']}")
+        p(f"{'logs' if cluster else 'instance log'}: {s['log']}")
     p(f"RESULT: {s['result'].upper()}")
     return "\n".join(out)
 
@@ -1323,10 +1825,11 @@ def fault_kinds(text):
     kinds = [k for k in text.split(",") if k]
     if kinds == ["none"]:
         return []
-    bad = [k for k in kinds if k not in FAULTS + ("sigterm_all",)]
+    bad = [k for k in kinds if k not in FAULTS + ("sigterm_all",) + FAULTS_CLUSTER]
     if bad or len(set(kinds)) != len(kinds):
-        raise argparse.ArgumentTypeError(f"unknown or repeated fault kinds {bad or kinds}; "
-                                         f"choose from {','.join(FAULTS)},sigterm_all or none")
+        raise argparse.ArgumentTypeError(f"unknown or repeated fault kinds {bad or kinds}; choose from "
+                                         f"{','.join(FAULTS)},sigterm_all (--cluster: {','.join(FAULTS_CLUSTER)}) "
+                                         f"or none")
     return kinds
 
 
@@ -1351,21 +1854,36 @@ def main():
     ap.add_argument("--workers", type=bounded(int, 1, 8), default=2)
     ap.add_argument("--template", default="minimal")
     ap.add_argument("--fault-interval", type=interval, default=(15.0, 30.0), metavar="LO,HI")
-    ap.add_argument("--faults", type=fault_kinds, default=list(FAULTS) + ["sigterm_all"], metavar="KIND,...",
-                    help=f"the fault kinds to inject (default all: {','.join(FAULTS)},sigterm_all; none: no faults)")
+    ap.add_argument("--faults", type=fault_kinds, default=None, metavar="KIND,...",
+                    help=f"the fault kinds to inject (default all: {','.join(FAULTS)},sigterm_all; with --cluster "
+                         f"{','.join(FAULTS_CLUSTER)}; none: no faults)")
     ap.add_argument("--recovery", choices=("boot", "checkpoint"), default=None,
                     help="the sandboxes' recovery mode (default: the API's, boot); checkpoint loses the writes "
                          "after the checkpoint by design, which the soak reports: a way to see the check work")
     ap.add_argument("--upload-sync", action="store_true",
                     help="acknowledge an upload only after an exec of sync too (default: its 200)")
     ap.add_argument("--base", default=None, help="where the data dir goes (default: the test volume)")
+    ap.add_argument("--cluster", action="store_true",
+                    help="soak a cluster of its own (tests/clusterlab.py): PostgreSQL, replicas, workers")
+    ap.add_argument("--replicas", type=bounded(int, 1, 4), default=2, help="--cluster: airlockd replicas (2)")
+    ap.add_argument("--nodes", type=bounded(int, 1, 4), default=2, help="--cluster: worker nodes (2)")
+    ap.add_argument("--node-lost-after-s", type=bounded(int, 3, 300), default=10,
+                    help="--cluster: the replicas' --node-lost-after-s (10)")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
-    ap.add_argument("--keep", action="store_true", help="keep the data dir and log")
+    ap.add_argument("--keep", action="store_true", help="keep the data dir and log (--cluster: the logs)")
     a = ap.parse_args()
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,63}", a.template):
         ap.error(f"bad template name {a.template!r}")
     if os.geteuid() != 0:
         ap.error("run as root (VMs, jails, loop mounts)")
+    kinds = FAULTS_CLUSTER if a.cluster else FAULTS + ("sigterm_all",)
+    if a.faults is None:
+        a.faults = list(kinds)
+    elif any(k not in kinds for k in a.faults):
+        ap.error(f"fault kinds {[k for k in a.faults if k not in kinds]} are not of "
+                 f"{'--cluster' if a.cluster else 'one machine (without --cluster)'}: choose from {','.join(kinds)}")
+    if not a.cluster and any(x.startswith(("--replicas", "--nodes", "--node-lost")) for x in sys.argv[1:]):
+        ap.error("--replicas, --nodes and --node-lost-after-s need --cluster")
     a.base = a.base or harness.VOLUME
     if not os.path.ismount(harness.VOLUME):
         ap.error(f"{harness.VOLUME} is not mounted (mount -o loop build/test-vol.btrfs build/test-vol)")
