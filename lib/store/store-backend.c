@@ -77,7 +77,8 @@ int store_read_operation(const struct store_row *r, void *ret) {
             (k = store_row_strdup(r, 4, &op.error)) < 0 || (k = store_row_strdup(r, 5, &op.result)) < 0 ||
             (k = store_row_strdup(r, 6, &op.idempotency_key)) < 0 ||
             (k = store_row_strdup(r, 9, &op.request_hash)) < 0 || (k = store_row_strdup(r, 10, &op.stage)) < 0 ||
-            (k = store_row_strdup(r, 12, &op.tenant_id)) < 0 || (k = store_row_strdup(r, 13, &op.owner)) < 0)
+            (k = store_row_strdup(r, 12, &op.tenant_id)) < 0 || (k = store_row_strdup(r, 13, &op.owner)) < 0 ||
+            (k = store_row_strdup(r, 15, &op.detail)) < 0)
                 return k;
         if (!op.id || !op.sandbox_id || !op.verb || !op.state)
                 return -EBADMSG;

@@ -55,7 +55,7 @@ int64_t store_now_ms(void);
 #define STORE_SNAPSHOT_COLUMNS "id, sandbox_id, kind, size, created_at, pinned"
 #define STORE_OPERATION_COLUMNS                                                                         \
         "id, sandbox_id, verb, state, error, result, idempotency_key, created_at, finished_at, "       \
-        "request_hash, stage, progress, tenant_id, owner, lease_until"
+        "request_hash, stage, progress, tenant_id, owner, lease_until, detail"
 #define STORE_SESSION_COLUMNS "id, sandbox_id, cmd, pty, token_hash, created_at"
 #define STORE_API_KEY_COLUMNS "id, tenant_id, label, created_at"
 #define STORE_TENANT_COLUMNS "id, name, created_at, network"

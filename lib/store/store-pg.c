@@ -349,13 +349,14 @@ static int pg_operation_insert(struct store *s, const struct store_operation *op
         pg_add_text(&q, op->tenant_id);
         pg_add_text(&q, op->owner);
         pg_add_int_or_null(&q, op->lease_until);
+        pg_add_text(&q, op->detail);
         /* a taken idempotency key is the UNIQUE constraint's -EEXIST, in
          * whichever replica the other insert ran */
         return pg_write(s,
                         "INSERT INTO operations (id, sandbox_id, verb, state, error, result, idempotency_key, "
-                        "created_at, request_hash, stage, progress, tenant_id, owner, lease_until) "
+                        "created_at, request_hash, stage, progress, tenant_id, owner, lease_until, detail) "
                         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, "
-                        "COALESCE($12, (SELECT tenant_id FROM sandboxes WHERE id = $2)), $13, $14)",
+                        "COALESCE($12, (SELECT tenant_id FROM sandboxes WHERE id = $2)), $13, $14, $15)",
                         &q, NULL);
 }
 

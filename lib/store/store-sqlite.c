@@ -78,9 +78,9 @@ static const char *const stmt_sql[_STMT_MAX] = {
         [STMT_SANDBOX_TRANSITION] = "UPDATE sandboxes SET state = ?3, desired_state = COALESCE(?4, desired_state), "
                                     "error = NULL, updated_at = ?5 WHERE id = ?1 AND state = ?2",
         [STMT_OP_INSERT] = "INSERT INTO operations (id, sandbox_id, verb, state, error, result, idempotency_key, "
-                           "created_at, request_hash, stage, progress, tenant_id, owner, lease_until) "
+                           "created_at, request_hash, stage, progress, tenant_id, owner, lease_until, detail) "
                            "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-                           "COALESCE(?12, (SELECT tenant_id FROM sandboxes WHERE id = ?2)), ?13, ?14)",
+                           "COALESCE(?12, (SELECT tenant_id FROM sandboxes WHERE id = ?2)), ?13, ?14, ?15)",
         [STMT_OP_GET] = "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE id = ?1",
         [STMT_OP_BY_KEY] = "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE idempotency_key = ?1",
         [STMT_OP_UPDATE] = "UPDATE operations SET state = ?2, error = ?3, result = ?4, "
@@ -518,6 +518,7 @@ static int sqlite_operation_insert(struct store *s, const struct store_operation
         bind_text(st, 12, op->tenant_id);
         bind_text(st, 13, op->owner);
         bind_int64_or_null(st, 14, op->lease_until);
+        bind_text(st, 15, op->detail);
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;

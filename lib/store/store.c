@@ -355,6 +355,7 @@ void store_operation_release(struct store_operation *op) {
         free(op->idempotency_key);
         free(op->request_hash);
         free(op->stage);
+        free(op->detail);
         free(op->owner);
         *op = (struct store_operation){ 0 };
 }

@@ -95,6 +95,9 @@ struct store_operation {
          * that passed another replica may take it over and settle it */
         char *owner;
         int64_t lease_until;
+        /* what settling it needs to know (JSON object text: a fork's
+         * "child", a delete's "keep_snapshots"), or NULL */
+        char *detail;
 };
 
 /* One snapshot of a sandbox (the image itself is on the node). */

@@ -806,30 +806,6 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
         if (r < 0)
                 return fail(ctx, -EBUSY, "cannot delete: %ssandbox is %s", r == -EBUSY ? "an operation is in progress, " : "",
                             sb.state);
-        /* claim, as the verbs do: a verb cannot start on a sandbox being deleted */
-        r = store_sandbox_transition(ctx->store, id, sb.state, "deleting", NULL);
-        if (r == -ESTALE) {
-                if (idempotency_key && (r = delete_replay(ctx, id, idempotency_key, ret)) != 0)
-                        return r < 0 ? r : 0;
-                return fail(ctx, -EBUSY, "cannot delete: the sandbox changed state meanwhile, try again");
-        }
-        if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m");
-
-        char op_id[32];
-        struct store_operation op = { .id = op_id, .sandbox_id = (char *) id, .verb = "delete", .state = "running",
-                                      .idempotency_key = (char *) idempotency_key };
-        replica_op_lease(&op);
-        r = random_id("op-", 8, op_id, sizeof op_id);
-        if (r >= 0)
-                r = store_operation_insert(ctx->store, &op);
-        if (r < 0) {
-                (void) store_sandbox_update_state(ctx->store, id, sb.state, sb.error);
-                /* the same key raced in from a second request: answer with its outcome */
-                if (r == -EEXIST && idempotency_key && (r = delete_replay(ctx, id, idempotency_key, ret)) != 0)
-                        return r < 0 ? r : 0;
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
-        }
         /* archive rather than delete only what has snapshots to keep */
         if (keep_snapshots) {
                 struct store_snapshot *snaps = NULL;
@@ -837,6 +813,31 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
                 keep_snapshots = store_snapshot_list(ctx->store, id, 1, &snaps, &n_snaps) >= 0 && n_snaps > 0;
                 store_snapshot_array_free(snaps, n_snaps);
         }
+
+        /* the operation first, then the claim (as the verbs do: a replica
+         * dying between them leaves an operation to settle, never a
+         * claimed row without one) */
+        char op_id[32];
+        struct store_operation op = { .id = op_id, .sandbox_id = (char *) id, .verb = "delete", .state = "running",
+                                      .idempotency_key = (char *) idempotency_key,
+                                      .detail = keep_snapshots ? "{\"keep_snapshots\":true}" : NULL };
+        replica_op_lease(&op);
+        r = random_id("op-", 8, op_id, sizeof op_id);
+        if (r >= 0)
+                r = store_operation_insert(ctx->store, &op);
+        /* the same key raced in from a second request: answer with its outcome */
+        if (r == -EEXIST && idempotency_key && (r = delete_replay(ctx, id, idempotency_key, ret)) != 0)
+                return r < 0 ? r : 0;
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+        /* claim, as the verbs do: a verb cannot start on a sandbox being deleted */
+        r = store_sandbox_transition(ctx->store, id, sb.state, "deleting", NULL);
+        if (r == -ESTALE)
+                return operation_fail(ctx, op_id,
+                                      fail(ctx, -EBUSY, "cannot delete: the sandbox changed state meanwhile, try again"));
+        if (r < 0)
+                return operation_fail(
+                        ctx, op_id, log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m"));
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:b}", "op", "sandbox.delete", "id", id,
                                                         "keep_snapshots", keep_snapshots);
         api_operation_node_called(ctx->store, op_id, "deleting");

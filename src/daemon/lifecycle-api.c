@@ -426,15 +426,12 @@ static int rollback_snapshot(struct api_ctx *ctx, const char *id, const json_t *
  * the parent's template, metadata, env keys (the env itself goes along
  * inside the VM), egress policy and node (the fork is a copy on its disk). */
 static int fork_child_insert(struct api_ctx *ctx, const struct store_sandbox *parent, const char *network,
-                             char *ret_id, size_t n) {
-        int r = random_id("sbx-", 8, ret_id, n);
-        if (r < 0)
-                return r;
-        struct store_sandbox row = { .id = ret_id, .tenant_id = parent->tenant_id,
+                             const char *child_id) {
+        struct store_sandbox row = { .id = (char *) child_id, .tenant_id = parent->tenant_id,
                                      .template_name = parent->template_name, .state = "creating",
                                      .metadata = parent->metadata, .env_keys = parent->env_keys,
                                      .network = (char *) network, .node = parent->node };
-        r = store_sandbox_insert(ctx->store, &row);
+        int r = store_sandbox_insert(ctx->store, &row);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert the fork child: %m");
         return 0;
@@ -510,6 +507,19 @@ static int wake_placement(struct api_ctx *ctx, const struct store_sandbox *sb) {
         return 0;
 }
 
+/* Undoes a verb that will not run: the fork child's row (child, when
+ * inserted), the claim (sb and t, when the row was claimed), and its
+ * operation fails with r and the message in ctx->err. Returns r. */
+static int verb_abort(struct api_ctx *ctx, const char *op_id, const struct store_sandbox *sb,
+                      const struct lifecycle_transition *t, const char *child, int r) {
+        if (child)
+                (void) store_sandbox_delete(ctx->store, child);
+        if (sb)
+                (void) store_sandbox_transition(ctx->store, sb->id, t->transitional, sb->state, NULL);
+        api_operation_finish(ctx->store, op_id, r, ctx->err, NULL);
+        return r;
+}
+
 int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name, const json_t *body,
                      const char *idempotency_key, bool wait, struct api_reply *ret) {
         enum lifecycle_verb verb;
@@ -550,15 +560,37 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         if (verb == LIFECYCLE_WAKE && (r = wake_placement(ctx, &sb)) < 0)
                 return r;
 
+        /* the operation first, then the claim: a replica that dies between
+         * the two leaves an operation whose lease runs out (its settle
+         * finds the row unclaimed), never a claimed row that no operation
+         * settles; the detail says what settling it needs (a fork's child) */
+        char op_id[32];
+        if ((verb == LIFECYCLE_FORK && (r = random_id("sbx-", 8, child_id, sizeof child_id)) < 0) ||
+            (r = random_id("op-", 8, op_id, sizeof op_id)) < 0)
+                return r;
+        _cleanup_free_ char *detail = child_id[0] ? strdup_printf("{\"child\":\"%s\"}", child_id) : NULL;
+        if (child_id[0] && !detail)
+                return -ENOMEM;
+        struct store_operation op = { .id = op_id, .sandbox_id = (char *) id, .verb = (char *) t->name,
+                                      .state = "pending", .idempotency_key = (char *) idempotency_key,
+                                      .detail = detail };
+        replica_op_lease(&op);
+        r = store_operation_insert(ctx->store, &op);
+        /* the same key raced in from a second request: answer with its operation */
+        if (r == -EEXIST && idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
+                return r < 0 ? r : 0;
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+
         /* claim: only one request moves the row out of its current state */
         r = store_sandbox_transition(ctx->store, id, sb.state, t->transitional, t->target);
-        if (r == -ESTALE) {
-                if (idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
-                        return r < 0 ? r : 0;
-                return lfail(ctx, -EBUSY, "cannot %s: the sandbox changed state meanwhile, try again", t->name);
-        }
+        if (r == -ESTALE)
+                return verb_abort(ctx, op_id, NULL, NULL, NULL,
+                                  lfail(ctx, -EBUSY, "cannot %s: the sandbox changed state meanwhile, try again",
+                                        t->name));
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m");
+                return verb_abort(ctx, op_id, NULL, NULL, NULL,
+                                  log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m"));
 
         /* the verbs that give the sandbox a VM carry its egress policy, read
          * after the claim: a PUT stored before it is seen, one after it
@@ -566,42 +598,15 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         _cleanup_free_ char *network = NULL;
         if ((verb == LIFECYCLE_START || verb == LIFECYCLE_ROLLBACK || verb == LIFECYCLE_WAKE ||
              verb == LIFECYCLE_FORK) &&
-            (r = api_network_of_sandbox(ctx, id, &network)) < 0) {
-                (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
-                return r;
-        }
-        if (verb == LIFECYCLE_FORK && (r = fork_child_insert(ctx, &sb, network, child_id, sizeof child_id)) < 0) {
-                (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
-                return r;
-        }
-        if (verb == LIFECYCLE_FORK && json_is_true(fork_secrets) && (r = api_secrets_fork(ctx, id, child_id)) < 0) {
-                (void) store_sandbox_delete(ctx->store, child_id);
-                (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
-                return r;
-        }
+            (r = api_network_of_sandbox(ctx, id, &network)) < 0)
+                return verb_abort(ctx, op_id, &sb, t, NULL, r);
+        if (verb == LIFECYCLE_FORK && (r = fork_child_insert(ctx, &sb, network, child_id)) < 0)
+                return verb_abort(ctx, op_id, &sb, t, NULL, r);
+        if (verb == LIFECYCLE_FORK && json_is_true(fork_secrets) && (r = api_secrets_fork(ctx, id, child_id)) < 0)
+                return verb_abort(ctx, op_id, &sb, t, child_id, r);
         struct job *j = calloc(1, sizeof *j);
-        char op_id[32];
-        if (!j || (r = random_id("op-", 8, op_id, sizeof op_id)) < 0) {
-                if (child_id[0])
-                        (void) store_sandbox_delete(ctx->store, child_id);
-                job_free(j);
-                (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
-                return j ? r : -ENOMEM;
-        }
-        struct store_operation op = { .id = op_id, .sandbox_id = (char *) id, .verb = (char *) t->name,
-                                      .state = "pending", .idempotency_key = (char *) idempotency_key };
-        replica_op_lease(&op);
-        r = store_operation_insert(ctx->store, &op);
-        if (r < 0) {
-                job_free(j);
-                (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
-                if (child_id[0])
-                        (void) store_sandbox_delete(ctx->store, child_id);
-                /* the same key raced in from a second request: answer with its operation */
-                if (r == -EEXIST && idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
-                        return r < 0 ? r : 0;
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
-        }
+        if (!j)
+                return verb_abort(ctx, op_id, &sb, t, child_id[0] ? child_id : NULL, -ENOMEM);
         *j = (struct job){ .config = ctx->config, .store = ctx->store, .verb = verb, .wait_for_node = true,
                            .network = TAKE_PTR(network) };
         snprintf(j->op_id, sizeof j->op_id, "%s", op_id);
@@ -613,14 +618,8 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         r = job_spawn(j);
         if (r < 0) {
                 job_free(j);
-                (void) store_sandbox_transition(ctx->store, id, t->transitional, sb.state, NULL);
-                if (child_id[0])
-                        (void) store_sandbox_delete(ctx->store, child_id);
-                _cleanup_(json_decrefp) json_t *e = json_pack("{s:s, s:s}", "code", api_error_code(r), "message",
-                                                              "too many operations in progress");
-                _cleanup_free_ char *e_s = e ? json_dumps(e, JSON_COMPACT) : NULL;
-                (void) store_operation_update(ctx->store, op_id, "failed", e_s, NULL);
-                return lfail(ctx, r, "too many operations in progress, try again later");
+                return verb_abort(ctx, op_id, &sb, t, child_id[0] ? child_id : NULL,
+                                  lfail(ctx, r, "too many operations in progress, try again later"));
         }
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "sandbox %s: %s started as %s", id, t->name, op_id);
         return reply_operation(ctx, op_id, wait, ret);
@@ -694,9 +693,91 @@ static const char *verb_target(const char *verb, const char *from) {
         return t->target ? t->target : from;
 }
 
+static const char settle_why[] = "the control-plane replica carrying it stopped";
+
+/* A field of an operation's detail (JSON object text), or NULL. */
+static json_t *detail_get(const struct store_operation *op, const char *key, json_t **ret_detail) {
+        *ret_detail = op->detail ? json_loads(op->detail, 0, NULL) : NULL;
+        return json_object_get(*ret_detail, key);
+}
+
+/* A delete whose replica stopped: done again from where it got (each step
+ * is idempotent), or failed when it never claimed the row. node_r and
+ * node_state: what the sandbox's node said of it. */
+static void settle_delete(const struct daemon_config *config, struct store *store, const struct store_operation *op,
+                          const struct store_sandbox *sb, const char *node_state, int node_r) {
+        if (strcmp(sb->state, "deleting") != 0) {
+                api_operation_finish(store, op->id, -EIO, settle_why, NULL);
+                return;
+        }
+        _cleanup_(json_decrefp) json_t *detail = NULL;
+        bool keep = json_is_true(detail_get(op, "keep_snapshots", &detail));
+        char err[API_ERRMSG_MAX] = "", addr[NODES_ADDR_MAX], snap[96];
+        _cleanup_(store_node_release) struct store_node n = { 0 };
+        bool lost = sb->node && store_node_get(store, sb->node, &n) >= 0 && n.lost_at;
+        int r = 0;
+        if (node_state && !lost) {
+                _cleanup_(json_decrefp) json_t *del = json_pack("{s:s, s:s, s:b}", "op", "sandbox.delete", "id",
+                                                                sb->id, "keep_snapshots", keep);
+                r = del ? nodes_sandbox_call(sb->id, config->node_timeout_s, del, NULL, err) : -ENOMEM;
+        } else if (node_r < 0 && node_r != -ENOENT && !lost)
+                r = node_r; /* its node is there but did not answer */
+        if (r < 0 && r != -ENOENT) {
+                /* the VM may still be there: a DELETE again will see */
+                (void) store_sandbox_update_state(store, sb->id, "failed", "a delete was interrupted: delete it again");
+                api_operation_finish(store, op->id, r, settle_why, NULL);
+                return;
+        }
+        /* a suspended one's image: in the object store every node shares */
+        api_suspended_snapshot_id(sb->id, snap, sizeof snap);
+        _cleanup_(json_decrefp) json_t *sdel = json_pack("{s:s, s:s}", "op", "suspended.delete", "snapshot_id", snap);
+        if (sdel && nodes_any_addr(addr) >= 0 && (r = node_call(addr, config->node_timeout_s, sdel, NULL, err)) < 0 &&
+            r != -ENOENT)
+                log_warn("sandbox %s: its suspended image may be left in the object store: %s", sb->id, err);
+        r = keep ? store_sandbox_update_state(store, sb->id, "archived", NULL) : store_sandbox_delete(store, sb->id);
+        api_operation_finish(store, op->id, r < 0 && r != -ENOENT ? r : 0, NULL,
+                             keep ? "{\"state\":\"archived\"}" : "{\"state\":\"deleted\"}");
+        log_info("operation %s (delete %s): its replica stopped; finished here: %s", op->id, sb->id,
+                 keep ? "archived" : "deleted");
+}
+
+/* A fork whose replica stopped: its child (the detail names it) is kept
+ * if its node runs it, else removed. Whether it runs; *ret_result the
+ * fork's result then. */
+static bool settle_fork_child(const struct daemon_config *config, struct store *store,
+                              const struct store_operation *op, char **ret_result) {
+        _cleanup_(json_decrefp) json_t *detail = NULL;
+        const char *child = json_string_value(detail_get(op, "child", &detail));
+        _cleanup_(store_sandbox_release) struct store_sandbox c = { 0 };
+        if (!child || store_sandbox_get(store, child, &c) < 0)
+                return false;
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.get", "id", child);
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        char err[API_ERRMSG_MAX] = "";
+        int r = req ? nodes_sandbox_call(child, config->node_timeout_s, req, &rep, err) : -ENOMEM;
+        const char *state = r >= 0 ? json_string_value(json_object_get(json_object_get(rep, "sandbox"), "state")) : NULL;
+        bool runs = strcmp(c.state, "creating") != 0 ||
+                    (state && strcmp(state, "running") == 0 &&
+                     store_sandbox_transition(store, child, "creating", "running", NULL) >= 0);
+        if (!runs) {
+                if (r >= 0) {
+                        _cleanup_(json_decrefp) json_t *del = json_pack("{s:s, s:s}", "op", "sandbox.delete", "id", child);
+                        (void) nodes_sandbox_call(child, config->node_timeout_s, del, NULL, err);
+                }
+                if (r >= 0 || r == -ENOENT)
+                        (void) store_sandbox_delete(store, child);
+                else
+                        (void) store_sandbox_transition(store, child, "creating", "failed", NULL);
+                return false;
+        }
+        _cleanup_(json_decrefp) json_t *res = json_pack("{s:{s:s}}", "sandbox", "id", child);
+        *ret_result = res ? json_dumps(res, JSON_COMPACT) : NULL;
+        return true;
+}
+
 void api_operation_settle_orphan(const struct daemon_config *config, struct store *store,
                                  const struct store_operation *op) {
-        static const char why[] = "the control-plane replica carrying it stopped";
+        const char *why = settle_why;
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = store_sandbox_get(store, op->sandbox_id, &sb);
         if (r == -ENOENT) {
@@ -746,13 +827,21 @@ void api_operation_settle_orphan(const struct daemon_config *config, struct stor
                 log_info("operation %s (create %s): its replica stopped before the sandbox ran: failed", op->id, sb.id);
                 return;
         }
+        if (strcmp(op->verb, "delete") == 0) {
+                settle_delete(config, store, op, &sb, node_state, r);
+                return;
+        }
         /* a verb: the sandbox takes what its node reports; the verb
-         * succeeded if that is where it was going */
+         * succeeded if that is where it was going (a fork: if its child
+         * runs) */
+        _cleanup_free_ char *result = NULL;
+        bool child_runs = strcmp(op->verb, "fork") == 0 && settle_fork_child(config, store, op, &result);
         const char *target = verb_target(op->verb, node_state);
         if (!lifecycle_state_is_transitional(sb.state)) {
-                /* its worker settled the row, then died before the operation */
-                bool done = target && strcmp(sb.state, target) == 0;
-                api_operation_finish(store, op->id, done ? 0 : -EIO, done ? NULL : why, NULL);
+                /* never claimed, or its worker settled the row, then died
+                 * before the operation */
+                bool done = strcmp(op->verb, "fork") == 0 ? child_runs : target && strcmp(sb.state, target) == 0;
+                api_operation_finish(store, op->id, done ? 0 : -EIO, done ? NULL : why, done ? result : NULL);
                 return;
         }
         struct job j = { .config = config, .store = store };
@@ -761,8 +850,9 @@ void api_operation_settle_orphan(const struct daemon_config *config, struct stor
         snprintf(j.transitional, sizeof j.transitional, "%s", sb.state);
         job_settle_after_failure(&j, why);
         _cleanup_(store_sandbox_release) struct store_sandbox now = { 0 };
-        bool done = store_sandbox_get(store, sb.id, &now) >= 0 && target && strcmp(now.state, target) == 0;
-        api_operation_finish(store, op->id, done ? 0 : -EIO, done ? NULL : why, NULL);
+        bool done = store_sandbox_get(store, sb.id, &now) >= 0 &&
+                    (strcmp(op->verb, "fork") == 0 ? child_runs : target && strcmp(now.state, target) == 0);
+        api_operation_finish(store, op->id, done ? 0 : -EIO, done ? NULL : why, done ? result : NULL);
         log_info("operation %s (%s %s): its replica stopped; settled as %s, the sandbox %s", op->id, op->verb, sb.id,
                  done ? "succeeded" : "failed", now.state ?: "gone");
 }

@@ -15,6 +15,7 @@ import os
 import threading
 import time
 
+import harness
 import pytest
 
 from clusterlab import Replica, Worker, kill9, lab, shared_objstore, wait_for  # noqa: F401 (lab: the fixture)
@@ -171,6 +172,15 @@ def stall_updates(pg, from_state, to_state):
           EXECUTE FUNCTION airlock_test_stall();""")
 
 
+def stall_deletes(pg):
+    """The same for the delete of a sandbox row (the last step of a delete)."""
+    pg.psql("""
+        CREATE OR REPLACE FUNCTION airlock_test_stall() RETURNS trigger AS $$
+        BEGIN PERFORM pg_sleep(120); RETURN OLD; END $$ LANGUAGE plpgsql;
+        CREATE TRIGGER airlock_test_stall BEFORE DELETE ON sandboxes FOR EACH ROW
+          EXECUTE FUNCTION airlock_test_stall();""")
+
+
 def stalled(pg):
     out = pg.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'")
     return out.strip().splitlines()[-1].strip() not in ("0", "")
@@ -237,4 +247,38 @@ def test_replica_killed_mid_operation(lab, templates):
     assert status == 200 and json.loads(body)["state"] == "succeeded", (status, body)
     r1.api("POST", f"/v1/sandboxes/{sb['id']}/resume?wait=true")
     assert r1.exec(sb["id"], ["true"])["exit_code"] == 0
+
+    # mid-fork: the child runs on w0, r0 dies before the store says so; r1
+    # finds the child through the operation and keeps it
+    r0.start()
+    stall_updates(pg, "creating", "running")
+    t, _ = in_thread(r0.request, "POST", f"/v1/sandboxes/{sb['id']}/fork", None,
+                     headers={"Idempotency-Key": "fork-1"}, timeout=60)
+    wait_for(lambda: stalled(pg), 60, "r0's fork held after the node made the child")
+    r0.kill9()
+    unstall(pg)
+    t.join(10)
+
+    def fork_settled():
+        op = pg.psql("SELECT state, result FROM operations WHERE idempotency_key = 'fork-1'").strip()
+        return op.startswith("succeeded|") and op
+    op = wait_for(fork_settled, 60, "the fork settled by r1")
+    child = json.loads(op.split("|", 1)[1])["sandbox"]["id"]
+    assert sandbox(r1, child)["state"] == "running"
+    assert r1.exec(child, ["true"])["exit_code"] == 0
+
+    # mid-delete: w0 removed the VM, r0 dies before the row goes; r1
+    # finishes the delete
+    r0.start()
+    stall_deletes(pg)
+    t, _ = in_thread(r0.request, "DELETE", f"/v1/sandboxes/{child}", None,
+                     headers={"Idempotency-Key": "delete-1"}, timeout=60)
+    wait_for(lambda: stalled(pg), 60, "r0's delete held after the node removed the VM")
+    r0.kill9()
+    unstall(pg)
+    t.join(10)
+    wait_for(lambda: r1.request("GET", f"/v1/sandboxes/{child}")[0] == 404, 60, "the delete finished by r1")
+    assert "succeeded" in pg.psql("SELECT state FROM operations WHERE idempotency_key = 'delete-1'")
+    assert r1.request("DELETE", f"/v1/sandboxes/{child}", headers={"Idempotency-Key": "delete-1"})[0] == 204
+    assert not harness.qemu_pids(child)
     delete_all(r1)

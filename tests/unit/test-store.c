@@ -1198,8 +1198,9 @@ static void test_operation_leases(void **state) {
         struct store_operation op = { .id = "op-a", .sandbox_id = "sbx-a", .verb = "create", .state = "running",
                                       .owner = "rep-1", .lease_until = 1000, .created_at = 1 };
         assert_int_equal(store_operation_insert(s, &op), 0);
-        op = (struct store_operation){ .id = "op-b", .sandbox_id = "sbx-b", .verb = "pause", .state = "pending",
-                                       .owner = "rep-1", .lease_until = 1000, .created_at = 2 };
+        op = (struct store_operation){ .id = "op-b", .sandbox_id = "sbx-b", .verb = "fork", .state = "pending",
+                                       .owner = "rep-1", .lease_until = 1000, .created_at = 2,
+                                       .detail = "{\"child\":\"sbx-k\"}" };
         assert_int_equal(store_operation_insert(s, &op), 0);
         op = (struct store_operation){ .id = "op-c", .sandbox_id = "sbx-c", .verb = "stop", .state = "running",
                                        .owner = "rep-2", .lease_until = 1000, .created_at = 3 };
@@ -1211,6 +1212,10 @@ static void test_operation_leases(void **state) {
         assert_int_equal(store_operation_get(s, "op-a", &g), 0);
         assert_string_equal(g.owner, "rep-1");
         assert_int_equal(g.lease_until, 1000);
+        assert_null(g.detail);
+        store_operation_release(&g);
+        assert_int_equal(store_operation_get(s, "op-b", &g), 0);
+        assert_string_equal(g.detail, "{\"child\":\"sbx-k\"}"); /* migration 13 */
         store_operation_release(&g);
         assert_int_equal(store_operation_get(s, "op-d", &g), 0);
         assert_null(g.owner);

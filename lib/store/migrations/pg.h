@@ -202,4 +202,7 @@ static const char *const store_pg_migrations[] = {
         "ALTER TABLE operations ADD COLUMN lease_until BIGINT;\n"
         "CREATE INDEX operations_lease ON operations(lease_until) WHERE state IN ('pending', 'running');\n"
         "CREATE INDEX operations_owner ON operations(owner) WHERE state IN ('pending', 'running');\n",
+        /* 13: what a replica needs to settle an operation its carrier left:
+         * a fork's child, a delete's keep_snapshots (JSON object text) */
+        "ALTER TABLE operations ADD COLUMN detail TEXT;\n",
 };
