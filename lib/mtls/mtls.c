@@ -358,6 +358,11 @@ static int ctx_alloc(bool server, struct mtls_ctx **ret) {
         /* a peer that hangs up without close_notify reads as an end, not an error */
         SSL_CTX_set_options(ctx->ssl, SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);
         SSL_CTX_set_mode(ctx->ssl, SSL_MODE_AUTO_RETRY);
+        /* no session tickets: no client resumes (one request per
+         * connection, a fresh SSL each), and issuing them cost a quarter
+         * of a heartbeat's CPU (docs/benchmarks.md, "Cluster") */
+        if (server)
+                SSL_CTX_set_num_tickets(ctx->ssl, 0);
         *ret = ctx;
         return 0;
 }

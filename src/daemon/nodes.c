@@ -16,7 +16,7 @@
 
 /* how long a node's address is trusted without reading the store again */
 #define ADDR_TTL_MS 5000
-#define ADDR_CACHE_SLOTS 64
+#define ADDR_CACHE_SLOTS 1024 /* direct-mapped by name: a list across a thousand nodes stays in it */
 /* sandboxes one node is assumed to take per CPU when it sets no maximum */
 #define SANDBOXES_PER_CPU 8
 
