@@ -10,7 +10,6 @@
  * GET/DELETE /v1/images/{id}.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,15 +21,6 @@
 #include "nodes.h"
 #include "scheduler.h"
 #include "util.h"
-
-static int ifail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
-static int ifail(struct api_ctx *ctx, int r, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
-        va_end(ap);
-        return r;
-}
 
 json_t *api_image_json(const struct store_image *img) {
         char ts[48];
@@ -50,7 +40,7 @@ int api_image_lookup(struct api_ctx *ctx, const char *id, struct store_image *re
         if (r >= 0 && !api_tenant_may_see(ctx, img.tenant_id))
                 r = -ENOENT;
         if (r == -ENOENT)
-                return ifail(ctx, r, "image '%.64s' not found", id);
+                return api_fail(ctx, r, "image '%.64s' not found", id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read image: %m");
         *ret = img;
@@ -61,7 +51,7 @@ int api_image_lookup(struct api_ctx *ctx, const char *id, struct store_image *re
 int api_image_find(struct api_ctx *ctx, const char *name, struct store_image *ret) {
         int r = store_image_find(ctx->store, ctx->tenant_id, name, ret);
         if (r == -ENOENT)
-                return ifail(ctx, r, "image '%.64s' not found", name);
+                return api_fail(ctx, r, "image '%.64s' not found", name);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read image: %m");
         return 0;
@@ -96,7 +86,7 @@ int api_image_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *
         const json_t *name_j = json_object_get(body, "name");
         const char *name = json_is_null(name_j) ? NULL : json_string_value(name_j);
         if ((name_j && !json_is_null(name_j) && !name) || (name && !name_is_valid(name)))
-                return ifail(ctx, -EINVAL, "field 'name' must be 1..64 characters of [A-Za-z0-9._-]");
+                return api_fail(ctx, -EINVAL, "field 'name' must be 1..64 characters of [A-Za-z0-9._-]");
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         if ((r = api_sandbox_lookup(ctx, sandbox_id, &sb)) < 0)
                 return r;
@@ -108,7 +98,7 @@ int api_image_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *
                 _cleanup_(store_image_release) struct store_image taken = { 0 };
                 r = store_image_find(ctx->store, sb.tenant_id, name, &taken);
                 if (r >= 0)
-                        return ifail(ctx, -EEXIST, "an image named '%.64s' exists (%s)", name, taken.id);
+                        return api_fail(ctx, -EEXIST, "an image named '%.64s' exists (%s)", name, taken.id);
                 if (r != -ENOENT)
                         return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read image: %m");
         }
@@ -118,7 +108,7 @@ int api_image_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *
         /* one snapshot call per sandbox at a time (the scheduler's too) */
         r = scheduler_claim(sandbox_id, SCHEDULER_CLAIM_WAIT_MS);
         if (r == -EBUSY)
-                return ifail(ctx, r, "cannot publish: another snapshot of sandbox %s is in progress", sandbox_id);
+                return api_fail(ctx, r, "cannot publish: another snapshot of sandbox %s is in progress", sandbox_id);
         if (r < 0)
                 return r;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "sandbox.publish", "id", sandbox_id,
@@ -148,7 +138,7 @@ int api_image_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *
                 (void) node_image_delete(ctx, id);
                 memcpy(ctx->err, derr, sizeof derr);
                 if (r == -EEXIST)
-                        return ifail(ctx, r, "an image named '%.64s' exists", name ?: "");
+                        return api_fail(ctx, r, "an image named '%.64s' exists", name ?: "");
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to record image: %m");
         }
         json_t *o = api_image_json(&stored);

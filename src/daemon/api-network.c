@@ -12,7 +12,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,34 +42,25 @@ static size_t stripe_of(const char *id) {
         return h % NETWORK_STRIPES;
 }
 
-static int nfail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
-static int nfail(struct api_ctx *ctx, int r, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
-        va_end(ap);
-        return r;
-}
-
 int api_network_parse(struct api_ctx *ctx, const json_t *j, const char *field, bool required, char **ret) {
         _cleanup_(netpolicy_freep) struct netpolicy *p = NULL;
         char err[NETPOLICY_ERR_MAX] = "";
         int r = j ? netpolicy_parse(j, field, &p, err, sizeof err) : 0;
         if (r == -EINVAL)
-                return nfail(ctx, r, "%s", err);
+                return api_fail(ctx, r, "%s", err);
         if (r == -EFBIG)
-                return nfail(ctx, r, "%s: a policy is at most %u bytes as compact JSON", field,
-                             (unsigned) NETPOLICY_JSON_MAX);
+                return api_fail(ctx, r, "%s: a policy is at most %u bytes as compact JSON", field,
+                                (unsigned) NETPOLICY_JSON_MAX);
         if (r == -ENOPKG)
-                return nfail(ctx, -EIO, "%s: wildcard rules cannot be checked: no public suffix list loads on "
-                                        "this host (install the publicsuffix package)", field);
+                return api_fail(ctx, -EIO, "%s: wildcard rules cannot be checked: no public suffix list loads on "
+                                           "this host (install the publicsuffix package)", field);
         if (r < 0)
                 return r;
         if (r == 0) {
                 /* {} leaves the choice to the defaults; a PUT has to make one */
                 if (required)
-                        return nfail(ctx, -EINVAL, "%s: the policy is empty: give \"mode\" (\"allow-all\", "
-                                                   "\"deny-all\" or \"allowlist\") and its rules", field);
+                        return api_fail(ctx, -EINVAL, "%s: the policy is empty: give \"mode\" (\"allow-all\", "
+                                                      "\"deny-all\" or \"allowlist\") and its rules", field);
                 *ret = NULL;
                 return 0;
         }
@@ -104,7 +94,7 @@ int api_network_of_sandbox(struct api_ctx *ctx, const char *id, char **ret) {
         _cleanup_free_ char *text = NULL;
         int r = store_sandbox_network_get(ctx->store, id, &text);
         if (r == -ENOENT)
-                return nfail(ctx, r, "sandbox '%.64s' not found", id);
+                return api_fail(ctx, r, "sandbox '%.64s' not found", id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read the network policy: %m");
         /* a sandbox made before policies existed has the node default */
@@ -132,7 +122,7 @@ static int lookup(struct api_ctx *ctx, const char *id, struct store_sandbox *ret
                 r = -ENOENT;
         }
         if (r == -ENOENT)
-                return nfail(ctx, r, "sandbox '%.64s' not found", id);
+                return api_fail(ctx, r, "sandbox '%.64s' not found", id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
         return 0;
@@ -185,8 +175,9 @@ int api_sandbox_network_put(struct api_ctx *ctx, const char *id, const json_t *b
         if ((r = lookup(ctx, id, &sb)) < 0)
                 return r;
         if (!put_allowed(sb.state))
-                return nfail(ctx, -EBUSY, "cannot change the network policy: sandbox is %s, try again when it is done",
-                             sb.state);
+                return api_fail(ctx, -EBUSY,
+                                "cannot change the network policy: sandbox is %s, try again when it is done",
+                                sb.state);
         _cleanup_(json_decrefp) json_t *policy = NULL;
         if ((r = api_network_json(text, &policy)) < 0)
                 return r;
@@ -196,8 +187,8 @@ int api_sandbox_network_put(struct api_ctx *ctx, const char *id, const json_t *b
         r = store_sandbox_network_set(ctx->store, id, sb.state, text);
         if (r == -ESTALE) {
                 pthread_mutex_unlock(lock);
-                return nfail(ctx, -EBUSY, "cannot change the network policy: the sandbox changed state meanwhile, "
-                                          "try again");
+                return api_fail(ctx, -EBUSY, "cannot change the network policy: the sandbox changed state meanwhile, "
+                                             "try again");
         }
         if (r < 0) {
                 pthread_mutex_unlock(lock);
@@ -214,9 +205,9 @@ int api_sandbox_network_put(struct api_ctx *ctx, const char *id, const json_t *b
                         pthread_mutex_unlock(lock);
                         log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "sandbox %s: the node did not take the new network "
                                  "policy: %s", id, err);
-                        return nfail(ctx, r, "the policy is stored, but the node did not apply it (its VM keeps the "
-                                             "one before until it does: try again): %s",
-                                     err[0] ? err : api_error_default_message(r));
+                        return api_fail(ctx, r, "the policy is stored, but the node did not apply it (its VM keeps the "
+                                                "one before until it does: try again): %s",
+                                        err[0] ? err : api_error_default_message(r));
                 }
                 if (r < 0)
                         log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "sandbox %s (%s): the node did not take the new "
@@ -232,7 +223,7 @@ int api_sandbox_network_put(struct api_ctx *ctx, const char *id, const json_t *b
 int api_sandbox_network_log(struct api_ctx *ctx, const char *id, const char *limit_s, struct api_reply *ret) {
         uint64_t limit = NETWORK_LOG_DEFAULT;
         if (limit_s && (parse_u64(limit_s, NETWORK_LOG_MAX, &limit) < 0 || limit == 0))
-                return nfail(ctx, -EINVAL, "query parameter 'limit' must be a number from 1 to %d", NETWORK_LOG_MAX);
+                return api_fail(ctx, -EINVAL, "query parameter 'limit' must be a number from 1 to %d", NETWORK_LOG_MAX);
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = lookup(ctx, id, &sb);
         if (r < 0)
@@ -240,8 +231,8 @@ int api_sandbox_network_log(struct api_ctx *ctx, const char *id, const char *lim
         /* the log is the gateway's, of the VM it serves: none without one
          * (a suspended sandbox is not woken for it) */
         if (strcmp(sb.state, "running") != 0 && strcmp(sb.state, "paused") != 0)
-                return nfail(ctx, -EBUSY, "sandbox '%s' is %s: the network log is kept while it has a VM (running "
-                                          "or paused)", id, sb.state);
+                return api_fail(ctx, -EBUSY, "sandbox '%s' is %s: the network log is kept while it has a VM (running "
+                                             "or paused)", id, sb.state);
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:I}", "op", "sandbox.network.log", "id", id,
                                                         "limit", (json_int_t) limit);
         _cleanup_(json_decrefp) json_t *rep = NULL;
@@ -252,7 +243,7 @@ int api_sandbox_network_log(struct api_ctx *ctx, const char *id, const char *lim
                 return r;
         json_t *entries = json_object_get(rep, "entries");
         if (!json_is_array(entries))
-                return nfail(ctx, -EIO, "the node answered without a network log");
+                return api_fail(ctx, -EIO, "the node answered without a network log");
         json_t *o = json_pack("{s:O}", "entries", entries);
         if (!o)
                 return -ENOMEM;

@@ -7,7 +7,6 @@
  * made it; the store keeps a hash of its secret.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -25,15 +24,6 @@
 #define TOKEN_TTL_MAX_S (7 * 24 * 3600)
 /* what drain suspends: running sandboxes idle at least this long */
 #define DRAIN_IDLE_MS 60000
-
-static int nfail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
-static int nfail(struct api_ctx *ctx, int r, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
-        va_end(ap);
-        return r;
-}
 
 static int reply(struct api_reply *ret, unsigned status, json_t *body) {
         if (!body)
@@ -98,7 +88,7 @@ int api_node_list(struct api_ctx *ctx, struct api_reply *ret) {
 static int lookup(struct api_ctx *ctx, const char *name, struct store_node *ret) {
         int r = store_node_get(ctx->store, name, ret);
         if (r == -ENOENT)
-                return nfail(ctx, r, "node '%.64s' not found", name);
+                return api_fail(ctx, r, "node '%.64s' not found", name);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read node: %m");
         return 0;
@@ -123,17 +113,17 @@ int api_node_token_create(struct api_ctx *ctx, const json_t *body, struct api_re
         int64_t ttl_s = TOKEN_TTL_DEFAULT_S;
         if (ttl && !json_is_null(ttl)) {
                 if (!json_is_integer(ttl) || json_integer_value(ttl) < 60 || json_integer_value(ttl) > TOKEN_TTL_MAX_S)
-                        return nfail(ctx, -EINVAL, "field 'ttl_s' must be whole seconds from 60 to %d",
-                                     TOKEN_TTL_MAX_S);
+                        return api_fail(ctx, -EINVAL, "field 'ttl_s' must be whole seconds from 60 to %d",
+                                        TOKEN_TTL_MAX_S);
                 ttl_s = json_integer_value(ttl);
         }
         char token[CLUSTER_TOKEN_MAX], id[17];
         int64_t expires_at;
         int r = replica_join_token(replica_self(), ttl_s, token, sizeof token, id, &expires_at);
         if (r == -ENOTCONN)
-                return nfail(ctx, -EBUSY,
-                             "this airlockd serves no cluster: start it with --cluster-listen HOST:PORT (and a "
-                             "PostgreSQL --store for several replicas; docs/cluster.md)");
+                return api_fail(ctx, -EBUSY,
+                                "this airlockd serves no cluster: start it with --cluster-listen HOST:PORT (and a "
+                                "PostgreSQL --store for several replicas; docs/cluster.md)");
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "failed to make a join token: %m");
         char exp[48];
@@ -151,12 +141,12 @@ int api_node_delete(struct api_ctx *ctx, const char *name, struct api_reply *ret
                 return r;
         r = store_node_delete(ctx->store, name);
         if (r == -EBUSY)
-                return nfail(ctx, -EBUSY,
-                             "node %s still has sandboxes: delete them (or, for a lost node, wake their suspended "
-                             "images elsewhere) first",
-                             name);
+                return api_fail(ctx, -EBUSY,
+                                "node %s still has sandboxes: delete them (or, for a lost node, wake their suspended "
+                                "images elsewhere) first",
+                                name);
         if (r == -ENOENT)
-                return nfail(ctx, r, "node '%.64s' not found", name);
+                return api_fail(ctx, r, "node '%.64s' not found", name);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to remove node: %m");
         nodes_addr_forget(name);

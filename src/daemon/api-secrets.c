@@ -11,7 +11,6 @@
 #include "api.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,15 +28,6 @@
 #define SECRETS_LIST_MAX 1000
 
 static struct credstore *creds;
-
-static int sfail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
-static int sfail(struct api_ctx *ctx, int r, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
-        va_end(ap);
-        return r;
-}
 
 int api_secrets_init(const struct daemon_config *config, struct store *store) {
         char path[sizeof config->control_dir + sizeof CREDSTORE_KEY_FILE + 1];
@@ -65,16 +55,16 @@ static int scope_of(struct api_ctx *ctx, const char *given, const char **ret) {
         }
         if (ctx->tenant_id) {
                 if (strcmp(given, ctx->tenant_id) != 0)
-                        return sfail(ctx, -EPERM, "'tenant': a tenant key manages its own tenant's secrets");
+                        return api_fail(ctx, -EPERM, "'tenant': a tenant key manages its own tenant's secrets");
                 *ret = ctx->tenant_id;
                 return 0;
         }
         if (!name_is_valid(given))
-                return sfail(ctx, -EINVAL, "'tenant' must be a tenant id");
+                return api_fail(ctx, -EINVAL, "'tenant' must be a tenant id");
         _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
         int r = store_tenant_get(ctx->store, given, &t);
         if (r == -ENOENT)
-                return sfail(ctx, -EINVAL, "'tenant': no tenant '%.64s'", given);
+                return api_fail(ctx, -EINVAL, "'tenant': no tenant '%.64s'", given);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read tenant: %m");
         *ret = given;
@@ -236,33 +226,34 @@ int api_secrets_prepare(struct api_ctx *ctx, const char *tenant_id, const json_t
                 return 0;
         }
         if (!json_is_array(names) || json_array_size(names) > STORE_SANDBOX_SECRETS_MAX)
-                return sfail(ctx, -EINVAL, "field 'secrets' must be an array of at most %d secret names",
-                             STORE_SANDBOX_SECRETS_MAX);
+                return api_fail(ctx, -EINVAL, "field 'secrets' must be an array of at most %d secret names",
+                                STORE_SANDBOX_SECRETS_MAX);
         size_t i;
         json_t *e;
         json_array_foreach(names, i, e) {
                 const char *name = json_string_value(e);
                 if (!name || !credstore_name_is_valid(name) || strlen(name) != json_string_length(e))
-                        return sfail(ctx, -EINVAL, "field 'secrets[%zu]' must be a secret name", i);
+                        return api_fail(ctx, -EINVAL, "field 'secrets[%zu]' must be a secret name", i);
                 for (size_t k = 0; k < at.n; k++)
                         if (strcmp(at.names[k], name) == 0)
-                                return sfail(ctx, -EINVAL, "field 'secrets': '%s' is named twice", name);
+                                return api_fail(ctx, -EINVAL, "field 'secrets': '%s' is named twice", name);
                 _cleanup_(credstore_meta_release) struct credstore_meta m = { 0 };
                 int r = creds ? credstore_get(creds, tenant_id, name, &m, NULL, NULL) : -ENOTCONN;
                 if (r == -ENOENT)
-                        return sfail(ctx, -EINVAL, "field 'secrets': no secret '%s'", name);
+                        return api_fail(ctx, -EINVAL, "field 'secrets': no secret '%s'", name);
                 if (r < 0)
                         return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "failed to read secret %s: %m", name);
                 if (m.expires_at > 0 && m.expires_at <= now_s())
-                        return sfail(ctx, -EINVAL, "field 'secrets': secret '%s' has expired", name);
+                        return api_fail(ctx, -EINVAL, "field 'secrets': secret '%s' has expired", name);
                 if (m.sandbox_id)
-                        return sfail(ctx, -EINVAL,
-                                     "field 'secrets': secret '%s' is narrowed to sandbox %s, not a new one", name,
-                                     m.sandbox_id);
+                        return api_fail(ctx, -EINVAL,
+                                        "field 'secrets': secret '%s' is narrowed to sandbox %s, not a new one", name,
+                                        m.sandbox_id);
                 secretreq_env_name(name, at.env[at.n], sizeof at.env[at.n]);
                 if (json_object_get(env, at.env[at.n]))
-                        return sfail(ctx, -EINVAL, "field 'secrets': '%s' would set env %s, which 'env' sets too", name,
-                                     at.env[at.n]);
+                        return api_fail(ctx, -EINVAL,
+                                        "field 'secrets': '%s' would set env %s, which 'env' sets too", name,
+                                        at.env[at.n]);
                 new_placeholder(at.placeholder[at.n]);
                 at.names[at.n] = strdup(name);
                 if (!at.names[at.n])
@@ -286,7 +277,7 @@ int api_secrets_record(struct api_ctx *ctx, const char *tenant_id, const char *s
                                                   .env_name = (char *) at->env[i] };
                 int r = store_sandbox_secret_insert(ctx->store, tenant_id, &a);
                 if (r == -ENOENT)
-                        return sfail(ctx, -EINVAL, "field 'secrets': no secret '%s'", at->names[i]);
+                        return api_fail(ctx, -EINVAL, "field 'secrets': no secret '%s'", at->names[i]);
                 if (r < 0)
                         return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to attach secret %s: %m",
                                          at->names[i]);
@@ -313,13 +304,13 @@ int api_secret_create(struct api_ctx *ctx, const json_t *body, struct api_reply 
         if ((r = scope_of(ctx, q.tenant, &tenant_id)) < 0)
                 return r;
         if (!creds)
-                return sfail(ctx, -EIO, "the credential store is not available");
+                return api_fail(ctx, -EIO, "the credential store is not available");
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         if (q.sandbox) {
                 r = store_sandbox_get(ctx->store, q.sandbox, &sb);
                 if (r == -ENOENT ||
                     (r >= 0 && (!api_tenant_may_see(ctx, sb.tenant_id) || !same_scope(sb.tenant_id, tenant_id))))
-                        return sfail(ctx, -EINVAL, "field 'sandbox': no sandbox '%.64s' in this scope", q.sandbox);
+                        return api_fail(ctx, -EINVAL, "field 'sandbox': no sandbox '%.64s' in this scope", q.sandbox);
                 if (r < 0)
                         return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
         }
@@ -334,7 +325,7 @@ int api_secret_create(struct api_ctx *ctx, const json_t *body, struct api_reply 
                                     .created_by = (char *) ctx->key_id };
         r = credstore_put(creds, &m, q.value, q.value_len);
         if (r == -EEXIST)
-                return sfail(ctx, -EEXIST, "a secret '%s' exists already", q.name);
+                return api_fail(ctx, -EEXIST, "a secret '%s' exists already", q.name);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "failed to store secret %s: %m", q.name);
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "secret %s created in scope %s", q.name, tenant_id ?: "admin");
@@ -368,7 +359,7 @@ int api_secret_list(struct api_ctx *ctx, const char *tenant_q, struct api_reply 
         if (r < 0)
                 return r;
         if (!creds)
-                return sfail(ctx, -EIO, "the credential store is not available");
+                return api_fail(ctx, -EIO, "the credential store is not available");
         struct credstore_meta *a = NULL;
         size_t n = 0;
         r = credstore_list(creds, tenant_id, SECRETS_LIST_MAX, &a, &n);
@@ -390,10 +381,10 @@ static int secret_lookup(struct api_ctx *ctx, const char *name, const char *tena
         if (r < 0)
                 return r;
         if (!creds)
-                return sfail(ctx, -EIO, "the credential store is not available");
+                return api_fail(ctx, -EIO, "the credential store is not available");
         r = credstore_name_is_valid(name) ? credstore_get(creds, *ret_scope, name, ret, NULL, NULL) : -ENOENT;
         if (r == -ENOENT)
-                return sfail(ctx, -ENOENT, "secret '%.64s' not found", name);
+                return api_fail(ctx, -ENOENT, "secret '%.64s' not found", name);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "failed to read secret: %m");
         return 0;
@@ -424,7 +415,7 @@ int api_secret_delete(struct api_ctx *ctx, const char *name, const char *tenant_
         if (r < 0) {
                 store_string_array_free(users, n);
                 if (r == -ENOENT)
-                        return sfail(ctx, -ENOENT, "secret '%.64s' not found", name);
+                        return api_fail(ctx, -ENOENT, "secret '%.64s' not found", name);
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "failed to delete secret %s: %m", name);
         }
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "secret %s deleted from scope %s (%zu sandbox(es) lose it)", name,
@@ -442,7 +433,7 @@ int api_sandbox_secrets_get(struct api_ctx *ctx, const char *id, struct api_repl
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = store_sandbox_get(ctx->store, id, &sb);
         if (r == -ENOENT || (r >= 0 && !api_tenant_may_see(ctx, sb.tenant_id)))
-                return sfail(ctx, -ENOENT, "sandbox '%.64s' not found", id);
+                return api_fail(ctx, -ENOENT, "sandbox '%.64s' not found", id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
         struct store_sandbox_secret *a = NULL;

@@ -10,7 +10,6 @@
  */
 #include <errno.h>
 #include <sodium.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,15 +20,6 @@
 #include "macros.h"
 #include "replica.h"
 #include "util.h"
-
-static int tfail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
-static int tfail(struct api_ctx *ctx, int r, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
-        va_end(ap);
-        return r;
-}
 
 static int reply(struct api_reply *ret, unsigned status, json_t *body) {
         if (!body)
@@ -50,13 +40,13 @@ static int body_name(struct api_ctx *ctx, const json_t *body, bool required, con
         json_t *v = json_object_get(body, "name");
         if (!v || json_is_null(v)) {
                 if (required)
-                        return tfail(ctx, -EINVAL, "field 'name' is required");
+                        return api_fail(ctx, -EINVAL, "field 'name' is required");
                 *ret = NULL;
                 return 0;
         }
         if (!json_is_string(v) || !name_is_valid(json_string_value(v)))
-                return tfail(ctx, -EINVAL, "field 'name' must be 1..64 characters of [A-Za-z0-9._-], "
-                                           "not starting with '.'");
+                return api_fail(ctx, -EINVAL, "field 'name' must be 1..64 characters of [A-Za-z0-9._-], "
+                                              "not starting with '.'");
         *ret = json_string_value(v);
         return 0;
 }
@@ -84,7 +74,7 @@ static json_t *key_json(const struct store_api_key *k) {
 static int tenant_lookup(struct api_ctx *ctx, const char *id, struct store_tenant *ret) {
         int r = store_tenant_get(ctx->store, id, ret);
         if (r == -ENOENT)
-                return tfail(ctx, r, "tenant '%.64s' not found", id);
+                return api_fail(ctx, r, "tenant '%.64s' not found", id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read tenant: %m");
         return 0;
@@ -105,9 +95,9 @@ int api_tenant_create(struct api_ctx *ctx, const json_t *body, struct api_reply 
         struct store_tenant t = { .id = id, .name = (char *) name, .network = network };
         r = store_tenant_insert(ctx->store, &t, API_TENANTS_MAX);
         if (r == -EEXIST)
-                return tfail(ctx, r, "a tenant named '%s' exists already", name);
+                return api_fail(ctx, r, "a tenant named '%s' exists already", name);
         if (r == -EDQUOT)
-                return tfail(ctx, r, "there are %d tenants already, the most allowed", API_TENANTS_MAX);
+                return api_fail(ctx, r, "there are %d tenants already, the most allowed", API_TENANTS_MAX);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert tenant: %m");
         _cleanup_(store_tenant_release) struct store_tenant stored = { 0 };
@@ -146,8 +136,8 @@ int api_tenant_network_get(struct api_ctx *ctx, const char *id, struct api_reply
         if (r < 0)
                 return r;
         if (!t.network)
-                return tfail(ctx, -ENOENT, "tenant '%.64s' has no default network policy: its sandboxes get the "
-                                           "node default", id);
+                return api_fail(ctx, -ENOENT, "tenant '%.64s' has no default network policy: its sandboxes get the "
+                                              "node default", id);
         json_t *o;
         if ((r = api_network_json(t.network, &o)) < 0)
                 return r;
@@ -166,7 +156,7 @@ int api_tenant_network_put(struct api_ctx *ctx, const char *id, const json_t *bo
         if (r < 0) {
                 json_decref(o);
                 if (r == -ENOENT)
-                        return tfail(ctx, r, "tenant '%.64s' not found", id);
+                        return api_fail(ctx, r, "tenant '%.64s' not found", id);
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update tenant: %m");
         }
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "tenant %s: default network policy set (mode %s)", id,
@@ -177,7 +167,7 @@ int api_tenant_network_put(struct api_ctx *ctx, const char *id, const json_t *bo
 int api_tenant_network_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
         int r = store_tenant_network_set(ctx->store, id, NULL);
         if (r == -ENOENT)
-                return tfail(ctx, r, "tenant '%.64s' not found", id);
+                return api_fail(ctx, r, "tenant '%.64s' not found", id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update tenant: %m");
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "tenant %s: default network policy removed (the node default applies)",
@@ -189,9 +179,9 @@ int api_tenant_network_delete(struct api_ctx *ctx, const char *id, struct api_re
 int api_tenant_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
         int r = store_tenant_delete(ctx->store, id);
         if (r == -ENOENT)
-                return tfail(ctx, r, "tenant '%.64s' not found", id);
+                return api_fail(ctx, r, "tenant '%.64s' not found", id);
         if (r == -EBUSY)
-                return tfail(ctx, r, "tenant '%.64s' still owns sandboxes or images: delete them first", id);
+                return api_fail(ctx, r, "tenant '%.64s' still owns sandboxes or images: delete them first", id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to delete tenant: %m");
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "deleted tenant %s and its keys", id);
@@ -214,10 +204,10 @@ int api_key_create(struct api_ctx *ctx, const char *tenant_id, const json_t *bod
         auth_hash_token(key, hash);
         r = store_api_key_create(ctx->store, id, tenant_id, name, hash, API_KEYS_PER_TENANT_MAX);
         if (r == -ENOENT) /* the tenant went away meanwhile */
-                r = tfail(ctx, r, "tenant '%.64s' not found", tenant_id);
+                r = api_fail(ctx, r, "tenant '%.64s' not found", tenant_id);
         else if (r == -EDQUOT)
-                r = tfail(ctx, r, "tenant '%.64s' has %d keys already, the most allowed", tenant_id,
-                          API_KEYS_PER_TENANT_MAX);
+                r = api_fail(ctx, r, "tenant '%.64s' has %d keys already, the most allowed", tenant_id,
+                             API_KEYS_PER_TENANT_MAX);
         else if (r < 0)
                 r = log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert key: %m");
         if (r < 0) {
@@ -256,7 +246,7 @@ int api_key_list(struct api_ctx *ctx, const char *tenant_id, struct api_reply *r
 int api_key_delete(struct api_ctx *ctx, const char *key_id, struct api_reply *ret) {
         int r = store_api_key_delete(ctx->store, key_id);
         if (r == -ENOENT)
-                return tfail(ctx, r, "key '%.64s' not found", key_id);
+                return api_fail(ctx, r, "key '%.64s' not found", key_id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to delete key: %m");
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "revoked key %s", key_id);

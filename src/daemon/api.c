@@ -29,8 +29,7 @@
 /* a repeated create or delete waits this much longer than the first may take */
 #define REPLAY_WAIT_SLACK_S 30
 
-static int fail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
-static int fail(struct api_ctx *ctx, int r, const char *fmt, ...) {
+int api_fail(struct api_ctx *ctx, int r, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
@@ -111,7 +110,7 @@ int api_sandbox_lookup(struct api_ctx *ctx, const char *id, struct store_sandbox
         if (r >= 0 && !api_tenant_may_see(ctx, sb.tenant_id))
                 r = -ENOENT;
         if (r == -ENOENT)
-                return fail(ctx, r, "sandbox '%.64s' not found", id);
+                return api_fail(ctx, r, "sandbox '%.64s' not found", id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
         *ret = sb;
@@ -137,9 +136,9 @@ int api_sandbox_require_running(struct api_ctx *ctx, struct store_sandbox *sb) {
         if (strcmp(sb->state, "running") == 0)
                 return 0;
         if (strcmp(sb->state, "creating") == 0)
-                return fail(ctx, -EBUSY, "sandbox '%s' is still being created", sb->id);
-        return fail(ctx, -EBUSY, "sandbox '%s' is %s%s%.160s", sb->id, sb->state, sb->error ? ": " : "",
-                    sb->error ? sb->error : "");
+                return api_fail(ctx, -EBUSY, "sandbox '%s' is still being created", sb->id);
+        return api_fail(ctx, -EBUSY, "sandbox '%s' is %s%s%.160s", sb->id, sb->state, sb->error ? ": " : "",
+                        sb->error ? sb->error : "");
 }
 
 /* The first failed prebuilt template in the node's health report, or NULL. */
@@ -160,15 +159,15 @@ static int cluster_health(struct api_ctx *ctx, struct api_reply *ret) {
         size_t n = 0, ready = 0;
         int r = store_node_list(ctx->store, STORE_LIST_MAX, &nodes, &n);
         if (r < 0)
-                return fail(ctx, -EHOSTDOWN, "the store is not available (%s)", strerror(-r));
+                return api_fail(ctx, -EHOSTDOWN, "the store is not available (%s)", strerror(-r));
         for (size_t i = 0; i < n; i++)
                 ready += !nodes[i].lost_at && !nodes[i].draining;
         store_node_array_free(nodes, n);
         if (ready == 0)
-                return fail(ctx, -EHOSTDOWN, "no node of the cluster is ready (%zu joined; see GET /v1/nodes)", n);
+                return api_fail(ctx, -EHOSTDOWN, "no node of the cluster is ready (%zu joined; see GET /v1/nodes)", n);
         return reply_json(ret, MHD_HTTP_OK,
-                          json_pack("{s:s, s:{s:I, s:I}}", "status", "ok", "nodes", "ready", (json_int_t) ready, "total",
-                                    (json_int_t) n));
+                          json_pack("{s:s, s:{s:I, s:I}}", "status", "ok", "nodes", "ready", (json_int_t) ready,
+                                    "total", (json_int_t) n));
 }
 
 json_t *api_sandbox_row_json(const struct store_sandbox *sb) {
@@ -185,7 +184,7 @@ int api_health(struct api_ctx *ctx, struct api_reply *ret) {
                 return -ENOMEM;
         int r = node_call(ctx->config->node_socket, NODE_HEALTH_TIMEOUT_S, req, &rep, err);
         if (r < 0)
-                return fail(ctx, -EHOSTDOWN, "the node agent is not available (%.200s)", err);
+                return api_fail(ctx, -EHOSTDOWN, "the node agent is not available (%.200s)", err);
         const char *accel = json_string_value(json_object_get(rep, "accel"));
         json_t *templates = json_object_get(rep, "templates");
         if (!json_is_array(templates))
@@ -317,12 +316,12 @@ static int operation_outcome(struct api_ctx *ctx, const struct store_operation *
         if (strcmp(op->state, "succeeded") == 0)
                 return 0;
         if (strcmp(op->state, "failed") != 0)
-                return fail(ctx, -EBUSY, "the %s with this Idempotency-Key is still in progress (operation %s)",
-                            op->verb, op->id);
+                return api_fail(ctx, -EBUSY, "the %s with this Idempotency-Key is still in progress (operation %s)",
+                                op->verb, op->id);
         _cleanup_(json_decrefp) json_t *e = op->error ? json_loads(op->error, 0, NULL) : NULL;
         const char *code = json_string_value(json_object_get(e, "code"));
         const char *msg = json_string_value(json_object_get(e, "message"));
-        return fail(ctx, api_error_from_code(code), "%s", msg ? msg : "the operation failed");
+        return api_fail(ctx, api_error_from_code(code), "%s", msg ? msg : "the operation failed");
 }
 
 /*
@@ -377,17 +376,18 @@ static int create_tenant(struct api_ctx *ctx, const json_t *body, const char **r
         }
         const char *t = json_string_value(v);
         if (!t || !name_is_valid(t))
-                return fail(ctx, -EINVAL, "field 'tenant' must be a tenant id");
+                return api_fail(ctx, -EINVAL, "field 'tenant' must be a tenant id");
         if (ctx->tenant_id) {
                 if (strcmp(t, ctx->tenant_id) != 0)
-                        return fail(ctx, -EPERM, "field 'tenant': a tenant key creates sandboxes of its own tenant");
+                        return api_fail(ctx, -EPERM,
+                                        "field 'tenant': a tenant key creates sandboxes of its own tenant");
                 *ret = ctx->tenant_id;
                 return 0;
         }
         _cleanup_(store_tenant_release) struct store_tenant ten = { 0 };
         int r = store_tenant_get(ctx->store, t, &ten);
         if (r == -ENOENT)
-                return fail(ctx, -EINVAL, "field 'tenant': no tenant '%.64s'", t);
+                return api_fail(ctx, -EINVAL, "field 'tenant': no tenant '%.64s'", t);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read tenant: %m");
         *ret = json_string_value(v);
@@ -402,8 +402,9 @@ static int create_replay(struct api_ctx *ctx, const char *key, const char *hash,
         if (r <= 0)
                 return r;
         if (strcmp(op.verb, "create") != 0)
-                return fail(ctx, -EEXIST, "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
-                            op.sandbox_id, op.id);
+                return api_fail(ctx, -EEXIST,
+                                "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
+                                op.sandbox_id, op.id);
         if (!op.request_hash || strcmp(op.request_hash, hash) != 0) {
                 r = reply_unprocessable(ret, "Idempotency-Key already used for a create with a different request "
                                              "body (operation %s, sandbox %s)", op.id, op.sandbox_id);
@@ -444,8 +445,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
             (r = api_network_parse(ctx, c.network, "network", false, &net_given)) < 0)
                 return r;
         if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
-                return fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
-                            API_IDEMPOTENCY_KEY_MAX);
+                return api_fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
+                                API_IDEMPOTENCY_KEY_MAX);
         const char *tenant_id = NULL; /* NULL: the admin owns it */
         if ((r = create_tenant(ctx, body, &tenant_id)) < 0)
                 return r;
@@ -455,7 +456,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 if ((r = api_image_lookup(ctx, c.image, &image)) < 0)
                         return r;
                 if (!api_image_usable_by(&image, ctx, tenant_id))
-                        return fail(ctx, -EPERM, "image '%.64s' belongs to another tenant than the sandbox", c.image);
+                        return api_fail(ctx, -EPERM,
+                                        "image '%.64s' belongs to another tenant than the sandbox", c.image);
                 free(c.template_name);
                 if (!(c.template_name = strdup(image.template_name)))
                         return -ENOMEM;
@@ -555,7 +557,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 sandbox_abandon(ctx, id, r == -ETIMEDOUT || r == -ECONNRESET || r == -EBADMSG);
                 /* (from an image the node's message says what is missing) */
                 if (r == -ENOENT && !c.image)
-                        return operation_fail(ctx, op_id, fail(ctx, r, "template '%.64s' not found", c.template_name));
+                        return operation_fail(ctx, op_id, api_fail(ctx, r,
+                                                                   "template '%.64s' not found", c.template_name));
                 log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "sandbox %s: create failed: %s", id, ctx->err);
                 return operation_fail(ctx, op_id, r);
         }
@@ -566,7 +569,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "client went away while sandbox %s was created; removing it",
                          id);
                 sandbox_abandon(ctx, id, true);
-                return operation_fail(ctx, op_id, fail(ctx, -ECONNRESET, "the client closed the connection"));
+                return operation_fail(ctx, op_id, api_fail(ctx, -ECONNRESET, "the client closed the connection"));
         }
         r = store_sandbox_update_state(ctx->store, id, "running", NULL);
         if (r < 0) {
@@ -778,8 +781,9 @@ static int delete_replay(struct api_ctx *ctx, const char *id, const char *key, s
         if (r <= 0)
                 return r;
         if (strcmp(op.verb, "delete") != 0 || strcmp(op.sandbox_id, id) != 0)
-                return fail(ctx, -EEXIST, "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
-                            op.sandbox_id, op.id);
+                return api_fail(ctx, -EEXIST,
+                                "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
+                                op.sandbox_id, op.id);
         _cleanup_(store_operation_release) struct store_operation done = { 0 };
         r = api_operation_wait(ctx, op.id, (uint64_t) (ctx->config->node_timeout_s + REPLAY_WAIT_SLACK_S) * 1000,
                                &done);
@@ -792,8 +796,8 @@ static int delete_replay(struct api_ctx *ctx, const char *id, const char *key, s
 int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempotency_key, bool keep_snapshots,
                        struct api_reply *ret) {
         if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
-                return fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
-                            API_IDEMPOTENCY_KEY_MAX);
+                return api_fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
+                                API_IDEMPOTENCY_KEY_MAX);
         /* before the lookup: after the first delete the row is gone */
         int r;
         if (idempotency_key && (r = delete_replay(ctx, id, idempotency_key, ret)) != 0)
@@ -804,8 +808,9 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
                 return r;
         r = lifecycle_check(LIFECYCLE_DELETE, sb.state);
         if (r < 0)
-                return fail(ctx, -EBUSY, "cannot delete: %ssandbox is %s", r == -EBUSY ? "an operation is in progress, " : "",
-                            sb.state);
+                return api_fail(ctx, -EBUSY,
+                                "cannot delete: %ssandbox is %s", r == -EBUSY ? "an operation is in progress, " : "",
+                                sb.state);
         /* archive rather than delete only what has snapshots to keep */
         if (keep_snapshots) {
                 struct store_snapshot *snaps = NULL;
@@ -834,7 +839,8 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
         r = store_sandbox_transition(ctx->store, id, sb.state, "deleting", NULL);
         if (r == -ESTALE)
                 return operation_fail(ctx, op_id,
-                                      fail(ctx, -EBUSY, "cannot delete: the sandbox changed state meanwhile, try again"));
+                                      api_fail(ctx, -EBUSY,
+                                               "cannot delete: the sandbox changed state meanwhile, try again"));
         if (r < 0)
                 return operation_fail(
                         ctx, op_id, log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m"));
@@ -953,7 +959,7 @@ static int session_lookup(struct api_ctx *ctx, const char *sid, struct store_ses
                 ses = (struct store_session){ 0 };
         }
         if (r == -ENOENT)
-                return fail(ctx, r, "session '%.64s' not found", sid);
+                return api_fail(ctx, r, "session '%.64s' not found", sid);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read session: %m");
         return 0;
@@ -965,7 +971,7 @@ static int session_call(struct api_ctx *ctx, const struct store_session *ses, js
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = store_sandbox_get(ctx->store, ses->sandbox_id, &sb);
         if (r == -ENOENT)
-                return fail(ctx, r, "session '%.64s' not found", ses->id);
+                return api_fail(ctx, r, "session '%.64s' not found", ses->id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
         return dataplane_call(ctx->config, sb.tenant_id, sb.id, CAP_ACCESS_SESSION_ATTACH, req,
@@ -991,7 +997,7 @@ int api_session_create(struct api_ctx *ctx, const char *sandbox_id, const json_t
         auth_hash_token(token, row.token_hash);
         r = store_session_insert(ctx->store, &row);
         if (r == -ENOENT)
-                return fail(ctx, r, "sandbox '%.64s' not found", sandbox_id);
+                return api_fail(ctx, r, "sandbox '%.64s' not found", sandbox_id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert session: %m");
 
@@ -1433,7 +1439,7 @@ int api_snapshot_create(struct api_ctx *ctx, const char *id, const json_t *body,
         enum snapshot_kind kind = SNAPSHOT_DISK;
         if (kind_j && !json_is_null(kind_j) &&
             (!json_is_string(kind_j) || snapshot_kind_from_string(json_string_value(kind_j), &kind) < 0))
-                return fail(ctx, -EINVAL, "kind must be \"disk\" or \"full\"");
+                return api_fail(ctx, -EINVAL, "kind must be \"disk\" or \"full\"");
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = api_sandbox_lookup(ctx, id, &sb);
         if (r < 0)
@@ -1442,13 +1448,13 @@ int api_snapshot_create(struct api_ctx *ctx, const char *id, const json_t *body,
          * while there is a VM (paused: its vCPUs already stand still) */
         if (strcmp(sb.state, "running") != 0 &&
             strcmp(sb.state, kind == SNAPSHOT_FULL ? "paused" : "stopped") != 0)
-                return fail(ctx, -EBUSY, "cannot take a %s snapshot: sandbox is %s", snapshot_kind_to_string(kind),
-                            sb.state);
+                return api_fail(ctx, -EBUSY, "cannot take a %s snapshot: sandbox is %s", snapshot_kind_to_string(kind),
+                                sb.state);
         /* one snapshot call per sandbox at a time: a scheduled one that
          * runs is short, wait for it */
         r = scheduler_claim(id, SNAPSHOT_CLAIM_WAIT_MS);
         if (r == -EBUSY)
-                return fail(ctx, r, "cannot snapshot: another snapshot of sandbox %s is in progress", id);
+                return api_fail(ctx, r, "cannot snapshot: another snapshot of sandbox %s is in progress", id);
         if (r < 0)
                 return r;
         _cleanup_(store_snapshot_release) struct store_snapshot stored = { 0 };

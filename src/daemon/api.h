@@ -59,6 +59,8 @@ int api_sandbox_require_running(struct api_ctx *ctx, struct store_sandbox *sb);
 struct MHD_Response *api_stream_response(struct node_conn **c, uint64_t size, const char *log_ctx);
 
 int api_health(struct api_ctx *ctx, struct api_reply *ret);
+/* Writes the message for a failed request to ctx->err; returns r. */
+int api_fail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
 /* A sandbox row as the API shows it (no node's view merged in). */
 json_t *api_sandbox_row_json(const struct store_sandbox *sb);
 int api_templates_list(struct api_ctx *ctx, struct api_reply *ret);

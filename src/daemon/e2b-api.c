@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <sodium.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,15 +26,6 @@
 
 static uint8_t token_key[crypto_auth_hmacsha256_KEYBYTES];
 static bool token_key_loaded;
-
-static int efail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
-static int efail(struct api_ctx *ctx, int r, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
-        va_end(ap);
-        return r;
-}
 
 int e2b_init(const struct daemon_config *config) {
         _cleanup_free_ char *path = NULL, *text = NULL;
@@ -139,10 +129,10 @@ static int check_string_map(struct api_ctx *ctx, const json_t *o, const char *fi
         if (!o)
                 return 0;
         if (!json_is_object(o))
-                return efail(ctx, -EINVAL, "'%s' must be an object of strings", field);
+                return api_fail(ctx, -EINVAL, "'%s' must be an object of strings", field);
         const char *k;
         const json_t *v;
-        json_object_foreach((json_t *) o, k, v) if (!json_is_string(v)) return efail(
+        json_object_foreach((json_t *) o, k, v) if (!json_is_string(v)) return api_fail(
                 ctx, -EINVAL, "'%s.%.64s' must be a string", field, k);
         return 0;
 }
@@ -155,7 +145,7 @@ static int parse_timeout(struct api_ctx *ctx, const json_t *body, bool *ret_give
         if (!*ret_given)
                 return 0;
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > E2B_TIMEOUT_S_MAX)
-                return efail(ctx, -EINVAL, "'timeout' must be whole seconds, 0 to %d", E2B_TIMEOUT_S_MAX);
+                return api_fail(ctx, -EINVAL, "'timeout' must be whole seconds, 0 to %d", E2B_TIMEOUT_S_MAX);
         *ret_s = json_integer_value(t);
         return 0;
 }
@@ -234,7 +224,7 @@ static int settled(struct api_ctx *ctx, const char *id, struct store_sandbox *sb
                 if (r < 0 || !lifecycle_state_is_transitional(sb->state) || strcmp(sb->state, "creating") == 0)
                         return r;
                 if (now_monotonic_ns() >= deadline)
-                        return efail(ctx, -EBUSY, "sandbox '%.64s' is still %s", id, sb->state);
+                        return api_fail(ctx, -EBUSY, "sandbox '%.64s' is still %s", id, sb->state);
                 store_sandbox_release(sb);
                 struct timespec ts = { 0, E2B_SETTLE_POLL_MS * 1000000L };
                 nanosleep(&ts, NULL);
@@ -249,8 +239,8 @@ static int run_verb(struct api_ctx *ctx, const char *id, const char *verb) {
                 const char *state = json_string_value(json_object_get(rep.body, "state"));
                 const json_t *e = json_object_get(rep.body, "error");
                 if (!state || strcmp(state, "succeeded") != 0)
-                        r = efail(ctx, -EIO, "%s failed: %s", verb,
-                                  json_string_value(json_object_get(e, "message")) ?: "the operation did not finish");
+                        r = api_fail(ctx, -EIO, "%s failed: %s", verb,
+                                     json_string_value(json_object_get(e, "message")) ?: "the operation did not finish");
         }
         api_reply_release(&rep);
         return r;
@@ -284,14 +274,15 @@ static int network_list(struct api_ctx *ctx, const json_t *list, const char *fie
         if (!list)
                 return 0;
         if (!json_is_array(list))
-                return efail(ctx, -EINVAL, "'network.%s' must be a list of addresses, CIDR blocks or host names", field);
+                return api_fail(ctx, -EINVAL,
+                                "'network.%s' must be a list of addresses, CIDR blocks or host names", field);
         const json_t *e;
         size_t i;
         json_array_foreach(list, i, e) {
                 const char *s = json_string_value(e);
                 if (!s || !*s)
-                        return efail(ctx, -EINVAL, "'network.%s' must be a list of addresses, CIDR blocks or host "
-                                     "names", field);
+                        return api_fail(ctx, -EINVAL, "'network.%s' must be a list of addresses, CIDR blocks or host "
+                                        "names", field);
                 if (strcmp(s, E2B_ALL_TRAFFIC) == 0) {
                         *ret_all = true;
                         continue;
@@ -319,14 +310,14 @@ static int network_policy(struct api_ctx *ctx, const json_t *net, const json_t *
                 const json_t *v = json_object_get(net, unsupported[i]);
                 if (v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0) &&
                     !(json_is_array(v) && json_array_size(v) == 0))
-                        return efail(ctx, -EINVAL, "'network.%s' is not supported by Airlock (docs/e2b.md)",
-                                     unsupported[i]);
+                        return api_fail(ctx, -EINVAL, "'network.%s' is not supported by Airlock (docs/e2b.md)",
+                                        unsupported[i]);
         }
         if (net && json_is_true(json_object_get(net, "allowPublicTraffic")))
-                return efail(ctx, -EINVAL, "'network.allowPublicTraffic': a sandbox's ports always need its "
-                             "traffic token on Airlock (docs/e2b.md)");
+                return api_fail(ctx, -EINVAL, "'network.allowPublicTraffic': a sandbox's ports always need its "
+                                "traffic token on Airlock (docs/e2b.md)");
         if (net && !json_is_object(net))
-                return efail(ctx, -EINVAL, "'network' must be an object");
+                return api_fail(ctx, -EINVAL, "'network' must be an object");
         _cleanup_(json_decrefp) json_t *allow = json_array(), *deny = json_array();
         bool allow_all = false, deny_all = false;
         int r;
@@ -336,7 +327,7 @@ static int network_policy(struct api_ctx *ctx, const json_t *net, const json_t *
             (r = network_list(ctx, json_object_get(net, "denyOut"), "denyOut", &deny_all, deny)) < 0)
                 return r;
         if (internet && !json_is_null(internet) && !json_is_boolean(internet))
-                return efail(ctx, -EINVAL, "'allow_internet_access' must be a boolean");
+                return api_fail(ctx, -EINVAL, "'allow_internet_access' must be a boolean");
         if (json_is_false(internet))
                 deny_all = true;
         if (deny_all && !allow_all) {
@@ -346,8 +337,8 @@ static int network_policy(struct api_ctx *ctx, const json_t *net, const json_t *
                 return *ret ? 0 : -ENOMEM;
         }
         if (json_array_size(deny) && json_array_size(allow))
-                return efail(ctx, -EINVAL, "'network.allowOut' as exceptions to a 'denyOut' that is not all traffic "
-                             "(" E2B_ALL_TRAFFIC ") is not supported: Airlock's deny rules win (docs/network.md)");
+                return api_fail(ctx, -EINVAL, "'network.allowOut' as exceptions to a 'denyOut' that is not all traffic "
+                                "(" E2B_ALL_TRAFFIC ") is not supported: Airlock's deny rules win (docs/network.md)");
         if (json_array_size(deny))
                 *ret = json_pack("{s:s, s:O}", "mode", "allow-all", "deny", deny);
         else if (net || internet)
@@ -379,12 +370,12 @@ static int reply_page(const json_t *items, const char *next, struct api_reply *r
 /* The caller's image with this id or name; -ENOENT (message set) when none. */
 static int snapshot_lookup(struct api_ctx *ctx, const char *id_or_name, struct store_image *ret) {
         if (!name_is_valid(id_or_name))
-                return efail(ctx, -ENOENT, "snapshot '%.64s' not found", id_or_name);
+                return api_fail(ctx, -ENOENT, "snapshot '%.64s' not found", id_or_name);
         int r = api_image_lookup(ctx, id_or_name, ret);
         if (r == -ENOENT)
                 r = api_image_find(ctx, id_or_name, ret);
         if (r == -ENOENT)
-                return efail(ctx, r, "snapshot '%.64s' not found", id_or_name);
+                return api_fail(ctx, r, "snapshot '%.64s' not found", id_or_name);
         return r;
 }
 
@@ -395,7 +386,7 @@ static json_t *snapshot_info(const struct store_image *img) {
 int e2b_snapshot_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *body, struct api_reply *ret) {
         const json_t *name = json_object_get(body, "name");
         if (name && !json_is_null(name) && !json_is_string(name))
-                return efail(ctx, -EINVAL, "'name' must be a string");
+                return api_fail(ctx, -EINVAL, "'name' must be a string");
         _cleanup_(json_decrefp) json_t *v1_body = json_object();
         if (!v1_body || (json_is_string(name) && json_object_set(v1_body, "name", (json_t *) name) < 0))
                 return -ENOMEM;
@@ -416,7 +407,7 @@ int e2b_snapshot_create(struct api_ctx *ctx, const char *sandbox_id, const json_
 int e2b_snapshot_list(struct api_ctx *ctx, const struct e2b_list_query *q, struct api_reply *ret) {
         uint64_t limit = E2B_LIST_LIMIT_DEFAULT;
         if (q->limit && (parse_u64(q->limit, E2B_LIST_LIMIT_MAX, &limit) < 0 || limit == 0))
-                return efail(ctx, -EINVAL, "'limit' must be 1 to %d", E2B_LIST_LIMIT_MAX);
+                return api_fail(ctx, -EINVAL, "'limit' must be 1 to %d", E2B_LIST_LIMIT_MAX);
         /* the page after the image "<created_at ms>_<id>" (newest first) */
         uint64_t cur_at = 0;
         const char *cur_id = NULL;
@@ -425,11 +416,11 @@ int e2b_snapshot_list(struct api_ctx *ctx, const struct e2b_list_query *q, struc
                 char at[24];
                 size_t tl = us ? (size_t) (us - q->next_token) : 0;
                 if (!us || tl == 0 || tl >= sizeof at || !name_is_valid(us + 1))
-                        return efail(ctx, -EINVAL, "'nextToken' is not one this server gave out");
+                        return api_fail(ctx, -EINVAL, "'nextToken' is not one this server gave out");
                 memcpy(at, q->next_token, tl);
                 at[tl] = 0;
                 if (parse_u64(at, INT64_MAX, &cur_at) < 0)
-                        return efail(ctx, -EINVAL, "'nextToken' is not one this server gave out");
+                        return api_fail(ctx, -EINVAL, "'nextToken' is not one this server gave out");
                 cur_id = us + 1;
         }
         struct store_image *a = NULL;
@@ -479,12 +470,12 @@ int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
         for (size_t i = 0; i < ARRAY_SIZE(unsupported); i++) {
                 const json_t *v = json_object_get(body, unsupported[i]);
                 if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
-                        return efail(ctx, -EINVAL, "'%s' is not supported by Airlock's E2B front door (docs/e2b.md)",
-                                     unsupported[i]);
+                        return api_fail(ctx, -EINVAL, "'%s' is not supported by Airlock's E2B front door (docs/e2b.md)",
+                                        unsupported[i]);
         }
         const json_t *tpl_j = json_object_get(body, "templateID");
         if (tpl_j && !json_is_string(tpl_j))
-                return efail(ctx, -EINVAL, "'templateID' must be a string");
+                return api_fail(ctx, -EINVAL, "'templateID' must be a string");
         const char *tpl = airlock_template(ctx->config, tpl_j ? json_string_value(tpl_j) : "base");
         /* not an alias: a snapshot's id or name makes the sandbox from it */
         _cleanup_(store_image_release) struct store_image image = { 0 };
@@ -507,7 +498,7 @@ int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
         if ((r = network_policy(ctx, json_object_get(body, "network"), internet, &policy)) < 0)
                 return r;
         if (auto_pause && !json_is_boolean(auto_pause) && !json_is_null(auto_pause))
-                return efail(ctx, -EINVAL, "'autoPause' must be a boolean");
+                return api_fail(ctx, -EINVAL, "'autoPause' must be a boolean");
 
         _cleanup_(json_decrefp) json_t *req = image.id ? json_pack("{s:s}", "image", image.id)
                                                        : json_pack("{s:s}", "template", tpl);
@@ -540,7 +531,7 @@ int e2b_sandbox_metrics(struct api_ctx *ctx, const char *id, const char *start, 
                         struct api_reply *ret) {
         uint64_t from = 0, to = UINT64_MAX;
         if ((start && parse_u64(start, INT64_MAX, &from) < 0) || (end && parse_u64(end, INT64_MAX, &to) < 0))
-                return efail(ctx, -EINVAL, "'start' and 'end' are Unix times in seconds");
+                return api_fail(ctx, -EINVAL, "'start' and 'end' are Unix times in seconds");
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = api_sandbox_lookup(ctx, id, &sb);
         if (r < 0)
@@ -587,7 +578,7 @@ int e2b_sandbox_fork(struct api_ctx *ctx, const char *id, const json_t *body, st
         const json_t *count_j = json_object_get(body, "count");
         json_int_t count = count_j && !json_is_null(count_j) ? json_integer_value(count_j) : 1;
         if ((count_j && !json_is_null(count_j) && !json_is_integer(count_j)) || count < 1 || count > E2B_FORK_MAX)
-                return efail(ctx, -EINVAL, "'count' must be 1 to %d", E2B_FORK_MAX);
+                return api_fail(ctx, -EINVAL, "'count' must be 1 to %d", E2B_FORK_MAX);
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         if ((r = api_sandbox_lookup(ctx, id, &sb)) < 0)
                 return r;
@@ -728,7 +719,7 @@ static int parse_metadata_filter(struct api_ctx *ctx, const char *q, json_t **re
         _cleanup_(json_decrefp) json_t *filter = json_object();
         size_t qlen = strlen(q);
         if (!filter || qlen > 4096)
-                return filter ? efail(ctx, -EINVAL, "'metadata' is longer than 4096 bytes") : -ENOMEM;
+                return filter ? api_fail(ctx, -EINVAL, "'metadata' is longer than 4096 bytes") : -ENOMEM;
         _cleanup_free_ char *a = malloc(qlen + 1), *b = malloc(qlen + 1);
         if (!a || !b)
                 return -ENOMEM;
@@ -739,12 +730,12 @@ static int parse_metadata_filter(struct api_ctx *ctx, const char *q, json_t **re
                 char key[256];
                 if (kl == 0 || e2b_percent_decode(p, kl, true, a, &n) < 0 || e2b_percent_decode(a, n, false, b, &n) < 0 ||
                     n >= sizeof key)
-                        return efail(ctx, -EINVAL, "'metadata' must be key=value pairs joined by '&'");
+                        return api_fail(ctx, -EINVAL, "'metadata' must be key=value pairs joined by '&'");
                 memcpy(key, b, n + 1);
                 const char *v = eq ? eq + 1 : "";
                 size_t vl = eq ? len - kl - 1 : 0;
                 if (e2b_percent_decode(v, vl, true, a, &n) < 0 || e2b_percent_decode(a, n, false, b, &n) < 0)
-                        return efail(ctx, -EINVAL, "'metadata' has a value that is not percent-encoded");
+                        return api_fail(ctx, -EINVAL, "'metadata' has a value that is not percent-encoded");
                 json_object_set_new(filter, key, json_stringn(b, n));
                 p += len + (p[len] == '&');
         }
@@ -793,16 +784,16 @@ int e2b_sandbox_list(struct api_ctx *ctx, const struct e2b_list_query *q, struct
                         else if (len == 6 && strncmp(p, "paused", 6) == 0)
                                 want_paused = true;
                         else
-                                return efail(ctx, -EINVAL, "'state' must list running and/or paused");
+                                return api_fail(ctx, -EINVAL, "'state' must list running and/or paused");
                         p += len + (p[len] == ',');
                 }
         }
         uint64_t limit = E2B_LIST_LIMIT_DEFAULT;
         if (q->limit && (parse_u64(q->limit, E2B_LIST_LIMIT_MAX, &limit) < 0 || limit == 0))
-                return efail(ctx, -EINVAL, "'limit' must be 1 to %d", E2B_LIST_LIMIT_MAX);
+                return api_fail(ctx, -EINVAL, "'limit' must be 1 to %d", E2B_LIST_LIMIT_MAX);
         bool asc = false;
         if (q->order && strcmp(q->order, "asc") != 0 && strcmp(q->order, "desc") != 0)
-                return efail(ctx, -EINVAL, "'order' must be asc or desc");
+                return api_fail(ctx, -EINVAL, "'order' must be asc or desc");
         asc = q->order && strcmp(q->order, "asc") == 0;
         struct cursor cur = { "", "" };
         bool have_cursor = q->next_token && *q->next_token;
@@ -811,7 +802,7 @@ int e2b_sandbox_list(struct api_ctx *ctx, const struct e2b_list_query *q, struct
                 size_t tl = us ? (size_t) (us - q->next_token) : 0;
                 if (!us || tl == 0 || tl >= sizeof cur.created_at || strlen(us + 1) >= sizeof cur.id ||
                     !name_is_valid(us + 1))
-                        return efail(ctx, -EINVAL, "'nextToken' is not one this server gave out");
+                        return api_fail(ctx, -EINVAL, "'nextToken' is not one this server gave out");
                 memcpy(cur.created_at, q->next_token, tl);
                 snprintf(cur.id, sizeof cur.id, "%s", us + 1);
         }
@@ -878,7 +869,7 @@ int e2b_sandbox_set_timeout(struct api_ctx *ctx, const char *id, const json_t *b
         if (r < 0)
                 return r;
         if (!given)
-                return efail(ctx, -EINVAL, "'timeout' is required");
+                return api_fail(ctx, -EINVAL, "'timeout' is required");
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         if ((r = api_sandbox_lookup(ctx, id, &sb)) < 0)
                 return r;
@@ -889,7 +880,7 @@ int e2b_sandbox_set_timeout(struct api_ctx *ctx, const char *id, const json_t *b
         else
                 r = set_lifetime(ctx, id, timeout_s, NULL);
         if (r == -ENOENT)
-                return efail(ctx, r, "sandbox '%.64s' not found", id);
+                return api_fail(ctx, r, "sandbox '%.64s' not found", id);
         if (r < 0)
                 return r;
         *ret = (struct api_reply){ .status = MHD_HTTP_NO_CONTENT };
@@ -899,13 +890,13 @@ int e2b_sandbox_set_timeout(struct api_ctx *ctx, const char *id, const json_t *b
 int e2b_sandbox_pause(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret) {
         const json_t *memory = json_object_get(body, "memory");
         if (memory && !json_is_boolean(memory))
-                return efail(ctx, -EINVAL, "'memory' must be a boolean");
+                return api_fail(ctx, -EINVAL, "'memory' must be a boolean");
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = api_sandbox_lookup(ctx, id, &sb);
         if (r < 0)
                 return r;
         if (is_suspended(sb.state))
-                return efail(ctx, -EBUSY, "sandbox '%.64s' is already paused", id);
+                return api_fail(ctx, -EBUSY, "sandbox '%.64s' is already paused", id);
         /* (without memory E2B keeps the disk only; a suspend keeps both,
          * which is more than was asked, never less) */
         if ((r = run_verb(ctx, id, "suspend")) < 0)

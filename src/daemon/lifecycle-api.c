@@ -15,7 +15,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -76,15 +75,6 @@ static void job_free(struct job *j) {
 
 void api_suspended_snapshot_id(const char *sandbox_id, char *ret, size_t n) {
         snprintf(ret, n, "%s.suspended", sandbox_id);
-}
-
-static int lfail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
-static int lfail(struct api_ctx *ctx, int r, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
-        va_end(ap);
-        return r;
 }
 
 json_t *api_operation_json(const struct store_operation *op) {
@@ -386,7 +376,7 @@ int api_operation_by_key(struct api_ctx *ctx, const char *key, struct store_oper
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to look up an operation: %m");
         /* another tenant's key: refused without a word about its request */
         if (!api_tenant_may_see(ctx, op.tenant_id))
-                return lfail(ctx, -EEXIST, "Idempotency-Key already used for another request");
+                return api_fail(ctx, -EEXIST, "Idempotency-Key already used for another request");
         *ret = op;
         op = (struct store_operation){ 0 };
         return 1;
@@ -401,8 +391,9 @@ static int replay_by_key(struct api_ctx *ctx, const char *id, const char *verb, 
         if (r <= 0)
                 return r;
         if (strcmp(op.sandbox_id, id) != 0 || strcmp(op.verb, verb) != 0)
-                return lfail(ctx, -EEXIST, "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
-                             op.sandbox_id, op.id);
+                return api_fail(ctx, -EEXIST,
+                                "Idempotency-Key already used for %s of sandbox %s (operation %s)", op.verb,
+                                op.sandbox_id, op.id);
         r = reply_operation(ctx, op.id, wait, ret);
         return r < 0 ? r : 1;
 }
@@ -411,11 +402,11 @@ static int replay_by_key(struct api_ctx *ctx, const char *id, const char *verb, 
 static int rollback_snapshot(struct api_ctx *ctx, const char *id, const json_t *body, char *ret, size_t n) {
         const char *snap = json_string_value(json_object_get(body, "snapshot"));
         if (!snap)
-                return lfail(ctx, -EINVAL, "field \"snapshot\" (a snapshot id) is required");
+                return api_fail(ctx, -EINVAL, "field \"snapshot\" (a snapshot id) is required");
         _cleanup_(store_snapshot_release) struct store_snapshot sn = { 0 };
         int r = strlen(snap) < n ? store_snapshot_get(ctx->store, snap, &sn) : -ENOENT;
         if (r == -ENOENT || (r >= 0 && strcmp(sn.sandbox_id, id) != 0))
-                return lfail(ctx, -ENOENT, "snapshot '%.64s' of sandbox '%.64s' not found", snap, id);
+                return api_fail(ctx, -ENOENT, "snapshot '%.64s' of sandbox '%.64s' not found", snap, id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read snapshot: %m");
         snprintf(ret, n, "%s", sn.id);
@@ -445,7 +436,7 @@ int api_sandbox_wake(struct api_ctx *ctx, const char *id) {
                 if (!st || strcmp(st, "succeeded") != 0) {
                         const char *msg = json_string_value(json_object_get(json_object_get(rep.body, "error"),
                                                                             "message"));
-                        r = lfail(ctx, -EIO, "waking the suspended sandbox failed: %s", msg ?: "it did not finish");
+                        r = api_fail(ctx, -EIO, "waking the suspended sandbox failed: %s", msg ?: "it did not finish");
                 }
         }
         api_reply_release(&rep);
@@ -490,16 +481,16 @@ static int wake_placement(struct api_ctx *ctx, const struct store_sandbox *sb) {
                         r = -ENOENT;
         }
         if (r < 0)
-                return must ? lfail(ctx, -EBUSY,
-                                    "cannot wake: its node %s is %s, and no other node can wake it (%s)",
-                                    sb->node, why,
-                                    r == -ENOENT ? "its image is not whole in the object store"
-                                    : err[0]     ? err
-                                                 : strerror(-r))
+                return must ? api_fail(ctx, -EBUSY,
+                                       "cannot wake: its node %s is %s, and no other node can wake it (%s)",
+                                       sb->node, why,
+                                       r == -ENOENT ? "its image is not whole in the object store"
+                                       : err[0]     ? err
+                                                    : strerror(-r))
                             : 0;
         r = store_sandbox_move(ctx->store, sb->id, "suspended", sb->node, to);
         if (r == -ESTALE || r == -ENOENT)
-                return lfail(ctx, -EBUSY, "cannot wake: the sandbox changed meanwhile, try again");
+                return api_fail(ctx, -EBUSY, "cannot wake: the sandbox changed meanwhile, try again");
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to move sandbox: %m");
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "sandbox %s: its node %s is %s: waking it on %s", sb->id, sb->node, why,
@@ -525,18 +516,18 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         enum lifecycle_verb verb;
         int r = lifecycle_verb_from_name(verb_name, &verb);
         if (r < 0)
-                return lfail(ctx, -ENOENT, "no such verb");
+                return api_fail(ctx, -ENOENT, "no such verb");
         const struct lifecycle_transition *t = lifecycle_get(verb);
         if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
-                return lfail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
-                             API_IDEMPOTENCY_KEY_MAX);
+                return api_fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
+                                API_IDEMPOTENCY_KEY_MAX);
 
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         r = store_sandbox_get(ctx->store, id, &sb);
         if (r >= 0 && !api_tenant_may_see(ctx, sb.tenant_id))
                 r = -ENOENT; /* another tenant's: as if there were none */
         if (r == -ENOENT)
-                return lfail(ctx, r, "sandbox '%.64s' not found", id);
+                return api_fail(ctx, r, "sandbox '%.64s' not found", id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
         if (idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
@@ -545,7 +536,7 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         /* a fork child gets its parent's secrets only when asked */
         json_t *fork_secrets = json_object_get(body, "secrets");
         if (fork_secrets && !json_is_boolean(fork_secrets))
-                return lfail(ctx, -EINVAL, "field 'secrets' must be true or false");
+                return api_fail(ctx, -EINVAL, "field 'secrets' must be true or false");
         if (verb == LIFECYCLE_ROLLBACK && (r = rollback_snapshot(ctx, id, body, snapshot_id, sizeof snapshot_id)) < 0)
                 return r;
         if (verb == LIFECYCLE_SUSPEND || verb == LIFECYCLE_WAKE)
@@ -553,10 +544,10 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
 
         r = lifecycle_check(verb, sb.state);
         if (r == -EBUSY)
-                return lfail(ctx, -EBUSY, "cannot %s: another operation is in progress (sandbox is %s)", t->name,
-                             sb.state);
+                return api_fail(ctx, -EBUSY, "cannot %s: another operation is in progress (sandbox is %s)", t->name,
+                                sb.state);
         if (r < 0)
-                return lfail(ctx, -EBUSY, "cannot %s: sandbox is %s", t->name, sb.state);
+                return api_fail(ctx, -EBUSY, "cannot %s: sandbox is %s", t->name, sb.state);
         if (verb == LIFECYCLE_WAKE && (r = wake_placement(ctx, &sb)) < 0)
                 return r;
 
@@ -586,8 +577,8 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         r = store_sandbox_transition(ctx->store, id, sb.state, t->transitional, t->target);
         if (r == -ESTALE)
                 return verb_abort(ctx, op_id, NULL, NULL, NULL,
-                                  lfail(ctx, -EBUSY, "cannot %s: the sandbox changed state meanwhile, try again",
-                                        t->name));
+                                  api_fail(ctx, -EBUSY, "cannot %s: the sandbox changed state meanwhile, try again",
+                                           t->name));
         if (r < 0)
                 return verb_abort(ctx, op_id, NULL, NULL, NULL,
                                   log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to update sandbox: %m"));
@@ -619,7 +610,7 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         if (r < 0) {
                 job_free(j);
                 return verb_abort(ctx, op_id, &sb, t, child_id[0] ? child_id : NULL,
-                                  lfail(ctx, r, "too many operations in progress, try again later"));
+                                  api_fail(ctx, r, "too many operations in progress, try again later"));
         }
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "sandbox %s: %s started as %s", id, t->name, op_id);
         return reply_operation(ctx, op_id, wait, ret);
@@ -631,7 +622,7 @@ int api_operation_get(struct api_ctx *ctx, const char *op_id, struct api_reply *
         if (r >= 0 && !api_tenant_may_see(ctx, op.tenant_id))
                 r = -ENOENT; /* another tenant's: as if there were none */
         if (r == -ENOENT)
-                return lfail(ctx, r, "operation '%.64s' not found", op_id);
+                return api_fail(ctx, r, "operation '%.64s' not found", op_id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read operation: %m");
         json_t *o = api_operation_json(&op);
