@@ -44,6 +44,11 @@ int file_clone_or_copy(const char *src, const char *dst, bool *ret_cloned);
  * holes; out gets in's size. -EINVAL when in is not a regular file. */
 int fd_clone_or_copy(int in, int out, bool *ret_cloned);
 
+/* For a supervisor (airlockd, airlock-nodemgr): blocks SIGTERM, SIGINT
+ * and SIGCHLD in this thread and every thread started after it, and
+ * returns a signalfd (close-on-exec) to read them from, or -errno. */
+int signalfd_supervisor(void);
+
 uint64_t now_monotonic_ns(void);
 uint64_t now_realtime_ns(void);
 

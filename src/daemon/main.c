@@ -132,17 +132,9 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
                 log_warn_errno(negative_errno(), "Failed to become a child subreaper: %m");
 
-        sigset_t mask;
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGINT);
-        sigaddset(&mask, SIGCHLD);
-        /* blocked before any thread exists, so every thread inherits it */
-        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
-                return log_error_errno(negative_errno(), "Failed to block signals: %m");
-        _cleanup_close_ int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+        _cleanup_close_ int sfd = signalfd_supervisor();
         if (sfd < 0)
-                return log_error_errno(negative_errno(), "Failed to create signalfd: %m");
+                return log_error_errno(sfd, "Failed to set up signal handling: %m");
 
         umask(0077); /* what airlockd writes is its own (keys set their modes) */
         if ((r = prepare_dirs(c)) < 0)

@@ -257,16 +257,9 @@ static int run(const struct daemon_config *c) {
 
         if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
                 return log_error_errno(negative_errno(), "Failed to become a child subreaper: %m");
-        sigset_t mask;
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGINT);
-        sigaddset(&mask, SIGCHLD);
-        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
-                return log_error_errno(negative_errno(), "Failed to block signals: %m");
-        _cleanup_close_ int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+        _cleanup_close_ int sfd = signalfd_supervisor();
         if (sfd < 0)
-                return log_error_errno(negative_errno(), "Failed to create signalfd: %m");
+                return log_error_errno(sfd, "Failed to set up signal handling: %m");
 
         pid_t node_pid = -1;
         r = start_node(c, mgr, &node_pid);
