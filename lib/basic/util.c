@@ -360,3 +360,7 @@ int signalfd_supervisor(void) {
         int fd = signalfd(-1, &mask, SFD_CLOEXEC);
         return fd < 0 ? -errno : fd;
 }
+
+int64_t now_unix_ms(void) {
+        return (int64_t) (now_realtime_ns() / 1000000ULL);
+}

@@ -51,6 +51,8 @@ int signalfd_supervisor(void);
 
 uint64_t now_monotonic_ns(void);
 uint64_t now_realtime_ns(void);
+/* Unix time in milliseconds (the store's timestamps). */
+int64_t now_unix_ms(void);
 
 /* Fills buf with n random bytes from getrandom(2). */
 int random_bytes(void *buf, size_t n);

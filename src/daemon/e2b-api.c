@@ -248,7 +248,7 @@ static int run_verb(struct api_ctx *ctx, const char *id, const char *verb) {
 
 /* Sets the lifetime from now: timeout_s 0 ends it. */
 static int set_lifetime(struct api_ctx *ctx, const char *id, int64_t timeout_s, const char *on_expiry) {
-        int64_t at = timeout_s > 0 ? (int64_t) (now_realtime_ns() / 1000000ULL) + timeout_s * 1000 : 0;
+        int64_t at = timeout_s > 0 ? now_unix_ms() + timeout_s * 1000 : 0;
         int r = store_sandbox_expiry_set(ctx->store, id, at, timeout_s, on_expiry);
         if (r < 0 && r != -ENOENT)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to set the sandbox's lifetime: %m");
@@ -539,7 +539,7 @@ int e2b_sandbox_metrics(struct api_ctx *ctx, const char *id, const char *start, 
         _cleanup_(json_decrefp) json_t *out = json_array();
         if (!out)
                 return -ENOMEM;
-        int64_t now_ms = (int64_t) (now_realtime_ns() / 1000000ULL);
+        int64_t now_ms = now_unix_ms();
         uint64_t now_s = (uint64_t) now_ms / 1000;
         /* Airlock keeps no history: the sample of now, when it is asked
          * for and there is a VM to ask */
@@ -922,7 +922,7 @@ int e2b_sandbox_connect(struct api_ctx *ctx, const char *id, const json_t *body,
                                                               : NULL;
         if (verb && (r = run_verb(ctx, id, verb)) < 0)
                 return r;
-        int64_t now = (int64_t) (now_realtime_ns() / 1000000ULL);
+        int64_t now = now_unix_ms();
         if (verb) {
                 /* back: its clock starts again, from the timeout asked for
                  * now or the one it had */

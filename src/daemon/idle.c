@@ -87,7 +87,7 @@ static void expire(struct idle_watch *w) {
         size_t n = 0;
         if (store_sandbox_list(w->store, STORE_LIST_MAX, &a, &n) < 0)
                 return;
-        int64_t now = (int64_t) (now_realtime_ns() / 1000000ULL);
+        int64_t now = now_unix_ms();
         for (size_t i = 0; i < n; i++) {
                 struct store_sandbox *sb = &a[i];
                 if (!sb->expires_at || sb->expires_at > now || lifecycle_state_is_transitional(sb->state) ||

@@ -21,11 +21,6 @@
 #define SANDBOXES_PER_CPU 8
 
 static const struct daemon_config *config;
-
-/* the store's clock: Unix milliseconds */
-static int64_t wall_ms(void) {
-        return (int64_t) (now_realtime_ns() / 1000000);
-}
 static struct store *store;
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -52,7 +47,7 @@ int nodes_addr(const char *name, char out[NODES_ADDR_MAX]) {
                 snprintf(out, NODES_ADDR_MAX, "%s", config->node_socket);
                 return 0;
         }
-        int64_t now = wall_ms();
+        int64_t now = now_unix_ms();
         size_t i = slot_of(name);
         pthread_mutex_lock(&cache_lock);
         bool hit = strcmp(cache[i].name, name) == 0 && cache[i].until > now;
@@ -161,7 +156,7 @@ int nodes_place(const struct nodes_want *w, char **ret_node, char *err) {
                 r = -ENOMEM;
                 goto out;
         }
-        int64_t fresh = wall_ms() - (int64_t) config->node_lost_after_s * 1000;
+        int64_t fresh = now_unix_ms() - (int64_t) config->node_lost_after_s * 1000;
         bool pinned_seen = false;
         /* nodes that hold the template ready first; when none does, any
          * node that fits builds it on demand, as one machine does */

@@ -56,11 +56,6 @@ struct replica {
 
 static struct replica *self;
 
-/* the store's clock: Unix milliseconds */
-static int64_t wall_ms(void) {
-        return (int64_t) (now_realtime_ns() / 1000000);
-}
-
 struct replica *replica_self(void) {
         return self;
 }
@@ -85,7 +80,7 @@ bool replica_owns(const char *key) {
 static void live_refresh(struct replica *rp) {
         struct store_replica *reps = NULL;
         size_t n = 0;
-        int64_t since = wall_ms() - (int64_t) REPLICA_STALE_BEATS * rp->config->heartbeat_ms;
+        int64_t since = now_unix_ms() - (int64_t) REPLICA_STALE_BEATS * rp->config->heartbeat_ms;
         if (store_replica_list(rp->store, since, STORE_LIST_MAX, &reps, &n) < 0)
                 return; /* keep the last split */
         unsigned index = 0;
@@ -105,7 +100,7 @@ void replica_op_lease(struct store_operation *op) {
         if (!self || !self->config->shared_store)
                 return;
         op->owner = self->id;
-        op->lease_until = wall_ms() + REPLICA_LEASE_MS;
+        op->lease_until = now_unix_ms() + REPLICA_LEASE_MS;
 }
 
 /* ---- what replies carry ---- */
@@ -115,7 +110,7 @@ static json_t *control_json(struct replica *rp) {
         json_t *a = json_array();
         struct store_replica *reps = NULL;
         size_t n = 0;
-        int64_t since = wall_ms() - (int64_t) REPLICA_STALE_BEATS * rp->config->heartbeat_ms;
+        int64_t since = now_unix_ms() - (int64_t) REPLICA_STALE_BEATS * rp->config->heartbeat_ms;
         if (a && store_replica_list(rp->store, since, CLUSTER_CONTROL_MAX, &reps, &n) >= 0)
                 for (size_t i = 0; i < n; i++)
                         if (reps[i].cluster_address)
@@ -180,7 +175,7 @@ static int handle_join(struct replica *rp, struct link *l, const json_t *req, co
         uint8_t hash[STORE_HASH_SIZE];
         crypto_hash_sha256(hash, (const uint8_t *) t.secret, strlen(t.secret));
         sodium_memzero(&t.secret, sizeof t.secret);
-        int r = store_join_token_check(rp->store, t.id, hash, wall_ms());
+        int r = store_join_token_check(rp->store, t.id, hash, now_unix_ms());
         if (r == -EKEYEXPIRED)
                 return send_error(l, -EACCES, "the join token has expired: make a new one (`airlock nodes token`)");
         if (r < 0)
@@ -460,7 +455,7 @@ static void publish_cap_keys(struct replica *rp) {
         struct store_replica *reps = NULL;
         size_t n = 0, n_reps = 0;
         if (store_cap_key_list(rp->store, STORE_LIST_MAX, &keys, &n) < 0 ||
-            store_replica_list(rp->store, wall_ms() - GONE_REPLICA_KEYS_MS, STORE_LIST_MAX, &reps, &n_reps) < 0)
+            store_replica_list(rp->store, now_unix_ms() - GONE_REPLICA_KEYS_MS, STORE_LIST_MAX, &reps, &n_reps) < 0)
                 goto out;
         for (size_t i = 0; i < n; i++) {
                 bool mine = keys[i].replica && strcmp(keys[i].replica, rp->id) == 0, keep = !mine;
@@ -493,7 +488,7 @@ void replica_keys_changed(void) {
 static void mark_lost(struct replica *rp) {
         char **names = NULL;
         size_t n = 0;
-        int64_t cutoff = wall_ms() - (int64_t) rp->config->node_lost_after_s * 1000;
+        int64_t cutoff = now_unix_ms() - (int64_t) rp->config->node_lost_after_s * 1000;
         if (store_nodes_mark_lost(rp->store, cutoff, &names, &n) < 0)
                 return;
         for (size_t i = 0; i < n; i++) {
@@ -517,7 +512,7 @@ static void mark_lost(struct replica *rp) {
 /* Renews the leases of the operations this replica carries, and takes
  * over those whose replica stopped renewing theirs. */
 static void leases(struct replica *rp) {
-        int64_t now = wall_ms();
+        int64_t now = now_unix_ms();
         (void) store_operation_lease_renew(rp->store, rp->id, now + REPLICA_LEASE_MS, NULL);
         struct store_operation *ops = NULL;
         size_t n = 0;
@@ -535,7 +530,7 @@ static void leases(struct replica *rp) {
 
 static void *beat_main(void *arg) {
         struct replica *rp = arg;
-        struct store_replica me = { .id = rp->id, .started_at = wall_ms() };
+        struct store_replica me = { .id = rp->id, .started_at = now_unix_ms() };
         if (rp->config->advertise[0])
                 me.cluster_address = (char *) rp->config->advertise;
         for (unsigned beat = 0;; beat++) {
@@ -689,7 +684,7 @@ int replica_join_token(struct replica *rp, int64_t ttl_s, char *out, size_t n, c
         sodium_bin2hex(t.secret, sizeof t.secret, secret, sizeof secret);
         uint8_t hash[STORE_HASH_SIZE];
         crypto_hash_sha256(hash, (const uint8_t *) t.secret, strlen(t.secret));
-        int64_t expires_at = wall_ms() + ttl_s * 1000;
+        int64_t expires_at = now_unix_ms() + ttl_s * 1000;
         if ((r = store_join_token_insert(rp->store, t.id, hash, expires_at)) < 0)
                 return r;
         cluster_token_format(&t, out, n);
