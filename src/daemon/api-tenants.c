@@ -18,7 +18,6 @@
 #include "dataplane.h"
 #include "log.h"
 #include "macros.h"
-#include "replica.h"
 #include "util.h"
 
 static int reply(struct api_reply *ret, unsigned status, json_t *body) {
@@ -267,7 +266,6 @@ int api_capability_keys_rotate(struct api_ctx *ctx, struct api_reply *ret) {
         int r = dataplane_rotate_key(ctx->config, kid, previous);
         if (r < 0)
                 return r;
-        replica_keys_changed(); /* a cluster's nodes learn it with their next heartbeat */
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "capability key rotated to %s", kid);
         return reply(ret, MHD_HTTP_CREATED, json_pack("{s:s, s:s?}", "current", kid, "previous",
                                                       previous[0] ? previous : NULL));

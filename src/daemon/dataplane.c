@@ -14,6 +14,7 @@
 #include "log.h"
 #include "nodeclient.h"
 #include "nodes.h"
+#include "replica.h"
 #include "util.h"
 
 /* How the tenant of admin-owned sandboxes appears in capabilities (the
@@ -66,6 +67,10 @@ int dataplane_rotate_key(const struct daemon_config *config, char kid[CAP_KID_MA
         /* one rotation at a time; issuing waits the few ms it takes */
         pthread_mutex_lock(&signer_lock);
         int r = cap_keydir_rotate(config->cap_keys_dir, kid, previous);
+        /* in a cluster the new key reaches the store before it signs: a
+         * node refuses a capability whose key it cannot fetch */
+        if (r >= 0)
+                replica_keys_changed();
         struct cap_keyring *kr = NULL;
         char loaded[CAP_KID_MAX + 1];
         if (r >= 0)

@@ -427,7 +427,19 @@ static void *accept_main(void *arg) {
  * store, where nodes get them with their next heartbeat; takes out the
  * ones it retired (a rotation removes the one before the previous from
  * DIR/public), and those of replicas not seen for an hour. */
+static void publish_cap_keys_locked(struct replica *rp);
 static void publish_cap_keys(struct replica *rp) {
+        /* One at a time: the beat's pass reads the key dir, then deletes
+         * its keys the store has but the dir had not; a rotation
+         * publishing in between would lose its new key until the next
+         * beat, and the nodes would refuse its capabilities. */
+        static pthread_mutex_t publish_lock = PTHREAD_MUTEX_INITIALIZER;
+        pthread_mutex_lock(&publish_lock);
+        publish_cap_keys_locked(rp);
+        pthread_mutex_unlock(&publish_lock);
+}
+
+static void publish_cap_keys_locked(struct replica *rp) {
         _cleanup_free_ char *dir = strdup_printf("%s/public", rp->config->cap_keys_dir);
         DIR *d = dir ? opendir(dir) : NULL;
         if (!d)

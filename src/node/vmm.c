@@ -38,6 +38,7 @@
 #define QMP_WAIT_MS 10000      /* QEMU start until QMP answers */
 #define QMP_CMD_MS 5000        /* one ordinary QMP command */
 #define MIGRATE_WAIT_MS 60000  /* device-state save/restore; takes ms with x-ignore-shared */
+#define KILL_EXIT_WAIT_MS 30000 /* a SIGKILLed QEMU blocked in I/O, until it exits */
 #define LOG_TAIL_BYTES 2048    /* of qemu.log, quoted when QEMU dies early */
 
 
@@ -1761,8 +1762,16 @@ void vmm_destroy(struct vmm *v) {
                 /* Not our child: whoever inherited it (or airlock-nodemgr,
                  * which started it) reaps it; the pidfd still names this
                  * process alone. */
-                if (!process_exited(v))
-                        (void) kill_vm(v->pid, v->pidfd, v->start_time, v->uid, 2000, v->log_ctx);
+                int r = process_exited(v) ? 0 : kill_vm(v->pid, v->pidfd, v->start_time, v->uid, 2000, v->log_ctx);
+                if (r >= 0 && !process_exited(v)) {
+                        /* killed, but a thread blocked in disk I/O (a loaded
+                         * host, a slow volume) holds its exit: it will go */
+                        log_emit(LOG_LEVEL_WARN, v->log_ctx,
+                                 "VM pid %d still exiting 2 s after SIGKILL; waiting up to %d s more", (int) v->pid,
+                                 KILL_EXIT_WAIT_MS / 1000);
+                        struct pollfd p = { .fd = v->pidfd, .events = POLLIN };
+                        (void) poll(&p, 1, KILL_EXIT_WAIT_MS);
+                }
                 if (!process_exited(v)) {
                         vmm_strand(v);
                         return;
