@@ -52,6 +52,15 @@ case "${1:-}" in
     # PostgreSQL's server: the store's tests on its PostgreSQL backend and
     # the cluster tests start throwaway servers (tests/unit/with-postgres.sh)
     pkgs+=(postgresql-15)
+    # OpenStack Swift with its S3 API (s3api and tempauth are in
+    # python3-swift): the S3 object-store tests start a throwaway server
+    # (tests/s3lab.py, tests/unit/with-swift.sh). The library alone: the
+    # lab runs the servers and the ring builder from it; the packages
+    # swift and swift-{proxy,account,container,object} would only add the
+    # /usr/bin wrappers, rsyslog, uwsgi, a cron job and some twenty system
+    # services enabled and started on a systemd host
+    # curl: the lab's own tests sign their requests with curl --aws-sigv4
+    pkgs+=(python3-swift curl)
     ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac
