@@ -13,6 +13,8 @@ pkgs=(
   # build
   gcc libc6-dev pkg-config meson ninja-build
   libmicrohttpd-dev libjansson-dev libsodium-dev libsqlite3-dev libcurl4-openssl-dev
+  # lib/objstore's S3 backend: its XML replies
+  libxml2-dev
   # lib/netpolicy: libpsl and the public suffix list it reads (wildcard rules)
   libpsl-dev publicsuffix
   # the egress gateway's parsers: DNS (ldns), TLS (OpenSSL), HTTP/1 (llhttp's

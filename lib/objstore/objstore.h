@@ -3,8 +3,8 @@
 
 /*
  * The object store behind suspend and wake: a flat key -> bytes store with
- * several backends behind `struct objstore_ops` (a local directory today, S3
- * later), and on top of it, independent of the backend, snapshots made of
+ * several backends behind `struct objstore_ops` (a local directory, or a
+ * bucket of an S3-compatible service), and on top of it, independent of the backend, snapshots made of
  * content-addressed artifacts:
  *
  *   blobs/<sha256>                       one artifact's bytes, shared by every
@@ -29,6 +29,7 @@
 
 #include <jansson.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -79,6 +80,34 @@ extern const struct objstore_ops objstore_local_ops;
 /* Opens (creating it like mkdir -p, mode 0700) a store kept in root_dir: key
  * K is the file root_dir/K, and root_dir/.tmp holds puts in progress. */
 int objstore_open_local(const char *root_dir, struct objstore **ret);
+/* The S3 backend (lib/objstore/objstore-s3.c). */
+extern const struct objstore_ops objstore_s3_ops;
+
+/* Where an S3 store is: s3://BUCKET[/PREFIX][?endpoint=URL&region=R]. No
+ * endpoint: AWS itself (https://s3.REGION.amazonaws.com, the bucket in the
+ * host name); with one (MinIO, Ceph, Swift): path-style requests to it.
+ * Region defaults to us-east-1. */
+struct objstore_s3_location {
+        char bucket[64];
+        char prefix[OBJSTORE_KEY_MAX + 2]; /* "" or "p/q/" */
+        char endpoint[512];                /* scheme://host[:port] */
+        char region[64];
+        bool path_style;
+};
+/* Parses url; -EINVAL with what is wrong in err. */
+int objstore_s3_parse_url(const char *url, struct objstore_s3_location *ret, char *err, size_t err_size);
+/* Opens the store at l with these credentials, after checking (one HEAD of
+ * the bucket) that the bucket is there and takes them: -EACCES for wrong
+ * credentials, -ENOENT for no such bucket, each logged with S3's words. */
+int objstore_open_s3(const struct objstore_s3_location *l, const char *access_key, const char *secret_key,
+                     struct objstore **ret);
+
+/* For tests: called before each part of a multipart upload is sent (not
+ * for parts a resumed upload already has); a negative return fails that
+ * part as a failed request would. Set it before any put runs. */
+typedef int (*objstore_s3_part_fn)(const char *key, uint32_t part, void *userdata);
+void objstore_s3_set_part_hook(struct objstore *o, objstore_s3_part_fn fn, void *userdata);
+
 /* Closes the store; NULL is fine. */
 void objstore_free(struct objstore *o);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct objstore *, objstore_free);

@@ -11,6 +11,7 @@
 #include "airlock-config.h"
 #include "cluster.h"
 #include "macros.h"
+#include "objstore.h"
 #include "util.h"
 
 #define DEFAULT_DATA_DIR "/var/lib/airlock"
@@ -45,6 +46,9 @@ enum {
         OPT_VMM_UID_BASE,
         OPT_RECOVER,
         OPT_OBJSTORE_DIR,
+        OPT_OBJSTORE,
+        OPT_S3_ACCESS_KEY_FILE,
+        OPT_S3_SECRET_KEY_FILE,
         OPT_NODE_NAME,
         OPT_CAP_KEYS_DIR,
         OPT_SOCKET_GROUP,
@@ -86,6 +90,9 @@ static const struct setting settings[] = {
         { OPT_VMM_UID_BASE, "vmm-uid-base", "AIRLOCK_VMM_UID_BASE" },
         { OPT_RECOVER, "recover", "AIRLOCK_RECOVER" },
         { OPT_OBJSTORE_DIR, "objstore-dir", "AIRLOCK_OBJSTORE_DIR" },
+        { OPT_OBJSTORE, "objstore", "AIRLOCK_OBJSTORE" },
+        { OPT_S3_ACCESS_KEY_FILE, "s3-access-key-file", "AIRLOCK_S3_ACCESS_KEY_FILE" },
+        { OPT_S3_SECRET_KEY_FILE, "s3-secret-key-file", "AIRLOCK_S3_SECRET_KEY_FILE" },
         { OPT_NODE_NAME, "node-name", "AIRLOCK_NODE_NAME" },
         { OPT_CAP_KEYS_DIR, "cap-keys-dir", "AIRLOCK_CAP_KEYS_DIR" },
         { OPT_SOCKET_GROUP, "socket-group", "AIRLOCK_SOCKET_GROUP" },
@@ -103,6 +110,9 @@ void node_config_free(struct node_config *c) {
         free(c->socket_path);
         free(c->templates_dir);
         free(c->objstore_dir);
+        free(c->objstore_url);
+        free(c->s3_access_key_file);
+        free(c->s3_secret_key_file);
         free(c->node_name);
         free(c->cap_keys_dir);
         free(c->socket_group);
@@ -239,6 +249,8 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
         case OPT_GUEST_BINARY:
         case OPT_OBJSTORE_DIR:
         case OPT_CAP_KEYS_DIR:
+        case OPT_S3_ACCESS_KEY_FILE:
+        case OPT_S3_SECRET_KEY_FILE:
                 if (value[0] != '/' || strlen(value) >= 4096) {
                         r = -EINVAL;
                         break;
@@ -249,6 +261,8 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
                                : opt == OPT_IMAGES_DIR    ? &c->images_dir
                                : opt == OPT_OBJSTORE_DIR  ? &c->objstore_dir
                                : opt == OPT_CAP_KEYS_DIR  ? &c->cap_keys_dir
+                               : opt == OPT_S3_ACCESS_KEY_FILE ? &c->s3_access_key_file
+                               : opt == OPT_S3_SECRET_KEY_FILE ? &c->s3_secret_key_file
                                                           : &c->guest_binary,
                                value);
                 break;
@@ -259,6 +273,23 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
                 }
                 r = set_string(&c->qemu_binary, value);
                 break;
+        case OPT_OBJSTORE: {
+                /* a directory, as --objstore-dir, or an s3:// URL */
+                if (value[0] == '/') {
+                        r = strlen(value) < 4096 ? set_string(&c->objstore_dir, value) : -EINVAL;
+                        break;
+                }
+                struct objstore_s3_location l;
+                char why[256];
+                r = objstore_s3_parse_url(value, &l, why, sizeof why);
+                if (r < 0) {
+                        log_error("Invalid value for %s: %s (want an absolute directory or "
+                                  "s3://BUCKET[/PREFIX]?endpoint=URL&region=R)", origin, why);
+                        return -EINVAL;
+                }
+                r = set_string(&c->objstore_url, value);
+                break;
+        }
         case OPT_NODE_NAME:
         case OPT_SOCKET_GROUP:
                 if (!name_is_valid(value)) {
@@ -502,6 +533,15 @@ int node_config_load(int argc, char *argv[], struct node_config **ret, enum node
                 return -ENOMEM;
         if (c->join && !c->cluster_listen && set_string(&c->cluster_listen, "0.0.0.0:7422") < 0)
                 return -ENOMEM;
+        if (c->objstore_url && (!c->s3_access_key_file || !c->s3_secret_key_file)) {
+                log_error("An s3:// object store needs its keys in files: set AIRLOCK_S3_ACCESS_KEY_FILE and "
+                          "AIRLOCK_S3_SECRET_KEY_FILE (never on a command line)");
+                return -EINVAL;
+        }
+        if (c->objstore_url && c->objstore_dir) {
+                log_error("AIRLOCK_OBJSTORE is an s3:// URL and AIRLOCK_OBJSTORE_DIR a directory: choose one");
+                return -EINVAL;
+        }
         if (!c->join && (c->join_token_file || c->cluster_listen || c->advertise || c->labels)) {
                 log_error("--join-token-file, --cluster-listen, --advertise and --labels need --join");
                 return -EINVAL;
@@ -539,6 +579,9 @@ int node_config_export(const struct node_config *c) {
                 { "AIRLOCK_GUEST_BINARY", c->guest_binary },
                 { "AIRLOCK_TEMPLATES_DIR", c->templates_dir },
                 { "AIRLOCK_OBJSTORE_DIR", c->objstore_dir },
+                { "AIRLOCK_OBJSTORE", c->objstore_url },
+                { "AIRLOCK_S3_ACCESS_KEY_FILE", c->s3_access_key_file },
+                { "AIRLOCK_S3_SECRET_KEY_FILE", c->s3_secret_key_file },
                 { "AIRLOCK_JOIN_TOKEN_FILE", c->join_token_file },
         };
         for (size_t i = 0; i < ARRAY_SIZE(vars); i++)
@@ -571,7 +614,10 @@ void node_config_print(const struct node_config *c, FILE *f) {
         fprintf(f, "pool_size=%u\n", c->pool_size);
         fprintf(f, "vmm_uid_base=%u\n", (unsigned) c->vmm_uid_base);
         fprintf(f, "recover=%d\n", c->recover ? 1 : 0);
-        fprintf(f, "objstore_dir=%s\n", c->objstore_dir ? c->objstore_dir : "(STORAGE_ROOT/objstore)");
+        if (c->objstore_url)
+                fprintf(f, "objstore=%s\n", c->objstore_url);
+        else
+                fprintf(f, "objstore_dir=%s\n", c->objstore_dir ? c->objstore_dir : "(STORAGE_ROOT/objstore)");
         fprintf(f, "node_name=%s\n", c->node_name);
         fprintf(f, "cap_keys_dir=%s\n", c->cap_keys_dir);
         fprintf(f, "socket_group=%s\n", c->socket_group ? c->socket_group : "(none)");
@@ -615,6 +661,9 @@ void node_config_usage(FILE *f) {
               "  --recover 0|1           boot a sandbox again when its VM dies [AIRLOCK_RECOVER] (1)\n"
               "  --objstore-dir DIR      object store for suspended sandboxes [AIRLOCK_OBJSTORE_DIR]\n"
               "                          (STORAGE_ROOT/objstore)\n"
+              "  --objstore s3://BUCKET[/PREFIX]?endpoint=URL&region=R\n"
+              "                          an S3-compatible object store instead [AIRLOCK_OBJSTORE];\n"
+              "                          keys from [AIRLOCK_S3_ACCESS_KEY_FILE] [AIRLOCK_S3_SECRET_KEY_FILE]\n"
               "  --node-name NAME        this node in capabilities [AIRLOCK_NODE_NAME] (host name)\n"
               "  --cap-keys-dir DIR      capability keys; public/ is read [AIRLOCK_CAP_KEYS_DIR]\n"
               "                          (DATA_DIR/control/keys)\n"

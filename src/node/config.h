@@ -48,6 +48,9 @@ struct node_config {
         uint32_t vmm_uid_base;       /* AIRLOCK_VMM_UID_BASE: VM uid/gid = base + slot, slot < NODE_VMM_UIDS */
         bool recover;                /* AIRLOCK_RECOVER: boot a sandbox again when its VM dies */
         char *objstore_dir;          /* AIRLOCK_OBJSTORE_DIR: local object store; NULL = STORAGE_ROOT/objstore */
+        char *objstore_url;          /* AIRLOCK_OBJSTORE as s3://...: an S3 store instead (NULL: local) */
+        char *s3_access_key_file;    /* AIRLOCK_S3_ACCESS_KEY_FILE */
+        char *s3_secret_key_file;    /* AIRLOCK_S3_SECRET_KEY_FILE */
         char *node_name;             /* AIRLOCK_NODE_NAME: this node in capabilities; default the host name */
         char *cap_keys_dir;          /* AIRLOCK_CAP_KEYS_DIR: public/ holds the capability keys; DATA_DIR/control/keys */
         char *socket_group;          /* AIRLOCK_SOCKET_GROUP: the group that may connect too (airlockd's) */
@@ -76,7 +79,8 @@ int node_config_load(int argc, char *argv[], struct node_config **ret, enum node
  * AIRLOCK_SOCKET, AIRLOCK_CAP_KEYS_DIR, AIRLOCK_LOG_LEVEL, AIRLOCK_STORAGE,
  * AIRLOCK_VOLUME_GIB, AIRLOCK_VMM_UID_BASE, AIRLOCK_QEMU,
  * AIRLOCK_IMAGES_DIR, AIRLOCK_GUEST_BINARY, and AIRLOCK_TEMPLATES_DIR,
- * AIRLOCK_OBJSTORE_DIR, AIRLOCK_JOIN_TOKEN_FILE when set. A node loading
+ * AIRLOCK_OBJSTORE_DIR, AIRLOCK_OBJSTORE, AIRLOCK_S3_ACCESS_KEY_FILE,
+ * AIRLOCK_S3_SECRET_KEY_FILE, AIRLOCK_JOIN_TOKEN_FILE when set. A node loading
  * its configuration again (from this environment and the same flags) gets
  * the same one. What airlock-node started as root with --join does before
  * it becomes airlock-nodemgr --worker. */

@@ -130,6 +130,39 @@ static int serve(int listen_fd, const struct node_config *cfg) {
         }
 }
 
+/* One key from a file: its first line, at most 1 KiB. */
+static int read_key_file(const char *path, const char *what, char **ret) {
+        _cleanup_free_ char *text = NULL;
+        int r = file_read_all(path, 1024, &text, NULL);
+        if (r < 0)
+                return log_error_errno(r, "Cannot read the S3 %s from %s (it must be readable by this node's user): %m",
+                                       what, path);
+        text[strcspn(text, "\r\n")] = 0;
+        if (!*text)
+                return log_error_errno(-EINVAL, "The S3 %s file %s is empty", what, path);
+        *ret = TAKE_PTR(text);
+        return 0;
+}
+
+/* The S3 store of AIRLOCK_OBJSTORE, its keys read from their files. */
+static int open_s3(const struct node_config *cfg, struct objstore **ret) {
+        struct objstore_s3_location l;
+        char why[256];
+        int r = objstore_s3_parse_url(cfg->objstore_url, &l, why, sizeof why);
+        if (r < 0)
+                return log_error_errno(r, "AIRLOCK_OBJSTORE: %s", why);
+        _cleanup_free_ char *access = NULL, *secret = NULL;
+        if ((r = read_key_file(cfg->s3_access_key_file, "access key", &access)) < 0 ||
+            (r = read_key_file(cfg->s3_secret_key_file, "secret key", &secret)) < 0)
+                return r;
+        r = objstore_open_s3(&l, access, secret, ret);
+        sodium_memzero(secret, strlen(secret));
+        if (r >= 0)
+                log_info("object store: bucket %s at %s%s%s", l.bucket, l.endpoint, *l.prefix ? ", keys under " : "",
+                         l.prefix);
+        return r;
+}
+
 int main(int argc, char *argv[]) {
         _cleanup_(node_config_freep) struct node_config *cfg = NULL;
         enum node_config_action action;
@@ -227,18 +260,21 @@ int main(int argc, char *argv[]) {
         snprintf(pool_dir, sizeof pool_dir, "%s/pool", st->root);
 
         char objstore_dir[4200];
-        if (cfg->objstore_dir)
+        if (cfg->objstore_url)
+                snprintf(objstore_dir, sizeof objstore_dir, "%s", cfg->objstore_url);
+        else if (cfg->objstore_dir)
                 snprintf(objstore_dir, sizeof objstore_dir, "%s", cfg->objstore_dir);
         else
                 snprintf(objstore_dir, sizeof objstore_dir, "%s/objstore", st->root);
         struct objstore *objstore = NULL;
-        r = objstore_open_local(objstore_dir, &objstore);
+        r = cfg->objstore_url ? open_s3(cfg, &objstore) : objstore_open_local(objstore_dir, &objstore);
         if (r < 0) {
                 log_error_errno(r, "Failed to open the object store %s: %m", objstore_dir);
                 return 1;
         }
-        /* uploads cut off by a crash never became restorable: drop them */
-        r = objstore_gc(objstore, cfg->objstore_dir ? 3600 : 0); /* a shared one: never race another node's upload */
+        /* uploads cut off by a crash never became restorable: drop them; a
+         * configured store may be shared: never race another node's upload */
+        r = objstore_gc(objstore, cfg->objstore_dir || cfg->objstore_url ? 3600 : 0);
         if (r > 0)
                 log_info("object store %s: removed %d leftovers of interrupted uploads", objstore_dir, r);
         sandbox_set_objstore(objstore);

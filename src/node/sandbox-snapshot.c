@@ -258,8 +258,10 @@ void sandbox_set_objstore(struct objstore *o) {
 #define SUSPEND_RELEASED "suspend/released"
 #define SUSPEND_UPLOADED "suspend/uploaded"
 
-/* How long an upload that failed waits before it is tried again. */
-#define UPLOAD_RETRY_MS 30000
+/* How long an upload that failed waits before it is tried again: from a
+ * second (an object store restarting) doubling to half a minute. */
+#define UPLOAD_RETRY_FIRST_MS 1000
+#define UPLOAD_RETRY_MAX_MS 30000
 
 static bool suspend_has(const char *dir, const char *what) {
         _cleanup_free_ char *p = strdup_printf("%s/%s", dir, what);
@@ -382,15 +384,20 @@ static void *upload_thread(void *userdata) {
         struct upload_job *j = userdata;
         char ctx[96];
         snprintf(ctx, sizeof ctx, "sandbox=%s", j->id);
-        for (;;) {
+        for (unsigned wait_ms = UPLOAD_RETRY_FIRST_MS;; wait_ms = MIN(wait_ms * 2, UPLOAD_RETRY_MAX_MS)) {
                 int r = upload_once(j);
                 if (r >= 0 || atomic_load(&j->cancel))
                         break;
                 log_errno(LOG_LEVEL_WARN, r, ctx, "uploading the suspended image %s failed (it wakes from this "
-                          "node's copy meanwhile); trying again in %u s: %m", j->snapshot_id, UPLOAD_RETRY_MS / 1000);
+                          "node's copy meanwhile); trying again in %u s: %m", j->snapshot_id, (wait_ms + 999) / 1000);
                 struct timespec until;
                 clock_gettime(CLOCK_REALTIME, &until); /* the condition variable's clock */
-                until.tv_sec += UPLOAD_RETRY_MS / 1000;
+                until.tv_sec += wait_ms / 1000;
+                until.tv_nsec += (long) (wait_ms % 1000) * 1000000;
+                if (until.tv_nsec >= 1000000000) {
+                        until.tv_sec++;
+                        until.tv_nsec -= 1000000000;
+                }
                 pthread_mutex_lock(&uploads_lock);
                 while (!atomic_load(&j->cancel) &&
                        pthread_cond_timedwait(&uploads_cond, &uploads_lock, &until) != ETIMEDOUT)
