@@ -251,9 +251,9 @@ use = egg:swift#healthcheck
 """
 
 
-def _proxy_conf(port, user, d, key, region, min_segment_size):
+def _proxy_conf(port, user, d, key, region, min_segment_size, host):
     return f"""[DEFAULT]
-bind_ip = 127.0.0.1
+bind_ip = {host}
 bind_port = {port}
 workers = 0
 user = {user}
@@ -451,10 +451,13 @@ class S3Response:
 class SwiftS3:
     """A Swift with s3api on 127.0.0.1 in a temporary directory under
     base_dir (tempfile's default if None). timeout: how long start() and
-    restart_proxy() wait for the servers to answer."""
+    restart_proxy() wait for the servers to answer. host: the address the
+    S3 endpoint (the proxy) listens on, e.g. a test bridge's so that nodes
+    in network namespaces reach it; the other servers stay on loopback."""
 
     def __init__(self, base_dir=None, timeout=START_TIMEOUT, region=REGION,
-                 min_segment_size=MIN_SEGMENT_SIZE):
+                 min_segment_size=MIN_SEGMENT_SIZE, host="127.0.0.1"):
+        self.host = host
         self.base_dir = base_dir
         self.timeout = timeout
         self.region = region
@@ -521,14 +524,14 @@ class SwiftS3:
         while len(set(self.ports.values())) < len(SERVERS):
             self.ports = {k: free_port() for k in SERVERS}
         self.port = self.ports["proxy"]
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.endpoint = f"http://{self.host}:{self.port}"
         for sub in ("devices/d1", "cache"):
             os.makedirs(os.path.join(d, sub))
         files = {
             "labserver.py": LAUNCHER,
             "swift.conf": _swift_conf(secrets.token_hex(16), secrets.token_hex(16)),
             "proxy-server.conf": _proxy_conf(self.port, pw.pw_name, d, self.secret_key,
-                                             self.region, self.min_segment_size),
+                                             self.region, self.min_segment_size, self.host),
         }
         for kind in BACKENDS:
             files[f"{kind}-server.conf"] = _backend_conf(kind, self.ports[kind], pw.pw_name, d)
@@ -584,7 +587,8 @@ class SwiftS3:
                     raise LabError(f"s3lab: the {kind} server exited (status {p.returncode}) "
                                    f"while starting\n" + self._logs())
                 try:
-                    c = http.client.HTTPConnection("127.0.0.1", self.ports[kind], timeout=2)
+                    c = http.client.HTTPConnection(self.host if kind == "proxy" else "127.0.0.1",
+                                                   self.ports[kind], timeout=2)
                     c.request("GET", "/healthcheck")
                     status = c.getresponse().status
                     c.close()
@@ -679,14 +683,14 @@ class SwiftS3:
             query = list(query.items())
         if payload_hash is None:
             payload_hash = hashlib.sha256(body).hexdigest()
-        h = sigv4_headers(method, f"127.0.0.1:{self.port}", path, query, headers or {},
+        h = sigv4_headers(method, f"{self.host}:{self.port}", path, query, headers or {},
                           payload_hash, access_key or self.access_key,
                           secret_key or self.secret_key, self.region)
         target = _uri_encode(path, "/-_.~")
         q = canonical_query(query)
         if q:
             target += "?" + q
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
             c.request(method, target, body=body, headers=h)
             r = c.getresponse()
@@ -700,16 +704,19 @@ class SwiftS3:
             raise LabError(f"s3lab: PUT bucket {name}: {r.status} {r.body[:500]!r}")
         return name
 
-    def write_key_files(self, d):
+    def write_key_files(self, d, owner=None):
         """The access and the secret key, each alone in a file of its own
-        (mode 0600, owned by the caller, no newline) in d:
-        (access_path, secret_path)."""
+        (mode 0600, owned by the caller or by the user named owner, no
+        newline) in d: (access_path, secret_path)."""
         paths = []
+        pw = pwd.getpwnam(owner) if owner else None
         for name, value in (("s3-access-key", self.access_key), ("s3-secret-key", self.secret_key)):
             path = os.path.join(d, name)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "w") as f:
                 os.fchmod(f.fileno(), 0o600)
+                if pw:
+                    os.fchown(f.fileno(), pw.pw_uid, pw.pw_gid)
                 f.write(value)  # no newline: the key is the file's whole content
             paths.append(path)
         return tuple(paths)

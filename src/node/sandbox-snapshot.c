@@ -1057,13 +1057,24 @@ int sandbox_unarchive(const char *id, const char *snapshot_id, const char *netwo
 int sandbox_suspended_get(const char *id, const char *snapshot_id, bool *ret_local, bool *ret_uploaded) {
         if (!objstore)
                 return -EOPNOTSUPP;
+        /* the local copy knows whether its upload landed (the marker comes
+         * after the manifest): no round trip to the object store, which
+         * may be far, or down */
+        if (id && suspended_local(id, snapshot_id)) {
+                _cleanup_free_ char *dir = strdup_printf("%s/%s", sdir, id);
+                if (!dir)
+                        return -ENOMEM;
+                *ret_local = true;
+                *ret_uploaded = suspend_has(dir, SUSPEND_UPLOADED);
+                return 0;
+        }
         _cleanup_(json_decrefp) json_t *m = NULL;
         int r = objstore_snapshot_manifest(objstore, snapshot_id, &m);
         if (r < 0 && r != -ENOENT)
                 return r;
         *ret_uploaded = r >= 0;
-        *ret_local = id && suspended_local(id, snapshot_id);
-        return *ret_local || *ret_uploaded ? 0 : -ENOENT;
+        *ret_local = false;
+        return *ret_uploaded ? 0 : -ENOENT;
 }
 
 int sandbox_suspended_delete(const char *id, const char *snapshot_id) {
