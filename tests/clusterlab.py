@@ -1003,6 +1003,22 @@ class Replica:
         return {n["name"]: n for n in self.api("GET", "/v1/nodes")["nodes"]}
 
 
+def s3_objstore(lab, bridge):
+    """An S3 object store every worker of the lab uses: OpenStack Swift's
+    S3 API (tests/s3lab.py) listening on the bridge's address, a bucket of
+    its own, the keys in files only the node user reads. Returns (the
+    SwiftS3, the workers' environment for it); stopped at close."""
+    from s3lab import SwiftS3
+    s3 = SwiftS3(base_dir="/tmp", host=bridge.host)
+    lab.defer(s3.stop)
+    s3.start()
+    bucket = s3.bucket = s3.make_bucket(f"airlock-{bridge.tag}")
+    keys = lab.mkdir("s3-keys")
+    access, secret = s3.write_key_files(keys, owner="airlock-node")
+    return s3, {"AIRLOCK_OBJSTORE": f"s3://{bucket}?endpoint={s3.endpoint}&region={s3.region}",
+                "AIRLOCK_S3_ACCESS_KEY_FILE": access, "AIRLOCK_S3_SECRET_KEY_FILE": secret}
+
+
 def shared_objstore(lab):
     """An object store directory every worker of the lab uses (a local
     directory standing for the cluster's shared one), owned by the node
@@ -1033,10 +1049,12 @@ class Worker:
                      "--prebuild", "minimal", "--pool-size", "0", "--log-level", "debug"]
         if labels:
             self.argv += ["--labels", labels]
-        if objstore:  # shared with other workers: a wake may happen on any
+        if isinstance(objstore, str):  # shared with other workers: a wake may happen on any
             self.argv += ["--objstore-dir", objstore]
         self.env = {"AIRLOCK_TEMPLATES_DIR": h.TEMPLATES, "AIRLOCK_EGRESS_CA_DIR": h.EGRESS_CA,
                     "AIRLOCK_DNS_UPSTREAM": "127.0.0.1"}
+        if isinstance(objstore, dict):  # an S3 store's settings (s3_objstore)
+            self.env.update(objstore)
         self.proc = None
 
     def start(self):

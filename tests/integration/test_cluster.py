@@ -18,14 +18,16 @@ import time
 import harness
 import pytest
 
-from clusterlab import Replica, Worker, kill9, lab, shared_objstore, wait_for  # noqa: F401 (lab: the fixture)
+from test_recovery import alive_in_guest, start_sleeper
+from clusterlab import Replica, Worker, kill9, lab, s3_objstore, wait_for  # noqa: F401 (lab: the fixture)
 
 LOST_AFTER_S = 6
 
 
 def start_cluster(lab, n_workers, labels=None):
     """PostgreSQL, two replicas, n_workers workers joined and ready with
-    the minimal template; returns (replicas, workers)."""
+    the minimal template, their object store S3 (Swift's); returns
+    (replicas, workers, pg, s3)."""
     net = lab.bridge(nodes=n_workers)
     pg = lab.postgres(bridge=net)
     # started together: they race to migrate the empty database
@@ -39,11 +41,11 @@ def start_cluster(lab, n_workers, labels=None):
     with open(os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         f.write(token + "\n")
     join = [r.cluster_addr for r in replicas]
-    objstore = shared_objstore(lab)
+    s3, objstore = s3_objstore(lab, net)
     workers = [Worker(lab, f"w{i}", net.nodes[i], i, join, token_file, labels=(labels or {}).get(i),
                       objstore=objstore).start() for i in range(n_workers)]
     wait_ready(replicas[1], {w.name for w in workers})
-    return replicas, workers, pg
+    return replicas, workers, pg, s3
 
 
 def wait_ready(replica, names, timeout=180):
@@ -64,7 +66,7 @@ def sandbox(replica, sid):
 
 
 def test_placement_lost_node_and_return(lab, templates):
-    (r0, r1), workers, pg = start_cluster(lab, 3, labels={1: "zone=b"})
+    (r0, r1), workers, pg, s3 = start_cluster(lab, 3, labels={1: "zone=b"})
     w0, w1, w2 = workers
 
     # spread: creates through both replicas land on more than one node,
@@ -104,14 +106,17 @@ def test_placement_lost_node_and_return(lab, templates):
     assert out.returncode == 0, out.stderr
     assert all(f"w{i}" in out.stdout.decode() for i in range(3)), out.stdout
 
-    # a sandbox on w2 suspended, its image whole in the object store
+    # a sandbox on w2 suspended, its image whole in the (S3) object store
     on_w2 = [s for s, n in listed.items() if n == "w2"]
     elsewhere = [s for s, n in listed.items() if n != "w2"]
     assert on_w2 and elsewhere
     napping = r0.create("minimal", node="w2")["id"]
     r0.exec(napping, ["sh", "-c", "echo still-me > /root/mark && sync"])
+    sleeper = start_sleeper(r0, napping)
     r0.api("POST", f"/v1/sandboxes/{napping}/suspend?wait=true")
     wait_for(lambda: sandbox(r1, napping).get("image_uploaded") is True, 60, "the suspended image uploaded")
+    listing = s3.request("GET", f"/{s3.bucket}", query=[("list-type", "2")]).body.decode()
+    assert f"snapshots/{napping}" in listing, listing  # in the bucket, where any node finds it
 
     # w2 dies outright: lost after the grace, with its sandboxes; the others
     # go on, and nothing new goes there
@@ -130,6 +135,7 @@ def test_placement_lost_node_and_return(lab, templates):
     woke = sandbox(r0, napping)
     assert woke["state"] == "running" and woke["node"] in ("w0", "w1"), woke
     assert r0.exec(napping, ["cat", "/root/mark"])["stdout"] == "still-me\n"
+    assert alive_in_guest(r1, napping, sleeper)  # its processes go on there
     # a lost sandbox deleted meanwhile: its row goes now, its VM when w2 is back
     gone = on_w2.pop()
     r0.api("DELETE", f"/v1/sandboxes/{gone}", expect=204)
@@ -206,7 +212,7 @@ def in_thread(fn, *args, **kwargs):
 
 
 def test_replica_killed_mid_operation(lab, templates):
-    (r0, r1), (w0,), pg = start_cluster(lab, 1)
+    (r0, r1), (w0,), pg, _ = start_cluster(lab, 1)
 
     # mid-create: w0 made the VM, r0 dies before the store says so; r1
     # takes the operation over when r0's lease runs out and adopts the
