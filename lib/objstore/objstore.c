@@ -23,14 +23,18 @@
 
 #include "log.h"
 #include "macros.h"
+#include "seal.h"
 #include "util.h"
 
 #define BLOB_PREFIX "blobs/"
 #define SNAPSHOT_PREFIX "snapshots/"
 #define MANIFEST_NAME "manifest.json"
-/* 1: artifacts named by the SHA-256 of their bytes ("sha256"); 2 (what
- * uploads write): by that of their sparse form ("sparse_sha256"). */
+/* 1: artifacts named by the SHA-256 of their bytes ("sha256"); 2: by that
+ * of their sparse form ("sparse_sha256"); 3 (sealed, objstore-sealed.c):
+ * blobs named by a keyed hash ("blob"), the meta and the artifacts'
+ * digests sealed under the snapshot's data key ("sealed"). */
 #define MANIFEST_VERSION 2
+#define MANIFEST_VERSION_SEALED 3
 #define HASH_BUF_SIZE (1u << 20)
 #define SPARSE_BLOCK 4096
 
@@ -411,10 +415,19 @@ static const char *digest_field(enum digest_kind kind) {
         return kind == DIGEST_PLAIN ? "sha256" : "sparse_sha256";
 }
 
-static void manifest_artifact(json_t *m, size_t i, const char **name, const char **sha, uint64_t *size) {
+bool objstore_manifest_is_sealed(json_t *m) {
+        return json_integer_value(json_object_get(m, "version")) == MANIFEST_VERSION_SEALED;
+}
+
+/* The field naming an artifact's blob. */
+static const char *blob_field(json_t *m) {
+        return objstore_manifest_is_sealed(m) ? "blob" : digest_field(manifest_digest_kind(m));
+}
+
+void objstore_manifest_artifact(json_t *m, size_t i, const char **name, const char **blob, uint64_t *size) {
         json_t *a = json_array_get(json_object_get(m, "artifacts"), i);
         *name = json_string_value(json_object_get(a, "name"));
-        *sha = json_string_value(json_object_get(a, digest_field(manifest_digest_kind(m))));
+        *blob = json_string_value(json_object_get(a, blob_field(m)));
         *size = (uint64_t) json_integer_value(json_object_get(a, "size"));
 }
 
@@ -423,18 +436,28 @@ static size_t manifest_count(json_t *m) {
 }
 
 static int manifest_check(json_t *m) {
-        /* exactly the five fields: none missing, nothing unknown */
-        if (!json_is_object(m) || json_object_size(m) != 5)
-                return -EBADMSG;
         json_t *v = json_object_get(m, "version");
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > MANIFEST_VERSION)
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > MANIFEST_VERSION_SEALED)
                 return -EBADMSG;
-        const char *field = digest_field(manifest_digest_kind(m));
+        bool sealed = objstore_manifest_is_sealed(m);
+        /* exactly the fields of its version: none missing, nothing unknown
+         * (a sealed one has key and sealed where the others have meta) */
+        if (!json_is_object(m) || json_object_size(m) != (sealed ? 6 : 5))
+                return -EBADMSG;
+        const char *field = blob_field(m);
         v = json_object_get(m, "snapshot");
         if (!json_is_string(v) || !name_is_valid(json_string_value(v)))
                 return -EBADMSG;
-        if (!json_is_uint(json_object_get(m, "created_at")) || !json_is_object(json_object_get(m, "meta")))
+        if (!json_is_uint(json_object_get(m, "created_at")))
                 return -EBADMSG;
+        if (!sealed && !json_is_object(json_object_get(m, "meta")))
+                return -EBADMSG;
+        if (sealed) {
+                json_t *k = json_object_get(m, "key"), *box = json_object_get(m, "sealed");
+                if (!json_is_string(k) || json_string_length(k) == 0 || json_string_length(k) > OBJSTORE_WRAPPED_KEY_MAX ||
+                    !json_is_string(box) || json_string_length(box) == 0)
+                        return -EBADMSG;
+        }
         json_t *arts = json_object_get(m, "artifacts");
         size_t n = json_array_size(arts);
         if (!json_is_array(arts) || n == 0 || n > OBJSTORE_ARTIFACTS_MAX)
@@ -594,30 +617,272 @@ struct upload {
         int fd[OBJSTORE_ARTIFACTS_MAX];
         char sha[OBJSTORE_ARTIFACTS_MAX][OBJSTORE_SHA256_HEX];
         uint64_t size[OBJSTORE_ARTIFACTS_MAX];
+        /* sealed (a data key given): each artifact's sealed form and blob */
+        struct seal_writer *sealed[OBJSTORE_ARTIFACTS_MAX];
+        char blob[OBJSTORE_ARTIFACTS_MAX][OBJSTORE_SHA256_HEX];
 };
 
 static void upload_release(struct upload *u) {
-        for (size_t i = 0; i < u->n; i++)
+        for (size_t i = 0; i < u->n; i++) {
                 closep(&u->fd[i]);
+                seal_writer_free(u->sealed[i]);
+        }
+}
+
+/* ---- sealed artifacts (manifest version 3) ----
+ *
+ * The snapshot's data key (a random 32 bytes the caller got from its KMS,
+ * which keeps only the wrapped form) never meets the data: artifact i is
+ * sealed (lib/seal) with its own key, derived from the data key with
+ * libsodium's KDF (subkey i + 1, context "alksnap1"), and the manifest's
+ * secrets (the caller's meta, each artifact's digest and plain size) with
+ * subkey 0. The nonce of an artifact is a keyed hash of its content, as in
+ * SIV: sealing is deterministic (a retried upload sends the same bytes and
+ * resumes), and the same key never seals two different contents under one
+ * nonce. Its blob is named by another keyed hash: the store's operator
+ * learns neither the content's hash nor which snapshots share content. */
+#define SEAL_KDF_CONTEXT "alksnap1"
+
+static void derive_key(const uint8_t data_key[OBJSTORE_DATA_KEY_SIZE], uint64_t id, uint8_t out[SEAL_KEY_SIZE]) {
+        crypto_kdf_derive_from_key(out, SEAL_KEY_SIZE, id, SEAL_KDF_CONTEXT, data_key);
+}
+
+/* The nonce_base and the blob name of content (sha, size) under an
+ * artifact key. */
+static void sealed_names(const uint8_t key[SEAL_KEY_SIZE], const char *sha, uint64_t size,
+                         uint8_t nonce[SEAL_NONCE_BASE_SIZE], char blob[OBJSTORE_SHA256_HEX]) {
+        uint8_t msg[1 + (OBJSTORE_SHA256_HEX - 1) + 8], h[32]; /* tag, hex digest, size */
+        memcpy(msg + 1, sha, OBJSTORE_SHA256_HEX - 1);
+        for (size_t i = 0; i < 8; i++)
+                msg[OBJSTORE_SHA256_HEX + i] = (uint8_t) (size >> (8 * i));
+        msg[0] = 'n';
+        crypto_generichash(nonce, SEAL_NONCE_BASE_SIZE, msg, sizeof msg, key, SEAL_KEY_SIZE);
+        msg[0] = 'b';
+        crypto_generichash(h, sizeof h, msg, sizeof msg, key, SEAL_KEY_SIZE);
+        sodium_bin2hex(blob, OBJSTORE_SHA256_HEX, h, sizeof h);
+}
+
+#define SEALED_AD "airlock-manifest-v3"
+
+/* The manifest's sealed part: base64 of nonce || XChaCha20-Poly1305 of
+ * the JSON inner, bound to the snapshot id. */
+static char *seal_inner(const uint8_t data_key[OBJSTORE_DATA_KEY_SIZE], const char *snapshot_id, const char *inner) {
+        uint8_t k[SEAL_KEY_SIZE];
+        derive_key(data_key, 0, k);
+        size_t n = strlen(inner), len = crypto_aead_xchacha20poly1305_ietf_NPUBBYTES + n +
+                                        crypto_aead_xchacha20poly1305_ietf_ABYTES;
+        _cleanup_free_ uint8_t *box = malloc(len);
+        _cleanup_free_ char *ad = strdup_printf(SEALED_AD "|%s", snapshot_id);
+        char *out = box && ad ? malloc(sodium_base64_ENCODED_LEN(len, sodium_base64_VARIANT_ORIGINAL)) : NULL;
+        if (out) {
+                randombytes_buf(box, crypto_aead_xchacha20poly1305_ietf_NPUBBYTES);
+                crypto_aead_xchacha20poly1305_ietf_encrypt(box + crypto_aead_xchacha20poly1305_ietf_NPUBBYTES, NULL,
+                                                           (const uint8_t *) inner, n, (const uint8_t *) ad,
+                                                           strlen(ad), NULL, box, k);
+                sodium_bin2base64(out, sodium_base64_ENCODED_LEN(len, sodium_base64_VARIANT_ORIGINAL), box, len,
+                                  sodium_base64_VARIANT_ORIGINAL);
+        }
+        sodium_memzero(k, sizeof k);
+        return out;
+}
+
+/* Opens a sealed manifest's inner part: {"meta":{},"artifacts":{NAME:
+ * {"sparse_sha256":HEX,"size":N}}} with an entry for each artifact.
+ * -EBADMSG when it does not open (another key) or is malformed. */
+static int open_inner(json_t *m, const uint8_t data_key[OBJSTORE_DATA_KEY_SIZE], json_t **ret) {
+        const char *b64 = json_string_value(json_object_get(m, "sealed"));
+        const char *snapshot_id = json_string_value(json_object_get(m, "snapshot"));
+        size_t b64len = strlen(b64), len = 0;
+        _cleanup_free_ uint8_t *box = malloc(b64len);
+        _cleanup_free_ char *ad = strdup_printf(SEALED_AD "|%s", snapshot_id);
+        if (!box || !ad)
+                return -ENOMEM;
+        if (sodium_base642bin(box, b64len, b64, b64len, NULL, &len, NULL, sodium_base64_VARIANT_ORIGINAL) != 0 ||
+            len < crypto_aead_xchacha20poly1305_ietf_NPUBBYTES + crypto_aead_xchacha20poly1305_ietf_ABYTES)
+                return -EBADMSG;
+        size_t n = len - crypto_aead_xchacha20poly1305_ietf_NPUBBYTES - crypto_aead_xchacha20poly1305_ietf_ABYTES;
+        _cleanup_free_ char *inner = malloc(n + 1);
+        uint8_t k[SEAL_KEY_SIZE];
+        derive_key(data_key, 0, k);
+        unsigned long long got = 0;
+        int r = inner && crypto_aead_xchacha20poly1305_ietf_decrypt(
+                                 (uint8_t *) inner, &got, NULL, box + crypto_aead_xchacha20poly1305_ietf_NPUBBYTES,
+                                 len - crypto_aead_xchacha20poly1305_ietf_NPUBBYTES, (const uint8_t *) ad,
+                                 strlen(ad), box, k) == 0
+                        ? 0
+                        : -EBADMSG;
+        sodium_memzero(k, sizeof k);
+        if (r < 0)
+                return inner ? r : -ENOMEM;
+        _cleanup_(json_decrefp) json_t *o = json_loadb(inner, (size_t) got, JSON_REJECT_DUPLICATES, NULL);
+        sodium_memzero(inner, n);
+        json_t *arts = json_object_get(o, "artifacts");
+        if (!json_is_object(json_object_get(o, "meta")) || !json_is_object(arts))
+                return -EBADMSG;
+        for (size_t i = 0; i < manifest_count(m); i++) {
+                const char *name, *blob;
+                uint64_t size;
+                objstore_manifest_artifact(m, i, &name, &blob, &size);
+                json_t *a = json_object_get(arts, name);
+                const char *sha = json_string_value(json_object_get(a, "sparse_sha256"));
+                if (!sha || !sha256_hex_is_valid(sha) || !json_is_uint(json_object_get(a, "size")))
+                        return -EBADMSG;
+        }
+        *ret = TAKE_PTR(o);
+        return 0;
+}
+
+int objstore_manifest_meta(json_t *m, const uint8_t *data_key, json_t **ret_meta) {
+        if (!m || !ret_meta)
+                return -EINVAL;
+        if (!objstore_manifest_is_sealed(m)) {
+                *ret_meta = json_incref(json_object_get(m, "meta"));
+                return 0;
+        }
+        if (!data_key)
+                return -ENOKEY;
+        _cleanup_(json_decrefp) json_t *inner = NULL;
+        int r = open_inner(m, data_key, &inner);
+        if (r < 0)
+                return r;
+        *ret_meta = json_incref(json_object_get(inner, "meta"));
+        return 0;
+}
+
+const char *objstore_manifest_wrapped_key(json_t *m) {
+        return objstore_manifest_is_sealed(m) ? json_string_value(json_object_get(m, "key")) : NULL;
+}
+
+/* Makes blob hold artifact i's sealed form: written to a temporary file
+ * beside the artifact (the backends take files; on the local one it is
+ * then a reflink), put, its size checked. A blob of the right size is
+ * there already when a retried upload got this far: the same key and
+ * content seal to the same bytes. */
+static int sealed_blob_ensure(struct objstore *o, const char *ctx, const char *name, const char *path,
+                              struct seal_writer *w, const char *blob, const atomic_bool *cancel) {
+        _cleanup_free_ char *key = blob_key(blob);
+        if (!key)
+                return -ENOMEM;
+        uint64_t want = seal_writer_size(w), got = 0;
+        if (o->ops->exists(o, key, &got) >= 0 && got == want)
+                return 0;
+        _cleanup_free_ char *dir = strdup(path);
+        char *slash = dir ? strrchr(dir, '/') : NULL;
+        if (!slash)
+                return -ENOMEM;
+        *slash = 0;
+        _cleanup_free_ char *tmp = strdup_printf("%s/.%s-sealed-XXXXXX", dir, name);
+        _cleanup_free_ uint8_t *buf = malloc(HASH_BUF_SIZE);
+        _cleanup_close_ int fd = tmp && buf ? mkostemp(tmp, O_CLOEXEC) : -1;
+        if (fd < 0)
+                return tmp && buf ? negative_errno() : -ENOMEM;
+        int r = 0;
+        for (uint64_t off = 0; off < want && r >= 0;) {
+                if (cancel && atomic_load(cancel)) {
+                        r = -ECANCELED;
+                        break;
+                }
+                size_t k = (size_t) MIN((uint64_t) HASH_BUF_SIZE, want - off);
+                r = seal_writer_read_at(w, off, buf, k);
+                if (r >= 0)
+                        r = fd_write_all(fd, buf, k);
+                off += k;
+        }
+        if (r >= 0)
+                r = o->ops->put(o, key, fd);
+        (void) unlink(tmp);
+        if (r < 0)
+                return r == -ECANCELED ? r : log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to upload artifact %s: %m", name);
+        if (o->ops->exists(o, key, &got) < 0 || got != want)
+                return log_errno(LOG_LEVEL_ERROR, -EBADMSG, ctx, "artifact %s did not land whole", name);
+        return 0;
+}
+
+/* Downloads artifact i of a sealed manifest into part: the sealed blob to
+ * a temporary file beside it, opened chunk by chunk (each authenticated
+ * before a byte of it is written) into part, then the plaintext's digest
+ * checked against the sealed inner part. */
+static int fetch_sealed(struct objstore *o, const char *ctx, const char *name, const char *blob, uint64_t stored,
+                        const uint8_t key[SEAL_KEY_SIZE], const char *sha, uint64_t size, const char *part) {
+        _cleanup_free_ char *k = blob_key(blob), *sealed = strdup_printf("%s~sealed", part);
+        _cleanup_free_ uint8_t *buf = malloc(HASH_BUF_SIZE);
+        if (!k || !sealed || !buf)
+                return -ENOMEM;
+        int r = o->ops->get(o, k, sealed);
+        uint64_t got = 0;
+        if (r == -ENOENT && o->ops->exists(o, k, &got) == -ENOENT)
+                return log_errno(LOG_LEVEL_ERROR, -EBADMSG, ctx, "blob %s of artifact %s is missing", blob, name);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to download artifact %s: %m", name);
+        _cleanup_close_ int in = open(sealed, O_RDONLY | O_CLOEXEC);
+        (void) unlink(sealed);
+        _cleanup_close_ int out = open(part, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (in < 0 || out < 0)
+                return negative_errno();
+        struct seal_reader *rd = NULL;
+        r = seal_reader_new(key, out, &rd);
+        for (uint64_t off = 0; r >= 0;) {
+                ssize_t n = read(in, buf, HASH_BUF_SIZE);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0) {
+                        r = n < 0 ? negative_errno() : off == stored ? seal_reader_finish(rd) : -EBADMSG;
+                        break;
+                }
+                off += (uint64_t) n;
+                r = seal_reader_feed(rd, buf, (size_t) n);
+        }
+        seal_reader_free(rd);
+        if (r == -EBADMSG)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx, "artifact %s does not match its manifest (tampered, "
+                                 "corrupt or another key's)", name);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to open artifact %s: %m", name);
+        char hex[OBJSTORE_SHA256_HEX];
+        r = fd_digest(out, DIGEST_SPARSE, NULL, hex, &got);
+        if (r < 0)
+                return r;
+        if (got != size || strcmp(hex, sha) != 0)
+                return log_errno(LOG_LEVEL_ERROR, -EBADMSG, ctx, "artifact %s does not match its manifest", name);
+        return 0;
 }
 
 /* The manifest as compact JSON, refused (before any blob is uploaded) when
  * objstore_manifest_parse() could not read it back: too large, or a meta
  * the strict parser refuses (a string with a NUL). */
 static int manifest_build(const char *snapshot_id, const struct objstore_artifact *a, const struct upload *u,
-                          json_t *meta, char **ret, size_t *ret_len) {
-        _cleanup_(json_decrefp) json_t *arts = json_array();
-        if (!arts)
+                          json_t *meta, const struct objstore_data_key *key, char **ret, size_t *ret_len) {
+        _cleanup_(json_decrefp) json_t *arts = json_array(), *inner = json_object();
+        if (!arts || !inner)
                 return -ENOMEM;
-        for (size_t i = 0; i < u->n; i++)
-                if (json_array_append_new(arts, json_pack("{s:s,s:s,s:I}", "name", a[i].name,
-                                                          digest_field(DIGEST_SPARSE), u->sha[i],
-                                                          "size", (json_int_t) u->size[i])) < 0)
+        for (size_t i = 0; i < u->n; i++) {
+                json_t *entry = key ? json_pack("{s:s,s:s,s:I}", "name", a[i].name, "blob", u->blob[i], "size",
+                                                (json_int_t) seal_writer_size(u->sealed[i]))
+                                    : json_pack("{s:s,s:s,s:I}", "name", a[i].name, digest_field(DIGEST_SPARSE),
+                                                u->sha[i], "size", (json_int_t) u->size[i]);
+                if (json_array_append_new(arts, entry) < 0 ||
+                    (key && json_object_set_new(inner, a[i].name, json_pack("{s:s,s:I}", "sparse_sha256", u->sha[i],
+                                                                            "size", (json_int_t) u->size[i])) < 0))
                         return -ENOMEM;
-        _cleanup_(json_decrefp) json_t *m = json_pack(
-                "{s:i,s:s,s:I,s:o,s:O}", "version", MANIFEST_VERSION, "snapshot", snapshot_id, "created_at",
-                (json_int_t) (now_realtime_ns() / 1000000), "meta", meta ? json_incref(meta) : json_object(),
-                "artifacts", arts);
+        }
+        _cleanup_(json_decrefp) json_t *m = NULL;
+        if (key) {
+                _cleanup_(json_decrefp) json_t *secret = json_pack("{s:o,s:O}", "meta",
+                                                                   meta ? json_incref(meta) : json_object(),
+                                                                   "artifacts", inner);
+                _cleanup_free_ char *text = secret ? json_dumps(secret, JSON_COMPACT) : NULL;
+                _cleanup_free_ char *box = text ? seal_inner(key->key, snapshot_id, text) : NULL;
+                if (text)
+                        sodium_memzero(text, strlen(text));
+                if (!box)
+                        return -ENOMEM;
+                m = json_pack("{s:i,s:s,s:I,s:s,s:s,s:O}", "version", MANIFEST_VERSION_SEALED, "snapshot", snapshot_id,
+                              "created_at", (json_int_t) (now_realtime_ns() / 1000000), "key", key->wrapped, "sealed",
+                              box, "artifacts", arts);
+        } else
+                m = json_pack("{s:i,s:s,s:I,s:o,s:O}", "version", MANIFEST_VERSION, "snapshot", snapshot_id,
+                              "created_at", (json_int_t) (now_realtime_ns() / 1000000), "meta",
+                              meta ? json_incref(meta) : json_object(), "artifacts", arts);
         if (!m)
                 return -ENOMEM;
         _cleanup_free_ char *s = json_dumps(m, JSON_COMPACT);
@@ -646,7 +911,8 @@ static int put_bytes(struct objstore *o, const char *key, const char *data, size
 }
 
 static int snapshot_upload_locked(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
-                                  size_t n, json_t *meta, const atomic_bool *cancel, const char *ctx) {
+                                  size_t n, json_t *meta, const struct objstore_data_key *key,
+                                  const atomic_bool *cancel, const char *ctx) {
         _cleanup_free_ char *mkey = manifest_key(snapshot_id);
         if (!mkey)
                 return -ENOMEM;
@@ -668,17 +934,27 @@ static int snapshot_upload_locked(struct objstore *o, const char *snapshot_id, c
                 r = fd_digest(u.fd[i], DIGEST_SPARSE, cancel, u.sha[i], &u.size[i]);
                 if (r < 0)
                         return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to hash artifact %s: %m", a[i].name);
+                if (key) {
+                        uint8_t k[SEAL_KEY_SIZE], nonce[SEAL_NONCE_BASE_SIZE];
+                        derive_key(key->key, i + 1, k);
+                        sealed_names(k, u.sha[i], u.size[i], nonce, u.blob[i]);
+                        r = seal_writer_new_nonce(u.fd[i], k, 0, nonce, &u.sealed[i]);
+                        sodium_memzero(k, sizeof k);
+                        if (r < 0)
+                                return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to seal artifact %s: %m", a[i].name);
+                }
         }
         _cleanup_free_ char *manifest = NULL;
         size_t len = 0;
-        r = manifest_build(snapshot_id, a, &u, meta, &manifest, &len);
+        r = manifest_build(snapshot_id, a, &u, meta, key, &manifest, &len);
         if (r < 0)
                 return r;
 
         for (size_t i = 0; i < n; i++) {
                 if (cancel && atomic_load(cancel))
                         return -ECANCELED;
-                r = blob_ensure(o, ctx, a[i].name, u.fd[i], u.sha[i], u.size[i], cancel);
+                r = key ? sealed_blob_ensure(o, ctx, a[i].name, a[i].path, u.sealed[i], u.blob[i], cancel)
+                        : blob_ensure(o, ctx, a[i].name, u.fd[i], u.sha[i], u.size[i], cancel);
                 if (r < 0)
                         return r;
                 if (o->blob_landed)
@@ -700,6 +976,12 @@ int objstore_snapshot_upload(struct objstore *o, const char *snapshot_id, const 
 int objstore_snapshot_upload_cancellable(struct objstore *o, const char *snapshot_id,
                                          const struct objstore_artifact *a, size_t n, json_t *meta,
                                          const atomic_bool *cancel) {
+        return objstore_snapshot_upload_sealed(o, snapshot_id, a, n, meta, NULL, cancel);
+}
+
+int objstore_snapshot_upload_sealed(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
+                                    size_t n, json_t *meta, const struct objstore_data_key *key,
+                                    const atomic_bool *cancel) {
         if (!o || !name_is_valid(snapshot_id) || !a || n == 0 || n > OBJSTORE_ARTIFACTS_MAX ||
             (meta && !json_is_object(meta)))
                 return -EINVAL;
@@ -714,10 +996,10 @@ int objstore_snapshot_upload_cancellable(struct objstore *o, const char *snapsho
         snprintf(ctx, sizeof ctx, "snapshot=%s", snapshot_id);
         uint64_t t0 = now_monotonic_ns();
         pthread_rwlock_rdlock(&o->lock);
-        int r = snapshot_upload_locked(o, snapshot_id, a, n, meta, cancel, ctx);
+        int r = snapshot_upload_locked(o, snapshot_id, a, n, meta, key, cancel, ctx);
         pthread_rwlock_unlock(&o->lock);
         if (r >= 0)
-                log_emit(LOG_LEVEL_INFO, ctx, "snapshot uploaded: %zu artifacts, %llu ms", n,
+                log_emit(LOG_LEVEL_INFO, ctx, "snapshot uploaded%s: %zu artifacts, %llu ms", key ? " (sealed)" : "", n,
                          (unsigned long long) ((now_monotonic_ns() - t0) / 1000000));
         return r;
 }
@@ -769,11 +1051,16 @@ static int fetch_verified(struct objstore *o, const char *ctx, const char *name,
 }
 
 static int snapshot_download_locked(struct objstore *o, const char *snapshot_id, const char *dst_dir,
-                                    const char *ctx) {
-        _cleanup_(json_decrefp) json_t *m = NULL;
+                                    const uint8_t *data_key, const char *ctx) {
+        _cleanup_(json_decrefp) json_t *m = NULL, *inner = NULL;
         int r = manifest_load(o, snapshot_id, &m);
         if (r < 0)
                 return r;
+        bool sealed = objstore_manifest_is_sealed(m);
+        if (sealed && !data_key)
+                return log_errno(LOG_LEVEL_ERROR, -ENOKEY, ctx, "the snapshot is sealed and no data key was given");
+        if (sealed && (r = open_inner(m, data_key, &inner)) < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx, "the snapshot's manifest does not open with this data key");
         r = mkdir_p(dst_dir, 0700);
         if (r < 0)
                 return r;
@@ -785,11 +1072,21 @@ static int snapshot_download_locked(struct objstore *o, const char *snapshot_id,
         for (size_t i = 0; i < n && r >= 0; i++) {
                 const char *name, *sha;
                 uint64_t size;
-                manifest_artifact(m, i, &name, &sha, &size);
+                objstore_manifest_artifact(m, i, &name, &sha, &size);
                 part[i] = part_path(dst_dir, name);
                 final[i] = strdup_printf("%s/%s", dst_dir, name);
-                r = part[i] && final[i] ? fetch_verified(o, ctx, name, manifest_digest_kind(m), sha, size, part[i])
-                                         : -ENOMEM;
+                if (!part[i] || !final[i])
+                        r = -ENOMEM;
+                else if (sealed) {
+                        json_t *a = json_object_get(json_object_get(inner, "artifacts"), name);
+                        uint8_t k[SEAL_KEY_SIZE];
+                        derive_key(data_key, i + 1, k);
+                        r = fetch_sealed(o, ctx, name, sha, size, k,
+                                         json_string_value(json_object_get(a, "sparse_sha256")),
+                                         (uint64_t) json_integer_value(json_object_get(a, "size")), part[i]);
+                        sodium_memzero(k, sizeof k);
+                } else
+                        r = fetch_verified(o, ctx, name, manifest_digest_kind(m), sha, size, part[i]);
         }
         while (r >= 0 && landed < n) {
                 if (rename(part[landed], final[landed]) < 0)
@@ -811,12 +1108,17 @@ static int snapshot_download_locked(struct objstore *o, const char *snapshot_id,
 }
 
 int objstore_snapshot_download(struct objstore *o, const char *snapshot_id, const char *dst_dir) {
+        return objstore_snapshot_download_sealed(o, snapshot_id, dst_dir, NULL);
+}
+
+int objstore_snapshot_download_sealed(struct objstore *o, const char *snapshot_id, const char *dst_dir,
+                                      const uint8_t *data_key) {
         if (!o || !name_is_valid(snapshot_id) || !dst_dir || !*dst_dir)
                 return -EINVAL;
         char ctx[96];
         snprintf(ctx, sizeof ctx, "snapshot=%s", snapshot_id);
         pthread_rwlock_rdlock(&o->lock);
-        int r = snapshot_download_locked(o, snapshot_id, dst_dir, ctx);
+        int r = snapshot_download_locked(o, snapshot_id, dst_dir, data_key, ctx);
         pthread_rwlock_unlock(&o->lock);
         return r;
 }
@@ -860,7 +1162,7 @@ static int collect_refs(struct objstore *o, char ***ret, size_t *ret_n) {
                 for (size_t i = 0; i < c; i++) {
                         const char *name, *sha;
                         uint64_t size;
-                        manifest_artifact(m, i, &name, &sha, &size);
+                        objstore_manifest_artifact(m, i, &name, &sha, &size);
                         refs[n] = strdup(sha);
                         refs[n + 1] = NULL;
                         if (!refs[n])
@@ -910,7 +1212,7 @@ static void blobs_release_locked(struct objstore *o, json_t *m, const char *ctx)
         for (size_t i = 0; i < manifest_count(m); i++) {
                 const char *name, *sha;
                 uint64_t size;
-                manifest_artifact(m, i, &name, &sha, &size);
+                objstore_manifest_artifact(m, i, &name, &sha, &size);
                 if (refs_contain(refs, nrefs, sha))
                         continue;
                 _cleanup_free_ char *key = blob_key(sha);

@@ -189,6 +189,47 @@ int objstore_snapshot_upload(struct objstore *o, const char *snapshot_id, const 
 int objstore_snapshot_upload_cancellable(struct objstore *o, const char *snapshot_id,
                                          const struct objstore_artifact *a, size_t n, json_t *meta,
                                          const atomic_bool *cancel);
+/*
+ * Sealed snapshots (manifest version 3): every artifact stored encrypted
+ * and authenticated (lib/seal: XChaCha20-Poly1305 in 64 KiB chunks, holes
+ * not stored) under its own key derived from the snapshot's data key, and
+ * the caller's meta and each artifact's digest sealed in the manifest:
+ *
+ *   {"version":3,"snapshot":ID,"created_at":UNIX_MS,"key":WRAPPED,
+ *    "sealed":BASE64,"artifacts":[{"name":N,"blob":HEX,"size":SEALED_BYTES},...]}
+ *
+ * WRAPPED is the data key as the caller's KMS wrapped it (opaque here: the
+ * store keeps no key that opens anything). A wrong or missing data key
+ * opens nothing: -EBADMSG / -ENOKEY.
+ */
+#define OBJSTORE_DATA_KEY_SIZE 32
+#define OBJSTORE_WRAPPED_KEY_MAX 512
+struct objstore_data_key {
+        uint8_t key[OBJSTORE_DATA_KEY_SIZE];
+        const char *wrapped; /* 1..OBJSTORE_WRAPPED_KEY_MAX bytes */
+};
+/* objstore_snapshot_upload_cancellable(), sealed with key (NULL: as that,
+ * in the clear, manifest version 2). */
+int objstore_snapshot_upload_sealed(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
+                                    size_t n, json_t *meta, const struct objstore_data_key *key,
+                                    const atomic_bool *cancel);
+/* objstore_snapshot_download() of a sealed snapshot with its data key (NULL
+ * for one in the clear; a sealed one without it is -ENOKEY). A tampered,
+ * swapped, truncated or foreign artifact is -EBADMSG, and nothing of it is
+ * left in dst_dir. */
+int objstore_snapshot_download_sealed(struct objstore *o, const char *snapshot_id, const char *dst_dir,
+                                      const uint8_t *data_key);
+/* Whether a parsed manifest is sealed; its wrapped data key (NULL if not
+ * sealed); its meta (a new reference): as stored in the clear, or opened
+ * with data_key (-ENOKEY without, -EBADMSG with another). */
+bool objstore_manifest_is_sealed(json_t *manifest);
+const char *objstore_manifest_wrapped_key(json_t *manifest);
+int objstore_manifest_meta(json_t *manifest, const uint8_t *data_key, json_t **ret_meta);
+/* Artifact i of a parsed manifest: its name, its blob's name (the digest of
+ * versions 1 and 2) and its stored size. */
+void objstore_manifest_artifact(json_t *manifest, size_t i, const char **ret_name, const char **ret_blob,
+                                uint64_t *ret_size);
+
 /* Reads and validates a snapshot's manifest (see objstore_manifest_parse()).
  * -ENOENT when there is none (the snapshot is not restorable), -EBADMSG when
  * it is malformed. */

@@ -483,6 +483,11 @@ static int writer_scan(struct seal_header *h, int fd) {
 
 int seal_writer_new(int plain_fd, const uint8_t key[SEAL_KEY_SIZE], uint32_t chunk_size,
                     struct seal_writer **ret) {
+        return seal_writer_new_nonce(plain_fd, key, chunk_size, NULL, ret);
+}
+
+int seal_writer_new_nonce(int plain_fd, const uint8_t key[SEAL_KEY_SIZE], uint32_t chunk_size,
+                          const uint8_t nonce_base[SEAL_NONCE_BASE_SIZE], struct seal_writer **ret) {
         if (plain_fd < 0 || !key || !ret)
                 return -EINVAL;
         if (chunk_size == 0)
@@ -500,7 +505,10 @@ int seal_writer_new(int plain_fd, const uint8_t key[SEAL_KEY_SIZE], uint32_t chu
         int r = header_alloc(key, (uint64_t) st.st_size, chunk_size, &h);
         if (r < 0)
                 return r;
-        randombytes_buf(h->bytes + MAGIC_SIZE + 16, SEAL_NONCE_BASE_SIZE);
+        if (nonce_base)
+                memcpy(h->bytes + MAGIC_SIZE + 16, nonce_base, SEAL_NONCE_BASE_SIZE);
+        else
+                randombytes_buf(h->bytes + MAGIC_SIZE + 16, SEAL_NONCE_BASE_SIZE);
         r = writer_scan(h, plain_fd);
         if (r < 0)
                 return r;

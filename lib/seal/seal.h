@@ -96,6 +96,13 @@ struct seal_writer;
  */
 int seal_writer_new(int plain_fd, const uint8_t key[SEAL_KEY_SIZE], uint32_t chunk_size,
                     struct seal_writer **ret);
+/* As seal_writer_new(), with the caller's nonce_base (NULL: random). The
+ * same key and nonce_base must never seal two different plaintexts (the
+ * keystream would repeat): derive it from the key and the plaintext's
+ * hash, as SIV does, which makes sealing deterministic, so that a retried
+ * upload sends the same bytes and can resume. */
+int seal_writer_new_nonce(int plain_fd, const uint8_t key[SEAL_KEY_SIZE], uint32_t chunk_size,
+                          const uint8_t nonce_base[SEAL_NONCE_BASE_SIZE], struct seal_writer **ret);
 /* The sealed object's size in bytes, header included. */
 uint64_t seal_writer_size(const struct seal_writer *w);
 /* How many chunks the object stores (not all-zero), and how many there are. */

@@ -348,6 +348,58 @@ static void test_snapshot_round_trip_and_corrupt_blob(void **state) {
         assert_int_equal(rm_rf(dir), 0);
 }
 
+/* Whether any object in the store holds needle (each fetched whole). */
+static bool store_contains(struct objstore *o, const char *dir, const char *needle) {
+        _cleanup_(objstore_keys_freep) char **keys = NULL;
+        assert_int_equal(objstore_list(o, "", &keys), 0);
+        bool found = false;
+        for (char **k = keys; *k && !found; k++) {
+                _cleanup_free_ char *p = strdup_printf("%s/fetched", dir), *data = NULL;
+                size_t len = 0;
+                assert_int_equal(objstore_get(o, *k, p), 0);
+                assert_int_equal(file_read_all(p, 256 << 20, &data, &len), 0);
+                found = memmem(data, len, needle, strlen(needle)) != NULL;
+                unlink(p);
+        }
+        return found;
+}
+
+/* Sealed through S3: the bucket holds none of the plaintext (artifacts
+ * or environment) while the same snapshot in the clear does; the data
+ * key brings it back whole, sparse. */
+static void test_sealed_snapshot(void **state) {
+        (void) state;
+        NEED_SERVER(s);
+        _cleanup_(objstore_freep) struct objstore *o = open_store(s);
+        _cleanup_free_ char *dir = tmpdir(), *disk = NULL, *mem = NULL;
+        make_file(dir, "disk", 24ull << 20, 6ull << 20, &disk);
+        mem = strdup_printf("%s/mem", dir);
+        _cleanup_free_ char *text = NULL;
+        for (int i = 0; i < 3000; i++) {
+                char *next = strdup_printf("%sairlock-known-plaintext %d\n", text ? text : "", i);
+                free(text);
+                text = next;
+        }
+        assert_int_equal(file_write_atomic(mem, text, strlen(text), 0600), 0);
+        const struct objstore_artifact art[] = { { "rootfs.img", disk }, { "state", mem } };
+        _cleanup_(json_decrefp) json_t *meta = json_pack("{s:{s:s}}", "env", "TOKEN", "airlock-known-plaintext-env");
+        assert_int_equal(objstore_snapshot_upload_sealed(o, "clear", art, 2, meta, NULL, NULL), 0);
+        assert_true(store_contains(o, dir, "airlock-known-plaintext")); /* the control */
+        assert_int_equal(objstore_snapshot_delete(o, "clear"), 0);
+
+        const struct objstore_data_key key = { .key = { 42 }, .wrapped = "v1.test.1.x" };
+        assert_int_equal(objstore_snapshot_upload_sealed(o, "sealed", art, 2, meta, &key, NULL), 0);
+        assert_false(store_contains(o, dir, "airlock-known-plaintext"));
+        _cleanup_free_ char *out = strdup_printf("%s/out", dir), *out_disk = strdup_printf("%s/out/rootfs.img", dir),
+                            *out_mem = strdup_printf("%s/out/state", dir);
+        assert_int_equal(objstore_snapshot_download_sealed(o, "sealed", out, NULL), -ENOKEY);
+        assert_int_equal(objstore_snapshot_download_sealed(o, "sealed", out, key.key), 0);
+        assert_same_file(disk, out_disk);
+        assert_same_file(mem, out_mem);
+        assert_int_equal(objstore_snapshot_delete(o, "sealed"), 0);
+        assert_int_equal(rm_rf(dir), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_url_parses),
@@ -356,6 +408,7 @@ int main(void) {
                 cmocka_unit_test(test_wrong_secret_and_bucket),
                 cmocka_unit_test(test_multipart_resume_and_gc),
                 cmocka_unit_test(test_snapshot_round_trip_and_corrupt_blob),
+                cmocka_unit_test(test_sealed_snapshot),
         };
         return unit_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -820,6 +820,148 @@ static const struct objstore_ops forward_ops = {
         .remove = fw_remove, .list = fw_list, .free = fw_free,
 };
 
+/* ---- sealed snapshots ---- */
+
+/* Whether any file under dir holds needle. */
+static bool tree_contains(const char *dir, const char *needle) {
+        DIR *d = opendir(dir);
+        assert_non_null(d);
+        bool found = false;
+        struct dirent *e;
+        while (!found && (e = readdir(d))) {
+                if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                        continue;
+                _cleanup_free_ char *p = strdup_printf("%s/%s", dir, e->d_name);
+                struct stat st;
+                assert_int_equal(lstat(p, &st), 0);
+                if (S_ISDIR(st.st_mode)) {
+                        found = tree_contains(p, needle);
+                        continue;
+                }
+                _cleanup_free_ char *data = NULL;
+                size_t len = 0;
+                assert_int_equal(file_read_all(p, 256 << 20, &data, &len), 0);
+                found = memmem(data, len, needle, strlen(needle)) != NULL;
+        }
+        closedir(d);
+        return found;
+}
+
+#define MARK "airlock-known-plaintext-0123456789"
+
+static char *write_marked(struct fixture *f, const char *name) {
+        _cleanup_free_ char *text = NULL;
+        for (int i = 0; i < 2000; i++) {
+                char *next = strdup_printf("%s%s line %d\n", text ? text : "", MARK, i);
+                free(text);
+                text = next;
+        }
+        return write_file(f, name, text);
+}
+
+static const struct objstore_data_key test_key = { .key = { 1, 2, 3 }, .wrapped = "v1.test.1.wrapped-form" };
+
+/* Sealed, nothing of the plaintext is in the store (the artifacts, the
+ * meta and its environment): the control, the same upload in the clear,
+ * shows the marker. The data key opens it again whole; no key is -ENOKEY,
+ * another key -EBADMSG, and neither leaves a file behind. */
+static void test_sealed_round_trip(void **state) {
+        struct fixture *f = *state;
+        _cleanup_free_ char *mem = write_marked(f, "mem"), *disk = write_sparse(f, "disk", 9);
+        const struct objstore_artifact a[] = { { "state", mem }, { "rootfs.img", disk } };
+        _cleanup_(json_decrefp) json_t *meta = json_pack("{s:{s:s}}", "env", "TOKEN", MARK "-env");
+        assert_int_equal(objstore_snapshot_upload_sealed(f->o, "clear", a, 2, meta, NULL, NULL), 0);
+        assert_true(tree_contains(f->root, MARK));
+        assert_int_equal(objstore_snapshot_delete(f->o, "clear"), 0);
+        assert_false(tree_contains(f->root, MARK));
+
+        assert_int_equal(objstore_snapshot_upload_sealed(f->o, "sealed", a, 2, meta, &test_key, NULL), 0);
+        assert_false(tree_contains(f->root, MARK)); /* nor the env's value */
+        _cleanup_(json_decrefp) json_t *m = NULL, *got = NULL;
+        assert_int_equal(objstore_snapshot_manifest(f->o, "sealed", &m), 0);
+        assert_true(objstore_manifest_is_sealed(m));
+        assert_string_equal(objstore_manifest_wrapped_key(m), test_key.wrapped);
+        assert_int_equal(objstore_manifest_meta(m, NULL, &got), -ENOKEY);
+        struct objstore_data_key other = test_key;
+        other.key[0] ^= 1;
+        assert_int_equal(objstore_manifest_meta(m, other.key, &got), -EBADMSG);
+        assert_int_equal(objstore_manifest_meta(m, test_key.key, &got), 0);
+        assert_true(json_equal(got, meta));
+        /* holes are not stored: the 64 MiB disk's blob is about its data */
+        const char *name, *blob;
+        uint64_t size;
+        objstore_manifest_artifact(m, 1, &name, &blob, &size);
+        assert_string_equal(name, "rootfs.img");
+        assert_true(size < (2u << 20));
+
+        assert_int_equal(objstore_snapshot_download_sealed(f->o, "sealed", f->dst, NULL), -ENOKEY);
+        assert_int_equal(objstore_snapshot_download(f->o, "sealed", f->dst), -ENOKEY);
+        assert_int_equal(objstore_snapshot_download_sealed(f->o, "sealed", f->dst, other.key), -EBADMSG);
+        _cleanup_free_ char *out_mem = strdup_printf("%s/state", f->dst), *out_disk = strdup_printf("%s/rootfs.img", f->dst);
+        assert_int_equal(access(out_mem, F_OK), -1);
+        assert_int_equal(objstore_snapshot_download_sealed(f->o, "sealed", f->dst, test_key.key), 0);
+        char h1[OBJSTORE_SHA256_HEX], h2[OBJSTORE_SHA256_HEX];
+        assert_int_equal(objstore_file_sha256(mem, h1), 0);
+        assert_int_equal(objstore_file_sha256(out_mem, h2), 0);
+        assert_string_equal(h1, h2);
+        assert_int_equal(objstore_file_sha256(disk, h1), 0);
+        assert_int_equal(objstore_file_sha256(out_disk, h2), 0);
+        assert_string_equal(h1, h2);
+        struct stat st;
+        assert_int_equal(stat(out_disk, &st), 0);
+        assert_true((uint64_t) st.st_blocks * 512 < (8u << 20)); /* holes again */
+
+        /* deterministic: the same key and content seal to the same blob */
+        assert_int_equal(objstore_snapshot_upload_sealed(f->o, "again", a, 2, meta, &test_key, NULL), 0);
+        _cleanup_(json_decrefp) json_t *m2 = NULL;
+        assert_int_equal(objstore_snapshot_manifest(f->o, "again", &m2), 0);
+        const char *blob2;
+        objstore_manifest_artifact(m2, 1, &name, &blob2, &size);
+        assert_string_equal(blob, blob2);
+        assert_int_equal(objstore_snapshot_delete(f->o, "sealed"), 0);
+        assert_int_equal(objstore_snapshot_delete(f->o, "again"), 0);
+}
+
+/* A flipped byte in a sealed blob, or two snapshots' blobs swapped, is
+ * refused and leaves nothing; the control downloads before the tampering. */
+static void test_sealed_tamper(void **state) {
+        struct fixture *f = *state;
+        _cleanup_free_ char *mem = write_marked(f, "mem"), *mem2 = write_file(f, "mem2", "other state\n");
+        const struct objstore_artifact a[] = { { "state", mem } }, b[] = { { "state", mem2 } };
+        assert_int_equal(objstore_snapshot_upload_sealed(f->o, "a", a, 1, NULL, &test_key, NULL), 0);
+        assert_int_equal(objstore_snapshot_upload_sealed(f->o, "b", b, 1, NULL, &test_key, NULL), 0);
+        assert_int_equal(objstore_snapshot_download_sealed(f->o, "a", f->dst, test_key.key), 0); /* control */
+        assert_int_equal(rm_rf(f->dst), 0);
+
+        _cleanup_(json_decrefp) json_t *ma = NULL, *mb = NULL;
+        assert_int_equal(objstore_snapshot_manifest(f->o, "a", &ma), 0);
+        assert_int_equal(objstore_snapshot_manifest(f->o, "b", &mb), 0);
+        const char *name, *blob_a, *blob_b;
+        uint64_t size;
+        objstore_manifest_artifact(ma, 0, &name, &blob_a, &size);
+        objstore_manifest_artifact(mb, 0, &name, &blob_b, &size);
+        _cleanup_free_ char *pa = strdup_printf("%s/blobs/%s", f->root, blob_a),
+                            *pb = strdup_printf("%s/blobs/%s", f->root, blob_b),
+                            *saved = strdup_printf("%s/saved", f->dir);
+        /* one byte flipped in the middle */
+        _cleanup_free_ char *data = NULL;
+        size_t len = 0;
+        assert_int_equal(file_read_all(pa, 1 << 20, &data, &len), 0);
+        assert_int_equal(file_write_atomic(saved, data, len, 0600), 0);
+        data[len / 2] ^= 0x20;
+        assert_int_equal(file_write_atomic(pa, data, len, 0600), 0);
+        assert_int_equal(objstore_snapshot_download_sealed(f->o, "a", f->dst, test_key.key), -EBADMSG);
+        _cleanup_free_ char *out = strdup_printf("%s/state", f->dst);
+        assert_int_equal(access(out, F_OK), -1);
+        /* b's blob in a's place (same key, another snapshot's content) */
+        assert_int_equal(rename(saved, pa), 0);
+        _cleanup_free_ char *bdata = NULL;
+        assert_int_equal(file_read_all(pb, 1 << 20, &bdata, &len), 0);
+        assert_int_equal(file_write_atomic(pa, bdata, len, 0600), 0);
+        assert_int_equal(objstore_snapshot_download_sealed(f->o, "a", f->dst, test_key.key), -EBADMSG);
+        assert_int_equal(access(out, F_OK), -1);
+}
+
 static void test_minimal_backend(void **state) {
         struct fixture *f = *state;
         struct objstore *o = NULL;
@@ -923,6 +1065,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_dedup_delete, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_withdraw_release, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_manifest_parse, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_sealed_round_trip, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_sealed_tamper, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_minimal_backend, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_reflink, setup_reflink, teardown),
         };
