@@ -27,6 +27,9 @@ pkgs=(
   zlib1g-dev
   # lib/store's PostgreSQL backend, for a control plane of several replicas
   libpq-dev
+  # lib/kms's PKCS#11 plugin: the standard's header, from p11-kit (only the
+  # header: the module is dlopen()ed, p11-kit itself is not linked)
+  libp11-kit-dev
   # run: the VMM and what the node uses for storage and its users
   qemu-system-x86 btrfs-progs util-linux mount e2fsprogs passwd
 )
@@ -63,6 +66,9 @@ case "${1:-}" in
     # services enabled and started on a systemd host
     # curl: the lab's own tests sign their requests with curl --aws-sigv4
     pkgs+=(python3-swift curl)
+    # SoftHSM2: a software PKCS#11 token for lib/kms's PKCS#11 tests
+    # (tests/unit/with-softhsm.sh makes a throwaway token with softhsm2-util)
+    pkgs+=(softhsm2)
     ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac
