@@ -79,6 +79,24 @@ int cmd_tenants(struct cli *cli, int argc, char **argv) {
         return cli_usage_error(cli, "tenants: unknown subcommand '%s' (create, rm)", verb);
 }
 
+/* keys kms TENANT [rotate | revoke]: the tenant's key-encryption key,
+ * which wraps the data keys of its sealed images (docs/storage.md). */
+static int keys_kms(struct cli *cli, const char *tenant, const char *verb) {
+        if (!tenant || !cli_id_is_valid(tenant))
+                return cli_usage_error(cli, "keys kms: needs a tenant id");
+        _cleanup_free_ char *path = NULL;
+        if (!verb) {
+                if (asprintf(&path, "/v1/tenants/%s/kms", tenant) < 0)
+                        return cli_fail("out of memory");
+                return call_and_print(cli, "GET", path, NULL, "state", NULL); /* --json: the version too */
+        }
+        if (strcmp(verb, "rotate") != 0 && strcmp(verb, "revoke") != 0)
+                return cli_usage_error(cli, "keys kms: unknown subcommand '%s' (rotate, revoke)", verb);
+        if (asprintf(&path, "/v1/tenants/%s/kms/%s", tenant, verb) < 0)
+                return cli_fail("out of memory");
+        return call_and_print(cli, "POST", path, NULL, "state", NULL);
+}
+
 int cmd_keys(struct cli *cli, int argc, char **argv) {
         static const char *const header[] = {"ID", "NAME", "CREATED"};
         static const char *const fields[] = {"id", "name", "created_at"};
@@ -86,6 +104,8 @@ int cmd_keys(struct cli *cli, int argc, char **argv) {
         if (r != CLI_PROCEED)
                 return r;
         int n = argc - optind;
+        if (strcmp(argv[optind], "kms") == 0) /* no tenant id is "kms" */
+                return keys_kms(cli, n > 1 ? argv[optind + 1] : NULL, n > 2 ? argv[optind + 2] : NULL);
         const char *tenant = argv[optind];
         const char *verb = n > 1 ? argv[optind + 1] : NULL, *arg = n > 2 ? argv[optind + 2] : NULL;
         if (!cli_id_is_valid(tenant))

@@ -15,6 +15,7 @@
 
 #include "api.h"
 #include "auth.h"
+#include "datakey.h"
 #include "dataplane.h"
 #include "log.h"
 #include "macros.h"
@@ -251,6 +252,55 @@ int api_key_delete(struct api_ctx *ctx, const char *key_id, struct api_reply *re
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "revoked key %s", key_id);
         *ret = (struct api_reply){ .status = MHD_HTTP_NO_CONTENT };
         return 0;
+}
+
+/* ---- the tenant's key-encryption key (docs/storage.md, "Encryption") ---- */
+
+static json_t *kms_json(const char *tenant) {
+        struct datakey_state st;
+        if (datakey_state(tenant, &st) < 0)
+                return NULL;
+        json_t *o = json_pack("{s:s, s:s, s:s}", "tenant", tenant, "kind", "local", "state", st.state);
+        if (o && st.version)
+                json_object_set_new(o, "version", json_integer(st.version));
+        return o;
+}
+
+int api_tenant_kms_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+        _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
+        int r = tenant_lookup(ctx, id, &t);
+        if (r < 0)
+                return r;
+        json_t *o = kms_json(t.id);
+        return o ? reply(ret, MHD_HTTP_OK, o) : api_fail(ctx, -EIO, "cannot read the tenant's key state");
+}
+
+int api_tenant_kms_rotate(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+        _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
+        int r = tenant_lookup(ctx, id, &t);
+        if (r < 0)
+                return r;
+        unsigned version = 0;
+        r = datakey_rotate(t.id, &version);
+        if (r < 0)
+                return api_fail(ctx, -EIO, "cannot make a new key for tenant %s: %s", t.id, strerror(-r));
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "tenant %s: key-encryption key rotated to version %u", t.id, version);
+        json_t *o = kms_json(t.id);
+        return o ? reply(ret, MHD_HTTP_CREATED, o) : -ENOMEM;
+}
+
+int api_tenant_kms_revoke(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+        _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
+        int r = tenant_lookup(ctx, id, &t);
+        if (r < 0)
+                return r;
+        r = datakey_revoke(t.id);
+        if (r < 0)
+                return api_fail(ctx, -EIO, "cannot revoke the key of tenant %s: %s", t.id, strerror(-r));
+        log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "tenant %s: key-encryption key revoked and destroyed; its sealed "
+                 "images cannot be opened any more", t.id);
+        json_t *o = kms_json(t.id);
+        return o ? reply(ret, MHD_HTTP_OK, o) : -ENOMEM;
 }
 
 /* ---- capability signing keys (docs/security.md, "Key rotation") ---- */

@@ -719,6 +719,9 @@ int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) 
                 json_t *up = json_object_get(img, "uploaded");
                 if (json_is_boolean(up))
                         json_object_set(o, "image_uploaded", up);
+                /* its node restarted mid-upload and lost the data key */
+                if (json_is_true(json_object_get(img, "needs_key")))
+                        (void) api_suspended_upload_key(ctx->config, ctx->store, id, ctx->log_ctx);
         }
         return reply_json(ret, MHD_HTTP_OK, o);
 }

@@ -277,6 +277,17 @@ int api_key_delete(struct api_ctx *ctx, const char *key_id, struct api_reply *re
 /* GET /v1/capability-keys: {"current": kid}. POST: a new signing key, 201
  * {"current","previous"}; the previous one still verifies until the next
  * rotation. Admin only. */
+/* A node that restarted during the sealed upload of sandbox id's
+ * suspended image lost its data key (it holds keys in memory only): when
+ * the node says it waits, opens the wrapped key again and gives it back
+ * (suspended.upload). 0 when nothing waited. */
+int api_suspended_upload_key(const struct daemon_config *config, struct store *store, const char *id,
+                             const char *log_ctx);
+/* A tenant's key-encryption key (datakey.h): its state; a new version; its
+ * revocation (every image sealed for the tenant unreadable from then on). */
+int api_tenant_kms_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+int api_tenant_kms_rotate(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+int api_tenant_kms_revoke(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 int api_capability_keys_get(struct api_ctx *ctx, struct api_reply *ret);
 int api_capability_keys_rotate(struct api_ctx *ctx, struct api_reply *ret);
 

@@ -25,6 +25,7 @@ static const struct api_error_entry api_errors[] = {
         { -ENOENT, "not_found", 404, "not found" },
         { -EOPNOTSUPP, "method_not_allowed", 405, "method not allowed on this resource" },
         { -EEXIST, "conflict", 409, "conflict" },
+        { -EKEYREVOKED, "key_revoked", 409, "the tenant's key was revoked: its sealed images cannot be opened" },
         { -EBUSY, "conflict", 409, "resource busy" },
         { -EDQUOT, "conflict", 409, "limit reached" },
         { -EFBIG, "too_large", 413, "request body too large" },

@@ -70,6 +70,9 @@ enum route_id {
         R_TENANTS,
         R_TENANT,
         R_TENANT_KEYS,
+        R_TENANT_KMS,
+        R_TENANT_KMS_ROTATE,
+        R_TENANT_KMS_REVOKE,
         R_KEY,
         R_CAP_KEYS,
         R_NETWORK,
@@ -148,6 +151,9 @@ static const struct route routes[] = {
         { R_TENANT_NETWORK, { "v1", "tenants", "*", "network" }, M_GET | M_PUT | M_DELETE, AUTH_ADMIN,
           APIREQ_BODY_NETWORK },
         { R_TENANT_KEYS, { "v1", "tenants", "*", "keys" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_NAME },
+        { R_TENANT_KMS, { "v1", "tenants", "*", "kms" }, M_GET, AUTH_ADMIN, APIREQ_BODY_NONE },
+        { R_TENANT_KMS_ROTATE, { "v1", "tenants", "*", "kms", "rotate" }, M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
+        { R_TENANT_KMS_REVOKE, { "v1", "tenants", "*", "kms", "revoke" }, M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
         { R_KEY, { "v1", "keys", "*" }, M_DELETE, AUTH_ADMIN, APIREQ_BODY_NONE },
         { R_CAP_KEYS, { "v1", "capability-keys" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
         { R_SECRETS, { "v1", "secrets" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_SECRET },
@@ -945,6 +951,15 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 break;
         case R_KEY:
                 r = api_key_delete(&ctx, id, &rep);
+                break;
+        case R_TENANT_KMS:
+                r = api_tenant_kms_get(&ctx, id, &rep);
+                break;
+        case R_TENANT_KMS_ROTATE:
+                r = api_tenant_kms_rotate(&ctx, id, &rep);
+                break;
+        case R_TENANT_KMS_REVOKE:
+                r = api_tenant_kms_revoke(&ctx, id, &rep);
                 break;
         case R_CAP_KEYS:
                 r = req->method == M_POST ? api_capability_keys_rotate(&ctx, &rep) : api_capability_keys_get(&ctx, &rep);

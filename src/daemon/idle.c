@@ -42,6 +42,12 @@ static void check_node(struct idle_watch *w, const char *addr) {
                 return; /* the node is restarting: next time */
         json_t *list = json_object_get(rep, "sandboxes"), *e;
         size_t i;
+        /* suspended copies whose sealed upload a node restart cut off */
+        json_array_foreach(json_object_get(rep, "uploads_waiting_key"), i, e) {
+                const char *id = json_string_value(e);
+                if (id && name_is_valid(id) && replica_owns(id))
+                        (void) api_suspended_upload_key(w->config, w->store, id, "idle");
+        }
         json_array_foreach(list, i, e) {
                 const char *id = json_string_value(json_object_get(e, "id"));
                 json_t *idle = json_object_get(e, "idle_ms");

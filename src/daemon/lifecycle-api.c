@@ -19,10 +19,12 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sodium.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "datakey.h"
 #include "lifecycle.h"
 #include "scheduler.h"
 #include "log.h"
@@ -64,13 +66,86 @@ struct job {
         char child_id[32];    /* fork: the new sandbox (its row is inserted before the worker starts) */
         bool wait_for_node;   /* settling a failure waits for a node that went away (not at start-up) */
         char *network;        /* start, rollback, wake, fork: the egress policy the VM gets (canonical text) */
+        bool has_tenant;
+        char tenant[65];      /* the sandbox's owner, whose KEK wraps its images' data keys */
+        bool has_key;         /* suspend: the data key its image is sealed with (made before the job) */
+        struct datakey key;
 };
 
 static void job_free(struct job *j) {
         if (!j)
                 return;
         free(j->network);
+        sodium_memzero(&j->key, sizeof j->key);
         free(j);
+}
+
+/* Puts key into a node request: "data_key" (base64) and "wrapped_key". */
+static int request_add_key(json_t *req, const struct datakey *key) {
+        char b64[sodium_base64_ENCODED_LEN(DATAKEY_SIZE, sodium_base64_VARIANT_ORIGINAL)];
+        sodium_bin2base64(b64, sizeof b64, key->key, sizeof key->key, sodium_base64_VARIANT_ORIGINAL);
+        int r = json_object_set_new(req, "data_key", json_string(b64)) < 0 ||
+                                json_object_set_new(req, "wrapped_key", json_string(key->wrapped)) < 0
+                        ? -ENOMEM
+                        : 0;
+        sodium_memzero(b64, sizeof b64);
+        return r;
+}
+
+int api_suspended_upload_key(const struct daemon_config *config, struct store *store, const char *id,
+                             const char *log_ctx) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = store_sandbox_get(store, id, &sb);
+        if (r < 0 || strcmp(sb.state, "suspended") != 0)
+                return r < 0 ? r : -ESTALE;
+        char snap[96], err[API_ERRMSG_MAX] = "";
+        api_suspended_snapshot_id(id, snap, sizeof snap);
+        _cleanup_(json_decrefp) json_t *get = json_pack("{s:s, s:s, s:s}", "op", "suspended.get", "snapshot_id", snap,
+                                                        "id", id);
+        _cleanup_(json_decrefp) json_t *rep = NULL, *up = NULL, *done = NULL;
+        r = get ? nodes_sandbox_call(id, config->node_timeout_s, get, &rep, err) : -ENOMEM;
+        const char *wrapped = json_string_value(json_object_get(rep, "wrapped_key"));
+        if (r < 0 || !json_is_true(json_object_get(rep, "needs_key")) || !wrapped)
+                return r < 0 ? r : 0;
+        struct datakey key;
+        r = datakey_open(sb.tenant_id, wrapped, &key);
+        if (r < 0) {
+                log_emit(LOG_LEVEL_WARN, log_ctx, "sandbox %s: its image's upload waits for a data key that does not "
+                         "open: %s", id, strerror(-r));
+                return r;
+        }
+        up = json_pack("{s:s, s:s, s:s}", "op", "suspended.upload", "snapshot_id", snap, "id", id);
+        r = up ? request_add_key(up, &key) : -ENOMEM;
+        sodium_memzero(&key, sizeof key);
+        if (r >= 0)
+                r = nodes_sandbox_call(id, config->node_timeout_s, up, &done, err);
+        if (r >= 0)
+                log_emit(LOG_LEVEL_INFO, log_ctx, "sandbox %s: gave its node the data key its image's upload "
+                         "waited for", id);
+        return r;
+}
+
+/* The data key of sandbox j's suspended image, if it is sealed: its node
+ * says how it is wrapped (from its copy, or the object store's manifest),
+ * the tenant's KEK opens it. No wrapped key: an image in the clear. */
+static int job_wake_key(struct job *j, char err[API_ERRMSG_MAX]) {
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "suspended.get", "snapshot_id",
+                                                        j->snapshot_id, "id", j->sandbox_id);
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        int r = req ? nodes_sandbox_call(j->sandbox_id, j->config->node_timeout_s, req, &rep, err) : -ENOMEM;
+        if (r < 0)
+                return r;
+        const char *wrapped = json_string_value(json_object_get(rep, "wrapped_key"));
+        if (!wrapped)
+                return 0;
+        r = datakey_open(j->has_tenant ? j->tenant : NULL, wrapped, &j->key);
+        if (r == -EKEYREVOKED)
+                snprintf(err, API_ERRMSG_MAX, "the key that sealed this sandbox's image was revoked: it cannot be "
+                         "opened any more");
+        else if (r < 0)
+                snprintf(err, API_ERRMSG_MAX, "the image's data key does not open with its tenant's key");
+        j->has_key = r >= 0;
+        return r;
 }
 
 void api_suspended_snapshot_id(const char *sandbox_id, char *ret, size_t n) {
@@ -229,12 +304,20 @@ static void *job_main(void *arg) {
         char err[API_ERRMSG_MAX] = "";
         uint64_t t0 = now_monotonic_ns();
         _cleanup_(json_decrefp) json_t *rep = NULL;
+        int key_r = j->verb == LIFECYCLE_WAKE ? job_wake_key(j, err) : 0;
+        if (req && j->has_key && request_add_key(req, &j->key) < 0)
+                key_r = -ENOMEM;
+        sodium_memzero(&j->key, sizeof j->key); /* in the request now, and nowhere else here */
         /* a scheduled snapshot of this sandbox in progress ends first (the
          * node runs one operation per sandbox at a time) */
-        bool claimed = scheduler_claim(j->sandbox_id, SCHEDULER_CLAIM_WAIT_MS) >= 0;
-        r = req ? nodes_sandbox_call(j->sandbox_id, verb_timeout_s(j->config, j->verb), req, &rep, err) : -ENOMEM;
+        bool claimed = key_r >= 0 && scheduler_claim(j->sandbox_id, SCHEDULER_CLAIM_WAIT_MS) >= 0;
+        r = key_r < 0 ? key_r /* not sent: the sandbox is as it was */
+            : req     ? nodes_sandbox_call(j->sandbox_id, verb_timeout_s(j->config, j->verb), req, &rep, err)
+                      : -ENOMEM;
         if (claimed)
                 scheduler_release(j->sandbox_id);
+        if (req) /* the data key goes no further than the node */
+                (void) json_object_del(req, "data_key");
         if (r < 0 && node_gone(r) && atomic_load(&shutting_down)) {
                 /* the node went first in a shutdown: whether the verb
                  * happened is not known here. Row and operation stay as
@@ -548,6 +631,11 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
                                 sb.state);
         if (r < 0)
                 return api_fail(ctx, -EBUSY, "cannot %s: sandbox is %s", t->name, sb.state);
+        struct datakey_state kek;
+        if ((verb == LIFECYCLE_WAKE || verb == LIFECYCLE_SUSPEND) && datakey_state(sb.tenant_id, &kek) >= 0 &&
+            strcmp(kek.state, "revoked") == 0)
+                return api_fail(ctx, -EKEYREVOKED, "cannot %s: the tenant's key was revoked, so its sandboxes' "
+                                "images cannot be opened or sealed", t->name);
         if (verb == LIFECYCLE_WAKE && (r = wake_placement(ctx, &sb)) < 0)
                 return r;
 
@@ -606,6 +694,20 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         snprintf(j->transitional, sizeof j->transitional, "%s", t->transitional);
         snprintf(j->snapshot_id, sizeof j->snapshot_id, "%s", snapshot_id);
         snprintf(j->child_id, sizeof j->child_id, "%s", child_id);
+        if (sb.tenant_id) {
+                j->has_tenant = true;
+                snprintf(j->tenant, sizeof j->tenant, "%s", sb.tenant_id);
+        }
+        /* a suspend's image is sealed with a data key of its own */
+        if (verb == LIFECYCLE_SUSPEND && (r = datakey_new(sb.tenant_id, &j->key)) < 0) {
+                job_free(j);
+                return verb_abort(ctx, op_id, &sb, t, NULL,
+                                  r == -EKEYREVOKED
+                                          ? api_fail(ctx, r, "cannot suspend: the tenant's key was revoked (rotate "
+                                                             "it to seal new images)")
+                                          : api_fail(ctx, -EIO, "cannot suspend: no data key: %s", strerror(-r)));
+        }
+        j->has_key = verb == LIFECYCLE_SUSPEND;
         r = job_spawn(j);
         if (r < 0) {
                 job_free(j);

@@ -32,6 +32,7 @@
 #include "auth.h"
 #include "check.h"
 #include "config.h"
+#include "datakey.h"
 #include "dataplane.h"
 #include "e2b-api.h"
 #include "http.h"
@@ -170,6 +171,8 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         /* before the node starts: it reads the public key this writes */
         if ((r = dataplane_init(c)) < 0)
                 return check_start_failed(r, "cannot set up the capability keys in %s: %m", c->cap_keys_dir);
+        if ((r = datakey_init(c)) < 0)
+                return check_start_failed(r, "cannot open the key store in %s/kms: %m", c->control_dir);
 
         nodes_init(c, store);
         _cleanup_(replica_stopp) struct replica *replica = NULL;

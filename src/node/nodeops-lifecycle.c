@@ -3,10 +3,12 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <sodium.h>
 #include <string.h>
 
 #include "macros.h"
 #include "nodeops.h"
+#include "objstore.h"
 #include "nodeutil.h"
 #include "sandbox.h"
 #include "server.h"
@@ -225,16 +227,51 @@ int nodeops_sandbox_fork(struct node_conn *c, json_t *req) {
         return conn_reply_ok(c, json_pack("{s:o}", "sandbox", o));
 }
 
+/* The optional data key of a request: "data_key" (base64 of 32 bytes)
+ * with "wrapped_key" (its KMS-wrapped form, what the manifest records).
+ * *ret_has false when absent; -EINVAL (replied) when malformed. */
+static int data_key_arg(struct node_conn *c, json_t *req, struct objstore_data_key *key, bool *ret_has) {
+        json_t *k = json_object_get(req, "data_key"), *w = json_object_get(req, "wrapped_key");
+        *ret_has = false;
+        if (!k && !w)
+                return 0;
+        size_t len = 0;
+        const char *b64 = json_string_value(k), *wrapped = json_string_value(w);
+        if (!b64 || !wrapped || strlen(wrapped) == 0 || strlen(wrapped) > OBJSTORE_WRAPPED_KEY_MAX ||
+            sodium_base642bin(key->key, sizeof key->key, b64, strlen(b64), NULL, &len, NULL,
+                              sodium_base64_VARIANT_ORIGINAL) != 0 ||
+            len != sizeof key->key) {
+                sodium_memzero(key->key, sizeof key->key);
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "\"data_key\" must be the base64 of 32 bytes and \"wrapped_key\" 1-%d "
+                                        "characters, both or neither",
+                                        OBJSTORE_WRAPPED_KEY_MAX);
+        }
+        for (const char *p = wrapped; *p; p++)
+                if (*p < 0x21 || *p > 0x7e) {
+                        sodium_memzero(key->key, sizeof key->key);
+                        return conn_reply_error(c, -EINVAL, "invalid", "\"wrapped_key\" must be printable ASCII");
+                }
+        key->wrapped = wrapped;
+        *ret_has = true;
+        return 0;
+}
+
 int nodeops_sandbox_suspend(struct node_conn *c, json_t *req) {
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         const char *snap = NULL;
         int r = snapshot_args(c, req, &s, &snap);
         if (r < 0)
                 return r;
+        struct objstore_data_key key = { 0 };
+        bool has_key;
+        if ((r = data_key_arg(c, req, &key, &has_key)) < 0)
+                return r;
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
         json_t *info = NULL;
-        r = sandbox_suspend(s, snap, &info, &state, &err);
+        r = sandbox_suspend(s, snap, has_key ? &key : NULL, &info, &state, &err);
+        sodium_memzero(key.key, sizeof key.key);
         if (r == -EOPNOTSUPP)
                 return conn_reply_error(c, r, "unsupported", "this node has no object store");
         if (r < 0)
@@ -273,10 +310,15 @@ int nodeops_sandbox_wake(struct node_conn *c, json_t *req) {
         int r = nodeops_field_network(c, req, false, &network);
         if (r < 0)
                 return r;
+        struct objstore_data_key key = { 0 };
+        bool has_key;
+        if ((r = data_key_arg(c, req, &key, &has_key)) < 0)
+                return r;
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " sandbox=%s snapshot=%s", id, snap);
         _cleanup_free_ char *err = NULL;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
-        r = sandbox_wake(id, snap, network, &s, &err);
+        r = sandbox_wake(id, snap, network, has_key ? &key : NULL, &s, &err);
+        sodium_memzero(key.key, sizeof key.key);
         switch (r) {
         case 0:
                 /* woken by an earlier request whose reply was lost: this
@@ -292,6 +334,10 @@ int nodeops_sandbox_wake(struct node_conn *c, json_t *req) {
                 return conn_reply_error(c, r, "conflict", "%s", err ? err : "sandbox exists on this node");
         case -EUSERS:
                 return conn_reply_error(c, r, "capacity", "%s", err ? err : "node at capacity");
+        case -ENOKEY:
+                return conn_reply_error(c, r, "key_required", "%s", err ? err : "the image is sealed");
+        case -EBADMSG:
+                return conn_reply_error(c, r, "corrupt", "%s", err ? err : "the image does not open");
         default:
                 return conn_reply_error(c, r, r == -ENOMEM ? "internal" : "guest", "wake failed: %s",
                                         err ? err : strerror(-r));
@@ -306,13 +352,38 @@ int nodeops_suspended_get(struct node_conn *c, json_t *req) {
                                         "starting with '.'");
         const char *id = json_string_value(json_object_get(req, "id")); /* optional: the node's copy too */
         bool local = false, uploaded = false;
-        int r = sandbox_suspended_get(id, snap, &local, &uploaded);
+        _cleanup_free_ char *wrapped = NULL;
+        int r = sandbox_suspended_get(id, snap, &local, &uploaded, &wrapped);
         if (r == -ENOENT)
                 return conn_reply_error(c, r, "not_found", "no suspended snapshot %s", snap);
         if (r < 0)
                 return conn_reply_error(c, r, "internal", "cannot read snapshot %s: %s", snap, strerror(-r));
-        return conn_reply_ok(c, json_pack("{s:s, s:b, s:b}", "snapshot_id", snap, "local", local, "uploaded",
-                                          uploaded));
+        return conn_reply_ok(c, json_pack("{s:s, s:b, s:b, s:s*, s:b}", "snapshot_id", snap, "local", local,
+                                          "uploaded", uploaded, "wrapped_key", wrapped, "needs_key",
+                                          sandbox_suspended_waits_for_key(id)));
+}
+
+int nodeops_suspended_upload(struct node_conn *c, json_t *req) {
+        const char *id = json_string_value(json_object_get(req, "id"));
+        const char *snap = json_string_value(json_object_get(req, "snapshot_id"));
+        if (!id || !name_is_valid(id) || !snap || !name_is_valid(snap))
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "fields \"id\" and \"snapshot_id\" must be 1-64 characters of "
+                                        "[A-Za-z0-9._-], not starting with '.'");
+        struct objstore_data_key key = { 0 };
+        bool has_key;
+        int r = data_key_arg(c, req, &key, &has_key);
+        if (r < 0)
+                return r;
+        if (!has_key)
+                return conn_reply_error(c, -EINVAL, "invalid", "\"data_key\" and \"wrapped_key\" are required");
+        r = sandbox_suspended_upload(id, snap, &key);
+        sodium_memzero(key.key, sizeof key.key);
+        if (r == -ENOENT)
+                return conn_reply_error(c, r, "not_found", "no suspended copy %s of sandbox %s here", snap, id);
+        if (r < 0 && r != -EALREADY)
+                return conn_reply_error(c, r, "internal", "cannot upload %s: %s", snap, strerror(-r));
+        return conn_reply_ok(c, json_pack("{s:b}", "started", r >= 0));
 }
 
 int nodeops_suspended_delete(struct node_conn *c, json_t *req) {

@@ -22,5 +22,6 @@ int nodeops_sandbox_publish(struct node_conn *c, json_t *req);
 int nodeops_sandbox_wake(struct node_conn *c, json_t *req);
 int nodeops_suspended_delete(struct node_conn *c, json_t *req);
 int nodeops_suspended_get(struct node_conn *c, json_t *req);
+int nodeops_suspended_upload(struct node_conn *c, json_t *req);
 int nodeops_sandbox_rollback(struct node_conn *c, json_t *req);
 int nodeops_snapshot_delete(struct node_conn *c, json_t *req);

@@ -387,7 +387,9 @@ static int op_sandbox_list(struct node_conn *c, json_t *req) {
         json_t *list = sandbox_list_json();
         if (!list)
                 return -ENOMEM;
-        return conn_reply_ok(c, json_pack("{s:o}", "sandboxes", list));
+        /* and the suspended copies whose upload waits for its data key */
+        return conn_reply_ok(c, json_pack("{s:o, s:o*}", "sandboxes", list, "uploads_waiting_key",
+                                          sandbox_uploads_waiting_json()));
 }
 
 static int op_sandbox_delete(struct node_conn *c, json_t *req) {
@@ -892,6 +894,7 @@ static const struct {
         { "sandbox.wake", nodeops_sandbox_wake, true },
         { "suspended.delete", nodeops_suspended_delete, true },
         { "suspended.get", nodeops_suspended_get, false },
+        { "suspended.upload", nodeops_suspended_upload, true },
         { "exec", op_exec, false },
         { "session.start", op_session_start, false },
         { "session.attach", op_session_attach, false },

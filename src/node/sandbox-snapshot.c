@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -101,6 +102,7 @@ static void new_abort(struct sandbox *s) {
 }
 
 static void upload_cancel(const char *id);
+static bool waiting_take(const char *id);
 
 int sandbox_parked_remove(const char *id) {
         _cleanup_free_ char *dir = strdup_printf("%s/%s", sdir, id);
@@ -109,6 +111,7 @@ int sandbox_parked_remove(const char *id) {
         if (!sandbox_dir_is_parked(dir))
                 return -ENOENT;
         upload_cancel(id); /* nothing of it may land after its delete */
+        (void) waiting_take(id);
         return rm_rf(dir);
 }
 
@@ -277,9 +280,11 @@ static int suspend_mark(struct sandbox *s, const char *what) {
         return p ? file_write_atomic(p, "", 0, 0600) : -ENOMEM;
 }
 
-static int suspend_intent_write(struct sandbox *s, const char *snapshot_id, bool was_paused) {
+static int suspend_intent_write(struct sandbox *s, const char *snapshot_id, bool was_paused, const char *wrapped) {
         _cleanup_free_ char *p = strdup_printf("%s/" SUSPEND_INTENT, s->dir);
-        _cleanup_(json_decrefp) json_t *o = json_pack("{s:s, s:b}", "snapshot", snapshot_id, "was_paused", was_paused);
+        /* the data key only wrapped: no node keeps one it could open */
+        _cleanup_(json_decrefp) json_t *o = json_pack("{s:s, s:b, s:s*}", "snapshot", snapshot_id, "was_paused",
+                                                      was_paused, "wrapped_key", wrapped);
         _cleanup_free_ char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (!p || !text)
                 return -ENOMEM;
@@ -340,6 +345,11 @@ struct upload_job {
         struct upload_job *next;
         char id[65];
         char snapshot_id[65];
+        /* the data key the control plane gave the suspend, in memory only
+         * (locked, wiped at the end); sealed: it seals the upload */
+        bool sealed;
+        uint8_t data_key[OBJSTORE_DATA_KEY_SIZE];
+        char wrapped[OBJSTORE_WRAPPED_KEY_MAX + 1];
         uint64_t started_ns;
         atomic_bool cancel;
         atomic_bool done;
@@ -365,7 +375,12 @@ static int upload_once(struct upload_job *j) {
                 return r;
         uint64_t t0 = now_monotonic_ns();
         const struct objstore_artifact art[] = { { "state", state }, { "rootfs.img", disk } };
-        r = objstore_snapshot_upload_cancellable(objstore, j->snapshot_id, art, ARRAY_SIZE(art), meta, &j->cancel);
+        struct objstore_data_key key = { .wrapped = j->wrapped };
+        if (j->sealed)
+                memcpy(key.key, j->data_key, sizeof key.key);
+        r = objstore_snapshot_upload_sealed(objstore, j->snapshot_id, art, ARRAY_SIZE(art), meta,
+                                            j->sealed ? &key : NULL, &j->cancel);
+        sodium_memzero(key.key, sizeof key.key);
         if (r < 0)
                 return r;
         node_hold_point("suspend.uploaded");
@@ -410,12 +425,72 @@ static void *upload_thread(void *userdata) {
         return NULL;
 }
 
-/* Starts the upload of suspended sandbox id's local copy. */
-static void upload_start(const char *id, const char *snapshot_id) {
+static void upload_job_free(struct upload_job *j) {
+        if (!j)
+                return;
+        sodium_munlock(j->data_key, sizeof j->data_key); /* wipes it too */
+        free(j);
+}
+
+/* Suspended copies a node found at its start whose upload needs a data
+ * key only the control plane can give (it asks: sandbox.list and
+ * suspended.get say which; suspended.upload gives it). */
+#define WAITING_MAX 1024
+static char waiting[WAITING_MAX][65];
+static size_t n_waiting;
+static pthread_mutex_t waiting_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void waiting_add(const char *id) {
+        pthread_mutex_lock(&waiting_lock);
+        if (n_waiting < WAITING_MAX)
+                snprintf(waiting[n_waiting++], sizeof waiting[0], "%s", id);
+        pthread_mutex_unlock(&waiting_lock);
+}
+
+/* Takes id off the list; whether it was on it. */
+static bool waiting_take(const char *id) {
+        bool found = false;
+        pthread_mutex_lock(&waiting_lock);
+        for (size_t i = 0; i < n_waiting && !found; i++)
+                if (strcmp(waiting[i], id) == 0) {
+                        memcpy(waiting[i], waiting[--n_waiting], sizeof waiting[0]);
+                        found = true;
+                }
+        pthread_mutex_unlock(&waiting_lock);
+        return found;
+}
+
+static bool waiting_has(const char *id) {
+        bool found = false;
+        pthread_mutex_lock(&waiting_lock);
+        for (size_t i = 0; i < n_waiting && !found; i++)
+                found = strcmp(waiting[i], id) == 0;
+        pthread_mutex_unlock(&waiting_lock);
+        return found;
+}
+
+json_t *sandbox_uploads_waiting_json(void) {
+        json_t *a = json_array();
+        pthread_mutex_lock(&waiting_lock);
+        for (size_t i = 0; a && i < n_waiting; i++)
+                json_array_append_new(a, json_string(waiting[i]));
+        pthread_mutex_unlock(&waiting_lock);
+        return a;
+}
+
+/* Starts the upload of suspended sandbox id's local copy, sealed with key
+ * when given (else in the clear). */
+static void upload_start(const char *id, const char *snapshot_id, const struct objstore_data_key *key) {
         struct upload_job *j = calloc(1, sizeof *j);
         if (!j) {
                 log_warn("sandbox=%s cannot upload its suspended image: out of memory (it wakes here only)", id);
                 return;
+        }
+        if (key) {
+                (void) sodium_mlock(j->data_key, sizeof j->data_key); /* kept off swap where allowed */
+                memcpy(j->data_key, key->key, sizeof j->data_key);
+                snprintf(j->wrapped, sizeof j->wrapped, "%s", key->wrapped);
+                j->sealed = true;
         }
         snprintf(j->id, sizeof j->id, "%s", id);
         snprintf(j->snapshot_id, sizeof j->snapshot_id, "%s", snapshot_id);
@@ -429,7 +504,7 @@ static void upload_start(const char *id, const char *snapshot_id) {
                 pthread_mutex_unlock(&uploads_lock);
                 log_warn("sandbox=%s cannot start the upload of its suspended image: %s (it wakes here only)", id,
                          strerror(r));
-                free(j);
+                upload_job_free(j);
                 return;
         }
         j->next = uploads;
@@ -458,7 +533,7 @@ static void upload_cancel(const char *id) {
         if (!atomic_load(&j->done))
                 log_info("sandbox=%s stopping the upload of its suspended image %s", id, j->snapshot_id);
         (void) pthread_join(j->thread, NULL);
-        free(j);
+        upload_job_free(j);
 }
 
 void sandbox_uploads_stop(void) {
@@ -538,12 +613,19 @@ void suspended_takeover(const char *id, const char *dir) {
                 log_warn("sandbox=%s its suspended copy names no image: not uploaded (it wakes here only)", id);
                 return;
         }
+        if (json_object_get(intent, "wrapped_key")) {
+                /* its data key was in memory only: the control plane opens
+                 * the wrapped one again and gives it (suspended.upload) */
+                log_info("sandbox=%s its suspended image waits for its data key to be uploaded", id);
+                waiting_add(id);
+                return;
+        }
         log_info("sandbox=%s resuming the upload of its suspended image", id);
-        upload_start(id, json_string_value(json_object_get(intent, "snapshot")));
+        upload_start(id, json_string_value(json_object_get(intent, "snapshot")), NULL);
 }
 
-int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
-                    char **ret_error) {
+int sandbox_suspend(struct sandbox *s, const char *snapshot_id, const struct objstore_data_key *key,
+                    json_t **ret_info, const char **ret_state, char **ret_error) {
         uint64_t t0 = now_monotonic_ns();
         if (!objstore)
                 return -EOPNOTSUPP;
@@ -561,7 +643,7 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
                 goto fail;
         }
         (void) rm_rf(dir);
-        if ((r = mkdir_p(dir, 0700)) < 0 || (r = suspend_intent_write(s, snapshot_id, was_paused)) < 0) {
+        if ((r = mkdir_p(dir, 0700)) < 0 || (r = suspend_intent_write(s, snapshot_id, was_paused, key ? key->wrapped : NULL)) < 0) {
                 *ret_error = strdup_printf("cannot create %s: %s", dir, strerror(-r));
                 goto fail;
         }
@@ -606,7 +688,7 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_inf
                 log_errno(LOG_LEVEL_WARN, r, s->ctx, "Failed to clean %s: %m", s->dir);
         life_end(s);
         /* restorable elsewhere once this lands; here it is already */
-        upload_start(s->id, snapshot_id);
+        upload_start(s->id, snapshot_id, key);
         uint64_t t1 = now_monotonic_ns();
         json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:b}", "snapshot", snapshot_id, "memory_bytes",
                               (json_int_t) job.stats.bytes, "snapshot_ms", (json_int_t) ((t_snap - t0) / 1000000ULL),
@@ -651,8 +733,8 @@ static int manifest_read(const char *snapshot_id, json_t **ret, char **ret_error
  * register_new()) and restores it. mark: write which image this is for
  * wake_takeover(). *ret_t_down: when the download was done. On failure s
  * is gone (new_abort()). */
-static int download_restore(struct sandbox *s, const char *snapshot_id, bool mark, uint64_t *ret_t_down,
-                            char **ret_error) {
+static int download_restore(struct sandbox *s, const char *snapshot_id, const uint8_t *data_key, bool mark,
+                            uint64_t *ret_t_down, char **ret_error) {
         _cleanup_free_ char *dir = strdup_printf("%s/wake", s->dir);
         _cleanup_free_ char *disk = strdup_printf("%s/wake/rootfs.img", s->dir);
         _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
@@ -663,7 +745,7 @@ static int download_restore(struct sandbox *s, const char *snapshot_id, bool mar
                 new_abort(s);
                 return -ENOMEM;
         }
-        int r = objstore_snapshot_download(objstore, snapshot_id, dir);
+        int r = objstore_snapshot_download_sealed(objstore, snapshot_id, dir, data_key);
         if (r >= 0 && rename(disk, rootfs) < 0)
                 r = negative_errno();
         /* which image this is: a node that takes the sandbox over after the
@@ -671,7 +753,10 @@ static int download_restore(struct sandbox *s, const char *snapshot_id, bool mar
         if (r >= 0 && mark)
                 r = file_write_atomic(wake_marker, snapshot_id, strlen(snapshot_id), 0600);
         if (r < 0) {
-                *ret_error = strdup_printf("downloading snapshot %s failed: %s", snapshot_id, strerror(-r));
+                *ret_error = r == -EBADMSG
+                                     ? strdup_printf("snapshot %s does not open: corrupt, tampered with, or sealed "
+                                                     "with another key", snapshot_id)
+                                     : strdup_printf("downloading snapshot %s failed: %s", snapshot_id, strerror(-r));
                 free(state);
                 new_abort(s);
                 return r;
@@ -777,8 +862,8 @@ void wake_takeover(const char *dir) {
                 (void) rm_rf(wake_dir);
 }
 
-int sandbox_wake(const char *id, const char *snapshot_id, const char *network, struct sandbox **ret,
-                 char **ret_error) {
+int sandbox_wake(const char *id, const char *snapshot_id, const char *network, const struct objstore_data_key *key,
+                 struct sandbox **ret, char **ret_error) {
         uint64_t t0 = now_monotonic_ns();
         if (!objstore)
                 return -EOPNOTSUPP;
@@ -793,7 +878,7 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, s
         /* from this node's copy when it has one (its upload stops: the
          * copy is the sandbox again), else from the object store */
         bool local = suspended_local(id, snapshot_id);
-        _cleanup_(json_decrefp) json_t *manifest = NULL, *local_meta = NULL;
+        _cleanup_(json_decrefp) json_t *manifest = NULL, *local_meta = NULL, *sealed_meta = NULL;
         _cleanup_free_ char *dir = strdup_printf("%s/%s/wake", sdir, id);
         _cleanup_free_ char *copy = strdup_printf("%s/%s/suspend", sdir, id);
         _cleanup_free_ char *sandbox_dir = strdup_printf("%s/%s", sdir, id);
@@ -805,12 +890,23 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, s
                 return -ENOMEM;
         if (local) {
                 upload_cancel(id);
+                (void) waiting_take(id);
                 meta = local_meta = suspended_meta(id);
         } else {
                 r = manifest_read(snapshot_id, &manifest, ret_error);
                 if (r < 0)
                         return r;
-                meta = json_object_get(manifest, "meta");
+                r = objstore_manifest_meta(manifest, key ? key->key : NULL, &sealed_meta);
+                if (r == -ENOKEY) {
+                        *ret_error = strdup_printf("snapshot %s is sealed and the wake brought no data key",
+                                                   snapshot_id);
+                        return -ENOKEY;
+                }
+                if (r < 0) {
+                        *ret_error = strdup_printf("snapshot %s does not open with the data key given", snapshot_id);
+                        return -EBADMSG;
+                }
+                meta = sealed_meta;
         }
         const char *sid = json_string_value(json_object_get(meta, "sandbox"));
         const char *tpl = json_string_value(json_object_get(meta, "template"));
@@ -833,7 +929,8 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, s
                 goto fail;
         }
         uint64_t t_down;
-        r = local ? local_restore(s, &t_down, ret_error) : download_restore(s, snapshot_id, true, &t_down, ret_error);
+        r = local ? local_restore(s, &t_down, ret_error)
+                  : download_restore(s, snapshot_id, key ? key->key : NULL, true, &t_down, ret_error);
         if (r < 0)
                 goto fail;
         uint64_t t_restored = now_monotonic_ns();
@@ -861,7 +958,7 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, s
 fail:
         /* still suspended here: the upload the wake stopped goes on */
         if (local && suspended_local(id, snapshot_id) && !suspend_has(sandbox_dir, SUSPEND_UPLOADED))
-                upload_start(id, snapshot_id);
+                upload_start(id, snapshot_id, key);
         return r;
 }
 
@@ -966,7 +1063,7 @@ int sandbox_create_from_image(const char *id, const char *image_id, json_t *env,
                 snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
         /* a new identity, as a fork child gets (restore_new()) */
         uint64_t t_down;
-        r = download_restore(s, image_id, false, &t_down, ret_error);
+        r = download_restore(s, image_id, NULL, false, &t_down, ret_error);
         if (r < 0)
                 return r;
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox made from image %s in %llu ms (download %llu ms, restore %llu ms)",
@@ -1054,15 +1151,37 @@ int sandbox_unarchive(const char *id, const char *snapshot_id, const char *netwo
         return 0;
 }
 
-int sandbox_suspended_get(const char *id, const char *snapshot_id, bool *ret_local, bool *ret_uploaded) {
+int sandbox_suspended_upload(const char *id, const char *snapshot_id, const struct objstore_data_key *key) {
+        if (!objstore)
+                return -EOPNOTSUPP;
+        if (!suspended_local(id, snapshot_id))
+                return -ENOENT;
+        if (!waiting_take(id))
+                return -EALREADY; /* uploading, or uploaded */
+        log_info("sandbox=%s its suspended image's data key came: uploading it", id);
+        upload_start(id, snapshot_id, key);
+        return 0;
+}
+
+bool sandbox_suspended_waits_for_key(const char *id) {
+        return id && waiting_has(id);
+}
+
+int sandbox_suspended_get(const char *id, const char *snapshot_id, bool *ret_local, bool *ret_uploaded,
+                          char **ret_wrapped_key) {
         if (!objstore)
                 return -EOPNOTSUPP;
         /* the local copy knows whether its upload landed (the marker comes
-         * after the manifest): no round trip to the object store, which
-         * may be far, or down */
+         * after the manifest) and its key: no round trip to the object
+         * store, which may be far, or down */
         if (id && suspended_local(id, snapshot_id)) {
                 _cleanup_free_ char *dir = strdup_printf("%s/%s", sdir, id);
+                _cleanup_(json_decrefp) json_t *intent = dir ? suspend_intent_read(dir) : NULL;
                 if (!dir)
+                        return -ENOMEM;
+                const char *w = json_string_value(json_object_get(intent, "wrapped_key"));
+                *ret_wrapped_key = w ? strdup(w) : NULL;
+                if (w && !*ret_wrapped_key)
                         return -ENOMEM;
                 *ret_local = true;
                 *ret_uploaded = suspend_has(dir, SUSPEND_UPLOADED);
@@ -1072,9 +1191,15 @@ int sandbox_suspended_get(const char *id, const char *snapshot_id, bool *ret_loc
         int r = objstore_snapshot_manifest(objstore, snapshot_id, &m);
         if (r < 0 && r != -ENOENT)
                 return r;
-        *ret_uploaded = r >= 0;
+        if (r == -ENOENT)
+                return -ENOENT;
+        const char *w = objstore_manifest_wrapped_key(m);
+        *ret_wrapped_key = w ? strdup(w) : NULL;
+        if (w && !*ret_wrapped_key)
+                return -ENOMEM;
+        *ret_uploaded = true;
         *ret_local = false;
-        return *ret_uploaded ? 0 : -ENOENT;
+        return 0;
 }
 
 int sandbox_suspended_delete(const char *id, const char *snapshot_id) {
@@ -1083,6 +1208,7 @@ int sandbox_suspended_delete(const char *id, const char *snapshot_id) {
         bool local = false;
         if (id && name_is_valid(id)) {
                 upload_cancel(id); /* nothing of it may land after its delete */
+                (void) waiting_take(id);
                 _cleanup_free_ char *dir = strdup_printf("%s/%s", sdir, id);
                 _cleanup_free_ char *copy = strdup_printf("%s/%s/suspend", sdir, id);
                 if (!dir || !copy)

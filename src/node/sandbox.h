@@ -231,15 +231,21 @@ void sandbox_set_objstore(struct objstore *o);
  * execution), then every node resource is released: VM, run dir, disk,
  * record. The sandbox is no longer known to this node. On failure it goes
  * on as it was. *ret_info: {"snapshot","memory_bytes","snapshot_ms",
- * "upload_ms","total_ms","pause_ms"}. */
-int sandbox_suspend(struct sandbox *s, const char *snapshot_id, json_t **ret_info, const char **ret_state,
-                    char **ret_error);
+ * "upload_ms","total_ms","pause_ms"}. key: the data key the upload is
+ * sealed with (the control plane's, held in memory only; NULL: in the
+ * clear). */
+struct objstore_data_key;
+int sandbox_suspend(struct sandbox *s, const char *snapshot_id, const struct objstore_data_key *key,
+                    json_t **ret_info, const char **ret_state, char **ret_error);
 /* Wakes suspended sandbox id on this node from snapshot_id in the object
  * store: downloads and verifies the artifacts, restores RAM, devices and
  * disk, installs the identity again; a new execution. -ENXIO when the
- * snapshot is not (completely) there, -EBADMSG when it is not id's. */
-int sandbox_wake(const char *id, const char *snapshot_id, const char *network, struct sandbox **ret,
-                 char **ret_error);
+ * snapshot is not (completely) there, -EBADMSG when it is not id's (or
+ * does not open with key), -ENOKEY when it is sealed and key is NULL. key:
+ * the image's data key (NULL: one in the clear, or a wake from this node's
+ * copy that the upload it restarts need not seal). */
+int sandbox_wake(const char *id, const char *snapshot_id, const char *network, const struct objstore_data_key *key,
+                 struct sandbox **ret, char **ret_error);
 /* Publishes a running or paused sandbox as an image: a full snapshot (the
  * sandbox runs on) uploaded to the object store as image_id, with a
  * manifest of kind "image" carrying its template and env. -EEXIST when the
@@ -260,8 +266,19 @@ int sandbox_suspended_delete(const char *id, const char *snapshot_id);
 /* Where suspended image snapshot_id of sandbox id (NULL: not known) is:
  * *ret_local when this node holds its copy (it wakes here from that),
  * *ret_uploaded when the object store holds it whole (its manifest landed:
- * any node can wake it). -ENOENT when neither. */
-int sandbox_suspended_get(const char *id, const char *snapshot_id, bool *ret_local, bool *ret_uploaded);
+ * any node can wake it). *ret_wrapped_key: the wrapped data key it is
+ * sealed with (NULL: in the clear), for the control plane to unwrap
+ * before a wake. -ENOENT when neither. */
+int sandbox_suspended_get(const char *id, const char *snapshot_id, bool *ret_local, bool *ret_uploaded,
+                          char **ret_wrapped_key);
+/* A suspended copy found at the node's start whose sealed upload waits for
+ * its data key (in memory only, so lost with the old node): whether id's
+ * does; the ids of all that do (a JSON array); and the key, which starts
+ * the upload (-EALREADY when it is not waiting, -ENOENT when there is no
+ * such copy). */
+bool sandbox_suspended_waits_for_key(const char *id);
+json_t *sandbox_uploads_waiting_json(void);
+int sandbox_suspended_upload(const char *id, const char *snapshot_id, const struct objstore_data_key *key);
 /* Tells the uploads of suspended sandboxes to stop (the node is ending;
  * the next one resumes them). */
 void sandbox_uploads_stop(void);

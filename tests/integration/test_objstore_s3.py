@@ -69,7 +69,8 @@ def test_suspend_to_s3_survives_the_server_dying_and_wakes_from_it(swift, keys_d
     try:
         assert "object store: bucket airlock-sus at " + lab.endpoint in a.log_tail(400)
         sid = a.create("minimal")["id"]
-        assert a.exec(sid, ["sh", "-c", "echo kept > /root/f && sync"])["exit_code"] == 0
+        fill = "echo kept > /root/f && for i in $(seq 2000); do echo airlock-s3-known-plaintext; done > /root/g && sync"
+        assert a.exec(sid, ["sh", "-c", fill])["exit_code"] == 0
         sleeper = start_sleeper(a, sid)
         assert verb(a, sid, "suspend")["state"] == "succeeded"
         wait_for(lambda: "test hold point suspend.uploading reached" in a.log_tail(400), "no hold", a)
@@ -86,6 +87,8 @@ def test_suspend_to_s3_survives_the_server_dying_and_wakes_from_it(swift, keys_d
         wait_for(lambda: a.api("GET", f"/v1/sandboxes/{sid}")["image_uploaded"], "the upload never resumed", a,
                  timeout=120)
         assert len(manifests(lab, bucket)) == 1
+        for k in keys_in(lab, bucket):  # sealed: none of the disk in the clear
+            assert b"airlock-s3-known-plaintext" not in lab.request("GET", f"/{bucket}/{k}").body, k
 
         copy = os.path.join(a.data_dir, "sandboxes", sid, "suspend")
         wait_for(lambda: os.path.exists(os.path.join(copy, "uploaded")), "the node never marked it uploaded", a)
@@ -135,11 +138,13 @@ def test_a_corrupt_object_is_refused_and_the_sandbox_stays_suspended(swift, keys
         wait_for(lambda: os.path.exists(os.path.join(copy, "uploaded")), "not marked uploaded", a)
         shutil.rmtree(copy)
     # the bad one's state blob (small, so the test rewrites it whole)
-    bodies = [json.loads(lab.request("GET", f"/{bucket}/{k}").body) for k in manifests(lab, bucket)]
-    mine = [m for m in bodies if m["meta"].get("sandbox") == bad]
-    assert len(bodies) == 2 and len(mine) == 1, bodies
-    state = [x for x in mine[0]["artifacts"] if x["name"] == "state"][0]
-    key = f"/{bucket}/airlock/blobs/{state['sparse_sha256']}"
+    assert len(manifests(lab, bucket)) == 2
+    r = lab.request("GET", f"/{bucket}/airlock/snapshots/{bad}.suspended/manifest.json")
+    assert r.status == 200, r
+    m = json.loads(r.body)
+    assert m["version"] == 3 and "meta" not in m, m  # sealed: the meta is not in the clear
+    state = [x for x in m["artifacts"] if x["name"] == "state"][0]
+    key = f"/{bucket}/airlock/blobs/{state['blob']}"
     blob = lab.request("GET", key)
     assert blob.status == 200
     flipped = bytearray(blob.body)
@@ -148,7 +153,7 @@ def test_a_corrupt_object_is_refused_and_the_sandbox_stays_suspended(swift, keys
 
     op = a.api("POST", f"/v1/sandboxes/{bad}/wake?wait=true", expect=200)
     assert op["state"] == "failed", op
-    assert "does not match" in a.log_tail(400)
+    assert "does not match" in a.log_tail(400) and "does not open" in op["error"]["message"], op
     assert a.api("GET", f"/v1/sandboxes/{bad}")["state"] == "suspended"
     assert verb(a, good, "wake")["state"] == "succeeded"
     assert a.exec(good, ["cat", "/root/who"])["stdout"] == f"{good}\n"

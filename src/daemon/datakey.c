@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Data keys for the object store: see datakey.h. */
+#include "datakey.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "macros.h"
+#include "util.h"
+
+static struct kms *kms;
+static char kms_dir[CONFIG_PATH_MAX + 32];
+/* one rotation, revocation or first KEK at a time in this process (lib/kms
+ * locks against other processes) */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+int datakey_init(const struct daemon_config *config) {
+        if ((size_t) snprintf(kms_dir, sizeof kms_dir, "%s/kms", config->control_dir) >= sizeof kms_dir)
+                return log_error_errno(-ENAMETOOLONG, "The KMS directory's path is too long");
+        int r = kms_open_local(kms_dir, &kms);
+        if (r < 0)
+                return log_error_errno(r, "Cannot open the key store %s: %m", kms_dir);
+        _cleanup_free_ char *state = strdup_printf("%s/.state", kms_dir);
+        if (!state || ((r = mkdir_p(state, 0700)) < 0))
+                return log_error_errno(state ? r : -ENOMEM, "Cannot create %s/.state: %m", kms_dir);
+        return 0;
+}
+
+void datakey_done(void) {
+        kms_free(kms);
+        kms = NULL;
+}
+
+static const char *owner_of(const char *tenant) {
+        return tenant ? tenant : DATAKEY_ADMIN;
+}
+
+/*
+ * A revocation destroys every version of the tenant's KEK, and the next
+ * rotation starts a new generation of KEKs under a name of its own
+ * (TENANT, then TENANT.g1, TENANT.g2, ...), whose versions count from 1
+ * again. What the node stores is "gN:" + the KMS's wrapped string: an
+ * image sealed under a revoked generation is -EKEYREVOKED, never mistaken
+ * for one of the new generation's version of the same number.
+ */
+/* The generation and revocation markers live in DIR/.state: no tenant's
+ * KEK directory can be named so (names do not start with '.'). */
+static char *generation_path(const char *tenant) {
+        return strdup_printf("%s/.state/%s.generation", kms_dir, owner_of(tenant));
+}
+
+static unsigned generation_of(const char *tenant) {
+        _cleanup_free_ char *p = generation_path(tenant), *text = NULL;
+        unsigned g = 0;
+        if (p && file_read_all(p, 32, &text, NULL) >= 0 && sscanf(text, "%u", &g) != 1)
+                g = 0;
+        return g;
+}
+
+/* The KMS's name of the tenant's KEK of generation g. */
+static void kek_name(const char *tenant, unsigned g, char out[80]) {
+        if (g == 0)
+                snprintf(out, 80, "%s", owner_of(tenant));
+        else
+                snprintf(out, 80, "%s.g%u", owner_of(tenant), g);
+}
+
+/* The marker a revocation leaves beside the tenant's (now gone) keys, so
+ * that its next image is not sealed under a silently made new KEK. */
+static char *revoked_path(const char *tenant) {
+        return strdup_printf("%s/.state/%s.revoked", kms_dir, owner_of(tenant));
+}
+
+static bool is_revoked(const char *tenant) {
+        _cleanup_free_ char *p = revoked_path(tenant);
+        return p && access(p, F_OK) == 0;
+}
+
+int datakey_new(const char *tenant, struct datakey *ret) {
+        if (!kms)
+                return -ENOTCONN;
+        if (is_revoked(tenant))
+                return -EKEYREVOKED;
+        randombytes_buf(ret->key, sizeof ret->key);
+        unsigned g = generation_of(tenant);
+        char name[80], wrapped[KMS_WRAPPED_MAX + 1];
+        kek_name(tenant, g, name);
+        int r = kms_wrap(kms, name, NULL, ret->key, wrapped);
+        if (r == -ENOKEY) { /* its first image: its first KEK */
+                pthread_mutex_lock(&lock);
+                r = kms_wrap(kms, name, NULL, ret->key, wrapped);
+                if (r == -ENOKEY && !is_revoked(tenant)) {
+                        unsigned v = 0;
+                        r = kms_local_rotate(kms, name, &v);
+                        if (r >= 0) {
+                                log_info("key-encryption key %s version %u made for its first image", name, v);
+                                r = kms_wrap(kms, name, NULL, ret->key, wrapped);
+                        }
+                } else if (r == -ENOKEY)
+                        r = -EKEYREVOKED;
+                pthread_mutex_unlock(&lock);
+        }
+        if (r >= 0 && (size_t) snprintf(ret->wrapped, sizeof ret->wrapped, "g%u:%s", g, wrapped) >= sizeof ret->wrapped)
+                r = -E2BIG;
+        if (r < 0)
+                sodium_memzero(ret->key, sizeof ret->key);
+        return r;
+}
+
+int datakey_open(const char *tenant, const char *wrapped, struct datakey *ret) {
+        if (!kms)
+                return -ENOTCONN;
+        if (is_revoked(tenant))
+                return -EKEYREVOKED;
+        unsigned g = 0;
+        int n = 0;
+        if (sscanf(wrapped, "g%u:%n", &g, &n) != 1 || n == 0 || g > generation_of(tenant))
+                return -EBADMSG;
+        if (g < generation_of(tenant))
+                return -EKEYREVOKED; /* a generation a revocation destroyed */
+        char name[80];
+        kek_name(tenant, g, name);
+        int r = kms_unwrap(kms, name, wrapped + n, ret->key);
+        if (r < 0)
+                return r == -EKEYREVOKED ? r : -EBADMSG;
+        snprintf(ret->wrapped, sizeof ret->wrapped, "%s", wrapped);
+        return 0;
+}
+
+int datakey_state(const char *tenant, struct datakey_state *ret) {
+        if (!kms)
+                return -ENOTCONN;
+        if (is_revoked(tenant)) {
+                *ret = (struct datakey_state){ .state = "revoked" };
+                return 0;
+        }
+        /* the highest version is what wraps: a wrap says which one */
+        uint8_t probe[DATAKEY_SIZE] = { 0 };
+        char wrapped[KMS_WRAPPED_MAX + 1], name[80];
+        kek_name(tenant, generation_of(tenant), name);
+        int r = kms_wrap(kms, name, NULL, probe, wrapped);
+        if (r == -ENOKEY) {
+                *ret = (struct datakey_state){ .state = "none" };
+                return 0;
+        }
+        struct kms_wrapped w;
+        if (r >= 0)
+                r = kms_wrapped_parse(wrapped, &w);
+        if (r < 0)
+                return r;
+        *ret = (struct datakey_state){ .state = "active", .version = w.version };
+        return 0;
+}
+
+int datakey_rotate(const char *tenant, unsigned *ret_version) {
+        if (!kms)
+                return -ENOTCONN;
+        pthread_mutex_lock(&lock);
+        _cleanup_free_ char *p = revoked_path(tenant), *gp = generation_path(tenant);
+        int r = p && gp ? 0 : -ENOMEM;
+        unsigned g = generation_of(tenant);
+        if (r >= 0 && is_revoked(tenant)) {
+                /* after a revocation: a new generation, never the old names */
+                char text[16];
+                snprintf(text, sizeof text, "%u\n", ++g);
+                r = file_write_atomic(gp, text, strlen(text), 0600);
+        }
+        char name[80];
+        kek_name(tenant, g, name);
+        if (r >= 0)
+                r = kms_local_rotate(kms, name, ret_version);
+        if (r >= 0 && unlink(p) < 0 && errno != ENOENT)
+                r = negative_errno();
+        pthread_mutex_unlock(&lock);
+        return r;
+}
+
+int datakey_revoke(const char *tenant) {
+        if (!kms)
+                return -ENOTCONN;
+        pthread_mutex_lock(&lock);
+        _cleanup_free_ char *p = revoked_path(tenant);
+        /* the marker first: from now on nothing new is sealed for it, even
+         * if the destruction below is cut short */
+        int r = p ? file_write_atomic(p, "", 0, 0600) : -ENOMEM;
+        char name[80];
+        kek_name(tenant, generation_of(tenant), name);
+        if (r >= 0)
+                r = kms_local_destroy(kms, name);
+        pthread_mutex_unlock(&lock);
+        return r == -ENOKEY ? 0 : r; /* none made yet: nothing to destroy, and none will be */
+}

@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/*
+ * Data keys for the object store (docs/storage.md, "Encryption"): every
+ * image a node uploads is sealed with a fresh random data key that only
+ * airlockd makes and opens. The node gets the key in the request that
+ * needs it (sandbox.suspend, sandbox.wake), keeps it in memory only, and
+ * stores it wrapped by the owning tenant's key-encryption key (KEK), which
+ * lib/kms holds: a local key file per tenant (CONTROL_DIR/kms/TENANT/)
+ * for now. Revoking a tenant's KEK destroys it: every image sealed for the
+ * tenant stays unreadable, and its wakes and suspends fail with
+ * key_revoked (-EKEYREVOKED) until a rotation makes a new one.
+ * Sandboxes of the admin scope (no tenant) use the KEK "admin".
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "kms.h"
+
+#define DATAKEY_SIZE KMS_DEK_SIZE
+#define DATAKEY_ADMIN "admin" /* the KEK of sandboxes with no tenant */
+
+struct datakey {
+        uint8_t key[DATAKEY_SIZE];
+        char wrapped[KMS_WRAPPED_MAX + 1];
+};
+
+/* Opens the KMS (CONTROL_DIR/kms); logs and fails when it cannot. */
+int datakey_init(const struct daemon_config *config);
+void datakey_done(void);
+
+/* A new data key for tenant (NULL: the admin scope), wrapped by its KEK;
+ * the tenant's first KEK is made on first use. -EKEYREVOKED when the KEK
+ * was revoked (and not rotated since). The caller wipes ret->key. */
+int datakey_new(const char *tenant, struct datakey *ret);
+/* Unwraps wrapped (a node's report of an image; untrusted) for tenant:
+ * -EKEYREVOKED when its KEK is gone, -EBADMSG when it does not open. */
+int datakey_open(const char *tenant, const char *wrapped, struct datakey *ret);
+
+/* The state of tenant's KEK: "none" (never used), "active" with its
+ * version, or "revoked". */
+struct datakey_state {
+        const char *state;
+        unsigned version;
+};
+int datakey_state(const char *tenant, struct datakey_state *ret);
+/* A new KEK version for tenant: new images are sealed with it, the older
+ * versions still open what they sealed. After a revocation it is the
+ * tenant's fresh start (what was sealed before stays unreadable). */
+int datakey_rotate(const char *tenant, unsigned *ret_version);
+/* Destroys every KEK version of tenant (crypto-shredding): what was sealed
+ * for it is unreadable from now on, and nothing new is sealed for it until
+ * a rotation (a tenant that had none is marked all the same). */
+int datakey_revoke(const char *tenant);
