@@ -929,10 +929,24 @@ def _harness():
     return harness
 
 
+def _shared_kms_dir(lab):
+    """The tenants' key-encryption keys every replica of the lab uses (a
+    directory the replicas share, as --kms-dir asks of a cluster): owned by
+    airlockd's user, 0700, removed at close."""
+    d = getattr(lab, "_kms_dir", None)
+    if d is None:
+        d = lab._kms_dir = _harness().volume_tempdir("airlock-kms-")
+        lab.defer(shutil.rmtree, d, True)
+        pw = pwd.getpwnam("airlock")
+        os.chown(d, pw.pw_uid, pw.pw_gid)
+        os.chmod(d, 0o700)
+    return d
+
+
 class Replica:
     """One airlockd replica on the lab's store: its API on 127.0.0.1, its
-    cluster port on the bridge (where the workers reach it). The HTTP
-    helpers are tests/harness.py's Airlock's."""
+    cluster port on the bridge (where the workers reach it), the lab's one
+    key directory. The HTTP helpers are tests/harness.py's Airlock's."""
 
     def __init__(self, lab, name, store_url, bridge, lost_after_s=6, extra=()):
         h = _harness()
@@ -945,7 +959,7 @@ class Replica:
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = [h.AIRLOCKD, "--data-dir", self.data_dir, "--listen", f"127.0.0.1:{self.port}",
                      "--store", store_url, "--cluster-listen", self.cluster_addr,
-                     "--node-lost-after-s", str(lost_after_s), *extra]
+                     "--node-lost-after-s", str(lost_after_s), "--kms-dir", _shared_kms_dir(lab), *extra]
         self.token = None
         self.proc = None
 

@@ -158,6 +158,7 @@ static const struct option long_options[] = {
         {"idle-timeout-s", required_argument, NULL, 'i'},
         {"idle-check-ms", required_argument, NULL, 'k'},
         {"cap-keys-dir", required_argument, NULL, 'K'},
+        {"kms-dir", required_argument, NULL, 'W'},
         {"network-default", required_argument, NULL, 'n'},
         {"e2b-templates", required_argument, NULL, 'E'},
         {"e2b-domain", required_argument, NULL, 'M'},
@@ -208,6 +209,9 @@ void config_help(FILE *f) {
               "                       (AIRLOCK_IDLE_CHECK_MS, default 30000)\n"
               "  --cap-keys-dir DIR   capability signing and public keys (AIRLOCK_CAP_KEYS_DIR,\n"
               "                       default DIR/control/keys; docs/security.md)\n"
+              "  --kms-dir DIR        tenants' key-encryption keys, which wrap the data keys of\n"
+              "                       sealed images (AIRLOCK_KMS_DIR, default DIR/control/kms; a\n"
+              "                       cluster's replicas share one; docs/storage.md)\n"
               "  --network-default MODE\n"
               "                       egress of a sandbox created without a policy whose tenant\n"
               "                       has no default: allow-all or deny-all\n"
@@ -262,6 +266,11 @@ static int apply(struct daemon_config *c, int opt, const char *val, const char *
                 if (val[0] != '/' || set_str(c->cap_keys_dir, sizeof c->cap_keys_dir, val) < 0)
                         return fail(errbuf, errlen, "%s: must be an absolute path, at most %zu bytes", origin,
                                     sizeof c->cap_keys_dir - 1);
+                return 0;
+        case 'W':
+                if (val[0] != '/' || set_str(c->kms_dir, sizeof c->kms_dir, val) < 0)
+                        return fail(errbuf, errlen, "%s: must be an absolute path, at most %zu bytes", origin,
+                                    sizeof c->kms_dir - 1);
                 return 0;
         case 'Q':
                 if (set_str(c->qemu_binary, sizeof c->qemu_binary, val) < 0)
@@ -386,7 +395,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 {"AIRLOCK_E2B_TEMPLATES", 'E'},   {"AIRLOCK_E2B_DOMAIN", 'M'},
                 {"AIRLOCK_STORE", 'D'},           {"AIRLOCK_CLUSTER_LISTEN", 'c'},
                 {"AIRLOCK_ADVERTISE", 'a'},       {"AIRLOCK_LOCAL_NODE", 'o'},
-                {"AIRLOCK_NODE_LOST_AFTER_S", 'x'},
+                {"AIRLOCK_NODE_LOST_AFTER_S", 'x'}, {"AIRLOCK_KMS_DIR", 'W'},
         };
         for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
                 const char *v = getenv(envs[i].name);
@@ -462,6 +471,9 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 return fail(errbuf, errlen, "data dir too long");
         if (!strchr(c.database, ':'))
                 return fail(errbuf, errlen, "database '%s' must be a URL like sqlite:/path/airlock.db", c.database);
+        if (!c.kms_dir[0] &&
+            snprintf(c.kms_dir, sizeof c.kms_dir, "%s/kms", c.control_dir) >= (int) sizeof c.kms_dir)
+                return fail(errbuf, errlen, "the data directory's path is too long for DIR/control/kms");
         if (!c.cap_keys_dir[0] &&
             snprintf(c.cap_keys_dir, sizeof c.cap_keys_dir, "%s/keys", c.control_dir) >= (int) sizeof c.cap_keys_dir)
                 return fail(errbuf, errlen, "data dir too long");
@@ -505,6 +517,7 @@ void config_print(const struct daemon_config *c, FILE *f) {
         fprintf(f, "snapshot_policy=%s\nsnapshot_tick_ms=%u\n", policy_s ? policy_s : "?", c->snapshot_tick_ms);
         fprintf(f, "idle_timeout_s=%u\nidle_check_ms=%u\n", c->idle_timeout_s, c->idle_check_ms);
         fprintf(f, "cap_keys_dir=%s\n", c->cap_keys_dir);
+        fprintf(f, "kms_dir=%s\n", c->kms_dir);
         fprintf(f, "qemu=%s\naccel=%s\n", c->qemu_binary, c->accel);
         fprintf(f, "network_default=%s\n", netpolicy_mode_to_string(c->network_default));
         fprintf(f, "e2b_templates=");

@@ -50,6 +50,7 @@ struct daemon_config {
         char node_socket[108];               /* sun_path limit */
         char node_binary[CONFIG_PATH_MAX];
         char cap_keys_dir[CONFIG_PATH_MAX];  /* capability keys (cap-keydir.h), default CONTROL_DIR/keys */
+        char kms_dir[CONFIG_PATH_MAX];       /* tenants' KEKs (datakey.h), default CONTROL_DIR/kms */
         bool spawn_node;
         bool json; /* --json: --check prints a JSON array */
         enum log_level log_level;

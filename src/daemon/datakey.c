@@ -22,7 +22,7 @@ static char kms_dir[CONFIG_PATH_MAX + 32];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 int datakey_init(const struct daemon_config *config) {
-        if ((size_t) snprintf(kms_dir, sizeof kms_dir, "%s/kms", config->control_dir) >= sizeof kms_dir)
+        if ((size_t) snprintf(kms_dir, sizeof kms_dir, "%s", config->kms_dir) >= sizeof kms_dir)
                 return log_error_errno(-ENAMETOOLONG, "The KMS directory's path is too long");
         int r = kms_open_local(kms_dir, &kms);
         if (r < 0)

@@ -7,8 +7,8 @@
  * airlockd makes and opens. The node gets the key in the request that
  * needs it (sandbox.suspend, sandbox.wake), keeps it in memory only, and
  * stores it wrapped by the owning tenant's key-encryption key (KEK), which
- * lib/kms holds: a local key file per tenant (CONTROL_DIR/kms/TENANT/)
- * for now. Revoking a tenant's KEK destroys it: every image sealed for the
+ * lib/kms holds: a local key file per tenant (KMS_DIR/TENANT/, by default
+ * CONTROL_DIR/kms; the replicas of a cluster share one) for now. Revoking a tenant's KEK destroys it: every image sealed for the
  * tenant stays unreadable, and its wakes and suspends fail with
  * key_revoked (-EKEYREVOKED) until a rotation makes a new one.
  * Sandboxes of the admin scope (no tenant) use the KEK "admin".
@@ -28,7 +28,7 @@ struct datakey {
         char wrapped[KMS_WRAPPED_MAX + 1];
 };
 
-/* Opens the KMS (CONTROL_DIR/kms); logs and fails when it cannot. */
+/* Opens the KMS (config->kms_dir); logs and fails when it cannot. */
 int datakey_init(const struct daemon_config *config);
 void datakey_done(void);
 

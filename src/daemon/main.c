@@ -172,7 +172,7 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         if ((r = dataplane_init(c)) < 0)
                 return check_start_failed(r, "cannot set up the capability keys in %s: %m", c->cap_keys_dir);
         if ((r = datakey_init(c)) < 0)
-                return check_start_failed(r, "cannot open the key store in %s/kms: %m", c->control_dir);
+                return check_start_failed(r, "cannot open the key store in %s: %m", c->kms_dir);
 
         nodes_init(c, store);
         _cleanup_(replica_stopp) struct replica *replica = NULL;
