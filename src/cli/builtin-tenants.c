@@ -79,9 +79,10 @@ int cmd_tenants(struct cli *cli, int argc, char **argv) {
         return cli_usage_error(cli, "tenants: unknown subcommand '%s' (create, rm)", verb);
 }
 
-/* keys kms TENANT [rotate | revoke]: the tenant's key-encryption key,
- * which wraps the data keys of its sealed images (docs/storage.md). */
-static int keys_kms(struct cli *cli, const char *tenant, const char *verb) {
+/* keys kms TENANT [rotate | revoke | set local | set pkcs11 LABEL [new]]:
+ * the tenant's key-encryption key, which wraps the data keys of its sealed
+ * images (docs/storage.md). */
+static int keys_kms(struct cli *cli, const char *tenant, const char *verb, int n_more, char **more) {
         if (!tenant || !cli_id_is_valid(tenant))
                 return cli_usage_error(cli, "keys kms: needs a tenant id");
         _cleanup_free_ char *path = NULL;
@@ -90,8 +91,23 @@ static int keys_kms(struct cli *cli, const char *tenant, const char *verb) {
                         return cli_fail("out of memory");
                 return call_and_print(cli, "GET", path, NULL, "state", NULL); /* --json: the version too */
         }
+        if (strcmp(verb, "set") == 0) {
+                const char *kind = n_more > 0 ? more[0] : NULL;
+                bool pkcs11 = kind && strcmp(kind, "pkcs11") == 0;
+                if (!kind || (!pkcs11 && strcmp(kind, "local") != 0) || (pkcs11 && n_more < 2) ||
+                    (!pkcs11 && n_more > 1) || n_more > 3 || (n_more == 3 && strcmp(more[2], "new") != 0))
+                        return cli_usage_error(cli, "keys kms: set local | set pkcs11 LABEL [new]");
+                _cleanup_(json_decrefp) json_t *body =
+                        pkcs11 ? json_pack("{s:s, s:s, s:b}", "kind", "pkcs11", "label", more[1], "generate", n_more == 3)
+                               : json_pack("{s:s}", "kind", "local");
+                if (!body || asprintf(&path, "/v1/tenants/%s/kms", tenant) < 0)
+                        return cli_fail("out of memory");
+                return call_and_print(cli, "PUT", path, body, "state", NULL);
+        }
+        if (n_more > 0)
+                return cli_usage_error(cli, "keys kms: unexpected argument '%s'", more[0]);
         if (strcmp(verb, "rotate") != 0 && strcmp(verb, "revoke") != 0)
-                return cli_usage_error(cli, "keys kms: unknown subcommand '%s' (rotate, revoke)", verb);
+                return cli_usage_error(cli, "keys kms: unknown subcommand '%s' (rotate, revoke, set)", verb);
         if (asprintf(&path, "/v1/tenants/%s/kms/%s", tenant, verb) < 0)
                 return cli_fail("out of memory");
         return call_and_print(cli, "POST", path, NULL, "state", NULL);
@@ -100,12 +116,15 @@ static int keys_kms(struct cli *cli, const char *tenant, const char *verb) {
 int cmd_keys(struct cli *cli, int argc, char **argv) {
         static const char *const header[] = {"ID", "NAME", "CREATED"};
         static const char *const fields[] = {"id", "name", "created_at"};
-        int r = cli_parse_plain(cli, argc, argv, 1, 3);
+        int r = cli_parse_plain(cli, argc, argv, 1, 6);
         if (r != CLI_PROCEED)
                 return r;
         int n = argc - optind;
         if (strcmp(argv[optind], "kms") == 0) /* no tenant id is "kms" */
-                return keys_kms(cli, n > 1 ? argv[optind + 1] : NULL, n > 2 ? argv[optind + 2] : NULL);
+                return keys_kms(cli, n > 1 ? argv[optind + 1] : NULL, n > 2 ? argv[optind + 2] : NULL,
+                                n > 3 ? n - 3 : 0, argv + optind + 3);
+        if (n > 3)
+                return cli_usage_error(cli, "%s: unexpected argument '%s'", cli->cmd->name, argv[optind + 3]);
         const char *tenant = argv[optind];
         const char *verb = n > 1 ? argv[optind + 1] : NULL, *arg = n > 2 ? argv[optind + 2] : NULL;
         if (!cli_id_is_valid(tenant))

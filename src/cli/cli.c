@@ -103,13 +103,15 @@ static const struct cli_command commands[] = {
          "GET /v1/health and GET /v1/templates. Exits 1 when a line says error.\n"},
         {"tenants", cmd_tenants, "[create NAME | rm ID]",
          "List tenants, or create or delete one (admin token)", NULL},
-        {"keys", cmd_keys, "TENANT [create [NAME] | rm KEYID] | kms TENANT [rotate | revoke]",
+        {"keys", cmd_keys, "TENANT [create [NAME] | rm KEYID] | kms TENANT [rotate | revoke | set KIND [LABEL [new]]]",
          "List a tenant's API keys, or create one (printed once) or revoke one; show, rotate or revoke the key "
          "that seals its images (admin token)",
          "`keys kms TENANT revoke` destroys the tenant's key-encryption key: every image\n"
          "sealed for it (suspended sandboxes in the object store) can never be opened\n"
          "again, and its wakes and suspends fail with key_revoked until `rotate` makes\n"
-         "a new key.\n"},
+         "a new key. `keys kms TENANT set pkcs11 LABEL [new]` keeps it on the PKCS#11\n"
+         "token airlockd was given (an HSM; `new` generates the key there), `set local`\n"
+         "in a key file again.\n"},
         {"nodes", cmd_nodes, "[token [TTL_S] | drain NODE | undrain NODE | rm NODE]",
          "List the nodes of a cluster, make a join token, drain or remove a node (admin token)",
          "A join token (printed once, valid an hour unless TTL_S says otherwise)\n"

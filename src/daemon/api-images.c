@@ -10,11 +10,13 @@
  * GET/DELETE /v1/images/{id}.
  */
 #include <errno.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "api.h"
 #include "apireq.h"
+#include "datakey.h"
 #include "log.h"
 #include "macros.h"
 #include "nodeclient.h"
@@ -79,6 +81,30 @@ static int node_image_delete(struct api_ctx *ctx, const char *image_id) {
         return r == -ENOENT ? 0 : r;
 }
 
+int api_image_key_add(struct api_ctx *ctx, const char *addr, const struct store_image *image, json_t *req) {
+        _cleanup_(json_decrefp) json_t *get = json_pack("{s:s, s:s}", "op", "suspended.get", "snapshot_id", image->id);
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        char err[API_ERRMSG_MAX] = "";
+        int r = get ? node_call(addr, ctx->config->node_timeout_s, get, &rep, err) : -ENOMEM;
+        if (r == -ENOENT)
+                return 0; /* the create says what is missing */
+        if (r < 0)
+                return api_fail(ctx, r, "cannot read image %s: %s", image->id, err);
+        const char *wrapped = json_string_value(json_object_get(rep, "wrapped_key"));
+        if (!wrapped)
+                return 0;
+        struct datakey key;
+        r = datakey_open(image->tenant_id, wrapped, &key);
+        if (r == -EKEYREVOKED)
+                return api_fail(ctx, r, "image %s was sealed with a key that was revoked: it cannot be opened",
+                                image->id);
+        if (r < 0)
+                return api_fail(ctx, -EIO, "the data key of image %s does not open with its owner's key", image->id);
+        r = api_request_add_datakey(req, &key);
+        sodium_memzero(&key, sizeof key);
+        return r;
+}
+
 int api_image_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *body, struct api_reply *ret) {
         int r = apireq_check_body(body, APIREQ_BODY_NAME, false, ctx->err);
         if (r < 0)
@@ -114,7 +140,18 @@ int api_image_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "sandbox.publish", "id", sandbox_id,
                                                         "snapshot_id", id);
         _cleanup_(json_decrefp) json_t *rep = NULL;
-        r = req ? nodes_sandbox_call(sandbox_id, SCHEDULER_SNAPSHOT_TIMEOUT_S, req, &rep, ctx->err) : -ENOMEM;
+        /* sealed, as every image in the object store, under its owner's key */
+        struct datakey key;
+        r = req ? datakey_new(sb.tenant_id, &key) : -ENOMEM;
+        if (r >= 0) {
+                r = api_request_add_datakey(req, &key);
+                sodium_memzero(&key, sizeof key);
+        } else if (r == -EKEYREVOKED)
+                r = api_fail(ctx, r, "cannot publish: the tenant's key was revoked (rotate it to seal new images)");
+        if (r >= 0)
+                r = nodes_sandbox_call(sandbox_id, SCHEDULER_SNAPSHOT_TIMEOUT_S, req, &rep, ctx->err);
+        if (req)
+                (void) json_object_del(req, "data_key");
         scheduler_release(sandbox_id);
         if (r < 0) {
                 log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "sandbox %s: publishing an image failed: %s", sandbox_id,

@@ -260,10 +260,46 @@ static json_t *kms_json(const char *tenant) {
         struct datakey_state st;
         if (datakey_state(tenant, &st) < 0)
                 return NULL;
-        json_t *o = json_pack("{s:s, s:s, s:s}", "tenant", tenant, "kind", "local", "state", st.state);
+        json_t *o = json_pack("{s:s, s:s, s:s}", "tenant", tenant, "kind", st.kind, "state", st.state);
         if (o && st.version)
                 json_object_set_new(o, "version", json_integer(st.version));
+        if (o && st.label[0])
+                json_object_set_new(o, "label", json_string(st.label));
         return o;
+}
+
+int api_tenant_kms_put(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret) {
+        _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
+        int r = tenant_lookup(ctx, id, &t);
+        if (r < 0)
+                return r;
+        const char *kind = json_string_value(json_object_get(body, "kind"));
+        json_t *label = json_object_get(body, "label"), *gen = json_object_get(body, "generate");
+        if (!kind || (strcmp(kind, "local") != 0 && strcmp(kind, "pkcs11") != 0))
+                return api_fail(ctx, -EINVAL, "field 'kind' must be \"local\" or \"pkcs11\"");
+        if (gen && !json_is_boolean(gen))
+                return api_fail(ctx, -EINVAL, "field 'generate' must be true or false");
+        if (strcmp(kind, "local") == 0 && (label || gen))
+                return api_fail(ctx, -EINVAL, "a local key takes no 'label' or 'generate'");
+        if (strcmp(kind, "pkcs11") == 0 && !json_is_string(label))
+                return api_fail(ctx, -EINVAL, "field 'label' (the key's label on the token) is required for pkcs11");
+        if (strcmp(kind, "pkcs11") == 0 && !datakey_has_pkcs11())
+                return api_fail(ctx, -EINVAL, "no PKCS#11 token is configured (AIRLOCK_PKCS11_MODULE, "
+                                              "AIRLOCK_PKCS11_TOKEN, AIRLOCK_PKCS11_PIN_FILE)");
+        r = datakey_set(t.id, kind, json_string_value(label), json_is_true(gen));
+        if (r == -EINVAL)
+                return api_fail(ctx, r, "field 'label' must be 1-56 of [A-Za-z0-9_-]");
+        if (r == -ENOKEY)
+                return api_fail(ctx, -ENOENT, "the token has no key labelled '%.64s' (set 'generate' to make one)",
+                                json_string_value(label));
+        if (r == -EEXIST)
+                return api_fail(ctx, r, "the token has a key labelled '%.64s' already", json_string_value(label));
+        if (r < 0)
+                return api_fail(ctx, -EIO, "cannot set the key of tenant %s: %s", t.id, strerror(-r));
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "tenant %s: key-encryption key now %s%s%s", t.id, kind,
+                 label ? " " : "", label ? json_string_value(label) : "");
+        json_t *o = kms_json(t.id);
+        return o ? reply(ret, MHD_HTTP_OK, o) : -ENOMEM;
 }
 
 int api_tenant_kms_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {

@@ -546,11 +546,16 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 sandbox_abandon(ctx, id, false);
                 return operation_fail(ctx, op_id, -ENOMEM);
         }
+        if (c.image && (r = api_image_key_add(ctx, node_addr, &image, req)) < 0) {
+                sandbox_abandon(ctx, id, false);
+                return operation_fail(ctx, op_id, r);
+        }
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "creating sandbox %s from %s %s (operation %s)", id,
                  c.image ? "image" : "template", c.image ? image.id : c.template_name, op_id);
         api_operation_node_called(ctx->store, op_id, "creating");
         _cleanup_(json_decrefp) json_t *node_rep = NULL;
         r = node_call(node_addr, ctx->config->create_timeout_s, req, &node_rep, ctx->err);
+        (void) json_object_del(req, "data_key"); /* no further than the node */
         if (r < 0) {
                 /* A transport failure leaves the node's side unknown: make
                  * sure it holds nothing for this id either. */

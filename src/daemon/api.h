@@ -277,6 +277,14 @@ int api_key_delete(struct api_ctx *ctx, const char *key_id, struct api_reply *re
 /* GET /v1/capability-keys: {"current": kid}. POST: a new signing key, 201
  * {"current","previous"}; the previous one still verifies until the next
  * rotation. Admin only. */
+/* Puts key into a node request: "data_key" (base64) and "wrapped_key". */
+struct datakey;
+int api_request_add_datakey(json_t *req, const struct datakey *key);
+/* Adds to a create-from-image request for the node at addr the image's
+ * data key: the node says how it is wrapped (the manifest's key), the
+ * image owner's KEK opens it. Nothing for an image in the clear. */
+struct store_image;
+int api_image_key_add(struct api_ctx *ctx, const char *addr, const struct store_image *image, json_t *req);
 /* A node that restarted during the sealed upload of sandbox id's
  * suspended image lost its data key (it holds keys in memory only): when
  * the node says it waits, opens the wrapped key again and gives it back
@@ -286,6 +294,9 @@ int api_suspended_upload_key(const struct daemon_config *config, struct store *s
 /* A tenant's key-encryption key (datakey.h): its state; a new version; its
  * revocation (every image sealed for the tenant unreadable from then on). */
 int api_tenant_kms_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+/* Chooses where the tenant's KEK is: {"kind":"local"}, or {"kind":"pkcs11",
+ * "label":L,"generate":bool} (an AES key on the configured token). */
+int api_tenant_kms_put(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
 int api_tenant_kms_rotate(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 int api_tenant_kms_revoke(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 int api_capability_keys_get(struct api_ctx *ctx, struct api_reply *ret);

@@ -128,6 +128,7 @@ static const struct {
                                                         "methods", "paths", "sandbox", "expires_at", "rate_per_min",
                                                         "tenant", NULL } },
         [APIREQ_BODY_FORK] = { (const char *const[]){ "secrets", NULL } },
+        [APIREQ_BODY_KMS] = { (const char *const[]){ "kind", "label", "generate", NULL } },
 };
 
 int apireq_check_body(const json_t *o, enum apireq_body kind, bool lenient, char *err) {

@@ -50,6 +50,7 @@ enum apireq_body {
         APIREQ_BODY_SECRET,   /* POST /v1/secrets (api-secrets.c checks each field) */
         APIREQ_BODY_FORK,     /* POST /v1/sandboxes/{id}/fork {"secrets"} */
         APIREQ_BODY_JOIN_TOKEN, /* POST /v1/nodes/tokens {"ttl_s"} */
+        APIREQ_BODY_KMS,        /* PUT /v1/tenants/{id}/kms {"kind","label","generate"} */
         _APIREQ_BODY_MAX,
 };
 

@@ -159,6 +159,9 @@ static const struct option long_options[] = {
         {"idle-check-ms", required_argument, NULL, 'k'},
         {"cap-keys-dir", required_argument, NULL, 'K'},
         {"kms-dir", required_argument, NULL, 'W'},
+        {"pkcs11-module", required_argument, NULL, 'Y'},
+        {"pkcs11-token", required_argument, NULL, 'Z'},
+        {"pkcs11-pin-file", required_argument, NULL, 'U'},
         {"network-default", required_argument, NULL, 'n'},
         {"e2b-templates", required_argument, NULL, 'E'},
         {"e2b-domain", required_argument, NULL, 'M'},
@@ -212,6 +215,10 @@ void config_help(FILE *f) {
               "  --kms-dir DIR        tenants' key-encryption keys, which wrap the data keys of\n"
               "                       sealed images (AIRLOCK_KMS_DIR, default DIR/control/kms; a\n"
               "                       cluster's replicas share one; docs/storage.md)\n"
+              "  --pkcs11-module PATH, --pkcs11-token LABEL, --pkcs11-pin-file FILE\n"
+              "                       a PKCS#11 token (an HSM, a cloud KMS's library) tenants may\n"
+              "                       keep their key-encryption key on (AIRLOCK_PKCS11_MODULE,\n"
+              "                       AIRLOCK_PKCS11_TOKEN, AIRLOCK_PKCS11_PIN_FILE; all or none)\n"
               "  --network-default MODE\n"
               "                       egress of a sandbox created without a policy whose tenant\n"
               "                       has no default: allow-all or deny-all\n"
@@ -266,6 +273,17 @@ static int apply(struct daemon_config *c, int opt, const char *val, const char *
                 if (val[0] != '/' || set_str(c->cap_keys_dir, sizeof c->cap_keys_dir, val) < 0)
                         return fail(errbuf, errlen, "%s: must be an absolute path, at most %zu bytes", origin,
                                     sizeof c->cap_keys_dir - 1);
+                return 0;
+        case 'Y':
+        case 'U':
+                if (val[0] != '/' || set_str(opt == 'Y' ? c->pkcs11_module : c->pkcs11_pin_file,
+                                             sizeof c->pkcs11_module, val) < 0)
+                        return fail(errbuf, errlen, "%s: must be an absolute path, at most %zu bytes", origin,
+                                    sizeof c->pkcs11_module - 1);
+                return 0;
+        case 'Z':
+                if (!*val || set_str(c->pkcs11_token, sizeof c->pkcs11_token, val) < 0)
+                        return fail(errbuf, errlen, "%s: a token label of 1-32 characters", origin);
                 return 0;
         case 'W':
                 if (val[0] != '/' || set_str(c->kms_dir, sizeof c->kms_dir, val) < 0)
@@ -396,6 +414,8 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 {"AIRLOCK_STORE", 'D'},           {"AIRLOCK_CLUSTER_LISTEN", 'c'},
                 {"AIRLOCK_ADVERTISE", 'a'},       {"AIRLOCK_LOCAL_NODE", 'o'},
                 {"AIRLOCK_NODE_LOST_AFTER_S", 'x'}, {"AIRLOCK_KMS_DIR", 'W'},
+                {"AIRLOCK_PKCS11_MODULE", 'Y'},   {"AIRLOCK_PKCS11_TOKEN", 'Z'},
+                {"AIRLOCK_PKCS11_PIN_FILE", 'U'},
         };
         for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
                 const char *v = getenv(envs[i].name);
@@ -471,6 +491,10 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 return fail(errbuf, errlen, "data dir too long");
         if (!strchr(c.database, ':'))
                 return fail(errbuf, errlen, "database '%s' must be a URL like sqlite:/path/airlock.db", c.database);
+        if ((c.pkcs11_module[0] || c.pkcs11_token[0] || c.pkcs11_pin_file[0]) &&
+            !(c.pkcs11_module[0] && c.pkcs11_token[0] && c.pkcs11_pin_file[0]))
+                return fail(errbuf, errlen, "a PKCS#11 token needs all three of AIRLOCK_PKCS11_MODULE, "
+                            "AIRLOCK_PKCS11_TOKEN and AIRLOCK_PKCS11_PIN_FILE");
         if (!c.kms_dir[0] &&
             snprintf(c.kms_dir, sizeof c.kms_dir, "%s/kms", c.control_dir) >= (int) sizeof c.kms_dir)
                 return fail(errbuf, errlen, "the data directory's path is too long for DIR/control/kms");
@@ -518,6 +542,8 @@ void config_print(const struct daemon_config *c, FILE *f) {
         fprintf(f, "idle_timeout_s=%u\nidle_check_ms=%u\n", c->idle_timeout_s, c->idle_check_ms);
         fprintf(f, "cap_keys_dir=%s\n", c->cap_keys_dir);
         fprintf(f, "kms_dir=%s\n", c->kms_dir);
+        fprintf(f, "pkcs11=%s%s%s\n", c->pkcs11_module[0] ? c->pkcs11_module : "(none)",
+                c->pkcs11_token[0] ? " token " : "", c->pkcs11_token);
         fprintf(f, "qemu=%s\naccel=%s\n", c->qemu_binary, c->accel);
         fprintf(f, "network_default=%s\n", netpolicy_mode_to_string(c->network_default));
         fprintf(f, "e2b_templates=");

@@ -51,6 +51,10 @@ struct daemon_config {
         char node_binary[CONFIG_PATH_MAX];
         char cap_keys_dir[CONFIG_PATH_MAX];  /* capability keys (cap-keydir.h), default CONTROL_DIR/keys */
         char kms_dir[CONFIG_PATH_MAX];       /* tenants' KEKs (datakey.h), default CONTROL_DIR/kms */
+        /* a PKCS#11 token tenants may keep their KEK on (all empty: none) */
+        char pkcs11_module[CONFIG_PATH_MAX];
+        char pkcs11_token[33];
+        char pkcs11_pin_file[CONFIG_PATH_MAX];
         bool spawn_node;
         bool json; /* --json: --check prints a JSON array */
         enum log_level log_level;

@@ -15,7 +15,8 @@
 #include "macros.h"
 #include "util.h"
 
-static struct kms *kms;
+static struct kms *kms; /* the key files */
+static struct kms *hsm; /* the PKCS#11 token, when one is configured */
 static char kms_dir[CONFIG_PATH_MAX + 32];
 /* one rotation, revocation or first KEK at a time in this process (lib/kms
  * locks against other processes) */
@@ -30,12 +31,21 @@ int datakey_init(const struct daemon_config *config) {
         _cleanup_free_ char *state = strdup_printf("%s/.state", kms_dir);
         if (!state || ((r = mkdir_p(state, 0700)) < 0))
                 return log_error_errno(state ? r : -ENOMEM, "Cannot create %s/.state: %m", kms_dir);
+        if (config->pkcs11_module[0]) {
+                r = kms_open_pkcs11(config->pkcs11_module, config->pkcs11_token, config->pkcs11_pin_file, &hsm);
+                if (r < 0)
+                        return log_error_errno(r, "Cannot open the PKCS#11 token %s through %s: %m",
+                                               config->pkcs11_token, config->pkcs11_module);
+                log_info("PKCS#11 token %s open: tenants may keep their key-encryption key on it",
+                         config->pkcs11_token);
+        }
         return 0;
 }
 
 void datakey_done(void) {
         kms_free(kms);
-        kms = NULL;
+        kms_free(hsm);
+        kms = hsm = NULL;
 }
 
 static const char *owner_of(const char *tenant) {
@@ -83,12 +93,71 @@ static bool is_revoked(const char *tenant) {
         return p && access(p, F_OK) == 0;
 }
 
+/*
+ * A tenant whose KEK is on the PKCS#11 token has DIR/.state/TENANT.pkcs11
+ * naming its key's label. Its wrapped keys are "p:" + the KMS's string
+ * (which names the label: an older label, of before a rotation, still
+ * opens what it wrapped). A rotation generates a new key labelled
+ * BASE-rN; a revocation destroys the current label's key and those of its
+ * rotations.
+ */
+static char *label_path(const char *tenant) {
+        return strdup_printf("%s/.state/%s.pkcs11", kms_dir, owner_of(tenant));
+}
+
+static bool tenant_label(const char *tenant, char label[KMS_LABEL_MAX + 1]) {
+        _cleanup_free_ char *p = label_path(tenant), *text = NULL;
+        if (!p || file_read_all(p, KMS_LABEL_MAX + 2, &text, NULL) < 0)
+                return false;
+        text[strcspn(text, "\r\n")] = 0;
+        if (!*text || strlen(text) > KMS_LABEL_MAX)
+                return false;
+        snprintf(label, KMS_LABEL_MAX + 1, "%s", text);
+        return true;
+}
+
+static int label_write(const char *tenant, const char *label) {
+        _cleanup_free_ char *p = label_path(tenant), *text = strdup_printf("%s\n", label);
+        return p && text ? file_write_atomic(p, text, strlen(text), 0600) : -ENOMEM;
+}
+
+/* BASE and N of a label BASE-rN (N 1 for a label without the suffix). */
+static unsigned label_rotation(const char *label, char base[KMS_LABEL_MAX + 1]) {
+        snprintf(base, KMS_LABEL_MAX + 1, "%s", label);
+        char *r = strrchr(base, '-');
+        unsigned n = 0;
+        int end = 0;
+        if (r && r[1] == 'r' && sscanf(r + 2, "%u%n", &n, &end) == 1 && r[2 + end] == 0 && n >= 2) {
+                *r = 0;
+                return n;
+        }
+        return 1;
+}
+
+static bool label_is_valid(const char *l) {
+        size_t n = strlen(l);
+        return n >= 1 && n <= KMS_LABEL_MAX - 8 && strspn(l, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                          "0123456789_-") == n;
+}
+
 int datakey_new(const char *tenant, struct datakey *ret) {
         if (!kms)
                 return -ENOTCONN;
         if (is_revoked(tenant))
                 return -EKEYREVOKED;
         randombytes_buf(ret->key, sizeof ret->key);
+        char label[KMS_LABEL_MAX + 1];
+        if (tenant_label(tenant, label)) {
+                char wrapped[KMS_WRAPPED_MAX + 1];
+                int r = hsm ? kms_wrap(hsm, owner_of(tenant), label, ret->key, wrapped) : -EHOSTDOWN;
+                if (r >= 0 && (size_t) snprintf(ret->wrapped, sizeof ret->wrapped, "p:%s", wrapped) >= sizeof ret->wrapped)
+                        r = -E2BIG;
+                if (r == -ENOKEY)
+                        r = -EKEYREVOKED; /* its key is gone from the token */
+                if (r < 0)
+                        sodium_memzero(ret->key, sizeof ret->key);
+                return r;
+        }
         unsigned g = generation_of(tenant);
         char name[80], wrapped[KMS_WRAPPED_MAX + 1];
         kek_name(tenant, g, name);
@@ -119,6 +188,15 @@ int datakey_open(const char *tenant, const char *wrapped, struct datakey *ret) {
                 return -ENOTCONN;
         if (is_revoked(tenant))
                 return -EKEYREVOKED;
+        if (strncmp(wrapped, "p:", 2) == 0) {
+                if (!hsm)
+                        return -EHOSTDOWN;
+                int r = kms_unwrap(hsm, owner_of(tenant), wrapped + 2, ret->key);
+                if (r < 0)
+                        return r == -EKEYREVOKED || r == -EHOSTDOWN || r == -EACCES ? r : -EBADMSG;
+                snprintf(ret->wrapped, sizeof ret->wrapped, "%s", wrapped);
+                return 0;
+        }
         unsigned g = 0;
         int n = 0;
         if (sscanf(wrapped, "g%u:%n", &g, &n) != 1 || n == 0 || g > generation_of(tenant))
@@ -137,8 +215,15 @@ int datakey_open(const char *tenant, const char *wrapped, struct datakey *ret) {
 int datakey_state(const char *tenant, struct datakey_state *ret) {
         if (!kms)
                 return -ENOTCONN;
+        char label[KMS_LABEL_MAX + 1];
+        bool on_hsm = tenant_label(tenant, label);
         if (is_revoked(tenant)) {
-                *ret = (struct datakey_state){ .state = "revoked" };
+                *ret = (struct datakey_state){ .kind = on_hsm ? "pkcs11" : "local", .state = "revoked" };
+                return 0;
+        }
+        if (on_hsm) {
+                *ret = (struct datakey_state){ .kind = "pkcs11", .state = "active" };
+                snprintf(ret->label, sizeof ret->label, "%s", label);
                 return 0;
         }
         /* the highest version is what wraps: a wrap says which one */
@@ -147,7 +232,7 @@ int datakey_state(const char *tenant, struct datakey_state *ret) {
         kek_name(tenant, generation_of(tenant), name);
         int r = kms_wrap(kms, name, NULL, probe, wrapped);
         if (r == -ENOKEY) {
-                *ret = (struct datakey_state){ .state = "none" };
+                *ret = (struct datakey_state){ .kind = "local", .state = "none" };
                 return 0;
         }
         struct kms_wrapped w;
@@ -155,13 +240,34 @@ int datakey_state(const char *tenant, struct datakey_state *ret) {
                 r = kms_wrapped_parse(wrapped, &w);
         if (r < 0)
                 return r;
-        *ret = (struct datakey_state){ .state = "active", .version = w.version };
+        *ret = (struct datakey_state){ .kind = "local", .state = "active", .version = w.version };
         return 0;
 }
 
 int datakey_rotate(const char *tenant, unsigned *ret_version) {
         if (!kms)
                 return -ENOTCONN;
+        char label[KMS_LABEL_MAX + 1];
+        if (tenant_label(tenant, label)) {
+                /* a new key on the token, BASE-rN+1; the older ones open
+                 * what they wrapped (after a revocation, there are none) */
+                if (!hsm)
+                        return -EHOSTDOWN;
+                char base[KMS_LABEL_MAX + 1], next[KMS_LABEL_MAX + 16];
+                unsigned n = label_rotation(label, base);
+                snprintf(next, sizeof next, "%s-r%u", base, n + 1);
+                pthread_mutex_lock(&lock);
+                int r = kms_pkcs11_generate(hsm, next);
+                if (r >= 0)
+                        r = label_write(tenant, next);
+                _cleanup_free_ char *p = revoked_path(tenant);
+                if (r >= 0 && p && unlink(p) < 0 && errno != ENOENT)
+                        r = negative_errno();
+                pthread_mutex_unlock(&lock);
+                if (r >= 0 && ret_version)
+                        *ret_version = n + 1;
+                return r;
+        }
         pthread_mutex_lock(&lock);
         _cleanup_free_ char *p = revoked_path(tenant), *gp = generation_path(tenant);
         int r = p && gp ? 0 : -ENOMEM;
@@ -190,10 +296,59 @@ int datakey_revoke(const char *tenant) {
         /* the marker first: from now on nothing new is sealed for it, even
          * if the destruction below is cut short */
         int r = p ? file_write_atomic(p, "", 0, 0600) : -ENOMEM;
-        char name[80];
+        char name[80], label[KMS_LABEL_MAX + 1];
         kek_name(tenant, generation_of(tenant), name);
-        if (r >= 0)
+        if (r >= 0 && tenant_label(tenant, label)) {
+                /* the current key and those of its rotations */
+                char base[KMS_LABEL_MAX + 1], l[KMS_LABEL_MAX + 16];
+                unsigned n = label_rotation(label, base);
+                r = hsm ? 0 : -EHOSTDOWN;
+                for (unsigned i = 1; r >= 0 && i <= n; i++) {
+                        if (i == 1)
+                                snprintf(l, sizeof l, "%s", base);
+                        else
+                                snprintf(l, sizeof l, "%s-r%u", base, i);
+                        int k = kms_pkcs11_destroy(hsm, l);
+                        if (k < 0 && k != -ENOKEY)
+                                r = k;
+                }
+        } else if (r >= 0)
                 r = kms_local_destroy(kms, name);
         pthread_mutex_unlock(&lock);
         return r == -ENOKEY ? 0 : r; /* none made yet: nothing to destroy, and none will be */
+}
+
+int datakey_set(const char *tenant, const char *kind, const char *label, bool generate) {
+        if (!kms)
+                return -ENOTCONN;
+        _cleanup_free_ char *lp = label_path(tenant), *rp = revoked_path(tenant);
+        if (!lp || !rp)
+                return -ENOMEM;
+        int r;
+        pthread_mutex_lock(&lock);
+        if (strcmp(kind, "local") == 0) {
+                /* what the token wrapped still opens while its keys are there */
+                r = unlink(lp) < 0 && errno != ENOENT ? negative_errno() : 0;
+        } else if (strcmp(kind, "pkcs11") == 0) {
+                r = !hsm ? -EHOSTDOWN : label && label_is_valid(label) ? 0 : -EINVAL;
+                if (r >= 0 && generate)
+                        r = kms_pkcs11_generate(hsm, label);
+                if (r >= 0) { /* the key must be there and wrap */
+                        uint8_t probe[KMS_DEK_SIZE] = { 0 };
+                        char wrapped[KMS_WRAPPED_MAX + 1];
+                        r = kms_wrap(hsm, owner_of(tenant), label, probe, wrapped);
+                }
+                if (r >= 0)
+                        r = label_write(tenant, label);
+        } else
+                r = -EINVAL;
+        /* a new place for its key is a fresh start after a revocation */
+        if (r >= 0 && unlink(rp) < 0 && errno != ENOENT)
+                r = negative_errno();
+        pthread_mutex_unlock(&lock);
+        return r;
+}
+
+bool datakey_has_pkcs11(void) {
+        return hsm != NULL;
 }

@@ -8,7 +8,9 @@
  * needs it (sandbox.suspend, sandbox.wake), keeps it in memory only, and
  * stores it wrapped by the owning tenant's key-encryption key (KEK), which
  * lib/kms holds: a local key file per tenant (KMS_DIR/TENANT/, by default
- * CONTROL_DIR/kms; the replicas of a cluster share one) for now. Revoking a tenant's KEK destroys it: every image sealed for the
+ * CONTROL_DIR/kms; the replicas of a cluster share one), or an AES key on
+ * a PKCS#11 token (an HSM, or a cloud KMS's PKCS#11 library) the tenant
+ * was set to (datakey_set()). Revoking a tenant's KEK destroys it: every image sealed for the
  * tenant stays unreadable, and its wakes and suspends fail with
  * key_revoked (-EKEYREVOKED) until a rotation makes a new one.
  * Sandboxes of the admin scope (no tenant) use the KEK "admin".
@@ -43,8 +45,10 @@ int datakey_open(const char *tenant, const char *wrapped, struct datakey *ret);
 /* The state of tenant's KEK: "none" (never used), "active" with its
  * version, or "revoked". */
 struct datakey_state {
+        const char *kind;  /* "local" or "pkcs11" */
         const char *state;
-        unsigned version;
+        unsigned version;  /* local */
+        char label[KMS_LABEL_MAX + 1]; /* pkcs11: the key wrapping now */
 };
 int datakey_state(const char *tenant, struct datakey_state *ret);
 /* A new KEK version for tenant: new images are sealed with it, the older
@@ -55,3 +59,11 @@ int datakey_rotate(const char *tenant, unsigned *ret_version);
  * for it is unreadable from now on, and nothing new is sealed for it until
  * a rotation (a tenant that had none is marked all the same). */
 int datakey_revoke(const char *tenant);
+/* Where tenant's KEK is from now on: kind "local" (key files), or
+ * "pkcs11" with the label of an AES key on the configured token (made
+ * first when generate). What older keys wrapped still opens while they
+ * exist. -EHOSTDOWN when no token is configured, -EINVAL for a bad kind
+ * or label, -ENOKEY when the token has no such key, -EEXIST when generate
+ * finds one. */
+int datakey_set(const char *tenant, const char *kind, const char *label, bool generate);
+bool datakey_has_pkcs11(void);

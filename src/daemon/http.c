@@ -151,7 +151,7 @@ static const struct route routes[] = {
         { R_TENANT_NETWORK, { "v1", "tenants", "*", "network" }, M_GET | M_PUT | M_DELETE, AUTH_ADMIN,
           APIREQ_BODY_NETWORK },
         { R_TENANT_KEYS, { "v1", "tenants", "*", "keys" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_NAME },
-        { R_TENANT_KMS, { "v1", "tenants", "*", "kms" }, M_GET, AUTH_ADMIN, APIREQ_BODY_NONE },
+        { R_TENANT_KMS, { "v1", "tenants", "*", "kms" }, M_GET | M_PUT, AUTH_ADMIN, APIREQ_BODY_KMS },
         { R_TENANT_KMS_ROTATE, { "v1", "tenants", "*", "kms", "rotate" }, M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
         { R_TENANT_KMS_REVOKE, { "v1", "tenants", "*", "kms", "revoke" }, M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
         { R_KEY, { "v1", "keys", "*" }, M_DELETE, AUTH_ADMIN, APIREQ_BODY_NONE },
@@ -953,7 +953,7 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 r = api_key_delete(&ctx, id, &rep);
                 break;
         case R_TENANT_KMS:
-                r = api_tenant_kms_get(&ctx, id, &rep);
+                r = req->method == M_PUT ? api_tenant_kms_put(&ctx, id, body, &rep) : api_tenant_kms_get(&ctx, id, &rep);
                 break;
         case R_TENANT_KMS_ROTATE:
                 r = api_tenant_kms_rotate(&ctx, id, &rep);

@@ -80,8 +80,7 @@ static void job_free(struct job *j) {
         free(j);
 }
 
-/* Puts key into a node request: "data_key" (base64) and "wrapped_key". */
-static int request_add_key(json_t *req, const struct datakey *key) {
+int api_request_add_datakey(json_t *req, const struct datakey *key) {
         char b64[sodium_base64_ENCODED_LEN(DATAKEY_SIZE, sodium_base64_VARIANT_ORIGINAL)];
         sodium_bin2base64(b64, sizeof b64, key->key, sizeof key->key, sodium_base64_VARIANT_ORIGINAL);
         int r = json_object_set_new(req, "data_key", json_string(b64)) < 0 ||
@@ -115,7 +114,7 @@ int api_suspended_upload_key(const struct daemon_config *config, struct store *s
                 return r;
         }
         up = json_pack("{s:s, s:s, s:s}", "op", "suspended.upload", "snapshot_id", snap, "id", id);
-        r = up ? request_add_key(up, &key) : -ENOMEM;
+        r = up ? api_request_add_datakey(up, &key) : -ENOMEM;
         sodium_memzero(&key, sizeof key);
         if (r >= 0)
                 r = nodes_sandbox_call(id, config->node_timeout_s, up, &done, err);
@@ -305,7 +304,7 @@ static void *job_main(void *arg) {
         uint64_t t0 = now_monotonic_ns();
         _cleanup_(json_decrefp) json_t *rep = NULL;
         int key_r = j->verb == LIFECYCLE_WAKE ? job_wake_key(j, err) : 0;
-        if (req && j->has_key && request_add_key(req, &j->key) < 0)
+        if (req && j->has_key && api_request_add_datakey(req, &j->key) < 0)
                 key_r = -ENOMEM;
         sodium_memzero(&j->key, sizeof j->key); /* in the request now, and nowhere else here */
         /* a scheduled snapshot of this sandbox in progress ends first (the

@@ -227,10 +227,7 @@ int nodeops_sandbox_fork(struct node_conn *c, json_t *req) {
         return conn_reply_ok(c, json_pack("{s:o}", "sandbox", o));
 }
 
-/* The optional data key of a request: "data_key" (base64 of 32 bytes)
- * with "wrapped_key" (its KMS-wrapped form, what the manifest records).
- * *ret_has false when absent; -EINVAL (replied) when malformed. */
-static int data_key_arg(struct node_conn *c, json_t *req, struct objstore_data_key *key, bool *ret_has) {
+int nodeops_field_data_key(struct node_conn *c, json_t *req, struct objstore_data_key *key, bool *ret_has) {
         json_t *k = json_object_get(req, "data_key"), *w = json_object_get(req, "wrapped_key");
         *ret_has = false;
         if (!k && !w)
@@ -265,7 +262,7 @@ int nodeops_sandbox_suspend(struct node_conn *c, json_t *req) {
                 return r;
         struct objstore_data_key key = { 0 };
         bool has_key;
-        if ((r = data_key_arg(c, req, &key, &has_key)) < 0)
+        if ((r = nodeops_field_data_key(c, req, &key, &has_key)) < 0)
                 return r;
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
@@ -285,10 +282,15 @@ int nodeops_sandbox_publish(struct node_conn *c, json_t *req) {
         int r = snapshot_args(c, req, &s, &image);
         if (r < 0)
                 return r;
+        struct objstore_data_key key = { 0 };
+        bool has_key;
+        if ((r = nodeops_field_data_key(c, req, &key, &has_key)) < 0)
+                return r;
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
         json_t *info = NULL;
-        r = sandbox_publish(s, image, &info, &state, &err);
+        r = sandbox_publish(s, image, has_key ? &key : NULL, &info, &state, &err);
+        sodium_memzero(key.key, sizeof key.key);
         if (r == -EOPNOTSUPP)
                 return conn_reply_error(c, r, "unsupported", "this node has no object store");
         if (r == -EEXIST)
@@ -312,7 +314,7 @@ int nodeops_sandbox_wake(struct node_conn *c, json_t *req) {
                 return r;
         struct objstore_data_key key = { 0 };
         bool has_key;
-        if ((r = data_key_arg(c, req, &key, &has_key)) < 0)
+        if ((r = nodeops_field_data_key(c, req, &key, &has_key)) < 0)
                 return r;
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " sandbox=%s snapshot=%s", id, snap);
         _cleanup_free_ char *err = NULL;
@@ -372,7 +374,7 @@ int nodeops_suspended_upload(struct node_conn *c, json_t *req) {
                                         "[A-Za-z0-9._-], not starting with '.'");
         struct objstore_data_key key = { 0 };
         bool has_key;
-        int r = data_key_arg(c, req, &key, &has_key);
+        int r = nodeops_field_data_key(c, req, &key, &has_key);
         if (r < 0)
                 return r;
         if (!has_key)

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "nodeops-secrets.h"
 #include "portproxy.h"
 #include "nodeutil.h"
+#include "objstore.h"
 #include "pool.h"
 #include "proto.h"
 #include "sandbox.h"
@@ -354,8 +356,14 @@ static int op_sandbox_create(struct node_conn *c, json_t *req) {
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " sandbox=%s", id);
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         _cleanup_free_ char *err = NULL;
-        r = image ? sandbox_create_from_image(id, image, env, tenant, recover_checkpoint, network, &s, &err)
+        struct objstore_data_key key = { 0 };
+        bool has_key = false;
+        if (image && (r = nodeops_field_data_key(c, req, &key, &has_key)) < 0)
+                return r;
+        r = image ? sandbox_create_from_image(id, image, has_key ? &key : NULL, env, tenant, recover_checkpoint,
+                                              network, &s, &err)
                   : sandbox_create(id, tpl, env, tenant, recover_checkpoint, network, &s, &err);
+        sodium_memzero(key.key, sizeof key.key);
         if (r == -EOPNOTSUPP)
                 return conn_reply_error(c, r, "unsupported", "this node has no object store");
         if (r < 0) {

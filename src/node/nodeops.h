@@ -40,6 +40,12 @@ unsigned nodeops_lifecycle_drain(unsigned timeout_s);
  * the node trusts nothing): *ret its canonical text, or NULL when absent,
  * null or {} (required: refused). Replies "invalid" itself on failure. */
 int nodeops_field_network(struct node_conn *c, json_t *req, bool required, char **ret);
+/* The optional data key of a request: "data_key" (base64 of 32 bytes)
+ * with "wrapped_key" (its KMS-wrapped form, what a manifest records), both
+ * or neither. *ret_has false when absent; -EINVAL (replied) when
+ * malformed. The caller wipes key->key. */
+struct objstore_data_key;
+int nodeops_field_data_key(struct node_conn *c, json_t *req, struct objstore_data_key *key, bool *ret_has);
 
 /* The request validators below reply "invalid" themselves on failure. */
 

@@ -970,8 +970,8 @@ fail:
  * no sandbox's). */
 #define PUBLISH_DIR ".tmp-publish-"
 
-int sandbox_publish(struct sandbox *s, const char *image_id, json_t **ret_info, const char **ret_state,
-                    char **ret_error) {
+int sandbox_publish(struct sandbox *s, const char *image_id, const struct objstore_data_key *key, json_t **ret_info,
+                    const char **ret_state, char **ret_error) {
         uint64_t t0 = now_monotonic_ns();
         if (!objstore)
                 return -EOPNOTSUPP;
@@ -1013,7 +1013,7 @@ int sandbox_publish(struct sandbox *s, const char *image_id, json_t **ret_info, 
         }
         uint64_t t_snap = now_monotonic_ns();
         const struct objstore_artifact art[] = { { "state", state }, { "rootfs.img", disk } };
-        r = meta ? objstore_snapshot_upload(objstore, image_id, art, ARRAY_SIZE(art), meta) : -ENOMEM;
+        r = meta ? objstore_snapshot_upload_sealed(objstore, image_id, art, ARRAY_SIZE(art), meta, key, NULL) : -ENOMEM;
         (void) rm_rf(dir);
         if (r < 0) {
                 *ret_error = strdup_printf("uploading image %s failed: %s", image_id, strerror(-r));
@@ -1032,16 +1032,23 @@ int sandbox_publish(struct sandbox *s, const char *image_id, json_t **ret_info, 
         return o ? 0 : -ENOMEM;
 }
 
-int sandbox_create_from_image(const char *id, const char *image_id, json_t *env, const char *tenant,
-                              bool recover_checkpoint, const char *network, struct sandbox **ret, char **ret_error) {
+int sandbox_create_from_image(const char *id, const char *image_id, const struct objstore_data_key *key, json_t *env,
+                              const char *tenant, bool recover_checkpoint, const char *network, struct sandbox **ret,
+                              char **ret_error) {
         uint64_t t0 = now_monotonic_ns();
         if (!objstore)
                 return -EOPNOTSUPP;
-        _cleanup_(json_decrefp) json_t *manifest = NULL;
+        _cleanup_(json_decrefp) json_t *manifest = NULL, *meta = NULL;
         int r = manifest_read(image_id, &manifest, ret_error);
         if (r < 0)
                 return r == -ENXIO ? -ENOENT : r;
-        json_t *meta = json_object_get(manifest, "meta");
+        r = objstore_manifest_meta(manifest, key ? key->key : NULL, &meta);
+        if (r < 0) {
+                *ret_error = strdup_printf(r == -ENOKEY ? "image %s is sealed and the create brought no data key"
+                                                        : "image %s does not open with the data key given",
+                                           image_id);
+                return -EBADMSG;
+        }
         const char *kind = json_string_value(json_object_get(meta, "kind"));
         const char *tpl = json_string_value(json_object_get(meta, "template"));
         json_t *image_env = json_object_get(meta, "env");
@@ -1063,7 +1070,7 @@ int sandbox_create_from_image(const char *id, const char *image_id, json_t *env,
                 snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
         /* a new identity, as a fork child gets (restore_new()) */
         uint64_t t_down;
-        r = download_restore(s, image_id, NULL, false, &t_down, ret_error);
+        r = download_restore(s, image_id, key ? key->key : NULL, false, &t_down, ret_error);
         if (r < 0)
                 return r;
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox made from image %s in %llu ms (download %llu ms, restore %llu ms)",

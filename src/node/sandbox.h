@@ -251,14 +251,15 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, c
  * manifest of kind "image" carrying its template and env. -EEXIST when the
  * object store has image_id. *ret_info: {"image","memory_bytes",
  * "snapshot_ms","upload_ms","total_ms","pause_ms"}. */
-int sandbox_publish(struct sandbox *s, const char *image_id, json_t **ret_info, const char **ret_state,
-                    char **ret_error);
+int sandbox_publish(struct sandbox *s, const char *image_id, const struct objstore_data_key *key, json_t **ret_info,
+                    const char **ret_state, char **ret_error);
 /* Makes sandbox id from image image_id, as sandbox_create() makes one from
  * a template: its memory, processes and disk, with its own identity; env
  * over the image's. The image stays. -ENOENT when there is no such image,
  * -EBADMSG when image_id is no image. */
-int sandbox_create_from_image(const char *id, const char *image_id, json_t *env, const char *tenant,
-                              bool recover_checkpoint, const char *network, struct sandbox **ret, char **ret_error);
+int sandbox_create_from_image(const char *id, const char *image_id, const struct objstore_data_key *key, json_t *env,
+                              const char *tenant, bool recover_checkpoint, const char *network, struct sandbox **ret,
+                              char **ret_error);
 /* Deletes a suspended sandbox's image (or an image) from the object store
  * and, given the sandbox's id, its copy on this node (its upload stops
  * first). -ENOENT when there was neither. */
