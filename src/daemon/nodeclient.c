@@ -62,9 +62,9 @@ int node_conn_send_request(struct node_conn *c, const json_t *req) {
         if (!s)
                 return -ENOMEM;
         size_t len = strlen(s);
-        if (len > PROTO_MAX_PAYLOAD)
-                return -EMSGSIZE;
-        return io_errno(link_write_frame(&c->link, PROTO_NODE_REQUEST, 0, s, len));
+        int r = len > PROTO_MAX_PAYLOAD ? -EMSGSIZE : io_errno(link_write_frame(&c->link, PROTO_NODE_REQUEST, 0, s, len));
+        explicit_bzero(s, len); /* a request may carry a data key (sandbox.suspend, sandbox.wake) */
+        return r;
 }
 
 int node_conn_send_data(struct node_conn *c, const void *data, size_t len) {
