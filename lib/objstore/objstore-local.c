@@ -221,41 +221,10 @@ static int local_local_path(struct objstore *o, const char *key, char **ret_path
         return local_key_path(local(o), key, ret_path);
 }
 
-struct keylist {
-        char **v;
-        size_t n, cap;
-};
-
-static int keylist_add(struct keylist *kl, const char *key) {
-        if (kl->n >= OBJSTORE_LIST_MAX)
-                return -E2BIG;
-        if (kl->n + 2 > kl->cap) {
-                size_t ncap = MAX(kl->cap * 2, (size_t) 16);
-                char **nv = realloc(kl->v, ncap * sizeof *nv);
-                if (!nv)
-                        return -ENOMEM;
-                kl->v = nv;
-                kl->cap = ncap;
-        }
-        kl->v[kl->n] = strdup(key);
-        if (!kl->v[kl->n])
-                return -ENOMEM;
-        kl->v[++kl->n] = NULL;
-        return 0;
-}
-
-static void keylist_release(struct keylist *kl) {
-        objstore_keys_free(kl->v); /* kept NULL-terminated by keylist_add() */
-}
-
-static int cmp_str(const void *a, const void *b) {
-        return strcmp(*(char *const *) a, *(char *const *) b);
-}
-
 /* Adds the objects below the directory dfd, whose key prefix is rel ("" or
  * "a/b/"), that start with prefix. Names that are not valid key segments
  * (and ROOT/.tmp) are not objects and are skipped. */
-static int list_dir(int dfd, const char *rel, const char *prefix, struct keylist *kl) {
+static int list_dir(int dfd, const char *rel, const char *prefix, struct objstore_keylist *kl) {
         _cleanup_close_ int fd = dfd;
         DIR *d = fdopendir(fd);
         if (!d)
@@ -275,7 +244,7 @@ static int list_dir(int dfd, const char *rel, const char *prefix, struct keylist
                         continue; /* removed meanwhile */
                 if (S_ISREG(st.st_mode)) {
                         if (strncmp(key, prefix, strlen(prefix)) == 0)
-                                r = keylist_add(kl, key);
+                                r = objstore_keylist_add(kl, key);
                 } else if (S_ISDIR(st.st_mode) && (size_t) n < OBJSTORE_KEY_MAX) {
                         /* descend only where keys can still match prefix */
                         key[n] = '/';
@@ -294,7 +263,7 @@ static int list_dir(int dfd, const char *rel, const char *prefix, struct keylist
 
 static int local_list(struct objstore *o, const char *prefix, char ***ret_keys) {
         struct objstore_local *l = local(o);
-        _cleanup_(keylist_release) struct keylist kl = { 0 };
+        _cleanup_(objstore_keylist_release) struct objstore_keylist kl = { 0 };
         int r;
 
         /* Start in the deepest directory prefix names: "blobs/ab" -> blobs/ */
@@ -311,14 +280,7 @@ static int local_list(struct objstore *o, const char *prefix, char ***ret_keys) 
                 if (r < 0)
                         return r;
         }
-        if (!kl.v) {
-                kl.v = calloc(1, sizeof *kl.v); /* no keys: just the NULL */
-                if (!kl.v)
-                        return -ENOMEM;
-        }
-        qsort(kl.v, kl.n, sizeof *kl.v, cmp_str);
-        *ret_keys = TAKE_PTR(kl.v);
-        return 0;
+        return objstore_keylist_finish(&kl, ret_keys);
 }
 
 static int local_gc_tmp(struct objstore *o, unsigned min_age_s) {

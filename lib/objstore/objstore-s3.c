@@ -881,34 +881,8 @@ static int s3_get(struct objstore *o, const char *key, const char *dst_path) {
         return r;
 }
 
-struct keylist {
-        char **keys;
-        size_t n, cap;
-};
-
-static int keylist_add(struct keylist *kl, const char *key) {
-        if (kl->n >= OBJSTORE_LIST_MAX)
-                return -E2BIG;
-        if (kl->n + 2 > kl->cap) {
-                size_t cap = kl->cap ? kl->cap * 2 : 64;
-                char **k = realloc(kl->keys, cap * sizeof *k);
-                if (!k)
-                        return -ENOMEM;
-                kl->keys = k;
-                kl->cap = cap;
-        }
-        if (!(kl->keys[kl->n] = strdup(key)))
-                return -ENOMEM;
-        kl->keys[++kl->n] = NULL;
-        return 0;
-}
-
-static int cmp_str(const void *a, const void *b) {
-        return strcmp(*(char *const *) a, *(char *const *) b);
-}
-
 struct list_state {
-        struct keylist kl;
+        struct objstore_keylist kl;
         const char *prefix; /* the store's */
         size_t skip;
 };
@@ -918,7 +892,7 @@ static int list_one(void *userdata, const char *key) {
         /* what is not a valid key of ours (written by others) is not listed */
         if (strncmp(key, l->prefix, l->skip) != 0 || objstore_key_check(key + l->skip) < 0)
                 return 0;
-        return keylist_add(&l->kl, key + l->skip);
+        return objstore_keylist_add(&l->kl, key + l->skip);
 }
 
 static int s3_list(struct objstore *o, const char *prefix, char ***ret_keys) {
@@ -942,15 +916,10 @@ static int s3_list(struct objstore *o, const char *prefix, char ***ret_keys) {
                         r = s3_xml_list(q.reply, q.reply_len, list_one, &l, &page);
                 req_done(&q);
         } while (r >= 0 && page.truncated);
-        if (r >= 0 && !l.kl.keys && !(l.kl.keys = calloc(1, sizeof *l.kl.keys)))
-                r = -ENOMEM;
-        if (r < 0) {
-                objstore_keys_free(l.kl.keys);
-                return r;
-        }
-        qsort(l.kl.keys, l.kl.n, sizeof *l.kl.keys, cmp_str);
-        *ret_keys = l.kl.keys;
-        return 0;
+        if (r >= 0)
+                r = objstore_keylist_finish(&l.kl, ret_keys);
+        objstore_keylist_release(&l.kl);
+        return r;
 }
 
 static int abort_upload(struct s3 *s, const char *full_key, const char *upload_id) {

@@ -195,6 +195,40 @@ int objstore_list(struct objstore *o, const char *prefix, char ***ret_keys) {
         return r;
 }
 
+static int cmp_strp(const void *a, const void *b) {
+        return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+int objstore_keylist_add(struct objstore_keylist *kl, const char *key) {
+        if (kl->n >= OBJSTORE_LIST_MAX)
+                return -E2BIG;
+        if (kl->n + 2 > kl->cap) {
+                size_t cap = MAX(kl->cap * 2, (size_t) 16);
+                char **v = realloc(kl->v, cap * sizeof *v);
+                if (!v)
+                        return -ENOMEM;
+                kl->v = v;
+                kl->cap = cap;
+        }
+        if (!(kl->v[kl->n] = strdup(key)))
+                return -ENOMEM;
+        kl->v[++kl->n] = NULL;
+        return 0;
+}
+
+int objstore_keylist_finish(struct objstore_keylist *kl, char ***ret_keys) {
+        if (!kl->v && !(kl->v = calloc(1, sizeof *kl->v))) /* no keys: just the NULL */
+                return -ENOMEM;
+        qsort(kl->v, kl->n, sizeof *kl->v, cmp_strp);
+        *ret_keys = TAKE_PTR(kl->v);
+        kl->n = kl->cap = 0;
+        return 0;
+}
+
+void objstore_keylist_release(struct objstore_keylist *kl) {
+        objstore_keys_free(TAKE_PTR(kl->v)); /* kept NULL-terminated by add */
+}
+
 void objstore_keys_free(char **keys) {
         if (!keys)
                 return;
@@ -1121,10 +1155,6 @@ int objstore_snapshot_download_sealed(struct objstore *o, const char *snapshot_i
         int r = snapshot_download_locked(o, snapshot_id, dst_dir, data_key, ctx);
         pthread_rwlock_unlock(&o->lock);
         return r;
-}
-
-static int cmp_strp(const void *a, const void *b) {
-        return strcmp(*(char *const *) a, *(char *const *) b);
 }
 
 /* The sha256 of every blob some manifest references, sorted. -EBADMSG when

@@ -115,6 +115,17 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct objstore *, objstore_free);
 /* For backends: wraps the backend's state (data) into a handle that
  * dispatches to ops. On failure data is still the caller's to free. */
 int objstore_new(const struct objstore_ops *ops, void *data, struct objstore **ret);
+/* For backends' list(): keys gathered one by one into a NULL-terminated
+ * array, at most OBJSTORE_LIST_MAX (-E2BIG past it). finish sorts it and
+ * hands it over (an empty array when nothing was added); release frees
+ * what was not handed over. */
+struct objstore_keylist {
+        char **v;
+        size_t n, cap;
+};
+int objstore_keylist_add(struct objstore_keylist *kl, const char *key);
+int objstore_keylist_finish(struct objstore_keylist *kl, char ***ret_keys);
+void objstore_keylist_release(struct objstore_keylist *kl);
 /* For backends: the data given to objstore_new(). */
 void *objstore_backend_data(struct objstore *o);
 /* The backend's name ("local"). */
