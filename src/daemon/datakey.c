@@ -93,6 +93,10 @@ static bool is_revoked(const char *tenant) {
         return p && access(p, F_OK) == 0;
 }
 
+bool datakey_is_revoked(const char *tenant) {
+        return kms && is_revoked(tenant);
+}
+
 /*
  * A tenant whose KEK is on the PKCS#11 token has DIR/.state/TENANT.pkcs11
  * naming its key's label. Its wrapped keys are "p:" + the KMS's string

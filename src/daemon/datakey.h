@@ -51,6 +51,9 @@ struct datakey_state {
         char label[KMS_LABEL_MAX + 1]; /* pkcs11: the key wrapping now */
 };
 int datakey_state(const char *tenant, struct datakey_state *ret);
+/* Whether tenant's KEK is revoked: one access(), for the verbs that check
+ * before they start (datakey_state() reads the key to learn its version). */
+bool datakey_is_revoked(const char *tenant);
 /* A new KEK version for tenant: new images are sealed with it, the older
  * versions still open what they sealed. After a revocation it is the
  * tenant's fresh start (what was sealed before stays unreadable). */

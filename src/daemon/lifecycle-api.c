@@ -630,9 +630,7 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
                                 sb.state);
         if (r < 0)
                 return api_fail(ctx, -EBUSY, "cannot %s: sandbox is %s", t->name, sb.state);
-        struct datakey_state kek;
-        if ((verb == LIFECYCLE_WAKE || verb == LIFECYCLE_SUSPEND) && datakey_state(sb.tenant_id, &kek) >= 0 &&
-            strcmp(kek.state, "revoked") == 0)
+        if ((verb == LIFECYCLE_WAKE || verb == LIFECYCLE_SUSPEND) && datakey_is_revoked(sb.tenant_id))
                 return api_fail(ctx, -EKEYREVOKED, "cannot %s: the tenant's key was revoked, so its sandboxes' "
                                 "images cannot be opened or sealed", t->name);
         if (verb == LIFECYCLE_WAKE && (r = wake_placement(ctx, &sb)) < 0)

@@ -80,13 +80,24 @@ int nodeops_sandbox_start(struct node_conn *c, json_t *req) {
 
 /* Validates "id" and "snapshot_id" and looks the sandbox up (replies on
  * failure). */
-static int snapshot_args(struct node_conn *c, json_t *req, struct sandbox **ret_s, const char **ret_snap) {
+/* A request's "id" and "snapshot_id" (names); -EINVAL replied when not. */
+static int id_snapshot_args(struct node_conn *c, json_t *req, const char **ret_id, const char **ret_snap) {
         const char *id = json_string_value(json_object_get(req, "id"));
         const char *snap = json_string_value(json_object_get(req, "snapshot_id"));
         if (!id || !name_is_valid(id) || !snap || !name_is_valid(snap))
                 return conn_reply_error(c, -EINVAL, "invalid",
                                         "fields \"id\" and \"snapshot_id\" must be 1-64 characters of "
                                         "[A-Za-z0-9._-], not starting with '.'");
+        *ret_id = id;
+        *ret_snap = snap;
+        return 0;
+}
+
+static int snapshot_args(struct node_conn *c, json_t *req, struct sandbox **ret_s, const char **ret_snap) {
+        const char *id, *snap;
+        int r = id_snapshot_args(c, req, &id, &snap);
+        if (r < 0)
+                return r;
         if (sandbox_get(id, ret_s) < 0)
                 return conn_reply_error(c, -ENOENT, "not_found", "no sandbox %s", id);
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s snapshot=%s", (*ret_s)->ctx, snap);
@@ -301,15 +312,13 @@ int nodeops_sandbox_publish(struct node_conn *c, json_t *req) {
 }
 
 int nodeops_sandbox_wake(struct node_conn *c, json_t *req) {
-        const char *id = json_string_value(json_object_get(req, "id"));
-        const char *snap = json_string_value(json_object_get(req, "snapshot_id"));
-        if (!id || !name_is_valid(id) || !snap || !name_is_valid(snap))
-                return conn_reply_error(c, -EINVAL, "invalid",
-                                        "fields \"id\" and \"snapshot_id\" must be 1-64 characters of "
-                                        "[A-Za-z0-9._-], not starting with '.'");
+        const char *id, *snap;
+        int r = id_snapshot_args(c, req, &id, &snap);
+        if (r < 0)
+                return r;
         /* absent: an airlockd from before policies, which meant allow-all */
         _cleanup_free_ char *network = NULL;
-        int r = nodeops_field_network(c, req, false, &network);
+        r = nodeops_field_network(c, req, false, &network);
         if (r < 0)
                 return r;
         struct objstore_data_key key = { 0 };
@@ -366,15 +375,13 @@ int nodeops_suspended_get(struct node_conn *c, json_t *req) {
 }
 
 int nodeops_suspended_upload(struct node_conn *c, json_t *req) {
-        const char *id = json_string_value(json_object_get(req, "id"));
-        const char *snap = json_string_value(json_object_get(req, "snapshot_id"));
-        if (!id || !name_is_valid(id) || !snap || !name_is_valid(snap))
-                return conn_reply_error(c, -EINVAL, "invalid",
-                                        "fields \"id\" and \"snapshot_id\" must be 1-64 characters of "
-                                        "[A-Za-z0-9._-], not starting with '.'");
+        const char *id, *snap;
+        int r = id_snapshot_args(c, req, &id, &snap);
+        if (r < 0)
+                return r;
         struct objstore_data_key key = { 0 };
         bool has_key;
-        int r = nodeops_field_data_key(c, req, &key, &has_key);
+        r = nodeops_field_data_key(c, req, &key, &has_key);
         if (r < 0)
                 return r;
         if (!has_key)
