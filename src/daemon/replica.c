@@ -52,6 +52,7 @@ struct replica {
         pthread_t accept_thread, beat_thread;
         bool accept_started, beat_started;
         atomic_int conns;
+        int64_t started_at;
 };
 
 static struct replica *self;
@@ -540,13 +541,17 @@ static void leases(struct replica *rp) {
         store_operation_array_free(ops, n);
 }
 
-static void *beat_main(void *arg) {
-        struct replica *rp = arg;
-        struct store_replica me = { .id = rp->id, .started_at = now_unix_ms() };
+static int replica_seen(struct replica *rp) {
+        struct store_replica me = { .id = rp->id, .started_at = rp->started_at };
         if (rp->config->advertise[0])
                 me.cluster_address = (char *) rp->config->advertise;
+        return store_replica_seen(rp->store, &me);
+}
+
+static void *beat_main(void *arg) {
+        struct replica *rp = arg;
         for (unsigned beat = 0;; beat++) {
-                (void) store_replica_seen(rp->store, &me);
+                (void) replica_seen(rp);
                 live_refresh(rp);
                 if (beat % 10 == 0)
                         publish_cap_keys(rp);
@@ -631,6 +636,15 @@ int replica_start(const struct daemon_config *config, struct store *store, struc
                 return r;
         }
         node_client_set_tls(rp->client_tls);
+        /* Seen before its keys are published: another replica's beat
+         * retires the keys of replicas it has not seen, and would take
+         * ours out between the two. */
+        rp->started_at = now_unix_ms();
+        if ((r = replica_seen(rp)) < 0) {
+                log_error_errno(r, "Failed to register this replica in the store: %m");
+                replica_stop(rp);
+                return r;
+        }
         publish_cap_keys(rp);
         self = rp; /* before the threads: the beat settles operations */
         if (rp->listen_fd >= 0) {
@@ -662,6 +676,8 @@ void replica_stop(struct replica *rp) {
                 pthread_join(rp->accept_thread, NULL);
         if (rp->beat_started)
                 pthread_join(rp->beat_thread, NULL);
+        else if (rp->started_at)
+                (void) store_replica_delete(rp->store, rp->id); /* seen, then failed to start */
         /* connection threads finish within their timeouts; wait for them */
         for (unsigned i = 0; i < 2000 && atomic_load(&rp->conns) > 0; i++)
                 usleep(10000);
