@@ -161,6 +161,8 @@ static json_t *info_json(const struct cluster_node_info *n, bool with_templates)
                 for (size_t i = 0; t && i < n->n_templates; i++)
                         json_array_append_new(t, json_string(n->templates[i]));
                 json_object_set_new(o, "templates", t ? t : json_null());
+                if (n->wants_templates_key)
+                        json_object_set_new(o, "want_templates_key", json_true());
         }
         return o;
 }
@@ -238,8 +240,8 @@ static int only_keys(const json_t *o, const char *const *allowed, const char *wh
 static int parse_info(const json_t *req, bool heartbeat, struct cluster_node_info *n, char *err) {
         static const char *const join_keys[] = { "op",       "token", "csr",      "name",  "address",
                                                   "boot_id",  "labels", "capacity", "usage", NULL };
-        static const char *const hb_keys[] = { "op",       "name",  "address",   "boot_id",
-                                               "labels",   "capacity", "usage", "templates", NULL };
+        static const char *const hb_keys[] = { "op",       "name",     "address", "boot_id",           "labels",
+                                               "capacity", "usage",    "templates", "want_templates_key", NULL };
         static const char *const cap_keys[] = { "cpus", "memory_mib", "disk_bytes", "max_sandboxes", NULL };
         static const char *const use_keys[] = { "sandboxes", "memory_mib", "disk_free_bytes", NULL };
         *n = (struct cluster_node_info){ 0 };
@@ -288,6 +290,10 @@ static int parse_info(const json_t *req, bool heartbeat, struct cluster_node_inf
 
         if (!heartbeat)
                 return 0;
+        json_t *want = json_object_get(req, "want_templates_key");
+        if (want && !json_is_boolean(want))
+                FAIL("field \"want_templates_key\" must be a boolean");
+        n->wants_templates_key = json_is_true(want);
         json_t *t = json_object_get(req, "templates");
         if (!json_is_array(t) || json_array_size(t) > CLUSTER_TEMPLATES_MAX)
                 FAIL("field \"templates\" must be an array of at most %d names", CLUSTER_TEMPLATES_MAX);

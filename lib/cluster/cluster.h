@@ -81,6 +81,7 @@ struct cluster_node_info {
         struct cluster_usage usage;
         char **templates;                  /* ready templates, NULL-terminated (heartbeat) */
         size_t n_templates;
+        bool wants_templates_key;          /* heartbeat: asks for the cluster's templates key */
 };
 
 void cluster_node_info_release(struct cluster_node_info *n);

@@ -356,3 +356,83 @@ int datakey_set(const char *tenant, const char *kind, const char *label, bool ge
 bool datakey_has_pkcs11(void) {
         return hsm != NULL;
 }
+
+/*
+ * The cluster's templates key: one data key, of the admin scope, that
+ * seals the templates nodes share through the object store (a template
+ * is the same for every tenant). Its wrapped form is kept in
+ * DIR/.state/templates.key, made by the first replica that needs it; each
+ * replica holds it opened for TEMPLATES_KEY_CACHE_MS at most, so a
+ * revocation of the admin KEK stops it within that time.
+ */
+#define TEMPLATES_KEY_CACHE_MS (5 * 60 * 1000)
+
+static int templates_key_make(const char *path) {
+        struct datakey k;
+        int r = datakey_new(NULL, &k);
+        sodium_memzero(k.key, sizeof k.key);
+        if (r < 0)
+                return r;
+        /* made beside, then linked: of two replicas making one at once,
+         * the first link wins and the other reads it */
+        _cleanup_free_ char *tmp = strdup_printf("%s.%d", path, (int) getpid());
+        if (!tmp)
+                return -ENOMEM;
+        if ((r = file_write_atomic(tmp, k.wrapped, strlen(k.wrapped), 0600)) < 0)
+                return r;
+        r = link(tmp, path) < 0 && errno != EEXIST ? -errno : 0;
+        (void) unlink(tmp);
+        if (r >= 0)
+                log_info("the cluster's templates key made (%s)", path);
+        return r;
+}
+
+int datakey_templates(struct datakey *ret) {
+        static struct datakey cached;
+        static uint64_t cached_until_ms;
+        if (!kms)
+                return -ENOTCONN;
+        _cleanup_free_ char *path = strdup_printf("%s/.state/templates.key", kms_dir);
+        if (!path)
+                return -ENOMEM;
+        pthread_mutex_lock(&lock);
+        uint64_t now = now_monotonic_ns() / 1000000ULL;
+        bool fresh = cached_until_ms > now && !is_revoked(NULL);
+        if (fresh)
+                *ret = cached;
+        pthread_mutex_unlock(&lock);
+        if (fresh)
+                return 0;
+        int r = 0;
+        for (int attempt = 0; attempt < 2; attempt++) {
+                _cleanup_free_ char *wrapped = NULL;
+                r = file_read_all(path, KMS_WRAPPED_MAX + 8, &wrapped, NULL);
+                if (r == -ENOENT) {
+                        if ((r = templates_key_make(path)) < 0)
+                                return r;
+                        continue;
+                }
+                if (r < 0)
+                        return r;
+                wrapped[strcspn(wrapped, "\r\n")] = 0;
+                r = datakey_open(NULL, wrapped, ret);
+                if (r == -EKEYREVOKED && !is_revoked(NULL)) {
+                        /* the admin KEK was revoked, then rotated: the old key
+                         * opens nothing any more, a new one takes its place
+                         * (the templates sealed with the old one are built anew) */
+                        log_warn("the cluster's templates key was wrapped by a revoked KEK: making a new one");
+                        (void) unlink(path);
+                        if ((r = templates_key_make(path)) < 0)
+                                return r;
+                        continue;
+                }
+                break;
+        }
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&lock);
+        cached = *ret;
+        cached_until_ms = now + TEMPLATES_KEY_CACHE_MS;
+        pthread_mutex_unlock(&lock);
+        return 0;
+}

@@ -70,3 +70,8 @@ int datakey_revoke(const char *tenant);
  * finds one. */
 int datakey_set(const char *tenant, const char *kind, const char *label, bool generate);
 bool datakey_has_pkcs11(void);
+
+/* The cluster's templates key (admin scope; made on first use, shared by
+ * the replicas through the KMS directory): seals the templates the nodes
+ * share through the object store. Cached for a few minutes. */
+int datakey_templates(struct datakey *ret);

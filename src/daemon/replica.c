@@ -19,6 +19,7 @@
 #include "apierror.h"
 #include "cap.h"
 #include "cluster.h"
+#include "datakey.h"
 #include "lifecycle.h"
 #include "link.h"
 #include "log.h"
@@ -147,7 +148,11 @@ static int send_reply(struct link *l, json_t *o) {
                 return -ENOMEM;
         _cleanup_free_ char *body = json_dumps(o, JSON_COMPACT);
         json_decref(o);
-        return body ? link_write_frame(l, PROTO_NODE_REPLY, 0, body, strlen(body)) : -ENOMEM;
+        if (!body)
+                return -ENOMEM;
+        int r = link_write_frame(l, PROTO_NODE_REPLY, 0, body, strlen(body));
+        explicit_bzero(body, strlen(body)); /* a heartbeat's may hold the templates key */
+        return r;
 }
 
 static int send_error(struct link *l, int r, const char *fmt, ...) {
@@ -299,6 +304,26 @@ static void reconcile_node(struct replica *rp, const char *name, const char *add
         remove_orphans(rp, name, addr, list);
 }
 
+/* The cluster's templates key, for a node that asked: it seals the
+ * templates the nodes share through the object store. */
+static void templates_key_add(json_t *rep, const char *node) {
+        static atomic_bool said;
+        struct datakey k;
+        int r = datakey_templates(&k);
+        if (r < 0) {
+                if (!atomic_exchange(&said, true))
+                        log_warn("no templates key for node %s (%s): nodes build their own templates", node,
+                                 strerror(-r));
+                return;
+        }
+        atomic_store(&said, false);
+        char b64[sodium_base64_ENCODED_LEN(DATAKEY_SIZE, sodium_base64_VARIANT_ORIGINAL)];
+        sodium_bin2base64(b64, sizeof b64, k.key, sizeof k.key, sodium_base64_VARIANT_ORIGINAL);
+        json_object_set_new(rep, "templates_key", json_pack("{s:s, s:s}", "key", b64, "wrapped", k.wrapped));
+        sodium_memzero(b64, sizeof b64);
+        sodium_memzero(k.key, sizeof k.key);
+}
+
 static int handle_heartbeat(struct replica *rp, struct link *l, const json_t *req, const char *peer,
                             enum mtls_role role) {
         if (!peer[0] || role != MTLS_ROLE_NODE)
@@ -320,9 +345,12 @@ static int handle_heartbeat(struct replica *rp, struct link *l, const json_t *re
                 return send_error(l, -ENOENT, "node %s is not a member of this cluster (removed?)", info.name);
         if (r < 0)
                 return send_error(l, r, "the store cannot record the heartbeat: %s", strerror(-r));
-        r = send_reply(l, json_pack("{s:b, s:s, s:i, s:o, s:o}", "ok", 1, "state", draining ? "draining" : "ready",
-                                    "heartbeat_ms", (json_int_t) rp->config->heartbeat_ms, "control",
-                                    control_json(rp), "cap_keys", cap_keys_json(rp)));
+        json_t *rep = json_pack("{s:b, s:s, s:i, s:o, s:o}", "ok", 1, "state", draining ? "draining" : "ready",
+                                "heartbeat_ms", (json_int_t) rp->config->heartbeat_ms, "control", control_json(rp),
+                                "cap_keys", cap_keys_json(rp));
+        if (rep && info.wants_templates_key)
+                templates_key_add(rep, info.name);
+        r = send_reply(l, rep);
         if (was_lost) {
                 log_info("node %s is back; reconciling its sandboxes", info.name);
                 nodes_addr_forget(info.name);

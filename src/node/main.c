@@ -45,6 +45,7 @@
 #include "session.h"
 #include "storage.h"
 #include "template.h"
+#include "template-store.h"
 #include "util.h"
 #include "vmm.h"
 
@@ -278,6 +279,8 @@ int main(int argc, char *argv[]) {
         if (r > 0)
                 log_info("object store %s: removed %d leftovers of interrupted uploads", objstore_dir, r);
         sandbox_set_objstore(objstore);
+        /* a cluster's nodes share templates through a store they share */
+        template_store_init(objstore, cfg->join && (cfg->objstore_url || cfg->objstore_dir), cfg->node_name);
 
         int listen_fd = -1;
         bool inherited = false; /* airlock-nodemgr's socket: not ours to remove */

@@ -28,6 +28,7 @@
 #include "sandbox.h"
 #include "server.h"
 #include "template.h"
+#include "template-store.h"
 #include "util.h"
 
 #define CONNECT_TIMEOUT_MS 5000
@@ -337,6 +338,7 @@ static json_t *build_heartbeat(int fd, void *userdata) {
         struct cluster_node_info n;
         if (node_info(fd, true, &n) < 0)
                 return NULL;
+        n.wants_templates_key = template_store_wants_key();
         json_t *o = cluster_heartbeat_request(&n);
         cluster_node_info_release(&n);
         return o;
@@ -427,6 +429,28 @@ static int join(void) {
         return 0;
 }
 
+/* The cluster's templates key, when the heartbeat asked for it:
+ * {"key":BASE64,"wrapped":STRING}. */
+static void templates_key_apply(const json_t *o) {
+        if (!o)
+                return;
+        const char *b64 = json_string_value(json_object_get(o, "key"));
+        const char *wrapped = json_string_value(json_object_get(o, "wrapped"));
+        uint8_t key[OBJSTORE_DATA_KEY_SIZE];
+        size_t len = 0;
+        bool ok = b64 && wrapped && *wrapped && strlen(wrapped) <= OBJSTORE_WRAPPED_KEY_MAX &&
+                  sodium_base642bin(key, sizeof key, b64, strlen(b64), NULL, &len, NULL,
+                                    sodium_base64_VARIANT_ORIGINAL) == 0 &&
+                  len == sizeof key;
+        for (const char *p = wrapped; ok && *p; p++)
+                ok = *p >= 0x21 && *p <= 0x7e;
+        if (ok)
+                template_store_set_key(key, wrapped);
+        else
+                log_warn("a replica sent a malformed templates key: ignored");
+        sodium_memzero(key, sizeof key);
+}
+
 /* Applies a heartbeat's reply. */
 static void heartbeat_apply(const json_t *rep) {
         const char *state = json_string_value(json_object_get(rep, "state"));
@@ -445,6 +469,7 @@ static void heartbeat_apply(const json_t *rep) {
         int r = keys_apply(json_object_get(rep, "cap_keys"));
         if (r < 0 && r != -EBADMSG)
                 log_warn_errno(r, "cannot write the capability keys: %m");
+        templates_key_apply(json_object_get(rep, "templates_key"));
 }
 
 /* One heartbeat, to the replicas in turn until one answers. */

@@ -25,6 +25,7 @@
 #include "macros.h"
 #include "nodeutil.h"
 #include "proto.h"
+#include "template-store.h"
 #include "util.h"
 
 /* Bytes of the SHA-256 kept in names: 16 bytes = 32 hex digits. */
@@ -896,6 +897,29 @@ static int build(struct tentry *e, const char *hash, const char *khash, unsigned
                 *ret_error = strdup_printf("cannot create %s: %s", tmp, strerror(-r));
                 return r;
         }
+        /* in a cluster, another node may have built it, or be building it */
+        struct template_claim *claim = NULL;
+        r = template_store_fetch_or_claim(e->name, hash, kdir, tmp, ctx, &claim);
+        if (r > 0) {
+                if (rename(tmp, final) < 0) {
+                        r = negative_errno();
+                        *ret_error = strdup_printf("cannot rename %s to %s: %s", tmp, final, strerror(-r));
+                        rm_rf(tmp);
+                        return r;
+                }
+                struct template_info *t = info_for(e->name, hash, final, kdir, memory_mib);
+                if (!t)
+                        return -ENOMEM;
+                *ret = t;
+                return 0;
+        }
+        if (r == -ECANCELED) {
+                rm_rf(tmp);
+                return r;
+        }
+        if (r < 0 && r != -ENOKEY)
+                log_emit(LOG_LEVEL_WARN, ctx, "the object store's templates failed (%s): building here", strerror(-r));
+
         pathf(log_path, "%s/build.log", tmp);
         log_emit(LOG_LEVEL_INFO, ctx, "building template %s-%s (memory %u MiB), log %s", e->name, hash, memory_mib,
                  log_path);
@@ -951,9 +975,11 @@ static int build(struct tentry *e, const char *hash, const char *khash, unsigned
                         }
                 }
                 rm_rf(tmp);
+                template_store_release(claim);
                 return r;
         }
         log_emit(LOG_LEVEL_INFO, ctx, "template %s-%s built in %llu ms", e->name, hash, (unsigned long long) build_ms);
+        template_store_publish(claim, final, kdir, ctx);
         struct template_info *t = info_for(e->name, hash, final, kdir, memory_mib);
         if (!t)
                 return -ENOMEM;
@@ -1318,6 +1344,7 @@ int template_init(const struct node_config *cfg, const char *templates_dir, enum
 }
 
 void template_shutdown(void) {
+        template_store_shutdown();
         pthread_mutex_lock(&tlock);
         shutting_down = true;
         for (struct tentry *e = entries; e; e = e->next) {

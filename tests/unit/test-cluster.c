@@ -98,6 +98,14 @@ static void test_roundtrip(void **state) {
         assert_int_equal(got.n_templates, 2);
         assert_string_equal(got.templates[1], "python");
         assert_int_equal(got.n_labels, 1);
+        assert_false(got.wants_templates_key);
+        cluster_node_info_release(&got);
+        json_decref(hb);
+        /* a node without the templates key asks for it */
+        n.wants_templates_key = true;
+        hb = cluster_heartbeat_request(&n);
+        assert_int_equal(cluster_heartbeat_parse(hb, &got, err), 0);
+        assert_true(got.wants_templates_key);
         cluster_node_info_release(&got);
         /* a heartbeat is not a join: no token, no CSR */
         const char *token, *csr;
@@ -125,6 +133,7 @@ static void test_refusals(void **state) {
                 { "labels", json_pack("{s:s}", "a b", "c"), "label" },
                 { "capacity", json_pack("{s:i}", "cpus", -1), "\"cpus\"" },
                 { "templates", json_pack("[s]", "../etc"), "template" },
+                { "want_templates_key", json_string("yes"), "\"want_templates_key\"" },
                 { "surprise", json_true(), "unknown field" },
         };
         for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
