@@ -169,9 +169,10 @@ int store_read_image(const struct store_row *r, void *ret) {
         int k;
         if ((k = store_row_strdup(r, 0, &img.id)) < 0 || (k = store_row_strdup(r, 1, &img.tenant_id)) < 0 ||
             (k = store_row_strdup(r, 2, &img.name)) < 0 || (k = store_row_strdup(r, 3, &img.sandbox_id)) < 0 ||
-            (k = store_row_strdup(r, 4, &img.template_name)) < 0)
+            (k = store_row_strdup(r, 4, &img.template_name)) < 0 || (k = store_row_strdup(r, 7, &img.kind)) < 0 ||
+            (k = store_row_strdup(r, 8, &img.snapshot_id)) < 0)
                 return k;
-        if (!img.id || !img.sandbox_id || !img.template_name)
+        if (!img.id || !img.sandbox_id || !img.template_name || !img.kind)
                 return -EBADMSG;
         img.size = store_row_int64(r, 5);
         img.created_at = store_row_int64(r, 6);

@@ -61,7 +61,7 @@ int64_t store_now_ms(void);
 #define STORE_TENANT_COLUMNS "id, name, created_at, network"
 /* a secret's columns; "SECRET_COLUMNS, sealed" reads its value too */
 #define STORE_SECRET_COLUMNS "tenant_id, name, sandbox_id, spec, expires_at, created_at, created_by"
-#define STORE_IMAGE_COLUMNS "id, tenant_id, name, sandbox_id, template, size, created_at"
+#define STORE_IMAGE_COLUMNS "id, tenant_id, name, sandbox_id, template, size, created_at, kind, snapshot_id"
 #define STORE_AUDIT_COLUMNS                                                                             \
         "id, ts_ms, tenant_id, actor, sandbox_id, secret, host, port, method, path, action, reason"
 #define STORE_ATTACHMENT_COLUMNS "sandbox_id, name, placeholder, env_name"

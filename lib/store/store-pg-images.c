@@ -17,8 +17,11 @@ int pg_image_insert(struct store *s, const struct store_image *img) {
         pg_add_text(&q, img->template_name);
         pg_add_int(&q, img->size);
         pg_add_int(&q, img->created_at ? img->created_at : store_now_ms());
-        return pg_write(s, "INSERT INTO images (" STORE_IMAGE_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7)", &q,
-                        NULL);
+        pg_add_text(&q, img->kind ? img->kind : "full");
+        pg_add_text(&q, img->snapshot_id);
+        return pg_write(s,
+                        "INSERT INTO images (" STORE_IMAGE_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                        &q, NULL);
 }
 
 int pg_image_get(struct store *s, const char *id, struct store_image *ret) {

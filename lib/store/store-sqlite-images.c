@@ -16,7 +16,8 @@ static struct store_sqlite_conn *to_conn(struct store *s) {
 int sqlite_image_insert(struct store *s, const struct store_image *img) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = sqlite_prep(c, "INSERT INTO images (" STORE_IMAGE_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", &st);
+        int r = sqlite_prep(c, "INSERT INTO images (" STORE_IMAGE_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                            &st);
         if (r < 0)
                 return r;
         sqlite_bind_str(st, 1, img->id);
@@ -26,6 +27,8 @@ int sqlite_image_insert(struct store *s, const struct store_image *img) {
         sqlite_bind_str(st, 5, img->template_name);
         sqlite3_bind_int64(st, 6, img->size);
         sqlite3_bind_int64(st, 7, img->created_at ? img->created_at : store_now_ms());
+        sqlite_bind_str(st, 8, img->kind ? img->kind : "full");
+        sqlite_bind_str(st, 9, img->snapshot_id);
         r = sqlite_step_write(c, st, false);
         sqlite_done(c, st);
         return r;

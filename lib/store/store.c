@@ -146,6 +146,8 @@ void store_image_release(struct store_image *img) {
         free(img->name);
         free(img->sandbox_id);
         free(img->template_name);
+        free(img->kind);
+        free(img->snapshot_id);
         *img = (struct store_image){ 0 };
 }
 

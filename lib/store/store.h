@@ -110,8 +110,8 @@ struct store_snapshot {
         bool pinned;        /* taken on demand: retention never deletes it (false: by the scheduler) */
 };
 
-/* An image: a full snapshot (memory and disk) of a sandbox, published to
- * the object store under its id; new sandboxes are made from it. Unlike a
+/* An image: a full snapshot (memory and disk) of a sandbox, or a kept disk
+ * or full snapshot exported, published to the object store under its id; new sandboxes are made from it. Unlike a
  * snapshot it outlives its sandbox. */
 struct store_image {
         char *id;            /* "img-" + 16 hex: also its name in the object store */
@@ -121,6 +121,8 @@ struct store_image {
         char *template_name; /* that sandbox's template */
         int64_t size;        /* bytes of memory the node reported */
         int64_t created_at;  /* Unix time, milliseconds */
+        char *kind;          /* "full" (memory and disk: resumes) or "disk" (boots); NULL on insert: "full" */
+        char *snapshot_id;   /* the kept snapshot it was exported from, or NULL (taken for it) */
 };
 
 /* One tenant: the owner of sandboxes and of API keys scoped to them. */

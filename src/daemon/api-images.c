@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Images: full snapshots (memory, processes and disk) of a sandbox,
- * published to the object store, that outlive their sandbox and from which
- * new sandboxes are made (POST /v1/sandboxes {"image"}). Scoped like
+ * Images: full snapshots (memory, processes and disk) of a sandbox, or
+ * its kept snapshots (disk or full) exported as they are, published to
+ * the object store, that outlive their sandbox and its node, and from
+ * which new sandboxes are made (POST /v1/sandboxes {"image"}). Scoped like
  * sandboxes: a tenant key sees only its tenant's. E2B's snapshots are
  * these (e2b-api.c).
  *
- * POST /v1/sandboxes/{id}/images {"name"?}, GET /v1/images[?sandbox_id=],
+ * POST /v1/sandboxes/{id}/images {"name"?, "snapshot"?}, GET /v1/images[?sandbox_id=],
  * GET/DELETE /v1/images/{id}.
  */
 #include <errno.h>
@@ -33,6 +34,10 @@ json_t *api_image_json(const struct store_image *img) {
                 json_object_set_new(o, "name", json_string(img->name));
         if (o && img->tenant_id)
                 json_object_set_new(o, "tenant_id", json_string(img->tenant_id));
+        if (o)
+                json_object_set_new(o, "kind", json_string(img->kind ? img->kind : "full"));
+        if (o && img->snapshot_id)
+                json_object_set_new(o, "snapshot_id", json_string(img->snapshot_id));
         return o;
 }
 
@@ -106,19 +111,33 @@ int api_image_key_add(struct api_ctx *ctx, const char *addr, const struct store_
 }
 
 int api_image_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *body, struct api_reply *ret) {
-        int r = apireq_check_body(body, APIREQ_BODY_NAME, false, ctx->err);
+        int r = apireq_check_body(body, APIREQ_BODY_IMAGE, false, ctx->err);
         if (r < 0)
                 return r;
-        const json_t *name_j = json_object_get(body, "name");
+        const json_t *name_j = json_object_get(body, "name"), *snap_j = json_object_get(body, "snapshot");
         const char *name = json_is_null(name_j) ? NULL : json_string_value(name_j);
+        const char *snap_id = json_is_null(snap_j) ? NULL : json_string_value(snap_j);
         if ((name_j && !json_is_null(name_j) && !name) || (name && !name_is_valid(name)))
                 return api_fail(ctx, -EINVAL, "field 'name' must be 1..64 characters of [A-Za-z0-9._-]");
+        if (snap_j && !json_is_null(snap_j) && !snap_id)
+                return api_fail(ctx, -EINVAL, "field 'snapshot' must be the id of one of the sandbox's snapshots");
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         if ((r = api_sandbox_lookup(ctx, sandbox_id, &sb)) < 0)
                 return r;
-        /* the image is the sandbox's memory: it needs its VM (a suspended
-         * sandbox is woken for it, as for a command) */
-        if (strcmp(sb.state, "paused") != 0 && (r = api_sandbox_require_running(ctx, &sb)) < 0)
+        /* an export: one of its kept snapshots, as it is */
+        _cleanup_(store_snapshot_release) struct store_snapshot snap = { 0 };
+        if (snap_id) {
+                r = strlen(snap_id) <= 64 ? store_snapshot_get(ctx->store, snap_id, &snap) : -ENOENT;
+                if (r == -ENOENT || (r >= 0 && strcmp(snap.sandbox_id, sb.id) != 0))
+                        return api_fail(ctx, -ENOENT, "snapshot '%.64s' of sandbox '%.64s' not found", snap_id, sb.id);
+                if (r < 0)
+                        return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read snapshot: %m");
+        }
+        /* the node holds the snapshot files of a sandbox it has (a
+         * suspended one is woken for it, as for a command); a new image is
+         * the sandbox's memory: it needs its VM */
+        bool has_node_copy = strcmp(sb.state, "paused") == 0 || (snap_id && strcmp(sb.state, "stopped") == 0);
+        if (!has_node_copy && (r = api_sandbox_require_running(ctx, &sb)) < 0)
                 return r;
         if (name) {
                 _cleanup_(store_image_release) struct store_image taken = { 0 };
@@ -139,6 +158,8 @@ int api_image_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *
                 return r;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "sandbox.publish", "id", sandbox_id,
                                                         "snapshot_id", id);
+        if (req && snap_id)
+                json_object_set_new(req, "from_snapshot", json_string(snap.id));
         _cleanup_(json_decrefp) json_t *rep = NULL;
         /* sealed, as every image in the object store, under its owner's key */
         struct datakey key;
@@ -162,7 +183,8 @@ int api_image_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *
         json_t *bytes = json_object_get(info, "memory_bytes");
         struct store_image img = { .id = id, .tenant_id = sb.tenant_id, .name = (char *) name,
                                    .sandbox_id = sb.id, .template_name = sb.template_name,
-                                   .size = json_is_integer(bytes) ? json_integer_value(bytes) : 0 };
+                                   .size = json_is_integer(bytes) ? json_integer_value(bytes) : 0,
+                                   .kind = snap_id ? snap.kind : "full", .snapshot_id = snap_id ? snap.id : NULL };
         r = store_image_insert(ctx->store, &img);
         _cleanup_(store_image_release) struct store_image stored = { 0 };
         if (r >= 0)
@@ -185,8 +207,8 @@ int api_image_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *
                 if (json_is_integer(t))
                         json_object_set(o, timings[k], t);
         }
-        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "sandbox %s: published image %s%s%s", sandbox_id, id,
-                 name ? " named " : "", name ?: "");
+        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "sandbox %s: published image %s%s%s%s%s", sandbox_id, id,
+                 name ? " named " : "", name ?: "", snap_id ? " from snapshot " : "", snap_id ? snap.id : "");
         if (!o)
                 return -ENOMEM;
         *ret = (struct api_reply){ .status = MHD_HTTP_CREATED, .body = o };

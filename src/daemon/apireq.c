@@ -120,6 +120,7 @@ static const struct {
         [APIREQ_BODY_ROLLBACK] = { (const char *const[]){ "snapshot", NULL } },
         [APIREQ_BODY_SNAPSHOT] = { (const char *const[]){ "kind", NULL } },
         [APIREQ_BODY_NAME] = { (const char *const[]){ "name", NULL } },
+        [APIREQ_BODY_IMAGE] = { (const char *const[]){ "name", "snapshot", NULL } },
         [APIREQ_BODY_TENANT] = { (const char *const[]){ "name", "network", NULL } },
         [APIREQ_BODY_JOIN_TOKEN] = { (const char *const[]){ "ttl_s", NULL } },
         /* netpolicy_parse() is as strict inside the rules */

@@ -45,6 +45,7 @@ enum apireq_body {
         APIREQ_BODY_ROLLBACK, /* {"snapshot"} */
         APIREQ_BODY_SNAPSHOT, /* {"kind"} */
         APIREQ_BODY_NAME,     /* {"name"}: an API key */
+        APIREQ_BODY_IMAGE,    /* {"name","snapshot"}: an image */
         APIREQ_BODY_TENANT,   /* {"name","network"}: a tenant */
         APIREQ_BODY_NETWORK,  /* an egress policy (PUT .../network): its top-level fields; lib/netpolicy the rest */
         APIREQ_BODY_SECRET,   /* POST /v1/secrets (api-secrets.c checks each field) */

@@ -139,7 +139,7 @@ static const struct route routes[] = {
         { R_WAKE, { "v1", "sandboxes", "*", "wake" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
         { R_FORK, { "v1", "sandboxes", "*", "fork" }, M_POST, AUTH_API, APIREQ_BODY_FORK },
         { R_SNAPSHOTS, { "v1", "sandboxes", "*", "snapshots" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_SNAPSHOT },
-        { R_SANDBOX_IMAGES, { "v1", "sandboxes", "*", "images" }, M_POST, AUTH_API, APIREQ_BODY_NAME },
+        { R_SANDBOX_IMAGES, { "v1", "sandboxes", "*", "images" }, M_POST, AUTH_API, APIREQ_BODY_IMAGE },
         { R_IMAGES, { "v1", "images" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
         { R_IMAGE, { "v1", "images", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
         { R_OPERATION, { "v1", "operations", "*" }, M_GET, AUTH_API, APIREQ_BODY_NONE },

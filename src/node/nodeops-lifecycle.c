@@ -297,10 +297,20 @@ int nodeops_sandbox_publish(struct node_conn *c, json_t *req) {
         bool has_key;
         if ((r = nodeops_field_data_key(c, req, &key, &has_key)) < 0)
                 return r;
+        /* from one of its kept snapshots (an export), or a full snapshot
+         * taken for it */
+        json_t *from_j = json_object_get(req, "from_snapshot");
+        const char *from = json_string_value(from_j);
+        if (from_j && (!from || !name_is_valid(from))) {
+                sodium_memzero(key.key, sizeof key.key);
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "field \"from_snapshot\" must be a snapshot id of the sandbox");
+        }
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
         json_t *info = NULL;
-        r = sandbox_publish(s, image, has_key ? &key : NULL, &info, &state, &err);
+        r = from ? sandbox_export(s, from, image, has_key ? &key : NULL, &info, &err)
+                 : sandbox_publish(s, image, has_key ? &key : NULL, &info, &state, &err);
         sodium_memzero(key.key, sizeof key.key);
         if (r == -EOPNOTSUPP)
                 return conn_reply_error(c, r, "unsupported", "this node has no object store");

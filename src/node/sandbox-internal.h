@@ -3,9 +3,9 @@
 
 /*
  * Private to sandbox.c (registry, record, sandbox thread, create/delete),
- * sandbox-lifecycle.c (verbs, crash recovery) and sandbox-snapshot.c (fork,
- * suspend/wake, snapshots, rollback): the state and helpers the three
- * share. Nothing else includes it; the interface is sandbox.h. Each
+ * sandbox-lifecycle.c (verbs, crash recovery), sandbox-snapshot.c (fork,
+ * suspend/wake, snapshots, rollback) and sandbox-image.c (images): the
+ * state and helpers they share. Nothing else includes it; the interface is sandbox.h. Each
  * helper's comment is at its definition.
  */
 
@@ -113,6 +113,20 @@ void recover_schedule(struct sandbox *s, const char *reason);
 char *snapshot_path(struct sandbox *s, const char *snapshot_id);
 char *snapshot_state_path(struct sandbox *s, const char *snapshot_id);
 int clone_replace(struct sandbox *s, const char *src, const char *dst);
+/* For sandbox-image.c (sandbox-snapshot.c has them): the node's object
+ * store (NULL: none); a new sandbox id registered (CREATING, hidden, its
+ * directory fresh); its undoing; a snapshot's manifest (-ENXIO with
+ * *ret_error when it is not restorable); a restore of a downloaded full
+ * snapshot, and a boot of a disk, into a registered sandbox (on failure
+ * it is gone). */
+struct objstore *sandbox_objstore(void);
+int register_new(const char *id, const char *template_name, json_t *env, const char *network,
+                 struct sandbox **ret, char **ret_error);
+void new_abort(struct sandbox *s);
+int manifest_read(const char *snapshot_id, json_t **ret, char **ret_error);
+int download_restore(struct sandbox *s, const char *snapshot_id, const uint8_t *data_key, bool mark, bool cold,
+                     uint64_t *ret_t_down, char **ret_error);
+int boot_new(struct sandbox *s, char **ret_error);
 /* A parked directory (a suspended or archived sandbox) keeps only its
  * snapshots and this marker (template, env, execution; no record): true for
  * such a directory. */

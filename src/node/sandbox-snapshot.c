@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Fork, suspend and wake, disk and full snapshots, rollback. */
+/* Fork, suspend and wake, disk and full snapshots, rollback (images: sandbox-image.c). */
 #include "sandbox.h"
 #include "sandbox-internal.h"
 
@@ -28,6 +28,10 @@
 
 /* where suspended sandboxes go (NULL: suspend is refused) */
 static struct objstore *objstore;
+
+struct objstore *sandbox_objstore(void) {
+        return objstore;
+}
 
 /* ---- a suspended sandbox's snapshots ---- */
 
@@ -92,7 +96,7 @@ int sandbox_park(struct sandbox *s) {
 
 /* Undoes a fork or wake that failed: as create_abort(), except that the
  * snapshots parked in a suspended sandbox's directory stay. */
-static void new_abort(struct sandbox *s) {
+void new_abort(struct sandbox *s) {
         if (s->dir && sandbox_dir_is_parked(s->dir)) {
                 (void) clear_but_snapshots(s->dir);
                 free(s->dir);
@@ -120,8 +124,8 @@ int sandbox_parked_remove(const char *id) {
 /* Registers a new sandbox id (CREATING, hidden) for fork and wake; its
  * directory is made fresh (a woken sandbox finds its snapshots again if
  * they were parked here). On failure *ret_error says why. */
-static int register_new(const char *id, const char *template_name, json_t *env, const char *network,
-                        struct sandbox **ret, char **ret_error) {
+int register_new(const char *id, const char *template_name, json_t *env, const char *network,
+                 struct sandbox **ret, char **ret_error) {
         struct sandbox *s;
         int r = sandbox_new(id, template_name, env, network, &s);
         if (r < 0)
@@ -718,7 +722,7 @@ fail:
 
 /* Reads the manifest of object store snapshot snapshot_id: -ENXIO when it
  * is not (completely) there. */
-static int manifest_read(const char *snapshot_id, json_t **ret, char **ret_error) {
+int manifest_read(const char *snapshot_id, json_t **ret, char **ret_error) {
         int r = objstore_snapshot_manifest(objstore, snapshot_id, ret);
         if (r >= 0)
                 return 0;
@@ -730,11 +734,12 @@ static int manifest_read(const char *snapshot_id, json_t **ret, char **ret_error
 }
 
 /* Downloads object store snapshot snapshot_id into s (registered by
- * register_new()) and restores it. mark: write which image this is for
- * wake_takeover(). *ret_t_down: when the download was done. On failure s
- * is gone (new_abort()). */
-static int download_restore(struct sandbox *s, const char *snapshot_id, const uint8_t *data_key, bool mark,
-                            uint64_t *ret_t_down, char **ret_error) {
+ * register_new()) and restores it, or with cold (an image of a disk only)
+ * boots its disk. mark: write which image this is for wake_takeover().
+ * *ret_t_down: when the download was done. On failure s is gone
+ * (new_abort()). */
+int download_restore(struct sandbox *s, const char *snapshot_id, const uint8_t *data_key, bool mark, bool cold,
+                     uint64_t *ret_t_down, char **ret_error) {
         _cleanup_free_ char *dir = strdup_printf("%s/wake", s->dir);
         _cleanup_free_ char *disk = strdup_printf("%s/wake/rootfs.img", s->dir);
         _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
@@ -762,6 +767,11 @@ static int download_restore(struct sandbox *s, const char *snapshot_id, const ui
                 return r;
         }
         *ret_t_down = now_monotonic_ns();
+        if (cold) {
+                free(state);
+                (void) rm_rf(dir);
+                return boot_new(s, ret_error);
+        }
         r = restore_new(s, state, ret_error);
         if (r >= 0 && !mark)
                 (void) rm_rf(dir);
@@ -930,7 +940,7 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, c
         }
         uint64_t t_down;
         r = local ? local_restore(s, &t_down, ret_error)
-                  : download_restore(s, snapshot_id, key ? key->key : NULL, true, &t_down, ret_error);
+                  : download_restore(s, snapshot_id, key ? key->key : NULL, true, false, &t_down, ret_error);
         if (r < 0)
                 goto fail;
         uint64_t t_restored = now_monotonic_ns();
@@ -962,122 +972,21 @@ fail:
         return r;
 }
 
-/* ---- images ---- */
-
-/* Where a publish keeps its snapshot until it is uploaded: under the
- * sandboxes directory, not the sandbox's (a delete meanwhile does not pull
- * it away); a node start removes what a killed one left (".tmp-" names are
- * no sandbox's). */
-#define PUBLISH_DIR ".tmp-publish-"
-
-int sandbox_publish(struct sandbox *s, const char *image_id, const struct objstore_data_key *key, json_t **ret_info,
-                    const char **ret_state, char **ret_error) {
-        uint64_t t0 = now_monotonic_ns();
-        if (!objstore)
-                return -EOPNOTSUPP;
-        _cleanup_free_ char *dir = strdup_printf("%s/" PUBLISH_DIR "%s", sdir, image_id);
-        _cleanup_free_ char *state = strdup_printf("%s/" PUBLISH_DIR "%s/state", sdir, image_id);
-        _cleanup_free_ char *disk = strdup_printf("%s/" PUBLISH_DIR "%s/rootfs.img", sdir, image_id);
-        if (!dir || !state || !disk)
-                return -ENOMEM;
-        _cleanup_(json_decrefp) json_t *existing = NULL;
-        if (objstore_snapshot_manifest(objstore, image_id, &existing) >= 0) {
-                *ret_error = strdup_printf("the object store has %s already", image_id);
-                return -EEXIST;
-        }
-        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
+/* Boots s (registered by register_new(), its disk in place) as a start
+ * does, and makes it visible. On failure s is gone (new_abort()). */
+int boot_new(struct sandbox *s, char **ret_error) {
+        _cleanup_free_ char *mem = strdup_printf("%s/mem", s->dir);
+        int r = mem ? sandbox_template(s, ret_error) : -ENOMEM;
+        if (r >= 0)
+                r = ram_file_create(s, mem, ret_error);
+        s->cold_boot = true;
+        if (r >= 0)
+                r = run_sandbox_thread(s, ret_error);
         if (r < 0)
-                return r;
-        (void) rm_rf(dir);
-        if ((r = mkdir_p(dir, 0700)) < 0) {
-                life_end(s);
-                *ret_error = strdup_printf("cannot create %s: %s", dir, strerror(-r));
-                return r;
-        }
-        /* memory and disk of one instant; the sandbox runs on (a paused
-         * one stays paused) while the image uploads */
-        struct snapshot_job job = { .s = s, .state_path = state, .disk_dst = disk,
-                                    .leave_paused = sandbox_state_is(s, SANDBOX_PAUSED) };
-        r = post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
-        pthread_mutex_lock(&s->lock);
-        _cleanup_(json_decrefp) json_t *meta =
-                json_pack("{s:s, s:s, s:s, s:s, s:O, s:I, s:s}", "kind", "image", "sandbox", s->id, "tenant",
-                          s->tenant, "template", s->template_name, "env", s->env, "execution",
-                          (json_int_t) s->execution, "recovery", sandbox_recovery_name(s));
-        pthread_mutex_unlock(&s->lock);
-        life_end(s);
-        if (r < 0) {
-                *ret_error = strdup_printf("full snapshot failed: %s", strerror(-r));
-                (void) rm_rf(dir);
-                return r;
-        }
-        uint64_t t_snap = now_monotonic_ns();
-        const struct objstore_artifact art[] = { { "state", state }, { "rootfs.img", disk } };
-        r = meta ? objstore_snapshot_upload_sealed(objstore, image_id, art, ARRAY_SIZE(art), meta, key, NULL) : -ENOMEM;
-        (void) rm_rf(dir);
-        if (r < 0) {
-                *ret_error = strdup_printf("uploading image %s failed: %s", image_id, strerror(-r));
-                return r;
-        }
-        uint64_t t_up = now_monotonic_ns();
-        log_emit(LOG_LEVEL_INFO, s->ctx, "published image %s in %llu ms (snapshot %llu ms, paused %llu ms, upload %llu ms)",
-                 image_id, (unsigned long long) ((t_up - t0) / 1000000ULL),
-                 (unsigned long long) ((t_snap - t0) / 1000000ULL), (unsigned long long) job.stats.pause_ms,
-                 (unsigned long long) ((t_up - t_snap) / 1000000ULL));
-        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "image", image_id, "memory_bytes",
-                              (json_int_t) job.stats.bytes, "snapshot_ms", (json_int_t) ((t_snap - t0) / 1000000ULL),
-                              "upload_ms", (json_int_t) ((t_up - t_snap) / 1000000ULL), "total_ms",
-                              (json_int_t) ((t_up - t0) / 1000000ULL), "pause_ms", (json_int_t) job.stats.pause_ms);
-        *ret_info = o;
-        return o ? 0 : -ENOMEM;
-}
-
-int sandbox_create_from_image(const char *id, const char *image_id, const struct objstore_data_key *key, json_t *env,
-                              const char *tenant, bool recover_checkpoint, const char *network, struct sandbox **ret,
-                              char **ret_error) {
-        uint64_t t0 = now_monotonic_ns();
-        if (!objstore)
-                return -EOPNOTSUPP;
-        _cleanup_(json_decrefp) json_t *manifest = NULL, *meta = NULL;
-        int r = manifest_read(image_id, &manifest, ret_error);
-        if (r < 0)
-                return r == -ENXIO ? -ENOENT : r;
-        r = objstore_manifest_meta(manifest, key ? key->key : NULL, &meta);
-        if (r < 0) {
-                *ret_error = strdup_printf(r == -ENOKEY ? "image %s is sealed and the create brought no data key"
-                                                        : "image %s does not open with the data key given",
-                                           image_id);
-                return -EBADMSG;
-        }
-        const char *kind = json_string_value(json_object_get(meta, "kind"));
-        const char *tpl = json_string_value(json_object_get(meta, "template"));
-        json_t *image_env = json_object_get(meta, "env");
-        if (!kind || strcmp(kind, "image") != 0 || !tpl || !name_is_valid(tpl) || !json_is_object(image_env)) {
-                *ret_error = strdup_printf("%s is not an image", image_id);
-                return -EBADMSG;
-        }
-        /* the image's environment, and what this create adds over it */
-        _cleanup_(json_decrefp) json_t *merged = json_deep_copy(image_env);
-        if (!merged || (env && json_object_update(merged, env) < 0))
-                return -ENOMEM;
-        struct sandbox *s = NULL;
-        r = register_new(id, tpl, merged, network, &s, ret_error);
-        if (r < 0)
-                return r;
-        s->execution = 1;
-        s->recover_checkpoint = recover_checkpoint;
-        if (tenant)
-                snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
-        /* a new identity, as a fork child gets (restore_new()) */
-        uint64_t t_down;
-        r = download_restore(s, image_id, key ? key->key : NULL, false, &t_down, ret_error);
-        if (r < 0)
-                return r;
-        log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox made from image %s in %llu ms (download %llu ms, restore %llu ms)",
-                 image_id, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
-                 (unsigned long long) ((t_down - t0) / 1000000ULL), (unsigned long long) s->restore_ms);
-        *ret = sandbox_ref(s);
-        return 0;
+                new_abort(s);
+        else
+                sandbox_make_visible(s);
+        return r;
 }
 
 int sandbox_unarchive(const char *id, const char *snapshot_id, const char *network, struct sandbox **ret,
@@ -1135,19 +1044,8 @@ int sandbox_unarchive(const char *id, const char *snapshot_id, const char *netwo
         if (full)
                 r = restore_new(s, restore, ret_error); /* takes restore */
         else {
-                /* a disk snapshot boots, as a start does */
                 free(restore);
-                _cleanup_free_ char *mem = strdup_printf("%s/mem", s->dir);
-                r = mem ? sandbox_template(s, ret_error) : -ENOMEM;
-                if (r >= 0)
-                        r = ram_file_create(s, mem, ret_error);
-                s->cold_boot = true;
-                if (r >= 0)
-                        r = run_sandbox_thread(s, ret_error);
-                if (r < 0)
-                        new_abort(s);
-                else
-                        sandbox_make_visible(s);
+                r = boot_new(s, ret_error); /* a disk snapshot boots, as a start does */
         }
         if (r < 0)
                 return r;

@@ -253,6 +253,13 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, c
  * "snapshot_ms","upload_ms","total_ms","pause_ms"}. */
 int sandbox_publish(struct sandbox *s, const char *image_id, const struct objstore_data_key *key, json_t **ret_info,
                     const char **ret_state, char **ret_error);
+/* Exports s's kept snapshot snapshot_id to the object store as image
+ * image_id: a full one resumes where it was taken, a disk one (meta "boot":
+ * "cold") boots. s goes on as it is, in any state. -ENXIO when s has no
+ * such snapshot, -EEXIST when the object store has image_id. *ret_info:
+ * {"image","snapshot","kind","memory_bytes","upload_ms","total_ms"}. */
+int sandbox_export(struct sandbox *s, const char *snapshot_id, const char *image_id,
+                   const struct objstore_data_key *key, json_t **ret_info, char **ret_error);
 /* Makes sandbox id from image image_id, as sandbox_create() makes one from
  * a template: its memory, processes and disk, with its own identity; env
  * over the image's. The image stays. -ENOENT when there is no such image,

@@ -117,6 +117,11 @@ def test_placement_lost_node_and_return(lab, templates):
     wait_for(lambda: sandbox(r1, napping).get("image_uploaded") is True, 60, "the suspended image uploaded")
     listing = s3.request("GET", f"/{s3.bucket}", query=[("list-type", "2")]).body.decode()
     assert f"snapshots/{napping}" in listing, listing  # in the bucket, where any node finds it
+    # a disk snapshot of a sandbox on w2, exported: it outlives w2
+    r0.exec(on_w2[0], ["sh", "-c", "echo kept-on-w2 > /root/mark && sync"])
+    snap = r0.api("POST", f"/v1/sandboxes/{on_w2[0]}/snapshots", {"kind": "disk"}, expect=201)["id"]
+    exported = r0.api("POST", f"/v1/sandboxes/{on_w2[0]}/images", {"snapshot": snap}, expect=201)
+    assert exported["kind"] == "disk" and exported["snapshot_id"] == snap, exported
 
     # w2 dies outright: lost after the grace, with its sandboxes; the others
     # go on, and nothing new goes there
@@ -129,6 +134,10 @@ def test_placement_lost_node_and_return(lab, templates):
         assert r1.exec(s, ["true"])["exit_code"] == 0
     for _ in range(4):
         assert r1.create("minimal")["node"] in ("w0", "w1")
+    # the exported snapshot boots elsewhere, though its node is gone
+    again = r1.api("POST", "/v1/sandboxes", {"image": exported["id"]}, expect=201)
+    assert again["node"] in ("w0", "w1"), again
+    assert r0.exec(again["id"], ["cat", "/root/mark"])["stdout"] == "kept-on-w2\n"
     # the suspended one is not lost: it wakes on another node, as it was
     assert sandbox(r0, napping)["state"] == "suspended"
     r1.api("POST", f"/v1/sandboxes/{napping}/wake?wait=true")

@@ -107,3 +107,53 @@ def test_images_belong_to_their_tenant(airlock_factory):
     for i, k in ((img, ka), (other, kb)):
         assert a.request("DELETE", f"/v1/images/{i['id']}", token=k["key"])[0] == 204
     assert a.request("DELETE", f"/v1/tenants/{ta['id']}")[0] == 204
+
+
+def test_kept_snapshots_exported_as_images(airlock):
+    """A disk and a full snapshot exported to the object store outlive
+    their sandbox and its node's copies: the disk one boots what was on
+    the disk, the full one resumes its processes."""
+    a = airlock
+    src = a.create("minimal")["id"]
+    other = a.create("minimal")["id"]
+    a.exec(src, ["sh", "-c", "echo disk-time > /root/f && sync"])
+    disk = a.api("POST", f"/v1/sandboxes/{src}/snapshots", {"kind": "disk"}, expect=201)["id"]
+    a.exec(src, ["sh", "-c", "echo full-time > /root/f && sync"])
+    sleeper = start_sleeper(a, src)
+    full = a.api("POST", f"/v1/sandboxes/{src}/snapshots", {"kind": "full"}, expect=201)["id"]
+    a.exec(src, ["sh", "-c", "echo later > /root/f"])
+
+    # refused without making anything: another sandbox's snapshot, an
+    # unknown one, not a string
+    other_snap = a.api("POST", f"/v1/sandboxes/{other}/snapshots", {"kind": "disk"}, expect=201)["id"]
+    for body, status in (({"snapshot": other_snap}, 404), ({"snapshot": "snap-0123456789abcdef"}, 404),
+                         ({"snapshot": 7}, 400)):
+        got, _, data = a.request("POST", f"/v1/sandboxes/{src}/images", body)
+        assert got == status and b"snapshot" in data, (body, got, data)
+    assert a.api("GET", "/v1/images")["images"] == []
+
+    # the disk one from the running sandbox, the full one once it stopped
+    d_img = a.api("POST", f"/v1/sandboxes/{src}/images", {"snapshot": disk, "name": "disk-export"}, expect=201)
+    assert d_img["kind"] == "disk" and d_img["snapshot_id"] == disk and d_img["name"] == "disk-export"
+    a.api("POST", f"/v1/sandboxes/{src}/stop?wait=true")
+    f_img = a.api("POST", f"/v1/sandboxes/{src}/images", {"snapshot": full}, expect=201)
+    assert f_img["kind"] == "full" and f_img["snapshot_id"] == full and f_img["size"] > 0
+    assert a.api("GET", f"/v1/images/{d_img['id']}")["kind"] == "disk"
+    assert sorted(_manifests(a)) == sorted([d_img["id"], f_img["id"]])
+
+    # the sandbox goes, with its snapshots and every file of them here
+    assert a.request("DELETE", f"/v1/sandboxes/{src}")[0] == 204
+    assert not os.path.exists(os.path.join(a.data_dir, "sandboxes", src))
+
+    booted = a.api("POST", "/v1/sandboxes", {"image": d_img["id"]}, expect=201)["id"]
+    assert a.exec(booted, ["cat", "/root/f"])["stdout"] == "disk-time\n"
+    assert a.exec(booted, ["hostname"])["stdout"].strip() == booted
+    assert not alive_in_guest(a, booted, sleeper)  # a boot: no process of then
+    resumed = a.api("POST", "/v1/sandboxes", {"image": f_img["id"]}, expect=201)["id"]
+    assert a.exec(resumed, ["cat", "/root/f"])["stdout"] == "full-time\n"
+    assert alive_in_guest(a, resumed, sleeper)
+    for sid in (booted, resumed, other):
+        assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+    for img in (d_img, f_img):
+        assert a.request("DELETE", f"/v1/images/{img['id']}")[0] == 204
+    assert _manifests(a) == []

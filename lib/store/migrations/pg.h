@@ -205,4 +205,8 @@ static const char *const store_pg_migrations[] = {
         /* 13: what a replica needs to settle an operation its carrier left:
          * a fork's child, a delete's keep_snapshots (JSON object text) */
         "ALTER TABLE operations ADD COLUMN detail TEXT;\n",
+        /* 14: images exported from a kept snapshot: which one, and whether
+         * it holds memory (full: resumes) or the disk only (disk: boots) */
+        "ALTER TABLE images ADD COLUMN kind TEXT NOT NULL DEFAULT 'full' CHECK (kind IN ('full', 'disk'));\n"
+        "ALTER TABLE images ADD COLUMN snapshot_id TEXT;\n",
 };
