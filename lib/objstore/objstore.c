@@ -787,11 +787,24 @@ const char *objstore_manifest_wrapped_key(json_t *m) {
         return objstore_manifest_is_sealed(m) ? json_string_value(json_object_get(m, "key")) : NULL;
 }
 
-/* Makes blob hold artifact i's sealed form: written to a temporary file
- * beside the artifact (the backends take files; on the local one it is
- * then a reflink), put, its size checked. A blob of the right size is
- * there already when a retried upload got this far: the same key and
- * content seal to the same bytes. */
+struct sealed_source {
+        struct seal_writer *w;
+        const atomic_bool *cancel;
+};
+
+static int sealed_read_at(void *userdata, uint64_t off, void *buf, size_t len) {
+        struct sealed_source *src = userdata;
+        if (src->cancel && atomic_load(src->cancel))
+                return -ECANCELED;
+        return seal_writer_read_at(src->w, off, buf, len);
+}
+
+/* Makes blob hold artifact i's sealed form: sealed as the backend reads
+ * it where it can (put_source: S3's parts), else written to a temporary
+ * file beside the artifact (on the local backend then a reflink) and put;
+ * its size checked. A blob of the right size is there already when a
+ * retried upload got this far: the same key and content seal to the same
+ * bytes. */
 static int sealed_blob_ensure(struct objstore *o, const char *ctx, const char *name, const char *path,
                               struct seal_writer *w, const char *blob, const atomic_bool *cancel) {
         _cleanup_free_ char *key = blob_key(blob);
@@ -800,6 +813,17 @@ static int sealed_blob_ensure(struct objstore *o, const char *ctx, const char *n
         uint64_t want = seal_writer_size(w), got = 0;
         if (o->ops->exists(o, key, &got) >= 0 && got == want)
                 return 0;
+        if (o->ops->put_source) {
+                struct sealed_source src = { .w = w, .cancel = cancel };
+                int r = o->ops->put_source(o, key, want, sealed_read_at, &src);
+                if (r < 0)
+                        return r == -ECANCELED ? r
+                                               : log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to upload artifact %s: %m",
+                                                           name);
+                if (o->ops->exists(o, key, &got) < 0 || got != want)
+                        return log_errno(LOG_LEVEL_ERROR, -EBADMSG, ctx, "artifact %s did not land whole", name);
+                return 0;
+        }
         _cleanup_free_ char *dir = strdup(path);
         char *slash = dir ? strrchr(dir, '/') : NULL;
         if (!slash)
@@ -832,51 +856,86 @@ static int sealed_blob_ensure(struct objstore *o, const char *ctx, const char *n
         return 0;
 }
 
-/* Downloads artifact i of a sealed manifest into part: the sealed blob to
- * a temporary file beside it, opened chunk by chunk (each authenticated
- * before a byte of it is written) into part, then the plaintext's digest
- * checked against the sealed inner part. */
-static int fetch_sealed(struct objstore *o, const char *ctx, const char *name, const char *blob, uint64_t stored,
-                        const uint8_t key[SEAL_KEY_SIZE], const char *sha, uint64_t size, const char *part) {
-        _cleanup_free_ char *k = blob_key(blob), *sealed = strdup_printf("%s~sealed", part);
+struct sealed_sink {
+        struct seal_reader *rd;
+        uint64_t fed, stored;
+};
+
+static int sealed_feed(void *userdata, const void *buf, size_t len) {
+        struct sealed_sink *k = userdata;
+        if (len > k->stored - k->fed)
+                return -EBADMSG; /* longer than its manifest says */
+        k->fed += len;
+        return seal_reader_feed(k->rd, buf, len);
+}
+
+/* Feeds blob key's bytes to the sink: streamed where the backend can
+ * (get_stream), else through a temporary file beside part. */
+static int blob_feed(struct objstore *o, const char *key, const char *part, struct sealed_sink *sink) {
+        if (o->ops->get_stream)
+                return o->ops->get_stream(o, key, sealed_feed, sink);
+        _cleanup_free_ char *sealed = strdup_printf("%s~sealed", part);
         _cleanup_free_ uint8_t *buf = malloc(HASH_BUF_SIZE);
-        if (!k || !sealed || !buf)
+        if (!sealed || !buf)
                 return -ENOMEM;
-        int r = o->ops->get(o, k, sealed);
-        uint64_t got = 0;
-        if (r == -ENOENT && o->ops->exists(o, k, &got) == -ENOENT)
-                return log_errno(LOG_LEVEL_ERROR, -EBADMSG, ctx, "blob %s of artifact %s is missing", blob, name);
+        int r = o->ops->get(o, key, sealed);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to download artifact %s: %m", name);
+                return r;
         _cleanup_close_ int in = open(sealed, O_RDONLY | O_CLOEXEC);
         (void) unlink(sealed);
-        _cleanup_close_ int out = open(part, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (in < 0 || out < 0)
+        if (in < 0)
                 return negative_errno();
-        struct seal_reader *rd = NULL;
-        r = seal_reader_new(key, out, &rd);
-        for (uint64_t off = 0; r >= 0;) {
+        for (;;) {
                 ssize_t n = read(in, buf, HASH_BUF_SIZE);
                 if (n < 0 && errno == EINTR)
                         continue;
-                if (n <= 0) {
-                        r = n < 0 ? negative_errno() : off == stored ? seal_reader_finish(rd) : -EBADMSG;
-                        break;
-                }
-                off += (uint64_t) n;
-                r = seal_reader_feed(rd, buf, (size_t) n);
+                if (n <= 0)
+                        return n < 0 ? negative_errno() : 0;
+                if ((r = sealed_feed(sink, buf, (size_t) n)) < 0)
+                        return r;
         }
-        seal_reader_free(rd);
+}
+
+/* Downloads artifact i of a sealed manifest into part, opened chunk by
+ * chunk as it arrives (each authenticated before a byte of it is
+ * written). The artifact is the one the manifest names without hashing
+ * it again: its nonce_base must be the one the sealer derived from the
+ * plaintext's digest and size in the sealed inner part (sealed_names()),
+ * and the header that binds every chunk binds that nonce. */
+static int fetch_sealed(struct objstore *o, const char *ctx, const char *name, const char *blob, uint64_t stored,
+                        const uint8_t key[SEAL_KEY_SIZE], const char *sha, uint64_t size, const char *part) {
+        uint8_t nonce[SEAL_NONCE_BASE_SIZE];
+        char want_blob[OBJSTORE_SHA256_HEX];
+        sealed_names(key, sha, size, nonce, want_blob);
+        if (strcmp(want_blob, blob) != 0)
+                return log_errno(LOG_LEVEL_ERROR, -EBADMSG, ctx, "artifact %s does not match its manifest", name);
+        _cleanup_free_ char *k = blob_key(blob);
+        _cleanup_close_ int out = open(part, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (!k)
+                return -ENOMEM;
+        if (out < 0)
+                return negative_errno();
+        struct sealed_sink sink = { .stored = stored };
+        int r = seal_reader_new(key, out, &sink.rd);
+        if (r >= 0) {
+                seal_reader_expect_nonce(sink.rd, nonce);
+                r = blob_feed(o, k, part, &sink);
+                if (r >= 0)
+                        r = sink.fed == stored ? seal_reader_finish(sink.rd) : -EBADMSG;
+        }
+        seal_reader_free(sink.rd);
+        uint64_t got = 0;
+        if (r == -ENOENT && o->ops->exists(o, k, &got) == -ENOENT)
+                return log_errno(LOG_LEVEL_ERROR, -EBADMSG, ctx, "blob %s of artifact %s is missing", blob, name);
         if (r == -EBADMSG)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx, "artifact %s does not match its manifest (tampered, "
                                  "corrupt or another key's)", name);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to open artifact %s: %m", name);
-        char hex[OBJSTORE_SHA256_HEX];
-        r = fd_digest(out, DIGEST_SPARSE, NULL, hex, &got);
-        if (r < 0)
-                return r;
-        if (got != size || strcmp(hex, sha) != 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to download artifact %s: %m", name);
+        struct stat st;
+        if (fstat(out, &st) < 0)
+                return negative_errno();
+        if ((uint64_t) st.st_size != size) /* the nonce says so already: a second look costs nothing */
                 return log_errno(LOG_LEVEL_ERROR, -EBADMSG, ctx, "artifact %s does not match its manifest", name);
         return 0;
 }
@@ -944,6 +1003,33 @@ static int put_bytes(struct objstore *o, const char *key, const char *data, size
         return o->ops->put(o, key, fd);
 }
 
+/* Artifact i of an upload: its digest (which names it), and with a key
+ * its sealed form. */
+struct prepare {
+        struct upload *u;
+        size_t i;
+        const struct objstore_data_key *key;
+        const atomic_bool *cancel;
+        int r;
+        bool sealing; /* failed sealing, not hashing */
+};
+
+static void *prepare_main(void *arg) {
+        struct prepare *p = arg;
+        struct upload *u = p->u;
+        size_t i = p->i;
+        p->r = fd_digest(u->fd[i], DIGEST_SPARSE, p->cancel, u->sha[i], &u->size[i]);
+        if (p->r < 0 || !p->key)
+                return NULL;
+        uint8_t k[SEAL_KEY_SIZE], nonce[SEAL_NONCE_BASE_SIZE];
+        derive_key(p->key->key, i + 1, k);
+        sealed_names(k, u->sha[i], u->size[i], nonce, u->blob[i]);
+        p->sealing = true;
+        p->r = seal_writer_new_nonce(u->fd[i], k, 0, nonce, &u->sealed[i]);
+        sodium_memzero(k, sizeof k);
+        return NULL;
+}
+
 static int snapshot_upload_locked(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
                                   size_t n, json_t *meta, const struct objstore_data_key *key,
                                   const atomic_bool *cancel, const char *ctx) {
@@ -959,30 +1045,45 @@ static int snapshot_upload_locked(struct objstore *o, const char *snapshot_id, c
 
         /* Each artifact is opened once, so what is hashed and what is put is
          * the same file even if its path is replaced meanwhile. */
+        uint64_t t0 = now_monotonic_ns();
         _cleanup_(upload_release) struct upload u = { 0 };
         for (size_t i = 0; i < n; i++) {
                 u.fd[u.n++] = open(a[i].path, O_RDONLY | O_CLOEXEC);
                 if (u.fd[i] < 0)
                         return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx, "failed to open artifact %s: %m",
                                          a[i].name);
-                r = fd_digest(u.fd[i], DIGEST_SPARSE, cancel, u.sha[i], &u.size[i]);
-                if (r < 0)
-                        return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to hash artifact %s: %m", a[i].name);
-                if (key) {
-                        uint8_t k[SEAL_KEY_SIZE], nonce[SEAL_NONCE_BASE_SIZE];
-                        derive_key(key->key, i + 1, k);
-                        sealed_names(k, u.sha[i], u.size[i], nonce, u.blob[i]);
-                        r = seal_writer_new_nonce(u.fd[i], k, 0, nonce, &u.sealed[i]);
-                        sodium_memzero(k, sizeof k);
-                        if (r < 0)
-                                return log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to seal artifact %s: %m", a[i].name);
+        }
+        /* hashed (and scanned for sealing) side by side: the artifacts'
+         * reads and hashes are CPU-bound, and nothing else runs yet */
+        struct prepare jobs[OBJSTORE_ARTIFACTS_MAX];
+        pthread_t threads[OBJSTORE_ARTIFACTS_MAX];
+        bool started[OBJSTORE_ARTIFACTS_MAX] = { false };
+        for (size_t i = 0; i < n; i++) {
+                jobs[i] = (struct prepare){ .u = &u, .i = i, .key = key, .cancel = cancel };
+                if (i + 1 < n)
+                        started[i] = pthread_create(&threads[i], NULL, prepare_main, &jobs[i]) == 0;
+                if (!started[i])
+                        prepare_main(&jobs[i]);
+        }
+        r = 0;
+        for (size_t i = 0; i < n; i++) {
+                if (started[i])
+                        pthread_join(threads[i], NULL);
+                if (jobs[i].r < 0 && r >= 0) {
+                        r = jobs[i].r;
+                        log_errno(LOG_LEVEL_ERROR, r, ctx, "failed to %s artifact %s: %m",
+                                  jobs[i].sealing ? "seal" : "hash", a[i].name);
                 }
         }
+        if (r < 0)
+                return r;
         _cleanup_free_ char *manifest = NULL;
         size_t len = 0;
         r = manifest_build(snapshot_id, a, &u, meta, key, &manifest, &len);
         if (r < 0)
                 return r;
+        log_emit(LOG_LEVEL_DEBUG, ctx, "artifacts hashed%s in %llu ms", key ? " and scanned for sealing" : "",
+                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000));
 
         for (size_t i = 0; i < n; i++) {
                 if (cancel && atomic_load(cancel))

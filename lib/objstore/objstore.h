@@ -43,6 +43,11 @@
 
 struct objstore; /* opaque */
 
+/* A source of bytes at any offset (0 or a negative errno), and a sink of
+ * bytes in order. */
+typedef int (*objstore_read_at_fn)(void *userdata, uint64_t off, void *buf, size_t len);
+typedef int (*objstore_sink_fn)(void *userdata, const void *buf, size_t len);
+
 /* A backend. put/get/exists/remove/list/free are required; the others are
  * optional (NULL) and only make the generic layer do more. */
 struct objstore_ops {
@@ -72,6 +77,15 @@ struct objstore_ops {
         /* Optional: removes leftovers of interrupted puts at least min_age_s
          * old; returns how many. */
         int (*gc_tmp)(struct objstore *o, unsigned min_age_s);
+        /* Optional: as put, of size bytes that read_at gives (any range,
+         * from several threads at once): sealed artifacts are sealed as
+         * they are sent, never written out first. */
+        int (*put_source)(struct objstore *o, const char *key, uint64_t size, objstore_read_at_fn read_at,
+                          void *userdata);
+        /* Optional: the object's bytes to sink, in order, each once (a
+         * broken transfer resumes where it stopped); -ENOENT when absent.
+         * A sink's error stops it and is returned. */
+        int (*get_stream)(struct objstore *o, const char *key, objstore_sink_fn sink, void *userdata);
 };
 
 /* The local directory backend (lib/objstore/objstore-local.c). */

@@ -69,6 +69,9 @@ struct seal_reader {
         uint64_t chunk;
         uint8_t *buf; /* chunk_size + SEAL_TAG_SIZE */
         size_t buffered;
+        /* the nonce_base the object must have (seal_reader_expect_nonce()) */
+        uint8_t want_nonce[SEAL_NONCE_BASE_SIZE];
+        bool check_nonce;
 };
 
 static uint32_t le32_load(const uint8_t *p) {
@@ -648,6 +651,11 @@ int seal_reader_new(const uint8_t key[SEAL_KEY_SIZE], int out_fd, struct seal_re
         return 0;
 }
 
+void seal_reader_expect_nonce(struct seal_reader *r, const uint8_t nonce_base[SEAL_NONCE_BASE_SIZE]) {
+        memcpy(r->want_nonce, nonce_base, SEAL_NONCE_BASE_SIZE);
+        r->check_nonce = true;
+}
+
 void seal_reader_free(struct seal_reader *r) {
         if (!r)
                 return;
@@ -718,6 +726,8 @@ static int reader_header(struct seal_reader *r, const uint8_t **data, size_t *le
                 int e = fixed_check(r->fixed, &header_len);
                 if (e < 0)
                         return e;
+                if (r->check_nonce && memcmp(r->fixed + MAGIC_SIZE + 16, r->want_nonce, SEAL_NONCE_BASE_SIZE) != 0)
+                        return -EBADMSG; /* another plaintext's sealing */
                 e = header_start(r->key, r->fixed, &r->pending); /* at most SEAL_HEADER_MAX */
                 if (e < 0)
                         return e;

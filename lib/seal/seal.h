@@ -137,6 +137,12 @@ struct seal_reader;
 /* out_fd: an empty regular file open for writing (-EINVAL otherwise: its
  * old bytes would show through the holes); a close-on-exec dup is kept. */
 int seal_reader_new(const uint8_t key[SEAL_KEY_SIZE], int out_fd, struct seal_reader **ret);
+/* Before the first feed: refuse (-EBADMSG) an object whose nonce_base is
+ * not this one. A sealer that derived it from the plaintext's digest
+ * (seal_writer_new_nonce()) thereby names the plaintext: with this check a
+ * reader knows the object is that plaintext's and not another's sealed
+ * with the same key, without hashing what it wrote. */
+void seal_reader_expect_nonce(struct seal_reader *r, const uint8_t nonce_base[SEAL_NONCE_BASE_SIZE]);
 /* Consumes len bytes of the object. -EBADMSG for a bad header (bounds,
  * wrong key, tampering), a chunk that does not open, or bytes past the
  * object's end; -errno when writing fails. Errors are sticky: every later

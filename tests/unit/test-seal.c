@@ -713,6 +713,39 @@ static void test_tamper_foreign(void **state) {
         sample_done(&s);
 }
 
+/* A reader told the nonce_base to expect opens the object sealed with it
+ * and refuses, before writing a byte, the same plaintext sealed with
+ * another: the nonce names the content the sealer meant. */
+static void test_expected_nonce(void **state) {
+        struct fixture *f = *state;
+        int fd = plain_file(f, 5 * CS + 77);
+        put_random(fd, 0, 5 * CS + 77, 42);
+        uint8_t nonce[SEAL_NONCE_BASE_SIZE], other[SEAL_NONCE_BASE_SIZE];
+        memset(nonce, 0xa5, sizeof nonce);
+        memset(other, 0x5a, sizeof other);
+        _cleanup_(seal_writer_freep) struct seal_writer *w = NULL;
+        assert_int_equal(seal_writer_new_nonce(fd, f->key, CS, nonce, &w), 0);
+        size_t len = (size_t) seal_writer_size(w);
+        _cleanup_free_ uint8_t *obj = malloc(len);
+        assert_non_null(obj);
+        assert_int_equal(seal_writer_read_at(w, 0, obj, len), 0);
+        const uint8_t *want[] = { nonce, other };
+        for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
+                _cleanup_close_ int out = new_file(f);
+                _cleanup_(seal_reader_freep) struct seal_reader *r = NULL;
+                assert_int_equal(seal_reader_new(f->key, out, &r), 0);
+                seal_reader_expect_nonce(r, want[i]);
+                int e = seal_reader_feed(r, obj, len);
+                if (e == 0)
+                        e = seal_reader_finish(r);
+                assert_int_equal(e, i == 0 ? 0 : -EBADMSG);
+                struct stat st;
+                assert_int_equal(fstat(out, &st), 0);
+                assert_int_equal(st.st_size, i == 0 ? (off_t) (5 * CS + 77) : 0);
+        }
+        close(fd);
+}
+
 static void test_truncated(void **state) {
         struct fixture *f = *state;
         struct sample s = {};
@@ -974,6 +1007,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_tamper_swap, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_tamper_foreign, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_expected_nonce, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_extended, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_wrong_key, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_bounds, setup, teardown),
