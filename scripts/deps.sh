@@ -69,6 +69,9 @@ case "${1:-}" in
     # SoftHSM2: a software PKCS#11 token for lib/kms's PKCS#11 tests
     # (tests/unit/with-softhsm.sh makes a throwaway token with softhsm2-util)
     pkgs+=(softhsm2)
+    # The Prometheus client's parser: the metrics tests read GET /metrics
+    # with it, as a scraper would
+    pkgs+=(python3-prometheus-client)
     ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac

@@ -172,15 +172,18 @@ int pg_sandbox_move(struct store *s, const char *id, const char *state, const ch
         return r < 0 ? r : changed == 0 ? -ESTALE : 0;
 }
 
-int pg_sandbox_count_by_node(struct store *s, size_t max, char ***ret_names, int64_t **ret_counts, size_t *ret_n) {
+int pg_sandbox_count_by(struct store *s, enum store_count_by by, size_t max, char ***ret_names, int64_t **ret_counts,
+                        size_t *ret_n) {
         struct pg_params q = { 0 };
         pg_add_int(&q, (int64_t) max);
         struct store_node_count *a = NULL;
         size_t n = 0;
         /* NULL (the local node) first, as SQLite sorts it */
         int r = pg_select_all(s,
-                              "SELECT node, COUNT(*) FROM sandboxes GROUP BY node "
-                              "ORDER BY node COLLATE \"C\" NULLS FIRST LIMIT $1",
+                              by == STORE_COUNT_BY_STATE ? "SELECT state, COUNT(*) FROM sandboxes GROUP BY state "
+                                                           "ORDER BY state COLLATE \"C\" LIMIT $1"
+                                                         : "SELECT node, COUNT(*) FROM sandboxes GROUP BY node "
+                                                           "ORDER BY node COLLATE \"C\" NULLS FIRST LIMIT $1",
                               &q, sizeof *a, max, store_read_node_count, (void **) &a, &n);
         if (r >= 0)
                 r = store_node_counts_split(TAKE_PTR(a), n, ret_names, ret_counts);

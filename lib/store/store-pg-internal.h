@@ -178,7 +178,8 @@ int pg_node_delete(struct store *s, const char *name);
 int pg_nodes_mark_lost(struct store *s, int64_t cutoff, size_t max, char ***ret, size_t *ret_n);
 int pg_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to);
 int pg_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret, size_t *ret_n);
-int pg_sandbox_count_by_node(struct store *s, size_t max, char ***ret_names, int64_t **ret_counts, size_t *ret_n);
+int pg_sandbox_count_by(struct store *s, enum store_count_by by, size_t max, char ***ret_names, int64_t **ret_counts,
+                        size_t *ret_n);
 int pg_join_token_insert(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE], int64_t expires_at);
 int pg_join_token_check(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE], int64_t now);
 int pg_join_token_delete(struct store *s, const char *id);
@@ -199,7 +200,7 @@ int pg_operation_take_over(struct store *s, const char *id, const char *owner, i
         .node_list = pg_node_list, .node_set_draining = pg_node_set_draining, .node_delete = pg_node_delete, \
         .nodes_mark_lost = pg_nodes_mark_lost, .sandbox_list_node = pg_sandbox_list_node,                    \
         .sandbox_move = pg_sandbox_move,                                                                     \
-        .sandbox_count_by_node = pg_sandbox_count_by_node, .join_token_insert = pg_join_token_insert,        \
+        .sandbox_count_by = pg_sandbox_count_by, .join_token_insert = pg_join_token_insert,        \
         .join_token_check = pg_join_token_check, .join_token_delete = pg_join_token_delete,                  \
         .cluster_ca = pg_cluster_ca, .cap_key_publish = pg_cap_key_publish, .cap_key_list = pg_cap_key_list, \
         .cap_key_delete = pg_cap_key_delete, .replica_seen = pg_replica_seen,                                \

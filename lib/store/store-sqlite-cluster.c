@@ -275,12 +275,16 @@ int sqlite_sandbox_move(struct store *s, const char *id, const char *state, cons
         return r;
 }
 
-int sqlite_sandbox_count_by_node(struct store *s, size_t max, char ***ret_names, int64_t **ret_counts,
-                                 size_t *ret_n) {
+int sqlite_sandbox_count_by(struct store *s, enum store_count_by by, size_t max, char ***ret_names,
+                            int64_t **ret_counts, size_t *ret_n) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
         /* NULL (the local node) sorts first */
-        int r = sqlite_prep(c, "SELECT node, COUNT(*) FROM sandboxes GROUP BY node ORDER BY node LIMIT ?1", &st);
+        int r = sqlite_prep(c,
+                            by == STORE_COUNT_BY_STATE
+                                    ? "SELECT state, COUNT(*) FROM sandboxes GROUP BY state ORDER BY state LIMIT ?1"
+                                    : "SELECT node, COUNT(*) FROM sandboxes GROUP BY node ORDER BY node LIMIT ?1",
+                            &st);
         if (r < 0)
                 return r;
         sqlite3_bind_int64(st, 1, (sqlite3_int64) max);

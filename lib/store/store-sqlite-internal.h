@@ -106,7 +106,7 @@ int sqlite_nodes_mark_lost(struct store *s, int64_t cutoff, size_t max, char ***
 int sqlite_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to);
 int sqlite_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret,
                              size_t *ret_n);
-int sqlite_sandbox_count_by_node(struct store *s, size_t max, char ***ret_names, int64_t **ret_counts,
+int sqlite_sandbox_count_by(struct store *s, enum store_count_by by, size_t max, char ***ret_names, int64_t **ret_counts,
                                  size_t *ret_n);
 int sqlite_join_token_insert(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE], int64_t expires_at);
 int sqlite_join_token_check(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE], int64_t now);
@@ -127,7 +127,7 @@ int sqlite_operation_take_over(struct store *s, const char *id, const char *owne
         .node_insert = sqlite_node_insert, .node_heartbeat = sqlite_node_heartbeat, .node_get = sqlite_node_get, \
         .node_list = sqlite_node_list, .node_set_draining = sqlite_node_set_draining,                            \
         .node_delete = sqlite_node_delete, .nodes_mark_lost = sqlite_nodes_mark_lost,                            \
-        .sandbox_list_node = sqlite_sandbox_list_node, .sandbox_count_by_node = sqlite_sandbox_count_by_node,    \
+        .sandbox_list_node = sqlite_sandbox_list_node, .sandbox_count_by = sqlite_sandbox_count_by,    \
         .sandbox_move = sqlite_sandbox_move,                                                                     \
         .join_token_insert = sqlite_join_token_insert, .join_token_check = sqlite_join_token_check,              \
         .join_token_delete = sqlite_join_token_delete, .cluster_ca = sqlite_cluster_ca,                          \

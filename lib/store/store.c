@@ -636,7 +636,13 @@ int store_sandbox_list_node(struct store *s, const char *node, size_t max, struc
 int store_sandbox_count_by_node(struct store *s, char ***ret_names, int64_t **ret_counts, size_t *ret_n) {
         if (!ret_names || !ret_counts || !ret_n)
                 return -EINVAL;
-        return s->ops->sandbox_count_by_node(s, STORE_LIST_MAX, ret_names, ret_counts, ret_n);
+        return s->ops->sandbox_count_by(s, STORE_COUNT_BY_NODE, STORE_LIST_MAX, ret_names, ret_counts, ret_n);
+}
+
+int store_sandbox_count_by_state(struct store *s, char ***ret_names, int64_t **ret_counts, size_t *ret_n) {
+        if (!ret_names || !ret_counts || !ret_n)
+                return -EINVAL;
+        return s->ops->sandbox_count_by(s, STORE_COUNT_BY_STATE, STORE_LIST_MAX, ret_names, ret_counts, ret_n);
 }
 
 int store_join_token_insert(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE],

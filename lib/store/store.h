@@ -181,6 +181,12 @@ struct store_replica;
 
 /* The backend interface. Backends embed `struct store` as their first
  * member and point its ops at a static table of these functions. */
+/* What store_sandbox_count_by_*() group the sandbox rows by. */
+enum store_count_by {
+        STORE_COUNT_BY_NODE,
+        STORE_COUNT_BY_STATE,
+};
+
 struct store_ops {
         const char *scheme; /* URL scheme this backend serves: "sqlite" */
         int (*open)(const char *location, struct store **ret);
@@ -270,8 +276,8 @@ struct store_ops {
         int (*sandbox_list_node)(struct store *s, const char *node, size_t max, struct store_sandbox **ret,
                                  size_t *ret_n);
         int (*sandbox_move)(struct store *s, const char *id, const char *state, const char *from, const char *to);
-        int (*sandbox_count_by_node)(struct store *s, size_t max, char ***ret_names, int64_t **ret_counts,
-                                     size_t *ret_n);
+        int (*sandbox_count_by)(struct store *s, enum store_count_by by, size_t max, char ***ret_names,
+                                int64_t **ret_counts, size_t *ret_n);
         int (*join_token_insert)(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE],
                                  int64_t expires_at);
         int (*join_token_check)(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE], int64_t now);
@@ -580,6 +586,8 @@ int store_sandbox_move(struct store *s, const char *id, const char *state, const
  * the local node) and counts; for placement. Free names with
  * store_string_array_free() (NULL entries are fine). */
 int store_sandbox_count_by_node(struct store *s, char ***ret_names, int64_t **ret_counts, size_t *ret_n);
+/* The same by state (the metrics' sandboxes by state). */
+int store_sandbox_count_by_state(struct store *s, char ***ret_names, int64_t **ret_counts, size_t *ret_n);
 
 /* Join tokens (alj1-…, lib/cluster): only the SHA-256 of the secret is
  * kept. A token serves any number of joins until it expires or is deleted. */

@@ -374,6 +374,16 @@ void api_audit_record(struct api_ctx *ctx, const char *action, const char *tenan
                       const char *secret);
 /* GET /v1/audit?sandbox=&secret=&limit= (100; at most 1000): newest first,
  * {"events":[...]}; a tenant key sees its tenant's. */
+/* Metrics (api-metrics.c, docs/metrics.md): set up (the families, the
+ * scrape token CONTROL_DIR/metrics.token); whether a bearer token is the
+ * scrape token; an API request answered (route: its pattern); a lifecycle
+ * operation finished; GET /metrics. */
+int api_metrics_init(const struct daemon_config *config);
+bool api_metrics_token_ok(const char *token);
+void api_metrics_http(const char *route, const char *method, unsigned status, double seconds);
+void api_metrics_operation(const char *verb, bool ok, double seconds);
+int api_metrics_get(struct api_ctx *ctx, bool per_sandbox, struct api_reply *ret);
+
 int api_audit_get(struct api_ctx *ctx, const char *sandbox, const char *secret, const char *limit_s,
                   struct api_reply *ret);
 struct api_audit_poller;

@@ -66,17 +66,18 @@ static int read_token_file(const char *path, char *token, size_t n) {
         return 0;
 }
 
-int auth_admin_token_init(struct store *s, const char *data_dir, bool shared, bool *ret_created) {
+/* DIR/NAME holding a token: made (O_EXCL, 0600, a fresh "alk_" token)
+ * when absent, else read (warned about when others may read it). */
+static int token_file(const char *dir, const char *name, char token[AUTH_TOKEN_MAX + 1], bool *ret_created) {
         char path[PATH_MAX];
-        char token[AUTH_TOKEN_MAX + 1];
         bool created = false;
         int r;
 
-        if (snprintf(path, sizeof path, "%s/%s", data_dir, AUTH_ADMIN_TOKEN_FILE) >= (int) sizeof path)
+        if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int) sizeof path)
                 return -ENAMETOOLONG;
         _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd >= 0) {
-                r = random_id("alk_", 32, token, sizeof token);
+                r = random_id("alk_", 32, token, AUTH_TOKEN_MAX + 1);
                 if (r >= 0) {
                         size_t len = strlen(token);
                         token[len] = '\n';
@@ -97,13 +98,34 @@ int auth_admin_token_init(struct store *s, const char *data_dir, bool shared, bo
                 if (!S_ISREG(st.st_mode))
                         return -EBADMSG;
                 if (st.st_mode & 0077)
-                        log_warn("admin token file %s is readable by group or others (mode %03o); "
+                        log_warn("token file %s is readable by group or others (mode %03o); "
                                  "consider chmod 600", path, (unsigned) (st.st_mode & 0777));
-                r = read_token_file(path, token, sizeof token);
+                r = read_token_file(path, token, AUTH_TOKEN_MAX + 1);
                 if (r < 0)
                         return r;
         } else
                 return negative_errno();
+        if (ret_created)
+                *ret_created = created;
+        return 0;
+}
+
+int auth_metrics_token_init(const char *data_dir, uint8_t ret_hash[STORE_HASH_SIZE]) {
+        char token[AUTH_TOKEN_MAX + 1];
+        int r = token_file(data_dir, AUTH_METRICS_TOKEN_FILE, token, NULL);
+        if (r < 0)
+                return r;
+        auth_hash_token(token, ret_hash);
+        sodium_memzero(token, sizeof token);
+        return 0;
+}
+
+int auth_admin_token_init(struct store *s, const char *data_dir, bool shared, bool *ret_created) {
+        char token[AUTH_TOKEN_MAX + 1];
+        bool created = false;
+        int r = token_file(data_dir, AUTH_ADMIN_TOKEN_FILE, token, &created);
+        if (r < 0)
+                return r;
 
         uint8_t hash[STORE_HASH_SIZE];
         auth_hash_token(token, hash);

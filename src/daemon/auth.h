@@ -20,6 +20,7 @@
 #define AUTH_TOKEN_MAX 256         /* longest bearer token accepted */
 #define AUTH_ATTACH_TOKEN_LEN 64   /* hex chars of an attach token */
 #define AUTH_ADMIN_TOKEN_FILE "admin.token"
+#define AUTH_METRICS_TOKEN_FILE "metrics.token"
 #define AUTH_API_KEY_LEN 68        /* "alk_" + 64 hex */
 
 /* SHA-256 of a token string. */
@@ -51,3 +52,8 @@ int auth_new_api_key(char *out, size_t n);
  * *ret_created (may be NULL) tells whether a new token was written.
  */
 int auth_admin_token_init(struct store *s, const char *data_dir, bool shared, bool *ret_created);
+
+/* Makes sure DATA_DIR/metrics.token exists (as the admin token's file) and
+ * gives its hash: the token a Prometheus scrapes GET /metrics with (it
+ * reads nothing else). */
+int auth_metrics_token_init(const char *data_dir, uint8_t ret_hash[STORE_HASH_SIZE]);

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -42,6 +43,7 @@ enum {
 
 enum route_id {
         R_HEALTH,
+        R_METRICS,
         R_TEMPLATES,
         R_SANDBOXES,
         R_SANDBOX,
@@ -107,6 +109,7 @@ enum auth_kind {
         AUTH_SESSION, /* API token or the session's attach token */
         AUTH_ADMIN,   /* admin token only: a tenant key gets 403 */
         AUTH_E2B,     /* an API key in X-API-Key, as E2B's SDKs send it; E2B's error bodies */
+        AUTH_METRICS, /* the scrape token (CONTROL_DIR/metrics.token) or the admin token */
 };
 
 struct route {
@@ -119,6 +122,7 @@ struct route {
 
 static const struct route routes[] = {
         { R_HEALTH, { "v1", "health" }, M_GET, AUTH_NONE, APIREQ_BODY_NONE },
+        { R_METRICS, { "metrics" }, M_GET, AUTH_METRICS, APIREQ_BODY_NONE },
         { R_TEMPLATES, { "v1", "templates" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
         { R_SANDBOXES, { "v1", "sandboxes" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_CREATE },
         { R_SANDBOX, { "v1", "sandboxes", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
@@ -418,7 +422,10 @@ static int authenticate_token(struct request *req, const char *value, bool beare
         if (r == 0 && store_api_key_id(req->srv->store, hash, &req->key_id) < 0)
                 req->key_id = NULL; /* only the audit log's actor: "unknown" */
         if (r == 0)
-                return req->tenant_id && req->route && req->route->auth == AUTH_ADMIN ? -EPERM : 0;
+                return req->tenant_id && req->route &&
+                                       (req->route->auth == AUTH_ADMIN || req->route->auth == AUTH_METRICS)
+                               ? -EPERM
+                               : 0;
         if (r != -EACCES) {
                 /* a store failure is ours (500), not the client's: never
                  * let its errno pass for a client error such as 409 */
@@ -434,6 +441,10 @@ static int authenticate(struct request *req, struct MHD_Connection *conn) {
         if (is_e2b(req))
                 return authenticate_token(req, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-Key"), false);
         const char *hdr = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        const char *scrape;
+        if (req->route && req->route->auth == AUTH_METRICS && auth_parse_bearer(hdr, &scrape) >= 0 &&
+            api_metrics_token_ok(scrape))
+                return 0;
         int r = authenticate_token(req, hdr, true);
         if (r != -EACCES)
                 return r;
@@ -834,6 +845,9 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         case R_HEALTH:
                 r = api_health(&ctx, &rep);
                 break;
+        case R_METRICS:
+                r = api_metrics_get(&ctx, query_bool(conn, "per_sandbox"), &rep);
+                break;
         case R_TEMPLATES:
                 r = api_templates_list(&ctx, &rep);
                 break;
@@ -1090,11 +1104,38 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         return request_finish(req, conn);
 }
 
+/* A route as the metrics name it: "/v1/sandboxes/{id}/exec" (a path of no
+ * route: "unmatched", so a scanner cannot make a series per URL). */
+static char route_patterns[ARRAY_SIZE(routes)][HTTP_SEGMENTS_MAX * 24];
+static pthread_once_t route_patterns_once = PTHREAD_ONCE_INIT;
+
+static void route_patterns_make(void) {
+        for (size_t i = 0; i < ARRAY_SIZE(routes); i++) {
+                char *p = route_patterns[i];
+                size_t n = sizeof route_patterns[i], len = 0;
+                for (size_t k = 0; k < HTTP_SEGMENTS_MAX && routes[i].seg[k] && len < n; k++)
+                        len += (size_t) snprintf(p + len, n - len, "/%s",
+                                                 strcmp(routes[i].seg[k], "*") == 0 ? "{id}" : routes[i].seg[k]);
+        }
+}
+
+static const char *route_pattern(const struct route *r) {
+        if (!r)
+                return "unmatched";
+        pthread_once(&route_patterns_once, route_patterns_make);
+        return route_patterns[r - routes];
+}
+
+static const char *method_label(unsigned m) {
+        return m == M_GET ? "GET" : m == M_POST ? "POST" : m == M_PUT ? "PUT" : m == M_DELETE ? "DELETE" : "other";
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
         struct request *req = *con_cls;
         if (!req)
                 return;
-        uint64_t ms = (now_monotonic_ns() - req->start_ns) / 1000000ULL;
+        uint64_t ns = now_monotonic_ns() - req->start_ns, ms = ns / 1000000ULL;
+        api_metrics_http(route_pattern(req->route), method_label(req->method), req->status, (double) ns / 1e9);
         log_emit(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? LOG_LEVEL_INFO : LOG_LEVEL_WARN, req->log_ctx,
                  "done status=%u ms=%llu%s", req->status, (unsigned long long) ms,
                  toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");

@@ -327,6 +327,7 @@ static void *job_main(void *arg) {
                          err[0] ? err : api_error_default_message(r));
         } else if (r < 0) {
                 log_emit(LOG_LEVEL_WARN, ctx, "failed: %s", err[0] ? err : api_error_default_message(r));
+                api_metrics_operation(t->name, false, (double) (now_monotonic_ns() - t0) / 1e9);
                 job_settle_after_failure(j, err);
                 if (j->child_id[0])
                         (void) store_sandbox_delete(j->store, j->child_id);
@@ -359,6 +360,7 @@ static void *job_main(void *arg) {
                 operation_finish(j->store, j->op_id, 0, NULL, res_s);
                 log_emit(LOG_LEVEL_INFO, ctx, "succeeded in %llu ms",
                          (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
+                api_metrics_operation(t->name, true, (double) (now_monotonic_ns() - t0) / 1e9);
         }
         job_free(j);
         pthread_mutex_lock(&workers_lock);

@@ -161,6 +161,8 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
                         "cannot set up the admin token in %s: %m", c->control_dir);
         log_info("admin token %s %s/%s", created ? "written to" : "loaded from", c->control_dir,
                  AUTH_ADMIN_TOKEN_FILE);
+        if ((r = api_metrics_init(c)) < 0)
+                return check_start_failed(r, "cannot set up the metrics token in %s: %m", c->control_dir);
         r = api_secrets_init(c, store);
         if (r < 0)
                 return check_start_failed(log_error_errno(r, "Failed to open the credential store: %m"),

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "capcheck.h"
+#include "nodemetrics.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -66,8 +67,8 @@ static int verify(const char *token, size_t len, int64_t now, struct cap_claims 
         return r;
 }
 
-enum cap_decision capcheck(const char *token, size_t len, const struct cap_record *local, uint32_t need,
-                           uint16_t port, const char **ret_why) {
+static enum cap_decision decide(const char *token, size_t len, const struct cap_record *local, uint32_t need,
+                                uint16_t port, const char **ret_why) {
         *ret_why = "";
         if (!token || len == 0) {
                 *ret_why = "no capability";
@@ -119,5 +120,12 @@ enum cap_decision capcheck(const char *token, size_t len, const struct cap_recor
                                    ? "capability is for another sandbox"
                            : to_port && (c.access & CAP_ACCESS_PORTS) ? "capability is for another port or protocol"
                                                                       : "capability does not grant this access";
+        return d;
+}
+
+enum cap_decision capcheck(const char *token, size_t len, const struct cap_record *local, uint32_t need,
+                           uint16_t port, const char **ret_why) {
+        enum cap_decision d = decide(token, len, local, need, port, ret_why);
+        nodemetrics_capability(d, *ret_why);
         return d;
 }

@@ -16,6 +16,7 @@
 #include "guestreply.h"
 #include "log.h"
 #include "macros.h"
+#include "nodemetrics.h"
 #include "nodeutil.h"
 #include "proto.h"
 #include "util.h"
@@ -167,6 +168,7 @@ static void complete_call(struct guestconn *g, struct call *c, uint8_t type, con
         char *message = NULL;
         if (guestreply_parse(type, payload, len, &error, &result, &message) < 0) {
                 log_emit(LOG_LEVEL_WARN, g->ctx, "guest sent a malformed %s payload", proto_type_name(type));
+                nodemetrics_guest_error("malformed");
                 error = -EBADMSG;
         }
         call_finish(g, c, error, result, message);
@@ -261,6 +263,7 @@ static void *reader_main(void *arg) {
                 }
                 if (k < 0) {
                         log_errno(LOG_LEVEL_WARN, k, g->ctx, "guest channel failed: %m");
+                        nodemetrics_guest_error("failed");
                         break;
                 }
                 if (is_use(h.type))
@@ -311,6 +314,7 @@ static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const 
                         if (n == 0) {
                                 log_emit(LOG_LEVEL_WARN, g->ctx,
                                          "guest accepted nothing for %d ms: closing the channel", SEND_STALL_MS);
+                                nodemetrics_guest_error("stalled");
                                 shutdown(g->fd, SHUT_RDWR); /* the reader sees EOF and fails every stream */
                                 r = -ETIMEDOUT;
                                 break;
@@ -478,6 +482,7 @@ int guestconn_open(int fd, const char *ctx, int timeout_ms, struct guestconn **r
 
         r = handshake(g, timeout_ms);
         if (r < 0) {
+                nodemetrics_guest_error("handshake");
                 guestconn_release(g);
                 return r;
         }

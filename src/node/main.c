@@ -46,6 +46,7 @@
 #include "storage.h"
 #include "template.h"
 #include "template-store.h"
+#include "nodemetrics.h"
 #include "util.h"
 #include "vmm.h"
 
@@ -279,6 +280,10 @@ int main(int argc, char *argv[]) {
         if (r > 0)
                 log_info("object store %s: removed %d leftovers of interrupted uploads", objstore_dir, r);
         sandbox_set_objstore(objstore);
+        if ((r = nodemetrics_init()) < 0) {
+                log_error_errno(r, "Failed to set up the node's metrics: %m");
+                return 1;
+        }
         /* a cluster's nodes share templates through a store they share */
         template_store_init(objstore, cfg->join && (cfg->objstore_url || cfg->objstore_dir), cfg->node_name);
 

@@ -19,6 +19,7 @@
 #include "nodeops-files.h"
 #include "nodeops-lifecycle.h"
 #include "nodeops-secrets.h"
+#include "nodemetrics.h"
 #include "portproxy.h"
 #include "nodeutil.h"
 #include "objstore.h"
@@ -761,6 +762,19 @@ static int op_session_list(struct node_conn *c, json_t *req) {
         return conn_reply_ok(c, json_pack("{s:O}", "sessions", out));
 }
 
+/* The node's metrics (nodemetrics.h); "per_sandbox": with each
+ * sandbox's VMM CPU and memory. */
+static int op_node_metrics(struct node_conn *c, json_t *req) {
+        bool per_sandbox;
+        int r = nodeops_field_bool(c, req, "per_sandbox", false, &per_sandbox);
+        if (r < 0)
+                return r;
+        json_t *m = nodemetrics_json(per_sandbox);
+        if (!m)
+                return conn_reply_error(c, -ENOMEM, "internal", "cannot gather the node's metrics");
+        return conn_reply_ok(c, json_pack("{s:o}", "metrics", m));
+}
+
 /* The guest's use of its CPUs, memory and disk, now (E2B's getMetrics()). */
 static int op_sandbox_metrics(struct node_conn *c, json_t *req) {
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
@@ -876,6 +890,7 @@ static const struct {
         bool lifecycle;
 } ops[] = {
         { "health", op_health, false },
+        { "node.metrics", op_node_metrics, false },
         { "template.list", op_template_list, false },
         { "pool.list", op_pool_list, false },
         { "sandbox.create", op_sandbox_create, true },
@@ -926,10 +941,23 @@ static pthread_mutex_t lifecycle_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t lifecycle_cond = PTHREAD_COND_INITIALIZER;
 static unsigned lifecycle_in_flight;
 
+static int dispatch_one(size_t i, struct node_conn *c, json_t *req);
+
 int nodeops_dispatch(struct node_conn *c, const char *op, json_t *req) {
         for (size_t i = 0; i < ARRAY_SIZE(ops); i++) {
                 if (strcmp(ops[i].name, op) != 0)
                         continue;
+                uint64_t t0 = now_monotonic_ns();
+                int r = dispatch_one(i, c, req);
+                nodemetrics_request(ops[i].name, r, (double) (now_monotonic_ns() - t0) / 1e9);
+                return r;
+        }
+        return conn_reply_error(c, -EOPNOTSUPP, "invalid", "unknown op \"%.64s\"", op);
+}
+
+static int dispatch_one(size_t i, struct node_conn *c, json_t *req) {
+        const char *op = ops[i].name;
+        {
                 if (!ops[i].lifecycle)
                         return ops[i].fn(c, req);
                 pthread_mutex_lock(&lifecycle_lock);
@@ -944,7 +972,6 @@ int nodeops_dispatch(struct node_conn *c, const char *op, json_t *req) {
                 pthread_mutex_unlock(&lifecycle_lock);
                 return r;
         }
-        return conn_reply_error(c, -EOPNOTSUPP, "invalid", "unknown op \"%.64s\"", op);
 }
 
 unsigned nodeops_lifecycle_drain(unsigned timeout_s) {

@@ -14,6 +14,7 @@
 #include "config.h"
 #include "guestconn.h"
 #include "guestops.h"
+#include "nodemetrics.h"
 #include "log.h"
 #include "macros.h"
 #include "nodeutil.h"
@@ -409,6 +410,7 @@ int pool_claim(const struct template_info *t, const char *dir, const char *ctx, 
                 log_emit(LOG_LEVEL_INFO, x->ctx, "discarding warm VM of superseded build %s-%s", x->template_name,
                          x->hash);
         free_list(stale);
+        nodemetrics_pool(t->name, pv != NULL);
         if (!pv) {
                 log_emit(LOG_LEVEL_INFO, ctx, "pool miss for template %s (hits %llu, misses %llu)", t->name,
                          (unsigned long long) hits, (unsigned long long) misses);

@@ -23,6 +23,7 @@
 #include "guestops.h"
 #include "log.h"
 #include "macros.h"
+#include "nodemetrics.h"
 #include "nodeutil.h"
 #include "proto.h"
 #include "template-store.h"
@@ -907,6 +908,7 @@ static int build(struct tentry *e, const char *hash, const char *khash, unsigned
                         rm_rf(tmp);
                         return r;
                 }
+                nodemetrics_template(e->name, "fetched", (double) (now_monotonic_ns() - t0) / 1e9);
                 struct template_info *t = info_for(e->name, hash, final, kdir, memory_mib);
                 if (!t)
                         return -ENOMEM;
@@ -976,9 +978,11 @@ static int build(struct tentry *e, const char *hash, const char *khash, unsigned
                 }
                 rm_rf(tmp);
                 template_store_release(claim);
+                nodemetrics_template(e->name, "failed", (double) (now_monotonic_ns() - t0) / 1e9);
                 return r;
         }
         log_emit(LOG_LEVEL_INFO, ctx, "template %s-%s built in %llu ms", e->name, hash, (unsigned long long) build_ms);
+        nodemetrics_template(e->name, "built", (double) build_ms / 1e3);
         template_store_publish(claim, final, kdir, ctx);
         struct template_info *t = info_for(e->name, hash, final, kdir, memory_mib);
         if (!t)
