@@ -181,6 +181,24 @@ int store_read_image(const struct store_row *r, void *ret) {
         return 0;
 }
 
+int store_read_event(const struct store_row *r, void *ret) {
+        struct store_event e = { .id = store_row_int64(r, 0), .ts_ms = store_row_int64(r, 1) };
+        int k;
+        if ((k = store_row_strdup(r, 2, &e.tenant_id)) < 0 || (k = store_row_strdup(r, 3, &e.sandbox_id)) < 0 ||
+            (k = store_row_strdup(r, 4, &e.type)) < 0 || (k = store_row_strdup(r, 5, &e.state)) < 0 ||
+            (k = store_row_strdup(r, 6, &e.previous)) < 0 || !e.sandbox_id || !e.type) {
+                store_event_array_free(NULL, 0);
+                free(e.tenant_id);
+                free(e.sandbox_id);
+                free(e.type);
+                free(e.state);
+                free(e.previous);
+                return k < 0 ? k : -EBADMSG;
+        }
+        *(struct store_event *) ret = e;
+        return 0;
+}
+
 int store_read_audit_event(const struct store_row *r, void *ret) {
         _cleanup_(store_audit_event_release) struct store_audit_event e = { 0 };
         int k;

@@ -65,6 +65,7 @@ int64_t store_now_ms(void);
 #define STORE_AUDIT_COLUMNS                                                                             \
         "id, ts_ms, tenant_id, actor, sandbox_id, secret, host, port, method, path, action, reason"
 #define STORE_ATTACHMENT_COLUMNS "sandbox_id, name, placeholder, env_name"
+#define STORE_EVENT_COLUMNS "id, ts_ms, tenant_id, sandbox_id, type, state, previous"
 #define STORE_NODE_COLUMNS "name, address, boot_id, info, draining, lost_at, joined_at, heartbeat_at"
 #define STORE_CAP_KEY_COLUMNS "kid, public_key, replica, created_at"
 #define STORE_REPLICA_COLUMNS "id, cluster_address, api_address, started_at, seen_at"
@@ -80,6 +81,7 @@ int store_read_tenant(const struct store_row *r, void *ret);
 int store_read_secret(const struct store_row *r, void *ret);
 int store_read_image(const struct store_row *r, void *ret);
 int store_read_audit_event(const struct store_row *r, void *ret);
+int store_read_event(const struct store_row *r, void *ret);
 int store_read_attachment(const struct store_row *r, void *ret);
 /* where reading a gateway's audit events stopped (boot_id, seq) */
 struct store_audit_cursor {

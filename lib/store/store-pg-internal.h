@@ -161,6 +161,15 @@ int pg_image_delete(struct store *s, const char *id);
         .image_insert = pg_image_insert, .image_get = pg_image_get, .image_find = pg_image_find,         \
         .image_list = pg_image_list, .image_delete = pg_image_delete
 
+int pg_event_insert(struct store *s, const struct store_event *ev);
+int pg_event_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, int64_t after_id,
+                  size_t max, struct store_event **ret, size_t *ret_n);
+int pg_event_last_id(struct store *s, int64_t *ret);
+int pg_event_prune(struct store *s, int64_t before_ms);
+#define STORE_PG_EVENTS_OPS                                                                                   \
+        .event_insert = pg_event_insert, .event_list = pg_event_list, .event_last_id = pg_event_last_id,     \
+        .event_prune = pg_event_prune
+
 #define STORE_PG_SECRETS_OPS                                                                              \
         .api_key_id = pg_api_key_id, .secret_insert = pg_secret_insert, .secret_get = pg_secret_get,     \
         .secret_list = pg_secret_list, .secret_delete = pg_secret_delete, .secret_users = pg_secret_users, \

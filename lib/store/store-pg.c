@@ -651,6 +651,7 @@ const struct store_ops store_pg_ops = {
         .tenant_delete = pg_tenant_delete,
         .tenant_network_set = pg_tenant_network_set,
         STORE_PG_SECRETS_OPS,
+        STORE_PG_EVENTS_OPS,
         STORE_PG_IMAGES_OPS,
         STORE_PG_CLUSTER_OPS,
 };

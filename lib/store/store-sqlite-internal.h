@@ -88,6 +88,15 @@ int sqlite_image_delete(struct store *s, const char *id);
         .image_insert = sqlite_image_insert, .image_get = sqlite_image_get, .image_find = sqlite_image_find, \
         .image_list = sqlite_image_list, .image_delete = sqlite_image_delete
 
+int sqlite_event_insert(struct store *s, const struct store_event *ev);
+int sqlite_event_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, int64_t after_id,
+                      size_t max, struct store_event **ret, size_t *ret_n);
+int sqlite_event_last_id(struct store *s, int64_t *ret);
+int sqlite_event_prune(struct store *s, int64_t before_ms);
+#define STORE_SQLITE_EVENTS_OPS                                                                               \
+        .event_insert = sqlite_event_insert, .event_list = sqlite_event_list,                                 \
+        .event_last_id = sqlite_event_last_id, .event_prune = sqlite_event_prune
+
 #define STORE_SQLITE_SECRETS_OPS                                                                                       \
         .api_key_id = sqlite_api_key_id, .secret_insert = sqlite_secret_insert, .secret_get = sqlite_secret_get,       \
         .secret_list = sqlite_secret_list, .secret_delete = sqlite_secret_delete, .secret_users = sqlite_secret_users, \

@@ -806,6 +806,7 @@ const struct store_ops store_sqlite_ops = {
         .tenant_delete = sqlite_tenant_delete,
         .tenant_network_set = sqlite_tenant_network_set,
         STORE_SQLITE_SECRETS_OPS,
+        STORE_SQLITE_EVENTS_OPS,
         STORE_SQLITE_IMAGES_OPS,
         STORE_SQLITE_CLUSTER_OPS,
 };

@@ -5,11 +5,13 @@
 #include "store.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "macros.h"
+#include "store-backend.h"
 
 /* Every backend this build knows, by the URL schemes it serves;
  * store_open() picks one by scheme. */
@@ -69,16 +71,92 @@ int store_sandbox_list_tenant(struct store *s, const char *tenant_id, size_t max
         return s->ops->sandbox_list_tenant(s, tenant_id, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
 }
 
+/* ---- lifecycle events ---- */
+
+/* The event of a sandbox moving from previous into state, or NULL when
+ * state is no settled one (a verb in progress). */
+static const char *event_type(const char *previous, const char *state) {
+        static const struct {
+                const char *from, *to, *type; /* from NULL: any */
+        } map[] = {
+                { "creating", "running", "sandbox.created" },     { "resuming", "running", "sandbox.resumed" },
+                { "starting", "running", "sandbox.started" },     { "waking", "running", "sandbox.woken" },
+                { "rolling_back", "running", "sandbox.rolled_back" }, { "recovering", "running", "sandbox.recovered" },
+                { "failed", "running", "sandbox.recovered" },     { "lost", "running", "sandbox.recovered" },
+                { NULL, "paused", "sandbox.paused" },             { NULL, "stopped", "sandbox.stopped" },
+                { NULL, "suspended", "sandbox.suspended" },       { NULL, "failed", "sandbox.failed" },
+                { NULL, "recovering", "sandbox.recovering" },     { NULL, "lost", "sandbox.lost" },
+                { NULL, "archived", "sandbox.archived" },
+        };
+        if (previous && strcmp(previous, state) == 0)
+                return NULL;
+        for (size_t i = 0; i < ARRAY_SIZE(map); i++)
+                if (strcmp(map[i].to, state) == 0 && (!map[i].from || (previous && strcmp(map[i].from, previous) == 0)))
+                        return map[i].type;
+        return NULL; /* running after a fork or a pause that failed: nothing changed for a client */
+}
+
+/* Appends an event; a failure is the event's, never the change's. Every
+ * 256th append prunes what is older than STORE_EVENTS_KEEP_MS. */
+static void event_add(struct store *s, const char *tenant, const char *id, const char *type, const char *state,
+                      const char *previous) {
+        static atomic_uint appended;
+        struct store_event ev = { .tenant_id = (char *) tenant, .sandbox_id = (char *) id, .type = (char *) type,
+                                  .state = (char *) state, .previous = (char *) previous };
+        if (s->ops->event_insert(s, &ev) >= 0 && atomic_fetch_add(&appended, 1) % 256 == 0)
+                (void) s->ops->event_prune(s, store_now_ms() - STORE_EVENTS_KEEP_MS);
+}
+
+/* After a change of id's state from before (read just before it) to state. */
+static void state_changed(struct store *s, const struct store_sandbox *before, const char *id, const char *state) {
+        const char *type = event_type(before->state, state);
+        if (type)
+                event_add(s, before->tenant_id, id, type, state, before->state);
+}
+
 int store_sandbox_update_state(struct store *s, const char *id, const char *state, const char *error) {
         if (!id || !state)
                 return -EINVAL;
-        return s->ops->sandbox_update_state(s, id, state, error);
+        _cleanup_(store_sandbox_release) struct store_sandbox before = { 0 };
+        bool known = s->ops->sandbox_get(s, id, &before) >= 0;
+        int r = s->ops->sandbox_update_state(s, id, state, error);
+        if (r >= 0 && known)
+                state_changed(s, &before, id, state);
+        return r;
 }
 
 int store_sandbox_delete(struct store *s, const char *id) {
         if (!id)
                 return -EINVAL;
-        return s->ops->sandbox_delete(s, id);
+        _cleanup_(store_sandbox_release) struct store_sandbox before = { 0 };
+        bool known = s->ops->sandbox_get(s, id, &before) >= 0;
+        int r = s->ops->sandbox_delete(s, id);
+        if (r >= 0 && known)
+                event_add(s, before.tenant_id, id, "sandbox.deleted", NULL, before.state);
+        return r;
+}
+
+int store_event_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, int64_t after_id,
+                     size_t max, struct store_event **ret, size_t *ret_n) {
+        if (!ret || !ret_n)
+                return -EINVAL;
+        return s->ops->event_list(s, all, tenant_id, sandbox_id, after_id, MIN(max, (size_t) STORE_LIST_MAX), ret,
+                                  ret_n);
+}
+
+int store_event_last_id(struct store *s, int64_t *ret) {
+        return ret ? s->ops->event_last_id(s, ret) : -EINVAL;
+}
+
+void store_event_array_free(struct store_event *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++) {
+                free(a[i].tenant_id);
+                free(a[i].sandbox_id);
+                free(a[i].type);
+                free(a[i].state);
+                free(a[i].previous);
+        }
+        free(a);
 }
 
 void store_sandbox_release(struct store_sandbox *sb) {
@@ -281,7 +359,13 @@ void store_tenant_array_free(struct store_tenant *a, size_t n) {
 int store_sandbox_transition(struct store *s, const char *id, const char *from, const char *to, const char *desired) {
         if (!id || !from || !to)
                 return -EINVAL;
-        return s->ops->sandbox_transition(s, id, from, to, desired);
+        _cleanup_(store_sandbox_release) struct store_sandbox before = { 0 };
+        const char *type = event_type(from, to);
+        bool known = type && s->ops->sandbox_get(s, id, &before) >= 0;
+        int r = s->ops->sandbox_transition(s, id, from, to, desired);
+        if (r >= 0 && known)
+                event_add(s, before.tenant_id, id, type, to, from);
+        return r;
 }
 
 int store_sandbox_network_get(struct store *s, const char *id, char **ret) {
@@ -623,7 +707,12 @@ void store_node_array_free(struct store_node *a, size_t n) {
 int store_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to) {
         if (!id || !state)
                 return -EINVAL;
-        return s->ops->sandbox_move(s, id, state, from, to);
+        _cleanup_(store_sandbox_release) struct store_sandbox before = { 0 };
+        bool known = s->ops->sandbox_get(s, id, &before) >= 0;
+        int r = s->ops->sandbox_move(s, id, state, from, to);
+        if (r >= 0 && known)
+                state_changed(s, &before, id, state);
+        return r;
 }
 
 int store_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret,

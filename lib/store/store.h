@@ -175,6 +175,20 @@ struct store_audit_event {
         char *action;       /* "secret.create", "secret.attach", "secret.delete", "injected", "refused" */
 };
 
+/* A sandbox's lifecycle event: a change of its settled state (created,
+ * paused, resumed, stopped, started, suspended, woken, rolled_back, failed,
+ * recovering, recovered, lost, archived) or its deletion, as the store saw
+ * it (GET /v1/events). */
+struct store_event {
+        int64_t id;      /* ascending (set by the store) */
+        int64_t ts_ms;   /* Unix time, milliseconds */
+        char *tenant_id; /* the sandbox's owner; NULL: admin scope */
+        char *sandbox_id;
+        char *type;      /* "sandbox.paused", ... */
+        char *state;     /* its state now (NULL: deleted) */
+        char *previous;  /* its state before, or NULL */
+};
+
 struct store_node;
 struct store_cap_key;
 struct store_replica;
@@ -258,6 +272,11 @@ struct store_ops {
         int (*sandbox_secret_list)(struct store *s, const char *sandbox_id, struct store_sandbox_secret **ret,
                                    size_t *ret_n);
         int (*sandbox_secret_copy)(struct store *s, const char *from_id, const char *to_id);
+        int (*event_insert)(struct store *s, const struct store_event *ev);
+        int (*event_list)(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, int64_t after_id,
+                          size_t max, struct store_event **ret, size_t *ret_n);
+        int (*event_last_id)(struct store *s, int64_t *ret);
+        int (*event_prune)(struct store *s, int64_t before_ms);
         int (*audit_insert)(struct store *s, const struct store_audit_event *ev, const char *source,
                             const char *boot_id, int64_t seq);
         int (*audit_list)(struct store *s, bool all, const char *tenant_id, const char *sandbox_id,
@@ -520,6 +539,21 @@ int store_audit_insert(struct store *s, const struct store_audit_event *ev, cons
 int store_audit_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, const char *secret,
                      size_t max, struct store_audit_event **ret, size_t *ret_n);
 void store_audit_event_release(struct store_audit_event *ev);
+
+/* Sandboxes' lifecycle events. The store appends them itself: every call
+ * that changes a sandbox's state (update_state, transition, move) into a
+ * settled one, and every delete, adds one (after the change: a crash in
+ * between loses the event, never the change). Those after after_id (0:
+ * from the oldest kept), oldest first, in the caller's scope (all, or the
+ * tenant's; tenant_id NULL with !all: the admin scope's), at most max.
+ * Events older than STORE_EVENTS_KEEP_MS are pruned as new ones come. */
+#define STORE_EVENTS_KEEP_MS (3600 * 1000)
+int store_event_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, int64_t after_id,
+                     size_t max, struct store_event **ret, size_t *ret_n);
+/* The newest event's id (0: none): where a stream that wants only what
+ * comes next starts. */
+int store_event_last_id(struct store *s, int64_t *ret);
+void store_event_array_free(struct store_event *a, size_t n);
 void store_audit_event_array_free(struct store_audit_event *a, size_t n);
 /* Where reading a gateway's events stopped: its boot id and the last
  * sequence number stored. -ENOENT when never read. */

@@ -384,6 +384,11 @@ void api_metrics_http(const char *route, const char *method, unsigned status, do
 void api_metrics_operation(const char *verb, bool ok, double seconds);
 int api_metrics_get(struct api_ctx *ctx, bool per_sandbox, struct api_reply *ret);
 
+/* GET /v1/events (api-events.c): the caller's sandboxes' lifecycle events
+ * as Server-Sent Events, after Last-Event-ID or ?after= (else from now). */
+int api_events(struct api_ctx *ctx, const char *sandbox_id, const char *after, const char *last_event_id,
+               struct api_reply *ret);
+
 int api_audit_get(struct api_ctx *ctx, const char *sandbox, const char *secret, const char *limit_s,
                   struct api_reply *ret);
 struct api_audit_poller;

@@ -44,6 +44,7 @@ enum {
 enum route_id {
         R_HEALTH,
         R_METRICS,
+        R_LIFECYCLE_EVENTS,
         R_TEMPLATES,
         R_SANDBOXES,
         R_SANDBOX,
@@ -123,6 +124,7 @@ struct route {
 static const struct route routes[] = {
         { R_HEALTH, { "v1", "health" }, M_GET, AUTH_NONE, APIREQ_BODY_NONE },
         { R_METRICS, { "metrics" }, M_GET, AUTH_METRICS, APIREQ_BODY_NONE },
+        { R_LIFECYCLE_EVENTS, { "v1", "events" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
         { R_TEMPLATES, { "v1", "templates" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
         { R_SANDBOXES, { "v1", "sandboxes" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_CREATE },
         { R_SANDBOX, { "v1", "sandboxes", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
@@ -847,6 +849,10 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 break;
         case R_METRICS:
                 r = api_metrics_get(&ctx, query_bool(conn, "per_sandbox"), &rep);
+                break;
+        case R_LIFECYCLE_EVENTS:
+                r = api_events(&ctx, query_arg(conn, "sandbox_id", NULL), query_arg(conn, "after", NULL),
+                               MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Last-Event-ID"), &rep);
                 break;
         case R_TEMPLATES:
                 r = api_templates_list(&ctx, &rep);

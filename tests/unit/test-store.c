@@ -848,6 +848,72 @@ static void test_network_policies(void **state) {
         assert_int_equal(store_tenant_network_set(s, "ten-nope", NULL), -ENOENT);
 }
 
+/* Lifecycle events: appended by the store for each settled state and each
+ * delete, named by where the sandbox came from, scoped to its tenant, read
+ * after a cursor. */
+static void test_events(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(URL, &s), 0);
+        struct store_tenant t = { .id = "ten-e", .name = "evented" };
+        assert_int_equal(store_tenant_insert(s, &t, 10), 0);
+        int64_t start = -1;
+        assert_int_equal(store_event_last_id(s, &start), 0);
+        struct store_sandbox a = { .id = "sbx-ev-a", .tenant_id = "ten-e", .template_name = "minimal",
+                                   .state = "creating" };
+        struct store_sandbox b = { .id = "sbx-ev-b", .template_name = "minimal", .state = "creating" };
+        assert_int_equal(store_sandbox_insert(s, &a), 0);
+        assert_int_equal(store_sandbox_insert(s, &b), 0);
+        assert_int_equal(store_sandbox_update_state(s, "sbx-ev-a", "running", NULL), 0);
+        assert_int_equal(store_sandbox_transition(s, "sbx-ev-a", "running", "pausing", NULL), 0); /* none */
+        assert_int_equal(store_sandbox_update_state(s, "sbx-ev-a", "paused", NULL), 0);
+        assert_int_equal(store_sandbox_transition(s, "sbx-ev-a", "paused", "resuming", NULL), 0);
+        assert_int_equal(store_sandbox_update_state(s, "sbx-ev-a", "running", NULL), 0);
+        assert_int_equal(store_sandbox_update_state(s, "sbx-ev-a", "running", NULL), 0); /* no change: none */
+        assert_int_equal(store_sandbox_update_state(s, "sbx-ev-b", "running", NULL), 0);
+        assert_int_equal(store_sandbox_delete(s, "sbx-ev-a"), 0);
+
+        struct store_event *e = NULL;
+        size_t n = 0;
+        assert_int_equal(store_event_list(s, true, NULL, NULL, start, 100, &e, &n), 0);
+        static const char *const want[][3] = {
+                { "sbx-ev-a", "sandbox.created", "running" }, { "sbx-ev-a", "sandbox.paused", "paused" },
+                { "sbx-ev-a", "sandbox.resumed", "running" }, { "sbx-ev-b", "sandbox.created", "running" },
+                { "sbx-ev-a", "sandbox.deleted", NULL },
+        };
+        assert_int_equal(n, 5);
+        for (size_t i = 0; i < n; i++) {
+                assert_string_equal(e[i].sandbox_id, want[i][0]);
+                assert_string_equal(e[i].type, want[i][1]);
+                if (want[i][2])
+                        assert_string_equal(e[i].state, want[i][2]);
+                else
+                        assert_null(e[i].state);
+                assert_true(i == 0 || e[i].id > e[i - 1].id);
+                assert_true(e[i].ts_ms > 0);
+        }
+        assert_string_equal(e[1].previous, "pausing");
+        assert_string_equal(e[0].tenant_id, "ten-e");
+        assert_null(e[3].tenant_id);
+        int64_t second = e[1].id;
+        store_event_array_free(e, n);
+        /* the tenant's own, after a cursor; one sandbox's */
+        assert_int_equal(store_event_list(s, false, "ten-e", NULL, second, 100, &e, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(e[0].type, "sandbox.resumed");
+        assert_string_equal(e[1].type, "sandbox.deleted");
+        store_event_array_free(e, n);
+        assert_int_equal(store_event_list(s, false, NULL, NULL, start, 100, &e, &n), 0); /* the admin scope's */
+        assert_int_equal(n, 1);
+        assert_string_equal(e[0].sandbox_id, "sbx-ev-b");
+        store_event_array_free(e, n);
+        assert_int_equal(store_event_list(s, true, NULL, "sbx-ev-b", start, 100, &e, &n), 0);
+        assert_int_equal(n, 1);
+        store_event_array_free(e, n);
+        int64_t last = 0;
+        assert_int_equal(store_event_last_id(s, &last), 0);
+        assert_true(last > second);
+}
+
 static void test_images(void **state) {
         _cleanup_(store_closep) struct store *s = NULL;
         assert_int_equal(store_open(URL, &s), 0);
@@ -1503,6 +1569,7 @@ static void test_pg_connection_lost(void **state) {
         cmocka_unit_test_prestate_setup_teardown(test_network_policies, setup, teardown, b),       \
         cmocka_unit_test_prestate_setup_teardown(test_sandbox_lifetimes, setup, teardown, b),      \
         cmocka_unit_test_prestate_setup_teardown(test_images, setup, teardown, b),                 \
+        cmocka_unit_test_prestate_setup_teardown(test_events, setup, teardown, b),                 \
         cmocka_unit_test_prestate_setup_teardown(test_nodes, setup, teardown, b),                  \
         cmocka_unit_test_prestate_setup_teardown(test_sandbox_nodes, setup, teardown, b),          \
         cmocka_unit_test_prestate_setup_teardown(test_join_tokens, setup, teardown, b),            \

@@ -233,4 +233,15 @@ static const char *const store_sqlite_migrations[] = {
          * it holds memory (full: resumes) or the disk only (disk: boots) */
         "ALTER TABLE images ADD COLUMN kind TEXT NOT NULL DEFAULT 'full' CHECK (kind IN ('full', 'disk'));\n"
         "ALTER TABLE images ADD COLUMN snapshot_id TEXT;\n",
+        /* 15: sandboxes' lifecycle events (GET /v1/events), kept an hour */
+        "CREATE TABLE sandbox_events (\n"
+        "  id INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+        "  ts_ms INTEGER NOT NULL,\n"
+        "  tenant_id TEXT,\n"
+        "  sandbox_id TEXT NOT NULL,\n"
+        "  type TEXT NOT NULL,\n"
+        "  state TEXT,\n"
+        "  previous TEXT\n"
+        ");\n"
+        "CREATE INDEX sandbox_events_ts ON sandbox_events(ts_ms);\n",
 };
