@@ -18,6 +18,7 @@
 
 #include "api.h"
 #include "auth.h"
+#include "dataplane.h"
 #include "log.h"
 #include "macros.h"
 #include "metrics.h"
@@ -209,5 +210,42 @@ int api_metrics_get(struct api_ctx *ctx, bool per_sandbox, struct api_reply *ret
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
         *ret = (struct api_reply){ .status = MHD_HTTP_OK, .response = resp };
+        return 0;
+}
+
+/* ---- one sandbox ---- */
+
+int api_sandbox_metrics(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
+        int r = api_sandbox_lookup(ctx, id, &sb);
+        if (r < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *o = json_pack("{s:s, s:s, s:n, s:[], s:i}", "sandbox_id", sb.id, "state",
+                                                      sb.state, "now", "history", "sample_s", 30);
+        if (!o)
+                return -ENOMEM;
+        /* its node samples what its VMM and disk use; a sandbox no node
+         * holds (suspended, archived, lost) has none */
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "sandbox.usage", "id", sb.id);
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        char err[API_ERRMSG_MAX] = "";
+        r = req ? nodes_sandbox_call(sb.id, ctx->config->node_timeout_s, req, &rep, err) : -ENOMEM;
+        json_t *usage = json_object_get(rep, "usage");
+        if (r >= 0 && json_is_object(usage))
+                json_object_update_existing(o, usage);
+        else if (r < 0 && r != -ENOENT)
+                log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "sandbox %s: no usage from its node: %s", sb.id,
+                         err[0] ? err : strerror(-r));
+        /* and, running, the guest's own view (its kernel's numbers) */
+        if (strcmp(sb.state, "running") == 0) {
+                _cleanup_(json_decrefp) json_t *greq = json_pack("{s:s, s:s}", "op", "sandbox.metrics", "id", sb.id);
+                _cleanup_(json_decrefp) json_t *grep = NULL;
+                char gerr[API_ERRMSG_MAX] = "";
+                if (greq && dataplane_call(ctx->config, sb.tenant_id, sb.id, CAP_ACCESS_EXEC, greq,
+                                           ctx->config->node_timeout_s, NULL, &grep, gerr) >= 0 &&
+                    json_is_object(json_object_get(grep, "metrics")))
+                        json_object_set(o, "guest", json_object_get(grep, "metrics"));
+        }
+        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = TAKE_PTR(o) };
         return 0;
 }

@@ -383,6 +383,9 @@ bool api_metrics_token_ok(const char *token);
 void api_metrics_http(const char *route, const char *method, unsigned status, double seconds);
 void api_metrics_operation(const char *verb, bool ok, double seconds);
 int api_metrics_get(struct api_ctx *ctx, bool per_sandbox, struct api_reply *ret);
+/* GET /v1/sandboxes/{id}/metrics: its VMM's CPU and memory and its disk,
+ * now and over the last hour (its node's samples), and the guest's view. */
+int api_sandbox_metrics(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 
 /* GET /v1/events (api-events.c): the caller's sandboxes' lifecycle events
  * as Server-Sent Events, after Last-Event-ID or ?after= (else from now). */

@@ -45,6 +45,7 @@ enum route_id {
         R_HEALTH,
         R_METRICS,
         R_LIFECYCLE_EVENTS,
+        R_SANDBOX_METRICS,
         R_TEMPLATES,
         R_SANDBOXES,
         R_SANDBOX,
@@ -125,6 +126,7 @@ static const struct route routes[] = {
         { R_HEALTH, { "v1", "health" }, M_GET, AUTH_NONE, APIREQ_BODY_NONE },
         { R_METRICS, { "metrics" }, M_GET, AUTH_METRICS, APIREQ_BODY_NONE },
         { R_LIFECYCLE_EVENTS, { "v1", "events" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
+        { R_SANDBOX_METRICS, { "v1", "sandboxes", "*", "metrics" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
         { R_TEMPLATES, { "v1", "templates" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
         { R_SANDBOXES, { "v1", "sandboxes" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_CREATE },
         { R_SANDBOX, { "v1", "sandboxes", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
@@ -849,6 +851,9 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 break;
         case R_METRICS:
                 r = api_metrics_get(&ctx, query_bool(conn, "per_sandbox"), &rep);
+                break;
+        case R_SANDBOX_METRICS:
+                r = api_sandbox_metrics(&ctx, id, &rep);
                 break;
         case R_LIFECYCLE_EVENTS:
                 r = api_events(&ctx, query_arg(conn, "sandbox_id", NULL), query_arg(conn, "after", NULL),

@@ -349,6 +349,10 @@ int main(int argc, char *argv[]) {
                 log_error_errno(r, "Failed to start the warm pool thread: %m");
                 goto out;
         }
+        if ((r = nodemetrics_start()) < 0) {
+                log_error_errno(r, "Failed to start the usage sampler: %m");
+                goto out;
+        }
         if (membership_start(cfg) < 0)
                 goto out;
 
@@ -356,6 +360,7 @@ int main(int argc, char *argv[]) {
         exit_code = 0;
 out:
         membership_stop(); /* no replica reaches us any more */
+        nodemetrics_stop();
         if (listen_fd >= 0) {
                 close(listen_fd);
                 if (!inherited)

@@ -15,6 +15,18 @@
 #include "cap.h"
 
 int nodemetrics_init(void);
+/* Starts sampling each running sandbox's usage every NODEMETRICS_SAMPLE_S
+ * (AIRLOCK_USAGE_SAMPLE_S, 1..3600, overrides it), keeping the last
+ * NODEMETRICS_KEEP samples: an hour at the default. */
+#define NODEMETRICS_SAMPLE_S 30
+#define NODEMETRICS_KEEP 120
+int nodemetrics_start(void);
+void nodemetrics_stop(void);
+/* Sandbox id's usage: {"now":{ts_ms, cpu_pct?, memory_bytes, disk_bytes},
+ * "history":[...oldest first], "sample_s":N}; -ENOENT when the node has
+ * no such sandbox. cpu_pct is of one CPU (200: two busy vCPUs), between a
+ * sample and the one before it. */
+int nodemetrics_usage(const char *id, json_t **ret);
 
 /* A node request done (op as the table names it, r its result). */
 void nodemetrics_request(const char *op, int r, double seconds);

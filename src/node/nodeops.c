@@ -775,6 +775,21 @@ static int op_node_metrics(struct node_conn *c, json_t *req) {
         return conn_reply_ok(c, json_pack("{s:o}", "metrics", m));
 }
 
+/* A sandbox's VMM CPU and memory and its disk, now and over the last
+ * hour (nodemetrics.h). */
+static int op_sandbox_usage(struct node_conn *c, json_t *req) {
+        const char *id = json_string_value(json_object_get(req, "id"));
+        if (!id || !name_is_valid(id))
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"id\" must be a sandbox id");
+        json_t *u = NULL;
+        int r = nodemetrics_usage(id, &u);
+        if (r == -ENOENT)
+                return conn_reply_error(c, r, "not_found", "no sandbox %s", id);
+        if (r < 0)
+                return r;
+        return conn_reply_ok(c, json_pack("{s:o}", "usage", u));
+}
+
 /* The guest's use of its CPUs, memory and disk, now (E2B's getMetrics()). */
 static int op_sandbox_metrics(struct node_conn *c, json_t *req) {
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
@@ -899,6 +914,7 @@ static const struct {
         { "sandbox.delete", op_sandbox_delete, true },
         { "sandbox.network.get", op_network_get, false },
         { "sandbox.metrics", op_sandbox_metrics, false },
+        { "sandbox.usage", op_sandbox_usage, false },
         { "sandbox.network.set", op_network_set, false },
         { "sandbox.network.log", op_network_log, false },
         { "sandbox.secrets.set", nodeops_secrets_set, false },

@@ -1410,6 +1410,10 @@ json_t *sandbox_json(struct sandbox *s) {
         return o;
 }
 
+char *sandbox_disk_path(const char *id) {
+        return strdup_printf("%s/%s/rootfs.img", sdir, id);
+}
+
 json_t *sandbox_list_json(void) {
         json_t *arr = json_array();
         if (!arr)

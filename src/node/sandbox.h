@@ -325,6 +325,8 @@ const char *sandbox_state_name(struct sandbox *s);
 
 /* {"id","template","state","pid","restore_ms","execution","recoveries","error"?} */
 json_t *sandbox_json(struct sandbox *s);
+/* SANDBOXES/ID/rootfs.img: sandbox id's disk (the caller frees). */
+char *sandbox_disk_path(const char *id);
 
 /* [sandbox_json...] of every running or failed sandbox. */
 json_t *sandbox_list_json(void);

@@ -77,3 +77,31 @@ def test_metrics(airlock_factory):
     assert a.request("GET", "/v1/sandboxes", token=token)[0] == 401
     assert a.request("DELETE", f"/v1/sandboxes/{sid}", token=token)[0] == 401
     assert a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running"
+
+
+def test_sandbox_metrics(airlock_factory):
+    """GET /v1/sandboxes/{id}/metrics: its VMM's CPU and memory and its disk
+    now and as its node sampled them (every second here), and the guest's
+    own view; another tenant's sandbox is a 404; a sandbox no node holds
+    has no samples."""
+    a = airlock_factory(env={"AIRLOCK_USAGE_SAMPLE_S": "1"}, prebuild="minimal")
+    sid = a.create("minimal")["id"]
+    # busy for a while: the samples see its CPU
+    a.exec(sid, ["sh", "-c", "dd if=/dev/zero of=/dev/null bs=64k count=20000 2>/dev/null; "
+                             "head -c 8000000 /dev/urandom > /root/blob && sync"])
+    m = wait_for(lambda: (lambda m: m if len(m["history"]) >= 3 else None)(
+        a.api("GET", f"/v1/sandboxes/{sid}/metrics")), 60, "three usage samples")
+    assert m["sandbox_id"] == sid and m["state"] == "running" and m["sample_s"] == 1
+    now = m["now"]
+    assert now["memory_bytes"] > 1 << 20 and now["disk_bytes"] > 8000000 and now["ts_ms"] > 0, now
+    ts = [h["ts_ms"] for h in m["history"]]
+    assert ts == sorted(ts) and all(h["memory_bytes"] > 0 for h in m["history"]), m["history"]
+    assert any(h.get("cpu_pct", 0) > 0 for h in m["history"] + [now]), m
+    g = m["guest"]
+    assert g["cpu_count"] >= 1 and 0 < g["mem_used"] <= g["mem_total"] and g["disk_total"] > 0, g
+
+    _, key = _tenant_with_key(a, "delta")
+    assert a.request("GET", f"/v1/sandboxes/{sid}/metrics", token=key["key"])[0] == 404
+    a.api("POST", f"/v1/sandboxes/{sid}/suspend?wait=true")
+    m = a.api("GET", f"/v1/sandboxes/{sid}/metrics")
+    assert m["state"] == "suspended" and m["now"] is None and m["history"] == [] and "guest" not in m, m
