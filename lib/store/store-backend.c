@@ -48,6 +48,8 @@ int store_read_sandbox(const struct store_row *r, void *ret) {
         sb.idle_timeout_s = store_row_int64(r, 10);
         sb.expires_at = store_row_int64(r, 12); /* NULL reads as 0: never */
         sb.expiry_s = store_row_int64(r, 13);
+        sb.memory_mib = store_row_int64(r, 16); /* NULL reads as 0: the template's */
+        sb.vcpus = store_row_int64(r, 17);
         *(struct store_sandbox *) ret = sb;
         sb = (struct store_sandbox){ 0 };
         return 0;

@@ -51,7 +51,7 @@ int64_t store_now_ms(void);
 /* The columns each reader expects, in its order. */
 #define STORE_SANDBOX_COLUMNS                                                                           \
         "id, template, state, error, metadata, env_keys, created_at, updated_at, desired_state, "     \
-        "snapshot_policy, idle_timeout_s, tenant_id, expires_at, expiry_s, on_expiry, node"
+        "snapshot_policy, idle_timeout_s, tenant_id, expires_at, expiry_s, on_expiry, node, memory_mib, vcpus"
 #define STORE_SNAPSHOT_COLUMNS "id, sandbox_id, kind, size, created_at, pinned"
 #define STORE_OPERATION_COLUMNS                                                                         \
         "id, sandbox_id, verb, state, error, result, idempotency_key, created_at, finished_at, "       \

@@ -213,11 +213,13 @@ static int pg_sandbox_insert(struct store *s, const struct store_sandbox *sb) {
         pg_add_int_or_null(&q, sb->expiry_s);
         pg_add_text(&q, sb->on_expiry);
         pg_add_text(&q, sb->node);
+        pg_add_int_or_null(&q, sb->memory_mib);
+        pg_add_int_or_null(&q, sb->vcpus);
         return pg_write(s,
                         "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, created_at, "
                         "updated_at, desired_state, snapshot_policy, idle_timeout_s, tenant_id, network, "
-                        "expires_at, expiry_s, on_expiry, node) "
-                        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                        "expires_at, expiry_s, on_expiry, node, memory_mib, vcpus) "
+                        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
                         &q, NULL);
 }
 

@@ -60,8 +60,9 @@ enum stmt_id {
 static const char *const stmt_sql[_STMT_MAX] = {
         [STMT_SANDBOX_INSERT] = "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, "
                                 "created_at, updated_at, desired_state, snapshot_policy, idle_timeout_s, tenant_id, network, "
-                                "expires_at, expiry_s, on_expiry, node) "
-                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                                "expires_at, expiry_s, on_expiry, node, memory_mib, vcpus) "
+                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
+                                "?19)",
         [STMT_SANDBOX_GET] = "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes WHERE id = ?1",
         [STMT_SANDBOX_LIST] = "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes ORDER BY created_at, id LIMIT ?1",
         [STMT_SANDBOX_UPDATE] = "UPDATE sandboxes SET state = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
@@ -364,6 +365,8 @@ static int sqlite_sandbox_insert(struct store *s, const struct store_sandbox *sb
         bind_int64_or_null(st, 15, sb->expiry_s);
         bind_text(st, 16, sb->on_expiry);
         bind_text(st, 17, sb->node);
+        bind_int64_or_null(st, 18, sb->memory_mib);
+        bind_int64_or_null(st, 19, sb->vcpus);
         int r = step_done(q, st);
         stmt_end(q, st);
         return r;

@@ -61,6 +61,9 @@ struct store_sandbox {
         /* the node it runs on (store_node.name), or NULL: the control
          * plane's local node (one machine; rows made before clusters) */
         char *node;
+        /* its own size within its template's: memory (MiB) and vCPUs its
+         * VMM's cgroup allows; 0: the template's */
+        int64_t memory_mib, vcpus;
 };
 
 /* One command session row. The attach token itself is never stored. */

@@ -99,6 +99,11 @@ static json_t *sandbox_json(const struct store_sandbox *sb) {
         /* also while its clock stands (suspended): what its end will do */
         if (o && (sb->expires_at || sb->expiry_s))
                 json_object_set_new(o, "on_expiry", json_string(sb->on_expiry ?: "delete"));
+        /* its own size, when smaller than its template's */
+        if (o && sb->memory_mib)
+                json_object_set_new(o, "memory_mib", json_integer((json_int_t) sb->memory_mib));
+        if (o && sb->vcpus)
+                json_object_set_new(o, "vcpus", json_integer((json_int_t) sb->vcpus));
         return o;
 }
 
@@ -521,6 +526,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 .metadata = md_s, .env_keys = keys_s,
                 .snapshot_policy = policy_s, .has_idle_timeout = c.has_idle_timeout,
                 .idle_timeout_s = c.idle_timeout_s, .network = net_s, .node = node,
+                .memory_mib = c.memory_mib, .vcpus = c.vcpus,
         };
         r = store_sandbox_insert(ctx->store, &row);
         if (r < 0) {
@@ -540,6 +546,14 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 json_object_set_new(req, "tenant", json_string(tenant_id));
         if (req && c.recovery)
                 json_object_set_new(req, "recovery", json_string(c.recovery));
+        if (req && (c.memory_mib || c.vcpus)) {
+                json_t *limits = json_object();
+                if (limits && c.memory_mib)
+                        json_object_set_new(limits, "memory_mib", json_integer(c.memory_mib));
+                if (limits && c.vcpus)
+                        json_object_set_new(limits, "vcpus", json_integer(c.vcpus));
+                json_object_set_new(req, "limits", limits);
+        }
         if (req && c.image)
                 json_object_set_new(req, "image", json_string(image.id));
         if (!req) {

@@ -111,7 +111,7 @@ static const struct {
         /* "tenant" is read by the handler (api.c), the rest by apireq_parse_create() */
         [APIREQ_BODY_CREATE] = { (const char *const[]){ "template", "image", "env", "metadata", "snapshot_policy",
                                                         "idle_timeout_s", "recovery", "tenant", "network", "secrets",
-                                                        "node", "node_labels", NULL },
+                                                        "node", "node_labels", "memory_mib", "vcpus", NULL },
                                  check_create_nested },
         [APIREQ_BODY_EXEC] = { (const char *const[]){ "cmd", "env", "cwd", "stdin", "timeout_s", NULL } },
         [APIREQ_BODY_SESSION] = { (const char *const[]){ "cmd", "env", "cwd", "pty", "rows", "cols", NULL } },
@@ -346,6 +346,20 @@ int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
                 if (!json_is_object(net))
                         return bad(err, "field 'network' must be an object");
                 c.network = json_incref(net);
+        }
+        /* a size within the template's: the node checks it against that */
+        json_t *mem = json_object_get(o, "memory_mib"), *cpus = json_object_get(o, "vcpus");
+        if (mem && !json_is_null(mem)) {
+                if (!json_is_integer(mem) || json_integer_value(mem) < APIREQ_MEMORY_MIN_MIB ||
+                    json_integer_value(mem) > (1 << 20))
+                        return bad(err, "field 'memory_mib' must be an integer from %d (MiB; at most the template's)",
+                                   APIREQ_MEMORY_MIN_MIB);
+                c.memory_mib = json_integer_value(mem);
+        }
+        if (cpus && !json_is_null(cpus)) {
+                if (!json_is_integer(cpus) || json_integer_value(cpus) < 1 || json_integer_value(cpus) > 256)
+                        return bad(err, "field 'vcpus' must be an integer from 1 (at most the template's)");
+                c.vcpus = json_integer_value(cpus);
         }
         if ((r = opt_string(o, "node", &c.node, err)) < 0)
                 return r;

@@ -78,7 +78,10 @@ struct apireq_create {
         json_t *network;         /* an object, not yet checked as a policy; NULL when absent or null */
         char *node;              /* "node": placed on this node of the cluster, or NULL */
         json_t *node_labels;     /* "node_labels": an object of strings its node must have, or NULL */
+        int64_t memory_mib;      /* "memory_mib": its own size within the template's; 0: the template's */
+        int64_t vcpus;           /* "vcpus": likewise; 0: the template's */
 };
+#define APIREQ_MEMORY_MIN_MIB 64 /* the node's SANDBOX_MEMORY_MIN_MIB */
 
 struct apireq_exec {
         json_t *cmd; /* non-empty array of strings */

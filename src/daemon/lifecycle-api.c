@@ -505,7 +505,8 @@ static int fork_child_insert(struct api_ctx *ctx, const struct store_sandbox *pa
         struct store_sandbox row = { .id = (char *) child_id, .tenant_id = parent->tenant_id,
                                      .template_name = parent->template_name, .state = "creating",
                                      .metadata = parent->metadata, .env_keys = parent->env_keys,
-                                     .network = (char *) network, .node = parent->node };
+                                     .network = (char *) network, .node = parent->node,
+                                     .memory_mib = parent->memory_mib, .vcpus = parent->vcpus };
         int r = store_sandbox_insert(ctx->store, &row);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert the fork child: %m");

@@ -349,6 +349,11 @@ static int op_sandbox_create(struct node_conn *c, json_t *req) {
         bool recover_checkpoint;
         if (sandbox_recovery_from_json(req, &recover_checkpoint) < 0)
                 return conn_reply_error(c, -EINVAL, "invalid", "field \"recovery\" must be \"boot\" or \"checkpoint\"");
+        struct sandbox_limits limits;
+        if (sandbox_limits_from_json(req, &limits) < 0)
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "field \"limits\" must be {\"memory_mib\":%d..,\"vcpus\":1..} (either may be absent)",
+                                        SANDBOX_MEMORY_MIN_MIB);
         /* absent: an airlockd from before policies, which meant allow-all */
         _cleanup_free_ char *network = NULL;
         if ((r = nodeops_field_network(c, req, false, &network)) < 0)
@@ -362,13 +367,14 @@ static int op_sandbox_create(struct node_conn *c, json_t *req) {
         if (image && (r = nodeops_field_data_key(c, req, &key, &has_key)) < 0)
                 return r;
         r = image ? sandbox_create_from_image(id, image, has_key ? &key : NULL, env, tenant, recover_checkpoint,
-                                              network, &s, &err)
-                  : sandbox_create(id, tpl, env, tenant, recover_checkpoint, network, &s, &err);
+                                              &limits, network, &s, &err)
+                  : sandbox_create(id, tpl, env, tenant, recover_checkpoint, &limits, network, &s, &err);
         sodium_memzero(key.key, sizeof key.key);
         if (r == -EOPNOTSUPP)
                 return conn_reply_error(c, r, "unsupported", "this node has no object store");
         if (r < 0) {
                 const char *code = r == -EEXIST ? "conflict"
+                                   : r == -EINVAL ? "invalid"
                                    : r == -ENOENT ? "not_found"
                                    : r == -EUSERS || r == -EAGAIN ? "unavailable"
                                    : r == -ETIMEDOUT ? "timeout"

@@ -85,8 +85,8 @@ int sandbox_publish(struct sandbox *s, const char *image_id, const struct objsto
 }
 
 int sandbox_create_from_image(const char *id, const char *image_id, const struct objstore_data_key *key, json_t *env,
-                              const char *tenant, bool recover_checkpoint, const char *network, struct sandbox **ret,
-                              char **ret_error) {
+                              const char *tenant, bool recover_checkpoint, const struct sandbox_limits *limits,
+                              const char *network, struct sandbox **ret, char **ret_error) {
         uint64_t t0 = now_monotonic_ns();
         if (!sandbox_objstore())
                 return -EOPNOTSUPP;
@@ -121,8 +121,15 @@ int sandbox_create_from_image(const char *id, const char *image_id, const struct
                 return r;
         s->execution = 1;
         s->recover_checkpoint = recover_checkpoint;
+        if (limits)
+                s->limits = *limits;
         if (tenant)
                 snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
+        if ((s->limits.memory_mib || s->limits.vcpus) &&
+            ((r = sandbox_template(s, ret_error)) < 0 || (r = sandbox_limits_check(&s->limits, s->tpl, ret_error)) < 0)) {
+                new_abort(s);
+                return r;
+        }
         /* a new identity, as a fork child gets (restore_new()); an
          * image of a disk boots it */
         uint64_t t_down;

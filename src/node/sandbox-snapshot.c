@@ -83,6 +83,8 @@ int sandbox_park(struct sandbox *s) {
         pthread_mutex_lock(&s->lock);
         json_t *o = json_pack("{s:s, s:s, s:O, s:I, s:s}", "tenant", s->tenant, "template", s->template_name, "env",
                               s->env, "execution", (json_int_t) s->execution, "recovery", sandbox_recovery_name(s));
+        if (o)
+                sandbox_limits_to_json(s, o);
         pthread_mutex_unlock(&s->lock);
         _cleanup_free_ char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
@@ -200,6 +202,7 @@ int sandbox_fork(struct sandbox *parent, const char *child_id, const char *netwo
         }
         c->execution = 1;
         c->recover_checkpoint = parent->recover_checkpoint;
+        c->limits = parent->limits;
         snprintf(c->tenant, sizeof c->tenant, "%s", parent->tenant);
         char *state = strdup_printf("%s/fork.state", c->dir);
         _cleanup_free_ char *disk = strdup_printf("%s/rootfs.img", c->dir);
@@ -932,8 +935,9 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, c
         if (r < 0)
                 goto fail;
         s->execution = (unsigned) exe + 1;
-        if (sandbox_tenant_from_json(s, meta) < 0 || sandbox_recovery_from_json(meta, &s->recover_checkpoint) < 0) {
-                *ret_error = strdup_printf("snapshot %s names an invalid owner or recovery", snapshot_id);
+        if (sandbox_tenant_from_json(s, meta) < 0 || sandbox_recovery_from_json(meta, &s->recover_checkpoint) < 0 ||
+            sandbox_limits_from_json(meta, &s->limits) < 0) {
+                *ret_error = strdup_printf("snapshot %s names an invalid owner, recovery or limits", snapshot_id);
                 new_abort(s);
                 r = -EBADMSG;
                 goto fail;
@@ -1012,8 +1016,9 @@ int sandbox_unarchive(const char *id, const char *snapshot_id, const char *netwo
         if (r < 0)
                 return r;
         s->execution = (unsigned) exe + 1;
-        if (sandbox_tenant_from_json(s, meta) < 0 || sandbox_recovery_from_json(meta, &s->recover_checkpoint) < 0) {
-                *ret_error = strdup_printf("the kept snapshots of %s name an invalid owner or recovery", id);
+        if (sandbox_tenant_from_json(s, meta) < 0 || sandbox_recovery_from_json(meta, &s->recover_checkpoint) < 0 ||
+            sandbox_limits_from_json(meta, &s->limits) < 0) {
+                *ret_error = strdup_printf("the kept snapshots of %s name an invalid owner, recovery or limits", id);
                 new_abort(s);
                 return -EBADMSG;
         }

@@ -181,6 +181,8 @@ int record_save(struct sandbox *s) {
                               "tenant", s->tenant, "template", s->template_name, "env", s->env, "state",
                               record_state(s->state), "run_dir", s->run_dir, "execution", (json_int_t) s->execution,
                               "recoveries", s->recoveries, "recovery", sandbox_recovery_name(s));
+        if (o)
+                sandbox_limits_to_json(s, o);
         /* the policy goes along, so a node restart keeps enforcing it */
         json_t *net = o && s->network ? json_loads(s->network, 0, NULL) : NULL;
         if (net)
@@ -205,6 +207,7 @@ struct record {
         json_t *env, *recoveries;
         unsigned execution;
         bool recover_checkpoint;
+        struct sandbox_limits limits;
         char *network; /* canonical, or NULL: none recorded (allow-all) */
 };
 
@@ -270,7 +273,7 @@ static int record_load(const char *dir, const char *id, struct record *ret) {
         }
         rec.execution = (unsigned) exe;
         /* a record from before the setting existed boots its disk */
-        if (sandbox_recovery_from_json(j, &rec.recover_checkpoint) < 0) {
+        if (sandbox_recovery_from_json(j, &rec.recover_checkpoint) < 0 || sandbox_limits_from_json(j, &rec.limits) < 0) {
                 json_decref(j);
                 return -EBADMSG;
         }
@@ -549,6 +552,8 @@ static int start_vm(struct sandbox *s, char **ret_error) {
                 return k;
         }
         struct vmm_config vc = template_vmm_config(t, disk, s->run_dir, s->ctx);
+        vc.cgroup_memory_mib = s->limits.memory_mib;
+        vc.cgroup_vcpus = s->limits.vcpus;
         /* a start boots the sandbox's own disk with fresh RAM of its own; a
          * create maps the template's RAM copy-on-write */
         if (s->cold_boot) {
@@ -864,6 +869,7 @@ static int takeover_one(const char *name, const char *dir) {
         s->dir = strdup(dir);
         s->execution = rec.execution;
         s->recover_checkpoint = rec.recover_checkpoint;
+        s->limits = rec.limits;
         s->recoveries = rec.recoveries ? json_deep_copy(rec.recoveries) : NULL;
         if (!s->dir) {
                 sandbox_unref(s);
@@ -1077,6 +1083,47 @@ int sandbox_new(const char *id, const char *template_name, json_t *env, const ch
         return 0;
 }
 
+int sandbox_limits_from_json(const json_t *o, struct sandbox_limits *ret) {
+        const json_t *l = json_object_get(o, "limits");
+        *ret = (struct sandbox_limits){ 0 };
+        if (!l)
+                return 0;
+        const json_t *m = json_object_get(l, "memory_mib"), *c = json_object_get(l, "vcpus");
+        if (!json_is_object(l) || json_object_size(l) > 2 || (m && !json_is_integer(m)) || (c && !json_is_integer(c)) ||
+            (json_object_size(l) != (m ? 1u : 0u) + (c ? 1u : 0u)) ||
+            (m && (json_integer_value(m) < SANDBOX_MEMORY_MIN_MIB || json_integer_value(m) > (1 << 20))) ||
+            (c && (json_integer_value(c) < 1 || json_integer_value(c) > 256)))
+                return -EBADMSG;
+        ret->memory_mib = m ? (unsigned) json_integer_value(m) : 0;
+        ret->vcpus = c ? (unsigned) json_integer_value(c) : 0;
+        return 0;
+}
+
+void sandbox_limits_to_json(const struct sandbox *s, json_t *o) {
+        if (!s->limits.memory_mib && !s->limits.vcpus)
+                return;
+        json_t *l = json_object();
+        if (l && s->limits.memory_mib)
+                json_object_set_new(l, "memory_mib", json_integer(s->limits.memory_mib));
+        if (l && s->limits.vcpus)
+                json_object_set_new(l, "vcpus", json_integer(s->limits.vcpus));
+        if (l)
+                json_object_set_new(o, "limits", l);
+}
+
+int sandbox_limits_check(const struct sandbox_limits *l, const struct template_info *t, char **ret_error) {
+        if (l->memory_mib > t->memory_mib) {
+                *ret_error = strdup_printf("memory_mib %u is more than template %s has (%u MiB)", l->memory_mib,
+                                           t->name, t->memory_mib);
+                return -EINVAL;
+        }
+        if (l->vcpus > t->vcpus) {
+                *ret_error = strdup_printf("vcpus %u is more than template %s has (%u)", l->vcpus, t->name, t->vcpus);
+                return -EINVAL;
+        }
+        return 0;
+}
+
 const char *sandbox_recovery_name(const struct sandbox *s) {
         return s->recover_checkpoint ? "checkpoint" : "boot";
 }
@@ -1105,7 +1152,7 @@ int sandbox_tenant_from_json(struct sandbox *s, const json_t *o) {
 }
 
 int sandbox_create(const char *id, const char *template_name, json_t *env, const char *tenant, bool recover_checkpoint,
-                   const char *network, struct sandbox **ret, char **ret_error) {
+                   const struct sandbox_limits *limits, const char *network, struct sandbox **ret, char **ret_error) {
         _cleanup_free_ char *rootfs = NULL;
         char *err = NULL;
         int r;
@@ -1116,6 +1163,8 @@ int sandbox_create(const char *id, const char *template_name, json_t *env, const
                 return r;
         s->execution = 1;
         s->recover_checkpoint = recover_checkpoint;
+        if (limits)
+                s->limits = *limits;
         if (tenant)
                 snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
 
@@ -1140,6 +1189,8 @@ int sandbox_create(const char *id, const char *template_name, json_t *env, const
                         err = strdup_printf("template %s: %s", template_name, strerror(-r));
                 goto fail;
         }
+        if ((r = sandbox_limits_check(&s->limits, s->tpl, &err)) < 0)
+                goto fail;
         uint64_t t_tpl = now_monotonic_ns();
         if (t_tpl - t0 > 1000000000ULL)
                 log_emit(LOG_LEVEL_INFO, s->ctx, "waited %llu ms for template %s",
@@ -1152,8 +1203,9 @@ int sandbox_create(const char *id, const char *template_name, json_t *env, const
                 goto fail;
         }
         rm_rf(s->dir); /* nothing of ours can be there: the id was free */
-        /* a warm VM brings its directory (moved to s->dir) and its run dir */
-        if (pool_claim(s->tpl, s->dir, s->ctx, &s->pool_vm) > 0) {
+        /* a warm VM brings its directory (moved to s->dir) and its run dir;
+         * one of its template's size, so a smaller sandbox restores cold */
+        if (!s->limits.memory_mib && !s->limits.vcpus && pool_claim(s->tpl, s->dir, s->ctx, &s->pool_vm) > 0) {
                 s->run_dir = TAKE_PTR(s->pool_vm->run_dir);
                 goto start_thread;
         }
@@ -1406,6 +1458,8 @@ json_t *sandbox_json(struct sandbox *s) {
         }
         if (o)
                 json_object_set_new(o, "pool", json_string(s->pool_hit ? "hit" : "miss"));
+        if (o)
+                sandbox_limits_to_json(s, o);
         pthread_mutex_unlock(&s->lock);
         return o;
 }

@@ -47,6 +47,17 @@ enum sandbox_cmd {
  * (tenant ids are "ten-..."). */
 #define SANDBOX_TENANT_ADMIN "admin"
 
+/* A sandbox's size within its template's: the memory (MiB) and whole
+ * vCPUs its VMM's cgroup allows. 0: the template's. The guest still sees
+ * the template's machine (a restore cannot change it): a guest that
+ * dirties more memory than this is killed by the kernel (and recovered as
+ * after any crash), one that wants more CPU gets this much. */
+struct sandbox_limits {
+        unsigned memory_mib;
+        unsigned vcpus;
+};
+#define SANDBOX_MEMORY_MIN_MIB 64
+
 struct sandbox {
         char id[65];
         char tenant[65]; /* owner: a tenant id or SANDBOX_TENANT_ADMIN; set before it is visible, then fixed */
@@ -103,6 +114,8 @@ struct sandbox {
          * execution (processes kept, writes after it lost) instead of
          * booting the disk as the crash left it; opt-in */
         bool recover_checkpoint;
+        /* its own size within its template's (its VMM's cgroup) */
+        struct sandbox_limits limits;
         uint64_t crash_ns[3];    /* when the last VMM crashes happened (monotonic), for the give-up rule */
         /* idleness, as the guest reports it (PING "idle_ms"; s->lock) */
         uint64_t guest_idle_ms;  /* at idle_probe_ns */
@@ -141,6 +154,13 @@ int sandbox_manager_init(const struct node_config *cfg, enum vmm_accel accel, co
 
 /* "boot" or "checkpoint": how recovery brings s back (record, marker, meta). */
 const char *sandbox_recovery_name(const struct sandbox *s);
+/* "limits" of a request, record or image: {"memory_mib"?,"vcpus"?}; zeros
+ * when absent, -EBADMSG when malformed. And the object's "limits" from s
+ * (nothing when it has none of its own). */
+int sandbox_limits_from_json(const json_t *o, struct sandbox_limits *ret);
+void sandbox_limits_to_json(const struct sandbox *s, json_t *o);
+/* 0 when limits fit template t; else -EINVAL with *ret_error saying why. */
+int sandbox_limits_check(const struct sandbox_limits *l, const struct template_info *t, char **ret_error);
 /* Reads o's "recovery" into *ret (false without one); -EBADMSG when it is
  * neither "boot" nor "checkpoint". */
 int sandbox_recovery_from_json(const json_t *o, bool *ret);
@@ -152,7 +172,7 @@ int sandbox_recovery_from_json(const json_t *o, bool *ret);
  * sandboxes; -ENOENT: no such template; -EAGAIN: template still building;
  * -EIO: template build failed. */
 int sandbox_create(const char *id, const char *template_name, json_t *env, const char *tenant, bool recover_checkpoint,
-                   const char *network, struct sandbox **ret, char **ret_error);
+                   const struct sandbox_limits *limits, const char *network, struct sandbox **ret, char **ret_error);
 
 /* Looks up a running or failed sandbox and returns a reference. -ENOENT. */
 int sandbox_get(const char *id, struct sandbox **ret);
@@ -265,8 +285,8 @@ int sandbox_export(struct sandbox *s, const char *snapshot_id, const char *image
  * over the image's. The image stays. -ENOENT when there is no such image,
  * -EBADMSG when image_id is no image. */
 int sandbox_create_from_image(const char *id, const char *image_id, const struct objstore_data_key *key, json_t *env,
-                              const char *tenant, bool recover_checkpoint, const char *network, struct sandbox **ret,
-                              char **ret_error);
+                              const char *tenant, bool recover_checkpoint, const struct sandbox_limits *limits,
+                              const char *network, struct sandbox **ret, char **ret_error);
 /* Deletes a suspended sandbox's image (or an image) from the object store
  * and, given the sandbox's id, its copy on this node (its upload stops
  * first). -ENOENT when there was neither. */

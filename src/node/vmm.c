@@ -541,9 +541,9 @@ static int uid_next(uid_t *ret) {
  * No cgroup controller at all: the uid alone (warned once at setup). */
 static int uid_claim(const struct vmm_config *c, uid_t *ret, char **procs, size_t *ret_n) {
         struct jail_cgroup_limits l = {
-                .memory_bytes = ((uint64_t) c->memory_mib + VMM_MEMORY_MARGIN_MIB) << 20,
+                .memory_bytes = ((uint64_t) (c->cgroup_memory_mib ?: c->memory_mib) + VMM_MEMORY_MARGIN_MIB) << 20,
                 .pids = VMM_PIDS_MAX,
-                .cpus = c->vcpus,
+                .cpus = c->cgroup_vcpus ?: c->vcpus,
         };
         for (int tries = 0; tries < 64; tries++) {
                 uid_t uid;
@@ -1088,8 +1088,9 @@ static int spawn_remote(const struct vmm_config *c, struct vmm *v, bool incoming
         q->op = MGR_OP_VMM_SPAWN;
         q->template_ram = template_ram;
         q->kvm = c->accel == VMM_ACCEL_KVM;
-        q->memory_mib = c->memory_mib;
-        q->vcpus = c->vcpus;
+        /* what the jail's cgroup allows (QEMU's -m and -smp are in argv) */
+        q->memory_mib = c->cgroup_memory_mib ?: c->memory_mib;
+        q->vcpus = c->cgroup_vcpus ?: c->vcpus;
         for (size_t i = 0; i < a.n; i++)
                 q->argv[i] = a.v[i];
         struct {

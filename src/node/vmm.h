@@ -56,6 +56,10 @@ struct vmm_config {
         const char *run_dir;      /* existing dir: vmm.pid, qemu.log; vm/ (QEMU's own: qmp.sock,
                                    * guest.sock, console.log) is made here */
         const char *log_ctx;      /* "sandbox=sbx-..." for log lines */
+        /* the VMM's cgroup, when the sandbox is smaller than its machine
+         * (0: memory_mib and vcpus): memory for the guest, and whole CPUs */
+        unsigned cgroup_memory_mib;
+        unsigned cgroup_vcpus;
 };
 
 struct vmm {

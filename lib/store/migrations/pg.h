@@ -220,4 +220,7 @@ static const char *const store_pg_migrations[] = {
         "  previous TEXT\n"
         ");\n"
         "CREATE INDEX sandbox_events_ts ON sandbox_events(ts_ms);\n",
+        /* 16: a sandbox's own size within its template's (NULL: the template's) */
+        "ALTER TABLE sandboxes ADD COLUMN memory_mib INTEGER;\n"
+        "ALTER TABLE sandboxes ADD COLUMN vcpus INTEGER;\n",
 };
