@@ -35,7 +35,7 @@ static int sandbox_path(const char *id, const char *suffix, char **ret) {
 }
 
 int cmd_create(struct cli *cli, int argc, char **argv) {
-        enum { OPT_TEMPLATE = CLI_OPT_FIRST_LOCAL, OPT_METADATA, OPT_SECRET };
+        enum { OPT_TEMPLATE = CLI_OPT_FIRST_LOCAL, OPT_METADATA, OPT_SECRET, OPT_MEMORY, OPT_VCPUS };
         static const struct option options[] = {
                 CLI_GLOBAL_OPTIONS,
                 CLI_NET_OPTIONS,
@@ -43,8 +43,11 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
                 {"env", required_argument, NULL, 'e'},
                 {"metadata", required_argument, NULL, OPT_METADATA},
                 {"secret", required_argument, NULL, OPT_SECRET},
+                {"memory-mib", required_argument, NULL, OPT_MEMORY},
+                {"vcpus", required_argument, NULL, OPT_VCPUS},
                 {},
         };
+        long long memory_mib = 0, vcpus = 0;
         _cleanup_(json_decrefp) json_t *env = json_object(), *meta = json_object(), *body = NULL,
                                        *resp = NULL, *policy = NULL, *secrets = json_array();
         _cleanup_(cli_net_done) struct cli_net net = {};
@@ -57,6 +60,16 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
         while ((c = getopt_long(argc, argv, ":he:", options, NULL)) >= 0) {
                 switch (c) {
                 case OPT_TEMPLATE: template = optarg; break;
+                case OPT_MEMORY:
+                case OPT_VCPUS: {
+                        char *end = NULL;
+                        long long v = strtoll(optarg, &end, 10);
+                        if (!*optarg || *end || v < 1 || v > (1 << 20))
+                                return cli_usage_error(cli, "create: %s takes a number",
+                                                       c == OPT_MEMORY ? "--memory-mib" : "--vcpus");
+                        *(c == OPT_MEMORY ? &memory_mib : &vcpus) = v;
+                        break;
+                }
                 case OPT_SECRET: {
                         _cleanup_free_ char *list = strdup(optarg);
                         char *save = NULL;
@@ -93,6 +106,9 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
         if (!body)
                 return cli_usage_error(cli, "create: --template must be UTF-8");
         if (json_array_size(secrets) > 0 && json_object_set(body, "secrets", secrets) < 0)
+                return cli_fail("out of memory");
+        if ((memory_mib && json_object_set_new(body, "memory_mib", json_integer(memory_mib)) < 0) ||
+            (vcpus && json_object_set_new(body, "vcpus", json_integer(vcpus)) < 0))
                 return cli_fail("out of memory");
         /* no flag: the tenant's default, else the node's */
         if (cli_net_given(&net) &&

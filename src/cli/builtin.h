@@ -41,6 +41,8 @@ int cmd_doctor(struct cli *cli, int argc, char **argv);
 int cmd_net(struct cli *cli, int argc, char **argv);
 int cmd_secret(struct cli *cli, int argc, char **argv);
 int cmd_audit(struct cli *cli, int argc, char **argv);
+int cmd_events(struct cli *cli, int argc, char **argv);
+int cmd_usage(struct cli *cli, int argc, char **argv);
 
 /* The egress flags of create and net (cli-net.h), as long options. */
 enum {

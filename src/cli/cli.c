@@ -21,7 +21,9 @@ static const struct cli_command commands[] = {
          "  -e, --env K=V     environment variable for commands in the sandbox (repeatable)\n"
          "  --metadata K=V    free-form label stored with the sandbox (repeatable)\n"
          "  --secret NAME     attach a credential: $NAME (upper-cased, '-' as '_') holds its\n"
-         "                    placeholder (repeatable, or a comma list)\n" CLI_NET_HELP},
+         "                    placeholder (repeatable, or a comma list)\n"
+         "  --memory-mib N    a smaller size than the template's: memory its VMM's cgroup allows\n"
+         "  --vcpus N         and CPUs of time (at most the template's)\n" CLI_NET_HELP},
         {"ls", cmd_ls, "", "List sandboxes", NULL},
         {"inspect", cmd_inspect, "SBX", "Show one sandbox", NULL},
         {"rm", cmd_rm, "[--keep-snapshots] SBX...", "Delete sandboxes",
@@ -72,6 +74,13 @@ static const struct cli_command commands[] = {
          "  --tenant ID       the tenant's scope (admin token only)\n"},
         {"audit", cmd_audit, "[--sandbox SBX] [--secret NAME] [--limit N]",
          "Show the credential audit log, newest first", NULL},
+        {"events", cmd_events, "[--sandbox SBX] [--after ID] [--count N]",
+         "Follow the lifecycle events of your sandboxes (created, paused, woken, deleted, ...)",
+         "  --sandbox SBX     one sandbox's only\n"
+         "  --after ID        from after event ID (what was missed), not from now\n"
+         "  --count N         stop after N events\n"},
+        {"usage", cmd_usage, "[--history] SBX", "Show what a sandbox uses: CPU, memory, disk (and the guest's view)",
+         "  --history         the node's samples of the last hour too\n"},
         {"exec", cmd_exec, "[-e K=V]... [-w DIR] [-i] [-t] [--timeout S] SBX -- CMD [ARGS...]",
          "Run a command in a sandbox, streaming its output",
          "  -e, --env K=V     environment variable for the command (repeatable)\n"
