@@ -28,7 +28,7 @@
 #define CLAIM_RENEW_MS (30 * 1000)
 #define CLAIM_STALE_MS (150 * 1000)
 /* How long a claim's writer waits before it reads the claim back. */
-#define CLAIM_SETTLE_MS 1000
+#define CLAIM_SETTLE_MS 3000
 /* How often a node waiting for another's build looks for the template. */
 #define WAIT_POLL_MS 2000
 /* How long a build waits for the first key (the first heartbeat). */

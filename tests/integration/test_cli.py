@@ -50,3 +50,33 @@ def test_cli_python_default(airlock):
     r = airlock.cli("exec", sid, "--", "python3", "-c", "print(6*7)")
     assert r.returncode == 0 and r.stdout == b"42\n"
     assert airlock.cli("rm", sid).returncode == 0
+
+
+def test_cli_events_usage_and_size(airlock):
+    """`airlock events` follows what happens to sandboxes (here replayed
+    with --after from before the first); `airlock usage` shows what one
+    uses; `create --memory-mib` makes one smaller than its template."""
+    r = airlock.cli("create", "--template", "minimal", "--memory-mib", "128", "--json")
+    assert r.returncode == 0, r.stderr
+    made = json.loads(r.stdout)
+    sid = made["id"]
+    assert made["memory_mib"] == 128
+    assert airlock.cli("pause", sid).returncode == 0
+    assert airlock.cli("resume", sid).returncode == 0
+
+    r = airlock.cli("events", "--sandbox", sid, "--after", "0", "--count", "3", timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.decode().splitlines()
+    assert [line.split()[1] for line in lines] == ["sandbox.created", "sandbox.paused", "sandbox.resumed"], lines
+    assert all(sid in line for line in lines)
+    r = airlock.cli("events", "--json", "--sandbox", sid, "--after", "0", "--count", "1", timeout=60)
+    assert json.loads(r.stdout)["type"] == "sandbox.created"
+
+    r = airlock.cli("usage", sid)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert "now" in out and "MiB" in out and "guest:" in out, out
+    assert json.loads(airlock.cli("usage", "--json", sid).stdout)["sandbox_id"] == sid
+    r = airlock.cli("create", "--template", "minimal", "--memory-mib", "4096")
+    assert r.returncode != 0 and b"more than template minimal has" in r.stderr, r.stderr
+    assert airlock.cli("rm", sid).returncode == 0
