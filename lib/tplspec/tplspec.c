@@ -649,6 +649,11 @@ int tplspec_parse_dockerfile(const char *text, size_t len, const char *name, str
                 return fail(err, "a Dockerfile of at most %u bytes", TPLSPEC_INPUT_MAX);
         if (!name || !template_name_ok(name))
                 return fail(err, "the template's name must be 1-63 of [a-z0-9-], starting with a letter or digit");
+        /* every string of it ends up in JSON: the whole text must be UTF-8
+         * (jansson refuses to make a string of anything else) */
+        _cleanup_(json_decrefp) json_t *utf8 = json_stringn(text, len);
+        if (!utf8)
+                return fail(err, "the Dockerfile is not UTF-8");
         _cleanup_(tplspec_freep) struct tplspec *s = calloc(1, sizeof *s);
         if (!s || !(s->name = strdup(name)))
                 return -ENOMEM;

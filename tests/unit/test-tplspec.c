@@ -165,6 +165,7 @@ static void test_refusals(void **state) {
         refused_dockerfile("FROM minimal\nEXPOSE http\n", "EXPOSE takes a port");
         refused_dockerfile("# nothing\n\n", "no FROM");
         refused_dockerfile("FROM registry.example/x y\n", "FROM takes one");
+        refused_dockerfile("FROM minimal\nCOPY a\xff\xfe /a\n", "not UTF-8");
 }
 
 int main(void) {
