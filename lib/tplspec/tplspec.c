@@ -68,9 +68,11 @@ static bool text_ok(const char *s, size_t max) {
         return true;
 }
 
-static bool template_name_ok(const char *s) {
+/* 1..max of [a-z0-9-], starting with a letter or digit: a template's
+ * name (63), a Debian suite's (32). */
+static bool slug_ok(const char *s, size_t max) {
         size_t n = strlen(s);
-        if (n == 0 || n > 63 || !(islower((unsigned char) s[0]) || isdigit((unsigned char) s[0])))
+        if (n == 0 || n > max || !(islower((unsigned char) s[0]) || isdigit((unsigned char) s[0])))
                 return false;
         for (size_t i = 0; i < n; i++)
                 if (!islower((unsigned char) s[i]) && !isdigit((unsigned char) s[i]) && s[i] != '-')
@@ -78,14 +80,12 @@ static bool template_name_ok(const char *s) {
         return true;
 }
 
+static bool template_name_ok(const char *s) {
+        return slug_ok(s, 63);
+}
+
 static bool suite_ok(const char *s) {
-        size_t n = strlen(s);
-        if (n == 0 || n > 32)
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if (!islower((unsigned char) s[i]) && !isdigit((unsigned char) s[i]) && s[i] != '-')
-                        return false;
-        return true;
+        return slug_ok(s, 32);
 }
 
 /* Debian's rule: [a-z0-9][a-z0-9+.-]+ */

@@ -28,10 +28,7 @@ struct event_stream {
         bool all;
         char *tenant_id, *sandbox_id;
         int64_t cursor;
-        char *pend;
-        size_t pend_len, pend_off;
-        uint64_t last_ns;
-        bool done;
+        struct api_sse_out out;
         char log_ctx[256];
 };
 
@@ -39,7 +36,7 @@ static void stream_free(void *cls) {
         struct event_stream *s = cls;
         free(s->tenant_id);
         free(s->sandbox_id);
-        free(s->pend);
+        free(s->out.pend);
         free(s);
 }
 
@@ -89,23 +86,13 @@ static int batch_text(struct store_event *e, size_t n, char **ret, size_t *ret_l
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         struct event_stream *s = cls;
         for (;;) {
-                if (s->pend_off < s->pend_len) {
-                        size_t n = MIN(max, s->pend_len - s->pend_off);
-                        memcpy(buf, s->pend + s->pend_off, n);
-                        s->pend_off += n;
-                        s->last_ns = now_monotonic_ns();
-                        return (ssize_t) n;
-                }
-                if (s->done)
+                size_t taken = api_sse_out_take(&s->out, buf, max);
+                if (taken > 0)
+                        return (ssize_t) taken;
+                if (s->out.done)
                         return MHD_CONTENT_READER_END_OF_STREAM;
-                free(s->pend);
-                s->pend = NULL;
-                s->pend_len = s->pend_off = 0;
                 if (atomic_load(s->stopping)) {
-                        s->pend = strdup("event: error\ndata: {\"code\":\"unavailable\",\"message\":\"the server is "
-                                         "shutting down\"}\n\n");
-                        s->pend_len = s->pend ? strlen(s->pend) : 0;
-                        s->done = true;
+                        api_sse_out_fail(&s->out, -EHOSTDOWN, "the server is shutting down");
                         continue;
                 }
                 struct store_event *e = NULL;
@@ -118,20 +105,21 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 }
                 if (n > 0) {
                         s->cursor = e[n - 1].id;
-                        r = batch_text(e, n, &s->pend, &s->pend_len);
+                        char *text = NULL;
+                        size_t len = 0;
+                        r = batch_text(e, n, &text, &len);
                         store_event_array_free(e, n);
                         if (r < 0)
                                 return MHD_CONTENT_READER_END_WITH_ERROR;
+                        api_sse_out_set(&s->out, text, len);
                         continue;
                 }
                 store_event_array_free(e, n);
-                if (now_monotonic_ns() - s->last_ns >= API_SSE_KEEPALIVE_S * 1000000000ULL) {
-                        s->pend = strdup(": keepalive\n\n");
-                        if (!s->pend)
-                                return MHD_CONTENT_READER_END_WITH_ERROR;
-                        s->pend_len = strlen(s->pend);
+                r = api_sse_out_keepalive(&s->out);
+                if (r < 0)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                if (r > 0)
                         continue;
-                }
                 struct timespec ts = { 0, EVENTS_POLL_MS * 1000000L };
                 nanosleep(&ts, NULL);
         }
@@ -161,7 +149,7 @@ int api_events(struct api_ctx *ctx, const char *sandbox_id, const char *after, c
         s->stopping = ctx->stopping;
         s->all = !ctx->tenant_id;
         s->cursor = cursor;
-        s->last_ns = now_monotonic_ns();
+        s->out.last_ns = now_monotonic_ns();
         snprintf(s->log_ctx, sizeof s->log_ctx, "%s", ctx->log_ctx);
         if ((ctx->tenant_id && !(s->tenant_id = strdup(ctx->tenant_id))) ||
             (sandbox_id && !(s->sandbox_id = strdup(sandbox_id)))) {
@@ -170,8 +158,9 @@ int api_events(struct api_ctx *ctx, const char *sandbox_id, const char *after, c
         }
         /* the stream opens with a comment: a client sees it is connected
          * before the first event */
-        s->pend = strdup(": airlock events\n\n");
-        s->pend_len = s->pend ? strlen(s->pend) : 0;
+        char *hello = strdup(": airlock events\n\n");
+        if (hello)
+                api_sse_out_set(&s->out, hello, strlen(hello));
         struct MHD_Response *resp =
                 MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
         if (!resp) {

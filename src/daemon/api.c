@@ -1106,40 +1106,61 @@ int api_sse_from_node_event(const json_t *ev, char **ret, size_t *ret_len, bool 
         return 1;
 }
 
+void api_sse_out_set(struct api_sse_out *o, char *text, size_t len) {
+        free(o->pend);
+        o->pend = text;
+        o->len = len;
+        o->off = 0;
+}
+
+size_t api_sse_out_take(struct api_sse_out *o, char *buf, size_t max) {
+        if (o->off >= o->len)
+                return 0;
+        size_t n = MIN(max, o->len - o->off);
+        memcpy(buf, o->pend + o->off, n);
+        o->off += n;
+        o->last_ns = now_monotonic_ns();
+        return n;
+}
+
+int api_sse_out_keepalive(struct api_sse_out *o) {
+        if (now_monotonic_ns() - o->last_ns < API_SSE_KEEPALIVE_S * 1000000000ULL)
+                return 0;
+        char *k = strdup(": keepalive\n\n");
+        if (!k)
+                return -ENOMEM;
+        api_sse_out_set(o, k, strlen(k));
+        return 1;
+}
+
+void api_sse_out_fail(struct api_sse_out *o, int r, const char *msg) {
+        char *text = NULL;
+        size_t len = 0;
+        _cleanup_(json_decrefp) json_t *d =
+                json_pack("{s:s, s:s}", "code", api_error_code(r), "message", msg && *msg ? msg : api_error_default_message(r));
+        if (d && api_sse_format("error", d, &text, &len) >= 0)
+                api_sse_out_set(o, text, len);
+        o->done = true;
+}
+
 /* State of one event stream, owned by its MHD response. */
 struct sse_stream {
         struct node_conn *conn;
         const atomic_bool *stopping;
-        char *pend;
-        size_t pend_len, pend_off;
-        bool done;
-        uint64_t last_ns;
+        struct api_sse_out out;
         char log_ctx[256];
 };
 
 static void sse_free(void *cls) {
         struct sse_stream *s = cls;
         node_conn_free(s->conn);
-        free(s->pend);
+        free(s->out.pend);
         free(s);
-}
-
-static void sse_set_pending(struct sse_stream *s, char *text, size_t len) {
-        free(s->pend);
-        s->pend = text;
-        s->pend_len = len;
-        s->pend_off = 0;
 }
 
 /* Ends the stream with an error event the client can show. */
 static void sse_fail(struct sse_stream *s, int r, const char *msg) {
-        char *text = NULL;
-        size_t len = 0;
-        _cleanup_(json_decrefp) json_t *d =
-                json_pack("{s:s, s:s}", "code", api_error_code(r), "message", msg && *msg ? msg : api_error_default_message(r));
-        if (d && api_sse_format("error", d, &text, &len) >= 0)
-                sse_set_pending(s, text, len);
-        s->done = true;
+        api_sse_out_fail(&s->out, r, msg);
         log_emit(LOG_LEVEL_WARN, s->log_ctx, "event stream ended: %s", msg && *msg ? msg : api_error_default_message(r));
 }
 
@@ -1153,14 +1174,10 @@ static void sse_fail(struct sse_stream *s, int r, const char *msg) {
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         struct sse_stream *s = cls;
         for (;;) {
-                if (s->pend_off < s->pend_len) {
-                        size_t n = MIN(max, s->pend_len - s->pend_off);
-                        memcpy(buf, s->pend + s->pend_off, n);
-                        s->pend_off += n;
-                        s->last_ns = now_monotonic_ns();
+                size_t n = api_sse_out_take(&s->out, buf, max);
+                if (n > 0)
                         return (ssize_t) n;
-                }
-                if (s->done)
+                if (s->out.done)
                         return MHD_CONTENT_READER_END_OF_STREAM;
                 if (atomic_load(s->stopping)) {
                         sse_fail(s, -EHOSTDOWN, "the server is shutting down");
@@ -1172,12 +1189,8 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
                         continue;
                 }
                 if (r == 0) {
-                        if (now_monotonic_ns() - s->last_ns >= API_SSE_KEEPALIVE_S * 1000000000ULL) {
-                                char *k = strdup(": keepalive\n\n");
-                                if (!k)
-                                        return MHD_CONTENT_READER_END_WITH_ERROR;
-                                sse_set_pending(s, k, strlen(k));
-                        }
+                        if (api_sse_out_keepalive(&s->out) < 0)
+                                return MHD_CONTENT_READER_END_WITH_ERROR;
                         continue;
                 }
                 struct node_frame f;
@@ -1189,7 +1202,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 }
                 if (f.type == PROTO_NODE_END) {
                         json_decref(f.event);
-                        s->done = true;
+                        s->out.done = true;
                         continue;
                 }
                 if (f.type != PROTO_NODE_EVENT)
@@ -1202,9 +1215,9 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 if (r < 0)
                         return MHD_CONTENT_READER_END_WITH_ERROR;
                 if (r > 0) {
-                        sse_set_pending(s, text, len);
+                        api_sse_out_set(&s->out, text, len);
                         if (last)
-                                s->done = true;
+                                s->out.done = true;
                 }
         }
 }
@@ -1225,7 +1238,7 @@ int api_session_events(struct api_ctx *ctx, const char *sid, struct api_reply *r
         if (!s)
                 return -ENOMEM;
         s->stopping = ctx->stopping;
-        s->last_ns = now_monotonic_ns();
+        s->out.last_ns = now_monotonic_ns();
         snprintf(s->log_ctx, sizeof s->log_ctx, "%s session=%s", ctx->log_ctx, sid);
         s->conn = TAKE_PTR(c);
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, s, sse_free);

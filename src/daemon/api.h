@@ -120,6 +120,21 @@ int api_port_target(const char *raw_uri, const char *host, char *id, size_t id_s
  * as compact one-line JSON. *ret is a new NUL-terminated string.
  */
 int api_sse_format(const char *event, const json_t *data, char **ret, size_t *ret_len);
+/* What an event stream's content callback has still to send (every SSE
+ * response has one): set takes text; take copies pending bytes into buf
+ * and returns their count (0: none pending); keepalive queues a comment
+ * line once the stream was idle API_SSE_KEEPALIVE_S (1 queued, 0 not
+ * yet, -ENOMEM); fail queues an error event {code, message} and ends it. */
+struct api_sse_out {
+        char *pend;
+        size_t len, off;
+        uint64_t last_ns; /* when bytes last went out (monotonic) */
+        bool done;        /* nothing after what is pending */
+};
+void api_sse_out_set(struct api_sse_out *o, char *text, size_t len);
+size_t api_sse_out_take(struct api_sse_out *o, char *buf, size_t max);
+int api_sse_out_keepalive(struct api_sse_out *o);
+void api_sse_out_fail(struct api_sse_out *o, int r, const char *msg);
 /*
  * Translates one node session event ({"type":"stdout","data":b64}, ...)
  * into its SSE text. Returns 1 with *ret set, 0 for events the API does
