@@ -183,6 +183,37 @@ int store_read_image(const struct store_row *r, void *ret) {
         return 0;
 }
 
+/* NULL in a text column as "" */
+static int strdup_or_empty(const struct store_row *r, int col, char **ret) {
+        char *c = strdup(store_row_text(r, col) ?: "");
+        if (!c)
+                return -ENOMEM;
+        *ret = c;
+        return 0;
+}
+
+int store_read_template(const struct store_row *r, void *ret) {
+        _cleanup_(store_template_release) struct store_template t = { 0 };
+        int k;
+        if ((k = strdup_or_empty(r, 0, &t.tenant_id)) < 0 || (k = store_row_strdup(r, 1, &t.name)) < 0 ||
+            (k = store_row_strdup(r, 2, &t.node_name)) < 0 || (k = store_row_strdup(r, 3, &t.build_id)) < 0 ||
+            (k = store_row_strdup(r, 4, &t.state)) < 0 || (k = store_row_strdup(r, 5, &t.error)) < 0 ||
+            (k = strdup_or_empty(r, 6, &t.node)) < 0 || (k = store_row_strdup(r, 7, &t.spec)) < 0)
+                return k;
+        if (!t.name || !t.node_name || !t.build_id || !t.state || !t.spec)
+                return -EBADMSG;
+        int64_t memory_mib = store_row_int64(r, 8), vcpus = store_row_int64(r, 9);
+        if (memory_mib < 0 || memory_mib > UINT32_MAX || vcpus < 0 || vcpus > UINT32_MAX)
+                return -EBADMSG;
+        t.memory_mib = (uint32_t) memory_mib;
+        t.vcpus = (uint32_t) vcpus;
+        t.created_at = store_row_int64(r, 10);
+        t.updated_at = store_row_int64(r, 11);
+        *(struct store_template *) ret = t;
+        t = (struct store_template){ 0 };
+        return 0;
+}
+
 int store_read_event(const struct store_row *r, void *ret) {
         struct store_event e = { .id = store_row_int64(r, 0), .ts_ms = store_row_int64(r, 1) };
         int k;
@@ -362,6 +393,11 @@ int store_join_token_verdict(bool found, const struct store_join_token *t, const
         if (!found || sodium_memcmp(t->hash, hash, STORE_HASH_SIZE) != 0)
                 return -ENOENT;
         return t->expires_at <= now ? -EKEYEXPIRED : 0;
+}
+
+int store_read_int64(const struct store_row *r, void *ret) {
+        *(int64_t *) ret = store_row_int64(r, 0);
+        return 0;
 }
 
 int store_read_text(const struct store_row *r, void *ret) {

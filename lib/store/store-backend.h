@@ -62,6 +62,10 @@ int64_t store_now_ms(void);
 /* a secret's columns; "SECRET_COLUMNS, sealed" reads its value too */
 #define STORE_SECRET_COLUMNS "tenant_id, name, sandbox_id, spec, expires_at, created_at, created_by"
 #define STORE_IMAGE_COLUMNS "id, tenant_id, name, sandbox_id, template, size, created_at, kind, snapshot_id"
+/* tenant_id and node NULL in the database are "" in the struct */
+#define STORE_TEMPLATE_COLUMNS                                                                          \
+        "tenant_id, name, node_name, build_id, state, error, node, spec, memory_mib, vcpus, created_at, "  \
+        "updated_at"
 #define STORE_AUDIT_COLUMNS                                                                             \
         "id, ts_ms, tenant_id, actor, sandbox_id, secret, host, port, method, path, action, reason"
 #define STORE_ATTACHMENT_COLUMNS "sandbox_id, name, placeholder, env_name"
@@ -80,6 +84,7 @@ int store_read_api_key(const struct store_row *r, void *ret);
 int store_read_tenant(const struct store_row *r, void *ret);
 int store_read_secret(const struct store_row *r, void *ret);
 int store_read_image(const struct store_row *r, void *ret);
+int store_read_template(const struct store_row *r, void *ret);
 int store_read_audit_event(const struct store_row *r, void *ret);
 int store_read_event(const struct store_row *r, void *ret);
 int store_read_attachment(const struct store_row *r, void *ret);
@@ -122,6 +127,8 @@ int store_read_join_token(const struct store_row *r, void *ret);
  * compared in constant time. */
 int store_join_token_verdict(bool found, const struct store_join_token *t, const uint8_t hash[STORE_HASH_SIZE],
                              int64_t now);
+/* one integer column, NULL reads as 0 (int64_t *) */
+int store_read_int64(const struct store_row *r, void *ret);
 /* one text column, NULL allowed (char **) */
 int store_read_text(const struct store_row *r, void *ret);
 /* one text column, never NULL (char **) */

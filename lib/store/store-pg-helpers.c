@@ -67,13 +67,22 @@ void pg_add_bytea(struct pg_params *q, const void *v, size_t n) {
         param(q, BYTEAOID, v, (int) n, 1); /* binary: the bytes as they are */
 }
 
-int64_t pg_lock_key_scope(const char *tenant_id) {
-        /* FNV-1a: the same key in every process; two scopes sharing one
-         * only wait for each other */
+/* FNV-1a of a scope (NULL and "": the admin's): the same in every
+ * process; two scopes sharing a key only wait for each other */
+static uint32_t scope_hash(const char *tenant_id) {
         uint32_t h = 2166136261u;
         for (const char *p = tenant_id ?: ""; *p; p++)
                 h = (h ^ (uint8_t) *p) * 16777619u;
-        return PG_LOCK_CLASS | 0x80000000 | (h & 0x7fffffff);
+        return h;
+}
+
+int64_t pg_lock_key_scope(const char *tenant_id) {
+        return PG_LOCK_CLASS | 0x80000000 | (scope_hash(tenant_id) & 0x7fffffff);
+}
+
+int64_t pg_lock_template_scope(const char *tenant_id) {
+        /* bit 31 clear, bit 30 set: neither a key scope's nor a fixed key */
+        return PG_LOCK_CLASS | 0x40000000 | (scope_hash(tenant_id) & 0x3fffffff);
 }
 
 /* Maps a failed statement's result to a negative errno: the only place

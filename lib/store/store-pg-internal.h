@@ -6,8 +6,9 @@
  * connection pool, statements, transactions, the error mapping and a
  * result's rows as a store_row cursor; store-pg.c: opening, migrations and
  * the core tables; store-pg-secrets.c: credentials and the audit log;
- * store-pg-images.c: images; store-pg-cluster.c: nodes, join tokens, the
- * CA, capability keys, replicas and operation leases). Private to
+ * store-pg-images.c: images; store-pg-templates.c: templates built from
+ * specs; store-pg-cluster.c: nodes, join tokens, the CA, capability keys,
+ * replicas and operation leases). Private to
  * lib/store.
  *
  * Every call borrows one connection from the handle's pool for its
@@ -103,6 +104,8 @@ int pg_lock(struct pg_call *c, int64_t key);
 #define PG_LOCK_TENANTS (PG_LOCK_CLASS | 2) /* the tenant count */
 /* the API key count of one scope (tenant_id NULL: the admin's) */
 int64_t pg_lock_key_scope(const char *tenant_id);
+/* the template count of one owner (tenant_id "" or NULL: the admin's) */
+int64_t pg_lock_template_scope(const char *tenant_id);
 
 /* One statement as a call of its own, for the calls that are one:
  * a SELECT's rows through read_row (pg_select_one: the first, or -ENOENT;
@@ -160,6 +163,20 @@ int pg_image_delete(struct store *s, const char *id);
 #define STORE_PG_IMAGES_OPS                                                                               \
         .image_insert = pg_image_insert, .image_get = pg_image_get, .image_find = pg_image_find,         \
         .image_list = pg_image_list, .image_delete = pg_image_delete
+
+int pg_template_put(struct store *s, const struct store_template *t, size_t max);
+int pg_template_get(struct store *s, const char *tenant_id, const char *name, struct store_template *ret);
+int pg_template_list(struct store *s, const char *tenant_id, size_t max, struct store_template **ret,
+                     size_t *ret_n);
+int pg_template_set_state(struct store *s, const char *tenant_id, const char *name, const char *build_id,
+                          const char *state, const char *error, uint32_t memory_mib, uint32_t vcpus);
+int pg_template_delete(struct store *s, const char *tenant_id, const char *name);
+int pg_template_node_refs(struct store *s, const char *node_name, size_t *ret_n);
+
+#define STORE_PG_TEMPLATES_OPS                                                                            \
+        .template_put = pg_template_put, .template_get = pg_template_get,                                 \
+        .template_list = pg_template_list, .template_set_state = pg_template_set_state,                   \
+        .template_delete = pg_template_delete, .template_node_refs = pg_template_node_refs
 
 int pg_event_insert(struct store *s, const struct store_event *ev);
 int pg_event_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, int64_t after_id,

@@ -655,5 +655,6 @@ const struct store_ops store_pg_ops = {
         STORE_PG_SECRETS_OPS,
         STORE_PG_EVENTS_OPS,
         STORE_PG_IMAGES_OPS,
+        STORE_PG_TEMPLATES_OPS,
         STORE_PG_CLUSTER_OPS,
 };

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * SQLite backend: the statement helpers of the tables whose calls prepare
- * their own statement (store-sqlite-secrets.c, store-sqlite-images.c).
+ * their own statement (store-sqlite-secrets.c, store-sqlite-images.c,
+ * store-sqlite-templates.c).
  */
 #include <errno.h>
 #include <stdlib.h>

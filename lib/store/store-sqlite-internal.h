@@ -4,12 +4,12 @@
 /*
  * What the SQLite backend's files share (store-sqlite.c: the connection,
  * migrations and the core tables; store-sqlite-secrets.c: credentials and
- * the audit log; store-sqlite-images.c: images; store-sqlite-cluster.c:
- * nodes, join tokens, the CA, capability keys, replicas and operation
- * leases; store-sqlite-helpers.c:
- * the statement helpers of the last two, and a statement's rows as the
- * store_row cursor the shared row readers take, store-backend.h). Private
- * to lib/store.
+ * the audit log; store-sqlite-images.c: images; store-sqlite-templates.c:
+ * templates built from specs; store-sqlite-cluster.c: nodes, join tokens,
+ * the CA, capability keys, replicas and operation leases;
+ * store-sqlite-helpers.c: the statement helpers of the files after the
+ * first, and a statement's rows as the store_row cursor the shared row
+ * readers take, store-backend.h). Private to lib/store.
  */
 
 #include <pthread.h>
@@ -87,6 +87,20 @@ int sqlite_image_delete(struct store *s, const char *id);
 #define STORE_SQLITE_IMAGES_OPS                                                                               \
         .image_insert = sqlite_image_insert, .image_get = sqlite_image_get, .image_find = sqlite_image_find, \
         .image_list = sqlite_image_list, .image_delete = sqlite_image_delete
+
+int sqlite_template_put(struct store *s, const struct store_template *t, size_t max);
+int sqlite_template_get(struct store *s, const char *tenant_id, const char *name, struct store_template *ret);
+int sqlite_template_list(struct store *s, const char *tenant_id, size_t max, struct store_template **ret,
+                         size_t *ret_n);
+int sqlite_template_set_state(struct store *s, const char *tenant_id, const char *name, const char *build_id,
+                              const char *state, const char *error, uint32_t memory_mib, uint32_t vcpus);
+int sqlite_template_delete(struct store *s, const char *tenant_id, const char *name);
+int sqlite_template_node_refs(struct store *s, const char *node_name, size_t *ret_n);
+
+#define STORE_SQLITE_TEMPLATES_OPS                                                                        \
+        .template_put = sqlite_template_put, .template_get = sqlite_template_get,                         \
+        .template_list = sqlite_template_list, .template_set_state = sqlite_template_set_state,           \
+        .template_delete = sqlite_template_delete, .template_node_refs = sqlite_template_node_refs
 
 int sqlite_event_insert(struct store *s, const struct store_event *ev);
 int sqlite_event_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, int64_t after_id,

@@ -811,5 +811,6 @@ const struct store_ops store_sqlite_ops = {
         STORE_SQLITE_SECRETS_OPS,
         STORE_SQLITE_EVENTS_OPS,
         STORE_SQLITE_IMAGES_OPS,
+        STORE_SQLITE_TEMPLATES_OPS,
         STORE_SQLITE_CLUSTER_OPS,
 };

@@ -235,6 +235,70 @@ void store_image_array_free(struct store_image *a, size_t n) {
         free(a);
 }
 
+static bool template_state_is_valid(const char *state) {
+        return state && (strcmp(state, "building") == 0 || strcmp(state, "ready") == 0 ||
+                         strcmp(state, "failed") == 0);
+}
+
+int store_template_put(struct store *s, const struct store_template *t) {
+        if (!t || !t->tenant_id || !t->name || !*t->name || !t->node_name || !t->build_id ||
+            !template_state_is_valid(t->state) || !t->spec || t->created_at < 0 || t->updated_at < 0)
+                return -EINVAL;
+        return s->ops->template_put(s, t, STORE_TEMPLATES_MAX);
+}
+
+int store_template_get(struct store *s, const char *tenant_id, const char *name, struct store_template *ret) {
+        if (!tenant_id || !name || !ret)
+                return -EINVAL;
+        return s->ops->template_get(s, tenant_id, name, ret);
+}
+
+int store_template_list(struct store *s, const char *tenant_id, size_t max, struct store_template **ret,
+                        size_t *ret_n) {
+        if (!ret || !ret_n)
+                return -EINVAL;
+        return s->ops->template_list(s, tenant_id, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
+int store_template_set_state(struct store *s, const char *tenant_id, const char *name, const char *build_id,
+                             const char *state, const char *error, uint32_t memory_mib, uint32_t vcpus) {
+        if (!tenant_id || !name || !build_id || !template_state_is_valid(state))
+                return -EINVAL;
+        return s->ops->template_set_state(s, tenant_id, name, build_id, state, error, memory_mib, vcpus);
+}
+
+int store_template_delete(struct store *s, const char *tenant_id, const char *name) {
+        if (!tenant_id || !name)
+                return -EINVAL;
+        return s->ops->template_delete(s, tenant_id, name);
+}
+
+int store_template_node_refs(struct store *s, const char *node_name, size_t *ret_n) {
+        if (!node_name || !ret_n)
+                return -EINVAL;
+        return s->ops->template_node_refs(s, node_name, ret_n);
+}
+
+void store_template_release(struct store_template *t) {
+        if (!t)
+                return;
+        free(t->tenant_id);
+        free(t->name);
+        free(t->node_name);
+        free(t->build_id);
+        free(t->state);
+        free(t->error);
+        free(t->node);
+        free(t->spec);
+        *t = (struct store_template){ 0 };
+}
+
+void store_template_array_free(struct store_template *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                store_template_release(&a[i]);
+        free(a);
+}
+
 int store_session_insert(struct store *s, const struct store_session *ses) {
         if (!ses || !ses->id || !ses->sandbox_id || !ses->cmd)
                 return -EINVAL;

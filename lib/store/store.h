@@ -128,6 +128,21 @@ struct store_image {
         char *snapshot_id;   /* the kept snapshot it was exported from, or NULL (taken for it) */
 };
 
+/* A template built from a spec (docs/templates.md): a tenant's name for a
+ * node template named by its content. */
+struct store_template {
+        char *tenant_id;    /* owner (a tenant id, or "" for the admin's own) */
+        char *name;         /* the owner's name for it: unique per owner */
+        char *node_name;    /* "c-" + 32 hex: the node's template (content id) */
+        char *build_id;     /* "bld-" + 16 hex: the latest build */
+        char *state;        /* "building", "ready" or "failed" */
+        char *error;        /* failed: why; else NULL */
+        char *node;         /* the node that built it (its name; "" for the local node) */
+        char *spec;         /* canonical JSON text of the spec */
+        uint32_t memory_mib, vcpus; /* the template's machine (0 until known) */
+        int64_t created_at, updated_at; /* Unix time, milliseconds */
+};
+
 /* One tenant: the owner of sandboxes and of API keys scoped to them. */
 struct store_tenant {
         char *id;           /* "ten-" + 16 hex */
@@ -244,6 +259,16 @@ struct store_ops {
         int (*image_list)(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, size_t max,
                           struct store_image **ret, size_t *ret_n);
         int (*image_delete)(struct store *s, const char *id);
+
+        /* templates; tenant_id "" is the admin's (NULL in a list: every owner's) */
+        int (*template_put)(struct store *s, const struct store_template *t, size_t max);
+        int (*template_get)(struct store *s, const char *tenant_id, const char *name, struct store_template *ret);
+        int (*template_list)(struct store *s, const char *tenant_id, size_t max, struct store_template **ret,
+                             size_t *ret_n);
+        int (*template_set_state)(struct store *s, const char *tenant_id, const char *name, const char *build_id,
+                                  const char *state, const char *error, uint32_t memory_mib, uint32_t vcpus);
+        int (*template_delete)(struct store *s, const char *tenant_id, const char *name);
+        int (*template_node_refs)(struct store *s, const char *node_name, size_t *ret_n);
 
         int (*session_insert)(struct store *s, const struct store_session *ses);
         int (*session_get)(struct store *s, const char *id, struct store_session *ret);
@@ -444,6 +469,30 @@ int store_image_list(struct store *s, bool all, const char *tenant_id, const cha
 int store_image_delete(struct store *s, const char *id);
 void store_image_release(struct store_image *img);
 void store_image_array_free(struct store_image *a, size_t n);
+
+/* Templates built from specs. A tenant's go with it (deleting the tenant
+ * deletes them); node_name is no reference: the node templates are the
+ * nodes' (store_template_node_refs() tells whether a row still names one). */
+#define STORE_TEMPLATES_MAX 100
+/* Inserts or replaces the row of (tenant_id, name): a new build of that name
+ * replaces the old row, created_at kept when it existed. -EDQUOT when the
+ * owner has STORE_TEMPLATES_MAX (100) rows and this is a new name, -ENOENT
+ * when tenant_id names no tenant. created_at, updated_at 0: now. */
+int store_template_put(struct store *s, const struct store_template *t);
+/* -ENOENT when unknown. Release with store_template_release(). */
+int store_template_get(struct store *s, const char *tenant_id, const char *name, struct store_template *ret);
+/* At most max rows (bounded by STORE_LIST_MAX), by name: of tenant_id, or every owner's when tenant_id is NULL. */
+int store_template_list(struct store *s, const char *tenant_id, size_t max, struct store_template **ret, size_t *ret_n);
+/* Sets state, error (may be NULL), memory_mib and vcpus (0: unchanged) and updated_at, only while the row's build_id is
+ * build_id: -ESTALE when another build replaced it, -ENOENT when the row is gone. */
+int store_template_set_state(struct store *s, const char *tenant_id, const char *name, const char *build_id,
+                             const char *state, const char *error, uint32_t memory_mib, uint32_t vcpus);
+/* -ENOENT when unknown. */
+int store_template_delete(struct store *s, const char *tenant_id, const char *name);
+/* How many rows (any owner, any name) name node_name. */
+int store_template_node_refs(struct store *s, const char *node_name, size_t *ret_n);
+void store_template_release(struct store_template *t);
+void store_template_array_free(struct store_template *a, size_t n);
 
 int store_session_insert(struct store *s, const struct store_session *ses);
 /* Reads one session; -ENOENT when unknown. Release with

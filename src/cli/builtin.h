@@ -31,6 +31,7 @@ int cmd_exec(struct cli *cli, int argc, char **argv);
 int cmd_cp(struct cli *cli, int argc, char **argv);
 int cmd_port(struct cli *cli, int argc, char **argv);
 int cmd_templates(struct cli *cli, int argc, char **argv);
+int cmd_template(struct cli *cli, int argc, char **argv);
 int cmd_pools(struct cli *cli, int argc, char **argv);
 int cmd_health(struct cli *cli, int argc, char **argv);
 int cmd_tenants(struct cli *cli, int argc, char **argv);

@@ -259,7 +259,28 @@ static int gather(struct api_ctx *ctx, const char *op, const char *field, json_t
 int api_templates_list(struct api_ctx *ctx, struct api_reply *ret) {
         json_t *t = NULL;
         int r = gather(ctx, "template.list", "templates", &t);
-        return r < 0 ? r : reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "templates", t));
+        if (r < 0)
+                return r;
+        /* the nodes' own (built-in) ones, then the caller's built ones
+         * under their names: the nodes' names of those are content ids */
+        json_t *all = json_array();
+        size_t i;
+        json_t *e;
+        json_array_foreach(t, i, e) {
+                const char *name = json_string_value(json_object_get(e, "name"));
+                if (all && name && strncmp(name, "c-", 2) != 0) {
+                        json_object_set_new(e, "kind", json_string("built-in"));
+                        json_array_append(all, e);
+                }
+        }
+        json_decref(t);
+        if (!all)
+                return -ENOMEM;
+        if ((r = api_template_list_own(ctx, all)) < 0) {
+                json_decref(all);
+                return r;
+        }
+        return reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "templates", all));
 }
 
 int api_pools_list(struct api_ctx *ctx, struct api_reply *ret) {
@@ -467,6 +488,15 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 if (!(c.template_name = strdup(image.template_name)))
                         return -ENOMEM;
         }
+        /* one of the owner's templates: the node knows it by its content id,
+         * and it lives on the node that built it */
+        _cleanup_free_ char *node_template = NULL, *template_node = NULL;
+        if (!c.image && (r = api_template_resolve(ctx, tenant_id, c.template_name, &node_template, &template_node)) < 0)
+                return r;
+        if (template_node && c.node && strcmp(template_node, c.node) != 0)
+                return api_fail(ctx, -EINVAL, "template '%.64s' is on node %s, not %.64s", c.template_name,
+                                template_node, c.node);
+        const char *run_template = node_template ? node_template : c.template_name;
         /* none given ({} included): the tenant's default, else the node's */
         if (net_given)
                 net_s = strdup(net_given);
@@ -505,7 +535,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
          * create no node can take leaves nothing behind */
         _cleanup_free_ char *node = NULL;
         char node_addr[NODES_ADDR_MAX];
-        struct nodes_want want = { .template_name = c.template_name, .node = c.node, .labels = c.node_labels };
+        struct nodes_want want = { .template_name = run_template, .node = c.node ? c.node : template_node,
+                                   .labels = c.node_labels };
         if ((r = nodes_place(&want, &node, ctx->err)) < 0 || (r = nodes_addr(node, node_addr)) < 0)
                 return r;
 
@@ -539,7 +570,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         }
 
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:O, s:O, s:O}", "op", "sandbox.create", "id",
-                                                        id, "template", c.template_name, "env", c.env, "metadata",
+                                                        id, "template", run_template, "env", c.env, "metadata",
                                                         c.metadata, "network", net);
         /* the node keeps the owner: capabilities for it must name it */
         if (req && tenant_id)
@@ -932,7 +963,7 @@ int api_exec(struct api_ctx *ctx, const char *id, const json_t *body, struct api
                 return r;
 
         _cleanup_(json_decrefp) json_t *req = json_pack(
-                "{s:s, s:s, s:O, s:O, s:s, s:I, s:I}", "op", "exec", "id", id, "cmd", e.cmd, "env", e.env, "cwd", e.cwd,
+                "{s:s, s:s, s:O, s:O, s:s*, s:I, s:I}", "op", "exec", "id", id, "cmd", e.cmd, "env", e.env, "cwd", e.cwd,
                 "timeout_s", (json_int_t) e.timeout_s, "max_output", (json_int_t) ctx->config->exec_max_output);
         if (!req)
                 return -ENOMEM;
@@ -1024,7 +1055,7 @@ int api_session_create(struct api_ctx *ctx, const char *sandbox_id, const json_t
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert session: %m");
 
         _cleanup_(json_decrefp) json_t *req =
-                json_pack("{s:s, s:s, s:s, s:O, s:O, s:s, s:b, s:I, s:I}", "op", "session.start", "id", sandbox_id,
+                json_pack("{s:s, s:s, s:s, s:O, s:O, s:s*, s:b, s:I, s:I}", "op", "session.start", "id", sandbox_id,
                           "session_id", sid, "cmd", s.cmd, "env", s.env, "cwd", s.cwd, "pty", s.pty, "rows",
                           (json_int_t) s.rows, "cols", (json_int_t) s.cols);
         r = dataplane_call(ctx->config, sb.tenant_id, sandbox_id, CAP_ACCESS_EXEC, req, ctx->config->node_timeout_s,

@@ -64,6 +64,27 @@ int api_fail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
 /* A sandbox row as the API shows it (no node's view merged in). */
 json_t *api_sandbox_row_json(const struct store_sandbox *sb);
 int api_templates_list(struct api_ctx *ctx, struct api_reply *ret);
+
+/* Templates built from specs (api-templates.c). create: body {"spec"} or
+ * {"dockerfile","name",sizes}; context_path (NULL: none) a build context
+ * tar with its SHA-256 in hex. 202 while it builds, 200 when it is built
+ * already. */
+#define API_TEMPLATE_CONTEXT_MAX (256ull << 20)
+int api_template_create(struct api_ctx *ctx, const json_t *body, const char *context_path, const char *context_sha,
+                        struct api_reply *ret);
+int api_template_get(struct api_ctx *ctx, const char *name, struct api_reply *ret);
+int api_template_delete(struct api_ctx *ctx, const char *name, struct api_reply *ret);
+/* GET .../builds/{id}/logs: Server-Sent Events "log" {text}, "progress"
+ * {step,steps,step_text,elapsed_ms} and a last "end" {state,error?}. */
+int api_template_logs(struct api_ctx *ctx, const char *name, const char *build_id, struct api_reply *ret);
+/* Appends the caller's built templates to arr. */
+int api_template_list_own(struct api_ctx *ctx, json_t *arr);
+/* name as owner's template: 1 with its node's template name (and the node
+ * it is on, NULL: the local one) when it is one and ready; 0 when it is
+ * not one of theirs (a built-in name); -EBUSY (message set) while it
+ * builds or after it failed. */
+int api_template_resolve(struct api_ctx *ctx, const char *owner, const char *name, char **ret_node_template,
+                         char **ret_node);
 /* GET /v1/pools: the node's warm pools, {"pools":[...]}. */
 int api_pools_list(struct api_ctx *ctx, struct api_reply *ret);
 

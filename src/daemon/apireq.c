@@ -130,6 +130,9 @@ static const struct {
                                                         "tenant", NULL } },
         [APIREQ_BODY_FORK] = { (const char *const[]){ "secrets", NULL } },
         [APIREQ_BODY_KMS] = { (const char *const[]){ "kind", "label", "generate", NULL } },
+        /* lib/tplspec checks the spec itself */
+        [APIREQ_BODY_TEMPLATE] = { (const char *const[]){ "spec", "dockerfile", "name", "memory_mib", "vcpus",
+                                                          "disk_mib", NULL } },
 };
 
 int apireq_check_body(const json_t *o, enum apireq_body kind, bool lenient, char *err) {
@@ -255,11 +258,10 @@ static int opt_cwd(const json_t *o, char **ret, char *err) {
         int r = opt_string(o, "cwd", &cwd, err);
         if (r < 0)
                 return r;
-        if (!cwd) {
-                cwd = strdup(APIREQ_DEFAULT_CWD);
-                if (!cwd)
-                        return -ENOMEM;
-        }
+        /* none: the node's default (the template's WORKDIR, else
+         * /root for root, the user's home for a user) */
+        if (!cwd)
+                return 0;
         char perr[API_ERRMSG_MAX];
         if (apireq_check_path(cwd, strlen(cwd), perr) < 0)
                 return bad(err, "field 'cwd': %s", perr);

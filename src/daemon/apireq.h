@@ -30,7 +30,6 @@
 #define APIREQ_METADATA_VALUE_MAX 1024
 #define APIREQ_STDIN_MAX (512u << 10) /* decoded bytes per stdin request */
 #define APIREQ_DEFAULT_TEMPLATE "python"
-#define APIREQ_DEFAULT_CWD "/root"
 #define APIREQ_DEFAULT_EXEC_TIMEOUT_S 60
 
 /* The kinds of request body, each with the list of fields its handler
@@ -52,6 +51,7 @@ enum apireq_body {
         APIREQ_BODY_FORK,     /* POST /v1/sandboxes/{id}/fork {"secrets"} */
         APIREQ_BODY_JOIN_TOKEN, /* POST /v1/nodes/tokens {"ttl_s"} */
         APIREQ_BODY_KMS,        /* PUT /v1/tenants/{id}/kms {"kind","label","generate"} */
+        APIREQ_BODY_TEMPLATE,   /* POST /v1/templates: {"spec"} or {"dockerfile","name",sizes} (api-templates.c) */
         _APIREQ_BODY_MAX,
 };
 

@@ -17,6 +17,7 @@
 #include "auth.h"
 #include "e2b-api.h"
 #include "e2b-envd.h"
+#include "formupload.h"
 #include "log.h"
 #include "macros.h"
 #include "nodes.h"
@@ -47,6 +48,8 @@ enum route_id {
         R_LIFECYCLE_EVENTS,
         R_SANDBOX_METRICS,
         R_TEMPLATES,
+        R_TEMPLATE,
+        R_TEMPLATE_LOGS,
         R_SANDBOXES,
         R_SANDBOX,
         R_EXEC,
@@ -116,7 +119,7 @@ enum auth_kind {
 
 struct route {
         enum route_id id;
-        const char *seg[HTTP_SEGMENTS_MAX]; /* "*" captures the parameter */
+        const char *seg[HTTP_SEGMENTS_MAX]; /* "*" captures the parameter (a second one: param2) */
         unsigned methods;
         enum auth_kind auth;
         enum apireq_body body; /* the fields a POST or JSON PUT may have (default: none) */
@@ -127,7 +130,9 @@ static const struct route routes[] = {
         { R_METRICS, { "metrics" }, M_GET, AUTH_METRICS, APIREQ_BODY_NONE },
         { R_LIFECYCLE_EVENTS, { "v1", "events" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
         { R_SANDBOX_METRICS, { "v1", "sandboxes", "*", "metrics" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
-        { R_TEMPLATES, { "v1", "templates" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
+        { R_TEMPLATES, { "v1", "templates" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_TEMPLATE },
+        { R_TEMPLATE, { "v1", "templates", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
+        { R_TEMPLATE_LOGS, { "v1", "templates", "*", "builds", "*", "logs" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
         { R_SANDBOXES, { "v1", "sandboxes" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_CREATE },
         { R_SANDBOX, { "v1", "sandboxes", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
         { R_EXEC, { "v1", "sandboxes", "*", "exec" }, M_POST, AUTH_API, APIREQ_BODY_EXEC },
@@ -195,6 +200,7 @@ struct request {
         char log_ctx[256];
         const struct route *route;
         char param[HTTP_PARAM_MAX + 1];
+        char param2[HTTP_PARAM_MAX + 1];
         unsigned method;
         unsigned status;
         bool queued; /* a response is queued: ignore further body bytes */
@@ -216,6 +222,9 @@ struct request {
         /* a request for a sandbox's envd (E2b-Sandbox-Id: e2b-envd.h) */
         struct e2b_envd_request *envd;
 
+        /* POST /v1/templates as multipart/form-data (formupload.h) */
+        struct formupload *form;
+
         /* streamed upload (PUT files, service ports) */
         struct node_conn *upload;
         char upload_path[APIREQ_PATH_MAX + 1];
@@ -231,6 +240,7 @@ static void request_free(struct request *req) {
         free(req->tenant_id);
         free(req->key_id);
         node_conn_free(req->upload);
+        formupload_free(req->form);
         e2b_envd_free(req->envd);
         free(req);
 }
@@ -265,7 +275,7 @@ static void methods_string(unsigned m, char *buf, size_t n) {
  * ret_path_matched is true when some route has this path (for 405 vs 404).
  * Empty segments (double or trailing slashes) are ignored.
  */
-static const struct route *route_match(const char *url, char *param, size_t param_n) {
+static const struct route *route_match(const char *url, char *param, char *param2, size_t param_n) {
         char seg[HTTP_SEGMENTS_MAX][HTTP_PARAM_MAX + 1];
         size_t nseg = 0;
         for (const char *p = url; *p;) {
@@ -289,18 +299,25 @@ static const struct route *route_match(const char *url, char *param, size_t para
                         n++;
                 if (n != nseg)
                         continue;
-                const char *captured = NULL;
+                const char *captured = NULL, *captured2 = NULL;
                 bool ok = true;
                 for (size_t j = 0; j < n && ok; j++) {
-                        if (strcmp(rt->seg[j], "*") == 0)
-                                captured = seg[j];
-                        else
+                        if (strcmp(rt->seg[j], "*") == 0) {
+                                if (captured)
+                                        captured2 = seg[j];
+                                else
+                                        captured = seg[j];
+                        } else
                                 ok = strcmp(rt->seg[j], seg[j]) == 0;
                 }
                 if (!ok)
                         continue;
-                if (captured && !name_is_valid(captured))
+                if ((captured && !name_is_valid(captured)) || (captured2 && !name_is_valid(captured2)))
                         return NULL; /* cannot name anything we hold */
+                size_t l2 = captured2 ? strnlen(captured2, param_n - 1) : 0;
+                if (l2)
+                        memcpy(param2, captured2, l2);
+                param2[l2] = 0;
                 size_t l = captured ? strnlen(captured, param_n - 1) : 0;
                 if (l)
                         memcpy(param, captured, l);
@@ -686,7 +703,7 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
         }
         if (p > 0)
                 return port_begin(req, conn, method, target);
-        req->route = route_match(url, req->param, sizeof req->param);
+        req->route = route_match(url, req->param, req->param2, sizeof req->param);
 
         int r = authenticate(req, conn);
         if (r < 0)
@@ -734,6 +751,21 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
                         return queue_error(req, conn, r, ctx.err);
                 return MHD_YES;
         }
+        if (req->route->id == R_TEMPLATES && req->method == M_POST && formupload_is_multipart(conn)) {
+                /* a spec and its build context: the context goes to a
+                 * temporary file as it arrives */
+                if (clen > 0 && (uint64_t) clen > API_TEMPLATE_CONTEXT_MAX + cfg->max_json_body)
+                        return queue_error(req, conn, -EFBIG, "the build context exceeds the limit of 256 MiB");
+                r = formupload_new(conn, "request", "context", cfg->control_dir, cfg->max_json_body,
+                                   API_TEMPLATE_CONTEXT_MAX, &req->form);
+                if (r < 0 && r != -EINVAL)
+                        log_errno(LOG_LEVEL_ERROR, r, req->log_ctx, "cannot take a build context in %s: %m",
+                                  cfg->control_dir);
+                if (r < 0)
+                        return queue_error(req, conn, r == -EINVAL ? r : -EIO,
+                                           r == -EINVAL ? "cannot read the multipart/form-data body" : NULL);
+                return MHD_YES;
+        }
         if (clen > 0 && (uint64_t) clen > cfg->max_json_body) {
                 char err[API_ERRMSG_MAX];
                 snprintf(err, sizeof err, "request body of %lld bytes exceeds the limit of %llu bytes", (long long) clen,
@@ -756,6 +788,13 @@ static enum MHD_Result request_data(struct request *req, struct MHD_Connection *
                 if (r < 0)
                         return queue_error(req, conn, r, ctx.err);
                 return r > 0 ? queue_reply(req, conn, &rep) : MHD_YES;
+        }
+        if (req->form) {
+                char err[API_ERRMSG_MAX] = "";
+                int r = formupload_data(req->form, data, len, err, sizeof err);
+                if (r < 0)
+                        return queue_error(req, conn, r, err);
+                return MHD_YES;
         }
         if (req->upload) {
                 req->upload_bytes += len;
@@ -834,9 +873,14 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                          (unsigned long long) req->srv->config->max_json_body);
                 return queue_error(req, conn, -EFBIG, ctx.err);
         }
-        /* every body but a file upload's is one JSON object */
+        /* every body but a file upload's is one JSON object (a form's
+         * "request" part) */
+        const char *body_text = req->body;
+        size_t body_len = req->body_len;
+        if (req->form && !(body_text = formupload_json(req->form, &body_len)))
+                return queue_error(req, conn, -EINVAL, "the form has no 'request' part (the JSON request)");
         if (req->method == M_POST || (req->method == M_PUT && req->route->id != R_FILES)) {
-                r = apireq_parse_object(req->body, req->body_len, &body, ctx.err);
+                r = apireq_parse_object(body_text, body_len, &body, ctx.err);
                 /* strict: a field no handler reads is the client's mistake
                  * (a misspelt security setting must not just be dropped) */
                 if (r >= 0 && !is_e2b(req))
@@ -860,7 +904,19 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Last-Event-ID"), &rep);
                 break;
         case R_TEMPLATES:
-                r = api_templates_list(&ctx, &rep);
+                if (req->method == M_GET) {
+                        r = api_templates_list(&ctx, &rep);
+                        break;
+                }
+                char context_sha[65];
+                const char *context = req->form ? formupload_file(req->form, context_sha) : NULL;
+                r = api_template_create(&ctx, body, context, context ? context_sha : NULL, &rep);
+                break;
+        case R_TEMPLATE:
+                r = req->method == M_GET ? api_template_get(&ctx, id, &rep) : api_template_delete(&ctx, id, &rep);
+                break;
+        case R_TEMPLATE_LOGS:
+                r = api_template_logs(&ctx, id, req->param2, &rep);
                 break;
         case R_POOLS:
                 r = api_pools_list(&ctx, &rep);

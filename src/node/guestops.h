@@ -19,6 +19,37 @@ struct guestconn;
  * says why. */
 int guestops_identity(struct guestconn *g, const char *sandbox_id, json_t *env, int timeout_ms, char **ret_message);
 
+/* A command for the guest: argv (a JSON array of strings), env (an object
+ * of strings; NULL: none), cwd (NULL: "/"), user (NULL: root). Its output
+ * is appended to out_fd when > 0, and its start kept in out (out_size
+ * bytes, NUL-terminated once released or waited for). timeout_ms bounds
+ * the start (the agent's answer to EXEC), 10 s when 0. */
+struct guestops_exec {
+        json_t *argv;
+        json_t *env;
+        const char *cwd;
+        const char *user;
+        int out_fd;
+        char *out;
+        size_t out_size;
+        int timeout_ms;
+};
+
+/* A command started in the guest (guestops_spawn), followed until
+ * released: releasing it stops following, the process runs on in the
+ * guest (a template's start command runs into its snapshot). */
+struct guestops_proc;
+int guestops_spawn(struct guestconn *g, const struct guestops_exec *e, struct guestops_proc **ret, char **ret_message);
+/* Waits up to timeout_ms for its exit: 0 with *ret_exit_code, -ETIMEDOUT
+ * while it runs (0 ms: a look), -ECONNRESET when the channel died. */
+int guestops_proc_wait(struct guestops_proc *p, int timeout_ms, int *ret_exit_code);
+void guestops_proc_release(struct guestops_proc *p);
+
+/* guestops_spawn(), then waits up to timeout_ms for its exit (as
+ * guestops_proc_wait()). -ENOENT when argv[0] does not exist. */
+int guestops_exec(struct guestconn *g, const struct guestops_exec *e, int timeout_ms, int *ret_exit_code,
+                  char **ret_message);
+
 /* Runs argv in the guest as root, env empty, in "/", and waits up to
  * timeout_ms for it to exit: 0 with *ret_exit_code, -ENOENT when argv[0]
  * does not exist, -ETIMEDOUT, -ECONNRESET when the channel died. out (may

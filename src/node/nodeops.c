@@ -19,6 +19,7 @@
 #include "nodeops-files.h"
 #include "nodeops-lifecycle.h"
 #include "nodeops-secrets.h"
+#include "nodeops-templates.h"
 #include "nodemetrics.h"
 #include "portproxy.h"
 #include "nodeutil.h"
@@ -614,6 +615,7 @@ static int op_exec(struct node_conn *c, json_t *req) {
         struct guestconn *g;
         if ((r = req_sandbox(c, req, CAP_ACCESS_EXEC, &s, &g)) < 0)
                 return r;
+        sandbox_exec_defaults(s, &cwd, &user);
         /* an older agent would ignore "user" and run the command as root */
         if (user && !guestconn_has(g, GUESTCONN_FEATURE_USER))
                 return conn_reply_error(
@@ -716,6 +718,7 @@ static int op_session_start(struct node_conn *c, json_t *req) {
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         if ((r = req_sandbox(c, req, CAP_ACCESS_EXEC, &s, NULL)) < 0)
                 return r;
+        sandbox_exec_defaults(s, &cwd, &user);
         _cleanup_(json_decrefp) json_t *exec_req = json_pack("{s:O, s:O, s:b, s:I, s:I}", "argv", cmd, "env", env,
                                                              "pty", pty, "rows", (json_int_t) rows, "cols",
                                                              (json_int_t) cols);
@@ -913,6 +916,10 @@ static const struct {
         { "health", op_health, false },
         { "node.metrics", op_node_metrics, false },
         { "template.list", op_template_list, false },
+        { "template.build", nodeops_template_build, false },
+        { "template.get", nodeops_template_get, false },
+        { "template.log", nodeops_template_log, false },
+        { "template.delete", nodeops_template_delete, false },
         { "pool.list", op_pool_list, false },
         { "sandbox.create", op_sandbox_create, true },
         { "sandbox.get", op_sandbox_get, false },

@@ -1150,6 +1150,19 @@ int sandbox_create(const char *id, const char *template_name, json_t *env, const
         }
         if ((r = sandbox_limits_check(&s->limits, s->tpl, &err)) < 0)
                 goto fail;
+        if (s->tpl->env && json_object_size(s->tpl->env) > 0) {
+                /* a template built from a spec: its environment under the create's */
+                json_t *merged = json_deep_copy(s->tpl->env);
+                if (!merged || json_object_update(merged, s->env) < 0) {
+                        json_decref(merged);
+                        r = -ENOMEM;
+                        goto fail;
+                }
+                pthread_mutex_lock(&s->lock);
+                json_decref(s->env);
+                s->env = merged;
+                pthread_mutex_unlock(&s->lock);
+        }
         uint64_t t_tpl = now_monotonic_ns();
         if (t_tpl - t0 > 1000000000ULL)
                 log_emit(LOG_LEVEL_INFO, s->ctx, "waited %llu ms for template %s",
@@ -1522,4 +1535,17 @@ char *sandbox_secrets_dup(struct sandbox *s) {
         char *c = s->secrets ? strdup(s->secrets) : NULL;
         pthread_mutex_unlock(&s->lock);
         return c;
+}
+
+void sandbox_exec_defaults(struct sandbox *s, const char **cwd, const char **user) {
+        /* s->tpl is set once, before the sandbox runs, and lives with it */
+        const struct template_info *t = s->tpl;
+        if (t && !*cwd && t->workdir)
+                *cwd = t->workdir;
+        if (t && !*user && t->user)
+                *user = t->user;
+        /* root's commands start in its home (docs/api.md); a user's in
+         * theirs, which the guest knows */
+        if (!*cwd && !*user)
+                *cwd = "/root";
 }

@@ -363,6 +363,11 @@ json_t *sandbox_list_json(void);
  * hold the latter across handing it to the gateway (gwclient_attach()), so
  * a concurrent sandbox_set_network() cannot be lost.
  */
+/* A command that names no working directory or user gets its template's
+ * (a template built from a spec: WORKDIR, USER); pointers valid while the
+ * caller holds its reference to s. */
+void sandbox_exec_defaults(struct sandbox *s, const char **cwd, const char **user);
+
 const char *sandbox_network(struct sandbox *s);
 void sandbox_network_lock(struct sandbox *s);
 void sandbox_network_unlock(struct sandbox *s);

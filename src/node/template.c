@@ -21,11 +21,14 @@
 #include "config.h"
 #include "guestconn.h"
 #include "guestops.h"
+#include "gwclient.h"
 #include "log.h"
 #include "macros.h"
 #include "nodemetrics.h"
 #include "nodeutil.h"
 #include "proto.h"
+#include "template-build.h"
+#include "template-internal.h"
 #include "template-store.h"
 #include "util.h"
 
@@ -68,8 +71,7 @@ struct tentry {
         struct template_info *info; /* T_READY */
         char hash[HASH_HEX];        /* "" until computed */
         unsigned memory_mib;
-        pid_t build_pgid;           /* running script's process group, 0 = none */
-        struct vmm *build_vmm;      /* running template VM, NULL = none (tlock) */
+        struct template_track track; /* its running script or VM (tlock) */
         /* progress of the build this process runs, for health (tlock) */
         const char *step;           /* one of build_steps[], NULL before the first */
         unsigned step_number;       /* 1-based index into build_steps[] */
@@ -132,6 +134,9 @@ void template_info_free(struct template_info *t) {
         free(t->mem);
         free(t->state);
         free(t->cmdline);
+        json_decref(t->env);
+        free(t->workdir);
+        free(t->user);
         free(t);
 }
 
@@ -152,7 +157,7 @@ static unsigned memory_for(const char *name) {
         return DEFAULT_MEMORY_MIB;
 }
 
-static struct template_info *info_copy(const struct template_info *t) {
+struct template_info *template_info_copy(const struct template_info *t) {
         struct template_info *n = calloc(1, sizeof *n);
         if (!n)
                 return NULL;
@@ -167,6 +172,13 @@ static struct template_info *info_copy(const struct template_info *t) {
         n->cmdline = strdup(t->cmdline);
         n->memory_mib = t->memory_mib;
         n->vcpus = t->vcpus;
+        n->env = t->env ? json_deep_copy(t->env) : NULL;
+        n->workdir = t->workdir ? strdup(t->workdir) : NULL;
+        n->user = t->user ? strdup(t->user) : NULL;
+        if ((t->env && !n->env) || (t->workdir && !n->workdir) || (t->user && !n->user)) {
+                template_info_free(n);
+                return NULL;
+        }
         if (!n->name || !n->hash || !n->dir || !n->kernel || !n->initrd || !n->rootfs || !n->mem || !n->state ||
             !n->cmdline) {
                 template_info_free(n);
@@ -353,9 +365,7 @@ static void log_tail(const char *ctx, const char *log_path) {
         log_emit(LOG_LEVEL_ERROR, ctx, "build log tail (%s):\n%s", log_path, buf);
 }
 
-/* Runs one build step with its output appended to log_path. On failure
- * *ret_error says what failed. */
-static int run_step(struct tentry *e, const char *ctx, char *const argv[], const char *log_path, char **ret_error) {
+int template_run_step(struct template_track *t, const char *ctx, char *const argv[], const char *log_path, char **ret_error) {
         _cleanup_close_ int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (log_fd < 0)
                 return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx, "Failed to open %s: %m", log_path);
@@ -369,7 +379,7 @@ static int run_step(struct tentry *e, const char *ctx, char *const argv[], const
         pthread_mutex_lock(&tlock);
         int r = shutting_down ? -ECANCELED : spawn(argv, log_fd, &pid);
         if (r >= 0)
-                e->build_pgid = pid;
+                t->pgid = pid;
         pthread_mutex_unlock(&tlock);
         if (r < 0) {
                 *ret_error = strdup_printf("cannot run %s: %s", argv[0], strerror(-r));
@@ -378,7 +388,7 @@ static int run_step(struct tentry *e, const char *ctx, char *const argv[], const
         int status = 0;
         r = wait_child(pid, SCRIPT_TIMEOUT_S, &status);
         pthread_mutex_lock(&tlock);
-        e->build_pgid = 0;
+        t->pgid = 0;
         pthread_mutex_unlock(&tlock);
         const char *prog = strcmp(argv[0], "/bin/bash") == 0 && argv[1] ? argv[1] : argv[0];
         const char *base = strrchr(prog, '/') ? strrchr(prog, '/') + 1 : prog;
@@ -407,11 +417,11 @@ static int run_step(struct tentry *e, const char *ctx, char *const argv[], const
 /* One build step: run_step(), or under airlock-nodemgr its template.step
  * (the scripts need root: mmdebstrap, device nodes, file ownership in the
  * image). dir/out is where the step's output lands. */
-static int build_step(struct tentry *e, const char *ctx, char *const argv[], const char *step, const char *name,
-                      const char *dir, const char *out, const char *kernel_dir, const char *log_path,
-                      char **ret_error) {
+int template_build_step(struct template_track *t, const char *ctx, char *const argv[], const char *step,
+                        const char *name, const char *dir, const char *out, const char *kernel_dir,
+                        const char *log_path, char **ret_error) {
         if (!vmm_via_nodemgr())
-                return run_step(e, ctx, argv, log_path, ret_error);
+                return template_run_step(t, ctx, argv, log_path, ret_error);
         _cleanup_close_ int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (log_fd < 0)
                 return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx, "Failed to open %s: %m", log_path);
@@ -662,7 +672,7 @@ static int ensure_kernel(struct tentry *e, const char *ctx, const char *kdir, co
         pathf(script, "%s/kernel.sh", tcfg->images_dir);
         char *argv[] = { (char *) "/bin/bash", script, (char *) kdir, NULL };
         const char *kname = strrchr(kdir, '/') ? strrchr(kdir, '/') + 1 : kdir;
-        return build_step(e, ctx, argv, "kernel", "", tdir, kname, NULL, log_path, ret_error);
+        return template_build_step(&e->track, ctx, argv, "kernel", "", tdir, kname, NULL, log_path, ret_error);
 }
 
 /* Moves the VM's console and QEMU logs from its run directory into the
@@ -693,7 +703,7 @@ static void keep_logs(const char *run_dir, const char *tmp) {
 #define TEMPLATE_START "/etc/airlock/template-start"
 #define TEMPLATE_START_TIMEOUT_MS (10 * 60 * 1000) /* a cold Python under TCG, numpy and a kernel */
 
-static int template_start(struct guestconn *g, const char *ctx, char **ret_error) {
+int template_run_start(struct guestconn *g, const char *ctx, char **ret_error) {
         char out[2048]; /* the start of its output, for the build's error */
         _cleanup_free_ char *msg = NULL;
         _cleanup_(json_decrefp) json_t *argv = json_pack("[s]", TEMPLATE_START);
@@ -713,9 +723,10 @@ static int template_start(struct guestconn *g, const char *ctx, char **ret_error
         return r;
 }
 
-static int boot_and_save(struct tentry *e, const char *ctx, const char *tmp, const char *kdir, unsigned memory_mib,
-                         char **ret_error) {
-        _cleanup_free_ char *kernel = strdup_printf("%s/vmlinux", kdir);
+int template_boot_and_save(const struct template_boot *b, char **ret_error) {
+        const char *ctx = b->ctx, *tmp = b->dir;
+        unsigned memory_mib = b->memory_mib;
+        _cleanup_free_ char *kernel = strdup_printf("%s/vmlinux", b->kernel_dir);
         _cleanup_free_ char *initrd = strdup_printf("%s/initramfs.cpio", tmp);
         _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", tmp);
         _cleanup_free_ char *mem = strdup_printf("%s/mem", tmp);
@@ -742,7 +753,7 @@ static int boot_and_save(struct tentry *e, const char *ctx, const char *tmp, con
                 .qemu_binary = tcfg->qemu_binary,
                 .accel = taccel,
                 .memory_mib = memory_mib,
-                .vcpus = TEMPLATE_VCPUS,
+                .vcpus = b->vcpus ? b->vcpus : TEMPLATE_VCPUS,
                 .kernel = kernel,
                 .initrd = initrd,
                 .cmdline = TEMPLATE_CMDLINE,
@@ -757,12 +768,18 @@ static int boot_and_save(struct tentry *e, const char *ctx, const char *tmp, con
         pthread_mutex_lock(&tlock);
         r = shutting_down ? -ECANCELED : vmm_boot(&vc, &v);
         if (r >= 0)
-                e->build_vmm = v;
+                b->track->vmm = v;
         pthread_mutex_unlock(&tlock);
         if (r < 0) {
                 keep_logs(run_dir, tmp);
                 *ret_error = strdup_printf("template VM did not start: %s (logs in %s)", strerror(-r), tmp);
                 return r;
+        }
+        bool served = false;
+        if (b->network_id && gwclient_enabled()) {
+                r = gwclient_attach(b->network_id, 1, b->network ? b->network : "{\"mode\":\"allow-all\"}",
+                                    v->gw_fds[0], v->gw_fds[1], ctx);
+                served = r >= 0;
         }
 
         int fd = -1;
@@ -778,9 +795,12 @@ static int boot_and_save(struct tentry *e, const char *ctx, const char *tmp, con
                 r = guestconn_ping(g, 10000);
         }
         _cleanup_free_ char *start_error = NULL;
-        if (r >= 0) {
+        if (r >= 0 && b->work) {
+                step = "running the build's steps";
+                r = b->work(g, v, b->userdata, &start_error);
+        } else if (r >= 0) {
                 step = "starting the template's services";
-                r = template_start(g, ctx, &start_error);
+                r = template_run_start(g, ctx, &start_error);
         }
         if (r >= 0) {
                 step = "rehearsing a sandbox's start";
@@ -797,9 +817,11 @@ static int boot_and_save(struct tentry *e, const char *ctx, const char *tmp, con
                 r = vmm_save(v, state);
         }
         pthread_mutex_lock(&tlock);
-        e->build_vmm = NULL;
+        b->track->vmm = NULL;
         pthread_mutex_unlock(&tlock);
         vmm_destroy(v);
+        if (served)
+                (void) gwclient_forget(b->network_id, ctx);
         keep_logs(run_dir, tmp);
         /* the build VM's uid owned them; the template is the node's (root's
          * without airlock-nodemgr; no VM opens these: restores get clones
@@ -938,18 +960,20 @@ static int build(struct tentry *e, const char *hash, const char *khash, unsigned
                 pathf(initramfs_script, "%s/initramfs.sh", tcfg->images_dir);
                 pathf(out, "%s/initramfs.cpio", tmp);
                 char *argv[] = { (char *) "/bin/bash", initramfs_script, kdir, tcfg->guest_binary, out, NULL };
-                r = build_step(e, ctx, argv, "initramfs", "", tmp, "initramfs.cpio", kdir, log_path, ret_error);
+                r = template_build_step(&e->track, ctx, argv, "initramfs", "", tmp, "initramfs.cpio", kdir, log_path, ret_error);
         }
         if (r >= 0) {
                 build_progress(e, "rootfs");
                 pathf(script, "%s/templates/%s.sh", tcfg->images_dir, e->name);
                 pathf(out, "%s/rootfs.img", tmp);
                 char *argv[] = { (char *) "/bin/bash", script, out, NULL };
-                r = build_step(e, ctx, argv, "rootfs", e->name, tmp, "rootfs.img", NULL, log_path, ret_error);
+                r = template_build_step(&e->track, ctx, argv, "rootfs", e->name, tmp, "rootfs.img", NULL, log_path, ret_error);
         }
         if (r >= 0) {
                 build_progress(e, "boot");
-                r = boot_and_save(e, ctx, tmp, kdir, memory_mib, ret_error);
+                r = template_boot_and_save(&(struct template_boot){ .ctx = ctx, .dir = tmp, .kernel_dir = kdir,
+                                                                   .memory_mib = memory_mib, .track = &e->track },
+                                           ret_error);
         }
         uint64_t build_ms = (now_monotonic_ns() - t0) / 1000000ULL;
         if (r >= 0) {
@@ -1080,6 +1104,8 @@ static void build_entry(struct tentry *e) {
 }
 
 int template_get(const char *name, int wait_ms, struct template_info **ret, char **ret_error) {
+        if (template_custom_name(name))
+                return template_custom_get(name, ret, ret_error);
         struct timespec deadline;
         node_deadline_after_ms(&deadline, wait_ms);
 
@@ -1092,7 +1118,7 @@ int template_get(const char *name, int wait_ms, struct template_info **ret, char
         bool waited = false;
         for (;;) {
                 if (e->state == T_READY) {
-                        struct template_info *t = info_copy(e->info);
+                        struct template_info *t = template_info_copy(e->info);
                         pthread_mutex_unlock(&tlock);
                         if (!t)
                                 return -ENOMEM;
@@ -1125,9 +1151,11 @@ int template_get(const char *name, int wait_ms, struct template_info **ret, char
 }
 
 int template_peek(const char *name, struct template_info **ret) {
+        if (template_custom_name(name))
+                return template_custom_get(name, ret, NULL);
         pthread_mutex_lock(&tlock);
         struct tentry *e = entry_get(name);
-        struct template_info *t = e && e->state == T_READY ? info_copy(e->info) : NULL;
+        struct template_info *t = e && e->state == T_READY ? template_info_copy(e->info) : NULL;
         int r = !e ? -ENOENT : e->state != T_READY ? -EAGAIN : t ? 0 : -ENOMEM;
         pthread_mutex_unlock(&tlock);
         if (r >= 0)
@@ -1272,6 +1300,7 @@ json_t *template_list_json(void) {
                 json_array_append_new(arr, o);
         }
         pthread_mutex_unlock(&tlock);
+        template_custom_list(arr);
         return arr;
 }
 
@@ -1352,10 +1381,39 @@ void template_shutdown(void) {
         pthread_mutex_lock(&tlock);
         shutting_down = true;
         for (struct tentry *e = entries; e; e = e->next) {
-                if (e->build_pgid > 0)
-                        kill(-e->build_pgid, SIGKILL);
-                if (e->build_vmm)
-                        vmm_kill(e->build_vmm);
+                if (e->track.pgid > 0)
+                        kill(-e->track.pgid, SIGKILL);
+                if (e->track.vmm)
+                        vmm_kill(e->track.vmm);
         }
         pthread_mutex_unlock(&tlock);
+        template_custom_shutdown();
+}
+
+void template_track_kill(struct template_track *t) {
+        pthread_mutex_lock(&tlock);
+        if (t->pgid > 0)
+                kill(-t->pgid, SIGKILL);
+        if (t->vmm)
+                vmm_kill(t->vmm);
+        pthread_mutex_unlock(&tlock);
+}
+
+const char *template_dir(void) {
+        return tdir;
+}
+
+const struct node_config *template_config(void) {
+        return tcfg;
+}
+
+const char *template_qemu_version(void) {
+        return qemu_version ? qemu_version : "";
+}
+
+bool template_shutting_down(void) {
+        pthread_mutex_lock(&tlock);
+        bool r = shutting_down;
+        pthread_mutex_unlock(&tlock);
+        return r;
 }

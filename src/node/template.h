@@ -36,6 +36,12 @@ struct template_info {
         char *cmdline; /* the kernel command line it was booted with */
         unsigned memory_mib;
         unsigned vcpus;
+        /* a template built from a spec: what its sandboxes start with
+         * (NULL: none) -- environment under the create's, the working
+         * directory and user of commands that name none */
+        json_t *env;
+        char *workdir;
+        char *user;
 };
 
 /* The machine every VM of template t runs on (a snapshot restores only into

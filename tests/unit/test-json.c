@@ -88,7 +88,7 @@ static void test_exec(void **state) {
         json_t *o = parse("{\"cmd\":[\"python3\",\"-c\",\"print(6*7)\"],\"stdin\":\"hi\",\"timeout_s\":5}");
         assert_int_equal(apireq_parse_exec(o, 3600, &e, err), 0);
         assert_int_equal(json_array_size(e.cmd), 3);
-        assert_string_equal(e.cwd, "/root");
+        assert_null(e.cwd); /* none given: the node's default (the template's WORKDIR, or /root) */
         assert_string_equal(e.stdin_data, "hi");
         assert_int_equal(e.timeout_s, 5);
         apireq_exec_release(&e);

@@ -247,4 +247,25 @@ static const char *const store_sqlite_migrations[] = {
         /* 16: a sandbox's own size within its template's (NULL: the template's) */
         "ALTER TABLE sandboxes ADD COLUMN memory_mib INTEGER;\n"
         "ALTER TABLE sandboxes ADD COLUMN vcpus INTEGER;\n",
+        /* 17: templates built from specs: an owner's name (tenant_id NULL:
+         * the admin's; they go with their tenant) for a node template named
+         * by its content (node_name, no reference: several rows may name
+         * one), the latest build of it and the node that built it (NULL:
+         * the local node) */
+        "CREATE TABLE templates (\n"
+        "  tenant_id TEXT REFERENCES tenants(id) ON DELETE CASCADE,\n"
+        "  name TEXT NOT NULL,\n"
+        "  node_name TEXT NOT NULL,\n"
+        "  build_id TEXT NOT NULL,\n"
+        "  state TEXT NOT NULL CHECK (state IN ('building', 'ready', 'failed')),\n"
+        "  error TEXT,\n"
+        "  node TEXT,\n"
+        "  spec TEXT NOT NULL,\n"
+        "  memory_mib INTEGER NOT NULL DEFAULT 0 CHECK (memory_mib >= 0),\n"
+        "  vcpus INTEGER NOT NULL DEFAULT 0 CHECK (vcpus >= 0),\n"
+        "  created_at INTEGER NOT NULL,\n"
+        "  updated_at INTEGER NOT NULL\n"
+        ");\n"
+        "CREATE UNIQUE INDEX templates_name ON templates(COALESCE(tenant_id, ''), name);\n"
+        "CREATE INDEX templates_node_name ON templates(node_name);\n",
 };

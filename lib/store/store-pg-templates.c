@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * PostgreSQL backend: templates built from specs (store.h;
+ * store-sqlite-templates.c's twin: the same rows, read by the same
+ * reader). The admin's rows and the local node are NULL in the table, ""
+ * in the struct.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "macros.h"
+#include "store-pg-internal.h"
+
+int pg_template_put(struct store *s, const struct store_template *t, size_t max) {
+        int64_t now = store_now_ms();
+        struct pg_params q = { 0 };
+        pg_add_text(&q, t->tenant_id);
+        pg_add_text(&q, t->name);
+        pg_add_text(&q, t->node_name);
+        pg_add_text(&q, t->build_id);
+        pg_add_text(&q, t->state);
+        pg_add_text(&q, t->error);
+        pg_add_text(&q, t->node);
+        pg_add_text(&q, t->spec);
+        pg_add_int(&q, t->memory_mib);
+        pg_add_int(&q, t->vcpus);
+        pg_add_int(&q, t->created_at ?: now);
+        pg_add_int(&q, t->updated_at ?: now);
+        pg_add_int(&q, (int64_t) MIN(max, (size_t) INT64_MAX));
+        /* the count and the write under the owner's lock: a racing put of a
+         * new name (in any process) waits, then counts this one (a statement
+         * under READ COMMITTED sees what committed before it started); a
+         * replaced row keeps its created_at */
+        uint64_t n = 0;
+        int r = pg_write_locked(s, pg_lock_template_scope(t->tenant_id),
+                                "INSERT INTO templates (" STORE_TEMPLATE_COLUMNS ") "
+                                "SELECT NULLIF($1, ''), $2, $3, $4, $5, $6, NULLIF($7, ''), $8, $9, $10, $11, $12 "
+                                "WHERE EXISTS (SELECT 1 FROM templates WHERE " PG_SCOPE_IS(1) " AND name = $2) "
+                                "OR (SELECT COUNT(*) FROM templates WHERE " PG_SCOPE_IS(1) ") < $13 "
+                                "ON CONFLICT ((COALESCE(tenant_id, '')), name) DO UPDATE SET "
+                                "node_name = excluded.node_name, build_id = excluded.build_id, "
+                                "state = excluded.state, error = excluded.error, node = excluded.node, "
+                                "spec = excluded.spec, memory_mib = excluded.memory_mib, vcpus = excluded.vcpus, "
+                                "updated_at = excluded.updated_at",
+                                &q, &n); /* -ENOENT: the tenant's foreign key */
+        return r < 0 ? r : n == 0 ? -EDQUOT : 0;
+}
+
+int pg_template_get(struct store *s, const char *tenant_id, const char *name, struct store_template *ret) {
+        struct pg_params q = { 0 };
+        pg_add_text(&q, tenant_id);
+        pg_add_text(&q, name);
+        return pg_select_one(s,
+                             "SELECT " STORE_TEMPLATE_COLUMNS " FROM templates WHERE " PG_SCOPE_IS(1) " AND name = $2",
+                             &q, store_read_template, ret);
+}
+
+int pg_template_list(struct store *s, const char *tenant_id, size_t max, struct store_template **ret,
+                     size_t *ret_n) {
+        struct pg_params q = { 0 };
+        pg_add_text(&q, tenant_id);
+        pg_add_int(&q, (int64_t) max);
+        struct store_template *a = NULL;
+        size_t n = 0;
+        int r = pg_select_all(s,
+                              "SELECT " STORE_TEMPLATE_COLUMNS " FROM templates "
+                              "WHERE ($1::text IS NULL OR " PG_SCOPE_IS(1) ") "
+                              "ORDER BY name COLLATE \"C\", COALESCE(tenant_id, '') COLLATE \"C\" LIMIT $2",
+                              &q, sizeof *a, max, store_read_template, (void **) &a, &n);
+        if (r < 0) {
+                store_template_array_free(a, n);
+                return r;
+        }
+        *ret = a;
+        *ret_n = n;
+        return 0;
+}
+
+int pg_template_set_state(struct store *s, const char *tenant_id, const char *name, const char *build_id,
+                          const char *state, const char *error, uint32_t memory_mib, uint32_t vcpus) {
+        struct pg_params q = { 0 };
+        pg_add_text(&q, tenant_id);
+        pg_add_text(&q, name);
+        pg_add_text(&q, build_id);
+        pg_add_text(&q, state);
+        pg_add_text(&q, error);
+        pg_add_int(&q, memory_mib);
+        pg_add_int(&q, vcpus);
+        pg_add_int(&q, store_now_ms());
+        int r = pg_write_one(s,
+                             "UPDATE templates SET state = $4, error = $5, "
+                             "memory_mib = CASE WHEN $6 > 0 THEN $6 ELSE memory_mib END, "
+                             "vcpus = CASE WHEN $7 > 0 THEN $7 ELSE vcpus END, updated_at = $8 "
+                             "WHERE " PG_SCOPE_IS(1) " AND name = $2 AND build_id = $3",
+                             &q);
+        if (r != -ENOENT)
+                return r;
+        /* nothing changed: the row is gone, or another build replaced it */
+        struct store_template t = { 0 };
+        r = pg_template_get(s, tenant_id, name, &t);
+        store_template_release(&t);
+        return r < 0 ? r : -ESTALE;
+}
+
+int pg_template_delete(struct store *s, const char *tenant_id, const char *name) {
+        struct pg_params q = { 0 };
+        pg_add_text(&q, tenant_id);
+        pg_add_text(&q, name);
+        return pg_write_one(s, "DELETE FROM templates WHERE " PG_SCOPE_IS(1) " AND name = $2", &q);
+}
+
+int pg_template_node_refs(struct store *s, const char *node_name, size_t *ret_n) {
+        struct pg_params q = { 0 };
+        pg_add_text(&q, node_name);
+        int64_t n = 0;
+        int r = pg_select_one(s, "SELECT COUNT(*) FROM templates WHERE node_name = $1", &q, store_read_int64, &n);
+        if (r < 0)
+                return r;
+        *ret_n = (size_t) n;
+        return 0;
+}

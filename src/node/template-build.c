@@ -1,0 +1,992 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Templates built from specs (template-build.h). Each build runs on a
+ * thread of its own: the base's disk (a reflink of another template's, or
+ * a root file system a root step makes from a Debian suite or an OCI
+ * image), grown to the spec's disk size, with the build context written
+ * into it; then a build VM boots from it, the steps run inside as the
+ * agent's commands, the start command starts and its readiness is waited
+ * for, and the snapshot is saved as template.c saves the built-in ones.
+ * Nothing of a failed build stays but its log.
+ */
+#include "template-build.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "gwclient.h"
+#include "guestops.h"
+#include "log.h"
+#include "macros.h"
+#include "nodemetrics.h"
+#include "nodeutil.h"
+#include "template-internal.h"
+#include "tplspec.h"
+#include "util.h"
+#include "vmm.h"
+
+#define CUSTOM_PREFIX "c-"
+#define CUSTOM_ID_HEX 32
+/* A step's command, and a readiness check's wait, at most. */
+#define STEP_TIMEOUT_MS (30 * 60 * 1000)
+/* How often a readiness check runs again. */
+#define READY_POLL_MS 250
+/* Where the build context lands in the build VM: written into the disk
+ * before it boots, unpacked by the first COPY, gone before the snapshot. */
+#define GUEST_CONTEXT_TAR "/.airlock-context.tar"
+#define GUEST_CONTEXT_DIR "/.airlock-build"
+/* Builds running at once; more wait for a turn. */
+#define BUILDS_AT_ONCE 2
+#define DEFAULT_MEMORY_MIB 512
+#define PATH_BUF 4608
+
+enum cstate {
+        C_BUILDING,
+        C_READY,
+        C_FAILED,
+};
+
+static const char *const cstate_names[] = {
+        [C_BUILDING] = "building",
+        [C_READY] = "ready",
+        [C_FAILED] = "failed",
+};
+
+/* A build this process ran or runs (the registry; a template built by an
+ * earlier run is found on disk instead). */
+struct cbuild {
+        char name[sizeof(CUSTOM_PREFIX) + CUSTOM_ID_HEX];
+        char ctx[64];
+        enum cstate state;
+        char *error;
+        unsigned step, steps;
+        char step_text[160];
+        uint64_t start_ns, end_ns;
+        bool cancelled;
+        struct template_track track;
+        /* the request, until the build ends */
+        struct tplspec *spec;
+        char *base, *context, *network;
+        struct cbuild *next;
+};
+
+static pthread_mutex_t clock_ = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cturn; /* a build slot came free */
+static struct cbuild *builds;
+static unsigned running;
+static bool stopping;
+
+bool template_custom_name(const char *name) {
+        size_t n = strlen(CUSTOM_PREFIX);
+        if (!name || strncmp(name, CUSTOM_PREFIX, n) != 0 || strlen(name) != n + CUSTOM_ID_HEX)
+                return false;
+        return strspn(name + n, "0123456789abcdef") == CUSTOM_ID_HEX;
+}
+
+static int pathf(char *buf, const char *fmt, ...) _printf_(2, 3);
+static int pathf(char *buf, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(buf, PATH_BUF, fmt, ap);
+        va_end(ap);
+        return n < 0 || n >= PATH_BUF ? -ENAMETOOLONG : 0;
+}
+
+static struct cbuild *find(const char *name) {
+        for (struct cbuild *b = builds; b; b = b->next)
+                if (strcmp(b->name, name) == 0)
+                        return b;
+        return NULL;
+}
+
+static void request_free(struct cbuild *b) {
+        tplspec_free(b->spec);
+        b->spec = NULL;
+        if (b->context)
+                (void) unlink(b->context);
+        free(b->context);
+        free(b->base);
+        free(b->network);
+        b->context = b->base = b->network = NULL;
+}
+
+/* Records the step the build is at (for status), and logs it. */
+static void progress(struct cbuild *b, int log_fd, const char *fmt, ...) _printf_(3, 4);
+static void progress(struct cbuild *b, int log_fd, const char *fmt, ...) {
+        char text[sizeof b->step_text];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(text, sizeof text, fmt, ap);
+        va_end(ap);
+        pthread_mutex_lock(&clock_);
+        b->step++;
+        snprintf(b->step_text, sizeof b->step_text, "%s", text);
+        unsigned n = b->step, m = b->steps;
+        pthread_mutex_unlock(&clock_);
+        if (log_fd >= 0)
+                dprintf(log_fd, "\n=== step %u/%u: %s\n", n, m, text);
+}
+
+static bool cancelled(struct cbuild *b) {
+        pthread_mutex_lock(&clock_);
+        bool c = b->cancelled || stopping;
+        pthread_mutex_unlock(&clock_);
+        return c;
+}
+
+/* ---- the template on disk ---- */
+
+/* Reads TEMPLATES_DIR/<name>/manifest.json into a template_info. */
+static int load_template(const char *name, struct template_info **ret, char **ret_error) {
+        char dir[PATH_BUF], path[PATH_BUF], kdir[PATH_BUF];
+        if (pathf(dir, "%s/%s", template_dir(), name) < 0 || pathf(path, "%s/manifest.json", dir) < 0)
+                return -ENAMETOOLONG;
+        _cleanup_free_ char *text = NULL;
+        size_t len;
+        int r = file_read_all(path, 1u << 20, &text, &len);
+        if (r < 0)
+                return r == -ENOENT ? -ENOENT : r;
+        _cleanup_(json_decrefp) json_t *m = json_loadb(text, len, 0, NULL);
+        const char *kernel = json_string_value(json_object_get(m, "kernel"));
+        json_int_t mem = json_integer_value(json_object_get(m, "memory_mib"));
+        json_int_t vcpus = json_integer_value(json_object_get(m, "vcpus"));
+        json_t *env = json_object_get(m, "env");
+        json_t *workdir = json_object_get(m, "workdir"), *user = json_object_get(m, "user");
+        if (!kernel || strchr(kernel, '/') || mem < 16 || vcpus < 1 || vcpus > 256 || (env && !json_is_object(env)) ||
+            pathf(kdir, "%s/%s", template_dir(), kernel) < 0) {
+                if (ret_error)
+                        *ret_error = strdup_printf("%s is not a template's manifest", path);
+                return -EBADMSG;
+        }
+        struct template_info *t = calloc(1, sizeof *t);
+        if (!t)
+                return -ENOMEM;
+        t->name = strdup(name);
+        t->hash = strdup(name + strlen(CUSTOM_PREFIX));
+        t->dir = strdup(dir);
+        t->kernel = strdup_printf("%s/vmlinux", kdir);
+        t->initrd = strdup_printf("%s/initramfs.cpio", dir);
+        t->rootfs = strdup_printf("%s/rootfs.img", dir);
+        t->mem = strdup_printf("%s/mem", dir);
+        t->state = strdup_printf("%s/state", dir);
+        t->cmdline = strdup("");
+        t->memory_mib = (unsigned) mem;
+        t->vcpus = (unsigned) vcpus;
+        t->env = env ? json_deep_copy(env) : NULL;
+        t->workdir = json_is_string(workdir) ? strdup(json_string_value(workdir)) : NULL;
+        t->user = json_is_string(user) ? strdup(json_string_value(user)) : NULL;
+        if (!t->name || !t->hash || !t->dir || !t->kernel || !t->initrd || !t->rootfs || !t->mem || !t->state ||
+            !t->cmdline || (env && !t->env) || (json_is_string(workdir) && !t->workdir) ||
+            (json_is_string(user) && !t->user)) {
+                template_info_free(t);
+                return -ENOMEM;
+        }
+        if (access(t->kernel, F_OK) < 0) {
+                if (ret_error)
+                        *ret_error = strdup_printf("template %s: its kernel %s is missing", name, t->kernel);
+                template_info_free(t);
+                return -ENOENT;
+        }
+        *ret = t;
+        return 0;
+}
+
+int template_custom_get(const char *name, struct template_info **ret, char **ret_error) {
+        pthread_mutex_lock(&clock_);
+        struct cbuild *b = find(name);
+        enum cstate st = b ? b->state : C_READY;
+        if (st == C_FAILED && ret_error)
+                *ret_error = b->error ? strdup(b->error) : NULL;
+        pthread_mutex_unlock(&clock_);
+        if (st == C_BUILDING)
+                return -EAGAIN;
+        if (st == C_FAILED)
+                return -EIO;
+        return load_template(name, ret, ret_error);
+}
+
+void template_custom_list(json_t *arr) {
+        DIR *d = opendir(template_dir());
+        if (!d)
+                return;
+        for (struct dirent *de; (de = readdir(d));) {
+                if (!template_custom_name(de->d_name))
+                        continue;
+                struct template_info *t = NULL;
+                if (load_template(de->d_name, &t, NULL) < 0)
+                        continue;
+                json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:I}", "name", t->name, "state", "ready",
+                                                     "hash", t->hash, "memory_mib", (json_int_t) t->memory_mib));
+                template_info_free(t);
+        }
+        closedir(d);
+}
+
+/* ---- host steps: the base's disk ---- */
+
+/* Runs a host tool with its output in the log; the node's own user. */
+static int host_step(struct cbuild *b, const char *log_path, char **ret_error, const char *const argv[]) {
+        char *av[16];
+        size_t n = 0;
+        for (; argv[n] && n < ARRAY_SIZE(av) - 1; n++)
+                av[n] = (char *) argv[n];
+        av[n] = NULL;
+        /* the node's own files: no root needed */
+        return template_run_step(&b->track, b->ctx, av, log_path, ret_error);
+}
+
+static int64_t file_size(const char *path) {
+        struct stat st;
+        return stat(path, &st) < 0 ? negative_errno() : (int64_t) st.st_size;
+}
+
+/* Grows rootfs to disk_mib (and its ext4 with it) and writes the build
+ * context into it: both need a clean file system, so e2fsck first (a
+ * template's disk was saved mounted; its journal is replayed). */
+static int prepare_disk(struct cbuild *b, const char *rootfs, unsigned disk_mib, const char *context,
+                        const char *log_path, char **ret_error) {
+        int64_t size = file_size(rootfs);
+        if (size < 0) {
+                *ret_error = strdup_printf("cannot stat the base's disk: %s", strerror((int) -size));
+                return (int) size;
+        }
+        uint64_t want = (uint64_t) disk_mib << 20;
+        if (disk_mib && want < (uint64_t) size) {
+                *ret_error = strdup_printf("disk_mib %u is smaller than the base's disk (%llu MiB)", disk_mib,
+                                           (unsigned long long) ((uint64_t) size >> 20));
+                return -EINVAL;
+        }
+        bool grow = disk_mib && want > (uint64_t) size;
+        if (!grow && !context)
+                return 0;
+        /* e2fsck: 0 clean, 1 errors fixed (a replayed journal); more fails */
+        const char *fsck[] = { "/bin/sh", "-c", "/sbin/e2fsck -fy \"$0\"; s=$?; [ $s -le 1 ]", rootfs, NULL };
+        int r = host_step(b, log_path, ret_error, fsck);
+        if (r >= 0 && grow) {
+                if (truncate(rootfs, (off_t) want) < 0) {
+                        r = negative_errno();
+                        *ret_error = strdup_printf("cannot grow the disk to %u MiB: %s", disk_mib, strerror(-r));
+                        return r;
+                }
+                const char *resize[] = { "/sbin/resize2fs", rootfs, NULL };
+                r = host_step(b, log_path, ret_error, resize);
+        }
+        if (r >= 0 && context) {
+                _cleanup_free_ char *cmd = strdup_printf("write %s %s", context, GUEST_CONTEXT_TAR + 1);
+                const char *write[] = { "/sbin/debugfs", "-w", "-R", cmd, rootfs, NULL };
+                r = cmd ? host_step(b, log_path, ret_error, write) : -ENOMEM;
+        }
+        return r;
+}
+
+/* The base's disk, initramfs and kernel into dir. */
+static int prepare_base(struct cbuild *b, const char *dir, const char *log_path, struct template_info **ret_base,
+                        char **ret_error) {
+        struct template_info *base = NULL;
+        /* a Debian or OCI base boots the kernel and initramfs of the
+         * minimal template (the agent lives in the initramfs) */
+        const char *from = b->spec->base == TPLSPEC_BASE_TEMPLATE ? b->base : "minimal";
+        int r = template_get(from, STEP_TIMEOUT_MS, &base, ret_error);
+        if (r < 0) {
+                if (!*ret_error)
+                        *ret_error = strdup_printf("base template %s: %s", b->spec->from,
+                                                   r == -ENOENT ? "no such template" : strerror(-r));
+                return r;
+        }
+        char rootfs[PATH_BUF], initrd[PATH_BUF];
+        pathf(rootfs, "%s/rootfs.img", dir);
+        pathf(initrd, "%s/initramfs.cpio", dir);
+        r = file_clone_or_copy(base->initrd, initrd, NULL);
+        if (r >= 0 && b->spec->base == TPLSPEC_BASE_TEMPLATE)
+                r = file_clone_or_copy(base->rootfs, rootfs, NULL);
+        if (r < 0) {
+                *ret_error = strdup_printf("cannot copy the base template's files: %s", strerror(-r));
+                template_info_free(base);
+                return r;
+        }
+        if (b->spec->base != TPLSPEC_BASE_TEMPLATE) {
+                /* the root file system, as root (airlock-nodemgr's
+                 * template.step "base", or the script itself) */
+                char images[PATH_BUF], script[PATH_BUF];
+                snprintf(images, sizeof images, "%s", template_config()->images_dir);
+                pathf(script, "%s/%s", images, b->spec->base == TPLSPEC_BASE_DEBIAN ? "debian.sh" : "oci.sh");
+                char *argv[] = { (char *) "/bin/bash", script, rootfs, NULL };
+                r = template_build_step(&b->track, b->ctx, argv, "base", b->name, dir, "rootfs.img", NULL, log_path,
+                                        ret_error);
+                if (r < 0) {
+                        template_info_free(base);
+                        return r;
+                }
+        }
+        *ret_base = base;
+        return 0;
+}
+
+/* ---- in the build VM ---- */
+
+struct work {
+        struct cbuild *b;
+        int log_fd;
+        json_t *env;
+        char *cwd, *user;
+        bool context_unpacked;
+};
+
+static json_t *argv_json(char *const *argv) {
+        json_t *a = json_array();
+        for (size_t i = 0; a && argv[i]; i++)
+                if (json_array_append_new(a, json_string(argv[i])) < 0)
+                        return (json_decref(a), NULL);
+        return a;
+}
+
+/* Runs argv in the build VM to its end; *ret_error says what failed
+ * (`what` names the step). As root when as_root, else as the build's
+ * user. */
+static int guest_run(struct work *w, struct guestconn *g, const char *what, json_t *argv, bool as_root,
+                     char **ret_error) {
+        _cleanup_free_ char *msg = NULL;
+        int code = 0;
+        int r = argv ? guestops_exec(g,
+                                     &(struct guestops_exec){ .argv = argv, .env = w->env, .cwd = as_root ? "/" : w->cwd,
+                                                              .user = as_root ? NULL : w->user, .out_fd = w->log_fd },
+                                     STEP_TIMEOUT_MS, &code, &msg)
+                     : -ENOMEM;
+        if (r == -ENOENT)
+                *ret_error = strdup_printf("%s: %s not found in the image", what,
+                                           json_string_value(json_array_get(argv, 0)));
+        else if (r == -ETIMEDOUT)
+                *ret_error = strdup_printf("%s: still running after %d s", what, STEP_TIMEOUT_MS / 1000);
+        else if (r < 0)
+                *ret_error = strdup_printf("%s: %s%s%s", what, strerror(-r), msg ? ": " : "", msg ?: "");
+        else if (code != 0) {
+                *ret_error = strdup_printf("%s exited with %d", what, code);
+                r = -ECHILD;
+        }
+        return r;
+}
+
+/* COPY: the context unpacked once, then each source to dst as Docker
+ * does (a directory's contents; into dst/ when dst ends in / or there
+ * are several sources). Files stay root's. */
+static const char copy_script[] =
+        "set -e; to=$1; shift; cd " GUEST_CONTEXT_DIR "\n"
+        "dir=; case $to in */) dir=1 ;; esac; [ $# -gt 1 ] && dir=1\n"
+        "for s in \"$@\"; do\n"
+        "  if [ -d \"$s\" ]; then mkdir -p \"$to\"; cp -a \"$s/.\" \"$to/\";\n"
+        "  elif [ -n \"$dir\" ]; then mkdir -p \"$to\"; cp -a \"$s\" \"$to/\";\n"
+        "  else mkdir -p \"$(dirname \"$to\")\"; cp -a \"$s\" \"$to\"; fi\n"
+        "done\n";
+
+static int step_copy(struct work *w, struct guestconn *g, const struct tplspec_step *st, const char *what,
+                     char **ret_error) {
+        if (!w->context_unpacked) {
+                _cleanup_(json_decrefp) json_t *unpack =
+                        json_pack("[s, s, s]", "/bin/sh", "-c",
+                                  "set -e; mkdir -p " GUEST_CONTEXT_DIR "; tar -xf " GUEST_CONTEXT_TAR
+                                  " -C " GUEST_CONTEXT_DIR "; rm -f " GUEST_CONTEXT_TAR);
+                int r = guest_run(w, g, "unpacking the build context", unpack, true, ret_error);
+                if (r < 0)
+                        return r;
+                w->context_unpacked = true;
+        }
+        _cleanup_free_ char *to = st->dst[0] == '/' ? strdup(st->dst)
+                                                      : strdup_printf("%s%s%s", w->cwd,
+                                                                      w->cwd[strlen(w->cwd) - 1] == '/' ? "" : "/",
+                                                                      st->dst);
+        _cleanup_(json_decrefp) json_t *argv = to ? json_pack("[s, s, s, s, s]", "/bin/sh", "-c", copy_script, "sh", to)
+                                                  : NULL;
+        for (size_t i = 0; argv && st->srcs[i]; i++)
+                if (json_array_append_new(argv, json_string(st->srcs[i])) < 0)
+                        return -ENOMEM;
+        return guest_run(w, g, what, argv, true, ret_error);
+}
+
+/* A TCP connect to the guest's port from the VM's namespace works. */
+static bool port_accepts(struct vmm *v, unsigned port) {
+        int fd = -1;
+        if (vmm_net_connect(v, (uint16_t) port, &fd) < 0)
+                return false;
+        struct pollfd p = { .fd = fd, .events = POLLOUT };
+        int err = -1;
+        socklen_t len = sizeof err;
+        bool ok = poll(&p, 1, 1000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+        close(fd);
+        return ok;
+}
+
+static void sleep_ms(unsigned ms) {
+        struct timespec ts = { ms / 1000, (long) (ms % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+}
+
+/* The start command, left running into the snapshot, and its readiness. */
+static int start_and_wait(struct work *w, struct guestconn *g, struct vmm *v, char **ret_error) {
+        const struct tplspec *spec = w->b->spec;
+        _cleanup_(json_decrefp) json_t *argv = argv_json(spec->start);
+        struct guestops_proc *p = NULL;
+        _cleanup_free_ char *msg = NULL;
+        int r = argv ? guestops_spawn(g,
+                                      &(struct guestops_exec){ .argv = argv, .env = w->env, .cwd = w->cwd,
+                                                               .user = w->user, .out_fd = w->log_fd },
+                                      &p, &msg)
+                     : -ENOMEM;
+        if (r < 0) {
+                *ret_error = r == -ENOENT ? strdup_printf("start: %s not found in the image", spec->start[0])
+                                          : strdup_printf("start: %s%s%s", strerror(-r), msg ? ": " : "", msg ?: "");
+                return r;
+        }
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) spec->ready_timeout_s * 1000000000ULL;
+        _cleanup_(json_decrefp) json_t *check = spec->ready_cmd ? argv_json(spec->ready_cmd) : NULL;
+        bool ready = !spec->ready_port && !spec->ready_cmd;
+        for (unsigned tries = 0; !ready; tries++) {
+                int code;
+                if (guestops_proc_wait(p, 0, &code) >= 0) {
+                        *ret_error = strdup_printf("the start command exited with %d before it was ready", code);
+                        r = -ECHILD;
+                        break;
+                }
+                if (cancelled(w->b)) {
+                        r = -ECANCELED;
+                        break;
+                }
+                if (spec->ready_port)
+                        ready = port_accepts(v, spec->ready_port);
+                else {
+                        _cleanup_free_ char *m = NULL;
+                        int k = check ? guestops_exec(g,
+                                                      &(struct guestops_exec){ .argv = check, .env = w->env,
+                                                                               .cwd = w->cwd, .user = w->user,
+                                                                               .out_fd = tries == 0 ? w->log_fd : -1 },
+                                                      spec->ready_timeout_s * 1000, &code, &m)
+                                      : -ENOMEM;
+                        if (k == -ENOENT) {
+                                *ret_error = strdup_printf("ready: %s not found in the image", spec->ready_cmd[0]);
+                                r = k;
+                                break;
+                        }
+                        ready = k >= 0 && code == 0;
+                }
+                if (ready)
+                        break;
+                if (now_monotonic_ns() > deadline) {
+                        *ret_error = spec->ready_port
+                                             ? strdup_printf("port %u did not accept within %u s", spec->ready_port,
+                                                             spec->ready_timeout_s)
+                                             : strdup_printf("the readiness command did not succeed within %u s",
+                                                             spec->ready_timeout_s);
+                        r = -ETIMEDOUT;
+                        break;
+                }
+                sleep_ms(READY_POLL_MS);
+        }
+        /* stop following it: it runs on into the snapshot */
+        guestops_proc_release(p);
+        if (r >= 0 && w->log_fd >= 0)
+                dprintf(w->log_fd, "ready\n");
+        return r;
+}
+
+static int work(struct guestconn *g, struct vmm *v, void *userdata, char **ret_error) {
+        struct work *w = userdata;
+        struct cbuild *b = w->b;
+        const struct tplspec *spec = b->spec;
+        int r = 0;
+        for (size_t i = 0; i < spec->n_steps && r >= 0; i++) {
+                const struct tplspec_step *st = &spec->steps[i];
+                char what[64];
+                snprintf(what, sizeof what, "steps[%zu]", i);
+                if (cancelled(b))
+                        return -ECANCELED;
+                switch (st->kind) {
+                case TPLSPEC_RUN: {
+                        _cleanup_free_ char *joined = NULL;
+                        bool shell = st->argv[0] && st->argv[1] && st->argv[2] && !st->argv[3] &&
+                                     strcmp(st->argv[0], "/bin/sh") == 0 && strcmp(st->argv[1], "-c") == 0;
+                        progress(b, w->log_fd, "RUN %.120s", shell ? st->argv[2] : st->argv[0]);
+                        _cleanup_(json_decrefp) json_t *argv = argv_json(st->argv);
+                        snprintf(what, sizeof what, "steps[%zu] (RUN)", i);
+                        r = guest_run(w, g, what, argv, false, ret_error);
+                        break;
+                }
+                case TPLSPEC_COPY:
+                        progress(b, w->log_fd, "COPY %s%s to %s", st->srcs[0], st->srcs[1] ? " ..." : "", st->dst);
+                        snprintf(what, sizeof what, "steps[%zu] (COPY)", i);
+                        r = step_copy(w, g, st, what, ret_error);
+                        break;
+                case TPLSPEC_ENV:
+                        progress(b, w->log_fd, "ENV %s", st->key);
+                        r = json_object_set_new(w->env, st->key, json_string(st->value)) < 0 ? -ENOMEM : 0;
+                        break;
+                case TPLSPEC_WORKDIR: {
+                        progress(b, w->log_fd, "WORKDIR %s", st->path);
+                        _cleanup_(json_decrefp) json_t *argv = json_pack("[s, s, s]", "mkdir", "-p", st->path);
+                        snprintf(what, sizeof what, "steps[%zu] (WORKDIR)", i);
+                        r = guest_run(w, g, what, argv, true, ret_error);
+                        if (r >= 0) {
+                                free(w->cwd);
+                                r = (w->cwd = strdup(st->path)) ? 0 : -ENOMEM;
+                        }
+                        break;
+                }
+                case TPLSPEC_USER: {
+                        progress(b, w->log_fd, "USER %s", st->path);
+                        _cleanup_(json_decrefp) json_t *argv = json_pack("[s, s, s]", "id", "-u", st->path);
+                        r = guest_run(w, g, "USER", argv, true, ret_error);
+                        if (r == -ECHILD) {
+                                free(*ret_error);
+                                *ret_error = strdup_printf("steps[%zu]: user %s does not exist in the image", i,
+                                                           st->path);
+                        }
+                        if (r >= 0) {
+                                free(w->user);
+                                r = (w->user = strdup(st->path)) ? 0 : -ENOMEM;
+                        }
+                        break;
+                }
+                }
+        }
+        if (r >= 0 && w->context_unpacked) {
+                _cleanup_(json_decrefp) json_t *argv = json_pack("[s, s, s]", "rm", "-rf", GUEST_CONTEXT_DIR);
+                r = guest_run(w, g, "removing the build context", argv, true, ret_error);
+        }
+        if (r >= 0)
+                r = template_run_start(g, b->ctx, ret_error);
+        if (r >= 0 && spec->start) {
+                progress(b, w->log_fd, "start %.100s%s", spec->start[0],
+                         spec->ready_port ? " (ready: port)" : spec->ready_cmd ? " (ready: command)" : "");
+                r = start_and_wait(w, g, v, ret_error);
+        }
+        if (r >= 0) {
+                /* the disk complete without the RAM: a template built on
+                 * this one boots from it */
+                _cleanup_(json_decrefp) json_t *argv = json_pack("[s]", "sync");
+                r = guest_run(w, g, "sync", argv, true, ret_error);
+                if (r == -ENOENT) {
+                        free(*ret_error);
+                        *ret_error = NULL;
+                        r = 0;
+                }
+        }
+        if (r >= 0)
+                progress(b, w->log_fd, "snapshot");
+        return r;
+}
+
+/* ---- the build ---- */
+
+static int write_manifest(const char *dir, struct cbuild *b, const struct template_info *base, unsigned memory_mib,
+                          unsigned vcpus, const struct work *w, uint64_t build_ms) {
+        char when[64], kname[PATH_BUF];
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        /* the kernel directory's name, beside the templates */
+        const char *k = base->kernel;
+        const char *slash = strrchr(k, '/');
+        snprintf(kname, sizeof kname, "%.*s", (int) (slash - k), k);
+        const char *kdir = strrchr(kname, '/') ? strrchr(kname, '/') + 1 : kname;
+        _cleanup_(json_decrefp) json_t *m =
+                json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:I, s:s, s:b, s:O, s:o}", "name", b->name, "hash",
+                          b->name + strlen(CUSTOM_PREFIX), "memory_mib", (json_int_t) memory_mib, "vcpus",
+                          (json_int_t) vcpus, "kernel", kdir, "built_at", when, "build_ms", (json_int_t) build_ms,
+                          "qemu", template_qemu_version(), "custom", 1, "env", w->env, "spec", tplspec_to_json(b->spec));
+        if (!m)
+                return -ENOMEM;
+        if (w->cwd && strcmp(w->cwd, "/") != 0)
+                json_object_set_new(m, "workdir", json_string(w->cwd));
+        if (w->user)
+                json_object_set_new(m, "user", json_string(w->user));
+        _cleanup_free_ char *text = json_dumps(m, JSON_INDENT(2) | JSON_SORT_KEYS);
+        char path[PATH_BUF];
+        if (!text || pathf(path, "%s/manifest.json", dir) < 0)
+                return -ENOMEM;
+        return file_write_atomic(path, text, strlen(text), 0644);
+}
+
+static int build(struct cbuild *b, const char *log_path, char **ret_error) {
+        const char *tdir = template_dir();
+        char tmp[PATH_BUF], final[PATH_BUF], rnd[17];
+        int r = random_id("", 8, rnd, sizeof rnd);
+        if (r < 0)
+                return r;
+        pathf(final, "%s/%s", tdir, b->name);
+        pathf(tmp, "%s/.tmp-%s-%d-%s", tdir, b->name, (int) getpid(), rnd);
+        if (mkdir(tmp, 0755) < 0) {
+                r = negative_errno();
+                *ret_error = strdup_printf("cannot create %s: %s", tmp, strerror(-r));
+                return r;
+        }
+        _cleanup_close_ int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        uint64_t t0 = now_monotonic_ns();
+        const struct tplspec *spec = b->spec;
+        struct template_info *base = NULL;
+        progress(b, log_fd, "base %s%s", spec->base == TPLSPEC_BASE_TEMPLATE ? "template " : spec->base == TPLSPEC_BASE_DEBIAN ? "debian " : "", spec->from);
+        r = prepare_base(b, tmp, log_path, &base, ret_error);
+        char rootfs[PATH_BUF];
+        pathf(rootfs, "%s/rootfs.img", tmp);
+        if (r >= 0)
+                r = prepare_disk(b, rootfs, spec->disk_mib, b->context, log_path, ret_error);
+        if (r >= 0 && cancelled(b))
+                r = -ECANCELED;
+        unsigned memory_mib = spec->memory_mib ? spec->memory_mib
+                              : spec->base == TPLSPEC_BASE_TEMPLATE ? base->memory_mib
+                                                                     : DEFAULT_MEMORY_MIB;
+        unsigned vcpus = spec->vcpus ? spec->vcpus : spec->base == TPLSPEC_BASE_TEMPLATE ? base->vcpus : 1;
+        struct work w = { .b = b, .log_fd = log_fd };
+        if (r >= 0) {
+                /* the base template's defaults go on under the spec's */
+                bool inherit = spec->base == TPLSPEC_BASE_TEMPLATE;
+                w.env = inherit && base->env ? json_deep_copy(base->env) : json_object();
+                w.cwd = strdup(inherit && base->workdir ? base->workdir : "/");
+                w.user = inherit && base->user ? strdup(base->user) : NULL;
+                if (!w.env || !w.cwd || (inherit && base->user && !w.user))
+                        r = -ENOMEM;
+        }
+        if (r >= 0) {
+                progress(b, log_fd, "boot the build VM (%u MiB, %u vCPU)", memory_mib, vcpus);
+                char kdir[PATH_BUF];
+                snprintf(kdir, sizeof kdir, "%s", base->kernel);
+                *strrchr(kdir, '/') = 0;
+                /* the build's network: the gateway serves it under the
+                 * template's name, with the request's policy */
+                r = template_boot_and_save(&(struct template_boot){ .ctx = b->ctx, .dir = tmp, .kernel_dir = kdir,
+                                                                    .memory_mib = memory_mib, .vcpus = vcpus,
+                                                                    .track = &b->track, .work = work,
+                                                                    .userdata = &w, .network_id = b->name,
+                                                                    .network = b->network },
+                                           ret_error);
+        }
+        uint64_t build_ms = (now_monotonic_ns() - t0) / 1000000ULL;
+        if (r >= 0) {
+                r = write_manifest(tmp, b, base, memory_mib, vcpus, &w, build_ms);
+                if (r < 0)
+                        *ret_error = strdup_printf("cannot write manifest.json: %s", strerror(-r));
+        }
+        if (r >= 0 && rename(tmp, final) < 0) {
+                r = negative_errno();
+                *ret_error = strdup_printf("cannot rename %s to %s: %s", tmp, final, strerror(-r));
+        }
+        if (r < 0)
+                rm_rf(tmp);
+        if (log_fd >= 0)
+                dprintf(log_fd, r >= 0 ? "\n=== built in %llu ms\n" : "\n=== failed after %llu ms\n",
+                        (unsigned long long) build_ms);
+        json_decref(w.env);
+        free(w.cwd);
+        free(w.user);
+        template_info_free(base);
+        return r;
+}
+
+static void *build_thread(void *arg) {
+        struct cbuild *b = arg;
+        pthread_mutex_lock(&clock_);
+        while (running >= BUILDS_AT_ONCE && !b->cancelled && !stopping)
+                pthread_cond_wait(&cturn, &clock_);
+        running++;
+        pthread_mutex_unlock(&clock_);
+
+        char log_path[PATH_BUF];
+        pathf(log_path, "%s/%s.log", template_dir(), b->name);
+        char *error = NULL;
+        int r = cancelled(b) ? -ECANCELED : build(b, log_path, &error);
+        if (r < 0 && !error)
+                error = strdup_printf(r == -ECANCELED ? "the build was cancelled" : "the build failed: %s",
+                                      strerror(-r));
+        if (r < 0) {
+                log_emit(LOG_LEVEL_ERROR, b->ctx, "build failed: %s", error ? error : "?");
+                _cleanup_close_ int fd = open(log_path, O_WRONLY | O_APPEND | O_CLOEXEC);
+                if (fd >= 0 && error)
+                        dprintf(fd, "error: %s\n", error);
+        } else
+                log_emit(LOG_LEVEL_INFO, b->ctx, "built in %llu ms",
+                         (unsigned long long) ((now_monotonic_ns() - b->start_ns) / 1000000ULL));
+        nodemetrics_template("custom", r >= 0 ? "built" : "failed",
+                             (double) (now_monotonic_ns() - b->start_ns) / 1e9);
+        pthread_mutex_lock(&clock_);
+        request_free(b);
+        b->state = r >= 0 ? C_READY : C_FAILED;
+        free(b->error);
+        b->error = r >= 0 ? NULL : error;
+        if (r >= 0)
+                free(error);
+        b->end_ns = now_monotonic_ns();
+        running--;
+        pthread_cond_broadcast(&cturn);
+        pthread_mutex_unlock(&clock_);
+        return NULL;
+}
+
+/* The context must hold every COPY source: `tar -t` lists it (the node's
+ * own tar reading a file the API took in; nothing is unpacked here). */
+static int check_context(const struct tplspec *spec, const char *context, char **ret_error) {
+        _cleanup_free_ const char **srcs = tplspec_copy_sources(spec);
+        if (!srcs)
+                return -ENOMEM;
+        if (!srcs[0])
+                return 0;
+        if (!context) {
+                *ret_error = strdup_printf("COPY needs a build context: '%s' is not in it", srcs[0]);
+                return -EINVAL;
+        }
+        _cleanup_free_ char *cmd = strdup_printf("tar -tf '%s' 2>&1", context);
+        FILE *f = cmd ? popen(cmd, "re") : NULL;
+        if (!f)
+                return -errno ?: -ENOMEM;
+        /* names as tar lists them: "./a/b", "a/b/" */
+        size_t n_src = 0;
+        while (srcs[n_src])
+                n_src++;
+        _cleanup_free_ bool *found = calloc(n_src + 1, sizeof *found);
+        char line[8192];
+        while (found && fgets(line, sizeof line, f)) {
+                line[strcspn(line, "\n")] = 0;
+                const char *l = line;
+                while (l[0] == '.' && l[1] == '/')
+                        l += 2;
+                size_t ll = strlen(l);
+                for (size_t i = 0; i < n_src; i++) {
+                        const char *s = srcs[i];
+                        while (s[0] == '.' && s[1] == '/')
+                                s += 2;
+                        size_t sl = strlen(s);
+                        while (sl > 0 && s[sl - 1] == '/')
+                                sl--;
+                        if ((sl == 0 || (ll >= sl && strncmp(l, s, sl) == 0 && (l[sl] == 0 || l[sl] == '/'))))
+                                found[i] = true;
+                }
+        }
+        int status = pclose(f);
+        if (!found)
+                return -ENOMEM;
+        if (status != 0) {
+                *ret_error = strdup("the build context is not a tar archive");
+                return -EINVAL;
+        }
+        for (size_t i = 0; i < n_src; i++)
+                if (!found[i]) {
+                        *ret_error = strdup_printf("COPY source '%s' is not in the build context", srcs[i]);
+                        return -EINVAL;
+                }
+        return 0;
+}
+
+int template_custom_build(const struct template_build_request *q, char **ret_error) {
+        char err[TPLSPEC_ERR_MAX] = "";
+        _cleanup_(tplspec_freep) struct tplspec *spec = NULL;
+        if (!template_custom_name(q->name)) {
+                *ret_error = strdup_printf("'%s' is not a template build's name (c- and 32 hex digits)", q->name);
+                return -EINVAL;
+        }
+        int r = tplspec_parse_json(q->spec, &spec, err);
+        if (r < 0) {
+                *ret_error = strdup(err);
+                return -EINVAL;
+        }
+        if (spec->base == TPLSPEC_BASE_TEMPLATE && (!q->base || !name_is_valid(q->base))) {
+                *ret_error = strdup("a template base needs the node's name of that template");
+                return -EINVAL;
+        }
+        if (spec->base != TPLSPEC_BASE_TEMPLATE) {
+                *ret_error = strdup_printf("%s bases are not built by this node yet",
+                                           spec->base == TPLSPEC_BASE_OCI ? "OCI image" : "Debian");
+                return -EOPNOTSUPP;
+        }
+        r = check_context(spec, q->context, ret_error);
+        if (r < 0)
+                return r;
+
+        pthread_mutex_lock(&clock_);
+        struct cbuild *b = find(q->name);
+        if (b && b->state == C_BUILDING) {
+                pthread_mutex_unlock(&clock_);
+                return -EBUSY;
+        }
+        char dir[PATH_BUF], manifest[PATH_BUF];
+        pathf(dir, "%s/%s", template_dir(), q->name);
+        pathf(manifest, "%s/manifest.json", dir);
+        if (access(manifest, F_OK) == 0) {
+                pthread_mutex_unlock(&clock_);
+                return 1;
+        }
+        if (stopping) {
+                pthread_mutex_unlock(&clock_);
+                return -ECANCELED;
+        }
+        if (!b) {
+                b = calloc(1, sizeof *b);
+                if (!b) {
+                        pthread_mutex_unlock(&clock_);
+                        return -ENOMEM;
+                }
+                snprintf(b->name, sizeof b->name, "%s", q->name);
+                snprintf(b->ctx, sizeof b->ctx, "template=%s", q->name);
+                b->next = builds;
+                builds = b;
+        }
+        free(b->error);
+        b->error = NULL;
+        b->state = C_BUILDING;
+        b->cancelled = false;
+        b->step = 0;
+        b->steps = 3 + (unsigned) spec->n_steps + (spec->start ? 1 : 0);
+        snprintf(b->step_text, sizeof b->step_text, "waiting for a build slot");
+        b->start_ns = now_monotonic_ns();
+        b->end_ns = 0;
+        b->spec = TAKE_PTR(spec);
+        b->base = q->base ? strdup(q->base) : NULL;
+        b->network = q->network ? strdup(q->network) : NULL;
+        char log_path[PATH_BUF], ctx_path[PATH_BUF];
+        pathf(log_path, "%s/%s.log", template_dir(), q->name);
+        (void) unlink(log_path);
+        r = 0;
+        if (q->context) {
+                pathf(ctx_path, "%s/.context-%s.tar", template_dir(), q->name);
+                if (rename(q->context, ctx_path) < 0 && (r = file_clone_or_copy(q->context, ctx_path, NULL)) >= 0)
+                        (void) unlink(q->context);
+                b->context = strdup(ctx_path);
+        }
+        pthread_t t;
+        if (r >= 0 && (!q->context || b->context) && (q->network == NULL || b->network) &&
+            (r = -pthread_create(&t, NULL, build_thread, b)) == 0) {
+                pthread_detach(t);
+                pthread_mutex_unlock(&clock_);
+                log_emit(LOG_LEVEL_INFO, b->ctx, "build started (%u steps)", b->steps);
+                return 0;
+        }
+        request_free(b);
+        b->state = C_FAILED;
+        b->error = strdup_printf("cannot start the build: %s", strerror(r < 0 ? -r : ENOMEM));
+        pthread_mutex_unlock(&clock_);
+        return r < 0 ? r : -ENOMEM;
+}
+
+int template_custom_status(const char *name, json_t **ret) {
+        pthread_mutex_lock(&clock_);
+        struct cbuild *b = find(name);
+        json_t *o = NULL;
+        if (b) {
+                uint64_t end = b->end_ns ? b->end_ns : now_monotonic_ns();
+                o = json_pack("{s:s, s:s, s:I, s:I, s:s, s:I}", "name", name, "state", cstate_names[b->state], "step",
+                              (json_int_t) b->step, "steps", (json_int_t) b->steps, "step_text", b->step_text,
+                              "elapsed_ms", (json_int_t) ((end - b->start_ns) / 1000000ULL));
+                if (o && b->error)
+                        json_object_set_new(o, "error", json_string(b->error));
+        }
+        pthread_mutex_unlock(&clock_);
+        if (!b) {
+                struct template_info *t = NULL;
+                int r = load_template(name, &t, NULL);
+                if (r < 0)
+                        return r;
+                template_info_free(t);
+                o = json_pack("{s:s, s:s}", "name", name, "state", "ready");
+        }
+        if (!o)
+                return -ENOMEM;
+        char log_path[PATH_BUF];
+        pathf(log_path, "%s/%s.log", template_dir(), name);
+        int64_t size = file_size(log_path);
+        json_object_set_new(o, "log_bytes", json_integer(size > 0 ? size : 0));
+        *ret = o;
+        return 0;
+}
+
+int template_custom_log(const char *name, uint64_t offset, size_t max, char **ret_data, size_t *ret_len,
+                        bool *ret_done) {
+        char log_path[PATH_BUF];
+        if (!template_custom_name(name) || pathf(log_path, "%s/%s.log", template_dir(), name) < 0)
+                return -ENOENT;
+        pthread_mutex_lock(&clock_);
+        struct cbuild *b = find(name);
+        bool done = !b || b->state != C_BUILDING;
+        pthread_mutex_unlock(&clock_);
+        _cleanup_close_ int fd = open(log_path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return b ? (*ret_data = NULL, *ret_len = 0, *ret_done = done, 0) : negative_errno();
+        char *buf = malloc(max ? max : 1);
+        if (!buf)
+                return -ENOMEM;
+        ssize_t k = pread(fd, buf, max, (off_t) offset);
+        if (k < 0) {
+                free(buf);
+                return negative_errno();
+        }
+        struct stat st;
+        /* done only once everything was read */
+        if (fstat(fd, &st) == 0 && (uint64_t) st.st_size > offset + (uint64_t) k)
+                done = false;
+        *ret_data = buf;
+        *ret_len = (size_t) k;
+        *ret_done = done;
+        return 0;
+}
+
+int template_custom_delete(const char *name) {
+        if (!template_custom_name(name))
+                return -ENOENT;
+        char dir[PATH_BUF], log_path[PATH_BUF];
+        pathf(dir, "%s/%s", template_dir(), name);
+        pathf(log_path, "%s/%s.log", template_dir(), name);
+        pthread_mutex_lock(&clock_);
+        struct cbuild *b = find(name);
+        bool known = b != NULL;
+        if (b && b->state == C_BUILDING) {
+                b->cancelled = true;
+                pthread_cond_broadcast(&cturn);
+        }
+        pthread_mutex_unlock(&clock_);
+        if (b)
+                template_track_kill(&b->track);
+        /* wait for a cancelled build to end (it removes its own files) */
+        for (int i = 0; b && i < 600; i++) {
+                pthread_mutex_lock(&clock_);
+                bool building = b->state == C_BUILDING;
+                pthread_mutex_unlock(&clock_);
+                if (!building)
+                        break;
+                template_track_kill(&b->track);
+                sleep_ms(100);
+        }
+        known = known || access(dir, F_OK) == 0 || access(log_path, F_OK) == 0;
+        (void) rm_rf(dir);
+        (void) unlink(log_path);
+        pthread_mutex_lock(&clock_);
+        for (struct cbuild **p = &builds; *p; p = &(*p)->next)
+                if (*p == b && b->state != C_BUILDING) {
+                        *p = b->next;
+                        free(b->error);
+                        free(b);
+                        break;
+                }
+        pthread_mutex_unlock(&clock_);
+        return known ? 0 : -ENOENT;
+}
+
+void template_custom_shutdown(void) {
+        pthread_mutex_lock(&clock_);
+        stopping = true;
+        pthread_cond_broadcast(&cturn);
+        struct cbuild *list = builds;
+        pthread_mutex_unlock(&clock_);
+        for (struct cbuild *b = list; b; b = b->next)
+                template_track_kill(&b->track);
+}
+
+static void __attribute__((constructor)) init_cond(void) {
+        node_cond_init(&cturn);
+}

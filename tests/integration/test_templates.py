@@ -1,0 +1,232 @@
+"""Templates built from specs (docs/templates.md): a spec or a Dockerfile
+with a build context becomes a template whose sandboxes start with its
+files, environment, working directory and user, and with its server
+already up; the build is followed live; bad specs are refused before
+anything runs and a failed build leaves nothing behind; a tenant's
+templates are its own."""
+
+import io
+import json
+import os
+import secrets
+import tarfile
+import uuid
+
+from harness import TEMPLATES
+
+
+def multipart(request, context=None):
+    """A multipart/form-data body: the JSON request and a context tar."""
+    boundary = uuid.uuid4().hex
+    parts = [(b'Content-Disposition: form-data; name="request"\r\nContent-Type: application/json\r\n\r\n',
+              json.dumps(request).encode())]
+    if context is not None:
+        parts.append((b'Content-Disposition: form-data; name="context"; filename="context.tar"\r\n'
+                      b'Content-Type: application/x-tar\r\n\r\n', context))
+    body = b"".join(b"--" + boundary.encode() + b"\r\n" + head + data + b"\r\n" for head, data in parts)
+    body += b"--" + boundary.encode() + b"--\r\n"
+    return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+
+
+def tar_of(files):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o755 if name.endswith(".sh") else 0o644
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def post_template(a, request, context=None, token=None):
+    body, headers = multipart(request, context)
+    status, _, data = a.request("POST", "/v1/templates", body, headers=headers, token=token)
+    return status, json.loads(data) if data else None
+
+
+def follow(a, name, build_id, token=None):
+    """The build's events until its end: (log text, progress events, end)."""
+    text, progress = [], []
+    for event, data, _ in a.sse(f"/v1/templates/{name}/builds/{build_id}/logs", token=token, timeout=900):
+        if event == "log":
+            text.append(data["text"])
+        elif event == "progress":
+            progress.append(data)
+        elif event == "end":
+            return "".join(text), progress, data
+    raise AssertionError("the log stream ended without an end event")
+
+
+def node_template_dirs():
+    return {e for e in os.listdir(TEMPLATES) if e.startswith("c-") or e.startswith(".tmp-c-")}
+
+
+def web_spec(nonce):
+    return {
+        "name": "web",
+        "base": {"template": "minimal"},
+        "steps": [
+            {"workdir": "/srv"},
+            {"copy": "data.txt", "to": "./"},
+            {"copy": "site", "to": "/srv/site"},  # a directory's contents, as Docker copies it
+            {"run": "echo 'web:x:1000:1000:web:/srv:/bin/sh' >> /etc/passwd && chown -R 1000 /srv && "
+                    "echo built-by-run > /srv/built.txt"},
+            {"env": {"GREETING": "hello", "NONCE": nonce}},
+            {"user": "web"},
+        ],
+        "start": ["busybox", "httpd", "-f", "-p", "8080", "-h", "/srv/site"],
+        "ready": {"port": 8080, "timeout_s": 120},
+    }
+
+
+def test_template_from_a_spec(airlock_factory):
+    a = airlock_factory(prebuild="minimal")
+    nonce = secrets.token_hex(8)  # a new build each run, not the last run's
+    context = tar_of({"data.txt": b"from the context\n", "site/index.html": b"<p>served</p>\n"})
+    before = node_template_dirs()
+
+    # refused before anything runs, each saying what is wrong
+    for request, says in (({"spec": dict(web_spec(nonce), cpus=2)}, 'unknown field "cpus"'),
+                          ({"spec": dict(web_spec(nonce), base={"template": "nope"})}, "'nope' not found"),
+                          ({"dockerfile": "FROM minimal\nADD x /x\n", "name": "df"}, "line 2: ADD"),
+                          ({"spec": web_spec(nonce)}, "needs a build context")):
+        status, body = post_template(a, request)
+        assert status == 400 and says in body["error"]["message"], (request, status, body)
+    missing = tar_of({"data.txt": b"x"})  # no site/
+    status, body = post_template(a, {"spec": web_spec(nonce)}, missing)
+    assert status == 400 and "'site' is not in the build context" in body["error"]["message"], body
+    assert a.api("GET", "/v1/templates/web", expect=404)["error"]["code"] == "not_found"
+
+    # the build, followed live
+    status, t = post_template(a, {"spec": web_spec(nonce)}, context)
+    assert status == 202 and t["state"] == "building" and t["build_id"].startswith("bld-"), (status, t)
+    assert t["template_id"].startswith("c-") and len(t["template_id"]) == 34
+    log, progress, end = follow(a, "web", t["build_id"])
+    assert end["state"] == "ready", (end, log[-3000:])
+    # progress is sampled (a fast step may pass between two looks); the
+    # log has every step's header
+    # base, boot, 7 steps (an env step per variable), start, snapshot
+    assert progress and all(p["steps"] == 11 for p in progress), progress
+    for header in ("1/11: base template minimal", "5/11: COPY site to /srv/site", "6/11: RUN echo 'web:x",
+                   "9/11: USER web", "10/11: start busybox (ready: port)", "11/11: snapshot"):
+        assert f"=== step {header}" in log, (header, log[-3000:])
+    got = a.api("GET", "/v1/templates/web")
+    assert got["state"] == "ready" and got["spec"]["name"] == "web" and "error" not in got, got
+    listed = {x["name"]: x for x in a.api("GET", "/v1/templates")["templates"]}
+    assert listed["web"]["kind"] == "built" and listed["minimal"]["kind"] == "built-in", listed
+    assert not any(n.startswith("c-") for n in listed), listed
+
+    # a sandbox from it: its files, defaults, and its server up from the first instant
+    sid = a.create("web")["id"]
+    assert a.api("GET", f"/v1/sandboxes/{sid}")["template"] == "web"
+    r = a.exec(sid, ["sh", "-c", 'cat data.txt built.txt; pwd; id -un; echo "$GREETING"'])
+    assert r["exit_code"] == 0 and r["stdout"] == "from the context\nbuilt-by-run\n/srv\nweb\nhello\n", r
+    assert a.exec(sid, ["id", "-un"], cwd="/")["stdout"] == "web\n"
+    status, _, page = a.request("GET", f"/v1/sandboxes/{sid}/ports/8080/index.html")
+    assert status == 200 and page == b"<p>served</p>\n", (status, page)
+    # the build context is not left in the image
+    assert a.exec(sid, ["sh", "-c", "ls -a / | grep -c airlock || true"])["stdout"] == "0\n"
+
+    # the same request again: built once per content, nothing runs
+    status, again = post_template(a, {"spec": web_spec(nonce)}, context)
+    assert status == 200 and again["state"] == "ready" and again["template_id"] == t["template_id"], again
+
+    # deleting: refused while a sandbox uses it, then gone with its files
+    status, _, data = a.request("DELETE", "/v1/templates/web")
+    assert status == 409 and b"1 sandbox" in data, (status, data)
+    a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)
+    a.api("DELETE", "/v1/templates/web", expect=204)
+    a.api("GET", "/v1/templates/web", expect=404)
+    assert node_template_dirs() == before
+
+
+def test_failed_build_leaves_nothing(airlock_factory):
+    a = airlock_factory(prebuild="minimal")
+    before = node_template_dirs()
+    spec = {"name": "broken", "base": {"template": "minimal"},
+            "steps": [{"run": f"echo step-one-{secrets.token_hex(4)}"}, {"run": "echo about to fail; exit 3"}]}
+    status, t = post_template(a, {"spec": spec})
+    assert status == 202, t
+    log, _, end = follow(a, "broken", t["build_id"])
+    assert end["state"] == "failed" and "steps[1] (RUN) exited with 3" in end["error"], end
+    assert "about to fail" in log and "error: steps[1] (RUN) exited with 3" in log, log[-2000:]
+    got = a.api("GET", "/v1/templates/broken")
+    assert got["state"] == "failed" and "exited with 3" in got["error"], got
+    status, _, data = a.request("POST", "/v1/sandboxes", {"template": "broken"})
+    assert status == 409 and b"failed to build" in data, (status, data)
+    # no template directory, no temporary one: only the row and its log stay
+    assert {d for d in node_template_dirs() if not d.endswith(".log")} == {d for d in before if not d.endswith(".log")}
+    a.api("DELETE", "/v1/templates/broken", expect=204)
+    assert node_template_dirs() == before
+
+    # a start command that never gets ready fails the build too
+    spec = {"name": "never", "base": {"template": "minimal"}, "steps": [{"env": {"N": secrets.token_hex(4)}}],
+            "start": ["sleep", "600"], "ready": {"port": 9, "timeout_s": 3}}
+    status, t = post_template(a, {"spec": spec})
+    assert status == 202, t
+    _, _, end = follow(a, "never", t["build_id"])
+    assert end["state"] == "failed" and "port 9 did not accept within 3 s" in end["error"], end
+    a.api("DELETE", "/v1/templates/never", expect=204)
+    assert node_template_dirs() == before
+
+
+def test_templates_are_their_tenants(airlock_factory):
+    a = airlock_factory(prebuild="minimal")
+    keys = {}
+    for name in ("alpha", "beta"):
+        t = a.api("POST", "/v1/tenants", {"name": name}, expect=201)
+        keys[name] = a.api("POST", f"/v1/tenants/{t['id']}/keys", {"name": name}, expect=201)["key"]
+    spec = {"name": "mine", "base": {"template": "minimal"},
+            "steps": [{"run": f"echo {secrets.token_hex(4)} > /owner"}]}
+    status, t = post_template(a, {"spec": spec}, token=keys["alpha"])
+    assert status == 202, t
+    _, _, end = follow(a, "mine", t["build_id"], token=keys["alpha"])
+    assert end["state"] == "ready", end
+    # the owner's (the control) ...
+    sid = a.api("POST", "/v1/sandboxes", {"template": "mine"}, token=keys["alpha"], expect=201)["id"]
+    assert a.api("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["cat", "/owner"]}, token=keys["alpha"])["exit_code"] == 0
+    # ... and nobody else's: not listed, not readable, not usable, not deletable
+    assert a.api("GET", "/v1/templates/mine", token=keys["beta"], expect=404)
+    assert "mine" not in {x["name"] for x in a.api("GET", "/v1/templates", token=keys["beta"])["templates"]}
+    status, _, data = a.request("POST", "/v1/sandboxes", {"template": "mine"}, token=keys["beta"])
+    assert status == 404 and b"template 'mine' not found" in data, (status, data)
+    a.api("DELETE", "/v1/templates/mine", token=keys["beta"], expect=404)
+    a.api("GET", f"/v1/templates/mine/builds/{t['build_id']}/logs", token=keys["beta"], expect=404)
+    a.api("DELETE", f"/v1/sandboxes/{sid}", token=keys["alpha"], expect=204)
+    a.api("DELETE", "/v1/templates/mine", token=keys["alpha"], expect=204)
+
+
+def test_cli_builds_from_a_dockerfile(airlock_factory, tmp_path):
+    a = airlock_factory(prebuild="minimal")
+    (tmp_path / "hello.txt").write_text("hello from COPY\n")
+    (tmp_path / "Dockerfile").write_text(f"""# a small one
+FROM minimal
+WORKDIR /opt/app
+COPY hello.txt ./
+RUN echo {secrets.token_hex(4)} > stamp
+ENV MODE=cli
+""")
+    p = a.cli("template", "build", "-f", str(tmp_path / "Dockerfile"), "--name", "from-cli", str(tmp_path),
+              timeout=900)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert b"step 3 of" in p.stderr and b"built in" in p.stderr, p.stderr
+    assert b"COPY hello.txt" in p.stdout, p.stdout
+    sid = a.create("from-cli")["id"]
+    r = a.exec(sid, ["sh", "-c", 'cat hello.txt; echo "$MODE"'])
+    assert r["stdout"] == "hello from COPY\ncli\n", r
+    p = a.cli("template", "ls")
+    assert p.returncode == 0 and b"from-cli" in p.stdout, p.stdout
+    a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)
+
+    # a failing build fails the command, with the step that failed
+    (tmp_path / "Dockerfile").write_text("FROM minimal\nRUN false\n")
+    p = a.cli("template", "build", "-f", str(tmp_path / "Dockerfile"), "--name", "fails", str(tmp_path),
+              timeout=900)
+    assert p.returncode == 1 and b"steps[0] (RUN) exited with 1" in p.stderr, (p.stdout, p.stderr)
+    # and a bad one before anything is sent
+    (tmp_path / "Dockerfile").write_text("FROM minimal\nCOPY missing.txt /x\n")
+    p = a.cli("template", "build", "-f", str(tmp_path / "Dockerfile"), "--name", "bad", str(tmp_path))
+    assert p.returncode == 1 and b"missing.txt" in p.stderr, p.stderr
+    for name in ("from-cli", "fails"):
+        a.api("DELETE", f"/v1/templates/{name}", expect=204)
