@@ -2,159 +2,16 @@
 # images/templates/python.sh OUT.img
 #
 # The `python` template root file system (the default for users): Debian
-# bookworm minbase via mmdebstrap with python3, pip and venv, and the tools
-# an agent expects in a Debian box (ps, less, unzip, jq, wget, file, git,
-# curl, CA certificates); docs, man pages and locales (except C) removed and
-# kept out of later installs; as a sparse ext4 image of about twice the tree
-# (at least 1 GiB) so users have free space.
+# bookworm minbase (images/debian.sh) with python3, pip and venv, and the
+# tools an agent expects in a Debian box (ps, less, unzip, jq, wget, file,
+# git, curl, CA certificates), at least 1 GiB.
 #
-# Environment (all optional):
-#   AIRLOCK_APT_CACHE  directory that keeps the downloaded .debs between builds
-#   AIRLOCK_MIRROR     Debian mirror URL (default: the one the host's apt uses)
-#   AIRLOCK_SECURITY_MIRROR  debian-security URL (default: from the host's apt
-#                      config; "none" leaves security updates out)
-#   SUITE (bookworm), TEMPLATE_HOSTNAME (airlock), EXTRA_PACKAGES (comma list)
-#   EXTRA_TREE         a directory copied over the root file system last
-#                      (a template built on this one: code-interpreter.sh)
-#   MIN_IMAGE_MB (1024), AIRLOCK_NO_EATMYDATA=1 (keep dpkg's fsyncs)
+# Environment: debian.sh's (AIRLOCK_APT_CACHE, AIRLOCK_MIRROR, SUITE,
+# EXTRA_TREE, ...), and EXTRA_PACKAGES (comma list) for a template built on
+# this one (code-interpreter.sh).
 set -euo pipefail
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-# shellcheck source=images/common.sh
-. "$HERE/common.sh"
-
-[ $# -eq 1 ] || die "usage: $0 OUT.img"
-OUT=$(abspath "$1")
-SUITE=${SUITE:-bookworm}
-HOSTNAME_=${TEMPLATE_HOSTNAME:-airlock}
-MIN_IMAGE_MB=${MIN_IMAGE_MB:-1024}
 # Keep in step with tests/integration/test_python_template.py and
 # docs/images.md (which says why there is no C compiler).
 PACKAGES=python3,python3-pip,python3-venv,bash,coreutils,procps,less,unzip,jq,wget,file,ca-certificates,curl,git
-PACKAGES=$PACKAGES${EXTRA_PACKAGES:+,$EXTRA_PACKAGES}
-need mmdebstrap
-need mkfs.ext4 e2fsprogs
-need truncate coreutils
-[ "$(id -u)" -eq 0 ] || die "run as root (mmdebstrap root mode keeps file ownership for mkfs.ext4 -d)"
-
-# host_uris SUITE: the URIs the host's apt config uses for SUITE (deb822
-# .sources files and one-line .list files), one per line, in order.
-host_uris() {
-	local suite=$1 f
-	{
-		for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-			[ -f "$f" ] || continue
-			awk -v s="$suite" '$1 == "deb" {
-				i = 2; if ($2 ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
-				if ($(i + 1) == s) print $i }' "$f"
-		done
-		for f in /etc/apt/sources.list.d/*.sources; do
-			[ -f "$f" ] || continue
-			# Paragraphs separated by blank lines; fields Types, URIs, Suites, Enabled.
-			awk -v s="$suite" '
-				function flush() {
-					if (types ~ /(^| )deb( |$)/ && enabled != "no" && (" " suites " ") ~ (" " s " "))
-						n = split(uris, u, " "); else n = 0
-					for (j = 1; j <= n; j++) print u[j]
-					types = uris = suites = ""; enabled = "yes"
-				}
-				BEGIN { enabled = "yes" }
-				/^[ \t]*#/ { next }
-				/^[ \t]*$/ { flush(); next }
-				/^[A-Za-z-]+:/ { key = tolower($1); sub(/:.*/, "", key); val = $0; sub(/^[^:]*:[ \t]*/, "", val)
-					if (key == "types") types = val; else if (key == "uris") uris = val
-					else if (key == "suites") suites = val; else if (key == "enabled") enabled = tolower(val)
-					next }
-				END { flush() }' "$f"
-		done
-	} | awk '!seen[$0]++'
-}
-
-MIRROR=${AIRLOCK_MIRROR:-$(host_uris "$SUITE" | head -n1)}
-[ -n "$MIRROR" ] || die "no Debian mirror for '$SUITE' in /etc/apt/sources.list{,.d/*}; set AIRLOCK_MIRROR=URL"
-SEC=${AIRLOCK_SECURITY_MIRROR:-$(host_uris "$SUITE-security" | head -n1)}
-[ "$SEC" != none ] || SEC=
-UPD=$(host_uris "$SUITE-updates" | head -n1)
-sources=("deb $MIRROR $SUITE main")
-[ -z "$UPD" ] || sources+=("deb $UPD $SUITE-updates main")
-[ -z "$SEC" ] || sources+=("deb $SEC $SUITE-security main")
-
-start=$(now_ms)
-make_tmp_next_to "$OUT"
-R=$TMP/root
-chmod 0755 "$TMP" # apt's sandbox user (_apt) must reach the chroot
-mmargs=(--variant=minbase --include="$PACKAGES" --mode=root --format=directory
-	--aptopt='Acquire::Retries "3"'
-	--dpkgopt='path-exclude=/usr/share/man/*'
-	--dpkgopt='path-exclude=/usr/share/doc/*'
-	--dpkgopt='path-include=/usr/share/doc/*/copyright'
-	--dpkgopt='path-exclude=/usr/share/locale/*'
-	--dpkgopt='path-include=/usr/share/locale/locale.alias'
-	--dpkgopt='path-exclude=/usr/share/info/*'
-	--dpkgopt='path-exclude=/usr/share/lintian/*'
-	--dpkgopt='path-exclude=/usr/share/linda/*')
-# eatmydata (fetched from the mirror into the chroot, removed afterwards):
-# dpkg's fsync()s are pointless for a tree that becomes an image.
-eat=/usr/share/mmdebstrap/hooks/eatmydata
-[ -n "${AIRLOCK_NO_EATMYDATA:-}" ] || [ ! -d "$eat" ] || mmargs+=(--hook-dir="$eat")
-if [ -n "${AIRLOCK_APT_CACHE:-}" ]; then
-	mkdir -p "$AIRLOCK_APT_CACHE" || die "cannot create AIRLOCK_APT_CACHE=$AIRLOCK_APT_CACHE"
-	cache=$(cd "$AIRLOCK_APT_CACHE" && pwd)
-	log "caching .debs in $cache ($(find "$cache" -maxdepth 1 -name '*.deb' | wc -l) there now)"
-	# The documented mmdebstrap recipe: seed the chroot's archive dir, keep the
-	# .debs mmdebstrap would unlink, and copy the (new) ones back out.
-	mmargs+=(--skip=essential/unlink
-		--setup-hook="mkdir -p \"\$1/var/cache/apt/archives/\""
-		--setup-hook="sync-in '$cache' /var/cache/apt/archives/"
-		--customize-hook="sync-out /var/cache/apt/archives '$cache'")
-fi
-# The installation's egress CA joins the trust store (the gateway
-# terminates TLS with it where a name or a credential decides).
-if [ -n "${AIRLOCK_EGRESS_CA_CERT:-}" ]; then
-	[ -r "$AIRLOCK_EGRESS_CA_CERT" ] || die "AIRLOCK_EGRESS_CA_CERT=$AIRLOCK_EGRESS_CA_CERT is not readable"
-	mmargs+=(--customize-hook="install -m 0644 '$AIRLOCK_EGRESS_CA_CERT' \"\$1/usr/local/share/ca-certificates/airlock-egress.crt\"
-chroot \"\$1\" update-ca-certificates >&2")
-fi
-if [ -n "${EXTRA_TREE:-}" ]; then
-	[ -d "$EXTRA_TREE" ] || die "EXTRA_TREE=$EXTRA_TREE is not a directory"
-	mmargs+=(--customize-hook="cp -a --no-preserve=ownership '$EXTRA_TREE/.' \"\$1/\"")
-fi
-# Shrink and finish the tree (runs inside mmdebstrap, after all installs).
-mmargs+=(--customize-hook="echo '$HOSTNAME_' > \"\$1/etc/hostname\"
-printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n' '$HOSTNAME_' > \"\$1/etc/hosts\"
-mkdir -p \"\$1/root\" && chmod 0700 \"\$1/root\"
-rm -f \"\$1\"/var/cache/apt/archives/*.deb \"\$1\"/var/cache/apt/*.bin
-rm -rf \"\$1\"/var/lib/apt/lists/* \"\$1\"/usr/share/man/* \"\$1\"/usr/share/info/*
-find \"\$1/usr/share/doc\" -mindepth 1 ! -type d ! -name copyright -delete
-find \"\$1/usr/share/doc\" -mindepth 1 -type d -empty -delete
-find \"\$1/usr/share/locale\" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
-rm -f \"\$1/etc/resolv.conf\" && : > \"\$1/etc/resolv.conf\"
-rm -f \"\$1\"/usr/lib/python3*/EXTERNALLY-MANAGED")
-
-log "mmdebstrap $SUITE from ${sources[*]}"
-# Its output goes to our stderr (the template's build log) and to a file, so
-# that a failure can say what failed: the mirror only when it was a download.
-mmlog=$TMP/mmdebstrap.log
-rc=0
-mmdebstrap "${mmargs[@]}" "$SUITE" "$R" "${sources[@]}" 2>&1 | tee "$mmlog" >&2 || rc=$?
-if [ "$rc" -ne 0 ]; then
-	download='Failed to fetch|Could not resolve|Temporary failure resolving|Unable to connect|Could not connect|Connection (failed|timed out|refused)|404 +Not Found|Release file .* is not valid|does not have a Release file'
-	if grep -qE "$download" "$mmlog"; then
-		die "mmdebstrap could not download from the mirror $MIRROR (set AIRLOCK_MIRROR to use another): $(grep -E "$download" "$mmlog" | tail -n1)"
-	fi
-	# what failed: a missing command (a hook's tool), and mmdebstrap's last
-	# own error ("E: mmdebstrap failed to run" says nothing)
-	cause=$(grep -E ': not found$|command not found' "$mmlog" | tail -n1 || true)
-	last=$(grep -E '^E: ' "$mmlog" | grep -v 'E: mmdebstrap failed to run' | tail -n1 || true)
-	[ -n "$cause$last" ] || last=$(grep -v '^[[:space:]]*$' "$mmlog" | tail -n1 || true)
-	die "mmdebstrap failed (exit $rc): ${cause:+$cause; }${last:-no output}"
-fi
-[ -x "$R/usr/bin/python3" ] || die "no /usr/bin/python3 in the built tree"
-tree_mb=$(( ($(du -sxk "$R" | cut -f1) + 1023) / 1024 ))
-size_mb=$((tree_mb * 2))
-[ "$size_mb" -ge "$MIN_IMAGE_MB" ] || size_mb=$MIN_IMAGE_MB
-truncate -s "${size_mb}M" "$TMP/out.img"
-mkfs.ext4 -q -F -b 4096 -I 256 -L airlock-root -E root_owner=0:0 -d "$R" "$TMP/out.img" ||
-	die "mkfs.ext4 -d failed"
-chmod 0644 "$TMP/out.img"
-mv -f -- "$TMP/out.img" "$OUT" || die "cannot write $OUT"
-log "$OUT: tree ${tree_mb} MiB, image ${size_mb} MiB sparse ($(du -k "$OUT" | cut -f1) KiB used), built in $(($(now_ms) - start)) ms"
+PACKAGES=$PACKAGES${EXTRA_PACKAGES:+,$EXTRA_PACKAGES} REQUIRE=/usr/bin/python3 \
+	exec "$(dirname "$0")/../debian.sh" "$@"

@@ -62,7 +62,7 @@ static const unsigned op_keys[MGR_OP_MAX] = {
         [MGR_OP_CGROUP_REMOVE] = K_UID,
         [MGR_OP_FILE_GIVE] = K_PATH | K_UID | K_MODE,
         [MGR_OP_FILE_RECLAIM] = K_PATH | K_MODE,
-        [MGR_OP_TEMPLATE_STEP] = K_STEP | K_NAME | K_DIR | K_OUT | K_KERNEL_DIR,
+        [MGR_OP_TEMPLATE_STEP] = K_STEP | K_NAME | K_DIR | K_OUT | K_KERNEL_DIR | K_ARGV,
         [MGR_OP_VMM_SPAWN] = K_UID | K_RUN_DIR | K_KERNEL | K_INITRD | K_DISK | K_DISK_TARGET | K_MEM |
                              K_TEMPLATE_RAM | K_KVM | K_MEMORY | K_VCPUS | K_ARGV,
         [MGR_OP_NET_LISTEN] = K_PID | K_START | K_UID,
@@ -344,7 +344,7 @@ int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, 
                 case K_STEP: {
                         const char *st = json_string_value(v);
                         ok = st && (strcmp(st, "kernel") == 0 || strcmp(st, "initramfs") == 0 ||
-                                    strcmp(st, "rootfs") == 0);
+                                    strcmp(st, "rootfs") == 0 || strcmp(st, "base") == 0);
                         if (ok)
                                 memcpy(r.step, st, strlen(st) + 1);
                         break;
@@ -367,16 +367,23 @@ int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, 
                         goto out;
                 }
         }
-        if (seen != want) {
+        /* a template step's argv is its base's parameters: that step's only */
+        unsigned optional = r.op == MGR_OP_TEMPLATE_STEP ? K_ARGV : 0;
+        if ((seen | optional) != want) {
                 for (unsigned k = 0; k < ARRAY_SIZE(key_names); k++)
-                        if ((want & ~seen) & (1u << k)) {
+                        if ((want & ~(seen | optional)) & (1u << k)) {
                                 res = fail(err, n, "missing %s", key_names[k]);
                                 goto out;
                         }
         }
-        /* a template step: a name for rootfs only, a kernel dir for initramfs only */
-        if (r.op == MGR_OP_TEMPLATE_STEP && (!!r.name[0] != (strcmp(r.step, "rootfs") == 0) ||
-                                             !!r.kernel_dir[0] != (strcmp(r.step, "initramfs") == 0))) {
+        /* a template step: a name for rootfs and base only, a kernel dir
+         * (initramfs: the kernel's; base: an OCI archive's) for those only,
+         * the base's parameters (argv) for base only and always */
+        bool base = r.op == MGR_OP_TEMPLATE_STEP && strcmp(r.step, "base") == 0;
+        if (r.op == MGR_OP_TEMPLATE_STEP &&
+            (!!r.name[0] != (strcmp(r.step, "rootfs") == 0 || base) ||
+             (r.kernel_dir[0] && strcmp(r.step, "initramfs") != 0 && !base) ||
+             (!r.kernel_dir[0] && strcmp(r.step, "initramfs") == 0) || !!r.argv[0] != base)) {
                 res = fail(err, n, "step arguments");
                 goto out;
         }
@@ -424,6 +431,12 @@ char *mgr_request_format(const struct mgr_request *r) {
                 k |= json_object_set_new(o, "dir", json_string(r->dir));
                 k |= json_object_set_new(o, "out", json_string(r->out));
                 k |= json_object_set_new(o, "kernel_dir", json_string(r->kernel_dir));
+                if (r->argv[0]) {
+                        json_t *a = json_array();
+                        for (size_t i = 0; a && i < MGR_ARGV_MAX && r->argv[i]; i++)
+                                k |= json_array_append_new(a, json_string(r->argv[i]));
+                        k |= a ? json_object_set_new(o, "argv", a) : -1;
+                }
         }
         if (r->op == MGR_OP_VMM_SPAWN) {
                 k |= json_object_set_new(o, "run_dir", json_string(r->run_dir));

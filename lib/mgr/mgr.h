@@ -49,10 +49,12 @@ enum mgr_op {
                                * group the node's, mode 0600/0660 (files) or 0700/2770 (dirs) */
         MGR_OP_FILE_RECLAIM,  /* {"path","mode"} -> {}: a file a VM wrote (a built template's disk,
                                * RAM, console log) back to the node user, 0600/0640/0644 */
-        MGR_OP_TEMPLATE_STEP, /* {"step":"kernel"|"initramfs"|"rootfs","name","dir","out","kernel_dir"}
-                               * + fd [the build log]: runs images/kernel.sh, initramfs.sh or
-                               * templates/NAME.sh as root into a root-only staging dir, then
-                               * moves the result to dir/out, the node's */
+        MGR_OP_TEMPLATE_STEP, /* {"step":"kernel"|"initramfs"|"rootfs"|"base","name","dir","out",
+                               * "kernel_dir","argv"?} + fd [the build log]: runs images/kernel.sh,
+                               * initramfs.sh, templates/NAME.sh or (base: a template built from
+                               * a spec) debian.sh / oci.sh with argv's checked parameters, as
+                               * root into a root-only staging dir, then moves the result to
+                               * dir/out, the node's */
         MGR_OP_VMM_SPAWN,     /* {"uid","run_dir","kernel","initrd","disk","disk_target","mem",
                                *  "template_ram","kvm","memory_mib","vcpus","argv"} + fds
                                * [QEMU's stdout, the sealed template RAM when template_ram]
@@ -85,18 +87,21 @@ struct mgr_request {
         size_t root;          /* FILE_GIVE: index into policy->roots */
         char path[MGR_PATH_MAX]; /* FILE_GIVE, FILE_RECLAIM: absolute, canonical, under roots[root] */
         /* TEMPLATE_STEP */
-        char step[16];        /* kernel, initramfs, rootfs */
-        char name[65];        /* rootfs: the template ([a-z0-9][a-z0-9_-]*), else "" */
+        char step[16];        /* kernel, initramfs, rootfs, base */
+        char name[65];        /* rootfs, base: the template ([a-z0-9][a-z0-9_-]*), else "" */
         char dir[MGR_PATH_MAX]; /* a root or under one: where out lands */
         char out[65];         /* a plain name in dir */
-        char kernel_dir[MGR_PATH_MAX]; /* initramfs: the built kernel (under a root), else "" */
+        char kernel_dir[MGR_PATH_MAX]; /* initramfs: the built kernel; base: the dir holding an OCI
+                                        * archive or layout, or "" (under a root) */
         /* VMM_SPAWN: every path absolute, canonical, under a root (mem: or "") */
         char run_dir[MGR_PATH_MAX], kernel[MGR_PATH_MAX], initrd[MGR_PATH_MAX], disk[MGR_PATH_MAX],
                 disk_target[MGR_PATH_MAX], mem[MGR_PATH_MAX];
         bool template_ram, kvm;
         unsigned memory_mib;  /* 16 .. 1 TiB */
         unsigned vcpus;       /* 1 .. 256 */
-        char *argv[MGR_ARGV_MAX + 1]; /* NULL-terminated, at least argv[0]; mgr_request_release() */
+        char *argv[MGR_ARGV_MAX + 1]; /* VMM_SPAWN: QEMU's; TEMPLATE_STEP base: ["debian", DISK_MIB,
+                                       * SUITE, "PKG,PKG..."...] or ["oci", DISK_MIB, REF];
+                                       * NULL-terminated; mgr_request_release() */
 };
 
 /* The op's wire name ("vmm.signal"), or NULL. */

@@ -84,12 +84,12 @@ static bool template_name_ok(const char *s) {
         return slug_ok(s, 63);
 }
 
-static bool suite_ok(const char *s) {
+bool tplspec_suite_ok(const char *s) {
         return slug_ok(s, 32);
 }
 
 /* Debian's rule: [a-z0-9][a-z0-9+.-]+ */
-static bool package_ok(const char *s) {
+bool tplspec_package_ok(const char *s) {
         size_t n = strlen(s);
         if (n < 2 || n > 128 || !(islower((unsigned char) s[0]) || isdigit((unsigned char) s[0])))
                 return false;
@@ -99,14 +99,34 @@ static bool package_ok(const char *s) {
         return true;
 }
 
-static bool oci_ok(const char *s) {
+static bool path_ok(const char *s, bool absolute, bool relative);
+
+bool tplspec_oci_ok(const char *s) {
         size_t n = strlen(s);
         if (n < 5 || n > 512)
                 return false;
         for (size_t i = 0; i < n; i++)
-                if ((unsigned char) s[i] <= 0x20 || (unsigned char) s[i] >= 0x7f)
+                if ((unsigned char) s[i] <= 0x20 || (unsigned char) s[i] >= 0x7f || s[i] == '\'' || s[i] == '\\')
                         return false;
-        return strncmp(s, "oci:", 4) == 0 || strncmp(s, "docker-archive:", 15) == 0 || strncmp(s, "docker://", 9) == 0;
+        if (strncmp(s, "docker://", 9) == 0)
+                return n > 9;
+        char buf[TPLSPEC_PATH_MAX + 1];
+        return tplspec_oci_context_path(s, buf, sizeof buf) != NULL;
+}
+
+const char *tplspec_oci_context_path(const char *ref, char *buf, size_t n) {
+        const char *p = strncmp(ref, "oci:", 4) == 0              ? ref + 4
+                        : strncmp(ref, "docker-archive:", 15) == 0 ? ref + 15
+                                                                   : NULL;
+        if (!p)
+                return NULL;
+        /* oci:DIR:TAG -- the tag after the first ':'; an archive has none */
+        size_t l = p == ref + 4 ? strcspn(p, ":") : strlen(p);
+        if (l == 0 || l >= n || (p == ref + 15 && strchr(p, ':')))
+                return NULL;
+        memcpy(buf, p, l);
+        buf[l] = 0;
+        return path_ok(buf, false, true) ? buf : NULL;
 }
 
 static bool env_key_ok(const char *s) {
@@ -253,10 +273,11 @@ static int base_json(struct tplspec *s, const json_t *b, char *err) {
                 return fail(err, "field \"base\" names one of \"template\", \"debian\" (with \"packages\") or \"oci\"");
         if (t && !name_is_valid(t))
                 return fail(err, "base template \"%.64s\" is no template name", t);
-        if (d && !suite_ok(d))
+        if (d && !tplspec_suite_ok(d))
                 return fail(err, "base debian suite \"%.32s\" is no suite name (bookworm, trixie, ...)", d);
-        if (o && !oci_ok(o))
-                return fail(err, "base oci \"%.64s\" must be oci:DIR[:TAG], docker-archive:FILE or docker://REF", o);
+        if (o && !tplspec_oci_ok(o))
+                return fail(err, "base oci \"%.64s\" must be oci:DIR[:TAG] or docker-archive:FILE (a path in the build "
+                                 "context) or docker://REF", o);
         s->base = t ? TPLSPEC_BASE_TEMPLATE : d ? TPLSPEC_BASE_DEBIAN : TPLSPEC_BASE_OCI;
         if (!(s->from = strdup(t ?: d ?: o)))
                 return -ENOMEM;
@@ -269,7 +290,7 @@ static int base_json(struct tplspec *s, const json_t *b, char *err) {
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++) {
                 const char *name = json_string_value(json_array_get(p, i));
-                if (!name || !package_ok(name))
+                if (!name || !tplspec_package_ok(name))
                         return fail(err, "packages[%zu] is no Debian package name", i);
                 if (!(s->packages[i] = strdup(name)))
                         return -ENOMEM;
@@ -626,12 +647,12 @@ static int from_text(struct tplspec *s, const char *args, const char *where, cha
                 return fail(err, "%s: FROM takes one image (no AS, no --platform)", where);
         const char *ref = w[0];
         if (strncmp(ref, "debian:", 7) == 0) {
-                if (!suite_ok(ref + 7))
+                if (!tplspec_suite_ok(ref + 7))
                         return fail(err, "%s: \"%.64s\" names no Debian suite", where, ref);
                 s->base = TPLSPEC_BASE_DEBIAN;
                 s->packages = strv_new(0);
                 s->from = strdup(ref + 7);
-        } else if (oci_ok(ref)) {
+        } else if (tplspec_oci_ok(ref)) {
                 s->base = TPLSPEC_BASE_OCI;
                 s->from = strdup(ref);
         } else if (name_is_valid(ref)) {
@@ -796,13 +817,19 @@ json_t *tplspec_to_json(const struct tplspec *s) {
         return o;
 }
 
-const char **tplspec_copy_sources(const struct tplspec *s) {
+const char **tplspec_context_paths(const struct tplspec *s) {
         size_t n = 0;
         for (size_t i = 0; i < s->n_steps; i++)
                 for (size_t k = 0; s->steps[i].kind == TPLSPEC_COPY && s->steps[i].srcs[k]; k++)
                         n++;
-        const char **v = calloc(n + 1, sizeof *v);
+        char oci[TPLSPEC_PATH_MAX + 1];
+        const char *op = s->base == TPLSPEC_BASE_OCI ? tplspec_oci_context_path(s->from, oci, sizeof oci) : NULL;
+        /* one allocation: the vector, then a copy of the OCI path */
+        size_t vec = (n + 2) * sizeof(const char *);
+        const char **v = calloc(1, vec + (op ? strlen(op) + 1 : 0));
         size_t j = 0;
+        if (v && op)
+                v[j++] = strcpy((char *) v + vec, op);
         for (size_t i = 0; v && i < s->n_steps; i++)
                 for (size_t k = 0; s->steps[i].kind == TPLSPEC_COPY && s->steps[i].srcs[k]; k++)
                         v[j++] = s->steps[i].srcs[k];

@@ -77,6 +77,18 @@ int tplspec_parse_json(const json_t *j, struct tplspec **ret, char *err);
 int tplspec_parse_dockerfile(const char *text, size_t len, const char *name, struct tplspec **ret, char *err);
 /* The canonical JSON of s (tplspec_parse_json() reads it back the same). */
 json_t *tplspec_to_json(const struct tplspec *s);
-/* The COPY sources a build context must hold (NULL-terminated, borrowed
- * from s; free the array only). */
-const char **tplspec_copy_sources(const struct tplspec *s);
+/* The rules of a spec's parts, for what checks them again (the root
+ * process that makes a base's root file system): a Debian suite, a package
+ * name, an OCI reference. */
+bool tplspec_suite_ok(const char *s);
+bool tplspec_package_ok(const char *s);
+bool tplspec_oci_ok(const char *s);
+/* The path inside the build context an OCI reference names ("oci:DIR[:TAG]"
+ * gives DIR, "docker-archive:FILE" FILE; a registry's none: NULL), in buf
+ * (size n); NULL too when it is no relative path without "..". */
+const char *tplspec_oci_context_path(const char *ref, char *buf, size_t n);
+
+/* The paths a build context must hold: an OCI base's archive or layout
+ * first, then the COPY sources (NULL-terminated, borrowed from s; free the
+ * array only). */
+const char **tplspec_context_paths(const struct tplspec *s);

@@ -269,7 +269,7 @@ static int template_build(struct cli *cli, int argc, char **argv) {
         if (!req)
                 return cli_fail("template build: %s is not UTF-8 text", file);
 
-        _cleanup_free_ const char **srcs = tplspec_copy_sources(spec);
+        _cleanup_free_ const char **srcs = tplspec_context_paths(spec);
         if (!srcs)
                 return cli_fail("out of memory");
         _cleanup_close_ int ctx_fd = -1;

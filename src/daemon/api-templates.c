@@ -284,12 +284,12 @@ int api_template_create(struct api_ctx *ctx, const json_t *body, const char *con
                                 return -ENOMEM;
                 }
         }
-        _cleanup_free_ const char **srcs = tplspec_copy_sources(spec);
+        _cleanup_free_ const char **srcs = tplspec_context_paths(spec);
         if (!srcs)
                 return -ENOMEM;
         if (srcs[0] && !context_path)
                 return api_fail(ctx, -EINVAL,
-                                "COPY '%.200s' needs a build context: send the request as multipart/form-data with "
+                                "'%.200s' needs a build context: send the request as multipart/form-data with "
                                 "a 'context' part (a tar)",
                                 srcs[0]);
         if (!node && (!base_node_template || strncmp(base_node_template, "c-", 2) != 0)) {

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -291,6 +292,97 @@ static int prepare_disk(struct cbuild *b, const char *rootfs, unsigned disk_mib,
         return r;
 }
 
+static void params_free(char ***p) {
+        for (size_t i = 0; *p && (*p)[i]; i++)
+                free((*p)[i]);
+        free(*p);
+}
+
+/* A Debian or OCI base's root file system into dir/rootfs.img, as root:
+ * airlock-nodemgr's template.step "base" checks the parameters again and
+ * runs images/debian.sh or images/oci.sh; without it (the node is root)
+ * the script runs here with them in its environment. An OCI archive or
+ * layout in the build context is unpacked from it first (as the node's
+ * user, into dir/oci-src). */
+static int make_rootfs(struct cbuild *b, const char *dir, const char *log_path, char **ret_error) {
+        const struct tplspec *spec = b->spec;
+        bool debian = spec->base == TPLSPEC_BASE_DEBIAN;
+        char rootfs[PATH_BUF], script[PATH_BUF], src[PATH_BUF], disk[16], path[TPLSPEC_PATH_MAX + 1];
+        pathf(rootfs, "%s/rootfs.img", dir);
+        pathf(script, "%s/%s", template_config()->images_dir, debian ? "debian.sh" : "oci.sh");
+        pathf(src, "%s/oci-src", dir);
+        snprintf(disk, sizeof disk, "%u", spec->disk_mib);
+        const char *in_context = debian ? NULL : tplspec_oci_context_path(spec->from, path, sizeof path);
+        int r;
+        if (in_context) {
+                if (mkdir(src, 0700) < 0)
+                        return negative_errno();
+                const char *untar[] = { "tar", "-x", "--no-same-owner", "-f", b->context, "-C", src, "--", in_context,
+                                        NULL };
+                if ((r = host_step(b, log_path, ret_error, untar)) < 0)
+                        return r;
+        }
+        /* the parameters: packages as comma lists (each within lib/mgr's
+         * bound of one argument) */
+        size_t n_pkg = 0;
+        while (debian && spec->packages[n_pkg])
+                n_pkg++;
+        _cleanup_(params_free) char **params = calloc(n_pkg + 4, sizeof(char *));
+        if (!params)
+                return -ENOMEM;
+        size_t k = 0;
+        params[k++] = strdup(debian ? "debian" : "oci");
+        params[k++] = strdup(disk);
+        params[k++] = strdup(spec->from);
+        for (size_t i = 0; i < n_pkg;) {
+                char list[3072] = "";
+                size_t used = 0;
+                for (; i < n_pkg && used + strlen(spec->packages[i]) + 2 < sizeof list; i++)
+                        used += (size_t) snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "",
+                                                  spec->packages[i]);
+                params[k++] = strdup(list);
+        }
+        for (size_t i = 0; i < k; i++)
+                if (!params[i])
+                        return -ENOMEM;
+        /* without airlock-nodemgr: the same environment the root step makes */
+        _cleanup_free_ char *e_disk = strdup_printf("MIN_IMAGE_MB=%s", spec->disk_mib ? disk : "");
+        _cleanup_free_ char *e_a = NULL, *e_b = NULL;
+        if (debian) {
+                _cleanup_free_ char *joined = NULL;
+                size_t total = 1;
+                for (size_t i = 3; i < k; i++)
+                        total += strlen(params[i]) + 1;
+                if ((joined = calloc(total, 1)))
+                        for (size_t i = 3; i < k; i++) {
+                                if (i > 3)
+                                        strcat(joined, ",");
+                                strcat(joined, params[i]);
+                        }
+                e_a = strdup_printf("SUITE=%s", spec->from);
+                e_b = joined ? strdup_printf("PACKAGES=%s", joined) : NULL;
+        } else if (in_context) {
+                bool layout = strncmp(spec->from, "oci:", 4) == 0;
+                e_a = strdup_printf("OCI_REF=%s%s/%s", layout ? "oci:" : "docker-archive:", src,
+                                    layout ? spec->from + 4 : in_context);
+        } else
+                e_a = strdup_printf("OCI_REF=%s", spec->from);
+        if (!e_disk || !e_a || (debian && !e_b))
+                return -ENOMEM;
+        char *argv[8] = { (char *) "env", e_disk, e_a };
+        size_t a = 3;
+        if (e_b)
+                argv[a++] = e_b;
+        argv[a++] = (char *) "/bin/bash";
+        argv[a++] = script;
+        argv[a++] = rootfs;
+        r = template_build_step(&b->track, b->ctx, argv, "base", b->name, dir, "rootfs.img", in_context ? src : NULL,
+                                params, log_path, ret_error);
+        if (in_context)
+                (void) rm_rf(src);
+        return r;
+}
+
 /* The base's disk, initramfs and kernel into dir. */
 static int prepare_base(struct cbuild *b, const char *dir, const char *log_path, struct template_info **ret_base,
                         char **ret_error) {
@@ -316,21 +408,75 @@ static int prepare_base(struct cbuild *b, const char *dir, const char *log_path,
                 template_info_free(base);
                 return r;
         }
-        if (b->spec->base != TPLSPEC_BASE_TEMPLATE) {
-                /* the root file system, as root (airlock-nodemgr's
-                 * template.step "base", or the script itself) */
-                char images[PATH_BUF], script[PATH_BUF];
-                snprintf(images, sizeof images, "%s", template_config()->images_dir);
-                pathf(script, "%s/%s", images, b->spec->base == TPLSPEC_BASE_DEBIAN ? "debian.sh" : "oci.sh");
-                char *argv[] = { (char *) "/bin/bash", script, rootfs, NULL };
-                r = template_build_step(&b->track, b->ctx, argv, "base", b->name, dir, "rootfs.img", NULL, log_path,
-                                        ret_error);
-                if (r < 0) {
-                        template_info_free(base);
-                        return r;
-                }
+        if (b->spec->base != TPLSPEC_BASE_TEMPLATE && (r = make_rootfs(b, dir, log_path, ret_error)) < 0) {
+                template_info_free(base);
+                return r;
         }
         *ret_base = base;
+        return 0;
+}
+
+/* What images/oci.sh kept of an OCI image's config in the root file
+ * system (/etc/airlock/oci-config.json, read without mounting it): its
+ * environment, working directory and user become the build's defaults. */
+#define OCI_CONFIG "/etc/airlock/oci-config.json"
+#define OCI_CONFIG_MAX (1u << 20)
+
+static int oci_defaults(const char *rootfs, json_t *env, char **cwd, char **user, char **ret_error) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return negative_errno();
+        pid_t pid = fork();
+        if (pid == 0) {
+                int null = open("/dev/null", O_WRONLY);
+                if (dup2(p[1], 1) < 0 || null < 0 || dup2(null, 2) < 0)
+                        _exit(127);
+                execl("/sbin/debugfs", "debugfs", "-R", "cat " OCI_CONFIG, rootfs, (char *) NULL);
+                _exit(127);
+        }
+        close(p[1]);
+        _cleanup_free_ char *buf = malloc(OCI_CONFIG_MAX + 1);
+        size_t len = 0;
+        for (ssize_t k; buf && len < OCI_CONFIG_MAX && (k = read(p[0], buf + len, OCI_CONFIG_MAX - len)) != 0;) {
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0)
+                        break;
+                len += (size_t) k;
+        }
+        close(p[0]);
+        int status = 0;
+        if (pid < 0 || waitpid(pid, &status, 0) < 0 || !buf)
+                return pid < 0 ? -errno : -ENOMEM;
+        _cleanup_(json_decrefp) json_t *cfg = json_loadb(buf, len, 0, NULL);
+        json_t *c = json_object_get(cfg, "config");
+        if (!json_is_object(cfg)) {
+                *ret_error = strdup("the OCI image has no readable config");
+                return -EBADMSG;
+        }
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(c, "Env"), i, e) {
+                const char *kv = json_string_value(e), *eq = kv ? strchr(kv, '=') : NULL;
+                if (!eq || eq == kv || i >= TPLSPEC_ENV_MAX * 4)
+                        continue;
+                _cleanup_free_ char *key = strndup(kv, (size_t) (eq - kv));
+                if (!key || json_object_set_new(env, key, json_string(eq + 1)) < 0)
+                        return -ENOMEM;
+        }
+        const char *wd = json_string_value(json_object_get(c, "WorkingDir"));
+        if (wd && wd[0] == '/') {
+                free(*cwd);
+                if (!(*cwd = strdup(wd)))
+                        return -ENOMEM;
+        }
+        /* "name", "uid" or "user:group": the user's part */
+        const char *u = json_string_value(json_object_get(c, "User"));
+        if (u && *u && *u != ':') {
+                free(*user);
+                if (!(*user = strndup(u, strcspn(u, ":"))))
+                        return -ENOMEM;
+        }
         return 0;
 }
 
@@ -655,6 +801,8 @@ static int build(struct cbuild *b, const char *log_path, char **ret_error) {
                 w.user = inherit && base->user ? strdup(base->user) : NULL;
                 if (!w.env || !w.cwd || (inherit && base->user && !w.user))
                         r = -ENOMEM;
+                if (r >= 0 && spec->base == TPLSPEC_BASE_OCI)
+                        r = oci_defaults(rootfs, w.env, &w.cwd, &w.user, ret_error);
         }
         if (r >= 0) {
                 progress(b, log_fd, "boot the build VM (%u MiB, %u vCPU)", memory_mib, vcpus);
@@ -731,16 +879,16 @@ static void *build_thread(void *arg) {
         return NULL;
 }
 
-/* The context must hold every COPY source: `tar -t` lists it (the node's
+/* The context must hold every path the spec names (tplspec_context_paths()): `tar -t` lists it (the node's
  * own tar reading a file the API took in; nothing is unpacked here). */
 static int check_context(const struct tplspec *spec, const char *context, char **ret_error) {
-        _cleanup_free_ const char **srcs = tplspec_copy_sources(spec);
+        _cleanup_free_ const char **srcs = tplspec_context_paths(spec);
         if (!srcs)
                 return -ENOMEM;
         if (!srcs[0])
                 return 0;
         if (!context) {
-                *ret_error = strdup_printf("COPY needs a build context: '%s' is not in it", srcs[0]);
+                *ret_error = strdup_printf("'%s' needs a build context", srcs[0]);
                 return -EINVAL;
         }
         _cleanup_free_ char *cmd = strdup_printf("tar -tf '%s' 2>&1", context);
@@ -779,7 +927,7 @@ static int check_context(const struct tplspec *spec, const char *context, char *
         }
         for (size_t i = 0; i < n_src; i++)
                 if (!found[i]) {
-                        *ret_error = strdup_printf("COPY source '%s' is not in the build context", srcs[i]);
+                        *ret_error = strdup_printf("'%s' is not in the build context", srcs[i]);
                         return -EINVAL;
                 }
         return 0;
@@ -800,11 +948,6 @@ int template_custom_build(const struct template_build_request *q, char **ret_err
         if (spec->base == TPLSPEC_BASE_TEMPLATE && (!q->base || !name_is_valid(q->base))) {
                 *ret_error = strdup("a template base needs the node's name of that template");
                 return -EINVAL;
-        }
-        if (spec->base != TPLSPEC_BASE_TEMPLATE) {
-                *ret_error = strdup_printf("%s bases are not built by this node yet",
-                                           spec->base == TPLSPEC_BASE_OCI ? "OCI image" : "Debian");
-                return -EOPNOTSUPP;
         }
         r = check_context(spec, q->context, ret_error);
         if (r < 0)

@@ -35,10 +35,10 @@ int template_run_step(struct template_track *t, const char *ctx, char *const arg
 
 /* One script step, its output appended to log_path: argv as the node's
  * user, or under airlock-nodemgr its template.step (step, name, dir/out,
- * kernel_dir: lib/mgr). On failure *ret_error says what failed. */
+ * kernel_dir, params: lib/mgr). On failure *ret_error says what failed. */
 int template_build_step(struct template_track *t, const char *ctx, char *const argv[], const char *step,
                         const char *name, const char *dir, const char *out, const char *kernel_dir,
-                        const char *log_path, char **ret_error);
+                        char *const *params, const char *log_path, char **ret_error);
 
 /* A build VM: dir holds initramfs.cpio and rootfs.img and gets mem, state
  * and the VM's logs. After the agent answers, work() runs (it must run

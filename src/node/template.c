@@ -419,7 +419,7 @@ int template_run_step(struct template_track *t, const char *ctx, char *const arg
  * image). dir/out is where the step's output lands. */
 int template_build_step(struct template_track *t, const char *ctx, char *const argv[], const char *step,
                         const char *name, const char *dir, const char *out, const char *kernel_dir,
-                        const char *log_path, char **ret_error) {
+                        char *const *params, const char *log_path, char **ret_error) {
         if (!vmm_via_nodemgr())
                 return template_run_step(t, ctx, argv, log_path, ret_error);
         _cleanup_close_ int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -427,7 +427,7 @@ int template_build_step(struct template_track *t, const char *ctx, char *const a
                 return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx, "Failed to open %s: %m", log_path);
         dprintf(log_fd, "+ airlock-nodemgr template.step %s %s -> %s/%s\n", step, name, dir, out);
         uint64_t t0 = now_monotonic_ns();
-        int r = vmm_template_step(step, name, dir, out, kernel_dir ? kernel_dir : "", log_fd, ctx);
+        int r = vmm_template_step(step, name, dir, out, kernel_dir ? kernel_dir : "", params, log_fd, ctx);
         if (r < 0) {
                 log_tail(ctx, log_path);
                 char last[512];
@@ -563,6 +563,7 @@ static int template_hash(const char *name, unsigned memory_mib, char out[HASH_HE
         } inputs[] = {
                 { "initramfs.sh", tcfg->images_dir, "initramfs.sh", false },
                 { "common.sh", tcfg->images_dir, "common.sh", true },
+                { "debian.sh", tcfg->images_dir, "debian.sh", true }, /* the recipes' Debian tree */
                 { "recipe", tcfg->images_dir, "templates", false },
                 { "guest", tcfg->guest_binary, NULL, false },
         };
@@ -672,7 +673,7 @@ static int ensure_kernel(struct tentry *e, const char *ctx, const char *kdir, co
         pathf(script, "%s/kernel.sh", tcfg->images_dir);
         char *argv[] = { (char *) "/bin/bash", script, (char *) kdir, NULL };
         const char *kname = strrchr(kdir, '/') ? strrchr(kdir, '/') + 1 : kdir;
-        return template_build_step(&e->track, ctx, argv, "kernel", "", tdir, kname, NULL, log_path, ret_error);
+        return template_build_step(&e->track, ctx, argv, "kernel", "", tdir, kname, NULL, NULL, log_path, ret_error);
 }
 
 /* Moves the VM's console and QEMU logs from its run directory into the
@@ -960,14 +961,16 @@ static int build(struct tentry *e, const char *hash, const char *khash, unsigned
                 pathf(initramfs_script, "%s/initramfs.sh", tcfg->images_dir);
                 pathf(out, "%s/initramfs.cpio", tmp);
                 char *argv[] = { (char *) "/bin/bash", initramfs_script, kdir, tcfg->guest_binary, out, NULL };
-                r = template_build_step(&e->track, ctx, argv, "initramfs", "", tmp, "initramfs.cpio", kdir, log_path, ret_error);
+                r = template_build_step(&e->track, ctx, argv, "initramfs", "", tmp, "initramfs.cpio", kdir, NULL, log_path,
+                                           ret_error);
         }
         if (r >= 0) {
                 build_progress(e, "rootfs");
                 pathf(script, "%s/templates/%s.sh", tcfg->images_dir, e->name);
                 pathf(out, "%s/rootfs.img", tmp);
                 char *argv[] = { (char *) "/bin/bash", script, out, NULL };
-                r = template_build_step(&e->track, ctx, argv, "rootfs", e->name, tmp, "rootfs.img", NULL, log_path, ret_error);
+                r = template_build_step(&e->track, ctx, argv, "rootfs", e->name, tmp, "rootfs.img", NULL, NULL, log_path,
+                                           ret_error);
         }
         if (r >= 0) {
                 build_progress(e, "boot");

@@ -570,7 +570,7 @@ bool vmm_via_nodemgr(void) {
 }
 
 int vmm_template_step(const char *step, const char *name, const char *dir, const char *out, const char *kernel_dir,
-                      int log_fd, const char *ctx) {
+                      char *const *params, int log_fd, const char *ctx) {
         if (!mgr_socket)
                 return -EOPNOTSUPP;
         _cleanup_free_ struct mgr_request *q = calloc(1, sizeof *q);
@@ -585,7 +585,19 @@ int vmm_template_step(const char *step, const char *name, const char *dir, const
         strcpy(q->dir, dir);
         strcpy(q->out, out);
         strcpy(q->kernel_dir, kernel_dir);
-        return mgr_ask(q, &log_fd, 1, NULL, NULL, 0, ctx);
+        for (size_t i = 0; params && params[i]; i++) {
+                if (i == MGR_ARGV_MAX || strlen(params[i]) >= MGR_ARG_MAX) {
+                        mgr_request_release(q);
+                        return -E2BIG;
+                }
+                if (!(q->argv[i] = strdup(params[i]))) {
+                        mgr_request_release(q);
+                        return -ENOMEM;
+                }
+        }
+        int r = mgr_ask(q, &log_fd, 1, NULL, NULL, 0, ctx);
+        mgr_request_release(q);
+        return r;
 }
 
 int vmm_file_reclaim(const char *path, unsigned mode, const char *ctx) {

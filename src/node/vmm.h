@@ -179,11 +179,13 @@ void vmm_kill(struct vmm *v);
 bool vmm_via_nodemgr(void);
 
 /* airlock-nodemgr's template.step (docs/security.md): runs the build
- * script of step ("kernel", "initramfs", "rootfs" of template name) as
- * root and puts its output at dir/out, the node's; the script's output
- * goes to log_fd. -EOPNOTSUPP without nodemgr (run it yourself). */
+ * script of step ("kernel", "initramfs", "rootfs" of template name, or
+ * "base" of a template built from a spec, with its parameters params:
+ * lib/mgr) as root and puts its output at dir/out, the node's; the
+ * script's output goes to log_fd. -EOPNOTSUPP without nodemgr (run it
+ * yourself). */
 int vmm_template_step(const char *step, const char *name, const char *dir, const char *out, const char *kernel_dir,
-                      int log_fd, const char *ctx);
+                      char *const *params, int log_fd, const char *ctx);
 
 /* airlock-nodemgr's file.reclaim: a file a VM wrote becomes the node's
  * (mode 0600/0640/0644). -EOPNOTSUPP without nodemgr. */

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "airlock-config.h"
+#include "basestep.h"
 #include "jail.h"
 #include "log.h"
 #include "macros.h"
@@ -461,9 +462,28 @@ static int do_template_step(const struct mgr_server *s, const struct mgr_request
         if (!guest || !*guest)
                 guest = AIRLOCK_BUILD_DIR "/src/guest/airlock-guest";
         bool kernel = strcmp(q->step, "kernel") == 0, initramfs = strcmp(q->step, "initramfs") == 0;
-        _cleanup_free_ char *script = kernel      ? strdup_printf("%s/kernel.sh", images)
-                                      : initramfs ? strdup_printf("%s/initramfs.sh", images)
-                                                  : strdup_printf("%s/templates/%s.sh", images, q->name);
+        bool base = strcmp(q->step, "base") == 0;
+        _cleanup_free_ char *script = NULL;
+        _cleanup_(base_step_env_freep) char **base_env = NULL;
+        _cleanup_free_ char **envp = NULL;
+        if (base) {
+                int r = base_step_prepare(q->argv, images, q->kernel_dir[0] != 0, &script, &base_env, msg, n);
+                if (r < 0)
+                        return r;
+                /* ours, then the base's parameters */
+                size_t ne = 0, nb = 0;
+                while (environ[ne])
+                        ne++;
+                while (base_env[nb])
+                        nb++;
+                if (!(envp = calloc(ne + nb + 1, sizeof *envp)))
+                        return -ENOMEM;
+                memcpy(envp, environ, ne * sizeof *envp);
+                memcpy(envp + ne, base_env, nb * sizeof *envp);
+        } else
+                script = kernel      ? strdup_printf("%s/kernel.sh", images)
+                         : initramfs ? strdup_printf("%s/initramfs.sh", images)
+                                     : strdup_printf("%s/templates/%s.sh", images, q->name);
         if (!script)
                 return -ENOMEM;
         struct stat st;
@@ -475,7 +495,7 @@ static int do_template_step(const struct mgr_server *s, const struct mgr_request
         if (dir_fd < 0)
                 return dir_fd;
         _cleanup_close_ int kdir_fd = -1;
-        if (initramfs && (kdir_fd = open_node_path(s, q->kernel_dir, msg, n)) < 0)
+        if ((initramfs || (base && q->kernel_dir[0])) && (kdir_fd = open_node_path(s, q->kernel_dir, msg, n)) < 0)
                 return kdir_fd;
         char stage[64];
         uint8_t rnd[8];
@@ -525,7 +545,10 @@ static int do_template_step(const struct mgr_server *s, const struct mgr_request
                 if (null_fd < 0 || a < 0 || dup2(null_fd, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0 ||
                     dup2(a, 3) < 0 || (b >= 0 && dup2(b, 4) < 0))
                         _exit(126);
-                execv(argv[0], argv);
+                if (envp)
+                        execve(argv[0], argv, envp);
+                else
+                        execv(argv[0], argv);
                 _exit(127);
         }
         log_info("template.step %s %s: %s (pid %d) into %s/%s", q->step, q->name, script, (int) pid, q->dir, q->out);

@@ -230,3 +230,83 @@ ENV MODE=cli
     assert p.returncode == 1 and b"missing.txt" in p.stderr, p.stderr
     for name in ("from-cli", "fails"):
         a.api("DELETE", f"/v1/templates/{name}", expect=204)
+
+
+def busybox_image(tmp_path):
+    """A small OCI image (busybox, a user, a working directory, an
+    environment variable), as an OCI layout and as a docker-archive."""
+    import shutil
+    import subprocess
+
+    def run(*args):
+        subprocess.run(args, check=True, capture_output=True)
+
+    layout, bundle = tmp_path / "layout", tmp_path / "bundle"
+    run("umoci", "init", "--layout", str(layout))
+    run("umoci", "new", "--image", f"{layout}:t")
+    run("umoci", "unpack", "--image", f"{layout}:t", str(bundle))
+    root = bundle / "rootfs"
+    for d in ("bin", "etc", "app"):
+        (root / d).mkdir(exist_ok=True)
+    shutil.copy(shutil.which("busybox"), root / "bin" / "busybox")
+    for applet in ("sh", "cat", "id", "tar", "cp", "mkdir", "rm", "sync", "sleep", "true", "echo", "pwd", "ls",
+                   "dirname", "chown"):
+        os.symlink("busybox", root / "bin" / applet)
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/app:/bin/sh\n")
+    (root / "etc" / "group").write_text("root:x:0:\napp:x:1000:\n")
+    os.chown(root / "app", 1000, 1000)
+    run("umoci", "repack", "--image", f"{layout}:t", str(bundle))
+    run("umoci", "config", "--image", f"{layout}:t", "--config.env", "GREETING=from-image",
+        "--config.workingdir", "/app", "--config.user", "app")
+    run("skopeo", "--insecure-policy", "copy", f"oci:{layout}:t", f"docker-archive:{tmp_path}/image.tar:test:t")
+    return layout, tmp_path / "image.tar"
+
+
+def tree_tar(base, names):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name in names:
+            t.add(os.path.join(base, name), arcname=name)
+    return buf.getvalue()
+
+
+def test_template_from_an_oci_image(airlock_factory, tmp_path):
+    a = airlock_factory(prebuild="minimal")
+    layout, archive = busybox_image(tmp_path)
+    stamp = secrets.token_hex(4)
+    for name, ref, context in (
+            ("from-archive", "docker-archive:image.tar", tree_tar(tmp_path, ["image.tar"])),
+            ("from-layout", "oci:layout:t", tree_tar(tmp_path, ["layout"]))):
+        spec = {"name": name, "base": {"oci": ref}, "steps": [{"run": f'echo "$GREETING {stamp}" > seen'}]}
+        status, t = post_template(a, {"spec": spec}, context)
+        assert status == 202, t
+        log, _, end = follow(a, name, t["build_id"])
+        assert end["state"] == "ready", (end, log[-3000:])
+        sid = a.create(name)["id"]
+        # the image's config: its working directory, user and environment
+        r = a.exec(sid, ["sh", "-c", 'pwd; id -un; cat seen; echo "$GREETING"'])
+        assert r["stdout"] == f"/app\napp\nfrom-image {stamp}\nfrom-image\n", (name, r)
+        a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)
+        a.api("DELETE", f"/v1/templates/{name}", expect=204)
+    # an archive the context does not have is refused before anything runs
+    spec = {"name": "nothing", "base": {"oci": "docker-archive:other.tar"}}
+    status, body = post_template(a, {"spec": spec}, tree_tar(tmp_path, ["image.tar"]))
+    assert status == 400 and "'other.tar' is not in the build context" in body["error"]["message"], body
+
+
+def test_template_from_debian(airlock_factory):
+    a = airlock_factory(prebuild="minimal")
+    spec = {"name": "deb", "base": {"debian": "bookworm", "packages": ["hello"]},
+            "steps": [{"run": f"hello > /greeting && echo {secrets.token_hex(4)} > /stamp"}], "disk_mib": 1536}
+    status, t = post_template(a, {"spec": spec})
+    assert status == 202, t
+    log, _, end = follow(a, "deb", t["build_id"])
+    assert end["state"] == "ready", (end, log[-3000:])
+    assert "mmdebstrap bookworm" in log, log[:3000]
+    sid = a.create("deb")["id"]
+    r = a.exec(sid, ["sh", "-c", "cat /greeting; . /etc/os-release; echo $VERSION_CODENAME; df -m / | tail -1"])
+    lines = r["stdout"].splitlines()
+    assert lines[0] == "Hello, world!" and lines[1] == "bookworm", r
+    assert int(lines[2].split()[1]) > 1200, r  # the disk is disk_mib's
+    a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)
+    a.api("DELETE", "/v1/templates/deb", expect=204)

@@ -76,7 +76,7 @@ static void test_json(void **state) {
         assert_int_equal(s->ready_port, 3000);
         assert_int_equal(s->ready_timeout_s, 60);
         assert_int_equal(s->memory_mib, 512);
-        _cleanup_free_ const char **srcs = tplspec_copy_sources(s);
+        _cleanup_free_ const char **srcs = tplspec_context_paths(s);
         assert_string_equal(srcs[0], "package.json");
         assert_null(srcs[2]);
         assert_roundtrip(s);
