@@ -177,7 +177,17 @@ int api_tenant_network_delete(struct api_ctx *ctx, const char *id, struct api_re
 }
 
 int api_tenant_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
-        int r = store_tenant_delete(ctx->store, id);
+        /* its built templates live on nodes: removed with DELETE
+         * /v1/templates/NAME, not behind the owner's back */
+        struct store_template *tpls = NULL;
+        size_t n_tpls = 0;
+        int r = store_template_list(ctx->store, id, 1, &tpls, &n_tpls);
+        store_template_array_free(tpls, n_tpls);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to list templates: %m");
+        if (n_tpls > 0)
+                return api_fail(ctx, -EBUSY, "tenant '%.64s' still owns templates: delete them first", id);
+        r = store_tenant_delete(ctx->store, id);
         if (r == -ENOENT)
                 return api_fail(ctx, r, "tenant '%.64s' not found", id);
         if (r == -EBUSY)

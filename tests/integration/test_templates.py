@@ -12,6 +12,8 @@ import secrets
 import tarfile
 import uuid
 
+import pytest
+
 from harness import TEMPLATES
 
 
@@ -58,6 +60,23 @@ def follow(a, name, build_id, token=None):
     raise AssertionError("the log stream ended without an end event")
 
 
+@pytest.fixture
+def built(request):
+    """Names of templates (airlock, name, token) a test builds: deleted
+    after it even when it fails, so the shared templates directory keeps
+    nothing of it (each build is a new content id)."""
+    names = []
+    yield names
+    for a, name, token in names:
+        try:
+            for s in a.api("GET", "/v1/sandboxes", token=token)["sandboxes"]:
+                if s.get("template") == name:
+                    a.request("DELETE", f"/v1/sandboxes/{s['id']}", token=token)
+            a.request("DELETE", f"/v1/templates/{name}", token=token)
+        except Exception as e:  # the instance may be gone: its store with it
+            print(f"cleanup of template {name}: {e}")
+
+
 def node_template_dirs():
     return {e for e in os.listdir(TEMPLATES) if e.startswith("c-") or e.startswith(".tmp-c-")}
 
@@ -80,8 +99,9 @@ def web_spec(nonce):
     }
 
 
-def test_template_from_a_spec(airlock_factory):
+def test_template_from_a_spec(airlock_factory, built):
     a = airlock_factory(prebuild="minimal")
+    built.append((a, "web", None))
     nonce = secrets.token_hex(8)  # a new build each run, not the last run's
     context = tar_of({"data.txt": b"from the context\n", "site/index.html": b"<p>served</p>\n"})
     before = node_template_dirs()
@@ -141,8 +161,9 @@ def test_template_from_a_spec(airlock_factory):
     assert node_template_dirs() == before
 
 
-def test_failed_build_leaves_nothing(airlock_factory):
+def test_failed_build_leaves_nothing(airlock_factory, built):
     a = airlock_factory(prebuild="minimal")
+    built.extend((a, name, None) for name in ("broken", "never"))
     before = node_template_dirs()
     spec = {"name": "broken", "base": {"template": "minimal"},
             "steps": [{"run": f"echo step-one-{secrets.token_hex(4)}"}, {"run": "echo about to fail; exit 3"}]}
@@ -171,7 +192,7 @@ def test_failed_build_leaves_nothing(airlock_factory):
     assert node_template_dirs() == before
 
 
-def test_templates_are_their_tenants(airlock_factory):
+def test_templates_are_their_tenants(airlock_factory, built):
     a = airlock_factory(prebuild="minimal")
     keys = {}
     for name in ("alpha", "beta"):
@@ -179,6 +200,7 @@ def test_templates_are_their_tenants(airlock_factory):
         keys[name] = a.api("POST", f"/v1/tenants/{t['id']}/keys", {"name": name}, expect=201)["key"]
     spec = {"name": "mine", "base": {"template": "minimal"},
             "steps": [{"run": f"echo {secrets.token_hex(4)} > /owner"}]}
+    built.append((a, "mine", keys["alpha"]))
     status, t = post_template(a, {"spec": spec}, token=keys["alpha"])
     assert status == 202, t
     _, _, end = follow(a, "mine", t["build_id"], token=keys["alpha"])
@@ -194,11 +216,17 @@ def test_templates_are_their_tenants(airlock_factory):
     a.api("DELETE", "/v1/templates/mine", token=keys["beta"], expect=404)
     a.api("GET", f"/v1/templates/mine/builds/{t['build_id']}/logs", token=keys["beta"], expect=404)
     a.api("DELETE", f"/v1/sandboxes/{sid}", token=keys["alpha"], expect=204)
+    # a tenant that owns templates stays until they are deleted
+    alpha = next(t for t in a.api("GET", "/v1/tenants")["tenants"] if t["name"] == "alpha")
+    status, _, data = a.request("DELETE", f"/v1/tenants/{alpha['id']}")
+    assert status == 409 and b"owns templates" in data, (status, data)
     a.api("DELETE", "/v1/templates/mine", token=keys["alpha"], expect=204)
+    a.api("DELETE", f"/v1/tenants/{alpha['id']}", expect=204)
 
 
-def test_cli_builds_from_a_dockerfile(airlock_factory, tmp_path):
+def test_cli_builds_from_a_dockerfile(airlock_factory, tmp_path, built):
     a = airlock_factory(prebuild="minimal")
+    built.extend((a, name, None) for name in ("from-cli", "fails"))
     (tmp_path / "hello.txt").write_text("hello from COPY\n")
     (tmp_path / "Dockerfile").write_text(f"""# a small one
 FROM minimal
@@ -270,8 +298,9 @@ def tree_tar(base, names):
     return buf.getvalue()
 
 
-def test_template_from_an_oci_image(airlock_factory, tmp_path):
+def test_template_from_an_oci_image(airlock_factory, tmp_path, built):
     a = airlock_factory(prebuild="minimal")
+    built.extend((a, name, None) for name in ("from-archive", "from-layout"))
     layout, archive = busybox_image(tmp_path)
     stamp = secrets.token_hex(4)
     for name, ref, context in (
@@ -294,8 +323,9 @@ def test_template_from_an_oci_image(airlock_factory, tmp_path):
     assert status == 400 and "'other.tar' is not in the build context" in body["error"]["message"], body
 
 
-def test_template_from_debian(airlock_factory):
+def test_template_from_debian(airlock_factory, built):
     a = airlock_factory(prebuild="minimal")
+    built.append((a, "deb", None))
     spec = {"name": "deb", "base": {"debian": "bookworm", "packages": ["hello"]},
             "steps": [{"run": f"hello > /greeting && echo {secrets.token_hex(4)} > /stamp"}], "disk_mib": 1536}
     status, t = post_template(a, {"spec": spec})
