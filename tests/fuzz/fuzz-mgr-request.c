@@ -4,7 +4,9 @@
  * node (lib/mgr). Invariants: whatever it accepts is within the policy
  * (a VM uid, a path under a root that mgr_path_check accepts, a mode of
  * the fixed set, SIGKILL or SIGTERM, a spawn's paths and argv), and formats back to a request that
- * parses to the same values.
+ * parses to the same values. A template base's parameters go on to the
+ * nodemgr's own check (src/nodemgr/basestep.c): what it accepts becomes
+ * environment variables of the script's charset only.
  */
 #include <assert.h>
 #include <signal.h>
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "basestep.h"
 #include "mgr.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -41,6 +44,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 assert(r.mode == 0600 || r.mode == 0640 || r.mode == 0644);
         if (r.op == MGR_OP_TEMPLATE_STEP)
                 assert(!strchr(r.name, '/') && !strchr(r.out, '/') && r.out[0] != '.' && r.out[0]);
+        if (r.op == MGR_OP_TEMPLATE_STEP && strcmp(r.step, "base") == 0) {
+                char *script = NULL, **env = NULL, msg[256];
+                assert(r.argv[0]);
+                if (base_step_prepare(r.argv, "/images", r.kernel_dir[0] != 0, &script, &env, msg, sizeof msg) >= 0) {
+                        assert(strcmp(script, "/images/debian.sh") == 0 || strcmp(script, "/images/oci.sh") == 0);
+                        for (size_t i = 0; env[i]; i++) {
+                                const char *eq = strchr(env[i], '=');
+                                assert(eq && !strchr(env[i], '\n') && !strchr(env[i], '\'') && !strchr(env[i], ' '));
+                                assert(strncmp(env[i], "SUITE=", 6) == 0 || strncmp(env[i], "PACKAGES=", 9) == 0 ||
+                                       strncmp(env[i], "OCI_REF=", 8) == 0 || strncmp(env[i], "MIN_IMAGE_MB=", 13) == 0);
+                                if (strncmp(env[i], "OCI_REF=", 8) == 0 && r.kernel_dir[0])
+                                        assert(!strstr(env[i], "/../") && strstr(env[i], ":/proc/self/fd/4/"));
+                        }
+                        free(script);
+                        base_step_env_free(env);
+                }
+        }
         if (r.op == MGR_OP_VMM_SIGNAL)
                 assert(r.signal == SIGKILL || r.signal == SIGTERM);
         if (r.op == MGR_OP_VMM_SIGNAL || r.op == MGR_OP_VMM_VERIFY)
