@@ -32,6 +32,9 @@ pkgs=(
   libp11-kit-dev
   # run: the VMM and what the node uses for storage and its users
   qemu-system-x86 btrfs-progs util-linux mount e2fsprogs passwd
+  # the web console's terminal (term.js, served at /console/vendor/term.js/;
+  # Debian 12's libjs-xterm ships no browser bundle)
+  libjs-term.js
 )
 if [ -f "$here/images/deps.txt" ]; then
   while read -r p _; do
@@ -72,6 +75,9 @@ case "${1:-}" in
     # The Prometheus client's parser: the metrics tests read GET /metrics
     # with it, as a scraper would
     pkgs+=(python3-prometheus-client)
+    # the web console's test: a real browser (Debian's chromium, driven by
+    # playwright-core from npm: scripts/browser.sh)
+    pkgs+=(chromium)
     ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac

@@ -159,6 +159,7 @@ static const struct option long_options[] = {
         {"idle-check-ms", required_argument, NULL, 'k'},
         {"cap-keys-dir", required_argument, NULL, 'K'},
         {"kms-dir", required_argument, NULL, 'W'},
+        {"console-dir", required_argument, NULL, 'G'},
         {"pkcs11-module", required_argument, NULL, 'Y'},
         {"pkcs11-token", required_argument, NULL, 'Z'},
         {"pkcs11-pin-file", required_argument, NULL, 'U'},
@@ -215,6 +216,8 @@ void config_help(FILE *f) {
               "  --kms-dir DIR        tenants' key-encryption keys, which wrap the data keys of\n"
               "                       sealed images (AIRLOCK_KMS_DIR, default DIR/control/kms; a\n"
               "                       cluster's replicas share one; docs/storage.md)\n"
+              "  --console-dir DIR    the web console's files, served at / (AIRLOCK_CONSOLE_DIR,\n"
+              "                       default the source tree's web/console; docs/console.md)\n"
               "  --pkcs11-module PATH, --pkcs11-token LABEL, --pkcs11-pin-file FILE\n"
               "                       a PKCS#11 token (an HSM, a cloud KMS's library) tenants may\n"
               "                       keep their key-encryption key on (AIRLOCK_PKCS11_MODULE,\n"
@@ -284,6 +287,11 @@ static int apply(struct daemon_config *c, int opt, const char *val, const char *
         case 'Z':
                 if (!*val || set_str(c->pkcs11_token, sizeof c->pkcs11_token, val) < 0)
                         return fail(errbuf, errlen, "%s: a token label of 1-32 characters", origin);
+                return 0;
+        case 'G':
+                if (val[0] != '/' || set_str(c->console_dir, sizeof c->console_dir, val) < 0)
+                        return fail(errbuf, errlen, "%s: must be an absolute path, at most %zu bytes", origin,
+                                    sizeof c->console_dir - 1);
                 return 0;
         case 'W':
                 if (val[0] != '/' || set_str(c->kms_dir, sizeof c->kms_dir, val) < 0)
@@ -415,7 +423,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 {"AIRLOCK_ADVERTISE", 'a'},       {"AIRLOCK_LOCAL_NODE", 'o'},
                 {"AIRLOCK_NODE_LOST_AFTER_S", 'x'}, {"AIRLOCK_KMS_DIR", 'W'},
                 {"AIRLOCK_PKCS11_MODULE", 'Y'},   {"AIRLOCK_PKCS11_TOKEN", 'Z'},
-                {"AIRLOCK_PKCS11_PIN_FILE", 'U'},
+                {"AIRLOCK_PKCS11_PIN_FILE", 'U'}, {"AIRLOCK_CONSOLE_DIR", 'G'},
         };
         for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
                 const char *v = getenv(envs[i].name);
@@ -495,6 +503,8 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
             !(c.pkcs11_module[0] && c.pkcs11_token[0] && c.pkcs11_pin_file[0]))
                 return fail(errbuf, errlen, "a PKCS#11 token needs all three of AIRLOCK_PKCS11_MODULE, "
                             "AIRLOCK_PKCS11_TOKEN and AIRLOCK_PKCS11_PIN_FILE");
+        if (!c.console_dir[0])
+                snprintf(c.console_dir, sizeof c.console_dir, "%s", AIRLOCK_SOURCE_DIR "/web/console");
         if (!c.kms_dir[0] &&
             snprintf(c.kms_dir, sizeof c.kms_dir, "%s/kms", c.control_dir) >= (int) sizeof c.kms_dir)
                 return fail(errbuf, errlen, "the data directory's path is too long for DIR/control/kms");
@@ -542,6 +552,7 @@ void config_print(const struct daemon_config *c, FILE *f) {
         fprintf(f, "idle_timeout_s=%u\nidle_check_ms=%u\n", c->idle_timeout_s, c->idle_check_ms);
         fprintf(f, "cap_keys_dir=%s\n", c->cap_keys_dir);
         fprintf(f, "kms_dir=%s\n", c->kms_dir);
+        fprintf(f, "console_dir=%s\n", c->console_dir);
         fprintf(f, "pkcs11=%s%s%s\n", c->pkcs11_module[0] ? c->pkcs11_module : "(none)",
                 c->pkcs11_token[0] ? " token " : "", c->pkcs11_token);
         fprintf(f, "qemu=%s\naccel=%s\n", c->qemu_binary, c->accel);

@@ -51,6 +51,7 @@ struct daemon_config {
         char node_binary[CONFIG_PATH_MAX];
         char cap_keys_dir[CONFIG_PATH_MAX];  /* capability keys (cap-keydir.h), default CONTROL_DIR/keys */
         char kms_dir[CONFIG_PATH_MAX];       /* tenants' KEKs (datakey.h), default CONTROL_DIR/kms */
+        char console_dir[CONFIG_PATH_MAX];   /* the web console's static files (console.h) */
         /* a PKCS#11 token tenants may keep their KEK on (all empty: none) */
         char pkcs11_module[CONFIG_PATH_MAX];
         char pkcs11_token[33];

@@ -16,6 +16,7 @@
 #include "apireq.h"
 #include "auth.h"
 #include "e2b-api.h"
+#include "console.h"
 #include "e2b-envd.h"
 #include "formupload.h"
 #include "log.h"
@@ -703,6 +704,13 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
         }
         if (p > 0)
                 return port_begin(req, conn, method, target);
+        if (req->method == M_GET && console_is_path(url)) {
+                /* the web console's files: public, like any page that asks
+                 * for a key (console.h) */
+                unsigned status = 0;
+                struct MHD_Response *resp = console_response(cfg, url, &status);
+                return queue(req, conn, status, resp);
+        }
         req->route = route_match(url, req->param, req->param2, sizeof req->param);
 
         int r = authenticate(req, conn);
