@@ -51,7 +51,7 @@
 /* Builds running at once; more wait for a turn. */
 #define BUILDS_AT_ONCE 2
 #define DEFAULT_MEMORY_MIB 512
-#define PATH_BUF 4608
+#define PATH_BUF TEMPLATE_PATH_BUF
 
 enum cstate {
         C_BUILDING,
@@ -96,14 +96,7 @@ bool template_custom_name(const char *name) {
         return strspn(name + n, "0123456789abcdef") == CUSTOM_ID_HEX;
 }
 
-static int pathf(char *buf, const char *fmt, ...) _printf_(2, 3);
-static int pathf(char *buf, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(buf, PATH_BUF, fmt, ap);
-        va_end(ap);
-        return n < 0 || n >= PATH_BUF ? -ENAMETOOLONG : 0;
-}
+#define pathf template_pathf
 
 static struct cbuild *find(const char *name) {
         for (struct cbuild *b = builds; b; b = b->next)

@@ -16,6 +16,12 @@
 struct guestconn;
 struct vmm;
 
+/* Paths: the config bounds directories to 4095 bytes and names to 64, so
+ * every path a build makes fits; template_pathf() formats into one
+ * (TEMPLATE_PATH_BUF bytes) and refuses to truncate (-ENAMETOOLONG). */
+#define TEMPLATE_PATH_BUF 4608
+int template_pathf(char *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* What a build runs now, so a shutdown (or a cancel) can kill it: a
  * script's process group or the build VM. Read and written under the
  * module's lock (template_track_kill() takes it). */

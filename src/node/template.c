@@ -48,7 +48,8 @@
 #define BUILD_LOG_TAIL 1500
 /* Paths: the config bounds directories to 4095 bytes and names to 64, so
  * every path built here fits. */
-#define PATH_BUF 4608
+#define PATH_BUF TEMPLATE_PATH_BUF
+#define pathf template_pathf
 
 enum tstate {
         T_UNKNOWN,  /* never looked at */
@@ -140,9 +141,7 @@ void template_info_free(struct template_info *t) {
         free(t);
 }
 
-/* pathf() still refuses to truncate. */
-static int pathf(char *buf, const char *fmt, ...) _printf_(2, 3);
-static int pathf(char *buf, const char *fmt, ...) {
+int template_pathf(char *buf, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
         int n = vsnprintf(buf, PATH_BUF, fmt, ap);
