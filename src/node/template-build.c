@@ -726,6 +726,15 @@ static int work(struct guestconn *g, struct vmm *v, void *userdata, char **ret_e
 
 /* ---- the build ---- */
 
+/* Whether a step copies from the build context (then the context goes
+ * into the disk; an OCI base's archive in it is the host's only). */
+static bool has_copy(const struct tplspec *spec) {
+        for (size_t i = 0; i < spec->n_steps; i++)
+                if (spec->steps[i].kind == TPLSPEC_COPY)
+                        return true;
+        return false;
+}
+
 static int write_manifest(const char *dir, struct cbuild *b, const struct template_info *base, unsigned memory_mib,
                           unsigned vcpus, const struct work *w, uint64_t build_ms) {
         char when[64], kname[PATH_BUF];
@@ -778,7 +787,8 @@ static int build(struct cbuild *b, const char *log_path, char **ret_error) {
         char rootfs[PATH_BUF];
         pathf(rootfs, "%s/rootfs.img", tmp);
         if (r >= 0)
-                r = prepare_disk(b, rootfs, spec->disk_mib, b->context, log_path, ret_error);
+                r = prepare_disk(b, rootfs, spec->disk_mib, has_copy(spec) ? b->context : NULL, log_path,
+                                 ret_error);
         if (r >= 0 && cancelled(b))
                 r = -ECANCELED;
         unsigned memory_mib = spec->memory_mib ? spec->memory_mib
@@ -1078,24 +1088,23 @@ int template_custom_delete(const char *name) {
         char dir[PATH_BUF], log_path[PATH_BUF];
         pathf(dir, "%s/%s", template_dir(), name);
         pathf(log_path, "%s/%s.log", template_dir(), name);
-        pthread_mutex_lock(&clock_);
-        struct cbuild *b = find(name);
-        bool known = b != NULL;
-        if (b && b->state == C_BUILDING) {
-                b->cancelled = true;
-                pthread_cond_broadcast(&cturn);
-        }
-        pthread_mutex_unlock(&clock_);
-        if (b)
-                template_track_kill(&b->track);
-        /* wait for a cancelled build to end (it removes its own files) */
-        for (int i = 0; b && i < 600; i++) {
+        /* a build of it is cancelled, and waited for: it removes its own
+         * files (the entry is looked up anew each time, under the lock: a
+         * second delete may free it meanwhile) */
+        bool known = false;
+        for (int i = 0; i < 600; i++) {
                 pthread_mutex_lock(&clock_);
-                bool building = b->state == C_BUILDING;
+                struct cbuild *b = find(name);
+                bool building = b && b->state == C_BUILDING;
+                known = known || b != NULL;
+                if (building) {
+                        b->cancelled = true;
+                        pthread_cond_broadcast(&cturn);
+                        template_track_kill(&b->track);
+                }
                 pthread_mutex_unlock(&clock_);
                 if (!building)
                         break;
-                template_track_kill(&b->track);
                 sleep_ms(100);
         }
         known = known || access(dir, F_OK) == 0 || access(log_path, F_OK) == 0;
@@ -1103,10 +1112,11 @@ int template_custom_delete(const char *name) {
         (void) unlink(log_path);
         pthread_mutex_lock(&clock_);
         for (struct cbuild **p = &builds; *p; p = &(*p)->next)
-                if (*p == b && b->state != C_BUILDING) {
-                        *p = b->next;
-                        free(b->error);
-                        free(b);
+                if (strcmp((*p)->name, name) == 0 && (*p)->state != C_BUILDING) {
+                        struct cbuild *gone = *p;
+                        *p = gone->next;
+                        free(gone->error);
+                        free(gone);
                         break;
                 }
         pthread_mutex_unlock(&clock_);
@@ -1114,13 +1124,14 @@ int template_custom_delete(const char *name) {
 }
 
 void template_custom_shutdown(void) {
+        /* the module's lock, then template.c's (template_track_kill):
+         * the one order they are taken in */
         pthread_mutex_lock(&clock_);
         stopping = true;
         pthread_cond_broadcast(&cturn);
-        struct cbuild *list = builds;
-        pthread_mutex_unlock(&clock_);
-        for (struct cbuild *b = list; b; b = b->next)
+        for (struct cbuild *b = builds; b; b = b->next)
                 template_track_kill(&b->track);
+        pthread_mutex_unlock(&clock_);
 }
 
 static void __attribute__((constructor)) init_cond(void) {

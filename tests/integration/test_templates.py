@@ -315,6 +315,8 @@ def test_template_from_an_oci_image(airlock_factory, tmp_path, built):
         # the image's config: its working directory, user and environment
         r = a.exec(sid, ["sh", "-c", 'pwd; id -un; cat seen; echo "$GREETING"'])
         assert r["stdout"] == f"/app\napp\nfrom-image {stamp}\nfrom-image\n", (name, r)
+        # the context (the image itself) stayed on the host: nothing copies from it
+        assert "airlock" not in a.exec(sid, ["ls", "-a", "/"])["stdout"], name
         a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)
         a.api("DELETE", f"/v1/templates/{name}", expect=204)
     # an archive the context does not have is refused before anything runs
