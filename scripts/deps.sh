@@ -78,6 +78,9 @@ case "${1:-}" in
     # the web console's test: a real browser (Debian's chromium, driven by
     # playwright-core from npm: scripts/browser.sh)
     pkgs+=(chromium)
+    # an OCI registry on loopback: templates built from a registry's image
+    # (test_templates.py starts its own; the package's service is not used)
+    pkgs+=(docker-registry)
     ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac
@@ -98,9 +101,10 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-# apt needs room in /var/cache/apt (the .debs) and /usr; ~1 GiB covers a
-# bare machine's whole first install (measured: ~700 MiB, docs/testing.md)
-need_mib=1024
+# apt needs room in /var/cache/apt (the .debs) and /usr; 1.5 GiB covers a
+# bare machine's whole first install (measured: ~700 MiB before the test
+# suite's chromium, which adds ~350 MiB; docs/testing.md)
+need_mib=1536
 for d in /var/cache/apt /usr; do
   avail=$(df -Pk "$d" 2>/dev/null | awk 'NR == 2 { print int($4 / 1024) }')
   if [ -n "$avail" ] && [ "$avail" -lt "$need_mib" ]; then
@@ -135,4 +139,11 @@ if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$log" 2>&1
   apt_error
   exit 1
 fi
+# docker-registry's package starts a registry service (on :5000) where
+# systemd runs: the tests start their own on loopback, so it is stopped
+for p in "${missing[@]}"; do
+  if [ "$p" = docker-registry ] && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now docker-registry >/dev/null 2>&1 || true
+  fi
+done
 echo "airlock: installed ${#missing[@]} Debian packages" >&2

@@ -342,3 +342,75 @@ def test_template_from_debian(airlock_factory, built):
     assert int(lines[2].split()[1]) > 1200, r  # the disk is disk_mib's
     a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)
     a.api("DELETE", "/v1/templates/deb", expect=204)
+
+
+def test_template_from_a_registry(airlock_factory, tmp_path, built):
+    """An OCI base pulled from a registry the node reaches: Debian's
+    docker-registry on loopback, over TLS with a throwaway CA that
+    skopeo trusts through /etc/containers/certs.d (removed after)."""
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    from harness import free_port
+    from netlab import _cert, _write_pem
+
+    registry = shutil.which("docker-registry")
+    assert registry, "docker-registry is missing: scripts/deps.sh --test installs it"
+    a = airlock_factory(prebuild="minimal")
+    built.append((a, "from-registry", None))
+    layout, _ = busybox_image(tmp_path)
+    port = free_port()
+    host = f"localhost:{port}"
+    ca_key, ca_cert = _cert([])
+    key, cert = _cert(["localhost"], ca_key, ca_cert)
+    _write_pem(tmp_path / "reg.crt", cert=cert)
+    _write_pem(tmp_path / "reg.key", key=key)
+    (tmp_path / "registry.yml").write_text(f"""version: 0.1
+storage:
+  filesystem:
+    rootdirectory: {tmp_path}/registry-data
+http:
+  addr: 127.0.0.1:{port}
+  tls:
+    certificate: {tmp_path}/reg.crt
+    key: {tmp_path}/reg.key
+""")
+    certs_d = f"/etc/containers/certs.d/{host}"
+    os.makedirs(certs_d, exist_ok=True)
+    _write_pem(f"{certs_d}/ca.crt", cert=ca_cert)
+    proc = subprocess.Popen([registry, "serve", str(tmp_path / "registry.yml")], stdout=subprocess.DEVNULL,
+                            stderr=open(tmp_path / "registry.log", "wb"))
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "registry.log").read_text()
+                time.sleep(0.1)
+        subprocess.run(["skopeo", "--insecure-policy", "copy", f"oci:{layout}:t",
+                        f"docker://{host}/test/busybox:t"], check=True, capture_output=True)
+        spec = {"name": "from-registry", "base": {"oci": f"docker://{host}/test/busybox:t"},
+                "steps": [{"run": f"echo {secrets.token_hex(4)} > stamp"}]}
+        status, t = post_template(a, {"spec": spec})
+        assert status == 202, t
+        log, _, end = follow(a, "from-registry", t["build_id"])
+        assert end["state"] == "ready", (end, log[-3000:])
+        assert f"copying docker://{host}/test/busybox:t" in log, log[-3000:]
+        sid = a.create("from-registry")["id"]
+        r = a.exec(sid, ["sh", "-c", 'pwd; id -un; echo "$GREETING"'])
+        assert r["stdout"] == "/app\napp\nfrom-image\n", r
+        # a registry that is not there fails the build, saying so
+        spec = {"name": "from-nowhere", "base": {"oci": f"docker://localhost:{free_port()}/none:t"}}
+        built.append((a, "from-nowhere", None))
+        status, t = post_template(a, {"spec": spec})
+        assert status == 202, t
+        _, _, end = follow(a, "from-nowhere", t["build_id"])
+        assert end["state"] == "failed" and "skopeo could not copy" in end["error"], end
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(certs_d, ignore_errors=True)
