@@ -391,7 +391,9 @@ int api_template_get(struct api_ctx *ctx, const char *name, struct api_reply *re
 int api_template_list_own(struct api_ctx *ctx, json_t *arr) {
         struct store_template *a = NULL;
         size_t n = 0;
-        int r = store_template_list(ctx->store, ctx->tenant_id ? ctx->tenant_id : NULL, STORE_LIST_MAX, &a, &n);
+        /* the caller's own, as every other endpoint scopes them (names are
+         * unique per owner only) */
+        int r = store_template_list(ctx->store, owner_of(ctx), STORE_LIST_MAX, &a, &n);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to list templates: %m");
         for (size_t i = 0; i < n; i++) {
