@@ -96,6 +96,7 @@ def web_spec(nonce):
         ],
         "start": ["busybox", "httpd", "-f", "-p", "8080", "-h", "/srv/site"],
         "ready": {"port": 8080, "timeout_s": 120},
+        "memory_mib": 320,
     }
 
 
@@ -133,6 +134,7 @@ def test_template_from_a_spec(airlock_factory, built):
         assert f"=== step {header}" in log, (header, log[-3000:])
     got = a.api("GET", "/v1/templates/web")
     assert got["state"] == "ready" and got["spec"]["name"] == "web" and "error" not in got, got
+    assert got["memory_mib"] == 320, got  # the spec's machine, not the base's 256
     listed = {x["name"]: x for x in a.api("GET", "/v1/templates")["templates"]}
     assert listed["web"]["kind"] == "built" and listed["minimal"]["kind"] == "built-in", listed
     assert not any(n.startswith("c-") for n in listed), listed
@@ -228,21 +230,24 @@ def test_cli_builds_from_a_dockerfile(airlock_factory, tmp_path, built):
     a = airlock_factory(prebuild="minimal")
     built.extend((a, name, None) for name in ("from-cli", "fails"))
     (tmp_path / "hello.txt").write_text("hello from COPY\n")
-    (tmp_path / "Dockerfile").write_text(f"""# a small one
+    (tmp_path / "Dockerfile").write_text(f"""# a small one, whose start is ready when a command says so
 FROM minimal
 WORKDIR /opt/app
 COPY hello.txt ./
 RUN echo {secrets.token_hex(4)} > stamp
 ENV MODE=cli
+CMD ["sh", "-c", "sleep 1; echo up > /tmp/up; exec sleep 100000"]
+HEALTHCHECK CMD test -f /tmp/up
 """)
     p = a.cli("template", "build", "-f", str(tmp_path / "Dockerfile"), "--name", "from-cli", str(tmp_path),
               timeout=900)
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert b"step 3 of" in p.stderr and b"built in" in p.stderr, p.stderr
+    assert b"(ready: command)" in p.stderr, p.stderr
     assert b"COPY hello.txt" in p.stdout, p.stdout
     sid = a.create("from-cli")["id"]
-    r = a.exec(sid, ["sh", "-c", 'cat hello.txt; echo "$MODE"'])
-    assert r["stdout"] == "hello from COPY\ncli\n", r
+    r = a.exec(sid, ["sh", "-c", 'cat hello.txt; echo "$MODE"; cat /tmp/up; ps | grep -q "[s]leep 100000" && echo alive'])
+    assert r["stdout"] == "hello from COPY\ncli\nup\nalive\n", r
     p = a.cli("template", "ls")
     assert p.returncode == 0 and b"from-cli" in p.stdout, p.stdout
     a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)
