@@ -615,7 +615,8 @@ static int op_exec(struct node_conn *c, json_t *req) {
         struct guestconn *g;
         if ((r = req_sandbox(c, req, CAP_ACCESS_EXEC, &s, &g)) < 0)
                 return r;
-        sandbox_exec_defaults(s, &cwd, &user);
+        _cleanup_(template_info_freep) struct template_info *tpl_hold = NULL;
+        sandbox_exec_defaults(s, &cwd, &user, &tpl_hold);
         /* an older agent would ignore "user" and run the command as root */
         if (user && !guestconn_has(g, GUESTCONN_FEATURE_USER))
                 return conn_reply_error(
@@ -718,7 +719,8 @@ static int op_session_start(struct node_conn *c, json_t *req) {
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         if ((r = req_sandbox(c, req, CAP_ACCESS_EXEC, &s, NULL)) < 0)
                 return r;
-        sandbox_exec_defaults(s, &cwd, &user);
+        _cleanup_(template_info_freep) struct template_info *tpl_hold = NULL;
+        sandbox_exec_defaults(s, &cwd, &user, &tpl_hold);
         _cleanup_(json_decrefp) json_t *exec_req = json_pack("{s:O, s:O, s:b, s:I, s:I}", "argv", cmd, "env", env,
                                                              "pty", pty, "rows", (json_int_t) rows, "cols",
                                                              (json_int_t) cols);

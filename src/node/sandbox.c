@@ -31,6 +31,7 @@
 #include "proto.h"
 #include "qmp.h"
 #include "session.h"
+#include "template-build.h"
 #include "template.h"
 #include "util.h"
 #include "vmm.h"
@@ -1537,9 +1538,14 @@ char *sandbox_secrets_dup(struct sandbox *s) {
         return c;
 }
 
-void sandbox_exec_defaults(struct sandbox *s, const char **cwd, const char **user) {
-        /* s->tpl is set once, before the sandbox runs, and lives with it */
+void sandbox_exec_defaults(struct sandbox *s, const char **cwd, const char **user, struct template_info **ret_hold) {
+        /* s->tpl is set once, before the sandbox runs, and lives with it;
+         * a sandbox this node took over from an earlier one has none until
+         * it boots: a template built from a spec is read for the call */
         const struct template_info *t = s->tpl;
+        *ret_hold = NULL;
+        if (!t && template_custom_name(s->template_name) && template_get(s->template_name, 0, ret_hold, NULL) >= 0)
+                t = *ret_hold;
         if (t && !*cwd && t->workdir)
                 *cwd = t->workdir;
         if (t && !*user && t->user)

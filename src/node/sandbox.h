@@ -364,9 +364,11 @@ json_t *sandbox_list_json(void);
  * a concurrent sandbox_set_network() cannot be lost.
  */
 /* A command that names no working directory or user gets its template's
- * (a template built from a spec: WORKDIR, USER); pointers valid while the
- * caller holds its reference to s. */
-void sandbox_exec_defaults(struct sandbox *s, const char **cwd, const char **user);
+ * (a template built from a spec: WORKDIR, USER), else root's /root. The
+ * pointers stay valid while the caller holds its reference to s and
+ * *ret_hold (template_info_free(), NULL-safe). */
+struct template_info;
+void sandbox_exec_defaults(struct sandbox *s, const char **cwd, const char **user, struct template_info **ret_hold);
 
 const char *sandbox_network(struct sandbox *s);
 void sandbox_network_lock(struct sandbox *s);

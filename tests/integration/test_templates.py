@@ -9,12 +9,14 @@ import io
 import json
 import os
 import secrets
+import signal
 import tarfile
+import time
 import uuid
 
 import pytest
 
-from harness import TEMPLATES
+from harness import START_TIMEOUT, TEMPLATES, node_pids
 
 
 def multipart(request, context=None):
@@ -149,6 +151,14 @@ def test_template_from_a_spec(airlock_factory, built):
     assert status == 200 and page == b"<p>served</p>\n", (status, page)
     # the build context is not left in the image
     assert a.exec(sid, ["sh", "-c", "ls -a / | grep -c airlock || true"])["stdout"] == "0\n"
+    # a node that restarts and adopts the VM keeps the template's defaults
+    old = node_pids(a.data_dir)
+    os.kill(old[0], signal.SIGKILL)
+    deadline = time.monotonic() + START_TIMEOUT
+    while not (node_pids(a.data_dir) not in ([], old) and a.request("GET", "/v1/health", auth=False)[0] == 200):
+        assert time.monotonic() < deadline, a.log_tail(80)
+        time.sleep(0.2)
+    assert a.exec(sid, ["sh", "-c", "pwd; id -un"])["stdout"] == "/srv\nweb\n"
 
     # the same request again: built once per content, nothing runs
     status, again = post_template(a, {"spec": web_spec(nonce)}, context)
