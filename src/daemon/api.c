@@ -1313,6 +1313,19 @@ int api_session_signal(struct api_ctx *ctx, const char *sid, const json_t *body,
         return (r = session_call(ctx, &ses, req, NULL)) < 0 ? r : reply_empty(ret);
 }
 
+int api_session_resize(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret) {
+        unsigned rows, cols;
+        int r = apireq_parse_resize(body, &rows, &cols, ctx->err);
+        if (r < 0)
+                return r;
+        _cleanup_(store_session_release) struct store_session ses = { 0 };
+        if ((r = session_lookup(ctx, sid, &ses)) < 0)
+                return r;
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:I, s:I}", "op", "session.resize", "session_id",
+                                                        sid, "rows", (json_int_t) rows, "cols", (json_int_t) cols);
+        return (r = session_call(ctx, &ses, req, NULL)) < 0 ? r : reply_empty(ret);
+}
+
 /* State of one file download, owned by its MHD response. */
 struct download {
         struct node_conn *conn;

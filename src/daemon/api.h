@@ -105,6 +105,9 @@ int api_session_get(struct api_ctx *ctx, const char *sid, struct api_reply *ret)
 int api_session_events(struct api_ctx *ctx, const char *sid, struct api_reply *ret);
 int api_session_stdin(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret);
 int api_session_signal(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret);
+/* {"rows","cols"}: a PTY session's terminal size (the node's
+ * session.resize; 409 for one without a PTY). */
+int api_session_resize(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret);
 
 /* Files; path was checked with apireq_check_path() by the caller. A read
  * runs as the guest's user (NULL or "": root). */

@@ -117,6 +117,7 @@ static const struct {
         [APIREQ_BODY_SESSION] = { (const char *const[]){ "cmd", "env", "cwd", "pty", "rows", "cols", NULL } },
         [APIREQ_BODY_STDIN] = { (const char *const[]){ "data", "text", "close", NULL } },
         [APIREQ_BODY_SIGNAL] = { (const char *const[]){ "signal", NULL } },
+        [APIREQ_BODY_RESIZE] = { (const char *const[]){ "rows", "cols", NULL } },
         [APIREQ_BODY_ROLLBACK] = { (const char *const[]){ "snapshot", NULL } },
         [APIREQ_BODY_SNAPSHOT] = { (const char *const[]){ "kind", NULL } },
         [APIREQ_BODY_NAME] = { (const char *const[]){ "name", NULL } },
@@ -582,6 +583,20 @@ int apireq_signal_from_name(const char *name) {
                 if (strcasecmp(name, signal_names[i].name) == 0)
                         return signal_names[i].sig;
         return -EINVAL;
+}
+
+int apireq_parse_resize(const json_t *o, unsigned *ret_rows, unsigned *ret_cols, char *err) {
+        static const char *const keys[] = { "rows", "cols" };
+        unsigned v[2];
+        for (size_t i = 0; i < 2; i++) {
+                json_t *n = json_object_get(o, keys[i]);
+                if (!json_is_integer(n) || json_integer_value(n) < 1 || json_integer_value(n) > APIREQ_TERMINAL_MAX)
+                        return bad(err, "field '%s' must be an integer from 1 to %d", keys[i], APIREQ_TERMINAL_MAX);
+                v[i] = (unsigned) json_integer_value(n);
+        }
+        *ret_rows = v[0];
+        *ret_cols = v[1];
+        return 0;
 }
 
 int apireq_parse_signal(const json_t *o, int *ret, char *err) {

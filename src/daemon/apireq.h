@@ -41,6 +41,7 @@ enum apireq_body {
         APIREQ_BODY_SESSION,  /* POST /v1/sandboxes/{id}/sessions */
         APIREQ_BODY_STDIN,    /* POST /v1/sessions/{sid}/stdin */
         APIREQ_BODY_SIGNAL,   /* POST /v1/sessions/{sid}/signal */
+        APIREQ_BODY_RESIZE,   /* POST /v1/sessions/{sid}/resize {"rows","cols"} */
         APIREQ_BODY_ROLLBACK, /* {"snapshot"} */
         APIREQ_BODY_SNAPSHOT, /* {"kind"} */
         APIREQ_BODY_NAME,     /* {"name"}: an API key */
@@ -131,6 +132,9 @@ void apireq_stdin_release(struct apireq_stdin *s);
 
 /* {"signal": 9} or {"signal":"KILL"} / "SIGKILL" / "sigkill". */
 int apireq_parse_signal(const json_t *o, int *ret, char *err);
+/* {"rows","cols"}: both, each 1..APIREQ_TERMINAL_MAX. */
+#define APIREQ_TERMINAL_MAX 1000
+int apireq_parse_resize(const json_t *o, unsigned *ret_rows, unsigned *ret_cols, char *err);
 /* Signal number for a name with or without "SIG"; -EINVAL if unknown. */
 int apireq_signal_from_name(const char *name);
 

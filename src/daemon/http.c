@@ -61,6 +61,7 @@ enum route_id {
         R_EVENTS,
         R_STDIN,
         R_SIGNAL,
+        R_RESIZE,
         R_PAUSE,
         R_RESUME,
         R_STOP,
@@ -144,6 +145,7 @@ static const struct route routes[] = {
         { R_EVENTS, { "v1", "sessions", "*", "events" }, M_GET, AUTH_SESSION, APIREQ_BODY_NONE },
         { R_STDIN, { "v1", "sessions", "*", "stdin" }, M_POST, AUTH_SESSION, APIREQ_BODY_STDIN },
         { R_SIGNAL, { "v1", "sessions", "*", "signal" }, M_POST, AUTH_SESSION, APIREQ_BODY_SIGNAL },
+        { R_RESIZE, { "v1", "sessions", "*", "resize" }, M_POST, AUTH_SESSION, APIREQ_BODY_RESIZE },
         { R_PAUSE, { "v1", "sandboxes", "*", "pause" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
         { R_RESUME, { "v1", "sandboxes", "*", "resume" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
         { R_STOP, { "v1", "sandboxes", "*", "stop" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
@@ -971,6 +973,9 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 break;
         case R_SIGNAL:
                 r = api_session_signal(&ctx, id, body, &rep);
+                break;
+        case R_RESIZE:
+                r = api_session_resize(&ctx, id, body, &rep);
                 break;
         case R_PAUSE:
         case R_RESUME:

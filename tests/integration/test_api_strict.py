@@ -64,6 +64,16 @@ def test_every_body_is_strict(airlock_factory):
     assert a.request("POST", f"/v1/sessions/{ses}/stdin", {"text": "x"})[0] == 204
     refused(a, f"/v1/sessions/{ses}/signal", {"sig": "KILL"}, "sig")
     assert a.request("POST", f"/v1/sessions/{ses}/signal", {"signal": "KILL"})[0] == 204
+    pty = a.api("POST", f"{base}/sessions", {"cmd": ["cat"], "pty": True, "rows": 24, "cols": 80}, expect=201)["id"]
+    refused(a, f"/v1/sessions/{pty}/resize", {"rows": 30, "columns": 100}, "columns")
+    assert a.request("POST", f"/v1/sessions/{pty}/resize", {"rows": 30, "cols": 100})[0] == 204
+    assert a.request("POST", f"/v1/sessions/{pty}/signal", {"signal": "KILL"})[0] == 204
+
+    # a template build: the spec's own fields are lib/tplspec's (test_templates.py)
+    spec = {"name": "strict", "base": {"template": "minimal"}, "steps": [{"env": {"A": "1"}}]}
+    refused(a, "/v1/templates", {"spec": spec, "memory": 256}, "memory")
+    assert a.api("POST", "/v1/templates", {"spec": spec}, expect=202)["state"] == "building"
+    a.api("DELETE", "/v1/templates/strict", expect=204)
 
     refused(a, f"{base}/snapshots", {"knd": "disk"}, "knd")
     snap = a.api("POST", f"{base}/snapshots", {"kind": "disk"}, expect=201)["id"]

@@ -291,11 +291,11 @@ async function viewSandbox(id) {
     button.disabled = true;
     try {
       const op = await api("POST", `/v1/sandboxes/${id}/${name}?wait=true`, {});
-      const what = op.result && op.result.child ? ` → ${op.result.child}` : "";
+      const child = op.result && op.result.sandbox ? op.result.sandbox.id : null;
+      const what = child ? ` → ${child}` : "";
       ops.prepend(el("li", { "data-testid": "operation" }, `${name}: ${op.state} (${op.id})${what}`,
         op.error ? ` — ${op.error.message}` : ""));
-      if (name === "fork" && op.result && op.result.child)
-        ops.prepend(el("li", {}, el("a", { href: `#/sandboxes/${op.result.child}` }, `open ${op.result.child}`)));
+      if (child) ops.prepend(el("li", {}, el("a", { href: `#/sandboxes/${child}` }, `open ${child}`)));
       await reload();
     } catch (e) {
       ops.prepend(el("li", { "data-testid": "operation" }, `${name}: ${e.message}`));
