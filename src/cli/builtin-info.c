@@ -7,8 +7,8 @@
 #include "cli-util.h"
 
 int cmd_templates(struct cli *cli, int argc, char **argv) {
-        static const char *const header[] = {"NAME", "STATE"};
-        static const char *const fields[] = {"name", "state"};
+        static const char *const header[] = {"NAME", "STATE", "KIND"};
+        static const char *const fields[] = {"name", "state", "kind"};
         return cli_list_command(cli, argc, argv, "templates", "/v1/templates", NULL, "templates", ARRAY_SIZE(header),
                                 header, fields);
 }
