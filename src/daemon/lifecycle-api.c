@@ -754,6 +754,21 @@ void api_lifecycle_drain(unsigned timeout_s) {
 }
 
 void api_lifecycle_reconcile(const struct daemon_config *config, struct store *store) {
+        /* A delete cut off is finished as a replica finishes another's
+         * (each step is idempotent): its node may have removed the VM
+         * already, and the sandbox is not to come back as failed. Alone on
+         * its store, operations carry no lease: every unfinished one is
+         * listed. */
+        struct store_operation *ops = NULL;
+        size_t n_ops = 0;
+        if (store_operation_list_expired(store, INT64_MAX, STORE_LIST_MAX, &ops, &n_ops) >= 0)
+                for (size_t i = 0; i < n_ops; i++)
+                        if (strcmp(ops[i].verb, "delete") == 0) {
+                                log_warn("sandbox %s was being deleted when airlockd stopped; finishing it",
+                                         ops[i].sandbox_id);
+                                api_operation_settle_orphan(config, store, &ops[i]);
+                        }
+        store_operation_array_free(ops, n_ops);
         int r = store_operation_fail_unfinished(store, "{\"code\":\"internal\",\"message\":\"airlockd stopped while "
                                                        "the operation ran\"}");
         if (r < 0)
