@@ -134,6 +134,11 @@ int api_template_resolve(struct api_ctx *ctx, const char *owner, const char *nam
                          char **ret_node) {
         _cleanup_(store_template_release) struct store_template t = { 0 };
         int r = store_template_get(ctx->store, owner ? owner : "", name, &t);
+        /* a node's name of a built template is reached through its owner's
+         * name only, never named directly */
+        if (r == -ENOENT && strncmp(name, "c-", 2) == 0 && strlen(name) == 34 &&
+            strspn(name + 2, "0123456789abcdef") == 32)
+                return api_fail(ctx, -ENOENT, "template '%.64s' not found", name);
         if (r == -ENOENT)
                 return 0; /* a built-in one, or none (the node says) */
         if (r < 0)

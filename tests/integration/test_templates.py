@@ -225,6 +225,9 @@ def test_templates_are_their_tenants(airlock_factory, built):
     assert "mine" not in {x["name"] for x in a.api("GET", "/v1/templates", token=keys["beta"])["templates"]}
     status, _, data = a.request("POST", "/v1/sandboxes", {"template": "mine"}, token=keys["beta"])
     assert status == 404 and b"template 'mine' not found" in data, (status, data)
+    # nor by the node's name of it (its content id)
+    status, _, data = a.request("POST", "/v1/sandboxes", {"template": t["template_id"]}, token=keys["beta"])
+    assert status == 404 and b"not found" in data, (status, data)
     a.api("DELETE", "/v1/templates/mine", token=keys["beta"], expect=404)
     a.api("GET", f"/v1/templates/mine/builds/{t['build_id']}/logs", token=keys["beta"], expect=404)
     a.api("DELETE", f"/v1/sandboxes/{sid}", token=keys["alpha"], expect=204)
