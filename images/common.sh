@@ -49,3 +49,17 @@ abspath() {
 
 # now_ms: wall clock in milliseconds (for build timings).
 now_ms() { date +%s%3N; }
+
+# tree_mib DIR: the tree's size in MiB, rounded up
+tree_mib() { echo $(( ($(du -sxk "$1" | cut -f1) + 1023) / 1024 )); }
+
+# image_from_tree DIR SIZE OUT: DIR as a sparse ext4 image of SIZE
+# (truncate's: 256M, 1024M) at OUT, every file root's as in DIR, built
+# without mounting (mkfs.ext4 -d) in $TMP and renamed into place
+image_from_tree() {
+	truncate -s "$2" "$TMP/out.img"
+	mkfs.ext4 -q -F -b 4096 -I 256 -L airlock-root -E root_owner=0:0 -d "$1" "$TMP/out.img" ||
+		die "mkfs.ext4 -d failed"
+	chmod 0644 "$TMP/out.img"
+	mv -f -- "$TMP/out.img" "$3" || die "cannot write $3"
+}

@@ -152,12 +152,8 @@ if [ "$rc" -ne 0 ]; then
 	die "mmdebstrap failed (exit $rc): ${cause:+$cause; }${last:-no output}"
 fi
 [ -z "${REQUIRE:-}" ] || [ -e "$R$REQUIRE" ] || die "no $REQUIRE in the built tree"
-tree_mb=$(( ($(du -sxk "$R" | cut -f1) + 1023) / 1024 ))
+tree_mb=$(tree_mib "$R")
 size_mb=$((tree_mb * 2))
 [ "$size_mb" -ge "$MIN_IMAGE_MB" ] || size_mb=$MIN_IMAGE_MB
-truncate -s "${size_mb}M" "$TMP/out.img"
-mkfs.ext4 -q -F -b 4096 -I 256 -L airlock-root -E root_owner=0:0 -d "$R" "$TMP/out.img" ||
-	die "mkfs.ext4 -d failed"
-chmod 0644 "$TMP/out.img"
-mv -f -- "$TMP/out.img" "$OUT" || die "cannot write $OUT"
+image_from_tree "$R" "${size_mb}M" "$OUT"
 log "$OUT: tree ${tree_mb} MiB, image ${size_mb} MiB sparse ($(du -k "$OUT" | cut -f1) KiB used), built in $(($(now_ms) - start)) ms"

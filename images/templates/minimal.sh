@@ -83,9 +83,5 @@ chmod 0700 "$R/root"
 chmod 1777 "$R/tmp" "$R/var/tmp"
 chmod 0644 "$R"/etc/*
 
-truncate -s "$IMAGE_SIZE" "$TMP/out.img"
-mkfs.ext4 -q -F -b 4096 -I 256 -L airlock-root -E root_owner=0:0 -d "$R" "$TMP/out.img" ||
-	die "mkfs.ext4 -d failed"
-chmod 0644 "$TMP/out.img"
-mv -f -- "$TMP/out.img" "$OUT" || die "cannot write $OUT"
+image_from_tree "$R" "$IMAGE_SIZE" "$OUT"
 log "$OUT: $IMAGE_SIZE sparse ($(du -k "$OUT" | cut -f1) KiB used), $n applet links, $(($(now_ms) - start)) ms"

@@ -13,8 +13,6 @@
 
 struct follow {
         struct cli *cli;
-        struct client_call *call;
-        struct sse_parser *sse;
         unsigned long count, max; /* max 0: no end */
         int error;
 };
@@ -42,17 +40,6 @@ static int on_event(const struct sse_event *ev, void *userdata) {
         fflush(stdout);
         f->count++;
         return f->max && f->count >= f->max ? -ECANCELED : 0; /* enough: end the stream */
-}
-
-static size_t follow_write_cb(char *data, size_t size, size_t nmemb, void *userdata) {
-        struct follow *f = userdata;
-        size_t n = size * nmemb;
-        if (client_call_status(f->call) != 200)
-                return client_call_collect(f->call, data, n) < 0 ? 0 : n;
-        int r = sse_parser_feed(f->sse, data, n);
-        if (r < 0)
-                f->error = r;
-        return r < 0 ? 0 : n;
 }
 
 int cmd_events(struct cli *cli, int argc, char **argv) {
@@ -102,21 +89,10 @@ int cmd_events(struct cli *cli, int argc, char **argv) {
                 return CLI_EXIT_FAILURE;
         struct follow f = { .cli = cli, .max = count };
         _cleanup_(client_call_freep) struct client_call *call = NULL;
-        if (client_call_new(&cli->client, "GET", path, NULL, NULL, &call) < 0 ||
-            sse_parser_new(SSE_MAX_EVENT_DEFAULT, on_event, &f, &f.sse) < 0)
+        CURLcode res = CURLE_OK;
+        f.error = client_sse(&cli->client, path, on_event, &f, &call, &res);
+        if (!call)
                 return cli_fail("out of memory");
-        f.call = call;
-        struct curl_slist *h = curl_slist_append(call->headers, "Accept: text/event-stream");
-        if (!h) {
-                sse_parser_free(f.sse);
-                return cli_fail("out of memory");
-        }
-        call->headers = h;
-        curl_easy_setopt(call->easy, CURLOPT_HTTPHEADER, h);
-        curl_easy_setopt(call->easy, CURLOPT_WRITEFUNCTION, follow_write_cb);
-        curl_easy_setopt(call->easy, CURLOPT_WRITEDATA, &f);
-        CURLcode res = curl_easy_perform(call->easy);
-        sse_parser_free(f.sse);
         if (f.error == -ECANCELED)
                 return CLI_EXIT_OK; /* --count reached */
         if (f.error == -EMSGSIZE)

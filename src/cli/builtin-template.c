@@ -25,8 +25,6 @@
 
 struct follow {
         struct cli *cli;
-        struct client_call *call;
-        struct sse_parser *sse;
         bool ended, ok;
         char error[1024];
 };
@@ -71,14 +69,6 @@ static int on_build_event(const struct sse_event *ev, void *userdata) {
         return 0;
 }
 
-static size_t follow_write_cb(char *data, size_t size, size_t nmemb, void *userdata) {
-        struct follow *f = userdata;
-        size_t n = size * nmemb;
-        if (client_call_status(f->call) != 200)
-                return client_call_collect(f->call, data, n) < 0 ? 0 : n;
-        return sse_parser_feed(f->sse, data, n) < 0 ? 0 : n;
-}
-
 /* Follows the build's log to its end: CLI_EXIT_OK when it was built. */
 static int follow_build(struct cli *cli, const char *name, const char *build_id) {
         _cleanup_free_ char *path = NULL;
@@ -86,23 +76,10 @@ static int follow_build(struct cli *cli, const char *name, const char *build_id)
                 return cli_fail("out of memory");
         struct follow f = { .cli = cli };
         _cleanup_(client_call_freep) struct client_call *call = NULL;
-        if (client_call_new(&cli->client, "GET", path, NULL, NULL, &call) < 0 ||
-            sse_parser_new(0, on_build_event, &f, &f.sse) < 0)
+        CURLcode res = CURLE_OK;
+        (void) client_sse(&cli->client, path, on_build_event, &f, &call, &res);
+        if (!call)
                 return cli_fail("out of memory");
-        f.call = call;
-        struct curl_slist *h = curl_slist_append(call->headers, "Accept: text/event-stream");
-        if (!h) {
-                sse_parser_free(f.sse);
-                return cli_fail("out of memory");
-        }
-        call->headers = h;
-        curl_easy_setopt(call->easy, CURLOPT_HTTPHEADER, h);
-        curl_easy_setopt(call->easy, CURLOPT_WRITEFUNCTION, follow_write_cb);
-        curl_easy_setopt(call->easy, CURLOPT_WRITEDATA, &f);
-        /* no timeout: a build may take an hour */
-        curl_easy_setopt(call->easy, CURLOPT_TIMEOUT, 0L);
-        CURLcode res = curl_easy_perform(call->easy);
-        sse_parser_free(f.sse);
         if (!f.ended) {
                 struct cli_error err = {};
                 if (client_call_finish(&cli->client, call, res, &err, NULL) < 0)

@@ -8,6 +8,7 @@
 #include "airlock-config.h"
 #include "cli-util.h"
 #include "client.h"
+#include "sse.h"
 #include "util.h"
 
 int cli_error_set(struct cli_error *err, int r, const char *fmt, ...) {
@@ -339,4 +340,45 @@ int client_json(const struct cli_client *c, const char *method, const char *path
                 return cli_error_set(err, r, "failed to prepare the request: %m");
         CURLcode res = curl_easy_perform(call->easy);
         return client_call_finish(c, call, res, err, ret_json);
+}
+
+struct sse_follow {
+        struct client_call *call;
+        struct sse_parser *parser;
+        int error;
+};
+
+static size_t sse_write_cb(char *data, size_t size, size_t nmemb, void *userdata) {
+        struct sse_follow *f = userdata;
+        size_t n = size * nmemb;
+        if (client_call_status(f->call) != 200)
+                return client_call_collect(f->call, data, n) < 0 ? 0 : n;
+        int r = sse_parser_feed(f->parser, data, n);
+        if (r < 0)
+                f->error = r;
+        return r < 0 ? 0 : n;
+}
+
+int client_sse(const struct cli_client *c, const char *path, int (*cb)(const struct sse_event *ev, void *userdata),
+               void *userdata, struct client_call **ret_call, CURLcode *ret_res) {
+        struct client_call *call = NULL;
+        struct sse_follow f = { 0 };
+        int r = client_call_new(c, "GET", path, NULL, NULL, &call);
+        if (r >= 0)
+                r = sse_parser_new(SSE_MAX_EVENT_DEFAULT, cb, userdata, &f.parser);
+        struct curl_slist *h = r >= 0 ? curl_slist_append(call->headers, "Accept: text/event-stream") : NULL;
+        if (!h) {
+                sse_parser_free(f.parser);
+                client_call_free(call);
+                return r < 0 ? r : -ENOMEM;
+        }
+        call->headers = h;
+        f.call = call;
+        curl_easy_setopt(call->easy, CURLOPT_HTTPHEADER, h);
+        curl_easy_setopt(call->easy, CURLOPT_WRITEFUNCTION, sse_write_cb);
+        curl_easy_setopt(call->easy, CURLOPT_WRITEDATA, &f);
+        *ret_res = curl_easy_perform(call->easy);
+        sse_parser_free(f.parser);
+        *ret_call = call;
+        return f.error;
 }

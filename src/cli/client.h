@@ -78,6 +78,14 @@ long client_call_status(struct client_call *call);
 int client_call_finish(const struct cli_client *c, struct client_call *call, CURLcode res,
                        struct cli_error *err, json_t **ret_json);
 
+/* GET path as Server-Sent Events, each event to cb until the server ends
+ * the stream or cb (or the parser: -EMSGSIZE) returns < 0. Returns that
+ * negative value, or 0; *ret_call and *ret_res are for client_call_finish()
+ * (a status other than 200 collects the body: the API's error). */
+struct sse_event;
+int client_sse(const struct cli_client *c, const char *path, int (*cb)(const struct sse_event *ev, void *userdata),
+               void *userdata, struct client_call **ret_call, CURLcode *ret_res);
+
 /* One JSON request, start to end. */
 int client_json(const struct cli_client *c, const char *method, const char *path, const json_t *body,
                 struct cli_error *err, json_t **ret_json);

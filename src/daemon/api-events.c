@@ -81,48 +81,34 @@ static int batch_text(struct store_event *e, size_t n, char **ret, size_t *ret_l
         return 0;
 }
 
-/* Content callback: the connection's own thread (thread-per-connection),
- * so it may sleep between looks at the store. */
+/* One look at the store: the events after the cursor, queued. */
+static int stream_poll(void *cls) {
+        struct event_stream *s = cls;
+        struct store_event *e = NULL;
+        size_t n = 0;
+        int r = store_event_list(s->store, s->all, s->tenant_id, s->sandbox_id, s->cursor, EVENTS_BATCH, &e, &n);
+        if (r < 0) {
+                log_errno(LOG_LEVEL_WARN, r, s->log_ctx, "store: failed to read events: %m");
+                n = 0;
+        }
+        if (n == 0) {
+                store_event_array_free(e, n);
+                return 0;
+        }
+        s->cursor = e[n - 1].id;
+        char *text = NULL;
+        size_t len = 0;
+        r = batch_text(e, n, &text, &len);
+        store_event_array_free(e, n);
+        if (r < 0)
+                return r;
+        api_sse_out_set(&s->out, text, len);
+        return 1;
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         struct event_stream *s = cls;
-        for (;;) {
-                size_t taken = api_sse_out_take(&s->out, buf, max);
-                if (taken > 0)
-                        return (ssize_t) taken;
-                if (s->out.done)
-                        return MHD_CONTENT_READER_END_OF_STREAM;
-                if (atomic_load(s->stopping)) {
-                        api_sse_out_fail(&s->out, -EHOSTDOWN, "the server is shutting down");
-                        continue;
-                }
-                struct store_event *e = NULL;
-                size_t n = 0;
-                int r = store_event_list(s->store, s->all, s->tenant_id, s->sandbox_id, s->cursor, EVENTS_BATCH, &e,
-                                         &n);
-                if (r < 0) {
-                        log_errno(LOG_LEVEL_WARN, r, s->log_ctx, "store: failed to read events: %m");
-                        n = 0;
-                }
-                if (n > 0) {
-                        s->cursor = e[n - 1].id;
-                        char *text = NULL;
-                        size_t len = 0;
-                        r = batch_text(e, n, &text, &len);
-                        store_event_array_free(e, n);
-                        if (r < 0)
-                                return MHD_CONTENT_READER_END_WITH_ERROR;
-                        api_sse_out_set(&s->out, text, len);
-                        continue;
-                }
-                store_event_array_free(e, n);
-                r = api_sse_out_keepalive(&s->out);
-                if (r < 0)
-                        return MHD_CONTENT_READER_END_WITH_ERROR;
-                if (r > 0)
-                        continue;
-                struct timespec ts = { 0, EVENTS_POLL_MS * 1000000L };
-                nanosleep(&ts, NULL);
-        }
+        return api_sse_poll_read(&s->out, s->stopping, stream_poll, s, EVENTS_POLL_MS, buf, max);
 }
 
 int api_events(struct api_ctx *ctx, const char *sandbox_id, const char *after, const char *last_event_id,
@@ -161,15 +147,5 @@ int api_events(struct api_ctx *ctx, const char *sandbox_id, const char *after, c
         char *hello = strdup(": airlock events\n\n");
         if (hello)
                 api_sse_out_set(&s->out, hello, strlen(hello));
-        struct MHD_Response *resp =
-                MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
-        if (!resp) {
-                stream_free(s);
-                return -ENOMEM;
-        }
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .response = resp };
-        return 0;
+        return api_sse_reply(stream_read, s, stream_free, ret);
 }

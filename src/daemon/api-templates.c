@@ -79,6 +79,27 @@ static int lookup(struct api_ctx *ctx, const char *name, struct store_template *
         return 0;
 }
 
+/* The node's template.list entry of name, from its reply list (borrowed),
+ * or NULL. */
+static json_t *template_entry(json_t *list, const char *name) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(list, "templates"), i, e)
+                if (strcmp(json_string_value(json_object_get(e, "name")) ?: "", name) == 0)
+                        return e;
+        return NULL;
+}
+
+/* The node's template.list reply, or NULL when it does not answer. */
+static json_t *node_templates(struct api_ctx *ctx, const char *addr) {
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "template.list");
+        json_t *rep = NULL;
+        char err[API_ERRMSG_MAX] = "";
+        if (!req || node_call(addr, ctx->config->node_timeout_s, req, &rep, err) < 0)
+                return NULL;
+        return rep;
+}
+
 /* A building template's state from its node, recorded when it ended.
  * *ret_progress (may be NULL) gets the node's report while it builds. */
 static void refresh(struct api_ctx *ctx, struct store_template *t, json_t **ret_progress) {
@@ -103,21 +124,13 @@ static void refresh(struct api_ctx *ctx, struct store_template *t, json_t **ret_
                         *ret_progress = json_incref(rep);
                 return;
         }
-        uint32_t mem = 0, vcpus = 0;
+        uint32_t mem = 0;
         if (strcmp(state, "ready") == 0) {
                 /* the machine it was built with, from the node's list */
-                _cleanup_(json_decrefp) json_t *l = json_pack("{s:s}", "op", "template.list");
-                _cleanup_(json_decrefp) json_t *lrep = NULL;
-                if (l && node_call(addr, ctx->config->node_timeout_s, l, &lrep, err) >= 0) {
-                        size_t i;
-                        json_t *e;
-                        json_array_foreach(json_object_get(lrep, "templates"), i, e)
-                                if (strcmp(json_string_value(json_object_get(e, "name")) ?: "", t->node_name) == 0)
-                                        mem = (uint32_t) json_integer_value(json_object_get(e, "memory_mib"));
-                }
-                vcpus = 0;
+                _cleanup_(json_decrefp) json_t *list = node_templates(ctx, addr);
+                mem = (uint32_t) json_integer_value(json_object_get(template_entry(list, t->node_name), "memory_mib"));
         }
-        r = store_template_set_state(ctx->store, t->tenant_id, t->name, t->build_id, state, error, mem, vcpus);
+        r = store_template_set_state(ctx->store, t->tenant_id, t->name, t->build_id, state, error, mem, 0);
         if (r < 0 && r != -ESTALE && r != -ENOENT)
                 log_errno(LOG_LEVEL_WARN, r, ctx->log_ctx, "store: failed to update template: %m");
         if (r >= 0) {
@@ -216,21 +229,6 @@ static void content_id(const char *owner, const char *canonical, const char *bas
         sodium_bin2hex(out + 2, 33, h, 16);
 }
 
-/* Whether name is one of the node's own templates (built-in). */
-static bool builtin_template(struct api_ctx *ctx, const char *addr, const char *name) {
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "template.list");
-        _cleanup_(json_decrefp) json_t *rep = NULL;
-        char err[API_ERRMSG_MAX] = "";
-        if (!req || node_call(addr, ctx->config->node_timeout_s, req, &rep, err) < 0)
-                return false;
-        size_t i;
-        json_t *e;
-        json_array_foreach(json_object_get(rep, "templates"), i, e)
-                if (strcmp(json_string_value(json_object_get(e, "name")) ?: "", name) == 0)
-                        return true;
-        return false;
-}
-
 /* Sends the build request, the context streamed after it. */
 static int node_build(struct api_ctx *ctx, const char *addr, json_t *req, const char *context_path, json_t **ret) {
         struct node_conn *c = NULL;
@@ -269,7 +267,9 @@ int api_template_create(struct api_ctx *ctx, const json_t *body, const char *con
         char local[NODES_ADDR_MAX], addr[NODES_ADDR_MAX];
         if ((r = nodes_any_addr(local)) < 0)
                 return api_fail(ctx, r, "no node to build on");
-        if (builtin_template(ctx, local, spec->name))
+        /* the node's own (built-in) templates, asked once */
+        _cleanup_(json_decrefp) json_t *builtins = node_templates(ctx, local);
+        if (template_entry(builtins, spec->name))
                 return api_fail(ctx, -EEXIST, "'%s' is a built-in template's name: choose another", spec->name);
 
         /* the base: one of the owner's templates (built where it is), or a
@@ -282,7 +282,7 @@ int api_template_create(struct api_ctx *ctx, const json_t *body, const char *con
                 if (r < 0)
                         return r;
                 if (r == 0) {
-                        if (!builtin_template(ctx, local, spec->from))
+                        if (!template_entry(builtins, spec->from))
                                 return api_fail(ctx, -EINVAL, "base template '%.64s' not found", spec->from);
                         base_node_template = strdup(spec->from);
                         if (!base_node_template)
@@ -568,39 +568,28 @@ static int log_poll(struct log_stream *s, char **ret, size_t *ret_len) {
         return ended ? 1 : 0;
 }
 
+/* One look for api_sse_poll_read(): what log_poll() found, queued. */
+static int log_stream_poll(void *cls) {
+        struct log_stream *s = cls;
+        char *text = NULL;
+        size_t len = 0;
+        int r = log_poll(s, &text, &len);
+        if (r < 0)
+                return r;
+        bool ended = r > 0;
+        if (len == 0) {
+                free(text);
+                s->out.done = ended;
+                return ended ? 1 : 0;
+        }
+        api_sse_out_set(&s->out, text, len);
+        s->out.done = ended;
+        return 1;
+}
+
 static ssize_t log_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         struct log_stream *s = cls;
-        for (;;) {
-                size_t taken = api_sse_out_take(&s->out, buf, max);
-                if (taken > 0)
-                        return (ssize_t) taken;
-                if (s->out.done)
-                        return MHD_CONTENT_READER_END_OF_STREAM;
-                if (atomic_load(s->stopping)) {
-                        api_sse_out_fail(&s->out, -EHOSTDOWN, "the server is shutting down");
-                        continue;
-                }
-                char *text = NULL;
-                size_t len = 0;
-                int r = log_poll(s, &text, &len);
-                if (r < 0)
-                        return MHD_CONTENT_READER_END_WITH_ERROR;
-                if (len > 0) {
-                        api_sse_out_set(&s->out, text, len);
-                        s->out.done = r > 0;
-                        continue;
-                }
-                free(text);
-                if (r > 0)
-                        return MHD_CONTENT_READER_END_OF_STREAM;
-                r = api_sse_out_keepalive(&s->out);
-                if (r < 0)
-                        return MHD_CONTENT_READER_END_WITH_ERROR;
-                if (r > 0)
-                        continue;
-                struct timespec ts = { 0, TEMPLATE_LOG_POLL_MS * 1000000L };
-                nanosleep(&ts, NULL);
-        }
+        return api_sse_poll_read(&s->out, s->stopping, log_stream_poll, s, TEMPLATE_LOG_POLL_MS, buf, max);
 }
 
 int api_template_logs(struct api_ctx *ctx, const char *name, const char *build_id, struct api_reply *ret) {
@@ -630,15 +619,5 @@ int api_template_logs(struct api_ctx *ctx, const char *name, const char *build_i
         char *hello = strdup(": airlock template build log\n\n");
         if (hello)
                 api_sse_out_set(&s->out, hello, strlen(hello));
-        struct MHD_Response *resp =
-                MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, log_stream_read, s, log_stream_free);
-        if (!resp) {
-                log_stream_free(s);
-                return -ENOMEM;
-        }
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .response = resp };
-        return 0;
+        return api_sse_reply(log_stream_read, s, log_stream_free, ret);
 }

@@ -1174,6 +1174,47 @@ void api_sse_out_fail(struct api_sse_out *o, int r, const char *msg) {
         o->done = true;
 }
 
+int api_sse_reply(MHD_ContentReaderCallback reader, void *cls, MHD_ContentReaderFreeCallback free_cb,
+                  struct api_reply *ret) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, reader, cls, free_cb);
+        if (!resp) {
+                free_cb(cls);
+                return -ENOMEM;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .response = resp };
+        return 0;
+}
+
+ssize_t api_sse_poll_read(struct api_sse_out *o, const atomic_bool *stopping, int (*poll)(void *cls), void *cls,
+                          unsigned poll_ms, char *buf, size_t max) {
+        for (;;) {
+                size_t taken = api_sse_out_take(o, buf, max);
+                if (taken > 0)
+                        return (ssize_t) taken;
+                if (o->done)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                if (atomic_load(stopping)) {
+                        api_sse_out_fail(o, -EHOSTDOWN, "the server is shutting down");
+                        continue;
+                }
+                int r = poll(cls);
+                if (r < 0)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                if (r > 0)
+                        continue;
+                r = api_sse_out_keepalive(o);
+                if (r < 0)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                if (r > 0)
+                        continue;
+                struct timespec ts = { poll_ms / 1000, (long) (poll_ms % 1000) * 1000000L };
+                nanosleep(&ts, NULL);
+        }
+}
+
 /* State of one event stream, owned by its MHD response. */
 struct sse_stream {
         struct node_conn *conn;
@@ -1272,16 +1313,7 @@ int api_session_events(struct api_ctx *ctx, const char *sid, struct api_reply *r
         s->out.last_ns = now_monotonic_ns();
         snprintf(s->log_ctx, sizeof s->log_ctx, "%s session=%s", ctx->log_ctx, sid);
         s->conn = TAKE_PTR(c);
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, s, sse_free);
-        if (!resp) {
-                sse_free(s);
-                return -ENOMEM;
-        }
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .response = resp };
-        return 0;
+        return api_sse_reply(sse_read, s, sse_free, ret);
 }
 
 int api_session_stdin(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret) {

@@ -159,6 +159,19 @@ void api_sse_out_set(struct api_sse_out *o, char *text, size_t len);
 size_t api_sse_out_take(struct api_sse_out *o, char *buf, size_t max);
 int api_sse_out_keepalive(struct api_sse_out *o);
 void api_sse_out_fail(struct api_sse_out *o, int r, const char *msg);
+/* The 200 reply of an event stream: reader (MHD's content callback) gives
+ * its bytes, free_cb frees cls once the stream ends, or here when the
+ * reply cannot be made (-ENOMEM). */
+int api_sse_reply(MHD_ContentReaderCallback reader, void *cls, MHD_ContentReaderFreeCallback free_cb,
+                  struct api_reply *ret);
+/* The content callback of an event stream that looks for news: pending
+ * text first, the end once o->done, an error event at the server's stop;
+ * otherwise poll(cls), which queues what is new in o (then > 0; o->done
+ * when nothing follows it), returns 0 when there is nothing, or < 0 to cut
+ * the stream; a keepalive when idle, and poll_ms between looks. Runs on
+ * the connection's own thread (libmicrohttpd, a thread per connection). */
+ssize_t api_sse_poll_read(struct api_sse_out *o, const atomic_bool *stopping, int (*poll)(void *cls), void *cls,
+                          unsigned poll_ms, char *buf, size_t max);
 /*
  * Translates one node session event ({"type":"stdout","data":b64}, ...)
  * into its SSE text. Returns 1 with *ret set, 0 for events the API does
