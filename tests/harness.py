@@ -320,6 +320,28 @@ def vm_cgroups():
     return sorted(set(found))
 
 
+def hold_vm_to_cpu_share(pid, share):
+    """Lowers the CPU limit of the VM cgroup QEMU pid runs in to share of
+    one CPU: a loaded host, for that VM alone. False when it has none."""
+    with open(f"/proc/{pid}/status") as f:
+        uid = next(line.split()[1] for line in f if line.startswith("Uid:"))
+    done = False
+    for cg in vm_cgroups():
+        if os.path.basename(cg) != f"airlock-vm-{uid}":
+            continue
+        if os.path.exists(os.path.join(cg, "cpu.max")):
+            with open(os.path.join(cg, "cpu.max"), "w") as f:
+                f.write(f"{int(100000 * share)} 100000")
+            done = True
+        elif os.path.exists(os.path.join(cg, "cpu.cfs_quota_us")):
+            with open(os.path.join(cg, "cpu.cfs_period_us")) as f:
+                period = int(f.read())
+            with open(os.path.join(cg, "cpu.cfs_quota_us"), "w") as f:
+                f.write(str(int(period * share)))
+            done = True
+    return done
+
+
 def _cgroup_procs(path):
     try:
         with open(os.path.join(path, "cgroup.procs")) as f:

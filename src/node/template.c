@@ -616,6 +616,7 @@ static int template_hash(const char *name, unsigned memory_mib, char out[HASH_HE
         }
         snprintf(mem, sizeof mem, "%u/%u", memory_mib, TEMPLATE_VCPUS);
         hash_string(&st, "memory", mem);
+        hash_string(&st, "kernel-args", VMM_KERNEL_ARGS);
         hash_string(&st, "cmdline", TEMPLATE_CMDLINE);
         hash_string(&st, "machine", VMM_MACHINE_REVISION);
         hash_string(&st, "build", TEMPLATE_BUILD_REVISION);

@@ -284,7 +284,7 @@ static int build_argv(const struct vmm_config *c, const struct vmm *v, bool inco
             (r = argv_add(a, "-kernel")) < 0 || (r = argv_add(a, c->kernel)) < 0 ||
             (r = argv_add(a, "-initrd")) < 0 || (r = argv_add(a, c->initrd)) < 0 ||
             (r = argv_add(a, "-append")) < 0 ||
-            (r = argv_addf(a, "console=ttyS0 quiet panic=-1%s airlock.root=/dev/vda%s%s", tsc,
+            (r = argv_addf(a, VMM_KERNEL_ARGS "%s airlock.root=/dev/vda%s%s", tsc,
                            c->cmdline && *c->cmdline ? " " : "", c->cmdline ?: "")) < 0 ||
             /* "file:" takes the rest verbatim: no escaping here. */
             (r = argv_add(a, "-serial")) < 0 || (r = argv_addf(a, "file:%s", v->console_path)) < 0 ||

@@ -24,6 +24,16 @@
  * machine or devices change. */
 #define VMM_MACHINE_REVISION "microvm-3 rtc=on virtio-serial+virtio-blk+virtio-net"
 
+/* The guest kernel's fixed arguments (tsc_early_khz= and the root are
+ * added per host). tsc=reliable: microvm has no HPET or ACPI PM timer, so
+ * the kernel's clocksource watchdog compares the TSC with jiffies, and a
+ * boot on a loaded host (ticks lost in periodic mode) marks the TSC
+ * unstable and falls back to refined-jiffies: a 4 ms clock with no vDSO,
+ * kept by every sandbox restored from that boot's snapshot (docs/images.md,
+ * "Findings worth knowing"). The guest's TSC is the host's, which the
+ * host's own kernel watches. Template content hashes include these. */
+#define VMM_KERNEL_ARGS "console=ttyS0 quiet panic=-1 tsc=reliable"
+
 enum vmm_accel {
         VMM_ACCEL_TCG,
         VMM_ACCEL_KVM,
