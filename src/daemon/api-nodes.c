@@ -25,13 +25,6 @@
 /* what drain suspends: running sandboxes idle at least this long */
 #define DRAIN_IDLE_MS 60000
 
-static int reply(struct api_reply *ret, unsigned status, json_t *body) {
-        if (!body)
-                return -ENOMEM;
-        *ret = (struct api_reply){ .status = status, .body = body };
-        return 0;
-}
-
 static const char *node_state(const struct store_node *n) {
         return n->lost_at ? "lost" : n->draining ? "draining" : "ready";
 }
@@ -82,7 +75,7 @@ int api_node_list(struct api_ctx *ctx, struct api_reply *ret) {
         free(counts);
         if (!arr)
                 return -ENOMEM;
-        return reply(ret, MHD_HTTP_OK, json_pack("{s:o}", "nodes", arr));
+        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "nodes", arr));
 }
 
 static int lookup(struct api_ctx *ctx, const char *name, struct store_node *ret) {
@@ -105,7 +98,7 @@ int api_node_get(struct api_ctx *ctx, const char *name, struct api_reply *ret) {
         store_sandbox_array_free(a, k);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to list its sandboxes: %m");
-        return reply(ret, MHD_HTTP_OK, node_json(&n, (int64_t) k));
+        return api_reply_json(ret, MHD_HTTP_OK, node_json(&n, (int64_t) k));
 }
 
 int api_node_token_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret) {
@@ -131,7 +124,7 @@ int api_node_token_create(struct api_ctx *ctx, const json_t *body, struct api_re
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "join token %s made, valid until %s", id, exp);
         json_t *o = json_pack("{s:s, s:s, s:s}", "id", id, "token", token, "expires_at", exp);
         explicit_bzero(token, sizeof token);
-        return reply(ret, MHD_HTTP_CREATED, o);
+        return api_reply_json(ret, MHD_HTTP_CREATED, o);
 }
 
 int api_node_delete(struct api_ctx *ctx, const char *name, struct api_reply *ret) {
@@ -199,5 +192,5 @@ int api_node_drain(struct api_ctx *ctx, const char *name, bool drain, struct api
                 if (drain && !n.lost_at)
                         json_object_set_new(o, "suspending", suspend_idle(ctx, &n));
         }
-        return reply(ret, MHD_HTTP_OK, o);
+        return api_reply_json(ret, MHD_HTTP_OK, o);
 }

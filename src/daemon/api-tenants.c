@@ -21,13 +21,6 @@
 #include "macros.h"
 #include "util.h"
 
-static int reply(struct api_reply *ret, unsigned status, json_t *body) {
-        if (!body)
-                return -ENOMEM;
-        *ret = (struct api_reply){ .status = status, .body = body };
-        return 0;
-}
-
 bool api_tenant_may_see(const struct api_ctx *ctx, const char *tenant_id) {
         if (!ctx->tenant_id)
                 return true;
@@ -104,7 +97,7 @@ int api_tenant_create(struct api_ctx *ctx, const json_t *body, struct api_reply 
         if ((r = tenant_lookup(ctx, id, &stored)) < 0)
                 return r;
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "created tenant %s (%s)", id, name);
-        return reply(ret, MHD_HTTP_CREATED, tenant_json(&stored));
+        return api_reply_json(ret, MHD_HTTP_CREATED, tenant_json(&stored));
 }
 
 int api_tenant_list(struct api_ctx *ctx, struct api_reply *ret) {
@@ -119,7 +112,7 @@ int api_tenant_list(struct api_ctx *ctx, struct api_reply *ret) {
         store_tenant_array_free(a, n);
         if (!arr)
                 return -ENOMEM;
-        return reply(ret, MHD_HTTP_OK, json_pack("{s:o}", "tenants", arr));
+        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "tenants", arr));
 }
 
 int api_tenant_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
@@ -127,7 +120,7 @@ int api_tenant_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
         int r = tenant_lookup(ctx, id, &t);
         if (r < 0)
                 return r;
-        return reply(ret, MHD_HTTP_OK, tenant_json(&t));
+        return api_reply_json(ret, MHD_HTTP_OK, tenant_json(&t));
 }
 
 int api_tenant_network_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
@@ -141,7 +134,7 @@ int api_tenant_network_get(struct api_ctx *ctx, const char *id, struct api_reply
         json_t *o;
         if ((r = api_network_json(t.network, &o)) < 0)
                 return r;
-        return reply(ret, MHD_HTTP_OK, o);
+        return api_reply_json(ret, MHD_HTTP_OK, o);
 }
 
 int api_tenant_network_put(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret) {
@@ -161,7 +154,7 @@ int api_tenant_network_put(struct api_ctx *ctx, const char *id, const json_t *bo
         }
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "tenant %s: default network policy set (mode %s)", id,
                  json_string_value(json_object_get(o, "mode")) ?: "?");
-        return reply(ret, MHD_HTTP_OK, o);
+        return api_reply_json(ret, MHD_HTTP_OK, o);
 }
 
 int api_tenant_network_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
@@ -231,7 +224,7 @@ int api_key_create(struct api_ctx *ctx, const char *tenant_id, const json_t *bod
         if (o && name)
                 json_object_set_new(o, "name", json_string(name));
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "created key %s for tenant %s", id, tenant_id);
-        return reply(ret, MHD_HTTP_CREATED, o);
+        return api_reply_json(ret, MHD_HTTP_CREATED, o);
 }
 
 int api_key_list(struct api_ctx *ctx, const char *tenant_id, struct api_reply *ret) {
@@ -250,7 +243,7 @@ int api_key_list(struct api_ctx *ctx, const char *tenant_id, struct api_reply *r
         store_api_key_array_free(a, n);
         if (!arr)
                 return -ENOMEM;
-        return reply(ret, MHD_HTTP_OK, json_pack("{s:o}", "keys", arr));
+        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "keys", arr));
 }
 
 int api_key_delete(struct api_ctx *ctx, const char *key_id, struct api_reply *ret) {
@@ -309,7 +302,7 @@ int api_tenant_kms_put(struct api_ctx *ctx, const char *id, const json_t *body, 
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "tenant %s: key-encryption key now %s%s%s", t.id, kind,
                  label ? " " : "", label ? json_string_value(label) : "");
         json_t *o = kms_json(t.id);
-        return o ? reply(ret, MHD_HTTP_OK, o) : -ENOMEM;
+        return o ? api_reply_json(ret, MHD_HTTP_OK, o) : -ENOMEM;
 }
 
 int api_tenant_kms_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
@@ -318,7 +311,7 @@ int api_tenant_kms_get(struct api_ctx *ctx, const char *id, struct api_reply *re
         if (r < 0)
                 return r;
         json_t *o = kms_json(t.id);
-        return o ? reply(ret, MHD_HTTP_OK, o) : api_fail(ctx, -EIO, "cannot read the tenant's key state");
+        return o ? api_reply_json(ret, MHD_HTTP_OK, o) : api_fail(ctx, -EIO, "cannot read the tenant's key state");
 }
 
 int api_tenant_kms_rotate(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
@@ -332,7 +325,7 @@ int api_tenant_kms_rotate(struct api_ctx *ctx, const char *id, struct api_reply 
                 return api_fail(ctx, -EIO, "cannot make a new key for tenant %s: %s", t.id, strerror(-r));
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "tenant %s: key-encryption key rotated to version %u", t.id, version);
         json_t *o = kms_json(t.id);
-        return o ? reply(ret, MHD_HTTP_CREATED, o) : -ENOMEM;
+        return o ? api_reply_json(ret, MHD_HTTP_CREATED, o) : -ENOMEM;
 }
 
 int api_tenant_kms_revoke(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
@@ -346,7 +339,7 @@ int api_tenant_kms_revoke(struct api_ctx *ctx, const char *id, struct api_reply 
         log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "tenant %s: key-encryption key revoked and destroyed; its sealed "
                  "images cannot be opened any more", t.id);
         json_t *o = kms_json(t.id);
-        return o ? reply(ret, MHD_HTTP_OK, o) : -ENOMEM;
+        return o ? api_reply_json(ret, MHD_HTTP_OK, o) : -ENOMEM;
 }
 
 /* ---- capability signing keys (docs/security.md, "Key rotation") ---- */
@@ -354,7 +347,7 @@ int api_tenant_kms_revoke(struct api_ctx *ctx, const char *id, struct api_reply 
 int api_capability_keys_get(struct api_ctx *ctx, struct api_reply *ret) {
         char kid[CAP_KID_MAX + 1];
         dataplane_current_kid(kid);
-        return reply(ret, MHD_HTTP_OK, json_pack("{s:s}", "current", kid));
+        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:s}", "current", kid));
 }
 
 int api_capability_keys_rotate(struct api_ctx *ctx, struct api_reply *ret) {
@@ -363,6 +356,6 @@ int api_capability_keys_rotate(struct api_ctx *ctx, struct api_reply *ret) {
         if (r < 0)
                 return r;
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "capability key rotated to %s", kid);
-        return reply(ret, MHD_HTTP_CREATED, json_pack("{s:s, s:s?}", "current", kid, "previous",
+        return api_reply_json(ret, MHD_HTTP_CREATED, json_pack("{s:s, s:s?}", "current", kid, "previous",
                                                       previous[0] ? previous : NULL));
 }

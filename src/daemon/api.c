@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <signal.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,7 +24,6 @@
 
 #define NODE_HEALTH_TIMEOUT_S 10
 #define EXEC_TIMEOUT_SLACK_S 30
-#define SSE_FRAME_TIMEOUT_S 60 /* a started frame must complete within this */
 /* a repeated create or delete waits this much longer than the first may take */
 #define REPLAY_WAIT_SLACK_S 30
 
@@ -46,14 +44,14 @@ void api_reply_release(struct api_reply *r) {
         *r = (struct api_reply){ 0 };
 }
 
-static int reply_json(struct api_reply *ret, unsigned status, json_t *body) {
+int api_reply_json(struct api_reply *ret, unsigned status, json_t *body) {
         if (!body)
                 return -ENOMEM;
         *ret = (struct api_reply){ .status = status, .body = body };
         return 0;
 }
 
-static int reply_empty(struct api_reply *ret) {
+int api_reply_empty(struct api_reply *ret) {
         *ret = (struct api_reply){ .status = MHD_HTTP_NO_CONTENT };
         return 0;
 }
@@ -170,7 +168,7 @@ static int cluster_health(struct api_ctx *ctx, struct api_reply *ret) {
         store_node_array_free(nodes, n);
         if (ready == 0)
                 return api_fail(ctx, -EHOSTDOWN, "no node of the cluster is ready (%zu joined; see GET /v1/nodes)", n);
-        return reply_json(ret, MHD_HTTP_OK,
+        return api_reply_json(ret, MHD_HTTP_OK,
                           json_pack("{s:s, s:{s:I, s:I}}", "status", "ok", "nodes", "ready", (json_int_t) ready,
                                     "total", (json_int_t) n));
 }
@@ -212,14 +210,14 @@ int api_health(struct api_ctx *ctx, struct api_reply *ret) {
                                       f ? (msg ?: "a default template failed to build")
                                         : "the node agent is starting: default templates are still building",
                                       "templates", templates ? json_incref(templates) : json_array());
-                return reply_json(ret, MHD_HTTP_SERVICE_UNAVAILABLE, o);
+                return api_reply_json(ret, MHD_HTTP_SERVICE_UNAVAILABLE, o);
         }
         json_t *o = json_pack("{s:s, s:s, s:o}", "status", "ok", "accel", accel ? accel : "unknown", "templates",
                               templates ? json_incref(templates) : json_array());
         const char *why = json_string_value(json_object_get(rep, "accel_reason"));
         if (o && why)
                 json_object_set_new(o, "accel_reason", json_string(why));
-        return reply_json(ret, MHD_HTTP_OK, o);
+        return api_reply_json(ret, MHD_HTTP_OK, o);
 }
 
 /* The array field of op's reply from every node (nodes_targets()), each
@@ -280,13 +278,13 @@ int api_templates_list(struct api_ctx *ctx, struct api_reply *ret) {
                 json_decref(all);
                 return r;
         }
-        return reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "templates", all));
+        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "templates", all));
 }
 
 int api_pools_list(struct api_ctx *ctx, struct api_reply *ret) {
         json_t *p = NULL;
         int r = gather(ctx, "pool.list", "pools", &p);
-        return r < 0 ? r : reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "pools", p));
+        return r < 0 ? r : api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "pools", p));
 }
 
 /* Best-effort removal of whatever the node of sandbox id (its row still
@@ -329,7 +327,7 @@ static int reply_unprocessable(struct api_reply *ret, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
-        return reply_json(ret, MHD_HTTP_UNPROCESSABLE_CONTENT,
+        return api_reply_json(ret, MHD_HTTP_UNPROCESSABLE_CONTENT,
                           json_pack("{s:{s:s, s:s}}", "error", "code", "unprocessable", "message", msg));
 }
 
@@ -448,7 +446,7 @@ static int create_replay(struct api_ctx *ctx, const char *key, const char *hash,
                 return log_errno(LOG_LEVEL_ERROR, -EBADMSG, ctx->log_ctx, "operation %s: unreadable result", op.id);
         json_object_set_new(o, "operation_id", json_string(op.id));
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "create of sandbox %s replayed (operation %s)", op.sandbox_id, op.id);
-        r = reply_json(ret, MHD_HTTP_OK, o);
+        r = api_reply_json(ret, MHD_HTTP_OK, o);
         return r < 0 ? r : 1;
 }
 
@@ -650,7 +648,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 return operation_fail(ctx, op_id, -ENOMEM);
         api_operation_finish(ctx->store, op_id, 0, NULL, result);
         json_object_set_new(o, "operation_id", json_string(op_id));
-        return reply_json(ret, MHD_HTTP_CREATED, TAKE_PTR(o));
+        return api_reply_json(ret, MHD_HTTP_CREATED, TAKE_PTR(o));
 }
 
 /*
@@ -773,7 +771,7 @@ int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) 
                 if (json_is_true(json_object_get(img, "needs_key")))
                         (void) api_suspended_upload_key(ctx->config, ctx->store, id, ctx->log_ctx);
         }
-        return reply_json(ret, MHD_HTTP_OK, o);
+        return api_reply_json(ret, MHD_HTTP_OK, o);
 }
 
 int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret) {
@@ -823,7 +821,7 @@ int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret) {
         store_sandbox_array_free(a, n);
         if (!arr)
                 return -ENOMEM;
-        return reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "sandboxes", arr));
+        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "sandboxes", arr));
 }
 
 /* An earlier delete with this key: 0 when the key is new, 1 when answered
@@ -842,7 +840,7 @@ static int delete_replay(struct api_ctx *ctx, const char *id, const char *key, s
                                &done);
         if (r < 0 || (r = operation_outcome(ctx, &done)) < 0)
                 return r;
-        r = reply_empty(ret);
+        r = api_reply_empty(ret);
         return r < 0 ? r : 1;
 }
 
@@ -941,7 +939,7 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
                 _cleanup_(store_sandbox_release) struct store_sandbox archived = { 0 };
                 if ((r = api_sandbox_lookup(ctx, id, &archived)) < 0)
                         return r;
-                return reply_json(ret, MHD_HTTP_OK, sandbox_json(&archived));
+                return api_reply_json(ret, MHD_HTTP_OK, sandbox_json(&archived));
         }
         r = store_sandbox_delete(ctx->store, id);
         if (r < 0 && r != -ENOENT) {
@@ -950,7 +948,7 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
         }
         api_operation_finish(ctx->store, op_id, 0, NULL, "{\"state\":\"deleted\"}");
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "deleted sandbox %s (operation %s)", id, op_id);
-        return reply_empty(ret);
+        return api_reply_empty(ret);
 }
 
 int api_exec(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret) {
@@ -984,536 +982,7 @@ int api_exec(struct api_ctx *ctx, const char *id, const json_t *body, struct api
                               json_is_true(json_object_get(rep, "stdout_truncated")), "stderr_truncated",
                               json_is_true(json_object_get(rep, "stderr_truncated")), "timed_out",
                               json_is_true(json_object_get(rep, "timed_out")));
-        return reply_json(ret, MHD_HTTP_OK, o);
-}
-
-static json_t *session_json(const struct store_session *ses) {
-        char ts[48], url[128];
-        api_format_time(ses->created_at, ts, sizeof ts);
-        snprintf(url, sizeof url, "/v1/sessions/%s/events", ses->id);
-        json_t *cmd = json_loads(ses->cmd, 0, NULL);
-        return json_pack("{s:s, s:s, s:o, s:b, s:s, s:s}", "id", ses->id, "sandbox_id", ses->sandbox_id, "cmd",
-                         cmd ? cmd : json_array(), "pty", ses->pty, "created_at", ts, "events_url", url);
-}
-
-/* A session, as far as ctx may see it: one of another tenant's sandbox is
- * "not found", like one that does not exist. */
-static int session_lookup(struct api_ctx *ctx, const char *sid, struct store_session *ret) {
-        _cleanup_(store_session_release) struct store_session ses = { 0 };
-        int r = store_session_get(ctx->store, sid, &ses);
-        if (r >= 0 && ctx->tenant_id) {
-                _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-                r = store_sandbox_get(ctx->store, ses.sandbox_id, &sb);
-                if (r >= 0 && !api_tenant_may_see(ctx, sb.tenant_id))
-                        r = -ENOENT;
-        }
-        if (r >= 0) {
-                *ret = ses;
-                ses = (struct store_session){ 0 };
-        }
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "session '%.64s' not found", sid);
-        if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read session: %m");
-        return 0;
-}
-
-/* A session op on the node, with a capability for the session's sandbox
- * (its owner's tenant, whoever asks: the admin may act on any). */
-static int session_call(struct api_ctx *ctx, const struct store_session *ses, json_t *req, struct node_conn **ret_conn) {
-        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = store_sandbox_get(ctx->store, ses->sandbox_id, &sb);
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "session '%.64s' not found", ses->id);
-        if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
-        return dataplane_call(ctx->config, sb.tenant_id, sb.id, CAP_ACCESS_SESSION_ATTACH, req,
-                              ctx->config->node_timeout_s, ret_conn, NULL, ctx->err);
-}
-
-int api_session_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *body, struct api_reply *ret) {
-        _cleanup_(apireq_session_release) struct apireq_session s = { 0 };
-        int r = apireq_parse_session(body, &s, ctx->err);
-        if (r < 0)
-                return r;
-        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        if ((r = api_sandbox_lookup(ctx, sandbox_id, &sb)) < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
-                return r;
-
-        char sid[32], token[AUTH_ATTACH_TOKEN_LEN + 1];
-        if ((r = random_id("ses-", 8, sid, sizeof sid)) < 0 || (r = auth_new_attach_token(token, sizeof token)) < 0)
-                return r;
-        _cleanup_free_ char *cmd_s = json_dumps(s.cmd, JSON_COMPACT);
-        if (!cmd_s)
-                return -ENOMEM;
-        struct store_session row = { .id = sid, .sandbox_id = (char *) sandbox_id, .cmd = cmd_s, .pty = s.pty };
-        auth_hash_token(token, row.token_hash);
-        r = store_session_insert(ctx->store, &row);
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "sandbox '%.64s' not found", sandbox_id);
-        if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert session: %m");
-
-        _cleanup_(json_decrefp) json_t *req =
-                json_pack("{s:s, s:s, s:s, s:O, s:O, s:s*, s:b, s:I, s:I}", "op", "session.start", "id", sandbox_id,
-                          "session_id", sid, "cmd", s.cmd, "env", s.env, "cwd", s.cwd, "pty", s.pty, "rows",
-                          (json_int_t) s.rows, "cols", (json_int_t) s.cols);
-        r = dataplane_call(ctx->config, sb.tenant_id, sandbox_id, CAP_ACCESS_EXEC, req, ctx->config->node_timeout_s,
-                           NULL, NULL, ctx->err);
-        if (r < 0) {
-                /* After a transport failure the command may be running on
-                 * the node with no row (and no token) to reach it: stop it. */
-                if (r == -ETIMEDOUT || r == -ECONNRESET || r == -EBADMSG) {
-                        _cleanup_(json_decrefp) json_t *kill =
-                                json_pack("{s:s, s:s, s:i}", "op", "session.signal", "session_id", sid, "signal", SIGKILL);
-                        char kerr[API_ERRMSG_MAX];
-                        (void) dataplane_call(ctx->config, sb.tenant_id, sandbox_id, CAP_ACCESS_SESSION_ATTACH, kill,
-                                              ctx->config->node_timeout_s, NULL, NULL, kerr);
-                }
-                (void) store_session_delete(ctx->store, sid);
-                return r;
-        }
-        _cleanup_(store_session_release) struct store_session ses = { 0 };
-        if ((r = session_lookup(ctx, sid, &ses)) < 0)
-                return r;
-        json_t *o = session_json(&ses);
-        if (o)
-                json_object_set_new(o, "attach_token", json_string(token));
-        log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "started session %s in sandbox %s", sid, sandbox_id);
-        return reply_json(ret, MHD_HTTP_CREATED, o);
-}
-
-int api_session_get(struct api_ctx *ctx, const char *sid, struct api_reply *ret) {
-        _cleanup_(store_session_release) struct store_session ses = { 0 };
-        int r = session_lookup(ctx, sid, &ses);
-        if (r < 0)
-                return r;
-        return reply_json(ret, MHD_HTTP_OK, session_json(&ses));
-}
-
-int api_sse_format(const char *event, const json_t *data, char **ret, size_t *ret_len) {
-        _cleanup_free_ char *d = json_dumps(data, JSON_COMPACT);
-        if (!d)
-                return -ENOMEM;
-        size_t n = strlen("event: ") + strlen(event) + strlen("\ndata: ") + strlen(d) + strlen("\n\n") + 1;
-        char *s = malloc(n);
-        if (!s)
-                return -ENOMEM;
-        int k = snprintf(s, n, "event: %s\ndata: %s\n\n", event, d);
-        *ret = s;
-        *ret_len = (size_t) k;
-        return 0;
-}
-
-int api_sse_from_node_event(const json_t *ev, char **ret, size_t *ret_len, bool *ret_last) {
-        const char *type = json_string_value(json_object_get(ev, "type"));
-        _cleanup_(json_decrefp) json_t *d = NULL;
-        bool last = false;
-        if (!type)
-                return 0;
-        if (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0) {
-                const char *data = json_string_value(json_object_get(ev, "data"));
-                if (!data)
-                        return 0;
-                d = json_pack("{s:s}", "data", data);
-        } else if (strcmp(type, "exit") == 0) {
-                json_t *code = json_object_get(ev, "exit_code");
-                d = json_pack("{s:O}", "exit_code", json_is_integer(code) ? code : json_null());
-                json_t *sig = json_object_get(ev, "signal");
-                if (d && json_is_integer(sig) && json_integer_value(sig) != 0)
-                        json_object_set(d, "signal", sig);
-                last = true;
-        } else if (strcmp(type, "dropped") == 0) {
-                json_t *bytes = json_object_get(ev, "bytes");
-                d = json_pack("{s:I}", "bytes", json_is_integer(bytes) ? json_integer_value(bytes) : 0);
-        } else
-                return 0;
-        if (!d)
-                return -ENOMEM;
-        int r = api_sse_format(type, d, ret, ret_len);
-        if (r < 0)
-                return r;
-        *ret_last = last;
-        return 1;
-}
-
-void api_sse_out_set(struct api_sse_out *o, char *text, size_t len) {
-        free(o->pend);
-        o->pend = text;
-        o->len = len;
-        o->off = 0;
-}
-
-size_t api_sse_out_take(struct api_sse_out *o, char *buf, size_t max) {
-        if (o->off >= o->len)
-                return 0;
-        size_t n = MIN(max, o->len - o->off);
-        memcpy(buf, o->pend + o->off, n);
-        o->off += n;
-        o->last_ns = now_monotonic_ns();
-        return n;
-}
-
-int api_sse_out_keepalive(struct api_sse_out *o) {
-        if (now_monotonic_ns() - o->last_ns < API_SSE_KEEPALIVE_S * 1000000000ULL)
-                return 0;
-        char *k = strdup(": keepalive\n\n");
-        if (!k)
-                return -ENOMEM;
-        api_sse_out_set(o, k, strlen(k));
-        return 1;
-}
-
-void api_sse_out_fail(struct api_sse_out *o, int r, const char *msg) {
-        char *text = NULL;
-        size_t len = 0;
-        _cleanup_(json_decrefp) json_t *d =
-                json_pack("{s:s, s:s}", "code", api_error_code(r), "message", msg && *msg ? msg : api_error_default_message(r));
-        if (d && api_sse_format("error", d, &text, &len) >= 0)
-                api_sse_out_set(o, text, len);
-        o->done = true;
-}
-
-int api_sse_reply(MHD_ContentReaderCallback reader, void *cls, MHD_ContentReaderFreeCallback free_cb,
-                  struct api_reply *ret) {
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, reader, cls, free_cb);
-        if (!resp) {
-                free_cb(cls);
-                return -ENOMEM;
-        }
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .response = resp };
-        return 0;
-}
-
-ssize_t api_sse_poll_read(struct api_sse_out *o, const atomic_bool *stopping, int (*poll)(void *cls), void *cls,
-                          unsigned poll_ms, char *buf, size_t max) {
-        for (;;) {
-                size_t taken = api_sse_out_take(o, buf, max);
-                if (taken > 0)
-                        return (ssize_t) taken;
-                if (o->done)
-                        return MHD_CONTENT_READER_END_OF_STREAM;
-                if (atomic_load(stopping)) {
-                        api_sse_out_fail(o, -EHOSTDOWN, "the server is shutting down");
-                        continue;
-                }
-                int r = poll(cls);
-                if (r < 0)
-                        return MHD_CONTENT_READER_END_WITH_ERROR;
-                if (r > 0)
-                        continue;
-                r = api_sse_out_keepalive(o);
-                if (r < 0)
-                        return MHD_CONTENT_READER_END_WITH_ERROR;
-                if (r > 0)
-                        continue;
-                struct timespec ts = { poll_ms / 1000, (long) (poll_ms % 1000) * 1000000L };
-                nanosleep(&ts, NULL);
-        }
-}
-
-/* State of one event stream, owned by its MHD response. */
-struct sse_stream {
-        struct node_conn *conn;
-        const atomic_bool *stopping;
-        struct api_sse_out out;
-        char log_ctx[256];
-};
-
-static void sse_free(void *cls) {
-        struct sse_stream *s = cls;
-        node_conn_free(s->conn);
-        free(s->out.pend);
-        free(s);
-}
-
-/* Ends the stream with an error event the client can show. */
-static void sse_fail(struct sse_stream *s, int r, const char *msg) {
-        api_sse_out_fail(&s->out, r, msg);
-        log_emit(LOG_LEVEL_WARN, s->log_ctx, "event stream ended: %s", msg && *msg ? msg : api_error_default_message(r));
-}
-
-/*
- * Content callback of an event stream. Runs in the connection's own thread
- * (thread-per-connection), so blocking on the node socket is fine. Each node
- * event becomes one SSE event, handed to MHD as soon as it arrives; idle
- * streams get a comment line every API_SSE_KEEPALIVE_S so a vanished client
- * is noticed; shutdown is checked once a second.
- */
-static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
-        struct sse_stream *s = cls;
-        for (;;) {
-                size_t n = api_sse_out_take(&s->out, buf, max);
-                if (n > 0)
-                        return (ssize_t) n;
-                if (s->out.done)
-                        return MHD_CONTENT_READER_END_OF_STREAM;
-                if (atomic_load(s->stopping)) {
-                        sse_fail(s, -EHOSTDOWN, "the server is shutting down");
-                        continue;
-                }
-                int r = node_conn_wait(s->conn, 1000);
-                if (r < 0) {
-                        sse_fail(s, r, "the node agent connection failed");
-                        continue;
-                }
-                if (r == 0) {
-                        if (api_sse_out_keepalive(&s->out) < 0)
-                                return MHD_CONTENT_READER_END_WITH_ERROR;
-                        continue;
-                }
-                struct node_frame f;
-                char err[API_ERRMSG_MAX] = "";
-                r = node_conn_next(s->conn, &f, err);
-                if (r <= 0) {
-                        sse_fail(s, r == 0 ? -ECONNRESET : r, err[0] ? err : "the node agent closed the stream");
-                        continue;
-                }
-                if (f.type == PROTO_NODE_END) {
-                        json_decref(f.event);
-                        s->out.done = true;
-                        continue;
-                }
-                if (f.type != PROTO_NODE_EVENT)
-                        continue; /* data frames have no place in an event stream */
-                char *text = NULL;
-                size_t len = 0;
-                bool last = false;
-                r = api_sse_from_node_event(f.event, &text, &len, &last);
-                json_decref(f.event);
-                if (r < 0)
-                        return MHD_CONTENT_READER_END_WITH_ERROR;
-                if (r > 0) {
-                        api_sse_out_set(&s->out, text, len);
-                        if (last)
-                                s->out.done = true;
-                }
-        }
-}
-
-int api_session_events(struct api_ctx *ctx, const char *sid, struct api_reply *ret) {
-        _cleanup_(store_session_release) struct store_session ses = { 0 };
-        int r = session_lookup(ctx, sid, &ses);
-        if (r < 0)
-                return r;
-        _cleanup_(node_conn_freep) struct node_conn *c = NULL;
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "session.attach", "session_id", sid);
-        if ((r = session_call(ctx, &ses, req, &c)) < 0)
-                return r;
-        if ((r = node_conn_set_timeout(c, SSE_FRAME_TIMEOUT_S)) < 0)
-                return r;
-
-        struct sse_stream *s = calloc(1, sizeof *s);
-        if (!s)
-                return -ENOMEM;
-        s->stopping = ctx->stopping;
-        s->out.last_ns = now_monotonic_ns();
-        snprintf(s->log_ctx, sizeof s->log_ctx, "%s session=%s", ctx->log_ctx, sid);
-        s->conn = TAKE_PTR(c);
-        return api_sse_reply(sse_read, s, sse_free, ret);
-}
-
-int api_session_stdin(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret) {
-        _cleanup_(apireq_stdin_release) struct apireq_stdin in = { 0 };
-        int r = apireq_parse_stdin(body, &in, ctx->err);
-        if (r < 0)
-                return r;
-        _cleanup_(store_session_release) struct store_session ses = { 0 };
-        if ((r = session_lookup(ctx, sid, &ses)) < 0)
-                return r;
-        _cleanup_free_ char *b64 = NULL;
-        if ((r = apireq_base64_encode(in.data, in.len, &b64)) < 0)
-                return r;
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:b}", "op", "session.stdin", "session_id",
-                                                        sid, "data", b64, "close", in.close);
-        return (r = session_call(ctx, &ses, req, NULL)) < 0 ? r : reply_empty(ret);
-}
-
-int api_session_signal(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret) {
-        int sig;
-        int r = apireq_parse_signal(body, &sig, ctx->err);
-        if (r < 0)
-                return r;
-        _cleanup_(store_session_release) struct store_session ses = { 0 };
-        if ((r = session_lookup(ctx, sid, &ses)) < 0)
-                return r;
-        _cleanup_(json_decrefp) json_t *req =
-                json_pack("{s:s, s:s, s:i}", "op", "session.signal", "session_id", sid, "signal", sig);
-        return (r = session_call(ctx, &ses, req, NULL)) < 0 ? r : reply_empty(ret);
-}
-
-int api_session_resize(struct api_ctx *ctx, const char *sid, const json_t *body, struct api_reply *ret) {
-        unsigned rows, cols;
-        int r = apireq_parse_resize(body, &rows, &cols, ctx->err);
-        if (r < 0)
-                return r;
-        _cleanup_(store_session_release) struct store_session ses = { 0 };
-        if ((r = session_lookup(ctx, sid, &ses)) < 0)
-                return r;
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:I, s:I}", "op", "session.resize", "session_id",
-                                                        sid, "rows", (json_int_t) rows, "cols", (json_int_t) cols);
-        return (r = session_call(ctx, &ses, req, NULL)) < 0 ? r : reply_empty(ret);
-}
-
-/* State of one file download, owned by its MHD response. */
-struct download {
-        struct node_conn *conn;
-        const uint8_t *data; /* current NODE_DATA payload (inside conn's reader) */
-        size_t len, off;
-        bool done;
-        char log_ctx[256];
-};
-
-static void download_free(void *cls) {
-        struct download *d = cls;
-        node_conn_free(d->conn);
-        free(d);
-}
-
-static ssize_t download_read(void *cls, uint64_t pos, char *buf, size_t max) {
-        struct download *d = cls;
-        for (;;) {
-                if (d->off < d->len) {
-                        size_t n = MIN(max, d->len - d->off);
-                        memcpy(buf, d->data + d->off, n);
-                        d->off += n;
-                        return (ssize_t) n;
-                }
-                if (d->done)
-                        return MHD_CONTENT_READER_END_OF_STREAM;
-                struct node_frame f;
-                char err[API_ERRMSG_MAX] = "";
-                int r = node_conn_next(d->conn, &f, err);
-                if (r <= 0) {
-                        log_emit(LOG_LEVEL_WARN, d->log_ctx, "download aborted: %s",
-                                 err[0] ? err : "the node agent closed the stream");
-                        return MHD_CONTENT_READER_END_WITH_ERROR;
-                }
-                if (f.type == PROTO_NODE_DATA) {
-                        d->data = f.data;
-                        d->len = f.len;
-                        d->off = 0;
-                        continue;
-                }
-                bool abort = f.type == PROTO_NODE_END && json_is_true(json_object_get(f.event, "abort"));
-                json_decref(f.event);
-                if (f.type == PROTO_NODE_END && !abort) {
-                        d->done = true;
-                        continue;
-                }
-                log_emit(LOG_LEVEL_WARN, d->log_ctx, "download aborted by the node agent");
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-}
-
-struct MHD_Response *api_stream_response(struct node_conn **c, uint64_t size, const char *log_ctx) {
-        struct download *d = calloc(1, sizeof *d);
-        if (!d)
-                return NULL;
-        snprintf(d->log_ctx, sizeof d->log_ctx, "%s", log_ctx);
-        d->conn = TAKE_PTR(*c);
-        struct MHD_Response *resp = MHD_create_response_from_callback(size, 64 << 10, download_read, d, download_free);
-        if (!resp) {
-                *c = TAKE_PTR(d->conn);
-                free(d);
-        }
-        return resp;
-}
-
-int api_file_read(struct api_ctx *ctx, const char *id, const char *path, const char *user, struct api_reply *ret) {
-        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = api_sandbox_lookup(ctx, id, &sb);
-        if (r < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
-                return r;
-        _cleanup_(node_conn_freep) struct node_conn *c = NULL;
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "file.read", "id", id, "path", path);
-        _cleanup_(json_decrefp) json_t *rep = NULL;
-        if (req && user && *user && json_object_set_new(req, "user", json_string(user)) < 0)
-                return -ENOMEM;
-        if ((r = dataplane_call(ctx->config, sb.tenant_id, id, CAP_ACCESS_FILES_READ, req, ctx->config->node_timeout_s,
-                                &c, &rep, ctx->err)) < 0)
-                return r;
-
-        char log_ctx[256];
-        snprintf(log_ctx, sizeof log_ctx, "%s sandbox=%s", ctx->log_ctx, id);
-        struct MHD_Response *resp = api_stream_response(&c, MHD_SIZE_UNKNOWN, log_ctx);
-        if (!resp)
-                return -ENOMEM;
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
-        json_t *size = json_object_get(rep, "size"), *mode = json_object_get(rep, "mode");
-        char num[32];
-        if (json_is_integer(size)) {
-                snprintf(num, sizeof num, "%lld", (long long) json_integer_value(size));
-                MHD_add_response_header(resp, "X-Airlock-Size", num);
-        }
-        if (json_is_integer(mode)) {
-                snprintf(num, sizeof num, "%llo", (unsigned long long) json_integer_value(mode) & 07777);
-                MHD_add_response_header(resp, "X-Airlock-Mode", num);
-        }
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .response = resp };
-        return 0;
-}
-
-int api_file_remove(struct api_ctx *ctx, const char *id, const char *path, bool recursive, struct api_reply *ret) {
-        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = api_sandbox_lookup(ctx, id, &sb);
-        if (r < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
-                return r;
-        _cleanup_(json_decrefp) json_t *req =
-                json_pack("{s:s, s:s, s:s, s:b}", "op", "file.remove", "id", id, "path", path, "recursive", recursive);
-        r = dataplane_call(ctx->config, sb.tenant_id, id, CAP_ACCESS_FILES_WRITE, req, ctx->config->node_timeout_s, NULL,
-                           NULL, ctx->err);
-        return r < 0 ? r : reply_empty(ret);
-}
-
-int api_file_list(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret) {
-        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = api_sandbox_lookup(ctx, id, &sb);
-        if (r < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
-                return r;
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "file.list", "id", id, "path", path);
-        _cleanup_(json_decrefp) json_t *rep = NULL;
-        r = dataplane_call(ctx->config, sb.tenant_id, id, CAP_ACCESS_FILES_READ, req, ctx->config->node_timeout_s, NULL,
-                           &rep, ctx->err);
-        if (r < 0)
-                return r;
-        json_t *entries = json_object_get(rep, "entries");
-        json_t *o = json_pack("{s:o}", "entries", json_is_array(entries) ? json_incref(entries) : json_array());
-        /* the node passes on at most 10000 entries: say when there were more */
-        if (o && json_is_true(json_object_get(rep, "truncated")))
-                json_object_set_new(o, "truncated", json_true());
-        return reply_json(ret, MHD_HTTP_OK, o);
-}
-
-int api_upload_begin(struct api_ctx *ctx, const char *id, const char *path, uint32_t mode, struct node_conn **ret) {
-        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = api_sandbox_lookup(ctx, id, &sb);
-        if (r < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
-                return r;
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s, s:I}", "op", "file.write", "id", id, "path",
-                                                        path, "mode", (json_int_t) mode);
-        return dataplane_open_upload(ctx->config, sb.tenant_id, id, CAP_ACCESS_FILES_WRITE, req, ret, ctx->err);
-}
-
-int api_upload_chunk(struct node_conn *c, const void *data, size_t len) {
-        return node_conn_send_data(c, data, len);
-}
-
-int api_upload_finish(struct api_ctx *ctx, struct node_conn *c, const char *path, uint64_t size, struct api_reply *ret) {
-        /* A failed send usually means the node already answered (and hung
-         * up): its reply says why, so read it either way. */
-        (void) node_conn_send_end(c, false);
-        _cleanup_(json_decrefp) json_t *rep = NULL;
-        int r = node_conn_read_reply(c, &rep, ctx->err);
-        if (r < 0)
-                return r;
-        json_t *sz = json_object_get(rep, "size");
-        return reply_json(ret, MHD_HTTP_OK,
-                          json_pack("{s:s, s:I}", "path", path,
-                                    "size", json_is_integer(sz) ? json_integer_value(sz) : (json_int_t) size));
+        return api_reply_json(ret, MHD_HTTP_OK, o);
 }
 
 void api_reconcile_startup(const struct daemon_config *config, struct store *store) {
@@ -1594,7 +1063,7 @@ int api_snapshot_create(struct api_ctx *ctx, const char *id, const json_t *body,
                 }
         }
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "sandbox %s: %s snapshot %s taken", id, stored.kind, stored.id);
-        return reply_json(ret, MHD_HTTP_CREATED, o);
+        return api_reply_json(ret, MHD_HTTP_CREATED, o);
 }
 
 int api_snapshot_list(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
@@ -1613,5 +1082,5 @@ int api_snapshot_list(struct api_ctx *ctx, const char *id, struct api_reply *ret
         store_snapshot_array_free(a, n);
         if (!arr)
                 return -ENOMEM;
-        return reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "snapshots", arr));
+        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "snapshots", arr));
 }

@@ -46,6 +46,9 @@ struct api_reply {
 
 /* Frees what a reply holds. */
 void api_reply_release(struct api_reply *r);
+/* A JSON reply taking body (NULL, a failed allocation: -ENOMEM); a 204. */
+int api_reply_json(struct api_reply *ret, unsigned status, json_t *body);
+int api_reply_empty(struct api_reply *ret);
 
 /* The sandbox row id as the caller may see it (another tenant's is a 404
  * too), or an error with ctx->err set. */
