@@ -423,7 +423,7 @@ static int proc_stat_fields(pid_t pid, char *buf, size_t n, char **ret) {
 }
 
 int jail_process_start_time(pid_t pid, uint64_t *ret) {
-        char buf[1024], *q;
+        char buf[1024], *q = NULL;
         int r = proc_stat_fields(pid, buf, sizeof buf, &q);
         if (r < 0)
                 return r;
@@ -434,15 +434,6 @@ int jail_process_start_time(pid_t pid, uint64_t *ret) {
                 q++;
         }
         return sscanf(q, "%" SCNu64, ret) == 1 ? 0 : -EIO;
-}
-
-int jail_process_state(pid_t pid, char *ret) {
-        char buf[1024], *q;
-        int r = proc_stat_fields(pid, buf, sizeof buf, &q);
-        if (r < 0)
-                return r;
-        *ret = q[0];
-        return 0;
 }
 
 int jail_peer_verify(int fd, const struct jail_peer *want) {

@@ -83,8 +83,6 @@ int jail_spawn(const struct jail_spec *s, pid_t *ret_pid, int *ret_pidfd);
 /* The start time of pid in clock ticks since boot (/proc/PID/stat field
  * 22): with the pid it names one process for good, across pid reuse. */
 int jail_process_start_time(pid_t pid, uint64_t *ret);
-/* Its state letter (field 3 of /proc/PID/stat: 'R', 'S', 'Z', ...). */
-int jail_process_state(pid_t pid, char *ret);
 
 /* Who must be on the other end of a VMM socket. */
 struct jail_peer {

@@ -1776,7 +1776,13 @@ void vmm_destroy(struct vmm *v) {
                  * which started it) reaps it; the pidfd still names this
                  * process alone. */
                 int r = process_exited(v) ? 0 : kill_vm(v->pid, v->pidfd, v->start_time, v->uid, 2000, v->log_ctx);
-                if (r >= 0 && !process_exited(v)) {
+                if (r < 0 && !process_exited(v)) {
+                        /* refused: one already ending on its own (a QEMU
+                         * that quit) ends in a moment; one airlock-nodemgr
+                         * could not reach is stranded below */
+                        struct pollfd p = { .fd = v->pidfd, .events = POLLIN };
+                        (void) poll(&p, 1, 2000);
+                } else if (r >= 0 && !process_exited(v)) {
                         /* killed, but a thread blocked in disk I/O (a loaded
                          * host, a slow volume) holds its exit: it will go */
                         log_emit(LOG_LEVEL_WARN, v->log_ctx,

@@ -191,22 +191,16 @@ static bool status_ids(const char *status, const char *key, unsigned want) {
         return ids[0] == want && ids[1] == want && ids[2] == want && ids[3] == want;
 }
 
-/* Whether pid's main thread has exited (a zombie, or one being reaped):
- * its /proc/PID/exe is gone with its memory, though threads of it may
- * still be ending. */
-static bool main_thread_exited(pid_t pid) {
-        char state;
-        return jail_process_state(pid, &state) < 0 || state == 'Z' || state == 'X';
-}
-
 /* Proves that pid is one of the VMs: the process with that start time
  * (held by a pidfd, so the pid cannot be reused under us), running with
  * the VM uid and gid in all four slots, executing the configured QEMU.
  * Returns the pidfd, -ESRCH when no such process lives, -EPERM when it is
- * not a VM. A VM whose main thread has exited while others still end (a
- * QEMU killed by its seccomp filter, dumping core) has no executable left
- * to check: its uid alone names it, and *ret_exiting says so (it may
- * still be signalled, not used). */
+ * not a VM. A VM that is exiting has released its memory, and with it
+ * its /proc/PID/exe, before it becomes a zombie (QEMU ending on a QMP
+ * quit or a SIGKILL, or killed by its seccomp filter and dumping core):
+ * its uid alone names it then, and *ret_exiting says so (it may still be
+ * signalled, not used). A live process always has an executable, and no
+ * other process runs with a VM uid. */
 static int vm_process(const struct mgr_server *s, pid_t pid, uint64_t start_time, uid_t uid, bool *ret_exiting) {
         *ret_exiting = false;
         if (!s->qemu)
@@ -226,7 +220,7 @@ static int vm_process(const struct mgr_server *s, pid_t pid, uint64_t start_time
                 return -EPERM;
         struct stat want, exe;
         snprintf(path, sizeof path, "/proc/%d/exe", (int) pid);
-        if (stat(path, &exe) < 0 && errno == ENOENT && main_thread_exited(pid)) {
+        if (stat(path, &exe) < 0 && errno == ENOENT) {
                 *ret_exiting = true;
                 return TAKE_FD(pidfd);
         }
