@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 
+from netlab import HELLO, SINK, http_get, internet  # noqa: F401 (internet: a fixture)
 from harness import START_TIMEOUT, TEMPLATES, hold_vm_to_cpu_share, node_pids, qemu_pids
 
 
@@ -231,6 +232,33 @@ def test_a_build_vm_starved_of_cpu_keeps_a_fine_grained_clock(airlock_factory, b
     assert source.strip() in ("tsc", "kvm-clock"), (source, [x for x in dmesg.splitlines() if "clocksource" in x])
     assert "unstable" not in dmesg, [x for x in dmesg.splitlines() if "unstable" in x]
     a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)
+
+
+def test_a_build_runs_under_its_owners_egress_policy(airlock_factory, internet, built):
+    """RUN steps reach the network through the egress gateway under the
+    owner's default policy: the allowed name is fetched (the control), a
+    denied address and name get nothing, and nothing reaches the sink."""
+    a = airlock_factory(prebuild="minimal", env=internet.env())
+    tenant = a.api("POST", "/v1/tenants", {"name": "builder", "network": {"allow": [{"host": "a.test"}]}},
+                   expect=201)
+    key = a.api("POST", f"/v1/tenants/{tenant['id']}/keys", {"name": "builder"}, expect=201)["key"]
+    built.append((a, "fetched", key))
+    spec = {"name": "fetched", "base": {"template": "minimal"},
+            "steps": [{"run": f"echo {secrets.token_hex(4)}; ({http_get('a.test')}) > /allowed.txt 2>&1"},
+                      {"run": f"({http_get('e.test', SINK)}; nslookup e.test) > /denied.txt 2>&1; true"}]}
+    status, t = post_template(a, {"spec": spec}, token=key)
+    assert status == 202, t
+    log, _, end = follow(a, "fetched", t["build_id"], token=key)
+    assert end["state"] == "ready", (end, log[-3000:])
+    sid = a.api("POST", "/v1/sandboxes", {"template": "fetched"}, token=key, expect=201)["id"]
+    run = lambda cmd: a.api("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": cmd}, token=key)  # noqa: E731
+    allowed = run(["cat", "/allowed.txt"])["stdout"]
+    assert HELLO in allowed, allowed
+    denied = run(["cat", "/denied.txt"])["stdout"]
+    assert HELLO not in denied and f"Address: {SINK}" not in denied and "REFUSED" in denied, denied
+    assert internet.sink_hits() == []
+    assert not any(q.endswith("e.test") for q in internet.dns_queries()), internet.dns_queries()
+    a.api("DELETE", f"/v1/sandboxes/{sid}", token=key, expect=204)
 
 
 def test_templates_are_their_tenants(airlock_factory, built):
