@@ -69,6 +69,23 @@ try {
   await page.waitForFunction(() =>
     /^console-42[ \u00a0]*$/m.test(document.querySelector("#terminal .terminal").innerText));
   seen.terminal = await page.evaluate(screen);
+  // the shell's terminal is the size the page drew, and follows the window
+  const sized = async (tag) => {
+    await page.keyboard.type(`echo ${tag}=$(stty size)\n`);
+    const found = await page.waitForFunction((t) => {
+      const m = new RegExp("^" + t + "=(\\d+)[ \\u00a0](\\d+)", "m").exec(document.querySelector("#terminal .terminal").innerText);
+      return m && `${m[1]} ${m[2]}`;
+    }, tag);
+    return { stty: await found.jsonValue(), drawn: await page.$eval("#terminal", (b) => `${b.dataset.rows} ${b.dataset.cols}`) };
+  };
+  const colsNow = () => page.$eval("#terminal", (b) => b.dataset.cols);
+  seen.termSize = await sized("size1");
+  const wide = await colsNow();
+  await page.setViewportSize({ width: 900, height: 600 });
+  await page.waitForFunction((c) => document.querySelector("#terminal").dataset.cols !== c, wide);
+  seen.termResized = await sized("size2");
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await page.waitForFunction((c) => document.querySelector("#terminal").dataset.cols === c, wide);
 
   await page.setInputFiles("[data-testid=upload-file]", {
     name: "hello.txt", mimeType: "text/plain", buffer: Buffer.from("uploaded from the console\n"),

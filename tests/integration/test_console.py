@@ -67,6 +67,10 @@ def test_console_pages(airlock_factory, browser_node):
     assert any(sid in r and "running" in r and "minimal" in r for r in seen["listed"]), seen["listed"]
     assert "minimal" in seen["details"] and "running" in seen["details"], seen["details"]
     assert "console-42" in seen["terminal"], seen["terminal"]
+    # the PTY has the size the page drew, before and after the window shrank
+    for size in (seen["termSize"], seen["termResized"]):
+        assert size["stty"] == size["drawn"], size
+    assert int(seen["termResized"]["drawn"].split()[1]) < int(seen["termSize"]["drawn"].split()[1]), seen
     assert seen["downloaded"] == "uploaded from the console\n", seen
     assert "hello.txt" in seen["files"] and "from-terminal" in seen["files"], seen["files"]
     assert seen["snapshots"] >= 1

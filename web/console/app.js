@@ -434,18 +434,55 @@ async function viewSandbox(id) {
   listSnapshots().catch(() => {});
 }
 
+// The terminal's size for its box: whole characters of term.js's font
+// across the box, and rows filling most of the window's height.
+function terminalFit(term, box) {
+  const probe = document.createElement("span");
+  probe.textContent = "0".repeat(20);
+  term.element.append(probe);
+  const r = probe.getBoundingClientRect();
+  probe.remove();
+  if (!r.width || !r.height) return { cols: term.cols, rows: term.rows };
+  const clamp = (n, lo, hi) => Math.max(lo, Math.min(hi, Math.floor(n)));
+  return {
+    cols: clamp((box.clientWidth - 16) / (r.width / 20), 20, 500),
+    rows: clamp((window.innerHeight * 0.6) / r.height, 8, 200),
+  };
+}
+
 // A shell on a pseudo-terminal (the session API), in term.js (Debian's
-// libjs-term.js: it draws the screen as text, a row per element).
+// libjs-term.js: it draws the screen as text, a row per element). Its size
+// follows the window's; the shell is told each new one.
 async function openTerminal(id, box, button) {
   if (!window.Terminal) throw new Error("term.js is not installed (Debian's libjs-term.js)");
   button.disabled = true;
   box.replaceChildren();
   const term = new window.Terminal({ cols: 100, rows: 24, useStyle: true, screenKeys: false, cursorBlink: false });
   term.open(box);
+  let size = terminalFit(term, box);
+  term.resize(size.cols, size.rows);
+  box.dataset.cols = size.cols;
+  box.dataset.rows = size.rows;
   const ses = await api("POST", `/v1/sandboxes/${id}/sessions`, {
     cmd: ["/bin/sh", "-c", "if command -v bash >/dev/null; then exec bash -l; else exec sh -l; fi"],
-    pty: true, rows: 24, cols: 100,
+    pty: true, rows: size.rows, cols: size.cols,
   });
+  let resizing = null;
+  const onResize = () => {
+    clearTimeout(resizing);
+    resizing = setTimeout(() => {
+      const want = terminalFit(term, box);
+      if (want.cols === size.cols && want.rows === size.rows) return;
+      size = want;
+      term.resize(size.cols, size.rows);
+      api("POST", `/v1/sessions/${ses.id}/resize`, size).then(() => {
+        box.dataset.cols = size.cols;
+        box.dataset.rows = size.rows;
+      }, failed);
+    }, 150);
+  };
+  window.addEventListener("resize", onResize);
+  leaving.push(() => window.removeEventListener("resize", onResize));
   // keystrokes in order: one request at a time, what came meanwhile
   // goes in the next one
   let pending = "";
