@@ -1776,20 +1776,18 @@ void vmm_destroy(struct vmm *v) {
                  * which started it) reaps it; the pidfd still names this
                  * process alone. */
                 int r = process_exited(v) ? 0 : kill_vm(v->pid, v->pidfd, v->start_time, v->uid, 2000, v->log_ctx);
-                if (r < 0 && !process_exited(v)) {
-                        /* refused: one already ending on its own (a QEMU
-                         * that quit) ends in a moment; one airlock-nodemgr
-                         * could not reach is stranded below */
-                        struct pollfd p = { .fd = v->pidfd, .events = POLLIN };
-                        (void) poll(&p, 1, 2000);
-                } else if (r >= 0 && !process_exited(v)) {
+                if (!process_exited(v)) {
                         /* killed, but a thread blocked in disk I/O (a loaded
-                         * host, a slow volume) holds its exit: it will go */
-                        log_emit(LOG_LEVEL_WARN, v->log_ctx,
-                                 "VM pid %d still exiting 2 s after SIGKILL; waiting up to %d s more", (int) v->pid,
-                                 KILL_EXIT_WAIT_MS / 1000);
+                         * host, a slow volume) holds its exit: it will go.
+                         * Refused: one already ending on its own (a QEMU that
+                         * quit) goes in a moment; one airlock-nodemgr could
+                         * not reach is stranded below. */
+                        if (r >= 0)
+                                log_emit(LOG_LEVEL_WARN, v->log_ctx,
+                                         "VM pid %d still exiting 2 s after SIGKILL; waiting up to %d s more",
+                                         (int) v->pid, KILL_EXIT_WAIT_MS / 1000);
                         struct pollfd p = { .fd = v->pidfd, .events = POLLIN };
-                        (void) poll(&p, 1, KILL_EXIT_WAIT_MS);
+                        (void) poll(&p, 1, r >= 0 ? KILL_EXIT_WAIT_MS : 2000);
                 }
                 if (!process_exited(v)) {
                         vmm_strand(v);

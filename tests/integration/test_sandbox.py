@@ -108,10 +108,8 @@ def test_the_guest_clock_is_fine_grained(airlock):
             # what a program sees: consecutive readings all differ (a
             # jiffies clock repeats one value for 4 ms)
             r = airlock.exec(sid, ["python3", "-c",
-                                   "import time; v = [time.monotonic_ns() for _ in range(1000)]; "
-                                   "print(len(set(v)), time.get_clock_info('monotonic').implementation)"])
-            distinct, _ = r["stdout"].split()
-            assert int(distinct) > 990, r
+                                   "import time; print(len({time.monotonic_ns() for _ in range(1000)}))"])
+            assert int(r["stdout"]) > 990, r
         assert airlock.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
 
 
