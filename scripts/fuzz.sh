@@ -26,11 +26,18 @@ seconds=${1:-20}
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 
+# runs of several targets at once (tests/security/test_fuzz.py) take turns
+# at the build directory
+mkdir -p "$build"
+exec 8>"$build.lock"
+flock 8
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang meson setup "$build" "$here" -Dlibfuzzer=true -Db_sanitize=address,undefined -Db_lundef=false \
     -Dc_args=-fsanitize=fuzzer-no-link -Dbuildtype=debugoptimized >/dev/null
 fi
 ninja -C "$build" "${targets[@]/#/tests/fuzz/}" >/dev/null || ninja -C "$build" "${targets[@]/#/tests/fuzz/}"
+flock -u 8
+exec 8>&-
 $build_only && exit 0
 
 mkdir -p "$build/artifacts"
