@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's first command on a bare Debian 12, checked end to end.
 #
-#   scripts/fresh-check.sh [--test-deps] [--only-test-deps] [--test-k EXPR] [--checkout DIR] [--rev REV]
+#   scripts/fresh-check.sh [--test-deps] [--only-test-deps] [--test-k EXPR] [--checkout DIR]
+#                          [--test-checkout DIR] [--rev REV]
 #
 # Builds once (and caches in BUILD_DIR/fresh-root/base-KEY, KEY a hash of
 # everything that defines it) a minimal Debian 12 root with mmdebstrap
@@ -22,11 +23,15 @@
 # loop volume airlockd creates there), no loop device, no VM cgroup.
 # Whatever happens, the trap unmounts, kills and removes what it made.
 #
-# --test-deps then runs the README's test command on another fresh copy,
-# limited to one integration test: ./test.sh -k EXPR (default
-# test_python_lifecycle): its install step (scripts/deps.sh --test), the
-# build with the tests, all unit tests and fuzz replays, the test volume,
-# the templates and that test with real VMs (--only-test-deps: that alone).
+# --test-deps then runs the README's test command in the same root, from
+# another checkout (--test-checkout, default /opt/airlock), limited to one
+# integration test: ./test.sh -k EXPR (default test_python_lifecycle): its
+# install step (scripts/deps.sh --test), the build with the tests, all unit
+# tests and fuzz replays, the test volume, the templates and that test with
+# real VMs. Its packages are a superset of ./run.sh's (one list in
+# scripts/deps.sh), so after ./run.sh it installs the test-only ones: a
+# missing one still fails it, and a second bare root (minutes of dpkg)
+# would check nothing more. --only-test-deps: that alone, on a bare root.
 # FRESH_BEFORE_CHECK=CMD runs CMD just before the leftovers check (R and
 # LOG in its environment; `bash` to look around in what airlockd left).
 # Apt's .debs (the root's own apt and the template builds'
@@ -42,22 +47,29 @@ VARIANT=minbase
 BASE_FORMAT=1
 HEALTH_TIMEOUT_S=${FRESH_HEALTH_TIMEOUT_S:-3600}
 
-run_check=1 test_deps='' rev=HEAD test_k=test_python_lifecycle checkout=/root/airlock
+run_check=1 test_deps='' rev=HEAD test_k=test_python_lifecycle checkout=/root/airlock test_checkout=/opt/airlock
 while [ $# -gt 0 ]; do
 	case $1 in
 	--checkout=*) checkout=${1#--checkout=} ;;
+	--test-checkout=*) test_checkout=${1#--test-checkout=} ;;
 	--test-deps) test_deps=1 ;;
 	--only-test-deps) test_deps=1 run_check= ;;
 	--rev) rev=${2:?--rev needs a revision}; shift ;;
 	--test-k) test_k=${2:?--test-k needs a pytest expression}; shift ;;
 	--checkout) checkout=${2:?--checkout needs a directory}; shift ;;
+	--test-checkout) test_checkout=${2:?--test-checkout needs a directory}; shift ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-	*) echo "usage: $0 [--test-deps] [--only-test-deps] [--test-k EXPR] [--checkout DIR] [--rev REV]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--test-deps] [--only-test-deps] [--test-k EXPR] [--checkout DIR] [--test-checkout DIR] [--rev REV]" >&2; exit 2 ;;
 	esac
 	shift
 done
 
 case $checkout in /?*) ;; *) echo "--checkout needs an absolute path" >&2; exit 2 ;; esac
+case $test_checkout in /?*) ;; *) echo "--test-checkout needs an absolute path" >&2; exit 2 ;; esac
+# --only-test-deps: the one checkout is the test's
+[ -n "$run_check" ] || test_checkout=$checkout
+[ -z "$run_check" ] || [ -z "$test_deps" ] || [ "$test_checkout" != "$checkout" ] ||
+	{ echo "--test-checkout must differ from --checkout" >&2; exit 2; }
 
 say() { printf 'fresh-check: %s\n' "$*" >&2; }
 die() { printf 'fresh-check: error: %s\n' "$*" >&2; exit 1; }
@@ -162,10 +174,11 @@ loops_in_root() {
 	losetup -nl -O NAME,BACK-FILE 2>/dev/null | awk -v r="$R/" 'index($2, r) == 1 { print $1 }'
 }
 
-# cleanup_root [check]: stop what runs in R, unmount, detach, remove; with
-# "check", first report each leftover (the run must not leave any).
+# cleanup_root [check [keep]]: stop what runs in R, unmount, detach, remove
+# (with "keep": all but remove); with "check", first report each leftover
+# (the run must not leave any).
 cleanup_root() {
-	local mode=${1:-} leaks=() p m l c
+	local mode=${1:-} keep=${2:-} leaks=() p m l c
 	if [ -n "$follower_pid" ]; then kill "$follower_pid" 2>/dev/null || true; wait "$follower_pid" 2>/dev/null || true; follower_pid=; fi
 	if [ -n "$airlockd_pid" ] && kill -0 "$airlockd_pid" 2>/dev/null; then
 		[ -n "$mode" ] && leaks+=("airlockd (pid $airlockd_pid) still running")
@@ -226,7 +239,7 @@ cleanup_root() {
 	if [ -n "$(mounts_in_root)" ]; then
 		say "still mounted under $R, not removing it: $(mounts_in_root | tr '\n' ' ')"
 		leaks+=("could not unmount everything")
-	else
+	elif [ -z "$keep" ]; then
 		rm -rf --one-file-system "$R"
 	fi
 	if [ ${#leaks[@]} -gt 0 ]; then
@@ -250,10 +263,10 @@ trap on_exit EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# fresh_root: a scratch copy of the base, the sources and the checkout in
-# it, the mounts; prints nothing else.
+# fresh_root DIR: a scratch copy of the base, the sources and a checkout
+# in DIR, the mounts; prints nothing else.
 fresh_root() {
-	phase "a fresh root: base copy, git archive $(git -C "$here" rev-parse --short "$rev") in $checkout"
+	phase "a fresh root: base copy, git archive $(git -C "$here" rev-parse --short "$rev") in $1"
 	if [ -e "$R" ]; then
 		cleanup_root || true # what an earlier, killed run left
 		[ ! -e "$R" ] || die "cannot remove the old scratch root $R"
@@ -266,8 +279,19 @@ fresh_root() {
 	cp -a /etc/apt/sources.list.d "$R/etc/apt/"
 	[ ! -e /etc/apt/sources.list ] || cp -a /etc/apt/sources.list "$R/etc/apt/"
 	cp -L /etc/resolv.conf "$R/etc/resolv.conf"
-	mkdir -p "$R$checkout"
-	git -C "$here" archive --format=tar "$rev" | tar -x -C "$R$checkout"
+	checkout_in_root "$1"
+	mount_root
+}
+
+# checkout_in_root DIR: git archive REV in the root's DIR
+checkout_in_root() {
+	mkdir -p "$R$1"
+	git -C "$here" archive --format=tar "$rev" | tar -x -C "$R$1"
+}
+
+# mount_root: the root a mount point of its own, /dev, /proc, /sys and the
+# .deb caches in it
+mount_root() {
 	mount --bind "$R" "$R"
 	mount --make-private "$R"
 	local d
@@ -292,7 +316,7 @@ base_root
 # --- the README's first command ----------------------------------------------
 if [ -n "$run_check" ]; then
 	log=$top/run.log
-	fresh_root
+	fresh_root "$checkout"
 	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 	url=http://127.0.0.1:$port
 	phase "./run.sh in the root: installing Debian packages"
@@ -393,17 +417,24 @@ if [ -n "$run_check" ]; then
 	# FRESH_BEFORE_CHECK: a shell command (R and LOG set) run in the state
 	# airlockd left, before the checks (`bash` to look around)
 	[ -z "${FRESH_BEFORE_CHECK:-}" ] || R=$R LOG=$log bash -c "$FRESH_BEFORE_CHECK" || true
-	cleanup_root check || die "the run left things behind (above)"
+	cleanup_root check ${test_deps:+keep} || die "the run left things behind (above)"
 	log= # its VMs are gone; their uids may be another suite's now
 fi
 
 # --- the README's test command ----------------------------------------------
 if [ -n "$test_deps" ]; then
 	log=$top/test.log
-	fresh_root
+	if [ -n "$run_check" ]; then
+		phase "the same root: git archive $(git -C "$here" rev-parse --short "$rev") in $test_checkout"
+		rm -rf --one-file-system "$R/var/lib/airlock" # ./run.sh's data: disk, nothing the test reads
+		checkout_in_root "$test_checkout"
+		mount_root
+	else
+		fresh_root "$test_checkout"
+	fi
 	phase "./test.sh -k $test_k in the root: installing Debian packages"
 	setsid chroot "$R" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-		HOME=/root TERM=dumb LANG=C.UTF-8 /bin/bash -c "cd $checkout && exec ./test.sh -k '$test_k'" \
+		HOME=/root TERM=dumb LANG=C.UTF-8 /bin/bash -c "cd $test_checkout && exec ./test.sh -k '$test_k'" \
 		</dev/null >"$log" 2>&1 &
 	airlockd_pid=$!
 	tail -n +1 -F --pid="$airlockd_pid" "$log" 2>/dev/null | sed -u 's/^/  | /' >&2 &
