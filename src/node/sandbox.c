@@ -632,8 +632,14 @@ static int adopt_vm(struct sandbox *s, char **ret_error) {
         struct vmm *v = TAKE_PTR(s->adopt_vmm);
         pthread_mutex_unlock(&s->lock);
         _cleanup_(json_decrefp) json_t *st = NULL;
-        const char *step = "query-status";
-        int r = qmp_execute(v->qmp, "query-status", NULL, QMP_RUNSTATE_MS, &st);
+        /* a snapshot the earlier node was saving (a suspend, a fork) ends
+         * first, or it would stop the VM when it completes */
+        const char *step = "ending a migration";
+        int r = vmm_end_migration(v);
+        if (r >= 0) {
+                step = "query-status";
+                r = qmp_execute(v->qmp, "query-status", NULL, QMP_RUNSTATE_MS, &st);
+        }
         bool paused = r >= 0 && strcmp(json_string_value(json_object_get(st, "status")) ?: "", "running") != 0;
         if (r >= 0 && paused) {
                 step = "cont";

@@ -1568,6 +1568,31 @@ static int state_file_finish(struct vmm *v, int fd, const char *tmp, const char 
         return r;
 }
 
+int vmm_end_migration(struct vmm *v) {
+        if (!v || !v->qmp)
+                return -EINVAL;
+        int r = qmp_execute(v->qmp, "migrate_cancel", NULL, QMP_CMD_MS, NULL);
+        if (r < 0)
+                return qmp_failed(v, r, "migrate_cancel");
+        uint64_t deadline = now_monotonic_ns() + MIGRATE_WAIT_MS * 1000000ull;
+        for (;;) {
+                _cleanup_(json_decrefp) json_t *st = NULL;
+                r = qmp_execute(v->qmp, "query-migrate", NULL, QMP_CMD_MS, &st);
+                if (r < 0)
+                        return qmp_failed(v, r, "query-migrate");
+                /* no migration ever ("status" absent), or one that is over */
+                const char *status = json_string_value(json_object_get(st, "status")) ?: "none";
+                if (strcmp(status, "none") == 0 || strcmp(status, "completed") == 0 ||
+                    strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0)
+                        return 0;
+                if (now_monotonic_ns() >= deadline)
+                        return log_errno(LOG_LEVEL_ERROR, -ETIMEDOUT, v->log_ctx,
+                                         "a migration an earlier node began is still %s after %d ms", status,
+                                         MIGRATE_WAIT_MS);
+                sleep_ms(1);
+        }
+}
+
 /* Live full snapshots: fast enough that the precopy converges under TCG
  * dirtying, and a stop short enough to be a pause, not an outage. */
 #define SNAPSHOT_BANDWIDTH (8ULL << 30) /* bytes/s: a local file, not a network */

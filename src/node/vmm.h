@@ -169,6 +169,12 @@ int vmm_save(struct vmm *v, const char *state_path);
  * connected as usual (vmm_guest_connect). */
 int vmm_adopt(const char *run_dir, enum vmm_accel accel, const char *log_ctx, struct vmm **ret);
 
+/* Cancels the migration (a snapshot's save) an earlier node may have left
+ * running in an adopted VM, and waits until QEMU says it is over: left
+ * alone it would finish later and stop the VM ("postmigrate") under the new
+ * node. 0 also when there was none. */
+int vmm_end_migration(struct vmm *v);
+
 /* SIGKILLs the QEMU that run_dir/vmm.pid names, if it still runs, and waits
  * (up to a second) for it to end. For VMs of an earlier node that nobody
  * adopts: warm-pool VMs, template builds. 0 also when none ran. */
