@@ -24,8 +24,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <linux/kvm.h>
+
+#include "host.h"
 #include "log.h"
 #include "macros.h"
 #include "util.h"
@@ -38,6 +42,7 @@ enum step_op {
         STEP_BIND,
         STEP_SYMLINK,
         STEP_PROC,
+        STEP_MKNOD,
 };
 
 struct step {
@@ -45,12 +50,14 @@ struct step {
         enum jail_mount_kind kind; /* STEP_BIND */
         const char *source;        /* borrowed from the spec */
         int tree_fd;               /* STEP_BIND with source NULL */
+        dev_t rdev;                /* STEP_MKNOD */
         char *target;              /* root_dir + the jail path */
 };
 
 struct plan {
         struct step *steps;
         size_t n, cap;
+        bool dev_nodes; /* a STEP_MKNOD: the private root allows device nodes */
 };
 
 static void plan_release(struct plan *p) {
@@ -122,6 +129,19 @@ static int plan_build(const struct jail_spec *s, struct plan *p) {
                         if (r >= 0)
                                 r = plan_add(p, STEP_PROC, m->kind, NULL, root, m->target, len);
                         break;
+                case JAIL_DEV_NODE: {
+                        struct stat st;
+                        if (stat(m->source, &st) < 0)
+                                return -errno;
+                        if (!S_ISCHR(st.st_mode))
+                                return -EINVAL;
+                        r = plan_add(p, STEP_MKNOD, m->kind, NULL, root, m->target, len);
+                        if (r >= 0) {
+                                p->steps[p->n - 1].rdev = st.st_rdev;
+                                p->dev_nodes = true;
+                        }
+                        break;
+                }
                 default: {
                         struct stat st;
                         if (m->source ? stat(m->source, &st) < 0 : fstat(m->tree_fd, &st) < 0)
@@ -163,7 +183,7 @@ static bool under(const char *path, const char *dir) {
 
 int jail_spec_validate(const struct jail_spec *s) {
         if (!s || !path_ok(s->binary) || !s->argv || !s->argv[0] || s->uid == 0 || s->gid == 0 ||
-            s->uid == (uid_t) -1 || s->gid == (gid_t) -1 || s->device_gid == (gid_t) -1 || !path_ok(s->root_dir) || s->n_mounts > JAIL_MOUNTS_MAX ||
+            s->uid == (uid_t) -1 || s->gid == (gid_t) -1 || !path_ok(s->root_dir) || s->n_mounts > JAIL_MOUNTS_MAX ||
             (s->n_mounts && !s->mounts) || s->n_cgroups > JAIL_CGROUPS_MAX || (s->n_cgroups && !s->cgroup_procs) ||
             s->n_keep_fds > JAIL_KEEP_FDS_MAX || (s->n_keep_fds && !s->keep_fds) || s->stdin_fd < 0 ||
             s->stdout_fd < 0 || s->nofile < 64 || s->nproc < 16)
@@ -178,9 +198,10 @@ int jail_spec_validate(const struct jail_spec *s) {
                         return -EINVAL;
         for (size_t i = 0; i < s->n_mounts; i++) {
                 const struct jail_mount *m = &s->mounts[i];
-                if (!path_ok(m->target) || strcmp(m->target, "/") == 0 || m->kind > JAIL_PROC)
+                if (!path_ok(m->target) || strcmp(m->target, "/") == 0 || m->kind > JAIL_DEV_NODE)
                         return -EINVAL;
-                bool tree = m->kind != JAIL_SYMLINK && m->kind != JAIL_PROC && !m->source;
+                bool tree = m->kind != JAIL_SYMLINK && m->kind != JAIL_PROC && m->kind != JAIL_DEV_NODE &&
+                            !m->source;
                 if (tree ? m->tree_fd <= STDERR_FILENO
                          : m->kind == JAIL_SYMLINK ? !m->source || !*m->source
                                                    : m->kind != JAIL_PROC && !path_ok(m->source))
@@ -197,9 +218,20 @@ int jail_spec_validate(const struct jail_spec *s) {
 /* ---- the child: async-signal-safe calls and raw syscalls only ---- */
 
 /* glibc's set*id wrappers signal every thread it believes exists; after a
- * raw clone3 of a threaded process those threads are not there. */
-static long raw_setgroups(gid_t extra) {
-        return extra ? syscall(SYS_setgroups, 1, &extra) : syscall(SYS_setgroups, 0, NULL);
+ * raw clone3 of a threaded process those threads are not there. The
+ * groups go first, then the gid, then the uid (which drops every
+ * capability). */
+static long raw_drop_to(uid_t uid, gid_t gid) {
+        if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, gid, gid, gid) < 0)
+                return -1;
+        return syscall(SYS_setresuid, uid, uid, uid);
+}
+
+/* A device node of uid/gid, mode 0600, with the numbers rdev. */
+static int make_dev_node(const char *path, dev_t rdev, uid_t uid, gid_t gid) {
+        if (mknod(path, S_IFCHR | 0600, rdev) < 0)
+                return -1;
+        return chown(path, uid, gid);
 }
 
 _noreturn_ static void child_fail(int fd, const char *step) {
@@ -289,7 +321,10 @@ _noreturn_ static void child(const struct jail_spec *s, const struct plan *p) {
         umask(0);
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 child_fail(log, "making mounts private");
-        if (mount("tmpfs", s->root_dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=1m,nr_inodes=4k") < 0)
+        /* nodev unless it holds a node of the jail's own: read-only once
+         * pivoted, it can hold no other */
+        unsigned long root_nodev = p->dev_nodes ? 0 : MS_NODEV;
+        if (mount("tmpfs", s->root_dir, "tmpfs", MS_NOSUID | root_nodev | MS_NOEXEC, "mode=0755,size=1m,nr_inodes=4k") < 0)
                 child_fail(log, "mounting the root tmpfs");
         for (size_t i = 0; i < p->n; i++) {
                 const struct step *st = &p->steps[i];
@@ -317,6 +352,10 @@ _noreturn_ static void child(const struct jail_spec *s, const struct plan *p) {
                         if (mount("proc", st->target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
                                 child_fail(log, "mounting proc");
                         break;
+                case STEP_MKNOD:
+                        if (make_dev_node(st->target, st->rdev, s->uid, s->gid) < 0)
+                                child_fail(log, "making a device node");
+                        break;
                 }
         }
         /* The fds it gets: stdio, then the ones passed on purpose as 3, 4,
@@ -340,7 +379,7 @@ _noreturn_ static void child(const struct jail_spec *s, const struct plan *p) {
         if (chdir(s->root_dir) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 ||
             chdir("/") < 0)
                 child_fail(log, "pivot_root");
-        if (mount(NULL, "/", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        if (mount(NULL, "/", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | root_nodev | MS_NOEXEC, NULL) < 0)
                 child_fail(log, "making the root read-only");
 
         if (child_loopback_up() < 0)
@@ -356,8 +395,7 @@ _noreturn_ static void child(const struct jail_spec *s, const struct plan *p) {
                 if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
                         child_fail(log, "dropping the capability bounding set");
         /* Changing every uid from 0 clears all capabilities. */
-        if (raw_setgroups(s->device_gid) < 0 || syscall(SYS_setresgid, s->gid, s->gid, s->gid) < 0 ||
-            syscall(SYS_setresuid, s->uid, s->uid, s->uid) < 0)
+        if (raw_drop_to(s->uid, s->gid) < 0)
                 child_fail(log, "dropping privileges");
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
                 child_fail(log, "no_new_privs");
@@ -397,6 +435,122 @@ int jail_spawn(const struct jail_spec *s, pid_t *ret_pid, int *ret_pidfd) {
         *ret_pid = (pid_t) pid;
         *ret_pidfd = pidfd;
         return 0;
+}
+
+/* ---- the KVM probe ---- */
+
+enum kvm_probe_step {
+        PROBE_OK,
+        PROBE_NAMESPACE,
+        PROBE_TMPFS,
+        PROBE_NODE,
+        PROBE_DROP,
+        PROBE_OPEN,
+        PROBE_VERSION,
+        PROBE_CREATE_VM,
+};
+
+static const char *const kvm_probe_steps[] = {
+        [PROBE_NAMESPACE] = "making a private mount namespace",
+        [PROBE_TMPFS] = "mounting a tmpfs for the VM's /dev/kvm",
+        [PROBE_NODE] = "making the VM's own /dev/kvm node",
+        [PROBE_DROP] = "dropping to the VM's uid",
+        [PROBE_OPEN] = "opening /dev/kvm read-write as the VM's uid",
+        [PROBE_VERSION] = "KVM_GET_API_VERSION",
+        [PROBE_CREATE_VM] = "KVM_CREATE_VM",
+};
+
+/* The child of jail_kvm_probe(): one byte of step and four of errno to fd. */
+_noreturn_ static void kvm_probe_child(int fd, dev_t rdev, uid_t uid, gid_t gid) {
+        struct {
+                uint8_t step;
+                int32_t err;
+        } __attribute__((packed)) res = { PROBE_OK, 0 };
+        int kvm = -1;
+        long v;
+        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                res.step = PROBE_NAMESPACE;
+        else if (mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=16") < 0)
+                res.step = PROBE_TMPFS;
+        else if (make_dev_node("/dev/kvm", rdev, uid, gid) < 0)
+                res.step = PROBE_NODE;
+        else if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || raw_drop_to(uid, gid) < 0)
+                res.step = PROBE_DROP;
+        else if ((kvm = open("/dev/kvm", O_RDWR | O_CLOEXEC)) < 0)
+                res.step = PROBE_OPEN;
+        else if ((v = ioctl(kvm, KVM_GET_API_VERSION, 0)) != KVM_API_VERSION)
+                res.step = PROBE_VERSION, errno = v < 0 ? errno : EPROTO;
+        else if (ioctl(kvm, KVM_CREATE_VM, 0UL) < 0)
+                res.step = PROBE_CREATE_VM;
+        res.err = res.step == PROBE_OK ? 0 : errno;
+        (void) !write(fd, &res, sizeof res);
+        _exit(0);
+}
+
+int jail_kvm_probe(uid_t uid, gid_t gid, char *reason, size_t n) {
+        struct stat st;
+        if (stat("/dev/kvm", &st) < 0) {
+                int e = errno;
+                snprintf(reason, n, "no /dev/kvm: %s", strerror(e));
+                return -e;
+        }
+        if (!S_ISCHR(st.st_mode)) {
+                snprintf(reason, n, "/dev/kvm is not a character device");
+                return -ENODEV;
+        }
+        int fds[2];
+        if (pipe2(fds, O_CLOEXEC) < 0) {
+                int e = errno;
+                snprintf(reason, n, "cannot probe /dev/kvm: pipe: %s", strerror(e));
+                return -e;
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+                close(fds[0]);
+                kvm_probe_child(fds[1], st.st_rdev, uid, gid);
+        }
+        int e = errno;
+        close(fds[1]);
+        if (pid < 0) {
+                close(fds[0]);
+                snprintf(reason, n, "cannot probe /dev/kvm: fork: %s", strerror(e));
+                return -e;
+        }
+        struct {
+                uint8_t step;
+                int32_t err;
+        } __attribute__((packed)) res = { PROBE_NAMESPACE, EIO };
+        ssize_t k = read(fds[0], &res, sizeof res);
+        close(fds[0]);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        if (k != (ssize_t) sizeof res || res.step >= ARRAY_SIZE(kvm_probe_steps)) {
+                snprintf(reason, n, "cannot probe /dev/kvm: the probe process gave no answer");
+                return -EIO;
+        }
+        if (res.step != PROBE_OK) {
+                snprintf(reason, n, "a VM's uid %u cannot use /dev/kvm (%s failed: %s)", (unsigned) uid,
+                         kvm_probe_steps[res.step], strerror(res.err));
+                return res.err > 0 ? -res.err : -EIO;
+        }
+        snprintf(reason, n, "a VM's uid %u opens its own /dev/kvm node (host node %04o %u:%u) and creates a VM",
+                 (unsigned) uid, (unsigned) (st.st_mode & 07777), (unsigned) st.st_uid, (unsigned) st.st_gid);
+        return 0;
+}
+
+bool jail_kvm_usable(uid_t uid, char *reason, size_t n) {
+        if (!host_kvm_usable(reason, n))
+                return false;
+        /* not root: nothing jails VMs here, root opened it for whoever asks */
+        if (geteuid() != 0)
+                return true;
+        char why[200];
+        if (jail_kvm_probe(uid, (gid_t) uid, why, sizeof why) < 0) {
+                snprintf(reason, n, "cpu has vmx/svm and /dev/kvm opens for root, but %s", why);
+                return false;
+        }
+        snprintf(reason, n, "cpu has vmx/svm; %s", why);
+        return true;
 }
 
 /* ---- peers ---- */

@@ -35,6 +35,10 @@ enum jail_mount_kind {
         JAIL_BIND_DEV, /* a device node, read-write, nosuid, noexec */
         JAIL_SYMLINK,  /* target becomes a symlink to source */
         JAIL_PROC,     /* a procfs of the jail's own pid namespace at target */
+        JAIL_DEV_NODE, /* a character device node of the jail's own at target: the numbers of the host's
+                        * node source, owned by the jail's uid and gid, mode 0600. The VMM opens it
+                        * whatever owner and mode the host's node has (/dev/kvm is 0660 root:kvm where
+                        * udev's rule set it, 0600 root:root where none did) and needs no group */
 };
 
 struct jail_mount {
@@ -50,8 +54,6 @@ struct jail_spec {
         char *const *argv;
         uid_t uid;             /* > 0 */
         gid_t gid;             /* > 0 */
-        gid_t device_gid;      /* 0, or one supplementary group (the owner of /dev/kvm when it is not
-                                * world-writable) */
         const char *root_dir;  /* existing empty host dir: the private root is mounted on it
                                 * (inside the child's mount namespace only) */
         const struct jail_mount *mounts;
@@ -72,6 +74,20 @@ struct jail_spec {
  * normalised paths (no "..", no "//"), uid/gid > 0, fds valid, no mount
  * target under an earlier bind target. */
 int jail_spec_validate(const struct jail_spec *s);
+
+/* What a jailed VMM of uid/gid gets of KVM: a /dev/kvm node of its own as
+ * JAIL_DEV_NODE makes it, opened by a process holding only that uid and gid
+ * (no groups, no capabilities), KVM_GET_API_VERSION answered 12 and
+ * KVM_CREATE_VM working. Run as root (it makes the node in a private mount
+ * namespace of a child). 0 if all hold; otherwise a negative errno and
+ * reason (n bytes) says which step failed. */
+int jail_kvm_probe(uid_t uid, gid_t gid, char *reason, size_t n);
+
+/* Whether jailed VMMs of uid (its gid the same number) can run KVM guests:
+ * the cpu has vmx/svm and /dev/kvm opens here (host_kvm_usable()), and,
+ * when this process is root, jail_kvm_probe() passes for uid. reason (n
+ * bytes) says why or why not. */
+bool jail_kvm_usable(uid_t uid, char *reason, size_t n);
 
 /* Starts the jailed process (clone3: the pidfd comes with the process, no
  * race with pid reuse). Returns its pid (in the caller's pid namespace) and

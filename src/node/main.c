@@ -208,6 +208,10 @@ int main(int argc, char *argv[]) {
                 return 1;
         }
 
+        /* the jail first: the accelerator is what its VMs can use */
+        r = vmm_jail_setup(cfg->qemu_binary, cfg->vmm_uid_base, NODE_VMM_UIDS);
+        if (r < 0)
+                return 1;
         enum vmm_accel accel;
         char reason[256] = "";
         r = vmm_accel_pick(cfg->accel, &accel, reason, sizeof reason);
@@ -220,9 +224,6 @@ int main(int argc, char *argv[]) {
         gwclient_setup(getenv("AIRLOCK_GW_SOCKET"), sandbox_net_reattach_all);
         if (!gwclient_enabled())
                 log_warn("no egress gateway (AIRLOCK_GW_SOCKET unset): sandboxes have a NIC but no network");
-        r = vmm_jail_setup(cfg->qemu_binary, cfg->vmm_uid_base, NODE_VMM_UIDS);
-        if (r < 0)
-                return 1;
 
         r = mkdir_p(cfg->data_dir, 0700);
         if (r < 0) {

@@ -42,23 +42,34 @@
 #define LOG_TAIL_BYTES 2048    /* of qemu.log, quoted when QEMU dies early */
 
 
+#define VMM_UID_BASE_DEFAULT 2000000u
+#define VMM_UID_COUNT_DEFAULT 65536u
+
+/* The jail's uid range (vmm_jail_setup), under jail_lock. */
+static pthread_mutex_t jail_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t uid_base = VMM_UID_BASE_DEFAULT, uid_count = VMM_UID_COUNT_DEFAULT;
+
 /* ---- accelerator and host facts ---- */
 
 const char *vmm_accel_name(enum vmm_accel a) {
         return a == VMM_ACCEL_KVM ? "kvm" : "tcg";
 }
 
-/* Whether KVM can run this node's VMs. Under airlock-nodemgr the node
- * cannot tell by itself: it runs without groups, while /dev/kvm is
- * commonly 0660 root:kvm and reaches each VMM's jail with its group
- * (mgrserver.c). nodemgr probes it as root and passes the answer on. */
+/* Whether KVM can run this node's VMs: what a jailed VMM can open, not
+ * what we can. Under airlock-nodemgr the node cannot tell by itself (it
+ * runs without groups or privileges): nodemgr probes it as root and passes
+ * the answer on. Without nodemgr the node runs as root and probes the same
+ * way (jail_kvm_usable()), for its first VM uid. */
 static bool kvm_usable(char *reason, size_t n) {
         const char *probe = getenv(HOST_KVM_ENV);
         if (probe && (probe[0] == '0' || probe[0] == '1') && probe[1] == ' ') {
                 snprintf(reason, n, "%s (probed by airlock-nodemgr)", probe + 2);
                 return probe[0] == '1';
         }
-        return host_kvm_usable(reason, n);
+        pthread_mutex_lock(&jail_lock);
+        uid_t first = uid_base;
+        pthread_mutex_unlock(&jail_lock);
+        return jail_kvm_usable(first, reason, n);
 }
 
 int vmm_accel_pick(const char *want, enum vmm_accel *ret, char *reason, size_t n) {
@@ -396,12 +407,8 @@ static int fail_exited(struct vmm *v, const char *when) {
 #define VMM_MEMORY_MARGIN_MIB JAIL_VMM_MEMORY_MARGIN_MIB
 #define VMM_PIDS_MAX JAIL_VMM_PIDS_MAX
 #define VMM_NOFILE JAIL_VMM_NOFILE
-#define VMM_UID_BASE_DEFAULT 2000000u
-#define VMM_UID_COUNT_DEFAULT 65536u
 #define RAM_COPIES_MAX 8
 
-static pthread_mutex_t jail_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t uid_base = VMM_UID_BASE_DEFAULT, uid_count = VMM_UID_COUNT_DEFAULT;
 static uint8_t *uid_used; /* bitmap over slots: VMs of this node, live or adopted */
 static uint32_t uid_cursor;
 static char *qemu_path;   /* the binary, absolute (vmm_jail_setup) */
@@ -817,7 +824,7 @@ static int jail_mounts(const struct vmm_config *c, const struct vmm *v, const ch
         for (size_t i = 0; i < ARRAY_SIZE(devs); i++)
                 m[n++] = (struct jail_mount){ JAIL_BIND_DEV, devs[i], devs[i], -1 };
         if (c->accel == VMM_ACCEL_KVM)
-                m[n++] = (struct jail_mount){ JAIL_BIND_DEV, "/dev/kvm", "/dev/kvm", -1 };
+                m[n++] = (struct jail_mount){ JAIL_DEV_NODE, "/dev/kvm", "/dev/kvm", -1 }; /* its own node */
         /* only for mem-path=/proc/self/fd/3 (the sealed template RAM) */
         if (proc)
                 m[n++] = (struct jail_mount){ JAIL_PROC, NULL, "/proc", -1 };
@@ -1255,12 +1262,6 @@ static int spawn_jailed(const struct vmm_config *c, struct vmm *v, bool incoming
                 r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "cannot open %s: %m", v->log_path);
                 goto out;
         }
-        /* under KVM it opens /dev/kvm: through its group where the device
-         * is not open to all (Debian: root:kvm 0660) */
-        gid_t kvm_gid = 0;
-        struct stat kst;
-        if (c->accel == VMM_ACCEL_KVM && stat("/dev/kvm", &kst) == 0 && (kst.st_mode & 0006) != 0006)
-                kvm_gid = kst.st_gid;
         int keep[2], n_keep = 0;
         if (ram_fd >= 0)
                 keep[n_keep++] = ram_fd;
@@ -1270,7 +1271,6 @@ static int spawn_jailed(const struct vmm_config *c, struct vmm *v, bool incoming
                 .argv = a.v,
                 .uid = v->uid,
                 .gid = v->uid,
-                .device_gid = kvm_gid,
                 .root_dir = paths.root,
                 .mounts = mounts,
                 .n_mounts = n_mounts,

@@ -171,14 +171,10 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         /* the node asks us for what needs root (src/node/vmm.c) */
         if (setenv("AIRLOCK_NODEMGR_SOCKET", mgr_server_path(mgr), 1) < 0)
                 return -ENOMEM;
-        /* the node, without groups, cannot open a /dev/kvm of mode 0660
-         * root:kvm, yet its VMMs can (each jail gets the device and its
-         * group): KVM is probed here, as root, and the answer passed on */
-        char kvm_why[256], kvm_env[sizeof kvm_why + 2];
-        bool kvm = host_kvm_usable(kvm_why, sizeof kvm_why);
-        snprintf(kvm_env, sizeof kvm_env, "%c %s", kvm ? '1' : '0', kvm_why);
-        if (setenv(HOST_KVM_ENV, kvm_env, 1) < 0)
-                return -ENOMEM;
+        /* the node, without groups, cannot open /dev/kvm itself; what its
+         * jailed VMMs can is probed here, as root, and passed on */
+        if ((r = mgr_server_probe_kvm(mgr)) < 0)
+                return r;
         struct group *g = getgrgid(gid);
         if (!g || setenv("AIRLOCK_SOCKET_GROUP", g->gr_name, 1) < 0)
                 return log_error_errno(-ENOENT, "No group %u for user %s", (unsigned) gid, user);

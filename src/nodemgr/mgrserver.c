@@ -23,6 +23,7 @@
 
 #include "airlock-config.h"
 #include "basestep.h"
+#include "host.h"
 #include "jail.h"
 #include "log.h"
 #include "macros.h"
@@ -48,6 +49,13 @@ struct mgr_server {
 
 const char *mgr_server_path(const struct mgr_server *s) {
         return s->path;
+}
+
+int mgr_server_probe_kvm(const struct mgr_server *s) {
+        char why[256], env[sizeof why + 2];
+        bool kvm = jail_kvm_usable(s->policy.vm_uid_base, why, sizeof why);
+        snprintf(env, sizeof env, "%c %s", kvm ? '1' : '0', why);
+        return setenv(HOST_KVM_ENV, env, 1) < 0 ? -ENOMEM : 0;
 }
 
 int mgr_server_fd(const struct mgr_server *s) {
@@ -726,13 +734,9 @@ static int do_vmm_spawn(const struct mgr_server *s, uid_t caller, const struct m
         static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random" };
         for (size_t i = 0; i < ARRAY_SIZE(devs); i++)
                 m[k++] = (struct jail_mount){ JAIL_BIND_DEV, devs[i], devs[i], -1 };
-        gid_t kvm_gid = 0;
-        if (q->kvm) {
-                m[k++] = (struct jail_mount){ JAIL_BIND_DEV, "/dev/kvm", "/dev/kvm", -1 };
-                struct stat kst;
-                if (stat("/dev/kvm", &kst) == 0 && (kst.st_mode & 0006) != 0006)
-                        kvm_gid = kst.st_gid;
-        }
+        /* its own /dev/kvm node (the host's may be 0600 root:root) */
+        if (q->kvm)
+                m[k++] = (struct jail_mount){ JAIL_DEV_NODE, "/dev/kvm", "/dev/kvm", -1 };
         if (q->template_ram)
                 m[k++] = (struct jail_mount){ JAIL_PROC, NULL, "/proc", -1 };
 
@@ -766,7 +770,6 @@ static int do_vmm_spawn(const struct mgr_server *s, uid_t caller, const struct m
                 .argv = q->argv,
                 .uid = q->uid,
                 .gid = q->uid,
-                .device_gid = kvm_gid,
                 .root_dir = root_dir,
                 .mounts = m,
                 .n_mounts = k,

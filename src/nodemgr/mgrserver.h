@@ -28,6 +28,11 @@ int mgr_server_open(const struct daemon_config *c, uid_t node_uid, gid_t node_gi
 /* DATA_DIR/run/nodemgr.sock */
 const char *mgr_server_path(const struct mgr_server *s);
 
+/* Probes KVM for the node's VMs as root (jail_kvm_usable() for the first VM
+ * uid) and hands the answer to the node in HOST_KVM_ENV, which the node
+ * reads instead of probing (it runs without groups or privileges). */
+int mgr_server_probe_kvm(const struct mgr_server *s);
+
 /* The fd to poll for a connection. */
 int mgr_server_fd(const struct mgr_server *s);
 

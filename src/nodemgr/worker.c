@@ -248,12 +248,10 @@ static int run(const struct daemon_config *c) {
                 return start_failed(r, "cannot start the egress gateway airlock-gw: %m");
         if (setenv("AIRLOCK_NODEMGR_SOCKET", mgr_server_path(mgr), 1) < 0)
                 return -ENOMEM;
-        /* KVM probed as root, the answer passed on (as on one machine) */
-        char kvm_why[256], kvm_env[sizeof kvm_why + 2];
-        bool kvm = host_kvm_usable(kvm_why, sizeof kvm_why);
-        snprintf(kvm_env, sizeof kvm_env, "%c %s", kvm ? '1' : '0', kvm_why);
-        if (setenv(HOST_KVM_ENV, kvm_env, 1) < 0)
-                return -ENOMEM;
+        /* the node, without groups, cannot open /dev/kvm itself; what its
+         * jailed VMMs can is probed here, as root, and passed on */
+        if ((r = mgr_server_probe_kvm(mgr)) < 0)
+                return r;
 
         if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
                 return log_error_errno(negative_errno(), "Failed to become a child subreaper: %m");
