@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite, one command: installs what is missing, builds,
 # mounts the test volume, runs the unit tests and fuzz replays (meson; none
-# may skip), then the integration tests, which boot real VMs (pytest).
-# Needs root (VMs, loop mounts, the jail's unit test).
+# may skip), then the integration tests, which boot real VMs (pytest), and
+# the KVM tier: a VM of its own whose KVM runs a subset of them
+# (tests/kvm, docs/testing.md). Needs root (VMs, loop mounts, the jail's
+# unit test).
 #
 #   ./test.sh                 everything
 #   ./test.sh -k session      integration tests matching a pytest expression
+#   ./test.sh -k kvm_tier     the KVM tier alone
 #
 # Templates are built once per run into a shared btrfs loop volume
 # (build/test-vol.btrfs, mounted at build/test-vol while the suite runs) and
@@ -62,4 +65,4 @@ export AIRLOCK_TEST_VOLUME=$vol
 export AIRLOCK_APT_CACHE=$build/apt-cache
 mkdir -p "$AIRLOCK_APT_CACHE"
 cd "$here"
-/usr/bin/python3 -m pytest -p no:cacheprovider -v --durations=40 tests/integration tests/security "$@"
+/usr/bin/python3 -m pytest -p no:cacheprovider -v --durations=40 tests/integration tests/security tests/kvm "$@"

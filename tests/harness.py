@@ -34,6 +34,10 @@ VOLUME = os.environ.get("AIRLOCK_TEST_VOLUME") or pytest.fail(
 TEMPLATES = os.path.join(VOLUME, "templates")
 # One egress CA for the run, as for the templates whose trust store holds it
 EGRESS_CA = os.path.join(VOLUME, "egress-ca")
+# The templates every instance builds at its start unless a test names
+# others: the KVM tier's L1, with no network for the python template's
+# Debian packages, sets "minimal"
+PREBUILD = os.environ.get("AIRLOCK_TEST_PREBUILD", "minimal,python")
 FIRST_START_TIMEOUT = 1800  # building the python template under TCG
 START_TIMEOUT = 120
 
@@ -140,7 +144,7 @@ class ApiError(Exception):
 class Airlock:
     """One running airlockd + airlock-node."""
 
-    def __init__(self, data_dir, env_extra=None, prebuild="minimal,python"):
+    def __init__(self, data_dir, env_extra=None, prebuild=None):
         self.data_dir = data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -149,7 +153,7 @@ class Airlock:
         env.update({
             "AIRLOCK_TEMPLATES_DIR": TEMPLATES,
             "AIRLOCK_EGRESS_CA_DIR": EGRESS_CA,
-            "AIRLOCK_PREBUILD": prebuild,
+            "AIRLOCK_PREBUILD": PREBUILD if prebuild is None else prebuild,
             "AIRLOCK_LOG_LEVEL": "debug",
             # warm pools off unless a test asks: several tests count QEMUs
             "AIRLOCK_POOL_SIZE": "0",
@@ -482,7 +486,7 @@ def _remove(a):
 
 
 @contextlib.contextmanager
-def airlock_instance(env=None, prebuild="minimal,python", timeout=START_TIMEOUT):
+def airlock_instance(env=None, prebuild=None, timeout=START_TIMEOUT):
     """One Airlock for a longer scope than a test (a module fixture of the
     red-team suite), with the same leak checks as airlock_factory."""
     before = _volume_entries()
@@ -512,7 +516,7 @@ def airlock_factory(templates, request):
     started = []
     before = _volume_entries()
 
-    def start(base=VOLUME, env=None, prebuild="minimal,python", wait=True):
+    def start(base=VOLUME, env=None, prebuild=None, wait=True):
         data_dir = volume_tempdir("airlock-t-") if base == VOLUME else tempfile.mkdtemp(prefix="airlock-t-", dir=base)
         a = Airlock(data_dir, env, prebuild)
         started.append(a)
