@@ -97,6 +97,18 @@ def tap_open():
     return fd
 
 
+def accel_argv(manifest):
+    """The accelerator and CPU the template was built for (its manifest's
+    "cpu", src/node/vmm.h): the baseline restores on what the node uses,
+    KVM against KVM. A manifest without one is a TCG build's."""
+    cpu = manifest.get("cpu", "tcg:max")
+    if cpu.startswith("kvm:host:"):
+        return ["-accel", "kvm", "-cpu", "host"]
+    if cpu.startswith("kvm:"):
+        return ["-accel", "kvm", "-cpu", cpu[4:] + ",enforce"]
+    return ["-accel", "tcg,tb-size=32", "-cpu", "max"]
+
+
 def qemu_argv(tpl_dir, manifest, work, khz, memory_object, rootfs, tap_fd):
     """The machine of src/node/vmm.c's build_argv(), device for device (or
     the state will not load; VMM_MACHINE_REVISION), without the jail, the
@@ -105,7 +117,7 @@ def qemu_argv(tpl_dir, manifest, work, khz, memory_object, rootfs, tap_fd):
     mem = manifest["memory_mib"]
     vmlinux = os.path.join(os.path.dirname(tpl_dir), manifest["kernel"], "vmlinux")
     return [os.environ.get("AIRLOCK_QEMU", "qemu-system-x86_64"), "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=mem",
-            "-accel", "tcg,tb-size=32", "-cpu", "max", "-m", str(mem), "-smp", str(manifest.get("vcpus", 1)),
+            *accel_argv(manifest), "-m", str(mem), "-smp", str(manifest.get("vcpus", 1)),
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
             "-object", memory_object.format(mem=mem),
             "-kernel", vmlinux, "-initrd", os.path.join(tpl_dir, "initramfs.cpio"),

@@ -156,6 +156,10 @@ static json_t *info_json(const struct cluster_node_info *n, bool with_templates)
                               (json_int_t) n->capacity.max_sandboxes, "usage", "sandboxes",
                               (json_int_t) n->usage.sandboxes, "memory_mib", (json_int_t) n->usage.memory_mib,
                               "disk_free_bytes", (json_int_t) n->usage.disk_free_bytes);
+        if (o && n->cpu[0] && json_object_set_new(o, "cpu", json_string(n->cpu)) < 0) {
+                json_decref(o);
+                return NULL;
+        }
         if (o && with_templates) {
                 json_t *t = json_array();
                 for (size_t i = 0; t && i < n->n_templates; i++)
@@ -238,10 +242,10 @@ static int only_keys(const json_t *o, const char *const *allowed, const char *wh
 }
 
 static int parse_info(const json_t *req, bool heartbeat, struct cluster_node_info *n, char *err) {
-        static const char *const join_keys[] = { "op",       "token", "csr",      "name",  "address",
-                                                  "boot_id",  "labels", "capacity", "usage", NULL };
-        static const char *const hb_keys[] = { "op",       "name",     "address", "boot_id",           "labels",
-                                               "capacity", "usage",    "templates", "want_templates_key", NULL };
+        static const char *const join_keys[] = { "op",      "token",  "csr",      "name",  "address",
+                                                  "boot_id", "labels", "capacity", "usage", "cpu", NULL };
+        static const char *const hb_keys[] = { "op",       "name",  "address",   "boot_id",            "labels",
+                                               "capacity", "usage", "templates", "want_templates_key", "cpu", NULL };
         static const char *const cap_keys[] = { "cpus", "memory_mib", "disk_bytes", "max_sandboxes", NULL };
         static const char *const use_keys[] = { "sandboxes", "memory_mib", "disk_free_bytes", NULL };
         *n = (struct cluster_node_info){ 0 };
@@ -269,6 +273,15 @@ static int parse_info(const json_t *req, bool heartbeat, struct cluster_node_inf
                 if (!json_is_string(v) || label_add(n->labels, &n->n_labels, k, strlen(k), json_string_value(v),
                                                     json_string_length(v)) < 0)
                         FAIL("label \"%.64s\" must be [A-Za-z0-9._-]{1,63}=[A-Za-z0-9._-]{1,63}", k);
+        }
+
+        json_t *cpu = json_object_get(req, "cpu");
+        if (cpu) {
+                if ((r = get_str(req, "cpu", n->cpu, CLUSTER_CPU_MAX, err)) < 0)
+                        return r;
+                if (strspn(n->cpu, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789:._-") !=
+                    strlen(n->cpu))
+                        FAIL("field \"cpu\" must be [A-Za-z0-9:._-]{1,%d}", CLUSTER_CPU_MAX);
         }
 
         json_t *cap = json_object_get(req, "capacity"), *use = json_object_get(req, "usage");

@@ -55,6 +55,8 @@ struct cluster_label {
         char value[CLUSTER_LABEL_MAX + 1];
 };
 
+#define CLUSTER_CPU_MAX 95
+
 /* What a node has. */
 struct cluster_capacity {
         uint32_t cpus;
@@ -75,6 +77,9 @@ struct cluster_node_info {
         char name[64];                     /* join: the name it asks for */
         char address[CLUSTER_ADDR_MAX];    /* HOST:PORT the replicas reach its TLS port at */
         char boot_id[40];                  /* changes at each node start */
+        char cpu[CLUSTER_CPU_MAX + 1];     /* the CPU its VMs get ("kvm:host:...", "tcg:max"; src/node/vmm.h):
+                                            * a saved VM resumes only on a node of the same; "" from a node
+                                            * that does not say */
         struct cluster_label labels[CLUSTER_LABELS_MAX];
         size_t n_labels;
         struct cluster_capacity capacity;

@@ -35,8 +35,11 @@ bool host_cpuinfo_field(const char *text, const char *key, const char **ret_val,
         for (const char *p = text; p && *p;) {
                 const char *eol = strchrnul(p, '\n');
                 if (strncmp(p, key, kl) == 0 && (p[kl] == ' ' || p[kl] == '\t' || p[kl] == ':')) {
-                        const char *colon = memchr(p, ':', (size_t) (eol - p));
-                        if (colon) {
+                        /* the key alone before the colon: "model" is not "model name" */
+                        const char *colon = p + kl;
+                        while (colon < eol && (*colon == ' ' || *colon == '\t'))
+                                colon++;
+                        if (colon < eol && *colon == ':') {
                                 const char *v = colon + 1;
                                 while (*v == ' ' || *v == '\t')
                                         v++;
@@ -55,6 +58,29 @@ bool host_cpu_has_virt(const char *cpuinfo) {
         size_t len;
         return host_cpuinfo_field(cpuinfo, "flags", &flags, &len) &&
                (host_word_in(flags, len, "vmx") || host_word_in(flags, len, "svm"));
+}
+
+int host_cpu_signature(char *buf, size_t n) {
+        _cleanup_free_ char *info = NULL;
+        int r = file_read_all("/proc/cpuinfo", CPUINFO_MAX, &info, NULL);
+        if (r < 0)
+                return r;
+        static const char *const keys[] = { "vendor_id", "cpu family", "model", "stepping" };
+        size_t at = 0;
+        for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+                const char *v;
+                size_t len;
+                if (!host_cpuinfo_field(info, keys[i], &v, &len) || len == 0 || len > 32)
+                        return -ENODATA;
+                int k = snprintf(buf + at, n - at, "%s%.*s", i ? "-" : "", (int) len, v);
+                if (k < 0 || (size_t) k >= n - at)
+                        return -ENAMETOOLONG;
+                at += (size_t) k;
+        }
+        for (char *p = buf; *p; p++)
+                if (!isalnum((unsigned char) *p) && *p != '-' && *p != '_' && *p != '.')
+                        *p = '_';
+        return 0;
 }
 
 bool host_kvm_usable(char *reason, size_t n) {

@@ -25,5 +25,10 @@ bool host_cpu_has_virt(const char *cpuinfo);
  * /dev/kvm opens read-write. reason (n bytes) says why or why not. */
 bool host_kvm_usable(char *reason, size_t n);
 
+/* The host CPU as "VENDOR-FAMILY-MODEL-STEPPING" (/proc/cpuinfo's first
+ * processor: "AuthenticAMD-25-1-1"): what a snapshot of a `-cpu host` VM
+ * needs of the host it resumes on. -ENODATA when a field is missing. */
+int host_cpu_signature(char *buf, size_t n);
+
 /* How airlock-nodemgr hands its probe to the node: "1 REASON" or "0 REASON". */
 #define HOST_KVM_ENV "AIRLOCK_HOST_KVM"

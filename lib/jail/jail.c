@@ -450,6 +450,20 @@ enum kvm_probe_step {
         PROBE_CREATE_VM,
 };
 
+/* What an operator does when a step fails. */
+static const char *const kvm_probe_fixes[] = {
+        [PROBE_NAMESPACE] = "start airlockd as root with CAP_SYS_ADMIN (not in a container that withholds it)",
+        [PROBE_TMPFS] = "start airlockd as root with CAP_SYS_ADMIN (not in a container that withholds it)",
+        [PROBE_NODE] = "start airlockd as real root with CAP_MKNOD, outside a user namespace (each VM gets a "
+                       "/dev/kvm node of its own); or set AIRLOCK_ACCEL=tcg",
+        [PROBE_DROP] = "start airlockd as root (it drops each VM to a uid of its own)",
+        [PROBE_OPEN] = "let the VMs' uids open /dev/kvm (10:232): the devices cgroup or a security module "
+                       "(AppArmor, SELinux) denies it; or set AIRLOCK_ACCEL=tcg",
+        [PROBE_VERSION] = "use a kernel whose KVM speaks API version 12 (any since 2.6.22)",
+        [PROBE_CREATE_VM] = "check dmesg for kvm errors (another hypervisor holding VT-x/AMD-V, or a PVM host "
+                            "that runs only PVM guests); or set AIRLOCK_ACCEL=tcg",
+};
+
 static const char *const kvm_probe_steps[] = {
         [PROBE_NAMESPACE] = "making a private mount namespace",
         [PROBE_TMPFS] = "mounting a tmpfs for the VM's /dev/kvm",
@@ -487,7 +501,11 @@ _noreturn_ static void kvm_probe_child(int fd, dev_t rdev, uid_t uid, gid_t gid)
         _exit(0);
 }
 
-int jail_kvm_probe(uid_t uid, gid_t gid, char *reason, size_t n) {
+int jail_kvm_probe(uid_t uid, gid_t gid, char *reason, size_t n, const char **ret_fix) {
+        const char *unused;
+        if (!ret_fix)
+                ret_fix = &unused;
+        *ret_fix = "modprobe kvm_intel (or kvm_amd); or set AIRLOCK_ACCEL=tcg";
         struct stat st;
         if (stat("/dev/kvm", &st) < 0) {
                 int e = errno;
@@ -531,6 +549,7 @@ int jail_kvm_probe(uid_t uid, gid_t gid, char *reason, size_t n) {
         if (res.step != PROBE_OK) {
                 snprintf(reason, n, "a VM's uid %u cannot use /dev/kvm (%s failed: %s)", (unsigned) uid,
                          kvm_probe_steps[res.step], strerror(res.err));
+                *ret_fix = kvm_probe_fixes[res.step];
                 return res.err > 0 ? -res.err : -EIO;
         }
         snprintf(reason, n, "a VM's uid %u opens its own /dev/kvm node (host node %04o %u:%u) and creates a VM",
@@ -545,8 +564,9 @@ bool jail_kvm_usable(uid_t uid, char *reason, size_t n) {
         if (geteuid() != 0)
                 return true;
         char why[200];
-        if (jail_kvm_probe(uid, (gid_t) uid, why, sizeof why) < 0) {
-                snprintf(reason, n, "cpu has vmx/svm and /dev/kvm opens for root, but %s", why);
+        const char *fix = NULL;
+        if (jail_kvm_probe(uid, (gid_t) uid, why, sizeof why, &fix) < 0) {
+                snprintf(reason, n, "cpu has vmx/svm and /dev/kvm opens for root, but %s; fix: %s", why, fix);
                 return false;
         }
         snprintf(reason, n, "cpu has vmx/svm; %s", why);

@@ -28,6 +28,8 @@
 #define JAIL_VMM_MEMORY_MARGIN_MIB 192 /* QEMU's own beyond guest RAM: TCG's 32 MiB buffer, heap, I/O */
 #define JAIL_VMM_PIDS_MAX 256          /* threads: vCPUs, the main loop, RCU, up to 64 I/O workers */
 #define JAIL_VMM_NOFILE 4096
+/* VM uids (and gids) are base + slot; the default base (AIRLOCK_VMM_UID_BASE) */
+#define JAIL_VM_UID_BASE_DEFAULT 2000000u
 
 enum jail_mount_kind {
         JAIL_BIND_RO,  /* file or directory, read-only, nosuid, nodev */
@@ -79,14 +81,15 @@ int jail_spec_validate(const struct jail_spec *s);
  * JAIL_DEV_NODE makes it, opened by a process holding only that uid and gid
  * (no groups, no capabilities), KVM_GET_API_VERSION answered 12 and
  * KVM_CREATE_VM working. Run as root (it makes the node in a private mount
- * namespace of a child). 0 if all hold; otherwise a negative errno and
- * reason (n bytes) says which step failed. */
-int jail_kvm_probe(uid_t uid, gid_t gid, char *reason, size_t n);
+ * namespace of a child). 0 if all hold; otherwise a negative errno,
+ * reason (n bytes) says which step failed and *ret_fix (may be NULL) what
+ * an operator does about it. */
+int jail_kvm_probe(uid_t uid, gid_t gid, char *reason, size_t n, const char **ret_fix);
 
 /* Whether jailed VMMs of uid (its gid the same number) can run KVM guests:
  * the cpu has vmx/svm and /dev/kvm opens here (host_kvm_usable()), and,
  * when this process is root, jail_kvm_probe() passes for uid. reason (n
- * bytes) says why or why not. */
+ * bytes) says why or why not, with the fix when the probe failed. */
 bool jail_kvm_usable(uid_t uid, char *reason, size_t n);
 
 /* Starts the jailed process (clone3: the pidfd comes with the process, no

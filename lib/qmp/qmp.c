@@ -246,6 +246,12 @@ static int send_all(struct qmp *q, const char *data, size_t n, int fd, uint64_t 
         return 0;
 }
 
+static void remember_event(struct qmp *q, const json_t *m) {
+        snprintf(q->events[q->nevents % QMP_EVENT_RING], sizeof q->events[0], "%s",
+                 json_string_value(json_object_get(m, "event")));
+        q->nevents++;
+}
+
 static int execute_full(struct qmp *q, const char *cmd, json_t *args, int fd, uint64_t deadline,
                         json_t **ret_return) {
         if (q->broken)
@@ -289,9 +295,7 @@ static int execute_full(struct qmp *q, const char *cmd, json_t *args, int fd, ui
                 }
 
                 if (kind == QMP_MSG_EVENT) {
-                        snprintf(q->events[q->nevents % QMP_EVENT_RING], sizeof q->events[0], "%s",
-                                 json_string_value(json_object_get(m, "event")));
-                        q->nevents++;
+                        remember_event(q, m);
                         continue;
                 }
                 if (kind == QMP_MSG_GREETING)
@@ -322,6 +326,31 @@ static int execute_full(struct qmp *q, const char *cmd, json_t *args, int fd, ui
                         return -ENODEV;
                 return -EIO;
         }
+}
+
+int qmp_read_events(struct qmp *q) {
+        if (q->broken)
+                return -ENOTCONN;
+        int n = 0;
+        for (;;) {
+                enum qmp_msg_kind kind;
+                _cleanup_(json_decrefp) json_t *m = NULL;
+                int r = read_message(q, now_monotonic_ns(), &kind, &m);
+                if (r == -ETIMEDOUT)
+                        return n;
+                if (r < 0)
+                        return r;
+                if (kind == QMP_MSG_GREETING)
+                        return fail_broken(q, -EBADMSG, "unexpected greeting");
+                if (kind == QMP_MSG_EVENT) {
+                        remember_event(q, m);
+                        n++;
+                }
+        }
+}
+
+int qmp_fd(const struct qmp *q) {
+        return q->broken ? -1 : q->fd;
 }
 
 int qmp_execute(struct qmp *q, const char *cmd, json_t *args, int timeout_ms, json_t **ret_return) {

@@ -19,7 +19,8 @@
  * Events that arrive while waiting for a reply are not delivered to anyone:
  * the client counts them and keeps the names of the last QMP_EVENT_RING in a
  * ring for diagnostics (qmp_event_count(), qmp_event_recent()). Callers that
- * need to observe run state poll it (query-status, query-migrate).
+ * need to observe run state poll it (query-status, query-migrate), or poll
+ * qmp_fd() between commands and read what came (qmp_read_events()).
  *
  * A struct qmp is not thread-safe: one thread drives it at a time. The
  * library does not log; it returns negative errno values.
@@ -88,6 +89,16 @@ uint64_t qmp_event_count(const struct qmp *q);
 /* Name of the i-th most recent event (0 = newest), or NULL when fewer than
  * i+1 are remembered (at most QMP_EVENT_RING). */
 const char *qmp_event_recent(const struct qmp *q, size_t i);
+
+/* Reads, without waiting, what the server sent since the last call (events,
+ * each counted and remembered as above; a late reply to a timed-out
+ * command is skipped). Returns the number of events read, -ECONNRESET on
+ * EOF, -EBADMSG when a line is not QMP. For a caller that polls
+ * qmp_fd() between commands to learn of a run state change (STOP). */
+int qmp_read_events(struct qmp *q);
+/* The connection's fd, readable when the server sent something; -1 once
+ * the connection is broken (nothing more will come). */
+int qmp_fd(const struct qmp *q);
 
 /*
  * Parses and validates one line received from a QMP server (without the line

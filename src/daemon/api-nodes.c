@@ -34,11 +34,11 @@ static json_t *node_json(const struct store_node *n, int64_t sandboxes) {
         api_format_time(n->joined_at, joined, sizeof joined);
         api_format_time(n->heartbeat_at, beat, sizeof beat);
         json_t *info = json_loads(n->info ?: "{}", 0, NULL);
-        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:O?, s:O?, s:O?, s:O?}", "name", n->name, "state",
-                              node_state(n), "address", n->address, "joined_at", joined, "last_heartbeat", beat,
-                              "sandboxes", (json_int_t) sandboxes, "labels", json_object_get(info, "labels"),
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:O?, s:O?, s:O?, s:O?, s:O?}", "name", n->name,
+                              "state", node_state(n), "address", n->address, "joined_at", joined, "last_heartbeat",
+                              beat, "sandboxes", (json_int_t) sandboxes, "labels", json_object_get(info, "labels"),
                               "capacity", json_object_get(info, "capacity"), "usage", json_object_get(info, "usage"),
-                              "templates", json_object_get(info, "templates"));
+                              "templates", json_object_get(info, "templates"), "cpu", json_object_get(info, "cpu"));
         json_decref(info);
         if (o && n->lost_at) {
                 char lost[48];

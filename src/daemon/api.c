@@ -217,6 +217,9 @@ int api_health(struct api_ctx *ctx, struct api_reply *ret) {
         const char *why = json_string_value(json_object_get(rep, "accel_reason"));
         if (o && why)
                 json_object_set_new(o, "accel_reason", json_string(why));
+        const char *cpu = json_string_value(json_object_get(rep, "cpu"));
+        if (o && cpu)
+                json_object_set_new(o, "cpu", json_string(cpu));
         return api_reply_json(ret, MHD_HTTP_OK, o);
 }
 

@@ -28,6 +28,7 @@ static const struct api_error_entry api_errors[] = {
         { -EKEYREVOKED, "key_revoked", 409, "the tenant's key was revoked: its sealed images cannot be opened" },
         { -EBUSY, "conflict", 409, "resource busy" },
         { -EDQUOT, "conflict", 409, "limit reached" },
+        { -EXDEV, "cpu_mismatch", 409, "the saved VM state needs a node with another CPU" },
         { -EFBIG, "too_large", 413, "request body too large" },
         { -E2BIG, "too_large", 413, "too large" },
         { -EMSGSIZE, "too_large", 413, "too large" },

@@ -550,8 +550,15 @@ static int wake_placement(struct api_ctx *ctx, const struct store_sandbox *sb) {
         bool must = !n.draining || n.lost_at;
         _cleanup_free_ char *to = NULL;
         char addr[NODES_ADDR_MAX], err[API_ERRMSG_MAX] = "", snap[96];
-        struct nodes_want want = { .template_name = sb->template_name };
+        /* its image resumes only where the VMs have the CPU of the node it
+         * was suspended on (what that node last said; a removed node's is
+         * unknown, and the new node checks the image itself) */
+        _cleanup_(json_decrefp) json_t *was = n.info ? json_loads(n.info, 0, NULL) : NULL;
+        struct nodes_want want = { .template_name = sb->template_name,
+                                   .cpu = json_string_value(json_object_get(was, "cpu")) };
         r = nodes_place(&want, &to, err);
+        if (r == -EXDEV)
+                return api_fail(ctx, -EXDEV, "cannot wake: its node %s is %s, and %s", sb->node, why, err);
         if (r >= 0 && !(to && strcmp(to, sb->node) == 0))
                 r = nodes_addr(to, addr);
         else if (r >= 0)

@@ -158,6 +158,9 @@ int nodes_place(const struct nodes_want *w, char **ret_node, char *err) {
         }
         int64_t fresh = now_unix_ms() - (int64_t) config->node_lost_after_s * 1000;
         bool pinned_seen = false;
+        /* nodes left out for their CPU alone, for the refusal */
+        char other_cpus[API_ERRMSG_MAX / 2] = "";
+        size_t n_other = 0;
         /* nodes that hold the template ready first; when none does, any
          * node that fits builds it on demand, as one machine does */
         for (int pass = 0; pass < 2 && n_cand == 0; pass++) {
@@ -171,6 +174,17 @@ int nodes_place(const struct nodes_want *w, char **ret_node, char *err) {
                             (pass == 0 && !holds_template(info, w->template_name)) ||
                             (w->labels && !labels_match(info, w->labels)))
                                 continue;
+                        const char *cpu = json_string_value(json_object_get(info, "cpu"));
+                        if (w->cpu && (!cpu || strcmp(cpu, w->cpu) != 0)) {
+                                if (pass == 1) { /* the pass that looks at every node */
+                                        size_t at = strlen(other_cpus);
+                                        if (at + 2 < sizeof other_cpus)
+                                                snprintf(other_cpus + at, sizeof other_cpus - at, "%s%s runs %s",
+                                                         n_other ? ", " : "", n->name, cpu ?: "an unknown CPU");
+                                        n_other++;
+                                }
+                                continue;
+                        }
                         uint64_t used = info_u64(info, "usage", "sandboxes");
                         uint64_t stored = (uint64_t) count_of(names, counts, n_counts, n->name);
                         uint64_t max = info_u64(info, "capacity", "max_sandboxes");
@@ -194,6 +208,14 @@ int nodes_place(const struct nodes_want *w, char **ret_node, char *err) {
         if (w->node && !pinned_seen) {
                 snprintf(err, API_ERRMSG_MAX, "node %s is not a node of this cluster (see GET /v1/nodes)", w->node);
                 r = -ENOENT;
+                goto out;
+        }
+        if (n_cand == 0 && n_other) {
+                snprintf(err, API_ERRMSG_MAX,
+                         "no ready node's VMs have CPU %s, which its saved VM needs (%s): bring back a node of that "
+                         "CPU, or give every node one AIRLOCK_CPU_MODEL",
+                         w->cpu, other_cpus);
+                r = -EXDEV; /* 409: more nodes of the same kind will not change it */
                 goto out;
         }
         if (n_cand == 0) {

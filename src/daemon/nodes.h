@@ -41,6 +41,7 @@ struct nodes_want {
         const char *template_name; /* it must hold it ready (the local node: assumed) */
         const char *node;          /* pinned to this node, or NULL */
         const json_t *labels;      /* every key=value must match, or NULL */
+        const char *cpu;           /* its VMs' CPU must be this (a saved VM's: "kvm:host:..."), or NULL */
 };
 
 /*
@@ -51,7 +52,8 @@ struct nodes_want {
  * NODES_PLACE_CHOICES taken at random by weighted free capacity; the local
  * node when the config places there. *ret_node gets its name (NULL: the
  * local node; free it). -EHOSTDOWN with a message in err (API_ERRMSG_MAX)
- * when none fits, -ENOENT when a pinned node is not a member.
+ * when none fits, -EXDEV when nodes would fit but none has w->cpu (err
+ * names the CPUs they have), -ENOENT when a pinned node is not a member.
  */
 int nodes_place(const struct nodes_want *w, char **ret_node, char *err);
 

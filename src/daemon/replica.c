@@ -137,9 +137,9 @@ static json_t *cap_keys_json(struct replica *rp) {
  * templates (the request less what has columns of its own). */
 static char *info_text(const json_t *req) {
         _cleanup_(json_decrefp) json_t *o = json_pack(
-                "{s:O?, s:O?, s:O?, s:O?}", "labels", json_object_get(req, "labels"), "capacity",
+                "{s:O?, s:O?, s:O?, s:O?, s:O?}", "labels", json_object_get(req, "labels"), "capacity",
                 json_object_get(req, "capacity"), "usage", json_object_get(req, "usage"), "templates",
-                json_object_get(req, "templates"));
+                json_object_get(req, "templates"), "cpu", json_object_get(req, "cpu"));
         return o ? json_dumps(o, JSON_COMPACT) : NULL;
 }
 

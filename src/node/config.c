@@ -10,6 +10,7 @@
 
 #include "airlock-config.h"
 #include "cluster.h"
+#include "jail.h"
 #include "macros.h"
 #include "objstore.h"
 #include "util.h"
@@ -32,6 +33,7 @@ enum {
         OPT_GUEST_BINARY,
         OPT_QEMU,
         OPT_ACCEL,
+        OPT_CPU_MODEL,
         OPT_PREBUILD,
         OPT_STORAGE,
         OPT_VOLUME_GIB,
@@ -76,6 +78,7 @@ static const struct setting settings[] = {
         { OPT_GUEST_BINARY, "guest-binary", "AIRLOCK_GUEST_BINARY" },
         { OPT_QEMU, "qemu", "AIRLOCK_QEMU" },
         { OPT_ACCEL, "accel", "AIRLOCK_ACCEL" },
+        { OPT_CPU_MODEL, "cpu-model", "AIRLOCK_CPU_MODEL" },
         { OPT_PREBUILD, "prebuild", "AIRLOCK_PREBUILD" },
         { OPT_STORAGE, "storage", "AIRLOCK_STORAGE" },
         { OPT_VOLUME_GIB, "volume-gib", "AIRLOCK_VOLUME_GIB" },
@@ -125,6 +128,7 @@ void node_config_free(struct node_config *c) {
         free(c->guest_binary);
         free(c->qemu_binary);
         free(c->accel);
+        free(c->cpu_model);
         for (size_t i = 0; c->prebuild && c->prebuild[i]; i++)
                 free(c->prebuild[i]);
         free(c->prebuild);
@@ -339,6 +343,16 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
                 }
                 r = set_string(&c->accel, value);
                 break;
+        case OPT_CPU_MODEL:
+                /* a QEMU CPU model's name (qemu-system-x86_64 -cpu help): the
+                 * node checks at start that its QEMU has it */
+                if (!*value || strlen(value) > 63 || strspn(value, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                                   "0123456789._-") != strlen(value)) {
+                        r = -EINVAL;
+                        break;
+                }
+                r = set_string(&c->cpu_model, value);
+                break;
         case OPT_PREBUILD: {
                 char **list;
                 size_t n;
@@ -432,7 +446,7 @@ static int set_defaults(struct node_config *c) {
             (r = set_string(&c->images_dir, AIRLOCK_SOURCE_DIR "/images")) < 0 ||
             (r = set_string(&c->guest_binary, AIRLOCK_BUILD_DIR "/src/guest/airlock-guest")) < 0 ||
             (r = set_string(&c->qemu_binary, "qemu-system-x86_64")) < 0 ||
-            (r = set_string(&c->accel, "auto")) < 0)
+            (r = set_string(&c->accel, "auto")) < 0 || (r = set_string(&c->cpu_model, "host")) < 0)
                 return r;
         r = parse_prebuild(DEFAULT_PREBUILD, &c->prebuild, &c->n_prebuild);
         if (r < 0)
@@ -447,7 +461,7 @@ static int set_defaults(struct node_config *c) {
         c->exec_timeout_max_s = 3600;
         c->max_connections = 256;
         c->pool_size = 2;
-        c->vmm_uid_base = 2000000;
+        c->vmm_uid_base = JAIL_VM_UID_BASE_DEFAULT;
         c->recover = true;
         return 0;
 }
@@ -598,6 +612,7 @@ void node_config_print(const struct node_config *c, FILE *f) {
         fprintf(f, "guest_binary=%s\n", c->guest_binary);
         fprintf(f, "qemu=%s\n", c->qemu_binary);
         fprintf(f, "accel=%s\n", c->accel);
+        fprintf(f, "cpu_model=%s\n", c->cpu_model);
         fputs("prebuild=", f);
         for (size_t i = 0; i < c->n_prebuild; i++)
                 fprintf(f, "%s%s", i ? "," : "", c->prebuild[i]);
@@ -646,6 +661,8 @@ void node_config_usage(FILE *f) {
               "  --guest-binary PATH     static airlock-guest [AIRLOCK_GUEST_BINARY]\n"
               "  --qemu PATH             QEMU binary [AIRLOCK_QEMU] (qemu-system-x86_64)\n"
               "  --accel auto|kvm|tcg    accelerator [AIRLOCK_ACCEL] (auto)\n"
+              "  --cpu-model MODEL       the VMs' CPU under KVM: host, or a QEMU model every node of a\n"
+              "                          cluster runs [AIRLOCK_CPU_MODEL] (host)\n"
               "  --prebuild LIST         templates built at start [AIRLOCK_PREBUILD] (minimal,python)\n"
               "  --storage auto|copy     reflink/loop volume or plain copies [AIRLOCK_STORAGE] (auto)\n"
               "  --volume-gib N          size of the btrfs loop volume [AIRLOCK_VOLUME_GIB] (64)\n"

@@ -31,6 +31,7 @@ struct node_config {
         char *guest_binary;  /* AIRLOCK_GUEST_BINARY: the static airlock-guest */
         char *qemu_binary;   /* AIRLOCK_QEMU */
         char *accel;         /* AIRLOCK_ACCEL: auto|kvm|tcg */
+        char *cpu_model;     /* AIRLOCK_CPU_MODEL: "host" or a QEMU CPU model (KVM; TCG's VMs get "max") */
         char **prebuild;     /* AIRLOCK_PREBUILD, NULL-terminated list of template names */
         size_t n_prebuild;
         enum node_storage_mode storage; /* AIRLOCK_STORAGE */

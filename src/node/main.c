@@ -220,6 +220,8 @@ int main(int argc, char *argv[]) {
                 return 1;
         }
         /* vmm_accel_pick() logged the choice and its reason */
+        if (vmm_cpu_setup(accel, cfg->cpu_model) < 0)
+                return 1;
         /* the egress gateway airlock-nodemgr runs beside us (src/nodemgr/gwprep.c) */
         gwclient_setup(getenv("AIRLOCK_GW_SOCKET"), sandbox_net_reattach_all);
         if (!gwclient_enabled())

@@ -30,6 +30,7 @@
 #include "template.h"
 #include "template-store.h"
 #include "util.h"
+#include "vmm.h"
 
 #define CONNECT_TIMEOUT_MS 5000
 #define HEARTBEAT_DEFAULT_MS 2000
@@ -220,6 +221,7 @@ static int node_info(int fd, bool with_templates, struct cluster_node_info *ret)
         struct cluster_node_info n = { 0 };
         snprintf(n.name, sizeof n.name, "%s", mcfg->node_name);
         snprintf(n.boot_id, sizeof n.boot_id, "%s", boot_id);
+        snprintf(n.cpu, sizeof n.cpu, "%s", vmm_cpu_id());
         own_address(fd, n.address, sizeof n.address);
         memcpy(n.labels, labels, n_labels * sizeof *labels);
         n.n_labels = n_labels;

@@ -14,6 +14,22 @@
 #include "server.h"
 #include "util.h"
 
+/* The error code of a verb whose VM did not start or restore: a saved
+ * state of another CPU is the client's conflict (409 cpu_mismatch), a
+ * timeout its own, the rest the guest's or the VMM's (502). */
+static const char *vm_failure_code(int r) {
+        switch (r) {
+        case -ETIMEDOUT:
+                return "timeout";
+        case -ENOMEM:
+                return "internal";
+        case -EXDEV:
+                return "cpu_mismatch";
+        default:
+                return "guest";
+        }
+}
+
 typedef int (*verb_fn)(struct sandbox *s, const char **ret_state, char **ret_error);
 
 /* A verb that gives s a VM (start, rollback, wake) may carry the policy the
@@ -57,7 +73,7 @@ static int run_verb(struct node_conn *c, json_t *req, const char *verb, verb_fn 
         if (r == -EPERM)
                 return conn_reply_error(c, -EBUSY, "conflict", "cannot %s: sandbox is %s", verb, state ? state : "?");
         if (r < 0)
-                return conn_reply_error(c, r, r == -ETIMEDOUT ? "timeout" : r == -ENOMEM ? "internal" : "guest",
+                return conn_reply_error(c, r, vm_failure_code(r),
                                         "%s failed: %s", verb, err ? err : strerror(-r));
         return conn_reply_ok(c, json_pack("{s:o}", "sandbox", sandbox_json(s)));
 }
@@ -123,7 +139,7 @@ static int snapshot_reply_error(struct node_conn *c, struct sandbox *s, int r, c
         case -E2BIG:
                 return conn_reply_error(c, -EFBIG, "too_large", "%s", err ? err : "too many snapshots");
         default:
-                return conn_reply_error(c, r, r == -ETIMEDOUT ? "timeout" : r == -ENOMEM ? "internal" : "guest",
+                return conn_reply_error(c, r, vm_failure_code(r),
                                         "%s failed: %s", verb, err ? err : strerror(-r));
         }
 }
@@ -163,7 +179,7 @@ static int rollback_archived(struct node_conn *c, json_t *req, const char *netwo
         if (r == -ENXIO)
                 return conn_reply_error(c, -ENOENT, "not_found", "%s", err ? err : "no such snapshot");
         if (r < 0)
-                return conn_reply_error(c, r, r == -ENOMEM ? "internal" : "guest", "rollback failed: %s",
+                return conn_reply_error(c, r, vm_failure_code(r), "rollback failed: %s",
                                         err ? err : strerror(-r));
         r = conn_reply_ok(c, json_pack("{s:o}", "sandbox", sandbox_json(s)));
         return r < 0 ? r : 1;
@@ -360,7 +376,7 @@ int nodeops_sandbox_wake(struct node_conn *c, json_t *req) {
         case -EBADMSG:
                 return conn_reply_error(c, r, "corrupt", "%s", err ? err : "the image does not open");
         default:
-                return conn_reply_error(c, r, r == -ENOMEM ? "internal" : "guest", "wake failed: %s",
+                return conn_reply_error(c, r, vm_failure_code(r), "wake failed: %s",
                                         err ? err : strerror(-r));
         }
 }

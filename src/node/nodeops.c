@@ -307,9 +307,9 @@ static int op_health(struct node_conn *c, json_t *req) {
         json_t *templates = template_prebuild_status(&ready, &failed);
         if (!templates)
                 return -ENOMEM;
-        return conn_reply_ok(c, json_pack("{s:b, s:b, s:s, s:s, s:o}", "ready", ready, "failed", failed, "accel",
-                                          vmm_accel_name(oaccel), "accel_reason", oaccel_reason, "templates",
-                                          templates));
+        return conn_reply_ok(c, json_pack("{s:b, s:b, s:s, s:s, s:s, s:o}", "ready", ready, "failed", failed,
+                                          "accel", vmm_accel_name(oaccel), "accel_reason", oaccel_reason, "cpu",
+                                          vmm_cpu_id(), "templates", templates));
 }
 
 static int op_template_list(struct node_conn *c, json_t *req) {

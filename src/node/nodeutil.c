@@ -130,6 +130,8 @@ const char *node_errno_code(int r) {
                 return "unavailable";
         case ETIMEDOUT:
                 return "timeout";
+        case EXDEV:
+                return "cpu_mismatch";
         case ECONNRESET:
         case EPIPE:
         case EPROTO:

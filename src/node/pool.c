@@ -147,7 +147,7 @@ static int fill_one(const struct template_info *t, struct pool_vm **ret, char **
                 step = "cloning the template disk";
                 r = file_clone_or_copy(t->rootfs, rootfs, NULL);
         }
-        _cleanup_free_ char *disk = NULL;
+        _cleanup_free_ char *disk = NULL, *vmm_error = NULL;
         if (r >= 0) {
                 step = "linking its disk";
                 r = node_disk_link(pv->run_dir, rootfs, &disk);
@@ -155,7 +155,7 @@ static int fill_one(const struct template_info *t, struct pool_vm **ret, char **
         if (r >= 0) {
                 struct vmm_config vc = template_vmm_config(t, disk, pv->run_dir, pv->ctx);
                 step = "restoring the VM";
-                r = vmm_restore(&vc, t->state, &pv->vmm);
+                r = vmm_restore(&vc, t->state, &pv->vmm, &vmm_error);
         }
         int fd = -1;
         if (r >= 0) {
@@ -176,8 +176,10 @@ static int fill_one(const struct template_info *t, struct pool_vm **ret, char **
                 r = qmp_execute(pv->vmm->qmp, "stop", NULL, QMP_MS, NULL);
         }
         if (r < 0) {
-                *ret_error = strdup_printf("%s failed: %s%s", step, strerror(-r),
-                                           pv->vmm && vmm_exited(pv->vmm) ? " (qemu exited)" : "");
+                _cleanup_free_ char *why = vmm_error ? NULL : vmm_failure_reason(pv->vmm);
+                *ret_error = vmm_error ? TAKE_PTR(vmm_error)
+                                       : strdup_printf("%s failed: %s%s%s", step, strerror(-r), why ? "; " : "",
+                                                       why ?: "");
                 pool_vm_free(pv);
                 return r;
         }

@@ -81,8 +81,10 @@ int sandbox_park(struct sandbox *s) {
                 return rm_rf(s->dir);
         /* what a sandbox made from them again needs */
         pthread_mutex_lock(&s->lock);
-        json_t *o = json_pack("{s:s, s:s, s:O, s:I, s:s}", "tenant", s->tenant, "template", s->template_name, "env",
-                              s->env, "execution", (json_int_t) s->execution, "recovery", sandbox_recovery_name(s));
+        /* cpu: what its memory snapshot resumes on (a wake elsewhere checks) */
+        json_t *o = json_pack("{s:s, s:s, s:O, s:I, s:s, s:s}", "tenant", s->tenant, "template", s->template_name,
+                              "env", s->env, "execution", (json_int_t) s->execution, "recovery",
+                              sandbox_recovery_name(s), "cpu", vmm_cpu_id());
         if (o)
                 sandbox_limits_to_json(s, o);
         pthread_mutex_unlock(&s->lock);
@@ -929,6 +931,18 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, c
             exe >= UINT32_MAX || json_object_get(meta, "kind")) {
                 *ret_error = strdup_printf("snapshot %s is not a suspended state of sandbox %s", snapshot_id, id);
                 r = -EBADMSG;
+                goto fail;
+        }
+        /* its memory and CPU state resume only on the CPU they ran on: say
+         * so before anything is downloaded (an image from before the
+         * field: as before) */
+        const char *cpu = json_string_value(json_object_get(meta, "cpu"));
+        if (cpu && strcmp(cpu, vmm_cpu_id()) != 0) {
+                *ret_error = strdup_printf("sandbox %s was suspended from a VM with CPU %s and this node's VMs have "
+                                           "%s: it wakes only on a node with that CPU (the same AIRLOCK_ACCEL and "
+                                           "AIRLOCK_CPU_MODEL)",
+                                           id, cpu, vmm_cpu_id());
+                r = -EXDEV;
                 goto fail;
         }
         r = register_new(id, tpl, env, network, &s, ret_error);

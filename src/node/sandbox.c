@@ -567,10 +567,13 @@ static int start_vm(struct sandbox *s, char **ret_error) {
 
         uint64_t t0 = now_monotonic_ns();
         struct vmm *v = NULL;
-        int r = s->cold_boot && !s->restore_state ? vmm_boot(&vc, &v) : vmm_restore(&vc, state, &v);
+        _cleanup_free_ char *vmm_error = NULL;
+        int r = s->cold_boot && !s->restore_state ? vmm_boot(&vc, &v, &vmm_error)
+                                                  : vmm_restore(&vc, state, &v, &vmm_error);
         if (r < 0) {
-                *ret_error = strdup_printf("%s the VM failed: %s", s->cold_boot ? "booting" : "restoring",
-                                           strerror(-r));
+                *ret_error = strdup_printf("%s the VM failed: %s", s->cold_boot && !s->restore_state ? "booting"
+                                                                                                    : "restoring",
+                                           vmm_error ?: strerror(-r));
                 return r;
         }
         uint64_t t_restored = now_monotonic_ns();
@@ -597,10 +600,14 @@ static int start_vm(struct sandbox *s, char **ret_error) {
                 }
         }
         if (r < 0) {
+                /* the VMM's own account: QEMU's last words, or its vCPUs'
+                 * run state (internal-error), not only a timeout */
                 char why[128] = "";
                 if (vmm_exited(v))
                         describe_exit(v, why, sizeof why);
-                *ret_error = strdup_printf("%s failed: %s%s%s", step, strerror(-r), why[0] ? "; " : "", why);
+                _cleanup_free_ char *qemu = vmm_failure_reason(v);
+                *ret_error = strdup_printf("%s failed: %s%s%s%s%s", step, strerror(-r), why[0] ? "; " : "", why,
+                                           qemu ? "; " : "", qemu ?: "");
                 guestconn_free(g);
                 vmm_destroy(v);
                 return r;
@@ -781,10 +788,12 @@ static void *sandbox_thread(void *arg) {
                 struct vmm *v = s->vmm;
                 pthread_mutex_unlock(&s->lock);
 
-                struct pollfd p[3] = { { .fd = s->stop_fd, .events = POLLIN },
+                /* QMP's fd too: QEMU tells of a run state change (STOP) */
+                struct pollfd p[4] = { { .fd = s->stop_fd, .events = POLLIN },
                                        { .fd = s->cmd_fd, .events = POLLIN },
-                                       { .fd = v ? v->pidfd : -1, .events = POLLIN } };
-                int k = poll(p, v ? 3 : 2, MONITOR_INTERVAL_MS);
+                                       { .fd = v ? v->pidfd : -1, .events = POLLIN },
+                                       { .fd = vmm_event_fd(v), .events = POLLIN } };
+                int k = poll(p, v ? 4 : 2, MONITOR_INTERVAL_MS);
                 if (k < 0 && errno != EINTR)
                         break;
                 if (p[0].revents & POLLIN)
@@ -793,15 +802,24 @@ static void *sandbox_thread(void *arg) {
                         run_command(s, v);
                         continue;
                 }
-                if (v && (p[2].revents & POLLIN)) {
-                        char why[128];
-                        describe_exit(v, why, sizeof why);
+                _cleanup_free_ char *dead = NULL;
+                if (v && !(p[2].revents & POLLIN) && (p[3].revents & POLLIN) && vmm_events_stop(v))
+                        dead = vmm_stopped_reason(v);
+                if (v && ((p[2].revents & POLLIN) || dead)) {
+                        /* QEMU exited, or its vCPUs stopped for good
+                         * (internal-error: KVM could not run them): a VMM
+                         * failure either way, booted again by recovery */
+                        char why[512];
+                        if (dead)
+                                snprintf(why, sizeof why, "%s", dead);
+                        else
+                                describe_exit(v, why, sizeof why);
                         set_failed(s, "%s", why);
                         pthread_mutex_lock(&s->lock);
                         s->vmm = NULL;
                         pthread_mutex_unlock(&s->lock);
                         net_detach(s);
-                        vmm_destroy(v); /* reaps it */
+                        vmm_destroy(v); /* kills a live one, reaps it */
                         recover_schedule(s, why);
                         continue;
                 }

@@ -748,10 +748,11 @@ static int write_manifest(const char *dir, struct cbuild *b, const struct templa
         snprintf(kname, sizeof kname, "%.*s", (int) (slash - k), k);
         const char *kdir = strrchr(kname, '/') ? strrchr(kname, '/') + 1 : kname;
         _cleanup_(json_decrefp) json_t *m =
-                json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:I, s:s, s:b, s:O, s:o}", "name", b->name, "hash",
+                json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:I, s:s, s:s, s:b, s:O, s:o}", "name", b->name, "hash",
                           b->name + strlen(CUSTOM_PREFIX), "memory_mib", (json_int_t) memory_mib, "vcpus",
                           (json_int_t) vcpus, "kernel", kdir, "built_at", when, "build_ms", (json_int_t) build_ms,
-                          "qemu", template_qemu_version(), "custom", 1, "env", w->env, "spec", tplspec_to_json(b->spec));
+                          "qemu", template_qemu_version(), "cpu", vmm_cpu_id(), "custom", 1, "env", w->env, "spec",
+                          tplspec_to_json(b->spec));
         if (!m)
                 return -ENOMEM;
         if (w->cwd && strcmp(w->cwd, "/") != 0)

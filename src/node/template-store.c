@@ -22,6 +22,7 @@
 #include "macros.h"
 #include "nodeutil.h"
 #include "util.h"
+#include "vmm.h"
 
 /* A builder renews its claim this often; one not renewed for
  * CLAIM_STALE_MS is a dead builder's. */
@@ -284,6 +285,14 @@ static int fetch(const struct template_claim *c, const struct objstore_data_key 
                         return p ? negative_errno() : -ENOMEM;
         }
         if ((r = kernel_install(dst_dir, kernel_dir)) < 0)
+                return r;
+        /* the CPU its state needs, as the builder's manifest says (the
+         * object store keeps no xattr): a restore elsewhere is refused */
+        _cleanup_free_ char *mpath = strdup_printf("%s/manifest.json", dst_dir);
+        _cleanup_free_ char *spath = strdup_printf("%s/state", dst_dir);
+        _cleanup_(json_decrefp) json_t *built = mpath ? json_load_file(mpath, 0, NULL) : NULL;
+        const char *cpu = json_string_value(json_object_get(built, "cpu"));
+        if (cpu && spath && (r = vmm_state_cpu_set(spath, cpu)) < 0 && r != -ENOTSUP)
                 return r;
         log_emit(LOG_LEVEL_INFO, ctx, "template %s-%s fetched from the object store in %llu ms (built by %s)", c->name,
                  c->hash, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),

@@ -621,6 +621,9 @@ static int template_hash(const char *name, unsigned memory_mib, char out[HASH_HE
         hash_string(&st, "machine", VMM_MACHINE_REVISION);
         hash_string(&st, "build", TEMPLATE_BUILD_REVISION);
         hash_string(&st, "qemu", qemu_version ? qemu_version : "");
+        /* the accelerator and the CPU its VMs get: a snapshot resumes only
+         * on the same (a KVM and a TCG node may share the templates dir) */
+        hash_string(&st, "cpu", vmm_cpu_id());
         hash_final(&st, out);
         return 0;
 }
@@ -766,14 +769,16 @@ int template_boot_and_save(const struct template_boot *b, char **ret_error) {
         };
         uint64_t t0 = now_monotonic_ns();
         struct vmm *v = NULL;
+        _cleanup_free_ char *vmm_error = NULL;
         pthread_mutex_lock(&tlock);
-        r = shutting_down ? -ECANCELED : vmm_boot(&vc, &v);
+        r = shutting_down ? -ECANCELED : vmm_boot(&vc, &v, &vmm_error);
         if (r >= 0)
                 b->track->vmm = v;
         pthread_mutex_unlock(&tlock);
         if (r < 0) {
                 keep_logs(run_dir, tmp);
-                *ret_error = strdup_printf("template VM did not start: %s (logs in %s)", strerror(-r), tmp);
+                *ret_error = strdup_printf("template VM did not start: %s (logs in %s)", vmm_error ?: strerror(-r),
+                                           tmp);
                 return r;
         }
         bool served = false;
@@ -808,6 +813,8 @@ int template_boot_and_save(const struct template_boot *b, char **ret_error) {
                 r = guestops_rehearse(g, ctx);
         }
         uint64_t t_boot = now_monotonic_ns();
+        /* a guest that did not answer: the VMM's own account of it */
+        _cleanup_free_ char *vmm_why = r < 0 && !start_error ? vmm_failure_reason(v) : NULL;
         /* Disconnect before saving: the snapshot then holds an agent that
          * waits for a host, exactly what a restored sandbox needs. */
         guestconn_free(g);
@@ -842,8 +849,8 @@ int template_boot_and_save(const struct template_boot *b, char **ret_error) {
         }
         if (r < 0) {
                 *ret_error = start_error ? TAKE_PTR(start_error)
-                                         : strdup_printf("%s failed: %s (console: %s/console.log)", step, strerror(-r),
-                                                         tmp);
+                                         : strdup_printf("%s failed: %s%s%s (console: %s/console.log)", step,
+                                                         strerror(-r), vmm_why ? "; " : "", vmm_why ?: "", tmp);
                 return r;
         }
         log_emit(LOG_LEVEL_INFO, ctx, "template VM booted in %llu ms, saved in %llu ms",
@@ -859,10 +866,10 @@ static int write_manifest(const char *tmp, const char *name, const char *hash, u
         struct tm tm;
         gmtime_r(&now, &tm);
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-        json_t *m = json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:I, s:s}", "name", name, "hash", hash, "memory_mib",
-                              (json_int_t) memory_mib, "vcpus", (json_int_t) TEMPLATE_VCPUS, "kernel", kdir_name,
-                              "built_at", when, "build_ms", (json_int_t) build_ms, "qemu",
-                              qemu_version ? qemu_version : "");
+        json_t *m = json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:I, s:s, s:s}", "name", name, "hash", hash,
+                              "memory_mib", (json_int_t) memory_mib, "vcpus", (json_int_t) TEMPLATE_VCPUS, "kernel",
+                              kdir_name, "built_at", when, "build_ms", (json_int_t) build_ms, "qemu",
+                              qemu_version ? qemu_version : "", "cpu", vmm_cpu_id());
         if (!m)
                 return -ENOMEM;
         _cleanup_free_ char *text = json_dumps(m, JSON_INDENT(2));
@@ -1037,12 +1044,22 @@ static struct tentry *entry_get(const char *name) {
         return e;
 }
 
-/* Runs the build of e in this thread (tlock held on entry and return). */
+/* Whether the build in dir is for another CPU than ours (its manifest's
+ * "cpu"): a node of that CPU (a TCG and a KVM node sharing the templates
+ * dir) still uses it. A build that does not say is an older node's. */
+static bool other_cpu(const char *dir) {
+        char path[PATH_BUF];
+        pathf(path, "%s/manifest.json", dir);
+        _cleanup_(json_decrefp) json_t *m = json_load_file(path, 0, NULL);
+        const char *cpu = json_string_value(json_object_get(m, "cpu"));
+        return cpu && strcmp(cpu, vmm_cpu_id()) != 0;
+}
+
 /* Removes TEMPLATES_DIR/NAME-OTHERHASH: builds of this template that the
  * current one supersedes (another guest agent, recipe or QEMU). Running
  * sandboxes do not need them: their rootfs is their own reflink and the RAM
  * file stays alive while QEMU maps it. Nodes sharing a templates dir must
- * therefore run one version. */
+ * therefore run one version; a build for another CPU stays (other_cpu()). */
 static void prune_superseded(const char *name, const char *keep_hash) {
         DIR *d = opendir(tdir);
         if (!d)
@@ -1059,6 +1076,8 @@ static void prune_superseded(const char *name, const char *keep_hash) {
                         continue;
                 char path[PATH_BUF];
                 pathf(path, "%s/%s", tdir, n);
+                if (!is_lock && other_cpu(path))
+                        continue;
                 if (!is_lock)
                         log_info("template=%s removing superseded build %s", name, path);
                 int r = is_lock ? (unlink(path) < 0 ? negative_errno() : 0) : rm_rf(path);

@@ -2,6 +2,7 @@
 #include "vmm.h"
 
 #include <cpuid.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -23,6 +24,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,7 +44,7 @@
 #define LOG_TAIL_BYTES 2048    /* of qemu.log, quoted when QEMU dies early */
 
 
-#define VMM_UID_BASE_DEFAULT 2000000u
+#define VMM_UID_BASE_DEFAULT JAIL_VM_UID_BASE_DEFAULT
 #define VMM_UID_COUNT_DEFAULT 65536u
 
 /* The jail's uid range (vmm_jail_setup), under jail_lock. */
@@ -164,6 +166,76 @@ static int host_tsc_khz_uncached(unsigned long *ret) {
         return 0;
 }
 
+/* ---- the guest's CPU ---- */
+
+#define CPU_XATTR "user.airlock.cpu"
+
+/* Set once by vmm_cpu_setup() at start, before any VM. */
+static char cpu_arg[80] = "max";                /* QEMU's -cpu under KVM */
+static char cpu_id[VMM_CPU_ID_MAX] = "tcg:max"; /* what its saved states need */
+
+int vmm_cpu_setup(enum vmm_accel accel, const char *model) {
+        if (accel == VMM_ACCEL_TCG) {
+                if (model && strcmp(model, "host") != 0 && strcmp(model, "max") != 0)
+                        log_warn("AIRLOCK_CPU_MODEL=%s applies under KVM: TCG's VMs get QEMU's max", model);
+                snprintf(cpu_arg, sizeof cpu_arg, "max");
+                snprintf(cpu_id, sizeof cpu_id, "tcg:max");
+        } else if (!model || strcmp(model, "host") == 0) {
+                char sig[64];
+                int r = host_cpu_signature(sig, sizeof sig);
+                if (r < 0)
+                        return log_error_errno(r, "cannot read the host CPU's vendor, family, model and stepping: %m");
+                snprintf(cpu_arg, sizeof cpu_arg, "host");
+                snprintf(cpu_id, sizeof cpu_id, "kvm:host:%s", sig);
+        } else {
+                if (strlen(model) > 63 || strchr(model, ','))
+                        return log_error_errno(-EINVAL, "AIRLOCK_CPU_MODEL=%s is not a QEMU CPU model", model);
+                /* enforce: a host without every feature of the model is a
+                 * start that fails, not a VM that differs */
+                snprintf(cpu_arg, sizeof cpu_arg, "%s,enforce", model);
+                snprintf(cpu_id, sizeof cpu_id, "kvm:%s", model);
+        }
+        log_info("VM CPU %s (%s)", cpu_id,
+                 accel == VMM_ACCEL_TCG ? "TCG's max"
+                 : strcmp(cpu_arg, "host") == 0 ? "the host's own: snapshots resume on hosts of this CPU"
+                                                : "a named model: snapshots resume on every host that has it");
+        return 0;
+}
+
+const char *vmm_cpu_id(void) {
+        return cpu_id;
+}
+
+int vmm_state_cpu(const char *state_path, char *buf, size_t n) {
+        if (n == 0)
+                return -EINVAL;
+        ssize_t k = getxattr(state_path, CPU_XATTR, buf, n - 1);
+        if (k < 0)
+                return errno == ENODATA || errno == ENOTSUP ? -ENODATA : negative_errno();
+        buf[k] = 0;
+        return 0;
+}
+
+int vmm_state_cpu_set(const char *state_path, const char *cpu) {
+        return setxattr(state_path, CPU_XATTR, cpu, strlen(cpu), 0) < 0 ? negative_errno() : 0;
+}
+
+/* A state saved on another CPU cannot resume here: -EXDEV and why. */
+static int state_cpu_check(const char *state_path, char **ret_error) {
+        char saved[VMM_CPU_ID_MAX];
+        int r = vmm_state_cpu(state_path, saved, sizeof saved);
+        if (r == -ENODATA || (r >= 0 && strcmp(saved, cpu_id) == 0))
+                return 0;
+        if (r < 0)
+                return r;
+        if (ret_error)
+                *ret_error = strdup_printf("its saved state is of a VM with CPU %s and this node's VMs have %s: a "
+                                           "VM's memory and CPU state resume only on the CPU they ran on (the same "
+                                           "AIRLOCK_ACCEL and AIRLOCK_CPU_MODEL, and under host the same CPU model)",
+                                           saved, cpu_id);
+        return -EXDEV;
+}
+
 int vmm_host_tsc_khz(unsigned long *ret) {
         /* Constant while we run; /proc/cpuinfo can take milliseconds to read
          * on big hosts, and every VM start asks. */
@@ -274,7 +346,7 @@ static int build_argv(const struct vmm_config *c, const struct vmm *v, bool inco
             (r = argv_add(a, "-M")) < 0 ||
             (r = argv_add(a, "microvm,x-option-roms=off,rtc=on,memory-backend=mem")) < 0 ||
             (r = argv_add(a, "-accel")) < 0 || (r = argv_add(a, kvm ? "kvm" : "tcg,tb-size=32")) < 0 ||
-            (r = argv_add(a, "-cpu")) < 0 || (r = argv_add(a, kvm ? "host" : "max")) < 0 ||
+            (r = argv_add(a, "-cpu")) < 0 || (r = argv_add(a, kvm ? cpu_arg : "max")) < 0 ||
             (r = argv_add(a, "-m")) < 0 || (r = argv_addf(a, "%u", c->memory_mib)) < 0 ||
             (r = argv_add(a, "-smp")) < 0 || (r = argv_addf(a, "%u", c->vcpus)) < 0 ||
             (r = argv_add(a, "-nodefaults")) < 0 || (r = argv_add(a, "-no-user-config")) < 0 ||
@@ -338,8 +410,8 @@ static void log_cmdline(const struct argv *a, const char *ctx) {
 
 /* ---- process ---- */
 
-/* The last LOG_TAIL_BYTES of qemu.log as one line for an error message. */
-static void log_tail(const char *path, char *out, size_t n) {
+/* The last n - 1 bytes of a log, NUL-terminated, trailing newlines cut. */
+static void log_tail_n(const char *path, char *out, size_t n) {
         out[0] = 0;
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
@@ -347,13 +419,18 @@ static void log_tail(const char *path, char *out, size_t n) {
         off_t size = lseek(fd, 0, SEEK_END);
         if (size < 0)
                 return;
-        size_t want = MIN((size_t) size, MIN((size_t) LOG_TAIL_BYTES, n - 1));
+        size_t want = MIN((size_t) size, n - 1);
         ssize_t k = pread(fd, out, want, size - (off_t) want);
         if (k < 0)
                 return;
         out[k] = 0;
         while (k > 0 && (out[k - 1] == '\n' || out[k - 1] == '\r'))
                 out[--k] = 0;
+}
+
+/* The last LOG_TAIL_BYTES of qemu.log for the node's log. */
+static void log_tail(const char *path, char *out, size_t n) {
+        log_tail_n(path, out, MIN(n, (size_t) LOG_TAIL_BYTES + 1));
 }
 
 static int pidfd_open_(pid_t pid) {
@@ -398,6 +475,70 @@ static int fail_exited(struct vmm *v, const char *when) {
         log_emit(LOG_LEVEL_ERROR, v->log_ctx, "qemu exited during %s; qemu.log ends with: %s", when,
                  tail[0] ? tail : "(nothing)");
         return -ECHILD;
+}
+
+/* QEMU's last words in run_dir/qemu.log for a client: its last lines that
+ * say something (at most QEMU_WORDS_MAX bytes), joined by "; ", without
+ * the register dump QEMU adds to a vCPU's failure ("RAX=...", "CS =...",
+ * "Code=..."); "" when it wrote none. */
+#define QEMU_WORDS_MAX 600
+#define QEMU_LOG_SCAN 8192 /* a register dump is 2-3 KiB: the failure is above it */
+static bool is_dump_line(const char *l, size_t len) {
+        size_t k = 0;
+        while (k < len && k < 7 && (isalnum((unsigned char) l[k]) || l[k] == ' '))
+                k++;
+        return k >= 2 && k < len && l[k] == '=';
+}
+
+static void qemu_last_words(const char *run_dir, char *out, size_t n) {
+        char path[PATH_MAX];
+        out[0] = 0;
+        if (n == 0 || snprintf(path, sizeof path, "%s/qemu.log", run_dir) >= (int) sizeof path)
+                return;
+        _cleanup_free_ char *tail = malloc(QEMU_LOG_SCAN + 1);
+        if (!tail)
+                return;
+        log_tail_n(path, tail, QEMU_LOG_SCAN + 1);
+        /* the lines that say something, newest last, within QEMU_WORDS_MAX */
+        const char *keep[64];
+        size_t lens[64], nk = 0, total = 0;
+        for (char *e = tail + strlen(tail); e > tail && nk < ARRAY_SIZE(keep);) {
+                char *b = e;
+                while (b > tail && b[-1] != '\n')
+                        b--;
+                size_t len = (size_t) (e - b);
+                while (len > 0 && (b[len - 1] == '\r' || b[len - 1] == ' '))
+                        len--;
+                if (len > 0 && !is_dump_line(b, len)) {
+                        if (total + len + 2 > QEMU_WORDS_MAX)
+                                break;
+                        keep[nk] = b;
+                        lens[nk++] = len;
+                        total += len + 2;
+                }
+                e = b > tail ? b - 1 : tail;
+        }
+        size_t k = 0;
+        for (size_t i = nk; i-- > 0 && k + 3 < n;) {
+                for (size_t j = 0; j < lens[i] && k + 3 < n; j++)
+                        out[k++] = keep[i][j] == '\t' ? ' ' : keep[i][j];
+                if (i > 0 && k + 3 < n) {
+                        out[k++] = ';';
+                        out[k++] = ' ';
+                }
+        }
+        out[k] = 0;
+}
+
+/* A line for the client after a VM start or restore failed with r at
+ * step: QEMU's own words where it left any. */
+static char *failure_line(const struct vmm_config *c, const char *step, int r) {
+        char words[QEMU_WORDS_MAX + 8];
+        qemu_last_words(c->run_dir, words, sizeof words);
+        if (r == -ECHILD)
+                return strdup_printf("QEMU exited while %s%s%s", step, words[0] ? ": " : " without a word",
+                                     words);
+        return strdup_printf("%s failed: %s%s%s", step, strerror(-r), words[0] ? "; QEMU's log ends: " : "", words);
 }
 
 /* ---- the jail: uids, cgroup limits, the template RAM, the spec ---- */
@@ -1461,12 +1602,15 @@ static int wait_migration(struct vmm *v, const char *what) {
         return wait_migration_info(v, what, NULL);
 }
 
-int vmm_boot(const struct vmm_config *c, struct vmm **ret) {
+int vmm_boot(const struct vmm_config *c, struct vmm **ret, char **ret_error) {
         uint64_t t0 = now_monotonic_ns();
         struct vmm *v;
         int r = vmm_start(c, false, &v);
-        if (r < 0)
+        if (r < 0) {
+                if (ret_error && c && c->run_dir)
+                        *ret_error = failure_line(c, "starting QEMU", r);
                 return r;
+        }
         log_emit(LOG_LEVEL_INFO, v->log_ctx, "vm booting pid=%d accel=%s mem=%uMiB ms=%llu", (int) v->pid,
                  vmm_accel_name(v->accel), c->memory_mib,
                  (unsigned long long) ((now_monotonic_ns() - t0) / 1000000));
@@ -1510,23 +1654,41 @@ static int restore_state(struct vmm *v, int fd, bool ignore_shared) {
         return r < 0 ? qmp_failed(v, r, "cont") : 0;
 }
 
-int vmm_restore(const struct vmm_config *c, const char *state_path, struct vmm **ret) {
+int vmm_restore(const struct vmm_config *c, const char *state_path, struct vmm **ret, char **ret_error) {
         uint64_t t0 = now_monotonic_ns();
-        if (!c || !state_path)
+        if (!c || !state_path || !c->run_dir)
                 return -EINVAL;
         /* Open first: a missing snapshot should not cost a QEMU start. */
         _cleanup_close_ int fd = open(state_path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return log_errno(LOG_LEVEL_ERROR, negative_errno(), c->log_ctx, "failed to open %s: %m", state_path);
+        if (fd < 0) {
+                int r = log_errno(LOG_LEVEL_ERROR, negative_errno(), c->log_ctx, "failed to open %s: %m", state_path);
+                if (ret_error)
+                        *ret_error = strdup_printf("cannot open the saved state: %s", strerror(-r));
+                return r;
+        }
+        int r = state_cpu_check(state_path, ret_error);
+        if (r < 0) {
+                log_emit(LOG_LEVEL_ERROR, c->log_ctx, "not restoring %s: %s", state_path,
+                         ret_error && *ret_error ? *ret_error : strerror(-r));
+                return r;
+        }
 
         struct vmm *v;
-        int r = vmm_start(c, true, &v);
-        if (r < 0)
+        r = vmm_start(c, true, &v);
+        if (r < 0) {
+                if (ret_error)
+                        *ret_error = failure_line(c, "starting QEMU", r);
                 return r;
+        }
         uint64_t t1 = now_monotonic_ns();
         r = restore_state(v, fd, !c->mem_anonymous);
         if (r < 0) {
+                /* QEMU quits when an incoming stream fails: its words first */
+                if (r != -ECHILD && process_exits_within(v, 500))
+                        r = -ECHILD;
                 vmm_destroy(v);
+                if (ret_error)
+                        *ret_error = failure_line(c, "loading the saved state", r);
                 return r;
         }
         uint64_t t2 = now_monotonic_ns();
@@ -1561,6 +1723,11 @@ static int save_state(struct vmm *v, int fd) {
  * synced and renamed from tmp to path; otherwise, or when that fails, tmp
  * is removed. Returns r or the failure. */
 static int state_file_finish(struct vmm *v, int fd, const char *tmp, const char *path, int r) {
+        /* the CPU it needs, with it from the start (a file system without
+         * xattrs keeps it untagged: restored as before) */
+        if (r >= 0 && fsetxattr(fd, CPU_XATTR, cpu_id, strlen(cpu_id), 0) < 0 && errno != ENOTSUP)
+                log_errno(LOG_LEVEL_WARN, negative_errno(), v->log_ctx, "cannot tag %s with its CPU %s: %m", path,
+                          cpu_id);
         if (r >= 0 && (fsync(fd) < 0 || rename(tmp, path) < 0))
                 r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "failed to store %s: %m", path);
         if (r < 0)
@@ -1788,6 +1955,75 @@ static void vmm_strand(struct vmm *v) {
         if (v->pidfd >= 0)
                 close(v->pidfd);
         vmm_free(v);
+}
+
+/* qemu_last_words() of a running (or ended) VM: its log is run_dir/qemu.log. */
+static void vm_last_words(const struct vmm *v, char *out, size_t n) {
+        out[0] = 0;
+        const char *slash = v->log_path ? strrchr(v->log_path, '/') : NULL;
+        char dir[PATH_MAX];
+        if (slash && (size_t) (slash - v->log_path) < sizeof dir) {
+                memcpy(dir, v->log_path, (size_t) (slash - v->log_path));
+                dir[slash - v->log_path] = 0;
+                qemu_last_words(dir, out, n);
+        }
+}
+
+/* Run states in which the vCPUs will not run again without a reset. */
+static bool state_is_dead(const char *st) {
+        static const char *const dead[] = { "internal-error", "guest-panicked", "shutdown" };
+        for (size_t i = 0; i < ARRAY_SIZE(dead); i++)
+                if (strcmp(st, dead[i]) == 0)
+                        return true;
+        return false;
+}
+
+char *vmm_stopped_reason(struct vmm *v) {
+        if (!v || !v->qmp)
+                return NULL;
+        _cleanup_(json_decrefp) json_t *st = NULL;
+        if (qmp_execute(v->qmp, "query-status", NULL, QMP_CMD_MS, &st) < 0)
+                return NULL;
+        const char *status = json_string_value(json_object_get(st, "status"));
+        if (!status || !state_is_dead(status))
+                return NULL;
+        char words[QEMU_WORDS_MAX + 8];
+        vm_last_words(v, words, sizeof words);
+        return strdup_printf("the VM's vCPUs stopped: QEMU run state %s%s%s", status, words[0] ? "; QEMU said: " : "",
+                             words);
+}
+
+char *vmm_failure_reason(struct vmm *v) {
+        if (!v)
+                return NULL;
+        if (process_exits_within(v, 300)) {
+                char words[QEMU_WORDS_MAX + 8];
+                vm_last_words(v, words, sizeof words);
+                return strdup_printf("QEMU exited%s%s", words[0] ? ": " : "", words);
+        }
+        return vmm_stopped_reason(v);
+}
+
+bool vmm_events_stop(struct vmm *v) {
+        if (!v || !v->qmp)
+                return false;
+        uint64_t before = qmp_event_count(v->qmp);
+        int n = qmp_read_events(v->qmp);
+        if (n < 0)
+                return false; /* a broken QMP connection: QEMU's exit shows on its pidfd */
+        uint64_t got = qmp_event_count(v->qmp) - before;
+        if (got > QMP_EVENT_RING)
+                return true; /* more than the ring remembers: ask */
+        for (uint64_t i = 0; i < got; i++) {
+                const char *e = qmp_event_recent(v->qmp, (size_t) i);
+                if (e && (strcmp(e, "STOP") == 0 || strcmp(e, "GUEST_PANICKED") == 0 || strcmp(e, "SHUTDOWN") == 0))
+                        return true;
+        }
+        return false;
+}
+
+int vmm_event_fd(const struct vmm *v) {
+        return v && v->qmp ? qmp_fd(v->qmp) : -1;
 }
 
 void vmm_destroy(struct vmm *v) {

@@ -46,6 +46,26 @@ enum vmm_accel {
 int vmm_accel_pick(const char *want, enum vmm_accel *ret, char *reason, size_t n);
 const char *vmm_accel_name(enum vmm_accel a);
 
+/*
+ * The CPU the node's VMs get, set once at start: under TCG QEMU's "max"
+ * (the same on every host: what TCG emulates), under KVM "host" (the
+ * host's own CPU) or a named QEMU model (AIRLOCK_CPU_MODEL, with
+ * "enforce": QEMU refuses to start on a host that lacks a feature of it).
+ * Its id says what a VM's saved state needs to resume: "tcg:max",
+ * "kvm:host:AuthenticAMD-25-1-1" (host_cpu_signature()) or
+ * "kvm:EPYC-Rome-v2". Every state file the node saves is tagged with it
+ * (vmm_state_cpu()), and a restore of a state tagged with another is
+ * refused with the reason; templates are built per id.
+ */
+#define VMM_CPU_ID_MAX 96
+int vmm_cpu_setup(enum vmm_accel accel, const char *model);
+const char *vmm_cpu_id(void);
+/* The id a state file was saved on: -ENODATA when it has none (saved by an
+ * older node, or a file system without xattrs: restored as before). */
+int vmm_state_cpu(const char *state_path, char *buf, size_t n);
+/* Tags state_path with the CPU id cpu (a downloaded one: its manifest's). */
+int vmm_state_cpu_set(const char *state_path, const char *cpu);
+
 /* Host TSC frequency in kHz for the guest's tsc_early_khz= (TCG boots hang
  * without it under load, see ARCHITECTURE.md). */
 int vmm_host_tsc_khz(unsigned long *ret);
@@ -125,14 +145,37 @@ int vmm_net_connect(const struct vmm *v, uint16_t port, int *ret_fd);
 
 /* Starts a fresh VM that boots the kernel. Returns once QMP is connected and
  * the VM runs (the guest is still booting: connect the guest channel and wait
- * for the agent's HELLO). */
-int vmm_boot(const struct vmm_config *c, struct vmm **ret);
+ * for the agent's HELLO). On failure *ret_error (may be NULL) says what
+ * failed in a line, in QEMU's own words where it left any in qemu.log
+ * ("QEMU exited: ...: -accel kvm: failed to initialize kvm: Permission
+ * denied"); free it. */
+int vmm_boot(const struct vmm_config *c, struct vmm **ret, char **ret_error);
 
 /* Starts QEMU with -incoming defer on c->mem_path (share=off), feeds
  * state_path to migrate-incoming through an fd passed with getfd (no `cat`
  * child), waits for completion and sends `cont`. On return the vCPUs run.
  * With c->mem_anonymous the state is a full snapshot (vmm_snapshot()). */
-int vmm_restore(const struct vmm_config *c, const char *state_path, struct vmm **ret);
+/* A state saved on another CPU (vmm_state_cpu()) is -EXDEV, before QEMU
+ * starts. *ret_error as for vmm_boot(). */
+int vmm_restore(const struct vmm_config *c, const char *state_path, struct vmm **ret, char **ret_error);
+
+/* Why a running VM's vCPUs stopped for good while QEMU lives on: its run
+ * state is internal-error (KVM could not run a vCPU: "KVM internal error",
+ * "kvm run failed"), guest-panicked or shutdown. A line with the state and
+ * qemu.log's tail; NULL while it runs or is paused (free it). Asks QEMU
+ * over QMP: call it from the thread that owns v. */
+char *vmm_stopped_reason(struct vmm *v);
+/* What went wrong with a VM whose guest did not answer: QEMU exited (its
+ * last words in qemu.log), or its vCPUs stopped for good
+ * (vmm_stopped_reason()); NULL when it runs as it should (free it). From
+ * the owner's thread. */
+char *vmm_failure_reason(struct vmm *v);
+/* Reads the QMP events QEMU sent since the last command (none waits):
+ * true when one may have changed the run state (STOP, GUEST_PANICKED,
+ * SHUTDOWN): then ask vmm_stopped_reason(). From the owner's thread. */
+bool vmm_events_stop(struct vmm *v);
+/* The fd that is readable when QEMU sent an event (QMP), for poll(). */
+int vmm_event_fd(const struct vmm *v);
 
 /* What vmm_snapshot() measured. */
 struct vmm_snapshot_stats {

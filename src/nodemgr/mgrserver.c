@@ -32,7 +32,7 @@
 #include "util.h"
 #include "vmnet.h"
 
-#define VM_UID_BASE_DEFAULT 2000000u
+#define VM_UID_BASE_DEFAULT JAIL_VM_UID_BASE_DEFAULT
 #define VM_UIDS 65536u            /* NODE_VMM_UIDS */
 #define REQUEST_TIMEOUT_MS 5000   /* a client that does not send its request in time is dropped */
 

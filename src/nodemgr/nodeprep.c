@@ -17,12 +17,13 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "jail.h"
 #include "macros.h"
 #include "mgrserver.h"
 #include "privsep.h"
 #include "util.h"
 
-#define VM_UID_BASE_DEFAULT 2000000u
+#define VM_UID_BASE_DEFAULT JAIL_VM_UID_BASE_DEFAULT
 #define VM_UIDS 65536u
 #define HAND_OVER_DEPTH 16
 
