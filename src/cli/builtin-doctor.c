@@ -138,9 +138,10 @@ void doctor_health_items(long status, const json_t *body, struct doctor_report *
         if (status == 200 && json_is_object(body)) {
                 const char *accel = json_string_value(json_object_get(body, "accel"));
                 const char *why = json_string_value(json_object_get(body, "accel_reason"));
+                const char *cpu = json_string_value(json_object_get(body, "cpu"));
                 /* TCG is the accel line's business: it says why and what to do */
-                item_set(node, DOCTOR_OK, NULL, "reachable; accel %s%s%s%s", accel ? accel : "?",
-                         why ? " (" : "", why ? why : "", why ? ")" : "");
+                item_set(node, DOCTOR_OK, NULL, "reachable; accel %s%s%s%s%s%s", accel ? accel : "?",
+                         why ? " (" : "", why ? why : "", why ? ")" : "", cpu ? "; VM CPU " : "", cpu ? cpu : "");
         } else if (status == 503 && json_is_array(templates))
                 item_set(node, DOCTOR_OK, NULL, "reachable (its default templates are not ready yet)");
         else if (status == 503)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "check.h"
 #include "host.h"
+#include "jail.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -473,11 +474,21 @@ static void check_user(const struct daemon_config *c, bool airlockd_answers, str
         }
 }
 
-static void check_accel(const struct daemon_config *c, struct check_result *res) {
+/* The first VM uid (AIRLOCK_VMM_UID_BASE, as airlock-nodemgr reads it). */
+static uid_t vm_uid_base(void) {
+        const char *s = getenv("AIRLOCK_VMM_UID_BASE");
+        uint64_t v;
+        if (s && *s && parse_u64(s, UINT32_MAX - 65536, &v) >= 0 && v >= 1000)
+                return (uid_t) v;
+        return JAIL_VM_UID_BASE_DEFAULT;
+}
+
+/* Returns whether the node will run its VMs under KVM. */
+static bool check_accel(const struct daemon_config *c, struct check_result *res) {
         if (strcmp(c->accel, "tcg") == 0) {
                 set(res, CHECK_OK,
                     "tcg (AIRLOCK_ACCEL=tcg): software emulation, every feature works, slower");
-                return;
+                return false;
         }
         bool want_kvm = strcmp(c->accel, "kvm") == 0;
         enum check_status bad = want_kvm ? CHECK_ERROR : CHECK_WARN;
@@ -490,7 +501,7 @@ static void check_accel(const struct daemon_config *c, struct check_result *res)
         if (r < 0) {
                 set(res, bad, "%s: cannot read /proc/cpuinfo: %s", as, strerror(-r));
                 fix(res, "mount /proc%s", then);
-                return;
+                return false;
         }
         if (!host_cpu_has_virt(info)) {
                 set(res, bad, "%s: the cpu has no vmx/svm flag", as);
@@ -498,10 +509,11 @@ static void check_accel(const struct daemon_config *c, struct check_result *res)
                     "enable VT-x/AMD-V in the firmware, or nested virtualisation when this machine is a "
                     "VM%s",
                     then);
-                return;
+                return false;
         }
-        /* as airlock-nodemgr probes it for the node: as root (each VMM
-         * gets the device in its jail with its group) */
+        /* as airlock-nodemgr probes it for the node: root opens it, then
+         * a process of a VM's uid alone opens a node of its own (the
+         * jail's) and creates a VM */
         char why[256];
         if (!host_kvm_usable(why, sizeof why)) {
                 int e = access("/dev/kvm", F_OK) < 0 ? errno : 0;
@@ -513,10 +525,82 @@ static void check_accel(const struct daemon_config *c, struct check_result *res)
                             then);
                 else
                         fix(res, "check dmesg for kvm errors (another hypervisor holding VT-x?)%s", then);
+                return false;
+        }
+        if (geteuid() != 0) {
+                set(res, bad == CHECK_ERROR ? CHECK_ERROR : CHECK_WARN,
+                    "kvm for root, but not checked for the VMs' uids (the check is not root)");
+                fix(res, "run the check as root, as airlockd starts");
+                return false;
+        }
+        uid_t vm = vm_uid_base();
+        const char *probe_fix = NULL;
+        if (jail_kvm_probe(vm, vm, why, sizeof why, &probe_fix) < 0) {
+                set(res, bad, "%s: the cpu has vmx/svm and /dev/kvm opens for root, but %s", as, why);
+                fix(res, "%s%s", probe_fix, then);
+                return false;
+        }
+        set(res, CHECK_OK, "kvm (%s): the cpu has vmx/svm; %s", want_kvm ? "AIRLOCK_ACCEL=kvm" : "auto", why);
+        return true;
+}
+
+/* `qemu-system-x86_64 -cpu help` (QEMU 7.2: about 12 KiB) */
+#define CPU_HELP_MAX (64u << 10)
+
+/* The VMs' CPU under KVM: host (snapshots resume on hosts of this CPU), or
+ * a named model QEMU knows ("enforce": a host without one of its features
+ * refuses to start the VM). */
+static void check_cpu_model(const struct daemon_config *c, bool kvm, struct check_result *res) {
+        if (!kvm) {
+                set(res, CHECK_OK, "tcg: the VMs get QEMU's max CPU (snapshots resume on every TCG node)%s",
+                    strcmp(c->cpu_model, "host") != 0 ? "; AIRLOCK_CPU_MODEL applies under KVM" : "");
                 return;
         }
-        set(res, CHECK_OK, "kvm (%s): the cpu has vmx/svm and /dev/kvm opens",
-            want_kvm ? "AIRLOCK_ACCEL=kvm" : "auto");
+        if (strcmp(c->cpu_model, "host") == 0) {
+                char sig[64];
+                int r = host_cpu_signature(sig, sizeof sig);
+                if (r < 0) {
+                        set(res, CHECK_ERROR, "host: cannot read this CPU's vendor, family, model and stepping: %s",
+                            strerror(-r));
+                        fix(res, "mount /proc; or set AIRLOCK_CPU_MODEL to a QEMU CPU model");
+                        return;
+                }
+                set(res, CHECK_OK,
+                    "host (%s): full speed; suspended and full snapshots resume on hosts of this CPU alone (in a "
+                    "cluster of unlike nodes, AIRLOCK_CPU_MODEL=a QEMU model every node has)",
+                    sig);
+                return;
+        }
+        char bin[PATH_MAX];
+        _cleanup_free_ char *out = malloc(CPU_HELP_MAX);
+        if (!out) {
+                set(res, CHECK_ERROR, "out of memory");
+                return;
+        }
+        int r = find_program(c->qemu_binary, bin, sizeof bin);
+        if (r >= 0)
+                r = run_capture((char *const[]){ bin, (char *) "-cpu", (char *) "help", NULL }, out, CPU_HELP_MAX,
+                                QEMU_VERSION_TIMEOUT_MS);
+        if (r < 0) {
+                set(res, CHECK_WARN, "%s: cannot ask %s for its CPU models: %s", c->cpu_model, c->qemu_binary,
+                    strerror(-r));
+                return;
+        }
+        /* "x86 NAME   description" lines */
+        bool known = false;
+        size_t len = strlen(c->cpu_model);
+        for (const char *p = out; p && *p && !known; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+                known = strncmp(p, "x86 ", 4) == 0 && strncmp(p + 4, c->cpu_model, len) == 0 &&
+                        (p[4 + len] == ' ' || p[4 + len] == '\n' || p[4 + len] == 0);
+        if (!known) {
+                set(res, CHECK_ERROR, "AIRLOCK_CPU_MODEL=%s is not a CPU model of %s", c->cpu_model, c->qemu_binary);
+                fix(res, "pick one of `%s -cpu help` (one every node of the cluster has), or host", c->qemu_binary);
+                return;
+        }
+        set(res, CHECK_OK,
+            "%s: snapshots resume on every node that runs this model (a host without one of its features refuses "
+            "to start VMs: QEMU's enforce)",
+            c->cpu_model);
 }
 
 /* A real FICLONE between two unnamed files of dir: 1 works, 0 not, <0 could
@@ -1013,7 +1097,8 @@ void check_host(const struct daemon_config *c, struct check_report *rep) {
         struct check_result api = { .item = "api" };
         bool answers = check_api(c, &api);
         check_user(c, answers, add(rep, "user"));
-        check_accel(c, add(rep, "accel"));
+        bool kvm = check_accel(c, add(rep, "accel"));
+        check_cpu_model(c, kvm, add(rep, "cpu"));
         check_storage(c, add(rep, "storage"));
         check_cgroups(add(rep, "cgroups"));
         check_namespaces(add(rep, "namespaces"));
@@ -1081,7 +1166,13 @@ int check_startup(const struct daemon_config *c, FILE *err) {
         }
         if (c->spawn_node) {
                 res = (struct check_result){ .item = "accel" };
-                check_accel(c, &res); /* an error only when kvm is asked for */
+                bool kvm = check_accel(c, &res); /* an error only when kvm is asked for */
+                if (res.status == CHECK_ERROR) {
+                        say(err, &res);
+                        failed = true;
+                }
+                res = (struct check_result){ .item = "cpu" };
+                check_cpu_model(c, kvm, &res); /* an error: a model QEMU does not have */
                 if (res.status == CHECK_ERROR) {
                         say(err, &res);
                         failed = true;

@@ -307,6 +307,11 @@ static int apply(struct daemon_config *c, int opt, const char *val, const char *
                         return fail(errbuf, errlen, "%s: must be auto, kvm or tcg", origin);
                 (void) set_str(c->accel, sizeof c->accel, val);
                 return 0;
+        case 'u':
+                if (set_str(c->cpu_model, sizeof c->cpu_model, val) < 0 || !*val ||
+                    strspn(val, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(val))
+                        return fail(errbuf, errlen, "%s: must be host or a QEMU CPU model name", origin);
+                return 0;
         case 'c':
                 if (set_str(c->cluster_listen, sizeof c->cluster_listen, val) < 0 || !cluster_address_valid(val))
                         return fail(errbuf, errlen, "%s: must be HOST:PORT", origin);
@@ -403,6 +408,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
         (void) set_str(c.node_binary, sizeof c.node_binary, AIRLOCK_BUILD_DIR "/src/node/airlock-node");
         (void) set_str(c.qemu_binary, sizeof c.qemu_binary, "qemu-system-x86_64");
         (void) set_str(c.accel, sizeof c.accel, "auto");
+        (void) set_str(c.cpu_model, sizeof c.cpu_model, "host");
         r = parse_e2b_templates(&c, DEFAULT_E2B_TEMPLATES, "default", errbuf, errlen);
         if (r < 0)
                 return r;
@@ -424,6 +430,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 {"AIRLOCK_NODE_LOST_AFTER_S", 'x'}, {"AIRLOCK_KMS_DIR", 'W'},
                 {"AIRLOCK_PKCS11_MODULE", 'Y'},   {"AIRLOCK_PKCS11_TOKEN", 'Z'},
                 {"AIRLOCK_PKCS11_PIN_FILE", 'U'}, {"AIRLOCK_CONSOLE_DIR", 'G'},
+                {"AIRLOCK_CPU_MODEL", 'u'},
         };
         for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
                 const char *v = getenv(envs[i].name);
@@ -555,7 +562,7 @@ void config_print(const struct daemon_config *c, FILE *f) {
         fprintf(f, "console_dir=%s\n", c->console_dir);
         fprintf(f, "pkcs11=%s%s%s\n", c->pkcs11_module[0] ? c->pkcs11_module : "(none)",
                 c->pkcs11_token[0] ? " token " : "", c->pkcs11_token);
-        fprintf(f, "qemu=%s\naccel=%s\n", c->qemu_binary, c->accel);
+        fprintf(f, "qemu=%s\naccel=%s\ncpu_model=%s\n", c->qemu_binary, c->accel, c->cpu_model);
         fprintf(f, "network_default=%s\n", netpolicy_mode_to_string(c->network_default));
         fprintf(f, "e2b_templates=");
         for (size_t i = 0; i < c->n_e2b_templates; i++)

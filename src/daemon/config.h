@@ -63,6 +63,7 @@ struct daemon_config {
          * reads them from the environment itself */
         char qemu_binary[CONFIG_PATH_MAX]; /* AIRLOCK_QEMU, default qemu-system-x86_64 (on PATH) */
         char accel[16];                    /* AIRLOCK_ACCEL: auto, kvm or tcg */
+        char cpu_model[64];                /* AIRLOCK_CPU_MODEL: host or a QEMU CPU model (KVM) */
 
         /* limits */
         uint64_t max_json_body;   /* bytes of one JSON request body */

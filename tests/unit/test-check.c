@@ -64,6 +64,16 @@ static void test_cpuinfo(void **state) {
         assert_false(host_cpu_has_virt("model name\t: vmx svm\nflags\t\t: fpu sse\n"));
         assert_false(host_cpu_has_virt("flagsy\t: vmx\n"));
         assert_false(host_cpu_has_virt(""));
+        /* a key is the whole key: "model" is not "model name" */
+        const char *v;
+        size_t len;
+        const char *info = "cpu family\t: 25\nmodel name\t: AMD EPYC 7B13\nmodel\t\t: 1\n";
+        assert_true(host_cpuinfo_field(info, "model", &v, &len));
+        assert_int_equal(len, 1);
+        assert_memory_equal(v, "1", 1);
+        assert_true(host_cpuinfo_field(info, "model name", &v, &len));
+        assert_int_equal(len, 13);
+        assert_false(host_cpuinfo_field(info, "stepping", &v, &len));
 }
 
 static void test_words(void **state) {
@@ -263,8 +273,8 @@ static void test_host(void **state) {
         assert_int_equal(config_load(5, argv, &c, err, sizeof err), 0);
         struct check_report rep;
         check_host(&c, &rep);
-        static const char *const items[] = { "user", "accel", "storage", "cgroups",  "namespaces",
-                                             "qemu", "space", "format",  "binaries", "api" };
+        static const char *const items[] = { "user",       "accel", "cpu",   "storage",  "cgroups",
+                                             "namespaces", "qemu",  "space", "format",   "binaries", "api" };
         assert_int_equal(rep.n, sizeof items / sizeof items[0]);
         for (size_t i = 0; i < rep.n; i++) {
                 assert_string_equal(rep.r[i].item, items[i]);
@@ -284,7 +294,7 @@ static void test_host(void **state) {
         json_t *j = check_report_json(&rep2);
         assert_non_null(j);
         assert_non_null(
-                strstr(json_string_value(json_object_get(json_array_get(j, 7), "detail")), "test-check-?-"));
+                strstr(json_string_value(json_object_get(json_array_get(j, 8), "detail")), "test-check-?-"));
         json_decref(j);
         assert_int_equal(rmdir(odd), 0);
 
