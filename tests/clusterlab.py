@@ -1051,7 +1051,8 @@ class Worker:
     gateway unprivileged), its data dir on the test volume, the run's
     shared templates, a VM uid range of its own."""
 
-    def __init__(self, lab, name, netns, index, join, token_file, labels=None, objstore=None):
+    def __init__(self, lab, name, netns, index, join, token_file, labels=None, objstore=None, accel=None,
+                 prebuild="minimal"):
         h = _harness()
         self.lab, self.name, self.netns = lab, name, netns
         self.data_dir = h.volume_tempdir(f"airlock-{name}-")
@@ -1060,7 +1061,9 @@ class Worker:
                      "--join-token-file", token_file, "--data-dir", self.data_dir,
                      "--vmm-uid-base", str(2200000 + index * 65536), "--node-name", name,
                      "--cluster-listen", "0.0.0.0:7421", "--advertise", f"{netns.addr}:7421",
-                     "--prebuild", "minimal", "--pool-size", "0", "--log-level", "debug"]
+                     "--prebuild", prebuild, "--pool-size", "0", "--log-level", "debug"]
+        if accel:  # a node that must run TCG on a KVM host (the KVM tier's mixed cluster)
+            self.argv += ["--accel", accel]
         if labels:
             self.argv += ["--labels", labels]
         if isinstance(objstore, str):  # shared with other workers: a wake may happen on any

@@ -14,6 +14,9 @@
 #                                over virtiofs, read-only, under a tmpfs overlay
 #   KIT_DIR/guest-kernel/        images/kernel.sh's output for the guests
 #                                (the templates' kernel-HASH, seeded into L1)
+#   KIT_DIR/vcpu_fault.ko        tests/kvm/vcpu-fault/ built against the guest
+#                                kernel's headers (the same version's Debian
+#                                packages): a guest module KVM cannot emulate
 #   KIT_DIR/stamp                what it was made from; unchanged inputs make
 #                                nothing again
 # Needs AIRLOCK_APT_CACHE (images/kernel.sh keeps the .deb there).
@@ -31,6 +34,7 @@ need busybox busybox-static
 need cpio
 need depmod kmod
 need gzip
+need make make
 
 # The modules that mount L1's root, in load order (deps first).
 STAGE1_MODULES="virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci fuse virtiofs overlay"
@@ -41,7 +45,8 @@ pin=$(cat "$KIT/guest-kernel/kernel.version")
 deb=$AIRLOCK_APT_CACHE/${pin%%=*}_${pin#*=}_amd64.deb
 [ -s "$deb" ] || die "$deb is missing (images/kernel.sh should have kept it)"
 
-stamp="$pin $(cat "$HERE/l1-kit.sh" "$HERE/l1-init" "$(command -v busybox)" | sha256sum | cut -c1-32)"
+stamp="$pin $(cat "$HERE/l1-kit.sh" "$HERE/l1-init" "$(command -v busybox)" "$HERE"/vcpu-fault/* |
+	sha256sum | cut -c1-32)"
 if [ -f "$KIT/stamp" ] && [ "$(cat "$KIT/stamp")" = "$stamp" ] && [ -f "$KIT/initramfs.cpio.gz" ]; then
 	log "$KIT is up to date ($pin)"
 	exit 0
@@ -84,9 +89,33 @@ for m in $STAGE1_MODULES; do
 done
 (cd "$ird" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0) | gzip -1 >"$TMP/out/initramfs.cpio.gz" ||
 	die "cpio failed"
+
+# the guest module, against the headers of the guest kernel's version: the
+# flavour's package (its .config and Module.symvers), the common sources
+# and kbuild, unpacked here (their Makefile names /usr/src: pointed here)
+ver=${pin#*=}
+common=linux-headers-${release%-*-*}-common
+kbuild=linux-kbuild-${release%%.*}.$(echo "$release" | cut -d. -f2)
+mkdir -p "$TMP/hdr"
+for p in "linux-headers-$release" "$common" "$kbuild"; do
+	cached=$AIRLOCK_APT_CACHE/${p}_${ver}_$( [ "$p" = "$common" ] && echo all || echo amd64).deb
+	if [ ! -s "$cached" ]; then
+		(cd "$TMP/hdr" && apt-get -q download -o APT::Sandbox::User=root "$p=$ver") >&2 ||
+			die "apt-get download $p=$ver failed (the guest kernel's headers, for tests/kvm/vcpu-fault)"
+		mv "$TMP"/hdr/"${p}"_*.deb "$cached"
+	fi
+	dpkg-deb -x "$cached" "$TMP/hdr/root" || die "cannot extract $cached"
+done
+flavour=$TMP/hdr/root/usr/src/linux-headers-$release
+[ -f "$flavour/Makefile" ] || die "linux-headers-$release has no Makefile"
+sed -i "s|^include /usr/src/|include $TMP/hdr/root/usr/src/|" "$flavour/Makefile"
+cp "$HERE/vcpu-fault/vcpu_fault.c" "$HERE/vcpu-fault/Kbuild" "$TMP/hdr/"
+make -s -C "$flavour" M="$TMP/hdr" modules >"$TMP/hdr/make.log" 2>&1 ||
+	die "building tests/kvm/vcpu-fault failed: $(tail -n 5 "$TMP/hdr/make.log")"
+cp "$TMP/hdr/vcpu_fault.ko" "$TMP/out/vcpu_fault.ko"
 echo "$stamp" >"$TMP/out/stamp"
 
-rm -rf "$KIT/vmlinuz" "$KIT/modules" "$KIT/initramfs.cpio.gz" "$KIT/stamp"
-mv "$TMP/out/vmlinuz" "$TMP/out/modules" "$TMP/out/initramfs.cpio.gz" "$KIT/"
+rm -rf "$KIT/vmlinuz" "$KIT/modules" "$KIT/initramfs.cpio.gz" "$KIT/vcpu_fault.ko" "$KIT/stamp"
+mv "$TMP/out/vmlinuz" "$TMP/out/modules" "$TMP/out/initramfs.cpio.gz" "$TMP/out/vcpu_fault.ko" "$KIT/"
 mv "$TMP/out/stamp" "$KIT/stamp"
 log "L1 kit in $KIT: $release, $(stat -c %s "$KIT/initramfs.cpio.gz") bytes of initramfs"

@@ -34,6 +34,11 @@ for m in virtio_blk btrfs tun loop veth; do
 done
 mount /dev/vda /l1/vol || fail "cannot mount the run's disk /dev/vda"
 say "ready: $(ls -l /dev/kvm)"
+# what runs, every 30 s, for whoever looks into a run that hangs
+(while sleep 30; do
+	{ echo "--- uptime $(cut -d' ' -f1 /proc/uptime) s"; ps -eo pid,etimes,stat,wchan:24,args --sort=pid; } \
+		>/l1/out/ps.tmp 2>&1 && mv /l1/out/ps.tmp /l1/out/ps.log
+done) &
 (cd /l1/out && sh ./run.sh >run.log 2>&1; echo $? >rc.tmp && mv rc.tmp rc)
 say "run.sh exited with $(cat /l1/out/rc)"
 umount /l1/vol

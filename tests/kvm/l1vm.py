@@ -23,6 +23,7 @@ import hashlib
 import os
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -41,6 +42,7 @@ CPU = ("EPYC-v3,+svm,+npt,-rdseed,-sha-ni,-fxsr-opt,-misalignsse,-3dnowprefetch,
        "-perfctr-core,-clzero,-xsaveerptr,-ibpb,-nrip-save,-xsavec,-xsaves")
 VOLUME = "/l1/vol"  # the run's disk, in L1
 OUT = "/l1/out"     # the exchange directory, in L1
+STALL_S = 180       # L1 with nothing running this long has hung (tests/kvm/l1-stage2.sh's ps.log)
 
 
 def build_kit():
@@ -163,9 +165,8 @@ class L1:
         root_sock = self._virtiofsd("hostroot", root, shared_root=True)
         out_sock = self._virtiofsd("out", self.out)
         console = os.path.join(self.dir, "console.log")
-        release = os.listdir(os.path.join(kit, "modules", "lib", "modules"))[0]
         khz = host_tsc_khz()
-        append = (f"console=ttyS0 panic=-1 quiet tsc=reliable{f' tsc_early_khz={khz}' if khz else ''} "
+        append = (f"console=ttyS0 panic=-1 quiet nokaslr tsc=reliable{f' tsc_early_khz={khz}' if khz else ''} "
                   f"airlock.stage2={HERE}/l1-stage2.sh airlock.modules={kit}/modules/lib/modules")
         argv = [QEMU, "-machine", "q35,accel=tcg", "-cpu", CPU,
                 "-smp", str(self.cpus), "-m", f"{self.memory_mib}M",
@@ -174,6 +175,7 @@ class L1:
                 "-kernel", os.path.join(kit, "vmlinuz"), "-initrd", os.path.join(kit, "initramfs.cpio.gz"),
                 "-append", append, "-display", "none", "-nodefaults", "-no-user-config", "-no-reboot",
                 "-serial", f"file:{console}",
+                "-monitor", f"unix:{self._hmp_path()},server=on,wait=off",
                 "-chardev", f"socket,id=root,path={root_sock}",
                 "-device", "vhost-user-fs-pci,chardev=root,tag=hostroot",
                 "-chardev", f"socket,id=out,path={out_sock}",
@@ -183,20 +185,73 @@ class L1:
         qemu_log = open(os.path.join(self.dir, "qemu.log"), "wb")
         q = subprocess.Popen(argv, stdout=qemu_log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.insert(0, q)
-        try:
-            q.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
+        hang = self._wait(q, t0, timeout)
         seconds = time.monotonic() - t0
-        self.close()
+        for p in self.procs:  # QEMU first: the disk is then quiet
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
         rc = None
         try:
             with open(os.path.join(self.out, "rc")) as f:
                 rc = int(f.read().strip())
         except (OSError, ValueError):
             pass
-        return Result(rc, _read(os.path.join(self.out, "run.log")),
-                      _read(console) + _read(os.path.join(self.dir, "qemu.log")), seconds)
+        logs = "" if rc is not None else self._salvage_logs(img)
+        self.close()
+        return Result(rc, _read(os.path.join(self.out, "run.log")) + logs,
+                      _read(console) + _read(os.path.join(self.dir, "qemu.log")) + hang
+                      + f"\n--- L1's processes, last seen:\n{_read(os.path.join(self.out, 'ps.log'))[-6000:]}",
+                      seconds)
+
+    def _hmp_path(self):
+        return os.path.join(self.dir, "hmp.sock")
+
+    def _wait(self, q, t0, timeout):
+        """Waits for L1 to power off, at most timeout seconds. L1 stalled
+        (l1-stage2.sh's ps.log, written every 30 s, older than STALL_S:
+        nothing in L1 runs) is given up at once, its vCPUs' registers kept
+        (QEMU's monitor): returns what to add to the console, "" when L1
+        did not stall."""
+        ps = os.path.join(self.out, "ps.log")
+        while time.monotonic() - t0 < timeout:
+            try:
+                q.wait(timeout=5)
+                return ""
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                last = os.stat(ps).st_mtime
+            except FileNotFoundError:
+                last = None  # not up yet
+            if last is not None and time.time() - last > STALL_S:
+                dump = _hmp(self._hmp_path(), ["info cpus", "info registers -a"])
+                with open(os.path.join(self.dir, "stall.log"), "w") as f:
+                    f.write(dump)
+                return (f"\n--- L1 stalled: nothing ran in it for {STALL_S} s (ps.log unchanged); "
+                        f"its vCPUs:\n{dump}")
+        return ""
+
+    def _salvage_logs(self, img):
+        """When L1 stopped without the run's status (it hung, or died): the
+        tails of the logs on its disk (the Airlocks' data dirs' logs at the
+        top of the test volume), read from the image mounted read-only
+        here for a moment."""
+        mnt = os.path.join(self.dir, "salvage")
+        os.makedirs(mnt, exist_ok=True)
+        r = subprocess.run(["mount", "-o", "loop,ro,rescue=all", img, mnt], capture_output=True, text=True)
+        if r.returncode != 0:
+            return f"\n--- the run's disk did not mount: {r.stderr.strip()}"
+        try:
+            out = ""
+            for name in sorted(os.listdir(mnt)):
+                if name.endswith(".log"):
+                    lines = _read(os.path.join(mnt, name)).splitlines()
+                    out += f"\n--- {name} (last lines, from L1's disk):\n" + "\n".join(lines[-80:])
+            return out
+        finally:
+            subprocess.run(["umount", mnt], capture_output=True)
+            os.rmdir(mnt)
 
     def close(self):
         """Stops QEMU and the virtiofsds (each in a session of its own)."""
@@ -212,6 +267,30 @@ class L1:
             os.unlink(os.path.join(self.dir, "vol.img"))
         except FileNotFoundError:
             pass
+
+
+def _hmp(path, commands):
+    """Each of commands' answers from QEMU's human monitor at path."""
+    out = ""
+    try:
+        with socket.socket(socket.AF_UNIX) as c:
+            c.settimeout(10)
+            c.connect(path)
+            buf = b""
+            for cmd in [None] + commands:
+                if cmd:
+                    c.sendall(cmd.encode() + b"\n")
+                while not buf.endswith(b"(qemu) "):
+                    chunk = c.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                if cmd:
+                    out += f"(qemu) {cmd}\n" + buf.decode(errors="replace").rsplit("(qemu) ", 1)[0] + "\n"
+                buf = b""
+    except OSError as e:
+        out += f"(the monitor did not answer: {e})\n"
+    return out
 
 
 def _read(path):

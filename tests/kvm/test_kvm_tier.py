@@ -9,6 +9,7 @@ too."""
 
 import ast
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -25,6 +26,8 @@ INNER = os.path.join(HERE, "l1")
 # The whole run in L1 at most (about 12 minutes measured; the build of the
 # minimal template under KVM is in it)
 L1_TIMEOUT = 45 * 60
+# a test in L1 past this has its Python stacks written out (pytest's faulthandler)
+INNER_TEST_MAX_S = 600
 
 
 def inner_tests():
@@ -47,7 +50,8 @@ def l1_results():
               f"export AIRLOCK_BUILD_DIR='{BUILD}' AIRLOCK_TEST_VOLUME={VOLUME} AIRLOCK_TEST_PREBUILD=minimal "
               f"AIRLOCK_APT_CACHE='{BUILD}/apt-cache'\n"
               f"exec /usr/bin/python3 -m pytest -p no:cacheprovider -v --durations=20 "
-              f"--junitxml={OUT}/junit.xml -o junit_family=xunit1 -o junit_logging=all tests/kvm/l1\n")
+              f"--junitxml={OUT}/junit.xml -o junit_family=xunit1 -o junit_logging=all "
+              f"-o faulthandler_timeout={INNER_TEST_MAX_S} tests/kvm/l1\n")
     try:
         res = L1(workdir).run(script, L1_TIMEOUT)
         cases = {}
@@ -64,6 +68,14 @@ def l1_results():
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _passed_before_stop(log, name):
+    """Whether pytest -v's lines in log say every run of name (each
+    parameter) passed: the one L1 stopped in has no status."""
+    module, func = name.split("::")
+    seen = [m.group(2) for m in re.finditer(rf"^tests/kvm/l1/{module}\.py::{func}(\[[^\]]*\])? ?(\w*)", log, re.M)]
+    return bool(seen) and all(st == "PASSED" for st in seen)
+
+
 def _tail(text, n=60):
     return "\n".join(text.splitlines()[-n:])
 
@@ -72,8 +84,11 @@ def _tail(text, n=60):
 def test_kvm_tier(l1_results, name):
     res, cases = l1_results
     if res.rc is None:
+        # the tests that had passed in L1 before it stopped did pass
+        if _passed_before_stop(res.log, name):
+            return
         pytest.fail(f"L1 stopped after {res.seconds:.0f} s without the tests' exit status; its console:\n"
-                    f"{res.console_tail(60)}\n--- the tests' output:\n{_tail(res.log)}")
+                    f"{res.console_tail(150)}\n--- the tests' output:\n{_tail(res.log)}")
     if name not in cases:
         pytest.fail(f"{name} did not run in L1 (exit status {res.rc}); the tests' output:\n{_tail(res.log)}")
     for case in cases[name]:

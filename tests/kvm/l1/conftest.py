@@ -12,3 +12,4 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "integration"))
 
 from harness import airlock, airlock_factory, pytest_runtest_makereport, templates  # noqa: E402,F401
+from netlab import internet  # noqa: E402,F401

@@ -11,7 +11,8 @@ import signal
 import time
 
 from harness import qemu_pids
-from netlab import HELLO, SINK, http_get, internet, sh, wait_log  # noqa: F401 (internet: a fixture)
+from l1help import on_kvm, template
+from netlab import HELLO, SINK, http_get, sh, wait_log
 from test_recovery import alive_in_guest, start_sleeper, wait_state
 
 
@@ -19,26 +20,6 @@ def verb(a, sid, name, body=None):
     op = a.api("POST", f"/v1/sandboxes/{sid}/{name}?wait=true", body)
     assert op["state"] == "succeeded", op
     return op
-
-
-def template(a, name):
-    return {t["name"]: t for t in a.api("GET", "/v1/templates")["templates"]}[name]
-
-
-def on_kvm(sid):
-    """The sandbox's QEMU runs under KVM: its command line asks for it and
-    its vCPU threads are KVM's ("CPU 0/KVM": debug-threads=on)."""
-    pids = qemu_pids(sid)
-    assert len(pids) == 1, pids
-    with open(f"/proc/{pids[0]}/cmdline", "rb") as f:
-        argv = f.read().decode().split("\0")
-    assert argv[argv.index("-accel") + 1] == "kvm", argv
-    comms = set()
-    for tid in os.listdir(f"/proc/{pids[0]}/task"):
-        with open(f"/proc/{pids[0]}/task/{tid}/comm") as f:
-            comms.add(f.read().strip())
-    assert "CPU 0/KVM" in comms, comms
-    return True
 
 
 def test_auto_picks_kvm_and_every_verb_runs_on_it(airlock):
