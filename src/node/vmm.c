@@ -1823,6 +1823,11 @@ int vmm_snapshot(struct vmm *v, const char *state_path, bool leave_paused, int (
                 r = qmp_uri(v, "migrate", "fd:snap");
         if (r >= 0) {
                 r = wait_migration_info(v, "snapshot", &info);
+                /* one still running when we give up is cancelled: left
+                 * alone it would complete later and stop the vCPUs of a
+                 * VM we think runs (postmigrate), and refuse the next */
+                if (r == -ETIMEDOUT)
+                        (void) vmm_end_migration(v);
                 /* completed or failed during completion: stopped either way
                  * until we say cont (QEMU restarts a VM only when precopy
                  * itself failed) */

@@ -212,10 +212,11 @@ int vmm_save(struct vmm *v, const char *state_path);
  * connected as usual (vmm_guest_connect). */
 int vmm_adopt(const char *run_dir, enum vmm_accel accel, const char *log_ctx, struct vmm **ret);
 
-/* Cancels the migration (a snapshot's save) an earlier node may have left
- * running in an adopted VM, and waits until QEMU says it is over: left
- * alone it would finish later and stop the VM ("postmigrate") under the new
- * node. 0 also when there was none. */
+/* Cancels a migration (a snapshot's save) still running: one an earlier
+ * node may have left in an adopted VM, or one vmm_snapshot() gave up
+ * waiting for; waits until QEMU says it is over: left alone it would finish
+ * later and stop the VM ("postmigrate") under us. 0 also when there was
+ * none. */
 int vmm_end_migration(struct vmm *v);
 
 /* SIGKILLs the QEMU that run_dir/vmm.pid names, if it still runs, and waits
