@@ -16,7 +16,7 @@ import pytest
 
 from harness import AIRLOCKD, CLI, ROOT, VOLUME, free_port, node_pids, qemu_pids, volume_tempdir
 
-ITEMS = ["user", "accel", "storage", "cgroups", "namespaces", "qemu", "space", "format", "binaries", "api"]
+ITEMS = ["user", "accel", "cpu", "storage", "cgroups", "namespaces", "qemu", "space", "format", "binaries", "api"]
 LINE = re.compile(r"^(ok|warn|error) +(\S+) +(\S.*)$")
 
 
@@ -81,6 +81,10 @@ def test_check_reports_every_item(data_dir):
     assert by_item["user"][0] == "ok" and by_item["user"][1].startswith("root")  # the suite runs as root
     assert by_item["storage"][0] == "ok" and "btrfs" in by_item["storage"][1]  # the test volume
     assert "QEMU " in by_item["qemu"][1]
+    # the VMs' CPU: QEMU's max under TCG (these machines), the host's under
+    # KVM (the KVM tier checks that line: tests/kvm/l1/test_kvm_node.py)
+    want = "tcg: the VMs get QEMU's max CPU" if by_item["accel"][1].startswith("tcg") else "host ("
+    assert by_item["cpu"][0] == "ok" and by_item["cpu"][1].startswith(want), by_item
 
     j = run_airlockd("--check", "--json", "--data-dir", data_dir, "--listen", f"127.0.0.1:{port}")
     report = json.loads(j.stdout)
@@ -202,6 +206,7 @@ def test_doctor_against_a_running_instance(airlock_factory):
     assert [i for _, i, _ in rows] == ITEMS[:-1] + ["api", "node", "templates", "token"], r.stdout
     assert by_item["api"] == ("ok", f"airlockd answers at {a.url} (GET /v1/health: 200)")
     assert by_item["node"][0] == "ok" and by_item["node"][1].startswith("reachable; accel ")
+    assert "; VM CPU tcg:max" in by_item["node"][1] or "; VM CPU kvm:" in by_item["node"][1], by_item["node"]
     assert by_item["templates"] == ("ok", "ready: minimal")
     assert by_item["token"][0] == "ok" and "minimal ready" in by_item["token"][1]
     assert by_item["format"] == ("ok", f"data dir {a.data_dir}: format 1")
