@@ -42,7 +42,8 @@ CPU = ("EPYC-v3,+svm,+npt,-rdseed,-sha-ni,-fxsr-opt,-misalignsse,-3dnowprefetch,
        "-perfctr-core,-clzero,-xsaveerptr,-ibpb,-nrip-save,-xsavec,-xsaves")
 VOLUME = "/l1/vol"  # the run's disk, in L1
 OUT = "/l1/out"     # the exchange directory, in L1
-STALL_S = 180       # L1 with nothing running this long has hung (tests/kvm/l1-stage2.sh's ps.log)
+# L1 with nothing running this long has hung (tests/kvm/l1-stage2.sh's ps.log)
+STALL_S = int(os.environ.get("AIRLOCK_L1_STALL_S", "180"))
 
 
 def build_kit():
@@ -86,11 +87,12 @@ def mount_point(path):
 
 
 class Result:
-    def __init__(self, rc, log, console, seconds):
+    def __init__(self, rc, log, console, seconds, stall=""):
         self.rc = rc
         self.log = log
         self.console = console
         self.seconds = seconds
+        self.stall = stall  # L1 hung (nothing ran in it): what its vCPUs were doing; "" otherwise
 
     def console_tail(self, n=40):
         return "\n".join(self.console.splitlines()[-n:])
@@ -202,7 +204,7 @@ class L1:
         return Result(rc, _read(os.path.join(self.out, "run.log")) + logs,
                       _read(console) + _read(os.path.join(self.dir, "qemu.log")) + hang
                       + f"\n--- L1's processes, last seen:\n{_read(os.path.join(self.out, 'ps.log'))[-6000:]}",
-                      seconds)
+                      seconds, hang)
 
     def _hmp_path(self):
         return os.path.join(self.dir, "hmp.sock")
@@ -226,10 +228,11 @@ class L1:
                 last = None  # not up yet
             if last is not None and time.time() - last > STALL_S:
                 dump = _hmp(self._hmp_path(), ["info cpus", "info registers -a"])
+                rips = " ".join(m for m in dump.split() if m.startswith("RIP="))
                 with open(os.path.join(self.dir, "stall.log"), "w") as f:
                     f.write(dump)
                 return (f"\n--- L1 stalled: nothing ran in it for {STALL_S} s (ps.log unchanged); "
-                        f"its vCPUs:\n{dump}")
+                        f"its vCPUs at {rips} (L1's /proc/kallsyms names them: nokaslr):\n{dump}")
         return ""
 
     def _salvage_logs(self, img):
@@ -285,8 +288,9 @@ def _hmp(path, commands):
                     if not chunk:
                         break
                     buf += chunk
-                if cmd:
-                    out += f"(qemu) {cmd}\n" + buf.decode(errors="replace").rsplit("(qemu) ", 1)[0] + "\n"
+                if cmd:  # the answer, less the monitor's echo of the command (its first line)
+                    answer = buf.decode(errors="replace").rsplit("(qemu) ", 1)[0].partition("\n")[2]
+                    out += f"(qemu) {cmd}\n{answer}\n"
                 buf = b""
     except OSError as e:
         out += f"(the monitor did not answer: {e})\n"

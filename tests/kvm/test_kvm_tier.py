@@ -13,6 +13,7 @@ import re
 import shutil
 import sys
 import tempfile
+import warnings
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -43,29 +44,62 @@ def inner_tests():
     return names
 
 
+def _script(deselect=()):
+    """L1's run.sh: tests/kvm/l1 with the integration harness, less the
+    node ids in deselect."""
+    skip = "".join(f" --deselect 'tests/kvm/l1/{n}'" for n in deselect)
+    return (f"cd '{ROOT}'\n"
+            f"export AIRLOCK_BUILD_DIR='{BUILD}' AIRLOCK_TEST_VOLUME={VOLUME} AIRLOCK_TEST_PREBUILD=minimal "
+            f"AIRLOCK_APT_CACHE='{BUILD}/apt-cache'\n"
+            f"exec /usr/bin/python3 -m pytest -p no:cacheprovider -v --durations=20 "
+            f"--junitxml={OUT}/junit.xml -o junit_family=xunit1 -o junit_logging=all "
+            f"-o faulthandler_timeout={INNER_TEST_MAX_S}{skip} tests/kvm/l1\n")
+
+
+def _junit_cases(workdir):
+    """module::function -> its testcase elements in the run's JUnit report."""
+    cases = {}
+    try:
+        root = ET.parse(os.path.join(workdir, "out", "junit.xml")).getroot()
+    except (OSError, ET.ParseError):
+        return cases
+    for case in root.iter("testcase"):
+        module = case.get("classname", "").rsplit(".", 1)[-1]
+        cases.setdefault(f"{module}::{case.get('name').split('[')[0]}", []).append(case)
+    return cases
+
+
 @pytest.fixture(scope="module")
 def l1_results():
-    workdir = tempfile.mkdtemp(prefix="airlock-l1-", dir=BUILD)
-    script = (f"cd '{ROOT}'\n"
-              f"export AIRLOCK_BUILD_DIR='{BUILD}' AIRLOCK_TEST_VOLUME={VOLUME} AIRLOCK_TEST_PREBUILD=minimal "
-              f"AIRLOCK_APT_CACHE='{BUILD}/apt-cache'\n"
-              f"exec /usr/bin/python3 -m pytest -p no:cacheprovider -v --durations=20 "
-              f"--junitxml={OUT}/junit.xml -o junit_family=xunit1 -o junit_logging=all "
-              f"-o faulthandler_timeout={INNER_TEST_MAX_S} tests/kvm/l1\n")
+    """(the last L1 run's Result, its JUnit cases, the tests that passed in
+    an L1 that stalled before it). An L1 that hangs itself (nothing runs in
+    it for l1vm.STALL_S: QEMU 7.2's TCG emulating SVM, seen in 2 of 7 L1
+    boots here, one vCPU at the kernel's int3 entry while it patched its
+    code) is not a test's failure: its stall is reported as a warning, with
+    the vCPUs' registers, and a fresh L1 runs the tests that had not passed,
+    once. A test that fails, in either L1, fails here."""
+    workdirs, passed_ids, passed_before = [], set(), set()
     try:
-        res = L1(workdir).run(script, L1_TIMEOUT)
-        cases = {}
-        try:
-            root = ET.parse(os.path.join(workdir, "out", "junit.xml")).getroot()
-        except (OSError, ET.ParseError):
-            root = None
-        for case in root.iter("testcase") if root is not None else ():
-            module = case.get("classname", "").rsplit(".", 1)[-1]
-            cases.setdefault(f"{module}::{case.get('name').split('[')[0]}", []).append(case)
-        print(f"L1 ran for {res.seconds:.0f} s, exit status {res.rc}")
-        yield res, cases
+        for attempt in (1, 2):
+            workdirs.append(tempfile.mkdtemp(prefix="airlock-l1-", dir=BUILD))
+            res = L1(workdirs[-1]).run(_script(sorted(passed_ids)), L1_TIMEOUT)
+            print(f"L1 ran for {res.seconds:.0f} s, exit status {res.rc}")
+            if not res.stall or attempt == 2:
+                break
+            passed_ids |= _passed_ids(res.log)
+            passed_before |= {n for n in inner_tests() if _passed_before_stop(res.log, n)}
+            warnings.warn(f"L1 stalled after {res.seconds:.0f} s (its own hang, not a test's failure); a fresh L1 "
+                          f"runs the {len(inner_tests()) - len(passed_before)} tests it had not passed. Its last "
+                          f"output:\n{_tail(res.log, 5)}\n{res.stall[:1500]}")
+        yield res, _junit_cases(workdirs[-1]), passed_before
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        for w in workdirs:
+            shutil.rmtree(w, ignore_errors=True)
+
+
+def _passed_ids(log):
+    """The node ids (with parameters) pytest -v's lines in log say passed."""
+    return {m.group(1) for m in re.finditer(r"^tests/kvm/l1/(\S+) PASSED", log, re.M)}
 
 
 def _passed_before_stop(log, name):
@@ -82,7 +116,9 @@ def _tail(text, n=60):
 
 @pytest.mark.parametrize("name", inner_tests())
 def test_kvm_tier(l1_results, name):
-    res, cases = l1_results
+    res, cases, passed_before = l1_results
+    if name in passed_before:
+        return  # in an L1 that stalled after it
     if res.rc is None:
         # the tests that had passed in L1 before it stopped did pass
         if _passed_before_stop(res.log, name):
