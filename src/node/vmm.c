@@ -24,7 +24,6 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -166,76 +165,6 @@ static int host_tsc_khz_uncached(unsigned long *ret) {
         return 0;
 }
 
-/* ---- the guest's CPU ---- */
-
-#define CPU_XATTR "user.airlock.cpu"
-
-/* Set once by vmm_cpu_setup() at start, before any VM. */
-static char cpu_arg[80] = "max";                /* QEMU's -cpu under KVM */
-static char cpu_id[VMM_CPU_ID_MAX] = "tcg:max"; /* what its saved states need */
-
-int vmm_cpu_setup(enum vmm_accel accel, const char *model) {
-        if (accel == VMM_ACCEL_TCG) {
-                if (model && strcmp(model, "host") != 0 && strcmp(model, "max") != 0)
-                        log_warn("AIRLOCK_CPU_MODEL=%s applies under KVM: TCG's VMs get QEMU's max", model);
-                snprintf(cpu_arg, sizeof cpu_arg, "max");
-                snprintf(cpu_id, sizeof cpu_id, "tcg:max");
-        } else if (!model || strcmp(model, "host") == 0) {
-                char sig[64];
-                int r = host_cpu_signature(sig, sizeof sig);
-                if (r < 0)
-                        return log_error_errno(r, "cannot read the host CPU's vendor, family, model and stepping: %m");
-                snprintf(cpu_arg, sizeof cpu_arg, "host");
-                snprintf(cpu_id, sizeof cpu_id, "kvm:host:%s", sig);
-        } else {
-                if (strlen(model) > 63 || strchr(model, ','))
-                        return log_error_errno(-EINVAL, "AIRLOCK_CPU_MODEL=%s is not a QEMU CPU model", model);
-                /* enforce: a host without every feature of the model is a
-                 * start that fails, not a VM that differs */
-                snprintf(cpu_arg, sizeof cpu_arg, "%s,enforce", model);
-                snprintf(cpu_id, sizeof cpu_id, "kvm:%s", model);
-        }
-        log_info("VM CPU %s (%s)", cpu_id,
-                 accel == VMM_ACCEL_TCG ? "TCG's max"
-                 : strcmp(cpu_arg, "host") == 0 ? "the host's own: snapshots resume on hosts of this CPU"
-                                                : "a named model: snapshots resume on every host that has it");
-        return 0;
-}
-
-const char *vmm_cpu_id(void) {
-        return cpu_id;
-}
-
-int vmm_state_cpu(const char *state_path, char *buf, size_t n) {
-        if (n == 0)
-                return -EINVAL;
-        ssize_t k = getxattr(state_path, CPU_XATTR, buf, n - 1);
-        if (k < 0)
-                return errno == ENODATA || errno == ENOTSUP ? -ENODATA : negative_errno();
-        buf[k] = 0;
-        return 0;
-}
-
-int vmm_state_cpu_set(const char *state_path, const char *cpu) {
-        return setxattr(state_path, CPU_XATTR, cpu, strlen(cpu), 0) < 0 ? negative_errno() : 0;
-}
-
-/* A state saved on another CPU cannot resume here: -EXDEV and why. */
-static int state_cpu_check(const char *state_path, char **ret_error) {
-        char saved[VMM_CPU_ID_MAX];
-        int r = vmm_state_cpu(state_path, saved, sizeof saved);
-        if (r == -ENODATA || (r >= 0 && strcmp(saved, cpu_id) == 0))
-                return 0;
-        if (r < 0)
-                return r;
-        if (ret_error)
-                *ret_error = strdup_printf("its saved state is of a VM with CPU %s and this node's VMs have %s: a "
-                                           "VM's memory and CPU state resume only on the CPU they ran on (the same "
-                                           "AIRLOCK_ACCEL and AIRLOCK_CPU_MODEL, and under host the same CPU model)",
-                                           saved, cpu_id);
-        return -EXDEV;
-}
-
 int vmm_host_tsc_khz(unsigned long *ret) {
         /* Constant while we run; /proc/cpuinfo can take milliseconds to read
          * on big hosts, and every VM start asks. */
@@ -346,7 +275,7 @@ static int build_argv(const struct vmm_config *c, const struct vmm *v, bool inco
             (r = argv_add(a, "-M")) < 0 ||
             (r = argv_add(a, "microvm,x-option-roms=off,rtc=on,memory-backend=mem")) < 0 ||
             (r = argv_add(a, "-accel")) < 0 || (r = argv_add(a, kvm ? "kvm" : "tcg,tb-size=32")) < 0 ||
-            (r = argv_add(a, "-cpu")) < 0 || (r = argv_add(a, kvm ? cpu_arg : "max")) < 0 ||
+            (r = argv_add(a, "-cpu")) < 0 || (r = argv_add(a, kvm ? vmm_cpu_arg() : "max")) < 0 ||
             (r = argv_add(a, "-m")) < 0 || (r = argv_addf(a, "%u", c->memory_mib)) < 0 ||
             (r = argv_add(a, "-smp")) < 0 || (r = argv_addf(a, "%u", c->vcpus)) < 0 ||
             (r = argv_add(a, "-nodefaults")) < 0 || (r = argv_add(a, "-no-user-config")) < 0 ||
@@ -1666,7 +1595,7 @@ int vmm_restore(const struct vmm_config *c, const char *state_path, struct vmm *
                         *ret_error = strdup_printf("cannot open the saved state: %s", strerror(-r));
                 return r;
         }
-        int r = state_cpu_check(state_path, ret_error);
+        int r = vmm_state_cpu_check(state_path, ret_error);
         if (r < 0) {
                 log_emit(LOG_LEVEL_ERROR, c->log_ctx, "not restoring %s: %s", state_path,
                          ret_error && *ret_error ? *ret_error : strerror(-r));
@@ -1725,9 +1654,9 @@ static int save_state(struct vmm *v, int fd) {
 static int state_file_finish(struct vmm *v, int fd, const char *tmp, const char *path, int r) {
         /* the CPU it needs, with it from the start (a file system without
          * xattrs keeps it untagged: restored as before) */
-        if (r >= 0 && fsetxattr(fd, CPU_XATTR, cpu_id, strlen(cpu_id), 0) < 0 && errno != ENOTSUP)
-                log_errno(LOG_LEVEL_WARN, negative_errno(), v->log_ctx, "cannot tag %s with its CPU %s: %m", path,
-                          cpu_id);
+        int t = r >= 0 ? vmm_state_cpu_tag(fd) : 0;
+        if (t < 0 && t != -ENOTSUP)
+                log_errno(LOG_LEVEL_WARN, t, v->log_ctx, "cannot tag %s with its CPU %s: %m", path, vmm_cpu_id());
         if (r >= 0 && (fsync(fd) < 0 || rename(tmp, path) < 0))
                 r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "failed to store %s: %m", path);
         if (r < 0)

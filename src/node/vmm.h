@@ -65,6 +65,13 @@ const char *vmm_cpu_id(void);
 int vmm_state_cpu(const char *state_path, char *buf, size_t n);
 /* Tags state_path with the CPU id cpu (a downloaded one: its manifest's). */
 int vmm_state_cpu_set(const char *state_path, const char *cpu);
+/* For vmm.c (vmm-cpu.c holds the CPU): QEMU's -cpu under KVM; tags the
+ * state file open at fd with this node's id; 0 when state_path may resume
+ * here (its id is this node's, or it has none), else -EXDEV and
+ * *ret_error (may be NULL) says why. */
+const char *vmm_cpu_arg(void);
+int vmm_state_cpu_tag(int fd);
+int vmm_state_cpu_check(const char *state_path, char **ret_error);
 
 /* Host TSC frequency in kHz for the guest's tsc_early_khz= (TCG boots hang
  * without it under load, see ARCHITECTURE.md). */

@@ -73,9 +73,8 @@ def _junit_cases(workdir):
 def l1_results():
     """(the last L1 run's Result, its JUnit cases, the tests that passed in
     an L1 that stalled before it). An L1 that hangs itself (nothing runs in
-    it for l1vm.STALL_S: QEMU 7.2's TCG emulating SVM, seen in 2 of 7 L1
-    boots here, one vCPU at the kernel's int3 entry while it patched its
-    code) is not a test's failure: its stall is reported as a warning, with
+    it for l1vm.STALL_S: QEMU 7.2's TCG emulating SVM, seen in 3 of 9 L1
+    boots here, docs/testing.md) is not a test's failure: its stall is reported as a warning, with
     the vCPUs' registers, and a fresh L1 runs the tests that had not passed,
     once. A test that fails, in either L1, fails here."""
     workdirs, passed_ids, passed_before = [], set(), set()
