@@ -216,6 +216,7 @@ class L1:
         (QEMU's monitor): returns what to add to the console, "" when L1
         did not stall."""
         ps = os.path.join(self.out, "ps.log")
+        booted = time.time()  # until its first ps.log: an L1 can hang before it
         while time.monotonic() - t0 < timeout:
             try:
                 q.wait(timeout=5)
@@ -225,8 +226,8 @@ class L1:
             try:
                 last = os.stat(ps).st_mtime
             except FileNotFoundError:
-                last = None  # not up yet
-            if last is not None and time.time() - last > STALL_S:
+                last = booted
+            if time.time() - last > STALL_S:
                 dump = _hmp(self._hmp_path(), ["info cpus", "info registers -a"])
                 rips = " ".join(m for m in dump.split() if m.startswith("RIP="))
                 with open(os.path.join(self.dir, "stall.log"), "w") as f:
