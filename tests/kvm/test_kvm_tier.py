@@ -73,7 +73,7 @@ def _junit_cases(workdir):
 def l1_results():
     """(the last L1 run's Result, its JUnit cases, the tests that passed in
     an L1 that stalled before it). An L1 that hangs itself (nothing runs in
-    it for l1vm.STALL_S: QEMU 7.2's TCG emulating SVM, seen in 3 of 9 L1
+    it for l1vm.STALL_S: QEMU 7.2's TCG emulating SVM, seen in 4 of 10 L1
     boots here, docs/testing.md) is not a test's failure: its stall is reported as a warning, with
     the vCPUs' registers, and a fresh L1 runs the tests that had not passed,
     once. A test that fails, in either L1, fails here."""
