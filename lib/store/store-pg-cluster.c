@@ -368,17 +368,12 @@ int pg_operation_lease_renew(struct store *s, const char *owner, int64_t until, 
         return pg_write(s, "UPDATE operations SET lease_until = $2 WHERE owner = $1 AND " UNFINISHED, &q, ret_n);
 }
 
-int pg_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
-                              size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, now);
-        pg_add_int(&q, (int64_t) max);
+/* The operations sql selects, with its parameters q, oldest first. */
+static int list_operations(struct store *s, const char *sql, const struct pg_params *q, size_t max,
+                           struct store_operation **ret, size_t *ret_n) {
         struct store_operation *a = NULL;
         size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE " UNFINISHED
-                              " AND lease_until < $1 ORDER BY created_at, id COLLATE \"C\" LIMIT $2",
-                              &q, sizeof *a, max, store_read_operation, (void **) &a, &n);
+        int r = pg_select_all(s, sql, q, sizeof *a, max, store_read_operation, (void **) &a, &n);
         if (r < 0) {
                 store_operation_array_free(a, n);
                 return r;
@@ -386,6 +381,26 @@ int pg_operation_list_expired(struct store *s, int64_t now, size_t max, struct s
         *ret = a;
         *ret_n = n;
         return 0;
+}
+
+int pg_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
+                              size_t *ret_n) {
+        struct pg_params q = { 0 };
+        pg_add_int(&q, now);
+        pg_add_int(&q, (int64_t) max);
+        return list_operations(s,
+                               "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE " UNFINISHED
+                               " AND lease_until < $1 ORDER BY created_at, id COLLATE \"C\" LIMIT $2",
+                               &q, max, ret, ret_n);
+}
+
+int pg_operation_list_unfinished(struct store *s, size_t max, struct store_operation **ret, size_t *ret_n) {
+        struct pg_params q = { 0 };
+        pg_add_int(&q, (int64_t) max);
+        return list_operations(s,
+                               "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE " UNFINISHED
+                               " ORDER BY created_at, id COLLATE \"C\" LIMIT $1",
+                               &q, max, ret, ret_n);
 }
 
 int pg_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until) {

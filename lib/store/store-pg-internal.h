@@ -219,6 +219,7 @@ int pg_replica_delete(struct store *s, const char *id);
 int pg_operation_lease_renew(struct store *s, const char *owner, int64_t until, uint64_t *ret_n);
 int pg_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
                               size_t *ret_n);
+int pg_operation_list_unfinished(struct store *s, size_t max, struct store_operation **ret, size_t *ret_n);
 int pg_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until);
 
 #define STORE_PG_CLUSTER_OPS                                                                                  \
@@ -232,4 +233,5 @@ int pg_operation_take_over(struct store *s, const char *id, const char *owner, i
         .cap_key_delete = pg_cap_key_delete, .replica_seen = pg_replica_seen,                                \
         .replica_list = pg_replica_list, .replica_delete = pg_replica_delete,                                \
         .operation_lease_renew = pg_operation_lease_renew,                                                   \
-        .operation_list_expired = pg_operation_list_expired, .operation_take_over = pg_operation_take_over
+        .operation_list_expired = pg_operation_list_expired,                                                 \
+        .operation_list_unfinished = pg_operation_list_unfinished, .operation_take_over = pg_operation_take_over

@@ -499,14 +499,12 @@ int sqlite_operation_lease_renew(struct store *s, const char *owner, int64_t unt
         return r;
 }
 
-int sqlite_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
-                                  size_t *ret_n) {
+/* The unfinished operations sql selects (?1 now, ?2 max), oldest first. */
+static int list_operations(struct store *s, const char *sql, int64_t now, size_t max, struct store_operation **ret,
+                           size_t *ret_n) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
-        int r = sqlite_prep(c,
-                            "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE " UNFINISHED
-                            " AND lease_until < ?1 ORDER BY created_at, id LIMIT ?2",
-                            &st);
+        int r = sqlite_prep(c, sql, &st);
         if (r < 0)
                 return r;
         sqlite3_bind_int64(st, 1, now);
@@ -522,6 +520,22 @@ int sqlite_operation_list_expired(struct store *s, int64_t now, size_t max, stru
         *ret = a;
         *ret_n = n;
         return 0;
+}
+
+int sqlite_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
+                                  size_t *ret_n) {
+        return list_operations(s,
+                               "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE " UNFINISHED
+                               " AND lease_until < ?1 ORDER BY created_at, id LIMIT ?2",
+                               now, max, ret, ret_n);
+}
+
+int sqlite_operation_list_unfinished(struct store *s, size_t max, struct store_operation **ret, size_t *ret_n) {
+        /* ?1 is bound and unused: one binder for both lists */
+        return list_operations(s,
+                               "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE " UNFINISHED
+                               " ORDER BY created_at, id LIMIT ?2",
+                               0, max, ret, ret_n);
 }
 
 int sqlite_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until) {

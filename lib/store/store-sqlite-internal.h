@@ -144,6 +144,7 @@ int sqlite_replica_delete(struct store *s, const char *id);
 int sqlite_operation_lease_renew(struct store *s, const char *owner, int64_t until, uint64_t *ret_n);
 int sqlite_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
                                   size_t *ret_n);
+int sqlite_operation_list_unfinished(struct store *s, size_t max, struct store_operation **ret, size_t *ret_n);
 int sqlite_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until);
 
 #define STORE_SQLITE_CLUSTER_OPS                                                                                  \
@@ -159,4 +160,5 @@ int sqlite_operation_take_over(struct store *s, const char *id, const char *owne
         .replica_list = sqlite_replica_list, .replica_delete = sqlite_replica_delete,                            \
         .operation_lease_renew = sqlite_operation_lease_renew,                                                   \
         .operation_list_expired = sqlite_operation_list_expired,                                                 \
+        .operation_list_unfinished = sqlite_operation_list_unfinished,                                           \
         .operation_take_over = sqlite_operation_take_over

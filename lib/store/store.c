@@ -895,6 +895,12 @@ int store_operation_list_expired(struct store *s, int64_t now, size_t max, struc
         return s->ops->operation_list_expired(s, now, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
 }
 
+int store_operation_list_unfinished(struct store *s, size_t max, struct store_operation **ret, size_t *ret_n) {
+        if (!ret || !ret_n)
+                return -EINVAL;
+        return s->ops->operation_list_unfinished(s, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
 int store_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until) {
         if (!id || !owner)
                 return -EINVAL;

@@ -340,6 +340,7 @@ struct store_ops {
         int (*operation_lease_renew)(struct store *s, const char *owner, int64_t until, uint64_t *ret_n);
         int (*operation_list_expired)(struct store *s, int64_t now, size_t max, struct store_operation **ret,
                                       size_t *ret_n);
+        int (*operation_list_unfinished)(struct store *s, size_t max, struct store_operation **ret, size_t *ret_n);
         int (*operation_take_over)(struct store *s, const char *id, const char *owner, int64_t now, int64_t until);
 };
 
@@ -731,6 +732,9 @@ int store_operation_lease_renew(struct store *s, const char *owner, int64_t unti
  * that died), at most max, oldest first. */
 int store_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
                                  size_t *ret_n);
+/* Every unfinished operation, leased or not, at most max, oldest first:
+ * what an airlockd alone on its store (no leases) left when it stopped. */
+int store_operation_list_unfinished(struct store *s, size_t max, struct store_operation **ret, size_t *ret_n);
 /* Makes owner the carrier of operation id, with lease until, only while
  * its lease ran out before now and it is unfinished: -ESTALE otherwise (a
  * replica that took it first, or its owner renewed it). */

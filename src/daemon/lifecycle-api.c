@@ -764,11 +764,11 @@ void api_lifecycle_reconcile(const struct daemon_config *config, struct store *s
         /* A delete cut off is finished as a replica finishes another's
          * (each step is idempotent): its node may have removed the VM
          * already, and the sandbox is not to come back as failed. Alone on
-         * its store, operations carry no lease: every unfinished one is
-         * listed. */
+         * its store, operations carry no lease (none "expires"): every
+         * unfinished one is listed. */
         struct store_operation *ops = NULL;
         size_t n_ops = 0;
-        if (store_operation_list_expired(store, INT64_MAX, STORE_LIST_MAX, &ops, &n_ops) >= 0)
+        if (store_operation_list_unfinished(store, STORE_LIST_MAX, &ops, &n_ops) >= 0)
                 for (size_t i = 0; i < n_ops; i++)
                         if (strcmp(ops[i].verb, "delete") == 0) {
                                 log_warn("sandbox %s was being deleted when airlockd stopped; finishing it",

@@ -1320,6 +1320,7 @@ int sandbox_delete(const char *id, bool keep_snapshots) {
         delete_removed(s, keep_snapshots);
         if (forget)
                 (void) gwclient_forget(id, NULL);
+        node_hold_point("delete.removed"); /* a test's way to cut airlockd off after the VM went */
         return 0;
 }
 

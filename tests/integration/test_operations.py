@@ -1,12 +1,16 @@
 """Operations: progress, create and delete recorded as operations with
 Idempotency-Key, and the warm pools as GET /v1/pools and `airlock pools`."""
 
+import http.client
 import json
+import os
+import signal
+import tempfile
 import threading
 import time
 import uuid
 
-from harness import qemu_pids
+from harness import Airlock, airlock_procs, qemu_pids
 
 
 def post_create(a, body, key=None):
@@ -134,6 +138,65 @@ def test_delete_idempotency_key(airlock):
     assert delete(airlock, other, vkey)[0] == 409
     assert delete(airlock, other)[0] == 204
     assert airlock.api("GET", "/v1/sandboxes")["sandboxes"] == []
+
+
+def delete_cut_off(a, sid, key):
+    """The delete's status, or "cut off" when airlockd died under it."""
+    try:
+        return delete(a, sid, key)[0]
+    except (OSError, http.client.HTTPException):
+        return "cut off"
+
+
+def wait_for(pred, what, a, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"{what} after {timeout}s\n{a.log_tail(80)}")
+
+
+def test_delete_cut_off_by_airlockd_is_finished_at_its_restart(airlock_factory):
+    """airlockd is killed while a delete runs, after the node removed the
+    VM: its restart finishes the delete (the sandbox is gone, not failed as
+    "unknown to the node"), and the delete asked again with its
+    Idempotency-Key says what it did: 204. The soak lost a sandbox so."""
+    release = tempfile.mktemp(prefix="release-", dir=os.environ["AIRLOCK_TEST_VOLUME"])
+    a = airlock_factory(prebuild="minimal",
+                        env={"AIRLOCK_TEST_HOLD": "delete.removed", "AIRLOCK_TEST_HOLD_RELEASE": release})
+    sid, other = a.create("minimal")["id"], a.create("minimal")["id"]
+    key = str(uuid.uuid4())
+    cut = []
+    t = threading.Thread(target=lambda: cut.append(delete_cut_off(a, sid, key)))
+    t.start()
+    try:
+        wait_for(lambda: "test hold point delete.removed reached" in a.log_tail(400), "the delete never held", a)
+        assert wait_for(lambda: not qemu_pids(sid), "the node did not stop the VM before its hold", a)
+        os.kill(a.pid_of("airlockd"), signal.SIGKILL)
+    finally:
+        open(release, "w").close()
+    try:
+        t.join(60)
+        assert cut == ["cut off"], cut  # the attack ran: the client never heard back
+        wait_for(lambda: not airlock_procs(a.data_dir), "the stack did not end with airlockd", a)
+        b = Airlock(a.data_dir, None, "minimal")
+        try:
+            b.wait_ready(120)
+            status, _, body = b.request("GET", f"/v1/sandboxes/{sid}")
+            assert status == 404, (status, body)
+            assert "was being deleted when airlockd stopped; finishing it" in b.log_tail(400)
+            assert delete(b, sid, key)[0] == 204  # the retry hears the first outcome
+            assert b.request("GET", f"/v1/sandboxes/{sid}")[0] == 404
+            # control: the sandbox it did not delete runs on, and deletes
+            assert b.api("GET", f"/v1/sandboxes/{other}")["state"] == "running"
+            assert b.exec(other, ["true"])["exit_code"] == 0
+            assert delete(b, other)[0] == 204
+        finally:
+            b.stop()
+    finally:
+        os.unlink(release)
 
 
 def test_pools_api_and_cli(airlock_factory):

@@ -1169,6 +1169,18 @@ static void test_operation_leases(void **state) {
         assert_int_equal(store_operation_take_over(s, "op-b", "rep-3", 9999, 20000), -ESTALE); /* finished */
         assert_int_equal(store_operation_take_over(s, "op-d", "rep-3", 9999, 20000), -ESTALE); /* no lease */
         assert_int_equal(store_operation_take_over(s, "op-z", "rep-3", 9999, 20000), -ESTALE);
+
+        /* an airlockd alone on its store lists what it left, leased or not */
+        assert_int_equal(store_operation_list_unfinished(s, 10, &a, &n), 0);
+        assert_int_equal(n, 3);
+        assert_string_equal(a[0].id, "op-a");
+        assert_string_equal(a[1].id, "op-c");
+        assert_string_equal(a[2].id, "op-d"); /* no lease, and listed */
+        store_operation_array_free(a, n);
+        assert_int_equal(store_operation_list_unfinished(s, 1, &a, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(a[0].id, "op-a");
+        store_operation_array_free(a, n);
 }
 
 /* Replicas racing on two handles: each silent node is marked lost for
@@ -1273,6 +1285,10 @@ static void test_migration_12_upgrade(void **state) {
         struct store_operation *a = NULL;
         assert_int_equal(store_operation_list_expired(s, INT64_MAX, 10, &a, &n), 0);
         assert_int_equal(n, 0); /* never leased: not taken over */
+        store_operation_array_free(a, n);
+        assert_int_equal(store_operation_list_unfinished(s, 10, &a, &n), 0);
+        assert_int_equal(n, 1); /* but the restart of its airlockd finds it */
+        assert_string_equal(a[0].id, "op-old");
         store_operation_array_free(a, n);
 }
 
