@@ -10,6 +10,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "unit-skip.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -1359,6 +1362,14 @@ static void test_agent_exec_user(void **state) {
         char home[256], shell[256], want[1024];
         uid_t uid;
 
+        send_json(h, PROTO_EXEC, 72, "{\"argv\":[\"true\"],\"user\":\"no-such-user-airlock\"}");
+        expect_error_msg(h, 72, ESRCH, "unknown user 'no-such-user-airlock'");
+        send_json(h, PROTO_EXEC, 72, "{\"argv\":[\"true\"],\"user\":\"root\",\"uid\":0}");
+        expect_error(h, 72, EINVAL);
+
+        /* a named user's groups are set even when it is the agent's own */
+        if (geteuid() != 0)
+                unit_skip("not root: only a root agent runs a process as a named user");
         /* the user's home, name, shell and groups; its home is the cwd */
         assert_true(host_user("root", home, sizeof home, shell, sizeof shell, &uid));
         exec_ok(h, 70,
@@ -1378,16 +1389,19 @@ static void test_agent_exec_user(void **state) {
         collect_process(h, 71, &res);
         snprintf(want, sizeof want, "%s mine\n/tmp\n", home);
         assert_string_equal(res.out, want);
+}
 
-        send_json(h, PROTO_EXEC, 72, "{\"argv\":[\"true\"],\"user\":\"no-such-user-airlock\"}");
-        expect_error_msg(h, 72, ESRCH, "unknown user 'no-such-user-airlock'");
-        send_json(h, PROTO_EXEC, 72, "{\"argv\":[\"true\"],\"user\":\"root\",\"uid\":0}");
-        expect_error(h, 72, EINVAL);
+/* another user's uid, gid and groups (the agent must be root) */
+static void test_agent_exec_other_user(void **state) {
+        struct harness *h = harness_get(state);
+        struct run_result res = { 0 };
+        char home[256], shell[256], want[512];
+        uid_t uid;
 
-        /* another user's uid, gid and groups (the agent must be root) */
-        if (geteuid() != 0 || !host_user("nobody", home, sizeof home, shell, sizeof shell, &uid))
-                return;
-        memset(&res, 0, sizeof res);
+        if (geteuid() != 0)
+                unit_skip("not root: only a root agent runs a process as another user");
+        if (!host_user("nobody", home, sizeof home, shell, sizeof shell, &uid))
+                unit_skip("no user 'nobody' here");
         exec_ok(h, 73,
                 "{\"argv\":[\"sh\",\"-c\",\"id -u; id -G | wc -w\"],\"user\":\"nobody\",\"cwd\":\"/\"}");
         collect_process(h, 73, &res);
@@ -1411,6 +1425,30 @@ static void wait_file(const char *path) {
                 if (now_monotonic_ns() > deadline)
                         fail_msg("%s did not appear within %d ms", path, TIMEOUT_MS);
                 usleep(10 * 1000);
+        }
+}
+
+/* Waits until the agent has read all that pid wrote to its stdout and
+ * stderr pipes (failing after TIMEOUT_MS): a reader of our own on each
+ * pipe (opened through /proc, never read) sees no unread bytes. The agent
+ * keeps what it reads in the same step, so a detached process' output is
+ * then in its ring. */
+static void wait_output_read(pid_t pid) {
+        uint64_t deadline = now_monotonic_ns() + TIMEOUT_MS * 1000000ull;
+        for (int i = 1; i <= 2; i++) {
+                char path[64];
+                snprintf(path, sizeof path, "/proc/%d/fd/%d", (int) pid, i);
+                int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+                assert_true(fd >= 0);
+                int unread;
+                while (ioctl(fd, FIONREAD, &unread) == 0 && unread > 0) {
+                        if (now_monotonic_ns() > deadline)
+                                fail_msg("the agent left %d bytes unread in %s for %d ms", unread, path,
+                                         TIMEOUT_MS);
+                        usleep(10 * 1000);
+                }
+                assert_int_equal(ioctl(fd, FIONREAD, &unread), 0);
+                close(fd);
         }
 }
 
@@ -1478,13 +1516,23 @@ static void test_agent_files_user(void **state) {
         json_decref(expect_result(h, 95));
         assert_int_equal(stat(path, &st), 0);
         assert_int_equal(st.st_uid, geteuid());
+}
 
-        /* another user's permissions and ownership (the agent must be root) */
+/* another user's permissions and ownership (the agent must be root) */
+static void test_agent_files_other_user(void **state) {
+        struct harness *h = harness_get(state);
+        char dir[256], path[512], json[2048];
+        struct stat st;
+
+        if (geteuid() != 0)
+                unit_skip("not root: only a root agent acts on files as another user");
         struct passwd *pw = getpwnam("nobody");
-        if (geteuid() != 0 || !pw)
-                return;
+        if (!pw)
+                unit_skip("no user 'nobody' here");
         uid_t uid = pw->pw_uid;
         gid_t gid = pw->pw_gid;
+        snprintf(dir, sizeof dir, "%s/fo", h->dir);
+        assert_int_equal(mkdir(dir, 0777), 0);
         assert_int_equal(chmod(h->dir, 0711), 0);
         assert_int_equal(chmod(dir, 0777), 0);
 
@@ -1620,7 +1668,7 @@ static void test_agent_processes_adopt(void **state) {
         /* its output while detached is kept and replayed on ADOPT */
         touch(go);
         wait_file(done);
-        usleep(100 * 1000); /* the agent reads what came before the touch */
+        wait_output_read(pid); /* what came before the touch is in the ring */
         send_json(h, PROTO_ADOPT, 64, json);
         json_t *j = expect_result(h, 64);
         assert_int_equal(json_integer_value(json_object_get(j, "pid")), pid);
@@ -1672,7 +1720,7 @@ static void test_agent_adopt_ring(void **state) {
         frame_release(&f);
         touch(go);
         wait_file(done);
-        usleep(100 * 1000);
+        wait_output_read(pid);
         snprintf(json, sizeof json, "{\"pid\":%d}", (int) pid);
         send_json(h, PROTO_ADOPT, 68, json);
         json_t *j = expect_result(h, 68);
@@ -1941,12 +1989,13 @@ int main(void) {
                 cmocka_unit_test(test_agent_pty),         cmocka_unit_test(test_agent_hello_detaches),
                 cmocka_unit_test(test_agent_files),       cmocka_unit_test(test_agent_file_errors),
                 cmocka_unit_test(test_agent_identity),    cmocka_unit_test(test_agent_exec_user),
-                cmocka_unit_test(test_agent_files_user),
+                cmocka_unit_test(test_agent_exec_other_user), cmocka_unit_test(test_agent_files_user),
+                cmocka_unit_test(test_agent_files_other_user),
                 cmocka_unit_test(test_agent_processes_adopt), cmocka_unit_test(test_agent_adopt_ring),
                 cmocka_unit_test(test_agent_resize),      cmocka_unit_test(test_agent_watch),
         };
         signal(SIGPIPE, SIG_IGN);
         int r = cmocka_run_group_tests_name("guest_lib", unit, NULL, NULL);
         r += cmocka_run_group_tests_name("agent", agent, harness_setup, harness_teardown);
-        return r;
+        return unit_exit(r);
 }
