@@ -40,7 +40,9 @@ SINK = "198.18.0.66"
 ZONES = {"a.test": ORIGIN, "e.test": SINK, "internal.test": "10.0.0.5", "meta.test": "169.254.169.254"}
 # alias.test is a CNAME of sink.evil.test, which is SINK
 CNAMES = {"alias.test": "sink.evil.test"}
-HOST_RECORDS = {"sink.evil.test": SINK}
+# a.test.evil.test: a lookalike of a.test that an origin serves (its
+# certificate names it), so a request to it really goes out
+HOST_RECORDS = {"sink.evil.test": SINK, "a.test.evil.test": ORIGIN}
 _seq = 0
 
 
@@ -87,6 +89,7 @@ class Internet:
         self.dir = workdir
         self.procs = []
         self.sink_log = os.path.join(workdir, "sink.log")
+        self.origin_log = os.path.join(workdir, "origin.log")
         self.dns_log = os.path.join(workdir, "dns.log")
         self.ca_path = os.path.join(workdir, "ca.pem")
         self.www = os.path.join(workdir, "www")
@@ -125,7 +128,7 @@ class Internet:
             f.write("hello from the test internet\n")
         ca_key, ca_cert = _cert([])
         _write_pem(self.ca_path, cert=ca_cert)
-        key, cert = _cert(["a.test", "www.a.test"], ca_key, ca_cert)
+        key, cert = _cert(["a.test", "www.a.test", "a.test.evil.test"], ca_key, ca_cert)
         tls = os.path.join(self.dir, "origin.pem")
         _write_pem(tls, key=key, cert=cert)
 
@@ -140,7 +143,7 @@ class Internet:
         srv = subprocess.Popen(
             ["ip", "netns", "exec", self.inet, sys.executable, os.path.join(HERE, "netlab_servers.py"),
              "--origin", ORIGIN, "--www", self.www, "--tls-cert", tls, "--tls-key", tls, "--sink", SINK,
-             "--sink-log", self.sink_log],
+             "--sink-log", self.sink_log, "--origin-log", self.origin_log],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.procs.append(srv)
         if srv.stdout.readline().strip() != "ready":
@@ -162,6 +165,11 @@ class Internet:
     def sink_hits(self):
         """The connections SINK received: [{port, peer, data}]."""
         return [json.loads(line) for line in self._read(self.sink_log).splitlines() if line]
+
+    def origin_hits(self):
+        """The requests ORIGIN received, as they arrived: [{method, path,
+        port, headers}]."""
+        return [json.loads(line) for line in self._read(self.origin_log).splitlines() if line]
 
     def dns_queries(self):
         """The names the resolver was asked for."""

@@ -1,9 +1,11 @@
 """The servers of the test "internet" (tests/netlab.py), one process run
 inside its network namespace:
 
-  ORIGIN:80   HTTP, files from --www (and /echo: the request's headers back;
-              a POST to /echo also its body's length and SHA-256, whether
-              it came with a length or chunked)
+  ORIGIN:80   HTTP, files from --www (and /echo, /api/..., /admin...: the
+              request's headers back; a POST to /echo also its body's length
+              and SHA-256, whether it came with a length or chunked); every
+              request it gets is a JSON line in --origin-log (method, path as
+              it arrived, headers, port)
   ORIGIN:443  the same over TLS, with a certificate for --tls-names from the
               test CA (--tls-cert/--tls-key)
   SINK:*      every port of --sink-ports (TCP) and --sink-udp-ports: records
@@ -29,8 +31,19 @@ class Handler(http.server.SimpleHTTPRequestHandler):
     # would hold for the client's delayed ACK (40 ms per kept-alive request)
     disable_nagle_algorithm = True
 
+    origin_log = None
+    lock = None
+
     def log_message(self, fmt, *args):
         pass
+
+    def parse_request(self):
+        ok = super().parse_request()
+        if ok and self.origin_log:  # before any answer: what reached the origin, as it came
+            with self.lock, open(self.origin_log, "a") as f:
+                f.write(json.dumps({"method": self.command, "path": self.path, "port": self.server.server_port,
+                                    "headers": dict(self.headers.items()), "ts": time.time()}) + "\n")
+        return ok
 
     def read_body(self):
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -44,8 +57,11 @@ class Handler(http.server.SimpleHTTPRequestHandler):
                 self.rfile.readline()
         return self.rfile.read(int(self.headers.get("Content-Length", "0")))
 
+    def echoes(self):
+        return self.path.startswith(("/echo", "/api/", "/admin"))
+
     def do_POST(self):
-        if not self.path.startswith("/echo"):
+        if not self.echoes():
             self.send_error(405)
             return
         data = self.read_body()
@@ -55,7 +71,7 @@ class Handler(http.server.SimpleHTTPRequestHandler):
     do_PUT = do_POST
 
     def do_GET(self, extra=None):
-        if self.path.startswith("/echo"):
+        if self.echoes():
             body = json.dumps({"host": self.headers.get("Host"), "path": self.path,
                                "headers": dict(self.headers.items()), **(extra or {})}).encode()
             self.send_response(200)
@@ -125,7 +141,9 @@ def main():
     p.add_argument("--sink-ports", default="80,443,22,53,853,5432")
     p.add_argument("--sink-udp-ports", default="53,123,443,5353")
     p.add_argument("--sink-log", required=True)
+    p.add_argument("--origin-log", required=True)
     a = p.parse_args()
+    Handler.origin_log, Handler.lock = a.origin_log, threading.Lock()
     serve_http(a.origin, 80, a.www)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(a.tls_cert, a.tls_key)

@@ -196,9 +196,19 @@ static int parse_entry(const json_t *o, size_t i, struct credset_entry *c, char 
         if (!strings(json_object_get(o, "paths"), CREDSET_PATHS_MAX, CREDSET_PATH_MAX, path_char, c->paths,
                      &c->n_paths))
                 return bad(err, n, "secrets[%zu].paths must be at most %d path prefixes", i, CREDSET_PATHS_MAX);
-        for (size_t j = 0; j < c->n_paths; j++)
+        for (size_t j = 0; j < c->n_paths; j++) {
+                char canon[CREDSET_PATH_MAX + 1];
+                const char *why = NULL;
                 if (c->paths[j][0] != '/')
                         return bad(err, n, "secrets[%zu].paths[%zu] must start with '/'", i, j);
+                /* compared with requests' canonical paths: written so */
+                if (credset_path_canonical(c->paths[j], strlen(c->paths[j]), canon, sizeof canon, &why) < 0 ||
+                    strcmp(canon, c->paths[j]) != 0)
+                        return bad(err, n,
+                                   "secrets[%zu].paths[%zu] must be a canonical path (no dot segments, ';', '\\' "
+                                   "or escapes of '/', '\\' or unreserved characters; escapes in capitals)",
+                                   i, j);
+        }
         const json_t *e = json_object_get(o, "expires_at"), *rate = json_object_get(o, "rate_per_min");
         if (e && (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT64_MAX / 1000))
                 return bad(err, n, "secrets[%zu].expires_at must be Unix seconds", i);

@@ -71,3 +71,17 @@ bool credset_header_name_ok(const char *name, size_t n);
  * *ret_n. 0, or -EINVAL with a message naming the entry and the field in
  * err (n bytes) that never quotes a value. */
 int credset_parse(const json_t *a, struct credset_entry ret[CREDSET_MAX], size_t *ret_n, char *err, size_t n);
+
+/*
+ * A request target's path as an origin reads it (RFC 3986 6.2.2): escapes
+ * of unreserved characters decoded, the other escapes' hex in capitals,
+ * dot segments removed (5.2.4); the query, from the first '?', kept as it
+ * came. A credential's path rule is decided on this, and this is what the
+ * gateway forwards. Refused with -EINVAL and *ret_why (a static string):
+ * a target not from '/', what origins read two ways (an escaped '/' or
+ * '\', a '\', a ';' of path parameters), an escape that is not two hex
+ * digits, an escaped control character, a byte outside printable ASCII or
+ * a '#', and a ".." above the root. -ENOBUFS when outsz < len + 1 (never
+ * longer than the input). in needs no NUL; out gets one.
+ */
+int credset_path_canonical(const char *in, size_t len, char *out, size_t outsz, const char **ret_why);

@@ -216,6 +216,15 @@ static int parse_paths(const json_t *v, json_t **ret, char *err) {
                                    "field 'paths[%zu]' must be a path prefix starting with '/' (no spaces, '?' "
                                    "or '#', at most %d characters)",
                                    i, SECRETREQ_PATH_MAX);
+                /* the gateway compares requests' paths as the origin reads
+                 * them (credset_path_canonical()): a prefix is written so */
+                char canon[SECRETREQ_PATH_MAX + 1];
+                const char *why = NULL;
+                if (credset_path_canonical(p, n, canon, sizeof canon, &why) < 0)
+                        return bad(err, "field 'paths[%zu]' is refused: %s", i, why);
+                if (strcmp(canon, p) != 0)
+                        return bad(err, "field 'paths[%zu]' must be written as requests are compared: \"%s\"", i,
+                                   canon);
         }
         *ret = json_deep_copy(v);
         return *ret ? 0 : -ENOMEM;

@@ -199,6 +199,9 @@ bool gw_secret_binds(const struct gw_secret *s, const char *host, uint16_t port)
 bool gw_secrets_on_port(const struct gw_sandbox *sb, uint16_t port);
 /* Whether a credential is bound to host:port (the connection is terminated for it). */
 bool gw_secrets_for_host(const struct gw_sandbox *sb, const char *host, uint16_t port);
+/* Whether a credential bound to host:port is scoped to paths: its
+ * requests' paths are decided on, and forwarded, canonical. */
+bool gw_secrets_path_scoped(const struct gw_sandbox *sb, const char *host, uint16_t port);
 /* The credential for this request, or NULL (*ret_refusal says why when
  * one was bound to the host but may not be used: audited). */
 struct gw_secret *gw_secrets_pick(struct gw_sandbox *sb, const char *host, uint16_t port, const char *method,

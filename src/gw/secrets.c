@@ -170,6 +170,13 @@ bool gw_secrets_for_host(const struct gw_sandbox *sb, const char *host, uint16_t
         return false;
 }
 
+bool gw_secrets_path_scoped(const struct gw_sandbox *sb, const char *host, uint16_t port) {
+        for (size_t i = 0; i < sb->n_secrets; i++)
+                if (sb->secrets[i].n_paths && gw_secret_binds(&sb->secrets[i], host, port))
+                        return true;
+        return false;
+}
+
 void gw_audit(const struct gw_sandbox *sb, const struct gw_secret *s, const char *host, uint16_t port,
               const char *method, const char *path, bool injected, const char *reason) {
         struct gw_audit_event *e = &audit[audit_next_seq % AUDIT_MAX];

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "ca.h"
+#include "credset.h"
 #include "h2front.h"
 #include "http1.h"
 #include "log.h"
@@ -342,6 +343,29 @@ static int decide(struct term *t, const struct http1_head *h, const char **why) 
                 gw_sandbox_log(t->sb, false, false, h->host, t->dst.sin_addr, port, refusal);
                 *why = refusal;
                 return 403;
+        }
+        /* where a credential is scoped to paths, the path the origin will
+         * read decides, and is what goes on: "/api/%2e%2e/admin" is
+         * "/admin"; what origins read two ways ("/api/..%2fadmin") is
+         * refused here */
+        struct http1_head as_sent = *h;
+        char canon[HTTP1_TARGET_MAX + 1];
+        if (gw_secrets_path_scoped(t->sb, t->name, port)) {
+                const char *bad = NULL;
+                size_t len = strlen(h->path);
+                if (h->absolute_form)
+                        bad = "an absolute-form request target where a credential is scoped to paths";
+                else if (len >= sizeof canon)
+                        bad = "the request target is too long";
+                else
+                        (void) credset_path_canonical(h->path, len, canon, sizeof canon, &bad);
+                if (bad) {
+                        gw_sandbox_log(t->sb, false, false, h->host, t->dst.sin_addr, port, bad);
+                        *why = bad;
+                        return 400;
+                }
+                as_sent.path = canon;
+                h = &as_sent;
         }
         struct http1_extra_header add[1];
         size_t n_add = 0;

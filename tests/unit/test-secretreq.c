@@ -113,6 +113,12 @@ static void test_parse(void **state) {
                 { "{\"name\":\"g\\u0000h\",\"value\":\"tok\",\"hosts\":[\"a.example.com\"]}", "'name'" },
                 { "{\"name\":\"gh\",\"value\":\"tok\",\"hosts\":[\"a.example.com\"],\"paths\":[\"/a b\"]}",
                   "paths[0]" },
+                /* prefixes are written as the gateway compares requests */
+                { "{\"name\":\"gh\",\"value\":\"tok\",\"hosts\":[\"a.example.com\"],\"paths\":[\"/api/%2e%2E/"
+                  "x/\"]}",
+                  "must be written as requests are compared: \"/x/\"" },
+                { "{\"name\":\"gh\",\"value\":\"tok\",\"hosts\":[\"a.example.com\"],\"paths\":[\"/api;v=1/\"]}",
+                  "'paths[0]' is refused: a ';'" },
         };
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
                 err[0] = 0;
