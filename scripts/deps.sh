@@ -25,6 +25,9 @@ pkgs=(
   libnftables-dev
   # the E2B front door's gzip uploads (src/daemon/e2b-files.c)
   zlib1g-dev
+  # lib/buildctx: template build contexts and OCI layers checked as tar
+  # streams before anything unpacks them
+  libarchive-dev
   # lib/store's PostgreSQL backend, for a control plane of several replicas
   libpq-dev
   # lib/kms's PKCS#11 plugin: the standard's header, from p11-kit (only the
