@@ -90,6 +90,7 @@ class Internet:
         self.procs = []
         self.sink_log = os.path.join(workdir, "sink.log")
         self.origin_log = os.path.join(workdir, "origin.log")
+        self.capture_log = os.path.join(workdir, "capture.log")
         self.dns_log = os.path.join(workdir, "dns.log")
         self.ca_path = os.path.join(workdir, "ca.pem")
         self.www = os.path.join(workdir, "www")
@@ -143,7 +144,8 @@ class Internet:
         srv = subprocess.Popen(
             ["ip", "netns", "exec", self.inet, sys.executable, os.path.join(HERE, "netlab_servers.py"),
              "--origin", ORIGIN, "--www", self.www, "--tls-cert", tls, "--tls-key", tls, "--sink", SINK,
-             "--sink-log", self.sink_log, "--origin-log", self.origin_log],
+             "--sink-log", self.sink_log, "--origin-log", self.origin_log, "--iface", "inet0",
+             "--gateway", EGRESS_ADDR, "--resolver", RESOLVER, "--capture-log", self.capture_log],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.procs.append(srv)
         if srv.stdout.readline().strip() != "ready":
@@ -165,6 +167,12 @@ class Internet:
     def sink_hits(self):
         """The connections SINK received: [{port, peer, data}]."""
         return [json.loads(line) for line in self._read(self.sink_log).splitlines() if line]
+
+    def captured(self):
+        """Packets that reached the test internet other than the gateway's
+        TCP and DNS (ICMP, other UDP, IPv6, forged sources): [{proto, src,
+        dst, dport} or {ipv6, ...}]."""
+        return [json.loads(line) for line in self._read(self.capture_log).splitlines() if line]
 
     def origin_hits(self):
         """The requests ORIGIN received, as they arrived: [{method, path,

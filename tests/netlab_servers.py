@@ -10,7 +10,12 @@ inside its network namespace:
               test CA (--tls-cert/--tls-key)
   SINK:*      every port of --sink-ports (TCP) and --sink-udp-ports: records
               each connection or datagram (first bytes included) as a JSON
-              line in --sink-log, answers nothing
+              line in --sink-log, answers nothing; ORIGIN:5432 the same (a
+              port of the allowed host where no service is)
+  capture     every packet arriving on --iface that is not what the gateway
+              may send (TCP from --gateway, DNS from it to the resolver):
+              ICMP, other UDP, IPv6, forged sources; a JSON line each in
+              --capture-log (AF_PACKET: it sees them before any filter)
 
 Each listener is up before "ready" is printed on stdout.
 """
@@ -107,7 +112,7 @@ def serve_sink(addr, port, log_path, lock):
         except OSError:
             pass
         with lock, open(log_path, "a") as f:
-            f.write(json.dumps({"port": port, "peer": peer[0], "data": data[:512].decode("latin-1"),
+            f.write(json.dumps({"addr": addr, "port": port, "peer": peer[0], "data": data[:512].decode("latin-1"),
                                 "ts": time.time()}) + "\n")
         c.close()
 
@@ -115,6 +120,43 @@ def serve_sink(addr, port, log_path, lock):
         while True:
             c, peer = s.accept()
             threading.Thread(target=one, args=(c, peer), daemon=True).start()
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def serve_capture(iface, gateway, resolver, log_path, lock):
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0003))
+    s.bind((iface, 0))
+
+    def one(frame):
+        kind = int.from_bytes(frame[12:14], "big")
+        if kind == 0x0806:  # ARP
+            return None
+        if kind == 0x86DD:
+            nh = frame[14 + 6]
+            dst6 = socket.inet_ntop(socket.AF_INET6, frame[38:54])
+            if nh == 58 or (nh == 0 and dst6.startswith("ff02:")):  # the link's own neighbour discovery, MLD
+                return None
+            return {"ipv6": True, "next": nh, "src": socket.inet_ntop(socket.AF_INET6, frame[22:38]),
+                    "dst": socket.inet_ntop(socket.AF_INET6, frame[38:54])}
+        if kind != 0x0800:
+            return {"ethertype": kind}
+        ip = frame[14:]
+        proto, src, dst = ip[9], socket.inet_ntoa(ip[12:16]), socket.inet_ntoa(ip[16:20])
+        l4 = ip[(ip[0] & 15) * 4:]
+        dport = int.from_bytes(l4[2:4], "big") if proto in (6, 17) else None
+        if src == gateway and (proto == 6 or (proto == 17 and dst == resolver and dport == 53)):
+            return None
+        return {"proto": proto, "src": src, "dst": dst, "dport": dport}
+
+    def loop():
+        while True:
+            frame, addr = s.recvfrom(65535)
+            if addr[2] == socket.PACKET_OUTGOING:
+                continue
+            seen = one(frame)
+            if seen:
+                with lock, open(log_path, "a") as f:
+                    f.write(json.dumps({**seen, "ts": time.time()}) + "\n")
     threading.Thread(target=loop, daemon=True).start()
 
 
@@ -142,6 +184,10 @@ def main():
     p.add_argument("--sink-udp-ports", default="53,123,443,5353")
     p.add_argument("--sink-log", required=True)
     p.add_argument("--origin-log", required=True)
+    p.add_argument("--iface", required=True)
+    p.add_argument("--gateway", required=True)
+    p.add_argument("--resolver", required=True)
+    p.add_argument("--capture-log", required=True)
     a = p.parse_args()
     Handler.origin_log, Handler.lock = a.origin_log, threading.Lock()
     serve_http(a.origin, 80, a.www)
@@ -153,6 +199,8 @@ def main():
         serve_sink(a.sink, int(port), a.sink_log, lock)
     for port in a.sink_udp_ports.split(","):
         serve_udp_sink(a.sink, int(port), a.sink_log, lock)
+    serve_sink(a.origin, 5432, a.sink_log, lock)
+    serve_capture(a.iface, a.gateway, a.resolver, a.capture_log, lock)
     print("ready", flush=True)
     while True:
         time.sleep(3600)

@@ -50,6 +50,10 @@ static const char ruleset[] =
         /* the guest's side of a connection the node made to one of its
          * service ports (vmnet_connect); the guest can open none itself */
         "    iifname \"" VMNET_TAP "\" meta l4proto tcp ct direction reply accept\n"
+        /* what else the guest aims at the gateway's address (its listener
+         * itself: a redirect to where it went already is no DNAT) is
+         * refused at once, not left to time out */
+        "    iifname \"" VMNET_TAP "\" meta l4proto tcp reject with tcp reset\n"
         "  }\n"
         "  chain forward {\n"
         "    type filter hook forward priority filter; policy drop;\n"

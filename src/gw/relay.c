@@ -557,6 +557,12 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata) {
                                 conn_free(c);
                         continue;
                 }
+                if (dst.sin_addr.s_addr == gw_addr.s_addr) {
+                        /* its resolver is all of the gateway a guest may reach
+                         * (its listener too: nothing is read from it first) */
+                        deny(c, "", "the gateway's own address");
+                        continue;
+                }
                 if (!netpolicy_needs_names(s->policy) && netpolicy_mode(s->policy) != NETPOLICY_ALLOWLIST &&
                     !gw_secrets_on_port(s, ntohs(dst.sin_port))) { /* a credential's TLS is read for its name */
                         decide_addr(c); /* allow-all or deny-all: the address decides */

@@ -115,8 +115,13 @@ def test_allowlist_decides_on_names_the_gateway_resolved(airlock_factory, intern
     _, out = sh(a, sid, two)
     assert HELLO in out and '"host": "e.test"' not in out, out
     wait_log(a, sid, lambda e: e.get("name") == "e.test" and "kept-alive" in e["reason"], "cutting the Host switch")
-    # raw TCP to the allowed address on another port: only cidr rules allow that
+    # raw TCP to the allowed address on another port: only cidr rules allow
+    # that. Something listens there (netlab records it like the sink): the
+    # gateway's deny entry for it, and nothing recorded, show the refusal
     _, out = sh(a, sid, f"echo x | nc -w 3 {ORIGIN} 5432; echo rc=$?")
+    assert "rc=" in out, out  # it ran
+    wait_log(a, sid, lambda e: e["action"] == "deny" and e.get("addr") == ORIGIN and e.get("port") == 5432,
+             "denying raw TCP to ORIGIN:5432")
     assert internet.sink_hits() == []
 
 

@@ -7,6 +7,7 @@ nothing."""
 
 import os
 import pwd
+import shutil
 import sys
 import time
 
@@ -69,7 +70,23 @@ HTTP_ATTACKS = [
 ]
 
 
+def log_since(a, sid, last):
+    """The sandbox's network log entries after the entry last (None: all)."""
+    entries = net_log(a, sid)
+    if last is None:
+        return entries
+    for i in range(len(entries) - 1, -1, -1):
+        if entries[i] == last:
+            return entries[i + 1:]
+    return entries  # last fell out of the window: all are newer
+
+
 def test_http_attacks_under_an_allowlist(airlock_factory, internet):
+    """Each attack on its own connection, its path marked ?m=ID: it ran
+    (the guest got an answer or a reset), the gateway refused it itself
+    (its own 403 or reset, and a deny entry of its own), the origin logged
+    no request under that marker (nor any at all while it ran), and the
+    legitimate request succeeds after it."""
     a = airlock_factory(prebuild="minimal", env=internet.env())
     sid = a.create(network={"allow": [{"host": "a.test"}]})["id"]
     # the controls: the allowed name, resolved through the gateway (which
@@ -80,55 +97,135 @@ def test_http_attacks_under_an_allowlist(airlock_factory, internet):
         assert "200 OK" in out and '"path": "/echo"' in out, (host, out)
     failures = []
     for ident, what, request in HTTP_ATTACKS:
-        _, out = sh(a, sid, raw_http(request))
-        if "200 OK" in out or '"path"' in out:
-            failures.append(f"{ident} ({what}) got through: {out[:300]!r}")
+        last = (net_log(a, sid) or [None])[-1]
+        seen = len(internet.origin_hits())
+        _, out = sh(a, sid, raw_http(request.replace("/echo", f"/echo?m={ident}")))
+        reached = internet.origin_hits()[seen:]
+        denied = [e for e in log_since(a, sid, last) if e["action"] == "deny"]
+        if "rc=" not in out:
+            failures.append(f"{ident} ({what}) did not run: {out[-200:]!r}")
+        if reached:
+            failures.append(f"{ident} ({what}) reached the origin: {reached}")
+        if out.split("rc=")[0].strip() and "403 Forbidden" not in out and "400 Bad Request" not in out:
+            failures.append(f"{ident} ({what}) got an answer that is not the gateway's: {out[:300]!r}")
+        if "airlock: egress" not in out and out.split("rc=")[0].strip():
+            failures.append(f"{ident} ({what}) was not refused by the gateway: {out[:300]!r}")
+        if len(denied) != 1:
+            failures.append(f"{ident} ({what}): {len(denied)} deny entries: {denied}")
+        _, ctl = sh(a, sid, raw_http("GET /echo?m=ctl HTTP/1.1\\r\\nHost: a.test\\r\\nConnection: close\\r\\n\\r\\n"))
+        if "200 OK" not in ctl:
+            failures.append(f"the control after {ident} failed: {ctl[:200]!r}")
     assert not failures, "\n".join(failures)
-    denied = [e for e in net_log(a, sid) if e["action"] == "deny" and e["kind"] == "tcp"]
-    assert len(denied) >= len(HTTP_ATTACKS), denied
     assert internet.sink_hits() == []
 
 
-# (id, attack, a shell line run in the guest, under an allowlist of a.test)
+def udp_send(addr, port, iface=None):
+    """A shell line sending one datagram from the guest (busybox nc has no
+    UDP: python does), printing "sent" or the error that stopped it."""
+    bind = f"s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1); " if addr.endswith(".255") else ""
+    return (f"python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); {bind}"
+            f"s.sendto(b'x-udp', ('{addr}', {port})); print('sent')\"")
+
+
+# (id, attack, a shell line run in the guest under an allowlist of a.test,
+# what its own output shows when it ran). The observers: SINK (every TCP
+# and UDP port it serves), ORIGIN:5432 (a port of the allowed host where a
+# listener records like the sink), the capture on the test internet's
+# link (ICMP, other UDP, IPv6, forged sources: anything the gateway does
+# not send itself), and the resolver's query log.
 GUEST_ATTACKS = [
     ("D1-etc-hosts", "the guest's /etc/hosts maps the allowed name to SINK",
-     f"echo '{SINK} a.test' >> /etc/hosts; " + http_get("a.test")),
+     f"echo '{SINK} a.test' >> /etc/hosts; " + http_get("a.test") + "; sed -i '$d' /etc/hosts",
+     "did not resolve the name to that address"),
     ("D3-udp-resolver", "DNS over UDP to an outside resolver",
-     f"nslookup a.test {SINK}; nslookup a.test {RESOLVER}"),
+     f"nslookup a.test {SINK}; nslookup a.test {RESOLVER}", "no servers could be reached"),
     ("D3-tcp-resolver", "DNS over TCP to an outside resolver",
      f"printf '\\000\\034\\022\\064\\001\\000\\000\\001\\000\\000\\000\\000\\000\\000"
-     f"\\001a\\004test\\000\\000\\001\\000\\001' | nc -w 3 {SINK} 53"),
-    ("D3-dot", "DNS over TLS (853) to an outside resolver", f"echo x | nc -w 3 {SINK} 853"),
-    ("I1-raw-tcp", "raw TCP to SINK:22", f"echo SSH-2.0-x | nc -w 3 {SINK} 22"),
+     f"\\001a\\004test\\000\\000\\001\\000\\001' | nc -w 3 {SINK} 53", "rc="),
+    ("D3-dot", "DNS over TLS (853) to an outside resolver", f"echo x | nc -w 3 {SINK} 853", "rc="),
+    ("I1-raw-tcp", "raw TCP to SINK:22", f"echo SSH-2.0-x | nc -w 3 {SINK} 22", "rc="),
     ("I1-raw-tcp-allowed-addr", "raw TCP to the allowed host's address on another port",
-     f"echo x | nc -w 3 {ORIGIN} 5432"),
-    ("U1-quic", "UDP to SINK:443 (QUIC)", f"echo x | nc -u -w 1 {SINK} 443"),
-    ("U2-ntp", "UDP to SINK:123", f"echo x | nc -u -w 1 {SINK} 123"),
-    ("U2-mdns", "multicast DNS", "echo x | nc -u -w 1 224.0.0.251 5353"),
-    ("U2-broadcast", "broadcast on the sandbox's link", "echo x | nc -u -w 1 10.200.0.3 5353"),
-    ("I8-icmp", "ICMP echo to SINK (a tunnel's carrier)", f"ping -c 2 -W 1 {SINK}"),
-    ("I2-ipv6", "IPv6 to SINK through the NAT64 prefix", "echo x | nc -w 2 64:ff9b::c612:42 80"),
-    ("I2-ipv6-link-local", "IPv6 link-local to the gateway", "echo x | nc -w 2 fe80::a1:cff:fe00:1%eth0 80"),
+     f"echo x | nc -w 3 {ORIGIN} 5432", "rc="),
+    ("U1-quic", "UDP to SINK:443 (QUIC)", udp_send(SINK, 443), "sent"),
+    ("U2-ntp", "UDP to SINK:123", udp_send(SINK, 123), "sent"),
+    ("U2-mdns", "multicast DNS", udp_send("224.0.0.251", 5353), "sent"),
+    ("U2-broadcast", "broadcast on the sandbox's link", udp_send("10.200.0.255", 5353), "sent"),
+    ("U2-to-origin", "UDP to the allowed host's address", udp_send(ORIGIN, 443), "sent"),
+    ("I8-icmp", "ICMP echo to SINK (a tunnel's carrier)", f"ping -c 2 -W 1 {SINK}", "2 packets transmitted"),
+    ("I8-icmp-origin", "ICMP echo to the allowed host", f"ping -c 2 -W 1 {ORIGIN}", "2 packets transmitted"),
+    ("I2-ipv6", "IPv6 to SINK through the NAT64 prefix", "echo x | nc -w 2 64:ff9b::c612:42 80", "rc="),
+    ("I2-ipv6-link-local", "IPv6 link-local to the gateway", "echo x | nc -w 2 fe80::a1:cff:fe00:1%eth0 80",
+     "rc="),
 ]
 
 
+def observed(internet):
+    """What the observers hold now."""
+    return (len(internet.sink_hits()), len(internet.captured()), len(internet.origin_hits()))
+
+
 def test_guest_attacks_under_an_allowlist(airlock_factory, internet):
-    a = airlock_factory(prebuild="minimal", env=internet.env())
-    sid = a.create(network={"allow": [{"host": "a.test"}]})["id"]
-    _, out = sh(a, sid, http_get("a.test"))  # the control
-    assert HELLO in out, out
+    a = airlock_factory(prebuild="minimal,python", env=internet.env())
+    sid = a.create(template="python", network={"allow": [{"host": "a.test"}]})["id"]
+    # python for UDP (busybox nc has none), the minimal template's busybox
+    # for the rest
+    with open(shutil.which("busybox"), "rb") as f:
+        a.put_file(sid, "/usr/local/bin/busybox", f.read())
+    sh(a, sid, "cd /usr/local/bin && chmod 755 busybox && for x in nc ping nslookup; do ln -sf busybox $x; done")
+
+    def control(after):
+        _, out = sh(a, sid, http_get("a.test"))
+        assert HELLO in out, (f"the control after {after}", out)
+    control("nothing")
     failures = []
-    for ident, what, script in GUEST_ATTACKS:
+    for ident, what, script, ran in GUEST_ATTACKS:
+        before = observed(internet)
         t0 = time.monotonic()
-        _, out = sh(a, sid, script)
+        _, out = sh(a, sid, f"{script}; echo rc=$?")
+        took = time.monotonic() - t0
+        if ran not in out or "applet not found" in out or "Usage:" in out or "not found" in out.split("rc=")[-1]:
+            failures.append(f"{ident} ({what}) did not run: {out[-300:]!r}")
         if HELLO in out or f"Address: {ORIGIN}" in out.split("Server:")[-1]:
             failures.append(f"{ident} ({what}) got an answer: {out[:300]!r}")
-        if time.monotonic() - t0 > 12:
-            failures.append(f"{ident} ({what}) hung for {time.monotonic() - t0:.0f}s")
+        if took > 12:
+            failures.append(f"{ident} ({what}) hung for {took:.0f}s")
+        # the control also shows that the attack left the gateway serving
+        control(ident)
+        after = observed(internet)
+        if after[:2] != before[:2]:
+            failures.append(f"{ident} ({what}) reached the test internet: sink {internet.sink_hits()[before[0]:]} "
+                            f"capture {internet.captured()[before[1]:]}")
     assert not failures, "\n".join(failures)
-    assert internet.sink_hits() == []
+    # the TCP attacks, each refused by the gateway itself (a deny entry for
+    # where it aimed); the others never got to it (dropped at the tap)
+    denied = {(e.get("addr"), e.get("port")) for e in net_log(a, sid) if e["action"] == "deny"}
+    for addr, port in ((SINK, 53), (SINK, 853), (SINK, 22), (ORIGIN, 5432)):
+        assert (addr, port) in denied, (addr, port, denied)
     # and the resolver heard nothing but what the gateway asked for a.test
     assert set(internet.dns_queries()) <= {"a.test"}, internet.dns_queries()
+
+
+def test_the_gateways_own_address_refuses_the_guest_at_once(airlock_factory, internet):
+    """The gateway's address serves the guest DNS and nothing else: a
+    connection to its listener's own port or any other is reset at once
+    (it hung until nc gave up, issue 29), and is in the deny log; DNS and
+    the allowed host stay served (the control, before and after)."""
+    a = airlock_factory(prebuild="minimal", env=internet.env())
+    sid = a.create(network={"allow": [{"host": "a.test"}]})["id"]
+    _, out = sh(a, sid, "nslookup a.test 10.200.0.1; " + http_get("a.test"))
+    assert ORIGIN in out and HELLO in out, out
+    for port in (15001, 22, 80, 443):
+        # -w 30: "at once" is a reset, where a drop would wait the 30 s out
+        _, out = sh(a, sid, f"echo x | nc -w 30 10.200.0.1 {port}; echo rc=$?", timeout_s=60)
+        assert "Connection reset by peer" in out or "Connection refused" in out, (port, out)
+        _, again = sh(a, sid, http_get("a.test"))
+        assert HELLO in again, (port, again)
+    # the gateway's own verdict (its listener's port never reaches it: the
+    # tap's input filter resets that one)
+    denied = [e for e in net_log(a, sid) if e["action"] == "deny" and e.get("addr") == "10.200.0.1"
+              and e["reason"] == "the gateway's own address"]
+    assert {e.get("port") for e in denied} == {22, 80, 443}, denied
+    assert internet.sink_hits() == [] and internet.captured() == []
 
 
 def test_spoofed_source_address_and_mac_never_leave(airlock_factory, internet):
