@@ -8,6 +8,7 @@ nothing."""
 import os
 import pwd
 import shutil
+import subprocess
 import sys
 import time
 
@@ -261,23 +262,63 @@ def test_spoofed_source_address_and_mac_never_leave(airlock_factory, internet):
     assert not any(d.startswith("spoofed") for d in got), got
 
 
-def test_another_sandbox_and_the_gateway_are_out_of_reach(airlock_factory, internet):
+# The victim's service: busybox httpd on port 8000 whose CGI records every
+# request it serves (and from where)
+VICTIM_CGI = b"""#!/bin/sh
+echo "$REMOTE_ADDR $REQUEST_URI" >> /root/hits
+printf 'Content-Type: text/plain\\r\\n\\r\\nserved\\n'
+"""
+
+
+def victim_hits(a, sid):
+    return a.exec(sid, ["sh", "-c", "cat /root/hits 2>/dev/null"])["stdout"].splitlines()
+
+
+def host_addresses():
+    """This machine's own IPv4 addresses (not loopback)."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True).stdout
+    return [line.split()[3].split("/")[0] for line in out.splitlines() if " lo " not in line]
+
+
+def test_another_sandbox_is_out_of_reach(airlock_factory, internet):
+    """A victim serves on a service port; its owner reaches it through the
+    ports API (the control, before and after). An attacker sandbox (under
+    allow-all) tries every way there could be: the gateway's address, the
+    egress host, this machine's addresses, each on the service port and on
+    airlockd's API port, with the ports API's path and its host-name form;
+    and the host name itself through the gateway's resolver. No address of
+    another sandbox exists to aim at: every guest is 10.200.0.2 in a
+    namespace of its own. The victim's own server counts no request but
+    its owner's, and each try is refused by the gateway (a deny entry)."""
     a = airlock_factory(prebuild="minimal", env=internet.env())
     victim = a.create()["id"]
     attacker = a.create()["id"]
-    a.exec(victim, ["sh", "-c", "(nc -l -p 8000 > /tmp/got &) ; sleep 0.2"])
-    # the control: the victim reaches its own service
-    _, out = sh(a, victim, "echo self | nc -w 2 127.0.0.1 8000; sleep 0.2; cat /tmp/got")
-    assert "self" in out, out
-    a.exec(victim, ["sh", "-c", "(nc -l -p 8000 > /tmp/got &) ; sleep 0.2"])
-    for target in ("10.200.0.2:8000", "10.200.0.1:8000", "10.200.0.1:15001", "10.200.0.1:22",
-                   f"{EGRESS_ADDR}:8000"):
-        addr, port = target.split(":")
-        sh(a, attacker, f"echo from-attacker | nc -w 2 {addr} {port}")
-    _, got = sh(a, victim, "cat /tmp/got")
-    assert "from-attacker" not in got, f"the other sandbox's service got: {got!r}"
-    denied = {e.get("addr") for e in net_log(a, attacker) if e["action"] == "deny"}
-    assert {"10.200.0.1", EGRESS_ADDR} <= denied, denied
+    a.put_file(victim, "/root/www/cgi-bin/hit", VICTIM_CGI)
+    sh(a, victim, "chmod 755 /root/www/cgi-bin/hit && httpd -p 8000 -h /root/www")
+    rc, out = sh(a, victim, "for i in $(seq 100); do wget -q -O - http://127.0.0.1:8000/cgi-bin/hit && exit 0;"
+                            " sleep 0.1; done; exit 1")  # up (its bind is not raced), and its own first hit
+    assert rc == 0 and "served" in out, out
+    status, _, body = a.request("GET", f"/v1/sandboxes/{victim}/ports/8000/cgi-bin/hit?owner-1")
+    assert status == 200 and body == b"served\n", (status, body)
+    assert len(victim_hits(a, victim)) == 2
+
+    request = (f"GET /v1/sandboxes/{victim}/ports/8000/cgi-bin/hit?attacker HTTP/1.1\\r\\n"
+               f"Host: 8000-{victim}.localhost\\r\\nAuthorization: Bearer x\\r\\nConnection: close\\r\\n\\r\\n")
+    targets = [("10.200.0.1", 8000), ("10.200.0.1", a.port), (EGRESS_ADDR, 8000), (EGRESS_ADDR, a.port)]
+    targets += [(addr, port) for addr in host_addresses() for port in (8000, a.port)]
+    for addr, port in targets:
+        _, out = sh(a, attacker, f"printf '{request}' | nc -w 3 {addr} {port}; echo rc=$?")
+        assert "rc=" in out and "served" not in out, (addr, port, out)  # it ran, and got nothing of the victim's
+    _, out = sh(a, attacker, f"nslookup 8000-{victim}.localhost; echo rc=$?")
+    assert "rc=" in out and "Address: 10." not in out and "Address: 127." not in out, out
+    denied = {(e.get("addr"), e.get("port")) for e in net_log(a, attacker) if e["action"] == "deny"}
+    assert set(targets) <= denied, (set(targets) - denied, denied)
+    # the victim served its owner only, and still does
+    hits = victim_hits(a, victim)
+    assert len(hits) == 2 and not any("attacker" in h for h in hits), hits
+    status, _, body = a.request("GET", f"/v1/sandboxes/{victim}/ports/8000/cgi-bin/hit?owner-2")
+    assert status == 200 and len(victim_hits(a, victim)) == 3, (status, body)
+    assert internet.sink_hits() == [] and internet.captured() == []
 
 
 @pytest.mark.parametrize("name", ["internal.test", "meta.test"])
