@@ -243,15 +243,21 @@ def test_spoofed_source_address_and_mac_never_leave(airlock_factory, internet):
     while not any(h["data"].startswith("control") for h in internet.sink_hits()):
         assert time.monotonic() < deadline, f"the control never reached SINK: {out}"
         time.sleep(0.05)
-    sh(a, sid, "ip addr add 10.200.0.1/32 dev eth0 2>&1; ip addr add 198.18.0.99/32 dev eth0; "
-               f"echo spoofed-gw | nc -w 2 -s 10.200.0.1 {SINK} 80; "
-               f"echo spoofed-inet | nc -w 2 -s 198.18.0.99 {SINK} 80; "
-               "ip addr del 198.18.0.99/32 dev eth0; ip addr del 10.200.0.1/32 dev eth0; true")
-    sh(a, sid, "ip link set eth0 down; ip link set eth0 address 02:a1:0c:00:00:09; ip link set eth0 up; "
-               "ip route add default via 10.200.0.1 2>/dev/null; "
-               f"echo spoofed-mac | nc -w 2 {SINK} 80; "
-               "ip link set eth0 down; ip link set eth0 address 02:a1:0c:00:00:02; ip link set eth0 up; "
-               "ip route add default via 10.200.0.1; true")
+    # each forgery shown in place before its connection, and nc's own
+    # verdict on it (a bind that failed would send nothing forged)
+    _, out = sh(a, sid, "ip addr add 10.200.0.1/32 dev eth0 2>&1; ip addr add 198.18.0.99/32 dev eth0; "
+                        "ip -4 -o addr show dev eth0; "
+                        f"echo spoofed-gw | nc -w 2 -s 10.200.0.1 {SINK} 80; echo gw-rc=$?; "
+                        f"echo spoofed-inet | nc -w 2 -s 198.18.0.99 {SINK} 80; echo inet-rc=$?; "
+                        "ip addr del 198.18.0.99/32 dev eth0; ip addr del 10.200.0.1/32 dev eth0; true")
+    assert "inet 10.200.0.1/32" in out and "inet 198.18.0.99/32" in out, out
+    assert "gw-rc=" in out and "inet-rc=" in out and "bind" not in out and "Cannot assign" not in out, out
+    _, out = sh(a, sid, "ip link set eth0 down; ip link set eth0 address 02:a1:0c:00:00:09; ip link set eth0 up; "
+                        "ip route add default via 10.200.0.1 2>/dev/null; ip -o link show dev eth0; "
+                        f"echo spoofed-mac | nc -w 2 {SINK} 80; echo mac-rc=$?; "
+                        "ip link set eth0 down; ip link set eth0 address 02:a1:0c:00:00:02; ip link set eth0 up; "
+                        "ip route add default via 10.200.0.1; true")
+    assert "02:a1:0c:00:00:09" in out and "mac-rc=" in out, out
     # the control again, after the guest put its identity back
     _, out = sh(a, sid, f"echo again | nc -w 3 {SINK} 80")
     deadline = time.monotonic() + 5
@@ -260,6 +266,10 @@ def test_spoofed_source_address_and_mac_never_leave(airlock_factory, internet):
         time.sleep(0.05)
     got = [h["data"].split("\n")[0] for h in internet.sink_hits()]
     assert not any(d.startswith("spoofed") for d in got), got
+    # not even a SYN from a forged source reached the test internet's link
+    # (its capture logs any source but the gateway's)
+    forged = [p for p in internet.captured() if p.get("src") in ("10.200.0.1", "198.18.0.99", "10.200.0.2")]
+    assert forged == [], forged
 
 
 # The victim's service: busybox httpd on port 8000 whose CGI records every
