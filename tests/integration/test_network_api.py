@@ -14,7 +14,10 @@ import socket
 import struct
 import time
 
-from harness import Airlock, START_TIMEOUT, node_pids, qemu_pids, store_sandbox_ids
+from harness import Airlock, ApiError, START_TIMEOUT, node_pids, qemu_pids, store_sandbox_ids
+
+# what airlockd answers while its node agent (re)starts
+NODE_AWAY = (502, 503, 504)
 
 ALLOW_ALL = {"mode": "allow-all"}
 DENY_ALL = {"mode": "deny-all"}
@@ -62,16 +65,23 @@ def refused(a, body, message):
 
 
 def wait_until(pred, what, a, timeout=START_TIMEOUT):
+    """Polls pred; a connection refused or a node away is retried, any
+    other error fails at once."""
     deadline = time.monotonic() + timeout
+    last = None
     while time.monotonic() < deadline:
         try:
             v = pred()
             if v:
                 return v
-        except (OSError, AssertionError, Exception):  # a node that restarts
-            pass
+        except OSError as e:
+            last = e
+        except ApiError as e:
+            if e.status not in NODE_AWAY:
+                raise
+            last = e
         time.sleep(0.2)
-    raise AssertionError(f"{what} after {timeout}s\n{a.log_tail(80)}")
+    raise AssertionError(f"{what} after {timeout}s (last error: {last!r})\n{a.log_tail(80)}")
 
 
 def test_sandbox_policies(airlock_factory):

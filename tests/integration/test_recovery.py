@@ -9,21 +9,29 @@ import os
 import signal
 import time
 
-from harness import Airlock, START_TIMEOUT, node_pids, qemu_pids
+from harness import Airlock, ApiError, START_TIMEOUT, node_pids, qemu_pids
+
+# what airlockd answers while its node agent (re)starts
+NODE_AWAY = (502, 503, 504)
 
 
 def wait_state(a, sid, want, execution=None, timeout=180):
     deadline = time.monotonic() + timeout
-    sbx = None
+    sbx = last = None
     while time.monotonic() < deadline:
         try:
             sbx = a.api("GET", f"/v1/sandboxes/{sid}")
             if sbx["state"] == want and execution in (None, sbx.get("execution")):
                 return sbx
-        except (OSError, Exception):  # the node may be restarting
-            pass
+        except OSError as e:  # airlockd restarting
+            last = e
+        except ApiError as e:  # the node restarting; any other answer fails at once
+            if e.status not in NODE_AWAY:
+                raise
+            last = e
         time.sleep(0.2)
-    raise AssertionError(f"sandbox {sid} not {want} after {timeout}s: {sbx}\n{a.log_tail(80)}")
+    raise AssertionError(f"sandbox {sid} not {want} after {timeout}s: {sbx} (last error: {last!r})\n"
+                         f"{a.log_tail(80)}")
 
 
 def start_sleeper(a, sid):

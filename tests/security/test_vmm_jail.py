@@ -13,7 +13,7 @@ import subprocess
 import threading
 import time
 
-from harness import BUILD, START_TIMEOUT, TEMPLATES, _cgroup_procs, node_pids, qemu_pids
+from harness import BUILD, START_TIMEOUT, TEMPLATES, ApiError, _cgroup_procs, node_pids, qemu_pids
 
 NAMESPACES = ("mnt", "pid", "ipc", "uts", "net")
 
@@ -328,11 +328,15 @@ def wait_running(a, sid, old_pid, timeout=180):
     `failed` on the way: the take-over failed, the recovery is next),
     or the node reports the recovery failed."""
     deadline = time.monotonic() + timeout
-    sbx = None
+    sbx = last = None
     while time.monotonic() < deadline:
         try:
             sbx = a.api("GET", f"/v1/sandboxes/{sid}")
-        except Exception:  # the node may be restarting
+        except (OSError, ApiError) as e:
+            # the node may be restarting (502-504); any other answer fails at once
+            if isinstance(e, ApiError) and e.status not in (502, 503, 504):
+                raise
+            last = e
             time.sleep(0.2)
             continue
         if sbx["state"] == "running" and qemu_pids(sid) and qemu_pids(sid) != [old_pid]:
@@ -340,7 +344,7 @@ def wait_running(a, sid, old_pid, timeout=180):
         if sbx["state"] == "failed" and sbx.get("recoveries") and not sbx["recoveries"][-1]["ok"]:
             break
         time.sleep(0.2)
-    raise AssertionError(f"sandbox {sid} was not recovered: {sbx}\n{a.log_tail(80)}")
+    raise AssertionError(f"sandbox {sid} was not recovered: {sbx} (last error: {last!r})\n{a.log_tail(80)}")
 
 
 def impostor_test(a, sock_name):
