@@ -50,6 +50,20 @@ def keys_in(lab, bucket, prefix="airlock/"):
     return re.findall(r"<Key>([^<]*)</Key>", r.body.decode())
 
 
+def tree_contains(root, needle):
+    """Whether any file under root holds needle (read in pieces: the
+    disk is large)."""
+    for d, _, files in os.walk(root):
+        for f in files:
+            with open(os.path.join(d, f), "rb") as fh:
+                tail = b""
+                while chunk := fh.read(16 << 20):
+                    if needle in tail + chunk:
+                        return True
+                    tail = chunk[-(len(needle) - 1):]
+    return False
+
+
 def manifests(lab, bucket):
     return [k for k in keys_in(lab, bucket) if k.endswith("/manifest.json")]
 
@@ -87,11 +101,17 @@ def test_suspend_to_s3_survives_the_server_dying_and_wakes_from_it(swift, keys_d
         wait_for(lambda: a.api("GET", f"/v1/sandboxes/{sid}")["image_uploaded"], "the upload never resumed", a,
                  timeout=120)
         assert len(manifests(lab, bucket)) == 1
-        for k in keys_in(lab, bucket):  # sealed: none of the disk in the clear
-            assert b"airlock-s3-known-plaintext" not in lab.request("GET", f"/{bucket}/{k}").body, k
+        keys = keys_in(lab, bucket)
+        assert any(k.startswith("airlock/blobs/") for k in keys), keys
+        for k in keys:  # sealed: none of the disk in the clear, in each object as read back
+            r = lab.request("GET", f"/{bucket}/{k}")
+            assert r.status == 200 and len(r.body) > 0, (k, r.status, r.body[:300])
+            assert b"airlock-s3-known-plaintext" not in r.body, k
 
         copy = os.path.join(a.data_dir, "sandboxes", sid, "suspend")
         wait_for(lambda: os.path.exists(os.path.join(copy, "uploaded")), "the node never marked it uploaded", a)
+        # the control: the node's own copy holds the disk in the clear
+        assert tree_contains(copy, b"airlock-s3-known-plaintext")
         shutil.rmtree(copy)  # the node keeps no copy: only the bucket has it
         assert verb(a, sid, "wake")["state"] == "succeeded"
         assert len(wakes(a, sid, "download")) == 1
