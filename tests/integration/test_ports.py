@@ -7,13 +7,16 @@ it was sent."""
 
 import hashlib
 import http.client
+import json
 import os
+import urllib.parse
 
 import pytest
 
 # (busybox passes a CGI's header lines on as they are: CRLF, as HTTP/1.1
 # has them; the node's parser is strict)
 ECHO_CGI = b"""#!/bin/sh
+echo "$REQUEST_URI" >> /root/cgi-hits
 case "$QUERY_STRING" in status=*) printf 'Status: %s Custom\\r\\n' "${QUERY_STRING#status=}";; esac
 printf 'Content-Type: text/plain\\r\\nX-Echo: yes\\r\\n'
 printf '\\r\\n'
@@ -37,17 +40,39 @@ def raw(a, method, path, body=None, headers=None):
     return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
 
 
+def serve(a, token=None):
+    """A new sandbox (token's tenant's; without one the admin's) running
+    busybox httpd on port 8000, once the port answers."""
+    sid = a.api("POST", "/v1/sandboxes", {"template": "minimal"}, expect=201, token=token)["id"]
+    for path, data in (("/root/www/cgi-bin/echo", ECHO_CGI),
+                       ("/root/www/index.html", b"<h1>hello from the sandbox</h1>\n")):
+        q = urllib.parse.urlencode({"path": path})
+        status, _, body = a.request("PUT", f"/v1/sandboxes/{sid}/files?{q}", body=data, token=token)
+        assert status in (200, 201, 204), (path, status, body)
+
+    def run(cmd):
+        r = a.api("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": cmd}, token=token)
+        assert r["exit_code"] == 0, (cmd, r)
+    run(["chmod", "755", "/root/www/cgi-bin/echo"])
+    # httpd forks into the background itself; the first request must not
+    # race its bind
+    run(["httpd", "-p", "8000", "-h", "/root/www"])
+    run(["sh", "-c", "for i in $(seq 100); do wget -q -O /dev/null http://127.0.0.1:8000/index.html && exit 0;"
+         " sleep 0.1; done; exit 1"])
+    return sid
+
+
+def cgi_hits(a, sid, token=None):
+    """How many requests the echo CGI has had."""
+    r = a.api("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["sh", "-c", "cat /root/cgi-hits 2>/dev/null | wc -l"]},
+              token=token)
+    return int(r["stdout"])
+
+
 @pytest.fixture
 def served(airlock):
-    """A sandbox running busybox httpd on port 8000."""
-    a = airlock
-    sid = a.create("minimal")["id"]
-    a.put_file(sid, "/root/www/cgi-bin/echo", ECHO_CGI)
-    a.put_file(sid, "/root/www/index.html", b"<h1>hello from the sandbox</h1>\n")
-    a.exec(sid, ["chmod", "755", "/root/www/cgi-bin/echo"])
-    # httpd forks into the background itself
-    a.exec(sid, ["httpd", "-p", "8000", "-h", "/root/www"])
-    return dict(a=a, sid=sid)
+    """A sandbox of the admin's running busybox httpd on port 8000."""
+    return dict(a=airlock, sid=serve(airlock))
 
 
 def test_a_page_by_path(served):
@@ -145,13 +170,46 @@ def test_only_the_owner_reaches_the_port(served):
     assert a.request("GET", f"/v1/sandboxes/{sid}/ports/8000/", token="not-a-key")[0] == 401
     status, _, _ = raw(a, "GET", "/", headers={"Host": f"8000-{sid}.localhost"})
     assert status == 401
-    assert a.request("GET", "/v1/sandboxes/sbx-0000000000000000/ports/8000/")[0] == 404
-    # another tenant's key: the sandbox does not exist for it
-    t = a.api("POST", "/v1/tenants", {"name": "other-ports"}, expect=201)
-    key = a.api("POST", f"/v1/tenants/{t['id']}/keys", {"name": "k"}, expect=201)
-    assert a.request("GET", f"/v1/sandboxes/{sid}/ports/8000/", token=key["key"])[0] == 404
-    # the control: the owner does
+    # the control: the owner's key does
     assert a.request("GET", f"/v1/sandboxes/{sid}/ports/8000/")[0] == 200
+
+
+def test_another_tenant_finds_no_port(airlock):
+    """Tenant A's served sandbox: A reaches its port by path and by host
+    name (the control); tenant B gets, both ways, the 404 of an id that
+    does not exist, and none of its requests reaches the server."""
+    a = airlock
+    keys = {}
+    for name in ("ports-a", "ports-b"):
+        t = a.api("POST", "/v1/tenants", {"name": name}, expect=201)
+        keys[name] = a.api("POST", f"/v1/tenants/{t['id']}/keys", {"name": "k"}, expect=201)["key"]
+    A, B = keys["ports-a"], keys["ports-b"]
+    sid = serve(a, A)
+    fake = "sbx-0000000000000000"
+
+    def by_path(rid, key):
+        return a.request("GET", f"/v1/sandboxes/{rid}/ports/8000/cgi-bin/echo?who=x", token=key)
+
+    def by_host(rid, key):
+        return raw(a, "GET", "/cgi-bin/echo?who=x",
+                   headers={"Host": f"8000-{rid}.localhost", "Authorization": f"Bearer {key}"})
+
+    for get in (by_path, by_host):
+        # the control: A gets the CGI's answer
+        status, _, data = get(sid, A)
+        assert status == 200 and echoed(data)["QUERY_STRING"] == "who=x", (get.__name__, status, data)
+    assert cgi_hits(a, sid, A) == 2
+
+    def masked_404(get, rid):
+        status, headers, data = get(rid, B)
+        assert status == 404, (get.__name__, rid, status, data)
+        assert json.loads(data)["error"]["code"] == "not_found", data
+        keep = {k.lower(): v for k, v in headers.items() if k.lower() not in ("x-request-id", "date", "content-length")}
+        return data.replace(rid.encode(), b"<ID>"), keep
+    for get in (by_path, by_host):
+        theirs, unknown = masked_404(get, sid), masked_404(get, fake)
+        assert theirs == unknown, (get.__name__, theirs, unknown)
+    assert cgi_hits(a, sid, A) == 2
 
 
 def test_a_paused_sandbox_is_a_409(served):
