@@ -69,14 +69,11 @@ def test_deny_all_refuses_everything_at_once_and_sends_nothing_upstream(airlock_
     assert any(e["kind"] == "tcp" and e.get("addr") == ORIGIN and "deny-all" in e["reason"] for e in entries), entries
 
     # the control, in the same sandbox: the policy changes while it runs,
-    # and new connections follow within a second
+    # and new connections follow it at once (the PUT answers once the
+    # gateway has it, docs/api.md): the first one after it gets through
     assert a.api("PUT", f"/v1/sandboxes/{sid}/network", {"mode": "allow-all"})["mode"] == "allow-all"
-    deadline = time.monotonic() + 1.0
-    while True:
-        _, out = sh(a, sid, http_get("a.test", ORIGIN))
-        if HELLO in out:
-            break
-        assert time.monotonic() < deadline + 5, f"allow-all not in force: {out}"
+    _, out = sh(a, sid, http_get("a.test", ORIGIN))
+    assert HELLO in out, f"allow-all not in force for the first connection after the PUT: {out}"
     _, out = sh(a, sid, "nslookup a.test")
     assert ORIGIN in out, out
     assert "a.test" in internet.dns_queries()
