@@ -182,7 +182,9 @@ def test_a_tenant_key_on_a_pkcs11_token(softhsm, airlock_factory):
     with open(manifest, "w") as f:
         json.dump(m, f)
     op = a.api("POST", f"/v1/sandboxes/{sid}/wake?wait=true", token=k)
-    assert op["state"] == "failed", op
+    # refused for the key, not for any failure (a manifest the rewrite broke)
+    assert op["state"] == "failed" and "data key does not open with its tenant's key" in op["error"]["message"], op
+    assert a.api("GET", f"/v1/sandboxes/{sid}", token=k)["state"] == "suspended"
     m["key"] = good
     with open(manifest, "w") as f:
         json.dump(m, f)
