@@ -60,6 +60,22 @@ def as_airlock(args):
     return subprocess.run(args, preexec_fn=drop, capture_output=True, text=True, timeout=30)
 
 
+DENIED = ("Permission denied", "Operation not permitted")  # EACCES, EPERM as the tools print them
+
+
+def assert_denied(r, args):
+    """r (a run of args) failed for want of permission, not for a missing
+    file, process or tool."""
+    assert r.returncode != 0 and any(d in r.stderr for d in DENIED), (args, r.returncode, r.stderr)
+
+
+def assert_root_may(args):
+    """The control: root's same command succeeds (so the refusal above was
+    the user's, not a bad path, pid or command)."""
+    r = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, (args, r.returncode, r.stderr)
+
+
 def test_api_process_runs_unprivileged(airlock):
     a = airlock
     assert exe_name(a.proc.pid) == "airlock-nodemgr"  # what airlockd became as root
@@ -110,11 +126,16 @@ def test_node_runs_unprivileged(airlock):
         os.setgid(pw.pw_gid)
         os.setuid(pw.pw_uid)
 
-    for args in (["cat", "/etc/shadow"], ["touch", os.path.join(a.data_dir, "planted")],
+    planted = os.path.join(a.data_dir, "planted")
+    for args in (["cat", "/etc/shadow"], ["touch", planted],
                  ["cat", os.path.join(a.data_dir, "control", "admin.token")],
                  ["kill", "-0", str(a.proc.pid)], ["kill", "-0", str(daemon_pid(a))], ["kill", "-0", str(live[0][0])]):
         r = subprocess.run(args, preexec_fn=drop, capture_output=True, text=True, timeout=30)
-        assert r.returncode != 0, args
+        assert_denied(r, args)
+        assert not os.path.exists(planted)
+        assert_root_may(args)  # the pids are live, the paths there
+        if os.path.exists(planted):
+            os.unlink(planted)
     assert os.path.exists(f"/proc/{live[0][0]}")
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
 
@@ -134,13 +155,26 @@ def test_control_plane_cannot_touch_what_is_not_its_own(airlock):
         st = os.stat(os.path.join(control, f))
         assert st.st_uid == uid and not st.st_mode & 0o077, f
     # no way to replace the node's directories or plant files next to them
-    r = as_airlock(["touch", os.path.join(a.data_dir, "planted")])
-    assert r.returncode != 0 and "Permission denied" in r.stderr
-    r = as_airlock(["mv", os.path.join(a.data_dir, "run"), os.path.join(a.data_dir, "run.old")])
-    assert r.returncode != 0
+    planted = os.path.join(a.data_dir, "planted")
+    args = ["touch", planted]
+    assert_denied(as_airlock(args), args)
+    assert not os.path.exists(planted)
+    assert_root_may(args)
+    os.unlink(planted)
+    run = os.path.join(a.data_dir, "run")
+    args = ["mv", run, run + ".old"]
+    assert_denied(as_airlock(args), args)
+    assert os.path.isdir(run) and not os.path.exists(run + ".old")
+    # the control on a directory of root's beside it (the node's own run
+    # directory is in use)
+    scratch = os.path.join(a.data_dir, "scratch")
+    os.mkdir(scratch)
+    assert_root_may(["mv", scratch, scratch + ".old"])
+    os.rmdir(scratch + ".old")
     # root's files stay root's
-    r = as_airlock(["cat", "/etc/shadow"])
-    assert r.returncode != 0
+    args = ["cat", "/etc/shadow"]
+    assert_denied(as_airlock(args), args)
+    assert_root_may(args)
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
 
 
