@@ -243,3 +243,90 @@ def test_guest_cannot_reach_the_host_through_symlinks(airlock):
         got = a.get_file(sid, p).decode().strip()
         assert got == sid and got != host_name
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+
+
+def _qmp_of_a_vm_without_its_node(a, sid, commands):
+    """The answers of the sandbox's QEMU to commands over its own QMP
+    socket, taken while the node (which holds its only connection) is
+    killed and airlock-nodemgr stopped; then nodemgr goes on, and a new
+    node adopts the VM again."""
+    pid = qemu_pids(sid)[0]
+    argv = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\0")
+    qmp_path = argv[argv.index("-qmp") + 1][len("unix:"):].split(",")[0]
+    nodemgr, node = a.pid_of("airlock-nodemgr"), a.pid_of("airlock-node")
+    os.kill(nodemgr, signal.SIGSTOP)
+    answers = []
+    try:
+        os.kill(node, signal.SIGKILL)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(qmp_path)
+            f = s.makefile("rwb")
+            assert "QMP" in json.loads(f.readline())
+            for cmd in [{"execute": "qmp_capabilities"}] + commands:
+                f.write(json.dumps(cmd).encode() + b"\n")
+                f.flush()
+                answers.append(_read_reply(f))
+    finally:
+        os.kill(nodemgr, signal.SIGCONT)
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        status, _, body = a.request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["echo", "back"]}, timeout=60)
+        if status == 200:
+            break
+        assert time.monotonic() < deadline, (status, body, a.log_tail(60))
+        time.sleep(0.5)
+    return answers[1:], argv
+
+
+# The device models a VM has (docs/security.md, "The QEMU device set"):
+# microvm's own board (interrupt controllers, timer, RTC, the serial port
+# of -serial, the ACPI generic event device it signals power events with,
+# fw_cfg that hands the boot loader the kernel) and three virtio devices on
+# virtio-mmio transports; no PCI bus, nothing hot-pluggable.
+DEVICE_SET = {
+    # the board (under KVM its interrupt controllers and timer are the kernel's)
+    "kvm-ioapic", "ioapic", "kvm-i8259", "isa-i8259", "kvm-pit", "isa-pit",
+    "mc146818rtc", "isa-serial", "isabus-bridge", "acpi-ged-x86", "fw_cfg_io", "kvmvapic",
+    # buses and the transports the board always makes (empty ones answer "no device")
+    "virtio-mmio", "virtio-mmio-bus", "isa-bus", "System", "main-system-bus", "sysbus",
+    # ours
+    "virtio-serial-device", "virtio-serial-bus", "virtserialport", "virtio-blk-device", "virtio-net-device",
+}
+
+
+def test_the_vm_has_exactly_the_devices_docs_name(airlock):
+    """The device models are the boundary a guest attacks (a recent
+    Firecracker CVE was in an opt-in virtio-pci transport): QEMU's own
+    device tree of a running VM (QMP `info qtree`) holds exactly the set
+    docs/security.md names, query-pci finds no PCI bus, and the guest sees
+    the same: no PCI, three virtio devices; a PCI rescan from the guest
+    adds nothing. The control: the same QMP connection answers query-status
+    (and the VM runs on with its node after)."""
+    a = airlock
+    sid = a.create("minimal")["id"]
+    guest = ("ls /sys/bus/pci/devices 2>&1 | head -3; echo ---; "
+             "for d in /sys/bus/virtio/devices/*; do cat $d/device; done; echo ---; "
+             "echo 1 > /sys/bus/pci/rescan 2>&1; echo rescan-rc=$?; "
+             "for d in /sys/bus/virtio/devices/*; do cat $d/device; done")
+    before = a.exec(sid, ["sh", "-c", guest])["stdout"]
+    answers, argv = _qmp_of_a_vm_without_its_node(a, sid, [
+        {"execute": "query-status"},
+        {"execute": "human-monitor-command", "arguments": {"command-line": "info qtree"}},
+        {"execute": "query-pci"}])
+    status, qtree, pci = answers
+    assert status["return"]["status"] == "running", status  # the control
+    text = qtree["return"]
+    devices = set(re.findall(r"dev: ([\w-]+)", text)) | set(re.findall(r"bus: [\w.-]+\n\s+type ([\w-]+)", text))
+    assert devices and devices <= DEVICE_SET, (sorted(devices - DEVICE_SET), text)
+    assert {"virtio-serial-device", "virtio-blk-device", "virtio-net-device", "virtserialport"} <= devices, devices
+    assert pci == {"return": []}, pci  # no PCI bus at all
+    # and what QEMU was asked for is that set: no -device outside it
+    asked = [argv[i + 1].split(",")[0] for i, v in enumerate(argv) if v == "-device"]
+    assert set(asked) <= DEVICE_SET, asked
+    # the guest's view: no PCI, console (3), block (2) and net (1) on virtio, and a rescan changes nothing
+    parts = before.split("---")
+    assert "No such file" in parts[0] or parts[0].strip() == "", before
+    assert sorted(parts[1].split()) == ["0x0001", "0x0002", "0x0003"], before
+    assert sorted(parts[2].split("rescan-rc=")[1].split()[1:]) == ["0x0001", "0x0002", "0x0003"], before
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
