@@ -25,8 +25,8 @@
 #define GiB (UINT64_C(1) << 30)
 /* One component of a path: NAME_MAX. */
 #define COMPONENT_MAX 255
-/* What a name is shown with in a message, at most (escaped). */
-#define SHOW_MAX 160
+/* The bytes a name is shown with in a message, at most (escaped). */
+#define SHOW_MAX 64
 /* The stream may exceed the files' sizes by its headers: this much. */
 #define HEADERS_SLACK (64 * MiB)
 #define READ_BLOCK 65536
@@ -169,17 +169,19 @@ static int record(struct buildctx *c, const char *path, size_t n, enum kind kind
 
 /* ---- messages ---- */
 
-/* s as a message shows it: printable ASCII, the rest as \xNN, cut. */
-static const char *show(const char *s, char out[SHOW_MAX * 4 + 8]) {
+/* s as a message shows it: printable ASCII, the rest as \xNN, cut at
+ * SHOW_MAX bytes (an API error has room for two names). */
+static const char *show(const char *s, char out[SHOW_MAX + 8]) {
         size_t o = 0;
         for (size_t i = 0; s[i]; i++) {
-                if (i >= SHOW_MAX) {
+                uint8_t ch = (uint8_t) s[i];
+                bool plain = ch >= 0x20 && ch < 0x7f && ch != '\\' && ch != '\'';
+                if (o + (plain ? 1 : 4) > SHOW_MAX) {
                         memcpy(out + o, "...", 3);
                         o += 3;
                         break;
                 }
-                uint8_t ch = (uint8_t) s[i];
-                if (ch >= 0x20 && ch < 0x7f && ch != '\\' && ch != '\'')
+                if (plain)
                         out[o++] = (char) ch;
                 else
                         o += (size_t) snprintf(out + o, 5, "\\x%02x", ch);
@@ -210,11 +212,12 @@ static int refuse(struct buildctx *c, int r, char *err, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(what, sizeof what, fmt, ap);
         va_end(ap);
+        /* a limit says where the limits are written */
+        const char *docs = r == -EFBIG ? " (limits: docs/templates.md)" : "";
         if (c->type == BUILDCTX_CONTEXT)
-                snprintf(err, BUILDCTX_ERR_MAX, "build context: %s (limits and rules: docs/templates.md)", what);
+                snprintf(err, BUILDCTX_ERR_MAX, "build context: %s%s", what, docs);
         else
-                snprintf(err, BUILDCTX_ERR_MAX, "image layer %" PRIu32 ": %s (limits and rules: docs/templates.md)",
-                         c->layer, what);
+                snprintf(err, BUILDCTX_ERR_MAX, "image layer %" PRIu32 ": %s%s", c->layer, what, docs);
         c->refused = true;
         return r;
 }
@@ -263,7 +266,7 @@ static bool climbs(const char *path) {
  * components. what: how the message calls it ("" or ending in a blank). */
 static int normalize(struct buildctx *c, const char *in, const char *what, char *out, unsigned *ret_depth,
                      char *err) {
-        char sa[SHOW_MAX * 4 + 8];
+        char sa[SHOW_MAX + 8];
         size_t len = strlen(in);
         if (len > c->lim.path_bytes)
                 return refuse(c, -EFBIG, err, "%s'%s' is %zu bytes long: at most %u", what, show(in, sa), len,
@@ -300,7 +303,7 @@ static int normalize(struct buildctx *c, const char *in, const char *what, char 
 /* A build context's symbolic link at path (depth components) to target:
  * relative, climbing only at its start and no higher than the context. */
 static int check_link_target(struct buildctx *c, const char *path, unsigned depth, const char *target, char *err) {
-        char sa[SHOW_MAX * 4 + 8], sb[SHOW_MAX * 4 + 8];
+        char sa[SHOW_MAX + 8], sb[SHOW_MAX + 8];
         size_t len = strlen(target);
         if (len == 0)
                 return refuse(c, -EBADMSG, err, "'%s' is a symbolic link to nothing", show(path, sa));
@@ -311,7 +314,7 @@ static int check_link_target(struct buildctx *c, const char *path, unsigned dept
                 return 0; /* an image's links resolve inside its root */
         if (target[0] == '/')
                 return refuse(c, -EBADMSG, err,
-                              "'%s' is a symbolic link to the absolute path '%s' (links must stay inside the context)",
+                              "'%s' is a symbolic link to '%s', an absolute path (links must stay inside)",
                               show(path, sa), show(target, sb));
         unsigned up = 0;
         bool named = false;
@@ -320,8 +323,7 @@ static int check_link_target(struct buildctx *c, const char *path, unsigned dept
                 if (k == 2 && p[0] == '.' && p[1] == '.') {
                         if (named)
                                 return refuse(c, -EBADMSG, err,
-                                              "'%s' is a symbolic link to '%s', which climbs ('..') after a name "
-                                              "(a target may climb only at its start)",
+                                              "'%s' is a symbolic link to '%s', which climbs ('..') after a name",
                                               show(path, sa), show(target, sb));
                         up++;
                 } else if (k > 0 && !(k == 1 && p[0] == '.'))
@@ -339,7 +341,7 @@ static int check_link_target(struct buildctx *c, const char *path, unsigned dept
 /* Every directory above norm (depth components) must be one: recorded as
  * made when not seen, refused when a link or a file. */
 static int check_parents(struct buildctx *c, const char *norm, char *err) {
-        char sa[SHOW_MAX * 4 + 8], sb[SHOW_MAX * 4 + 8];
+        char sa[SHOW_MAX + 8], sb[SHOW_MAX + 8];
         for (const char *p = strchr(norm, '/'); p; p = strchr(p + 1, '/')) {
                 size_t n = (size_t) (p - norm);
                 const struct slot *s = lookup(c, norm, n);
@@ -369,7 +371,7 @@ static int check_parents(struct buildctx *c, const char *norm, char *err) {
 
 static int ratio_check(struct buildctx *c, struct archive *a, const char *name, char *err) {
         la_int64_t out = archive_filter_bytes(a, 0), in = archive_filter_bytes(a, -1);
-        char sa[SHOW_MAX * 4 + 8], h[32], h2[32];
+        char sa[SHOW_MAX + 8], h[32];
         if (out < 0 || in < 0)
                 return 0;
         if ((uint64_t) out > c->lim.total_bytes + HEADERS_SLACK)
@@ -377,15 +379,14 @@ static int ratio_check(struct buildctx *c, struct archive *a, const char *name, 
                               show(name, sa));
         if ((uint64_t) out > c->lim.ratio_from && (uint64_t) out / ((uint64_t) in + 1) >= c->lim.ratio)
                 return refuse(c, -EFBIG, err,
-                              "unpacks to more than %" PRIu64 " times its compressed size past %s (at '%s', %s "
-                              "from %s): a decompression bomb?",
-                              c->lim.ratio, human(c->lim.ratio_from, h), show(name, sa), human((uint64_t) out, h2),
-                              human((uint64_t) in, (char[32]){ 0 }));
+                              "unpacks to more than %" PRIu64 " times its compressed size past %s (at '%s'): a "
+                              "decompression bomb?",
+                              c->lim.ratio, human(c->lim.ratio_from, h), show(name, sa));
         return 0;
 }
 
 static int kind_of(struct buildctx *c, struct archive_entry *e, const char *path, enum kind *ret, char *err) {
-        char sa[SHOW_MAX * 4 + 8];
+        char sa[SHOW_MAX + 8];
         switch (archive_entry_filetype(e)) {
         case AE_IFREG:
                 *ret = K_FILE;
@@ -419,7 +420,7 @@ static int kind_of(struct buildctx *c, struct archive_entry *e, const char *path
  * path is gone. 1: norm is a whiteout (or the opaque marker), 0: it is
  * none. */
 static int whiteout(struct buildctx *c, const char *norm, enum kind kind, char *err) {
-        char sa[SHOW_MAX * 4 + 8];
+        char sa[SHOW_MAX + 8];
         const char *slash = strrchr(norm, '/'), *base = slash ? slash + 1 : norm;
         if (c->type != BUILDCTX_LAYERS || strncmp(base, ".wh.", 4) != 0)
                 return 0;
@@ -447,7 +448,7 @@ static int whiteout(struct buildctx *c, const char *norm, enum kind kind, char *
 }
 
 static int check_entry(struct buildctx *c, struct archive *a, struct archive_entry *e, char *err) {
-        char sa[SHOW_MAX * 4 + 8], sb[SHOW_MAX * 4 + 8], h[32], h2[32];
+        char sa[SHOW_MAX + 8], sb[SHOW_MAX + 8], h[32], h2[32];
         const char *name = archive_entry_pathname(e);
         if (!name)
                 name = archive_entry_pathname_utf8(e);
@@ -562,7 +563,7 @@ static struct archive *reader(void) {
 }
 
 static int feed(struct buildctx *c, struct archive *a, char *err) {
-        char sa[SHOW_MAX * 4 + 8];
+        char sa[SHOW_MAX + 8];
         c->layer++;
         int r = 0;
         for (bool first = true;; first = false) {
@@ -603,7 +604,7 @@ int buildctx_feed_fd(struct buildctx *c, int fd, char *err) {
         if (!a)
                 return -ENOMEM;
         if (archive_read_open_fd(a, fd, READ_BLOCK) != ARCHIVE_OK) {
-                char sa[SHOW_MAX * 4 + 8];
+                char sa[SHOW_MAX + 8];
                 r = refuse(c, -EBADMSG, err, "not a tar archive (%s)", show(archive_error_string(a) ?: "unreadable", sa));
                 archive_read_free(a);
                 return r;
@@ -619,7 +620,7 @@ int buildctx_feed_mem(struct buildctx *c, const void *data, size_t size, char *e
         if (!a)
                 return -ENOMEM;
         if (archive_read_open_memory(a, data, size) != ARCHIVE_OK) {
-                char sa[SHOW_MAX * 4 + 8];
+                char sa[SHOW_MAX + 8];
                 r = refuse(c, -EBADMSG, err, "not a tar archive (%s)", show(archive_error_string(a) ?: "unreadable", sa));
                 archive_read_free(a);
                 return r;
