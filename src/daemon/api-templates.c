@@ -23,6 +23,7 @@
 
 #include "api.h"
 #include "apireq.h"
+#include "buildctx.h"
 #include "log.h"
 #include "macros.h"
 #include "nodeclient.h"
@@ -229,6 +230,32 @@ static void content_id(const char *owner, const char *canonical, const char *bas
         sodium_bin2hex(out + 2, 33, h, 16);
 }
 
+/* The build context, read once before anything else sees it
+ * (lib/buildctx): an entry that would escape where it is unpacked, a
+ * device, a setuid file, a limit passed (a decompression bomb, a huge
+ * sparse file) is a 400 naming the entry and why; so is a path the spec
+ * names that it lacks. Nothing is unpacked here, nothing is kept. */
+static int check_context(struct api_ctx *ctx, const char *path, const char *const *srcs, const char *name) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx->log_ctx, "Failed to reopen the build context: %m");
+        _cleanup_(buildctx_freep) struct buildctx *c = NULL;
+        char err[BUILDCTX_ERR_MAX] = "";
+        int r = buildctx_new(BUILDCTX_CONTEXT, NULL, &c);
+        if (r >= 0)
+                r = buildctx_feed_fd(c, fd, err);
+        if (r == -ENOMEM || r == -EIO)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "Failed to read the build context: %m");
+        if (r < 0) {
+                log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "template %s: build context refused: %s", name, err);
+                return api_fail(ctx, -EINVAL, "%s", err);
+        }
+        for (size_t i = 0; srcs[i]; i++)
+                if (!buildctx_has(c, srcs[i]))
+                        return api_fail(ctx, -EINVAL, "'%.200s' is not in the build context", srcs[i]);
+        return 0;
+}
+
 /* Sends the build request, the context streamed after it. */
 static int node_build(struct api_ctx *ctx, const char *addr, json_t *req, const char *context_path, json_t **ret) {
         struct node_conn *c = NULL;
@@ -297,6 +324,8 @@ int api_template_create(struct api_ctx *ctx, const json_t *body, const char *con
                                 "'%.200s' needs a build context: send the request as multipart/form-data with "
                                 "a 'context' part (a tar)",
                                 srcs[0]);
+        if (context_path && (r = check_context(ctx, context_path, srcs, spec->name)) < 0)
+                return r;
         if (!node && (!base_node_template || strncmp(base_node_template, "c-", 2) != 0)) {
                 /* NULL: this machine's node */
                 struct nodes_want want = { .template_name = base_node_template ? base_node_template : "minimal" };

@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "airlock-config.h"
+#include "buildctx.h"
 #include "config.h"
 #include "gwclient.h"
 #include "guestops.h"
@@ -308,11 +310,19 @@ static int make_rootfs(struct cbuild *b, const char *dir, const char *log_path, 
         const char *in_context = debian ? NULL : tplspec_oci_context_path(spec->from, path, sizeof path);
         int r;
         if (in_context) {
-                if (mkdir(src, 0700) < 0)
+                /* the context was checked (check_context()): still, as the
+                 * node's user, into the build's own directory, owning
+                 * nothing, setting no mode of its own, changing no directory
+                 * that exists; then readable by all, for the unprivileged
+                 * user namespace that copies it (images/oci.sh) */
+                if (mkdir(src, 0755) < 0 || chmod(src, 0755) < 0)
                         return negative_errno();
-                const char *untar[] = { "tar", "-x", "--no-same-owner", "-f", b->context, "-C", src, "--", in_context,
-                                        NULL };
-                if ((r = host_step(b, log_path, ret_error, untar)) < 0)
+                const char *untar[] = { "tar",          "-x",   "--no-same-owner", "--no-same-permissions",
+                                        "--no-overwrite-dir", "-f", b->context,  "-C",
+                                        src,            "--",   in_context,        NULL };
+                const char *readable[] = { "chmod", "-R", "u=rwX,go=rX", "--", src, NULL };
+                if ((r = host_step(b, log_path, ret_error, untar)) < 0 ||
+                    (r = host_step(b, log_path, ret_error, readable)) < 0)
                         return r;
         }
         /* the parameters: packages as comma lists (each within lib/mgr's
@@ -360,7 +370,12 @@ static int make_rootfs(struct cbuild *b, const char *dir, const char *log_path, 
                                     layout ? spec->from + 4 : in_context);
         } else
                 e_a = strdup_printf("OCI_REF=%s", spec->from);
-        if (!e_disk || !e_a || (debian && !e_b))
+        if (!debian) {
+                /* what checks the image's layers (airlock-nodemgr passes its own binary) */
+                const char *mgr = getenv("AIRLOCK_NODEMGR_BINARY");
+                e_b = strdup_printf("OCI_CHECK=%s", mgr && *mgr ? mgr : AIRLOCK_BUILD_DIR "/src/nodemgr/airlock-nodemgr");
+        }
+        if (!e_disk || !e_a || !e_b)
                 return -ENOMEM;
         char *argv[8] = { (char *) "env", e_disk, e_a };
         size_t a = 3;
@@ -883,54 +898,35 @@ static void *build_thread(void *arg) {
         return NULL;
 }
 
-/* The context must hold every path the spec names (tplspec_context_paths()): `tar -t` lists it (the node's
- * own tar reading a file the API took in; nothing is unpacked here). */
+/* The context, checked again as airlockd checked it (lib/buildctx: no
+ * entry that escapes, no device or setuid file, within the limits; read
+ * as a stream, nothing unpacked), must hold every path the spec names
+ * (tplspec_context_paths()). */
 static int check_context(const struct tplspec *spec, const char *context, char **ret_error) {
         _cleanup_free_ const char **srcs = tplspec_context_paths(spec);
         if (!srcs)
                 return -ENOMEM;
-        if (!srcs[0])
-                return 0;
         if (!context) {
-                *ret_error = strdup_printf("'%s' needs a build context", srcs[0]);
+                if (srcs[0])
+                        *ret_error = strdup_printf("'%s' needs a build context", srcs[0]);
+                return srcs[0] ? -EINVAL : 0;
+        }
+        _cleanup_close_ int fd = open(context, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        _cleanup_(buildctx_freep) struct buildctx *c = NULL;
+        char err[BUILDCTX_ERR_MAX] = "";
+        int r = buildctx_new(BUILDCTX_CONTEXT, NULL, &c);
+        if (r >= 0)
+                r = buildctx_feed_fd(c, fd, err);
+        if (r == -ENOMEM || r == -EIO)
+                return r;
+        if (r < 0) {
+                *ret_error = strdup(err);
                 return -EINVAL;
         }
-        _cleanup_free_ char *cmd = strdup_printf("tar -tf '%s' 2>&1", context);
-        FILE *f = cmd ? popen(cmd, "re") : NULL;
-        if (!f)
-                return -errno ?: -ENOMEM;
-        /* names as tar lists them: "./a/b", "a/b/" */
-        size_t n_src = 0;
-        while (srcs[n_src])
-                n_src++;
-        _cleanup_free_ bool *found = calloc(n_src + 1, sizeof *found);
-        char line[8192];
-        while (found && fgets(line, sizeof line, f)) {
-                line[strcspn(line, "\n")] = 0;
-                const char *l = line;
-                while (l[0] == '.' && l[1] == '/')
-                        l += 2;
-                size_t ll = strlen(l);
-                for (size_t i = 0; i < n_src; i++) {
-                        const char *s = srcs[i];
-                        while (s[0] == '.' && s[1] == '/')
-                                s += 2;
-                        size_t sl = strlen(s);
-                        while (sl > 0 && s[sl - 1] == '/')
-                                sl--;
-                        if ((sl == 0 || (ll >= sl && strncmp(l, s, sl) == 0 && (l[sl] == 0 || l[sl] == '/'))))
-                                found[i] = true;
-                }
-        }
-        int status = pclose(f);
-        if (!found)
-                return -ENOMEM;
-        if (status != 0) {
-                *ret_error = strdup("the build context is not a tar archive");
-                return -EINVAL;
-        }
-        for (size_t i = 0; i < n_src; i++)
-                if (!found[i]) {
+        for (size_t i = 0; srcs[i]; i++)
+                if (!buildctx_has(c, srcs[i])) {
                         *ret_error = strdup_printf("'%s' is not in the build context", srcs[i]);
                         return -EINVAL;
                 }
