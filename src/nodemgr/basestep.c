@@ -2,10 +2,16 @@
 #include "basestep.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "buildctx.h"
 #include "macros.h"
 #include "tplspec.h"
 #include "util.h"
@@ -103,6 +109,13 @@ int base_step_prepare(char *const *argv, const char *images, bool have_dir, char
                 r = add(env, &k, "PACKAGES", packages);
         if (r >= 0 && oci)
                 r = add(env, &k, "OCI_REF", ref);
+        if (r >= 0 && oci) {
+                /* what checks the image's layers: this very binary (by its
+                 * pid: a binary replaced on disk since still runs) */
+                char self[32];
+                snprintf(self, sizeof self, "/proc/%d/exe", (int) getpid());
+                r = add(env, &k, "OCI_CHECK", self);
+        }
         char *script = r >= 0 ? strdup_printf("%s/%s", images, debian ? "debian.sh" : "oci.sh") : NULL;
         if (!script) {
                 base_step_env_free(env);
@@ -111,4 +124,156 @@ int base_step_prepare(char *const *argv, const char *images, bool have_dir, char
         *ret_script = script;
         *ret_env = env;
         return 0;
+}
+
+/* ---- the image's layers, before anything unpacks them ---- */
+
+#define LAYOUT_INDEX_MAX (1u << 20)
+#define LAYOUT_MANIFEST_MAX (4u << 20)
+
+/* dirfd/blobs/sha256/HEX of a digest "sha256:HEX", opened (no link
+ * followed); -EBADMSG for another digest. */
+static int open_blob(int dirfd, const char *digest, char *msg, size_t n) {
+        const char *hex = digest && strncmp(digest, "sha256:", 7) == 0 ? digest + 7 : NULL;
+        if (!hex || strlen(hex) != 64 || strspn(hex, "0123456789abcdef") != 64) {
+                snprintf(msg, n, "the image names a blob by '%.80s', no sha256 digest", digest ? digest : "");
+                return -EBADMSG;
+        }
+        _cleanup_close_ int blobs = openat(dirfd, "blobs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_close_ int sha = blobs < 0 ? -1 : openat(blobs, "sha256", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int fd = sha < 0 ? -1 : openat(sha, hex, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+                int r = fd < 0 ? negative_errno() : -EBADMSG;
+                safe_close(fd);
+                snprintf(msg, n, "the image has no blob %s", digest);
+                return r;
+        }
+        return fd;
+}
+
+/* The JSON of a blob or file (at most max bytes), as an object. */
+static json_t *read_json(int fd, size_t max, const char *what, char *msg, size_t n) {
+        _cleanup_free_ char *buf = malloc(max + 1);
+        size_t len = 0;
+        for (ssize_t k; buf && len <= max && (k = read(fd, buf + len, max + 1 - len)) != 0;) {
+                if (k < 0) {
+                        snprintf(msg, n, "cannot read the image's %s: %s", what, strerror(errno));
+                        return NULL;
+                }
+                len += (size_t) k;
+        }
+        if (!buf || len > max) {
+                snprintf(msg, n, "the image's %s is larger than %zu bytes", what, max);
+                return NULL;
+        }
+        json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, NULL);
+        if (!json_is_object(j)) {
+                json_decref(j);
+                snprintf(msg, n, "the image's %s is no JSON object", what);
+                return NULL;
+        }
+        return j;
+}
+
+static bool layer_type_ok(const char *t) {
+        static const char *const ok[] = {
+                "application/vnd.oci.image.layer.v1.tar",
+                "application/vnd.oci.image.layer.v1.tar+gzip",
+                "application/vnd.oci.image.layer.v1.tar+zstd",
+                "application/vnd.docker.image.rootfs.diff.tar",
+                "application/vnd.docker.image.rootfs.diff.tar.gzip",
+        };
+        for (size_t i = 0; t && i < ARRAY_SIZE(ok); i++)
+                if (strcmp(t, ok[i]) == 0)
+                        return true;
+        return false;
+}
+
+int base_step_check_layout(int dirfd, char *msg, size_t n) {
+        _cleanup_close_ int ifd = openat(dirfd, "index.json", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (ifd < 0) {
+                snprintf(msg, n, "the image has no index.json: %s", strerror(errno));
+                return -EBADMSG;
+        }
+        _cleanup_(json_decrefp) json_t *index = read_json(ifd, LAYOUT_INDEX_MAX, "index.json", msg, n);
+        if (!index)
+                return -EBADMSG;
+        json_t *manifests = json_object_get(index, "manifests");
+        if (json_array_size(manifests) != 1) {
+                snprintf(msg, n, "the image's index.json lists %zu manifests, not one", json_array_size(manifests));
+                return -EBADMSG;
+        }
+        json_t *desc = json_array_get(manifests, 0);
+        const char *mtype = json_string_value(json_object_get(desc, "mediaType"));
+        if (mtype && strcmp(mtype, "application/vnd.oci.image.manifest.v1+json") != 0) {
+                snprintf(msg, n, "the image's manifest is a '%.80s', not an image manifest", mtype);
+                return -EBADMSG;
+        }
+        _cleanup_close_ int mfd = open_blob(dirfd, json_string_value(json_object_get(desc, "digest")), msg, n);
+        if (mfd < 0)
+                return mfd;
+        _cleanup_(json_decrefp) json_t *manifest = read_json(mfd, LAYOUT_MANIFEST_MAX, "manifest", msg, n);
+        if (!manifest)
+                return -EBADMSG;
+        json_t *layers = json_object_get(manifest, "layers");
+        size_t count = json_array_size(layers);
+        if (!json_is_array(layers) || count > BASE_STEP_LAYERS_MAX) {
+                snprintf(msg, n, "the image has %zu layers: at most %d (limits: docs/templates.md)", count,
+                         BASE_STEP_LAYERS_MAX);
+                return -EFBIG;
+        }
+        /* the sizes the manifest gives, each checked against its blob */
+        uint64_t total = 0;
+        for (size_t i = 0; i < count; i++) {
+                json_t *l = json_array_get(layers, i);
+                json_int_t size = json_integer_value(json_object_get(l, "size"));
+                const char *t = json_string_value(json_object_get(l, "mediaType"));
+                if (!layer_type_ok(t)) {
+                        snprintf(msg, n, "image layer %zu is a '%.80s', not a tar layer", i + 1, t ? t : "");
+                        return -EBADMSG;
+                }
+                if (size < 0 || (uint64_t) size > BASE_STEP_LAYERS_BYTES_MAX - total) {
+                        snprintf(msg, n, "the image's layers add up to more than %llu GiB compressed (limits: "
+                                 "docs/templates.md)", (unsigned long long) (BASE_STEP_LAYERS_BYTES_MAX >> 30));
+                        return -EFBIG;
+                }
+                total += (uint64_t) size;
+        }
+        _cleanup_(buildctx_freep) struct buildctx *c = NULL;
+        int r = buildctx_new(BUILDCTX_LAYERS, NULL, &c);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < count; i++) {
+                json_t *l = json_array_get(layers, i);
+                _cleanup_close_ int fd = open_blob(dirfd, json_string_value(json_object_get(l, "digest")), msg, n);
+                if (fd < 0)
+                        return fd;
+                struct stat st;
+                if (fstat(fd, &st) < 0 || (uint64_t) st.st_size != (uint64_t) json_integer_value(json_object_get(l, "size"))) {
+                        snprintf(msg, n, "image layer %zu is not the size its manifest says", i + 1);
+                        return -EBADMSG;
+                }
+                char err[BUILDCTX_ERR_MAX];
+                if ((r = buildctx_feed_fd(c, fd, err)) < 0) {
+                        snprintf(msg, n, "%s", err);
+                        return r;
+                }
+        }
+        snprintf(msg, n, "%zu layers, %" PRIu64 " entries, %" PRIu64 " bytes of files: checked", count,
+                 buildctx_entries(c), buildctx_total_bytes(c));
+        return 0;
+}
+
+int base_step_check_layout_main(int argc, char **argv) {
+        char msg[512] = "";
+        if (argc != 1) {
+                fprintf(stderr, "usage: airlock-nodemgr --check-oci-layout DIR\n");
+                return 2;
+        }
+        _cleanup_close_ int dirfd = open(argv[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int r = dirfd < 0 ? (snprintf(msg, sizeof msg, "cannot open %s: %s", argv[0], strerror(errno)), -EBADMSG)
+                          : base_step_check_layout(dirfd, msg, sizeof msg);
+        fprintf(r < 0 ? stderr : stdout, "%s\n", msg);
+        return r < 0 ? 1 : 0;
 }

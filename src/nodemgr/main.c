@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "airlock-config.h"
+#include "basestep.h"
 #include "check.h"
 #include "config.h"
 #include "gwprep.h"
@@ -304,6 +305,8 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
 int main(int argc, char **argv) {
         if (argc >= 2 && strcmp(argv[1], "--worker") == 0)
                 return worker_main(argc - 2, argv + 2);
+        if (argc >= 2 && strcmp(argv[1], "--check-oci-layout") == 0)
+                return base_step_check_layout_main(argc - 2, argv + 2);
         struct daemon_config config;
         char err[512] = "";
         if (config_load(argc, argv, &config, err, sizeof err) < 0) {

@@ -353,11 +353,14 @@ def busybox_image(tmp_path):
         (root / d).mkdir(exist_ok=True)
     shutil.copy(shutil.which("busybox"), root / "bin" / "busybox")
     for applet in ("sh", "cat", "id", "tar", "cp", "mkdir", "rm", "sync", "sleep", "true", "echo", "pwd", "ls",
-                   "dirname", "chown"):
+                   "dirname", "chown", "stat"):
         os.symlink("busybox", root / "bin" / applet)
     (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/app:/bin/sh\n")
     (root / "etc" / "group").write_text("root:x:0:\napp:x:1000:\n")
     os.chown(root / "app", 1000, 1000)
+    (root / "app" / "owned").write_text("the image's user's\n")
+    os.chown(root / "app" / "owned", 1000, 1000)
+    os.chown(root / "etc" / "group", 0, 1000)
     run("umoci", "repack", "--image", f"{layout}:t", str(bundle))
     run("umoci", "config", "--image", f"{layout}:t", "--config.env", "GREETING=from-image",
         "--config.workingdir", "/app", "--config.user", "app")
@@ -390,6 +393,12 @@ def test_template_from_an_oci_image(airlock_factory, tmp_path, built):
         # the image's config: its working directory, user and environment
         r = a.exec(sid, ["sh", "-c", 'pwd; id -un; cat seen; echo "$GREETING"'])
         assert r["stdout"] == f"/app\napp\nfrom-image {stamp}\nfrom-image\n", (name, r)
+        # the image's owners, as the image has them: unpacked in a user
+        # namespace whose ids map to a range of their own, read back
+        # there by mkfs.ext4 -d (images/oci.sh)
+        r = a.exec(sid, ["stat", "-c", "%n %u:%g", "/app", "/app/owned", "/etc/group", "/bin/busybox"])
+        assert r["stdout"] == "/app 1000:1000\n/app/owned 1000:1000\n/etc/group 0:1000\n/bin/busybox 0:0\n", \
+            (name, r)
         # the context (the image itself) stayed on the host: nothing copies from it
         assert "airlock" not in a.exec(sid, ["ls", "-a", "/"])["stdout"], name
         a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)
