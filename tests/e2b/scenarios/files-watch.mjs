@@ -3,10 +3,12 @@
 // new subdirectory), named relative to it; not for a subdirectory's files
 // unless recursive, then as sub/NAME; none after stop(). A directory that
 // does not exist rejects with FileNotFoundError. The changes are made by
-// commands, as a program in the sandbox would make them.
+// commands, as a program in the sandbox would make them. What a watch must
+// not report is shown to have happened by a second, recursive watch (the
+// witness) that does report it.
 import assert from 'node:assert/strict'
 import { FileNotFoundError, FilesystemEventType, Sandbox } from 'e2b'
-import { scenario, step, result, rejects, sleep, until } from './lib.mjs'
+import { scenario, step, result, rejects, until } from './lib.mjs'
 
 const has = (events, name, type) => events.some((e) => e.name === name && e.type === type)
 const show = (events) => JSON.stringify(events.map((e) => `${e.type} ${e.name}`))
@@ -19,10 +21,12 @@ await scenario('watchDir', async (cleanups) => {
   await sbx.files.makeDir(`${d}/sub`)
   await sbx.commands.run(`echo old > ${d}/before.txt`)
 
-  // non-recursive
+  // non-recursive, and the witness
   const events = []
   let exit = null
   const w = await sbx.files.watchDir(d, (e) => { events.push(e) }, { onExit: (err) => { exit = { err } } })
+  const seen = []
+  const witness = await sbx.files.watchDir(d, (e) => { seen.push(e) }, { recursive: true })
   step('watching')
   await sbx.commands.run(`echo hello > ${d}/new.txt`)
   await until(() => has(events, 'new.txt', FilesystemEventType.CREATE) && has(events, 'new.txt', FilesystemEventType.WRITE),
@@ -30,7 +34,9 @@ await scenario('watchDir', async (cleanups) => {
   await sbx.commands.run(`rm ${d}/new.txt; mkdir ${d}/newdir; echo deep > ${d}/sub/deep.txt`)
   await until(() => has(events, 'new.txt', FilesystemEventType.REMOVE) && has(events, 'newdir', FilesystemEventType.CREATE),
     10_000, `remove of new.txt and create of newdir (${show(events)})`)
-  await sleep(1000) // what a non-recursive watch must not report would have come by now
+  // what a non-recursive watch must not report has happened: the witness saw it
+  await until(() => has(seen, 'sub/deep.txt', FilesystemEventType.CREATE), 10_000,
+    `the witness: create of sub/deep.txt (${show(seen)})`)
   step(`events: ${show(events)}`)
   assert.ok(!events.some((e) => e.name.includes('deep')), `a non-recursive watch reported sub/: ${show(events)}`)
   assert.ok(!events.some((e) => e.name.startsWith('/')), `event names are relative to the directory: ${show(events)}`)
@@ -45,8 +51,10 @@ await scenario('watchDir', async (cleanups) => {
   step(`onExit after stop(): ${exit.err ? `${exit.err.constructor.name}: ${exit.err.message.split(':')[0]}` : 'no error'}`)
   const n = events.length
   await sbx.commands.run(`echo late > ${d}/after-stop.txt`)
-  await sleep(1500)
+  await until(() => has(seen, 'after-stop.txt', FilesystemEventType.CREATE), 10_000,
+    `the witness: create of after-stop.txt (${show(seen)})`)
   assert.equal(events.length, n, `events after stop(): ${show(events.slice(n))}`)
+  await witness.stop()
 
   // recursive
   const rec = []
