@@ -11,10 +11,8 @@ The control plane's tests come first; those whose names start with
 test_envd_ also need the envd front door (commands, PTY, files, GET /health,
 the code interpreter's port 49999), so that `-k 'not envd'` runs the control
 plane alone. Each error case sits beside its control (the legitimate call
-succeeding in the same scenario). A test of what the server gets wrong is
-kept as it should be and marked xfail(strict=True) with the server's bug as
-its reason: it fails the run once the bug is fixed, to have its mark
-removed."""
+succeeding in the same scenario). None is marked xfail: each asserts what
+the SDK expects and passes against the server as it is."""
 
 import json
 import os
@@ -225,7 +223,9 @@ def test_envd_commands_connect_streams_from_then_on(airlock, e2b_sdk):
 
 def test_envd_commands_timeout(airlock, e2b_sdk):
     """timeoutMs: TimeoutError at the deadline and the process killed (not
-    listed, no longer running); a command ending in time succeeds."""
+    listed, no longer running, its output file no longer growing for twice
+    the time a few ticks took while it ran); a command ending in time
+    succeeds."""
     out = e2b_sdk.run(airlock, "commands-timeout.mjs")
     print(f"timeout: {out.result}")
 
@@ -274,7 +274,8 @@ def test_envd_files_watch(airlock, e2b_sdk):
     """watchDir: create, write and remove of a file made after the watch
     started, a new directory; a subdirectory's files only when recursive
     (sub/NAME, also in a directory made after the start); nothing after
-    stop(); a missing directory FileNotFoundError."""
+    stop(); what a watch must not report shown to happen by a second watch
+    that does; a missing directory FileNotFoundError."""
     out = e2b_sdk.run(airlock, "files-watch.mjs")
     print(f"watch: {out.result}")
 
@@ -302,9 +303,10 @@ def test_envd_files_upload_url_names_the_file(airlock, e2b_sdk):
 # --- lifecycle, fork, network ----------------------------------------------------
 
 def test_envd_killed_at_timeout(airlock, e2b_sdk):
-    """Sandbox.create({timeoutMs: 5000}): running and answering, then 8 s
-    after the create getInfo rejects SandboxNotFoundError, isRunning()
-    false, kill() false, not listed; a sandbox without a timeout stays."""
+    """Sandbox.create({timeoutMs: 5000}): running and answering, still at
+    4 s, then (waited for) getInfo rejects SandboxNotFoundError, no sooner
+    than 5 s after the create; isRunning() false, kill() false, not listed;
+    a sandbox without a timeout stays."""
     e2b_sdk.run(airlock, "lifecycle-timeout.mjs")
 
 
