@@ -5,6 +5,7 @@ attacks; an attack passes only if it fails: no answer from where it aimed,
 and SINK — the evil host, which records everything that reaches it — saw
 nothing."""
 
+import json
 import os
 import pwd
 import shutil
@@ -562,3 +563,81 @@ def test_a_cname_chain_through_a_denied_name_is_dropped(airlock_factory, interne
     assert any(e["kind"] == "dns" and "CNAME chain" in e["reason"] for e in entries), entries
     assert any(e.get("name") == "alias.test" and e["kind"] == "tcp" and e["action"] == "deny" for e in entries), entries
     assert internet.sink_hits() == []
+
+
+# A process in the guest that holds one kept-alive HTTP connection to
+# a.test and, for each marker written to /tmp/cmd, sends a request for
+# /echo?m=MARKER on it, writing the answer's status line (or the error) to
+# /tmp/out-MARKER
+HOLDER = r'''
+import os, socket
+s = socket.create_connection(("a.test", 80), timeout=10)
+os.mkfifo("/tmp/cmd")
+open("/tmp/holder-up", "w").close()
+while True:
+    with open("/tmp/cmd") as f:
+        for m in f.read().split():
+            try:
+                s.sendall(f"GET /echo?m={m} HTTP/1.1\r\nHost: a.test\r\n\r\n".encode())
+                data = s.recv(65536)
+                out = data.split(b"\r\n")[0].decode() if data else "closed"
+                if data:
+                    while b'"headers"' in data and not data.rstrip().endswith(b"}}"):
+                        data += s.recv(65536)
+            except OSError as e:
+                out = f"error {e}"
+            with open(f"/tmp/out-{m}", "w") as o:
+                o.write(out)
+'''
+
+
+def holder_send(a, sid, marker):
+    """The holder's answer for marker (waited for: the file appears)."""
+    _, out = sh(a, sid, f"echo {marker} > /tmp/cmd; for i in $(seq 100); do [ -e /tmp/out-{marker} ] && "
+                        f"cat /tmp/out-{marker} && exit 0; sleep 0.1; done; echo no-answer")
+    return out
+
+
+def test_a_forked_child_has_its_own_connections_credentials_and_policy(airlock_factory, internet):
+    """Fork copies the guest, not the gateway: a connection the parent held
+    open through the gateway is the parent's alone (the child's copy of it
+    is reset, and the origin never hears the child's request on it); a
+    child forked without its parent's credentials gets none (the origin
+    sees its placeholder), and the child's policy is its own (denying all
+    in the child leaves the parent's as it was). The parent's connection,
+    credential and policy are the control, before and after."""
+    a = airlock_factory(prebuild="minimal,python", env=internet.env())
+    a.api("POST", "/v1/secrets", {"name": "tok", "value": "ghp_forkvalue0123456789", "hosts": ["a.test"],
+                                  "header": "Authorization: Bearer {value}"}, expect=201)
+    parent = a.create(template="python", secrets=["tok"], network={"allow": [{"host": "a.test"}]})["id"]
+    a.put_file(parent, "/root/holder.py", HOLDER.encode())
+    sh(a, parent, "(python3 /root/holder.py > /tmp/holder.log 2>&1 &); "
+                  "for i in $(seq 100); do [ -e /tmp/holder-up ] && exit 0; sleep 0.1; done; exit 1")
+    assert holder_send(a, parent, "p1").startswith("HTTP/1.1 200"), a.exec(parent, ["cat", "/tmp/holder.log"])
+
+    child = a.api("POST", f"/v1/sandboxes/{parent}/fork?wait=true", {})["result"]["sandbox"]["id"]
+    # the child's copy of the connection: its request never reaches the origin
+    out = holder_send(a, child, "c1")
+    assert out.startswith(("error", "closed")), out  # it ran: the holder answered (a reset, measured)
+    assert [h for h in internet.origin_hits() if "m=c1" in h["path"]] == [], internet.origin_hits()[-2:]
+    # the parent's is still its own
+    assert holder_send(a, parent, "p2").startswith("HTTP/1.1 200")
+    assert len([h for h in internet.origin_hits() if h["path"].endswith("m=p2")]) == 1
+
+    # credentials: the child was forked without them
+    curl = 'curl -sS --max-time 10 -H "Authorization: Bearer $TOK" "https://a.test/echo?m={}"'
+    sh(a, child, curl.format("child-cred"))
+    sh(a, parent, curl.format("parent-cred"))
+    got = {m: [h for h in internet.origin_hits() if h["path"].endswith(f"m={m}")] for m in ("child-cred", "parent-cred")}
+    assert len(got["child-cred"]) == 1 and "ghp_forkvalue" not in json.dumps(got["child-cred"]), got
+    assert len(got["parent-cred"]) == 1 and "ghp_forkvalue" in json.dumps(got["parent-cred"]), got
+
+    # policy: the child's own
+    a.api("PUT", f"/v1/sandboxes/{child}/network", {"mode": "deny-all"})
+    _, out = sh(a, child, "curl -sS --max-time 10 http://a.test/hello.txt?m=child-denied; echo rc=$?")
+    assert "rc=" in out and HELLO not in out, out  # it ran, and got nothing
+    assert any(e["action"] == "deny" and e.get("name") == "a.test" for e in net_log(a, child)), net_log(a, child)
+    assert [h for h in internet.origin_hits() if "m=child-denied" in h["path"]] == []
+    _, out = sh(a, parent, "curl -sS --max-time 10 http://a.test/hello.txt")
+    assert HELLO in out, out
+    assert a.api("GET", f"/v1/sandboxes/{parent}/network")["allow"] == [{"host": "a.test", "ports": [80, 443]}]
