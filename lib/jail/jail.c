@@ -798,6 +798,20 @@ static char *cg_path(size_t i, uid_t uid) {
         return strdup_printf("%s/airlock-vm-%u", cg.dir[i], (unsigned) uid);
 }
 
+/* An empty VM cgroup made less than this long ago is a claim another node
+ * on this host just made on its uid (its QEMU is about to join it), not a
+ * leftover: neither taken over nor swept (both raced: a VM then failed to
+ * join its own cgroup, or two VMs shared a uid). */
+#define CG_CLAIM_FRESH_S 60
+
+static bool cg_fresh(int dir_fd, const char *name) {
+        struct stat st;
+        struct timespec now;
+        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || clock_gettime(CLOCK_REALTIME, &now) < 0)
+                return false;
+        return now.tv_sec - st.st_ctim.tv_sec < CG_CLAIM_FRESH_S;
+}
+
 /* Removes one VM cgroup; retries while its last process is still exiting. */
 static int cg_rmdir(const char *path) {
         for (int tries = 0;; tries++) {
@@ -837,7 +851,7 @@ int jail_cgroup_sweep(uid_t base, uint32_t count) {
                             e->d_name[end] != '\0' || uid < base || uid - base >= count)
                                 continue;
                         /* one try: EBUSY is a live VM's, and stays */
-                        if (unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) >= 0)
+                        if (!cg_fresh(dirfd(d), e->d_name) && unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) >= 0)
                                 removed++;
                 }
                 closedir(d);
@@ -897,8 +911,12 @@ int jail_cgroup_create(uid_t uid, const struct jail_cgroup_limits *l, char **ret
                         break;
                 }
                 if (mkdir(p, 0755) < 0) {
-                        /* left by a VM that is gone, or in use by a live one */
-                        r = errno == EEXIST ? (rmdir(p) < 0 ? -errno : 0) : -errno;
+                        /* left by a VM that is gone, or in use by a live
+                         * one, or just claimed by another node */
+                        r = errno != EEXIST       ? -errno
+                            : cg_fresh(AT_FDCWD, p) ? -EBUSY
+                            : rmdir(p) < 0          ? -errno
+                                                    : 0;
                         if (r == 0 && mkdir(p, 0755) < 0)
                                 r = -errno;
                         if (r < 0)

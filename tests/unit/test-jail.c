@@ -269,12 +269,44 @@ static void test_spawn_dev_node(void **state) {
         assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* Two nodes on one host share the VM uid range: a cgroup another node made
+ * a moment ago (its QEMU not in it yet) is its claim, neither taken over
+ * by a create nor removed by a sweep; the control: once removed, the uid's
+ * cgroup is made again. */
+static void test_cgroup_fresh_claims_are_kept(void **state) {
+        (void) state;
+        if (geteuid() != 0)
+                unit_skip("not root: cannot make cgroups");
+        if (!jail_cgroup_available())
+                unit_skip("no usable cgroup controllers here");
+        const uid_t uid = 3999990001u; /* far above the VM uids any node uses */
+        struct jail_cgroup_limits l = { .memory_bytes = 64 << 20, .pids = 16, .cpus = 1 };
+        char *procs[JAIL_CGROUPS_MAX];
+        size_t n = 0;
+        (void) jail_cgroup_remove(uid);
+        assert_int_equal(jail_cgroup_create(uid, &l, procs, &n), 0);
+        assert_true(n > 0);
+        char first[4096];
+        snprintf(first, sizeof first, "%s", procs[0]);
+        jail_cgroup_procs_free(procs, n);
+        /* another node's create of the same uid now: its claim is kept */
+        size_t n2 = 0;
+        assert_int_equal(jail_cgroup_create(uid, &l, procs, &n2), -EBUSY);
+        assert_int_equal(jail_cgroup_sweep(uid, 1), 0);
+        assert_int_equal(access(first, F_OK), 0); /* still there */
+        assert_int_equal(jail_cgroup_remove(uid), 0);
+        assert_int_equal(jail_cgroup_create(uid, &l, procs, &n), 0); /* the control */
+        jail_cgroup_procs_free(procs, n);
+        assert_int_equal(jail_cgroup_remove(uid), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_peer_accept_and_refuse),
                 cmocka_unit_test(test_spec_validate),
                 cmocka_unit_test(test_spawn),
                 cmocka_unit_test(test_spawn_dev_node),
+                cmocka_unit_test(test_cgroup_fresh_claims_are_kept),
         };
         return unit_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }
