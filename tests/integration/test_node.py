@@ -18,23 +18,35 @@ def test_templates_and_health(airlock):
 
 
 def test_loop_volume_when_data_dir_cannot_reflink(airlock_factory):
-    """A data dir on ext4 gets a btrfs loop volume, unmounted at shutdown."""
+    """A data dir on ext4 gets a btrfs loop volume, unmounted at shutdown.
+    The ext4 is a file system of its own (a loop image), whatever /var/tmp
+    is: on btrfs or xfs the test would otherwise check nothing of this."""
     base = tempfile.mkdtemp(prefix="airlock-ext4-", dir="/var/tmp")
-    os.chmod(base, 0o755)  # airlockd (user airlock) passes through to its data dir
-    fs = subprocess.run(["stat", "-f", "-c", "%T", base], capture_output=True, text=True).stdout.strip()
+    img = base + ".img"
+    a = None
+    mounted = False
     try:
+        with open(img, "wb") as f:
+            f.truncate(8 << 30)  # sparse
+        subprocess.run(["mkfs.ext4", "-q", "-F", img], check=True, capture_output=True)
+        subprocess.run(["mount", "-o", "loop", img, base], check=True)
+        mounted = True
+        os.chmod(base, 0o755)  # airlockd (user airlock) passes through to its data dir
+        fs = subprocess.run(["stat", "-f", "-c", "%T", base], capture_output=True, text=True).stdout.strip()
+        assert fs == "ext2/ext3", fs  # what stat calls ext4
         a = airlock_factory(base=base, env={"AIRLOCK_VOLUME_GIB": "4"}, prebuild="minimal")
-        if fs in ("btrfs", "xfs"):
-            assert not os.path.exists(os.path.join(a.data_dir, "volume.btrfs"))
-        else:
-            assert os.path.exists(os.path.join(a.data_dir, "volume.btrfs"))
-            assert mounts_under(a.data_dir)
+        assert os.path.exists(os.path.join(a.data_dir, "volume.btrfs"))
+        assert mounts_under(a.data_dir)
         sid = a.create("minimal")["id"]
         assert a.exec(sid, ["echo", "ok"])["stdout"] == "ok\n"
         a.stop()
         assert mounts_under(a.data_dir) == []
     finally:
-        subprocess.run(["rm", "-rf", "--one-file-system", base])
+        if a:
+            a.stop()  # before the unmount, also when the test failed
+        if mounted:
+            subprocess.run(["umount", base], check=True)
+        subprocess.run(["rm", "-rf", "--one-file-system", base, img])
 
 
 def test_superseded_template_builds_are_removed(airlock_factory):
