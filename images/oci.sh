@@ -119,6 +119,7 @@ need mkfs.ext4 e2fsprogs
 need unshare util-linux
 need setpriv util-linux
 need findmnt util-linux
+need mount mount
 [ "$(id -u)" -eq 0 ] || die "run as root (it maps the image's owners to uids of their own)"
 
 start=$(now_ms)
