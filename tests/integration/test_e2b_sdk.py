@@ -22,6 +22,7 @@ import time
 import pytest
 
 from e2b_sdk import SDK_DIR
+from netlab import HELLO, internet  # noqa: F401
 from test_tenants import _tenant_with_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -361,6 +362,33 @@ def test_network_options(airlock, e2b_sdk):
     finally:
         for sid in ids.values():
             airlock.request("DELETE", f"/v1/sandboxes/{sid}")
+
+
+def test_network_options_on_the_wire(airlock_factory, internet, e2b_sdk):
+    """The E2B network options decide what leaves, not only what /v1
+    stores: allowInternetAccess false reaches neither the allowed origin
+    nor the evil host, an allowOut of a.test reaches a.test only, and the
+    control (no options) reaches both; the test internet's own logs say
+    what arrived."""
+    a = airlock_factory(env=internet.env())
+    out = e2b_sdk.run(a, "network-wire.mjs").result
+    try:
+        _network_on_the_wire(a, internet, out)
+    finally:
+        for sid in out["ids"].values():
+            a.request("DELETE", f"/v1/sandboxes/{sid}")
+
+
+def _network_on_the_wire(a, internet, out):
+    got = out["out"]
+    # each fetch ran (its exit status is there)
+    assert all(got[k].count("rc=") == 2 for k in got), got
+    assert HELLO not in got["denyAll"] and HELLO in got["allowlist"] and HELLO in got["open"], got
+    peers = [h["data"] for h in internet.sink_hits()]
+    assert len([d for d in peers if "GET /x" in d]) == 1, peers  # the open one's only
+    denied = {k: [e for e in a.api("GET", f"/v1/sandboxes/{sid}/network/log")["entries"] if e["action"] == "deny"]
+              for k, sid in out["ids"].items()}
+    assert denied["denyAll"] and denied["allowlist"] and not denied["open"], denied
 
 
 def test_network_addresses(airlock, e2b_sdk):
