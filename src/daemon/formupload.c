@@ -117,6 +117,20 @@ int formupload_data(struct formupload *u, const char *data, size_t len, char *er
         return u->error;
 }
 
+int formupload_finish(struct formupload *u, char *err, size_t err_size) {
+        /* the post processor says whether it saw the form's end */
+        bool whole = !u->pp || MHD_destroy_post_processor(u->pp) == MHD_YES;
+        u->pp = NULL;
+        if (!u->error && !whole) {
+                u->error = -EINVAL;
+                snprintf(u->why, sizeof u->why,
+                         "the form ends before its closing boundary (a body cut short, or lines not ended by CRLF)");
+        }
+        if (u->error)
+                snprintf(err, err_size, "%s", u->why[0] ? u->why : strerror(-u->error));
+        return u->error;
+}
+
 const char *formupload_json(struct formupload *u, size_t *ret_len) {
         *ret_len = u->json_len;
         return u->json;

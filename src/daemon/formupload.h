@@ -26,6 +26,10 @@ int formupload_new(struct MHD_Connection *conn, const char *json_part, const cha
 /* Feeds body bytes. -EFBIG past a limit, -EINVAL for a body that is not
  * the form (err, err_size: why). */
 int formupload_data(struct formupload *u, const char *data, size_t len, char *err, size_t err_size);
+/* The body ended: -EINVAL (err: why) unless the form ended with its
+ * closing boundary. A body cut short (the file's last bytes lost, but every
+ * part begun) or with bare LF line ends is refused here. */
+int formupload_finish(struct formupload *u, char *err, size_t err_size);
 /* The JSON part's text (NULL when absent; owned by u), the file's path
  * (NULL when absent) and its SHA-256 in hex (65 bytes). */
 const char *formupload_json(struct formupload *u, size_t *ret_len);

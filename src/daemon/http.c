@@ -887,6 +887,8 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
          * "request" part) */
         const char *body_text = req->body;
         size_t body_len = req->body_len;
+        if (req->form && (r = formupload_finish(req->form, ctx.err, sizeof ctx.err)) < 0)
+                return queue_error(req, conn, r, ctx.err);
         if (req->form && !(body_text = formupload_json(req->form, &body_len)))
                 return queue_error(req, conn, -EINVAL, "the form has no 'request' part (the JSON request)");
         if (req->method == M_POST || (req->method == M_PUT && req->route->id != R_FILES)) {

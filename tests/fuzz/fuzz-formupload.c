@@ -116,6 +116,14 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
                 }
                 return MHD_YES;
         }
+        char err[256] = "";
+        int r = formupload_finish(cur.form, err, sizeof err);
+        if (r < 0) {
+                if (!err[0] || r != -EINVAL)
+                        abort(); /* a refusal says why */
+                out->error = r;
+                return answer(conn, MHD_HTTP_BAD_REQUEST);
+        }
         out->finished = true;
         const char *json = formupload_json(cur.form, &out->json_len);
         if (json) {
