@@ -84,6 +84,16 @@ def wait_until(pred, what, a, timeout=START_TIMEOUT):
     raise AssertionError(f"{what} after {timeout}s (last error: {last!r})\n{a.log_tail(80)}")
 
 
+def gateway_denies(a, sid, name):
+    """The sandbox's gateway refuses a query its policy denies: asked in
+    the guest, it shows in the gateway's log (what the VM gets, not the
+    record)."""
+    a.exec(sid, ["sh", "-c", f"nslookup {name} >/dev/null 2>&1; true"], timeout_s=30)
+    wait_until(lambda: [e for e in a.api("GET", f"/v1/sandboxes/{sid}/network/log?limit=1000")["entries"]
+                        if e.get("name") == name and e["kind"] == "dns" and e["action"] == "deny"],
+               f"the denied query {name} is not in the network log", a, timeout=30)
+
+
 def test_sandbox_policies(airlock_factory):
     """About 20 s here (5 VMs, a stop/start, a suspend/wake, a node and an
     airlockd killed, the VMs adopted)."""
@@ -171,9 +181,7 @@ def test_sandbox_policies(airlock_factory):
     assert a.api("GET", f"/v1/sandboxes/{listed}")["execution"] == before + 1
     assert network(a, listed) == want_new and node_network(a, listed) == want_new
     a.exec(listed, ["sh", "-c", "nslookup after-rollback.example.org >/dev/null 2>&1; true"], timeout_s=30)
-    wait_until(lambda: [e for e in a.api("GET", f"/v1/sandboxes/{listed}/network/log?limit=1000")["entries"]
-                        if e.get("name") == "after-rollback.example.org" and e["action"] == "deny"],
-               "the query denied after the rollback is not in the network log", a, timeout=30)
+    gateway_denies(a, listed, "after-rollback.example.org")
 
     # stopped: the log needs a VM; a PUT is stored, and the start runs under it
     assert a.api("POST", f"/v1/sandboxes/{deny}/stop?wait=true")["state"] == "succeeded"
@@ -193,6 +201,7 @@ def test_sandbox_policies(airlock_factory):
     assert a.api("GET", f"/v1/sandboxes/{deny}")["state"] == "suspended"  # not woken for it
     assert a.api("POST", f"/v1/sandboxes/{deny}/wake?wait=true")["state"] == "succeeded"
     assert node_network(a, deny) == want_listed
+    gateway_denies(a, deny, "after-wake.example.org")  # in the gateway, not only on record
     assert a.api("PUT", f"/v1/sandboxes/{deny}/network", DENY_ALL) == DENY_ALL
     assert node_network(a, deny) == DENY_ALL
 
@@ -207,6 +216,7 @@ def test_sandbox_policies(airlock_factory):
                a.api("GET", f"/v1/sandboxes/{listed}")["state"] == "running", "no new node adopted the VM", a)
     assert qemu_pids(listed) == vm
     assert node_network(a, listed) == want_new
+    gateway_denies(a, listed, "after-node-restart.example.org")
     assert node_network(a, deny) == DENY_ALL
 
     # and airlockd's: killed, its node hands the VMs over to the next start
