@@ -12,6 +12,8 @@ import os
 import sys
 import time
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from netlab import internet, net_log, sh  # noqa: E402,F401
 
@@ -46,6 +48,7 @@ def control(a, sid, internet, url, header, marker):
     return out
 
 
+@pytest.mark.cases(6)  # wrong-host, in-url, lookalike, plain-http, the guest's own header, the sink
 def test_credentials_go_only_where_they_are_bound(airlock_factory, internet):
     a = airlock_factory(prebuild="minimal,python", env=internet.env())
     a.api("POST", "/v1/secrets", {"name": "tok", "value": VALUE, "hosts": ["a.test"],
@@ -112,6 +115,7 @@ def test_credentials_go_only_where_they_are_bound(airlock_factory, internet):
     assert VALUE not in json.dumps(net_log(a, sid))
 
 
+@pytest.mark.cases(2)
 def test_a_deleted_or_expired_credential_is_no_longer_injected(airlock_factory, internet):
     """Revocation on the wire: after DELETE /v1/secrets/NAME the gateway
     injects it no more (the origin gets the placeholder), and a credential
@@ -174,6 +178,7 @@ PATH_ATTACKS = {
 }
 
 
+@pytest.mark.cases(2 * len(PATH_ATTACKS))  # over HTTP/2 and HTTP/1.1
 def test_a_credentials_path_rule_is_decided_on_the_path_the_origin_reads(airlock_factory, internet):
     a = airlock_factory(prebuild="minimal,python", env=internet.env())
     a.api("POST", "/v1/secrets", {"name": "api", "value": VALUE, "hosts": ["a.test"], "paths": ["/api/"],
@@ -206,6 +211,7 @@ def test_a_credentials_path_rule_is_decided_on_the_path_the_origin_reads(airlock
     assert all(e["path"] == "/admin" for e in refused), refused  # audited as the origin would read it
 
 
+@pytest.mark.cases(2)
 def test_a_credential_bound_to_a_method_and_path_refuses_others(airlock_factory, internet):
     a = airlock_factory(prebuild="minimal,python", env=internet.env())
     a.api("POST", "/v1/secrets", {"name": "ro", "value": VALUE, "hosts": ["a.test"], "methods": ["GET"],

@@ -83,6 +83,7 @@ def log_since(a, sid, last):
     return entries  # last fell out of the window: all are newer
 
 
+@pytest.mark.cases(len(HTTP_ATTACKS))
 def test_http_attacks_under_an_allowlist(airlock_factory, internet):
     """Each attack on its own connection, its path marked ?m=ID: it ran
     (the guest got an answer or a reset), the gateway refused it itself
@@ -166,6 +167,7 @@ def observed(internet):
     return (len(internet.sink_hits()), len(internet.captured()), len(internet.origin_hits()))
 
 
+@pytest.mark.cases(len(GUEST_ATTACKS))
 def test_guest_attacks_under_an_allowlist(airlock_factory, internet):
     a = airlock_factory(prebuild="minimal,python", env=internet.env())
     sid = a.create(template="python", network={"allow": [{"host": "a.test"}]})["id"]
@@ -207,6 +209,10 @@ def test_guest_attacks_under_an_allowlist(airlock_factory, internet):
     assert set(internet.dns_queries()) <= {"a.test"}, internet.dns_queries()
 
 
+GATEWAY_PORTS = (15001, 22, 80, 443)
+
+
+@pytest.mark.cases(len(GATEWAY_PORTS))
 def test_the_gateways_own_address_refuses_the_guest_at_once(airlock_factory, internet):
     """The gateway's address serves the guest DNS and nothing else: a
     connection to its listener's own port or any other is reset at once
@@ -216,7 +222,7 @@ def test_the_gateways_own_address_refuses_the_guest_at_once(airlock_factory, int
     sid = a.create(network={"allow": [{"host": "a.test"}]})["id"]
     _, out = sh(a, sid, "nslookup a.test 10.200.0.1; " + http_get("a.test"))
     assert ORIGIN in out and HELLO in out, out
-    for port in (15001, 22, 80, 443):
+    for port in GATEWAY_PORTS:
         # -w 30: "at once" is a reset, where a drop would wait the 30 s out
         _, out = sh(a, sid, f"echo x | nc -w 30 10.200.0.1 {port}; echo rc=$?", timeout_s=60)
         assert "Connection reset by peer" in out or "Connection refused" in out, (port, out)
@@ -230,6 +236,7 @@ def test_the_gateways_own_address_refuses_the_guest_at_once(airlock_factory, int
     assert internet.sink_hits() == [] and internet.captured() == []
 
 
+@pytest.mark.cases(3)  # the gateway's address, an internet one, a MAC
 def test_spoofed_source_address_and_mac_never_leave(airlock_factory, internet):
     """Under allow-all SINK is reachable: the control reaches it; the same
     connection from a forged source address or MAC never does. Two layers
@@ -291,6 +298,7 @@ def host_addresses():
     return [line.split()[3].split("/")[0] for line in out.splitlines() if " lo " not in line]
 
 
+@pytest.mark.cases(5)  # 4 addresses and ports beside this machine's own, and the name
 def test_another_sandbox_is_out_of_reach(airlock_factory, internet):
     """A victim serves on a service port; its owner reaches it through the
     ports API (the control, before and after). An attacker sandbox (under
@@ -384,16 +392,19 @@ def req(host, path="/hello.txt", extra=""):
     return ("GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (path, host, extra)).encode()
 send("control", [req("a.test")])
 send("control-keepalive", [req("a.test"), req("a.test")])
-send("T1-fronting", [req("e.test")])
-send("T2-keepalive-switch", [req("a.test"), req("e.test", "/echo")])
-send("T3-absolute-form", [b"GET https://e.test/echo HTTP/1.1\r\nHost: a.test\r\n\r\n"])
-send("T4-websocket", [req("a.test", "/echo", "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+# each attack's paths carry its marker (?m=ID): the origin's log says
+# whether anything of it arrived
+send("T1-fronting", [req("e.test", "/echo?m=T1")])
+send("T2-keepalive-switch", [req("a.test"), req("e.test", "/echo?m=T2")])
+send("T3-absolute-form", [b"GET https://e.test/echo?m=T3 HTTP/1.1\r\nHost: a.test\r\n\r\n"])
+send("T4-websocket", [req("a.test", "/echo?m=T4", "Upgrade: websocket\r\nConnection: Upgrade\r\n"
                       "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n")])
-send("T5-cl-te", [b"POST /echo HTTP/1.1\r\nHost: a.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
-                  b"0\r\n\r\nGET /echo HTTP/1.1\r\nHost: e.test\r\n\r\n"])
+send("T5-cl-te", [b"POST /echo?m=T5 HTTP/1.1\r\nHost: a.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  b"0\r\n\r\nGET /echo?m=T5b HTTP/1.1\r\nHost: e.test\r\n\r\n"])
 send("T6-h2-preface", [b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"])
-send("T7-host-port", [req("a.test:8443")])
-send("T8-crlf-in-header", [b"GET /echo HTTP/1.1\r\nHost: a.test\r\nX-A: 1\rHost: e.test\r\n\r\n"])
+send("T7-host-port", [req("a.test:8443", "/echo?m=T7")])
+send("T8-crlf-in-header", [b"GET /echo?m=T8 HTTP/1.1\r\nHost: a.test\r\nX-A: 1\rHost: e.test\r\n\r\n"])
+send("control-after", [req("a.test")])
 # the ClientHello split across TCP segments (the gateway must reassemble it)
 def split_hello(ident, sni):
     try:
@@ -447,6 +458,7 @@ split_hello("T9-split-hello-denied", "e.test")
 '''
 
 
+@pytest.mark.cases(10)  # T1-T10
 def test_attacks_inside_terminated_tls(airlock_factory, internet):
     a = airlock_factory(prebuild="minimal,python", env=internet.env())
     sid = a.create(template="python", network={"allow": [{"host": "a.test"}]})["id"]
@@ -458,8 +470,22 @@ def test_attacks_inside_terminated_tls(airlock_factory, internet):
     assert lines["control-keepalive"].count("HTTP/1.1 200") == 2, lines
     assert HELLO in lines["control-split-hello"], lines
     print("\n".join(f"{k}: {v[:200]}" for k, v in lines.items()))
+    assert HELLO in lines["control-after"], lines  # the gateway serves on after them all
     failures = [f"{k} got through: {v[:300]}" for k, v in lines.items()
                 if k.startswith("T") and ('"path"' in v or (HELLO in v and k != "T2-keepalive-switch"))]
+    # per attack: nothing under its marker reached the origin, and what the
+    # guest got is the gateway's own refusal (its 403, 400 or 505 naming why) or a
+    # reset, never another answer (a relayed attack gets the origin's 400)
+    reached = [h["path"] for h in internet.origin_hits() if "?m=T" in h["path"]]
+    failures += [f"reached the origin: {p}" for p in reached]
+    for k, v in lines.items():
+        if not k.startswith("T") or k == "T9-split-hello-denied":
+            continue
+        answers = v.split("HTTP/1.1 ")[1:]
+        refusals = [x for x in answers if x[:3] in ("403", "400", "505") and "airlock: egress" in x]
+        legit = 1 if k == "T2-keepalive-switch" else 0  # its first request is the allowed one
+        if not v.startswith("error") and len(answers) - legit != len(refusals):
+            failures.append(f"{k}: an answer that is not the gateway's refusal: {v[:300]}")
     # the switch: its first request is legitimate, its second must not pass
     if lines["T2-keepalive-switch"].count("HTTP/1.1 200") > 1 or '"path"' in lines["T2-keepalive-switch"]:
         failures.append(f"T2-keepalive-switch got through: {lines['T2-keepalive-switch'][:300]}")
@@ -598,6 +624,7 @@ def holder_send(a, sid, marker):
     return out
 
 
+@pytest.mark.cases(3)
 def test_a_forked_child_has_its_own_connections_credentials_and_policy(airlock_factory, internet):
     """Fork copies the guest, not the gateway: a connection the parent held
     open through the gateway is the parent's alone (the child's copy of it

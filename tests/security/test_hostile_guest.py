@@ -458,6 +458,7 @@ BAD_ENTRIES = ["dotdot", "dot", "empty", "traversal", "slash", "absolute", "nul"
                "mode", "name-not-string", "not-an-object"]
 
 
+@pytest.mark.cases(len(BAD_ENTRIES) + 1)  # and the listing of 12000
 def test_lying_directory_listing(h):
     """LIST replies whose entries are named "..", ".", "", "a/b",
     "../../etc/passwd", "/etc/shadow" or carry a NUL, have an unknown type,
