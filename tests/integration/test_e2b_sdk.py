@@ -145,6 +145,10 @@ def test_e2b_host_names(airlock_factory):
 
         a.exec(sid, ["sh", "-c", "mkdir -p /root/www && echo served > /root/www/index.html"])
         a.exec(sid, ["httpd", "-p", "8000", "-h", "/root/www"])
+        # httpd forks into the background: its port answers before the first request
+        r = a.exec(sid, ["sh", "-c", "for i in $(seq 100); do wget -q -O /dev/null http://127.0.0.1:8000/ && exit 0; "
+                                     "sleep 0.1; done; exit 1"])
+        assert r["exit_code"] == 0, r
         port = {"Host": f"8000-{sid}.sbx.test"}
         status, _, body = a.request("GET", "/index.html", auth=False,
                                     headers={**port, "E2B-Traffic-Access-Token": sbx["trafficAccessToken"]})
