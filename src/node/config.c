@@ -458,7 +458,7 @@ static int set_defaults(struct node_config *c) {
         c->exec_max_output = 1 << 20;
         c->max_file_size = 1ULL << 30;
         c->session_buffer = 1 << 20;
-        c->exec_timeout_max_s = 3600;
+        c->exec_timeout_max_s = 24 * 3600; /* the API's limit (docs/api.md): airlockd passes up to it */
         c->max_connections = 256;
         c->pool_size = 2;
         c->vmm_uid_base = JAIL_VM_UID_BASE_DEFAULT;
@@ -671,7 +671,7 @@ void node_config_usage(FILE *f) {
               "  --exec-max-output SIZE  bytes kept per exec stream [AIRLOCK_EXEC_MAX_OUTPUT] (1M)\n"
               "  --max-file-size SIZE    largest file.write [AIRLOCK_MAX_FILE_SIZE] (1G)\n"
               "  --session-buffer SIZE   session replay buffer [AIRLOCK_SESSION_BUFFER] (1M)\n"
-              "  --exec-timeout-max S    cap on exec timeout_s [AIRLOCK_EXEC_TIMEOUT_MAX] (3600)\n"
+              "  --exec-timeout-max S    cap on exec timeout_s [AIRLOCK_EXEC_TIMEOUT_MAX] (86400)\n"
               "  --max-connections N     concurrent clients [AIRLOCK_MAX_CONNECTIONS] (256)\n"
               "  --pool-size N           warm VMs per prebuilt template, 0-32 [AIRLOCK_POOL_SIZE] (2)\n"
               "  --vmm-uid-base N        VM uids/gids are N..N+65535 [AIRLOCK_VMM_UID_BASE] (2000000)\n"

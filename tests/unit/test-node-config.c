@@ -61,7 +61,7 @@ static void test_defaults(void **state) {
         assert_int_equal(c->exec_max_output, 1 << 20);
         assert_int_equal(c->max_file_size, 1ULL << 30);
         assert_int_equal(c->session_buffer, 1 << 20);
-        assert_int_equal(c->exec_timeout_max_s, 3600);
+        assert_int_equal(c->exec_timeout_max_s, 24 * 3600);
         assert_int_equal(c->pool_size, 2);
         assert_non_null(strstr(c->images_dir, "/images"));
         assert_non_null(strstr(c->guest_binary, "/src/guest/airlock-guest"));
