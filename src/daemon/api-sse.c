@@ -48,6 +48,11 @@ int api_sse_from_node_event(const json_t *ev, char **ret, size_t *ret_len, bool 
                 json_t *sig = json_object_get(ev, "signal");
                 if (d && json_is_integer(sig) && json_integer_value(sig) != 0)
                         json_object_set(d, "signal", sig);
+                /* why a session ended without its process's own exit
+                 * (revoked with its execution, the guest channel closed) */
+                json_t *error = json_object_get(ev, "error");
+                if (d && json_is_string(error))
+                        json_object_set(d, "error", error);
                 last = true;
         } else if (strcmp(type, "dropped") == 0) {
                 json_t *bytes = json_object_get(ev, "bytes");

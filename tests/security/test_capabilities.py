@@ -3,7 +3,9 @@ the node socket must carry a token that airlockd signed for exactly this
 sandbox, owner, execution and node, with the access it needs. Each test is
 one attack made directly on DATA_DIR/run/node.sock (as a stale route, a
 confused deputy or a stolen token would reach it) and passes only if the
-node refuses it."""
+node refuses it with the message of the check that stops it; its control,
+after it in the same test, is a genuine token for the same request, which
+the node serves."""
 
 import base64
 import json
@@ -90,8 +92,33 @@ def exec_with(a, sid, cap):
     return node_call(a, req)
 
 
-def refused(rep, code="forbidden"):
-    return rep.get("ok") is not True and rep.get("error", {}).get("code") == code
+def refused(rep, code="forbidden", message=None):
+    """rep is the node's refusal: its code and (given) the whole message
+    that names why."""
+    err = rep.get("error", {})
+    return rep.get("ok") is not True and err.get("code") == code and (message is None or err.get("message") == message)
+
+
+def served(t, ops=("exec",)):
+    """The control, after the attack: a genuine token (made as airlockd
+    makes them, with the current key, for the sandbox's current
+    execution) is served for each op: exec, file.stat, file.list,
+    file.remove."""
+    a, sid = t["a"], t["sid"]
+    node, execution, tenant = route(a, sid)
+    kid, key = signing_key(a)
+    for op in ops:
+        access = {"exec": "exec", "file.stat": "files_read", "file.list": "files_read",
+                  "file.remove": "files_write"}[op]
+        cap = token(key, kid, tenant=tenant, sandbox=sid, execution=execution, node=node, access=(access,))
+        if op == "exec":
+            rep = exec_with(a, sid, cap)
+            assert rep.get("ok") is True and rep["exit_code"] == 0, ("the control", rep)
+        else:
+            if op == "file.remove":
+                a.put_file(sid, "/tmp/x", b"x")
+            rep = node_call(a, {"op": op, "id": sid, "path": "/tmp/x" if op == "file.remove" else "/", "cap": cap})
+            assert rep.get("ok") is True, ("the control", op, rep)
 
 
 @pytest.fixture
@@ -106,18 +133,30 @@ def target(airlock):
     airlock.request("DELETE", f"/v1/sandboxes/{sid}")
 
 
+@pytest.mark.cases(4)
 def test_request_without_capability_is_refused(target):
     t = target
-    assert refused(exec_with(t["a"], t["sid"], None))
+    assert refused(exec_with(t["a"], t["sid"], None), message="no capability")
+    served(t)
     for op in ({"op": "file.list", "id": t["sid"], "path": "/"}, {"op": "file.stat", "id": t["sid"], "path": "/"},
                {"op": "file.remove", "id": t["sid"], "path": "/tmp/x"}):
-        assert refused(node_call(t["a"], op)), op
+        assert refused(node_call(t["a"], op), message="no capability"), op
+        served(t, (op["op"],))
 
 
+GARBAGE = [("", "no capability"), ("x", "malformed capability"), ("a.b", "malformed capability"),
+           ("a.b.c", "malformed capability"), ("=" * 100, "malformed capability"),
+           ("\u00e9." * 10, "malformed capability"), ("A" * 5000, "capability too long"),
+           (12345, "no capability")]  # not a string: none
+
+
+@pytest.mark.cases(len(GARBAGE))
 def test_garbage_and_oversized_capabilities_are_refused(target):
     t = target
-    for bad in ("", "x", "a.b", "a.b.c", "=" * 100, "\u00e9." * 10, "A" * 5000, 12345):
-        assert refused(exec_with(t["a"], t["sid"], bad)), bad
+    for bad, why in GARBAGE:
+        rep = exec_with(t["a"], t["sid"], bad)
+        assert refused(rep, message=why), (bad, rep)
+        served(t)
 
 
 def test_forged_capability_is_refused(target):
@@ -126,11 +165,15 @@ def test_forged_capability_is_refused(target):
     forged = token(Ed25519PrivateKey.generate(), t["kid"], tenant=t["tenant"], sandbox=t["sid"],
                    execution=t["execution"], node=t["node"])
     rep = exec_with(t["a"], t["sid"], forged)
-    assert refused(rep) and "signature" in rep["error"]["message"]
+    assert refused(rep, message="capability signature does not verify"), rep
+    served(t)
 
 
+@pytest.mark.cases(2)
 def test_tampered_capability_is_refused(target):
-    """A genuine token whose payload was edited (another access, a longer life)."""
+    """A genuine token whose payload was edited (another access, a longer
+    life): the signature no longer verifies. The control after each: the
+    genuine token itself reads, and an exec token runs."""
     t = target
     good = token(t["key"], t["kid"], tenant=t["tenant"], sandbox=t["sid"], execution=t["execution"],
                  node=t["node"], access=("files_read",))
@@ -139,7 +182,10 @@ def test_tampered_capability_is_refused(target):
     for change in ({"access": ["exec", "files_read"]}, {"expires_at": claims["expires_at"] + 100}):
         edited = dict(claims, **change)
         p = json.dumps(edited, separators=(",", ":"), sort_keys=True).encode()
-        assert refused(exec_with(t["a"], t["sid"], b64u(p) + "." + sig))
+        rep = exec_with(t["a"], t["sid"], b64u(p) + "." + sig)
+        assert refused(rep, message="capability signature does not verify"), (change, rep)
+        assert node_call(t["a"], {"op": "file.stat", "id": t["sid"], "path": "/", "cap": good})["ok"] is True
+        served(t)
 
 
 def test_capability_from_an_unknown_key_is_refused(target):
@@ -147,9 +193,11 @@ def test_capability_from_an_unknown_key_is_refused(target):
     rogue = token(Ed25519PrivateKey.generate(), "rogue-kid", tenant=t["tenant"], sandbox=t["sid"],
                   execution=t["execution"], node=t["node"])
     rep = exec_with(t["a"], t["sid"], rogue)
-    assert refused(rep) and "unknown key" in rep["error"]["message"]
+    assert refused(rep, message="capability signed by an unknown key"), rep
+    served(t)
 
 
+@pytest.mark.cases(2)
 def test_expired_and_future_capabilities_are_refused(target):
     t = target
     now = int(time.time())
@@ -159,7 +207,8 @@ def test_expired_and_future_capabilities_are_refused(target):
                    node=t["node"], issued=now + 60)
     for cap in (old, future):
         rep = exec_with(t["a"], t["sid"], cap)
-        assert refused(rep) and "expired" in rep["error"]["message"]
+        assert refused(rep, message="capability expired or not yet valid"), rep
+        served(t)
 
 
 def test_capability_for_another_sandbox_is_refused(target):
@@ -168,7 +217,8 @@ def test_capability_for_another_sandbox_is_refused(target):
     cap_for_other = token(t["key"], t["kid"], tenant=t["tenant"], sandbox=other, execution=t["execution"],
                           node=t["node"])
     rep = exec_with(t["a"], t["sid"], cap_for_other)
-    assert refused(rep) and "another sandbox" in rep["error"]["message"]
+    assert refused(rep, message="capability is for another sandbox"), rep
+    served(t)
     t["a"].request("DELETE", f"/v1/sandboxes/{other}")
 
 
@@ -176,7 +226,9 @@ def test_capability_of_another_tenant_is_refused(target):
     t = target
     cap = token(t["key"], t["kid"], tenant="ten-someoneelse", sandbox=t["sid"], execution=t["execution"],
                 node=t["node"])
-    assert refused(exec_with(t["a"], t["sid"], cap))
+    rep = exec_with(t["a"], t["sid"], cap)
+    assert refused(rep, message="capability is for another sandbox"), rep  # (cap_decide says no more)
+    served(t)
 
 
 def test_capability_without_the_needed_access_is_refused(target):
@@ -184,12 +236,14 @@ def test_capability_without_the_needed_access_is_refused(target):
     read_only = token(t["key"], t["kid"], tenant=t["tenant"], sandbox=t["sid"], execution=t["execution"],
                       node=t["node"], access=("files_read",))
     rep = exec_with(t["a"], t["sid"], read_only)
-    assert refused(rep) and "access" in rep["error"]["message"]
+    assert refused(rep, message="capability does not grant this access"), rep
     assert node_call(t["a"], {"op": "file.stat", "id": t["sid"], "path": "/", "cap": read_only})["ok"] is True
     rep = node_call(t["a"], {"op": "file.remove", "id": t["sid"], "path": "/tmp/nothing", "cap": read_only})
-    assert refused(rep)
+    assert refused(rep, message="capability does not grant this access"), rep
+    served(t, ("exec", "file.remove"))
 
 
+@pytest.mark.cases(6)
 def test_a_port_capability_opens_its_port_only(target):
     """A service-port capability names one port and the protocol: the node
     refuses it for another port, another protocol, or anything but that
@@ -212,20 +266,29 @@ def test_a_port_capability_opens_its_port_only(target):
     # the control: the port it names, through the node, to the guest's server
     rep = to_port(8000, for_8000)
     assert rep.get("ok") is True and rep["status"] == 200, rep
-    rep = to_port(8001, for_8000)
-    assert refused(rep) and "another port" in rep["error"]["message"], rep
-    assert refused(to_port(8000, cap(access=("ports",), port=8000, protocol="tcp")))  # no such protocol: malformed
-    assert refused(to_port(8000, t["good"]))  # exec only
-    assert refused(to_port(8000, None))
-    assert refused(exec_with(a, sid, for_8000))  # a port's token runs nothing
-    assert refused(to_port(8000, cap(access=("exec", "ports"))))  # "ports" without its port: malformed
+    no_access = "capability does not grant this access"
+    for what, rep, why in (
+            ("another port", to_port(8001, for_8000), None),
+            ("another protocol", to_port(8000, cap(access=("ports",), port=8000, protocol="tcp")),
+             "malformed capability"),  # no such protocol
+            ("an exec token", to_port(8000, t["good"]), no_access),
+            ("none", to_port(8000, None), "no capability"),
+            ("a port's token for an exec", exec_with(a, sid, for_8000), no_access),  # it runs nothing
+            ("ports without its port", to_port(8000, cap(access=("exec", "ports"))), "malformed capability")):
+        assert refused(rep, message=why) and (why or "another port" in rep["error"]["message"]), (what, rep)
+        # the control after each: the port it names is served, and an exec
+        rep = to_port(8000, for_8000)
+        assert rep.get("ok") is True and rep["status"] == 200, (what, rep)
+        served(t)
 
 
 def test_capability_for_another_node_gets_refresh_route(target):
     t = target
     cap = token(t["key"], t["kid"], tenant=t["tenant"], sandbox=t["sid"], execution=t["execution"],
                 node="some-other-node")
-    assert refused(exec_with(t["a"], t["sid"], cap), "refresh_route")
+    rep = exec_with(t["a"], t["sid"], cap)
+    assert refused(rep, "refresh_route", f"sandbox {t['sid']} runs execution {t['execution']} on node {t['node']}"), rep
+    served(t)
 
 
 def test_capability_for_a_retired_execution_is_refused(target):
@@ -241,11 +304,13 @@ def test_capability_for_a_retired_execution_is_refused(target):
     node, execution, _ = route(a, sid)
     assert execution == t["execution"] + 1
     rep = exec_with(a, sid, old)
-    assert refused(rep, "refresh_route") and f"execution {execution}" in rep["error"]["message"]
+    assert refused(rep, "refresh_route", f"sandbox {sid} runs execution {execution} on node {node}"), rep
     # airlockd's cached route is now stale too: it is refreshed, not failed
     assert a.exec(sid, ["echo", "still here"])["stdout"] == "still here\n"
+    served(t)  # and a token for the new execution
 
 
+@pytest.mark.cases(2)  # the revoked session's stdin, another sandbox's token
 def test_session_streams_are_revoked_with_their_execution(target):
     """A session belongs to the execution it started in: when that is
     replaced its stream ends and it takes no more input, even with a
@@ -259,19 +324,32 @@ def test_session_streams_are_revoked_with_their_execution(target):
     assert op["state"] == "succeeded", op
     for ev, data, _ in a.sse(f"/v1/sessions/{s['id']}/events", timeout=60):
         events.append((ev, data))
-    assert events[-1][0] == "exit" and events[-1][1].get("exit_code") == -1, events
+    # it ended without its process's exit, saying why: revoked, or its VM went first
+    revoked = "revoked: the sandbox's execution was replaced"
+    assert events[-1][0] == "exit" and events[-1][1].get("exit_code") == -1 and \
+        events[-1][1].get("error") in (revoked, "guest channel closed"), events
     node, execution, tenant = route(a, sid)
     fresh = token(t["key"], t["kid"], tenant=tenant, sandbox=sid, execution=execution, node=node,
                   access=("session_attach",))
     stdin = base64.b64encode(b"x\n").decode()
     rep = node_call(a, {"op": "session.stdin", "session_id": s["id"], "data": stdin, "cap": fresh})
-    assert refused(rep, "conflict")
+    assert refused(rep, "conflict", f"session {s['id']} " + (
+        "was " + revoked if events[-1][1]["error"] == revoked else "has exited")), rep
     # and a token for another sandbox never reaches the session at all
     other = token(t["key"], t["kid"], tenant=tenant, sandbox="sbx-other", execution=execution, node=node,
                   access=("session_attach",))
-    assert refused(node_call(a, {"op": "session.signal", "session_id": s["id"], "signal": 9, "cap": other}))
+    rep = node_call(a, {"op": "session.signal", "session_id": s["id"], "signal": 9, "cap": other})
+    assert refused(rep, message="capability is for another sandbox"), rep
+    # the control: a session of the new execution takes stdin with the same token
+    s2 = a.api("POST", f"/v1/sandboxes/{sid}/sessions", {"cmd": ["cat"]}, expect=201)
+    rep = node_call(a, {"op": "session.stdin", "session_id": s2["id"], "data": stdin, "close": True, "cap": fresh})
+    assert rep.get("ok") is True, rep
+    out = [(ev, data) for ev, data, _ in a.sse(f"/v1/sessions/{s2['id']}/events", timeout=60)]
+    assert ("stdout", {"data": stdin}) in out and out[-1] == ("exit", {"exit_code": 0}), out
+    served(t)
 
 
+@pytest.mark.cases(2)  # the retired key's token, a tenant's rotation
 def test_key_rotation_needs_no_restart_and_retires_old_keys(target):
     t = target
     a, sid = t["a"], t["sid"]
@@ -284,9 +362,15 @@ def test_key_rotation_needs_no_restart_and_retires_old_keys(target):
     assert not os.path.exists(os.path.join(keys_dir(a), "signing", t["kid"] + ".key"))  # old secret gone
     a.api("POST", "/v1/capability-keys", expect=201)
     rep = exec_with(a, sid, first)  # two rotations later its key is retired
-    assert refused(rep) and "unknown key" in rep["error"]["message"]
+    assert refused(rep, message="capability signed by an unknown key"), rep
     assert a.exec(sid, ["true"])["exit_code"] == 0
+    served(t)  # a token of the current key
     # only the admin rotates
     tn = a.api("POST", "/v1/tenants", {"name": "rot"}, expect=201)
     key = a.api("POST", f"/v1/tenants/{tn['id']}/keys", {"name": "k"}, expect=201)["key"]
-    assert a.request("POST", "/v1/capability-keys", token=key)[0] == 403
+    current = a.api("GET", "/v1/capability-keys")["current"]
+    status, _, data = a.request("POST", "/v1/capability-keys", token=key)
+    assert status == 403 and json.loads(data)["error"]["code"] == "forbidden", (status, data)
+    assert a.api("GET", "/v1/capability-keys")["current"] == current  # nothing rotated
+    assert a.api("POST", "/v1/capability-keys", expect=201)["previous"] == current  # the control: the admin's
+    served(t)

@@ -1003,6 +1003,12 @@ static void test_sse_format(void **state) {
         assert_true(last);
         free(s);
         json_decref(ev);
+        /* a session that ended without its process's exit says why */
+        ev = json_pack("{s:s, s:i, s:s}", "type", "exit", "exit_code", -1, "error", "guest channel closed");
+        assert_int_equal(api_sse_from_node_event(ev, &s, &n, &last), 1);
+        assert_string_equal(s, "event: exit\ndata: {\"exit_code\":-1,\"error\":\"guest channel closed\"}\n\n");
+        free(s);
+        json_decref(ev);
         ev = json_pack("{s:s}", "type", "mystery");
         assert_int_equal(api_sse_from_node_event(ev, &s, &n, &last), 0);
         json_decref(ev);
