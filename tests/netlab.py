@@ -174,6 +174,24 @@ class Internet:
         dst, dport} or {ipv6, ...}]."""
         return [json.loads(line) for line in self._read(self.capture_log).splitlines() if line]
 
+    def leak_from_egress(self):
+        """What a leak would look like: a datagram to SINK:443 and a ping
+        to SINK, sent from the gateway's own namespace (where anything
+        leaving the sandboxes would come from). The observers' control:
+        returns once the capture has both."""
+        before = len(self.captured())
+        _run("ip", "netns", "exec", self.egress, sys.executable, "-c",
+             f"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'leak', ('{SINK}', 443))")
+        _run("ip", "netns", "exec", self.egress, "busybox", "ping", "-c", "1", "-W", "2", SINK)
+        deadline = time.monotonic() + 10
+        while True:
+            seen = self.captured()[before:]
+            if {p.get("proto") for p in seen} >= {1, 17}:
+                return seen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the capture missed a leak sent on purpose: {seen}")
+            time.sleep(0.05)
+
     def origin_hits(self):
         """The requests ORIGIN received, as they arrived: [{method, path,
         port, headers}]."""
