@@ -12,6 +12,8 @@ import subprocess
 import tempfile
 import time
 
+import pytest
+
 from harness import START_TIMEOUT, qemu_pids, vcpu_cpu_ticks, vcpu_threads
 
 SECCOMP_SANDBOX = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
@@ -231,17 +233,23 @@ def test_vmm_is_confined_by_seccomp_and_no_new_privs(airlock):
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
 
 
+@pytest.mark.cases(2)
 def test_guest_cannot_reach_the_host_through_symlinks(airlock):
     """A symlink in the guest names a guest path: reading it through the
-    files API returns guest content, never the host's."""
+    files API returns guest content, never the host's. The links are shown
+    to be there (readlink in the guest); the control after each: the guest
+    file they name, read by its own path, is the same."""
     a = airlock
     sid = a.create("minimal")["id"]
     with open("/etc/hostname") as f:
         host_name = f.read().strip()
-    a.exec(sid, ["sh", "-c", "ln -s /etc/hostname /root/link; ln -s /../../../../etc/hostname /root/up"])
+    r = a.exec(sid, ["sh", "-c", "ln -s /etc/hostname /root/link && ln -s /../../../../etc/hostname /root/up && "
+                                 "readlink /root/link && readlink /root/up"])
+    assert r["exit_code"] == 0 and r["stdout"] == "/etc/hostname\n/../../../../etc/hostname\n", r
     for p in ("/root/link", "/root/up"):
         got = a.get_file(sid, p).decode().strip()
         assert got == sid and got != host_name
+        assert a.get_file(sid, "/etc/hostname").decode().strip() == sid  # the control
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
 
 
