@@ -4,6 +4,7 @@ limits, and the node talks only to that very process on its sockets. Each
 test looks from the host (/proc) or plays the attacker: it passes only if
 the attack fails."""
 
+import errno
 import os
 import pwd
 import re
@@ -12,6 +13,8 @@ import socket
 import subprocess
 import threading
 import time
+
+import pytest
 
 from harness import BUILD, START_TIMEOUT, TEMPLATES, ApiError, _cgroup_procs, node_pids, qemu_pids
 
@@ -171,11 +174,17 @@ def test_every_vmm_is_jailed(airlock):
         wait_gone(dirs)
 
 
+CG_CLAIM_FRESH_S = 60  # lib/jail: an empty VM cgroup younger than this is another node's claim
+
+
 def test_a_vm_cgroup_left_empty_goes_at_the_next_start(airlock_factory):
     """A VM that ends while airlock-nodemgr is down (killed, being
     restarted) leaves its cgroup: only nodemgr may remove it. The next
-    nodemgr removes every empty VM cgroup of its uid range when it starts;
-    one with a process in it stays (the control: a live VM's)."""
+    nodemgr removes every empty VM cgroup of its uid range when it starts,
+    once it is over a minute old (a younger one is another node's claim on
+    its uid: its QEMU is about to join it, and it stays); one with a
+    process in it stays (the control: a live VM's), and so does one
+    outside the range; VMs start after it."""
     a = airlock_factory(prebuild="minimal")
     a.create("minimal")  # (the hierarchies are logged once a VM needs them)
     _, parents = cgroup_parents(a)
@@ -183,6 +192,7 @@ def test_a_vm_cgroup_left_empty_goes_at_the_next_start(airlock_factory):
     base = 2000000  # the default AIRLOCK_VMM_UID_BASE; the far end of its range
     empty = [f"{p}/airlock-vm-{base + 65000}" for p in parents]
     live = [f"{p}/airlock-vm-{base + 65001}" for p in parents]
+    fresh = [f"{p}/airlock-vm-{base + 65002}" for p in parents]  # a claim made just now
     outside = [f"{p}/airlock-vm-{base - 1}" for p in parents]  # not ours to touch
     sleeper = None
     try:
@@ -192,13 +202,18 @@ def test_a_vm_cgroup_left_empty_goes_at_the_next_start(airlock_factory):
         for d in live:
             with open(os.path.join(d, "cgroup.procs"), "w") as f:
                 f.write(str(sleeper.pid))
+        # a leftover is one older than a claim (its ctime cannot be set back)
+        made = max(os.stat(d).st_ctime for d in empty)
+        time.sleep(max(0.0, made + CG_CLAIM_FRESH_S + 1 - time.time()))
+        for d in fresh:
+            os.mkdir(d)
         b = airlock_factory(prebuild="minimal")
         with open(b.log_path, errors="replace") as f:
             assert re.search(r"removed \d+ empty VM cgroups? left from before", f.read()), b.log_tail(40)
         assert not any(os.path.exists(d) for d in empty)
         for d in live:
             assert _cgroup_procs(d) == [str(sleeper.pid)], d
-        assert all(os.path.isdir(d) for d in outside)
+        assert all(os.path.isdir(d) for d in outside + fresh)
         sid = b.create("minimal")["id"]  # and VMs still start
         assert b.exec(sid, ["echo", "ok"])["stdout"] == "ok\n"
         assert b.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
@@ -206,7 +221,7 @@ def test_a_vm_cgroup_left_empty_goes_at_the_next_start(airlock_factory):
         if sleeper:
             sleeper.kill()
             sleeper.wait()
-        for d in empty + live + outside:
+        for d in empty + live + fresh + outside:
             for _ in range(200):
                 try:
                     os.rmdir(d)
@@ -218,7 +233,41 @@ def test_a_vm_cgroup_left_empty_goes_at_the_next_start(airlock_factory):
                 break
 
 
+def _open_as(uid, gid, paths):
+    """What opening each of paths for reading gives a process of uid and
+    gid (no other groups): "opened" or "denied" (EACCES, nothing else)."""
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(r)
+        res = []
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            for how in paths:
+                try:
+                    os.close(os.open(how, os.O_RDONLY))
+                    res.append("opened")
+                except PermissionError as e:
+                    res.append("denied" if e.errno == errno.EACCES else f"errno {e.errno}")
+        finally:
+            os.write(w, " ".join(res).encode())
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 200).decode().split()
+    os.close(r)
+    os.waitpid(child, 0)
+    return got
+
+
+@pytest.mark.cases(2)  # by path, by the inode alone
 def test_a_vmm_uid_cannot_open_another_vms_disk(airlock):
+    """The first VM's uid opens the second VM's disk by its path (stopped
+    by the node's 0700 sandbox directory) and by the inode alone (an fd
+    opened with O_PATH, reopened through /proc: only the file's own 0660
+    counts): EACCES both. The controls: the node's user opens it by its
+    path, the second VM's own uid by the inode."""
     a = airlock
     sids = [a.create("minimal")["id"] for _ in range(2)]
     pids = [qemu_pids(s)[0] for s in sids]
@@ -228,40 +277,22 @@ def test_a_vmm_uid_cannot_open_another_vms_disk(airlock):
     st = os.stat(other)
     # the VM's uid, the node's group (so that an unprivileged node can
     # reflink and remove it), nobody else: 0660 uid1:airlock-node
-    node_gid = pwd.getpwnam("airlock-node").pw_gid
+    node = pwd.getpwnam("airlock-node")
     assert st.st_uid == uid1 and st.st_mode & 0o007 == 0, oct(st.st_mode)
-    assert st.st_gid == node_gid and st.st_gid not in (uid0, uid1)
-    # as the first VM's uid: by path, and by the inode alone (an fd root
-    # opened with O_PATH, reopened through /proc: only the file's own
-    # permissions count, no directory on the way)
+    assert st.st_gid == node.pw_gid and st.st_gid not in (uid0, uid1)
     opath = os.open(other, os.O_PATH)
-    r, w = os.pipe()
-    child = os.fork()
-    if child == 0:
-        os.close(r)
-        res = b""
-        try:
-            os.setgroups([])
-            os.setgid(uid0)
-            os.setuid(uid0)
-            for how in (other, f"/proc/self/fd/{opath}"):
-                try:
-                    os.close(os.open(how, os.O_RDONLY))
-                    res += b"opened "
-                except PermissionError:
-                    res += b"denied "
-        finally:
-            os.write(w, res)
-            os._exit(0)
-    os.close(w)
-    os.close(opath)
-    got = os.read(r, 100)
-    os.close(r)
-    os.waitpid(child, 0)
-    assert got == b"denied denied ", got
+    try:
+        by_inode = f"/proc/self/fd/{opath}"
+        assert _open_as(uid0, uid0, [other, by_inode]) == ["denied", "denied"]
+        # the controls: those the file and its directory are for
+        assert _open_as(node.pw_uid, node.pw_gid, [other]) == ["opened"]
+        assert _open_as(uid1, uid1, [by_inode]) == ["opened"]
+    finally:
+        os.close(opath)
     # nor does it see the file in its root
     assert not os.path.lexists(f"/proc/{pids[0]}/root{other}")
     for s in sids:
+        assert a.exec(s, ["echo", "ok"])["stdout"] == "ok\n"
         assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
 
 
@@ -368,7 +399,9 @@ def impostor_test(a, sock_name):
     finally:
         imp.close()
     assert imp.received == b"", imp.received
-    assert "refusing" in a.log_tail(400)
+    # the peer check's own refusal, naming us (this process, root) and the VM
+    refusal = f"refusing {path}: its listener (pid {os.getpid()} uid 0) is not this VM's QEMU (pid {pid} "
+    assert refusal in a.log_tail(400), a.log_tail(80)
     out = a.exec(sid, ["sh", "-c", "echo $SECRET_TOKEN"])["stdout"]
     assert out == "hunter2-do-not-leak\n"
     # the adopted VM that was refused is gone, its cgroup with it (unless
