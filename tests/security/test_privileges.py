@@ -14,6 +14,8 @@ import socket
 import stat
 import subprocess
 
+import pytest
+
 from harness import AIRLOCKD
 
 
@@ -197,18 +199,36 @@ def test_node_socket_is_only_for_airlockd(airlock):
     r = subprocess.run(["/usr/bin/python3", "-c", probe, path], preexec_fn=drop, capture_output=True, text=True,
                        timeout=30)
     assert r.stdout.strip() in ("13",), r.stdout + r.stderr  # EACCES
+    # the control: airlockd's own user connects (its group may)
+    airlock = pwd.getpwnam("airlock")
+
+    def drop_to_airlock():
+        os.setgroups([])
+        os.setgid(airlock.pw_gid)
+        os.setuid(airlock.pw_uid)
+
+    r = subprocess.run(["/usr/bin/python3", "-c", probe, path], preexec_fn=drop_to_airlock, capture_output=True,
+                       text=True, timeout=30)
+    assert r.stdout.strip() == "connected", r.stdout + r.stderr
+    assert a.request("GET", "/v1/sandboxes")[0] == 200
 
 
-def test_privilege_separation_can_be_turned_off_only_explicitly(tmp_path):
+def test_privilege_separation_can_be_turned_off_only_explicitly(tmp_path, airlock_factory):
     """AIRLOCK_PRIVSEP=0 is the one way to keep airlockd root; without it a
     root start that cannot find airlock-nodemgr refuses to run rather than
-    serve the API as root."""
+    serve the API as root, and says why. The control: the same start with
+    airlock-nodemgr there runs under it and serves."""
     env = dict(os.environ, AIRLOCK_NODEMGR_BINARY="/nonexistent/airlock-nodemgr")
     env.pop("AIRLOCK_PRIVSEP", None)
     r = subprocess.run([AIRLOCKD, "--data-dir", str(tmp_path / "d"), "--listen", "127.0.0.1:0"], env=env,
                        capture_output=True, text=True, timeout=30)
-    assert r.returncode != 0 and "airlock-nodemgr" in r.stderr
+    assert r.returncode == 1 and "started as root, but cannot run /nonexistent/airlock-nodemgr: " \
+        "No such file or directory (AIRLOCK_PRIVSEP=0 runs all as root)" in r.stderr, (r.returncode, r.stderr)
     assert not os.path.exists(tmp_path / "d")  # nothing was started or created
+    a = airlock_factory(prebuild="minimal")
+    assert exe_name(a.proc.pid) == "airlock-nodemgr" and status(daemon_pid(a))["Uid"].split()[0] == \
+        str(pwd.getpwnam("airlock").pw_uid)
+    assert a.request("GET", "/v1/sandboxes")[0] == 200
 
 
 MGR_CLIENT = r"""
@@ -286,38 +306,55 @@ def test_nodemgr_socket_serves_only_the_node_user(airlock):
     for bad in ({"op": "exec", "argv": ["/bin/sh"]}, {"op": "ping", "x": 1}, {"op": "../ping"}, []):
         r = mgr_request(a, bad)
         assert r["error"]["errno"] == errno.EINVAL, (bad, r)
+    # the control, after them all: the node's user is served
+    assert mgr_request(a, {"op": "ping"}) == {"ok": True, "uid": node.pw_uid}
 
 
+@pytest.mark.cases(6)  # nodemgr, airlockd, init; a uid outside the range; a reused pid; another VM's uid
 def test_nodemgr_signals_only_vms(airlock):
     a = airlock
     base = 2000000
-    # nodemgr itself, airlockd, init: not VMs, whatever uid the request claims
-    for pid in (a.proc.pid, daemon_pid(a), 1):
-        for op in ("vmm.signal", "vmm.verify"):
-            req = {"op": op, "pid": pid, "start_time": start_time(pid), "uid": base}
-            if op == "vmm.signal":
-                req["signal"] = "kill"
-            r = mgr_request(a, req)
-            assert "error" in r, (pid, r)
-    assert os.path.exists(f"/proc/{a.proc.pid}") and a.request("GET", "/v1/sandboxes")[0] == 200
-    # a uid outside the VM range is refused before anything is looked at
-    r = mgr_request(a, {"op": "vmm.signal", "pid": a.proc.pid, "start_time": start_time(a.proc.pid), "uid": 0,
-                        "signal": "kill"})
-    assert r["error"]["errno"] == errno.EINVAL
-    # a real VM passes the check (verify only: it keeps running)
+    # a real VM, for the controls: it passes the check (verify only: it keeps running)
     sid = a.create("minimal")["id"]
     recs = [[int(x) for x in open(p).read().split()[:3]]
             for p in glob.glob(os.path.join(a.data_dir, "**", "vmm.pid"), recursive=True)]
     recs = [r for r in recs if os.path.exists(f"/proc/{r[0]}")]
     assert recs, "no live vmm.pid"
     pid, st, uid = recs[0]
-    assert mgr_request(a, {"op": "vmm.verify", "pid": pid, "start_time": st, "uid": uid}) == {"ok": True}
+
+    def control():
+        assert mgr_request(a, {"op": "vmm.verify", "pid": pid, "start_time": st, "uid": uid}) == {"ok": True}
+        assert a.exec(sid, ["echo", "ok"])["stdout"] == "ok\n"
+
+    def not_a_vm(r, pid, uid, err=errno.EPERM):
+        assert r.get("error") == {"errno": err, "message": f"pid {pid} is not a VM with uid {uid}"}, (pid, r)
+
+    # nodemgr itself, airlockd, init: not VMs, whatever uid the request claims
+    for victim in (a.proc.pid, daemon_pid(a), 1):
+        for op in ("vmm.signal", "vmm.verify"):
+            req = {"op": op, "pid": victim, "start_time": start_time(victim), "uid": base}
+            if op == "vmm.signal":
+                req["signal"] = "kill"
+            r = mgr_request(a, req)
+            if victim == 1:  # refused by the request parser already
+                assert r.get("error") == {"errno": errno.EINVAL, "message": "bad pid"}, r
+            else:
+                not_a_vm(r, victim, base)
+        control()
+    assert os.path.exists(f"/proc/{a.proc.pid}") and a.request("GET", "/v1/sandboxes")[0] == 200
+    # a uid outside the VM range is refused before anything is looked at
+    r = mgr_request(a, {"op": "vmm.signal", "pid": a.proc.pid, "start_time": start_time(a.proc.pid), "uid": 0,
+                        "signal": "kill"})
+    assert r["error"]["errno"] == errno.EINVAL, r
+    control()
     # the same pid with another start time (a reused pid) or another VM uid: refused
-    assert "error" in mgr_request(a, {"op": "vmm.verify", "pid": pid, "start_time": st + 1, "uid": uid})
+    not_a_vm(mgr_request(a, {"op": "vmm.verify", "pid": pid, "start_time": st + 1, "uid": uid}), pid, uid,
+             errno.ESRCH)
+    control()
     other = uid + 1 if uid + 1 < base + 65536 else uid - 1
-    assert "error" in mgr_request(a, {"op": "vmm.signal", "pid": pid, "start_time": st, "uid": other,
-                                      "signal": "kill"})
-    assert a.exec(sid, ["echo", "ok"])["stdout"] == "ok\n"
+    not_a_vm(mgr_request(a, {"op": "vmm.signal", "pid": pid, "start_time": st, "uid": other, "signal": "kill"}),
+             pid, other)
+    control()
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
 
 
@@ -345,7 +382,7 @@ def test_nodemgr_hands_out_only_the_nodes_files(airlock):
     token = os.path.join(a.data_dir, "control", "admin.token")
     before = os.stat(token)
     r = mgr_request(a, {"op": "file.give", "path": token, "uid": base, "mode": 0o600})
-    assert "error" in r
+    assert r.get("error") == {"errno": errno.EPERM, "message": f"{token} is not a VM file of the node"}, r
     after = os.stat(token)
     assert (after.st_uid, after.st_mode) == (before.st_uid, before.st_mode)
     # taking a file back, or running a build step, from outside: refused
@@ -358,6 +395,21 @@ def test_nodemgr_hands_out_only_the_nodes_files(airlock):
                             "out": "r.img", "kernel_dir": ""}, fd_path="/dev/null")
         assert r["error"]["errno"] == err, (name, r)
     assert not os.path.exists(a.data_dir + "/sandboxes/r.img")
+    # the control: a file of the node's own is handed to a VM uid, and taken back
+    node = pwd.getpwnam("airlock-node")
+    mine = os.path.join(a.data_dir, "sandboxes", "node-file")
+    with open(mine, "wb") as f:
+        f.write(b"x")
+    os.chown(mine, node.pw_uid, node.pw_gid)
+    try:
+        assert mgr_request(a, {"op": "file.give", "path": mine, "uid": base, "mode": 0o600}) == {"ok": True}
+        st = os.stat(mine)
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (base, node.pw_gid, 0o600), st
+        assert mgr_request(a, {"op": "file.reclaim", "path": mine, "mode": 0o640}) == {"ok": True}
+        st = os.stat(mine)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (node.pw_uid, 0o640), st
+    finally:
+        os.unlink(mine)
 
 
 def test_privsep_off_still_runs_jailed_vms(airlock_factory):
