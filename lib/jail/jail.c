@@ -798,11 +798,12 @@ static char *cg_path(size_t i, uid_t uid) {
         return strdup_printf("%s/airlock-vm-%u", cg.dir[i], (unsigned) uid);
 }
 
-/* An empty VM cgroup made less than this long ago is a claim another node
+/* An empty VM cgroup made less than this long ago (seconds: a claim is
+ * joined within a second, a few under load) is a claim another node
  * on this host just made on its uid (its QEMU is about to join it), not a
  * leftover: neither taken over nor swept (both raced: a VM then failed to
  * join its own cgroup, or two VMs shared a uid). */
-#define CG_CLAIM_FRESH_S 60
+#define CG_CLAIM_FRESH_S 15
 
 static bool cg_fresh(int dir_fd, const char *name) {
         struct stat st;

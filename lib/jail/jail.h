@@ -146,7 +146,7 @@ struct jail_cgroup_limits {
  * JAIL_CGROUPS_MAX, strings to free with jail_cgroup_procs_free). One that
  * exists already is removed first if empty; -EBUSY if processes are in it
  * (the uid is in use: a live VM of this or another node) or if it was made
- * in the last minute (another node's claim, its VM about to join). Without
+ * in the last 15 s (another node's claim, its VM about to join). Without
  * usable controllers 0 with *ret_n = 0. */
 int jail_cgroup_create(uid_t uid, const struct jail_cgroup_limits *l, char **ret_procs, size_t *ret_n);
 void jail_cgroup_procs_free(char **procs, size_t n);
@@ -158,6 +158,6 @@ int jail_cgroup_remove(uid_t uid);
 
 /* Removes every empty VM cgroup of a uid in [base, base + count): those
  * of VMs that ended while nobody could remove theirs (airlock-nodemgr
- * was down). A cgroup with a process in it, or made in the last minute
+ * was down). A cgroup with a process in it, or made in the last 15 s
  * (another node's fresh claim), stays. The number removed. */
 int jail_cgroup_sweep(uid_t base, uint32_t count);

@@ -174,7 +174,7 @@ def test_every_vmm_is_jailed(airlock):
         wait_gone(dirs)
 
 
-CG_CLAIM_FRESH_S = 60  # lib/jail: an empty VM cgroup younger than this is another node's claim
+CG_CLAIM_FRESH_S = 15  # lib/jail: an empty VM cgroup younger than this is another node's claim
 
 
 def test_a_vm_cgroup_left_empty_goes_at_the_next_start(airlock_factory):
