@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
+import uuid
 
 import pytest
 
@@ -284,6 +285,21 @@ class Airlock:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.log.close()
+
+
+def multipart_form(request, context=None, boundary=None):
+    """A template build's multipart/form-data body (the JSON request, and a
+    context tar when given) and its headers; boundary (bytes) or a random
+    one."""
+    boundary = boundary or uuid.uuid4().hex.encode()
+    parts = [(b'Content-Disposition: form-data; name="request"\r\nContent-Type: application/json\r\n\r\n',
+              json.dumps(request).encode())]
+    if context is not None:
+        parts.append((b'Content-Disposition: form-data; name="context"; filename="context.tar"\r\n'
+                      b'Content-Type: application/x-tar\r\n\r\n', context))
+    body = b"".join(b"--" + boundary + b"\r\n" + head + data + b"\r\n" for head, data in parts)
+    body += b"--" + boundary + b"--\r\n"
+    return body, {"Content-Type": f"multipart/form-data; boundary={boundary.decode()}"}
 
 
 def b64(data):

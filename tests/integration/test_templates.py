@@ -12,25 +12,11 @@ import secrets
 import signal
 import tarfile
 import time
-import uuid
 
 import pytest
 
 from netlab import HELLO, SINK, http_get, internet  # noqa: F401 (internet: a fixture)
-from harness import START_TIMEOUT, TEMPLATES, hold_vm_to_cpu_share, node_pids, qemu_pids
-
-
-def multipart(request, context=None):
-    """A multipart/form-data body: the JSON request and a context tar."""
-    boundary = uuid.uuid4().hex
-    parts = [(b'Content-Disposition: form-data; name="request"\r\nContent-Type: application/json\r\n\r\n',
-              json.dumps(request).encode())]
-    if context is not None:
-        parts.append((b'Content-Disposition: form-data; name="context"; filename="context.tar"\r\n'
-                      b'Content-Type: application/x-tar\r\n\r\n', context))
-    body = b"".join(b"--" + boundary.encode() + b"\r\n" + head + data + b"\r\n" for head, data in parts)
-    body += b"--" + boundary.encode() + b"--\r\n"
-    return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+from harness import START_TIMEOUT, TEMPLATES, hold_vm_to_cpu_share, multipart_form, node_pids, qemu_pids
 
 
 def tar_of(files):
@@ -45,7 +31,7 @@ def tar_of(files):
 
 
 def post_template(a, request, context=None, token=None):
-    body, headers = multipart(request, context)
+    body, headers = multipart_form(request, context)
     status, _, data = a.request("POST", "/v1/templates", body, headers=headers, token=token)
     return status, json.loads(data) if data else None
 

@@ -21,7 +21,7 @@ import urllib.parse
 
 import pytest
 
-from harness import airlock_instance
+from harness import airlock_instance, multipart_form
 
 
 @pytest.fixture(scope="module")
@@ -550,14 +550,6 @@ def test_long_nul_and_encoded_paths(api, path):
     assert api.request("DELETE", f"/v1/sandboxes/{api.sid}/files?path=/root/control")[0] == 204
 
 
-def _form(boundary, request, context):
-    parts = [(b'Content-Disposition: form-data; name="request"\r\nContent-Type: application/json\r\n\r\n',
-              json.dumps(request).encode()),
-             (b'Content-Disposition: form-data; name="context"; filename="context.tar"\r\n'
-              b'Content-Type: application/x-tar\r\n\r\n', context)]
-    return b"".join(b"--" + boundary + b"\r\n" + head + data + b"\r\n" for head, data in parts)
-
-
 def test_a_template_form_cut_short_is_refused(api):
     """A multipart build request whose body ends before the closing
     boundary (a client or proxy that cut it: the context's last bytes
@@ -572,13 +564,12 @@ def test_a_template_form_cut_short_is_refused(api):
     context = buf.getvalue()
     spec = {"spec": {"name": "cut", "base": {"template": "minimal"}, "steps": [{"copy": "data.txt", "to": "/root/"}]}}
     boundary = b"cut-" + os.urandom(8).hex().encode()
-    body = _form(boundary, spec, context)
-    headers = {"Content-Type": f"multipart/form-data; boundary={boundary.decode()}"}
+    whole, headers = multipart_form(spec, context, boundary)
+    body = whole[:-len(b"--" + boundary + b"--\r\n")]  # all but the closing boundary
     for cut in (body, body[:-2], body + b"--" + boundary):  # no closing boundary; no "--" after it
         status, _, data = api.request("POST", "/v1/templates", cut, headers=headers)
         assert status == 400 and b"closing boundary" in data, (status, data)
         assert api.request("GET", "/v1/templates/cut")[0] == 404  # nothing was built of it
-    whole = body + b"--" + boundary + b"--\r\n"
     status, _, data = api.request("POST", "/v1/templates", whole, headers=headers)
     assert status == 202, (status, data)
     try:

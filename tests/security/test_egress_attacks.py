@@ -125,7 +125,7 @@ def test_http_attacks_under_an_allowlist(airlock_factory, internet):
 def udp_send(addr, port, iface=None):
     """A shell line sending one datagram from the guest (busybox nc has no
     UDP: python does), printing "sent" or the error that stopped it."""
-    bind = f"s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1); " if addr.endswith(".255") else ""
+    bind = "s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1); " if addr.endswith(".255") else ""
     return (f"python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); {bind}"
             f"s.sendto(b'x-udp', ('{addr}', {port})); print('sent')\"")
 

@@ -34,12 +34,11 @@ import shutil
 import socket
 import struct
 import tarfile
-import uuid
 import zlib
 
 import pytest
 
-from harness import TEMPLATES, airlock_instance
+from harness import TEMPLATES, airlock_instance, multipart_form
 
 # images/oci.sh's namespace: its root is this uid on the host, its ids
 # 0-65535 the 65536 from here
@@ -49,18 +48,8 @@ NS_UIDS = 65536
 
 # ---- requests ----
 
-def multipart(request, context):
-    boundary = uuid.uuid4().hex
-    parts = [(b'Content-Disposition: form-data; name="request"\r\nContent-Type: application/json\r\n\r\n',
-              json.dumps(request).encode()),
-             (b'Content-Disposition: form-data; name="context"; filename="context.tar"\r\n'
-              b'Content-Type: application/x-tar\r\n\r\n', context)]
-    body = b"".join(b"--" + boundary.encode() + b"\r\n" + head + data + b"\r\n" for head, data in parts)
-    return body + b"--" + boundary.encode() + b"--\r\n", {"Content-Type": f"multipart/form-data; boundary={boundary}"}
-
-
 def post_template(a, spec, context):
-    body, headers = multipart({"spec": spec}, context)
+    body, headers = multipart_form({"spec": spec}, context)
     status, _, data = a.request("POST", "/v1/templates", body, headers=headers, timeout=300)
     return status, json.loads(data) if data else None
 
