@@ -257,7 +257,7 @@ def _qmp_of_a_vm_without_its_node(a, sid, commands):
     """The answers of the sandbox's QEMU to commands over its own QMP
     socket, taken while the node (which holds its only connection) is
     killed and airlock-nodemgr stopped; then nodemgr goes on, and a new
-    node adopts the VM again."""
+    node adopts the VM, which ran on untouched."""
     pid = qemu_pids(sid)[0]
     argv = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\0")
     qmp_path = argv[argv.index("-qmp") + 1][len("unix:"):].split(",")[0]
@@ -275,6 +275,7 @@ def _qmp_of_a_vm_without_its_node(a, sid, commands):
                 f.write(json.dumps(cmd).encode() + b"\n")
                 f.flush()
                 answers.append(_read_reply(f))
+            f.close()  # the socket's fd stays open while its file object does: QEMU serves one client
     finally:
         os.kill(nodemgr, signal.SIGCONT)
     deadline = time.monotonic() + START_TIMEOUT
@@ -284,6 +285,7 @@ def _qmp_of_a_vm_without_its_node(a, sid, commands):
             break
         assert time.monotonic() < deadline, (status, body, a.log_tail(60))
         time.sleep(0.5)
+    assert qemu_pids(sid) == [pid], "the new node did not adopt the VM"  # it ran on, untouched
     return answers[1:], argv
 
 
