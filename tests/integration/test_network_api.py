@@ -277,7 +277,8 @@ def test_tenant_default(airlock_factory):
     assert "network" not in t2
     status, _, data = a.request("POST", "/v1/tenants", {"name": "three", "network": {"mode": "deny_all"}})
     assert status == 400 and b"network.mode" in data, data
-    assert [t["name"] for t in a.api("GET", "/v1/tenants")["tenants"]] == ["one", "two"]
+    # listed oldest first, by created_at in ms: two made in one ms tie (order by id)
+    assert sorted(t["name"] for t in a.api("GET", "/v1/tenants")["tenants"]) == ["one", "two"]
     k1 = a.api("POST", f"/v1/tenants/{t1['id']}/keys", {}, expect=201)["key"]
     k2 = a.api("POST", f"/v1/tenants/{t2['id']}/keys", {}, expect=201)["key"]
 
