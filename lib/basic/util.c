@@ -309,6 +309,16 @@ bool name_is_valid(const char *s) {
         return true;
 }
 
+int hex_digit_value(char c) {
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
 int parse_u64(const char *s, uint64_t max, uint64_t *ret) {
         if (!s || !*s || *s == '-' || *s == '+')
                 return -EINVAL;

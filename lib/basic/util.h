@@ -79,3 +79,6 @@ char *strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Parses a base-10 unsigned integer with range check. */
 int parse_u64(const char *s, uint64_t max, uint64_t *ret);
+
+/* The value of a hex digit (either case), or -1. */
+int hex_digit_value(char c);

@@ -11,20 +11,11 @@
 #include <string.h>
 
 #include "credset.h"
+#include "util.h"
 
 static bool is_unreserved(unsigned char c) {
         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
                c == '_' || c == '~';
-}
-
-static int hex_value(unsigned char c) {
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
 }
 
 /* RFC 3986 6.2.2.1-2 on the path's n bytes into out: escapes of unreserved
@@ -36,13 +27,13 @@ static long decode(const char *in, size_t n, char *out, const char **why) {
         for (size_t i = 0; i < n; i++) {
                 unsigned char c = (unsigned char) in[i];
                 if (c == '%') {
-                        if (i + 2 >= n || hex_value((unsigned char) in[i + 1]) < 0 ||
-                            hex_value((unsigned char) in[i + 2]) < 0) {
+                        if (i + 2 >= n || hex_digit_value(in[i + 1]) < 0 ||
+                            hex_digit_value(in[i + 2]) < 0) {
                                 *why = "a '%' in the path not followed by two hex digits";
                                 return -1;
                         }
-                        unsigned char v = (unsigned char) (hex_value((unsigned char) in[i + 1]) * 16 +
-                                                           hex_value((unsigned char) in[i + 2]));
+                        unsigned char v = (unsigned char) (hex_digit_value(in[i + 1]) * 16 +
+                                                           hex_digit_value(in[i + 2]));
                         i += 2;
                         if (v == '/' || v == '\\') {
                                 *why = "an escaped '/' or '\\' in the path (%2F, %5C)";

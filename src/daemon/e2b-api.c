@@ -61,16 +61,6 @@ int e2b_access_token(const char *sandbox_id, char out[65]) {
         return 0;
 }
 
-static int hex_digit(char c) {
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
-
 int e2b_percent_decode(const char *s, size_t len, bool form, char *out, size_t *ret_len) {
         size_t o = 0;
         for (size_t i = 0; i < len; i++) {
@@ -78,7 +68,7 @@ int e2b_percent_decode(const char *s, size_t len, bool form, char *out, size_t *
                 if (c == '%') {
                         if (i + 2 >= len)
                                 return -EINVAL;
-                        int hi = hex_digit(s[i + 1]), lo = hex_digit(s[i + 2]);
+                        int hi = hex_digit_value(s[i + 1]), lo = hex_digit_value(s[i + 2]);
                         if (hi < 0 || lo < 0)
                                 return -EINVAL;
                         c = (char) (hi << 4 | lo);
