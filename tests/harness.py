@@ -287,6 +287,18 @@ class Airlock:
         self.log.close()
 
 
+def wait_for(pred, what, a, timeout=120):
+    """pred()'s first true value, polled every 0.1 s; after timeout an
+    AssertionError naming what did not happen, with Airlock a's log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"{what} after {timeout}s\n{a.log_tail(80)}")
+
+
 def multipart_form(request, context=None, boundary=None):
     """A template build's multipart/form-data body (the JSON request, and a
     context tar when given) and its headers; boundary (bytes) or a random

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness import START_TIMEOUT, Airlock, node_pids, qemu_pids
+from harness import START_TIMEOUT, Airlock, node_pids, qemu_pids, wait_for
 from test_recovery import alive_in_guest, start_sleeper, wait_state
 
 
@@ -131,16 +131,6 @@ def manifests(a):
 # stopped; then, after the suspend answered, half its upload has landed;
 # the upload and its manifest have.
 SUSPEND_STEPS = ["suspend.snapshot", "suspend.vm-stopped", "suspend.uploading", "suspend.uploaded"]
-
-
-def wait_for(pred, what, a, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"{what} after {timeout}s\n{a.log_tail(80)}")
 
 
 @pytest.mark.parametrize("step", SUSPEND_STEPS)

@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 
-from harness import Airlock, airlock_procs, qemu_pids
+from harness import Airlock, airlock_procs, qemu_pids, wait_for
 
 
 def post_create(a, body, key=None):
@@ -146,16 +146,6 @@ def delete_cut_off(a, sid, key):
         return delete(a, sid, key)[0]
     except (OSError, http.client.HTTPException):
         return "cut off"
-
-
-def wait_for(pred, what, a, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"{what} after {timeout}s\n{a.log_tail(80)}")
 
 
 def test_delete_cut_off_by_airlockd_is_finished_at_its_restart(airlock_factory):

@@ -221,14 +221,7 @@ def test_vmm_is_confined_by_seccomp_and_no_new_privs(airlock):
         os.kill(nodemgr, signal.SIGCONT)
     assert argv[argv.index("-sandbox") + 1] == SECCOMP_SANDBOX, argv  # the setting the control tried
     # a new node comes up, finds the VM dead and recovers the sandbox
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        status, _, body = a.request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["echo", "back"]}, timeout=60)
-        if status == 200:
-            break
-        assert time.monotonic() < deadline, (status, body, a.log_tail(60))
-        time.sleep(0.5)
-    assert json.loads(body)["stdout"] == "back\n"
+    assert _served_again(a, sid)["stdout"] == "back\n"
     assert qemu_pids(sid) and qemu_pids(sid) != [pid]
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
 
@@ -251,6 +244,17 @@ def test_guest_cannot_reach_the_host_through_symlinks(airlock):
         assert got == sid and got != host_name
         assert a.get_file(sid, "/etc/hostname").decode().strip() == sid  # the control
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+
+
+def _served_again(a, sid):
+    """The sandbox's first exec answered once a new node serves it."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        status, _, body = a.request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["echo", "back"]}, timeout=60)
+        if status == 200:
+            return json.loads(body)
+        assert time.monotonic() < deadline, (status, body, a.log_tail(60))
+        time.sleep(0.5)
 
 
 def _qmp_of_a_vm_without_its_node(a, sid, commands):
@@ -278,13 +282,7 @@ def _qmp_of_a_vm_without_its_node(a, sid, commands):
             f.close()  # the socket's fd stays open while its file object does: QEMU serves one client
     finally:
         os.kill(nodemgr, signal.SIGCONT)
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        status, _, body = a.request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["echo", "back"]}, timeout=60)
-        if status == 200:
-            break
-        assert time.monotonic() < deadline, (status, body, a.log_tail(60))
-        time.sleep(0.5)
+    _served_again(a, sid)
     assert qemu_pids(sid) == [pid], "the new node did not adopt the VM"  # it ran on, untouched
     return answers[1:], argv
 
