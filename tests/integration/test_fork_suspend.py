@@ -81,6 +81,37 @@ def test_fork_children_diverge(airlock):
         assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
 
 
+def vm_memory_stat(pid):
+    """memory.stat of the memory cgroup QEMU pid runs in (v1 or v2)."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        lines = [l.rstrip("\n").split(":", 2) for l in f]
+    path = next((f"/sys/fs/cgroup/memory{p}" for _, ctl, p in lines if "memory" in ctl.split(",")), None)
+    path = path or next(f"/sys/fs/cgroup{p}" for n, ctl, p in lines if n == "0" and ctl == "")
+    with open(f"{path}/memory.stat") as f:
+        return {k: int(v) for k, v in (l.split() for l in f)}
+
+
+def test_first_fork_charges_no_template_ram_to_the_vm(airlock_factory):
+    """The first migration of any VM of a template (a fork here) reads all
+    of its RAM, the holes of the template's RAM too. Those pages are the
+    node's copy of the template RAM, made whole when the copy is made: not
+    allocated inside the fork's pause, and not charged to the cgroup of the
+    VM that happened to read them first (which the kernel OOM-killed for
+    them on a 1 GiB template)."""
+    a = airlock_factory(env={"AIRLOCK_POOL_SIZE": "0"}, prebuild="minimal")
+    sid = a.create("minimal")["id"]  # the node's first VM of the template
+    [pid] = qemu_pids(sid)
+    assert vm_memory_stat(pid)["shmem"] < 8 << 20
+    op = verb(a, sid, "fork")
+    assert op["state"] == "succeeded", op
+    child = op["result"]["sandbox"]["id"]
+    # the parent read all of its 256 MiB, most of it holes of the template
+    assert vm_memory_stat(pid)["shmem"] < 8 << 20, vm_memory_stat(pid)
+    for s in (sid, child):
+        assert a.exec(s, ["true"])["exit_code"] == 0
+        assert a.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
+
+
 def test_suspend_wake_transparently(airlock):
     a = airlock
     sid = a.create("minimal")["id"]
