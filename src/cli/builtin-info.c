@@ -14,8 +14,10 @@ int cmd_templates(struct cli *cli, int argc, char **argv) {
 }
 
 int cmd_pools(struct cli *cli, int argc, char **argv) {
-        static const char *const header[] = {"TEMPLATE", "BUILD", "TARGET", "READY", "STARTING", "HITS", "MISSES"};
-        static const char *const fields[] = {"template", "build", "target", "ready", "starting", "hits", "misses"};
+        static const char *const header[] = { "TEMPLATE", "BUILD", "TARGET", "MAX",     "READY",
+                                              "STARTING", "HITS",  "MISSES", "HIT_PCT" };
+        static const char *const fields[] = { "template", "build", "target", "max",            "ready",
+                                              "starting", "hits",  "misses", "recent_hit_pct" };
         return cli_list_command(cli, argc, argv, "pools", "/v1/pools", NULL, "pools", ARRAY_SIZE(header), header,
                                 fields);
 }

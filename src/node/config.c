@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
@@ -17,6 +18,9 @@
 
 #define DEFAULT_DATA_DIR "/var/lib/airlock"
 #define DEFAULT_PREBUILD "minimal,python"
+/* AIRLOCK_POOL_MAX when not given (or the pool size, when that is larger) */
+#define POOL_MAX_DEFAULT 16
+#define POOL_MAX_UNSET UINT_MAX
 
 static const char *const level_names[] = {
         [LOG_LEVEL_DEBUG] = "debug",
@@ -45,6 +49,7 @@ enum {
         OPT_EXEC_TIMEOUT_MAX,
         OPT_MAX_CONNECTIONS,
         OPT_POOL_SIZE,
+        OPT_POOL_MAX,
         OPT_VMM_UID_BASE,
         OPT_RECOVER,
         OPT_OBJSTORE_DIR,
@@ -90,6 +95,7 @@ static const struct setting settings[] = {
         { OPT_EXEC_TIMEOUT_MAX, "exec-timeout-max", "AIRLOCK_EXEC_TIMEOUT_MAX" },
         { OPT_MAX_CONNECTIONS, "max-connections", "AIRLOCK_MAX_CONNECTIONS" },
         { OPT_POOL_SIZE, "pool-size", "AIRLOCK_POOL_SIZE" },
+        { OPT_POOL_MAX, "pool-max", "AIRLOCK_POOL_MAX" },
         { OPT_VMM_UID_BASE, "vmm-uid-base", "AIRLOCK_VMM_UID_BASE" },
         { OPT_RECOVER, "recover", "AIRLOCK_RECOVER" },
         { OPT_OBJSTORE_DIR, "objstore-dir", "AIRLOCK_OBJSTORE_DIR" },
@@ -417,6 +423,11 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
                 if (r >= 0)
                         c->pool_size = (unsigned) v;
                 break;
+        case OPT_POOL_MAX:
+                r = parse_uint(value, 0, NODE_POOL_SIZE_MAX, &v);
+                if (r >= 0)
+                        c->pool_max = (unsigned) v;
+                break;
         case OPT_VMM_UID_BASE:
                 /* above every real account, and base + NODE_VMM_UIDS - 1 < 2^32 - 1 */
                 r = parse_uint(value, 1000, UINT32_MAX - NODE_VMM_UIDS - 1, &v);
@@ -461,6 +472,7 @@ static int set_defaults(struct node_config *c) {
         c->exec_timeout_max_s = 24 * 3600; /* the API's limit (docs/api.md): airlockd passes up to it */
         c->max_connections = 256;
         c->pool_size = 2;
+        c->pool_max = POOL_MAX_UNSET;
         c->vmm_uid_base = JAIL_VM_UID_BASE_DEFAULT;
         c->recover = true;
         return 0;
@@ -556,6 +568,14 @@ int node_config_load(int argc, char *argv[], struct node_config **ret, enum node
                 log_error("AIRLOCK_OBJSTORE is an s3:// URL and AIRLOCK_OBJSTORE_DIR a directory: choose one");
                 return -EINVAL;
         }
+        if (c->pool_max == POOL_MAX_UNSET)
+                c->pool_max = MAX(POOL_MAX_DEFAULT, c->pool_size);
+        else if (c->pool_max < c->pool_size) {
+                log_error("AIRLOCK_POOL_MAX (%u) is below AIRLOCK_POOL_SIZE (%u): a pool grows from its size up to "
+                          "its max",
+                          c->pool_max, c->pool_size);
+                return -EINVAL;
+        }
         if (!c->join && (c->join_token_file || c->cluster_listen || c->advertise || c->labels)) {
                 log_error("--join-token-file, --cluster-listen, --advertise and --labels need --join");
                 return -EINVAL;
@@ -627,6 +647,7 @@ void node_config_print(const struct node_config *c, FILE *f) {
         fprintf(f, "exec_timeout_max_s=%u\n", c->exec_timeout_max_s);
         fprintf(f, "max_connections=%u\n", c->max_connections);
         fprintf(f, "pool_size=%u\n", c->pool_size);
+        fprintf(f, "pool_max=%u\n", c->pool_max);
         fprintf(f, "vmm_uid_base=%u\n", (unsigned) c->vmm_uid_base);
         fprintf(f, "recover=%d\n", c->recover ? 1 : 0);
         if (c->objstore_url)
@@ -674,6 +695,8 @@ void node_config_usage(FILE *f) {
               "  --exec-timeout-max S    cap on exec timeout_s [AIRLOCK_EXEC_TIMEOUT_MAX] (86400)\n"
               "  --max-connections N     concurrent clients [AIRLOCK_MAX_CONNECTIONS] (256)\n"
               "  --pool-size N           warm VMs per prebuilt template, 0-32 [AIRLOCK_POOL_SIZE] (2)\n"
+              "  --pool-max N            what a pool grows to while creates outrun it, pool-size-32\n"
+              "                          [AIRLOCK_POOL_MAX] (16, or pool-size if larger)\n"
               "  --vmm-uid-base N        VM uids/gids are N..N+65535 [AIRLOCK_VMM_UID_BASE] (2000000)\n"
               "  --recover 0|1           boot a sandbox again when its VM dies [AIRLOCK_RECOVER] (1)\n"
               "  --objstore-dir DIR      object store for suspended sandboxes [AIRLOCK_OBJSTORE_DIR]\n"

@@ -46,6 +46,7 @@ struct node_config {
         unsigned exec_timeout_max_s; /* AIRLOCK_EXEC_TIMEOUT_MAX: cap on exec timeout_s */
         unsigned max_connections;    /* AIRLOCK_MAX_CONNECTIONS: concurrent client connections */
         unsigned pool_size;          /* AIRLOCK_POOL_SIZE: warm VMs per prebuilt template, 0 = none */
+        unsigned pool_max;           /* AIRLOCK_POOL_MAX: what a pool may grow to under demand (>= pool_size) */
         uint32_t vmm_uid_base;       /* AIRLOCK_VMM_UID_BASE: VM uid/gid = base + slot, slot < NODE_VMM_UIDS */
         bool recover;                /* AIRLOCK_RECOVER: boot a sandbox again when its VM dies */
         char *objstore_dir;          /* AIRLOCK_OBJSTORE_DIR: local object store; NULL = STORAGE_ROOT/objstore */

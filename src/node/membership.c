@@ -25,6 +25,7 @@
 #include "link.h"
 #include "log.h"
 #include "mtls.h"
+#include "nodeutil.h"
 #include "sandbox.h"
 #include "server.h"
 #include "template.h"
@@ -181,19 +182,6 @@ static int keys_apply(const json_t *keys) {
 
 /* ---- this node, as the requests describe it ---- */
 
-static uint64_t meminfo_mib(void) {
-        FILE *f = fopen("/proc/meminfo", "re");
-        unsigned long long kib = 0;
-        if (f) {
-                char line[128];
-                while (fgets(line, sizeof line, f))
-                        if (sscanf(line, "MemTotal: %llu kB", &kib) == 1)
-                                break;
-                fclose(f);
-        }
-        return kib / 1024;
-}
-
 /* The address replicas reach our TLS port at: the configured one, else
  * the local address of a connection that reached a replica. */
 static void own_address(int fd, char *out, size_t n) {
@@ -227,7 +215,7 @@ static int node_info(int fd, bool with_templates, struct cluster_node_info *ret)
         n.n_labels = n_labels;
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         n.capacity.cpus = cpus > 0 ? (uint32_t) cpus : 1;
-        n.capacity.memory_mib = meminfo_mib();
+        n.capacity.memory_mib = node_meminfo_kib("MemTotal") / 1024;
         n.capacity.max_sandboxes = mcfg->max_sandboxes;
         struct statvfs sv;
         if (statvfs(mcfg->data_dir, &sv) == 0) {

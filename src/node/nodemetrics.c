@@ -18,8 +18,8 @@
 #include "util.h"
 
 static struct metrics_registry *reg;
-static struct metrics_family *requests, *request_seconds, *caps, *guest_errors, *pool, *templates,
-        *template_seconds;
+static struct metrics_family *requests, *request_seconds, *caps, *guest_errors, *pool, *pool_target, *pool_ready,
+        *templates, *template_seconds;
 
 int nodemetrics_init(void) {
         int r = metrics_registry_new(&reg);
@@ -43,8 +43,16 @@ int nodemetrics_init(void) {
                                    &guest_errors);
         if (r >= 0)
                 r = metrics_family(reg, "airlock_pool_claims_total", METRICS_COUNTER,
-                                   "Creates that asked the warm pool, by template and outcome (hit, miss)",
+                                   "Creates that asked the warm pool, by template and outcome (hit; waited: a hit "
+                                   "that waited for a refill in flight; miss)",
                                    (const char *const[]){ "template", "outcome", NULL }, NULL, 0, &pool);
+        if (r >= 0)
+                r = metrics_family(reg, "airlock_pool_target", METRICS_GAUGE,
+                                   "Warm VMs a pool keeps: its size, more while creates of its template outrun it",
+                                   (const char *const[]){ "template", NULL }, NULL, 0, &pool_target);
+        if (r >= 0)
+                r = metrics_family(reg, "airlock_pool_ready", METRICS_GAUGE, "Warm VMs ready in a pool now",
+                                   (const char *const[]){ "template", NULL }, NULL, 0, &pool_ready);
         if (r >= 0)
                 r = metrics_family(reg, "airlock_template_builds_total", METRICS_COUNTER,
                                    "Templates made ready, by template and outcome (built, fetched, failed)",
@@ -71,8 +79,13 @@ void nodemetrics_guest_error(const char *kind) {
         metrics_add(guest_errors, (const char *const[]){ kind }, 1);
 }
 
-void nodemetrics_pool(const char *template_name, bool hit) {
-        metrics_add(pool, (const char *const[]){ template_name, hit ? "hit" : "miss" }, 1);
+void nodemetrics_pool(const char *template_name, const char *outcome) {
+        metrics_add(pool, (const char *const[]){ template_name, outcome }, 1);
+}
+
+void nodemetrics_pool_state(const char *template_name, unsigned target, unsigned ready) {
+        metrics_set(pool_target, (const char *const[]){ template_name }, target);
+        metrics_set(pool_ready, (const char *const[]){ template_name }, ready);
 }
 
 void nodemetrics_template(const char *template_name, const char *outcome, double seconds) {

@@ -36,8 +36,12 @@ void nodemetrics_capability(enum cap_decision d, const char *why);
 /* A guest channel broke: "malformed", "failed" (read error), "stalled"
  * (the guest took nothing), "handshake". */
 void nodemetrics_guest_error(const char *kind);
-/* A warm-pool claim for template: a hit or a miss. */
-void nodemetrics_pool(const char *template_name, bool hit);
+/* A warm-pool claim for template: "hit", "waited" (a hit that waited for
+ * a refill in flight) or "miss". */
+void nodemetrics_pool(const char *template_name, const char *outcome);
+
+/* A warm pool's target size (it follows demand) and the VMs ready in it. */
+void nodemetrics_pool_state(const char *template_name, unsigned target, unsigned ready);
 /* A template made ready: "built", "fetched" (from the object store) or
  * "failed", and how long it took. */
 void nodemetrics_template(const char *template_name, const char *outcome, double seconds);

@@ -332,3 +332,17 @@ void node_hold_point(const char *point) {
                 p += k + (p[k] == ',');
         }
 }
+
+uint64_t node_meminfo_kib(const char *field) {
+        FILE *f = fopen("/proc/meminfo", "re");
+        unsigned long long kib = 0;
+        if (!f)
+                return 0;
+        char line[128];
+        size_t n = strlen(field);
+        while (fgets(line, sizeof line, f))
+                if (strncmp(line, field, n) == 0 && line[n] == ':' && sscanf(line + n + 1, "%llu", &kib) == 1)
+                        break;
+        fclose(f);
+        return kib;
+}

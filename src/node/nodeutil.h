@@ -90,3 +90,7 @@ void node_cond_init(pthread_cond_t *cond);
 /* Sets *ts to now + ms on CLOCK_MONOTONIC, the deadline for
  * pthread_cond_timedwait() on a node_cond_init() condition. */
 void node_deadline_after_ms(struct timespec *ts, int64_t ms);
+
+/* A field of /proc/meminfo ("MemTotal", "MemAvailable", ...) in KiB; 0
+ * when it cannot be read. */
+uint64_t node_meminfo_kib(const char *field);

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "macros.h"
 #include "nodeutil.h"
+#include "pooldemand.h"
 #include "qmp.h"
 #include "template.h"
 #include "util.h"
@@ -33,6 +34,14 @@
 /* Backoff after failed refills: 1 s, doubling, at most a minute. */
 #define RETRY_MIN_MS 1000
 #define RETRY_MAX_MS 60000
+/* Filler threads, one refill each at a time: at most one per CPU, and
+ * only as many at once as the CPUs have a whole core idle for (the
+ * running sandboxes come first). */
+#define FILLERS_MAX 4
+#define CPU_SAMPLE_MS 250
+/* A pool grows past its size only while the host has this much memory
+ * available. */
+#define GROW_HEADROOM_KIB (2048ULL * 1024)
 
 struct pool {
         char name[65];
@@ -40,23 +49,33 @@ struct pool {
         struct pool_vm *ready; /* paused, HELLO done; newest first */
         unsigned n_ready;
         unsigned n_starting;   /* being restored by the filler now */
+        uint64_t starts_ns[FILLERS_MAX]; /* when each of those began (0: a free slot) */
+        unsigned n_waiting;    /* claims waiting for one of them */
+        uint64_t refill_ms;    /* moving average of a refill (0: none yet) */
         unsigned failures;     /* refills failed in a row */
         uint64_t retry_at_ns;  /* no refill before (CLOCK_MONOTONIC) */
-        uint64_t hits, misses;
+        uint64_t hits, misses, waited; /* waited: hits that waited for a refill in flight */
+        struct pool_demand demand;
 };
 
 static const struct node_config *pcfg;
 static char *pdir;
 
 static pthread_mutex_t plock = PTHREAD_MUTEX_INITIALIZER; /* everything below */
-static pthread_cond_t pcond;                              /* CLOCK_MONOTONIC: wakes the filler */
+static pthread_cond_t pcond;                              /* CLOCK_MONOTONIC: wakes the fillers */
+static pthread_cond_t ready_cond;                         /* CLOCK_MONOTONIC: a refill ended */
 static struct pool *pools;
 static size_t n_pools;
-static bool kicked;   /* a claim happened since the filler last looked */
+static bool kicked;   /* a claim happened since the fillers last looked */
 static bool stopping; /* no claims and no refills any more */
-static pthread_t filler;
-static bool filler_started;
+static pthread_t fillers[FILLERS_MAX];
+static unsigned n_fillers;
 static unsigned vm_counter; /* names pool directories */
+/* the host's CPUs over the last CPU_SAMPLE_MS or more */
+static struct {
+        uint64_t at_ns, idle, total;
+        double idle_cores;
+} cpu;
 
 void pool_vm_free(struct pool_vm *pv) {
         if (!pv)
@@ -92,6 +111,20 @@ static struct pool *pool_find(const char *name) {
                 if (strcmp(pools[i].name, name) == 0)
                         return &pools[i];
         return NULL;
+}
+
+static uint64_t now_s(uint64_t now_ns) {
+        return now_ns / 1000000000ULL;
+}
+
+/* What p should hold now (plock held): its size, more while creates come
+ * faster than that (pooldemand.h), at most its max. */
+static unsigned pool_target(struct pool *p, uint64_t now_ns) {
+        return pool_demand_target(pool_demand_peak(&p->demand, now_s(now_ns)), pcfg->pool_size, pcfg->pool_max);
+}
+
+static void publish(struct pool *p, uint64_t now_ns) {
+        nodemetrics_pool_state(p->name, pool_target(p, now_ns), p->n_ready);
 }
 
 /* Moves the VMs of p for which drop() is true onto *out (plock held). */
@@ -188,18 +221,85 @@ static int fill_one(const struct template_info *t, struct pool_vm **ret, char **
         return 0;
 }
 
+/* Whole CPU cores idle over the last CPU_SAMPLE_MS or more (plock held):
+ * from /proc/stat, sampled at most that often. */
+static double idle_cores(uint64_t now) {
+        if (cpu.at_ns && now - cpu.at_ns < CPU_SAMPLE_MS * 1000000ULL)
+                return cpu.idle_cores;
+        FILE *f = fopen("/proc/stat", "re");
+        unsigned long long v[8] = { 0 };
+        int got = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+                             &v[5], &v[6], &v[7])
+                    : 0;
+        if (f)
+                fclose(f);
+        if (got != 8)
+                return 0; /* unknown: one refill at a time */
+        uint64_t idle = v[3] + v[4], total = 0;
+        for (size_t i = 0; i < 8; i++)
+                total += v[i];
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        if (cpu.at_ns && total > cpu.total)
+                cpu.idle_cores = (double) (idle - cpu.idle) / (double) (total - cpu.total) * (double) MAX(ncpu, 1L);
+        cpu.at_ns = now;
+        cpu.idle = idle;
+        cpu.total = total;
+        return cpu.idle_cores;
+}
+
+/* Refills that may run at once (plock held): one, and one more for each
+ * whole core idle while they run. */
+static unsigned refills_allowed(uint64_t now) {
+        return MIN(n_fillers, 1u + (unsigned) idle_cores(now));
+}
+
+static bool memory_to_grow(void) {
+        return node_meminfo_kib("MemAvailable") >= GROW_HEADROOM_KIB;
+}
+
 /* Picks the next pool that wants a VM and may retry now, round robin so one
- * template's failures do not starve the others (plock held). */
-static struct pool *next_to_fill(uint64_t now) {
+ * template's failures do not starve the others (plock held). grow: the
+ * host has memory for pools past their size. */
+static struct pool *next_to_fill(uint64_t now, bool grow) {
         static size_t rr;
+        unsigned starting = 0;
+        for (size_t i = 0; i < n_pools; i++)
+                starting += pools[i].n_starting;
+        if (starting >= refills_allowed(now))
+                return NULL;
         for (size_t k = 0; k < n_pools; k++) {
                 struct pool *p = &pools[(rr + k) % n_pools];
-                if (p->n_ready < pcfg->pool_size && now >= p->retry_at_ns) {
+                unsigned want = grow ? pool_target(p, now) : pcfg->pool_size;
+                if (p->n_ready + p->n_starting < want && p->n_starting < FILLERS_MAX && now >= p->retry_at_ns) {
                         rr = (rr + k + 1) % n_pools;
                         return p;
                 }
         }
         return NULL;
+}
+
+/* Takes the VMs past p's target off it onto *out, the longest waiting
+ * first (plock held): demand went down. */
+static void pool_trim(struct pool *p, uint64_t now, struct pool_vm **out) {
+        unsigned target = pool_target(p, now);
+        while (p->n_ready > target) {
+                struct pool_vm **pp = &p->ready;
+                while ((*pp)->next)
+                        pp = &(*pp)->next;
+                struct pool_vm *x = *pp;
+                *pp = NULL;
+                p->n_ready--;
+                x->next = *out;
+                *out = x;
+        }
+}
+
+static void slot_set(struct pool *p, uint64_t from, uint64_t to) {
+        for (size_t i = 0; i < FILLERS_MAX; i++)
+                if (p->starts_ns[i] == from) {
+                        p->starts_ns[i] = to;
+                        return;
+                }
 }
 
 static void *filler_thread(void *arg) {
@@ -211,22 +311,32 @@ static void *filler_thread(void *arg) {
         }
         pthread_mutex_lock(&plock);
         while (!stopping) {
-                /* 1. the waiting VMs: a dead one is removed (and replaced below) */
-                struct pool_vm *dead = NULL;
-                for (size_t i = 0; i < n_pools; i++)
+                /* 1. the waiting VMs: a dead one is removed (and replaced
+                 * below), those past a target that went down go */
+                struct pool_vm *dead = NULL, *extra = NULL;
+                uint64_t now = now_monotonic_ns();
+                for (size_t i = 0; i < n_pools; i++) {
                         pool_take_if(&pools[i], vm_dead, NULL, &dead);
+                        pool_trim(&pools[i], now, &extra);
+                        publish(&pools[i], now);
+                }
                 pthread_mutex_unlock(&plock);
                 for (struct pool_vm *x = dead; x; x = x->next)
                         log_emit(LOG_LEVEL_WARN, x->ctx, "warm VM died while waiting (%s); replacing it",
                                  vmm_exited(x->vmm) ? "qemu exited" : "guest channel closed");
+                for (struct pool_vm *x = extra; x; x = x->next)
+                        log_emit(LOG_LEVEL_INFO, x->ctx, "warm VM no longer needed: fewer creates of %s lately",
+                                 x->template_name);
                 free_list(dead);
+                free_list(extra);
 
                 /* 2. one refill */
-                uint64_t now = now_monotonic_ns();
+                bool grow = memory_to_grow();
+                now = now_monotonic_ns();
                 pthread_mutex_lock(&plock);
                 struct pool *p = NULL;
                 for (size_t tries = 0; tries < n_pools && !stopping; tries++) {
-                        p = next_to_fill(now);
+                        p = next_to_fill(now, grow);
                         if (!p || wait_tpl[p - pools] <= now)
                                 break;
                         p = NULL;
@@ -243,35 +353,52 @@ static void *filler_thread(void *arg) {
                                 continue;
                         }
                         wait_tpl[p - pools] = 0;
+                        node_hold_point("pool.refill"); /* a test's way to have a create miss */
 
-                        /* VMs of another build of the template never get handed out */
+                        /* another filler may have taken this one meanwhile;
+                         * VMs of another build of the template never get handed out */
                         struct pool_vm *stale = NULL;
+                        uint64_t t0 = now_monotonic_ns();
                         pthread_mutex_lock(&plock);
-                        pool_take_if(p, vm_other_build, t->hash, &stale);
-                        snprintf(p->build, sizeof p->build, "%s", t->hash);
-                        p->n_starting++;
+                        bool wanted = !stopping && p->n_ready + p->n_starting <
+                                                           (grow ? pool_target(p, t0) : pcfg->pool_size);
+                        if (wanted) {
+                                pool_take_if(p, vm_other_build, t->hash, &stale);
+                                snprintf(p->build, sizeof p->build, "%s", t->hash);
+                                p->n_starting++;
+                                slot_set(p, 0, t0);
+                        }
                         pthread_mutex_unlock(&plock);
                         for (struct pool_vm *x = stale; x; x = x->next)
                                 log_emit(LOG_LEVEL_INFO, x->ctx, "discarding warm VM of superseded build %s-%s",
                                          x->template_name, x->hash);
                         free_list(stale);
+                        if (!wanted) {
+                                template_info_free(t);
+                                pthread_mutex_lock(&plock);
+                                continue;
+                        }
 
                         struct pool_vm *pv = NULL;
                         char *err = NULL;
-                        node_hold_point("pool.refill"); /* a test's way to have a create miss */
-                        uint64_t t0 = now_monotonic_ns();
                         r = fill_one(t, &pv, &err);
                         uint64_t ms = (now_monotonic_ns() - t0) / 1000000ULL;
+                        if (r >= 0)
+                                node_hold_point("pool.refill.done"); /* a test's way to hold a refill in flight */
                         pthread_mutex_lock(&plock);
                         p->n_starting--;
+                        slot_set(p, t0, 0);
+                        pthread_cond_broadcast(&ready_cond); /* a claim may wait for this one */
                         if (r >= 0 && !stopping) {
                                 pv->next = p->ready;
                                 p->ready = pv;
                                 p->n_ready++;
                                 p->failures = 0;
                                 p->retry_at_ns = 0;
+                                p->refill_ms = pool_demand_refill_avg(p->refill_ms, ms);
                                 log_emit(LOG_LEVEL_INFO, pv->ctx, "warm VM ready in %llu ms (%u/%u for %s)",
-                                         (unsigned long long) ms, p->n_ready, pcfg->pool_size, p->name);
+                                         (unsigned long long) ms, p->n_ready, pool_target(p, now_monotonic_ns()),
+                                         p->name);
                                 pv = NULL;
                         } else if (r < 0) {
                                 unsigned shift = MIN(p->failures, 6u);
@@ -318,6 +445,7 @@ static bool dir_is_empty(const char *path) {
 int pool_init(const struct node_config *cfg, const char *pool_dir) {
         pcfg = cfg;
         node_cond_init(&pcond);
+        node_cond_init(&ready_cond);
         pdir = strdup(pool_dir);
         if (!pdir)
                 return -ENOMEM;
@@ -339,17 +467,21 @@ int pool_init(const struct node_config *cfg, const char *pool_dir) {
         for (size_t i = 0; i < cfg->n_prebuild; i++)
                 snprintf(pools[i].name, sizeof pools[i].name, "%s", cfg->prebuild[i]);
         n_pools = cfg->n_prebuild;
-        log_info("warm pools: %u VMs each for %zu templates in %s", cfg->pool_size, n_pools, pdir);
+        log_info("warm pools: %u VMs each (up to %u while creates outrun them) for %zu templates in %s",
+                 cfg->pool_size, cfg->pool_max, n_pools, pdir);
         return 0;
 }
 
 int pool_start(void) {
         if (n_pools == 0)
                 return 0;
-        int r = -pthread_create(&filler, NULL, filler_thread, NULL);
-        if (r < 0)
-                return r;
-        filler_started = true;
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        unsigned want = (unsigned) MIN(MAX(ncpu, 1L), (long) FILLERS_MAX);
+        for (; n_fillers < want; n_fillers++) {
+                int r = -pthread_create(&fillers[n_fillers], NULL, filler_thread, NULL);
+                if (r < 0)
+                        return n_fillers > 0 ? 0 : r; /* fewer at once, as many as we have */
+        }
         return 0;
 }
 
@@ -357,11 +489,12 @@ void pool_shutdown(void) {
         pthread_mutex_lock(&plock);
         stopping = true;
         pthread_cond_broadcast(&pcond);
+        pthread_cond_broadcast(&ready_cond);
         pthread_mutex_unlock(&plock);
         /* a refill in progress ends within its own timeouts */
-        if (filler_started)
-                pthread_join(filler, NULL);
-        filler_started = false;
+        for (unsigned i = 0; i < n_fillers; i++)
+                pthread_join(fillers[i], NULL);
+        n_fillers = 0;
 
         struct pool_vm *all = NULL;
         pthread_mutex_lock(&plock);
@@ -393,15 +526,34 @@ int pool_claim(const struct template_info *t, const char *dir, const char *ctx, 
                 return 0;
         }
         pool_take_if(p, vm_other_build, t->hash, &stale);
-        if (p->ready) {
+        uint64_t now = now_monotonic_ns(), waited_ns = 0;
+        /* empty: a refill in flight may be sooner than restoring cold */
+        uint64_t until = p->ready ? 0 : pool_demand_wait_until(now, p->starts_ns, FILLERS_MAX, p->n_waiting,
+                                                                 p->refill_ms);
+        if (until) {
+                kicked = true; /* the fillers learn of the demand while we wait */
+                pthread_cond_broadcast(&pcond);
+                p->n_waiting++;
+                struct timespec ts = { .tv_sec = (time_t) (until / 1000000000ULL),
+                                       .tv_nsec = (long) (until % 1000000000ULL) };
+                while (!p->ready && !stopping && pthread_cond_timedwait(&ready_cond, &plock, &ts) == 0)
+                        ;
+                p->n_waiting--;
+                pool_take_if(p, vm_other_build, t->hash, &stale);
+                waited_ns = now_monotonic_ns() - now;
+        }
+        if (p->ready && !stopping) {
                 /* the longest-waiting VM would do as well; the newest is at hand */
                 pv = p->ready;
                 p->ready = pv->next;
                 p->n_ready--;
                 pv->next = NULL;
                 p->hits++;
+                p->waited += until != 0;
         } else
                 p->misses++;
+        pool_demand_note(&p->demand, now_s(now), pv != NULL);
+        publish(p, now);
         left = p->n_ready;
         uint64_t hits = p->hits, misses = p->misses;
         kicked = true;
@@ -412,10 +564,11 @@ int pool_claim(const struct template_info *t, const char *dir, const char *ctx, 
                 log_emit(LOG_LEVEL_INFO, x->ctx, "discarding warm VM of superseded build %s-%s", x->template_name,
                          x->hash);
         free_list(stale);
-        nodemetrics_pool(t->name, pv != NULL);
+        nodemetrics_pool(t->name, !pv ? "miss" : waited_ns ? "waited" : "hit");
         if (!pv) {
-                log_emit(LOG_LEVEL_INFO, ctx, "pool miss for template %s (hits %llu, misses %llu)", t->name,
-                         (unsigned long long) hits, (unsigned long long) misses);
+                log_emit(LOG_LEVEL_INFO, ctx, "pool miss for template %s (hits %llu, misses %llu%s)", t->name,
+                         (unsigned long long) hits, (unsigned long long) misses,
+                         waited_ns ? "; the refill it waited for came too late" : "");
                 return 0;
         }
         /* QEMU keeps its open rootfs across the rename; the sandbox dir is
@@ -433,9 +586,16 @@ int pool_claim(const struct template_info *t, const char *dir, const char *ctx, 
         int k = moved ? node_disk_link(pv->run_dir, moved, NULL) : -ENOMEM;
         if (k < 0)
                 log_errno(LOG_LEVEL_WARN, k, ctx, "cannot repoint the disk link of %s: %m", pv->ctx);
-        log_emit(LOG_LEVEL_INFO, ctx, "pool hit for template %s: %s, waited %llu ms (%u left; hits %llu, misses %llu)",
-                 t->name, pv->ctx, (unsigned long long) ((now_monotonic_ns() - pv->ready_ns) / 1000000ULL), left,
-                 (unsigned long long) hits, (unsigned long long) misses);
+        if (waited_ns)
+                log_emit(LOG_LEVEL_INFO, ctx, "pool hit for template %s: %s after waiting %llu ms for its refill "
+                         "(%u left; hits %llu, misses %llu)", t->name, pv->ctx,
+                         (unsigned long long) (waited_ns / 1000000ULL), left, (unsigned long long) hits,
+                         (unsigned long long) misses);
+        else
+                log_emit(LOG_LEVEL_INFO, ctx,
+                         "pool hit for template %s: %s, waited %llu ms (%u left; hits %llu, misses %llu)", t->name,
+                         pv->ctx, (unsigned long long) ((now_monotonic_ns() - pv->ready_ns) / 1000000ULL), left,
+                         (unsigned long long) hits, (unsigned long long) misses);
         *ret = pv;
         return 1;
 }
@@ -454,13 +614,19 @@ json_t *pool_list_json(void) {
         if (!a)
                 return NULL;
         pthread_mutex_lock(&plock);
+        uint64_t now = now_monotonic_ns();
         for (size_t i = 0; i < n_pools; i++) {
-                const struct pool *p = &pools[i];
-                json_t *o = json_pack("{s:s, s:o, s:I, s:I, s:I, s:I, s:I}", "template", p->name, "build",
-                                      p->build[0] ? json_string(p->build) : json_null(), "target",
-                                      (json_int_t) pcfg->pool_size, "ready", (json_int_t) p->n_ready, "starting",
-                                      (json_int_t) p->n_starting, "hits", (json_int_t) p->hits, "misses",
-                                      (json_int_t) p->misses);
+                struct pool *p = &pools[i];
+                unsigned claims, hits;
+                pool_demand_totals(&p->demand, now_s(now), &claims, &hits);
+                json_t *o = json_pack(
+                        "{s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "template", p->name, "build",
+                        p->build[0] ? json_string(p->build) : json_null(), "target",
+                        (json_int_t) pool_target(p, now), "size", (json_int_t) pcfg->pool_size, "max",
+                        (json_int_t) pcfg->pool_max, "ready", (json_int_t) p->n_ready, "starting",
+                        (json_int_t) p->n_starting, "waiting", (json_int_t) p->n_waiting, "hits", (json_int_t) p->hits, "misses", (json_int_t) p->misses,
+                        "waited", (json_int_t) p->waited, "recent_claims", (json_int_t) claims, "recent_hit_pct",
+                        claims ? json_integer((json_int_t) ((100ULL * hits + claims / 2) / claims)) : json_null());
                 if (!o || json_array_append_new(a, o) < 0) {
                         pthread_mutex_unlock(&plock);
                         json_decref(a);
@@ -474,8 +640,8 @@ json_t *pool_list_json(void) {
 json_t *pool_json(const char *name) {
         pthread_mutex_lock(&plock);
         struct pool *p = pool_find(name);
-        json_t *o = json_pack("{s:I, s:I}", "size", (json_int_t) (p ? pcfg->pool_size : 0), "ready",
-                              (json_int_t) (p ? p->n_ready : 0));
+        json_t *o = json_pack("{s:I, s:I}", "size", (json_int_t) (p ? pool_target(p, now_monotonic_ns()) : 0),
+                              "ready", (json_int_t) (p ? p->n_ready : 0));
         pthread_mutex_unlock(&plock);
         return o;
 }

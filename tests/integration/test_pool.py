@@ -5,11 +5,13 @@ import os
 import pathlib
 import shutil
 import signal
+import threading
 import time
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from harness import qemu_pids, volume_tempdir
+from harness import qemu_pids, volume_tempdir, wait_for
 
 
 def pool_of(a, name):
@@ -61,7 +63,9 @@ def refill_switch():
 
 def test_pool_hits_refills_and_replaces_dead_vms(refill_switch, airlock_factory):
     release = refill_switch
-    a = airlock_factory(env={"AIRLOCK_POOL_SIZE": "2", "AIRLOCK_TEST_HOLD": "pool.refill",
+    # POOL_MAX = POOL_SIZE: a pool that stays at 2 whatever the demand
+    # (test_pool_follows_demand has the one that grows)
+    a = airlock_factory(env={"AIRLOCK_POOL_SIZE": "2", "AIRLOCK_POOL_MAX": "2", "AIRLOCK_TEST_HOLD": "pool.refill",
                              "AIRLOCK_TEST_HOLD_RELEASE": str(release)}, prebuild="minimal")
     wait_pool_ready(a, "minimal", 2)
     assert pool_of(a, "minimal")["size"] == 2
@@ -131,6 +135,92 @@ def test_pool_hits_refills_and_replaces_dead_vms(refill_switch, airlock_factory)
     a.stop()
     assert pool_qemus(a) == []
     assert not os.path.exists(os.path.join(a.data_dir, "pool"))
+
+
+def pools_entry(a, name):
+    return next(p for p in a.api("GET", "/v1/pools")["pools"] if p["template"] == name)
+
+
+def held_refills(a):
+    """Refills now held at the hold point pool.refill.done (the node logs
+    each arrival and each release)."""
+    with open(a.log_path, errors="replace") as f:
+        text = f.read()
+    return (text.count("test hold point pool.refill.done reached")
+            - text.count("test hold point pool.refill.done released"))
+
+
+def metric(a, name, **labels):
+    """One sample of the node's metrics as airlockd serves them (the admin
+    token scrapes too)."""
+    for fam in text_string_to_metric_families(a.request("GET", "/metrics")[2].decode()):
+        for s in fam.samples:
+            if s.name == name and s.labels == dict(labels, node="local"):
+                return s.value
+    return None
+
+
+def test_pool_follows_demand_and_a_miss_waits_for_a_refill_in_flight(refill_switch, airlock_factory):
+    release = refill_switch
+    a = airlock_factory(env={"AIRLOCK_POOL_SIZE": "1", "AIRLOCK_POOL_MAX": "3",
+                             "AIRLOCK_TEST_HOLD": "pool.refill.done", "AIRLOCK_TEST_HOLD_RELEASE": str(release)},
+                        prebuild="minimal")
+    wait_pool_ready(a, "minimal", 1)
+    p = pools_entry(a, "minimal")
+    assert (p["target"], p["size"], p["max"], p["recent_claims"], p["recent_hit_pct"]) == (1, 1, 3, 0, None), p
+    assert metric(a, "airlock_pool_target", template="minimal") == 1
+
+    # a burst of 4 creates: the pool grows to the most that came within
+    # 10 s, up to its max, and stays there
+    made = [a.create("minimal") for _ in range(4)]
+    p = pools_entry(a, "minimal")
+    assert (p["target"], p["recent_claims"]) == (3, 4), p
+    assert made[0]["pool"] == "hit" and p["hits"] + p["misses"] == 4, (made, p)
+    wait_for(lambda: pools_entry(a, "minimal")["ready"] == 3, "the pool grown to 3 warm VMs", a)
+    assert len(pool_qemus(a)) == 3
+    assert metric(a, "airlock_pool_target", template="minimal") == 3
+    assert metric(a, "airlock_pool_ready", template="minimal") == 3
+    assert pool_of(a, "minimal") == {"size": 3, "ready": 3}
+    out = a.cli("pools")
+    assert out.returncode == 0, out
+    lines = out.stdout.decode().splitlines()
+    assert lines[0].split() == ["TEMPLATE", "BUILD", "TARGET", "MAX", "READY", "STARTING", "HITS", "MISSES", "HIT_PCT"]
+    row = lines[1].split()
+    assert row[0] == "minimal" and row[2:5] == ["3", "3", "3"], lines
+    for m in made:
+        assert a.request("DELETE", f"/v1/sandboxes/{m['id']}")[0] == 204
+
+    # refills held once restored (in flight, not yet handed in): the pool
+    # is emptied, and the next create waits for a refill rather than
+    # restoring cold
+    release.unlink()
+    try:
+        made = [a.create("minimal") for _ in range(3)]
+        assert [m["pool"] for m in made] == ["hit"] * 3, made
+        wait_for(lambda: held_refills(a) >= 1, "a refill restored and held", a)
+        before = pools_entry(a, "minimal")
+        assert before["ready"] == 0 and before["starting"] >= 1, before
+        got = {}
+        t = threading.Thread(target=lambda: got.update(s=a.create("minimal")))
+        t.start()
+        # the create is waiting for the refill in flight: let it in
+        deadline = time.monotonic() + 30
+        while pools_entry(a, "minimal")["waiting"] != 1:
+            assert t.is_alive() and time.monotonic() < deadline, (got, pools_entry(a, "minimal"), a.log_tail())
+            time.sleep(0.01)
+        release.touch()
+        t.join(60)
+        assert got["s"]["pool"] == "hit", got
+        after = pools_entry(a, "minimal")
+        assert after["waited"] == before["waited"] + 1 and after["misses"] == before["misses"], (before, after)
+        assert metric(a, "airlock_pool_claims_total", template="minimal", outcome="waited") == after["waited"]
+        made.append(got["s"])
+        for m in made:
+            assert a.exec(m["id"], ["true"])["exit_code"] == 0
+            assert a.request("DELETE", f"/v1/sandboxes/{m['id']}")[0] == 204
+    finally:
+        release.touch()
+    wait_pool_ready(a, "minimal", 3)
 
 
 def test_pool_size_zero_starts_no_vm(airlock_factory):

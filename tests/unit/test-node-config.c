@@ -19,7 +19,7 @@ static const char *const env_vars[] = {
         "AIRLOCK_GUEST_BINARY",   "AIRLOCK_QEMU",            "AIRLOCK_ACCEL",          "AIRLOCK_PREBUILD",
         "AIRLOCK_STORAGE",        "AIRLOCK_VOLUME_GIB",      "AIRLOCK_LOG_LEVEL",      "AIRLOCK_MAX_SANDBOXES",
         "AIRLOCK_EXEC_MAX_OUTPUT", "AIRLOCK_MAX_FILE_SIZE",  "AIRLOCK_SESSION_BUFFER", "AIRLOCK_EXEC_TIMEOUT_MAX",
-        "AIRLOCK_MAX_CONNECTIONS", "AIRLOCK_POOL_SIZE",      "AIRLOCK_VMM_UID_BASE",   "AIRLOCK_OBJSTORE_DIR",
+        "AIRLOCK_MAX_CONNECTIONS", "AIRLOCK_POOL_SIZE",      "AIRLOCK_POOL_MAX", "AIRLOCK_VMM_UID_BASE",   "AIRLOCK_OBJSTORE_DIR",
         "AIRLOCK_CAP_KEYS_DIR",    "AIRLOCK_JOIN",           "AIRLOCK_JOIN_TOKEN_FILE", "AIRLOCK_CLUSTER_LISTEN",
         "AIRLOCK_NODE_NAME",
 };
@@ -72,6 +72,21 @@ static void test_defaults(void **state) {
         node_config_free(c);
         c = NULL;
         assert_int_equal(load(&c, NULL, 2, "--pool-size", "33"), -EINVAL);
+        assert_null(c);
+        /* a pool grows up to pool-max: 16 by default, never below the size */
+        assert_int_equal(load(&c, NULL, 0), 0);
+        assert_int_equal(c->pool_max, 16);
+        node_config_free(c);
+        assert_int_equal(load(&c, NULL, 2, "--pool-size", "20"), 0);
+        assert_int_equal(c->pool_max, 20);
+        node_config_free(c);
+        assert_int_equal(load(&c, NULL, 4, "--pool-size", "4", "--pool-max", "4"), 0);
+        assert_int_equal(c->pool_max, 4);
+        node_config_free(c);
+        c = NULL;
+        assert_int_equal(load(&c, NULL, 4, "--pool-size", "4", "--pool-max", "3"), -EINVAL);
+        assert_null(c);
+        assert_int_equal(load(&c, NULL, 2, "--pool-max", "33"), -EINVAL);
         assert_null(c);
 }
 
