@@ -193,8 +193,9 @@ def test_pools_api_and_cli(airlock_factory):
     a = airlock_factory(env={"AIRLOCK_POOL_SIZE": "1"}, prebuild="minimal")
     p = wait_pool(a, "minimal", 1)
     tpl = {t["name"]: t for t in a.api("GET", "/v1/templates")["templates"]}["minimal"]
-    assert p == {"template": "minimal", "build": tpl["hash"], "target": 1, "ready": 1, "starting": 0,
-                 "hits": 0, "misses": 0}
+    assert p == {"template": "minimal", "build": tpl["hash"], "target": 1, "size": 1, "max": 16, "ready": 1,
+                 "starting": 0, "waiting": 0, "hits": 0, "misses": 0, "waited": 0, "recent_claims": 0,
+                 "recent_hit_pct": None}
     assert set(pools(a)) == {"minimal"}  # python is not prebuilt here
     status, _, _ = a.request("GET", "/v1/pools", auth=False)
     assert status == 401
@@ -202,13 +203,13 @@ def test_pools_api_and_cli(airlock_factory):
     s = a.create("minimal")
     assert s["pool"] == "hit", s
     p = wait_pool(a, "minimal", 1)  # refilled
-    assert p["hits"] == 1 and p["misses"] == 0, p
+    assert (p["hits"], p["misses"], p["recent_claims"], p["recent_hit_pct"]) == (1, 0, 1, 100), p
 
     r = a.cli("pools")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.decode().splitlines()
-    assert lines[0].split() == ["TEMPLATE", "BUILD", "TARGET", "READY", "STARTING", "HITS", "MISSES"]
-    assert lines[1].split() == ["minimal", tpl["hash"], "1", "1", "0", "1", "0"], lines
+    assert lines[0].split() == ["TEMPLATE", "BUILD", "TARGET", "MAX", "READY", "STARTING", "HITS", "MISSES", "HIT_PCT"]
+    assert lines[1].split() == ["minimal", tpl["hash"], "1", "16", "1", "0", "1", "0", "100"], lines
     r = a.cli("pools", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["pools"][0]["hits"] == 1
     assert delete(a, s["id"])[0] == 204
@@ -218,4 +219,4 @@ def test_pools_off(airlock):
     assert airlock.api("GET", "/v1/pools") == {"pools": []}
     r = airlock.cli("pools")
     assert r.returncode == 0 and r.stdout.decode().split() == [
-        "TEMPLATE", "BUILD", "TARGET", "READY", "STARTING", "HITS", "MISSES"]
+        "TEMPLATE", "BUILD", "TARGET", "MAX", "READY", "STARTING", "HITS", "MISSES", "HIT_PCT"]
