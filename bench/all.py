@@ -5,6 +5,7 @@ between them, and the target it is held to.
 
   sudo bench/all.py [--quick] [--template python] [--scale-template minimal]
                     [--templates-dir DIR] [--airlockd PATH] [--json FILE]
+                    [--only pool,nopool,busy,bursts] [--busy-mib 64,512]
 
 Starts its own Airlocks (see scale.py's Instance: a data dir next to the
 templates, which must be built already, on a btrfs/xfs mount such as the
@@ -24,6 +25,17 @@ test volume `mount -o loop build/test-vol.btrfs build/test-vol`):
      of that same state as baselines (snapshots.py's); a burst of
      concurrent creates against the same number of bare restores at once;
      idle sandboxes' PSS.
+  3. busy (pool off): what an agent does right before a fork or a full
+     snapshot: 64 MiB (the template) and 512 MiB (a 1 GiB template built
+     from it, `bench-TEMPLATE-1g2g`, with a 2 GiB disk) written to a file,
+     and held in memory by a process, then the verb at once, a new sandbox
+     for each sample. The
+     parent's pause two ways: the API's figure, and how far the guest's
+     clock fell behind the host's across it (a stopped guest's clock stands
+     still); the two must agree.
+  4. bursts (the node's default pool): creates with their first exec, 20
+     and 100 back to back (the first burst on a pool at its size, the later
+     ones on the pool as it grew), and 10 at once; the share served warm.
 
 --quick runs the same with few repetitions (about two minutes with the
 templates built); the figures are then indicative, the tails meaningless.
@@ -46,9 +58,9 @@ from scale import Instance, burst, default_templates_dir, meminfo_kib, pct, qemu
 from snapshots import raw_state_restore_once, raw_stop_copy, spawn_from_state  # noqa: E402
 
 FULL = {"warm": 30, "burst_exec": 20, "cold": 20, "exec": 50, "snap": 10, "suspend": 5, "fork": 10,
-        "concurrent": 50, "idle": 10, "settle": 20}
+        "concurrent": 50, "idle": 10, "settle": 20, "busy": 5, "bursts": (20, 100), "at_once": 10, "burst_rounds": 3}
 QUICK = {"warm": 8, "burst_exec": 10, "cold": 5, "exec": 30, "snap": 3, "suspend": 2, "fork": 3,
-         "concurrent": 10, "idle": 4, "settle": 5}
+         "concurrent": 10, "idle": 4, "settle": 5, "busy": 3, "bursts": (20,), "at_once": 10, "burst_rounds": 1}
 
 
 class Table:
@@ -76,7 +88,7 @@ class Table:
             ratio = f"{med / bmed:.2f}x" if bmed else "—"
             verdict = ""
             if r["target"]:
-                verdict = "met" if r["target"][1](med, p99, bmed) else "**missed**"
+                verdict = "met" if r["target"][1](med, p99, bmed, xs) else "**missed**"
             out.append(f"| {r['what']} | {len(xs)} | {med:.1f} {u} | {pct(xs, 90):.1f} | {p99:.1f} | {max(xs):.1f} | "
                        f"{base} | {ratio} | {r['target'][0] if r['target'] else ''} | {verdict} |")
         return "\n".join(out)
@@ -102,11 +114,16 @@ SPAWN_LOOP = ("n=20; a=$(date +%s%N); case $a in *N) n=500;; esac; "
 
 
 def ratio_at_most(k, of_p99=False):
-    return lambda med, p99, base: base is not None and (p99 if of_p99 else med) <= k * base
+    return lambda med, p99, base, xs: base is not None and (p99 if of_p99 else med) <= k * base
 
 
 def at_most(ms, of_p99=False):
-    return lambda med, p99, base: (p99 if of_p99 else med) <= ms
+    return lambda med, p99, base, xs: (p99 if of_p99 else med) <= ms
+
+
+def tail_at_most(p, k):
+    """The p-th percentile at most k times the median (a burst's tail)."""
+    return lambda med, p99, base, xs: pct(xs, p) <= k * med
 
 
 def timed(fn, *args):
@@ -168,8 +185,8 @@ def pool_on(a, n, tdir, table):
         name = f"create, warm-pool hit ({a.template})" + (f"; {missed} missed, left out" if missed else "")
         table.add(name, warm, base="bare QEMU restore", base_xs=raw,
                   target=("p50 ≤ 0.25x, p99 ≤ 0.5x raw",
-                          lambda med, p99, base: ratio_at_most(0.25)(med, p99, base) and
-                          ratio_at_most(0.5, of_p99=True)(med, p99, base)))
+                          lambda med, p99, base, xs: ratio_at_most(0.25)(med, p99, base, xs) and
+                          ratio_at_most(0.5, of_p99=True)(med, p99, base, xs)))
 
         # back to back: the pool runs dry, the misses restore cold
         inst.wait_pool_full(a.template)
@@ -323,6 +340,152 @@ def pool_off(a, n, tdir, table):
         report_log(inst, ok)
 
 
+# The busy cases: what an agent does right before it forks or snapshots.
+# "file": random bytes written to a file (dirty page cache, written back
+# to the disk while the guest runs on); "memory": a process holding them.
+HOLD = """import os, sys, time
+b = bytearray({n})
+for i in range(0, {n}, 1 << 20):
+    b[i:i + (1 << 20)] = os.urandom(1 << 20)
+with open("/tmp/held.tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename("/tmp/held.tmp", "/tmp/held")
+sys.stdout.close()
+time.sleep(1e9)"""
+
+
+def write_busy(inst, sid, where, mib, i):
+    n = mib << 20
+    if where == "file":
+        run(inst, sid, ["sh", "-c", f"rm -f /root/busy*; head -c {n} /dev/urandom > /root/busy{i}"])
+    else:  # the last holder goes first: 512 MiB twice would not fit
+        run(inst, sid, ["sh", "-c", "if [ -e /tmp/held ]; then kill $(cat /tmp/held); rm /tmp/held; fi; "
+                        f"nohup python3 -c '{HOLD.format(n=n)}' >/dev/null 2>&1 & "
+                        "while [ ! -e /tmp/held ]; do sleep 0.05; done"])
+
+
+def clock_offset(inst, sid):
+    """The guest's wall clock minus the host's, in ms, read by one exec
+    (taken at the round trip's midpoint: off by at most half of it, the same
+    way each time)."""
+    t0 = time.time()
+    g = int(run(inst, sid, ["date", "+%s%N"])["stdout"]) / 1e6
+    t1 = time.time()
+    return g - (t0 + t1) / 2 * 1000
+
+
+def busy(a, n, tdir, table):
+    """Fork and full snapshot right after writing 64 MiB (the template the
+    bench measures) and 512 MiB (a 1 GiB template built from it here) to a
+    file and to memory. The parent's pause two ways: the API's figure, and
+    how far the guest's clock fell behind the host's across the verb (a
+    stopped guest's clock stands still)."""
+    big = f"bench-{a.template}-1g2g"
+    inst = Instance(a.base, tdir, {"AIRLOCK_POOL_SIZE": "0", "AIRLOCK_SNAPSHOT_POLICY": json.dumps(
+        {"disk_every": 0, "full_every": 0})}, a.airlockd, prebuild=a.template)
+    ok = False
+    try:
+        inst.wait_ready()
+        st, b = inst.call("POST", "/v1/templates", {"dockerfile": f"FROM {a.template}\n", "name": big,
+                                                    "memory_mib": 1024, "disk_mib": 2048})
+        assert st in (200, 202), (st, b)
+        while (b := inst.call("GET", f"/v1/templates/{big}")[1])["state"] == "building":
+            time.sleep(1)
+        assert b["state"] == "ready", b
+        for mib, tpl in ((64, a.template), (512, big)):
+            if mib not in a.busy_mib:
+                continue
+            for where in ("file", "memory"):
+                res = {k: [] for k in ("fork", "fork lag", "snap", "snap lag")}
+                for _ in range(n["busy"]):
+                    sid = create(inst, tpl)["id"]
+                    try:
+                        write_busy(inst, sid, where, mib, 0)
+                        off = clock_offset(inst, sid)
+                        op = verb(inst, sid, "fork")
+                        res["fork lag"].append(off - clock_offset(inst, sid))
+                        res["fork"].append(op["result"]["parent_pause_ms"])
+                        delete(inst, op["result"]["sandbox"]["id"])
+                        write_busy(inst, sid, where, mib, 1)
+                        off = clock_offset(inst, sid)
+                        st, snap = inst.call("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"})
+                        assert st == 201, snap
+                        res["snap lag"].append(off - clock_offset(inst, sid))
+                        res["snap"].append(snap["pause_ms"])
+                    finally:
+                        delete(inst, sid)
+                what = f"{mib} MiB written to {'a file' if where == 'file' else 'memory'} ({tpl})"
+                goal = 150 if mib == 64 else 500
+                table.add(f"fork right after {what}, parent pause (API)", res["fork"],
+                          target=(f"p50 ≤ {goal} ms", at_most(goal)))
+                table.add(f"fork right after {what}, guest clock lag", res["fork lag"],
+                          base="parent pause (API)", base_xs=res["fork"], target=("agrees: 0.8-1.2x", lambda
+                          med, p99, base, xs: base is not None and 0.8 * base - 20 <= med <= 1.2 * base + 20))
+                table.add(f"full snapshot right after {what}, pause (API)", res["snap"],
+                          target=(f"p50 ≤ {goal} ms", at_most(goal)))
+                table.add(f"full snapshot right after {what}, guest clock lag", res["snap lag"],
+                          base="pause (API)", base_xs=res["snap"], target=("agrees: 0.8-1.2x", lambda
+                          med, p99, base, xs: base is not None and 0.8 * base - 20 <= med <= 1.2 * base + 20))
+        ok = True
+    finally:
+        report_log(inst, ok)
+
+
+def bursts(a, n, tdir, table):
+    """Creates as agents send them, with the node's default warm pool:
+    back to back (each with its first exec), and many at once; the share
+    the pool served. Each burst starts from a full pool."""
+    inst = Instance(a.base, tdir, {"AIRLOCK_SNAPSHOT_POLICY": json.dumps({"disk_every": 0, "full_every": 0})},
+                    a.airlockd, prebuild=a.template)
+    ok = False
+    try:
+        inst.wait_ready()
+        for count in n["bursts"]:
+            # the first burst finds the pool at its size; the later ones
+            # (after it has seen the first) as large as it has grown
+            rounds = []
+            for _ in range(n["burst_rounds"]):
+                inst.wait_pool_full(a.template)
+                xs, hits = [], 0
+                for _ in range(count):
+                    t = time.monotonic()
+                    b = create(inst, a.template)
+                    run(inst, b["id"], ["true"])
+                    xs.append((time.monotonic() - t) * 1000)
+                    hits += b.get("pool") == "hit"
+                    delete(inst, b["id"])
+                rounds.append((xs, hits))
+            k = 2 if count <= 20 else 3
+            p = 90 if count <= 20 else 99
+            for name, part in (("first burst", rounds[:1]), (f"bursts 2-{len(rounds)}", rounds[1:])):
+                xs = [x for r in part for x in r[0]]
+                if xs:
+                    warm = 100 * sum(r[1] for r in part) // len(xs)
+                    table.add(f"create + first exec, {count} back to back, {name} ({a.template}; {warm}% warm)", xs,
+                              target=(f"p{p} ≤ {k}x p50", tail_at_most(p, k)))
+        xs, hits = [], 0
+        for _ in range(n["burst_rounds"]):
+            inst.wait_pool_full(a.template)
+
+            def one(i):
+                t = time.monotonic()
+                b = create(inst, a.template)
+                run(inst, b["id"], ["true"])
+                return (time.monotonic() - t) * 1000, b
+
+            res, _ = burst(n["at_once"], one)
+            for _, out in res:
+                assert isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict), out
+                xs.append(out[0])
+                hits += out[1].get("pool") == "hit"
+            burst(len(res), lambda i: delete(inst, res[i][1][1]["id"]))
+        table.add(f"create + first exec, {n['at_once']} at once ×{n['burst_rounds']} ({a.template}; "
+                  f"{100 * hits // len(xs)}% warm)", xs, target=("p90 ≤ 2x p50", tail_at_most(90, 2)))
+        ok = True
+    finally:
+        report_log(inst, ok)
+
+
 def report_log(inst, ok):
     errs = inst.log_lines("level=error")
     warns = [l for l in inst.log_lines("level=warn") if "path=/v1/health" not in l]
@@ -346,18 +509,23 @@ def main():
     ap.add_argument("--base", help="where the data dirs go (default: next to the templates dir)")
     ap.add_argument("--airlockd")
     ap.add_argument("--json", help="also write the figures to this file")
-    ap.add_argument("--only", choices=("pool", "nopool"), help="run one of the two halves")
+    ap.add_argument("--busy-mib", default="64,512", help="the busy cases' sizes, a comma list of 64 and 512")
+    ap.add_argument("--only", help="a comma list of the parts to run: pool, nopool, busy, bursts (default: all)")
     a = ap.parse_args()
+    a.busy_mib = [int(x) for x in a.busy_mib.split(",")]
     n = QUICK if a.quick else FULL
     tdir = os.path.abspath(a.templates_dir or default_templates_dir())
     a.base = os.path.abspath(a.base or os.path.dirname(tdir))
     load0 = open("/proc/loadavg").read().split()[0]
     t0 = time.monotonic()
     table = Table()
-    if a.only != "nopool":
-        pool_on(a, n, tdir, table)
-    if a.only != "pool":
-        pool_off(a, n, tdir, table)
+    parts = {"pool": pool_on, "nopool": pool_off, "busy": busy, "bursts": bursts}
+    only = a.only.split(",") if a.only else list(parts)
+    if set(only) - set(parts):
+        ap.error(f"--only: unknown part(s) {', '.join(sorted(set(only) - set(parts)))}")
+    a.memory_mib = "?"
+    for part in only:
+        parts[part](a, n, tdir, table)
     print(f"bench/all.py{' --quick' if a.quick else ''}: {a.template} ({a.memory_mib} MiB), "
           f"{a.scale_template} for scale; {os.cpu_count()} CPUs, MemTotal {meminfo_kib('MemTotal') / 1048576:.1f} GiB; "
           f"load {load0} at the start, {open('/proc/loadavg').read().split()[0]} at the end; "
