@@ -6,7 +6,10 @@
  * later included, up to GUEST_MAX_WATCH_DIRS. Events go out as WATCH_EVENT
  * {"name","type"} with the name relative to the watched directory, the
  * types those of E2B's envd (fsnotify's): create (also a name moved in),
- * write, remove, rename (a name moved away), chmod.
+ * write, remove, rename (a name moved away), chmod. What a new
+ * subdirectory of a recursive watch held before its watch began (a file
+ * made right after the directory, a tree moved in) is named as created
+ * after it (dirs_list()).
  *
  * Everything is bounded: at most GUEST_MAX_WATCHES watches, a few inotify
  * buffers read per watch and loop turn (the kernel queues the rest, and
@@ -43,6 +46,8 @@
 #define WATCH_PATH_BYTES_MAX (4u << 20)
 /* inotify buffers read per watch and loop turn. */
 #define READS_PER_TURN 4
+/* Entries of a new directory named as created, at most (then overflow). */
+#define WATCH_NEW_ENTRIES_MAX 1024
 
 struct watch_dir {
         int wd;
@@ -193,6 +198,61 @@ static int dirs_walk(struct watch *w, size_t from) {
                         return r;
         }
         return 0;
+}
+
+/* Names a new directory held before its watch began. */
+struct names {
+        char **v;
+        size_t n, cap;
+        bool over; /* more than WATCH_NEW_ENTRIES_MAX: the rest not named */
+};
+
+static void names_freep(struct names *l) {
+        for (size_t i = 0; i < l->n; i++)
+                free(l->v[i]);
+        free(l->v);
+}
+
+/*
+ * The entries of dirs[from..] (a directory just created or moved in, and
+ * the subdirectories the walk found in it), as relative names. A file made
+ * in a new directory before the agent read the directory's own create
+ * and watched it (`mkdir d; echo > d/f`, or a tree moved in) has no event
+ * of its own: the watch names it as created, once the directory's create
+ * went out. One made after the watch began may be named twice.
+ */
+static void dirs_list(struct watch *w, size_t from, struct names *out) {
+        for (size_t i = from; i < w->n_dirs && !out->over; i++) {
+                _cleanup_free_ char *path = dir_path(w, w->dirs[i].rel);
+                DIR *dir = path ? opendir(path) : NULL;
+                if (!dir)
+                        continue; /* gone meanwhile: its remove says so */
+                for (struct dirent *de; !out->over && (de = readdir(dir));) {
+                        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                                continue;
+                        if (out->n == WATCH_NEW_ENTRIES_MAX) {
+                                out->over = true;
+                                break;
+                        }
+                        if (out->n == out->cap) {
+                                size_t ncap = out->cap ? out->cap * 2 : 16;
+                                char **nv = realloc(out->v, ncap * sizeof *nv);
+                                if (!nv) {
+                                        out->over = true;
+                                        break;
+                                }
+                                out->v = nv;
+                                out->cap = ncap;
+                        }
+                        char *name = strdup_printf("%s/%s", w->dirs[i].rel, de->d_name);
+                        if (!name) {
+                                out->over = true;
+                                break;
+                        }
+                        out->v[out->n++] = name;
+                }
+                closedir(dir);
+        }
 }
 
 /* WATCH's work once the request is parsed, as user (taken on success). */
@@ -372,6 +432,7 @@ static bool handle_events(struct agent *a, struct watch *w, const uint8_t *buf, 
                         root ? strdup(ev->name) : strdup_printf("%s/%s", d->rel, ev->name);
                 if (!rel)
                         continue;
+                _cleanup_(names_freep) struct names found = { 0 };
                 if (w->recursive && (ev->mask & IN_ISDIR)) {
                         if (ev->mask & IN_MOVED_FROM)
                                 dirs_forget(w, rel);
@@ -384,18 +445,25 @@ static bool handle_events(struct agent *a, struct watch *w, const uint8_t *buf, 
                                         r = copy ? dir_add(w, copy) : -ENOMEM;
                                         if (r >= 0)
                                                 r = dirs_walk(w, from);
+                                        if (r >= 0)
+                                                dirs_list(w, from, &found);
                                         fs_user_leave(&saved);
                                 }
                                 if (r == -E2BIG || r == -ENOSPC)
                                         report_full(a, w);
                         }
                 }
-                if (*prev && *prev_type == type && strcmp(*prev, rel) == 0)
-                        continue;
-                send_event(a, w, rel, type);
-                free(*prev);
-                *prev = TAKE_PTR(rel);
-                *prev_type = type;
+                if (!(*prev && *prev_type == type && strcmp(*prev, rel) == 0)) {
+                        send_event(a, w, rel, type);
+                        free(*prev);
+                        *prev = TAKE_PTR(rel);
+                        *prev_type = type;
+                }
+                /* what the new directory held before its watch began */
+                for (size_t i = 0; i < found.n; i++)
+                        send_event(a, w, found.v[i], "create");
+                if (found.over)
+                        send_event(a, w, NULL, "overflow");
         }
         return true;
 }

@@ -1900,10 +1900,30 @@ static void test_agent_watch(void **state) {
         snprintf(path, sizeof path, "%s/new", dir);
         snprintf(path2, sizeof path2, "%s/pre/moved", dir);
         assert_int_equal(rename(path, path2), 0);
-        EXPECT_EVENTS(h, { 80, "new", "rename" }, { 81, "new", "rename" }, { 81, "pre/moved", "create" });
+        /* what it holds is named under its new name */
+        EXPECT_EVENTS(h, { 80, "new", "rename" }, { 81, "new", "rename" }, { 81, "pre/moved", "create" },
+                      { 81, "pre/moved/g", "create" });
         snprintf(path, sizeof path, "%s/pre/moved/g", dir);
         assert_int_equal(unlink(path), 0);
         expect_event(h, 81, "pre/moved/g", "remove");
+        /* files in a new directory before its watch began (`mkdir -p t/s;
+         * echo > t/s/f` outruns the agent; a tree moved in is that for
+         * sure): named as created after the directory */
+        snprintf(path, sizeof path, "%s/tree-src", h->dir);
+        assert_int_equal(mkdir(path, 0755), 0);
+        snprintf(path, sizeof path, "%s/tree-src/s", h->dir);
+        assert_int_equal(mkdir(path, 0755), 0);
+        snprintf(path, sizeof path, "%s/tree-src/s/f", h->dir);
+        put(path, "early");
+        snprintf(path, sizeof path, "%s/tree-src", h->dir);
+        snprintf(path2, sizeof path2, "%s/tree", dir);
+        assert_int_equal(rename(path, path2), 0);
+        EXPECT_EVENTS(h, { 80, "tree", "create" }, { 81, "tree", "create" }, { 81, "tree/s", "create" },
+                      { 81, "tree/s/f", "create" });
+        /* and watched from then on */
+        snprintf(path, sizeof path, "%s/tree/s/later", dir);
+        touch(path);
+        expect_event(h, 81, "tree/s/later", "create");
 
         /* repeats in one batch go out once */
         snprintf(path, sizeof path, "%s/c", dir);
