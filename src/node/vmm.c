@@ -1540,9 +1540,22 @@ static int wait_migration_info(struct vmm *v, const char *what, json_t **ret_inf
                 }
                 const char *status = json_string_value(json_object_get(st, "status"));
                 if (status && strcmp(status, "completed") == 0) {
-                        if (ret_info)
-                                *ret_info = TAKE_PTR(st);
-                        return 0;
+                        /* QEMU says completed a moment before its migration
+                         * thread leaves the finish-migrate run state (and
+                         * fills in the downtime): a cont in between is
+                         * refused ("Migration is not finalized yet"), seen
+                         * under nested KVM. Done when the run state moved on. */
+                        _cleanup_(json_decrefp) json_t *rs = NULL;
+                        r = qmp_execute(v->qmp, "query-status", NULL, QMP_CMD_MS, &rs);
+                        bool settled = r < 0 || strcmp(json_string_value(json_object_get(rs, "status")) ?: "",
+                                                       "finish-migrate") != 0;
+                        if (settled || now_monotonic_ns() >= deadline) {
+                                if (ret_info)
+                                        *ret_info = TAKE_PTR(st);
+                                return 0;
+                        }
+                        sleep_ms(1);
+                        continue;
                 }
                 if (status && (strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0)) {
                         const char *desc = json_string_value(json_object_get(st, "error-desc"));
