@@ -156,6 +156,20 @@ def verb(inst, sid, name, body=None):
     return op
 
 
+def back_to_back(inst, template, count):
+    """count creates in a row, each timed with its first exec (then
+    deleted): (ms each, how many the pool served)."""
+    xs, hits = [], 0
+    for _ in range(count):
+        t = time.monotonic()
+        b = create(inst, template)
+        run(inst, b["id"], ["true"])
+        xs.append((time.monotonic() - t) * 1000)
+        hits += b.get("pool") == "hit"
+        delete(inst, b["id"])
+    return xs, hits
+
+
 def wait_uploaded(inst, sid):
     """Until the API says the suspended sandbox's image has landed."""
     while not inst.call("GET", f"/v1/sandboxes/{sid}")[1].get("image_uploaded"):
@@ -191,14 +205,7 @@ def pool_on(a, n, tdir, table):
 
         # back to back: the pool runs dry, the misses restore cold
         inst.wait_pool_full(a.template)
-        both, hits = [], 0
-        for _ in range(n["burst_exec"]):
-            t = time.monotonic()
-            b = create(inst, a.template)
-            run(inst, b["id"], ["true"])
-            both.append((time.monotonic() - t) * 1000)
-            hits += b.get("pool") == "hit"
-            delete(inst, b["id"])
+        both, hits = back_to_back(inst, a.template, n["burst_exec"])
         table.add(f"create + first exec, {n['burst_exec']} back to back, pool 2 ({hits} hits)", both,
                   base="bare QEMU restore", base_xs=raw, target=("p50 ≤ 1.5x raw", ratio_at_most(1.5)))
 
@@ -460,15 +467,7 @@ def bursts(a, n, tdir, table):
             rounds = []
             for _ in range(n["burst_rounds"]):
                 inst.wait_pool_full(a.template)
-                xs, hits = [], 0
-                for _ in range(count):
-                    t = time.monotonic()
-                    b = create(inst, a.template)
-                    run(inst, b["id"], ["true"])
-                    xs.append((time.monotonic() - t) * 1000)
-                    hits += b.get("pool") == "hit"
-                    delete(inst, b["id"])
-                rounds.append((xs, hits))
+                rounds.append(back_to_back(inst, a.template, count))
             k = 2 if count <= 20 else 3
             p = 90 if count <= 20 else 99
             for name, part in (("first burst", rounds[:1]), (f"bursts 2-{len(rounds)}", rounds[1:])):

@@ -28,6 +28,13 @@ def wait_pool_ready(a, name, want, timeout=180):
     raise TimeoutError(f"pool of {name} not at {want} ready: {pool_of(a, name)}\n{a.log_tail()}")
 
 
+def run_and_delete(a, made):
+    """Each sandbox of made runs a command, then is deleted."""
+    for m in made:
+        assert a.exec(m["id"], ["true"])["exit_code"] == 0
+        assert a.request("DELETE", f"/v1/sandboxes/{m['id']}")[0] == 204
+
+
 def pool_qemus(a):
     """QEMUs of warm VMs still waiting in the pool: their disk link (the
     run dir's disk.img) points under STORAGE_ROOT/pool/ until a create
@@ -124,9 +131,7 @@ def test_pool_hits_refills_and_replaces_dead_vms(refill_switch, airlock_factory)
     try:
         made = [a.create("minimal") for _ in range(3)]
         assert [m["pool"] for m in made] == ["hit", "hit", "miss"], made
-        for m in made:
-            assert a.exec(m["id"], ["true"])["exit_code"] == 0
-            assert a.request("DELETE", f"/v1/sandboxes/{m['id']}")[0] == 204
+        run_and_delete(a, made)
     finally:
         release.touch()
     wait_pool_ready(a, "minimal", 2)
@@ -215,9 +220,7 @@ def test_pool_follows_demand_and_a_miss_waits_for_a_refill_in_flight(refill_swit
         assert after["waited"] == before["waited"] + 1 and after["misses"] == before["misses"], (before, after)
         assert metric(a, "airlock_pool_claims_total", template="minimal", outcome="waited") == after["waited"]
         made.append(got["s"])
-        for m in made:
-            assert a.exec(m["id"], ["true"])["exit_code"] == 0
-            assert a.request("DELETE", f"/v1/sandboxes/{m['id']}")[0] == 204
+        run_and_delete(a, made)
     finally:
         release.touch()
     wait_pool_ready(a, "minimal", 3)
