@@ -358,6 +358,14 @@ char *strdup_printf(const char *fmt, ...) {
         return s;
 }
 
+int str_copy(char *dst, size_t n, const char *src) {
+        size_t len = strlen(src);
+        if (len >= n)
+                return -ENAMETOOLONG;
+        memcpy(dst, src, len + 1);
+        return 0;
+}
+
 int signalfd_supervisor(void) {
         sigset_t mask;
         sigemptyset(&mask);

@@ -77,6 +77,11 @@ int path_check(const char *path, size_t len);
 /* asprintf() that returns the string, or NULL when out of memory. */
 char *strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Copies src into dst of size n, NUL-terminated: 0, or -ENAMETOOLONG (dst
+ * untouched) when src with its NUL does not fit. The one string copy
+ * (banned.h bans strcpy, strcat and strncpy). */
+int str_copy(char *dst, size_t n, const char *src);
+
 /* Parses a base-10 unsigned integer with range check. */
 int parse_u64(const char *s, uint64_t max, uint64_t *ret);
 

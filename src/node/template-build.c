@@ -353,15 +353,12 @@ static int make_rootfs(struct cbuild *b, const char *dir, const char *log_path, 
         _cleanup_free_ char *e_a = NULL, *e_b = NULL;
         if (debian) {
                 _cleanup_free_ char *joined = NULL;
-                size_t total = 1;
+                size_t total = 1, at = 0;
                 for (size_t i = 3; i < k; i++)
                         total += strlen(params[i]) + 1;
                 if ((joined = calloc(total, 1)))
-                        for (size_t i = 3; i < k; i++) {
-                                if (i > 3)
-                                        strcat(joined, ",");
-                                strcat(joined, params[i]);
-                        }
+                        for (size_t i = 3; i < k; i++)
+                                at += snprintf(joined + at, total - at, "%s%s", i > 3 ? "," : "", params[i]);
                 e_a = strdup_printf("SUITE=%s", spec->from);
                 e_b = joined ? strdup_printf("PACKAGES=%s", joined) : NULL;
         } else if (in_context) {

@@ -654,14 +654,10 @@ int vmm_template_step(const char *step, const char *name, const char *dir, const
         if (!q)
                 return -ENOMEM;
         q->op = MGR_OP_TEMPLATE_STEP;
-        if (strlen(step) >= sizeof q->step || strlen(name) >= sizeof q->name || strlen(dir) >= sizeof q->dir ||
-            strlen(out) >= sizeof q->out || strlen(kernel_dir) >= sizeof q->kernel_dir)
+        if (str_copy(q->step, sizeof q->step, step) < 0 || str_copy(q->name, sizeof q->name, name) < 0 ||
+            str_copy(q->dir, sizeof q->dir, dir) < 0 || str_copy(q->out, sizeof q->out, out) < 0 ||
+            str_copy(q->kernel_dir, sizeof q->kernel_dir, kernel_dir) < 0)
                 return -ENAMETOOLONG;
-        strcpy(q->step, step);
-        strcpy(q->name, name);
-        strcpy(q->dir, dir);
-        strcpy(q->out, out);
-        strcpy(q->kernel_dir, kernel_dir);
         for (size_t i = 0; params && params[i]; i++) {
                 if (i == MGR_ARGV_MAX || strlen(params[i]) >= MGR_ARG_MAX) {
                         mgr_request_release(q);
@@ -683,11 +679,10 @@ int vmm_file_reclaim(const char *path, unsigned mode, const char *ctx) {
         _cleanup_free_ struct mgr_request *q = calloc(1, sizeof *q);
         if (!q)
                 return -ENOMEM;
-        if (strlen(path) >= sizeof q->path)
+        if (str_copy(q->path, sizeof q->path, path) < 0)
                 return -ENAMETOOLONG;
         q->op = MGR_OP_FILE_RECLAIM;
         q->mode = mode;
-        strcpy(q->path, path);
         return mgr_ask(q, NULL, 0, NULL, NULL, 0, ctx);
 }
 
@@ -1218,11 +1213,8 @@ static int spawn_remote(const struct vmm_config *c, struct vmm *v, bool incoming
                       { q->disk, disk },          { q->disk_target, c->rootfs },
                       { q->mem, c->mem_shared && !c->mem_anonymous ? c->mem_path : "" } };
         for (size_t i = 0; i < ARRAY_SIZE(paths); i++) {
-                if (strlen(paths[i].src) >= MGR_PATH_MAX) {
-                        r = -ENAMETOOLONG;
+                if ((r = str_copy(paths[i].dst, MGR_PATH_MAX, paths[i].src)) < 0)
                         goto out;
-                }
-                strcpy(paths[i].dst, paths[i].src);
         }
         int fds[2] = { log_fd, ram_fd };
         for (int tries = 0; tries < 64; tries++) {

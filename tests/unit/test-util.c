@@ -72,6 +72,17 @@ static void test_parse_u64(void **state) {
         assert_int_equal(v, 42); /* untouched on failure */
 }
 
+static void test_str_copy(void **state) {
+        (void) state;
+        char buf[4] = "xyz";
+        assert_int_equal(str_copy(buf, sizeof buf, "abcd"), -ENAMETOOLONG);
+        assert_string_equal(buf, "xyz"); /* untouched on failure */
+        assert_int_equal(str_copy(buf, sizeof buf, "abc"), 0);
+        assert_string_equal(buf, "abc");
+        assert_int_equal(str_copy(buf, sizeof buf, ""), 0);
+        assert_string_equal(buf, "");
+}
+
 static void test_random_id(void **state) {
         (void) state;
         char a[64], b[64];
@@ -204,6 +215,7 @@ static void test_fd_clone_reflink(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_str_copy),
                 cmocka_unit_test(test_path_check), cmocka_unit_test(test_name_is_valid),
                 cmocka_unit_test(test_parse_u64),  cmocka_unit_test(test_random_id),
                 cmocka_unit_test(test_files),      cmocka_unit_test(test_fd_clone_or_copy),
