@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "macros.h"
+#include "unixsock.h"
 #include "util.h"
 
 int link_addr_parse(const char *s, struct link_addr *ret) {
@@ -85,19 +86,10 @@ int link_set_timeout(struct link *l, int timeout_ms) {
 }
 
 static int connect_unix(const struct link_addr *a, int timeout_ms, struct link *ret) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        memcpy(sa.sun_path, a->path, strlen(a->path) + 1);
         struct link l = LINK_NULL;
-        l.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (l.fd < 0)
-                return negative_errno();
-        int r = link_set_timeout(&l, timeout_ms);
-        if (r >= 0 && connect(l.fd, (struct sockaddr *) &sa, sizeof sa) < 0)
-                r = errno == ENOENT || errno == ECONNREFUSED ? -EHOSTDOWN : negative_errno();
-        if (r < 0) {
-                link_close(&l);
-                return r;
-        }
+        int r = unix_connect(a->path, timeout_ms, &l.fd);
+        if (r < 0)
+                return r == -ENOENT || r == -ECONNREFUSED ? -EHOSTDOWN : r;
         *ret = l;
         return 0;
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "macros.h"
+#include "unixsock.h"
 #include "proto.h"
 #include "util.h"
 
@@ -586,19 +587,16 @@ int mgr_call(const char *socket_path, const struct mgr_request *r, const int *fd
              int *ret_fds, size_t *ret_n_fds, char *err, size_t n) {
         if (err && n)
                 err[0] = 0;
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        if (!socket_path || strlen(socket_path) >= sizeof sa.sun_path)
+        if (!socket_path)
                 return -ENAMETOOLONG;
-        memcpy(sa.sun_path, socket_path, strlen(socket_path) + 1);
         _cleanup_free_ char *req = mgr_request_format(r);
         if (!req)
                 return -ENOMEM;
-        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return negative_errno();
-        if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
-                return negative_errno();
-        int k = mgr_send(fd, PROTO_MGR_REQUEST, req, strlen(req), fds, n_fds);
+        _cleanup_close_ int fd = -EBADF;
+        int k = unix_connect(socket_path, 0, &fd);
+        if (k < 0)
+                return k;
+        k = mgr_send(fd, PROTO_MGR_REQUEST, req, strlen(req), fds, n_fds);
         if (k < 0)
                 return k;
         _cleanup_free_ char *reply = NULL;

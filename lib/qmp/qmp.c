@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "macros.h"
+#include "unixsock.h"
 #include "util.h"
 
 #define QMP_READ_CHUNK (16u << 10)
@@ -394,18 +395,10 @@ int qmp_connect_fd(int fd, int timeout_ms, struct qmp **ret) {
 }
 
 int qmp_connect(const char *path, int timeout_ms, struct qmp **ret) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        if (!path || strlen(path) >= sizeof sa.sun_path)
+        if (!path)
                 return -ENAMETOOLONG;
-        memcpy(sa.sun_path, path, strlen(path) + 1);
-
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return negative_errno();
-        if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0) {
-                int r = negative_errno();
-                close(fd);
+        int fd, r = unix_connect(path, 0, &fd);
+        if (r < 0)
                 return r;
-        }
         return qmp_connect_fd(fd, timeout_ms, ret);
 }
