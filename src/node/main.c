@@ -300,6 +300,7 @@ int main(int argc, char *argv[]) {
                 goto out;
         session_init(cfg);
         nodeops_init(cfg, accel, reason);
+        server_set_dispatch(nodeops_dispatch);
 
         gid_t socket_group = (gid_t) -1;
         if (cfg->socket_group) {

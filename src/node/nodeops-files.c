@@ -26,7 +26,7 @@
 #include "nodeutil.h"
 #include "proto.h"
 #include "sandbox.h"
-#include "server.h"
+#include "conn.h"
 #include "util.h"
 
 /* file.read: guest data waiting for the client, at most. */

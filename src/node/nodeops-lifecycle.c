@@ -11,7 +11,7 @@
 #include "objstore.h"
 #include "nodeutil.h"
 #include "sandbox.h"
-#include "server.h"
+#include "conn.h"
 #include "util.h"
 
 /* The error code of a verb whose VM did not start or restore: a saved

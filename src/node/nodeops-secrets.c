@@ -21,7 +21,7 @@
 #include "macros.h"
 #include "nodeutil.h"
 #include "sandbox.h"
-#include "server.h"
+#include "conn.h"
 #include "util.h"
 
 #define AUDIT_READ_MAX 1000

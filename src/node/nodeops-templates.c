@@ -20,7 +20,7 @@
 #include "nodeops.h"
 #include "nodeutil.h"
 #include "proto.h"
-#include "server.h"
+#include "conn.h"
 #include "template-build.h"
 #include "template-internal.h"
 #include "util.h"

@@ -27,7 +27,7 @@
 #include "pool.h"
 #include "proto.h"
 #include "sandbox.h"
-#include "server.h"
+#include "conn.h"
 #include "session.h"
 #include "template.h"
 #include "util.h"

@@ -16,7 +16,7 @@
 #include "nodeutil.h"
 #include "httpresp.h"
 #include "sandbox.h"
-#include "server.h"
+#include "conn.h"
 #include "util.h"
 
 #define PORT_CONNECT_MS 5000

@@ -17,125 +17,17 @@
 
 #include "config.h"
 #include "log.h"
-#include "nodeops.h"
 #include "nodeutil.h"
+#include "unixsock.h"
 #include "util.h"
-
-/* How long a client may take to send its request (and each upload frame). */
-#define REQUEST_TIMEOUT_MS 60000
 
 static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned conn_count;
 static uint64_t conn_next_id;
+static server_dispatch_fn dispatch;
 
-static int conn_send_json(struct node_conn *c, uint8_t type, json_t *obj) {
-        if (c->broken)
-                return -EPIPE;
-        _cleanup_free_ char *s = json_dumps(obj, JSON_COMPACT);
-        if (!s)
-                return -ENOMEM;
-        int r = link_write_frame(&c->link, type, 0, s, strlen(s));
-        if (r < 0 && r != -EMSGSIZE)
-                c->broken = true;
-        return r;
-}
-
-int conn_reply_ok(struct node_conn *c, json_t *extra) {
-        json_t *o = extra ? extra : json_object();
-        if (!o)
-                return -ENOMEM;
-        json_object_set_new(o, "ok", json_true());
-        int r = conn_send_json(c, PROTO_NODE_REPLY, o);
-        if (r == -EMSGSIZE) {
-                json_decref(o);
-                return conn_reply_error(c, r, "internal", "reply larger than one frame (%u bytes)",
-                                        PROTO_MAX_PAYLOAD);
-        }
-        c->replied = true;
-        json_decref(o);
-        return r;
-}
-
-int conn_reply_error(struct node_conn *c, int r, const char *code, const char *fmt, ...) {
-        char msg[1024];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
-        va_end(ap);
-
-        if (r >= 0)
-                r = -EINVAL;
-        log_emit(strcmp(code, "internal") == 0 ? LOG_LEVEL_WARN : LOG_LEVEL_DEBUG, c->ctx,
-                 "request failed: code=%s %s", code, msg);
-        json_t *o = json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", code, "message", msg);
-        if (o) {
-                conn_send_json(c, PROTO_NODE_REPLY, o);
-                json_decref(o);
-        }
-        c->replied = true;
-        return r;
-}
-
-int conn_reply_errno(struct node_conn *c, int r, const char *what) {
-        return conn_reply_error(c, r, node_errno_code(r), "%s: %s", what, strerror(r < 0 ? -r : EINVAL));
-}
-
-int conn_send_event(struct node_conn *c, json_t *obj) {
-        if (!obj)
-                return -ENOMEM;
-        int r = conn_send_json(c, PROTO_NODE_EVENT, obj);
-        json_decref(obj);
-        return r;
-}
-
-int conn_send_data(struct node_conn *c, const void *data, size_t len) {
-        if (c->broken)
-                return -EPIPE;
-        int r = link_write_frame(&c->link, PROTO_NODE_DATA, 0, data, len);
-        if (r < 0)
-                c->broken = true;
-        return r;
-}
-
-int conn_send_end(struct node_conn *c, json_t *extra) {
-        json_t *o = extra ? extra : json_object();
-        if (!o)
-                return -ENOMEM;
-        int r = conn_send_json(c, PROTO_NODE_END, o);
-        json_decref(o);
-        return r;
-}
-
-int conn_read_frame(struct node_conn *c, int timeout_ms, struct proto_header *ret_h, const uint8_t **ret_payload) {
-        int t = timeout_ms < 0 ? REQUEST_TIMEOUT_MS : timeout_ms;
-        uint64_t deadline = now_monotonic_ns() + (uint64_t) t * 1000000ULL;
-        for (;;) {
-                int r = proto_reader_next(&c->reader, ret_h, ret_payload);
-                if (r != 0)
-                        return r;
-                uint64_t now = now_monotonic_ns();
-                if (now >= deadline)
-                        return -ETIMEDOUT;
-                r = link_wait(&c->link, (int) ((deadline - now + 999999) / 1000000));
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        continue; /* the deadline decides */
-                r = link_fill(&c->link, &c->reader);
-                if (r == 0)
-                        return 0;
-                if (r < 0 && r != -EAGAIN)
-                        return r;
-        }
-}
-
-void conn_pop_frame(struct node_conn *c, const struct proto_header *h) {
-        proto_reader_pop(&c->reader, h);
-}
-
-bool conn_hung_up(struct node_conn *c) {
-        /* nothing more is expected from a client mid-stream */
-        return c->broken || link_hung_up(&c->link);
+void server_set_dispatch(server_dispatch_fn fn) {
+        dispatch = fn;
 }
 
 static void conn_handle(struct node_conn *c) {
@@ -172,7 +64,7 @@ static void conn_handle(struct node_conn *c) {
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " op=%.40s", json_string_value(op));
 
         uint64_t t0 = now_monotonic_ns();
-        r = nodeops_dispatch(c, json_string_value(op), req);
+        r = dispatch ? dispatch(c, json_string_value(op), req) : -EOPNOTSUPP;
         if (r < 0 && !c->replied)
                 conn_reply_errno(c, r, json_string_value(op));
         log_emit(LOG_LEVEL_DEBUG, c->ctx, "request done: r=%d ms=%llu", r,
@@ -217,11 +109,6 @@ static void *conn_thread(void *arg) {
 }
 
 int server_listen(const char *path, gid_t group, int *ret_fd) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        if (strlen(path) >= sizeof sa.sun_path)
-                return -ENAMETOOLONG;
-        memcpy(sa.sun_path, path, strlen(path) + 1);
-
         /* the parent directory: private (or as airlock-nodemgr made it) */
         char dir[4096];
         snprintf(dir, sizeof dir, "%s", path);
@@ -233,26 +120,15 @@ int server_listen(const char *path, gid_t group, int *ret_fd) {
                         return log_error_errno(r, "Failed to create %s: %m", dir);
         }
 
-        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
-                return log_error_errno(negative_errno(), "Failed to create socket: %m");
-        if (unlink(path) < 0 && errno != ENOENT)
-                return log_error_errno(negative_errno(), "Failed to remove stale socket %s: %m", path);
-        /* umask makes the socket 0600 from the start: no window where others could connect */
-        mode_t old = umask(0177);
-        int r = bind(fd, (struct sockaddr *) &sa, sizeof sa);
-        int saved = errno;
-        umask(old);
+        /* 0600 from bind() on: no window where others could connect */
+        _cleanup_close_ int fd = -EBADF;
+        int r = unix_listen(path, 0600, SOCK_NONBLOCK, 128, &fd);
         if (r < 0)
-                return log_error_errno(-saved, "Failed to bind %s: %m", path);
+                return log_error_errno(r, "Failed to listen on %s: %m", path);
         /* the one group allowed in besides root: airlockd's, when it runs
          * unprivileged (airlock-nodemgr says which) */
-        if (group != (gid_t) -1 && chown(path, (uid_t) -1, group) < 0)
-                return log_error_errno(negative_errno(), "Failed to chown %s: %m", path);
-        if (chmod(path, group != (gid_t) -1 ? 0660 : 0600) < 0)
-                return log_error_errno(negative_errno(), "Failed to chmod %s: %m", path);
-        if (listen(fd, 128) < 0)
-                return log_error_errno(negative_errno(), "Failed to listen on %s: %m", path);
+        if (group != (gid_t) -1 && (chown(path, (uid_t) -1, group) < 0 || chmod(path, 0660) < 0))
+                return log_error_errno(negative_errno(), "Failed to give %s to its group: %m", path);
         *ret_fd = TAKE_FD(fd);
         return 0;
 }

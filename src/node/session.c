@@ -14,7 +14,7 @@
 #include "nodeutil.h"
 #include "proto.h"
 #include "sandbox.h"
-#include "server.h"
+#include "conn.h"
 #include "util.h"
 
 #define EXEC_START_MS 30000
