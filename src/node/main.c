@@ -47,6 +47,7 @@
 #include "template.h"
 #include "template-store.h"
 #include "nodemetrics.h"
+#include "nodereport.h"
 #include "util.h"
 #include "vmm.h"
 
@@ -353,7 +354,7 @@ int main(int argc, char *argv[]) {
                 log_error_errno(r, "Failed to start the warm pool thread: %m");
                 goto out;
         }
-        if ((r = nodemetrics_start()) < 0) {
+        if ((r = nodereport_start()) < 0) {
                 log_error_errno(r, "Failed to start the usage sampler: %m");
                 goto out;
         }
@@ -364,7 +365,7 @@ int main(int argc, char *argv[]) {
         exit_code = 0;
 out:
         membership_stop(); /* no replica reaches us any more */
-        nodemetrics_stop();
+        nodereport_stop();
         if (listen_fd >= 0) {
                 close(listen_fd);
                 if (!inherited)

@@ -21,6 +21,7 @@
 #include "nodeops-secrets.h"
 #include "nodeops-templates.h"
 #include "nodemetrics.h"
+#include "nodereport.h"
 #include "portproxy.h"
 #include "nodeutil.h"
 #include "objstore.h"
@@ -780,7 +781,7 @@ static int op_node_metrics(struct node_conn *c, json_t *req) {
         int r = nodeops_field_bool(c, req, "per_sandbox", false, &per_sandbox);
         if (r < 0)
                 return r;
-        json_t *m = nodemetrics_json(per_sandbox);
+        json_t *m = nodereport_metrics_json(per_sandbox);
         if (!m)
                 return conn_reply_error(c, -ENOMEM, "internal", "cannot gather the node's metrics");
         return conn_reply_ok(c, json_pack("{s:o}", "metrics", m));
@@ -793,7 +794,7 @@ static int op_sandbox_usage(struct node_conn *c, json_t *req) {
         if (!id || !name_is_valid(id))
                 return conn_reply_error(c, -EINVAL, "invalid", "field \"id\" must be a sandbox id");
         json_t *u = NULL;
-        int r = nodemetrics_usage(id, &u);
+        int r = nodereport_usage(id, &u);
         if (r == -ENOENT)
                 return conn_reply_error(c, r, "not_found", "no sandbox %s", id);
         if (r < 0)
