@@ -28,8 +28,8 @@
 #include "nodeutil.h"
 #include "sandbox.h"
 #include "server.h"
-#include "template.h"
 #include "template-store.h"
+#include "template.h"
 #include "util.h"
 #include "vmm.h"
 

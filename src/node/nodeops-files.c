@@ -18,15 +18,15 @@
 
 #include "cap.h"
 #include "config.h"
+#include "conn.h"
 #include "guestconn.h"
 #include "guestreply.h"
 #include "log.h"
 #include "macros.h"
-#include "nodeops.h"
+#include "nodeops-req.h"
 #include "nodeutil.h"
 #include "proto.h"
 #include "sandbox.h"
-#include "conn.h"
 #include "util.h"
 
 /* file.read: guest data waiting for the client, at most. */

@@ -6,12 +6,12 @@
 #include <sodium.h>
 #include <string.h>
 
-#include "macros.h"
-#include "nodeops.h"
-#include "objstore.h"
-#include "nodeutil.h"
-#include "sandbox.h"
 #include "conn.h"
+#include "macros.h"
+#include "nodeops-req.h"
+#include "nodeutil.h"
+#include "objstore.h"
+#include "sandbox.h"
 #include "util.h"
 
 /* The error code of a verb whose VM did not start or restore: a saved
@@ -252,33 +252,6 @@ int nodeops_sandbox_fork(struct node_conn *c, json_t *req) {
         if (o)
                 json_object_set_new(o, "parent_pause_ms", json_integer((json_int_t) child->fork_pause_ms));
         return conn_reply_ok(c, json_pack("{s:o}", "sandbox", o));
-}
-
-int nodeops_field_data_key(struct node_conn *c, json_t *req, struct objstore_data_key *key, bool *ret_has) {
-        json_t *k = json_object_get(req, "data_key"), *w = json_object_get(req, "wrapped_key");
-        *ret_has = false;
-        if (!k && !w)
-                return 0;
-        size_t len = 0;
-        const char *b64 = json_string_value(k), *wrapped = json_string_value(w);
-        if (!b64 || !wrapped || strlen(wrapped) == 0 || strlen(wrapped) > OBJSTORE_WRAPPED_KEY_MAX ||
-            sodium_base642bin(key->key, sizeof key->key, b64, strlen(b64), NULL, &len, NULL,
-                              sodium_base64_VARIANT_ORIGINAL) != 0 ||
-            len != sizeof key->key) {
-                sodium_memzero(key->key, sizeof key->key);
-                return conn_reply_error(c, -EINVAL, "invalid",
-                                        "\"data_key\" must be the base64 of 32 bytes and \"wrapped_key\" 1-%d "
-                                        "characters, both or neither",
-                                        OBJSTORE_WRAPPED_KEY_MAX);
-        }
-        for (const char *p = wrapped; *p; p++)
-                if (*p < 0x21 || *p > 0x7e) {
-                        sodium_memzero(key->key, sizeof key->key);
-                        return conn_reply_error(c, -EINVAL, "invalid", "\"wrapped_key\" must be printable ASCII");
-                }
-        key->wrapped = wrapped;
-        *ret_has = true;
-        return 0;
 }
 
 int nodeops_sandbox_suspend(struct node_conn *c, json_t *req) {

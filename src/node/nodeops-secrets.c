@@ -15,13 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conn.h"
 #include "credset.h"
 #include "gwclient.h"
 #include "log.h"
 #include "macros.h"
 #include "nodeutil.h"
 #include "sandbox.h"
-#include "conn.h"
 #include "util.h"
 
 #define AUDIT_READ_MAX 1000

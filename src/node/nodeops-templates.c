@@ -15,12 +15,12 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "conn.h"
 #include "log.h"
 #include "macros.h"
-#include "nodeops.h"
+#include "nodeops-req.h"
 #include "nodeutil.h"
 #include "proto.h"
-#include "conn.h"
 #include "template-build.h"
 #include "template-internal.h"
 #include "util.h"

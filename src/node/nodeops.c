@@ -11,24 +11,25 @@
 
 #include "capcheck.h"
 #include "config.h"
+#include "conn.h"
 #include "guestconn.h"
 #include "guestreply.h"
 #include "gwclient.h"
 #include "log.h"
 #include "netpolicy.h"
+#include "nodemetrics.h"
 #include "nodeops-files.h"
 #include "nodeops-lifecycle.h"
+#include "nodeops-req.h"
 #include "nodeops-secrets.h"
 #include "nodeops-templates.h"
-#include "nodemetrics.h"
 #include "nodereport.h"
-#include "portproxy.h"
 #include "nodeutil.h"
 #include "objstore.h"
 #include "pool.h"
+#include "portproxy.h"
 #include "proto.h"
 #include "sandbox.h"
-#include "conn.h"
 #include "session.h"
 #include "template.h"
 #include "util.h"
@@ -36,10 +37,6 @@
 /* The network log's entries one request may ask for (the API's limit). */
 #define NETWORK_LOG_MAX 1000
 
-/* Limits on what a request may carry (the guest enforces the same). */
-#define ARGV_MAX 4096
-#define ENV_MAX 4096
-#define STRING_MAX (128u << 10)
 #define EXEC_DEFAULT_TIMEOUT_S 60
 /* After SIGKILL on timeout, how long to wait for the EXIT frame. */
 #define EXEC_KILL_GRACE_MS 2000
@@ -56,249 +53,14 @@ static char oaccel_reason[256];
 
 void nodeops_init(const struct node_config *cfg, enum vmm_accel accel, const char *accel_reason) {
         ocfg = cfg;
+        nodeops_req_init(cfg);
         oaccel = accel;
         snprintf(oaccel_reason, sizeof oaccel_reason, "%s", accel_reason ? accel_reason : "");
-}
-
-const struct node_config *nodeops_config(void) {
-        return ocfg;
-}
-
-/* ---- request validation: every helper replies "invalid" itself ---- */
-
-static int field_string(struct node_conn *c, json_t *req, const char *key, bool required, size_t max,
-                        const char **ret) {
-        json_t *v = json_object_get(req, key);
-        if (!v || json_is_null(v)) {
-                if (required)
-                        return conn_reply_error(c, -EINVAL, "invalid", "missing field \"%s\"", key);
-                *ret = NULL;
-                return 0;
-        }
-        if (!json_is_string(v))
-                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" must be a string", key);
-        size_t n = json_string_length(v);
-        if (n > max)
-                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" is longer than %zu bytes", key, max);
-        if (strlen(json_string_value(v)) != n)
-                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" contains a NUL character", key);
-        *ret = json_string_value(v);
-        return 0;
-}
-
-static int field_name(struct node_conn *c, json_t *req, const char *key, const char **ret) {
-        const char *s;
-        int r = field_string(c, req, key, true, 64, &s);
-        if (r < 0)
-                return r;
-        if (!name_is_valid(s))
-                return conn_reply_error(c, -EINVAL, "invalid",
-                                        "field \"%s\" must be 1-64 characters of [A-Za-z0-9._-], not starting with '.'",
-                                        key);
-        *ret = s;
-        return 0;
-}
-
-int nodeops_field_path(struct node_conn *c, json_t *req, const char *key, bool required, const char **ret) {
-        const char *s;
-        int r = field_string(c, req, key, required, NODE_PATH_MAX, &s);
-        if (r < 0)
-                return r;
-        if (s && !node_path_is_valid(s))
-                return conn_reply_error(c, -EINVAL, "invalid",
-                                        "field \"%s\" must be an absolute path without \"..\" components", key);
-        *ret = s;
-        return 0;
-}
-
-int nodeops_field_bool(struct node_conn *c, json_t *req, const char *key, bool def, bool *ret) {
-        json_t *v = json_object_get(req, key);
-        if (!v || json_is_null(v)) {
-                *ret = def;
-                return 0;
-        }
-        if (!json_is_boolean(v))
-                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" must be a boolean", key);
-        *ret = json_is_true(v);
-        return 0;
-}
-
-int nodeops_field_uint(struct node_conn *c, json_t *req, const char *key, uint64_t def, uint64_t min, uint64_t max,
-                       uint64_t *ret) {
-        json_t *v = json_object_get(req, key);
-        if (!v || json_is_null(v)) {
-                *ret = def;
-                return 0;
-        }
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t) json_integer_value(v) < min ||
-            (uint64_t) json_integer_value(v) > max)
-                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" must be an integer in %llu..%llu", key,
-                                        (unsigned long long) min, (unsigned long long) max);
-        *ret = (uint64_t) json_integer_value(v);
-        return 0;
-}
-
-/* user: a user name of the guest (absent: NULL, the request's uid). */
-static int field_user(struct node_conn *c, json_t *req, const char **ret) {
-        const char *s;
-        int r = field_string(c, req, "user", false, NODE_USER_MAX, &s);
-        if (r < 0)
-                return r;
-        if (s && !node_user_name_is_valid(s))
-                return conn_reply_error(c, -EINVAL, "invalid",
-                                        "field \"user\" must be a user name: [a-z_][a-z0-9_-]{0,31}");
-        *ret = s;
-        return 0;
-}
-
-/* env: an object of string values. Returns a new reference (empty object
- * when absent). */
-int nodeops_field_network(struct node_conn *c, json_t *req, bool required, char **ret) {
-        json_t *v = json_object_get(req, "network");
-        _cleanup_(netpolicy_freep) struct netpolicy *p = NULL;
-        char err[NETPOLICY_ERR_MAX] = "";
-        int r = v && !json_is_null(v) ? netpolicy_parse(v, "network", &p, err, sizeof err) : 0;
-        if (r == -ENOMEM)
-                return conn_reply_errno(c, r, "network");
-        if (r < 0)
-                return conn_reply_error(c, -EINVAL, "invalid", "%s", err[0] ? err : "field \"network\" is not a policy");
-        if (r == 0) {
-                if (required)
-                        return conn_reply_error(c, -EINVAL, "invalid", "field \"network\" must give a policy");
-                *ret = NULL;
-                return 0;
-        }
-        r = netpolicy_format(p, ret);
-        return r < 0 ? conn_reply_errno(c, r, "network") : 0;
-}
-
-static int field_env(struct node_conn *c, json_t *req, const char *key, json_t **ret) {
-        json_t *v = json_object_get(req, key);
-        if (!v || json_is_null(v)) {
-                *ret = json_object();
-                return *ret ? 0 : -ENOMEM;
-        }
-        if (!json_is_object(v))
-                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" must be an object of strings", key);
-        if (json_object_size(v) > ENV_MAX)
-                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" has more than %d entries", key, ENV_MAX);
-        const char *k;
-        json_t *val;
-        json_object_foreach(v, k, val) {
-                size_t klen = strlen(k);
-                if (klen == 0 || klen > STRING_MAX || strchr(k, '='))
-                        return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\": bad variable name", key);
-                if (!json_is_string(val) || json_string_length(val) > STRING_MAX ||
-                    strlen(json_string_value(val)) != json_string_length(val))
-                        return conn_reply_error(c, -EINVAL, "invalid",
-                                                "field \"%s\": value of %.64s must be a string without NUL, at most %u bytes",
-                                                key, k, STRING_MAX);
-        }
-        *ret = json_incref(v);
-        return 0;
-}
-
-/* cmd: a non-empty array of strings. Returns a new reference. */
-static int field_cmd(struct node_conn *c, json_t *req, const char *key, json_t **ret) {
-        json_t *v = json_object_get(req, key);
-        if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > ARGV_MAX)
-                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\" must be an array of 1..%d strings", key,
-                                        ARGV_MAX);
-        size_t i;
-        json_t *a;
-        json_array_foreach(v, i, a) {
-                if (!json_is_string(a) || json_string_length(a) > STRING_MAX ||
-                    strlen(json_string_value(a)) != json_string_length(a))
-                        return conn_reply_error(c, -EINVAL, "invalid",
-                                                "field \"%s\": element %zu must be a string without NUL, at most %u bytes",
-                                                key, i, STRING_MAX);
-        }
-        if (json_string_length(json_array_get(v, 0)) == 0)
-                return conn_reply_error(c, -EINVAL, "invalid", "field \"%s\": empty program name", key);
-        *ret = json_incref(v);
-        return 0;
-}
-
-/*
- * The capability of a data-plane request ("cap"), checked against s as this
- * node runs it now (docs/security.md): allow, or a reply "refresh_route"
- * (the right sandbox, another execution or node: the caller re-resolves)
- * or "forbidden". The token itself is never logged.
- */
-static int req_capability(struct node_conn *c, json_t *req, struct sandbox *s, uint32_t need, uint16_t port) {
-        json_t *v = json_object_get(req, "cap");
-        struct cap_record rec = { 0 };
-        snprintf(rec.tenant, sizeof rec.tenant, "%s", s->tenant);
-        snprintf(rec.sandbox, sizeof rec.sandbox, "%s", s->id);
-        snprintf(rec.node, sizeof rec.node, "%s", ocfg->node_name);
-        pthread_mutex_lock(&s->lock);
-        rec.execution = s->execution;
-        pthread_mutex_unlock(&s->lock);
-        const char *why;
-        enum cap_decision d = capcheck(json_string_value(v), json_is_string(v) ? json_string_length(v) : 0, &rec,
-                                       need, port, &why);
-        if (d == CAP_ALLOW)
-                return 0;
-        if (d == CAP_REFRESH_ROUTE)
-                return conn_reply_error(c, -ESTALE, "refresh_route", "sandbox %s runs execution %llu on node %s",
-                                        s->id, (unsigned long long) rec.execution, rec.node);
-        log_emit(LOG_LEVEL_WARN, c->ctx, "capability refused for sandbox %s: %s", s->id, why);
-        return conn_reply_error(c, -EPERM, "forbidden", "%s", why);
-}
-
-int nodeops_req_sandbox(struct node_conn *c, json_t *req, uint32_t need, uint16_t port, struct sandbox **ret_s,
-                        struct guestconn **ret_g) {
-        const char *id;
-        int r = field_name(c, req, "id", &id);
-        if (r < 0)
-                return r;
-        struct sandbox *s;
-        r = sandbox_get(id, &s);
-        if (r < 0)
-                return conn_reply_error(c, r, "not_found", "no sandbox %s", id);
-        if ((r = req_capability(c, req, s, need, port)) < 0) {
-                sandbox_unref(s);
-                return r;
-        }
-        /* paused or stopped on purpose: the client's conflict, not a guest failure */
-        const char *st = sandbox_state_name(s);
-        if (strcmp(st, "paused") == 0 || strcmp(st, "stopped") == 0) {
-                sandbox_unref(s);
-                return conn_reply_error(c, -EBUSY, "conflict", "sandbox is %s", st);
-        }
-        if (ret_g) {
-                r = sandbox_guest(s, ret_g);
-                if (r < 0) {
-                        _cleanup_free_ char *why = sandbox_error(s);
-                        sandbox_unref(s);
-                        return conn_reply_error(c, r, "guest", "sandbox %s is not running: %s", id,
-                                                why ? why : "unknown");
-                }
-        }
-        snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s", s->ctx);
-        *ret_s = s;
-        return 0;
 }
 
 static int req_sandbox(struct node_conn *c, json_t *req, uint32_t need, struct sandbox **ret_s,
                        struct guestconn **ret_g) {
         return nodeops_req_sandbox(c, req, need, 0, ret_s, ret_g);
-}
-
-/* Replies with a guest call's failure: the guest's errno and message when
- * it sent ERROR, else the transport problem. */
-int nodeops_reply_guest_failure(struct node_conn *c, int r, const char *msg, const char *what) {
-        if (msg)
-                return conn_reply_error(c, r, node_guest_errno_code(-r), "%s: %s", what, msg);
-        if (r == -ETIMEDOUT)
-                return conn_reply_error(c, r, "timeout", "%s: the guest agent did not answer", what);
-        if (r == -ECONNRESET || r == -EPIPE || r == -ECANCELED)
-                return conn_reply_error(c, r, "guest", "%s: the guest channel closed", what);
-        /* a reply that is no JSON object is the guest's fault, not the
-         * client's (conn_reply_errno would call EBADMSG "invalid") */
-        if (r == -EBADMSG)
-                return conn_reply_error(c, r, "guest", "%s: the guest agent sent a malformed reply", what);
-        return conn_reply_errno(c, r, what);
 }
 
 /* ---- simple ops ---- */
@@ -336,17 +98,17 @@ static int op_sandbox_create(struct node_conn *c, json_t *req) {
         _cleanup_(json_decrefp) json_t *env = NULL;
         int r;
         /* from a template, or from an image (sandbox.publish) */
-        if ((r = field_name(c, req, "id", &id)) < 0 ||
-            (r = json_object_get(req, "image") ? field_name(c, req, "image", &image)
-                                               : field_name(c, req, "template", &tpl)) < 0 ||
-            (r = field_env(c, req, "env", &env)) < 0)
+        if ((r = nodeops_field_name(c, req, "id", &id)) < 0 ||
+            (r = json_object_get(req, "image") ? nodeops_field_name(c, req, "image", &image)
+                                               : nodeops_field_name(c, req, "template", &tpl)) < 0 ||
+            (r = nodeops_field_env(c, req, "env", &env)) < 0)
                 return r;
         json_t *md = json_object_get(req, "metadata");
         if (md && !json_is_object(md) && !json_is_null(md))
                 return conn_reply_error(c, -EINVAL, "invalid", "field \"metadata\" must be an object");
         /* the owner that capabilities for it must name */
         const char *tenant = SANDBOX_TENANT_ADMIN;
-        if (json_object_get(req, "tenant") && (r = field_name(c, req, "tenant", &tenant)) < 0)
+        if (json_object_get(req, "tenant") && (r = nodeops_field_name(c, req, "tenant", &tenant)) < 0)
                 return r;
         bool recover_checkpoint;
         if (sandbox_recovery_from_json(req, &recover_checkpoint) < 0)
@@ -391,7 +153,7 @@ static int op_sandbox_create(struct node_conn *c, json_t *req) {
 
 static int op_sandbox_get(struct node_conn *c, json_t *req) {
         const char *id;
-        int r = field_name(c, req, "id", &id);
+        int r = nodeops_field_name(c, req, "id", &id);
         if (r < 0)
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
@@ -411,7 +173,7 @@ static int op_sandbox_list(struct node_conn *c, json_t *req) {
 
 static int op_sandbox_delete(struct node_conn *c, json_t *req) {
         const char *id;
-        int r = field_name(c, req, "id", &id);
+        int r = nodeops_field_name(c, req, "id", &id);
         if (r < 0)
                 return r;
         r = sandbox_delete(id, json_is_true(json_object_get(req, "keep_snapshots")));
@@ -429,7 +191,7 @@ static int op_sandbox_delete(struct node_conn *c, json_t *req) {
 /* The sandbox "id" names (visible: not one being made). Replies itself. */
 static int req_sandbox_plain(struct node_conn *c, json_t *req, struct sandbox **ret) {
         const char *id;
-        int r = field_name(c, req, "id", &id);
+        int r = nodeops_field_name(c, req, "id", &id);
         if (r < 0)
                 return r;
         if (sandbox_get(id, ret) < 0)
@@ -602,9 +364,9 @@ static int op_exec(struct node_conn *c, json_t *req) {
         const char *cwd, *stdin_s, *user;
         uint64_t timeout_s, max_output;
         int r;
-        if ((r = field_cmd(c, req, "cmd", &cmd)) < 0 || (r = field_env(c, req, "env", &env)) < 0 ||
-            (r = nodeops_field_path(c, req, "cwd", false, &cwd)) < 0 || (r = field_user(c, req, &user)) < 0 ||
-            (r = field_string(c, req, "stdin", false, PROTO_MAX_PAYLOAD, &stdin_s)) < 0 ||
+        if ((r = nodeops_field_cmd(c, req, "cmd", &cmd)) < 0 || (r = nodeops_field_env(c, req, "env", &env)) < 0 ||
+            (r = nodeops_field_path(c, req, "cwd", false, &cwd)) < 0 || (r = nodeops_field_user(c, req, &user)) < 0 ||
+            (r = nodeops_field_string(c, req, "stdin", false, PROTO_MAX_PAYLOAD, &stdin_s)) < 0 ||
             (r = nodeops_field_uint(c, req, "timeout_s", MIN(EXEC_DEFAULT_TIMEOUT_S, ocfg->exec_timeout_max_s), 1,
                                     ocfg->exec_timeout_max_s, &timeout_s)) < 0 ||
             (r = nodeops_field_uint(c, req, "max_output", ocfg->exec_max_output, 0, UINT32_MAX, &max_output)) < 0)
@@ -709,10 +471,10 @@ static int op_session_start(struct node_conn *c, json_t *req) {
         bool pty;
         uint64_t rows, cols;
         int r;
-        if ((r = field_name(c, req, "session_id", &sid)) < 0 || (r = field_cmd(c, req, "cmd", &cmd)) < 0 ||
-            (r = field_env(c, req, "env", &env)) < 0 || (r = nodeops_field_path(c, req, "cwd", false, &cwd)) < 0 ||
-            (r = field_user(c, req, &user)) < 0 ||
-            (r = field_string(c, req, "tag", false, TAG_MAX, &tag)) < 0 ||
+        if ((r = nodeops_field_name(c, req, "session_id", &sid)) < 0 || (r = nodeops_field_cmd(c, req, "cmd", &cmd)) < 0 ||
+            (r = nodeops_field_env(c, req, "env", &env)) < 0 || (r = nodeops_field_path(c, req, "cwd", false, &cwd)) < 0 ||
+            (r = nodeops_field_user(c, req, &user)) < 0 ||
+            (r = nodeops_field_string(c, req, "tag", false, TAG_MAX, &tag)) < 0 ||
             (r = nodeops_field_bool(c, req, "pty", false, &pty)) < 0 ||
             (r = nodeops_field_uint(c, req, "rows", 24, 1, 65535, &rows)) < 0 ||
             (r = nodeops_field_uint(c, req, "cols", 80, 1, 65535, &cols)) < 0)
@@ -829,7 +591,7 @@ static int op_session_adopt(struct node_conn *c, json_t *req) {
         const char *sid;
         uint64_t pid;
         int r;
-        if ((r = field_name(c, req, "session_id", &sid)) < 0)
+        if ((r = nodeops_field_name(c, req, "session_id", &sid)) < 0)
                 return r;
         if (!json_object_get(req, "pid"))
                 return conn_reply_error(c, -EINVAL, "invalid", "missing field \"pid\"");
@@ -847,13 +609,13 @@ static int req_session(struct node_conn *c, json_t *req, const char *sid) {
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         if (session_sandbox(sid, &s) < 0)
                 return conn_reply_error(c, -ENOENT, "not_found", "no session %s", sid);
-        return req_capability(c, req, s, CAP_ACCESS_SESSION_ATTACH, 0);
+        return nodeops_req_capability(c, req, s, CAP_ACCESS_SESSION_ATTACH, 0);
 }
 
 static int op_session_attach(struct node_conn *c, json_t *req) {
         const char *sid;
         bool from_now;
-        int r = field_name(c, req, "session_id", &sid);
+        int r = nodeops_field_name(c, req, "session_id", &sid);
         if (r < 0 || (r = nodeops_field_bool(c, req, "from_now", false, &from_now)) < 0 ||
             (r = req_session(c, req, sid)) < 0)
                 return r;
@@ -864,8 +626,8 @@ static int op_session_stdin(struct node_conn *c, json_t *req) {
         const char *sid, *data;
         bool close_stdin;
         int r;
-        if ((r = field_name(c, req, "session_id", &sid)) < 0 ||
-            (r = field_string(c, req, "data", false, PROTO_MAX_PAYLOAD, &data)) < 0 ||
+        if ((r = nodeops_field_name(c, req, "session_id", &sid)) < 0 ||
+            (r = nodeops_field_string(c, req, "data", false, PROTO_MAX_PAYLOAD, &data)) < 0 ||
             (r = nodeops_field_bool(c, req, "close", false, &close_stdin)) < 0)
                 return r;
         _cleanup_free_ uint8_t *bytes = NULL;
@@ -881,7 +643,7 @@ static int op_session_resize(struct node_conn *c, json_t *req) {
         const char *sid;
         uint64_t rows, cols;
         int r;
-        if ((r = field_name(c, req, "session_id", &sid)) < 0)
+        if ((r = nodeops_field_name(c, req, "session_id", &sid)) < 0)
                 return r;
         if (!json_object_get(req, "rows") || !json_object_get(req, "cols"))
                 return conn_reply_error(c, -EINVAL, "invalid", "missing field \"%s\"",
@@ -897,7 +659,7 @@ static int op_session_signal(struct node_conn *c, json_t *req) {
         const char *sid;
         uint64_t sig;
         int r;
-        if ((r = field_name(c, req, "session_id", &sid)) < 0)
+        if ((r = nodeops_field_name(c, req, "session_id", &sid)) < 0)
                 return r;
         if (!json_object_get(req, "signal"))
                 return conn_reply_error(c, -EINVAL, "invalid", "missing field \"signal\"");

@@ -11,12 +11,12 @@
 #include <unistd.h>
 
 #include "cap.h"
-#include "log.h"
-#include "nodeops.h"
-#include "nodeutil.h"
-#include "httpresp.h"
-#include "sandbox.h"
 #include "conn.h"
+#include "httpresp.h"
+#include "log.h"
+#include "nodeops-req.h"
+#include "nodeutil.h"
+#include "sandbox.h"
 #include "util.h"
 
 #define PORT_CONNECT_MS 5000

@@ -2,8 +2,8 @@
 /* Images: a sandbox published to the object store, whole (a full snapshot
  * taken for it) or from one of its kept snapshots (export), and sandboxes
  * made from them. */
-#include "sandbox.h"
 #include "sandbox-internal.h"
+#include "sandbox.h"
 
 #include <errno.h>
 #include <stdlib.h>

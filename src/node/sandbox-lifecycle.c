@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The lifecycle verbs (pause, resume, stop, start) and crash recovery. */
-#include "sandbox.h"
 #include "sandbox-internal.h"
+#include "sandbox.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Fork, suspend and wake, disk and full snapshots, rollback (images: sandbox-image.c). */
-#include "sandbox.h"
 #include "sandbox-internal.h"
+#include "sandbox.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#include "sandbox.h"
 #include "sandbox-internal.h"
+#include "sandbox.h"
 
 #include <dirent.h>
 #include <errno.h>

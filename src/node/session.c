@@ -8,13 +8,13 @@
 #include <time.h>
 
 #include "config.h"
+#include "conn.h"
 #include "guestconn.h"
 #include "guestreply.h"
 #include "log.h"
 #include "nodeutil.h"
 #include "proto.h"
 #include "sandbox.h"
-#include "conn.h"
 #include "util.h"
 
 #define EXEC_START_MS 30000

@@ -27,11 +27,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "jail.h"
 #include "host.h"
-#include "mgr.h"
+#include "jail.h"
 #include "log.h"
 #include "macros.h"
+#include "mgr.h"
 #include "qmp.h"
 #include "util.h"
 #include "vmnet.h"
