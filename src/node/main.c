@@ -46,6 +46,7 @@
 #include "server.h"
 #include "session.h"
 #include "storage.h"
+#include "template-build.h"
 #include "template-store.h"
 #include "template.h"
 #include "util.h"
@@ -295,6 +296,7 @@ int main(int argc, char *argv[]) {
         bool inherited = false; /* airlock-nodemgr's socket: not ours to remove */
         int exit_code = 1;
         bool hand_over = false;
+        template_set_build_state(template_custom_state);
         if ((r = template_init(cfg, templates_dir, accel)) < 0 ||
             (r = sandbox_manager_init(cfg, accel, sandboxes_dir)) < 0 ||
             (r = pool_init(cfg, pool_dir)) < 0 || (r = capcheck_init(cfg)) < 0)
@@ -377,6 +379,7 @@ out:
         if (left > 0)
                 log_warn("%u lifecycle requests still running; stopping without their answers", left);
         template_shutdown();
+        template_custom_shutdown();
         pool_shutdown();
         sandbox_uploads_stop();
         if (hand_over)

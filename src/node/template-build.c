@@ -40,8 +40,8 @@
 #include "util.h"
 #include "vmm.h"
 
-#define CUSTOM_PREFIX "c-"
-#define CUSTOM_ID_HEX 32
+#define CUSTOM_PREFIX TEMPLATE_CUSTOM_PREFIX
+#define CUSTOM_ID_HEX TEMPLATE_CUSTOM_ID_HEX
 /* A step's command, and a readiness check's wait, at most. */
 #define STEP_TIMEOUT_MS (30 * 60 * 1000)
 /* How often a readiness check runs again. */
@@ -91,13 +91,6 @@ static struct cbuild *builds;
 static unsigned running;
 static bool stopping;
 
-bool template_custom_name(const char *name) {
-        size_t n = strlen(CUSTOM_PREFIX);
-        if (!name || strncmp(name, CUSTOM_PREFIX, n) != 0 || strlen(name) != n + CUSTOM_ID_HEX)
-                return false;
-        return strspn(name + n, "0123456789abcdef") == CUSTOM_ID_HEX;
-}
-
 #define pathf template_pathf
 
 static struct cbuild *find(const char *name) {
@@ -144,90 +137,17 @@ static bool cancelled(struct cbuild *b) {
 
 /* ---- the template on disk ---- */
 
-/* Reads TEMPLATES_DIR/<name>/manifest.json into a template_info. */
-static int load_template(const char *name, struct template_info **ret, char **ret_error) {
-        char dir[PATH_BUF], path[PATH_BUF], kdir[PATH_BUF];
-        if (pathf(dir, "%s/%s", template_dir(), name) < 0 || pathf(path, "%s/manifest.json", dir) < 0)
-                return -ENAMETOOLONG;
-        _cleanup_free_ char *text = NULL;
-        size_t len;
-        int r = file_read_all(path, 1u << 20, &text, &len);
-        if (r < 0)
-                return r == -ENOENT ? -ENOENT : r;
-        _cleanup_(json_decrefp) json_t *m = json_loadb(text, len, 0, NULL);
-        const char *kernel = json_string_value(json_object_get(m, "kernel"));
-        json_int_t mem = json_integer_value(json_object_get(m, "memory_mib"));
-        json_int_t vcpus = json_integer_value(json_object_get(m, "vcpus"));
-        json_t *env = json_object_get(m, "env");
-        json_t *workdir = json_object_get(m, "workdir"), *user = json_object_get(m, "user");
-        if (!kernel || strchr(kernel, '/') || mem < 16 || vcpus < 1 || vcpus > 256 || (env && !json_is_object(env)) ||
-            pathf(kdir, "%s/%s", template_dir(), kernel) < 0) {
-                if (ret_error)
-                        *ret_error = strdup_printf("%s is not a template's manifest", path);
-                return -EBADMSG;
-        }
-        struct template_info *t = calloc(1, sizeof *t);
-        if (!t)
-                return -ENOMEM;
-        t->name = strdup(name);
-        t->hash = strdup(name + strlen(CUSTOM_PREFIX));
-        t->dir = strdup(dir);
-        t->kernel = strdup_printf("%s/vmlinux", kdir);
-        t->initrd = strdup_printf("%s/initramfs.cpio", dir);
-        t->rootfs = strdup_printf("%s/rootfs.img", dir);
-        t->mem = strdup_printf("%s/mem", dir);
-        t->state = strdup_printf("%s/state", dir);
-        t->cmdline = strdup("");
-        t->memory_mib = (unsigned) mem;
-        t->vcpus = (unsigned) vcpus;
-        t->env = env ? json_deep_copy(env) : NULL;
-        t->workdir = json_is_string(workdir) ? strdup(json_string_value(workdir)) : NULL;
-        t->user = json_is_string(user) ? strdup(json_string_value(user)) : NULL;
-        if (!t->name || !t->hash || !t->dir || !t->kernel || !t->initrd || !t->rootfs || !t->mem || !t->state ||
-            !t->cmdline || (env && !t->env) || (json_is_string(workdir) && !t->workdir) ||
-            (json_is_string(user) && !t->user)) {
-                template_info_free(t);
-                return -ENOMEM;
-        }
-        if (access(t->kernel, F_OK) < 0) {
-                if (ret_error)
-                        *ret_error = strdup_printf("template %s: its kernel %s is missing", name, t->kernel);
-                template_info_free(t);
-                return -ENOENT;
-        }
-        *ret = t;
-        return 0;
-}
-
-int template_custom_get(const char *name, struct template_info **ret, char **ret_error) {
+/* Where a build is, for template.c's lookup (template_set_build_state()):
+ * -EAGAIN building, -EIO failed (*ret_error its message), 0 otherwise (a
+ * template built before is on disk, or none is). */
+int template_custom_state(const char *name, char **ret_error) {
         pthread_mutex_lock(&clock_);
         struct cbuild *b = find(name);
         enum cstate st = b ? b->state : C_READY;
         if (st == C_FAILED && ret_error)
                 *ret_error = b->error ? strdup(b->error) : NULL;
         pthread_mutex_unlock(&clock_);
-        if (st == C_BUILDING)
-                return -EAGAIN;
-        if (st == C_FAILED)
-                return -EIO;
-        return load_template(name, ret, ret_error);
-}
-
-void template_custom_list(json_t *arr) {
-        DIR *d = opendir(template_dir());
-        if (!d)
-                return;
-        for (struct dirent *de; (de = readdir(d));) {
-                if (!template_custom_name(de->d_name))
-                        continue;
-                struct template_info *t = NULL;
-                if (load_template(de->d_name, &t, NULL) < 0)
-                        continue;
-                json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:I}", "name", t->name, "state", "ready",
-                                                     "hash", t->hash, "memory_mib", (json_int_t) t->memory_mib));
-                template_info_free(t);
-        }
-        closedir(d);
+        return st == C_BUILDING ? -EAGAIN : st == C_FAILED ? -EIO : 0;
 }
 
 /* ---- host steps: the base's disk ---- */
@@ -1030,7 +950,7 @@ int template_custom_status(const char *name, json_t **ret) {
         pthread_mutex_unlock(&clock_);
         if (!b) {
                 struct template_info *t = NULL;
-                int r = load_template(name, &t, NULL);
+                int r = template_peek(name, &t);
                 if (r < 0)
                         return r;
                 template_info_free(t);

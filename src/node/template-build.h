@@ -18,9 +18,6 @@
 
 #include "template.h"
 
-/* "c-" and 32 lowercase hex digits. */
-bool template_custom_name(const char *name);
-
 /* What a build starts from and runs in; every field is checked by the
  * caller. spec: the canonical JSON spec (tplspec_to_json()); base: the
  * node's name of the base template (spec base "template"), else NULL;
@@ -54,9 +51,11 @@ int template_custom_log(const char *name, uint64_t offset, size_t max, char **re
  * -ENOENT: nothing of that name. */
 int template_custom_delete(const char *name);
 
-/* For template.c: template_get()/template_peek() of a custom name
- * (-EAGAIN while building, -EIO failed, -ENOENT none); its ready ones in
- * template_list_json(); shutdown kills its builds. */
-int template_custom_get(const char *name, struct template_info **ret, char **ret_error);
-void template_custom_list(json_t *arr);
+/* Where a build of this process is: -EAGAIN building, -EIO failed
+ * (*ret_error, if given, its message), 0 otherwise. main.c hands it to
+ * template_set_build_state(): template.c's lookup asks it, and nothing
+ * else below calls the builder. */
+int template_custom_state(const char *name, char **ret_error);
+
+/* Cancels every build (the node is stopping); after template_shutdown(). */
 void template_custom_shutdown(void);

@@ -27,7 +27,6 @@
 #include "nodemetrics.h"
 #include "nodeutil.h"
 #include "proto.h"
-#include "template-build.h"
 #include "template-internal.h"
 #include "template-store.h"
 #include "util.h"
@@ -1125,9 +1124,105 @@ static void build_entry(struct tentry *e) {
         pthread_cond_broadcast(&tcond);
 }
 
+/* ---- templates built from specs (template-build.c builds them) ---- */
+
+bool template_custom_name(const char *name) {
+        size_t n = strlen(TEMPLATE_CUSTOM_PREFIX);
+        if (!name || strncmp(name, TEMPLATE_CUSTOM_PREFIX, n) != 0 || strlen(name) != n + TEMPLATE_CUSTOM_ID_HEX)
+                return false;
+        return strspn(name + n, "0123456789abcdef") == TEMPLATE_CUSTOM_ID_HEX;
+}
+
+static template_build_state_fn build_state;
+
+void template_set_build_state(template_build_state_fn fn) {
+        build_state = fn;
+}
+
+/* Reads TEMPLATES_DIR/<name>/manifest.json into a template_info. */
+static int custom_load(const char *name, struct template_info **ret, char **ret_error) {
+        char dir[PATH_BUF], path[PATH_BUF], kdir[PATH_BUF];
+        if (pathf(dir, "%s/%s", template_dir(), name) < 0 || pathf(path, "%s/manifest.json", dir) < 0)
+                return -ENAMETOOLONG;
+        _cleanup_free_ char *text = NULL;
+        size_t len;
+        int r = file_read_all(path, 1u << 20, &text, &len);
+        if (r < 0)
+                return r == -ENOENT ? -ENOENT : r;
+        _cleanup_(json_decrefp) json_t *m = json_loadb(text, len, 0, NULL);
+        const char *kernel = json_string_value(json_object_get(m, "kernel"));
+        json_int_t mem = json_integer_value(json_object_get(m, "memory_mib"));
+        json_int_t vcpus = json_integer_value(json_object_get(m, "vcpus"));
+        json_t *env = json_object_get(m, "env");
+        json_t *workdir = json_object_get(m, "workdir"), *user = json_object_get(m, "user");
+        if (!kernel || strchr(kernel, '/') || mem < 16 || vcpus < 1 || vcpus > 256 || (env && !json_is_object(env)) ||
+            pathf(kdir, "%s/%s", template_dir(), kernel) < 0) {
+                if (ret_error)
+                        *ret_error = strdup_printf("%s is not a template's manifest", path);
+                return -EBADMSG;
+        }
+        struct template_info *t = calloc(1, sizeof *t);
+        if (!t)
+                return -ENOMEM;
+        t->name = strdup(name);
+        t->hash = strdup(name + strlen(TEMPLATE_CUSTOM_PREFIX));
+        t->dir = strdup(dir);
+        t->kernel = strdup_printf("%s/vmlinux", kdir);
+        t->initrd = strdup_printf("%s/initramfs.cpio", dir);
+        t->rootfs = strdup_printf("%s/rootfs.img", dir);
+        t->mem = strdup_printf("%s/mem", dir);
+        t->state = strdup_printf("%s/state", dir);
+        t->cmdline = strdup("");
+        t->memory_mib = (unsigned) mem;
+        t->vcpus = (unsigned) vcpus;
+        t->env = env ? json_deep_copy(env) : NULL;
+        t->workdir = json_is_string(workdir) ? strdup(json_string_value(workdir)) : NULL;
+        t->user = json_is_string(user) ? strdup(json_string_value(user)) : NULL;
+        if (!t->name || !t->hash || !t->dir || !t->kernel || !t->initrd || !t->rootfs || !t->mem || !t->state ||
+            !t->cmdline || (env && !t->env) || (json_is_string(workdir) && !t->workdir) ||
+            (json_is_string(user) && !t->user)) {
+                template_info_free(t);
+                return -ENOMEM;
+        }
+        if (access(t->kernel, F_OK) < 0) {
+                if (ret_error)
+                        *ret_error = strdup_printf("template %s: its kernel %s is missing", name, t->kernel);
+                template_info_free(t);
+                return -ENOENT;
+        }
+        *ret = t;
+        return 0;
+}
+
+/* A custom template: the build's state while this process builds it (or
+ * saw it fail), else what is on disk. */
+static int custom_get(const char *name, struct template_info **ret, char **ret_error) {
+        int r = build_state ? build_state(name, ret_error) : 0;
+        if (r < 0)
+                return r;
+        return custom_load(name, ret, ret_error);
+}
+
+static void custom_list(json_t *arr) {
+        DIR *d = opendir(template_dir());
+        if (!d)
+                return;
+        for (struct dirent *de; (de = readdir(d));) {
+                if (!template_custom_name(de->d_name))
+                        continue;
+                struct template_info *t = NULL;
+                if (custom_load(de->d_name, &t, NULL) < 0)
+                        continue;
+                json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:I}", "name", t->name, "state", "ready",
+                                                     "hash", t->hash, "memory_mib", (json_int_t) t->memory_mib));
+                template_info_free(t);
+        }
+        closedir(d);
+}
+
 int template_get(const char *name, int wait_ms, struct template_info **ret, char **ret_error) {
         if (template_custom_name(name))
-                return template_custom_get(name, ret, ret_error);
+                return custom_get(name, ret, ret_error);
         struct timespec deadline;
         node_deadline_after_ms(&deadline, wait_ms);
 
@@ -1174,7 +1269,7 @@ int template_get(const char *name, int wait_ms, struct template_info **ret, char
 
 int template_peek(const char *name, struct template_info **ret) {
         if (template_custom_name(name))
-                return template_custom_get(name, ret, NULL);
+                return custom_get(name, ret, NULL);
         pthread_mutex_lock(&tlock);
         struct tentry *e = entry_get(name);
         struct template_info *t = e && e->state == T_READY ? template_info_copy(e->info) : NULL;
@@ -1322,7 +1417,7 @@ json_t *template_list_json(void) {
                 json_array_append_new(arr, o);
         }
         pthread_mutex_unlock(&tlock);
-        template_custom_list(arr);
+        custom_list(arr);
         return arr;
 }
 
@@ -1409,7 +1504,6 @@ void template_shutdown(void) {
                         vmm_kill(e->track.vmm);
         }
         pthread_mutex_unlock(&tlock);
-        template_custom_shutdown();
 }
 
 void template_track_kill(struct template_track *t) {

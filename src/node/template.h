@@ -59,6 +59,21 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct template_info *, template_info_free);
  * temporary directories of dead builders). */
 int template_init(const struct node_config *cfg, const char *templates_dir, enum vmm_accel accel);
 
+/* Templates built from specs (template-build.c) are named "c-" and 32
+ * lowercase hex digits (their content hash). */
+#define TEMPLATE_CUSTOM_PREFIX "c-"
+#define TEMPLATE_CUSTOM_ID_HEX 32
+bool template_custom_name(const char *name);
+
+/* Where the builder of templates from specs is with a name: -EAGAIN
+ * building, -EIO failed (*ret_error its message), 0 otherwise. The lookup
+ * (template_get(), template_peek(), template_list_json()) reads a custom
+ * template's manifest itself and asks this only for a build in flight:
+ * main.c sets template_custom_state() at start-up, the one call from the
+ * template registry up into its builder. */
+typedef int (*template_build_state_fn)(const char *name, char **ret_error);
+void template_set_build_state(template_build_state_fn fn);
+
 /* Returns a ready template, building it first when needed (in the calling
  * thread) or waiting up to wait_ms for a build another thread runs. -ENOENT:
  * no recipe of that name; -EAGAIN: still building after wait_ms; -EIO: the
