@@ -1,20 +1,41 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Images: a sandbox published to the object store, whole (a full snapshot
- * taken for it) or from one of its kept snapshots (export), and sandboxes
- * made from them. */
+/* Images: publish, export of a kept snapshot, create from one (layer 3). */
 #include "sandbox-internal.h"
-#include "sandbox.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "config.h"
+#include "guestconn.h"
+#include "guestops.h"
+#include "gwclient.h"
 #include "log.h"
+#include "netpolicy.h"
 #include "nodeutil.h"
 #include "objstore.h"
+#include "pool.h"
+#include "proto.h"
+#include "qmp.h"
+#include "session.h"
+#include "template-build.h"
+#include "template.h"
 #include "util.h"
+#include "vmm.h"
 
 /* Where a publish keeps its snapshot until it is uploaded: under the
  * sandboxes directory, not the sandbox's (a delete meanwhile does not pull
@@ -27,9 +48,9 @@ int sandbox_publish(struct sandbox *s, const char *image_id, const struct objsto
         uint64_t t0 = now_monotonic_ns();
         if (!sandbox_objstore())
                 return -EOPNOTSUPP;
-        _cleanup_free_ char *dir = strdup_printf("%s/" PUBLISH_DIR "%s", sdir, image_id);
-        _cleanup_free_ char *state = strdup_printf("%s/" PUBLISH_DIR "%s/state", sdir, image_id);
-        _cleanup_free_ char *disk = strdup_printf("%s/" PUBLISH_DIR "%s/rootfs.img", sdir, image_id);
+        _cleanup_free_ char *dir = strdup_printf("%s/" PUBLISH_DIR "%s", sandbox_mgr()->dir, image_id);
+        _cleanup_free_ char *state = strdup_printf("%s/" PUBLISH_DIR "%s/state", sandbox_mgr()->dir, image_id);
+        _cleanup_free_ char *disk = strdup_printf("%s/" PUBLISH_DIR "%s/rootfs.img", sandbox_mgr()->dir, image_id);
         if (!dir || !state || !disk)
                 return -ENOMEM;
         _cleanup_(json_decrefp) json_t *existing = NULL;
@@ -37,12 +58,12 @@ int sandbox_publish(struct sandbox *s, const char *image_id, const struct objsto
                 *ret_error = strdup_printf("the object store has %s already", image_id);
                 return -EEXIST;
         }
-        int r = life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
+        int r = sandbox_life_begin(s, SANDBOX_RUNNING, SANDBOX_PAUSED, ret_state);
         if (r < 0)
                 return r;
         (void) rm_rf(dir);
         if ((r = mkdir_p(dir, 0700)) < 0) {
-                life_end(s);
+                sandbox_life_end(s);
                 *ret_error = strdup_printf("cannot create %s: %s", dir, strerror(-r));
                 return r;
         }
@@ -50,14 +71,14 @@ int sandbox_publish(struct sandbox *s, const char *image_id, const struct objsto
          * one stays paused) while the image uploads */
         struct snapshot_job job = { .s = s, .state_path = state, .disk_dst = disk,
                                     .leave_paused = sandbox_state_is(s, SANDBOX_PAUSED) };
-        r = post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
+        r = sandbox_post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
         pthread_mutex_lock(&s->lock);
         _cleanup_(json_decrefp) json_t *meta =
                 json_pack("{s:s, s:s, s:s, s:s, s:O, s:I, s:s}", "kind", "image", "sandbox", s->id, "tenant",
                           s->tenant, "template", s->template_name, "env", s->env, "execution",
                           (json_int_t) s->execution, "recovery", sandbox_recovery_name(s));
         pthread_mutex_unlock(&s->lock);
-        life_end(s);
+        sandbox_life_end(s);
         if (r < 0) {
                 *ret_error = strdup_printf("full snapshot failed: %s", strerror(-r));
                 (void) rm_rf(dir);
@@ -91,7 +112,7 @@ int sandbox_create_from_image(const char *id, const char *image_id, const struct
         if (!sandbox_objstore())
                 return -EOPNOTSUPP;
         _cleanup_(json_decrefp) json_t *manifest = NULL, *meta = NULL;
-        int r = manifest_read(image_id, &manifest, ret_error);
+        int r = sandbox_manifest_read(image_id, &manifest, ret_error);
         if (r < 0)
                 return r == -ENXIO ? -ENOENT : r;
         r = objstore_manifest_meta(manifest, key ? key->key : NULL, &meta);
@@ -116,7 +137,7 @@ int sandbox_create_from_image(const char *id, const char *image_id, const struct
         if (!merged || (env && json_object_update(merged, env) < 0))
                 return -ENOMEM;
         struct sandbox *s = NULL;
-        r = register_new(id, tpl, merged, network, &s, ret_error);
+        r = sandbox_register_new(id, tpl, merged, network, &s, ret_error);
         if (r < 0)
                 return r;
         s->execution = 1;
@@ -127,13 +148,13 @@ int sandbox_create_from_image(const char *id, const char *image_id, const struct
                 snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
         if ((s->limits.memory_mib || s->limits.vcpus) &&
             ((r = sandbox_template(s, ret_error)) < 0 || (r = sandbox_limits_check(&s->limits, s->tpl, ret_error)) < 0)) {
-                new_abort(s);
+                sandbox_new_abort(s);
                 return r;
         }
-        /* a new identity, as a fork child gets (restore_new()); an
+        /* a new identity, as a fork child gets (sandbox_restore_new()); an
          * image of a disk boots it */
         uint64_t t_down;
-        r = download_restore(s, image_id, key ? key->key : NULL, false, cold, &t_down, ret_error);
+        r = sandbox_download_restore(s, image_id, key ? key->key : NULL, false, cold, &t_down, ret_error);
         if (r < 0)
                 return r;
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox made from %simage %s in %llu ms (download %llu ms, %s %llu ms)",
@@ -144,15 +165,14 @@ int sandbox_create_from_image(const char *id, const char *image_id, const struct
         return 0;
 }
 
-
 int sandbox_export(struct sandbox *s, const char *snapshot_id, const char *image_id,
                    const struct objstore_data_key *key, json_t **ret_info, char **ret_error) {
         uint64_t t0 = now_monotonic_ns();
         struct objstore *o = sandbox_objstore();
         if (!o)
                 return -EOPNOTSUPP;
-        _cleanup_free_ char *img = snapshot_path(s, snapshot_id), *snap_state = snapshot_state_path(s, snapshot_id);
-        _cleanup_free_ char *dir = strdup_printf("%s/" PUBLISH_DIR "%s", sdir, image_id);
+        _cleanup_free_ char *img = sandbox_snapshot_path(s, snapshot_id), *snap_state = sandbox_snapshot_state_path(s, snapshot_id);
+        _cleanup_free_ char *dir = strdup_printf("%s/" PUBLISH_DIR "%s", sandbox_mgr()->dir, image_id);
         _cleanup_free_ char *state = strdup_printf("%s/state", dir ?: "");
         _cleanup_free_ char *disk = strdup_printf("%s/rootfs.img", dir ?: "");
         if (!img || !snap_state || !dir || !state || !disk)
@@ -171,9 +191,9 @@ int sandbox_export(struct sandbox *s, const char *snapshot_id, const char *image
         /* clones first: a snapshot's files never change, and retention
          * deleting it meanwhile takes nothing from the clones */
         bool full = access(snap_state, F_OK) == 0;
-        r = clone_replace(s, img, disk);
+        r = sandbox_clone_replace(s, img, disk);
         if (r >= 0 && full)
-                r = clone_replace(s, snap_state, state);
+                r = sandbox_clone_replace(s, snap_state, state);
         if (r < 0) {
                 (void) rm_rf(dir);
                 if (r == -ENOENT) {

@@ -2,11 +2,30 @@
 #pragma once
 
 /*
- * Private to sandbox.c (registry, record, sandbox thread, create/delete),
- * sandbox-lifecycle.c (verbs, crash recovery), sandbox-snapshot.c (fork,
- * suspend/wake, snapshots, rollback) and sandbox-image.c (images): the
- * state and helpers they share. Nothing else includes it; the interface is sandbox.h. Each
- * helper's comment is at its definition.
+ * The node's sandbox core, private to its files; the interface is
+ * sandbox.h. It is a stack: each file calls only the layers below it.
+ *
+ *   4  sandbox-manager.c    start-up takeover, shutdown, hand-over
+ *   3  sandbox-create.c     create, delete
+ *      sandbox-lifecycle.c  pause, resume, stop, start
+ *      sandbox-snapshot.c   fork, snapshots, rollback
+ *      sandbox-suspend.c    suspend, wake, unarchive
+ *      sandbox-image.c      publish, export, create from an image
+ *                           (calls sandbox-suspend.c's restore: the one
+ *                           call between verbs, and it goes one way)
+ *   2  sandbox-vm.c         the VM and its command thread, the verbs'
+ *                           claim, crash recovery, new sandboxes from a
+ *                           restore or a boot
+ *      sandbox-parked.c     parked directories, suspend marks, uploads
+ *                           (below sandbox-vm.c, which clears a parked
+ *                           directory for a new sandbox)
+ *   1  sandbox-registry.c   the manager's state, the registry, the record,
+ *                           snapshot paths
+ *
+ * Below them: pool, template, guestconn, guestops, vmm, gwclient, nodeutil
+ * (none calls back into the core). Whoever must hear of a deleted sandbox
+ * (command sessions) registers an observer (sandbox_on_delete()).
+ * Each helper's comment is at its definition.
  */
 
 #include <jansson.h>
@@ -19,22 +38,13 @@
 #include "vmm.h"
 
 struct node_config;
+struct objstore_data_key;
 
 /* How long a create waits for a template that is being built. */
 #define TEMPLATE_WAIT_MS (15 * 60 * 1000)
 /* pause/resume wait at most this for the sandbox thread (its QMP call is
  * bounded by QMP_RUNSTATE_MS; the rest is slack for a busy host). */
 #define LIFECYCLE_CMD_WAIT_MS 15000
-
-/* ---- state, defined in sandbox.c ---- */
-
-extern const struct node_config *scfg;
-extern char *sdir;               /* SANDBOXES */
-extern pthread_mutex_t reg_lock; /* guards reg, reg_n */
-extern struct sandbox **reg;
-extern size_t reg_n, reg_cap;
-extern pthread_mutex_t clone_lock; /* guards warned_copy */
-extern bool warned_copy;
 
 /* A full snapshot the sandbox thread takes (vmm_snapshot()): RAM and
  * device state to state_path, and the disk reflinked to disk_dst while the
@@ -47,93 +57,154 @@ struct snapshot_job {
         struct vmm_snapshot_stats stats;
 };
 
-/* ---- sandbox.c ---- */
+/* ---- 1: sandbox-registry.c ---- */
 
-/* the registry (reg_lock held) */
-struct sandbox *reg_find(const char *id);
-void reg_remove(struct sandbox *s);
+/* The manager's state, set once by sandbox_registry_init() (the registry
+ * itself is private to sandbox-registry.c). */
+struct sandbox_manager {
+        const struct node_config *cfg;
+        enum vmm_accel accel;
+        char *dir; /* SANDBOXES */
+};
+const struct sandbox_manager *sandbox_mgr(void);
+int sandbox_registry_init(const struct node_config *cfg, enum vmm_accel accel, const char *sandboxes_dir);
+
+/* The registry's lock: taken before a sandbox's own lock, never after.
+ * sandbox_reg_find() and sandbox_reg_remove() want it held. */
+void sandbox_reg_lock(void);
+void sandbox_reg_unlock(void);
+struct sandbox *sandbox_reg_find(const char *id);
+void sandbox_reg_remove(struct sandbox *s);
 /* Registers s (hidden while CREATING): -EEXIST when its id is taken,
  * -EUSERS at max_sandboxes, with *ret_error (may be NULL) saying so. */
-int reg_add(struct sandbox *s, char **ret_error);
+int sandbox_reg_add(struct sandbox *s, char **ret_error);
+/* References to every registered sandbox (with_creating: those being
+ * created too), for a walk without the lock. */
+int sandbox_reg_all(bool with_creating, struct sandbox ***ret, size_t *ret_n);
+/* Takes the first registered sandbox out that no verb holds (any: the
+ * first at all); NULL when there is none (*ret_empty: none is left). */
+struct sandbox *sandbox_reg_take_idle(bool any, bool *ret_empty);
+/* true when a registered sandbox has adopted a VM in run_dir. */
+bool sandbox_reg_has_run_dir(const char *run_dir);
 /* A new sandbox whose VM runs: RUNNING (visible to get/list) and recorded. */
 void sandbox_make_visible(struct sandbox *s);
+/* true the first time a disk image had to be copied byte by byte (the
+ * storage cannot reflink): that is logged once per node. */
+bool sandbox_warn_copy_once(void);
+/* Tells the observer of sandbox_on_delete() (sandbox.h). */
+void sandbox_deleted(struct sandbox *s);
 
 bool sandbox_state_is(struct sandbox *s, enum sandbox_state st);
-const char *state_name(enum sandbox_state st);
-int record_save(struct sandbox *s);
+const char *sandbox_state_str(enum sandbox_state st);
+int sandbox_record_save(struct sandbox *s);
+/* The parts of a record a node takes a sandbox over with. */
+struct sandbox_record {
+        json_t *json;
+        const char *template_name, *state, *run_dir;
+        json_t *env, *recoveries;
+        unsigned execution;
+        bool recover_checkpoint;
+        struct sandbox_limits limits;
+        char *network; /* canonical, or NULL: none recorded (allow-all) */
+};
+int sandbox_record_load(const char *dir, const char *id, struct sandbox_record *ret);
+void sandbox_record_release(struct sandbox_record *rec);
 /* checkpoint (NULL: none) is the full snapshot the recovery resumed and
  * checkpoint_at_ms when it was taken (Unix ms). */
-void recoveries_add(struct sandbox *s, const char *reason, const char *how, bool ok, const char *error,
-                    const char *checkpoint, int64_t checkpoint_at_ms);
+void sandbox_recoveries_add(struct sandbox *s, const char *reason, const char *how, bool ok, const char *error,
+                            const char *checkpoint, int64_t checkpoint_at_ms);
 /* network: canonical policy text, or NULL (allow-all) */
 int sandbox_new(const char *id, const char *template_name, json_t *env, const char *network, struct sandbox **ret);
 /* Sets s->tenant from o's "tenant" (a record, a parked marker, a suspend
  * manifest's meta); SANDBOX_TENANT_ADMIN when o has none. -EBADMSG when it
  * is not a valid name. */
 int sandbox_tenant_from_json(struct sandbox *s, const json_t *o);
-int run_sandbox_thread(struct sandbox *s, char **ret_error);
-void stop_thread(struct sandbox *s);
-void create_abort(struct sandbox *s);
 
 /* A full snapshot's state file remembers the execution it was taken in
  * (an xattr; a file system without them leaves it untagged: never resumed
  * by recovery). */
-int snapshot_execution_set(const char *state_path, unsigned execution);
-int snapshot_execution_get(const char *state_path, unsigned *ret);
+int sandbox_snapshot_execution_set(const char *state_path, unsigned execution);
+int sandbox_snapshot_execution_get(const char *state_path, unsigned *ret);
+char *sandbox_snapshot_path(struct sandbox *s, const char *snapshot_id);
+char *sandbox_snapshot_state_path(struct sandbox *s, const char *snapshot_id);
+int sandbox_snapshot_count(const char *sandbox_dir, size_t *ret);
+int sandbox_clone_replace(struct sandbox *s, const char *src, const char *dst);
 
-/* What a suspend cut off by a node's death left in SANDBOXES/ID/suspend/,
- * for the node taking s over (its record loaded, s->adopt_vmm decided):
- * with the VM still there, it goes on as before the suspend; without it but
- * with the whole snapshot, s->resume_state is set (1 is returned), since
- * that is its latest state; an uploaded image is removed as stale, and so
- * is the directory. */
-int suspend_takeover(struct sandbox *s, bool vm_adopted);
-/* A node start found suspended sandbox id parked in dir: the upload of its
- * copy that did not land starts again. */
-void suspended_takeover(const char *id, const char *dir);
-/* What a wake cut off left in DIR/wake/, for the node taking over the
- * sandbox in dir (which has a record, so the wake made it visible): the
- * image it was woken from is stale and goes, and so does the directory. */
-void wake_takeover(const char *dir);
+/* ---- 2: sandbox-vm.c ---- */
 
-/* ---- sandbox-lifecycle.c ---- */
-
-int life_begin(struct sandbox *s, enum sandbox_state from, enum sandbox_state from2, const char **ret_state);
-void life_end(struct sandbox *s);
-int post_command(struct sandbox *s, enum sandbox_cmd cmd, void *arg, int64_t wait_ms);
-void stop_claimed(struct sandbox *s, bool flush);
-int start_claimed(struct sandbox *s, char **ret_error);
+void sandbox_set_failed(struct sandbox *s, const char *fmt, ...) _printf_(2, 3);
+int sandbox_thread_start(struct sandbox *s, char **ret_error);
+void sandbox_thread_stop(struct sandbox *s);
+void sandbox_create_abort(struct sandbox *s);
+int sandbox_life_begin(struct sandbox *s, enum sandbox_state from, enum sandbox_state from2, const char **ret_state);
+void sandbox_life_end(struct sandbox *s);
+int sandbox_post_command(struct sandbox *s, enum sandbox_cmd cmd, void *arg, int64_t wait_ms);
+void sandbox_stop_claimed(struct sandbox *s, bool flush);
+int sandbox_start_claimed(struct sandbox *s, char **ret_error);
 int sandbox_template(struct sandbox *s, char **ret_error);
 /* Creates the RAM file of a cold boot (memory_mib of s->tpl, sparse). */
-int ram_file_create(struct sandbox *s, const char *path, char **ret_error);
-void recover_schedule(struct sandbox *s, const char *reason);
+int sandbox_ram_file_create(struct sandbox *s, const char *path, char **ret_error);
+void sandbox_recover_schedule(struct sandbox *s, const char *reason);
+/* A new sandbox id registered (CREATING, hidden, its directory fresh);
+ * its undoing; a restore of a full snapshot, and a boot of a disk, into a
+ * registered sandbox (on failure it is gone). */
+int sandbox_register_new(const char *id, const char *template_name, json_t *env, const char *network,
+                         struct sandbox **ret, char **ret_error);
+void sandbox_new_abort(struct sandbox *s);
+int sandbox_restore_new(struct sandbox *s, char *state_path, char **ret_error);
+int sandbox_boot_new(struct sandbox *s, char **ret_error);
 
-/* ---- sandbox-snapshot.c ---- */
+/* ---- 2: sandbox-parked.c ---- */
 
-char *snapshot_path(struct sandbox *s, const char *snapshot_id);
-char *snapshot_state_path(struct sandbox *s, const char *snapshot_id);
-int clone_replace(struct sandbox *s, const char *src, const char *dst);
-/* For sandbox-image.c (sandbox-snapshot.c has them): the node's object
- * store (NULL: none); a new sandbox id registered (CREATING, hidden, its
- * directory fresh); its undoing; a snapshot's manifest (-ENXIO with
- * *ret_error when it is not restorable); a restore of a downloaded full
- * snapshot, and a boot of a disk, into a registered sandbox (on failure
- * it is gone). */
-struct objstore *sandbox_objstore(void);
-int register_new(const char *id, const char *template_name, json_t *env, const char *network,
-                 struct sandbox **ret, char **ret_error);
-void new_abort(struct sandbox *s);
-int manifest_read(const char *snapshot_id, json_t **ret, char **ret_error);
-int download_restore(struct sandbox *s, const char *snapshot_id, const uint8_t *data_key, bool mark, bool cold,
-                     uint64_t *ret_t_down, char **ret_error);
-int boot_new(struct sandbox *s, char **ret_error);
+/*
+ * A suspend leaves SANDBOXES/ID/suspend/: "intent" (the snapshot id and
+ * whether the sandbox was paused) from the start, "complete" once the full
+ * snapshot in state + rootfs.img is whole, "released" once the VM is to be
+ * stopped for it (from then on that snapshot is the sandbox), and
+ * "uploaded" once the object store holds it whole. A node that finds the
+ * directory unparked took over from one killed mid-suspend (or mid-wake);
+ * see suspend_takeover(). Parked, it is a suspended sandbox: it wakes from
+ * this copy on this node, from the object store elsewhere once uploaded.
+ */
+#define SUSPEND_INTENT "suspend/intent"
+#define SUSPEND_COMPLETE "suspend/complete"
+#define SUSPEND_RELEASED "suspend/released"
+#define SUSPEND_UPLOADED "suspend/uploaded"
+
 /* A parked directory (a suspended or archived sandbox) keeps only its
  * snapshots and this marker (template, env, execution; no record): true for
  * such a directory. */
 #define PARKED_MARKER "parked.json"
 bool sandbox_dir_is_parked(const char *dir);
+/* The node's object store (NULL: none). */
+struct objstore *sandbox_objstore(void);
+char *sandbox_marker_path(const char *dir);
+int sandbox_clear_but_snapshots(const char *dir);
 /* Parks s's directory: only snapshots/ and the marker (template, env,
  * execution as JSON) stay; without snapshots nothing stays. */
 int sandbox_park(struct sandbox *s);
 /* Removes the parked snapshots of suspended sandbox id (its delete). */
 int sandbox_parked_remove(const char *id);
+bool sandbox_suspend_has(const char *dir, const char *what);
+bool sandbox_suspend_is_released(const char *dir);
+int sandbox_suspend_mark(struct sandbox *s, const char *what);
+int sandbox_suspend_intent_write(struct sandbox *s, const char *snapshot_id, bool was_paused, const char *wrapped);
+json_t *sandbox_suspend_intent_read(const char *dir);
+bool sandbox_suspended_local(const char *id, const char *snapshot_id);
+json_t *sandbox_suspended_meta(const char *id);
+void sandbox_waiting_add(const char *id);
+bool sandbox_waiting_take(const char *id);
+bool sandbox_waiting_has(const char *id);
+void sandbox_upload_start(const char *id, const char *snapshot_id, const struct objstore_data_key *key);
+void sandbox_upload_cancel(const char *id);
+
+/* ---- 3: sandbox-suspend.c, for sandbox-image.c ---- */
+
+/* What a wake leaves in DIR/wake/ while it runs. */
+#define WAKE_SNAPSHOT "wake/snapshot"
+/* A snapshot's manifest (-ENXIO with *ret_error when it is not
+ * restorable); a restore of a downloaded full snapshot into a registered
+ * sandbox (on failure it is gone). */
+int sandbox_manifest_read(const char *snapshot_id, json_t **ret, char **ret_error);
+int sandbox_download_restore(struct sandbox *s, const char *snapshot_id, const uint8_t *data_key, bool mark, bool cold,
+                             uint64_t *ret_t_down, char **ret_error);

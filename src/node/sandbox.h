@@ -139,6 +139,11 @@ struct sandbox {
         char *secrets;
 };
 
+/* Who hears that a sandbox is deleted, or leaves the node at shutdown or
+ * hand-over (command sessions: session.c registers in session_init()): set
+ * once at start-up. Called with the sandbox still referenced. */
+void sandbox_on_delete(void (*fn)(struct sandbox *s));
+
 /*
  * Every sandbox keeps SANDBOXES/ID/sandbox.json: template, env, the state
  * it should be in (running, paused, stopped), its VM's run dir and its

@@ -66,6 +66,7 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct session *table;
 
 void session_init(const struct node_config *cfg) {
+        sandbox_on_delete(session_sandbox_deleted);
         ccfg = cfg;
 }
 

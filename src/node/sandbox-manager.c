@@ -1,0 +1,341 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The sandbox manager's start and stop: the takeover of what a node before this one left, shutdown and hand-over (layer 4, the top). */
+#include "sandbox-internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "guestconn.h"
+#include "guestops.h"
+#include "gwclient.h"
+#include "log.h"
+#include "netpolicy.h"
+#include "nodeutil.h"
+#include "objstore.h"
+#include "pool.h"
+#include "proto.h"
+#include "qmp.h"
+#include "session.h"
+#include "template-build.h"
+#include "template.h"
+#include "util.h"
+#include "vmm.h"
+
+/* How long a clean shutdown waits for the guest to flush its disks. */
+#define SHUTDOWN_SYNC_MS 5000
+
+/* How long shutdown and hand-over wait for a verb in progress. */
+#define SHUTDOWN_BUSY_WAIT_NS (30 * 1000000000ULL)
+
+static int suspend_takeover(struct sandbox *s, bool vm_adopted) {
+        _cleanup_free_ char *dir = strdup_printf("%s/suspend", s->dir);
+        if (!dir)
+                return -ENOMEM;
+        _cleanup_(json_decrefp) json_t *o = sandbox_suspend_intent_read(s->dir);
+        if (!o) {
+                (void) rm_rf(dir); /* nothing of a suspend that had begun */
+                return 0;
+        }
+        const char *snap = json_string_value(json_object_get(o, "snapshot"));
+        bool was_paused = json_is_true(json_object_get(o, "was_paused"));
+        bool whole = sandbox_suspend_has(s->dir, SUSPEND_COMPLETE);
+        int ret = 0;
+        if (vm_adopted) {
+                /* its VM still runs (paused since the snapshot, or woken from
+                 * it): it goes on as it was before the suspend */
+                s->resume_after_adopt = !was_paused;
+                log_emit(LOG_LEVEL_WARN, s->ctx, "an earlier node was stopped while suspending or waking this "
+                         "sandbox; its VM goes on%s", was_paused ? " (paused, as it was)" : "");
+        } else if (whole) {
+                /* the VM is gone, the snapshot is whole and nothing ran after
+                 * it: it is the sandbox's latest state, processes included */
+                _cleanup_free_ char *disk = strdup_printf("%s/rootfs.img", dir);
+                _cleanup_free_ char *state = strdup_printf("%s/state", dir);
+                _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
+                char *resume = strdup_printf("%s/resume.state", s->dir);
+                if (!disk || !state || !rootfs || !resume || rename(disk, rootfs) < 0 || rename(state, resume) < 0) {
+                        int r = resume ? negative_errno() : -ENOMEM;
+                        free(resume);
+                        log_errno(LOG_LEVEL_WARN, r, s->ctx, "cannot take the snapshot of the interrupted suspend "
+                                  "over (its disk is booted instead): %m");
+                } else {
+                        free(s->resume_state);
+                        s->resume_state = resume;
+                        ret = 1;
+                        log_emit(LOG_LEVEL_WARN, s->ctx, "an earlier node was stopped while suspending or waking "
+                                 "this sandbox, after its snapshot: resuming that snapshot");
+                }
+        }
+        /* it runs here again: an image that did land is stale */
+        if (whole && sandbox_objstore()) {
+                int k = objstore_snapshot_delete(sandbox_objstore(), snap);
+                if (k < 0 && k != -ENOENT)
+                        log_errno(LOG_LEVEL_WARN, k, s->ctx, "cannot remove the stale snapshot %s: %m", snap);
+        }
+        (void) rm_rf(dir);
+        return ret;
+}
+
+
+static void suspended_takeover(const char *id, const char *dir) {
+        if (!sandbox_suspend_is_released(dir) || sandbox_suspend_has(dir, SUSPEND_UPLOADED) || !sandbox_objstore())
+                return;
+        _cleanup_(json_decrefp) json_t *intent = sandbox_suspend_intent_read(dir);
+        if (!intent) {
+                log_warn("sandbox=%s its suspended copy names no image: not uploaded (it wakes here only)", id);
+                return;
+        }
+        if (json_object_get(intent, "wrapped_key")) {
+                /* its data key was in memory only: the control plane opens
+                 * the wrapped one again and gives it (suspended.upload) */
+                log_info("sandbox=%s its suspended image waits for its data key to be uploaded", id);
+                sandbox_waiting_add(id);
+                return;
+        }
+        log_info("sandbox=%s resuming the upload of its suspended image", id);
+        sandbox_upload_start(id, json_string_value(json_object_get(intent, "snapshot")), NULL);
+}
+
+
+static void wake_takeover(const char *dir) {
+        _cleanup_free_ char *marker = strdup_printf("%s/" WAKE_SNAPSHOT, dir), *snap = NULL;
+        size_t len;
+        if (marker && file_read_all(marker, 128, &snap, &len) >= 0 && len == strlen(snap) && name_is_valid(snap) &&
+            sandbox_objstore()) {
+                int k = objstore_snapshot_delete(sandbox_objstore(), snap);
+                if (k < 0 && k != -ENOENT)
+                        log_warn_errno(k, "cannot remove the stale snapshot %s of a woken sandbox: %m", snap);
+                else if (k >= 0)
+                        log_info("removed the stale snapshot %s (its wake finished, its node did not)", snap);
+        }
+        _cleanup_free_ char *wake_dir = strdup_printf("%s/wake", dir);
+        if (wake_dir)
+                (void) rm_rf(wake_dir);
+}
+
+
+/* ---- public ---- */
+
+/* Builds the sandbox an earlier node recorded in SANDBOXES/name and
+ * registers it. Its VM, if it still runs, is only reconnected over QMP here
+ * (s->adopt_vmm); the thread takes it over later. */
+static int takeover_one(const char *name, const char *dir) {
+        _cleanup_(sandbox_record_release) struct sandbox_record rec = { 0 };
+        int r = sandbox_record_load(dir, name, &rec);
+        if (r < 0)
+                return r;
+        /* what a wake cut off left: never a sandbox's state (a suspend's
+         * is looked at below, once we know whether its VM still runs) */
+        wake_takeover(dir);
+        struct sandbox *s;
+        r = sandbox_new(name, rec.template_name, rec.env, rec.network, &s);
+        if (r < 0)
+                return r;
+        r = sandbox_tenant_from_json(s, rec.json);
+        if (r < 0) {
+                sandbox_unref(s);
+                return r;
+        }
+        s->dir = strdup(dir);
+        s->execution = rec.execution;
+        s->recover_checkpoint = rec.recover_checkpoint;
+        s->limits = rec.limits;
+        s->recoveries = rec.recoveries ? json_deep_copy(rec.recoveries) : NULL;
+        if (!s->dir) {
+                sandbox_unref(s);
+                return -ENOMEM;
+        }
+        if (strcmp(rec.state, "stopped") == 0)
+                s->state = SANDBOX_STOPPED;
+        else {
+                /* only a run dir of ours, under DATA_DIR/run/vm/ */
+                _cleanup_free_ char *prefix = strdup_printf("%s/run/vm/", sandbox_mgr()->cfg->data_dir);
+                bool ours = prefix && rec.run_dir && strncmp(rec.run_dir, prefix, strlen(prefix)) == 0 &&
+                            !strchr(rec.run_dir + strlen(prefix), '/');
+                if (ours && vmm_adopt(rec.run_dir, sandbox_mgr()->accel, s->ctx, &s->adopt_vmm) >= 0 &&
+                    !(s->run_dir = strdup(rec.run_dir))) {
+                        sandbox_unref(s);
+                        return -ENOMEM;
+                }
+                /* adopted: CREATING (hidden) until the thread has the guest;
+                 * else its VM is gone and recovery boots it again */
+                if (!s->adopt_vmm)
+                        s->state = SANDBOX_FAILED;
+        }
+        r = suspend_takeover(s, s->adopt_vmm != NULL);
+        if (r < 0) {
+                sandbox_unref(s);
+                return r;
+        }
+        if (r > 0 && s->state == SANDBOX_STOPPED)
+                s->state = SANDBOX_FAILED; /* cannot be: a suspend needs a VM; resume it all the same */
+        r = sandbox_reg_add(s, NULL);
+        if (r < 0) {
+                log_emit(LOG_LEVEL_ERROR, s->ctx, "more sandboxes on disk than max_sandboxes=%u: left as it is",
+                         sandbox_mgr()->cfg->max_sandboxes);
+                sandbox_unref(s);
+                return 0; /* keep the directory */
+        }
+        return 1;
+}
+
+/* node_vm_run_dirs_sweep() keeps the run dirs of adopted VMs. */
+static bool run_dir_adopted(const char *path, void *userdata) {
+        (void) userdata;
+        return sandbox_reg_has_run_dir(path);
+}
+
+int sandbox_manager_init(const struct node_config *cfg, enum vmm_accel accel, const char *sandboxes_dir) {
+        int r = sandbox_registry_init(cfg, accel, sandboxes_dir);
+        if (r < 0)
+                return r;
+
+        r = mkdir_p(sandbox_mgr()->dir, 0700);
+        if (r < 0)
+                return log_error_errno(r, "Failed to create %s: %m", sandbox_mgr()->dir);
+        DIR *d = opendir(sandbox_mgr()->dir);
+        if (!d)
+                return log_error_errno(negative_errno(), "Failed to open %s: %m", sandbox_mgr()->dir);
+        for (struct dirent *de; (de = readdir(d));) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                _cleanup_free_ char *path = strdup_printf("%s/%s", sandbox_mgr()->dir, de->d_name);
+                if (!path) {
+                        closedir(d);
+                        return -ENOMEM;
+                }
+                if (name_is_valid(de->d_name) && sandbox_dir_is_parked(path)) {
+                        /* a record in a parked directory: a wake (or a rollback
+                         * of an archived sandbox) made it visible again, and its
+                         * node stopped before it unparked it */
+                        _cleanup_free_ char *rec = strdup_printf("%s/sandbox.json", path);
+                        _cleanup_free_ char *marker = strdup_printf("%s/" PARKED_MARKER, path);
+                        if (!rec || !marker || access(rec, F_OK) < 0) {
+                                suspended_takeover(de->d_name, path); /* a suspended or archived sandbox */
+                                continue;
+                        }
+                        log_info("sandbox=%s was made again from what it kept; taking it over", de->d_name);
+                        (void) unlink(marker);
+                }
+                r = name_is_valid(de->d_name) ? takeover_one(de->d_name, path) : -EBADMSG;
+                if (r >= 0)
+                        continue;
+                log_info("sandbox=%s removing what an unfinished create left (%s): %s", de->d_name,
+                         r == -ENOENT ? "no record" : strerror(-r), path);
+                r = rm_rf(path);
+                if (r < 0)
+                        log_warn_errno(r, "Failed to remove %s: %m", path);
+        }
+        closedir(d);
+
+        /* VMs nobody adopts (warm pools, template builds, unfinished
+         * creates) end here */
+        r = node_vm_run_dirs_sweep(cfg->data_dir, run_dir_adopted, NULL);
+        if (r < 0)
+                log_warn_errno(r, "Failed to clean %s/run/vm: %m", cfg->data_dir);
+
+        /* take the adopted VMs over; recover the sandboxes whose VM is gone */
+        struct sandbox **all = NULL;
+        size_t n = 0;
+        if ((r = sandbox_reg_all(true, &all, &n)) < 0)
+                return r;
+        unsigned adopted = 0, recovering = 0, stopped = 0;
+        for (size_t i = 0; i < n; i++) {
+                struct sandbox *s = all[i];
+                if (s->adopt_vmm) {
+                        _cleanup_free_ char *err = NULL;
+                        r = sandbox_thread_start(s, &err);
+                        if (r >= 0) {
+                                adopted++;
+                                (void) sandbox_record_save(s);
+                        } else {
+                                pthread_mutex_lock(&s->lock);
+                                s->state = SANDBOX_CREATING; /* sandbox_set_failed() takes it from here */
+                                pthread_mutex_unlock(&s->lock);
+                                sandbox_set_failed(s, "%s", err ? err : strerror(-r));
+                        }
+                }
+                if (sandbox_state_is(s, SANDBOX_FAILED)) {
+                        recovering++;
+                        sandbox_recover_schedule(s, s->error ? s->error : "the VM was gone when the node started");
+                } else if (sandbox_state_is(s, SANDBOX_STOPPED))
+                        stopped++;
+                sandbox_unref(s);
+        }
+        free(all);
+        if (n > 0)
+                log_info("took over %zu sandboxes of an earlier node: %u VMs adopted, %u stopped, %u being recovered", n,
+                         adopted, stopped, recovering);
+        return 0;
+}
+
+/* Takes one sandbox out of the registry for shutdown or hand-over, or NULL
+ * when none is left. A sandbox that a create or a verb still works on is
+ * waited for, up to a deadline (a create waiting for a template build
+ * another process runs would wait for minutes); after that it is taken as
+ * it is. */
+static struct sandbox *take_next(uint64_t deadline) {
+        for (;;) {
+                bool empty;
+                struct sandbox *s = sandbox_reg_take_idle(now_monotonic_ns() > deadline, &empty);
+                if (s || empty)
+                        return s;
+                struct timespec ts = { 0, 20 * 1000000L };
+                nanosleep(&ts, NULL);
+        }
+}
+
+void sandbox_shutdown_all(void) {
+        uint64_t deadline = now_monotonic_ns() + SHUTDOWN_BUSY_WAIT_NS;
+        for (struct sandbox *s; (s = take_next(deadline));) {
+                /* the guest flushes its disks; a paused or failed one cannot */
+                struct guestconn *g = NULL;
+                if (sandbox_guest(s, &g) >= 0) {
+                        _cleanup_(json_decrefp) json_t *empty = json_object();
+                        int k = empty ? guestconn_call(g, PROTO_SYNC, empty, SHUTDOWN_SYNC_MS, NULL, NULL) : -ENOMEM;
+                        if (k < 0)
+                                log_errno(LOG_LEVEL_WARN, k, s->ctx, "guest did not flush its disks: %m");
+                }
+                pthread_mutex_lock(&s->lock);
+                s->deleted = true; /* ops still holding it see "gone" */
+                bool had_vm = s->thread_started;
+                pthread_mutex_unlock(&s->lock);
+                sandbox_deleted(s);
+                sandbox_thread_stop(s);
+                if (s->run_dir)
+                        rm_rf(s->run_dir);
+                if (had_vm)
+                        log_emit(LOG_LEVEL_INFO, s->ctx, "VM stopped for the node shutdown; the next node boots it "
+                                 "again");
+                sandbox_unref(s);
+        }
+}
+
+void sandbox_hand_over_all(void) {
+        uint64_t deadline = now_monotonic_ns() + SHUTDOWN_BUSY_WAIT_NS;
+        for (struct sandbox *s; (s = take_next(deadline));) {
+                pthread_mutex_lock(&s->lock);
+                s->hand_over = true;
+                s->deleted = true;
+                pthread_mutex_unlock(&s->lock);
+                sandbox_deleted(s);
+                sandbox_thread_stop(s);
+                sandbox_unref(s);
+        }
+}
