@@ -13,6 +13,7 @@
 #include "macros.h"
 #include "mgr.h"
 #include "proto.h"
+#include "unixsock.h"
 #include "util.h"
 
 #define GW_REPLY_MAX (1u << 20) /* a network log of 1000 entries fits */
@@ -54,22 +55,14 @@ static int gw_call(json_t *req, const int *fds, size_t n_fds, json_t **ret_reply
         err[0] = 0;
         if (!gw_socket)
                 return -ENOTCONN;
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        if (strlen(gw_socket) >= sizeof sa.sun_path)
-                return -ENAMETOOLONG;
-        memcpy(sa.sun_path, gw_socket, strlen(gw_socket) + 1);
         _cleanup_free_ char *text = q ? json_dumps(q, JSON_COMPACT) : NULL;
         if (!text)
                 return -ENOMEM;
-        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return negative_errno();
-        struct timeval tv = { GW_TIMEOUT_MS / 1000, (GW_TIMEOUT_MS % 1000) * 1000 };
-        (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        (void) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
-                return errno == ENOENT || errno == ECONNREFUSED ? -ENOTCONN : negative_errno();
-        int r = mgr_send(fd, PROTO_GW_REQUEST, text, strlen(text), fds, n_fds);
+        _cleanup_close_ int fd = -EBADF;
+        int r = unix_connect(gw_socket, GW_TIMEOUT_MS, &fd);
+        if (r < 0)
+                return r == -ENOENT || r == -ECONNREFUSED ? -ENOTCONN : r;
+        r = mgr_send(fd, PROTO_GW_REQUEST, text, strlen(text), fds, n_fds);
         if (r < 0)
                 return r;
         _cleanup_free_ char *reply = NULL;
