@@ -10,12 +10,17 @@
 #include "cap-keydir.h"
 #include "config.h"
 #include "log.h"
-#include "membership.h"
 #include "util.h"
 
 /* An unknown kid makes the node look at the directory again, at most this
  * often (a flood of made-up kids must not turn into a flood of reloads). */
 #define RELOAD_MIN_NS (1000ULL * 1000 * 1000)
+
+static int (*key_refresh)(void);
+
+void capcheck_set_key_refresh(int (*fn)(void)) {
+        key_refresh = fn;
+}
 
 static pthread_rwlock_t keys_lock = PTHREAD_RWLOCK_INITIALIZER;
 static struct cap_keyring *keys; /* replaced whole on reload, under the write lock */
@@ -88,7 +93,8 @@ static enum cap_decision decide(const char *token, size_t len, const struct cap_
                 /* a key published since we last looked? In a cluster, a
                  * replica started since the last heartbeat: ask for the
                  * keys now (at most once a second) */
-                (void) membership_refresh_keys();
+                if (key_refresh)
+                        (void) key_refresh();
                 pthread_rwlock_wrlock(&keys_lock);
                 reload_locked(true);
                 pthread_rwlock_unlock(&keys_lock);

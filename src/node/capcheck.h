@@ -22,6 +22,13 @@ struct node_config;
 int capcheck_init(const struct node_config *cfg);
 void capcheck_done(void);
 
+/* Where keys come from when a token names a key this node has not seen:
+ * fn asks for them now (membership_refresh_keys(): in a cluster, a replica
+ * started or rotated its key since the last heartbeat), then the key
+ * directory is read again. main.c sets it before serving; unset, nothing
+ * is asked. */
+void capcheck_set_key_refresh(int (*fn)(void));
+
 /* Verifies token (len bytes) and decides for the sandbox described by
  * local, for an operation needing every bit of need; need CAP_ACCESS_PORTS
  * alone is a request to guest port `port` over HTTP, which the token must

@@ -301,6 +301,7 @@ int main(int argc, char *argv[]) {
             (r = sandbox_manager_init(cfg, accel, sandboxes_dir)) < 0 ||
             (r = pool_init(cfg, pool_dir)) < 0 || (r = capcheck_init(cfg)) < 0)
                 goto out;
+        capcheck_set_key_refresh(membership_refresh_keys);
         session_init(cfg);
         nodeops_init(cfg, accel, reason);
         server_set_dispatch(nodeops_dispatch);

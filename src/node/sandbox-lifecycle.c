@@ -2,41 +2,11 @@
 /* The lifecycle verbs: pause, resume, stop, start (layer 3). */
 #include "sandbox-internal.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sodium.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/ioctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <sys/xattr.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "config.h"
-#include "guestconn.h"
-#include "guestops.h"
-#include "gwclient.h"
 #include "log.h"
-#include "netpolicy.h"
-#include "nodeutil.h"
-#include "objstore.h"
-#include "pool.h"
-#include "proto.h"
-#include "qmp.h"
-#include "session.h"
-#include "template-build.h"
-#include "template.h"
 #include "util.h"
-#include "vmm.h"
-
 
 static int run_state_command(struct sandbox *s, bool pause, const char **ret_state, char **ret_error) {
         int r = sandbox_life_begin(s, pause ? SANDBOX_RUNNING : SANDBOX_PAUSED, pause ? SANDBOX_RUNNING : SANDBOX_PAUSED,

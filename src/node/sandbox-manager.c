@@ -4,38 +4,20 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sodium.h>
-#include <stdarg.h>
-#include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/ioctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "guestconn.h"
-#include "guestops.h"
-#include "gwclient.h"
 #include "log.h"
-#include "netpolicy.h"
+#include "macros.h"
 #include "nodeutil.h"
 #include "objstore.h"
-#include "pool.h"
 #include "proto.h"
-#include "qmp.h"
-#include "session.h"
-#include "template-build.h"
-#include "template.h"
 #include "util.h"
-#include "vmm.h"
 
 /* How long a clean shutdown waits for the guest to flush its disks. */
 #define SHUTDOWN_SYNC_MS 5000
@@ -92,7 +74,6 @@ static int suspend_takeover(struct sandbox *s, bool vm_adopted) {
         return ret;
 }
 
-
 static void suspended_takeover(const char *id, const char *dir) {
         if (!sandbox_suspend_is_released(dir) || sandbox_suspend_has(dir, SUSPEND_UPLOADED) || !sandbox_objstore())
                 return;
@@ -112,7 +93,6 @@ static void suspended_takeover(const char *id, const char *dir) {
         sandbox_upload_start(id, json_string_value(json_object_get(intent, "snapshot")), NULL);
 }
 
-
 static void wake_takeover(const char *dir) {
         _cleanup_free_ char *marker = strdup_printf("%s/" WAKE_SNAPSHOT, dir), *snap = NULL;
         size_t len;
@@ -128,7 +108,6 @@ static void wake_takeover(const char *dir) {
         if (wake_dir)
                 (void) rm_rf(wake_dir);
 }
-
 
 /* ---- public ---- */
 

@@ -4,36 +4,18 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
+#include <pthread.h>
 #include <sodium.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/ioctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "guestconn.h"
-#include "guestops.h"
-#include "gwclient.h"
 #include "log.h"
-#include "netpolicy.h"
+#include "macros.h"
 #include "nodeutil.h"
 #include "objstore.h"
-#include "pool.h"
-#include "proto.h"
-#include "qmp.h"
-#include "session.h"
-#include "template-build.h"
-#include "template.h"
 #include "util.h"
 
 /* Half of a suspend's upload has landed: a test may hold it there. */
@@ -54,7 +36,6 @@ void sandbox_set_objstore(struct objstore *o) {
         if (o)
                 objstore_set_blob_landed(o, sandbox_suspend_blob_landed, NULL);
 }
-#include "vmm.h"
 
 /* ---- a suspended sandbox's snapshots ---- */
 

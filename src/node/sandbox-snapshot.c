@@ -2,40 +2,19 @@
 /* Fork, disk and full snapshots, rollback (layer 3). */
 #include "sandbox-internal.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sodium.h>
-#include <stdarg.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <sys/xattr.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "guestconn.h"
-#include "guestops.h"
-#include "gwclient.h"
 #include "log.h"
-#include "netpolicy.h"
-#include "nodeutil.h"
-#include "objstore.h"
-#include "pool.h"
+#include "macros.h"
 #include "proto.h"
-#include "qmp.h"
-#include "session.h"
-#include "template-build.h"
-#include "template.h"
 #include "util.h"
-#include "vmm.h"
 
 /* How long a snapshot waits for the guest to freeze (and to thaw). */
 #define SNAPSHOT_FREEZE_MS 10000

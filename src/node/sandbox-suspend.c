@@ -2,40 +2,19 @@
 /* Suspend to the object store, wake from it, unarchive (layer 3). */
 #include "sandbox-internal.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sodium.h>
-#include <stdarg.h>
-#include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/ioctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <sys/xattr.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "guestconn.h"
-#include "guestops.h"
-#include "gwclient.h"
 #include "log.h"
-#include "netpolicy.h"
+#include "macros.h"
 #include "nodeutil.h"
 #include "objstore.h"
-#include "pool.h"
 #include "proto.h"
-#include "qmp.h"
-#include "session.h"
-#include "template-build.h"
-#include "template.h"
 #include "util.h"
-#include "vmm.h"
 
 /* How long a suspend waits for the guest to write its page cache back. */
 #define SUSPEND_SYNC_MS 10000

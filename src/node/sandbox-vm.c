@@ -6,17 +6,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
-#include <sodium.h>
-#include <stdarg.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,17 +21,13 @@
 #include "guestops.h"
 #include "gwclient.h"
 #include "log.h"
-#include "netpolicy.h"
+#include "macros.h"
 #include "nodeutil.h"
-#include "objstore.h"
 #include "pool.h"
 #include "proto.h"
 #include "qmp.h"
-#include "session.h"
-#include "template-build.h"
 #include "template.h"
 #include "util.h"
-#include "vmm.h"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3

@@ -2,28 +2,19 @@
 /* Where a QEMU runs: through airlock-nodemgr (the node's client of it) or in a jail of the node's own: VM uids and cgroups, template RAM copies, the jail's mounts, the spawn, the VM's network namespace. */
 #include "vmm-internal.h"
 
-#include <cpuid.h>
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
-#include <jansson.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/sendfile.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>

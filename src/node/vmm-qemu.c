@@ -6,34 +6,19 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
-#include <jansson.h>
 #include <limits.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/sendfile.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "host.h"
-#include "jail.h"
 #include "log.h"
 #include "macros.h"
-#include "mgr.h"
-#include "qmp.h"
 #include "util.h"
 #include "vmnet.h"
 

@@ -2,33 +2,21 @@
 /* A VM's life over QMP: start, adopt, boot, restore, snapshot, save, events, destroy (the top of the VMM; see vmm.h). */
 #include "vmm-internal.h"
 
-#include <cpuid.h>
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <limits.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "host.h"
 #include "jail.h"
 #include "log.h"
 #include "macros.h"
@@ -36,7 +24,6 @@
 #include "qmp.h"
 #include "unixsock.h"
 #include "util.h"
-#include "vmnet.h"
 
 #define QMP_WAIT_MS 10000      /* QEMU start until QMP answers */
 #define QMP_CMD_MS 5000        /* one ordinary QMP command */
