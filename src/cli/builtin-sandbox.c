@@ -8,24 +8,6 @@
 #include "builtin.h"
 #include "cli-util.h"
 
-int cli_parse_plain(struct cli *cli, int argc, char **argv, int min, int max) {
-        static const struct option options[] = {CLI_GLOBAL_OPTIONS, {}};
-        int c;
-
-        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
-                int r = cli_common_option(cli, c, argv);
-                if (r != CLI_PROCEED)
-                        return r;
-        }
-        int n = argc - optind;
-        if (n < min)
-                return cli_usage_error(cli, "%s: missing argument", cli->cmd->name);
-        if (max >= 0 && n > max)
-                return cli_usage_error(cli, "%s: unexpected argument '%s'", cli->cmd->name,
-                                       argv[optind + max]);
-        return CLI_PROCEED;
-}
-
 static int sandbox_path(const char *id, const char *suffix, char **ret) {
         if (!cli_id_is_valid(id))
                 return -EINVAL;

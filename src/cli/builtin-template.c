@@ -334,6 +334,13 @@ static int template_logs(struct cli *cli, const char *name) {
         return follow_build(cli, name, build_id);
 }
 
+int cmd_templates(struct cli *cli, int argc, char **argv) {
+        static const char *const header[] = {"NAME", "STATE", "KIND"};
+        static const char *const fields[] = {"name", "state", "kind"};
+        return cli_list_command(cli, argc, argv, "templates", "/v1/templates", NULL, "templates", ARRAY_SIZE(header),
+                                header, fields);
+}
+
 int cmd_template(struct cli *cli, int argc, char **argv) {
         const char *verb = argc > 1 ? argv[1] : NULL;
         if (!verb || strcmp(verb, "ls") == 0)

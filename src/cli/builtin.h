@@ -69,11 +69,11 @@ enum {
         "  --allow-cidr C    allow raw TCP to a range, C is CIDR[:PORT[,PORT...]] (repeatable)\n"    \
         "  --deny HOSTS      deny these hosts (with --net allow-all or --allow)\n"                   \
         "  --deny-cidr C     deny a range (repeatable)\n"
-/* Collects option c into net when it is one of them: CLI_PROCEED when it
+/* Collects option c into net when it is one of them (cli-command.c): CLI_PROCEED when it
  * was, 0 when it is another option, a usage error's exit code. */
 int cli_net_option(struct cli *cli, struct cli_net *net, int c, const char *arg);
 
-/* Parses options only: for commands that take none of their own, checks the
+/* Parses options only (cli-command.c): for commands that take none of their own, checks the
  * number of positional arguments (min..max, max < 0 for unlimited). Returns
  * CLI_PROCEED with optind at the first one, or an exit status. */
 int cli_parse_plain(struct cli *cli, int argc, char **argv, int min, int max);
