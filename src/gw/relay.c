@@ -130,7 +130,7 @@ static bool may_read(struct conn *c, bool guest_side) {
         if (gw_bandwidth_allow(c->sb, guest_side, 1) > 0)
                 return true;
         if (!c->timer)
-                (void) loop_timer_add(gw_loop, gw_bandwidth_wait_ms(c->sb, guest_side), unthrottle, c, &c->timer);
+                (void) loop_timer_add(c->sb->gw->loop, gw_bandwidth_wait_ms(c->sb, guest_side), unthrottle, c, &c->timer);
         return false;
 }
 
@@ -271,9 +271,9 @@ static void start_connect(struct conn *c) {
                 (void) setsockopt(c->u_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         }
         if (r >= 0)
-                r = loop_watch_add(gw_loop, c->u_fd, EPOLLOUT, upstream_event, c, &c->u_watch);
+                r = loop_watch_add(c->sb->gw->loop, c->u_fd, EPOLLOUT, upstream_event, c, &c->u_watch);
         if (r >= 0)
-                r = loop_timer_add(gw_loop, CONNECT_TIMEOUT_MS, timeout, c, &c->timer);
+                r = loop_timer_add(c->sb->gw->loop, CONNECT_TIMEOUT_MS, timeout, c, &c->timer);
         if (r < 0) {
                 reset_guest(c);
                 conn_free(c);
@@ -287,7 +287,7 @@ static void start_connect(struct conn *c) {
 static void decide_addr(struct conn *c) {
         struct in6_addr a = gw_addr_v4(c->dst.sin_addr);
         struct netpolicy_decision d;
-        if (!netpolicy_check_addr(c->sb->policy, &gw_config.platform, &a, ntohs(c->dst.sin_port), &d)) {
+        if (!netpolicy_check_addr(c->sb->policy, &c->sb->gw->config.platform, &a, ntohs(c->dst.sin_port), &d)) {
                 char why[NETPOLICY_DECISION_STRING_MAX];
                 (void) netpolicy_decision_format(&d, why, sizeof why);
                 deny(c, c->name, why);
@@ -321,7 +321,7 @@ static void decide_name(struct conn *c, const char *name, bool tls) {
         snprintf(c->name, sizeof c->name, "%s", name);
         struct in6_addr a = gw_addr_v4(c->dst.sin_addr);
         enum netpolicy_reason pr;
-        if (netpolicy_platform_denied(&gw_config.platform, &a, &pr)) {
+        if (netpolicy_platform_denied(&c->sb->gw->config.platform, &a, &pr)) {
                 deny(c, name, netpolicy_reason_to_string(pr));
                 return;
         }
@@ -545,7 +545,7 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata) {
                 s->conns = c;
                 int one = 1;
                 (void) setsockopt(g, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                if (loop_watch_add(gw_loop, g, EPOLLIN, guest_event, c, &c->g_watch) < 0) {
+                if (loop_watch_add(s->gw->loop, g, EPOLLIN, guest_event, c, &c->g_watch) < 0) {
                         conn_free(c);
                         continue;
                 }
@@ -553,7 +553,7 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata) {
                 (void) inet_pton(AF_INET, VMNET_GATEWAY_ADDR, &gw_addr);
                 if (dst.sin_addr.s_addr == gw_addr.s_addr && ntohs(dst.sin_port) == VMNET_DNS_PORT) {
                         c->state = CONN_DNS;
-                        if (loop_timer_add(gw_loop, SNIFF_TIMEOUT_MS, timeout, c, &c->timer) < 0)
+                        if (loop_timer_add(s->gw->loop, SNIFF_TIMEOUT_MS, timeout, c, &c->timer) < 0)
                                 conn_free(c);
                         continue;
                 }
@@ -571,13 +571,13 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata) {
                 /* a cidr rule admits any protocol: nothing to read first */
                 struct in6_addr a6 = gw_addr_v4(dst.sin_addr);
                 struct netpolicy_decision d;
-                if (netpolicy_check_addr(s->policy, &gw_config.platform, &a6, ntohs(dst.sin_port), &d) &&
+                if (netpolicy_check_addr(s->policy, &s->gw->config.platform, &a6, ntohs(dst.sin_port), &d) &&
                     d.reason == NETPOLICY_REASON_ALLOW_RULE) {
                         start_connect(c);
                         continue;
                 }
                 c->state = CONN_SNIFF;
-                if (loop_timer_add(gw_loop, SNIFF_TIMEOUT_MS, timeout, c, &c->timer) < 0)
+                if (loop_timer_add(s->gw->loop, SNIFF_TIMEOUT_MS, timeout, c, &c->timer) < 0)
                         conn_free(c);
         }
 }

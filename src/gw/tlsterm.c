@@ -313,7 +313,7 @@ static size_t redact_bytes(struct term *t, uint8_t *p, size_t n, size_t scanned,
                 return n;
         }
         if (!t->release_timer)
-                (void) loop_timer_add(gw_loop, REDACT_HOLD_MS, release, t, &t->release_timer);
+                (void) loop_timer_add(t->sb->gw->loop, REDACT_HOLD_MS, release, t, &t->release_timer);
         return n - hold;
 }
 
@@ -816,7 +816,7 @@ static bool may_read(struct term *t, bool up) {
         if (gw_bandwidth_allow(t->sb, up, 1) > 0)
                 return true;
         if (!t->throttle)
-                (void) loop_timer_add(gw_loop, gw_bandwidth_wait_ms(t->sb, up), unthrottle, t, &t->throttle);
+                (void) loop_timer_add(t->sb->gw->loop, gw_bandwidth_wait_ms(t->sb, up), unthrottle, t, &t->throttle);
         return false;
 }
 
@@ -935,12 +935,12 @@ int gw_tlsterm_start(struct gw_sandbox *sb, int g_fd, const struct sockaddr_in *
         if (r >= 0) {
                 int one = 1;
                 (void) setsockopt(t->u_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                r = loop_watch_add(gw_loop, t->g_fd, EPOLLIN, guest_event, t, &t->g_watch);
+                r = loop_watch_add(sb->gw->loop, t->g_fd, EPOLLIN, guest_event, t, &t->g_watch);
         }
         if (r >= 0)
-                r = loop_watch_add(gw_loop, t->u_fd, EPOLLOUT, upstream_event, t, &t->u_watch);
+                r = loop_watch_add(sb->gw->loop, t->u_fd, EPOLLOUT, upstream_event, t, &t->u_watch);
         if (r >= 0)
-                r = loop_timer_add(gw_loop, HANDSHAKE_TIMEOUT_MS, timeout, t, &t->timer);
+                r = loop_timer_add(sb->gw->loop, HANDSHAKE_TIMEOUT_MS, timeout, t, &t->timer);
         if (r < 0) {
                 reset(t);
                 return r;
