@@ -179,9 +179,7 @@ static void dispatch(struct agent *a, const struct proto_header *h, const uint8_
         case PROTO_METRICS: r = metrics_handle(a, h->stream, payload, h->length); break;
         case PROTO_PING:
         case PROTO_SYNC: {
-                json_t *j = NULL;
-                r = guest_json_parse(payload, h->length, &j);
-                json_decref(j);
+                r = guest_json_check(payload, h->length);
                 /* the host is about to stop this VM: flush the disks (a
                  * frozen file system is clean already, and sync would wait) */
                 if (r >= 0 && h->type == PROTO_SYNC && a->frozen_fd < 0)
@@ -196,9 +194,7 @@ static void dispatch(struct agent *a, const struct proto_header *h, const uint8_
         }
         case PROTO_FREEZE:
         case PROTO_THAW: {
-                json_t *j = NULL;
-                r = guest_json_parse(payload, h->length, &j);
-                json_decref(j);
+                r = guest_json_check(payload, h->length);
                 if (r >= 0 && h->type == PROTO_FREEZE)
                         r = handle_freeze(a, h->stream);
                 else if (r >= 0 && (r = thaw(a, "thaw request")) >= 0)

@@ -31,6 +31,29 @@ struct process;
 struct transfer;
 struct watch;
 
+/* The per-connection lists of struct agent (processes, transfers,
+ * watches) are singly linked through next; their items carry the stream
+ * that made them as id. */
+/* The item of list head whose id is want, or NULL. */
+#define AGENT_LIST_FIND(head, want)                                     \
+        ({                                                              \
+                typeof(head) i_ = (head);                               \
+                while (i_ && i_->id != (want))                          \
+                        i_ = i_->next;                                  \
+                i_;                                                     \
+        })
+/* Unlinks item from the list at *headp (when it is there) and counts it
+ * out of *countp. */
+#define AGENT_LIST_UNLINK(headp, item, countp)                          \
+        do {                                                            \
+                for (typeof(*(headp)) *pp_ = (headp); *pp_; pp_ = &(*pp_)->next) \
+                        if (*pp_ == (item)) {                           \
+                                *pp_ = (item)->next;                    \
+                                (*(countp))--;                          \
+                                break;                                  \
+                        }                                               \
+        } while (0)
+
 struct agent_options {
         const char *port_path; /* NULL: find the virtio-serial port "airlock.0" */
         const char *run_dir;   /* where sandbox-id goes; NULL: nowhere */
