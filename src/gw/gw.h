@@ -26,6 +26,7 @@
  */
 
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -112,6 +113,27 @@ struct gw_audit_event {
         char reason[96];
 };
 
+/* A sandbox's open connections, relayed (struct conn, relay.c) or
+ * terminated (struct term, tlsterm.c): lists linked through prev and next,
+ * newest first. */
+#define GW_LIST_PUSH(head, item)                \
+        do {                                    \
+                (item)->prev = NULL;            \
+                (item)->next = (head);          \
+                if (head)                       \
+                        (head)->prev = (item);  \
+                (head) = (item);                \
+        } while (0)
+#define GW_LIST_UNLINK(head, item)                              \
+        do {                                                    \
+                if ((item)->prev)                               \
+                        (item)->prev->next = (item)->next;      \
+                else                                            \
+                        (head) = (item)->next;                  \
+                if ((item)->next)                               \
+                        (item)->next->prev = (item)->prev;      \
+        } while (0)
+
 /* The gateway: main.c's, alive until it exits. */
 struct gw {
         struct gw_config config; /* set at start-up, read-only while serving */
@@ -148,6 +170,13 @@ struct gw_sandbox {
         struct gw_sandbox *next;
 };
 
+/* Makes the close of a TCP socket a reset (SO_LINGER 0), so the guest
+ * sees a refusal at once. */
+static inline void gw_socket_reset_on_close(int fd) {
+        struct linger l = { 1, 0 };
+        (void) setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+}
+
 /* An IPv4 address as lib/netpolicy takes addresses (IPv4-mapped). */
 static inline struct in6_addr gw_addr_v4(struct in_addr a) {
         struct in6_addr m = { .s6_addr = { [10] = 0xff, [11] = 0xff } };
@@ -166,6 +195,10 @@ void gw_sandbox_detach(struct gw_sandbox *s);
 
 /* ---- sandbox.c: one sandbox ---- */
 void gw_sandbox_ref(struct gw_sandbox *s);
+/* A connection (relayed or terminated) begins and ends: it holds a
+ * reference and counts against GW_CONNS_MAX. */
+void gw_sandbox_conn_open(struct gw_sandbox *s);
+void gw_sandbox_conn_close(struct gw_sandbox *s);
 /* The last reference frees it (its journal closed, its policy and credentials freed). */
 void gw_sandbox_unref(struct gw_sandbox *s);
 void gw_sandbox_bind(struct gw_sandbox *s, const char *name, struct in_addr addr, uint32_t ttl_s);
@@ -177,6 +210,10 @@ void gw_sandbox_log(struct gw_sandbox *s, bool dns, bool allowed, const char *na
 size_t gw_bandwidth_allow(struct gw_sandbox *s, bool up, size_t want);
 void gw_bandwidth_take(struct gw_sandbox *s, bool up, size_t n);
 uint64_t gw_bandwidth_wait_ms(struct gw_sandbox *s, bool up);
+/* Whether that side may be read now; if not, and *timer is free, arms it
+ * to call fn(userdata) when the bandwidth allows (its callback clears
+ * *timer and looks again). */
+bool gw_bandwidth_may_read(struct gw_sandbox *s, bool up, struct loop_timer **timer, loop_timer_fn fn, void *userdata);
 
 /* ---- rings.c: a sandbox's bindings and log in memory ---- */
 /* The binding of (name, addr), made (the oldest gives way) or lengthened

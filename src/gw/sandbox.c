@@ -17,6 +17,16 @@ void gw_sandbox_ref(struct gw_sandbox *s) {
         s->refs++;
 }
 
+void gw_sandbox_conn_open(struct gw_sandbox *s) {
+        gw_sandbox_ref(s);
+        s->n_conns++;
+}
+
+void gw_sandbox_conn_close(struct gw_sandbox *s) {
+        s->n_conns--;
+        gw_sandbox_unref(s);
+}
+
 void gw_sandbox_unref(struct gw_sandbox *s) {
         if (!s || --s->refs > 0)
                 return;
@@ -97,4 +107,12 @@ uint64_t gw_bandwidth_wait_ms(struct gw_sandbox *s, bool up) {
         /* until a 4 KiB read fits: no wake-ups for a few bytes at a time */
         double need = 4096.0 - bucket(s, up)->tokens;
         return need <= 0 ? 0 : (uint64_t) (need * 1000.0 / (double) s->gw->config.bandwidth) + 1;
+}
+
+bool gw_bandwidth_may_read(struct gw_sandbox *s, bool up, struct loop_timer **timer, loop_timer_fn fn, void *userdata) {
+        if (gw_bandwidth_allow(s, up, 1) > 0)
+                return true;
+        if (!*timer)
+                (void) loop_timer_add(s->gw->loop, gw_bandwidth_wait_ms(s, up), fn, userdata, timer);
+        return false;
 }
