@@ -123,23 +123,10 @@ int cmd_inspect(struct cli *cli, int argc, char **argv) {
 }
 
 int cmd_rm(struct cli *cli, int argc, char **argv) {
-        enum { OPT_KEEP = CLI_OPT_FIRST_LOCAL };
-        static const struct option options[] = {
-                CLI_GLOBAL_OPTIONS,
-                {"keep-snapshots", no_argument, NULL, OPT_KEEP},
-                {},
-        };
         bool keep = false;
-        int c, r;
-        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
-                if (c == OPT_KEEP) {
-                        keep = true;
-                        continue;
-                }
-                r = cli_common_option(cli, c, argv);
-                if (r != CLI_PROCEED)
-                        return r;
-        }
+        int r = cli_parse_flag(cli, argc, argv, "keep-snapshots", &keep);
+        if (r != CLI_PROCEED)
+                return r;
         if (optind >= argc)
                 return cli_usage_error(cli, "rm: expected at least one sandbox id");
         for (int i = optind; i < argc; i++)

@@ -350,11 +350,9 @@ int cmd_template(struct cli *cli, int argc, char **argv) {
         argv++;
         if (strcmp(verb, "build") == 0)
                 return template_build(cli, argc, argv);
-        static const struct option options[] = { CLI_GLOBAL_OPTIONS, {} };
-        int c, r;
-        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0)
-                if ((r = cli_common_option(cli, c, argv)) != CLI_PROCEED)
-                        return r;
+        int r = cli_parse_plain(cli, argc, argv, 0, -1); /* the count is checked here */
+        if (r != CLI_PROCEED)
+                return r;
         if (argc - optind != 1)
                 return cli_usage_error(cli, "template %s: give one template NAME", verb);
         const char *name = argv[optind];

@@ -6,6 +6,7 @@
  * cli-output.c, below the builtins (builtin-*.c) and the table (cli.c).
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,36 @@ int cli_parse_plain(struct cli *cli, int argc, char **argv, int min, int max) {
         return CLI_PROCEED;
 }
 
+int cli_parse_flag(struct cli *cli, int argc, char **argv, const char *flag, bool *ret) {
+        const struct option options[] = {
+                CLI_GLOBAL_OPTIONS,
+                {flag, no_argument, NULL, CLI_OPT_FIRST_LOCAL},
+                {},
+        };
+        int c;
+
+        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
+                if (c == CLI_OPT_FIRST_LOCAL) {
+                        *ret = true;
+                        continue;
+                }
+                int r = cli_common_option(cli, c, argv);
+                if (r != CLI_PROCEED)
+                        return r;
+        }
+        return CLI_PROCEED;
+}
+
+int cli_parse_verb(struct cli *cli, int argc, char **argv, const char **ret_verb, const char **ret_arg) {
+        int r = cli_parse_plain(cli, argc, argv, 0, 2);
+        if (r != CLI_PROCEED)
+                return r;
+        int n = argc - optind;
+        *ret_verb = n > 0 ? argv[optind] : NULL;
+        *ret_arg = n > 1 ? argv[optind + 1] : NULL;
+        return CLI_PROCEED;
+}
+
 int cli_net_option(struct cli *cli, struct cli_net *net, int c, const char *arg) {
         static const enum cli_net_flag flags[] = {
                 [CLI_OPT_NET - CLI_OPT_NET] = CLI_NET_MODE,
@@ -109,9 +140,63 @@ int cli_connect(struct cli *cli) {
         return 0;
 }
 
+int cli_request(struct cli *cli, const char *method, const char *path, const json_t *body, json_t **ret,
+                const char *fmt, ...) {
+        struct cli_error err = {};
+        if (cli_connect(cli) < 0)
+                return CLI_EXIT_FAILURE;
+        if (client_json(&cli->client, method, path, body, &err, ret) < 0) {
+                va_list ap;
+                va_start(ap, fmt);
+                int r = cli_fail_errorv(&err, fmt, ap);
+                va_end(ap);
+                return r;
+        }
+        return CLI_PROCEED;
+}
+
+int cli_call_and_print(struct cli *cli, const char *name, const char *method, const char *path, const json_t *body,
+                       const char *print, const char *echo) {
+        _cleanup_(json_decrefp) json_t *resp = NULL;
+        int r = cli_request(cli, method, path, body, &resp, "%s", name);
+        if (r != CLI_PROCEED)
+                return r;
+        if (cli->json) {
+                if (resp)
+                        return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+                return CLI_EXIT_OK;
+        }
+        const char *s = print ? json_string_value(json_object_get(resp, print)) : echo;
+        if (!s)
+                return cli_fail("%s: airlockd answered without a %s", name, print);
+        printf("%s\n", s);
+        return CLI_EXIT_OK;
+}
+
+int cli_answer_list(struct cli *cli, const json_t *resp, const char *name, const char *key, const json_t **ret_list) {
+        if (cli->json)
+                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+        const json_t *list = json_object_get(resp, key);
+        if (!json_is_array(list))
+                return cli_fail("%s: airlockd answered without %s %s list", name, strchr("aeiou", key[0]) ? "an" : "a",
+                                key);
+        *ret_list = list;
+        return CLI_PROCEED;
+}
+
+int cli_print_answer_list(struct cli *cli, const json_t *resp, const char *name, const char *key, size_t ncols,
+                          const char *const *header, const char *const *fields) {
+        const json_t *list;
+        int r = cli_answer_list(cli, resp, name, key, &list);
+        if (r != CLI_PROCEED)
+                return r;
+        if (cli_print_list(list, ncols, header, fields) < 0)
+                return cli_fail("%s: out of memory", name);
+        return CLI_EXIT_OK;
+}
+
 int cli_get_plain(struct cli *cli, int argc, char **argv, const char *name, const char *path, const char *suffix,
                   json_t **ret) {
-        struct cli_error err = {};
         _cleanup_free_ char *full = NULL;
         int nargs = suffix ? 1 : 0;
         int r = cli_parse_plain(cli, argc, argv, nargs, nargs);
@@ -127,11 +212,8 @@ int cli_get_plain(struct cli *cli, int argc, char **argv, const char *name, cons
                         return cli_fail("out of memory");
                 path = full;
         }
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        if (client_json(&cli->client, "GET", path, NULL, &err, ret) < 0)
-                return id ? cli_fail_error(&err, "%s %s", name, id) : cli_fail_error(&err, "%s", name);
-        return CLI_PROCEED;
+        return id ? cli_request(cli, "GET", path, NULL, ret, "%s %s", name, id)
+                  : cli_request(cli, "GET", path, NULL, ret, "%s", name);
 }
 
 int cli_show_command(struct cli *cli, int argc, char **argv, const char *name, const char *path, const char *suffix) {
@@ -149,13 +231,5 @@ int cli_list_command(struct cli *cli, int argc, char **argv, const char *name, c
         int r = cli_get_plain(cli, argc, argv, name, path, suffix, &resp);
         if (r != CLI_PROCEED)
                 return r;
-        if (cli->json)
-                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
-
-        const json_t *list = json_object_get(resp, key);
-        if (!json_is_array(list))
-                return cli_fail("%s: airlockd answered without a %s list", name, key);
-        if (cli_print_list(list, ncols, header, fields) < 0)
-                return cli_fail("%s: out of memory", name);
-        return CLI_EXIT_OK;
+        return cli_print_answer_list(cli, resp, name, key, ncols, header, fields);
 }

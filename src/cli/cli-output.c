@@ -23,14 +23,19 @@ int cli_fail(const char *fmt, ...) {
         return CLI_EXIT_FAILURE;
 }
 
-int cli_fail_error(const struct cli_error *err, const char *fmt, ...) {
-        va_list ap;
+int cli_fail_errorv(const struct cli_error *err, const char *fmt, va_list ap) {
         fputs("airlock: ", stderr);
-        va_start(ap, fmt);
         vfprintf(stderr, fmt, ap);
-        va_end(ap);
         fprintf(stderr, ": %s\n", err->message);
         return CLI_EXIT_FAILURE;
+}
+
+int cli_fail_error(const struct cli_error *err, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        int r = cli_fail_errorv(err, fmt, ap);
+        va_end(ap);
+        return r;
 }
 
 int cli_usage_error(struct cli *cli, const char *fmt, ...) {
@@ -84,7 +89,7 @@ int cli_print_fields(const json_t *obj) {
         return 0;
 }
 
-int cli_print_table(size_t ncols, const char *const *header, char *const *cells, size_t nrows) {
+int cli_fprint_table(FILE *f, size_t ncols, const char *const *header, char *const *cells, size_t nrows) {
         _cleanup_free_ int *width = calloc(ncols, sizeof(int));
         if (!width)
                 return -ENOMEM;
@@ -97,11 +102,15 @@ int cli_print_table(size_t ncols, const char *const *header, char *const *cells,
                 for (size_t c = 0; c < ncols; c++) {
                         const char *s = r == 0 ? header[c] : cells[(r - 1) * ncols + c];
                         if (c + 1 == ncols)
-                                printf("%s\n", s);
+                                fprintf(f, "%s\n", s);
                         else
-                                printf("%-*s  ", width[c], s);
+                                fprintf(f, "%-*s  ", width[c], s);
                 }
         return 0;
+}
+
+int cli_print_table(size_t ncols, const char *const *header, char *const *cells, size_t nrows) {
+        return cli_fprint_table(stdout, ncols, header, cells, nrows);
 }
 
 /* created_at may come as RFC 3339 text or as seconds since the epoch. */

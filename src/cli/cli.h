@@ -17,6 +17,7 @@
  */
 
 #include <getopt.h>
+#include <stdarg.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -92,6 +93,23 @@ int cli_common_option(struct cli *cli, int c, char **argv);
 
 /* Resolves URL and token once; prints the problem on failure. */
 int cli_connect(struct cli *cli);
+/* Connects and sends one request with a JSON body (may be NULL).
+ * CLI_PROCEED with *ret set (NULL for an empty answer), or the exit code,
+ * the failure printed as "airlock: <fmt ...>: <API or transport message>". */
+int cli_request(struct cli *cli, const char *method, const char *path, const json_t *body, json_t **ret,
+                const char *fmt, ...) _printf_(6, 7);
+/* Sends one request and prints its answer: --json the whole of it, else
+ * its string member print (NULL: the argument echo, for a 204). name
+ * prefixes the messages. Returns the exit code. */
+int cli_call_and_print(struct cli *cli, const char *name, const char *method, const char *path, const json_t *body,
+                       const char *print, const char *echo);
+/* With --json prints resp whole and returns the exit code; otherwise
+ * CLI_PROCEED with *ret_list its array member key, or the exit code of
+ * "NAME: airlockd answered without a KEY list". */
+int cli_answer_list(struct cli *cli, const json_t *resp, const char *name, const char *key, const json_t **ret_list);
+/* cli_answer_list(), then the list as a table. Returns the exit code. */
+int cli_print_answer_list(struct cli *cli, const json_t *resp, const char *name, const char *key, size_t ncols,
+                          const char *const *header, const char *const *fields);
 
 /* The start of a command that GETs one resource: parses the options,
  * connects and fetches. With suffix NULL the command takes no argument and
@@ -116,6 +134,7 @@ int cli_usage_error(struct cli *cli, const char *fmt, ...) _printf_(2, 3);
 int cli_fail(const char *fmt, ...) _printf_(1, 2);
 /* Prints "airlock: <context>: <API or transport message>"; returns 1. */
 int cli_fail_error(const struct cli_error *err, const char *fmt, ...) _printf_(2, 3);
+int cli_fail_errorv(const struct cli_error *err, const char *fmt, va_list ap) _printf_(2, 0);
 
 /* Writes j indented, with a trailing newline, to stdout. */
 int cli_print_json(const json_t *j);
@@ -128,5 +147,8 @@ int cli_cell(const json_t *v, char **ret);
 /* Prints field[c] of each object in list as a table; "created_at" given as
  * epoch seconds is shown as UTC RFC 3339. */
 int cli_print_list(const json_t *list, size_t ncols, const char *const *header, const char *const *fields);
-/* Prints rows of ncols cells as left-aligned columns under a header. */
+/* Prints rows of ncols cells as left-aligned columns under a header (a
+ * column at most 64 wide but for its longest cell's overflow), to f. */
+int cli_fprint_table(FILE *f, size_t ncols, const char *const *header, char *const *cells, size_t nrows);
+/* The same to stdout. */
 int cli_print_table(size_t ncols, const char *const *header, char *const *cells, size_t nrows);
