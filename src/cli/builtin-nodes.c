@@ -98,12 +98,9 @@ static int token(struct cli *cli, const char *ttl) {
         int r = cli_request(cli, "POST", "/v1/nodes/tokens", body, &resp, "nodes token");
         if (r != CLI_PROCEED)
                 return r;
-        if (cli->json)
-                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
-        const char *t = json_string_value(json_object_get(resp, "token"));
-        if (!t)
-                return cli_fail("nodes token: airlockd answered without a token");
-        printf("%s\n", t);
+        r = cli_print_member(cli, resp, "nodes token", "token", "token");
+        if (r != CLI_EXIT_OK || cli->json)
+                return r;
         fprintf(stderr, "valid until %s; give it to `airlock-node --join HOST:PORT --join-token-file FILE`\n",
                 json_string_value(json_object_get(resp, "expires_at")) ?: "?");
         return CLI_EXIT_OK;

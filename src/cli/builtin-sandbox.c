@@ -34,7 +34,6 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
                                        *resp = NULL, *policy = NULL, *secrets = json_array();
         _cleanup_(cli_net_done) struct cli_net net = {};
         const char *template = "python";
-        struct cli_error err = {};
         int c, r;
 
         if (!env || !meta || !secrets)
@@ -96,19 +95,10 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
         if (cli_net_given(&net) &&
             (cli_net_policy(&net, &policy) < 0 || json_object_set(body, "network", policy) < 0))
                 return cli_fail("out of memory");
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        r = client_json(&cli->client, "POST", "/v1/sandboxes", body, &err, &resp);
-        if (r < 0)
-                return cli_fail_error(&err, "create");
-
-        if (cli->json)
-                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
-        const char *id = json_string_value(json_object_get(resp, "id"));
-        if (!id)
-                return cli_fail("create: airlockd answered without a sandbox id");
-        printf("%s\n", id);
-        return CLI_EXIT_OK;
+        r = cli_request(cli, "POST", "/v1/sandboxes", body, &resp, "create");
+        if (r != CLI_PROCEED)
+                return r;
+        return cli_print_member(cli, resp, "create", "id", "sandbox id");
 }
 
 int cmd_ls(struct cli *cli, int argc, char **argv) {

@@ -161,14 +161,21 @@ int cli_call_and_print(struct cli *cli, const char *name, const char *method, co
         int r = cli_request(cli, method, path, body, &resp, "%s", name);
         if (r != CLI_PROCEED)
                 return r;
-        if (cli->json) {
-                if (resp)
-                        return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+        if (cli->json && !resp)
+                return CLI_EXIT_OK;
+        if (!print) {
+                printf("%s\n", echo);
                 return CLI_EXIT_OK;
         }
-        const char *s = print ? json_string_value(json_object_get(resp, print)) : echo;
+        return cli_print_member(cli, resp, name, print, print);
+}
+
+int cli_print_member(struct cli *cli, const json_t *resp, const char *name, const char *member, const char *what) {
+        if (cli->json)
+                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+        const char *s = json_string_value(json_object_get(resp, member));
         if (!s)
-                return cli_fail("%s: airlockd answered without a %s", name, print);
+                return cli_fail("%s: airlockd answered without a %s", name, what);
         printf("%s\n", s);
         return CLI_EXIT_OK;
 }

@@ -99,10 +99,13 @@ int cli_connect(struct cli *cli);
 int cli_request(struct cli *cli, const char *method, const char *path, const json_t *body, json_t **ret,
                 const char *fmt, ...) _printf_(6, 7);
 /* Sends one request and prints its answer: --json the whole of it, else
- * its string member print (NULL: the argument echo, for a 204). name
+ * its string member print (NULL: echo, for a 204; not NULL then). name
  * prefixes the messages. Returns the exit code. */
 int cli_call_and_print(struct cli *cli, const char *name, const char *method, const char *path, const json_t *body,
                        const char *print, const char *echo);
+/* Prints resp: --json the whole of it, else its string member (or fails
+ * with "NAME: airlockd answered without a WHAT"). Returns the exit code. */
+int cli_print_member(struct cli *cli, const json_t *resp, const char *name, const char *member, const char *what);
 /* With --json prints resp whole and returns the exit code; otherwise
  * CLI_PROCEED with *ret_list its array member key, or the exit code of
  * "NAME: airlockd answered without a KEY list". */
