@@ -26,10 +26,10 @@
  */
 
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "credset.h"
 #include "loop.h"
