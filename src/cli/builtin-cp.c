@@ -40,6 +40,21 @@ static int files_path(const char *sandbox, const char *remote, int mode, char **
         return asprintf(ret, "/v1/sandboxes/%s/files?path=%s%s", sandbox, q, mode_param) < 0 ? -ENOMEM : 0;
 }
 
+/* The request on the file remote of sandbox (files_path()), connected:
+ * CLI_PROCEED with *ret, or the exit code. */
+static int files_call(struct cli *cli, const char *method, const char *sandbox, const char *remote, int mode,
+                      struct client_call **ret) {
+        _cleanup_free_ char *path = NULL;
+        if (files_path(sandbox, remote, mode, &path) < 0)
+                return cli_fail("out of memory");
+        if (cli_connect(cli) < 0)
+                return CLI_EXIT_FAILURE;
+        int r = client_call_new(&cli->client, method, path, NULL, NULL, ret);
+        if (r < 0)
+                return cli_fail("cp: failed to prepare the request: %s", strerror(-r));
+        return CLI_PROCEED;
+}
+
 /* "dir/" + basename(src): where a copy into a directory lands. */
 static int join_basename(const char *dir, const char *src, char **ret) {
         _cleanup_free_ char *copy = strdup(src);
@@ -68,7 +83,7 @@ static size_t upload_read_cb(char *buf, size_t size, size_t nitems, void *userda
 static int cp_upload(struct cli *cli, const char *local, const struct cli_endpoint *dst) {
         _cleanup_(client_call_freep) struct client_call *call = NULL;
         _cleanup_(json_decrefp) json_t *resp = NULL;
-        _cleanup_free_ char *remote = NULL, *path = NULL;
+        _cleanup_free_ char *remote = NULL;
         _cleanup_close_ int fd = -1;
         struct cli_error err = {};
         struct stat st;
@@ -97,13 +112,9 @@ static int cp_upload(struct cli *cli, const char *local, const struct cli_endpoi
                 return cli_fail("cp: '%s' is a directory; only files can be copied", local);
 
         /* Like cp(1), a new file gets the source's permissions. */
-        if (files_path(dst->sandbox, remote, S_ISREG(st.st_mode) ? (int)(st.st_mode & 0777) : -1, &path) < 0)
-                return cli_fail("out of memory");
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        r = client_call_new(&cli->client, "PUT", path, NULL, NULL, &call);
-        if (r < 0)
-                return cli_fail("cp: failed to prepare the request: %s", strerror(-r));
+        r = files_call(cli, "PUT", dst->sandbox, remote, S_ISREG(st.st_mode) ? (int)(st.st_mode & 0777) : -1, &call);
+        if (r != CLI_PROCEED)
+                return r;
 
         struct cp_local l = {.path = local, .fd = in, .call = call};
         struct curl_slist *h = curl_slist_append(call->headers, "Content-Type: application/octet-stream");
@@ -187,7 +198,7 @@ static size_t download_header_cb(char *data, size_t size, size_t nmemb, void *us
 
 static int cp_download(struct cli *cli, const struct cli_endpoint *src, const char *local) {
         _cleanup_(client_call_freep) struct client_call *call = NULL;
-        _cleanup_free_ char *target = NULL, *path = NULL;
+        _cleanup_free_ char *target = NULL;
         struct cli_error err = {};
         struct stat st;
         int r;
@@ -200,13 +211,9 @@ static int cp_download(struct cli *cli, const struct cli_endpoint *src, const ch
         } else if (!(target = strdup(local)))
                 return cli_fail("out of memory");
 
-        if (files_path(src->sandbox, src->path, -1, &path) < 0)
-                return cli_fail("out of memory");
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        r = client_call_new(&cli->client, "GET", path, NULL, NULL, &call);
-        if (r < 0)
-                return cli_fail("cp: failed to prepare the request: %s", strerror(-r));
+        r = files_call(cli, "GET", src->sandbox, src->path, -1, &call);
+        if (r != CLI_PROCEED)
+                return r;
 
         _cleanup_close_ int fd_guard = -1;
         struct cp_local l = {.path = target, .fd = -1, .call = call, .expected = -1};

@@ -126,22 +126,10 @@ static void usage_line(const char *when, const json_t *s) {
 }
 
 int cmd_usage(struct cli *cli, int argc, char **argv) {
-        enum { OPT_HISTORY = CLI_OPT_FIRST_LOCAL };
-        static const struct option options[] = {
-                CLI_GLOBAL_OPTIONS,
-                {"history", no_argument, NULL, OPT_HISTORY},
-                {},
-        };
         bool history = false;
-        int c, r;
-        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
-                if (c == OPT_HISTORY) {
-                        history = true;
-                        continue;
-                }
-                if ((r = cli_common_option(cli, c, argv)) != CLI_PROCEED)
-                        return r;
-        }
+        int r = cli_parse_flag(cli, argc, argv, "history", &history);
+        if (r != CLI_PROCEED)
+                return r;
         if (argc - optind != 1)
                 return cli_usage_error(cli, "usage: %s", argc - optind < 1 ? "missing SBX" : "one SBX only");
         const char *id = argv[optind];
@@ -150,12 +138,10 @@ int cmd_usage(struct cli *cli, int argc, char **argv) {
         _cleanup_free_ char *path = NULL;
         if (asprintf(&path, "/v1/sandboxes/%s/metrics", id) < 0)
                 return cli_fail("out of memory");
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
         _cleanup_(json_decrefp) json_t *resp = NULL;
-        struct cli_error err = {};
-        if (client_json(&cli->client, "GET", path, NULL, &err, &resp) < 0)
-                return cli_fail_error(&err, "usage");
+        r = cli_request(cli, "GET", path, NULL, &resp, "usage");
+        if (r != CLI_PROCEED)
+                return r;
         if (cli->json)
                 return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
         const json_t *now = json_object_get(resp, "now");

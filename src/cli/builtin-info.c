@@ -1,17 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* templates, pools, health: read-only questions about the control plane. */
+/* pools, health: read-only questions about the control plane. */
 #include <errno.h>
 #include <stdio.h>
 
 #include "builtin.h"
 #include "cli-util.h"
-
-int cmd_templates(struct cli *cli, int argc, char **argv) {
-        static const char *const header[] = {"NAME", "STATE", "KIND"};
-        static const char *const fields[] = {"name", "state", "kind"};
-        return cli_list_command(cli, argc, argv, "templates", "/v1/templates", NULL, "templates", ARRAY_SIZE(header),
-                                header, fields);
-}
 
 int cmd_pools(struct cli *cli, int argc, char **argv) {
         static const char *const header[] = { "TEMPLATE", "BUILD", "TARGET", "MAX",     "READY",

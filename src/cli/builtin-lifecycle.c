@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* pause, resume, stop, start, rollback, suspend, wake, fork: lifecycle
- * verbs; op: inspect an
- * operation; snapshot, snapshots: disk snapshots. */
+ * verbs, one command named as its verb; op: inspect an operation;
+ * snapshot, snapshots: disk snapshots. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,62 +92,19 @@ static int lifecycle_verb(struct cli *cli, int argc, char **argv, const char *ve
         return CLI_EXIT_OK;
 }
 
-int cmd_pause(struct cli *cli, int argc, char **argv) {
-        return lifecycle_verb(cli, argc, argv, "pause");
-}
-
-int cmd_resume(struct cli *cli, int argc, char **argv) {
-        return lifecycle_verb(cli, argc, argv, "resume");
-}
-
-int cmd_stop(struct cli *cli, int argc, char **argv) {
-        return lifecycle_verb(cli, argc, argv, "stop");
-}
-
-int cmd_start(struct cli *cli, int argc, char **argv) {
-        return lifecycle_verb(cli, argc, argv, "start");
-}
-
-int cmd_rollback(struct cli *cli, int argc, char **argv) {
-        return lifecycle_verb(cli, argc, argv, "rollback");
-}
-
-int cmd_suspend(struct cli *cli, int argc, char **argv) {
-        return lifecycle_verb(cli, argc, argv, "suspend");
-}
-
-int cmd_wake(struct cli *cli, int argc, char **argv) {
-        return lifecycle_verb(cli, argc, argv, "wake");
-}
-
-int cmd_fork(struct cli *cli, int argc, char **argv) {
-        return lifecycle_verb(cli, argc, argv, "fork");
+int cmd_lifecycle(struct cli *cli, int argc, char **argv) {
+        return lifecycle_verb(cli, argc, argv, cli->cmd->name);
 }
 
 /* POST /v1/sandboxes/SBX/snapshots {"kind":"disk"}: prints the new id. */
 int cmd_snapshot(struct cli *cli, int argc, char **argv) {
-        enum { OPT_FULL = CLI_OPT_FIRST_LOCAL };
-        static const struct option options[] = {
-                CLI_GLOBAL_OPTIONS,
-                {"full", no_argument, NULL, OPT_FULL},
-                {},
-        };
         _cleanup_(json_decrefp) json_t *resp = NULL;
         _cleanup_(json_decrefp) json_t *body = NULL;
         _cleanup_free_ char *path = NULL;
-        struct cli_error err = {};
         bool full = false;
-        int c, r;
-
-        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
-                if (c == OPT_FULL) {
-                        full = true;
-                        continue;
-                }
-                r = cli_common_option(cli, c, argv);
-                if (r != CLI_PROCEED)
-                        return r;
-        }
+        int r = cli_parse_flag(cli, argc, argv, "full", &full);
+        if (r != CLI_PROCEED)
+                return r;
         if (argc - optind != 1)
                 return cli_usage_error(cli, "snapshot: expected one sandbox id");
         const char *id = argv[optind];
@@ -156,10 +113,9 @@ int cmd_snapshot(struct cli *cli, int argc, char **argv) {
         body = json_pack("{s:s}", "kind", full ? "full" : "disk");
         if (!body || asprintf(&path, "/v1/sandboxes/%s/snapshots", id) < 0)
                 return cli_fail("out of memory");
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        if (client_json(&cli->client, "POST", path, body, &err, &resp) < 0)
-                return cli_fail_error(&err, "snapshot %s", id);
+        r = cli_request(cli, "POST", path, body, &resp, "snapshot %s", id);
+        if (r != CLI_PROCEED)
+                return r;
         if (cli->json)
                 return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
         printf("%s\n", json_string_value(json_object_get(resp, "id")) ?: "");
@@ -192,11 +148,10 @@ int cmd_snapshots(struct cli *cli, int argc, char **argv) {
         int r = cli_get_plain(cli, argc, argv, "snapshots", "/v1/sandboxes/", "/snapshots", &resp);
         if (r != CLI_PROCEED)
                 return r;
-        if (cli->json)
-                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
-        const json_t *list = json_object_get(resp, "snapshots");
-        if (!json_is_array(list))
-                return cli_fail("snapshots: airlockd answered without a snapshots list");
+        const json_t *list;
+        r = cli_answer_list(cli, resp, "snapshots", "snapshots", &list);
+        if (r != CLI_PROCEED)
+                return r;
         _cleanup_(json_decrefp) json_t *rows = json_array();
         if (!rows)
                 return cli_fail("snapshots: out of memory");

@@ -8,25 +8,6 @@
 #include "builtin.h"
 #include "cli-util.h"
 
-int cli_net_option(struct cli *cli, struct cli_net *net, int c, const char *arg) {
-        static const enum cli_net_flag flags[] = {
-                [CLI_OPT_NET - CLI_OPT_NET] = CLI_NET_MODE,
-                [CLI_OPT_ALLOW - CLI_OPT_NET] = CLI_NET_ALLOW,
-                [CLI_OPT_ALLOW_CIDR - CLI_OPT_NET] = CLI_NET_ALLOW_CIDR,
-                [CLI_OPT_DENY - CLI_OPT_NET] = CLI_NET_DENY,
-                [CLI_OPT_DENY_CIDR - CLI_OPT_NET] = CLI_NET_DENY_CIDR,
-        };
-        if (c < CLI_OPT_NET || c > CLI_OPT_DENY_CIDR)
-                return 0;
-        char err[CLI_NET_ERR_MAX];
-        int r = cli_net_add(net, flags[c - CLI_OPT_NET], arg, err);
-        if (r == -ENOMEM)
-                return cli_fail("out of memory");
-        if (r < 0)
-                return cli_usage_error(cli, "%s", err);
-        return CLI_PROCEED;
-}
-
 /* Prints a policy answer: the JSON with --json, else one rule a line. */
 static int print_policy(struct cli *cli, const json_t *policy) {
         if (cli->json)

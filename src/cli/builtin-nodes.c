@@ -45,16 +45,12 @@ static int list(struct cli *cli) {
         static const char *const fields[] = {"name", "state", "sandboxes", "capacity", "disk", "templates",
                                              "last_heartbeat"};
         _cleanup_(json_decrefp) json_t *resp = NULL;
-        struct cli_error err = {};
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        if (client_json(&cli->client, "GET", "/v1/nodes", NULL, &err, &resp) < 0)
-                return cli_fail_error(&err, "nodes");
-        if (cli->json)
-                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
-        const json_t *nodes = json_object_get(resp, "nodes");
-        if (!json_is_array(nodes))
-                return cli_fail("nodes: airlockd answered without a nodes list");
+        const json_t *nodes;
+        int r = cli_request(cli, "GET", "/v1/nodes", NULL, &resp, "nodes");
+        if (r == CLI_PROCEED)
+                r = cli_answer_list(cli, resp, "nodes", "nodes", &nodes);
+        if (r != CLI_PROCEED)
+                return r;
         _cleanup_(json_decrefp) json_t *rows = json_array();
         size_t i;
         json_t *n;
@@ -73,11 +69,9 @@ static int node_call(struct cli *cli, const char *method, const char *name, cons
         if (asprintf(&path, "/v1/nodes/%s%s", name, suffix) < 0)
                 return cli_fail("out of memory");
         _cleanup_(json_decrefp) json_t *resp = NULL;
-        struct cli_error err = {};
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        if (client_json(&cli->client, method, path, NULL, &err, &resp) < 0)
-                return cli_fail_error(&err, "nodes %s", name);
+        int r = cli_request(cli, method, path, NULL, &resp, "nodes %s", name);
+        if (r != CLI_PROCEED)
+                return r;
         if (cli->json && resp)
                 return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
         size_t n = json_array_size(json_object_get(resp, "suspending"));
@@ -101,28 +95,22 @@ static int token(struct cli *cli, const char *ttl) {
                 json_object_set_new(body, "ttl_s", json_integer(v));
         }
         _cleanup_(json_decrefp) json_t *resp = NULL;
-        struct cli_error err = {};
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        if (client_json(&cli->client, "POST", "/v1/nodes/tokens", body, &err, &resp) < 0)
-                return cli_fail_error(&err, "nodes token");
-        if (cli->json)
-                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
-        const char *t = json_string_value(json_object_get(resp, "token"));
-        if (!t)
-                return cli_fail("nodes token: airlockd answered without a token");
-        printf("%s\n", t);
+        int r = cli_request(cli, "POST", "/v1/nodes/tokens", body, &resp, "nodes token");
+        if (r != CLI_PROCEED)
+                return r;
+        r = cli_print_member(cli, resp, "nodes token", "token", "token");
+        if (r != CLI_EXIT_OK || cli->json)
+                return r;
         fprintf(stderr, "valid until %s; give it to `airlock-node --join HOST:PORT --join-token-file FILE`\n",
                 json_string_value(json_object_get(resp, "expires_at")) ?: "?");
         return CLI_EXIT_OK;
 }
 
 int cmd_nodes(struct cli *cli, int argc, char **argv) {
-        int r = cli_parse_plain(cli, argc, argv, 0, 2);
+        const char *verb, *arg;
+        int r = cli_parse_verb(cli, argc, argv, &verb, &arg);
         if (r != CLI_PROCEED)
                 return r;
-        int n = argc - optind;
-        const char *verb = n > 0 ? argv[optind] : NULL, *arg = n > 1 ? argv[optind + 1] : NULL;
         if (!verb)
                 return list(cli);
         if (strcmp(verb, "token") == 0)

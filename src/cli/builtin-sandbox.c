@@ -8,24 +8,6 @@
 #include "builtin.h"
 #include "cli-util.h"
 
-int cli_parse_plain(struct cli *cli, int argc, char **argv, int min, int max) {
-        static const struct option options[] = {CLI_GLOBAL_OPTIONS, {}};
-        int c;
-
-        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
-                int r = cli_common_option(cli, c, argv);
-                if (r != CLI_PROCEED)
-                        return r;
-        }
-        int n = argc - optind;
-        if (n < min)
-                return cli_usage_error(cli, "%s: missing argument", cli->cmd->name);
-        if (max >= 0 && n > max)
-                return cli_usage_error(cli, "%s: unexpected argument '%s'", cli->cmd->name,
-                                       argv[optind + max]);
-        return CLI_PROCEED;
-}
-
 static int sandbox_path(const char *id, const char *suffix, char **ret) {
         if (!cli_id_is_valid(id))
                 return -EINVAL;
@@ -52,7 +34,6 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
                                        *resp = NULL, *policy = NULL, *secrets = json_array();
         _cleanup_(cli_net_done) struct cli_net net = {};
         const char *template = "python";
-        struct cli_error err = {};
         int c, r;
 
         if (!env || !meta || !secrets)
@@ -114,19 +95,10 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
         if (cli_net_given(&net) &&
             (cli_net_policy(&net, &policy) < 0 || json_object_set(body, "network", policy) < 0))
                 return cli_fail("out of memory");
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        r = client_json(&cli->client, "POST", "/v1/sandboxes", body, &err, &resp);
-        if (r < 0)
-                return cli_fail_error(&err, "create");
-
-        if (cli->json)
-                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
-        const char *id = json_string_value(json_object_get(resp, "id"));
-        if (!id)
-                return cli_fail("create: airlockd answered without a sandbox id");
-        printf("%s\n", id);
-        return CLI_EXIT_OK;
+        r = cli_request(cli, "POST", "/v1/sandboxes", body, &resp, "create");
+        if (r != CLI_PROCEED)
+                return r;
+        return cli_print_member(cli, resp, "create", "id", "sandbox id");
 }
 
 int cmd_ls(struct cli *cli, int argc, char **argv) {
@@ -141,23 +113,10 @@ int cmd_inspect(struct cli *cli, int argc, char **argv) {
 }
 
 int cmd_rm(struct cli *cli, int argc, char **argv) {
-        enum { OPT_KEEP = CLI_OPT_FIRST_LOCAL };
-        static const struct option options[] = {
-                CLI_GLOBAL_OPTIONS,
-                {"keep-snapshots", no_argument, NULL, OPT_KEEP},
-                {},
-        };
         bool keep = false;
-        int c, r;
-        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
-                if (c == OPT_KEEP) {
-                        keep = true;
-                        continue;
-                }
-                r = cli_common_option(cli, c, argv);
-                if (r != CLI_PROCEED)
-                        return r;
-        }
+        int r = cli_parse_flag(cli, argc, argv, "keep-snapshots", &keep);
+        if (r != CLI_PROCEED)
+                return r;
         if (optind >= argc)
                 return cli_usage_error(cli, "rm: expected at least one sandbox id");
         for (int i = optind; i < argc; i++)

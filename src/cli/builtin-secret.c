@@ -124,10 +124,10 @@ static int secret_add(struct cli *cli, int argc, char **argv) {
         const char *value_file = NULL;
         bool value_stdin = false;
         struct cli_error err = {};
-        int c, r;
+        int c, r, index = 0;
         if (!body || !hosts)
                 return cli_fail("out of memory");
-        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, ":h", options, &index)) >= 0) {
                 json_t *v = NULL;
                 const char *key = NULL;
                 switch (c) {
@@ -146,32 +146,20 @@ static int secret_add(struct cli *cli, int argc, char **argv) {
                                                        "secret add: --port takes port numbers (443,8443)");
                         break;
                 case OPT_HEADER:
-                        key = "header";
-                        v = json_string(optarg);
-                        break;
                 case OPT_BASIC:
-                        key = "basic";
+                case OPT_SANDBOX:
+                case OPT_TENANT:
+                        key = options[index].name; /* the member is named as the option */
                         v = json_string(optarg);
                         break;
                 case OPT_METHOD:
-                        key = "methods";
-                        v = list_json(optarg, false);
-                        break;
                 case OPT_PATH:
-                        key = "paths";
+                        key = c == OPT_METHOD ? "methods" : "paths";
                         v = list_json(optarg, false);
-                        break;
-                case OPT_SANDBOX:
-                        key = "sandbox";
-                        v = json_string(optarg);
                         break;
                 case OPT_EXPIRES:
                         key = "expires_at";
                         v = expiry_json(optarg);
-                        break;
-                case OPT_TENANT:
-                        key = "tenant";
-                        v = json_string(optarg);
                         break;
                 case OPT_RATE:
                         key = "rate_per_min";
@@ -295,17 +283,8 @@ int cmd_audit(struct cli *cli, int argc, char **argv) {
                      sandbox ?: "", secret ? "&secret=" : "", secret ?: "") < 0)
                 return cli_fail("out of memory");
         _cleanup_(json_decrefp) json_t *resp = NULL;
-        struct cli_error err = {};
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        if (client_json(&cli->client, "GET", path, NULL, &err, &resp) < 0)
-                return cli_fail_error(&err, "audit");
-        if (cli->json)
-                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
-        const json_t *list = json_object_get(resp, "events");
-        if (!json_is_array(list))
-                return cli_fail("audit: airlockd answered without an events list");
-        if (cli_print_list(list, ARRAY_SIZE(header), header, fields) < 0)
-                return cli_fail("audit: out of memory");
-        return CLI_EXIT_OK;
+        r = cli_request(cli, "GET", path, NULL, &resp, "audit");
+        if (r != CLI_PROCEED)
+                return r;
+        return cli_print_answer_list(cli, resp, "audit", "events", ARRAY_SIZE(header), header, fields);
 }

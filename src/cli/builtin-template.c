@@ -334,6 +334,13 @@ static int template_logs(struct cli *cli, const char *name) {
         return follow_build(cli, name, build_id);
 }
 
+int cmd_templates(struct cli *cli, int argc, char **argv) {
+        static const char *const header[] = {"NAME", "STATE", "KIND"};
+        static const char *const fields[] = {"name", "state", "kind"};
+        return cli_list_command(cli, argc, argv, "templates", "/v1/templates", NULL, "templates", ARRAY_SIZE(header),
+                                header, fields);
+}
+
 int cmd_template(struct cli *cli, int argc, char **argv) {
         const char *verb = argc > 1 ? argv[1] : NULL;
         if (!verb || strcmp(verb, "ls") == 0)
@@ -343,11 +350,9 @@ int cmd_template(struct cli *cli, int argc, char **argv) {
         argv++;
         if (strcmp(verb, "build") == 0)
                 return template_build(cli, argc, argv);
-        static const struct option options[] = { CLI_GLOBAL_OPTIONS, {} };
-        int c, r;
-        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0)
-                if ((r = cli_common_option(cli, c, argv)) != CLI_PROCEED)
-                        return r;
+        int r = cli_parse_plain(cli, argc, argv, 0, -1); /* the count is checked here */
+        if (r != CLI_PROCEED)
+                return r;
         if (argc - optind != 1)
                 return cli_usage_error(cli, "template %s: give one template NAME", verb);
         const char *name = argv[optind];

@@ -9,54 +9,28 @@
 #include "builtin.h"
 #include "cli-util.h"
 
-/* Sends one request and prints its answer: --json the whole of it, else
- * field `print` of it (NULL: the argument `echo`, for a 204). */
-static int call_and_print(struct cli *cli, const char *method, const char *path, const json_t *body, const char *print,
-                          const char *echo) {
-        _cleanup_(json_decrefp) json_t *resp = NULL;
-        struct cli_error err = {};
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        if (client_json(&cli->client, method, path, body, &err, &resp) < 0)
-                return cli_fail_error(&err, "%s", cli->cmd->name);
-        if (cli->json) {
-                if (resp)
-                        return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
-                return CLI_EXIT_OK;
-        }
-        const char *s = print ? json_string_value(json_object_get(resp, print)) : echo;
-        if (!s)
-                return cli_fail("%s: airlockd answered without a %s", cli->cmd->name, print);
-        printf("%s\n", s);
-        return CLI_EXIT_OK;
-}
-
 static int list_and_print(struct cli *cli, const char *path, const char *key, size_t ncols,
                           const char *const *header, const char *const *fields) {
         _cleanup_(json_decrefp) json_t *resp = NULL;
-        struct cli_error err = {};
-        if (cli_connect(cli) < 0)
-                return CLI_EXIT_FAILURE;
-        if (client_json(&cli->client, "GET", path, NULL, &err, &resp) < 0)
-                return cli_fail_error(&err, "%s", cli->cmd->name);
-        if (cli->json)
-                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
-        const json_t *list = json_object_get(resp, key);
-        if (!json_is_array(list))
-                return cli_fail("%s: airlockd answered without a %s list", cli->cmd->name, key);
-        if (cli_print_list(list, ncols, header, fields) < 0)
-                return cli_fail("%s: out of memory", cli->cmd->name);
-        return CLI_EXIT_OK;
+        int r = cli_request(cli, "GET", path, NULL, &resp, "%s", cli->cmd->name);
+        if (r != CLI_PROCEED)
+                return r;
+        return cli_print_answer_list(cli, resp, cli->cmd->name, key, ncols, header, fields);
+}
+
+/* The answer's member print, or echo (see cli_call_and_print()). */
+static int call_and_print(struct cli *cli, const char *method, const char *path, const json_t *body, const char *print,
+                          const char *echo) {
+        return cli_call_and_print(cli, cli->cmd->name, method, path, body, print, echo);
 }
 
 int cmd_tenants(struct cli *cli, int argc, char **argv) {
         static const char *const header[] = {"ID", "NAME", "CREATED"};
         static const char *const fields[] = {"id", "name", "created_at"};
-        int r = cli_parse_plain(cli, argc, argv, 0, 2);
+        const char *verb, *arg;
+        int r = cli_parse_verb(cli, argc, argv, &verb, &arg);
         if (r != CLI_PROCEED)
                 return r;
-        int n = argc - optind;
-        const char *verb = n > 0 ? argv[optind] : NULL, *arg = n > 1 ? argv[optind + 1] : NULL;
         if (!verb)
                 return list_and_print(cli, "/v1/tenants", "tenants", ARRAY_SIZE(header), header, fields);
         if (!arg)

@@ -16,14 +16,9 @@ int cmd_create(struct cli *cli, int argc, char **argv);
 int cmd_ls(struct cli *cli, int argc, char **argv);
 int cmd_inspect(struct cli *cli, int argc, char **argv);
 int cmd_rm(struct cli *cli, int argc, char **argv);
-int cmd_pause(struct cli *cli, int argc, char **argv);
-int cmd_resume(struct cli *cli, int argc, char **argv);
-int cmd_stop(struct cli *cli, int argc, char **argv);
-int cmd_start(struct cli *cli, int argc, char **argv);
-int cmd_rollback(struct cli *cli, int argc, char **argv);
-int cmd_suspend(struct cli *cli, int argc, char **argv);
-int cmd_wake(struct cli *cli, int argc, char **argv);
-int cmd_fork(struct cli *cli, int argc, char **argv);
+/* pause, resume, stop, start, rollback, suspend, wake, fork: the verb is
+ * the command's name */
+int cmd_lifecycle(struct cli *cli, int argc, char **argv);
 int cmd_snapshot(struct cli *cli, int argc, char **argv);
 int cmd_snapshots(struct cli *cli, int argc, char **argv);
 int cmd_op(struct cli *cli, int argc, char **argv);
@@ -69,14 +64,21 @@ enum {
         "  --allow-cidr C    allow raw TCP to a range, C is CIDR[:PORT[,PORT...]] (repeatable)\n"    \
         "  --deny HOSTS      deny these hosts (with --net allow-all or --allow)\n"                   \
         "  --deny-cidr C     deny a range (repeatable)\n"
-/* Collects option c into net when it is one of them: CLI_PROCEED when it
+/* Collects option c into net when it is one of them (cli-command.c): CLI_PROCEED when it
  * was, 0 when it is another option, a usage error's exit code. */
 int cli_net_option(struct cli *cli, struct cli_net *net, int c, const char *arg);
 
-/* Parses options only: for commands that take none of their own, checks the
+/* Parses options only (cli-command.c): for commands that take none of their own, checks the
  * number of positional arguments (min..max, max < 0 for unlimited). Returns
  * CLI_PROCEED with optind at the first one, or an exit status. */
 int cli_parse_plain(struct cli *cli, int argc, char **argv, int min, int max);
+/* Parses options for a command whose only own one is the flag --flag
+ * (cli-command.c): *ret is set true when it is given. Positional
+ * arguments are the caller's to check. CLI_PROCEED or an exit status. */
+int cli_parse_flag(struct cli *cli, int argc, char **argv, const char *flag, bool *ret);
+/* cli_parse_plain() for [VERB [ARG]] (cli-command.c): *ret_verb and
+ * *ret_arg, NULL when not given. */
+int cli_parse_verb(struct cli *cli, int argc, char **argv, const char **ret_verb, const char **ret_arg);
 
 /* `airlock exec` arguments, exposed for the unit tests. */
 struct exec_opts {

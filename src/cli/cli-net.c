@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli.h"
 #include "macros.h"
 
 static int bad(char *err, const char *fmt, ...) _printf_(2, 3);
@@ -274,22 +275,8 @@ int cli_net_log_print(const json_t *log, FILE *f) {
         int r = 0;
         for (size_t i = 0; i < n && r >= 0; i++)
                 r = log_row(json_array_get(entries, i), cells + i * LOG_COLS);
-        if (r >= 0) {
-                int width[LOG_COLS];
-                for (size_t c = 0; c < LOG_COLS; c++) {
-                        width[c] = (int) strlen(header[c]);
-                        for (size_t i = 0; i < n; i++)
-                                width[c] = MAX(width[c], (int) MIN(strlen(cells[i * LOG_COLS + c]), (size_t) 64));
-                }
-                for (size_t i = 0; i <= n; i++)
-                        for (size_t c = 0; c < LOG_COLS; c++) {
-                                const char *s = i == 0 ? header[c] : cells[(i - 1) * LOG_COLS + c];
-                                if (c + 1 == LOG_COLS)
-                                        fprintf(f, "%s\n", s);
-                                else
-                                        fprintf(f, "%-*s  ", width[c], s);
-                        }
-        }
+        if (r >= 0)
+                r = cli_fprint_table(f, LOG_COLS, header, cells, n);
         for (size_t i = 0; i < n * LOG_COLS; i++)
                 free(cells[i]);
         free(cells);

@@ -155,3 +155,17 @@ int cli_exit_status(const json_t *result) {
                 return (int)(128 - v);
         return 255;
 }
+
+int cli_buf_reserve(char **buf, size_t *cap, size_t need, size_t min_cap) {
+        if (need <= *cap)
+                return 0;
+        size_t n = MAX(*cap * 2, min_cap);
+        while (n < need)
+                n *= 2;
+        char *p = realloc(*buf, n);
+        if (!p)
+                return -ENOMEM;
+        *buf = p;
+        *cap = n;
+        return 0;
+}

@@ -55,3 +55,7 @@ int cli_b64_decode(const char *s, size_t len, char **ret, size_t *ret_len);
  * "signal":S or as a negative exit_code), 124 for a timeout like timeout(1),
  * 255 when the object says nothing usable. */
 int cli_exit_status(const json_t *result);
+
+/* Makes the buffer *buf of *cap bytes hold at least need: its size doubles
+ * from min_cap until it does. 0, or -ENOMEM with *buf and *cap untouched. */
+int cli_buf_reserve(char **buf, size_t *cap, size_t need, size_t min_cap);

@@ -140,16 +140,8 @@ void client_done(struct cli_client *c) {
 int client_call_collect(struct client_call *call, const void *data, size_t n) {
         if (n > call->resp_max || call->resp_len > call->resp_max - n)
                 return -EFBIG;
-        if (call->resp_len + n + 1 > call->resp_cap) {
-                size_t cap = MAX(call->resp_cap * 2, (size_t)4096);
-                while (cap < call->resp_len + n + 1)
-                        cap *= 2;
-                char *p = realloc(call->resp, cap);
-                if (!p)
-                        return -ENOMEM;
-                call->resp = p;
-                call->resp_cap = cap;
-        }
+        if (cli_buf_reserve(&call->resp, &call->resp_cap, call->resp_len + n + 1, 4096) < 0)
+                return -ENOMEM;
         memcpy(call->resp + call->resp_len, data, n);
         call->resp_len += n;
         call->resp[call->resp_len] = '\0';

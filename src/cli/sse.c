@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli-util.h"
 #include "sse.h"
 
 /* A line may carry a field name ahead of its value, so a value of exactly
@@ -41,16 +42,8 @@ static void sse_buf_release(struct sse_buf *b) {
 static int sse_buf_append(struct sse_buf *b, const char *s, size_t n, size_t limit) {
         if (n > limit || b->len > limit - n)
                 return -EMSGSIZE;
-        if (b->len + n + 1 > b->cap) {
-                size_t cap = MAX(b->cap * 2, (size_t)128);
-                while (cap < b->len + n + 1)
-                        cap *= 2;
-                char *p = realloc(b->p, cap);
-                if (!p)
-                        return -ENOMEM;
-                b->p = p;
-                b->cap = cap;
-        }
+        if (cli_buf_reserve(&b->p, &b->cap, b->len + n + 1, 128) < 0)
+                return -ENOMEM;
         if (n > 0)
                 memcpy(b->p + b->len, s, n);
         b->len += n;

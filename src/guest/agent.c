@@ -19,22 +19,20 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "macros.h"
 #include "request.h"
+#include "unixsock.h"
 #include "util.h"
 
 #define HOST_AWAY_POLL_MS 2
@@ -48,57 +46,6 @@ static inline void closedirp(DIR **d) {
 }
 #define VIRTIO_PORTS_DIR "/sys/class/virtio-ports"
 #define AIRLOCK_PORT_NAME "airlock.0"
-
-int agent_send(struct agent *a, uint8_t type, uint32_t stream, const void *data, size_t len) {
-        if (a->host_away || a->chan_fd < 0)
-                return 0;
-        int r = proto_write_frame(a->chan_fd, type, stream, data, len);
-        if (r < 0 && r != -EMSGSIZE) {
-                /* the host went away mid-write; the read side will notice */
-                log_warn("Failed to send %s frame: %s", proto_type_name(type), strerror(-r));
-                a->host_away = true;
-        }
-        return r;
-}
-
-int agent_send_json(struct agent *a, uint8_t type, uint32_t stream, json_t *obj) {
-        _cleanup_free_ char *s = NULL;
-        size_t n;
-        int r;
-
-        if (!obj)
-                return -ENOMEM;
-        r = guest_json_dump(obj, PROTO_MAX_PAYLOAD, &s, &n);
-        json_decref(obj);
-        if (r < 0)
-                return r;
-        return agent_send(a, type, stream, s, n);
-}
-
-int agent_send_ok(struct agent *a, uint32_t stream) {
-        return agent_send(a, PROTO_RESULT, stream, "{}", 2);
-}
-
-int agent_send_error(struct agent *a, uint32_t stream, int err, const char *what) {
-        int e = err < 0 ? -err : (err > 0 ? err : EIO);
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s: %s", what ? what : "request", strerror(e));
-        return agent_send_json(a, PROTO_ERROR, stream, json_pack("{s:i,s:s}", "errno", e, "message", msg));
-}
-
-int agent_send_errorf(struct agent *a, uint32_t stream, int err, const char *fmt, ...) {
-        int e = err < 0 ? -err : (err > 0 ? err : EIO);
-        _cleanup_free_ char *clean = NULL;
-        char msg[512];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
-        va_end(ap);
-        /* names in it (paths, users) may be any bytes, or cut mid-character */
-        if (guest_utf8_sanitize(msg, strlen(msg), &clean) < 0)
-                return -ENOMEM;
-        return agent_send_json(a, PROTO_ERROR, stream, json_pack("{s:i,s:s}", "errno", e, "message", clean));
-}
 
 /* Reads the kernel's boot id (a UUID); empty when unreadable (host mode on
  * a kernel without it). */
@@ -232,9 +179,7 @@ static void dispatch(struct agent *a, const struct proto_header *h, const uint8_
         case PROTO_METRICS: r = metrics_handle(a, h->stream, payload, h->length); break;
         case PROTO_PING:
         case PROTO_SYNC: {
-                json_t *j = NULL;
-                r = guest_json_parse(payload, h->length, &j);
-                json_decref(j);
+                r = guest_json_check(payload, h->length);
                 /* the host is about to stop this VM: flush the disks (a
                  * frozen file system is clean already, and sync would wait) */
                 if (r >= 0 && h->type == PROTO_SYNC && a->frozen_fd < 0)
@@ -249,9 +194,7 @@ static void dispatch(struct agent *a, const struct proto_header *h, const uint8_
         }
         case PROTO_FREEZE:
         case PROTO_THAW: {
-                json_t *j = NULL;
-                r = guest_json_parse(payload, h->length, &j);
-                json_decref(j);
+                r = guest_json_check(payload, h->length);
                 if (r >= 0 && h->type == PROTO_FREEZE)
                         r = handle_freeze(a, h->stream);
                 else if (r >= 0 && (r = thaw(a, "thaw request")) >= 0)
@@ -306,21 +249,6 @@ static void process_frames(struct agent *a) {
         }
 }
 
-/* Connects to a Unix socket path (host test mode). */
-static int socket_connect(const char *path, int *ret_fd) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        if (strlen(path) >= sizeof sa.sun_path)
-                return -ENAMETOOLONG;
-        memcpy(sa.sun_path, path, strlen(path) + 1);
-        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return negative_errno();
-        if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
-                return negative_errno();
-        *ret_fd = TAKE_FD(fd);
-        return 0;
-}
-
 /* Finds the /dev node of the virtio-serial port named "airlock.0". */
 static int find_virtio_port(char *ret_dev, size_t n) {
         _cleanup_(closedirp) DIR *d = opendir(VIRTIO_PORTS_DIR);
@@ -356,7 +284,7 @@ static int channel_open(struct agent *a) {
                         return negative_errno();
                 a->chan_is_socket = S_ISSOCK(st.st_mode);
                 if (a->chan_is_socket)
-                        return socket_connect(a->opt.port_path, &a->chan_fd);
+                        return unix_connect(a->opt.port_path, 0, &a->chan_fd);
                 a->chan_fd = open(a->opt.port_path, O_RDWR | O_CLOEXEC | O_NOCTTY);
                 return a->chan_fd < 0 ? negative_errno() : 0;
         }
@@ -395,7 +323,7 @@ static int host_lost(struct agent *a) {
          * the listener is gone (tests end that way) */
         close(a->chan_fd);
         a->chan_fd = -1;
-        int r = socket_connect(a->opt.port_path, &a->chan_fd);
+        int r = unix_connect(a->opt.port_path, 0, &a->chan_fd);
         if (r < 0)
                 return -ENOTCONN;
         a->host_away = false;

@@ -4,8 +4,16 @@
 /*
  * The agent's private interface: one struct agent holds the channel to the
  * host and the per-connection state (processes, file transfers). agent.c
- * runs the poll loop and dispatches frames to process.c, files.c and
- * identity.c. Single-threaded: nothing here locks.
+ * runs the poll loop and dispatches frames to process.c, files.c, watch.c,
+ * identity.c and metrics.c. Single-threaded: nothing here locks.
+ *
+ * Calls go one way, top to bottom (main.c and boot.c above all of it):
+ *   agent.c                         poll loop, dispatch
+ *   process.c files.c watch.c identity.c
+ *   fsuser.c metrics.c              (files.c and watch.c use fsuser.c,
+ *                                    identity.c uses metrics.c)
+ *   agent-send.c                    every frame to the host
+ * with request.c and users.c (guest_lib, pure) beside them.
  */
 
 #include <stdbool.h>
@@ -22,6 +30,29 @@
 struct process;
 struct transfer;
 struct watch;
+
+/* The per-connection lists of struct agent (processes, transfers,
+ * watches) are singly linked through next; their items carry the stream
+ * that made them as id. */
+/* The item of list head whose id is want, or NULL. */
+#define AGENT_LIST_FIND(head, want)                                     \
+        ({                                                              \
+                typeof(head) i_ = (head);                               \
+                while (i_ && i_->id != (want))                          \
+                        i_ = i_->next;                                  \
+                i_;                                                     \
+        })
+/* Unlinks item from the list at *headp (when it is there) and counts it
+ * out of *countp. */
+#define AGENT_LIST_UNLINK(headp, item, countp)                          \
+        do {                                                            \
+                for (typeof(*(headp)) *pp_ = (headp); *pp_; pp_ = &(*pp_)->next) \
+                        if (*pp_ == (item)) {                           \
+                                *pp_ = (item)->next;                    \
+                                (*(countp))--;                          \
+                                break;                                  \
+                        }                                               \
+        } while (0)
 
 struct agent_options {
         const char *port_path; /* NULL: find the virtio-serial port "airlock.0" */
@@ -60,6 +91,8 @@ struct agent {
 /* agent.c */
 /* Runs the agent until it is asked to stop (never, as PID 1). */
 int agent_run(const struct agent_options *opt);
+
+/* agent-send.c */
 /* Sends one frame unless the host is away (then drops it). */
 int agent_send(struct agent *a, uint8_t type, uint32_t stream, const void *data, size_t len);
 /* Sends obj (consumed, may be NULL on allocation failure) as JSON. */
@@ -140,14 +173,16 @@ bool files_pump(struct agent *a);
 /* Discards every transfer (disconnect, new host connection). */
 void files_discard_all(struct agent *a);
 
-/* watch.c */
-/* WATCH: an inotify watch of a directory (and, recursive, of its
- * subdirectories) whose changes go out as WATCH_EVENT frames. */
+/* metrics.c */
 /* METRICS {} -> RESULT {cpu_count, cpu_used_pct (since the previous call), mem_total,
- * mem_used, mem_cache, disk_total, disk_used (bytes; the root file system)} (metrics.c). */
+ * mem_used, mem_cache, disk_total, disk_used (bytes; the root file system)}. */
 int metrics_handle(struct agent *a, uint32_t stream, const uint8_t *payload, size_t len);
 /* Starts the CPU use the next METRICS reports from now (IDENTITY: a new sandbox). */
 void metrics_prime(void);
+
+/* watch.c */
+/* WATCH: an inotify watch of a directory (and, recursive, of its
+ * subdirectories) whose changes go out as WATCH_EVENT frames. */
 int watch_start(struct agent *a, uint32_t stream, const void *payload, size_t len);
 /* WATCH_END: ends the watch of that stream (none: nothing to do). */
 int watch_end(struct agent *a, uint32_t stream, const void *payload, size_t len);

@@ -41,20 +41,12 @@ struct transfer {
 static uint8_t chunk_buf[PROTO_DATA_CHUNK];
 
 static struct transfer *transfer_find(struct agent *a, uint32_t id) {
-        for (struct transfer *t = a->transfers; t; t = t->next)
-                if (t->id == id)
-                        return t;
-        return NULL;
+        return AGENT_LIST_FIND(a->transfers, id);
 }
 
 /* Unlinks t from the list and frees it; a write's temporary file goes. */
 static void transfer_free(struct agent *a, struct transfer *t) {
-        for (struct transfer **pp = &a->transfers; *pp; pp = &(*pp)->next)
-                if (*pp == t) {
-                        *pp = t->next;
-                        a->n_transfers--;
-                        break;
-                }
+        AGENT_LIST_UNLINK(&a->transfers, t, &a->n_transfers);
         if (t->fd >= 0)
                 close(t->fd);
         if (t->tmp_path)

@@ -62,9 +62,7 @@ void metrics_prime(void) {
 }
 
 int metrics_handle(struct agent *a, uint32_t stream, const uint8_t *payload, size_t len) {
-        json_t *req = NULL;
-        int r = guest_json_parse(payload, len, &req);
-        json_decref(req);
+        int r = guest_json_check(payload, len);
         if (r < 0)
                 return r;
         double cpu = 0;

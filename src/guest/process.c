@@ -102,20 +102,20 @@ static void fd_closep_int(int *fd) {
 }
 
 static struct process *process_find(struct agent *a, uint32_t id) {
-        for (struct process *p = a->processes; p; p = p->next)
-                if (p->id == id)
-                        return p;
-        return NULL;
+        return AGENT_LIST_FIND(a->processes, id);
+}
+
+/* A stream a new process may take: -EINVAL for 0 (PROCESS_DETACHED),
+ * -EEXIST for one a process has. */
+static int stream_unused(struct agent *a, uint32_t stream) {
+        if (stream == 0)
+                return -EINVAL;
+        return process_find(a, stream) ? -EEXIST : 0;
 }
 
 /* Unlinks p from the list and frees it (fds closed, pending stdin lost). */
 static void process_free(struct agent *a, struct process *p) {
-        for (struct process **pp = &a->processes; *pp; pp = &(*pp)->next)
-                if (*pp == p) {
-                        *pp = p->next;
-                        a->n_processes--;
-                        break;
-                }
+        AGENT_LIST_UNLINK(&a->processes, p, &a->n_processes);
         fd_closep_int(&p->in_fd);
         fd_closep_int(&p->out_fd);
         fd_closep_int(&p->err_fd);
@@ -433,10 +433,9 @@ int process_exec(struct agent *a, uint32_t stream, const void *payload, size_t l
         r = guest_exec_request_parse(payload, len, &req);
         if (r < 0)
                 return r;
-        if (stream == 0)
-                return -EINVAL;
-        if (process_find(a, stream))
-                return -EEXIST;
+        r = stream_unused(a, stream);
+        if (r < 0)
+                return r;
         if (a->n_processes >= GUEST_MAX_PROCESSES)
                 return -EAGAIN;
 
@@ -534,9 +533,7 @@ static json_t *processes_json(struct process **v, size_t n, size_t max) {
 }
 
 int process_list(struct agent *a, uint32_t stream, const void *payload, size_t len) {
-        json_t *j = NULL;
-        int r = guest_json_parse(payload, len, &j);
-        json_decref(j);
+        int r = guest_json_check(payload, len);
         if (r < 0)
                 return r;
         _cleanup_free_ struct process **v = calloc(MAX(a->n_processes, (size_t) 1), sizeof *v);
@@ -569,10 +566,9 @@ int process_adopt(struct agent *a, uint32_t stream, const void *payload, size_t 
         int r = guest_adopt_parse(payload, len, &pid);
         if (r < 0)
                 return r;
-        if (stream == 0)
-                return -EINVAL;
-        if (process_find(a, stream))
-                return -EEXIST;
+        r = stream_unused(a, stream);
+        if (r < 0)
+                return r;
         struct process *p = NULL;
         for (struct process *q = a->processes; q && !p; q = q->next)
                 if (q->pid == pid && !q->exited)
@@ -656,9 +652,7 @@ int process_stdin(struct agent *a, uint32_t stream, const void *data, size_t len
 }
 
 int process_stdin_close(struct agent *a, uint32_t stream, const void *payload, size_t len) {
-        json_t *j = NULL;
-        int r = guest_json_parse(payload, len, &j);
-        json_decref(j);
+        int r = guest_json_check(payload, len);
         if (r < 0)
                 return r;
         struct process *p = process_find(a, stream);

@@ -45,6 +45,13 @@ int guest_json_parse(const void *payload, size_t len, json_t **ret) {
         return 0;
 }
 
+int guest_json_check(const void *payload, size_t len) {
+        json_t *j = NULL;
+        int r = guest_json_parse(payload, len, &j);
+        json_decref(j);
+        return r;
+}
+
 /* Validates a JSON string: at most max bytes and no embedded NUL (jansson
  * allows "\u0000", C strings do not). Returns its C string or NULL. */
 static const char *json_string_checked(const json_t *v, size_t max) {

@@ -53,6 +53,9 @@ int guest_path_validate(const char *path);
 /* Parses payload as one JSON object. -EINVAL when it is not valid JSON or
  * not an object. The caller owns *ret (json_decref). */
 int guest_json_parse(const void *payload, size_t len, json_t **ret);
+/* The same for a request that takes no members ({}; any given are
+ * ignored): 0 or -EINVAL. */
+int guest_json_check(const void *payload, size_t len);
 
 /* HELLO {"nonce":s,"version":1}: returns the nonce (at most GUEST_MAX_NONCE
  * bytes). A version other than 1 gives -EPROTONOSUPPORT. */

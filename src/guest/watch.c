@@ -72,21 +72,13 @@ struct watch {
 static uint8_t event_buf[16 << 10] __attribute__((aligned(__alignof__(struct inotify_event))));
 
 static struct watch *watch_find(struct agent *a, uint32_t id) {
-        for (struct watch *w = a->watches; w; w = w->next)
-                if (w->id == id)
-                        return w;
-        return NULL;
+        return AGENT_LIST_FIND(a->watches, id);
 }
 
 /* Unlinks w (when linked) and frees it; its inotify fd takes the kernel's
  * watches with it. */
 static void watch_free(struct agent *a, struct watch *w) {
-        for (struct watch **pp = &a->watches; *pp; pp = &(*pp)->next)
-                if (*pp == w) {
-                        *pp = w->next;
-                        a->n_watches--;
-                        break;
-                }
+        AGENT_LIST_UNLINK(&a->watches, w, &a->n_watches);
         if (w->fd >= 0)
                 close(w->fd);
         for (size_t i = 0; i < w->n_dirs; i++)
@@ -326,9 +318,7 @@ int watch_start(struct agent *a, uint32_t stream, const void *payload, size_t le
 }
 
 int watch_end(struct agent *a, uint32_t stream, const void *payload, size_t len) {
-        json_t *j = NULL;
-        int r = guest_json_parse(payload, len, &j);
-        json_decref(j);
+        int r = guest_json_check(payload, len);
         if (r < 0)
                 return r;
         /* it may cross the ERROR that ended the watch from here */

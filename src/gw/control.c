@@ -79,12 +79,12 @@ static json_t *log_entries(const struct gw_sandbox *s, size_t limit) {
         return a;
 }
 
-static int serve(json_t *req, int *fds, size_t n_fds, json_t **ret_extra, char *msg, size_t n) {
+static int serve(struct gw *gw, json_t *req, int *fds, size_t n_fds, json_t **ret_extra, char *msg, size_t n) {
         const char *op = json_string_value(json_object_get(req, "op"));
         if (!op)
                 return bad(msg, n, "op missing");
         if (strcmp(op, "hello") == 0) {
-                *ret_extra = json_pack("{sssi}", "boot_id", boot_id, "sandboxes", (json_int_t) gw_sandbox_count());
+                *ret_extra = json_pack("{sssi}", "boot_id", boot_id, "sandboxes", (json_int_t) gw_sandbox_count(gw));
                 return 0;
         }
         if (strcmp(op, "audit") == 0) {
@@ -100,7 +100,7 @@ static int serve(json_t *req, int *fds, size_t n_fds, json_t **ret_extra, char *
         const char *id = json_string_value(json_object_get(req, "sandbox"));
         if (!id || !*id || strlen(id) > GW_ID_MAX)
                 return bad(msg, n, "sandbox missing or too long");
-        struct gw_sandbox *s = gw_sandbox_find(id);
+        struct gw_sandbox *s = gw_sandbox_find(gw, id);
         if (strcmp(op, "forget") == 0) { /* deleted: its attachment and its journal go */
                 if (s)
                         gw_sandbox_detach(s);
@@ -117,7 +117,7 @@ static int serve(json_t *req, int *fds, size_t n_fds, json_t **ret_extra, char *
                 int r = get_policy(req, &p, msg, n);
                 if (r < 0)
                         return r;
-                r = gw_sandbox_attach(id, (unsigned) json_integer_value(e), p, fds[0], fds[1]);
+                r = gw_sandbox_attach(gw, id, (unsigned) json_integer_value(e), p, fds[0], fds[1]);
                 if (r < 0) {
                         netpolicy_free(p);
                         snprintf(msg, n, "cannot attach: %s", strerror(-r));
@@ -187,7 +187,7 @@ static void control_readable(int lfd, uint32_t events, void *userdata) {
         char msg[NETPOLICY_ERR_MAX + 64] = "";
         json_t *extra = NULL;
         json_t *req = json_loadb(text, n, JSON_REJECT_DUPLICATES, NULL);
-        int r = json_is_object(req) ? serve(req, fds, n_fds, &extra, msg, sizeof msg) : bad(msg, sizeof msg, "not JSON");
+        int r = json_is_object(req) ? serve(userdata, req, fds, n_fds, &extra, msg, sizeof msg) : bad(msg, sizeof msg, "not JSON");
         json_decref(req);
         for (size_t i = 0; i < n_fds; i++)
                 safe_close(fds[i]);
@@ -202,12 +202,12 @@ static void control_readable(int lfd, uint32_t events, void *userdata) {
         json_decref(o);
 }
 
-int gw_control_start(int listen_fd, uid_t peer_uid) {
+int gw_control_start(struct gw *gw, int listen_fd, uid_t peer_uid) {
         control_peer_uid = peer_uid;
         uint8_t b[16];
         if (getrandom(b, sizeof b, 0) != sizeof b)
                 return -EIO;
         for (size_t i = 0; i < sizeof b; i++)
                 snprintf(boot_id + 2 * i, 3, "%02x", b[i]);
-        return loop_watch_add(gw_loop, listen_fd, EPOLLIN, control_readable, NULL, NULL);
+        return loop_watch_add(gw->loop, listen_fd, EPOLLIN, control_readable, gw, NULL);
 }

@@ -131,7 +131,7 @@ static void upstream_readable(int fd, uint32_t events, void *userdata) {
                         continue;
                 }
                 struct in6_addr m = gw_addr_v4(a.addr[i].v4);
-                if (netpolicy_platform_denied(&gw_config.platform, &m, NULL)) {
+                if (netpolicy_platform_denied(&p->sb->gw->config.platform, &m, NULL)) {
                         dropped++;
                         continue;
                 }
@@ -182,14 +182,14 @@ static void resolve(struct gw_sandbox *s, struct peer *guest, const struct dnsms
                 r = dnsmsg_query_build(q, p->id, out, sizeof out, &len);
         if (r >= 0 && (p->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
                 r = negative_errno();
-        if (r >= 0 && connect(p->fd, (const struct sockaddr *) &gw_config.dns_upstream, sizeof gw_config.dns_upstream) < 0)
+        if (r >= 0 && connect(p->fd, (const struct sockaddr *) &s->gw->config.dns_upstream, sizeof s->gw->config.dns_upstream) < 0)
                 r = negative_errno();
         if (r >= 0 && send(p->fd, out, len, 0) != (ssize_t) len)
                 r = -EIO;
         if (r >= 0)
-                r = loop_watch_add(gw_loop, p->fd, EPOLLIN, upstream_readable, p, &p->watch);
+                r = loop_watch_add(s->gw->loop, p->fd, EPOLLIN, upstream_readable, p, &p->watch);
         if (r >= 0)
-                r = loop_timer_add(gw_loop, DNS_TIMEOUT_MS, pending_timeout, p, &p->timer);
+                r = loop_timer_add(s->gw->loop, DNS_TIMEOUT_MS, pending_timeout, p, &p->timer);
         if (r < 0) {
                 log_warn_errno(r, "sandbox=%s cannot ask the upstream resolver: %m", s->id);
                 reply_rcode(s, &p->guest, q, DNSMSG_RCODE_SERVFAIL);

@@ -6,12 +6,30 @@
  * each with its sockets (made in the VM's namespace by airlock-nodemgr and
  * handed over by the node), its policy, the names the gateway resolved for
  * it and its network log. One thread, one event loop (loop.h).
+ *
+ * No globals: main.c owns one struct gw (the configuration, the loop, the
+ * sandboxes) and hands it down; every sandbox points back to it. Calls go
+ * one way, top to bottom:
+ *   main.c        environment, start-up, signals
+ *   control.c     the node's requests
+ *   attach.c      the registry: attach (wires the sockets into the loop),
+ *                 policy, detach
+ *   relay.c       the guest's TCP connections; decides by lib/netpolicy
+ *   dns.c tlsterm.c   the guest's resolver; terminated TLS (ca.c)
+ *   sandbox.c     one sandbox: references, bindings, log, bandwidth
+ *   state.c       its bindings and log on disk
+ *   rings.c       its bindings and log in memory
+ * with secrets.c, loop.c and the parsers (gwname.c, dnsmsg.c, tlshello.c,
+ * http1.c, h2front.c) below. The loop calls relay.c and dns.c back for the
+ * sockets attach.c registers: callbacks a file above hands down, never a
+ * call up.
  */
 
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "credset.h"
 #include "loop.h"
@@ -95,10 +113,39 @@ struct gw_audit_event {
         char reason[96];
 };
 
+/* A sandbox's open connections, relayed (struct conn, relay.c) or
+ * terminated (struct term, tlsterm.c): lists linked through prev and next,
+ * newest first. */
+#define GW_LIST_PUSH(head, item)                \
+        do {                                    \
+                (item)->prev = NULL;            \
+                (item)->next = (head);          \
+                if (head)                       \
+                        (head)->prev = (item);  \
+                (head) = (item);                \
+        } while (0)
+#define GW_LIST_UNLINK(head, item)                              \
+        do {                                                    \
+                if ((item)->prev)                               \
+                        (item)->prev->next = (item)->next;      \
+                else                                            \
+                        (head) = (item)->next;                  \
+                if ((item)->next)                               \
+                        (item)->next->prev = (item)->prev;      \
+        } while (0)
+
+/* The gateway: main.c's, alive until it exits. */
+struct gw {
+        struct gw_config config; /* set at start-up, read-only while serving */
+        struct loop *loop;
+        struct gw_sandbox *sandboxes; /* the attached ones (attach.c) */
+};
+
 struct conn;
 struct term;
 
 struct gw_sandbox {
+        struct gw *gw; /* the gateway serving it */
         char id[GW_ID_MAX + 1];
         unsigned execution;
         unsigned refs; /* the registry's, and one per connection or query */
@@ -123,7 +170,12 @@ struct gw_sandbox {
         struct gw_sandbox *next;
 };
 
-extern struct gw_config gw_config;
+/* Makes the close of a TCP socket a reset (SO_LINGER 0), so the guest
+ * sees a refusal at once. */
+static inline void gw_socket_reset_on_close(int fd) {
+        struct linger l = { 1, 0 };
+        (void) setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+}
 
 /* An IPv4 address as lib/netpolicy takes addresses (IPv4-mapped). */
 static inline struct in6_addr gw_addr_v4(struct in_addr a) {
@@ -131,28 +183,46 @@ static inline struct in6_addr gw_addr_v4(struct in_addr a) {
         memcpy(&m.s6_addr[12], &a, 4);
         return m;
 }
-extern struct loop *gw_loop;
 
-/* ---- sandbox.c: the registry ---- */
-struct gw_sandbox *gw_sandbox_find(const char *id);
+/* ---- attach.c: the registry ---- */
+struct gw_sandbox *gw_sandbox_find(struct gw *gw, const char *id);
+size_t gw_sandbox_count(const struct gw *gw);
 /* Replaces an attachment of the same id (its connections end). Takes the fds. */
-int gw_sandbox_attach(const char *id, unsigned execution, struct netpolicy *policy, int tcp_fd, int dns_fd);
+int gw_sandbox_attach(struct gw *gw, const char *id, unsigned execution, struct netpolicy *policy, int tcp_fd,
+                      int dns_fd);
 void gw_sandbox_set_policy(struct gw_sandbox *s, struct netpolicy *policy);
 void gw_sandbox_detach(struct gw_sandbox *s);
+
+/* ---- sandbox.c: one sandbox ---- */
 void gw_sandbox_ref(struct gw_sandbox *s);
+/* A connection (relayed or terminated) begins and ends: it holds a
+ * reference and counts against GW_CONNS_MAX. */
+void gw_sandbox_conn_open(struct gw_sandbox *s);
+void gw_sandbox_conn_close(struct gw_sandbox *s);
+/* The last reference frees it (its journal closed, its policy and credentials freed). */
 void gw_sandbox_unref(struct gw_sandbox *s);
 void gw_sandbox_bind(struct gw_sandbox *s, const char *name, struct in_addr addr, uint32_t ttl_s);
 bool gw_sandbox_bound(struct gw_sandbox *s, const char *name, struct in_addr addr);
-/* A binding read back from a journal, expiring at expires_ms (loop time). */
-void gw_binding_restore(struct gw_sandbox *s, const char *name, struct in_addr addr, uint64_t expires_ms);
 void gw_sandbox_log(struct gw_sandbox *s, bool dns, bool allowed, const char *name, struct in_addr addr,
                     uint16_t port, const char *reason);
-size_t gw_sandbox_count(void);
 /* How many of want bytes may be read now in that direction (up: from the
  * guest), and taking what was read; ms until some may be read again. */
 size_t gw_bandwidth_allow(struct gw_sandbox *s, bool up, size_t want);
 void gw_bandwidth_take(struct gw_sandbox *s, bool up, size_t n);
 uint64_t gw_bandwidth_wait_ms(struct gw_sandbox *s, bool up);
+/* Whether that side may be read now; if not, and *timer is free, arms it
+ * to call fn(userdata) when the bandwidth allows (its callback clears
+ * *timer and looks again). */
+bool gw_bandwidth_may_read(struct gw_sandbox *s, bool up, struct loop_timer **timer, loop_timer_fn fn, void *userdata);
+
+/* ---- rings.c: a sandbox's bindings and log in memory ---- */
+/* The binding of (name, addr), made (the oldest gives way) or lengthened
+ * to expires_ms (loop time); NULL when it already lasted as long. */
+struct gw_binding *gw_binding_put(struct gw_sandbox *s, const char *name, struct in_addr addr, uint64_t expires_ms);
+/* Appends an entry to the log (the oldest gives way); name and reason
+ * NULL: "". Returns the entry as stored. */
+const struct gw_log_entry *gw_log_push(struct gw_sandbox *s, uint64_t ts_ms, bool dns, bool allowed, const char *name,
+                                       struct in_addr addr, uint16_t port, const char *reason);
 
 /* ---- state.c: a sandbox's bindings and log on disk, for the next gateway ---- */
 /* The journals' directory (AIRLOCK_GW_STATE_DIR); NULL or "": none kept. */
@@ -176,6 +246,7 @@ void gw_dns_tcp(struct gw_sandbox *s, int fd, const uint8_t *msg, size_t len);
 void gw_relay_accept(int fd, uint32_t events, void *userdata);
 /* Ends every connection of s (its VM is gone, or replaced). */
 void gw_relay_close_all(struct gw_sandbox *s);
+/* Once, at start-up. */
 int gw_relay_init(void);
 
 /* ---- tlsterm.c: terminated TLS ---- */
@@ -212,4 +283,5 @@ void gw_audit(const struct gw_sandbox *sb, const struct gw_secret *s, const char
 json_t *gw_audit_read(uint64_t after, size_t limit);
 
 /* ---- control.c: the node's requests ---- */
-int gw_control_start(int listen_fd, uid_t peer_uid);
+/* Serves the node's requests on listen_fd from gw's loop. */
+int gw_control_start(struct gw *gw, int listen_fd, uid_t peer_uid);

@@ -97,6 +97,15 @@ static int arena_nul(struct http1_parser *p) {
         return arena_append(p, "", 1);
 }
 
+/* arena_append() for the piece of a string llhttp hands over in parts (the
+ * target, a header's name or value): *len counts them. */
+static int arena_grow(struct http1_parser *p, const char *at, size_t n, size_t *len) {
+        if (arena_append(p, at, n) < 0)
+                return -1;
+        *len += n;
+        return 0;
+}
+
 static int on_message_begin(llhttp_t *ll) {
         struct http1_parser *p = parser_of(ll);
         p->arena_len = 0;
@@ -114,10 +123,7 @@ static int on_message_begin(llhttp_t *ll) {
  * split (the head's own bound keeps the arena bounded meanwhile). */
 static int on_url(llhttp_t *ll, const char *at, size_t n) {
         struct http1_parser *p = parser_of(ll);
-        if (arena_append(p, at, n) < 0)
-                return -1;
-        p->url_len += n;
-        return 0;
+        return arena_grow(p, at, n, &p->url_len);
 }
 
 static int on_url_complete(llhttp_t *ll) {
@@ -149,10 +155,7 @@ static int on_header_field(llhttp_t *ll, const char *at, size_t n) {
                 p->raw_headers[p->n_raw++] = (struct raw_header){ .name_off = p->arena_len };
                 p->field_open = true;
         }
-        if (arena_append(p, at, n) < 0)
-                return -1;
-        p->raw_headers[p->n_raw - 1].name_len += n;
-        return 0;
+        return arena_grow(p, at, n, &p->raw_headers[p->n_raw - 1].name_len);
 }
 
 static int on_header_field_complete(llhttp_t *ll) {
@@ -172,10 +175,7 @@ static int on_header_value(llhttp_t *ll, const char *at, size_t n) {
         struct http1_parser *p = parser_of(ll);
         if (p->n_raw == 0 || !p->raw_headers[p->n_raw - 1].value_open)
                 CB_FAIL(p, -EBADMSG, 400, "malformed header value");
-        if (arena_append(p, at, n) < 0)
-                return -1;
-        p->raw_headers[p->n_raw - 1].value_len += n;
-        return 0;
+        return arena_grow(p, at, n, &p->raw_headers[p->n_raw - 1].value_len);
 }
 
 static int on_header_value_complete(llhttp_t *ll) {

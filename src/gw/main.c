@@ -31,9 +31,6 @@
 #include "log.h"
 #include "macros.h"
 
-struct gw_config gw_config;
-struct loop *gw_loop;
-
 static int parse_addr_port(const char *s, uint16_t default_port, struct sockaddr_in *ret) {
         char host[64];
         const char *colon = strchr(s, ':');
@@ -72,7 +69,7 @@ static int resolv_conf_upstream(struct sockaddr_in *ret) {
 }
 
 /* The host's own addresses are never a destination (EGRESS.md I5). */
-static void add_own_addresses(void) {
+static void add_own_addresses(struct netpolicy_platform *platform) {
         struct ifaddrs *ifs;
         if (getifaddrs(&ifs) < 0)
                 return;
@@ -85,7 +82,7 @@ static void add_own_addresses(void) {
                                                                                    : sizeof(struct sockaddr_in6),
                                                  &a, NULL) < 0)
                         continue;
-                (void) netpolicy_platform_add_self(&gw_config.platform, &a, netpolicy_addr_is_v4(&a) ? 32 : 128);
+                (void) netpolicy_platform_add_self(platform, &a, netpolicy_addr_is_v4(&a) ? 32 : 128);
         }
         freeifaddrs(ifs);
 }
@@ -94,7 +91,7 @@ static void on_signal(int fd, uint32_t events, void *userdata) {
         struct signalfd_siginfo si;
         if (read(fd, &si, sizeof si) == sizeof si) {
                 log_info("received %s; stopping", strsignal((int) si.ssi_signo));
-                loop_stop(gw_loop);
+                loop_stop(userdata);
         }
 }
 
@@ -119,6 +116,7 @@ static int parse_bandwidth(const char *s, uint64_t *ret) {
 }
 
 int main(void) {
+        struct gw gw = {};
         setvbuf(stderr, NULL, _IOLBF, 0);
         enum log_level level = LOG_LEVEL_INFO;
         const char *lv = getenv("AIRLOCK_LOG_LEVEL");
@@ -138,7 +136,7 @@ int main(void) {
                 return 2;
         }
         const char *up = getenv("AIRLOCK_DNS_UPSTREAM");
-        int r = up && *up ? parse_addr_port(up, 53, &gw_config.dns_upstream) : resolv_conf_upstream(&gw_config.dns_upstream);
+        int r = up && *up ? parse_addr_port(up, 53, &gw.config.dns_upstream) : resolv_conf_upstream(&gw.config.dns_upstream);
         if (r < 0) {
                 log_error("no upstream resolver: %s", up && *up ? "AIRLOCK_DNS_UPSTREAM is not ADDR[:PORT] (IPv4)"
                                                                 : "no IPv4 nameserver in /etc/resolv.conf; set AIRLOCK_DNS_UPSTREAM");
@@ -146,13 +144,13 @@ int main(void) {
         }
         char err[NETPOLICY_ERR_MAX];
         const char *open = getenv("AIRLOCK_NETWORK_OPEN");
-        if (netpolicy_platform_parse(open ? open : "", &gw_config.platform, err, sizeof err) < 0) {
+        if (netpolicy_platform_parse(open ? open : "", &gw.config.platform, err, sizeof err) < 0) {
                 log_error("AIRLOCK_NETWORK_OPEN: %s", err);
                 return 2;
         }
-        add_own_addresses();
+        add_own_addresses(&gw.config.platform);
         const char *bw = getenv("AIRLOCK_EGRESS_BANDWIDTH");
-        if (bw && *bw && parse_bandwidth(bw, &gw_config.bandwidth) < 0) {
+        if (bw && *bw && parse_bandwidth(bw, &gw.config.bandwidth) < 0) {
                 log_error("AIRLOCK_EGRESS_BANDWIDTH=%s is not a rate (bytes a second: 0, 500K, 100M, 1G)", bw);
                 return 2;
         }
@@ -167,8 +165,8 @@ int main(void) {
         const char *ca_fd = getenv("AIRLOCK_UPSTREAM_CA_FD");
         if ((r = gw_tlsterm_init(ca_dir, ca_fd && *ca_fd ? atoi(ca_fd) : -1)) < 0)
                 return log_error_errno(r, "cannot set up TLS termination: %m"), 1;
-        if ((r = loop_new(&gw_loop)) < 0 || (r = gw_relay_init()) < 0 ||
-            (r = gw_control_start((int) listen_fd, (uid_t) peer_uid)) < 0)
+        if ((r = loop_new(&gw.loop)) < 0 || (r = gw_relay_init()) < 0 ||
+            (r = gw_control_start(&gw, (int) listen_fd, (uid_t) peer_uid)) < 0)
                 return log_error_errno(r, "cannot start: %m"), 1;
         sigset_t mask;
         sigemptyset(&mask);
@@ -176,12 +174,12 @@ int main(void) {
         sigaddset(&mask, SIGINT);
         sigprocmask(SIG_BLOCK, &mask, NULL);
         int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-        if (sfd < 0 || loop_watch_add(gw_loop, sfd, EPOLLIN, on_signal, NULL, NULL) < 0)
+        if (sfd < 0 || loop_watch_add(gw.loop, sfd, EPOLLIN, on_signal, gw.loop, NULL) < 0)
                 return log_error_errno(negative_errno(), "cannot watch signals: %m"), 1;
         char a[INET_ADDRSTRLEN];
-        inet_ntop(AF_INET, &gw_config.dns_upstream.sin_addr, a, sizeof a);
-        log_info("serving the node's sandboxes (resolver %s:%u)", a, (unsigned) ntohs(gw_config.dns_upstream.sin_port));
-        r = loop_run(gw_loop);
-        loop_free(gw_loop);
+        inet_ntop(AF_INET, &gw.config.dns_upstream.sin_addr, a, sizeof a);
+        log_info("serving the node's sandboxes (resolver %s:%u)", a, (unsigned) ntohs(gw.config.dns_upstream.sin_port));
+        r = loop_run(gw.loop);
+        loop_free(gw.loop);
         return r < 0 ? 1 : 0;
 }

@@ -75,12 +75,7 @@ int gw_relay_init(void) {
 }
 
 static void conn_free(struct conn *c) {
-        if (c->prev)
-                c->prev->next = c->next;
-        else
-                c->sb->conns = c->next;
-        if (c->next)
-                c->next->prev = c->prev;
+        GW_LIST_UNLINK(c->sb->conns, c);
         loop_watch_remove(c->g_watch);
         loop_watch_remove(c->u_watch);
         loop_timer_cancel(c->timer);
@@ -89,15 +84,13 @@ static void conn_free(struct conn *c) {
         http1_parser_free(c->hp);
         free(c->g2u.data);
         free(c->u2g.data);
-        c->sb->n_conns--;
-        gw_sandbox_unref(c->sb);
+        gw_sandbox_conn_close(c->sb);
         free(c);
 }
 
 /* A reset, so the guest sees the refusal at once. */
 static void reset_guest(struct conn *c) {
-        struct linger l = { 1, 0 };
-        (void) setsockopt(c->g_fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+        gw_socket_reset_on_close(c->g_fd);
 }
 
 static void deny(struct conn *c, const char *name, const char *why) {
@@ -127,11 +120,7 @@ static void unthrottle(void *userdata) {
 /* Whether a side may be read now; if not, a timer looks again when the
  * sandbox's bandwidth allows (the conn's timer is free while it relays). */
 static bool may_read(struct conn *c, bool guest_side) {
-        if (gw_bandwidth_allow(c->sb, guest_side, 1) > 0)
-                return true;
-        if (!c->timer)
-                (void) loop_timer_add(gw_loop, gw_bandwidth_wait_ms(c->sb, guest_side), unthrottle, c, &c->timer);
-        return false;
+        return gw_bandwidth_may_read(c->sb, guest_side, &c->timer, unthrottle, c);
 }
 
 static void update_interest(struct conn *c) {
@@ -271,9 +260,9 @@ static void start_connect(struct conn *c) {
                 (void) setsockopt(c->u_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         }
         if (r >= 0)
-                r = loop_watch_add(gw_loop, c->u_fd, EPOLLOUT, upstream_event, c, &c->u_watch);
+                r = loop_watch_add(c->sb->gw->loop, c->u_fd, EPOLLOUT, upstream_event, c, &c->u_watch);
         if (r >= 0)
-                r = loop_timer_add(gw_loop, CONNECT_TIMEOUT_MS, timeout, c, &c->timer);
+                r = loop_timer_add(c->sb->gw->loop, CONNECT_TIMEOUT_MS, timeout, c, &c->timer);
         if (r < 0) {
                 reset_guest(c);
                 conn_free(c);
@@ -287,7 +276,7 @@ static void start_connect(struct conn *c) {
 static void decide_addr(struct conn *c) {
         struct in6_addr a = gw_addr_v4(c->dst.sin_addr);
         struct netpolicy_decision d;
-        if (!netpolicy_check_addr(c->sb->policy, &gw_config.platform, &a, ntohs(c->dst.sin_port), &d)) {
+        if (!netpolicy_check_addr(c->sb->policy, &c->sb->gw->config.platform, &a, ntohs(c->dst.sin_port), &d)) {
                 char why[NETPOLICY_DECISION_STRING_MAX];
                 (void) netpolicy_decision_format(&d, why, sizeof why);
                 deny(c, c->name, why);
@@ -321,7 +310,7 @@ static void decide_name(struct conn *c, const char *name, bool tls) {
         snprintf(c->name, sizeof c->name, "%s", name);
         struct in6_addr a = gw_addr_v4(c->dst.sin_addr);
         enum netpolicy_reason pr;
-        if (netpolicy_platform_denied(&gw_config.platform, &a, &pr)) {
+        if (netpolicy_platform_denied(&c->sb->gw->config.platform, &a, &pr)) {
                 deny(c, name, netpolicy_reason_to_string(pr));
                 return;
         }
@@ -522,8 +511,7 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata) {
                 socklen_t dl = sizeof dst;
                 if (s->n_conns >= GW_CONNS_MAX || getsockopt(g, SOL_IP, SO_ORIGINAL_DST, &dst, &dl) < 0 ||
                     dst.sin_family != AF_INET) {
-                        struct linger l = { 1, 0 };
-                        (void) setsockopt(g, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+                        gw_socket_reset_on_close(g);
                         close(g);
                         continue;
                 }
@@ -537,15 +525,11 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata) {
                         continue;
                 }
                 *c = (struct conn){ .sb = s, .g_fd = g, .u_fd = -1, .dst = dst, .g2u.data = b1, .u2g.data = b2 };
-                gw_sandbox_ref(s);
-                s->n_conns++;
-                c->next = s->conns;
-                if (s->conns)
-                        s->conns->prev = c;
-                s->conns = c;
+                gw_sandbox_conn_open(s);
+                GW_LIST_PUSH(s->conns, c);
                 int one = 1;
                 (void) setsockopt(g, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                if (loop_watch_add(gw_loop, g, EPOLLIN, guest_event, c, &c->g_watch) < 0) {
+                if (loop_watch_add(s->gw->loop, g, EPOLLIN, guest_event, c, &c->g_watch) < 0) {
                         conn_free(c);
                         continue;
                 }
@@ -553,7 +537,7 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata) {
                 (void) inet_pton(AF_INET, VMNET_GATEWAY_ADDR, &gw_addr);
                 if (dst.sin_addr.s_addr == gw_addr.s_addr && ntohs(dst.sin_port) == VMNET_DNS_PORT) {
                         c->state = CONN_DNS;
-                        if (loop_timer_add(gw_loop, SNIFF_TIMEOUT_MS, timeout, c, &c->timer) < 0)
+                        if (loop_timer_add(s->gw->loop, SNIFF_TIMEOUT_MS, timeout, c, &c->timer) < 0)
                                 conn_free(c);
                         continue;
                 }
@@ -571,13 +555,13 @@ void gw_relay_accept(int fd, uint32_t events, void *userdata) {
                 /* a cidr rule admits any protocol: nothing to read first */
                 struct in6_addr a6 = gw_addr_v4(dst.sin_addr);
                 struct netpolicy_decision d;
-                if (netpolicy_check_addr(s->policy, &gw_config.platform, &a6, ntohs(dst.sin_port), &d) &&
+                if (netpolicy_check_addr(s->policy, &s->gw->config.platform, &a6, ntohs(dst.sin_port), &d) &&
                     d.reason == NETPOLICY_REASON_ALLOW_RULE) {
                         start_connect(c);
                         continue;
                 }
                 c->state = CONN_SNIFF;
-                if (loop_timer_add(gw_loop, SNIFF_TIMEOUT_MS, timeout, c, &c->timer) < 0)
+                if (loop_timer_add(s->gw->loop, SNIFF_TIMEOUT_MS, timeout, c, &c->timer) < 0)
                         conn_free(c);
         }
 }

@@ -170,7 +170,7 @@ static bool replay(struct gw_sandbox *s, json_t *o, uint64_t now_wall) {
                 uint64_t expires = (uint64_t) json_integer_value(e);
                 if ((unsigned) json_integer_value(x) != s->execution || expires <= now_wall)
                         return true; /* another execution's guest, or gone: not kept */
-                gw_binding_restore(s, name, addr, loop_now_ms() + (expires - now_wall));
+                (void) gw_binding_put(s, name, addr, loop_now_ms() + (expires - now_wall));
                 return true;
         }
         json_t *ts = json_object_get(o, "l"), *port = json_object_get(o, "p");
@@ -179,19 +179,8 @@ static bool replay(struct gw_sandbox *s, json_t *o, uint64_t now_wall) {
             json_integer_value(port) > UINT16_MAX || !n || !reason || !json_is_boolean(json_object_get(o, "d")) ||
             !json_is_boolean(json_object_get(o, "ok")))
                 return false;
-        struct gw_log_entry *en = &s->log[s->next_log];
-        s->next_log = (s->next_log + 1) % GW_LOG_MAX;
-        if (s->n_log < GW_LOG_MAX)
-                s->n_log++;
-        *en = (struct gw_log_entry){
-                .ts_ms = (uint64_t) json_integer_value(ts),
-                .dns = json_is_true(json_object_get(o, "d")),
-                .allowed = json_is_true(json_object_get(o, "ok")),
-                .addr = addr,
-                .port = (uint16_t) json_integer_value(port),
-        };
-        snprintf(en->name, sizeof en->name, "%s", n);
-        snprintf(en->reason, sizeof en->reason, "%s", reason);
+        (void) gw_log_push(s, (uint64_t) json_integer_value(ts), json_is_true(json_object_get(o, "d")),
+                           json_is_true(json_object_get(o, "ok")), n, addr, (uint16_t) json_integer_value(port), reason);
         return true;
 }
 

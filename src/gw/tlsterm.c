@@ -156,12 +156,7 @@ int gw_tlsterm_init(const char *ca_dir, int upstream_ca_fd) {
 }
 
 static void term_free(struct term *t) {
-        if (t->prev)
-                t->prev->next = t->next;
-        else
-                t->sb->terms = t->next;
-        if (t->next)
-                t->next->prev = t->prev;
+        GW_LIST_UNLINK(t->sb->terms, t);
         loop_watch_remove(t->g_watch);
         loop_watch_remove(t->u_watch);
         loop_timer_cancel(t->timer);
@@ -178,14 +173,12 @@ static void term_free(struct term *t) {
         free(t->gp.data);
         free(t->up.data);
         free(t->down.data);
-        t->sb->n_conns--;
-        gw_sandbox_unref(t->sb);
+        gw_sandbox_conn_close(t->sb);
         free(t);
 }
 
 static void reset(struct term *t) {
-        struct linger l = {1, 0};
-        (void) setsockopt(t->g_fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+        gw_socket_reset_on_close(t->g_fd);
         term_free(t);
 }
 
@@ -313,7 +306,7 @@ static size_t redact_bytes(struct term *t, uint8_t *p, size_t n, size_t scanned,
                 return n;
         }
         if (!t->release_timer)
-                (void) loop_timer_add(gw_loop, REDACT_HOLD_MS, release, t, &t->release_timer);
+                (void) loop_timer_add(t->sb->gw->loop, REDACT_HOLD_MS, release, t, &t->release_timer);
         return n - hold;
 }
 
@@ -666,6 +659,23 @@ static void h2_ends(struct term *t) {
         }
 }
 
+/* One step of a handshake: 1 done, 0 waiting for bytes, -1 failed. */
+static int handshake_step(SSL *ssl) {
+        int r = SSL_do_handshake(ssl);
+        if (r == 1)
+                return 1;
+        int e = SSL_get_error(ssl, r);
+        return e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? 0 : -1;
+}
+
+/* Once both handshakes are done, their timeout ends. */
+static void handshakes_done(struct term *t) {
+        if (t->g_hs && t->u_hs) {
+                loop_timer_cancel(t->timer);
+                t->timer = NULL;
+        }
+}
+
 /* Moves everything that can move; ends the connection when all is said. */
 static void pump(struct term *t) {
         bool progress, g_failed = false, u_failed = false;
@@ -676,51 +686,37 @@ static void pump(struct term *t) {
                 if (t->u_connected && !t->u_closed)
                         progress |= net_in(t, false, t->u_fd, t->u_net, &t->u_sock_eof);
                 if (!t->g_hs) {
-                        int r = SSL_do_handshake(t->g_ssl);
-                        if (r == 1) {
+                        int r = handshake_step(t->g_ssl);
+                        if (r > 0) {
                                 t->g_hs = progress = true;
                                 if (h2_start(t) < 0) {
                                         term_free(t);
                                         return;
                                 }
-                                if (t->u_hs) {
-                                        loop_timer_cancel(t->timer);
-                                        t->timer = NULL;
-                                }
-                        } else {
-                                int e = SSL_get_error(t->g_ssl, r);
-                                if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
-                                        char why[96];
-                                        snprintf(why, sizeof why, "the guest's TLS handshake failed: %s",
-                                                 ERR_reason_error_string(ERR_peek_last_error())
-                                                         ?: "the guest ended it");
-                                        ERR_clear_error();
-                                        gw_sandbox_log(t->sb, false, false, t->name, t->dst.sin_addr,
-                                                       ntohs(t->dst.sin_port), why);
-                                        (void) net_out(t->g_fd, t->g_net); /* its alert */
-                                        term_free(t);
-                                        return;
-                                }
+                                handshakes_done(t);
+                        } else if (r < 0) {
+                                char why[96];
+                                snprintf(why, sizeof why, "the guest's TLS handshake failed: %s",
+                                         ERR_reason_error_string(ERR_peek_last_error()) ?: "the guest ended it");
+                                ERR_clear_error();
+                                gw_sandbox_log(t->sb, false, false, t->name, t->dst.sin_addr, ntohs(t->dst.sin_port),
+                                               why);
+                                (void) net_out(t->g_fd, t->g_net); /* its alert */
+                                term_free(t);
+                                return;
                         }
                 }
                 if (t->u_connected && !t->u_hs && !t->u_closed) {
-                        int r = SSL_do_handshake(t->u_ssl);
-                        if (r == 1) {
+                        int r = handshake_step(t->u_ssl);
+                        if (r > 0) {
                                 t->u_hs = progress = true;
-                                if (t->g_hs) {
-                                        loop_timer_cancel(t->timer);
-                                        t->timer = NULL;
-                                }
-                        } else {
-                                int e = SSL_get_error(t->u_ssl, r);
-                                if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
-                                        char why[160];
-                                        snprintf(why, sizeof why, "the destination's certificate: %s",
-                                                 upstream_failure(t));
-                                        t->u_closed = true;
-                                        refuse(t, 502, t->name, why);
-                                        progress = true;
-                                }
+                                handshakes_done(t);
+                        } else if (r < 0) {
+                                char why[160];
+                                snprintf(why, sizeof why, "the destination's certificate: %s", upstream_failure(t));
+                                t->u_closed = true;
+                                refuse(t, 502, t->name, why);
+                                progress = true;
                         }
                 }
                 if (t->g_hs && !t->refused)
@@ -813,11 +809,7 @@ static void unthrottle(void *userdata) {
 /* Whether a side may be read now; if not, a timer looks again when the
  * sandbox's bandwidth allows. */
 static bool may_read(struct term *t, bool up) {
-        if (gw_bandwidth_allow(t->sb, up, 1) > 0)
-                return true;
-        if (!t->throttle)
-                (void) loop_timer_add(gw_loop, gw_bandwidth_wait_ms(t->sb, up), unthrottle, t, &t->throttle);
-        return false;
+        return gw_bandwidth_may_read(t->sb, up, &t->throttle, unthrottle, t);
 }
 
 static void update_interest(struct term *t) {
@@ -888,12 +880,8 @@ int gw_tlsterm_start(struct gw_sandbox *sb, int g_fd, const struct sockaddr_in *
         if (!t)
                 return -ENOMEM;
         *t = (struct term){.sb = sb, .g_fd = g_fd, .u_fd = -1, .dst = *dst};
-        gw_sandbox_ref(sb);
-        sb->n_conns++;
-        t->next = sb->terms;
-        if (sb->terms)
-                sb->terms->prev = t;
-        sb->terms = t;
+        gw_sandbox_conn_open(sb);
+        GW_LIST_PUSH(sb->terms, t);
         snprintf(t->name, sizeof t->name, "%s", name);
         X509 *leaf, *ca;
         EVP_PKEY *key;
@@ -935,12 +923,12 @@ int gw_tlsterm_start(struct gw_sandbox *sb, int g_fd, const struct sockaddr_in *
         if (r >= 0) {
                 int one = 1;
                 (void) setsockopt(t->u_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                r = loop_watch_add(gw_loop, t->g_fd, EPOLLIN, guest_event, t, &t->g_watch);
+                r = loop_watch_add(sb->gw->loop, t->g_fd, EPOLLIN, guest_event, t, &t->g_watch);
         }
         if (r >= 0)
-                r = loop_watch_add(gw_loop, t->u_fd, EPOLLOUT, upstream_event, t, &t->u_watch);
+                r = loop_watch_add(sb->gw->loop, t->u_fd, EPOLLOUT, upstream_event, t, &t->u_watch);
         if (r >= 0)
-                r = loop_timer_add(gw_loop, HANDSHAKE_TIMEOUT_MS, timeout, t, &t->timer);
+                r = loop_timer_add(sb->gw->loop, HANDSHAKE_TIMEOUT_MS, timeout, t, &t->timer);
         if (r < 0) {
                 reset(t);
                 return r;
