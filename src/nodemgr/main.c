@@ -44,7 +44,6 @@
 
 #include "airlock-config.h"
 #include "basestep.h"
-#include "check.h"
 #include "config.h"
 #include "gwprep.h"
 #include "host.h"
@@ -105,7 +104,7 @@ static struct {
 
 static struct gwprep gw = { .listen_fd = -1, .netns_fd = -1, .pid = -1 };
 
-/* node_start_fn: starts the node as its user and waits until it says it
+/* spawn_start_fn: starts the node as its user and waits until it says it
  * is ready (nodeprep_start). */
 static int start_node(const struct daemon_config *c, void *userdata, pid_t *ret_pid) {
         return nodeprep_start(c, node.uid, node.gid, node.listen_fd, NULL, NULL, userdata, ret_pid);
@@ -129,18 +128,18 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         const char *node_user;
         const char *full = "";
         if ((r = privsep_control_dir(c)) < 0)
-                return check_start_failed(r, "cannot set up the data dir %s: %m%s", c->data_dir,
+                return config_start_failed(r, "cannot set up the data dir %s: %m%s", c->data_dir,
                                           r == -ENOSPC ? " (the disk is full: free space)" : "");
         if ((r = privsep_user("AIRLOCK_USER", PRIVSEP_USER_DEFAULT, &uid, &gid, &user)) < 0 ||
             (r = privsep_user("AIRLOCK_NODE_USER", PRIVSEP_NODE_USER_DEFAULT, &node_uid, &node_gid,
                               &node_user)) < 0)
-                return check_start_failed(r, "cannot find or create the system users %s and %s: %m",
+                return config_start_failed(r, "cannot find or create the system users %s and %s: %m",
                                           getenv("AIRLOCK_USER") ?: PRIVSEP_USER_DEFAULT,
                                           getenv("AIRLOCK_NODE_USER") ?: PRIVSEP_NODE_USER_DEFAULT);
         if ((r = privsep_hand_over(c, uid, gid)) < 0)
-                return check_start_failed(r, "cannot hand %s to the user %s: %m", c->control_dir, user);
+                return config_start_failed(r, "cannot hand %s to the user %s: %m", c->control_dir, user);
         if (node_uid == uid || node_gid == gid)
-                return check_start_failed(
+                return config_start_failed(
                         log_error_errno(-EINVAL, "the node user %s must not be airlockd's user %s",
                                         node_user, user),
                         "the node user %s must not be airlockd's user %s (AIRLOCK_NODE_USER, "
@@ -149,11 +148,11 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         char run_dir[sizeof c->node_socket];
         memcpy(run_dir, c->node_socket, sizeof run_dir);
         if ((r = mkdir_p(dirname(run_dir), 0711)) < 0)
-                return check_start_failed(log_error_errno(r, "Failed to create %s: %m", run_dir),
+                return config_start_failed(log_error_errno(r, "Failed to create %s: %m", run_dir),
                                           "cannot create %s: %m", run_dir);
         _cleanup_(mgr_server_freep) struct mgr_server *mgr = NULL;
         if ((r = mgr_server_open(c, node_uid, node_gid, &mgr)) < 0)
-                return check_start_failed(r, "cannot open the node manager's socket in %s: %m", run_dir);
+                return config_start_failed(r, "cannot open the node manager's socket in %s: %m", run_dir);
         /* the node's storage (we mount the loop volume), its directories
          * handed to its user, its listening socket */
         node.uid = node_uid;
@@ -161,14 +160,14 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         if ((r = nodeprep_storage(c, node_uid, node_gid, &node.storage)) < 0) {
                 if (r == -ENOSPC)
                         full = " (the disk is full: free space, or use --data-dir on a larger disk)";
-                return check_start_failed(r, "cannot set up the node's storage in %s: %m%s", c->data_dir,
+                return config_start_failed(r, "cannot set up the node's storage in %s: %m%s", c->data_dir,
                                           full);
         }
         if ((r = nodeprep_listen(c, gid, &node.listen_fd)) < 0)
-                return check_start_failed(r, "cannot open the node's socket %s: %m", c->node_socket);
+                return config_start_failed(r, "cannot open the node's socket %s: %m", c->node_socket);
         /* the egress gateway, before the node: it attaches its sandboxes */
         if ((r = gwprep_setup(c, node_uid, node_gid, &gw)) < 0 || (r = gwprep_start(&gw)) < 0)
-                return check_start_failed(r, "cannot start the egress gateway airlock-gw: %m");
+                return config_start_failed(r, "cannot start the egress gateway airlock-gw: %m");
         /* the node asks us for what needs root (src/node/vmm.c) */
         if (setenv("AIRLOCK_NODEMGR_SOCKET", mgr_server_path(mgr), 1) < 0)
                 return -ENOMEM;
@@ -194,30 +193,30 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                 return log_error_errno(sfd, "Failed to set up signal handling: %m");
 
         pid_t node_pid = -1, daemon_pid = -1;
-        uint64_t restarts[NODE_RESTARTS_MAX + 1];
+        uint64_t restarts[SPAWN_RESTARTS_MAX + 1];
         size_t n_restarts = 0;
         if (c->spawn_node) {
                 r = start_node(c, mgr, &node_pid);
                 if (r < 0) {
                         if (r != -ECHILD && node_pid > 0)
-                                (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for, mgr);
+                                (void) spawn_stop(node_pid, SIGTERM, SPAWN_STOP_GRACE_S, mgr_server_serve_for, mgr);
                         if (r == -ECHILD)
-                                return check_start_failed(
+                                return config_start_failed(
                                         r, "airlock-node exited while starting; its error line "
                                            "above (prog=airlock-node) says why");
                         if (r == -ETIMEDOUT)
-                                return check_start_failed(
+                                return config_start_failed(
                                         r,
                                         "airlock-node did not say it was ready within %us; its "
                                         "log lines above (prog=airlock-node) say where it stopped",
                                         c->node_start_timeout_s);
-                        return check_start_failed(r, "cannot start airlock-node (%s): %m", c->node_binary);
+                        return config_start_failed(r, "cannot start airlock-node (%s): %m", c->node_binary);
                 }
         }
         if ((r = spawn_daemon(dargv, uid, gid, &daemon_pid)) < 0) {
                 if (node_pid > 0)
-                        (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for, mgr);
-                return check_start_failed(r, "cannot start airlockd as %s: %m", user);
+                        (void) spawn_stop(node_pid, SIGTERM, SPAWN_STOP_GRACE_S, mgr_server_serve_for, mgr);
+                return config_start_failed(r, "cannot start airlockd as %s: %m", user);
         }
 
         bool stopping = false, clean = false;
@@ -279,7 +278,7 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                         /* anything else: a VM its dead node orphaned */
                 }
                 if (node_exited && daemon_pid > 0 && !stopping &&
-                    node_restart(c, restarts, &n_restarts, start_node, mgr_server_serve_for, mgr, &node_pid) < 0) {
+                    spawn_restart(c, restarts, &n_restarts, start_node, mgr_server_serve_for, mgr, &node_pid) < 0) {
                         log_error("airlock-node keeps failing; stopping so a supervisor can restart Airlock");
                         stopping = true;
                         kill(daemon_pid, SIGTERM);
@@ -287,14 +286,14 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         }
         if (node_pid > 0) {
                 if (clean || stopping) {
-                        r = node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for, mgr);
+                        r = spawn_stop(node_pid, SIGTERM, SPAWN_STOP_GRACE_S, mgr_server_serve_for, mgr);
                         if (r < 0)
                                 log_warn_errno(r, "Failed to stop airlock-node: %m");
                 } else {
                         /* airlockd crashed: keep the VMs for the next start */
                         log_warn("handing the VMs over to the next start");
                         node.hand_over = true;
-                        (void) node_stop(node_pid, SIGUSR1, 3600, mgr_server_serve_for, mgr);
+                        (void) spawn_stop(node_pid, SIGUSR1, 3600, mgr_server_serve_for, mgr);
                 }
         }
         gwprep_stop(&gw);

@@ -163,7 +163,7 @@ static bool joined(void) {
         return access(node.crt, F_OK) == 0;
 }
 
-/* node_start_fn: the node as its user, with its arguments and the token;
+/* spawn_start_fn: the node as its user, with its arguments and the token;
  * waits until it says it is ready. */
 static int start_node(const struct daemon_config *c, void *userdata, pid_t *ret_pid) {
         char *env = NULL;
@@ -263,7 +263,7 @@ static int run(const struct daemon_config *c) {
         r = start_node(c, mgr, &node_pid);
         if (r < 0) {
                 if (r != -ECHILD && node_pid > 0)
-                        (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for, mgr);
+                        (void) spawn_stop(node_pid, SIGTERM, SPAWN_STOP_GRACE_S, mgr_server_serve_for, mgr);
                 gwprep_stop(&gw);
                 if (r == -ECHILD)
                         return start_failed(r, "airlock-node exited while starting; its error line above "
@@ -277,7 +277,7 @@ static int run(const struct daemon_config *c) {
         log_info("worker: airlock-node pid=%d started as %s, serving its requests on %s", (int) node_pid, user,
                  mgr_server_path(mgr));
 
-        uint64_t restarts[NODE_RESTARTS_MAX + 1];
+        uint64_t restarts[SPAWN_RESTARTS_MAX + 1];
         size_t n_restarts = 0;
         uint64_t restart_at = 0; /* a node that has not joined yet: its next start */
         unsigned retry_s = JOIN_RETRY_MIN_S;
@@ -335,7 +335,7 @@ static int run(const struct daemon_config *c) {
                         restart_at = now_monotonic_ns() + (uint64_t) retry_s * 1000000000ULL;
                         retry_s = MIN(retry_s * 2, (unsigned) JOIN_RETRY_MAX_S);
                 } else if (node_exited &&
-                           node_restart(c, restarts, &n_restarts, start_node, mgr_server_serve_for, mgr, &node_pid) < 0) {
+                           spawn_restart(c, restarts, &n_restarts, start_node, mgr_server_serve_for, mgr, &node_pid) < 0) {
                         log_error("airlock-node keeps failing; stopping so a supervisor can restart it");
                         node_pid = -1;
                         exit_code = 1;
@@ -346,7 +346,7 @@ static int run(const struct daemon_config *c) {
                         if ((r = start_node(c, mgr, &node_pid)) < 0) {
                                 log_error_errno(r, "starting airlock-node again failed: %m; stopping");
                                 if (r != -ECHILD && node_pid > 0)
-                                        (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for,
+                                        (void) spawn_stop(node_pid, SIGTERM, SPAWN_STOP_GRACE_S, mgr_server_serve_for,
                                                          mgr);
                                 node_pid = -1;
                                 exit_code = 1;
@@ -355,7 +355,7 @@ static int run(const struct daemon_config *c) {
                 }
         }
         if (node_pid > 0) {
-                r = node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for, mgr);
+                r = spawn_stop(node_pid, SIGTERM, SPAWN_STOP_GRACE_S, mgr_server_serve_for, mgr);
                 if (r < 0)
                         log_warn_errno(r, "Failed to stop airlock-node: %m");
         }

@@ -15,7 +15,7 @@
 #include "macros.h"
 #include "util.h"
 
-int node_spawn(const struct daemon_config *config, pid_t *ret_pid) {
+int spawn_node(const struct daemon_config *config, pid_t *ret_pid) {
         if (access(config->node_binary, X_OK) < 0)
                 return log_error_errno(negative_errno(), "Node binary %s is not executable: %m", config->node_binary);
         pid_t parent = getpid();
@@ -61,7 +61,7 @@ static int try_connect(const char *path) {
         return 0;
 }
 
-int node_wait_socket(const char *socket_path, pid_t pid, unsigned timeout_s) {
+int spawn_wait_socket(const char *socket_path, pid_t pid, unsigned timeout_s) {
         uint64_t deadline = now_monotonic_ns() + (uint64_t) timeout_s * 1000000000ULL;
         for (;;) {
                 if (try_connect(socket_path) == 0)
@@ -82,7 +82,7 @@ int node_wait_socket(const char *socket_path, pid_t pid, unsigned timeout_s) {
         }
 }
 
-int node_stop(pid_t pid, int sig, unsigned grace_s, node_wait_fn wait, void *userdata) {
+int spawn_stop(pid_t pid, int sig, unsigned grace_s, spawn_wait_fn wait, void *userdata) {
         if (pid <= 0)
                 return -EINVAL;
         if (kill(pid, sig) < 0 && errno != ESRCH)
@@ -109,26 +109,26 @@ int node_stop(pid_t pid, int sig, unsigned grace_s, node_wait_fn wait, void *use
         }
 }
 
-int node_start(const struct daemon_config *c, void *userdata, pid_t *ret_pid) {
+int spawn_start(const struct daemon_config *c, void *userdata, pid_t *ret_pid) {
         *ret_pid = -1;
-        int r = node_spawn(c, ret_pid);
+        int r = spawn_node(c, ret_pid);
         if (r < 0)
                 return r;
-        r = node_wait_socket(c->node_socket, *ret_pid, c->node_start_timeout_s);
+        r = spawn_wait_socket(c->node_socket, *ret_pid, c->node_start_timeout_s);
         if (r < 0)
                 return log_error_errno(r, "airlock-node did not open %s: %m", c->node_socket);
         return 0;
 }
 
-int node_restart(const struct daemon_config *c, uint64_t *restarts, size_t *n, node_start_fn start,
-                 node_wait_fn wait, void *userdata, pid_t *ret_pid) {
+int spawn_restart(const struct daemon_config *c, uint64_t *restarts, size_t *n, spawn_start_fn start,
+                 spawn_wait_fn wait, void *userdata, pid_t *ret_pid) {
         uint64_t now = now_monotonic_ns();
         size_t k = 0;
         for (size_t i = 0; i < *n; i++)
-                if (now - restarts[i] < NODE_RESTART_WINDOW_NS)
+                if (now - restarts[i] < SPAWN_RESTART_WINDOW_NS)
                         restarts[k++] = restarts[i];
         *n = k;
-        if (k >= NODE_RESTARTS_MAX)
+        if (k >= SPAWN_RESTARTS_MAX)
                 return -ELOOP;
         restarts[(*n)++] = now;
         pid_t pid = -1;
@@ -136,7 +136,7 @@ int node_restart(const struct daemon_config *c, uint64_t *restarts, size_t *n, n
         if (r < 0) {
                 log_error_errno(r, "restarting airlock-node failed: %m");
                 if (r != -ECHILD && pid > 0)
-                        (void) node_stop(pid, SIGTERM, NODE_STOP_GRACE_S, wait, userdata);
+                        (void) spawn_stop(pid, SIGTERM, SPAWN_STOP_GRACE_S, wait, userdata);
                 return r;
         }
         log_info("airlock-node restarted pid=%d", (int) pid);
