@@ -5,14 +5,13 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "macros.h"
+#include "unixsock.h"
 #include "util.h"
 
 int spawn_node(const struct daemon_config *config, pid_t *ret_pid) {
@@ -48,17 +47,8 @@ int spawn_node(const struct daemon_config *config, pid_t *ret_pid) {
 
 /* 0 when a connect() to the socket succeeds. */
 static int try_connect(const char *path) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        size_t n = strlen(path);
-        if (n >= sizeof sa.sun_path)
-                return -ENAMETOOLONG;
-        memcpy(sa.sun_path, path, n + 1);
-        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return negative_errno();
-        if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
-                return negative_errno();
-        return 0;
+        _cleanup_close_ int fd = -1;
+        return unix_connect(path, 0, &fd);
 }
 
 int spawn_wait_socket(const char *socket_path, pid_t pid, unsigned timeout_s) {
