@@ -349,13 +349,21 @@ static int give_fd(const struct mgr_server *s, int fd, uid_t uid, unsigned mode)
         return 0;
 }
 
-static int do_file_give(const struct mgr_server *s, uid_t caller, const struct mgr_request *q, char *msg, size_t n) {
-        _cleanup_close_ int fd = open_node_path(s, q->path, msg, n);
+/* open_node_path(), and what it opened in *ret_st. */
+static int open_node_stat(const struct mgr_server *s, const char *path, struct stat *ret_st, char *msg, size_t n) {
+        _cleanup_close_ int fd = open_node_path(s, path, msg, n);
         if (fd < 0)
                 return fd;
-        struct stat st;
-        if (fstat(fd, &st) < 0)
+        if (fstat(fd, ret_st) < 0)
                 return negative_errno();
+        return TAKE_FD(fd);
+}
+
+static int do_file_give(const struct mgr_server *s, uid_t caller, const struct mgr_request *q, char *msg, size_t n) {
+        struct stat st;
+        _cleanup_close_ int fd = open_node_stat(s, q->path, &st, msg, n);
+        if (fd < 0)
+                return fd;
         bool dir = S_ISDIR(st.st_mode);
         /* files only 0600/0660, dirs 0700/2770 */
         if (!node_owned(s, caller, &st) || dir != (q->mode == 0700 || q->mode == 02770)) {
@@ -370,23 +378,18 @@ static int do_file_give(const struct mgr_server *s, uid_t caller, const struct m
 
 static int do_file_reclaim(const struct mgr_server *s, uid_t caller, const struct mgr_request *q, char *msg,
                            size_t n) {
-        _cleanup_close_ int fd = open_node_path(s, q->path, msg, n);
+        struct stat st;
+        _cleanup_close_ int fd = open_node_stat(s, q->path, &st, msg, n);
         if (fd < 0)
                 return fd;
-        struct stat st;
-        if (fstat(fd, &st) < 0)
-                return negative_errno();
         if (!S_ISREG(st.st_mode) || !node_owned(s, caller, &st)) {
                 snprintf(msg, n, "%.512s is not a VM file of the node", q->path);
                 return -EPERM;
         }
-        char proc[64];
-        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-        if (fchownat(fd, "", s->node_uid, s->node_gid, AT_EMPTY_PATH) < 0 || chmod(proc, q->mode) < 0) {
+        int r = give_fd(s, fd, s->node_uid, q->mode);
+        if (r < 0)
                 snprintf(msg, n, "cannot give %.512s back to the node", q->path);
-                return negative_errno();
-        }
-        return 0;
+        return r;
 }
 
 /* ---- template.step ---- */
