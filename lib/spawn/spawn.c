@@ -51,21 +51,22 @@ static int try_connect(const char *path) {
         return unix_connect(path, 0, &fd);
 }
 
+int spawn_exited_early(pid_t pid) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) != pid)
+                return 0;
+        log_error("airlock-node exited during start-up (%s %d)", WIFEXITED(status) ? "status" : "signal",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        return -ECHILD;
+}
+
 int spawn_wait_socket(const char *socket_path, pid_t pid, unsigned timeout_s) {
         uint64_t deadline = now_monotonic_ns() + (uint64_t) timeout_s * 1000000000ULL;
         for (;;) {
                 if (try_connect(socket_path) == 0)
                         return 0;
-                if (pid > 0) {
-                        int status;
-                        pid_t k = waitpid(pid, &status, WNOHANG);
-                        if (k == pid) {
-                                log_error("airlock-node exited during start-up (%s %d)",
-                                          WIFEXITED(status) ? "status" : "signal",
-                                          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-                                return -ECHILD;
-                        }
-                }
+                if (pid > 0 && spawn_exited_early(pid) < 0)
+                        return -ECHILD;
                 if (now_monotonic_ns() >= deadline)
                         return -ETIMEDOUT;
                 nanosleep(&(struct timespec){ .tv_nsec = 50 * 1000000L }, NULL);

@@ -19,6 +19,10 @@
  * inherited environment. *ret_pid gets the child. */
 int spawn_node(const struct daemon_config *config, pid_t *ret_pid);
 
+/* -ECHILD when the starting node pid has exited (reaped, and logged), else
+ * 0: what a supervisor checks while it waits for the node to come up. */
+int spawn_exited_early(pid_t pid);
+
 /* Waits until something accepts connections on socket_path. -ECHILD when
  * pid (if > 0) exits first, -ETIMEDOUT after timeout_s. */
 int spawn_wait_socket(const char *socket_path, pid_t pid, unsigned timeout_s);

@@ -12,7 +12,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -20,6 +19,7 @@
 #include "macros.h"
 #include "mgrserver.h"
 #include "privsep.h"
+#include "spawn.h"
 #include "unixsock.h"
 #include "util.h"
 
@@ -301,13 +301,8 @@ int nodeprep_start(const struct daemon_config *c, uid_t uid, gid_t gid, int list
                         if ((p[0].revents & POLLIN) && read(ready, &b, 1) == 1)
                                 return 0;
                 }
-                int status;
-                if (waitpid(pid, &status, WNOHANG) == pid) {
-                        log_error("airlock-node exited during start-up (%s %d)",
-                                  WIFEXITED(status) ? "status" : "signal",
-                                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                if (spawn_exited_early(pid) < 0)
                         return -ECHILD;
-                }
                 if (now_monotonic_ns() >= deadline)
                         return -ETIMEDOUT;
         }
