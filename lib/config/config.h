@@ -2,9 +2,13 @@
 #pragma once
 
 /*
- * airlockd's configuration: one immutable struct, built once at start from
- * defaults, then the environment (AIRLOCK_*), then command-line flags, and
- * validated before anything runs. `airlockd --print-config` shows it.
+ * The one machine's configuration: airlockd's, which airlock-nodemgr (what
+ * airlockd started as root becomes) reads the same way from the same
+ * arguments. One immutable struct, built once at start from defaults, then
+ * the environment (AIRLOCK_*), then command-line flags, and validated
+ * before anything runs. `airlockd --print-config` shows it. It logs
+ * nothing: config_load() says what is wrong in errbuf, and
+ * config_start_failed() writes what a start that failed says on stderr.
  */
 
 #include <stdarg.h>
