@@ -1125,21 +1125,6 @@ int check_main(const struct daemon_config *c) {
         return check_report_has_error(&rep) ? 1 : 0;
 }
 
-int check_start_failed(int r, const char *fmt, ...) {
-        char what[1024];
-        va_list ap;
-        va_start(ap, fmt);
-        errno = r < 0 ? -r : r;
-        vsnprintf(what, sizeof what, fmt, ap);
-        va_end(ap);
-        fprintf(stderr,
-                "airlockd: error: %s\n"
-                "airlockd: the log lines above say more; `airlockd --check` checks this host\n",
-                what);
-        fflush(stderr);
-        return r;
-}
-
 /* "airlockd: error: DETAIL; FIX" on err. */
 static void say(FILE *err, const struct check_result *res) {
         fprintf(err, "airlockd: error: %s%s%s\n", res->detail, res->fix[0] ? "; " : "", res->fix);

@@ -64,6 +64,7 @@ int base_step_prepare(char *const *argv, const char *images, bool have_dir, char
                 packages = calloc(total + 1, 1);
                 if (!packages)
                         return -ENOMEM;
+                size_t len = 0;
                 for (size_t i = 3; i < argc; i++) {
                         _cleanup_free_ char *list = strdup(argv[i]);
                         if (!list)
@@ -74,9 +75,12 @@ int base_step_prepare(char *const *argv, const char *images, bool have_dir, char
                                         snprintf(msg, n, "base: '%.64s' is no package name", p);
                                         return -EINVAL;
                                 }
-                                if (*packages)
-                                        strcat(packages, ",");
-                                strcat(packages, p);
+                                /* fits: no token is longer than its argument */
+                                size_t k = strlen(p);
+                                if (len)
+                                        packages[len++] = ',';
+                                memcpy(packages + len, p, k + 1);
+                                len += k;
                         }
                 }
         } else if (oci) {

@@ -38,15 +38,12 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "airlock-config.h"
 #include "basestep.h"
-#include "check.h"
 #include "config.h"
-#include "gwprep.h"
 #include "host.h"
 #include "log.h"
 #include "macros.h"
@@ -54,6 +51,7 @@
 #include "nodeprep.h"
 #include "privsep.h"
 #include "spawn.h"
+#include "startup.h"
 #include "util.h"
 #include "worker.h"
 
@@ -93,30 +91,15 @@ static int spawn_daemon(char **argv, uid_t uid, gid_t gid, pid_t *ret_pid) {
         return 0;
 }
 
-/* The node we run: its user, and the listening socket every start of it
- * gets (we made it: the node cannot write DATA_DIR/run). */
-static struct {
-        uid_t uid;
-        gid_t gid;
-        int listen_fd;
-        struct storage *storage;
-        bool hand_over; /* the VMs (and the volume they use) stay for the next start */
-} node = { .listen_fd = -1 };
+/* The node we run: its user, the listening socket every start of it gets
+ * (we made it: the node cannot write DATA_DIR/run), its storage, and the
+ * gateway. We speak for airlockd, which execed us. */
+static struct startup node = STARTUP_INIT("airlockd", true, "Airlock");
 
-static struct gwprep gw = { .listen_fd = -1, .netns_fd = -1, .pid = -1 };
-
-/* node_start_fn: starts the node as its user and waits until it says it
+/* spawn_start_fn: starts the node as its user and waits until it says it
  * is ready (nodeprep_start). */
 static int start_node(const struct daemon_config *c, void *userdata, pid_t *ret_pid) {
         return nodeprep_start(c, node.uid, node.gid, node.listen_fd, NULL, NULL, userdata, ret_pid);
-}
-
-static const char *describe(int status, char *buf, size_t n) {
-        if (WIFEXITED(status))
-                snprintf(buf, n, "status %d", WEXITSTATUS(status));
-        else
-                snprintf(buf, n, "signal %d", WTERMSIG(status));
-        return buf;
 }
 
 static int run(const struct daemon_config *c, int argc, char **argv) {
@@ -127,20 +110,19 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         uid_t node_uid;
         gid_t node_gid;
         const char *node_user;
-        const char *full = "";
         if ((r = privsep_control_dir(c)) < 0)
-                return check_start_failed(r, "cannot set up the data dir %s: %m%s", c->data_dir,
+                return config_start_failed(r, "cannot set up the data dir %s: %m%s", c->data_dir,
                                           r == -ENOSPC ? " (the disk is full: free space)" : "");
         if ((r = privsep_user("AIRLOCK_USER", PRIVSEP_USER_DEFAULT, &uid, &gid, &user)) < 0 ||
             (r = privsep_user("AIRLOCK_NODE_USER", PRIVSEP_NODE_USER_DEFAULT, &node_uid, &node_gid,
                               &node_user)) < 0)
-                return check_start_failed(r, "cannot find or create the system users %s and %s: %m",
+                return config_start_failed(r, "cannot find or create the system users %s and %s: %m",
                                           getenv("AIRLOCK_USER") ?: PRIVSEP_USER_DEFAULT,
                                           getenv("AIRLOCK_NODE_USER") ?: PRIVSEP_NODE_USER_DEFAULT);
         if ((r = privsep_hand_over(c, uid, gid)) < 0)
-                return check_start_failed(r, "cannot hand %s to the user %s: %m", c->control_dir, user);
+                return config_start_failed(r, "cannot hand %s to the user %s: %m", c->control_dir, user);
         if (node_uid == uid || node_gid == gid)
-                return check_start_failed(
+                return config_start_failed(
                         log_error_errno(-EINVAL, "the node user %s must not be airlockd's user %s",
                                         node_user, user),
                         "the node user %s must not be airlockd's user %s (AIRLOCK_NODE_USER, "
@@ -149,32 +131,17 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         char run_dir[sizeof c->node_socket];
         memcpy(run_dir, c->node_socket, sizeof run_dir);
         if ((r = mkdir_p(dirname(run_dir), 0711)) < 0)
-                return check_start_failed(log_error_errno(r, "Failed to create %s: %m", run_dir),
+                return config_start_failed(log_error_errno(r, "Failed to create %s: %m", run_dir),
                                           "cannot create %s: %m", run_dir);
         _cleanup_(mgr_server_freep) struct mgr_server *mgr = NULL;
         if ((r = mgr_server_open(c, node_uid, node_gid, &mgr)) < 0)
-                return check_start_failed(r, "cannot open the node manager's socket in %s: %m", run_dir);
+                return config_start_failed(r, "cannot open the node manager's socket in %s: %m", run_dir);
         /* the node's storage (we mount the loop volume), its directories
-         * handed to its user, its listening socket */
+         * handed to its user, its listening socket (airlockd's group
+         * connects), the gateway */
         node.uid = node_uid;
         node.gid = node_gid;
-        if ((r = nodeprep_storage(c, node_uid, node_gid, &node.storage)) < 0) {
-                if (r == -ENOSPC)
-                        full = " (the disk is full: free space, or use --data-dir on a larger disk)";
-                return check_start_failed(r, "cannot set up the node's storage in %s: %m%s", c->data_dir,
-                                          full);
-        }
-        if ((r = nodeprep_listen(c, gid, &node.listen_fd)) < 0)
-                return check_start_failed(r, "cannot open the node's socket %s: %m", c->node_socket);
-        /* the egress gateway, before the node: it attaches its sandboxes */
-        if ((r = gwprep_setup(c, node_uid, node_gid, &gw)) < 0 || (r = gwprep_start(&gw)) < 0)
-                return check_start_failed(r, "cannot start the egress gateway airlock-gw: %m");
-        /* the node asks us for what needs root (src/node/vmm.c) */
-        if (setenv("AIRLOCK_NODEMGR_SOCKET", mgr_server_path(mgr), 1) < 0)
-                return -ENOMEM;
-        /* the node, without groups, cannot open /dev/kvm itself; what its
-         * jailed VMMs can is probed here, as root, and passed on */
-        if ((r = mgr_server_probe_kvm(mgr)) < 0)
+        if ((r = startup_storage(&node, c)) < 0 || (r = startup_node_env(&node, c, gid, mgr)) < 0)
                 return r;
         struct group *g = getgrgid(gid);
         if (!g || setenv("AIRLOCK_SOCKET_GROUP", g->gr_name, 1) < 0)
@@ -187,37 +154,19 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         if ((r = daemon_argv(argc, argv, daemon_bin, dargv, ARRAY_SIZE(dargv))) < 0)
                 return log_error_errno(r, "Too many arguments");
 
-        if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
-                return log_error_errno(negative_errno(), "Failed to become a child subreaper: %m");
-        _cleanup_close_ int sfd = signalfd_supervisor();
+        _cleanup_close_ int sfd = startup_signals();
         if (sfd < 0)
-                return log_error_errno(sfd, "Failed to set up signal handling: %m");
+                return sfd;
 
         pid_t node_pid = -1, daemon_pid = -1;
-        uint64_t restarts[NODE_RESTARTS_MAX + 1];
+        uint64_t restarts[SPAWN_RESTARTS_MAX + 1];
         size_t n_restarts = 0;
-        if (c->spawn_node) {
-                r = start_node(c, mgr, &node_pid);
-                if (r < 0) {
-                        if (r != -ECHILD && node_pid > 0)
-                                (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for, mgr);
-                        if (r == -ECHILD)
-                                return check_start_failed(
-                                        r, "airlock-node exited while starting; its error line "
-                                           "above (prog=airlock-node) says why");
-                        if (r == -ETIMEDOUT)
-                                return check_start_failed(
-                                        r,
-                                        "airlock-node did not say it was ready within %us; its "
-                                        "log lines above (prog=airlock-node) say where it stopped",
-                                        c->node_start_timeout_s);
-                        return check_start_failed(r, "cannot start airlock-node (%s): %m", c->node_binary);
-                }
-        }
+        if (c->spawn_node && (r = startup_first_node(&node, c, start_node, mgr, &node_pid)) < 0)
+                return r;
         if ((r = spawn_daemon(dargv, uid, gid, &daemon_pid)) < 0) {
                 if (node_pid > 0)
-                        (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for, mgr);
-                return check_start_failed(r, "cannot start airlockd as %s: %m", user);
+                        (void) spawn_stop(node_pid, SIGTERM, SPAWN_STOP_GRACE_S, mgr_server_serve_for, mgr);
+                return config_start_failed(r, "cannot start airlockd as %s: %m", user);
         }
 
         bool stopping = false, clean = false;
@@ -250,55 +199,32 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                 char how[32];
                 bool node_exited = false;
                 for (pid_t p; (p = waitpid(-1, &status, WNOHANG)) > 0;) {
-                        if (p == daemon_pid) {
-                                daemon_pid = -1;
-                                clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-                                exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-                                if (clean)
-                                        log_info("airlockd exited (%s)", describe(status, how, sizeof how));
-                                else if (exit_code == AIRLOCKD_EXIT_START_FAILED) {
-                                        /* it said why; it served nothing, so
-                                         * there is nothing to hand over */
-                                        log_error("airlockd did not start; stopping the node");
-                                        stopping = true;
-                                } else
-                                        log_error("airlockd exited (%s)", describe(status, how, sizeof how));
-                        } else if (p == gw.pid) {
-                                log_error("airlock-gw pid=%d exited (%s)", (int) p, describe(status, how, sizeof how));
-                                gw.pid = -1;
-                                if (!stopping && gw.listen_fd >= 0 && gwprep_start(&gw) < 0) {
-                                        log_error("airlock-gw keeps failing; sandboxes have no network until "
-                                                  "Airlock restarts");
-                                        gwprep_give_up(&gw);
-                                }
-                        } else if (p == node_pid) {
-                                log_error("airlock-node pid=%d exited (%s)", (int) p, describe(status, how, sizeof how));
-                                node_pid = -1;
-                                node_exited = true;
+                        if (p != daemon_pid) {
+                                node_exited |= startup_reaped(&node, p, status, stopping, &node_pid);
+                                continue;
                         }
-                        /* anything else: a VM its dead node orphaned */
+                        daemon_pid = -1;
+                        clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+                        exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+                        if (clean)
+                                log_info("airlockd exited (%s)", startup_describe(status, how, sizeof how));
+                        else if (exit_code == AIRLOCKD_EXIT_START_FAILED) {
+                                /* it said why; it served nothing, so there
+                                 * is nothing to hand over */
+                                log_error("airlockd did not start; stopping the node");
+                                stopping = true;
+                        } else
+                                log_error("airlockd exited (%s)", startup_describe(status, how, sizeof how));
                 }
                 if (node_exited && daemon_pid > 0 && !stopping &&
-                    node_restart(c, restarts, &n_restarts, start_node, mgr_server_serve_for, mgr, &node_pid) < 0) {
+                    spawn_restart(c, restarts, &n_restarts, start_node, mgr_server_serve_for, mgr, &node_pid) < 0) {
                         log_error("airlock-node keeps failing; stopping so a supervisor can restart Airlock");
                         stopping = true;
                         kill(daemon_pid, SIGTERM);
                 }
         }
-        if (node_pid > 0) {
-                if (clean || stopping) {
-                        r = node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for, mgr);
-                        if (r < 0)
-                                log_warn_errno(r, "Failed to stop airlock-node: %m");
-                } else {
-                        /* airlockd crashed: keep the VMs for the next start */
-                        log_warn("handing the VMs over to the next start");
-                        node.hand_over = true;
-                        (void) node_stop(node_pid, SIGUSR1, 3600, mgr_server_serve_for, mgr);
-                }
-        }
-        gwprep_stop(&gw);
-        log_info("stopped");
+        /* airlockd crashed: the VMs are kept for the next start */
+        startup_stop(&node, node_pid, !(clean || stopping), mgr);
         return exit_code == 0 && (clean || stopping) ? 0 : -ECHILD;
 }
 
@@ -324,19 +250,6 @@ int main(int argc, char **argv) {
         }
         signal(SIGPIPE, SIG_IGN);
         int r = run(&config, argc, argv);
-        if (node.listen_fd >= 0) {
-                close(node.listen_fd);
-                (void) unlink(config.node_socket);
-        }
-        if (node.storage && !node.hand_over) {
-                /* the node emptied its warm pool; the dir is in DATA_DIR,
-                 * which it cannot write (rmdir fails if it is not empty) */
-                _cleanup_free_ char *pool = strdup_printf("%s/pool", node.storage->root);
-                if (pool)
-                        (void) rmdir(pool);
-        }
-        if (node.storage && node.hand_over)
-                node.storage->mounted_volume = false; /* the next start takes it over */
-        storage_close(node.storage);
+        startup_release(&node, &config);
         return r < 0 ? 1 : 0;
 }

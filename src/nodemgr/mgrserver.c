@@ -29,6 +29,7 @@
 #include "macros.h"
 #include "mgr.h"
 #include "proto.h"
+#include "unixsock.h"
 #include "util.h"
 #include "vmnet.h"
 
@@ -154,26 +155,18 @@ int mgr_server_open(const struct daemon_config *c, uid_t node_uid, gid_t node_gi
         if (!s->qemu)
                 log_warn("no QEMU binary found (AIRLOCK_QEMU): vmm requests will be refused");
 
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
         if (snprintf(s->path, sizeof s->path, "%s/run/%s", c->data_dir, MGR_SOCKET_NAME) >= (int) sizeof s->path)
                 return log_error_errno(-ENAMETOOLONG, "%s/run/%s is too long for a socket path", c->data_dir,
                                        MGR_SOCKET_NAME);
-        memcpy(sa.sun_path, s->path, sizeof s->path);
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
-                return negative_errno();
-        (void) unlink(s->path);
-        /* the mode is there from bind() on: nobody connects in between */
-        mode_t old = umask(0177);
-        r = bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 ? negative_errno() : 0;
-        umask(old);
-        if (r == 0 && (chown(s->path, 0, node_gid) < 0 || chmod(s->path, 0660) < 0 || listen(fd, 64) < 0))
+        /* 0600 root's from bind() on, until its group is the node's:
+         * nobody else connects in between */
+        _cleanup_close_ int fd = -1;
+        r = unix_listen(s->path, 0600, SOCK_NONBLOCK, 64, &fd);
+        if (r == 0 && (chown(s->path, 0, node_gid) < 0 || chmod(s->path, 0660) < 0))
                 r = negative_errno();
-        if (r < 0) {
-                close(fd);
+        if (r < 0)
                 return log_error_errno(r, "Failed to listen on %s: %m", s->path);
-        }
-        s->fd = fd;
+        s->fd = TAKE_FD(fd);
         log_info("serving the node's requests on %s (uid %u only); VM uids %u..%u; qemu %s", s->path,
                  (unsigned) node_uid, (unsigned) s->policy.vm_uid_base,
                  (unsigned) (s->policy.vm_uid_base + VM_UIDS - 1), s->qemu ?: "(none)");
@@ -356,13 +349,21 @@ static int give_fd(const struct mgr_server *s, int fd, uid_t uid, unsigned mode)
         return 0;
 }
 
-static int do_file_give(const struct mgr_server *s, uid_t caller, const struct mgr_request *q, char *msg, size_t n) {
-        _cleanup_close_ int fd = open_node_path(s, q->path, msg, n);
+/* open_node_path(), and what it opened in *ret_st. */
+static int open_node_stat(const struct mgr_server *s, const char *path, struct stat *ret_st, char *msg, size_t n) {
+        _cleanup_close_ int fd = open_node_path(s, path, msg, n);
         if (fd < 0)
                 return fd;
-        struct stat st;
-        if (fstat(fd, &st) < 0)
+        if (fstat(fd, ret_st) < 0)
                 return negative_errno();
+        return TAKE_FD(fd);
+}
+
+static int do_file_give(const struct mgr_server *s, uid_t caller, const struct mgr_request *q, char *msg, size_t n) {
+        struct stat st;
+        _cleanup_close_ int fd = open_node_stat(s, q->path, &st, msg, n);
+        if (fd < 0)
+                return fd;
         bool dir = S_ISDIR(st.st_mode);
         /* files only 0600/0660, dirs 0700/2770 */
         if (!node_owned(s, caller, &st) || dir != (q->mode == 0700 || q->mode == 02770)) {
@@ -377,23 +378,18 @@ static int do_file_give(const struct mgr_server *s, uid_t caller, const struct m
 
 static int do_file_reclaim(const struct mgr_server *s, uid_t caller, const struct mgr_request *q, char *msg,
                            size_t n) {
-        _cleanup_close_ int fd = open_node_path(s, q->path, msg, n);
+        struct stat st;
+        _cleanup_close_ int fd = open_node_stat(s, q->path, &st, msg, n);
         if (fd < 0)
                 return fd;
-        struct stat st;
-        if (fstat(fd, &st) < 0)
-                return negative_errno();
         if (!S_ISREG(st.st_mode) || !node_owned(s, caller, &st)) {
                 snprintf(msg, n, "%.512s is not a VM file of the node", q->path);
                 return -EPERM;
         }
-        char proc[64];
-        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-        if (fchownat(fd, "", s->node_uid, s->node_gid, AT_EMPTY_PATH) < 0 || chmod(proc, q->mode) < 0) {
+        int r = give_fd(s, fd, s->node_uid, q->mode);
+        if (r < 0)
                 snprintf(msg, n, "cannot give %.512s back to the node", q->path);
-                return negative_errno();
-        }
-        return 0;
+        return r;
 }
 
 /* ---- template.step ---- */

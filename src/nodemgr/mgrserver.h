@@ -40,7 +40,7 @@ int mgr_server_fd(const struct mgr_server *s);
  * client's: logged and answered, never fatal. */
 void mgr_server_serve_one(struct mgr_server *s);
 
-/* A node_wait_fn (src/daemon/spawn.h) for userdata = the server: serves
+/* A spawn_wait_fn (lib/spawn/spawn.h) for userdata = the server: serves
  * what arrives within ms, while a supervisor waits for its node (a
  * stopping node stops its VMs through us). */
 void mgr_server_serve_for(void *userdata, int ms);

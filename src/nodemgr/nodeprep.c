@@ -12,8 +12,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -21,6 +19,8 @@
 #include "macros.h"
 #include "mgrserver.h"
 #include "privsep.h"
+#include "spawn.h"
+#include "unixsock.h"
 #include "util.h"
 
 #define VM_UID_BASE_DEFAULT JAIL_VM_UID_BASE_DEFAULT
@@ -166,19 +166,13 @@ int nodeprep_storage(const struct daemon_config *c, uid_t uid, gid_t gid, struct
 }
 
 int nodeprep_listen_at(const char *path, gid_t group, int *ret_fd) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        size_t n = strlen(path);
-        if (n >= sizeof sa.sun_path)
-                return log_error_errno(-ENAMETOOLONG, "Socket path %s is too long", path);
-        memcpy(sa.sun_path, path, n + 1);
-        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
-                return negative_errno();
-        (void) unlink(path);
-        mode_t old = umask(0177);
-        int r = bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 ? negative_errno() : 0;
-        umask(old);
-        if (r == 0 && (chown(path, 0, group) < 0 || chmod(path, 0660) < 0 || listen(fd, 128) < 0))
+        _cleanup_close_ int fd = -1;
+        /* 0600 root's until its group is the node's: nobody else connects
+         * in between */
+        int r = unix_listen(path, 0600, SOCK_NONBLOCK, 128, &fd);
+        if (r == -ENAMETOOLONG)
+                return log_error_errno(r, "Socket path %s is too long", path);
+        if (r == 0 && (chown(path, 0, group) < 0 || chmod(path, 0660) < 0))
                 r = negative_errno();
         if (r < 0)
                 return log_error_errno(r, "Failed to listen on %s: %m", path);
@@ -307,13 +301,8 @@ int nodeprep_start(const struct daemon_config *c, uid_t uid, gid_t gid, int list
                         if ((p[0].revents & POLLIN) && read(ready, &b, 1) == 1)
                                 return 0;
                 }
-                int status;
-                if (waitpid(pid, &status, WNOHANG) == pid) {
-                        log_error("airlock-node exited during start-up (%s %d)",
-                                  WIFEXITED(status) ? "status" : "signal",
-                                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                if (spawn_exited_early(pid) < 0)
                         return -ECHILD;
-                }
                 if (now_monotonic_ns() >= deadline)
                         return -ETIMEDOUT;
         }

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -18,7 +17,6 @@
 #include "airlock-config.h"
 #include "cluster.h"
 #include "config.h"
-#include "gwprep.h"
 #include "host.h"
 #include "log.h"
 #include "macros.h"
@@ -26,6 +24,7 @@
 #include "nodeprep.h"
 #include "privsep.h"
 #include "spawn.h"
+#include "startup.h"
 #include "util.h"
 
 #define TOKEN_ENV "AIRLOCK_JOIN_TOKEN"
@@ -34,35 +33,17 @@
 #define JOIN_RETRY_MAX_S 60
 
 /* The node we run: its user, the listening socket every start of it gets,
- * its arguments, and where its join token comes from. */
+ * its storage and the gateway. We speak for airlock-node, which execed us:
+ * "airlock-node: error: WHAT" (the log lines before it say more). */
+static struct startup node = STARTUP_INIT("airlock-node", false, "the node");
+
+/* The node's arguments, and where its join token comes from. */
 static struct {
-        uid_t uid;
-        gid_t gid;
-        int listen_fd;
-        struct storage *storage;
         char *const *args;      /* airlock-node's own, passed on as they are */
         const char *token_file; /* AIRLOCK_JOIN_TOKEN_FILE */
         char *token;            /* AIRLOCK_JOIN_TOKEN as the operator gave it to airlock-node */
         char *crt;              /* DATA_DIR/cluster/node.crt: there once it joined */
-} node = { .listen_fd = -1 };
-
-static struct gwprep gw = { .listen_fd = -1, .netns_fd = -1, .pid = -1 };
-
-/* "airlock-node: error: WHAT" on stderr, for whoever started the node (the
- * log lines before it say more). errno is set from r, so %m names it.
- * Returns r. */
-static int start_failed(int r, const char *fmt, ...) _printf_(2, 3);
-static int start_failed(int r, const char *fmt, ...) {
-        char what[1024];
-        va_list ap;
-        va_start(ap, fmt);
-        errno = r < 0 ? -r : r;
-        vsnprintf(what, sizeof what, fmt, ap);
-        va_end(ap);
-        fprintf(stderr, "airlock-node: error: %s\n", what);
-        fflush(stderr);
-        return r;
-}
+} join;
 
 static int set_path(char *dst, size_t n, const char *fmt, ...) _printf_(3, 4);
 static int set_path(char *dst, size_t n, const char *fmt, ...) {
@@ -117,7 +98,7 @@ static int take_env_token(void) {
         char *env = getenv(TOKEN_ENV);
         if (!env)
                 return 0;
-        if (*env && !(node.token = strdup(env)))
+        if (*env && !(join.token = strdup(env)))
                 return -ENOMEM;
         explicit_bzero(env, strlen(env));
         return unsetenv(TOKEN_ENV) < 0 ? -ENOMEM : 0;
@@ -136,10 +117,10 @@ static void token_free(char *s) {
  * -ENOKEY when there is none, -EBADMSG when it is not a token. */
 static int token_env(char **ret) {
         char *text = NULL;
-        const char *tok = node.token;
+        const char *tok = join.token;
         *ret = NULL;
-        if (node.token_file) {
-                int r = file_read_all(node.token_file, CLUSTER_TOKEN_MAX + 64, &text, NULL);
+        if (join.token_file) {
+                int r = file_read_all(join.token_file, CLUSTER_TOKEN_MAX + 64, &text, NULL);
                 if (r < 0)
                         return r;
                 tok = text;
@@ -160,28 +141,20 @@ static int token_env(char **ret) {
 }
 
 static bool joined(void) {
-        return access(node.crt, F_OK) == 0;
+        return access(join.crt, F_OK) == 0;
 }
 
-/* node_start_fn: the node as its user, with its arguments and the token;
+/* spawn_start_fn: the node as its user, with its arguments and the token;
  * waits until it says it is ready. */
 static int start_node(const struct daemon_config *c, void *userdata, pid_t *ret_pid) {
         char *env = NULL;
         int r = token_env(&env);
         if (r < 0 && !joined())
-                log_warn_errno(r, "no join token for airlock-node (%s): %m%s", node.token_file ?: "AIRLOCK_JOIN_TOKEN",
+                log_warn_errno(r, "no join token for airlock-node (%s): %m%s", join.token_file ?: "AIRLOCK_JOIN_TOKEN",
                                r == -EBADMSG ? " (`airlock nodes token` prints alj1-...)" : "");
-        r = nodeprep_start(c, node.uid, node.gid, node.listen_fd, node.args, env, userdata, ret_pid);
+        r = nodeprep_start(c, node.uid, node.gid, node.listen_fd, join.args, env, userdata, ret_pid);
         token_free(env);
         return r;
-}
-
-static const char *describe(int status, char *buf, size_t n) {
-        if (WIFEXITED(status))
-                snprintf(buf, n, "status %d", WEXITSTATUS(status));
-        else
-                snprintf(buf, n, "signal %d", WTERMSIG(status));
-        return buf;
 }
 
 /* DATA_DIR: root's, passable (0711), as on one machine. */
@@ -212,72 +185,47 @@ static int run(const struct daemon_config *c) {
         const char *user;
         int r;
         if ((r = data_dir_prepare(c)) < 0)
-                return start_failed(r, "cannot set up the data dir %s: %m%s", c->data_dir,
+                return startup_failed(&node, r, "cannot set up the data dir %s: %m%s", c->data_dir,
                                     r == -ENOSPC ? " (the disk is full: free space)" : "");
         if ((r = privsep_user("AIRLOCK_NODE_USER", PRIVSEP_NODE_USER_DEFAULT, &node.uid, &node.gid, &user)) < 0)
-                return start_failed(r, "cannot find or create the system user %s: %m",
+                return startup_failed(&node, r, "cannot find or create the system user %s: %m",
                                     getenv("AIRLOCK_NODE_USER") ?: PRIVSEP_NODE_USER_DEFAULT);
         _cleanup_(mgr_server_freep) struct mgr_server *mgr = NULL;
         if ((r = mgr_server_open(c, node.uid, node.gid, &mgr)) < 0)
-                return start_failed(r, "cannot open the node manager's socket in %s/run: %m", c->data_dir);
-        if ((r = nodeprep_storage(c, node.uid, node.gid, &node.storage)) < 0)
-                return start_failed(r, "cannot set up the node's storage in %s: %m%s", c->data_dir,
-                                    r == -ENOSPC ? " (the disk is full: free space, or use --data-dir on a larger "
-                                                   "disk)"
-                                                 : "");
+                return startup_failed(&node, r, "cannot open the node manager's socket in %s/run: %m",
+                                      c->data_dir);
+        if ((r = startup_storage(&node, c)) < 0)
+                return r;
         if ((r = nodeprep_cluster(c, node.uid, node.gid)) < 0)
-                return start_failed(r, "cannot give %s/cluster to the user %s: %m", c->data_dir, user);
+                return startup_failed(&node, r, "cannot give %s/cluster to the user %s: %m", c->data_dir, user);
         /* a first join needs the token: say so now, not after the start */
         char *env = NULL;
         r = token_env(&env);
         token_free(env);
         if (r < 0 && !joined()) {
                 if (r == -ENOKEY)
-                        return start_failed(r, "joining the cluster needs a join token (--join-token-file; "
+                        return startup_failed(&node, r, "joining the cluster needs a join token (--join-token-file; "
                                                "`airlock nodes token` makes one)");
                 if (r == -EBADMSG)
-                        return start_failed(r, "%s holds no join token (`airlock nodes token` prints alj1-...)",
-                                            node.token_file ?: TOKEN_ENV);
-                return start_failed(r, "cannot read the join token %s: %m", node.token_file);
+                        return startup_failed(&node, r, "%s holds no join token (`airlock nodes token` prints alj1-...)",
+                                            join.token_file ?: TOKEN_ENV);
+                return startup_failed(&node, r, "cannot read the join token %s: %m", join.token_file);
         }
         /* no airlockd here to connect: root's alone (0660 root:root) */
-        if ((r = nodeprep_listen(c, 0, &node.listen_fd)) < 0)
-                return start_failed(r, "cannot open the node's socket %s: %m", c->node_socket);
-        /* the egress gateway, before the node: it attaches its sandboxes */
-        if ((r = gwprep_setup(c, node.uid, node.gid, &gw)) < 0 || (r = gwprep_start(&gw)) < 0)
-                return start_failed(r, "cannot start the egress gateway airlock-gw: %m");
-        if (setenv("AIRLOCK_NODEMGR_SOCKET", mgr_server_path(mgr), 1) < 0)
-                return -ENOMEM;
-        /* the node, without groups, cannot open /dev/kvm itself; what its
-         * jailed VMMs can is probed here, as root, and passed on */
-        if ((r = mgr_server_probe_kvm(mgr)) < 0)
+        if ((r = startup_node_env(&node, c, 0, mgr)) < 0)
                 return r;
 
-        if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
-                return log_error_errno(negative_errno(), "Failed to become a child subreaper: %m");
-        _cleanup_close_ int sfd = signalfd_supervisor();
+        _cleanup_close_ int sfd = startup_signals();
         if (sfd < 0)
-                return log_error_errno(sfd, "Failed to set up signal handling: %m");
+                return sfd;
 
         pid_t node_pid = -1;
-        r = start_node(c, mgr, &node_pid);
-        if (r < 0) {
-                if (r != -ECHILD && node_pid > 0)
-                        (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for, mgr);
-                gwprep_stop(&gw);
-                if (r == -ECHILD)
-                        return start_failed(r, "airlock-node exited while starting; its error line above "
-                                               "(prog=airlock-node) says why");
-                if (r == -ETIMEDOUT)
-                        return start_failed(r, "airlock-node did not say it was ready within %us; its log lines "
-                                               "above (prog=airlock-node) say where it stopped",
-                                            c->node_start_timeout_s);
-                return start_failed(r, "cannot start airlock-node (%s): %m", c->node_binary);
-        }
+        if ((r = startup_first_node(&node, c, start_node, mgr, &node_pid)) < 0)
+                return r;
         log_info("worker: airlock-node pid=%d started as %s, serving its requests on %s", (int) node_pid, user,
                  mgr_server_path(mgr));
 
-        uint64_t restarts[NODE_RESTARTS_MAX + 1];
+        uint64_t restarts[SPAWN_RESTARTS_MAX + 1];
         size_t n_restarts = 0;
         uint64_t restart_at = 0; /* a node that has not joined yet: its next start */
         unsigned retry_s = JOIN_RETRY_MIN_S;
@@ -308,24 +256,9 @@ static int run(const struct daemon_config *c) {
                         break;
                 }
                 int status;
-                char how[32];
                 bool node_exited = false;
-                for (pid_t p; k == (ssize_t) sizeof si && (p = waitpid(-1, &status, WNOHANG)) > 0;) {
-                        if (p == gw.pid) {
-                                log_error("airlock-gw pid=%d exited (%s)", (int) p, describe(status, how, sizeof how));
-                                gw.pid = -1;
-                                if (gw.listen_fd >= 0 && gwprep_start(&gw) < 0) {
-                                        log_error("airlock-gw keeps failing; sandboxes have no network until the "
-                                                  "node restarts");
-                                        gwprep_give_up(&gw);
-                                }
-                        } else if (p == node_pid) {
-                                log_error("airlock-node pid=%d exited (%s)", (int) p, describe(status, how, sizeof how));
-                                node_pid = -1;
-                                node_exited = true;
-                        }
-                        /* anything else: a VM its dead node orphaned */
-                }
+                for (pid_t p; k == (ssize_t) sizeof si && (p = waitpid(-1, &status, WNOHANG)) > 0;)
+                        node_exited |= startup_reaped(&node, p, status, false, &node_pid);
                 if (node_exited && !joined()) {
                         /* no replica answered, or one refused: the control
                          * plane may come up later (the node's log line
@@ -335,7 +268,7 @@ static int run(const struct daemon_config *c) {
                         restart_at = now_monotonic_ns() + (uint64_t) retry_s * 1000000000ULL;
                         retry_s = MIN(retry_s * 2, (unsigned) JOIN_RETRY_MAX_S);
                 } else if (node_exited &&
-                           node_restart(c, restarts, &n_restarts, start_node, mgr_server_serve_for, mgr, &node_pid) < 0) {
+                           spawn_restart(c, restarts, &n_restarts, start_node, mgr_server_serve_for, mgr, &node_pid) < 0) {
                         log_error("airlock-node keeps failing; stopping so a supervisor can restart it");
                         node_pid = -1;
                         exit_code = 1;
@@ -346,7 +279,7 @@ static int run(const struct daemon_config *c) {
                         if ((r = start_node(c, mgr, &node_pid)) < 0) {
                                 log_error_errno(r, "starting airlock-node again failed: %m; stopping");
                                 if (r != -ECHILD && node_pid > 0)
-                                        (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for,
+                                        (void) spawn_stop(node_pid, SIGTERM, SPAWN_STOP_GRACE_S, mgr_server_serve_for,
                                                          mgr);
                                 node_pid = -1;
                                 exit_code = 1;
@@ -354,13 +287,7 @@ static int run(const struct daemon_config *c) {
                         }
                 }
         }
-        if (node_pid > 0) {
-                r = node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, mgr_server_serve_for, mgr);
-                if (r < 0)
-                        log_warn_errno(r, "Failed to stop airlock-node: %m");
-        }
-        gwprep_stop(&gw);
-        log_info("stopped");
+        startup_stop(&node, node_pid, false, mgr);
         return exit_code == 0 ? 0 : -ECHILD;
 }
 
@@ -378,28 +305,17 @@ int worker_main(int argc, char **argv) {
                 return 1;
         }
         signal(SIGPIPE, SIG_IGN);
-        node.args = argv;
+        join.args = argv;
         const char *file = getenv("AIRLOCK_JOIN_TOKEN_FILE");
-        node.token_file = file && *file ? file : NULL;
-        node.crt = strdup_printf("%s/cluster/node.crt", config.data_dir);
-        if (!node.crt || take_env_token() < 0) {
+        join.token_file = file && *file ? file : NULL;
+        join.crt = strdup_printf("%s/cluster/node.crt", config.data_dir);
+        if (!join.crt || take_env_token() < 0) {
                 log_error("Out of memory");
                 return 1;
         }
         int r = run(&config);
-        if (node.listen_fd >= 0) {
-                close(node.listen_fd);
-                (void) unlink(config.node_socket);
-        }
-        if (node.storage) {
-                /* the node emptied its warm pool; the dir is in DATA_DIR,
-                 * which it cannot write (rmdir fails if it is not empty) */
-                _cleanup_free_ char *pool = strdup_printf("%s/pool", node.storage->root);
-                if (pool)
-                        (void) rmdir(pool);
-        }
-        storage_close(node.storage);
-        token_free(node.token);
-        free(node.crt);
+        startup_release(&node, &config);
+        token_free(join.token);
+        free(join.crt);
         return r < 0 ? 1 : 0;
 }

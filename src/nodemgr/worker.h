@@ -22,7 +22,7 @@
  *      and restarts both when they die. A node that has not joined yet (no
  *      DATA_DIR/cluster/node.crt: no replica answered, say) exits and is
  *      started again after 2 s, then 4, 8, ... up to a minute, until it
- *      joins; a joined one as on one machine (NODE_RESTARTS_MAX exits
+ *      joins; a joined one as on one machine (SPAWN_RESTARTS_MAX exits
  *      within a minute: we give up and exit 1);
  *   4. on SIGTERM/SIGINT stops the node (which stops its VMs), then the
  *      gateway, and exits.

@@ -5,17 +5,16 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "macros.h"
+#include "unixsock.h"
 #include "util.h"
 
-int node_spawn(const struct daemon_config *config, pid_t *ret_pid) {
+int spawn_node(const struct daemon_config *config, pid_t *ret_pid) {
         if (access(config->node_binary, X_OK) < 0)
                 return log_error_errno(negative_errno(), "Node binary %s is not executable: %m", config->node_binary);
         pid_t parent = getpid();
@@ -48,41 +47,33 @@ int node_spawn(const struct daemon_config *config, pid_t *ret_pid) {
 
 /* 0 when a connect() to the socket succeeds. */
 static int try_connect(const char *path) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        size_t n = strlen(path);
-        if (n >= sizeof sa.sun_path)
-                return -ENAMETOOLONG;
-        memcpy(sa.sun_path, path, n + 1);
-        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return negative_errno();
-        if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
-                return negative_errno();
-        return 0;
+        _cleanup_close_ int fd = -1;
+        return unix_connect(path, 0, &fd);
 }
 
-int node_wait_socket(const char *socket_path, pid_t pid, unsigned timeout_s) {
+int spawn_exited_early(pid_t pid) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) != pid)
+                return 0;
+        log_error("airlock-node exited during start-up (%s %d)", WIFEXITED(status) ? "status" : "signal",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        return -ECHILD;
+}
+
+int spawn_wait_socket(const char *socket_path, pid_t pid, unsigned timeout_s) {
         uint64_t deadline = now_monotonic_ns() + (uint64_t) timeout_s * 1000000000ULL;
         for (;;) {
                 if (try_connect(socket_path) == 0)
                         return 0;
-                if (pid > 0) {
-                        int status;
-                        pid_t k = waitpid(pid, &status, WNOHANG);
-                        if (k == pid) {
-                                log_error("airlock-node exited during start-up (%s %d)",
-                                          WIFEXITED(status) ? "status" : "signal",
-                                          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-                                return -ECHILD;
-                        }
-                }
+                if (pid > 0 && spawn_exited_early(pid) < 0)
+                        return -ECHILD;
                 if (now_monotonic_ns() >= deadline)
                         return -ETIMEDOUT;
                 nanosleep(&(struct timespec){ .tv_nsec = 50 * 1000000L }, NULL);
         }
 }
 
-int node_stop(pid_t pid, int sig, unsigned grace_s, node_wait_fn wait, void *userdata) {
+int spawn_stop(pid_t pid, int sig, unsigned grace_s, spawn_wait_fn wait, void *userdata) {
         if (pid <= 0)
                 return -EINVAL;
         if (kill(pid, sig) < 0 && errno != ESRCH)
@@ -109,26 +100,26 @@ int node_stop(pid_t pid, int sig, unsigned grace_s, node_wait_fn wait, void *use
         }
 }
 
-int node_start(const struct daemon_config *c, void *userdata, pid_t *ret_pid) {
+int spawn_start(const struct daemon_config *c, void *userdata, pid_t *ret_pid) {
         *ret_pid = -1;
-        int r = node_spawn(c, ret_pid);
+        int r = spawn_node(c, ret_pid);
         if (r < 0)
                 return r;
-        r = node_wait_socket(c->node_socket, *ret_pid, c->node_start_timeout_s);
+        r = spawn_wait_socket(c->node_socket, *ret_pid, c->node_start_timeout_s);
         if (r < 0)
                 return log_error_errno(r, "airlock-node did not open %s: %m", c->node_socket);
         return 0;
 }
 
-int node_restart(const struct daemon_config *c, uint64_t *restarts, size_t *n, node_start_fn start,
-                 node_wait_fn wait, void *userdata, pid_t *ret_pid) {
+int spawn_restart(const struct daemon_config *c, uint64_t *restarts, size_t *n, spawn_start_fn start,
+                 spawn_wait_fn wait, void *userdata, pid_t *ret_pid) {
         uint64_t now = now_monotonic_ns();
         size_t k = 0;
         for (size_t i = 0; i < *n; i++)
-                if (now - restarts[i] < NODE_RESTART_WINDOW_NS)
+                if (now - restarts[i] < SPAWN_RESTART_WINDOW_NS)
                         restarts[k++] = restarts[i];
         *n = k;
-        if (k >= NODE_RESTARTS_MAX)
+        if (k >= SPAWN_RESTARTS_MAX)
                 return -ELOOP;
         restarts[(*n)++] = now;
         pid_t pid = -1;
@@ -136,7 +127,7 @@ int node_restart(const struct daemon_config *c, uint64_t *restarts, size_t *n, n
         if (r < 0) {
                 log_error_errno(r, "restarting airlock-node failed: %m");
                 if (r != -ECHILD && pid > 0)
-                        (void) node_stop(pid, SIGTERM, NODE_STOP_GRACE_S, wait, userdata);
+                        (void) spawn_stop(pid, SIGTERM, SPAWN_STOP_GRACE_S, wait, userdata);
                 return r;
         }
         log_info("airlock-node restarted pid=%d", (int) pid);

@@ -2,17 +2,23 @@
 #pragma once
 
 /*
- * airlockd's configuration: one immutable struct, built once at start from
- * defaults, then the environment (AIRLOCK_*), then command-line flags, and
- * validated before anything runs. `airlockd --print-config` shows it.
+ * The one machine's configuration: airlockd's, which airlock-nodemgr (what
+ * airlockd started as root becomes) reads the same way from the same
+ * arguments. One immutable struct, built once at start from defaults, then
+ * the environment (AIRLOCK_*), then command-line flags, and validated
+ * before anything runs. `airlockd --print-config` shows it. It logs
+ * nothing: config_load() says what is wrong in errbuf, and
+ * config_start_failed() writes what a start that failed says on stderr.
  */
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/socket.h>
 
 #include "log.h"
+#include "macros.h"
 #include "netpolicy.h"
 #include "retention.h"
 
@@ -128,3 +134,13 @@ void config_help(FILE *f);
  * socket address. Port 0 means "any free port". -EINVAL when malformed.
  */
 int config_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len);
+
+/*
+ * Says on stderr why a start failed, for whoever started the program:
+ * "PROG: error: WHAT" (errno is set from r, so %m in fmt names it) and,
+ * with check_hint, a line on where to look (the log lines before it,
+ * `airlockd --check`). Returns r.
+ */
+int config_start_failedv(const char *prog, bool check_hint, int r, const char *fmt, va_list ap) _printf_(4, 0);
+/* airlockd's (airlock-nodemgr speaks for it): "airlockd", with the hint. */
+int config_start_failed(int r, const char *fmt, ...) _printf_(2, 3);

@@ -571,3 +571,22 @@ void config_print(const struct daemon_config *c, FILE *f) {
         fprintf(f, "cluster_listen=%s\nadvertise=%s\nlocal_node=%s\nnode_lost_after_s=%u\nheartbeat_ms=%u\n",
                 c->cluster_listen, c->advertise, c->local_node ? "yes" : "no", c->node_lost_after_s, c->heartbeat_ms);
 }
+
+int config_start_failedv(const char *prog, bool check_hint, int r, const char *fmt, va_list ap) {
+        char what[1024];
+        errno = r < 0 ? -r : r;
+        vsnprintf(what, sizeof what, fmt, ap);
+        /* one fprintf: one write, also on an unbuffered stderr */
+        fprintf(stderr, "%s: error: %s\n%s%s", prog, what, check_hint ? prog : "",
+                check_hint ? ": the log lines above say more; `airlockd --check` checks this host\n" : "");
+        fflush(stderr);
+        return r;
+}
+
+int config_start_failed(int r, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        r = config_start_failedv("airlockd", true, r, fmt, ap);
+        va_end(ap);
+        return r;
+}
