@@ -93,8 +93,8 @@ static void control_set(const json_t *list) {
                 if (!json_is_string(v) || !cluster_address_valid(json_string_value(v)))
                         continue;
                 snprintf(control[n], sizeof control[n], "%s", json_string_value(v));
-                strncat(text, control[n], sizeof text - strlen(text) - 2);
-                strcat(text, "\n");
+                size_t used = strlen(text);
+                snprintf(text + used, sizeof text - used, "%s\n", control[n]);
                 n++;
         }
         if (n > 0) {
