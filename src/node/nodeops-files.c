@@ -65,6 +65,19 @@ static int user_supported(struct node_conn *c, struct guestconn *g, const char *
                                 "the sandbox's guest agent is older and runs file calls only as root");
 }
 
+/* A file op's sandbox (a reference, *ret_s) and its guest channel, its
+ * capability checked for need, and the op's user supported by its agent.
+ * Replies itself on failure (*ret_s is then NULL). */
+static int file_op_sandbox(struct node_conn *c, json_t *req, uint32_t need, const char *user, struct sandbox **ret_s,
+                           struct guestconn **ret_g) {
+        int r = nodeops_req_sandbox(c, req, need, 0, ret_s, ret_g);
+        if (r >= 0 && (r = user_supported(c, *ret_g, user)) < 0) {
+                sandbox_unref(*ret_s);
+                *ret_s = NULL;
+        }
+        return r;
+}
+
 /* The guest request for path (and user, when given). NULL on ENOMEM. */
 static json_t *guest_req(const char *key, const char *path, const char *user) {
         json_t *m = json_pack("{s:s}", key, path);
@@ -171,9 +184,7 @@ int nodeops_file_write(struct node_conn *c, json_t *req) {
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
-        if ((r = nodeops_req_sandbox(c, req, CAP_ACCESS_FILES_WRITE, 0, &s, &g)) < 0)
-                return r;
-        if ((r = user_supported(c, g, user)) < 0)
+        if ((r = file_op_sandbox(c, req, CAP_ACCESS_FILES_WRITE, user, &s, &g)) < 0)
                 return r;
 
         struct xfer x;
@@ -323,9 +334,7 @@ int nodeops_file_read(struct node_conn *c, json_t *req) {
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
-        if ((r = nodeops_req_sandbox(c, req, CAP_ACCESS_FILES_READ, 0, &s, &g)) < 0)
-                return r;
-        if ((r = user_supported(c, g, user)) < 0)
+        if ((r = file_op_sandbox(c, req, CAP_ACCESS_FILES_READ, user, &s, &g)) < 0)
                 return r;
 
         struct xfer x;
@@ -419,10 +428,8 @@ static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const cha
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
-        if ((r = nodeops_req_sandbox(c, req, type == PROTO_REMOVE ? CAP_ACCESS_FILES_WRITE : CAP_ACCESS_FILES_READ, 0,
-                                     &s, &g)) < 0)
-                return r;
-        if ((r = user_supported(c, g, user)) < 0)
+        uint32_t need = type == PROTO_REMOVE ? CAP_ACCESS_FILES_WRITE : CAP_ACCESS_FILES_READ;
+        if ((r = file_op_sandbox(c, req, need, user, &s, &g)) < 0)
                 return r;
 
         _cleanup_(json_decrefp) json_t *m = guest_req("path", path, user);
@@ -483,9 +490,7 @@ static int file_change(struct node_conn *c, json_t *req, uint8_t type, const cha
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
-        if ((r = nodeops_req_sandbox(c, req, CAP_ACCESS_FILES_WRITE, 0, &s, &g)) < 0)
-                return r;
-        if ((r = user_supported(c, g, user)) < 0)
+        if ((r = file_op_sandbox(c, req, CAP_ACCESS_FILES_WRITE, user, &s, &g)) < 0)
                 return r;
         _cleanup_(json_decrefp) json_t *m = guest_req(type == PROTO_RENAME ? "from" : "path", path, user);
         _cleanup_free_ char *msg = NULL;
@@ -567,9 +572,7 @@ int nodeops_file_watch(struct node_conn *c, json_t *req) {
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
-        if ((r = nodeops_req_sandbox(c, req, CAP_ACCESS_FILES_READ, 0, &s, &g)) < 0)
-                return r;
-        if ((r = user_supported(c, g, user)) < 0)
+        if ((r = file_op_sandbox(c, req, CAP_ACCESS_FILES_READ, user, &s, &g)) < 0)
                 return r;
         if (!guestconn_has(g, GUESTCONN_FEATURE_WATCH))
                 return conn_reply_error(c, -EOPNOTSUPP, "unavailable",

@@ -121,6 +121,25 @@ static int snapshot_args(struct node_conn *c, json_t *req, struct sandbox **ret_
         return 0;
 }
 
+/* snapshot_args() and the request's optional data key (the caller wipes
+ * key->key). */
+static int keyed_snapshot_args(struct node_conn *c, json_t *req, struct sandbox **ret_s, const char **ret_snap,
+                               struct objstore_data_key *key, bool *ret_has) {
+        int r = snapshot_args(c, req, ret_s, ret_snap);
+        return r < 0 ? r : nodeops_field_data_key(c, req, key, ret_has);
+}
+
+/* A request's "snapshot_id", required: a name. */
+static int snapshot_id_arg(struct node_conn *c, json_t *req, const char **ret) {
+        const char *snap = json_string_value(json_object_get(req, "snapshot_id"));
+        if (!snap || !name_is_valid(snap))
+                return conn_reply_error(c, -EINVAL, "invalid",
+                                        "field \"snapshot_id\" must be 1-64 characters of [A-Za-z0-9._-], not "
+                                        "starting with '.'");
+        *ret = snap;
+        return 0;
+}
+
 /* The refusals and failures of snapshot and rollback, as replies. */
 static int snapshot_reply_error(struct node_conn *c, struct sandbox *s, int r, const char *verb, const char *state,
                                 const char *err) {
@@ -257,12 +276,10 @@ int nodeops_sandbox_fork(struct node_conn *c, json_t *req) {
 int nodeops_sandbox_suspend(struct node_conn *c, json_t *req) {
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         const char *snap = NULL;
-        int r = snapshot_args(c, req, &s, &snap);
-        if (r < 0)
-                return r;
         struct objstore_data_key key = { 0 };
         bool has_key;
-        if ((r = nodeops_field_data_key(c, req, &key, &has_key)) < 0)
+        int r = keyed_snapshot_args(c, req, &s, &snap, &key, &has_key);
+        if (r < 0)
                 return r;
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
@@ -279,12 +296,10 @@ int nodeops_sandbox_suspend(struct node_conn *c, json_t *req) {
 int nodeops_sandbox_publish(struct node_conn *c, json_t *req) {
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         const char *image = NULL;
-        int r = snapshot_args(c, req, &s, &image);
-        if (r < 0)
-                return r;
         struct objstore_data_key key = { 0 };
         bool has_key;
-        if ((r = nodeops_field_data_key(c, req, &key, &has_key)) < 0)
+        int r = keyed_snapshot_args(c, req, &s, &image, &key, &has_key);
+        if (r < 0)
                 return r;
         /* from one of its kept snapshots (an export), or a full snapshot
          * taken for it */
@@ -355,11 +370,9 @@ int nodeops_sandbox_wake(struct node_conn *c, json_t *req) {
 }
 
 int nodeops_suspended_get(struct node_conn *c, json_t *req) {
-        const char *snap = json_string_value(json_object_get(req, "snapshot_id"));
-        if (!snap || !name_is_valid(snap))
-                return conn_reply_error(c, -EINVAL, "invalid",
-                                        "field \"snapshot_id\" must be 1-64 characters of [A-Za-z0-9._-], not "
-                                        "starting with '.'");
+        const char *snap;
+        if (snapshot_id_arg(c, req, &snap) < 0)
+                return -EINVAL;
         const char *id = json_string_value(json_object_get(req, "id")); /* optional: the node's copy too */
         bool local = false, uploaded = false;
         _cleanup_free_ char *wrapped = NULL;
@@ -395,11 +408,9 @@ int nodeops_suspended_upload(struct node_conn *c, json_t *req) {
 }
 
 int nodeops_suspended_delete(struct node_conn *c, json_t *req) {
-        const char *snap = json_string_value(json_object_get(req, "snapshot_id"));
-        if (!snap || !name_is_valid(snap))
-                return conn_reply_error(c, -EINVAL, "invalid",
-                                        "field \"snapshot_id\" must be 1-64 characters of [A-Za-z0-9._-], not "
-                                        "starting with '.'");
+        const char *snap;
+        if (snapshot_id_arg(c, req, &snap) < 0)
+                return -EINVAL;
         int r = sandbox_suspended_delete(json_string_value(json_object_get(req, "id")), snap);
         if (r == -ENOENT)
                 return conn_reply_error(c, r, "not_found", "no suspended snapshot %s", snap);

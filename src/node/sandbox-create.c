@@ -29,12 +29,7 @@ int sandbox_create(const char *id, const char *template_name, json_t *env, const
         r = sandbox_new(id, template_name, env, network, &s);
         if (r < 0)
                 return r;
-        s->execution = 1;
-        s->recover_checkpoint = recover_checkpoint;
-        if (limits)
-                s->limits = *limits;
-        if (tenant)
-                snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
+        sandbox_first_execution(s, tenant, recover_checkpoint, limits);
 
         r = sandbox_reg_add(s, ret_error);
         if (r < 0) {

@@ -117,12 +117,7 @@ int sandbox_create_from_image(const char *id, const char *image_id, const struct
         r = sandbox_register_new(id, tpl, merged, network, &s, ret_error);
         if (r < 0)
                 return r;
-        s->execution = 1;
-        s->recover_checkpoint = recover_checkpoint;
-        if (limits)
-                s->limits = *limits;
-        if (tenant)
-                snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
+        sandbox_first_execution(s, tenant, recover_checkpoint, limits);
         if ((s->limits.memory_mib || s->limits.vcpus) &&
             ((r = sandbox_template(s, ret_error)) < 0 || (r = sandbox_limits_check(&s->limits, s->tpl, ret_error)) < 0)) {
                 sandbox_new_abort(s);

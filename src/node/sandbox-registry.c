@@ -383,6 +383,16 @@ int sandbox_recovery_from_json(const json_t *o, bool *ret) {
         return 0;
 }
 
+void sandbox_first_execution(struct sandbox *s, const char *tenant, bool recover_checkpoint,
+                             const struct sandbox_limits *limits) {
+        s->execution = 1;
+        s->recover_checkpoint = recover_checkpoint;
+        if (limits)
+                s->limits = *limits;
+        if (tenant)
+                snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
+}
+
 int sandbox_tenant_from_json(struct sandbox *s, const json_t *o) {
         json_t *t = json_object_get(o, "tenant");
         if (!t)

@@ -381,17 +381,25 @@ static int qmp_uri(struct vmm *v, const char *cmd, const char *uri) {
 
 /* The QMP half of a restore, on a QEMU waiting with -incoming defer. fd is
  * the state file; QEMU receives its own copy. */
+/* Hands QEMU fd under the name fdname and runs the migration command on
+ * it ("migrate-incoming": a restore, "migrate": a save) to its end. */
+static int migrate_fd(struct vmm *v, int fd, const char *fdname, const char *command, const char *what) {
+        int r = qmp_send_fd(v->qmp, fd, fdname);
+        if (r < 0)
+                return qmp_failed(v, r, "getfd");
+        char uri[64];
+        snprintf(uri, sizeof uri, "fd:%s", fdname);
+        r = qmp_uri(v, command, uri);
+        if (r < 0)
+                return r;
+        return wait_migration(v, what);
+}
+
 static int restore_state(struct vmm *v, int fd, bool ignore_shared) {
         int r = set_ignore_shared(v, ignore_shared);
         if (r < 0)
                 return r;
-        r = qmp_send_fd(v->qmp, fd, "state");
-        if (r < 0)
-                return qmp_failed(v, r, "getfd");
-        r = qmp_uri(v, "migrate-incoming", "fd:state");
-        if (r < 0)
-                return r;
-        r = wait_migration(v, "restore");
+        r = migrate_fd(v, fd, "state", "migrate-incoming", "restore");
         if (r < 0)
                 return r;
         /* Without -S QEMU already resumes after an incoming migration; `cont`
@@ -456,13 +464,7 @@ static int save_state(struct vmm *v, int fd) {
         r = qmp_execute(v->qmp, "stop", NULL, QMP_CMD_MS, NULL);
         if (r < 0)
                 return qmp_failed(v, r, "stop");
-        r = qmp_send_fd(v->qmp, fd, "save");
-        if (r < 0)
-                return qmp_failed(v, r, "getfd");
-        r = qmp_uri(v, "migrate", "fd:save");
-        if (r < 0)
-                return r;
-        return wait_migration(v, "save");
+        return migrate_fd(v, fd, "save", "migrate", "save");
 }
 
 /* Ends writing a state file QEMU streamed into fd (our fd shares the file
