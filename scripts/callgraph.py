@@ -24,7 +24,8 @@ def objects(directory):
     build = Path(os.environ.get("AIRLOCK_BUILD_DIR", "build"))
     out = {}
     for o in sorted((build / directory).glob("*.p/*.c.o")):
-        out.setdefault(o.name[:-2], o)
+        if (Path(directory) / o.name[:-2]).exists():  # not a stale object of a removed file
+            out.setdefault(o.name[:-2], o)
     if not out:
         sys.exit(f"callgraph: no objects of {directory} under {build}: build first")
     return out
