@@ -130,9 +130,10 @@ static int op_sandbox_create(struct node_conn *c, json_t *req) {
         bool has_key = false;
         if (image && (r = nodeops_field_data_key(c, req, &key, &has_key)) < 0)
                 return r;
-        r = image ? sandbox_create_from_image(id, image, has_key ? &key : NULL, env, tenant, recover_checkpoint,
-                                              &limits, network, &s, &err)
-                  : sandbox_create(id, tpl, env, tenant, recover_checkpoint, &limits, network, &s, &err);
+        struct sandbox_create_opts o = { .id = id, .env = env, .tenant = tenant, .recover_checkpoint = recover_checkpoint,
+                                         .limits = &limits, .network = network };
+        r = image ? sandbox_create_from_image(&o, image, has_key ? &key : NULL, &s, &err)
+                  : sandbox_create(&o, tpl, &s, &err);
         sodium_memzero(key.key, sizeof key.key);
         if (r == -EOPNOTSUPP)
                 return conn_reply_error(c, r, "unsupported", "this node has no object store");

@@ -19,17 +19,18 @@
 #include "template.h"
 #include "util.h"
 
-int sandbox_create(const char *id, const char *template_name, json_t *env, const char *tenant, bool recover_checkpoint,
-                   const struct sandbox_limits *limits, const char *network, struct sandbox **ret, char **ret_error) {
+int sandbox_create(const struct sandbox_create_opts *o, const char *template_name, struct sandbox **ret,
+                   char **ret_error) {
+        const char *id = o->id;
         _cleanup_free_ char *rootfs = NULL;
         char *err = NULL;
         int r;
 
         struct sandbox *s;
-        r = sandbox_new(id, template_name, env, network, &s);
+        r = sandbox_new(id, template_name, o->env, o->network, &s);
         if (r < 0)
                 return r;
-        sandbox_first_execution(s, tenant, recover_checkpoint, limits);
+        sandbox_first_execution(s, o);
 
         r = sandbox_reg_add(s, ret_error);
         if (r < 0) {

@@ -82,9 +82,9 @@ int sandbox_publish(struct sandbox *s, const char *image_id, const struct objsto
         return o ? 0 : -ENOMEM;
 }
 
-int sandbox_create_from_image(const char *id, const char *image_id, const struct objstore_data_key *key, json_t *env,
-                              const char *tenant, bool recover_checkpoint, const struct sandbox_limits *limits,
-                              const char *network, struct sandbox **ret, char **ret_error) {
+int sandbox_create_from_image(const struct sandbox_create_opts *o, const char *image_id,
+                              const struct objstore_data_key *key, struct sandbox **ret, char **ret_error) {
+        const char *id = o->id;
         uint64_t t0 = now_monotonic_ns();
         if (!sandbox_objstore())
                 return -EOPNOTSUPP;
@@ -111,13 +111,13 @@ int sandbox_create_from_image(const char *id, const char *image_id, const struct
         bool cold = boot != NULL; /* a disk only */
         /* the image's environment, and what this create adds over it */
         _cleanup_(json_decrefp) json_t *merged = json_deep_copy(image_env);
-        if (!merged || (env && json_object_update(merged, env) < 0))
+        if (!merged || (o->env && json_object_update(merged, o->env) < 0))
                 return -ENOMEM;
         struct sandbox *s = NULL;
-        r = sandbox_register_new(id, tpl, merged, network, &s, ret_error);
+        r = sandbox_register_new(id, tpl, merged, o->network, &s, ret_error);
         if (r < 0)
                 return r;
-        sandbox_first_execution(s, tenant, recover_checkpoint, limits);
+        sandbox_first_execution(s, o);
         if ((s->limits.memory_mib || s->limits.vcpus) &&
             ((r = sandbox_template(s, ret_error)) < 0 || (r = sandbox_limits_check(&s->limits, s->tpl, ret_error)) < 0)) {
                 sandbox_new_abort(s);

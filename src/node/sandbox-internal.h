@@ -115,10 +115,9 @@ void sandbox_recoveries_add(struct sandbox *s, const char *reason, const char *h
                             const char *checkpoint, int64_t checkpoint_at_ms);
 /* network: canonical policy text, or NULL (allow-all) */
 int sandbox_new(const char *id, const char *template_name, json_t *env, const char *network, struct sandbox **ret);
-/* A created sandbox's first execution: its tenant (NULL: admin's), its
- * recovery setting and its limits (NULL: the template's). */
-void sandbox_first_execution(struct sandbox *s, const char *tenant, bool recover_checkpoint,
-                             const struct sandbox_limits *limits);
+/* A created sandbox's first execution: its tenant, its recovery setting
+ * and its limits, as o asks. */
+void sandbox_first_execution(struct sandbox *s, const struct sandbox_create_opts *o);
 /* Sets s->tenant from o's "tenant" (a record, a parked marker, a suspend
  * manifest's meta); SANDBOX_TENANT_ADMIN when o has none. -EBADMSG when it
  * is not a valid name. */

@@ -383,14 +383,13 @@ int sandbox_recovery_from_json(const json_t *o, bool *ret) {
         return 0;
 }
 
-void sandbox_first_execution(struct sandbox *s, const char *tenant, bool recover_checkpoint,
-                             const struct sandbox_limits *limits) {
+void sandbox_first_execution(struct sandbox *s, const struct sandbox_create_opts *o) {
         s->execution = 1;
-        s->recover_checkpoint = recover_checkpoint;
-        if (limits)
-                s->limits = *limits;
-        if (tenant)
-                snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
+        s->recover_checkpoint = o->recover_checkpoint;
+        if (o->limits)
+                s->limits = *o->limits;
+        if (o->tenant)
+                snprintf(s->tenant, sizeof s->tenant, "%s", o->tenant);
 }
 
 int sandbox_tenant_from_json(struct sandbox *s, const json_t *o) {

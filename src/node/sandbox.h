@@ -170,14 +170,24 @@ int sandbox_limits_check(const struct sandbox_limits *l, const struct template_i
  * neither "boot" nor "checkpoint". */
 int sandbox_recovery_from_json(const json_t *o, bool *ret);
 
-/* Creates sandbox id from template (waiting for a template build in
+/* What a create is asked for, from a template or from an image. */
+struct sandbox_create_opts {
+        const char *id;
+        json_t *env;                         /* over the template's or image's (may be NULL) */
+        const char *tenant;                  /* NULL: the admin's */
+        bool recover_checkpoint;             /* recovery from the last full snapshot, not a boot */
+        const struct sandbox_limits *limits; /* NULL: the template's */
+        const char *network;                 /* canonical egress policy; NULL: allow-all */
+};
+
+/* Creates sandbox o->id from template (waiting for a template build in
  * progress), restores its VM and installs its identity. On success returns
  * a reference. On failure nothing is left behind; *ret_error (may be NULL)
  * gets a message for the client. -EEXIST: id taken; -EUSERS: too many
  * sandboxes; -ENOENT: no such template; -EAGAIN: template still building;
  * -EIO: template build failed. */
-int sandbox_create(const char *id, const char *template_name, json_t *env, const char *tenant, bool recover_checkpoint,
-                   const struct sandbox_limits *limits, const char *network, struct sandbox **ret, char **ret_error);
+int sandbox_create(const struct sandbox_create_opts *o, const char *template_name, struct sandbox **ret,
+                   char **ret_error);
 
 /* Looks up a running or failed sandbox and returns a reference. -ENOENT. */
 int sandbox_get(const char *id, struct sandbox **ret);
@@ -285,13 +295,12 @@ int sandbox_publish(struct sandbox *s, const char *image_id, const struct objsto
  * {"image","snapshot","kind","memory_bytes","upload_ms","total_ms"}. */
 int sandbox_export(struct sandbox *s, const char *snapshot_id, const char *image_id,
                    const struct objstore_data_key *key, json_t **ret_info, char **ret_error);
-/* Makes sandbox id from image image_id, as sandbox_create() makes one from
- * a template: its memory, processes and disk, with its own identity; env
- * over the image's. The image stays. -ENOENT when there is no such image,
+/* Makes sandbox o->id from image image_id, as sandbox_create() makes one
+ * from a template: its memory, processes and disk, with its own identity;
+ * o->env over the image's. The image stays. -ENOENT when there is no such image,
  * -EBADMSG when image_id is no image. */
-int sandbox_create_from_image(const char *id, const char *image_id, const struct objstore_data_key *key, json_t *env,
-                              const char *tenant, bool recover_checkpoint, const struct sandbox_limits *limits,
-                              const char *network, struct sandbox **ret, char **ret_error);
+int sandbox_create_from_image(const struct sandbox_create_opts *o, const char *image_id,
+                              const struct objstore_data_key *key, struct sandbox **ret, char **ret_error);
 /* Deletes a suspended sandbox's image (or an image) from the object store
  * and, given the sandbox's id, its copy on this node (its upload stops
  * first). -ENOENT when there was neither. */
