@@ -358,6 +358,16 @@ char *strdup_printf(const char *fmt, ...) {
         return s;
 }
 
+bool user_name_is_valid(const char *name) {
+        size_t n = name ? strlen(name) : 0;
+        if (n == 0 || n > USER_NAME_MAX || !((name[0] >= 'a' && name[0] <= 'z') || name[0] == '_'))
+                return false;
+        for (const char *p = name + 1; *p; p++)
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-'))
+                        return false;
+        return true;
+}
+
 int str_copy(char *dst, size_t n, const char *src) {
         size_t len = strlen(src);
         if (len >= n)

@@ -63,6 +63,11 @@ int random_id(const char *prefix, size_t nbytes, char *out, size_t outlen);
  * 1..64 chars of [A-Za-z0-9._-], not starting with '.' */
 bool name_is_valid(const char *s);
 
+/* A user name as the guest's useradd takes it, the one rule of the node
+ * and the guest agent: [a-z_][a-z0-9_-]*, at most USER_NAME_MAX bytes. */
+#define USER_NAME_MAX 32
+bool user_name_is_valid(const char *name);
+
 /* The longest path any peer may name (host API, node, guest). */
 #define PATH_SAFE_MAX 4096
 

@@ -272,13 +272,7 @@ void guest_exec_request_free(struct guest_exec_request *req) {
 }
 
 bool guest_user_name_is_valid(const char *name) {
-        size_t n = name ? strlen(name) : 0;
-        if (n == 0 || n > GUEST_MAX_USER || !((name[0] >= 'a' && name[0] <= 'z') || name[0] == '_'))
-                return false;
-        for (const char *p = name + 1; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-'))
-                        return false;
-        return true;
+        return user_name_is_valid(name);
 }
 
 /* argv: a JSON array of 1..GUEST_MAX_ARGV strings. */

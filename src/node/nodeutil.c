@@ -97,13 +97,7 @@ bool node_path_is_valid(const char *p) {
 }
 
 bool node_user_name_is_valid(const char *name) {
-        size_t n = name ? strlen(name) : 0;
-        if (n == 0 || n > NODE_USER_MAX || !((name[0] >= 'a' && name[0] <= 'z') || name[0] == '_'))
-                return false;
-        for (const char *p = name + 1; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-'))
-                        return false;
-        return true;
+        return user_name_is_valid(name);
 }
 
 const char *node_errno_code(int r) {

@@ -33,7 +33,7 @@ bool node_path_is_valid(const char *p);
 
 /* A user name exec and session.start pass to the guest, which looks it up
  * in its own passwd file: [a-z_][a-z0-9_-]{0,31} ("root" is one). */
-#define NODE_USER_MAX 32
+#define NODE_USER_MAX USER_NAME_MAX
 bool node_user_name_is_valid(const char *name);
 
 /* Error code (docs/node-protocol.md) for a negative errno produced inside
