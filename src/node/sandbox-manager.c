@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The sandbox manager's start and stop: the takeover of what a node before this one left, shutdown and hand-over (layer 4, the top). */
+/*
+ * The sandbox manager's start and stop: the takeover of what a node before
+ * this one left, shutdown and hand-over (layer 4, the top).
+ */
 #include "sandbox-internal.h"
 
 #include <dirent.h>

@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Parked directories (suspended and archived sandboxes keep only their snapshots) and the uploads of suspended sandboxes to the object store (layer 2). */
+/*
+ * Parked directories (suspended and archived sandboxes keep only their
+ * snapshots) and the uploads of suspended sandboxes to the object store
+ * (layer 2).
+ */
 #include "sandbox-internal.h"
 
 #include <dirent.h>

@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The sandbox registry and what each sandbox keeps on disk: the record, its snapshots' paths, the manager's state (layer 1 of the sandbox core; see sandbox-internal.h). */
+/*
+ * The sandbox registry and what each sandbox keeps on disk: the record, its
+ * snapshots' paths, the manager's state (layer 1 of the sandbox core; see
+ * sandbox-internal.h).
+ */
 #include "sandbox-internal.h"
 
 #include <dirent.h>

@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* A sandbox's VM and its command thread: start, adopt, monitor, the verbs' claim and command, crash recovery, and new sandboxes made from a restore or a boot (layer 2). */
+/*
+ * A sandbox's VM and its command thread: start, adopt, monitor, the verbs'
+ * claim and command, crash recovery, and new sandboxes made from a restore
+ * or a boot (layer 2).
+ */
 #include "sandbox-internal.h"
 
 #include <dirent.h>
@@ -37,15 +41,12 @@
 #define STOP_SYNC_MS 10000
 #define GUEST_CONNECT_MS 5000
 #define GUEST_HELLO_MS 10000
-
 /* A cold boot (start) runs the whole kernel and init: minutes under TCG. */
 #define GUEST_BOOT_HELLO_MS 120000
 #define QMP_RUNSTATE_MS 5000
 #define IDENTITY_MS 10000
-
 /* How often the sandbox thread checks the guest channel. */
 #define MONITOR_INTERVAL_MS 250
-
 /* How often it asks a running guest how long it has been idle. */
 #define IDLE_PROBE_MS 5000
 #define IDLE_PROBE_TIMEOUT_MS 2000

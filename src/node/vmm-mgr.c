@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Where a QEMU runs: through airlock-nodemgr (the node's client of it) or in a jail of the node's own: VM uids and cgroups, template RAM copies, the jail's mounts, the spawn, the VM's network namespace. */
+/*
+ * Where a QEMU runs: through airlock-nodemgr (the node's client of it) or in
+ * a jail of the node's own: VM uids and cgroups, template RAM copies, the
+ * jail's mounts, the spawn, the VM's network namespace.
+ */
 #include "vmm-internal.h"
 
 #include <errno.h>

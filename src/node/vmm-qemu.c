@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* QEMU's command line and its process: the accelerator, the host's TSC, argv, QEMU's log and last words (the bottom of the VMM; see vmm-internal.h). */
+/*
+ * QEMU's command line and its process: the accelerator, the host's TSC,
+ * argv, QEMU's log and last words (the bottom of the VMM; see vmm-
+ * internal.h).
+ */
 #include "vmm-internal.h"
 
 #include <cpuid.h>

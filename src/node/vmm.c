@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* A VM's life over QMP: start, adopt, boot, restore, snapshot, save, events, destroy (the top of the VMM; see vmm.h). */
+/*
+ * A VM's life over QMP: start, adopt, boot, restore, snapshot, save, events,
+ * destroy (the top of the VMM; see vmm.h).
+ */
 #include "vmm-internal.h"
 
 #include <errno.h>
