@@ -158,7 +158,7 @@ def manifests(a):
 
 
 # The steps of a suspend, in order, where AIRLOCK_TEST_HOLD stops the node
-# for good (src/node/sandbox-snapshot.c): its snapshot is whole; its VM is
+# for good (src/node/sandbox-suspend.c, -parked.c): its snapshot is whole; its VM is
 # stopped; then, after the suspend answered, half its upload has landed;
 # the upload and its manifest have.
 SUSPEND_STEPS = ["suspend.snapshot", "suspend.vm-stopped", "suspend.uploading", "suspend.uploaded"]
