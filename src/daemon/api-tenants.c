@@ -21,12 +21,6 @@
 #include "macros.h"
 #include "util.h"
 
-bool api_tenant_may_see(const struct api_ctx *ctx, const char *tenant_id) {
-        if (!ctx->tenant_id)
-                return true;
-        return tenant_id && strcmp(ctx->tenant_id, tenant_id) == 0;
-}
-
 /* Reads the optional string field "name": absent or null leaves *ret NULL;
  * otherwise 1-64 of [A-Za-z0-9._-], not starting with '.'. */
 static int body_name(struct api_ctx *ctx, const json_t *body, bool required, const char **ret) {

@@ -528,6 +528,29 @@ int api_sandbox_wake(struct api_ctx *ctx, const char *id) {
         return r;
 }
 
+/* A sandbox must be running to take commands; a suspended one is woken
+ * first, transparently (sb is read again). */
+int api_sandbox_require_running(struct api_ctx *ctx, struct store_sandbox *sb) {
+        if (strcmp(sb->state, "suspended") == 0) {
+                _cleanup_free_ char *id = strdup(sb->id);
+                if (!id)
+                        return -ENOMEM;
+                int r = api_sandbox_wake(ctx, id);
+                if (r < 0)
+                        return r;
+                store_sandbox_release(sb);
+                *sb = (struct store_sandbox){ 0 };
+                if ((r = api_sandbox_lookup(ctx, id, sb)) < 0)
+                        return r;
+        }
+        if (strcmp(sb->state, "running") == 0)
+                return 0;
+        if (strcmp(sb->state, "creating") == 0)
+                return api_fail(ctx, -EBUSY, "sandbox '%s' is still being created", sb->id);
+        return api_fail(ctx, -EBUSY, "sandbox '%s' is %s%s%.160s", sb->id, sb->state, sb->error ? ": " : "",
+                        sb->error ? sb->error : "");
+}
+
 /* A wake of a suspended sandbox whose node is away (lost, draining, or no
  * member any more) goes to another node that holds its template, if its
  * image is whole in the object store the nodes share (the new node says
