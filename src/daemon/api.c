@@ -17,7 +17,7 @@
 #include "log.h"
 #include "macros.h"
 #include "nodes.h"
-#include "replica.h"
+#include "replica-share.h"
 #include "scheduler.h"
 #include "util.h"
 

@@ -31,7 +31,7 @@
 #include "macros.h"
 #include "nodeclient.h"
 #include "nodes.h"
-#include "replica.h"
+#include "replica-share.h"
 #include "util.h"
 
 #define LIFECYCLE_WORKERS_MAX 64          /* verbs running at once, all sandboxes */
