@@ -40,6 +40,18 @@ int api_reply_empty(struct api_reply *ret) {
         return 0;
 }
 
+int api_read_fail(struct api_ctx *ctx, int r, const char *what, const char *name) {
+        if (r == -ENOENT)
+                return api_fail(ctx, r, "%s '%.64s' not found", what, name);
+        return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read %s: %m", what);
+}
+
+int api_reply_list(struct api_reply *ret, const char *field, json_t *arr) {
+        if (!arr)
+                return -ENOMEM;
+        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", field, arr));
+}
+
 void api_format_time(int64_t ms, char *buf, size_t n) {
         time_t t = (time_t) (ms / 1000);
         struct tm tm;
@@ -55,6 +67,16 @@ bool api_tenant_may_see(const struct api_ctx *ctx, const char *tenant_id) {
         return tenant_id && strcmp(ctx->tenant_id, tenant_id) == 0;
 }
 
+int api_tenant_check(struct api_ctx *ctx, const char *field, const char *id) {
+        _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
+        int r = store_tenant_get(ctx->store, id, &t);
+        if (r == -ENOENT)
+                return api_fail(ctx, -EINVAL, "%s: no tenant '%.64s'", field, id);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read tenant: %m");
+        return 0;
+}
+
 /* Looks up a sandbox row, turning "no row" into a 404 with a message.
  * Another tenant's sandbox is "no row" too, with the same message. */
 int api_sandbox_lookup(struct api_ctx *ctx, const char *id, struct store_sandbox *ret) {
@@ -62,10 +84,8 @@ int api_sandbox_lookup(struct api_ctx *ctx, const char *id, struct store_sandbox
         int r = store_sandbox_get(ctx->store, id, &sb);
         if (r >= 0 && !api_tenant_may_see(ctx, sb.tenant_id))
                 r = -ENOENT;
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "sandbox '%.64s' not found", id);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
+                return api_read_fail(ctx, r, "sandbox", id);
         *ret = sb;
         sb = (struct store_sandbox){ 0 };
         return 0;

@@ -51,6 +51,13 @@ int api_reply_empty(struct api_reply *ret);
 /* Writes the message for a failed request to ctx->err; returns r. */
 int api_fail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
 
+/* A failed store read (r < 0) as a handler answers it: -ENOENT with
+ * "WHAT 'NAME' not found" in ctx->err (a 404), another error logged as
+ * "store: failed to read WHAT". Returns r. */
+int api_read_fail(struct api_ctx *ctx, int r, const char *what, const char *name);
+/* A 200 {field: arr} taking arr (NULL, a failed allocation: -ENOMEM). */
+int api_reply_list(struct api_reply *ret, const char *field, json_t *arr);
+
 /* Formats Unix milliseconds as RFC 3339 UTC ("2026-11-29T19:40:00.123Z"). */
 void api_format_time(int64_t ms, char *buf, size_t n);
 
@@ -61,6 +68,10 @@ void api_format_time(int64_t ms, char *buf, size_t n);
  * (NULL: admin-owned).
  */
 bool api_tenant_may_see(const struct api_ctx *ctx, const char *tenant_id);
+
+/* Whether tenant id, which a request's field names, exists: 0; -EINVAL
+ * "FIELD: no tenant 'ID'" when it does not; a store failure logged. */
+int api_tenant_check(struct api_ctx *ctx, const char *field, const char *id);
 
 /* The sandbox row id as the caller may see it (another tenant's is a 404
  * too), or an error with ctx->err set. */

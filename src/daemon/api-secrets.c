@@ -61,12 +61,9 @@ static int scope_of(struct api_ctx *ctx, const char *given, const char **ret) {
         }
         if (!name_is_valid(given))
                 return api_fail(ctx, -EINVAL, "'tenant' must be a tenant id");
-        _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
-        int r = store_tenant_get(ctx->store, given, &t);
-        if (r == -ENOENT)
-                return api_fail(ctx, -EINVAL, "'tenant': no tenant '%.64s'", given);
+        int r = api_tenant_check(ctx, "'tenant'", given);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read tenant: %m");
+                return r;
         *ret = given;
         return 0;
 }
@@ -431,11 +428,9 @@ int api_secret_delete(struct api_ctx *ctx, const char *name, const char *tenant_
 
 int api_sandbox_secrets_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = store_sandbox_get(ctx->store, id, &sb);
-        if (r == -ENOENT || (r >= 0 && !api_tenant_may_see(ctx, sb.tenant_id)))
-                return api_fail(ctx, -ENOENT, "sandbox '%.64s' not found", id);
+        int r = api_sandbox_lookup(ctx, id, &sb);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
+                return r;
         struct store_sandbox_secret *a = NULL;
         size_t n = 0;
         r = store_sandbox_secret_list(ctx->store, id, &a, &n);

@@ -290,12 +290,9 @@ static int create_tenant(struct api_ctx *ctx, const json_t *body, const char **r
                 *ret = ctx->tenant_id;
                 return 0;
         }
-        _cleanup_(store_tenant_release) struct store_tenant ten = { 0 };
-        int r = store_tenant_get(ctx->store, t, &ten);
-        if (r == -ENOENT)
-                return api_fail(ctx, -EINVAL, "field 'tenant': no tenant '%.64s'", t);
+        int r = api_tenant_check(ctx, "field 'tenant'", t);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read tenant: %m");
+                return r;
         *ret = json_string_value(v);
         return 0;
 }
@@ -701,9 +698,7 @@ int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret) {
                 json_array_append_new(arr, api_sandbox_row_json(&a[i]));
         }
         store_sandbox_array_free(a, n);
-        if (!arr)
-                return -ENOMEM;
-        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "sandboxes", arr));
+        return api_reply_list(ret, "sandboxes", arr);
 }
 
 /* An earlier delete with this key: 0 when the key is new, 1 when answered
@@ -962,7 +957,5 @@ int api_snapshot_list(struct api_ctx *ctx, const char *id, struct api_reply *ret
         for (size_t i = 0; arr && i < n; i++)
                 json_array_append_new(arr, snapshot_json(&a[i]));
         store_snapshot_array_free(a, n);
-        if (!arr)
-                return -ENOMEM;
-        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "snapshots", arr));
+        return api_reply_list(ret, "snapshots", arr);
 }

@@ -641,10 +641,8 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         r = store_sandbox_get(ctx->store, id, &sb);
         if (r >= 0 && !api_tenant_may_see(ctx, sb.tenant_id))
                 r = -ENOENT; /* another tenant's: as if there were none */
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "sandbox '%.64s' not found", id);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
+                return api_read_fail(ctx, r, "sandbox", id);
         if (idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
                 return r < 0 ? r : 0;
         char snapshot_id[80] = "", child_id[32] = "";
@@ -753,10 +751,8 @@ int api_operation_get(struct api_ctx *ctx, const char *op_id, struct api_reply *
         int r = store_operation_get(ctx->store, op_id, &op);
         if (r >= 0 && !api_tenant_may_see(ctx, op.tenant_id))
                 r = -ENOENT; /* another tenant's: as if there were none */
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "operation '%.64s' not found", op_id);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read operation: %m");
+                return api_read_fail(ctx, r, "operation", op_id);
         json_t *o = api_operation_json(&op);
         if (!o)
                 return -ENOMEM;
