@@ -253,12 +253,25 @@ static int req_path(struct envd_call *c, const json_t *req, const char *field, c
         return r < 0 ? -EINVAL : 0;
 }
 
-static int stat_path(struct envd_call *c, const char *path, json_t **ret_entry) {
-        _cleanup_(json_decrefp) json_t *rep = NULL;
-        int r = e2b_node_call(c, CAP_ACCESS_FILES_READ,
-                              e2b_file_req(c, json_pack("{s:s, s:s}", "op", "file.stat", "path", path)), &rep, NULL);
+/* A file op (req, consumed) about path for c's sandbox, as the guest's
+ * user: a path that is not there is said as envd says it. */
+static int file_call(struct envd_call *c, uint32_t access, const char *path, json_t *req, json_t **rep) {
+        int r = e2b_node_call(c, access, e2b_file_req(c, req), rep, NULL);
         if (r == -ENOENT)
                 snprintf(c->api->err, sizeof c->api->err, "path '%.200s' does not exist", path);
+        return r;
+}
+
+/* {"entry": entry}, taking entry. */
+static int entry_reply(json_t *entry, json_t **resp) {
+        *resp = json_pack("{s:o}", "entry", entry);
+        return *resp ? 0 : -ENOMEM;
+}
+
+static int stat_path(struct envd_call *c, const char *path, json_t **ret_entry) {
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        int r = file_call(c, CAP_ACCESS_FILES_READ, path, json_pack("{s:s, s:s}", "op", "file.stat", "path", path),
+                          &rep);
         if (r < 0)
                 return r;
         *ret_entry = e2b_entry_info(json_object_get(rep, "entry"), path);
@@ -271,8 +284,7 @@ static int fs_stat(struct envd_call *c, const json_t *req, json_t **resp) {
         int r = req_path(c, req, "path", path, sizeof path);
         if (r < 0 || (r = stat_path(c, path, &entry)) < 0)
                 return r;
-        *resp = json_pack("{s:o}", "entry", entry);
-        return *resp ? 0 : -ENOMEM;
+        return entry_reply(entry, resp);
 }
 
 /* The entry a node op's reply carries (file.mkdir, file.rename give the
@@ -303,8 +315,7 @@ static int fs_make_dir(struct envd_call *c, const json_t *req, json_t **resp) {
                           &rep, NULL);
         if (r < 0 || (r = reply_entry(c, rep, path, &entry)) < 0)
                 return r;
-        *resp = json_pack("{s:o}", "entry", entry);
-        return *resp ? 0 : -ENOMEM;
+        return entry_reply(entry, resp);
 }
 
 static int fs_move(struct envd_call *c, const json_t *req, json_t **resp) {
@@ -313,16 +324,12 @@ static int fs_move(struct envd_call *c, const json_t *req, json_t **resp) {
         if (r < 0 || (r = req_path(c, req, "destination", to, sizeof to)) < 0)
                 return r;
         _cleanup_(json_decrefp) json_t *rep = NULL;
-        r = e2b_node_call(c, CAP_ACCESS_FILES_WRITE,
-                          e2b_file_req(c, json_pack("{s:s, s:s, s:s}", "op", "file.rename", "from", from, "to", to)), &rep,
-                          NULL);
-        if (r == -ENOENT)
-                snprintf(c->api->err, sizeof c->api->err, "path '%.200s' does not exist", from);
+        r = file_call(c, CAP_ACCESS_FILES_WRITE, from,
+                      json_pack("{s:s, s:s, s:s}", "op", "file.rename", "from", from, "to", to), &rep);
         json_t *entry = NULL;
         if (r < 0 || (r = reply_entry(c, rep, to, &entry)) < 0)
                 return r;
-        *resp = json_pack("{s:o}", "entry", entry);
-        return *resp ? 0 : -ENOMEM;
+        return entry_reply(entry, resp);
 }
 
 static int fs_remove(struct envd_call *c, const json_t *req, json_t **resp) {
@@ -330,22 +337,16 @@ static int fs_remove(struct envd_call *c, const json_t *req, json_t **resp) {
         int r = req_path(c, req, "path", path, sizeof path);
         if (r < 0)
                 return r;
-        r = e2b_node_call(c, CAP_ACCESS_FILES_WRITE,
-                          e2b_file_req(c, json_pack("{s:s, s:s, s:b}", "op", "file.remove", "path", path, "recursive",
-                                                    true)),
-                          NULL, NULL);
-        if (r == -ENOENT)
-                snprintf(c->api->err, sizeof c->api->err, "path '%.200s' does not exist", path);
+        r = file_call(c, CAP_ACCESS_FILES_WRITE, path,
+                      json_pack("{s:s, s:s, s:b}", "op", "file.remove", "path", path, "recursive", true), NULL);
         return r < 0 ? r : (*resp = json_object()) ? 0 : -ENOMEM;
 }
 
 /* Appends the entries of dir (and, while depth > 1, of its directories). */
 static int list_into(struct envd_call *c, const char *dir, unsigned depth, json_t *out) {
         _cleanup_(json_decrefp) json_t *rep = NULL;
-        int r = e2b_node_call(c, CAP_ACCESS_FILES_READ,
-                              e2b_file_req(c, json_pack("{s:s, s:s}", "op", "file.list", "path", dir)), &rep, NULL);
-        if (r == -ENOENT)
-                snprintf(c->api->err, sizeof c->api->err, "path '%.200s' does not exist", dir);
+        int r = file_call(c, CAP_ACCESS_FILES_READ, dir, json_pack("{s:s, s:s}", "op", "file.list", "path", dir),
+                          &rep);
         if (r < 0)
                 return r;
         const json_t *e;
