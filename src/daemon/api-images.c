@@ -231,10 +231,7 @@ int api_image_list(struct api_ctx *ctx, const char *sandbox_id, struct api_reply
                         arr = NULL;
                 }
         store_image_array_free(a, n);
-        if (!arr)
-                return -ENOMEM;
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = json_pack("{s:o}", "images", arr) };
-        return ret->body ? 0 : -ENOMEM;
+        return api_reply_list(ret, "images", arr);
 }
 
 int api_image_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {

@@ -55,6 +55,15 @@ int api_fail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
  * "WHAT 'NAME' not found" in ctx->err (a 404), another error logged as
  * "store: failed to read WHAT". Returns r. */
 int api_read_fail(struct api_ctx *ctx, int r, const char *what, const char *name);
+/* A new JSON array of to_json(&rows[i]) for the n rows (an element that
+ * fails to be made is left out); NULL when out of memory. */
+#define api_rows_json(rows, n, to_json)                                              \
+        ({                                                                           \
+                json_t *_arr = json_array();                                         \
+                for (size_t _i = 0; _arr && _i < (n); _i++)                          \
+                        json_array_append_new(_arr, to_json(&(rows)[_i]));           \
+                _arr;                                                                \
+        })
 /* A 200 {field: arr} taking arr (NULL, a failed allocation: -ENOMEM). */
 int api_reply_list(struct api_reply *ret, const char *field, json_t *arr);
 

@@ -362,14 +362,9 @@ int api_secret_list(struct api_ctx *ctx, const char *tenant_q, struct api_reply 
         r = credstore_list(creds, tenant_id, SECRETS_LIST_MAX, &a, &n);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "failed to list secrets: %m");
-        json_t *list = json_array();
-        for (size_t i = 0; list && i < n; i++)
-                json_array_append_new(list, secret_json(&a[i]));
+        json_t *list = api_rows_json(a, n, secret_json);
         credstore_meta_array_free(a, n);
-        if (!list)
-                return -ENOMEM;
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = json_pack("{s:o}", "secrets", list) };
-        return ret->body ? 0 : -ENOMEM;
+        return api_reply_list(ret, "secrets", list);
 }
 
 static int secret_lookup(struct api_ctx *ctx, const char *name, const char *tenant_q, const char **ret_scope,

@@ -98,9 +98,7 @@ int api_tenant_list(struct api_ctx *ctx, struct api_reply *ret) {
         int r = store_tenant_list(ctx->store, STORE_LIST_MAX, &a, &n);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to list tenants: %m");
-        json_t *arr = json_array();
-        for (size_t i = 0; arr && i < n; i++)
-                json_array_append_new(arr, tenant_json(&a[i]));
+        json_t *arr = api_rows_json(a, n, tenant_json);
         store_tenant_array_free(a, n);
         return api_reply_list(ret, "tenants", arr);
 }
@@ -227,9 +225,7 @@ int api_key_list(struct api_ctx *ctx, const char *tenant_id, struct api_reply *r
         r = store_api_key_list(ctx->store, tenant_id, STORE_LIST_MAX, &a, &n);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to list keys: %m");
-        json_t *arr = json_array();
-        for (size_t i = 0; arr && i < n; i++)
-                json_array_append_new(arr, key_json(&a[i]));
+        json_t *arr = api_rows_json(a, n, key_json);
         store_api_key_array_free(a, n);
         return api_reply_list(ret, "keys", arr);
 }

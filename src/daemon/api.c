@@ -953,9 +953,7 @@ int api_snapshot_list(struct api_ctx *ctx, const char *id, struct api_reply *ret
         r = store_snapshot_list(ctx->store, id, STORE_LIST_MAX, &a, &n);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to list snapshots: %m");
-        json_t *arr = json_array();
-        for (size_t i = 0; arr && i < n; i++)
-                json_array_append_new(arr, snapshot_json(&a[i]));
+        json_t *arr = api_rows_json(a, n, snapshot_json);
         store_snapshot_array_free(a, n);
         return api_reply_list(ret, "snapshots", arr);
 }
