@@ -54,6 +54,7 @@ enum auth_kind {
 enum {
         ROUTE_UPLOAD = 1 << 0, /* the body streams to the node as a file (PUT .../files), no JSON */
         ROUTE_FORM = 1 << 1,   /* multipart/form-data too: a spec and its build context */
+        ROUTE_PATH = 1 << 2,   /* ?path= is required, a checked guest path (call.path) */
 };
 
 struct call;
@@ -504,6 +505,7 @@ struct call {
         const char *id;  /* the path's first {id} */
         json_t *body;    /* the JSON body of a POST or JSON PUT, else NULL */
         const char *key; /* the Idempotency-Key header, or NULL */
+        const char *path; /* ?path= of a ROUTE_PATH route */
 };
 
 static int h_metrics(const struct call *c, struct api_reply *ret) {
@@ -542,21 +544,15 @@ static int h_file_put(const struct call *c, struct api_reply *ret) {
 }
 
 static int h_file_get(const struct call *c, struct api_reply *ret) {
-        const char *path;
-        int r = query_path(c->conn, &path, c->ctx->err);
-        return r < 0 ? r : api_file_read(c->ctx, c->id, path, NULL, ret);
+        return api_file_read(c->ctx, c->id, c->path, NULL, ret);
 }
 
 static int h_file_delete(const struct call *c, struct api_reply *ret) {
-        const char *path;
-        int r = query_path(c->conn, &path, c->ctx->err);
-        return r < 0 ? r : api_file_remove(c->ctx, c->id, path, query_bool(c->conn, "recursive"), ret);
+        return api_file_remove(c->ctx, c->id, c->path, query_bool(c->conn, "recursive"), ret);
 }
 
 static int h_ls(const struct call *c, struct api_reply *ret) {
-        const char *path;
-        int r = query_path(c->conn, &path, c->ctx->err);
-        return r < 0 ? r : api_file_list(c->ctx, c->id, path, ret);
+        return api_file_list(c->ctx, c->id, c->path, ret);
 }
 
 /* a lifecycle verb: the route's verb */
@@ -649,10 +645,10 @@ static const struct route routes[] = {
         { M_DELETE, "/v1/sandboxes/{id}", AUTH_API, .call = h_sandbox_delete },
         { M_POST, "/v1/sandboxes/{id}/exec", AUTH_API, APIREQ_BODY_EXEC, .run_id_body = api_exec },
         { M_POST, "/v1/sandboxes/{id}/sessions", AUTH_API, APIREQ_BODY_SESSION, .run_id_body = api_session_create },
-        { M_GET, "/v1/sandboxes/{id}/files", AUTH_API, .call = h_file_get },
+        { M_GET, "/v1/sandboxes/{id}/files", AUTH_API, .flags = ROUTE_PATH, .call = h_file_get },
         { M_PUT, "/v1/sandboxes/{id}/files", AUTH_API, .flags = ROUTE_UPLOAD, .call = h_file_put },
-        { M_DELETE, "/v1/sandboxes/{id}/files", AUTH_API, .call = h_file_delete },
-        { M_GET, "/v1/sandboxes/{id}/ls", AUTH_API, .call = h_ls },
+        { M_DELETE, "/v1/sandboxes/{id}/files", AUTH_API, .flags = ROUTE_PATH, .call = h_file_delete },
+        { M_GET, "/v1/sandboxes/{id}/ls", AUTH_API, .flags = ROUTE_PATH, .call = h_ls },
         { M_GET, "/v1/sessions/{id}", AUTH_SESSION, .run_id = api_session_get },
         { M_GET, "/v1/sessions/{id}/events", AUTH_SESSION, .run_id = api_session_events },
         { M_POST, "/v1/sessions/{id}/stdin", AUTH_SESSION, APIREQ_BODY_STDIN, .run_id_body = api_session_stdin },
@@ -1059,7 +1055,9 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         if ((req->route->flags & ROUTE_UPLOAD) && !req->upload)
                 return MHD_NO; /* already answered */
         struct call c = { .req = req, .conn = conn, .ctx = &ctx, .id = req->param, .body = body, .key = key };
-        r = route_run(req->route, &c, &rep);
+        r = req->route->flags & ROUTE_PATH ? query_path(conn, &c.path, ctx.err) : 0;
+        if (r >= 0)
+                r = route_run(req->route, &c, &rep);
         if (r < 0) {
                 api_reply_release(&rep);
                 return queue_error(req, conn, r, ctx.err);
