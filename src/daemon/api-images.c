@@ -239,8 +239,7 @@ int api_image_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
         int r = api_image_lookup(ctx, id, &img);
         if (r < 0)
                 return r;
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = api_image_json(&img) };
-        return ret->body ? 0 : -ENOMEM;
+        return api_reply_json(ret, MHD_HTTP_OK, api_image_json(&img));
 }
 
 int api_image_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret) {

@@ -346,8 +346,7 @@ int api_secret_create(struct api_ctx *ctx, const json_t *body, struct api_reply 
         r = credstore_get(creds, tenant_id, q.name, &got, NULL, NULL);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "failed to read secret %s back: %m", q.name);
-        *ret = (struct api_reply){ .status = MHD_HTTP_CREATED, .body = secret_json(&got) };
-        return ret->body ? 0 : -ENOMEM;
+        return api_reply_json(ret, MHD_HTTP_CREATED, secret_json(&got));
 }
 
 int api_secret_list(struct api_ctx *ctx, const char *tenant_q, struct api_reply *ret) {
@@ -388,8 +387,7 @@ int api_secret_get(struct api_ctx *ctx, const char *name, const char *tenant_q, 
         int r = secret_lookup(ctx, name, tenant_q, &scope, &m);
         if (r < 0)
                 return r;
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = secret_json(&m) };
-        return ret->body ? 0 : -ENOMEM;
+        return api_reply_json(ret, MHD_HTTP_OK, secret_json(&m));
 }
 
 int api_secret_delete(struct api_ctx *ctx, const char *name, const char *tenant_q, struct api_reply *ret) {
