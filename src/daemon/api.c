@@ -17,7 +17,6 @@
 #include "log.h"
 #include "macros.h"
 #include "nodes.h"
-#include "replica-share.h"
 #include "scheduler.h"
 #include "util.h"
 
@@ -347,9 +346,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                                               ctx->err)) < 0 ||
             (r = api_network_parse(ctx, c.network, "network", false, &net_given)) < 0)
                 return r;
-        if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
-                return api_fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
-                                API_IDEMPOTENCY_KEY_MAX);
+        if ((r = api_idempotency_key_check(ctx, idempotency_key)) < 0)
+                return r;
         const char *tenant_id = NULL; /* NULL: the admin owns it */
         if ((r = create_tenant(ctx, body, &tenant_id)) < 0)
                 return r;
@@ -422,12 +420,11 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         struct store_operation op = { .id = op_id, .sandbox_id = id, .tenant_id = (char *) tenant_id,
                                       .verb = "create", .state = "running",
                                       .idempotency_key = (char *) idempotency_key, .request_hash = hash };
-        replica_op_lease(&op);
-        r = store_operation_insert(ctx->store, &op);
+        r = api_operation_insert(ctx, &op);
         if (r == -EEXIST && idempotency_key && (r = create_replay(ctx, idempotency_key, hash, ret)) != 0)
                 return r < 0 ? r : 0;
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+                return r;
 
         struct store_sandbox row = {
                 .id = id, .tenant_id = (char *) tenant_id, .template_name = c.template_name, .state = "creating",
@@ -723,11 +720,10 @@ static int delete_replay(struct api_ctx *ctx, const char *id, const char *key, s
 
 int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempotency_key, bool keep_snapshots,
                        struct api_reply *ret) {
-        if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
-                return api_fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
-                                API_IDEMPOTENCY_KEY_MAX);
+        int r = api_idempotency_key_check(ctx, idempotency_key);
+        if (r < 0)
+                return r;
         /* before the lookup: after the first delete the row is gone */
-        int r;
         if (idempotency_key && (r = delete_replay(ctx, id, idempotency_key, ret)) != 0)
                 return r < 0 ? r : 0;
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
@@ -754,15 +750,14 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
         struct store_operation op = { .id = op_id, .sandbox_id = (char *) id, .verb = "delete", .state = "running",
                                       .idempotency_key = (char *) idempotency_key,
                                       .detail = keep_snapshots ? "{\"keep_snapshots\":true}" : NULL };
-        replica_op_lease(&op);
-        r = random_id("op-", 8, op_id, sizeof op_id);
-        if (r >= 0)
-                r = store_operation_insert(ctx->store, &op);
+        if ((r = random_id("op-", 8, op_id, sizeof op_id)) < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+        r = api_operation_insert(ctx, &op);
         /* the same key raced in from a second request: answer with its outcome */
         if (r == -EEXIST && idempotency_key && (r = delete_replay(ctx, id, idempotency_key, ret)) != 0)
                 return r < 0 ? r : 0;
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+                return r;
         /* claim, as the verbs do: a verb cannot start on a sandbox being deleted */
         r = store_sandbox_transition(ctx->store, id, sb.state, "deleting", NULL);
         if (r == -ESTALE)

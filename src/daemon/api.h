@@ -176,8 +176,14 @@ json_t *api_operation_json(const struct store_operation *op);
  * nothing more) for another tenant's key. */
 int api_operation_by_key(struct api_ctx *ctx, const char *key, struct store_operation *ret);
 /* An Idempotency-Key header value: 1..API_IDEMPOTENCY_KEY_MAX printable
- * ASCII characters, no spaces. */
+ * ASCII characters, no spaces. check: 0 for none or a valid one, else
+ * -EINVAL with the message. */
 bool api_idempotency_key_is_valid(const char *key);
+int api_idempotency_key_check(struct api_ctx *ctx, const char *key);
+/* Inserts op (create, delete, a verb) as carried by this replica
+ * (replica_op_lease()); a failure is logged, except -EEXIST for a taken
+ * Idempotency-Key, which the caller answers by replaying. */
+int api_operation_insert(struct api_ctx *ctx, struct store_operation *op);
 /* Reads operation op_id, first waiting up to max_ms for it to finish (0:
  * no wait; shutdown ends the wait early). *ret may still be unfinished. */
 int api_operation_wait(struct api_ctx *ctx, const char *op_id, uint64_t max_ms, struct store_operation *ret);

@@ -451,6 +451,21 @@ bool api_idempotency_key_is_valid(const char *k) {
         return true;
 }
 
+int api_idempotency_key_check(struct api_ctx *ctx, const char *key) {
+        if (key && !api_idempotency_key_is_valid(key))
+                return api_fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
+                                API_IDEMPOTENCY_KEY_MAX);
+        return 0;
+}
+
+int api_operation_insert(struct api_ctx *ctx, struct store_operation *op) {
+        replica_op_lease(op);
+        int r = store_operation_insert(ctx->store, op);
+        if (r < 0 && !(r == -EEXIST && op->idempotency_key))
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+        return r;
+}
+
 int api_operation_by_key(struct api_ctx *ctx, const char *key, struct store_operation *ret) {
         _cleanup_(store_operation_release) struct store_operation op = { 0 };
         int r = store_operation_find_by_key(ctx->store, key, &op);
@@ -633,9 +648,8 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         if (r < 0)
                 return api_fail(ctx, -ENOENT, "no such verb");
         const struct lifecycle_transition *t = lifecycle_get(verb);
-        if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
-                return api_fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
-                                API_IDEMPOTENCY_KEY_MAX);
+        if ((r = api_idempotency_key_check(ctx, idempotency_key)) < 0)
+                return r;
 
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         r = store_sandbox_get(ctx->store, id, &sb);
@@ -681,13 +695,12 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         struct store_operation op = { .id = op_id, .sandbox_id = (char *) id, .verb = (char *) t->name,
                                       .state = "pending", .idempotency_key = (char *) idempotency_key,
                                       .detail = detail };
-        replica_op_lease(&op);
-        r = store_operation_insert(ctx->store, &op);
+        r = api_operation_insert(ctx, &op);
         /* the same key raced in from a second request: answer with its operation */
         if (r == -EEXIST && idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
                 return r < 0 ? r : 0;
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+                return r;
 
         /* claim: only one request moves the row out of its current state */
         r = store_sandbox_transition(ctx->store, id, sb.state, t->transitional, t->target);
