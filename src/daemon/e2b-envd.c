@@ -9,7 +9,7 @@
 #include <strings.h>
 
 #include "apireq.h"
-#include "dataplane.h"
+#include "cap.h"
 #include "e2b-api.h"
 #include "e2b-connect.h"
 #include "e2b-envd-internal.h"
