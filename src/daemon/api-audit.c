@@ -225,14 +225,9 @@ int api_audit_get(struct api_ctx *ctx, const char *sandbox, const char *secret, 
         int r = store_audit_list(ctx->store, !ctx->tenant_id, ctx->tenant_id, sandbox, secret, (size_t) limit, &a, &n);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read the audit log: %m");
-        json_t *list = json_array();
-        for (size_t i = 0; list && i < n; i++)
-                json_array_append_new(list, event_json(&a[i]));
+        json_t *list = api_rows_json(a, n, event_json);
         store_audit_event_array_free(a, n);
-        if (!list)
-                return -ENOMEM;
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = json_pack("{s:o}", "events", list) };
-        return ret->body ? 0 : -ENOMEM;
+        return api_reply_list(ret, "events", list);
 }
 
 struct api_audit_poller {

@@ -46,10 +46,8 @@ int api_image_lookup(struct api_ctx *ctx, const char *id, struct store_image *re
         int r = store_image_get(ctx->store, id, &img);
         if (r >= 0 && !api_tenant_may_see(ctx, img.tenant_id))
                 r = -ENOENT;
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "image '%.64s' not found", id);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read image: %m");
+                return api_read_fail(ctx, r, "image", id);
         *ret = img;
         img = (struct store_image){ 0 };
         return 0;
@@ -57,10 +55,8 @@ int api_image_lookup(struct api_ctx *ctx, const char *id, struct store_image *re
 
 int api_image_find(struct api_ctx *ctx, const char *name, struct store_image *ret) {
         int r = store_image_find(ctx->store, ctx->tenant_id, name, ret);
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "image '%.64s' not found", name);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read image: %m");
+                return api_read_fail(ctx, r, "image", name);
         return 0;
 }
 
@@ -235,10 +231,7 @@ int api_image_list(struct api_ctx *ctx, const char *sandbox_id, struct api_reply
                         arr = NULL;
                 }
         store_image_array_free(a, n);
-        if (!arr)
-                return -ENOMEM;
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = json_pack("{s:o}", "images", arr) };
-        return ret->body ? 0 : -ENOMEM;
+        return api_reply_list(ret, "images", arr);
 }
 
 int api_image_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
@@ -246,8 +239,7 @@ int api_image_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
         int r = api_image_lookup(ctx, id, &img);
         if (r < 0)
                 return r;
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = api_image_json(&img) };
-        return ret->body ? 0 : -ENOMEM;
+        return api_reply_json(ret, MHD_HTTP_OK, api_image_json(&img));
 }
 
 int api_image_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret) {

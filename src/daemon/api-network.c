@@ -121,10 +121,8 @@ static int lookup(struct api_ctx *ctx, const char *id, struct store_sandbox *ret
                 store_sandbox_release(ret);
                 r = -ENOENT;
         }
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "sandbox '%.64s' not found", id);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
+                return api_read_fail(ctx, r, "sandbox", id);
         return 0;
 }
 

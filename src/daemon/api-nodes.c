@@ -73,17 +73,13 @@ int api_node_list(struct api_ctx *ctx, struct api_reply *ret) {
         store_node_array_free(a, n);
         store_string_array_free(names, n_counts);
         free(counts);
-        if (!arr)
-                return -ENOMEM;
-        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "nodes", arr));
+        return api_reply_list(ret, "nodes", arr);
 }
 
 static int lookup(struct api_ctx *ctx, const char *name, struct store_node *ret) {
         int r = store_node_get(ctx->store, name, ret);
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "node '%.64s' not found", name);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read node: %m");
+                return api_read_fail(ctx, r, "node", name);
         return 0;
 }
 

@@ -61,12 +61,9 @@ static int scope_of(struct api_ctx *ctx, const char *given, const char **ret) {
         }
         if (!name_is_valid(given))
                 return api_fail(ctx, -EINVAL, "'tenant' must be a tenant id");
-        _cleanup_(store_tenant_release) struct store_tenant t = { 0 };
-        int r = store_tenant_get(ctx->store, given, &t);
-        if (r == -ENOENT)
-                return api_fail(ctx, -EINVAL, "'tenant': no tenant '%.64s'", given);
+        int r = api_tenant_check(ctx, "'tenant'", given);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read tenant: %m");
+                return r;
         *ret = given;
         return 0;
 }
@@ -349,8 +346,7 @@ int api_secret_create(struct api_ctx *ctx, const json_t *body, struct api_reply 
         r = credstore_get(creds, tenant_id, q.name, &got, NULL, NULL);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "failed to read secret %s back: %m", q.name);
-        *ret = (struct api_reply){ .status = MHD_HTTP_CREATED, .body = secret_json(&got) };
-        return ret->body ? 0 : -ENOMEM;
+        return api_reply_json(ret, MHD_HTTP_CREATED, secret_json(&got));
 }
 
 int api_secret_list(struct api_ctx *ctx, const char *tenant_q, struct api_reply *ret) {
@@ -365,14 +361,9 @@ int api_secret_list(struct api_ctx *ctx, const char *tenant_q, struct api_reply 
         r = credstore_list(creds, tenant_id, SECRETS_LIST_MAX, &a, &n);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "failed to list secrets: %m");
-        json_t *list = json_array();
-        for (size_t i = 0; list && i < n; i++)
-                json_array_append_new(list, secret_json(&a[i]));
+        json_t *list = api_rows_json(a, n, secret_json);
         credstore_meta_array_free(a, n);
-        if (!list)
-                return -ENOMEM;
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = json_pack("{s:o}", "secrets", list) };
-        return ret->body ? 0 : -ENOMEM;
+        return api_reply_list(ret, "secrets", list);
 }
 
 static int secret_lookup(struct api_ctx *ctx, const char *name, const char *tenant_q, const char **ret_scope,
@@ -396,8 +387,7 @@ int api_secret_get(struct api_ctx *ctx, const char *name, const char *tenant_q, 
         int r = secret_lookup(ctx, name, tenant_q, &scope, &m);
         if (r < 0)
                 return r;
-        *ret = (struct api_reply){ .status = MHD_HTTP_OK, .body = secret_json(&m) };
-        return ret->body ? 0 : -ENOMEM;
+        return api_reply_json(ret, MHD_HTTP_OK, secret_json(&m));
 }
 
 int api_secret_delete(struct api_ctx *ctx, const char *name, const char *tenant_q, struct api_reply *ret) {
@@ -431,11 +421,9 @@ int api_secret_delete(struct api_ctx *ctx, const char *name, const char *tenant_
 
 int api_sandbox_secrets_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = store_sandbox_get(ctx->store, id, &sb);
-        if (r == -ENOENT || (r >= 0 && !api_tenant_may_see(ctx, sb.tenant_id)))
-                return api_fail(ctx, -ENOENT, "sandbox '%.64s' not found", id);
+        int r = api_sandbox_lookup(ctx, id, &sb);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
+                return r;
         struct store_sandbox_secret *a = NULL;
         size_t n = 0;
         r = store_sandbox_secret_list(ctx->store, id, &a, &n);

@@ -45,10 +45,8 @@ static int session_lookup(struct api_ctx *ctx, const char *sid, struct store_ses
                 *ret = ses;
                 ses = (struct store_session){ 0 };
         }
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "session '%.64s' not found", sid);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read session: %m");
+                return api_read_fail(ctx, r, "session", sid);
         return 0;
 }
 

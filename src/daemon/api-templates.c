@@ -73,10 +73,8 @@ static int template_node_addr(const struct store_template *t, char addr[NODES_AD
 
 static int lookup(struct api_ctx *ctx, const char *name, struct store_template *ret) {
         int r = store_template_get(ctx->store, owner_of(ctx), name, ret);
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "template '%.64s' not found", name);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read template: %m");
+                return api_read_fail(ctx, r, "template", name);
         return 0;
 }
 

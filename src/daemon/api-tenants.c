@@ -21,12 +21,6 @@
 #include "macros.h"
 #include "util.h"
 
-bool api_tenant_may_see(const struct api_ctx *ctx, const char *tenant_id) {
-        if (!ctx->tenant_id)
-                return true;
-        return tenant_id && strcmp(ctx->tenant_id, tenant_id) == 0;
-}
-
 /* Reads the optional string field "name": absent or null leaves *ret NULL;
  * otherwise 1-64 of [A-Za-z0-9._-], not starting with '.'. */
 static int body_name(struct api_ctx *ctx, const json_t *body, bool required, const char **ret) {
@@ -66,10 +60,8 @@ static json_t *key_json(const struct store_api_key *k) {
 /* The tenant named by a path; a 404 with a message when there is none. */
 static int tenant_lookup(struct api_ctx *ctx, const char *id, struct store_tenant *ret) {
         int r = store_tenant_get(ctx->store, id, ret);
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "tenant '%.64s' not found", id);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read tenant: %m");
+                return api_read_fail(ctx, r, "tenant", id);
         return 0;
 }
 
@@ -106,13 +98,9 @@ int api_tenant_list(struct api_ctx *ctx, struct api_reply *ret) {
         int r = store_tenant_list(ctx->store, STORE_LIST_MAX, &a, &n);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to list tenants: %m");
-        json_t *arr = json_array();
-        for (size_t i = 0; arr && i < n; i++)
-                json_array_append_new(arr, tenant_json(&a[i]));
+        json_t *arr = api_rows_json(a, n, tenant_json);
         store_tenant_array_free(a, n);
-        if (!arr)
-                return -ENOMEM;
-        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "tenants", arr));
+        return api_reply_list(ret, "tenants", arr);
 }
 
 int api_tenant_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
@@ -237,13 +225,9 @@ int api_key_list(struct api_ctx *ctx, const char *tenant_id, struct api_reply *r
         r = store_api_key_list(ctx->store, tenant_id, STORE_LIST_MAX, &a, &n);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to list keys: %m");
-        json_t *arr = json_array();
-        for (size_t i = 0; arr && i < n; i++)
-                json_array_append_new(arr, key_json(&a[i]));
+        json_t *arr = api_rows_json(a, n, key_json);
         store_api_key_array_free(a, n);
-        if (!arr)
-                return -ENOMEM;
-        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "keys", arr));
+        return api_reply_list(ret, "keys", arr);
 }
 
 int api_key_delete(struct api_ctx *ctx, const char *key_id, struct api_reply *ret) {

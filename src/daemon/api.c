@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "apireq.h"
 #include "auth.h"
@@ -17,7 +16,6 @@
 #include "log.h"
 #include "macros.h"
 #include "nodes.h"
-#include "replica.h"
 #include "scheduler.h"
 #include "util.h"
 
@@ -26,123 +24,6 @@
 #define EXEC_TIMEOUT_SLACK_S 30
 /* a repeated create or delete waits this much longer than the first may take */
 #define REPLAY_WAIT_SLACK_S 30
-
-int api_fail(struct api_ctx *ctx, int r, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
-        va_end(ap);
-        return r;
-}
-
-void api_reply_release(struct api_reply *r) {
-        if (!r)
-                return;
-        json_decref(r->body);
-        if (r->response)
-                MHD_destroy_response(r->response);
-        *r = (struct api_reply){ 0 };
-}
-
-int api_reply_json(struct api_reply *ret, unsigned status, json_t *body) {
-        if (!body)
-                return -ENOMEM;
-        *ret = (struct api_reply){ .status = status, .body = body };
-        return 0;
-}
-
-int api_reply_empty(struct api_reply *ret) {
-        *ret = (struct api_reply){ .status = MHD_HTTP_NO_CONTENT };
-        return 0;
-}
-
-void api_format_time(int64_t ms, char *buf, size_t n) {
-        time_t t = (time_t) (ms / 1000);
-        struct tm tm;
-        char tbuf[32];
-        gmtime_r(&t, &tm);
-        strftime(tbuf, sizeof tbuf, "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(buf, n, "%s.%03dZ", tbuf, (int) (ms % 1000));
-}
-
-static json_t *sandbox_json(const struct store_sandbox *sb) {
-        char ts[48];
-        api_format_time(sb->created_at, ts, sizeof ts);
-        json_t *md = json_loads(sb->metadata, 0, NULL);
-        json_t *keys = json_loads(sb->env_keys, 0, NULL);
-        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o}", "id", sb->id, "template", sb->template_name, "state",
-                              sb->state, "created_at", ts, "metadata", md ? md : json_object(), "env_keys",
-                              keys ? keys : json_array());
-        if (o && sb->error)
-                json_object_set_new(o, "error", json_string(sb->error));
-        if (o)
-                json_object_set_new(o, "desired_state", json_string(sb->desired_state ? sb->desired_state : "running"));
-        json_t *policy = sb->snapshot_policy ? json_loads(sb->snapshot_policy, 0, NULL) : NULL;
-        if (o && policy)
-                json_object_set_new(o, "snapshot_policy", policy);
-        else
-                json_decref(policy);
-        if (o && sb->has_idle_timeout)
-                json_object_set_new(o, "idle_timeout_s", json_integer((json_int_t) sb->idle_timeout_s));
-        if (o && sb->tenant_id)
-                json_object_set_new(o, "tenant_id", json_string(sb->tenant_id));
-        /* where it runs: a node of the cluster, or this machine's own */
-        if (o)
-                json_object_set_new(o, "node", json_string(sb->node ?: API_LOCAL_NODE));
-        if (o && sb->expires_at) {
-                char exp[48];
-                api_format_time(sb->expires_at, exp, sizeof exp);
-                json_object_set_new(o, "expires_at", json_string(exp));
-        }
-        /* also while its clock stands (suspended): what its end will do */
-        if (o && (sb->expires_at || sb->expiry_s))
-                json_object_set_new(o, "on_expiry", json_string(sb->on_expiry ?: "delete"));
-        /* its own size, when smaller than its template's */
-        if (o && sb->memory_mib)
-                json_object_set_new(o, "memory_mib", json_integer((json_int_t) sb->memory_mib));
-        if (o && sb->vcpus)
-                json_object_set_new(o, "vcpus", json_integer((json_int_t) sb->vcpus));
-        return o;
-}
-
-/* Looks up a sandbox row, turning "no row" into a 404 with a message.
- * Another tenant's sandbox is "no row" too, with the same message. */
-int api_sandbox_lookup(struct api_ctx *ctx, const char *id, struct store_sandbox *ret) {
-        _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
-        int r = store_sandbox_get(ctx->store, id, &sb);
-        if (r >= 0 && !api_tenant_may_see(ctx, sb.tenant_id))
-                r = -ENOENT;
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "sandbox '%.64s' not found", id);
-        if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
-        *ret = sb;
-        sb = (struct store_sandbox){ 0 };
-        return 0;
-}
-
-/* A sandbox must be running to take commands; a suspended one is woken
- * first, transparently (sb is read again). */
-int api_sandbox_require_running(struct api_ctx *ctx, struct store_sandbox *sb) {
-        if (strcmp(sb->state, "suspended") == 0) {
-                _cleanup_free_ char *id = strdup(sb->id);
-                if (!id)
-                        return -ENOMEM;
-                int r = api_sandbox_wake(ctx, id);
-                if (r < 0)
-                        return r;
-                store_sandbox_release(sb);
-                *sb = (struct store_sandbox){ 0 };
-                if ((r = api_sandbox_lookup(ctx, id, sb)) < 0)
-                        return r;
-        }
-        if (strcmp(sb->state, "running") == 0)
-                return 0;
-        if (strcmp(sb->state, "creating") == 0)
-                return api_fail(ctx, -EBUSY, "sandbox '%s' is still being created", sb->id);
-        return api_fail(ctx, -EBUSY, "sandbox '%s' is %s%s%.160s", sb->id, sb->state, sb->error ? ": " : "",
-                        sb->error ? sb->error : "");
-}
 
 /* The first failed prebuilt template in the node's health report, or NULL. */
 static json_t *first_failed_template(json_t *templates) {
@@ -171,10 +52,6 @@ static int cluster_health(struct api_ctx *ctx, struct api_reply *ret) {
         return api_reply_json(ret, MHD_HTTP_OK,
                           json_pack("{s:s, s:{s:I, s:I}}", "status", "ok", "nodes", "ready", (json_int_t) ready,
                                     "total", (json_int_t) n));
-}
-
-json_t *api_sandbox_row_json(const struct store_sandbox *sb) {
-        return sandbox_json(sb);
 }
 
 int api_health(struct api_ctx *ctx, struct api_reply *ret) {
@@ -411,12 +288,9 @@ static int create_tenant(struct api_ctx *ctx, const json_t *body, const char **r
                 *ret = ctx->tenant_id;
                 return 0;
         }
-        _cleanup_(store_tenant_release) struct store_tenant ten = { 0 };
-        int r = store_tenant_get(ctx->store, t, &ten);
-        if (r == -ENOENT)
-                return api_fail(ctx, -EINVAL, "field 'tenant': no tenant '%.64s'", t);
+        int r = api_tenant_check(ctx, "field 'tenant'", t);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read tenant: %m");
+                return r;
         *ret = json_string_value(v);
         return 0;
 }
@@ -471,9 +345,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                                               ctx->err)) < 0 ||
             (r = api_network_parse(ctx, c.network, "network", false, &net_given)) < 0)
                 return r;
-        if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
-                return api_fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
-                                API_IDEMPOTENCY_KEY_MAX);
+        if ((r = api_idempotency_key_check(ctx, idempotency_key)) < 0)
+                return r;
         const char *tenant_id = NULL; /* NULL: the admin owns it */
         if ((r = create_tenant(ctx, body, &tenant_id)) < 0)
                 return r;
@@ -546,12 +419,11 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         struct store_operation op = { .id = op_id, .sandbox_id = id, .tenant_id = (char *) tenant_id,
                                       .verb = "create", .state = "running",
                                       .idempotency_key = (char *) idempotency_key, .request_hash = hash };
-        replica_op_lease(&op);
-        r = store_operation_insert(ctx->store, &op);
+        r = api_operation_insert(ctx, &op);
         if (r == -EEXIST && idempotency_key && (r = create_replay(ctx, idempotency_key, hash, ret)) != 0)
                 return r < 0 ? r : 0;
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+                return r;
 
         struct store_sandbox row = {
                 .id = id, .tenant_id = (char *) tenant_id, .template_name = c.template_name, .state = "creating",
@@ -636,7 +508,7 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         /* how the node made it (warm pool or cold restore, and how fast):
          * only the create reply knows; the operation's result keeps it for
          * a replay */
-        _cleanup_(json_decrefp) json_t *o = sandbox_json(&sb);
+        _cleanup_(json_decrefp) json_t *o = api_sandbox_row_json(&sb);
         if (!o)
                 return operation_fail(ctx, op_id, -ENOMEM);
         json_t *nsb = json_object_get(node_rep, "sandbox");
@@ -732,7 +604,7 @@ static void sandbox_merge(struct api_ctx *ctx, struct store_sandbox *sb, const j
 /* The sandbox as the API shows it: the stored row plus what only the node
  * knows (its current execution and the recoveries it made). */
 static json_t *sandbox_json_with_node(const struct store_sandbox *sb, const json_t *node_sb) {
-        json_t *o = sandbox_json(sb);
+        json_t *o = api_sandbox_row_json(sb);
         json_t *exe = json_object_get(node_sb, "execution"), *rec = json_object_get(node_sb, "recoveries");
         json_t *idle = json_object_get(node_sb, "idle_ms"), *recovery = json_object_get(node_sb, "recovery");
         if (o && json_is_integer(exe))
@@ -819,12 +691,10 @@ int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret) {
                         json_array_append_new(arr, sandbox_json_with_node(&a[i], found));
                         continue;
                 }
-                json_array_append_new(arr, sandbox_json(&a[i]));
+                json_array_append_new(arr, api_sandbox_row_json(&a[i]));
         }
         store_sandbox_array_free(a, n);
-        if (!arr)
-                return -ENOMEM;
-        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "sandboxes", arr));
+        return api_reply_list(ret, "sandboxes", arr);
 }
 
 /* An earlier delete with this key: 0 when the key is new, 1 when answered
@@ -849,11 +719,10 @@ static int delete_replay(struct api_ctx *ctx, const char *id, const char *key, s
 
 int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempotency_key, bool keep_snapshots,
                        struct api_reply *ret) {
-        if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
-                return api_fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
-                                API_IDEMPOTENCY_KEY_MAX);
+        int r = api_idempotency_key_check(ctx, idempotency_key);
+        if (r < 0)
+                return r;
         /* before the lookup: after the first delete the row is gone */
-        int r;
         if (idempotency_key && (r = delete_replay(ctx, id, idempotency_key, ret)) != 0)
                 return r < 0 ? r : 0;
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
@@ -880,15 +749,14 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
         struct store_operation op = { .id = op_id, .sandbox_id = (char *) id, .verb = "delete", .state = "running",
                                       .idempotency_key = (char *) idempotency_key,
                                       .detail = keep_snapshots ? "{\"keep_snapshots\":true}" : NULL };
-        replica_op_lease(&op);
-        r = random_id("op-", 8, op_id, sizeof op_id);
-        if (r >= 0)
-                r = store_operation_insert(ctx->store, &op);
+        if ((r = random_id("op-", 8, op_id, sizeof op_id)) < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+        r = api_operation_insert(ctx, &op);
         /* the same key raced in from a second request: answer with its outcome */
         if (r == -EEXIST && idempotency_key && (r = delete_replay(ctx, id, idempotency_key, ret)) != 0)
                 return r < 0 ? r : 0;
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+                return r;
         /* claim, as the verbs do: a verb cannot start on a sandbox being deleted */
         r = store_sandbox_transition(ctx->store, id, sb.state, "deleting", NULL);
         if (r == -ESTALE)
@@ -942,7 +810,7 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
                 _cleanup_(store_sandbox_release) struct store_sandbox archived = { 0 };
                 if ((r = api_sandbox_lookup(ctx, id, &archived)) < 0)
                         return r;
-                return api_reply_json(ret, MHD_HTTP_OK, sandbox_json(&archived));
+                return api_reply_json(ret, MHD_HTTP_OK, api_sandbox_row_json(&archived));
         }
         r = store_sandbox_delete(ctx->store, id);
         if (r < 0 && r != -ENOENT) {
@@ -1079,11 +947,7 @@ int api_snapshot_list(struct api_ctx *ctx, const char *id, struct api_reply *ret
         r = store_snapshot_list(ctx->store, id, STORE_LIST_MAX, &a, &n);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to list snapshots: %m");
-        json_t *arr = json_array();
-        for (size_t i = 0; arr && i < n; i++)
-                json_array_append_new(arr, snapshot_json(&a[i]));
+        json_t *arr = api_rows_json(a, n, snapshot_json);
         store_snapshot_array_free(a, n);
-        if (!arr)
-                return -ENOMEM;
-        return api_reply_json(ret, MHD_HTTP_OK, json_pack("{s:o}", "snapshots", arr));
+        return api_reply_list(ret, "snapshots", arr);
 }

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "api-reply.h"
 #include "apierror.h"
 #include "config.h"
 #include "credstore.h"
@@ -24,37 +25,9 @@
 #include "store.h"
 
 #define API_SSE_KEEPALIVE_S 15 /* comment line on an idle event stream */
-/* the "node" of a sandbox on this machine's own airlock-node (no cluster node) */
-#define API_LOCAL_NODE "local"
 
-struct api_ctx {
-        const struct daemon_config *config;
-        struct store *store;
-        const atomic_bool *stopping; /* set when the server shuts down */
-        const char *log_ctx;         /* "req=N method=M path=P" */
-        int client_fd;               /* the HTTP client's socket (only polled), or -1 */
-        const char *tenant_id;       /* the key's tenant: only its sandboxes exist; NULL: admin */
-        const char *key_id;          /* the API key's id (who did it, for the audit log), or NULL */
-        char err[API_ERRMSG_MAX];
-};
-
-struct api_reply {
-        unsigned status;                /* HTTP status on success */
-        json_t *body;                   /* JSON body, or NULL */
-        struct MHD_Response *response;  /* or a complete response (streams) */
-};
-
-/* Frees what a reply holds. */
-void api_reply_release(struct api_reply *r);
-/* A JSON reply taking body (NULL, a failed allocation: -ENOMEM); a 204. */
-int api_reply_json(struct api_reply *ret, unsigned status, json_t *body);
-int api_reply_empty(struct api_reply *ret);
-
-/* The sandbox row id as the caller may see it (another tenant's is a 404
- * too), or an error with ctx->err set. */
-int api_sandbox_lookup(struct api_ctx *ctx, const char *id, struct store_sandbox *ret);
 /* 0 when sb runs; a suspended one is woken first (sb is read again);
- * -EBUSY with a message otherwise. */
+ * -EBUSY with a message otherwise (lifecycle-api.c, beside the wake). */
 int api_sandbox_require_running(struct api_ctx *ctx, struct store_sandbox *sb);
 /* A response whose body is the NODE_DATA frames of *c up to NODE_END
  * (size bytes, or MHD_SIZE_UNKNOWN); it takes *c. NULL when out of memory
@@ -62,10 +35,6 @@ int api_sandbox_require_running(struct api_ctx *ctx, struct store_sandbox *sb);
 struct MHD_Response *api_stream_response(struct node_conn **c, uint64_t size, const char *log_ctx);
 
 int api_health(struct api_ctx *ctx, struct api_reply *ret);
-/* Writes the message for a failed request to ctx->err; returns r. */
-int api_fail(struct api_ctx *ctx, int r, const char *fmt, ...) _printf_(3, 4);
-/* A sandbox row as the API shows it (no node's view merged in). */
-json_t *api_sandbox_row_json(const struct store_sandbox *sb);
 int api_templates_list(struct api_ctx *ctx, struct api_reply *ret);
 
 /* Templates built from specs (api-templates.c). create: body {"spec"} or
@@ -207,8 +176,14 @@ json_t *api_operation_json(const struct store_operation *op);
  * nothing more) for another tenant's key. */
 int api_operation_by_key(struct api_ctx *ctx, const char *key, struct store_operation *ret);
 /* An Idempotency-Key header value: 1..API_IDEMPOTENCY_KEY_MAX printable
- * ASCII characters, no spaces. */
+ * ASCII characters, no spaces. check: 0 for none or a valid one, else
+ * -EINVAL with the message. */
 bool api_idempotency_key_is_valid(const char *key);
+int api_idempotency_key_check(struct api_ctx *ctx, const char *key);
+/* Inserts op (create, delete, a verb) as carried by this replica
+ * (replica_op_lease()); a failure is logged, except -EEXIST for a taken
+ * Idempotency-Key, which the caller answers by replaying. */
+int api_operation_insert(struct api_ctx *ctx, struct store_operation *op);
 /* Reads operation op_id, first waiting up to max_ms for it to finish (0:
  * no wait; shutdown ends the wait early). *ret may still be unfinished. */
 int api_operation_wait(struct api_ctx *ctx, const char *op_id, uint64_t max_ms, struct store_operation *ret);
@@ -236,14 +211,6 @@ void api_lifecycle_reconcile(const struct daemon_config *config, struct store *s
  * else failed. Several replicas on one store (replica.c's beat). */
 void api_operation_settle_orphan(const struct daemon_config *config, struct store *store,
                                  const struct store_operation *op);
-
-/*
- * Tenant scoping. A tenant key sees only its tenant's sandboxes (and their
- * sessions, snapshots and operations): anything else answers exactly as an
- * id that does not exist. True when ctx may see a resource of tenant_id
- * (NULL: admin-owned).
- */
-bool api_tenant_may_see(const struct api_ctx *ctx, const char *tenant_id);
 
 /*
  * Images (api-images.c; docs/api.md): full snapshots of a sandbox in the
@@ -356,9 +323,6 @@ int api_tenant_kms_rotate(struct api_ctx *ctx, const char *id, struct api_reply 
 int api_tenant_kms_revoke(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 int api_capability_keys_get(struct api_ctx *ctx, struct api_reply *ret);
 int api_capability_keys_rotate(struct api_ctx *ctx, struct api_reply *ret);
-
-/* Formats Unix milliseconds as RFC 3339 UTC ("2026-11-29T19:40:00.123Z"). */
-void api_format_time(int64_t ms, char *buf, size_t n);
 
 /*
  * Start-up repair: a row left in state "creating" by a crash is removed,

@@ -14,7 +14,6 @@
 #include "log.h"
 #include "nodeclient.h"
 #include "nodes.h"
-#include "replica.h"
 #include "util.h"
 
 /* How the tenant of admin-owned sandboxes appears in capabilities (the
@@ -35,6 +34,8 @@ struct route {
 static pthread_mutex_t signer_lock = PTHREAD_MUTEX_INITIALIZER; /* guards signer, signer_kid */
 static struct cap_keyring *signer;
 static char signer_kid[CAP_KID_MAX + 1];
+static void (*key_publisher)(void *userdata); /* guarded by signer_lock, as its userdata */
+static void *key_publisher_userdata;
 
 static pthread_mutex_t routes_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct route routes[ROUTE_SLOTS];
@@ -69,8 +70,8 @@ int dataplane_rotate_key(const struct daemon_config *config, char kid[CAP_KID_MA
         int r = cap_keydir_rotate(config->cap_keys_dir, kid, previous);
         /* in a cluster the new key reaches the store before it signs: a
          * node refuses a capability whose key it cannot fetch */
-        if (r >= 0)
-                replica_keys_changed();
+        if (r >= 0 && key_publisher)
+                key_publisher(key_publisher_userdata);
         struct cap_keyring *kr = NULL;
         char loaded[CAP_KID_MAX + 1];
         if (r >= 0)
@@ -85,6 +86,13 @@ int dataplane_rotate_key(const struct daemon_config *config, char kid[CAP_KID_MA
                 return log_error_errno(r, "Capability key rotation failed: %m");
         log_info("capability key rotated: %s signs now, %s still verifies", kid, previous[0] ? previous : "(none)");
         return 0;
+}
+
+void dataplane_set_key_publisher(void (*publish)(void *userdata), void *userdata) {
+        pthread_mutex_lock(&signer_lock);
+        key_publisher = publish;
+        key_publisher_userdata = userdata;
+        pthread_mutex_unlock(&signer_lock);
 }
 
 void dataplane_current_kid(char kid[CAP_KID_MAX + 1]) {

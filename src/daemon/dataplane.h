@@ -56,5 +56,14 @@ void dataplane_route_forget(const char *sandbox);
 /* A new signing key (cap-keydir.h): kid and the one it replaced. */
 int dataplane_rotate_key(const struct daemon_config *config, char kid[CAP_KID_MAX + 1],
                          char previous[CAP_KID_MAX + 1]);
+/*
+ * The one place where dataplane.c calls up: in a cluster the replica
+ * (replica.c) registers at start-up what publishes a new key to the store,
+ * and a rotation calls it (under the signing lock) after the key directory
+ * has the new key and before that key signs anything, since a node refuses
+ * a capability whose key it cannot fetch. NULL: none (one machine, or the
+ * replica stopped); a running rotation finishes before this returns.
+ */
+void dataplane_set_key_publisher(void (*publish)(void *userdata), void *userdata);
 /* The kid that signs now. */
 void dataplane_current_kid(char kid[CAP_KID_MAX + 1]);

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
-/* What the parts of the envd front door share (e2b-envd.c: routing, unary
- * RPCs; e2b-stream.c: server streams; e2b-files.c: POST /files). */
+/* What the parts of the envd front door share. e2b-envd.c routes and runs
+ * the unary RPCs; it calls e2b-stream.c (server streams) and e2b-files.c
+ * (POST /files); all three call e2b-envd-call.c (answers, paths and users,
+ * node calls), which calls none of them: the calls go one way. */
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -33,7 +35,7 @@ static inline void e2b_envd_freep(struct e2b_envd_request **r) {
         e2b_envd_free(*r);
 }
 
-/* answers */
+/* answers (e2b-envd-call.c, as the rest down to e2b_pty_size()) */
 void e2b_rest_error(struct api_reply *reply, unsigned status, const char *message);
 /* A stream that fails before it starts: 200, the end-stream envelope
  * carrying the error (what the SDK reads best, E2B-PROTOCOL.md 4.3). */
@@ -57,7 +59,7 @@ int e2b_process_session(struct envd_call *c, const json_t *req, json_int_t *ret_
 int e2b_pty_size(struct envd_call *c, const json_t *pty, json_int_t *rows, json_int_t *cols);
 /* An E2B path as the guest takes it: relative ones from the user's home. */
 int e2b_resolve_path(const struct envd_call *c, const char *path, char *out, size_t out_size);
-/* A node directory entry as envd's EntryInfo. */
+/* A node directory entry as envd's EntryInfo (e2b-envd.c). */
 json_t *e2b_entry_info(const json_t *e, const char *path);
 
 /* server streams (e2b-stream.c) */

@@ -4,7 +4,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -43,73 +42,6 @@ enum {
         M_DELETE = 1 << 3,
 };
 
-enum route_id {
-        R_HEALTH,
-        R_METRICS,
-        R_LIFECYCLE_EVENTS,
-        R_SANDBOX_METRICS,
-        R_TEMPLATES,
-        R_TEMPLATE,
-        R_TEMPLATE_LOGS,
-        R_SANDBOXES,
-        R_SANDBOX,
-        R_EXEC,
-        R_SESSIONS,
-        R_FILES,
-        R_LS,
-        R_SESSION,
-        R_EVENTS,
-        R_STDIN,
-        R_SIGNAL,
-        R_RESIZE,
-        R_PAUSE,
-        R_RESUME,
-        R_STOP,
-        R_START,
-        R_ROLLBACK,
-        R_SUSPEND,
-        R_WAKE,
-        R_FORK,
-        R_SNAPSHOTS,
-        R_SANDBOX_IMAGES,
-        R_IMAGES,
-        R_IMAGE,
-        R_OPERATION,
-        R_POOLS,
-        R_TENANTS,
-        R_TENANT,
-        R_TENANT_KEYS,
-        R_TENANT_KMS,
-        R_TENANT_KMS_ROTATE,
-        R_TENANT_KMS_REVOKE,
-        R_KEY,
-        R_CAP_KEYS,
-        R_NETWORK,
-        R_NETWORK_LOG,
-        R_TENANT_NETWORK,
-        R_SECRETS,
-        R_SECRET,
-        R_SANDBOX_SECRETS,
-        R_AUDIT,
-        R_NODES,
-        R_NODE_TOKENS,
-        R_NODE,
-        R_NODE_DRAIN,
-        R_NODE_UNDRAIN,
-        /* the E2B front door's control plane (e2b-api.h) */
-        R_E2B_SANDBOXES,
-        R_E2B_SANDBOX,
-        R_E2B_TIMEOUT,
-        R_E2B_PAUSE,
-        R_E2B_CONNECT,
-        R_E2B_NETWORK,
-        R_E2B_FORK,
-        R_E2B_METRICS,
-        R_E2B_SNAPSHOT_CREATE,
-        R_E2B_SNAPSHOTS,
-        R_E2B_TEMPLATE,
-};
-
 enum auth_kind {
         AUTH_API,     /* API token: admin, or a tenant's (scoped to its sandboxes) */
         AUTH_NONE,    /* public */
@@ -119,80 +51,30 @@ enum auth_kind {
         AUTH_METRICS, /* the scrape token (CONTROL_DIR/metrics.token) or the admin token */
 };
 
-struct route {
-        enum route_id id;
-        const char *seg[HTTP_SEGMENTS_MAX]; /* "*" captures the parameter (a second one: param2) */
-        unsigned methods;
-        enum auth_kind auth;
-        enum apireq_body body; /* the fields a POST or JSON PUT may have (default: none) */
+enum {
+        ROUTE_UPLOAD = 1 << 0, /* the body streams to the node as a file (PUT .../files), no JSON */
+        ROUTE_FORM = 1 << 1,   /* multipart/form-data too: a spec and its build context */
+        ROUTE_PATH = 1 << 2,   /* ?path= is required, a checked guest path (call.path) */
 };
 
-static const struct route routes[] = {
-        { R_HEALTH, { "v1", "health" }, M_GET, AUTH_NONE, APIREQ_BODY_NONE },
-        { R_METRICS, { "metrics" }, M_GET, AUTH_METRICS, APIREQ_BODY_NONE },
-        { R_LIFECYCLE_EVENTS, { "v1", "events" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
-        { R_SANDBOX_METRICS, { "v1", "sandboxes", "*", "metrics" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
-        { R_TEMPLATES, { "v1", "templates" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_TEMPLATE },
-        { R_TEMPLATE, { "v1", "templates", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
-        { R_TEMPLATE_LOGS, { "v1", "templates", "*", "builds", "*", "logs" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
-        { R_SANDBOXES, { "v1", "sandboxes" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_CREATE },
-        { R_SANDBOX, { "v1", "sandboxes", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
-        { R_EXEC, { "v1", "sandboxes", "*", "exec" }, M_POST, AUTH_API, APIREQ_BODY_EXEC },
-        { R_SESSIONS, { "v1", "sandboxes", "*", "sessions" }, M_POST, AUTH_API, APIREQ_BODY_SESSION },
-        { R_FILES, { "v1", "sandboxes", "*", "files" }, M_GET | M_PUT | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
-        { R_LS, { "v1", "sandboxes", "*", "ls" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
-        { R_SESSION, { "v1", "sessions", "*" }, M_GET, AUTH_SESSION, APIREQ_BODY_NONE },
-        { R_EVENTS, { "v1", "sessions", "*", "events" }, M_GET, AUTH_SESSION, APIREQ_BODY_NONE },
-        { R_STDIN, { "v1", "sessions", "*", "stdin" }, M_POST, AUTH_SESSION, APIREQ_BODY_STDIN },
-        { R_SIGNAL, { "v1", "sessions", "*", "signal" }, M_POST, AUTH_SESSION, APIREQ_BODY_SIGNAL },
-        { R_RESIZE, { "v1", "sessions", "*", "resize" }, M_POST, AUTH_SESSION, APIREQ_BODY_RESIZE },
-        { R_PAUSE, { "v1", "sandboxes", "*", "pause" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
-        { R_RESUME, { "v1", "sandboxes", "*", "resume" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
-        { R_STOP, { "v1", "sandboxes", "*", "stop" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
-        { R_START, { "v1", "sandboxes", "*", "start" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
-        { R_ROLLBACK, { "v1", "sandboxes", "*", "rollback" }, M_POST, AUTH_API, APIREQ_BODY_ROLLBACK },
-        { R_SUSPEND, { "v1", "sandboxes", "*", "suspend" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
-        { R_WAKE, { "v1", "sandboxes", "*", "wake" }, M_POST, AUTH_API, APIREQ_BODY_NONE },
-        { R_FORK, { "v1", "sandboxes", "*", "fork" }, M_POST, AUTH_API, APIREQ_BODY_FORK },
-        { R_SNAPSHOTS, { "v1", "sandboxes", "*", "snapshots" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_SNAPSHOT },
-        { R_SANDBOX_IMAGES, { "v1", "sandboxes", "*", "images" }, M_POST, AUTH_API, APIREQ_BODY_IMAGE },
-        { R_IMAGES, { "v1", "images" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
-        { R_IMAGE, { "v1", "images", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
-        { R_OPERATION, { "v1", "operations", "*" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
-        { R_POOLS, { "v1", "pools" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
-        { R_NETWORK, { "v1", "sandboxes", "*", "network" }, M_GET | M_PUT, AUTH_API, APIREQ_BODY_NETWORK },
-        { R_NETWORK_LOG, { "v1", "sandboxes", "*", "network", "log" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
-        { R_TENANTS, { "v1", "tenants" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_TENANT },
-        { R_TENANT, { "v1", "tenants", "*" }, M_GET | M_DELETE, AUTH_ADMIN, APIREQ_BODY_NONE },
-        { R_TENANT_NETWORK, { "v1", "tenants", "*", "network" }, M_GET | M_PUT | M_DELETE, AUTH_ADMIN,
-          APIREQ_BODY_NETWORK },
-        { R_TENANT_KEYS, { "v1", "tenants", "*", "keys" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_NAME },
-        { R_TENANT_KMS, { "v1", "tenants", "*", "kms" }, M_GET | M_PUT, AUTH_ADMIN, APIREQ_BODY_KMS },
-        { R_TENANT_KMS_ROTATE, { "v1", "tenants", "*", "kms", "rotate" }, M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
-        { R_TENANT_KMS_REVOKE, { "v1", "tenants", "*", "kms", "revoke" }, M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
-        { R_KEY, { "v1", "keys", "*" }, M_DELETE, AUTH_ADMIN, APIREQ_BODY_NONE },
-        { R_CAP_KEYS, { "v1", "capability-keys" }, M_GET | M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
-        { R_SECRETS, { "v1", "secrets" }, M_GET | M_POST, AUTH_API, APIREQ_BODY_SECRET },
-        { R_SECRET, { "v1", "secrets", "*" }, M_GET | M_DELETE, AUTH_API, APIREQ_BODY_NONE },
-        { R_SANDBOX_SECRETS, { "v1", "sandboxes", "*", "secrets" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
-        { R_AUDIT, { "v1", "audit" }, M_GET, AUTH_API, APIREQ_BODY_NONE },
-        { R_NODES, { "v1", "nodes" }, M_GET, AUTH_ADMIN, APIREQ_BODY_NONE },
-        { R_NODE_TOKENS, { "v1", "nodes", "tokens" }, M_POST, AUTH_ADMIN, APIREQ_BODY_JOIN_TOKEN },
-        { R_NODE, { "v1", "nodes", "*" }, M_GET | M_DELETE, AUTH_ADMIN, APIREQ_BODY_NONE },
-        { R_NODE_DRAIN, { "v1", "nodes", "*", "drain" }, M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
-        { R_NODE_UNDRAIN, { "v1", "nodes", "*", "undrain" }, M_POST, AUTH_ADMIN, APIREQ_BODY_NONE },
-        /* E2B's bodies are checked by e2b-api.c (SDK versions add fields) */
-        { R_E2B_SANDBOXES, { "v2", "sandboxes" }, M_GET | M_POST, AUTH_E2B, APIREQ_BODY_NONE },
-        { R_E2B_SANDBOX, { "sandboxes", "*" }, M_GET | M_DELETE, AUTH_E2B, APIREQ_BODY_NONE },
-        { R_E2B_TIMEOUT, { "sandboxes", "*", "timeout" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
-        { R_E2B_PAUSE, { "sandboxes", "*", "pause" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
-        { R_E2B_CONNECT, { "v2", "sandboxes", "*", "connect" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
-        { R_E2B_NETWORK, { "sandboxes", "*", "network" }, M_PUT, AUTH_E2B, APIREQ_BODY_NONE },
-        { R_E2B_FORK, { "sandboxes", "*", "fork" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
-        { R_E2B_METRICS, { "sandboxes", "*", "metrics" }, M_GET, AUTH_E2B, APIREQ_BODY_NONE },
-        { R_E2B_SNAPSHOT_CREATE, { "sandboxes", "*", "snapshots" }, M_POST, AUTH_E2B, APIREQ_BODY_NONE },
-        { R_E2B_SNAPSHOTS, { "snapshots" }, M_GET, AUTH_E2B, APIREQ_BODY_NONE },
-        { R_E2B_TEMPLATE, { "templates", "*" }, M_DELETE, AUTH_E2B, APIREQ_BODY_NONE },
+struct call;
+struct api_ctx;
+struct api_reply;
+
+/* One endpoint (the table is below its handlers, "the routes"). */
+struct route {
+        unsigned method;       /* one M_* */
+        const char *path;      /* "/v1/sandboxes/{id}/exec" */
+        enum auth_kind auth;   /* the same on every line of one path */
+        enum apireq_body body; /* the fields a POST or JSON PUT may have (default: none) */
+        unsigned flags;        /* ROUTE_* */
+        /* the handler, one of: */
+        int (*run)(struct api_ctx *ctx, struct api_reply *ret);
+        int (*run_id)(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+        int (*run_body)(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
+        int (*run_id_body)(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
+        int (*call)(const struct call *c, struct api_reply *ret);
+        const char *verb; /* h_verb()'s lifecycle verb */
 };
 
 /* Per-request state, from the first access-handler call to completion. */
@@ -273,63 +155,6 @@ static void methods_string(unsigned m, char *buf, size_t n) {
                 }
 }
 
-/*
- * Splits url into segments and finds the route whose pattern matches.
- * ret_path_matched is true when some route has this path (for 405 vs 404).
- * Empty segments (double or trailing slashes) are ignored.
- */
-static const struct route *route_match(const char *url, char *param, char *param2, size_t param_n) {
-        char seg[HTTP_SEGMENTS_MAX][HTTP_PARAM_MAX + 1];
-        size_t nseg = 0;
-        for (const char *p = url; *p;) {
-                while (*p == '/')
-                        p++;
-                if (!*p)
-                        break;
-                const char *e = strchrnul(p, '/');
-                size_t l = (size_t) (e - p);
-                if (nseg == HTTP_SEGMENTS_MAX || l > HTTP_PARAM_MAX)
-                        return NULL;
-                memcpy(seg[nseg], p, l);
-                seg[nseg][l] = 0;
-                nseg++;
-                p = e;
-        }
-        for (size_t i = 0; i < ARRAY_SIZE(routes); i++) {
-                const struct route *rt = &routes[i];
-                size_t n = 0;
-                while (n < HTTP_SEGMENTS_MAX && rt->seg[n])
-                        n++;
-                if (n != nseg)
-                        continue;
-                const char *captured = NULL, *captured2 = NULL;
-                bool ok = true;
-                for (size_t j = 0; j < n && ok; j++) {
-                        if (strcmp(rt->seg[j], "*") == 0) {
-                                if (captured)
-                                        captured2 = seg[j];
-                                else
-                                        captured = seg[j];
-                        } else
-                                ok = strcmp(rt->seg[j], seg[j]) == 0;
-                }
-                if (!ok)
-                        continue;
-                if ((captured && !name_is_valid(captured)) || (captured2 && !name_is_valid(captured2)))
-                        return NULL; /* cannot name anything we hold */
-                size_t l2 = captured2 ? strnlen(captured2, param_n - 1) : 0;
-                if (l2)
-                        memcpy(param2, captured2, l2);
-                param2[l2] = 0;
-                size_t l = captured ? strnlen(captured, param_n - 1) : 0;
-                if (l)
-                        memcpy(param, captured, l);
-                param[l] = 0;
-                return rt;
-        }
-        return NULL;
-}
-
 /* Copies the URL path into a log-safe form: [A-Za-z0-9/._-] kept, the rest
  * as '?', at most 128 bytes. */
 static void log_safe_path(const char *url, char *buf, size_t n) {
@@ -381,6 +206,8 @@ static enum MHD_Result queue_json(struct request *req, struct MHD_Connection *co
         return queue(req, conn, status, resp);
 }
 
+static unsigned route_methods(const struct route *rt);
+
 static bool is_e2b(const struct request *req) {
         return req->route && req->route->auth == AUTH_E2B;
 }
@@ -407,7 +234,7 @@ static enum MHD_Result queue_error(struct request *req, struct MHD_Connection *c
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"airlock\"");
         if (status == 405 && req->route) {
                 char allow[64];
-                methods_string(req->route->methods, allow, sizeof allow);
+                methods_string(route_methods(req->route), allow, sizeof allow);
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
         }
         if (status >= 500)
@@ -668,6 +495,332 @@ static enum MHD_Result envd_begin(struct request *req, struct MHD_Connection *co
         return r > 0 ? queue_reply(req, conn, &rep) : MHD_YES;
 }
 
+/* ---- the routes ---- */
+
+/* What a route's handler gets. */
+struct call {
+        struct request *req;
+        struct MHD_Connection *conn;
+        struct api_ctx *ctx;
+        const char *id;  /* the path's first {id} */
+        json_t *body;    /* the JSON body of a POST or JSON PUT, else NULL */
+        const char *key; /* the Idempotency-Key header, or NULL */
+        const char *path; /* ?path= of a ROUTE_PATH route */
+};
+
+static int h_metrics(const struct call *c, struct api_reply *ret) {
+        return api_metrics_get(c->ctx, query_bool(c->conn, "per_sandbox"), ret);
+}
+
+static int h_events(const struct call *c, struct api_reply *ret) {
+        return api_events(c->ctx, query_arg(c->conn, "sandbox_id", NULL), query_arg(c->conn, "after", NULL),
+                          MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "Last-Event-ID"), ret);
+}
+
+static int h_template_create(const struct call *c, struct api_reply *ret) {
+        char context_sha[65];
+        const char *context = c->req->form ? formupload_file(c->req->form, context_sha) : NULL;
+        return api_template_create(c->ctx, c->body, context, context ? context_sha : NULL, ret);
+}
+
+static int h_template_logs(const struct call *c, struct api_reply *ret) {
+        return api_template_logs(c->ctx, c->id, c->req->param2, ret);
+}
+
+static int h_sandbox_create(const struct call *c, struct api_reply *ret) {
+        return api_sandbox_create(c->ctx, c->body, c->key, ret);
+}
+
+static int h_sandbox_delete(const struct call *c, struct api_reply *ret) {
+        return api_sandbox_delete(c->ctx, c->id, c->key, query_bool(c->conn, "keep_snapshots"), ret);
+}
+
+/* (request_finish() saw that the upload is still open) */
+static int h_file_put(const struct call *c, struct api_reply *ret) {
+        struct request *req = c->req;
+        int r = api_upload_finish(c->ctx, req->upload, req->upload_path, req->upload_bytes, ret);
+        node_conn_free(TAKE_PTR(req->upload));
+        return r;
+}
+
+static int h_file_get(const struct call *c, struct api_reply *ret) {
+        return api_file_read(c->ctx, c->id, c->path, NULL, ret);
+}
+
+static int h_file_delete(const struct call *c, struct api_reply *ret) {
+        return api_file_remove(c->ctx, c->id, c->path, query_bool(c->conn, "recursive"), ret);
+}
+
+static int h_ls(const struct call *c, struct api_reply *ret) {
+        return api_file_list(c->ctx, c->id, c->path, ret);
+}
+
+/* a lifecycle verb: the route's verb */
+static int h_verb(const struct call *c, struct api_reply *ret) {
+        return api_sandbox_verb(c->ctx, c->id, c->req->route->verb, c->body, c->key, query_bool(c->conn, "wait"),
+                                ret);
+}
+
+static int h_image_list(const struct call *c, struct api_reply *ret) {
+        return api_image_list(c->ctx, query_arg(c->conn, "sandbox_id", NULL), ret);
+}
+
+static int h_node_drain(const struct call *c, struct api_reply *ret) {
+        return api_node_drain(c->ctx, c->id, true, ret);
+}
+
+static int h_node_undrain(const struct call *c, struct api_reply *ret) {
+        return api_node_drain(c->ctx, c->id, false, ret);
+}
+
+static int h_network_log(const struct call *c, struct api_reply *ret) {
+        return api_sandbox_network_log(c->ctx, c->id, query_arg(c->conn, "limit", NULL), ret);
+}
+
+static int h_secret_list(const struct call *c, struct api_reply *ret) {
+        return api_secret_list(c->ctx, query_arg(c->conn, "tenant", NULL), ret);
+}
+
+static int h_secret_get(const struct call *c, struct api_reply *ret) {
+        return api_secret_get(c->ctx, c->id, query_arg(c->conn, "tenant", NULL), ret);
+}
+
+static int h_secret_delete(const struct call *c, struct api_reply *ret) {
+        return api_secret_delete(c->ctx, c->id, query_arg(c->conn, "tenant", NULL), ret);
+}
+
+static int h_audit(const struct call *c, struct api_reply *ret) {
+        return api_audit_get(c->ctx, query_arg(c->conn, "sandbox", NULL), query_arg(c->conn, "secret", NULL),
+                             query_arg(c->conn, "limit", NULL), ret);
+}
+
+static int h_e2b_sandbox_list(const struct call *c, struct api_reply *ret) {
+        struct e2b_list_query q = {
+                .state = query_arg(c->conn, "state", NULL),
+                .metadata = query_arg(c->conn, "metadata", NULL),
+                .limit = query_arg(c->conn, "limit", NULL),
+                .next_token = query_arg(c->conn, "nextToken", NULL),
+                .order = query_arg(c->conn, "order", NULL),
+        };
+        return e2b_sandbox_list(c->ctx, &q, ret);
+}
+
+static int h_e2b_metrics(const struct call *c, struct api_reply *ret) {
+        return e2b_sandbox_metrics(c->ctx, c->id, query_arg(c->conn, "start", NULL), query_arg(c->conn, "end", NULL),
+                                   ret);
+}
+
+static int h_e2b_snapshot_list(const struct call *c, struct api_reply *ret) {
+        struct e2b_list_query q = {
+                .sandbox_id = query_arg(c->conn, "sandboxID", NULL),
+                .name = query_arg(c->conn, "name", NULL),
+                .limit = query_arg(c->conn, "limit", NULL),
+                .next_token = query_arg(c->conn, "nextToken", NULL),
+        };
+        return e2b_snapshot_list(c->ctx, &q, ret);
+}
+
+/*
+ * Every endpoint, one line each: method, path ({id}: a parameter, a name),
+ * who may call it, the fields its body may have (POST and JSON PUT), flags,
+ * and its handler (the api_* function itself when it takes nothing but the
+ * context, the id and the body; else an h_* above). A path is matched in
+ * this order, the first pattern that fits wins, then the method among that
+ * pattern's lines (none: 405 with their methods). The path is also the
+ * route's name in the metrics.
+ */
+static const struct route routes[] = {
+        { M_GET, "/v1/health", AUTH_NONE, .run = api_health },
+        { M_GET, "/metrics", AUTH_METRICS, .call = h_metrics },
+        { M_GET, "/v1/events", AUTH_API, .call = h_events },
+        { M_GET, "/v1/sandboxes/{id}/metrics", AUTH_API, .run_id = api_sandbox_metrics },
+        { M_GET, "/v1/templates", AUTH_API, .run = api_templates_list },
+        { M_POST, "/v1/templates", AUTH_API, APIREQ_BODY_TEMPLATE, ROUTE_FORM, .call = h_template_create },
+        { M_GET, "/v1/templates/{id}", AUTH_API, .run_id = api_template_get },
+        { M_DELETE, "/v1/templates/{id}", AUTH_API, .run_id = api_template_delete },
+        { M_GET, "/v1/templates/{id}/builds/{id}/logs", AUTH_API, .call = h_template_logs },
+        { M_GET, "/v1/sandboxes", AUTH_API, .run = api_sandbox_list },
+        { M_POST, "/v1/sandboxes", AUTH_API, APIREQ_BODY_CREATE, .call = h_sandbox_create },
+        { M_GET, "/v1/sandboxes/{id}", AUTH_API, .run_id = api_sandbox_get },
+        { M_DELETE, "/v1/sandboxes/{id}", AUTH_API, .call = h_sandbox_delete },
+        { M_POST, "/v1/sandboxes/{id}/exec", AUTH_API, APIREQ_BODY_EXEC, .run_id_body = api_exec },
+        { M_POST, "/v1/sandboxes/{id}/sessions", AUTH_API, APIREQ_BODY_SESSION, .run_id_body = api_session_create },
+        { M_GET, "/v1/sandboxes/{id}/files", AUTH_API, .flags = ROUTE_PATH, .call = h_file_get },
+        { M_PUT, "/v1/sandboxes/{id}/files", AUTH_API, .flags = ROUTE_UPLOAD, .call = h_file_put },
+        { M_DELETE, "/v1/sandboxes/{id}/files", AUTH_API, .flags = ROUTE_PATH, .call = h_file_delete },
+        { M_GET, "/v1/sandboxes/{id}/ls", AUTH_API, .flags = ROUTE_PATH, .call = h_ls },
+        { M_GET, "/v1/sessions/{id}", AUTH_SESSION, .run_id = api_session_get },
+        { M_GET, "/v1/sessions/{id}/events", AUTH_SESSION, .run_id = api_session_events },
+        { M_POST, "/v1/sessions/{id}/stdin", AUTH_SESSION, APIREQ_BODY_STDIN, .run_id_body = api_session_stdin },
+        { M_POST, "/v1/sessions/{id}/signal", AUTH_SESSION, APIREQ_BODY_SIGNAL, .run_id_body = api_session_signal },
+        { M_POST, "/v1/sessions/{id}/resize", AUTH_SESSION, APIREQ_BODY_RESIZE, .run_id_body = api_session_resize },
+        { M_POST, "/v1/sandboxes/{id}/pause", AUTH_API, .call = h_verb, .verb = "pause" },
+        { M_POST, "/v1/sandboxes/{id}/resume", AUTH_API, .call = h_verb, .verb = "resume" },
+        { M_POST, "/v1/sandboxes/{id}/stop", AUTH_API, .call = h_verb, .verb = "stop" },
+        { M_POST, "/v1/sandboxes/{id}/start", AUTH_API, .call = h_verb, .verb = "start" },
+        { M_POST, "/v1/sandboxes/{id}/rollback", AUTH_API, APIREQ_BODY_ROLLBACK, .call = h_verb, .verb = "rollback" },
+        { M_POST, "/v1/sandboxes/{id}/suspend", AUTH_API, .call = h_verb, .verb = "suspend" },
+        { M_POST, "/v1/sandboxes/{id}/wake", AUTH_API, .call = h_verb, .verb = "wake" },
+        { M_POST, "/v1/sandboxes/{id}/fork", AUTH_API, APIREQ_BODY_FORK, .call = h_verb, .verb = "fork" },
+        { M_GET, "/v1/sandboxes/{id}/snapshots", AUTH_API, .run_id = api_snapshot_list },
+        { M_POST, "/v1/sandboxes/{id}/snapshots", AUTH_API, APIREQ_BODY_SNAPSHOT, .run_id_body = api_snapshot_create },
+        { M_POST, "/v1/sandboxes/{id}/images", AUTH_API, APIREQ_BODY_IMAGE, .run_id_body = api_image_create },
+        { M_GET, "/v1/images", AUTH_API, .call = h_image_list },
+        { M_GET, "/v1/images/{id}", AUTH_API, .run_id = api_image_get },
+        { M_DELETE, "/v1/images/{id}", AUTH_API, .run_id = api_image_delete },
+        { M_GET, "/v1/operations/{id}", AUTH_API, .run_id = api_operation_get },
+        { M_GET, "/v1/pools", AUTH_API, .run = api_pools_list },
+        { M_GET, "/v1/sandboxes/{id}/network", AUTH_API, .run_id = api_sandbox_network_get },
+        { M_PUT, "/v1/sandboxes/{id}/network", AUTH_API, APIREQ_BODY_NETWORK, .run_id_body = api_sandbox_network_put },
+        { M_GET, "/v1/sandboxes/{id}/network/log", AUTH_API, .call = h_network_log },
+        { M_GET, "/v1/tenants", AUTH_ADMIN, .run = api_tenant_list },
+        { M_POST, "/v1/tenants", AUTH_ADMIN, APIREQ_BODY_TENANT, .run_body = api_tenant_create },
+        { M_GET, "/v1/tenants/{id}", AUTH_ADMIN, .run_id = api_tenant_get },
+        { M_DELETE, "/v1/tenants/{id}", AUTH_ADMIN, .run_id = api_tenant_delete },
+        { M_GET, "/v1/tenants/{id}/network", AUTH_ADMIN, .run_id = api_tenant_network_get },
+        { M_PUT, "/v1/tenants/{id}/network", AUTH_ADMIN, APIREQ_BODY_NETWORK, .run_id_body = api_tenant_network_put },
+        { M_DELETE, "/v1/tenants/{id}/network", AUTH_ADMIN, .run_id = api_tenant_network_delete },
+        { M_GET, "/v1/tenants/{id}/keys", AUTH_ADMIN, .run_id = api_key_list },
+        { M_POST, "/v1/tenants/{id}/keys", AUTH_ADMIN, APIREQ_BODY_NAME, .run_id_body = api_key_create },
+        { M_GET, "/v1/tenants/{id}/kms", AUTH_ADMIN, .run_id = api_tenant_kms_get },
+        { M_PUT, "/v1/tenants/{id}/kms", AUTH_ADMIN, APIREQ_BODY_KMS, .run_id_body = api_tenant_kms_put },
+        { M_POST, "/v1/tenants/{id}/kms/rotate", AUTH_ADMIN, .run_id = api_tenant_kms_rotate },
+        { M_POST, "/v1/tenants/{id}/kms/revoke", AUTH_ADMIN, .run_id = api_tenant_kms_revoke },
+        { M_DELETE, "/v1/keys/{id}", AUTH_ADMIN, .run_id = api_key_delete },
+        { M_GET, "/v1/capability-keys", AUTH_ADMIN, .run = api_capability_keys_get },
+        { M_POST, "/v1/capability-keys", AUTH_ADMIN, .run = api_capability_keys_rotate },
+        { M_GET, "/v1/secrets", AUTH_API, .call = h_secret_list },
+        { M_POST, "/v1/secrets", AUTH_API, APIREQ_BODY_SECRET, .run_body = api_secret_create },
+        { M_GET, "/v1/secrets/{id}", AUTH_API, .call = h_secret_get },
+        { M_DELETE, "/v1/secrets/{id}", AUTH_API, .call = h_secret_delete },
+        { M_GET, "/v1/sandboxes/{id}/secrets", AUTH_API, .run_id = api_sandbox_secrets_get },
+        { M_GET, "/v1/audit", AUTH_API, .call = h_audit },
+        { M_GET, "/v1/nodes", AUTH_ADMIN, .run = api_node_list },
+        { M_POST, "/v1/nodes/tokens", AUTH_ADMIN, APIREQ_BODY_JOIN_TOKEN, .run_body = api_node_token_create },
+        { M_GET, "/v1/nodes/{id}", AUTH_ADMIN, .run_id = api_node_get },
+        { M_DELETE, "/v1/nodes/{id}", AUTH_ADMIN, .run_id = api_node_delete },
+        { M_POST, "/v1/nodes/{id}/drain", AUTH_ADMIN, .call = h_node_drain },
+        { M_POST, "/v1/nodes/{id}/undrain", AUTH_ADMIN, .call = h_node_undrain },
+        /* the E2B front door's control plane (e2b-api.h); its bodies are
+         * checked by e2b-api.c (SDK versions add fields) */
+        { M_GET, "/v2/sandboxes", AUTH_E2B, .call = h_e2b_sandbox_list },
+        { M_POST, "/v2/sandboxes", AUTH_E2B, .run_body = e2b_sandbox_create },
+        { M_GET, "/sandboxes/{id}", AUTH_E2B, .run_id = e2b_sandbox_get },
+        { M_DELETE, "/sandboxes/{id}", AUTH_E2B, .run_id = e2b_sandbox_kill },
+        { M_POST, "/sandboxes/{id}/timeout", AUTH_E2B, .run_id_body = e2b_sandbox_set_timeout },
+        { M_POST, "/sandboxes/{id}/pause", AUTH_E2B, .run_id_body = e2b_sandbox_pause },
+        { M_POST, "/v2/sandboxes/{id}/connect", AUTH_E2B, .run_id_body = e2b_sandbox_connect },
+        { M_PUT, "/sandboxes/{id}/network", AUTH_E2B, .run_id_body = e2b_sandbox_update_network },
+        { M_POST, "/sandboxes/{id}/fork", AUTH_E2B, .run_id_body = e2b_sandbox_fork },
+        { M_GET, "/sandboxes/{id}/metrics", AUTH_E2B, .call = h_e2b_metrics },
+        { M_POST, "/sandboxes/{id}/snapshots", AUTH_E2B, .run_id_body = e2b_snapshot_create },
+        { M_GET, "/snapshots", AUTH_E2B, .call = h_e2b_snapshot_list },
+        { M_DELETE, "/templates/{id}", AUTH_E2B, .run_id = e2b_snapshot_delete },
+};
+
+/* Runs a route's handler, whichever kind it has. */
+static int route_run(const struct route *rt, const struct call *c, struct api_reply *ret) {
+        if (rt->call)
+                return rt->call(c, ret);
+        if (rt->run_id_body)
+                return rt->run_id_body(c->ctx, c->id, c->body, ret);
+        if (rt->run_id)
+                return rt->run_id(c->ctx, c->id, ret);
+        if (rt->run_body)
+                return rt->run_body(c->ctx, c->body, ret);
+        return rt->run(c->ctx, ret);
+}
+
+/* The methods of rt's path (every line of the table with it). */
+static unsigned route_methods(const struct route *rt) {
+        unsigned m = 0;
+        for (size_t i = 0; i < ARRAY_SIZE(routes); i++)
+                if (strcmp(routes[i].path, rt->path) == 0)
+                        m |= routes[i].method;
+        return m;
+}
+
+/* Splits a path into its segments; empty ones (double or trailing
+ * slashes) are ignored. -E2BIG: too many, or one too long. */
+static int path_split(const char *path, char seg[HTTP_SEGMENTS_MAX][HTTP_PARAM_MAX + 1], size_t *ret_n) {
+        size_t n = 0;
+        for (const char *p = path; *p;) {
+                while (*p == '/')
+                        p++;
+                if (!*p)
+                        break;
+                const char *e = strchrnul(p, '/');
+                size_t l = (size_t) (e - p);
+                if (n == HTTP_SEGMENTS_MAX || l > HTTP_PARAM_MAX)
+                        return -E2BIG;
+                memcpy(seg[n], p, l);
+                seg[n][l] = 0;
+                n++;
+                p = e;
+        }
+        *ret_n = n;
+        return 0;
+}
+
+/* Whether url's segments fit rt's path; then its parameters ("{...}"
+ * segments) in order in *ret_captured (at most two). */
+static bool route_fits(const struct route *rt, char seg[HTTP_SEGMENTS_MAX][HTTP_PARAM_MAX + 1], size_t nseg,
+                       const char *ret_captured[2]) {
+        char pat[HTTP_SEGMENTS_MAX][HTTP_PARAM_MAX + 1];
+        size_t n, k = 0;
+        if (path_split(rt->path, pat, &n) < 0 || n != nseg)
+                return false;
+        ret_captured[0] = ret_captured[1] = NULL;
+        for (size_t j = 0; j < n; j++) {
+                if (pat[j][0] == '{') {
+                        if (k < 2)
+                                ret_captured[k++] = seg[j];
+                } else if (strcmp(pat[j], seg[j]) != 0)
+                        return false;
+        }
+        return true;
+}
+
+/*
+ * Finds the route of url and method: the first line of the table whose path
+ * fits, then the line of that path with the method; when it has none, its
+ * first line (the caller answers 405). NULL when no path fits, or the
+ * parameters cannot be names.
+ */
+static const struct route *route_match(const char *url, unsigned method, char *param, char *param2,
+                                       size_t param_n) {
+        char seg[HTTP_SEGMENTS_MAX][HTTP_PARAM_MAX + 1];
+        size_t nseg;
+        if (path_split(url, seg, &nseg) < 0)
+                return NULL;
+        const struct route *found = NULL;
+        for (size_t i = 0; i < ARRAY_SIZE(routes); i++) {
+                const struct route *rt = &routes[i];
+                if (found) {
+                        if (strcmp(rt->path, found->path) == 0 && (rt->method & method))
+                                return rt;
+                        continue;
+                }
+                const char *captured[2];
+                if (!route_fits(rt, seg, nseg, captured))
+                        continue;
+                if ((captured[0] && !name_is_valid(captured[0])) || (captured[1] && !name_is_valid(captured[1])))
+                        return NULL; /* cannot name anything we hold */
+                size_t l2 = captured[1] ? strnlen(captured[1], param_n - 1) : 0;
+                if (l2)
+                        memcpy(param2, captured[1], l2);
+                param2[l2] = 0;
+                size_t l = captured[0] ? strnlen(captured[0], param_n - 1) : 0;
+                if (l)
+                        memcpy(param, captured[0], l);
+                param[l] = 0;
+                if (rt->method & method)
+                        return rt;
+                found = rt;
+        }
+        return found;
+}
+
 /* First call for a request: route, authenticate, and start uploads. */
 static enum MHD_Result request_begin(struct request *req, struct MHD_Connection *conn, const char *url,
                                      const char *method) {
@@ -713,7 +866,7 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
                 struct MHD_Response *resp = console_response(cfg, url, &status);
                 return queue(req, conn, status, resp);
         }
-        req->route = route_match(url, req->param, req->param2, sizeof req->param);
+        req->route = route_match(url, req->method, req->param, req->param2, sizeof req->param);
 
         int r = authenticate(req, conn);
         if (r < 0)
@@ -723,15 +876,15 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
                                    : r == -EPERM ? "tenants and keys are managed with the admin token" : NULL);
         if (!req->route)
                 return queue_error(req, conn, -ENOENT, "no such endpoint");
-        if (!(req->route->methods & req->method)) {
+        if (!(req->route->method & req->method)) {
                 char msg[128], allow[64];
-                methods_string(req->route->methods, allow, sizeof allow);
+                methods_string(route_methods(req->route), allow, sizeof allow);
                 snprintf(msg, sizeof msg, "method %.16s not allowed here (allowed: %s)", method, allow);
                 return queue_error(req, conn, -EOPNOTSUPP, msg);
         }
 
         int64_t clen = content_length(conn);
-        if (req->route->id == R_FILES && req->method == M_PUT) {
+        if (req->route->flags & ROUTE_UPLOAD) {
                 char err[API_ERRMSG_MAX] = "";
                 const char *path;
                 if ((r = query_path(conn, &path, err)) < 0)
@@ -761,7 +914,7 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
                         return queue_error(req, conn, r, ctx.err);
                 return MHD_YES;
         }
-        if (req->route->id == R_TEMPLATES && req->method == M_POST && formupload_is_multipart(conn)) {
+        if ((req->route->flags & ROUTE_FORM) && formupload_is_multipart(conn)) {
                 /* a spec and its build context: the context goes to a
                  * temporary file as it arrives */
                 if (clen > 0 && (uint64_t) clen > API_TEMPLATE_CONTEXT_MAX + cfg->max_json_body)
@@ -857,8 +1010,6 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         struct api_ctx ctx;
         struct api_reply rep = { 0 };
         _cleanup_(json_decrefp) json_t *body = NULL;
-        const char *id = req->param;
-        const char *path = NULL;
         const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key");
         int r;
 
@@ -891,7 +1042,7 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 return queue_error(req, conn, r, ctx.err);
         if (req->form && !(body_text = formupload_json(req->form, &body_len)))
                 return queue_error(req, conn, -EINVAL, "the form has no 'request' part (the JSON request)");
-        if (req->method == M_POST || (req->method == M_PUT && req->route->id != R_FILES)) {
+        if ((req->method & (M_POST | M_PUT)) && !(req->route->flags & ROUTE_UPLOAD)) {
                 r = apireq_parse_object(body_text, body_len, &body, ctx.err);
                 /* strict: a field no handler reads is the client's mistake
                  * (a misspelt security setting must not just be dropped) */
@@ -901,234 +1052,12 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                         return queue_error(req, conn, r, ctx.err);
         }
 
-        switch (req->route->id) {
-        case R_HEALTH:
-                r = api_health(&ctx, &rep);
-                break;
-        case R_METRICS:
-                r = api_metrics_get(&ctx, query_bool(conn, "per_sandbox"), &rep);
-                break;
-        case R_SANDBOX_METRICS:
-                r = api_sandbox_metrics(&ctx, id, &rep);
-                break;
-        case R_LIFECYCLE_EVENTS:
-                r = api_events(&ctx, query_arg(conn, "sandbox_id", NULL), query_arg(conn, "after", NULL),
-                               MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Last-Event-ID"), &rep);
-                break;
-        case R_TEMPLATES:
-                if (req->method == M_GET) {
-                        r = api_templates_list(&ctx, &rep);
-                        break;
-                }
-                char context_sha[65];
-                const char *context = req->form ? formupload_file(req->form, context_sha) : NULL;
-                r = api_template_create(&ctx, body, context, context ? context_sha : NULL, &rep);
-                break;
-        case R_TEMPLATE:
-                r = req->method == M_GET ? api_template_get(&ctx, id, &rep) : api_template_delete(&ctx, id, &rep);
-                break;
-        case R_TEMPLATE_LOGS:
-                r = api_template_logs(&ctx, id, req->param2, &rep);
-                break;
-        case R_POOLS:
-                r = api_pools_list(&ctx, &rep);
-                break;
-        case R_SANDBOXES:
-                r = req->method == M_POST ? api_sandbox_create(&ctx, body, key, &rep) : api_sandbox_list(&ctx, &rep);
-                break;
-        case R_SANDBOX:
-                r = req->method == M_DELETE ? api_sandbox_delete(&ctx, id, key, query_bool(conn, "keep_snapshots"), &rep)
-                                            : api_sandbox_get(&ctx, id, &rep);
-                break;
-        case R_EXEC:
-                r = api_exec(&ctx, id, body, &rep);
-                break;
-        case R_SESSIONS:
-                r = api_session_create(&ctx, id, body, &rep);
-                break;
-        case R_FILES:
-                if (req->method == M_PUT) {
-                        if (!req->upload)
-                                return MHD_NO; /* already answered */
-                        r = api_upload_finish(&ctx, req->upload, req->upload_path, req->upload_bytes, &rep);
-                        node_conn_free(TAKE_PTR(req->upload));
-                        break;
-                }
-                if ((r = query_path(conn, &path, ctx.err)) < 0)
-                        break;
-                r = req->method == M_GET ? api_file_read(&ctx, id, path, NULL, &rep)
-                                         : api_file_remove(&ctx, id, path, query_bool(conn, "recursive"), &rep);
-                break;
-        case R_LS:
-                if ((r = query_path(conn, &path, ctx.err)) < 0)
-                        break;
-                r = api_file_list(&ctx, id, path, &rep);
-                break;
-        case R_SESSION:
-                r = api_session_get(&ctx, id, &rep);
-                break;
-        case R_EVENTS:
-                r = api_session_events(&ctx, id, &rep);
-                break;
-        case R_STDIN:
-                r = api_session_stdin(&ctx, id, body, &rep);
-                break;
-        case R_SIGNAL:
-                r = api_session_signal(&ctx, id, body, &rep);
-                break;
-        case R_RESIZE:
-                r = api_session_resize(&ctx, id, body, &rep);
-                break;
-        case R_PAUSE:
-        case R_RESUME:
-        case R_STOP:
-        case R_START:
-        case R_ROLLBACK:
-        case R_SUSPEND:
-        case R_WAKE:
-        case R_FORK: {
-                static const char *const verbs[] = { [R_PAUSE - R_PAUSE] = "pause", [R_RESUME - R_PAUSE] = "resume",
-                                                     [R_STOP - R_PAUSE] = "stop", [R_START - R_PAUSE] = "start",
-                                                     [R_ROLLBACK - R_PAUSE] = "rollback",
-                                                     [R_SUSPEND - R_PAUSE] = "suspend", [R_WAKE - R_PAUSE] = "wake",
-                                                     [R_FORK - R_PAUSE] = "fork" };
-                r = api_sandbox_verb(&ctx, id, verbs[req->route->id - R_PAUSE], body, key, query_bool(conn, "wait"),
-                                     &rep);
-                break;
-        }
-        case R_SNAPSHOTS:
-                r = req->method == M_POST ? api_snapshot_create(&ctx, id, body, &rep) : api_snapshot_list(&ctx, id, &rep);
-                break;
-        case R_SANDBOX_IMAGES:
-                r = api_image_create(&ctx, id, body, &rep);
-                break;
-        case R_IMAGES:
-                r = api_image_list(&ctx, query_arg(conn, "sandbox_id", NULL), &rep);
-                break;
-        case R_IMAGE:
-                r = req->method == M_GET ? api_image_get(&ctx, id, &rep) : api_image_delete(&ctx, id, &rep);
-                break;
-        case R_OPERATION:
-                r = api_operation_get(&ctx, id, &rep);
-                break;
-        case R_NODES:
-                r = api_node_list(&ctx, &rep);
-                break;
-        case R_NODE_TOKENS:
-                r = api_node_token_create(&ctx, body, &rep);
-                break;
-        case R_NODE:
-                r = req->method == M_GET ? api_node_get(&ctx, id, &rep) : api_node_delete(&ctx, id, &rep);
-                break;
-        case R_NODE_DRAIN:
-        case R_NODE_UNDRAIN:
-                r = api_node_drain(&ctx, id, req->route->id == R_NODE_DRAIN, &rep);
-                break;
-        case R_TENANTS:
-                r = req->method == M_POST ? api_tenant_create(&ctx, body, &rep) : api_tenant_list(&ctx, &rep);
-                break;
-        case R_TENANT:
-                r = req->method == M_GET ? api_tenant_get(&ctx, id, &rep) : api_tenant_delete(&ctx, id, &rep);
-                break;
-        case R_TENANT_NETWORK:
-                r = req->method == M_GET   ? api_tenant_network_get(&ctx, id, &rep)
-                    : req->method == M_PUT ? api_tenant_network_put(&ctx, id, body, &rep)
-                                           : api_tenant_network_delete(&ctx, id, &rep);
-                break;
-        case R_NETWORK:
-                r = req->method == M_PUT ? api_sandbox_network_put(&ctx, id, body, &rep)
-                                         : api_sandbox_network_get(&ctx, id, &rep);
-                break;
-        case R_NETWORK_LOG:
-                r = api_sandbox_network_log(&ctx, id, query_arg(conn, "limit", NULL), &rep);
-                break;
-        case R_TENANT_KEYS:
-                r = req->method == M_POST ? api_key_create(&ctx, id, body, &rep) : api_key_list(&ctx, id, &rep);
-                break;
-        case R_KEY:
-                r = api_key_delete(&ctx, id, &rep);
-                break;
-        case R_TENANT_KMS:
-                r = req->method == M_PUT ? api_tenant_kms_put(&ctx, id, body, &rep) : api_tenant_kms_get(&ctx, id, &rep);
-                break;
-        case R_TENANT_KMS_ROTATE:
-                r = api_tenant_kms_rotate(&ctx, id, &rep);
-                break;
-        case R_TENANT_KMS_REVOKE:
-                r = api_tenant_kms_revoke(&ctx, id, &rep);
-                break;
-        case R_CAP_KEYS:
-                r = req->method == M_POST ? api_capability_keys_rotate(&ctx, &rep) : api_capability_keys_get(&ctx, &rep);
-                break;
-        case R_SECRETS:
-                r = req->method == M_POST ? api_secret_create(&ctx, body, &rep)
-                                          : api_secret_list(&ctx, query_arg(conn, "tenant", NULL), &rep);
-                break;
-        case R_SECRET:
-                r = req->method == M_DELETE ? api_secret_delete(&ctx, id, query_arg(conn, "tenant", NULL), &rep)
-                                            : api_secret_get(&ctx, id, query_arg(conn, "tenant", NULL), &rep);
-                break;
-        case R_SANDBOX_SECRETS:
-                r = api_sandbox_secrets_get(&ctx, id, &rep);
-                break;
-        case R_AUDIT:
-                r = api_audit_get(&ctx, query_arg(conn, "sandbox", NULL), query_arg(conn, "secret", NULL),
-                                  query_arg(conn, "limit", NULL), &rep);
-                break;
-        case R_E2B_SANDBOXES:
-                if (req->method == M_POST)
-                        r = e2b_sandbox_create(&ctx, body, &rep);
-                else {
-                        struct e2b_list_query q = {
-                                .state = query_arg(conn, "state", NULL),
-                                .metadata = query_arg(conn, "metadata", NULL),
-                                .limit = query_arg(conn, "limit", NULL),
-                                .next_token = query_arg(conn, "nextToken", NULL),
-                                .order = query_arg(conn, "order", NULL),
-                        };
-                        r = e2b_sandbox_list(&ctx, &q, &rep);
-                }
-                break;
-        case R_E2B_SANDBOX:
-                r = req->method == M_DELETE ? e2b_sandbox_kill(&ctx, id, &rep) : e2b_sandbox_get(&ctx, id, &rep);
-                break;
-        case R_E2B_TIMEOUT:
-                r = e2b_sandbox_set_timeout(&ctx, id, body, &rep);
-                break;
-        case R_E2B_PAUSE:
-                r = e2b_sandbox_pause(&ctx, id, body, &rep);
-                break;
-        case R_E2B_CONNECT:
-                r = e2b_sandbox_connect(&ctx, id, body, &rep);
-                break;
-        case R_E2B_METRICS:
-                r = e2b_sandbox_metrics(&ctx, id, query_arg(conn, "start", NULL), query_arg(conn, "end", NULL), &rep);
-                break;
-        case R_E2B_FORK:
-                r = e2b_sandbox_fork(&ctx, id, body, &rep);
-                break;
-        case R_E2B_NETWORK:
-                r = e2b_sandbox_update_network(&ctx, id, body, &rep);
-                break;
-        case R_E2B_SNAPSHOT_CREATE:
-                r = e2b_snapshot_create(&ctx, id, body, &rep);
-                break;
-        case R_E2B_SNAPSHOTS: {
-                struct e2b_list_query q = {
-                        .sandbox_id = query_arg(conn, "sandboxID", NULL),
-                        .name = query_arg(conn, "name", NULL),
-                        .limit = query_arg(conn, "limit", NULL),
-                        .next_token = query_arg(conn, "nextToken", NULL),
-                };
-                r = e2b_snapshot_list(&ctx, &q, &rep);
-                break;
-        }
-        case R_E2B_TEMPLATE:
-                r = e2b_snapshot_delete(&ctx, id, &rep);
-                break;
-        default:
-                r = -ENOENT;
-        }
+        if ((req->route->flags & ROUTE_UPLOAD) && !req->upload)
+                return MHD_NO; /* already answered */
+        struct call c = { .req = req, .conn = conn, .ctx = &ctx, .id = req->param, .body = body, .key = key };
+        r = req->route->flags & ROUTE_PATH ? query_path(conn, &c.path, ctx.err) : 0;
+        if (r >= 0)
+                r = route_run(req->route, &c, &rep);
         if (r < 0) {
                 api_reply_release(&rep);
                 return queue_error(req, conn, r, ctx.err);
@@ -1186,26 +1115,10 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         return request_finish(req, conn);
 }
 
-/* A route as the metrics name it: "/v1/sandboxes/{id}/exec" (a path of no
- * route: "unmatched", so a scanner cannot make a series per URL). */
-static char route_patterns[ARRAY_SIZE(routes)][HTTP_SEGMENTS_MAX * 24];
-static pthread_once_t route_patterns_once = PTHREAD_ONCE_INIT;
-
-static void route_patterns_make(void) {
-        for (size_t i = 0; i < ARRAY_SIZE(routes); i++) {
-                char *p = route_patterns[i];
-                size_t n = sizeof route_patterns[i], len = 0;
-                for (size_t k = 0; k < HTTP_SEGMENTS_MAX && routes[i].seg[k] && len < n; k++)
-                        len += (size_t) snprintf(p + len, n - len, "/%s",
-                                                 strcmp(routes[i].seg[k], "*") == 0 ? "{id}" : routes[i].seg[k]);
-        }
-}
-
+/* A route as the metrics name it: its path, "/v1/sandboxes/{id}/exec" (a
+ * path of no route: "unmatched", so a scanner cannot make a series per URL). */
 static const char *route_pattern(const struct route *r) {
-        if (!r)
-                return "unmatched";
-        pthread_once(&route_patterns_once, route_patterns_make);
-        return route_patterns[r - routes];
+        return r ? r->path : "unmatched";
 }
 
 static const char *method_label(unsigned m) {

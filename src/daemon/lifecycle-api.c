@@ -31,7 +31,7 @@
 #include "macros.h"
 #include "nodeclient.h"
 #include "nodes.h"
-#include "replica.h"
+#include "replica-share.h"
 #include "util.h"
 
 #define LIFECYCLE_WORKERS_MAX 64          /* verbs running at once, all sandboxes */
@@ -451,6 +451,21 @@ bool api_idempotency_key_is_valid(const char *k) {
         return true;
 }
 
+int api_idempotency_key_check(struct api_ctx *ctx, const char *key) {
+        if (key && !api_idempotency_key_is_valid(key))
+                return api_fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
+                                API_IDEMPOTENCY_KEY_MAX);
+        return 0;
+}
+
+int api_operation_insert(struct api_ctx *ctx, struct store_operation *op) {
+        replica_op_lease(op);
+        int r = store_operation_insert(ctx->store, op);
+        if (r < 0 && !(r == -EEXIST && op->idempotency_key))
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+        return r;
+}
+
 int api_operation_by_key(struct api_ctx *ctx, const char *key, struct store_operation *ret) {
         _cleanup_(store_operation_release) struct store_operation op = { 0 };
         int r = store_operation_find_by_key(ctx->store, key, &op);
@@ -526,6 +541,29 @@ int api_sandbox_wake(struct api_ctx *ctx, const char *id) {
         }
         api_reply_release(&rep);
         return r;
+}
+
+/* A sandbox must be running to take commands; a suspended one is woken
+ * first, transparently (sb is read again). */
+int api_sandbox_require_running(struct api_ctx *ctx, struct store_sandbox *sb) {
+        if (strcmp(sb->state, "suspended") == 0) {
+                _cleanup_free_ char *id = strdup(sb->id);
+                if (!id)
+                        return -ENOMEM;
+                int r = api_sandbox_wake(ctx, id);
+                if (r < 0)
+                        return r;
+                store_sandbox_release(sb);
+                *sb = (struct store_sandbox){ 0 };
+                if ((r = api_sandbox_lookup(ctx, id, sb)) < 0)
+                        return r;
+        }
+        if (strcmp(sb->state, "running") == 0)
+                return 0;
+        if (strcmp(sb->state, "creating") == 0)
+                return api_fail(ctx, -EBUSY, "sandbox '%s' is still being created", sb->id);
+        return api_fail(ctx, -EBUSY, "sandbox '%s' is %s%s%.160s", sb->id, sb->state, sb->error ? ": " : "",
+                        sb->error ? sb->error : "");
 }
 
 /* A wake of a suspended sandbox whose node is away (lost, draining, or no
@@ -610,18 +648,15 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         if (r < 0)
                 return api_fail(ctx, -ENOENT, "no such verb");
         const struct lifecycle_transition *t = lifecycle_get(verb);
-        if (idempotency_key && !api_idempotency_key_is_valid(idempotency_key))
-                return api_fail(ctx, -EINVAL, "Idempotency-Key must be 1-%d printable ASCII characters",
-                                API_IDEMPOTENCY_KEY_MAX);
+        if ((r = api_idempotency_key_check(ctx, idempotency_key)) < 0)
+                return r;
 
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         r = store_sandbox_get(ctx->store, id, &sb);
         if (r >= 0 && !api_tenant_may_see(ctx, sb.tenant_id))
                 r = -ENOENT; /* another tenant's: as if there were none */
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "sandbox '%.64s' not found", id);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read sandbox: %m");
+                return api_read_fail(ctx, r, "sandbox", id);
         if (idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
                 return r < 0 ? r : 0;
         char snapshot_id[80] = "", child_id[32] = "";
@@ -660,13 +695,12 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
         struct store_operation op = { .id = op_id, .sandbox_id = (char *) id, .verb = (char *) t->name,
                                       .state = "pending", .idempotency_key = (char *) idempotency_key,
                                       .detail = detail };
-        replica_op_lease(&op);
-        r = store_operation_insert(ctx->store, &op);
+        r = api_operation_insert(ctx, &op);
         /* the same key raced in from a second request: answer with its operation */
         if (r == -EEXIST && idempotency_key && (r = replay_by_key(ctx, id, t->name, idempotency_key, wait, ret)) != 0)
                 return r < 0 ? r : 0;
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert operation: %m");
+                return r;
 
         /* claim: only one request moves the row out of its current state */
         r = store_sandbox_transition(ctx->store, id, sb.state, t->transitional, t->target);
@@ -730,10 +764,8 @@ int api_operation_get(struct api_ctx *ctx, const char *op_id, struct api_reply *
         int r = store_operation_get(ctx->store, op_id, &op);
         if (r >= 0 && !api_tenant_may_see(ctx, op.tenant_id))
                 r = -ENOENT; /* another tenant's: as if there were none */
-        if (r == -ENOENT)
-                return api_fail(ctx, r, "operation '%.64s' not found", op_id);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read operation: %m");
+                return api_read_fail(ctx, r, "operation", op_id);
         json_t *o = api_operation_json(&op);
         if (!o)
                 return -ENOMEM;

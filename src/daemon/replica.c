@@ -20,6 +20,7 @@
 #include "cap.h"
 #include "cluster.h"
 #include "datakey.h"
+#include "dataplane.h"
 #include "lifecycle.h"
 #include "link.h"
 #include "log.h"
@@ -52,6 +53,7 @@ struct replica {
         int stop_pipe[2];
         pthread_t accept_thread, beat_thread;
         bool accept_started, beat_started;
+        bool hooked; /* dataplane.c calls keys_rotated() */
         atomic_int conns;
         int64_t started_at;
 };
@@ -62,23 +64,8 @@ struct replica *replica_self(void) {
         return self;
 }
 
-/* the live replicas as the last beat read them: their count and where
- * this one sorts among them (replica_owns()) */
-static atomic_uint live_count = 1, live_index = 0;
-
-static uint32_t id_hash(const char *s) {
-        uint32_t h = 2166136261u;
-        for (; *s; s++)
-                h = (h ^ (uint8_t) *s) * 16777619u;
-        return h;
-}
-
-bool replica_owns(const char *key) {
-        unsigned n = atomic_load(&live_count), i = atomic_load(&live_index);
-        return !self || n <= 1 || id_hash(key) % n == i;
-}
-
-/* Reads who is alive (seen within a few beats), for replica_owns(). */
+/* Reads who is alive (seen within a few beats), for replica_owns()
+ * (replica-share.c). */
 static void live_refresh(struct replica *rp) {
         struct store_replica *reps = NULL;
         size_t n = 0;
@@ -93,16 +80,7 @@ static void live_refresh(struct replica *rp) {
                         found = true;
                 }
         store_replica_array_free(reps, n);
-        atomic_store(&live_index, found ? index : 0);
-        atomic_store(&live_count, found ? (unsigned) n : 1);
-}
-
-void replica_op_lease(struct store_operation *op) {
-        /* alone on its store, a restart settles what it left (main.c) */
-        if (!self || !self->config->shared_store)
-                return;
-        op->owner = self->id;
-        op->lease_until = now_unix_ms() + REPLICA_LEASE_MS;
+        replica_share_set_live(found ? index : 0, found ? (unsigned) n : 1);
 }
 
 /* ---- what replies carry ---- */
@@ -517,9 +495,10 @@ out:
         store_replica_array_free(reps, n_reps);
 }
 
-void replica_keys_changed(void) {
-        if (self)
-                publish_cap_keys(self);
+/* dataplane.c's key publisher: a rotation puts the new key in the store
+ * before it signs. */
+static void keys_rotated(void *userdata) {
+        publish_cap_keys(userdata);
 }
 
 /* Marks the nodes silent past the grace lost, and their sandboxes: a
@@ -674,6 +653,9 @@ int replica_start(const struct daemon_config *config, struct store *store, struc
                 return r;
         }
         publish_cap_keys(rp);
+        replica_share_set_self(rp->id, config->shared_store);
+        dataplane_set_key_publisher(keys_rotated, rp);
+        rp->hooked = true;
         self = rp; /* before the threads: the beat settles operations */
         if (rp->listen_fd >= 0) {
                 if ((r = -pthread_create(&rp->accept_thread, NULL, accept_main, rp)) < 0) {
@@ -711,6 +693,9 @@ void replica_stop(struct replica *rp) {
                 usleep(10000);
         if (self == rp)
                 self = NULL;
+        replica_share_forget(rp->id);
+        if (rp->hooked)
+                dataplane_set_key_publisher(NULL, NULL);
         if (rp->listen_fd >= 0)
                 close(rp->listen_fd);
         if (rp->stop_pipe[0] >= 0)

@@ -15,12 +15,19 @@
  *     with them; a lost node that beats again is reconciled: what it still
  *     runs is adopted, what the store deleted is removed from it.
  * Without --cluster-listen, nothing starts: one machine, its own node.
+ *
+ * What the handlers and loops ask of this replica (replica_owns(),
+ * replica_op_lease()) is in replica-share.h, below them; a key rotation
+ * reaches the replica through dataplane_set_key_publisher(), registered
+ * here at start. Nothing calls up into replica.c but main.c and the node
+ * admin API (join tokens).
  */
 
 #include <stdint.h>
 
 #include "config.h"
 #include "macros.h"
+#include "replica-share.h"
 #include "store.h"
 
 struct replica;
@@ -36,26 +43,5 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct replica *, replica_stop)
 int replica_join_token(struct replica *r, int64_t ttl_s, char *out, size_t n, char ret_id[17],
                        int64_t *ret_expires_at);
 
-/* Publishes this replica's capability public keys at once (after a
- * rotation), not at the next tenth beat. */
-void replica_keys_changed(void);
-
 /* The replica of this process, or NULL without a cluster port. */
 struct replica *replica_self(void);
-
-/* How long an operation's lease lasts past its owner's last renewal: a
- * replica that died is noticed this much later, and the operations it
- * carried are settled by another (api_operation_take_over()). */
-#define REPLICA_LEASE_MS 10000
-
-/* Marks an operation about to be inserted as carried by this replica,
- * with a fresh lease: on a shared store (PostgreSQL); on one machine
- * (SQLite) leaves it without owner (a restart settles all). */
-void replica_op_lease(struct store_operation *op);
-
-/* Whether this replica does the background work of a sandbox (by its id:
- * scheduled snapshots, idle suspends, lifetimes) or of a node (by its
- * name: the orphan sweep): on a shared store the live replicas split them
- * by a hash of the key, so that no two take the same scheduled snapshot;
- * alone, all are its. */
-bool replica_owns(const char *key);

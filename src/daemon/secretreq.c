@@ -176,58 +176,57 @@ static int parse_basic(const json_t *v, json_t **ret, char *err) {
         return *ret ? 0 : -ENOMEM;
 }
 
-static int parse_methods(const json_t *v, json_t **ret, char *err) {
+/* An optional array field of at most max entries (what: of what), each
+ * passing check (which writes its message, naming field[i], to err);
+ * absent or null: []. *ret is a copy. */
+static int parse_list(const json_t *v, const char *field, size_t max, const char *what,
+                      int (*check)(const json_t *e, size_t i, char *err), json_t **ret, char *err) {
         if (!v || json_is_null(v)) {
                 *ret = json_array();
                 return *ret ? 0 : -ENOMEM;
         }
-        if (!json_is_array(v) || json_array_size(v) > SECRETREQ_METHODS_MAX)
-                return bad(err, "field 'methods' must be an array of at most %d methods", SECRETREQ_METHODS_MAX);
+        if (!json_is_array(v) || json_array_size(v) > max)
+                return bad(err, "field '%s' must be an array of at most %zu %s", field, max, what);
         size_t i;
         json_t *e;
         json_array_foreach(v, i, e) {
-                const char *m = json_string_value(e);
-                size_t n = json_string_length(e);
-                bool ok = m && n >= 1 && n <= 16;
-                for (size_t k = 0; ok && k < n; k++)
-                        ok = m[k] >= 'A' && m[k] <= 'Z';
-                if (!ok)
-                        return bad(err, "field 'methods[%zu]' must be an HTTP method in capitals (\"GET\")", i);
+                int r = check(e, i, err);
+                if (r < 0)
+                        return r;
         }
         *ret = json_deep_copy(v);
         return *ret ? 0 : -ENOMEM;
 }
 
-static int parse_paths(const json_t *v, json_t **ret, char *err) {
-        if (!v || json_is_null(v)) {
-                *ret = json_array();
-                return *ret ? 0 : -ENOMEM;
-        }
-        if (!json_is_array(v) || json_array_size(v) > SECRETREQ_PATHS_MAX)
-                return bad(err, "field 'paths' must be an array of at most %d path prefixes", SECRETREQ_PATHS_MAX);
-        size_t i;
-        json_t *e;
-        json_array_foreach(v, i, e) {
-                const char *p = json_string_value(e);
-                size_t n = json_string_length(e);
-                if (!p || n == 0 || n > SECRETREQ_PATH_MAX || p[0] != '/' || !printable(p, n, false) ||
-                    memchr(p, '?', n) || memchr(p, '#', n))
-                        return bad(err,
-                                   "field 'paths[%zu]' must be a path prefix starting with '/' (no spaces, '?' "
-                                   "or '#', at most %d characters)",
-                                   i, SECRETREQ_PATH_MAX);
-                /* the gateway compares requests' paths as the origin reads
-                 * them (credset_path_canonical()): a prefix is written so */
-                char canon[SECRETREQ_PATH_MAX + 1];
-                const char *why = NULL;
-                if (credset_path_canonical(p, n, canon, sizeof canon, &why) < 0)
-                        return bad(err, "field 'paths[%zu]' is refused: %s", i, why);
-                if (strcmp(canon, p) != 0)
-                        return bad(err, "field 'paths[%zu]' must be written as requests are compared: \"%s\"", i,
-                                   canon);
-        }
-        *ret = json_deep_copy(v);
-        return *ret ? 0 : -ENOMEM;
+static int check_method(const json_t *e, size_t i, char *err) {
+        const char *m = json_string_value(e);
+        size_t n = json_string_length(e);
+        bool ok = m && n >= 1 && n <= 16;
+        for (size_t k = 0; ok && k < n; k++)
+                ok = m[k] >= 'A' && m[k] <= 'Z';
+        if (!ok)
+                return bad(err, "field 'methods[%zu]' must be an HTTP method in capitals (\"GET\")", i);
+        return 0;
+}
+
+static int check_path(const json_t *e, size_t i, char *err) {
+        const char *p = json_string_value(e);
+        size_t n = json_string_length(e);
+        if (!p || n == 0 || n > SECRETREQ_PATH_MAX || p[0] != '/' || !printable(p, n, false) || memchr(p, '?', n) ||
+            memchr(p, '#', n))
+                return bad(err,
+                           "field 'paths[%zu]' must be a path prefix starting with '/' (no spaces, '?' "
+                           "or '#', at most %d characters)",
+                           i, SECRETREQ_PATH_MAX);
+        /* the gateway compares requests' paths as the origin reads them
+         * (credset_path_canonical()): a prefix is written so */
+        char canon[SECRETREQ_PATH_MAX + 1];
+        const char *why = NULL;
+        if (credset_path_canonical(p, n, canon, sizeof canon, &why) < 0)
+                return bad(err, "field 'paths[%zu]' is refused: %s", i, why);
+        if (strcmp(canon, p) != 0)
+                return bad(err, "field 'paths[%zu]' must be written as requests are compared: \"%s\"", i, canon);
+        return 0;
 }
 
 static int digits(const char *s, int n, int *ret) {
@@ -350,8 +349,10 @@ int secretreq_parse(const json_t *o, int64_t now_s, struct secretreq *ret, char 
                           : ((inject = json_pack("{s:s, s:s}", "header", "Authorization", "template", "Bearer {value}"))
                                      ? 0
                                      : -ENOMEM)) < 0 ||
-            (r = parse_methods(json_object_get(o, "methods"), &methods, err)) < 0 ||
-            (r = parse_paths(json_object_get(o, "paths"), &paths, err)) < 0 ||
+            (r = parse_list(json_object_get(o, "methods"), "methods", SECRETREQ_METHODS_MAX, "methods", check_method,
+                            &methods, err)) < 0 ||
+            (r = parse_list(json_object_get(o, "paths"), "paths", SECRETREQ_PATHS_MAX, "path prefixes", check_path,
+                            &paths, err)) < 0 ||
             (r = parse_expiry(json_object_get(o, "expires_at"), now_s, &q.expires_at, err)) < 0 ||
             (r = opt_id(o, "tenant", &q.tenant, err)) < 0 || (r = opt_id(o, "sandbox", &q.sandbox, err)) < 0)
                 return r;
