@@ -55,11 +55,3 @@ int spawn_start(const struct daemon_config *c, void *userdata, pid_t *ret_pid);
  * for spawn_stop()). */
 int spawn_restart(const struct daemon_config *c, uint64_t *restarts, size_t *n, spawn_start_fn start,
                  spawn_wait_fn wait, void *userdata, pid_t *ret_pid);
-
-/* The names src/daemon/main.c still calls these by (from before they moved
- * here from src/daemon); to go once it uses the spawn_ ones. */
-#define node_start spawn_start
-#define node_stop spawn_stop
-#define node_restart spawn_restart
-#define NODE_STOP_GRACE_S SPAWN_STOP_GRACE_S
-#define NODE_RESTARTS_MAX SPAWN_RESTARTS_MAX

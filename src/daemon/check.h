@@ -97,9 +97,6 @@ json_t *check_report_json(const struct check_report *r);
  */
 int check_startup(const struct daemon_config *c, FILE *err);
 
-/* The name airlockd's main.c calls config_start_failed() (lib/config) by,
- * from before it moved there; to go once main.c uses that. */
-#define check_start_failed config_start_failed
 
 /*
  * Reads CONTROL_DIR/format: *ret_format gets its number, or

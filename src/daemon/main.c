@@ -95,20 +95,20 @@ static int data_format(const struct daemon_config *c) {
         unsigned format;
         int r = check_format_read(c->control_dir, &format);
         if (r == -EBADMSG)
-                return check_start_failed(
+                return config_start_failed(
                         r, "%s/%s holds no format number; restore it or use another --data-dir",
                         c->control_dir, CHECK_FORMAT_FILE);
         if (r < 0)
-                return check_start_failed(r, "cannot read %s/%s: %m", c->control_dir, CHECK_FORMAT_FILE);
+                return config_start_failed(r, "cannot read %s/%s: %m", c->control_dir, CHECK_FORMAT_FILE);
         if (format > CHECK_DATA_FORMAT)
-                return check_start_failed(
+                return config_start_failed(
                         -EPROTO,
                         "data dir %s has format %u, newer than this airlockd %s knows (%u); run the "
                         "newer Airlock on it, or start this one with another --data-dir",
                         c->data_dir, format, AIRLOCK_VERSION, CHECK_DATA_FORMAT);
         r = check_format_write(c->control_dir);
         if (r < 0)
-                return check_start_failed(r, "cannot write %s/%s: %m%s", c->control_dir, CHECK_FORMAT_FILE,
+                return config_start_failed(r, "cannot write %s/%s: %m%s", c->control_dir, CHECK_FORMAT_FILE,
                                           r == -ENOSPC ? " (the disk is full: free space)" : "");
         return 0;
 }
@@ -123,7 +123,7 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         struct api_audit_poller *audit = NULL;
         struct progress_watch *progress = NULL;
         pid_t node_pid = -1;
-        uint64_t restarts[NODE_RESTARTS_MAX];
+        uint64_t restarts[SPAWN_RESTARTS_MAX];
         size_t n_restarts = 0;
         int r, exit_code = 0;
         *ret_served = false;
@@ -139,47 +139,47 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
 
         umask(0077); /* what airlockd writes is its own (keys set their modes) */
         if ((r = prepare_dirs(c)) < 0)
-                return check_start_failed(r, "cannot set up the data dir %s: %m%s", c->data_dir,
+                return config_start_failed(r, "cannot set up the data dir %s: %m%s", c->data_dir,
                                           r == -ENOSPC ? " (the disk is full: free space)" : "");
         if ((r = data_format(c)) < 0)
                 return r;
         r = store_open(c->database, &store);
         if (r == -EPROTO)
-                return check_start_failed(
+                return config_start_failed(
                         r,
                         "the store %s was written by a newer airlockd; run that version, or start "
                         "this one with another --data-dir",
                         c->database);
         if (r < 0)
-                return check_start_failed(log_error_errno(r, "Failed to open store %s: %m", c->database),
+                return config_start_failed(log_error_errno(r, "Failed to open store %s: %m", c->database),
                                           "cannot open the store %s: %m", c->database);
         bool created;
         r = auth_admin_token_init(store, c->control_dir, c->shared_store, &created);
         if (r < 0)
-                return check_start_failed(
+                return config_start_failed(
                         log_error_errno(r, "Failed to set up the admin token in %s: %m", c->control_dir),
                         "cannot set up the admin token in %s: %m", c->control_dir);
         log_info("admin token %s %s/%s", created ? "written to" : "loaded from", c->control_dir,
                  AUTH_ADMIN_TOKEN_FILE);
         if ((r = api_metrics_init(c)) < 0)
-                return check_start_failed(r, "cannot set up the metrics token in %s: %m", c->control_dir);
+                return config_start_failed(r, "cannot set up the metrics token in %s: %m", c->control_dir);
         r = api_secrets_init(c, store);
         if (r < 0)
-                return check_start_failed(log_error_errno(r, "Failed to open the credential store: %m"),
+                return config_start_failed(log_error_errno(r, "Failed to open the credential store: %m"),
                                           "cannot open the credential store (%s/%s): %m", c->control_dir,
                                           CREDSTORE_KEY_FILE);
         if ((r = e2b_init(c)) < 0)
-                return check_start_failed(r, "cannot set up the E2B token key in %s: %m", c->control_dir);
+                return config_start_failed(r, "cannot set up the E2B token key in %s: %m", c->control_dir);
         /* before the node starts: it reads the public key this writes */
         if ((r = dataplane_init(c)) < 0)
-                return check_start_failed(r, "cannot set up the capability keys in %s: %m", c->cap_keys_dir);
+                return config_start_failed(r, "cannot set up the capability keys in %s: %m", c->cap_keys_dir);
         if ((r = datakey_init(c)) < 0)
-                return check_start_failed(r, "cannot open the key store in %s: %m", c->kms_dir);
+                return config_start_failed(r, "cannot open the key store in %s: %m", c->kms_dir);
 
         nodes_init(c, store);
         _cleanup_(replica_stopp) struct replica *replica = NULL;
         if ((r = replica_start(c, store, &replica)) < 0)
-                return check_start_failed(r, "cannot start serving the cluster (%s): %m",
+                return config_start_failed(r, "cannot start serving the cluster (%s): %m",
                                           c->cluster_listen[0] ? c->cluster_listen : "shared store");
 
         if (!c->local_node) {
@@ -187,21 +187,21 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
                  * replicas left are settled by lease (replica.c) */
                 log_info("no local node: sandboxes go to the nodes that joined the cluster");
         } else if (c->spawn_node) {
-                r = node_start(c, NULL, &node_pid);
+                r = spawn_start(c, NULL, &node_pid);
                 if (r < 0) {
                         if (r != -ECHILD && node_pid > 0)
-                                (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, NULL, NULL);
+                                (void) spawn_stop(node_pid, SIGTERM, SPAWN_STOP_GRACE_S, NULL, NULL);
                         if (r == -ECHILD)
-                                return check_start_failed(
+                                return config_start_failed(
                                         r, "airlock-node exited while starting; its error line above "
                                            "(prog=airlock-node) says why");
                         if (r == -ETIMEDOUT)
-                                return check_start_failed(
+                                return config_start_failed(
                                         r,
                                         "airlock-node did not open %s within %us; its log lines "
                                         "above (prog=airlock-node) say where it stopped",
                                         c->node_socket, c->node_start_timeout_s);
-                        return check_start_failed(r, "cannot start airlock-node (%s): %m", c->node_binary);
+                        return config_start_failed(r, "cannot start airlock-node (%s): %m", c->node_binary);
                 }
                 log_info("airlock-node is listening on %s", c->node_socket);
                 api_reconcile_startup(c, store);
@@ -219,8 +219,8 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
                 check_listen_message(c->listen, why < 0 ? why : r, m, sizeof m);
                 log_error("%s", m);
                 if (node_pid > 0)
-                        (void) node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, NULL, NULL);
-                return check_start_failed(why < 0 ? why : r, "%s", m);
+                        (void) spawn_stop(node_pid, SIGTERM, SPAWN_STOP_GRACE_S, NULL, NULL);
+                return config_start_failed(why < 0 ? why : r, "%s", m);
         }
         log_info("listening on %s", c->listen);
         *ret_served = true;
@@ -265,7 +265,7 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
                                         node_exited = true;
                                 }
                         /* its VMs keep running: a new node adopts them */
-                        if (node_exited && node_restart(c, restarts, &n_restarts, node_start, NULL, NULL, &node_pid) < 0) {
+                        if (node_exited && spawn_restart(c, restarts, &n_restarts, spawn_start, NULL, NULL, &node_pid) < 0) {
                                 log_error("airlock-node keeps failing; stopping so a supervisor can restart Airlock");
                                 exit_code = 1;
                                 break;
@@ -286,7 +286,7 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         api_audit_poller_stop(audit);
         replica_stop(TAKE_PTR(replica));
         if (node_pid > 0) {
-                r = node_stop(node_pid, SIGTERM, NODE_STOP_GRACE_S, NULL, NULL);
+                r = spawn_stop(node_pid, SIGTERM, SPAWN_STOP_GRACE_S, NULL, NULL);
                 if (r < 0)
                         log_warn_errno(r, "Failed to stop airlock-node: %m");
         }

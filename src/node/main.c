@@ -52,7 +52,7 @@
 #include "util.h"
 #include "vmm.h"
 
-/* within the 30 s its parent gives a stopping node (NODE_STOP_GRACE_S) */
+/* within the 30 s its parent gives a stopping node (SPAWN_STOP_GRACE_S, lib/spawn) */
 #define NODE_LIFECYCLE_DRAIN_S 20
 
 static int signal_pipe[2] = { -1, -1 };
