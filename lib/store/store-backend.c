@@ -343,15 +343,20 @@ int store_read_node_count(const struct store_row *r, void *ret) {
         return 0;
 }
 
-int store_node_counts_split(struct store_node_count *a, size_t n, char ***ret_names, int64_t **ret_counts) {
+static void node_count_array_free(struct store_node_count *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                free(a[i].node);
+        free(a);
+}
+
+int store_node_counts_split(struct store_node_count *a, size_t n, char ***ret_names, int64_t **ret_counts,
+                            size_t *ret_n) {
         char **names = calloc(n ?: 1, sizeof *names);
         int64_t *counts = calloc(n ?: 1, sizeof *counts);
         if (!names || !counts) {
                 free(names);
                 free(counts);
-                for (size_t i = 0; i < n; i++)
-                        free(a[i].node);
-                free(a);
+                node_count_array_free(a, n);
                 return -ENOMEM;
         }
         for (size_t i = 0; i < n; i++) {
@@ -361,6 +366,7 @@ int store_node_counts_split(struct store_node_count *a, size_t n, char ***ret_na
         free(a);
         *ret_names = names;
         *ret_counts = counts;
+        *ret_n = n;
         return 0;
 }
 
@@ -422,8 +428,10 @@ int store_rows_one(struct store_row *r, int (*read_row)(const struct store_row *
         return k == 0 ? -ENOENT : read_row(r, ret);
 }
 
-int store_rows_collect(struct store_row *r, size_t elem, size_t max,
-                       int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
+/* Reads at most max rows through read_row into a growing array of
+ * elem-sized elements; on failure *a and *n still describe what was read. */
+static int rows_collect(struct store_row *r, size_t elem, size_t max,
+                        int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
         size_t cap = 0;
         while (*n < max) {
                 int k = r->next(r);
@@ -445,6 +453,49 @@ int store_rows_collect(struct store_row *r, size_t elem, size_t max,
         }
         return 0;
 }
+
+int store_rows_list(struct store_row *r, const struct store_list *list, size_t max, void *ret, size_t *ret_n) {
+        void *a = NULL;
+        size_t n = 0;
+        int k = rows_collect(r, list->elem, max, list->read_row, &a, &n);
+        if (k < 0) {
+                list->array_free(a, n);
+                return k;
+        }
+        *(void **) ret = a;
+        *ret_n = n;
+        return 0;
+}
+
+static void node_beat_array_free(struct store_node_beat *a, size_t n) {
+        free(a);
+}
+
+/* store_list_<name>: rows of type read by reader, an array of them freed
+ * by free_array (through a wrapper of the destructor's own type). */
+#define STORE_LIST(name, type, reader, free_array)                                       \
+        static void name##_list_free(void *a, size_t n) {                               \
+                free_array(a, n);                                                        \
+        }                                                                                \
+        const struct store_list store_list_##name = { sizeof(type), reader, name##_list_free }
+
+STORE_LIST(sandbox, struct store_sandbox, store_read_sandbox, store_sandbox_array_free);
+STORE_LIST(snapshot, struct store_snapshot, store_read_snapshot, store_snapshot_array_free);
+STORE_LIST(operation, struct store_operation, store_read_operation, store_operation_array_free);
+STORE_LIST(api_key, struct store_api_key, store_read_api_key, store_api_key_array_free);
+STORE_LIST(tenant, struct store_tenant, store_read_tenant, store_tenant_array_free);
+STORE_LIST(secret, struct store_secret, store_read_secret, store_secret_array_free);
+STORE_LIST(image, struct store_image, store_read_image, store_image_array_free);
+STORE_LIST(template, struct store_template, store_read_template, store_template_array_free);
+STORE_LIST(audit_event, struct store_audit_event, store_read_audit_event, store_audit_event_array_free);
+STORE_LIST(event, struct store_event, store_read_event, store_event_array_free);
+STORE_LIST(attachment, struct store_sandbox_secret, store_read_attachment, store_sandbox_secret_array_free);
+STORE_LIST(node, struct store_node, store_read_node, store_node_array_free);
+STORE_LIST(cap_key, struct store_cap_key, store_read_cap_key, store_cap_key_array_free);
+STORE_LIST(replica, struct store_replica, store_read_replica, store_replica_array_free);
+STORE_LIST(string, char *, store_read_string, store_string_array_free);
+STORE_LIST(node_count, struct store_node_count, store_read_node_count, node_count_array_free);
+STORE_LIST(node_beat, struct store_node_beat, store_read_node_beat, node_beat_array_free);
 
 int store_rows_match_key(struct store_row *r, const uint8_t hash[STORE_HASH_SIZE], char **ret_tenant_id) {
         _cleanup_free_ char *tenant_id = NULL;

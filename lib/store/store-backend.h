@@ -108,9 +108,10 @@ struct store_node_count {
         int64_t count;
 };
 int store_read_node_count(const struct store_row *r, void *ret);
-/* Turns n groups into store_sandbox_count_by_node()'s parallel arrays,
- * taking the names; frees a (on failure too). */
-int store_node_counts_split(struct store_node_count *a, size_t n, char ***ret_names, int64_t **ret_counts);
+/* Turns n groups into store_sandbox_count_by_node()'s parallel arrays and
+ * their length, taking the names; frees a (on failure too). */
+int store_node_counts_split(struct store_node_count *a, size_t n, char ***ret_names, int64_t **ret_counts,
+                            size_t *ret_n);
 /* the cluster's CA: "cert, key" */
 struct store_ca_pem {
         char *cert, *key;
@@ -136,11 +137,24 @@ int store_read_string(const struct store_row *r, void *ret);
 
 /* Reads the first row through read_row into ret; -ENOENT when there is none. */
 int store_rows_one(struct store_row *r, int (*read_row)(const struct store_row *, void *), void *ret);
-/* Reads at most max rows through read_row into a growing array of elem-sized
- * elements. On failure *a and *n still describe what was read, for the
- * caller's array destructor. */
-int store_rows_collect(struct store_row *r, size_t elem, size_t max,
-                       int (*read_row)(const struct store_row *, void *), void **a, size_t *n);
+
+/* What a list of one kind of row is: the size of an element, the reader
+ * that fills one, and the destructor of an array of them (what a list call
+ * frees when it fails half-way). */
+struct store_list {
+        size_t elem;
+        int (*read_row)(const struct store_row *r, void *ret);
+        void (*array_free)(void *a, size_t n);
+};
+extern const struct store_list store_list_sandbox, store_list_snapshot, store_list_operation, store_list_api_key,
+        store_list_tenant, store_list_secret, store_list_image, store_list_template, store_list_audit_event,
+        store_list_event, store_list_attachment, store_list_node, store_list_cap_key, store_list_replica,
+        store_list_string, store_list_node_count, store_list_node_beat;
+
+/* Reads at most max rows through list into a new array: *ret (a pointer to
+ * the element type's array pointer) and *ret_n on success; on failure what
+ * was read is freed and *ret, *ret_n are left untouched. */
+int store_rows_list(struct store_row *r, const struct store_list *list, size_t max, void *ret, size_t *ret_n);
 
 /* Compares hash with the hash in column 0 of every row (api_keys: hash,
  * tenant_id), in constant time and without stopping at a match, so timing

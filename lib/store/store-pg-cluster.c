@@ -56,7 +56,7 @@ int pg_node_heartbeat(struct store *s, const struct store_node *n, bool *ret_was
                               "boot_id = COALESCE($3, nodes.boot_id), info = COALESCE($4, nodes.info), "
                               "heartbeat_at = $5, lost_at = NULL FROM old WHERE nodes.name = old.name "
                               "RETURNING old.lost_at IS NOT NULL, nodes.draining",
-                              &q, sizeof *b, 1, store_read_node_beat, (void **) &b, &nb);
+                              &q, &store_list_node_beat, 1, &b, &nb);
         if (r >= 0 && nb == 0)
                 r = -ENOENT;
         if (r >= 0) {
@@ -76,17 +76,8 @@ int pg_node_get(struct store *s, const char *name, struct store_node *ret) {
 int pg_node_list(struct store *s, size_t max, struct store_node **ret, size_t *ret_n) {
         struct pg_params q = { 0 };
         pg_add_int(&q, (int64_t) max);
-        struct store_node *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s, "SELECT " STORE_NODE_COLUMNS " FROM nodes ORDER BY name COLLATE \"C\" LIMIT $1", &q,
-                              sizeof *a, max, store_read_node, (void **) &a, &n);
-        if (r < 0) {
-                store_node_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s, "SELECT " STORE_NODE_COLUMNS " FROM nodes ORDER BY name COLLATE \"C\" LIMIT $1", &q,
+                             &store_list_node, max, ret, ret_n);
 }
 
 int pg_node_set_draining(struct store *s, const char *name, bool draining) {
@@ -118,42 +109,24 @@ int pg_nodes_mark_lost(struct store *s, int64_t cutoff, size_t max, char ***ret,
         /* a replica doing the same at once waits on these rows' locks, then
          * re-checks lost_at IS NULL on what this one committed: one of them
          * gets each name. A node that beat meanwhile fails heartbeat_at. */
-        char **a = NULL;
-        size_t n = 0;
-        int r = pg_write_rows(s,
-                              "WITH marked AS (UPDATE nodes SET lost_at = $3 "
-                              "WHERE lost_at IS NULL AND heartbeat_at < $1 AND name IN (SELECT name FROM nodes "
-                              "WHERE lost_at IS NULL AND heartbeat_at < $1 ORDER BY name COLLATE \"C\" LIMIT $2) "
-                              "RETURNING name) "
-                              "SELECT name FROM marked ORDER BY name COLLATE \"C\"",
-                              &q, sizeof *a, max, store_read_string, (void **) &a, &n);
-        if (r < 0) {
-                store_string_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_write_rows(s,
+                             "WITH marked AS (UPDATE nodes SET lost_at = $3 "
+                             "WHERE lost_at IS NULL AND heartbeat_at < $1 AND name IN (SELECT name FROM nodes "
+                             "WHERE lost_at IS NULL AND heartbeat_at < $1 ORDER BY name COLLATE \"C\" LIMIT $2) "
+                             "RETURNING name) "
+                             "SELECT name FROM marked ORDER BY name COLLATE \"C\"",
+                             &q, &store_list_string, max, ret, ret_n);
 }
 
 int pg_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret, size_t *ret_n) {
         struct pg_params q = { 0 };
         pg_add_text(&q, node);
         pg_add_int(&q, (int64_t) max);
-        struct store_sandbox *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes "
-                              "WHERE ($1::text IS NULL AND node IS NULL) OR node = $1 "
-                              "ORDER BY created_at, id COLLATE \"C\" LIMIT $2",
-                              &q, sizeof *a, max, store_read_sandbox, (void **) &a, &n);
-        if (r < 0) {
-                store_sandbox_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s,
+                             "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes "
+                             "WHERE ($1::text IS NULL AND node IS NULL) OR node = $1 "
+                             "ORDER BY created_at, id COLLATE \"C\" LIMIT $2",
+                             &q, &store_list_sandbox, max, ret, ret_n);
 }
 
 int pg_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to) {
@@ -184,17 +157,8 @@ int pg_sandbox_count_by(struct store *s, enum store_count_by by, size_t max, cha
                                                            "ORDER BY state COLLATE \"C\" LIMIT $1"
                                                          : "SELECT node, COUNT(*) FROM sandboxes GROUP BY node "
                                                            "ORDER BY node COLLATE \"C\" NULLS FIRST LIMIT $1",
-                              &q, sizeof *a, max, store_read_node_count, (void **) &a, &n);
-        if (r >= 0)
-                r = store_node_counts_split(TAKE_PTR(a), n, ret_names, ret_counts);
-        if (r < 0) {
-                for (size_t i = 0; a && i < n; i++)
-                        free(a[i].node);
-                free(a);
-                return r;
-        }
-        *ret_n = n;
-        return 0;
+                              &q, &store_list_node_count, max, &a, &n);
+        return r < 0 ? r : store_node_counts_split(a, n, ret_names, ret_counts, ret_n);
 }
 
 /* A join token call: the token's row (if any) read, the expired tokens
@@ -303,19 +267,10 @@ int pg_cap_key_publish(struct store *s, const struct store_cap_key *k) {
 int pg_cap_key_list(struct store *s, size_t max, struct store_cap_key **ret, size_t *ret_n) {
         struct pg_params q = { 0 };
         pg_add_int(&q, (int64_t) max);
-        struct store_cap_key *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_CAP_KEY_COLUMNS " FROM cap_keys "
-                              "ORDER BY created_at, kid COLLATE \"C\" LIMIT $1",
-                              &q, sizeof *a, max, store_read_cap_key, (void **) &a, &n);
-        if (r < 0) {
-                store_cap_key_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s,
+                             "SELECT " STORE_CAP_KEY_COLUMNS " FROM cap_keys "
+                             "ORDER BY created_at, kid COLLATE \"C\" LIMIT $1",
+                             &q, &store_list_cap_key, max, ret, ret_n);
 }
 
 int pg_cap_key_delete(struct store *s, const char *kid) {
@@ -342,19 +297,10 @@ int pg_replica_list(struct store *s, int64_t since, size_t max, struct store_rep
         struct pg_params q = { 0 };
         pg_add_int(&q, since);
         pg_add_int(&q, (int64_t) max);
-        struct store_replica *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_REPLICA_COLUMNS " FROM replicas WHERE seen_at >= $1 "
-                              "ORDER BY id COLLATE \"C\" LIMIT $2",
-                              &q, sizeof *a, max, store_read_replica, (void **) &a, &n);
-        if (r < 0) {
-                store_replica_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s,
+                             "SELECT " STORE_REPLICA_COLUMNS " FROM replicas WHERE seen_at >= $1 "
+                             "ORDER BY id COLLATE \"C\" LIMIT $2",
+                             &q, &store_list_replica, max, ret, ret_n);
 }
 
 int pg_replica_delete(struct store *s, const char *id) {
@@ -371,16 +317,7 @@ int pg_operation_lease_renew(struct store *s, const char *owner, int64_t until, 
 /* The operations sql selects, with its parameters q, oldest first. */
 static int list_operations(struct store *s, const char *sql, const struct pg_params *q, size_t max,
                            struct store_operation **ret, size_t *ret_n) {
-        struct store_operation *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s, sql, q, sizeof *a, max, store_read_operation, (void **) &a, &n);
-        if (r < 0) {
-                store_operation_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s, sql, q, &store_list_operation, max, ret, ret_n);
 }
 
 int pg_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,

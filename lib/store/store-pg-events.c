@@ -29,19 +29,10 @@ int pg_event_list(struct store *s, bool all, const char *tenant_id, const char *
         pg_add_text(&q, tenant_id ?: "");
         pg_add_text(&q, sandbox_id);
         pg_add_int(&q, (int64_t) max);
-        struct store_event *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_EVENT_COLUMNS " FROM sandbox_events WHERE id > $1 AND ($2 OR " PG_SCOPE_IS(
-                                      3) ") AND ($4::text IS NULL OR sandbox_id = $4) ORDER BY id LIMIT $5",
-                              &q, sizeof *a, max, store_read_event, (void **) &a, &n);
-        if (r < 0) {
-                store_event_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s,
+                             "SELECT " STORE_EVENT_COLUMNS " FROM sandbox_events WHERE id > $1 AND ($2 OR " PG_SCOPE_IS(
+                                     3) ") AND ($4::text IS NULL OR sandbox_id = $4) ORDER BY id LIMIT $5",
+                             &q, &store_list_event, max, ret, ret_n);
 }
 
 static int read_id(const struct store_row *r, void *ret) {

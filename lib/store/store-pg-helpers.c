@@ -410,14 +410,14 @@ int pg_select_one(struct store *s, const char *sql, const struct pg_params *q,
         return store_rows_one(&rows.row, read_row, ret);
 }
 
-int pg_select_all(struct store *s, const char *sql, const struct pg_params *q, size_t elem, size_t max,
-                  int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
+int pg_select_all(struct store *s, const char *sql, const struct pg_params *q, const struct store_list *list,
+                  size_t max, void *ret, size_t *ret_n) {
         _cleanup_(PQclearp) PGresult *res = NULL;
         int r = select_rows(s, sql, q, &res);
         if (r < 0)
                 return r;
         struct pg_rows rows = pg_rows(res);
-        return store_rows_collect(&rows.row, elem, max, read_row, a, n);
+        return store_rows_list(&rows.row, list, max, ret, ret_n);
 }
 
 int pg_select_key_match(struct store *s, const char *sql, const uint8_t hash[STORE_HASH_SIZE],
@@ -438,15 +438,15 @@ int pg_write(struct store *s, const char *sql, const struct pg_params *q, uint64
         return r;
 }
 
-int pg_write_rows(struct store *s, const char *sql, const struct pg_params *q, size_t elem, size_t max,
-                  int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
+int pg_write_rows(struct store *s, const char *sql, const struct pg_params *q, const struct store_list *list,
+                  size_t max, void *ret, size_t *ret_n) {
         struct statement st = { .write = true, .rows = true, .sql = sql, .q = q };
         int r = pg_run(to_pg(s), statement_run, &st);
         _cleanup_(PQclearp) PGresult *res = st.res;
         if (r < 0)
                 return r;
         struct pg_rows rows = pg_rows(res);
-        return store_rows_collect(&rows.row, elem, max, read_row, a, n);
+        return store_rows_list(&rows.row, list, max, ret, ret_n);
 }
 
 int pg_write_one(struct store *s, const char *sql, const struct pg_params *q) {

@@ -46,20 +46,11 @@ int pg_image_list(struct store *s, bool all, const char *tenant_id, const char *
         pg_add_text(&q, tenant_id ?: "");
         pg_add_text(&q, sandbox_id);
         pg_add_int(&q, (int64_t) max);
-        struct store_image *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_IMAGE_COLUMNS " FROM images WHERE ($1 OR " PG_SCOPE_IS(2) ") "
-                              "AND ($3 IS NULL OR sandbox_id = $3) "
-                              "ORDER BY created_at DESC, id COLLATE \"C\" DESC LIMIT $4",
-                              &q, sizeof *a, max, store_read_image, (void **) &a, &n);
-        if (r < 0) {
-                store_image_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s,
+                             "SELECT " STORE_IMAGE_COLUMNS " FROM images WHERE ($1 OR " PG_SCOPE_IS(2) ") "
+                             "AND ($3 IS NULL OR sandbox_id = $3) "
+                             "ORDER BY created_at DESC, id COLLATE \"C\" DESC LIMIT $4",
+                             &q, &store_list_image, max, ret, ret_n);
 }
 
 int pg_image_delete(struct store *s, const char *id) {

@@ -108,14 +108,14 @@ int64_t pg_lock_key_scope(const char *tenant_id);
 int64_t pg_lock_template_scope(const char *tenant_id);
 
 /* One statement as a call of its own, for the calls that are one:
- * a SELECT's rows through read_row (pg_select_one: the first, or -ENOENT;
- * pg_select_all: at most max into a growing array, which on failure still
- * holds what was read, for the caller's destructor), or a write's count of
- * touched rows (pg_write; pg_write_one: -ENOENT when it touched none). */
+ * a SELECT's rows (pg_select_one: the first through read_row, or -ENOENT;
+ * pg_select_all: at most max through list into a new array *ret of *ret_n
+ * elements, store_rows_list()), or a write's count of touched rows
+ * (pg_write; pg_write_one: -ENOENT when it touched none). */
 int pg_select_one(struct store *s, const char *sql, const struct pg_params *q,
                   int (*read_row)(const struct store_row *, void *), void *ret);
-int pg_select_all(struct store *s, const char *sql, const struct pg_params *q, size_t elem, size_t max,
-                  int (*read_row)(const struct store_row *, void *), void **a, size_t *n);
+int pg_select_all(struct store *s, const char *sql, const struct pg_params *q, const struct store_list *list,
+                  size_t max, void *ret, size_t *ret_n);
 /* A SELECT of (hash, tenant_id) rows as a call of its own, every hash
  * compared with hash (store_rows_match_key()). */
 int pg_select_key_match(struct store *s, const char *sql, const uint8_t hash[STORE_HASH_SIZE],
@@ -123,8 +123,8 @@ int pg_select_key_match(struct store *s, const char *sql, const uint8_t hash[STO
 int pg_write(struct store *s, const char *sql, const struct pg_params *q, uint64_t *ret_changed);
 /* A write whose RETURNING rows are wanted, as a call of its own: at most
  * max of them through read_row, as pg_select_all() collects them. */
-int pg_write_rows(struct store *s, const char *sql, const struct pg_params *q, size_t elem, size_t max,
-                  int (*read_row)(const struct store_row *, void *), void **a, size_t *n);
+int pg_write_rows(struct store *s, const char *sql, const struct pg_params *q, const struct store_list *list,
+                  size_t max, void *ret, size_t *ret_n);
 int pg_write_one(struct store *s, const char *sql, const struct pg_params *q);
 /* A write in a transaction of its own that first takes the advisory lock
  * key: what it reads (a count under a limit) cannot change under it before

@@ -52,19 +52,10 @@ int pg_secret_list(struct store *s, const char *tenant_id, size_t max, struct st
         struct pg_params q = { 0 };
         pg_add_text(&q, tenant_id ?: "");
         pg_add_int(&q, (int64_t) max);
-        struct store_secret *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_SECRET_COLUMNS " FROM secrets WHERE " PG_SCOPE_IS(1) " "
-                              "ORDER BY name COLLATE \"C\" LIMIT $2",
-                              &q, sizeof *a, max, store_read_secret, (void **) &a, &n);
-        if (r < 0) {
-                store_secret_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s,
+                             "SELECT " STORE_SECRET_COLUMNS " FROM secrets WHERE " PG_SCOPE_IS(1) " "
+                             "ORDER BY name COLLATE \"C\" LIMIT $2",
+                             &q, &store_list_secret, max, ret, ret_n);
 }
 
 int pg_secret_delete(struct store *s, const char *tenant_id, const char *name) {
@@ -80,20 +71,11 @@ int pg_secret_users(struct store *s, const char *tenant_id, const char *name, si
         pg_add_text(&q, tenant_id ?: "");
         pg_add_text(&q, name);
         pg_add_int(&q, (int64_t) max);
-        char **a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT a.sandbox_id FROM sandbox_secrets a JOIN secrets s ON s.id = a.secret_id "
-                              "WHERE COALESCE(s.tenant_id, '') = $1 AND s.name = $2 "
-                              "ORDER BY a.sandbox_id COLLATE \"C\" LIMIT $3",
-                              &q, sizeof *a, max, store_read_string, (void **) &a, &n);
-        if (r < 0) {
-                store_string_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s,
+                             "SELECT a.sandbox_id FROM sandbox_secrets a JOIN secrets s ON s.id = a.secret_id "
+                             "WHERE COALESCE(s.tenant_id, '') = $1 AND s.name = $2 "
+                             "ORDER BY a.sandbox_id COLLATE \"C\" LIMIT $3",
+                             &q, &store_list_string, max, ret, ret_n);
 }
 
 int pg_sandbox_secret_insert(struct store *s, const char *tenant_id, const struct store_sandbox_secret *a) {
@@ -114,19 +96,10 @@ int pg_sandbox_secret_list(struct store *s, const char *sandbox_id, struct store
                            size_t *ret_n) {
         struct pg_params q = { 0 };
         pg_add_text(&q, sandbox_id);
-        struct store_sandbox_secret *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_ATTACHMENT_COLUMNS " FROM sandbox_secrets WHERE sandbox_id = $1 "
-                              "ORDER BY name COLLATE \"C\"",
-                              &q, sizeof *a, STORE_LIST_MAX, store_read_attachment, (void **) &a, &n);
-        if (r < 0) {
-                store_sandbox_secret_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s,
+                             "SELECT " STORE_ATTACHMENT_COLUMNS " FROM sandbox_secrets WHERE sandbox_id = $1 "
+                             "ORDER BY name COLLATE \"C\"",
+                             &q, &store_list_attachment, STORE_LIST_MAX, ret, ret_n);
 }
 
 int pg_sandbox_secret_copy(struct store *s, const char *from_id, const char *to_id) {
@@ -177,20 +150,11 @@ int pg_audit_list(struct store *s, bool all, const char *tenant_id, const char *
         pg_add_text(&q, sandbox_id);
         pg_add_text(&q, secret);
         pg_add_int(&q, (int64_t) max);
-        struct store_audit_event *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_AUDIT_COLUMNS " FROM audit_events WHERE ($1 OR " PG_SCOPE_IS(2) ") "
-                              "AND ($3 IS NULL OR sandbox_id = $3) AND ($4 IS NULL OR secret = $4) "
-                              "ORDER BY id DESC LIMIT $5",
-                              &q, sizeof *a, max, store_read_audit_event, (void **) &a, &n);
-        if (r < 0) {
-                store_audit_event_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s,
+                             "SELECT " STORE_AUDIT_COLUMNS " FROM audit_events WHERE ($1 OR " PG_SCOPE_IS(2) ") "
+                             "AND ($3 IS NULL OR sandbox_id = $3) AND ($4 IS NULL OR secret = $4) "
+                             "ORDER BY id DESC LIMIT $5",
+                             &q, &store_list_audit_event, max, ret, ret_n);
 }
 
 int pg_audit_cursor_get(struct store *s, const char *source, char **ret_boot_id, int64_t *ret_seq) {

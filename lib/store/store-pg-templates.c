@@ -60,20 +60,11 @@ int pg_template_list(struct store *s, const char *tenant_id, size_t max, struct 
         struct pg_params q = { 0 };
         pg_add_text(&q, tenant_id);
         pg_add_int(&q, (int64_t) max);
-        struct store_template *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_TEMPLATE_COLUMNS " FROM templates "
-                              "WHERE ($1::text IS NULL OR " PG_SCOPE_IS(1) ") "
-                              "ORDER BY name COLLATE \"C\", COALESCE(tenant_id, '') COLLATE \"C\" LIMIT $2",
-                              &q, sizeof *a, max, store_read_template, (void **) &a, &n);
-        if (r < 0) {
-                store_template_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s,
+                             "SELECT " STORE_TEMPLATE_COLUMNS " FROM templates "
+                             "WHERE ($1::text IS NULL OR " PG_SCOPE_IS(1) ") "
+                             "ORDER BY name COLLATE \"C\", COALESCE(tenant_id, '') COLLATE \"C\" LIMIT $2",
+                             &q, &store_list_template, max, ret, ret_n);
 }
 
 int pg_template_set_state(struct store *s, const char *tenant_id, const char *name, const char *build_id,

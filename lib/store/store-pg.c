@@ -244,20 +244,11 @@ static int sandbox_list_common(struct store *s, const char *tenant_id, size_t ma
         struct pg_params q = { 0 };
         pg_add_text(&q, tenant_id);
         pg_add_int(&q, (int64_t) max);
-        struct store_sandbox *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes "
-                              "WHERE $1::text IS NULL OR tenant_id = $1 "
-                              "ORDER BY created_at, id COLLATE \"C\" LIMIT $2",
-                              &q, sizeof *a, max, store_read_sandbox, (void **) &a, &n);
-        if (r < 0) {
-                store_sandbox_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s,
+                             "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes "
+                             "WHERE $1::text IS NULL OR tenant_id = $1 "
+                             "ORDER BY created_at, id COLLATE \"C\" LIMIT $2",
+                             &q, &store_list_sandbox, max, ret, ret_n);
 }
 
 static int pg_sandbox_list(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n) {
@@ -433,19 +424,10 @@ static int pg_snapshot_list(struct store *s, const char *sandbox_id, size_t max,
         struct pg_params q = { 0 };
         pg_add_text(&q, sandbox_id);
         pg_add_int(&q, (int64_t) max);
-        struct store_snapshot *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_SNAPSHOT_COLUMNS " FROM snapshots WHERE sandbox_id = $1 "
-                              "ORDER BY created_at DESC, id COLLATE \"C\" DESC LIMIT $2",
-                              &q, sizeof *a, max, store_read_snapshot, (void **) &a, &n);
-        if (r < 0) {
-                store_snapshot_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s,
+                             "SELECT " STORE_SNAPSHOT_COLUMNS " FROM snapshots WHERE sandbox_id = $1 "
+                             "ORDER BY created_at DESC, id COLLATE \"C\" DESC LIMIT $2",
+                             &q, &store_list_snapshot, max, ret, ret_n);
 }
 
 static int pg_snapshot_delete(struct store *s, const char *id) {
@@ -530,19 +512,10 @@ static int pg_api_key_list(struct store *s, const char *tenant_id, size_t max, s
         struct pg_params q = { 0 };
         pg_add_text(&q, tenant_id);
         pg_add_int(&q, (int64_t) max);
-        struct store_api_key *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_API_KEY_COLUMNS " FROM api_keys WHERE tenant_id = $1 "
-                              "ORDER BY created_at, id COLLATE \"C\" LIMIT $2",
-                              &q, sizeof *a, max, store_read_api_key, (void **) &a, &n);
-        if (r < 0) {
-                store_api_key_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s,
+                             "SELECT " STORE_API_KEY_COLUMNS " FROM api_keys WHERE tenant_id = $1 "
+                             "ORDER BY created_at, id COLLATE \"C\" LIMIT $2",
+                             &q, &store_list_api_key, max, ret, ret_n);
 }
 
 static int pg_api_key_delete(struct store *s, const char *id) {
@@ -572,19 +545,10 @@ static int pg_tenant_get(struct store *s, const char *id, struct store_tenant *r
 static int pg_tenant_list(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n) {
         struct pg_params q = { 0 };
         pg_add_int(&q, (int64_t) max);
-        struct store_tenant *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_TENANT_COLUMNS " FROM tenants ORDER BY created_at, id COLLATE \"C\" "
-                              "LIMIT $1",
-                              &q, sizeof *a, max, store_read_tenant, (void **) &a, &n);
-        if (r < 0) {
-                store_tenant_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s,
+                             "SELECT " STORE_TENANT_COLUMNS " FROM tenants ORDER BY created_at, id COLLATE \"C\" "
+                             "LIMIT $1",
+                             &q, &store_list_tenant, max, ret, ret_n);
 }
 
 static int pg_tenant_delete(struct store *s, const char *id) {

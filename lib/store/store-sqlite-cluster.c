@@ -146,17 +146,9 @@ int sqlite_node_list(struct store *s, size_t max, struct store_node **ret, size_
         if (r < 0)
                 return r;
         sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
-        struct store_node *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_node, (void **) &a, &n);
+        r = sqlite_list(c, st, &store_list_node, max, ret, ret_n);
         sqlite_done(c, st);
-        if (r < 0) {
-                store_node_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 int sqlite_node_set_draining(struct store *s, const char *name, bool draining) {
@@ -196,7 +188,7 @@ static int mark_lost_locked(struct store_sqlite_conn *c, int64_t cutoff, size_t 
                 return r;
         sqlite3_bind_int64(st, 1, cutoff);
         sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        r = sqlite_collect(c, st, sizeof **a, max, store_read_string, (void **) a, n);
+        r = sqlite_list(c, st, &store_list_string, max, a, n);
         sqlite3_finalize(st);
         if (r < 0 || *n == 0)
                 return r;
@@ -240,17 +232,9 @@ int sqlite_sandbox_list_node(struct store *s, const char *node, size_t max, stru
                 return r;
         sqlite_bind_str(st, 1, node);
         sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        struct store_sandbox *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_sandbox, (void **) &a, &n);
+        r = sqlite_list(c, st, &store_list_sandbox, max, ret, ret_n);
         sqlite_done(c, st);
-        if (r < 0) {
-                store_sandbox_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 int sqlite_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to) {
@@ -290,18 +274,9 @@ int sqlite_sandbox_count_by(struct store *s, enum store_count_by by, size_t max,
         sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
         struct store_node_count *a = NULL;
         size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_node_count, (void **) &a, &n);
+        r = sqlite_list(c, st, &store_list_node_count, max, &a, &n);
         sqlite_done(c, st);
-        if (r >= 0)
-                r = store_node_counts_split(TAKE_PTR(a), n, ret_names, ret_counts);
-        if (r < 0) {
-                for (size_t i = 0; a && i < n; i++)
-                        free(a[i].node);
-                free(a);
-                return r;
-        }
-        *ret_n = n;
-        return 0;
+        return r < 0 ? r : store_node_counts_split(a, n, ret_names, ret_counts, ret_n);
 }
 
 /* Deletes the tokens expired at now; the caller holds the lock. */
@@ -418,17 +393,9 @@ int sqlite_cap_key_list(struct store *s, size_t max, struct store_cap_key **ret,
         if (r < 0)
                 return r;
         sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
-        struct store_cap_key *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_cap_key, (void **) &a, &n);
+        r = sqlite_list(c, st, &store_list_cap_key, max, ret, ret_n);
         sqlite_done(c, st);
-        if (r < 0) {
-                store_cap_key_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 int sqlite_cap_key_delete(struct store *s, const char *kid) {
@@ -467,17 +434,9 @@ int sqlite_replica_list(struct store *s, int64_t since, size_t max, struct store
                 return r;
         sqlite3_bind_int64(st, 1, since);
         sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        struct store_replica *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_replica, (void **) &a, &n);
+        r = sqlite_list(c, st, &store_list_replica, max, ret, ret_n);
         sqlite_done(c, st);
-        if (r < 0) {
-                store_replica_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 int sqlite_replica_delete(struct store *s, const char *id) {
@@ -509,17 +468,9 @@ static int list_operations(struct store *s, const char *sql, int64_t now, size_t
                 return r;
         sqlite3_bind_int64(st, 1, now);
         sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        struct store_operation *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_operation, (void **) &a, &n);
+        r = sqlite_list(c, st, &store_list_operation, max, ret, ret_n);
         sqlite_done(c, st);
-        if (r < 0) {
-                store_operation_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 int sqlite_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,

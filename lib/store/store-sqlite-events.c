@@ -47,17 +47,9 @@ int sqlite_event_list(struct store *s, bool all, const char *tenant_id, const ch
         sqlite_bind_str(st, 3, tenant_id ?: "");
         sqlite_bind_str(st, 4, sandbox_id);
         sqlite3_bind_int64(st, 5, (sqlite3_int64) max);
-        struct store_event *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_event, (void **) &a, &n);
+        r = sqlite_list(c, st, &store_list_event, max, ret, ret_n);
         sqlite_done(c, st);
-        if (r < 0) {
-                store_event_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 static int read_id(const struct store_row *r, void *ret) {

@@ -90,10 +90,10 @@ struct sqlite_rows sqlite_rows(sqlite3 *db, sqlite3_stmt *st) {
         return (struct sqlite_rows){ .row = { .ops = &sqlite_row_ops, .next = rows_next }, .db = db, .st = st };
 }
 
-int sqlite_collect(struct store_sqlite_conn *c, sqlite3_stmt *st, size_t elem, size_t max,
-                   int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
+int sqlite_list(struct store_sqlite_conn *c, sqlite3_stmt *st, const struct store_list *list, size_t max, void *ret,
+                size_t *ret_n) {
         struct sqlite_rows rows = sqlite_rows(c->db, st);
-        return store_rows_collect(&rows.row, elem, max, read_row, a, n);
+        return store_rows_list(&rows.row, list, max, ret, ret_n);
 }
 
 int sqlite_one(struct store_sqlite_conn *c, sqlite3_stmt *st, int (*read_row)(const struct store_row *, void *),

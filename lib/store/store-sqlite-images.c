@@ -75,17 +75,9 @@ int sqlite_image_list(struct store *s, bool all, const char *tenant_id, const ch
         sqlite3_bind_int(st, 1, all ? 1 : 0);
         sqlite_bind_str(st, 2, tenant_id ?: "");
         sqlite_bind_str(st, 3, sandbox_id);
-        struct store_image *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_image, (void **) &a, &n);
+        r = sqlite_list(c, st, &store_list_image, max, ret, ret_n);
         sqlite_done(c, st);
-        if (r < 0) {
-                store_image_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 int sqlite_image_delete(struct store *s, const char *id) {

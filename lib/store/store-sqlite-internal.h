@@ -51,10 +51,10 @@ struct sqlite_rows {
         sqlite3_stmt *st;
 };
 struct sqlite_rows sqlite_rows(sqlite3 *db, sqlite3_stmt *st);
-/* Collects at most max rows through read_row into a growing array
- * (store_rows_collect()). */
-int sqlite_collect(struct store_sqlite_conn *c, sqlite3_stmt *st, size_t elem, size_t max,
-                   int (*read_row)(const struct store_row *, void *), void **a, size_t *n);
+/* Reads at most max rows of st through list into a new array *ret of
+ * *ret_n elements; on failure frees what it read (store_rows_list()). */
+int sqlite_list(struct store_sqlite_conn *c, sqlite3_stmt *st, const struct store_list *list, size_t max, void *ret,
+                size_t *ret_n);
 /* Reads the one row of st through read_row into ret; -ENOENT when none. */
 int sqlite_one(struct store_sqlite_conn *c, sqlite3_stmt *st, int (*read_row)(const struct store_row *, void *),
                void *ret);

@@ -76,17 +76,9 @@ int sqlite_secret_list(struct store *s, const char *tenant_id, size_t max, struc
         if (r < 0)
                 return r;
         sqlite_bind_str(st, 1, tenant_id ?: "");
-        struct store_secret *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_secret, (void **) &a, &n);
+        r = sqlite_list(c, st, &store_list_secret, max, ret, ret_n);
         sqlite_done(c, st);
-        if (r < 0) {
-                store_secret_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 int sqlite_secret_delete(struct store *s, const char *tenant_id, const char *name) {
@@ -114,17 +106,9 @@ int sqlite_secret_users(struct store *s, const char *tenant_id, const char *name
                 return r;
         sqlite_bind_str(st, 1, tenant_id ?: "");
         sqlite_bind_str(st, 2, name);
-        char **a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_string, (void **) &a, &n);
+        r = sqlite_list(c, st, &store_list_string, max, ret, ret_n);
         sqlite_done(c, st);
-        if (r < 0) {
-                store_string_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 int sqlite_sandbox_secret_insert(struct store *s, const char *tenant_id, const struct store_sandbox_secret *a) {
@@ -158,17 +142,9 @@ int sqlite_sandbox_secret_list(struct store *s, const char *sandbox_id, struct s
         if (r < 0)
                 return r;
         sqlite_bind_str(st, 1, sandbox_id);
-        struct store_sandbox_secret *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, STORE_LIST_MAX, store_read_attachment, (void **) &a, &n);
+        r = sqlite_list(c, st, &store_list_attachment, STORE_LIST_MAX, ret, ret_n);
         sqlite_done(c, st);
-        if (r < 0) {
-                store_sandbox_secret_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 int sqlite_sandbox_secret_copy(struct store *s, const char *from_id, const char *to_id) {
@@ -242,17 +218,9 @@ int sqlite_audit_list(struct store *s, bool all, const char *tenant_id, const ch
         sqlite_bind_str(st, 3, sandbox_id);
         sqlite_bind_str(st, 4, secret);
         sqlite3_bind_int64(st, 5, (sqlite3_int64) max);
-        struct store_audit_event *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_audit_event, (void **) &a, &n);
+        r = sqlite_list(c, st, &store_list_audit_event, max, ret, ret_n);
         sqlite_done(c, st);
-        if (r < 0) {
-                store_audit_event_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 int sqlite_audit_cursor_get(struct store *s, const char *source, char **ret_boot_id, int64_t *ret_seq) {

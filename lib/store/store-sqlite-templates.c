@@ -85,17 +85,9 @@ int sqlite_template_list(struct store *s, const char *tenant_id, size_t max, str
                 return r;
         sqlite_bind_str(st, 1, tenant_id);
         sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        struct store_template *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_template, (void **) &a, &n);
+        r = sqlite_list(c, st, &store_list_template, max, ret, ret_n);
         sqlite_done(c, st);
-        if (r < 0) {
-                store_template_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 int sqlite_template_set_state(struct store *s, const char *tenant_id, const char *name, const char *build_id,

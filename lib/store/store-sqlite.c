@@ -383,12 +383,11 @@ static int select_one(struct store_sqlite *q, enum stmt_id id, const char *arg,
         return r;
 }
 
-/* Steps st to its end and reads every row with read_row into a growing
- * array (sqlite_collect()). On failure *a and *n still describe what was
- * read, for the caller's array destructor. */
-static int collect_rows(struct store_sqlite *q, sqlite3_stmt *st, size_t elem_size,
-                        int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
-        return sqlite_collect(&q->conn, st, elem_size, SIZE_MAX, read_row, a, n);
+/* Steps st to its end and reads every row through list into a new array
+ * *ret of *ret_n elements; on failure frees what it read (sqlite_list()). */
+static int list_rows(struct store_sqlite *q, sqlite3_stmt *st, const struct store_list *list, void *ret,
+                     size_t *ret_n) {
+        return sqlite_list(&q->conn, st, list, SIZE_MAX, ret, ret_n);
 }
 
 static int sqlite_sandbox_get(struct store *s, const char *id, struct store_sandbox *ret) {
@@ -399,9 +398,6 @@ static int sqlite_sandbox_get(struct store *s, const char *id, struct store_sand
 static int sandbox_list_common(struct store *s, const char *tenant_id, size_t max, struct store_sandbox **ret,
                                size_t *ret_n) {
         struct store_sqlite *q = to_sqlite(s);
-        struct store_sandbox *a = NULL;
-        size_t n = 0;
-        int r = 0;
         sqlite3_stmt *st;
         if (tenant_id) {
                 st = stmt_begin(q, STMT_SANDBOX_LIST_TENANT);
@@ -411,15 +407,9 @@ static int sandbox_list_common(struct store *s, const char *tenant_id, size_t ma
                 st = stmt_begin(q, STMT_SANDBOX_LIST);
                 sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
         }
-        r = collect_rows(q, st, sizeof *a, store_read_sandbox, (void **) &a, &n);
+        int r = list_rows(q, st, &store_list_sandbox, ret, ret_n);
         stmt_end(q, st);
-        if (r < 0) {
-                store_sandbox_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 static int sqlite_sandbox_list(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n) {
@@ -591,21 +581,12 @@ static int sqlite_snapshot_get(struct store *s, const char *id, struct store_sna
 static int sqlite_snapshot_list(struct store *s, const char *sandbox_id, size_t max, struct store_snapshot **ret,
                                 size_t *ret_n) {
         struct store_sqlite *q = to_sqlite(s);
-        struct store_snapshot *a = NULL;
-        size_t n = 0;
-        int r = 0;
         sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_LIST);
         bind_text(st, 1, sandbox_id);
         sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        r = collect_rows(q, st, sizeof *a, store_read_snapshot, (void **) &a, &n);
+        int r = list_rows(q, st, &store_list_snapshot, ret, ret_n);
         stmt_end(q, st);
-        if (r < 0) {
-                store_snapshot_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 static int sqlite_snapshot_delete(struct store *s, const char *id) {
@@ -684,20 +665,12 @@ static int sqlite_api_key_create(struct store *s, const char *id, const char *te
 static int sqlite_api_key_list(struct store *s, const char *tenant_id, size_t max, struct store_api_key **ret,
                                size_t *ret_n) {
         struct store_sqlite *q = to_sqlite(s);
-        struct store_api_key *a = NULL;
-        size_t n = 0;
         sqlite3_stmt *st = stmt_begin(q, STMT_KEY_LIST);
         bind_text(st, 1, tenant_id);
         sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        int r = collect_rows(q, st, sizeof *a, store_read_api_key, (void **) &a, &n);
+        int r = list_rows(q, st, &store_list_api_key, ret, ret_n);
         stmt_end(q, st);
-        if (r < 0) {
-                store_api_key_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 static int sqlite_api_key_delete(struct store *s, const char *id) {
@@ -730,19 +703,11 @@ static int sqlite_tenant_get(struct store *s, const char *id, struct store_tenan
 
 static int sqlite_tenant_list(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n) {
         struct store_sqlite *q = to_sqlite(s);
-        struct store_tenant *a = NULL;
-        size_t n = 0;
         sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_LIST);
         sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
-        int r = collect_rows(q, st, sizeof *a, store_read_tenant, (void **) &a, &n);
+        int r = list_rows(q, st, &store_list_tenant, ret, ret_n);
         stmt_end(q, st);
-        if (r < 0) {
-                store_tenant_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return r;
 }
 
 static int sqlite_tenant_delete(struct store *s, const char *id) {
