@@ -122,7 +122,7 @@ int pg_select_key_match(struct store *s, const char *sql, const uint8_t hash[STO
                         char **ret_tenant_id);
 int pg_write(struct store *s, const char *sql, const struct pg_params *q, uint64_t *ret_changed);
 /* A write whose RETURNING rows are wanted, as a call of its own: at most
- * max of them through read_row, as pg_select_all() collects them. */
+ * max of them through list, as pg_select_all() reads them. */
 int pg_write_rows(struct store *s, const char *sql, const struct pg_params *q, const struct store_list *list,
                   size_t max, void *ret, size_t *ret_n);
 int pg_write_one(struct store *s, const char *sql, const struct pg_params *q);
@@ -135,103 +135,6 @@ int pg_write_locked(struct store *s, int64_t key, const char *sql, const struct 
  * "" for it matches either. */
 #define PG_SCOPE_IS(n) "COALESCE(tenant_id, '') = $" #n
 
-int pg_api_key_id(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_id);
-int pg_secret_insert(struct store *s, const struct store_secret *sec);
-int pg_secret_get(struct store *s, const char *tenant_id, const char *name, struct store_secret *ret);
-int pg_secret_list(struct store *s, const char *tenant_id, size_t max, struct store_secret **ret, size_t *ret_n);
-int pg_secret_delete(struct store *s, const char *tenant_id, const char *name);
-int pg_secret_users(struct store *s, const char *tenant_id, const char *name, size_t max, char ***ret,
-                    size_t *ret_n);
-int pg_sandbox_secret_insert(struct store *s, const char *tenant_id, const struct store_sandbox_secret *a);
-int pg_sandbox_secret_list(struct store *s, const char *sandbox_id, struct store_sandbox_secret **ret,
-                           size_t *ret_n);
-int pg_sandbox_secret_copy(struct store *s, const char *from_id, const char *to_id);
-int pg_audit_insert(struct store *s, const struct store_audit_event *ev, const char *source, const char *boot_id,
-                    int64_t seq);
-int pg_audit_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, const char *secret,
-                  size_t max, struct store_audit_event **ret, size_t *ret_n);
-int pg_audit_cursor_get(struct store *s, const char *source, char **ret_boot_id, int64_t *ret_seq);
-int pg_audit_cursor_set(struct store *s, const char *source, const char *boot_id, int64_t seq);
+/* the ops defined in the files beside store-pg.c */
+STORE_FILE_OPS(STORE_OP_DECLARE, pg)
 
-int pg_image_insert(struct store *s, const struct store_image *img);
-int pg_image_get(struct store *s, const char *id, struct store_image *ret);
-int pg_image_find(struct store *s, const char *tenant_id, const char *name, struct store_image *ret);
-int pg_image_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, size_t max,
-                  struct store_image **ret, size_t *ret_n);
-int pg_image_delete(struct store *s, const char *id);
-
-#define STORE_PG_IMAGES_OPS                                                                               \
-        .image_insert = pg_image_insert, .image_get = pg_image_get, .image_find = pg_image_find,         \
-        .image_list = pg_image_list, .image_delete = pg_image_delete
-
-int pg_template_put(struct store *s, const struct store_template *t, size_t max);
-int pg_template_get(struct store *s, const char *tenant_id, const char *name, struct store_template *ret);
-int pg_template_list(struct store *s, const char *tenant_id, size_t max, struct store_template **ret,
-                     size_t *ret_n);
-int pg_template_set_state(struct store *s, const char *tenant_id, const char *name, const char *build_id,
-                          const char *state, const char *error, uint32_t memory_mib, uint32_t vcpus);
-int pg_template_delete(struct store *s, const char *tenant_id, const char *name);
-int pg_template_node_refs(struct store *s, const char *node_name, size_t *ret_n);
-
-#define STORE_PG_TEMPLATES_OPS                                                                            \
-        .template_put = pg_template_put, .template_get = pg_template_get,                                 \
-        .template_list = pg_template_list, .template_set_state = pg_template_set_state,                   \
-        .template_delete = pg_template_delete, .template_node_refs = pg_template_node_refs
-
-int pg_event_insert(struct store *s, const struct store_event *ev);
-int pg_event_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, int64_t after_id,
-                  size_t max, struct store_event **ret, size_t *ret_n);
-int pg_event_last_id(struct store *s, int64_t *ret);
-int pg_event_prune(struct store *s, int64_t before_ms);
-#define STORE_PG_EVENTS_OPS                                                                                   \
-        .event_insert = pg_event_insert, .event_list = pg_event_list, .event_last_id = pg_event_last_id,     \
-        .event_prune = pg_event_prune
-
-#define STORE_PG_SECRETS_OPS                                                                              \
-        .api_key_id = pg_api_key_id, .secret_insert = pg_secret_insert, .secret_get = pg_secret_get,     \
-        .secret_list = pg_secret_list, .secret_delete = pg_secret_delete, .secret_users = pg_secret_users, \
-        .sandbox_secret_insert = pg_sandbox_secret_insert, .sandbox_secret_list = pg_sandbox_secret_list, \
-        .sandbox_secret_copy = pg_sandbox_secret_copy, .audit_insert = pg_audit_insert,                   \
-        .audit_list = pg_audit_list, .audit_cursor_get = pg_audit_cursor_get,                             \
-        .audit_cursor_set = pg_audit_cursor_set
-
-int pg_node_insert(struct store *s, const struct store_node *n);
-int pg_node_heartbeat(struct store *s, const struct store_node *n, bool *ret_was_lost, bool *ret_draining);
-int pg_node_get(struct store *s, const char *name, struct store_node *ret);
-int pg_node_list(struct store *s, size_t max, struct store_node **ret, size_t *ret_n);
-int pg_node_set_draining(struct store *s, const char *name, bool draining);
-int pg_node_delete(struct store *s, const char *name);
-int pg_nodes_mark_lost(struct store *s, int64_t cutoff, size_t max, char ***ret, size_t *ret_n);
-int pg_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to);
-int pg_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret, size_t *ret_n);
-int pg_sandbox_count_by(struct store *s, enum store_count_by by, size_t max, char ***ret_names, int64_t **ret_counts,
-                        size_t *ret_n);
-int pg_join_token_insert(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE], int64_t expires_at);
-int pg_join_token_check(struct store *s, const char *id, const uint8_t hash[STORE_HASH_SIZE], int64_t now);
-int pg_join_token_delete(struct store *s, const char *id);
-int pg_cluster_ca(struct store *s, const char *cert_pem, const char *key_pem, char **ret_cert, char **ret_key);
-int pg_cap_key_publish(struct store *s, const struct store_cap_key *k);
-int pg_cap_key_list(struct store *s, size_t max, struct store_cap_key **ret, size_t *ret_n);
-int pg_cap_key_delete(struct store *s, const char *kid);
-int pg_replica_seen(struct store *s, const struct store_replica *r);
-int pg_replica_list(struct store *s, int64_t since, size_t max, struct store_replica **ret, size_t *ret_n);
-int pg_replica_delete(struct store *s, const char *id);
-int pg_operation_lease_renew(struct store *s, const char *owner, int64_t until, uint64_t *ret_n);
-int pg_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
-                              size_t *ret_n);
-int pg_operation_list_unfinished(struct store *s, size_t max, struct store_operation **ret, size_t *ret_n);
-int pg_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until);
-
-#define STORE_PG_CLUSTER_OPS                                                                                  \
-        .node_insert = pg_node_insert, .node_heartbeat = pg_node_heartbeat, .node_get = pg_node_get,         \
-        .node_list = pg_node_list, .node_set_draining = pg_node_set_draining, .node_delete = pg_node_delete, \
-        .nodes_mark_lost = pg_nodes_mark_lost, .sandbox_list_node = pg_sandbox_list_node,                    \
-        .sandbox_move = pg_sandbox_move,                                                                     \
-        .sandbox_count_by = pg_sandbox_count_by, .join_token_insert = pg_join_token_insert,        \
-        .join_token_check = pg_join_token_check, .join_token_delete = pg_join_token_delete,                  \
-        .cluster_ca = pg_cluster_ca, .cap_key_publish = pg_cap_key_publish, .cap_key_list = pg_cap_key_list, \
-        .cap_key_delete = pg_cap_key_delete, .replica_seen = pg_replica_seen,                                \
-        .replica_list = pg_replica_list, .replica_delete = pg_replica_delete,                                \
-        .operation_lease_renew = pg_operation_lease_renew,                                                   \
-        .operation_list_expired = pg_operation_list_expired,                                                 \
-        .operation_list_unfinished = pg_operation_list_unfinished, .operation_take_over = pg_operation_take_over
