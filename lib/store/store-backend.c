@@ -3,6 +3,7 @@
  * What the backends share: the row readers of every table, collecting rows,
  * and the constant-time API key match (store-backend.h).
  */
+#include <assert.h>
 #include <errno.h>
 #include <sodium.h>
 #include <stdlib.h>
@@ -14,6 +15,211 @@
 
 int64_t store_now_ms(void) {
         return (int64_t) (now_realtime_ns() / 1000000ULL);
+}
+
+static void param(struct store_params *q, struct store_param p) {
+        assert(q->n < STORE_PARAMS_MAX); /* the statements are ours */
+        q->v[q->n++] = p;
+}
+
+void store_param_text(struct store_params *q, const char *v) {
+        param(q, (struct store_param){ .kind = STORE_PARAM_TEXT, .null = !v, .v = v });
+}
+
+void store_param_int(struct store_params *q, int64_t v) {
+        param(q, (struct store_param){ .kind = STORE_PARAM_INT, .i = v });
+}
+
+void store_param_null_int(struct store_params *q) {
+        param(q, (struct store_param){ .kind = STORE_PARAM_INT, .null = true });
+}
+
+void store_param_int_or_null(struct store_params *q, int64_t v) {
+        param(q, (struct store_param){ .kind = STORE_PARAM_INT, .null = v == 0, .i = v });
+}
+
+void store_param_bool(struct store_params *q, bool v) {
+        param(q, (struct store_param){ .kind = STORE_PARAM_BOOL, .i = v ? 1 : 0 });
+}
+
+void store_param_blob(struct store_params *q, const void *v, size_t n) {
+        param(q, (struct store_param){ .kind = STORE_PARAM_BLOB, .null = !v, .v = v, .len = n });
+}
+
+void store_params_sandbox(struct store_params *q, const struct store_sandbox *sb) {
+        int64_t now = store_now_ms();
+        store_param_text(q, sb->id);
+        store_param_text(q, sb->template_name);
+        store_param_text(q, sb->state);
+        store_param_text(q, sb->error);
+        store_param_text(q, sb->metadata ? sb->metadata : "{}");
+        store_param_text(q, sb->env_keys ? sb->env_keys : "[]");
+        store_param_int(q, sb->created_at ? sb->created_at : now);
+        store_param_int(q, sb->updated_at ? sb->updated_at : now);
+        store_param_text(q, sb->desired_state);
+        store_param_text(q, sb->snapshot_policy);
+        if (sb->has_idle_timeout)
+                store_param_int(q, sb->idle_timeout_s);
+        else
+                store_param_null_int(q);
+        store_param_text(q, sb->tenant_id);
+        store_param_text(q, sb->network);
+        store_param_int_or_null(q, sb->expires_at);
+        store_param_int_or_null(q, sb->expiry_s);
+        store_param_text(q, sb->on_expiry);
+        store_param_text(q, sb->node);
+        store_param_int_or_null(q, sb->memory_mib);
+        store_param_int_or_null(q, sb->vcpus);
+}
+
+void store_params_operation(struct store_params *q, const struct store_operation *op) {
+        store_param_text(q, op->id);
+        store_param_text(q, op->sandbox_id);
+        store_param_text(q, op->verb);
+        store_param_text(q, op->state);
+        store_param_text(q, op->error);
+        store_param_text(q, op->result);
+        store_param_text(q, op->idempotency_key);
+        store_param_int(q, op->created_at ? op->created_at : store_now_ms());
+        store_param_text(q, op->request_hash);
+        store_param_text(q, op->stage);
+        store_param_int(q, op->progress);
+        store_param_text(q, op->tenant_id);
+        store_param_text(q, op->owner);
+        store_param_int_or_null(q, op->lease_until);
+        store_param_text(q, op->detail);
+}
+
+void store_params_snapshot(struct store_params *q, const struct store_snapshot *snap) {
+        store_param_text(q, snap->id);
+        store_param_text(q, snap->sandbox_id);
+        store_param_text(q, snap->kind);
+        store_param_int(q, snap->size);
+        store_param_int(q, snap->created_at ? snap->created_at : store_now_ms());
+        store_param_bool(q, snap->pinned);
+}
+
+void store_params_session(struct store_params *q, const struct store_session *ses) {
+        store_param_text(q, ses->id);
+        store_param_text(q, ses->sandbox_id);
+        store_param_text(q, ses->cmd);
+        store_param_bool(q, ses->pty);
+        store_param_blob(q, ses->token_hash, STORE_HASH_SIZE);
+        store_param_int(q, ses->created_at ? ses->created_at : store_now_ms());
+}
+
+void store_params_tenant(struct store_params *q, const struct store_tenant *t, size_t max) {
+        store_param_text(q, t->id);
+        store_param_text(q, t->name);
+        store_param_int(q, t->created_at ? t->created_at : store_now_ms());
+        store_param_int(q, (int64_t) MIN(max, (size_t) INT64_MAX));
+        store_param_text(q, t->network);
+}
+
+void store_params_image(struct store_params *q, const struct store_image *img) {
+        store_param_text(q, img->id);
+        store_param_text(q, img->tenant_id);
+        store_param_text(q, img->name);
+        store_param_text(q, img->sandbox_id);
+        store_param_text(q, img->template_name);
+        store_param_int(q, img->size);
+        store_param_int(q, img->created_at ? img->created_at : store_now_ms());
+        store_param_text(q, img->kind ? img->kind : "full");
+        store_param_text(q, img->snapshot_id);
+}
+
+void store_params_template(struct store_params *q, const struct store_template *t, size_t max) {
+        int64_t now = store_now_ms();
+        store_param_text(q, t->tenant_id);
+        store_param_text(q, t->name);
+        store_param_text(q, t->node_name);
+        store_param_text(q, t->build_id);
+        store_param_text(q, t->state);
+        store_param_text(q, t->error);
+        store_param_text(q, t->node);
+        store_param_text(q, t->spec);
+        store_param_int(q, t->memory_mib);
+        store_param_int(q, t->vcpus);
+        store_param_int(q, t->created_at ?: now);
+        store_param_int(q, t->updated_at ?: now);
+        store_param_int(q, (int64_t) MIN(max, (size_t) INT64_MAX));
+}
+
+void store_params_secret(struct store_params *q, const struct store_secret *sec) {
+        store_param_text(q, sec->tenant_id);
+        store_param_text(q, sec->name);
+        store_param_text(q, sec->sandbox_id);
+        store_param_text(q, sec->spec);
+        store_param_int(q, sec->expires_at);
+        store_param_blob(q, sec->sealed, sec->sealed_len);
+        store_param_int(q, sec->created_at ? sec->created_at : store_now_ms());
+        store_param_text(q, sec->created_by);
+}
+
+void store_params_audit_event(struct store_params *q, const struct store_audit_event *ev, const char *source,
+                              const char *boot_id, int64_t seq) {
+        store_param_int(q, ev->ts_ms ? ev->ts_ms : store_now_ms());
+        store_param_text(q, ev->tenant_id);
+        store_param_text(q, ev->actor);
+        store_param_text(q, ev->sandbox_id);
+        store_param_text(q, ev->secret);
+        store_param_text(q, ev->host);
+        store_param_int_or_null(q, ev->port > 0 ? ev->port : 0);
+        store_param_text(q, ev->method);
+        store_param_text(q, ev->path);
+        store_param_text(q, ev->action);
+        store_param_text(q, ev->reason);
+        store_param_text(q, source);
+        store_param_text(q, boot_id);
+        if (source)
+                store_param_int(q, seq);
+        else
+                store_param_null_int(q);
+}
+
+void store_params_event(struct store_params *q, const struct store_event *ev) {
+        store_param_int(q, ev->ts_ms ? ev->ts_ms : store_now_ms());
+        store_param_text(q, ev->tenant_id);
+        store_param_text(q, ev->sandbox_id);
+        store_param_text(q, ev->type);
+        store_param_text(q, ev->state);
+        store_param_text(q, ev->previous);
+}
+
+void store_params_node(struct store_params *q, const struct store_node *n) {
+        int64_t now = store_now_ms();
+        store_param_text(q, n->name);
+        store_param_text(q, n->address);
+        store_param_text(q, n->boot_id);
+        store_param_text(q, n->info ?: "{}");
+        store_param_bool(q, n->draining);
+        store_param_int_or_null(q, n->lost_at);
+        store_param_int(q, n->joined_at ?: now);
+        store_param_int(q, n->heartbeat_at ?: now);
+}
+
+void store_params_node_beat(struct store_params *q, const struct store_node *n) {
+        store_param_text(q, n->name);
+        store_param_text(q, n->address);
+        store_param_text(q, n->boot_id);
+        store_param_text(q, n->info);
+        store_param_int(q, n->heartbeat_at ?: store_now_ms());
+}
+
+void store_params_cap_key(struct store_params *q, const struct store_cap_key *k) {
+        store_param_text(q, k->kid);
+        store_param_text(q, k->public_key);
+        store_param_text(q, k->replica);
+        store_param_int(q, k->created_at ?: store_now_ms());
+}
+
+void store_params_replica(struct store_params *q, const struct store_replica *p) {
+        int64_t now = store_now_ms();
+        store_param_text(q, p->id);
+        store_param_text(q, p->cluster_address);
+        store_param_text(q, p->api_address);
+        store_param_int(q, p->started_at ?: now);
+        store_param_int(q, p->seen_at ?: now);
 }
 
 int store_row_strdup(const struct store_row *r, int col, char **ret) {

@@ -55,6 +55,56 @@
 /* Every op of backend p, for its struct store_ops table. */
 #define STORE_BACKEND_OPS(p) STORE_CORE_OPS(STORE_OP_INIT, p) STORE_FILE_OPS(STORE_OP_INIT, p)
 
+/* A statement's parameters, the first bound to ?1 (SQLite) or $1
+ * (PostgreSQL), in the order they are added; each backend binds them its
+ * way (integers as 64-bit, booleans as 0 and 1 or PostgreSQL's boolean,
+ * blobs as bytes). */
+#define STORE_PARAMS_MAX 20
+enum store_param_kind {
+        STORE_PARAM_TEXT,
+        STORE_PARAM_INT,
+        STORE_PARAM_BOOL,
+        STORE_PARAM_BLOB,
+};
+struct store_param {
+        enum store_param_kind kind;
+        bool null;      /* SQL NULL */
+        const void *v;  /* text (NUL-terminated) or blob */
+        size_t len;     /* a blob's */
+        int64_t i;      /* an integer's or boolean's */
+};
+struct store_params {
+        int n;
+        struct store_param v[STORE_PARAMS_MAX];
+};
+void store_param_text(struct store_params *q, const char *v); /* NULL: SQL NULL */
+void store_param_int(struct store_params *q, int64_t v);
+void store_param_int_or_null(struct store_params *q, int64_t v); /* 0: SQL NULL */
+void store_param_null_int(struct store_params *q);
+void store_param_bool(struct store_params *q, bool v);
+void store_param_blob(struct store_params *q, const void *v, size_t n); /* NULL: SQL NULL */
+
+/* The parameters of a row's insert, in the order of the statements of both
+ * backends (a created_at, updated_at, ts_ms or heartbeat_at of 0: now). */
+void store_params_sandbox(struct store_params *q, const struct store_sandbox *sb);
+void store_params_operation(struct store_params *q, const struct store_operation *op);
+void store_params_snapshot(struct store_params *q, const struct store_snapshot *snap);
+void store_params_session(struct store_params *q, const struct store_session *ses);
+/* ... then the limit max on the number of tenants */
+void store_params_tenant(struct store_params *q, const struct store_tenant *t, size_t max);
+void store_params_image(struct store_params *q, const struct store_image *img);
+/* ... then the limit max on the owner's templates ("" owner: NULL) */
+void store_params_template(struct store_params *q, const struct store_template *t, size_t max);
+void store_params_secret(struct store_params *q, const struct store_secret *sec);
+void store_params_audit_event(struct store_params *q, const struct store_audit_event *ev, const char *source,
+                              const char *boot_id, int64_t seq);
+void store_params_event(struct store_params *q, const struct store_event *ev);
+void store_params_node(struct store_params *q, const struct store_node *n);
+/* a heartbeat's: name, address, boot_id, info, heartbeat_at */
+void store_params_node_beat(struct store_params *q, const struct store_node *n);
+void store_params_cap_key(struct store_params *q, const struct store_cap_key *k);
+void store_params_replica(struct store_params *q, const struct store_replica *p);
+
 /* One row of a result: ops read its columns (0-based). */
 struct store_row;
 struct store_row_ops {

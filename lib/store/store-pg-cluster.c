@@ -18,33 +18,21 @@
 
 /* A statement whose only parameter is one text; -ENOENT when it touched no row. */
 static int write_by(struct store *s, const char *sql, const char *arg) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, arg);
+        struct store_params q = { 0 };
+        store_param_text(&q, arg);
         return pg_write_one(s, sql, &q);
 }
 
 int pg_node_insert(struct store *s, const struct store_node *n) {
-        int64_t now = store_now_ms();
-        struct pg_params q = { 0 };
-        pg_add_text(&q, n->name);
-        pg_add_text(&q, n->address);
-        pg_add_text(&q, n->boot_id);
-        pg_add_text(&q, n->info ?: "{}");
-        pg_add_bool(&q, n->draining);
-        pg_add_int_or_null(&q, n->lost_at);
-        pg_add_int(&q, n->joined_at ?: now);
-        pg_add_int(&q, n->heartbeat_at ?: now);
+        struct store_params q = { 0 };
+        store_params_node(&q, n);
         return pg_write(s, "INSERT INTO nodes (" STORE_NODE_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8)", &q,
                         NULL);
 }
 
 int pg_node_heartbeat(struct store *s, const struct store_node *n, bool *ret_was_lost, bool *ret_draining) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, n->name);
-        pg_add_text(&q, n->address);
-        pg_add_text(&q, n->boot_id);
-        pg_add_text(&q, n->info);
-        pg_add_int(&q, n->heartbeat_at ?: store_now_ms());
+        struct store_params q = { 0 };
+        store_params_node_beat(&q, n);
         /* the old row is read FOR UPDATE: a racing beat waits for this one
          * to commit, then reads lost_at cleared; a NULL address, boot_id or
          * info keeps what was stored */
@@ -68,22 +56,22 @@ int pg_node_heartbeat(struct store *s, const struct store_node *n, bool *ret_was
 }
 
 int pg_node_get(struct store *s, const char *name, struct store_node *ret) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, name);
+        struct store_params q = { 0 };
+        store_param_text(&q, name);
         return pg_select_one(s, "SELECT " STORE_NODE_COLUMNS " FROM nodes WHERE name = $1", &q, store_read_node, ret);
 }
 
 int pg_node_list(struct store *s, size_t max, struct store_node **ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_int(&q, (int64_t) max);
         return pg_select_all(s, "SELECT " STORE_NODE_COLUMNS " FROM nodes ORDER BY name COLLATE \"C\" LIMIT $1", &q,
                              &store_list_node, max, ret, ret_n);
 }
 
 int pg_node_set_draining(struct store *s, const char *name, bool draining) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, name);
-        pg_add_bool(&q, draining);
+        struct store_params q = { 0 };
+        store_param_text(&q, name);
+        store_param_bool(&q, draining);
         return pg_write_one(s, "UPDATE nodes SET draining = $2 WHERE name = $1", &q);
 }
 
@@ -102,10 +90,10 @@ int pg_node_delete(struct store *s, const char *name) {
 }
 
 int pg_nodes_mark_lost(struct store *s, int64_t cutoff, size_t max, char ***ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, cutoff);
-        pg_add_int(&q, (int64_t) max);
-        pg_add_int(&q, store_now_ms());
+        struct store_params q = { 0 };
+        store_param_int(&q, cutoff);
+        store_param_int(&q, (int64_t) max);
+        store_param_int(&q, store_now_ms());
         /* a replica doing the same at once waits on these rows' locks, then
          * re-checks lost_at IS NULL on what this one committed: one of them
          * gets each name. A node that beat meanwhile fails heartbeat_at. */
@@ -119,9 +107,9 @@ int pg_nodes_mark_lost(struct store *s, int64_t cutoff, size_t max, char ***ret,
 }
 
 int pg_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, node);
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_text(&q, node);
+        store_param_int(&q, (int64_t) max);
         return pg_select_all(s,
                              "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes "
                              "WHERE ($1::text IS NULL AND node IS NULL) OR node = $1 "
@@ -130,12 +118,12 @@ int pg_sandbox_list_node(struct store *s, const char *node, size_t max, struct s
 }
 
 int pg_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, id);
-        pg_add_text(&q, state);
-        pg_add_text(&q, from);
-        pg_add_text(&q, to);
-        pg_add_int(&q, store_now_ms());
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, state);
+        store_param_text(&q, from);
+        store_param_text(&q, to);
+        store_param_int(&q, store_now_ms());
         uint64_t changed = 0;
         /* -ENOENT from the write: `to` is no node (its foreign key) */
         int r = pg_write(s,
@@ -147,8 +135,8 @@ int pg_sandbox_move(struct store *s, const char *id, const char *state, const ch
 
 int pg_sandbox_count_by(struct store *s, enum store_count_by by, size_t max, char ***ret_names, int64_t **ret_counts,
                         size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_int(&q, (int64_t) max);
         struct store_node_count *a = NULL;
         size_t n = 0;
         /* NULL (the local node) first, as SQLite sorts it */
@@ -171,19 +159,19 @@ struct token_call {
 };
 
 static int delete_expired_tokens(struct pg_call *c, int64_t now) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, now);
+        struct store_params q = { 0 };
+        store_param_int(&q, now);
         return pg_exec(c, true, "DELETE FROM join_tokens WHERE expires_at <= $1", &q, NULL, NULL);
 }
 
 static int token_run(struct pg_call *c, void *ctx) {
         struct token_call *t = ctx;
-        struct pg_params q = { 0 };
-        pg_add_text(&q, t->id);
+        struct store_params q = { 0 };
+        store_param_text(&q, t->id);
         if (t->insert) {
-                pg_add_bytea(&q, t->hash, STORE_HASH_SIZE);
-                pg_add_int(&q, t->now);
-                pg_add_int(&q, t->expires_at);
+                store_param_blob(&q, t->hash, STORE_HASH_SIZE);
+                store_param_int(&q, t->now);
+                store_param_int(&q, t->expires_at);
                 int r = delete_expired_tokens(c, t->now);
                 if (r < 0)
                         return r;
@@ -225,10 +213,10 @@ struct ca_call {
 
 static int ca_run(struct pg_call *c, void *ctx) {
         struct ca_call *a = ctx;
-        struct pg_params q = { 0 };
-        pg_add_text(&q, a->cert);
-        pg_add_text(&q, a->key);
-        pg_add_int(&q, store_now_ms());
+        struct store_params q = { 0 };
+        store_param_text(&q, a->cert);
+        store_param_text(&q, a->key);
+        store_param_int(&q, store_now_ms());
         /* a racing insert waits on the first one's key and does nothing;
          * the SELECT, a statement of its own, sees whichever committed */
         int r = pg_exec(c, true,
@@ -252,11 +240,8 @@ int pg_cluster_ca(struct store *s, const char *cert_pem, const char *key_pem, ch
 }
 
 int pg_cap_key_publish(struct store *s, const struct store_cap_key *k) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, k->kid);
-        pg_add_text(&q, k->public_key);
-        pg_add_text(&q, k->replica);
-        pg_add_int(&q, k->created_at ?: store_now_ms());
+        struct store_params q = { 0 };
+        store_params_cap_key(&q, k);
         return pg_write(s,
                         "INSERT INTO cap_keys (" STORE_CAP_KEY_COLUMNS ") VALUES ($1, $2, $3, $4) "
                         "ON CONFLICT (kid) DO UPDATE SET public_key = excluded.public_key, "
@@ -265,8 +250,8 @@ int pg_cap_key_publish(struct store *s, const struct store_cap_key *k) {
 }
 
 int pg_cap_key_list(struct store *s, size_t max, struct store_cap_key **ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_int(&q, (int64_t) max);
         return pg_select_all(s,
                              "SELECT " STORE_CAP_KEY_COLUMNS " FROM cap_keys "
                              "ORDER BY created_at, kid COLLATE \"C\" LIMIT $1",
@@ -278,13 +263,8 @@ int pg_cap_key_delete(struct store *s, const char *kid) {
 }
 
 int pg_replica_seen(struct store *s, const struct store_replica *p) {
-        int64_t now = store_now_ms();
-        struct pg_params q = { 0 };
-        pg_add_text(&q, p->id);
-        pg_add_text(&q, p->cluster_address);
-        pg_add_text(&q, p->api_address);
-        pg_add_int(&q, p->started_at ?: now);
-        pg_add_int(&q, p->seen_at ?: now);
+        struct store_params q = { 0 };
+        store_params_replica(&q, p);
         /* started_at stays what the first row said */
         return pg_write(s,
                         "INSERT INTO replicas (" STORE_REPLICA_COLUMNS ") VALUES ($1, $2, $3, $4, $5) "
@@ -294,9 +274,9 @@ int pg_replica_seen(struct store *s, const struct store_replica *p) {
 }
 
 int pg_replica_list(struct store *s, int64_t since, size_t max, struct store_replica **ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, since);
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_int(&q, since);
+        store_param_int(&q, (int64_t) max);
         return pg_select_all(s,
                              "SELECT " STORE_REPLICA_COLUMNS " FROM replicas WHERE seen_at >= $1 "
                              "ORDER BY id COLLATE \"C\" LIMIT $2",
@@ -308,23 +288,23 @@ int pg_replica_delete(struct store *s, const char *id) {
 }
 
 int pg_operation_lease_renew(struct store *s, const char *owner, int64_t until, uint64_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, owner);
-        pg_add_int(&q, until);
+        struct store_params q = { 0 };
+        store_param_text(&q, owner);
+        store_param_int(&q, until);
         return pg_write(s, "UPDATE operations SET lease_until = $2 WHERE owner = $1 AND " UNFINISHED, &q, ret_n);
 }
 
 /* The operations sql selects, with its parameters q, oldest first. */
-static int list_operations(struct store *s, const char *sql, const struct pg_params *q, size_t max,
+static int list_operations(struct store *s, const char *sql, const struct store_params *q, size_t max,
                            struct store_operation **ret, size_t *ret_n) {
         return pg_select_all(s, sql, q, &store_list_operation, max, ret, ret_n);
 }
 
 int pg_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
                               size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, now);
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_int(&q, now);
+        store_param_int(&q, (int64_t) max);
         return list_operations(s,
                                "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE " UNFINISHED
                                " AND lease_until < $1 ORDER BY created_at, id COLLATE \"C\" LIMIT $2",
@@ -332,8 +312,8 @@ int pg_operation_list_expired(struct store *s, int64_t now, size_t max, struct s
 }
 
 int pg_operation_list_unfinished(struct store *s, size_t max, struct store_operation **ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_int(&q, (int64_t) max);
         return list_operations(s,
                                "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE " UNFINISHED
                                " ORDER BY created_at, id COLLATE \"C\" LIMIT $1",
@@ -341,11 +321,11 @@ int pg_operation_list_unfinished(struct store *s, size_t max, struct store_opera
 }
 
 int pg_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, id);
-        pg_add_text(&q, owner);
-        pg_add_int(&q, now);
-        pg_add_int(&q, until);
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, owner);
+        store_param_int(&q, now);
+        store_param_int(&q, until);
         /* one statement: a second taker waits on the row, then re-checks
          * the lease the first one set and finds it running */
         int r = pg_write_one(s,

@@ -26,7 +26,6 @@
 #include "store.h"
 
 #define PG_POOL_MAX 8    /* connections one handle opens at the most */
-#define PG_PARAMS_MAX 20 /* parameters of one statement */
 
 struct store_pg {
         struct store base; /* must be first */
@@ -51,21 +50,6 @@ struct pg_call {
         bool conflict; /* a serialization failure or deadlock: the call may run again */
 };
 
-/* A statement's parameters, $1 first, in the order they are added. */
-struct pg_params {
-        int n;
-        Oid types[PG_PARAMS_MAX];
-        const char *values[PG_PARAMS_MAX];
-        int lengths[PG_PARAMS_MAX];
-        int formats[PG_PARAMS_MAX];
-        char num[PG_PARAMS_MAX][24]; /* the text of integer parameters */
-};
-void pg_add_text(struct pg_params *q, const char *v); /* NULL: SQL NULL */
-void pg_add_int(struct pg_params *q, int64_t v);
-void pg_add_int_or_null(struct pg_params *q, int64_t v); /* 0: SQL NULL */
-void pg_add_null_int(struct pg_params *q);
-void pg_add_bool(struct pg_params *q, bool v);
-void pg_add_bytea(struct pg_params *q, const void *v, size_t n);
 
 static inline struct store_pg *to_pg(struct store *s) {
         return (struct store_pg *) s;
@@ -84,13 +68,13 @@ int pg_run(struct store_pg *pg, int (*fn)(struct pg_call *c, void *ctx), void *c
 /* Runs one statement on the call's connection: *ret_res its result when
  * wanted (PQclear it), *ret_changed the rows it touched. write: it changes
  * data (outside a transaction, the call is not repeated once it is sent). */
-int pg_exec(struct pg_call *c, bool write, const char *sql, const struct pg_params *q, PGresult **ret_res,
+int pg_exec(struct pg_call *c, bool write, const char *sql, const struct store_params *q, PGresult **ret_res,
             uint64_t *ret_changed);
 /* Runs SQL text without parameters (the migrations: several statements). */
 int pg_exec_script(struct pg_call *c, const char *sql);
 /* Runs a SELECT on the call's connection: its first row through read_row
  * into ret, or -ENOENT. */
-int pg_call_select_one(struct pg_call *c, const char *sql, const struct pg_params *q,
+int pg_call_select_one(struct pg_call *c, const char *sql, const struct store_params *q,
                        int (*read_row)(const struct store_row *, void *), void *ret);
 int pg_begin(struct pg_call *c);
 int pg_commit(struct pg_call *c);
@@ -112,24 +96,24 @@ int64_t pg_lock_template_scope(const char *tenant_id);
  * pg_select_all: at most max through list into a new array *ret of *ret_n
  * elements, store_rows_list()), or a write's count of touched rows
  * (pg_write; pg_write_one: -ENOENT when it touched none). */
-int pg_select_one(struct store *s, const char *sql, const struct pg_params *q,
+int pg_select_one(struct store *s, const char *sql, const struct store_params *q,
                   int (*read_row)(const struct store_row *, void *), void *ret);
-int pg_select_all(struct store *s, const char *sql, const struct pg_params *q, const struct store_list *list,
+int pg_select_all(struct store *s, const char *sql, const struct store_params *q, const struct store_list *list,
                   size_t max, void *ret, size_t *ret_n);
 /* A SELECT of (hash, tenant_id) rows as a call of its own, every hash
  * compared with hash (store_rows_match_key()). */
 int pg_select_key_match(struct store *s, const char *sql, const uint8_t hash[STORE_HASH_SIZE],
                         char **ret_tenant_id);
-int pg_write(struct store *s, const char *sql, const struct pg_params *q, uint64_t *ret_changed);
+int pg_write(struct store *s, const char *sql, const struct store_params *q, uint64_t *ret_changed);
 /* A write whose RETURNING rows are wanted, as a call of its own: at most
  * max of them through list, as pg_select_all() reads them. */
-int pg_write_rows(struct store *s, const char *sql, const struct pg_params *q, const struct store_list *list,
+int pg_write_rows(struct store *s, const char *sql, const struct store_params *q, const struct store_list *list,
                   size_t max, void *ret, size_t *ret_n);
-int pg_write_one(struct store *s, const char *sql, const struct pg_params *q);
+int pg_write_one(struct store *s, const char *sql, const struct store_params *q);
 /* A write in a transaction of its own that first takes the advisory lock
  * key: what it reads (a count under a limit) cannot change under it before
  * it commits, in this process or any other. */
-int pg_write_locked(struct store *s, int64_t key, const char *sql, const struct pg_params *q, uint64_t *ret_changed);
+int pg_write_locked(struct store *s, int64_t key, const char *sql, const struct store_params *q, uint64_t *ret_changed);
 
 /* The admin scope is tenant_id NULL; "COALESCE(tenant_id, '') = $n" with
  * "" for it matches either. */

@@ -10,8 +10,8 @@
 #include "store-pg-internal.h"
 
 int pg_api_key_id(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_id) {
-        struct pg_params q = { 0 };
-        pg_add_bytea(&q, hash, STORE_HASH_SIZE);
+        struct store_params q = { 0 };
+        store_param_blob(&q, hash, STORE_HASH_SIZE);
         char *id = NULL;
         int r = pg_select_one(s, "SELECT id FROM api_keys WHERE hash = $1", &q, store_read_text, &id);
         if (r >= 0 && !id)
@@ -23,15 +23,8 @@ int pg_api_key_id(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **r
 }
 
 int pg_secret_insert(struct store *s, const struct store_secret *sec) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, sec->tenant_id);
-        pg_add_text(&q, sec->name);
-        pg_add_text(&q, sec->sandbox_id);
-        pg_add_text(&q, sec->spec);
-        pg_add_int(&q, sec->expires_at);
-        pg_add_bytea(&q, sec->sealed, sec->sealed_len);
-        pg_add_int(&q, sec->created_at ? sec->created_at : store_now_ms());
-        pg_add_text(&q, sec->created_by);
+        struct store_params q = { 0 };
+        store_params_secret(&q, sec);
         return pg_write(s,
                         "INSERT INTO secrets (tenant_id, name, sandbox_id, spec, expires_at, sealed, created_at, "
                         "created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -39,9 +32,9 @@ int pg_secret_insert(struct store *s, const struct store_secret *sec) {
 }
 
 int pg_secret_get(struct store *s, const char *tenant_id, const char *name, struct store_secret *ret) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, tenant_id ?: "");
-        pg_add_text(&q, name);
+        struct store_params q = { 0 };
+        store_param_text(&q, tenant_id ?: "");
+        store_param_text(&q, name);
         return pg_select_one(s,
                              "SELECT " STORE_SECRET_COLUMNS ", sealed FROM secrets WHERE " PG_SCOPE_IS(1) " AND "
                              "name = $2",
@@ -49,9 +42,9 @@ int pg_secret_get(struct store *s, const char *tenant_id, const char *name, stru
 }
 
 int pg_secret_list(struct store *s, const char *tenant_id, size_t max, struct store_secret **ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, tenant_id ?: "");
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_text(&q, tenant_id ?: "");
+        store_param_int(&q, (int64_t) max);
         return pg_select_all(s,
                              "SELECT " STORE_SECRET_COLUMNS " FROM secrets WHERE " PG_SCOPE_IS(1) " "
                              "ORDER BY name COLLATE \"C\" LIMIT $2",
@@ -59,18 +52,18 @@ int pg_secret_list(struct store *s, const char *tenant_id, size_t max, struct st
 }
 
 int pg_secret_delete(struct store *s, const char *tenant_id, const char *name) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, tenant_id ?: "");
-        pg_add_text(&q, name);
+        struct store_params q = { 0 };
+        store_param_text(&q, tenant_id ?: "");
+        store_param_text(&q, name);
         return pg_write_one(s, "DELETE FROM secrets WHERE " PG_SCOPE_IS(1) " AND name = $2", &q);
 }
 
 int pg_secret_users(struct store *s, const char *tenant_id, const char *name, size_t max, char ***ret,
                     size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, tenant_id ?: "");
-        pg_add_text(&q, name);
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_text(&q, tenant_id ?: "");
+        store_param_text(&q, name);
+        store_param_int(&q, (int64_t) max);
         return pg_select_all(s,
                              "SELECT a.sandbox_id FROM sandbox_secrets a JOIN secrets s ON s.id = a.secret_id "
                              "WHERE COALESCE(s.tenant_id, '') = $1 AND s.name = $2 "
@@ -79,12 +72,12 @@ int pg_secret_users(struct store *s, const char *tenant_id, const char *name, si
 }
 
 int pg_sandbox_secret_insert(struct store *s, const char *tenant_id, const struct store_sandbox_secret *a) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, a->sandbox_id);
-        pg_add_text(&q, tenant_id ?: "");
-        pg_add_text(&q, a->name);
-        pg_add_text(&q, a->placeholder);
-        pg_add_text(&q, a->env_name);
+        struct store_params q = { 0 };
+        store_param_text(&q, a->sandbox_id);
+        store_param_text(&q, tenant_id ?: "");
+        store_param_text(&q, a->name);
+        store_param_text(&q, a->placeholder);
+        store_param_text(&q, a->env_name);
         /* no secret row: nothing inserted, -ENOENT */
         return pg_write_one(s,
                             "INSERT INTO sandbox_secrets (sandbox_id, secret_id, name, placeholder, env_name) "
@@ -94,8 +87,8 @@ int pg_sandbox_secret_insert(struct store *s, const char *tenant_id, const struc
 
 int pg_sandbox_secret_list(struct store *s, const char *sandbox_id, struct store_sandbox_secret **ret,
                            size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, sandbox_id);
+        struct store_params q = { 0 };
+        store_param_text(&q, sandbox_id);
         return pg_select_all(s,
                              "SELECT " STORE_ATTACHMENT_COLUMNS " FROM sandbox_secrets WHERE sandbox_id = $1 "
                              "ORDER BY name COLLATE \"C\"",
@@ -103,9 +96,9 @@ int pg_sandbox_secret_list(struct store *s, const char *sandbox_id, struct store
 }
 
 int pg_sandbox_secret_copy(struct store *s, const char *from_id, const char *to_id) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, from_id);
-        pg_add_text(&q, to_id);
+        struct store_params q = { 0 };
+        store_param_text(&q, from_id);
+        store_param_text(&q, to_id);
         return pg_write(s,
                         "INSERT INTO sandbox_secrets (sandbox_id, secret_id, name, placeholder, env_name) "
                         "SELECT $2, secret_id, name, placeholder, env_name FROM sandbox_secrets WHERE "
@@ -115,24 +108,8 @@ int pg_sandbox_secret_copy(struct store *s, const char *from_id, const char *to_
 
 int pg_audit_insert(struct store *s, const struct store_audit_event *ev, const char *source, const char *boot_id,
                     int64_t seq) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, ev->ts_ms ? ev->ts_ms : store_now_ms());
-        pg_add_text(&q, ev->tenant_id);
-        pg_add_text(&q, ev->actor);
-        pg_add_text(&q, ev->sandbox_id);
-        pg_add_text(&q, ev->secret);
-        pg_add_text(&q, ev->host);
-        pg_add_int_or_null(&q, ev->port > 0 ? ev->port : 0);
-        pg_add_text(&q, ev->method);
-        pg_add_text(&q, ev->path);
-        pg_add_text(&q, ev->action);
-        pg_add_text(&q, ev->reason);
-        pg_add_text(&q, source);
-        pg_add_text(&q, boot_id);
-        if (source)
-                pg_add_int(&q, seq);
-        else
-                pg_add_null_int(&q);
+        struct store_params q = { 0 };
+        store_params_audit_event(&q, ev, source, boot_id, seq);
         /* a gateway event already stored (same source, boot, seq) is skipped */
         return pg_write(s,
                         "INSERT INTO audit_events (ts_ms, tenant_id, actor, sandbox_id, secret, host, port, "
@@ -144,12 +121,12 @@ int pg_audit_insert(struct store *s, const struct store_audit_event *ev, const c
 
 int pg_audit_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, const char *secret,
                   size_t max, struct store_audit_event **ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_bool(&q, all);
-        pg_add_text(&q, tenant_id ?: "");
-        pg_add_text(&q, sandbox_id);
-        pg_add_text(&q, secret);
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_bool(&q, all);
+        store_param_text(&q, tenant_id ?: "");
+        store_param_text(&q, sandbox_id);
+        store_param_text(&q, secret);
+        store_param_int(&q, (int64_t) max);
         return pg_select_all(s,
                              "SELECT " STORE_AUDIT_COLUMNS " FROM audit_events WHERE ($1 OR " PG_SCOPE_IS(2) ") "
                              "AND ($3 IS NULL OR sandbox_id = $3) AND ($4 IS NULL OR secret = $4) "
@@ -158,8 +135,8 @@ int pg_audit_list(struct store *s, bool all, const char *tenant_id, const char *
 }
 
 int pg_audit_cursor_get(struct store *s, const char *source, char **ret_boot_id, int64_t *ret_seq) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, source);
+        struct store_params q = { 0 };
+        store_param_text(&q, source);
         struct store_audit_cursor cur = { 0 };
         int r = pg_select_one(s, "SELECT boot_id, seq FROM audit_cursors WHERE source = $1", &q,
                               store_read_audit_cursor, &cur);
@@ -171,10 +148,10 @@ int pg_audit_cursor_get(struct store *s, const char *source, char **ret_boot_id,
 }
 
 int pg_audit_cursor_set(struct store *s, const char *source, const char *boot_id, int64_t seq) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, source);
-        pg_add_text(&q, boot_id);
-        pg_add_int(&q, seq);
+        struct store_params q = { 0 };
+        store_param_text(&q, source);
+        store_param_text(&q, boot_id);
+        store_param_int(&q, seq);
         return pg_write(s,
                         "INSERT INTO audit_cursors (source, boot_id, seq) VALUES ($1, $2, $3) "
                         "ON CONFLICT (source) DO UPDATE SET boot_id = excluded.boot_id, seq = excluded.seq",

@@ -12,21 +12,8 @@
 #include "store-pg-internal.h"
 
 int pg_template_put(struct store *s, const struct store_template *t, size_t max) {
-        int64_t now = store_now_ms();
-        struct pg_params q = { 0 };
-        pg_add_text(&q, t->tenant_id);
-        pg_add_text(&q, t->name);
-        pg_add_text(&q, t->node_name);
-        pg_add_text(&q, t->build_id);
-        pg_add_text(&q, t->state);
-        pg_add_text(&q, t->error);
-        pg_add_text(&q, t->node);
-        pg_add_text(&q, t->spec);
-        pg_add_int(&q, t->memory_mib);
-        pg_add_int(&q, t->vcpus);
-        pg_add_int(&q, t->created_at ?: now);
-        pg_add_int(&q, t->updated_at ?: now);
-        pg_add_int(&q, (int64_t) MIN(max, (size_t) INT64_MAX));
+        struct store_params q = { 0 };
+        store_params_template(&q, t, max);
         /* the count and the write under the owner's lock: a racing put of a
          * new name (in any process) waits, then counts this one (a statement
          * under READ COMMITTED sees what committed before it started); a
@@ -47,9 +34,9 @@ int pg_template_put(struct store *s, const struct store_template *t, size_t max)
 }
 
 int pg_template_get(struct store *s, const char *tenant_id, const char *name, struct store_template *ret) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, tenant_id);
-        pg_add_text(&q, name);
+        struct store_params q = { 0 };
+        store_param_text(&q, tenant_id);
+        store_param_text(&q, name);
         return pg_select_one(s,
                              "SELECT " STORE_TEMPLATE_COLUMNS " FROM templates WHERE " PG_SCOPE_IS(1) " AND name = $2",
                              &q, store_read_template, ret);
@@ -57,9 +44,9 @@ int pg_template_get(struct store *s, const char *tenant_id, const char *name, st
 
 int pg_template_list(struct store *s, const char *tenant_id, size_t max, struct store_template **ret,
                      size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, tenant_id);
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_text(&q, tenant_id);
+        store_param_int(&q, (int64_t) max);
         return pg_select_all(s,
                              "SELECT " STORE_TEMPLATE_COLUMNS " FROM templates "
                              "WHERE ($1::text IS NULL OR " PG_SCOPE_IS(1) ") "
@@ -69,15 +56,15 @@ int pg_template_list(struct store *s, const char *tenant_id, size_t max, struct 
 
 int pg_template_set_state(struct store *s, const char *tenant_id, const char *name, const char *build_id,
                           const char *state, const char *error, uint32_t memory_mib, uint32_t vcpus) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, tenant_id);
-        pg_add_text(&q, name);
-        pg_add_text(&q, build_id);
-        pg_add_text(&q, state);
-        pg_add_text(&q, error);
-        pg_add_int(&q, memory_mib);
-        pg_add_int(&q, vcpus);
-        pg_add_int(&q, store_now_ms());
+        struct store_params q = { 0 };
+        store_param_text(&q, tenant_id);
+        store_param_text(&q, name);
+        store_param_text(&q, build_id);
+        store_param_text(&q, state);
+        store_param_text(&q, error);
+        store_param_int(&q, memory_mib);
+        store_param_int(&q, vcpus);
+        store_param_int(&q, store_now_ms());
         int r = pg_write_one(s,
                              "UPDATE templates SET state = $4, error = $5, "
                              "memory_mib = CASE WHEN $6 > 0 THEN $6 ELSE memory_mib END, "
@@ -94,15 +81,15 @@ int pg_template_set_state(struct store *s, const char *tenant_id, const char *na
 }
 
 int pg_template_delete(struct store *s, const char *tenant_id, const char *name) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, tenant_id);
-        pg_add_text(&q, name);
+        struct store_params q = { 0 };
+        store_param_text(&q, tenant_id);
+        store_param_text(&q, name);
         return pg_write_one(s, "DELETE FROM templates WHERE " PG_SCOPE_IS(1) " AND name = $2", &q);
 }
 
 int pg_template_node_refs(struct store *s, const char *node_name, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, node_name);
+        struct store_params q = { 0 };
+        store_param_text(&q, node_name);
         int64_t n = 0;
         int r = pg_select_one(s, "SELECT COUNT(*) FROM templates WHERE node_name = $1", &q, store_read_int64, &n);
         if (r < 0)

@@ -122,9 +122,9 @@ static int migrate_one(struct pg_call *c, void *ctx) {
                 *done = true;
                 return 0; /* pg_run() rolls the transaction back: nothing changed */
         }
-        struct pg_params q = { 0 };
-        pg_add_int(&q, v + 1);
-        pg_add_int(&q, store_now_ms());
+        struct store_params q = { 0 };
+        store_param_int(&q, v + 1);
+        store_param_int(&q, store_now_ms());
         if ((r = pg_exec_script(c, store_pg_migrations[v])) < 0 ||
             (r = pg_exec(c, false, "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", &q, NULL,
                          NULL)) < 0)
@@ -191,30 +191,8 @@ static int pg_schema_version(struct store *s, unsigned *ret) {
 }
 
 static int pg_sandbox_insert(struct store *s, const struct store_sandbox *sb) {
-        int64_t now = store_now_ms();
-        struct pg_params q = { 0 };
-        pg_add_text(&q, sb->id);
-        pg_add_text(&q, sb->template_name);
-        pg_add_text(&q, sb->state);
-        pg_add_text(&q, sb->error);
-        pg_add_text(&q, sb->metadata ? sb->metadata : "{}");
-        pg_add_text(&q, sb->env_keys ? sb->env_keys : "[]");
-        pg_add_int(&q, sb->created_at ? sb->created_at : now);
-        pg_add_int(&q, sb->updated_at ? sb->updated_at : now);
-        pg_add_text(&q, sb->desired_state);
-        pg_add_text(&q, sb->snapshot_policy);
-        if (sb->has_idle_timeout)
-                pg_add_int(&q, sb->idle_timeout_s);
-        else
-                pg_add_null_int(&q);
-        pg_add_text(&q, sb->tenant_id);
-        pg_add_text(&q, sb->network);
-        pg_add_int_or_null(&q, sb->expires_at);
-        pg_add_int_or_null(&q, sb->expiry_s);
-        pg_add_text(&q, sb->on_expiry);
-        pg_add_text(&q, sb->node);
-        pg_add_int_or_null(&q, sb->memory_mib);
-        pg_add_int_or_null(&q, sb->vcpus);
+        struct store_params q = { 0 };
+        store_params_sandbox(&q, sb);
         return pg_write(s,
                         "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, created_at, "
                         "updated_at, desired_state, snapshot_policy, idle_timeout_s, tenant_id, network, "
@@ -227,8 +205,8 @@ static int pg_sandbox_insert(struct store *s, const struct store_sandbox *sb) {
  * read_row into ret, or -ENOENT. */
 static int select_by(struct store *s, const char *sql, const char *arg,
                      int (*read_row)(const struct store_row *, void *), void *ret) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, arg);
+        struct store_params q = { 0 };
+        store_param_text(&q, arg);
         return pg_select_one(s, sql, &q, read_row, ret);
 }
 
@@ -241,9 +219,9 @@ static int pg_sandbox_get(struct store *s, const char *id, struct store_sandbox 
  * bytewise, as in SQLite, whatever the database's collation. */
 static int sandbox_list_common(struct store *s, const char *tenant_id, size_t max, struct store_sandbox **ret,
                                size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, tenant_id);
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_text(&q, tenant_id);
+        store_param_int(&q, (int64_t) max);
         return pg_select_all(s,
                              "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes "
                              "WHERE $1::text IS NULL OR tenant_id = $1 "
@@ -261,18 +239,18 @@ static int pg_sandbox_list_tenant(struct store *s, const char *tenant_id, size_t
 }
 
 static int pg_sandbox_update_state(struct store *s, const char *id, const char *state, const char *error) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, id);
-        pg_add_text(&q, state);
-        pg_add_text(&q, error);
-        pg_add_int(&q, store_now_ms());
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, state);
+        store_param_text(&q, error);
+        store_param_int(&q, store_now_ms());
         return pg_write_one(s, "UPDATE sandboxes SET state = $2, error = $3, updated_at = $4 WHERE id = $1", &q);
 }
 
 /* A statement whose only parameter is one id; -ENOENT when it touched no row. */
 static int write_by(struct store *s, const char *sql, const char *id) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, id);
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
         return pg_write_one(s, sql, &q);
 }
 
@@ -282,12 +260,12 @@ static int pg_sandbox_delete(struct store *s, const char *id) {
 
 static int pg_sandbox_transition(struct store *s, const char *id, const char *from, const char *to,
                                  const char *desired) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, id);
-        pg_add_text(&q, from);
-        pg_add_text(&q, to);
-        pg_add_text(&q, desired);
-        pg_add_int(&q, store_now_ms());
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, from);
+        store_param_text(&q, to);
+        store_param_text(&q, desired);
+        store_param_int(&q, store_now_ms());
         /* one statement: its row lock and re-check of the state make two
          * racing verbs serialise, the second finding the state changed */
         int r = pg_write_one(s,
@@ -302,11 +280,11 @@ static int pg_sandbox_network_get(struct store *s, const char *id, char **ret) {
 }
 
 static int pg_sandbox_network_set(struct store *s, const char *id, const char *state, const char *network) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, id);
-        pg_add_text(&q, state);
-        pg_add_text(&q, network);
-        pg_add_int(&q, store_now_ms());
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, state);
+        store_param_text(&q, network);
+        store_param_int(&q, store_now_ms());
         int r = pg_write_one(s, "UPDATE sandboxes SET network = $3, updated_at = $4 WHERE id = $1 AND state = $2",
                              &q);
         return r == -ENOENT ? -ESTALE : r;
@@ -314,12 +292,12 @@ static int pg_sandbox_network_set(struct store *s, const char *id, const char *s
 
 static int pg_sandbox_expiry_set(struct store *s, const char *id, int64_t expires_at, int64_t expiry_s,
                                  const char *on_expiry) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, id);
-        pg_add_int_or_null(&q, expires_at);
-        pg_add_int_or_null(&q, expiry_s);
-        pg_add_text(&q, on_expiry);
-        pg_add_int(&q, store_now_ms());
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_int_or_null(&q, expires_at);
+        store_param_int_or_null(&q, expiry_s);
+        store_param_text(&q, on_expiry);
+        store_param_int(&q, store_now_ms());
         return pg_write_one(s,
                             "UPDATE sandboxes SET expires_at = $2, expiry_s = $3, "
                             "on_expiry = COALESCE($4, on_expiry), updated_at = $5 WHERE id = $1",
@@ -327,22 +305,8 @@ static int pg_sandbox_expiry_set(struct store *s, const char *id, int64_t expire
 }
 
 static int pg_operation_insert(struct store *s, const struct store_operation *op) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, op->id);
-        pg_add_text(&q, op->sandbox_id);
-        pg_add_text(&q, op->verb);
-        pg_add_text(&q, op->state);
-        pg_add_text(&q, op->error);
-        pg_add_text(&q, op->result);
-        pg_add_text(&q, op->idempotency_key);
-        pg_add_int(&q, op->created_at ? op->created_at : store_now_ms());
-        pg_add_text(&q, op->request_hash);
-        pg_add_text(&q, op->stage);
-        pg_add_int(&q, op->progress);
-        pg_add_text(&q, op->tenant_id);
-        pg_add_text(&q, op->owner);
-        pg_add_int_or_null(&q, op->lease_until);
-        pg_add_text(&q, op->detail);
+        struct store_params q = { 0 };
+        store_params_operation(&q, op);
         /* a taken idempotency key is the UNIQUE constraint's -EEXIST, in
          * whichever replica the other insert ran */
         return pg_write(s,
@@ -365,12 +329,12 @@ static int pg_operation_find_by_key(struct store *s, const char *key, struct sto
 
 static int pg_operation_update(struct store *s, const char *id, const char *state, const char *error,
                                const char *result) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, id);
-        pg_add_text(&q, state);
-        pg_add_text(&q, error);
-        pg_add_text(&q, result);
-        pg_add_int(&q, store_now_ms());
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, state);
+        store_param_text(&q, error);
+        store_param_text(&q, result);
+        store_param_int(&q, store_now_ms());
         return pg_write_one(s,
                             "UPDATE operations SET state = $2, error = $3, result = $4, "
                             "finished_at = CASE WHEN $2 IN ('succeeded', 'failed') THEN $5 ELSE NULL END, "
@@ -380,10 +344,10 @@ static int pg_operation_update(struct store *s, const char *id, const char *stat
 }
 
 static int pg_operation_progress(struct store *s, const char *id, int progress, const char *stage) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, id);
-        pg_add_int(&q, progress);
-        pg_add_text(&q, stage);
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_int(&q, progress);
+        store_param_text(&q, stage);
         return pg_write_one(s,
                             "UPDATE operations SET progress = $2, stage = $3 "
                             "WHERE id = $1 AND state IN ('pending', 'running')",
@@ -391,9 +355,9 @@ static int pg_operation_progress(struct store *s, const char *id, int progress, 
 }
 
 static int pg_operation_fail_unfinished(struct store *s, const char *error) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, error);
-        pg_add_int(&q, store_now_ms());
+        struct store_params q = { 0 };
+        store_param_text(&q, error);
+        store_param_int(&q, store_now_ms());
         return pg_write(s,
                         "UPDATE operations SET state = 'failed', error = $1, finished_at = $2 "
                         "WHERE state IN ('pending', 'running')",
@@ -401,13 +365,8 @@ static int pg_operation_fail_unfinished(struct store *s, const char *error) {
 }
 
 static int pg_snapshot_insert(struct store *s, const struct store_snapshot *snap) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, snap->id);
-        pg_add_text(&q, snap->sandbox_id);
-        pg_add_text(&q, snap->kind);
-        pg_add_int(&q, snap->size);
-        pg_add_int(&q, snap->created_at ? snap->created_at : store_now_ms());
-        pg_add_bool(&q, snap->pinned);
+        struct store_params q = { 0 };
+        store_params_snapshot(&q, snap);
         return pg_write(s,
                         "INSERT INTO snapshots (id, sandbox_id, kind, size, created_at, pinned) "
                         "VALUES ($1, $2, $3, $4, $5, $6)",
@@ -421,9 +380,9 @@ static int pg_snapshot_get(struct store *s, const char *id, struct store_snapsho
 
 static int pg_snapshot_list(struct store *s, const char *sandbox_id, size_t max, struct store_snapshot **ret,
                             size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, sandbox_id);
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_text(&q, sandbox_id);
+        store_param_int(&q, (int64_t) max);
         return pg_select_all(s,
                              "SELECT " STORE_SNAPSHOT_COLUMNS " FROM snapshots WHERE sandbox_id = $1 "
                              "ORDER BY created_at DESC, id COLLATE \"C\" DESC LIMIT $2",
@@ -435,13 +394,8 @@ static int pg_snapshot_delete(struct store *s, const char *id) {
 }
 
 static int pg_session_insert(struct store *s, const struct store_session *ses) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, ses->id);
-        pg_add_text(&q, ses->sandbox_id);
-        pg_add_text(&q, ses->cmd);
-        pg_add_bool(&q, ses->pty);
-        pg_add_bytea(&q, ses->token_hash, STORE_HASH_SIZE);
-        pg_add_int(&q, ses->created_at ? ses->created_at : store_now_ms());
+        struct store_params q = { 0 };
+        store_params_session(&q, ses);
         return pg_write(s,
                         "INSERT INTO sessions (id, sandbox_id, cmd, pty, token_hash, created_at) "
                         "VALUES ($1, $2, $3, $4, $5, $6)",
@@ -462,11 +416,11 @@ static int pg_api_key_insert(struct store *s, const char *name, const uint8_t ha
         int r = random_id("key-", 8, id, sizeof id);
         if (r < 0)
                 return r;
-        struct pg_params q = { 0 };
-        pg_add_text(&q, name);
-        pg_add_bytea(&q, hash, STORE_HASH_SIZE);
-        pg_add_int(&q, store_now_ms());
-        pg_add_text(&q, id);
+        struct store_params q = { 0 };
+        store_param_text(&q, name);
+        store_param_blob(&q, hash, STORE_HASH_SIZE);
+        store_param_int(&q, store_now_ms());
+        store_param_text(&q, id);
         /* an admin-scoped key: under the admin scope's lock, so that it
          * counts for a racing api_key_create() of that scope */
         return pg_write_locked(s, pg_lock_key_scope(NULL),
@@ -488,13 +442,13 @@ static int pg_api_key_lookup(struct store *s, const uint8_t hash[STORE_HASH_SIZE
 
 static int pg_api_key_create(struct store *s, const char *id, const char *tenant_id, const char *name,
                              const uint8_t hash[STORE_HASH_SIZE], size_t max) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, id);
-        pg_add_bytea(&q, hash, STORE_HASH_SIZE);
-        pg_add_int(&q, store_now_ms());
-        pg_add_text(&q, tenant_id);
-        pg_add_text(&q, name);
-        pg_add_int(&q, (int64_t) MIN(max, (size_t) INT64_MAX));
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_blob(&q, hash, STORE_HASH_SIZE);
+        store_param_int(&q, store_now_ms());
+        store_param_text(&q, tenant_id);
+        store_param_text(&q, name);
+        store_param_int(&q, (int64_t) MIN(max, (size_t) INT64_MAX));
         /* the count and the insert under the scope's lock: a racing create
          * (in any process) waits, then counts this one (a statement under
          * READ COMMITTED sees what committed before it started) */
@@ -509,9 +463,9 @@ static int pg_api_key_create(struct store *s, const char *id, const char *tenant
 
 static int pg_api_key_list(struct store *s, const char *tenant_id, size_t max, struct store_api_key **ret,
                            size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, tenant_id);
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_text(&q, tenant_id);
+        store_param_int(&q, (int64_t) max);
         return pg_select_all(s,
                              "SELECT " STORE_API_KEY_COLUMNS " FROM api_keys WHERE tenant_id = $1 "
                              "ORDER BY created_at, id COLLATE \"C\" LIMIT $2",
@@ -523,12 +477,8 @@ static int pg_api_key_delete(struct store *s, const char *id) {
 }
 
 static int pg_tenant_insert(struct store *s, const struct store_tenant *t, size_t max) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, t->id);
-        pg_add_text(&q, t->name);
-        pg_add_int(&q, t->created_at ? t->created_at : store_now_ms());
-        pg_add_int(&q, (int64_t) MIN(max, (size_t) INT64_MAX));
-        pg_add_text(&q, t->network);
+        struct store_params q = { 0 };
+        store_params_tenant(&q, t, max);
         uint64_t n = 0;
         int r = pg_write_locked(s, PG_LOCK_TENANTS,
                                 "INSERT INTO tenants (id, name, created_at, network) SELECT $1, $2, $3, $5 "
@@ -543,8 +493,8 @@ static int pg_tenant_get(struct store *s, const char *id, struct store_tenant *r
 }
 
 static int pg_tenant_list(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_int(&q, (int64_t) max);
         return pg_select_all(s,
                              "SELECT " STORE_TENANT_COLUMNS " FROM tenants ORDER BY created_at, id COLLATE \"C\" "
                              "LIMIT $1",
@@ -572,9 +522,9 @@ static int pg_tenant_delete(struct store *s, const char *id) {
 }
 
 static int pg_tenant_network_set(struct store *s, const char *id, const char *network) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, id);
-        pg_add_text(&q, network);
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, network);
         return pg_write_one(s, "UPDATE tenants SET network = $2 WHERE id = $1", &q);
 }
 

@@ -52,37 +52,16 @@ static int tx_end(struct store_sqlite_conn *c, int r) {
 
 /* Runs a write of one text parameter; -ENOENT when it touched nothing. */
 static int write_by(struct store *s, const char *sql, const char *arg) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, sql, &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, arg);
-        r = sqlite_step_write(c, st, true);
-        sqlite_done(c, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, arg);
+        return sqlite_write_one(s, sql, &q);
 }
 
 int sqlite_node_insert(struct store *s, const struct store_node *n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        int64_t now = store_now_ms();
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, "INSERT INTO nodes (" STORE_NODE_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, n->name);
-        sqlite_bind_str(st, 2, n->address);
-        sqlite_bind_str(st, 3, n->boot_id);
-        sqlite_bind_str(st, 4, n->info ?: "{}");
-        sqlite3_bind_int(st, 5, n->draining ? 1 : 0);
-        if (n->lost_at)
-                sqlite3_bind_int64(st, 6, n->lost_at);
-        sqlite3_bind_int64(st, 7, n->joined_at ?: now);
-        sqlite3_bind_int64(st, 8, n->heartbeat_at ?: now);
-        r = sqlite_step_write(c, st, false);
-        sqlite_done(c, st);
-        return r;
+        struct store_params q = { 0 };
+        store_params_node(&q, n);
+        return sqlite_write(s, "INSERT INTO nodes (" STORE_NODE_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                            &q, NULL);
 }
 
 /* In the caller's transaction: reads what the node was, then records the
@@ -92,7 +71,9 @@ static int heartbeat_locked(struct store_sqlite_conn *c, const struct store_node
         int r = prepare(c, "SELECT lost_at IS NOT NULL, draining FROM nodes WHERE name = ?1", &st);
         if (r < 0)
                 return r;
-        sqlite_bind_str(st, 1, n->name);
+        struct store_params q = { 0 };
+        store_params_node_beat(&q, n);
+        sqlite_bind(st, &q); /* ?1 only */
         r = sqlite_one(c, st, store_read_node_beat, b);
         sqlite3_finalize(st);
         if (r < 0)
@@ -103,11 +84,7 @@ static int heartbeat_locked(struct store_sqlite_conn *c, const struct store_node
                     &st);
         if (r < 0)
                 return r;
-        sqlite_bind_str(st, 1, n->name);
-        sqlite_bind_str(st, 2, n->address);
-        sqlite_bind_str(st, 3, n->boot_id);
-        sqlite_bind_str(st, 4, n->info);
-        sqlite3_bind_int64(st, 5, n->heartbeat_at ?: store_now_ms());
+        sqlite_bind(st, &q);
         r = sqlite_step_write(c, st, true);
         sqlite3_finalize(st);
         return r;
@@ -128,40 +105,24 @@ int sqlite_node_heartbeat(struct store *s, const struct store_node *n, bool *ret
 }
 
 int sqlite_node_get(struct store *s, const char *name, struct store_node *ret) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, "SELECT " STORE_NODE_COLUMNS " FROM nodes WHERE name = ?1", &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, name);
-        r = sqlite_one(c, st, store_read_node, ret);
-        sqlite_done(c, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, name);
+        return sqlite_select_one(s, "SELECT " STORE_NODE_COLUMNS " FROM nodes WHERE name = ?1", &q, store_read_node,
+                                 ret);
 }
 
 int sqlite_node_list(struct store *s, size_t max, struct store_node **ret, size_t *ret_n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, "SELECT " STORE_NODE_COLUMNS " FROM nodes ORDER BY name LIMIT ?1", &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
-        r = sqlite_list(c, st, &store_list_node, max, ret, ret_n);
-        sqlite_done(c, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_int(&q, (int64_t) max);
+        return sqlite_select_all(s, "SELECT " STORE_NODE_COLUMNS " FROM nodes ORDER BY name LIMIT ?1", &q,
+                                 &store_list_node, max, ret, ret_n);
 }
 
 int sqlite_node_set_draining(struct store *s, const char *name, bool draining) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, "UPDATE nodes SET draining = ?2 WHERE name = ?1", &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, name);
-        sqlite3_bind_int(st, 2, draining ? 1 : 0);
-        r = sqlite_step_write(c, st, true);
-        sqlite_done(c, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, name);
+        store_param_bool(&q, draining);
+        return sqlite_write_one(s, "UPDATE nodes SET draining = ?2 WHERE name = ?1", &q);
 }
 
 int sqlite_node_delete(struct store *s, const char *name) {
@@ -182,12 +143,15 @@ int sqlite_node_delete(struct store *s, const char *name) {
 
 /* In the caller's transaction: the names, then the same rows marked. */
 static int mark_lost_locked(struct store_sqlite_conn *c, int64_t cutoff, size_t max, char ***a, size_t *n) {
+        struct store_params q = { 0 };
+        store_param_int(&q, cutoff);
+        store_param_int(&q, (int64_t) max);
+        store_param_int(&q, store_now_ms());
         sqlite3_stmt *st;
         int r = prepare(c, SILENT_NODES, &st);
         if (r < 0)
                 return r;
-        sqlite3_bind_int64(st, 1, cutoff);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
+        sqlite_bind(st, &q); /* ?3 unused */
         r = sqlite_list(c, st, &store_list_string, max, a, n);
         sqlite3_finalize(st);
         if (r < 0 || *n == 0)
@@ -195,9 +159,7 @@ static int mark_lost_locked(struct store_sqlite_conn *c, int64_t cutoff, size_t 
         r = prepare(c, "UPDATE nodes SET lost_at = ?3 WHERE name IN (" SILENT_NODES ")", &st);
         if (r < 0)
                 return r;
-        sqlite3_bind_int64(st, 1, cutoff);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        sqlite3_bind_int64(st, 3, store_now_ms());
+        sqlite_bind(st, &q);
         r = sqlite_step_write(c, st, false);
         sqlite3_finalize(st);
         return r;
@@ -222,60 +184,44 @@ int sqlite_nodes_mark_lost(struct store *s, int64_t cutoff, size_t max, char ***
 
 int sqlite_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret,
                              size_t *ret_n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c,
-                            "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes WHERE node IS ?1 "
-                            "ORDER BY created_at, id LIMIT ?2",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, node);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        r = sqlite_list(c, st, &store_list_sandbox, max, ret, ret_n);
-        sqlite_done(c, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, node);
+        store_param_int(&q, (int64_t) max);
+        return sqlite_select_all(s,
+                                 "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes WHERE node IS ?1 "
+                                 "ORDER BY created_at, id LIMIT ?2",
+                                 &q, &store_list_sandbox, max, ret, ret_n);
 }
 
 int sqlite_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c,
-                            "UPDATE sandboxes SET node = ?4, updated_at = ?5 "
-                            "WHERE id = ?1 AND state = ?2 AND node IS ?3",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, id);
-        sqlite_bind_str(st, 2, state);
-        sqlite_bind_str(st, 3, from);
-        sqlite_bind_str(st, 4, to);
-        sqlite3_bind_int64(st, 5, store_now_ms());
-        /* -ENOENT from the step: `to` is no node (its foreign key) */
-        r = sqlite_step_write(c, st, false);
-        if (r >= 0 && sqlite3_changes(c->db) == 0)
-                r = -ESTALE;
-        sqlite_done(c, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, state);
+        store_param_text(&q, from);
+        store_param_text(&q, to);
+        store_param_int(&q, store_now_ms());
+        /* -ENOENT from the write: `to` is no node (its foreign key) */
+        uint64_t changed = 0;
+        int r = sqlite_write(s,
+                             "UPDATE sandboxes SET node = ?4, updated_at = ?5 "
+                             "WHERE id = ?1 AND state = ?2 AND node IS ?3",
+                             &q, &changed);
+        return r < 0 ? r : changed == 0 ? -ESTALE : 0;
 }
 
 int sqlite_sandbox_count_by(struct store *s, enum store_count_by by, size_t max, char ***ret_names,
                             int64_t **ret_counts, size_t *ret_n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        /* NULL (the local node) sorts first */
-        int r = sqlite_prep(c,
-                            by == STORE_COUNT_BY_STATE
-                                    ? "SELECT state, COUNT(*) FROM sandboxes GROUP BY state ORDER BY state LIMIT ?1"
-                                    : "SELECT node, COUNT(*) FROM sandboxes GROUP BY node ORDER BY node LIMIT ?1",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
+        struct store_params q = { 0 };
+        store_param_int(&q, (int64_t) max);
         struct store_node_count *a = NULL;
         size_t n = 0;
-        r = sqlite_list(c, st, &store_list_node_count, max, &a, &n);
-        sqlite_done(c, st);
+        /* NULL (the local node) sorts first */
+        int r = sqlite_select_all(
+                s,
+                by == STORE_COUNT_BY_STATE
+                        ? "SELECT state, COUNT(*) FROM sandboxes GROUP BY state ORDER BY state LIMIT ?1"
+                        : "SELECT node, COUNT(*) FROM sandboxes GROUP BY node ORDER BY node LIMIT ?1",
+                &q, &store_list_node_count, max, &a, &n);
         return r < 0 ? r : store_node_counts_split(a, n, ret_names, ret_counts, ret_n);
 }
 
@@ -285,7 +231,9 @@ static int delete_expired_tokens(struct store_sqlite_conn *c, int64_t now) {
         int r = prepare(c, "DELETE FROM join_tokens WHERE expires_at <= ?1", &st);
         if (r < 0)
                 return r;
-        sqlite3_bind_int64(st, 1, now);
+        struct store_params q = { 0 };
+        store_param_int(&q, now);
+        sqlite_bind(st, &q);
         r = sqlite_step_write(c, st, false);
         sqlite3_finalize(st);
         return r;
@@ -302,10 +250,12 @@ int sqlite_join_token_insert(struct store *s, const char *id, const uint8_t hash
                 return r;
         r = delete_expired_tokens(c, now);
         if (r >= 0) {
-                sqlite_bind_str(st, 1, id);
-                sqlite3_bind_blob(st, 2, hash, STORE_HASH_SIZE, SQLITE_STATIC);
-                sqlite3_bind_int64(st, 3, now);
-                sqlite3_bind_int64(st, 4, expires_at);
+                struct store_params q = { 0 };
+                store_param_text(&q, id);
+                store_param_blob(&q, hash, STORE_HASH_SIZE);
+                store_param_int(&q, now);
+                store_param_int(&q, expires_at);
+                sqlite_bind(st, &q);
                 r = sqlite_step_write(c, st, false);
         }
         sqlite_done(c, st);
@@ -318,7 +268,9 @@ int sqlite_join_token_check(struct store *s, const char *id, const uint8_t hash[
         int r = sqlite_prep(c, "SELECT hash, expires_at FROM join_tokens WHERE id = ?1", &st);
         if (r < 0)
                 return r;
-        sqlite_bind_str(st, 1, id);
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        sqlite_bind(st, &q);
         struct store_join_token t = { 0 };
         r = sqlite_one(c, st, store_read_join_token, &t);
         sqlite3_reset(st); /* done reading before the delete */
@@ -346,9 +298,11 @@ int sqlite_cluster_ca(struct store *s, const char *cert_pem, const char *key_pem
                             &st);
         if (r < 0)
                 return r;
-        sqlite_bind_str(st, 1, cert_pem);
-        sqlite_bind_str(st, 2, key_pem);
-        sqlite3_bind_int64(st, 3, store_now_ms());
+        struct store_params q = { 0 };
+        store_param_text(&q, cert_pem);
+        store_param_text(&q, key_pem);
+        store_param_int(&q, store_now_ms());
+        sqlite_bind(st, &q);
         r = sqlite_step_write(c, st, false);
         sqlite3_finalize(st);
         struct store_ca_pem ca = { 0 };
@@ -367,35 +321,20 @@ int sqlite_cluster_ca(struct store *s, const char *cert_pem, const char *key_pem
 }
 
 int sqlite_cap_key_publish(struct store *s, const struct store_cap_key *k) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c,
+        struct store_params q = { 0 };
+        store_params_cap_key(&q, k);
+        return sqlite_write(s,
                             "INSERT INTO cap_keys (" STORE_CAP_KEY_COLUMNS ") VALUES (?1, ?2, ?3, ?4) "
                             "ON CONFLICT (kid) DO UPDATE SET public_key = excluded.public_key, "
                             "replica = excluded.replica, created_at = excluded.created_at",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, k->kid);
-        sqlite_bind_str(st, 2, k->public_key);
-        sqlite_bind_str(st, 3, k->replica);
-        sqlite3_bind_int64(st, 4, k->created_at ?: store_now_ms());
-        r = sqlite_step_write(c, st, false);
-        sqlite_done(c, st);
-        return r;
+                            &q, NULL);
 }
 
 int sqlite_cap_key_list(struct store *s, size_t max, struct store_cap_key **ret, size_t *ret_n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, "SELECT " STORE_CAP_KEY_COLUMNS " FROM cap_keys ORDER BY created_at, kid LIMIT ?1",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
-        r = sqlite_list(c, st, &store_list_cap_key, max, ret, ret_n);
-        sqlite_done(c, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_int(&q, (int64_t) max);
+        return sqlite_select_all(s, "SELECT " STORE_CAP_KEY_COLUMNS " FROM cap_keys ORDER BY created_at, kid LIMIT ?1",
+                                 &q, &store_list_cap_key, max, ret, ret_n);
 }
 
 int sqlite_cap_key_delete(struct store *s, const char *kid) {
@@ -403,40 +342,23 @@ int sqlite_cap_key_delete(struct store *s, const char *kid) {
 }
 
 int sqlite_replica_seen(struct store *s, const struct store_replica *p) {
-        struct store_sqlite_conn *c = to_conn(s);
-        int64_t now = store_now_ms();
-        sqlite3_stmt *st;
+        struct store_params q = { 0 };
+        store_params_replica(&q, p);
         /* started_at stays what the first row said */
-        int r = sqlite_prep(c,
+        return sqlite_write(s,
                             "INSERT INTO replicas (" STORE_REPLICA_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5) "
                             "ON CONFLICT (id) DO UPDATE SET cluster_address = excluded.cluster_address, "
                             "api_address = excluded.api_address, seen_at = excluded.seen_at",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, p->id);
-        sqlite_bind_str(st, 2, p->cluster_address);
-        sqlite_bind_str(st, 3, p->api_address);
-        sqlite3_bind_int64(st, 4, p->started_at ?: now);
-        sqlite3_bind_int64(st, 5, p->seen_at ?: now);
-        r = sqlite_step_write(c, st, false);
-        sqlite_done(c, st);
-        return r;
+                            &q, NULL);
 }
 
 int sqlite_replica_list(struct store *s, int64_t since, size_t max, struct store_replica **ret, size_t *ret_n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c,
-                            "SELECT " STORE_REPLICA_COLUMNS " FROM replicas WHERE seen_at >= ?1 ORDER BY id LIMIT ?2",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, since);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        r = sqlite_list(c, st, &store_list_replica, max, ret, ret_n);
-        sqlite_done(c, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_int(&q, since);
+        store_param_int(&q, (int64_t) max);
+        return sqlite_select_all(s,
+                                 "SELECT " STORE_REPLICA_COLUMNS " FROM replicas WHERE seen_at >= ?1 ORDER BY id LIMIT ?2",
+                                 &q, &store_list_replica, max, ret, ret_n);
 }
 
 int sqlite_replica_delete(struct store *s, const char *id) {
@@ -444,33 +366,19 @@ int sqlite_replica_delete(struct store *s, const char *id) {
 }
 
 int sqlite_operation_lease_renew(struct store *s, const char *owner, int64_t until, uint64_t *ret_n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, "UPDATE operations SET lease_until = ?2 WHERE owner = ?1 AND " UNFINISHED, &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, owner);
-        sqlite3_bind_int64(st, 2, until);
-        r = sqlite_step_write(c, st, false);
-        if (r >= 0)
-                *ret_n = (uint64_t) sqlite3_changes(c->db);
-        sqlite_done(c, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, owner);
+        store_param_int(&q, until);
+        return sqlite_write(s, "UPDATE operations SET lease_until = ?2 WHERE owner = ?1 AND " UNFINISHED, &q, ret_n);
 }
 
 /* The unfinished operations sql selects (?1 now, ?2 max), oldest first. */
 static int list_operations(struct store *s, const char *sql, int64_t now, size_t max, struct store_operation **ret,
                            size_t *ret_n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, sql, &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, now);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        r = sqlite_list(c, st, &store_list_operation, max, ret, ret_n);
-        sqlite_done(c, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_int(&q, now);
+        store_param_int(&q, (int64_t) max);
+        return sqlite_select_all(s, sql, &q, &store_list_operation, max, ret, ret_n);
 }
 
 int sqlite_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
@@ -490,20 +398,15 @@ int sqlite_operation_list_unfinished(struct store *s, size_t max, struct store_o
 }
 
 int sqlite_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, owner);
+        store_param_int(&q, now);
+        store_param_int(&q, until);
         /* compare-and-set on the lease: of two takers the second finds it renewed */
-        int r = sqlite_prep(c,
-                            "UPDATE operations SET owner = ?2, lease_until = ?4 "
-                            "WHERE id = ?1 AND " UNFINISHED " AND lease_until < ?3",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, id);
-        sqlite_bind_str(st, 2, owner);
-        sqlite3_bind_int64(st, 3, now);
-        sqlite3_bind_int64(st, 4, until);
-        r = sqlite_step_write(c, st, true);
-        sqlite_done(c, st);
+        int r = sqlite_write_one(s,
+                                 "UPDATE operations SET owner = ?2, lease_until = ?4 "
+                                 "WHERE id = ?1 AND " UNFINISHED " AND lease_until < ?3",
+                                 &q);
         return r == -ENOENT ? -ESTALE : r;
 }

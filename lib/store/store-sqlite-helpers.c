@@ -27,11 +27,18 @@ void sqlite_done(struct store_sqlite_conn *c, sqlite3_stmt *st) {
         pthread_mutex_unlock(&c->lock);
 }
 
-void sqlite_bind_str(sqlite3_stmt *st, int idx, const char *v) {
-        if (v)
-                sqlite3_bind_text(st, idx, v, -1, SQLITE_STATIC);
-        else
-                sqlite3_bind_null(st, idx);
+void sqlite_bind(sqlite3_stmt *st, const struct store_params *q) {
+        for (int i = 0; q && i < q->n; i++) {
+                const struct store_param *p = &q->v[i];
+                if (p->null)
+                        sqlite3_bind_null(st, i + 1);
+                else if (p->kind == STORE_PARAM_TEXT)
+                        sqlite3_bind_text(st, i + 1, p->v, -1, SQLITE_STATIC);
+                else if (p->kind == STORE_PARAM_BLOB)
+                        sqlite3_bind_blob(st, i + 1, p->v, (int) p->len, SQLITE_STATIC);
+                else
+                        sqlite3_bind_int64(st, i + 1, p->i);
+        }
 }
 
 int sqlite_step_write(struct store_sqlite_conn *c, sqlite3_stmt *st, bool need_change) {
@@ -100,4 +107,59 @@ int sqlite_one(struct store_sqlite_conn *c, sqlite3_stmt *st, int (*read_row)(co
                void *ret) {
         struct sqlite_rows rows = sqlite_rows(c->db, st);
         return store_rows_one(&rows.row, read_row, ret);
+}
+
+static struct store_sqlite_conn *to_conn(struct store *s) {
+        return (struct store_sqlite_conn *) s;
+}
+
+/* Takes the lock and prepares sql with q bound (sqlite_done() it). */
+static int prep_bound(struct store_sqlite_conn *c, const char *sql, const struct store_params *q, sqlite3_stmt **ret) {
+        int r = sqlite_prep(c, sql, ret);
+        if (r >= 0)
+                sqlite_bind(*ret, q);
+        return r;
+}
+
+int sqlite_select_one(struct store *s, const char *sql, const struct store_params *q,
+                      int (*read_row)(const struct store_row *, void *), void *ret) {
+        struct store_sqlite_conn *c = to_conn(s);
+        sqlite3_stmt *st;
+        int r = prep_bound(c, sql, q, &st);
+        if (r < 0)
+                return r;
+        r = sqlite_one(c, st, read_row, ret);
+        sqlite_done(c, st);
+        return r;
+}
+
+int sqlite_select_all(struct store *s, const char *sql, const struct store_params *q, const struct store_list *list,
+                      size_t max, void *ret, size_t *ret_n) {
+        struct store_sqlite_conn *c = to_conn(s);
+        sqlite3_stmt *st;
+        int r = prep_bound(c, sql, q, &st);
+        if (r < 0)
+                return r;
+        r = sqlite_list(c, st, list, max, ret, ret_n);
+        sqlite_done(c, st);
+        return r;
+}
+
+int sqlite_write(struct store *s, const char *sql, const struct store_params *q, uint64_t *ret_changed) {
+        struct store_sqlite_conn *c = to_conn(s);
+        sqlite3_stmt *st;
+        int r = prep_bound(c, sql, q, &st);
+        if (r < 0)
+                return r;
+        r = sqlite_step_write(c, st, false);
+        if (r >= 0 && ret_changed)
+                *ret_changed = (uint64_t) sqlite3_changes(c->db);
+        sqlite_done(c, st);
+        return r;
+}
+
+int sqlite_write_one(struct store *s, const char *sql, const struct store_params *q) {
+        uint64_t n = 0;
+        int r = sqlite_write(s, sql, q, &n);
+        return r < 0 ? r : n == 0 ? -ENOENT : 0;
 }

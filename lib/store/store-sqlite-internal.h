@@ -37,8 +37,8 @@ int sqlite_to_errno(sqlite3 *db, int rc);
 int sqlite_prep(struct store_sqlite_conn *c, const char *sql, sqlite3_stmt **ret);
 /* Finalizes st and releases the lock sqlite_prep() took. */
 void sqlite_done(struct store_sqlite_conn *c, sqlite3_stmt *st);
-/* Binds v as text, or NULL. */
-void sqlite_bind_str(sqlite3_stmt *st, int idx, const char *v);
+/* Binds q's parameters to st, the first to ?1. */
+void sqlite_bind(sqlite3_stmt *st, const struct store_params *q);
 /* Steps a statement without rows; -ENOENT when it changed nothing and
  * need_change. */
 int sqlite_step_write(struct store_sqlite_conn *c, sqlite3_stmt *st, bool need_change);
@@ -58,6 +58,18 @@ int sqlite_list(struct store_sqlite_conn *c, sqlite3_stmt *st, const struct stor
 /* Reads the one row of st through read_row into ret; -ENOENT when none. */
 int sqlite_one(struct store_sqlite_conn *c, sqlite3_stmt *st, int (*read_row)(const struct store_row *, void *),
                void *ret);
+
+/* One statement as a call of its own (the lock taken, sql prepared with
+ * q bound, finalized): a SELECT's rows (sqlite_select_one: the first
+ * through read_row, or -ENOENT; sqlite_select_all: at most max through
+ * list, store_rows_list()), or a write's count of touched rows
+ * (sqlite_write; sqlite_write_one: -ENOENT when it touched none). */
+int sqlite_select_one(struct store *s, const char *sql, const struct store_params *q,
+                      int (*read_row)(const struct store_row *, void *), void *ret);
+int sqlite_select_all(struct store *s, const char *sql, const struct store_params *q, const struct store_list *list,
+                      size_t max, void *ret, size_t *ret_n);
+int sqlite_write(struct store *s, const char *sql, const struct store_params *q, uint64_t *ret_changed);
+int sqlite_write_one(struct store *s, const char *sql, const struct store_params *q);
 
 /* the ops defined in the files beside store-sqlite.c */
 STORE_FILE_OPS(STORE_OP_DECLARE, sqlite)

@@ -191,24 +191,51 @@ static void stmt_end(struct store_sqlite *q, sqlite3_stmt *st) {
         pthread_mutex_unlock(&q->conn.lock);
 }
 
-/* 0 stands for "none" in the columns that take it */
-static void bind_int64_or_null(sqlite3_stmt *st, int idx, int64_t v) {
-        if (v)
-                sqlite3_bind_int64(st, idx, v);
-        else
-                sqlite3_bind_null(st, idx);
-}
-
-static int bind_text(sqlite3_stmt *st, int idx, const char *s) {
-        return s ? sqlite3_bind_text(st, idx, s, -1, SQLITE_STATIC) : sqlite3_bind_null(st, idx);
-}
-
 /* Steps a statement that returns no rows. */
 static int step_done(struct store_sqlite *q, sqlite3_stmt *st) {
         int rc = sqlite3_step(st);
         if (rc == SQLITE_DONE)
                 return 0;
         return sqlite_to_errno(q->conn.db, rc);
+}
+
+/* The prepared statement id run with p bound, as a call of its own: a
+ * write (stmt_write: *ret_changed the rows it touched; stmt_write_one:
+ * -ENOENT when it touched none) or a SELECT (stmt_select_one: its first
+ * row through read_row, or -ENOENT; stmt_select_all: its rows through
+ * list, store_rows_list()). */
+static int stmt_write(struct store_sqlite *q, enum stmt_id id, const struct store_params *p, uint64_t *ret_changed) {
+        sqlite3_stmt *st = stmt_begin(q, id);
+        sqlite_bind(st, p);
+        int r = step_done(q, st);
+        if (r >= 0 && ret_changed)
+                *ret_changed = (uint64_t) sqlite3_changes(q->conn.db);
+        stmt_end(q, st);
+        return r;
+}
+
+static int stmt_write_one(struct store_sqlite *q, enum stmt_id id, const struct store_params *p) {
+        uint64_t n = 0;
+        int r = stmt_write(q, id, p, &n);
+        return r < 0 ? r : n == 0 ? -ENOENT : 0;
+}
+
+static int stmt_select_one(struct store_sqlite *q, enum stmt_id id, const struct store_params *p,
+                           int (*read_row)(const struct store_row *, void *), void *ret) {
+        sqlite3_stmt *st = stmt_begin(q, id);
+        sqlite_bind(st, p);
+        int r = sqlite_one(&q->conn, st, read_row, ret);
+        stmt_end(q, st);
+        return r;
+}
+
+static int stmt_select_all(struct store_sqlite *q, enum stmt_id id, const struct store_params *p,
+                           const struct store_list *list, void *ret, size_t *ret_n) {
+        sqlite3_stmt *st = stmt_begin(q, id);
+        sqlite_bind(st, p);
+        int r = sqlite_list(&q->conn, st, list, SIZE_MAX, ret, ret_n);
+        stmt_end(q, st);
+        return r;
 }
 
 static int exec_sql(sqlite3 *db, const char *sql) {
@@ -342,74 +369,41 @@ static int sqlite_schema_version(struct store *s, unsigned *ret) {
 }
 
 static int sqlite_sandbox_insert(struct store *s, const struct store_sandbox *sb) {
-        struct store_sqlite *q = to_sqlite(s);
-        int64_t now = store_now_ms();
-        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_INSERT);
-        bind_text(st, 1, sb->id);
-        bind_text(st, 2, sb->template_name);
-        bind_text(st, 3, sb->state);
-        bind_text(st, 4, sb->error);
-        bind_text(st, 5, sb->metadata ? sb->metadata : "{}");
-        bind_text(st, 6, sb->env_keys ? sb->env_keys : "[]");
-        sqlite3_bind_int64(st, 7, sb->created_at ? sb->created_at : now);
-        sqlite3_bind_int64(st, 8, sb->updated_at ? sb->updated_at : now);
-        bind_text(st, 9, sb->desired_state);
-        bind_text(st, 10, sb->snapshot_policy);
-        if (sb->has_idle_timeout)
-                sqlite3_bind_int64(st, 11, sb->idle_timeout_s);
-        else
-                sqlite3_bind_null(st, 11);
-        bind_text(st, 12, sb->tenant_id);
-        bind_text(st, 13, sb->network);
-        bind_int64_or_null(st, 14, sb->expires_at);
-        bind_int64_or_null(st, 15, sb->expiry_s);
-        bind_text(st, 16, sb->on_expiry);
-        bind_text(st, 17, sb->node);
-        bind_int64_or_null(st, 18, sb->memory_mib);
-        bind_int64_or_null(st, 19, sb->vcpus);
-        int r = step_done(q, st);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_params_sandbox(&q, sb);
+        return stmt_write(to_sqlite(s), STMT_SANDBOX_INSERT, &q, NULL);
 }
 
-/* Runs a SELECT of one row by one text parameter: the row through
+/* Runs the SELECT id of one row by one text parameter: the row through
  * read_row into ret, or -ENOENT. */
-static int select_one(struct store_sqlite *q, enum stmt_id id, const char *arg,
-                      int (*read_row)(const struct store_row *, void *), void *ret) {
-        sqlite3_stmt *st = stmt_begin(q, id);
-        bind_text(st, 1, arg);
-        int r = sqlite_one(&q->conn, st, read_row, ret);
-        stmt_end(q, st);
-        return r;
+static int select_by(struct store *s, enum stmt_id id, const char *arg,
+                     int (*read_row)(const struct store_row *, void *), void *ret) {
+        struct store_params q = { 0 };
+        store_param_text(&q, arg);
+        return stmt_select_one(to_sqlite(s), id, &q, read_row, ret);
 }
 
-/* Steps st to its end and reads every row through list into a new array
- * *ret of *ret_n elements; on failure frees what it read (sqlite_list()). */
-static int list_rows(struct store_sqlite *q, sqlite3_stmt *st, const struct store_list *list, void *ret,
-                     size_t *ret_n) {
-        return sqlite_list(&q->conn, st, list, SIZE_MAX, ret, ret_n);
+/* Runs the write id whose only parameter is one text; -ENOENT when it
+ * touched no row. */
+static int write_by(struct store *s, enum stmt_id id, const char *arg) {
+        struct store_params q = { 0 };
+        store_param_text(&q, arg);
+        return stmt_write_one(to_sqlite(s), id, &q);
 }
 
 static int sqlite_sandbox_get(struct store *s, const char *id, struct store_sandbox *ret) {
-        return select_one(to_sqlite(s), STMT_SANDBOX_GET, id, store_read_sandbox, ret);
+        return select_by(s, STMT_SANDBOX_GET, id, store_read_sandbox, ret);
 }
 
 /* Lists sandboxes: every one (tenant_id NULL) or one tenant's. */
 static int sandbox_list_common(struct store *s, const char *tenant_id, size_t max, struct store_sandbox **ret,
                                size_t *ret_n) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st;
-        if (tenant_id) {
-                st = stmt_begin(q, STMT_SANDBOX_LIST_TENANT);
-                bind_text(st, 1, tenant_id);
-                sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        } else {
-                st = stmt_begin(q, STMT_SANDBOX_LIST);
-                sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
-        }
-        int r = list_rows(q, st, &store_list_sandbox, ret, ret_n);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        if (tenant_id)
+                store_param_text(&q, tenant_id);
+        store_param_int(&q, (int64_t) max);
+        return stmt_select_all(to_sqlite(s), tenant_id ? STMT_SANDBOX_LIST_TENANT : STMT_SANDBOX_LIST, &q,
+                               &store_list_sandbox, ret, ret_n);
 }
 
 static int sqlite_sandbox_list(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n) {
@@ -421,219 +415,138 @@ static int sqlite_sandbox_list_tenant(struct store *s, const char *tenant_id, si
         return sandbox_list_common(s, tenant_id, max, ret, ret_n);
 }
 
-/* Runs a one-row UPDATE/DELETE; -ENOENT when it touched nothing. */
-static int step_one_change(struct store_sqlite *q, sqlite3_stmt *st) {
-        int r = step_done(q, st);
-        if (r >= 0 && sqlite3_changes(q->conn.db) == 0)
-                r = -ENOENT;
-        return r;
-}
-
 static int sqlite_sandbox_update_state(struct store *s, const char *id, const char *state, const char *error) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_UPDATE);
-        bind_text(st, 1, id);
-        bind_text(st, 2, state);
-        bind_text(st, 3, error);
-        sqlite3_bind_int64(st, 4, store_now_ms());
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, state);
+        store_param_text(&q, error);
+        store_param_int(&q, store_now_ms());
+        return stmt_write_one(to_sqlite(s), STMT_SANDBOX_UPDATE, &q);
 }
 
 static int sqlite_sandbox_delete(struct store *s, const char *id) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_DELETE);
-        bind_text(st, 1, id);
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
+        return write_by(s, STMT_SANDBOX_DELETE, id);
 }
 
 static int sqlite_sandbox_transition(struct store *s, const char *id, const char *from, const char *to,
                                      const char *desired) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_TRANSITION);
-        bind_text(st, 1, id);
-        bind_text(st, 2, from);
-        bind_text(st, 3, to);
-        bind_text(st, 4, desired);
-        sqlite3_bind_int64(st, 5, store_now_ms());
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, from);
+        store_param_text(&q, to);
+        store_param_text(&q, desired);
+        store_param_int(&q, store_now_ms());
+        int r = stmt_write_one(to_sqlite(s), STMT_SANDBOX_TRANSITION, &q);
         return r == -ENOENT ? -ESTALE : r;
 }
 
 static int sqlite_sandbox_network_get(struct store *s, const char *id, char **ret) {
-        return select_one(to_sqlite(s), STMT_SANDBOX_NETWORK_GET, id, store_read_text, ret);
+        return select_by(s, STMT_SANDBOX_NETWORK_GET, id, store_read_text, ret);
 }
 
 static int sqlite_sandbox_network_set(struct store *s, const char *id, const char *state, const char *network) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_NETWORK_SET);
-        bind_text(st, 1, id);
-        bind_text(st, 2, state);
-        bind_text(st, 3, network);
-        sqlite3_bind_int64(st, 4, store_now_ms());
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, state);
+        store_param_text(&q, network);
+        store_param_int(&q, store_now_ms());
+        int r = stmt_write_one(to_sqlite(s), STMT_SANDBOX_NETWORK_SET, &q);
         return r == -ENOENT ? -ESTALE : r;
 }
 
 static int sqlite_sandbox_expiry_set(struct store *s, const char *id, int64_t expires_at, int64_t expiry_s,
                                      const char *on_expiry) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_EXPIRY_SET);
-        bind_text(st, 1, id);
-        bind_int64_or_null(st, 2, expires_at);
-        bind_int64_or_null(st, 3, expiry_s);
-        bind_text(st, 4, on_expiry);
-        sqlite3_bind_int64(st, 5, store_now_ms());
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_int_or_null(&q, expires_at);
+        store_param_int_or_null(&q, expiry_s);
+        store_param_text(&q, on_expiry);
+        store_param_int(&q, store_now_ms());
+        return stmt_write_one(to_sqlite(s), STMT_SANDBOX_EXPIRY_SET, &q);
 }
 
 static int sqlite_operation_insert(struct store *s, const struct store_operation *op) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_OP_INSERT);
-        bind_text(st, 1, op->id);
-        bind_text(st, 2, op->sandbox_id);
-        bind_text(st, 3, op->verb);
-        bind_text(st, 4, op->state);
-        bind_text(st, 5, op->error);
-        bind_text(st, 6, op->result);
-        bind_text(st, 7, op->idempotency_key);
-        sqlite3_bind_int64(st, 8, op->created_at ? op->created_at : store_now_ms());
-        bind_text(st, 9, op->request_hash);
-        bind_text(st, 10, op->stage);
-        sqlite3_bind_int(st, 11, op->progress);
-        bind_text(st, 12, op->tenant_id);
-        bind_text(st, 13, op->owner);
-        bind_int64_or_null(st, 14, op->lease_until);
-        bind_text(st, 15, op->detail);
-        int r = step_done(q, st);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_params_operation(&q, op);
+        return stmt_write(to_sqlite(s), STMT_OP_INSERT, &q, NULL);
 }
 
 static int sqlite_operation_get(struct store *s, const char *id, struct store_operation *ret) {
-        return select_one(to_sqlite(s), STMT_OP_GET, id, store_read_operation, ret);
+        return select_by(s, STMT_OP_GET, id, store_read_operation, ret);
 }
 
 static int sqlite_operation_find_by_key(struct store *s, const char *key, struct store_operation *ret) {
-        return select_one(to_sqlite(s), STMT_OP_BY_KEY, key, store_read_operation, ret);
+        return select_by(s, STMT_OP_BY_KEY, key, store_read_operation, ret);
 }
 
 static int sqlite_operation_update(struct store *s, const char *id, const char *state, const char *error,
                                    const char *result) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_OP_UPDATE);
-        bind_text(st, 1, id);
-        bind_text(st, 2, state);
-        bind_text(st, 3, error);
-        bind_text(st, 4, result);
-        sqlite3_bind_int64(st, 5, store_now_ms());
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, state);
+        store_param_text(&q, error);
+        store_param_text(&q, result);
+        store_param_int(&q, store_now_ms());
+        return stmt_write_one(to_sqlite(s), STMT_OP_UPDATE, &q);
 }
 
 static int sqlite_operation_progress(struct store *s, const char *id, int progress, const char *stage) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_OP_PROGRESS);
-        bind_text(st, 1, id);
-        sqlite3_bind_int(st, 2, progress);
-        bind_text(st, 3, stage);
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_int(&q, progress);
+        store_param_text(&q, stage);
+        return stmt_write_one(to_sqlite(s), STMT_OP_PROGRESS, &q);
 }
 
 static int sqlite_operation_fail_unfinished(struct store *s, const char *error) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_OP_FAIL_UNFINISHED);
-        bind_text(st, 1, error);
-        sqlite3_bind_int64(st, 2, store_now_ms());
-        int r = step_done(q, st);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, error);
+        store_param_int(&q, store_now_ms());
+        return stmt_write(to_sqlite(s), STMT_OP_FAIL_UNFINISHED, &q, NULL);
 }
 
 static int sqlite_snapshot_insert(struct store *s, const struct store_snapshot *snap) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_INSERT);
-        bind_text(st, 1, snap->id);
-        bind_text(st, 2, snap->sandbox_id);
-        bind_text(st, 3, snap->kind);
-        sqlite3_bind_int64(st, 4, snap->size);
-        sqlite3_bind_int64(st, 5, snap->created_at ? snap->created_at : store_now_ms());
-        sqlite3_bind_int(st, 6, snap->pinned ? 1 : 0);
-        int r = step_done(q, st);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_params_snapshot(&q, snap);
+        return stmt_write(to_sqlite(s), STMT_SNAP_INSERT, &q, NULL);
 }
 
 static int sqlite_snapshot_get(struct store *s, const char *id, struct store_snapshot *ret) {
-        return select_one(to_sqlite(s), STMT_SNAP_GET, id, store_read_snapshot, ret);
+        return select_by(s, STMT_SNAP_GET, id, store_read_snapshot, ret);
 }
 
 static int sqlite_snapshot_list(struct store *s, const char *sandbox_id, size_t max, struct store_snapshot **ret,
                                 size_t *ret_n) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_LIST);
-        bind_text(st, 1, sandbox_id);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        int r = list_rows(q, st, &store_list_snapshot, ret, ret_n);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, sandbox_id);
+        store_param_int(&q, (int64_t) max);
+        return stmt_select_all(to_sqlite(s), STMT_SNAP_LIST, &q, &store_list_snapshot, ret, ret_n);
 }
 
 static int sqlite_snapshot_delete(struct store *s, const char *id) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_DELETE);
-        bind_text(st, 1, id);
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
+        return write_by(s, STMT_SNAP_DELETE, id);
 }
 
 static int sqlite_session_insert(struct store *s, const struct store_session *ses) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SESSION_INSERT);
-        bind_text(st, 1, ses->id);
-        bind_text(st, 2, ses->sandbox_id);
-        bind_text(st, 3, ses->cmd);
-        sqlite3_bind_int(st, 4, ses->pty ? 1 : 0);
-        sqlite3_bind_blob(st, 5, ses->token_hash, STORE_HASH_SIZE, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 6, ses->created_at ? ses->created_at : store_now_ms());
-        int r = step_done(q, st);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_params_session(&q, ses);
+        return stmt_write(to_sqlite(s), STMT_SESSION_INSERT, &q, NULL);
 }
 
 static int sqlite_session_get(struct store *s, const char *id, struct store_session *ret) {
-        return select_one(to_sqlite(s), STMT_SESSION_GET, id, store_read_session, ret);
+        return select_by(s, STMT_SESSION_GET, id, store_read_session, ret);
 }
 
 static int sqlite_session_delete(struct store *s, const char *id) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SESSION_DELETE);
-        bind_text(st, 1, id);
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
+        return write_by(s, STMT_SESSION_DELETE, id);
 }
 
 static int sqlite_api_key_insert(struct store *s, const char *name, const uint8_t hash[STORE_HASH_SIZE]) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_KEY_UPSERT);
-        bind_text(st, 1, name);
-        sqlite3_bind_blob(st, 2, hash, STORE_HASH_SIZE, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, store_now_ms());
-        int r = step_done(q, st);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, name);
+        store_param_blob(&q, hash, STORE_HASH_SIZE);
+        store_param_int(&q, store_now_ms());
+        return stmt_write(to_sqlite(s), STMT_KEY_UPSERT, &q, NULL);
 }
 
 static int sqlite_api_key_lookup(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_tenant_id) {
@@ -647,75 +560,50 @@ static int sqlite_api_key_lookup(struct store *s, const uint8_t hash[STORE_HASH_
 
 static int sqlite_api_key_create(struct store *s, const char *id, const char *tenant_id, const char *name,
                                  const uint8_t hash[STORE_HASH_SIZE], size_t max) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_KEY_CREATE);
-        bind_text(st, 1, id);
-        sqlite3_bind_blob(st, 2, hash, STORE_HASH_SIZE, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, store_now_ms());
-        bind_text(st, 4, tenant_id);
-        bind_text(st, 5, name);
-        sqlite3_bind_int64(st, 6, (sqlite3_int64) MIN(max, (size_t) INT64_MAX));
-        int r = step_done(q, st); /* -ENOENT: the tenant's foreign key */
-        if (r >= 0 && sqlite3_changes(q->conn.db) == 0)
-                r = -EDQUOT;
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_blob(&q, hash, STORE_HASH_SIZE);
+        store_param_int(&q, store_now_ms());
+        store_param_text(&q, tenant_id);
+        store_param_text(&q, name);
+        store_param_int(&q, (int64_t) MIN(max, (size_t) INT64_MAX));
+        uint64_t n = 0;
+        int r = stmt_write(to_sqlite(s), STMT_KEY_CREATE, &q, &n); /* -ENOENT: the tenant's foreign key */
+        return r < 0 ? r : n == 0 ? -EDQUOT : 0;
 }
 
 static int sqlite_api_key_list(struct store *s, const char *tenant_id, size_t max, struct store_api_key **ret,
                                size_t *ret_n) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_KEY_LIST);
-        bind_text(st, 1, tenant_id);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        int r = list_rows(q, st, &store_list_api_key, ret, ret_n);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, tenant_id);
+        store_param_int(&q, (int64_t) max);
+        return stmt_select_all(to_sqlite(s), STMT_KEY_LIST, &q, &store_list_api_key, ret, ret_n);
 }
 
 static int sqlite_api_key_delete(struct store *s, const char *id) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_KEY_DELETE);
-        bind_text(st, 1, id);
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
+        return write_by(s, STMT_KEY_DELETE, id);
 }
 
 static int sqlite_tenant_insert(struct store *s, const struct store_tenant *t, size_t max) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_INSERT);
-        bind_text(st, 1, t->id);
-        bind_text(st, 2, t->name);
-        sqlite3_bind_int64(st, 3, t->created_at ? t->created_at : store_now_ms());
-        sqlite3_bind_int64(st, 4, (sqlite3_int64) MIN(max, (size_t) INT64_MAX));
-        bind_text(st, 5, t->network);
-        int r = step_done(q, st);
-        if (r >= 0 && sqlite3_changes(q->conn.db) == 0)
-                r = -EDQUOT;
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_params_tenant(&q, t, max);
+        uint64_t n = 0;
+        int r = stmt_write(to_sqlite(s), STMT_TENANT_INSERT, &q, &n);
+        return r < 0 ? r : n == 0 ? -EDQUOT : 0;
 }
 
 static int sqlite_tenant_get(struct store *s, const char *id, struct store_tenant *ret) {
-        return select_one(to_sqlite(s), STMT_TENANT_GET, id, store_read_tenant, ret);
+        return select_by(s, STMT_TENANT_GET, id, store_read_tenant, ret);
 }
 
 static int sqlite_tenant_list(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_LIST);
-        sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
-        int r = list_rows(q, st, &store_list_tenant, ret, ret_n);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_int(&q, (int64_t) max);
+        return stmt_select_all(to_sqlite(s), STMT_TENANT_LIST, &q, &store_list_tenant, ret, ret_n);
 }
 
 static int sqlite_tenant_delete(struct store *s, const char *id) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_DELETE);
-        bind_text(st, 1, id);
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
+        int r = write_by(s, STMT_TENANT_DELETE, id);
         if (r != -ENOENT)
                 return r;
         /* nothing deleted: unknown, or it still owns sandboxes */
@@ -726,13 +614,10 @@ static int sqlite_tenant_delete(struct store *s, const char *id) {
 }
 
 static int sqlite_tenant_network_set(struct store *s, const char *id, const char *network) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_NETWORK_SET);
-        bind_text(st, 1, id);
-        bind_text(st, 2, network);
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, network);
+        return stmt_write_one(to_sqlite(s), STMT_TENANT_NETWORK_SET, &q);
 }
 
 const struct store_ops store_sqlite_ops = {
