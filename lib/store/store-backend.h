@@ -19,8 +19,9 @@
  * The ops of struct store_ops (but scheme, open and close), each named
  * once: X(p, op) for every op, p the backend's prefix (sqlite, pg) and
  * p_op its function. STORE_CORE_OPS are defined in store-<p>.c itself (the
- * core tables, static there), STORE_FILE_OPS in the files beside it
- * (secrets and the audit log, images, templates, events, the cluster).
+ * core tables, static there), STORE_FILE_OPS in the files beside it (what
+ * of templates and the cluster takes more than one statement), and
+ * STORE_SQL_OPS once for both, as store_sql_<op> (store-sql.c).
  */
 #define STORE_CORE_OPS(X, p)                                                                                    \
         X(p, schema_version) X(p, sandbox_insert) X(p, sandbox_get) X(p, sandbox_list)                          \
@@ -34,18 +35,20 @@
         X(p, tenant_network_set)
 
 #define STORE_FILE_OPS(X, p)                                                                                    \
-        X(p, api_key_id) X(p, secret_insert) X(p, secret_get) X(p, secret_list) X(p, secret_delete)    \
-        X(p, secret_users) X(p, sandbox_secret_insert) X(p, sandbox_secret_list) X(p, sandbox_secret_copy)      \
-        X(p, audit_insert) X(p, audit_list) X(p, audit_cursor_get) X(p, audit_cursor_set) X(p, image_insert)    \
-        X(p, image_get) X(p, image_find) X(p, image_list) X(p, image_delete) X(p, template_put)                 \
-        X(p, template_get) X(p, template_list) X(p, template_set_state) X(p, template_delete)                   \
-        X(p, template_node_refs) X(p, event_insert) X(p, event_list) X(p, event_last_id) X(p, event_prune)      \
-        X(p, node_insert) X(p, node_heartbeat) X(p, node_get) X(p, node_list) X(p, node_set_draining)           \
-        X(p, node_delete) X(p, nodes_mark_lost) X(p, sandbox_move) X(p, sandbox_list_node)                      \
-        X(p, sandbox_count_by) X(p, join_token_insert) X(p, join_token_check) X(p, join_token_delete)           \
-        X(p, cluster_ca) X(p, cap_key_publish) X(p, cap_key_list) X(p, cap_key_delete) X(p, replica_seen)       \
-        X(p, replica_list) X(p, replica_delete) X(p, operation_lease_renew) X(p, operation_list_expired)        \
-        X(p, operation_list_unfinished) X(p, operation_take_over)
+        X(p, template_put) X(p, node_heartbeat) X(p, nodes_mark_lost) X(p, join_token_insert)                   \
+        X(p, join_token_check) X(p, cluster_ca) X(p, operation_list_expired) X(p, operation_list_unfinished)
+
+#define STORE_SQL_OPS(X, p)                                                                                     \
+        X(p, image_insert) X(p, image_get) X(p, image_find) X(p, image_list) X(p, image_delete)                 \
+        X(p, event_insert) X(p, event_list) X(p, event_last_id) X(p, event_prune) X(p, api_key_id)              \
+        X(p, secret_insert) X(p, secret_get) X(p, secret_list) X(p, secret_delete) X(p, secret_users)           \
+        X(p, sandbox_secret_insert) X(p, sandbox_secret_list) X(p, sandbox_secret_copy) X(p, audit_insert)      \
+        X(p, audit_list) X(p, audit_cursor_get) X(p, audit_cursor_set) X(p, template_get) X(p, template_list)   \
+        X(p, template_set_state) X(p, template_delete) X(p, template_node_refs) X(p, node_insert)               \
+        X(p, node_get) X(p, node_list) X(p, node_set_draining) X(p, node_delete) X(p, sandbox_list_node)        \
+        X(p, sandbox_move) X(p, sandbox_count_by) X(p, join_token_delete) X(p, cap_key_publish)                 \
+        X(p, cap_key_list) X(p, cap_key_delete) X(p, replica_seen) X(p, replica_list) X(p, replica_delete)      \
+        X(p, operation_lease_renew) X(p, operation_take_over)
 
 /* A table's initializer of op: .op = p_op */
 #define STORE_OP_INIT(p, op) .op = p##_##op,
@@ -53,7 +56,9 @@
  * definition that does not match the interface does not compile. */
 #define STORE_OP_DECLARE(p, op) extern __typeof__(*((struct store_ops *) 0)->op) p##_##op;
 /* Every op of backend p, for its struct store_ops table. */
-#define STORE_BACKEND_OPS(p) STORE_CORE_OPS(STORE_OP_INIT, p) STORE_FILE_OPS(STORE_OP_INIT, p)
+#define STORE_BACKEND_OPS(p)                                                                                    \
+        STORE_CORE_OPS(STORE_OP_INIT, p) STORE_FILE_OPS(STORE_OP_INIT, p) STORE_SQL_OPS(STORE_OP_INIT, store_sql)
+STORE_SQL_OPS(STORE_OP_DECLARE, store_sql)
 
 /* A statement's parameters, the first bound to ?1 (SQLite) or $1
  * (PostgreSQL), in the order they are added; each backend binds them its
@@ -245,6 +250,30 @@ extern const struct store_list store_list_sandbox, store_list_snapshot, store_li
  * the element type's array pointer) and *ret_n on success; on failure what
  * was read is freed and *ret, *ret_n are left untouched. */
 int store_rows_list(struct store_row *r, const struct store_list *list, size_t max, void *ret, size_t *ret_n);
+
+/* How a backend runs one statement as a call of its own (the lock or a
+ * pooled connection taken for it), the same for both: a SELECT's first row
+ * through read_row (select_one; -ENOENT when there is none) or at most max
+ * rows through list (select_all, store_rows_list()), or a write and the
+ * rows it touched (write; write_one: -ENOENT when it touched none). pg:
+ * which of a statement's two texts the database takes. */
+struct store_sql {
+        bool pg;
+        int (*select_one)(struct store *s, const char *sql, const struct store_params *q,
+                          int (*read_row)(const struct store_row *, void *), void *ret);
+        int (*select_all)(struct store *s, const char *sql, const struct store_params *q,
+                          const struct store_list *list, size_t max, void *ret, size_t *ret_n);
+        int (*write)(struct store *s, const char *sql, const struct store_params *q, uint64_t *ret_changed);
+        int (*write_one)(struct store *s, const char *sql, const struct store_params *q);
+};
+extern const struct store_sql store_sqlite_sql, store_pg_sql;
+/* The runner of s's backend. */
+const struct store_sql *store_sql(const struct store *s);
+
+/* The admin scope is tenant_id NULL; "COALESCE(tenant_id, '') = ?n" (SQLite)
+ * or "= $n" (PostgreSQL) with "" for it matches either. */
+#define SCOPE_IS(n) "COALESCE(tenant_id, '') = ?" #n
+#define PG_SCOPE_IS(n) "COALESCE(tenant_id, '') = $" #n
 
 /* Compares hash with the hash in column 0 of every row (api_keys: hash,
  * tenant_id), in constant time and without stopping at a match, so timing

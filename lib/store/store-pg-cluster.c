@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * PostgreSQL backend: a cluster (store.h): nodes, join tokens, the
- * cluster's CA, capability public keys, replicas, and operation leases
- * (store-sqlite-cluster.c's twin: the same rows, read by the same
- * readers). Several replicas call these at once, so what must happen once
+ * PostgreSQL backend: what of a cluster (store.h) takes more than one
+ * statement or a row lock (the rest is store-sql.c's; store-sqlite-cluster.c
+ * is its twin). Several replicas call these at once, so what must happen once
  * is one statement whose row locks decide: a heartbeat reads the row it
  * updates FOR UPDATE, marking nodes lost and taking an operation over
  * re-check their condition on the row a racing statement left.
@@ -15,20 +14,6 @@
 #include "store-pg-internal.h"
 
 #define UNFINISHED "state IN ('pending', 'running')"
-
-/* A statement whose only parameter is one text; -ENOENT when it touched no row. */
-static int write_by(struct store *s, const char *sql, const char *arg) {
-        struct store_params q = { 0 };
-        store_param_text(&q, arg);
-        return pg_write_one(s, sql, &q);
-}
-
-int pg_node_insert(struct store *s, const struct store_node *n) {
-        struct store_params q = { 0 };
-        store_params_node(&q, n);
-        return pg_write(s, "INSERT INTO nodes (" STORE_NODE_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8)", &q,
-                        NULL);
-}
 
 int pg_node_heartbeat(struct store *s, const struct store_node *n, bool *ret_was_lost, bool *ret_draining) {
         struct store_params q = { 0 };
@@ -55,40 +40,6 @@ int pg_node_heartbeat(struct store *s, const struct store_node *n, bool *ret_was
         return r;
 }
 
-int pg_node_get(struct store *s, const char *name, struct store_node *ret) {
-        struct store_params q = { 0 };
-        store_param_text(&q, name);
-        return pg_select_one(s, "SELECT " STORE_NODE_COLUMNS " FROM nodes WHERE name = $1", &q, store_read_node, ret);
-}
-
-int pg_node_list(struct store *s, size_t max, struct store_node **ret, size_t *ret_n) {
-        struct store_params q = { 0 };
-        store_param_int(&q, (int64_t) max);
-        return pg_select_all(s, "SELECT " STORE_NODE_COLUMNS " FROM nodes ORDER BY name COLLATE \"C\" LIMIT $1", &q,
-                             &store_list_node, max, ret, ret_n);
-}
-
-int pg_node_set_draining(struct store *s, const char *name, bool draining) {
-        struct store_params q = { 0 };
-        store_param_text(&q, name);
-        store_param_bool(&q, draining);
-        return pg_write_one(s, "UPDATE nodes SET draining = $2 WHERE name = $1", &q);
-}
-
-int pg_node_delete(struct store *s, const char *name) {
-        /* a sandbox placed on it meanwhile (not seen by the NOT EXISTS)
-         * fails the delete on its foreign key: -ENOENT, read as busy below */
-        int r = write_by(s,
-                         "DELETE FROM nodes WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE node = $1)",
-                         name);
-        if (r != -ENOENT)
-                return r;
-        struct store_node n = { 0 };
-        r = pg_node_get(s, name, &n);
-        store_node_release(&n);
-        return r < 0 ? r : -EBUSY;
-}
-
 int pg_nodes_mark_lost(struct store *s, int64_t cutoff, size_t max, char ***ret, size_t *ret_n) {
         struct store_params q = { 0 };
         store_param_int(&q, cutoff);
@@ -104,49 +55,6 @@ int pg_nodes_mark_lost(struct store *s, int64_t cutoff, size_t max, char ***ret,
                              "RETURNING name) "
                              "SELECT name FROM marked ORDER BY name COLLATE \"C\"",
                              &q, &store_list_string, max, ret, ret_n);
-}
-
-int pg_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret, size_t *ret_n) {
-        struct store_params q = { 0 };
-        store_param_text(&q, node);
-        store_param_int(&q, (int64_t) max);
-        return pg_select_all(s,
-                             "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes "
-                             "WHERE ($1::text IS NULL AND node IS NULL) OR node = $1 "
-                             "ORDER BY created_at, id COLLATE \"C\" LIMIT $2",
-                             &q, &store_list_sandbox, max, ret, ret_n);
-}
-
-int pg_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to) {
-        struct store_params q = { 0 };
-        store_param_text(&q, id);
-        store_param_text(&q, state);
-        store_param_text(&q, from);
-        store_param_text(&q, to);
-        store_param_int(&q, store_now_ms());
-        uint64_t changed = 0;
-        /* -ENOENT from the write: `to` is no node (its foreign key) */
-        int r = pg_write(s,
-                         "UPDATE sandboxes SET node = $4, updated_at = $5 "
-                         "WHERE id = $1 AND state = $2 AND node IS NOT DISTINCT FROM $3",
-                         &q, &changed);
-        return r < 0 ? r : changed == 0 ? -ESTALE : 0;
-}
-
-int pg_sandbox_count_by(struct store *s, enum store_count_by by, size_t max, char ***ret_names, int64_t **ret_counts,
-                        size_t *ret_n) {
-        struct store_params q = { 0 };
-        store_param_int(&q, (int64_t) max);
-        struct store_node_count *a = NULL;
-        size_t n = 0;
-        /* NULL (the local node) first, as SQLite sorts it */
-        int r = pg_select_all(s,
-                              by == STORE_COUNT_BY_STATE ? "SELECT state, COUNT(*) FROM sandboxes GROUP BY state "
-                                                           "ORDER BY state COLLATE \"C\" LIMIT $1"
-                                                         : "SELECT node, COUNT(*) FROM sandboxes GROUP BY node "
-                                                           "ORDER BY node COLLATE \"C\" NULLS FIRST LIMIT $1",
-                              &q, &store_list_node_count, max, &a, &n);
-        return r < 0 ? r : store_node_counts_split(a, n, ret_names, ret_counts, ret_n);
 }
 
 /* A join token call: the token's row (if any) read, the expired tokens
@@ -202,10 +110,6 @@ int pg_join_token_check(struct store *s, const char *id, const uint8_t hash[STOR
         return pg_run(to_pg(s), token_run, &t);
 }
 
-int pg_join_token_delete(struct store *s, const char *id) {
-        return write_by(s, "DELETE FROM join_tokens WHERE id = $1", id);
-}
-
 struct ca_call {
         const char *cert, *key;
         struct store_ca_pem got;
@@ -239,61 +143,6 @@ int pg_cluster_ca(struct store *s, const char *cert_pem, const char *key_pem, ch
         return 0;
 }
 
-int pg_cap_key_publish(struct store *s, const struct store_cap_key *k) {
-        struct store_params q = { 0 };
-        store_params_cap_key(&q, k);
-        return pg_write(s,
-                        "INSERT INTO cap_keys (" STORE_CAP_KEY_COLUMNS ") VALUES ($1, $2, $3, $4) "
-                        "ON CONFLICT (kid) DO UPDATE SET public_key = excluded.public_key, "
-                        "replica = excluded.replica, created_at = excluded.created_at",
-                        &q, NULL);
-}
-
-int pg_cap_key_list(struct store *s, size_t max, struct store_cap_key **ret, size_t *ret_n) {
-        struct store_params q = { 0 };
-        store_param_int(&q, (int64_t) max);
-        return pg_select_all(s,
-                             "SELECT " STORE_CAP_KEY_COLUMNS " FROM cap_keys "
-                             "ORDER BY created_at, kid COLLATE \"C\" LIMIT $1",
-                             &q, &store_list_cap_key, max, ret, ret_n);
-}
-
-int pg_cap_key_delete(struct store *s, const char *kid) {
-        return write_by(s, "DELETE FROM cap_keys WHERE kid = $1", kid);
-}
-
-int pg_replica_seen(struct store *s, const struct store_replica *p) {
-        struct store_params q = { 0 };
-        store_params_replica(&q, p);
-        /* started_at stays what the first row said */
-        return pg_write(s,
-                        "INSERT INTO replicas (" STORE_REPLICA_COLUMNS ") VALUES ($1, $2, $3, $4, $5) "
-                        "ON CONFLICT (id) DO UPDATE SET cluster_address = excluded.cluster_address, "
-                        "api_address = excluded.api_address, seen_at = excluded.seen_at",
-                        &q, NULL);
-}
-
-int pg_replica_list(struct store *s, int64_t since, size_t max, struct store_replica **ret, size_t *ret_n) {
-        struct store_params q = { 0 };
-        store_param_int(&q, since);
-        store_param_int(&q, (int64_t) max);
-        return pg_select_all(s,
-                             "SELECT " STORE_REPLICA_COLUMNS " FROM replicas WHERE seen_at >= $1 "
-                             "ORDER BY id COLLATE \"C\" LIMIT $2",
-                             &q, &store_list_replica, max, ret, ret_n);
-}
-
-int pg_replica_delete(struct store *s, const char *id) {
-        return write_by(s, "DELETE FROM replicas WHERE id = $1", id);
-}
-
-int pg_operation_lease_renew(struct store *s, const char *owner, int64_t until, uint64_t *ret_n) {
-        struct store_params q = { 0 };
-        store_param_text(&q, owner);
-        store_param_int(&q, until);
-        return pg_write(s, "UPDATE operations SET lease_until = $2 WHERE owner = $1 AND " UNFINISHED, &q, ret_n);
-}
-
 /* The operations sql selects, with its parameters q, oldest first. */
 static int list_operations(struct store *s, const char *sql, const struct store_params *q, size_t max,
                            struct store_operation **ret, size_t *ret_n) {
@@ -320,17 +169,3 @@ int pg_operation_list_unfinished(struct store *s, size_t max, struct store_opera
                                &q, max, ret, ret_n);
 }
 
-int pg_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until) {
-        struct store_params q = { 0 };
-        store_param_text(&q, id);
-        store_param_text(&q, owner);
-        store_param_int(&q, now);
-        store_param_int(&q, until);
-        /* one statement: a second taker waits on the row, then re-checks
-         * the lease the first one set and finds it running */
-        int r = pg_write_one(s,
-                             "UPDATE operations SET owner = $2, lease_until = $4 "
-                             "WHERE id = $1 AND " UNFINISHED " AND lease_until < $3",
-                             &q);
-        return r == -ENOENT ? -ESTALE : r;
-}

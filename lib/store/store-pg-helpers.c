@@ -485,3 +485,11 @@ int pg_write_locked(struct store *s, int64_t key, const char *sql, const struct 
                 *ret_changed = w.changed;
         return r;
 }
+
+const struct store_sql store_pg_sql = {
+        .pg = true,
+        .select_one = pg_select_one,
+        .select_all = pg_select_all,
+        .write = pg_write,
+        .write_one = pg_write_one,
+};

@@ -3,13 +3,12 @@
 
 /*
  * What the PostgreSQL backend's files share (store-pg-helpers.c: the
- * connection pool, statements, transactions, the error mapping and a
- * result's rows as a store_row cursor; store-pg.c: opening, migrations and
- * the core tables; store-pg-secrets.c: credentials and the audit log;
- * store-pg-images.c: images; store-pg-templates.c: templates built from
- * specs; store-pg-cluster.c: nodes, join tokens, the CA, capability keys,
- * replicas and operation leases). Private to
- * lib/store.
+ * connection pool, statements, transactions, the error mapping, a
+ * result's rows as a store_row cursor and the statement runner,
+ * store_pg_sql, that store-sql.c runs the ops both backends share
+ * through; store-pg.c: opening, migrations, the core tables and a
+ * template's put; store-pg-cluster.c: what of the cluster's tables takes
+ * more than one statement or a row lock). Private to lib/store.
  *
  * Every call borrows one connection from the handle's pool for its
  * duration, so no two threads ever use one PGconn. Statements are
@@ -115,9 +114,6 @@ int pg_write_one(struct store *s, const char *sql, const struct store_params *q)
  * it commits, in this process or any other. */
 int pg_write_locked(struct store *s, int64_t key, const char *sql, const struct store_params *q, uint64_t *ret_changed);
 
-/* The admin scope is tenant_id NULL; "COALESCE(tenant_id, '') = $n" with
- * "" for it matches either. */
-#define PG_SCOPE_IS(n) "COALESCE(tenant_id, '') = $" #n
 
 /* the ops defined in the files beside store-pg.c */
 STORE_FILE_OPS(STORE_OP_DECLARE, pg)

@@ -528,6 +528,30 @@ static int pg_tenant_network_set(struct store *s, const char *id, const char *ne
         return pg_write_one(s, "UPDATE tenants SET network = $2 WHERE id = $1", &q);
 }
 
+/* Templates built from specs: the admin's rows and the local node are NULL in
+ * the table, "" in the struct. */
+int pg_template_put(struct store *s, const struct store_template *t, size_t max) {
+        struct store_params q = { 0 };
+        store_params_template(&q, t, max);
+        /* the count and the write under the owner's lock: a racing put of a
+         * new name (in any process) waits, then counts this one (a statement
+         * under READ COMMITTED sees what committed before it started); a
+         * replaced row keeps its created_at */
+        uint64_t n = 0;
+        int r = pg_write_locked(s, pg_lock_template_scope(t->tenant_id),
+                                "INSERT INTO templates (" STORE_TEMPLATE_COLUMNS ") "
+                                "SELECT NULLIF($1, ''), $2, $3, $4, $5, $6, NULLIF($7, ''), $8, $9, $10, $11, $12 "
+                                "WHERE EXISTS (SELECT 1 FROM templates WHERE " PG_SCOPE_IS(1) " AND name = $2) "
+                                "OR (SELECT COUNT(*) FROM templates WHERE " PG_SCOPE_IS(1) ") < $13 "
+                                "ON CONFLICT ((COALESCE(tenant_id, '')), name) DO UPDATE SET "
+                                "node_name = excluded.node_name, build_id = excluded.build_id, "
+                                "state = excluded.state, error = excluded.error, node = excluded.node, "
+                                "spec = excluded.spec, memory_mib = excluded.memory_mib, vcpus = excluded.vcpus, "
+                                "updated_at = excluded.updated_at",
+                                &q, &n); /* -ENOENT: the tenant's foreign key */
+        return r < 0 ? r : n == 0 ? -EDQUOT : 0;
+}
+
 const struct store_ops store_pg_ops = {
         .scheme = "postgresql",
         .open = pg_open,

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * SQLite backend: the statement helpers of the tables whose calls prepare
- * their own statement (store-sqlite-secrets.c, store-sqlite-images.c,
- * store-sqlite-templates.c).
+ * SQLite backend: the statement helpers of the calls that prepare their
+ * own statement (store-sqlite-cluster.c, and store-sql.c through
+ * store_sqlite_sql), and a statement's rows as a store_row cursor.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -163,3 +163,11 @@ int sqlite_write_one(struct store *s, const char *sql, const struct store_params
         int r = sqlite_write(s, sql, q, &n);
         return r < 0 ? r : n == 0 ? -ENOENT : 0;
 }
+
+const struct store_sql store_sqlite_sql = {
+        .pg = false,
+        .select_one = sqlite_select_one,
+        .select_all = sqlite_select_all,
+        .write = sqlite_write,
+        .write_one = sqlite_write_one,
+};

@@ -3,13 +3,13 @@
 
 /*
  * What the SQLite backend's files share (store-sqlite.c: the connection,
- * migrations and the core tables; store-sqlite-secrets.c: credentials and
- * the audit log; store-sqlite-images.c: images; store-sqlite-templates.c:
- * templates built from specs; store-sqlite-cluster.c: nodes, join tokens,
- * the CA, capability keys, replicas and operation leases;
- * store-sqlite-helpers.c: the statement helpers of the files after the
- * first, and a statement's rows as the store_row cursor the shared row
- * readers take, store-backend.h). Private to lib/store.
+ * migrations, the core tables and a template's put;
+ * store-sqlite-cluster.c: what of the cluster's tables takes more than one
+ * statement (a heartbeat, marking nodes lost, join tokens, the CA);
+ * store-sqlite-helpers.c: the statement runner, store_sqlite_sql, that
+ * store-sql.c runs the ops both backends share through, and a statement's
+ * rows as the store_row cursor the shared row readers take,
+ * store-backend.h). Private to lib/store.
  */
 
 #include <pthread.h>
@@ -29,9 +29,6 @@ struct store_sqlite_conn {
 /* Maps an SQLite result code to a negative errno. */
 int sqlite_to_errno(sqlite3 *db, int rc);
 
-/* The admin scope is tenant_id NULL; "COALESCE(tenant_id, '') = ?" with
- * "" for it matches either. */
-#define SCOPE_IS(n) "COALESCE(tenant_id, '') = ?" #n
 
 /* Takes the lock and prepares sql; on failure the lock is released. */
 int sqlite_prep(struct store_sqlite_conn *c, const char *sql, sqlite3_stmt **ret);

@@ -620,6 +620,28 @@ static int sqlite_tenant_network_set(struct store *s, const char *id, const char
         return stmt_write_one(to_sqlite(s), STMT_TENANT_NETWORK_SET, &q);
 }
 
+/* Templates built from specs: the admin's rows and the local node are NULL in
+ * the table, "" in the struct. */
+int sqlite_template_put(struct store *s, const struct store_template *t, size_t max) {
+        struct store_params q = { 0 };
+        store_params_template(&q, t, max);
+        /* one statement, so the count and the write see one state; a
+         * replaced row keeps its created_at */
+        uint64_t n = 0;
+        int r = sqlite_write(s,
+                             "INSERT INTO templates (" STORE_TEMPLATE_COLUMNS ") "
+                             "SELECT NULLIF(?1, ''), ?2, ?3, ?4, ?5, ?6, NULLIF(?7, ''), ?8, ?9, ?10, ?11, ?12 "
+                             "WHERE EXISTS (SELECT 1 FROM templates WHERE " SCOPE_IS(1) " AND name = ?2) "
+                             "OR (SELECT COUNT(*) FROM templates WHERE " SCOPE_IS(1) ") < ?13 "
+                             "ON CONFLICT (COALESCE(tenant_id, ''), name) DO UPDATE SET "
+                             "node_name = excluded.node_name, build_id = excluded.build_id, state = excluded.state, "
+                             "error = excluded.error, node = excluded.node, spec = excluded.spec, "
+                             "memory_mib = excluded.memory_mib, vcpus = excluded.vcpus, "
+                             "updated_at = excluded.updated_at",
+                             &q, &n); /* -ENOENT: the tenant's foreign key */
+        return r < 0 ? r : n == 0 ? -EDQUOT : 0;
+}
+
 const struct store_ops store_sqlite_ops = {
         .scheme = "sqlite",
         .open = sqlite_open,
