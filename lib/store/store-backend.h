@@ -24,30 +24,30 @@
  * STORE_SQL_OPS once for both, as store_sql_<op> (store-sql.c).
  */
 #define STORE_CORE_OPS(X, p)                                                                                    \
-        X(p, schema_version) X(p, sandbox_insert) X(p, sandbox_get) X(p, sandbox_list)                          \
-        X(p, sandbox_list_tenant) X(p, sandbox_update_state) X(p, sandbox_delete) X(p, sandbox_transition)      \
-        X(p, sandbox_network_get) X(p, sandbox_network_set) X(p, sandbox_expiry_set) X(p, operation_insert)     \
-        X(p, operation_get) X(p, operation_find_by_key) X(p, operation_update) X(p, operation_progress)         \
-        X(p, operation_fail_unfinished) X(p, snapshot_insert) X(p, snapshot_get) X(p, snapshot_list)            \
-        X(p, snapshot_delete) X(p, session_insert) X(p, session_get) X(p, session_delete)                       \
-        X(p, api_key_insert) X(p, api_key_lookup) X(p, api_key_create) X(p, api_key_list)                       \
-        X(p, api_key_delete) X(p, tenant_insert) X(p, tenant_get) X(p, tenant_list) X(p, tenant_delete)         \
-        X(p, tenant_network_set)
+        X(p, schema_version) X(p, api_key_insert) X(p, api_key_create) X(p, tenant_insert)
 
 #define STORE_FILE_OPS(X, p)                                                                                    \
         X(p, template_put) X(p, node_heartbeat) X(p, nodes_mark_lost) X(p, join_token_insert)                   \
         X(p, join_token_check) X(p, cluster_ca) X(p, operation_list_expired) X(p, operation_list_unfinished)
 
 #define STORE_SQL_OPS(X, p)                                                                                     \
-        X(p, image_insert) X(p, image_get) X(p, image_find) X(p, image_list) X(p, image_delete)                 \
-        X(p, event_insert) X(p, event_list) X(p, event_last_id) X(p, event_prune) X(p, api_key_id)              \
-        X(p, secret_insert) X(p, secret_get) X(p, secret_list) X(p, secret_delete) X(p, secret_users)           \
-        X(p, sandbox_secret_insert) X(p, sandbox_secret_list) X(p, sandbox_secret_copy) X(p, audit_insert)      \
-        X(p, audit_list) X(p, audit_cursor_get) X(p, audit_cursor_set) X(p, template_get) X(p, template_list)   \
-        X(p, template_set_state) X(p, template_delete) X(p, template_node_refs) X(p, node_insert)               \
-        X(p, node_get) X(p, node_list) X(p, node_set_draining) X(p, node_delete) X(p, sandbox_list_node)        \
-        X(p, sandbox_move) X(p, sandbox_count_by) X(p, join_token_delete) X(p, cap_key_publish)                 \
-        X(p, cap_key_list) X(p, cap_key_delete) X(p, replica_seen) X(p, replica_list) X(p, replica_delete)      \
+        X(p, sandbox_insert) X(p, sandbox_get) X(p, sandbox_list) X(p, sandbox_list_tenant)                     \
+        X(p, sandbox_update_state) X(p, sandbox_delete) X(p, sandbox_transition) X(p, sandbox_network_get)      \
+        X(p, sandbox_network_set) X(p, sandbox_expiry_set) X(p, operation_insert) X(p, operation_get)           \
+        X(p, operation_find_by_key) X(p, operation_update) X(p, operation_progress)                             \
+        X(p, operation_fail_unfinished) X(p, snapshot_insert) X(p, snapshot_get) X(p, snapshot_list)            \
+        X(p, snapshot_delete) X(p, session_insert) X(p, session_get) X(p, session_delete)                       \
+        X(p, api_key_lookup) X(p, api_key_list) X(p, api_key_delete) X(p, tenant_get) X(p, tenant_list)         \
+        X(p, tenant_delete) X(p, tenant_network_set) X(p, image_insert) X(p, image_get) X(p, image_find)        \
+        X(p, image_list) X(p, image_delete) X(p, event_insert) X(p, event_list) X(p, event_last_id)             \
+        X(p, event_prune) X(p, api_key_id) X(p, secret_insert) X(p, secret_get) X(p, secret_list)               \
+        X(p, secret_delete) X(p, secret_users) X(p, sandbox_secret_insert) X(p, sandbox_secret_list)            \
+        X(p, sandbox_secret_copy) X(p, audit_insert) X(p, audit_list) X(p, audit_cursor_get)                    \
+        X(p, audit_cursor_set) X(p, template_get) X(p, template_list) X(p, template_set_state)                  \
+        X(p, template_delete) X(p, template_node_refs) X(p, node_insert) X(p, node_get) X(p, node_list)         \
+        X(p, node_set_draining) X(p, node_delete) X(p, sandbox_list_node) X(p, sandbox_move)                    \
+        X(p, sandbox_count_by) X(p, join_token_delete) X(p, cap_key_publish) X(p, cap_key_list)                 \
+        X(p, cap_key_delete) X(p, replica_seen) X(p, replica_list) X(p, replica_delete)                         \
         X(p, operation_lease_renew) X(p, operation_take_over)
 
 /* A table's initializer of op: .op = p_op */
@@ -265,6 +265,9 @@ struct store_sql {
                           const struct store_list *list, size_t max, void *ret, size_t *ret_n);
         int (*write)(struct store *s, const char *sql, const struct store_params *q, uint64_t *ret_changed);
         int (*write_one)(struct store *s, const char *sql, const struct store_params *q);
+        /* a SELECT of (hash, tenant_id) rows: store_rows_match_key() */
+        int (*select_key_match)(struct store *s, const char *sql, const uint8_t hash[STORE_HASH_SIZE],
+                                char **ret_tenant_id);
 };
 extern const struct store_sql store_sqlite_sql, store_pg_sql;
 /* The runner of s's backend. */

@@ -492,4 +492,5 @@ const struct store_sql store_pg_sql = {
         .select_all = pg_select_all,
         .write = pg_write,
         .write_one = pg_write_one,
+        .select_key_match = pg_select_key_match,
 };

@@ -20,11 +20,361 @@
 #define RUN(prim, s, sqlite_sql, pg_sql, ...) \
         (store_sql(s)->prim((s), store_sql(s)->pg ? (pg_sql) : (sqlite_sql), __VA_ARGS__))
 
+/* A SELECT of one row by one text parameter: the row through read_row
+ * into ret, or -ENOENT. */
+static int select_by(struct store *s, const char *sqlite_sql, const char *pg_sql, const char *arg,
+                     int (*read_row)(const struct store_row *, void *), void *ret) {
+        struct store_params q = { 0 };
+        store_param_text(&q, arg);
+        return RUN(select_one, s, sqlite_sql, pg_sql, &q, read_row, ret);
+}
+
 /* A write whose only parameter is one text; -ENOENT when it touched no row. */
 static int write_by(struct store *s, const char *sqlite_sql, const char *pg_sql, const char *arg) {
         struct store_params q = { 0 };
         store_param_text(&q, arg);
         return RUN(write_one, s, sqlite_sql, pg_sql, &q);
+}
+
+/* ---- sandboxes, operations, snapshots, sessions, API keys, tenants ---- */
+
+int store_sql_sandbox_insert(struct store *s, const struct store_sandbox *sb) {
+        struct store_params q = { 0 };
+        store_params_sandbox(&q, sb);
+        return RUN(write, s,
+                   "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, created_at, updated_at, "
+                   "desired_state, snapshot_policy, idle_timeout_s, tenant_id, network, expires_at, expiry_s, "
+                   "on_expiry, node, memory_mib, vcpus) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+                   "?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+                   "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, created_at, updated_at, "
+                   "desired_state, snapshot_policy, idle_timeout_s, tenant_id, network, expires_at, expiry_s, "
+                   "on_expiry, node, memory_mib, vcpus) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, "
+                   "$13, $14, $15, $16, $17, $18, $19)",
+                   &q, NULL);
+}
+
+int store_sql_sandbox_get(struct store *s, const char *id, struct store_sandbox *ret) {
+        return select_by(s,
+                         "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes WHERE id = ?1",
+                         "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes WHERE id = $1",
+                         id, store_read_sandbox, ret);
+}
+
+/* Lists sandboxes: every one (tenant_id NULL) or one tenant's. Ids sort
+ * bytewise in both databases, whatever PostgreSQL's collation. */
+static int sandbox_list_common(struct store *s, const char *tenant_id, size_t max, struct store_sandbox **ret,
+                               size_t *ret_n) {
+        struct store_params q = { 0 };
+        store_param_text(&q, tenant_id);
+        store_param_int(&q, (int64_t) max);
+        return RUN(select_all, s,
+                   tenant_id ? "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes "
+                               "WHERE tenant_id = ?1 ORDER BY created_at, id LIMIT ?2"
+                             : "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes ORDER BY created_at, id LIMIT ?2",
+                   "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes WHERE $1::text IS NULL OR tenant_id = $1 "
+                   "ORDER BY created_at, id COLLATE \"C\" LIMIT $2",
+                   &q, &store_list_sandbox, max, ret, ret_n);
+}
+
+int store_sql_sandbox_list(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n) {
+        return sandbox_list_common(s, NULL, max, ret, ret_n);
+}
+
+int store_sql_sandbox_list_tenant(struct store *s, const char *tenant_id, size_t max, struct store_sandbox **ret,
+                                  size_t *ret_n) {
+        return sandbox_list_common(s, tenant_id, max, ret, ret_n);
+}
+
+int store_sql_sandbox_update_state(struct store *s, const char *id, const char *state, const char *error) {
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, state);
+        store_param_text(&q, error);
+        store_param_int(&q, store_now_ms());
+        return RUN(write_one, s,
+                   "UPDATE sandboxes SET state = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
+                   "UPDATE sandboxes SET state = $2, error = $3, updated_at = $4 WHERE id = $1",
+                   &q);
+}
+
+int store_sql_sandbox_delete(struct store *s, const char *id) {
+        return write_by(s,
+                        "DELETE FROM sandboxes WHERE id = ?1",
+                        "DELETE FROM sandboxes WHERE id = $1",
+                        id);
+}
+
+int store_sql_sandbox_transition(struct store *s, const char *id, const char *from, const char *to,
+                                 const char *desired) {
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, from);
+        store_param_text(&q, to);
+        store_param_text(&q, desired);
+        store_param_int(&q, store_now_ms());
+        /* one statement: its row lock and re-check of the state make two
+         * racing verbs serialise, the second finding the state changed */
+        int r = RUN(write_one, s,
+                    "UPDATE sandboxes SET state = ?3, desired_state = COALESCE(?4, desired_state), error = NULL, "
+                    "updated_at = ?5 WHERE id = ?1 AND state = ?2",
+                    "UPDATE sandboxes SET state = $3, desired_state = COALESCE($4, desired_state), error = NULL, "
+                    "updated_at = $5 WHERE id = $1 AND state = $2",
+                    &q);
+        return r == -ENOENT ? -ESTALE : r;
+}
+
+int store_sql_sandbox_network_get(struct store *s, const char *id, char **ret) {
+        return select_by(s,
+                         "SELECT network FROM sandboxes WHERE id = ?1",
+                         "SELECT network FROM sandboxes WHERE id = $1",
+                         id, store_read_text, ret);
+}
+
+int store_sql_sandbox_network_set(struct store *s, const char *id, const char *state, const char *network) {
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, state);
+        store_param_text(&q, network);
+        store_param_int(&q, store_now_ms());
+        int r = RUN(write_one, s,
+                    "UPDATE sandboxes SET network = ?3, updated_at = ?4 WHERE id = ?1 AND state = ?2",
+                    "UPDATE sandboxes SET network = $3, updated_at = $4 WHERE id = $1 AND state = $2",
+                    &q);
+        return r == -ENOENT ? -ESTALE : r;
+}
+
+int store_sql_sandbox_expiry_set(struct store *s, const char *id, int64_t expires_at, int64_t expiry_s,
+                                 const char *on_expiry) {
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_int_or_null(&q, expires_at);
+        store_param_int_or_null(&q, expiry_s);
+        store_param_text(&q, on_expiry);
+        store_param_int(&q, store_now_ms());
+        return RUN(write_one, s,
+                   "UPDATE sandboxes SET expires_at = ?2, expiry_s = ?3, on_expiry = COALESCE(?4, on_expiry), "
+                   "updated_at = ?5 WHERE id = ?1",
+                   "UPDATE sandboxes SET expires_at = $2, expiry_s = $3, on_expiry = COALESCE($4, on_expiry), "
+                   "updated_at = $5 WHERE id = $1",
+                   &q);
+}
+
+int store_sql_operation_insert(struct store *s, const struct store_operation *op) {
+        struct store_params q = { 0 };
+        store_params_operation(&q, op);
+        /* a taken idempotency key is the UNIQUE constraint's -EEXIST, in
+         * whichever replica the other insert ran */
+        return RUN(write, s,
+                   "INSERT INTO operations (id, sandbox_id, verb, state, error, result, idempotency_key, "
+                   "created_at, request_hash, stage, progress, tenant_id, owner, lease_until, detail) VALUES (?1, "
+                   "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, COALESCE(?12, (SELECT tenant_id FROM sandboxes WHERE "
+                   "id = ?2)), ?13, ?14, ?15)",
+                   "INSERT INTO operations (id, sandbox_id, verb, state, error, result, idempotency_key, "
+                   "created_at, request_hash, stage, progress, tenant_id, owner, lease_until, detail) VALUES ($1, "
+                   "$2, $3, $4, $5, $6, $7, $8, $9, $10, $11, COALESCE($12, (SELECT tenant_id FROM sandboxes WHERE "
+                   "id = $2)), $13, $14, $15)",
+                   &q, NULL);
+}
+
+int store_sql_operation_get(struct store *s, const char *id, struct store_operation *ret) {
+        return select_by(s,
+                         "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE id = ?1",
+                         "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE id = $1",
+                         id, store_read_operation, ret);
+}
+
+int store_sql_operation_find_by_key(struct store *s, const char *key, struct store_operation *ret) {
+        return select_by(s,
+                         "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE idempotency_key = ?1",
+                         "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE idempotency_key = $1",
+                         key, store_read_operation, ret);
+}
+
+int store_sql_operation_update(struct store *s, const char *id, const char *state, const char *error,
+                               const char *result) {
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, state);
+        store_param_text(&q, error);
+        store_param_text(&q, result);
+        store_param_int(&q, store_now_ms());
+        return RUN(write_one, s,
+                   "UPDATE operations SET state = ?2, error = ?3, result = ?4, finished_at = CASE WHEN ?2 IN "
+                   "('succeeded', 'failed') THEN ?5 ELSE NULL END, progress = CASE WHEN ?2 = 'succeeded' THEN 100 "
+                   "ELSE progress END, stage = CASE WHEN ?2 = 'succeeded' THEN NULL ELSE stage END WHERE id = ?1",
+                   "UPDATE operations SET state = $2, error = $3, result = $4, finished_at = CASE WHEN $2 IN "
+                   "('succeeded', 'failed') THEN $5 ELSE NULL END, progress = CASE WHEN $2 = 'succeeded' THEN 100 "
+                   "ELSE progress END, stage = CASE WHEN $2 = 'succeeded' THEN NULL ELSE stage END WHERE id = $1",
+                   &q);
+}
+
+int store_sql_operation_progress(struct store *s, const char *id, int progress, const char *stage) {
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_int(&q, progress);
+        store_param_text(&q, stage);
+        return RUN(write_one, s,
+                   "UPDATE operations SET progress = ?2, stage = ?3 WHERE id = ?1 AND state IN ('pending', "
+                   "'running')",
+                   "UPDATE operations SET progress = $2, stage = $3 WHERE id = $1 AND state IN ('pending', "
+                   "'running')",
+                   &q);
+}
+
+int store_sql_operation_fail_unfinished(struct store *s, const char *error) {
+        struct store_params q = { 0 };
+        store_param_text(&q, error);
+        store_param_int(&q, store_now_ms());
+        return RUN(write, s,
+                   "UPDATE operations SET state = 'failed', error = ?1, finished_at = ?2 WHERE state IN ('pending', "
+                   "'running')",
+                   "UPDATE operations SET state = 'failed', error = $1, finished_at = $2 WHERE state IN ('pending', "
+                   "'running')",
+                   &q, NULL);
+}
+
+int store_sql_snapshot_insert(struct store *s, const struct store_snapshot *snap) {
+        struct store_params q = { 0 };
+        store_params_snapshot(&q, snap);
+        return RUN(write, s,
+                   "INSERT INTO snapshots (id, sandbox_id, kind, size, created_at, pinned) VALUES (?1, ?2, ?3, ?4, "
+                   "?5, ?6)",
+                   "INSERT INTO snapshots (id, sandbox_id, kind, size, created_at, pinned) VALUES ($1, $2, $3, $4, "
+                   "$5, $6)",
+                   &q, NULL);
+}
+
+int store_sql_snapshot_get(struct store *s, const char *id, struct store_snapshot *ret) {
+        return select_by(s,
+                         "SELECT " STORE_SNAPSHOT_COLUMNS " FROM snapshots WHERE id = ?1",
+                         "SELECT " STORE_SNAPSHOT_COLUMNS " FROM snapshots WHERE id = $1",
+                         id, store_read_snapshot, ret);
+}
+
+int store_sql_snapshot_list(struct store *s, const char *sandbox_id, size_t max, struct store_snapshot **ret,
+                            size_t *ret_n) {
+        struct store_params q = { 0 };
+        store_param_text(&q, sandbox_id);
+        store_param_int(&q, (int64_t) max);
+        return RUN(select_all, s,
+                   "SELECT " STORE_SNAPSHOT_COLUMNS " FROM snapshots WHERE sandbox_id = ?1 ORDER BY created_at "
+                   "DESC, id DESC LIMIT ?2",
+                   "SELECT " STORE_SNAPSHOT_COLUMNS " FROM snapshots WHERE sandbox_id = $1 ORDER BY created_at "
+                   "DESC, id COLLATE \"C\" DESC LIMIT $2",
+                   &q, &store_list_snapshot, max, ret, ret_n);
+}
+
+int store_sql_snapshot_delete(struct store *s, const char *id) {
+        return write_by(s,
+                        "DELETE FROM snapshots WHERE id = ?1",
+                        "DELETE FROM snapshots WHERE id = $1",
+                        id);
+}
+
+int store_sql_session_insert(struct store *s, const struct store_session *ses) {
+        struct store_params q = { 0 };
+        store_params_session(&q, ses);
+        return RUN(write, s,
+                   "INSERT INTO sessions (id, sandbox_id, cmd, pty, token_hash, created_at) VALUES (?1, ?2, ?3, ?4, "
+                   "?5, ?6)",
+                   "INSERT INTO sessions (id, sandbox_id, cmd, pty, token_hash, created_at) VALUES ($1, $2, $3, $4, "
+                   "$5, $6)",
+                   &q, NULL);
+}
+
+int store_sql_session_get(struct store *s, const char *id, struct store_session *ret) {
+        return select_by(s,
+                         "SELECT " STORE_SESSION_COLUMNS " FROM sessions WHERE id = ?1",
+                         "SELECT " STORE_SESSION_COLUMNS " FROM sessions WHERE id = $1",
+                         id, store_read_session, ret);
+}
+
+int store_sql_session_delete(struct store *s, const char *id) {
+        return write_by(s,
+                        "DELETE FROM sessions WHERE id = ?1",
+                        "DELETE FROM sessions WHERE id = $1",
+                        id);
+}
+
+/* store.h promises every stored hash is compared in constant time, so no
+ * index finds the row: every key's hash and tenant are read (over the
+ * connection, with PostgreSQL) and compared here (store_rows_match_key()).
+ * A lookup costs O(keys): some 60 bytes a key on the wire and a 32-byte
+ * compare, nothing with the keys a control plane has, but with very many
+ * keys it grows with them (narrowing by a keyed prefix of the hash would
+ * keep the promise then). */
+int store_sql_api_key_lookup(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_tenant_id) {
+        return RUN(select_key_match, s,
+                   "SELECT hash, tenant_id FROM api_keys",
+                   "SELECT hash, tenant_id FROM api_keys",
+                   hash, ret_tenant_id);
+}
+
+int store_sql_api_key_list(struct store *s, const char *tenant_id, size_t max, struct store_api_key **ret,
+                           size_t *ret_n) {
+        struct store_params q = { 0 };
+        store_param_text(&q, tenant_id);
+        store_param_int(&q, (int64_t) max);
+        return RUN(select_all, s,
+                   "SELECT " STORE_API_KEY_COLUMNS " FROM api_keys WHERE tenant_id = ?1 ORDER BY created_at, id "
+                   "LIMIT ?2",
+                   "SELECT " STORE_API_KEY_COLUMNS " FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id "
+                   "COLLATE \"C\" LIMIT $2",
+                   &q, &store_list_api_key, max, ret, ret_n);
+}
+
+int store_sql_api_key_delete(struct store *s, const char *id) {
+        return write_by(s,
+                        "DELETE FROM api_keys WHERE id = ?1 AND tenant_id IS NOT NULL",
+                        "DELETE FROM api_keys WHERE id = $1 AND tenant_id IS NOT NULL",
+                        id);
+}
+
+int store_sql_tenant_get(struct store *s, const char *id, struct store_tenant *ret) {
+        return select_by(s,
+                         "SELECT " STORE_TENANT_COLUMNS " FROM tenants WHERE id = ?1",
+                         "SELECT " STORE_TENANT_COLUMNS " FROM tenants WHERE id = $1",
+                         id, store_read_tenant, ret);
+}
+
+int store_sql_tenant_list(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n) {
+        struct store_params q = { 0 };
+        store_param_int(&q, (int64_t) max);
+        return RUN(select_all, s,
+                   "SELECT " STORE_TENANT_COLUMNS " FROM tenants ORDER BY created_at, id LIMIT ?1",
+                   "SELECT " STORE_TENANT_COLUMNS " FROM tenants ORDER BY created_at, id COLLATE \"C\" LIMIT $1",
+                   &q, &store_list_tenant, max, ret, ret_n);
+}
+
+int store_sql_tenant_delete(struct store *s, const char *id) {
+        /* the foreign key of sandboxes.tenant_id has no cascade: a tenant
+         * that still owns sandboxes is kept, whatever the race; a sandbox or
+         * image inserted for it meanwhile (not seen by the NOT EXISTS) fails
+         * the delete on their foreign key: still -EBUSY */
+        int r = write_by(s,
+                         "DELETE FROM tenants WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE tenant_id "
+                         "= ?1) AND NOT EXISTS (SELECT 1 FROM images WHERE tenant_id = ?1)",
+                         "DELETE FROM tenants WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE tenant_id "
+                         "= $1) AND NOT EXISTS (SELECT 1 FROM images WHERE tenant_id = $1)",
+                         id);
+        if (r != -ENOENT)
+                return r;
+        /* the foreign key's -ENOENT, or nothing deleted: unknown, or it
+         * still owns sandboxes */
+        struct store_tenant t = { 0 };
+        r = store_sql_tenant_get(s, id, &t);
+        store_tenant_release(&t);
+        return r < 0 ? r : -EBUSY;
+}
+
+int store_sql_tenant_network_set(struct store *s, const char *id, const char *network) {
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_text(&q, network);
+        return RUN(write_one, s,
+                   "UPDATE tenants SET network = ?2 WHERE id = ?1",
+                   "UPDATE tenants SET network = $2 WHERE id = $1",
+                   &q);
 }
 
 /* ---- images ---- */

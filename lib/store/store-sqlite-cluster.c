@@ -193,30 +193,19 @@ int sqlite_join_token_check(struct store *s, const char *id, const uint8_t hash[
 }
 
 int sqlite_cluster_ca(struct store *s, const char *cert_pem, const char *key_pem, char **ret_cert, char **ret_key) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        /* the first CA stored stays: a second insert does nothing */
-        int r = sqlite_prep(c,
-                            "INSERT INTO cluster_ca (id, cert, key, created_at) VALUES (1, ?1, ?2, ?3) "
-                            "ON CONFLICT (id) DO NOTHING",
-                            &st);
-        if (r < 0)
-                return r;
         struct store_params q = { 0 };
         store_param_text(&q, cert_pem);
         store_param_text(&q, key_pem);
         store_param_int(&q, store_now_ms());
-        sqlite_bind(st, &q);
-        r = sqlite_step_write(c, st, false);
-        sqlite3_finalize(st);
+        /* the first CA stored stays: a second insert does nothing */
+        int r = sqlite_write(s,
+                             "INSERT INTO cluster_ca (id, cert, key, created_at) VALUES (1, ?1, ?2, ?3) "
+                             "ON CONFLICT (id) DO NOTHING",
+                             &q, NULL);
+        if (r < 0)
+                return r;
         struct store_ca_pem ca = { 0 };
-        if (r >= 0)
-                r = prepare(c, "SELECT cert, key FROM cluster_ca WHERE id = 1", &st);
-        if (r >= 0) {
-                r = sqlite_one(c, st, store_read_ca_pem, &ca);
-                sqlite3_finalize(st);
-        }
-        pthread_mutex_unlock(&c->lock);
+        r = sqlite_select_one(s, "SELECT cert, key FROM cluster_ca WHERE id = 1", NULL, store_read_ca_pem, &ca);
         if (r < 0)
                 return r;
         *ret_cert = ca.cert;

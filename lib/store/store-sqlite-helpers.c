@@ -13,18 +13,39 @@
 
 int sqlite_prep(struct store_sqlite_conn *c, const char *sql, sqlite3_stmt **ret) {
         pthread_mutex_lock(&c->lock);
-        int rc = sqlite3_prepare_v2(c->db, sql, -1, ret, NULL);
+        for (size_t i = 0; i < c->n_cache; i++)
+                if (c->cache[i].sql == sql && strcmp(sqlite3_sql(c->cache[i].st), sql) == 0) {
+                        *ret = c->cache[i].st;
+                        return 0;
+                }
+        bool keep = c->n_cache < ARRAY_SIZE(c->cache);
+        int rc = sqlite3_prepare_v3(c->db, sql, -1, keep ? SQLITE_PREPARE_PERSISTENT : 0, ret, NULL);
         if (rc != SQLITE_OK) {
                 int r = sqlite_to_errno(c->db, rc);
                 pthread_mutex_unlock(&c->lock);
                 return r < 0 ? r : -EIO;
         }
+        if (keep)
+                c->cache[c->n_cache++] = (struct sqlite_cached){ sql, *ret };
         return 0;
 }
 
 void sqlite_done(struct store_sqlite_conn *c, sqlite3_stmt *st) {
-        sqlite3_finalize(st);
+        bool kept = false;
+        for (size_t i = 0; i < c->n_cache && !kept; i++)
+                kept = c->cache[i].st == st;
+        if (kept) {
+                sqlite3_reset(st);
+                sqlite3_clear_bindings(st);
+        } else
+                sqlite3_finalize(st);
         pthread_mutex_unlock(&c->lock);
+}
+
+void sqlite_cache_clear(struct store_sqlite_conn *c) {
+        for (size_t i = 0; i < c->n_cache; i++)
+                sqlite3_finalize(c->cache[i].st);
+        c->n_cache = 0;
 }
 
 void sqlite_bind(sqlite3_stmt *st, const struct store_params *q) {
@@ -145,6 +166,19 @@ int sqlite_select_all(struct store *s, const char *sql, const struct store_param
         return r;
 }
 
+int sqlite_select_key_match(struct store *s, const char *sql, const uint8_t hash[STORE_HASH_SIZE],
+                            char **ret_tenant_id) {
+        struct store_sqlite_conn *c = to_conn(s);
+        sqlite3_stmt *st;
+        int r = sqlite_prep(c, sql, &st);
+        if (r < 0)
+                return r;
+        struct sqlite_rows rows = sqlite_rows(c->db, st);
+        r = store_rows_match_key(&rows.row, hash, ret_tenant_id);
+        sqlite_done(c, st);
+        return r;
+}
+
 int sqlite_write(struct store *s, const char *sql, const struct store_params *q, uint64_t *ret_changed) {
         struct store_sqlite_conn *c = to_conn(s);
         sqlite3_stmt *st;
@@ -170,4 +204,5 @@ const struct store_sql store_sqlite_sql = {
         .select_all = sqlite_select_all,
         .write = sqlite_write,
         .write_one = sqlite_write_one,
+        .select_key_match = sqlite_select_key_match,
 };

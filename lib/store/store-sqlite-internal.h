@@ -18,22 +18,35 @@
 #include "store-backend.h"
 #include "store.h"
 
+#define SQLITE_CACHE_MAX 128 /* statements kept prepared */
+
 /* The connection; the first member of the backend's handle. Every use of
  * db, its statements included, holds lock. */
 struct store_sqlite_conn {
         struct store base; /* must be first */
         sqlite3 *db;
         pthread_mutex_t lock;
+        /* statements prepared on their first use and kept, found by the
+         * address of their text (and checked against it) */
+        struct sqlite_cached {
+                const char *sql;
+                sqlite3_stmt *st;
+        } cache[SQLITE_CACHE_MAX];
+        size_t n_cache;
 };
 
 /* Maps an SQLite result code to a negative errno. */
 int sqlite_to_errno(sqlite3 *db, int rc);
 
 
-/* Takes the lock and prepares sql; on failure the lock is released. */
+/* Takes the lock and prepares sql (or finds it prepared, reset); on
+ * failure the lock is released. */
 int sqlite_prep(struct store_sqlite_conn *c, const char *sql, sqlite3_stmt **ret);
-/* Finalizes st and releases the lock sqlite_prep() took. */
+/* Resets st (or finalizes it, when the cache was full) and releases the
+ * lock sqlite_prep() took. */
 void sqlite_done(struct store_sqlite_conn *c, sqlite3_stmt *st);
+/* Finalizes the kept statements. */
+void sqlite_cache_clear(struct store_sqlite_conn *c);
 /* Binds q's parameters to st, the first to ?1. */
 void sqlite_bind(sqlite3_stmt *st, const struct store_params *q);
 /* Steps a statement without rows; -ENOENT when it changed nothing and
@@ -66,6 +79,10 @@ int sqlite_select_one(struct store *s, const char *sql, const struct store_param
 int sqlite_select_all(struct store *s, const char *sql, const struct store_params *q, const struct store_list *list,
                       size_t max, void *ret, size_t *ret_n);
 int sqlite_write(struct store *s, const char *sql, const struct store_params *q, uint64_t *ret_changed);
+/* A SELECT of (hash, tenant_id) rows as a call of its own, every hash
+ * compared with hash (store_rows_match_key()). */
+int sqlite_select_key_match(struct store *s, const char *sql, const uint8_t hash[STORE_HASH_SIZE],
+                            char **ret_tenant_id);
 int sqlite_write_one(struct store *s, const char *sql, const struct store_params *q);
 
 /* the ops defined in the files beside store-sqlite.c */
