@@ -13,10 +13,6 @@
 #include "store-backend.h"
 #include "util.h"
 
-const struct store_sql *store_sql(const struct store *s) {
-        return s->ops == &store_pg_ops ? &store_pg_sql : &store_sqlite_sql;
-}
-
 int64_t store_now_ms(void) {
         return (int64_t) (now_realtime_ns() / 1000000ULL);
 }

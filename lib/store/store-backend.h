@@ -270,8 +270,16 @@ struct store_sql {
                                 char **ret_tenant_id);
 };
 extern const struct store_sql store_sqlite_sql, store_pg_sql;
-/* The runner of s's backend. */
-const struct store_sql *store_sql(const struct store *s);
+
+/* The head of a backend's handle: the store, and the statement runner
+ * store-sql.c runs the backend's ops through. */
+struct store_backend {
+        struct store store; /* must be first */
+        const struct store_sql *sql;
+};
+static inline const struct store_sql *store_sql(const struct store *s) {
+        return ((const struct store_backend *) s)->sql;
+}
 
 /* The admin scope is tenant_id NULL; "COALESCE(tenant_id, '') = ?n" (SQLite)
  * or "= $n" (PostgreSQL) with "" for it matches either. */

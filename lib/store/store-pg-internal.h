@@ -27,7 +27,7 @@
 #define PG_POOL_MAX 8    /* connections one handle opens at the most */
 
 struct store_pg {
-        struct store base; /* must be first */
+        struct store_backend base; /* must be first */
         /* PQconnectdbParams()'s arguments: the URL's parameters with our
          * defaults (connect and statement timeouts) where it sets none */
         PQconninfoOption *url_opts;

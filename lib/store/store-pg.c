@@ -166,7 +166,7 @@ static int pg_open(const char *location, struct store **ret) {
                 PQconninfoFree(opts);
                 return -ENOMEM;
         }
-        pg->base.ops = &store_pg_ops;
+        pg->base = (struct store_backend){ .store.ops = &store_pg_ops, .sql = &store_pg_sql };
         pg->url_opts = opts;
         pthread_mutex_init(&pg->lock, NULL);
         pthread_cond_init(&pg->returned, NULL);
@@ -174,10 +174,10 @@ static int pg_open(const char *location, struct store **ret) {
         if (r >= 0)
                 r = migrate(pg);
         if (r < 0) {
-                pg_close(&pg->base);
+                pg_close(&pg->base.store);
                 return r;
         }
-        *ret = &pg->base;
+        *ret = &pg->base.store;
         return 0;
 }
 

@@ -11,6 +11,50 @@
 #include "macros.h"
 #include "store-sqlite-internal.h"
 
+/* Maps an SQLite result code to a negative errno: the only place where
+ * SQLite's codes are looked at. */
+int sqlite_to_errno(sqlite3 *db, int rc) {
+        int ext = db ? sqlite3_extended_errcode(db) : rc;
+        switch (rc & 0xff) {
+        case SQLITE_OK:
+        case SQLITE_ROW:
+        case SQLITE_DONE:
+                return 0;
+        case SQLITE_CONSTRAINT:
+                if (ext == SQLITE_CONSTRAINT_FOREIGNKEY)
+                        return -ENOENT;
+                if (ext == SQLITE_CONSTRAINT_PRIMARYKEY || ext == SQLITE_CONSTRAINT_UNIQUE)
+                        return -EEXIST;
+                return -EINVAL;
+        case SQLITE_BUSY:
+        case SQLITE_LOCKED:
+                return -EBUSY;
+        case SQLITE_NOMEM:
+                return -ENOMEM;
+        case SQLITE_READONLY:
+                return -EROFS;
+        case SQLITE_FULL:
+                return -ENOSPC;
+        case SQLITE_PERM:
+        case SQLITE_AUTH:
+                return -EACCES;
+        case SQLITE_CANTOPEN: {
+                int e = db ? sqlite3_system_errno(db) : 0;
+                return e > 0 ? -e : -EACCES;
+        }
+        case SQLITE_CORRUPT:
+        case SQLITE_NOTADB:
+                return -EBADMSG;
+        case SQLITE_TOOBIG:
+                return -E2BIG;
+        case SQLITE_MISUSE:
+        case SQLITE_RANGE:
+                return -EINVAL;
+        default:
+                return -EIO;
+        }
+}
+
 int sqlite_prep(struct store_sqlite_conn *c, const char *sql, sqlite3_stmt **ret) {
         pthread_mutex_lock(&c->lock);
         for (size_t i = 0; i < c->n_cache; i++)

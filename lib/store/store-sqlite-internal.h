@@ -23,7 +23,7 @@
 /* The connection; the first member of the backend's handle. Every use of
  * db, its statements included, holds lock. */
 struct store_sqlite_conn {
-        struct store base; /* must be first */
+        struct store_backend base; /* must be first */
         sqlite3 *db;
         pthread_mutex_t lock;
         /* statements prepared on their first use and kept, found by the

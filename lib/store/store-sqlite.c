@@ -25,50 +25,6 @@ struct store_sqlite {
         struct store_sqlite_conn conn; /* must be first */
 };
 
-/* Maps an SQLite result code to a negative errno: the only place where
- * SQLite's codes are looked at. */
-int sqlite_to_errno(sqlite3 *db, int rc) {
-        int ext = db ? sqlite3_extended_errcode(db) : rc;
-        switch (rc & 0xff) {
-        case SQLITE_OK:
-        case SQLITE_ROW:
-        case SQLITE_DONE:
-                return 0;
-        case SQLITE_CONSTRAINT:
-                if (ext == SQLITE_CONSTRAINT_FOREIGNKEY)
-                        return -ENOENT;
-                if (ext == SQLITE_CONSTRAINT_PRIMARYKEY || ext == SQLITE_CONSTRAINT_UNIQUE)
-                        return -EEXIST;
-                return -EINVAL;
-        case SQLITE_BUSY:
-        case SQLITE_LOCKED:
-                return -EBUSY;
-        case SQLITE_NOMEM:
-                return -ENOMEM;
-        case SQLITE_READONLY:
-                return -EROFS;
-        case SQLITE_FULL:
-                return -ENOSPC;
-        case SQLITE_PERM:
-        case SQLITE_AUTH:
-                return -EACCES;
-        case SQLITE_CANTOPEN: {
-                int e = db ? sqlite3_system_errno(db) : 0;
-                return e > 0 ? -e : -EACCES;
-        }
-        case SQLITE_CORRUPT:
-        case SQLITE_NOTADB:
-                return -EBADMSG;
-        case SQLITE_TOOBIG:
-                return -E2BIG;
-        case SQLITE_MISUSE:
-        case SQLITE_RANGE:
-                return -EINVAL;
-        default:
-                return -EIO;
-        }
-}
-
 static struct store_sqlite *to_sqlite(struct store *s) {
         return (struct store_sqlite *) s;
 }
@@ -157,7 +113,7 @@ static int sqlite_open(const char *location, struct store **ret) {
         struct store_sqlite *q = calloc(1, sizeof *q);
         if (!q)
                 return -ENOMEM;
-        q->conn.base.ops = &store_sqlite_ops;
+        q->conn.base = (struct store_backend){ .store.ops = &store_sqlite_ops, .sql = &store_sqlite_sql };
         pthread_mutex_init(&q->conn.lock, NULL);
 
         int r;
@@ -177,10 +133,10 @@ static int sqlite_open(const char *location, struct store **ret) {
         r = migrate(q->conn.db);
         if (r < 0)
                 goto fail;
-        *ret = &q->conn.base;
+        *ret = &q->conn.base.store;
         return 0;
 fail:
-        sqlite_close(&q->conn.base);
+        sqlite_close(&q->conn.base.store);
         return r;
 }
 
