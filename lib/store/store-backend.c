@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * What the backends share: the row readers of every table, collecting rows,
+ * What the backends share: statements' parameters and the rows' insert
+ * parameters, the row readers of every table, reading rows into lists,
  * and the constant-time API key match (store-backend.h).
  */
 #include <assert.h>

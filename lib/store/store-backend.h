@@ -2,11 +2,14 @@
 #pragma once
 
 /*
- * What every backend of the store shares (store-backend.c): a row of a
- * result read by column whichever database made it, the readers that turn
- * a row of each table into its struct (so both backends select the same
- * columns in the same order: the column lists below), collecting rows into
- * an array, and the constant-time API key match. Private to lib/store.
+ * What every backend of the store shares (store-backend.c): the list of
+ * the ops, a statement's parameters and the rows' insert parameters, a row
+ * of a result read by column whichever database made it, the readers that
+ * turn a row of each table into its struct (so both backends select the
+ * same columns in the same order: the column lists below), reading rows
+ * into a list (struct store_list), the constant-time API key match, and
+ * the statement runner each backend gives store-sql.c (struct store_sql).
+ * Private to lib/store.
  */
 
 #include <stdbool.h>
