@@ -27,11 +27,11 @@
  * STORE_SQL_OPS once for both, as store_sql_<op> (store-sql.c).
  */
 #define STORE_CORE_OPS(X, p)                                                                                    \
-        X(p, schema_version) X(p, api_key_insert) X(p, api_key_create) X(p, tenant_insert)
+        X(p, schema_version)
 
 #define STORE_FILE_OPS(X, p)                                                                                    \
-        X(p, template_put) X(p, node_heartbeat) X(p, nodes_mark_lost) X(p, join_token_insert)                   \
-        X(p, join_token_check) X(p, cluster_ca) X(p, operation_list_expired) X(p, operation_list_unfinished)
+        X(p, node_heartbeat) X(p, nodes_mark_lost) X(p, join_token_insert) X(p, join_token_check)               \
+        X(p, cluster_ca) X(p, operation_list_expired) X(p, operation_list_unfinished)
 
 #define STORE_SQL_OPS(X, p)                                                                                     \
         X(p, sandbox_insert) X(p, sandbox_get) X(p, sandbox_list) X(p, sandbox_list_tenant)                     \
@@ -51,7 +51,8 @@
         X(p, node_set_draining) X(p, node_delete) X(p, sandbox_list_node) X(p, sandbox_move)                    \
         X(p, sandbox_count_by) X(p, join_token_delete) X(p, cap_key_publish) X(p, cap_key_list)                 \
         X(p, cap_key_delete) X(p, replica_seen) X(p, replica_list) X(p, replica_delete)                         \
-        X(p, operation_lease_renew) X(p, operation_take_over)
+        X(p, operation_lease_renew) X(p, operation_take_over) X(p, api_key_insert) X(p, api_key_create)         \
+        X(p, tenant_insert) X(p, template_put)
 
 /* A table's initializer of op: .op = p_op */
 #define STORE_OP_INIT(p, op) .op = p##_##op,
@@ -260,6 +261,13 @@ int store_rows_list(struct store_row *r, const struct store_list *list, size_t m
  * rows through list (select_all, store_rows_list()), or a write and the
  * rows it touched (write; write_one: -ENOENT when it touched none). pg:
  * which of a statement's two texts the database takes. */
+/* What a limited write counts: API keys or templates of the scope (a
+ * tenant id; NULL or "": the admin's), or tenants. */
+enum store_limit {
+        STORE_LIMIT_API_KEYS,
+        STORE_LIMIT_TEMPLATES,
+        STORE_LIMIT_TENANTS,
+};
 struct store_sql {
         bool pg;
         int (*select_one)(struct store *s, const char *sql, const struct store_params *q,
@@ -268,6 +276,12 @@ struct store_sql {
                           const struct store_list *list, size_t max, void *ret, size_t *ret_n);
         int (*write)(struct store *s, const char *sql, const struct store_params *q, uint64_t *ret_changed);
         int (*write_one)(struct store *s, const char *sql, const struct store_params *q);
+        /* a write that counts rows of one scope against a limit: PostgreSQL
+         * runs it in a transaction holding the scope's advisory lock, so a
+         * racing one (in any process) waits, then counts this one; SQLite's
+         * one statement under its one writer needs nothing more */
+        int (*write_limited)(struct store *s, const char *sql, const struct store_params *q, enum store_limit limit,
+                             const char *scope, uint64_t *ret_changed);
         /* a SELECT of (hash, tenant_id) rows: store_rows_match_key() */
         int (*select_key_match)(struct store *s, const char *sql, const uint8_t hash[STORE_HASH_SIZE],
                                 char **ret_tenant_id);

@@ -486,11 +486,20 @@ int pg_write_locked(struct store *s, int64_t key, const char *sql, const struct 
         return r;
 }
 
+static int pg_write_limited(struct store *s, const char *sql, const struct store_params *q, enum store_limit limit,
+                            const char *scope, uint64_t *ret_changed) {
+        int64_t key = limit == STORE_LIMIT_TENANTS     ? PG_LOCK_TENANTS
+                      : limit == STORE_LIMIT_TEMPLATES ? pg_lock_template_scope(scope)
+                                                       : pg_lock_key_scope(scope);
+        return pg_write_locked(s, key, sql, q, ret_changed);
+}
+
 const struct store_sql store_pg_sql = {
         .pg = true,
         .select_one = pg_select_one,
         .select_all = pg_select_all,
         .write = pg_write,
         .write_one = pg_write_one,
+        .write_limited = pg_write_limited,
         .select_key_match = pg_select_key_match,
 };

@@ -13,6 +13,7 @@
 
 #include "macros.h"
 #include "store-backend.h"
+#include "util.h"
 
 #define UNFINISHED "state IN ('pending', 'running')"
 
@@ -296,6 +297,49 @@ int store_sql_session_delete(struct store *s, const char *id) {
                         id);
 }
 
+int store_sql_api_key_insert(struct store *s, const char *name, const uint8_t hash[STORE_HASH_SIZE]) {
+        char id[4 + 16 + 1];
+        int r = random_id("key-", 8, id, sizeof id);
+        if (r < 0)
+                return r;
+        struct store_params q = { 0 };
+        store_param_text(&q, name);
+        store_param_blob(&q, hash, STORE_HASH_SIZE);
+        store_param_int(&q, store_now_ms());
+        store_param_text(&q, id);
+        /* an admin-scoped key: counted with the admin scope's, so that it
+         * counts for a racing api_key_create() of that scope */
+        return RUN(write_limited, s,
+                   "INSERT INTO api_keys (name, hash, created_at, id) VALUES (?1, ?2, ?3, ?4) "
+                   "ON CONFLICT(name) DO UPDATE SET hash = excluded.hash, created_at = excluded.created_at",
+                   "INSERT INTO api_keys (name, hash, created_at, id) VALUES ($1, $2, $3, $4) "
+                   "ON CONFLICT (name) DO UPDATE SET hash = excluded.hash, created_at = excluded.created_at",
+                   &q, STORE_LIMIT_API_KEYS, NULL, NULL);
+}
+
+int store_sql_api_key_create(struct store *s, const char *id, const char *tenant_id, const char *name,
+                             const uint8_t hash[STORE_HASH_SIZE], size_t max) {
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_blob(&q, hash, STORE_HASH_SIZE);
+        store_param_int(&q, store_now_ms());
+        store_param_text(&q, tenant_id);
+        store_param_text(&q, name);
+        store_param_int(&q, (int64_t) MIN(max, (size_t) INT64_MAX));
+        /* the limit is part of the statement, so two racing creates cannot
+         * both pass it; no row inserted means "over the limit" */
+        uint64_t n = 0;
+        int r = RUN(write_limited, s,
+                    "INSERT INTO api_keys (name, hash, created_at, id, tenant_id, label) "
+                    "SELECT ?1, ?2, ?3, ?1, ?4, ?5 "
+                    "WHERE (SELECT COUNT(*) FROM api_keys WHERE tenant_id IS ?4) < ?6",
+                    "INSERT INTO api_keys (name, hash, created_at, id, tenant_id, label) "
+                    "SELECT $1, $2, $3, $1, $4, $5 "
+                    "WHERE (SELECT COUNT(*) FROM api_keys WHERE tenant_id IS NOT DISTINCT FROM $4) < $6",
+                    &q, STORE_LIMIT_API_KEYS, tenant_id, &n); /* -ENOENT: the tenant's foreign key */
+        return r < 0 ? r : n == 0 ? -EDQUOT : 0;
+}
+
 /* store.h promises every stored hash is compared in constant time, so no
  * index finds the row: every key's hash and tenant are read (over the
  * connection, with PostgreSQL) and compared here (store_rows_match_key()).
@@ -328,6 +372,19 @@ int store_sql_api_key_delete(struct store *s, const char *id) {
                         "DELETE FROM api_keys WHERE id = ?1 AND tenant_id IS NOT NULL",
                         "DELETE FROM api_keys WHERE id = $1 AND tenant_id IS NOT NULL",
                         id);
+}
+
+int store_sql_tenant_insert(struct store *s, const struct store_tenant *t, size_t max) {
+        struct store_params q = { 0 };
+        store_params_tenant(&q, t, max);
+        uint64_t n = 0;
+        int r = RUN(write_limited, s,
+                    "INSERT INTO tenants (id, name, created_at, network) SELECT ?1, ?2, ?3, ?5 "
+                    "WHERE (SELECT COUNT(*) FROM tenants) < ?4",
+                    "INSERT INTO tenants (id, name, created_at, network) SELECT $1, $2, $3, $5 "
+                    "WHERE (SELECT COUNT(*) FROM tenants) < $4",
+                    &q, STORE_LIMIT_TENANTS, NULL, &n);
+        return r < 0 ? r : n == 0 ? -EDQUOT : 0;
 }
 
 int store_sql_tenant_get(struct store *s, const char *id, struct store_tenant *ret) {
@@ -650,6 +707,37 @@ int store_sql_audit_cursor_set(struct store *s, const char *source, const char *
 }
 
 /* ---- templates ---- */
+
+/* The admin's templates and the local node are NULL in the table, "" in
+ * the struct. */
+int store_sql_template_put(struct store *s, const struct store_template *t, size_t max) {
+        struct store_params q = { 0 };
+        store_params_template(&q, t, max);
+        /* the count and the write as one: a racing put of a new name waits,
+         * then counts this one; a replaced row keeps its created_at */
+        uint64_t n = 0;
+        int r = RUN(write_limited, s,
+                    "INSERT INTO templates (" STORE_TEMPLATE_COLUMNS ") "
+                    "SELECT NULLIF(?1, ''), ?2, ?3, ?4, ?5, ?6, NULLIF(?7, ''), ?8, ?9, ?10, ?11, ?12 "
+                    "WHERE EXISTS (SELECT 1 FROM templates WHERE " SCOPE_IS(1) " AND name = ?2) "
+                    "OR (SELECT COUNT(*) FROM templates WHERE " SCOPE_IS(1) ") < ?13 "
+                    "ON CONFLICT (COALESCE(tenant_id, ''), name) DO UPDATE SET "
+                    "node_name = excluded.node_name, build_id = excluded.build_id, state = excluded.state, "
+                    "error = excluded.error, node = excluded.node, spec = excluded.spec, "
+                    "memory_mib = excluded.memory_mib, vcpus = excluded.vcpus, "
+                    "updated_at = excluded.updated_at",
+                    "INSERT INTO templates (" STORE_TEMPLATE_COLUMNS ") "
+                    "SELECT NULLIF($1, ''), $2, $3, $4, $5, $6, NULLIF($7, ''), $8, $9, $10, $11, $12 "
+                    "WHERE EXISTS (SELECT 1 FROM templates WHERE " PG_SCOPE_IS(1) " AND name = $2) "
+                    "OR (SELECT COUNT(*) FROM templates WHERE " PG_SCOPE_IS(1) ") < $13 "
+                    "ON CONFLICT ((COALESCE(tenant_id, '')), name) DO UPDATE SET "
+                    "node_name = excluded.node_name, build_id = excluded.build_id, "
+                    "state = excluded.state, error = excluded.error, node = excluded.node, "
+                    "spec = excluded.spec, memory_mib = excluded.memory_mib, vcpus = excluded.vcpus, "
+                    "updated_at = excluded.updated_at",
+                    &q, STORE_LIMIT_TEMPLATES, t->tenant_id, &n); /* -ENOENT: the tenant's foreign key */
+        return r < 0 ? r : n == 0 ? -EDQUOT : 0;
+}
 
 int store_sql_template_get(struct store *s, const char *tenant_id, const char *name, struct store_template *ret) {
         struct store_params q = { 0 };

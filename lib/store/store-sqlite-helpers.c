@@ -242,11 +242,18 @@ int sqlite_write_one(struct store *s, const char *sql, const struct store_params
         return r < 0 ? r : n == 0 ? -ENOENT : 0;
 }
 
+/* One statement, so the count and the write see one state. */
+static int sqlite_write_limited(struct store *s, const char *sql, const struct store_params *q, enum store_limit limit,
+                                const char *scope, uint64_t *ret_changed) {
+        return sqlite_write(s, sql, q, ret_changed);
+}
+
 const struct store_sql store_sqlite_sql = {
         .pg = false,
         .select_one = sqlite_select_one,
         .select_all = sqlite_select_all,
         .write = sqlite_write,
         .write_one = sqlite_write_one,
+        .write_limited = sqlite_write_limited,
         .select_key_match = sqlite_select_key_match,
 };
