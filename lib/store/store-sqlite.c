@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * SQLite backend of the store: one connection in WAL mode, foreign keys on,
- * a busy timeout, statements prepared once at open. A mutex serialises use
- * of the connection and its prepared statements (a statement is stepped and
- * read across several calls, which SQLite's own mutex does not cover).
+ * a busy timeout, each statement prepared on its first use and kept
+ * (store-sqlite-helpers.c). A mutex serialises use of the connection and
+ * its prepared statements (a statement is stepped and read across several
+ * calls, which SQLite's own mutex does not cover). Opening and the
+ * migrations are here; the ops are store-sql.c's, but for the cluster's
+ * few that take a transaction (store-sqlite-cluster.c).
  */
 #include <errno.h>
 #include <pthread.h>
