@@ -596,36 +596,37 @@ static int start(struct buildctx *c, char *err) {
         return 0;
 }
 
-int buildctx_feed_fd(struct buildctx *c, int fd, char *err) {
+/* A reader for c's next archive: -EBADMSG once one was refused. */
+static int begin(struct buildctx *c, char *err, struct archive **ret) {
         int r = start(c, err);
         if (r < 0)
                 return r;
-        struct archive *a = reader();
-        if (!a)
-                return -ENOMEM;
-        if (archive_read_open_fd(a, fd, READ_BLOCK) != ARCHIVE_OK) {
+        *ret = reader();
+        return *ret ? 0 : -ENOMEM;
+}
+
+/* Feeds what a reads, open_rc being what opening it said. */
+static int feed_opened(struct buildctx *c, struct archive *a, int open_rc, char *err) {
+        if (open_rc != ARCHIVE_OK) {
                 char sa[SHOW_MAX + 8];
-                r = refuse(c, -EBADMSG, err, "not a tar archive (%s)", show(archive_error_string(a) ?: "unreadable", sa));
+                int r = refuse(c, -EBADMSG, err, "not a tar archive (%s)",
+                               show(archive_error_string(a) ?: "unreadable", sa));
                 archive_read_free(a);
                 return r;
         }
         return feed(c, a, err);
 }
 
+int buildctx_feed_fd(struct buildctx *c, int fd, char *err) {
+        struct archive *a;
+        int r = begin(c, err, &a);
+        return r < 0 ? r : feed_opened(c, a, archive_read_open_fd(a, fd, READ_BLOCK), err);
+}
+
 int buildctx_feed_mem(struct buildctx *c, const void *data, size_t size, char *err) {
-        int r = start(c, err);
-        if (r < 0)
-                return r;
-        struct archive *a = reader();
-        if (!a)
-                return -ENOMEM;
-        if (archive_read_open_memory(a, data, size) != ARCHIVE_OK) {
-                char sa[SHOW_MAX + 8];
-                r = refuse(c, -EBADMSG, err, "not a tar archive (%s)", show(archive_error_string(a) ?: "unreadable", sa));
-                archive_read_free(a);
-                return r;
-        }
-        return feed(c, a, err);
+        struct archive *a;
+        int r = begin(c, err, &a);
+        return r < 0 ? r : feed_opened(c, a, archive_read_open_memory(a, data, size), err);
 }
 
 bool buildctx_has(const struct buildctx *c, const char *path) {

@@ -72,8 +72,8 @@ static int tenant_open(struct kms_local *l, const char *tenant, bool create) {
         return fd < 0 ? negative_errno() : fd;
 }
 
-/* The highest key version in the tenant's directory, 0 when there is none. */
-static int version_max(int tfd, unsigned *ret) {
+/* The tenant's directory tfd, to read (a descriptor of its own). */
+static int dir_read(int tfd, DIR **ret) {
         int fd = openat(tfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
                 return negative_errno();
@@ -82,6 +82,16 @@ static int version_max(int tfd, unsigned *ret) {
                 safe_close(fd);
                 return -ENOMEM;
         }
+        *ret = d;
+        return 0;
+}
+
+/* The highest key version in the tenant's directory, 0 when there is none. */
+static int version_max(int tfd, unsigned *ret) {
+        DIR *d;
+        int r = dir_read(tfd, &d);
+        if (r < 0)
+                return r;
         unsigned max = 0, v;
         for (struct dirent *e; (e = readdir(d));)
                 if (version_from_name(e->d_name, &v) && v > max)
@@ -217,13 +227,23 @@ static int kek_create(struct kms_local *l, int tfd, unsigned version) {
         return r;
 }
 
-int kms_local_rotate(struct kms *k, const char *tenant, unsigned *ret_version) {
+/* The arguments of rotate and destroy checked, and the directory locked
+ * (dir_unlock() it). */
+static int admin_lock(struct kms *k, const char *tenant, struct kms_local **ret) {
         if (!k || !kms_tenant_is_valid(tenant))
                 return -EINVAL;
         if (k->ops != &kms_local_ops)
                 return -EOPNOTSUPP;
-        struct kms_local *l = to_local(k);
-        int r = dir_lock(l);
+        int r = dir_lock(to_local(k));
+        if (r < 0)
+                return r;
+        *ret = to_local(k);
+        return 0;
+}
+
+int kms_local_rotate(struct kms *k, const char *tenant, unsigned *ret_version) {
+        struct kms_local *l;
+        int r = admin_lock(k, tenant, &l);
         if (r < 0)
                 return r;
         unsigned version = 0;
@@ -270,15 +290,11 @@ static int shred(int tfd, const char *name) {
 /* One pass over the tenant's directory shredding key files (and the
  * temporary ones of a crashed rotation); how many, or -errno. */
 static int shred_pass(int tfd) {
-        int fd = openat(tfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-                return negative_errno();
-        DIR *d = fdopendir(fd);
-        if (!d) {
-                safe_close(fd);
-                return -ENOMEM;
-        }
-        int n = 0, r = 0;
+        DIR *d;
+        int r = dir_read(tfd, &d);
+        if (r < 0)
+                return r;
+        int n = 0;
         unsigned v;
         for (struct dirent *e; r >= 0 && (e = readdir(d));) {
                 if (!version_from_name(e->d_name, &v) &&
@@ -292,12 +308,8 @@ static int shred_pass(int tfd) {
 }
 
 int kms_local_destroy(struct kms *k, const char *tenant) {
-        if (!k || !kms_tenant_is_valid(tenant))
-                return -EINVAL;
-        if (k->ops != &kms_local_ops)
-                return -EOPNOTSUPP;
-        struct kms_local *l = to_local(k);
-        int r = dir_lock(l);
+        struct kms_local *l;
+        int r = admin_lock(k, tenant, &l);
         if (r < 0)
                 return r;
         int tfd = tenant_open(l, tenant, false), total = 0;

@@ -520,61 +520,61 @@ static int pkcs11_unwrap(struct kms *k, const char *tenant, const struct kms_wra
         return r == -ENOKEY ? -EKEYREVOKED : r;
 }
 
-/* The arguments of generate and destroy. */
-static int pkcs11_admin_check(struct kms *k, const char *label) {
+/* Runs fn on a read-write session, the arguments of generate and destroy
+ * checked first. */
+static int admin_run(struct kms *k, const char *label,
+                     int (*fn)(struct kms_pkcs11 *p, CK_SESSION_HANDLE s, const char *label)) {
         if (!k || !kms_label_is_valid(label))
                 return -EINVAL;
-        return k->ops == &kms_pkcs11_ops ? 0 : -EOPNOTSUPP;
-}
-
-int kms_pkcs11_generate(struct kms *k, const char *key_label) {
-        int r = pkcs11_admin_check(k, key_label);
-        if (r < 0)
-                return r;
+        if (k->ops != &kms_pkcs11_ops)
+                return -EOPNOTSUPP;
         struct kms_pkcs11 *p = to_pkcs11(k);
         CK_SESSION_HANDLE s;
-        if ((r = session_open(p, true, &s)) < 0)
+        int r = session_open(p, true, &s);
+        if (r < 0)
                 return r;
-        CK_OBJECT_HANDLE key;
-        r = key_find(p, s, key_label, &key);
-        if (r == 0 || r == -ENOTUNIQ)
-                r = -EEXIST;
-        else if (r == -ENOKEY) {
-                CK_OBJECT_CLASS cls = CKO_SECRET_KEY;
-                CK_KEY_TYPE type = CKK_AES;
-                CK_ULONG len = 32;
-                CK_BBOOL yes = CK_TRUE, no = CK_FALSE;
-                CK_ATTRIBUTE tmpl[] = {
-                        {CKA_CLASS, &cls, sizeof cls},
-                        {CKA_KEY_TYPE, &type, sizeof type},
-                        {CKA_VALUE_LEN, &len, sizeof len},
-                        {CKA_LABEL, (void *) key_label, strlen(key_label)},
-                        {CKA_TOKEN, &yes, sizeof yes},
-                        {CKA_PRIVATE, &yes, sizeof yes},
-                        {CKA_SENSITIVE, &yes, sizeof yes},
-                        {CKA_EXTRACTABLE, &no, sizeof no},
-                        {CKA_ENCRYPT, &yes, sizeof yes},
-                        {CKA_DECRYPT, &yes, sizeof yes},
-                        {CKA_WRAP, &no, sizeof no},
-                        {CKA_UNWRAP, &no, sizeof no},
-                };
-                CK_MECHANISM m = {CKM_AES_KEY_GEN, NULL, 0};
-                CK_RV rv = p->f->C_GenerateKey(s, &m, tmpl, ARRAY_SIZE(tmpl), &key);
-                r = rv == CKR_OK ? 0 : ckr_fail(p, "C_GenerateKey", rv);
-        }
+        r = fn(p, s, label);
         p->f->C_CloseSession(s);
         return r;
 }
 
-int kms_pkcs11_destroy(struct kms *k, const char *key_label) {
-        int r = pkcs11_admin_check(k, key_label);
-        if (r < 0)
+static int generate(struct kms_pkcs11 *p, CK_SESSION_HANDLE s, const char *key_label) {
+        CK_OBJECT_HANDLE key;
+        int r = key_find(p, s, key_label, &key);
+        if (r == 0 || r == -ENOTUNIQ)
+                return -EEXIST;
+        if (r != -ENOKEY)
                 return r;
-        struct kms_pkcs11 *p = to_pkcs11(k);
-        CK_SESSION_HANDLE s;
-        if ((r = session_open(p, true, &s)) < 0)
-                return r;
+        CK_OBJECT_CLASS cls = CKO_SECRET_KEY;
+        CK_KEY_TYPE type = CKK_AES;
+        CK_ULONG len = 32;
+        CK_BBOOL yes = CK_TRUE, no = CK_FALSE;
+        CK_ATTRIBUTE tmpl[] = {
+                {CKA_CLASS, &cls, sizeof cls},
+                {CKA_KEY_TYPE, &type, sizeof type},
+                {CKA_VALUE_LEN, &len, sizeof len},
+                {CKA_LABEL, (void *) key_label, strlen(key_label)},
+                {CKA_TOKEN, &yes, sizeof yes},
+                {CKA_PRIVATE, &yes, sizeof yes},
+                {CKA_SENSITIVE, &yes, sizeof yes},
+                {CKA_EXTRACTABLE, &no, sizeof no},
+                {CKA_ENCRYPT, &yes, sizeof yes},
+                {CKA_DECRYPT, &yes, sizeof yes},
+                {CKA_WRAP, &no, sizeof no},
+                {CKA_UNWRAP, &no, sizeof no},
+        };
+        CK_MECHANISM m = {CKM_AES_KEY_GEN, NULL, 0};
+        CK_RV rv = p->f->C_GenerateKey(s, &m, tmpl, ARRAY_SIZE(tmpl), &key);
+        return rv == CKR_OK ? 0 : ckr_fail(p, "C_GenerateKey", rv);
+}
+
+int kms_pkcs11_generate(struct kms *k, const char *key_label) {
+        return admin_run(k, key_label, generate);
+}
+
+static int destroy(struct kms_pkcs11 *p, CK_SESSION_HANDLE s, const char *key_label) {
         size_t total = 0;
+        int r = 0;
         for (unsigned round = 0; round < DESTROY_ROUNDS; round++) {
                 CK_OBJECT_HANDLE h[DESTROY_BATCH];
                 CK_ULONG n;
@@ -590,10 +590,13 @@ int kms_pkcs11_destroy(struct kms *k, const char *key_label) {
                 if (r < 0)
                         break;
         }
-        p->f->C_CloseSession(s);
         if (r < 0)
                 return r;
         return total > 0 ? 0 : -ENOKEY;
+}
+
+int kms_pkcs11_destroy(struct kms *k, const char *key_label) {
+        return admin_run(k, key_label, destroy);
 }
 
 static void pkcs11_free(struct kms *k) {

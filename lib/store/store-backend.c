@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * What the backends share: the row readers of every table, collecting rows,
+ * What the backends share: statements' parameters and the rows' insert
+ * parameters, the row readers of every table, reading rows into lists,
  * and the constant-time API key match (store-backend.h).
  */
+#include <assert.h>
 #include <errno.h>
 #include <sodium.h>
 #include <stdlib.h>
@@ -14,6 +16,211 @@
 
 int64_t store_now_ms(void) {
         return (int64_t) (now_realtime_ns() / 1000000ULL);
+}
+
+static void param(struct store_params *q, struct store_param p) {
+        assert(q->n < STORE_PARAMS_MAX); /* the statements are ours */
+        q->v[q->n++] = p;
+}
+
+void store_param_text(struct store_params *q, const char *v) {
+        param(q, (struct store_param){ .kind = STORE_PARAM_TEXT, .null = !v, .v = v });
+}
+
+void store_param_int(struct store_params *q, int64_t v) {
+        param(q, (struct store_param){ .kind = STORE_PARAM_INT, .i = v });
+}
+
+void store_param_null_int(struct store_params *q) {
+        param(q, (struct store_param){ .kind = STORE_PARAM_INT, .null = true });
+}
+
+void store_param_int_or_null(struct store_params *q, int64_t v) {
+        param(q, (struct store_param){ .kind = STORE_PARAM_INT, .null = v == 0, .i = v });
+}
+
+void store_param_bool(struct store_params *q, bool v) {
+        param(q, (struct store_param){ .kind = STORE_PARAM_BOOL, .i = v ? 1 : 0 });
+}
+
+void store_param_blob(struct store_params *q, const void *v, size_t n) {
+        param(q, (struct store_param){ .kind = STORE_PARAM_BLOB, .null = !v, .v = v, .len = n });
+}
+
+void store_params_sandbox(struct store_params *q, const struct store_sandbox *sb) {
+        int64_t now = store_now_ms();
+        store_param_text(q, sb->id);
+        store_param_text(q, sb->template_name);
+        store_param_text(q, sb->state);
+        store_param_text(q, sb->error);
+        store_param_text(q, sb->metadata ? sb->metadata : "{}");
+        store_param_text(q, sb->env_keys ? sb->env_keys : "[]");
+        store_param_int(q, sb->created_at ? sb->created_at : now);
+        store_param_int(q, sb->updated_at ? sb->updated_at : now);
+        store_param_text(q, sb->desired_state);
+        store_param_text(q, sb->snapshot_policy);
+        if (sb->has_idle_timeout)
+                store_param_int(q, sb->idle_timeout_s);
+        else
+                store_param_null_int(q);
+        store_param_text(q, sb->tenant_id);
+        store_param_text(q, sb->network);
+        store_param_int_or_null(q, sb->expires_at);
+        store_param_int_or_null(q, sb->expiry_s);
+        store_param_text(q, sb->on_expiry);
+        store_param_text(q, sb->node);
+        store_param_int_or_null(q, sb->memory_mib);
+        store_param_int_or_null(q, sb->vcpus);
+}
+
+void store_params_operation(struct store_params *q, const struct store_operation *op) {
+        store_param_text(q, op->id);
+        store_param_text(q, op->sandbox_id);
+        store_param_text(q, op->verb);
+        store_param_text(q, op->state);
+        store_param_text(q, op->error);
+        store_param_text(q, op->result);
+        store_param_text(q, op->idempotency_key);
+        store_param_int(q, op->created_at ? op->created_at : store_now_ms());
+        store_param_text(q, op->request_hash);
+        store_param_text(q, op->stage);
+        store_param_int(q, op->progress);
+        store_param_text(q, op->tenant_id);
+        store_param_text(q, op->owner);
+        store_param_int_or_null(q, op->lease_until);
+        store_param_text(q, op->detail);
+}
+
+void store_params_snapshot(struct store_params *q, const struct store_snapshot *snap) {
+        store_param_text(q, snap->id);
+        store_param_text(q, snap->sandbox_id);
+        store_param_text(q, snap->kind);
+        store_param_int(q, snap->size);
+        store_param_int(q, snap->created_at ? snap->created_at : store_now_ms());
+        store_param_bool(q, snap->pinned);
+}
+
+void store_params_session(struct store_params *q, const struct store_session *ses) {
+        store_param_text(q, ses->id);
+        store_param_text(q, ses->sandbox_id);
+        store_param_text(q, ses->cmd);
+        store_param_bool(q, ses->pty);
+        store_param_blob(q, ses->token_hash, STORE_HASH_SIZE);
+        store_param_int(q, ses->created_at ? ses->created_at : store_now_ms());
+}
+
+void store_params_tenant(struct store_params *q, const struct store_tenant *t, size_t max) {
+        store_param_text(q, t->id);
+        store_param_text(q, t->name);
+        store_param_int(q, t->created_at ? t->created_at : store_now_ms());
+        store_param_int(q, (int64_t) MIN(max, (size_t) INT64_MAX));
+        store_param_text(q, t->network);
+}
+
+void store_params_image(struct store_params *q, const struct store_image *img) {
+        store_param_text(q, img->id);
+        store_param_text(q, img->tenant_id);
+        store_param_text(q, img->name);
+        store_param_text(q, img->sandbox_id);
+        store_param_text(q, img->template_name);
+        store_param_int(q, img->size);
+        store_param_int(q, img->created_at ? img->created_at : store_now_ms());
+        store_param_text(q, img->kind ? img->kind : "full");
+        store_param_text(q, img->snapshot_id);
+}
+
+void store_params_template(struct store_params *q, const struct store_template *t, size_t max) {
+        int64_t now = store_now_ms();
+        store_param_text(q, t->tenant_id);
+        store_param_text(q, t->name);
+        store_param_text(q, t->node_name);
+        store_param_text(q, t->build_id);
+        store_param_text(q, t->state);
+        store_param_text(q, t->error);
+        store_param_text(q, t->node);
+        store_param_text(q, t->spec);
+        store_param_int(q, t->memory_mib);
+        store_param_int(q, t->vcpus);
+        store_param_int(q, t->created_at ?: now);
+        store_param_int(q, t->updated_at ?: now);
+        store_param_int(q, (int64_t) MIN(max, (size_t) INT64_MAX));
+}
+
+void store_params_secret(struct store_params *q, const struct store_secret *sec) {
+        store_param_text(q, sec->tenant_id);
+        store_param_text(q, sec->name);
+        store_param_text(q, sec->sandbox_id);
+        store_param_text(q, sec->spec);
+        store_param_int(q, sec->expires_at);
+        store_param_blob(q, sec->sealed, sec->sealed_len);
+        store_param_int(q, sec->created_at ? sec->created_at : store_now_ms());
+        store_param_text(q, sec->created_by);
+}
+
+void store_params_audit_event(struct store_params *q, const struct store_audit_event *ev, const char *source,
+                              const char *boot_id, int64_t seq) {
+        store_param_int(q, ev->ts_ms ? ev->ts_ms : store_now_ms());
+        store_param_text(q, ev->tenant_id);
+        store_param_text(q, ev->actor);
+        store_param_text(q, ev->sandbox_id);
+        store_param_text(q, ev->secret);
+        store_param_text(q, ev->host);
+        store_param_int_or_null(q, ev->port > 0 ? ev->port : 0);
+        store_param_text(q, ev->method);
+        store_param_text(q, ev->path);
+        store_param_text(q, ev->action);
+        store_param_text(q, ev->reason);
+        store_param_text(q, source);
+        store_param_text(q, boot_id);
+        if (source)
+                store_param_int(q, seq);
+        else
+                store_param_null_int(q);
+}
+
+void store_params_event(struct store_params *q, const struct store_event *ev) {
+        store_param_int(q, ev->ts_ms ? ev->ts_ms : store_now_ms());
+        store_param_text(q, ev->tenant_id);
+        store_param_text(q, ev->sandbox_id);
+        store_param_text(q, ev->type);
+        store_param_text(q, ev->state);
+        store_param_text(q, ev->previous);
+}
+
+void store_params_node(struct store_params *q, const struct store_node *n) {
+        int64_t now = store_now_ms();
+        store_param_text(q, n->name);
+        store_param_text(q, n->address);
+        store_param_text(q, n->boot_id);
+        store_param_text(q, n->info ?: "{}");
+        store_param_bool(q, n->draining);
+        store_param_int_or_null(q, n->lost_at);
+        store_param_int(q, n->joined_at ?: now);
+        store_param_int(q, n->heartbeat_at ?: now);
+}
+
+void store_params_node_beat(struct store_params *q, const struct store_node *n) {
+        store_param_text(q, n->name);
+        store_param_text(q, n->address);
+        store_param_text(q, n->boot_id);
+        store_param_text(q, n->info);
+        store_param_int(q, n->heartbeat_at ?: store_now_ms());
+}
+
+void store_params_cap_key(struct store_params *q, const struct store_cap_key *k) {
+        store_param_text(q, k->kid);
+        store_param_text(q, k->public_key);
+        store_param_text(q, k->replica);
+        store_param_int(q, k->created_at ?: store_now_ms());
+}
+
+void store_params_replica(struct store_params *q, const struct store_replica *p) {
+        int64_t now = store_now_ms();
+        store_param_text(q, p->id);
+        store_param_text(q, p->cluster_address);
+        store_param_text(q, p->api_address);
+        store_param_int(q, p->started_at ?: now);
+        store_param_int(q, p->seen_at ?: now);
 }
 
 int store_row_strdup(const struct store_row *r, int col, char **ret) {
@@ -343,15 +550,20 @@ int store_read_node_count(const struct store_row *r, void *ret) {
         return 0;
 }
 
-int store_node_counts_split(struct store_node_count *a, size_t n, char ***ret_names, int64_t **ret_counts) {
+static void node_count_array_free(struct store_node_count *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                free(a[i].node);
+        free(a);
+}
+
+int store_node_counts_split(struct store_node_count *a, size_t n, char ***ret_names, int64_t **ret_counts,
+                            size_t *ret_n) {
         char **names = calloc(n ?: 1, sizeof *names);
         int64_t *counts = calloc(n ?: 1, sizeof *counts);
         if (!names || !counts) {
                 free(names);
                 free(counts);
-                for (size_t i = 0; i < n; i++)
-                        free(a[i].node);
-                free(a);
+                node_count_array_free(a, n);
                 return -ENOMEM;
         }
         for (size_t i = 0; i < n; i++) {
@@ -361,6 +573,7 @@ int store_node_counts_split(struct store_node_count *a, size_t n, char ***ret_na
         free(a);
         *ret_names = names;
         *ret_counts = counts;
+        *ret_n = n;
         return 0;
 }
 
@@ -422,8 +635,10 @@ int store_rows_one(struct store_row *r, int (*read_row)(const struct store_row *
         return k == 0 ? -ENOENT : read_row(r, ret);
 }
 
-int store_rows_collect(struct store_row *r, size_t elem, size_t max,
-                       int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
+/* Reads at most max rows through read_row into a growing array of
+ * elem-sized elements; on failure *a and *n still describe what was read. */
+static int rows_collect(struct store_row *r, size_t elem, size_t max,
+                        int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
         size_t cap = 0;
         while (*n < max) {
                 int k = r->next(r);
@@ -445,6 +660,49 @@ int store_rows_collect(struct store_row *r, size_t elem, size_t max,
         }
         return 0;
 }
+
+int store_rows_list(struct store_row *r, const struct store_list *list, size_t max, void *ret, size_t *ret_n) {
+        void *a = NULL;
+        size_t n = 0;
+        int k = rows_collect(r, list->elem, max, list->read_row, &a, &n);
+        if (k < 0) {
+                list->array_free(a, n);
+                return k;
+        }
+        *(void **) ret = a;
+        *ret_n = n;
+        return 0;
+}
+
+static void node_beat_array_free(struct store_node_beat *a, size_t n) {
+        free(a);
+}
+
+/* store_list_<name>: rows of type read by reader, an array of them freed
+ * by free_array (through a wrapper of the destructor's own type). */
+#define STORE_LIST(name, type, reader, free_array)                                       \
+        static void name##_list_free(void *a, size_t n) {                               \
+                free_array(a, n);                                                        \
+        }                                                                                \
+        const struct store_list store_list_##name = { sizeof(type), reader, name##_list_free }
+
+STORE_LIST(sandbox, struct store_sandbox, store_read_sandbox, store_sandbox_array_free);
+STORE_LIST(snapshot, struct store_snapshot, store_read_snapshot, store_snapshot_array_free);
+STORE_LIST(operation, struct store_operation, store_read_operation, store_operation_array_free);
+STORE_LIST(api_key, struct store_api_key, store_read_api_key, store_api_key_array_free);
+STORE_LIST(tenant, struct store_tenant, store_read_tenant, store_tenant_array_free);
+STORE_LIST(secret, struct store_secret, store_read_secret, store_secret_array_free);
+STORE_LIST(image, struct store_image, store_read_image, store_image_array_free);
+STORE_LIST(template, struct store_template, store_read_template, store_template_array_free);
+STORE_LIST(audit_event, struct store_audit_event, store_read_audit_event, store_audit_event_array_free);
+STORE_LIST(event, struct store_event, store_read_event, store_event_array_free);
+STORE_LIST(attachment, struct store_sandbox_secret, store_read_attachment, store_sandbox_secret_array_free);
+STORE_LIST(node, struct store_node, store_read_node, store_node_array_free);
+STORE_LIST(cap_key, struct store_cap_key, store_read_cap_key, store_cap_key_array_free);
+STORE_LIST(replica, struct store_replica, store_read_replica, store_replica_array_free);
+STORE_LIST(string, char *, store_read_string, store_string_array_free);
+STORE_LIST(node_count, struct store_node_count, store_read_node_count, node_count_array_free);
+STORE_LIST(node_beat, struct store_node_beat, store_read_node_beat, node_beat_array_free);
 
 int store_rows_match_key(struct store_row *r, const uint8_t hash[STORE_HASH_SIZE], char **ret_tenant_id) {
         _cleanup_free_ char *tenant_id = NULL;

@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * PostgreSQL backend: a cluster (store.h): nodes, join tokens, the
- * cluster's CA, capability public keys, replicas, and operation leases
- * (store-sqlite-cluster.c's twin: the same rows, read by the same
- * readers). Several replicas call these at once, so what must happen once
+ * PostgreSQL backend: what of a cluster (store.h) takes more than one
+ * statement or a row lock (the rest is store-sql.c's; store-sqlite-cluster.c
+ * is its twin). Several replicas call these at once, so what must happen once
  * is one statement whose row locks decide: a heartbeat reads the row it
  * updates FOR UPDATE, marking nodes lost and taking an operation over
  * re-check their condition on the row a racing statement left.
@@ -16,35 +15,9 @@
 
 #define UNFINISHED "state IN ('pending', 'running')"
 
-/* A statement whose only parameter is one text; -ENOENT when it touched no row. */
-static int write_by(struct store *s, const char *sql, const char *arg) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, arg);
-        return pg_write_one(s, sql, &q);
-}
-
-int pg_node_insert(struct store *s, const struct store_node *n) {
-        int64_t now = store_now_ms();
-        struct pg_params q = { 0 };
-        pg_add_text(&q, n->name);
-        pg_add_text(&q, n->address);
-        pg_add_text(&q, n->boot_id);
-        pg_add_text(&q, n->info ?: "{}");
-        pg_add_bool(&q, n->draining);
-        pg_add_int_or_null(&q, n->lost_at);
-        pg_add_int(&q, n->joined_at ?: now);
-        pg_add_int(&q, n->heartbeat_at ?: now);
-        return pg_write(s, "INSERT INTO nodes (" STORE_NODE_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8)", &q,
-                        NULL);
-}
-
 int pg_node_heartbeat(struct store *s, const struct store_node *n, bool *ret_was_lost, bool *ret_draining) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, n->name);
-        pg_add_text(&q, n->address);
-        pg_add_text(&q, n->boot_id);
-        pg_add_text(&q, n->info);
-        pg_add_int(&q, n->heartbeat_at ?: store_now_ms());
+        struct store_params q = { 0 };
+        store_params_node_beat(&q, n);
         /* the old row is read FOR UPDATE: a racing beat waits for this one
          * to commit, then reads lost_at cleared; a NULL address, boot_id or
          * info keeps what was stored */
@@ -56,7 +29,7 @@ int pg_node_heartbeat(struct store *s, const struct store_node *n, bool *ret_was
                               "boot_id = COALESCE($3, nodes.boot_id), info = COALESCE($4, nodes.info), "
                               "heartbeat_at = $5, lost_at = NULL FROM old WHERE nodes.name = old.name "
                               "RETURNING old.lost_at IS NOT NULL, nodes.draining",
-                              &q, sizeof *b, 1, store_read_node_beat, (void **) &b, &nb);
+                              &q, &store_list_node_beat, 1, &b, &nb);
         if (r >= 0 && nb == 0)
                 r = -ENOENT;
         if (r >= 0) {
@@ -67,134 +40,21 @@ int pg_node_heartbeat(struct store *s, const struct store_node *n, bool *ret_was
         return r;
 }
 
-int pg_node_get(struct store *s, const char *name, struct store_node *ret) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, name);
-        return pg_select_one(s, "SELECT " STORE_NODE_COLUMNS " FROM nodes WHERE name = $1", &q, store_read_node, ret);
-}
-
-int pg_node_list(struct store *s, size_t max, struct store_node **ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, (int64_t) max);
-        struct store_node *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s, "SELECT " STORE_NODE_COLUMNS " FROM nodes ORDER BY name COLLATE \"C\" LIMIT $1", &q,
-                              sizeof *a, max, store_read_node, (void **) &a, &n);
-        if (r < 0) {
-                store_node_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
-}
-
-int pg_node_set_draining(struct store *s, const char *name, bool draining) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, name);
-        pg_add_bool(&q, draining);
-        return pg_write_one(s, "UPDATE nodes SET draining = $2 WHERE name = $1", &q);
-}
-
-int pg_node_delete(struct store *s, const char *name) {
-        /* a sandbox placed on it meanwhile (not seen by the NOT EXISTS)
-         * fails the delete on its foreign key: -ENOENT, read as busy below */
-        int r = write_by(s,
-                         "DELETE FROM nodes WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE node = $1)",
-                         name);
-        if (r != -ENOENT)
-                return r;
-        struct store_node n = { 0 };
-        r = pg_node_get(s, name, &n);
-        store_node_release(&n);
-        return r < 0 ? r : -EBUSY;
-}
-
 int pg_nodes_mark_lost(struct store *s, int64_t cutoff, size_t max, char ***ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, cutoff);
-        pg_add_int(&q, (int64_t) max);
-        pg_add_int(&q, store_now_ms());
+        struct store_params q = { 0 };
+        store_param_int(&q, cutoff);
+        store_param_int(&q, (int64_t) max);
+        store_param_int(&q, store_now_ms());
         /* a replica doing the same at once waits on these rows' locks, then
          * re-checks lost_at IS NULL on what this one committed: one of them
          * gets each name. A node that beat meanwhile fails heartbeat_at. */
-        char **a = NULL;
-        size_t n = 0;
-        int r = pg_write_rows(s,
-                              "WITH marked AS (UPDATE nodes SET lost_at = $3 "
-                              "WHERE lost_at IS NULL AND heartbeat_at < $1 AND name IN (SELECT name FROM nodes "
-                              "WHERE lost_at IS NULL AND heartbeat_at < $1 ORDER BY name COLLATE \"C\" LIMIT $2) "
-                              "RETURNING name) "
-                              "SELECT name FROM marked ORDER BY name COLLATE \"C\"",
-                              &q, sizeof *a, max, store_read_string, (void **) &a, &n);
-        if (r < 0) {
-                store_string_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
-}
-
-int pg_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, node);
-        pg_add_int(&q, (int64_t) max);
-        struct store_sandbox *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes "
-                              "WHERE ($1::text IS NULL AND node IS NULL) OR node = $1 "
-                              "ORDER BY created_at, id COLLATE \"C\" LIMIT $2",
-                              &q, sizeof *a, max, store_read_sandbox, (void **) &a, &n);
-        if (r < 0) {
-                store_sandbox_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
-}
-
-int pg_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, id);
-        pg_add_text(&q, state);
-        pg_add_text(&q, from);
-        pg_add_text(&q, to);
-        pg_add_int(&q, store_now_ms());
-        uint64_t changed = 0;
-        /* -ENOENT from the write: `to` is no node (its foreign key) */
-        int r = pg_write(s,
-                         "UPDATE sandboxes SET node = $4, updated_at = $5 "
-                         "WHERE id = $1 AND state = $2 AND node IS NOT DISTINCT FROM $3",
-                         &q, &changed);
-        return r < 0 ? r : changed == 0 ? -ESTALE : 0;
-}
-
-int pg_sandbox_count_by(struct store *s, enum store_count_by by, size_t max, char ***ret_names, int64_t **ret_counts,
-                        size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, (int64_t) max);
-        struct store_node_count *a = NULL;
-        size_t n = 0;
-        /* NULL (the local node) first, as SQLite sorts it */
-        int r = pg_select_all(s,
-                              by == STORE_COUNT_BY_STATE ? "SELECT state, COUNT(*) FROM sandboxes GROUP BY state "
-                                                           "ORDER BY state COLLATE \"C\" LIMIT $1"
-                                                         : "SELECT node, COUNT(*) FROM sandboxes GROUP BY node "
-                                                           "ORDER BY node COLLATE \"C\" NULLS FIRST LIMIT $1",
-                              &q, sizeof *a, max, store_read_node_count, (void **) &a, &n);
-        if (r >= 0)
-                r = store_node_counts_split(TAKE_PTR(a), n, ret_names, ret_counts);
-        if (r < 0) {
-                for (size_t i = 0; a && i < n; i++)
-                        free(a[i].node);
-                free(a);
-                return r;
-        }
-        *ret_n = n;
-        return 0;
+        return pg_write_rows(s,
+                             "WITH marked AS (UPDATE nodes SET lost_at = $3 "
+                             "WHERE lost_at IS NULL AND heartbeat_at < $1 AND name IN (SELECT name FROM nodes "
+                             "WHERE lost_at IS NULL AND heartbeat_at < $1 ORDER BY name COLLATE \"C\" LIMIT $2) "
+                             "RETURNING name) "
+                             "SELECT name FROM marked ORDER BY name COLLATE \"C\"",
+                             &q, &store_list_string, max, ret, ret_n);
 }
 
 /* A join token call: the token's row (if any) read, the expired tokens
@@ -207,19 +67,19 @@ struct token_call {
 };
 
 static int delete_expired_tokens(struct pg_call *c, int64_t now) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, now);
+        struct store_params q = { 0 };
+        store_param_int(&q, now);
         return pg_exec(c, true, "DELETE FROM join_tokens WHERE expires_at <= $1", &q, NULL, NULL);
 }
 
 static int token_run(struct pg_call *c, void *ctx) {
         struct token_call *t = ctx;
-        struct pg_params q = { 0 };
-        pg_add_text(&q, t->id);
+        struct store_params q = { 0 };
+        store_param_text(&q, t->id);
         if (t->insert) {
-                pg_add_bytea(&q, t->hash, STORE_HASH_SIZE);
-                pg_add_int(&q, t->now);
-                pg_add_int(&q, t->expires_at);
+                store_param_blob(&q, t->hash, STORE_HASH_SIZE);
+                store_param_int(&q, t->now);
+                store_param_int(&q, t->expires_at);
                 int r = delete_expired_tokens(c, t->now);
                 if (r < 0)
                         return r;
@@ -250,10 +110,6 @@ int pg_join_token_check(struct store *s, const char *id, const uint8_t hash[STOR
         return pg_run(to_pg(s), token_run, &t);
 }
 
-int pg_join_token_delete(struct store *s, const char *id) {
-        return write_by(s, "DELETE FROM join_tokens WHERE id = $1", id);
-}
-
 struct ca_call {
         const char *cert, *key;
         struct store_ca_pem got;
@@ -261,10 +117,10 @@ struct ca_call {
 
 static int ca_run(struct pg_call *c, void *ctx) {
         struct ca_call *a = ctx;
-        struct pg_params q = { 0 };
-        pg_add_text(&q, a->cert);
-        pg_add_text(&q, a->key);
-        pg_add_int(&q, store_now_ms());
+        struct store_params q = { 0 };
+        store_param_text(&q, a->cert);
+        store_param_text(&q, a->key);
+        store_param_int(&q, store_now_ms());
         /* a racing insert waits on the first one's key and does nothing;
          * the SELECT, a statement of its own, sees whichever committed */
         int r = pg_exec(c, true,
@@ -287,107 +143,17 @@ int pg_cluster_ca(struct store *s, const char *cert_pem, const char *key_pem, ch
         return 0;
 }
 
-int pg_cap_key_publish(struct store *s, const struct store_cap_key *k) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, k->kid);
-        pg_add_text(&q, k->public_key);
-        pg_add_text(&q, k->replica);
-        pg_add_int(&q, k->created_at ?: store_now_ms());
-        return pg_write(s,
-                        "INSERT INTO cap_keys (" STORE_CAP_KEY_COLUMNS ") VALUES ($1, $2, $3, $4) "
-                        "ON CONFLICT (kid) DO UPDATE SET public_key = excluded.public_key, "
-                        "replica = excluded.replica, created_at = excluded.created_at",
-                        &q, NULL);
-}
-
-int pg_cap_key_list(struct store *s, size_t max, struct store_cap_key **ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, (int64_t) max);
-        struct store_cap_key *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_CAP_KEY_COLUMNS " FROM cap_keys "
-                              "ORDER BY created_at, kid COLLATE \"C\" LIMIT $1",
-                              &q, sizeof *a, max, store_read_cap_key, (void **) &a, &n);
-        if (r < 0) {
-                store_cap_key_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
-}
-
-int pg_cap_key_delete(struct store *s, const char *kid) {
-        return write_by(s, "DELETE FROM cap_keys WHERE kid = $1", kid);
-}
-
-int pg_replica_seen(struct store *s, const struct store_replica *p) {
-        int64_t now = store_now_ms();
-        struct pg_params q = { 0 };
-        pg_add_text(&q, p->id);
-        pg_add_text(&q, p->cluster_address);
-        pg_add_text(&q, p->api_address);
-        pg_add_int(&q, p->started_at ?: now);
-        pg_add_int(&q, p->seen_at ?: now);
-        /* started_at stays what the first row said */
-        return pg_write(s,
-                        "INSERT INTO replicas (" STORE_REPLICA_COLUMNS ") VALUES ($1, $2, $3, $4, $5) "
-                        "ON CONFLICT (id) DO UPDATE SET cluster_address = excluded.cluster_address, "
-                        "api_address = excluded.api_address, seen_at = excluded.seen_at",
-                        &q, NULL);
-}
-
-int pg_replica_list(struct store *s, int64_t since, size_t max, struct store_replica **ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, since);
-        pg_add_int(&q, (int64_t) max);
-        struct store_replica *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s,
-                              "SELECT " STORE_REPLICA_COLUMNS " FROM replicas WHERE seen_at >= $1 "
-                              "ORDER BY id COLLATE \"C\" LIMIT $2",
-                              &q, sizeof *a, max, store_read_replica, (void **) &a, &n);
-        if (r < 0) {
-                store_replica_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
-}
-
-int pg_replica_delete(struct store *s, const char *id) {
-        return write_by(s, "DELETE FROM replicas WHERE id = $1", id);
-}
-
-int pg_operation_lease_renew(struct store *s, const char *owner, int64_t until, uint64_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, owner);
-        pg_add_int(&q, until);
-        return pg_write(s, "UPDATE operations SET lease_until = $2 WHERE owner = $1 AND " UNFINISHED, &q, ret_n);
-}
-
 /* The operations sql selects, with its parameters q, oldest first. */
-static int list_operations(struct store *s, const char *sql, const struct pg_params *q, size_t max,
+static int list_operations(struct store *s, const char *sql, const struct store_params *q, size_t max,
                            struct store_operation **ret, size_t *ret_n) {
-        struct store_operation *a = NULL;
-        size_t n = 0;
-        int r = pg_select_all(s, sql, q, sizeof *a, max, store_read_operation, (void **) &a, &n);
-        if (r < 0) {
-                store_operation_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        return pg_select_all(s, sql, q, &store_list_operation, max, ret, ret_n);
 }
 
 int pg_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
                               size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, now);
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_int(&q, now);
+        store_param_int(&q, (int64_t) max);
         return list_operations(s,
                                "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE " UNFINISHED
                                " AND lease_until < $1 ORDER BY created_at, id COLLATE \"C\" LIMIT $2",
@@ -395,25 +161,11 @@ int pg_operation_list_expired(struct store *s, int64_t now, size_t max, struct s
 }
 
 int pg_operation_list_unfinished(struct store *s, size_t max, struct store_operation **ret, size_t *ret_n) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, (int64_t) max);
+        struct store_params q = { 0 };
+        store_param_int(&q, (int64_t) max);
         return list_operations(s,
                                "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE " UNFINISHED
                                " ORDER BY created_at, id COLLATE \"C\" LIMIT $1",
                                &q, max, ret, ret_n);
 }
 
-int pg_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until) {
-        struct pg_params q = { 0 };
-        pg_add_text(&q, id);
-        pg_add_text(&q, owner);
-        pg_add_int(&q, now);
-        pg_add_int(&q, until);
-        /* one statement: a second taker waits on the row, then re-checks
-         * the lease the first one set and finds it running */
-        int r = pg_write_one(s,
-                             "UPDATE operations SET owner = $2, lease_until = $4 "
-                             "WHERE id = $1 AND " UNFINISHED " AND lease_until < $3",
-                             &q);
-        return r == -ENOENT ? -ESTALE : r;
-}

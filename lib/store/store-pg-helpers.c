@@ -29,42 +29,47 @@
  * or deadlocks, before it gives up with -EBUSY */
 #define PG_CONFLICT_TRIES 5
 
-static void param(struct pg_params *q, Oid type, const char *v, int len, int format) {
-        assert(q->n < PG_PARAMS_MAX); /* the statements are ours */
-        q->types[q->n] = type;
-        q->values[q->n] = v;
-        q->lengths[q->n] = len;
-        q->formats[q->n] = format;
-        q->n++;
-}
+/* store_params as PQexecParams() takes them: integers as their decimal
+ * text, booleans as "t" or "f", blobs as binary bytea. */
+struct pg_params {
+        Oid types[STORE_PARAMS_MAX];
+        const char *values[STORE_PARAMS_MAX];
+        int lengths[STORE_PARAMS_MAX];
+        int formats[STORE_PARAMS_MAX];
+        char num[STORE_PARAMS_MAX][24]; /* the text of integer parameters */
+};
 
-void pg_add_text(struct pg_params *q, const char *v) {
-        param(q, TEXTOID, v, 0, 0);
-}
-
-void pg_add_int(struct pg_params *q, int64_t v) {
-        assert(q->n < PG_PARAMS_MAX);
-        snprintf(q->num[q->n], sizeof q->num[q->n], "%" PRId64, v);
-        param(q, INT8OID, q->num[q->n], 0, 0);
-}
-
-void pg_add_null_int(struct pg_params *q) {
-        param(q, INT8OID, NULL, 0, 0);
-}
-
-void pg_add_int_or_null(struct pg_params *q, int64_t v) {
-        if (v)
-                pg_add_int(q, v);
-        else
-                pg_add_null_int(q);
-}
-
-void pg_add_bool(struct pg_params *q, bool v) {
-        param(q, BOOLOID, v ? "t" : "f", 0, 0);
-}
-
-void pg_add_bytea(struct pg_params *q, const void *v, size_t n) {
-        param(q, BYTEAOID, v, (int) n, 1); /* binary: the bytes as they are */
+static void pg_params(const struct store_params *q, struct pg_params *ret) {
+        for (int i = 0; q && i < q->n; i++) {
+                const struct store_param *p = &q->v[i];
+                const char *v = NULL;
+                int len = 0, format = 0;
+                Oid type = TEXTOID;
+                switch (p->kind) {
+                case STORE_PARAM_TEXT:
+                        v = p->v;
+                        break;
+                case STORE_PARAM_INT:
+                        type = INT8OID;
+                        snprintf(ret->num[i], sizeof ret->num[i], "%" PRId64, p->i);
+                        v = ret->num[i];
+                        break;
+                case STORE_PARAM_BOOL:
+                        type = BOOLOID;
+                        v = p->i ? "t" : "f";
+                        break;
+                case STORE_PARAM_BLOB:
+                        type = BYTEAOID;
+                        v = p->v;
+                        len = (int) p->len;
+                        format = 1; /* binary: the bytes as they are */
+                        break;
+                }
+                ret->types[i] = type;
+                ret->values[i] = p->null ? NULL : v;
+                ret->lengths[i] = len;
+                ret->formats[i] = format;
+        }
 }
 
 /* FNV-1a of a scope (NULL and "": the admin's): the same in every
@@ -236,12 +241,14 @@ int pg_run(struct store_pg *pg, int (*fn)(struct pg_call *c, void *ctx), void *c
         }
 }
 
-int pg_exec(struct pg_call *c, bool write, const char *sql, const struct pg_params *q, PGresult **ret_res,
+int pg_exec(struct pg_call *c, bool write, const char *sql, const struct store_params *q, PGresult **ret_res,
             uint64_t *ret_changed) {
         if (write && !c->in_tx)
                 c->wrote = true;
-        PGresult *res = PQexecParams(c->conn, sql, q ? q->n : 0, q ? q->types : NULL, q ? q->values : NULL,
-                                     q ? q->lengths : NULL, q ? q->formats : NULL, 1 /* binary rows */);
+        struct pg_params p;
+        pg_params(q, &p);
+        PGresult *res = PQexecParams(c->conn, sql, q ? q->n : 0, q ? p.types : NULL, q ? p.values : NULL,
+                                     q ? p.lengths : NULL, q ? p.formats : NULL, 1 /* binary rows */);
         ExecStatusType st = PQresultStatus(res); /* PGRES_FATAL_ERROR for NULL */
         if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
                 int r = !res && PQstatus(c->conn) == CONNECTION_OK ? -ENOMEM : pg_error(c, res);
@@ -279,8 +286,8 @@ int pg_commit(struct pg_call *c) {
 }
 
 int pg_lock(struct pg_call *c, int64_t key) {
-        struct pg_params q = { 0 };
-        pg_add_int(&q, key);
+        struct store_params q = { 0 };
+        store_param_int(&q, key);
         return pg_exec(c, false, "SELECT pg_advisory_xact_lock($1)", &q, NULL, NULL);
 }
 
@@ -366,7 +373,7 @@ struct statement {
         bool write;
         bool rows; /* a write's RETURNING rows are wanted */
         const char *sql;
-        const struct pg_params *q;
+        const struct store_params *q;
         PGresult *res;
         uint64_t changed;
 };
@@ -379,7 +386,7 @@ static int statement_run(struct pg_call *c, void *ctx) {
 }
 
 /* Runs a SELECT as a call of its own; *ret its rows. */
-static int select_rows(struct store *s, const char *sql, const struct pg_params *q, PGresult **ret) {
+static int select_rows(struct store *s, const char *sql, const struct store_params *q, PGresult **ret) {
         struct statement st = { .sql = sql, .q = q };
         int r = pg_run(to_pg(s), statement_run, &st);
         if (r < 0) {
@@ -390,7 +397,7 @@ static int select_rows(struct store *s, const char *sql, const struct pg_params 
         return 0;
 }
 
-int pg_call_select_one(struct pg_call *c, const char *sql, const struct pg_params *q,
+int pg_call_select_one(struct pg_call *c, const char *sql, const struct store_params *q,
                        int (*read_row)(const struct store_row *, void *), void *ret) {
         _cleanup_(PQclearp) PGresult *res = NULL;
         int r = pg_exec(c, false, sql, q, &res, NULL);
@@ -400,7 +407,7 @@ int pg_call_select_one(struct pg_call *c, const char *sql, const struct pg_param
         return store_rows_one(&rows.row, read_row, ret);
 }
 
-int pg_select_one(struct store *s, const char *sql, const struct pg_params *q,
+int pg_select_one(struct store *s, const char *sql, const struct store_params *q,
                   int (*read_row)(const struct store_row *, void *), void *ret) {
         _cleanup_(PQclearp) PGresult *res = NULL;
         int r = select_rows(s, sql, q, &res);
@@ -410,14 +417,14 @@ int pg_select_one(struct store *s, const char *sql, const struct pg_params *q,
         return store_rows_one(&rows.row, read_row, ret);
 }
 
-int pg_select_all(struct store *s, const char *sql, const struct pg_params *q, size_t elem, size_t max,
-                  int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
+int pg_select_all(struct store *s, const char *sql, const struct store_params *q, const struct store_list *list,
+                  size_t max, void *ret, size_t *ret_n) {
         _cleanup_(PQclearp) PGresult *res = NULL;
         int r = select_rows(s, sql, q, &res);
         if (r < 0)
                 return r;
         struct pg_rows rows = pg_rows(res);
-        return store_rows_collect(&rows.row, elem, max, read_row, a, n);
+        return store_rows_list(&rows.row, list, max, ret, ret_n);
 }
 
 int pg_select_key_match(struct store *s, const char *sql, const uint8_t hash[STORE_HASH_SIZE],
@@ -430,7 +437,7 @@ int pg_select_key_match(struct store *s, const char *sql, const uint8_t hash[STO
         return store_rows_match_key(&rows.row, hash, ret_tenant_id);
 }
 
-int pg_write(struct store *s, const char *sql, const struct pg_params *q, uint64_t *ret_changed) {
+int pg_write(struct store *s, const char *sql, const struct store_params *q, uint64_t *ret_changed) {
         struct statement st = { .write = true, .sql = sql, .q = q };
         int r = pg_run(to_pg(s), statement_run, &st);
         if (r >= 0 && ret_changed)
@@ -438,18 +445,18 @@ int pg_write(struct store *s, const char *sql, const struct pg_params *q, uint64
         return r;
 }
 
-int pg_write_rows(struct store *s, const char *sql, const struct pg_params *q, size_t elem, size_t max,
-                  int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
+int pg_write_rows(struct store *s, const char *sql, const struct store_params *q, const struct store_list *list,
+                  size_t max, void *ret, size_t *ret_n) {
         struct statement st = { .write = true, .rows = true, .sql = sql, .q = q };
         int r = pg_run(to_pg(s), statement_run, &st);
         _cleanup_(PQclearp) PGresult *res = st.res;
         if (r < 0)
                 return r;
         struct pg_rows rows = pg_rows(res);
-        return store_rows_collect(&rows.row, elem, max, read_row, a, n);
+        return store_rows_list(&rows.row, list, max, ret, ret_n);
 }
 
-int pg_write_one(struct store *s, const char *sql, const struct pg_params *q) {
+int pg_write_one(struct store *s, const char *sql, const struct store_params *q) {
         uint64_t n = 0;
         int r = pg_write(s, sql, q, &n);
         return r < 0 ? r : n == 0 ? -ENOENT : 0;
@@ -458,7 +465,7 @@ int pg_write_one(struct store *s, const char *sql, const struct pg_params *q) {
 struct locked_write {
         int64_t key;
         const char *sql;
-        const struct pg_params *q;
+        const struct store_params *q;
         uint64_t changed;
 };
 
@@ -471,10 +478,28 @@ static int locked_write_run(struct pg_call *c, void *ctx) {
         return pg_commit(c);
 }
 
-int pg_write_locked(struct store *s, int64_t key, const char *sql, const struct pg_params *q, uint64_t *ret_changed) {
+int pg_write_locked(struct store *s, int64_t key, const char *sql, const struct store_params *q, uint64_t *ret_changed) {
         struct locked_write w = { .key = key, .sql = sql, .q = q };
         int r = pg_run(to_pg(s), locked_write_run, &w);
         if (r >= 0 && ret_changed)
                 *ret_changed = w.changed;
         return r;
 }
+
+static int pg_write_limited(struct store *s, const char *sql, const struct store_params *q, enum store_limit limit,
+                            const char *scope, uint64_t *ret_changed) {
+        int64_t key = limit == STORE_LIMIT_TENANTS     ? PG_LOCK_TENANTS
+                      : limit == STORE_LIMIT_TEMPLATES ? pg_lock_template_scope(scope)
+                                                       : pg_lock_key_scope(scope);
+        return pg_write_locked(s, key, sql, q, ret_changed);
+}
+
+const struct store_sql store_pg_sql = {
+        .pg = true,
+        .select_one = pg_select_one,
+        .select_all = pg_select_all,
+        .write = pg_write,
+        .write_one = pg_write_one,
+        .write_limited = pg_write_limited,
+        .select_key_match = pg_select_key_match,
+};

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * SQLite backend: a cluster (store.h): nodes, join tokens, the cluster's
- * CA, capability public keys, replicas, and operation leases. Each call
- * prepares its own statements, as the secrets do. What must be atomic
+ * SQLite backend: what of a cluster (store.h) takes more than one
+ * statement (the rest is store-sql.c's). Each call prepares its own
+ * statements. What must be atomic
  * across processes sharing the file (a heartbeat that finds its node lost,
  * marking nodes lost) runs in a BEGIN IMMEDIATE transaction: SQLite's
  * write lock is taken before anything is read.
@@ -50,41 +50,6 @@ static int tx_end(struct store_sqlite_conn *c, int r) {
         return r;
 }
 
-/* Runs a write of one text parameter; -ENOENT when it touched nothing. */
-static int write_by(struct store *s, const char *sql, const char *arg) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, sql, &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, arg);
-        r = sqlite_step_write(c, st, true);
-        sqlite_done(c, st);
-        return r;
-}
-
-int sqlite_node_insert(struct store *s, const struct store_node *n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        int64_t now = store_now_ms();
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, "INSERT INTO nodes (" STORE_NODE_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, n->name);
-        sqlite_bind_str(st, 2, n->address);
-        sqlite_bind_str(st, 3, n->boot_id);
-        sqlite_bind_str(st, 4, n->info ?: "{}");
-        sqlite3_bind_int(st, 5, n->draining ? 1 : 0);
-        if (n->lost_at)
-                sqlite3_bind_int64(st, 6, n->lost_at);
-        sqlite3_bind_int64(st, 7, n->joined_at ?: now);
-        sqlite3_bind_int64(st, 8, n->heartbeat_at ?: now);
-        r = sqlite_step_write(c, st, false);
-        sqlite_done(c, st);
-        return r;
-}
-
 /* In the caller's transaction: reads what the node was, then records the
  * beat (a NULL address, boot_id or info keeps what was stored). */
 static int heartbeat_locked(struct store_sqlite_conn *c, const struct store_node *n, struct store_node_beat *b) {
@@ -92,7 +57,9 @@ static int heartbeat_locked(struct store_sqlite_conn *c, const struct store_node
         int r = prepare(c, "SELECT lost_at IS NOT NULL, draining FROM nodes WHERE name = ?1", &st);
         if (r < 0)
                 return r;
-        sqlite_bind_str(st, 1, n->name);
+        struct store_params q = { 0 };
+        store_params_node_beat(&q, n);
+        sqlite_bind(st, &q); /* ?1 only */
         r = sqlite_one(c, st, store_read_node_beat, b);
         sqlite3_finalize(st);
         if (r < 0)
@@ -103,11 +70,7 @@ static int heartbeat_locked(struct store_sqlite_conn *c, const struct store_node
                     &st);
         if (r < 0)
                 return r;
-        sqlite_bind_str(st, 1, n->name);
-        sqlite_bind_str(st, 2, n->address);
-        sqlite_bind_str(st, 3, n->boot_id);
-        sqlite_bind_str(st, 4, n->info);
-        sqlite3_bind_int64(st, 5, n->heartbeat_at ?: store_now_ms());
+        sqlite_bind(st, &q);
         r = sqlite_step_write(c, st, true);
         sqlite3_finalize(st);
         return r;
@@ -127,85 +90,27 @@ int sqlite_node_heartbeat(struct store *s, const struct store_node *n, bool *ret
         return 0;
 }
 
-int sqlite_node_get(struct store *s, const char *name, struct store_node *ret) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, "SELECT " STORE_NODE_COLUMNS " FROM nodes WHERE name = ?1", &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, name);
-        r = sqlite_one(c, st, store_read_node, ret);
-        sqlite_done(c, st);
-        return r;
-}
-
-int sqlite_node_list(struct store *s, size_t max, struct store_node **ret, size_t *ret_n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, "SELECT " STORE_NODE_COLUMNS " FROM nodes ORDER BY name LIMIT ?1", &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
-        struct store_node *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_node, (void **) &a, &n);
-        sqlite_done(c, st);
-        if (r < 0) {
-                store_node_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
-}
-
-int sqlite_node_set_draining(struct store *s, const char *name, bool draining) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, "UPDATE nodes SET draining = ?2 WHERE name = ?1", &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, name);
-        sqlite3_bind_int(st, 2, draining ? 1 : 0);
-        r = sqlite_step_write(c, st, true);
-        sqlite_done(c, st);
-        return r;
-}
-
-int sqlite_node_delete(struct store *s, const char *name) {
-        /* the foreign key of sandboxes.node keeps a node they name, whatever
-         * the race (its -ENOENT is read as "still named" below) */
-        int r = write_by(s,
-                         "DELETE FROM nodes WHERE name = ?1 AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE node = ?1)",
-                         name);
-        if (r != -ENOENT)
-                return r;
-        struct store_node n = { 0 };
-        r = sqlite_node_get(s, name, &n);
-        store_node_release(&n);
-        return r < 0 ? r : -EBUSY;
-}
-
 #define SILENT_NODES "SELECT name FROM nodes WHERE lost_at IS NULL AND heartbeat_at < ?1 ORDER BY name LIMIT ?2"
 
 /* In the caller's transaction: the names, then the same rows marked. */
 static int mark_lost_locked(struct store_sqlite_conn *c, int64_t cutoff, size_t max, char ***a, size_t *n) {
+        struct store_params q = { 0 };
+        store_param_int(&q, cutoff);
+        store_param_int(&q, (int64_t) max);
+        store_param_int(&q, store_now_ms());
         sqlite3_stmt *st;
         int r = prepare(c, SILENT_NODES, &st);
         if (r < 0)
                 return r;
-        sqlite3_bind_int64(st, 1, cutoff);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        r = sqlite_collect(c, st, sizeof **a, max, store_read_string, (void **) a, n);
+        sqlite_bind(st, &q); /* ?3 unused */
+        r = sqlite_list(c, st, &store_list_string, max, a, n);
         sqlite3_finalize(st);
         if (r < 0 || *n == 0)
                 return r;
         r = prepare(c, "UPDATE nodes SET lost_at = ?3 WHERE name IN (" SILENT_NODES ")", &st);
         if (r < 0)
                 return r;
-        sqlite3_bind_int64(st, 1, cutoff);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        sqlite3_bind_int64(st, 3, store_now_ms());
+        sqlite_bind(st, &q);
         r = sqlite_step_write(c, st, false);
         sqlite3_finalize(st);
         return r;
@@ -228,89 +133,15 @@ int sqlite_nodes_mark_lost(struct store *s, int64_t cutoff, size_t max, char ***
         return 0;
 }
 
-int sqlite_sandbox_list_node(struct store *s, const char *node, size_t max, struct store_sandbox **ret,
-                             size_t *ret_n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c,
-                            "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes WHERE node IS ?1 "
-                            "ORDER BY created_at, id LIMIT ?2",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, node);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        struct store_sandbox *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_sandbox, (void **) &a, &n);
-        sqlite_done(c, st);
-        if (r < 0) {
-                store_sandbox_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
-}
-
-int sqlite_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c,
-                            "UPDATE sandboxes SET node = ?4, updated_at = ?5 "
-                            "WHERE id = ?1 AND state = ?2 AND node IS ?3",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, id);
-        sqlite_bind_str(st, 2, state);
-        sqlite_bind_str(st, 3, from);
-        sqlite_bind_str(st, 4, to);
-        sqlite3_bind_int64(st, 5, store_now_ms());
-        /* -ENOENT from the step: `to` is no node (its foreign key) */
-        r = sqlite_step_write(c, st, false);
-        if (r >= 0 && sqlite3_changes(c->db) == 0)
-                r = -ESTALE;
-        sqlite_done(c, st);
-        return r;
-}
-
-int sqlite_sandbox_count_by(struct store *s, enum store_count_by by, size_t max, char ***ret_names,
-                            int64_t **ret_counts, size_t *ret_n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        /* NULL (the local node) sorts first */
-        int r = sqlite_prep(c,
-                            by == STORE_COUNT_BY_STATE
-                                    ? "SELECT state, COUNT(*) FROM sandboxes GROUP BY state ORDER BY state LIMIT ?1"
-                                    : "SELECT node, COUNT(*) FROM sandboxes GROUP BY node ORDER BY node LIMIT ?1",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
-        struct store_node_count *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_node_count, (void **) &a, &n);
-        sqlite_done(c, st);
-        if (r >= 0)
-                r = store_node_counts_split(TAKE_PTR(a), n, ret_names, ret_counts);
-        if (r < 0) {
-                for (size_t i = 0; a && i < n; i++)
-                        free(a[i].node);
-                free(a);
-                return r;
-        }
-        *ret_n = n;
-        return 0;
-}
-
 /* Deletes the tokens expired at now; the caller holds the lock. */
 static int delete_expired_tokens(struct store_sqlite_conn *c, int64_t now) {
         sqlite3_stmt *st;
         int r = prepare(c, "DELETE FROM join_tokens WHERE expires_at <= ?1", &st);
         if (r < 0)
                 return r;
-        sqlite3_bind_int64(st, 1, now);
+        struct store_params q = { 0 };
+        store_param_int(&q, now);
+        sqlite_bind(st, &q);
         r = sqlite_step_write(c, st, false);
         sqlite3_finalize(st);
         return r;
@@ -327,10 +158,12 @@ int sqlite_join_token_insert(struct store *s, const char *id, const uint8_t hash
                 return r;
         r = delete_expired_tokens(c, now);
         if (r >= 0) {
-                sqlite_bind_str(st, 1, id);
-                sqlite3_bind_blob(st, 2, hash, STORE_HASH_SIZE, SQLITE_STATIC);
-                sqlite3_bind_int64(st, 3, now);
-                sqlite3_bind_int64(st, 4, expires_at);
+                struct store_params q = { 0 };
+                store_param_text(&q, id);
+                store_param_blob(&q, hash, STORE_HASH_SIZE);
+                store_param_int(&q, now);
+                store_param_int(&q, expires_at);
+                sqlite_bind(st, &q);
                 r = sqlite_step_write(c, st, false);
         }
         sqlite_done(c, st);
@@ -343,7 +176,9 @@ int sqlite_join_token_check(struct store *s, const char *id, const uint8_t hash[
         int r = sqlite_prep(c, "SELECT hash, expires_at FROM join_tokens WHERE id = ?1", &st);
         if (r < 0)
                 return r;
-        sqlite_bind_str(st, 1, id);
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        sqlite_bind(st, &q);
         struct store_join_token t = { 0 };
         r = sqlite_one(c, st, store_read_join_token, &t);
         sqlite3_reset(st); /* done reading before the delete */
@@ -357,33 +192,20 @@ int sqlite_join_token_check(struct store *s, const char *id, const uint8_t hash[
         return r;
 }
 
-int sqlite_join_token_delete(struct store *s, const char *id) {
-        return write_by(s, "DELETE FROM join_tokens WHERE id = ?1", id);
-}
-
 int sqlite_cluster_ca(struct store *s, const char *cert_pem, const char *key_pem, char **ret_cert, char **ret_key) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
+        struct store_params q = { 0 };
+        store_param_text(&q, cert_pem);
+        store_param_text(&q, key_pem);
+        store_param_int(&q, store_now_ms());
         /* the first CA stored stays: a second insert does nothing */
-        int r = sqlite_prep(c,
-                            "INSERT INTO cluster_ca (id, cert, key, created_at) VALUES (1, ?1, ?2, ?3) "
-                            "ON CONFLICT (id) DO NOTHING",
-                            &st);
+        int r = sqlite_write(s,
+                             "INSERT INTO cluster_ca (id, cert, key, created_at) VALUES (1, ?1, ?2, ?3) "
+                             "ON CONFLICT (id) DO NOTHING",
+                             &q, NULL);
         if (r < 0)
                 return r;
-        sqlite_bind_str(st, 1, cert_pem);
-        sqlite_bind_str(st, 2, key_pem);
-        sqlite3_bind_int64(st, 3, store_now_ms());
-        r = sqlite_step_write(c, st, false);
-        sqlite3_finalize(st);
         struct store_ca_pem ca = { 0 };
-        if (r >= 0)
-                r = prepare(c, "SELECT cert, key FROM cluster_ca WHERE id = 1", &st);
-        if (r >= 0) {
-                r = sqlite_one(c, st, store_read_ca_pem, &ca);
-                sqlite3_finalize(st);
-        }
-        pthread_mutex_unlock(&c->lock);
+        r = sqlite_select_one(s, "SELECT cert, key FROM cluster_ca WHERE id = 1", NULL, store_read_ca_pem, &ca);
         if (r < 0)
                 return r;
         *ret_cert = ca.cert;
@@ -391,135 +213,13 @@ int sqlite_cluster_ca(struct store *s, const char *cert_pem, const char *key_pem
         return 0;
 }
 
-int sqlite_cap_key_publish(struct store *s, const struct store_cap_key *k) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c,
-                            "INSERT INTO cap_keys (" STORE_CAP_KEY_COLUMNS ") VALUES (?1, ?2, ?3, ?4) "
-                            "ON CONFLICT (kid) DO UPDATE SET public_key = excluded.public_key, "
-                            "replica = excluded.replica, created_at = excluded.created_at",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, k->kid);
-        sqlite_bind_str(st, 2, k->public_key);
-        sqlite_bind_str(st, 3, k->replica);
-        sqlite3_bind_int64(st, 4, k->created_at ?: store_now_ms());
-        r = sqlite_step_write(c, st, false);
-        sqlite_done(c, st);
-        return r;
-}
-
-int sqlite_cap_key_list(struct store *s, size_t max, struct store_cap_key **ret, size_t *ret_n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, "SELECT " STORE_CAP_KEY_COLUMNS " FROM cap_keys ORDER BY created_at, kid LIMIT ?1",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
-        struct store_cap_key *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_cap_key, (void **) &a, &n);
-        sqlite_done(c, st);
-        if (r < 0) {
-                store_cap_key_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
-}
-
-int sqlite_cap_key_delete(struct store *s, const char *kid) {
-        return write_by(s, "DELETE FROM cap_keys WHERE kid = ?1", kid);
-}
-
-int sqlite_replica_seen(struct store *s, const struct store_replica *p) {
-        struct store_sqlite_conn *c = to_conn(s);
-        int64_t now = store_now_ms();
-        sqlite3_stmt *st;
-        /* started_at stays what the first row said */
-        int r = sqlite_prep(c,
-                            "INSERT INTO replicas (" STORE_REPLICA_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5) "
-                            "ON CONFLICT (id) DO UPDATE SET cluster_address = excluded.cluster_address, "
-                            "api_address = excluded.api_address, seen_at = excluded.seen_at",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, p->id);
-        sqlite_bind_str(st, 2, p->cluster_address);
-        sqlite_bind_str(st, 3, p->api_address);
-        sqlite3_bind_int64(st, 4, p->started_at ?: now);
-        sqlite3_bind_int64(st, 5, p->seen_at ?: now);
-        r = sqlite_step_write(c, st, false);
-        sqlite_done(c, st);
-        return r;
-}
-
-int sqlite_replica_list(struct store *s, int64_t since, size_t max, struct store_replica **ret, size_t *ret_n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c,
-                            "SELECT " STORE_REPLICA_COLUMNS " FROM replicas WHERE seen_at >= ?1 ORDER BY id LIMIT ?2",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, since);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        struct store_replica *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_replica, (void **) &a, &n);
-        sqlite_done(c, st);
-        if (r < 0) {
-                store_replica_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
-}
-
-int sqlite_replica_delete(struct store *s, const char *id) {
-        return write_by(s, "DELETE FROM replicas WHERE id = ?1", id);
-}
-
-int sqlite_operation_lease_renew(struct store *s, const char *owner, int64_t until, uint64_t *ret_n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, "UPDATE operations SET lease_until = ?2 WHERE owner = ?1 AND " UNFINISHED, &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, owner);
-        sqlite3_bind_int64(st, 2, until);
-        r = sqlite_step_write(c, st, false);
-        if (r >= 0)
-                *ret_n = (uint64_t) sqlite3_changes(c->db);
-        sqlite_done(c, st);
-        return r;
-}
-
 /* The unfinished operations sql selects (?1 now, ?2 max), oldest first. */
 static int list_operations(struct store *s, const char *sql, int64_t now, size_t max, struct store_operation **ret,
                            size_t *ret_n) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        int r = sqlite_prep(c, sql, &st);
-        if (r < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, now);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        struct store_operation *a = NULL;
-        size_t n = 0;
-        r = sqlite_collect(c, st, sizeof *a, max, store_read_operation, (void **) &a, &n);
-        sqlite_done(c, st);
-        if (r < 0) {
-                store_operation_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        struct store_params q = { 0 };
+        store_param_int(&q, now);
+        store_param_int(&q, (int64_t) max);
+        return sqlite_select_all(s, sql, &q, &store_list_operation, max, ret, ret_n);
 }
 
 int sqlite_operation_list_expired(struct store *s, int64_t now, size_t max, struct store_operation **ret,
@@ -538,21 +238,3 @@ int sqlite_operation_list_unfinished(struct store *s, size_t max, struct store_o
                                0, max, ret, ret_n);
 }
 
-int sqlite_operation_take_over(struct store *s, const char *id, const char *owner, int64_t now, int64_t until) {
-        struct store_sqlite_conn *c = to_conn(s);
-        sqlite3_stmt *st;
-        /* compare-and-set on the lease: of two takers the second finds it renewed */
-        int r = sqlite_prep(c,
-                            "UPDATE operations SET owner = ?2, lease_until = ?4 "
-                            "WHERE id = ?1 AND " UNFINISHED " AND lease_until < ?3",
-                            &st);
-        if (r < 0)
-                return r;
-        sqlite_bind_str(st, 1, id);
-        sqlite_bind_str(st, 2, owner);
-        sqlite3_bind_int64(st, 3, now);
-        sqlite3_bind_int64(st, 4, until);
-        r = sqlite_step_write(c, st, true);
-        sqlite_done(c, st);
-        return r == -ENOENT ? -ESTALE : r;
-}

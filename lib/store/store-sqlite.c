@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * SQLite backend of the store: one connection in WAL mode, foreign keys on,
- * a busy timeout, statements prepared once at open. A mutex serialises use
- * of the connection and its prepared statements (a statement is stepped and
- * read across several calls, which SQLite's own mutex does not cover).
+ * a busy timeout, each statement prepared on its first use and kept
+ * (store-sqlite-helpers.c). A mutex serialises use of the connection and
+ * its prepared statements (a statement is stepped and read across several
+ * calls, which SQLite's own mutex does not cover). Opening and the
+ * migrations are here; the ops are store-sql.c's, but for the cluster's
+ * few that take a transaction (store-sqlite-cluster.c).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -19,196 +22,14 @@
 
 #define SQLITE_BUSY_TIMEOUT_MS 5000
 
-enum stmt_id {
-        STMT_SANDBOX_INSERT,
-        STMT_SANDBOX_GET,
-        STMT_SANDBOX_LIST,
-        STMT_SANDBOX_UPDATE,
-        STMT_SANDBOX_DELETE,
-        STMT_SESSION_INSERT,
-        STMT_SESSION_GET,
-        STMT_SESSION_DELETE,
-        STMT_KEY_UPSERT,
-        STMT_KEY_ALL,
-        STMT_VERSION,
-        STMT_SANDBOX_TRANSITION,
-        STMT_OP_INSERT,
-        STMT_OP_GET,
-        STMT_OP_BY_KEY,
-        STMT_OP_UPDATE,
-        STMT_OP_PROGRESS,
-        STMT_OP_FAIL_UNFINISHED,
-        STMT_SNAP_INSERT,
-        STMT_SNAP_GET,
-        STMT_SNAP_LIST,
-        STMT_SNAP_DELETE,
-        STMT_SANDBOX_LIST_TENANT,
-        STMT_KEY_CREATE,
-        STMT_KEY_LIST,
-        STMT_KEY_DELETE,
-        STMT_TENANT_INSERT,
-        STMT_TENANT_GET,
-        STMT_TENANT_LIST,
-        STMT_TENANT_DELETE,
-        STMT_SANDBOX_NETWORK_GET,
-        STMT_SANDBOX_NETWORK_SET,
-        STMT_TENANT_NETWORK_SET,
-        STMT_SANDBOX_EXPIRY_SET,
-        _STMT_MAX,
-};
-
-static const char *const stmt_sql[_STMT_MAX] = {
-        [STMT_SANDBOX_INSERT] = "INSERT INTO sandboxes (id, template, state, error, metadata, env_keys, "
-                                "created_at, updated_at, desired_state, snapshot_policy, idle_timeout_s, tenant_id, network, "
-                                "expires_at, expiry_s, on_expiry, node, memory_mib, vcpus) "
-                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
-                                "?19)",
-        [STMT_SANDBOX_GET] = "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes WHERE id = ?1",
-        [STMT_SANDBOX_LIST] = "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes ORDER BY created_at, id LIMIT ?1",
-        [STMT_SANDBOX_UPDATE] = "UPDATE sandboxes SET state = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
-        [STMT_SANDBOX_DELETE] = "DELETE FROM sandboxes WHERE id = ?1",
-        [STMT_SESSION_INSERT] = "INSERT INTO sessions (id, sandbox_id, cmd, pty, token_hash, created_at) "
-                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        [STMT_SESSION_GET] = "SELECT " STORE_SESSION_COLUMNS " FROM sessions WHERE id = ?1",
-        [STMT_SESSION_DELETE] = "DELETE FROM sessions WHERE id = ?1",
-        [STMT_KEY_UPSERT] = "INSERT INTO api_keys (name, hash, created_at, id) "
-                            "VALUES (?1, ?2, ?3, 'key-' || lower(hex(randomblob(8)))) "
-                            "ON CONFLICT(name) DO UPDATE SET hash = excluded.hash, created_at = excluded.created_at",
-        [STMT_KEY_ALL] = "SELECT hash, tenant_id FROM api_keys",
-        [STMT_VERSION] = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
-        [STMT_SANDBOX_TRANSITION] = "UPDATE sandboxes SET state = ?3, desired_state = COALESCE(?4, desired_state), "
-                                    "error = NULL, updated_at = ?5 WHERE id = ?1 AND state = ?2",
-        [STMT_OP_INSERT] = "INSERT INTO operations (id, sandbox_id, verb, state, error, result, idempotency_key, "
-                           "created_at, request_hash, stage, progress, tenant_id, owner, lease_until, detail) "
-                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-                           "COALESCE(?12, (SELECT tenant_id FROM sandboxes WHERE id = ?2)), ?13, ?14, ?15)",
-        [STMT_OP_GET] = "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE id = ?1",
-        [STMT_OP_BY_KEY] = "SELECT " STORE_OPERATION_COLUMNS " FROM operations WHERE idempotency_key = ?1",
-        [STMT_OP_UPDATE] = "UPDATE operations SET state = ?2, error = ?3, result = ?4, "
-                           "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END, "
-                           "progress = CASE WHEN ?2 = 'succeeded' THEN 100 ELSE progress END, "
-                           "stage = CASE WHEN ?2 = 'succeeded' THEN NULL ELSE stage END WHERE id = ?1",
-        [STMT_OP_PROGRESS] = "UPDATE operations SET progress = ?2, stage = ?3 "
-                             "WHERE id = ?1 AND state IN ('pending', 'running')",
-        [STMT_OP_FAIL_UNFINISHED] = "UPDATE operations SET state = 'failed', error = ?1, finished_at = ?2 "
-                                    "WHERE state IN ('pending', 'running')",
-        [STMT_SNAP_INSERT] = "INSERT INTO snapshots (id, sandbox_id, kind, size, created_at, pinned) "
-                             "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        [STMT_SNAP_GET] = "SELECT " STORE_SNAPSHOT_COLUMNS " FROM snapshots WHERE id = ?1",
-        [STMT_SNAP_LIST] = "SELECT " STORE_SNAPSHOT_COLUMNS " FROM snapshots WHERE sandbox_id = ?1 "
-                           "ORDER BY created_at DESC, id DESC LIMIT ?2",
-        [STMT_SNAP_DELETE] = "DELETE FROM snapshots WHERE id = ?1",
-        [STMT_SANDBOX_LIST_TENANT] = "SELECT " STORE_SANDBOX_COLUMNS " FROM sandboxes "
-                                     "WHERE tenant_id = ?1 ORDER BY created_at, id LIMIT ?2",
-        /* the limit is part of the statement, so two racing creates cannot
-         * both pass it; no row inserted means "over the limit" */
-        [STMT_KEY_CREATE] = "INSERT INTO api_keys (name, hash, created_at, id, tenant_id, label) "
-                            "SELECT ?1, ?2, ?3, ?1, ?4, ?5 "
-                            "WHERE (SELECT COUNT(*) FROM api_keys WHERE tenant_id IS ?4) < ?6",
-        [STMT_KEY_LIST] = "SELECT " STORE_API_KEY_COLUMNS " FROM api_keys WHERE tenant_id = ?1 "
-                          "ORDER BY created_at, id LIMIT ?2",
-        [STMT_KEY_DELETE] = "DELETE FROM api_keys WHERE id = ?1 AND tenant_id IS NOT NULL",
-        [STMT_TENANT_INSERT] = "INSERT INTO tenants (id, name, created_at, network) SELECT ?1, ?2, ?3, ?5 "
-                               "WHERE (SELECT COUNT(*) FROM tenants) < ?4",
-        [STMT_TENANT_GET] = "SELECT " STORE_TENANT_COLUMNS " FROM tenants WHERE id = ?1",
-        [STMT_TENANT_LIST] = "SELECT " STORE_TENANT_COLUMNS " FROM tenants ORDER BY created_at, id LIMIT ?1",
-        /* the foreign key of sandboxes.tenant_id has no cascade: a tenant
-         * that still owns sandboxes is kept, whatever the race */
-        [STMT_TENANT_DELETE] = "DELETE FROM tenants WHERE id = ?1 "
-                               "AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE tenant_id = ?1) "
-                               "AND NOT EXISTS (SELECT 1 FROM images WHERE tenant_id = ?1)",
-        [STMT_SANDBOX_NETWORK_GET] = "SELECT network FROM sandboxes WHERE id = ?1",
-        [STMT_SANDBOX_NETWORK_SET] = "UPDATE sandboxes SET network = ?3, updated_at = ?4 WHERE id = ?1 AND state = ?2",
-        [STMT_TENANT_NETWORK_SET] = "UPDATE tenants SET network = ?2 WHERE id = ?1",
-        [STMT_SANDBOX_EXPIRY_SET] = "UPDATE sandboxes SET expires_at = ?2, expiry_s = ?3, "
-                                    "on_expiry = COALESCE(?4, on_expiry), updated_at = ?5 WHERE id = ?1",
-};
+#define VERSION_SQL "SELECT COALESCE(MAX(version), 0) FROM schema_migrations"
 
 struct store_sqlite {
         struct store_sqlite_conn conn; /* must be first */
-        sqlite3_stmt *stmt[_STMT_MAX];
 };
-
-/* Maps an SQLite result code to a negative errno: the only place where
- * SQLite's codes are looked at. */
-int sqlite_to_errno(sqlite3 *db, int rc) {
-        int ext = db ? sqlite3_extended_errcode(db) : rc;
-        switch (rc & 0xff) {
-        case SQLITE_OK:
-        case SQLITE_ROW:
-        case SQLITE_DONE:
-                return 0;
-        case SQLITE_CONSTRAINT:
-                if (ext == SQLITE_CONSTRAINT_FOREIGNKEY)
-                        return -ENOENT;
-                if (ext == SQLITE_CONSTRAINT_PRIMARYKEY || ext == SQLITE_CONSTRAINT_UNIQUE)
-                        return -EEXIST;
-                return -EINVAL;
-        case SQLITE_BUSY:
-        case SQLITE_LOCKED:
-                return -EBUSY;
-        case SQLITE_NOMEM:
-                return -ENOMEM;
-        case SQLITE_READONLY:
-                return -EROFS;
-        case SQLITE_FULL:
-                return -ENOSPC;
-        case SQLITE_PERM:
-        case SQLITE_AUTH:
-                return -EACCES;
-        case SQLITE_CANTOPEN: {
-                int e = db ? sqlite3_system_errno(db) : 0;
-                return e > 0 ? -e : -EACCES;
-        }
-        case SQLITE_CORRUPT:
-        case SQLITE_NOTADB:
-                return -EBADMSG;
-        case SQLITE_TOOBIG:
-                return -E2BIG;
-        case SQLITE_MISUSE:
-        case SQLITE_RANGE:
-                return -EINVAL;
-        default:
-                return -EIO;
-        }
-}
 
 static struct store_sqlite *to_sqlite(struct store *s) {
         return (struct store_sqlite *) s;
-}
-
-/* Takes the connection lock and resets the statement, ready for binding. */
-static sqlite3_stmt *stmt_begin(struct store_sqlite *q, enum stmt_id id) {
-        pthread_mutex_lock(&q->conn.lock);
-        sqlite3_stmt *st = q->stmt[id];
-        sqlite3_reset(st);
-        sqlite3_clear_bindings(st);
-        return st;
-}
-
-static void stmt_end(struct store_sqlite *q, sqlite3_stmt *st) {
-        sqlite3_reset(st);
-        pthread_mutex_unlock(&q->conn.lock);
-}
-
-/* 0 stands for "none" in the columns that take it */
-static void bind_int64_or_null(sqlite3_stmt *st, int idx, int64_t v) {
-        if (v)
-                sqlite3_bind_int64(st, idx, v);
-        else
-                sqlite3_bind_null(st, idx);
-}
-
-static int bind_text(sqlite3_stmt *st, int idx, const char *s) {
-        return s ? sqlite3_bind_text(st, idx, s, -1, SQLITE_STATIC) : sqlite3_bind_null(st, idx);
-}
-
-/* Steps a statement that returns no rows. */
-static int step_done(struct store_sqlite *q, sqlite3_stmt *st) {
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-                return 0;
-        return sqlite_to_errno(q->conn.db, rc);
 }
 
 static int exec_sql(sqlite3 *db, const char *sql) {
@@ -218,7 +39,7 @@ static int exec_sql(sqlite3 *db, const char *sql) {
 
 static int query_version(sqlite3 *db, unsigned *ret) {
         sqlite3_stmt *st = NULL;
-        int rc = sqlite3_prepare_v2(db, stmt_sql[STMT_VERSION], -1, &st, NULL);
+        int rc = sqlite3_prepare_v2(db, VERSION_SQL, -1, &st, NULL);
         if (rc != SQLITE_OK)
                 return sqlite_to_errno(db, rc);
         rc = sqlite3_step(st);
@@ -281,8 +102,7 @@ static void sqlite_close(struct store *s) {
         struct store_sqlite *q = to_sqlite(s);
         if (!q)
                 return;
-        for (size_t i = 0; i < _STMT_MAX; i++)
-                sqlite3_finalize(q->stmt[i]);
+        sqlite_cache_clear(&q->conn);
         sqlite3_close_v2(q->conn.db);
         pthread_mutex_destroy(&q->conn.lock);
         free(q);
@@ -296,7 +116,7 @@ static int sqlite_open(const char *location, struct store **ret) {
         struct store_sqlite *q = calloc(1, sizeof *q);
         if (!q)
                 return -ENOMEM;
-        q->conn.base.ops = &store_sqlite_ops;
+        q->conn.base = (struct store_backend){ .store.ops = &store_sqlite_ops, .sql = &store_sqlite_sql };
         pthread_mutex_init(&q->conn.lock, NULL);
 
         int r;
@@ -316,501 +136,25 @@ static int sqlite_open(const char *location, struct store **ret) {
         r = migrate(q->conn.db);
         if (r < 0)
                 goto fail;
-        for (size_t i = 0; i < _STMT_MAX; i++) {
-                rc = sqlite3_prepare_v3(q->conn.db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &q->stmt[i], NULL);
-                if (rc != SQLITE_OK) {
-                        r = sqlite_to_errno(q->conn.db, rc);
-                        goto fail;
-                }
-        }
-        *ret = &q->conn.base;
+        *ret = &q->conn.base.store;
         return 0;
 fail:
-        sqlite_close(&q->conn.base);
+        sqlite_close(&q->conn.base.store);
         return r;
 }
 
 static int sqlite_schema_version(struct store *s, unsigned *ret) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_VERSION);
-        int rc = sqlite3_step(st);
-        int r = rc == SQLITE_ROW ? 0 : sqlite_to_errno(q->conn.db, rc);
-        if (rc == SQLITE_ROW)
-                *ret = (unsigned) sqlite3_column_int64(st, 0);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_sandbox_insert(struct store *s, const struct store_sandbox *sb) {
-        struct store_sqlite *q = to_sqlite(s);
-        int64_t now = store_now_ms();
-        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_INSERT);
-        bind_text(st, 1, sb->id);
-        bind_text(st, 2, sb->template_name);
-        bind_text(st, 3, sb->state);
-        bind_text(st, 4, sb->error);
-        bind_text(st, 5, sb->metadata ? sb->metadata : "{}");
-        bind_text(st, 6, sb->env_keys ? sb->env_keys : "[]");
-        sqlite3_bind_int64(st, 7, sb->created_at ? sb->created_at : now);
-        sqlite3_bind_int64(st, 8, sb->updated_at ? sb->updated_at : now);
-        bind_text(st, 9, sb->desired_state);
-        bind_text(st, 10, sb->snapshot_policy);
-        if (sb->has_idle_timeout)
-                sqlite3_bind_int64(st, 11, sb->idle_timeout_s);
-        else
-                sqlite3_bind_null(st, 11);
-        bind_text(st, 12, sb->tenant_id);
-        bind_text(st, 13, sb->network);
-        bind_int64_or_null(st, 14, sb->expires_at);
-        bind_int64_or_null(st, 15, sb->expiry_s);
-        bind_text(st, 16, sb->on_expiry);
-        bind_text(st, 17, sb->node);
-        bind_int64_or_null(st, 18, sb->memory_mib);
-        bind_int64_or_null(st, 19, sb->vcpus);
-        int r = step_done(q, st);
-        stmt_end(q, st);
-        return r;
-}
-
-/* Runs a SELECT of one row by one text parameter: the row through
- * read_row into ret, or -ENOENT. */
-static int select_one(struct store_sqlite *q, enum stmt_id id, const char *arg,
-                      int (*read_row)(const struct store_row *, void *), void *ret) {
-        sqlite3_stmt *st = stmt_begin(q, id);
-        bind_text(st, 1, arg);
-        int r = sqlite_one(&q->conn, st, read_row, ret);
-        stmt_end(q, st);
-        return r;
-}
-
-/* Steps st to its end and reads every row with read_row into a growing
- * array (sqlite_collect()). On failure *a and *n still describe what was
- * read, for the caller's array destructor. */
-static int collect_rows(struct store_sqlite *q, sqlite3_stmt *st, size_t elem_size,
-                        int (*read_row)(const struct store_row *, void *), void **a, size_t *n) {
-        return sqlite_collect(&q->conn, st, elem_size, SIZE_MAX, read_row, a, n);
-}
-
-static int sqlite_sandbox_get(struct store *s, const char *id, struct store_sandbox *ret) {
-        return select_one(to_sqlite(s), STMT_SANDBOX_GET, id, store_read_sandbox, ret);
-}
-
-/* Lists sandboxes: every one (tenant_id NULL) or one tenant's. */
-static int sandbox_list_common(struct store *s, const char *tenant_id, size_t max, struct store_sandbox **ret,
-                               size_t *ret_n) {
-        struct store_sqlite *q = to_sqlite(s);
-        struct store_sandbox *a = NULL;
-        size_t n = 0;
-        int r = 0;
-        sqlite3_stmt *st;
-        if (tenant_id) {
-                st = stmt_begin(q, STMT_SANDBOX_LIST_TENANT);
-                bind_text(st, 1, tenant_id);
-                sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        } else {
-                st = stmt_begin(q, STMT_SANDBOX_LIST);
-                sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
-        }
-        r = collect_rows(q, st, sizeof *a, store_read_sandbox, (void **) &a, &n);
-        stmt_end(q, st);
-        if (r < 0) {
-                store_sandbox_array_free(a, n);
+        int64_t v = 0;
+        int r = sqlite_select_one(s, VERSION_SQL, NULL, store_read_int64, &v);
+        if (r < 0)
                 return r;
-        }
-        *ret = a;
-        *ret_n = n;
+        *ret = (unsigned) v;
         return 0;
-}
-
-static int sqlite_sandbox_list(struct store *s, size_t max, struct store_sandbox **ret, size_t *ret_n) {
-        return sandbox_list_common(s, NULL, max, ret, ret_n);
-}
-
-static int sqlite_sandbox_list_tenant(struct store *s, const char *tenant_id, size_t max, struct store_sandbox **ret,
-                                      size_t *ret_n) {
-        return sandbox_list_common(s, tenant_id, max, ret, ret_n);
-}
-
-/* Runs a one-row UPDATE/DELETE; -ENOENT when it touched nothing. */
-static int step_one_change(struct store_sqlite *q, sqlite3_stmt *st) {
-        int r = step_done(q, st);
-        if (r >= 0 && sqlite3_changes(q->conn.db) == 0)
-                r = -ENOENT;
-        return r;
-}
-
-static int sqlite_sandbox_update_state(struct store *s, const char *id, const char *state, const char *error) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_UPDATE);
-        bind_text(st, 1, id);
-        bind_text(st, 2, state);
-        bind_text(st, 3, error);
-        sqlite3_bind_int64(st, 4, store_now_ms());
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_sandbox_delete(struct store *s, const char *id) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_DELETE);
-        bind_text(st, 1, id);
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_sandbox_transition(struct store *s, const char *id, const char *from, const char *to,
-                                     const char *desired) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_TRANSITION);
-        bind_text(st, 1, id);
-        bind_text(st, 2, from);
-        bind_text(st, 3, to);
-        bind_text(st, 4, desired);
-        sqlite3_bind_int64(st, 5, store_now_ms());
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r == -ENOENT ? -ESTALE : r;
-}
-
-static int sqlite_sandbox_network_get(struct store *s, const char *id, char **ret) {
-        return select_one(to_sqlite(s), STMT_SANDBOX_NETWORK_GET, id, store_read_text, ret);
-}
-
-static int sqlite_sandbox_network_set(struct store *s, const char *id, const char *state, const char *network) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_NETWORK_SET);
-        bind_text(st, 1, id);
-        bind_text(st, 2, state);
-        bind_text(st, 3, network);
-        sqlite3_bind_int64(st, 4, store_now_ms());
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r == -ENOENT ? -ESTALE : r;
-}
-
-static int sqlite_sandbox_expiry_set(struct store *s, const char *id, int64_t expires_at, int64_t expiry_s,
-                                     const char *on_expiry) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SANDBOX_EXPIRY_SET);
-        bind_text(st, 1, id);
-        bind_int64_or_null(st, 2, expires_at);
-        bind_int64_or_null(st, 3, expiry_s);
-        bind_text(st, 4, on_expiry);
-        sqlite3_bind_int64(st, 5, store_now_ms());
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_operation_insert(struct store *s, const struct store_operation *op) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_OP_INSERT);
-        bind_text(st, 1, op->id);
-        bind_text(st, 2, op->sandbox_id);
-        bind_text(st, 3, op->verb);
-        bind_text(st, 4, op->state);
-        bind_text(st, 5, op->error);
-        bind_text(st, 6, op->result);
-        bind_text(st, 7, op->idempotency_key);
-        sqlite3_bind_int64(st, 8, op->created_at ? op->created_at : store_now_ms());
-        bind_text(st, 9, op->request_hash);
-        bind_text(st, 10, op->stage);
-        sqlite3_bind_int(st, 11, op->progress);
-        bind_text(st, 12, op->tenant_id);
-        bind_text(st, 13, op->owner);
-        bind_int64_or_null(st, 14, op->lease_until);
-        bind_text(st, 15, op->detail);
-        int r = step_done(q, st);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_operation_get(struct store *s, const char *id, struct store_operation *ret) {
-        return select_one(to_sqlite(s), STMT_OP_GET, id, store_read_operation, ret);
-}
-
-static int sqlite_operation_find_by_key(struct store *s, const char *key, struct store_operation *ret) {
-        return select_one(to_sqlite(s), STMT_OP_BY_KEY, key, store_read_operation, ret);
-}
-
-static int sqlite_operation_update(struct store *s, const char *id, const char *state, const char *error,
-                                   const char *result) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_OP_UPDATE);
-        bind_text(st, 1, id);
-        bind_text(st, 2, state);
-        bind_text(st, 3, error);
-        bind_text(st, 4, result);
-        sqlite3_bind_int64(st, 5, store_now_ms());
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_operation_progress(struct store *s, const char *id, int progress, const char *stage) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_OP_PROGRESS);
-        bind_text(st, 1, id);
-        sqlite3_bind_int(st, 2, progress);
-        bind_text(st, 3, stage);
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_operation_fail_unfinished(struct store *s, const char *error) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_OP_FAIL_UNFINISHED);
-        bind_text(st, 1, error);
-        sqlite3_bind_int64(st, 2, store_now_ms());
-        int r = step_done(q, st);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_snapshot_insert(struct store *s, const struct store_snapshot *snap) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_INSERT);
-        bind_text(st, 1, snap->id);
-        bind_text(st, 2, snap->sandbox_id);
-        bind_text(st, 3, snap->kind);
-        sqlite3_bind_int64(st, 4, snap->size);
-        sqlite3_bind_int64(st, 5, snap->created_at ? snap->created_at : store_now_ms());
-        sqlite3_bind_int(st, 6, snap->pinned ? 1 : 0);
-        int r = step_done(q, st);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_snapshot_get(struct store *s, const char *id, struct store_snapshot *ret) {
-        return select_one(to_sqlite(s), STMT_SNAP_GET, id, store_read_snapshot, ret);
-}
-
-static int sqlite_snapshot_list(struct store *s, const char *sandbox_id, size_t max, struct store_snapshot **ret,
-                                size_t *ret_n) {
-        struct store_sqlite *q = to_sqlite(s);
-        struct store_snapshot *a = NULL;
-        size_t n = 0;
-        int r = 0;
-        sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_LIST);
-        bind_text(st, 1, sandbox_id);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        r = collect_rows(q, st, sizeof *a, store_read_snapshot, (void **) &a, &n);
-        stmt_end(q, st);
-        if (r < 0) {
-                store_snapshot_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
-}
-
-static int sqlite_snapshot_delete(struct store *s, const char *id) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SNAP_DELETE);
-        bind_text(st, 1, id);
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_session_insert(struct store *s, const struct store_session *ses) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SESSION_INSERT);
-        bind_text(st, 1, ses->id);
-        bind_text(st, 2, ses->sandbox_id);
-        bind_text(st, 3, ses->cmd);
-        sqlite3_bind_int(st, 4, ses->pty ? 1 : 0);
-        sqlite3_bind_blob(st, 5, ses->token_hash, STORE_HASH_SIZE, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 6, ses->created_at ? ses->created_at : store_now_ms());
-        int r = step_done(q, st);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_session_get(struct store *s, const char *id, struct store_session *ret) {
-        return select_one(to_sqlite(s), STMT_SESSION_GET, id, store_read_session, ret);
-}
-
-static int sqlite_session_delete(struct store *s, const char *id) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_SESSION_DELETE);
-        bind_text(st, 1, id);
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_api_key_insert(struct store *s, const char *name, const uint8_t hash[STORE_HASH_SIZE]) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_KEY_UPSERT);
-        bind_text(st, 1, name);
-        sqlite3_bind_blob(st, 2, hash, STORE_HASH_SIZE, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, store_now_ms());
-        int r = step_done(q, st);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_api_key_lookup(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_tenant_id) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_KEY_ALL);
-        struct sqlite_rows rows = sqlite_rows(q->conn.db, st);
-        int r = store_rows_match_key(&rows.row, hash, ret_tenant_id);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_api_key_create(struct store *s, const char *id, const char *tenant_id, const char *name,
-                                 const uint8_t hash[STORE_HASH_SIZE], size_t max) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_KEY_CREATE);
-        bind_text(st, 1, id);
-        sqlite3_bind_blob(st, 2, hash, STORE_HASH_SIZE, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, store_now_ms());
-        bind_text(st, 4, tenant_id);
-        bind_text(st, 5, name);
-        sqlite3_bind_int64(st, 6, (sqlite3_int64) MIN(max, (size_t) INT64_MAX));
-        int r = step_done(q, st); /* -ENOENT: the tenant's foreign key */
-        if (r >= 0 && sqlite3_changes(q->conn.db) == 0)
-                r = -EDQUOT;
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_api_key_list(struct store *s, const char *tenant_id, size_t max, struct store_api_key **ret,
-                               size_t *ret_n) {
-        struct store_sqlite *q = to_sqlite(s);
-        struct store_api_key *a = NULL;
-        size_t n = 0;
-        sqlite3_stmt *st = stmt_begin(q, STMT_KEY_LIST);
-        bind_text(st, 1, tenant_id);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64) max);
-        int r = collect_rows(q, st, sizeof *a, store_read_api_key, (void **) &a, &n);
-        stmt_end(q, st);
-        if (r < 0) {
-                store_api_key_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
-}
-
-static int sqlite_api_key_delete(struct store *s, const char *id) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_KEY_DELETE);
-        bind_text(st, 1, id);
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_tenant_insert(struct store *s, const struct store_tenant *t, size_t max) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_INSERT);
-        bind_text(st, 1, t->id);
-        bind_text(st, 2, t->name);
-        sqlite3_bind_int64(st, 3, t->created_at ? t->created_at : store_now_ms());
-        sqlite3_bind_int64(st, 4, (sqlite3_int64) MIN(max, (size_t) INT64_MAX));
-        bind_text(st, 5, t->network);
-        int r = step_done(q, st);
-        if (r >= 0 && sqlite3_changes(q->conn.db) == 0)
-                r = -EDQUOT;
-        stmt_end(q, st);
-        return r;
-}
-
-static int sqlite_tenant_get(struct store *s, const char *id, struct store_tenant *ret) {
-        return select_one(to_sqlite(s), STMT_TENANT_GET, id, store_read_tenant, ret);
-}
-
-static int sqlite_tenant_list(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n) {
-        struct store_sqlite *q = to_sqlite(s);
-        struct store_tenant *a = NULL;
-        size_t n = 0;
-        sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_LIST);
-        sqlite3_bind_int64(st, 1, (sqlite3_int64) max);
-        int r = collect_rows(q, st, sizeof *a, store_read_tenant, (void **) &a, &n);
-        stmt_end(q, st);
-        if (r < 0) {
-                store_tenant_array_free(a, n);
-                return r;
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
-}
-
-static int sqlite_tenant_delete(struct store *s, const char *id) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_DELETE);
-        bind_text(st, 1, id);
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        if (r != -ENOENT)
-                return r;
-        /* nothing deleted: unknown, or it still owns sandboxes */
-        struct store_tenant t = { 0 };
-        r = sqlite_tenant_get(s, id, &t);
-        store_tenant_release(&t);
-        return r < 0 ? r : -EBUSY;
-}
-
-static int sqlite_tenant_network_set(struct store *s, const char *id, const char *network) {
-        struct store_sqlite *q = to_sqlite(s);
-        sqlite3_stmt *st = stmt_begin(q, STMT_TENANT_NETWORK_SET);
-        bind_text(st, 1, id);
-        bind_text(st, 2, network);
-        int r = step_one_change(q, st);
-        stmt_end(q, st);
-        return r;
 }
 
 const struct store_ops store_sqlite_ops = {
         .scheme = "sqlite",
         .open = sqlite_open,
         .close = sqlite_close,
-        .schema_version = sqlite_schema_version,
-        .sandbox_insert = sqlite_sandbox_insert,
-        .sandbox_get = sqlite_sandbox_get,
-        .sandbox_list = sqlite_sandbox_list,
-        .sandbox_list_tenant = sqlite_sandbox_list_tenant,
-        .sandbox_update_state = sqlite_sandbox_update_state,
-        .sandbox_delete = sqlite_sandbox_delete,
-        .sandbox_transition = sqlite_sandbox_transition,
-        .sandbox_network_get = sqlite_sandbox_network_get,
-        .sandbox_network_set = sqlite_sandbox_network_set,
-        .sandbox_expiry_set = sqlite_sandbox_expiry_set,
-        .operation_insert = sqlite_operation_insert,
-        .operation_get = sqlite_operation_get,
-        .operation_find_by_key = sqlite_operation_find_by_key,
-        .operation_update = sqlite_operation_update,
-        .operation_progress = sqlite_operation_progress,
-        .operation_fail_unfinished = sqlite_operation_fail_unfinished,
-        .snapshot_insert = sqlite_snapshot_insert,
-        .snapshot_get = sqlite_snapshot_get,
-        .snapshot_list = sqlite_snapshot_list,
-        .snapshot_delete = sqlite_snapshot_delete,
-        .session_insert = sqlite_session_insert,
-        .session_get = sqlite_session_get,
-        .session_delete = sqlite_session_delete,
-        .api_key_insert = sqlite_api_key_insert,
-        .api_key_lookup = sqlite_api_key_lookup,
-        .api_key_create = sqlite_api_key_create,
-        .api_key_list = sqlite_api_key_list,
-        .api_key_delete = sqlite_api_key_delete,
-        .tenant_insert = sqlite_tenant_insert,
-        .tenant_get = sqlite_tenant_get,
-        .tenant_list = sqlite_tenant_list,
-        .tenant_delete = sqlite_tenant_delete,
-        .tenant_network_set = sqlite_tenant_network_set,
-        STORE_SQLITE_SECRETS_OPS,
-        STORE_SQLITE_EVENTS_OPS,
-        STORE_SQLITE_IMAGES_OPS,
-        STORE_SQLITE_TEMPLATES_OPS,
-        STORE_SQLITE_CLUSTER_OPS,
+        STORE_BACKEND_OPS(sqlite)
 };

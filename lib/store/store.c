@@ -148,43 +148,6 @@ int store_event_last_id(struct store *s, int64_t *ret) {
         return ret ? s->ops->event_last_id(s, ret) : -EINVAL;
 }
 
-void store_event_array_free(struct store_event *a, size_t n) {
-        for (size_t i = 0; a && i < n; i++) {
-                free(a[i].tenant_id);
-                free(a[i].sandbox_id);
-                free(a[i].type);
-                free(a[i].state);
-                free(a[i].previous);
-        }
-        free(a);
-}
-
-void store_sandbox_release(struct store_sandbox *sb) {
-        if (!sb)
-                return;
-        free(sb->id);
-        free(sb->tenant_id);
-        free(sb->template_name);
-        free(sb->state);
-        free(sb->desired_state);
-        free(sb->error);
-        free(sb->metadata);
-        free(sb->env_keys);
-        free(sb->snapshot_policy);
-        free(sb->network);
-        free(sb->on_expiry);
-        free(sb->node);
-        *sb = (struct store_sandbox){ 0 };
-}
-
-void store_sandbox_array_free(struct store_sandbox *a, size_t n) {
-        if (!a)
-                return;
-        for (size_t i = 0; i < n; i++)
-                store_sandbox_release(&a[i]);
-        free(a);
-}
-
 int store_image_insert(struct store *s, const struct store_image *img) {
         if (!img || !img->id || !img->sandbox_id || !img->template_name)
                 return -EINVAL;
@@ -214,25 +177,6 @@ int store_image_delete(struct store *s, const char *id) {
         if (!id)
                 return -EINVAL;
         return s->ops->image_delete(s, id);
-}
-
-void store_image_release(struct store_image *img) {
-        if (!img)
-                return;
-        free(img->id);
-        free(img->tenant_id);
-        free(img->name);
-        free(img->sandbox_id);
-        free(img->template_name);
-        free(img->kind);
-        free(img->snapshot_id);
-        *img = (struct store_image){ 0 };
-}
-
-void store_image_array_free(struct store_image *a, size_t n) {
-        for (size_t i = 0; a && i < n; i++)
-                store_image_release(&a[i]);
-        free(a);
 }
 
 static bool template_state_is_valid(const char *state) {
@@ -279,26 +223,6 @@ int store_template_node_refs(struct store *s, const char *node_name, size_t *ret
         return s->ops->template_node_refs(s, node_name, ret_n);
 }
 
-void store_template_release(struct store_template *t) {
-        if (!t)
-                return;
-        free(t->tenant_id);
-        free(t->name);
-        free(t->node_name);
-        free(t->build_id);
-        free(t->state);
-        free(t->error);
-        free(t->node);
-        free(t->spec);
-        *t = (struct store_template){ 0 };
-}
-
-void store_template_array_free(struct store_template *a, size_t n) {
-        for (size_t i = 0; a && i < n; i++)
-                store_template_release(&a[i]);
-        free(a);
-}
-
 int store_session_insert(struct store *s, const struct store_session *ses) {
         if (!ses || !ses->id || !ses->sandbox_id || !ses->cmd)
                 return -EINVAL;
@@ -315,15 +239,6 @@ int store_session_delete(struct store *s, const char *id) {
         if (!id)
                 return -EINVAL;
         return s->ops->session_delete(s, id);
-}
-
-void store_session_release(struct store_session *ses) {
-        if (!ses)
-                return;
-        free(ses->id);
-        free(ses->sandbox_id);
-        free(ses->cmd);
-        *ses = (struct store_session){ 0 };
 }
 
 int store_api_key_insert(struct store *s, const char *name, const uint8_t hash[STORE_HASH_SIZE]) {
@@ -362,21 +277,6 @@ int store_api_key_delete(struct store *s, const char *id) {
         return s->ops->api_key_delete(s, id);
 }
 
-void store_api_key_release(struct store_api_key *k) {
-        if (!k)
-                return;
-        free(k->id);
-        free(k->tenant_id);
-        free(k->name);
-        *k = (struct store_api_key){ 0 };
-}
-
-void store_api_key_array_free(struct store_api_key *a, size_t n) {
-        for (size_t i = 0; a && i < n; i++)
-                store_api_key_release(&a[i]);
-        free(a);
-}
-
 int store_tenant_insert(struct store *s, const struct store_tenant *t, size_t max) {
         if (!t || !t->id || !t->name)
                 return -EINVAL;
@@ -403,21 +303,6 @@ int store_tenant_network_set(struct store *s, const char *id, const char *networ
         if (!id)
                 return -EINVAL;
         return s->ops->tenant_network_set(s, id, network);
-}
-
-void store_tenant_release(struct store_tenant *t) {
-        if (!t)
-                return;
-        free(t->id);
-        free(t->name);
-        free(t->network);
-        *t = (struct store_tenant){ 0 };
-}
-
-void store_tenant_array_free(struct store_tenant *a, size_t n) {
-        for (size_t i = 0; a && i < n; i++)
-                store_tenant_release(&a[i]);
-        free(a);
 }
 
 int store_sandbox_transition(struct store *s, const char *id, const char *from, const char *to, const char *desired) {
@@ -492,30 +377,6 @@ int store_operation_fail_unfinished(struct store *s, const char *error) {
         return s->ops->operation_fail_unfinished(s, error);
 }
 
-void store_operation_release(struct store_operation *op) {
-        if (!op)
-                return;
-        free(op->id);
-        free(op->sandbox_id);
-        free(op->tenant_id);
-        free(op->verb);
-        free(op->state);
-        free(op->error);
-        free(op->result);
-        free(op->idempotency_key);
-        free(op->request_hash);
-        free(op->stage);
-        free(op->detail);
-        free(op->owner);
-        *op = (struct store_operation){ 0 };
-}
-
-void store_operation_array_free(struct store_operation *a, size_t n) {
-        for (size_t i = 0; a && i < n; i++)
-                store_operation_release(&a[i]);
-        free(a);
-}
-
 int store_snapshot_insert(struct store *s, const struct store_snapshot *snap) {
         if (!snap || !snap->id || !snap->sandbox_id || !snap->kind || snap->size < 0)
                 return -EINVAL;
@@ -539,21 +400,6 @@ int store_snapshot_delete(struct store *s, const char *id) {
         if (!id)
                 return -EINVAL;
         return s->ops->snapshot_delete(s, id);
-}
-
-void store_snapshot_release(struct store_snapshot *snap) {
-        if (!snap)
-                return;
-        free(snap->id);
-        free(snap->sandbox_id);
-        free(snap->kind);
-        *snap = (struct store_snapshot){ 0 };
-}
-
-void store_snapshot_array_free(struct store_snapshot *a, size_t n) {
-        for (size_t i = 0; i < n; i++)
-                store_snapshot_release(&a[i]);
-        free(a);
 }
 
 int store_api_key_id(struct store *s, const uint8_t hash[STORE_HASH_SIZE], char **ret_id) {
@@ -591,30 +437,6 @@ int store_secret_users(struct store *s, const char *tenant_id, const char *name,
         return s->ops->secret_users(s, tenant_id, name, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
 }
 
-void store_secret_release(struct store_secret *sec) {
-        if (!sec)
-                return;
-        free(sec->tenant_id);
-        free(sec->name);
-        free(sec->sandbox_id);
-        free(sec->spec);
-        free(sec->created_by);
-        free(sec->sealed);
-        *sec = (struct store_secret){ 0 };
-}
-
-void store_secret_array_free(struct store_secret *a, size_t n) {
-        for (size_t i = 0; a && i < n; i++)
-                store_secret_release(&a[i]);
-        free(a);
-}
-
-void store_string_array_free(char **a, size_t n) {
-        for (size_t i = 0; a && i < n; i++)
-                free(a[i]);
-        free(a);
-}
-
 int store_sandbox_secret_insert(struct store *s, const char *tenant_id, const struct store_sandbox_secret *a) {
         if (!a || !a->sandbox_id || !a->name || !a->placeholder || !a->env_name)
                 return -EINVAL;
@@ -634,16 +456,6 @@ int store_sandbox_secret_copy(struct store *s, const char *from_id, const char *
         return s->ops->sandbox_secret_copy(s, from_id, to_id);
 }
 
-void store_sandbox_secret_array_free(struct store_sandbox_secret *a, size_t n) {
-        for (size_t i = 0; a && i < n; i++) {
-                free(a[i].sandbox_id);
-                free(a[i].name);
-                free(a[i].placeholder);
-                free(a[i].env_name);
-        }
-        free(a);
-}
-
 int store_audit_insert(struct store *s, const struct store_audit_event *ev, const char *source, const char *boot_id,
                        int64_t seq) {
         if (!ev || !ev->actor || !ev->action || (source && !boot_id))
@@ -655,27 +467,6 @@ int store_audit_list(struct store *s, bool all, const char *tenant_id, const cha
                      size_t max, struct store_audit_event **ret, size_t *ret_n) {
         return s->ops->audit_list(s, all, tenant_id, sandbox_id, secret, MIN(max, (size_t) STORE_LIST_MAX), ret,
                                   ret_n);
-}
-
-void store_audit_event_release(struct store_audit_event *ev) {
-        if (!ev)
-                return;
-        free(ev->tenant_id);
-        free(ev->actor);
-        free(ev->sandbox_id);
-        free(ev->secret);
-        free(ev->host);
-        free(ev->method);
-        free(ev->path);
-        free(ev->reason);
-        free(ev->action);
-        *ev = (struct store_audit_event){ 0 };
-}
-
-void store_audit_event_array_free(struct store_audit_event *a, size_t n) {
-        for (size_t i = 0; a && i < n; i++)
-                store_audit_event_release(&a[i]);
-        free(a);
 }
 
 int store_audit_cursor_get(struct store *s, const char *source, char **ret_boot_id, int64_t *ret_seq) {
@@ -752,22 +543,6 @@ int store_nodes_mark_lost(struct store *s, int64_t cutoff, char ***ret, size_t *
         return s->ops->nodes_mark_lost(s, cutoff, STORE_LIST_MAX, ret, ret_n);
 }
 
-void store_node_release(struct store_node *n) {
-        if (!n)
-                return;
-        free(n->name);
-        free(n->address);
-        free(n->boot_id);
-        free(n->info);
-        *n = (struct store_node){ 0 };
-}
-
-void store_node_array_free(struct store_node *a, size_t n) {
-        for (size_t i = 0; a && i < n; i++)
-                store_node_release(&a[i]);
-        free(a);
-}
-
 int store_sandbox_move(struct store *s, const char *id, const char *state, const char *from, const char *to) {
         if (!id || !state)
                 return -EINVAL;
@@ -842,15 +617,6 @@ int store_cap_key_delete(struct store *s, const char *kid) {
         return s->ops->cap_key_delete(s, kid);
 }
 
-void store_cap_key_array_free(struct store_cap_key *a, size_t n) {
-        for (size_t i = 0; a && i < n; i++) {
-                free(a[i].kid);
-                free(a[i].public_key);
-                free(a[i].replica);
-        }
-        free(a);
-}
-
 int store_replica_seen(struct store *s, const struct store_replica *r) {
         if (!r || !r->id || !*r->id || r->started_at < 0 || r->seen_at < 0)
                 return -EINVAL;
@@ -867,15 +633,6 @@ int store_replica_delete(struct store *s, const char *id) {
         if (!id)
                 return -EINVAL;
         return s->ops->replica_delete(s, id);
-}
-
-void store_replica_array_free(struct store_replica *a, size_t n) {
-        for (size_t i = 0; a && i < n; i++) {
-                free(a[i].id);
-                free(a[i].cluster_address);
-                free(a[i].api_address);
-        }
-        free(a);
 }
 
 int store_operation_lease_renew(struct store *s, const char *owner, int64_t until, uint64_t *ret_n) {

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "log.h"
 #include "macros.h"
@@ -28,6 +27,7 @@
 #include "nodes.h"
 #include "replica.h"
 #include "util.h"
+#include "worker.h"
 
 #define AUDIT_SOURCE "node" /* this machine's own node; "node:NAME" for a cluster's */
 #define AUDIT_READ_MAX 1000
@@ -233,32 +233,13 @@ int api_audit_get(struct api_ctx *ctx, const char *sandbox, const char *secret, 
 struct api_audit_poller {
         const struct daemon_config *config;
         struct store *store;
-        pthread_t thread;
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        bool stop;
+        struct worker *worker;
 };
 
-static void *poller_main(void *arg) {
+static int poller_pass(void *arg) {
         struct api_audit_poller *p = arg;
-        for (;;) {
-                (void) audit_poll(p->config, p->store);
-                struct timespec until;
-                clock_gettime(CLOCK_MONOTONIC, &until);
-                until.tv_sec += API_AUDIT_POLL_MS / 1000;
-                until.tv_nsec += (API_AUDIT_POLL_MS % 1000) * 1000000L;
-                if (until.tv_nsec >= 1000000000L) {
-                        until.tv_sec++;
-                        until.tv_nsec -= 1000000000L;
-                }
-                pthread_mutex_lock(&p->lock);
-                while (!p->stop && pthread_cond_timedwait(&p->cond, &p->lock, &until) == 0)
-                        ;
-                bool stop = p->stop;
-                pthread_mutex_unlock(&p->lock);
-                if (stop)
-                        return NULL;
-        }
+        (void) audit_poll(p->config, p->store);
+        return 0;
 }
 
 int api_audit_poller_start(const struct daemon_config *config, struct store *store, struct api_audit_poller **ret) {
@@ -267,16 +248,8 @@ int api_audit_poller_start(const struct daemon_config *config, struct store *sto
                 return -ENOMEM;
         p->config = config;
         p->store = store;
-        pthread_mutex_init(&p->lock, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&p->cond, &ca);
-        pthread_condattr_destroy(&ca);
-        int r = -pthread_create(&p->thread, NULL, poller_main, p);
+        int r = worker_start(poller_pass, p, API_AUDIT_POLL_MS, 0, &p->worker);
         if (r < 0) {
-                pthread_cond_destroy(&p->cond);
-                pthread_mutex_destroy(&p->lock);
                 free(p);
                 return r;
         }
@@ -287,12 +260,6 @@ int api_audit_poller_start(const struct daemon_config *config, struct store *sto
 void api_audit_poller_stop(struct api_audit_poller *p) {
         if (!p)
                 return;
-        pthread_mutex_lock(&p->lock);
-        p->stop = true;
-        pthread_cond_broadcast(&p->cond);
-        pthread_mutex_unlock(&p->lock);
-        pthread_join(p->thread, NULL);
-        pthread_cond_destroy(&p->cond);
-        pthread_mutex_destroy(&p->lock);
+        worker_stop(p->worker);
         free(p);
 }

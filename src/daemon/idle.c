@@ -2,11 +2,9 @@
 #include "idle.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "api.h"
 #include "lifecycle.h"
@@ -16,14 +14,13 @@
 #include "nodes.h"
 #include "nodeclient.h"
 #include "util.h"
+#include "worker.h"
 
 struct idle_watch {
         const struct daemon_config *config;
         struct store *store;
-        pthread_t thread;
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        bool stop;
+        struct worker *worker;
+        uint64_t next_idle; /* monotonic ns: when idleness is looked at next */
         atomic_bool stopping; /* for the api_ctx of the verbs it starts */
 };
 
@@ -127,47 +124,26 @@ static void expire(struct idle_watch *w) {
 /* lifetimes are looked at this often (idleness at idle_check_ms) */
 #define EXPIRE_CHECK_MS 1000
 
-static void *idle_main(void *arg) {
+/* One pass of the worker: lifetimes every time, idleness when it is due. */
+static int idle_pass(void *arg) {
         struct idle_watch *w = arg;
-        uint64_t next_idle = now_monotonic_ns() + (uint64_t) w->config->idle_check_ms * 1000000ULL;
-        pthread_mutex_lock(&w->lock);
-        while (!w->stop) {
-                unsigned wait_ms = MIN(w->config->idle_check_ms, EXPIRE_CHECK_MS);
-                struct timespec until;
-                clock_gettime(CLOCK_REALTIME, &until);
-                until.tv_sec += wait_ms / 1000;
-                until.tv_nsec += (long) (wait_ms % 1000) * 1000000L;
-                if (until.tv_nsec >= 1000000000L) {
-                        until.tv_sec++;
-                        until.tv_nsec -= 1000000000L;
-                }
-                while (!w->stop && pthread_cond_timedwait(&w->cond, &w->lock, &until) == 0)
-                        ;
-                if (w->stop)
-                        break;
-                pthread_mutex_unlock(&w->lock);
-                expire(w);
-                if (now_monotonic_ns() >= next_idle) {
-                        check(w);
-                        next_idle = now_monotonic_ns() + (uint64_t) w->config->idle_check_ms * 1000000ULL;
-                }
-                pthread_mutex_lock(&w->lock);
+        expire(w);
+        if (now_monotonic_ns() >= w->next_idle) {
+                check(w);
+                w->next_idle = now_monotonic_ns() + (uint64_t) w->config->idle_check_ms * 1000000ULL;
         }
-        pthread_mutex_unlock(&w->lock);
-        return NULL;
+        return 0;
 }
 
 int idle_watch_start(const struct daemon_config *config, struct store *store, struct idle_watch **ret) {
         struct idle_watch *w = calloc(1, sizeof *w);
         if (!w)
                 return -ENOMEM;
-        *w = (struct idle_watch){ .config = config, .store = store };
-        pthread_mutex_init(&w->lock, NULL);
-        pthread_cond_init(&w->cond, NULL);
-        int r = -pthread_create(&w->thread, NULL, idle_main, w);
+        *w = (struct idle_watch){ .config = config, .store = store,
+                                  .next_idle = now_monotonic_ns() + (uint64_t) config->idle_check_ms * 1000000ULL };
+        int r = worker_start(idle_pass, w, MIN(config->idle_check_ms, EXPIRE_CHECK_MS), WORKER_WAIT_FIRST,
+                             &w->worker);
         if (r < 0) {
-                pthread_mutex_destroy(&w->lock);
-                pthread_cond_destroy(&w->cond);
                 free(w);
                 return r;
         }
@@ -179,12 +155,6 @@ void idle_watch_stop(struct idle_watch *w) {
         if (!w)
                 return;
         atomic_store(&w->stopping, true);
-        pthread_mutex_lock(&w->lock);
-        w->stop = true;
-        pthread_cond_broadcast(&w->cond);
-        pthread_mutex_unlock(&w->lock);
-        pthread_join(w->thread, NULL);
-        pthread_mutex_destroy(&w->lock);
-        pthread_cond_destroy(&w->cond);
+        worker_stop(w->worker);
         free(w);
 }

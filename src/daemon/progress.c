@@ -2,7 +2,6 @@
 #include "progress.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 #include "macros.h"
 #include "nodeclient.h"
 #include "util.h"
+#include "worker.h"
 
 #define NS_PER_S 1000000000ULL
 #define POLL_MS 1000
@@ -239,45 +239,29 @@ bool progress_feed(struct progress *p, const json_t *health, const char *err, ui
 }
 
 struct progress_watch {
-        pthread_t thread;
-        pthread_mutex_t lock;
-        pthread_cond_t cond; /* CLOCK_MONOTONIC */
-        bool stop;
+        struct worker *worker;
         char socket[sizeof((struct daemon_config *) 0)->node_socket];
         struct progress p;
 };
 
-static void *watch_thread(void *arg) {
+/* One look at the node agent's health: 1 once progress_feed() says the
+ * start is over. */
+static int watch_pass(void *arg) {
         struct progress_watch *w = arg;
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "health");
         if (!req)
-                return NULL;
-        for (;;) {
-                _cleanup_(json_decrefp) json_t *rep = NULL;
-                char err[API_ERRMSG_MAX] = "";
-                int r = node_call(w->socket, HEALTH_TIMEOUT_S, req, &rep, err);
-                if (r < 0 && !err[0])
-                        snprintf(err, sizeof err, "%s", strerror(-r));
-                char out[4096];
-                bool done =
-                        progress_feed(&w->p, r < 0 ? NULL : rep, err, now_monotonic_ns(), out, sizeof out);
-                /* one write: the log lines of other threads go to stderr too */
-                if (out[0])
-                        (void) fd_write_all(STDERR_FILENO, out, strlen(out));
-                if (done)
-                        return NULL;
-
-                struct timespec until;
-                clock_gettime(CLOCK_MONOTONIC, &until);
-                until.tv_sec += POLL_MS / 1000;
-                pthread_mutex_lock(&w->lock);
-                while (!w->stop && pthread_cond_timedwait(&w->cond, &w->lock, &until) != ETIMEDOUT)
-                        ;
-                bool stop = w->stop;
-                pthread_mutex_unlock(&w->lock);
-                if (stop)
-                        return NULL;
-        }
+                return 1;
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        char err[API_ERRMSG_MAX] = "";
+        int r = node_call(w->socket, HEALTH_TIMEOUT_S, req, &rep, err);
+        if (r < 0 && !err[0])
+                snprintf(err, sizeof err, "%s", strerror(-r));
+        char out[4096];
+        bool done = progress_feed(&w->p, r < 0 ? NULL : rep, err, now_monotonic_ns(), out, sizeof out);
+        /* one write: the log lines of other threads go to stderr too */
+        if (out[0])
+                (void) fd_write_all(STDERR_FILENO, out, strlen(out));
+        return done ? 1 : 0;
 }
 
 int progress_watch_start(const struct daemon_config *c, const char *url, uint64_t start_ns,
@@ -287,18 +271,10 @@ int progress_watch_start(const struct daemon_config *c, const char *url, uint64_
                 return -ENOMEM;
         snprintf(w->socket, sizeof w->socket, "%s", c->node_socket);
         progress_init(&w->p, c, url, start_ns);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_mutex_init(&w->lock, NULL);
-        pthread_cond_init(&w->cond, &ca);
-        pthread_condattr_destroy(&ca);
-        int r = pthread_create(&w->thread, NULL, watch_thread, w);
-        if (r != 0) {
-                pthread_cond_destroy(&w->cond);
-                pthread_mutex_destroy(&w->lock);
+        int r = worker_start(watch_pass, w, POLL_MS, 0, &w->worker);
+        if (r < 0) {
                 free(w);
-                return -r;
+                return r;
         }
         *ret = w;
         return 0;
@@ -307,12 +283,6 @@ int progress_watch_start(const struct daemon_config *c, const char *url, uint64_
 void progress_watch_stop(struct progress_watch *w) {
         if (!w)
                 return;
-        pthread_mutex_lock(&w->lock);
-        w->stop = true;
-        pthread_cond_signal(&w->cond);
-        pthread_mutex_unlock(&w->lock);
-        pthread_join(w->thread, NULL);
-        pthread_cond_destroy(&w->cond);
-        pthread_mutex_destroy(&w->lock);
+        worker_stop(w->worker);
         free(w);
 }

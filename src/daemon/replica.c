@@ -30,6 +30,7 @@
 #include "nodes.h"
 #include "proto.h"
 #include "util.h"
+#include "worker.h"
 
 #define CERT_DAYS 365
 #define HANDSHAKE_TIMEOUT_MS 10000
@@ -51,9 +52,11 @@ struct replica {
         struct mtls_ctx *server_tls, *client_tls;
         int listen_fd;
         int stop_pipe[2];
-        pthread_t accept_thread, beat_thread;
-        bool accept_started, beat_started;
-        bool hooked; /* dataplane.c calls keys_rotated() */
+        pthread_t accept_thread;
+        bool accept_started;
+        struct worker *beat; /* the beat's thread */
+        unsigned beats;      /* its own: the beats so far */
+        bool hooked;         /* dataplane.c calls keys_rotated() */
         atomic_int conns;
         int64_t started_at;
 };
@@ -555,24 +558,20 @@ static int replica_seen(struct replica *rp) {
         return store_replica_seen(rp->store, &me);
 }
 
-static void *beat_main(void *arg) {
+/* One beat, every heartbeat_ms (replica_stop() deletes our row after the last). */
+static int beat_pass(void *arg) {
         struct replica *rp = arg;
-        for (unsigned beat = 0;; beat++) {
-                (void) replica_seen(rp);
-                live_refresh(rp);
-                if (beat % 10 == 0)
-                        publish_cap_keys(rp);
-                if (rp->config->shared_store)
-                        leases(rp);
-                mark_lost(rp);
-                if (beat % ORPHAN_SWEEP_BEATS == ORPHAN_SWEEP_BEATS - 1)
-                        sweep_orphans(rp);
-                struct pollfd p = { .fd = rp->stop_pipe[0], .events = POLLIN };
-                if (poll(&p, 1, (int) rp->config->heartbeat_ms) != 0)
-                        break;
-        }
-        (void) store_replica_delete(rp->store, rp->id);
-        return NULL;
+        unsigned beat = rp->beats++;
+        (void) replica_seen(rp);
+        live_refresh(rp);
+        if (beat % 10 == 0)
+                publish_cap_keys(rp);
+        if (rp->config->shared_store)
+                leases(rp);
+        mark_lost(rp);
+        if (beat % ORPHAN_SWEEP_BEATS == ORPHAN_SWEEP_BEATS - 1)
+                sweep_orphans(rp);
+        return 0;
 }
 
 /* ---- start, stop ---- */
@@ -664,11 +663,10 @@ int replica_start(const struct daemon_config *config, struct store *store, struc
                 }
                 rp->accept_started = true;
         }
-        if ((r = -pthread_create(&rp->beat_thread, NULL, beat_main, rp)) < 0) {
+        if ((r = worker_start(beat_pass, rp, rp->config->heartbeat_ms, 0, &rp->beat)) < 0) {
                 replica_stop(rp);
                 return r;
         }
-        rp->beat_started = true;
         if (rp->listen_fd >= 0)
                 log_info("replica %s serves nodes on %s (CA %.16s…)", rp->id, config->cluster_listen, rp->ca_digest);
         else
@@ -684,10 +682,9 @@ void replica_stop(struct replica *rp) {
                 (void) write(rp->stop_pipe[1], "x", 1);
         if (rp->accept_started)
                 pthread_join(rp->accept_thread, NULL);
-        if (rp->beat_started)
-                pthread_join(rp->beat_thread, NULL);
-        else if (rp->started_at)
-                (void) store_replica_delete(rp->store, rp->id); /* seen, then failed to start */
+        worker_stop(rp->beat);
+        if (rp->started_at) /* after the last beat, or seen, then failed to start */
+                (void) store_replica_delete(rp->store, rp->id);
         /* connection threads finish within their timeouts; wait for them */
         for (unsigned i = 0; i < 2000 && atomic_load(&rp->conns) > 0; i++)
                 usleep(10000);

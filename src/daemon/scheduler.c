@@ -23,6 +23,7 @@
 #include "nodeclient.h"
 #include "nodes.h"
 #include "util.h"
+#include "worker.h"
 
 #define SCHEDULER_VISITS_MAX 256     /* running sandboxes looked at per pass (a store read each) */
 #define SCHEDULER_WORK_MAX 8         /* sandboxes given node calls per pass */
@@ -50,10 +51,8 @@ struct memo {
 struct scheduler {
         const struct daemon_config *config;
         struct store *store;
-        pthread_t thread;
-        pthread_mutex_t lock; /* stop and cond */
-        pthread_cond_t cond;
-        atomic_bool stop;
+        struct worker *worker;
+        atomic_bool stop; /* read by a pass between its steps */
 
         /* the scheduler thread's own */
         struct memo *memos; /* sorted by id */
@@ -515,29 +514,9 @@ static void pass(struct scheduler *s) {
         store_sandbox_array_free(a, n);
 }
 
-static void *scheduler_main(void *arg) {
-        struct scheduler *s = arg;
-        pthread_mutex_lock(&s->lock);
-        while (!atomic_load(&s->stop)) {
-                struct timespec until;
-                clock_gettime(CLOCK_MONOTONIC, &until);
-                until.tv_sec += s->config->snapshot_tick_ms / 1000;
-                until.tv_nsec += (long) (s->config->snapshot_tick_ms % 1000) * 1000000L;
-                if (until.tv_nsec >= 1000000000L) {
-                        until.tv_sec++;
-                        until.tv_nsec -= 1000000000L;
-                }
-                int k = 0;
-                while (!atomic_load(&s->stop) && k != ETIMEDOUT)
-                        k = pthread_cond_timedwait(&s->cond, &s->lock, &until);
-                if (atomic_load(&s->stop))
-                        break;
-                pthread_mutex_unlock(&s->lock);
-                pass(s);
-                pthread_mutex_lock(&s->lock);
-        }
-        pthread_mutex_unlock(&s->lock);
-        return NULL;
+static int scheduler_pass(void *arg) {
+        pass(arg);
+        return 0;
 }
 
 int scheduler_start(const struct daemon_config *config, struct store *store, struct scheduler **ret) {
@@ -546,16 +525,8 @@ int scheduler_start(const struct daemon_config *config, struct store *store, str
                 return -ENOMEM;
         *s = (struct scheduler){ .config = config, .store = store };
         atomic_init(&s->stop, false);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_mutex_init(&s->lock, NULL);
-        pthread_cond_init(&s->cond, &ca);
-        pthread_condattr_destroy(&ca);
-        int r = -pthread_create(&s->thread, NULL, scheduler_main, s);
+        int r = worker_start(scheduler_pass, s, config->snapshot_tick_ms, WORKER_WAIT_FIRST, &s->worker);
         if (r < 0) {
-                pthread_cond_destroy(&s->cond);
-                pthread_mutex_destroy(&s->lock);
                 free(s);
                 return r;
         }
@@ -569,13 +540,8 @@ int scheduler_start(const struct daemon_config *config, struct store *store, str
 void scheduler_stop(struct scheduler *s) {
         if (!s)
                 return;
-        pthread_mutex_lock(&s->lock);
         atomic_store(&s->stop, true);
-        pthread_cond_broadcast(&s->cond);
-        pthread_mutex_unlock(&s->lock);
-        pthread_join(s->thread, NULL);
-        pthread_cond_destroy(&s->cond);
-        pthread_mutex_destroy(&s->lock);
+        worker_stop(s->worker);
         free(s->memos);
         free(s);
         log_info("snapshot scheduler stopped");
