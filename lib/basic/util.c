@@ -20,10 +20,17 @@
 
 #include "macros.h"
 
-int fd_read_exact(int fd, void *buf, size_t n) {
-        uint8_t *p = buf;
+
+/* One transfer of a whole buffer: step moves at most n bytes of p (a
+ * read(), write() or getrandom() of fd), repeated past EINTR and short
+ * counts until n are done. A step that moves nothing (end of file): -EPIPE. */
+enum transfer { TRANSFER_READ, TRANSFER_WRITE, TRANSFER_RANDOM };
+
+static int transfer_all(enum transfer how, int fd, uint8_t *p, size_t n) {
         while (n > 0) {
-                ssize_t k = read(fd, p, n);
+                ssize_t k = how == TRANSFER_READ    ? read(fd, p, n)
+                            : how == TRANSFER_WRITE ? write(fd, p, n)
+                                                    : getrandom(p, n, 0);
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -37,19 +44,12 @@ int fd_read_exact(int fd, void *buf, size_t n) {
         return 0;
 }
 
+int fd_read_exact(int fd, void *buf, size_t n) {
+        return transfer_all(TRANSFER_READ, fd, buf, n);
+}
+
 int fd_write_all(int fd, const void *buf, size_t n) {
-        const uint8_t *p = buf;
-        while (n > 0) {
-                ssize_t k = write(fd, p, n);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return negative_errno();
-                }
-                p += k;
-                n -= (size_t) k;
-        }
-        return 0;
+        return transfer_all(TRANSFER_WRITE, fd, (uint8_t *) buf, n);
 }
 
 int file_read_all(const char *path, size_t max, char **ret, size_t *ret_len) {
@@ -268,18 +268,7 @@ uint64_t now_realtime_ns(void) {
 }
 
 int random_bytes(void *buf, size_t n) {
-        uint8_t *p = buf;
-        while (n > 0) {
-                ssize_t k = getrandom(p, n, 0);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return negative_errno();
-                }
-                p += k;
-                n -= (size_t) k;
-        }
-        return 0;
+        return transfer_all(TRANSFER_RANDOM, -1, buf, n);
 }
 
 int random_id(const char *prefix, size_t nbytes, char *out, size_t outlen) {
@@ -348,12 +337,15 @@ int path_check(const char *path, size_t len) {
         return 0;
 }
 
+char *strdup_vprintf(const char *fmt, va_list ap) {
+        char *s = NULL;
+        return vasprintf(&s, fmt, ap) < 0 ? NULL : s;
+}
+
 char *strdup_printf(const char *fmt, ...) {
         va_list ap;
-        char *s = NULL;
         va_start(ap, fmt);
-        if (vasprintf(&s, fmt, ap) < 0)
-                s = NULL;
+        char *s = strdup_vprintf(fmt, ap);
         va_end(ap);
         return s;
 }

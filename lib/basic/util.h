@@ -7,6 +7,7 @@
  * negative errno; out-parameters are written only on success.
  */
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -81,6 +82,7 @@ int path_check(const char *path, size_t len);
 
 /* asprintf() that returns the string, or NULL when out of memory. */
 char *strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *strdup_vprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
 /* Copies src into dst of size n, NUL-terminated: 0, or -ENAMETOOLONG (dst
  * untouched) when src with its NUL does not fit. The one string copy

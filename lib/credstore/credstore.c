@@ -59,15 +59,20 @@ static int make_ad(const char *tenant_id, const char *name, uint8_t **ret, size_
         return 0;
 }
 
+/* libsodium ready and the additional data of (tenant_id, name). */
+static int crypto_begin(const char *tenant_id, const char *name, uint8_t **ret_ad, size_t *ret_ad_len) {
+        if (sodium_init() < 0)
+                return -EIO;
+        return make_ad(tenant_id, name, ret_ad, ret_ad_len);
+}
+
 int credstore_seal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_id, const char *name, const char *value,
                    size_t len, uint8_t **ret, size_t *ret_len) {
         if (!key || !value || len == 0 || len > CREDSTORE_VALUE_MAX || memchr(value, 0, len))
                 return -EINVAL;
-        if (sodium_init() < 0)
-                return -EIO;
         _cleanup_free_ uint8_t *ad = NULL;
         size_t ad_len;
-        int r = make_ad(tenant_id, name, &ad, &ad_len);
+        int r = crypto_begin(tenant_id, name, &ad, &ad_len);
         if (r < 0)
                 return r;
         size_t n = len + CREDSTORE_SEALED_OVERHEAD;
@@ -90,11 +95,9 @@ int credstore_unseal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_i
                 return -EINVAL;
         if (sealed_len <= CREDSTORE_SEALED_OVERHEAD || sealed_len > CREDSTORE_SEALED_MAX || sealed[0] != SEAL_VERSION)
                 return -EBADMSG;
-        if (sodium_init() < 0)
-                return -EIO;
         _cleanup_free_ uint8_t *ad = NULL;
         size_t ad_len;
-        int r = make_ad(tenant_id, name, &ad, &ad_len);
+        int r = crypto_begin(tenant_id, name, &ad, &ad_len);
         if (r < 0)
                 return r;
         size_t max = sealed_len - CREDSTORE_SEALED_OVERHEAD;

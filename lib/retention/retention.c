@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "macros.h"
+#include "util.h"
 
 const struct retention_policy retention_policy_default = {
         .disk_every_s = 60,
@@ -51,10 +52,8 @@ static int fail(char **ret_error, const char *fmt, ...) _printf_(2, 3);
 static int fail(char **ret_error, const char *fmt, ...) {
         if (ret_error) {
                 va_list ap;
-                char *m = NULL;
                 va_start(ap, fmt);
-                if (vasprintf(&m, fmt, ap) < 0)
-                        m = NULL;
+                char *m = strdup_vprintf(fmt, ap);
                 va_end(ap);
                 if (!m)
                         return -ENOMEM;
