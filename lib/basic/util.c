@@ -360,6 +360,13 @@ bool user_name_is_valid(const char *name) {
         return true;
 }
 
+bool strv_contains(const char *const *list, const char *s) {
+        for (size_t i = 0; list && list[i]; i++)
+                if (strcmp(list[i], s) == 0)
+                        return true;
+        return false;
+}
+
 int str_copy(char *dst, size_t n, const char *src) {
         size_t len = strlen(src);
         if (len >= n)

@@ -84,6 +84,9 @@ int path_check(const char *path, size_t len);
 char *strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 char *strdup_vprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
+/* true when s is one of the NULL-terminated list's strings. */
+bool strv_contains(const char *const *list, const char *s);
+
 /* Copies src into dst of size n, NUL-terminated: 0, or -ENAMETOOLONG (dst
  * untouched) when src with its NUL does not fit. The one string copy
  * (banned.h bans strcpy, strcat and strncpy). */

@@ -86,10 +86,7 @@ static int check_keys(const json_t *o, const char *const *known, const char *whe
         const char *k;
         json_t *v;
         json_object_foreach((json_t *) o, k, v) {
-                bool found = false;
-                for (size_t i = 0; known[i] && !found; i++)
-                        found = strcmp(k, known[i]) == 0;
-                if (!found)
+                if (!strv_contains(known, k))
                         return fail(ret_error, "%sunknown key '%.64s'", where, k);
         }
         return 0;

@@ -65,10 +65,7 @@ int apireq_check_fields(const json_t *o, const char *const *known, const char *w
         const char *k;
         json_t *v;
         json_object_foreach((json_t *) o, k, v) {
-                bool found = false;
-                for (size_t i = 0; known[i] && !found; i++)
-                        found = strcmp(k, known[i]) == 0;
-                if (found)
+                if (strv_contains(known, k))
                         continue;
                 char shown[72];
                 key_for_message(k, shown, sizeof shown);

@@ -1161,26 +1161,14 @@ static int custom_load(const char *name, struct template_info **ret, char **ret_
                         *ret_error = strdup_printf("%s is not a template's manifest", path);
                 return -EBADMSG;
         }
-        struct template_info *t = calloc(1, sizeof *t);
+        struct template_info *t = info_for(name, name + strlen(TEMPLATE_CUSTOM_PREFIX), dir, kdir, (unsigned) mem);
         if (!t)
                 return -ENOMEM;
-        t->name = strdup(name);
-        t->hash = strdup(name + strlen(TEMPLATE_CUSTOM_PREFIX));
-        t->dir = strdup(dir);
-        t->kernel = strdup_printf("%s/vmlinux", kdir);
-        t->initrd = strdup_printf("%s/initramfs.cpio", dir);
-        t->rootfs = strdup_printf("%s/rootfs.img", dir);
-        t->mem = strdup_printf("%s/mem", dir);
-        t->state = strdup_printf("%s/state", dir);
-        t->cmdline = strdup("");
-        t->memory_mib = (unsigned) mem;
         t->vcpus = (unsigned) vcpus;
         t->env = env ? json_deep_copy(env) : NULL;
         t->workdir = json_is_string(workdir) ? strdup(json_string_value(workdir)) : NULL;
         t->user = json_is_string(user) ? strdup(json_string_value(user)) : NULL;
-        if (!t->name || !t->hash || !t->dir || !t->kernel || !t->initrd || !t->rootfs || !t->mem || !t->state ||
-            !t->cmdline || (env && !t->env) || (json_is_string(workdir) && !t->workdir) ||
-            (json_is_string(user) && !t->user)) {
+        if ((env && !t->env) || (json_is_string(workdir) && !t->workdir) || (json_is_string(user) && !t->user)) {
                 template_info_free(t);
                 return -ENOMEM;
         }

@@ -83,6 +83,16 @@ static void test_str_copy(void **state) {
         assert_string_equal(buf, "");
 }
 
+static void test_strv_contains(void **state) {
+        (void) state;
+        const char *const list[] = { "a", "bc", NULL };
+        assert_true(strv_contains(list, "a"));
+        assert_true(strv_contains(list, "bc"));
+        assert_false(strv_contains(list, "b"));
+        assert_false(strv_contains(list, ""));
+        assert_false(strv_contains(NULL, "a"));
+}
+
 static void test_random_id(void **state) {
         (void) state;
         char a[64], b[64];
@@ -216,6 +226,7 @@ static void test_fd_clone_reflink(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_str_copy),
+                cmocka_unit_test(test_strv_contains),
                 cmocka_unit_test(test_path_check), cmocka_unit_test(test_name_is_valid),
                 cmocka_unit_test(test_parse_u64),  cmocka_unit_test(test_random_id),
                 cmocka_unit_test(test_files),      cmocka_unit_test(test_fd_clone_or_copy),
