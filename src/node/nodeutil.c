@@ -55,7 +55,7 @@ static int utf8_seq(const uint8_t *p, size_t avail) {
         return need + 1;
 }
 
-char *utf8_sanitize(const void *data, size_t len, size_t *ret_len) {
+char *node_utf8_sanitize(const void *data, size_t len, size_t *ret_len) {
         const uint8_t *in = data;
         /* worst case: every byte becomes the 3-byte U+FFFD */
         if (len > (SIZE_MAX - 1) / 3)
@@ -82,7 +82,7 @@ char *utf8_sanitize(const void *data, size_t len, size_t *ret_len) {
         return out;
 }
 
-size_t utf8_cut(const char *s, size_t len, size_t max) {
+size_t node_utf8_cut(const char *s, size_t len, size_t max) {
         if (len <= max)
                 return len;
         size_t n = max;

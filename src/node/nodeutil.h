@@ -21,11 +21,11 @@
  * byte that does not start a complete, shortest-form, non-surrogate sequence
  * <= U+10FFFF is replaced by U+FFFD. NUL bytes are kept (the length tells).
  * *ret_len (may be NULL) gets the output length. Returns NULL on ENOMEM. */
-char *utf8_sanitize(const void *data, size_t len, size_t *ret_len);
+char *node_utf8_sanitize(const void *data, size_t len, size_t *ret_len);
 
 /* Length of the longest prefix of s[0..len) (valid UTF-8) that ends on a
  * character boundary and is at most max bytes. */
-size_t utf8_cut(const char *s, size_t len, size_t max);
+size_t node_utf8_cut(const char *s, size_t len, size_t max);
 
 /* true when p is an absolute path of at most NODE_PATH_MAX bytes with no ".."
  * component. */
