@@ -1104,19 +1104,12 @@ static int snapshot_upload_locked(struct objstore *o, const char *snapshot_id, c
 }
 
 int objstore_snapshot_upload(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
-                             size_t n, json_t *meta) {
-        return objstore_snapshot_upload_cancellable(o, snapshot_id, a, n, meta, NULL);
-}
-
-int objstore_snapshot_upload_cancellable(struct objstore *o, const char *snapshot_id,
-                                         const struct objstore_artifact *a, size_t n, json_t *meta,
-                                         const atomic_bool *cancel) {
-        return objstore_snapshot_upload_sealed(o, snapshot_id, a, n, meta, NULL, cancel);
-}
-
-int objstore_snapshot_upload_sealed(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
-                                    size_t n, json_t *meta, const struct objstore_data_key *key,
-                                    const atomic_bool *cancel) {
+                             size_t n, const struct objstore_upload_opts *opts) {
+        static const struct objstore_upload_opts none = {0};
+        if (!opts)
+                opts = &none;
+        json_t *meta = opts->meta;
+        const struct objstore_data_key *key = opts->key;
         if (!o || !name_is_valid(snapshot_id) || !a || n == 0 || n > OBJSTORE_ARTIFACTS_MAX ||
             (meta && !json_is_object(meta)))
                 return -EINVAL;
@@ -1131,7 +1124,7 @@ int objstore_snapshot_upload_sealed(struct objstore *o, const char *snapshot_id,
         snprintf(ctx, sizeof ctx, "snapshot=%s", snapshot_id);
         uint64_t t0 = now_monotonic_ns();
         pthread_rwlock_rdlock(&o->lock);
-        int r = snapshot_upload_locked(o, snapshot_id, a, n, meta, key, cancel, ctx);
+        int r = snapshot_upload_locked(o, snapshot_id, a, n, meta, key, opts->cancel, ctx);
         pthread_rwlock_unlock(&o->lock);
         if (r >= 0)
                 log_emit(LOG_LEVEL_INFO, ctx, "snapshot uploaded%s: %zu artifacts, %llu ms", key ? " (sealed)" : "", n,
@@ -1242,12 +1235,8 @@ static int snapshot_download_locked(struct objstore *o, const char *snapshot_id,
         return r;
 }
 
-int objstore_snapshot_download(struct objstore *o, const char *snapshot_id, const char *dst_dir) {
-        return objstore_snapshot_download_sealed(o, snapshot_id, dst_dir, NULL);
-}
-
-int objstore_snapshot_download_sealed(struct objstore *o, const char *snapshot_id, const char *dst_dir,
-                                      const uint8_t *data_key) {
+int objstore_snapshot_download(struct objstore *o, const char *snapshot_id, const char *dst_dir,
+                               const uint8_t *data_key) {
         if (!o || !name_is_valid(snapshot_id) || !dst_dir || !*dst_dir)
                 return -EINVAL;
         char ctx[96];

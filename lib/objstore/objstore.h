@@ -206,14 +206,6 @@ typedef void (*objstore_blob_landed_fn)(const char *snapshot_id, const char *art
                                         void *userdata);
 void objstore_set_blob_landed(struct objstore *o, objstore_blob_landed_fn fn, void *userdata);
 
-int objstore_snapshot_upload(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
-                             size_t n, json_t *meta);
-/* As objstore_snapshot_upload(), but gives up with -ECANCELED (before the
- * manifest, so nothing restorable lands) once *cancel is true: it is
- * checked for every MiB hashed and before each blob. */
-int objstore_snapshot_upload_cancellable(struct objstore *o, const char *snapshot_id,
-                                         const struct objstore_artifact *a, size_t n, json_t *meta,
-                                         const atomic_bool *cancel);
 /*
  * Sealed snapshots (manifest version 3): every artifact stored encrypted
  * and authenticated (lib/seal: XChaCha20-Poly1305 in 64 KiB chunks, holes
@@ -233,17 +225,19 @@ struct objstore_data_key {
         uint8_t key[OBJSTORE_DATA_KEY_SIZE];
         const char *wrapped; /* 1..OBJSTORE_WRAPPED_KEY_MAX bytes */
 };
-/* objstore_snapshot_upload_cancellable(), sealed with key (NULL: as that,
- * in the clear, manifest version 2). */
-int objstore_snapshot_upload_sealed(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
-                                    size_t n, json_t *meta, const struct objstore_data_key *key,
-                                    const atomic_bool *cancel);
-/* objstore_snapshot_download() of a sealed snapshot with its data key (NULL
- * for one in the clear; a sealed one without it is -ENOKEY). A tampered,
- * swapped, truncated or foreign artifact is -EBADMSG, and nothing of it is
- * left in dst_dir. */
-int objstore_snapshot_download_sealed(struct objstore *o, const char *snapshot_id, const char *dst_dir,
-                                      const uint8_t *data_key);
+
+/* How objstore_snapshot_upload() (above: what it does, what it returns)
+ * uploads; opts NULL: all as zero. */
+struct objstore_upload_opts {
+        json_t *meta;                        /* the caller's, a JSON object; NULL: {} */
+        const struct objstore_data_key *key; /* sealed with it (version 3); NULL: in the clear (version 2) */
+        const atomic_bool *cancel;           /* gives up with -ECANCELED (before the manifest, so nothing
+                                              * restorable lands) once true: checked for every MiB hashed
+                                              * and before each blob; NULL: never */
+};
+int objstore_snapshot_upload(struct objstore *o, const char *snapshot_id, const struct objstore_artifact *a,
+                             size_t n, const struct objstore_upload_opts *opts);
+
 /* Whether a parsed manifest is sealed; its wrapped data key (NULL if not
  * sealed); its meta (a new reference): as stored in the clear, or opened
  * with data_key (-ENOKEY without, -EBADMSG with another). */
@@ -263,8 +257,11 @@ int objstore_snapshot_manifest(struct objstore *o, const char *snapshot_id, json
  * (dst_dir is created 0700 if missing), verifying size and sha256 of each
  * before any lands under its name. On any failure nothing of it is left in
  * dst_dir; -EBADMSG when the data does not match the manifest (a blob
- * corrupt or missing). */
-int objstore_snapshot_download(struct objstore *o, const char *snapshot_id, const char *dst_dir);
+ * corrupt or missing). A sealed snapshot opens with its data key (NULL for
+ * one in the clear; a sealed one without it is -ENOKEY); a tampered,
+ * swapped, truncated or foreign artifact is -EBADMSG. */
+int objstore_snapshot_download(struct objstore *o, const char *snapshot_id, const char *dst_dir,
+                               const uint8_t *data_key);
 /* Deletes the manifest first (so the snapshot stops being restorable), then
  * its blobs that no other manifest references. -ENOENT when there is no
  * manifest. If any manifest cannot be read, blobs are left to objstore_gc(). */

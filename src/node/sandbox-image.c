@@ -63,7 +63,9 @@ int sandbox_publish(struct sandbox *s, const char *image_id, const struct objsto
         }
         uint64_t t_snap = now_monotonic_ns();
         const struct objstore_artifact art[] = { { "state", state }, { "rootfs.img", disk } };
-        r = meta ? objstore_snapshot_upload_sealed(sandbox_objstore(), image_id, art, ARRAY_SIZE(art), meta, key, NULL) : -ENOMEM;
+        r = meta ? objstore_snapshot_upload(sandbox_objstore(), image_id, art, ARRAY_SIZE(art),
+                                            &(struct objstore_upload_opts){.meta = meta, .key = key})
+                 : -ENOMEM;
         (void) rm_rf(dir);
         if (r < 0) {
                 *ret_error = strdup_printf("uploading image %s failed: %s", image_id, strerror(-r));
@@ -186,7 +188,9 @@ int sandbox_export(struct sandbox *s, const char *snapshot_id, const char *image
         if (meta && !full)
                 json_object_set_new(meta, "boot", json_string("cold"));
         const struct objstore_artifact art[] = { { "rootfs.img", disk }, { "state", state } };
-        r = meta ? objstore_snapshot_upload_sealed(o, image_id, art, full ? 2 : 1, meta, key, NULL) : -ENOMEM;
+        r = meta ? objstore_snapshot_upload(o, image_id, art, full ? 2 : 1,
+                                            &(struct objstore_upload_opts){.meta = meta, .key = key})
+                 : -ENOMEM;
         (void) rm_rf(dir);
         if (r < 0) {
                 *ret_error = strdup_printf("uploading image %s failed: %s", image_id, strerror(-r));

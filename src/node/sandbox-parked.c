@@ -235,8 +235,10 @@ static int upload_once(struct upload_job *j) {
         struct objstore_data_key key = { .wrapped = j->wrapped };
         if (j->sealed)
                 memcpy(key.key, j->data_key, sizeof key.key);
-        r = objstore_snapshot_upload_sealed(objstore, j->snapshot_id, art, ARRAY_SIZE(art), meta,
-                                            j->sealed ? &key : NULL, &j->cancel);
+        r = objstore_snapshot_upload(objstore, j->snapshot_id, art, ARRAY_SIZE(art),
+                                     &(struct objstore_upload_opts){.meta = meta,
+                                                                    .key = j->sealed ? &key : NULL,
+                                                                    .cancel = &j->cancel});
         sodium_memzero(key.key, sizeof key.key);
         if (r < 0)
                 return r;

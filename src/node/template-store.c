@@ -274,7 +274,7 @@ static int fetch(const struct template_claim *c, const struct objstore_data_key 
         if (!mname || !mhash || strcmp(mname, c->name) != 0 || strcmp(mhash, c->hash) != 0)
                 return -EBADMSG; /* sealed by us, but another template's: never use it */
         uint64_t t0 = now_monotonic_ns();
-        if ((r = objstore_snapshot_download_sealed(store, c->id, dst_dir, k->key)) < 0)
+        if ((r = objstore_snapshot_download(store, c->id, dst_dir, k->key)) < 0)
                 return r;
         /* the modes a build leaves: VMs read the kernel and initramfs;
          * the RAM and device state are the node's (restores get copies) */
@@ -400,7 +400,9 @@ void template_store_publish(struct template_claim *c, const char *dir, const cha
                 oom = oom || !paths[i];
         json_t *meta = json_pack("{s:s, s:s, s:s}", "template", c->name, "hash", c->hash, "built_by", node);
         uint64_t t0 = now_monotonic_ns();
-        r = oom || !meta ? -ENOMEM : objstore_snapshot_upload_sealed(store, c->id, a, n, meta, &k, NULL);
+        r = oom || !meta ? -ENOMEM
+                         : objstore_snapshot_upload(store, c->id, a, n,
+                                                    &(struct objstore_upload_opts){.meta = meta, .key = &k});
         if (r >= 0 || r == -EEXIST)
                 log_emit(LOG_LEVEL_INFO, ctx, "template %s-%s published to the object store in %llu ms", c->name,
                          c->hash, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));

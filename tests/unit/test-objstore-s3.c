@@ -322,7 +322,7 @@ static void test_snapshot_round_trip_and_corrupt_blob(void **state) {
         assert_int_equal(objstore_snapshot_upload(o, "snap-1", art, 2, NULL), -EEXIST);
         _cleanup_free_ char *out = strdup_printf("%s/out", dir), *out_disk = strdup_printf("%s/out/rootfs.img", dir),
                             *out_mem = strdup_printf("%s/out/mem", dir);
-        assert_int_equal(objstore_snapshot_download(o, "snap-1", out), 0);
+        assert_int_equal(objstore_snapshot_download(o, "snap-1", out, NULL), 0);
         assert_same_file(disk, out_disk);
         assert_same_file(mem, out_mem);
         assert_int_equal(rm_rf(out), 0);
@@ -337,7 +337,7 @@ static void test_snapshot_round_trip_and_corrupt_blob(void **state) {
         make_file(dir, "other", 3ull << 20, 1ull << 20, &other);
         _cleanup_close_ int fd = open(other, O_RDONLY | O_CLOEXEC);
         assert_int_equal(objstore_put(o, key, fd), 0);
-        assert_int_equal(objstore_snapshot_download(o, "snap-1", out), -EBADMSG);
+        assert_int_equal(objstore_snapshot_download(o, "snap-1", out, NULL), -EBADMSG);
         assert_int_equal(access(out_mem, F_OK), -1);
         assert_int_equal(access(out_disk, F_OK), -1);
 
@@ -383,17 +383,21 @@ static void test_sealed_snapshot(void **state) {
         assert_int_equal(file_write_atomic(mem, text, strlen(text), 0600), 0);
         const struct objstore_artifact art[] = { { "rootfs.img", disk }, { "state", mem } };
         _cleanup_(json_decrefp) json_t *meta = json_pack("{s:{s:s}}", "env", "TOKEN", "airlock-known-plaintext-env");
-        assert_int_equal(objstore_snapshot_upload_sealed(o, "clear", art, 2, meta, NULL, NULL), 0);
+        assert_int_equal(
+                objstore_snapshot_upload(o, "clear", art, 2, &(struct objstore_upload_opts){.meta = meta}),
+                0);
         assert_true(store_contains(o, dir, "airlock-known-plaintext")); /* the control */
         assert_int_equal(objstore_snapshot_delete(o, "clear"), 0);
 
         const struct objstore_data_key key = { .key = { 42 }, .wrapped = "v1.test.1.x" };
-        assert_int_equal(objstore_snapshot_upload_sealed(o, "sealed", art, 2, meta, &key, NULL), 0);
+        assert_int_equal(objstore_snapshot_upload(o, "sealed", art, 2,
+                                                  &(struct objstore_upload_opts){.meta = meta, .key = &key}),
+                         0);
         assert_false(store_contains(o, dir, "airlock-known-plaintext"));
         _cleanup_free_ char *out = strdup_printf("%s/out", dir), *out_disk = strdup_printf("%s/out/rootfs.img", dir),
                             *out_mem = strdup_printf("%s/out/state", dir);
-        assert_int_equal(objstore_snapshot_download_sealed(o, "sealed", out, NULL), -ENOKEY);
-        assert_int_equal(objstore_snapshot_download_sealed(o, "sealed", out, key.key), 0);
+        assert_int_equal(objstore_snapshot_download(o, "sealed", out, NULL), -ENOKEY);
+        assert_int_equal(objstore_snapshot_download(o, "sealed", out, key.key), 0);
         assert_same_file(disk, out_disk);
         assert_same_file(mem, out_mem);
         assert_int_equal(objstore_snapshot_delete(o, "sealed"), 0);

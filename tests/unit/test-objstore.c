@@ -390,7 +390,7 @@ static void test_manifest_v1_downloads(void **state) {
                                                "\"artifacts\":[{\"name\":\"rootfs.img\",\"sha256\":\"%s\",\"size\":%u}]}",
                                                hex, SPARSE_SIZE);
         assert_int_equal(put_string(f->o, "snapshots/old/manifest.json", m), 0);
-        assert_int_equal(objstore_snapshot_download(f->o, "old", f->dst), 0);
+        assert_int_equal(objstore_snapshot_download(f->o, "old", f->dst, NULL), 0);
         _cleanup_free_ char *got = strdup_printf("%s/rootfs.img", f->dst);
         assert_same_content(p, got);
         /* and is refused when the blob is not what its name says */
@@ -399,7 +399,7 @@ static void test_manifest_v1_downloads(void **state) {
         assert_true(w >= 0);
         assert_int_equal(pwrite(w, "x", 1, 1 << 20), 1);
         _cleanup_free_ char *dst2 = strdup_printf("%s/again", f->dst);
-        assert_int_equal(objstore_snapshot_download(f->o, "old", dst2), -EBADMSG);
+        assert_int_equal(objstore_snapshot_download(f->o, "old", dst2, NULL), -EBADMSG);
 }
 
 /* Uploads snapshot id with artifacts state (text), rootfs.img (sparse,
@@ -415,7 +415,9 @@ static void upload3(struct fixture *f, const char *id, uint8_t rootfs_seed) {
                 { "mem", p_mem },
         };
         _cleanup_(json_decrefp) json_t *meta = json_pack("{s:s,s:i}", "sandbox", "sbx-1", "vcpus", 2);
-        assert_int_equal(objstore_snapshot_upload(f->o, id, a, ARRAY_SIZE(a), meta), 0);
+        assert_int_equal(objstore_snapshot_upload(f->o, id, a, ARRAY_SIZE(a),
+                                                  &(struct objstore_upload_opts){.meta = meta}),
+                         0);
 }
 
 static void test_upload_download(void **state) {
@@ -440,7 +442,7 @@ static void test_upload_download(void **state) {
         reference_sparse_sha256(p_rootfs, hex);
         assert_string_equal(json_string_value(json_object_get(rootfs, "sparse_sha256")), hex);
 
-        assert_int_equal(objstore_snapshot_download(f->o, "snap-1", f->dst), 0);
+        assert_int_equal(objstore_snapshot_download(f->o, "snap-1", f->dst, NULL), 0);
         assert_int_equal(count_entries(f->dst), 3);
         const char *names[] = { "state", "rootfs.img", "mem" };
         for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
@@ -458,7 +460,7 @@ static void test_upload_download(void **state) {
         const struct objstore_artifact one[] = { { "state", p } };
         assert_int_equal(objstore_snapshot_upload(f->o, "snap-1", one, 1, NULL), -EEXIST);
         assert_int_equal(objstore_snapshot_manifest(f->o, "nope", &m), -ENOENT);
-        assert_int_equal(objstore_snapshot_download(f->o, "nope", f->dst), -ENOENT);
+        assert_int_equal(objstore_snapshot_download(f->o, "nope", f->dst, NULL), -ENOENT);
 }
 
 static void test_upload_invalid(void **state) {
@@ -483,7 +485,9 @@ static void test_upload_invalid(void **state) {
         const struct objstore_artifact slash[] = { { "a/b", p } };
         assert_int_equal(objstore_snapshot_upload(f->o, "s", slash, 1, NULL), -EINVAL);
         _cleanup_(json_decrefp) json_t *arr = json_array();
-        assert_int_equal(objstore_snapshot_upload(f->o, "s", one, 1, arr), -EINVAL);
+        assert_int_equal(
+                objstore_snapshot_upload(f->o, "s", one, 1, &(struct objstore_upload_opts){.meta = arr}),
+                -EINVAL);
         const struct objstore_artifact missing[] = { { "state", p }, { "mem", "/nonexistent/mem" } };
         assert_int_equal(objstore_snapshot_upload(f->o, "s", missing, 2, NULL), -ENOENT);
         _cleanup_(json_decrefp) json_t *m = NULL;
@@ -495,16 +499,20 @@ static void test_upload_invalid(void **state) {
         memset(pad, 'x', OBJSTORE_MANIFEST_MAX);
         pad[OBJSTORE_MANIFEST_MAX] = 0;
         json_object_set_new(huge, "pad", json_string(pad));
-        assert_int_equal(objstore_snapshot_upload(f->o, "s", one, 1, huge), -E2BIG);
+        assert_int_equal(
+                objstore_snapshot_upload(f->o, "s", one, 1, &(struct objstore_upload_opts){.meta = huge}),
+                -E2BIG);
         _cleanup_(json_decrefp) json_t *nul = json_pack("{s:s%}", "k", "a\0b", (size_t) 3);
         assert_non_null(nul);
-        assert_int_equal(objstore_snapshot_upload(f->o, "s", one, 1, nul), -EINVAL);
+        assert_int_equal(
+                objstore_snapshot_upload(f->o, "s", one, 1, &(struct objstore_upload_opts){.meta = nul}),
+                -EINVAL);
         assert_int_equal(count_keys(f->o, ""), 0);
 
         /* 16 distinct artifacts of the same content: one blob */
         assert_int_equal(objstore_snapshot_upload(f->o, "s", many, OBJSTORE_ARTIFACTS_MAX, NULL), 0);
         assert_int_equal(count_keys(f->o, "blobs/"), 1);
-        assert_int_equal(objstore_snapshot_download(f->o, "s", f->dst), 0);
+        assert_int_equal(objstore_snapshot_download(f->o, "s", f->dst, NULL), 0);
         assert_int_equal(count_entries(f->dst), OBJSTORE_ARTIFACTS_MAX);
 }
 
@@ -526,7 +534,7 @@ static void test_interrupted_upload_gc(void **state) {
 
         _cleanup_(json_decrefp) json_t *m = NULL;
         assert_int_equal(objstore_snapshot_manifest(f->o, "interrupted", &m), -ENOENT);
-        assert_int_equal(objstore_snapshot_download(f->o, "interrupted", f->dst), -ENOENT);
+        assert_int_equal(objstore_snapshot_download(f->o, "interrupted", f->dst, NULL), -ENOENT);
 
         /* young leftovers are left alone (an upload may be in progress) */
         assert_int_equal(objstore_gc(f->o, 3600), 0);
@@ -536,7 +544,7 @@ static void test_interrupted_upload_gc(void **state) {
         assert_int_equal(objstore_exists(f->o, key, NULL), -ENOENT);
         assert_int_equal(access(stray, F_OK), -1);
         assert_int_equal(count_keys(f->o, "blobs/"), 3);
-        assert_int_equal(objstore_snapshot_download(f->o, "complete", f->dst), 0);
+        assert_int_equal(objstore_snapshot_download(f->o, "complete", f->dst, NULL), 0);
         assert_int_equal(objstore_gc(f->o, 0), 0);
 }
 
@@ -556,20 +564,26 @@ static void test_cancelled_upload(void **state) {
         _cleanup_(json_decrefp) json_t *m = NULL;
 
         atomic_bool cancel = true;
-        assert_int_equal(objstore_snapshot_upload_cancellable(f->o, "c", a, 2, NULL, &cancel), -ECANCELED);
+        assert_int_equal(
+                objstore_snapshot_upload(f->o, "c", a, 2, &(struct objstore_upload_opts){.cancel = &cancel}),
+                -ECANCELED);
         assert_int_equal(count_keys(f->o, "blobs/"), 0); /* before the first hash was through */
 
         atomic_store(&cancel, false);
         objstore_set_blob_landed(f->o, cancel_after_first, &cancel);
-        assert_int_equal(objstore_snapshot_upload_cancellable(f->o, "c", a, 2, NULL, &cancel), -ECANCELED);
+        assert_int_equal(
+                objstore_snapshot_upload(f->o, "c", a, 2, &(struct objstore_upload_opts){.cancel = &cancel}),
+                -ECANCELED);
         assert_int_equal(count_keys(f->o, "blobs/"), 1);
         assert_int_equal(objstore_snapshot_manifest(f->o, "c", &m), -ENOENT);
-        assert_int_equal(objstore_snapshot_download(f->o, "c", f->dst), -ENOENT);
+        assert_int_equal(objstore_snapshot_download(f->o, "c", f->dst, NULL), -ENOENT);
 
         objstore_set_blob_landed(f->o, NULL, NULL);
         atomic_store(&cancel, false);
-        assert_int_equal(objstore_snapshot_upload_cancellable(f->o, "c", a, 2, NULL, &cancel), 0);
-        assert_int_equal(objstore_snapshot_download(f->o, "c", f->dst), 0);
+        assert_int_equal(
+                objstore_snapshot_upload(f->o, "c", a, 2, &(struct objstore_upload_opts){.cancel = &cancel}),
+                0);
+        assert_int_equal(objstore_snapshot_download(f->o, "c", f->dst, NULL), 0);
         _cleanup_free_ char *got = strdup_printf("%s/rootfs.img", f->dst);
         assert_same_content(p_rootfs, got);
 }
@@ -587,7 +601,7 @@ static void test_corrupt_blob(void **state) {
                 assert_true(fd >= 0);
                 assert_int_equal(pwrite(fd, "M", 1, 0), 1);
         }
-        assert_int_equal(objstore_snapshot_download(f->o, "snap-c", f->dst), -EBADMSG);
+        assert_int_equal(objstore_snapshot_download(f->o, "snap-c", f->dst, NULL), -EBADMSG);
         assert_int_equal(count_entries(f->dst), 0);
 
         /* a missing blob is as bad */
@@ -596,13 +610,14 @@ static void test_corrupt_blob(void **state) {
         assert_int_equal(objstore_file_sparse_sha256(p_state, shex), 0);
         _cleanup_free_ char *skey = strdup_printf("blobs/%s", shex);
         assert_int_equal(objstore_remove(f->o, skey), 0);
-        assert_int_equal(objstore_snapshot_download(f->o, "snap-c", f->dst), -EBADMSG);
+        assert_int_equal(objstore_snapshot_download(f->o, "snap-c", f->dst, NULL), -EBADMSG);
         assert_int_equal(count_entries(f->dst), 0);
 
         /* the next upload of the same content notices and repairs the blob */
         upload3(f, "snap-d", 3);
-        assert_int_equal(objstore_snapshot_download(f->o, "snap-c", f->dst), -EBADMSG); /* its state differs */
-        assert_int_equal(objstore_snapshot_download(f->o, "snap-d", f->dst), 0);
+        assert_int_equal(objstore_snapshot_download(f->o, "snap-c", f->dst, NULL),
+                         -EBADMSG); /* its state differs */
+        assert_int_equal(objstore_snapshot_download(f->o, "snap-d", f->dst, NULL), 0);
         _cleanup_free_ char *got = strdup_printf("%s/mem", f->dst);
         assert_same_content(p_mem, got);
 }
@@ -617,7 +632,7 @@ static void test_dedup_delete(void **state) {
         _cleanup_(json_decrefp) json_t *m = NULL;
         assert_int_equal(objstore_snapshot_manifest(f->o, "snap-a", &m), -ENOENT);
         assert_int_equal(count_keys(f->o, "blobs/"), 3);
-        assert_int_equal(objstore_snapshot_download(f->o, "snap-b", f->dst), 0);
+        assert_int_equal(objstore_snapshot_download(f->o, "snap-b", f->dst, NULL), 0);
         _cleanup_free_ char *got = strdup_printf("%s/state", f->dst);
         char *data = NULL;
         assert_int_equal(file_read_all(got, 100, &data, NULL), 0);
@@ -643,7 +658,7 @@ static void test_withdraw_release(void **state) {
         assert_non_null(m);
         _cleanup_(json_decrefp) json_t *gone = NULL;
         assert_int_equal(objstore_snapshot_manifest(f->o, "snap-a", &gone), -ENOENT);
-        assert_int_equal(objstore_snapshot_download(f->o, "snap-a", f->dst), -ENOENT);
+        assert_int_equal(objstore_snapshot_download(f->o, "snap-a", f->dst, NULL), -ENOENT);
         assert_int_equal(count_keys(f->o, "blobs/"), 3);
 
         upload3(f, "snap-b", 6); /* the same rootfs and mem, its own state */
@@ -651,7 +666,7 @@ static void test_withdraw_release(void **state) {
         objstore_snapshot_release(f->o, m);
         json_decref(m);
         assert_int_equal(count_keys(f->o, "blobs/"), 3);
-        assert_int_equal(objstore_snapshot_download(f->o, "snap-b", f->dst), 0);
+        assert_int_equal(objstore_snapshot_download(f->o, "snap-b", f->dst, NULL), 0);
 
         json_t *none = NULL;
         assert_int_equal(objstore_snapshot_withdraw(f->o, "snap-a", &none), -ENOENT);
@@ -773,7 +788,7 @@ static void test_manifest_parse(void **state) {
          * big, or naming another snapshot */
         assert_int_equal(put_string(f->o, "snapshots/bad/manifest.json", "{\"version\":1}"), 0);
         assert_int_equal(objstore_snapshot_manifest(f->o, "bad", &m), -EBADMSG);
-        assert_int_equal(objstore_snapshot_download(f->o, "bad", f->dst), -EBADMSG);
+        assert_int_equal(objstore_snapshot_download(f->o, "bad", f->dst, NULL), -EBADMSG);
         _cleanup_close_ int fd = memfd_create("big", MFD_CLOEXEC);
         assert_int_equal(fd_write_all(fd, big, n), 0);
         assert_int_equal(objstore_put(f->o, "snapshots/big/manifest.json", fd), 0);
@@ -870,12 +885,17 @@ static void test_sealed_round_trip(void **state) {
         _cleanup_free_ char *mem = write_marked(f, "mem"), *disk = write_sparse(f, "disk", 9);
         const struct objstore_artifact a[] = { { "state", mem }, { "rootfs.img", disk } };
         _cleanup_(json_decrefp) json_t *meta = json_pack("{s:{s:s}}", "env", "TOKEN", MARK "-env");
-        assert_int_equal(objstore_snapshot_upload_sealed(f->o, "clear", a, 2, meta, NULL, NULL), 0);
+        assert_int_equal(
+                objstore_snapshot_upload(f->o, "clear", a, 2, &(struct objstore_upload_opts){.meta = meta}),
+                0);
         assert_true(tree_contains(f->root, MARK));
         assert_int_equal(objstore_snapshot_delete(f->o, "clear"), 0);
         assert_false(tree_contains(f->root, MARK));
 
-        assert_int_equal(objstore_snapshot_upload_sealed(f->o, "sealed", a, 2, meta, &test_key, NULL), 0);
+        assert_int_equal(
+                objstore_snapshot_upload(f->o, "sealed", a, 2,
+                                         &(struct objstore_upload_opts){.meta = meta, .key = &test_key}),
+                0);
         assert_false(tree_contains(f->root, MARK)); /* nor the env's value */
         _cleanup_(json_decrefp) json_t *m = NULL, *got = NULL;
         assert_int_equal(objstore_snapshot_manifest(f->o, "sealed", &m), 0);
@@ -894,12 +914,12 @@ static void test_sealed_round_trip(void **state) {
         assert_string_equal(name, "rootfs.img");
         assert_true(size < (2u << 20));
 
-        assert_int_equal(objstore_snapshot_download_sealed(f->o, "sealed", f->dst, NULL), -ENOKEY);
-        assert_int_equal(objstore_snapshot_download(f->o, "sealed", f->dst), -ENOKEY);
-        assert_int_equal(objstore_snapshot_download_sealed(f->o, "sealed", f->dst, other.key), -EBADMSG);
+        assert_int_equal(objstore_snapshot_download(f->o, "sealed", f->dst, NULL), -ENOKEY);
+        assert_int_equal(objstore_snapshot_download(f->o, "sealed", f->dst, NULL), -ENOKEY);
+        assert_int_equal(objstore_snapshot_download(f->o, "sealed", f->dst, other.key), -EBADMSG);
         _cleanup_free_ char *out_mem = strdup_printf("%s/state", f->dst), *out_disk = strdup_printf("%s/rootfs.img", f->dst);
         assert_int_equal(access(out_mem, F_OK), -1);
-        assert_int_equal(objstore_snapshot_download_sealed(f->o, "sealed", f->dst, test_key.key), 0);
+        assert_int_equal(objstore_snapshot_download(f->o, "sealed", f->dst, test_key.key), 0);
         char h1[OBJSTORE_SHA256_HEX], h2[OBJSTORE_SHA256_HEX];
         assert_int_equal(objstore_file_sha256(mem, h1), 0);
         assert_int_equal(objstore_file_sha256(out_mem, h2), 0);
@@ -912,7 +932,10 @@ static void test_sealed_round_trip(void **state) {
         assert_true((uint64_t) st.st_blocks * 512 < (8u << 20)); /* holes again */
 
         /* deterministic: the same key and content seal to the same blob */
-        assert_int_equal(objstore_snapshot_upload_sealed(f->o, "again", a, 2, meta, &test_key, NULL), 0);
+        assert_int_equal(
+                objstore_snapshot_upload(f->o, "again", a, 2,
+                                         &(struct objstore_upload_opts){.meta = meta, .key = &test_key}),
+                0);
         _cleanup_(json_decrefp) json_t *m2 = NULL;
         assert_int_equal(objstore_snapshot_manifest(f->o, "again", &m2), 0);
         const char *blob2;
@@ -928,9 +951,13 @@ static void test_sealed_tamper(void **state) {
         struct fixture *f = *state;
         _cleanup_free_ char *mem = write_marked(f, "mem"), *mem2 = write_file(f, "mem2", "other state\n");
         const struct objstore_artifact a[] = { { "state", mem } }, b[] = { { "state", mem2 } };
-        assert_int_equal(objstore_snapshot_upload_sealed(f->o, "a", a, 1, NULL, &test_key, NULL), 0);
-        assert_int_equal(objstore_snapshot_upload_sealed(f->o, "b", b, 1, NULL, &test_key, NULL), 0);
-        assert_int_equal(objstore_snapshot_download_sealed(f->o, "a", f->dst, test_key.key), 0); /* control */
+        assert_int_equal(
+                objstore_snapshot_upload(f->o, "a", a, 1, &(struct objstore_upload_opts){.key = &test_key}),
+                0);
+        assert_int_equal(
+                objstore_snapshot_upload(f->o, "b", b, 1, &(struct objstore_upload_opts){.key = &test_key}),
+                0);
+        assert_int_equal(objstore_snapshot_download(f->o, "a", f->dst, test_key.key), 0); /* control */
         assert_int_equal(rm_rf(f->dst), 0);
 
         _cleanup_(json_decrefp) json_t *ma = NULL, *mb = NULL;
@@ -950,7 +977,7 @@ static void test_sealed_tamper(void **state) {
         assert_int_equal(file_write_atomic(saved, data, len, 0600), 0);
         data[len / 2] ^= 0x20;
         assert_int_equal(file_write_atomic(pa, data, len, 0600), 0);
-        assert_int_equal(objstore_snapshot_download_sealed(f->o, "a", f->dst, test_key.key), -EBADMSG);
+        assert_int_equal(objstore_snapshot_download(f->o, "a", f->dst, test_key.key), -EBADMSG);
         _cleanup_free_ char *out = strdup_printf("%s/state", f->dst);
         assert_int_equal(access(out, F_OK), -1);
         /* b's blob in a's place (same key, another snapshot's content) */
@@ -958,7 +985,7 @@ static void test_sealed_tamper(void **state) {
         _cleanup_free_ char *bdata = NULL;
         assert_int_equal(file_read_all(pb, 1 << 20, &bdata, &len), 0);
         assert_int_equal(file_write_atomic(pa, bdata, len, 0600), 0);
-        assert_int_equal(objstore_snapshot_download_sealed(f->o, "a", f->dst, test_key.key), -EBADMSG);
+        assert_int_equal(objstore_snapshot_download(f->o, "a", f->dst, test_key.key), -EBADMSG);
         assert_int_equal(access(out, F_OK), -1);
 }
 
@@ -974,7 +1001,7 @@ static void test_minimal_backend(void **state) {
 
         upload3(f, "snap-m", 4);
         upload3(f, "snap-n", 4);
-        assert_int_equal(objstore_snapshot_download(f->o, "snap-m", f->dst), 0);
+        assert_int_equal(objstore_snapshot_download(f->o, "snap-m", f->dst, NULL), 0);
         assert_int_equal(objstore_snapshot_delete(f->o, "snap-m"), 0);
         assert_int_equal(count_keys(local, "blobs/"), 3);
 
@@ -990,7 +1017,7 @@ static void test_minimal_backend(void **state) {
         _cleanup_free_ char *blob = strdup_printf("%s/blobs/%s", f->root, hex);
         assert_int_equal(file_write_atomic(blob, "MEMORY PAGES", 12, 0600), 0);
         _cleanup_free_ char *dst2 = strdup_printf("%s/dst2", f->dir);
-        assert_int_equal(objstore_snapshot_download(f->o, "snap-n", dst2), -EBADMSG);
+        assert_int_equal(objstore_snapshot_download(f->o, "snap-n", dst2, NULL), -EBADMSG);
         assert_int_equal(count_entries(dst2), 0);
 }
 
@@ -1044,7 +1071,7 @@ static void test_reflink(void **state) {
         assert_int_equal(objstore_file_sparse_sha256(src, hex), 0);
         _cleanup_free_ char *blob = strdup_printf("%s/blobs/%s", f->root, hex);
         assert_shared(blob, base);
-        assert_int_equal(objstore_snapshot_download(f->o, "snap-r", f->dst), 0);
+        assert_int_equal(objstore_snapshot_download(f->o, "snap-r", f->dst, NULL), 0);
         _cleanup_free_ char *got = strdup_printf("%s/rootfs.img", f->dst);
         assert_shared(got, base);
         assert_same_content(src, got);
