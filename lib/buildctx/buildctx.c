@@ -440,7 +440,7 @@ static int whiteout(struct buildctx *c, const char *norm, enum kind kind, char *
         if (!gone)
                 return -ENOMEM;
         memcpy(gone, norm, dir);
-        strcpy(gone + dir, name);
+        memcpy(gone + dir, name, strlen(name) + 1);
         const struct slot *s = lookup(c, gone, n);
         int r = s ? record(c, gone, n, K_GONE, err) : 0;
         free(gone);

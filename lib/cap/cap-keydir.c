@@ -148,8 +148,10 @@ int cap_keydir_rotate(const char *dir, char ret_kid[CAP_KID_MAX + 1], char ret_p
         sodium_memzero(sk, sizeof sk);
         if (r < 0)
                 goto out;
-        strcat(pk_hex, "\n");
-        strcat(sk_hex, "\n");
+        /* cap_key_to_hex() left room for the newline */
+        size_t pk_len = strlen(pk_hex), sk_len = strlen(sk_hex);
+        memcpy(pk_hex + pk_len, "\n", 2);
+        memcpy(sk_hex + sk_len, "\n", 2);
         /* public first: no node may see a token it has no key for */
         if ((r = file_write_atomic(pub_path, pk_hex, strlen(pk_hex), 0644)) < 0 ||
             (chmod(pub_path, 0644) < 0 && (r = negative_errno()) < 0) ||

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "macros.h"
+#include "util.h"
 
 /* base64url of a 64-byte signature, without padding */
 #define SIG_B64_LEN 86
@@ -92,7 +93,7 @@ static int key_add(struct cap_keyring *kr, const char *kid, const uint8_t *pk, c
         if (kr->n >= CAP_KEYRING_MAX)
                 return -ENOSPC;
         struct cap_key *k = &kr->keys[kr->n++];
-        strcpy(k->kid, kid); /* length checked by id_valid() */
+        (void) str_copy(k->kid, sizeof k->kid, kid); /* fits: id_valid() checked its length */
         memcpy(k->pk, pk, sizeof k->pk);
         if (sk) {
                 memcpy(k->sk, sk, sizeof k->sk);
@@ -280,7 +281,7 @@ static int id_field(json_t *v, size_t max, char *out) {
         const char *s = json_string_value(v);
         if (!s || json_string_length(v) > max || !id_valid(s, max))
                 return -EINVAL;
-        strcpy(out, s);
+        memcpy(out, s, json_string_length(v) + 1);
         return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "netpolicy-internal.h"
+#include "util.h"
 
 #define V4(a, b, c, d, n) { .addr = { .s6_addr = { [10] = 0xff, 0xff, a, b, c, d } }, .prefix = 96 + (n) }
 #define V6(n, ...) { .addr = { .s6_addr = { __VA_ARGS__ } }, .prefix = (n) }
@@ -107,10 +108,7 @@ int netpolicy_addr_format(const struct in6_addr *addr, char *buf, size_t size) {
                                                    : inet_ntop(AF_INET6, addr, tmp, sizeof tmp);
         if (!r)
                 return -EINVAL;
-        if (strlen(tmp) >= size)
-                return -ENOBUFS;
-        strcpy(buf, tmp);
-        return 0;
+        return str_copy(buf, size, tmp) < 0 ? -ENOBUFS : 0;
 }
 
 int netpolicy_cidr_format(const struct netpolicy_cidr *c, char *buf, size_t size) {

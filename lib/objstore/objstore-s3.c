@@ -407,7 +407,7 @@ static char *escape(const char *s) {
                     c == '.' || c == '_' || c == '~')
                         *p++ = (char) c;
                 else
-                        p += sprintf(p, "%%%02X", c);
+                        p += snprintf(p, 4, "%%%02X", c);
         }
         *p = 0;
         return out;

@@ -829,7 +829,7 @@ const char **tplspec_context_paths(const struct tplspec *s) {
         const char **v = calloc(1, vec + (op ? strlen(op) + 1 : 0));
         size_t j = 0;
         if (v && op)
-                v[j++] = strcpy((char *) v + vec, op);
+                v[j++] = memcpy((char *) v + vec, op, strlen(op) + 1);
         for (size_t i = 0; v && i < s->n_steps; i++)
                 for (size_t k = 0; s->steps[i].kind == TPLSPEC_COPY && s->steps[i].srcs[k]; k++)
                         v[j++] = s->steps[i].srcs[k];
