@@ -3,8 +3,9 @@
 
 /*
  * What template.c (the built-in templates) shares with template-build.c
- * (templates built from specs): the steps of a build, the build VM and the
- * bookkeeping that lets the node's shutdown kill what a build runs.
+ * (templates built from specs) and template-files.c (paths, content
+ * hashes): the steps of a build, the build VM and the bookkeeping that lets
+ * the node's shutdown kill what a build runs.
  */
 
 #include <jansson.h>
@@ -21,6 +22,20 @@ struct vmm;
  * (TEMPLATE_PATH_BUF bytes) and refuses to truncate (-ENAMETOOLONG). */
 #define TEMPLATE_PATH_BUF 4608
 int template_pathf(char *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* template-files.c: a template's content hash over every input of its
+ * build (recipe, scripts, guest agent, the memory it is built with), its
+ * first HASH_BYTES as hex, and the kernel's (out_kernel). qemu_version:
+ * the first line of the QEMU binary's --version ("": unknown). On failure
+ * *ret_error says which input is missing. */
+/* Extra kernel arguments of template VMs (vmm adds console, root and TSC ones). */
+#define TEMPLATE_CMDLINE ""
+#define TEMPLATE_VCPUS 1
+#define HASH_BYTES 16
+#define HASH_HEX (2 * HASH_BYTES + 1)
+struct node_config;
+int template_hash(const struct node_config *cfg, const char *qemu_version, const char *name,
+                  unsigned memory_mib, char out[HASH_HEX], char out_kernel[HASH_HEX], char **ret_error);
 
 /* What a build runs now, so a shutdown (or a cancel) can kill it: a
  * script's process group or the build VM. Read and written under the
