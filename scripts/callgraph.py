@@ -3,6 +3,7 @@
 
     scripts/callgraph.py src/node            # circles, then each file's callees
     scripts/callgraph.py --check src/node    # exit 1 if there is a circle
+    scripts/callgraph.py --check --all       # every directory of src/ and lib/
     scripts/callgraph.py --why A.c B.c src/node   # the names A.c uses of B.c
 
 A file "calls" another when its object file needs a symbol (a function or a
@@ -94,11 +95,17 @@ def circles(edges):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("dirs", nargs="+")
+    ap.add_argument("dirs", nargs="*")
+    ap.add_argument("--all", action="store_true", help="every directory of src/ and lib/ (vendored llhttp aside)")
     ap.add_argument("--check", action="store_true", help="exit 1 when a directory has a circle")
     ap.add_argument("--why", nargs=2, metavar=("FROM", "TO"))
     ap.add_argument("--quiet", action="store_true", help="only the circles")
     a = ap.parse_args()
+    if a.all:
+        a.dirs += sorted(str(d) for top in ("src", "lib") for d in Path(top).iterdir()
+                         if d.is_dir() and d.name != "llhttp" and any(d.glob("*.c")))
+    if not a.dirs:
+        ap.error("name a directory, or --all")
     bad = False
     for d in a.dirs:
         edges = graph(d)
