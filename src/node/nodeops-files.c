@@ -8,7 +8,7 @@
  * ownership of what it makes); a user the guest does not have is refused
  * as exec refuses it.
  */
-#include "nodeops-files.h"
+#include "nodeops-ops.h"
 
 #include <errno.h>
 #include <pthread.h>

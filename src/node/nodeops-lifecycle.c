@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#include "nodeops-lifecycle.h"
+#include "nodeops-ops.h"
 
 #include <errno.h>
 #include <stdio.h>

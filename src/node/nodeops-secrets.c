@@ -7,7 +7,7 @@
  * with the node's boot id, by which airlockd notices a node that restarted
  * and lost the sets).
  */
-#include "nodeops-secrets.h"
+#include "nodeops-ops.h"
 
 #include <errno.h>
 #include <pthread.h>

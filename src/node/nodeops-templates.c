@@ -6,7 +6,7 @@
  * follows it (template.get, template.log) and removes it (template.delete).
  * The builds themselves are template-build.c's.
  */
-#include "nodeops-templates.h"
+#include "nodeops-ops.h"
 
 #include <errno.h>
 #include <fcntl.h>
