@@ -67,7 +67,7 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, const struct obj
                 goto fail;
         }
         /* from here on the snapshot is this sandbox's latest state: a node
-         * that starts after a crash resumes it (suspend_takeover()) */
+         * that starts after a crash resumes it (sandbox-manager.c's suspend_takeover()) */
         r = sandbox_suspend_mark(s, SUSPEND_COMPLETE);
         if (r >= 0)
                 r = sandbox_suspend_mark(s, SUSPEND_RELEASED);
@@ -136,7 +136,7 @@ int sandbox_manifest_read(const char *snapshot_id, json_t **ret, char **ret_erro
 
 /* Downloads object store snapshot snapshot_id into s (registered by
  * sandbox_register_new()) and restores it, or with cold (an image of a disk only)
- * boots its disk. mark: write which image this is for wake_takeover().
+ * boots its disk. mark: write which image this is for wake_takeover() (sandbox-manager.c).
  * *ret_t_down: when the download was done. On failure s is gone
  * (sandbox_new_abort()). */
 int sandbox_download_restore(struct sandbox *s, const char *snapshot_id, const uint8_t *data_key, bool mark, bool cold,
@@ -155,7 +155,7 @@ int sandbox_download_restore(struct sandbox *s, const char *snapshot_id, const u
         if (r >= 0 && rename(disk, rootfs) < 0)
                 r = negative_errno();
         /* which image this is: a node that takes the sandbox over after the
-         * wake made it visible removes it as stale (wake_takeover()) */
+         * wake made it visible removes it as stale (sandbox-manager.c's wake_takeover()) */
         if (r >= 0 && mark)
                 r = file_write_atomic(wake_marker, snapshot_id, strlen(snapshot_id), 0600);
         if (r < 0) {
@@ -347,7 +347,7 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, c
         /* it runs here now: its image is stale, and removed here rather than
          * by airlockd after the reply, which a crash of either could lose
          * (before wake/ and suspend/ go: a node killed in between finds
-         * them, see wake_takeover() and suspend_takeover()) */
+         * them, see wake_takeover() and suspend_takeover() in sandbox-manager.c) */
         json_t *stale = NULL;
         int k = objstore_snapshot_withdraw(sandbox_objstore(), snapshot_id, &stale);
         if (k < 0 && k != -ENOENT)
