@@ -33,13 +33,14 @@ def objects(directory):
 
 
 def symbols(obj):
-    """(defined, needed) external symbols of one object file."""
-    out = subprocess.run(["nm", "--defined-only", "-g", "-P", str(obj)], check=True,
-                         capture_output=True, text=True).stdout
-    defined = {line.split()[0] for line in out.splitlines() if line.strip()}
-    out = subprocess.run(["nm", "-u", "-P", str(obj)], check=True,
-                         capture_output=True, text=True).stdout
-    needed = {line.split()[0] for line in out.splitlines() if line.strip()}
+    """(defined, needed) external symbols of one object file: nm -g -P
+    prints NAME TYPE; U (w: weak) for a symbol the object needs."""
+    out = subprocess.run(["nm", "-g", "-P", str(obj)], check=True, capture_output=True, text=True).stdout
+    defined, needed = set(), set()
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 2:
+            (needed if f[1] in ("U", "w") else defined).add(f[0])
     return defined, needed
 
 

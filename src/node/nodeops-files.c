@@ -41,21 +41,6 @@
 
 /* ---- files ---- */
 
-/* user: the guest user a file op runs as (absent: NULL, the agent's root). */
-static int field_user(struct node_conn *c, json_t *req, const char **ret) {
-        json_t *v = json_object_get(req, "user");
-        if (!v || json_is_null(v)) {
-                *ret = NULL;
-                return 0;
-        }
-        const char *s = json_string_value(v);
-        if (!s || json_string_length(v) != strlen(s) || !node_user_name_is_valid(s))
-                return conn_reply_error(c, -EINVAL, "invalid",
-                                        "field \"user\" must be a user name: [a-z_][a-z0-9_-]{0,31}");
-        *ret = s;
-        return 0;
-}
-
 /* An older agent ignores "user" and would act as root: a file op as
  * another user needs an agent that says it has them (HELLO files_user). */
 static int user_supported(struct node_conn *c, struct guestconn *g, const char *user) {
@@ -180,7 +165,7 @@ int nodeops_file_write(struct node_conn *c, json_t *req) {
         int r;
         if ((r = nodeops_field_path(c, req, "path", true, &path)) < 0 ||
             (r = nodeops_field_uint(c, req, "mode", 0644, 0, 07777, &mode)) < 0 ||
-            (r = field_user(c, req, &user)) < 0)
+            (r = nodeops_field_user(c, req, &user)) < 0)
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
@@ -330,7 +315,7 @@ static void read_handler(void *userdata, uint8_t type, const uint8_t *payload, s
 int nodeops_file_read(struct node_conn *c, json_t *req) {
         const char *path, *user;
         int r;
-        if ((r = nodeops_field_path(c, req, "path", true, &path)) < 0 || (r = field_user(c, req, &user)) < 0)
+        if ((r = nodeops_field_path(c, req, "path", true, &path)) < 0 || (r = nodeops_field_user(c, req, &user)) < 0)
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
@@ -422,7 +407,7 @@ static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const cha
         const char *path, *user;
         bool recursive = false;
         int r;
-        if ((r = nodeops_field_path(c, req, "path", true, &path)) < 0 || (r = field_user(c, req, &user)) < 0)
+        if ((r = nodeops_field_path(c, req, "path", true, &path)) < 0 || (r = nodeops_field_user(c, req, &user)) < 0)
                 return r;
         if (type == PROTO_REMOVE && (r = nodeops_field_bool(c, req, "recursive", false, &recursive)) < 0)
                 return r;
@@ -486,7 +471,7 @@ static int file_change(struct node_conn *c, json_t *req, uint8_t type, const cha
         if ((r = nodeops_field_path(c, req, type == PROTO_RENAME ? "from" : "path", true, &path)) < 0 ||
             (type == PROTO_RENAME && (r = nodeops_field_path(c, req, "to", true, &to)) < 0) ||
             (type == PROTO_MKDIR && (r = nodeops_field_bool(c, req, "parents", false, &parents)) < 0) ||
-            (r = field_user(c, req, &user)) < 0)
+            (r = nodeops_field_user(c, req, &user)) < 0)
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
@@ -568,7 +553,7 @@ int nodeops_file_watch(struct node_conn *c, json_t *req) {
         int r;
         if ((r = nodeops_field_path(c, req, "path", true, &path)) < 0 ||
             (r = nodeops_field_bool(c, req, "recursive", false, &recursive)) < 0 ||
-            (r = field_user(c, req, &user)) < 0)
+            (r = nodeops_field_user(c, req, &user)) < 0)
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;

@@ -118,8 +118,6 @@ int nodeops_field_user(struct node_conn *c, json_t *req, const char **ret) {
         return 0;
 }
 
-/* env: an object of string values. Returns a new reference (empty object
- * when absent). */
 int nodeops_field_network(struct node_conn *c, json_t *req, bool required, char **ret) {
         json_t *v = json_object_get(req, "network");
         _cleanup_(netpolicy_freep) struct netpolicy *p = NULL;

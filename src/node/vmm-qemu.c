@@ -137,11 +137,10 @@ static int vmm_argv_add(struct vmm_argv *a, const char *s) {
 
 _printf_(2, 3) static int vmm_argv_addf(struct vmm_argv *a, const char *fmt, ...) {
         va_list ap;
-        char *s;
         va_start(ap, fmt);
-        int k = vasprintf(&s, fmt, ap);
+        char *s = strdup_vprintf(fmt, ap);
         va_end(ap);
-        return vmm_argv_take(a, k < 0 ? NULL : s);
+        return vmm_argv_take(a, s);
 }
 
 /* QemuOpts values end at a ',' unless it is doubled. */
