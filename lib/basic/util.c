@@ -52,6 +52,18 @@ int fd_write_all(int fd, const void *buf, size_t n) {
         return transfer_all(TRANSFER_WRITE, fd, (uint8_t *) buf, n);
 }
 
+int fd_set_cloexec(int fd, bool on) {
+        if (fd < 0)
+                return 0;
+        int flags = fcntl(fd, F_GETFD);
+        if (flags < 0)
+                return negative_errno();
+        int want = on ? flags | FD_CLOEXEC : flags & ~FD_CLOEXEC;
+        if (want != flags && fcntl(fd, F_SETFD, want) < 0)
+                return negative_errno();
+        return 0;
+}
+
 int file_read_all(const char *path, size_t max, char **ret, size_t *ret_len) {
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)

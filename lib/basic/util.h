@@ -18,6 +18,9 @@
 int fd_read_exact(int fd, void *buf, size_t n);
 /* Writes all n bytes, retrying short writes and EINTR. */
 int fd_write_all(int fd, const void *buf, size_t n);
+/* Sets (on) or clears FD_CLOEXEC on fd (-1: nothing to do). 0 or a
+ * negative errno. */
+int fd_set_cloexec(int fd, bool on);
 
 /* Reads a whole file of at most max bytes into a NUL-terminated buffer.
  * -EFBIG when the file is larger than max. */

@@ -248,6 +248,7 @@ const char *proto_type_name(uint8_t type) {
         case PROTO_WATCH_EVENT: return "watch-event";
         case PROTO_WATCH_END: return "watch-end";
         case PROTO_METRICS: return "metrics";
+        case PROTO_UPGRADE: return "upgrade";
         case PROTO_NODE_REQUEST: return "node-request";
         case PROTO_NODE_REPLY: return "node-reply";
         case PROTO_NODE_EVENT: return "node-event";

@@ -36,11 +36,11 @@
 
 enum proto_type {
         /* connection */
-        PROTO_HELLO = 1,      /* host->guest {"nonce":s,"version":n}; guest->host same nonce back */
-        PROTO_PING = 2,       /* either way, {} -> PROTO_RESULT {} */
-        PROTO_RESULT = 3,     /* reply to a request on the same stream, JSON */
-        PROTO_ERROR = 4,      /* reply: {"errno":n,"message":s} (errno positive) */
-        PROTO_IDENTITY = 5,   /* host->guest: new sandbox identity, see docs */
+        PROTO_HELLO = 1,    /* host->guest {"nonce":s,"version":n}; guest->host same nonce back */
+        PROTO_PING = 2,     /* either way, {} -> PROTO_RESULT {} */
+        PROTO_RESULT = 3,   /* reply to a request on the same stream, JSON */
+        PROTO_ERROR = 4,    /* reply: {"errno":n,"message":s} (errno positive) */
+        PROTO_IDENTITY = 5, /* host->guest: new sandbox identity, see docs */
 
         /* processes (stream = process id chosen by the host, != 0) */
         PROTO_EXEC = 16,        /* host->guest: start; reply RESULT {"pid":n} or ERROR */
@@ -55,22 +55,24 @@ enum proto_type {
         PROTO_ADOPT = 25,       /* host->guest {"pid":n} on a new stream: re-attach a detached process */
 
         /* files (stream = transfer id chosen by the host) */
-        PROTO_FILE_READ = 32,  /* host->guest {"path":s}; guest: RESULT {"size","mode"}, DATA*, END */
-        PROTO_FILE_WRITE = 33, /* host->guest {"path":s,"mode":n}; host: DATA*, END; guest: RESULT */
-        PROTO_FILE_DATA = 34,  /* data, either way */
-        PROTO_FILE_END = 35,   /* {} end of a data sequence (or {"abort":true}) */
-        PROTO_LIST = 36,       /* {"path":s} -> RESULT {"entries":[...]} */
-        PROTO_STAT = 37,       /* {"path":s} -> RESULT {entry} */
-        PROTO_RENAME = 38,     /* {"from":s,"to":s} -> RESULT {} */
-        PROTO_REMOVE = 39,     /* {"path":s,"recursive":b} -> RESULT {} */
-        PROTO_MKDIR = 40,      /* {"path":s,"parents":b} -> RESULT {} */
-        PROTO_SYNC = 41,       /* {} -> RESULT {} once sync(2) flushed every file system */
-        PROTO_FREEZE = 42,     /* {} -> RESULT {} once the root file system is frozen (FIFREEZE) */
-        PROTO_THAW = 43,       /* {} -> RESULT {} once it is thawed again (FITHAW) */
+        PROTO_FILE_READ = 32,   /* host->guest {"path":s}; guest: RESULT {"size","mode"}, DATA*, END */
+        PROTO_FILE_WRITE = 33,  /* host->guest {"path":s,"mode":n}; host: DATA*, END; guest: RESULT */
+        PROTO_FILE_DATA = 34,   /* data, either way */
+        PROTO_FILE_END = 35,    /* {} end of a data sequence (or {"abort":true}) */
+        PROTO_LIST = 36,        /* {"path":s} -> RESULT {"entries":[...]} */
+        PROTO_STAT = 37,        /* {"path":s} -> RESULT {entry} */
+        PROTO_RENAME = 38,      /* {"from":s,"to":s} -> RESULT {} */
+        PROTO_REMOVE = 39,      /* {"path":s,"recursive":b} -> RESULT {} */
+        PROTO_MKDIR = 40,       /* {"path":s,"parents":b} -> RESULT {} */
+        PROTO_SYNC = 41,        /* {} -> RESULT {} once sync(2) flushed every file system */
+        PROTO_FREEZE = 42,      /* {} -> RESULT {} once the root file system is frozen (FIFREEZE) */
+        PROTO_THAW = 43,        /* {} -> RESULT {} once it is thawed again (FITHAW) */
         PROTO_WATCH = 44,       /* host->guest {"path":s,"recursive":b} -> RESULT {}, then WATCH_EVENT* */
         PROTO_WATCH_EVENT = 45, /* guest->host {"name":s,"type":s} a change in a watched directory */
         PROTO_WATCH_END = 46,   /* host->guest {} ends the watch of that stream */
         PROTO_METRICS = 47,     /* {} -> RESULT {cpu, memory and disk use} */
+        PROTO_UPGRADE =
+                48, /* host->guest {"path":s} staged agent -> RESULT {"agent",...} from the new one */
 
         /* airlockd <-> airlock-node */
         PROTO_NODE_REQUEST = 64, /* {"op":s, ...} */

@@ -123,18 +123,19 @@ static int handle_hello(struct agent *a, uint32_t stream, const void *payload, s
         if (r < 0)
                 return r;
         (void) thaw(a, "new host connection");
+        /* an UPGRADE of the previous connection is nobody's now */
+        a->upgrade_stream = 0;
+        free(a->upgrade_path);
+        a->upgrade_path = NULL;
         process_detach_all(a);
         files_discard_all(a);
         watch_discard_all(a);
         read_boot_id(boot_id, sizeof boot_id);
         log_info("Host connected (hello)");
-        /* what this agent does that older ones did not: an older agent
-         * ignores an EXEC (or file request's) "user" it does not know and
-         * would run it as root, so the host must be able to tell */
         return agent_send_json(a, PROTO_HELLO, stream,
-                               json_pack("{s:s,s:i,s:s,s:s,s:[s,s,s,s,s]}", "nonce", nonce, "version",
-                                         PROTO_VERSION, "agent", GUEST_AGENT_NAME, "boot_id", boot_id,
-                                         "features", "user", "processes", "watch", "metrics", "files_user"));
+                               json_pack("{s:s,s:i,s:s,s:s,s:o}", "nonce", nonce, "version", PROTO_VERSION,
+                                         "agent", GUEST_AGENT_NAME, "boot_id", boot_id, "features",
+                                         guest_features_json()));
 }
 
 /* The requests that do work in the guest (processes, files). */
@@ -201,6 +202,8 @@ static void dispatch(struct agent *a, const struct proto_header *h, const uint8_
                         r = agent_send_ok(a, h->stream);
                 break;
         }
+        /* the node's housekeeping, like PING: not use */
+        case PROTO_UPGRADE: r = upgrade_request(a, h->stream, payload, h->length); break;
         case PROTO_RESULT:
         case PROTO_ERROR:
                 /* the agent sends no requests; a stray reply is dropped, never
@@ -247,6 +250,8 @@ static void process_frames(struct agent *a) {
                 if (a->host_away)
                         break;
         }
+        if (a->upgrade_stream && !a->host_away)
+                upgrade_apply(a);
 }
 
 /* Finds the /dev node of the virtio-serial port named "airlock.0". */
@@ -389,6 +394,8 @@ static int agent_setup(struct agent *a, const struct agent_options *opt) {
         r = proto_reader_init(&a->reader);
         if (r < 0)
                 return log_error_errno(r, "Failed to allocate the frame reader: %m");
+        if (opt->resume_fd >= 0)
+                return upgrade_resume(a);
         r = channel_open(a);
         if (r < 0)
                 return log_error_errno(r, "Failed to open channel %s: %m",
@@ -404,6 +411,7 @@ static void agent_release(struct agent *a) {
         files_discard_all(a);
         watch_discard_all(a);
         guest_strv_free(a->default_env);
+        free(a->upgrade_path);
         proto_reader_release(&a->reader);
         if (a->chan_fd >= 0)
                 close(a->chan_fd);

@@ -9,6 +9,7 @@
  *
  * Calls go one way, top to bottom (main.c and boot.c above all of it):
  *   agent.c                         poll loop, dispatch
+ *   upgrade.c                       UPGRADE, and the start from its state
  *   process.c files.c watch.c identity.c
  *   fsuser.c metrics.c              (files.c and watch.c use fsuser.c,
  *                                    identity.c uses metrics.c)
@@ -26,6 +27,7 @@
 
 #include "macros.h"
 #include "proto.h"
+#include "request.h"
 
 struct process;
 struct transfer;
@@ -57,7 +59,10 @@ struct watch;
 struct agent_options {
         const char *port_path; /* NULL: find the virtio-serial port "airlock.0" */
         const char *run_dir;   /* where sandbox-id goes; NULL: nowhere */
+        const char *log_level; /* as given, for the agent an upgrade starts */
         bool pid1;             /* owns the machine: hostname, clock, RNG */
+        int resume_fd;         /* >= 0: an upgrade's state to start from (upgrade.c) */
+        const char *resume_error; /* with resume_fd: the upgrade failed, why */
 };
 
 struct agent {
@@ -86,6 +91,11 @@ struct agent {
         size_t n_transfers;
         struct watch *watches;
         size_t n_watches;
+
+        /* UPGRADE asked on this stream (0: none), carried out once the
+         * frames read with it are handled */
+        uint32_t upgrade_stream;
+        char *upgrade_path;
 };
 
 /* agent.c */
@@ -131,6 +141,15 @@ void process_poll_dispatch(struct agent *a, const struct pollfd *pfd, size_t n);
 void process_detach_all(struct agent *a);
 /* SIGKILLs and forgets every process (agent shutdown). */
 void process_kill_all(struct agent *a);
+/* An upgrade's hand-over (upgrade.c): every process as JSON objects
+ * appended to arr, their buffers in b; the other way, the processes of
+ * arr appended to a's (take_fds false: a check of the state, which keeps
+ * no fd); FD_CLOEXEC cleared (inherit) or set again on their fds. */
+int process_state_save(struct agent *a, json_t *arr, struct guest_blob *b);
+int process_state_load(struct agent *a, json_t *arr, const uint8_t *blob, size_t blob_size, bool take_fds);
+int process_fds_inherit(struct agent *a, bool inherit);
+/* Forgets every process without a signal (the end of a state's check). */
+void process_forget_all(struct agent *a);
 
 /* fsuser.c */
 /* Who a file request acts as (docs/guest-protocol.md, Files: "user"): a
@@ -158,6 +177,10 @@ int fs_user_lookup(const char *name, struct fs_user *ret);
  * ERROR sent (ESRCH "unknown user 'NAME'" for a user the guest lacks). */
 bool fs_user_request(struct agent *a, uint32_t stream, const char *name, struct fs_user *ret);
 void fs_user_release(struct fs_user *u);
+/* The user as JSON for an upgrade's state (NULL on ENOMEM), and back
+ * (-EINVAL for an object that is not one). */
+json_t *fs_user_to_json(const struct fs_user *u);
+int fs_user_from_json(json_t *o, struct fs_user *ret);
 /* Moves from into to (releasing what to held); from is left inactive. */
 void fs_user_move(struct fs_user *from, struct fs_user *to);
 /* Makes u (NULL or inactive: nothing to do) the filesystem identity of
@@ -192,6 +215,24 @@ size_t watch_poll_fill(struct agent *a, struct pollfd *pfd);
 void watch_poll_dispatch(struct agent *a, const struct pollfd *pfd, size_t n);
 /* Ends every watch (the host connection ended). */
 void watch_discard_all(struct agent *a);
+/* An upgrade's hand-over, as process_state_save() and the others. */
+int watch_state_save(struct agent *a, json_t *arr);
+int watch_state_load(struct agent *a, json_t *arr, bool take_fds);
+int watch_fds_inherit(struct agent *a, bool inherit);
+
+/* upgrade.c */
+/* UPGRADE {"path"}: noted, carried out by upgrade_apply(). */
+int upgrade_request(struct agent *a, uint32_t stream, const void *payload, size_t len);
+/* Replaces this agent with the staged one; returns only when that failed,
+ * after answering the UPGRADE with ERROR. */
+void upgrade_apply(struct agent *a);
+/* Starts a (set up, its channel not opened) from opt.resume_fd's state and
+ * answers the UPGRADE: RESULT, or ERROR after a rollback. Where the state
+ * cannot be taken over, execs the previous agent to do it instead. */
+int upgrade_resume(struct agent *a);
+/* --check-state FD: reads the state as upgrade_resume() would, keeping
+ * nothing. 0, or a negative errno with why. */
+int upgrade_check_state(int fd, char *why, size_t n);
 
 /* identity.c */
 int identity_apply(struct agent *a, uint32_t stream, const void *payload, size_t len);

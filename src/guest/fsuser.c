@@ -68,6 +68,43 @@ bool fs_user_request(struct agent *a, uint32_t stream, const char *name, struct 
         return r >= 0;
 }
 
+json_t *fs_user_to_json(const struct fs_user *u) {
+        json_t *groups = json_array();
+        for (size_t i = 0; groups && i < u->n_groups; i++)
+                if (json_array_append_new(groups, json_integer((json_int_t) u->groups[i])) < 0) {
+                        json_decref(groups);
+                        groups = NULL;
+                }
+        return groups ? json_pack("{s:b,s:I,s:I,s:o}", "active", u->active, "uid", (json_int_t) u->uid,
+                                  "gid", (json_int_t) u->gid, "groups", groups)
+                      : NULL;
+}
+
+int fs_user_from_json(json_t *o, struct fs_user *ret) {
+        int active;
+        json_int_t uid, gid;
+        json_t *groups, *g;
+        size_t i;
+        if (json_unpack(o, "{s:b,s:I,s:I,s:o!}", "active", &active, "uid", &uid, "gid", &gid, "groups",
+                        &groups) < 0 ||
+            uid < 0 || uid >= UINT32_MAX || gid < 0 || gid >= UINT32_MAX || !json_is_array(groups) ||
+            json_array_size(groups) > GUEST_MAX_GROUPS)
+                return -EINVAL;
+        struct fs_user u = {.active = active, .uid = (uid_t) uid, .gid = (gid_t) gid};
+        if (json_array_size(groups) && !(u.groups = calloc(json_array_size(groups), sizeof *u.groups)))
+                return -ENOMEM;
+        json_array_foreach(groups, i, g) {
+                if (!json_is_integer(g) || json_integer_value(g) < 0 ||
+                    json_integer_value(g) >= UINT32_MAX) {
+                        free(u.groups);
+                        return -EINVAL;
+                }
+                u.groups[u.n_groups++] = (gid_t) json_integer_value(g);
+        }
+        *ret = u;
+        return 0;
+}
+
 void fs_user_move(struct fs_user *from, struct fs_user *to) {
         fs_user_release(to);
         *to = *from;

@@ -835,3 +835,133 @@ void process_kill_all(struct agent *a) {
                 process_free(a, p);
         }
 }
+
+/* ---- upgrade: the processes handed to the next agent (upgrade.c) ---- */
+
+int process_state_save(struct agent *a, json_t *arr, struct guest_blob *b) {
+        for (struct process *p = a->processes; p; p = p->next) {
+                json_t *o = json_pack(
+                        "{s:I,s:i,s:b,s:i,s:i,s:i,s:b,s:b,s:b,s:b,s:i,s:I,s:I,s:I}", "id",
+                        (json_int_t) p->id, "pid", (int) p->pid, "pty", p->pty, "in_fd", p->in_fd, "out_fd",
+                        p->out_fd, "err_fd", p->err_fd, "in_close_pending", p->in_close_pending, "in_closed",
+                        p->in_closed, "in_overflow", p->in_overflow, "exited", p->exited, "status",
+                        p->status, "exit_ns", (json_int_t) p->exit_ns, "ring_last",
+                        p->ring_last == SIZE_MAX ? (json_int_t) -1 : (json_int_t) p->ring_last,
+                        "ring_dropped", (json_int_t) MIN(p->ring_dropped, (uint64_t) INT64_MAX));
+                if (!o || json_array_append_new(arr, o) < 0)
+                        return -ENOMEM;
+                if (p->info && json_object_set(o, "info", p->info) < 0)
+                        return -ENOMEM;
+                if (p->in_len &&
+                    json_object_set_new(o, "in_buf", guest_blob_add(b, p->in_buf, p->in_len)) < 0)
+                        return -ENOMEM;
+                if (p->ring_len &&
+                    json_object_set_new(o, "ring", guest_blob_add(b, p->ring, p->ring_len)) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/* One process of the state, or -EINVAL for an entry that does not hold
+ * together (every fd >= 3 or -1, a ring that fits). */
+static int process_from_state(json_t *o, const uint8_t *blob, size_t blob_size, struct process **ret) {
+        json_int_t id, exit_ns, ring_last, ring_dropped;
+        int pid, in_fd, out_fd, err_fd, pty, icp, ic, io, exited, status;
+        json_t *info = NULL, *in_ref = NULL, *ring_ref = NULL;
+        if (json_unpack(o, "{s:I,s:i,s:b,s:i,s:i,s:i,s:b,s:b,s:b,s:b,s:i,s:I,s:I,s:I,s?o,s?o,s?o!}", "id",
+                        &id, "pid", &pid, "pty", &pty, "in_fd", &in_fd, "out_fd", &out_fd, "err_fd", &err_fd,
+                        "in_close_pending", &icp, "in_closed", &ic, "in_overflow", &io, "exited", &exited,
+                        "status", &status, "exit_ns", &exit_ns, "ring_last", &ring_last, "ring_dropped",
+                        &ring_dropped, "info", &info, "in_buf", &in_ref, "ring", &ring_ref) < 0)
+                return -EINVAL;
+        if (id < 0 || id > UINT32_MAX || pid <= 0 || (in_fd < 3 && in_fd != -1) ||
+            (out_fd < 3 && out_fd != -1) || (err_fd < 3 && err_fd != -1) || exit_ns < 0 ||
+            ring_dropped < 0 || (info && !json_is_object(info)))
+                return -EINVAL;
+        _cleanup_free_ struct process *p = calloc(1, sizeof *p);
+        if (!p)
+                return -ENOMEM;
+        *p = (struct process){.id = (uint32_t) id,
+                              .pid = pid,
+                              .pty = pty,
+                              .in_fd = in_fd,
+                              .out_fd = out_fd,
+                              .err_fd = err_fd,
+                              .in_close_pending = icp,
+                              .in_closed = ic,
+                              .in_overflow = io,
+                              .exited = exited,
+                              .status = status,
+                              .exit_ns = (uint64_t) exit_ns,
+                              .idx_in = -1,
+                              .idx_out = -1,
+                              .idx_err = -1,
+                              .ring_last = SIZE_MAX,
+                              .ring_dropped = (uint64_t) ring_dropped};
+        const uint8_t *data;
+        size_t len;
+        if (in_ref) {
+                if (guest_blob_get(blob, blob_size, in_ref, STDIN_BUFFER_MAX, &data, &len) < 0)
+                        return -EINVAL;
+                if (len && !(p->in_buf = malloc(len)))
+                        return -ENOMEM;
+                if (len)
+                        memcpy(p->in_buf, data, len);
+                p->in_len = len;
+        }
+        if (ring_ref) {
+                if (guest_blob_get(blob, blob_size, ring_ref, OUTPUT_RING_MAX, &data, &len) < 0 ||
+                    ring_last < 0 || (size_t) ring_last + sizeof(struct ring_record) > len) {
+                        free(p->in_buf);
+                        return -EINVAL;
+                }
+                if (!(p->ring = malloc(OUTPUT_RING_MAX))) {
+                        free(p->in_buf);
+                        return -ENOMEM;
+                }
+                memcpy(p->ring, data, len);
+                p->ring_len = len;
+                p->ring_last = (size_t) ring_last;
+        }
+        p->info = json_incref(info);
+        *ret = TAKE_PTR(p);
+        return 0;
+}
+
+int process_state_load(struct agent *a, json_t *arr, const uint8_t *blob, size_t blob_size, bool take_fds) {
+        struct process **tail = &a->processes;
+        json_t *o;
+        size_t i;
+        if (!json_is_array(arr) || json_array_size(arr) > GUEST_MAX_PROCESSES)
+                return -EINVAL;
+        while (*tail)
+                tail = &(*tail)->next;
+        json_array_foreach(arr, i, o) {
+                struct process *p;
+                int r = process_from_state(o, blob, blob_size, &p);
+                if (r < 0)
+                        return r;
+                if (!take_fds) /* a check of the state: the fds are the old agent's */
+                        p->in_fd = p->out_fd = p->err_fd = -1;
+                *tail = p;
+                tail = &p->next;
+                a->n_processes++;
+        }
+        return 0;
+}
+
+void process_forget_all(struct agent *a) {
+        while (a->processes)
+                process_free(a, a->processes);
+}
+
+int process_fds_inherit(struct agent *a, bool inherit) {
+        for (struct process *p = a->processes; p; p = p->next) {
+                int r;
+                if ((r = fd_set_cloexec(p->in_fd, !inherit)) < 0 ||
+                    (r = fd_set_cloexec(p->out_fd, !inherit)) < 0 ||
+                    (r = fd_set_cloexec(p->err_fd, !inherit)) < 0)
+                        return r;
+        }
+        return 0;
+}

@@ -133,6 +133,57 @@ int guest_hello_parse(const void *payload, size_t len, char **ret_nonce) {
         return 0;
 }
 
+json_t *guest_features_json(void) {
+        /* an older agent ignores an EXEC (or file request's) "user" it does
+         * not know and would run it as root, so the host must be able to tell */
+        return json_pack("[s,s,s,s,s,s]", "user", "processes", "watch", "metrics", "files_user", "upgrade");
+}
+
+int guest_upgrade_parse(const void *payload, size_t len, char **ret_path) {
+        _cleanup_json_ json_t *j = NULL;
+        _cleanup_free_ char *path = NULL;
+        int r = guest_json_parse(payload, len, &j);
+        if (r < 0)
+                return r;
+        r = get_string(j, "path", GUEST_MAX_PATH, &path);
+        if (r <= 0 || guest_path_validate(path) < 0)
+                return -EINVAL;
+        *ret_path = TAKE_PTR(path);
+        return 0;
+}
+
+json_t *guest_blob_add(struct guest_blob *b, const void *data, size_t n) {
+        if (b->len + n > b->cap) {
+                size_t cap = MAX(b->cap * 2, b->len + n);
+                uint8_t *d = realloc(b->data, MAX(cap, (size_t) 1));
+                if (!d)
+                        return NULL;
+                b->data = d;
+                b->cap = cap;
+        }
+        if (n)
+                memcpy(b->data + b->len, data, n);
+        json_t *ref = json_pack("{s:I,s:I}", "off", (json_int_t) b->len, "len", (json_int_t) n);
+        b->len += n;
+        return ref;
+}
+
+int guest_blob_get(const uint8_t *data, size_t size, json_t *ref, size_t max, const uint8_t **ret,
+                   size_t *ret_len) {
+        json_int_t off, n;
+        if (json_unpack(ref, "{s:I,s:I!}", "off", &off, "len", &n) < 0 || off < 0 || n < 0 ||
+            (uint64_t) n > max || (uint64_t) off > size || (uint64_t) n > size - (uint64_t) off)
+                return -EINVAL;
+        *ret = data + off;
+        *ret_len = (size_t) n;
+        return 0;
+}
+
+void guest_blob_release(struct guest_blob *b) {
+        free(b->data);
+        *b = (struct guest_blob){0};
+}
+
 /* A key of an environment entry: non-empty, no '=' (NUL is excluded by the
  * caller's length check). */
 static bool env_key_is_valid(const char *k) {

@@ -22,7 +22,13 @@
 
 #include "macros.h"
 
-#define GUEST_AGENT_NAME "airlock-guest 0.1.0"
+/* The agent's version, in HELLO as "airlock-guest VERSION"; a build may
+ * set it (-DGUEST_AGENT_VERSION=...): the tests build a bumped agent to
+ * upgrade to. 0.2.0 is the first that upgrades in place. */
+#ifndef GUEST_AGENT_VERSION
+#define GUEST_AGENT_VERSION "0.2.0"
+#endif
+#define GUEST_AGENT_NAME "airlock-guest " GUEST_AGENT_VERSION
 #define GUEST_MAX_PATH PATH_SAFE_MAX         /* bytes, without the NUL */
 #define GUEST_MAX_ARGV 4096u          /* argv entries */
 #define GUEST_MAX_ENV 4096u           /* env entries per object */
@@ -60,6 +66,30 @@ int guest_json_check(const void *payload, size_t len);
 /* HELLO {"nonce":s,"version":1}: returns the nonce (at most GUEST_MAX_NONCE
  * bytes). A version other than 1 gives -EPROTONOSUPPORT. */
 int guest_hello_parse(const void *payload, size_t len, char **ret_nonce);
+
+/* What the agent does beyond the first protocol, for HELLO's and an
+ * UPGRADE's "features": a new array (NULL on ENOMEM). */
+json_t *guest_features_json(void);
+
+/* UPGRADE {"path":s}: the staged agent binary, a valid path. */
+int guest_upgrade_parse(const void *payload, size_t len, char **ret_path);
+
+/*
+ * The bytes an upgrade's state carries beside its JSON (output rings,
+ * pending stdin, unread frames): appended to one area and named in the
+ * JSON as {"off":n,"len":n}.
+ */
+struct guest_blob {
+        uint8_t *data;
+        size_t len, cap;
+};
+/* Appends n bytes; returns their {"off","len"} (NULL on ENOMEM). */
+json_t *guest_blob_add(struct guest_blob *b, const void *data, size_t n);
+/* The bytes ref names in data[0..size): -EINVAL when ref is malformed or
+ * reaches outside, or longer than max. */
+int guest_blob_get(const uint8_t *data, size_t size, json_t *ref, size_t max, const uint8_t **ret,
+                   size_t *ret_len);
+void guest_blob_release(struct guest_blob *b);
 
 struct guest_identity {
         char *sandbox_id; /* NULL when absent */

@@ -75,10 +75,8 @@ static struct watch *watch_find(struct agent *a, uint32_t id) {
         return AGENT_LIST_FIND(a->watches, id);
 }
 
-/* Unlinks w (when linked) and frees it; its inotify fd takes the kernel's
- * watches with it. */
-static void watch_free(struct agent *a, struct watch *w) {
-        AGENT_LIST_UNLINK(&a->watches, w, &a->n_watches);
+/* Frees w; its inotify fd takes the kernel's watches with it. */
+static void watch_destroy(struct watch *w) {
         if (w->fd >= 0)
                 close(w->fd);
         for (size_t i = 0; i < w->n_dirs; i++)
@@ -87,6 +85,12 @@ static void watch_free(struct agent *a, struct watch *w) {
         free(w->root);
         fs_user_release(&w->user);
         free(w);
+}
+
+/* Unlinks w and frees it. */
+static void watch_free(struct agent *a, struct watch *w) {
+        AGENT_LIST_UNLINK(&a->watches, w, &a->n_watches);
+        watch_destroy(w);
 }
 
 void watch_discard_all(struct agent *a) {
@@ -480,4 +484,111 @@ void watch_poll_dispatch(struct agent *a, const struct pollfd *pfd, size_t n) {
                 if (!alive)
                         watch_free(a, w);
         }
+}
+
+/* ---- upgrade: the watches handed to the next agent (upgrade.c) ---- */
+
+int watch_state_save(struct agent *a, json_t *arr) {
+        for (struct watch *w = a->watches; w; w = w->next) {
+                json_t *dirs = json_array();
+                for (size_t i = 0; dirs && i < w->n_dirs; i++)
+                        if (json_array_append_new(dirs, json_pack("[i,s]", w->dirs[i].wd, w->dirs[i].rel)) <
+                            0) {
+                                json_decref(dirs);
+                                dirs = NULL;
+                        }
+                json_t *o =
+                        dirs ? json_pack("{s:I,s:i,s:b,s:I,s:s,s:o,s:b,s:o}", "id", (json_int_t) w->id, "fd",
+                                         w->fd, "recursive", w->recursive, "dev", (json_int_t) w->dev,
+                                         "root", w->root, "dirs", dirs, "full_reported", w->full_reported,
+                                         "user", fs_user_to_json(&w->user))
+                             : NULL;
+                if (!o || json_array_append_new(arr, o) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/* One watch of the state, or -EINVAL for an entry that does not hold
+ * together. */
+static int watch_from_state(json_t *o, struct watch **ret) {
+        json_int_t id, dev;
+        int fd, recursive, full;
+        const char *root;
+        json_t *dirs, *user, *d;
+        size_t i;
+        if (json_unpack(o, "{s:I,s:i,s:b,s:I,s:s,s:o,s:b,s:o!}", "id", &id, "fd", &fd, "recursive",
+                        &recursive, "dev", &dev, "root", &root, "dirs", &dirs, "full_reported", &full,
+                        "user", &user) < 0 ||
+            id <= 0 || id > UINT32_MAX || fd < 3 || guest_path_validate(root) < 0 || !json_is_array(dirs) ||
+            json_array_size(dirs) > GUEST_MAX_WATCH_DIRS)
+                return -EINVAL;
+        struct watch *w = calloc(1, sizeof *w);
+        if (!w)
+                return -ENOMEM;
+        *w = (struct watch){.id = (uint32_t) id,
+                            .fd = fd,
+                            .recursive = recursive,
+                            .dev = (dev_t) dev,
+                            .root = strdup(root),
+                            .full_reported = full,
+                            .idx = -1};
+        int r = w->root ? fs_user_from_json(user, &w->user) : -ENOMEM;
+        if (r >= 0 && json_array_size(dirs) && !(w->dirs = calloc(json_array_size(dirs), sizeof *w->dirs)))
+                r = -ENOMEM;
+        w->cap_dirs = json_array_size(dirs);
+        json_array_foreach(dirs, i, d) {
+                int wd;
+                const char *rel;
+                if (r < 0)
+                        break;
+                if (json_unpack(d, "[is!]", &wd, &rel) < 0 || strlen(rel) > GUEST_MAX_PATH ||
+                    w->path_bytes + strlen(rel) > WATCH_PATH_BYTES_MAX)
+                        r = -EINVAL;
+                else if (!(w->dirs[i].rel = strdup(rel)))
+                        r = -ENOMEM;
+                else {
+                        w->dirs[i].wd = wd;
+                        w->path_bytes += strlen(rel);
+                        w->n_dirs++;
+                }
+        }
+        if (r < 0) {
+                w->fd = -1; /* not ours to close: the caller's state still names it */
+                watch_destroy(w);
+                return r;
+        }
+        *ret = w;
+        return 0;
+}
+
+int watch_state_load(struct agent *a, json_t *arr, bool take_fds) {
+        struct watch **tail = &a->watches;
+        json_t *o;
+        size_t i;
+        if (!json_is_array(arr) || json_array_size(arr) > GUEST_MAX_WATCHES)
+                return -EINVAL;
+        while (*tail)
+                tail = &(*tail)->next;
+        json_array_foreach(arr, i, o) {
+                struct watch *w;
+                int r = watch_from_state(o, &w);
+                if (r < 0)
+                        return r;
+                if (!take_fds)
+                        w->fd = -1;
+                *tail = w;
+                tail = &w->next;
+                a->n_watches++;
+        }
+        return 0;
+}
+
+int watch_fds_inherit(struct agent *a, bool inherit) {
+        for (struct watch *w = a->watches; w; w = w->next) {
+                int r = fd_set_cloexec(w->fd, !inherit);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
 }

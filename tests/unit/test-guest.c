@@ -877,14 +877,15 @@ static void test_agent_hello_ping(void **state) {
         assert_string_equal(json_string_value(json_object_get(j, "agent")), GUEST_AGENT_NAME);
         assert_true(json_is_string(json_object_get(j, "boot_id")));
         /* what the node checks before it asks for a user, PROCESSES, WATCH, METRICS,
-         * a file request's user */
+         * a file request's user, UPGRADE */
         json_t *features = json_object_get(j, "features");
-        assert_int_equal(json_array_size(features), 5);
+        assert_int_equal(json_array_size(features), 6);
         assert_string_equal(json_string_value(json_array_get(features, 0)), "user");
         assert_string_equal(json_string_value(json_array_get(features, 1)), "processes");
         assert_string_equal(json_string_value(json_array_get(features, 2)), "watch");
         assert_string_equal(json_string_value(json_array_get(features, 3)), "metrics");
         assert_string_equal(json_string_value(json_array_get(features, 4)), "files_user");
+        assert_string_equal(json_string_value(json_array_get(features, 5)), "upgrade");
         json_decref(j);
         frame_release(&f);
 
@@ -1992,6 +1993,155 @@ static void test_agent_watch(void **state) {
         json_decref(expect_result(h, 82));
 }
 
+/* The test builds' agents an upgrade replaces this one with
+ * (tests/meson.build). */
+static const char *test_agent(const char *env) {
+        const char *e = getenv(env);
+        if (!e || !*e)
+                fail_msg("%s is not set (meson test sets it)", env);
+        return e;
+}
+
+/* Copies agent to DIR/name (the agent removes what it staged). */
+static void stage(struct harness *h, const char *agent, const char *name, char *ret, size_t n) {
+        snprintf(ret, n, "%s/%s", h->dir, name);
+        assert_int_equal(file_clone_or_copy(agent, ret, NULL), 0);
+        assert_int_equal(chmod(ret, 0755), 0);
+}
+
+/* Sends UPGRADE of path on stream. */
+static void send_upgrade(struct harness *h, uint32_t stream, const char *path) {
+        char json[700];
+        snprintf(json, sizeof json, "{\"path\":\"%s\"}", path);
+        send_json(h, PROTO_UPGRADE, stream, json);
+}
+
+/* STDIN line on stream, and the same line back on its STDOUT. */
+static void echo_line(struct harness *h, uint32_t stream, const char *line) {
+        struct frame f;
+        send_raw(h, PROTO_STDIN, stream, line, strlen(line));
+        expect_frame(h, PROTO_STDOUT, stream, &f);
+        assert_int_equal(f.len, strlen(line));
+        assert_memory_equal(f.data, line, strlen(line));
+        frame_release(&f);
+}
+
+static bool has_feature(json_t *reply, const char *name) {
+        json_t *v;
+        size_t i;
+        json_array_foreach(json_object_get(reply, "features"), i,
+                           v) if (json_is_string(v) && strcmp(json_string_value(v), name) == 0) return true;
+        return false;
+}
+
+static void test_agent_upgrade(void **state) {
+        struct harness *h = harness_get(state);
+        struct run_result res = {0};
+        char dir[300], path[600], staged[600], json[1024];
+        struct frame f;
+
+        /* what the agent holds: a default environment, a process reading its
+         * stdin (pipes), one on a PTY, a detached one whose output waits in
+         * its ring, a recursive watch */
+        send_json(h, PROTO_IDENTITY, 0, "{\"env\":{\"KEPT\":\"yes\"}}");
+        json_decref(expect_result(h, 0));
+        pid_t cat = exec_ok(h, 90, "{\"argv\":[\"cat\"]}");
+        echo_line(h, 90, "before\n");
+        exec_ok(h, 91, "{\"argv\":[\"sh\",\"-c\",\"read x; echo pty:$x\"],\"pty\":true}");
+        snprintf(dir, sizeof dir, "%s/uw", h->dir);
+        assert_int_equal(mkdir(dir, 0755), 0);
+        snprintf(json, sizeof json, "{\"path\":\"%s\",\"recursive\":true}", dir);
+        send_json(h, PROTO_WATCH, 92, json);
+        json_decref(expect_result(h, 92));
+        snprintf(path, sizeof path, "%s/a", dir);
+        touch(path);
+        expect_event(h, 92, "a", "create");
+
+        /* refused: a path that is no file, a binary that is no agent; the
+         * agent runs on, everything kept */
+        snprintf(path, sizeof path, "%s/missing", h->dir);
+        send_upgrade(h, 93, path);
+        expect_error_msg(h, 93, ENOENT, "the staged agent");
+        send_json(h, PROTO_UPGRADE, 93, "{\"path\":\"relative\"}");
+        expect_error(h, 93, EINVAL);
+        stage(h, "/bin/false", "false", staged, sizeof staged);
+        send_upgrade(h, 93, staged);
+        expect_error_msg(h, 93, ENOEXEC, "check failed");
+        stage(h, "/bin/true", "true", staged, sizeof staged);
+        send_upgrade(h, 93, staged);
+        expect_error_msg(h, 93, ENOEXEC, "no airlock-guest");
+        echo_line(h, 90, "still\n");
+
+        /* an agent that passes the check but cannot take over: the old one
+         * comes back from the same state and says why */
+        stage(h, test_agent("AIRLOCK_GUEST_NORESUME"), "noresume", staged, sizeof staged);
+        send_upgrade(h, 94, staged);
+        expect_error_msg(h, 94, ENOEXEC, "built to fail here");
+        assert_int_equal(waitpid(h->agent, NULL, WNOHANG), 0);
+        echo_line(h, 90, "rolled back\n");
+        send_json(h, PROTO_HELLO, 0, "{\"nonce\":\"n1\",\"version\":1}");
+        expect_frame(h, PROTO_HELLO, 0, &f);
+        assert_non_null(strstr((char *) f.data, "\"airlock-guest 0.2.0\""));
+        frame_release(&f);
+        /* the HELLO detached every process: attach cat again (ADOPT), and
+         * give the watch a new stream */
+        snprintf(json, sizeof json, "{\"pid\":%d}", (int) cat);
+        send_json(h, PROTO_ADOPT, 95, json);
+        json_decref(expect_result(h, 95));
+        echo_line(h, 95, "adopted\n");
+        snprintf(json, sizeof json, "{\"path\":\"%s\",\"recursive\":true}", dir);
+        send_json(h, PROTO_WATCH, 96, json);
+        json_decref(expect_result(h, 96));
+        exec_ok(h, 97, "{\"argv\":[\"sh\",\"-c\",\"read x; echo pty:$x\"],\"pty\":true}");
+
+        /* the upgrade: the same process (pid), a new agent */
+        stage(h, test_agent("AIRLOCK_GUEST_NEXT"), "next", staged, sizeof staged);
+        send_upgrade(h, 98, staged);
+        json_t *up = expect_result(h, 98);
+        assert_string_equal(json_string_value(json_object_get(up, "agent")), "airlock-guest 0.99.0");
+        assert_string_equal(json_string_value(json_object_get(up, "previous")), "airlock-guest 0.2.0");
+        assert_true(has_feature(up, "upgrade"));
+        json_decref(up);
+        assert_int_equal(waitpid(h->agent, NULL, WNOHANG), 0);
+        assert_int_equal(access(staged, F_OK), -1); /* what it staged is gone */
+
+        /* everything it held still works, on the same streams */
+        echo_line(h, 95, "after\n");
+        snprintf(path, sizeof path, "%s/sub", dir);
+        assert_int_equal(mkdir(path, 0755), 0);
+        expect_event(h, 96, "sub", "create");
+        snprintf(path, sizeof path, "%s/sub/b", dir);
+        touch(path);
+        expect_event(h, 96, "sub/b", "create");
+        send_raw(h, PROTO_STDIN, 97, "hi\n", 3);
+        char pty_out[256] = "";
+        for (bool exited = false; !exited;) {
+                recv_frame(h, &f);
+                if (f.stream != 97 || (f.type != PROTO_STDOUT && f.type != PROTO_EXIT))
+                        fail_msg("unexpected %s on %u", proto_type_name(f.type), f.stream);
+                if (f.type == PROTO_STDOUT)
+                        strncat(pty_out, (char *) f.data, sizeof pty_out - strlen(pty_out) - 1);
+                exited = f.type == PROTO_EXIT;
+                frame_release(&f);
+        }
+        assert_non_null(strstr(pty_out, "pty:hi"));
+        exec_ok(h, 99, "{\"argv\":[\"sh\",\"-c\",\"echo $KEPT\"]}");
+        collect_process(h, 99, &res);
+        assert_string_equal(res.out, "yes\n");
+        json_t *e = processes_entry(h, 100, cat);
+        assert_non_null(e);
+        assert_true(json_is_true(json_object_get(e, "attached")));
+        json_decref(e);
+        send_json(h, PROTO_STDIN_CLOSE, 95, "{}");
+        memset(&res, 0, sizeof res);
+        collect_process(h, 95, &res);
+        assert_int_equal(res.exit_code, 0);
+        send_json(h, PROTO_HELLO, 0, "{\"nonce\":\"n2\",\"version\":1}");
+        expect_frame(h, PROTO_HELLO, 0, &f);
+        assert_non_null(strstr((char *) f.data, "\"airlock-guest 0.99.0\""));
+        frame_release(&f);
+}
+
 int main(void) {
         const struct CMUnitTest unit[] = {
                 cmocka_unit_test(test_path_validate),      cmocka_unit_test(test_exec_parse),
@@ -2003,16 +2153,26 @@ int main(void) {
         };
         /* in order, on one agent: HELLO first */
         const struct CMUnitTest agent[] = {
-                cmocka_unit_test(test_agent_hello_ping),  cmocka_unit_test(test_agent_exec_pipes),
-                cmocka_unit_test(test_agent_exec_errors), cmocka_unit_test(test_agent_stdin),
-                cmocka_unit_test(test_agent_signal),      cmocka_unit_test(test_agent_exit_with_grandchild),
-                cmocka_unit_test(test_agent_pty),         cmocka_unit_test(test_agent_hello_detaches),
-                cmocka_unit_test(test_agent_files),       cmocka_unit_test(test_agent_file_errors),
-                cmocka_unit_test(test_agent_identity),    cmocka_unit_test(test_agent_exec_user),
-                cmocka_unit_test(test_agent_exec_other_user), cmocka_unit_test(test_agent_files_user),
+                cmocka_unit_test(test_agent_hello_ping),
+                cmocka_unit_test(test_agent_exec_pipes),
+                cmocka_unit_test(test_agent_exec_errors),
+                cmocka_unit_test(test_agent_stdin),
+                cmocka_unit_test(test_agent_signal),
+                cmocka_unit_test(test_agent_exit_with_grandchild),
+                cmocka_unit_test(test_agent_pty),
+                cmocka_unit_test(test_agent_hello_detaches),
+                cmocka_unit_test(test_agent_files),
+                cmocka_unit_test(test_agent_file_errors),
+                cmocka_unit_test(test_agent_identity),
+                cmocka_unit_test(test_agent_exec_user),
+                cmocka_unit_test(test_agent_exec_other_user),
+                cmocka_unit_test(test_agent_files_user),
                 cmocka_unit_test(test_agent_files_other_user),
-                cmocka_unit_test(test_agent_processes_adopt), cmocka_unit_test(test_agent_adopt_ring),
-                cmocka_unit_test(test_agent_resize),      cmocka_unit_test(test_agent_watch),
+                cmocka_unit_test(test_agent_processes_adopt),
+                cmocka_unit_test(test_agent_adopt_ring),
+                cmocka_unit_test(test_agent_resize),
+                cmocka_unit_test(test_agent_watch),
+                cmocka_unit_test(test_agent_upgrade),
         };
         signal(SIGPIPE, SIG_IGN);
         int r = cmocka_run_group_tests_name("guest_lib", unit, NULL, NULL);
