@@ -30,7 +30,11 @@ Operations (each worker owns some sandboxes; the choice is seeded):
   write to a suspended sandbox: a transparent wake), snapshot_disk,
   snapshot_full (each remembers the expected ledger and files at that
   instant), rollback (expectations become the snapshot's), fork (the child
-  inherits the parent's expectations), delete and create.
+  inherits the parent's expectations), delete and create, and agent_upgrade
+  (the guest agent replaced in place, docs/guest-protocol.md): the first
+  restart of the stack brings a newer agent (the test build's
+  airlock-guest-next), which the node then also puts into every idle
+  sandbox by itself; --no-agent-upgrade keeps the agent.
 Lifecycle verbs carry an Idempotency-Key; one cut off by a fault is asked
 again with the same key once the stack is healthy, which says what it did.
 
@@ -99,6 +103,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 os.environ.setdefault("AIRLOCK_TEST_VOLUME", os.path.join(ROOT, "build", "test-vol"))
 import harness  # noqa: E402
 import clusterlab  # noqa: E402
+
+# the guest agent a restart brings (the test build's, version 0.99.0)
+NEXT_AGENT = os.path.join(harness.BUILD, "tests", "airlock-guest-next")
 
 STABLE = {"running", "paused", "stopped", "suspended"}
 HEAVY = {"suspend", "wake", "write_wake", "fork", "snapshot_full", "rollback", "start", "stop", "create", "delete"}
@@ -748,7 +755,8 @@ class Soak:
         if sbx.state == "running":
             w = {"write": 30, "upload": 10, "read": 6, "pause": 5, "stop": 4, "suspend": 5,
                  "snapshot_disk": 4 if can_snap else 0, "snapshot_full": 5 if can_snap else 0,
-                 "rollback": 5 if sbx.snapshots else 0, "fork": 4 if total < k + 1 else 0, "delete": 3}
+                 "rollback": 5 if sbx.snapshots else 0, "fork": 4 if total < k + 1 else 0, "delete": 3,
+                 "agent_upgrade": 3 if self.a.agent_upgrade and not self.cluster else 0}
         elif sbx.state == "paused":
             w = {"resume": 50, "stop": 8, "suspend": 8, "snapshot_full": 8 if can_snap else 0,
                  "fork": 8 if total < k + 1 else 0, "delete": 3}
@@ -842,6 +850,16 @@ class Soak:
         sbx.state = then
         if then == "running":
             self.verify(sbx, f"after {verb}")
+        return True
+
+    def op_agent_upgrade(self, rng, wid, sbx):
+        """Its guest agent up to the node's: 200 (done, or nothing to do), or
+        409 while a verb runs on it (the upgrader's own, or a scheduled
+        snapshot's). What it holds is checked as after every operation."""
+        r = self.api("POST", f"/v1/sandboxes/{sbx.id}/agent/upgrade", expect=(200, 409))
+        version = (r or {}).get("agent", {}).get("version") if isinstance(r, dict) else None
+        if version:
+            sbx.note(self.t(), f"guest agent {version}")
         return True
 
     def op_pause(self, rng, wid, sbx):
@@ -1062,6 +1080,12 @@ class Soak:
         self.stack.proc.wait()
 
     def restart(self):
+        # a restart is where a platform puts its new binaries: from the
+        # first one on, the node has a newer guest agent and upgrades its
+        # sandboxes' agents in place (by itself once idle, and agent_upgrade)
+        if self.a.agent_upgrade and not self.cluster and self.stack.env.get("AIRLOCK_GUEST_BINARY") != NEXT_AGENT:
+            self.stack.env.update({"AIRLOCK_GUEST_BINARY": NEXT_AGENT, "AIRLOCK_AGENT_UPGRADE_IDLE": "1"})
+            self.log(f"the stack restarts with a newer guest agent ({os.path.basename(NEXT_AGENT)})")
         self.stack.spawn()
         self.stack.wait_ready(harness.START_TIMEOUT)
 
@@ -1740,6 +1764,16 @@ class Soak:
                     or self.leaks or self.cluster_bad or any(k == "stuck" for k, _ in self.problems))
 
     # --- the summary -------------------------------------------------------
+    def agent_upgrades(self):
+        """How many guest agents the node upgraded in place (its log says)."""
+        if self.cluster or not self.stack:
+            return 0
+        try:
+            with open(self.stack.log_path, "rb") as f:
+                return f.read().count(b"guest agent upgraded from")
+        except OSError:
+            return 0
+
     def summary(self):
         rec = collections.defaultdict(list)
         nfaults = collections.Counter()
@@ -1759,6 +1793,7 @@ class Soak:
             "recovery_s": {k: {"n": len(v), "median": round(statistics.median(v), 2), "max": max(v)}
                            for k, v in sorted(rec.items())},
             "fault_log": self.faults,
+            "agent_upgrades": self.agent_upgrades(),
             "errors_outside_windows": len(self.errors_outside),
             "errors_outside_detail": self.errors_outside[:MAX_PROBLEMS_SHOWN],
             "lost": {"sandboxes": self.lost_sandboxes, "ledger_entries": self.lost_entries, "files": self.lost_files},
@@ -1788,6 +1823,8 @@ def format_summary(s):
     for k, v in s["ops"].items():
         p(f"  {k:<14}{v['ok']:>6}{v['failed_in_window']:>18}{v['failed_outside']:>16}")
     p(f"  (409 'in progress' retried: {s['retries_on_conflict']})")
+    if not cluster:
+        p(f"guest agents upgraded in place: {s.get('agent_upgrades', 0)}")
     if cluster:
         p("requests per replica: " + ", ".join(f"{k} {v}" for k, v in s["requests_per_replica"].items()))
     p(f"{'fault':<16}{'n':>4}{'recovery median':>18}{'max':>10}")
@@ -1869,6 +1906,8 @@ def main():
     ap.add_argument("--nodes", type=bounded(int, 1, 4), default=2, help="--cluster: worker nodes (2)")
     ap.add_argument("--node-lost-after-s", type=bounded(int, 3, 300), default=10,
                     help="--cluster: the replicas' --node-lost-after-s (10)")
+    ap.add_argument("--no-agent-upgrade", dest="agent_upgrade", action="store_false",
+                    help="keep the guest agent: no restart brings a newer one (default: the first does)")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the data dir and log (--cluster: the logs)")
     a = ap.parse_args()

@@ -101,11 +101,64 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
         return cli_print_member(cli, resp, "create", "id", "sandbox id");
 }
 
+/* A guest agent's version as ls --agent takes it: [0-9A-Za-z.+~-], 1-32
+ * (needs no escaping in a query). */
+static bool agent_version_is_valid(const char *v) {
+        size_t n = strlen(v);
+        return n >= 1 && n <= 32 &&
+               strspn(v, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.+~-") == n;
+}
+
 int cmd_ls(struct cli *cli, int argc, char **argv) {
-        static const char *const header[] = {"ID", "TEMPLATE", "STATE", "CREATED"};
-        static const char *const fields[] = {"id", "template", "state", "created_at"};
-        return cli_list_command(cli, argc, argv, "ls", "/v1/sandboxes", NULL, "sandboxes", ARRAY_SIZE(header), header,
-                                fields);
+        enum { OPT_AGENT = CLI_OPT_FIRST_LOCAL };
+        static const struct option options[] = {
+                CLI_GLOBAL_OPTIONS,
+                {"agent", required_argument, NULL, OPT_AGENT},
+                {},
+        };
+        static const char *const header[] = {"ID", "TEMPLATE", "STATE", "AGENT", "CREATED"};
+        static const char *const fields[] = {"id", "template", "state", "agent.version", "created_at"};
+        const char *agent = NULL;
+        int c, r;
+        while ((c = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
+                if (c == OPT_AGENT)
+                        agent = optarg;
+                else if ((r = cli_common_option(cli, c, argv)) != CLI_PROCEED)
+                        return r;
+        }
+        if (optind < argc)
+                return cli_usage_error(cli, "ls: unexpected argument '%s'", argv[optind]);
+        if (agent && !agent_version_is_valid(agent))
+                return cli_usage_error(cli, "ls: --agent takes a version such as 0.2.0");
+        _cleanup_free_ char *path = NULL;
+        if (asprintf(&path, "/v1/sandboxes%s%s", agent ? "?agent=" : "", agent ?: "") < 0)
+                return cli_fail("out of memory");
+        _cleanup_(json_decrefp) json_t *resp = NULL;
+        if ((r = cli_request(cli, "GET", path, NULL, &resp, "ls")) != CLI_PROCEED)
+                return r;
+        return cli_print_answer_list(cli, resp, "ls", "sandboxes", ARRAY_SIZE(header), header, fields);
+}
+
+int cmd_agent(struct cli *cli, int argc, char **argv) {
+        const char *verb, *id;
+        int r = cli_parse_verb(cli, argc, argv, &verb, &id);
+        if (r != CLI_PROCEED)
+                return r;
+        if (!verb || strcmp(verb, "upgrade") != 0)
+                return cli_usage_error(cli, "agent: expected 'upgrade SBX'");
+        if (!id || !cli_id_is_valid(id))
+                return cli_usage_error(cli, "agent upgrade: expected a sandbox id");
+        _cleanup_free_ char *path = NULL;
+        if (asprintf(&path, "/v1/sandboxes/%s/agent/upgrade", id) < 0)
+                return cli_fail("out of memory");
+        _cleanup_(json_decrefp) json_t *resp = NULL;
+        if ((r = cli_request(cli, "POST", path, NULL, &resp, "agent upgrade %s", id)) != CLI_PROCEED)
+                return r;
+        if (cli->json)
+                return cli_print_json(resp) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+        const char *v = json_string_value(json_object_get(json_object_get(resp, "agent"), "version"));
+        printf("%s\n", v ? v : "unknown");
+        return CLI_EXIT_OK;
 }
 
 int cmd_inspect(struct cli *cli, int argc, char **argv) {

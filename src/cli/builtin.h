@@ -14,6 +14,7 @@
 
 int cmd_create(struct cli *cli, int argc, char **argv);
 int cmd_ls(struct cli *cli, int argc, char **argv);
+int cmd_agent(struct cli *cli, int argc, char **argv);
 int cmd_inspect(struct cli *cli, int argc, char **argv);
 int cmd_rm(struct cli *cli, int argc, char **argv);
 /* pause, resume, stop, start, rollback, suspend, wake, fork: the verb is

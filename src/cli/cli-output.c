@@ -139,6 +139,16 @@ static void cells_free(char **cells, size_t n) {
         free(cells);
 }
 
+/* obj's member field; "a.b" is member b of member a. */
+static const json_t *field_get(const json_t *obj, const char *field) {
+        const char *dot = strchr(field, '.');
+        if (!dot)
+                return json_object_get(obj, field);
+        char first[64];
+        snprintf(first, sizeof first, "%.*s", (int) MIN((size_t) (dot - field), sizeof first - 1), field);
+        return field_get(json_object_get(obj, first), dot + 1);
+}
+
 int cli_print_list(const json_t *list, size_t ncols, const char *const *header, const char *const *fields) {
         size_t nrows = json_array_size(list);
         char **cells = calloc(nrows * ncols + 1, sizeof(char *));
@@ -148,7 +158,7 @@ int cli_print_list(const json_t *list, size_t ncols, const char *const *header, 
                 return -ENOMEM;
         for (size_t i = 0; i < nrows && r >= 0; i++)
                 for (size_t c = 0; c < ncols && r >= 0; c++) {
-                        const json_t *v = json_object_get(json_array_get(list, i), fields[c]);
+                        const json_t *v = field_get(json_array_get(list, i), fields[c]);
                         r = strcmp(fields[c], "created_at") == 0 ? created_cell(v, &cells[i * ncols + c])
                                                                  : cli_cell(v, &cells[i * ncols + c]);
                 }

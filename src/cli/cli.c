@@ -13,7 +13,8 @@
 
 static const struct cli_command commands[] = {
         {"create", cmd_create,
-         "[--template T] [--env K=V]... [--metadata K=V]... [--net MODE | --allow HOSTS]... [--deny HOSTS]...",
+         "[--template T] [--env K=V]... [--metadata K=V]... [--net MODE | --allow HOSTS]... [--deny "
+         "HOSTS]...",
          "Create a sandbox and print its id",
          "  --template T      template to boot from (default: python)\n"
          "  -e, --env K=V     environment variable for commands in the sandbox (repeatable)\n"
@@ -22,7 +23,8 @@ static const struct cli_command commands[] = {
          "                    placeholder (repeatable, or a comma list)\n"
          "  --memory-mib N    a smaller size than the template's: memory its VMM's cgroup allows\n"
          "  --vcpus N         and CPUs of time (at most the template's)\n" CLI_NET_HELP},
-        {"ls", cmd_ls, "", "List sandboxes", NULL},
+        {"ls", cmd_ls, "[--agent VERSION]", "List sandboxes",
+         "  --agent VERSION   only those whose guest agent is this version (running ones)\n"},
         {"inspect", cmd_inspect, "SBX", "Show one sandbox", NULL},
         {"rm", cmd_rm, "[--keep-snapshots] SBX...", "Delete sandboxes",
          "  --keep-snapshots  archive instead: VM and disk go, snapshots stay (rollback makes it again)\n"},
@@ -46,9 +48,14 @@ static const struct cli_command commands[] = {
          "  --no-wait         print the operation id instead of waiting for it\n"},
         {"wake", cmd_lifecycle, "[--no-wait] SBX", "Wake a suspended sandbox (any request to it does too)",
          "  --no-wait         print the operation id instead of waiting for it\n"},
-        {"fork", cmd_lifecycle, "[--no-wait] [--secrets] SBX", "Fork a running or paused sandbox; print the new sandbox's id",
+        {"fork", cmd_lifecycle, "[--no-wait] [--secrets] SBX",
+         "Fork a running or paused sandbox; print the new sandbox's id",
          "  --no-wait         print the operation id instead of waiting for it\n"
          "  --secrets         the child gets the parent's credentials (default: none)\n"},
+        {"agent", cmd_agent, "upgrade SBX",
+         "Upgrade a running sandbox's guest agent to its node's, in place; print the version",
+         "Its processes, command sessions and file watches go on. A node also does\n"
+         "this by itself once a sandbox is idle (AIRLOCK_AGENT_UPGRADE_IDLE).\n"},
         {"op", cmd_op, "OPID", "Show an operation (create, delete or a lifecycle verb)", NULL},
         {"net", cmd_net, "SBX [--net MODE | --allow HOSTS ...] | log SBX [--limit N]",
          "Show or replace a sandbox's egress policy, or show its network log",
@@ -77,7 +84,8 @@ static const struct cli_command commands[] = {
          "  --sandbox SBX     one sandbox's only\n"
          "  --after ID        from after event ID (what was missed), not from now\n"
          "  --count N         stop after N events\n"},
-        {"usage", cmd_usage, "[--history] SBX", "Show what a sandbox uses: CPU, memory, disk (and the guest's view)",
+        {"usage", cmd_usage, "[--history] SBX",
+         "Show what a sandbox uses: CPU, memory, disk (and the guest's view)",
          "  --history         the node's samples of the last hour too\n"},
         {"exec", cmd_exec, "[-e K=V]... [-w DIR] [-i] [-t] [--timeout S] SBX -- CMD [ARGS...]",
          "Run a command in a sandbox, streaming its output",
@@ -94,7 +102,8 @@ static const struct cli_command commands[] = {
          "One of SRC and DST is SBX:/absolute/path, the other a local path or '-'\n"
          "for stdin/stdout. Files only; a DST ending in '/' or naming a local\n"
          "directory gets SRC's file name.\n"},
-        {"port", cmd_port, "[--print-url] SBX PORT [PATH]", "GET a page from a server in a sandbox, through its service port",
+        {"port", cmd_port, "[--print-url] SBX PORT [PATH]",
+         "GET a page from a server in a sandbox, through its service port",
          "The body goes to stdout; a status that is not 2xx, the API's or the\n"
          "server's, fails with its message. With --print-url, prints the two URLs that\n"
          "reach the port: by path, and by host name (PORT-SBX.HOST; *.localhost\n"
@@ -102,9 +111,11 @@ static const struct cli_command commands[] = {
          "X-Airlock-Key).\n"},
         {"templates", cmd_templates, "", "List templates", NULL},
         {"template", cmd_template,
-         "build -f FILE [--name N] [--memory-mib N] [--vcpus N] [--disk-mib N] [--no-follow] [DIR] | ls | show NAME "
+         "build -f FILE [--name N] [--memory-mib N] [--vcpus N] [--disk-mib N] [--no-follow] [DIR] | ls | "
+         "show NAME "
          "| logs NAME | rm NAME",
-         "Build a template from a spec or a Dockerfile and follow its build; list, show, follow or remove templates",
+         "Build a template from a spec or a Dockerfile and follow its build; list, show, follow or remove "
+         "templates",
          "  -f, --file FILE   the spec (FILE.json, docs/templates.md) or a Dockerfile\n"
          "  --name N          the template's name (a Dockerfile has none; overrides a spec's)\n"
          "  --memory-mib N, --vcpus N, --disk-mib N   its machine (over the spec's)\n"
@@ -121,8 +132,10 @@ static const struct cli_command commands[] = {
          "GET /v1/health and GET /v1/templates. Exits 1 when a line says error.\n"},
         {"tenants", cmd_tenants, "[create NAME | rm ID]",
          "List tenants, or create or delete one (admin token)", NULL},
-        {"keys", cmd_keys, "TENANT [create [NAME] | rm KEYID] | kms TENANT [rotate | revoke | set KIND [LABEL [new]]]",
-         "List a tenant's API keys, or create one (printed once) or revoke one; show, rotate or revoke the key "
+        {"keys", cmd_keys,
+         "TENANT [create [NAME] | rm KEYID] | kms TENANT [rotate | revoke | set KIND [LABEL [new]]]",
+         "List a tenant's API keys, or create one (printed once) or revoke one; show, rotate or revoke the "
+         "key "
          "that seals its images (admin token)",
          "`keys kms TENANT revoke` destroys the tenant's key-encryption key: every image\n"
          "sealed for it (suspended sandboxes in the object store) can never be opened\n"

@@ -602,11 +602,12 @@ static void sandbox_merge(struct api_ctx *ctx, struct store_sandbox *sb, const j
 }
 
 /* The sandbox as the API shows it: the stored row plus what only the node
- * knows (its current execution and the recoveries it made). */
+ * knows (its current execution, the recoveries it made, its guest agent). */
 static json_t *sandbox_json_with_node(const struct store_sandbox *sb, const json_t *node_sb) {
         json_t *o = api_sandbox_row_json(sb);
         json_t *exe = json_object_get(node_sb, "execution"), *rec = json_object_get(node_sb, "recoveries");
         json_t *idle = json_object_get(node_sb, "idle_ms"), *recovery = json_object_get(node_sb, "recovery");
+        json_t *agent = json_object_get(node_sb, "agent");
         if (o && json_is_integer(exe))
                 json_object_set(o, "execution", exe);
         if (o && json_is_integer(idle))
@@ -615,6 +616,8 @@ static json_t *sandbox_json_with_node(const struct store_sandbox *sb, const json
                 json_object_set(o, "recoveries", rec);
         if (o && json_is_string(recovery))
                 json_object_set(o, "recovery", recovery);
+        if (o && json_is_object(agent))
+                json_object_set(o, "agent", agent);
         return o;
 }
 
@@ -649,7 +652,40 @@ int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) 
         return api_reply_json(ret, MHD_HTTP_OK, o);
 }
 
-int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret) {
+int api_sandbox_agent_upgrade(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = {0};
+        int r = api_sandbox_lookup(ctx, id, &sb);
+        if (r < 0)
+                return r;
+        if (strcmp(sb.state, "running") != 0)
+                return api_fail(
+                        ctx, -EBUSY,
+                        "sandbox %s is %s: only a running sandbox's agent is upgraded (a stopped, paused "
+                        "or suspended one is upgraded once it runs again)",
+                        id, sb.state);
+        _cleanup_(json_decrefp) json_t *req =
+                json_pack("{s:s, s:s}", "op", "sandbox.agent.upgrade", "id", id);
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        char err[API_ERRMSG_MAX] = "", addr[NODES_ADDR_MAX];
+        if (!req)
+                return -ENOMEM;
+        r = nodes_addr_of(&sb, addr);
+        if (r >= 0)
+                r = node_call(addr, ctx->config->node_timeout_s, req, &rep, err);
+        if (r < 0)
+                return api_fail(ctx, r, "%s", err[0] ? err : "the node did not answer");
+        return api_reply_json(ret, MHD_HTTP_OK,
+                              sandbox_json_with_node(&sb, json_object_get(rep, "sandbox")));
+}
+
+/* Whether o (as the API shows it) runs guest agent version agent (NULL:
+ * any). */
+static bool agent_matches(json_t *o, const char *agent) {
+        const char *v = json_string_value(json_object_get(json_object_get(o, "agent"), "version"));
+        return !agent || (v && strcmp(v, agent) == 0);
+}
+
+int api_sandbox_list(struct api_ctx *ctx, const char *agent, struct api_reply *ret) {
         struct store_sandbox *a = NULL;
         size_t n = 0;
         int r = ctx->tenant_id ? store_sandbox_list_tenant(ctx->store, ctx->tenant_id, STORE_LIST_MAX, &a, &n)
@@ -688,10 +724,15 @@ int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret) {
                                 }
                         }
                         sandbox_merge(ctx, &a[i], found);
-                        json_array_append_new(arr, sandbox_json_with_node(&a[i], found));
+                        json_t *o = sandbox_json_with_node(&a[i], found);
+                        if (agent_matches(o, agent))
+                                json_array_append_new(arr, o);
+                        else
+                                json_decref(o);
                         continue;
                 }
-                json_array_append_new(arr, api_sandbox_row_json(&a[i]));
+                if (!agent) /* a sandbox no node answers for: its agent is unknown */
+                        json_array_append_new(arr, api_sandbox_row_json(&a[i]));
         }
         store_sandbox_array_free(a, n);
         return api_reply_list(ret, "sandboxes", arr);

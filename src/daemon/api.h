@@ -64,7 +64,11 @@ int api_pools_list(struct api_ctx *ctx, struct api_reply *ret);
  * ("create"/"delete"); idempotency_key (may be NULL) makes a repeated
  * request answer with the first one's outcome instead of running again. */
 int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idempotency_key, struct api_reply *ret);
-int api_sandbox_list(struct api_ctx *ctx, struct api_reply *ret);
+/* agent (NULL: any): only the sandboxes running that guest agent version. */
+int api_sandbox_list(struct api_ctx *ctx, const char *agent, struct api_reply *ret);
+/* POST /v1/sandboxes/{id}/agent/upgrade: its guest agent replaced by its
+ * node's, in place; the sandbox with its "agent". */
+int api_sandbox_agent_upgrade(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 /* keep_snapshots: the sandbox is archived instead (VM and disk gone, row
  * and snapshots kept; a rollback makes it again). */

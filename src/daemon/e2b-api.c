@@ -802,7 +802,7 @@ int e2b_sandbox_list(struct api_ctx *ctx, const struct e2b_list_query *q, struct
                 return r;
 
         struct api_reply v1 = { 0 };
-        if ((r = api_sandbox_list(ctx, &v1)) < 0)
+        if ((r = api_sandbox_list(ctx, NULL, &v1)) < 0)
                 return r;
         _cleanup_(json_decrefp) json_t *all = json_incref(json_object_get(v1.body, "sandboxes"));
         api_reply_release(&v1);

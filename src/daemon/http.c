@@ -512,6 +512,10 @@ static int h_metrics(const struct call *c, struct api_reply *ret) {
         return api_metrics_get(c->ctx, query_bool(c->conn, "per_sandbox"), ret);
 }
 
+static int h_sandbox_list(const struct call *c, struct api_reply *ret) {
+        return api_sandbox_list(c->ctx, query_arg(c->conn, "agent", NULL), ret);
+}
+
 static int h_events(const struct call *c, struct api_reply *ret) {
         return api_events(c->ctx, query_arg(c->conn, "sandbox_id", NULL), query_arg(c->conn, "after", NULL),
                           MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "Last-Event-ID"), ret);
@@ -639,7 +643,7 @@ static const struct route routes[] = {
         { M_GET, "/v1/templates/{id}", AUTH_API, .run_id = api_template_get },
         { M_DELETE, "/v1/templates/{id}", AUTH_API, .run_id = api_template_delete },
         { M_GET, "/v1/templates/{id}/builds/{id}/logs", AUTH_API, .call = h_template_logs },
-        { M_GET, "/v1/sandboxes", AUTH_API, .run = api_sandbox_list },
+        { M_GET, "/v1/sandboxes", AUTH_API, .call = h_sandbox_list },
         { M_POST, "/v1/sandboxes", AUTH_API, APIREQ_BODY_CREATE, .call = h_sandbox_create },
         { M_GET, "/v1/sandboxes/{id}", AUTH_API, .run_id = api_sandbox_get },
         { M_DELETE, "/v1/sandboxes/{id}", AUTH_API, .call = h_sandbox_delete },
@@ -658,6 +662,7 @@ static const struct route routes[] = {
         { M_POST, "/v1/sandboxes/{id}/resume", AUTH_API, .call = h_verb, .verb = "resume" },
         { M_POST, "/v1/sandboxes/{id}/stop", AUTH_API, .call = h_verb, .verb = "stop" },
         { M_POST, "/v1/sandboxes/{id}/start", AUTH_API, .call = h_verb, .verb = "start" },
+        { M_POST, "/v1/sandboxes/{id}/agent/upgrade", AUTH_API, .run_id = api_sandbox_agent_upgrade },
         { M_POST, "/v1/sandboxes/{id}/rollback", AUTH_API, APIREQ_BODY_ROLLBACK, .call = h_verb, .verb = "rollback" },
         { M_POST, "/v1/sandboxes/{id}/suspend", AUTH_API, .call = h_verb, .verb = "suspend" },
         { M_POST, "/v1/sandboxes/{id}/wake", AUTH_API, .call = h_verb, .verb = "wake" },

@@ -221,7 +221,7 @@ int watch_state_load(struct agent *a, json_t *arr, bool take_fds);
 int watch_fds_inherit(struct agent *a, bool inherit);
 
 /* upgrade.c */
-/* UPGRADE {"path"}: noted, carried out by upgrade_apply(). */
+/* UPGRADE {"path","idle_ms"}: noted, carried out by upgrade_apply(). */
 int upgrade_request(struct agent *a, uint32_t stream, const void *payload, size_t len);
 /* Replaces this agent with the staged one; returns only when that failed,
  * after answering the UPGRADE with ERROR. */

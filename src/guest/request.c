@@ -139,16 +139,22 @@ json_t *guest_features_json(void) {
         return json_pack("[s,s,s,s,s,s]", "user", "processes", "watch", "metrics", "files_user", "upgrade");
 }
 
-int guest_upgrade_parse(const void *payload, size_t len, char **ret_path) {
+int guest_upgrade_parse(const void *payload, size_t len, char **ret_path, int64_t *ret_idle_ms) {
         _cleanup_json_ json_t *j = NULL;
         _cleanup_free_ char *path = NULL;
+        uint64_t idle = UINT64_MAX;
         int r = guest_json_parse(payload, len, &j);
         if (r < 0)
                 return r;
         r = get_string(j, "path", GUEST_MAX_PATH, &path);
         if (r <= 0 || guest_path_validate(path) < 0)
                 return -EINVAL;
+        /* a year at most: an idle time, not a date */
+        r = get_uint(j, "idle_ms", 366ULL * 86400 * 1000, &idle);
+        if (r < 0)
+                return r;
         *ret_path = TAKE_PTR(path);
+        *ret_idle_ms = r == 0 ? -1 : (int64_t) idle;
         return 0;
 }
 

@@ -71,8 +71,10 @@ int guest_hello_parse(const void *payload, size_t len, char **ret_nonce);
  * UPGRADE's "features": a new array (NULL on ENOMEM). */
 json_t *guest_features_json(void);
 
-/* UPGRADE {"path":s}: the staged agent binary, a valid path. */
-int guest_upgrade_parse(const void *payload, size_t len, char **ret_path);
+/* UPGRADE {"path":s,"idle_ms":n}: the staged agent binary (a valid
+ * path), and the idle time the agent is to keep (staging it was no use of
+ * the sandbox); -1 without one. */
+int guest_upgrade_parse(const void *payload, size_t len, char **ret_path, int64_t *ret_idle_ms);
 
 /*
  * The bytes an upgrade's state carries beside its JSON (output rings,

@@ -2,8 +2,9 @@
 /*
  * UPGRADE: the agent replaces itself in place (docs/guest-protocol.md,
  * "Upgrades"). The host stages a new airlock-guest in the guest
- * (FILE_WRITE) and sends UPGRADE {"path"}. Once the frames read with it
- * are handled, the running agent
+ * (FILE_WRITE) and sends UPGRADE {"path","idle_ms"}: the idle time PING
+ * answers goes back to idle_ms (the staging was no use of the sandbox).
+ * Once the frames read with it are handled, the running agent
  *   1. refuses while the root file system is frozen or a file transfer is
  *      open (EBUSY): those hold state no exec keeps;
  *   2. copies the staged binary into a sealed memfd, so that what runs is
@@ -63,13 +64,18 @@ extern char **environ;
 
 int upgrade_request(struct agent *a, uint32_t stream, const void *payload, size_t len) {
         _cleanup_free_ char *path = NULL;
-        int r = guest_upgrade_parse(payload, len, &path);
+        int64_t idle_ms;
+        int r = guest_upgrade_parse(payload, len, &path, &idle_ms);
         if (r < 0)
                 return r;
         if (a->upgrade_stream)
                 return agent_send_errorf(a, stream, -EBUSY, "upgrade: another one is under way");
         a->upgrade_stream = stream;
         a->upgrade_path = TAKE_PTR(path);
+        /* the host's staging of the binary was housekeeping, not use */
+        uint64_t now = now_monotonic_ns();
+        if (idle_ms >= 0 && (uint64_t) idle_ms * 1000000ULL < now)
+                a->active_ns = now - (uint64_t) idle_ms * 1000000ULL;
         return 0;
 }
 

@@ -47,6 +47,7 @@ enum {
         OPT_MAX_FILE_SIZE,
         OPT_SESSION_BUFFER,
         OPT_EXEC_TIMEOUT_MAX,
+        OPT_AGENT_UPGRADE_IDLE,
         OPT_MAX_CONNECTIONS,
         OPT_POOL_SIZE,
         OPT_POOL_MAX,
@@ -93,6 +94,7 @@ static const struct setting settings[] = {
         { OPT_MAX_FILE_SIZE, "max-file-size", "AIRLOCK_MAX_FILE_SIZE" },
         { OPT_SESSION_BUFFER, "session-buffer", "AIRLOCK_SESSION_BUFFER" },
         { OPT_EXEC_TIMEOUT_MAX, "exec-timeout-max", "AIRLOCK_EXEC_TIMEOUT_MAX" },
+        { OPT_AGENT_UPGRADE_IDLE, "agent-upgrade-idle", "AIRLOCK_AGENT_UPGRADE_IDLE" },
         { OPT_MAX_CONNECTIONS, "max-connections", "AIRLOCK_MAX_CONNECTIONS" },
         { OPT_POOL_SIZE, "pool-size", "AIRLOCK_POOL_SIZE" },
         { OPT_POOL_MAX, "pool-max", "AIRLOCK_POOL_MAX" },
@@ -413,6 +415,11 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
                 if (r >= 0)
                         c->exec_timeout_max_s = (unsigned) v;
                 break;
+        case OPT_AGENT_UPGRADE_IDLE:
+                r = parse_uint(value, 0, 30 * 86400, &v);
+                if (r >= 0)
+                        c->agent_upgrade_idle_s = (unsigned) v;
+                break;
         case OPT_MAX_CONNECTIONS:
                 r = parse_uint(value, 1, 65536, &v);
                 if (r >= 0)
@@ -470,6 +477,7 @@ static int set_defaults(struct node_config *c) {
         c->max_file_size = 1ULL << 30;
         c->session_buffer = 1 << 20;
         c->exec_timeout_max_s = 24 * 3600; /* the API's limit (docs/api.md): airlockd passes up to it */
+        c->agent_upgrade_idle_s = 60;
         c->max_connections = 256;
         c->pool_size = 2;
         c->pool_max = POOL_MAX_UNSET;
@@ -645,6 +653,7 @@ void node_config_print(const struct node_config *c, FILE *f) {
         fprintf(f, "max_file_size=%llu\n", (unsigned long long) c->max_file_size);
         fprintf(f, "session_buffer=%zu\n", c->session_buffer);
         fprintf(f, "exec_timeout_max_s=%u\n", c->exec_timeout_max_s);
+        fprintf(f, "agent_upgrade_idle_s=%u\n", c->agent_upgrade_idle_s);
         fprintf(f, "max_connections=%u\n", c->max_connections);
         fprintf(f, "pool_size=%u\n", c->pool_size);
         fprintf(f, "pool_max=%u\n", c->pool_max);
@@ -693,6 +702,8 @@ void node_config_usage(FILE *f) {
               "  --max-file-size SIZE    largest file.write [AIRLOCK_MAX_FILE_SIZE] (1G)\n"
               "  --session-buffer SIZE   session replay buffer [AIRLOCK_SESSION_BUFFER] (1M)\n"
               "  --exec-timeout-max S    cap on exec timeout_s [AIRLOCK_EXEC_TIMEOUT_MAX] (86400)\n"
+              "  --agent-upgrade-idle S  upgrade a sandbox's older guest agent once it was idle\n"
+              "                          this long, 0: only when asked [AIRLOCK_AGENT_UPGRADE_IDLE] (60)\n"
               "  --max-connections N     concurrent clients [AIRLOCK_MAX_CONNECTIONS] (256)\n"
               "  --pool-size N           warm VMs per prebuilt template, 0-32 [AIRLOCK_POOL_SIZE] (2)\n"
               "  --pool-max N            what a pool grows to while creates outrun it, pool-size-32\n"

@@ -44,6 +44,8 @@ struct node_config {
         uint64_t max_file_size;      /* AIRLOCK_MAX_FILE_SIZE: largest file.write */
         size_t session_buffer;       /* AIRLOCK_SESSION_BUFFER: replay buffer per session */
         unsigned exec_timeout_max_s; /* AIRLOCK_EXEC_TIMEOUT_MAX: cap on exec timeout_s */
+        unsigned agent_upgrade_idle_s; /* AIRLOCK_AGENT_UPGRADE_IDLE: idle before an older agent is upgraded;
+                                          0 = never by itself */
         unsigned max_connections;    /* AIRLOCK_MAX_CONNECTIONS: concurrent client connections */
         unsigned pool_size;          /* AIRLOCK_POOL_SIZE: warm VMs per prebuilt template, 0 = none */
         unsigned pool_max;           /* AIRLOCK_POOL_MAX: what a pool may grow to under demand (>= pool_size) */

@@ -64,7 +64,10 @@ struct guestconn {
 
         pthread_mutex_t wlock; /* one frame at a time on the wire */
 
-        unsigned features; /* GUESTCONN_FEATURE_*, from the HELLO reply; fixed after the handshake */
+        /* from the HELLO reply, and an UPGRADE's RESULT: features under
+         * lock's protection, read atomically */
+        unsigned features;               /* GUESTCONN_FEATURE_* */
+        char agent[GUESTCONN_AGENT_MAX]; /* "airlock-guest 0.2.0"; "" when it did not say */
         uint64_t used_ns; /* monotonic: the last frame that is use (is_use()); atomic */
         bool ping_failed; /* reader only: an answer to a guest PING could not be sent */
 };
@@ -90,16 +93,17 @@ static bool is_use(uint8_t type) {
 }
 
 /* The features of a HELLO reply that the node knows; others are ignored. */
-static unsigned hello_features(json_t *reply) {
+static unsigned reply_features(json_t *reply) {
         static const struct {
                 const char *name;
                 unsigned bit;
         } known[] = {
-                { "user", GUESTCONN_FEATURE_USER },
-                { "processes", GUESTCONN_FEATURE_PROCESSES },
-                { "watch", GUESTCONN_FEATURE_WATCH },
-                { "metrics", GUESTCONN_FEATURE_METRICS },
-                { "files_user", GUESTCONN_FEATURE_FILES_USER },
+                {"user", GUESTCONN_FEATURE_USER},
+                {"processes", GUESTCONN_FEATURE_PROCESSES},
+                {"watch", GUESTCONN_FEATURE_WATCH},
+                {"metrics", GUESTCONN_FEATURE_METRICS},
+                {"files_user", GUESTCONN_FEATURE_FILES_USER},
+                {"upgrade", GUESTCONN_FEATURE_UPGRADE},
         };
         json_t *list = json_object_get(reply, "features"), *v;
         unsigned bits = 0;
@@ -113,6 +117,19 @@ static unsigned hello_features(json_t *reply) {
 }
 
 static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const void *payload, size_t len);
+
+/* Takes the agent's name and features from a HELLO reply or an UPGRADE's
+ * RESULT (a name that is no short printable string is not kept). */
+static void set_agent(struct guestconn *g, json_t *reply) {
+        const char *name = json_string_value(json_object_get(reply, "agent"));
+        bool printable = name && strlen(name) < GUESTCONN_AGENT_MAX;
+        for (const char *p = name; printable && *p; p++)
+                printable = *p >= 0x20 && *p < 0x7f;
+        pthread_mutex_lock(&g->lock);
+        snprintf(g->agent, sizeof g->agent, "%s", printable ? name : "");
+        __atomic_store_n(&g->features, reply_features(reply), __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&g->lock);
+}
 
 /* ---- stream table (callers hold g->lock) ---- */
 
@@ -387,7 +404,7 @@ static int handshake(struct guestconn *g, int timeout_ms) {
                                 return log_errno(LOG_LEVEL_ERROR, -EPROTONOSUPPORT, g->ctx,
                                                  "guest agent speaks another protocol version");
                         }
-                        g->features = hello_features(reply);
+                        set_agent(g, reply);
                         log_emit(LOG_LEVEL_INFO, g->ctx,
                                  "guest channel up: agent %s, boot_id %s, features 0x%x, "
                                  "%llu stale bytes skipped",
@@ -637,8 +654,31 @@ int guestconn_call_stream(struct guestconn *g, uint32_t stream, uint8_t type, js
         return call_on(g, stream, false, type, req, timeout_ms, ret_result, ret_message);
 }
 
+void guestconn_agent(struct guestconn *g, char buf[static GUESTCONN_AGENT_MAX]) {
+        pthread_mutex_lock(&g->lock);
+        memcpy(buf, g->agent, GUESTCONN_AGENT_MAX);
+        pthread_mutex_unlock(&g->lock);
+}
+
+void guestconn_agent_replaced(struct guestconn *g, json_t *result) {
+        set_agent(g, result);
+}
+
+size_t guestconn_calls_in_flight(struct guestconn *g) {
+        size_t n = 0;
+        pthread_mutex_lock(&g->lock);
+        for (size_t i = 0; i < g->nstreams; i++)
+                n += g->streams[i].call != NULL;
+        pthread_mutex_unlock(&g->lock);
+        return n;
+}
+
 bool guestconn_has(struct guestconn *g, unsigned feature) {
-        return (g->features & feature) == feature;
+        return (__atomic_load_n(&g->features, __ATOMIC_ACQUIRE) & feature) == feature;
+}
+
+void guestconn_used_restore(struct guestconn *g, uint64_t used_ns) {
+        __atomic_store_n(&g->used_ns, used_ns, __ATOMIC_RELAXED);
 }
 
 uint64_t guestconn_used_ns(struct guestconn *g) {

@@ -52,7 +52,17 @@ bool guestconn_alive(struct guestconn *g);
 #define GUESTCONN_FEATURE_WATCH (1u << 2)     /* WATCH, WATCH_EVENT, WATCH_END */
 #define GUESTCONN_FEATURE_METRICS (1u << 3)   /* METRICS */
 #define GUESTCONN_FEATURE_FILES_USER (1u << 4) /* "user" on file requests and WATCH */
+#define GUESTCONN_FEATURE_UPGRADE (1u << 5)    /* UPGRADE: replaced in place */
 bool guestconn_has(struct guestconn *g, unsigned feature);
+
+/* The agent's name as its HELLO (or the last UPGRADE) said,
+ * "airlock-guest 0.2.0"; "" when it did not. */
+#define GUESTCONN_AGENT_MAX 64
+void guestconn_agent(struct guestconn *g, char buf[static GUESTCONN_AGENT_MAX]);
+/* An UPGRADE's RESULT came: the new agent's name and features are these. */
+void guestconn_agent_replaced(struct guestconn *g, json_t *result);
+/* Requests waiting for their answer (guestconn_call*()) right now. */
+size_t guestconn_calls_in_flight(struct guestconn *g);
 
 /* Sends a JSON request of the given type on a new stream and waits up to
  * timeout_ms for RESULT or ERROR on it. On RESULT: 0 and *ret_result (owned
@@ -87,5 +97,9 @@ int guestconn_send_json(struct guestconn *g, uint8_t type, uint32_t stream, json
 /* When the channel last carried use (a request that does work, output,
  * an exit; not pings, syncs, replies): CLOCK_MONOTONIC ns, 0 if never. */
 uint64_t guestconn_used_ns(struct guestconn *g);
+/* Sets it back to used_ns (what guestconn_used_ns() said before): for the
+ * node's own housekeeping that went through frames of use (an agent's
+ * staging is a FILE_WRITE). */
+void guestconn_used_restore(struct guestconn *g, uint64_t used_ns);
 
 int guestconn_ping(struct guestconn *g, int timeout_ms);

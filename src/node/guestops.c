@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "guestconn.h"
+#include "guestreply.h"
 #include "log.h"
 #include "macros.h"
 #include "nodeutil.h"
@@ -154,5 +155,68 @@ int guestops_rehearse(struct guestconn *g, const char *ctx) {
                 return 0; /* an image without `true` still makes sandboxes */
         if (r >= 0 && code != 0)
                 log_emit(LOG_LEVEL_WARN, ctx, "`true` exited with %d in the rehearsal", code);
+        return r;
+}
+
+/* The answer a FILE_WRITE's stream gets: RESULT or ERROR, or the end. */
+struct put_reply {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool done, dead;
+        int err;
+        char *msg;
+};
+
+static void put_handler(void *userdata, uint8_t type, const uint8_t *payload, size_t len) {
+        struct put_reply *x = userdata;
+        pthread_mutex_lock(&x->lock);
+        if ((type == PROTO_RESULT || type == PROTO_ERROR) && !x->done) {
+                int err = 0;
+                json_t *res = NULL;
+                char *msg = NULL;
+                if (guestreply_parse(type, payload, len, &err, &res, &msg) < 0)
+                        err = -EBADMSG;
+                json_decref(res);
+                x->err = err;
+                x->msg = msg;
+                x->done = true;
+        } else if (type == 0)
+                x->dead = true;
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+}
+
+int guestops_file_put(struct guestconn *g, const char *path, unsigned mode, const void *data, size_t len,
+                      int timeout_ms, char **ret_message) {
+        struct put_reply x = {0};
+        uint32_t stream = 0;
+        pthread_mutex_init(&x.lock, NULL);
+        node_cond_init(&x.cond);
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:i}", "path", path, "mode", (int) mode);
+        int r = req ? guestconn_stream_open(g, put_handler, &x, &stream) : -ENOMEM;
+        if (r >= 0)
+                r = guestconn_send_json(g, PROTO_FILE_WRITE, stream, req);
+        for (size_t off = 0; r >= 0 && off < len; off += PROTO_DATA_CHUNK)
+                r = guestconn_send(g, PROTO_FILE_DATA, stream, (const uint8_t *) data + off,
+                                   MIN((size_t) PROTO_DATA_CHUNK, len - off));
+        if (r >= 0)
+                r = guestconn_send(g, PROTO_FILE_END, stream, "{}", 2);
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) MAX(timeout_ms, 0) * 1000000ULL;
+        pthread_mutex_lock(&x.lock);
+        while (r >= 0 && !x.done && !x.dead && now_monotonic_ns() < deadline) {
+                struct timespec ts = {.tv_sec = (time_t) (deadline / 1000000000ULL),
+                                      .tv_nsec = (long) (deadline % 1000000000ULL)};
+                pthread_cond_timedwait(&x.cond, &x.lock, &ts);
+        }
+        if (r >= 0)
+                r = x.done ? x.err : x.dead ? -ECONNRESET : -ETIMEDOUT;
+        pthread_mutex_unlock(&x.lock);
+        if (stream)
+                guestconn_stream_close(g, stream);
+        if (r < 0 && ret_message && x.msg)
+                *ret_message = TAKE_PTR(x.msg);
+        free(x.msg);
+        pthread_mutex_destroy(&x.lock);
+        pthread_cond_destroy(&x.cond);
         return r;
 }

@@ -58,6 +58,12 @@ int guestops_exec(struct guestconn *g, const struct guestops_exec *e, int timeou
 int guestops_run(struct guestconn *g, json_t *argv, int timeout_ms, int *ret_exit_code, char *out, size_t out_size,
                  char **ret_message);
 
+/* Writes len bytes of data to path in the guest (FILE_WRITE, mode as
+ * given, root's) and waits up to timeout_ms for the agent to have it in
+ * place. On ERROR the guest's -errno and *ret_message (if given). */
+int guestops_file_put(struct guestconn *g, const char *path, unsigned mode, const void *data, size_t len,
+                      int timeout_ms, char **ret_message);
+
 /*
  * Runs, once, what a sandbox's start and its first command will run: an
  * IDENTITY of no sandbox (the sandbox's own replaces every part of it) and

@@ -25,6 +25,7 @@ static const char *vm_failure_code(int r) {
                 return "internal";
         case -EXDEV:
                 return "cpu_mismatch";
+        case -EOPNOTSUPP: /* an agent that predates upgrades */ return "conflict";
         default:
                 return "guest";
         }
@@ -92,6 +93,10 @@ int nodeops_sandbox_stop(struct node_conn *c, json_t *req) {
 
 int nodeops_sandbox_start(struct node_conn *c, json_t *req) {
         return run_verb(c, req, "start", sandbox_start, true);
+}
+
+int nodeops_sandbox_agent_upgrade(struct node_conn *c, json_t *req) {
+        return run_verb(c, req, "upgrade its agent", sandbox_agent_upgrade, false);
 }
 
 /* Validates "id" and "snapshot_id" and looks the sandbox up (replies on

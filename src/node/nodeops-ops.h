@@ -25,6 +25,8 @@ int nodeops_file_watch(struct node_conn *c, json_t *req);
 /* ---- Lifecycle verbs, snapshots, fork, suspend and wake (nodeops-lifecycle.c) ---- */
 
 int nodeops_sandbox_pause(struct node_conn *c, json_t *req);
+/* sandbox.agent.upgrade {id}: its guest agent replaced by the node's. */
+int nodeops_sandbox_agent_upgrade(struct node_conn *c, json_t *req);
 int nodeops_sandbox_resume(struct node_conn *c, json_t *req);
 int nodeops_sandbox_stop(struct node_conn *c, json_t *req);
 int nodeops_sandbox_start(struct node_conn *c, json_t *req);

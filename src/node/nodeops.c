@@ -700,6 +700,7 @@ static const struct {
         { "sandbox.resume", nodeops_sandbox_resume, true },
         { "sandbox.stop", nodeops_sandbox_stop, true },
         { "sandbox.start", nodeops_sandbox_start, true },
+        { "sandbox.agent.upgrade", nodeops_sandbox_agent_upgrade, true },
         { "sandbox.snapshot", nodeops_sandbox_snapshot, true },
         { "sandbox.rollback", nodeops_sandbox_rollback, true },
         { "snapshot.delete", nodeops_snapshot_delete, true },

@@ -4,10 +4,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <string.h>
 #include <time.h>
@@ -339,4 +343,119 @@ uint64_t node_meminfo_kib(const char *field) {
                         break;
         fclose(f);
         return kib;
+}
+
+const char *node_agent_version(const char *agent) {
+        const char *sp = strrchr(agent, ' ');
+        return sp ? sp + 1 : agent;
+}
+
+/* The number a version part starts with (0 for none), *p moved to the next part. */
+static unsigned long version_part(const char **p) {
+        unsigned long v = 0;
+        for (; **p >= '0' && **p <= '9'; (*p)++)
+                v = v < ULONG_MAX / 10 ? v * 10 + (unsigned long) (**p - '0') : ULONG_MAX;
+        *p += strcspn(*p, ".");
+        if (**p == '.')
+                (*p)++;
+        return v;
+}
+
+int node_agent_version_cmp(const char *a, const char *b) {
+        const char *p = node_agent_version(a), *q = node_agent_version(b);
+        while (*p || *q) {
+                unsigned long x = version_part(&p), y = version_part(&q);
+                if (x != y)
+                        return x < y ? -1 : 1;
+        }
+        return 0;
+}
+
+/* ---- child processes ---- */
+
+int node_spawn(char *const argv[], int out_fd, pid_t *ret_pid) {
+        _cleanup_close_ int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (devnull < 0)
+                return negative_errno();
+        sigset_t empty;
+        sigemptyset(&empty);
+
+        pid_t pid = fork();
+        if (pid < 0)
+                return negative_errno();
+        if (pid == 0) {
+                setpgid(0, 0);
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                signal(SIGPIPE, SIG_DFL);
+                signal(SIGINT, SIG_DFL);
+                signal(SIGTERM, SIG_DFL);
+                signal(SIGQUIT, SIG_DFL);
+                sigprocmask(SIG_SETMASK, &empty, NULL);
+                if (dup2(devnull, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(out_fd, 2) < 0)
+                        _exit(127);
+                execvp(argv[0], argv);
+                _exit(127);
+        }
+        *ret_pid = pid;
+        return 0;
+}
+
+int node_wait_child(pid_t pid, unsigned timeout_s, int *ret_status) {
+        uint64_t deadline = now_monotonic_ns() + (uint64_t) timeout_s * 1000000000ULL;
+        for (;;) {
+                int status;
+                pid_t k = waitpid(pid, &status, WNOHANG);
+                if (k == pid) {
+                        *ret_status = status;
+                        return 0;
+                }
+                if (k < 0 && errno != EINTR)
+                        return negative_errno();
+                if (now_monotonic_ns() > deadline) {
+                        kill(-pid, SIGKILL);
+                        kill(pid, SIGKILL);
+                        waitpid(pid, &status, 0);
+                        return -ETIMEDOUT;
+                }
+                struct timespec ts = {0, 20 * 1000000L};
+                nanosleep(&ts, NULL);
+        }
+}
+
+int node_program_version(const char *program, char **ret) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return negative_errno();
+        _cleanup_close_ int rd = p[0];
+        char *argv[] = {(char *) program, (char *) "--version", NULL};
+        pid_t pid;
+        int r = node_spawn(argv, p[1], &pid);
+        close(p[1]);
+        if (r < 0)
+                return r;
+        char buf[1024];
+        size_t len = 0;
+        for (;;) {
+                ssize_t k = read(rd, buf + len, sizeof buf - 1 - len);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        break;
+                len += (size_t) k;
+                if (len == sizeof buf - 1)
+                        break;
+        }
+        buf[len] = 0;
+        int status;
+        r = node_wait_child(pid, 30, &status);
+        if (r < 0)
+                return r;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || len == 0)
+                return -ENOEXEC;
+        buf[strcspn(buf, "\n")] = 0;
+        char *s = strdup(buf);
+        if (!s)
+                return -ENOMEM;
+        *ret = s;
+        return 0;
 }

@@ -51,6 +51,23 @@ char *node_base64_encode(const void *data, size_t len);
 /* Decodes standard base64 (no whitespace). -EINVAL on bad input. */
 int node_base64_decode(const char *s, uint8_t **ret, size_t *ret_len);
 
+/* Starts argv (PATH search) with stdin /dev/null and stdout+stderr on
+ * out_fd, in a new process group, with default signal handling. Only
+ * async-signal-safe calls between fork and exec. */
+int node_spawn(char *const argv[], int out_fd, pid_t *ret_pid);
+/* Waits for pid up to timeout_s (then kills its process group). Returns
+ * the wait status. */
+int node_wait_child(pid_t pid, unsigned timeout_s, int *ret_status);
+/* The first line `program --version` prints (qemu, airlock-guest). */
+int node_program_version(const char *program, char **ret);
+
+/* The version of an agent's name ("airlock-guest 0.2.0" -> "0.2.0"; a
+ * name without a space is its own version). */
+const char *node_agent_version(const char *agent);
+/* Compares two agents' versions as dotted numbers (a part that is no
+ * number counts as 0, a missing one too): <0, 0, >0. */
+int node_agent_version_cmp(const char *a, const char *b);
+
 /* Hex-encodes n bytes into out (size >= 2n+1). */
 void node_hex(const uint8_t *data, size_t n, char *out);
 

@@ -10,6 +10,7 @@
  *      sandbox-lifecycle.c  pause, resume, stop, start
  *      sandbox-snapshot.c   fork, snapshots, rollback
  *      sandbox-suspend.c    suspend, wake, unarchive
+ *      sandbox-agent.c      the guest agent's upgrade in place
  *      sandbox-image.c      publish, export, create from an image
  *                           (calls sandbox-suspend.c's restore: the one
  *                           call between verbs, and it goes one way)
@@ -95,6 +96,10 @@ bool sandbox_warn_copy_once(void);
 void sandbox_deleted(struct sandbox *s);
 
 bool sandbox_state_is(struct sandbox *s, enum sandbox_state st);
+/* How long a running guest has been idle, in ms (its last PING answer,
+ * grown since, unless the channel carried use after it); -1 when unknown
+ * (not running, not probed yet). s->lock held. */
+int64_t sandbox_idle_ms_locked(struct sandbox *s);
 const char *sandbox_state_str(enum sandbox_state st);
 int sandbox_record_save(struct sandbox *s);
 /* The parts of a record a node takes a sandbox over with. */

@@ -264,6 +264,10 @@ int sandbox_manager_init(const struct node_config *cfg, enum vmm_accel accel, co
         if (n > 0)
                 log_info("took over %zu sandboxes of an earlier node: %u VMs adopted, %u stopped, %u being recovered", n,
                          adopted, stopped, recovering);
+        /* the adopted may run an older guest agent than this node's */
+        r = sandbox_agent_upgrader_start();
+        if (r < 0)
+                return log_error_errno(r, "Failed to start the guest agent upgrader: %m");
         return 0;
 }
 
@@ -284,6 +288,7 @@ static struct sandbox *take_next(uint64_t deadline) {
 }
 
 void sandbox_shutdown_all(void) {
+        sandbox_agent_upgrader_stop();
         uint64_t deadline = now_monotonic_ns() + SHUTDOWN_BUSY_WAIT_NS;
         for (struct sandbox *s; (s = take_next(deadline));) {
                 /* the guest flushes its disks; a paused or failed one cannot */
@@ -310,6 +315,7 @@ void sandbox_shutdown_all(void) {
 }
 
 void sandbox_hand_over_all(void) {
+        sandbox_agent_upgrader_stop();
         uint64_t deadline = now_monotonic_ns() + SHUTDOWN_BUSY_WAIT_NS;
         for (struct sandbox *s; (s = take_next(deadline));) {
                 pthread_mutex_lock(&s->lock);

@@ -97,6 +97,7 @@ void sandbox_unref(struct sandbox *s) {
         free(s->dir);
         free(s->run_dir);
         free(s->error);
+        free(s->agent_upgrade_error);
         free(s->start_error);
         free(s->network);
         sandbox_secrets_free(s->secrets);
@@ -459,6 +460,21 @@ const char *sandbox_state_name(struct sandbox *s) {
         return n;
 }
 
+int64_t sandbox_idle_ms_locked(struct sandbox *s) {
+        if (!s->idle_probe_ns || s->state != SANDBOX_RUNNING || !s->gc)
+                return -1;
+        /* the guest's idle time at the last probe, grown since, unless the
+         * channel carried use after it */
+        uint64_t now = now_monotonic_ns(), used = guestconn_used_ns(s->gc);
+        uint64_t idle = s->guest_idle_ms + (now - s->idle_probe_ns) / 1000000ULL;
+        if (used > s->idle_probe_ns)
+                idle = MIN(idle, (now - used) / 1000000ULL);
+        /* a restored guest's clock may have jumped by the time it was
+         * suspended: it cannot have been idle longer than it ran */
+        idle = MIN(idle, (now - s->run_started_ns) / 1000000ULL);
+        return (int64_t) MIN(idle, (uint64_t) INT64_MAX);
+}
+
 json_t *sandbox_json(struct sandbox *s) {
         pthread_mutex_lock(&s->lock);
         json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:s}", "id", s->id, "tenant", s->tenant, "template",
@@ -471,17 +487,20 @@ json_t *sandbox_json(struct sandbox *s) {
                 json_object_set_new(o, "recoveries", json_deep_copy(s->recoveries));
         if (o)
                 json_object_set_new(o, "recovery", json_string(sandbox_recovery_name(s)));
-        if (o && s->idle_probe_ns && s->state == SANDBOX_RUNNING && s->gc) {
-                /* the guest's idle time at the last probe, grown since,
-                 * unless the channel carried use after it */
-                uint64_t now = now_monotonic_ns(), used = guestconn_used_ns(s->gc);
-                uint64_t idle = s->guest_idle_ms + (now - s->idle_probe_ns) / 1000000ULL;
-                if (used > s->idle_probe_ns)
-                        idle = MIN(idle, (now - used) / 1000000ULL);
-                /* a restored guest's clock may have jumped by the time it
-                 * was suspended: it cannot have been idle longer than it ran */
-                idle = MIN(idle, (now - s->run_started_ns) / 1000000ULL);
+        int64_t idle = sandbox_idle_ms_locked(s);
+        if (o && idle >= 0)
                 json_object_set_new(o, "idle_ms", json_integer((json_int_t) idle));
+        char agent[GUESTCONN_AGENT_MAX];
+        if (o && s->gc) {
+                guestconn_agent(s->gc, agent);
+                if (agent[0])
+                        snprintf(s->agent, sizeof s->agent, "%s", agent);
+        }
+        if (o && s->agent[0]) {
+                json_t *a = json_pack("{s:s}", "version", node_agent_version(s->agent));
+                if (a && s->agent_upgrade_error)
+                        json_object_set_new(a, "upgrade_error", json_string(s->agent_upgrade_error));
+                json_object_set_new(o, "agent", a);
         }
         if (o)
                 json_object_set_new(o, "pool", json_string(s->pool_hit ? "hit" : "miss"));

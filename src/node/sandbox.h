@@ -121,6 +121,11 @@ struct sandbox {
         uint64_t guest_idle_ms;  /* at idle_probe_ns */
         uint64_t idle_probe_ns;  /* monotonic; 0: not probed in this VM run */
         uint64_t run_started_ns; /* monotonic: when this VM run began (a wake or restore is use) */
+        /* its guest agent (sandbox-agent.c; s->lock) */
+        char agent[64];            /* "airlock-guest 0.2.0" as its channel last said; kept while stopped */
+        char *agent_upgrade_error; /* why the last upgrade failed; NULL after one that worked */
+        char agent_upgrade_to[64]; /* the agent that upgrade was to: not tried again by itself */
+        uint64_t agent_upgrade_ns; /* monotonic: when the last upgrade was tried */
 
         /* egress: the policy the gateway enforces for this sandbox, canonical
          * JSON text (lib/netpolicy), NULL meaning allow-all (made by an
@@ -188,6 +193,21 @@ struct sandbox_create_opts {
  * -EIO: template build failed. */
 int sandbox_create(const struct sandbox_create_opts *o, const char *template_name, struct sandbox **ret,
                    char **ret_error);
+
+/* The node's guest agent, "airlock-guest 0.2.0" (its --version, read
+ * once); NULL when it cannot be read. */
+const char *sandbox_agent_node(void);
+/* Upgrades a running sandbox's guest agent to the node's, in place (its
+ * processes, sessions and watches go on): 0 when done or when it is as new
+ * already; -EBUSY (a verb runs), -EPERM (not running; *ret_state says how
+ * it is), -EOPNOTSUPP (its agent predates upgrades), or the failure, with
+ * *ret_error saying why (also kept in its "agent"). */
+int sandbox_agent_upgrade(struct sandbox *s, const char **ret_state, char **ret_error);
+/* The worker that upgrades idle sandboxes by themselves
+ * (AIRLOCK_AGENT_UPGRADE_IDLE): started by sandbox_manager_init(), stopped
+ * by the shutdown and the hand-over. */
+int sandbox_agent_upgrader_start(void);
+void sandbox_agent_upgrader_stop(void);
 
 /* Looks up a running or failed sandbox and returns a reference. -ENOENT. */
 int sandbox_get(const char *id, struct sandbox **ret);

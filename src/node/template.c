@@ -193,101 +193,6 @@ static struct template_info *info_for(const char *name, const char *hash, const 
         return t;
 }
 
-/* ---- child processes ---- */
-
-/* Starts argv (PATH search) with stdin /dev/null and stdout+stderr on out_fd,
- * in a new process group, with default signal handling. Only
- * async-signal-safe calls between fork and exec. */
-static int spawn(char *const argv[], int out_fd, pid_t *ret_pid) {
-        _cleanup_close_ int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (devnull < 0)
-                return negative_errno();
-        sigset_t empty;
-        sigemptyset(&empty);
-
-        pid_t pid = fork();
-        if (pid < 0)
-                return negative_errno();
-        if (pid == 0) {
-                setpgid(0, 0);
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                signal(SIGPIPE, SIG_DFL);
-                signal(SIGINT, SIG_DFL);
-                signal(SIGTERM, SIG_DFL);
-                signal(SIGQUIT, SIG_DFL);
-                sigprocmask(SIG_SETMASK, &empty, NULL);
-                if (dup2(devnull, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(out_fd, 2) < 0)
-                        _exit(127);
-                execvp(argv[0], argv);
-                _exit(127);
-        }
-        *ret_pid = pid;
-        return 0;
-}
-
-/* Waits for pid up to timeout_s (then kills its process group). Returns the
- * wait status. */
-static int wait_child(pid_t pid, unsigned timeout_s, int *ret_status) {
-        uint64_t deadline = now_monotonic_ns() + (uint64_t) timeout_s * 1000000000ULL;
-        for (;;) {
-                int status;
-                pid_t k = waitpid(pid, &status, WNOHANG);
-                if (k == pid) {
-                        *ret_status = status;
-                        return 0;
-                }
-                if (k < 0 && errno != EINTR)
-                        return negative_errno();
-                if (now_monotonic_ns() > deadline) {
-                        kill(-pid, SIGKILL);
-                        kill(pid, SIGKILL);
-                        waitpid(pid, &status, 0);
-                        return -ETIMEDOUT;
-                }
-                struct timespec ts = { 0, 20 * 1000000L };
-                nanosleep(&ts, NULL);
-        }
-}
-
-/* Reads the first line `qemu --version` prints. */
-static int read_qemu_version(const char *qemu, char **ret) {
-        int p[2];
-        if (pipe2(p, O_CLOEXEC) < 0)
-                return negative_errno();
-        _cleanup_close_ int rd = p[0];
-        char *argv[] = { (char *) qemu, (char *) "--version", NULL };
-        pid_t pid;
-        int r = spawn(argv, p[1], &pid);
-        close(p[1]);
-        if (r < 0)
-                return r;
-        char buf[1024];
-        size_t len = 0;
-        for (;;) {
-                ssize_t k = read(rd, buf + len, sizeof buf - 1 - len);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        break;
-                len += (size_t) k;
-                if (len == sizeof buf - 1)
-                        break;
-        }
-        buf[len] = 0;
-        int status;
-        r = wait_child(pid, 30, &status);
-        if (r < 0)
-                return r;
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || len == 0)
-                return -ENOEXEC;
-        buf[strcspn(buf, "\n")] = 0;
-        char *s = strdup(buf);
-        if (!s)
-                return -ENOMEM;
-        *ret = s;
-        return 0;
-}
-
 /* Records that the build of e is at step (one of build_steps[]). */
 static void build_progress(struct tentry *e, const char *step) {
         pthread_mutex_lock(&tlock);
@@ -357,7 +262,7 @@ int template_run_step(struct template_track *t, const char *ctx, char *const arg
         uint64_t t0 = now_monotonic_ns();
         pid_t pid;
         pthread_mutex_lock(&tlock);
-        int r = shutting_down ? -ECANCELED : spawn(argv, log_fd, &pid);
+        int r = shutting_down ? -ECANCELED : node_spawn(argv, log_fd, &pid);
         if (r >= 0)
                 t->pgid = pid;
         pthread_mutex_unlock(&tlock);
@@ -366,7 +271,7 @@ int template_run_step(struct template_track *t, const char *ctx, char *const arg
                 return r;
         }
         int status = 0;
-        r = wait_child(pid, SCRIPT_TIMEOUT_S, &status);
+        r = node_wait_child(pid, SCRIPT_TIMEOUT_S, &status);
         pthread_mutex_lock(&tlock);
         t->pgid = 0;
         pthread_mutex_unlock(&tlock);
@@ -1263,7 +1168,7 @@ int template_init(const struct node_config *cfg, const char *templates_dir, enum
         int r = mkdir_p(tdir, 0755);
         if (r < 0)
                 return log_error_errno(r, "Failed to create %s: %m", tdir);
-        r = read_qemu_version(cfg->qemu_binary, &qemu_version);
+        r = node_program_version(cfg->qemu_binary, &qemu_version);
         if (r < 0)
                 return log_error_errno(r, "Failed to run %s --version: %m", cfg->qemu_binary);
         log_info("qemu: %s", qemu_version);

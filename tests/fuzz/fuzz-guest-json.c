@@ -108,6 +108,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 int32_t pid;
                 if (guest_adopt_parse(p, n, &pid) == 0)
                         assert(pid >= 1);
+                char *path = NULL;
+                int64_t idle;
+                if (guest_upgrade_parse(p, n, &path, &idle) == 0) {
+                        assert(guest_path_validate(path) == 0 && idle >= -1);
+                        free(path);
+                }
+                /* an upgrade state's blob reference, against 64 bytes */
+                json_t *ref = json_loadb((const char *) p, n, 0, NULL);
+                static const uint8_t area[64];
+                const uint8_t *b;
+                size_t blen;
+                if (ref && guest_blob_get(area, sizeof area, ref, 48, &b, &blen) == 0)
+                        assert(b >= area && blen <= 48 && b + blen <= area + sizeof area);
+                json_decref(ref);
                 break;
         }
         case 4: {

@@ -1,8 +1,9 @@
 """The chaos soak (bench/soak.py, docs/testing.md "Chaos soak"), 3 minutes:
 mixed lifecycle operations over a few sandboxes of an Airlock of its own
 while airlock-node, airlockd, a VMM and airlock-nodemgr are killed and the
-whole stack is sent SIGTERM; nothing acknowledged may be lost or corrupted
-and nothing may leak. The soak starts and checks its own instance (the
+whole stack is sent SIGTERM, and a restart brings a newer guest agent that
+replaces the sandboxes' agents in place; nothing acknowledged may be lost
+or corrupted and nothing may leak. The soak starts and checks its own instance (the
 harness's settings, restarted on the same data dir and port), so this test
 only needs the templates. AIRLOCK_SOAK_SEED=N replays a seed."""
 
@@ -41,3 +42,5 @@ def test_soak_3_minutes(templates):
     # it did what it says: every fault kind, enough operations
     assert set(summary["faults"]) == {"node", "airlockd", "vmm", "nodemgr", "sigterm_all"}, detail
     assert sum(v["ok"] for v in summary["ops"].values()) > 50, detail
+    # a restart brought a newer guest agent, which replaced running ones
+    assert summary["agent_upgrades"] > 0, detail
