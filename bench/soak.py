@@ -596,6 +596,7 @@ class Soak:
         self.stack = None
         self.baseline_cgroups = set()
         self.baseline_loops = []
+        self.upgrades = None  # guest agents upgraded, counted before the log goes
 
     # --- bookkeeping -------------------------------------------------------
     def t(self):
@@ -1717,6 +1718,7 @@ class Soak:
                 self.problem("leak", f"(after stopping) loop device {dev} on {f}")
                 subprocess.run(["losetup", "-d", f"/dev/{dev}"])
         failed = self.failed()
+        self.upgrades = self.agent_upgrades()  # the log may go next
         if self.a.keep:
             self.log(f"kept: data dir {data_dir}, log {self.stack.log_path}")
         elif failed:
@@ -1793,7 +1795,7 @@ class Soak:
             "recovery_s": {k: {"n": len(v), "median": round(statistics.median(v), 2), "max": max(v)}
                            for k, v in sorted(rec.items())},
             "fault_log": self.faults,
-            "agent_upgrades": self.agent_upgrades(),
+            "agent_upgrades": self.upgrades if self.upgrades is not None else self.agent_upgrades(),
             "errors_outside_windows": len(self.errors_outside),
             "errors_outside_detail": self.errors_outside[:MAX_PROBLEMS_SHOWN],
             "lost": {"sandboxes": self.lost_sandboxes, "ledger_entries": self.lost_entries, "files": self.lost_files},

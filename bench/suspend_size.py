@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""What a suspended sandbox costs the object store, and how long its suspend
+and wake take: an Airlock of its own (scale.py's Instance, warm pools and
+scheduled snapshots off), one sandbox per case, each suspended --n times:
+
+  idle      nothing written since its create
+  1mib      1 MiB of /dev/urandom written to a file on its disk (synced)
+  1gib      1 GiB likewise (on a template whose disk has the room)
+
+Per case: the bytes its suspended image adds to the object store (the
+blobs its manifest names: their size as stored, and the disk blocks the
+local store's files take), the suspend until the VM is released (the API's
+answer) and until restorable (image_uploaded), and a wake from the object
+store (the node's own copy removed first, as on a node that never had it).
+
+  sudo bench/suspend_size.py [--template python] [--n 5] [--cases idle,1mib,1gib]
+                             [--templates-dir DIR] [--base DIR] [--airlockd PATH] [--json FILE]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from scale import Instance, default_templates_dir  # noqa: E402
+
+CASES = {"idle": 0, "1mib": 1, "1gib": 1024}
+
+
+def verb(inst, sid, name):
+    st, op = inst.call("POST", f"/v1/sandboxes/{sid}/{name}?wait=true")
+    assert st in (200, 201) and op.get("state") == "succeeded", (name, st, op)
+    return op
+
+
+def run(inst, sid, cmd):
+    st, r = inst.call("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": cmd, "timeout_s": 600})
+    assert st == 200 and r["exit_code"] == 0, (cmd, st, r)
+    return r
+
+
+def image_bytes(store, snapshot_id):
+    """(stored, allocated): the bytes of the blobs the image's manifest
+    names, as stored and as the local store's files take on its disk."""
+    with open(os.path.join(store, "snapshots", snapshot_id, "manifest.json")) as f:
+        m = json.load(f)
+    stored = allocated = 0
+    for art in m["artifacts"]:
+        blob = art.get("blob") or art.get("sparse_sha256") or art.get("sha256")
+        st = os.stat(os.path.join(store, "blobs", blob))
+        stored += art["size"]
+        allocated += st.st_blocks * 512
+    return stored, allocated, {a["name"]: a["size"] for a in m["artifacts"]}
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--template", default="python")
+    ap.add_argument("--n", type=int, default=5)
+    ap.add_argument("--cases", default="idle,1mib,1gib")
+    ap.add_argument("--templates-dir")
+    ap.add_argument("--base")
+    ap.add_argument("--airlockd")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    cases = a.cases.split(",")
+    if set(cases) - set(CASES):
+        ap.error(f"--cases: unknown {sorted(set(cases) - set(CASES))}")
+    tdir = os.path.abspath(a.templates_dir or default_templates_dir())
+    base = os.path.abspath(a.base or os.path.dirname(tdir))
+    inst = Instance(base, tdir, {"AIRLOCK_POOL_SIZE": "0",
+                                 "AIRLOCK_SNAPSHOT_POLICY": json.dumps({"disk_every": 0, "full_every": 0})},
+                    a.airlockd, prebuild=a.template)
+    out = {}
+    try:
+        inst.wait_ready(1800)
+        store = os.path.join(inst.data_dir, "objstore")
+        for case in cases:
+            sid = inst.call("POST", "/v1/sandboxes", {"template": a.template})[1]["id"]
+            sdir = os.path.join(inst.data_dir, "sandboxes", sid)
+            if CASES[case]:
+                run(inst, sid, ["sh", "-c", f"head -c {CASES[case]}M /dev/urandom > /root/written && sync"])
+            res = {"stored": [], "allocated": [], "released_ms": [], "restorable_ms": [], "wake_remote_ms": []}
+            parts = None
+            for _ in range(a.n):
+                t = time.monotonic()
+                op = verb(inst, sid, "suspend")
+                res["released_ms"].append((time.monotonic() - t) * 1000)
+                snap = op["result"]["suspended"]["snapshot"]
+                while not inst.call("GET", f"/v1/sandboxes/{sid}")[1].get("image_uploaded"):
+                    time.sleep(0.01)
+                res["restorable_ms"].append((time.monotonic() - t) * 1000)
+                stored, allocated, parts = image_bytes(store, snap)
+                res["stored"].append(stored)
+                res["allocated"].append(allocated)
+                while not os.path.exists(os.path.join(sdir, "suspend", "uploaded")):
+                    time.sleep(0.01)
+                shutil.rmtree(os.path.join(sdir, "suspend"))  # as on a node that never had it
+                t = time.monotonic()
+                verb(inst, sid, "wake")
+                res["wake_remote_ms"].append((time.monotonic() - t) * 1000)
+            if CASES[case]:
+                run(inst, sid, ["sh", "-c", f"test $(stat -c %s /root/written) -eq {CASES[case] << 20}"])
+            inst.call("DELETE", f"/v1/sandboxes/{sid}")
+            out[case] = {k: med(v) for k, v in res.items()}
+            out[case]["artifacts"] = parts
+            print(f"{case:>5}: stored {med(res['stored']) / 2**20:8.1f} MiB (allocated "
+                  f"{med(res['allocated']) / 2**20:.1f}; {', '.join(f'{k} {v / 2**20:.1f}' for k, v in parts.items())}), "
+                  f"released {med(res['released_ms']):.0f} ms, restorable {med(res['restorable_ms']):.0f} ms, "
+                  f"wake from the object store {med(res['wake_remote_ms']):.0f} ms "
+                  f"(max {max(res['wake_remote_ms']):.0f}), n={a.n}", flush=True)
+    finally:
+        inst.stop()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
