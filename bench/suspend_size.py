@@ -5,7 +5,8 @@ scheduled snapshots off), one sandbox per case, each suspended --n times:
 
   idle      nothing written since its create
   1mib      1 MiB of /dev/urandom written to a file on its disk (synced)
-  1gib      1 GiB likewise (on a template whose disk has the room)
+  1gib      1 GiB likewise, on bench-TEMPLATE-2g: a template built FROM
+            it with a 2 GiB disk (its own has no room for it)
 
 Per case: the bytes its suspended image adds to the object store (the
 blobs its manifest names: their size as stored, and the disk blocks the
@@ -57,6 +58,19 @@ def image_bytes(store, snapshot_id):
     return stored, allocated, {a["name"]: a["size"] for a in m["artifacts"]}
 
 
+def big_template(inst, base):
+    """bench-BASE-2g: BASE with a 2 GiB disk, built once."""
+    name = f"bench-{base}-2g"
+    st, b = inst.call("GET", f"/v1/templates/{name}")
+    if st != 200:
+        st, b = inst.call("POST", "/v1/templates", {"dockerfile": f"FROM {base}\n", "name": name, "disk_mib": 2048})
+        assert st in (200, 202), (st, b)
+    while (b := inst.call("GET", f"/v1/templates/{name}")[1])["state"] == "building":
+        time.sleep(1)
+    assert b["state"] == "ready", b
+    return name
+
+
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
@@ -84,7 +98,12 @@ def main():
         inst.wait_ready(1800)
         store = os.path.join(inst.data_dir, "objstore")
         for case in cases:
-            sid = inst.call("POST", "/v1/sandboxes", {"template": a.template})[1]["id"]
+            tpl = a.template
+            if CASES[case] >= 1024:
+                tpl = big_template(inst, a.template)
+            st, b = inst.call("POST", "/v1/sandboxes", {"template": tpl})
+            assert st == 201, (st, b)
+            sid = b["id"]
             sdir = os.path.join(inst.data_dir, "sandboxes", sid)
             if CASES[case]:
                 run(inst, sid, ["sh", "-c", f"head -c {CASES[case]}M /dev/urandom > /root/written && sync"])
@@ -112,7 +131,7 @@ def main():
             inst.call("DELETE", f"/v1/sandboxes/{sid}")
             out[case] = {k: med(v) for k, v in res.items()}
             out[case]["artifacts"] = parts
-            print(f"{case:>5}: stored {med(res['stored']) / 2**20:8.1f} MiB (allocated "
+            print(f"{case:>5} ({tpl}): stored {med(res['stored']) / 2**20:8.1f} MiB (allocated "
                   f"{med(res['allocated']) / 2**20:.1f}; {', '.join(f'{k} {v / 2**20:.1f}' for k, v in parts.items())}), "
                   f"released {med(res['released_ms']):.0f} ms, restorable {med(res['restorable_ms']):.0f} ms, "
                   f"wake from the object store {med(res['wake_remote_ms']):.0f} ms "

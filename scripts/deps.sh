@@ -30,6 +30,8 @@ pkgs=(
   libarchive-dev
   # lib/store's PostgreSQL backend, for a control plane of several replicas
   libpq-dev
+  # lib/delta: a suspended sandbox's RAM, against its template's, compressed
+  libzstd-dev
   # lib/kms's PKCS#11 plugin: the standard's header, from p11-kit (only the
   # header: the module is dlopen()ed, p11-kit itself is not linked)
   libp11-kit-dev

@@ -24,13 +24,16 @@
 /* One transfer of a whole buffer: step moves at most n bytes of p (a
  * read(), write() or getrandom() of fd), repeated past EINTR and short
  * counts until n are done. A step that moves nothing (end of file): -EPIPE. */
-enum transfer { TRANSFER_READ, TRANSFER_WRITE, TRANSFER_RANDOM };
+enum transfer { TRANSFER_READ, TRANSFER_WRITE, TRANSFER_RANDOM, TRANSFER_PREAD, TRANSFER_PWRITE };
 
-static int transfer_all(enum transfer how, int fd, uint8_t *p, size_t n) {
+/* off: where TRANSFER_PREAD and TRANSFER_PWRITE start (the others ignore it). */
+static int transfer_all(enum transfer how, int fd, uint8_t *p, size_t n, uint64_t off) {
         while (n > 0) {
-                ssize_t k = how == TRANSFER_READ    ? read(fd, p, n)
-                            : how == TRANSFER_WRITE ? write(fd, p, n)
-                                                    : getrandom(p, n, 0);
+                ssize_t k = how == TRANSFER_READ     ? read(fd, p, n)
+                            : how == TRANSFER_WRITE  ? write(fd, p, n)
+                            : how == TRANSFER_PREAD  ? pread(fd, p, n, (off_t) off)
+                            : how == TRANSFER_PWRITE ? pwrite(fd, p, n, (off_t) off)
+                                                     : getrandom(p, n, 0);
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -40,16 +43,25 @@ static int transfer_all(enum transfer how, int fd, uint8_t *p, size_t n) {
                         return -EPIPE;
                 p += k;
                 n -= (size_t) k;
+                off += (uint64_t) k;
         }
         return 0;
 }
 
 int fd_read_exact(int fd, void *buf, size_t n) {
-        return transfer_all(TRANSFER_READ, fd, buf, n);
+        return transfer_all(TRANSFER_READ, fd, buf, n, 0);
 }
 
 int fd_write_all(int fd, const void *buf, size_t n) {
-        return transfer_all(TRANSFER_WRITE, fd, (uint8_t *) buf, n);
+        return transfer_all(TRANSFER_WRITE, fd, (uint8_t *) buf, n, 0);
+}
+
+int fd_pread_exact(int fd, void *buf, size_t n, uint64_t off) {
+        return transfer_all(TRANSFER_PREAD, fd, buf, n, off);
+}
+
+int fd_pwrite_all(int fd, const void *buf, size_t n, uint64_t off) {
+        return transfer_all(TRANSFER_PWRITE, fd, (uint8_t *) buf, n, off);
 }
 
 int fd_set_cloexec(int fd, bool on) {
@@ -280,7 +292,7 @@ uint64_t now_realtime_ns(void) {
 }
 
 int random_bytes(void *buf, size_t n) {
-        return transfer_all(TRANSFER_RANDOM, -1, buf, n);
+        return transfer_all(TRANSFER_RANDOM, -1, buf, n, 0);
 }
 
 int random_id(const char *prefix, size_t nbytes, char *out, size_t outlen) {

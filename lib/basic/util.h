@@ -18,6 +18,9 @@
 int fd_read_exact(int fd, void *buf, size_t n);
 /* Writes all n bytes, retrying short writes and EINTR. */
 int fd_write_all(int fd, const void *buf, size_t n);
+/* The same at offset off (pread/pwrite: the fd's offset stays). */
+int fd_pread_exact(int fd, void *buf, size_t n, uint64_t off);
+int fd_pwrite_all(int fd, const void *buf, size_t n, uint64_t off);
 /* Sets (on) or clears FD_CLOEXEC on fd (-1: nothing to do). 0 or a
  * negative errno. */
 int fd_set_cloexec(int fd, bool on);
