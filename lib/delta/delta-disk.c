@@ -190,20 +190,6 @@ static int compare_span(int base_fd, int target_fd, uint64_t off, uint64_t end, 
         return 0;
 }
 
-/* Whether the two files share any extent at the same place: then they are
- * clones of each other, and an extent that is not shared was written. */
-static bool lineage_shared(const struct extents *t, const struct extents *b) {
-        size_t hint = 0;
-        for (size_t i = 0; i < t->n; i++) {
-                uint64_t next;
-                const struct extent *e = extent_at(b, t->v[i].logical, &hint, &next);
-                if (e && e->shareable && t->v[i].shareable &&
-                    t->v[i].physical - t->v[i].logical == e->physical - e->logical)
-                        return true;
-        }
-        return false;
-}
-
 /* The ranges of target that differ from base. */
 static int diff(int base_fd, int target_fd, uint64_t size, uint64_t base_size, struct ranges *r,
                 struct delta_stats *st) {
@@ -212,7 +198,6 @@ static int diff(int base_fd, int target_fd, uint64_t size, uint64_t base_size, s
         if (k >= 0)
                 k = extents_read(base_fd, &b);
         /* a file system without FIEMAP: every byte compared */
-        bool cloned = k >= 0 && lineage_shared(&t, &b);
         if (k == -EOPNOTSUPP || k == -ENOTTY)
                 k = 0;
         size_t th = 0, bh = 0;
@@ -231,17 +216,11 @@ static int diff(int base_fd, int target_fd, uint64_t size, uint64_t base_size, s
                 end = MIN(bend, size);
                 if (!te && !be)
                         ; /* zeros in both */
-                else if (te && be && cloned && te->shareable && be->shareable &&
+                else if (te && be && te->shareable && be->shareable &&
                          te->physical - te->logical == be->physical - be->logical &&
                          te->logical + te->length >= end && be->logical + be->length >= end)
-                        st->shared += end - pos;
-                else if (cloned && !te)
-                        k = ranges_add(r, pos, end - pos, false); /* the guest discarded it */
-                else if (cloned && !be)
-                        k = ranges_add(r, pos, end - pos, true);  /* written where the base has nothing */
-                else if (cloned)
-                        k = ranges_add(r, pos, end - pos, true);  /* written over the base */
-                else
+                        st->shared += end - pos; /* the same blocks on the disk */
+                else /* written (a guest rewrites much as it was: a journal, zeros) */
                         k = compare_span(base_fd, target_fd, pos, end, r, st);
                 pos = end;
         }

@@ -95,7 +95,7 @@ static int zout_put(struct zout *z, const void *data, size_t n, bool end) {
                 if (ZSTD_isError(left))
                         return -EIO;
                 if (out.pos) {
-                        int r = fd_write_all(z->fd, z->buf, out.pos);
+                        int r = fd_pwrite_all(z->fd, z->buf, out.pos, z->written);
                         if (r < 0)
                                 return r;
                         z->written += out.pos;
@@ -277,7 +277,7 @@ struct wout {
 };
 
 static int wout_flush(struct wout *w) {
-        int r = w->len ? fd_write_all(w->fd, w->buf, w->len) : 0;
+        int r = w->len ? fd_pwrite_all(w->fd, w->buf, w->len, w->total - w->len) : 0;
         w->len = 0;
         return r;
 }

@@ -40,8 +40,8 @@
  * The scan only proposes REFs; each is checked byte for byte, so a delta
  * is exact whatever the stream holds. What is left is zstd-compressed.
  *
- * The readers read a delta from its offset 0 (pread), whatever the fd's
- * offset, and write their output from out's (an empty file's) start.
+ * Every function reads and writes its files from their start (pread,
+ * pwrite), whatever the fds' offsets; out is an empty file.
  * They check everything a delta says before they act on it (it
  * comes back from an object store): -EBADMSG for a delta that is not
  * well-formed or does not fit its base. Functions return 0 or a negative

@@ -654,6 +654,9 @@ struct upload {
         /* sealed (a data key given): each artifact's sealed form and blob */
         struct seal_writer *sealed[OBJSTORE_ARTIFACTS_MAX];
         char blob[OBJSTORE_ARTIFACTS_MAX][OBJSTORE_SHA256_HEX];
+        /* a shared artifact whose sealed blob is there already: its size */
+        bool present[OBJSTORE_ARTIFACTS_MAX];
+        uint64_t present_size[OBJSTORE_ARTIFACTS_MAX];
 };
 
 static void upload_release(struct upload *u) {
@@ -679,6 +682,20 @@ static void upload_release(struct upload *u) {
 
 static void derive_key(const uint8_t data_key[OBJSTORE_DATA_KEY_SIZE], uint64_t id, uint8_t out[SEAL_KEY_SIZE]) {
         crypto_kdf_derive_from_key(out, SEAL_KEY_SIZE, id, SEAL_KDF_CONTEXT, data_key);
+}
+
+/* A shared artifact's key comes from its content instead (convergent
+ * encryption): BLAKE2b of a tag, its digest and size. Whoever seals the same
+ * content gets the same sealed blob, stored once; only who knows the
+ * digest (a sealed manifest holds it) can open it. */
+#define SHARED_KEY_TAG "airlock-shared-artifact-v1"
+static void shared_key(const char *sha, uint64_t size, uint8_t out[SEAL_KEY_SIZE]) {
+        uint8_t msg[sizeof SHARED_KEY_TAG + (OBJSTORE_SHA256_HEX - 1) + 8];
+        memcpy(msg, SHARED_KEY_TAG, sizeof SHARED_KEY_TAG);
+        memcpy(msg + sizeof SHARED_KEY_TAG, sha, OBJSTORE_SHA256_HEX - 1);
+        for (size_t i = 0; i < 8; i++)
+                msg[sizeof SHARED_KEY_TAG + OBJSTORE_SHA256_HEX - 1 + i] = (uint8_t) (size >> (8 * i));
+        crypto_generichash(out, SEAL_KEY_SIZE, msg, sizeof msg, NULL, 0);
 }
 
 /* The nonce_base and the blob name of content (sha, size) under an
@@ -949,13 +966,21 @@ static int manifest_build(const char *snapshot_id, const struct objstore_artifac
         if (!arts || !inner)
                 return -ENOMEM;
         for (size_t i = 0; i < u->n; i++) {
-                json_t *entry = key ? json_pack("{s:s,s:s,s:I}", "name", a[i].name, "blob", u->blob[i], "size",
-                                                (json_int_t) seal_writer_size(u->sealed[i]))
-                                    : json_pack("{s:s,s:s,s:I}", "name", a[i].name, digest_field(DIGEST_SPARSE),
-                                                u->sha[i], "size", (json_int_t) u->size[i]);
+                uint64_t stored = !key            ? u->size[i]
+                                  : u->present[i] ? u->present_size[i]
+                                                  : seal_writer_size(u->sealed[i]);
+                json_t *entry =
+                        key ? json_pack("{s:s,s:s,s:I}", "name", a[i].name, "blob", u->blob[i], "size",
+                                        (json_int_t) stored)
+                            : json_pack("{s:s,s:s,s:I}", "name", a[i].name, digest_field(DIGEST_SPARSE),
+                                        u->sha[i], "size", (json_int_t) stored);
+                json_t *secret = key ? json_pack("{s:s,s:I}", "sparse_sha256", u->sha[i], "size",
+                                                 (json_int_t) u->size[i])
+                                     : NULL;
+                if (secret && a[i].shared && json_object_set_new(secret, "shared", json_true()) < 0)
+                        secret = (json_decref(secret), NULL);
                 if (json_array_append_new(arts, entry) < 0 ||
-                    (key && json_object_set_new(inner, a[i].name, json_pack("{s:s,s:I}", "sparse_sha256", u->sha[i],
-                                                                            "size", (json_int_t) u->size[i])) < 0))
+                    (key && json_object_set_new(inner, a[i].name, secret) < 0))
                         return -ENOMEM;
         }
         _cleanup_(json_decrefp) json_t *m = NULL;
@@ -1006,8 +1031,10 @@ static int put_bytes(struct objstore *o, const char *key, const char *data, size
 /* Artifact i of an upload: its digest (which names it), and with a key
  * its sealed form. */
 struct prepare {
+        struct objstore *o;
         struct upload *u;
         size_t i;
+        bool shared;
         const struct objstore_data_key *key;
         const atomic_bool *cancel;
         int r;
@@ -1022,8 +1049,19 @@ static void *prepare_main(void *arg) {
         if (p->r < 0 || !p->key)
                 return NULL;
         uint8_t k[SEAL_KEY_SIZE], nonce[SEAL_NONCE_BASE_SIZE];
-        derive_key(p->key->key, i + 1, k);
+        if (p->shared)
+                shared_key(u->sha[i], u->size[i], k);
+        else
+                derive_key(p->key->key, i + 1, k);
         sealed_names(k, u->sha[i], u->size[i], nonce, u->blob[i]);
+        /* a shared blob another snapshot stored already is not sealed
+         * again (puts land whole: its size is the sealed one) */
+        _cleanup_free_ char *bkey = p->shared ? blob_key(u->blob[i]) : NULL;
+        if (bkey && p->o->ops->exists(p->o, bkey, &u->present_size[i]) >= 0) {
+                u->present[i] = true;
+                sodium_memzero(k, sizeof k);
+                return NULL;
+        }
         p->sealing = true;
         p->r = seal_writer_new_nonce(u->fd[i], k, 0, nonce, &u->sealed[i]);
         sodium_memzero(k, sizeof k);
@@ -1059,7 +1097,8 @@ static int snapshot_upload_locked(struct objstore *o, const char *snapshot_id, c
         pthread_t threads[OBJSTORE_ARTIFACTS_MAX];
         bool started[OBJSTORE_ARTIFACTS_MAX] = { false };
         for (size_t i = 0; i < n; i++) {
-                jobs[i] = (struct prepare){ .u = &u, .i = i, .key = key, .cancel = cancel };
+                jobs[i] = (struct prepare){
+                        .o = o, .u = &u, .i = i, .shared = a[i].shared, .key = key, .cancel = cancel};
                 if (i + 1 < n)
                         started[i] = pthread_create(&threads[i], NULL, prepare_main, &jobs[i]) == 0;
                 if (!started[i])
@@ -1088,8 +1127,9 @@ static int snapshot_upload_locked(struct objstore *o, const char *snapshot_id, c
         for (size_t i = 0; i < n; i++) {
                 if (cancel && atomic_load(cancel))
                         return -ECANCELED;
-                r = key ? sealed_blob_ensure(o, ctx, a[i].name, a[i].path, u.sealed[i], u.blob[i], cancel)
-                        : blob_ensure(o, ctx, a[i].name, u.fd[i], u.sha[i], u.size[i], cancel);
+                r = key && u.present[i] ? 0
+                    : key ? sealed_blob_ensure(o, ctx, a[i].name, a[i].path, u.sealed[i], u.blob[i], cancel)
+                          : blob_ensure(o, ctx, a[i].name, u.fd[i], u.sha[i], u.size[i], cancel);
                 if (r < 0)
                         return r;
                 if (o->blob_landed)
@@ -1179,7 +1219,7 @@ static int fetch_verified(struct objstore *o, const char *ctx, const char *name,
 }
 
 static int snapshot_download_locked(struct objstore *o, const char *snapshot_id, const char *dst_dir,
-                                    const uint8_t *data_key, const char *ctx) {
+                                    const uint8_t *data_key, const char *const *only, const char *ctx) {
         _cleanup_(json_decrefp) json_t *m = NULL, *inner = NULL;
         int r = manifest_load(o, snapshot_id, &m);
         if (r < 0)
@@ -1201,23 +1241,28 @@ static int snapshot_download_locked(struct objstore *o, const char *snapshot_id,
                 const char *name, *sha;
                 uint64_t size;
                 objstore_manifest_artifact(m, i, &name, &sha, &size);
+                if (only && !strv_contains(only, name))
+                        continue;
                 part[i] = part_path(dst_dir, name);
                 final[i] = strdup_printf("%s/%s", dst_dir, name);
                 if (!part[i] || !final[i])
                         r = -ENOMEM;
                 else if (sealed) {
                         json_t *a = json_object_get(json_object_get(inner, "artifacts"), name);
+                        const char *plain_sha = json_string_value(json_object_get(a, "sparse_sha256"));
+                        uint64_t plain_size = (uint64_t) json_integer_value(json_object_get(a, "size"));
                         uint8_t k[SEAL_KEY_SIZE];
-                        derive_key(data_key, i + 1, k);
-                        r = fetch_sealed(o, ctx, name, sha, size, k,
-                                         json_string_value(json_object_get(a, "sparse_sha256")),
-                                         (uint64_t) json_integer_value(json_object_get(a, "size")), part[i]);
+                        if (json_is_true(json_object_get(a, "shared")))
+                                shared_key(plain_sha, plain_size, k);
+                        else
+                                derive_key(data_key, i + 1, k);
+                        r = fetch_sealed(o, ctx, name, sha, size, k, plain_sha, plain_size, part[i]);
                         sodium_memzero(k, sizeof k);
                 } else
                         r = fetch_verified(o, ctx, name, manifest_digest_kind(m), sha, size, part[i]);
         }
         while (r >= 0 && landed < n) {
-                if (rename(part[landed], final[landed]) < 0)
+                if (part[landed] && rename(part[landed], final[landed]) < 0)
                         r = negative_errno();
                 else
                         landed++;
@@ -1227,7 +1272,7 @@ static int snapshot_download_locked(struct objstore *o, const char *snapshot_id,
         for (size_t i = 0; i < n; i++) {
                 if (r < 0 && part[i])
                         (void) unlink(part[i]);
-                if (r < 0 && i < landed)
+                if (r < 0 && i < landed && final[i])
                         (void) unlink(final[i]);
                 free(part[i]);
                 free(final[i]);
@@ -1236,13 +1281,16 @@ static int snapshot_download_locked(struct objstore *o, const char *snapshot_id,
 }
 
 int objstore_snapshot_download(struct objstore *o, const char *snapshot_id, const char *dst_dir,
-                               const uint8_t *data_key) {
+                               const struct objstore_download_opts *opts) {
+        static const struct objstore_download_opts none = {0};
+        if (!opts)
+                opts = &none;
         if (!o || !name_is_valid(snapshot_id) || !dst_dir || !*dst_dir)
                 return -EINVAL;
         char ctx[96];
         snprintf(ctx, sizeof ctx, "snapshot=%s", snapshot_id);
         pthread_rwlock_rdlock(&o->lock);
-        int r = snapshot_download_locked(o, snapshot_id, dst_dir, data_key, ctx);
+        int r = snapshot_download_locked(o, snapshot_id, dst_dir, opts->data_key, opts->only, ctx);
         pthread_rwlock_unlock(&o->lock);
         return r;
 }

@@ -173,10 +173,15 @@ int objstore_file_sha256(const char *path, char out[OBJSTORE_SHA256_HEX]);
 int objstore_file_sparse_sha256(const char *path, char out[OBJSTORE_SHA256_HEX]);
 
 /* One file of a snapshot. name: [A-Za-z0-9._-]{1,64}, not "." or ".." ("state",
- * "rootfs.img", "mem"); it is the file name download gives it. */
+ * "rootfs.img", "mem"); it is the file name download gives it. shared: a
+ * file many snapshots have (the template a suspended sandbox's delta is
+ * against): sealed under a key from its own content, not the snapshot's,
+ * so that it is stored once for all of them (in the clear every blob is
+ * named by its content anyway). */
 struct objstore_artifact {
         const char *name;
         const char *path;
+        bool shared;
 };
 
 /*
@@ -253,15 +258,20 @@ void objstore_manifest_artifact(json_t *manifest, size_t i, const char **ret_nam
  * -ENOENT when there is none (the snapshot is not restorable), -EBADMSG when
  * it is malformed. */
 int objstore_snapshot_manifest(struct objstore *o, const char *snapshot_id, json_t **ret_manifest);
-/* Downloads every artifact of a restorable snapshot into dst_dir/<name>
- * (dst_dir is created 0700 if missing), verifying size and sha256 of each
- * before any lands under its name. On any failure nothing of it is left in
- * dst_dir; -EBADMSG when the data does not match the manifest (a blob
- * corrupt or missing). A sealed snapshot opens with its data key (NULL for
- * one in the clear; a sealed one without it is -ENOKEY); a tampered,
- * swapped, truncated or foreign artifact is -EBADMSG. */
+/* How objstore_snapshot_download() downloads; opts NULL: all as zero. */
+struct objstore_download_opts {
+        const uint8_t *data_key; /* a sealed snapshot's; NULL for one in the clear */
+        const char *const *only; /* NULL-terminated artifact names: only these; NULL: all */
+};
+/* Downloads every artifact of a restorable snapshot (or opts->only's) into
+ * dst_dir/<name> (dst_dir is created 0700 if missing), verifying size and
+ * sha256 of each before any lands under its name. On any failure nothing
+ * of it is left in dst_dir; -EBADMSG when the data does not match the
+ * manifest (a blob corrupt or missing). A sealed snapshot opens with its
+ * data key (a sealed one without it is -ENOKEY); a tampered, swapped,
+ * truncated or foreign artifact is -EBADMSG. */
 int objstore_snapshot_download(struct objstore *o, const char *snapshot_id, const char *dst_dir,
-                               const uint8_t *data_key);
+                               const struct objstore_download_opts *opts);
 /* Deletes the manifest first (so the snapshot stops being restorable), then
  * its blobs that no other manifest references. -ENOENT when there is no
  * manifest. If any manifest cannot be read, blobs are left to objstore_gc(). */

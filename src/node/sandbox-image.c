@@ -62,7 +62,8 @@ int sandbox_publish(struct sandbox *s, const char *image_id, const struct objsto
                 return r;
         }
         uint64_t t_snap = now_monotonic_ns();
-        const struct objstore_artifact art[] = { { "state", state }, { "rootfs.img", disk } };
+        const struct objstore_artifact art[] = {{.name = "state", .path = state},
+                                                {.name = "rootfs.img", .path = disk}};
         r = meta ? objstore_snapshot_upload(sandbox_objstore(), image_id, art, ARRAY_SIZE(art),
                                             &(struct objstore_upload_opts){.meta = meta, .key = key})
                  : -ENOMEM;
@@ -187,7 +188,8 @@ int sandbox_export(struct sandbox *s, const char *snapshot_id, const char *image
         pthread_mutex_unlock(&s->lock);
         if (meta && !full)
                 json_object_set_new(meta, "boot", json_string("cold"));
-        const struct objstore_artifact art[] = { { "rootfs.img", disk }, { "state", state } };
+        const struct objstore_artifact art[] = {{.name = "rootfs.img", .path = disk},
+                                                {.name = "state", .path = state}};
         r = meta ? objstore_snapshot_upload(o, image_id, art, full ? 2 : 1,
                                             &(struct objstore_upload_opts){.meta = meta, .key = key})
                  : -ENOMEM;

@@ -231,7 +231,8 @@ static int upload_once(struct upload_job *j) {
         if (r < 0 && r != -ENOENT)
                 return r;
         uint64_t t0 = now_monotonic_ns();
-        const struct objstore_artifact art[] = { { "state", state }, { "rootfs.img", disk } };
+        const struct objstore_artifact art[] = {{.name = "state", .path = state},
+                                                {.name = "rootfs.img", .path = disk}};
         struct objstore_data_key key = { .wrapped = j->wrapped };
         if (j->sealed)
                 memcpy(key.key, j->data_key, sizeof key.key);

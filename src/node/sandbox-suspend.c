@@ -151,7 +151,8 @@ int sandbox_download_restore(struct sandbox *s, const char *snapshot_id, const u
                 sandbox_new_abort(s);
                 return -ENOMEM;
         }
-        int r = objstore_snapshot_download(sandbox_objstore(), snapshot_id, dir, data_key);
+        int r = objstore_snapshot_download(sandbox_objstore(), snapshot_id, dir,
+                                           &(struct objstore_download_opts){.data_key = data_key});
         if (r >= 0 && rename(disk, rootfs) < 0)
                 r = negative_errno();
         /* which image this is: a node that takes the sandbox over after the

@@ -274,7 +274,8 @@ static int fetch(const struct template_claim *c, const struct objstore_data_key 
         if (!mname || !mhash || strcmp(mname, c->name) != 0 || strcmp(mhash, c->hash) != 0)
                 return -EBADMSG; /* sealed by us, but another template's: never use it */
         uint64_t t0 = now_monotonic_ns();
-        if ((r = objstore_snapshot_download(store, c->id, dst_dir, k->key)) < 0)
+        if ((r = objstore_snapshot_download(store, c->id, dst_dir,
+                                            &(struct objstore_download_opts){.data_key = k->key})) < 0)
                 return r;
         /* the modes a build leaves: VMs read the kernel and initramfs;
          * the RAM and device state are the node's (restores get copies) */

@@ -317,7 +317,8 @@ static void test_snapshot_round_trip_and_corrupt_blob(void **state) {
         _cleanup_free_ char *dir = tmpdir(), *disk = NULL, *mem = NULL;
         make_file(dir, "disk", 20ull << 20, 5ull << 20, &disk);
         make_file(dir, "mem", 3ull << 20, 1ull << 20, &mem);
-        const struct objstore_artifact art[] = { { "rootfs.img", disk }, { "mem", mem } };
+        const struct objstore_artifact art[] = {{.name = "rootfs.img", .path = disk},
+                                                {.name = "mem", .path = mem}};
         assert_int_equal(objstore_snapshot_upload(o, "snap-1", art, 2, NULL), 0);
         assert_int_equal(objstore_snapshot_upload(o, "snap-1", art, 2, NULL), -EEXIST);
         _cleanup_free_ char *out = strdup_printf("%s/out", dir), *out_disk = strdup_printf("%s/out/rootfs.img", dir),
@@ -381,7 +382,8 @@ static void test_sealed_snapshot(void **state) {
                 text = next;
         }
         assert_int_equal(file_write_atomic(mem, text, strlen(text), 0600), 0);
-        const struct objstore_artifact art[] = { { "rootfs.img", disk }, { "state", mem } };
+        const struct objstore_artifact art[] = {{.name = "rootfs.img", .path = disk},
+                                                {.name = "state", .path = mem}};
         _cleanup_(json_decrefp) json_t *meta = json_pack("{s:{s:s}}", "env", "TOKEN", "airlock-known-plaintext-env");
         assert_int_equal(
                 objstore_snapshot_upload(o, "clear", art, 2, &(struct objstore_upload_opts){.meta = meta}),
@@ -397,7 +399,9 @@ static void test_sealed_snapshot(void **state) {
         _cleanup_free_ char *out = strdup_printf("%s/out", dir), *out_disk = strdup_printf("%s/out/rootfs.img", dir),
                             *out_mem = strdup_printf("%s/out/state", dir);
         assert_int_equal(objstore_snapshot_download(o, "sealed", out, NULL), -ENOKEY);
-        assert_int_equal(objstore_snapshot_download(o, "sealed", out, key.key), 0);
+        assert_int_equal(objstore_snapshot_download(o, "sealed", out,
+                                                    &(struct objstore_download_opts){.data_key = key.key}),
+                         0);
         assert_same_file(disk, out_disk);
         assert_same_file(mem, out_mem);
         assert_int_equal(objstore_snapshot_delete(o, "sealed"), 0);

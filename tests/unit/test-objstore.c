@@ -410,9 +410,9 @@ static void upload3(struct fixture *f, const char *id, uint8_t rootfs_seed) {
         _cleanup_free_ char *p_rootfs = write_sparse(f, "rootfs.img", rootfs_seed);
         _cleanup_free_ char *p_mem = write_file(f, "mem", "memory pages");
         const struct objstore_artifact a[] = {
-                { "state", p_state },
-                { "rootfs.img", p_rootfs },
-                { "mem", p_mem },
+                {.name = "state", .path = p_state},
+                {.name = "rootfs.img", .path = p_rootfs},
+                {.name = "mem", .path = p_mem},
         };
         _cleanup_(json_decrefp) json_t *meta = json_pack("{s:s,s:i}", "sandbox", "sbx-1", "vcpus", 2);
         assert_int_equal(objstore_snapshot_upload(f->o, id, a, ARRAY_SIZE(a),
@@ -457,7 +457,7 @@ static void test_upload_download(void **state) {
 
         /* an existing snapshot is never replaced */
         _cleanup_free_ char *p = write_file(f, "other", "x");
-        const struct objstore_artifact one[] = { { "state", p } };
+        const struct objstore_artifact one[] = {{.name = "state", .path = p}};
         assert_int_equal(objstore_snapshot_upload(f->o, "snap-1", one, 1, NULL), -EEXIST);
         assert_int_equal(objstore_snapshot_manifest(f->o, "nope", &m), -ENOENT);
         assert_int_equal(objstore_snapshot_download(f->o, "nope", f->dst, NULL), -ENOENT);
@@ -466,7 +466,7 @@ static void test_upload_download(void **state) {
 static void test_upload_invalid(void **state) {
         struct fixture *f = *state;
         _cleanup_free_ char *p = write_file(f, "state", "s");
-        const struct objstore_artifact one[] = { { "state", p } };
+        const struct objstore_artifact one[] = {{.name = "state", .path = p}};
         const char *bad_ids[] = { "", ".hidden", "../x", "a/b", "a b" };
         for (size_t i = 0; i < ARRAY_SIZE(bad_ids); i++)
                 assert_int_equal(objstore_snapshot_upload(f->o, bad_ids[i], one, 1, NULL), -EINVAL);
@@ -475,20 +475,21 @@ static void test_upload_invalid(void **state) {
         char names[OBJSTORE_ARTIFACTS_MAX + 1][8];
         for (size_t i = 0; i < ARRAY_SIZE(many); i++) {
                 snprintf(names[i], sizeof names[i], "a%zu", i);
-                many[i] = (struct objstore_artifact){ names[i], p };
+                many[i] = (struct objstore_artifact){.name = names[i], .path = p};
         }
         assert_int_equal(objstore_snapshot_upload(f->o, "s", many, ARRAY_SIZE(many), NULL), -EINVAL);
-        const struct objstore_artifact dup[] = { { "x", p }, { "x", p } };
+        const struct objstore_artifact dup[] = {{.name = "x", .path = p}, {.name = "x", .path = p}};
         assert_int_equal(objstore_snapshot_upload(f->o, "s", dup, 2, NULL), -EINVAL);
-        const struct objstore_artifact dots[] = { { "..", p } };
+        const struct objstore_artifact dots[] = {{.name = "..", .path = p}};
         assert_int_equal(objstore_snapshot_upload(f->o, "s", dots, 1, NULL), -EINVAL);
-        const struct objstore_artifact slash[] = { { "a/b", p } };
+        const struct objstore_artifact slash[] = {{.name = "a/b", .path = p}};
         assert_int_equal(objstore_snapshot_upload(f->o, "s", slash, 1, NULL), -EINVAL);
         _cleanup_(json_decrefp) json_t *arr = json_array();
         assert_int_equal(
                 objstore_snapshot_upload(f->o, "s", one, 1, &(struct objstore_upload_opts){.meta = arr}),
                 -EINVAL);
-        const struct objstore_artifact missing[] = { { "state", p }, { "mem", "/nonexistent/mem" } };
+        const struct objstore_artifact missing[] = {{.name = "state", .path = p},
+                                                    {.name = "mem", .path = "/nonexistent/mem"}};
         assert_int_equal(objstore_snapshot_upload(f->o, "s", missing, 2, NULL), -ENOENT);
         _cleanup_(json_decrefp) json_t *m = NULL;
         assert_int_equal(objstore_snapshot_manifest(f->o, "s", &m), -ENOENT);
@@ -560,7 +561,8 @@ static void test_cancelled_upload(void **state) {
         struct fixture *f = *state;
         _cleanup_free_ char *p_state = write_file(f, "state", "the state");
         _cleanup_free_ char *p_rootfs = write_sparse(f, "rootfs.img", 3);
-        const struct objstore_artifact a[] = { { "state", p_state }, { "rootfs.img", p_rootfs } };
+        const struct objstore_artifact a[] = {{.name = "state", .path = p_state},
+                                              {.name = "rootfs.img", .path = p_rootfs}};
         _cleanup_(json_decrefp) json_t *m = NULL;
 
         atomic_bool cancel = true;
@@ -876,6 +878,84 @@ static char *write_marked(struct fixture *f, const char *name) {
 
 static const struct objstore_data_key test_key = { .key = { 1, 2, 3 }, .wrapped = "v1.test.1.wrapped-form" };
 
+/* The blobs in the store. */
+static size_t blob_count(struct fixture *f) {
+        _cleanup_(objstore_keys_freep) char **keys = NULL;
+        assert_int_equal(objstore_list(f->o, "blobs/", &keys), 0);
+        size_t n = 0;
+        while (keys[n])
+                n++;
+        return n;
+}
+
+/* A shared artifact (a delta's base) is stored once, in the clear and
+ * sealed alike, whatever key each snapshot has; each snapshot opens it;
+ * only its own artifacts are fetched when it asks for those. */
+static void test_shared_artifacts(void **state) {
+        struct fixture *f = *state;
+        _cleanup_free_ char *base = write_marked(f, "base"), *d1 = write_sparse(f, "d1", 3),
+                            *d2 = write_sparse(f, "d2", 4);
+        const struct objstore_artifact a1[] = {{.name = "state.delta", .path = d1},
+                                               {.name = "base.mem", .path = base, .shared = true}};
+        const struct objstore_artifact a2[] = {{.name = "state.delta", .path = d2},
+                                               {.name = "base.mem", .path = base, .shared = true}};
+        struct objstore_data_key k2 = test_key;
+        k2.key[0] ^= 7;
+        assert_int_equal(objstore_snapshot_upload(f->o, "s1", a1, 2,
+                                                  &(struct objstore_upload_opts){.key = &test_key}),
+                         0);
+        assert_int_equal(blob_count(f), 2);
+        assert_int_equal(
+                objstore_snapshot_upload(f->o, "s2", a2, 2, &(struct objstore_upload_opts){.key = &k2}), 0);
+        assert_int_equal(blob_count(f), 3); /* the base once */
+        assert_false(tree_contains(f->root, MARK));
+        /* a snapshot of other content under the same name is its own blob */
+        _cleanup_free_ char *other = write_sparse(f, "other", 5);
+        const struct objstore_artifact a3[] = {{.name = "base.mem", .path = other, .shared = true}};
+        assert_int_equal(
+                objstore_snapshot_upload(f->o, "s3", a3, 1, &(struct objstore_upload_opts){.key = &k2}), 0);
+        assert_int_equal(blob_count(f), 4);
+
+        char want[OBJSTORE_SHA256_HEX], got[OBJSTORE_SHA256_HEX];
+        _cleanup_free_ char *out_base = strdup_printf("%s/base.mem", f->dst),
+                            *out_delta = strdup_printf("%s/state.delta", f->dst);
+        assert_int_equal(objstore_file_sha256(base, want), 0);
+        /* only its own: the base is not fetched */
+        static const char *const own[] = {"state.delta", NULL};
+        assert_int_equal(objstore_snapshot_download(
+                                 f->o, "s2", f->dst,
+                                 &(struct objstore_download_opts){.data_key = k2.key, .only = own}),
+                         0);
+        assert_int_equal(access(out_base, F_OK), -1);
+        assert_int_equal(objstore_file_sha256(out_delta, got), 0);
+        assert_int_equal(objstore_file_sha256(d2, want), 0);
+        assert_string_equal(want, got);
+        /* and all of it, the base opened by each snapshot's manifest */
+        assert_int_equal(
+                objstore_snapshot_download(f->o, "s1", f->dst,
+                                           &(struct objstore_download_opts){.data_key = test_key.key}),
+                0);
+        assert_int_equal(objstore_file_sha256(base, want), 0);
+        assert_int_equal(objstore_file_sha256(out_base, got), 0);
+        assert_string_equal(want, got);
+        /* the base stays while a snapshot needs it */
+        assert_int_equal(objstore_snapshot_delete(f->o, "s1"), 0);
+        assert_int_equal(blob_count(f), 3);
+        assert_int_equal(unlink(out_base), 0);
+        assert_int_equal(objstore_snapshot_download(f->o, "s2", f->dst,
+                                                    &(struct objstore_download_opts){.data_key = k2.key}),
+                         0);
+        assert_int_equal(objstore_file_sha256(out_base, got), 0);
+        assert_string_equal(want, got);
+        assert_int_equal(objstore_snapshot_delete(f->o, "s2"), 0);
+        assert_int_equal(blob_count(f), 1);
+
+        /* in the clear: content-addressed anyway */
+        assert_int_equal(objstore_snapshot_upload(f->o, "c1", a1, 2, NULL), 0);
+        assert_int_equal(objstore_snapshot_upload(f->o, "c2", a2, 2, NULL), 0);
+        assert_int_equal(blob_count(f), 4);
+}
+
 /* Sealed, nothing of the plaintext is in the store (the artifacts, the
  * meta and its environment): the control, the same upload in the clear,
  * shows the marker. The data key opens it again whole; no key is -ENOKEY,
@@ -883,7 +963,8 @@ static const struct objstore_data_key test_key = { .key = { 1, 2, 3 }, .wrapped 
 static void test_sealed_round_trip(void **state) {
         struct fixture *f = *state;
         _cleanup_free_ char *mem = write_marked(f, "mem"), *disk = write_sparse(f, "disk", 9);
-        const struct objstore_artifact a[] = { { "state", mem }, { "rootfs.img", disk } };
+        const struct objstore_artifact a[] = {{.name = "state", .path = mem},
+                                              {.name = "rootfs.img", .path = disk}};
         _cleanup_(json_decrefp) json_t *meta = json_pack("{s:{s:s}}", "env", "TOKEN", MARK "-env");
         assert_int_equal(
                 objstore_snapshot_upload(f->o, "clear", a, 2, &(struct objstore_upload_opts){.meta = meta}),
@@ -916,10 +997,15 @@ static void test_sealed_round_trip(void **state) {
 
         assert_int_equal(objstore_snapshot_download(f->o, "sealed", f->dst, NULL), -ENOKEY);
         assert_int_equal(objstore_snapshot_download(f->o, "sealed", f->dst, NULL), -ENOKEY);
-        assert_int_equal(objstore_snapshot_download(f->o, "sealed", f->dst, other.key), -EBADMSG);
+        assert_int_equal(objstore_snapshot_download(f->o, "sealed", f->dst,
+                                                    &(struct objstore_download_opts){.data_key = other.key}),
+                         -EBADMSG);
         _cleanup_free_ char *out_mem = strdup_printf("%s/state", f->dst), *out_disk = strdup_printf("%s/rootfs.img", f->dst);
         assert_int_equal(access(out_mem, F_OK), -1);
-        assert_int_equal(objstore_snapshot_download(f->o, "sealed", f->dst, test_key.key), 0);
+        assert_int_equal(
+                objstore_snapshot_download(f->o, "sealed", f->dst,
+                                           &(struct objstore_download_opts){.data_key = test_key.key}),
+                0);
         char h1[OBJSTORE_SHA256_HEX], h2[OBJSTORE_SHA256_HEX];
         assert_int_equal(objstore_file_sha256(mem, h1), 0);
         assert_int_equal(objstore_file_sha256(out_mem, h2), 0);
@@ -950,14 +1036,18 @@ static void test_sealed_round_trip(void **state) {
 static void test_sealed_tamper(void **state) {
         struct fixture *f = *state;
         _cleanup_free_ char *mem = write_marked(f, "mem"), *mem2 = write_file(f, "mem2", "other state\n");
-        const struct objstore_artifact a[] = { { "state", mem } }, b[] = { { "state", mem2 } };
+        const struct objstore_artifact a[] = {{.name = "state", .path = mem}},
+                                       b[] = {{.name = "state", .path = mem2}};
         assert_int_equal(
                 objstore_snapshot_upload(f->o, "a", a, 1, &(struct objstore_upload_opts){.key = &test_key}),
                 0);
         assert_int_equal(
                 objstore_snapshot_upload(f->o, "b", b, 1, &(struct objstore_upload_opts){.key = &test_key}),
                 0);
-        assert_int_equal(objstore_snapshot_download(f->o, "a", f->dst, test_key.key), 0); /* control */
+        assert_int_equal(
+                objstore_snapshot_download(f->o, "a", f->dst,
+                                           &(struct objstore_download_opts){.data_key = test_key.key}),
+                0); /* control */
         assert_int_equal(rm_rf(f->dst), 0);
 
         _cleanup_(json_decrefp) json_t *ma = NULL, *mb = NULL;
@@ -977,7 +1067,10 @@ static void test_sealed_tamper(void **state) {
         assert_int_equal(file_write_atomic(saved, data, len, 0600), 0);
         data[len / 2] ^= 0x20;
         assert_int_equal(file_write_atomic(pa, data, len, 0600), 0);
-        assert_int_equal(objstore_snapshot_download(f->o, "a", f->dst, test_key.key), -EBADMSG);
+        assert_int_equal(
+                objstore_snapshot_download(f->o, "a", f->dst,
+                                           &(struct objstore_download_opts){.data_key = test_key.key}),
+                -EBADMSG);
         _cleanup_free_ char *out = strdup_printf("%s/state", f->dst);
         assert_int_equal(access(out, F_OK), -1);
         /* b's blob in a's place (same key, another snapshot's content) */
@@ -985,7 +1078,10 @@ static void test_sealed_tamper(void **state) {
         _cleanup_free_ char *bdata = NULL;
         assert_int_equal(file_read_all(pb, 1 << 20, &bdata, &len), 0);
         assert_int_equal(file_write_atomic(pa, bdata, len, 0600), 0);
-        assert_int_equal(objstore_snapshot_download(f->o, "a", f->dst, test_key.key), -EBADMSG);
+        assert_int_equal(
+                objstore_snapshot_download(f->o, "a", f->dst,
+                                           &(struct objstore_download_opts){.data_key = test_key.key}),
+                -EBADMSG);
         assert_int_equal(access(out, F_OK), -1);
 }
 
@@ -1093,6 +1189,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_withdraw_release, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_manifest_parse, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_sealed_round_trip, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_shared_artifacts, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_sealed_tamper, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_minimal_backend, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_reflink, setup_reflink, teardown),
