@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """What a suspended sandbox costs the object store, and how long its suspend
 and wake take: an Airlock of its own (scale.py's Instance, warm pools and
-scheduled snapshots off), one sandbox per case, each suspended --n times:
+scheduled snapshots off), --n sandboxes per case, suspended one after the
+other (all of them suspended at once in the end), then each woken:
 
   idle      nothing written since its create
   1mib      1 MiB of /dev/urandom written to a file on its disk (synced)
   1gib      1 GiB likewise, on bench-TEMPLATE-2g: a template built FROM
             it with a 2 GiB disk (its own has no room for it)
 
-Per case: the bytes its suspended image adds to the object store (the
-blobs its manifest names: their size as stored, and the disk blocks the
-local store's files take), the suspend until the VM is released (the API's
+Per case: the bytes its suspended image takes in the object store (the
+blobs its manifest names, as stored: its own, and those it shares with
+every image of its template, stored once), how much the store grew with
+each image, the suspend until the VM is released (the API's
 answer) and until restorable (image_uploaded), and a wake from the object
 store (the node's own copy removed first, as on a node that never had it).
 
@@ -45,17 +47,25 @@ def run(inst, sid, cmd):
 
 
 def image_bytes(store, snapshot_id):
-    """(stored, allocated): the bytes of the blobs the image's manifest
-    names, as stored and as the local store's files take on its disk."""
+    """(own, shared, artifacts): the bytes of the blobs the image's
+    manifest names as stored, its own and those it shares with every image
+    of its template (the delta's base: artifacts named base.*), and each
+    artifact's."""
     with open(os.path.join(store, "snapshots", snapshot_id, "manifest.json")) as f:
         m = json.load(f)
-    stored = allocated = 0
+    own = shared = 0
     for art in m["artifacts"]:
-        blob = art.get("blob") or art.get("sparse_sha256") or art.get("sha256")
-        st = os.stat(os.path.join(store, "blobs", blob))
-        stored += art["size"]
-        allocated += st.st_blocks * 512
-    return stored, allocated, {a["name"]: a["size"] for a in m["artifacts"]}
+        if art["name"].startswith("base."):
+            shared += art["size"]
+        else:
+            own += art["size"]
+    return own, shared, {a["name"]: a["size"] for a in m["artifacts"]}
+
+
+def store_bytes(store):
+    """Every blob's bytes in the store (what it holds, shared once)."""
+    d = os.path.join(store, "blobs")
+    return sum(os.stat(os.path.join(d, b)).st_size for b in os.listdir(d)) if os.path.isdir(d) else 0
 
 
 def big_template(inst, base):
@@ -101,15 +111,18 @@ def main():
             tpl = a.template
             if CASES[case] >= 1024:
                 tpl = big_template(inst, a.template)
-            st, b = inst.call("POST", "/v1/sandboxes", {"template": tpl})
-            assert st == 201, (st, b)
-            sid = b["id"]
-            sdir = os.path.join(inst.data_dir, "sandboxes", sid)
-            if CASES[case]:
-                run(inst, sid, ["sh", "-c", f"head -c {CASES[case]}M /dev/urandom > /root/written && sync"])
-            res = {"stored": [], "allocated": [], "released_ms": [], "restorable_ms": [], "wake_remote_ms": []}
-            parts = None
+            # n sandboxes of the case, all suspended at once: the first image
+            # of a template brings the shared part, each further one its own
+            res = {"own": [], "shared": [], "added": [], "released_ms": [], "restorable_ms": [], "wake_remote_ms": []}
+            sids, parts = [], None
             for _ in range(a.n):
+                st, b = inst.call("POST", "/v1/sandboxes", {"template": tpl})
+                assert st == 201, (st, b)
+                sid = b["id"]
+                sids.append(sid)
+                if CASES[case]:
+                    run(inst, sid, ["sh", "-c", f"head -c {CASES[case]}M /dev/urandom > /root/written && sync"])
+                before = store_bytes(store)
                 t = time.monotonic()
                 op = verb(inst, sid, "suspend")
                 res["released_ms"].append((time.monotonic() - t) * 1000)
@@ -117,22 +130,28 @@ def main():
                 while not inst.call("GET", f"/v1/sandboxes/{sid}")[1].get("image_uploaded"):
                     time.sleep(0.01)
                 res["restorable_ms"].append((time.monotonic() - t) * 1000)
-                stored, allocated, parts = image_bytes(store, snap)
-                res["stored"].append(stored)
-                res["allocated"].append(allocated)
+                own, shared, parts = image_bytes(store, snap)
+                res["own"].append(own)
+                res["shared"].append(shared)
+                res["added"].append(store_bytes(store) - before)
+            for sid in sids:
+                sdir = os.path.join(inst.data_dir, "sandboxes", sid)
                 while not os.path.exists(os.path.join(sdir, "suspend", "uploaded")):
                     time.sleep(0.01)
                 shutil.rmtree(os.path.join(sdir, "suspend"))  # as on a node that never had it
                 t = time.monotonic()
                 verb(inst, sid, "wake")
                 res["wake_remote_ms"].append((time.monotonic() - t) * 1000)
-            if CASES[case]:
-                run(inst, sid, ["sh", "-c", f"test $(stat -c %s /root/written) -eq {CASES[case] << 20}"])
-            inst.call("DELETE", f"/v1/sandboxes/{sid}")
+                if CASES[case]:
+                    run(inst, sid, ["sh", "-c", f"test $(stat -c %s /root/written) -eq {CASES[case] << 20}"])
+                inst.call("DELETE", f"/v1/sandboxes/{sid}")
             out[case] = {k: med(v) for k, v in res.items()}
+            out[case]["added_each"] = res["added"]
             out[case]["artifacts"] = parts
-            print(f"{case:>5} ({tpl}): stored {med(res['stored']) / 2**20:8.1f} MiB (allocated "
-                  f"{med(res['allocated']) / 2**20:.1f}; {', '.join(f'{k} {v / 2**20:.1f}' for k, v in parts.items())}), "
+            print(f"{case:>5} ({tpl}): its own {med(res['own']) / 2**20:.2f} MiB, shared with its template's "
+                  f"images {med(res['shared']) / 2**20:.1f} MiB "
+                  f"({', '.join(f'{k} {v / 2**20:.2f}' for k, v in parts.items())}); the store grew by "
+                  f"{', '.join(f'{x / 2**20:.2f}' for x in res['added'])} MiB with each image; "
                   f"released {med(res['released_ms']):.0f} ms, restorable {med(res['restorable_ms']):.0f} ms, "
                   f"wake from the object store {med(res['wake_remote_ms']):.0f} ms "
                   f"(max {max(res['wake_remote_ms']):.0f}), n={a.n}", flush=True)

@@ -182,6 +182,10 @@ struct objstore_artifact {
         const char *name;
         const char *path;
         bool shared;
+        /* its objstore_file_sparse_sha256() when the caller knows it (a
+         * template's files, hashed once): trusted, not hashed again; NULL:
+         * the upload hashes it */
+        const char *sparse_sha256;
 };
 
 /*

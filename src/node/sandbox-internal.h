@@ -20,6 +20,8 @@
  *      sandbox-parked.c     parked directories, suspend marks, uploads
  *                           (below sandbox-vm.c, which clears a parked
  *                           directory for a new sandbox)
+ *      sandbox-delta.c      a suspended image as deltas against its
+ *                           template (below sandbox-parked.c)
  *   1  sandbox-registry.c   the manager's state, the registry, the record,
  *                           snapshot paths
  *
@@ -35,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "objstore.h"
 #include "sandbox.h"
 #include "vmm.h"
 
@@ -161,6 +164,34 @@ int sandbox_register_new(const char *id, const char *template_name, json_t *env,
 void sandbox_new_abort(struct sandbox *s);
 int sandbox_restore_new(struct sandbox *s, char *state_path, char **ret_error);
 int sandbox_boot_new(struct sandbox *s, char **ret_error);
+
+/* ---- 2: sandbox-delta.c ---- */
+
+struct objstore;
+/* A suspended sandbox's image as deltas against its template build: the
+ * four artifacts to upload (its own state.delta and rootfs.delta, the
+ * build's mem and rootfs.img, shared) and the files behind them. */
+struct sandbox_delta {
+        char *paths[4];
+        struct objstore_artifact art[4];
+        char base_sha[2][OBJSTORE_SHA256_HEX]; /* the build's mem and rootfs.img (hashed once per build) */
+};
+/* Makes the deltas of suspended sandbox id (SANDBOXES/ID/suspend/) against
+ * the build meta's "base" names (when this node has it) or its template's
+ * current one, and adds "delta" to meta. -ENOENT: no build to take (the
+ * image goes whole, as before deltas). */
+int sandbox_delta_make(const char *id, json_t *meta, struct sandbox_delta *ret);
+void sandbox_delta_release(struct sandbox_delta *d);
+/* Whether an image's meta says it is deltas, and the artifacts a wake
+ * fetches of such an image (NULL-terminated). */
+bool sandbox_delta_of(json_t *meta);
+extern const char *const sandbox_delta_own[];
+/* With an image's own artifacts in dir (state.delta, rootfs.delta):
+ * rebuilds dir/state and dir/rootfs.img against this node's copy of the
+ * build, or the image's (fetched from o), and verifies both. *ret_error
+ * says what failed. */
+int sandbox_delta_reassemble(struct objstore *o, const char *snapshot_id, const uint8_t *data_key, json_t *meta,
+                             const char *dir, char **ret_error);
 
 /* ---- 2: sandbox-parked.c ---- */
 

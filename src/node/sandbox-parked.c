@@ -20,6 +20,7 @@
 #include "macros.h"
 #include "nodeutil.h"
 #include "objstore.h"
+#include "template.h"
 #include "util.h"
 
 /* Half of a suspend's upload has landed: a test may hold it there. */
@@ -92,6 +93,13 @@ int sandbox_park(struct sandbox *s) {
                               sandbox_recovery_name(s), "cpu", vmm_cpu_id());
         if (o)
                 sandbox_limits_to_json(s, o);
+        /* the template build its disk and RAM come from: what its image is
+         * a delta against (sandbox-delta.c) */
+        if (o && s->tpl && json_object_set_new(o, "base", json_pack("{s:s, s:s}", "template", s->tpl->name, "hash",
+                                                                   s->tpl->hash)) < 0) {
+                json_decref(o);
+                o = NULL;
+        }
         pthread_mutex_unlock(&s->lock);
         _cleanup_free_ char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
@@ -231,16 +239,29 @@ static int upload_once(struct upload_job *j) {
         if (r < 0 && r != -ENOENT)
                 return r;
         uint64_t t0 = now_monotonic_ns();
-        const struct objstore_artifact art[] = {{.name = "state", .path = state},
-                                                {.name = "rootfs.img", .path = disk}};
+        /* what differs from its template, the template shared with every
+         * image of it; whole when there is no template build to take */
+        const struct objstore_artifact whole[] = { { .name = "state", .path = state },
+                                                   { .name = "rootfs.img", .path = disk } };
+        _cleanup_(sandbox_delta_release) struct sandbox_delta delta = { 0 };
+        const struct objstore_artifact *art = whole;
+        size_t n = ARRAY_SIZE(whole);
+        if (sandbox_delta_make(j->id, meta, &delta) >= 0) {
+                art = delta.art;
+                n = ARRAY_SIZE(delta.art);
+        }
         struct objstore_data_key key = { .wrapped = j->wrapped };
         if (j->sealed)
                 memcpy(key.key, j->data_key, sizeof key.key);
-        r = objstore_snapshot_upload(objstore, j->snapshot_id, art, ARRAY_SIZE(art),
+        r = objstore_snapshot_upload(objstore, j->snapshot_id, art, n,
                                      &(struct objstore_upload_opts){.meta = meta,
                                                                     .key = j->sealed ? &key : NULL,
                                                                     .cancel = &j->cancel});
         sodium_memzero(key.key, sizeof key.key);
+        if (art == delta.art) { /* made for the upload only */
+                (void) unlink(delta.paths[0]);
+                (void) unlink(delta.paths[1]);
+        }
         if (r < 0)
                 return r;
         node_hold_point("suspend.uploaded");

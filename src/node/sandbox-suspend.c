@@ -151,8 +151,21 @@ int sandbox_download_restore(struct sandbox *s, const char *snapshot_id, const u
                 sandbox_new_abort(s);
                 return -ENOMEM;
         }
-        int r = objstore_snapshot_download(sandbox_objstore(), snapshot_id, dir,
-                                           &(struct objstore_download_opts){.data_key = data_key});
+        /* an image of deltas: its own artifacts, then its state and disk
+         * rebuilt against its template (sandbox-delta.c) */
+        _cleanup_(json_decrefp) json_t *manifest = NULL, *meta = NULL;
+        char *delta_error = NULL;
+        int r = objstore_snapshot_manifest(sandbox_objstore(), snapshot_id, &manifest);
+        if (r >= 0 && objstore_manifest_meta(manifest, data_key, &meta) >= 0 && sandbox_delta_of(meta)) {
+                r = objstore_snapshot_download(sandbox_objstore(), snapshot_id, dir,
+                                               &(struct objstore_download_opts){ .data_key = data_key,
+                                                                                 .only = sandbox_delta_own });
+                if (r >= 0)
+                        r = sandbox_delta_reassemble(sandbox_objstore(), snapshot_id, data_key, meta, dir,
+                                                     &delta_error);
+        } else if (r >= 0)
+                r = objstore_snapshot_download(sandbox_objstore(), snapshot_id, dir,
+                                               &(struct objstore_download_opts){ .data_key = data_key });
         if (r >= 0 && rename(disk, rootfs) < 0)
                 r = negative_errno();
         /* which image this is: a node that takes the sandbox over after the
@@ -160,10 +173,12 @@ int sandbox_download_restore(struct sandbox *s, const char *snapshot_id, const u
         if (r >= 0 && mark)
                 r = file_write_atomic(wake_marker, snapshot_id, strlen(snapshot_id), 0600);
         if (r < 0) {
-                *ret_error = r == -EBADMSG
+                *ret_error = delta_error ? delta_error
+                             : r == -EBADMSG
                                      ? strdup_printf("snapshot %s does not open: corrupt, tampered with, or sealed "
                                                      "with another key", snapshot_id)
                                      : strdup_printf("downloading snapshot %s failed: %s", snapshot_id, strerror(-r));
+                delta_error = NULL;
                 free(state);
                 sandbox_new_abort(s);
                 return r;

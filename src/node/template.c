@@ -966,6 +966,23 @@ int template_peek(const char *name, struct template_info **ret) {
         return r;
 }
 
+int template_build_dir(const char *name, const char *hash, char **ret_dir) {
+        size_t hl = hash ? strlen(hash) : 0;
+        if (!name || !name_is_valid(name) || hl < 16 || hl > 64 || strspn(hash, "0123456789abcdef") != hl)
+                return -EINVAL;
+        _cleanup_free_ char *dir = strdup_printf("%s/%s-%s", tdir, name, hash);
+        _cleanup_free_ char *manifest = dir ? strdup_printf("%s/manifest.json", dir) : NULL;
+        if (!manifest)
+                return -ENOMEM;
+        /* a build is whole once its manifest names it (written last) */
+        _cleanup_(json_decrefp) json_t *m = json_load_file(manifest, 0, NULL);
+        const char *h = json_string_value(json_object_get(m, "hash"));
+        if (!h || strcmp(h, hash) != 0)
+                return -ENOENT;
+        *ret_dir = TAKE_PTR(dir);
+        return 0;
+}
+
 static void *prebuild_thread(void *arg) {
         for (size_t i = 0; i < tcfg->n_prebuild; i++) {
                 const char *name = tcfg->prebuild[i];

@@ -84,6 +84,11 @@ int template_get(const char *name, int wait_ms, struct template_info **ret, char
  * (-EAGAIN otherwise, -ENOENT without a recipe). For the warm pools. */
 int template_peek(const char *name, struct template_info **ret);
 
+/* The directory of build hash of template name (TEMPLATES_DIR/NAME-HASH)
+ * when this node has it whole: its rootfs.img and mem never change.
+ * -ENOENT when it has not (never built here, or superseded and removed). */
+int template_build_dir(const char *name, const char *hash, char **ret_dir);
+
 /* Starts building cfg->prebuild in a background thread. */
 int template_prebuild_start(void);
 

@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A suspended sandbox's image as deltas against its template build (layer
+ * 2, below sandbox-parked.c; docs/storage.md, "What a suspend stores").
+ *
+ * The upload makes suspend/rootfs.delta (the disk against the build's
+ * rootfs.img: lib/delta's disk delta, its data cloned) and
+ * suspend/state.delta (device state and RAM against the build's RAM file,
+ * zstd) and names the build in the image's meta: "delta" {template, hash,
+ * and the digests of the state and disk they stand for}. The build's mem
+ * and rootfs.img go along as shared artifacts (lib/objstore: stored once
+ * for every image of that build, sealed with a key from their content),
+ * so an image never depends on a node keeping the build. A wake takes the
+ * node's own copy of the build when it has it, fetches the shared
+ * artifacts when not, rebuilds the state and disk and checks both against
+ * the digests before anything restores them.
+ */
+#include "sandbox-internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "delta.h"
+#include "log.h"
+#include "macros.h"
+#include "objstore.h"
+#include "template.h"
+#include "util.h"
+
+#define DELTA_FORMAT 1
+/* zstd level of the RAM delta: 3 compresses what differs about as well as
+ * higher ones here, at several hundred MB/s */
+#define RAM_DELTA_LEVEL 3
+
+void sandbox_delta_release(struct sandbox_delta *d) {
+        for (size_t i = 0; i < ARRAY_SIZE(d->paths); i++)
+                free(d->paths[i]);
+        *d = (struct sandbox_delta){ 0 };
+}
+
+/* The build the image is against: the one meta's "base" names (the one the
+ * sandbox ran from) when this node still has it, else its template's
+ * current one. */
+static int base_build(json_t *meta, char **ret_name, char **ret_hash, char **ret_dir) {
+        json_t *base = json_object_get(meta, "base");
+        const char *name = json_string_value(json_object_get(base, "template"));
+        const char *hash = json_string_value(json_object_get(base, "hash"));
+        char *dir = NULL;
+        if (name && hash && template_build_dir(name, hash, &dir) >= 0) {
+                *ret_name = strdup(name);
+                *ret_hash = strdup(hash);
+                *ret_dir = dir;
+                return *ret_name && *ret_hash ? 0 : -ENOMEM;
+        }
+        name = json_string_value(json_object_get(meta, "template"));
+        _cleanup_(template_info_freep) struct template_info *t = NULL;
+        if (!name || template_peek(name, &t) < 0)
+                return -ENOENT;
+        *ret_name = strdup(t->name);
+        *ret_hash = strdup(t->hash);
+        *ret_dir = strdup(t->dir);
+        return *ret_name && *ret_hash && *ret_dir ? 0 : -ENOMEM;
+}
+
+/* Makes out (created, replaced) from target against base with make. */
+static int make_one(int (*make)(int, int, int, struct delta_stats *, int), const char *base, const char *target,
+                    const char *out, struct delta_stats *st) {
+        _cleanup_close_ int b = open(base, O_RDONLY | O_CLOEXEC), t = open(target, O_RDONLY | O_CLOEXEC);
+        if (b < 0 || t < 0)
+                return negative_errno();
+        (void) unlink(out);
+        _cleanup_close_ int o = open(out, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (o < 0)
+                return negative_errno();
+        int r = make(b, t, o, st, RAM_DELTA_LEVEL);
+        if (r >= 0 && fsync(o) < 0)
+                r = negative_errno();
+        if (r < 0)
+                (void) unlink(out);
+        return r;
+}
+
+/* The digests of a build's mem and rootfs.img (which never change), from
+ * BUILD/base.digests.json, written the first time they are hashed. */
+static int base_digests(const char *bdir, char mem_sha[OBJSTORE_SHA256_HEX], char disk_sha[OBJSTORE_SHA256_HEX]) {
+        _cleanup_free_ char *path = strdup_printf("%s/base.digests.json", bdir), *mem = strdup_printf("%s/mem", bdir),
+                           *disk = strdup_printf("%s/rootfs.img", bdir);
+        if (!path || !mem || !disk)
+                return -ENOMEM;
+        _cleanup_(json_decrefp) json_t *o = json_load_file(path, 0, NULL);
+        const char *m = json_string_value(json_object_get(o, "mem")), *d = json_string_value(json_object_get(o, "rootfs.img"));
+        if (m && d && strlen(m) == OBJSTORE_SHA256_HEX - 1 && strlen(d) == OBJSTORE_SHA256_HEX - 1) {
+                memcpy(mem_sha, m, OBJSTORE_SHA256_HEX);
+                memcpy(disk_sha, d, OBJSTORE_SHA256_HEX);
+                return 0;
+        }
+        int r = objstore_file_sparse_sha256(mem, mem_sha);
+        if (r >= 0)
+                r = objstore_file_sparse_sha256(disk, disk_sha);
+        if (r < 0)
+                return r;
+        json_decref(o);
+        o = json_pack("{s:s, s:s}", "mem", mem_sha, "rootfs.img", disk_sha);
+        _cleanup_free_ char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (text)
+                (void) file_write_atomic(path, text, strlen(text), 0644); /* else hashed again next time */
+        return 0;
+}
+
+static int disk_make(int b, int t, int o, struct delta_stats *st, int level) {
+        (void) level;
+        return delta_disk_make(b, t, o, st);
+}
+
+static int ram_make(int b, int t, int o, struct delta_stats *st, int level) {
+        return delta_ram_make(b, t, o, level, st);
+}
+
+/* One side of an image: its delta made and the file it stands for hashed. */
+struct delta_job {
+        int (*make)(int, int, int, struct delta_stats *, int);
+        const char *base, *target, *out;
+        struct delta_stats st;
+        char sha[OBJSTORE_SHA256_HEX];
+        int r;
+};
+
+static void *delta_job_run(void *arg) {
+        struct delta_job *j = arg;
+        j->r = make_one(j->make, j->base, j->target, j->out, &j->st);
+        if (j->r >= 0)
+                j->r = objstore_file_sparse_sha256(j->target, j->sha);
+        return NULL;
+}
+
+int sandbox_delta_make(const char *id, json_t *meta, struct sandbox_delta *ret) {
+        const char *ctx_id = id;
+        _cleanup_free_ char *name = NULL, *hash = NULL, *bdir = NULL;
+        int r = base_build(meta, &name, &hash, &bdir);
+        if (r < 0)
+                return r;
+        struct sandbox_delta d = { 0 };
+        _cleanup_free_ char *sdir = strdup_printf("%s/%s/suspend", sandbox_mgr()->dir, id);
+        _cleanup_free_ char *state = sdir ? strdup_printf("%s/state", sdir) : NULL;
+        _cleanup_free_ char *disk = sdir ? strdup_printf("%s/rootfs.img", sdir) : NULL;
+        d.paths[0] = sdir ? strdup_printf("%s/state.delta", sdir) : NULL;
+        d.paths[1] = sdir ? strdup_printf("%s/rootfs.delta", sdir) : NULL;
+        d.paths[2] = strdup_printf("%s/mem", bdir);
+        d.paths[3] = strdup_printf("%s/rootfs.img", bdir);
+        if (!state || !disk || !d.paths[0] || !d.paths[1] || !d.paths[2] || !d.paths[3]) {
+                sandbox_delta_release(&d);
+                return -ENOMEM;
+        }
+        uint64_t t0 = now_monotonic_ns();
+        /* the RAM's side and the disk's side at once: each reads and hashes
+         * a file of its own */
+        struct delta_job ram = { .make = ram_make, .base = d.paths[2], .target = state, .out = d.paths[0] };
+        struct delta_job dsk = { .make = disk_make, .base = d.paths[3], .target = disk, .out = d.paths[1] };
+        pthread_t t;
+        bool threaded = pthread_create(&t, NULL, delta_job_run, &ram) == 0;
+        if (!threaded)
+                delta_job_run(&ram);
+        delta_job_run(&dsk);
+        if (threaded)
+                pthread_join(t, NULL);
+        r = ram.r < 0 ? ram.r : dsk.r < 0 ? dsk.r : base_digests(bdir, d.base_sha[0], d.base_sha[1]);
+        if (r < 0) {
+                log_errno(LOG_LEVEL_WARN, r, NULL, "sandbox=%s cannot make its image's deltas against %s: %m", ctx_id,
+                          bdir);
+                sandbox_delta_release(&d);
+                return r;
+        }
+        json_t *o = json_pack("{s:i, s:s, s:s, s:{s:s, s:I}, s:{s:s, s:I}}", "format", DELTA_FORMAT, "template", name,
+                              "hash", hash, "state", "sparse_sha256", ram.sha, "size", (json_int_t) ram.st.size,
+                              "rootfs", "sparse_sha256", dsk.sha, "size", (json_int_t) dsk.st.size);
+        if (!o || json_object_set_new(meta, "delta", o) < 0) {
+                sandbox_delta_release(&d);
+                return -ENOMEM;
+        }
+        d.art[0] = (struct objstore_artifact){ .name = "state.delta", .path = d.paths[0] };
+        d.art[1] = (struct objstore_artifact){ .name = "rootfs.delta", .path = d.paths[1] };
+        d.art[2] = (struct objstore_artifact){ .name = "base.mem", .path = d.paths[2], .shared = true,
+                                               .sparse_sha256 = d.base_sha[0] };
+        d.art[3] = (struct objstore_artifact){ .name = "base.rootfs.img", .path = d.paths[3], .shared = true,
+                                               .sparse_sha256 = d.base_sha[1] };
+        log_info("sandbox=%s image as deltas against %s-%s in %llu ms: RAM %llu of %llu bytes, disk %llu changed of "
+                 "%llu (%llu bytes)",
+                 ctx_id, name, hash, (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
+                 (unsigned long long) ram.st.written, (unsigned long long) ram.st.size,
+                 (unsigned long long) dsk.st.changed, (unsigned long long) dsk.st.size,
+                 (unsigned long long) dsk.st.written);
+        *ret = d;
+        /* the digests are ret's own now */
+        ret->art[2].sparse_sha256 = ret->base_sha[0];
+        ret->art[3].sparse_sha256 = ret->base_sha[1];
+        return 0;
+}
+
+bool sandbox_delta_of(json_t *meta) {
+        return json_is_object(json_object_get(meta, "delta"));
+}
+
+const char *const sandbox_delta_own[] = { "state.delta", "rootfs.delta", NULL };
+static const char *const base_artifacts[] = { "base.mem", "base.rootfs.img", NULL };
+
+/* Rebuilds dir/out from base and dir/delta with apply, then checks its
+ * digest; the delta goes either way. */
+static int rebuild(int (*apply)(int, int, int), const char *base, const char *dir, const char *delta,
+                   const char *out, const char *want_sha, char **ret_error) {
+        _cleanup_free_ char *dp = strdup_printf("%s/%s", dir, delta), *op = strdup_printf("%s/%s", dir, out);
+        if (!dp || !op)
+                return -ENOMEM;
+        _cleanup_close_ int b = open(base, O_RDONLY | O_CLOEXEC), d = open(dp, O_RDONLY | O_CLOEXEC);
+        (void) unlink(op);
+        _cleanup_close_ int o = b >= 0 && d >= 0 ? open(op, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
+        int r = o < 0 ? negative_errno() : apply(b, d, o);
+        char sha[OBJSTORE_SHA256_HEX];
+        if (r >= 0)
+                r = objstore_file_sparse_sha256(op, sha);
+        if (r >= 0 && strcmp(sha, want_sha) != 0)
+                r = -EBADMSG;
+        (void) unlink(dp);
+        if (r < 0) {
+                (void) unlink(op);
+                *ret_error = r == -EBADMSG ? strdup_printf("its %s does not rebuild from the image's delta and its "
+                                                           "template: corrupt, or not the template it was made against",
+                                                           out)
+                                           : strdup_printf("rebuilding its %s from the image's delta: %s", out,
+                                                           strerror(-r));
+        }
+        return r;
+}
+
+int sandbox_delta_reassemble(struct objstore *o, const char *snapshot_id, const uint8_t *data_key, json_t *meta,
+                             const char *dir, char **ret_error) {
+        json_t *d = json_object_get(meta, "delta");
+        const char *name = json_string_value(json_object_get(d, "template"));
+        const char *hash = json_string_value(json_object_get(d, "hash"));
+        const char *state_sha = json_string_value(json_object_get(json_object_get(d, "state"), "sparse_sha256"));
+        const char *disk_sha = json_string_value(json_object_get(json_object_get(d, "rootfs"), "sparse_sha256"));
+        if (json_integer_value(json_object_get(d, "format")) != DELTA_FORMAT || !name || !hash || !state_sha ||
+            !disk_sha) {
+                *ret_error = strdup_printf("image %s was stored in a form this node does not read", snapshot_id);
+                return -EPROTONOSUPPORT;
+        }
+        /* this node's copy of the build, else the image's own */
+        _cleanup_free_ char *bdir = NULL, *mem = NULL, *rootfs = NULL;
+        int r = template_build_dir(name, hash, &bdir);
+        if (r >= 0) {
+                mem = strdup_printf("%s/mem", bdir);
+                rootfs = strdup_printf("%s/rootfs.img", bdir);
+        } else {
+                log_info("snapshot=%s template build %s-%s is not on this node: fetching the image's copy",
+                         snapshot_id, name, hash);
+                r = objstore_snapshot_download(o, snapshot_id, dir,
+                                               &(struct objstore_download_opts){ .data_key = data_key,
+                                                                                 .only = base_artifacts });
+                if (r < 0) {
+                        *ret_error = strdup_printf("fetching the template of image %s failed: %s", snapshot_id,
+                                                   strerror(-r));
+                        return r;
+                }
+                mem = strdup_printf("%s/base.mem", dir);
+                rootfs = strdup_printf("%s/base.rootfs.img", dir);
+        }
+        if (!mem || !rootfs)
+                return -ENOMEM;
+        r = rebuild(delta_ram_apply, mem, dir, "state.delta", "state", state_sha, ret_error);
+        if (r >= 0)
+                r = rebuild(delta_disk_apply, rootfs, dir, "rootfs.delta", "rootfs.img", disk_sha, ret_error);
+        if (!bdir) {
+                (void) unlink(mem);
+                (void) unlink(rootfs);
+        }
+        return r;
+}
