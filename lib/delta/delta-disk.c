@@ -165,24 +165,25 @@ static int read_zeros_past_eof(int fd, uint64_t off, uint8_t *buf, size_t n) {
 }
 
 /* Compares [off, end) of target with base block by block: the changed
- * blocks become ranges (zeros where the target's block is zeros). */
-static int compare_span(int base_fd, int target_fd, uint64_t off, uint64_t end, struct ranges *r,
-                        struct delta_stats *st) {
-        _cleanup_free_ uint8_t *a = malloc(COMPARE_CHUNK), *b = malloc(COMPARE_CHUNK);
+ * blocks become ranges (zeros where the target's block is zeros). A side
+ * that is a hole there (base_hole, target_hole) is zeros and not read. */
+static int compare_span(int base_fd, int target_fd, uint64_t off, uint64_t end, bool base_hole,
+                        bool target_hole, struct ranges *r, struct delta_stats *st) {
+        _cleanup_free_ uint8_t *a = calloc(1, COMPARE_CHUNK), *b = calloc(1, COMPARE_CHUNK);
         if (!a || !b)
                 return -ENOMEM;
         while (off < end) {
                 size_t n = (size_t) MIN((uint64_t) COMPARE_CHUNK, end - off);
                 int k;
-                if ((k = read_zeros_past_eof(target_fd, off, a, n)) < 0 ||
-                    (k = read_zeros_past_eof(base_fd, off, b, n)) < 0)
+                if ((!target_hole && (k = read_zeros_past_eof(target_fd, off, a, n)) < 0) ||
+                    (!base_hole && (k = read_zeros_past_eof(base_fd, off, b, n)) < 0))
                         return k;
                 st->compared += n;
                 for (size_t i = 0; i < n; i += DELTA_BLOCK) {
                         size_t m = MIN((size_t) DELTA_BLOCK, n - i);
                         if (memcmp(a + i, b + i, m) == 0)
                                 continue;
-                        if ((k = ranges_add(r, off + i, m, !all_zero(a + i, m))) < 0)
+                        if ((k = ranges_add(r, off + i, m, !target_hole && !all_zero(a + i, m))) < 0)
                                 return k;
                 }
                 off += n;
@@ -198,8 +199,11 @@ static int diff(int base_fd, int target_fd, uint64_t size, uint64_t base_size, s
         if (k >= 0)
                 k = extents_read(base_fd, &b);
         /* a file system without FIEMAP: every byte compared */
-        if (k == -EOPNOTSUPP || k == -ENOTTY)
-                k = 0;
+        if (k == -EOPNOTSUPP || k == -ENOTTY) {
+                free(t.v);
+                free(b.v);
+                return compare_span(base_fd, target_fd, 0, size, false, false, r, st);
+        }
         size_t th = 0, bh = 0;
         for (uint64_t pos = 0; k >= 0 && pos < size;) {
                 uint64_t tnext, bnext;
@@ -207,21 +211,22 @@ static int diff(int base_fd, int target_fd, uint64_t size, uint64_t base_size, s
                 const struct extent *be = pos < base_size ? extent_at(&b, pos, &bh, &bnext) : NULL;
                 if (pos >= base_size)
                         bnext = UINT64_MAX;
-                uint64_t end = MIN(MIN(tnext, bnext), size);
+                /* [pos, uniform) is one extent (or hole) in each file */
+                uint64_t uniform = MIN(MIN(tnext, bnext), size);
                 if (pos < base_size)
-                        end = MIN(end, base_size);
-                /* whole blocks: a boundary inside one widens the span to it */
-                end = MIN(MAX(end, pos + 1), size);
-                uint64_t bend = (end + DELTA_BLOCK - 1) / DELTA_BLOCK * DELTA_BLOCK;
-                end = MIN(bend, size);
-                if (!te && !be)
+                        uniform = MIN(uniform, base_size);
+                uniform = MAX(uniform, pos + 1);
+                /* whole blocks: a boundary inside one widens the span to it,
+                 * and then it is not one extent any more: compared whole */
+                uint64_t end = MIN((uniform + DELTA_BLOCK - 1) / DELTA_BLOCK * DELTA_BLOCK, size);
+                bool exact = end == uniform;
+                if (exact && !te && !be)
                         ; /* zeros in both */
-                else if (te && be && te->shareable && be->shareable &&
-                         te->physical - te->logical == be->physical - be->logical &&
-                         te->logical + te->length >= end && be->logical + be->length >= end)
+                else if (exact && te && be && te->shareable && be->shareable &&
+                         te->physical - te->logical == be->physical - be->logical)
                         st->shared += end - pos; /* the same blocks on the disk */
                 else /* written (a guest rewrites much as it was: a journal, zeros) */
-                        k = compare_span(base_fd, target_fd, pos, end, r, st);
+                        k = compare_span(base_fd, target_fd, pos, end, exact && !be, exact && !te, r, st);
                 pos = end;
         }
         free(t.v);

@@ -176,9 +176,13 @@ int sandbox_delta_make(const char *id, json_t *meta, struct sandbox_delta *ret) 
                 sandbox_delta_release(&d);
                 return r;
         }
-        json_t *o = json_pack("{s:i, s:s, s:s, s:{s:s, s:I}, s:{s:s, s:I}}", "format", DELTA_FORMAT, "template", name,
-                              "hash", hash, "state", "sparse_sha256", ram.sha, "size", (json_int_t) ram.st.size,
-                              "rootfs", "sparse_sha256", dsk.sha, "size", (json_int_t) dsk.st.size);
+        /* the build by its bytes too: two nodes' builds of one hash are not
+         * the same bytes unless they share them (the RAM snapshot differs) */
+        json_t *o = json_pack("{s:i, s:s, s:s, s:{s:s, s:s}, s:{s:s, s:I}, s:{s:s, s:I}}", "format",
+                              DELTA_FORMAT, "template", name, "hash", hash, "base", "mem", d.base_sha[0],
+                              "rootfs.img", d.base_sha[1], "state", "sparse_sha256", ram.sha, "size",
+                              (json_int_t) ram.st.size, "rootfs", "sparse_sha256", dsk.sha, "size",
+                              (json_int_t) dsk.st.size);
         if (!o || json_object_set_new(meta, "delta", o) < 0) {
                 sandbox_delta_release(&d);
                 return -ENOMEM;
@@ -209,32 +213,47 @@ bool sandbox_delta_of(json_t *meta) {
 const char *const sandbox_delta_own[] = { "state.delta", "rootfs.delta", NULL };
 static const char *const base_artifacts[] = { "base.mem", "base.rootfs.img", NULL };
 
-/* Rebuilds dir/out from base and dir/delta with apply, then checks its
- * digest; the delta goes either way. */
-static int rebuild(int (*apply)(int, int, int), const char *base, const char *dir, const char *delta,
-                   const char *out, const char *want_sha, char **ret_error) {
-        _cleanup_free_ char *dp = strdup_printf("%s/%s", dir, delta), *op = strdup_printf("%s/%s", dir, out);
+/* One file of a wake: dir/out rebuilt from base and dir/delta with apply,
+ * then checked against its digest; the delta goes either way. */
+struct rebuild_job {
+        int (*apply)(int, int, int);
+        const char *base, *dir, *delta, *out, *want_sha;
+        char *error;
+        int r;
+};
+
+static int rebuild(struct rebuild_job *j) {
+        _cleanup_free_ char *dp = strdup_printf("%s/%s", j->dir, j->delta),
+                            *op = strdup_printf("%s/%s", j->dir, j->out);
         if (!dp || !op)
                 return -ENOMEM;
-        _cleanup_close_ int b = open(base, O_RDONLY | O_CLOEXEC), d = open(dp, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int b = open(j->base, O_RDONLY | O_CLOEXEC), d = open(dp, O_RDONLY | O_CLOEXEC);
         (void) unlink(op);
         _cleanup_close_ int o = b >= 0 && d >= 0 ? open(op, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
-        int r = o < 0 ? negative_errno() : apply(b, d, o);
+        int r = o < 0 ? negative_errno() : j->apply(b, d, o);
         char sha[OBJSTORE_SHA256_HEX];
         if (r >= 0)
                 r = objstore_file_sparse_sha256(op, sha);
-        if (r >= 0 && strcmp(sha, want_sha) != 0)
+        if (r >= 0 && strcmp(sha, j->want_sha) != 0)
                 r = -EBADMSG;
         (void) unlink(dp);
         if (r < 0) {
                 (void) unlink(op);
-                *ret_error = r == -EBADMSG ? strdup_printf("its %s does not rebuild from the image's delta and its "
-                                                           "template: corrupt, or not the template it was made against",
-                                                           out)
-                                           : strdup_printf("rebuilding its %s from the image's delta: %s", out,
-                                                           strerror(-r));
+                j->error =
+                        r == -EBADMSG
+                                ? strdup_printf("its %s does not rebuild from the image's delta and its "
+                                                "template: corrupt, or not the template it was made against",
+                                                j->out)
+                                : strdup_printf("rebuilding its %s from the image's delta: %s", j->out,
+                                                strerror(-r));
         }
         return r;
+}
+
+static void *rebuild_run(void *arg) {
+        struct rebuild_job *j = arg;
+        j->r = rebuild(j);
+        return NULL;
 }
 
 int sandbox_delta_reassemble(struct objstore *o, const char *snapshot_id, const uint8_t *data_key, json_t *meta,
@@ -249,10 +268,26 @@ int sandbox_delta_reassemble(struct objstore *o, const char *snapshot_id, const 
                 *ret_error = strdup_printf("image %s was stored in a form this node does not read", snapshot_id);
                 return -EPROTONOSUPPORT;
         }
-        /* this node's copy of the build, else the image's own */
+        json_t *base = json_object_get(d, "base");
+        const char *base_mem = json_string_value(json_object_get(base, "mem"));
+        const char *base_disk = json_string_value(json_object_get(base, "rootfs.img"));
+        if (!base_mem || !base_disk) {
+                *ret_error = strdup_printf("image %s does not say which template bytes it is against",
+                                           snapshot_id);
+                return -EPROTONOSUPPORT;
+        }
+        /* this node's copy of the build when it is those bytes, else the image's own */
         _cleanup_free_ char *bdir = NULL, *mem = NULL, *rootfs = NULL;
+        char have_mem[OBJSTORE_SHA256_HEX], have_disk[OBJSTORE_SHA256_HEX];
         int r = template_build_dir(name, hash, &bdir);
-        if (r >= 0) {
+        if (r >= 0 && (base_digests(bdir, have_mem, have_disk) < 0 || strcmp(have_mem, base_mem) != 0 ||
+                       strcmp(have_disk, base_disk) != 0)) {
+                log_info("snapshot=%s this node's build %s-%s is other bytes than the image's template",
+                         snapshot_id, name, hash);
+                free(bdir);
+                bdir = NULL;
+        }
+        if (bdir) {
                 mem = strdup_printf("%s/mem", bdir);
                 rootfs = strdup_printf("%s/rootfs.img", bdir);
         } else {
@@ -271,9 +306,35 @@ int sandbox_delta_reassemble(struct objstore *o, const char *snapshot_id, const 
         }
         if (!mem || !rootfs)
                 return -ENOMEM;
-        r = rebuild(delta_ram_apply, mem, dir, "state.delta", "state", state_sha, ret_error);
+        /* the state and the disk at once: each reads, writes and hashes its own */
+        uint64_t t0 = now_monotonic_ns();
+        struct rebuild_job ram = {.apply = delta_ram_apply,
+                                  .base = mem,
+                                  .dir = dir,
+                                  .delta = "state.delta",
+                                  .out = "state",
+                                  .want_sha = state_sha};
+        struct rebuild_job dsk = {.apply = delta_disk_apply,
+                                  .base = rootfs,
+                                  .dir = dir,
+                                  .delta = "rootfs.delta",
+                                  .out = "rootfs.img",
+                                  .want_sha = disk_sha};
+        pthread_t t;
+        bool threaded = pthread_create(&t, NULL, rebuild_run, &ram) == 0;
+        if (!threaded)
+                rebuild_run(&ram);
+        rebuild_run(&dsk);
+        if (threaded)
+                pthread_join(t, NULL);
+        r = ram.r < 0 ? ram.r : dsk.r;
+        *ret_error = ram.r < 0 ? TAKE_PTR(ram.error) : TAKE_PTR(dsk.error);
+        free(ram.error);
+        free(dsk.error);
         if (r >= 0)
-                r = rebuild(delta_disk_apply, rootfs, dir, "rootfs.delta", "rootfs.img", disk_sha, ret_error);
+                log_info("snapshot=%s state and disk rebuilt against %s-%s (%s) and verified in %llu ms",
+                         snapshot_id, name, hash, bdir ? "this node's copy" : "the image's copy",
+                         (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
         if (!bdir) {
                 (void) unlink(mem);
                 (void) unlink(rootfs);

@@ -131,6 +131,14 @@ static void test_disk_copy(void **state) {
         disk_case(dir, false);
 }
 
+/* tmpfs has no FIEMAP: every byte is compared */
+static void test_disk_no_fiemap(void **state) {
+        (void) state;
+        char dir[] = "/dev/shm/test-delta-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        disk_case(dir, false);
+}
+
 static void test_disk_reflink(void **state) {
         (void) state;
         const char *reflink = getenv("AIRLOCK_TEST_REFLINK_DIR");
@@ -243,6 +251,7 @@ static void test_ram(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_disk_copy),
+                cmocka_unit_test(test_disk_no_fiemap),
                 cmocka_unit_test(test_disk_reflink),
                 cmocka_unit_test(test_ram),
         };
