@@ -157,13 +157,14 @@ def test_a_corrupt_object_is_refused_and_the_sandbox_stays_suspended(swift, keys
         copy = os.path.join(a.data_dir, "sandboxes", sid, "suspend")
         wait_for(lambda: os.path.exists(os.path.join(copy, "uploaded")), "not marked uploaded", a)
         shutil.rmtree(copy)
-    # the bad one's state blob (small, so the test rewrites it whole)
+    # the bad one's own state blob (its delta against the template: small,
+    # so the test rewrites it whole; the template's blobs both images share)
     assert len(manifests(lab, bucket)) == 2
     r = lab.request("GET", f"/{bucket}/airlock/snapshots/{bad}.suspended/manifest.json")
     assert r.status == 200, r
     m = json.loads(r.body)
     assert m["version"] == 3 and "meta" not in m, m  # sealed: the meta is not in the clear
-    state = [x for x in m["artifacts"] if x["name"] == "state"][0]
+    state = [x for x in m["artifacts"] if x["name"] == "state.delta"][0]
     key = f"/{bucket}/airlock/blobs/{state['blob']}"
     blob = lab.request("GET", key)
     assert blob.status == 200
