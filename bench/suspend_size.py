@@ -152,9 +152,10 @@ def main():
                   f"images {med(res['shared']) / 2**20:.1f} MiB "
                   f"({', '.join(f'{k} {v / 2**20:.2f}' for k, v in parts.items())}); the store grew by "
                   f"{', '.join(f'{x / 2**20:.2f}' for x in res['added'])} MiB with each image; "
-                  f"released {med(res['released_ms']):.0f} ms, restorable {med(res['restorable_ms']):.0f} ms, "
+                  f"released {med(res['released_ms']):.0f} ms, restorable {med(res['restorable_ms']):.0f} ms "
+                  f"({', '.join(f'{x:.0f}' for x in res['restorable_ms'])}), "
                   f"wake from the object store {med(res['wake_remote_ms']):.0f} ms "
-                  f"(max {max(res['wake_remote_ms']):.0f}), n={a.n}", flush=True)
+                  f"({', '.join(f'{x:.0f}' for x in res['wake_remote_ms'])}), n={a.n}", flush=True)
     finally:
         inst.stop()
     if a.json:
