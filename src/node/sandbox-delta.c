@@ -11,18 +11,23 @@
  * and rootfs.img go along as shared artifacts (lib/objstore: stored once
  * for every image of that build, sealed with a key from their content),
  * so an image never depends on a node keeping the build. A wake takes the
- * node's own copy of the build when it has it, fetches the shared
- * artifacts when not, rebuilds the state and disk and checks both against
- * the digests before anything restores them.
+ * node's own copy of the build when it has it (the same bytes: their
+ * digests are the image's), else the image's copy from the node's cache of
+ * them, fetched once; it rebuilds the state and disk and checks both
+ * against the digests before anything restores them.
  */
 #include "sandbox-internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -34,6 +39,9 @@
 #include "util.h"
 
 #define DELTA_FORMAT 1
+
+const char *const sandbox_delta_own[] = {"state.delta", "rootfs.delta", NULL};
+static const char *const base_artifacts[] = {"base.mem", "base.rootfs.img", NULL};
 /* zstd level of the RAM delta: 3 compresses what differs about as well as
  * higher ones here, at several hundred MB/s */
 #define RAM_DELTA_LEVEL 3
@@ -210,9 +218,6 @@ bool sandbox_delta_of(json_t *meta) {
         return json_is_object(json_object_get(meta, "delta"));
 }
 
-const char *const sandbox_delta_own[] = { "state.delta", "rootfs.delta", NULL };
-static const char *const base_artifacts[] = { "base.mem", "base.rootfs.img", NULL };
-
 /* One file of a wake: dir/out rebuilt from base and dir/delta with apply,
  * then checked against its digest; the delta goes either way. */
 struct rebuild_job {
@@ -256,6 +261,116 @@ static void *rebuild_run(void *arg) {
         return NULL;
 }
 
+/*
+ * The template builds of images a node has no copy of, fetched from the
+ * object store once and kept: STORAGE_ROOT/bases/MEMSHA-DISKSHA/ holds a
+ * build's base.mem and base.rootfs.img (what the image's manifest names,
+ * verified as they land). Wakes that need one being fetched wait for that
+ * fetch instead of making their own; the least recently used go beyond
+ * BASES_KEPT.
+ */
+#define BASES_KEPT 4
+static pthread_mutex_t bases_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t bases_cond = PTHREAD_COND_INITIALIZER;
+static char bases_fetching[BASES_KEPT][2 * OBJSTORE_SHA256_HEX];
+
+static bool bases_is_fetching(const char *key) {
+        for (size_t i = 0; i < BASES_KEPT; i++)
+                if (strcmp(bases_fetching[i], key) == 0)
+                        return true;
+        return false;
+}
+
+/* Removes the least recently used entries of dir beyond BASES_KEPT - 1 (room for one more). */
+static void bases_trim(const char *dir) {
+        for (;;) {
+                DIR *d = opendir(dir);
+                if (!d)
+                        return;
+                size_t n = 0;
+                time_t oldest = 0;
+                char victim[NAME_MAX + 1] = "";
+                for (struct dirent *de; (de = readdir(d));) {
+                        struct stat st;
+                        if (de->d_name[0] == '.' || fstatat(dirfd(d), de->d_name, &st, 0) < 0)
+                                continue;
+                        n++;
+                        if (!victim[0] || st.st_mtime < oldest) {
+                                oldest = st.st_mtime;
+                                snprintf(victim, sizeof victim, "%s", de->d_name);
+                        }
+                }
+                closedir(d);
+                if (n < BASES_KEPT || !victim[0])
+                        return;
+                _cleanup_free_ char *path = strdup_printf("%s/%s", dir, victim);
+                if (!path || rm_rf(path) < 0)
+                        return;
+        }
+}
+
+/* The directory of the image's template build in the cache, fetched now
+ * when it is not there (or waited for, when another wake fetches it). */
+static int base_cached(struct objstore *o, const char *snapshot_id, const uint8_t *data_key,
+                       const char *mem_sha, const char *disk_sha, char **ret_dir, char **ret_error) {
+        /* beside SANDBOXES, on the node's storage (STORAGE_ROOT/bases) */
+        _cleanup_free_ char *root = strdup_printf("%s/../bases", sandbox_mgr()->dir);
+        char key[2 * OBJSTORE_SHA256_HEX];
+        snprintf(key, sizeof key, "%s-%s", mem_sha, disk_sha);
+        _cleanup_free_ char *dir = root ? strdup_printf("%s/%s", root, key) : NULL;
+        if (!dir)
+                return -ENOMEM;
+        int r = mkdir_p(root, 0700);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&bases_lock);
+        size_t slot = BASES_KEPT;
+        for (;;) {
+                if (access(dir, F_OK) == 0)
+                        break;
+                if (!bases_is_fetching(key)) {
+                        for (slot = 0; slot < BASES_KEPT && bases_fetching[slot][0]; slot++)
+                                ;
+                        if (slot < BASES_KEPT) {
+                                snprintf(bases_fetching[slot], sizeof bases_fetching[slot], "%s", key);
+                                break;
+                        }
+                }
+                pthread_cond_wait(&bases_cond, &bases_lock); /* another wake fetches it, or fetches one */
+        }
+        pthread_mutex_unlock(&bases_lock);
+        if (slot == BASES_KEPT) {
+                (void) utimensat(AT_FDCWD, dir, NULL, 0); /* used: kept longest */
+                log_info("snapshot=%s its template is in this node's cache", snapshot_id);
+                *ret_dir = TAKE_PTR(dir);
+                return 0;
+        }
+        log_info("snapshot=%s its template build is not on this node: fetching the image's copy",
+                 snapshot_id);
+        bases_trim(root);
+        _cleanup_free_ char *tmp = strdup_printf("%s/.fetch-%s", root, key);
+        r = tmp ? rm_rf(tmp) : -ENOMEM;
+        if (r >= 0 || r == -ENOENT)
+                r = objstore_snapshot_download(
+                        o, snapshot_id, tmp,
+                        &(struct objstore_download_opts){.data_key = data_key, .only = base_artifacts});
+        if (r >= 0 && rename(tmp, dir) < 0)
+                r = negative_errno();
+        if (r < 0) {
+                if (tmp)
+                        (void) rm_rf(tmp);
+                *ret_error = strdup_printf("fetching the template of image %s failed: %s", snapshot_id,
+                                           strerror(-r));
+        }
+        pthread_mutex_lock(&bases_lock);
+        bases_fetching[slot][0] = 0;
+        pthread_cond_broadcast(&bases_cond);
+        pthread_mutex_unlock(&bases_lock);
+        if (r >= 0)
+                *ret_dir = TAKE_PTR(dir);
+        return r;
+}
+
 int sandbox_delta_reassemble(struct objstore *o, const char *snapshot_id, const uint8_t *data_key, json_t *meta,
                              const char *dir, char **ret_error) {
         json_t *d = json_object_get(meta, "delta");
@@ -278,6 +393,7 @@ int sandbox_delta_reassemble(struct objstore *o, const char *snapshot_id, const 
         }
         /* this node's copy of the build when it is those bytes, else the image's own */
         _cleanup_free_ char *bdir = NULL, *mem = NULL, *rootfs = NULL;
+        const char *from = "this node's copy";
         char have_mem[OBJSTORE_SHA256_HEX], have_disk[OBJSTORE_SHA256_HEX];
         int r = template_build_dir(name, hash, &bdir);
         if (r >= 0 && (base_digests(bdir, have_mem, have_disk) < 0 || strcmp(have_mem, base_mem) != 0 ||
@@ -291,18 +407,12 @@ int sandbox_delta_reassemble(struct objstore *o, const char *snapshot_id, const 
                 mem = strdup_printf("%s/mem", bdir);
                 rootfs = strdup_printf("%s/rootfs.img", bdir);
         } else {
-                log_info("snapshot=%s template build %s-%s is not on this node: fetching the image's copy",
-                         snapshot_id, name, hash);
-                r = objstore_snapshot_download(o, snapshot_id, dir,
-                                               &(struct objstore_download_opts){ .data_key = data_key,
-                                                                                 .only = base_artifacts });
-                if (r < 0) {
-                        *ret_error = strdup_printf("fetching the template of image %s failed: %s", snapshot_id,
-                                                   strerror(-r));
+                r = base_cached(o, snapshot_id, data_key, base_mem, base_disk, &bdir, ret_error);
+                if (r < 0)
                         return r;
-                }
-                mem = strdup_printf("%s/base.mem", dir);
-                rootfs = strdup_printf("%s/base.rootfs.img", dir);
+                mem = strdup_printf("%s/base.mem", bdir);
+                rootfs = strdup_printf("%s/base.rootfs.img", bdir);
+                from = "the image's copy, cached";
         }
         if (!mem || !rootfs)
                 return -ENOMEM;
@@ -333,11 +443,7 @@ int sandbox_delta_reassemble(struct objstore *o, const char *snapshot_id, const 
         free(dsk.error);
         if (r >= 0)
                 log_info("snapshot=%s state and disk rebuilt against %s-%s (%s) and verified in %llu ms",
-                         snapshot_id, name, hash, bdir ? "this node's copy" : "the image's copy",
+                         snapshot_id, name, hash, from,
                          (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL));
-        if (!bdir) {
-                (void) unlink(mem);
-                (void) unlink(rootfs);
-        }
         return r;
 }

@@ -111,11 +111,13 @@ def test_suspend_stores_what_differs_and_wakes_from_it(airlock_factory):
         op = wake(b, s2)
         assert op["state"] == "failed" and "does not rebuild" in op["error"]["message"], op
         assert b.api("GET", f"/v1/sandboxes/{s2}")["state"] == "suspended"
-        # the control: without the false claim it wakes
+        # the control: without the false claim it wakes, and takes the
+        # image's copy of the template from the cache the first wake filled
         os.unlink(digests)
         op = wake(b, s2)
         assert op["state"] == "succeeded", op
         assert b.exec(s2, ["echo", "ok"])["stdout"] == "ok\n"
+        assert "its template is in this node's cache" in b.log_tail(200)
         for s in (s1, s2):
             assert b.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
     finally:

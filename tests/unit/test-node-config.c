@@ -324,6 +324,21 @@ static void test_user_names(void **state) {
         assert_false(node_user_name_is_valid("a:b"));
 }
 
+/* Which of two guest agents is newer (the upgrade's rule). */
+static void test_agent_versions(void **state) {
+        (void) state;
+        assert_string_equal(node_agent_version("airlock-guest 0.2.0"), "0.2.0");
+        assert_string_equal(node_agent_version("0.3"), "0.3");
+        assert_true(node_agent_version_cmp("airlock-guest 0.2.0", "airlock-guest 0.99.0") < 0);
+        assert_true(node_agent_version_cmp("airlock-guest 0.10.0", "airlock-guest 0.9.9") > 0);
+        assert_int_equal(node_agent_version_cmp("airlock-guest 1.2", "airlock-guest 1.2.0"), 0);
+        assert_true(node_agent_version_cmp("airlock-guest 1.2.1", "airlock-guest 1.2") > 0);
+        /* a part that is no number counts as 0; nothing is older than all */
+        assert_true(node_agent_version_cmp("", "airlock-guest 0.1.0") < 0);
+        assert_int_equal(node_agent_version_cmp("airlock-guest 0.2.0-test", "airlock-guest 0.2.0"), 0);
+        assert_true(node_agent_version_cmp("airlock-guest 99999999999999999999999", "airlock-guest 1") > 0);
+}
+
 static void test_base64(void **state) {
         char *s = node_base64_encode("hi\n\xff", 4);
         assert_non_null(s);
@@ -355,6 +370,7 @@ int main(void) {
                 cmocka_unit_test(test_error_codes),
                 cmocka_unit_test(test_user_names),
                 cmocka_unit_test(test_base64),
+                cmocka_unit_test(test_agent_versions),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
