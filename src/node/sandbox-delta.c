@@ -314,7 +314,7 @@ static void bases_trim(const char *dir) {
 static int base_cached(struct objstore *o, const char *snapshot_id, const uint8_t *data_key,
                        const char *mem_sha, const char *disk_sha, char **ret_dir, char **ret_error) {
         /* beside SANDBOXES, on the node's storage (STORAGE_ROOT/bases) */
-        _cleanup_free_ char *root = strdup_printf("%s/../bases", sandbox_mgr()->dir);
+        _cleanup_free_ char *root = strdup_printf("%s/../bases", sandbox_mgr()->dir); /* airlock-nodemgr hands it over */
         char key[2 * OBJSTORE_SHA256_HEX];
         snprintf(key, sizeof key, "%s-%s", mem_sha, disk_sha);
         _cleanup_free_ char *dir = root ? strdup_printf("%s/%s", root, key) : NULL;

@@ -137,7 +137,7 @@ int nodeprep_storage(const struct daemon_config *c, uid_t uid, gid_t gid, struct
         /* the volume's root is the node's; DATA_DIR itself stays root's */
         if (strcmp(st->root, c->data_dir) != 0 && (r = hand_over(&h, st->root, 0755)) < 0)
                 return r;
-        static const char *const dirs[] = { "templates", "sandboxes", "pool", "objstore" };
+        static const char *const dirs[] = { "templates", "sandboxes", "pool", "objstore", "bases" };
         for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
                 _cleanup_free_ char *p = strdup_printf("%s/%s", st->root, dirs[i]);
                 if (!p)
