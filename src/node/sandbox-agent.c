@@ -144,7 +144,10 @@ int sandbox_agent_upgrade(struct sandbox *s, const char **ret_state, char **ret_
                 snprintf(s->agent, sizeof s->agent, "%s", new_agent);
         else {
                 s->agent_upgrade_error = why ? strdup(why) : NULL;
-                snprintf(s->agent_upgrade_to, sizeof s->agent_upgrade_to, "%s", node);
+                /* an agent that was busy (its file system frozen, a file
+                 * transfer open) is asked again later; one that failed is not */
+                if (r != -EBUSY)
+                        snprintf(s->agent_upgrade_to, sizeof s->agent_upgrade_to, "%s", node);
         }
         pthread_mutex_unlock(&s->lock);
         sandbox_life_end(s);
@@ -153,7 +156,7 @@ int sandbox_agent_upgrade(struct sandbox *s, const char **ret_state, char **ret_
                          node, (unsigned long long) ms, why ?: strerror(-r));
                 if (ret_error)
                         *ret_error = TAKE_PTR(why);
-                return r == -ETIMEDOUT ? r : -EIO;
+                return r == -ETIMEDOUT || r == -EBUSY ? r : -EIO;
         }
         log_emit(LOG_LEVEL_INFO, s->ctx, "guest agent upgraded from %s to %s in %llu ms", agent, new_agent,
                  (unsigned long long) ms);
