@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <linux/fs.h>
@@ -62,6 +63,41 @@ int fd_pread_exact(int fd, void *buf, size_t n, uint64_t off) {
 
 int fd_pwrite_all(int fd, const void *buf, size_t n, uint64_t off) {
         return transfer_all(TRANSFER_PWRITE, fd, (uint8_t *) buf, n, off);
+}
+
+int fd_read_until_eof(int fd, char *buf, size_t n, uint64_t deadline_ns) {
+        size_t len = 0;
+        int r = 0;
+        buf[0] = 0;
+        for (;;) {
+                uint64_t now = now_monotonic_ns();
+                if (now >= deadline_ns) {
+                        r = -ETIMEDOUT;
+                        break;
+                }
+                struct pollfd p = {.fd = fd, .events = POLLIN};
+                int k = poll(&p, 1,
+                             (int) MIN((deadline_ns - now + 999999ULL) / 1000000ULL, (uint64_t) INT32_MAX));
+                if (k < 0 && errno != EINTR) {
+                        r = negative_errno();
+                        break;
+                }
+                if (k <= 0)
+                        continue;
+                char chunk[1024];
+                ssize_t got = read(fd, chunk, sizeof chunk);
+                if (got < 0 && errno == EINTR)
+                        continue;
+                if (got < 0)
+                        r = negative_errno();
+                if (got <= 0)
+                        break;
+                size_t take = MIN((size_t) got, n - 1 - len);
+                memcpy(buf + len, chunk, take);
+                len += take;
+        }
+        buf[len] = 0;
+        return r;
 }
 
 int fd_set_cloexec(int fd, bool on) {

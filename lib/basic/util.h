@@ -18,9 +18,30 @@
 int fd_read_exact(int fd, void *buf, size_t n);
 /* Writes all n bytes, retrying short writes and EINTR. */
 int fd_write_all(int fd, const void *buf, size_t n);
+/* Little-endian integers in byte buffers (file formats: sealed artifacts,
+ * deltas). */
+static inline uint32_t le32_load(const uint8_t *p) {
+        return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
+}
+static inline uint64_t le64_load(const uint8_t *p) {
+        return (uint64_t) le32_load(p) | (uint64_t) le32_load(p + 4) << 32;
+}
+static inline void le32_store(uint8_t *p, uint32_t v) {
+        for (unsigned i = 0; i < 4; i++)
+                p[i] = (uint8_t) (v >> (8 * i));
+}
+static inline void le64_store(uint8_t *p, uint64_t v) {
+        for (unsigned i = 0; i < 8; i++)
+                p[i] = (uint8_t) (v >> (8 * i));
+}
+
 /* The same at offset off (pread/pwrite: the fd's offset stays). */
 int fd_pread_exact(int fd, void *buf, size_t n, uint64_t off);
 int fd_pwrite_all(int fd, const void *buf, size_t n, uint64_t off);
+/* Reads fd until EOF or deadline_ns (CLOCK_MONOTONIC): the first n - 1
+ * bytes go into buf (n >= 1), NUL-terminated, the rest is read and
+ * dropped. 0 at EOF, -ETIMEDOUT at the deadline, or read's error. */
+int fd_read_until_eof(int fd, char *buf, size_t n, uint64_t deadline_ns);
 /* Sets (on) or clears FD_CLOEXEC on fd (-1: nothing to do). 0 or a
  * negative errno. */
 int fd_set_cloexec(int fd, bool on);

@@ -47,18 +47,6 @@ struct ranges {
         size_t n, cap;
 };
 
-static void le64_put(uint8_t *p, uint64_t v) {
-        for (unsigned i = 0; i < 8; i++)
-                p[i] = (uint8_t) (v >> (8 * i));
-}
-
-static uint64_t le64_get(const uint8_t *p) {
-        uint64_t v = 0;
-        for (unsigned i = 0; i < 8; i++)
-                v |= (uint64_t) p[i] << (8 * i);
-        return v;
-}
-
 static int grow(void **v, size_t *cap, size_t n, size_t size) {
         if (n < *cap)
                 return 0;
@@ -295,16 +283,15 @@ int delta_disk_make(int base_fd, int target_fd, int out_fd, struct delta_stats *
                 return k;
         }
         memcpy(h, DELTA_DISK_MAGIC, 8);
-        le64_put(h + 8, (uint64_t) tst.st_size);
-        le64_put(h + 16, (uint64_t) bst.st_size);
-        for (unsigned i = 0; i < 4; i++)
-                h[24 + i] = (uint8_t) ((uint32_t) r.n >> (8 * i));
+        le64_store(h + 8, (uint64_t) tst.st_size);
+        le64_store(h + 16, (uint64_t) bst.st_size);
+        le32_store(h + 24, (uint32_t) r.n);
         uint64_t data = hsize;
         for (size_t i = 0; i < r.n; i++) {
                 uint8_t *e = h + HEADER_FIXED + i * RANGE_BYTES;
-                le64_put(e, r.v[i].off);
-                le64_put(e + 8, r.v[i].len);
-                le64_put(e + 16, r.v[i].data ? data : 0);
+                le64_store(e, r.v[i].off);
+                le64_store(e + 8, r.v[i].len);
+                le64_store(e + 16, r.v[i].data ? data : 0);
                 st.changed += r.v[i].len;
                 if (r.v[i].data)
                         data += (r.v[i].len + DELTA_BLOCK - 1) / DELTA_BLOCK * DELTA_BLOCK;
@@ -335,9 +322,8 @@ int delta_disk_apply(int base_fd, int delta_fd, int out_fd) {
         int k = fd_pread_exact(delta_fd, fixed, sizeof fixed, 0);
         if (k < 0)
                 return k == -EPIPE ? -EBADMSG : k;
-        uint64_t size = le64_get(fixed + 8), base_size = le64_get(fixed + 16);
-        uint32_t n = (uint32_t) fixed[24] | (uint32_t) fixed[25] << 8 | (uint32_t) fixed[26] << 16 |
-                     (uint32_t) fixed[27] << 24;
+        uint64_t size = le64_load(fixed + 8), base_size = le64_load(fixed + 16);
+        uint32_t n = le32_load(fixed + 24);
         uint64_t hsize = header_size(n);
         if (memcmp(fixed, DELTA_DISK_MAGIC, 8) != 0 || n > DELTA_RANGES_MAX || fixed[28] | fixed[29] | fixed[30] | fixed[31] ||
             base_size != (uint64_t) bst.st_size || hsize > (uint64_t) dst.st_size || size > (UINT64_C(1) << 50))
@@ -351,7 +337,7 @@ int delta_disk_apply(int base_fd, int delta_fd, int out_fd) {
         uint64_t prev_end = 0;
         for (uint32_t i = 0; i < n; i++) {
                 const uint8_t *e = table + (size_t) i * RANGE_BYTES;
-                uint64_t off = le64_get(e), len = le64_get(e + 8), data = le64_get(e + 16);
+                uint64_t off = le64_load(e), len = le64_load(e + 8), data = le64_load(e + 16);
                 if (len == 0 || off % DELTA_BLOCK || off < prev_end || off > size || len > size - off ||
                     (len % DELTA_BLOCK && off + len != size) ||
                     (data && (data % DELTA_BLOCK || data < hsize || data > (uint64_t) dst.st_size ||
@@ -366,7 +352,7 @@ int delta_disk_apply(int base_fd, int delta_fd, int out_fd) {
         _cleanup_free_ uint8_t *zeros = NULL;
         for (uint32_t i = 0; i < n && k >= 0; i++) {
                 const uint8_t *e = table + (size_t) i * RANGE_BYTES;
-                uint64_t off = le64_get(e), len = le64_get(e + 8), data = le64_get(e + 16);
+                uint64_t off = le64_load(e), len = le64_load(e + 8), data = le64_load(e + 16);
                 if (data) {
                         k = copy_range(delta_fd, data, out_fd, off, len);
                         continue;

@@ -57,18 +57,6 @@ static void unmap_file(struct mapped *m) {
         *m = (struct mapped){ 0 };
 }
 
-static void le64_put(uint8_t *p, uint64_t v) {
-        for (unsigned i = 0; i < 8; i++)
-                p[i] = (uint8_t) (v >> (8 * i));
-}
-
-static uint64_t le64_get(const uint8_t *p) {
-        uint64_t v = 0;
-        for (unsigned i = 0; i < 8; i++)
-                v |= (uint64_t) p[i] << (8 * i);
-        return v;
-}
-
 static uint64_t be64_get(const uint8_t *p) {
         uint64_t v = 0;
         for (unsigned i = 0; i < 8; i++)
@@ -108,7 +96,8 @@ static int zout_put(struct zout *z, const void *data, size_t n, bool end) {
 static int put_lit(struct zout *z, const uint8_t *p, size_t n, struct delta_stats *st) {
         while (n > 0) {
                 size_t k = MIN(n, (size_t) DELTA_LIT_MAX);
-                uint8_t h[5] = { REC_LIT, (uint8_t) k, (uint8_t) (k >> 8), (uint8_t) (k >> 16), (uint8_t) (k >> 24) };
+                uint8_t h[5] = {REC_LIT};
+                le32_store(h + 1, (uint32_t) k);
                 int r = zout_put(z, h, sizeof h, false);
                 if (r >= 0)
                         r = zout_put(z, p, k, false);
@@ -160,8 +149,8 @@ int delta_ram_make(int base_fd, int target_fd, int out_fd, int level, struct del
         if (r >= 0) {
                 uint8_t h[HEADER_SIZE];
                 memcpy(h, DELTA_RAM_MAGIC, 8);
-                le64_put(h + 8, t.size);
-                le64_put(h + 16, b.size);
+                le64_store(h + 8, t.size);
+                le64_store(h + 16, b.size);
                 r = zout_put(&z, h, sizeof h, false);
         }
         size_t i = 0, lit = 0;
@@ -177,7 +166,7 @@ int delta_ram_make(int base_fd, int target_fd, int out_fd, int level, struct del
                         continue;
                 }
                 uint8_t ref[9] = { REC_REF };
-                le64_put(ref + 1, addr);
+                le64_store(ref + 1, addr);
                 if ((r = put_lit(&z, t.p + lit, page - lit, &st)) >= 0)
                         r = zout_put(&z, ref, sizeof ref, false);
                 st.shared += DELTA_PAGE;
@@ -312,8 +301,8 @@ int delta_ram_apply(int base_fd, int delta_fd, int out_fd) {
         const uint8_t *p;
         uint64_t size = 0;
         if (r >= 0 && (r = zin_take(&z, HEADER_SIZE, scratch, &p)) >= 0) {
-                size = le64_get(p + 8);
-                if (memcmp(p, DELTA_RAM_MAGIC, 8) != 0 || le64_get(p + 16) != b.size)
+                size = le64_load(p + 8);
+                if (memcmp(p, DELTA_RAM_MAGIC, 8) != 0 || le64_load(p + 16) != b.size)
                         r = -EBADMSG;
         }
         for (bool end = false; r >= 0 && !end;) {
@@ -323,7 +312,7 @@ int delta_ram_apply(int base_fd, int delta_fd, int out_fd) {
                 case REC_LIT: {
                         if ((r = zin_take(&z, 4, scratch, &p)) < 0)
                                 break;
-                        size_t n = (size_t) p[0] | (size_t) p[1] << 8 | (size_t) p[2] << 16 | (size_t) p[3] << 24;
+                        size_t n = le32_load(p);
                         if (n == 0 || n > DELTA_LIT_MAX || n > size - w.total) {
                                 r = -EBADMSG;
                                 break;
@@ -339,7 +328,7 @@ int delta_ram_apply(int base_fd, int delta_fd, int out_fd) {
                 case REC_REF: {
                         if ((r = zin_take(&z, 8, scratch, &p)) < 0)
                                 break;
-                        uint64_t off = le64_get(p);
+                        uint64_t off = le64_load(p);
                         if (off > b.size || b.size - off < DELTA_PAGE || DELTA_PAGE > size - w.total) {
                                 r = -EBADMSG;
                                 break;

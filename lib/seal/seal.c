@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "macros.h"
+#include "util.h"
 
 #define MAGIC "ALKSEAL1"
 #define MAGIC_SIZE 8
@@ -73,24 +74,6 @@ struct seal_reader {
         uint8_t want_nonce[SEAL_NONCE_BASE_SIZE];
         bool check_nonce;
 };
-
-static uint32_t le32_load(const uint8_t *p) {
-        return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
-}
-
-static uint64_t le64_load(const uint8_t *p) {
-        return (uint64_t) le32_load(p) | (uint64_t) le32_load(p + 4) << 32;
-}
-
-static void le32_store(uint8_t *p, uint32_t v) {
-        for (size_t i = 0; i < 4; i++)
-                p[i] = (uint8_t) (v >> (8 * i));
-}
-
-static void le64_store(uint8_t *p, uint64_t v) {
-        for (size_t i = 0; i < 8; i++)
-                p[i] = (uint8_t) (v >> (8 * i));
-}
 
 static bool chunk_size_valid(uint32_t cs) {
         return cs >= SEAL_CHUNK_MIN && cs <= SEAL_CHUNK_MAX && (cs & (cs - 1)) == 0;

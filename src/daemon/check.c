@@ -312,32 +312,9 @@ static int run_capture(char *const argv[], char *out, size_t n, int timeout_ms) 
                 _exit(127);
         }
         close(p[1]);
-        size_t len = 0;
-        uint64_t deadline = now_monotonic_ns() + (uint64_t) timeout_ms * 1000000ULL;
-        bool timed_out = false;
-        for (;;) {
-                uint64_t now = now_monotonic_ns();
-                if (now >= deadline) {
-                        timed_out = true;
-                        break;
-                }
-                struct pollfd pf = { .fd = rd, .events = POLLIN };
-                int k = poll(&pf, 1, (int) ((deadline - now) / 1000000ULL) + 1);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        continue;
-                char chunk[1024];
-                ssize_t got = read(rd, chunk, sizeof chunk);
-                if (got < 0 && errno == EINTR)
-                        continue;
-                if (got <= 0)
-                        break;
-                size_t take = MIN((size_t) got, n - 1 - len);
-                memcpy(out + len, chunk, take);
-                len += take;
-        }
-        out[len] = 0;
+        bool timed_out =
+                fd_read_until_eof(rd, out, n, now_monotonic_ns() + (uint64_t) timeout_ms * 1000000ULL) ==
+                -ETIMEDOUT;
         if (timed_out)
                 kill(pid, SIGKILL);
         int status;

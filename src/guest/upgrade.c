@@ -31,7 +31,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,38 +195,15 @@ static int binary_check(int bin_fd, int state_fd, char *name, size_t name_size, 
         }
         close(pipefd[1]);
         char out[UPGRADE_CHECK_OUTPUT_MAX + 1];
-        size_t len = 0;
-        uint64_t deadline = now_monotonic_ns() + (uint64_t) UPGRADE_CHECK_MS * 1000000ULL;
-        bool timed_out = false;
-        for (;;) {
-                uint64_t now = now_monotonic_ns();
-                if (now >= deadline) {
-                        timed_out = true;
-                        break;
-                }
-                struct pollfd p = { .fd = pipefd[0], .events = POLLIN };
-                int k = poll(&p, 1, (int) ((deadline - now + 999999ULL) / 1000000ULL));
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        continue;
-                char buf[256];
-                ssize_t got = read(pipefd[0], buf, sizeof buf);
-                if (got < 0 && errno == EINTR)
-                        continue;
-                if (got <= 0)
-                        break;
-                size_t keep = MIN((size_t) got, UPGRADE_CHECK_OUTPUT_MAX - len);
-                memcpy(out + len, buf, keep);
-                len += keep;
-        }
+        bool timed_out = fd_read_until_eof(pipefd[0], out, sizeof out,
+                                           now_monotonic_ns() + (uint64_t) UPGRADE_CHECK_MS * 1000000ULL) ==
+                         -ETIMEDOUT;
         close(pipefd[0]);
         if (timed_out)
                 (void) kill(pid, SIGKILL);
         int status = 0;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
                 ;
-        out[len] = 0;
         out[strcspn(out, "\n")] = 0;
         if (timed_out) {
                 snprintf(why, n, "the new agent's check did not end within %d ms", UPGRADE_CHECK_MS);
