@@ -1080,11 +1080,14 @@ class Soak:
                 pass
         self.stack.proc.wait()
 
-    def restart(self):
+    def restart(self, adopts=True):
         # a restart is where a platform puts its new binaries: from the
-        # first one on, the node has a newer guest agent and upgrades its
-        # sandboxes' agents in place (by itself once idle, and agent_upgrade)
-        if self.a.agent_upgrade and not self.cluster and self.stack.env.get("AIRLOCK_GUEST_BINARY") != NEXT_AGENT:
+        # first one that adopts running VMs on (not a SIGTERM to all, after
+        # which every VM boots again, with whatever agent the node has), the
+        # node has a newer guest agent and upgrades its sandboxes' agents in
+        # place (by itself once idle, and agent_upgrade)
+        if (adopts and self.a.agent_upgrade and not self.cluster
+                and self.stack.env.get("AIRLOCK_GUEST_BINARY") != NEXT_AGENT):
             self.stack.env.update({"AIRLOCK_GUEST_BINARY": NEXT_AGENT, "AIRLOCK_AGENT_UPGRADE_IDLE": "1"})
             self.log(f"the stack restarts with a newer guest agent ({os.path.basename(NEXT_AGENT)})")
         self.stack.spawn()
@@ -1145,7 +1148,7 @@ class Soak:
             for p in procs:
                 os.kill(p, signal.SIGTERM)
             self.wait_down()
-            self.restart()
+            self.restart(adopts=False)
             return f"SIGTERM to {procs} at once, stack started again", None
         if kind == "vmm":
             return self.kill_vmm(victim)
@@ -1249,9 +1252,14 @@ class Soak:
         with self.lock:
             sbxs = [s for s in self.sandboxes.values() if not s.lost]
             busy = {v[1] for v in self.inflight.values()} if exempt_ours else set()
+            deleting = {v[1] for v in self.inflight.values() if v[0] == "delete"}
         for s in sbxs:
             try:
                 o = self.get_sbx(s.id)
+            except harness.ApiError as e:
+                if e.status == 404 and s.id in deleting:
+                    continue  # our delete, cut off by the fault, landed: the op resolves it
+                return f"{s.id}: {e}"
             except Exception as e:  # noqa: BLE001
                 return f"{s.id}: {e}"
             if o["state"] not in STABLE | {"failed", "recovering"} and s.id in busy:
@@ -1519,6 +1527,13 @@ class Soak:
         empty = self.empty_cgroups()
         if empty:
             time.sleep(3)  # host-wide: a VM of ours may be going right now
+            empty &= self.empty_cgroups()
+        if empty:
+            # one of a VM that ended just as airlock-nodemgr was killed is
+            # swept by the next one once no longer fresh (lib/jail:
+            # JAIL_CGROUP_FRESH_S, 15 s, then a second sweep)
+            youngest = max(cgroup_ctime(c) for c in empty)
+            time.sleep(max(0.0, youngest + CGROUP_SWEPT_AFTER - time.time()))
             empty &= self.empty_cgroups()
         for c in sorted(empty):
             self.problem("leak", f"({why}) empty VM cgroup {c} (uid of one of our VMs)")
@@ -1858,6 +1873,16 @@ def interval(text):
     if not 1 <= lo <= hi <= 3600:
         raise argparse.ArgumentTypeError("need 1 <= LO <= HI <= 3600")
     return lo, hi
+
+
+CGROUP_SWEPT_AFTER = 35  # s: made at most 15 s before a nodemgr start, swept again 16 s after it
+
+
+def cgroup_ctime(path):
+    try:
+        return os.stat(path).st_ctime
+    except OSError:
+        return 0.0
 
 
 def fault_kinds(text):

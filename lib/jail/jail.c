@@ -803,7 +803,7 @@ static char *cg_path(size_t i, uid_t uid) {
  * on this host just made on its uid (its QEMU is about to join it), not a
  * leftover: neither taken over nor swept (both raced: a VM then failed to
  * join its own cgroup, or two VMs shared a uid). */
-#define CG_CLAIM_FRESH_S 15
+#define CG_CLAIM_FRESH_S JAIL_CGROUP_FRESH_S
 
 static bool cg_fresh(int dir_fd, const char *name) {
         struct stat st;
@@ -837,9 +837,10 @@ int jail_cgroup_remove(uid_t uid) {
         return ret;
 }
 
-int jail_cgroup_sweep(uid_t base, uint32_t count) {
+int jail_cgroup_sweep(uid_t base, uint32_t count, unsigned *ret_fresh) {
         jail_cgroup_setup();
         int removed = 0;
+        unsigned fresh = 0;
         for (size_t i = 0; i < cg.n; i++) {
                 DIR *d = opendir(cg.dir[i]);
                 if (!d)
@@ -852,11 +853,15 @@ int jail_cgroup_sweep(uid_t base, uint32_t count) {
                             e->d_name[end] != '\0' || uid < base || uid - base >= count)
                                 continue;
                         /* one try: EBUSY is a live VM's, and stays */
-                        if (!cg_fresh(dirfd(d), e->d_name) && unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) >= 0)
+                        if (cg_fresh(dirfd(d), e->d_name))
+                                fresh++; /* (empty or not: counted, looked at again) */
+                        else if (unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) >= 0)
                                 removed++;
                 }
                 closedir(d);
         }
+        if (ret_fresh)
+                *ret_fresh = fresh;
         return removed;
 }
 

@@ -158,6 +158,10 @@ int jail_cgroup_remove(uid_t uid);
 
 /* Removes every empty VM cgroup of a uid in [base, base + count): those
  * of VMs that ended while nobody could remove theirs (airlock-nodemgr
- * was down). A cgroup with a process in it, or made in the last 15 s
- * (another node's fresh claim), stays. The number removed. */
-int jail_cgroup_sweep(uid_t base, uint32_t count);
+ * was down). A cgroup with a process in it, or made in the last
+ * JAIL_CGROUP_FRESH_S s (another node's fresh claim, or a VM that ended
+ * just as airlock-nodemgr went), stays; *ret_fresh (may be NULL) counts
+ * those empty but fresh: sweep again once they are not. The number
+ * removed. */
+#define JAIL_CGROUP_FRESH_S 15
+int jail_cgroup_sweep(uid_t base, uint32_t count, unsigned *ret_fresh);

@@ -173,8 +173,9 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
         int exit_code = 1;
         while (daemon_pid > 0) {
                 struct pollfd pfd[2] = { { .fd = sfd, .events = POLLIN }, { .fd = mgr_server_fd(mgr), .events = POLLIN } };
-                if (poll(pfd, 2, -1) < 0)
+                if (poll(pfd, 2, mgr_server_timeout_ms(mgr)) < 0)
                         continue; /* EINTR */
+                mgr_server_tick(mgr);
                 if (pfd[1].revents & POLLIN)
                         mgr_server_serve_one(mgr);
                 if (!(pfd[0].revents & POLLIN))

@@ -46,6 +46,7 @@ struct mgr_server {
         struct mgr_policy policy;
         char *roots[MGR_ROOTS_MAX];
         char *qemu;
+        uint64_t sweep_at_ns; /* when to sweep the VM cgroups again (0: never) */
 };
 
 const char *mgr_server_path(const struct mgr_server *s) {
@@ -61,6 +62,23 @@ int mgr_server_probe_kvm(const struct mgr_server *s) {
 
 int mgr_server_fd(const struct mgr_server *s) {
         return s ? s->fd : -1;
+}
+
+int mgr_server_timeout_ms(const struct mgr_server *s) {
+        if (!s || !s->sweep_at_ns)
+                return -1;
+        uint64_t now = now_monotonic_ns();
+        return now >= s->sweep_at_ns ? 0 : (int) ((s->sweep_at_ns - now) / 1000000 + 1);
+}
+
+void mgr_server_tick(struct mgr_server *s) {
+        if (!s || !s->sweep_at_ns || now_monotonic_ns() < s->sweep_at_ns)
+                return;
+        s->sweep_at_ns = 0;
+        int swept = jail_cgroup_sweep(s->policy.vm_uid_base, s->policy.vm_uid_count, NULL);
+        if (swept > 0)
+                log_info("removed %d empty VM cgroup%s of VMs that ended as the airlock-nodemgr before went",
+                         swept, swept == 1 ? "" : "s");
 }
 
 void mgr_server_free(struct mgr_server *s) {
@@ -124,10 +142,15 @@ int mgr_server_open(const struct daemon_config *c, uid_t node_uid, gid_t node_gi
                 s->policy.vm_uid_base = (uid_t) v;
         }
         /* airlock-nodemgr alone puts VMs into cgroups and removes them:
-         * one whose VM ended while no nodemgr was running is still there */
-        int swept = jail_cgroup_sweep(s->policy.vm_uid_base, s->policy.vm_uid_count);
+         * one whose VM ended while no nodemgr was running is still there;
+         * one made in the last seconds (a VM that ended as the nodemgr
+         * before went) is looked at again once it is not fresh */
+        unsigned fresh = 0;
+        int swept = jail_cgroup_sweep(s->policy.vm_uid_base, s->policy.vm_uid_count, &fresh);
         if (swept > 0)
                 log_info("removed %d empty VM cgroup%s left from before", swept, swept == 1 ? "" : "s");
+        if (fresh > 0)
+                s->sweep_at_ns = now_monotonic_ns() + (uint64_t) (JAIL_CGROUP_FRESH_S + 1) * 1000000000ull;
         /* the node's own files: its storage (the loop volume is another
          * file system, hence a root of its own) and a shared templates dir */
         _cleanup_free_ char *vol = strdup_printf("%s/vol", c->data_dir);

@@ -36,6 +36,11 @@ int mgr_server_probe_kvm(const struct mgr_server *s);
 /* The fd to poll for a connection. */
 int mgr_server_fd(const struct mgr_server *s);
 
+/* The poll timeout until mgr_server_tick() has work (the second sweep of
+ * VM cgroups left fresh at the start), -1 for none. */
+int mgr_server_timeout_ms(const struct mgr_server *s);
+void mgr_server_tick(struct mgr_server *s);
+
 /* Accepts one connection (if there is one) and serves it. Errors are the
  * client's: logged and answered, never fatal. */
 void mgr_server_serve_one(struct mgr_server *s);

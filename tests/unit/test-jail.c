@@ -271,7 +271,8 @@ static void test_spawn_dev_node(void **state) {
 
 /* Two nodes on one host share the VM uid range: a cgroup another node made
  * a moment ago (its QEMU not in it yet) is its claim, neither taken over
- * by a create nor removed by a sweep; the control: once removed, the uid's
+ * by a create nor removed by a sweep, which says it left it (to look
+ * again once it is not fresh); the control: once removed, the uid's
  * cgroup is made again. */
 static void test_cgroup_fresh_claims_are_kept(void **state) {
         (void) state;
@@ -292,7 +293,9 @@ static void test_cgroup_fresh_claims_are_kept(void **state) {
         /* another node's create of the same uid now: its claim is kept */
         size_t n2 = 0;
         assert_int_equal(jail_cgroup_create(uid, &l, procs, &n2), -EBUSY);
-        assert_int_equal(jail_cgroup_sweep(uid, 1), 0);
+        unsigned fresh = 0;
+        assert_int_equal(jail_cgroup_sweep(uid, 1, &fresh), 0);
+        assert_int_equal(fresh, n);               /* one per hierarchy: the caller sweeps again later */
         assert_int_equal(access(first, F_OK), 0); /* still there */
         assert_int_equal(jail_cgroup_remove(uid), 0);
         assert_int_equal(jail_cgroup_create(uid, &l, procs, &n), 0); /* the control */
