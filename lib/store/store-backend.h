@@ -52,7 +52,9 @@
         X(p, sandbox_count_by) X(p, join_token_delete) X(p, cap_key_publish) X(p, cap_key_list)                 \
         X(p, cap_key_delete) X(p, replica_seen) X(p, replica_list) X(p, replica_delete)                         \
         X(p, operation_lease_renew) X(p, operation_take_over) X(p, api_key_insert) X(p, api_key_create)         \
-        X(p, tenant_insert) X(p, template_put)
+        X(p, tenant_insert) X(p, template_put) X(p, volume_insert) X(p, volume_get) X(p, volume_find)           \
+        X(p, volume_list) X(p, volume_delete) X(p, volume_usage) X(p, volume_hold_insert)                       \
+        X(p, volume_holds_of_volume) X(p, volume_holds_of_sandbox)
 
 /* A table's initializer of op: .op = p_op */
 #define STORE_OP_INIT(p, op) .op = p##_##op,
@@ -172,6 +174,9 @@ int64_t store_now_ms(void);
 #define STORE_NODE_COLUMNS "name, address, boot_id, info, draining, lost_at, joined_at, heartbeat_at"
 #define STORE_CAP_KEY_COLUMNS "kid, public_key, replica, created_at"
 #define STORE_REPLICA_COLUMNS "id, cluster_address, api_address, started_at, seen_at"
+/* volumes and their holds (read by store-sql.c's own readers) */
+#define STORE_VOLUME_COLUMNS "id, tenant_id, name, size, node, source_id, created_at"
+#define STORE_VOLUME_HOLD_COLUMNS "sandbox_id, volume_id, slot, path, read_only"
 
 /* Readers: the current row into *ret (the struct named), which they fill
  * only on success. -EBADMSG for a row that breaks the schema's promises. */

@@ -64,6 +64,38 @@ void store_image_array_free(struct store_image *a, size_t n) {
         free(a);
 }
 
+void store_volume_release(struct store_volume *v) {
+        if (!v)
+                return;
+        free(v->id);
+        free(v->tenant_id);
+        free(v->name);
+        free(v->node);
+        free(v->source_id);
+        *v = (struct store_volume){ 0 };
+}
+
+void store_volume_array_free(struct store_volume *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                store_volume_release(&a[i]);
+        free(a);
+}
+
+void store_volume_hold_release(struct store_volume_hold *h) {
+        if (!h)
+                return;
+        free(h->sandbox_id);
+        free(h->volume_id);
+        free(h->path);
+        *h = (struct store_volume_hold){ 0 };
+}
+
+void store_volume_hold_array_free(struct store_volume_hold *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                store_volume_hold_release(&a[i]);
+        free(a);
+}
+
 void store_template_release(struct store_template *t) {
         if (!t)
                 return;

@@ -179,6 +179,64 @@ int store_image_delete(struct store *s, const char *id) {
         return s->ops->image_delete(s, id);
 }
 
+int store_volume_insert(struct store *s, const struct store_volume *v) {
+        if (!v || !v->id || !v->name || !*v->name || v->size <= 0 || v->created_at < 0)
+                return -EINVAL;
+        return s->ops->volume_insert(s, v);
+}
+
+int store_volume_get(struct store *s, const char *id, struct store_volume *ret) {
+        if (!id || !ret)
+                return -EINVAL;
+        return s->ops->volume_get(s, id, ret);
+}
+
+int store_volume_find(struct store *s, const char *tenant_id, const char *name, struct store_volume *ret) {
+        if (!name || !ret)
+                return -EINVAL;
+        return s->ops->volume_find(s, tenant_id, name, ret);
+}
+
+int store_volume_list(struct store *s, bool all, const char *tenant_id, size_t max,
+                      struct store_volume **ret, size_t *ret_n) {
+        if (!ret || !ret_n)
+                return -EINVAL;
+        return s->ops->volume_list(s, all, tenant_id, MIN(max, (size_t) STORE_LIST_MAX), ret, ret_n);
+}
+
+int store_volume_delete(struct store *s, const char *id) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->volume_delete(s, id);
+}
+
+int store_volume_usage(struct store *s, const char *tenant_id, int64_t *ret_bytes, size_t *ret_n) {
+        if (!ret_bytes || !ret_n)
+                return -EINVAL;
+        return s->ops->volume_usage(s, tenant_id, ret_bytes, ret_n);
+}
+
+int store_volume_hold_insert(struct store *s, const struct store_volume_hold *h) {
+        if (!h || !h->sandbox_id || !h->volume_id || !h->path || h->slot < 0 ||
+            h->slot >= STORE_VOLUME_SLOTS)
+                return -EINVAL;
+        return s->ops->volume_hold_insert(s, h);
+}
+
+int store_volume_holds_of_volume(struct store *s, const char *volume_id, struct store_volume_hold **ret,
+                                 size_t *ret_n) {
+        if (!volume_id || !ret || !ret_n)
+                return -EINVAL;
+        return s->ops->volume_holds_of_volume(s, volume_id, ret, ret_n);
+}
+
+int store_volume_holds_of_sandbox(struct store *s, const char *sandbox_id, struct store_volume_hold **ret,
+                                  size_t *ret_n) {
+        if (!sandbox_id || !ret || !ret_n)
+                return -EINVAL;
+        return s->ops->volume_holds_of_sandbox(s, sandbox_id, ret, ret_n);
+}
+
 static bool template_state_is_valid(const char *state) {
         return state && (strcmp(state, "building") == 0 || strcmp(state, "ready") == 0 ||
                          strcmp(state, "failed") == 0);

@@ -128,6 +128,26 @@ struct store_image {
         char *snapshot_id;   /* the kept snapshot it was exported from, or NULL (taken for it) */
 };
 
+/* A volume (docs/volumes.md): a tenant's named, sized persistent disk. */
+struct store_volume {
+        char *id;           /* "vol-" + 16 hex */
+        char *tenant_id;    /* owner, or NULL: the admin */
+        char *name;         /* unique in its owner's scope */
+        int64_t size;       /* bytes */
+        char *node;         /* the node whose store holds its image, or NULL: the local node */
+        char *source_id;    /* the volume it is a snapshot of, or NULL */
+        int64_t created_at; /* Unix ms (0 on insert: now) */
+};
+
+/* A sandbox's hold on a volume: in its slot (0..3), mounted at path. */
+struct store_volume_hold {
+        char *sandbox_id;
+        char *volume_id;
+        int slot;
+        char *path;
+        bool read_only;
+};
+
 /* A template built from a spec (docs/templates.md): a tenant's name for a
  * node template named by its content. */
 struct store_template {
@@ -259,6 +279,20 @@ struct store_ops {
         int (*image_list)(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, size_t max,
                           struct store_image **ret, size_t *ret_n);
         int (*image_delete)(struct store *s, const char *id);
+
+        int (*volume_insert)(struct store *s, const struct store_volume *v);
+        int (*volume_get)(struct store *s, const char *id, struct store_volume *ret);
+        int (*volume_find)(struct store *s, const char *tenant_id, const char *name,
+                           struct store_volume *ret);
+        int (*volume_list)(struct store *s, bool all, const char *tenant_id, size_t max,
+                           struct store_volume **ret, size_t *ret_n);
+        int (*volume_delete)(struct store *s, const char *id);
+        int (*volume_usage)(struct store *s, const char *tenant_id, int64_t *ret_bytes, size_t *ret_n);
+        int (*volume_hold_insert)(struct store *s, const struct store_volume_hold *h);
+        int (*volume_holds_of_volume)(struct store *s, const char *volume_id, struct store_volume_hold **ret,
+                                      size_t *ret_n);
+        int (*volume_holds_of_sandbox)(struct store *s, const char *sandbox_id,
+                                       struct store_volume_hold **ret, size_t *ret_n);
 
         /* templates; tenant_id "" is the admin's (NULL in a list: every owner's) */
         int (*template_put)(struct store *s, const struct store_template *t, size_t max);
@@ -471,6 +505,47 @@ int store_image_delete(struct store *s, const char *id);
 void store_image_release(struct store_image *img);
 void store_image_array_free(struct store_image *a, size_t n);
 
+/* Volumes (docs/volumes.md; tenant_id NULL is the admin scope). A
+ * tenant's go with it (deleting the tenant deletes them); a volume held by
+ * a sandbox cannot be deleted. Holds go with their sandbox (deleting its
+ * row deletes them). */
+#define STORE_VOLUME_SLOTS 4 /* a sandbox holds at most this many, slots 0..3 */
+/* Inserts a volume (created_at 0: now). -EEXIST when the id is taken or
+ * its owner has a volume of that name, -ENOENT when tenant_id names no
+ * tenant, -EINVAL without an id or a name or with a size under 1. */
+int store_volume_insert(struct store *s, const struct store_volume *v);
+/* Reads one volume by id, or by owner (NULL: the admin) and name; -ENOENT
+ * when unknown. Release with store_volume_release(). */
+int store_volume_get(struct store *s, const char *id, struct store_volume *ret);
+int store_volume_find(struct store *s, const char *tenant_id, const char *name, struct store_volume *ret);
+/* Reads at most max volumes (bounded by STORE_LIST_MAX), newest first:
+ * every owner's when all, otherwise tenant_id's (NULL: the admin's). Free
+ * with store_volume_array_free(). */
+int store_volume_list(struct store *s, bool all, const char *tenant_id, size_t max,
+                      struct store_volume **ret, size_t *ret_n);
+/* Deletes a volume row. -ENOENT when unknown, -EBUSY while a sandbox
+ * holds it (decided by the database: a hold inserted meanwhile fails the
+ * delete on its foreign key, still -EBUSY). */
+int store_volume_delete(struct store *s, const char *id);
+/* The bytes and the number of volumes tenant_id (NULL: the admin) owns,
+ * for quotas. */
+int store_volume_usage(struct store *s, const char *tenant_id, int64_t *ret_bytes, size_t *ret_n);
+/* Inserts a hold. -EEXIST when the sandbox's slot is taken or, for a
+ * read-write hold, the volume has a read-write holder already (a unique
+ * index: two racing inserts cannot both win); -ENOENT when the sandbox or
+ * the volume does not exist; -EINVAL for a slot out of 0..3 or no path. */
+int store_volume_hold_insert(struct store *s, const struct store_volume_hold *h);
+/* The holds of a volume (by sandbox id, then slot), and of a sandbox (by
+ * slot). Free with store_volume_hold_array_free(). */
+int store_volume_holds_of_volume(struct store *s, const char *volume_id, struct store_volume_hold **ret,
+                                 size_t *ret_n);
+int store_volume_holds_of_sandbox(struct store *s, const char *sandbox_id, struct store_volume_hold **ret,
+                                  size_t *ret_n);
+void store_volume_release(struct store_volume *v);
+void store_volume_array_free(struct store_volume *a, size_t n);
+void store_volume_hold_release(struct store_volume_hold *h);
+void store_volume_hold_array_free(struct store_volume_hold *a, size_t n);
+
 /* Templates built from specs. A tenant's go with it (deleting the tenant
  * deletes them); node_name is no reference: the node templates are the
  * nodes' (store_template_node_refs() tells whether a row still names one). */
@@ -535,8 +610,8 @@ int store_tenant_get(struct store *s, const char *id, struct store_tenant *ret);
 /* At most max tenants (bounded by STORE_LIST_MAX), oldest first. Free with
  * store_tenant_array_free(). */
 int store_tenant_list(struct store *s, size_t max, struct store_tenant **ret, size_t *ret_n);
-/* Deletes a tenant and its keys. -ENOENT when unknown, -EBUSY while it
- * still owns sandboxes. */
+/* Deletes a tenant and its keys and templates. -ENOENT when unknown,
+ * -EBUSY while it still owns sandboxes, images or volumes. */
 int store_tenant_delete(struct store *s, const char *id);
 /* Sets a tenant's default egress policy (canonical JSON text; NULL: back
  * to the node's). Sandboxes made before keep theirs. -ENOENT when unknown. */

@@ -833,6 +833,306 @@ static void test_images(void **state) {
         assert_int_equal(store_tenant_delete(s, "ten-i"), 0);
 }
 
+#define GIB ((int64_t) 1 << 30)
+
+static void add_sandbox(struct store *s, const char *id, const char *tenant_id) {
+        struct store_sandbox sb = { .id = (char *) id, .tenant_id = (char *) tenant_id,
+                                    .template_name = "python", .state = "running" };
+        assert_int_equal(store_sandbox_insert(s, &sb), 0);
+}
+
+static int hold(struct store *s, const char *sandbox_id, const char *volume_id, int slot, bool read_only) {
+        struct store_volume_hold h = { .sandbox_id = (char *) sandbox_id, .volume_id = (char *) volume_id,
+                                       .slot = slot, .path = "/mnt/data", .read_only = read_only };
+        return store_volume_hold_insert(s, &h);
+}
+
+/* Volumes (migration 18): an owner's named disks, read back by id and by
+ * name, listed per owner and for all, counted for quotas; held by
+ * sandboxes in slots, one read-write holder at most; a held volume stays,
+ * the holds go with their sandbox; a tenant with volumes stays. */
+static void test_volumes(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(URL, &s), 0);
+        struct store_tenant tv = { .id = "ten-v", .name = "v" }, tw = { .id = "ten-w", .name = "w" };
+        assert_int_equal(store_tenant_insert(s, &tv, 10), 0);
+        assert_int_equal(store_tenant_insert(s, &tw, 10), 0);
+
+        struct store_volume a = { .id = "vol-a", .tenant_id = "ten-v", .name = "data", .size = GIB,
+                                  .created_at = 1000 };
+        struct store_volume b = { .id = "vol-b", .tenant_id = "ten-v", .name = "cache", .size = 2 * GIB,
+                                  .node = "node-1", .created_at = 2000 };
+        struct store_volume c = { .id = "vol-c", .name = "data", .size = 512 << 20, .source_id = "vol-a",
+                                  .created_at = 3000 };
+        struct store_volume w = { .id = "vol-w", .tenant_id = "ten-w", .name = "data", .size = 100,
+                                  .created_at = 1500 };
+        assert_int_equal(store_volume_insert(s, &a), 0);
+        assert_int_equal(store_volume_insert(s, &b), 0);
+        assert_int_equal(store_volume_insert(s, &c), 0); /* a name is unique per owner only */
+        assert_int_equal(store_volume_insert(s, &w), 0);
+        struct store_volume dup = { .id = "vol-d", .tenant_id = "ten-v", .name = "data", .size = 1 };
+        assert_int_equal(store_volume_insert(s, &dup), -EEXIST);
+        dup = (struct store_volume){ .id = "vol-d", .name = "data", .size = 1 }; /* the admin's too */
+        assert_int_equal(store_volume_insert(s, &dup), -EEXIST);
+        dup = (struct store_volume){ .id = "vol-a", .tenant_id = "ten-w", .name = "other", .size = 1 };
+        assert_int_equal(store_volume_insert(s, &dup), -EEXIST); /* the id */
+        dup = (struct store_volume){ .id = "vol-d", .tenant_id = "ten-none", .name = "data", .size = 1 };
+        assert_int_equal(store_volume_insert(s, &dup), -ENOENT); /* an unknown owner */
+        dup = (struct store_volume){ .id = "vol-d", .name = "zero", .size = 0 };
+        assert_int_equal(store_volume_insert(s, &dup), -EINVAL);
+        dup = (struct store_volume){ .id = "vol-d", .size = 1 };
+        assert_int_equal(store_volume_insert(s, &dup), -EINVAL);
+        struct store_volume now = { .id = "vol-n", .tenant_id = "ten-w", .name = "now", .size = 1 };
+        assert_int_equal(store_volume_insert(s, &now), 0);
+
+        struct store_volume g = { 0 };
+        assert_int_equal(store_volume_get(s, "vol-b", &g), 0);
+        assert_string_equal(g.id, "vol-b");
+        assert_string_equal(g.tenant_id, "ten-v");
+        assert_string_equal(g.name, "cache");
+        assert_int_equal(g.size, 2 * GIB);
+        assert_string_equal(g.node, "node-1");
+        assert_null(g.source_id);
+        assert_int_equal(g.created_at, 2000);
+        store_volume_release(&g);
+        assert_int_equal(store_volume_get(s, "vol-c", &g), 0);
+        assert_null(g.tenant_id);
+        assert_null(g.node);
+        assert_string_equal(g.source_id, "vol-a");
+        store_volume_release(&g);
+        assert_int_equal(store_volume_get(s, "vol-n", &g), 0);
+        assert_true(g.created_at > 1000000); /* 0: now */
+        store_volume_release(&g);
+        assert_int_equal(store_volume_get(s, "vol-zz", &g), -ENOENT);
+        assert_int_equal(store_volume_find(s, "ten-v", "data", &g), 0);
+        assert_string_equal(g.id, "vol-a");
+        store_volume_release(&g);
+        assert_int_equal(store_volume_find(s, NULL, "data", &g), 0);
+        assert_string_equal(g.id, "vol-c");
+        store_volume_release(&g);
+        assert_int_equal(store_volume_find(s, "ten-w", "data", &g), 0);
+        assert_string_equal(g.id, "vol-w");
+        store_volume_release(&g);
+        assert_int_equal(store_volume_find(s, "ten-v", "other", &g), -ENOENT);
+        assert_int_equal(store_volume_find(s, NULL, "cache", &g), -ENOENT);
+
+        struct store_volume *l = NULL;
+        size_t n = 0;
+        assert_int_equal(store_volume_list(s, false, "ten-v", 10, &l, &n), 0);
+        assert_int_equal(n, 2); /* newest first, the tenant's only */
+        assert_string_equal(l[0].id, "vol-b");
+        assert_string_equal(l[1].id, "vol-a");
+        store_volume_array_free(l, n);
+        assert_int_equal(store_volume_list(s, false, NULL, 10, &l, &n), 0);
+        assert_int_equal(n, 1); /* the admin's */
+        assert_string_equal(l[0].id, "vol-c");
+        store_volume_array_free(l, n);
+        assert_int_equal(store_volume_list(s, true, NULL, 10, &l, &n), 0);
+        assert_int_equal(n, 5); /* every owner's */
+        assert_string_equal(l[0].id, "vol-n");
+        assert_string_equal(l[1].id, "vol-c");
+        assert_string_equal(l[2].id, "vol-b");
+        assert_string_equal(l[3].id, "vol-w");
+        assert_string_equal(l[4].id, "vol-a");
+        store_volume_array_free(l, n);
+        assert_int_equal(store_volume_list(s, true, "ten-v", 2, &l, &n), 0);
+        assert_int_equal(n, 2); /* the bound */
+        store_volume_array_free(l, n);
+
+        int64_t bytes = -1;
+        assert_int_equal(store_volume_usage(s, "ten-v", &bytes, &n), 0);
+        assert_int_equal(bytes, 3 * GIB);
+        assert_int_equal(n, 2);
+        assert_int_equal(store_volume_usage(s, NULL, &bytes, &n), 0);
+        assert_int_equal(bytes, 512 << 20);
+        assert_int_equal(n, 1);
+        assert_int_equal(store_volume_usage(s, "ten-x", &bytes, &n), 0);
+        assert_int_equal(bytes, 0);
+        assert_int_equal(n, 0);
+
+        /* holds */
+        add_sandbox(s, "sbx-1", "ten-v");
+        add_sandbox(s, "sbx-2", "ten-v");
+        add_sandbox(s, "sbx-3", NULL);
+        assert_int_equal(hold(s, "sbx-1", "vol-a", 0, false), 0);
+        assert_int_equal(hold(s, "sbx-2", "vol-a", 0, false), -EEXIST); /* a second writer */
+        assert_int_equal(hold(s, "sbx-1", "vol-b", 0, true), -EEXIST);  /* a taken slot */
+        assert_int_equal(hold(s, "sbx-2", "vol-a", 0, true), 0);
+        assert_int_equal(hold(s, "sbx-3", "vol-a", 3, true), 0);
+        assert_int_equal(hold(s, "sbx-1", "vol-b", 1, true), 0);
+        assert_int_equal(hold(s, "sbx-2", "vol-b", 2, true), 0); /* two readers */
+        /* another owner's volume: the daemon's to refuse, not the store's */
+        assert_int_equal(hold(s, "sbx-3", "vol-w", 0, false), 0);
+        assert_int_equal(hold(s, "sbx-1", "vol-zz", 2, true), -ENOENT);
+        assert_int_equal(hold(s, "sbx-zz", "vol-a", 0, true), -ENOENT);
+        assert_int_equal(hold(s, "sbx-1", "vol-c", 4, true), -EINVAL);
+        assert_int_equal(hold(s, "sbx-1", "vol-c", -1, true), -EINVAL);
+        struct store_volume_hold bad = { .sandbox_id = "sbx-1", .volume_id = "vol-c", .slot = 2 };
+        assert_int_equal(store_volume_hold_insert(s, &bad), -EINVAL); /* no path */
+
+        struct store_volume_hold *h = NULL;
+        assert_int_equal(store_volume_holds_of_volume(s, "vol-a", &h, &n), 0);
+        assert_int_equal(n, 3);
+        assert_string_equal(h[0].sandbox_id, "sbx-1");
+        assert_string_equal(h[0].volume_id, "vol-a");
+        assert_int_equal(h[0].slot, 0);
+        assert_string_equal(h[0].path, "/mnt/data");
+        assert_false(h[0].read_only);
+        assert_string_equal(h[1].sandbox_id, "sbx-2");
+        assert_true(h[1].read_only);
+        assert_string_equal(h[2].sandbox_id, "sbx-3");
+        assert_int_equal(h[2].slot, 3);
+        assert_true(h[2].read_only);
+        store_volume_hold_array_free(h, n);
+        assert_int_equal(store_volume_holds_of_sandbox(s, "sbx-2", &h, &n), 0);
+        assert_int_equal(n, 2); /* by slot */
+        assert_string_equal(h[0].volume_id, "vol-a");
+        assert_int_equal(h[0].slot, 0);
+        assert_string_equal(h[1].volume_id, "vol-b");
+        assert_int_equal(h[1].slot, 2);
+        store_volume_hold_array_free(h, n);
+        assert_int_equal(store_volume_holds_of_volume(s, "vol-c", &h, &n), 0);
+        assert_int_equal(n, 0);
+        store_volume_hold_array_free(h, n);
+
+        /* a held volume stays; its holds go with their sandboxes */
+        assert_int_equal(store_volume_delete(s, "vol-a"), -EBUSY);
+        assert_int_equal(store_volume_get(s, "vol-a", &g), 0);
+        store_volume_release(&g);
+        assert_int_equal(store_sandbox_delete(s, "sbx-1"), 0);
+        assert_int_equal(store_volume_holds_of_sandbox(s, "sbx-1", &h, &n), 0);
+        assert_int_equal(n, 0);
+        store_volume_hold_array_free(h, n);
+        assert_int_equal(store_volume_delete(s, "vol-a"), -EBUSY); /* still read by two */
+        add_sandbox(s, "sbx-4", "ten-v");
+        assert_int_equal(hold(s, "sbx-4", "vol-a", 0, false), 0); /* the writer gone, another may write */
+        assert_int_equal(store_sandbox_delete(s, "sbx-2"), 0);
+        assert_int_equal(store_volume_holds_of_volume(s, "vol-a", &h, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(h[0].sandbox_id, "sbx-3");
+        assert_string_equal(h[1].sandbox_id, "sbx-4");
+        assert_false(h[1].read_only);
+        store_volume_hold_array_free(h, n);
+        assert_int_equal(store_sandbox_delete(s, "sbx-4"), 0);
+
+        /* a tenant with volumes stays (their images are on nodes: the
+         * volumes go first, each from its node), held or not */
+        assert_int_equal(store_tenant_delete(s, "ten-w"), -EBUSY);
+        assert_int_equal(store_volume_get(s, "vol-w", &g), 0);
+        store_volume_release(&g);
+        assert_int_equal(store_sandbox_delete(s, "sbx-3"), 0);
+        assert_int_equal(store_volume_delete(s, "vol-a"), 0);
+        assert_int_equal(store_volume_delete(s, "vol-a"), -ENOENT);
+        assert_int_equal(store_volume_get(s, "vol-a", &g), -ENOENT);
+        assert_int_equal(store_tenant_delete(s, "ten-w"), -EBUSY); /* vol-w, vol-n: not held */
+        assert_int_equal(store_volume_delete(s, "vol-w"), 0);
+        assert_int_equal(store_volume_delete(s, "vol-n"), 0);
+        assert_int_equal(store_tenant_delete(s, "ten-w"), 0);
+        assert_int_equal(store_volume_get(s, "vol-w", &g), -ENOENT);
+        assert_int_equal(store_volume_get(s, "vol-n", &g), -ENOENT);
+        assert_int_equal(store_volume_usage(s, "ten-w", &bytes, &n), 0);
+        assert_int_equal(n, 0);
+        assert_int_equal(store_volume_list(s, true, NULL, 10, &l, &n), 0);
+        assert_int_equal(n, 2); /* vol-c and vol-b */
+        store_volume_array_free(l, n);
+}
+
+/* Two replicas racing on volumes, RACE_VOLS rounds: both insert a
+ * read-write hold of one volume (one wins, the other is told -EEXIST); one
+ * deletes another volume while the other holds it (the hold wins and the
+ * delete is -EBUSY, or the delete wins and the hold is -ENOENT: never a
+ * hold of a volume gone). */
+enum { RACE_VOLS = 20 };
+struct volume_race {
+        struct store *s;
+        pthread_barrier_t *start;
+        char side; /* 'a' deletes, 'b' holds */
+        int held[RACE_VOLS], other[RACE_VOLS];
+};
+
+static void *volume_race_run(void *arg) {
+        struct volume_race *x = arg;
+        for (unsigned i = 0; i < RACE_VOLS; i++) {
+                char sbx[16], vol[16], del[16];
+                snprintf(sbx, sizeof sbx, "sbx-%c%02u", x->side, i);
+                snprintf(vol, sizeof vol, "vol-r%02u", i);
+                snprintf(del, sizeof del, "vol-d%02u", i);
+                pthread_barrier_wait(x->start);
+                x->held[i] = hold(x->s, sbx, vol, 0, false);
+                pthread_barrier_wait(x->start);
+                x->other[i] = x->side == 'a' ? store_volume_delete(x->s, del)
+                                             : hold(x->s, sbx, del, 1, true);
+        }
+        return NULL;
+}
+
+static void test_volume_races(void **state) {
+        _cleanup_(store_closep) struct store *s1 = NULL;
+        _cleanup_(store_closep) struct store *s2 = NULL;
+        assert_int_equal(store_open(URL, &s1), 0);
+        assert_int_equal(store_open(URL, &s2), 0);
+        for (unsigned i = 0; i < RACE_VOLS; i++) {
+                char id[16];
+                snprintf(id, sizeof id, "sbx-a%02u", i);
+                add_sandbox(s1, id, NULL);
+                snprintf(id, sizeof id, "sbx-b%02u", i);
+                add_sandbox(s1, id, NULL);
+                snprintf(id, sizeof id, "vol-r%02u", i);
+                struct store_volume v = { .id = id, .name = id, .size = 1 };
+                assert_int_equal(store_volume_insert(s1, &v), 0);
+                snprintf(id, sizeof id, "vol-d%02u", i);
+                assert_int_equal(store_volume_insert(s1, &v), 0);
+        }
+
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, 2);
+        struct volume_race a = { .s = s1, .start = &start, .side = 'a' };
+        struct volume_race b = { .s = s2, .start = &start, .side = 'b' };
+        pthread_t t1, t2;
+        assert_int_equal(pthread_create(&t1, NULL, volume_race_run, &a), 0);
+        assert_int_equal(pthread_create(&t2, NULL, volume_race_run, &b), 0);
+        pthread_join(t1, NULL);
+        pthread_join(t2, NULL);
+        pthread_barrier_destroy(&start);
+        for (unsigned i = 0; i < RACE_VOLS; i++) {
+                assert_int_equal((a.held[i] == 0) + (b.held[i] == 0), 1);
+                assert_int_equal((a.held[i] == -EEXIST) + (b.held[i] == -EEXIST), 1);
+                if (a.other[i] == 0)
+                        assert_int_equal(b.other[i], -ENOENT);
+                else {
+                        assert_int_equal(a.other[i], -EBUSY);
+                        assert_int_equal(b.other[i], 0);
+                }
+                char id[16];
+                snprintf(id, sizeof id, "vol-d%02u", i);
+                struct store_volume_hold *h = NULL;
+                size_t n = SIZE_MAX;
+                assert_int_equal(store_volume_holds_of_volume(s1, id, &h, &n), 0);
+                assert_int_equal(n, a.other[i] == 0 ? 0 : 1);
+                store_volume_hold_array_free(h, n);
+        }
+}
+
+/* A database an airlockd before volumes left (migration 17) gets the
+ * tables on open; its sandboxes may hold volumes then. */
+static void test_migration_18_upgrade(void **state) {
+        struct backend *b = BACKEND;
+        raw_migrate_to(b, 17);
+        assert_int_equal(raw_exec(b, "INSERT INTO sandboxes (id, template, state, created_at, updated_at) "
+                                     "VALUES ('sbx-old', 'minimal', 'running', 1, 1)"),
+                         0);
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(URL, &s), 0);
+        unsigned v = 0;
+        assert_int_equal(store_schema_version(s, &v), 0);
+        assert_int_equal(v, b->n_migrations);
+        assert_true(v >= 18);
+        struct store_volume vol = { .id = "vol-1", .name = "data", .size = GIB };
+        assert_int_equal(store_volume_insert(s, &vol), 0);
+        assert_int_equal(hold(s, "sbx-old", "vol-1", 0, false), 0);
+        assert_int_equal(store_volume_delete(s, "vol-1"), -EBUSY);
+}
+
 /* A cluster's nodes: joined, read back, drained; a silent one is marked
  * lost once, and the heartbeat after tells it was lost once; a node that
  * a sandbox names stays. */
@@ -1430,6 +1730,9 @@ static void test_pg_connection_lost(void **state) {
         cmocka_unit_test_prestate_setup_teardown(test_network_policies, setup, teardown, b),       \
         cmocka_unit_test_prestate_setup_teardown(test_sandbox_lifetimes, setup, teardown, b),      \
         cmocka_unit_test_prestate_setup_teardown(test_images, setup, teardown, b),                 \
+        cmocka_unit_test_prestate_setup_teardown(test_volumes, setup, teardown, b),                \
+        cmocka_unit_test_prestate_setup_teardown(test_migration_18_upgrade, setup, teardown, b),   \
+        cmocka_unit_test_prestate_setup_teardown(test_volume_races, setup, teardown, b),           \
         cmocka_unit_test_prestate_setup_teardown(test_events, setup, teardown, b),                 \
         cmocka_unit_test_prestate_setup_teardown(test_nodes, setup, teardown, b),                  \
         cmocka_unit_test_prestate_setup_teardown(test_sandbox_nodes, setup, teardown, b),          \

@@ -242,4 +242,28 @@ static const char *const store_pg_migrations[] = {
         ");\n"
         "CREATE UNIQUE INDEX templates_name ON templates((COALESCE(tenant_id, '')), name);\n"
         "CREATE INDEX templates_node_name ON templates(node_name);\n",
+        /* 18: volumes (docs/volumes.md): an owner's named, sized disks
+         * (tenant_id NULL: the admin's; they go with their tenant) and the
+         * sandboxes' holds on them (they go with their sandbox; a held
+         * volume stays); one read-write holder at most */
+        "CREATE TABLE volumes (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  tenant_id TEXT REFERENCES tenants(id),\n"
+        "  name TEXT NOT NULL,\n"
+        "  size BIGINT NOT NULL CHECK (size > 0),\n"
+        "  node TEXT,\n"
+        "  source_id TEXT,\n"
+        "  created_at BIGINT NOT NULL\n"
+        ");\n"
+        "CREATE UNIQUE INDEX volumes_name ON volumes((COALESCE(tenant_id, '')), name);\n"
+        "CREATE TABLE sandbox_volumes (\n"
+        "  sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,\n"
+        "  volume_id TEXT NOT NULL REFERENCES volumes(id),\n"
+        "  slot INTEGER NOT NULL CHECK (slot >= 0 AND slot < 4),\n"
+        "  path TEXT NOT NULL,\n"
+        "  read_only BOOLEAN NOT NULL,\n"
+        "  PRIMARY KEY (sandbox_id, slot)\n"
+        ");\n"
+        "CREATE INDEX sandbox_volumes_volume ON sandbox_volumes(volume_id);\n"
+        "CREATE UNIQUE INDEX sandbox_volumes_rw ON sandbox_volumes(volume_id) WHERE NOT read_only;\n",
 };

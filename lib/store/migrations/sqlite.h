@@ -268,4 +268,32 @@ static const char *const store_sqlite_migrations[] = {
         ");\n"
         "CREATE UNIQUE INDEX templates_name ON templates(COALESCE(tenant_id, ''), name);\n"
         "CREATE INDEX templates_node_name ON templates(node_name);\n",
+        /* 18: volumes (docs/volumes.md): an owner's named, sized persistent
+         * disks (tenant_id NULL: the admin's; a tenant with volumes stays),
+         * kept in the store of one node (NULL: the local node), perhaps a
+         * snapshot of another (source_id, no reference: it may go), and
+         * the sandboxes' holds on them: a slot (0..3) and a mount path;
+         * holds go with their sandbox, a held volume cannot be deleted (no
+         * cascade), and the database keeps a volume to one read-write
+         * holder (the partial unique index) */
+        "CREATE TABLE volumes (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  tenant_id TEXT REFERENCES tenants(id),\n"
+        "  name TEXT NOT NULL,\n"
+        "  size INTEGER NOT NULL CHECK (size > 0),\n"
+        "  node TEXT,\n"
+        "  source_id TEXT,\n"
+        "  created_at INTEGER NOT NULL\n"
+        ");\n"
+        "CREATE UNIQUE INDEX volumes_name ON volumes(COALESCE(tenant_id, ''), name);\n"
+        "CREATE TABLE sandbox_volumes (\n"
+        "  sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,\n"
+        "  volume_id TEXT NOT NULL REFERENCES volumes(id),\n"
+        "  slot INTEGER NOT NULL CHECK (slot >= 0 AND slot < 4),\n"
+        "  path TEXT NOT NULL,\n"
+        "  read_only INTEGER NOT NULL CHECK (read_only IN (0, 1)),\n"
+        "  PRIMARY KEY (sandbox_id, slot)\n"
+        ");\n"
+        "CREATE INDEX sandbox_volumes_volume ON sandbox_volumes(volume_id);\n"
+        "CREATE UNIQUE INDEX sandbox_volumes_rw ON sandbox_volumes(volume_id) WHERE read_only = 0;\n",
 };
