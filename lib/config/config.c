@@ -152,6 +152,8 @@ static const struct option long_options[] = {
         {"local-node", no_argument, NULL, 'o'},
         {"no-local-node", no_argument, NULL, 'O'},
         {"node-lost-after-s", required_argument, NULL, 'x'},
+        {"volume-quota-gib", required_argument, NULL, 'q'},
+        {"volumes-max", required_argument, NULL, 'r'},
         {"log-level", required_argument, NULL, 'L'},
         {"snapshot-policy", required_argument, NULL, 'p'},
         {"snapshot-tick-ms", required_argument, NULL, 't'},
@@ -328,6 +330,10 @@ static int apply(struct daemon_config *c, int opt, const char *val, const char *
                 return 0;
         case 'x':
                 return apply_bounded(val, 3, 3600, "seconds", origin, &c->node_lost_after_s, errbuf, errlen);
+        case 'q':
+                return apply_bounded(val, 1, 1u << 24, "GiB", origin, &c->volume_quota_gib, errbuf, errlen);
+        case 'r':
+                return apply_bounded(val, 1, 100000, "volumes", origin, &c->volumes_max, errbuf, errlen);
         case 'D':
                 if (set_str(c->database, sizeof c->database, val) < 0)
                         return fail(errbuf, errlen, "%s: database URL too long", origin);
@@ -398,6 +404,8 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 .network_default = NETPOLICY_ALLOW_ALL,
                 .node_lost_after_s = 15,
                 .heartbeat_ms = 2000,
+                .volume_quota_gib = 1024,
+                .volumes_max = 100,
         };
         bool explicit_socket = false, explicit_db = false;
         int local_node = -1; /* unset: decided from the store below */
@@ -431,6 +439,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 {"AIRLOCK_PKCS11_MODULE", 'Y'},   {"AIRLOCK_PKCS11_TOKEN", 'Z'},
                 {"AIRLOCK_PKCS11_PIN_FILE", 'U'}, {"AIRLOCK_CONSOLE_DIR", 'G'},
                 {"AIRLOCK_CPU_MODEL", 'u'},
+                {"AIRLOCK_VOLUME_QUOTA_GIB", 'q'}, {"AIRLOCK_VOLUMES_MAX", 'r'},
         };
         for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
                 const char *v = getenv(envs[i].name);
@@ -570,6 +579,7 @@ void config_print(const struct daemon_config *c, FILE *f) {
         fprintf(f, "\ne2b_domain=%s\n", c->e2b_domain);
         fprintf(f, "cluster_listen=%s\nadvertise=%s\nlocal_node=%s\nnode_lost_after_s=%u\nheartbeat_ms=%u\n",
                 c->cluster_listen, c->advertise, c->local_node ? "yes" : "no", c->node_lost_after_s, c->heartbeat_ms);
+        fprintf(f, "volume_quota_gib=%u\nvolumes_max=%u\n", c->volume_quota_gib, c->volumes_max);
 }
 
 int config_start_failedv(const char *prog, bool check_hint, int r, const char *fmt, va_list ap) {

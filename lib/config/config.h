@@ -117,6 +117,10 @@ struct daemon_config {
         bool local_node;
         unsigned node_lost_after_s;
         unsigned heartbeat_ms; /* how often nodes are asked to beat */
+        /* volumes (docs/volumes.md): what one owner (a tenant, or the
+         * admin) may have, in all and in number */
+        unsigned volume_quota_gib;
+        unsigned volumes_max;
 };
 
 /*

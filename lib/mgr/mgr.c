@@ -56,6 +56,7 @@ static const char *const op_names[MGR_OP_MAX] = {
 #define K_OUT (1u << 20)
 #define K_KERNEL_DIR (1u << 21)
 #define K_PORT (1u << 22)
+#define K_VOLUMES (1u << 23)
 static const unsigned op_keys[MGR_OP_MAX] = {
         [MGR_OP_PING] = 0,
         [MGR_OP_VMM_VERIFY] = K_PID | K_START | K_UID,
@@ -65,14 +66,14 @@ static const unsigned op_keys[MGR_OP_MAX] = {
         [MGR_OP_FILE_RECLAIM] = K_PATH | K_MODE,
         [MGR_OP_TEMPLATE_STEP] = K_STEP | K_NAME | K_DIR | K_OUT | K_KERNEL_DIR | K_ARGV,
         [MGR_OP_VMM_SPAWN] = K_UID | K_RUN_DIR | K_KERNEL | K_INITRD | K_DISK | K_DISK_TARGET | K_MEM |
-                             K_TEMPLATE_RAM | K_KVM | K_MEMORY | K_VCPUS | K_ARGV,
+                             K_TEMPLATE_RAM | K_KVM | K_MEMORY | K_VCPUS | K_ARGV | K_VOLUMES,
         [MGR_OP_NET_LISTEN] = K_PID | K_START | K_UID,
         [MGR_OP_NET_CONNECT] = K_PID | K_START | K_UID | K_PORT,
 };
 static const char *const key_names[] = { "pid",  "start_time",  "uid", "signal",       "path", "mode",
                                           "run_dir", "kernel",  "initrd", "disk", "disk_target", "mem",
                                           "template_ram", "kvm", "memory_mib", "vcpus", "argv",
-                                          "step", "name", "dir", "out", "kernel_dir", "port" };
+                                          "step", "name", "dir", "out", "kernel_dir", "port", "volumes" };
 
 const char *mgr_op_name(enum mgr_op op) {
         return (unsigned) op < MGR_OP_MAX ? op_names[op] : NULL;
@@ -152,6 +153,26 @@ static bool get_path(json_t *v, const struct mgr_policy *p, bool may_be_empty, c
         if (mgr_path_check(p, s) < 0)
                 return false;
         memcpy(out, s, strlen(s) + 1);
+        return true;
+}
+
+/* VMM_SPAWN's volumes: [{"path","target"}...], at most MGR_VOLUMES_MAX,
+ * both paths under a root, no target twice. */
+static bool get_volumes(json_t *v, const struct mgr_policy *p, struct mgr_request *r) {
+        if (!json_is_array(v) || json_array_size(v) > MGR_VOLUMES_MAX)
+                return false;
+        size_t i;
+        json_t *e;
+        json_array_foreach(v, i, e) {
+                if (!json_is_object(e) || json_object_size(e) != 2 ||
+                    !get_path(json_object_get(e, "path"), p, false, r->volumes[i]) ||
+                    !get_path(json_object_get(e, "target"), p, false, r->volume_targets[i]))
+                        return false;
+                for (size_t j = 0; j < i; j++)
+                        if (strcmp(r->volume_targets[j], r->volume_targets[i]) == 0)
+                                return false;
+        }
+        r->n_volumes = json_array_size(v);
         return true;
 }
 
@@ -342,6 +363,9 @@ int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, 
                 case K_ARGV:
                         ok = !r.argv[0] && get_argv(v, r.argv);
                         break;
+                case K_VOLUMES:
+                        ok = get_volumes(v, p, &r);
+                        break;
                 case K_STEP: {
                         const char *st = json_string_value(v);
                         ok = st && (strcmp(st, "kernel") == 0 || strcmp(st, "initramfs") == 0 ||
@@ -368,8 +392,9 @@ int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, 
                         goto out;
                 }
         }
-        /* a template step's argv is its base's parameters: that step's only */
-        unsigned optional = r.op == MGR_OP_TEMPLATE_STEP ? K_ARGV : 0;
+        /* a template step's argv is its base's parameters: that step's
+         * only; a VM's volumes, where it has any */
+        unsigned optional = r.op == MGR_OP_TEMPLATE_STEP ? K_ARGV : r.op == MGR_OP_VMM_SPAWN ? K_VOLUMES : 0;
         if ((seen | optional) != want) {
                 for (unsigned k = 0; k < ARRAY_SIZE(key_names); k++)
                         if ((want & ~(seen | optional)) & (1u << k)) {
@@ -393,6 +418,12 @@ int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, 
                 res = fail(err, n, "mem and template_ram");
                 goto out;
         }
+        /* a volume is bound beside the disk, never over it */
+        for (size_t i = 0; r.op == MGR_OP_VMM_SPAWN && i < r.n_volumes; i++)
+                if (strcmp(r.volume_targets[i], r.disk_target) == 0 || strcmp(r.volumes[i], r.disk) == 0) {
+                        res = fail(err, n, "a volume is the disk");
+                        goto out;
+                }
         *ret = r;
         res = 0;
 out:
@@ -450,6 +481,13 @@ char *mgr_request_format(const struct mgr_request *r) {
                 k |= json_object_set_new(o, "kvm", json_boolean(r->kvm));
                 k |= json_object_set_new(o, "memory_mib", json_integer(r->memory_mib));
                 k |= json_object_set_new(o, "vcpus", json_integer(r->vcpus));
+                if (r->n_volumes > 0) {
+                        json_t *vols = json_array();
+                        for (size_t i = 0; vols && i < r->n_volumes && i < MGR_VOLUMES_MAX; i++)
+                                k |= json_array_append_new(vols, json_pack("{s:s,s:s}", "path", r->volumes[i],
+                                                                           "target", r->volume_targets[i]));
+                        k |= vols ? json_object_set_new(o, "volumes", vols) : -1;
+                }
                 json_t *a = json_array();
                 for (size_t i = 0; a && i < MGR_ARGV_MAX && r->argv[i]; i++)
                         k |= json_array_append_new(a, json_string(r->argv[i]));

@@ -39,6 +39,7 @@
 #define MGR_ARGV_MAX 128
 #define MGR_ARG_MAX 4096
 #define MGR_PATH_MAX 4096
+#define MGR_VOLUMES_MAX 4 /* VMM_VOLUMES_MAX: the machine's volume slots */
 
 enum mgr_op {
         MGR_OP_PING,          /* {} -> {"uid":n}: the channel works, the caller was accepted */
@@ -56,7 +57,8 @@ enum mgr_op {
                                * root into a root-only staging dir, then moves the result to
                                * dir/out, the node's */
         MGR_OP_VMM_SPAWN,     /* {"uid","run_dir","kernel","initrd","disk","disk_target","mem",
-                               *  "template_ram","kvm","memory_mib","vcpus","argv"} + fds
+                               *  "template_ram","kvm","memory_mib","vcpus","argv",
+                               *  "volumes"?:[{"path","target"}]} + fds
                                * [QEMU's stdout, the sealed template RAM when template_ram]
                                * -> {"pid","start_time","exe_dev","exe_ino"} + fds [its pidfd, the
                                * gateway's TCP listener and DNS socket in its network namespace,
@@ -97,6 +99,10 @@ struct mgr_request {
         char run_dir[MGR_PATH_MAX], kernel[MGR_PATH_MAX], initrd[MGR_PATH_MAX], disk[MGR_PATH_MAX],
                 disk_target[MGR_PATH_MAX], mem[MGR_PATH_MAX];
         bool template_ram, kvm;
+        /* VMM_SPAWN: volume images (each the VM's like its disk) bound at
+         * their targets (the paths QEMU is given); targets distinct */
+        char volumes[MGR_VOLUMES_MAX][MGR_PATH_MAX], volume_targets[MGR_VOLUMES_MAX][MGR_PATH_MAX];
+        size_t n_volumes;
         unsigned memory_mib;  /* 16 .. 1 TiB */
         unsigned vcpus;       /* 1 .. 256 */
         char *argv[MGR_ARGV_MAX + 1]; /* VMM_SPAWN: QEMU's; TEMPLATE_STEP base: ["debian", DISK_MIB,

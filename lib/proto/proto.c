@@ -215,6 +215,29 @@ void proto_reader_pop(struct proto_reader *r, const struct proto_header *h) {
         reader_consume(r, PROTO_HEADER_SIZE + h->length);
 }
 
+static const char *const volume_system_paths[] = { "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64",
+                                                   "/libx32", "/proc", "/run", "/sbin", "/sys", "/usr" };
+
+bool proto_volume_path_is_allowed(const char *path) {
+        if (!path || path[0] != '/' || strlen(path) > PROTO_VOLUME_PATH_MAX || !path[1])
+                return false;
+        for (const char *c = path; *c == '/';) {
+                size_t n = strcspn(c + 1, "/");
+                if (n == 0 || (n == 1 && c[1] == '.') || (n == 2 && c[1] == '.' && c[2] == '.'))
+                        return false;
+                for (size_t i = 1; i <= n; i++)
+                        if ((unsigned char) c[i] < 0x20 || c[i] == 0x7f)
+                                return false;
+                c += 1 + n;
+        }
+        for (size_t i = 0; i < sizeof volume_system_paths / sizeof volume_system_paths[0]; i++) {
+                size_t n = strlen(volume_system_paths[i]);
+                if (strncmp(path, volume_system_paths[i], n) == 0 && (path[n] == 0 || path[n] == '/'))
+                        return false;
+        }
+        return true;
+}
+
 const char *proto_type_name(uint8_t type) {
         switch (type) {
         case PROTO_HELLO: return "hello";
@@ -249,6 +272,7 @@ const char *proto_type_name(uint8_t type) {
         case PROTO_WATCH_END: return "watch-end";
         case PROTO_METRICS: return "metrics";
         case PROTO_UPGRADE: return "upgrade";
+        case PROTO_VOLUME_MOUNT: return "volume_mount";
         case PROTO_NODE_REQUEST: return "node-request";
         case PROTO_NODE_REPLY: return "node-reply";
         case PROTO_NODE_EVENT: return "node-event";

@@ -73,6 +73,7 @@ enum proto_type {
         PROTO_METRICS = 47,     /* {} -> RESULT {cpu, memory and disk use} */
         PROTO_UPGRADE =
                 48, /* host->guest {"path":s} staged agent -> RESULT {"agent",...} from the new one */
+        PROTO_VOLUME_MOUNT = 49, /* {"slot":n,"path":s,"read_only":b,"wait_ms":n} -> RESULT {"device":s} */
 
         /* airlockd <-> airlock-node */
         PROTO_NODE_REQUEST = 64, /* {"op":s, ...} */
@@ -154,3 +155,12 @@ int proto_reader_read(struct proto_reader *r, int fd, struct proto_header *ret_h
 
 /* Human name of a frame type, for logs ("exec", "stdout", ...). */
 const char *proto_type_name(uint8_t type);
+
+/* Where a volume may be mounted in a guest (VOLUME_MOUNT; airlockd and
+ * the node check it first): an absolute path of at most
+ * PROTO_VOLUME_PATH_MAX bytes whose components are plain (no "", "." or
+ * ".."), not "/" and not on or under the system's own trees (/bin, /boot,
+ * /dev, /etc, /lib*, /proc, /run, /sbin, /sys, /usr), which a volume
+ * would hide. */
+#define PROTO_VOLUME_PATH_MAX 1024
+bool proto_volume_path_is_allowed(const char *path);

@@ -17,7 +17,14 @@ static int sandbox_path(const char *id, const char *suffix, char **ret) {
 }
 
 int cmd_create(struct cli *cli, int argc, char **argv) {
-        enum { OPT_TEMPLATE = CLI_OPT_FIRST_LOCAL, OPT_METADATA, OPT_SECRET, OPT_MEMORY, OPT_VCPUS };
+        enum {
+                OPT_TEMPLATE = CLI_OPT_FIRST_LOCAL,
+                OPT_METADATA,
+                OPT_SECRET,
+                OPT_MEMORY,
+                OPT_VCPUS,
+                OPT_VOLUME
+        };
         static const struct option options[] = {
                 CLI_GLOBAL_OPTIONS,
                 CLI_NET_OPTIONS,
@@ -27,20 +34,46 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
                 {"secret", required_argument, NULL, OPT_SECRET},
                 {"memory-mib", required_argument, NULL, OPT_MEMORY},
                 {"vcpus", required_argument, NULL, OPT_VCPUS},
+                {"volume", required_argument, NULL, OPT_VOLUME},
                 {},
         };
         long long memory_mib = 0, vcpus = 0;
         _cleanup_(json_decrefp) json_t *env = json_object(), *meta = json_object(), *body = NULL,
-                                       *resp = NULL, *policy = NULL, *secrets = json_array();
+                                       *resp = NULL, *policy = NULL, *secrets = json_array(),
+                                       *volumes = json_array();
         _cleanup_(cli_net_done) struct cli_net net = {};
         const char *template = "python";
         int c, r;
 
-        if (!env || !meta || !secrets)
+        if (!env || !meta || !secrets || !volumes)
                 return cli_fail("out of memory");
         while ((c = getopt_long(argc, argv, ":he:", options, NULL)) >= 0) {
                 switch (c) {
                 case OPT_TEMPLATE: template = optarg; break;
+                case OPT_VOLUME: {
+                        /* NAME:/PATH[:ro] (airlockd checks the name and the path) */
+                        _cleanup_free_ char *spec = strdup(optarg);
+                        char *path = spec ? strchr(spec, ':') : NULL;
+                        if (!spec)
+                                return cli_fail("out of memory");
+                        if (!path || path == spec || path[1] != '/')
+                                return cli_usage_error(cli, "--volume: expected NAME:/PATH[:ro], got '%s'",
+                                                       optarg);
+                        *path++ = 0;
+                        char *mode = strchr(path, ':');
+                        if (mode)
+                                *mode++ = 0;
+                        if (mode && strcmp(mode, "ro") != 0 && strcmp(mode, "rw") != 0)
+                                return cli_usage_error(cli,
+                                                       "--volume: the mode after the path is 'ro' or 'rw', "
+                                                       "not '%s'",
+                                                       mode);
+                        json_t *v = json_pack("{s:s, s:s, s:b}", "name", spec, "path", path, "read_only",
+                                              mode && strcmp(mode, "ro") == 0);
+                        if (!v || json_array_append_new(volumes, v) < 0)
+                                return cli_usage_error(cli, "--volume: '%s' must be UTF-8", optarg);
+                        break;
+                }
                 case OPT_MEMORY:
                 case OPT_VCPUS: {
                         char *end = NULL;
@@ -87,6 +120,8 @@ int cmd_create(struct cli *cli, int argc, char **argv) {
         if (!body)
                 return cli_usage_error(cli, "create: --template must be UTF-8");
         if (json_array_size(secrets) > 0 && json_object_set(body, "secrets", secrets) < 0)
+                return cli_fail("out of memory");
+        if (json_array_size(volumes) > 0 && json_object_set(body, "volumes", volumes) < 0)
                 return cli_fail("out of memory");
         if ((memory_mib && json_object_set_new(body, "memory_mib", json_integer(memory_mib)) < 0) ||
             (vcpus && json_object_set_new(body, "vcpus", json_integer(vcpus)) < 0))

@@ -224,26 +224,8 @@ int cmd_secret(struct cli *cli, int argc, char **argv) {
         if (verb && (strcmp(verb, "ls") == 0 || strcmp(verb, "list") == 0))
                 return cli_list_command(cli, argc - 1, argv + 1, "secret ls", "/v1/secrets", NULL, "secrets",
                                         ARRAY_SIZE(header), header, fields);
-        if (verb && strcmp(verb, "rm") == 0) {
-                int r = cli_parse_plain(cli, argc - 1, argv + 1, 1, 1);
-                if (r != CLI_PROCEED)
-                        return r;
-                const char *name = argv[1 + optind];
-                if (!cli_id_is_valid(name))
-                        return cli_usage_error(cli, "secret rm: invalid name '%s'", name);
-                _cleanup_free_ char *path = NULL;
-                struct cli_error err = {};
-                /* a valid name needs no escaping */
-                if (asprintf(&path, "/v1/secrets/%s", name) < 0)
-                        return cli_fail("out of memory");
-                if (cli_connect(cli) < 0)
-                        return CLI_EXIT_FAILURE;
-                if (client_json(&cli->client, "DELETE", path, NULL, &err, NULL) < 0)
-                        return cli_fail_error(&err, "secret rm %s", name);
-                if (!cli->json)
-                        printf("%s\n", name);
-                return CLI_EXIT_OK;
-        }
+        if (verb && strcmp(verb, "rm") == 0)
+                return cli_delete_command(cli, argc - 1, argv + 1, "secret rm", "/v1/secrets/");
         return cli_usage_error(cli, "secret: expected 'add', 'ls' or 'rm'");
 }
 

@@ -232,6 +232,27 @@ int cli_show_command(struct cli *cli, int argc, char **argv, const char *name, c
         return r < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
 }
 
+int cli_delete_command(struct cli *cli, int argc, char **argv, const char *name, const char *path) {
+        int r = cli_parse_plain(cli, argc, argv, 1, 1);
+        if (r != CLI_PROCEED)
+                return r;
+        const char *what = argv[optind];
+        if (!cli_id_is_valid(what))
+                return cli_usage_error(cli, "%s: invalid name '%s'", name, what);
+        _cleanup_free_ char *url = NULL;
+        struct cli_error err = {};
+        /* a valid name needs no escaping */
+        if (asprintf(&url, "%s%s", path, what) < 0)
+                return cli_fail("out of memory");
+        if (cli_connect(cli) < 0)
+                return CLI_EXIT_FAILURE;
+        if (client_json(&cli->client, "DELETE", url, NULL, &err, NULL) < 0)
+                return cli_fail_error(&err, "%s %s", name, what);
+        if (!cli->json)
+                printf("%s\n", what);
+        return CLI_EXIT_OK;
+}
+
 int cli_list_command(struct cli *cli, int argc, char **argv, const char *name, const char *path, const char *suffix,
                      const char *key, size_t ncols, const char *const *header, const char *const *fields) {
         _cleanup_(json_decrefp) json_t *resp = NULL;

@@ -22,7 +22,9 @@ static const struct cli_command commands[] = {
          "  --secret NAME     attach a credential: $NAME (upper-cased, '-' as '_') holds its\n"
          "                    placeholder (repeatable, or a comma list)\n"
          "  --memory-mib N    a smaller size than the template's: memory its VMM's cgroup allows\n"
-         "  --vcpus N         and CPUs of time (at most the template's)\n" CLI_NET_HELP},
+         "  --vcpus N         and CPUs of time (at most the template's)\n"
+         "  --volume NAME:/PATH[:ro]  mount volume NAME at /PATH (read-write: one sandbox at a\n"
+         "                    time; :ro read-only, many at once; up to 4; repeatable)\n" CLI_NET_HELP},
         {"ls", cmd_ls, "[--agent VERSION]", "List sandboxes",
          "  --agent VERSION   only those whose guest agent is this version (running ones)\n"},
         {"inspect", cmd_inspect, "SBX", "Show one sandbox", NULL},
@@ -77,6 +79,11 @@ static const struct cli_command commands[] = {
          "  --expires WHEN    30d, 12h, 15m, 90s from now, or an RFC 3339 time\n"
          "  --rate N          at most N injections a minute (0: unlimited)\n"
          "  --tenant ID       the tenant's scope (admin token only)\n"},
+        {"volume", cmd_volume,
+         "create NAME --size SIZE | ls | inspect NAME | rm NAME | snapshot NAME [--name N]",
+         "Manage volumes: persistent disks that outlive sandboxes (create --volume mounts one)",
+         "  --size SIZE       with 'create': bytes, or with K, M, G or T (10G); at least 16M\n"
+         "  --name N          with 'snapshot': the copy's name (default NAME-TIME)\n"},
         {"audit", cmd_audit, "[--sandbox SBX] [--secret NAME] [--limit N]",
          "Show the credential audit log, newest first", NULL},
         {"events", cmd_events, "[--sandbox SBX] [--after ID] [--count N]",

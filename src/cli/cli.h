@@ -129,6 +129,10 @@ int cli_list_command(struct cli *cli, int argc, char **argv, const char *name, c
 /* The whole of a command that GETs path + ID + suffix and prints the
  * answer's fields (or the answer with --json). Returns the exit code. */
 int cli_show_command(struct cli *cli, int argc, char **argv, const char *name, const char *path, const char *suffix);
+/* The whole of a command that DELETEs path + NAME (one name, checked with
+ * cli_id_is_valid) and echoes the name (nothing with --json). Returns the
+ * exit code. */
+int cli_delete_command(struct cli *cli, int argc, char **argv, const char *name, const char *path);
 
 /* cli-output.c */
 /* Prints "airlock: <message>" and "Try 'airlock CMD --help'."; returns 2. */

@@ -120,6 +120,8 @@ int api_image_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         if ((r = api_sandbox_lookup(ctx, sandbox_id, &sb)) < 0)
                 return r;
+        if (!snap_id && (r = api_volume_refuse(ctx, sandbox_id, "publish")) < 0)
+                return r;
         /* an export: one of its kept snapshots, as it is */
         _cleanup_(store_snapshot_release) struct store_snapshot snap = { 0 };
         if (snap_id) {

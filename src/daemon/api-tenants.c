@@ -172,7 +172,9 @@ int api_tenant_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret
         if (r == -ENOENT)
                 return api_fail(ctx, r, "tenant '%.64s' not found", id);
         if (r == -EBUSY)
-                return api_fail(ctx, r, "tenant '%.64s' still owns sandboxes or images: delete them first", id);
+                return api_fail(ctx, r,
+                                "tenant '%.64s' still owns sandboxes, images or volumes: delete them first",
+                                id);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to delete tenant: %m");
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "deleted tenant %s and its keys", id);

@@ -385,6 +385,18 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         if (idempotency_key && (r = create_replay(ctx, idempotency_key, hash, ret)) != 0)
                 return r < 0 ? r : 0;
 
+        /* its volumes: the owner's, free for this use, on one node */
+        _cleanup_(api_volume_attach_release) struct api_volume_attach vols = {0};
+        if ((r = api_volume_attach_prepare(ctx, tenant_id, c.volumes, &vols)) < 0)
+                return r;
+        if (c.image && vols.n)
+                return api_fail(ctx, -EINVAL, "a sandbox made from an image takes no volumes yet");
+        const char *volume_node = vols.n ? (vols.node ? vols.node : "") : NULL;
+        const char *pinned = c.node ? c.node : template_node;
+        if (volume_node && pinned && strcmp(pinned, volume_node) != 0)
+                return api_fail(ctx, -EINVAL, "volume '%s' is on node %s, not %s", vols.volumes[0].name,
+                                *volume_node ? volume_node : "(local)", pinned);
+
         /* named secrets: checked before anything exists; their
          * placeholders join env (the guest never sees a value) */
         _cleanup_(api_secret_attach_release) struct api_secret_attach secrets = { 0 };
@@ -409,8 +421,11 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
          * create no node can take leaves nothing behind */
         _cleanup_free_ char *node = NULL;
         char node_addr[NODES_ADDR_MAX];
-        struct nodes_want want = { .template_name = run_template, .node = c.node ? c.node : template_node,
-                                   .labels = c.node_labels };
+        struct nodes_want want = {.template_name = run_template,
+                                  .node = pinned                        ? pinned
+                                          : volume_node && *volume_node ? volume_node
+                                                                        : NULL,
+                                  .labels = c.node_labels};
         if ((r = nodes_place(&want, &node, ctx->err)) < 0 || (r = nodes_addr(node, node_addr)) < 0)
                 return r;
 
@@ -437,7 +452,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to insert sandbox: %m");
                 return operation_fail(ctx, op_id, r);
         }
-        if ((r = api_secrets_record(ctx, tenant_id, id, &secrets)) < 0) {
+        if ((r = api_secrets_record(ctx, tenant_id, id, &secrets)) < 0 ||
+            (r = api_volume_attach_record(ctx, id, &vols)) < 0) {
                 sandbox_abandon(ctx, id, false);
                 return operation_fail(ctx, op_id, r);
         }
@@ -460,6 +476,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
         }
         if (req && c.image)
                 json_object_set_new(req, "image", json_string(image.id));
+        if (req && vols.n)
+                json_object_set(req, "volumes", vols.node_request);
         if (!req) {
                 sandbox_abandon(ctx, id, false);
                 return operation_fail(ctx, op_id, -ENOMEM);
@@ -639,6 +657,8 @@ int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) 
                 sandbox_merge(ctx, &sb, node_sb);
         /* node unreachable: answer with what the store knows */
         json_t *o = sandbox_json_with_node(&sb, node_sb);
+        if (o)
+                api_volume_holds_add(ctx, id, o);
         if (o && strcmp(sb.state, "suspended") == 0) {
                 /* restorable on another node only once its upload landed */
                 _cleanup_(json_decrefp) json_t *img = suspended_image_get(ctx, id);
@@ -938,6 +958,8 @@ int api_snapshot_create(struct api_ctx *ctx, const char *id, const json_t *body,
                 return r;
         /* a disk image can be copied while the VM is off, memory only
          * while there is a VM (paused: its vCPUs already stand still) */
+        if (kind == SNAPSHOT_FULL && (r = api_volume_refuse(ctx, id, "take a full snapshot of")) < 0)
+                return r;
         if (strcmp(sb.state, "running") != 0 &&
             strcmp(sb.state, kind == SNAPSHOT_FULL ? "paused" : "stopped") != 0)
                 return api_fail(ctx, -EBUSY, "cannot take a %s snapshot: sandbox is %s", snapshot_kind_to_string(kind),

@@ -311,6 +311,36 @@ int api_request_add_datakey(json_t *req, const struct datakey *key);
  * image owner's KEK opens it. Nothing for an image in the clear. */
 struct store_image;
 int api_image_key_add(struct api_ctx *ctx, const char *addr, const struct store_image *image, json_t *req);
+
+/* ---- Volumes (api-volumes.c) ---- */
+
+json_t *api_volume_json(const struct store_volume *v, const struct store_volume_hold *holds, size_t n_holds);
+/* By id ("vol-...") or by the key's (the admin's) name; 404 for one the key may not see. */
+int api_volume_lookup(struct api_ctx *ctx, const char *name, struct store_volume *ret);
+int api_volume_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
+int api_volume_list(struct api_ctx *ctx, struct api_reply *ret);
+int api_volume_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+int api_volume_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+int api_volume_snapshot(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
+/* A create's volumes: resolved and checked (the owner's, on one node,
+ * not held in a way this use excludes) before anything exists; then the
+ * holds recorded once the sandbox row is. */
+struct api_volume_attach {
+        struct store_volume volumes[4]; /* APIREQ_VOLUMES_MAX */
+        size_t n;
+        json_t *node_request; /* [{"id","path","read_only"}] for sandbox.create */
+        const char *node;     /* the node holding them (volumes[0]'s; NULL: the local node) */
+};
+int api_volume_attach_prepare(struct api_ctx *ctx, const char *owner, const json_t *list,
+                              struct api_volume_attach *ret);
+int api_volume_attach_record(struct api_ctx *ctx, const char *sandbox_id, const struct api_volume_attach *a);
+void api_volume_attach_release(struct api_volume_attach *a);
+/* -EBUSY (409) with why, when sandbox id holds volumes: what `doing` (fork,
+ * suspend, a full snapshot, publish) does not carry yet. */
+int api_volume_refuse(struct api_ctx *ctx, const char *sandbox_id, const char *doing);
+/* Sets o's "volumes" [{"id","path","read_only"}] to what sandbox id holds
+ * (nothing when none, or when the store cannot say). */
+void api_volume_holds_add(struct api_ctx *ctx, const char *sandbox_id, json_t *o);
 /* A node that restarted during the sealed upload of sandbox id's
  * suspended image lost its data key (it holds keys in memory only): when
  * the node says it waits, opens the wrapped key again and gives it back

@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "macros.h"
+#include "proto.h"
 #include "util.h"
 
 
@@ -108,7 +109,8 @@ static const struct {
         /* "tenant" is read by the handler (api.c), the rest by apireq_parse_create() */
         [APIREQ_BODY_CREATE] = { (const char *const[]){ "template", "image", "env", "metadata", "snapshot_policy",
                                                         "idle_timeout_s", "recovery", "tenant", "network", "secrets",
-                                                        "node", "node_labels", "memory_mib", "vcpus", NULL },
+                                                        "node", "node_labels", "memory_mib", "vcpus", "volumes",
+                                                        NULL },
                                  check_create_nested },
         [APIREQ_BODY_EXEC] = { (const char *const[]){ "cmd", "env", "cwd", "stdin", "timeout_s", NULL } },
         [APIREQ_BODY_SESSION] = { (const char *const[]){ "cmd", "env", "cwd", "pty", "rows", "cols", NULL } },
@@ -131,6 +133,7 @@ static const struct {
         /* lib/tplspec checks the spec itself */
         [APIREQ_BODY_TEMPLATE] = { (const char *const[]){ "spec", "dockerfile", "name", "memory_mib", "vcpus",
                                                           "disk_mib", NULL } },
+        [APIREQ_BODY_VOLUME] = { (const char *const[]){ "name", "size", NULL } },
 };
 
 int apireq_check_body(const json_t *o, enum apireq_body kind, bool lenient, char *err) {
@@ -361,6 +364,29 @@ int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
                         return bad(err, "field 'vcpus' must be an integer from 1 (at most the template's)");
                 c.vcpus = json_integer_value(cpus);
         }
+        /* [{"name","path","read_only"?}]: the volumes (api-volumes.c
+         * resolves them, the node and the guest check the paths again) */
+        json_t *vols = json_object_get(o, "volumes");
+        if (vols && !json_is_null(vols)) {
+                size_t i;
+                json_t *v;
+                if (!json_is_array(vols) || json_array_size(vols) > APIREQ_VOLUMES_MAX)
+                        return bad(err, "field 'volumes' must be an array of at most %d volumes", APIREQ_VOLUMES_MAX);
+                json_array_foreach(vols, i, v) {
+                        json_t *ro = json_object_get(v, "read_only");
+                        const char *name = json_string_value(json_object_get(v, "name"));
+                        const char *path = json_string_value(json_object_get(v, "path"));
+                        if (!json_is_object(v) || json_object_size(v) != 2u + (ro ? 1u : 0u) || !name ||
+                            !name_is_valid(name) || !path || (ro && !json_is_boolean(ro)))
+                                return bad(err, "volumes[%zu] must be {\"name\": a volume's name or id, \"path\": "
+                                                "where it is mounted, \"read_only\"?: bool}", i);
+                        if (!proto_volume_path_is_allowed(path))
+                                return bad(err, "volumes[%zu]: '%.128s' is not a path a volume may be mounted at: "
+                                                "absolute, plain, not / and not under /bin /boot /dev /etc /lib* "
+                                                "/proc /run /sbin /sys /usr (the system's own)", i, path);
+                }
+                c.volumes = json_incref(vols);
+        }
         if ((r = opt_string(o, "node", &c.node, err)) < 0)
                 return r;
         if (c.node && (strlen(c.node) > 63 || !name_is_valid(c.node)))
@@ -412,6 +438,7 @@ void apireq_create_release(struct apireq_create *c) {
         json_decref(c->network);
         free(c->node);
         json_decref(c->node_labels);
+        json_decref(c->volumes);
         *c = (struct apireq_create){ 0 };
 }
 

@@ -47,12 +47,15 @@ enum apireq_body {
         APIREQ_BODY_NAME,     /* {"name"}: an API key */
         APIREQ_BODY_IMAGE,    /* {"name","snapshot"}: an image */
         APIREQ_BODY_TENANT,   /* {"name","network"}: a tenant */
-        APIREQ_BODY_NETWORK,  /* an egress policy (PUT .../network): its top-level fields; lib/netpolicy the rest */
+        APIREQ_BODY_NETWORK,  /* an egress policy (PUT .../network): its top-level fields; lib/netpolicy the
+                                 rest */
         APIREQ_BODY_SECRET,   /* POST /v1/secrets (api-secrets.c checks each field) */
         APIREQ_BODY_FORK,     /* POST /v1/sandboxes/{id}/fork {"secrets"} */
         APIREQ_BODY_JOIN_TOKEN, /* POST /v1/nodes/tokens {"ttl_s"} */
         APIREQ_BODY_KMS,        /* PUT /v1/tenants/{id}/kms {"kind","label","generate"} */
-        APIREQ_BODY_TEMPLATE,   /* POST /v1/templates: {"spec"} or {"dockerfile","name",sizes} (api-templates.c) */
+        APIREQ_BODY_TEMPLATE,   /* POST /v1/templates: {"spec"} or {"dockerfile","name",sizes}
+                                   (api-templates.c) */
+        APIREQ_BODY_VOLUME,     /* POST /v1/volumes: {"name","size"} (api-volumes.c) */
         _APIREQ_BODY_MAX,
 };
 
@@ -81,7 +84,9 @@ struct apireq_create {
         json_t *node_labels;     /* "node_labels": an object of strings its node must have, or NULL */
         int64_t memory_mib;      /* "memory_mib": its own size within the template's; 0: the template's */
         int64_t vcpus;           /* "vcpus": likewise; 0: the template's */
+        json_t *volumes;         /* "volumes": [{"name","path","read_only"?}] checked in form, or NULL */
 };
+#define APIREQ_VOLUMES_MAX 4     /* the machine's volume slots */
 #define APIREQ_MEMORY_MIN_MIB 64 /* the node's SANDBOX_MEMORY_MIN_MIB */
 
 struct apireq_exec {

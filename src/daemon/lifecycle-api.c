@@ -680,6 +680,9 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
                                 "images cannot be opened or sealed", t->name);
         if (verb == LIFECYCLE_WAKE && (r = wake_placement(ctx, &sb)) < 0)
                 return r;
+        if ((verb == LIFECYCLE_FORK || verb == LIFECYCLE_SUSPEND) &&
+            (r = api_volume_refuse(ctx, id, t->name)) < 0)
+                return r;
 
         /* the operation first, then the claim: a replica that dies between
          * the two leaves an operation whose lease runs out (its settle

@@ -40,10 +40,6 @@
  * guest frozen for good: the agent thaws by itself after this. */
 #define FREEZE_MAX_MS 10000
 
-static inline void closedirp(DIR **d) {
-        if (*d)
-                closedir(*d);
-}
 #define VIRTIO_PORTS_DIR "/sys/class/virtio-ports"
 #define AIRLOCK_PORT_NAME "airlock.0"
 
@@ -102,6 +98,7 @@ static int handle_freeze(struct agent *a, uint32_t stream) {
 static bool writes_rootfs(uint8_t type) {
         switch (type) {
         case PROTO_IDENTITY:
+        case PROTO_VOLUME_MOUNT:
         case PROTO_FILE_WRITE:
         case PROTO_FILE_DATA:
         case PROTO_FILE_END:
@@ -151,6 +148,7 @@ static int dispatch_work(struct agent *a, const struct proto_header *h, const ui
         case PROTO_ADOPT: r = process_adopt(a, h->stream, payload, h->length); break;
         case PROTO_WATCH: r = watch_start(a, h->stream, payload, h->length); break;
         case PROTO_WATCH_END: r = watch_end(a, h->stream, payload, h->length); break;
+        case PROTO_VOLUME_MOUNT: r = volume_mount_request(a, h->stream, payload, h->length); break;
         case PROTO_FILE_READ:
         case PROTO_FILE_WRITE:
         case PROTO_FILE_DATA:

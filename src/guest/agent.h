@@ -17,9 +17,11 @@
  * with request.c and users.c (guest_lib, pure) beside them.
  */
 
+#include <dirent.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <poll.h>
 #include <sys/types.h>
 
@@ -223,6 +225,12 @@ int watch_fds_inherit(struct agent *a, bool inherit);
 /* upgrade.c */
 /* UPGRADE {"path","idle_ms"}: noted, carried out by upgrade_apply(). */
 int upgrade_request(struct agent *a, uint32_t stream, const void *payload, size_t len);
+
+/* volume.c: VOLUME_MOUNT (answers it, errors included). */
+int volume_mount_request(struct agent *a, uint32_t stream, const uint8_t *payload, size_t len);
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(DIR *, closedir)
+DEFINE_TRIVIAL_CLEANUP_FUNC(FILE *, fclose)
 /* Replaces this agent with the staged one; returns only when that failed,
  * after answering the UPGRADE with ERROR. */
 void upgrade_apply(struct agent *a);

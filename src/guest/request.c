@@ -136,7 +136,32 @@ int guest_hello_parse(const void *payload, size_t len, char **ret_nonce) {
 json_t *guest_features_json(void) {
         /* an older agent ignores an EXEC (or file request's) "user" it does
          * not know and would run it as root, so the host must be able to tell */
-        return json_pack("[s,s,s,s,s,s]", "user", "processes", "watch", "metrics", "files_user", "upgrade");
+        return json_pack("[s,s,s,s,s,s,s]", "user", "processes", "watch", "metrics", "files_user", "upgrade",
+                         "volumes");
+}
+
+int guest_volume_mount_parse(const void *payload, size_t len, struct guest_volume_mount *ret) {
+        _cleanup_json_ json_t *j = NULL;
+        _cleanup_free_ char *path = NULL;
+        uint64_t slot = UINT64_MAX, wait_ms = GUEST_VOLUME_WAIT_MS_DEFAULT;
+        bool read_only = false;
+        int r = guest_json_parse(payload, len, &j);
+        if (r < 0)
+                return r;
+        if (get_uint(j, "slot", GUEST_VOLUME_SLOTS - 1, &slot) <= 0)
+                return -EINVAL;
+        r = get_string(j, "path", GUEST_MAX_PATH, &path);
+        if (r <= 0 || guest_path_validate(path) < 0 || !proto_volume_path_is_allowed(path))
+                return -EINVAL;
+        if ((r = get_bool(j, "read_only", &read_only)) < 0)
+                return r;
+        if ((r = get_uint(j, "wait_ms", GUEST_VOLUME_WAIT_MS_MAX, &wait_ms)) < 0)
+                return r;
+        ret->slot = (unsigned) slot;
+        ret->path = TAKE_PTR(path);
+        ret->read_only = read_only;
+        ret->wait_ms = wait_ms;
+        return 0;
 }
 
 int guest_upgrade_parse(const void *payload, size_t len, char **ret_path, int64_t *ret_idle_ms) {

@@ -71,6 +71,23 @@ int guest_hello_parse(const void *payload, size_t len, char **ret_nonce);
  * UPGRADE's "features": a new array (NULL on ENOMEM). */
 json_t *guest_features_json(void);
 
+/* VOLUME_MOUNT {"slot":n,"path":s,"read_only":b,"wait_ms":n}: mount the
+ * volume in slot n (the virtio-blk disk with serial "volN") at path, made
+ * if missing. path must pass proto_volume_path_is_allowed(); wait_ms (at
+ * most GUEST_VOLUME_WAIT_MS_MAX) bounds the wait for the disk's size to
+ * show (the host resizes a slot restored empty). ret->path is the
+ * caller's to free. */
+#define GUEST_VOLUME_SLOTS 4u
+#define GUEST_VOLUME_WAIT_MS_DEFAULT 5000u
+#define GUEST_VOLUME_WAIT_MS_MAX 60000u
+struct guest_volume_mount {
+        unsigned slot;
+        char *path;
+        bool read_only;
+        uint64_t wait_ms;
+};
+int guest_volume_mount_parse(const void *payload, size_t len, struct guest_volume_mount *ret);
+
 /* UPGRADE {"path":s,"idle_ms":n}: the staged agent binary (a valid
  * path), and the idle time the agent is to keep (staging it was no use of
  * the sandbox); -1 without one. */

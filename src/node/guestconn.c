@@ -104,6 +104,7 @@ static unsigned reply_features(json_t *reply) {
                 {"metrics", GUESTCONN_FEATURE_METRICS},
                 {"files_user", GUESTCONN_FEATURE_FILES_USER},
                 {"upgrade", GUESTCONN_FEATURE_UPGRADE},
+                {"volumes", GUESTCONN_FEATURE_VOLUMES},
         };
         json_t *list = json_object_get(reply, "features"), *v;
         unsigned bits = 0;

@@ -53,6 +53,7 @@ bool guestconn_alive(struct guestconn *g);
 #define GUESTCONN_FEATURE_METRICS (1u << 3)   /* METRICS */
 #define GUESTCONN_FEATURE_FILES_USER (1u << 4) /* "user" on file requests and WATCH */
 #define GUESTCONN_FEATURE_UPGRADE (1u << 5)    /* UPGRADE: replaced in place */
+#define GUESTCONN_FEATURE_VOLUMES (1u << 6)    /* VOLUME_MOUNT */
 bool guestconn_has(struct guestconn *g, unsigned feature);
 
 /* The agent's name as its HELLO (or the last UPGRADE) said,

@@ -145,6 +145,19 @@ static int snapshot_id_arg(struct node_conn *c, json_t *req, const char **ret) {
         return 0;
 }
 
+/* What the verbs that carry a whole sandbox elsewhere (fork, full
+ * snapshots, suspend, publish) do not carry yet: its volumes. 1 when it
+ * answered the refusal. */
+static int refuse_volumes(struct node_conn *c, struct sandbox *s, const char *verb) {
+        if (!sandbox_has_volumes(s))
+                return 0;
+        int r = conn_reply_error(c, -EBUSY, "conflict",
+                                 "cannot %s sandbox %s: it holds volumes, which %s does not carry yet "
+                                 "(docs/volumes.md); a disk snapshot, stop/start and pause work",
+                                 verb, s->id, verb);
+        return r < 0 ? r : 1;
+}
+
 /* The refusals and failures of snapshot and rollback, as replies. */
 static int snapshot_reply_error(struct node_conn *c, struct sandbox *s, int r, const char *verb, const char *state,
                                 const char *err) {
@@ -178,6 +191,8 @@ int nodeops_sandbox_snapshot(struct node_conn *c, json_t *req) {
         bool full = strcmp(kind, "full") == 0;
         if (!full && strcmp(kind, "disk") != 0)
                 return conn_reply_error(c, -EINVAL, "invalid", "field \"kind\" must be \"disk\" or \"full\"");
+        if (full && (r = refuse_volumes(c, s, "take a full snapshot of")) != 0)
+                return r < 0 ? r : 0;
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
         json_t *info = NULL;
@@ -262,6 +277,8 @@ int nodeops_sandbox_fork(struct node_conn *c, json_t *req) {
         if (sandbox_get(id, &s) < 0)
                 return conn_reply_error(c, -ENOENT, "not_found", "no sandbox %s", id);
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s child=%s", s->ctx, child_id);
+        if ((r = refuse_volumes(c, s, "fork")) != 0)
+                return r < 0 ? r : 0;
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
         _cleanup_(sandbox_unrefp) struct sandbox *child = NULL;
@@ -286,6 +303,10 @@ int nodeops_sandbox_suspend(struct node_conn *c, json_t *req) {
         int r = keyed_snapshot_args(c, req, &s, &snap, &key, &has_key);
         if (r < 0)
                 return r;
+        if ((r = refuse_volumes(c, s, "suspend")) != 0) {
+                sodium_memzero(key.key, sizeof key.key);
+                return r < 0 ? r : 0;
+        }
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
         json_t *info = NULL;
@@ -314,6 +335,12 @@ int nodeops_sandbox_publish(struct node_conn *c, json_t *req) {
                 sodium_memzero(key.key, sizeof key.key);
                 return conn_reply_error(c, -EINVAL, "invalid",
                                         "field \"from_snapshot\" must be a snapshot id of the sandbox");
+        }
+        /* a disk snapshot's image is the sandbox's own disk; a running
+         * one's memory has the volumes mounted */
+        if (!from && (r = refuse_volumes(c, s, "publish")) != 0) {
+                sodium_memzero(key.key, sizeof key.key);
+                return r < 0 ? r : 0;
         }
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;

@@ -22,6 +22,15 @@ int nodeops_file_mkdir(struct node_conn *c, json_t *req);
 int nodeops_file_rename(struct node_conn *c, json_t *req);
 int nodeops_file_watch(struct node_conn *c, json_t *req);
 
+/* ---- The volume store (nodeops-volume.c) ---- */
+
+/* volume.create {id,size}: a new volume (an ext4 file system) */
+int nodeops_volume_create(struct node_conn *c, json_t *req);
+/* volume.clone {id,from}: a new volume of from's current content */
+int nodeops_volume_clone(struct node_conn *c, json_t *req);
+/* volume.delete {id}: refused while a sandbox holds it */
+int nodeops_volume_delete(struct node_conn *c, json_t *req);
+
 /* ---- Lifecycle verbs, snapshots, fork, suspend and wake (nodeops-lifecycle.c) ---- */
 
 int nodeops_sandbox_pause(struct node_conn *c, json_t *req);

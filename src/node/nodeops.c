@@ -119,6 +119,12 @@ static int op_sandbox_create(struct node_conn *c, json_t *req) {
         _cleanup_free_ char *network = NULL;
         if ((r = nodeops_field_network(c, req, false, &network)) < 0)
                 return r;
+        struct sandbox_volume volumes[SANDBOX_VOLUMES_MAX];
+        _cleanup_free_ char *verr = NULL;
+        if (sandbox_volumes_from_json(req, volumes, &verr) < 0)
+                return conn_reply_error(c, -EINVAL, "invalid", "%s", verr);
+        if (image && volumes[0].id[0])
+                return conn_reply_error(c, -EINVAL, "invalid", "a sandbox made from an image takes no volumes yet");
 
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " sandbox=%s", id);
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
@@ -128,7 +134,7 @@ static int op_sandbox_create(struct node_conn *c, json_t *req) {
         if (image && (r = nodeops_field_data_key(c, req, &key, &has_key)) < 0)
                 return r;
         struct sandbox_create_opts o = { .id = id, .env = env, .tenant = tenant, .recover_checkpoint = recover_checkpoint,
-                                         .limits = &limits, .network = network };
+                                         .limits = &limits, .network = network, .volumes = volumes };
         r = image ? sandbox_create_from_image(&o, image, has_key ? &key : NULL, &s, &err)
                   : sandbox_create(&o, tpl, &s, &err);
         sodium_memzero(key.key, sizeof key.key);
@@ -684,6 +690,9 @@ static const struct {
         { "template.log", nodeops_template_log, false },
         { "template.delete", nodeops_template_delete, false },
         { "pool.list", op_pool_list, false },
+        { "volume.create", nodeops_volume_create, true },
+        { "volume.clone", nodeops_volume_clone, true },
+        { "volume.delete", nodeops_volume_delete, true },
         { "sandbox.create", op_sandbox_create, true },
         { "sandbox.get", op_sandbox_get, false },
         { "sandbox.list", op_sandbox_list, false },

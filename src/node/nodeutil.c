@@ -254,9 +254,9 @@ int node_vm_run_dirs_sweep(const char *data_dir, bool (*keep)(const char *path, 
         return 0;
 }
 
-int node_disk_link(const char *run_dir, const char *target, char **ret_link) {
+int node_run_link(const char *run_dir, const char *name, const char *target, char **ret_link) {
         _cleanup_free_ char *link = NULL, *tmp = NULL;
-        if (asprintf(&link, "%s/disk.img", run_dir) < 0 || asprintf(&tmp, "%s/disk.img.tmp", run_dir) < 0)
+        if (asprintf(&link, "%s/%s", run_dir, name) < 0 || asprintf(&tmp, "%s/%s.tmp", run_dir, name) < 0)
                 return -ENOMEM;
         (void) unlink(tmp);
         if (symlink(target, tmp) < 0)

@@ -88,12 +88,13 @@ int node_vm_run_dir(const char *data_dir, char **ret);
  * removed; new run dirs are numbered after the highest one left. */
 int node_vm_run_dirs_sweep(const char *data_dir, bool (*keep)(const char *path, void *userdata), void *userdata);
 
-/* Points RUN_DIR/disk.img at target (a symlink, replaced atomically) and
- * returns its path in *ret_link. QEMU opens a VM's disk through this link:
- * it reopens the disk by path when a migration (full snapshot, fork,
- * suspend) inactivates its block devices, and a warm VM's disk moves
- * (pool/NAME-N to sandboxes/ID) after QEMU opened it; the link follows. */
-int node_disk_link(const char *run_dir, const char *target, char **ret_link);
+/* Points RUN_DIR/NAME at target (a symlink, replaced atomically) and
+ * returns its path in *ret_link. QEMU opens a VM's disks through such
+ * links (disk.img, vol0.img..): it reopens a disk by path when a migration
+ * (full snapshot, fork, suspend) inactivates its block devices, and a warm
+ * VM's disk moves (pool/NAME-N to sandboxes/ID) after QEMU opened it; the
+ * link follows. */
+int node_run_link(const char *run_dir, const char *name, const char *target, char **ret_link);
 
 /* Takes DATA_DIR/node.lock (flock, held until the process exits), waiting
  * up to wait_s for a node that is still handing over. -EBUSY after that. */

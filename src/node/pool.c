@@ -183,7 +183,7 @@ static int fill_one(const struct template_info *t, struct pool_vm **ret, char **
         _cleanup_free_ char *disk = NULL, *vmm_error = NULL;
         if (r >= 0) {
                 step = "linking its disk";
-                r = node_disk_link(pv->run_dir, rootfs, &disk);
+                r = node_run_link(pv->run_dir, "disk.img", rootfs, &disk);
         }
         if (r >= 0) {
                 struct vmm_config vc = template_vmm_config(t, disk, pv->run_dir, pv->ctx);
@@ -583,7 +583,7 @@ int pool_claim(const struct template_info *t, const char *dir, const char *ctx, 
         pv->dir = NULL;
         /* QEMU reopens its disk by path during a migration: follow the move */
         _cleanup_free_ char *moved = strdup_printf("%s/rootfs.img", dir);
-        int k = moved ? node_disk_link(pv->run_dir, moved, NULL) : -ENOMEM;
+        int k = moved ? node_run_link(pv->run_dir, "disk.img", moved, NULL) : -ENOMEM;
         if (k < 0)
                 log_errno(LOG_LEVEL_WARN, k, ctx, "cannot repoint the disk link of %s: %m", pv->ctx);
         if (waited_ns)

@@ -82,7 +82,8 @@ int sandbox_create(const struct sandbox_create_opts *o, const char *template_nam
         rm_rf(s->dir); /* nothing of ours can be there: the id was free */
         /* a warm VM brings its directory (moved to s->dir) and its run dir;
          * one of its template's size, so a smaller sandbox restores cold */
-        if (!s->limits.memory_mib && !s->limits.vcpus && pool_claim(s->tpl, s->dir, s->ctx, &s->pool_vm) > 0) {
+        if (!s->limits.memory_mib && !s->limits.vcpus && !sandbox_has_volumes(s) &&
+            pool_claim(s->tpl, s->dir, s->ctx, &s->pool_vm) > 0) {
                 s->run_dir = TAKE_PTR(s->pool_vm->run_dir);
                 goto start_thread;
         }
@@ -108,6 +109,8 @@ int sandbox_create(const struct sandbox_create_opts *o, const char *template_nam
                          "rootfs was byte-copied, not reflinked: %s and %s are not on one reflink-capable "
                          "file system (btrfs/xfs); creates will be slow and use disk (logged once)",
                          s->tpl->rootfs, sandbox_mgr()->dir);
+        if ((r = sandbox_volumes_attach(s, &err)) < 0)
+                goto fail;
 
 start_thread:
         r = sandbox_thread_start(s, &err);
@@ -140,6 +143,7 @@ static void sandbox_delete_removed(struct sandbox *s, bool keep_snapshots) {
         pthread_mutex_unlock(&s->lock);
         sandbox_deleted(s);
         sandbox_thread_stop(s);
+        sandbox_volumes_release(s);
         rm_rf(s->run_dir);
         int r = keep_snapshots ? sandbox_park(s) : rm_rf(s->dir);
         if (r < 0)

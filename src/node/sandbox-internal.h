@@ -22,6 +22,8 @@
  *                           directory for a new sandbox)
  *      sandbox-delta.c      a suspended image as deltas against its
  *                           template (below sandbox-parked.c)
+ *      sandbox-volume.c     the volume store and the copies sandboxes
+ *                           hold, their mounts (below sandbox-vm.c)
  *   1  sandbox-registry.c   the manager's state, the registry, the record,
  *                           snapshot paths
  *
@@ -113,6 +115,7 @@ struct sandbox_record {
         unsigned execution;
         bool recover_checkpoint;
         struct sandbox_limits limits;
+        struct sandbox_volume volumes[SANDBOX_VOLUMES_MAX];
         char *network; /* canonical, or NULL: none recorded (allow-all) */
 };
 int sandbox_record_load(const char *dir, const char *id, struct sandbox_record *ret);
@@ -164,6 +167,25 @@ int sandbox_register_new(const char *id, const char *template_name, json_t *env,
 void sandbox_new_abort(struct sandbox *s);
 int sandbox_restore_new(struct sandbox *s, char *state_path, char **ret_error);
 int sandbox_boot_new(struct sandbox *s, char **ret_error);
+
+/* ---- 2: sandbox-volume.c ---- */
+
+struct guestconn;
+/* A new sandbox's copies of the volumes it holds (s->volumes), refused
+ * (-EBUSY) where another sandbox holds one in a way this one's use
+ * excludes; -ENOENT for one this node does not have. */
+int sandbox_volumes_attach(struct sandbox *s, char **ret_error);
+/* At a delete, once the VM is gone: the read-write copies go back into
+ * the store. */
+void sandbox_volumes_release(struct sandbox *s);
+/* Points vc's volume slots at the copies, through run dir links (links[k]
+ * the caller's to free). */
+int sandbox_volumes_config(struct sandbox *s, struct vmm_config *vc, char *links[VMM_VOLUMES_MAX],
+                           char **ret_error);
+/* Once the guest agent answers: each slot resized to its copy, and
+ * mounted where asked (done already after a restore of the sandbox's own
+ * state: answered as done). */
+int sandbox_volumes_mount(struct sandbox *s, struct vmm *v, struct guestconn *g, char **ret_error);
 
 /* ---- 2: sandbox-delta.c ---- */
 

@@ -138,6 +138,7 @@ static int takeover_one(const char *name, const char *dir) {
         s->execution = rec.execution;
         s->recover_checkpoint = rec.recover_checkpoint;
         s->limits = rec.limits;
+        memcpy(s->volumes, rec.volumes, sizeof s->volumes);
         s->recoveries = rec.recoveries ? json_deep_copy(rec.recoveries) : NULL;
         if (!s->dir) {
                 sandbox_unref(s);

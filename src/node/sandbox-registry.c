@@ -230,8 +230,10 @@ int sandbox_record_save(struct sandbox *s) {
                               "tenant", s->tenant, "template", s->template_name, "env", s->env, "state",
                               record_state(s->state), "run_dir", s->run_dir, "execution", (json_int_t) s->execution,
                               "recoveries", s->recoveries, "recovery", sandbox_recovery_name(s));
-        if (o)
+        if (o) {
                 sandbox_limits_to_json(s, o);
+                sandbox_volumes_to_json(s, o);
+        }
         /* the policy goes along, so a node restart keeps enforcing it */
         json_t *net = o && s->network ? json_loads(s->network, 0, NULL) : NULL;
         if (net)
@@ -311,7 +313,10 @@ int sandbox_record_load(const char *dir, const char *id, struct sandbox_record *
         }
         rec.execution = (unsigned) exe;
         /* a record from before the setting existed boots its disk */
-        if (sandbox_recovery_from_json(j, &rec.recover_checkpoint) < 0 || sandbox_limits_from_json(j, &rec.limits) < 0) {
+        _cleanup_free_ char *verr = NULL;
+        if (sandbox_recovery_from_json(j, &rec.recover_checkpoint) < 0 ||
+            sandbox_limits_from_json(j, &rec.limits) < 0 ||
+            sandbox_volumes_from_json(j, rec.volumes, &verr) < 0) {
                 json_decref(j);
                 return -EBADMSG;
         }
@@ -393,6 +398,8 @@ void sandbox_first_execution(struct sandbox *s, const struct sandbox_create_opts
         s->recover_checkpoint = o->recover_checkpoint;
         if (o->limits)
                 s->limits = *o->limits;
+        if (o->volumes)
+                memcpy(s->volumes, o->volumes, sizeof s->volumes);
         if (o->tenant)
                 snprintf(s->tenant, sizeof s->tenant, "%s", o->tenant);
 }
@@ -504,8 +511,10 @@ json_t *sandbox_json(struct sandbox *s) {
         }
         if (o)
                 json_object_set_new(o, "pool", json_string(s->pool_hit ? "hit" : "miss"));
-        if (o)
+        if (o) {
                 sandbox_limits_to_json(s, o);
+                sandbox_volumes_to_json(s, o);
+        }
         pthread_mutex_unlock(&s->lock);
         return o;
 }

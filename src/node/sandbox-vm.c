@@ -276,6 +276,11 @@ int sandbox_net_reattach_all(void) {
         return 0;
 }
 
+static void volume_links_free(char *(*links)[VMM_VOLUMES_MAX]) {
+        for (size_t i = 0; i < VMM_VOLUMES_MAX; i++)
+                free((*links)[i]);
+}
+
 /* Restores the VM and installs its identity. On failure *ret_error says why;
  * everything started is torn down again. */
 static int sandbox_start_vm(struct sandbox *s, char **ret_error) {
@@ -285,7 +290,7 @@ static int sandbox_start_vm(struct sandbox *s, char **ret_error) {
                 return -ENOMEM;
         struct template_info *t = s->tpl;
         _cleanup_free_ char *disk = NULL;
-        int k = node_disk_link(s->run_dir, rootfs, &disk);
+        int k = node_run_link(s->run_dir, "disk.img", rootfs, &disk);
         if (k < 0) {
                 *ret_error = strdup_printf("cannot link the disk into %s: %s", s->run_dir, strerror(-k));
                 return k;
@@ -293,6 +298,9 @@ static int sandbox_start_vm(struct sandbox *s, char **ret_error) {
         struct vmm_config vc = template_vmm_config(t, disk, s->run_dir, s->ctx);
         vc.cgroup_memory_mib = s->limits.memory_mib;
         vc.cgroup_vcpus = s->limits.vcpus;
+        _cleanup_(volume_links_free) char *volume_links[VMM_VOLUMES_MAX] = { 0 };
+        if ((k = sandbox_volumes_config(s, &vc, volume_links, ret_error)) < 0)
+                return k;
         /* a start boots the sandbox's own disk with fresh RAM of its own; a
          * create maps the template's RAM copy-on-write */
         if (s->cold_boot) {
@@ -336,6 +344,11 @@ static int sandbox_start_vm(struct sandbox *s, char **ret_error) {
                         vmm_destroy(v);
                         return r;
                 }
+        }
+        if (r >= 0 && (r = sandbox_volumes_mount(s, v, g, ret_error)) < 0) {
+                guestconn_free(g);
+                vmm_destroy(v);
+                return r;
         }
         if (r < 0) {
                 /* the VMM's own account: QEMU's last words, or its vCPUs'

@@ -58,6 +58,18 @@ struct sandbox_limits {
 };
 #define SANDBOX_MEMORY_MIN_MIB 64
 
+/* A volume a sandbox holds (docs/volumes.md): slot i of the sandbox's
+ * volumes is the machine's volume slot i (vmm.h). Its image is the
+ * sandbox's own while it holds it, SANDBOXES/ID/volumes/I.img (a reflink
+ * clone of the store's); a read-write one goes back to the store when the
+ * sandbox is deleted. id "" is a free slot. Fixed at create. */
+#define SANDBOX_VOLUMES_MAX 4
+struct sandbox_volume {
+        char id[65];
+        char path[1025]; /* where the guest mounts it (PROTO_VOLUME_PATH_MAX) */
+        bool read_only;
+};
+
 struct sandbox {
         char id[65];
         char tenant[65]; /* owner: a tenant id or SANDBOX_TENANT_ADMIN; set before it is visible, then fixed */
@@ -116,6 +128,7 @@ struct sandbox {
         bool recover_checkpoint;
         /* its own size within its template's (its VMM's cgroup) */
         struct sandbox_limits limits;
+        struct sandbox_volume volumes[SANDBOX_VOLUMES_MAX]; /* fixed at create */
         uint64_t crash_ns[3];    /* when the last VMM crashes happened (monotonic), for the give-up rule */
         /* idleness, as the guest reports it (PING "idle_ms"; s->lock) */
         uint64_t guest_idle_ms;  /* at idle_probe_ns */
@@ -169,6 +182,25 @@ const char *sandbox_recovery_name(const struct sandbox *s);
  * (nothing when it has none of its own). */
 int sandbox_limits_from_json(const json_t *o, struct sandbox_limits *ret);
 void sandbox_limits_to_json(const struct sandbox *s, json_t *o);
+/* o's "volumes": [{"id","path","read_only"?}], at most SANDBOX_VOLUMES_MAX,
+ * filling ret[] in order (absent: none). Ids valid and distinct, paths
+ * allowed in a guest (proto_volume_path_is_allowed), distinct and none
+ * under another. -EINVAL with *ret_error saying what is wrong. */
+int sandbox_volumes_from_json(const json_t *o, struct sandbox_volume ret[SANDBOX_VOLUMES_MAX],
+                              char **ret_error);
+/* Sets o's "volumes" to what s holds (nothing when none). */
+void sandbox_volumes_to_json(const struct sandbox *s, json_t *o);
+/* The node's volume store (STORAGE_ROOT/volumes, docs/volumes.md): a new
+ * volume id of size bytes (an ext4 file system), a volume made from
+ * another's current content (a snapshot), and a deletion. -EEXIST: there
+ * is one; -ENOENT: none; -EBUSY: a sandbox holds it. *ret_error says why. */
+int sandbox_volume_create(const char *id, uint64_t size, char **ret_error);
+/* Whether s holds any volume (fixed at create). */
+bool sandbox_has_volumes(const struct sandbox *s);
+int sandbox_volume_clone(const char *id, const char *from, char **ret_error);
+int sandbox_volume_delete(const char *id, char **ret_error);
+#define SANDBOX_VOLUME_SIZE_MIN (16ull << 20)
+#define SANDBOX_VOLUME_SIZE_MAX (16ull << 40)
 /* 0 when limits fit template t; else -EINVAL with *ret_error saying why. */
 int sandbox_limits_check(const struct sandbox_limits *l, const struct template_info *t, char **ret_error);
 /* Reads o's "recovery" into *ret (false without one); -EBADMSG when it is
@@ -183,6 +215,7 @@ struct sandbox_create_opts {
         bool recover_checkpoint;             /* recovery from the last full snapshot, not a boot */
         const struct sandbox_limits *limits; /* NULL: the template's */
         const char *network;                 /* canonical egress policy; NULL: allow-all */
+        const struct sandbox_volume *volumes; /* [SANDBOX_VOLUMES_MAX] or NULL: none */
 };
 
 /* Creates sandbox o->id from template (waiting for a template build in

@@ -446,16 +446,21 @@ static int give_file(const char *path, uid_t uid, const char *ctx) {
         return 0;
 }
 
+_Static_assert(VMM_VOLUMES_MAX == MGR_VOLUMES_MAX, "the machine's volume slots and vmm.spawn's volumes");
+
 /* Text of the jail's mounts: the spec borrows these strings. */
 struct jail_paths {
         char link[4][PATH_MAX];
         char *disk, *mem, *root;
+        char *volumes[VMM_VOLUMES_MAX];
 };
 
 static void jail_paths_release(struct jail_paths *p) {
         free(p->disk);
         free(p->mem);
         free(p->root);
+        for (size_t i = 0; i < VMM_VOLUMES_MAX; i++)
+                free(p->volumes[i]);
 }
 
 /* The jail of c: what the private root holds, each at its host path. */
@@ -490,6 +495,14 @@ static int jail_mounts(const struct vmm_config *c, const struct vmm *v, const ch
         if (!(p->disk = realpath(c->rootfs, NULL)))
                 return negative_errno();
         m[n++] = (struct jail_mount){ JAIL_BIND_RW, p->disk, c->rootfs, -1 };
+        /* the volumes the same way, each at the path QEMU is given */
+        for (size_t i = 0; i < VMM_VOLUMES_MAX; i++) {
+                if (!c->volumes[i])
+                        continue;
+                if (!(p->volumes[i] = realpath(c->volumes[i], NULL)))
+                        return negative_errno();
+                m[n++] = (struct jail_mount){ JAIL_BIND_RW, p->volumes[i], c->volumes[i], -1 };
+        }
         if (c->mem_shared && !c->mem_anonymous) {
                 if (!(p->mem = realpath(c->mem_path, NULL)))
                         return negative_errno();
@@ -571,6 +584,20 @@ static int spawn_remote(const struct vmm_config *c, struct vmm *v, bool incoming
         for (size_t i = 0; i < ARRAY_SIZE(paths); i++) {
                 if ((r = str_copy(paths[i].dst, MGR_PATH_MAX, paths[i].src)) < 0)
                         goto out;
+        }
+        for (size_t i = 0; i < VMM_VOLUMES_MAX; i++) {
+                if (!c->volumes[i])
+                        continue;
+                _cleanup_free_ char *img = realpath(c->volumes[i], NULL);
+                if (!img) {
+                        r = log_errno(LOG_LEVEL_ERROR, negative_errno(), v->log_ctx, "cannot resolve %s: %m",
+                                      c->volumes[i]);
+                        goto out;
+                }
+                if ((r = str_copy(q->volumes[q->n_volumes], MGR_PATH_MAX, img)) < 0 ||
+                    (r = str_copy(q->volume_targets[q->n_volumes], MGR_PATH_MAX, c->volumes[i])) < 0)
+                        goto out;
+                q->n_volumes++;
         }
         int fds[2] = { log_fd, ram_fd };
         for (int tries = 0; tries < 64; tries++) {
@@ -671,6 +698,9 @@ int vmm_spawn_jailed(const struct vmm_config *c, struct vmm *v, bool incoming) {
         }
         if ((r = give_file(c->rootfs, v->uid, v->log_ctx)) < 0)
                 goto out;
+        for (size_t i = 0; i < VMM_VOLUMES_MAX; i++)
+                if (c->volumes[i] && (r = give_file(c->volumes[i], v->uid, v->log_ctx)) < 0)
+                        goto out;
         bool template_ram = !c->mem_shared && !c->mem_anonymous;
         if (c->mem_shared && !c->mem_anonymous) {
                 _cleanup_close_ int mfd = open(c->mem_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);

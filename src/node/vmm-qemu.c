@@ -236,6 +236,17 @@ int vmm_build_argv(const struct vmm_config *c, const struct vmm *v, bool incomin
             (r = vmm_argv_add(a, "virtio-net-device,netdev=n0,mac=" VMNET_GUEST_MAC)) < 0 ||
             (r = vmm_argv_add(a, "-qmp")) < 0 || (r = vmm_argv_addf(a, "unix:%s,server=on,wait=off", qmp)) < 0)
                 return r;
+        for (unsigned i = 0; i < VMM_VOLUMES_MAX; i++) {
+                _cleanup_free_ char *img = c->volumes[i] ? qemu_escape(c->volumes[i]) : NULL;
+                if (c->volumes[i] && !img)
+                        return -ENOMEM;
+                if ((r = vmm_argv_add(a, "-drive")) < 0 ||
+                    (r = img ? vmm_argv_addf(a, "id=v%u,file=%s,format=raw,if=none,cache=writeback", i, img)
+                             : vmm_argv_addf(a, "id=v%u,driver=null-co,size=0,if=none", i)) < 0 ||
+                    (r = vmm_argv_add(a, "-device")) < 0 ||
+                    (r = vmm_argv_addf(a, "virtio-blk-device,drive=v%u,serial=vol%u", i, i)) < 0)
+                        return r;
+        }
         if (incoming && ((r = vmm_argv_add(a, "-incoming")) < 0 || (r = vmm_argv_add(a, "defer")) < 0))
                 return r;
         return 0;

@@ -382,6 +382,19 @@ static int qmp_uri(struct vmm *v, const char *cmd, const char *uri) {
         return r < 0 ? qmp_failed(v, r, cmd) : 0;
 }
 
+int vmm_volume_resized(struct vmm *v, unsigned slot, uint64_t size) {
+        if (slot >= VMM_VOLUMES_MAX || size == 0 || size > INT64_MAX)
+                return -EINVAL;
+        char dev[16];
+        snprintf(dev, sizeof dev, "v%u", slot);
+        _cleanup_(json_decrefp) json_t *args =
+                json_pack("{s:s,s:I}", "device", dev, "size", (json_int_t) size);
+        if (!args)
+                return -ENOMEM;
+        int r = qmp_execute(v->qmp, "block_resize", args, QMP_CMD_MS, NULL);
+        return r < 0 ? qmp_failed(v, r, "block_resize") : 0;
+}
+
 /* The QMP half of a restore, on a QEMU waiting with -incoming defer. fd is
  * the state file; QEMU receives its own copy. */
 /* Hands QEMU fd under the name fdname and runs the migration command on

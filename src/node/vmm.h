@@ -22,7 +22,15 @@
  * order). A snapshot only restores into an identical machine, so template
  * content hashes include this: bump it whenever the QEMU command line's
  * machine or devices change. */
-#define VMM_MACHINE_REVISION "microvm-3 rtc=on virtio-serial+virtio-blk+virtio-net"
+#define VMM_MACHINE_REVISION "microvm-4 rtc=on virtio-serial+virtio-blk+virtio-net+4 volume slots"
+
+/* Volume slots: after the NIC, VMM_VOLUMES_MAX more virtio-blk disks with
+ * serials "vol0".. (the guest agent finds a slot's disk by it). One with
+ * no volume is QEMU's null-co driver of size 0, so a template boots with
+ * the slots empty and a restore may put a volume's image into any of them
+ * (the migration stream holds the devices, not what backs them); the
+ * guest learns the new size from vmm_volume_resized(). */
+#define VMM_VOLUMES_MAX 4
 
 /* The guest kernel's fixed arguments (tsc_early_khz= and the root are
  * added per host). tsc=reliable: microvm has no HPET or ACPI PM timer, so
@@ -97,6 +105,8 @@ struct vmm_config {
          * (0: memory_mib and vcpus): memory for the guest, and whole CPUs */
         unsigned cgroup_memory_mib;
         unsigned cgroup_vcpus;
+        /* the volume slots: an image QEMU opens read-write, or NULL */
+        const char *volumes[VMM_VOLUMES_MAX];
 };
 
 struct vmm {
@@ -211,6 +221,11 @@ int vmm_snapshot(struct vmm *v, const char *state_path, bool leave_paused, int (
  * paused. Only share=on RAM is skipped: on a VM started with mem_shared
  * false the whole guest RAM goes into state_path. */
 int vmm_save(struct vmm *v, const char *state_path);
+
+/* Tells the guest the disk in volume slot `slot` is size bytes (QMP
+ * block_resize to the image's own size): a slot the guest saw empty (a
+ * restore from the template) shows the volume's size a moment later. */
+int vmm_volume_resized(struct vmm *v, unsigned slot, uint64_t size);
 
 /* Takes over the QEMU an earlier node started in run_dir: checks that
  * run_dir/vmm.pid still names a live process (pid and start time), opens a

@@ -608,7 +608,8 @@ out:
 
 /* ---- vmm.spawn ---- */
 
-#define SPAWN_FILES 6 /* run dir, vm dir, kernel, initrd, disk, mem */
+#define SPAWN_VOLUME0 6 /* run dir, vm dir, kernel, initrd, disk, mem, then the volumes */
+#define SPAWN_FILES (SPAWN_VOLUME0 + MGR_VOLUMES_MAX)
 
 struct spawn_files {
         int fd[SPAWN_FILES];   /* O_PATH, opened without following a link */
@@ -703,6 +704,11 @@ static int do_vmm_spawn(const struct mgr_server *s, uid_t caller, const struct m
             (r = spawn_open(s, &f, 4, q->disk, false, msg, n)) < 0 ||
             (q->mem[0] && (r = spawn_open(s, &f, 5, q->mem, false, msg, n)) < 0))
                 goto out;
+        for (size_t i = 0; i < q->n_volumes; i++)
+                if ((r = spawn_open(s, &f, SPAWN_VOLUME0 + i, q->volumes[i], false, msg, n)) < 0 ||
+                    (r = spawn_give(s, caller, &f, SPAWN_VOLUME0 + i, q->volumes[i], q->uid, 0660, msg, n)) <
+                            0)
+                        goto out;
         /* the VM's own: its dir (setgid: what QEMU makes there is the
          * node's group), its disk, the RAM file of a boot */
         if ((r = spawn_give(s, caller, &f, 1, vm_dir, q->uid, 02770, msg, n)) < 0 ||
@@ -750,6 +756,9 @@ static int do_vmm_spawn(const struct mgr_server *s, uid_t caller, const struct m
         m[k++] = (struct jail_mount){ JAIL_BIND_RW, NULL, q->disk_target, f.tree[4] };
         if (q->mem[0])
                 m[k++] = (struct jail_mount){ JAIL_BIND_RW, NULL, q->mem, f.tree[5] };
+        for (size_t i = 0; i < q->n_volumes; i++)
+                m[k++] = (struct jail_mount){JAIL_BIND_RW, NULL, q->volume_targets[i],
+                                             f.tree[SPAWN_VOLUME0 + i]};
         static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random" };
         for (size_t i = 0; i < ARRAY_SIZE(devs); i++)
                 m[k++] = (struct jail_mount){ JAIL_BIND_DEV, devs[i], devs[i], -1 };

@@ -145,6 +145,12 @@ int nodeprep_storage(const struct daemon_config *c, uid_t uid, gid_t gid, struct
                 if ((r = hand_over(&h, p, 0755)) < 0)
                         return r;
         }
+        /* the volume store: tenants' data, the node's alone */
+        _cleanup_free_ char *vols = strdup_printf("%s/volumes", st->root);
+        if (!vols)
+                return -ENOMEM;
+        if ((r = hand_over(&h, vols, 0700)) < 0)
+                return r;
         _cleanup_free_ char *run = strdup_printf("%s/run", c->data_dir);
         _cleanup_free_ char *vm = strdup_printf("%s/run/vm", c->data_dir);
         _cleanup_free_ char *lock = strdup_printf("%s/node.lock", c->data_dir);

@@ -114,6 +114,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         assert(guest_path_validate(path) == 0 && idle >= -1);
                         free(path);
                 }
+                struct guest_volume_mount vm = { 0 };
+                if (guest_volume_mount_parse(p, n, &vm) == 0) {
+                        assert(vm.slot < GUEST_VOLUME_SLOTS && vm.wait_ms <= GUEST_VOLUME_WAIT_MS_MAX);
+                        assert(proto_volume_path_is_allowed(vm.path));
+                        free(vm.path);
+                }
                 /* an upgrade state's blob reference, against 64 bytes */
                 json_t *ref = json_loadb((const char *) p, n, 0, NULL);
                 static const uint8_t area[64];

@@ -313,6 +313,54 @@ static void test_small_parsers(void **state) {
         assert_int_equal(guest_file_end_parse(J("{\"abort\":\"yes\"}"), &abort_), -EINVAL);
 }
 
+/* VOLUME_MOUNT: a slot of the machine's, a path that hides nothing of the
+ * system's, a bounded wait; everything else refused. */
+static void test_volume_mount_parse(void **state) {
+        (void) state;
+        struct guest_volume_mount m = { 0 };
+        const char *ok = "{\"slot\":3,\"path\":\"/workspace/data\",\"read_only\":true,\"wait_ms\":100}";
+        assert_int_equal(guest_volume_mount_parse(ok, strlen(ok), &m), 0);
+        assert_int_equal(m.slot, 3);
+        assert_string_equal(m.path, "/workspace/data");
+        assert_true(m.read_only);
+        assert_int_equal(m.wait_ms, 100);
+        free(m.path);
+        const char *dflt = "{\"slot\":0,\"path\":\"/data\"}";
+        memset(&m, 0, sizeof m);
+        assert_int_equal(guest_volume_mount_parse(dflt, strlen(dflt), &m), 0);
+        assert_false(m.read_only);
+        assert_int_equal(m.wait_ms, GUEST_VOLUME_WAIT_MS_DEFAULT);
+        free(m.path);
+        static const char *const bad[] = {
+                "{\"path\":\"/data\"}",                    /* no slot */
+                "{\"slot\":4,\"path\":\"/data\"}",       /* past the machine's slots */
+                "{\"slot\":-1,\"path\":\"/data\"}",
+                "{\"slot\":0}",                              /* no path */
+                "{\"slot\":0,\"path\":\"data\"}",        /* relative */
+                "{\"slot\":0,\"path\":\"/\"}",           /* the root */
+                "{\"slot\":0,\"path\":\"/usr\"}",        /* the system's */
+                "{\"slot\":0,\"path\":\"/etc/x\"}",
+                "{\"slot\":0,\"path\":\"/proc\"}",
+                "{\"slot\":0,\"path\":\"/run/airlock\"}",
+                "{\"slot\":0,\"path\":\"/data/../etc\"}",
+                "{\"slot\":0,\"path\":\"/data/\"}",
+                "{\"slot\":0,\"path\":\"//etc\"}",
+                "{\"slot\":0,\"path\":\"/data\",\"read_only\":1}",
+                "{\"slot\":0,\"path\":\"/data\",\"wait_ms\":60001}",
+                "[]",
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+                memset(&m, 0, sizeof m);
+                assert_int_equal(guest_volume_mount_parse(bad[i], strlen(bad[i]), &m), -EINVAL);
+                assert_null(m.path);
+        }
+        /* near misses of the system's trees are a user's */
+        assert_true(proto_volume_path_is_allowed("/usrdata"));
+        assert_true(proto_volume_path_is_allowed("/home/user/work"));
+        assert_true(proto_volume_path_is_allowed("/var/lib/db"));
+        assert_false(proto_volume_path_is_allowed("/lib64/x"));
+}
+
 static void test_identity_parse(void **state) {
         struct guest_identity *id = NULL;
         char json[512];
@@ -877,15 +925,16 @@ static void test_agent_hello_ping(void **state) {
         assert_string_equal(json_string_value(json_object_get(j, "agent")), GUEST_AGENT_NAME);
         assert_true(json_is_string(json_object_get(j, "boot_id")));
         /* what the node checks before it asks for a user, PROCESSES, WATCH, METRICS,
-         * a file request's user, UPGRADE */
+         * a file request's user, UPGRADE, VOLUME_MOUNT */
         json_t *features = json_object_get(j, "features");
-        assert_int_equal(json_array_size(features), 6);
+        assert_int_equal(json_array_size(features), 7);
         assert_string_equal(json_string_value(json_array_get(features, 0)), "user");
         assert_string_equal(json_string_value(json_array_get(features, 1)), "processes");
         assert_string_equal(json_string_value(json_array_get(features, 2)), "watch");
         assert_string_equal(json_string_value(json_array_get(features, 3)), "metrics");
         assert_string_equal(json_string_value(json_array_get(features, 4)), "files_user");
         assert_string_equal(json_string_value(json_array_get(features, 5)), "upgrade");
+        assert_string_equal(json_string_value(json_array_get(features, 6)), "volumes");
         json_decref(j);
         frame_release(&f);
 
@@ -2147,6 +2196,7 @@ int main(void) {
                 cmocka_unit_test(test_path_validate),      cmocka_unit_test(test_exec_parse),
                 cmocka_unit_test(test_exec_limits),        cmocka_unit_test(test_env_merge),
                 cmocka_unit_test(test_small_parsers),      cmocka_unit_test(test_identity_parse),
+                cmocka_unit_test(test_volume_mount_parse),
                 cmocka_unit_test(test_path_request_parse), cmocka_unit_test(test_utf8_sanitize),
                 cmocka_unit_test(test_user_name),          cmocka_unit_test(test_users),
                 cmocka_unit_test(test_process_info),

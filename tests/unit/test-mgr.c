@@ -172,6 +172,44 @@ static void test_spawn(void **state) {
                 if (mgr_request_parse(bad[i], strlen(bad[i]), &policy, &r, err, sizeof err) != -EINVAL)
                         fail_msg("accepted: %s", bad[i]);
         }
+        /* volumes: each image under a root bound at its own target, beside the disk */
+#define VOL(i)                                                                                              \
+        "{\"path\":\"/var/lib/airlock/vol/sandboxes/s/volumes/" #i                                          \
+        ".img\",\"target\":\"/var/lib/airlock/run/vm/7/vol" #i ".img\"}"
+#define SPAWN_VOLS(vols)                                                                                    \
+        SPAWN("\"mem\":\"\",\"template_ram\":true,\"argv\":[\"/usr/bin/qemu\"],\"volumes\":" vols)
+        assert_int_equal(parse(SPAWN_VOLS("[" VOL(0) "," VOL(3) "]"), &r), 0);
+        assert_int_equal(r.n_volumes, 2);
+        assert_string_equal(r.volume_targets[1], "/var/lib/airlock/run/vm/7/vol3.img");
+        json = mgr_request_format(&r);
+        assert_non_null(json);
+        assert_int_equal(parse(json, &again), 0);
+        assert_int_equal(again.n_volumes, 2);
+        assert_string_equal(again.volumes[0], r.volumes[0]);
+        free(json);
+        mgr_request_release(&again);
+        mgr_request_release(&r);
+        assert_int_equal(parse(SPAWN_VOLS("[]"), &r), 0);
+        assert_int_equal(r.n_volumes, 0);
+        mgr_request_release(&r);
+        static const char *const bad_volumes[] = {
+                SPAWN_VOLS("[" VOL(0) "," VOL(1) "," VOL(2) "," VOL(3) "," VOL(
+                        4) "]"),                       /* more than the slots */
+                SPAWN_VOLS("[" VOL(0) "," VOL(0) "]"), /* one target twice */
+                SPAWN_VOLS("[{\"path\":\"/etc/shadow\",\"target\":\"/var/lib/airlock/run/vm/7/vol0.img\"}]"),
+                SPAWN_VOLS("[{\"path\":\"/var/lib/airlock/vol/x\",\"target\":\"/var/lib/airlock/run/vm/7/"
+                           "disk.img\"}]"),
+                SPAWN_VOLS("[{\"path\":\"/var/lib/airlock/vol/x\"}]"),
+                SPAWN_VOLS("[{\"path\":\"/var/lib/airlock/vol/x\",\"target\":\"/var/lib/airlock/"
+                           "y\",\"ro\":true}]"),
+                SPAWN_VOLS("{}"),
+        };
+        for (size_t i = 0; i < sizeof bad_volumes / sizeof bad_volumes[0]; i++) {
+                char err[256] = "";
+                if (mgr_request_parse(bad_volumes[i], strlen(bad_volumes[i]), &policy, &r, err,
+                                      sizeof err) != -EINVAL)
+                        fail_msg("accepted: %s", bad_volumes[i]);
+        }
         /* argv: at most MGR_ARGV_MAX entries */
         char big[8192] = "";
         strcat(big, "\"mem\":\"\",\"template_ram\":false,\"argv\":[");

@@ -1,0 +1,164 @@
+"""Volumes (docs/volumes.md): named, sized disks that outlive sandboxes. A
+volume is a block device in the guest, mounted by the agent where the
+create asked; read-write to one sandbox at a time, read-only to many; it
+comes back mounted after pause, stop/start and a disk rollback (which does
+not roll it back), goes back to the store when its sandbox is deleted, and
+is deleted only when no sandbox holds it. Every bad input is a clear 4xx
+that leaves nothing half-made."""
+
+import json
+
+from harness import ApiError
+
+
+def sh(a, sid, script):
+    r = a.exec(sid, ["sh", "-c", script])
+    return r["exit_code"], r["stdout"], r["stderr"]
+
+
+def read(a, sid, path):
+    code, out, err = sh(a, sid, f"cat {path}")
+    assert code == 0, (path, out, err)
+    return out
+
+
+def refused(a, status, method, path, body, *words, token=None):
+    """The request is refused with status and a message naming words."""
+    got, _, data = a.request(method, path, body, token=token)
+    assert got == status, (method, path, body, got, data)
+    msg = json.loads(data)["error"]["message"]
+    for w in words:
+        assert w in msg, (w, msg)
+    return msg
+
+
+def sandbox_ids(a):
+    return {s["id"] for s in a.api("GET", "/v1/sandboxes")["sandboxes"]}
+
+
+def test_volume_lifecycle_cli_and_api(airlock_factory):
+    a = airlock_factory(prebuild="minimal")
+    # made with the CLI, seen through the API
+    r = a.cli("volume", "create", "ws", "--size", "64M")
+    assert r.returncode == 0 and r.stdout.decode().strip() == "ws", r
+    vol = a.api("GET", "/v1/volumes/ws")
+    assert vol["id"].startswith("vol-") and vol["size"] == 64 << 20 and vol["held_by"] == []
+    assert a.api("GET", f"/v1/volumes/{vol['id']}")["name"] == "ws"
+
+    # bad input: 4xx with what was wrong, and nothing made
+    before = sandbox_ids(a)
+    refused(a, 400, "POST", "/v1/volumes", {"name": "x", "size": "lots"}, "size")
+    refused(a, 400, "POST", "/v1/volumes", {"name": "x", "size": 4096}, "16M")
+    refused(a, 400, "POST", "/v1/volumes", {"name": "../x", "size": "1G"}, "name")
+    refused(a, 409, "POST", "/v1/volumes", {"name": "ws", "size": "1G"}, "ws")
+    refused(a, 409, "POST", "/v1/volumes", {"name": "huge", "size": "2000G"}, "quota")
+    refused(a, 400, "POST", "/v1/sandboxes",
+            {"template": "minimal", "volumes": [{"name": "ws", "path": "/etc"}]}, "/etc")
+    refused(a, 400, "POST", "/v1/sandboxes",
+            {"template": "minimal", "volumes": [{"name": "ws", "path": "/"}]}, "path")
+    refused(a, 400, "POST", "/v1/sandboxes",
+            {"template": "minimal", "volumes": [{"name": "ws", "path": "/w", "mode": "rw"}]}, "volumes[0]")
+    refused(a, 404, "POST", "/v1/sandboxes",
+            {"template": "minimal", "volumes": [{"name": "nosuch", "path": "/w"}]}, "nosuch")
+    assert [v["name"] for v in a.api("GET", "/v1/volumes")["volumes"]] == ["ws"]
+    assert sandbox_ids(a) == before
+
+    # mounted where asked; what is written there stays
+    r = a.cli("create", "--template", "minimal", "--volume", "ws:/workspace")
+    assert r.returncode == 0, r
+    sid = r.stdout.decode().strip()
+    code, out, _ = sh(a, sid, "grep ' /workspace ' /proc/mounts && echo hello > /workspace/hello")
+    assert code == 0 and "ext4" in out, out
+    assert a.api("GET", f"/v1/sandboxes/{sid}")["volumes"] == [
+        {"id": vol["id"], "path": "/workspace", "read_only": False}]
+    assert [h["sandbox_id"] for h in a.api("GET", "/v1/volumes/ws")["held_by"]] == [sid]
+
+    # read-write to one sandbox at a time; held volumes are not deleted
+    before = sandbox_ids(a)
+    refused(a, 409, "POST", "/v1/sandboxes",
+            {"template": "minimal", "volumes": [{"name": "ws", "path": "/w"}]}, "in use", sid)
+    refused(a, 409, "POST", "/v1/sandboxes",
+            {"template": "minimal", "volumes": [{"name": "ws", "path": "/w", "read_only": True}]}, "in use")
+    refused(a, 409, "DELETE", "/v1/volumes/ws", None, sid)
+    assert sandbox_ids(a) == before
+
+    # pause/resume and stop/start: mounted again, content kept
+    for verb in ("pause", "resume", "stop", "start"):
+        a.api("POST", f"/v1/sandboxes/{sid}/{verb}?wait=true")
+    assert read(a, sid, "/workspace/hello") == "hello\n"
+    # a disk rollback boots the snapshot's disk: the volume is not rolled back
+    snap = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "disk"}, expect=201)
+    sh(a, sid, "echo after > /workspace/after && echo after > /root/after && sync")
+    a.api("POST", f"/v1/sandboxes/{sid}/rollback?wait=true", {"snapshot": snap["id"]})
+    assert read(a, sid, "/workspace/after") == "after\n"
+    code, _, _ = sh(a, sid, "test -e /root/after")
+    assert code != 0  # the rootfs was rolled back
+    # verbs that would carry the sandbox elsewhere say they do not carry volumes yet
+    msg = refused(a, 409, "POST", f"/v1/sandboxes/{sid}/fork?wait=true", {}, "volumes")
+    refused(a, 409, "POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"}, "volumes")
+    assert a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running", msg
+
+    # a snapshot of the volume is a new volume with its content
+    r = a.cli("volume", "snapshot", "ws", "--name", "ws-copy")
+    assert r.returncode == 0 and r.stdout.decode().strip() == "ws-copy", r
+    assert a.api("GET", "/v1/volumes/ws-copy")["source_id"] == vol["id"]
+
+    # the sandbox goes, the volume stays with what it wrote
+    r = a.cli("rm", sid)
+    assert r.returncode == 0, r
+    assert a.api("GET", "/v1/volumes/ws")["held_by"] == []
+    ro = [a.create(volumes=[{"name": "ws", "path": "/data", "read_only": True}])["id"] for _ in range(2)]
+    for s in ro:
+        assert read(a, s, "/data/hello") == "hello\n"
+        code, _, err = sh(a, s, "echo x > /data/x")
+        assert code != 0 and "Read-only" in err, err
+    refused(a, 409, "POST", "/v1/sandboxes",
+            {"template": "minimal", "volumes": [{"name": "ws", "path": "/w"}]}, "read-only")
+    copy = a.create(volumes=[{"name": "ws-copy", "path": "/copy"}])["id"]
+    assert read(a, copy, "/copy/hello") == "hello\n"
+    code, _, _ = sh(a, copy, "test -e /copy/after")
+    assert code == 0  # taken after it was written
+
+    # CLI listing and deletion once nothing holds it
+    r = a.cli("volume", "ls")
+    assert r.returncode == 0 and "ws-copy" in r.stdout.decode(), r
+    for s in ro + [copy]:
+        a.api("DELETE", f"/v1/sandboxes/{s}", expect=204)
+    r = a.cli("volume", "rm", "ws")
+    assert r.returncode == 0, r
+    a.api("DELETE", "/v1/volumes/ws-copy", expect=204)
+    assert a.api("GET", "/v1/volumes")["volumes"] == []
+    refused(a, 404, "DELETE", "/v1/volumes/ws", None, "ws")
+
+
+def test_volumes_are_their_tenants(airlock_factory):
+    a = airlock_factory(prebuild="minimal")
+    keys = {}
+    for name in ("alpha", "beta"):
+        t = a.api("POST", "/v1/tenants", {"name": name}, expect=201)
+        keys[name] = a.api("POST", f"/v1/tenants/{t['id']}/keys", {"name": f"{name}-ci"}, expect=201)["key"]
+    va = a.api("POST", "/v1/volumes", {"name": "data", "size": "32M"}, expect=201, token=keys["alpha"])
+    # beta may use the same name: names are per owner
+    vb = a.api("POST", "/v1/volumes", {"name": "data", "size": "32M"}, expect=201, token=keys["beta"])
+    assert va["id"] != vb["id"]
+    assert [v["id"] for v in a.api("GET", "/v1/volumes", token=keys["beta"])["volumes"]] == [vb["id"]]
+    # another tenant's volume does not exist for beta, by id or in a create
+    refused(a, 404, "GET", f"/v1/volumes/{va['id']}", None, va["id"], token=keys["beta"])
+    refused(a, 404, "DELETE", f"/v1/volumes/{va['id']}", None, va["id"], token=keys["beta"])
+    before = sandbox_ids(a)
+    refused(a, 404, "POST", "/v1/sandboxes",
+            {"template": "minimal", "volumes": [{"name": va["id"], "path": "/d"}]}, va["id"], token=keys["beta"])
+    assert sandbox_ids(a) == before
+    # the control: alpha's own works, and the admin sees both
+    sid = a.api("POST", "/v1/sandboxes", {"template": "minimal", "volumes": [{"name": "data", "path": "/d"}]},
+                expect=201, token=keys["alpha"])["id"]
+    assert a.api("GET", f"/v1/sandboxes/{sid}", token=keys["alpha"])["volumes"][0]["id"] == va["id"]
+    assert {v["id"] for v in a.api("GET", "/v1/volumes")["volumes"]} == {va["id"], vb["id"]}
+    a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204, token=keys["alpha"])
+    for key, v in ((keys["alpha"], va), (keys["beta"], vb)):
+        a.api("DELETE", f"/v1/volumes/{v['id']}", expect=204, token=key)
+    try:
+        a.api("GET", f"/v1/volumes/{va['id']}")
+        raise AssertionError("deleted volume still there")
+    except ApiError as e:
+        assert e.status == 404
