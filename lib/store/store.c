@@ -721,3 +721,12 @@ int store_operation_take_over(struct store *s, const char *id, const char *owner
                 return -EINVAL;
         return s->ops->operation_take_over(s, id, owner, now, until);
 }
+
+bool store_sandbox_holds_volumes(struct store *s, const char *sandbox_id) {
+        struct store_volume_hold *holds = NULL;
+        size_t n = 0;
+        if (store_volume_holds_of_sandbox(s, sandbox_id, &holds, &n) < 0)
+                return false;
+        store_volume_hold_array_free(holds, n);
+        return n > 0;
+}

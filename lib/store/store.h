@@ -541,6 +541,9 @@ int store_volume_holds_of_volume(struct store *s, const char *volume_id, struct 
                                  size_t *ret_n);
 int store_volume_holds_of_sandbox(struct store *s, const char *sandbox_id, struct store_volume_hold **ret,
                                   size_t *ret_n);
+/* Whether sandbox_id holds any volume (false too when the store cannot
+ * say: for the background loops that leave such sandboxes alone). */
+bool store_sandbox_holds_volumes(struct store *s, const char *sandbox_id);
 void store_volume_release(struct store_volume *v);
 void store_volume_array_free(struct store_volume *a, size_t n);
 void store_volume_hold_release(struct store_volume_hold *h);
