@@ -795,6 +795,10 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
                 return api_fail(ctx, -EBUSY,
                                 "cannot delete: %ssandbox is %s", r == -EBUSY ? "an operation is in progress, " : "",
                                 sb.state);
+        /* an archive is made again from a snapshot by a rollback, which
+         * does not carry volumes yet */
+        if (keep_snapshots && (r = api_volume_refuse(ctx, id, "archive (keep_snapshots)")) < 0)
+                return r;
         /* archive rather than delete only what has snapshots to keep */
         if (keep_snapshots) {
                 struct store_snapshot *snaps = NULL;

@@ -185,12 +185,12 @@ static json_t *sandbox_info(struct api_ctx *ctx, const json_t *sb, const json_t 
         const char *on_expiry = json_string_value(json_object_get(sb, "on_expiry"));
         if (!id || !tpl || !state || !started)
                 return NULL;
-        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:s, s:O, s:[]}", "sandboxID", id,
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:s, s:O, s:o}", "sandboxID", id,
                               "templateID", tpl, "alias", e2b_template(ctx->config, tpl), "clientID", E2B_CLIENT_ID,
                               "startedAt", started, "endAt", ends ? ends : E2B_NEVER, "state", e2b_state(state),
                               "cpuCount", 1, "memoryMB", template_memory_mib(sizes, tpl), "envdVersion",
                               E2B_ENVD_VERSION, "metadata", json_object_get(sb, "metadata") ?: json_object(),
-                              "volumeMounts");
+                              "volumeMounts", e2b_volume_mounts_info(ctx, json_object_get(sb, "volumes")));
         if (o && detail) {
                 const char *domain = ctx->config->e2b_domain;
                 json_object_set_new(o, "domain", domain[0] ? json_string(domain) : json_null());
@@ -456,7 +456,7 @@ int e2b_snapshot_delete(struct api_ctx *ctx, const char *id, struct api_reply *r
 
 int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret) {
         /* what Airlock cannot do is refused, never dropped */
-        static const char *const unsupported[] = { "mcp", "iam", "volumeMounts" };
+        static const char *const unsupported[] = { "mcp", "iam" };
         for (size_t i = 0; i < ARRAY_SIZE(unsupported); i++) {
                 const json_t *v = json_object_get(body, unsupported[i]);
                 if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
@@ -489,6 +489,9 @@ int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
                 return r;
         if (auto_pause && !json_is_boolean(auto_pause) && !json_is_null(auto_pause))
                 return api_fail(ctx, -EINVAL, "'autoPause' must be a boolean");
+        _cleanup_(json_decrefp) json_t *volumes = NULL;
+        if ((r = e2b_volume_mounts(ctx, json_object_get(body, "volumeMounts"), &volumes)) < 0)
+                return r;
 
         _cleanup_(json_decrefp) json_t *req = image.id ? json_pack("{s:s}", "image", image.id)
                                                        : json_pack("{s:s}", "template", tpl);
@@ -500,6 +503,8 @@ int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
                 json_object_set(req, "env", (json_t *) env);
         if (policy)
                 json_object_set(req, "network", policy);
+        if (volumes)
+                json_object_set(req, "volumes", volumes);
         struct api_reply v1 = { 0 };
         r = api_sandbox_create(ctx, req, NULL, &v1);
         if (r < 0)

@@ -68,6 +68,17 @@ int e2b_sandbox_connect(struct api_ctx *ctx, const char *id, const json_t *body,
 int e2b_snapshot_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *body, struct api_reply *ret);
 int e2b_snapshot_list(struct api_ctx *ctx, const struct e2b_list_query *q, struct api_reply *ret);
 int e2b_snapshot_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+
+/* ---- Volumes (e2b-volumes.c) ---- */
+
+int e2b_volume_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
+int e2b_volume_list(struct api_ctx *ctx, struct api_reply *ret);
+int e2b_volume_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+int e2b_volume_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+/* A create's "volumeMounts" [{name, path}] as Airlock's "volumes" (*ret
+ * NULL: none); a sandbox's "volumes" as E2B's volumeMounts. */
+int e2b_volume_mounts(struct api_ctx *ctx, const json_t *mounts, json_t **ret);
+json_t *e2b_volume_mounts_info(struct api_ctx *ctx, const json_t *volumes);
 int e2b_sandbox_metrics(struct api_ctx *ctx, const char *id, const char *start, const char *end,
                         struct api_reply *ret);
 /* POST /sandboxes/ID/fork {timeout, count}: count forks, each a Sandbox

@@ -725,6 +725,10 @@ static const struct route routes[] = {
         { M_GET, "/sandboxes/{id}/metrics", AUTH_E2B, .call = h_e2b_metrics },
         { M_POST, "/sandboxes/{id}/snapshots", AUTH_E2B, .run_id_body = e2b_snapshot_create },
         { M_GET, "/snapshots", AUTH_E2B, .call = h_e2b_snapshot_list },
+        { M_POST, "/volumes", AUTH_E2B, .run_body = e2b_volume_create },
+        { M_GET, "/volumes", AUTH_E2B, .run = e2b_volume_list },
+        { M_GET, "/volumes/{id}", AUTH_E2B, .run_id = e2b_volume_get },
+        { M_DELETE, "/volumes/{id}", AUTH_E2B, .run_id = e2b_volume_delete },
         { M_DELETE, "/templates/{id}", AUTH_E2B, .run_id = e2b_snapshot_delete },
 };
 

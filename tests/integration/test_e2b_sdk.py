@@ -182,6 +182,13 @@ def test_envd_pause_keeps_files_and_processes(airlock, e2b_sdk):
     e2b_sdk.run(airlock, "pause-files.mjs")
 
 
+def test_envd_volumes(airlock, e2b_sdk):
+    """Volume.create/list/getInfo/destroy and Sandbox.create's volumeMounts
+    on Airlock's volumes: written in one sandbox, read in the next; a
+    second writer and the destroy of a held volume refused, then it goes."""
+    e2b_sdk.run(airlock, "volumes.mjs")
+
+
 def test_envd_is_running(airlock, e2b_sdk):
     """isRunning() (envd's GET /health): true, then false after kill()."""
     e2b_sdk.run(airlock, "is-running.mjs")

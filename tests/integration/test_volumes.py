@@ -96,6 +96,8 @@ def test_volume_lifecycle_cli_and_api(airlock_factory):
     # verbs that would carry the sandbox elsewhere say they do not carry volumes yet
     msg = refused(a, 409, "POST", f"/v1/sandboxes/{sid}/fork?wait=true", {}, "volumes")
     refused(a, 409, "POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"}, "volumes")
+    refused(a, 409, "POST", f"/v1/sandboxes/{sid}/suspend?wait=true", {}, "volumes")
+    refused(a, 409, "DELETE", f"/v1/sandboxes/{sid}?keep_snapshots=true", None, "volumes")
     assert a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running", msg
 
     # a snapshot of the volume is a new volume with its content

@@ -290,8 +290,9 @@ def _qmp_of_a_vm_without_its_node(a, sid, commands):
 # The device models a VM has (docs/security.md, "The QEMU device set"):
 # microvm's own board (interrupt controllers, timer, RTC, the serial port
 # of -serial, the ACPI generic event device it signals power events with,
-# fw_cfg that hands the boot loader the kernel) and three virtio devices on
-# virtio-mmio transports; no PCI bus, nothing hot-pluggable.
+# fw_cfg that hands the boot loader the kernel) and three kinds of virtio device on
+# virtio-mmio transports (the disk five times: its own and four volume
+# slots); no PCI bus, nothing hot-pluggable.
 DEVICE_SET = {
     # the board (under KVM its interrupt controllers and timer are the kernel's)
     "kvm-ioapic", "ioapic", "kvm-i8259", "isa-i8259", "kvm-pit", "isa-pit",
@@ -308,7 +309,8 @@ def test_the_vm_has_exactly_the_devices_docs_name(airlock):
     Firecracker CVE was in an opt-in virtio-pci transport): QEMU's own
     device tree of a running VM (QMP `info qtree`) holds exactly the set
     docs/security.md names, query-pci finds no PCI bus, and the guest sees
-    the same: no PCI, three virtio devices; a PCI rescan from the guest
+    the same: no PCI, seven virtio devices (console, NIC, its disk and four
+    volume slots); a PCI rescan from the guest
     adds nothing. The control: the same QMP connection answers query-status
     (and the VM runs on with its node after)."""
     a = airlock
@@ -332,9 +334,11 @@ def test_the_vm_has_exactly_the_devices_docs_name(airlock):
     # and what QEMU was asked for is that set: no -device outside it
     asked = [argv[i + 1].split(",")[0] for i, v in enumerate(argv) if v == "-device"]
     assert set(asked) <= DEVICE_SET, asked
-    # the guest's view: no PCI, console (3), block (2) and net (1) on virtio, and a rescan changes nothing
+    # the guest's view: no PCI, console (3), block (2: its disk and the four
+    # volume slots) and net (1) on virtio, and a rescan changes nothing
     parts = before.split("---")
+    virtio = ["0x0001"] + ["0x0002"] * 5 + ["0x0003"]
     assert "No such file" in parts[0] or parts[0].strip() == "", before
-    assert sorted(parts[1].split()) == ["0x0001", "0x0002", "0x0003"], before
-    assert sorted(parts[2].split("rescan-rc=")[1].split()[1:]) == ["0x0001", "0x0002", "0x0003"], before
+    assert sorted(parts[1].split()) == virtio, before
+    assert sorted(parts[2].split("rescan-rc=")[1].split()[1:]) == virtio, before
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
