@@ -315,7 +315,7 @@ int api_volume_refuse(struct api_ctx *ctx, const char *sandbox_id, const char *d
                 r = api_fail(
                         ctx, -EBUSY,
                         "cannot %s sandbox %s: it holds volumes (%s mounted at %s%s), which that does not "
-                        "carry yet (docs/volumes.md); disk snapshots, stop/start and pause work",
+                        "carry yet (docs/volumes.md); snapshots, rollback, stop/start and pause work",
                         doing, sandbox_id, holds[0].volume_id, holds[0].path, n > 1 ? ", ..." : "");
         store_volume_hold_array_free(holds, n);
         return r;

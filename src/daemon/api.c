@@ -962,8 +962,6 @@ int api_snapshot_create(struct api_ctx *ctx, const char *id, const json_t *body,
                 return r;
         /* a disk image can be copied while the VM is off, memory only
          * while there is a VM (paused: its vCPUs already stand still) */
-        if (kind == SNAPSHOT_FULL && (r = api_volume_refuse(ctx, id, "take a full snapshot of")) < 0)
-                return r;
         if (strcmp(sb.state, "running") != 0 &&
             strcmp(sb.state, kind == SNAPSHOT_FULL ? "paused" : "stopped") != 0)
                 return api_fail(ctx, -EBUSY, "cannot take a %s snapshot: sandbox is %s", snapshot_kind_to_string(kind),

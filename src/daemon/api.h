@@ -336,7 +336,7 @@ int api_volume_attach_prepare(struct api_ctx *ctx, const char *owner, const json
 int api_volume_attach_record(struct api_ctx *ctx, const char *sandbox_id, const struct api_volume_attach *a);
 void api_volume_attach_release(struct api_volume_attach *a);
 /* -EBUSY (409) with why, when sandbox id holds volumes: what `doing` (fork,
- * suspend, a full snapshot, publish) does not carry yet. */
+ * suspend, publish, an archive) does not carry yet. */
 int api_volume_refuse(struct api_ctx *ctx, const char *sandbox_id, const char *doing);
 /* Sets o's "volumes" [{"id","path","read_only"}] to what sandbox id holds
  * (nothing when none, or when the store cannot say). */

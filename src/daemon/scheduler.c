@@ -421,11 +421,6 @@ static int visit(struct scheduler *s, const struct store_sandbox *sb) {
                 due[k] = retention_due(&p, (enum snapshot_kind) k, since, now) && now >= m->retry_ms[k];
                 any |= due[k];
         }
-        /* a full snapshot does not carry volumes yet (docs/volumes.md) */
-        if (due[SNAPSHOT_FULL] && store_sandbox_holds_volumes(s->store, sb->id)) {
-                due[SNAPSHOT_FULL] = false;
-                any = due[SNAPSHOT_DISK];
-        }
         /* retention ages snapshots out whether or not one is due; ask it
          * only while a scheduled snapshot exists or is about to */
         if (!any && last[SNAPSHOT_DISK] == 0 && last[SNAPSHOT_FULL] == 0)

@@ -145,15 +145,15 @@ static int snapshot_id_arg(struct node_conn *c, json_t *req, const char **ret) {
         return 0;
 }
 
-/* What the verbs that carry a whole sandbox elsewhere (fork, full
- * snapshots, suspend, publish) do not carry yet: its volumes. 1 when it
- * answered the refusal. */
+/* What the verbs that carry a whole sandbox elsewhere (fork, suspend,
+ * publish) do not carry yet: its volumes. 1 when it answered the
+ * refusal. */
 static int refuse_volumes(struct node_conn *c, struct sandbox *s, const char *verb) {
         if (!sandbox_has_volumes(s))
                 return 0;
         int r = conn_reply_error(c, -EBUSY, "conflict",
                                  "cannot %s sandbox %s: it holds volumes, which %s does not carry yet "
-                                 "(docs/volumes.md); a disk snapshot, stop/start and pause work",
+                                 "(docs/volumes.md); snapshots, rollback, stop/start and pause work",
                                  verb, s->id, verb);
         return r < 0 ? r : 1;
 }
@@ -191,8 +191,6 @@ int nodeops_sandbox_snapshot(struct node_conn *c, json_t *req) {
         bool full = strcmp(kind, "full") == 0;
         if (!full && strcmp(kind, "disk") != 0)
                 return conn_reply_error(c, -EINVAL, "invalid", "field \"kind\" must be \"disk\" or \"full\"");
-        if (full && (r = refuse_volumes(c, s, "take a full snapshot of")) != 0)
-                return r < 0 ? r : 0;
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
         json_t *info = NULL;

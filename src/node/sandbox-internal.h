@@ -59,6 +59,7 @@ struct snapshot_job {
         struct sandbox *s;
         const char *state_path;
         const char *disk_dst;
+        const char *volumes_of; /* a full snapshot's id: its volumes' copies too (sandbox-volume.c), or NULL */
         bool leave_paused;
         struct vmm_snapshot_stats stats;
 };
@@ -186,6 +187,14 @@ int sandbox_volumes_config(struct sandbox *s, struct vmm_config *vc, char *links
  * mounted where asked (done already after a restore of the sandbox's own
  * state: answered as done). */
 int sandbox_volumes_mount(struct sandbox *s, struct vmm *v, struct guestconn *g, char **ret_error);
+/* A full snapshot's volumes: each copy cloned beside the snapshot
+ * (SNAPSHOTS/ID.volumeK) while the vCPUs stand still, so memory (the
+ * guest's caches of the mounted volumes) and volumes are of one instant;
+ * what a rollback to it (or a recovery resuming it) puts back; and their
+ * removal with the snapshot. */
+int sandbox_volumes_snapshot(struct sandbox *s, const char *snapshot_id);
+int sandbox_volumes_rollback(struct sandbox *s, const char *snapshot_id);
+void sandbox_volumes_snapshot_delete(struct sandbox *s, const char *snapshot_id);
 
 /* ---- 2: sandbox-delta.c ---- */
 

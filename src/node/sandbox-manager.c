@@ -293,13 +293,7 @@ void sandbox_shutdown_all(void) {
         uint64_t deadline = now_monotonic_ns() + SHUTDOWN_BUSY_WAIT_NS;
         for (struct sandbox *s; (s = take_next(deadline));) {
                 /* the guest flushes its disks; a paused or failed one cannot */
-                struct guestconn *g = NULL;
-                if (sandbox_guest(s, &g) >= 0) {
-                        _cleanup_(json_decrefp) json_t *empty = json_object();
-                        int k = empty ? guestconn_call(g, PROTO_SYNC, empty, SHUTDOWN_SYNC_MS, NULL, NULL) : -ENOMEM;
-                        if (k < 0)
-                                log_errno(LOG_LEVEL_WARN, k, s->ctx, "guest did not flush its disks: %m");
-                }
+                (void) sandbox_guest_sync(s, SHUTDOWN_SYNC_MS, "the node's shutdown");
                 pthread_mutex_lock(&s->lock);
                 s->deleted = true; /* ops still holding it see "gone" */
                 bool had_vm = s->thread_started;

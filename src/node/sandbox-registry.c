@@ -23,6 +23,7 @@
 #include "macros.h"
 #include "netpolicy.h"
 #include "nodeutil.h"
+#include "proto.h"
 #include "template.h"
 #include "util.h"
 
@@ -435,6 +436,17 @@ int sandbox_guest(struct sandbox *s, struct guestconn **ret) {
                 *ret = s->gc;
         pthread_mutex_unlock(&s->lock);
         return r;
+}
+
+int sandbox_guest_sync(struct sandbox *s, int timeout_ms, const char *why) {
+        struct guestconn *g = NULL;
+        if (sandbox_guest(s, &g) < 0) /* only a running guest has one */
+                return -ECONNRESET;
+        _cleanup_(json_decrefp) json_t *empty = json_object();
+        int k = empty ? guestconn_call(g, PROTO_SYNC, empty, timeout_ms, NULL, NULL) : -ENOMEM;
+        if (k < 0)
+                log_errno(LOG_LEVEL_WARN, k, s->ctx, "guest did not flush its disks before %s: %m", why);
+        return k;
 }
 
 char *sandbox_error(struct sandbox *s) {

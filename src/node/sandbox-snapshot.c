@@ -193,7 +193,7 @@ int sandbox_snapshot_full(struct sandbox *s, const char *snapshot_id, json_t **r
         _cleanup_free_ char *state = sandbox_snapshot_state_path(s, snapshot_id);
         uint64_t t0 = now_monotonic_ns();
         struct stat st_img = { 0 }, st_state = { 0 };
-        struct snapshot_job job = { .s = s, .disk_dst = img, .state_path = state };
+        struct snapshot_job job = { .s = s, .disk_dst = img, .state_path = state, .volumes_of = snapshot_id };
         if (!dir || !img || !state) {
                 r = -ENOMEM;
                 goto out;
@@ -216,6 +216,7 @@ int sandbox_snapshot_full(struct sandbox *s, const char *snapshot_id, json_t **r
         if (r < 0) {
                 (void) unlink(img);
                 (void) unlink(state);
+                sandbox_volumes_snapshot_delete(s, snapshot_id);
                 if (!*ret_error)
                         *ret_error = strdup_printf("full snapshot failed: %s", strerror(-r));
         }
@@ -273,6 +274,12 @@ int sandbox_rollback(struct sandbox *s, const char *snapshot_id, const char **re
                 goto out;
         }
         if (full) {
+                /* its memory has the volumes mounted as they were then: they
+                 * go back with it (a disk snapshot boots, and keeps them) */
+                if ((r = sandbox_volumes_rollback(s, snapshot_id)) < 0) {
+                        *ret_error = strdup_printf("cannot put the volumes back: %s", strerror(-r));
+                        goto out;
+                }
                 free(s->restore_state);
                 s->restore_state = TAKE_PTR(state);
         }
@@ -295,5 +302,6 @@ int sandbox_snapshot_delete(struct sandbox *s, const char *snapshot_id) {
                 return -ENOMEM;
         if (unlink(st) < 0 && errno != ENOENT)
                 return negative_errno();
+        sandbox_volumes_snapshot_delete(s, snapshot_id);
         return unlink(p) < 0 ? negative_errno() : 0;
 }

@@ -19,17 +19,6 @@
 /* How long a suspend waits for the guest to write its page cache back. */
 #define SUSPEND_SYNC_MS 10000
 
-/* Asks a running guest to write its page cache back (best effort: a guest
- * that does not answer still gets stopped). */
-static void sandbox_guest_sync(struct sandbox *s, const char *why) {
-        struct guestconn *g = NULL;
-        if (sandbox_guest(s, &g) < 0)
-                return;
-        _cleanup_(json_decrefp) json_t *empty = json_object();
-        int k = empty ? guestconn_call(g, PROTO_SYNC, empty, SUSPEND_SYNC_MS, NULL, NULL) : -ENOMEM;
-        if (k < 0)
-                log_errno(LOG_LEVEL_WARN, k, s->ctx, "guest did not flush its disks before %s: %m", why);
-}
 
 int sandbox_suspend(struct sandbox *s, const char *snapshot_id, const struct objstore_data_key *key,
                     json_t **ret_info, const char **ret_state, char **ret_error) {
@@ -59,7 +48,7 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, const struct obj
          * the suspend is through (and a recovery that boots the disk)
          * keeps every write the guest acknowledged. */
         if (!was_paused)
-                sandbox_guest_sync(s, "suspend");
+                (void) sandbox_guest_sync(s, SUSPEND_SYNC_MS, "suspend");
         /* stays stopped after the snapshot: nothing may change after it */
         r = sandbox_post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
         if (r < 0) {

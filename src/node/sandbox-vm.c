@@ -476,7 +476,10 @@ static void flush_disk_before_pause(struct sandbox *s) {
 static int snapshot_job_paused(void *userdata) {
         struct snapshot_job *job = userdata;
         _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", job->s->dir);
-        return rootfs ? sandbox_clone_replace(job->s, rootfs, job->disk_dst) : -ENOMEM;
+        int r = rootfs ? sandbox_clone_replace(job->s, rootfs, job->disk_dst) : -ENOMEM;
+        if (r >= 0 && job->volumes_of)
+                r = sandbox_volumes_snapshot(job->s, job->volumes_of);
+        return r;
 }
 
 /* Carries out a request on the VMM this thread owns (QMP is
@@ -837,13 +840,8 @@ void sandbox_stop_claimed(struct sandbox *s, bool flush) {
         /* Flush the guest's page cache to the disk image first, or writes
          * not yet synced die with QEMU. A paused guest cannot answer; a
          * guest that does not is stopped anyway (it is ours to stop). */
-        struct guestconn *g = NULL;
-        if (flush && sandbox_guest(s, &g) >= 0) { /* only a running guest has one */
-                _cleanup_(json_decrefp) json_t *empty = json_object();
-                int k = empty ? guestconn_call(g, PROTO_SYNC, empty, STOP_SYNC_MS, NULL, NULL) : -ENOMEM;
-                if (k < 0)
-                        log_errno(LOG_LEVEL_WARN, k, s->ctx, "guest did not flush its disks before stop: %m");
-        }
+        if (flush)
+                (void) sandbox_guest_sync(s, STOP_SYNC_MS, "stop");
         /* QEMU dies, its end of the guest channel closes: open streams and
          * sessions end ("guest channel closed"); the channel itself stays
          * allocated until start retires it, since ops may still hold it. */
@@ -1055,7 +1053,9 @@ static void *recover_thread(void *arg) {
         } else if (s->recover_checkpoint && sandbox_checkpoint_of_execution(s, snap, sizeof snap, &snap_at) > 0) {
                 _cleanup_free_ char *img = sandbox_snapshot_path(s, snap);
                 _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
-                if (img && rootfs && sandbox_clone_replace(s, img, rootfs) >= 0) {
+                /* its volumes as they were then: the memory has them mounted */
+                if (img && rootfs && sandbox_clone_replace(s, img, rootfs) >= 0 &&
+                    sandbox_volumes_rollback(s, snap) >= 0) {
                         s->restore_state = sandbox_snapshot_state_path(s, snap);
                         resumed = true;
                         snprintf(how, sizeof how, "resumed full snapshot %s (writes after it are lost)", snap);

@@ -182,11 +182,7 @@ int sandbox_volume_clone(const char *id, const char *from, char **ret_error) {
         struct sandbox *rw = NULL;
         unsigned ro = 0;
         if (holders(from, NULL, &rw, &ro) >= 0 && rw) {
-                pthread_mutex_lock(&rw->lock);
-                struct guestconn *g = rw->state == SANDBOX_RUNNING ? rw->gc : NULL; /* lives as long as rw */
-                pthread_mutex_unlock(&rw->lock);
-                if (g)
-                        (void) guestconn_call(g, PROTO_SYNC, NULL, VOLUME_MOUNT_MS, NULL, NULL);
+                (void) sandbox_guest_sync(rw, VOLUME_MOUNT_MS, "a copy of its volume");
                 sandbox_unref(rw);
         }
         pthread_mutex_lock(&store_lock);
@@ -362,4 +358,38 @@ int sandbox_volumes_mount(struct sandbox *s, struct vmm *v, struct guestconn *g,
                 }
         }
         return 0;
+}
+
+static char *snapshot_image(const struct sandbox *s, const char *snapshot_id, unsigned slot) {
+        return strdup_printf("%s/snapshots/%s.volume%u", s->dir, snapshot_id, slot); /* not .img: not a snapshot */
+}
+
+int sandbox_volumes_snapshot(struct sandbox *s, const char *snapshot_id) {
+        for (unsigned k = 0; k < SANDBOX_VOLUMES_MAX && s->volumes[k].id[0]; k++) {
+                _cleanup_free_ char *src = copy_image(s, k), *dst = snapshot_image(s, snapshot_id, k);
+                int r = src && dst ? sandbox_clone_replace(s, src, dst) : -ENOMEM;
+                if (r < 0) {
+                        sandbox_volumes_snapshot_delete(s, snapshot_id);
+                        return r;
+                }
+        }
+        return 0;
+}
+
+int sandbox_volumes_rollback(struct sandbox *s, const char *snapshot_id) {
+        for (unsigned k = 0; k < SANDBOX_VOLUMES_MAX && s->volumes[k].id[0]; k++) {
+                _cleanup_free_ char *src = snapshot_image(s, snapshot_id, k), *dst = copy_image(s, k);
+                int r = src && dst ? sandbox_clone_replace(s, src, dst) : -ENOMEM;
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+void sandbox_volumes_snapshot_delete(struct sandbox *s, const char *snapshot_id) {
+        for (unsigned k = 0; k < SANDBOX_VOLUMES_MAX; k++) {
+                _cleanup_free_ char *p = snapshot_image(s, snapshot_id, k);
+                if (p)
+                        (void) unlink(p);
+        }
 }

@@ -279,6 +279,11 @@ void sandbox_hand_over_all(void);
  * pointing at the reason when the sandbox failed or was deleted. The
  * channel stays valid while the caller holds its reference. */
 int sandbox_guest(struct sandbox *s, struct guestconn **ret);
+/* Asks a running guest to write its page cache back (SYNC) within
+ * timeout_ms; a failure is logged as "... before WHY" and returned (best
+ * effort for the callers: a stop, a suspend, a shutdown, a volume's copy).
+ * -ECONNRESET when it is not running. */
+int sandbox_guest_sync(struct sandbox *s, int timeout_ms, const char *why);
 
 /* A socket in the sandbox's VM's network namespace, its connection to
  * the guest's port started (vmm_net_connect). -ESRCH without a VM. */

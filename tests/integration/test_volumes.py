@@ -6,7 +6,10 @@ not roll it back), goes back to the store when its sandbox is deleted, and
 is deleted only when no sandbox holds it. Every bad input is a clear 4xx
 that leaves nothing half-made."""
 
+import glob
 import json
+import os
+import subprocess
 
 from harness import ApiError
 
@@ -93,9 +96,31 @@ def test_volume_lifecycle_cli_and_api(airlock_factory):
     assert read(a, sid, "/workspace/after") == "after\n"
     code, _, _ = sh(a, sid, "test -e /root/after")
     assert code != 0  # the rootfs was rolled back
+    # a full snapshot takes the volumes of its instant along: its memory has
+    # them mounted, so a rollback to it puts them back too (a running
+    # process and the file system as they were, and writable after)
+    sh(a, sid, "echo 1 > /workspace/v && sync")
+    full = a.api("POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"}, expect=201)
+    assert full["kind"] == "full"
+    sh(a, sid, "echo 2 > /workspace/v && echo later > /workspace/later && sync")
+    a.api("POST", f"/v1/sandboxes/{sid}/rollback?wait=true", {"snapshot": full["id"]})
+    assert read(a, sid, "/workspace/v") == "1\n"
+    # and what the disk holds, not only what the restored memory cached:
+    # the file system consistent (e2fsck on the node's copy while the
+    # sandbox is stopped), and a start mounts it afresh
+    a.api("POST", f"/v1/sandboxes/{sid}/stop?wait=true")
+    copies = glob.glob(os.path.join(a.data_dir, "**", "sandboxes", sid, "volumes", "0.img"), recursive=True)
+    assert len(copies) == 1, copies
+    fsck = subprocess.run(["e2fsck", "-fn", copies[0]], capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+    a.api("POST", f"/v1/sandboxes/{sid}/start?wait=true")
+    assert read(a, sid, "/workspace/v") == "1\n"
+    code, _, _ = sh(a, sid, "test -e /workspace/later")
+    assert code != 0
+    code, _, err = sh(a, sid, "echo 3 > /workspace/v && cat /workspace/v")
+    assert code == 0, err
     # verbs that would carry the sandbox elsewhere say they do not carry volumes yet
     msg = refused(a, 409, "POST", f"/v1/sandboxes/{sid}/fork?wait=true", {}, "volumes")
-    refused(a, 409, "POST", f"/v1/sandboxes/{sid}/snapshots", {"kind": "full"}, "volumes")
     refused(a, 409, "POST", f"/v1/sandboxes/{sid}/suspend?wait=true", {}, "volumes")
     refused(a, 409, "DELETE", f"/v1/sandboxes/{sid}?keep_snapshots=true", None, "volumes")
     assert a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running", msg
@@ -120,6 +145,7 @@ def test_volume_lifecycle_cli_and_api(airlock_factory):
     assert read(a, copy, "/copy/hello") == "hello\n"
     code, _, _ = sh(a, copy, "test -e /copy/after")
     assert code == 0  # taken after it was written
+    assert read(a, copy, "/copy/v") == "3\n"  # and after the rollback
 
     # CLI listing and deletion once nothing holds it
     r = a.cli("volume", "ls")
