@@ -289,17 +289,21 @@ int api_volume_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret
         int r = api_volume_lookup(ctx, id, &v);
         if (r < 0 || (r = held_fail(ctx, &v, "delete")) < 0)
                 return r;
-        /* the image first: a row without an image would be a broken
-         * volume, an image without a row only a leftover */
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "volume.delete", "id", v.id);
-        r = volume_node_call(ctx, v.node, req);
-        if (r < 0 && r != -ENOENT)
-                return r;
+        /* the row first: the store refuses it while a sandbox holds the
+         * volume (a create racing this one loses its hold's foreign key),
+         * and once it is gone nothing can take the image any more; an
+         * image the node then fails to remove is a leftover, never a row
+         * without an image */
         r = store_volume_delete(ctx->store, v.id);
-        if (r == -EBUSY) /* a create took it meanwhile: its copy came from the image */
+        if (r == -EBUSY)
                 return held_fail(ctx, &v, "delete") ?: api_fail(ctx, r, "volume '%s' is held", v.name);
         if (r < 0 && r != -ENOENT)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to delete volume: %m");
+        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s}", "op", "volume.delete", "id", v.id);
+        int k = volume_node_call(ctx, v.node, req);
+        if (k < 0 && k != -ENOENT)
+                log_emit(LOG_LEVEL_WARN, ctx->log_ctx, "volume %s: its image stays on its node as a leftover: %s",
+                         v.id, ctx->err);
         log_emit(LOG_LEVEL_INFO, ctx->log_ctx, "deleted volume %s (%s)", v.id, v.name);
         *ret = (struct api_reply){.status = MHD_HTTP_NO_CONTENT};
         return 0;

@@ -253,8 +253,9 @@ int sandbox_volumes_attach(struct sandbox *s, char **ret_error) {
         if (!dir)
                 return -ENOMEM;
         if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-                *ret_error = strdup_printf("cannot create %s: %s", dir, strerror(errno));
-                return -errno;
+                int r = negative_errno();
+                *ret_error = strdup_printf("cannot create %s: %s", dir, strerror(-r));
+                return r;
         }
         pthread_mutex_lock(&store_lock);
         int r = 0;
