@@ -106,7 +106,14 @@ static void expire(struct idle_watch *w) {
                                        .log_ctx = log_ctx, .client_fd = -1 };
                 struct api_reply r = { 0 };
                 int k = 0;
-                if (suspend && (strcmp(sb->state, "running") == 0 || strcmp(sb->state, "paused") == 0)) {
+                bool volumes = suspend && store_sandbox_holds_volumes(w->store, sb->id);
+                if (volumes && strcmp(sb->state, "running") == 0) {
+                        /* a suspend does not carry volumes yet: paused, its
+                         * memory kept (docs/volumes.md) */
+                        log_emit(LOG_LEVEL_INFO, log_ctx, "its lifetime is over: pausing (it holds volumes)");
+                        k = api_sandbox_verb(&ctx, sb->id, "pause", NULL, NULL, false, &r);
+                } else if (suspend && !volumes &&
+                           (strcmp(sb->state, "running") == 0 || strcmp(sb->state, "paused") == 0)) {
                         log_emit(LOG_LEVEL_INFO, log_ctx, "its lifetime is over: suspending");
                         k = api_sandbox_verb(&ctx, sb->id, "suspend", NULL, NULL, false, &r);
                 } else if (!suspend) {
@@ -118,7 +125,7 @@ static void expire(struct idle_watch *w) {
                         log_emit(LOG_LEVEL_WARN, log_ctx, "not ended: %s", ctx.err[0] ? ctx.err : strerror(-k));
                         continue; /* next pass */
                 }
-                if (suspend) /* suspended (or on its way): no clock until it is back */
+                if (suspend) /* suspended or paused (or on its way): no clock until it is back */
                         (void) store_sandbox_expiry_set(w->store, sb->id, 0, sb->expiry_s, NULL);
         }
         store_sandbox_array_free(a, n);

@@ -325,6 +325,32 @@ static int upgrade_kind(const char *v, size_t n) {
         return kind;
 }
 
+/* Whether a Connection header of h (its values without surrounding
+ * whitespace) names the option token t: a comma list, case-insensitive
+ * (RFC 9110 §7.6.1). */
+static bool connection_has(const struct http1_head *h, const char *t) {
+        size_t tl = strlen(t);
+        for (size_t k = 0; k < h->n_headers; k++) {
+                const struct http1_header *o = &h->headers[k];
+                if (strcasecmp(o->name, "Connection") != 0)
+                        continue;
+                const char *v = o->value;
+                for (size_t i = 0, n = o->value_len; i < n;) {
+                        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+                                i++;
+                        size_t b = i;
+                        while (i < n && v[i] != ',')
+                                i++;
+                        size_t e = i;
+                        while (e > b && (v[e - 1] == ' ' || v[e - 1] == '\t'))
+                                e--;
+                        if (e - b == tl && strncasecmp(v + b, t, tl) == 0)
+                                return true;
+                }
+        }
+        return false;
+}
+
 /* The target's form; builds head->path. */
 static int check_target(struct http1_parser *p, struct http1_head *h, const struct authority *host) {
         const char *t = h->target;
@@ -453,7 +479,11 @@ static int check_head(struct http1_parser *p) {
                 h->body = HTTP1_BODY_LENGTH;
                 h->content_length = p->ll.content_length;
         }
-        h->keep_alive = llhttp_should_keep_alive(&p->ll);
+        /* from the values as the head keeps them (llhttp's own reading
+         * differs on whitespace around a token, and the re-serialised
+         * head must mean the same: fuzz-http1's round trip) */
+        bool close = connection_has(h, "close");
+        h->keep_alive = h->version_minor >= 1 ? !close : !close && connection_has(h, "keep-alive");
         return 0;
 }
 

@@ -2,11 +2,12 @@
 // list, getInfo; Sandbox.create with volumeMounts (a Volume and a name);
 // what is written there outlives the sandbox; a second read-write holder
 // and the destroy of a held volume are refused; destroy once free, then it
-// is gone (destroy says false, getInfo rejects). Each error next to the
-// call that succeeds.
+// is gone (destroy says false, not listed). Each error next to the
+// call that succeeds. A lifetime ending in a pause pauses (a suspend does not
+// carry volumes yet).
 import assert from 'node:assert/strict'
 import { Sandbox, SandboxError, Volume, VolumeError } from 'e2b'
-import { scenario, step, rejects, runTag } from './lib.mjs'
+import { scenario, step, rejects, runTag, until } from './lib.mjs'
 
 await scenario('volumes', async (cleanups) => {
   const name = `ws-${process.pid}`
@@ -31,9 +32,17 @@ await scenario('volumes', async (cleanups) => {
 
   await a.kill()
   cleanups.pop()
-  const b = await Sandbox.create({ volumeMounts: { '/data': name } })
+  // a lifetime that ends in a pause (a suspend does not carry volumes yet):
+  // paused with its memory, and back on connect with the volume mounted
+  const b = await Sandbox.create({ volumeMounts: { '/data': name }, timeoutMs: 5000, lifecycle: { onTimeout: 'pause' } })
   cleanups.push(b)
   assert.equal(await b.files.read('/data/note.txt'), text, 'the next sandbox reads what the first wrote')
+  await b.files.write('/tmp/in-memory', 'kept\n')
+  await until(async () => (await b.getInfo()).state === 'paused', 60_000, 'paused at its timeout', 500)
+  const back = await Sandbox.connect(b.sandboxId, { timeoutMs: 300_000 })
+  assert.equal((await back.getInfo()).state, 'running', 'running again')
+  assert.equal(await back.files.read('/tmp/in-memory'), 'kept\n', 'a file written before the pause')
+  assert.equal(await back.files.read('/data/note.txt'), text, 'the volume still there')
   await b.kill()
   cleanups.pop()
 
