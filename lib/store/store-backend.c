@@ -129,6 +129,17 @@ void store_params_image(struct store_params *q, const struct store_image *img) {
         store_param_text(q, img->snapshot_id);
 }
 
+/* A volume's insert parameters, in STORE_VOLUME_COLUMNS' order. */
+void store_params_volume(struct store_params *q, const struct store_volume *v) {
+        store_param_text(q, v->id);
+        store_param_text(q, v->tenant_id);
+        store_param_text(q, v->name);
+        store_param_int(q, v->size);
+        store_param_text(q, v->node);
+        store_param_text(q, v->source_id);
+        store_param_int(q, v->created_at ?: store_now_ms());
+}
+
 void store_params_template(struct store_params *q, const struct store_template *t, size_t max) {
         int64_t now = store_now_ms();
         store_param_text(q, t->tenant_id);
@@ -387,6 +398,38 @@ int store_read_image(const struct store_row *r, void *ret) {
         img.created_at = store_row_int64(r, 6);
         *(struct store_image *) ret = img;
         img = (struct store_image){ 0 };
+        return 0;
+}
+
+int store_read_volume(const struct store_row *r, void *ret) {
+        _cleanup_(store_volume_release) struct store_volume v = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &v.id)) < 0 || (k = store_row_strdup(r, 1, &v.tenant_id)) < 0 ||
+            (k = store_row_strdup(r, 2, &v.name)) < 0 || (k = store_row_strdup(r, 4, &v.node)) < 0 ||
+            (k = store_row_strdup(r, 5, &v.source_id)) < 0)
+                return k;
+        if (!v.id || !v.name)
+                return -EBADMSG;
+        v.size = store_row_int64(r, 3);
+        v.created_at = store_row_int64(r, 6);
+        *(struct store_volume *) ret = v;
+        v = (struct store_volume){ 0 };
+        return 0;
+}
+
+int store_read_volume_hold(const struct store_row *r, void *ret) {
+        _cleanup_(store_volume_hold_release) struct store_volume_hold h = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &h.sandbox_id)) < 0 ||
+            (k = store_row_strdup(r, 1, &h.volume_id)) < 0 || (k = store_row_strdup(r, 3, &h.path)) < 0)
+                return k;
+        int64_t slot = store_row_int64(r, 2);
+        if (!h.sandbox_id || !h.volume_id || !h.path || slot < 0 || slot >= STORE_VOLUME_SLOTS)
+                return -EBADMSG;
+        h.slot = (int) slot;
+        h.read_only = store_row_int64(r, 4) != 0;
+        *(struct store_volume_hold *) ret = h;
+        h = (struct store_volume_hold){ 0 };
         return 0;
 }
 
@@ -693,6 +736,8 @@ STORE_LIST(api_key, struct store_api_key, store_read_api_key, store_api_key_arra
 STORE_LIST(tenant, struct store_tenant, store_read_tenant, store_tenant_array_free);
 STORE_LIST(secret, struct store_secret, store_read_secret, store_secret_array_free);
 STORE_LIST(image, struct store_image, store_read_image, store_image_array_free);
+STORE_LIST(volume, struct store_volume, store_read_volume, store_volume_array_free);
+STORE_LIST(volume_hold, struct store_volume_hold, store_read_volume_hold, store_volume_hold_array_free);
 STORE_LIST(template, struct store_template, store_read_template, store_template_array_free);
 STORE_LIST(audit_event, struct store_audit_event, store_read_audit_event, store_audit_event_array_free);
 STORE_LIST(event, struct store_event, store_read_event, store_event_array_free);

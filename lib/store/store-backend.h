@@ -104,6 +104,7 @@ void store_params_session(struct store_params *q, const struct store_session *se
 /* ... then the limit max on the number of tenants */
 void store_params_tenant(struct store_params *q, const struct store_tenant *t, size_t max);
 void store_params_image(struct store_params *q, const struct store_image *img);
+void store_params_volume(struct store_params *q, const struct store_volume *v);
 /* ... then the limit max on the owner's templates ("" owner: NULL) */
 void store_params_template(struct store_params *q, const struct store_template *t, size_t max);
 void store_params_secret(struct store_params *q, const struct store_secret *sec);
@@ -188,6 +189,8 @@ int store_read_api_key(const struct store_row *r, void *ret);
 int store_read_tenant(const struct store_row *r, void *ret);
 int store_read_secret(const struct store_row *r, void *ret);
 int store_read_image(const struct store_row *r, void *ret);
+int store_read_volume(const struct store_row *r, void *ret);
+int store_read_volume_hold(const struct store_row *r, void *ret);
 int store_read_template(const struct store_row *r, void *ret);
 int store_read_audit_event(const struct store_row *r, void *ret);
 int store_read_event(const struct store_row *r, void *ret);
@@ -253,7 +256,7 @@ struct store_list {
 extern const struct store_list store_list_sandbox, store_list_snapshot, store_list_operation, store_list_api_key,
         store_list_tenant, store_list_secret, store_list_image, store_list_template, store_list_audit_event,
         store_list_event, store_list_attachment, store_list_node, store_list_cap_key, store_list_replica,
-        store_list_string, store_list_node_count, store_list_node_beat;
+        store_list_string, store_list_node_count, store_list_node_beat, store_list_volume, store_list_volume_hold;
 
 /* Reads at most max rows through list into a new array: *ret (a pointer to
  * the element type's array pointer) and *ret_n on success; on failure what

@@ -406,15 +406,18 @@ int store_sql_tenant_list(struct store *s, size_t max, struct store_tenant **ret
 int store_sql_tenant_delete(struct store *s, const char *id) {
         /* the foreign key of sandboxes.tenant_id has no cascade: a tenant
          * that still owns sandboxes, images or volumes (whose data is on
-         * nodes) is kept, whatever the race; one inserted for it meanwhile (not seen by the NOT EXISTS) fails
-         * the delete on their foreign key: still -EBUSY */
+         * nodes) is kept, whatever the race; one inserted for it meanwhile
+         * (not seen by the NOT EXISTS) fails the delete on its foreign
+         * key: still -EBUSY */
         int r = write_by(s,
-                         "DELETE FROM tenants WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE tenant_id "
-                         "= ?1) AND NOT EXISTS (SELECT 1 FROM images WHERE tenant_id = ?1) AND NOT EXISTS (SELECT 1 FROM "
-                         "volumes WHERE tenant_id = ?1)",
-                         "DELETE FROM tenants WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE tenant_id "
-                         "= $1) AND NOT EXISTS (SELECT 1 FROM images WHERE tenant_id = $1) AND NOT EXISTS (SELECT 1 FROM "
-                         "volumes WHERE tenant_id = $1)",
+                         "DELETE FROM tenants WHERE id = ?1"
+                         " AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE tenant_id = ?1)"
+                         " AND NOT EXISTS (SELECT 1 FROM images WHERE tenant_id = ?1)"
+                         " AND NOT EXISTS (SELECT 1 FROM volumes WHERE tenant_id = ?1)",
+                         "DELETE FROM tenants WHERE id = $1"
+                         " AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE tenant_id = $1)"
+                         " AND NOT EXISTS (SELECT 1 FROM images WHERE tenant_id = $1)"
+                         " AND NOT EXISTS (SELECT 1 FROM volumes WHERE tenant_id = $1)",
                          id);
         if (r != -ENOENT)
                 return r;
@@ -492,61 +495,6 @@ int store_sql_image_delete(struct store *s, const char *id) {
 
 /* ---- volumes and their holds ---- */
 
-/* A volume's insert parameters, in STORE_VOLUME_COLUMNS' order. */
-static void params_volume(struct store_params *q, const struct store_volume *v) {
-        store_param_text(q, v->id);
-        store_param_text(q, v->tenant_id);
-        store_param_text(q, v->name);
-        store_param_int(q, v->size);
-        store_param_text(q, v->node);
-        store_param_text(q, v->source_id);
-        store_param_int(q, v->created_at ?: store_now_ms());
-}
-
-static int read_volume(const struct store_row *r, void *ret) {
-        _cleanup_(store_volume_release) struct store_volume v = { 0 };
-        int k;
-        if ((k = store_row_strdup(r, 0, &v.id)) < 0 || (k = store_row_strdup(r, 1, &v.tenant_id)) < 0 ||
-            (k = store_row_strdup(r, 2, &v.name)) < 0 || (k = store_row_strdup(r, 4, &v.node)) < 0 ||
-            (k = store_row_strdup(r, 5, &v.source_id)) < 0)
-                return k;
-        if (!v.id || !v.name)
-                return -EBADMSG;
-        v.size = store_row_int64(r, 3);
-        v.created_at = store_row_int64(r, 6);
-        *(struct store_volume *) ret = v;
-        v = (struct store_volume){ 0 };
-        return 0;
-}
-
-static int read_volume_hold(const struct store_row *r, void *ret) {
-        _cleanup_(store_volume_hold_release) struct store_volume_hold h = { 0 };
-        int k;
-        if ((k = store_row_strdup(r, 0, &h.sandbox_id)) < 0 ||
-            (k = store_row_strdup(r, 1, &h.volume_id)) < 0 || (k = store_row_strdup(r, 3, &h.path)) < 0)
-                return k;
-        int64_t slot = store_row_int64(r, 2);
-        if (!h.sandbox_id || !h.volume_id || !h.path || slot < 0 || slot >= STORE_VOLUME_SLOTS)
-                return -EBADMSG;
-        h.slot = (int) slot;
-        h.read_only = store_row_int64(r, 4) != 0;
-        *(struct store_volume_hold *) ret = h;
-        h = (struct store_volume_hold){ 0 };
-        return 0;
-}
-
-static void volume_list_free(void *a, size_t n) {
-        store_volume_array_free(a, n);
-}
-
-static void volume_hold_list_free(void *a, size_t n) {
-        store_volume_hold_array_free(a, n);
-}
-
-static const struct store_list list_volume = { sizeof(struct store_volume), read_volume, volume_list_free };
-static const struct store_list list_volume_hold = { sizeof(struct store_volume_hold), read_volume_hold,
-                                                    volume_hold_list_free };
-
 /* what store_volume_usage() reads: "SUM(size), COUNT(*)" */
 struct volume_usage {
         int64_t bytes, n;
@@ -559,7 +507,7 @@ static int read_volume_usage(const struct store_row *r, void *ret) {
 
 int store_sql_volume_insert(struct store *s, const struct store_volume *v) {
         struct store_params q = { 0 };
-        params_volume(&q, v);
+        store_params_volume(&q, v);
         /* a taken (owner, name) is the unique index's -EEXIST, an unknown
          * owner the foreign key's -ENOENT */
         return RUN(write, s,
@@ -572,7 +520,7 @@ int store_sql_volume_get(struct store *s, const char *id, struct store_volume *r
         return select_by(s,
                          "SELECT " STORE_VOLUME_COLUMNS " FROM volumes WHERE id = ?1",
                          "SELECT " STORE_VOLUME_COLUMNS " FROM volumes WHERE id = $1",
-                         id, read_volume, ret);
+                         id, store_read_volume, ret);
 }
 
 int store_sql_volume_find(struct store *s, const char *tenant_id, const char *name,
@@ -583,7 +531,7 @@ int store_sql_volume_find(struct store *s, const char *tenant_id, const char *na
         return RUN(select_one, s,
                    "SELECT " STORE_VOLUME_COLUMNS " FROM volumes WHERE " SCOPE_IS(1) " AND name = ?2",
                    "SELECT " STORE_VOLUME_COLUMNS " FROM volumes WHERE " PG_SCOPE_IS(1) " AND name = $2",
-                   &q, read_volume, ret);
+                   &q, store_read_volume, ret);
 }
 
 int store_sql_volume_list(struct store *s, bool all, const char *tenant_id, size_t max,
@@ -597,7 +545,7 @@ int store_sql_volume_list(struct store *s, bool all, const char *tenant_id, size
                    "ORDER BY created_at DESC, id DESC LIMIT ?3",
                    "SELECT " STORE_VOLUME_COLUMNS " FROM volumes WHERE ($1 OR " PG_SCOPE_IS(2) ") "
                    "ORDER BY created_at DESC, id COLLATE \"C\" DESC LIMIT $3",
-                   &q, &list_volume, max, ret, ret_n);
+                   &q, &store_list_volume, max, ret, ret_n);
 }
 
 int store_sql_volume_delete(struct store *s, const char *id) {
@@ -660,7 +608,7 @@ int store_sql_volume_holds_of_volume(struct store *s, const char *volume_id, str
                    "sandbox_id, slot",
                    "SELECT " STORE_VOLUME_HOLD_COLUMNS " FROM sandbox_volumes WHERE volume_id = $1 ORDER BY "
                    "sandbox_id COLLATE \"C\", slot",
-                   &q, &list_volume_hold, STORE_LIST_MAX, ret, ret_n);
+                   &q, &store_list_volume_hold, STORE_LIST_MAX, ret, ret_n);
 }
 
 int store_sql_volume_holds_of_sandbox(struct store *s, const char *sandbox_id,
@@ -672,7 +620,7 @@ int store_sql_volume_holds_of_sandbox(struct store *s, const char *sandbox_id,
                    "ORDER BY slot",
                    "SELECT " STORE_VOLUME_HOLD_COLUMNS " FROM sandbox_volumes WHERE sandbox_id = $1 "
                    "ORDER BY slot",
-                   &q, &list_volume_hold, STORE_VOLUME_SLOTS, ret, ret_n);
+                   &q, &store_list_volume_hold, STORE_VOLUME_SLOTS, ret, ret_n);
 }
 
 /* ---- sandboxes' lifecycle events ---- */

@@ -391,11 +391,12 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 return r;
         if (c.image && vols.n)
                 return api_fail(ctx, -EINVAL, "a sandbox made from an image takes no volumes yet");
-        const char *volume_node = vols.n ? (vols.node ? vols.node : "") : NULL;
+        /* where it must run: a node asked for or its template's, else its
+         * volumes' (NULL: the local node) */
         const char *pinned = c.node ? c.node : template_node;
-        if (volume_node && pinned && strcmp(pinned, volume_node) != 0)
+        if (vols.n && pinned && (!vols.node || strcmp(pinned, vols.node) != 0))
                 return api_fail(ctx, -EINVAL, "volume '%s' is on node %s, not %s", vols.volumes[0].name,
-                                *volume_node ? volume_node : "(local)", pinned);
+                                vols.node ? vols.node : "(local)", pinned);
 
         /* named secrets: checked before anything exists; their
          * placeholders join env (the guest never sees a value) */
@@ -421,11 +422,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
          * create no node can take leaves nothing behind */
         _cleanup_free_ char *node = NULL;
         char node_addr[NODES_ADDR_MAX];
-        struct nodes_want want = {.template_name = run_template,
-                                  .node = pinned                        ? pinned
-                                          : volume_node && *volume_node ? volume_node
-                                                                        : NULL,
-                                  .labels = c.node_labels};
+        struct nodes_want want = { .template_name = run_template, .node = pinned ? pinned : vols.node,
+                                   .labels = c.node_labels };
         if ((r = nodes_place(&want, &node, ctx->err)) < 0 || (r = nodes_addr(node, node_addr)) < 0)
                 return r;
 
