@@ -14,9 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,58 +68,6 @@ void sandbox_set_failed(struct sandbox *s, const char *fmt, ...) {
         pthread_mutex_unlock(&s->lock);
         if (first)
                 log_emit(LOG_LEVEL_WARN, s->ctx, "sandbox failed: %s", msg);
-}
-
-/* PIDFD_GET_INFO (Linux 6.15), its first version: the exit status of a
- * process that is not our child, once its parent reaped it. */
-struct pidfd_info_v0 {
-        uint64_t mask;
-        uint64_t cgroupid;
-        uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
-        int32_t exit_code;
-};
-
-#define PIDFD_GET_INFO_V0 _IOWR(0xFF, 11, struct pidfd_info_v0)
-#define PIDFD_INFO_EXIT_ (1ULL << 3)
-
-/* The wait status of the exited process of pidfd that is not our child
- * (airlock-nodemgr started it and reaps it: give it a moment). */
-static int foreign_exit_status(int pidfd, int *ret) {
-        for (int i = 0; i < 50; i++) {
-                struct pidfd_info_v0 info = { .mask = PIDFD_INFO_EXIT_ };
-                /* ESRCH: gone, but its exit not published yet (a VM whose
-                 * exit closes a tap takes a moment longer): ask again */
-                int k = ioctl(pidfd, PIDFD_GET_INFO_V0, &info);
-                if (k < 0 && errno != ESRCH)
-                        return negative_errno();
-                if (k >= 0 && (info.mask & PIDFD_INFO_EXIT_)) {
-                        *ret = info.exit_code;
-                        return 0;
-                }
-                struct timespec ts = { 0, 10 * 1000000L };
-                nanosleep(&ts, NULL);
-        }
-        return -ETIMEDOUT;
-}
-
-/* Describes how the (not yet reaped) QEMU process ended. */
-static void describe_exit(struct vmm *v, char *buf, size_t n) {
-        siginfo_t si = { 0 };
-        if (waitid((idtype_t) P_PIDFD, (id_t) v->pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0) {
-                int status;
-                if (errno != ECHILD || foreign_exit_status(v->pidfd, &status) < 0)
-                        snprintf(buf, n, "vmm exited");
-                else if (WIFEXITED(status))
-                        snprintf(buf, n, "vmm exited (status %d)", WEXITSTATUS(status));
-                else
-                        snprintf(buf, n, "vmm exited (status %d, killed by signal %d)", 128 + WTERMSIG(status),
-                                 WTERMSIG(status));
-                return;
-        }
-        if (si.si_code == CLD_EXITED)
-                snprintf(buf, n, "vmm exited (status %d)", si.si_status);
-        else
-                snprintf(buf, n, "vmm exited (status %d, killed by signal %d)", 128 + si.si_status, si.si_status);
 }
 
 static int sandbox_send_identity(struct sandbox *s, struct guestconn *g, char **ret_message) {
@@ -351,14 +297,12 @@ static int sandbox_start_vm(struct sandbox *s, char **ret_error) {
                 return r;
         }
         if (r < 0) {
-                /* the VMM's own account: QEMU's last words, or its vCPUs'
-                 * run state (internal-error), not only a timeout */
-                char why[128] = "";
-                if (vmm_exited(v))
-                        describe_exit(v, why, sizeof why);
+                /* the VMM's own account: how QEMU exited and its (or the
+                 * guest console's) last words, or its vCPUs' run state
+                 * (internal-error), not only a timeout */
                 _cleanup_free_ char *qemu = vmm_failure_reason(v);
-                *ret_error = strdup_printf("%s failed: %s%s%s%s%s", step, strerror(-r), why[0] ? "; " : "", why,
-                                           qemu ? "; " : "", qemu ?: "");
+                *ret_error =
+                        strdup_printf("%s failed: %s%s%s", step, strerror(-r), qemu ? "; " : "", qemu ?: "");
                 guestconn_free(g);
                 vmm_destroy(v);
                 return r;
@@ -601,10 +545,8 @@ static void *sandbox_thread(void *arg) {
                          * (internal-error: KVM could not run them): a VMM
                          * failure either way, booted again by recovery */
                         char why[512];
-                        if (dead)
-                                snprintf(why, sizeof why, "%s", dead);
-                        else
-                                describe_exit(v, why, sizeof why);
+                        _cleanup_free_ char *exited = dead ? NULL : vmm_failure_reason(v);
+                        snprintf(why, sizeof why, "%s", dead ?: exited ?: "QEMU exited");
                         sandbox_set_failed(s, "%s", why);
                         pthread_mutex_lock(&s->lock);
                         s->vmm = NULL;
@@ -1001,7 +943,10 @@ static int sandbox_checkpoint_of_execution(struct sandbox *s, char *ret, size_t 
 struct recovery {
         struct sandbox *s; /* a reference */
         char reason[256];
+        unsigned attempt; /* 1, then one more for each boot that failed */
 };
+
+static void recover_schedule(struct sandbox *s, const char *reason, unsigned attempt);
 
 /* Brings a failed sandbox back as a new execution: a cold boot of its own
  * disk (the freshest state it has: every write the guest synced is there;
@@ -1062,6 +1007,10 @@ static void *recover_thread(void *arg) {
                 }
         } else if (s->recover_checkpoint)
                 snprintf(how, sizeof how, "cold boot of its disk (no full snapshot of the execution that failed)");
+        if (rc->attempt > 1) {
+                size_t k = strlen(how);
+                snprintf(how + k, sizeof how - k, " (attempt %u)", rc->attempt);
+        }
         log_emit(LOG_LEVEL_WARN, s->ctx, "recovering the sandbox (%s): %s", rc->reason, how);
         r = sandbox_start_claimed(s, &err);
         if (resumed_suspend && s->restore_state)
@@ -1076,10 +1025,17 @@ static void *recover_thread(void *arg) {
                 s->error = strdup_printf("recovery failed: %s", err ? err : strerror(-r));
         }
         sandbox_recoveries_add(s, rc->reason, how, r >= 0, r < 0 ? s->error : NULL, resumed ? snap : NULL, snap_at);
+        bool again = r < 0 && !s->deleted;
         pthread_mutex_unlock(&s->lock);
         (void) sandbox_record_save(s);
         sandbox_life_end(s);
-        log_emit(r < 0 ? LOG_LEVEL_ERROR : LOG_LEVEL_INFO, s->ctx, "recovery %s", r < 0 ? "failed" : "done");
+        log_emit(r < 0 ? LOG_LEVEL_ERROR : LOG_LEVEL_INFO, s->ctx, "recovery %s%s",
+                 r < 0 ? "failed" : "done", again ? "; trying again (a failed boot counts as a crash)" : "");
+        /* a boot that failed is a VM that died too: tried again, within
+         * the give-up rule (a boot that always fails is left failed after
+         * CRASH_GIVE_UP of them) */
+        if (again)
+                recover_schedule(s, rc->reason, rc->attempt + 1);
 out:
         free(err);
         sandbox_unref(s);
@@ -1088,12 +1044,17 @@ out:
 }
 
 void sandbox_recover_schedule(struct sandbox *s, const char *reason) {
+        recover_schedule(s, reason, 1);
+}
+
+static void recover_schedule(struct sandbox *s, const char *reason, unsigned attempt) {
         if (!sandbox_mgr()->cfg->recover)
                 return;
         struct recovery *rc = calloc(1, sizeof *rc);
         if (!rc)
                 return;
         rc->s = sandbox_ref(s);
+        rc->attempt = attempt;
         snprintf(rc->reason, sizeof rc->reason, "%s", reason);
         pthread_t t;
         pthread_attr_t attr;

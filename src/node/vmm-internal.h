@@ -46,6 +46,11 @@ int vmm_fail_exited(struct vmm *v, const char *when);
  * "Code=..."); "" when it wrote none. */
 #define QEMU_WORDS_MAX 600
 void vmm_qemu_last_words(const char *run_dir, char *out, size_t n);
+/* The same of the guest's serial console (run_dir/vm/console.log): what a
+ * guest kernel that panicked or reset itself said last (the kernel boots
+ * quiet, so little else is there); where it panicked, its "Kernel panic -
+ * not syncing: WHY" line alone. */
+void vmm_console_last_words(const char *run_dir, char *out, size_t n);
 char *vmm_failure_line(const struct vmm_config *c, const char *step, int r);
 
 /* ---- vmm-mgr.c ---- */

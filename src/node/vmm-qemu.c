@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -327,10 +328,64 @@ void vmm_sleep_ms(unsigned ms) {
                 ;
 }
 
+/* PIDFD_GET_INFO (Linux 6.15), its first version: the exit status of a
+ * process that is not our child, once its parent reaped it. */
+struct pidfd_info_v0 {
+        uint64_t mask;
+        uint64_t cgroupid;
+        uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+        int32_t exit_code;
+};
+
+#define PIDFD_GET_INFO_V0 _IOWR(0xFF, 11, struct pidfd_info_v0)
+#define PIDFD_INFO_EXIT_ (1ULL << 3)
+
+/* The wait status of the exited process of pidfd that is not our child
+ * (airlock-nodemgr started it and reaps it: give it a moment). */
+static int foreign_exit_status(int pidfd, int *ret) {
+        for (int i = 0; i < 50; i++) {
+                struct pidfd_info_v0 info = {.mask = PIDFD_INFO_EXIT_};
+                /* ESRCH: gone, but its exit not published yet (a VM whose
+                 * exit closes a tap takes a moment longer): ask again */
+                int k = ioctl(pidfd, PIDFD_GET_INFO_V0, &info);
+                if (k < 0 && errno != ESRCH)
+                        return negative_errno();
+                if (k >= 0 && (info.mask & PIDFD_INFO_EXIT_)) {
+                        *ret = info.exit_code;
+                        return 0;
+                }
+                struct timespec ts = {0, 10 * 1000000L};
+                nanosleep(&ts, NULL);
+        }
+        return -ETIMEDOUT;
+}
+
+void vmm_exit_describe(struct vmm *v, char *buf, size_t n) {
+        siginfo_t si = {0};
+        if (waitid((idtype_t) P_PIDFD, (id_t) v->pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0 ||
+            si.si_pid == 0) {
+                int status;
+                if (errno != ECHILD || foreign_exit_status(v->pidfd, &status) < 0)
+                        snprintf(buf, n, "exited");
+                else if (WIFEXITED(status))
+                        snprintf(buf, n, "exited (status %d)", WEXITSTATUS(status));
+                else
+                        snprintf(buf, n, "exited (status %d, killed by signal %d)", 128 + WTERMSIG(status),
+                                 WTERMSIG(status));
+                return;
+        }
+        if (si.si_code == CLD_EXITED)
+                snprintf(buf, n, "exited (status %d)", si.si_status);
+        else
+                snprintf(buf, n, "exited (status %d, killed by signal %d)", 128 + si.si_status,
+                         si.si_status);
+}
+
 int vmm_fail_exited(struct vmm *v, const char *when) {
-        char tail[LOG_TAIL_BYTES + 1];
+        char tail[LOG_TAIL_BYTES + 1], how[128];
         log_tail(v->log_path, tail, sizeof tail);
-        log_emit(LOG_LEVEL_ERROR, v->log_ctx, "qemu exited during %s; qemu.log ends with: %s", when,
+        vmm_exit_describe(v, how, sizeof how);
+        log_emit(LOG_LEVEL_ERROR, v->log_ctx, "qemu %s during %s; qemu.log ends with: %s", how, when,
                  tail[0] ? tail : "(nothing)");
         return -ECHILD;
 }
@@ -344,15 +399,45 @@ static bool is_dump_line(const char *l, size_t len) {
         return k >= 2 && k < len && l[k] == '=';
 }
 
-void vmm_qemu_last_words(const char *run_dir, char *out, size_t n) {
+/* Appends line[0..len) to out (of n, k used) as printable ASCII (the
+ * guest writes its console: any other byte becomes '?'). */
+static size_t words_append(char *out, size_t n, size_t k, const char *line, size_t len) {
+        for (size_t j = 0; j < len && k + 3 < n; j++) {
+                unsigned char c = (unsigned char) line[j];
+                out[k++] = c == '\t' ? ' ' : c < 0x20 || c > 0x7e ? '?' : (char) c;
+        }
+        out[k] = 0;
+        return k;
+}
+
+/* The last lines of the log at run_dir/name that say something, as
+ * vmm_qemu_last_words() says; or, where one of the last lines holds
+ * `prefer`, that line alone, without the kernel's "[ seconds] " stamp. */
+static void last_words(const char *run_dir, const char *name, const char *prefer, char *out, size_t n) {
         char path[PATH_MAX];
         out[0] = 0;
-        if (n == 0 || snprintf(path, sizeof path, "%s/qemu.log", run_dir) >= (int) sizeof path)
+        if (n == 0 || snprintf(path, sizeof path, "%s/%s", run_dir, name) >= (int) sizeof path)
                 return;
         _cleanup_free_ char *tail = malloc(QEMU_LOG_SCAN + 1);
         if (!tail)
                 return;
         log_tail_n(path, tail, QEMU_LOG_SCAN + 1);
+        const char *hit = NULL;
+        for (const char *h = prefer ? strstr(tail, prefer) : NULL; h; h = strstr(h + 1, prefer))
+                hit = h; /* the last */
+        if (hit) {
+                const char *b = hit, *e = strchrnul(hit, '\n');
+                while (b > tail && b[-1] != '\n')
+                        b--;
+                const char *stamp = b[0] == '[' ? memchr(b, ']', (size_t) (e - b)) : NULL;
+                if (stamp && stamp < hit)
+                        b = stamp + 1 + (stamp[1] == ' ');
+                size_t len = (size_t) (e - b);
+                while (len > 0 && (b[len - 1] == '\r' || b[len - 1] == ' '))
+                        len--;
+                words_append(out, n, 0, b, len < QEMU_WORDS_MAX ? len : QEMU_WORDS_MAX);
+                return;
+        }
         /* the lines that say something, newest last, within QEMU_WORDS_MAX */
         const char *keep[64];
         size_t lens[64], nk = 0, total = 0;
@@ -374,14 +459,18 @@ void vmm_qemu_last_words(const char *run_dir, char *out, size_t n) {
         }
         size_t k = 0;
         for (size_t i = nk; i-- > 0 && k + 3 < n;) {
-                for (size_t j = 0; j < lens[i] && k + 3 < n; j++)
-                        out[k++] = keep[i][j] == '\t' ? ' ' : keep[i][j];
-                if (i > 0 && k + 3 < n) {
-                        out[k++] = ';';
-                        out[k++] = ' ';
-                }
+                k = words_append(out, n, k, keep[i], lens[i]);
+                if (i > 0)
+                        k = words_append(out, n, k, "; ", 2);
         }
-        out[k] = 0;
+}
+
+void vmm_qemu_last_words(const char *run_dir, char *out, size_t n) {
+        last_words(run_dir, "qemu.log", NULL, out, n);
+}
+
+void vmm_console_last_words(const char *run_dir, char *out, size_t n) {
+        last_words(run_dir, "vm/console.log", "Kernel panic - not syncing", out, n);
 }
 
 /* A line for the client after a VM start or restore failed with r at

@@ -727,16 +727,30 @@ static void vmm_strand(struct vmm *v) {
         vmm_free(v);
 }
 
-/* vmm_qemu_last_words() of a running (or ended) VM: its log is run_dir/qemu.log. */
-static void vm_last_words(const struct vmm *v, char *out, size_t n) {
-        out[0] = 0;
+/* The run dir of v (its log's directory) into dir; false when unknown. */
+static bool vm_run_dir(const struct vmm *v, char dir[static PATH_MAX]) {
         const char *slash = v->log_path ? strrchr(v->log_path, '/') : NULL;
+        if (!slash || (size_t) (slash - v->log_path) >= PATH_MAX)
+                return false;
+        memcpy(dir, v->log_path, (size_t) (slash - v->log_path));
+        dir[slash - v->log_path] = 0;
+        return true;
+}
+
+/* vmm_qemu_last_words() of a running (or ended) VM. */
+static void vm_last_words(const struct vmm *v, char *out, size_t n) {
         char dir[PATH_MAX];
-        if (slash && (size_t) (slash - v->log_path) < sizeof dir) {
-                memcpy(dir, v->log_path, (size_t) (slash - v->log_path));
-                dir[slash - v->log_path] = 0;
+        out[0] = 0;
+        if (vm_run_dir(v, dir))
                 vmm_qemu_last_words(dir, out, n);
-        }
+}
+
+/* vmm_console_last_words() of a running (or ended) VM. */
+static void vm_console_words(const struct vmm *v, char *out, size_t n) {
+        char dir[PATH_MAX];
+        out[0] = 0;
+        if (vm_run_dir(v, dir))
+                vmm_console_last_words(dir, out, n);
 }
 
 /* Run states in which the vCPUs will not run again without a reset. */
@@ -767,9 +781,16 @@ char *vmm_failure_reason(struct vmm *v) {
         if (!v)
                 return NULL;
         if (vmm_process_exits_within(v, 300)) {
-                char words[QEMU_WORDS_MAX + 8];
+                char how[128], words[QEMU_WORDS_MAX + 8], console[QEMU_WORDS_MAX + 8] = "";
+                vmm_exit_describe(v, how, sizeof how);
                 vm_last_words(v, words, sizeof words);
-                return strdup_printf("QEMU exited%s%s", words[0] ? ": " : "", words);
+                /* QEMU said nothing: a guest that reset itself (-no-reboot
+                 * turns a panic's reboot or a triple fault into an exit)
+                 * said why on its console */
+                if (!words[0])
+                        vm_console_words(v, console, sizeof console);
+                return strdup_printf("QEMU %s%s%s%s%s", how, words[0] ? ": " : "", words,
+                                     console[0] ? "; the guest's console says: " : "", console);
         }
         return vmm_stopped_reason(v);
 }

@@ -187,6 +187,9 @@ char *vmm_stopped_reason(struct vmm *v);
  * (vmm_stopped_reason()); NULL when it runs as it should (free it). From
  * the owner's thread. */
 char *vmm_failure_reason(struct vmm *v);
+/* How the exited (not yet reaped) QEMU process ended: "exited (status N)"
+ * or "exited (status N, killed by signal S)". */
+void vmm_exit_describe(struct vmm *v, char *buf, size_t n);
 /* Reads the QMP events QEMU sent since the last command (none waits):
  * true when one may have changed the run state (STOP, GUEST_PANICKED,
  * SHUTDOWN): then ask vmm_stopped_reason(). From the owner's thread. */

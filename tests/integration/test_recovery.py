@@ -5,6 +5,7 @@ restart (VMs stopped, booted again) and a VMM that crashes (booted again
 from its disk as a new execution)."""
 
 import datetime
+import json
 import os
 import signal
 import time
@@ -143,6 +144,72 @@ def test_crashed_vmm_is_recovered(airlock):
     assert rec["ok"] is True and "killed by signal 9" in rec["reason"]
     assert qemu_pids(sid) != vm
     assert a.exec(sid, ["cat", "/root/data"])["stdout"] == "durable\n"
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+
+
+def kill_recovery_boot(a, sid, old):
+    """Kills the QEMU a recovery starts for sid (any but the pids in old)
+    as soon as it shows, long before its guest boots (seconds under TCG);
+    returns its pid."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pids = [p for p in qemu_pids(sid) if p not in old]
+        if pids:
+            os.kill(pids[0], signal.SIGKILL)
+            return pids[0]
+        time.sleep(0.02)
+    raise AssertionError(f"no recovery VM for {sid}\n{a.log_tail(80)}")
+
+
+def test_a_recovery_whose_boot_fails_is_tried_again_then_given_up(airlock):
+    """A recovery's boot that fails (its VM killed before the guest
+    answered) is a crash too: the node boots it again, and says how the
+    failed one ended; a sandbox whose boots keep failing is left failed
+    after three crashes within ten minutes, not booted forever."""
+    a = airlock
+    sid = a.create("minimal")["id"]
+    a.exec(sid, ["sh", "-c", "echo durable > /root/data; sync"])
+    first = qemu_pids(sid)
+    os.kill(first[0], signal.SIGKILL)
+    booting = kill_recovery_boot(a, sid, first)
+    sbx = wait_state(a, sid, "running", execution=2)
+    failed, ok = sbx["recoveries"][-2:]
+    assert failed["ok"] is False and "killed by signal 9" in failed["reason"], sbx
+    assert failed["error"].startswith("recovery failed: ") and "QEMU exited" in failed["error"], failed
+    assert ok["ok"] is True and ok["how"] == "cold boot of its disk (attempt 2)", sbx
+    assert ok["reason"] == failed["reason"]  # the crash it recovers from
+    assert booting not in qemu_pids(sid)
+    assert a.exec(sid, ["cat", "/root/data"])["stdout"] == "durable\n"
+    # the third crash within the window, and its boot fails: left failed
+    running = qemu_pids(sid)
+    os.kill(running[0], signal.SIGKILL)
+    kill_recovery_boot(a, sid, first + [booting] + running)
+    sbx = wait_state(a, sid, "failed")
+    deadline = time.monotonic() + 60
+    while sbx["recoveries"][-1]["how"] != "none":
+        assert time.monotonic() < deadline, sbx
+        time.sleep(0.2)
+        sbx = a.api("GET", f"/v1/sandboxes/{sid}")
+    assert sbx["recoveries"][-1]["error"] == "failed too often: left failed", sbx
+    assert sbx["state"] == "failed" and not qemu_pids(sid), sbx
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+
+
+def test_a_guest_kernel_panic_is_named_and_recovered(airlock):
+    """A guest kernel that panics resets the VM, which QEMU (-no-reboot)
+    turns into a silent exit: the reason names the exit and quotes the
+    guest's console, where the kernel said why."""
+    a = airlock
+    sid = a.create("minimal")["id"]
+    status, _, body = a.request("POST", f"/v1/sandboxes/{sid}/exec",
+                                {"cmd": ["sh", "-c", "echo c > /proc/sysrq-trigger"], "timeout_s": 60})
+    assert status != 200 or json.loads(body)["exit_code"] != 0, body  # it never returns
+    sbx = wait_state(a, sid, "running", execution=2)
+    rec = sbx["recoveries"][-1]
+    assert rec["ok"] is True, sbx
+    assert rec["reason"].startswith("QEMU exited (status 0); the guest's console says: "), rec
+    assert "Kernel panic" in rec["reason"] and "sysrq" in rec["reason"], rec
+    assert a.exec(sid, ["echo", "back"])["stdout"] == "back\n"
     assert a.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
 
 
