@@ -325,6 +325,33 @@ int api_volume_refuse(struct api_ctx *ctx, const char *sandbox_id, const char *d
         return r;
 }
 
+int api_volume_fork_holds(struct api_ctx *ctx, const char *parent_id, const char *child_id) {
+        struct store_volume_hold *holds = NULL;
+        size_t n = 0;
+        int r = store_volume_holds_of_sandbox(ctx->store, parent_id, &holds, &n);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read volume holds: %m");
+        for (size_t i = 0; r >= 0 && i < n; i++) {
+                if (!holds[i].read_only) {
+                        r = api_fail(
+                                ctx, -EBUSY,
+                                "cannot fork sandbox %s: it holds volume %s read-write (at %s), which one "
+                                "sandbox at a time may (docs/volumes.md); a fork shares read-only volumes",
+                                parent_id, holds[i].volume_id, holds[i].path);
+                        break;
+                }
+                if (!child_id)
+                        continue;
+                struct store_volume_hold h = holds[i];
+                h.sandbox_id = (char *) child_id;
+                if ((r = store_volume_hold_insert(ctx->store, &h)) < 0)
+                        log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx,
+                                  "store: failed to record fork %s's volume %s: %m", child_id, h.volume_id);
+        }
+        store_volume_hold_array_free(holds, n);
+        return r;
+}
+
 void api_volume_holds_add(struct api_ctx *ctx, const char *sandbox_id, json_t *o) {
         struct store_volume_hold *holds = NULL;
         size_t n = 0;

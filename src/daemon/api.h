@@ -335,9 +335,14 @@ int api_volume_attach_prepare(struct api_ctx *ctx, const char *owner, const json
                               struct api_volume_attach *ret);
 int api_volume_attach_record(struct api_ctx *ctx, const char *sandbox_id, const struct api_volume_attach *a);
 void api_volume_attach_release(struct api_volume_attach *a);
-/* -EBUSY (409) with why, when sandbox id holds volumes: what `doing` (fork,
- * suspend, publish, an archive) does not carry yet. */
+/* -EBUSY (409) with why, when sandbox id holds volumes: what `doing`
+ * (suspend, publish, an archive) does not carry yet. */
 int api_volume_refuse(struct api_ctx *ctx, const char *sandbox_id, const char *doing);
+/* A fork's volumes: -EBUSY (409) with why when parent_id holds one
+ * read-write (one writer at a time); otherwise child_id (when not NULL:
+ * its row inserted) holds the parent's read-only volumes too, at the same
+ * slots and paths (the memory it resumes has them mounted). */
+int api_volume_fork_holds(struct api_ctx *ctx, const char *parent_id, const char *child_id);
 /* Sets o's "volumes" [{"id","path","read_only"}] to what sandbox id holds
  * (nothing when none, or when the store cannot say). */
 void api_volume_holds_add(struct api_ctx *ctx, const char *sandbox_id, json_t *o);

@@ -680,8 +680,8 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
                                 "images cannot be opened or sealed", t->name);
         if (verb == LIFECYCLE_WAKE && (r = wake_placement(ctx, &sb)) < 0)
                 return r;
-        if ((verb == LIFECYCLE_FORK || verb == LIFECYCLE_SUSPEND) &&
-            (r = api_volume_refuse(ctx, id, t->name)) < 0)
+        if ((verb == LIFECYCLE_SUSPEND && (r = api_volume_refuse(ctx, id, t->name)) < 0) ||
+            (verb == LIFECYCLE_FORK && (r = api_volume_fork_holds(ctx, id, NULL)) < 0))
                 return r;
 
         /* the operation first, then the claim: a replica that dies between
@@ -725,6 +725,8 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
                 return verb_abort(ctx, op_id, &sb, t, NULL, r);
         if (verb == LIFECYCLE_FORK && (r = fork_child_insert(ctx, &sb, network, child_id)) < 0)
                 return verb_abort(ctx, op_id, &sb, t, NULL, r);
+        if (verb == LIFECYCLE_FORK && (r = api_volume_fork_holds(ctx, id, child_id)) < 0)
+                return verb_abort(ctx, op_id, &sb, t, child_id, r);
         if (verb == LIFECYCLE_FORK && json_is_true(fork_secrets) && (r = api_secrets_fork(ctx, id, child_id)) < 0)
                 return verb_abort(ctx, op_id, &sb, t, child_id, r);
         struct job *j = calloc(1, sizeof *j);

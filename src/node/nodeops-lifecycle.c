@@ -145,9 +145,8 @@ static int snapshot_id_arg(struct node_conn *c, json_t *req, const char **ret) {
         return 0;
 }
 
-/* What the verbs that carry a whole sandbox elsewhere (fork, suspend,
- * publish) do not carry yet: its volumes. 1 when it answered the
- * refusal. */
+/* What the verbs that carry a whole sandbox elsewhere (suspend, publish)
+ * do not carry yet: its volumes. 1 when it answered the refusal. */
 static int refuse_volumes(struct node_conn *c, struct sandbox *s, const char *verb) {
         if (!sandbox_has_volumes(s))
                 return 0;
@@ -275,8 +274,13 @@ int nodeops_sandbox_fork(struct node_conn *c, json_t *req) {
         if (sandbox_get(id, &s) < 0)
                 return conn_reply_error(c, -ENOENT, "not_found", "no sandbox %s", id);
         snprintf(c->ctx + strlen(c->ctx), sizeof c->ctx - strlen(c->ctx), " %s child=%s", s->ctx, child_id);
-        if ((r = refuse_volumes(c, s, "fork")) != 0)
-                return r < 0 ? r : 0;
+        const char *rw = sandbox_volume_rw(s);
+        if (rw)
+                return conn_reply_error(c, -EBUSY, "conflict",
+                                        "cannot fork sandbox %s: it holds volume %s read-write, which one "
+                                        "sandbox at a time may (docs/volumes.md); a fork shares read-only "
+                                        "volumes",
+                                        s->id, rw);
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
         _cleanup_(sandbox_unrefp) struct sandbox *child = NULL;

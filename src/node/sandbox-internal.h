@@ -60,6 +60,7 @@ struct snapshot_job {
         const char *state_path;
         const char *disk_dst;
         const char *volumes_of; /* a full snapshot's id: its volumes' copies too (sandbox-volume.c), or NULL */
+        struct sandbox *volumes_to; /* a fork's child: the volumes' copies cloned into its dir, or NULL */
         bool leave_paused;
         struct vmm_snapshot_stats stats;
 };
@@ -193,6 +194,10 @@ int sandbox_volumes_mount(struct sandbox *s, struct vmm *v, struct guestconn *g,
  * what a rollback to it (or a recovery resuming it) puts back; and their
  * removal with the snapshot. */
 int sandbox_volumes_snapshot(struct sandbox *s, const char *snapshot_id);
+/* A fork's volumes (read-only ones: the child holds them too): each of the
+ * parent's copies cloned into the child's dir while the parent's vCPUs
+ * stand still, as a full snapshot's are. */
+int sandbox_volumes_fork(struct sandbox *parent, struct sandbox *child);
 int sandbox_volumes_rollback(struct sandbox *s, const char *snapshot_id);
 void sandbox_volumes_snapshot_delete(struct sandbox *s, const char *snapshot_id);
 

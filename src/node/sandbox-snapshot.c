@@ -47,6 +47,9 @@ int sandbox_fork(struct sandbox *parent, const char *child_id, const char *netwo
         c->execution = 1;
         c->recover_checkpoint = parent->recover_checkpoint;
         c->limits = parent->limits;
+        /* read-only volumes only (nodeops refuses a read-write one): the
+         * child holds them too, mounted where the parent's memory has them */
+        memcpy(c->volumes, parent->volumes, sizeof c->volumes);
         snprintf(c->tenant, sizeof c->tenant, "%s", parent->tenant);
         char *state = strdup_printf("%s/fork.state", c->dir);
         _cleanup_free_ char *disk = strdup_printf("%s/rootfs.img", c->dir);
@@ -57,8 +60,11 @@ int sandbox_fork(struct sandbox *parent, const char *child_id, const char *netwo
                 return -ENOMEM;
         }
         /* the parent's memory and disk of one instant; it runs on */
-        struct snapshot_job job = { .s = parent, .state_path = state, .disk_dst = disk,
-                                    .leave_paused = sandbox_state_is(parent, SANDBOX_PAUSED) };
+        struct snapshot_job job = {.s = parent,
+                                   .state_path = state,
+                                   .disk_dst = disk,
+                                   .volumes_to = c,
+                                   .leave_paused = sandbox_state_is(parent, SANDBOX_PAUSED)};
         r = sandbox_post_command(parent, SANDBOX_CMD_SNAPSHOT, &job, -1);
         sandbox_life_end(parent);
         if (r < 0) {

@@ -423,6 +423,8 @@ static int snapshot_job_paused(void *userdata) {
         int r = rootfs ? sandbox_clone_replace(job->s, rootfs, job->disk_dst) : -ENOMEM;
         if (r >= 0 && job->volumes_of)
                 r = sandbox_volumes_snapshot(job->s, job->volumes_of);
+        if (r >= 0 && job->volumes_to)
+                r = sandbox_volumes_fork(job->s, job->volumes_to);
         return r;
 }
 

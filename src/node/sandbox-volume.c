@@ -361,6 +361,30 @@ int sandbox_volumes_mount(struct sandbox *s, struct vmm *v, struct guestconn *g,
         return 0;
 }
 
+const char *sandbox_volume_rw(const struct sandbox *s) {
+        for (unsigned k = 0; k < SANDBOX_VOLUMES_MAX && s->volumes[k].id[0]; k++)
+                if (!s->volumes[k].read_only)
+                        return s->volumes[k].id;
+        return NULL;
+}
+
+int sandbox_volumes_fork(struct sandbox *parent, struct sandbox *child) {
+        if (!sandbox_has_volumes(child))
+                return 0;
+        _cleanup_free_ char *dir = strdup_printf("%s/volumes", child->dir);
+        if (!dir)
+                return -ENOMEM;
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                return negative_errno();
+        for (unsigned k = 0; k < SANDBOX_VOLUMES_MAX && child->volumes[k].id[0]; k++) {
+                _cleanup_free_ char *src = copy_image(parent, k), *dst = copy_image(child, k);
+                int r = src && dst ? sandbox_clone_replace(child, src, dst) : -ENOMEM;
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 static char *snapshot_image(const struct sandbox *s, const char *snapshot_id, unsigned slot) {
         return strdup_printf("%s/snapshots/%s.volume%u", s->dir, snapshot_id, slot); /* not .img: not a snapshot */
 }

@@ -197,6 +197,9 @@ void sandbox_volumes_to_json(const struct sandbox *s, json_t *o);
 int sandbox_volume_create(const char *id, uint64_t size, char **ret_error);
 /* Whether s holds any volume (fixed at create). */
 bool sandbox_has_volumes(const struct sandbox *s);
+/* The id of a volume s holds read-write (a fork cannot share it: one
+ * writer at a time), or NULL. */
+const char *sandbox_volume_rw(const struct sandbox *s);
 int sandbox_volume_clone(const char *id, const char *from, char **ret_error);
 int sandbox_volume_delete(const char *id, char **ret_error);
 #define SANDBOX_VOLUME_SIZE_MIN (16ull << 20)

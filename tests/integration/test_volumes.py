@@ -119,8 +119,9 @@ def test_volume_lifecycle_cli_and_api(airlock_factory):
     assert code != 0
     code, _, err = sh(a, sid, "echo 3 > /workspace/v && cat /workspace/v")
     assert code == 0, err
+    # a fork shares read-only volumes only: one writer at a time
+    msg = refused(a, 409, "POST", f"/v1/sandboxes/{sid}/fork?wait=true", {}, "read-write", vol["id"])
     # verbs that would carry the sandbox elsewhere say they do not carry volumes yet
-    msg = refused(a, 409, "POST", f"/v1/sandboxes/{sid}/fork?wait=true", {}, "volumes")
     refused(a, 409, "POST", f"/v1/sandboxes/{sid}/suspend?wait=true", {}, "volumes")
     refused(a, 409, "DELETE", f"/v1/sandboxes/{sid}?keep_snapshots=true", None, "volumes")
     assert a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running", msg
@@ -141,6 +142,21 @@ def test_volume_lifecycle_cli_and_api(airlock_factory):
         assert code != 0 and "Read-only" in err, err
     refused(a, 409, "POST", "/v1/sandboxes",
             {"template": "minimal", "volumes": [{"name": "ws", "path": "/w"}]}, "read-only")
+    # a fork of a read-only holder holds the volume too, mounted where its
+    # parent's memory has it, and keeps it when the parent goes
+    sh(a, ro[0], "cat /data/hello > /dev/null")  # in the parent's page cache
+    op = a.api("POST", f"/v1/sandboxes/{ro[0]}/fork?wait=true", {})
+    assert op["state"] == "succeeded", op
+    child = op["result"]["sandbox"]["id"]
+    assert a.api("GET", f"/v1/sandboxes/{child}")["volumes"] == [
+        {"id": vol["id"], "path": "/data", "read_only": True}]
+    assert child in [h["sandbox_id"] for h in a.api("GET", "/v1/volumes/ws")["held_by"]]
+    a.api("DELETE", f"/v1/sandboxes/{ro[0]}", expect=204)
+    ro = ro[1:] + [child]
+    assert read(a, child, "/data/hello") == "hello\n"
+    code, _, err = sh(a, child, "echo 3 > /proc/sys/vm/drop_caches && cat /data/v && echo x > /data/x")
+    assert code != 0 and "Read-only" in err, err
+    refused(a, 409, "DELETE", "/v1/volumes/ws", None, "holds it")
     copy = a.create(volumes=[{"name": "ws-copy", "path": "/copy"}])["id"]
     assert read(a, copy, "/copy/hello") == "hello\n"
     code, _, _ = sh(a, copy, "test -e /copy/after")
