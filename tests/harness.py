@@ -108,6 +108,21 @@ def node_pids(data_dir):
     return sorted(p for p, exe in airlock_procs(data_dir).items() if exe == "airlock-node")
 
 
+def kill_node(a):
+    """SIGKILLs a's airlock-node and waits for airlockd's next one to
+    answer health (it adopts the running VMs)."""
+    old = node_pids(a.data_dir)
+    assert len(old) == 1, old
+    os.kill(old[0], signal.SIGKILL)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        new = node_pids(a.data_dir)
+        if new and new != old and a.request("GET", "/v1/health", auth=False)[0] == 200:
+            return
+        time.sleep(0.2)
+    raise AssertionError("airlockd did not start a new node\n" + a.log_tail(80))
+
+
 def vcpu_threads(sid):
     """/proc paths of the vCPU threads of the sandbox's QEMU (named "CPU
     n/TCG" or "CPU n/KVM": the node starts QEMU with debug-threads=on)."""

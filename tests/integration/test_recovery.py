@@ -10,7 +10,7 @@ import os
 import signal
 import time
 
-from harness import Airlock, ApiError, START_TIMEOUT, node_pids, qemu_pids
+from harness import Airlock, ApiError, START_TIMEOUT, kill_node, node_pids, qemu_pids
 
 # what airlockd answers while its node agent (re)starts
 NODE_AWAY = (502, 503, 504)
@@ -54,18 +54,7 @@ def test_node_killed_vms_adopted(airlock):
     a.api("POST", f"/v1/sandboxes/{paused}/pause?wait=true")
     vm = qemu_pids(sid)
     assert len(vm) == 1
-    old_node = node_pids(a.data_dir)
-    assert len(old_node) == 1
-
-    os.kill(old_node[0], signal.SIGKILL)
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        new = node_pids(a.data_dir)
-        if new and new != old_node and a.request("GET", "/v1/health", auth=False)[0] == 200:
-            break
-        time.sleep(0.2)
-    else:
-        raise AssertionError("airlockd did not start a new node\n" + a.log_tail(80))
+    kill_node(a)
 
     sbx = wait_state(a, sid, "running")
     assert sbx["execution"] == 1  # the same VM, not a new one

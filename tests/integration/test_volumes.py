@@ -9,9 +9,11 @@ that leaves nothing half-made."""
 import glob
 import json
 import os
+import signal
 import subprocess
 
-from harness import ApiError
+from harness import ApiError, kill_node, qemu_pids
+from test_recovery import wait_state
 
 
 def sh(a, sid, script):
@@ -206,3 +208,39 @@ def test_volumes_are_their_tenants(airlock_factory):
         raise AssertionError("deleted volume still there")
     except ApiError as e:
         assert e.status == 404
+
+
+def test_volumes_survive_a_node_restart_and_a_vmm_crash(airlock_factory):
+    """A node killed with SIGKILL: the next one adopts the VM with its
+    volume mounted and writable, and still counts it as the volume's
+    writer. A VMM that dies: recovery boots the disk with the volume
+    mounted again, holding every write the guest synced."""
+    a = airlock_factory(prebuild="minimal")
+    vol = a.api("POST", "/v1/volumes", {"name": "ws", "size": "32M"}, expect=201)
+    sid = a.create(volumes=[{"name": "ws", "path": "/workspace"}])["id"]
+    sh(a, sid, "echo one > /workspace/f && sync")
+    vm = qemu_pids(sid)
+    assert len(vm) == 1
+    kill_node(a)
+    sbx = wait_state(a, sid, "running")
+    assert sbx["execution"] == 1 and qemu_pids(sid) == vm  # adopted, not booted again
+    assert sbx["volumes"] == [{"id": vol["id"], "path": "/workspace", "read_only": False}]
+    assert read(a, sid, "/workspace/f") == "one\n"
+    code, _, err = sh(a, sid, "echo two > /workspace/f && sync")
+    assert code == 0, err
+    # the new node knows the writer: a second one is refused, naming it
+    refused(a, 409, "POST", "/v1/sandboxes",
+            {"template": "minimal", "volumes": [{"name": "ws", "path": "/w"}]}, "in use", sid)
+
+    os.kill(vm[0], signal.SIGKILL)
+    sbx = wait_state(a, sid, "running", execution=2)
+    assert sbx["recoveries"][-1]["ok"] is True, sbx
+    code, out, _ = sh(a, sid, "grep ' /workspace ' /proc/mounts")
+    assert code == 0 and "ext4" in out, out  # mounted by the agent in the new boot
+    assert read(a, sid, "/workspace/f") == "two\n"
+    a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)
+    # what it wrote went back to the store with the delete
+    other = a.create(volumes=[{"name": "ws", "path": "/w", "read_only": True}])["id"]
+    assert read(a, other, "/w/f") == "two\n"
+    a.api("DELETE", f"/v1/sandboxes/{other}", expect=204)
+    a.api("DELETE", "/v1/volumes/ws", expect=204)

@@ -8,7 +8,6 @@ import errno
 import os
 import pwd
 import re
-import signal
 import socket
 import subprocess
 import threading
@@ -16,7 +15,7 @@ import time
 
 import pytest
 
-from harness import BUILD, START_TIMEOUT, TEMPLATES, ApiError, _cgroup_procs, node_pids, qemu_pids
+from harness import BUILD, TEMPLATES, ApiError, _cgroup_procs, kill_node, node_pids, qemu_pids
 
 NAMESPACES = ("mnt", "pid", "ipc", "uts", "net")
 
@@ -339,19 +338,6 @@ class Impostor:
         self.stop = True
         self.thread.join()
         self.sock.close()
-
-
-def kill_node(a):
-    old = node_pids(a.data_dir)
-    assert len(old) == 1
-    os.kill(old[0], signal.SIGKILL)
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        new = node_pids(a.data_dir)
-        if new and new != old and a.request("GET", "/v1/health", auth=False)[0] == 200:
-            return
-        time.sleep(0.2)
-    raise AssertionError("airlockd did not start a new node\n" + a.log_tail(80))
 
 
 def wait_running(a, sid, old_pid, timeout=180):
