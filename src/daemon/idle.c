@@ -56,10 +56,7 @@ static void check_node(struct idle_watch *w, const char *addr) {
                 if (store_sandbox_get(w->store, id, &sb) < 0 || strcmp(sb.state, "running") != 0)
                         continue;
                 uint64_t limit = timeout_ms(w, &sb);
-                /* one with volumes stays running: a suspend does not carry
-                 * them yet (docs/volumes.md) */
-                if (limit == 0 || (uint64_t) json_integer_value(idle) < limit ||
-                    store_sandbox_holds_volumes(w->store, id))
+                if (limit == 0 || (uint64_t) json_integer_value(idle) < limit)
                         continue;
                 char log_ctx[96];
                 snprintf(log_ctx, sizeof log_ctx, "idle sandbox=%s", id);
@@ -106,14 +103,7 @@ static void expire(struct idle_watch *w) {
                                        .log_ctx = log_ctx, .client_fd = -1 };
                 struct api_reply r = { 0 };
                 int k = 0;
-                bool volumes = suspend && store_sandbox_holds_volumes(w->store, sb->id);
-                if (volumes && strcmp(sb->state, "running") == 0) {
-                        /* a suspend does not carry volumes yet: paused, its
-                         * memory kept (docs/volumes.md) */
-                        log_emit(LOG_LEVEL_INFO, log_ctx, "its lifetime is over: pausing (it holds volumes)");
-                        k = api_sandbox_verb(&ctx, sb->id, "pause", NULL, NULL, false, &r);
-                } else if (suspend && !volumes &&
-                           (strcmp(sb->state, "running") == 0 || strcmp(sb->state, "paused") == 0)) {
+                if (suspend && (strcmp(sb->state, "running") == 0 || strcmp(sb->state, "paused") == 0)) {
                         log_emit(LOG_LEVEL_INFO, log_ctx, "its lifetime is over: suspending");
                         k = api_sandbox_verb(&ctx, sb->id, "suspend", NULL, NULL, false, &r);
                 } else if (!suspend) {
@@ -125,7 +115,7 @@ static void expire(struct idle_watch *w) {
                         log_emit(LOG_LEVEL_WARN, log_ctx, "not ended: %s", ctx.err[0] ? ctx.err : strerror(-k));
                         continue; /* next pass */
                 }
-                if (suspend) /* suspended or paused (or on its way): no clock until it is back */
+                if (suspend) /* suspended (or on its way): no clock until it is back */
                         (void) store_sandbox_expiry_set(w->store, sb->id, 0, sb->expiry_s, NULL);
         }
         store_sandbox_array_free(a, n);

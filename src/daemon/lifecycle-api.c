@@ -585,6 +585,13 @@ static int wake_placement(struct api_ctx *ctx, const struct store_sandbox *sb) {
                                        : NULL;
         if (!why)
                 return 0;
+        /* its volumes live on its node (a suspend leaves them there) */
+        if (store_sandbox_holds_volumes(ctx->store, sb->id))
+                return api_fail(
+                        ctx, -EBUSY,
+                        "cannot wake: its node %s is %s, and it holds volumes, which stay on that node "
+                        "(volumes do not move between nodes yet: docs/volumes.md)",
+                        sb->node, why);
         bool must = !n.draining || n.lost_at;
         _cleanup_free_ char *to = NULL;
         char addr[NODES_ADDR_MAX], err[API_ERRMSG_MAX] = "", snap[96];
@@ -680,8 +687,7 @@ int api_sandbox_verb(struct api_ctx *ctx, const char *id, const char *verb_name,
                                 "images cannot be opened or sealed", t->name);
         if (verb == LIFECYCLE_WAKE && (r = wake_placement(ctx, &sb)) < 0)
                 return r;
-        if ((verb == LIFECYCLE_SUSPEND && (r = api_volume_refuse(ctx, id, t->name)) < 0) ||
-            (verb == LIFECYCLE_FORK && (r = api_volume_fork_holds(ctx, id, NULL)) < 0))
+        if (verb == LIFECYCLE_FORK && (r = api_volume_fork_holds(ctx, id, NULL)) < 0)
                 return r;
 
         /* the operation first, then the claim: a replica that dies between

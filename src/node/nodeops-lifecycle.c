@@ -145,8 +145,8 @@ static int snapshot_id_arg(struct node_conn *c, json_t *req, const char **ret) {
         return 0;
 }
 
-/* What the verbs that carry a whole sandbox elsewhere (suspend, publish)
- * do not carry yet: its volumes. 1 when it answered the refusal. */
+/* What a publish (an image any number of sandboxes start from) does not
+ * carry: its volumes. 1 when it answered the refusal. */
 static int refuse_volumes(struct node_conn *c, struct sandbox *s, const char *verb) {
         if (!sandbox_has_volumes(s))
                 return 0;
@@ -305,10 +305,6 @@ int nodeops_sandbox_suspend(struct node_conn *c, json_t *req) {
         int r = keyed_snapshot_args(c, req, &s, &snap, &key, &has_key);
         if (r < 0)
                 return r;
-        if ((r = refuse_volumes(c, s, "suspend")) != 0) {
-                sodium_memzero(key.key, sizeof key.key);
-                return r < 0 ? r : 0;
-        }
         const char *state = NULL;
         _cleanup_free_ char *err = NULL;
         json_t *info = NULL;

@@ -91,8 +91,10 @@ int sandbox_park(struct sandbox *s) {
         json_t *o = json_pack("{s:s, s:s, s:O, s:I, s:s, s:s}", "tenant", s->tenant, "template", s->template_name,
                               "env", s->env, "execution", (json_int_t) s->execution, "recovery",
                               sandbox_recovery_name(s), "cpu", vmm_cpu_id());
-        if (o)
+        if (o) {
                 sandbox_limits_to_json(s, o);
+                sandbox_volumes_to_json(s, o); /* the wake attaches them again */
+        }
         /* the template build its disk and RAM come from: what its image is
          * a delta against (sandbox-delta.c) */
         if (o && s->tpl && json_object_set_new(o, "base", json_pack("{s:s, s:s}", "template", s->tpl->name, "hash",

@@ -78,6 +78,11 @@ int sandbox_suspend(struct sandbox *s, const char *snapshot_id, const struct obj
         sandbox_deleted(s);
         sandbox_thread_stop(s);
         node_hold_point("suspend.vm-stopped");
+        /* the volumes as the snapshot has them (the VM stopped at it): the
+         * read-write ones back into the store, where the wake takes them
+         * from again (the sandbox still holds them, so nothing else
+         * writes them meanwhile); they are not in its image */
+        sandbox_volumes_release(s);
         rm_rf(s->run_dir);
         r = sandbox_park(s);
         if (r < 0)
@@ -334,11 +339,22 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, c
         if (r < 0)
                 goto fail;
         s->execution = (unsigned) exe + 1;
-        if (sandbox_tenant_from_json(s, meta) < 0 || sandbox_recovery_from_json(meta, &s->recover_checkpoint) < 0 ||
-            sandbox_limits_from_json(meta, &s->limits) < 0) {
-                *ret_error = strdup_printf("snapshot %s names an invalid owner, recovery or limits", snapshot_id);
+        _cleanup_free_ char *volumes_error = NULL;
+        if (sandbox_tenant_from_json(s, meta) < 0 ||
+            sandbox_recovery_from_json(meta, &s->recover_checkpoint) < 0 ||
+            sandbox_limits_from_json(meta, &s->limits) < 0 ||
+            sandbox_volumes_from_json(meta, s->volumes, &volumes_error) < 0) {
+                *ret_error =
+                        strdup_printf("snapshot %s names an invalid owner, recovery, limits or volumes%s%s",
+                                      snapshot_id, volumes_error ? ": " : "", volumes_error ?: "");
                 sandbox_new_abort(s);
                 r = -EBADMSG;
+                goto fail;
+        }
+        /* its memory has them mounted: the same volumes in the same slots,
+         * from this node's store, where the suspend put them */
+        if ((r = sandbox_volumes_attach(s, ret_error)) < 0) {
+                sandbox_new_abort(s);
                 goto fail;
         }
         uint64_t t_down;

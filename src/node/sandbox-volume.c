@@ -312,8 +312,26 @@ int sandbox_volumes_config(struct sandbox *s, struct vmm_config *vc, char *links
         for (unsigned k = 0; k < SANDBOX_VOLUMES_MAX && s->volumes[k].id[0]; k++) {
                 char name[16];
                 snprintf(name, sizeof name, "vol%u.img", k);
-                _cleanup_free_ char *img = copy_image(s, k);
-                int r = img ? node_run_link(s->run_dir, name, img, &links[k]) : -ENOMEM;
+                _cleanup_free_ char *img = copy_image(s, k), *src = store_image(s->volumes[k].id);
+                if (!img || !src)
+                        return -ENOMEM;
+                /* a node stopped between a suspend's return of the volumes
+                 * to the store and its end resumes the snapshot, whose
+                 * volumes the store has */
+                if (access(img, F_OK) < 0 && errno == ENOENT && access(src, F_OK) == 0) {
+                        log_emit(LOG_LEVEL_WARN, s->ctx,
+                                 "volume %s: no copy of it here; taken from the store again",
+                                 s->volumes[k].id);
+                        pthread_mutex_lock(&store_lock);
+                        int r = file_clone_or_copy(src, img, NULL);
+                        pthread_mutex_unlock(&store_lock);
+                        if (r < 0) {
+                                *ret_error = strdup_printf("cannot copy volume %s: %s", s->volumes[k].id,
+                                                           strerror(-r));
+                                return r;
+                        }
+                }
+                int r = node_run_link(s->run_dir, name, img, &links[k]);
                 if (r < 0) {
                         *ret_error = strdup_printf("cannot link volume %s into %s: %s", s->volumes[k].id,
                                                    s->run_dir, strerror(-r));

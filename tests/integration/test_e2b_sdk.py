@@ -185,7 +185,9 @@ def test_envd_pause_keeps_files_and_processes(airlock, e2b_sdk):
 def test_envd_volumes(airlock, e2b_sdk):
     """Volume.create/list/getInfo/destroy and Sandbox.create's volumeMounts
     on Airlock's volumes: written in one sandbox, read in the next; a
-    second writer and the destroy of a held volume refused, then it goes."""
+    second writer and the destroy of a held volume refused, then it goes;
+    a lifetime ending in autoPause suspends it, a connect wakes it with
+    the volume."""
     e2b_sdk.run(airlock, "volumes.mjs")
 
 

@@ -9,10 +9,11 @@ that leaves nothing half-made."""
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 
-from harness import ApiError, kill_node, qemu_pids
+from harness import ApiError, kill_node, qemu_pids, wait_for
 from test_recovery import wait_state
 
 
@@ -123,10 +124,40 @@ def test_volume_lifecycle_cli_and_api(airlock_factory):
     assert code == 0, err
     # a fork shares read-only volumes only: one writer at a time
     msg = refused(a, 409, "POST", f"/v1/sandboxes/{sid}/fork?wait=true", {}, "read-write", vol["id"])
-    # verbs that would carry the sandbox elsewhere say they do not carry volumes yet
-    refused(a, 409, "POST", f"/v1/sandboxes/{sid}/suspend?wait=true", {}, "volumes")
+    # an archive would carry the sandbox elsewhere: it does not carry volumes yet
     refused(a, 409, "DELETE", f"/v1/sandboxes/{sid}?keep_snapshots=true", None, "volumes")
     assert a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running", msg
+    # a suspend puts the volume back in the node's store, still held by the
+    # sandbox: nobody else may write it or delete it meanwhile, and the
+    # wake mounts it again in the memory that has it mounted (unsynced
+    # writes included: the suspend syncs)
+    sh(a, sid, "echo unsynced > /workspace/s")
+    op = a.api("POST", f"/v1/sandboxes/{sid}/suspend?wait=true")
+    assert op["state"] == "succeeded", op
+    assert a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "suspended"
+    refused(a, 409, "POST", "/v1/sandboxes",
+            {"template": "minimal", "volumes": [{"name": "ws", "path": "/w"}]}, "in use", sid)
+    refused(a, 409, "DELETE", "/v1/volumes/ws", None, sid)
+    op = a.api("POST", f"/v1/sandboxes/{sid}/wake?wait=true")
+    assert op["state"] == "succeeded", op
+    assert read(a, sid, "/workspace/s") == "unsynced\n"
+    # what the disk under the memory holds, not only the memory's cache
+    code, out, err = sh(a, sid, "echo 3 > /proc/sys/vm/drop_caches && cat /workspace/v /workspace/s && "
+                        "echo woken > /workspace/w")
+    assert code == 0 and out == "3\nunsynced\n", (out, err)
+    # and woken from the object store's image (the node's copy gone): the
+    # image names its volumes, their slots and paths
+    op = a.api("POST", f"/v1/sandboxes/{sid}/suspend?wait=true")
+    assert op["state"] == "succeeded", op
+    wait_for(lambda: a.api("GET", f"/v1/sandboxes/{sid}").get("image_uploaded"), "not uploaded", a)
+    copy = os.path.join(a.data_dir, "sandboxes", sid, "suspend")
+    wait_for(lambda: os.path.exists(os.path.join(copy, "uploaded")), "not marked uploaded", a)
+    shutil.rmtree(copy)
+    op = a.api("POST", f"/v1/sandboxes/{sid}/wake?wait=true")
+    assert op["state"] == "succeeded", op
+    assert read(a, sid, "/workspace/w") == "woken\n"
+    assert a.api("GET", f"/v1/sandboxes/{sid}")["volumes"] == [
+        {"id": vol["id"], "path": "/workspace", "read_only": False}]
 
     # a snapshot of the volume is a new volume with its content
     r = a.cli("volume", "snapshot", "ws", "--name", "ws-copy")
@@ -164,6 +195,7 @@ def test_volume_lifecycle_cli_and_api(airlock_factory):
     code, _, _ = sh(a, copy, "test -e /copy/after")
     assert code == 0  # taken after it was written
     assert read(a, copy, "/copy/v") == "3\n"  # and after the rollback
+    assert read(a, copy, "/copy/w") == "woken\n"  # and after the wake
 
     # CLI listing and deletion once nothing holds it
     r = a.cli("volume", "ls")
