@@ -54,7 +54,7 @@
         X(p, operation_lease_renew) X(p, operation_take_over) X(p, api_key_insert) X(p, api_key_create)         \
         X(p, tenant_insert) X(p, template_put) X(p, volume_insert) X(p, volume_get) X(p, volume_find)           \
         X(p, volume_list) X(p, volume_delete) X(p, volume_usage) X(p, volume_hold_insert)                       \
-        X(p, volume_holds_of_volume) X(p, volume_holds_of_sandbox)
+        X(p, volume_holds_of_volume) X(p, volume_holds_of_sandbox) X(p, volume_set_node)
 
 /* A table's initializer of op: .op = p_op */
 #define STORE_OP_INIT(p, op) .op = p##_##op,

@@ -567,6 +567,17 @@ int store_sql_volume_delete(struct store *s, const char *id) {
         return r < 0 ? r : -EBUSY;
 }
 
+int store_sql_volume_set_node(struct store *s, const char *id, const char *node) {
+        struct store_params q = {0};
+        store_param_text(&q, id);
+        store_param_text(&q, node);
+        uint64_t changed = 0;
+        /* -ENOENT from the write: node is no node (its foreign key) */
+        int r = RUN(write, s, "UPDATE volumes SET node = ?2 WHERE id = ?1",
+                    "UPDATE volumes SET node = $2 WHERE id = $1", &q, &changed);
+        return r < 0 ? r : changed == 0 ? -ENOENT : 0;
+}
+
 int store_sql_volume_usage(struct store *s, const char *tenant_id, int64_t *ret_bytes, size_t *ret_n) {
         struct store_params q = { 0 };
         store_param_text(&q, tenant_id ?: "");

@@ -210,6 +210,12 @@ int store_volume_delete(struct store *s, const char *id) {
         return s->ops->volume_delete(s, id);
 }
 
+int store_volume_set_node(struct store *s, const char *id, const char *node) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->volume_set_node(s, id, node);
+}
+
 int store_volume_usage(struct store *s, const char *tenant_id, int64_t *ret_bytes, size_t *ret_n) {
         if (!ret_bytes || !ret_n)
                 return -EINVAL;

@@ -287,6 +287,7 @@ struct store_ops {
         int (*volume_list)(struct store *s, bool all, const char *tenant_id, size_t max,
                            struct store_volume **ret, size_t *ret_n);
         int (*volume_delete)(struct store *s, const char *id);
+        int (*volume_set_node)(struct store *s, const char *id, const char *node);
         int (*volume_usage)(struct store *s, const char *tenant_id, int64_t *ret_bytes, size_t *ret_n);
         int (*volume_hold_insert)(struct store *s, const struct store_volume_hold *h);
         int (*volume_holds_of_volume)(struct store *s, const char *volume_id, struct store_volume_hold **ret,
@@ -527,6 +528,10 @@ int store_volume_list(struct store *s, bool all, const char *tenant_id, size_t m
  * holds it (decided by the database: a hold inserted meanwhile fails the
  * delete on its foreign key, still -EBUSY). */
 int store_volume_delete(struct store *s, const char *id);
+/* Records that volume id's image is now on node (NULL: the local node):
+ * where its read-write holder, woken on another node, puts it back.
+ * -ENOENT when there is no such volume (or node). */
+int store_volume_set_node(struct store *s, const char *id, const char *node);
 /* The bytes and the number of volumes tenant_id (NULL: the admin) owns,
  * for quotas. */
 int store_volume_usage(struct store *s, const char *tenant_id, int64_t *ret_bytes, size_t *ret_n);

@@ -183,11 +183,16 @@ int api_volume_create(struct api_ctx *ctx, const json_t *body, struct api_reply 
                                 "of at least 16M");
         if ((r = quota_check(ctx, ctx->tenant_id, size)) < 0)
                 return r;
+        const json_t *pin = json_object_get(body, "node");
+        if (pin && !json_is_null(pin) &&
+            (!json_is_string(pin) || strlen(json_string_value(pin)) > 63 ||
+             !name_is_valid(json_string_value(pin))))
+                return api_fail(ctx, -EINVAL, "field 'node' must be a node's name (see GET /v1/nodes)");
         char id[32];
         if ((r = random_id("vol-", 8, id, sizeof id)) < 0)
                 return r;
         _cleanup_free_ char *node = NULL;
-        struct nodes_want want = {.template_name = ""};
+        struct nodes_want want = {.template_name = "", .node = json_string_value(pin)};
         if ((r = nodes_place(&want, &node, ctx->err)) < 0)
                 return r;
         struct store_volume v = {.id = id,
@@ -309,6 +314,55 @@ int api_volume_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret
         return 0;
 }
 
+/* Two owners (or nodes), NULL being the admin (the local node). */
+static bool same_owner(const char *a, const char *b) {
+        return a && b ? strcmp(a, b) == 0 : a == b;
+}
+
+void api_volumes_follow(const struct daemon_config *config, struct store *store, const char *sandbox_id,
+                        const char *log_ctx) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = {0};
+        struct store_volume_hold *holds = NULL;
+        size_t n = 0;
+        if (store_sandbox_get(store, sandbox_id, &sb) < 0 ||
+            store_volume_holds_of_sandbox(store, sandbox_id, &holds, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_(store_volume_release) struct store_volume v = {0};
+                if (holds[i].read_only || store_volume_get(store, holds[i].volume_id, &v) < 0 ||
+                    same_owner(v.node, sb.node))
+                        continue;
+                int r = store_volume_set_node(store, v.id, sb.node);
+                if (r < 0) {
+                        log_errno(LOG_LEVEL_ERROR, r, log_ctx,
+                                  "store: failed to move volume %s to node %s: %m", v.id,
+                                  sb.node ?: API_LOCAL_NODE);
+                        continue;
+                }
+                log_emit(LOG_LEVEL_INFO, log_ctx, "volume %s follows its writer %s from node %s to %s", v.id,
+                         sandbox_id, v.node ?: API_LOCAL_NODE, sb.node ?: API_LOCAL_NODE);
+                /* the image its old node keeps is stale: gone where that
+                 * node answers (a lost one, not asked, keeps it as a
+                 * leftover) */
+                char addr[NODES_ADDR_MAX], err[API_ERRMSG_MAX] = "";
+                _cleanup_(store_node_release) struct store_node old = {0};
+                _cleanup_(json_decrefp) json_t *req =
+                        json_pack("{s:s, s:s}", "op", "volume.delete", "id", v.id);
+                r = req ? 0 : -ENOMEM;
+                if (r >= 0 && v.node && (r = store_node_get(store, v.node, &old)) >= 0 && old.lost_at)
+                        r = -EHOSTDOWN;
+                if (r >= 0)
+                        r = nodes_addr(v.node, addr);
+                if (r >= 0)
+                        r = node_call(addr, config->node_timeout_s, req, NULL, err);
+                if (r < 0 && r != -ENOENT)
+                        log_emit(LOG_LEVEL_WARN, log_ctx,
+                                 "volume %s: its stale image stays on node %s as a leftover: %s", v.id,
+                                 v.node ?: API_LOCAL_NODE, err[0] ? err : strerror(-r));
+        }
+        store_volume_hold_array_free(holds, n);
+}
+
 int api_volume_refuse(struct api_ctx *ctx, const char *sandbox_id, const char *doing) {
         struct store_volume_hold *holds = NULL;
         size_t n = 0;
@@ -369,11 +423,6 @@ void api_volume_holds_add(struct api_ctx *ctx, const char *sandbox_id, json_t *o
 }
 
 /* ---- a create's volumes ---- */
-
-/* Two owners (or nodes), NULL being the admin (the local node). */
-static bool same_owner(const char *a, const char *b) {
-        return a && b ? strcmp(a, b) == 0 : a == b;
-}
 
 void api_volume_attach_release(struct api_volume_attach *a) {
         for (size_t i = 0; i < a->n; i++)

@@ -875,6 +875,11 @@ int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempote
                         return r;
                 return api_reply_json(ret, MHD_HTTP_OK, api_sandbox_row_json(&archived));
         }
+        /* a running (or stopped) one put its read-write copies back into
+         * its node's store: where its volumes are now, also after a wake
+         * elsewhere whose record a crash cut off */
+        if (strcmp(sb.state, "lost") != 0 && strcmp(sb.state, "suspended") != 0)
+                api_volumes_follow(ctx->config, ctx->store, id, ctx->log_ctx);
         r = store_sandbox_delete(ctx->store, id);
         if (r < 0 && r != -ENOENT) {
                 log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to delete sandbox: %m");

@@ -338,6 +338,12 @@ void api_volume_attach_release(struct api_volume_attach *a);
 /* -EBUSY (409) with why, when sandbox id holds volumes: what `doing`
  * (suspend, publish, an archive) does not carry yet. */
 int api_volume_refuse(struct api_ctx *ctx, const char *sandbox_id, const char *doing);
+/* Where sandbox_id now runs on another node than the volumes it holds
+ * read-write (a wake elsewhere): they follow it, since its copies go back
+ * into that node's store; the old node's stale images are deleted where
+ * it answers. Logs what fails. */
+void api_volumes_follow(const struct daemon_config *config, struct store *store, const char *sandbox_id,
+                        const char *log_ctx);
 /* A fork's volumes: -EBUSY (409) with why when parent_id holds one
  * read-write (one writer at a time); otherwise child_id (when not NULL:
  * its row inserted) holds the parent's read-only volumes too, at the same

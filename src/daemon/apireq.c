@@ -133,7 +133,7 @@ static const struct {
         /* lib/tplspec checks the spec itself */
         [APIREQ_BODY_TEMPLATE] = { (const char *const[]){ "spec", "dockerfile", "name", "memory_mib", "vcpus",
                                                           "disk_mib", NULL } },
-        [APIREQ_BODY_VOLUME] = { (const char *const[]){ "name", "size", NULL } },
+        [APIREQ_BODY_VOLUME] = { (const char *const[]){ "name", "size", "node", NULL } },
 };
 
 int apireq_check_body(const json_t *o, enum apireq_body kind, bool lenient, char *err) {

@@ -353,6 +353,8 @@ static void *job_main(void *arg) {
                  * go along (a fork child's only when the fork asked) */
                 if (j->verb == LIFECYCLE_START || j->verb == LIFECYCLE_WAKE || j->verb == LIFECYCLE_ROLLBACK)
                         (void) api_secrets_push(j->config, j->store, j->sandbox_id, false, ctx);
+                if (j->verb == LIFECYCLE_WAKE) /* maybe on another node */
+                        api_volumes_follow(j->config, j->store, j->sandbox_id, ctx);
                 if (j->verb == LIFECYCLE_FORK)
                         (void) api_secrets_push(j->config, j->store, j->child_id, false, ctx);
                 /* a wake's image, stale now, the node removed itself */
@@ -585,13 +587,6 @@ static int wake_placement(struct api_ctx *ctx, const struct store_sandbox *sb) {
                                        : NULL;
         if (!why)
                 return 0;
-        /* its volumes live on its node (a suspend leaves them there) */
-        if (store_sandbox_holds_volumes(ctx->store, sb->id))
-                return api_fail(
-                        ctx, -EBUSY,
-                        "cannot wake: its node %s is %s, and it holds volumes, which stay on that node "
-                        "(volumes do not move between nodes yet: docs/volumes.md)",
-                        sb->node, why);
         bool must = !n.draining || n.lost_at;
         _cleanup_free_ char *to = NULL;
         char addr[NODES_ADDR_MAX], err[API_ERRMSG_MAX] = "", snap[96];

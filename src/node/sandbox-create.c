@@ -109,7 +109,7 @@ int sandbox_create(const struct sandbox_create_opts *o, const char *template_nam
                          "rootfs was byte-copied, not reflinked: %s and %s are not on one reflink-capable "
                          "file system (btrfs/xfs); creates will be slow and use disk (logged once)",
                          s->tpl->rootfs, sandbox_mgr()->dir);
-        if ((r = sandbox_volumes_attach(s, &err)) < 0)
+        if ((r = sandbox_volumes_attach(s, NULL, &err)) < 0)
                 goto fail;
 
 start_thread:

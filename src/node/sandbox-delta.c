@@ -40,7 +40,6 @@
 
 #define DELTA_FORMAT 1
 
-const char *const sandbox_delta_own[] = {"state.delta", "rootfs.delta", NULL};
 static const char *const base_artifacts[] = {"base.mem", "base.rootfs.img", NULL};
 /* zstd level of the RAM delta: 3 compresses what differs about as well as
  * higher ones here, at several hundred MB/s */

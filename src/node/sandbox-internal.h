@@ -175,8 +175,18 @@ int sandbox_boot_new(struct sandbox *s, char **ret_error);
 struct guestconn;
 /* A new sandbox's copies of the volumes it holds (s->volumes), refused
  * (-EBUSY) where another sandbox holds one in a way this one's use
- * excludes; -ENOENT for one this node does not have. */
-int sandbox_volumes_attach(struct sandbox *s, char **ret_error);
+ * excludes; -ENOENT for one this node does not have. Each from the node's
+ * store, or, where from (a downloaded image's directory) has its artifact
+ * (sandbox_volume_artifacts), that one (moved). */
+int sandbox_volumes_attach(struct sandbox *s, const char *from, char **ret_error);
+/* The artifact names of a suspended image's volumes ("volume0".."volume3",
+ * by slot), and the artifacts of the volumes meta names (a suspended
+ * sandbox's: their images in the node's store, where its suspend put
+ * them back and where nothing writes them while it holds them): how many,
+ * paths[i] the caller's to free. */
+extern const char *const sandbox_volume_artifacts[SANDBOX_VOLUMES_MAX + 1];
+size_t sandbox_volumes_upload(const json_t *meta, struct objstore_artifact art[SANDBOX_VOLUMES_MAX],
+                              char *paths[SANDBOX_VOLUMES_MAX]);
 /* At a delete, once the VM is gone: the read-write copies go back into
  * the store. */
 void sandbox_volumes_release(struct sandbox *s);
@@ -218,10 +228,9 @@ struct sandbox_delta {
  * image goes whole, as before deltas). */
 int sandbox_delta_make(const char *id, json_t *meta, struct sandbox_delta *ret);
 void sandbox_delta_release(struct sandbox_delta *d);
-/* Whether an image's meta says it is deltas, and the artifacts a wake
- * fetches of such an image (NULL-terminated). */
+/* Whether an image's meta says it is deltas (its own artifacts then are
+ * state.delta and rootfs.delta, beside the build's, shared). */
 bool sandbox_delta_of(json_t *meta);
-extern const char *const sandbox_delta_own[];
 /* With an image's own artifacts in dir (state.delta, rootfs.delta):
  * rebuilds dir/state and dir/rootfs.img against this node's copy of the
  * build, or the image's (fetched from o), and verifies both. *ret_error

@@ -252,14 +252,21 @@ static int upload_once(struct upload_job *j) {
                 art = delta.art;
                 n = ARRAY_SIZE(delta.art);
         }
+        /* and its volumes, so that any node can wake it with them */
+        struct objstore_artifact all[ARRAY_SIZE(delta.art) + SANDBOX_VOLUMES_MAX];
+        char *volume_paths[SANDBOX_VOLUMES_MAX] = {0};
+        memcpy(all, art, n * sizeof *art);
+        size_t n_volumes = sandbox_volumes_upload(meta, all + n, volume_paths);
         struct objstore_data_key key = { .wrapped = j->wrapped };
         if (j->sealed)
                 memcpy(key.key, j->data_key, sizeof key.key);
-        r = objstore_snapshot_upload(objstore, j->snapshot_id, art, n,
+        r = objstore_snapshot_upload(objstore, j->snapshot_id, all, n + n_volumes,
                                      &(struct objstore_upload_opts){.meta = meta,
                                                                     .key = j->sealed ? &key : NULL,
                                                                     .cancel = &j->cancel});
         sodium_memzero(key.key, sizeof key.key);
+        for (size_t i = 0; i < n_volumes; i++)
+                free(volume_paths[i]);
         if (art == delta.art) { /* made for the upload only */
                 (void) unlink(delta.paths[0]);
                 (void) unlink(delta.paths[1]);

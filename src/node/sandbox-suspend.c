@@ -151,9 +151,12 @@ int sandbox_download_restore(struct sandbox *s, const char *snapshot_id, const u
         char *delta_error = NULL;
         int r = objstore_snapshot_manifest(sandbox_objstore(), snapshot_id, &manifest);
         if (r >= 0 && objstore_manifest_meta(manifest, data_key, &meta) >= 0 && sandbox_delta_of(meta)) {
-                r = objstore_snapshot_download(sandbox_objstore(), snapshot_id, dir,
-                                               &(struct objstore_download_opts){ .data_key = data_key,
-                                                                                 .only = sandbox_delta_own });
+                static const char *const own[] = {"state.delta", "rootfs.delta", "volume0", "volume1",
+                                                  "volume2",     "volume3",      NULL};
+                _Static_assert(SANDBOX_VOLUMES_MAX == 4, "own names every volume artifact");
+                r = objstore_snapshot_download(
+                        sandbox_objstore(), snapshot_id, dir,
+                        &(struct objstore_download_opts){.data_key = data_key, .only = own});
                 if (r >= 0)
                         r = sandbox_delta_reassemble(sandbox_objstore(), snapshot_id, data_key, meta, dir,
                                                      &delta_error);
@@ -162,6 +165,12 @@ int sandbox_download_restore(struct sandbox *s, const char *snapshot_id, const u
                                                &(struct objstore_download_opts){ .data_key = data_key });
         if (r >= 0 && rename(disk, rootfs) < 0)
                 r = negative_errno();
+        /* the volumes its memory has mounted, as the image carries them */
+        char *volumes_error = NULL;
+        if (r >= 0 && (r = sandbox_volumes_attach(s, dir, &volumes_error)) < 0 && !delta_error)
+                delta_error = volumes_error;
+        else
+                free(volumes_error);
         /* which image this is: a node that takes the sandbox over after the
          * wake made it visible removes it as stale (sandbox-manager.c's wake_takeover()) */
         if (r >= 0 && mark)
@@ -352,8 +361,9 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, c
                 goto fail;
         }
         /* its memory has them mounted: the same volumes in the same slots,
-         * from this node's store, where the suspend put them */
-        if ((r = sandbox_volumes_attach(s, ret_error)) < 0) {
+         * from this node's store, where the suspend put them (a wake from
+         * the object store takes the image's) */
+        if (local && (r = sandbox_volumes_attach(s, NULL, ret_error)) < 0) {
                 sandbox_new_abort(s);
                 goto fail;
         }

@@ -246,7 +246,10 @@ bool sandbox_has_volumes(const struct sandbox *s) {
         return s->volumes[0].id[0] != 0;
 }
 
-int sandbox_volumes_attach(struct sandbox *s, char **ret_error) {
+const char *const sandbox_volume_artifacts[SANDBOX_VOLUMES_MAX + 1] = {"volume0", "volume1", "volume2",
+                                                                       "volume3", NULL};
+
+int sandbox_volumes_attach(struct sandbox *s, const char *from, char **ret_error) {
         if (!sandbox_has_volumes(s))
                 return 0;
         _cleanup_free_ char *dir = strdup_printf("%s/volumes", s->dir);
@@ -274,15 +277,20 @@ int sandbox_volumes_attach(struct sandbox *s, char **ret_error) {
                 }
                 if (rw)
                         sandbox_unref(rw);
-                _cleanup_free_ char *src = r >= 0 ? store_image(v->id) : NULL,
+                /* the image's copy of it (a wake from the object store), else the store's */
+                _cleanup_free_ char *got =
+                        r >= 0 && from ? strdup_printf("%s/%s", from, sandbox_volume_artifacts[k]) : NULL;
+                bool image = got && access(got, F_OK) == 0;
+                _cleanup_free_ char *src = r >= 0 ? image ? TAKE_PTR(got) : store_image(v->id) : NULL,
                                     *dst = r >= 0 ? copy_image(s, k) : NULL;
                 if (r >= 0 && (!src || !dst))
                         r = -ENOMEM;
-                if (r >= 0 && access(src, F_OK) < 0) {
+                if (r >= 0 && !image && access(src, F_OK) < 0) {
                         *ret_error = strdup_printf("no volume %s on this node", v->id);
                         r = -ENOENT;
                 }
-                if (r >= 0 && (r = file_clone_or_copy(src, dst, NULL)) < 0)
+                if (r >= 0 && (r = image ? (rename(src, dst) < 0 ? negative_errno() : 0)
+                                         : file_clone_or_copy(src, dst, NULL)) < 0)
                         *ret_error = strdup_printf("cannot copy volume %s: %s", v->id, strerror(-r));
         }
         pthread_mutex_unlock(&store_lock);
@@ -377,6 +385,22 @@ int sandbox_volumes_mount(struct sandbox *s, struct vmm *v, struct guestconn *g,
                 }
         }
         return 0;
+}
+
+size_t sandbox_volumes_upload(const json_t *meta, struct objstore_artifact art[SANDBOX_VOLUMES_MAX],
+                              char *paths[SANDBOX_VOLUMES_MAX]) {
+        struct sandbox_volume vols[SANDBOX_VOLUMES_MAX];
+        _cleanup_free_ char *err = NULL;
+        size_t n = 0;
+        if (sandbox_volumes_from_json(meta, vols, &err) < 0)
+                return 0;
+        for (unsigned k = 0; k < SANDBOX_VOLUMES_MAX && vols[k].id[0]; k++) {
+                if (!(paths[n] = store_image(vols[k].id)))
+                        break;
+                art[n] = (struct objstore_artifact){.name = sandbox_volume_artifacts[k], .path = paths[n]};
+                n++;
+        }
+        return n;
 }
 
 const char *sandbox_volume_rw(const struct sandbox *s) {

@@ -110,8 +110,13 @@ def test_placement_lost_node_and_return(lab, templates):
     on_w2 = [s for s, n in listed.items() if n == "w2"]
     elsewhere = [s for s, n in listed.items() if n != "w2"]
     assert on_w2 and elsewhere
-    napping = r0.create("minimal", node="w2")["id"]
-    r0.exec(napping, ["sh", "-c", "echo still-me > /root/mark && sync"])
+    # with a volume on w2's store (a create goes to its volume's node)
+    vol = r0.api("POST", "/v1/volumes", {"name": "nap-ws", "size": "32M", "node": "w2"}, expect=201)
+    assert vol["node"] == "w2", vol
+    napping = r0.create("minimal", volumes=[{"name": "nap-ws", "path": "/ws"}])
+    assert napping["node"] == "w2", napping
+    napping = napping["id"]
+    r0.exec(napping, ["sh", "-c", "echo still-me > /root/mark && echo on-the-volume > /ws/f && sync"])
     sleeper = start_sleeper(r0, napping)
     r0.api("POST", f"/v1/sandboxes/{napping}/suspend?wait=true")
     wait_for(lambda: sandbox(r1, napping).get("image_uploaded") is True, 60, "the suspended image uploaded")
@@ -145,6 +150,11 @@ def test_placement_lost_node_and_return(lab, templates):
     assert woke["state"] == "running" and woke["node"] in ("w0", "w1"), woke
     assert r0.exec(napping, ["cat", "/root/mark"])["stdout"] == "still-me\n"
     assert alive_in_guest(r1, napping, sleeper)  # its processes go on there
+    # its volume came along in its image (w2 is gone): what the disk under
+    # its memory holds, mounted where it was; and the volume follows it
+    out = r0.exec(napping, ["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches && cat /ws/f && echo moved > /ws/g"])
+    assert out["exit_code"] == 0 and out["stdout"] == "on-the-volume\n", out
+    assert r1.api("GET", "/v1/volumes/nap-ws")["node"] == woke["node"]
     # a lost sandbox deleted meanwhile: its row goes now, its VM when w2 is back
     gone = on_w2.pop()
     r0.api("DELETE", f"/v1/sandboxes/{gone}", expect=204)
@@ -159,6 +169,14 @@ def test_placement_lost_node_and_return(lab, templates):
         assert r0.exec(s, ["true"])["exit_code"] == 0
     wait_for(lambda: not os.path.exists(os.path.join(w2.data_dir, "sandboxes", gone)), 30,
              f"the deleted {gone} removed from w2")
+    # the volume's writer goes: what it wrote stays with the volume, on its
+    # new node, where the next sandbox that uses it runs
+    r1.api("DELETE", f"/v1/sandboxes/{napping}", expect=204)
+    reader = r0.create("minimal", volumes=[{"name": "nap-ws", "path": "/ws", "read_only": True}])
+    assert reader["node"] == woke["node"], reader
+    assert r1.exec(reader["id"], ["cat", "/ws/f", "/ws/g"])["stdout"] == "on-the-volume\nmoved\n"
+    r0.api("DELETE", f"/v1/sandboxes/{reader['id']}", expect=204)
+    r0.api("DELETE", "/v1/volumes/nap-ws", expect=204)
 
     # drain: nothing new goes to w0; undrain: it may again
     r0.api("POST", "/v1/nodes/w0/drain")

@@ -878,6 +878,18 @@ static void test_volumes(void **state) {
         assert_int_equal(store_volume_insert(s, &dup), -EEXIST); /* the id */
         dup = (struct store_volume){ .id = "vol-d", .tenant_id = "ten-none", .name = "data", .size = 1 };
         assert_int_equal(store_volume_insert(s, &dup), -ENOENT); /* an unknown owner */
+        /* a volume follows its read-write holder to another node */
+        struct store_volume moved = {0};
+        assert_int_equal(store_volume_set_node(s, "vol-b", "node-2"), 0);
+        assert_int_equal(store_volume_get(s, "vol-b", &moved), 0);
+        assert_string_equal(moved.node, "node-2");
+        store_volume_release(&moved);
+        assert_int_equal(store_volume_set_node(s, "vol-b", NULL), 0);
+        assert_int_equal(store_volume_get(s, "vol-b", &moved), 0);
+        assert_null(moved.node);
+        store_volume_release(&moved);
+        assert_int_equal(store_volume_set_node(s, "vol-b", "node-1"), 0);
+        assert_int_equal(store_volume_set_node(s, "vol-none", "node-1"), -ENOENT);
         dup = (struct store_volume){ .id = "vol-d", .name = "zero", .size = 0 };
         assert_int_equal(store_volume_insert(s, &dup), -EINVAL);
         dup = (struct store_volume){ .id = "vol-d", .size = 1 };
