@@ -35,6 +35,11 @@ Operations (each worker owns some sandboxes; the choice is seeded):
   restart of the stack brings a newer agent (the test build's
   airlock-guest-next), which the node then also puts into every idle
   sandbox by itself; --no-agent-upgrade keeps the agent.
+Volumes (docs/volumes.md): every --volume-every'th sandbox made (2: half)
+gets a volume of its own, read-write at /vol, where half its uploads go. A
+disk rollback leaves the volume's files as they were, a full one takes
+them back with the memory; such a sandbox is not forked (one writer at a
+time); its volume is deleted after it, and every volume at the end.
 Lifecycle verbs carry an Idempotency-Key; one cut off by a fault is asked
 again with the same key once the stack is healthy, which says what it did.
 
@@ -119,6 +124,8 @@ FAILED_GRACE = 30  # a sandbox failed this long with the stack healthy is not co
 OP_TIMEOUT = 240  # one HTTP request
 SNAP_FILES_MAX = 10  # our pinned snapshot files per sandbox (the node keeps 64, scheduled ones included)
 FILES_PER_SANDBOX = 6
+VOLUME_PATH = "/vol"  # where a sandbox's volume is mounted (docs/volumes.md)
+VOLUME_SIZE = "32M"
 MAX_PROBLEMS_SHOWN = 40
 
 
@@ -192,6 +199,23 @@ class Model:
             f["may"].clear()
 
 
+def keep_volume_files(after, before):
+    """What after (models of a disk snapshot) expects of the volume's files:
+    what before (the models until the rollback) did, any of them."""
+    prefix = VOLUME_PATH + "/"
+    vol = {}
+    for b in before:
+        for path, f in b.files.items():
+            if path.startswith(prefix):
+                g = vol.setdefault(path, {"must": f["must"], "may": set(), "old": set()})
+                g["may"] |= f["may"] | ({f["must"]} - {g["must"], None})
+                g["old"] |= f["old"]
+    for m in after:
+        for path in [p for p in m.files if p.startswith(prefix)]:
+            del m.files[path]
+        m.files.update(copy.deepcopy(vol))
+
+
 class Sandbox:
     def __init__(self, sid, worker, models, state="running"):
         self.id = sid
@@ -204,6 +228,7 @@ class Sandbox:
         self.vmm_kills = []  # monotonic times
         self.history = collections.deque(maxlen=40)
         self.lost = False
+        self.volume = None  # its own volume's name (read-write at VOLUME_PATH), or None
 
     def note(self, t0, what):
         self.history.append(f"t={t0:7.1f}s {what}")
@@ -597,6 +622,8 @@ class Soak:
         self.baseline_cgroups = set()
         self.baseline_loops = []
         self.upgrades = None  # guest agents upgraded, counted before the log goes
+        self.n_made = 0  # sandboxes made, for --volume-every
+        self.volumes_made = 0
 
     # --- bookkeeping -------------------------------------------------------
     def t(self):
@@ -756,11 +783,12 @@ class Soak:
         if sbx.state == "running":
             w = {"write": 30, "upload": 10, "read": 6, "pause": 5, "stop": 4, "suspend": 5,
                  "snapshot_disk": 4 if can_snap else 0, "snapshot_full": 5 if can_snap else 0,
-                 "rollback": 5 if sbx.snapshots else 0, "fork": 4 if total < k + 1 else 0, "delete": 3,
+                 "rollback": 5 if sbx.snapshots else 0, "fork": 4 if total < k + 1 and not sbx.volume else 0,
+                 "delete": 3,
                  "agent_upgrade": 3 if self.a.agent_upgrade and not self.cluster else 0}
         elif sbx.state == "paused":
             w = {"resume": 50, "stop": 8, "suspend": 8, "snapshot_full": 8 if can_snap else 0,
-                 "fork": 8 if total < k + 1 else 0, "delete": 3}
+                 "fork": 8 if total < k + 1 and not sbx.volume else 0, "delete": 3}
         elif sbx.state == "stopped":
             w = {"start": 50, "snapshot_disk": 10 if can_snap else 0, "rollback": 15 if sbx.snapshots else 0,
                  "delete": 5}
@@ -817,7 +845,8 @@ class Soak:
         return self.op_write(rng, wid, sbx)
 
     def op_upload(self, rng, wid, sbx):
-        path = f"/root/soak-f{rng.randrange(FILES_PER_SANDBOX)}"
+        where = VOLUME_PATH if sbx.volume and rng.random() < 0.5 else "/root"
+        path = f"{where}/soak-f{rng.randrange(FILES_PER_SANDBOX)}"
         data = rng.randbytes(rng.randint(1, 64 * 1024))
         sha = hashlib.sha256(data).hexdigest()
         for m in sbx.models:
@@ -913,6 +942,8 @@ class Soak:
                 for path, f in b.files.items():
                     if path not in m.files:
                         m.files[path] = {"must": None, "may": set(), "old": {f["must"]} - {None} | f["may"]}
+        if kind == "disk":  # the volume is not rolled back (a full snapshot's rollback does)
+            keep_volume_files(after, before)
         sbx.models = after
         sbx.state = "running"
         self.verify(sbx, f"after rollback to {snap_id}")
@@ -949,33 +980,70 @@ class Soak:
             self.deleted.add(sbx.id)
             total = len([s for s in self.sandboxes.values() if not s.lost])
         self.log(f"deleted {sbx.id}")
+        if sbx.volume:
+            # free now that its holder is gone: deleted at once (one whose
+            # node is away is deleted at the cleanup)
+            self.delete_volume(sbx.volume)
         if total < self.a.sandboxes:
             self.run_op(rng, wid, None, "create")
         return True
 
     def op_create(self, rng, wid, _sbx):
-        key = self.next_key("create")
-        retried = False
-        while True:
-            try:
-                r = self.api("POST", "/v1/sandboxes", self.create_body(), expect=(200, 201), key=key)
-                break
-            except Exception:  # noqa: BLE001
-                if retried or not self.wait_window_closed():
-                    raise
-                retried = True
-        s = Sandbox(r["id"], wid, [Model()])
-        with self.lock:
-            self.sandboxes[s.id] = s
-        s.note(self.t(), "created")
-        self.log(f"created {s.id}")
+        self.make_sandbox(wid, faults=True)
         return True
 
-    def create_body(self):
+    def make_sandbox(self, wid, faults):
+        """A new sandbox (every --volume-every'th with a volume of its own
+        at VOLUME_PATH): asked again with the same key after a fault
+        (faults) cut it off."""
+        with self.lock:
+            self.n_made += 1
+            volume = f"soak-v{self.n_made}" if self.a.volume_every and self.n_made % self.a.volume_every == 0 \
+                else None
+        if volume:
+            self.with_retry(faults, lambda retried: self.api(
+                "POST", "/v1/volumes", {"name": volume, "size": VOLUME_SIZE},
+                expect=(201, 409) if retried else (201,)))  # 409: the first one landed
+            with self.lock:
+                self.volumes_made += 1
+        key = self.next_key("create")
         body = {"template": self.a.template}
         if self.a.recovery:
             body["recovery"] = self.a.recovery
-        return body
+        if volume:
+            body["volumes"] = [{"name": volume, "path": VOLUME_PATH}]
+        try:
+            r = self.with_retry(faults, lambda retried: self.api("POST", "/v1/sandboxes", body, expect=(200, 201),
+                                                                 key=key))
+        except Exception:
+            if volume:
+                self.delete_volume(volume)
+            raise
+        s = Sandbox(r["id"], wid, [Model()])
+        s.volume = volume
+        with self.lock:
+            self.sandboxes[s.id] = s
+        s.note(self.t(), "created" + (f" with volume {volume}" if volume else ""))
+        self.log(f"created {s.id}" + (f" with volume {volume}" if volume else ""))
+        return s
+
+    def with_retry(self, faults, call):
+        """call(retried): once more after a fault's window closed."""
+        try:
+            return call(False)
+        except Exception:  # noqa: BLE001
+            if not faults or not self.wait_window_closed():
+                raise
+        return call(True)
+
+    def delete_volume(self, name):
+        """Deletes a volume nothing holds any more; one that cannot go now
+        (its node away) is left to the cleanup, which deletes every one."""
+        try:
+            self.with_retry(True, lambda retried: self.api("DELETE", f"/v1/volumes/{name}",
+                                                           expect=(204, 404) if retried else (204,)))
+        except Exception as e:  # noqa: BLE001
+            self.log(f"volume {name} not deleted yet: {e}")
 
     # --- workers -----------------------------------------------------------
     def checkpoint(self, wid):
@@ -1629,9 +1697,7 @@ class Soak:
                          f"{a.workers} workers; data {data_dir}; log {self.stack.log_path}")
                 self.stack.wait_ready(harness.FIRST_START_TIMEOUT)
             for i in range(a.sandboxes):
-                r = self.api("POST", "/v1/sandboxes", self.create_body(), expect=(201,))
-                self.sandboxes[r["id"]] = Sandbox(r["id"], i % a.workers, [Model()])
-                self.sandboxes[r["id"]].note(0, "created")
+                self.make_sandbox(i % a.workers, faults=False)
             self.t_start = now()
             threads = []
             for w in range(a.workers):
@@ -1669,12 +1735,23 @@ class Soak:
                 self.api("DELETE", f"/v1/sandboxes/{sid}", expect=(204, 404))
             except Exception as e:  # noqa: BLE001
                 self.problem("leak", f"(cleanup) cannot delete {sid}: {e}")
+        # every volume is free now, and goes
+        try:
+            vols = self.api("GET", "/v1/volumes", timeout=60)["volumes"]
+        except Exception as e:  # noqa: BLE001
+            vols = []
+            self.problem("leak", f"(cleanup) cannot list volumes: {e}")
+        for v in vols:
+            try:
+                self.api("DELETE", f"/v1/volumes/{v['id']}", expect=(204,))
+            except Exception as e:  # noqa: BLE001
+                self.problem("leak", f"(cleanup) cannot delete volume {v['name']} (held by {v.get('held_by')}): {e}")
         deadline = now() + 30
         while True:
             left = []
             for name, d in self.places():
                 at = f"{name}: " if name else ""
-                for sub in ("sandboxes", "pool"):
+                for sub in ("sandboxes", "pool", "volumes"):
                     try:
                         left += [f"{at}{sub}/{x}" for x in os.listdir(os.path.join(d, sub))]
                     except OSError:
@@ -1811,6 +1888,7 @@ class Soak:
                            for k, v in sorted(rec.items())},
             "fault_log": self.faults,
             "agent_upgrades": self.upgrades if self.upgrades is not None else self.agent_upgrades(),
+            "volumes_made": self.volumes_made,
             "errors_outside_windows": len(self.errors_outside),
             "errors_outside_detail": self.errors_outside[:MAX_PROBLEMS_SHOWN],
             "lost": {"sandboxes": self.lost_sandboxes, "ledger_entries": self.lost_entries, "files": self.lost_files},
@@ -1842,6 +1920,7 @@ def format_summary(s):
     p(f"  (409 'in progress' retried: {s['retries_on_conflict']})")
     if not cluster:
         p(f"guest agents upgraded in place: {s.get('agent_upgrades', 0)}")
+        p(f"volumes made (each a sandbox's, read-write at {VOLUME_PATH}): {s.get('volumes_made', 0)}")
     if cluster:
         p("requests per replica: " + ", ".join(f"{k} {v}" for k, v in s["requests_per_replica"].items()))
     p(f"{'fault':<16}{'n':>4}{'recovery median':>18}{'max':>10}")
@@ -1935,6 +2014,9 @@ def main():
                     help="--cluster: the replicas' --node-lost-after-s (10)")
     ap.add_argument("--no-agent-upgrade", dest="agent_upgrade", action="store_false",
                     help="keep the guest agent: no restart brings a newer one (default: the first does)")
+    ap.add_argument("--volume-every", type=bounded(int, 0, 1000), default=2, metavar="K",
+                    help="every K-th sandbox made gets a volume of its own at /vol, read-write, where half its "
+                         "uploads go (not forked: one writer at a time); 0: none (default 2)")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the data dir and log (--cluster: the logs)")
     a = ap.parse_args()

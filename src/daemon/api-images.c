@@ -130,6 +130,11 @@ int api_image_create(struct api_ctx *ctx, const char *sandbox_id, const json_t *
                         return api_fail(ctx, -ENOENT, "snapshot '%.64s' of sandbox '%.64s' not found", snap_id, sb.id);
                 if (r < 0)
                         return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read snapshot: %m");
+                /* a full snapshot's memory has the volumes mounted, which
+                 * an image does not carry; a disk snapshot is its rootfs */
+                if (snap.kind && strcmp(snap.kind, "full") == 0 &&
+                    (r = api_volume_refuse(ctx, sandbox_id, "export a full snapshot of")) < 0)
+                        return r;
         }
         /* the node holds the snapshot files of a sandbox it has (a
          * suspended one is woken for it, as for a command); a new image is

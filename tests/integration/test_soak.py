@@ -2,7 +2,8 @@
 mixed lifecycle operations over a few sandboxes of an Airlock of its own
 while airlock-node, airlockd, a VMM and airlock-nodemgr are killed and the
 whole stack is sent SIGTERM, and a restart brings a newer guest agent that
-replaces the sandboxes' agents in place; nothing acknowledged may be lost
+replaces the sandboxes' agents in place; half the sandboxes have a volume
+of their own; nothing acknowledged may be lost
 or corrupted and nothing may leak. The soak starts and checks its own instance (the
 harness's settings, restarted on the same data dir and port), so this test
 only needs the templates. AIRLOCK_SOAK_SEED=N replays a seed."""
@@ -44,3 +45,5 @@ def test_soak_3_minutes(templates):
     assert sum(v["ok"] for v in summary["ops"].values()) > 50, detail
     # a restart brought a newer guest agent, which replaced running ones
     assert summary["agent_upgrades"] > 0, detail
+    # sandboxes with volumes were among them
+    assert summary["volumes_made"] > 0, detail

@@ -124,8 +124,15 @@ def test_volume_lifecycle_cli_and_api(airlock_factory):
     assert code == 0, err
     # a fork shares read-only volumes only: one writer at a time
     msg = refused(a, 409, "POST", f"/v1/sandboxes/{sid}/fork?wait=true", {}, "read-write", vol["id"])
-    # an archive would carry the sandbox elsewhere: it does not carry volumes yet
+    # an archive or an image would carry the sandbox's memory elsewhere,
+    # mounted volumes and all: they do not carry volumes (a disk
+    # snapshot's export is its rootfs, and goes)
     refused(a, 409, "DELETE", f"/v1/sandboxes/{sid}?keep_snapshots=true", None, "volumes")
+    refused(a, 409, "POST", f"/v1/sandboxes/{sid}/images", {}, "publish", "volumes")
+    refused(a, 409, "POST", f"/v1/sandboxes/{sid}/images", {"snapshot": full["id"]}, "full snapshot", "volumes")
+    img = a.api("POST", f"/v1/sandboxes/{sid}/images", {"snapshot": snap["id"]}, expect=201)
+    assert img["kind"] == "disk", img
+    a.api("DELETE", f"/v1/images/{img['id']}", expect=204)
     assert a.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running", msg
     # a suspend puts the volume back in the node's store, still held by the
     # sandbox: nobody else may write it or delete it meanwhile, and the
