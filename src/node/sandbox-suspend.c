@@ -297,6 +297,7 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, c
         _cleanup_free_ char *copy = strdup_printf("%s/%s/suspend", sandbox_mgr()->dir, id);
         _cleanup_free_ char *sandbox_dir = strdup_printf("%s/%s", sandbox_mgr()->dir, id);
         _cleanup_free_ char *marker = sandbox_dir ? sandbox_marker_path(sandbox_dir) : NULL;
+        _cleanup_free_ char *volumes_error = NULL; /* before the first goto: freed at every exit */
         struct sandbox *s = NULL;
         json_t *meta = NULL;
         int r;
@@ -348,7 +349,6 @@ int sandbox_wake(const char *id, const char *snapshot_id, const char *network, c
         if (r < 0)
                 goto fail;
         s->execution = (unsigned) exe + 1;
-        _cleanup_free_ char *volumes_error = NULL;
         if (sandbox_tenant_from_json(s, meta) < 0 ||
             sandbox_recovery_from_json(meta, &s->recover_checkpoint) < 0 ||
             sandbox_limits_from_json(meta, &s->limits) < 0 ||
