@@ -363,18 +363,27 @@ void api_volumes_follow(const struct daemon_config *config, struct store *store,
         store_volume_hold_array_free(holds, n);
 }
 
+/* The holds of sandbox_id (free with store_volume_hold_array_free()); a
+ * store failure logged. */
+static int holds_of(struct api_ctx *ctx, const char *sandbox_id, struct store_volume_hold **ret, size_t *ret_n) {
+        int r = store_volume_holds_of_sandbox(ctx->store, sandbox_id, ret, ret_n);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read volume holds: %m");
+        return 0;
+}
+
 int api_volume_refuse(struct api_ctx *ctx, const char *sandbox_id, const char *doing) {
         struct store_volume_hold *holds = NULL;
         size_t n = 0;
-        int r = store_volume_holds_of_sandbox(ctx->store, sandbox_id, &holds, &n);
+        int r = holds_of(ctx, sandbox_id, &holds, &n);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read volume holds: %m");
+                return r;
         if (n > 0)
-                r = api_fail(
-                        ctx, -EBUSY,
-                        "cannot %s sandbox %s: it holds volumes (%s mounted at %s%s), which that does not "
-                        "carry yet (docs/volumes.md); snapshots, rollback, stop/start and pause work",
-                        doing, sandbox_id, holds[0].volume_id, holds[0].path, n > 1 ? ", ..." : "");
+                r = api_fail(ctx, -EBUSY,
+                             "cannot %s sandbox %s: it holds volumes (%s mounted at %s%s), whose content of "
+                             "this instant an image or an archive does not carry (docs/volumes.md); a disk "
+                             "snapshot's export, snapshots, rollback, fork, suspend and wake work",
+                             doing, sandbox_id, holds[0].volume_id, holds[0].path, n > 1 ? ", ..." : "");
         store_volume_hold_array_free(holds, n);
         return r;
 }
@@ -382,9 +391,9 @@ int api_volume_refuse(struct api_ctx *ctx, const char *sandbox_id, const char *d
 int api_volume_fork_holds(struct api_ctx *ctx, const char *parent_id, const char *child_id) {
         struct store_volume_hold *holds = NULL;
         size_t n = 0;
-        int r = store_volume_holds_of_sandbox(ctx->store, parent_id, &holds, &n);
+        int r = holds_of(ctx, parent_id, &holds, &n);
         if (r < 0)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read volume holds: %m");
+                return r;
         for (size_t i = 0; r >= 0 && i < n; i++) {
                 if (!holds[i].read_only) {
                         r = api_fail(

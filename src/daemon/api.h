@@ -336,7 +336,7 @@ int api_volume_attach_prepare(struct api_ctx *ctx, const char *owner, const json
 int api_volume_attach_record(struct api_ctx *ctx, const char *sandbox_id, const struct api_volume_attach *a);
 void api_volume_attach_release(struct api_volume_attach *a);
 /* -EBUSY (409) with why, when sandbox id holds volumes: what `doing`
- * (suspend, publish, an archive) does not carry yet. */
+ * (publish, a full snapshot's export, an archive) does not carry. */
 int api_volume_refuse(struct api_ctx *ctx, const char *sandbox_id, const char *doing);
 /* Where sandbox_id now runs on another node than the volumes it holds
  * read-write (a wake elsewhere): they follow it, since its copies go back

@@ -151,9 +151,9 @@ static int refuse_volumes(struct node_conn *c, struct sandbox *s, const char *ve
         if (!sandbox_has_volumes(s))
                 return 0;
         int r = conn_reply_error(c, -EBUSY, "conflict",
-                                 "cannot %s sandbox %s: it holds volumes, which %s does not carry yet "
-                                 "(docs/volumes.md); snapshots, rollback, stop/start and pause work",
-                                 verb, s->id, verb);
+                                 "cannot %s sandbox %s: it holds volumes, whose content of this instant "
+                                 "an image does not carry (docs/volumes.md)",
+                                 verb, s->id);
         return r < 0 ? r : 1;
 }
 

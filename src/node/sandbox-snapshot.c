@@ -60,11 +60,8 @@ int sandbox_fork(struct sandbox *parent, const char *child_id, const char *netwo
                 return -ENOMEM;
         }
         /* the parent's memory and disk of one instant; it runs on */
-        struct snapshot_job job = {.s = parent,
-                                   .state_path = state,
-                                   .disk_dst = disk,
-                                   .volumes_to = c,
-                                   .leave_paused = sandbox_state_is(parent, SANDBOX_PAUSED)};
+        struct snapshot_job job = { .s = parent, .state_path = state, .disk_dst = disk, .volumes_to = c,
+                                    .leave_paused = sandbox_state_is(parent, SANDBOX_PAUSED) };
         r = sandbox_post_command(parent, SANDBOX_CMD_SNAPSHOT, &job, -1);
         sandbox_life_end(parent);
         if (r < 0) {
