@@ -19,6 +19,9 @@
 #include "template.h"
 #include "util.h"
 
+/* how long a delete waits for the guest to flush a read-write volume */
+#define DELETE_SYNC_MS 5000
+
 int sandbox_create(const struct sandbox_create_opts *o, const char *template_name, struct sandbox **ret,
                    char **ret_error) {
         const char *id = o->id;
@@ -134,6 +137,12 @@ fail:
  * registry reference is now the caller's). */
 static void sandbox_delete_removed(struct sandbox *s, bool keep_snapshots) {
         uint64_t t0 = now_monotonic_ns();
+        /* its disk goes, but a read-write volume outlives it: what the guest
+         * wrote there and has not written back yet must reach the volume's
+         * image before QEMU dies (a guest that does not answer in time is
+         * deleted anyway) */
+        if (sandbox_volume_rw(s))
+                (void) sandbox_guest_sync(s, DELETE_SYNC_MS, "delete");
         pthread_mutex_lock(&s->lock);
         s->deleted = true;
         /* the guest goes anyway: one that stopped reading its channel must

@@ -171,13 +171,16 @@ def test_volume_lifecycle_cli_and_api(airlock_factory):
     assert r.returncode == 0 and r.stdout.decode().strip() == "ws-copy", r
     assert a.api("GET", "/v1/volumes/ws-copy")["source_id"] == vol["id"]
 
-    # the sandbox goes, the volume stays with what it wrote
+    # the sandbox goes, the volume stays with what it wrote: a write not
+    # synced yet too (ext4 commits every 5 s; the delete comes before)
+    sh(a, sid, "echo last > /workspace/last")
     r = a.cli("rm", sid)
     assert r.returncode == 0, r
     assert a.api("GET", "/v1/volumes/ws")["held_by"] == []
     ro = [a.create(volumes=[{"name": "ws", "path": "/data", "read_only": True}])["id"] for _ in range(2)]
     for s in ro:
         assert read(a, s, "/data/hello") == "hello\n"
+        assert read(a, s, "/data/last") == "last\n"
         code, _, err = sh(a, s, "echo x > /data/x")
         assert code != 0 and "Read-only" in err, err
     refused(a, 409, "POST", "/v1/sandboxes",
