@@ -273,6 +273,7 @@ const char *proto_type_name(uint8_t type) {
         case PROTO_METRICS: return "metrics";
         case PROTO_UPGRADE: return "upgrade";
         case PROTO_VOLUME_MOUNT: return "volume_mount";
+        case PROTO_SETATTR: return "setattr";
         case PROTO_NODE_REQUEST: return "node-request";
         case PROTO_NODE_REPLY: return "node-reply";
         case PROTO_NODE_EVENT: return "node-event";

@@ -74,6 +74,7 @@ enum proto_type {
         PROTO_UPGRADE =
                 48, /* host->guest {"path":s} staged agent -> RESULT {"agent",...} from the new one */
         PROTO_VOLUME_MOUNT = 49, /* {"slot":n,"path":s,"read_only":b,"wait_ms":n} -> RESULT {"device":s} */
+        PROTO_SETATTR = 50,      /* {"path":s,"uid":n,"gid":n,"mode":n} (each optional) -> RESULT {} */
 
         /* airlockd <-> airlock-node */
         PROTO_NODE_REQUEST = 64, /* {"op":s, ...} */

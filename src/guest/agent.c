@@ -105,7 +105,7 @@ static bool writes_rootfs(uint8_t type) {
         case PROTO_RENAME:
         case PROTO_REMOVE:
         case PROTO_MKDIR:
-                return true;
+        case PROTO_SETATTR: return true;
         default:
                 return false;
         }
@@ -157,7 +157,8 @@ static int dispatch_work(struct agent *a, const struct proto_header *h, const ui
         case PROTO_STAT:
         case PROTO_RENAME:
         case PROTO_REMOVE:
-        case PROTO_MKDIR: r = files_handle(a, h->type, h->stream, payload, h->length); break;
+        case PROTO_MKDIR:
+        case PROTO_SETATTR: r = files_handle(a, h->type, h->stream, payload, h->length); break;
         default: r = -EOPNOTSUPP; break;
         }
         return r;

@@ -7,7 +7,12 @@
  * (LIST, STAT, RENAME, REMOVE, MKDIR) answer at once; LIST and STAT
  * entries name owner and group from the guest's own passwd and group files.
  * A request with a "user" runs with that user's filesystem identity
- * (fsuser.c); so does a write's rename on FILE_END.
+ * (fsuser.c); so does a write's rename on FILE_END. A request with a
+ * "root" (a volume's mount: the node's way to a volume's files, E2B's
+ * volume content API) sees that directory as "/": the agent, single
+ * threaded, chroots into it for the request and back, so ".." and absolute
+ * symlinks stay in the volume, and its entries name owners by number (the
+ * volume's passwd is not the guest's). SETATTR changes owner and mode.
  *
  * DATA and END for a stream without a transfer are dropped silently: after
  * an ERROR the host may still have frames of that stream in flight.
@@ -32,8 +37,13 @@ struct transfer {
         uint32_t id;
         bool write;
         int fd;
-        char *path;     /* write: the target */
-        char *tmp_path; /* write: the temporary file, unlinked unless renamed */
+        /* write: the target's directory (opened at FILE_WRITE, under the
+         * request's root: the rename on FILE_END is there, whatever the
+         * agent's root is by then), the target's name in it, and the
+         * temporary file's, unlinked unless renamed */
+        int dir_fd;
+        char *name;
+        char *tmp_name;
         uint64_t size;  /* write: bytes received */
         struct fs_user user; /* write: who renames it into place */
 };
@@ -49,10 +59,12 @@ static void transfer_free(struct agent *a, struct transfer *t) {
         AGENT_LIST_UNLINK(&a->transfers, t, &a->n_transfers);
         if (t->fd >= 0)
                 close(t->fd);
-        if (t->tmp_path)
-                (void) unlink(t->tmp_path);
-        free(t->path);
-        free(t->tmp_path);
+        if (t->tmp_name)
+                (void) unlinkat(t->dir_fd, t->tmp_name, 0);
+        if (t->dir_fd >= 0)
+                close(t->dir_fd);
+        free(t->name);
+        free(t->tmp_name);
         fs_user_release(&t->user);
         free(t);
 }
@@ -71,7 +83,7 @@ static int transfer_new(struct agent *a, uint32_t id, bool write, struct transfe
         struct transfer *t = calloc(1, sizeof *t);
         if (!t)
                 return -ENOMEM;
-        *t = (struct transfer){ .next = a->transfers, .id = id, .write = write, .fd = -1 };
+        *t = (struct transfer){.next = a->transfers, .id = id, .write = write, .fd = -1, .dir_fd = -1};
         a->transfers = t;
         a->n_transfers++;
         *ret = t;
@@ -132,14 +144,16 @@ bool files_pump(struct agent *a) {
         return more;
 }
 
-/* Splits path into its directory ("/" for top-level names). */
-static int path_dirname(const char *path, char **ret) {
+/* Splits path into its directory ("/" for top-level names) and its last
+ * name (empty for "/" itself). */
+static int path_split(const char *path, char **ret_dir, char **ret_name) {
         const char *slash = strrchr(path, '/');
         size_t n = slash && slash != path ? (size_t) (slash - path) : 1;
-        char *d = strndup(path, n);
-        if (!d)
+        _cleanup_free_ char *d = strndup(path, n), *name = strdup(slash ? slash + 1 : path);
+        if (!d || !name)
                 return -ENOMEM;
-        *ret = d;
+        *ret_dir = TAKE_PTR(d);
+        *ret_name = TAKE_PTR(name);
         return 0;
 }
 
@@ -147,7 +161,7 @@ static int path_dirname(const char *path, char **ret) {
  * target with the requested mode; the transfer takes user, for the rename. */
 static int file_write_start(struct agent *a, uint32_t stream, const char *path, uint32_t mode,
                             struct fs_user *user) {
-        _cleanup_free_ char *dir = NULL, *tmp = NULL;
+        _cleanup_free_ char *dir = NULL, *name = NULL;
         struct transfer *t;
         int r;
 
@@ -155,33 +169,40 @@ static int file_write_start(struct agent *a, uint32_t stream, const char *path, 
                 return -EEXIST;
         if (a->n_transfers >= GUEST_MAX_TRANSFERS)
                 return -EAGAIN;
-        r = path_dirname(path, &dir);
-        if (r < 0)
+        if ((r = path_split(path, &dir, &name)) < 0)
                 return r;
+        if (!*name)
+                return -EISDIR;
         if (strcmp(dir, "/") != 0 && (r = mkdir_p(dir, 0755)) < 0)
                 return r;
-        size_t n = strlen(dir) + sizeof "/.airlock-write-XXXXXX";
-        tmp = malloc(n);
-        if (!tmp)
+        /* O_PATH: a user that may write the directory need not read it */
+        _cleanup_close_ int dir_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dir_fd < 0)
+                return negative_errno();
+        _cleanup_free_ char *tmp_path =
+                strdup_printf("%s/.airlock-write-XXXXXX", strcmp(dir, "/") == 0 ? "" : dir);
+        if (!tmp_path)
                 return -ENOMEM;
-        snprintf(tmp, n, "%s/.airlock-write-XXXXXX", strcmp(dir, "/") == 0 ? "" : dir);
-        _cleanup_close_ int fd = mkostemp(tmp, O_CLOEXEC);
+        _cleanup_close_ int fd = mkostemp(tmp_path, O_CLOEXEC);
         if (fd < 0)
                 return negative_errno();
+        const char *tmp = strrchr(tmp_path, '/') + 1;
         if (fchmod(fd, mode) < 0) {
                 r = negative_errno();
-                (void) unlink(tmp);
+                (void) unlinkat(dir_fd, tmp, 0);
                 return r;
         }
         r = transfer_new(a, stream, true, &t);
         if (r < 0) {
-                (void) unlink(tmp);
+                (void) unlinkat(dir_fd, tmp, 0);
                 return r;
         }
         t->fd = TAKE_FD(fd);
-        t->tmp_path = TAKE_PTR(tmp);
+        t->dir_fd = TAKE_FD(dir_fd);
+        t->name = TAKE_PTR(name);
         fs_user_move(user, &t->user);
-        if (!(t->path = strdup(path))) {
+        if (!(t->tmp_name = strdup(tmp))) {
+                (void) unlinkat(t->dir_fd, tmp, 0);
                 transfer_free(a, t);
                 return -ENOMEM;
         }
@@ -201,24 +222,6 @@ static int file_write_data(struct agent *a, uint32_t stream, const void *data, s
         }
         t->size += len;
         return 0;
-}
-
-/* Makes a rename into path's directory durable (best effort: the file's
- * own data is synced already; a directory that cannot be opened keeps the
- * old name after a crash, never a torn file). */
-static void fsync_parent_dir(const char *path) {
-        const char *slash = strrchr(path, '/');
-        char dir[PATH_MAX];
-        size_t n = slash && slash != path ? (size_t) (slash - path) : 1;
-        if (n >= sizeof dir)
-                return;
-        memcpy(dir, slash ? path : "/", n);
-        dir[n] = 0;
-        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd >= 0) {
-                (void) fsync(fd);
-                close(fd);
-        }
 }
 
 /* FILE_END for a write: rename into place and answer with the size, or
@@ -251,16 +254,22 @@ static int file_write_end(struct agent *a, uint32_t stream, const void *payload,
         struct fs_user_saved saved;
         r = fs_user_enter(&t->user, &saved);
         if (r >= 0) {
-                r = rename(t->tmp_path, t->path) < 0 ? negative_errno() : 0;
+                r = renameat(t->dir_fd, t->tmp_name, t->dir_fd, t->name) < 0 ? negative_errno() : 0;
                 fs_user_leave(&saved);
         }
         if (r < 0) {
                 transfer_free(a, t);
                 return r;
         }
-        fsync_parent_dir(t->path);
-        free(t->tmp_path);
-        t->tmp_path = NULL;
+        /* the rename durable too (best effort, as the agent: the data is
+         * synced already; a crash keeps the old name, never a torn file) */
+        int dir = openat(t->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir >= 0) {
+                (void) fsync(dir);
+                close(dir);
+        }
+        free(t->tmp_name);
+        t->tmp_name = NULL;
         uint64_t size = t->size;
         transfer_free(a, t);
         return agent_send_json(a, PROTO_RESULT, stream, json_pack("{s:I}", "size", (json_int_t) size));
@@ -296,10 +305,11 @@ static json_t *entry_json(const char *name, const struct stat *st, const struct 
                 return NULL;
         if (target && guest_utf8_sanitize(target, strlen(target), &clean_target) < 0)
                 return NULL;
-        json_t *e = json_pack("{s:s,s:s,s:I,s:i,s:I,s:I,s:I,s:s,s:s}", "name", clean, "type",
+        json_t *e = json_pack("{s:s,s:s,s:I,s:i,s:I,s:I,s:I,s:I,s:I,s:s,s:s}", "name", clean, "type",
                               file_type_name(st->st_mode), "size", (json_int_t) st->st_size, "mode",
-                              (int) (st->st_mode & 07777), "mtime", (json_int_t) st->st_mtim.tv_sec, "uid",
-                              (json_int_t) st->st_uid, "gid", (json_int_t) st->st_gid, "owner", owner,
+                              (int) (st->st_mode & 07777), "mtime", (json_int_t) st->st_mtim.tv_sec, "atime",
+                              (json_int_t) st->st_atim.tv_sec, "ctime", (json_int_t) st->st_ctim.tv_sec,
+                              "uid", (json_int_t) st->st_uid, "gid", (json_int_t) st->st_gid, "owner", owner,
                               "group", group);
         if (e && clean_target && json_object_set_new(e, "symlink_target", json_string(clean_target)) < 0) {
                 json_decref(e);
@@ -333,7 +343,7 @@ static void names_free(char **names, size_t n) {
 /* LIST: entries sorted by name, symlinks not followed, at most
  * GUEST_MAX_LIST_ENTRIES and never more than one frame holds ("truncated"
  * then says some were left out). */
-static int list_dir(struct agent *a, uint32_t stream, const char *path) {
+static int list_dir(struct agent *a, uint32_t stream, const char *path, bool names_of_ids) {
         int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
                 return negative_errno();
@@ -366,7 +376,7 @@ static int list_dir(struct agent *a, uint32_t stream, const char *path) {
                 qsort(names, n, sizeof(char *), name_compare);
 
         _cleanup_(guest_idmap_freep) struct guest_idmap *ids = NULL;
-        if (r >= 0)
+        if (r >= 0 && names_of_ids)
                 r = guest_idmap_load(GUEST_PASSWD_PATH, GUEST_GROUP_PATH, &ids);
         json_t *entries = r >= 0 ? json_array() : NULL;
         if (r >= 0 && !entries)
@@ -415,7 +425,7 @@ static int list_dir(struct agent *a, uint32_t stream, const char *path) {
 }
 
 /* STAT: lstat, so a symlink is reported as one. */
-static int stat_path(struct agent *a, uint32_t stream, const char *path) {
+static int stat_path(struct agent *a, uint32_t stream, const char *path, bool names_of_ids) {
         struct stat st;
         if (lstat(path, &st) < 0)
                 return negative_errno();
@@ -429,7 +439,7 @@ static int stat_path(struct agent *a, uint32_t stream, const char *path) {
         if (!name)
                 return -ENOMEM;
         _cleanup_(guest_idmap_freep) struct guest_idmap *ids = NULL;
-        int r = guest_idmap_load(GUEST_PASSWD_PATH, GUEST_GROUP_PATH, &ids);
+        int r = names_of_ids ? guest_idmap_load(GUEST_PASSWD_PATH, GUEST_GROUP_PATH, &ids) : 0;
         if (r < 0)
                 return r;
         _cleanup_free_ char *target = link_target(AT_FDCWD, path, &st);
@@ -465,6 +475,56 @@ static int make_dir(const char *path, bool parents) {
         return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
+/* SETATTR: owner and group (either may stay), then the mode. */
+static int set_attr(const struct guest_path_request *req) {
+        if ((req->uid >= 0 || req->gid >= 0) && chown(req->path, (uid_t) req->uid, (gid_t) req->gid) < 0)
+                return negative_errno();
+        if (req->has_mode && chmod(req->path, req->mode) < 0)
+                return negative_errno();
+        return 0;
+}
+
+/* The agent's root and working directory while a request is under another
+ * root. */
+struct root_saved {
+        int root_fd, cwd_fd;
+};
+
+static void root_leave(struct root_saved *s) {
+        if (s->root_fd < 0)
+                return;
+        /* back to the real root: the fd held open outside the chroot */
+        if (fchdir(s->root_fd) < 0 || chroot(".") < 0 || fchdir(s->cwd_fd) < 0) {
+                /* PID 1 with a root that is not the guest's cannot go on */
+                log_error_errno(negative_errno(), "cannot leave a volume's root: %m");
+                abort();
+        }
+        close(s->root_fd);
+        close(s->cwd_fd);
+        *s = (struct root_saved){-1, -1};
+}
+
+static int root_enter(const char *root, struct root_saved *s) {
+        *s = (struct root_saved){open("/", O_PATH | O_DIRECTORY | O_CLOEXEC),
+                                 open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)};
+        int r = 0;
+        if (s->root_fd < 0 || s->cwd_fd < 0)
+                r = negative_errno();
+        else if (chroot(root) < 0 || chdir("/") < 0)
+                r = negative_errno();
+        if (r < 0) {
+                if (s->root_fd >= 0 && s->cwd_fd >= 0)
+                        root_leave(s);
+                else {
+                        if (s->root_fd >= 0)
+                                close(s->root_fd);
+                        if (s->cwd_fd >= 0)
+                                close(s->cwd_fd);
+                }
+        }
+        return r;
+}
+
 /* One parsed request, run as whoever the caller made the thread. */
 static int files_run(struct agent *a, uint8_t type, uint32_t stream, const struct guest_path_request *req,
                      struct fs_user *user) {
@@ -472,8 +532,9 @@ static int files_run(struct agent *a, uint8_t type, uint32_t stream, const struc
         switch (type) {
         case PROTO_FILE_READ: return file_read_start(a, stream, req->path);
         case PROTO_FILE_WRITE: return file_write_start(a, stream, req->path, req->mode, user);
-        case PROTO_LIST: return list_dir(a, stream, req->path);
-        case PROTO_STAT: return stat_path(a, stream, req->path);
+        case PROTO_LIST: return list_dir(a, stream, req->path, !req->root);
+        case PROTO_STAT: return stat_path(a, stream, req->path, !req->root);
+        case PROTO_SETATTR: r = set_attr(req); return r < 0 ? r : agent_send_ok(a, stream);
         case PROTO_RENAME: return rename(req->path, req->to) < 0 ? negative_errno() : agent_send_ok(a, stream);
         case PROTO_REMOVE:
                 r = remove_path(req->path, req->flag);
@@ -500,10 +561,14 @@ int files_handle(struct agent *a, uint8_t type, uint32_t stream, const void *pay
         if (r < 0)
                 return r;
         /* an unknown user is refused before anything is touched */
-        if (fs_user_request(a, stream, req.user, &user) && (r = fs_user_enter(&user, &saved)) >= 0) {
+        struct root_saved root = {-1, -1};
+        if (fs_user_request(a, stream, req.user, &user) &&
+            (!req.root || (r = root_enter(req.root, &root)) >= 0) &&
+            (r = fs_user_enter(&user, &saved)) >= 0) {
                 r = files_run(a, type, stream, &req, &user);
                 fs_user_leave(&saved);
         }
+        root_leave(&root);
         fs_user_release(&user);
         guest_path_request_release(&req);
         return r;

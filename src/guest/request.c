@@ -136,8 +136,8 @@ int guest_hello_parse(const void *payload, size_t len, char **ret_nonce) {
 json_t *guest_features_json(void) {
         /* an older agent ignores an EXEC (or file request's) "user" it does
          * not know and would run it as root, so the host must be able to tell */
-        return json_pack("[s,s,s,s,s,s,s]", "user", "processes", "watch", "metrics", "files_user", "upgrade",
-                         "volumes");
+        return json_pack("[s,s,s,s,s,s,s,s]", "user", "processes", "watch", "metrics", "files_user",
+                         "upgrade", "volumes", "files_root");
 }
 
 int guest_volume_mount_parse(const void *payload, size_t len, struct guest_volume_mount *ret) {
@@ -619,6 +619,7 @@ void guest_path_request_release(struct guest_path_request *req) {
         free(req->path);
         free(req->to);
         free(req->user);
+        free(req->root);
         *req = (struct guest_path_request){ 0 };
 }
 
@@ -636,8 +637,8 @@ static int get_path(json_t *obj, const char *key, char **ret) {
 
 int guest_path_request_parse(uint8_t type, const void *payload, size_t len, struct guest_path_request *ret) {
         _cleanup_json_ json_t *j = NULL;
-        struct guest_path_request req = { .mode = GUEST_DEFAULT_FILE_MODE };
-        uint64_t mode;
+        struct guest_path_request req = {.mode = GUEST_DEFAULT_FILE_MODE, .uid = -1, .gid = -1};
+        uint64_t mode, id;
         int r;
 
         switch (type) {
@@ -648,6 +649,7 @@ int guest_path_request_parse(uint8_t type, const void *payload, size_t len, stru
         case PROTO_RENAME:
         case PROTO_REMOVE:
         case PROTO_MKDIR:
+        case PROTO_SETATTR:
         case PROTO_WATCH: break;
         default: return -EOPNOTSUPP;
         }
@@ -662,12 +664,27 @@ int guest_path_request_parse(uint8_t type, const void *payload, size_t len, stru
                 if (r < 0)
                         goto fail;
         }
-        if (type == PROTO_FILE_WRITE) {
+        if (type == PROTO_FILE_WRITE || type == PROTO_SETATTR) {
                 r = get_uint(j, "mode", 07777, &mode);
                 if (r < 0)
                         goto fail;
                 if (r > 0)
                         req.mode = (uint32_t) mode;
+                req.has_mode = r > 0;
+        }
+        if (type == PROTO_SETATTR) {
+                /* (uid_t) -1 means "unchanged" to chown(): not an id to ask for */
+                if ((r = get_uint(j, "uid", UINT32_MAX - 1, &id)) < 0)
+                        goto fail;
+                req.uid = r > 0 ? (int64_t) id : -1;
+                if ((r = get_uint(j, "gid", UINT32_MAX - 1, &id)) < 0)
+                        goto fail;
+                req.gid = r > 0 ? (int64_t) id : -1;
+        }
+        if (json_object_get(j, "root")) {
+                r = type == PROTO_WATCH ? -EINVAL : get_path(j, "root", &req.root);
+                if (r < 0)
+                        goto fail;
         }
         if (type == PROTO_REMOVE || type == PROTO_MKDIR || type == PROTO_WATCH) {
                 r = get_bool(j, type == PROTO_MKDIR ? "parents" : "recursive", &req.flag);

@@ -182,9 +182,14 @@ struct guest_path_request {
         uint32_t mode;
         bool flag;
         char *user; /* NULL: as the agent (root) */
+        char *root; /* NULL: "/"; else the directory the paths are in (a volume's mount) */
+        /* SETATTR: what changes (mode, when has_mode, is in mode) */
+        int64_t uid, gid; /* -1: unchanged */
+        bool has_mode;
 };
 /* type is one of PROTO_FILE_READ, _FILE_WRITE, _LIST, _STAT, _RENAME,
- * _REMOVE, _MKDIR, _WATCH; anything else is -EOPNOTSUPP. */
+ * _REMOVE, _MKDIR, _SETATTR, _WATCH; anything else is -EOPNOTSUPP. "root"
+ * is refused for WATCH. */
 int guest_path_request_parse(uint8_t type, const void *payload, size_t len, struct guest_path_request *ret);
 void guest_path_request_release(struct guest_path_request *req);
 

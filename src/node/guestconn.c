@@ -105,6 +105,7 @@ static unsigned reply_features(json_t *reply) {
                 {"files_user", GUESTCONN_FEATURE_FILES_USER},
                 {"upgrade", GUESTCONN_FEATURE_UPGRADE},
                 {"volumes", GUESTCONN_FEATURE_VOLUMES},
+                {"files_root", GUESTCONN_FEATURE_FILES_ROOT},
         };
         json_t *list = json_object_get(reply, "features"), *v;
         unsigned bits = 0;

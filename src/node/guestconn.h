@@ -54,6 +54,7 @@ bool guestconn_alive(struct guestconn *g);
 #define GUESTCONN_FEATURE_FILES_USER (1u << 4) /* "user" on file requests and WATCH */
 #define GUESTCONN_FEATURE_UPGRADE (1u << 5)    /* UPGRADE: replaced in place */
 #define GUESTCONN_FEATURE_VOLUMES (1u << 6)    /* VOLUME_MOUNT */
+#define GUESTCONN_FEATURE_FILES_ROOT (1u << 7) /* "root" on file requests, SETATTR, atime and ctime */
 bool guestconn_has(struct guestconn *g, unsigned feature);
 
 /* The agent's name as its HELLO (or the last UPGRADE) said,

@@ -113,12 +113,15 @@ json_t *guestreply_entry(json_t *e, bool root_ok) {
         if (!out)
                 return NULL;
         /* what a newer agent adds: each checked when present */
-        static const char *const ids[] = { "uid", "gid" };
-        for (size_t i = 0; i < ARRAY_SIZE(ids); i++) {
-                json_t *v = json_object_get(e, ids[i]);
+        static const struct {
+                const char *key;
+                uint64_t max;
+        } ints[] = {{"uid", UINT32_MAX}, {"gid", UINT32_MAX}, {"atime", INT64_MAX}, {"ctime", INT64_MAX}};
+        for (size_t i = 0; i < ARRAY_SIZE(ints); i++) {
+                json_t *v = json_object_get(e, ints[i].key);
                 if (!v)
                         continue;
-                if (guestreply_uint(v, UINT32_MAX, -1) < 0 || json_object_set(out, ids[i], v) < 0)
+                if (guestreply_uint(v, ints[i].max, -1) < 0 || json_object_set(out, ints[i].key, v) < 0)
                         return NULL;
         }
         static const struct {

@@ -6,7 +6,10 @@
  * file.watch (the guest's events relayed until either side ends it).
  * Each takes an optional "user" the guest runs it as (its permissions, its
  * ownership of what it makes); a user the guest does not have is refused
- * as exec refuses it.
+ * as exec refuses it. All but file.watch take an optional "volume", the id
+ * of a volume the sandbox holds: the path is then in that volume, whose
+ * mount the guest takes as "/" (a symlink or ".." cannot leave it).
+ * file.setattr changes owner, group and mode.
  */
 #include "nodeops-ops.h"
 
@@ -50,23 +53,50 @@ static int user_supported(struct node_conn *c, struct guestconn *g, const char *
                                 "the sandbox's guest agent is older and runs file calls only as root");
 }
 
+/* The guest's root for the op's "volume" (NULL without one): where the
+ * sandbox mounts it, with an agent that takes a root (an older one would
+ * take the path as the guest's). Replies itself on failure. */
+static int volume_root(struct node_conn *c, json_t *req, struct sandbox *s, struct guestconn *g,
+                       const char **ret) {
+        const char *id = NULL;
+        int r = nodeops_field_string(c, req, "volume", false, 64, &id);
+        *ret = NULL;
+        if (r < 0 || !id)
+                return r;
+        const char *root = sandbox_volume_path(s, id);
+        if (!root)
+                return conn_reply_error(c, -ENOENT, "not_found", "sandbox %s does not hold volume %s", s->id,
+                                        id);
+        if (!guestconn_has(g, GUESTCONN_FEATURE_FILES_ROOT))
+                return conn_reply_error(
+                        c, -EOPNOTSUPP, "unavailable",
+                        "the sandbox's guest agent is older and cannot reach a volume's files alone");
+        *ret = root;
+        return 0;
+}
+
 /* A file op's sandbox (a reference, *ret_s) and its guest channel, its
- * capability checked for need, and the op's user supported by its agent.
+ * capability checked for need, the op's user supported by its agent and,
+ * with ret_root, the root of its "volume" (file.watch takes none).
  * Replies itself on failure (*ret_s is then NULL). */
-static int file_op_sandbox(struct node_conn *c, json_t *req, uint32_t need, const char *user, struct sandbox **ret_s,
-                           struct guestconn **ret_g) {
+static int file_op_sandbox(struct node_conn *c, json_t *req, uint32_t need, const char *user,
+                           struct sandbox **ret_s, struct guestconn **ret_g, const char **ret_root) {
         int r = nodeops_req_sandbox(c, req, need, 0, ret_s, ret_g);
-        if (r >= 0 && (r = user_supported(c, *ret_g, user)) < 0) {
+        if (r >= 0 && (r = user_supported(c, *ret_g, user)) >= 0 && ret_root)
+                r = volume_root(c, req, *ret_s, *ret_g, ret_root);
+        if (r < 0 && *ret_s) {
                 sandbox_unref(*ret_s);
                 *ret_s = NULL;
         }
         return r;
 }
 
-/* The guest request for path (and user, when given). NULL on ENOMEM. */
-static json_t *guest_req(const char *key, const char *path, const char *user) {
+/* The guest request for path (and user and root, when given). NULL on
+ * ENOMEM. */
+static json_t *guest_req(const char *key, const char *path, const char *user, const char *root) {
         json_t *m = json_pack("{s:s}", key, path);
-        if (m && user && json_object_set_new(m, "user", json_string(user)) < 0) {
+        if (m && ((user && json_object_set_new(m, "user", json_string(user)) < 0) ||
+                  (root && json_object_set_new(m, "root", json_string(root)) < 0))) {
                 json_decref(m);
                 return NULL;
         }
@@ -169,7 +199,8 @@ int nodeops_file_write(struct node_conn *c, json_t *req) {
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
-        if ((r = file_op_sandbox(c, req, CAP_ACCESS_FILES_WRITE, user, &s, &g)) < 0)
+        const char *root;
+        if ((r = file_op_sandbox(c, req, CAP_ACCESS_FILES_WRITE, user, &s, &g, &root)) < 0)
                 return r;
 
         struct xfer x;
@@ -177,7 +208,7 @@ int nodeops_file_write(struct node_conn *c, json_t *req) {
         uint32_t stream = 0;
         uint64_t total = 0;
         bool started = false;
-        json_t *m = guest_req("path", path, user);
+        json_t *m = guest_req("path", path, user, root);
         if (m && json_object_set_new(m, "mode", json_integer((json_int_t) mode)) < 0) {
                 json_decref(m);
                 m = NULL;
@@ -319,7 +350,8 @@ int nodeops_file_read(struct node_conn *c, json_t *req) {
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
-        if ((r = file_op_sandbox(c, req, CAP_ACCESS_FILES_READ, user, &s, &g)) < 0)
+        const char *root;
+        if ((r = file_op_sandbox(c, req, CAP_ACCESS_FILES_READ, user, &s, &g, &root)) < 0)
                 return r;
 
         struct xfer x;
@@ -327,7 +359,7 @@ int nodeops_file_read(struct node_conn *c, json_t *req) {
         uint32_t stream = 0;
         _cleanup_free_ char *msg = NULL;
         json_t *res = NULL;
-        json_t *m = guest_req("path", path, user);
+        json_t *m = guest_req("path", path, user, root);
         r = m ? guestconn_stream_open(g, read_handler, &x, &stream) : -ENOMEM;
         if (r >= 0)
                 r = guestconn_call_stream(g, stream, PROTO_FILE_READ, m, NODEOPS_GUEST_CALL_MS, &res, &msg);
@@ -414,10 +446,11 @@ static int file_simple(struct node_conn *c, json_t *req, uint8_t type, const cha
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
         uint32_t need = type == PROTO_REMOVE ? CAP_ACCESS_FILES_WRITE : CAP_ACCESS_FILES_READ;
-        if ((r = file_op_sandbox(c, req, need, user, &s, &g)) < 0)
+        const char *root;
+        if ((r = file_op_sandbox(c, req, need, user, &s, &g, &root)) < 0)
                 return r;
 
-        _cleanup_(json_decrefp) json_t *m = guest_req("path", path, user);
+        _cleanup_(json_decrefp) json_t *m = guest_req("path", path, user, root);
         if (!m)
                 return -ENOMEM;
         if (type == PROTO_REMOVE)
@@ -455,8 +488,8 @@ int nodeops_file_remove(struct node_conn *c, json_t *req) {
 
 /* The checked STAT entry of path as user sees it, or NULL (for a reply
  * that can do without: the path was changed meanwhile, the guest failed). */
-static json_t *stat_entry(struct guestconn *g, const char *path, const char *user) {
-        _cleanup_(json_decrefp) json_t *m = guest_req("path", path, user), *res = NULL;
+static json_t *stat_entry(struct guestconn *g, const char *path, const char *user, const char *root) {
+        _cleanup_(json_decrefp) json_t *m = guest_req("path", path, user, root), *res = NULL;
         if (!m || guestconn_call(g, PROTO_STAT, m, NODEOPS_GUEST_CALL_MS, &res, NULL) < 0)
                 return NULL;
         return guestreply_entry(res, true);
@@ -475,9 +508,11 @@ static int file_change(struct node_conn *c, json_t *req, uint8_t type, const cha
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
-        if ((r = file_op_sandbox(c, req, CAP_ACCESS_FILES_WRITE, user, &s, &g)) < 0)
+        const char *root;
+        if ((r = file_op_sandbox(c, req, CAP_ACCESS_FILES_WRITE, user, &s, &g, &root)) < 0)
                 return r;
-        _cleanup_(json_decrefp) json_t *m = guest_req(type == PROTO_RENAME ? "from" : "path", path, user);
+        _cleanup_(json_decrefp) json_t *m =
+                guest_req(type == PROTO_RENAME ? "from" : "path", path, user, root);
         _cleanup_free_ char *msg = NULL;
         if (!m || json_object_set_new(m, type == PROTO_RENAME ? "to" : "parents",
                                       type == PROTO_RENAME ? json_string(to) : json_boolean(parents)) < 0)
@@ -485,7 +520,7 @@ static int file_change(struct node_conn *c, json_t *req, uint8_t type, const cha
         r = guestconn_call(g, type, m, NODEOPS_GUEST_CALL_MS, NULL, &msg);
         if (r < 0)
                 return reply_failure(c, r, msg, what, user);
-        json_t *e = stat_entry(g, to ?: path, user);
+        json_t *e = stat_entry(g, to ?: path, user, root);
         return conn_reply_ok(c, e ? json_pack("{s:o}", "entry", e) : NULL);
 }
 
@@ -495,6 +530,42 @@ int nodeops_file_mkdir(struct node_conn *c, json_t *req) {
 
 int nodeops_file_rename(struct node_conn *c, json_t *req) {
         return file_change(c, req, PROTO_RENAME, "rename failed");
+}
+
+/* SETATTR: owner, group and mode, each optional; answers with the entry. */
+int nodeops_file_setattr(struct node_conn *c, json_t *req) {
+        const char *path;
+        uint64_t v[3];
+        static const char *const keys[] = {"uid", "gid", "mode"};
+        static const uint64_t max[] = {UINT32_MAX - 1, UINT32_MAX - 1, 07777};
+        int r;
+        if ((r = nodeops_field_path(c, req, "path", true, &path)) < 0)
+                return r;
+        for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+                if ((r = nodeops_field_uint(c, req, keys[i], UINT64_MAX, 0, max[i], &v[i])) < 0)
+                        return r;
+        _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
+        struct guestconn *g;
+        const char *root;
+        if ((r = file_op_sandbox(c, req, CAP_ACCESS_FILES_WRITE, NULL, &s, &g, &root)) < 0)
+                return r;
+        if (!guestconn_has(g, GUESTCONN_FEATURE_FILES_ROOT))
+                return conn_reply_error(
+                        c, -EOPNOTSUPP, "unavailable",
+                        "the sandbox's guest agent is older and cannot change owners or modes");
+        _cleanup_(json_decrefp) json_t *m = guest_req("path", path, NULL, root);
+        for (size_t i = 0; m && i < ARRAY_SIZE(keys); i++)
+                if (v[i] != UINT64_MAX &&
+                    json_object_set_new(m, keys[i], json_integer((json_int_t) v[i])) < 0)
+                        return -ENOMEM;
+        if (!m)
+                return -ENOMEM;
+        _cleanup_free_ char *msg = NULL;
+        r = guestconn_call(g, PROTO_SETATTR, m, NODEOPS_GUEST_CALL_MS, NULL, &msg);
+        if (r < 0)
+                return reply_failure(c, r, msg, "setattr failed", NULL);
+        json_t *e = stat_entry(g, path, NULL, root);
+        return conn_reply_ok(c, e ? json_pack("{s:o}", "entry", e) : NULL);
 }
 
 /* ---- file.watch ---- */
@@ -557,7 +628,7 @@ int nodeops_file_watch(struct node_conn *c, json_t *req) {
                 return r;
         _cleanup_(sandbox_unrefp) struct sandbox *s = NULL;
         struct guestconn *g;
-        if ((r = file_op_sandbox(c, req, CAP_ACCESS_FILES_READ, user, &s, &g)) < 0)
+        if ((r = file_op_sandbox(c, req, CAP_ACCESS_FILES_READ, user, &s, &g, NULL)) < 0)
                 return r;
         if (!guestconn_has(g, GUESTCONN_FEATURE_WATCH))
                 return conn_reply_error(c, -EOPNOTSUPP, "unavailable",
@@ -568,7 +639,7 @@ int nodeops_file_watch(struct node_conn *c, json_t *req) {
         node_cond_init(&q.cond);
         uint32_t stream = 0;
         _cleanup_free_ char *msg = NULL;
-        json_t *m = guest_req("path", path, user);
+        json_t *m = guest_req("path", path, user, NULL);
         if (m && json_object_set_new(m, "recursive", json_boolean(recursive)) < 0) {
                 json_decref(m);
                 m = NULL;

@@ -20,6 +20,7 @@ int nodeops_file_stat(struct node_conn *c, json_t *req);
 int nodeops_file_remove(struct node_conn *c, json_t *req);
 int nodeops_file_mkdir(struct node_conn *c, json_t *req);
 int nodeops_file_rename(struct node_conn *c, json_t *req);
+int nodeops_file_setattr(struct node_conn *c, json_t *req);
 int nodeops_file_watch(struct node_conn *c, json_t *req);
 
 /* ---- The volume store (nodeops-volume.c) ---- */

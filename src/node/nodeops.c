@@ -735,6 +735,7 @@ static const struct {
         { "file.remove", nodeops_file_remove, false },
         { "file.mkdir", nodeops_file_mkdir, false },
         { "file.rename", nodeops_file_rename, false },
+        { "file.setattr", nodeops_file_setattr, false },
         { "file.watch", nodeops_file_watch, false },
         { "port.http", portproxy_http, false },
 };

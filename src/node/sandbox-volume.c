@@ -410,6 +410,13 @@ const char *sandbox_volume_rw(const struct sandbox *s) {
         return NULL;
 }
 
+const char *sandbox_volume_path(const struct sandbox *s, const char *id) {
+        for (unsigned k = 0; k < SANDBOX_VOLUMES_MAX && s->volumes[k].id[0]; k++)
+                if (strcmp(s->volumes[k].id, id) == 0)
+                        return s->volumes[k].path;
+        return NULL;
+}
+
 int sandbox_volumes_fork(struct sandbox *parent, struct sandbox *child) {
         if (!sandbox_has_volumes(child))
                 return 0;

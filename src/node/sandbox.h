@@ -200,6 +200,8 @@ bool sandbox_has_volumes(const struct sandbox *s);
 /* The id of a volume s holds read-write (a fork cannot share it: one
  * writer at a time), or NULL. */
 const char *sandbox_volume_rw(const struct sandbox *s);
+/* Where s mounts volume id, or NULL when it does not hold it. */
+const char *sandbox_volume_path(const struct sandbox *s, const char *id);
 int sandbox_volume_clone(const char *id, const char *from, char **ret_error);
 int sandbox_volume_delete(const char *id, char **ret_error);
 #define SANDBOX_VOLUME_SIZE_MIN (16ull << 20)

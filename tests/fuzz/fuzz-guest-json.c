@@ -73,12 +73,15 @@ static void check_path_request(uint8_t type, const uint8_t *p, size_t n) {
         assert(guest_path_validate(req.path) == 0);
         assert(type != PROTO_RENAME || guest_path_validate(req.to) == 0);
         assert(req.mode <= 07777);
+        assert(!req.root || (type != PROTO_WATCH && guest_path_validate(req.root) == 0));
+        assert(req.uid >= -1 && req.uid < UINT32_MAX && req.gid >= -1 && req.gid < UINT32_MAX);
         guest_path_request_release(&req);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-        static const uint8_t path_types[] = { PROTO_FILE_READ, PROTO_FILE_WRITE, PROTO_LIST,  PROTO_STAT,
-                                              PROTO_RENAME,    PROTO_REMOVE,     PROTO_MKDIR, PROTO_WATCH };
+        static const uint8_t path_types[] = {PROTO_FILE_READ, PROTO_FILE_WRITE, PROTO_LIST,
+                                             PROTO_STAT,      PROTO_RENAME,     PROTO_REMOVE,
+                                             PROTO_MKDIR,     PROTO_WATCH,      PROTO_SETATTR};
         if (size == 0)
                 return 0;
         uint8_t sel = data[0];

@@ -590,6 +590,31 @@ static void test_path_request_parse(void **state) {
         struct guest_path_request req;
         const char *j;
 
+        /* a volume's root; SETATTR's owner, group and mode, each optional */
+        j = "{\"path\":\"/f\",\"root\":\"/workspace\",\"uid\":1000,\"mode\":384}";
+        assert_int_equal(guest_path_request_parse(PROTO_SETATTR, j, strlen(j), &req), 0);
+        assert_string_equal(req.root, "/workspace");
+        assert_int_equal(req.uid, 1000);
+        assert_int_equal(req.gid, -1);
+        assert_true(req.has_mode);
+        assert_int_equal(req.mode, 0600);
+        guest_path_request_release(&req);
+        j = "{\"path\":\"/f\"}";
+        assert_int_equal(guest_path_request_parse(PROTO_SETATTR, j, strlen(j), &req), 0);
+        assert_null(req.root);
+        assert_false(req.has_mode);
+        assert_int_equal(req.uid, -1);
+        guest_path_request_release(&req);
+        /* (uid_t) -1 is chown's "unchanged", not an id */
+        j = "{\"path\":\"/f\",\"gid\":4294967295}";
+        assert_int_equal(guest_path_request_parse(PROTO_SETATTR, j, strlen(j), &req), -EINVAL);
+        j = "{\"path\":\"/f\",\"root\":\"/w/../etc\"}";
+        assert_int_equal(guest_path_request_parse(PROTO_LIST, j, strlen(j), &req), -EINVAL);
+        j = "{\"path\":\"/f\",\"root\":\"w\"}";
+        assert_int_equal(guest_path_request_parse(PROTO_STAT, j, strlen(j), &req), -EINVAL);
+        j = "{\"path\":\"/f\",\"root\":\"/w\"}";
+        assert_int_equal(guest_path_request_parse(PROTO_WATCH, j, strlen(j), &req), -EINVAL);
+
         j = "{\"path\":\"/tmp/f\"}";
         assert_int_equal(guest_path_request_parse(PROTO_FILE_WRITE, j, strlen(j), &req), 0);
         assert_string_equal(req.path, "/tmp/f");
@@ -927,7 +952,7 @@ static void test_agent_hello_ping(void **state) {
         /* what the node checks before it asks for a user, PROCESSES, WATCH, METRICS,
          * a file request's user, UPGRADE, VOLUME_MOUNT */
         json_t *features = json_object_get(j, "features");
-        assert_int_equal(json_array_size(features), 7);
+        assert_int_equal(json_array_size(features), 8);
         assert_string_equal(json_string_value(json_array_get(features, 0)), "user");
         assert_string_equal(json_string_value(json_array_get(features, 1)), "processes");
         assert_string_equal(json_string_value(json_array_get(features, 2)), "watch");
@@ -935,6 +960,7 @@ static void test_agent_hello_ping(void **state) {
         assert_string_equal(json_string_value(json_array_get(features, 4)), "files_user");
         assert_string_equal(json_string_value(json_array_get(features, 5)), "upgrade");
         assert_string_equal(json_string_value(json_array_get(features, 6)), "volumes");
+        assert_string_equal(json_string_value(json_array_get(features, 7)), "files_root");
         json_decref(j);
         frame_release(&f);
 
