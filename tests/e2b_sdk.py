@@ -2,7 +2,8 @@
 once per run by scripts/e2b-sdk.sh under BUILD_DIR/e2b-sdk, runs one
 scenario of tests/e2b/scenarios/ (a small node program) against an Airlock
 of the harness, configured as an app would be, by E2B_API_URL,
-E2B_SANDBOX_URL and E2B_API_KEY alone (docs/testing.md, "E2B SDK suite").
+E2B_SANDBOX_URL, E2B_VOLUME_API_URL and E2B_API_KEY alone (docs/testing.md,
+"E2B SDK suite").
 
     def test_x(airlock, e2b_sdk):
         out = e2b_sdk.run(airlock, "create.mjs", "minimal")
@@ -49,12 +50,14 @@ class E2BSdk:
     def env(self, a, key=None, extra=None):
         """The environment of a scenario against Airlock a: none of the
         caller's E2B_* settings (E2B_DEBUG, E2B_DOMAIN... would change what
-        the SDK does), the three an app sets, key as the API key (default:
+        the SDK does), the four an app sets, key as the API key (default:
         the admin token, which is an API key too)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
         env.update({
             "E2B_API_URL": a.url,
             "E2B_SANDBOX_URL": a.url,
+            # the volume content API's address (else https://api.DOMAIN)
+            "E2B_VOLUME_API_URL": a.url,
             "E2B_API_KEY": key if key is not None else a.token,
         })
         env.update(extra or {})

@@ -25,6 +25,9 @@
 #include "util.h"
 
 #define VOLUME_SIZE_MIN (16ll << 20) /* the node's SANDBOX_VOLUME_SIZE_MIN */
+/* a helper sandbox of the volume content API is waited for this long */
+#define HELPER_WAIT_MS 30000ULL
+#define HELPER_POLL_MS 50
 
 json_t *api_volume_json(const struct store_volume *v, const struct store_volume_hold *holds,
                         size_t n_holds) {
@@ -274,9 +277,39 @@ int api_volume_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
 }
 
 /* The refusal of a volume someone holds: who, in ctx->err. */
+bool api_volume_helper_of(const struct store_sandbox *sb, const char *volume_id) {
+        _cleanup_(json_decrefp) json_t *m = sb->metadata ? json_loads(sb->metadata, 0, NULL) : NULL;
+        const char *v = json_string_value(json_object_get(m, API_VOLUME_HELPER_METADATA));
+        return v && strcmp(v, volume_id) == 0;
+}
+
+/* Waits while the volume's holders are all helper sandboxes (of E2B's
+ * volume content API), which go with the requests in flight; at most
+ * HELPER_WAIT_MS, then whoever holds it is named as ever. */
+static void helpers_wait(struct api_ctx *ctx, const char *volume_id) {
+        uint64_t until = now_monotonic_ns() + HELPER_WAIT_MS * 1000000ULL;
+        for (;;) {
+                struct store_volume_hold *holds = NULL;
+                size_t n = 0;
+                bool helpers = store_volume_holds_of_volume(ctx->store, volume_id, &holds, &n) >= 0 && n > 0;
+                for (size_t i = 0; i < n && helpers; i++) {
+                        struct store_sandbox sb = {0};
+                        helpers = store_sandbox_get(ctx->store, holds[i].sandbox_id, &sb) >= 0 &&
+                                  api_volume_helper_of(&sb, volume_id);
+                        store_sandbox_release(&sb);
+                }
+                store_volume_hold_array_free(holds, n);
+                if (!helpers || now_monotonic_ns() > until)
+                        return;
+                struct timespec ts = {0, HELPER_POLL_MS * 1000000L};
+                nanosleep(&ts, NULL);
+        }
+}
+
 static int held_fail(struct api_ctx *ctx, const struct store_volume *v, const char *doing) {
         struct store_volume_hold *holds = NULL;
         size_t n = 0;
+        helpers_wait(ctx, v->id);
         int r = store_volume_holds_of_volume(ctx->store, v->id, &holds, &n);
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read volume holds: %m");
@@ -469,6 +502,7 @@ int api_volume_attach_prepare(struct api_ctx *ctx, const char *owner, const json
                                         ret->volumes[0].name, v->name);
                 struct store_volume_hold *holds = NULL;
                 size_t n = 0;
+                helpers_wait(ctx, v->id);
                 if ((r = store_volume_holds_of_volume(ctx->store, v->id, &holds, &n)) < 0)
                         return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx,
                                          "store: failed to read volume holds: %m");

@@ -314,6 +314,13 @@ int api_image_key_add(struct api_ctx *ctx, const char *addr, const struct store_
 
 /* ---- Volumes (api-volumes.c) ---- */
 
+/* The metadata key of a sandbox made to reach a volume's files (E2B's
+ * volume content API, e2b-volume-content.c): the volume's id. Such a
+ * sandbox lives for the requests in flight; a create or delete that finds
+ * the volume held by one waits for it to go. */
+#define API_VOLUME_HELPER_METADATA "airlock.volume_content"
+bool api_volume_helper_of(const struct store_sandbox *sb, const char *volume_id);
+
 json_t *api_volume_json(const struct store_volume *v, const struct store_volume_hold *holds, size_t n_holds);
 /* By id ("vol-...") or by the key's (the admin's) name; 404 for one the key may not see. */
 int api_volume_lookup(struct api_ctx *ctx, const char *name, struct store_volume *ret);

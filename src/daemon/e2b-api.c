@@ -18,48 +18,10 @@
 #include "nodeclient.h"
 #include "util.h"
 
-#define E2B_KEY_FILE "e2b.key"
 #define E2B_CLIENT_ID "airlock"
 /* what getInfo() shows as the end of a sandbox without a lifetime: E2B has
  * no "never", and a date the SDK can parse keeps arithmetic on it sane */
 #define E2B_NEVER "9999-12-31T23:59:59.000Z"
-
-static uint8_t token_key[crypto_auth_hmacsha256_KEYBYTES];
-static bool token_key_loaded;
-
-int e2b_init(const struct daemon_config *config) {
-        _cleanup_free_ char *path = NULL, *text = NULL;
-        if (asprintf(&path, "%s/" E2B_KEY_FILE, config->control_dir) < 0)
-                return -ENOMEM;
-        size_t len = 0;
-        int r = file_read_all(path, sizeof token_key, &text, &len);
-        if (r == -ENOENT) {
-                randombytes_buf(token_key, sizeof token_key);
-                r = file_write_atomic(path, token_key, sizeof token_key, 0600);
-                if (r < 0)
-                        return log_error_errno(r, "Failed to write %s: %m", path);
-        } else if (r < 0 || len != sizeof token_key) {
-                return log_error_errno(r < 0 ? r : -EBADMSG, "Failed to read the E2B token key %s: %m", path);
-        } else
-                memcpy(token_key, text, sizeof token_key);
-        if (text)
-                sodium_memzero(text, len);
-        token_key_loaded = true;
-        return 0;
-}
-
-int e2b_access_token(const char *sandbox_id, char out[65]) {
-        if (!token_key_loaded)
-                return -EIO; /* e2b_init() failed, and airlockd would not have started */
-        uint8_t mac[crypto_auth_hmacsha256_BYTES];
-        char msg[96];
-        int n = snprintf(msg, sizeof msg, "e2b-envd-access:%s", sandbox_id);
-        if (n < 0 || (size_t) n >= sizeof msg)
-                return -EINVAL;
-        crypto_auth_hmacsha256(mac, (const unsigned char *) msg, (unsigned long long) n, token_key);
-        sodium_bin2hex(out, 65, mac, sizeof mac);
-        return 0;
-}
 
 int e2b_percent_decode(const char *s, size_t len, bool form, char *out, size_t *ret_len) {
         size_t o = 0;

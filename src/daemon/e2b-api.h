@@ -49,6 +49,10 @@ int e2b_init(const struct daemon_config *config);
  * the front door's key, so that it needs no storage and a connect hands out
  * the same one again. */
 int e2b_access_token(const char *sandbox_id, char out[65]);
+/* A volume's token for E2B's volume content API (e2b-volume-content.c),
+ * made the same way under another purpose; and its check (constant time). */
+int e2b_volume_token(const char *volume_id, char out[65]);
+bool e2b_volume_token_ok(const char *volume_id, const char *token);
 
 int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
 int e2b_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);

@@ -4,11 +4,11 @@
  * Airlock's (api-volumes.c, docs/volumes.md): POST /volumes {name}, GET
  * /volumes, GET and DELETE /volumes/{volumeID}. An E2B volume has no size:
  * it is made E2B_VOLUME_SIZE large (sparse: it uses what is written). Its
- * content API (Volume's files, reached with the volume's token without a
- * sandbox) is not served: the token is empty, and docs/e2b.md says to
- * mount the volume in a sandbox instead.
+ * token (create and get) reaches its files without a sandbox: the content
+ * API, e2b-volume-content.c.
  */
 #include <errno.h>
+#include <sodium.h>
 #include <string.h>
 
 #include "api.h"
@@ -19,8 +19,15 @@
 
 static json_t *volume_json(const struct store_volume *v, bool with_token) {
         json_t *o = json_pack("{s:s, s:s}", "volumeID", v->id, "name", v->name);
-        if (o && with_token)
-                json_object_set_new(o, "token", json_string(""));
+        char token[65];
+        if (o && with_token) {
+                if (e2b_volume_token(v->id, token) < 0) {
+                        json_decref(o);
+                        return NULL;
+                }
+                json_object_set_new(o, "token", json_string(token));
+                sodium_memzero(token, sizeof token);
+        }
         return o;
 }
 

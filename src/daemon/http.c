@@ -17,6 +17,7 @@
 #include "e2b-api.h"
 #include "console.h"
 #include "e2b-envd.h"
+#include "e2b-volume-content.h"
 #include "formupload.h"
 #include "log.h"
 #include "macros.h"
@@ -40,6 +41,7 @@ enum {
         M_POST = 1 << 1,
         M_PUT = 1 << 2,
         M_DELETE = 1 << 3,
+        M_PATCH = 1 << 4,
 };
 
 enum auth_kind {
@@ -49,6 +51,7 @@ enum auth_kind {
         AUTH_ADMIN,   /* admin token only: a tenant key gets 403 */
         AUTH_E2B,     /* an API key in X-API-Key, as E2B's SDKs send it; E2B's error bodies */
         AUTH_METRICS, /* the scrape token (CONTROL_DIR/metrics.token) or the admin token */
+        AUTH_VOLUME,  /* the volume's token (e2b_volume_token()) as a bearer; E2B's error bodies */
 };
 
 enum {
@@ -74,6 +77,8 @@ struct route {
         int (*run_body)(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
         int (*run_id_body)(struct api_ctx *ctx, const char *id, const json_t *body, struct api_reply *ret);
         int (*call)(const struct call *c, struct api_reply *ret);
+        /* ROUTE_UPLOAD: opens the node's upload the body streams into */
+        int (*upload)(const struct call *c, struct node_conn **ret);
         const char *verb; /* h_verb()'s lifecycle verb */
 };
 
@@ -110,6 +115,9 @@ struct request {
         /* POST /v1/templates as multipart/form-data (formupload.h) */
         struct formupload *form;
 
+        /* E2B's volume content API: the guest with the volume mounted */
+        struct e2b_volume_use *volume_use;
+
         /* streamed upload (PUT files, service ports) */
         struct node_conn *upload;
         char upload_path[APIREQ_PATH_MAX + 1];
@@ -125,6 +133,9 @@ static void request_free(struct request *req) {
         free(req->tenant_id);
         free(req->key_id);
         node_conn_free(req->upload);
+        /* after the upload's connection and any streamed body: a helper
+         * sandbox may go with it */
+        e2b_volume_use_end(req->volume_use);
         formupload_free(req->form);
         e2b_envd_free(req->envd);
         free(req);
@@ -139,11 +150,13 @@ static unsigned method_bit(const char *m) {
                 return M_PUT;
         if (strcmp(m, "DELETE") == 0)
                 return M_DELETE;
+        if (strcmp(m, "PATCH") == 0)
+                return M_PATCH;
         return 0;
 }
 
 static void methods_string(unsigned m, char *buf, size_t n) {
-        static const char *const names[] = { "GET", "POST", "PUT", "DELETE" };
+        static const char *const names[] = {"GET", "POST", "PUT", "DELETE", "PATCH"};
         buf[0] = 0;
         size_t off = 0;
         for (size_t i = 0; i < ARRAY_SIZE(names); i++)
@@ -209,7 +222,7 @@ static enum MHD_Result queue_json(struct request *req, struct MHD_Connection *co
 static unsigned route_methods(const struct route *rt);
 
 static bool is_e2b(const struct request *req) {
-        return req->route && req->route->auth == AUTH_E2B;
+        return req->route && (req->route->auth == AUTH_E2B || req->route->auth == AUTH_VOLUME);
 }
 
 /* Queues {"error":{"code","message"}} for a negative errno; on E2B's routes
@@ -286,9 +299,30 @@ static int authenticate_token(struct request *req, const char *value, bool beare
         return -EACCES;
 }
 
+/* A volume's token for the volume in the path: the request is then its
+ * owner's, for that volume's files alone (its routes). */
+static int authenticate_volume(struct request *req, const char *value) {
+        const char *token;
+        if (!value || auth_parse_bearer(value, &token) < 0 || !e2b_volume_token_ok(req->param, token))
+                return -EACCES;
+        struct store_volume v = {0};
+        int r = store_volume_get(req->srv->store, req->param, &v);
+        if (r >= 0 && v.tenant_id && !(req->tenant_id = strdup(v.tenant_id)))
+                r = -ENOMEM;
+        store_volume_release(&v);
+        if (r == -ENOENT)
+                return -EACCES; /* deleted since: its token is worth nothing */
+        if (r < 0 && r != -ENOMEM)
+                log_errno(LOG_LEVEL_ERROR, r, req->log_ctx, "store: failed to read a volume: %m");
+        return r < 0 ? -EIO : 0;
+}
+
 static int authenticate(struct request *req, struct MHD_Connection *conn) {
         if (req->route && req->route->auth == AUTH_NONE)
                 return 0;
+        if (req->route && req->route->auth == AUTH_VOLUME)
+                return authenticate_volume(req, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                                            MHD_HTTP_HEADER_AUTHORIZATION));
         if (is_e2b(req))
                 return authenticate_token(req, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-Key"), false);
         const char *hdr = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -540,6 +574,30 @@ static int h_sandbox_delete(const struct call *c, struct api_reply *ret) {
 }
 
 /* (request_finish() saw that the upload is still open) */
+/* PUT /v1/sandboxes/ID/files?path&mode (octal): the upload opened */
+static int h_file_upload(const struct call *c, struct node_conn **ret) {
+        struct request *req = c->req;
+        const char *path;
+        int r = query_path(c->conn, &path, c->ctx->err);
+        if (r < 0)
+                return r;
+        uint32_t mode = 0644;
+        const char *m = query_arg(c->conn, "mode", NULL);
+        if (m) {
+                char *end = (char *) m;
+                unsigned long v = 0;
+                /* digits only: strtoul() would take "-1", "+7" or " 7" */
+                if (strspn(m, "01234567") == strlen(m))
+                        v = strtoul(m, &end, 8);
+                if (!*m || *end || v > 07777)
+                        return api_fail(c->ctx, -EINVAL,
+                                        "query parameter 'mode' must be octal, at most 7777");
+                mode = (uint32_t) v;
+        }
+        snprintf(req->upload_path, sizeof req->upload_path, "%s", path);
+        return api_upload_begin(c->ctx, req->param, path, mode, ret);
+}
+
 static int h_file_put(const struct call *c, struct api_reply *ret) {
         struct request *req = c->req;
         int r = api_upload_finish(c->ctx, req->upload, req->upload_path, req->upload_bytes, ret);
@@ -557,6 +615,74 @@ static int h_file_delete(const struct call *c, struct api_reply *ret) {
 
 static int h_ls(const struct call *c, struct api_reply *ret) {
         return api_file_list(c->ctx, c->id, c->path, ret);
+}
+
+/* E2B's volume content API (e2b-volume-content.h): the query, then a use
+ * of the volume for writing or reading that the request keeps. */
+static int volume_begin(const struct call *c, bool write, char path[APIREQ_PATH_MAX + 1],
+                        struct e2b_volume_query *q) {
+        int r = e2b_volume_path(query_arg(c->conn, "path", NULL), path, c->ctx->err);
+        if (r < 0)
+                return r;
+        *q = (struct e2b_volume_query){.path = path,
+                                       .depth = query_arg(c->conn, "depth", NULL),
+                                       .uid = query_arg(c->conn, "uid", NULL),
+                                       .gid = query_arg(c->conn, "gid", NULL),
+                                       .mode = query_arg(c->conn, "mode", NULL),
+                                       .force = query_bool(c->conn, "force")};
+        return e2b_volume_use_begin(c->ctx, c->id, write, &c->req->volume_use);
+}
+
+/* The endpoints but PATCH and PUT, which take more than the query. */
+typedef int volume_endpoint(struct api_ctx *ctx, struct e2b_volume_use *u, const struct e2b_volume_query *q,
+                            struct api_reply *ret);
+
+static int volume_run(const struct call *c, bool write, volume_endpoint *run, struct api_reply *ret) {
+        char path[APIREQ_PATH_MAX + 1];
+        struct e2b_volume_query q;
+        int r = volume_begin(c, write, path, &q);
+        return r < 0 ? r : run(c->ctx, c->req->volume_use, &q, ret);
+}
+
+static int h_volume_dir_list(const struct call *c, struct api_reply *ret) {
+        return volume_run(c, false, e2b_volume_dir_list, ret);
+}
+
+static int h_volume_dir_make(const struct call *c, struct api_reply *ret) {
+        return volume_run(c, true, e2b_volume_dir_make, ret);
+}
+
+static int h_volume_stat(const struct call *c, struct api_reply *ret) {
+        return volume_run(c, false, e2b_volume_path_stat, ret);
+}
+
+static int h_volume_remove(const struct call *c, struct api_reply *ret) {
+        return volume_run(c, true, e2b_volume_path_remove, ret);
+}
+
+static int h_volume_read(const struct call *c, struct api_reply *ret) {
+        return volume_run(c, false, e2b_volume_file_read, ret);
+}
+
+static int h_volume_update(const struct call *c, struct api_reply *ret) {
+        char path[APIREQ_PATH_MAX + 1];
+        struct e2b_volume_query q;
+        int r = volume_begin(c, true, path, &q);
+        return r < 0 ? r : e2b_volume_path_update(c->ctx, c->req->volume_use, &q, c->body, ret);
+}
+
+static int h_volume_upload(const struct call *c, struct node_conn **ret) {
+        char path[APIREQ_PATH_MAX + 1];
+        struct e2b_volume_query q;
+        int r = volume_begin(c, true, path, &q);
+        return r < 0 ? r : e2b_volume_file_write_begin(c->ctx, c->req->volume_use, &q, ret);
+}
+
+static int h_volume_put(const struct call *c, struct api_reply *ret) {
+        struct request *req = c->req;
+        int r = e2b_volume_file_write_end(c->ctx, req->volume_use, req->upload, ret);
+        node_conn_free(TAKE_PTR(req->upload));
+        return r;
 }
 
 /* a lifecycle verb: the route's verb */
@@ -650,7 +776,7 @@ static const struct route routes[] = {
         { M_POST, "/v1/sandboxes/{id}/exec", AUTH_API, APIREQ_BODY_EXEC, .run_id_body = api_exec },
         { M_POST, "/v1/sandboxes/{id}/sessions", AUTH_API, APIREQ_BODY_SESSION, .run_id_body = api_session_create },
         { M_GET, "/v1/sandboxes/{id}/files", AUTH_API, .flags = ROUTE_PATH, .call = h_file_get },
-        { M_PUT, "/v1/sandboxes/{id}/files", AUTH_API, .flags = ROUTE_UPLOAD, .call = h_file_put },
+        { M_PUT, "/v1/sandboxes/{id}/files", AUTH_API, .flags = ROUTE_UPLOAD, .upload = h_file_upload, .call = h_file_put },
         { M_DELETE, "/v1/sandboxes/{id}/files", AUTH_API, .flags = ROUTE_PATH, .call = h_file_delete },
         { M_GET, "/v1/sandboxes/{id}/ls", AUTH_API, .flags = ROUTE_PATH, .call = h_ls },
         { M_GET, "/v1/sessions/{id}", AUTH_SESSION, .run_id = api_session_get },
@@ -730,6 +856,15 @@ static const struct route routes[] = {
         { M_GET, "/volumes/{id}", AUTH_E2B, .run_id = e2b_volume_get },
         { M_DELETE, "/volumes/{id}", AUTH_E2B, .run_id = e2b_volume_delete },
         { M_DELETE, "/templates/{id}", AUTH_E2B, .run_id = e2b_snapshot_delete },
+        /* E2B's volume content API (e2b-volume-content.h): the volume's
+         * token; its queries and bodies checked there */
+        { M_GET, "/volumecontent/{id}/dir", AUTH_VOLUME, .call = h_volume_dir_list },
+        { M_POST, "/volumecontent/{id}/dir", AUTH_VOLUME, .call = h_volume_dir_make },
+        { M_GET, "/volumecontent/{id}/path", AUTH_VOLUME, .call = h_volume_stat },
+        { M_PATCH, "/volumecontent/{id}/path", AUTH_VOLUME, .call = h_volume_update },
+        { M_DELETE, "/volumecontent/{id}/path", AUTH_VOLUME, .call = h_volume_remove },
+        { M_GET, "/volumecontent/{id}/file", AUTH_VOLUME, .call = h_volume_read },
+        { M_PUT, "/volumecontent/{id}/file", AUTH_VOLUME, .flags = ROUTE_UPLOAD, .upload = h_volume_upload, .call = h_volume_put },
 };
 
 /* Runs a route's handler, whichever kind it has. */
@@ -885,9 +1020,12 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
         int r = authenticate(req, conn);
         if (r < 0)
                 return queue_error(req, conn, r,
-                                   r == -EACCES && is_e2b(req) ? "missing or invalid API key (X-API-Key)"
-                                   : r == -EACCES               ? "missing or invalid bearer token"
-                                   : r == -EPERM ? "tenants and keys are managed with the admin token" : NULL);
+                                   r == -EACCES && req->route && req->route->auth == AUTH_VOLUME
+                                           ? "missing or invalid volume token (Authorization: Bearer)"
+                                   : r == -EACCES && is_e2b(req) ? "missing or invalid API key (X-API-Key)"
+                                   : r == -EACCES                ? "missing or invalid bearer token"
+                                   : r == -EPERM ? "tenants and keys are managed with the admin token"
+                                                 : NULL);
         if (!req->route)
                 return queue_error(req, conn, -ENOENT, "no such endpoint");
         if (!(req->route->method & req->method)) {
@@ -899,31 +1037,16 @@ static enum MHD_Result request_begin(struct request *req, struct MHD_Connection 
 
         int64_t clen = content_length(conn);
         if (req->route->flags & ROUTE_UPLOAD) {
-                char err[API_ERRMSG_MAX] = "";
-                const char *path;
-                if ((r = query_path(conn, &path, err)) < 0)
-                        return queue_error(req, conn, r, err);
-                if (clen > 0 && (uint64_t) clen > cfg->max_upload) {
-                        snprintf(err, sizeof err, "upload of %lld bytes exceeds the limit of %llu bytes",
-                                 (long long) clen, (unsigned long long) cfg->max_upload);
-                        return queue_error(req, conn, -EFBIG, err);
-                }
-                uint32_t mode = 0644;
-                const char *m = query_arg(conn, "mode", NULL);
-                if (m) {
-                        char *end = (char *) m;
-                        unsigned long v = 0;
-                        /* digits only: strtoul() would take "-1", "+7" or " 7" */
-                        if (strspn(m, "01234567") == strlen(m))
-                                v = strtoul(m, &end, 8);
-                        if (!*m || *end || v > 07777)
-                                return queue_error(req, conn, -EINVAL, "query parameter 'mode' must be octal, at most 7777");
-                        mode = (uint32_t) v;
-                }
-                snprintf(req->upload_path, sizeof req->upload_path, "%s", path);
                 struct api_ctx ctx;
                 api_ctx_init(req, conn, &ctx);
-                r = api_upload_begin(&ctx, req->param, path, mode, &req->upload);
+                if (clen > 0 && (uint64_t) clen > cfg->max_upload) {
+                        snprintf(ctx.err, sizeof ctx.err,
+                                 "upload of %lld bytes exceeds the limit of %llu bytes", (long long) clen,
+                                 (unsigned long long) cfg->max_upload);
+                        return queue_error(req, conn, -EFBIG, ctx.err);
+                }
+                struct call c = {.req = req, .conn = conn, .ctx = &ctx, .id = req->param};
+                r = req->route->upload(&c, &req->upload);
                 if (r < 0)
                         return queue_error(req, conn, r, ctx.err);
                 return MHD_YES;
@@ -1056,7 +1179,7 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 return queue_error(req, conn, r, ctx.err);
         if (req->form && !(body_text = formupload_json(req->form, &body_len)))
                 return queue_error(req, conn, -EINVAL, "the form has no 'request' part (the JSON request)");
-        if ((req->method & (M_POST | M_PUT)) && !(req->route->flags & ROUTE_UPLOAD)) {
+        if ((req->method & (M_POST | M_PUT | M_PATCH)) && !(req->route->flags & ROUTE_UPLOAD)) {
                 r = apireq_parse_object(body_text, body_len, &body, ctx.err);
                 /* strict: a field no handler reads is the client's mistake
                  * (a misspelt security setting must not just be dropped) */
@@ -1072,6 +1195,12 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
         r = req->route->flags & ROUTE_PATH ? query_path(conn, &c.path, ctx.err) : 0;
         if (r >= 0)
                 r = route_run(req->route, &c, &rep);
+        /* a volume's helper sandbox goes before the answer (the client's
+         * next request may want the volume), but after a streamed body */
+        if (!rep.response) {
+                e2b_volume_use_end(req->volume_use);
+                req->volume_use = NULL;
+        }
         if (r < 0) {
                 api_reply_release(&rep);
                 return queue_error(req, conn, r, ctx.err);

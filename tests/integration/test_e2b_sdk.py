@@ -191,6 +191,18 @@ def test_envd_volumes(airlock, e2b_sdk):
     e2b_sdk.run(airlock, "volumes.mjs")
 
 
+def test_envd_volume_content(airlock, e2b_sdk):
+    """E2B's volume content API with the volume's token: its files written,
+    listed, read, changed and removed while nothing holds it (through a
+    helper sandbox that goes with the request), and through the sandbox
+    that holds it read-write; a symlink to /etc/passwd is followed inside
+    the volume, never to the guest's; other tokens are refused. No
+    sandbox or hold is left behind."""
+    res = e2b_sdk.run(airlock, "volume-content.mjs")
+    assert res.result["left"] == [], res.result
+    assert airlock.api("GET", "/v1/volumes")["volumes"] == []
+
+
 def test_envd_is_running(airlock, e2b_sdk):
     """isRunning() (envd's GET /health): true, then false after kill()."""
     e2b_sdk.run(airlock, "is-running.mjs")

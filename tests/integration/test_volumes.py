@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import urllib.parse
 
 from harness import ApiError, kill_node, qemu_pids, wait_for
 from test_recovery import wait_state
@@ -286,3 +287,78 @@ def test_volumes_survive_a_node_restart_and_a_vmm_crash(airlock_factory):
     assert read(a, other, "/w/f") == "two\n"
     a.api("DELETE", f"/v1/sandboxes/{other}", expect=204)
     a.api("DELETE", "/v1/volumes/ws", expect=204)
+
+
+def test_volume_content_api_goes_where_the_volume_is(airlock_factory):
+    """E2B's volume content API (/volumecontent/VOLUME/..., the volume's
+    token as bearer) reaches the files through the guest that has the
+    volume mounted: a helper sandbox while nothing holds it (gone with the
+    request, so a create right after a streamed read gets the volume), a
+    running read-only holder for reads, the read-write holder while it
+    runs. A write to a volume others read, and any request while its
+    writer is stopped, are 409s naming the holder; bad paths and bodies
+    are 400s; a tenant's volume is its own."""
+    a = airlock_factory(prebuild="minimal")
+    vol = a.api("POST", "/v1/volumes", {"name": "data", "size": "32M"}, expect=201)
+    token = a.api("GET", f"/volumes/{vol['id']}", auth=False, headers={"X-API-Key": a.token})["token"]
+    base = f"/volumecontent/{vol['id']}"
+
+    def content(method, what, path, body=None, expect=200, **query):
+        q = urllib.parse.urlencode({"path": path, **query})
+        status, _, data = a.request(method, f"{base}/{what}?{q}", body, token=token)
+        assert status == expect, (method, what, path, status, data)
+        return data
+
+    # nothing holds it: a helper, gone before the answer
+    entry = json.loads(content("PUT", "file", "/big", b"x" * (3 << 20), mode="384"))
+    assert entry["size"] == 3 << 20 and entry["mode"] == 0o600, entry
+    assert sandbox_ids(a) == set()
+    assert a.api("GET", "/v1/volumes/data")["held_by"] == []
+    # a streamed read's helper goes after its last byte: the create that
+    # follows it at once waits for it rather than failing
+    assert content("GET", "file", "/big") == b"x" * (3 << 20)
+    writer = a.create(volumes=[{"name": "data", "path": "/data"}])["id"]
+    entry = json.loads(content("GET", "path", "/big"))
+    assert entry["type"] == "file" and entry["size"] == 3 << 20, entry
+    assert sandbox_ids(a) == {writer}  # through the writer: no helper
+    sh(a, writer, "echo by-writer > /data/w")
+    assert content("GET", "file", "/w") == b"by-writer\n"
+    # its writer stopped: refused, naming it and its state
+    a.api("POST", f"/v1/sandboxes/{writer}/stop?wait=true")
+    msg = json.loads(content("GET", "file", "/w", expect=409))["message"]
+    assert writer in msg and "stopped" in msg, msg
+    a.api("DELETE", f"/v1/sandboxes/{writer}", expect=204)
+
+    # read-only holders: reads go through one, writes are refused
+    reader = a.create(volumes=[{"name": "data", "path": "/ro", "read_only": True}])["id"]
+    assert content("GET", "file", "/w") == b"by-writer\n"
+    msg = json.loads(content("PUT", "file", "/new", b"no", expect=409))["message"]
+    assert reader in msg and "read-only" in msg, msg
+    content("DELETE", "path", "/w", expect=409)
+    assert sandbox_ids(a) == {reader}
+    a.api("DELETE", f"/v1/sandboxes/{reader}", expect=204)
+
+    # bad input: a clear 4xx, nothing made
+    content("GET", "file", "/../etc/passwd", expect=400)
+    content("GET", "dir", "/", expect=400, depth="many")
+    content("PATCH", "path", "/big", {"owner": "root"}, expect=400)
+    content("PATCH", "path", "/big", {"mode": 0o10000}, expect=400)
+    content("DELETE", "path", "/", expect=400)
+    status, _, _ = a.request("GET", f"{base}/dir?path=/", token="0" * 64)
+    assert status == 401
+    status, _, _ = a.request("GET", f"{base}/dir?path=/", token=a.token)  # an API key is not its token
+    assert status == 401
+    assert sandbox_ids(a) == set()
+
+    # a tenant's volume: its helper is the tenant's (a sandbox of another
+    # owner could not take it), and its token is no use for another volume
+    tenant = a.api("POST", "/v1/tenants", {"name": "t1"}, expect=201)
+    key = a.api("POST", f"/v1/tenants/{tenant['id']}/keys", {"name": "k"}, expect=201)["key"]
+    tvol = a.api("POST", "/v1/volumes", {"name": "tdata", "size": "32M"}, expect=201, token=key)
+    ttoken = a.api("GET", f"/volumes/{tvol['id']}", auth=False, headers={"X-API-Key": key})["token"]
+    status, _, _ = a.request("GET", f"{base}/dir?path=/", token=ttoken)
+    assert status == 401
+    status, _, data = a.request("GET", f"/volumecontent/{tvol['id']}/dir?path=/", token=ttoken)
+    assert status == 200 and [e["name"] for e in json.loads(data)] == ["lost+found"], data
+    a.api("DELETE", "/v1/volumes/tdata", expect=204, token=key)
+    a.api("DELETE", "/v1/volumes/data", expect=204)
