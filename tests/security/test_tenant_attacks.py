@@ -1,7 +1,8 @@
 """Tenant B attacks tenant A's resources with its own, valid key: by id on
 every endpoint, by listing, by operation, snapshot and session ids, by
-attach token, by Idempotency-Key, by spelling ids differently; a revoked
-key, a tenant key managing tenants. Everything of A's must answer B exactly
+attach token, by Idempotency-Key, by spelling ids differently, at A's
+volume's files with every token B has; a revoked key, a tenant key
+managing tenants. Everything of A's must answer B exactly
 as an id that does not exist (404, byte-identical body once the id is
 masked), and change nothing (tests/integration/test_tenants.py holds the
 basic checks; these go further).
@@ -14,8 +15,11 @@ its own, the admin on tenants and keys) succeeds, so a refusal is the
 tenant check's and not a broken key, request or server."""
 
 import base64
+import hashlib
+import hmac
 import http.client
 import json
+import os
 import time
 
 import pytest
@@ -501,3 +505,50 @@ def test_revoked_key_fails_at_once_also_on_an_open_connection(w):
         status, _, data = a.request(method, path, body, token=w.B)
         assert status == (201 if path == "/v1/sandboxes" and method == "POST" else 200), (method, path, status, data)
     a.api("DELETE", f"/v1/sandboxes/{json.loads(data)['id']}", expect=204, token=w.B)
+
+
+@pytest.mark.parametrize("method,what,body", [("GET", "file", None), ("GET", "dir", None), ("GET", "path", None),
+                                              ("PUT", "file", b"overwritten by beta"),
+                                              ("PATCH", "path", {"mode": 0o777}), ("DELETE", "path", None),
+                                              ("POST", "dir", None)])
+def test_other_tenants_volume_content(w, method, what, body):
+    """A's volume's files (E2B's volume content API) with every credential
+    B has: its API key, its own volume's token, A's sandbox's envd token
+    spelled as a bearer, and the admin's API key too (a key is not a
+    volume's token): 401, and A's file and volume are untouched. The
+    control: B's token on B's volume does the same request."""
+    a = w.a
+    if not hasattr(w, "volumes"):
+        w.volumes = {}
+        for name, key in (("alpha", w.A), ("beta", w.B)):
+            v = a.api("POST", "/v1/volumes", {"name": f"{name}-data", "size": "32M"}, expect=201, token=key)
+            token = a.api("GET", f"/volumes/{v['id']}", auth=False, headers={"X-API-Key": key})["token"]
+            w.volumes[name] = (v["id"], token)
+    (va, ta), (vb, tb) = w.volumes["alpha"], w.volumes["beta"]
+    for vol, token, text in ((va, ta, b"alpha's volume"), (vb, tb, b"beta's volume")):
+        status, _, data = a.request("PUT", f"/volumecontent/{vol}/file?path=/secret", text, token=token)
+        assert status == 200, data
+    # A's sandbox's envdAccessToken: an HMAC under the same key, for another purpose
+    with open(os.path.join(a.data_dir, "control", "e2b.key"), "rb") as f:
+        envd = hmac.new(f.read(), f"e2b-envd-access:{w.sa['id']}".encode(), hashlib.sha256).hexdigest()
+    status, _, data = a.request("GET", "/files?path=/root/secret&username=root", auth=False,
+                                headers={"E2b-Sandbox-Id": w.sa["id"], "X-Access-Token": envd})
+    assert (status, data) == (200, b"alpha's secret"), (status, data)  # a real credential, for envd
+    path = "/made" if what == "dir" and method == "POST" else "/secret" if what != "dir" else "/"
+    query = f"{what}?path={path}" + ("&force=true" if method == "POST" else "")
+    for token in (w.B, tb, envd, a.token):
+        status, _, data = a.request(method, f"/volumecontent/{va}/{query}", body, token=token)
+        assert status == 401 and b"volume token" in data, (method, query, status, data)
+    # intact: the file as A wrote it, nothing made, nothing holding it
+    status, _, data = a.request("GET", f"/volumecontent/{va}/file?path=/secret", token=ta)
+    assert (status, data) == (200, b"alpha's volume"), (status, data)
+    status, _, data = a.request("GET", f"/volumecontent/{va}/dir?path=/", token=ta)
+    assert sorted(e["name"] for e in json.loads(data)) == ["lost+found", "secret"], data
+    assert a.api("GET", f"/v1/volumes/{va}", token=w.A)["held_by"] == []
+    # the control: B's own token on B's own volume does what was refused
+    status, _, data = a.request(method, f"/volumecontent/{vb}/{query}", body, token=tb)
+    assert status in (200, 201, 204), (method, query, status, data)
+    if method == "PUT":
+        assert a.request("GET", f"/volumecontent/{vb}/file?path=/secret", token=tb)[2] == body
+    if method == "DELETE":
+        assert a.request("GET", f"/volumecontent/{vb}/path?path=/secret", token=tb)[0] == 404
