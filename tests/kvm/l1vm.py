@@ -97,6 +97,20 @@ class Result:
     def console_tail(self, n=40):
         return "\n".join(self.console.splitlines()[-n:])
 
+    @property
+    def panic(self):
+        """L1's own kernel panicked (it stopped without the run's status):
+        its panic line and the lines above it, else "". Seen here with an
+        interrupt taken right after VMRUN in kvm_amd's __svm_vcpu_run, on
+        the guest's GS: QEMU 7.2's TCG emulating SVM, not Airlock."""
+        if self.rc is not None:
+            return ""
+        lines = self.console.splitlines()
+        for i, line in enumerate(lines):
+            if "Kernel panic - not syncing" in line:
+                return "\n".join(lines[max(0, i - 12):i + 1])
+        return ""
+
 
 class L1:
     def __init__(self, workdir, memory_mib=6144, cpus=2, disk_gib=32):
