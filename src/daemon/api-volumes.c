@@ -276,7 +276,6 @@ int api_volume_get(struct api_ctx *ctx, const char *id, struct api_reply *ret) {
         return reply_volume(ctx, &v, MHD_HTTP_OK, ret);
 }
 
-/* The refusal of a volume someone holds: who, in ctx->err. */
 bool api_volume_helper_of(const struct store_sandbox *sb, const char *volume_id) {
         _cleanup_(json_decrefp) json_t *m = sb->metadata ? json_loads(sb->metadata, 0, NULL) : NULL;
         const char *v = json_string_value(json_object_get(m, API_VOLUME_HELPER_METADATA));
@@ -306,6 +305,7 @@ static void helpers_wait(struct api_ctx *ctx, const char *volume_id) {
         }
 }
 
+/* The refusal of a volume someone holds: who, in ctx->err. */
 static int held_fail(struct api_ctx *ctx, const struct store_volume *v, const char *doing) {
         struct store_volume_hold *holds = NULL;
         size_t n = 0;

@@ -286,6 +286,11 @@ int e2b_volume_path(const char *raw, char out[APIREQ_PATH_MAX + 1], char *err) {
 
 /* ---- the node's file ops, on the volume ---- */
 
+/* The owner of the guest's sandbox, as the data plane takes it (NULL: the admin). */
+static const char *sandbox_tenant(const struct e2b_volume_use *u) {
+        return u->sandbox_tenant[0] ? u->sandbox_tenant : NULL;
+}
+
 /* One file op on the guest: req gets the sandbox and the volume. */
 static int content_call(struct api_ctx *ctx, const struct e2b_volume_use *u, uint32_t access, json_t *req,
                         struct node_conn **ret_conn, json_t **ret_reply) {
@@ -293,7 +298,7 @@ static int content_call(struct api_ctx *ctx, const struct e2b_volume_use *u, uin
         if (!m || json_object_set_new(m, "id", json_string(u->sandbox_id)) < 0 ||
             json_object_set_new(m, "volume", json_string(u->volume_id)) < 0)
                 return -ENOMEM;
-        return dataplane_call(ctx->config, u->sandbox_tenant[0] ? u->sandbox_tenant : NULL, u->sandbox_id, access, m,
+        return dataplane_call(ctx->config, sandbox_tenant(u), u->sandbox_id, access, m,
                               ctx->config->node_timeout_s, ret_conn, ret_reply, ctx->err);
 }
 
@@ -454,13 +459,13 @@ int e2b_volume_path_stat(struct api_ctx *ctx, struct e2b_volume_use *u, const st
 }
 
 int e2b_volume_path_update(struct api_ctx *ctx, struct e2b_volume_use *u, const struct e2b_volume_query *q,
-                           const json_t *body, struct api_reply *ret) {
+                           struct api_reply *ret) {
         static const char *const keys[] = { "uid", "gid", "mode" };
         static const int64_t max[] = { UINT32_MAX - 1, UINT32_MAX - 1, 07777 };
         int64_t v[3] = { -1, -1, -1 };
         const char *key;
         json_t *value;
-        json_object_foreach((json_t *) body, key, value) {
+        json_object_foreach((json_t *) q->body, key, value) {
                 size_t i = 0;
                 while (i < ARRAY_SIZE(keys) && strcmp(key, keys[i]) != 0)
                         i++;
@@ -518,8 +523,8 @@ int e2b_volume_file_write_begin(struct api_ctx *ctx, struct e2b_volume_use *u, c
                           u->volume_id, "path", q->path, "mode", (json_int_t) (mode >= 0 ? mode : 0644));
         if (!req)
                 return -ENOMEM;
-        return dataplane_open_upload(ctx->config, u->sandbox_tenant[0] ? u->sandbox_tenant : NULL, u->sandbox_id,
-                                     CAP_ACCESS_FILES_WRITE, req, ret, ctx->err);
+        return dataplane_open_upload(ctx->config, sandbox_tenant(u), u->sandbox_id, CAP_ACCESS_FILES_WRITE,
+                                     req, ret, ctx->err);
 }
 
 int e2b_volume_file_write_end(struct api_ctx *ctx, struct e2b_volume_use *u, struct node_conn *c,

@@ -18,12 +18,13 @@ struct node_conn;
 struct e2b_volume_use;
 
 /* A request's query: path (checked, from the volume's root), and the
- * others as given (NULL: absent). */
+ * others as given (NULL: absent); PATCH's JSON body. */
 struct e2b_volume_query {
         const char *path;
         const char *depth;
         const char *uid, *gid, *mode; /* decimal, as E2B's SDK sends them */
         bool force;
+        const json_t *body;
 };
 
 /* The volume's path of ?path= (a relative one is from its root) in out;
@@ -48,7 +49,7 @@ int e2b_volume_path_stat(struct api_ctx *ctx, struct e2b_volume_use *u, const st
                          struct api_reply *ret);
 /* PATCH path ?path {uid, gid, mode}: the entry after. */
 int e2b_volume_path_update(struct api_ctx *ctx, struct e2b_volume_use *u, const struct e2b_volume_query *q,
-                           const json_t *body, struct api_reply *ret);
+                           struct api_reply *ret);
 /* DELETE path ?path: a file, or a directory with what is in it. */
 int e2b_volume_path_remove(struct api_ctx *ctx, struct e2b_volume_use *u, const struct e2b_volume_query *q,
                            struct api_reply *ret);

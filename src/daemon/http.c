@@ -573,7 +573,6 @@ static int h_sandbox_delete(const struct call *c, struct api_reply *ret) {
         return api_sandbox_delete(c->ctx, c->id, c->key, query_bool(c->conn, "keep_snapshots"), ret);
 }
 
-/* (request_finish() saw that the upload is still open) */
 /* PUT /v1/sandboxes/ID/files?path&mode (octal): the upload opened */
 static int h_file_upload(const struct call *c, struct node_conn **ret) {
         struct request *req = c->req;
@@ -598,6 +597,7 @@ static int h_file_upload(const struct call *c, struct node_conn **ret) {
         return api_upload_begin(c->ctx, req->param, path, mode, ret);
 }
 
+/* (request_finish() saw that the upload is still open) */
 static int h_file_put(const struct call *c, struct api_reply *ret) {
         struct request *req = c->req;
         int r = api_upload_finish(c->ctx, req->upload, req->upload_path, req->upload_bytes, ret);
@@ -629,11 +629,12 @@ static int volume_begin(const struct call *c, bool write, char path[APIREQ_PATH_
                                        .uid = query_arg(c->conn, "uid", NULL),
                                        .gid = query_arg(c->conn, "gid", NULL),
                                        .mode = query_arg(c->conn, "mode", NULL),
-                                       .force = query_bool(c->conn, "force")};
+                                       .force = query_bool(c->conn, "force"),
+                                       .body = c->body};
         return e2b_volume_use_begin(c->ctx, c->id, write, &c->req->volume_use);
 }
 
-/* The endpoints but PATCH and PUT, which take more than the query. */
+/* The endpoints but PUT's, whose body streams. */
 typedef int volume_endpoint(struct api_ctx *ctx, struct e2b_volume_use *u, const struct e2b_volume_query *q,
                             struct api_reply *ret);
 
@@ -665,10 +666,7 @@ static int h_volume_read(const struct call *c, struct api_reply *ret) {
 }
 
 static int h_volume_update(const struct call *c, struct api_reply *ret) {
-        char path[APIREQ_PATH_MAX + 1];
-        struct e2b_volume_query q;
-        int r = volume_begin(c, true, path, &q);
-        return r < 0 ? r : e2b_volume_path_update(c->ctx, c->req->volume_use, &q, c->body, ret);
+        return volume_run(c, true, e2b_volume_path_update, ret);
 }
 
 static int h_volume_upload(const struct call *c, struct node_conn **ret) {

@@ -505,24 +505,18 @@ static void root_leave(struct root_saved *s) {
 }
 
 static int root_enter(const char *root, struct root_saved *s) {
-        *s = (struct root_saved){open("/", O_PATH | O_DIRECTORY | O_CLOEXEC),
-                                 open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)};
-        int r = 0;
-        if (s->root_fd < 0 || s->cwd_fd < 0)
-                r = negative_errno();
-        else if (chroot(root) < 0 || chdir("/") < 0)
-                r = negative_errno();
-        if (r < 0) {
-                if (s->root_fd >= 0 && s->cwd_fd >= 0)
-                        root_leave(s);
-                else {
-                        if (s->root_fd >= 0)
-                                close(s->root_fd);
-                        if (s->cwd_fd >= 0)
-                                close(s->cwd_fd);
-                }
+        *s = (struct root_saved){-1, -1};
+        _cleanup_close_ int root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC),
+                            cwd_fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (root_fd < 0 || cwd_fd < 0)
+                return negative_errno();
+        *s = (struct root_saved){TAKE_FD(root_fd), TAKE_FD(cwd_fd)};
+        if (chroot(root) < 0 || chdir("/") < 0) {
+                int r = negative_errno();
+                root_leave(s); /* a chdir that failed after the chroot: back */
+                return r;
         }
-        return r;
+        return 0;
 }
 
 /* One parsed request, run as whoever the caller made the thread. */
