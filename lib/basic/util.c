@@ -451,3 +451,77 @@ int signalfd_supervisor(void) {
 int64_t now_unix_ms(void) {
         return (int64_t) (now_realtime_ns() / 1000000ULL);
 }
+
+/* Length of the valid UTF-8 sequence at p (1..4), or the negated length of
+ * its longest valid prefix (at least 1) when it is invalid, so that one
+ * U+FFFD replaces a "maximal subpart" as Unicode recommends. */
+static int utf8_seq(const uint8_t *p, size_t avail) {
+        uint8_t c = p[0];
+        int need;
+        uint8_t lo = 0x80, hi = 0xbf;
+
+        if (c < 0x80)
+                return 1;
+        if (c >= 0xc2 && c <= 0xdf)
+                need = 1;
+        else if (c >= 0xe0 && c <= 0xef) {
+                need = 2;
+                if (c == 0xe0)
+                        lo = 0xa0;
+                else if (c == 0xed)
+                        hi = 0x9f; /* no surrogates */
+        } else if (c >= 0xf0 && c <= 0xf4) {
+                need = 3;
+                if (c == 0xf0)
+                        lo = 0x90;
+                else if (c == 0xf4)
+                        hi = 0x8f; /* <= U+10FFFF */
+        } else
+                return -1;
+
+        for (int i = 1; i <= need; i++) {
+                if ((size_t) i >= avail)
+                        return -i;
+                uint8_t b = p[i];
+                if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xbf))
+                        return -i;
+        }
+        return need + 1;
+}
+
+char *utf8_sanitize(const void *data, size_t len, size_t *ret_len) {
+        const uint8_t *in = data;
+        /* worst case: every byte becomes the 3-byte U+FFFD */
+        if (len > (SIZE_MAX - 1) / 3)
+                return NULL;
+        char *out = malloc(len * 3 + 1);
+        if (!out)
+                return NULL;
+        size_t o = 0;
+        for (size_t i = 0; i < len;) {
+                int k = utf8_seq(in + i, len - i);
+                if (k > 0) {
+                        memcpy(out + o, in + i, (size_t) k);
+                        o += (size_t) k;
+                        i += (size_t) k;
+                } else {
+                        memcpy(out + o, "\xef\xbf\xbd", 3);
+                        o += 3;
+                        i += (size_t) -k;
+                }
+        }
+        out[o] = 0;
+        if (ret_len)
+                *ret_len = o;
+        return out;
+}
+
+size_t utf8_cut(const char *s, size_t len, size_t max) {
+        if (len <= max)
+                return len;
+        size_t n = max;
+        /* back up over continuation bytes to the start of a character */
+        while (n > 0 && ((uint8_t) s[n] & 0xc0) == 0x80)
+                n--;
+        return n;
+}

@@ -124,3 +124,13 @@ int parse_u64(const char *s, uint64_t max, uint64_t *ret);
 
 /* The value of a hex digit (either case), or -1. */
 int hex_digit_value(char c);
+
+/* Returns a NUL-terminated copy of data[0..len) that is valid UTF-8: every
+ * byte that does not start a complete, shortest-form, non-surrogate sequence
+ * <= U+10FFFF is replaced by U+FFFD. NUL bytes are kept (the length tells).
+ * *ret_len (may be NULL) gets the output length. Returns NULL on ENOMEM. */
+char *utf8_sanitize(const void *data, size_t len, size_t *ret_len);
+
+/* Length of the longest prefix of s[0..len) (valid UTF-8) that ends on a
+ * character boundary and is at most max bytes. */
+size_t utf8_cut(const char *s, size_t len, size_t max);

@@ -41,6 +41,7 @@ int cmd_volume(struct cli *cli, int argc, char **argv);
 int cmd_audit(struct cli *cli, int argc, char **argv);
 int cmd_events(struct cli *cli, int argc, char **argv);
 int cmd_usage(struct cli *cli, int argc, char **argv);
+int cmd_mcp(struct cli *cli, int argc, char **argv);
 
 /* The egress flags of create and net (cli-net.h), as long options. */
 enum {

@@ -91,6 +91,10 @@ static const struct cli_command commands[] = {
          "  --sandbox SBX     one sandbox's only\n"
          "  --after ID        from after event ID (what was missed), not from now\n"
          "  --count N         stop after N events\n"},
+        {"mcp", cmd_mcp, "",
+         "Serve MCP over stdio: an agent's tools for sandboxes (docs/mcp.md), through airlockd's /v1/mcp",
+         "  for an agent's configuration: {\"command\":\"airlock\",\"args\":[\"mcp\"]} with AIRLOCK_URL\n"
+         "  and AIRLOCK_TOKEN (an API key) in its environment\n"},
         {"usage", cmd_usage, "[--history] SBX",
          "Show what a sandbox uses: CPU, memory, disk (and the guest's view)",
          "  --history         the node's samples of the last hour too\n"},

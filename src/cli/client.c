@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "airlock-config.h"
 #include "cli-util.h"
@@ -242,6 +243,25 @@ int client_call_new(const struct cli_client *c, const char *method, const char *
 
         *ret = TAKE_PTR(call);
         return 0;
+}
+
+int client_call_header(struct client_call *call, const char *name, const char *value) {
+        size_t n = strlen(name);
+        struct curl_slist *list = NULL;
+        for (struct curl_slist *h = call->headers; h; h = h->next)
+                if (!(strncasecmp(h->data, name, n) == 0 && h->data[n] == ':') &&
+                    add_header(&list, h->data) < 0)
+                        goto oom;
+        _cleanup_free_ char *line = NULL;
+        if (asprintf(&line, "%s: %s", name, value) < 0 || add_header(&list, line) < 0)
+                goto oom;
+        curl_slist_free_all(call->headers);
+        call->headers = list;
+        curl_easy_setopt(call->easy, CURLOPT_HTTPHEADER, list);
+        return 0;
+oom:
+        curl_slist_free_all(list);
+        return -ENOMEM;
 }
 
 static int status_to_errno(long status) {

@@ -65,6 +65,8 @@ int client_call_new(const struct cli_client *c, const char *method, const char *
 struct client_call *client_call_free(struct client_call *call);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct client_call *, client_call_free);
 
+/* Sets header name (e.g. "Accept") to value, replacing the one it had. */
+int client_call_header(struct client_call *call, const char *name, const char *value);
 /* Appends to the collected response (for streaming callbacks that got an
  * error status and want its message). -EFBIG past resp_max. */
 int client_call_collect(struct client_call *call, const void *data, size_t n);

@@ -80,18 +80,66 @@ struct MHD_Response *api_stream_response(struct node_conn **c, uint64_t size, co
         return resp;
 }
 
-int api_file_read(struct api_ctx *ctx, const char *id, const char *path, const char *user, struct api_reply *ret) {
+/* Opens a file.read on the node: its reply, then the file's NODE_DATA. */
+static int file_read_open(struct api_ctx *ctx, const char *id, const char *path, const char *user,
+                          struct node_conn **ret, json_t **ret_rep) {
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = api_sandbox_lookup(ctx, id, &sb);
         if (r < 0 || (r = api_sandbox_require_running(ctx, &sb)) < 0)
                 return r;
-        _cleanup_(node_conn_freep) struct node_conn *c = NULL;
-        _cleanup_(json_decrefp) json_t *req = json_pack("{s:s, s:s, s:s}", "op", "file.read", "id", id, "path", path);
-        _cleanup_(json_decrefp) json_t *rep = NULL;
+        _cleanup_(json_decrefp) json_t *req =
+                json_pack("{s:s, s:s, s:s}", "op", "file.read", "id", id, "path", path);
         if (req && user && *user && json_object_set_new(req, "user", json_string(user)) < 0)
                 return -ENOMEM;
-        if ((r = dataplane_call(ctx->config, sb.tenant_id, id, CAP_ACCESS_FILES_READ, req, ctx->config->node_timeout_s,
-                                &c, &rep, ctx->err)) < 0)
+        return dataplane_call(ctx->config, sb.tenant_id, id, CAP_ACCESS_FILES_READ, req,
+                              ctx->config->node_timeout_s, ret, ret_rep, ctx->err);
+}
+
+int api_file_read_bytes(struct api_ctx *ctx, const char *id, const char *path, size_t max, uint8_t **ret,
+                        size_t *ret_len) {
+        _cleanup_(node_conn_freep) struct node_conn *c = NULL;
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        int r = file_read_open(ctx, id, path, NULL, &c, &rep);
+        if (r < 0)
+                return r;
+        json_int_t size = json_integer_value(json_object_get(rep, "size"));
+        if (size < 0 || (uint64_t) size > max)
+                return api_fail(ctx, -EFBIG, "'%s' has %lld bytes, more than the %zu this reads", path,
+                                (long long) size, max);
+        _cleanup_free_ uint8_t *buf = malloc(max + 1);
+        if (!buf)
+                return -ENOMEM;
+        size_t len = 0;
+        for (;;) {
+                struct node_frame f;
+                if ((r = node_conn_next(c, &f, ctx->err)) <= 0)
+                        return r == 0 ? api_fail(ctx, -ECONNRESET, "the node agent ended the file early")
+                                      : r;
+                if (f.type == PROTO_NODE_DATA) {
+                        if (f.len > max - len) /* it grew while read */
+                                return api_fail(ctx, -EFBIG, "'%s' has more than %zu bytes", path, max);
+                        memcpy(buf + len, f.data, f.len);
+                        len += f.len;
+                        continue;
+                }
+                bool ok = f.type == PROTO_NODE_END && !json_is_true(json_object_get(f.event, "abort"));
+                json_decref(f.event);
+                if (!ok)
+                        return api_fail(ctx, -EIO, "the node agent aborted the read of '%s'", path);
+                break;
+        }
+        buf[len] = 0;
+        *ret = TAKE_PTR(buf);
+        *ret_len = len;
+        return 0;
+}
+
+int api_file_read(struct api_ctx *ctx, const char *id, const char *path, const char *user,
+                  struct api_reply *ret) {
+        _cleanup_(node_conn_freep) struct node_conn *c = NULL;
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        int r = file_read_open(ctx, id, path, user, &c, &rep);
+        if (r < 0)
                 return r;
 
         char log_ctx[256];

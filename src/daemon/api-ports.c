@@ -100,19 +100,32 @@ int api_port_begin(struct api_ctx *ctx, const char *id, unsigned port, const cha
         return dataplane_open_port(ctx->config, sb.tenant_id, id, (uint16_t) port, req, ret, ctx->err);
 }
 
-int api_port_finish(struct api_ctx *ctx, struct node_conn **c, struct api_reply *ret) {
+int api_port_reply(struct api_ctx *ctx, struct node_conn *c, unsigned *ret_status, json_t **ret_rep) {
         /* a failed send usually means the node answered already (and hung up) */
-        (void) node_conn_send_end(*c, false);
+        (void) node_conn_send_end(c, false);
         _cleanup_(json_decrefp) json_t *rep = NULL;
-        int r = node_conn_read_reply(*c, &rep, ctx->err);
+        int r = node_conn_read_reply(c, &rep, ctx->err);
         if (r < 0)
                 return r;
-        json_t *st = json_object_get(rep, "status"), *len = json_object_get(rep, "length");
+        json_t *st = json_object_get(rep, "status");
         json_int_t status = json_integer_value(st);
         if (!json_is_integer(st) || status < 200 || status > 599) {
                 snprintf(ctx->err, sizeof ctx->err, "the node agent sent no response status");
                 return -EIO;
         }
+        *ret_status = (unsigned) status;
+        if (ret_rep)
+                *ret_rep = TAKE_PTR(rep);
+        return 0;
+}
+
+int api_port_finish(struct api_ctx *ctx, struct node_conn **c, struct api_reply *ret) {
+        _cleanup_(json_decrefp) json_t *rep = NULL;
+        unsigned status;
+        int r = api_port_reply(ctx, *c, &status, &rep);
+        if (r < 0)
+                return r;
+        json_t *len = json_object_get(rep, "length");
         uint64_t size = json_is_integer(len) && json_integer_value(len) >= 0 ? (uint64_t) json_integer_value(len)
                                                                             : MHD_SIZE_UNKNOWN;
         struct MHD_Response *resp = api_stream_response(c, size, ctx->log_ctx);
@@ -128,6 +141,6 @@ int api_port_finish(struct api_ctx *ctx, struct node_conn **c, struct api_reply 
                 if (name && value)
                         (void) MHD_add_response_header(resp, name, value);
         }
-        *ret = (struct api_reply){ .status = (unsigned) status, .response = resp };
+        *ret = (struct api_reply){.status = status, .response = resp};
         return 0;
 }

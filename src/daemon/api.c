@@ -776,6 +776,15 @@ static int delete_replay(struct api_ctx *ctx, const char *id, const char *key, s
         return r < 0 ? r : 1;
 }
 
+int api_sandbox_set_lifetime(struct api_ctx *ctx, const char *id, int64_t timeout_s, const char *on_expiry) {
+        int64_t at = timeout_s > 0 ? now_unix_ms() + timeout_s * 1000 : 0;
+        int r = store_sandbox_expiry_set(ctx->store, id, at, timeout_s, on_expiry);
+        if (r < 0 && r != -ENOENT)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx,
+                                 "store: failed to set the sandbox's lifetime: %m");
+        return r;
+}
+
 int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempotency_key, bool keep_snapshots,
                        struct api_reply *ret) {
         int r = api_idempotency_key_check(ctx, idempotency_key);

@@ -70,6 +70,10 @@ int api_sandbox_list(struct api_ctx *ctx, const char *agent, struct api_reply *r
  * node's, in place; the sandbox with its "agent". */
 int api_sandbox_agent_upgrade(struct api_ctx *ctx, const char *id, struct api_reply *ret);
 int api_sandbox_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+/* Sets sandbox id's lifetime to timeout_s from now (0: none), deleted or
+ * suspended at its end as on_expiry says ("delete", "suspend"; NULL: as it
+ * was); the idle watcher enforces it (idle.c). A store failure is logged. */
+int api_sandbox_set_lifetime(struct api_ctx *ctx, const char *id, int64_t timeout_s, const char *on_expiry);
 /* keep_snapshots: the sandbox is archived instead (VM and disk gone, row
  * and snapshots kept; a rollback makes it again). */
 int api_sandbox_delete(struct api_ctx *ctx, const char *id, const char *idempotency_key, bool keep_snapshots,
@@ -88,6 +92,10 @@ int api_session_resize(struct api_ctx *ctx, const char *sid, const json_t *body,
 /* Files; path was checked with apireq_check_path() by the caller. A read
  * runs as the guest's user (NULL or "": root). */
 int api_file_read(struct api_ctx *ctx, const char *id, const char *path, const char *user, struct api_reply *ret);
+/* A whole file of at most max bytes into memory (*ret NUL-terminated after
+ * its *ret_len bytes); -EFBIG with a message when it is larger. */
+int api_file_read_bytes(struct api_ctx *ctx, const char *id, const char *path, size_t max, uint8_t **ret,
+                        size_t *ret_len);
 int api_file_remove(struct api_ctx *ctx, const char *id, const char *path, bool recursive, struct api_reply *ret);
 int api_file_list(struct api_ctx *ctx, const char *id, const char *path, struct api_reply *ret);
 /* Uploads in three steps, so the body streams to the node as it arrives:
@@ -106,6 +114,10 @@ int api_upload_finish(struct api_ctx *ctx, struct node_conn *c, const char *path
 int api_port_begin(struct api_ctx *ctx, const char *id, unsigned port, const char *method, const char *target,
                    json_t *headers, int64_t length, struct node_conn **ret);
 int api_port_finish(struct api_ctx *ctx, struct node_conn **c, struct api_reply *ret);
+/* The same end without a response: the server's status, and the node's
+ * reply (may be NULL: not wanted; its "headers" and "length"); the body
+ * follows as NODE_DATA frames on c. */
+int api_port_reply(struct api_ctx *ctx, struct node_conn *c, unsigned *ret_status, json_t **ret_rep);
 /* Whether a request is for a service port: the path
  * /v1/sandboxes/ID/ports/PORT[/REST] of raw_uri (as the client sent it:
  * escapes and query kept), or a Host "PORT-ID.DOMAIN". Then the sandbox id

@@ -198,15 +198,6 @@ static int run_verb(struct api_ctx *ctx, const char *id, const char *verb) {
         return r;
 }
 
-/* Sets the lifetime from now: timeout_s 0 ends it. */
-static int set_lifetime(struct api_ctx *ctx, const char *id, int64_t timeout_s, const char *on_expiry) {
-        int64_t at = timeout_s > 0 ? now_unix_ms() + timeout_s * 1000 : 0;
-        int r = store_sandbox_expiry_set(ctx->store, id, at, timeout_s, on_expiry);
-        if (r < 0 && r != -ENOENT)
-                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to set the sandbox's lifetime: %m");
-        return r;
-}
-
 /* ---- egress ---- */
 
 #define E2B_ALL_TRAFFIC "0.0.0.0/0"
@@ -475,7 +466,9 @@ int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
         api_reply_release(&v1);
         if (!id || !*id)
                 return -ENOMEM;
-        if (timeout_s > 0 && (r = set_lifetime(ctx, id, timeout_s, json_is_true(auto_pause) ? "suspend" : "delete")) < 0)
+        if (timeout_s > 0 &&
+            (r = api_sandbox_set_lifetime(ctx, id, timeout_s,
+                                          json_is_true(auto_pause) ? "suspend" : "delete")) < 0)
                 return r;
         json_t *o = sandbox_reply(ctx, id, tpl);
         if (!o)
@@ -554,7 +547,7 @@ int e2b_sandbox_fork(struct api_ctx *ctx, const char *id, const json_t *body, st
                 json_t *item;
                 if (r >= 0 && state && strcmp(state, "succeeded") == 0 && child) {
                         if (timeout_s > 0)
-                                (void) set_lifetime(ctx, child, timeout_s, NULL);
+                                (void) api_sandbox_set_lifetime(ctx, child, timeout_s, NULL);
                         item = json_pack("{s:o}", "sandbox", sandbox_reply(ctx, child, sb.template_name));
                 } else {
                         const char *msg = r < 0 ? (ctx->err[0] ? ctx->err : api_error_default_message(r))
@@ -835,7 +828,7 @@ int e2b_sandbox_set_timeout(struct api_ctx *ctx, const char *id, const json_t *b
         if (is_suspended(sb.state))
                 r = store_sandbox_expiry_set(ctx->store, id, 0, timeout_s, NULL);
         else
-                r = set_lifetime(ctx, id, timeout_s, NULL);
+                r = api_sandbox_set_lifetime(ctx, id, timeout_s, NULL);
         if (r == -ENOENT)
                 return api_fail(ctx, r, "sandbox '%.64s' not found", id);
         if (r < 0)
@@ -884,11 +877,11 @@ int e2b_sandbox_connect(struct api_ctx *ctx, const char *id, const json_t *body,
                 /* back: its clock starts again, from the timeout asked for
                  * now or the one it had */
                 int64_t s = given ? timeout_s : sb.expiry_s;
-                if (s > 0 && (r = set_lifetime(ctx, id, s, NULL)) < 0)
+                if (s > 0 && (r = api_sandbox_set_lifetime(ctx, id, s, NULL)) < 0)
                         return r;
         } else if (given && timeout_s > 0 && sb.expires_at && sb.expires_at < now + timeout_s * 1000) {
                 /* running: E2B only ever lengthens a running one's lifetime */
-                if ((r = set_lifetime(ctx, id, timeout_s, NULL)) < 0)
+                if ((r = api_sandbox_set_lifetime(ctx, id, timeout_s, NULL)) < 0)
                         return r;
         }
         json_t *o = sandbox_reply(ctx, id, sb.template_name);

@@ -21,6 +21,7 @@
 #include "formupload.h"
 #include "log.h"
 #include "macros.h"
+#include "mcp.h"
 #include "nodes.h"
 #include "util.h"
 
@@ -58,6 +59,7 @@ enum {
         ROUTE_UPLOAD = 1 << 0, /* the body streams to the node as a file (PUT .../files), no JSON */
         ROUTE_FORM = 1 << 1,   /* multipart/form-data too: a spec and its build context */
         ROUTE_PATH = 1 << 2,   /* ?path= is required, a checked guest path (call.path) */
+        ROUTE_RAW = 1 << 3,    /* the body goes to the handler as it came (call.raw): JSON-RPC's own errors */
 };
 
 struct call;
@@ -540,7 +542,33 @@ struct call {
         json_t *body;    /* the JSON body of a POST or JSON PUT, else NULL */
         const char *key; /* the Idempotency-Key header, or NULL */
         const char *path; /* ?path= of a ROUTE_PATH route */
+        const char *raw;  /* the body of a ROUTE_RAW route (raw_len bytes; NULL: none) */
+        size_t raw_len;
 };
+
+/* MCP (mcp.h): the headers its transport reads. */
+static struct mcp_http mcp_headers(const struct call *c) {
+        return (struct mcp_http){
+                .body = c->raw,
+                .body_len = c->raw_len,
+                .session = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "Mcp-Session-Id"),
+                .version = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "MCP-Protocol-Version"),
+                .accept = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT),
+                .origin = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "Origin"),
+                .host = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
+                .proto = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "X-Forwarded-Proto"),
+        };
+}
+
+static int h_mcp_post(const struct call *c, struct api_reply *ret) {
+        struct mcp_http h = mcp_headers(c);
+        return mcp_http_post(c->ctx, &h, ret);
+}
+
+static int h_mcp_delete(const struct call *c, struct api_reply *ret) {
+        struct mcp_http h = mcp_headers(c);
+        return mcp_http_delete(c->ctx, &h, ret);
+}
 
 static int h_metrics(const struct call *c, struct api_reply *ret) {
         return api_metrics_get(c->ctx, query_bool(c->conn, "per_sandbox"), ret);
@@ -762,6 +790,8 @@ static const struct route routes[] = {
         { M_GET, "/metrics", AUTH_METRICS, .call = h_metrics },
         { M_GET, "/v1/events", AUTH_API, .call = h_events },
         { M_GET, "/v1/sandboxes/{id}/metrics", AUTH_API, .run_id = api_sandbox_metrics },
+        { M_POST, "/v1/mcp", AUTH_API, .flags = ROUTE_RAW, .call = h_mcp_post },
+        { M_DELETE, "/v1/mcp", AUTH_API, .call = h_mcp_delete },
         { M_GET, "/v1/templates", AUTH_API, .run = api_templates_list },
         { M_POST, "/v1/templates", AUTH_API, APIREQ_BODY_TEMPLATE, ROUTE_FORM, .call = h_template_create },
         { M_GET, "/v1/templates/{id}", AUTH_API, .run_id = api_template_get },
@@ -1177,7 +1207,8 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
                 return queue_error(req, conn, r, ctx.err);
         if (req->form && !(body_text = formupload_json(req->form, &body_len)))
                 return queue_error(req, conn, -EINVAL, "the form has no 'request' part (the JSON request)");
-        if ((req->method & (M_POST | M_PUT | M_PATCH)) && !(req->route->flags & ROUTE_UPLOAD)) {
+        if ((req->method & (M_POST | M_PUT | M_PATCH)) &&
+            !(req->route->flags & (ROUTE_UPLOAD | ROUTE_RAW))) {
                 r = apireq_parse_object(body_text, body_len, &body, ctx.err);
                 /* strict: a field no handler reads is the client's mistake
                  * (a misspelt security setting must not just be dropped) */
@@ -1189,7 +1220,8 @@ static enum MHD_Result request_finish(struct request *req, struct MHD_Connection
 
         if ((req->route->flags & ROUTE_UPLOAD) && !req->upload)
                 return MHD_NO; /* already answered */
-        struct call c = { .req = req, .conn = conn, .ctx = &ctx, .id = req->param, .body = body, .key = key };
+        struct call c = { .req = req, .conn = conn, .ctx = &ctx, .id = req->param, .body = body, .key = key,
+                          .raw = body_text, .raw_len = body_len };
         r = req->route->flags & ROUTE_PATH ? query_path(conn, &c.path, ctx.err) : 0;
         if (r >= 0)
                 r = route_run(req->route, &c, &rep);

@@ -613,7 +613,7 @@ static void watch_handler(void *userdata, uint8_t type, const uint8_t *payload, 
 /* NODE_END {"error":{"code","message"}}: the watch ended from the
  * sandbox's side (message: the guest's words, made valid UTF-8). */
 static int watch_end_error(struct node_conn *c, const char *code, const char *message) {
-        _cleanup_free_ char *clean = node_utf8_sanitize(message, strlen(message), NULL);
+        _cleanup_free_ char *clean = utf8_sanitize(message, strlen(message), NULL);
         return conn_send_end(
                 c, json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", clean ?: "watch ended"));
 }

@@ -145,9 +145,9 @@ int nodeops_template_log(struct node_conn *c, json_t *req) {
         if (r < 0)
                 return conn_reply_errno(c, r, "reading the build log failed");
         /* whole UTF-8 characters only: the rest comes with the next read */
-        size_t take = done ? len : node_utf8_cut(data ? data : "", len, len);
+        size_t take = done ? len : utf8_cut(data ? data : "", len, len);
         size_t out_len = 0;
-        _cleanup_free_ char *text = node_utf8_sanitize(data ? data : "", take, &out_len);
+        _cleanup_free_ char *text = utf8_sanitize(data ? data : "", take, &out_len);
         if (!text)
                 return -ENOMEM;
         return conn_reply_ok(c, json_pack("{s:s%, s:I, s:b}", "data", text, out_len, "next",

@@ -329,7 +329,7 @@ static size_t json_string_size(const char *s, size_t len) {
 static void fit_string(char *s, size_t *len, size_t budget, bool *truncated) {
         for (size_t size = json_string_size(s, *len); size > budget;) {
                 size_t want = (size_t) ((double) *len * ((double) budget / (double) size) * 0.98);
-                size_t n = node_utf8_cut(s, *len, want < *len ? want : *len - 1);
+                size_t n = utf8_cut(s, *len, want < *len ? want : *len - 1);
                 *len = n;
                 s[n] = 0;
                 *truncated = true;
@@ -343,8 +343,8 @@ static void fit_string(char *s, size_t *len, size_t budget, bool *truncated) {
 static json_t *exec_reply(struct exec_state *e, bool timed_out) {
         _cleanup_free_ char *so = NULL, *se = NULL;
         size_t so_len = 0, se_len = 0;
-        so = node_utf8_sanitize(e->out[0].data, e->out[0].len, &so_len);
-        se = node_utf8_sanitize(e->out[1].data, e->out[1].len, &se_len);
+        so = utf8_sanitize(e->out[0].data, e->out[0].len, &so_len);
+        se = utf8_sanitize(e->out[1].data, e->out[1].len, &se_len);
         if (!so || !se)
                 return NULL;
         bool trunc[2] = { e->out[0].truncated, e->out[1].truncated };

@@ -17,16 +17,6 @@
 /* Longest path accepted anywhere in a request (same limit as the guest). */
 #define NODE_PATH_MAX PATH_SAFE_MAX
 
-/* Returns a NUL-terminated copy of data[0..len) that is valid UTF-8: every
- * byte that does not start a complete, shortest-form, non-surrogate sequence
- * <= U+10FFFF is replaced by U+FFFD. NUL bytes are kept (the length tells).
- * *ret_len (may be NULL) gets the output length. Returns NULL on ENOMEM. */
-char *node_utf8_sanitize(const void *data, size_t len, size_t *ret_len);
-
-/* Length of the longest prefix of s[0..len) (valid UTF-8) that ends on a
- * character boundary and is at most max bytes. */
-size_t node_utf8_cut(const char *s, size_t len, size_t max);
-
 /* true when p is an absolute path of at most NODE_PATH_MAX bytes with no ".."
  * component. */
 bool node_path_is_valid(const char *p);

@@ -236,17 +236,17 @@ static void check_error(const uint8_t *p, size_t n) {
 
 static void check_utf8(const uint8_t *p, size_t n) {
         size_t len = SIZE_MAX;
-        char *s = node_utf8_sanitize(p, n, &len);
+        char *s = utf8_sanitize(p, n, &len);
         assert(s && len >= n && len <= 3 * n && s[len] == 0);
         json_t *j = json_stringn(s, len); /* jansson accepts valid UTF-8 only */
         assert(j);
         json_decref(j);
         /* valid input comes back unchanged */
         size_t len2 = 0;
-        char *s2 = node_utf8_sanitize(s, len, &len2);
+        char *s2 = utf8_sanitize(s, len, &len2);
         assert(s2 && len2 == len && memcmp(s, s2, len) == 0);
         free(s2);
-        size_t cut = node_utf8_cut(s, len, n / 2);
+        size_t cut = utf8_cut(s, len, n / 2);
         assert(cut <= len && (cut <= n / 2 || len <= n / 2));
         j = json_stringn(s, cut);
         assert(j);

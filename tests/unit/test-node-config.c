@@ -228,7 +228,7 @@ static void test_parse_size(void **state) {
 
 static void check_sanitize(const char *in, size_t inlen, const char *want, size_t wantlen) {
         size_t n = 0;
-        char *out = node_utf8_sanitize(in, inlen, &n);
+        char *out = utf8_sanitize(in, inlen, &n);
         assert_non_null(out);
         assert_int_equal(n, wantlen);
         assert_memory_equal(out, want, wantlen);
@@ -255,13 +255,13 @@ static void test_utf8_sanitize(void **state) {
         CHECK("\xf0\x9f\x98", FFFD);
         CHECK("\xc3", FFFD);
 
-        /* node_utf8_cut never splits a character */
+        /* utf8_cut never splits a character */
         const char *s = "a\xe2\x82\xac";
-        assert_int_equal(node_utf8_cut(s, 4, 10), 4);
-        assert_int_equal(node_utf8_cut(s, 4, 3), 1);
-        assert_int_equal(node_utf8_cut(s, 4, 2), 1);
-        assert_int_equal(node_utf8_cut(s, 4, 1), 1);
-        assert_int_equal(node_utf8_cut(s, 4, 0), 0);
+        assert_int_equal(utf8_cut(s, 4, 10), 4);
+        assert_int_equal(utf8_cut(s, 4, 3), 1);
+        assert_int_equal(utf8_cut(s, 4, 2), 1);
+        assert_int_equal(utf8_cut(s, 4, 1), 1);
+        assert_int_equal(utf8_cut(s, 4, 0), 0);
 }
 
 static void test_paths(void **state) {
