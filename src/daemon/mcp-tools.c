@@ -417,7 +417,7 @@ static const struct mcp_tool *const run_tools[] = { &mcp_tool_run_command, &mcp_
                                                     &mcp_tool_create_code_context };
 
 /* the order tools/list shows: create, run, files, the rest */
-static const struct mcp_tool *tool_at(size_t i) {
+const struct mcp_tool *mcp_tool_at(size_t i) {
         if (i == 0)
                 return &tools_here[0];
         if (i <= ARRAY_SIZE(run_tools))
@@ -428,7 +428,7 @@ static const struct mcp_tool *tool_at(size_t i) {
 
 const struct mcp_tool *mcp_tool_find(const char *name) {
         const struct mcp_tool *t;
-        for (size_t i = 0; (t = tool_at(i)); i++)
+        for (size_t i = 0; (t = mcp_tool_at(i)); i++)
                 if (strcmp(t->name, name) == 0)
                         return t;
         return NULL;
@@ -437,7 +437,7 @@ const struct mcp_tool *mcp_tool_find(const char *name) {
 json_t *mcp_tools_list(void) {
         json_t *arr = json_array();
         const struct mcp_tool *t;
-        for (size_t i = 0; arr && (t = tool_at(i)); i++) {
+        for (size_t i = 0; arr && (t = mcp_tool_at(i)); i++) {
                 json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:{s:s, s:b, s:b, s:b}}", "name", t->name, "title", t->title,
                                       "description", t->desc, "inputSchema", mcp_fields_schema(t->fields),
                                       "annotations", "title", t->title, "readOnlyHint", t->read_only,

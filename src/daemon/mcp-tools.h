@@ -8,6 +8,8 @@
 
 #include "mcp-call.h"
 
+/* The i-th tool as tools/list shows them, or NULL past the last. */
+const struct mcp_tool *mcp_tool_at(size_t i);
 /* The tool named name, or NULL. */
 const struct mcp_tool *mcp_tool_find(const char *name);
 /* tools/list's result: {"tools":[{name, title, description, inputSchema, annotations}]}. */

@@ -39,16 +39,18 @@ def test_sdk_installed(e2b_sdk):
         assert all(p.get("integrity") for name, p in packages.items() if name), f"{lock}: a package without integrity"
     with open(os.path.join(ROOT, "tests/e2b/package.json")) as f:
         want = json.load(f)["dependencies"]
-    probe = ("const [a, b] = await Promise.all([import('e2b'), import('@e2b/code-interpreter')]);"
+    probe = ("const [a, b, m] = await Promise.all([import('e2b'), import('@e2b/code-interpreter'),"
+             " import('@modelcontextprotocol/sdk/client/index.js')]);"
              "const fs = await import('node:fs');"
              "const v = (p) => JSON.parse(fs.readFileSync('node_modules/' + p + '/package.json')).version;"
              "console.log(JSON.stringify({'e2b': v('e2b'), '@e2b/code-interpreter': v('@e2b/code-interpreter'),"
-             " sandbox: typeof a.Sandbox, ci: typeof b.Sandbox}))")
+             " '@modelcontextprotocol/sdk': v('@modelcontextprotocol/sdk'),"
+             " sandbox: typeof a.Sandbox, ci: typeof b.Sandbox, mcp: typeof m.Client}))")
     p = subprocess.run([e2b_sdk.node, "--input-type=module", "-e", probe], cwd=SDK_DIR,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, f"node {e2b_sdk.version} cannot import the SDK:\n{p.stderr}"
     got = json.loads(p.stdout.strip().splitlines()[-1])
-    assert got == dict(want, sandbox="function", ci="function"), got
+    assert got == dict(want, sandbox="function", ci="function", mcp="function"), got
     major, minor = (int(x) for x in e2b_sdk.version.lstrip("v").split(".")[:2])
     assert (major, minor) >= (20, 19) and major != 21 and not (major == 22 and minor < 12), \
         f"node {e2b_sdk.version} cannot import e2b 2.51.0 (scripts/e2b-sdk.sh)"

@@ -7,11 +7,13 @@ end against real VMs; raw HTTP checks the transport's own rules, a tenant's
 key sees only its own sandboxes, and run_code drives the code-interpreter
 template's kernel."""
 
+import base64
 import json
 
 import pytest
 
 from harness import CLI
+from test_e2b_sdk import CODE_INTERPRETER_BUILD_TIMEOUT, _wait_for_templates
 from test_tenants import _tenant_with_key
 
 
@@ -28,8 +30,10 @@ def _mcp(a, body, token=None, headers=None, raw=None):
 
 
 def _call(a, name, args, token=None, rid=7):
+    """tools/call as a client that settled on the newest protocol version."""
     status, _, body = _mcp(a, {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
-                               "params": {"name": name, "arguments": args}}, token=token)
+                               "params": {"name": name, "arguments": args}}, token=token,
+                           headers={"MCP-Protocol-Version": "2025-11-25"})
     assert status == 200, body
     return body
 
@@ -138,3 +142,65 @@ def test_mcp_tenant_sees_its_own(airlock):
     finally:
         for s in airlock.api("GET", "/v1/sandboxes")["sandboxes"]:
             airlock.request("DELETE", f"/v1/sandboxes/{s['id']}")
+
+
+def _events(data):
+    """The JSON-RPC messages of an event stream's body."""
+    out = []
+    for block in data.decode().split("\n\n"):
+        lines = [l[len("data: "):] for l in block.split("\n") if l.startswith("data: ")]
+        if lines:
+            out.append(json.loads("\n".join(lines)))
+    return out
+
+
+def test_mcp_run_code(airlock_factory):
+    """run_code on the code-interpreter template's kernel: an expression's
+    value, printed text streamed as progress events before the response,
+    state kept between calls, a matplotlib figure as MCP image content (a
+    PNG), an error as a tool error with its name and traceback, a context
+    of its own (create_code_context) that does not see the default one's
+    variables. The controls and the failures share the sandbox."""
+    a = airlock_factory(prebuild="minimal,python,code-interpreter", wait=False)
+    _wait_for_templates(a, CODE_INTERPRETER_BUILD_TIMEOUT)
+    made = _call(a, "create_sandbox", {"template": "code-interpreter"})["result"]
+    assert not made["isError"], made
+    sbx = json.loads(made["content"][0]["text"])["sandbox_id"]
+
+    res = _call(a, "run_code", {"sandbox_id": sbx, "code": "x = 6\nx * 7"})["result"]
+    assert not res["isError"] and res["content"][0]["text"] == "42\n", res
+
+    # streamed: the SDK's way (Accept both, a progressToken): events, then the response
+    status, hdrs, data = a.request("POST", "/v1/mcp", json.dumps({
+        "jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "run_code", "_meta": {"progressToken": "tok"},
+                   "arguments": {"sandbox_id": sbx, "code": "import time\nfor i in range(3):\n"
+                                 "    print('tick', i, flush=True); time.sleep(0.2)\nx + 1"}}}).encode(),
+        headers={"Accept": "application/json, text/event-stream", "Content-Type": "application/json"})
+    assert status == 200 and hdrs.get("Content-Type") == "text/event-stream", (status, hdrs)
+    msgs = _events(data)
+    progress = [m["params"]["message"] for m in msgs if m.get("method") == "notifications/progress"]
+    assert "".join(progress) == "tick 0\ntick 1\ntick 2\n", msgs
+    assert all(m["params"]["progressToken"] == "tok" for m in msgs if "method" in m)
+    assert msgs[-1]["id"] == 9 and msgs[-1]["result"]["content"][0]["text"] == "tick 0\ntick 1\ntick 2\n7\n", msgs
+
+    plot = _call(a, "run_code", {"sandbox_id": sbx, "code": "import matplotlib.pyplot as plt\n"
+                                 "plt.plot([1, 2, 3]); plt.show()"})["result"]
+    images = [c for c in plot["content"] if c["type"] == "image"]
+    assert len(images) == 1 and images[0]["mimeType"] == "image/png", plot
+    assert base64.b64decode(images[0]["data"])[:8] == b"\x89PNG\r\n\x1a\n"
+
+    err = _call(a, "run_code", {"sandbox_id": sbx, "code": "1 / 0"})["result"]
+    assert err["isError"] and "ZeroDivisionError" in err["content"][0]["text"], err
+    assert err["structuredContent"]["error"]["name"] == "ZeroDivisionError", err
+
+    ctx = _call(a, "create_code_context", {"sandbox_id": sbx, "cwd": "/tmp"})["result"]
+    assert not ctx["isError"], ctx
+    cid = json.loads(ctx["content"][0]["text"])["context_id"]
+    own = _call(a, "run_code", {"sandbox_id": sbx, "context_id": cid,
+                                "code": "import os\nprint(os.getcwd(), 'x' in globals())"})["result"]
+    assert own["content"][0]["text"] == "/tmp False\n", own
+    same = _call(a, "run_code", {"sandbox_id": sbx, "code": "print(x)"})["result"]
+    assert same["content"][0]["text"] == "6\n", same
+    _call(a, "delete_sandbox", {"sandbox_id": sbx})
+    assert a.api("GET", "/v1/sandboxes")["sandboxes"] == []
