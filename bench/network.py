@@ -129,7 +129,7 @@ def main():
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
-            env = dict(os.environ, AIRLOCK_PREBUILD="python", AIRLOCK_POOL_SIZE="0", **net.env())
+            env = dict(os.environ, AIRLOCK_PREBUILD="python", AIRLOCK_PREBUILD_BACKGROUND="", AIRLOCK_POOL_SIZE="0", **net.env())
             if a.templates_dir:  # its templates trust the egress CA beside them
                 env["AIRLOCK_TEMPLATES_DIR"] = a.templates_dir
                 env["AIRLOCK_EGRESS_CA_DIR"] = os.path.join(os.path.dirname(os.path.abspath(a.templates_dir)),

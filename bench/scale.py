@@ -105,7 +105,7 @@ class Instance:
         self.data_dir = tempfile.mkdtemp(prefix="airlock-bench-", dir=base)
         self.log_path = self.data_dir + ".log"
         e = dict(os.environ)
-        e.update({"AIRLOCK_TEMPLATES_DIR": templates_dir, "AIRLOCK_PREBUILD": prebuild,
+        e.update({"AIRLOCK_TEMPLATES_DIR": templates_dir, "AIRLOCK_PREBUILD": prebuild, "AIRLOCK_PREBUILD_BACKGROUND": "",
                   # its templates trust the egress CA beside them
                   "AIRLOCK_EGRESS_CA_DIR": os.path.join(os.path.dirname(os.path.abspath(templates_dir)), "egress-ca")})
         e.update(env or {})

@@ -18,6 +18,9 @@
 #   REQUIRE            a path the tree must have (templates/python.sh: python3)
 #   EXTRA_TREE         a directory copied over the root file system last
 #                      (a template built on python: code-interpreter.sh)
+#   EXTRA_CUSTOMIZE    a shell command run in the tree (chroot) after it, at
+#                      the host's speed: work a guest would otherwise do under
+#                      emulation (code-interpreter.sh: matplotlib's font cache)
 #   MIN_IMAGE_MB (1024), AIRLOCK_NO_EATMYDATA=1 (keep dpkg's fsyncs)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -120,6 +123,10 @@ fi
 if [ -n "${EXTRA_TREE:-}" ]; then
 	[ -d "$EXTRA_TREE" ] || die "EXTRA_TREE=$EXTRA_TREE is not a directory"
 	mmargs+=(--customize-hook="cp -a --no-preserve=ownership '$EXTRA_TREE/.' \"\$1/\"")
+fi
+if [ -n "${EXTRA_CUSTOMIZE:-}" ]; then
+	export EXTRA_CUSTOMIZE # the hook reads it from the environment: no quoting of it here
+	mmargs+=(--customize-hook="chroot \"\$1\" /bin/sh -c \"\$EXTRA_CUSTOMIZE\" >&2")
 fi
 # Shrink and finish the tree (runs inside mmdebstrap, after all installs).
 mmargs+=(--customize-hook="echo '$HOSTNAME_' > \"\$1/etc/hostname\"

@@ -25,12 +25,13 @@
 /* a repeated create or delete waits this much longer than the first may take */
 #define REPLAY_WAIT_SLACK_S 30
 
-/* The first failed prebuilt template in the node's health report, or NULL. */
+/* The first failed template the node's readiness waits for (not one of
+ * those built in the background), or NULL. */
 static json_t *first_failed_template(json_t *templates) {
         size_t i;
         json_t *t;
         json_array_foreach(templates, i, t)
-                if (json_is_string(json_object_get(t, "name")) &&
+                if (json_is_string(json_object_get(t, "name")) && !json_is_true(json_object_get(t, "background")) &&
                     strcmp(json_string_value(json_object_get(t, "state")) ?: "", "failed") == 0)
                         return t;
         return NULL;
@@ -476,6 +477,8 @@ int api_sandbox_create(struct api_ctx *ctx, const json_t *body, const char *idem
                 json_object_set_new(req, "image", json_string(image.id));
         if (req && vols.n)
                 json_object_set(req, "volumes", vols.node_request);
+        if (req && c.template_wait_s)
+                json_object_set_new(req, "template_wait_ms", json_integer(c.template_wait_s * 1000));
         if (!req) {
                 sandbox_abandon(ctx, id, false);
                 return operation_fail(ctx, op_id, -ENOMEM);

@@ -60,6 +60,11 @@ int api_template_resolve(struct api_ctx *ctx, const char *owner, const char *nam
 /* GET /v1/pools: the node's warm pools, {"pools":[...]}. */
 int api_pools_list(struct api_ctx *ctx, struct api_reply *ret);
 
+/* How long a create through the E2B door or MCP waits for a template that
+ * is still being built (their SDKs' requests time out at 60 s): then a
+ * 503 template_building with the build's progress, the build going on. */
+#define API_SDK_TEMPLATE_WAIT_S 40
+
 /* Create and delete run in the request's thread and record an operation
  * ("create"/"delete"); idempotency_key (may be NULL) makes a repeated
  * request answer with the first one's outcome instead of running again. */

@@ -38,6 +38,7 @@ static const struct api_error_entry api_errors[] = {
         { -ENETUNREACH, "bad_gateway", 502, "the server in the sandbox failed" },
         { -ESTALE, "refresh_route", 503, "the sandbox runs another execution now; retry" },
         { -EHOSTDOWN, "unavailable", 503, "the node agent is unavailable" },
+        { -EINPROGRESS, "template_building", 503, "the template is still being built: try again in a minute" },
         { -ECONNREFUSED, "unavailable", 503, "the node agent is unavailable" },
         { -ECONNRESET, "unavailable", 503, "the node agent closed the connection" },
         { -EPIPE, "unavailable", 503, "the node agent closed the connection" },

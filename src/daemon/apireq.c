@@ -110,7 +110,7 @@ static const struct {
         [APIREQ_BODY_CREATE] = { (const char *const[]){ "template", "image", "env", "metadata", "snapshot_policy",
                                                         "idle_timeout_s", "recovery", "tenant", "network", "secrets",
                                                         "node", "node_labels", "memory_mib", "vcpus", "volumes",
-                                                        NULL },
+                                                        "template_wait_s", NULL },
                                  check_create_nested },
         [APIREQ_BODY_EXEC] = { (const char *const[]){ "cmd", "env", "cwd", "stdin", "timeout_s", NULL } },
         [APIREQ_BODY_SESSION] = { (const char *const[]){ "cmd", "env", "cwd", "pty", "rows", "cols", NULL } },
@@ -363,6 +363,14 @@ int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
                 if (!json_is_integer(cpus) || json_integer_value(cpus) < 1 || json_integer_value(cpus) > 256)
                         return bad(err, "field 'vcpus' must be an integer from 1 (at most the template's)");
                 c.vcpus = json_integer_value(cpus);
+        }
+        json_t *wait = json_object_get(o, "template_wait_s");
+        if (wait && !json_is_null(wait)) {
+                if (!json_is_integer(wait) || json_integer_value(wait) < 1 ||
+                    json_integer_value(wait) > APIREQ_TEMPLATE_WAIT_MAX_S)
+                        return bad(err, "field 'template_wait_s' must be an integer from 1 to %d (seconds)",
+                                   APIREQ_TEMPLATE_WAIT_MAX_S);
+                c.template_wait_s = json_integer_value(wait);
         }
         /* [{"name","path","read_only"?}]: the volumes (api-volumes.c
          * resolves them, the node and the guest check the paths again) */

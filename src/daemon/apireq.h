@@ -85,7 +85,10 @@ struct apireq_create {
         int64_t memory_mib;      /* "memory_mib": its own size within the template's; 0: the template's */
         int64_t vcpus;           /* "vcpus": likewise; 0: the template's */
         json_t *volumes;         /* "volumes": [{"name","path","read_only"?}] checked in form, or NULL */
+        int64_t template_wait_s; /* "template_wait_s": how long to wait for a template still building; 0: the
+                                    node's default (15 minutes) */
 };
+#define APIREQ_TEMPLATE_WAIT_MAX_S (15 * 60)
 #define APIREQ_VOLUMES_MAX 4     /* the machine's volume slots */
 #define APIREQ_MEMORY_MIN_MIB 64 /* the node's SANDBOX_MEMORY_MIN_MIB */
 

@@ -458,6 +458,11 @@ int e2b_sandbox_create(struct api_ctx *ctx, const json_t *body, struct api_reply
                 json_object_set(req, "network", policy);
         if (volumes)
                 json_object_set(req, "volumes", volumes);
+        /* a template still building: a retryable 503 saying how far it
+         * got, well before the SDK's request times out (not a create that
+         * blocks for the minutes a build takes) */
+        if (!image.id)
+                json_object_set_new(req, "template_wait_s", json_integer(API_SDK_TEMPLATE_WAIT_S));
         struct api_reply v1 = { 0 };
         r = api_sandbox_create(ctx, req, NULL, &v1);
         if (r < 0)

@@ -227,8 +227,13 @@ json_t *mcp_api_error(struct mcp_call *call, int r, const char *what) {
         case -EBUSY:
                 advice = " (list_sandboxes shows its state; wait for it, or resume/start it first)";
                 break;
-        case -EAGAIN:
+        case -EINPROGRESS:
+                advice = " (call it again in a minute: the build goes on meanwhile)";
+                break;
         case -EHOSTDOWN:
+        case -ECONNREFUSED:
+        case -ECONNRESET:
+        case -ESTALE:
         case -ETIMEDOUT:
                 advice = " (a passing condition: try again in a few seconds)";
                 break;

@@ -76,7 +76,8 @@ static const struct mcp_field create_fields[] = {
 };
 
 static int create_sandbox(struct mcp_call *call, const json_t *args, json_t **ret) {
-        _cleanup_(json_decrefp) json_t *body = json_pack("{s:s}", "template", mcp_arg_str(args, "template", "python"));
+        _cleanup_(json_decrefp) json_t *body = json_pack("{s:s, s:i}", "template", mcp_arg_str(args, "template", "python"),
+                                                         "template_wait_s", API_SDK_TEMPLATE_WAIT_S);
         static const char *const pass[] = { "network", "secrets", "env", "metadata" };
         for (size_t i = 0; body && i < ARRAY_SIZE(pass); i++)
                 if (json_object_get(args, pass[i]))

@@ -267,6 +267,9 @@ static int call_streamed(struct mcp_call *call, const struct mcp_tool *t, const 
         s->inflight = (struct inflight){ .key = key, .call = call };
         call->progress_sink = stream_progress;
         call->progress_cls = s;
+        /* the connection's descriptor may be another's once it closes:
+         * stream_gone() says the client went */
+        call->ctx.client_fd = -1;
         inflight_add(&s->inflight);
         pthread_t th;
         pthread_attr_t attr;

@@ -166,7 +166,7 @@ bool progress_feed(struct progress *p, const json_t *health, const char *err, ui
                 p->node_down_said = false;
                 const json_t *templates = json_object_get(health, "templates");
                 bool ready = json_is_true(json_object_get(health, "ready"));
-                bool building = false, pending = false, changed = false;
+                bool building = false, pending = false, changed = false, background_left = false;
                 char failed[256] = "";
                 size_t i;
                 json_t *t;
@@ -175,6 +175,14 @@ bool progress_feed(struct progress *p, const json_t *health, const char *err, ui
                         const char *state = str_field(t, "state") ?: "unknown";
                         if (!name)
                                 continue;
+                        bool background = json_is_true(json_object_get(t, "background"));
+                        if (background) {
+                                background_left = background_left || strcmp(state, "building") == 0 ||
+                                                  strcmp(state, "available") == 0;
+                                /* said after the ready lines, not before */
+                                if (!p->ready_said)
+                                        continue;
+                        }
                         building = building || strcmp(state, "building") == 0;
                         pending = pending || strcmp(state, "available") == 0;
                         if (strcmp(state, "failed") == 0)
@@ -199,15 +207,29 @@ bool progress_feed(struct progress *p, const json_t *health, const char *err, ui
                                         "create a %s sandbox, to build it again\n",
                                         d, name);
                                 changed = true;
-                        } else if (strcmp(state, "ready") == 0 && was_building && !ready) {
+                        } else if (strcmp(state, "ready") == 0 && was_building && (!ready || background)) {
                                 /* the last one's end is the ready line */
-                                appendf(out, n, "airlock: %s\n", d);
+                                appendf(out, n, "airlock: %s%s\n", d, background ? " (built in the background)" : "");
                                 changed = true;
                         }
                 }
-                if (ready) {
+                if (ready && !p->ready_said) {
                         ready_lines(p, templates, now_ns, out, n);
-                        p->done = true;
+                        p->ready_said = true;
+                        json_array_foreach(templates, i, t) {
+                                const char *state = str_field(t, "state") ?: "";
+                                if (json_is_true(json_object_get(t, "background")) &&
+                                    (strcmp(state, "building") == 0 || strcmp(state, "available") == 0))
+                                        appendf(out, n,
+                                                "airlock: template %s is being built in the background (E2B's code "
+                                                "interpreter and MCP's run_code use it); a line says when it is "
+                                                "ready\n",
+                                                str_field(t, "name") ?: "?");
+                        }
+                }
+                if (ready) {
+                        /* done once what builds in the background is, too */
+                        p->done = !background_left;
                 } else if (!json_is_array(templates)) {
                         /* a node without per-template progress */
                         progress_format_duration((now_ns - p->start_ns) / 1000000ULL, took, sizeof took);

@@ -39,6 +39,7 @@ struct progress {
         size_t n_seen;
         uint64_t node_down_since; /* 0 while the node answers */
         bool node_down_said;
+        bool ready_said; /* the ready lines are out (background builds may go on) */
         bool done;
         /* for the lines to paste */
         char url[160];        /* http://HOST:PORT */

@@ -18,6 +18,9 @@
 
 #define DEFAULT_DATA_DIR "/var/lib/airlock"
 #define DEFAULT_PREBUILD "minimal,python"
+/* E2B's code interpreter and MCP's run_code use it: ready without a wait
+ * at their first use, without holding up the node's readiness */
+#define DEFAULT_PREBUILD_BACKGROUND "code-interpreter"
 /* AIRLOCK_POOL_MAX when not given (or the pool size, when that is larger) */
 #define POOL_MAX_DEFAULT 16
 #define POOL_MAX_UNSET UINT_MAX
@@ -39,6 +42,7 @@ enum {
         OPT_ACCEL,
         OPT_CPU_MODEL,
         OPT_PREBUILD,
+        OPT_PREBUILD_BACKGROUND,
         OPT_STORAGE,
         OPT_VOLUME_GIB,
         OPT_LOG_LEVEL,
@@ -86,6 +90,7 @@ static const struct setting settings[] = {
         { OPT_ACCEL, "accel", "AIRLOCK_ACCEL" },
         { OPT_CPU_MODEL, "cpu-model", "AIRLOCK_CPU_MODEL" },
         { OPT_PREBUILD, "prebuild", "AIRLOCK_PREBUILD" },
+        { OPT_PREBUILD_BACKGROUND, "prebuild-background", "AIRLOCK_PREBUILD_BACKGROUND" },
         { OPT_STORAGE, "storage", "AIRLOCK_STORAGE" },
         { OPT_VOLUME_GIB, "volume-gib", "AIRLOCK_VOLUME_GIB" },
         { OPT_LOG_LEVEL, "log-level", "AIRLOCK_LOG_LEVEL" },
@@ -114,6 +119,12 @@ static const struct setting settings[] = {
         { OPT_LABELS, "labels", "AIRLOCK_NODE_LABELS" },
 };
 
+static void free_list(char **list) {
+        for (size_t i = 0; list && list[i]; i++)
+                free(list[i]);
+        free(list);
+}
+
 void node_config_free(struct node_config *c) {
         if (!c)
                 return;
@@ -137,9 +148,8 @@ void node_config_free(struct node_config *c) {
         free(c->qemu_binary);
         free(c->accel);
         free(c->cpu_model);
-        for (size_t i = 0; c->prebuild && c->prebuild[i]; i++)
-                free(c->prebuild[i]);
-        free(c->prebuild);
+        free_list(c->prebuild);
+        free_list(c->prebuild_background);
         free(c);
 }
 
@@ -223,6 +233,19 @@ static int parse_prebuild(const char *value, char ***ret, size_t *ret_n) {
         }
         *ret = list;
         *ret_n = n;
+        return 0;
+}
+
+/* Replaces *list (n entries) with the names of value. */
+static int set_list(const char *value, char ***list, size_t *n) {
+        char **l;
+        size_t k;
+        int r = parse_prebuild(value, &l, &k);
+        if (r < 0)
+                return r;
+        free_list(*list);
+        *list = l;
+        *n = k;
         return 0;
 }
 
@@ -361,19 +384,12 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
                 }
                 r = set_string(&c->cpu_model, value);
                 break;
-        case OPT_PREBUILD: {
-                char **list;
-                size_t n;
-                r = parse_prebuild(value, &list, &n);
-                if (r < 0)
-                        break;
-                for (size_t i = 0; c->prebuild && c->prebuild[i]; i++)
-                        free(c->prebuild[i]);
-                free(c->prebuild);
-                c->prebuild = list;
-                c->n_prebuild = n;
+        case OPT_PREBUILD:
+                r = set_list(value, &c->prebuild, &c->n_prebuild);
                 break;
-        }
+        case OPT_PREBUILD_BACKGROUND:
+                r = set_list(value, &c->prebuild_background, &c->n_prebuild_background);
+                break;
         case OPT_STORAGE:
                 if (strcmp(value, "auto") == 0)
                         c->storage = NODE_STORAGE_AUTO;
@@ -467,6 +483,8 @@ static int set_defaults(struct node_config *c) {
             (r = set_string(&c->accel, "auto")) < 0 || (r = set_string(&c->cpu_model, "host")) < 0)
                 return r;
         r = parse_prebuild(DEFAULT_PREBUILD, &c->prebuild, &c->n_prebuild);
+        if (r >= 0)
+                r = parse_prebuild(DEFAULT_PREBUILD_BACKGROUND, &c->prebuild_background, &c->n_prebuild_background);
         if (r < 0)
                 return r;
         c->storage = NODE_STORAGE_AUTO;
@@ -644,6 +662,9 @@ void node_config_print(const struct node_config *c, FILE *f) {
         fputs("prebuild=", f);
         for (size_t i = 0; i < c->n_prebuild; i++)
                 fprintf(f, "%s%s", i ? "," : "", c->prebuild[i]);
+        fputs("\nprebuild_background=", f);
+        for (size_t i = 0; i < c->n_prebuild_background; i++)
+                fprintf(f, "%s%s", i ? "," : "", c->prebuild_background[i]);
         fputc('\n', f);
         fprintf(f, "storage=%s\n", c->storage == NODE_STORAGE_COPY ? "copy" : "auto");
         fprintf(f, "volume_gib=%u\n", c->volume_gib);
@@ -694,6 +715,8 @@ void node_config_usage(FILE *f) {
               "  --cpu-model MODEL       the VMs' CPU under KVM: host, or a QEMU model every node of a\n"
               "                          cluster runs [AIRLOCK_CPU_MODEL] (host)\n"
               "  --prebuild LIST         templates built at start [AIRLOCK_PREBUILD] (minimal,python)\n"
+              "  --prebuild-background LIST  built after those, health ready without them\n"
+              "                          [AIRLOCK_PREBUILD_BACKGROUND] (code-interpreter)\n"
               "  --storage auto|copy     reflink/loop volume or plain copies [AIRLOCK_STORAGE] (auto)\n"
               "  --volume-gib N          size of the btrfs loop volume [AIRLOCK_VOLUME_GIB] (64)\n"
               "  --log-level LEVEL       debug|info|warn|error [AIRLOCK_LOG_LEVEL] (info)\n"

@@ -34,6 +34,8 @@ struct node_config {
         char *cpu_model;     /* AIRLOCK_CPU_MODEL: "host" or a QEMU CPU model (KVM; TCG's VMs get "max") */
         char **prebuild;     /* AIRLOCK_PREBUILD, NULL-terminated list of template names */
         size_t n_prebuild;
+        char **prebuild_background; /* AIRLOCK_PREBUILD_BACKGROUND: built after those, not waited for */
+        size_t n_prebuild_background;
         enum node_storage_mode storage; /* AIRLOCK_STORAGE */
         unsigned volume_gib;            /* AIRLOCK_VOLUME_GIB: size of the sparse btrfs loop volume */
         enum log_level log_level;       /* AIRLOCK_LOG_LEVEL */

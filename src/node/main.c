@@ -345,7 +345,7 @@ int main(int argc, char *argv[]) {
                 unsetenv("AIRLOCK_NODE_READY_FD");
         }
 
-        if (cfg->n_prebuild > 0) {
+        if (cfg->n_prebuild + cfg->n_prebuild_background > 0) {
                 r = template_prebuild_start();
                 if (r < 0) {
                         log_error_errno(r, "Failed to start the prebuild thread: %m");

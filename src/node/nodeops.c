@@ -133,8 +133,16 @@ static int op_sandbox_create(struct node_conn *c, json_t *req) {
         bool has_key = false;
         if (image && (r = nodeops_field_data_key(c, req, &key, &has_key)) < 0)
                 return r;
+        /* how long a create waits for its template's build (airlockd's
+         * E2B door and MCP ask for less than a client's request timeout) */
+        json_t *wait = json_object_get(req, "template_wait_ms");
+        if (wait && (!json_is_integer(wait) || json_integer_value(wait) < 1 ||
+                     json_integer_value(wait) > TEMPLATE_WAIT_MS))
+                return conn_reply_error(c, -EINVAL, "invalid", "field \"template_wait_ms\" must be 1..%d",
+                                        TEMPLATE_WAIT_MS);
         struct sandbox_create_opts o = { .id = id, .env = env, .tenant = tenant, .recover_checkpoint = recover_checkpoint,
-                                         .limits = &limits, .network = network, .volumes = volumes };
+                                         .limits = &limits, .network = network, .volumes = volumes,
+                                         .template_wait_ms = wait ? (unsigned) json_integer_value(wait) : 0 };
         r = image ? sandbox_create_from_image(&o, image, has_key ? &key : NULL, &s, &err)
                   : sandbox_create(&o, tpl, &s, &err);
         sodium_memzero(key.key, sizeof key.key);
@@ -145,6 +153,7 @@ static int op_sandbox_create(struct node_conn *c, json_t *req) {
                                    : r == -EINVAL ? "invalid"
                                    : r == -ENOENT ? "not_found"
                                    : r == -EUSERS || r == -EAGAIN ? "unavailable"
+                                   : r == -EINPROGRESS ? "template_building"
                                    : r == -ETIMEDOUT ? "timeout"
                                    : r == -EIO ? "internal"
                                                : "guest";

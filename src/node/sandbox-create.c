@@ -42,12 +42,19 @@ int sandbox_create(const struct sandbox_create_opts *o, const char *template_nam
         }
 
         uint64_t t0 = now_monotonic_ns();
-        r = template_get(template_name, TEMPLATE_WAIT_MS, &s->tpl, &err);
+        r = template_get(template_name, o->template_wait_ms ? (int) o->template_wait_ms : TEMPLATE_WAIT_MS, &s->tpl,
+                         &err);
         if (r < 0) {
+                char progress[128];
+                template_progress_text(template_name, progress, sizeof progress);
                 if (r == -ENOENT)
                         err = strdup_printf("no template %s", template_name);
-                else if (r == -EAGAIN)
-                        err = strdup_printf("template %s is still building", template_name);
+                else if (r == -EAGAIN) {
+                        err = strdup_printf("template %s is still being built%s%s%s: the build goes on, try again "
+                                            "in a minute",
+                                            template_name, progress[0] ? " (" : "", progress, progress[0] ? ")" : "");
+                        r = -EINPROGRESS;
+                }
                 else if (r == -EIO) {
                         char *m = strdup_printf("template %s failed to build: %s", template_name, err ? err : "?");
                         free(err);

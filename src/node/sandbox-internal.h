@@ -47,7 +47,6 @@ struct node_config;
 struct objstore_data_key;
 
 /* How long a create waits for a template that is being built. */
-#define TEMPLATE_WAIT_MS (15 * 60 * 1000)
 /* pause/resume wait at most this for the sandbox thread (its QMP call is
  * bounded by QMP_RUNSTATE_MS; the rest is slack for a busy host). */
 #define LIFECYCLE_CMD_WAIT_MS 15000

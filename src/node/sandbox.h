@@ -213,6 +213,8 @@ int sandbox_limits_check(const struct sandbox_limits *l, const struct template_i
 int sandbox_recovery_from_json(const json_t *o, bool *ret);
 
 /* What a create is asked for, from a template or from an image. */
+#define TEMPLATE_WAIT_MS (15 * 60 * 1000)
+
 struct sandbox_create_opts {
         const char *id;
         json_t *env;                         /* over the template's or image's (may be NULL) */
@@ -221,13 +223,15 @@ struct sandbox_create_opts {
         const struct sandbox_limits *limits; /* NULL: the template's */
         const char *network;                 /* canonical egress policy; NULL: allow-all */
         const struct sandbox_volume *volumes; /* [SANDBOX_VOLUMES_MAX] or NULL: none */
+        unsigned template_wait_ms;            /* for a template still building; 0: TEMPLATE_WAIT_MS */
 };
 
 /* Creates sandbox o->id from template (waiting for a template build in
  * progress), restores its VM and installs its identity. On success returns
  * a reference. On failure nothing is left behind; *ret_error (may be NULL)
  * gets a message for the client. -EEXIST: id taken; -EUSERS: too many
- * sandboxes; -ENOENT: no such template; -EAGAIN: template still building;
+ * sandboxes; -ENOENT: no such template; -EINPROGRESS: template still
+ * building after o->template_wait_ms (the build goes on);
  * -EIO: template build failed. */
 int sandbox_create(const struct sandbox_create_opts *o, const char *template_name, struct sandbox **ret,
                    char **ret_error);

@@ -953,6 +953,21 @@ int template_get(const char *name, int wait_ms, struct template_info **ret, char
         }
 }
 
+void template_progress_text(const char *name, char *buf, size_t n) {
+        buf[0] = 0;
+        pthread_mutex_lock(&tlock);
+        struct tentry *e = template_custom_name(name) ? NULL : entry_get(name);
+        if (e && e->state == T_BUILDING) {
+                uint64_t s = (now_monotonic_ns() - e->build_start_ns) / 1000000000ULL;
+                if (e->step)
+                        snprintf(buf, n, "step %u of %zu (%s), %llu s so far", e->step_number,
+                                 ARRAY_SIZE(build_steps), e->step, (unsigned long long) s);
+                else
+                        snprintf(buf, n, "%llu s so far", (unsigned long long) s);
+        }
+        pthread_mutex_unlock(&tlock);
+}
+
 int template_peek(const char *name, struct template_info **ret) {
         if (template_custom_name(name))
                 return custom_get(name, ret, NULL);
@@ -984,8 +999,10 @@ int template_build_dir(const char *name, const char *hash, char **ret_dir) {
 }
 
 static void *prebuild_thread(void *arg) {
-        for (size_t i = 0; i < tcfg->n_prebuild; i++) {
-                const char *name = tcfg->prebuild[i];
+        /* the node's readiness first, then what is built in the background */
+        for (size_t i = 0; i < tcfg->n_prebuild + tcfg->n_prebuild_background; i++) {
+                const char *name = i < tcfg->n_prebuild ? tcfg->prebuild[i]
+                                                        : tcfg->prebuild_background[i - tcfg->n_prebuild];
                 struct template_info *t = NULL;
                 char *error = NULL;
                 uint64_t t0 = now_monotonic_ns();
@@ -1015,6 +1032,16 @@ int template_prebuild_start(void) {
 
 static void entry_probe(struct tentry *e);
 
+/* A building entry's progress into o: steps, elapsed_ms, step, step_number (tlock held). */
+static void build_progress_json(json_t *o, const struct tentry *e, uint64_t now) {
+        json_object_set_new(o, "steps", json_integer((json_int_t) ARRAY_SIZE(build_steps)));
+        json_object_set_new(o, "elapsed_ms", json_integer((json_int_t) ((now - e->build_start_ns) / 1000000ULL)));
+        if (e->step) {
+                json_object_set_new(o, "step", json_string(e->step));
+                json_object_set_new(o, "step_number", json_integer(e->step_number));
+        }
+}
+
 /* One prebuilt template's entry of the health report (tlock held). */
 static json_t *prebuild_json(const char *name, const struct tentry *e, uint64_t now) {
         if (!e) /* entry_get() found no recipe */
@@ -1023,14 +1050,8 @@ static json_t *prebuild_json(const char *name, const struct tentry *e, uint64_t 
         json_t *o = json_pack("{s:s, s:s}", "name", name, "state", tstate_names[e->state]);
         if (!o)
                 return NULL;
-        if (e->state == T_BUILDING) {
-                json_object_set_new(o, "steps", json_integer((json_int_t) ARRAY_SIZE(build_steps)));
-                json_object_set_new(o, "elapsed_ms", json_integer((json_int_t) ((now - e->build_start_ns) / 1000000ULL)));
-                if (e->step) {
-                        json_object_set_new(o, "step", json_string(e->step));
-                        json_object_set_new(o, "step_number", json_integer(e->step_number));
-                }
-        }
+        if (e->state == T_BUILDING)
+                build_progress_json(o, e, now);
         if (e->state == T_FAILED)
                 json_object_set_new(o, "error", json_string(e->error ? e->error : "build failed"));
         if ((e->state == T_BUILDING || e->state == T_FAILED) && e->log_path[0])
@@ -1043,14 +1064,19 @@ json_t *template_prebuild_status(bool *ret_ready, bool *ret_failed) {
         bool ready = true, failed = false;
         uint64_t now = now_monotonic_ns();
         pthread_mutex_lock(&tlock);
-        for (size_t i = 0; arr && i < tcfg->n_prebuild; i++) {
-                const char *name = tcfg->prebuild[i];
+        for (size_t i = 0; arr && i < tcfg->n_prebuild + tcfg->n_prebuild_background; i++) {
+                bool background = i >= tcfg->n_prebuild;
+                const char *name = background ? tcfg->prebuild_background[i - tcfg->n_prebuild] : tcfg->prebuild[i];
                 struct tentry *e = entry_get(name);
                 if (e && e->state == T_UNKNOWN)
                         entry_probe(e); /* built by an earlier run: ready without a build */
-                ready = ready && e && e->state == T_READY;
-                failed = failed || !e || e->state == T_FAILED;
+                if (!background) {
+                        ready = ready && e && e->state == T_READY;
+                        failed = failed || !e || e->state == T_FAILED;
+                }
                 json_t *o = prebuild_json(name, e, now);
+                if (o && background)
+                        json_object_set_new(o, "background", json_true());
                 if (o)
                         json_array_append_new(arr, o);
         }

@@ -89,11 +89,17 @@ int template_peek(const char *name, struct template_info **ret);
  * -ENOENT when it has not (never built here, or superseded and removed). */
 int template_build_dir(const char *name, const char *hash, char **ret_dir);
 
-/* Starts building cfg->prebuild in a background thread. */
+/* How far a build of name in flight here is, in words ("step 3 of 4
+ * (rootfs), 65 s so far"); "" when none is. */
+void template_progress_text(const char *name, char *buf, size_t n);
+
+/* Starts building cfg->prebuild, then cfg->prebuild_background, in a
+ * background thread. */
 int template_prebuild_start(void);
 
 /* The prebuilt templates' state for health: [{name,state,step?,step_number?,
- * steps?,elapsed_ms?,log?,error?}]; *ret_ready once every one is built,
+ * steps?,elapsed_ms?,log?,error?,background?}], the background ones after
+ * the others and not counted in: *ret_ready once every other one is built,
  * *ret_failed when one failed (or has no recipe): nothing will make it ready
  * by itself, so health must say so rather than "still building". */
 json_t *template_prebuild_status(bool *ret_ready, bool *ret_failed);

@@ -149,6 +149,37 @@ static void test_first_start(void **state) {
         assert_string_equal(out, "");
 }
 
+#define WITH_BACKGROUND(state, step)                                                                        \
+        "{\"ready\":true,\"failed\":false,\"templates\":[{\"name\":\"python\",\"state\":\"ready\"},"          \
+        "{\"name\":\"code-interpreter\",\"state\":\"" state "\",\"background\":true" step "}]}"
+
+static void test_background_build(void **state) {
+        /* ready with a template still building in the background: the
+         * ready lines, a line that it builds; its steps and its end follow;
+         * done once it is built */
+        struct daemon_config c = config("/var/lib/airlock");
+        struct progress p;
+        progress_init(&p, &c, "http://127.0.0.1:7420", T0);
+        char out[4096];
+        /* before the node is ready, a background build is not said */
+        assert_false(feed(&p,
+                          "{\"ready\":false,\"templates\":[{\"name\":\"python\",\"state\":\"building\","
+                          "\"step\":\"rootfs\",\"step_number\":3,\"steps\":4,\"elapsed_ms\":1000},"
+                          "{\"name\":\"code-interpreter\",\"state\":\"available\",\"background\":true}]}",
+                          1, out, sizeof out));
+        assert_null(strstr(out, "code-interpreter"));
+        assert_false(feed(&p, WITH_BACKGROUND("available", ""), 60, out, sizeof out));
+        assert_non_null(strstr(out, "airlock: ready after 1m00s — try:\n"));
+        assert_non_null(strstr(out, "airlock: template code-interpreter is being built in the background"));
+        assert_false(feed(&p,
+                          WITH_BACKGROUND("building", ",\"step\":\"rootfs\",\"step_number\":3,\"steps\":4,"
+                                                      "\"elapsed_ms\":5000"),
+                          65, out, sizeof out));
+        assert_string_equal(out, "airlock: building template code-interpreter: step 3/4 rootfs (5.0s elapsed)\n");
+        assert_true(feed(&p, WITH_BACKGROUND("ready", ""), 200, out, sizeof out));
+        assert_string_equal(out, "airlock: template code-interpreter ready (built in the background)\n");
+}
+
 static void test_warm_start_elsewhere(void **state) {
         /* already built: one ready line; a non-default place is in the
          * lines to paste, and a template other than python is named */
@@ -273,7 +304,8 @@ static void test_small_buffer(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_duration),     cmocka_unit_test(test_describe),
-                cmocka_unit_test(test_first_start),  cmocka_unit_test(test_warm_start_elsewhere),
+                cmocka_unit_test(test_first_start),  cmocka_unit_test(test_background_build),
+                cmocka_unit_test(test_warm_start_elsewhere),
                 cmocka_unit_test(test_failure),      cmocka_unit_test(test_failure_while_others_build),
                 cmocka_unit_test(test_node_down),    cmocka_unit_test(test_node_without_templates),
                 cmocka_unit_test(test_small_buffer),

@@ -12,6 +12,8 @@ on Jupyter kernels from Debian (ipykernel, jupyter_client).
   POST   /contexts/ID/restart   -> 204
   GET    /health                -> 200 once the default context's kernel is up
 
+`interpreter.py --ready-file PATH` writes PATH (its pid) once it serves.
+
 The template build starts it (etc/airlock/template-start) and the snapshot
 keeps it running, its default kernel warm, in every sandbox made from the
 template. Sandboxes restored from one snapshot would share the kernel's
@@ -330,5 +332,13 @@ class Server(ThreadingHTTPServer):
 
 
 if __name__ == "__main__":
+    # --ready-file PATH: made once the default kernel is up and the port is
+    # bound (template-start waits for it without polling the port: a curl
+    # every half second took a third of the one vCPU under TCG)
+    ready = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--ready-file" else None
     interp = Interpreter()
-    Server(("0.0.0.0", PORT), Handler).serve_forever()
+    server = Server(("0.0.0.0", PORT), Handler)
+    if ready:
+        with open(ready, "w") as f:
+            f.write(f"{os.getpid()}\n")
+    server.serve_forever()
