@@ -250,11 +250,16 @@ static int run_command(struct mcp_call *call, const json_t *args, json_t **ret) 
         _cleanup_free_ char *b64 = NULL;
         if ((r = apireq_base64_encode((const uint8_t *) in, strlen(in), &b64)) < 0)
                 return r;
-        /* stdin: what was given, then EOF (a reader never waits for more) */
-        if ((r = session_op(&c, CAP_ACCESS_SESSION_ATTACH,
-                            json_pack("{s:s, s:s, s:s, s:s, s:b}", "op", "session.stdin", "id", sb.id, "session_id",
-                                      c.session_id, "data", b64, "close", true),
-                            NULL, NULL)) < 0) {
+        /* stdin: what was given, then EOF (a reader never waits for more);
+         * a command that ended already is a conflict, and no error: its
+         * output is in the session's replay */
+        r = session_op(&c, CAP_ACCESS_SESSION_ATTACH,
+                       json_pack("{s:s, s:s, s:s, s:s, s:b}", "op", "session.stdin", "id", sb.id, "session_id",
+                                 c.session_id, "data", b64, "close", true),
+                       NULL, NULL);
+        if (r == -EEXIST || r == -EBUSY)
+                r = 0;
+        if (r < 0) {
                 kill_session(&c);
                 return *ret = mcp_api_error(call, r, "run_command (its stdin)"), 0;
         }

@@ -267,9 +267,32 @@ static int session_open(struct node_conn *c, struct sandbox *s, const char *sess
         pthread_mutex_lock(&table_lock);
         unsigned n = 0;
         bool taken = false, gone = sandbox_guest(s, &gc) < 0;
+        /* the sandbox's finished session that ended first: forgotten before
+         * its time when the sandbox is at the limit (an agent runs many
+         * short commands; only the running ones are its limit) */
+        struct session **oldest = NULL;
+        uint64_t oldest_at = UINT64_MAX;
+        for (struct session **p = &table; *p; p = &(*p)->next) {
+                struct session *y = *p;
+                if (y->sbx != s)
+                        continue;
+                pthread_mutex_lock(&y->lock);
+                if (y->exited && y->exited_at < oldest_at) {
+                        oldest = p;
+                        oldest_at = y->exited_at;
+                }
+                pthread_mutex_unlock(&y->lock);
+        }
+        for (struct session *y = table; y; y = y->next)
+                n += y->sbx == s;
+        struct session *forget = NULL;
+        if (n >= SESSION_MAX_PER_SANDBOX && oldest) {
+                forget = *oldest;
+                *oldest = forget->next;
+                n--;
+        }
         for (struct session *y = table; y; y = y->next) {
                 taken = taken || strcmp(y->id, session_id) == 0;
-                n += y->sbx == s;
                 /* a process one session has: attach to that one instead */
                 if (adopt_pid && !owner[0] && y->sbx == s && y->gc == gc && y->pid == adopt_pid) {
                         pthread_mutex_lock(&y->lock);
@@ -285,6 +308,10 @@ static int session_open(struct node_conn *c, struct sandbox *s, const char *sess
                 table = x;
         }
         pthread_mutex_unlock(&table_lock);
+        if (forget) {
+                log_emit(LOG_LEVEL_DEBUG, forget->ctx, "forgetting finished session: its sandbox is at the limit");
+                session_unref(forget);
+        }
         if (gone) {
                 _cleanup_free_ char *why = sandbox_error(s);
                 return conn_reply_error(c, -ECONNRESET, "guest", "sandbox is not running: %s",

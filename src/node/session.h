@@ -6,7 +6,8 @@
  * client. Output goes into a bounded replay buffer (oldest dropped, losses
  * counted); any number of clients attach, get the replay, then live events
  * until the exit. Finished sessions are forgotten SESSION_RETAIN_S after
- * their exit, or with their sandbox.
+ * their exit, with their sandbox, or (the one that ended first) when a new
+ * one would pass SESSION_MAX_PER_SANDBOX: running ones are the limit.
  */
 
 #include <jansson.h>

@@ -9,6 +9,7 @@ template's kernel."""
 
 import base64
 import json
+import time
 
 import pytest
 
@@ -204,3 +205,32 @@ def test_mcp_run_code(airlock_factory):
     assert same["content"][0]["text"] == "6\n", same
     _call(a, "delete_sandbox", {"sandbox_id": sbx})
     assert a.api("GET", "/v1/sandboxes")["sandboxes"] == []
+
+
+def test_mcp_many_commands(airlock):
+    """An agent's many short commands in one sandbox: 80 run_command calls
+    in a row, more than the 64 sessions a sandbox may hold at once, each
+    answered with its own output (the node forgets the finished sessions
+    that ended first); 64 commands still running at once are the limit,
+    which the 65th meets as a tool error, while a finished one's slot is
+    reused."""
+    made = _call(airlock, "create_sandbox", {"template": "minimal", "timeout_s": 600})["result"]
+    sbx = json.loads(made["content"][0]["text"])["sandbox_id"]
+    for i in range(80):
+        res = _call(airlock, "run_command", {"sandbox_id": sbx, "command": f"echo run{i}"}, rid=i)["result"]
+        assert not res["isError"] and res["content"][0]["text"] == f"run{i}\n[exit code 0]", (i, res)
+    # 64 running at once: the limit (sessions the REST API starts)
+    sids = [airlock.api("POST", f"/v1/sandboxes/{sbx}/sessions", {"cmd": ["sleep", "300"]}, expect=201)["id"]
+            for _ in range(64)]
+    res = _call(airlock, "run_command", {"sandbox_id": sbx, "command": "echo one-more"})["result"]
+    assert res["isError"] and "64 sessions" in res["content"][0]["text"], res
+    airlock.api("POST", f"/v1/sessions/{sids[0]}/signal", {"signal": "KILL"}, expect=204)
+    got = ""
+    for _ in range(50):
+        res = _call(airlock, "run_command", {"sandbox_id": sbx, "command": "echo one-more"})["result"]
+        got = res["content"][0]["text"]
+        if not res["isError"]:
+            break
+        time.sleep(0.2)
+    assert got == "one-more\n[exit code 0]", got
+    _call(airlock, "delete_sandbox", {"sandbox_id": sbx})
