@@ -36,6 +36,16 @@ void mcp_progress(struct mcp_call *call, double amount, const char *message) {
                 call->progress_sink(call->progress_cls, n);
 }
 
+/* A message for a bad argument into err: -EINVAL. */
+static int bad(char *err, const char *fmt, ...) _printf_(2, 3);
+static int bad(char *err, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, API_ERRMSG_MAX, fmt, ap);
+        va_end(ap);
+        return -EINVAL;
+}
+
 static const char *type_name(enum mcp_type t) {
         switch (t) {
         case MCP_STRING:
@@ -89,16 +99,13 @@ static int check_value(const struct mcp_field *f, const json_t *v, char *err) {
                 break;
         }
         if (!ok)
-                return snprintf(err, API_ERRMSG_MAX, "argument \"%s\" must be %s", f->name, type_name(f->type)), -EINVAL;
+                return bad(err, "argument \"%s\" must be %s", f->name, type_name(f->type));
         if (f->type == MCP_INTEGER && (f->min || f->max) &&
             (json_integer_value(v) < f->min || json_integer_value(v) > f->max))
-                return snprintf(err, API_ERRMSG_MAX, "argument \"%s\" must be an integer from %lld to %lld", f->name,
-                                (long long) f->min, (long long) f->max),
-                       -EINVAL;
+                return bad(err, "argument \"%s\" must be an integer from %lld to %lld", f->name,
+                           (long long) f->min, (long long) f->max);
         if (f->type == MCP_STRING && f->max > 0 && json_string_length(v) > (size_t) f->max)
-                return snprintf(err, API_ERRMSG_MAX, "argument \"%s\" is longer than %lld bytes", f->name,
-                                (long long) f->max),
-                       -EINVAL;
+                return bad(err, "argument \"%s\" is longer than %lld bytes", f->name, (long long) f->max);
         if (f->type == MCP_STRING && f->choices) {
                 for (const char *const *c = f->choices; *c; c++)
                         if (strcmp(*c, json_string_value(v)) == 0)
@@ -113,7 +120,7 @@ static int check_value(const struct mcp_field *f, const json_t *v, char *err) {
 
 int mcp_args_check(const struct mcp_field *fields, const json_t *args, char *err) {
         if (args && !json_is_object(args))
-                return snprintf(err, API_ERRMSG_MAX, "the arguments must be an object"), -EINVAL;
+                return bad(err, "the arguments must be an object");
         const char *k;
         json_t *v;
         json_object_foreach((json_t *) args, k, v) {
@@ -136,7 +143,7 @@ int mcp_args_check(const struct mcp_field *fields, const json_t *args, char *err
         }
         for (const struct mcp_field *f = fields; f->name; f++)
                 if (f->required && !json_object_get(args, f->name))
-                        return snprintf(err, API_ERRMSG_MAX, "missing required argument \"%s\"", f->name), -EINVAL;
+                        return bad(err, "missing required argument \"%s\"", f->name);
         return 0;
 }
 
@@ -206,6 +213,11 @@ json_t *mcp_result_json(struct mcp_call *call, json_t *structured) {
         _cleanup_free_ char *text = json_dumps(structured, JSON_INDENT(2) | JSON_SORT_KEYS);
         return text ? mcp_result(call, json_pack("[o]", mcp_text_block(text)), structured, false)
                     : (json_decref(structured), NULL);
+}
+
+int mcp_return(json_t **ret, json_t *result) {
+        *ret = result;
+        return result ? 0 : -ENOMEM;
 }
 
 json_t *mcp_tool_error(struct mcp_call *call, const char *fmt, ...) {

@@ -104,6 +104,8 @@ json_t *mcp_result(struct mcp_call *call, json_t *content, json_t *structured, b
 json_t *mcp_text_block(const char *text);
 /* A result whose text is structured (consumed) as JSON, and structuredContent. */
 json_t *mcp_result_json(struct mcp_call *call, json_t *structured);
+/* A tool's end: *ret = result; 0, or -ENOMEM when result is NULL. */
+int mcp_return(json_t **ret, json_t *result);
 /* A tool error: isError with the message, which says what to do. */
 json_t *mcp_tool_error(struct mcp_call *call, const char *fmt, ...) _printf_(2, 3);
 /* A tool error for a failed API call (r < 0, its message in call->ctx.err):

@@ -222,15 +222,14 @@ static int run_command(struct mcp_call *call, const json_t *args, json_t **ret) 
         const char *cwd = mcp_arg_str(args, "cwd", NULL), *in = mcp_arg_str(args, "stdin", "");
         uint64_t timeout_s = (uint64_t) mcp_arg_int(args, "timeout_s", APIREQ_DEFAULT_EXEC_TIMEOUT_S);
         if (timeout_s > call->ctx.config->exec_max_timeout_s)
-                return *ret = mcp_tool_error(call, "timeout_s may be at most %u on this server",
-                                             call->ctx.config->exec_max_timeout_s),
-                       0;
+                return mcp_return(ret, mcp_tool_error(call, "timeout_s may be at most %u on this server",
+                                                      call->ctx.config->exec_max_timeout_s));
         if (cwd && apireq_check_path(cwd, strlen(cwd), call->ctx.err) < 0)
-                return *ret = mcp_tool_error(call, "cwd: %s", call->ctx.err), 0;
+                return mcp_return(ret, mcp_tool_error(call, "cwd: %s", call->ctx.err));
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = api_sandbox_lookup(&call->ctx, id, &sb);
         if (r < 0 || (r = api_sandbox_require_running(&call->ctx, &sb)) < 0)
-                return *ret = mcp_api_error(call, r, "run_command"), 0;
+                return mcp_return(ret, mcp_api_error(call, r, "run_command"));
 
         _cleanup_(command_run_release) struct command_run c = { .call = call, .sandbox_id = sb.id,
                                                                  .tenant_id = sb.tenant_id };
@@ -244,7 +243,7 @@ static int run_command(struct mcp_call *call, const json_t *args, json_t **ret) 
         if (start && cwd)
                 json_object_set_new(start, "cwd", json_string(cwd));
         if ((r = session_op(&c, CAP_ACCESS_EXEC, start, NULL, NULL)) < 0)
-                return *ret = mcp_api_error(call, r, "run_command"), 0;
+                return mcp_return(ret, mcp_api_error(call, r, "run_command"));
         log_emit(LOG_LEVEL_INFO, call->log_ctx, "run_command: session %s in sandbox %s", c.session_id, sb.id);
 
         _cleanup_free_ char *b64 = NULL;
@@ -261,7 +260,7 @@ static int run_command(struct mcp_call *call, const json_t *args, json_t **ret) 
                 r = 0;
         if (r < 0) {
                 kill_session(&c);
-                return *ret = mcp_api_error(call, r, "run_command (its stdin)"), 0;
+                return mcp_return(ret, mcp_api_error(call, r, "run_command (its stdin)"));
         }
         _cleanup_(node_conn_freep) struct node_conn *conn = NULL;
         if ((r = session_op(&c, CAP_ACCESS_SESSION_ATTACH,
@@ -269,16 +268,17 @@ static int run_command(struct mcp_call *call, const json_t *args, json_t **ret) 
                                       c.session_id, "from_now", false),
                             &conn, NULL)) < 0) {
                 kill_session(&c);
-                return *ret = mcp_api_error(call, r, "run_command (its output)"), 0;
+                return mcp_return(ret, mcp_api_error(call, r, "run_command (its output)"));
         }
         (void) node_conn_set_timeout(conn, 60);
         if ((r = command_follow(&c, conn, timeout_s)) < 0) {
                 kill_session(&c);
-                return *ret = mcp_api_error(call, r, "run_command (following its output)"), 0;
+                return mcp_return(ret, mcp_api_error(call, r, "run_command (following its output)"));
         }
         if (c.cancelled)
-                return *ret = mcp_tool_error(call, "run_command was cancelled; the command was killed"), 0;
-        return (*ret = command_result(&c, timeout_s)) ? 0 : -ENOMEM;
+                return mcp_return(ret,
+                                  mcp_tool_error(call, "run_command was cancelled; the command was killed"));
+        return mcp_return(ret, command_result(&c, timeout_s));
 }
 
 const struct mcp_tool mcp_tool_run_command = {
@@ -502,9 +502,9 @@ static int run_code(struct mcp_call *call, const json_t *args, json_t **ret) {
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
-                return *ret = interpreter_missing(call, r), 0;
+                return mcp_return(ret, interpreter_missing(call, r));
         if (status != 200)
-                return (*ret = interpreter_error(call, status, c)) ? 0 : -ENOMEM;
+                return mcp_return(ret, interpreter_error(call, status, c));
 
         _cleanup_(code_run_release) struct code_run run = { .call = call,
                                                              .content = json_array(),
@@ -516,9 +516,9 @@ static int run_code(struct mcp_call *call, const json_t *args, json_t **ret) {
         if (r == -ENOMEM)
                 return r;
         if (r == -ECANCELED)
-                return *ret = mcp_tool_error(call, "run_code was cancelled"), 0;
+                return mcp_return(ret, mcp_tool_error(call, "run_code was cancelled"));
         if (r < 0)
-                return *ret = mcp_api_error(call, r, "run_code (reading its output)"), 0;
+                return mcp_return(ret, mcp_api_error(call, r, "run_code (reading its output)"));
         _cleanup_free_ char *text = tail_text(&run.text), *so = tail_text(&run.std[0]), *se = tail_text(&run.std[1]);
         if (!text || !so || !se)
                 return -ENOMEM;
@@ -562,22 +562,22 @@ static int create_code_context(struct mcp_call *call, const json_t *args, json_t
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
-                return *ret = interpreter_missing(call, r), 0;
+                return mcp_return(ret, interpreter_missing(call, r));
         if (status != 200)
-                return (*ret = interpreter_error(call, status, c)) ? 0 : -ENOMEM;
+                return mcp_return(ret, interpreter_error(call, status, c));
         char reply[4096];
         size_t n = read_body(c, reply, sizeof reply, call->ctx.err);
         json_t *ctx = json_loadb(reply, n, 0, NULL);
         const char *cid = json_string_value(json_object_get(ctx, "id"));
         if (!cid) {
                 json_decref(ctx);
-                return *ret = mcp_tool_error(call, "the code interpreter sent no context id"), 0;
+                return mcp_return(ret, mcp_tool_error(call, "the code interpreter sent no context id"));
         }
         json_t *o = json_pack("{s:O, s:O, s:O}", "context_id", json_object_get(ctx, "id"), "language",
                               json_object_get(ctx, "language") ?: json_null(), "cwd",
                               json_object_get(ctx, "cwd") ?: json_null());
         json_decref(ctx);
-        return (*ret = mcp_result_json(call, o)) ? 0 : -ENOMEM;
+        return mcp_return(ret, mcp_result_json(call, o));
 }
 
 const struct mcp_tool mcp_tool_create_code_context = {

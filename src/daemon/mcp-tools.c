@@ -88,7 +88,7 @@ static int create_sandbox(struct mcp_call *call, const json_t *args, json_t **re
         int r = api_sandbox_create(&call->ctx, body, NULL, &rep);
         _cleanup_(json_decrefp) json_t *sb = reply_body(&rep);
         if (r < 0)
-                return *ret = mcp_api_error(call, r, "create_sandbox"), 0;
+                return mcp_return(ret, mcp_api_error(call, r, "create_sandbox"));
         const char *id = json_string_value(json_object_get(sb, "id"));
         int64_t lifetime = mcp_arg_int(args, "timeout_s", LIFETIME_DEFAULT_S);
         const char *on = mcp_arg_str(args, "on_timeout", "suspend");
@@ -102,7 +102,7 @@ static int create_sandbox(struct mcp_call *call, const json_t *args, json_t **re
                 json_object_set_new(o, "on_expiry", json_string(on));
         }
         log_emit(LOG_LEVEL_INFO, call->log_ctx, "mcp: created sandbox %s", id ? id : "?");
-        return (*ret = mcp_result_json(call, o)) ? 0 : -ENOMEM;
+        return mcp_return(ret, mcp_result_json(call, o));
 }
 
 static int list_sandboxes(struct mcp_call *call, const json_t *args, json_t **ret) {
@@ -111,11 +111,11 @@ static int list_sandboxes(struct mcp_call *call, const json_t *args, json_t **re
         int r = api_sandbox_list(&call->ctx, NULL, &rep);
         _cleanup_(json_decrefp) json_t *b = reply_body(&rep);
         if (r < 0)
-                return *ret = mcp_api_error(call, r, "list_sandboxes"), 0;
+                return mcp_return(ret, mcp_api_error(call, r, "list_sandboxes"));
         json_t *arr = json_array(), *sb;
         size_t i;
         json_array_foreach(json_object_get(b, "sandboxes"), i, sb) json_array_append_new(arr, sandbox_brief(sb));
-        return (*ret = mcp_result_json(call, json_pack("{s:o}", "sandboxes", arr))) ? 0 : -ENOMEM;
+        return mcp_return(ret, mcp_result_json(call, json_pack("{s:o}", "sandboxes", arr)));
 }
 
 static int delete_sandbox(struct mcp_call *call, const json_t *args, json_t **ret) {
@@ -124,9 +124,9 @@ static int delete_sandbox(struct mcp_call *call, const json_t *args, json_t **re
         int r = api_sandbox_delete(&call->ctx, id, NULL, false, &rep);
         api_reply_release(&rep);
         if (r < 0)
-                return *ret = mcp_api_error(call, r, "delete_sandbox"), 0;
-        return (*ret = mcp_result_json(call, json_pack("{s:s, s:b}", "sandbox_id", id, "deleted", true))) ? 0
-                                                                                                       : -ENOMEM;
+                return mcp_return(ret, mcp_api_error(call, r, "delete_sandbox"));
+        return mcp_return(ret,
+                          mcp_result_json(call, json_pack("{s:s, s:b}", "sandbox_id", id, "deleted", true)));
 }
 
 /* A lifecycle verb, waited for: its operation's result, or a tool error. */
@@ -136,18 +136,19 @@ static int verb(struct mcp_call *call, const char *id, const char *name, const j
         int r = api_sandbox_verb(&call->ctx, id, name, body, NULL, true, &rep);
         _cleanup_(json_decrefp) json_t *op = reply_body(&rep);
         if (r < 0)
-                return *ret = mcp_api_error(call, r, name), 0;
+                return mcp_return(ret, mcp_api_error(call, r, name));
         const char *state = json_string_value(json_object_get(op, "state")) ?: "";
         if (strcmp(state, "failed") == 0)
-                return *ret = mcp_tool_error(
-                               call, "%s failed: %s", name,
-                               json_string_value(json_object_get(json_object_get(op, "error"), "message")) ?: "?"),
-                       0;
+                return mcp_return(ret, mcp_tool_error(call, "%s failed: %s", name,
+                                                      json_string_value(json_object_get(
+                                                              json_object_get(op, "error"), "message"))
+                                                              ?: "?"));
         if (strcmp(state, "succeeded") != 0)
-                return *ret = mcp_tool_error(call, "%s is still running after 10 minutes (operation %s): "
-                                                   "list_sandboxes shows when it is done",
-                                             name, json_string_value(json_object_get(op, "id")) ?: "?"),
-                       0;
+                return mcp_return(ret,
+                                  mcp_tool_error(call,
+                                                 "%s is still running after 10 minutes (operation %s): "
+                                                 "list_sandboxes shows when it is done",
+                                                 name, json_string_value(json_object_get(op, "id")) ?: "?"));
         *ret_result = json_incref(json_object_get(op, "result"));
         return 1;
 }
@@ -158,8 +159,8 @@ static int suspend(struct mcp_call *call, const json_t *args, json_t **ret) {
         int r = verb(call, id, "suspend", NULL, &res, ret);
         if (r <= 0)
                 return r;
-        return (*ret = mcp_result_json(call, json_pack("{s:s, s:s}", "sandbox_id", id, "state", "suspended"))) ? 0
-                                                                                                         : -ENOMEM;
+        return mcp_return(
+                ret, mcp_result_json(call, json_pack("{s:s, s:s}", "sandbox_id", id, "state", "suspended")));
 }
 
 static int fork_sandbox(struct mcp_call *call, const json_t *args, json_t **ret) {
@@ -167,20 +168,18 @@ static int fork_sandbox(struct mcp_call *call, const json_t *args, json_t **ret)
         _cleanup_(store_sandbox_release) struct store_sandbox parent = { 0 };
         int r = api_sandbox_lookup(&call->ctx, id, &parent);
         if (r < 0)
-                return *ret = mcp_api_error(call, r, "fork"), 0;
+                return mcp_return(ret, mcp_api_error(call, r, "fork"));
         _cleanup_(json_decrefp) json_t *res = NULL;
         if ((r = verb(call, id, "fork", NULL, &res, ret)) <= 0)
                 return r;
         const char *child = json_string_value(json_object_get(json_object_get(res, "sandbox"), "id"));
         if (!child)
-                return *ret = mcp_tool_error(call, "fork succeeded but named no new sandbox"), 0;
+                return mcp_return(ret, mcp_tool_error(call, "fork succeeded but named no new sandbox"));
         /* the child lives as long as its parent was given */
         if (parent.expiry_s > 0)
                 (void) api_sandbox_set_lifetime(&call->ctx, child, parent.expiry_s, parent.on_expiry);
-        return (*ret = mcp_result_json(call, json_pack("{s:s, s:s, s:s}", "sandbox_id", child, "parent", id, "state",
-                                                       "running")))
-                       ? 0
-                       : -ENOMEM;
+        return mcp_return(ret, mcp_result_json(call, json_pack("{s:s, s:s, s:s}", "sandbox_id", child,
+                                                               "parent", id, "state", "running")));
 }
 
 static const struct mcp_field snapshot_fields[] = {
@@ -199,11 +198,11 @@ static int snapshot(struct mcp_call *call, const json_t *args, json_t **ret) {
         int r = body ? api_snapshot_create(&call->ctx, id, body, &rep) : -ENOMEM;
         _cleanup_(json_decrefp) json_t *sn = reply_body(&rep);
         if (r < 0)
-                return *ret = mcp_api_error(call, r, "snapshot"), 0;
+                return mcp_return(ret, mcp_api_error(call, r, "snapshot"));
         json_t *o = json_pack("{s:O, s:s, s:O, s:O}", "snapshot_id", json_object_get(sn, "id") ?: json_null(),
                               "sandbox_id", id, "kind", json_object_get(sn, "kind") ?: json_null(), "created_at",
                               json_object_get(sn, "created_at") ?: json_null());
-        return (*ret = mcp_result_json(call, o)) ? 0 : -ENOMEM;
+        return mcp_return(ret, mcp_result_json(call, o));
 }
 
 static const struct mcp_field rollback_fields[] = {
@@ -219,11 +218,11 @@ static int rollback(struct mcp_call *call, const json_t *args, json_t **ret) {
         int r = body ? verb(call, id, "rollback", body, &res, ret) : -ENOMEM;
         if (r <= 0)
                 return r;
-        return (*ret = mcp_result_json(call, json_pack("{s:s, s:s, s:O}", "sandbox_id", id, "snapshot_id",
-                                                       mcp_arg_str(args, "snapshot_id", ""), "state",
-                                                       json_object_get(res, "state") ?: json_string("running"))))
-                       ? 0
-                       : -ENOMEM;
+        return mcp_return(
+                ret,
+                mcp_result_json(call, json_pack("{s:s, s:s, s:O}", "sandbox_id", id, "snapshot_id",
+                                                mcp_arg_str(args, "snapshot_id", ""), "state",
+                                                json_object_get(res, "state") ?: json_string("running"))));
 }
 
 static const struct mcp_field port_fields[] = {
@@ -237,14 +236,14 @@ static int get_port_url(struct mcp_call *call, const json_t *args, json_t **ret)
         _cleanup_(store_sandbox_release) struct store_sandbox sb = { 0 };
         int r = api_sandbox_lookup(&call->ctx, id, &sb);
         if (r < 0)
-                return *ret = mcp_api_error(call, r, "get_port_url"), 0;
+                return mcp_return(ret, mcp_api_error(call, r, "get_port_url"));
         _cleanup_free_ char *url = strdup_printf("%s/v1/sandboxes/%s/ports/%lld/", call->base_url, sb.id,
                                                  (long long) mcp_arg_int(args, "port", 0));
         json_t *o = url ? json_pack("{s:s, s:s}", "url", url, "auth",
                                     "send this server's API key as 'Authorization: Bearer KEY'; the request goes to "
                                     "the server in the sandbox with its path after the port")
                         : NULL;
-        return (*ret = mcp_result_json(call, o)) ? 0 : -ENOMEM;
+        return mcp_return(ret, mcp_result_json(call, o));
 }
 
 /* ---- files ---- */
@@ -286,11 +285,12 @@ static int read_file(struct mcp_call *call, const json_t *args, json_t **ret) {
         size_t n = 0;
         int r = api_file_read_bytes(&call->ctx, id, path, MCP_FILE_MAX, &data, &n);
         if (r == -EFBIG)
-                return *ret = mcp_tool_error(call, "%s: read parts of it with run_command (head, tail, sed -n)",
-                                             call->ctx.err),
-                       0;
+                return mcp_return(
+                        ret,
+                        mcp_tool_error(call, "%s: read parts of it with run_command (head, tail, sed -n)",
+                                       call->ctx.err));
         if (r < 0)
-                return *ret = mcp_api_error(call, r, "read_file"), 0;
+                return mcp_return(ret, mcp_api_error(call, r, "read_file"));
         const char *image = b64 ? NULL : image_type(data, n);
         if (b64 || image) {
                 _cleanup_free_ char *enc = NULL;
@@ -301,19 +301,21 @@ static int read_file(struct mcp_call *call, const json_t *args, json_t **ret) {
                 json_t *st = json_pack("{s:s, s:I, s:s}", "path", path, "size", (json_int_t) n, "encoding", "base64");
                 if (st && !image)
                         json_object_set_new(st, "content", json_string(enc));
-                return (*ret = mcp_result(call, json_pack("[o]", block), st, false)) ? 0 : -ENOMEM;
+                return mcp_return(ret, mcp_result(call, json_pack("[o]", block), st, false));
         }
         size_t clean_len = 0;
         _cleanup_free_ char *clean = utf8_sanitize(data, n, &clean_len);
         if (!clean)
                 return -ENOMEM;
         if (clean_len != n || memcmp(clean, data, n) != 0 || memchr(data, 0, n))
-                return *ret = mcp_tool_error(call, "%s is not UTF-8 text (%zu bytes): read it with encoding \"base64\"",
-                                             path, n),
-                       0;
+                return mcp_return(
+                        ret,
+                        mcp_tool_error(call,
+                                       "%s is not UTF-8 text (%zu bytes): read it with encoding \"base64\"",
+                                       path, n));
         json_t *st = json_pack("{s:s, s:I, s:s, s:s}", "path", path, "size", (json_int_t) n, "encoding", "utf-8",
                                "content", clean);
-        return (*ret = mcp_result(call, json_pack("[o]", mcp_text_block(clean)), st, false)) ? 0 : -ENOMEM;
+        return mcp_return(ret, mcp_result(call, json_pack("[o]", mcp_text_block(clean)), st, false));
 }
 
 static const struct mcp_field write_fields[] = {
@@ -336,7 +338,7 @@ static int write_file(struct mcp_call *call, const json_t *args, json_t **ret) {
         size_t n = json_string_length(content);
         if (strcmp(mcp_arg_str(args, "encoding", "utf-8"), "base64") == 0) {
                 if (apireq_base64_decode(data, n, call->ctx.config->max_json_body, &decoded, &n) < 0)
-                        return *ret = mcp_tool_error(call, "content is not valid base64"), 0;
+                        return mcp_return(ret, mcp_tool_error(call, "content is not valid base64"));
                 data = decoded;
         }
         _cleanup_(node_conn_freep) struct node_conn *c = NULL;
@@ -349,9 +351,9 @@ static int write_file(struct mcp_call *call, const json_t *args, json_t **ret) {
                 r = api_upload_finish(&call->ctx, c, path, n, &rep);
         api_reply_release(&rep);
         if (r < 0)
-                return *ret = mcp_api_error(call, r, "write_file"), 0;
-        return (*ret = mcp_result_json(call, json_pack("{s:s, s:I}", "path", path, "size", (json_int_t) n))) ? 0
-                                                                                                         : -ENOMEM;
+                return mcp_return(ret, mcp_api_error(call, r, "write_file"));
+        return mcp_return(
+                ret, mcp_result_json(call, json_pack("{s:s, s:I}", "path", path, "size", (json_int_t) n)));
 }
 
 static const struct mcp_field list_fields[] = {
@@ -368,10 +370,10 @@ static int list_files(struct mcp_call *call, const json_t *args, json_t **ret) {
         int r = api_file_list(&call->ctx, id, path, &rep);
         _cleanup_(json_decrefp) json_t *b = reply_body(&rep);
         if (r < 0)
-                return *ret = mcp_api_error(call, r, "list_files"), 0;
+                return mcp_return(ret, mcp_api_error(call, r, "list_files"));
         if (json_object_set_new(b, "path", json_string(path)) < 0)
                 return -ENOMEM;
-        return (*ret = mcp_result_json(call, TAKE_PTR(b))) ? 0 : -ENOMEM;
+        return mcp_return(ret, mcp_result_json(call, TAKE_PTR(b)));
 }
 
 /* ---- the table ---- */
@@ -453,7 +455,7 @@ json_t *mcp_tools_list(void) {
 
 int mcp_tool_run(struct mcp_call *call, const struct mcp_tool *t, const json_t *args, json_t **ret) {
         if (mcp_args_check(t->fields, args, call->ctx.err) < 0)
-                return (*ret = mcp_tool_error(call, "%s: %s", t->name, call->ctx.err)) ? 0 : -ENOMEM;
+                return mcp_return(ret, mcp_tool_error(call, "%s: %s", t->name, call->ctx.err));
         call->ctx.err[0] = 0;
         return t->run(call, args, ret);
 }
