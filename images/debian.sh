@@ -18,6 +18,9 @@
 #   REQUIRE            a path the tree must have (templates/python.sh: python3)
 #   EXTRA_TREE         a directory copied over the root file system last
 #                      (a template built on python: code-interpreter.sh)
+#   KERNEL_MODULES=1   the kernel's container modules in the tree, for
+#                      modprobe (AIRLOCK_KERNEL_DIR/rootfs-modules, which
+#                      images/kernel.sh makes; the node passes the directory)
 #   EXTRA_CUSTOMIZE    a shell command run in the tree (chroot) after it, at
 #                      the host's speed: work a guest would otherwise do under
 #                      emulation (code-interpreter.sh: matplotlib's font cache)
@@ -123,6 +126,11 @@ fi
 if [ -n "${EXTRA_TREE:-}" ]; then
 	[ -d "$EXTRA_TREE" ] || die "EXTRA_TREE=$EXTRA_TREE is not a directory"
 	mmargs+=(--customize-hook="cp -a --no-preserve=ownership '$EXTRA_TREE/.' \"\$1/\"")
+fi
+if [ -n "${KERNEL_MODULES:-}" ]; then
+	[ -d "${AIRLOCK_KERNEL_DIR:-}/rootfs-modules/usr/lib/modules" ] ||
+		die "KERNEL_MODULES=1 needs AIRLOCK_KERNEL_DIR with rootfs-modules (images/kernel.sh; the node sets it)"
+	mmargs+=(--customize-hook="cp -a --no-preserve=ownership '$AIRLOCK_KERNEL_DIR/rootfs-modules/.' \"\$1/\"")
 fi
 if [ -n "${EXTRA_CUSTOMIZE:-}" ]; then
 	export EXTRA_CUSTOMIZE # the hook reads it from the environment: no quoting of it here

@@ -8,6 +8,12 @@
 #   OUT_DIR/kernel.release   uname -r of that kernel
 #   OUT_DIR/modules/*.ko     guest driver modules, decompressed, named MODNAME.ko
 #   OUT_DIR/modules/load.list  those file names in load order (deps first)
+#   OUT_DIR/rootfs-modules/usr/lib/modules/RELEASE/  the modules containers need
+#                            (netfilter, bridge, veth, overlayfs, with what
+#                            they depend on) as the package has them, and
+#                            their modules.dep: a template that runs Docker
+#                            copies the tree into its root file system for
+#                            modprobe (images/debian.sh KERNEL_MODULES=1)
 #   OUT_DIR/SHA256SUMS       hashes of all of the above
 #
 # Does nothing when OUT_DIR/vmlinux exists and OUT_DIR/kernel.version matches
@@ -29,6 +35,10 @@ KERNEL_META=linux-image-cloud-amd64
 # airlock.0 channel); virtio_blk: rootfs; virtio_net (+failover): egress via
 # tap; virtio_rng: entropy from the host when a virtio-rng device is attached.
 GUEST_MODULES=${GUEST_MODULES:-virtio_ring virtio virtio_mmio virtio_console virtio_blk virtio_net virtio_rng}
+# The module directories (under lib/modules/RELEASE) of rootfs-modules: what
+# dockerd and its iptables rules load (nf_tables and iptables' x_tables and
+# NAT, the bridge and br_netfilter, veth, overlayfs), plus what they need.
+CONTAINER_MODULE_DIRS=${CONTAINER_MODULE_DIRS:-kernel/net/netfilter kernel/net/ipv4/netfilter kernel/net/ipv6/netfilter kernel/net/bridge kernel/fs/overlayfs kernel/drivers/net/veth.ko}
 
 [ $# -eq 1 ] || die "usage: $0 OUT_DIR"
 OUT=$(abspath "${1%/}")
@@ -41,6 +51,7 @@ done
 
 up_to_date() { # $1 = PKG=VERSION
 	[ -f "$OUT/vmlinux" ] && [ -f "$OUT/modules/load.list" ] && [ -f "$OUT/kernel.version" ] &&
+		[ -d "$OUT/rootfs-modules" ] &&
 		[ "$(cat "$OUT/kernel.version")" = "$1" ]
 }
 
@@ -205,12 +216,38 @@ for m in "${order[@]}"; do
 	echo "$m.ko" >>"$TMP/out/modules/load.list"
 done
 
+# ---- rootfs-modules: the container modules and their dependencies, as
+# ---- the package has them (compressed or not: kmod reads both).
+order=()
+unset state
+declare -A state
+for dir in $CONTAINER_MODULE_DIRS; do
+	[ -e "$moddir/$dir" ] || [ -n "$(compgen -G "$moddir/$dir*")" ] || die "no $dir in $release's modules"
+	while IFS= read -r f; do
+		visit "$(modname "$f")"
+	done < <(cd "$moddir" && find $dir* -name '*.ko*' | LC_ALL=C sort)
+done
+rmods=$TMP/out/rootfs-modules/lib/modules/$release
+mkdir -p "$rmods"
+for m in "${order[@]}"; do
+	mkdir -p "$rmods/$(dirname "${mod_path[$m]}")"
+	cp "$moddir/${mod_path[$m]}" "$rmods/${mod_path[$m]}"
+done
+for f in modules.builtin modules.builtin.modinfo modules.order; do
+	[ ! -f "$moddir/$f" ] || cp "$moddir/$f" "$rmods/$f"
+done
+depmod -b "$TMP/out/rootfs-modules" "$release" || die "depmod failed on rootfs-modules"
+[ -s "$rmods/modules.dep" ] || die "rootfs-modules has no modules.dep"
+# Debian's trees merge /usr: their /lib is a link to usr/lib, which a copy
+# of this tree over one must not meet
+mkdir "$TMP/out/rootfs-modules/usr" && mv "$TMP/out/rootfs-modules/lib" "$TMP/out/rootfs-modules/usr/lib"
+
 cp "$config" "$TMP/out/config"
 echo "$release" >"$TMP/out/kernel.release"
 echo "$pkg=$ver" >"$TMP/out/kernel.version"
 (cd "$TMP/out" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort |
 	xargs sha256sum >SHA256SUMS)
-chmod 0755 "$TMP/out" "$TMP/out/modules"
+find "$TMP/out" -type d -exec chmod 0755 {} +
 find "$TMP/out" -type f -exec chmod 0644 {} +
 
 # ---- install atomically: new tree in, old tree out.
@@ -221,4 +258,4 @@ if ! mv -T -- "$TMP/out" "$OUT"; then
 	[ -e "$TMP/old" ] && mv -T -- "$TMP/old" "$OUT"
 	die "cannot install $OUT"
 fi
-log "kernel $pkg=$ver ($release) -> $OUT; modules: $(tr '\n' ' ' <"$OUT/modules/load.list")"
+log "kernel $pkg=$ver ($release) -> $OUT; modules: $(tr '\n' ' ' <"$OUT/modules/load.list"); for containers: ${#order[@]} in rootfs-modules"

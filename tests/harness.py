@@ -201,6 +201,25 @@ class Airlock:
             time.sleep(0.5)
         raise TimeoutError(f"airlock not ready after {timeout}s:\n{self.log_tail()}")
 
+
+    def wait_built(self, timeout):
+        """wait_ready() for an Airlock whose start builds templates: fails
+        at once, with the build's error, when one of them failed (health
+        says template_failed: waiting would not help)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                status, _, body = self.request("GET", "/v1/health", auth=False, timeout=30)
+            except OSError:
+                status, body = None, b""
+            if status == 200:
+                return self.wait_ready(30)  # reads the admin token
+            if status == 503 and json.loads(body or b"{}").get("error", {}).get("code") == "template_failed":
+                pytest.fail(f"a template failed to build: {body.decode(errors='replace')}", pytrace=False)
+            if self.proc.poll() is not None:
+                pytest.fail(f"airlockd exited with {self.proc.returncode}:\n{self.log_tail()}", pytrace=False)
+            time.sleep(2)
+        pytest.fail(f"templates not built after {timeout} s:\n{self.log_tail()}", pytrace=False)
     def pid_of(self, program):
         """The one pid of program ("airlockd", "airlock-node",
         "airlock-nodemgr") serving this instance."""

@@ -15,7 +15,10 @@ platform deny set). Nothing leaves the machine.
 
 Zones: a.test and its subdomains -> ORIGIN; e.test -> SINK ("evil");
 internal.test -> 10.0.0.5 and meta.test -> 169.254.169.254 (an upstream
-that rebinds to internal addresses).
+that rebinds to internal addresses); registry.test and
+blocked-registry.test -> REGISTRY, an OCI registry (Debian's
+docker-registry, HTTPS with the test CA) that start_registry() starts and
+fills: the two names differ only in what a policy allows.
 """
 
 import datetime
@@ -37,7 +40,9 @@ EGRESS_ADDR = "198.18.0.1"
 ORIGIN = "198.18.0.10"
 RESOLVER = "198.18.0.53"
 SINK = "198.18.0.66"
-ZONES = {"a.test": ORIGIN, "e.test": SINK, "internal.test": "10.0.0.5", "meta.test": "169.254.169.254"}
+REGISTRY = "198.18.0.20"
+ZONES = {"a.test": ORIGIN, "e.test": SINK, "internal.test": "10.0.0.5", "meta.test": "169.254.169.254",
+         "registry.test": REGISTRY, "blocked-registry.test": REGISTRY}
 # alias.test is a CNAME of sink.evil.test, which is SINK
 CNAMES = {"alias.test": "sink.evil.test"}
 # a.test.evil.test: a lookalike of a.test that an origin serves (its
@@ -128,6 +133,7 @@ class Internet:
         with open(os.path.join(self.www, "hello.txt"), "w") as f:
             f.write("hello from the test internet\n")
         ca_key, ca_cert = _cert([])
+        self._ca = (ca_key, ca_cert)
         _write_pem(self.ca_path, cert=ca_cert)
         key, cert = _cert(["a.test", "www.a.test", "a.test.evil.test"], ca_key, ca_cert)
         tls = os.path.join(self.dir, "origin.pem")
@@ -155,6 +161,52 @@ class Internet:
             if time.monotonic() > deadline:
                 raise RuntimeError("dnsmasq did not start")
             time.sleep(0.05)
+
+    def start_registry(self, images):
+        """Starts the OCI registry at REGISTRY:443 (HTTPS, a certificate of
+        the test CA for registry.test and blocked-registry.test) and pushes
+        images into it: {"NAME:TAG": "shell command"}, each a busybox image
+        whose command that is (built with umoci, pushed with skopeo from
+        the test internet's namespace). Stopped by close()."""
+        _run("ip", "-n", self.inet, "addr", "add", f"{REGISTRY}/24", "dev", "inet0")
+        reg = os.path.join(self.dir, "registry")
+        os.makedirs(os.path.join(reg, "data"))
+        key, cert = _cert(["registry.test", "blocked-registry.test"], *self._ca)
+        tls = os.path.join(reg, "tls.pem")
+        _write_pem(tls, key=key, cert=cert)
+        with open(os.path.join(reg, "config.yml"), "w") as f:
+            f.write(f"version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {reg}/data\n"
+                    f"http:\n  addr: {REGISTRY}:443\n  tls:\n    certificate: {tls}\n    key: {tls}\n")
+        log = open(os.path.join(reg, "registry.log"), "ab")
+        self.procs.append(subprocess.Popen(["ip", "netns", "exec", self.inet, "docker-registry", "serve",
+                                            os.path.join(reg, "config.yml")], stdout=log, stderr=log))
+        log.close()
+        deadline = time.monotonic() + 30
+        while subprocess.run(["ip", "netns", "exec", self.inet, "curl", "-sf", "--cacert", self.ca_path,
+                              "--resolve", f"registry.test:443:{REGISTRY}", "https://registry.test/v2/"],
+                             capture_output=True).returncode != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the registry did not start: {self._read(os.path.join(reg, 'registry.log'))}")
+            time.sleep(0.1)
+        for ref, cmd in images.items():
+            self._push(reg, ref, cmd)
+
+    def _push(self, reg, ref, cmd):
+        layout = os.path.join(reg, "oci-" + ref.replace(":", "-").replace("/", "-"))
+        bundle = layout + "-bundle"
+        _run("umoci", "init", "--layout", layout)
+        _run("umoci", "new", "--image", f"{layout}:img")
+        _run("umoci", "unpack", "--image", f"{layout}:img", bundle)
+        bindir = os.path.join(bundle, "rootfs", "bin")
+        os.makedirs(bindir, exist_ok=True)
+        _run("cp", "/bin/busybox", os.path.join(bindir, "busybox"))
+        for tool in ("sh", "echo", "sleep", "date", "cat", "wget", "ls"):
+            os.symlink("busybox", os.path.join(bindir, tool))
+        _run("umoci", "repack", "--image", f"{layout}:img", bundle)
+        _run("umoci", "config", "--image", f"{layout}:img", "--config.cmd", "/bin/sh", "--config.cmd", "-c",
+             "--config.cmd", cmd)
+        _run("ip", "netns", "exec", self.inet, "skopeo", "--insecure-policy", "copy", "--quiet",
+             "--dest-tls-verify=false", f"oci:{layout}:img", f"docker://{REGISTRY}/{ref}")
 
     @staticmethod
     def _read(path):

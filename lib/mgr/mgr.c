@@ -403,12 +403,14 @@ int mgr_request_parse(const void *json, size_t len, const struct mgr_policy *p, 
                         }
         }
         /* a template step: a name for rootfs and base only, a kernel dir
-         * (initramfs: the kernel's; base: an OCI archive's) for those only,
-         * the base's parameters (argv) for base only and always */
+         * (initramfs: the kernel's, always; rootfs: the kernel's, whose
+         * container modules a recipe may copy; base: an OCI archive's) for
+         * those only, the base's parameters (argv) for base only and always */
         bool base = r.op == MGR_OP_TEMPLATE_STEP && strcmp(r.step, "base") == 0;
+        bool rootfs = r.op == MGR_OP_TEMPLATE_STEP && strcmp(r.step, "rootfs") == 0;
         if (r.op == MGR_OP_TEMPLATE_STEP &&
-            (!!r.name[0] != (strcmp(r.step, "rootfs") == 0 || base) ||
-             (r.kernel_dir[0] && strcmp(r.step, "initramfs") != 0 && !base) ||
+            (!!r.name[0] != (rootfs || base) ||
+             (r.kernel_dir[0] && strcmp(r.step, "initramfs") != 0 && !base && !rootfs) ||
              (!r.kernel_dir[0] && strcmp(r.step, "initramfs") == 0) || !!r.argv[0] != base)) {
                 res = fail(err, n, "step arguments");
                 goto out;

@@ -79,9 +79,10 @@ static const struct {
         const char *name;
         unsigned memory_mib;
 } memory_table[] = {
-        { "minimal", 256 },
-        { "python", 512 },
-        { "code-interpreter", 1024 }, /* numpy, pandas, matplotlib and a warm Jupyter kernel */
+        {"minimal", 256},
+        {"python", 512},
+        {"code-interpreter", 1024}, /* numpy, pandas, matplotlib and a warm Jupyter kernel */
+        {"docker", 1024},           /* dockerd, containerd and room for containers */
 };
 #define DEFAULT_MEMORY_MIB 512
 
@@ -275,7 +276,13 @@ int template_run_step(struct template_track *t, const char *ctx, char *const arg
         pthread_mutex_lock(&tlock);
         t->pgid = 0;
         pthread_mutex_unlock(&tlock);
-        const char *prog = strcmp(argv[0], "/bin/bash") == 0 && argv[1] ? argv[1] : argv[0];
+        size_t a = 0; /* past "/usr/bin/env NAME=VALUE..." */
+        if (strcmp(argv[0], "/usr/bin/env") == 0)
+                for (a = 1; argv[a] && strchr(argv[a], '='); a++)
+                        ;
+        if (!argv[a])
+                a = 0;
+        const char *prog = strcmp(argv[a], "/bin/bash") == 0 && argv[a + 1] ? argv[a + 1] : argv[a];
         const char *base = strrchr(prog, '/') ? strrchr(prog, '/') + 1 : prog;
         if (r == -ETIMEDOUT) {
                 log_tail(ctx, log_path);
@@ -305,6 +312,20 @@ int template_run_step(struct template_track *t, const char *ctx, char *const arg
 int template_build_step(struct template_track *t, const char *ctx, char *const argv[], const char *step,
                         const char *name, const char *dir, const char *out, const char *kernel_dir,
                         char *const *params, const char *log_path, char **ret_error) {
+        if (!vmm_via_nodemgr() && kernel_dir && strcmp(step, "rootfs") == 0) {
+                /* as airlock-nodemgr runs a recipe: the kernel's directory in
+                 * AIRLOCK_KERNEL_DIR */
+                _cleanup_free_ char *env = strdup_printf("AIRLOCK_KERNEL_DIR=%s", kernel_dir);
+                char *with_env[8] = {(char *) "/usr/bin/env", env};
+                size_t n = 0;
+                while (argv[n] && n + 3 < ARRAY_SIZE(with_env)) {
+                        with_env[n + 2] = argv[n];
+                        n++;
+                }
+                if (!env || argv[n])
+                        return -ENOMEM;
+                return template_run_step(t, ctx, with_env, log_path, ret_error);
+        }
         if (!vmm_via_nodemgr())
                 return template_run_step(t, ctx, argv, log_path, ret_error);
         _cleanup_close_ int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -673,8 +694,10 @@ static int build(struct tentry *e, const char *hash, const char *khash, unsigned
                 pathf(script, "%s/templates/%s.sh", tcfg->images_dir, e->name);
                 pathf(out, "%s/rootfs.img", tmp);
                 char *argv[] = { (char *) "/bin/bash", script, out, NULL };
-                r = template_build_step(&e->track, ctx, argv, "rootfs", e->name, tmp, "rootfs.img", NULL, NULL, log_path,
-                                           ret_error);
+                /* with the kernel's directory: a recipe may take its
+                 * container modules (images/kernel.sh rootfs-modules) */
+                r = template_build_step(&e->track, ctx, argv, "rootfs", e->name, tmp, "rootfs.img", kdir,
+                                        NULL, log_path, ret_error);
         }
         if (r >= 0) {
                 build_progress(e, "boot");

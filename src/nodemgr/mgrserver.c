@@ -501,7 +501,17 @@ static int do_template_step(const struct mgr_server *s, const struct mgr_request
                         return -ENOMEM;
                 memcpy(envp, environ, ne * sizeof *envp);
                 memcpy(envp + ne, base_env, nb * sizeof *envp);
-        } else
+        } else if (!kernel && !initramfs && q->kernel_dir[0]) {
+                /* a recipe: the kernel's directory as AIRLOCK_KERNEL_DIR (fd 4) */
+                size_t ne = 0;
+                while (environ[ne])
+                        ne++;
+                if (!(envp = calloc(ne + 2, sizeof *envp)))
+                        return -ENOMEM;
+                memcpy(envp, environ, ne * sizeof *envp);
+                envp[ne] = (char *) "AIRLOCK_KERNEL_DIR=/proc/self/fd/4";
+        }
+        if (!base)
                 script = kernel      ? strdup_printf("%s/kernel.sh", images)
                          : initramfs ? strdup_printf("%s/initramfs.sh", images)
                                      : strdup_printf("%s/templates/%s.sh", images, q->name);
@@ -516,7 +526,8 @@ static int do_template_step(const struct mgr_server *s, const struct mgr_request
         if (dir_fd < 0)
                 return dir_fd;
         _cleanup_close_ int kdir_fd = -1;
-        if ((initramfs || (base && q->kernel_dir[0])) && (kdir_fd = open_node_path(s, q->kernel_dir, msg, n)) < 0)
+        if ((initramfs || (!kernel && q->kernel_dir[0])) &&
+            (kdir_fd = open_node_path(s, q->kernel_dir, msg, n)) < 0)
                 return kdir_fd;
         char stage[64];
         uint8_t rnd[8];

@@ -19,9 +19,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
-
-import pytest
 
 from e2b_sdk import SDK_DIR
 from harness import TEMPLATES, volume_tempdir
@@ -441,26 +438,6 @@ def test_network_addresses(airlock, e2b_sdk):
 
 # --- code interpreter, many at once ----------------------------------------------
 
-def _wait_for_templates(a, timeout):
-    """Waits for Airlock a to be ready, its default templates built; fails at
-    once, with the build's error, when one of them failed (health says
-    template_failed: waiting would not help)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            status, _, body = a.request("GET", "/v1/health", auth=False, timeout=30)
-        except OSError:
-            status, body = None, b""
-        if status == 200:
-            return a.wait_ready(30)  # reads the admin token
-        if status == 503 and json.loads(body or b"{}").get("error", {}).get("code") == "template_failed":
-            pytest.fail(f"a template failed to build: {body.decode(errors='replace')}", pytrace=False)
-        if a.proc.poll() is not None:
-            pytest.fail(f"airlockd exited with {a.proc.returncode}:\n{a.log_tail()}", pytrace=False)
-        time.sleep(2)
-    pytest.fail(f"templates not built after {timeout} s:\n{a.log_tail()}", pytrace=False)
-
-
 CODE_INTERPRETER_BUILD_TIMEOUT = 1800  # its first build under TCG: ~7 minutes, more on a loaded machine
 
 
@@ -471,7 +448,7 @@ def test_envd_code_interpreter(airlock_factory, e2b_sdk):
     onStdout while it runs, envs, createCodeContext({cwd: '/tmp'}) and
     runCode in it, listCodeContexts, removeCodeContext."""
     a = airlock_factory(prebuild="minimal,python,code-interpreter", wait=False)
-    _wait_for_templates(a, CODE_INTERPRETER_BUILD_TIMEOUT)
+    a.wait_built(CODE_INTERPRETER_BUILD_TIMEOUT)
     out = e2b_sdk.run(a, "code-interpreter.mjs", timeout=600)
     print(f"code interpreter times (ms): {out.result}")
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from harness import CLI
-from test_e2b_sdk import CODE_INTERPRETER_BUILD_TIMEOUT, _wait_for_templates
+from test_e2b_sdk import CODE_INTERPRETER_BUILD_TIMEOUT
 from test_tenants import _tenant_with_key
 
 
@@ -163,7 +163,7 @@ def test_mcp_run_code(airlock_factory):
     of its own (create_code_context) that does not see the default one's
     variables. The controls and the failures share the sandbox."""
     a = airlock_factory(prebuild="minimal,python,code-interpreter", wait=False)
-    _wait_for_templates(a, CODE_INTERPRETER_BUILD_TIMEOUT)
+    a.wait_built(CODE_INTERPRETER_BUILD_TIMEOUT)
     made = _call(a, "create_sandbox", {"template": "code-interpreter"})["result"]
     assert not made["isError"], made
     sbx = json.loads(made["content"][0]["text"])["sandbox_id"]
