@@ -41,6 +41,7 @@
 #include "nodes.h"
 #include "replica.h"
 #include "macros.h"
+#include "mcp.h"
 #include "privsep.h"
 #include "progress.h"
 #include "scheduler.h"
@@ -293,6 +294,7 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         http_server_stop(http);
         /* the node is gone: verb workers' calls fail at once and finish */
         api_lifecycle_drain(30);
+        mcp_drain(30);
         api_secrets_shutdown();
         log_info("stopped");
         return exit_code ? -ECHILD : 0;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "airlock-config.h"
 #include "api.h"
@@ -66,6 +67,9 @@ struct inflight {
 
 static pthread_mutex_t inflight_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct inflight *inflight_head;
+/* the event streams' worker threads that still run (mcp_drain()) */
+static pthread_cond_t workers_done = PTHREAD_COND_INITIALIZER;
+static unsigned workers;
 
 static char *inflight_key(const struct api_ctx *ctx, const char *session, const json_t *id) {
         _cleanup_free_ char *idtext = id ? json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("");
@@ -214,7 +218,26 @@ static void *stream_worker(void *arg) {
                                      : rpc_result(s->id, result),
                             true);
         stream_unref(s);
+        pthread_mutex_lock(&inflight_lock);
+        workers--;
+        pthread_cond_broadcast(&workers_done);
+        pthread_mutex_unlock(&inflight_lock);
         return NULL;
+}
+
+void mcp_drain(unsigned timeout_s) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += timeout_s;
+        pthread_mutex_lock(&inflight_lock);
+        /* what they run sees the server stopping and ends */
+        for (struct inflight *e = inflight_head; e; e = e->next)
+                atomic_store(&e->call->cancelled, true);
+        while (workers > 0 && pthread_cond_timedwait(&workers_done, &inflight_lock, &until) == 0)
+                ;
+        if (workers > 0)
+                log_warn("%u MCP tool calls still run after %u s", workers, timeout_s);
+        pthread_mutex_unlock(&inflight_lock);
 }
 
 static int stream_poll(void *cls) {
@@ -271,6 +294,9 @@ static int call_streamed(struct mcp_call *call, const struct mcp_tool *t, const 
          * stream_gone() says the client went */
         call->ctx.client_fd = -1;
         inflight_add(&s->inflight);
+        pthread_mutex_lock(&inflight_lock);
+        workers++;
+        pthread_mutex_unlock(&inflight_lock);
         pthread_t th;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
@@ -279,6 +305,9 @@ static int call_streamed(struct mcp_call *call, const struct mcp_tool *t, const 
         pthread_attr_destroy(&attr);
         if (r < 0) {
                 inflight_remove(&s->inflight);
+                pthread_mutex_lock(&inflight_lock);
+                workers--;
+                pthread_mutex_unlock(&inflight_lock);
                 s->refs = 1;
                 stream_unref(s);
                 return r;

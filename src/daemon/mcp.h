@@ -39,3 +39,7 @@ struct mcp_http {
 int mcp_http_post(struct api_ctx *ctx, const struct mcp_http *h, struct api_reply *ret);
 /* DELETE /v1/mcp: the session ends; its calls in flight here are cancelled. 204. */
 int mcp_http_delete(struct api_ctx *ctx, const struct mcp_http *h, struct api_reply *ret);
+/* At shutdown, after the HTTP server stopped: cancels the tool calls in
+ * flight and waits up to timeout_s for the threads of event streams,
+ * which use the store and the node after their client went. */
+void mcp_drain(unsigned timeout_s);
