@@ -62,6 +62,17 @@ static char *tail_text(const struct tail *t) {
         return strdup_printf("[... %llu earlier bytes dropped ...]\n%s", (unsigned long long) (t->total - t->len), s);
 }
 
+/* The next frame of a node stream within WAIT_SLICE_MS: 1 with *ret, 0
+ * when none came (look at the deadline and the cancel, then again), or a
+ * negative errno (a node that hung up: -ECONNRESET). */
+static int next_frame(struct node_conn *c, struct node_frame *ret, char *err) {
+        int r = node_conn_wait(c, WAIT_SLICE_MS);
+        if (r <= 0)
+                return r;
+        r = node_conn_next(c, ret, err);
+        return r == 0 ? -ECONNRESET : r;
+}
+
 /* ---- run_command ---- */
 
 static const struct mcp_field run_command_fields[] = {
@@ -166,14 +177,12 @@ static int command_follow(struct command_run *c, struct node_conn *conn, uint64_
                 }
                 if (kill_deadline && now >= kill_deadline)
                         return 0; /* killed; its end did not come */
-                int r = node_conn_wait(conn, WAIT_SLICE_MS);
+                struct node_frame f;
+                int r = next_frame(conn, &f, c->call->ctx.err);
                 if (r < 0)
                         return r;
                 if (r == 0)
                         continue;
-                struct node_frame f;
-                if ((r = node_conn_next(conn, &f, c->call->ctx.err)) <= 0)
-                        return r == 0 ? -ECONNRESET : r;
                 if (f.type == PROTO_NODE_END) {
                         json_decref(f.event);
                         return c->exited ? 0 : -ECONNRESET;
@@ -451,14 +460,12 @@ static int code_follow(struct code_run *run, struct node_conn *c, uint64_t timeo
                 }
                 if (mcp_call_cancelled(run->call))
                         return -ECANCELED;
-                int r = node_conn_wait(c, WAIT_SLICE_MS);
+                struct node_frame f;
+                int r = next_frame(c, &f, run->call->ctx.err);
                 if (r < 0)
                         return r;
                 if (r == 0)
                         continue;
-                struct node_frame f;
-                if ((r = node_conn_next(c, &f, run->call->ctx.err)) <= 0)
-                        return r == 0 ? -ECONNRESET : r;
                 if (f.type != PROTO_NODE_DATA) {
                         json_decref(f.event);
                         if (f.type == PROTO_NODE_END)
