@@ -49,7 +49,8 @@ static int vmm_peer(const struct vmm *v, struct jail_peer *ret) {
 
 /* Connects to one of v's sockets and proves the listener is v's QEMU
  * before a byte goes either way. -ENOENT/-ECONNREFUSED while it is not
- * there yet; -EPERM (logged) for anyone else. */
+ * there yet; -ECHILD (not logged) where v's QEMU exited; -EPERM (logged)
+ * for anyone else. */
 static int vmm_connect(struct vmm *v, const char *path, int *ret_fd) {
         _cleanup_close_ int fd = -EBADF;
         int r = unix_connect(path, 0, &fd);
@@ -70,6 +71,10 @@ static int vmm_connect(struct vmm *v, const char *path, int *ret_fd) {
         }
         if (r >= 0)
                 r = jail_peer_verify(fd, &want);
+        /* A QEMU killed between its listen and this check fails it too:
+         * that is its exit, not an impostor. */
+        if (r < 0 && vmm_process_exits_within(v, 500))
+                return -ECHILD;
         if (r < 0) {
                 if (r == -ENOENT || r == -ECONNREFUSED) /* those mean "not there yet" to callers */
                         r = -EPERM;
@@ -101,6 +106,8 @@ static int wait_qmp(struct vmm *v) {
                         vmm_sleep_ms(2);
                         continue;
                 }
+                if (r == -ECHILD)
+                        return vmm_fail_exited(v, "start-up");
                 if (r < 0)
                         return r;
                 r = qmp_connect_fd(fd, (int) ((deadline - now) / 1000000), &v->qmp);
@@ -670,6 +677,8 @@ int vmm_guest_connect(struct vmm *v, int timeout_ms, int *ret_fd) {
                 int r = vmm_connect(v, v->guest_path, ret_fd);
                 if (r >= 0)
                         return 0;
+                if (r == -ECHILD)
+                        return vmm_fail_exited(v, "guest channel set-up");
                 if (r != -ENOENT && r != -ECONNREFUSED)
                         return r == -EPERM ? r
                                            : log_errno(LOG_LEVEL_ERROR, r, v->log_ctx, "failed to connect to %s: %m",
