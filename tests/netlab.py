@@ -18,7 +18,9 @@ internal.test -> 10.0.0.5 and meta.test -> 169.254.169.254 (an upstream
 that rebinds to internal addresses); registry.test and
 blocked-registry.test -> REGISTRY, an OCI registry (Debian's
 docker-registry, HTTPS with the test CA) that start_registry() starts and
-fills: the two names differ only in what a policy allows.
+fills: the two names differ only in what a policy allows;
+private-registry.test -> PRIVATE_REGISTRY, one that start_registry(...,
+private=(USER, PASSWORD)) starts with HTTP basic auth (htpasswd).
 """
 
 import datetime
@@ -28,6 +30,7 @@ import re
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 from cryptography import x509
@@ -41,8 +44,9 @@ ORIGIN = "198.18.0.10"
 RESOLVER = "198.18.0.53"
 SINK = "198.18.0.66"
 REGISTRY = "198.18.0.20"
+PRIVATE_REGISTRY = "198.18.0.21"
 ZONES = {"a.test": ORIGIN, "e.test": SINK, "internal.test": "10.0.0.5", "meta.test": "169.254.169.254",
-         "registry.test": REGISTRY, "blocked-registry.test": REGISTRY}
+         "registry.test": REGISTRY, "blocked-registry.test": REGISTRY, "private-registry.test": PRIVATE_REGISTRY}
 # alias.test is a CNAME of sink.evil.test, which is SINK
 CNAMES = {"alias.test": "sink.evil.test"}
 # a.test.evil.test: a lookalike of a.test that an origin serves (its
@@ -162,36 +166,49 @@ class Internet:
                 raise RuntimeError("dnsmasq did not start")
             time.sleep(0.05)
 
-    def start_registry(self, images):
-        """Starts the OCI registry at REGISTRY:443 (HTTPS, a certificate of
-        the test CA for registry.test and blocked-registry.test) and pushes
-        images into it: {"NAME:TAG": "shell command"}, each a busybox image
-        whose command that is (built with umoci, pushed with skopeo from
-        the test internet's namespace). Stopped by close()."""
-        _run("ip", "-n", self.inet, "addr", "add", f"{REGISTRY}/24", "dev", "inet0")
-        reg = os.path.join(self.dir, "registry")
+    def start_registry(self, images, private=None):
+        """Starts an OCI registry and pushes images into it: {"NAME:TAG":
+        "shell command"}, each a busybox image whose command that is (built
+        with umoci, pushed with skopeo from the test internet's namespace).
+        The registry answers HTTPS at REGISTRY:443 (a certificate of the
+        test CA for registry.test and blocked-registry.test), or with
+        private=(USER, PASSWORD) at PRIVATE_REGISTRY:443
+        (private-registry.test) behind HTTP basic auth. Stopped by close()."""
+        addr, names = (PRIVATE_REGISTRY, ["private-registry.test"]) if private else \
+            (REGISTRY, ["registry.test", "blocked-registry.test"])
+        _run("ip", "-n", self.inet, "addr", "add", f"{addr}/24", "dev", "inet0")
+        reg = os.path.join(self.dir, "registry-" + names[0])
         os.makedirs(os.path.join(reg, "data"))
-        key, cert = _cert(["registry.test", "blocked-registry.test"], *self._ca)
+        key, cert = _cert(names, *self._ca)
         tls = os.path.join(reg, "tls.pem")
         _write_pem(tls, key=key, cert=cert)
+        auth = ""
+        if private:
+            with warnings.catch_warnings():  # crypt: libxcrypt's bcrypt, which the registry's htpasswd wants
+                warnings.simplefilter("ignore", DeprecationWarning)
+                import crypt
+            with open(os.path.join(reg, "htpasswd"), "w") as f:
+                f.write(f"{private[0]}:{crypt.crypt(private[1], crypt.mksalt(crypt.METHOD_BLOWFISH))}\n")
+            auth = f"auth:\n  htpasswd:\n    realm: test\n    path: {reg}/htpasswd\n"
         with open(os.path.join(reg, "config.yml"), "w") as f:
             f.write(f"version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {reg}/data\n"
-                    f"http:\n  addr: {REGISTRY}:443\n  tls:\n    certificate: {tls}\n    key: {tls}\n")
+                    f"http:\n  addr: {addr}:443\n  tls:\n    certificate: {tls}\n    key: {tls}\n{auth}")
         log = open(os.path.join(reg, "registry.log"), "ab")
         self.procs.append(subprocess.Popen(["ip", "netns", "exec", self.inet, "docker-registry", "serve",
                                             os.path.join(reg, "config.yml")], stdout=log, stderr=log))
         log.close()
+        creds = ["--user", f"{private[0]}:{private[1]}"] if private else []
         deadline = time.monotonic() + 30
-        while subprocess.run(["ip", "netns", "exec", self.inet, "curl", "-sf", "--cacert", self.ca_path,
-                              "--resolve", f"registry.test:443:{REGISTRY}", "https://registry.test/v2/"],
+        while subprocess.run(["ip", "netns", "exec", self.inet, "curl", "-sf", "--cacert", self.ca_path, *creds,
+                              "--resolve", f"{names[0]}:443:{addr}", f"https://{names[0]}/v2/"],
                              capture_output=True).returncode != 0:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the registry did not start: {self._read(os.path.join(reg, 'registry.log'))}")
             time.sleep(0.1)
         for ref, cmd in images.items():
-            self._push(reg, ref, cmd)
+            self._push(reg, addr, ref, cmd, private)
 
-    def _push(self, reg, ref, cmd):
+    def _push(self, reg, addr, ref, cmd, private):
         layout = os.path.join(reg, "oci-" + ref.replace(":", "-").replace("/", "-"))
         bundle = layout + "-bundle"
         _run("umoci", "init", "--layout", layout)
@@ -205,8 +222,9 @@ class Internet:
         _run("umoci", "repack", "--image", f"{layout}:img", bundle)
         _run("umoci", "config", "--image", f"{layout}:img", "--config.cmd", "/bin/sh", "--config.cmd", "-c",
              "--config.cmd", cmd)
-        _run("ip", "netns", "exec", self.inet, "skopeo", "--insecure-policy", "copy", "--quiet",
-             "--dest-tls-verify=false", f"oci:{layout}:img", f"docker://{REGISTRY}/{ref}")
+        creds = ["--dest-creds", f"{private[0]}:{private[1]}"] if private else []
+        _run("ip", "netns", "exec", self.inet, "skopeo", "--insecure-policy", "copy", "--quiet", *creds,
+             "--dest-tls-verify=false", f"oci:{layout}:img", f"docker://{addr}/{ref}")
 
     @staticmethod
     def _read(path):

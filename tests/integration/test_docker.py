@@ -4,7 +4,8 @@ the test internet (Debian's docker-registry behind HTTPS of the test CA:
 tests/netlab.py start_registry) through the sandbox's egress gateway, under
 its policy; `docker run` prints the image's output; a registry the policy
 does not allow is refused by the gateway, the allowed one the control in
-the same test."""
+the same test; a private registry's password, an Airlock secret, is put
+into the pulls by the gateway."""
 
 import json
 import time
@@ -134,3 +135,32 @@ def test_docker_build_and_compose(docker_lab):
                       timeout_s=600)
     assert compose["exit_code"] == 0, compose
     assert "hello from the test registry" in compose["stdout"] and "two says hi" in compose["stdout"], compose
+
+
+PASSWORD = "pw-8c1f2e9d7b"
+
+
+def test_private_registry_credential_injected_by_the_gateway(airlock_factory, internet):  # noqa: F811
+    """A registry behind basic auth, its password an Airlock secret for its
+    host: a sandbox with the secret pulls and runs its image without any
+    docker login (the gateway puts the credential into the requests), and
+    the password is nowhere in the guest; the control, a sandbox without
+    it under the same policy, is refused by the registry."""
+    internet.start_registry({"secret:1": "echo a private image"}, private=("agent", PASSWORD))
+    a = airlock_factory(env=internet.env(), prebuild="minimal,docker", wait=False)
+    a.wait_built(DOCKER_BUILD_TIMEOUT)
+    a.api("POST", "/v1/secrets", {"name": "registry", "value": PASSWORD, "hosts": ["private-registry.test"],
+                                  "basic": "agent"}, expect=201)
+    policy = {"allow": [{"host": "private-registry.test"}]}
+    without = a.api("POST", "/v1/sandboxes", {"template": "docker", "network": policy}, expect=201)["id"]
+    refused = _docker(a, without, "docker pull private-registry.test/secret:1 2>&1; echo rc=$?")
+    assert "rc=0" not in refused["stdout"] and "auth" in refused["stdout"].lower(), refused
+
+    sid = a.api("POST", "/v1/sandboxes", {"template": "docker", "network": policy, "secrets": ["registry"]},
+                expect=201)["id"]
+    run = _docker(a, sid, "docker run --rm private-registry.test/secret:1")
+    assert run["exit_code"] == 0 and run["stdout"] == "a private image\n", run
+    leak = _docker(a, sid, f"grep -rls {PASSWORD} /root /etc /var/lib/docker /run 2>/dev/null; env | grep -c {PASSWORD}")
+    assert leak["stdout"] == "0\n", leak
+    events = a.api("GET", f"/v1/audit?sandbox={sid}&secret=registry")["events"]
+    assert any(e["action"] == "injected" and e.get("host") == "private-registry.test" for e in events), events
