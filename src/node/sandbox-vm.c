@@ -284,6 +284,16 @@ static int sandbox_start_vm(struct sandbox *s, char **ret_error) {
                 step = "installing the identity";
                 _cleanup_free_ char *msg = NULL;
                 r = sandbox_send_identity(s, g, &msg);
+                if (r == -ETIMEDOUT) {
+                        /* an agent that said hello, then nothing: what
+                         * its kernel printed meanwhile is the lead */
+                        _cleanup_free_ char *console = vmm_console_tail(v);
+                        log_emit(LOG_LEVEL_WARN, s->ctx,
+                                 "the guest answered its hello but not its identity within %d ms; its "
+                                 "console "
+                                 "ends: %s",
+                                 IDENTITY_MS, console ?: "(nothing)");
+                }
                 if (r < 0 && msg) {
                         *ret_error = strdup_printf("installing the identity failed: %s", msg);
                         guestconn_free(g);

@@ -804,6 +804,14 @@ char *vmm_failure_reason(struct vmm *v) {
         return vmm_stopped_reason(v);
 }
 
+char *vmm_console_tail(const struct vmm *v) {
+        char words[QEMU_WORDS_MAX + 8];
+        if (!v)
+                return NULL;
+        vm_console_words(v, words, sizeof words);
+        return words[0] ? strdup(words) : NULL;
+}
+
 bool vmm_events_stop(struct vmm *v) {
         if (!v || !v->qmp)
                 return false;

@@ -187,6 +187,10 @@ char *vmm_stopped_reason(struct vmm *v);
  * (vmm_stopped_reason()); NULL when it runs as it should (free it). From
  * the owner's thread. */
 char *vmm_failure_reason(struct vmm *v);
+/* The last lines of the guest's serial console that say something (a
+ * kernel panic's line where there is one), for a guest that runs but did
+ * not answer; NULL when it wrote nothing (free it). */
+char *vmm_console_tail(const struct vmm *v);
 /* How the exited (not yet reaped) QEMU process ended: "exited (status N)"
  * or "exited (status N, killed by signal S)". */
 void vmm_exit_describe(struct vmm *v, char *buf, size_t n);
