@@ -175,27 +175,54 @@ static int parse_size(struct cli *cli, const char *opt, const char *arg, json_in
         return CLI_PROCEED;
 }
 
+/* The name a build gets from --name, or docker's -t and E2B's -n, which
+ * mean the same: a name, without docker's :TAG (templates have none). */
+static int build_name(struct cli *cli, const char *opt, const char *arg, const char **ret) {
+        const char *colon = strchr(arg, ':');
+        if (colon)
+                return cli_usage_error(
+                        cli, "template build: %s %s: a template has a name, no tag (%s); use %s %.*s", opt,
+                        arg, colon + 1, opt, (int) (colon - arg), arg);
+        *ret = arg;
+        return CLI_PROCEED;
+}
+
 static int template_build(struct cli *cli, int argc, char **argv) {
-        enum { OPT_NAME = CLI_OPT_FIRST_LOCAL, OPT_MEMORY, OPT_VCPUS, OPT_DISK, OPT_NO_FOLLOW };
+        enum { OPT_MEMORY = CLI_OPT_FIRST_LOCAL, OPT_VCPUS, OPT_DISK, OPT_NO_FOLLOW };
+        /* docker build's -t/--tag and E2B's template build flags (-n,
+         * -p/--path, --dockerfile, --cpu-count, --memory-mb) as aliases */
         static const struct option options[] = {
                 CLI_GLOBAL_OPTIONS,
                 {"file", required_argument, NULL, 'f'},
-                {"name", required_argument, NULL, OPT_NAME},
+                {"dockerfile", required_argument, NULL, 'f'},
+                {"name", required_argument, NULL, 'n'},
+                {"tag", required_argument, NULL, 't'},
+                {"path", required_argument, NULL, 'p'},
                 {"memory-mib", required_argument, NULL, OPT_MEMORY},
+                {"memory-mb", required_argument, NULL, OPT_MEMORY},
                 {"vcpus", required_argument, NULL, OPT_VCPUS},
+                {"cpu-count", required_argument, NULL, OPT_VCPUS},
                 {"disk-mib", required_argument, NULL, OPT_DISK},
                 {"no-follow", no_argument, NULL, OPT_NO_FOLLOW},
                 {},
         };
-        const char *file = NULL, *name = NULL;
+        const char *file = NULL, *name = NULL, *path = NULL;
         json_int_t sizes[3] = { 0 };
         static const char *const size_keys[] = { "memory_mib", "vcpus", "disk_mib" };
         bool follow = true;
         int c, r;
-        while ((c = getopt_long(argc, argv, ":hf:", options, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, ":hf:n:t:p:", options, NULL)) >= 0) {
                 switch (c) {
                 case 'f': file = optarg; break;
-                case OPT_NAME: name = optarg; break;
+                case 'n':
+                        if ((r = build_name(cli, "--name", optarg, &name)) != CLI_PROCEED)
+                                return r;
+                        break;
+                case 't':
+                        if ((r = build_name(cli, "-t", optarg, &name)) != CLI_PROCEED)
+                                return r;
+                        break;
+                case 'p': path = optarg; break;
                 case OPT_MEMORY: if ((r = parse_size(cli, "--memory-mib", optarg, &sizes[0])) != CLI_PROCEED) return r; break;
                 case OPT_VCPUS: if ((r = parse_size(cli, "--vcpus", optarg, &sizes[1])) != CLI_PROCEED) return r; break;
                 case OPT_DISK: if ((r = parse_size(cli, "--disk-mib", optarg, &sizes[2])) != CLI_PROCEED) return r; break;
@@ -205,11 +232,22 @@ static int template_build(struct cli *cli, int argc, char **argv) {
                                 return r;
                 }
         }
-        if (!file)
-                return cli_usage_error(cli, "template build: -f FILE is required (a spec .json or a Dockerfile)");
-        if (argc - optind > 1)
+        if (argc - optind > 1 || (path && argc - optind > 0))
                 return cli_usage_error(cli, "template build: one context directory only");
-        const char *dir = optind < argc ? argv[optind] : ".";
+        const char *dir = path ?: optind < argc ? argv[optind] : ".";
+        /* as docker build: DIR/Dockerfile unless -f names another */
+        _cleanup_free_ char *default_file = NULL;
+        if (!file) {
+                if (asprintf(&default_file, "%s/Dockerfile", dir) < 0)
+                        return cli_fail("out of memory");
+                if (access(default_file, F_OK) < 0)
+                        return cli_usage_error(
+                                cli,
+                                "template build: no -f FILE (a spec .json or a Dockerfile) and no "
+                                "%s",
+                                default_file);
+                file = default_file;
+        }
 
         _cleanup_free_ char *text = NULL;
         size_t len = 0;
@@ -235,7 +273,8 @@ static int template_build(struct cli *cli, int argc, char **argv) {
                 req = json_pack("{s:O}", "spec", j);
         } else {
                 if (!name)
-                        return cli_usage_error(cli, "template build: a Dockerfile needs --name NAME");
+                        return cli_usage_error(
+                                cli, "template build: a Dockerfile needs a name: -t NAME (or --name NAME)");
                 if (tplspec_parse_dockerfile(text, len, name, &spec, err) < 0)
                         return cli_fail("template build: %s: %s", file, err);
                 req = json_pack("{s:s%, s:s}", "dockerfile", text, len, "name", name);

@@ -122,18 +122,19 @@ static const struct cli_command commands[] = {
          "X-Airlock-Key).\n"},
         {"templates", cmd_templates, "", "List templates", NULL},
         {"template", cmd_template,
-         "build -f FILE [--name N] [--memory-mib N] [--vcpus N] [--disk-mib N] [--no-follow] [DIR] | ls | "
-         "show NAME "
-         "| logs NAME | rm NAME",
+         "build [-f FILE] [-t NAME] [--memory-mib N] [--vcpus N] [--disk-mib N] [--no-follow] [DIR] | ls | "
+         "show NAME | logs NAME | rm NAME",
          "Build a template from a spec or a Dockerfile and follow its build; list, show, follow or remove "
          "templates",
          "  -f, --file FILE   the spec (FILE.json, docs/templates.md) or a Dockerfile\n"
-         "  --name N          the template's name (a Dockerfile has none; overrides a spec's)\n"
+         "                    (default DIR/Dockerfile)\n"
+         "  -t, --name NAME   the template's name (a Dockerfile has none; overrides a spec's)\n"
          "  --memory-mib N, --vcpus N, --disk-mib N   its machine (over the spec's)\n"
          "  --no-follow       print the build's id instead of following it\n"
          "DIR (default .) holds what COPY names: only that is sent. The build's\n"
          "log and progress (step n of m, elapsed) are shown as it runs; the exit\n"
-         "status is 0 once it is built, 1 when it failed.\n"},
+         "status is 0 once it is built, 1 when it failed. docker build's --tag and\n"
+         "E2B's -n, -p DIR, --dockerfile, --cpu-count and --memory-mb work too.\n"},
         {"pools", cmd_pools, "", "List the warm pools (VMs restored ahead of creates)", NULL},
         {"health", cmd_health, "", "Check that airlockd answers", NULL},
         {"doctor", cmd_doctor, "", "Say what is wrong: this host's checks, airlockd, its node and templates",

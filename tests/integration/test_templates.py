@@ -295,8 +295,8 @@ ENV MODE=cli
 CMD ["sh", "-c", "sleep 1; echo up > /tmp/up; exec sleep 100000"]
 HEALTHCHECK CMD test -f /tmp/up
 """)
-    p = a.cli("template", "build", "-f", str(tmp_path / "Dockerfile"), "--name", "from-cli", str(tmp_path),
-              timeout=900)
+    # docker build's words: -t NAME, DIR/Dockerfile without -f
+    p = a.cli("template", "build", "-t", "from-cli", str(tmp_path), timeout=900)
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert b"step 3 of" in p.stderr and b"built in" in p.stderr, p.stderr
     assert b"(ready: command)" in p.stderr, p.stderr
@@ -308,15 +308,24 @@ HEALTHCHECK CMD test -f /tmp/up
     assert p.returncode == 0 and b"from-cli" in p.stdout, p.stdout
     a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)
 
-    # a failing build fails the command, with the step that failed
-    (tmp_path / "Dockerfile").write_text("FROM minimal\nRUN false\n")
-    p = a.cli("template", "build", "-f", str(tmp_path / "Dockerfile"), "--name", "fails", str(tmp_path),
-              timeout=900)
+    # a failing build fails the command, with the step that failed (E2B's
+    # words: -n NAME, -p DIR, --dockerfile FILE)
+    (tmp_path / "fails.Dockerfile").write_text("FROM minimal\nRUN false\n")
+    p = a.cli("template", "build", "--dockerfile", str(tmp_path / "fails.Dockerfile"), "-n", "fails",
+              "-p", str(tmp_path), timeout=900)
     assert p.returncode == 1 and b"steps[0] (RUN) exited with 1" in p.stderr, (p.stdout, p.stderr)
     # and a bad one before anything is sent
     (tmp_path / "Dockerfile").write_text("FROM minimal\nCOPY missing.txt /x\n")
     p = a.cli("template", "build", "-f", str(tmp_path / "Dockerfile"), "--name", "bad", str(tmp_path))
     assert p.returncode == 1 and b"missing.txt" in p.stderr, p.stderr
+    # docker's NAME:TAG, no Dockerfile, no name: each refused with what to do
+    p = a.cli("template", "build", "-t", "bad:1.0", str(tmp_path))
+    assert p.returncode == 2 and b"-t bad:1.0: a template has a name, no tag (1.0); use -t bad" in p.stderr, p.stderr
+    p = a.cli("template", "build", "-t", "bad", str(tmp_path / "hello.txt"))
+    assert p.returncode == 2 and b"no -f FILE" in p.stderr and b"hello.txt/Dockerfile" in p.stderr, p.stderr
+    p = a.cli("template", "build", str(tmp_path))
+    assert p.returncode == 2 and b"needs a name: -t NAME" in p.stderr, p.stderr
+    a.api("GET", "/v1/templates/bad", expect=404)
     for name in ("from-cli", "fails"):
         a.api("DELETE", f"/v1/templates/{name}", expect=204)
 
