@@ -13,30 +13,30 @@
 # Templates are built once per run into a shared btrfs loop volume
 # (build/test-vol.btrfs, mounted at build/test-vol while the suite runs) and
 # kept there between runs; delete that file to rebuild them from scratch.
+# A checkout under /root is tested through a bind mount (below).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-build=${AIRLOCK_BUILD_DIR:-$here/build}
-export AIRLOCK_BUILD_DIR=$build
+checkout=$here
 
 "$here/scripts/deps.sh" --test
-"$here/scripts/build.sh" --test
 
 # The suite's Airlocks drop to the users airlock and airlock-node, which
 # exec the binaries of this build and read images/ and the test volume in
 # it. A checkout they cannot reach (root's git clone lands under /root,
-# mode 0700) is tested through a bind mount of it at
-# /run/airlock-test/HASH: the same files, by a path every user can walk.
-reachable() {
+# mode 0700) is tested through a private bind mount of it at
+# /run/airlock-test/HASH, a path every user can walk, and built there into
+# build-staged/: the paths compiled into the binaries (their defaults for
+# each other, images/, the console) are then ones those users reach too.
+reachable() { # FILE...: can an unprivileged user read each?
   [ "${AIRLOCK_PRIVSEP:-1}" = 0 ] ||
     setpriv --reuid=65534 --regid=65534 --clear-groups -- \
-      sh -c 'test -x "$1" && test -r "$2"' sh "$1/src/node/airlock-node" "$2/images/kernel.sh" 2>/dev/null
+      sh -c 'for f; do test -r "$f" || exit 1; done' sh "$@" 2>/dev/null
 }
-unit_build=$build # meson runs in the directory it configured
-checkout=$here
 staged=
 mounted_here=
 vol=
 cleanup() {
+  cd /
   # only what this run mounted: another run may be using a volume it found
   if [ -n "$mounted_here" ] && mountpoint -q "$vol"; then
     umount "$vol" || umount -l "$vol"
@@ -46,29 +46,30 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
-if ! reachable "$build" "$here"; then
-  case $build in
-    "$here"/*) ;;
-    *)
-      echo "airlock: the tests need a build directory other users can reach; $build is not" >&2
-      exit 1 ;;
-  esac
+if [ -z "${AIRLOCK_BUILD_DIR:-}" ] && ! reachable "$here/images/kernel.sh"; then
   stage=/run/airlock-test/$(printf '%s' "$here" | sha256sum | cut -c1-16)
   mkdir -p "$stage" && chmod 0755 /run/airlock-test
   if ! mountpoint -q "$stage"; then
-    # private: the test volume mounted below it stays there, and its
-    # unmount at the end takes nothing from the checkout's own mounts
+    # private: what is mounted below it (the test volume) stays there
     mount --rbind "$here" "$stage" && mount --make-rprivate "$stage"
     staged=$stage
   fi
-  build=$stage/${build#"$here"/}
-  here=$stage
-  export AIRLOCK_BUILD_DIR=$build
-  if ! reachable "$build" "$here"; then
-    echo "airlock: other users cannot read the checkout's files even through $stage (a umask of 077?): make them o+r, directories o+x" >&2
+  if ! reachable "$stage/images/kernel.sh"; then
+    echo "airlock: other users cannot read the checkout's files even through $stage (cloned with a umask of 077?): make them o+r and its directories o+x" >&2
     exit 1
   fi
-  echo "airlock: testing through $stage, a bind mount of this checkout (other users cannot reach $checkout)" >&2
+  echo "airlock: other users cannot reach $checkout: testing it through $stage (a bind mount), built in $checkout/build-staged" >&2
+  here=$stage
+  export AIRLOCK_BUILD_DIR=$here/build-staged
+fi
+build=${AIRLOCK_BUILD_DIR:-$here/build}
+export AIRLOCK_BUILD_DIR=$build
+
+"$here/scripts/build.sh" --test
+
+if ! reachable "$build/src/node/airlock-node" "$here/images/kernel.sh"; then
+  echo "airlock: the tests need a build other users can reach (airlockd's users run $build/src and read $here/images); $build is not" >&2
+  exit 1
 fi
 
 # The btrfs test volume, mounted first: the unit tests of reflinks need a
@@ -89,7 +90,7 @@ fi
 # would skip fails instead (tests/unit/unit-skip.h).
 echo "== unit tests and fuzz replays"
 AIRLOCK_TEST_NO_SKIP=1 AIRLOCK_TEST_REFLINK_DIR=$vol \
-  meson test -C "$unit_build" --suite unit --suite fuzz --print-errorlogs --num-processes 2
+  meson test -C "$build" --suite unit --suite fuzz --print-errorlogs --num-processes 2
 
 echo "== integration tests (real VMs)"
 export AIRLOCK_TEST_VOLUME=$vol
