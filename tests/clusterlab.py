@@ -958,7 +958,7 @@ class Replica:
         self.cluster_addr = f"{bridge.host}:{self.cluster_port}"
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = [h.AIRLOCKD, "--data-dir", self.data_dir, "--listen", f"127.0.0.1:{self.port}",
-                     "--store", store_url, "--cluster-listen", self.cluster_addr,
+                     "--store", store_url, "--no-local-node", "--cluster-listen", self.cluster_addr,
                      "--node-lost-after-s", str(lost_after_s), "--kms-dir", _shared_kms_dir(lab), *extra]
         self.token = None
         self.proc = None

@@ -410,6 +410,14 @@ char *strdup_printf(const char *fmt, ...) {
         return s;
 }
 
+void node_name_default(char out[65]) {
+        char host[256] = "";
+        if (gethostname(host, sizeof host - 1) < 0)
+                host[0] = 0;
+        host[strcspn(host, ".")] = 0;
+        snprintf(out, 65, "%s", name_is_valid(host) ? host : "node");
+}
+
 bool user_name_is_valid(const char *name) {
         size_t n = name ? strlen(name) : 0;
         if (n == 0 || n > USER_NAME_MAX || !((name[0] >= 'a' && name[0] <= 'z') || name[0] == '_'))

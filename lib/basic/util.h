@@ -90,6 +90,10 @@ int random_id(const char *prefix, size_t nbytes, char *out, size_t outlen);
 /* Returns true if s is a safe single path component for ids and names:
  * 1..64 chars of [A-Za-z0-9._-], not starting with '.' */
 bool name_is_valid(const char *s);
+/* A node's name unless it is given one: the host name's first label when
+ * it is a valid name (the nodes of a cluster need distinct names), else
+ * "node". */
+void node_name_default(char out[65]);
 
 /* A user name as the guest's useradd takes it, the one rule of the node
  * and the guest agent: [a-z_][a-z0-9_-]*, at most USER_NAME_MAX bytes. */

@@ -16,6 +16,8 @@
 
 #define DEFAULT_DATA_DIR "/var/lib/airlock"
 #define DEFAULT_LISTEN "127.0.0.1:7420"
+#define DEFAULT_LOCAL_CLUSTER_LISTEN "127.0.0.1:7422" /* a replica with its node joined */
+#define DEFAULT_LOCAL_NODE_LISTEN "127.0.0.1:7421"
 #define DEFAULT_SNAPSHOT_TICK_MS 1000
 #define DEFAULT_IDLE_TIMEOUT_S (6 * 3600)
 #define DEFAULT_IDLE_CHECK_MS 30000
@@ -151,6 +153,8 @@ static const struct option long_options[] = {
         {"advertise", required_argument, NULL, 'a'},
         {"local-node", no_argument, NULL, 'o'},
         {"no-local-node", no_argument, NULL, 'O'},
+        {"local-node-listen", required_argument, NULL, 'g'},
+        {"local-node-name", required_argument, NULL, 'j'},
         {"node-lost-after-s", required_argument, NULL, 'x'},
         {"volume-quota-gib", required_argument, NULL, 'q'},
         {"volumes-max", required_argument, NULL, 'r'},
@@ -196,9 +200,15 @@ void config_help(FILE *f) {
               "                       the cluster address nodes reach this replica at\n"
               "                       (AIRLOCK_ADVERTISE, default the --cluster-listen address)\n"
               "  --local-node, --no-local-node\n"
-              "                       run and place sandboxes on this machine's own airlock-node\n"
-              "                       (AIRLOCK_LOCAL_NODE=1|0; default yes with SQLite; a shared store's\n"
-              "                       replicas have none: nodes join them)\n"
+              "                       run this machine's own airlock-node (AIRLOCK_LOCAL_NODE=1|0;\n"
+              "                       default yes). With a shared store it joins the cluster like any\n"
+              "                       worker (started as root); --no-local-node: a replica alone\n"
+              "  --local-node-listen HOST:PORT\n"
+              "                       where that joined node serves the replicas (AIRLOCK_LOCAL_NODE_LISTEN,\n"
+              "                       default " DEFAULT_LOCAL_NODE_LISTEN "; the cluster port defaults to\n"
+              "                       " DEFAULT_LOCAL_CLUSTER_LISTEN ")\n"
+              "  --local-node-name NAME\n"
+              "                       its name in the cluster (AIRLOCK_NODE_NAME, default the host name)\n"
               "  --node-lost-after-s S\n"
               "                       a node silent this long is lost, 3-3600 (AIRLOCK_NODE_LOST_AFTER_S,\n"
               "                       default 15)\n"
@@ -328,6 +338,16 @@ static int apply(struct daemon_config *c, int opt, const char *val, const char *
                         return fail(errbuf, errlen, "%s: must be 1 or 0", origin);
                 *local_node = val[0] == '1';
                 return 0;
+        case 'g':
+                if (set_str(c->local_node_listen, sizeof c->local_node_listen, val) < 0 ||
+                    !cluster_address_valid(val))
+                        return fail(errbuf, errlen, "%s: must be HOST:PORT", origin);
+                return 0;
+        case 'j':
+                if (!name_is_valid(val))
+                        return fail(errbuf, errlen, "%s: must be a name of [A-Za-z0-9._-], 64 at most", origin);
+                (void) set_str(c->local_node_name, sizeof c->local_node_name, val);
+                return 0;
         case 'x':
                 return apply_bounded(val, 3, 3600, "seconds", origin, &c->node_lost_after_s, errbuf, errlen);
         case 'q':
@@ -440,6 +460,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 {"AIRLOCK_PKCS11_PIN_FILE", 'U'}, {"AIRLOCK_CONSOLE_DIR", 'G'},
                 {"AIRLOCK_CPU_MODEL", 'u'},
                 {"AIRLOCK_VOLUME_QUOTA_GIB", 'q'}, {"AIRLOCK_VOLUMES_MAX", 'r'},
+                {"AIRLOCK_LOCAL_NODE_LISTEN", 'g'}, {"AIRLOCK_NODE_NAME", 'j'},
         };
         for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
                 const char *v = getenv(envs[i].name);
@@ -529,23 +550,26 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 return fail(errbuf, errlen, "data dir too long");
         if (c.spawn_node && c.node_binary[0] == 0)
                 return fail(errbuf, errlen, "node binary must not be empty");
+        /* a shared store's replicas place on joined nodes only: "the
+         * local node" (a row without node) would be a different machine
+         * for each replica. This machine's node joins like any other,
+         * over the loopback unless told otherwise; SQLite keeps its own
+         * node on the Unix socket */
+        c.shared_store = strncmp(c.database, "sqlite:", 7) != 0;
+        c.join_local = c.shared_store && local_node != 0;
+        c.local_node = !c.shared_store && local_node != 0;
+        if (!c.local_node)
+                c.spawn_node = false;
+        if (c.join_local && !c.cluster_listen[0] && !c.advertise[0])
+                (void) set_str(c.cluster_listen, sizeof c.cluster_listen, DEFAULT_LOCAL_CLUSTER_LISTEN);
+        if (!c.local_node_listen[0])
+                (void) set_str(c.local_node_listen, sizeof c.local_node_listen, DEFAULT_LOCAL_NODE_LISTEN);
+        if (!c.local_node_name[0])
+                node_name_default(c.local_node_name);
         if (c.advertise[0] && !c.cluster_listen[0])
                 return fail(errbuf, errlen, "--advertise goes with --cluster-listen");
         if (!c.advertise[0])
                 snprintf(c.advertise, sizeof c.advertise, "%s", c.cluster_listen);
-        /* a cluster on a shared store places on its joined nodes; one
-         * machine (SQLite) keeps its own node */
-        /* a shared store's replicas place on joined nodes only: "the
-         * local node" (a row without node) would be a different machine
-         * for each replica */
-        c.shared_store = strncmp(c.database, "sqlite:", 7) != 0;
-        if (c.shared_store && local_node == 1)
-                return fail(errbuf, errlen,
-                            "--local-node needs a store of its own (sqlite:): with a shared store, run "
-                            "airlock-node --join on this machine like on any other");
-        c.local_node = !c.shared_store && local_node != 0;
-        if (!c.local_node)
-                c.spawn_node = false;
 
         *ret = c;
         return 0;
@@ -578,7 +602,10 @@ void config_print(const struct daemon_config *c, FILE *f) {
                 fprintf(f, "%s%s=%s", i ? "," : "", c->e2b_templates[i].e2b, c->e2b_templates[i].airlock);
         fprintf(f, "\ne2b_domain=%s\n", c->e2b_domain);
         fprintf(f, "cluster_listen=%s\nadvertise=%s\nlocal_node=%s\nnode_lost_after_s=%u\nheartbeat_ms=%u\n",
-                c->cluster_listen, c->advertise, c->local_node ? "yes" : "no", c->node_lost_after_s, c->heartbeat_ms);
+                c->cluster_listen, c->advertise, c->local_node ? "yes" : c->join_local ? "joined" : "no",
+                c->node_lost_after_s, c->heartbeat_ms);
+        if (c->join_local)
+                fprintf(f, "local_node_name=%s\nlocal_node_listen=%s\n", c->local_node_name, c->local_node_listen);
         fprintf(f, "volume_quota_gib=%u\nvolumes_max=%u\n", c->volume_quota_gib, c->volumes_max);
 }
 

@@ -35,6 +35,12 @@
  * airlock-nodemgr then stops the node instead of handing VMs over (status
  * 2 is a configuration error, 1 a failure while serving). */
 #define AIRLOCKD_EXIT_START_FAILED 3
+/* One machine on a shared store (join_local): the join token airlockd
+ * writes into CONTROL_DIR at each start, for the node airlock-nodemgr
+ * starts; and the variable airlock-nodemgr sets for the airlockd it starts
+ * in that mode (the only way such an airlockd runs unprivileged). */
+#define CONFIG_LOCAL_NODE_TOKEN_FILE "local-node.token"
+#define CONFIG_LOCAL_NODE_ENV "AIRLOCK_LOCAL_NODE_BY_NODEMGR"
 
 enum config_action {
         CONFIG_RUN,
@@ -115,6 +121,13 @@ struct daemon_config {
         char cluster_listen[128];
         char advertise[128];
         bool local_node;
+        /* one machine on a shared store: this machine's node runs too,
+         * joined to the cluster like any worker's (airlock-nodemgr starts
+         * it with a join token this replica writes), named local_node_name
+         * and serving replicas at local_node_listen */
+        bool join_local;
+        char local_node_listen[128];
+        char local_node_name[65];
         unsigned node_lost_after_s;
         unsigned heartbeat_ms; /* how often nodes are asked to beat */
         /* volumes (docs/volumes.md): what one owner (a tenant, or the

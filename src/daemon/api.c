@@ -56,14 +56,26 @@ static int cluster_health(struct api_ctx *ctx, struct api_reply *ret) {
 }
 
 int api_health(struct api_ctx *ctx, struct api_reply *ret) {
-        if (!ctx->config->local_node)
+        const struct daemon_config *c = ctx->config;
+        if (!c->local_node && !c->join_local)
                 return cluster_health(ctx, ret);
+        /* this machine's node: on the Unix socket, or joined to the
+         * cluster (one machine on a shared store), which it may not be yet */
+        char addr[NODES_ADDR_MAX];
+        int r = nodes_addr(c->local_node ? NULL : c->local_node_name, addr);
+        if (r == -ENOENT)
+                return api_fail(ctx, -EHOSTDOWN,
+                                "this machine's node %s has not joined the cluster yet (airlock-nodemgr starts it "
+                                "with airlockd; its log lines say how far it got)",
+                                c->local_node_name);
+        if (r < 0)
+                return api_fail(ctx, -EHOSTDOWN, "the store is not available (%s)", strerror(-r));
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "health");
         _cleanup_(json_decrefp) json_t *rep = NULL;
         char err[API_ERRMSG_MAX] = "";
         if (!req)
                 return -ENOMEM;
-        int r = node_call(ctx->config->node_socket, NODE_HEALTH_TIMEOUT_S, req, &rep, err);
+        r = node_call(addr, NODE_HEALTH_TIMEOUT_S, req, &rep, err);
         if (r < 0)
                 return api_fail(ctx, -EHOSTDOWN, "the node agent is not available (%.200s)", err);
         const char *accel = json_string_value(json_object_get(rep, "accel"));

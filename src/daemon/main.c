@@ -31,6 +31,7 @@
 #include "api.h"
 #include "auth.h"
 #include "check.h"
+#include "cluster.h"
 #include "config.h"
 #include "datakey.h"
 #include "dataplane.h"
@@ -80,8 +81,8 @@ static void print_banner(const struct daemon_config *c, const char *url) {
 
 static int prepare_dirs(const struct daemon_config *c) {
         int r = privsep_control_dir(c);
-        if (r < 0)
-                return r;
+        if (r < 0 || !c->local_node)
+                return r; /* the node's socket is ours to make on one machine only */
         char sock_dir[sizeof c->node_socket];
         memcpy(sock_dir, c->node_socket, sizeof sock_dir);
         r = mkdir_p(dirname(sock_dir), 0700);
@@ -111,6 +112,29 @@ static int data_format(const struct daemon_config *c) {
         if (r < 0)
                 return config_start_failed(r, "cannot write %s/%s: %m%s", c->control_dir, CHECK_FORMAT_FILE,
                                           r == -ENOSPC ? " (the disk is full: free space)" : "");
+        return 0;
+}
+
+/* A day: the node joins within seconds of our start, or airlock-nodemgr
+ * keeps trying with this token (made again at every start). */
+#define LOCAL_NODE_TOKEN_TTL_S (24 * 3600)
+
+/* One machine on a shared store: a join token for this machine's node in
+ * CONTROL_DIR (0600, ours; airlock-nodemgr reads it as root). */
+static int local_node_token(const struct daemon_config *c, struct replica *rp) {
+        char token[CLUSTER_TOKEN_MAX + 1], id[17], path[sizeof c->control_dir + 32];
+        int64_t expires_at;
+        int r = replica_join_token(rp, LOCAL_NODE_TOKEN_TTL_S, token, sizeof token - 1, id, &expires_at);
+        if (r < 0)
+                return r;
+        size_t len = strlen(token);
+        token[len++] = '\n';
+        snprintf(path, sizeof path, "%s/%s", c->control_dir, CONFIG_LOCAL_NODE_TOKEN_FILE);
+        r = file_write_replace(path, token, len, 0600);
+        explicit_bzero(token, sizeof token);
+        if (r < 0)
+                return r;
+        log_info("join token %s for this machine's node in %s", id, path);
         return 0;
 }
 
@@ -183,7 +207,14 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
                 return config_start_failed(r, "cannot start serving the cluster (%s): %m",
                                           c->cluster_listen[0] ? c->cluster_listen : "shared store");
 
-        if (!c->local_node) {
+        if (c->join_local) {
+                /* this machine's node joins like any worker, with the token
+                 * airlock-nodemgr hands it */
+                if ((r = local_node_token(c, replica)) < 0)
+                        return config_start_failed(r, "cannot make a join token for this machine's node: %m");
+                log_info("this machine's node %s joins the cluster at %s (airlock-nodemgr starts it)",
+                         c->local_node_name, c->advertise);
+        } else if (!c->local_node) {
                 /* no node of our own: the joined ones; operations other
                  * replicas left are settled by lease (replica.c) */
                 log_info("no local node: sandboxes go to the nodes that joined the cluster");
@@ -351,10 +382,21 @@ int main(int argc, char **argv) {
                 return AIRLOCKD_EXIT_START_FAILED;
         /* root is only for airlock-nodemgr: it runs us again as `airlock` */
         const char *privsep = getenv("AIRLOCK_PRIVSEP");
-        if (geteuid() == 0 && !config.local_node)
+        bool no_privsep = privsep && strcmp(privsep, "0") == 0;
+        if (config.join_local && (geteuid() == 0 ? no_privsep : !getenv(CONFIG_LOCAL_NODE_ENV))) {
+                /* this machine's node, joined: airlock-nodemgr (root) runs it */
+                fprintf(stderr,
+                        "airlockd: with a shared store this machine's node joins the cluster, and airlock-nodemgr "
+                        "starts it: start airlockd as root%s, or pass --no-local-node (AIRLOCK_LOCAL_NODE=0) for a "
+                        "replica without a node of its own\n",
+                        no_privsep ? " without AIRLOCK_PRIVSEP=0" : "");
+                return 2;
+        }
+        unsetenv(CONFIG_LOCAL_NODE_ENV);
+        if (geteuid() == 0 && !config.local_node && !config.join_local)
                 fprintf(stderr, "airlockd: warning: a replica without a local node needs no privileges; run it as "
                                 "an unprivileged user\n");
-        else if (geteuid() == 0 && !(privsep && strcmp(privsep, "0") == 0)) {
+        else if (geteuid() == 0 && !no_privsep) {
                 /* "ready after" counts from this start, not from the
                  * unprivileged one (the monotonic clock is the machine's) */
                 char t[32];

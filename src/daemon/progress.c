@@ -15,6 +15,7 @@
 #include "log.h"
 #include "macros.h"
 #include "nodeclient.h"
+#include "nodes.h"
 #include "util.h"
 #include "worker.h"
 
@@ -88,7 +89,8 @@ void progress_describe(const json_t *t, char *buf, size_t n) {
 void progress_init(struct progress *p, const struct daemon_config *c, const char *url, uint64_t start_ns) {
         *p = (struct progress){ .start_ns = start_ns,
                                 .data_dir = c->data_dir,
-                                .control_dir = c->control_dir };
+                                .control_dir = c->control_dir,
+                                .advertise = c->advertise };
         snprintf(p->url, sizeof p->url, "%s", url);
         p->default_url = strcmp(url, DEFAULT_URL) == 0;
         p->default_data_dir = strcmp(c->data_dir, DEFAULT_DATA_DIR) == 0;
@@ -260,25 +262,81 @@ bool progress_feed(struct progress *p, const json_t *health, const char *err, ui
         return p->done;
 }
 
+bool progress_feed_nodes(struct progress *p, size_t ready, size_t joined, uint64_t now_ns, char *out, size_t n) {
+        out[0] = 0;
+        if (p->done)
+                return true;
+        char took[32];
+        progress_format_duration((now_ns - p->start_ns) / 1000000ULL, took, sizeof took);
+        if (ready > 0) {
+                appendf(out, n, "airlock: %zu node%s of the cluster ready\n", ready, ready == 1 ? "" : "s");
+                ready_lines(p, NULL, now_ns, out, n);
+                p->done = true;
+        } else if (!p->nodes_said && now_ns - p->start_ns >= PROGRESS_NODE_WAIT_S * NS_PER_S) {
+                appendf(out, n, "airlock: no node is ready (%zu joined): this replica runs none of its own "
+                                "(--no-local-node), sandboxes wait for nodes to join.\n", joined);
+                if (p->advertise && p->advertise[0])
+                        appendf(out, n,
+                                "airlock: to add one: `airlock nodes token > join.token` here, then as root on "
+                                "the worker:\n"
+                                "  airlock-node --join %s --join-token-file join.token --cluster-listen "
+                                "0.0.0.0:7421 --advertise WORKER:7421\n"
+                                "  (docs/cluster.md)\n",
+                                p->advertise);
+                else
+                        appendf(out, n, "airlock: this replica has no cluster port (--cluster-listen): nodes join "
+                                        "the replicas that have one (docs/cluster.md)\n");
+                p->nodes_said = true;
+        } else if (p->nodes_said && now_ns - p->last_line_ns >= PROGRESS_STILL_S * NS_PER_S)
+                appendf(out, n, "airlock: still no node ready (%zu joined; %s since the start)\n", joined, took);
+        if (out[0]) {
+                p->printed = true;
+                p->last_line_ns = now_ns;
+        }
+        return p->done;
+}
+
 struct progress_watch {
         struct worker *worker;
-        char socket[sizeof((struct daemon_config *) 0)->node_socket];
+        const struct daemon_config *config;
         struct progress p;
 };
+
+/* A replica without a node of its own: the cluster's nodes. */
+static bool watch_nodes(struct progress_watch *w, char *out, size_t n) {
+        struct nodes_target *t = NULL;
+        size_t ready = 0;
+        if (nodes_targets(&t, &ready) < 0)
+                return false; /* the store is away: the next pass */
+        nodes_targets_free(t, ready);
+        return progress_feed_nodes(&w->p, ready, ready, now_monotonic_ns(), out, n);
+}
 
 /* One look at the node agent's health: 1 once progress_feed() says the
  * start is over. */
 static int watch_pass(void *arg) {
         struct progress_watch *w = arg;
+        const struct daemon_config *c = w->config;
+        char out[4096];
+        if (!c->local_node && !c->join_local) {
+                bool done = watch_nodes(w, out, sizeof out);
+                if (out[0])
+                        (void) fd_write_all(STDERR_FILENO, out, strlen(out));
+                return done ? 1 : 0;
+        }
         _cleanup_(json_decrefp) json_t *req = json_pack("{s:s}", "op", "health");
         if (!req)
                 return 1;
         _cleanup_(json_decrefp) json_t *rep = NULL;
-        char err[API_ERRMSG_MAX] = "";
-        int r = node_call(w->socket, HEALTH_TIMEOUT_S, req, &rep, err);
+        char err[API_ERRMSG_MAX] = "", addr[NODES_ADDR_MAX];
+        int r = nodes_addr(c->local_node ? NULL : c->local_node_name, addr);
+        if (r == -ENOENT)
+                snprintf(err, sizeof err, "this machine's node %s has not joined the cluster yet",
+                         c->local_node_name);
+        else if (r >= 0)
+                r = node_call(addr, HEALTH_TIMEOUT_S, req, &rep, err);
         if (r < 0 && !err[0])
                 snprintf(err, sizeof err, "%s", strerror(-r));
-        char out[4096];
         bool done = progress_feed(&w->p, r < 0 ? NULL : rep, err, now_monotonic_ns(), out, sizeof out);
         /* one write: the log lines of other threads go to stderr too */
         if (out[0])
@@ -291,7 +349,7 @@ int progress_watch_start(const struct daemon_config *c, const char *url, uint64_
         struct progress_watch *w = calloc(1, sizeof *w);
         if (!w)
                 return -ENOMEM;
-        snprintf(w->socket, sizeof w->socket, "%s", c->node_socket);
+        w->config = c;
         progress_init(&w->p, c, url, start_ns);
         int r = worker_start(watch_pass, w, POLL_MS, 0, &w->worker);
         if (r < 0) {

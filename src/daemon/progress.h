@@ -46,6 +46,9 @@ struct progress {
         const char *data_dir; /* the config's, outlives us */
         const char *control_dir;
         bool default_url, default_data_dir;
+        /* a replica without a node of its own: where nodes join it */
+        const char *advertise;
+        bool nodes_said;
 };
 
 /* Sets p up: start_ns is when airlockd started (monotonic), url the API's
@@ -61,6 +64,14 @@ void progress_init(struct progress *p, const struct daemon_config *c, const char
 bool progress_feed(struct progress *p, const json_t *health, const char *err, uint64_t now_ns, char *out,
                    size_t n);
 
+/*
+ * The same for a replica without a node of its own (--no-local-node):
+ * ready nodes of the cluster, of joined ones. Until one is ready it says,
+ * once PROGRESS_NODE_WAIT_S have passed and then every PROGRESS_STILL_S,
+ * that it waits for nodes and how to add one; then the ready lines.
+ */
+bool progress_feed_nodes(struct progress *p, size_t ready, size_t joined, uint64_t now_ns, char *out, size_t n);
+
 /* One template of a health report in words: "building template python:
  * step 3/4 rootfs (1m05s elapsed; log /path)", "template minimal ready",
  * "template python failed: WHY; build log PATH". */
@@ -69,8 +80,9 @@ void progress_describe(const json_t *template, char *buf, size_t n);
 void progress_format_duration(uint64_t ms, char *buf, size_t n);
 
 struct progress_watch;
-/* Starts the thread that watches the node behind c->node_socket and prints
- * on stderr; url as for progress_init(). */
+/* Starts the thread that watches this machine's node (on c->node_socket,
+ * or joined to the cluster as c->local_node_name), or a replica's cluster
+ * without one, and prints on stderr; url as for progress_init(). */
 int progress_watch_start(const struct daemon_config *c, const char *url, uint64_t start_ns,
                          struct progress_watch **ret);
 /* Stops and joins it (within a node call's timeout); NULL is fine. */

@@ -504,14 +504,10 @@ static int set_defaults(struct node_config *c) {
         return 0;
 }
 
-/* The host name's first label when it is a valid name (capabilities name
- * the node: several nodes need distinct names), else "node". */
 static int default_node_name(char **ret) {
-        char host[256] = "";
-        if (gethostname(host, sizeof host - 1) < 0)
-                host[0] = 0;
-        host[strcspn(host, ".")] = 0;
-        *ret = strdup(name_is_valid(host) ? host : "node");
+        char name[65];
+        node_name_default(name);
+        *ret = strdup(name);
         return *ret ? 0 : -ENOMEM;
 }
 

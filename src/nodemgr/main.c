@@ -91,6 +91,116 @@ static int spawn_daemon(char **argv, uid_t uid, gid_t gid, pid_t *ret_pid) {
         return 0;
 }
 
+/* ---- one machine on a shared store ---- */
+
+/* The token airlockd writes, and the log level, for the joined node. */
+static struct {
+        char token_path[CONFIG_PATH_MAX + 64];
+        const char *log_level;
+} joined;
+
+/* spawn_start_fn: this machine's node as `airlock-node --join` as root,
+ * which becomes airlock-nodemgr --worker (src/nodemgr/worker.c): its own
+ * storage, node and gateway in DATA_DIR, joined through our airlockd. It
+ * must not outlive us. */
+static int start_joined_node(const struct daemon_config *c, void *userdata, pid_t *ret_pid) {
+        const char *argv[] = { c->node_binary, "--join", c->advertise, "--join-token-file", joined.token_path,
+                               "--data-dir", c->data_dir, "--cluster-listen", c->local_node_listen, "--advertise",
+                               c->local_node_listen, "--node-name", c->local_node_name, "--log-level",
+                               joined.log_level, NULL };
+        *ret_pid = -1;
+        pid_t pid = fork();
+        if (pid < 0)
+                return log_error_errno(negative_errno(), "Failed to fork airlock-node: %m");
+        if (pid == 0) {
+                sigset_t none;
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                pid_t parent = getppid();
+                if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+                        _exit(126);
+                execv(argv[0], (char **) argv);
+                _exit(127);
+        }
+        log_info("started this machine's node %s (airlock-node --join %s) pid=%d", c->local_node_name, c->advertise,
+                 (int) pid);
+        *ret_pid = pid;
+        return 0;
+}
+
+/* airlockd (unprivileged, the replica) first; once it wrote the join token,
+ * the node; both watched until airlockd ends, then the node is stopped
+ * (its VMs with it, as on one machine). */
+static int run_joined(const struct daemon_config *c, char **dargv, uid_t uid, gid_t gid, const char *user) {
+        static const char *const levels[] = { "debug", "info", "warn", "error" };
+        joined.log_level = levels[MIN((size_t) c->log_level, ARRAY_SIZE(levels) - 1)];
+        snprintf(joined.token_path, sizeof joined.token_path, "%s/%s", c->control_dir, CONFIG_LOCAL_NODE_TOKEN_FILE);
+        (void) unlink(joined.token_path); /* the last start's: wait for this one's */
+        _cleanup_close_ int sfd = startup_signals();
+        if (sfd < 0)
+                return sfd;
+        pid_t daemon_pid = -1, node_pid = -1;
+        int r = setenv(CONFIG_LOCAL_NODE_ENV, "1", 1) < 0 ? -ENOMEM : spawn_daemon(dargv, uid, gid, &daemon_pid);
+        (void) unsetenv(CONFIG_LOCAL_NODE_ENV);
+        if (r < 0)
+                return config_start_failed(r, "cannot start airlockd as %s: %m", user);
+
+        uint64_t restarts[SPAWN_RESTARTS_MAX + 1], started = now_monotonic_ns();
+        size_t n_restarts = 0;
+        bool stopping = false, clean = false, waiting_said = false;
+        int exit_code = 1;
+        while (daemon_pid > 0) {
+                if (node_pid < 0 && !stopping && access(joined.token_path, R_OK) == 0 &&
+                    start_joined_node(c, NULL, &node_pid) < 0) {
+                        stopping = true;
+                        kill(daemon_pid, SIGTERM);
+                }
+                if (node_pid < 0 && !stopping && !waiting_said &&
+                    now_monotonic_ns() - started > (uint64_t) c->node_start_timeout_s * 1000000000ULL) {
+                        log_warn("airlockd has not made the join token %s yet; the node starts when it has",
+                                 joined.token_path);
+                        waiting_said = true;
+                }
+                struct pollfd pfd = { .fd = sfd, .events = POLLIN };
+                if (poll(&pfd, 1, node_pid < 0 ? 100 : -1) <= 0 || !(pfd.revents & POLLIN))
+                        continue;
+                struct signalfd_siginfo si;
+                if (read(sfd, &si, sizeof si) != (ssize_t) sizeof si)
+                        continue;
+                if (si.ssi_signo != SIGCHLD) {
+                        log_info("received %s; stopping airlockd, then the node", strsignal((int) si.ssi_signo));
+                        stopping = true;
+                        kill(daemon_pid, SIGTERM);
+                        continue;
+                }
+                int status;
+                char how[32];
+                bool node_exited = false;
+                for (pid_t p; (p = waitpid(-1, &status, WNOHANG)) > 0;) {
+                        if (p == node_pid) {
+                                log_error("this machine's node exited (%s)", startup_describe(status, how, sizeof how));
+                                node_pid = -1;
+                                node_exited = true;
+                        } else if (p == daemon_pid) {
+                                daemon_pid = -1;
+                                clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+                                exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+                                log_emit(clean ? LOG_LEVEL_INFO : LOG_LEVEL_ERROR, NULL, "airlockd exited (%s)",
+                                         startup_describe(status, how, sizeof how));
+                        }
+                }
+                if (node_exited && daemon_pid > 0 && !stopping &&
+                    spawn_restart(c, restarts, &n_restarts, start_joined_node, NULL, NULL, &node_pid) < 0) {
+                        log_error("this machine's node keeps failing; stopping so a supervisor can restart Airlock");
+                        stopping = true;
+                        kill(daemon_pid, SIGTERM);
+                }
+        }
+        if (node_pid > 0 && (r = spawn_stop(node_pid, SIGTERM, SPAWN_STOP_GRACE_S, NULL, NULL)) < 0)
+                log_warn_errno(r, "Failed to stop this machine's node: %m");
+        return exit_code == 0 && (clean || stopping) ? 0 : -ECHILD;
+}
+
 /* The node we run: its user, the listening socket every start of it gets
  * (we made it: the node cannot write DATA_DIR/run), its storage, and the
  * gateway. We speak for airlockd, which execed us. */
@@ -121,6 +231,15 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                                           getenv("AIRLOCK_NODE_USER") ?: PRIVSEP_NODE_USER_DEFAULT);
         if ((r = privsep_hand_over(c, uid, gid)) < 0)
                 return config_start_failed(r, "cannot hand %s to the user %s: %m", c->control_dir, user);
+        if (c->join_local) {
+                const char *daemon_bin = getenv("AIRLOCK_DAEMON_BINARY");
+                char *dargv[ARGS_MAX];
+                if ((r = daemon_argv(argc, argv, daemon_bin && *daemon_bin ? daemon_bin
+                                                                           : AIRLOCK_BUILD_DIR "/src/daemon/airlockd",
+                                     dargv, ARRAY_SIZE(dargv))) < 0)
+                        return log_error_errno(r, "Too many arguments");
+                return run_joined(c, dargv, uid, gid, user);
+        }
         if (node_uid == uid || node_gid == gid)
                 return config_start_failed(
                         log_error_errno(-EINVAL, "the node user %s must not be airlockd's user %s",

@@ -22,6 +22,7 @@ static const char *const env_vars[] = {
         "AIRLOCK_IDLE_TIMEOUT_S", "AIRLOCK_IDLE_CHECK_MS", "AIRLOCK_NETWORK_DEFAULT",
         "AIRLOCK_E2B_TEMPLATES", "AIRLOCK_E2B_DOMAIN",
         "AIRLOCK_STORE", "AIRLOCK_CLUSTER_LISTEN", "AIRLOCK_ADVERTISE", "AIRLOCK_LOCAL_NODE",
+        "AIRLOCK_LOCAL_NODE_LISTEN", "AIRLOCK_NODE_NAME",
         "AIRLOCK_NODE_LOST_AFTER_S",
 };
 
@@ -362,16 +363,37 @@ static void test_cluster(void **state) {
         assert_true(c.spawn_node);
         assert_string_equal(c.advertise, "0.0.0.0:7422");
 
-        /* a shared store: no local node, nothing spawned */
+        /* a shared store: no node on the Unix socket, nothing spawned by
+         * airlockd; this machine's node joins the cluster (by default over
+         * the loopback, named after the host) unless --no-local-node */
         setenv("AIRLOCK_STORE", "postgres://airlock@db/airlock", 1);
         assert_int_equal(load(&c, err, 4, "--cluster-listen", "10.0.0.5:7422", "--advertise", "db.example:7422"), 0);
         assert_string_equal(c.database, "postgres://airlock@db/airlock");
         assert_true(c.shared_store);
         assert_false(c.local_node);
         assert_false(c.spawn_node);
+        assert_true(c.join_local);
         assert_string_equal(c.advertise, "db.example:7422");
-        assert_int_equal(load(&c, err, 1, "--local-node"), -EINVAL);
-        assert_non_null(strstr(err, "--local-node"));
+        assert_string_equal(c.local_node_listen, "127.0.0.1:7421");
+        char host[65];
+        node_name_default(host);
+        assert_string_equal(c.local_node_name, host);
+        assert_int_equal(load(&c, err, 0), 0);
+        assert_true(c.join_local);
+        assert_string_equal(c.cluster_listen, "127.0.0.1:7422");
+        assert_string_equal(c.advertise, "127.0.0.1:7422");
+        assert_int_equal(load(&c, err, 5, "--local-node", "--local-node-listen", "10.0.0.5:7431", "--local-node-name",
+                              "box-1"),
+                         0);
+        assert_true(c.join_local);
+        assert_string_equal(c.local_node_listen, "10.0.0.5:7431");
+        assert_string_equal(c.local_node_name, "box-1");
+        assert_int_equal(load(&c, err, 2, "--local-node-name", "no/slash"), -EINVAL);
+        assert_non_null(strstr(err, "--local-node-name"));
+        assert_int_equal(load(&c, err, 2, "--local-node-listen", "nohost"), -EINVAL);
+        assert_int_equal(load(&c, err, 1, "--no-local-node"), 0);
+        assert_false(c.join_local);
+        assert_string_equal(c.cluster_listen, "");
         unsetenv("AIRLOCK_STORE");
 
         assert_int_equal(load(&c, err, 2, "--store", "postgresql:///airlock"), 0);
@@ -379,6 +401,7 @@ static void test_cluster(void **state) {
         assert_int_equal(load(&c, err, 1, "--no-local-node"), 0);
         assert_false(c.local_node);
         assert_false(c.spawn_node);
+        assert_false(c.join_local);
         setenv("AIRLOCK_LOCAL_NODE", "0", 1);
         assert_int_equal(load(&c, err, 0), 0);
         assert_false(c.local_node);

@@ -291,6 +291,46 @@ static void test_node_without_templates(void **state) {
         assert_non_null(strstr(out, "sbx=$(airlock create) && "));
 }
 
+static void test_replica_without_nodes(void **state) {
+        /* --no-local-node: it waits for nodes, says how to add one, and
+         * is ready with the first */
+        struct daemon_config c;
+        char err[256];
+        char *argv[] = {(char *) "airlockd",
+                        (char *) "--store",
+                        (char *) "postgres://db/airlock",
+                        (char *) "--no-local-node",
+                        (char *) "--cluster-listen",
+                        (char *) "10.0.0.5:7422",
+                        NULL};
+        assert_int_equal(config_load(6, argv, &c, err, sizeof err), 0);
+        struct progress p;
+        progress_init(&p, &c, "http://127.0.0.1:7420", T0);
+        char out[4096];
+        assert_false(progress_feed_nodes(&p, 0, 0, T0 + 1 * S, out, sizeof out));
+        assert_string_equal(out, "");
+        assert_false(progress_feed_nodes(&p, 0, 0, T0 + 6 * S, out, sizeof out));
+        assert_non_null(
+                strstr(out, "airlock: no node is ready (0 joined): this replica runs none of its own"));
+        assert_non_null(strstr(out, "airlock-node --join 10.0.0.5:7422 --join-token-file join.token"));
+        assert_false(progress_feed_nodes(&p, 0, 1, T0 + 20 * S, out, sizeof out));
+        assert_string_equal(out, "");
+        assert_false(progress_feed_nodes(&p, 0, 1, T0 + 37 * S, out, sizeof out));
+        assert_string_equal(out, "airlock: still no node ready (1 joined; 37s since the start)\n");
+        assert_true(progress_feed_nodes(&p, 2, 2, T0 + 40 * S, out, sizeof out));
+        assert_non_null(
+                strstr(out, "airlock: 2 nodes of the cluster ready\nairlock: ready after 40s — try:\n"));
+        assert_true(progress_feed_nodes(&p, 2, 2, T0 + 41 * S, out, sizeof out));
+        assert_string_equal(out, "");
+
+        /* no cluster port: nodes join other replicas */
+        argv[4] = NULL;
+        assert_int_equal(config_load(4, argv, &c, err, sizeof err), 0);
+        progress_init(&p, &c, "http://127.0.0.1:7420", T0);
+        assert_false(progress_feed_nodes(&p, 0, 0, T0 + 6 * S, out, sizeof out));
+        assert_non_null(strstr(out, "this replica has no cluster port (--cluster-listen)"));
+}
+
 static void test_small_buffer(void **state) {
         /* lines that do not fit are cut, never overflow */
         struct daemon_config c = config("/var/lib/airlock");
@@ -303,11 +343,16 @@ static void test_small_buffer(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test(test_duration),     cmocka_unit_test(test_describe),
-                cmocka_unit_test(test_first_start),  cmocka_unit_test(test_background_build),
+                cmocka_unit_test(test_duration),
+                cmocka_unit_test(test_describe),
+                cmocka_unit_test(test_first_start),
+                cmocka_unit_test(test_background_build),
                 cmocka_unit_test(test_warm_start_elsewhere),
-                cmocka_unit_test(test_failure),      cmocka_unit_test(test_failure_while_others_build),
-                cmocka_unit_test(test_node_down),    cmocka_unit_test(test_node_without_templates),
+                cmocka_unit_test(test_failure),
+                cmocka_unit_test(test_failure_while_others_build),
+                cmocka_unit_test(test_node_down),
+                cmocka_unit_test(test_node_without_templates),
+                cmocka_unit_test(test_replica_without_nodes),
                 cmocka_unit_test(test_small_buffer),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
