@@ -53,6 +53,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+def procs_naming(text):
+    """pids of the processes whose command line has text."""
+    found = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        found.append(int(p))
+            except OSError:
+                pass
+    return found
+
+
 def qemu_pids(needle):
     """PIDs of QEMU processes whose command line mentions needle, or whose
     disk (opened through the run dir's disk.img link) does: a sandbox id

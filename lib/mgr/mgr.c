@@ -623,10 +623,8 @@ int mgr_open_beneath(int root_fd, const char *root_path, const char *path, int e
 
 /* ---- the node's side ---- */
 
-int mgr_call(const char *socket_path, const struct mgr_request *r, const int *fds, size_t n_fds, char **ret_reply,
-             int *ret_fds, size_t *ret_n_fds, char *err, size_t n) {
-        if (err && n)
-                err[0] = 0;
+int mgr_call_send(const char *socket_path, const struct mgr_request *r, const int *fds, size_t n_fds,
+                  int *ret_conn) {
         if (!socket_path)
                 return -ENAMETOOLONG;
         _cleanup_free_ char *req = mgr_request_format(r);
@@ -639,11 +637,29 @@ int mgr_call(const char *socket_path, const struct mgr_request *r, const int *fd
         k = mgr_send(fd, PROTO_MGR_REQUEST, req, strlen(req), fds, n_fds);
         if (k < 0)
                 return k;
+        *ret_conn = TAKE_FD(fd);
+        return 0;
+}
+
+int mgr_call(const char *socket_path, const struct mgr_request *r, const int *fds, size_t n_fds, char **ret_reply,
+             int *ret_fds, size_t *ret_n_fds, char *err, size_t n) {
+        if (err && n)
+                err[0] = 0;
+        _cleanup_close_ int fd = -EBADF;
+        int k = mgr_call_send(socket_path, r, fds, n_fds, &fd);
+        if (k < 0)
+                return k;
+        return mgr_call_recv(fd, ret_reply, ret_fds, ret_n_fds, err, n);
+}
+
+int mgr_call_recv(int fd, char **ret_reply, int *ret_fds, size_t *ret_n_fds, char *err, size_t n) {
+        if (err && n)
+                err[0] = 0;
         _cleanup_free_ char *reply = NULL;
         size_t len;
         int got[MGR_FDS_MAX];
         size_t n_got = 0;
-        k = mgr_recv(fd, PROTO_MGR_REPLY, MGR_REQUEST_MAX, &reply, &len, got, &n_got);
+        int k = mgr_recv(fd, PROTO_MGR_REPLY, MGR_REQUEST_MAX, &reply, &len, got, &n_got);
         if (k < 0)
                 return k;
         json_t *o = json_loadb(reply, len, 0, NULL);

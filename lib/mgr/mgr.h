@@ -156,3 +156,9 @@ int mgr_open_beneath(int root_fd, const char *root_path, const char *path, int e
  * NULL), or the negative errno the manager answered (its message in err). */
 int mgr_call(const char *socket_path, const struct mgr_request *r, const int *fds, size_t n_fds, char **ret_reply,
              int *ret_fds, size_t *ret_n_fds, char *err, size_t n);
+/* mgr_call() in two halves, for a request that may take long (a template
+ * step): the connection (*ret_conn, the caller's to close; a shutdown()
+ * of it cancels the request) once r is sent, then its reply. */
+int mgr_call_send(const char *socket_path, const struct mgr_request *r, const int *fds, size_t n_fds,
+                  int *ret_conn);
+int mgr_call_recv(int conn, char **ret_reply, int *ret_fds, size_t *ret_n_fds, char *err, size_t n);

@@ -54,6 +54,8 @@
 
 /* within the 30 s its parent gives a stopping node (SPAWN_STOP_GRACE_S, lib/spawn) */
 #define NODE_LIFECYCLE_DRAIN_S 20
+/* how long a stop waits for the template builds it cancelled to clean up */
+#define BUILD_STOP_WAIT_MS 10000
 
 static int signal_pipe[2] = { -1, -1 };
 
@@ -381,6 +383,10 @@ out:
                 log_warn("%u lifecycle requests still running; stopping without their answers", left);
         template_shutdown();
         template_custom_shutdown();
+        /* what they killed ends: its VM's run dir and temporary files go
+         * before the node does */
+        template_custom_shutdown_wait(BUILD_STOP_WAIT_MS);
+        template_shutdown_wait(BUILD_STOP_WAIT_MS);
         pool_shutdown();
         sandbox_uploads_stop();
         if (hand_over)

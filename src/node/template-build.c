@@ -1048,6 +1048,15 @@ void template_custom_shutdown(void) {
         pthread_mutex_unlock(&clock_);
 }
 
+void template_custom_shutdown_wait(int ms) {
+        struct timespec deadline;
+        node_deadline_after_ms(&deadline, ms);
+        pthread_mutex_lock(&clock_);
+        while (running > 0 && pthread_cond_timedwait(&cturn, &clock_, &deadline) != ETIMEDOUT)
+                ;
+        pthread_mutex_unlock(&clock_);
+}
+
 static void __attribute__((constructor)) init_cond(void) {
         node_cond_init(&cturn);
 }

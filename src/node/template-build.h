@@ -59,3 +59,6 @@ int template_custom_state(const char *name, char **ret_error);
 
 /* Cancels every build (the node is stopping); after template_shutdown(). */
 void template_custom_shutdown(void);
+/* Then waits (ms at most) until the builds have ended, their VMs' run
+ * dirs removed. */
+void template_custom_shutdown_wait(int ms);

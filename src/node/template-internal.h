@@ -38,11 +38,15 @@ int template_hash(const struct node_config *cfg, const char *qemu_version, const
                   unsigned memory_mib, char out[HASH_HEX], char out_kernel[HASH_HEX], char **ret_error);
 
 /* What a build runs now, so a shutdown (or a cancel) can kill it: a
- * script's process group or the build VM. Read and written under the
+ * script's process group, a step of airlock-nodemgr's, or the build VM. Read and written under the
  * module's lock (template_track_kill() takes it). */
 struct template_track {
         pid_t pgid;
         struct vmm *vmm;
+        /* a step airlock-nodemgr runs: its connection, shut down to
+         * cancel it (nodemgr then kills the step) */
+        bool mgr_pending;
+        int mgr_conn;
 };
 
 /* Kills what t runs now (a cancelled build); later steps still start:

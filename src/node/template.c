@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -333,7 +334,23 @@ int template_build_step(struct template_track *t, const char *ctx, char *const a
                 return log_errno(LOG_LEVEL_ERROR, negative_errno(), ctx, "Failed to open %s: %m", log_path);
         dprintf(log_fd, "+ airlock-nodemgr template.step %s %s -> %s/%s\n", step, name, dir, out);
         uint64_t t0 = now_monotonic_ns();
-        int r = vmm_template_step(step, name, dir, out, kernel_dir ? kernel_dir : "", params, log_fd, ctx);
+        int conn = -1;
+        int r = vmm_template_step_send(step, name, dir, out, kernel_dir ? kernel_dir : "", params, log_fd, &conn);
+        if (r >= 0) {
+                /* cancellable while it runs: template_track_kill() */
+                pthread_mutex_lock(&tlock);
+                if (shutting_down)
+                        (void) shutdown(conn, SHUT_RDWR);
+                t->mgr_conn = conn;
+                t->mgr_pending = true;
+                pthread_mutex_unlock(&tlock);
+                r = vmm_template_step_wait(conn, ctx);
+                pthread_mutex_lock(&tlock);
+                t->mgr_pending = false;
+                pthread_mutex_unlock(&tlock);
+                safe_close(conn);
+        } else
+                log_errno(LOG_LEVEL_ERROR, r, ctx, "cannot ask airlock-nodemgr for template.step: %m");
         if (r < 0) {
                 log_tail(ctx, log_path);
                 char last[512];
@@ -1245,25 +1262,42 @@ int template_init(const struct node_config *cfg, const char *templates_dir, enum
         return 0;
 }
 
+/* Kills what t runs now; tlock held. */
+static void track_kill_locked(struct template_track *t) {
+        if (t->pgid > 0)
+                kill(-t->pgid, SIGKILL);
+        if (t->mgr_pending)
+                (void) shutdown(t->mgr_conn, SHUT_RDWR);
+        if (t->vmm)
+                vmm_kill(t->vmm);
+}
+
 void template_shutdown(void) {
         template_store_shutdown();
         pthread_mutex_lock(&tlock);
         shutting_down = true;
-        for (struct tentry *e = entries; e; e = e->next) {
-                if (e->track.pgid > 0)
-                        kill(-e->track.pgid, SIGKILL);
-                if (e->track.vmm)
-                        vmm_kill(e->track.vmm);
+        for (struct tentry *e = entries; e; e = e->next)
+                track_kill_locked(&e->track);
+        pthread_mutex_unlock(&tlock);
+}
+
+void template_shutdown_wait(int ms) {
+        struct timespec deadline;
+        node_deadline_after_ms(&deadline, ms);
+        pthread_mutex_lock(&tlock);
+        for (;;) {
+                bool building = false;
+                for (struct tentry *e = entries; e && !building; e = e->next)
+                        building = e->state == T_BUILDING;
+                if (!building || pthread_cond_timedwait(&tcond, &tlock, &deadline) == ETIMEDOUT)
+                        break;
         }
         pthread_mutex_unlock(&tlock);
 }
 
 void template_track_kill(struct template_track *t) {
         pthread_mutex_lock(&tlock);
-        if (t->pgid > 0)
-                kill(-t->pgid, SIGKILL);
-        if (t->vmm)
-                vmm_kill(t->vmm);
+        track_kill_locked(t);
         pthread_mutex_unlock(&tlock);
 }
 

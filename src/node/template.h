@@ -110,3 +110,7 @@ json_t *template_list_json(void);
 /* Kills running build processes (scripts, the template VM): called at
  * shutdown so no QEMU is left behind. */
 void template_shutdown(void);
+/* After template_shutdown(): waits (ms at most) until the builds it
+ * killed have ended and cleaned up after themselves (their VMs' run
+ * dirs, their temporary files). */
+void template_shutdown_wait(int ms);

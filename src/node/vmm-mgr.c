@@ -223,8 +223,8 @@ bool vmm_via_nodemgr(void) {
         return mgr_socket != NULL;
 }
 
-int vmm_template_step(const char *step, const char *name, const char *dir, const char *out, const char *kernel_dir,
-                      char *const *params, int log_fd, const char *ctx) {
+int vmm_template_step_send(const char *step, const char *name, const char *dir, const char *out,
+                           const char *kernel_dir, char *const *params, int log_fd, int *ret_conn) {
         if (!mgr_socket)
                 return -EOPNOTSUPP;
         _cleanup_free_ struct mgr_request *q = calloc(1, sizeof *q);
@@ -245,8 +245,17 @@ int vmm_template_step(const char *step, const char *name, const char *dir, const
                         return -ENOMEM;
                 }
         }
-        int r = vmm_mgr_ask(q, &log_fd, 1, NULL, NULL, 0, ctx);
+        int r = mgr_call_send(mgr_socket, q, &log_fd, 1, ret_conn);
         mgr_request_release(q);
+        return r;
+}
+
+int vmm_template_step_wait(int conn, const char *ctx) {
+        char err[256];
+        int r = mgr_call_recv(conn, NULL, NULL, NULL, err, sizeof err);
+        if (r < 0)
+                log_errno(LOG_LEVEL_ERROR, r, ctx, "airlock-nodemgr's template.step failed: %s: %m",
+                          err[0] ? err : "no answer");
         return r;
 }
 

@@ -272,9 +272,13 @@ bool vmm_via_nodemgr(void);
  * "base" of a template built from a spec, with its parameters params:
  * lib/mgr) as root and puts its output at dir/out, the node's; the
  * script's output goes to log_fd. -EOPNOTSUPP without nodemgr (run it
- * yourself). */
-int vmm_template_step(const char *step, const char *name, const char *dir, const char *out, const char *kernel_dir,
-                      char *const *params, int log_fd, const char *ctx);
+ * yourself). The request is sent here: *ret_conn is where its reply comes. */
+int vmm_template_step_send(const char *step, const char *name, const char *dir, const char *out,
+                           const char *kernel_dir, char *const *params, int log_fd, int *ret_conn);
+/* Its end, on the connection vmm_template_step_send() gave (the caller's
+ * to close; a shutdown() of it from another thread cancels the step:
+ * airlock-nodemgr kills it). The refusal is logged with ctx. */
+int vmm_template_step_wait(int conn, const char *ctx);
 
 /* airlock-nodemgr's file.reclaim: a file a VM wrote becomes the node's
  * (mode 0600/0640/0644). -EOPNOTSUPP without nodemgr. */

@@ -319,6 +319,8 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                 char how[32];
                 bool node_exited = false;
                 for (pid_t p; (p = waitpid(-1, &status, WNOHANG)) > 0;) {
+                        if (mgr_server_reaped(mgr, p, status))
+                                continue;
                         if (p != daemon_pid) {
                                 node_exited |= startup_reaped(&node, p, status, stopping, &node_pid);
                                 continue;

@@ -37,6 +37,22 @@
 #define VM_UIDS 65536u            /* NODE_VMM_UIDS */
 #define REQUEST_TIMEOUT_MS 5000   /* a client that does not send its request in time is dropped */
 
+/* A template step running (template.step): its script's process (and
+ * process group), the node's connection its reply goes to, and the
+ * staging directory its output lands in. The server goes on serving
+ * meanwhile; the step ends when its process is reaped (steps_finish). */
+#define STEPS_MAX 16
+struct step {
+        pid_t pid; /* 0: a free slot */
+        int conn, dir_fd, stage_fd;
+        char stage[64];
+        char out[sizeof((struct mgr_request *) 0)->out];
+        char what[96];    /* "rootfs python", for the log */
+        char script[512]; /* for the failure's words */
+        uint64_t deadline_ns;
+        bool timed_out, abandoned; /* killed: past its time, or the node hung up */
+};
+
 struct mgr_server {
         int fd;
         char path[108];
@@ -47,7 +63,13 @@ struct mgr_server {
         char *roots[MGR_ROOTS_MAX];
         char *qemu;
         uint64_t sweep_at_ns; /* when to sweep the VM cgroups again (0: never) */
+        struct step steps[STEPS_MAX];
+        size_t n_steps; /* running */
 };
+
+static void steps_check(struct mgr_server *s);
+static void steps_kill_all(struct mgr_server *s);
+#define STEPS_CHECK_MS 200
 
 const char *mgr_server_path(const struct mgr_server *s) {
         return s->path;
@@ -65,14 +87,21 @@ int mgr_server_fd(const struct mgr_server *s) {
 }
 
 int mgr_server_timeout_ms(const struct mgr_server *s) {
-        if (!s || !s->sweep_at_ns)
+        if (!s)
                 return -1;
+        int steps = s->n_steps ? STEPS_CHECK_MS : -1;
+        if (!s->sweep_at_ns)
+                return steps;
         uint64_t now = now_monotonic_ns();
-        return now >= s->sweep_at_ns ? 0 : (int) ((s->sweep_at_ns - now) / 1000000 + 1);
+        int sweep = now >= s->sweep_at_ns ? 0 : (int) ((s->sweep_at_ns - now) / 1000000 + 1);
+        return steps >= 0 ? MIN(steps, sweep) : sweep;
 }
 
 void mgr_server_tick(struct mgr_server *s) {
-        if (!s || !s->sweep_at_ns || now_monotonic_ns() < s->sweep_at_ns)
+        if (!s)
+                return;
+        steps_check(s);
+        if (!s->sweep_at_ns || now_monotonic_ns() < s->sweep_at_ns)
                 return;
         s->sweep_at_ns = 0;
         int swept = jail_cgroup_sweep(s->policy.vm_uid_base, s->policy.vm_uid_count, NULL);
@@ -84,6 +113,7 @@ void mgr_server_tick(struct mgr_server *s) {
 void mgr_server_free(struct mgr_server *s) {
         if (!s)
                 return;
+        steps_kill_all(s);
         if (s->fd >= 0) {
                 close(s->fd);
                 (void) unlink(s->path);
@@ -474,8 +504,16 @@ static int give_tree_at(const struct mgr_server *s, int dirfd, const char *name,
  * root can enter (fd 3 of the script, named /proc/self/fd/3: no path the
  * node could redirect), the kernel it packs is read through fd 4. Then the
  * result is given to the node user and renamed into dir/out. */
-static int do_template_step(const struct mgr_server *s, const struct mgr_request *q, int log_fd, char *msg,
-                            size_t n) {
+static int step_start(struct mgr_server *s, const struct mgr_request *q, int log_fd, int conn, char *msg,
+                      size_t n) {
+        struct step *slot = NULL;
+        for (size_t i = 0; i < STEPS_MAX && !slot; i++)
+                if (s->steps[i].pid == 0)
+                        slot = &s->steps[i];
+        if (!slot) {
+                snprintf(msg, n, "%d template steps run already", STEPS_MAX);
+                return -EBUSY;
+        }
         const char *images = getenv("AIRLOCK_IMAGES_DIR");
         if (!images || !*images)
                 images = AIRLOCK_SOURCE_DIR "/images";
@@ -584,34 +622,18 @@ static int do_template_step(const struct mgr_server *s, const struct mgr_request
                 _exit(127);
         }
         log_info("template.step %s %s: %s (pid %d) into %s/%s", q->step, q->name, script, (int) pid, q->dir, q->out);
-        uint64_t deadline = now_monotonic_ns() + (uint64_t) TEMPLATE_STEP_TIMEOUT_S * 1000000000ULL;
-        int status = 0;
-        for (;;) {
-                pid_t k = waitpid(pid, &status, WNOHANG);
-                if (k == pid)
-                        break;
-                if (now_monotonic_ns() > deadline) {
-                        kill(-pid, SIGKILL);
-                        kill(pid, SIGKILL);
-                        (void) waitpid(pid, &status, 0);
-                        snprintf(msg, n, "%s timed out", q->step);
-                        r = -ETIMEDOUT;
-                        goto out;
-                }
-                struct timespec ts = { 0, 20 * 1000000L };
-                nanosleep(&ts, NULL);
-        }
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-                snprintf(msg, n, "%s failed (%s %d)", script, WIFEXITED(status) ? "exit status" : "signal",
-                         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-                r = -EIO;
-                goto out;
-        }
-        /* the node's now: children first, then into place */
-        if ((r = give_tree_at(s, stage_fd, q->out, 0)) < 0 || renameat(stage_fd, q->out, dir_fd, q->out) < 0) {
-                r = r < 0 ? r : negative_errno();
-                snprintf(msg, n, "cannot move %s into %.512s", q->out, q->dir);
-        }
+        /* running: the rest when it is reaped (steps_finish) */
+        *slot = (struct step){ .pid = pid,
+                             .conn = conn,
+                             .dir_fd = TAKE_FD(dir_fd),
+                             .stage_fd = TAKE_FD(stage_fd),
+                             .deadline_ns = now_monotonic_ns() + (uint64_t) TEMPLATE_STEP_TIMEOUT_S * 1000000000ULL };
+        snprintf(slot->stage, sizeof slot->stage, "%s", stage);
+        snprintf(slot->out, sizeof slot->out, "%s", q->out);
+        snprintf(slot->what, sizeof slot->what, "%s %s", q->step, q->name);
+        snprintf(slot->script, sizeof slot->script, "%s", script);
+        s->n_steps++;
+        return 0;
 out:
         remove_at(dir_fd, stage, 0);
         return r;
@@ -864,6 +886,95 @@ static void reply(int fd, int r, const char *msg, json_t *extra, const int *pass
         json_decref(o);
 }
 
+/* The end of step st, whose process ended with status: its output given
+ * to the node and moved into place, the reply sent (unless the node hung
+ * up), the slot freed. */
+static void step_finish(struct mgr_server *s, struct step *st, int status) {
+        char msg[1024] = "";
+        int r = 0;
+        if (st->abandoned || st->timed_out) {
+                r = st->abandoned ? -ECANCELED : -ETIMEDOUT;
+                snprintf(msg, sizeof msg, "%s %s", st->what, st->abandoned ? "cancelled" : "timed out");
+        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                snprintf(msg, sizeof msg, "%s failed (%s %d)", st->script, WIFEXITED(status) ? "exit status" : "signal",
+                         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                r = -EIO;
+        } else if ((r = give_tree_at(s, st->stage_fd, st->out, 0)) < 0 ||
+                   renameat(st->stage_fd, st->out, st->dir_fd, st->out) < 0) {
+                /* the node's now: children first, then into place */
+                r = r < 0 ? r : negative_errno();
+                snprintf(msg, sizeof msg, "cannot move %s into place", st->out);
+        }
+        remove_at(st->dir_fd, st->stage, 0);
+        if (r < 0)
+                log_warn_errno(r, "template.step %s (pid %d): %s: %m", st->what, (int) st->pid, msg);
+        else
+                log_info("template.step %s (pid %d) done", st->what, (int) st->pid);
+        if (!st->abandoned)
+                reply(st->conn, r, msg, NULL, NULL, 0);
+        safe_close(st->conn);
+        safe_close(st->dir_fd);
+        safe_close(st->stage_fd);
+        *st = (struct step){ 0 };
+        s->n_steps--;
+}
+
+/* Kills step st's process group (it is reaped later). */
+static void step_kill(struct step *st) {
+        kill(-st->pid, SIGKILL);
+        kill(st->pid, SIGKILL);
+}
+
+bool mgr_server_reaped(struct mgr_server *s, pid_t pid, int status) {
+        for (size_t i = 0; s && pid > 0 && i < STEPS_MAX; i++)
+                if (s->steps[i].pid == pid) {
+                        step_finish(s, &s->steps[i], status);
+                        return true;
+                }
+        return false;
+}
+
+/* Each running step: ended (reaped here), past its time, or abandoned by
+ * the node (a build cancelled, a node stopping: its connection shut). */
+static void steps_check(struct mgr_server *s) {
+        for (size_t i = 0; s->n_steps && i < STEPS_MAX; i++) {
+                struct step *st = &s->steps[i];
+                if (st->pid == 0)
+                        continue;
+                int status = 0;
+                if (waitpid(st->pid, &status, WNOHANG) == st->pid) {
+                        step_finish(s, st, status);
+                        continue;
+                }
+                struct pollfd p = { .fd = st->conn, .events = POLLIN | POLLRDHUP };
+                bool gone = poll(&p, 1, 0) > 0; /* the node sends nothing more: readable is its end */
+                if (gone && !st->abandoned) {
+                        log_info("template.step %s (pid %d): the node hung up; killing it", st->what, (int) st->pid);
+                        st->abandoned = true;
+                        step_kill(st);
+                } else if (!st->timed_out && !st->abandoned && now_monotonic_ns() > st->deadline_ns) {
+                        st->timed_out = true;
+                        step_kill(st);
+                }
+        }
+}
+
+/* Stopping: every running step killed and waited for, its stage removed. */
+static void steps_kill_all(struct mgr_server *s) {
+        for (size_t i = 0; s->n_steps && i < STEPS_MAX; i++) {
+                struct step *st = &s->steps[i];
+                if (st->pid == 0)
+                        continue;
+                log_info("template.step %s (pid %d): stopping; killing it", st->what, (int) st->pid);
+                st->abandoned = true;
+                step_kill(st);
+                int status = 0;
+                while (waitpid(st->pid, &status, 0) < 0 && errno == EINTR)
+                        ;
+                step_finish(s, st, status);
+        }
+}
+
 void mgr_server_serve_one(struct mgr_server *s) {
         _cleanup_close_ int fd = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0)
@@ -912,6 +1023,7 @@ void mgr_server_serve_one(struct mgr_server *s) {
                 return;
         }
         json_t *extra = NULL;
+        bool async = false;
         int out_fds[3] = { -1, -1, -1 }; /* what the reply passes on */
         size_t n_out = 0;
         switch (q->op) {
@@ -945,7 +1057,9 @@ void mgr_server_serve_one(struct mgr_server *s) {
                 r = do_file_reclaim(s, cred.uid, q, msg, sizeof msg);
                 break;
         case MGR_OP_TEMPLATE_STEP:
-                r = do_template_step(s, q, fds[0], msg, sizeof msg);
+                /* runs on: the reply comes when it ends (steps_finish) */
+                r = step_start(s, q, fds[0], fd, msg, sizeof msg);
+                async = r >= 0;
                 break;
         default:
                 r = -EINVAL;
@@ -953,6 +1067,11 @@ void mgr_server_serve_one(struct mgr_server *s) {
         }
         for (size_t i = 0; i < n_fds; i++)
                 close(fds[i]);
+        if (async) {
+                TAKE_FD(fd); /* the step's now */
+                mgr_request_release(q);
+                return;
+        }
         if (r < 0)
                 log_warn_errno(r, "refused %s from pid %d: %s: %m", mgr_op_name(q->op), (int) cred.pid, msg);
         else
@@ -967,6 +1086,7 @@ void mgr_server_serve_one(struct mgr_server *s) {
 void mgr_server_serve_for(void *userdata, int ms) {
         struct mgr_server *s = userdata;
         struct pollfd p = { .fd = s->fd, .events = POLLIN };
-        if (poll(&p, 1, ms) > 0)
+        if (poll(&p, 1, s->n_steps ? MIN(ms, STEPS_CHECK_MS) : ms) > 0)
                 mgr_server_serve_one(s);
+        steps_check(s);
 }

@@ -44,6 +44,11 @@ void mgr_server_tick(struct mgr_server *s);
 /* Accepts one connection (if there is one) and serves it. Errors are the
  * client's: logged and answered, never fatal. */
 void mgr_server_serve_one(struct mgr_server *s);
+/* A child the supervisor reaped (pid, its wait status): true when it was
+ * a template step's, which is then finished and answered. Template steps
+ * run on while the server serves (mgr_server_tick() watches them); the
+ * supervisor's own waitpid(-1) may reap them first. */
+bool mgr_server_reaped(struct mgr_server *s, pid_t pid, int status);
 
 /* A spawn_wait_fn (lib/spawn/spawn.h) for userdata = the server: serves
  * what arrives within ms, while a supervisor waits for its node (a

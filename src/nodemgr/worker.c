@@ -236,12 +236,16 @@ static int run(const struct daemon_config *c) {
                         uint64_t now = now_monotonic_ns();
                         timeout = now >= restart_at ? 0 : (int) ((restart_at - now) / 1000000) + 1;
                 }
+                int mgr_timeout = mgr_server_timeout_ms(mgr);
+                if (mgr_timeout >= 0 && (timeout < 0 || mgr_timeout < timeout))
+                        timeout = mgr_timeout;
                 struct pollfd pfd[2] = { { .fd = sfd, .events = POLLIN }, { .fd = mgr_server_fd(mgr), .events = POLLIN } };
                 if (poll(pfd, 2, timeout) < 0 && errno != EINTR) {
                         log_error_errno(negative_errno(), "poll failed: %m; stopping");
                         exit_code = 1;
                         break;
                 }
+                mgr_server_tick(mgr);
                 if (pfd[1].revents & POLLIN)
                         mgr_server_serve_one(mgr);
                 struct signalfd_siginfo si = { 0 };
@@ -258,7 +262,8 @@ static int run(const struct daemon_config *c) {
                 int status;
                 bool node_exited = false;
                 for (pid_t p; k == (ssize_t) sizeof si && (p = waitpid(-1, &status, WNOHANG)) > 0;)
-                        node_exited |= startup_reaped(&node, p, status, false, &node_pid);
+                        if (!mgr_server_reaped(mgr, p, status))
+                                node_exited |= startup_reaped(&node, p, status, false, &node_pid);
                 if (node_exited && !joined()) {
                         /* no replica answered, or one refused: the control
                          * plane may come up later (the node's log line

@@ -31,6 +31,7 @@ import tempfile
 import time
 import urllib.parse
 
+import harness
 import pytest
 
 import s3lab
@@ -376,19 +377,6 @@ def _alive(pid):
         return False
 
 
-def _procs_naming(path):
-    found = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/cmdline", "rb") as f:
-                    if path.encode() in f.read():
-                        found.append(int(p))
-            except OSError:
-                pass
-    return found
-
-
 @pytest.fixture
 def base_dir():
     """An empty directory the servers' user can pass through (pytest's
@@ -415,7 +403,7 @@ def test_stop_leaves_nothing(base_dir):
     finally:
         lab.stop()
     assert not any(_alive(p) for p in pids)
-    assert _procs_naming(d) == []
+    assert harness.procs_naming(d) == []
     assert not os.path.exists(d) and os.listdir(base_dir) == []
     lab.stop()  # idempotent
 
@@ -429,7 +417,7 @@ def test_start_failure_says_why_and_cleans_up(base_dir, monkeypatch):
     assert "the proxy server exited (status 1)" in msg and "No section 'proxy-server'" in msg, msg
     assert "--- proxy.log" in msg
     assert os.listdir(base_dir) == [] and lab.pids() == []
-    assert _procs_naming(base_dir) == []
+    assert harness.procs_naming(base_dir) == []
 
     monkeypatch.setattr(s3lab, "SWIFT_S3API", "/nonexistent/s3api.py")
     with pytest.raises(s3lab.LabError, match=r"install python3-swift \(scripts/deps.sh --test\)"):
