@@ -433,7 +433,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
 
         (void) set_str(c.data_dir, sizeof c.data_dir, DEFAULT_DATA_DIR);
         (void) set_str(c.listen, sizeof c.listen, DEFAULT_LISTEN);
-        (void) set_str(c.node_binary, sizeof c.node_binary, AIRLOCK_BUILD_DIR "/src/node/airlock-node");
+        (void) set_str(c.node_binary, sizeof c.node_binary, AIRLOCK_NODE_PATH);
         (void) set_str(c.qemu_binary, sizeof c.qemu_binary, "qemu-system-x86_64");
         (void) set_str(c.accel, sizeof c.accel, "auto");
         (void) set_str(c.cpu_model, sizeof c.cpu_model, "host");
@@ -541,7 +541,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 return fail(errbuf, errlen, "a PKCS#11 token needs all three of AIRLOCK_PKCS11_MODULE, "
                             "AIRLOCK_PKCS11_TOKEN and AIRLOCK_PKCS11_PIN_FILE");
         if (!c.console_dir[0])
-                snprintf(c.console_dir, sizeof c.console_dir, "%s", AIRLOCK_SOURCE_DIR "/web/console");
+                snprintf(c.console_dir, sizeof c.console_dir, "%s", AIRLOCK_CONSOLE_PATH);
         if (!c.kms_dir[0] &&
             snprintf(c.kms_dir, sizeof c.kms_dir, "%s/kms", c.control_dir) >= (int) sizeof c.kms_dir)
                 return fail(errbuf, errlen, "the data directory's path is too long for DIR/control/kms");

@@ -202,7 +202,7 @@ static int find_airlockd(char *buf, size_t n) {
                 snprintf(buf, n, "%s", env);
                 return access(buf, X_OK) == 0 ? 0 : -errno;
         }
-        snprintf(buf, n, "%s/src/daemon/airlockd", AIRLOCK_BUILD_DIR);
+        snprintf(buf, n, "%s", AIRLOCK_DAEMON_PATH);
         if (access(buf, X_OK) == 0)
                 return 0;
         char self[PATH_MAX];
@@ -335,8 +335,8 @@ static void host_items(const char *data_dir, const char *url, struct doctor_repo
                 item_set(
                         item_add(rep, "host"), DOCTOR_ERROR,
                         "build it (ninja -C build; ./run.sh builds too) or put airlockd on PATH",
-                        "airlockd not found (%s/src/daemon, next to airlock, PATH): the host is not checked",
-                        AIRLOCK_BUILD_DIR);
+                        "airlockd not found (%s, next to airlock, PATH): the host is not checked",
+                        AIRLOCK_DAEMON_PATH);
                 return;
         }
         char *argv[10] = {bin, (char *)"--check", (char *)"--json", (char *)"--data-dir", (char *)data_dir};

@@ -932,8 +932,8 @@ static void check_binaries(const struct daemon_config *c, struct check_result *r
         const char *guest = getenv("AIRLOCK_GUEST_BINARY");
         const char *bins[] = {
                 c->node_binary,
-                mgr && *mgr ? mgr : AIRLOCK_BUILD_DIR "/src/nodemgr/airlock-nodemgr",
-                guest && *guest ? guest : AIRLOCK_BUILD_DIR "/src/guest/airlock-guest",
+                mgr && *mgr ? mgr : AIRLOCK_NODEMGR_PATH,
+                guest && *guest ? guest : AIRLOCK_GUEST_PATH,
         };
         char missing[1024] = "";
         for (size_t i = 0; i < ARRAY_SIZE(bins); i++)
@@ -942,10 +942,14 @@ static void check_binaries(const struct daemon_config *c, struct check_result *r
                                  "%s%.600s (%s)", missing[0] ? ", " : "", bins[i], strerror(errno));
         if (missing[0]) {
                 set(res, CHECK_ERROR, "missing: %s", missing);
-                fix(res, "build them: ninja -C %s (./run.sh builds, too)", AIRLOCK_BUILD_DIR);
+                if (AIRLOCK_INSTALLED)
+                        fix(res, "reinstall the package: apt install --reinstall airlock");
+                else
+                        fix(res, "build them: ninja -C %s (./run.sh builds, too)", AIRLOCK_BUILD_DIR);
                 return;
         }
-        set(res, CHECK_OK, "airlock-node, airlock-nodemgr and airlock-guest found (%s)", AIRLOCK_BUILD_DIR);
+        set(res, CHECK_OK, "airlock-node, airlock-nodemgr and airlock-guest found (%s, %s)", c->node_binary,
+            bins[1]);
 }
 
 /* The item for an airlockd answering at addr: what its health says. */

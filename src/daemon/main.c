@@ -339,7 +339,7 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
 static int exec_nodemgr(char **argv) {
         const char *bin = getenv("AIRLOCK_NODEMGR_BINARY");
         if (!bin || !*bin)
-                bin = AIRLOCK_BUILD_DIR "/src/nodemgr/airlock-nodemgr";
+                bin = AIRLOCK_NODEMGR_PATH;
         char self[PATH_MAX];
         ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
         if (n <= 0 || (self[n] = 0, setenv("AIRLOCK_DAEMON_BINARY", self, 1) < 0)) {

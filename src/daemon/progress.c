@@ -125,7 +125,7 @@ static void ready_lines(const struct progress *p, const json_t *templates, uint6
                         tpl = name;
         }
         appendf(out, n, "airlock: ready after %s — try:\n", took);
-        appendf(out, n, "  export PATH=%s/src/cli:$PATH", AIRLOCK_BUILD_DIR);
+        appendf(out, n, "  export PATH=%s:$PATH", AIRLOCK_CLI_DIR_PATH);
         if (!p->default_url)
                 appendf(out, n, " AIRLOCK_URL=%s", p->url);
         if (!p->default_data_dir)

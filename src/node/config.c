@@ -71,6 +71,7 @@ enum {
         OPT_LABELS,
         OPT_PRINT_CONFIG,
         OPT_HELP,
+        OPT_VERSION,
 };
 
 /* One setting: its flag, its environment variable and how to parse it. */
@@ -477,8 +478,8 @@ static int apply(struct node_config *c, int opt, const char *value, const char *
 static int set_defaults(struct node_config *c) {
         int r;
         if ((r = set_string(&c->data_dir, DEFAULT_DATA_DIR)) < 0 ||
-            (r = set_string(&c->images_dir, AIRLOCK_SOURCE_DIR "/images")) < 0 ||
-            (r = set_string(&c->guest_binary, AIRLOCK_BUILD_DIR "/src/guest/airlock-guest")) < 0 ||
+            (r = set_string(&c->images_dir, AIRLOCK_IMAGES_PATH)) < 0 ||
+            (r = set_string(&c->guest_binary, AIRLOCK_GUEST_PATH)) < 0 ||
             (r = set_string(&c->qemu_binary, "qemu-system-x86_64")) < 0 ||
             (r = set_string(&c->accel, "auto")) < 0 || (r = set_string(&c->cpu_model, "host")) < 0)
                 return r;
@@ -531,12 +532,13 @@ int node_config_load(int argc, char *argv[], struct node_config **ret, enum node
                         return r;
         }
 
-        struct option longopts[ARRAY_SIZE(settings) + 3];
+        struct option longopts[ARRAY_SIZE(settings) + 4];
         for (size_t i = 0; i < ARRAY_SIZE(settings); i++)
                 longopts[i] = (struct option){ settings[i].flag, required_argument, NULL, settings[i].opt };
         longopts[ARRAY_SIZE(settings)] = (struct option){ "print-config", no_argument, NULL, OPT_PRINT_CONFIG };
         longopts[ARRAY_SIZE(settings) + 1] = (struct option){ "help", no_argument, NULL, OPT_HELP };
-        longopts[ARRAY_SIZE(settings) + 2] = (struct option){ 0 };
+        longopts[ARRAY_SIZE(settings) + 2] = (struct option){ "version", no_argument, NULL, OPT_VERSION };
+        longopts[ARRAY_SIZE(settings) + 3] = (struct option){ 0 };
 
         optind = 0; /* full re-initialisation: the loader may run more than once (tests) */
         opterr = 0;
@@ -548,6 +550,10 @@ int node_config_load(int argc, char *argv[], struct node_config **ret, enum node
                 }
                 if (opt == OPT_HELP || opt == 'h') {
                         action = NODE_CONFIG_HELP;
+                        continue;
+                }
+                if (opt == OPT_VERSION) {
+                        action = NODE_CONFIG_VERSION;
                         continue;
                 }
                 if (opt == '?' || opt == ':') {
@@ -759,6 +765,7 @@ void node_config_usage(FILE *f) {
               "network namespaces of their own.\n"
               "\n"
               "  --print-config          print the configuration as key=value and exit\n"
-              "  -h, --help              show this help\n",
+              "  -h, --help              show this help\n"
+              "  --version               print the version\n",
               f);
 }

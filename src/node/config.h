@@ -73,6 +73,7 @@ enum node_config_action {
         NODE_CONFIG_RUN,
         NODE_CONFIG_PRINT, /* --print-config */
         NODE_CONFIG_HELP,  /* --help */
+        NODE_CONFIG_VERSION, /* --version */
 };
 
 /* Builds the configuration from defaults, the environment and argv (flags

@@ -88,7 +88,7 @@ static int setup_signals(void) {
 static int exec_nodemgr(const struct node_config *cfg, int argc, char **argv) {
         const char *bin = getenv("AIRLOCK_NODEMGR_BINARY");
         if (!bin || !*bin)
-                bin = AIRLOCK_BUILD_DIR "/src/nodemgr/airlock-nodemgr";
+                bin = AIRLOCK_NODEMGR_PATH;
         char self[PATH_MAX];
         ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
         if (n <= 0 || (self[n] = 0, setenv("AIRLOCK_NODE_BINARY", self, 1) < 0)) {
@@ -185,6 +185,10 @@ int main(int argc, char *argv[]) {
         }
         if (action == NODE_CONFIG_HELP) {
                 node_config_usage(stdout);
+                return 0;
+        }
+        if (action == NODE_CONFIG_VERSION) {
+                printf("airlock-node %s\n", AIRLOCK_VERSION);
                 return 0;
         }
         if (action == NODE_CONFIG_PRINT) {

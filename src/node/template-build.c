@@ -290,7 +290,7 @@ static int make_rootfs(struct cbuild *b, const char *dir, const char *log_path, 
         if (!debian) {
                 /* what checks the image's layers (airlock-nodemgr passes its own binary) */
                 const char *mgr = getenv("AIRLOCK_NODEMGR_BINARY");
-                e_b = strdup_printf("OCI_CHECK=%s", mgr && *mgr ? mgr : AIRLOCK_BUILD_DIR "/src/nodemgr/airlock-nodemgr");
+                e_b = strdup_printf("OCI_CHECK=%s", mgr && *mgr ? mgr : AIRLOCK_NODEMGR_PATH);
         }
         if (!e_disk || !e_a || !e_b)
                 return -ENOMEM;

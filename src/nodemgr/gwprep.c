@@ -72,7 +72,7 @@ int gwprep_setup(const struct daemon_config *c, uid_t node_uid, gid_t node_gid, 
         if (g.uid == node_uid)
                 return log_error_errno(-EINVAL, "the gateway's user %s must not be the node's", name);
         const char *bin = getenv("AIRLOCK_GW_BINARY");
-        snprintf(g.binary, sizeof g.binary, "%s", bin && *bin ? bin : AIRLOCK_BUILD_DIR "/src/gw/airlock-gw");
+        snprintf(g.binary, sizeof g.binary, "%s", bin && *bin ? bin : AIRLOCK_GW_PATH);
         if (access(g.binary, X_OK) < 0)
                 return log_error_errno(negative_errno(), "The gateway binary %s is not executable: %m", g.binary);
         const char *ns = getenv("AIRLOCK_EGRESS_NETNS");

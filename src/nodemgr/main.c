@@ -235,7 +235,7 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                 const char *daemon_bin = getenv("AIRLOCK_DAEMON_BINARY");
                 char *dargv[ARGS_MAX];
                 if ((r = daemon_argv(argc, argv, daemon_bin && *daemon_bin ? daemon_bin
-                                                                           : AIRLOCK_BUILD_DIR "/src/daemon/airlockd",
+                                                                           : AIRLOCK_DAEMON_PATH,
                                      dargv, ARRAY_SIZE(dargv))) < 0)
                         return log_error_errno(r, "Too many arguments");
                 return run_joined(c, dargv, uid, gid, user);
@@ -268,7 +268,7 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
 
         const char *daemon_bin = getenv("AIRLOCK_DAEMON_BINARY");
         if (!daemon_bin || !*daemon_bin)
-                daemon_bin = AIRLOCK_BUILD_DIR "/src/daemon/airlockd";
+                daemon_bin = AIRLOCK_DAEMON_PATH;
         char *dargv[ARGS_MAX];
         if ((r = daemon_argv(argc, argv, daemon_bin, dargv, ARRAY_SIZE(dargv))) < 0)
                 return log_error_errno(r, "Too many arguments");

@@ -516,10 +516,10 @@ static int step_start(struct mgr_server *s, const struct mgr_request *q, int log
         }
         const char *images = getenv("AIRLOCK_IMAGES_DIR");
         if (!images || !*images)
-                images = AIRLOCK_SOURCE_DIR "/images";
+                images = AIRLOCK_IMAGES_PATH;
         const char *guest = getenv("AIRLOCK_GUEST_BINARY");
         if (!guest || !*guest)
-                guest = AIRLOCK_BUILD_DIR "/src/guest/airlock-guest";
+                guest = AIRLOCK_GUEST_PATH;
         bool kernel = strcmp(q->step, "kernel") == 0, initramfs = strcmp(q->step, "initramfs") == 0;
         bool base = strcmp(q->step, "base") == 0;
         _cleanup_free_ char *script = NULL;

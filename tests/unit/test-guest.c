@@ -755,7 +755,7 @@ static void frame_release(struct frame *f) {
  * the one of this build dir */
 static const char *agent_binary(void) {
         const char *e = getenv("AIRLOCK_GUEST_BINARY");
-        return e && *e ? e : AIRLOCK_BUILD_DIR "/src/guest/airlock-guest";
+        return e && *e ? e : AIRLOCK_GUEST_PATH;
 }
 
 static int harness_setup(void **state) {

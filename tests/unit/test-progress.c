@@ -140,7 +140,7 @@ static void test_first_start(void **state) {
                          192, out, sizeof out));
         assert_string_equal(
                 out, "airlock: ready after 3m12s — try:\n"
-                     "  export PATH=" AIRLOCK_BUILD_DIR "/src/cli:$PATH\n"
+                     "  export PATH=" AIRLOCK_CLI_DIR_PATH ":$PATH\n"
                      "  sbx=$(airlock create) && airlock exec $sbx -- python3 -c 'print(6*7)'\n"
                      "  curl -s -H \"Authorization: Bearer $(cat /var/lib/airlock/control/admin.token)\" "
                      "http://127.0.0.1:7420/v1/sandboxes\n");
