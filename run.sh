@@ -7,6 +7,8 @@
 #
 #   ./run.sh [--data-dir DIR] [--listen HOST:PORT] [other airlockd flags]
 set -euo pipefail
+# "ready after" counts from this command, not from airlockd's own start
+export AIRLOCK_COMMAND_STARTED_NS=${AIRLOCK_COMMAND_STARTED_NS:-$(date +%s%N)}
 here=$(cd "$(dirname "$0")" && pwd)
 build=${AIRLOCK_BUILD_DIR:-$here/build}
 

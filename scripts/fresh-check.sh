@@ -2,7 +2,7 @@
 # The README's first command on a bare Debian 12, checked end to end.
 #
 #   scripts/fresh-check.sh [--test-deps] [--only-test-deps] [--test-k EXPR] [--checkout DIR]
-#                          [--test-checkout DIR] [--rev REV]
+#                          [--test-checkout DIR] [--rev REV] [--deb FILE]
 #
 # Builds once (and caches in BUILD_DIR/fresh-root/base-KEY, KEY a hash of
 # everything that defines it) a minimal Debian 12 root with mmdebstrap
@@ -23,8 +23,16 @@
 # loop volume airlockd creates there), no loop device, no VM cgroup.
 # Whatever happens, the trap unmounts, kills and removes what it made.
 #
+# --deb FILE checks the Debian package (scripts/package.sh) instead of
+# ./run.sh: FILE installed in the bare root with apt, its units checked with
+# systemd-analyze verify, airlockd started as airlockd.service starts it
+# (its ExecStart, /etc/airlock/airlock.conf its environment, the port set
+# there as an operator would), the same python sandbox and stop, then
+# `apt-get remove` (the data dir stays) and `apt-get purge` (it goes).
+#
 # --test-deps then runs the README's test command in the same root, from
-# another checkout (--test-checkout, default /opt/airlock), limited to one
+# another checkout (--test-checkout, default /root/airlock-test: under
+# /root, which ./test.sh tests through a bind mount), limited to one
 # integration test: ./test.sh -k EXPR (default test_python_lifecycle): its
 # install step (scripts/deps.sh --test), the build with the tests, all unit
 # tests and fuzz replays, the test volume, the templates and that test with
@@ -47,7 +55,7 @@ VARIANT=minbase
 BASE_FORMAT=1
 HEALTH_TIMEOUT_S=${FRESH_HEALTH_TIMEOUT_S:-3600}
 
-run_check=1 test_deps='' rev=HEAD test_k=test_python_lifecycle checkout=/root/airlock test_checkout=/opt/airlock
+run_check=1 test_deps='' rev=HEAD test_k=test_python_lifecycle checkout=/root/airlock test_checkout=/root/airlock-test deb=''
 while [ $# -gt 0 ]; do
 	case $1 in
 	--checkout=*) checkout=${1#--checkout=} ;;
@@ -56,10 +64,11 @@ while [ $# -gt 0 ]; do
 	--only-test-deps) test_deps=1 run_check= ;;
 	--rev) rev=${2:?--rev needs a revision}; shift ;;
 	--test-k) test_k=${2:?--test-k needs a pytest expression}; shift ;;
+	--deb) deb=$(realpath "${2:?--deb needs a .deb}"); shift ;;
 	--checkout) checkout=${2:?--checkout needs a directory}; shift ;;
 	--test-checkout) test_checkout=${2:?--test-checkout needs a directory}; shift ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-	*) echo "usage: $0 [--test-deps] [--only-test-deps] [--test-k EXPR] [--checkout DIR] [--test-checkout DIR] [--rev REV]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--test-deps] [--only-test-deps] [--test-k EXPR] [--checkout DIR] [--test-checkout DIR] [--rev REV] [--deb FILE]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -264,9 +273,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # fresh_root DIR: a scratch copy of the base, the sources and a checkout
-# in DIR, the mounts; prints nothing else.
+# in DIR (none: DIR empty), the mounts; prints nothing else.
 fresh_root() {
-	phase "a fresh root: base copy, git archive $(git -C "$here" rev-parse --short "$rev") in $1"
+	phase "a fresh root: base copy${1:+, git archive $(git -C "$here" rev-parse --short "$rev") in $1}"
 	if [ -e "$R" ]; then
 		cleanup_root || true # what an earlier, killed run left
 		[ ! -e "$R" ] || die "cannot remove the old scratch root $R"
@@ -279,7 +288,7 @@ fresh_root() {
 	cp -a /etc/apt/sources.list.d "$R/etc/apt/"
 	[ ! -e /etc/apt/sources.list ] || cp -a /etc/apt/sources.list "$R/etc/apt/"
 	cp -L /etc/resolv.conf "$R/etc/resolv.conf"
-	checkout_in_root "$1"
+	[ -z "$1" ] || checkout_in_root "$1"
 	mount_root
 }
 
@@ -316,16 +325,38 @@ base_root
 # --- the README's first command ----------------------------------------------
 if [ -n "$run_check" ]; then
 	log=$top/run.log
-	fresh_root "$checkout"
 	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 	url=http://127.0.0.1:$port
-	phase "./run.sh in the root: installing Debian packages"
-	# its own session: its process group is ours to kill on failure; exec
-	# all the way down, so the pid is run.sh's and then airlockd's
-	setsid chroot "$R" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-		HOME=/root TERM=dumb LANG=C.UTF-8 AIRLOCK_APT_CACHE=/var/cache/airlock-debs \
-		/bin/bash -c "cd $checkout && exec ./run.sh --data-dir /var/lib/airlock --listen 127.0.0.1:$port" \
-		</dev/null >"$log" 2>&1 &
+	if [ -n "$deb" ]; then
+		fresh_root ""
+		phase "apt-get install ./$(basename "$deb") in the root"
+		cp "$deb" "$R/root/"
+		in_root "cd /root && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ./$(basename "$deb")" \
+			>"$top/install.log" 2>&1 || { tail -n 30 "$top/install.log" >&2; die "the package did not install (log: $top/install.log)"; }
+		for u in airlockd airlock-node; do
+			systemd-analyze verify --root="$R" "$u.service" >"$top/verify.log" 2>&1 ||
+				{ cat "$top/verify.log" >&2; die "systemd-analyze verify $u.service failed"; }
+		done
+		unit=$R/lib/systemd/system/airlockd.service
+		exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
+		env_file=$(sed -n 's/^EnvironmentFile=-\{0,1\}//p' "$unit")
+		[ -n "$exec_start" ] && [ "$env_file" = /etc/airlock/airlock.conf ] || die "airlockd.service: no ExecStart, or not /etc/airlock/airlock.conf"
+		# as an operator would: the port in the settings file
+		printf 'AIRLOCK_LISTEN=127.0.0.1:%s\n' "$port" >>"$R$env_file"
+		phase "airlockd.service's ExecStart in the root: kernel and templates, until healthy"
+		setsid chroot "$R" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+			LANG=C.UTF-8 AIRLOCK_APT_CACHE=/var/cache/airlock-debs \
+			/bin/bash -c "set -a && . $env_file && set +a && exec $exec_start" </dev/null >"$log" 2>&1 &
+	else
+		fresh_root "$checkout"
+		phase "./run.sh in the root: installing Debian packages"
+		# its own session: its process group is ours to kill on failure; exec
+		# all the way down, so the pid is run.sh's and then airlockd's
+		setsid chroot "$R" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+			HOME=/root TERM=dumb LANG=C.UTF-8 AIRLOCK_APT_CACHE=/var/cache/airlock-debs \
+			/bin/bash -c "cd $checkout && exec ./run.sh --data-dir /var/lib/airlock --listen 127.0.0.1:$port" \
+			</dev/null >"$log" 2>&1 &
+	fi
 	airlockd_pid=$!
 	# its output, as it comes (without the health polls' request lines)
 	tail -n +1 -F --pid="$airlockd_pid" "$log" 2>/dev/null | grep --line-buffered -v 'path=/v1/health' |
@@ -343,7 +374,7 @@ if [ -n "$run_check" ]; then
 		if [ -z "$seen_built" ] && grep -q '^airlock: \(building\|configuring\)' "$log"; then
 			seen_built=1; phase "./run.sh in the root: building"
 		fi
-		if [ -z "$seen_start" ] && grep -q '^airlock: starting airlockd' "$log"; then
+		if [ -z "$seen_start" ] && { [ -n "$deb" ] || grep -q '^airlock: starting airlockd' "$log"; }; then
 			seen_start=1; seen_built=1; phase "airlockd: kernel and templates, until healthy"
 		fi
 		if [ -n "$seen_start" ]; then
@@ -413,6 +444,18 @@ if [ -n "$run_check" ]; then
 	say "the root: $(du -sxm --exclude="$R/var/lib/airlock" --exclude="$R/var/cache/apt/archives" \
 		--exclude="$R/var/cache/airlock-debs" "$R" | cut -f1) MiB after the install and the build (the base: $(du -sxm "$base" | cut -f1) MiB); the data dir: $(du -sxm "$R/var/lib/airlock" | cut -f1) MiB"
 	cp "$log" "$top/last-run.log"
+	if [ -n "$deb" ]; then
+		phase "apt-get remove, then purge"
+		in_root "DEBIAN_FRONTEND=noninteractive apt-get remove -y airlock" >>"$top/install.log" 2>&1 ||
+			die "apt-get remove airlock failed (log: $top/install.log)"
+		[ -s "$R/var/lib/airlock/control/admin.token" ] && [ -f "$R/etc/airlock/airlock.conf" ] ||
+			die "apt-get remove took the data dir or the settings (they stay until a purge)"
+		[ ! -e "$R/usr/sbin/airlockd" ] || die "apt-get remove left /usr/sbin/airlockd"
+		in_root "DEBIAN_FRONTEND=noninteractive apt-get purge -y airlock" >>"$top/install.log" 2>&1 ||
+			die "apt-get purge airlock failed (log: $top/install.log)"
+		[ ! -e "$R/var/lib/airlock" ] && [ ! -e "$R/etc/airlock" ] || die "apt-get purge left /var/lib/airlock or /etc/airlock"
+		say "removed (data kept), then purged (data gone)"
+	fi
 	phase "checks and cleanup"
 	# FRESH_BEFORE_CHECK: a shell command (R and LOG set) run in the state
 	# airlockd left, before the checks (`bash` to look around)
