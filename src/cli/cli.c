@@ -210,6 +210,12 @@ int cli_main(int argc, char **argv) {
         cli.cmd = find_command(argv[optind]);
         if (!cli.cmd)
                 return cli_usage_error(&cli, "unknown command '%s'", argv[optind]);
+        /* `airlock CMD --help` for every command, those with subcommands
+         * (secret, template, volume...) included */
+        if (optind + 1 < argc && (strcmp(argv[optind + 1], "--help") == 0 || strcmp(argv[optind + 1], "-h") == 0)) {
+                cli_print_command_help(cli.cmd);
+                return CLI_EXIT_OK;
+        }
 
         if (sodium_init() < 0)
                 return cli_fail("failed to initialize libsodium");

@@ -325,6 +325,11 @@ HEALTHCHECK CMD test -f /tmp/up
     assert p.returncode == 2 and b"no -f FILE" in p.stderr and b"hello.txt/Dockerfile" in p.stderr, p.stderr
     p = a.cli("template", "build", str(tmp_path))
     assert p.returncode == 2 and b"needs a name: -t NAME" in p.stderr, p.stderr
+    # and the help those errors point at (a command with subcommands too)
+    for cmd, usage in (("template", b"Usage: airlock template build [-f FILE] [-t NAME]"),
+                       ("secret", b"Usage: airlock secret add NAME")):
+        p = a.cli(cmd, "--help")
+        assert p.returncode == 0 and p.stdout.startswith(usage), (p.stdout, p.stderr)
     a.api("GET", "/v1/templates/bad", expect=404)
     for name in ("from-cli", "fails"):
         a.api("DELETE", f"/v1/templates/{name}", expect=204)
