@@ -40,7 +40,7 @@
 /* A template step running (template.step): its script's process (and
  * process group), the node's connection its reply goes to, and the
  * staging directory its output lands in. The server goes on serving
- * meanwhile; the step ends when its process is reaped (steps_finish). */
+ * meanwhile; the step ends when its process is reaped (step_finish). */
 #define STEPS_MAX 16
 struct step {
         pid_t pid; /* 0: a free slot */
@@ -622,7 +622,7 @@ static int step_start(struct mgr_server *s, const struct mgr_request *q, int log
                 _exit(127);
         }
         log_info("template.step %s %s: %s (pid %d) into %s/%s", q->step, q->name, script, (int) pid, q->dir, q->out);
-        /* running: the rest when it is reaped (steps_finish) */
+        /* running: the rest when it is reaped (step_finish) */
         *slot = (struct step){ .pid = pid,
                              .conn = conn,
                              .dir_fd = TAKE_FD(dir_fd),
@@ -1057,7 +1057,7 @@ void mgr_server_serve_one(struct mgr_server *s) {
                 r = do_file_reclaim(s, cred.uid, q, msg, sizeof msg);
                 break;
         case MGR_OP_TEMPLATE_STEP:
-                /* runs on: the reply comes when it ends (steps_finish) */
+                /* runs on: the reply comes when it ends (step_finish) */
                 r = step_start(s, q, fds[0], fd, msg, sizeof msg);
                 async = r >= 0;
                 break;
