@@ -106,7 +106,7 @@ for c in mmdebstrap chroot mount findmnt losetup python3 git; do
 done
 git -C "$here" rev-parse -q --verify "$rev^{commit}" >/dev/null || die "$rev is not a commit of $here"
 mkdir -p "$top/cache/debs" "$top/cache/template-debs"
-exec 9>"$top/.lock"
+exec 9>"$top/.lock" # held while we run; closed for what runs in the root (9>&-)
 flock -n 9 || die "another fresh-check is running ($top/.lock)"
 
 # --- the cached pristine base root -------------------------------------------
@@ -317,7 +317,7 @@ mount_root() {
 # environment of a root login (nothing of ours leaks in)
 in_root() {
 	chroot "$R" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-		HOME=/root TERM=dumb LANG=C.UTF-8 /bin/bash -c "$1"
+		HOME=/root TERM=dumb LANG=C.UTF-8 /bin/bash -c "$1" 9>&-
 }
 
 base_root
@@ -346,7 +346,7 @@ if [ -n "$run_check" ]; then
 		phase "airlockd.service's ExecStart in the root: kernel and templates, until healthy"
 		setsid chroot "$R" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 			LANG=C.UTF-8 AIRLOCK_APT_CACHE=/var/cache/airlock-debs \
-			/bin/bash -c "set -a && . $env_file && set +a && exec $exec_start" </dev/null >"$log" 2>&1 &
+			/bin/bash -c "set -a && . $env_file && set +a && exec $exec_start" </dev/null >"$log" 2>&1 9>&- &
 	else
 		fresh_root "$checkout"
 		phase "./run.sh in the root: installing Debian packages"
@@ -355,7 +355,7 @@ if [ -n "$run_check" ]; then
 		setsid chroot "$R" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 			HOME=/root TERM=dumb LANG=C.UTF-8 AIRLOCK_APT_CACHE=/var/cache/airlock-debs \
 			/bin/bash -c "cd $checkout && exec ./run.sh --data-dir /var/lib/airlock --listen 127.0.0.1:$port" \
-			</dev/null >"$log" 2>&1 &
+			</dev/null >"$log" 2>&1 9>&- &
 	fi
 	airlockd_pid=$!
 	# its output, as it comes (without the health polls' request lines)
@@ -478,7 +478,7 @@ if [ -n "$test_deps" ]; then
 	phase "./test.sh -k $test_k in the root: installing Debian packages"
 	setsid chroot "$R" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 		HOME=/root TERM=dumb LANG=C.UTF-8 /bin/bash -c "cd $test_checkout && exec ./test.sh -k '$test_k'" \
-		</dev/null >"$log" 2>&1 &
+		</dev/null >"$log" 2>&1 9>&- &
 	airlockd_pid=$!
 	tail -n +1 -F --pid="$airlockd_pid" "$log" 2>/dev/null | sed -u 's/^/  | /' >&2 &
 	follower_pid=$!

@@ -615,6 +615,11 @@ static int step_start(struct mgr_server *s, const struct mgr_request *q, int log
                 if (null_fd < 0 || a < 0 || dup2(null_fd, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0 ||
                     dup2(a, 3) < 0 || (b >= 0 && dup2(b, 4) < 0))
                         _exit(126);
+                /* these and nothing else: an fd inherited from whoever
+                 * started us (a shell's, above 9) would push the script's
+                 * own fds past what dash redirects (mmdebstrap's `cat >&11`
+                 * failed with "Bad fd number") */
+                (void) close_range(b >= 0 ? 5 : 4, ~0u, 0);
                 if (envp)
                         execve(argv[0], argv, envp);
                 else
