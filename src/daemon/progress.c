@@ -125,12 +125,18 @@ static void ready_lines(const struct progress *p, const json_t *templates, uint6
                         tpl = name;
         }
         appendf(out, n, "airlock: ready after %s — try:\n", took);
-        appendf(out, n, "  export PATH=%s:$PATH", AIRLOCK_CLI_DIR_PATH);
+        /* an installed airlock is on PATH already */
+        bool path = !AIRLOCK_INSTALLED, exports = path || !p->default_url || !p->default_data_dir;
+        if (exports)
+                appendf(out, n, "  export");
+        if (path)
+                appendf(out, n, " PATH=%s:$PATH", AIRLOCK_CLI_DIR_PATH);
         if (!p->default_url)
                 appendf(out, n, " AIRLOCK_URL=%s", p->url);
         if (!p->default_data_dir)
                 appendf(out, n, " AIRLOCK_DATA_DIR=%s", p->data_dir);
-        appendf(out, n, "\n");
+        if (exports)
+                appendf(out, n, "\n");
         if (!tpl || strcmp(tpl, "python") == 0)
                 appendf(out, n, "  sbx=$(airlock create) && airlock exec $sbx -- python3 -c 'print(6*7)'\n");
         else
