@@ -2,7 +2,9 @@
 #include "apierror.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "macros.h"
@@ -73,4 +75,14 @@ int api_error_from_code(const char *code) {
                         if (strcmp(api_errors[i].code, code) == 0)
                                 return api_errors[i].r;
         return -EIO;
+}
+
+int api_error_invalid(char *err, const char *fmt, ...) {
+        if (err) {
+                va_list ap;
+                va_start(ap, fmt);
+                vsnprintf(err, API_ERRMSG_MAX, fmt, ap);
+                va_end(ap);
+        }
+        return -EINVAL;
 }

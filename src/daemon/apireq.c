@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "apireq.h"
+#include "apierror.h"
 #include "config.h"
 
 #include <errno.h>
@@ -15,18 +16,6 @@
 #include "proto.h"
 #include "util.h"
 
-
-static int bad(char *err, const char *fmt, ...) _printf_(2, 3);
-static int bad(char *err, const char *fmt, ...) {
-        if (err) {
-                va_list ap;
-                va_start(ap, fmt);
-                vsnprintf(err, API_ERRMSG_MAX, fmt, ap);
-                va_end(ap);
-        }
-        return -EINVAL;
-}
-
 int apireq_parse_object(const char *body, size_t len, json_t **ret, char *err) {
         json_error_t jerr;
         json_t *o;
@@ -35,12 +24,14 @@ int apireq_parse_object(const char *body, size_t len, json_t **ret, char *err) {
         else
                 o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
         if (!o)
-                return len == 0 ? -ENOMEM
-                                : bad(err, "request body is not valid JSON: %s (line %d, column %d)", jerr.text,
-                                      jerr.line, jerr.column);
+                return len == 0
+                               ? -ENOMEM
+                               : api_error_invalid(err,
+                                                   "request body is not valid JSON: %s (line %d, column %d)",
+                                                   jerr.text, jerr.line, jerr.column);
         if (!json_is_object(o)) {
                 json_decref(o);
-                return bad(err, "request body must be a JSON object");
+                return api_error_invalid(err, "request body must be a JSON object");
         }
         *ret = o;
         return 0;
@@ -59,8 +50,8 @@ static void key_for_message(const char *k, char *buf, size_t n) {
 
 int apireq_check_fields(const json_t *o, const char *const *known, const char *where, bool lenient, char *err) {
         if (!json_is_object(o))
-                return where ? bad(err, "field '%s' must be an object", where)
-                             : bad(err, "request body must be a JSON object");
+                return where ? api_error_invalid(err, "field '%s' must be an object", where)
+                             : api_error_invalid(err, "request body must be a JSON object");
         if (lenient)
                 return 0;
         const char *k;
@@ -70,8 +61,8 @@ int apireq_check_fields(const json_t *o, const char *const *known, const char *w
                         continue;
                 char shown[72];
                 key_for_message(k, shown, sizeof shown);
-                return where ? bad(err, "unknown field \"%s\" in \"%s\"", shown, where)
-                             : bad(err, "unknown field \"%s\" in the request body", shown);
+                return where ? api_error_invalid(err, "unknown field \"%s\" in \"%s\"", shown, where)
+                             : api_error_invalid(err, "unknown field \"%s\" in the request body", shown);
         }
         return 0;
 }
@@ -138,7 +129,7 @@ static const struct {
 
 int apireq_check_body(const json_t *o, enum apireq_body kind, bool lenient, char *err) {
         if ((unsigned) kind >= _APIREQ_BODY_MAX)
-                return bad(err, "no such kind of request body");
+                return api_error_invalid(err, "no such kind of request body");
         if (!o)
                 return 0;
         int r = apireq_check_fields(o, bodies[kind].fields, NULL, lenient, err);
@@ -161,33 +152,38 @@ static bool env_name_is_valid(const char *k) {
 
 int apireq_check_env(const json_t *env, const char *field, char *err) {
         if (!json_is_object(env))
-                return bad(err, "field '%s' must be an object of strings", field);
+                return api_error_invalid(err, "field '%s' must be an object of strings", field);
         if (json_object_size(env) > APIREQ_ENV_MAX)
-                return bad(err, "field '%s' has more than %d entries", field, APIREQ_ENV_MAX);
+                return api_error_invalid(err, "field '%s' has more than %d entries", field, APIREQ_ENV_MAX);
         const char *k;
         json_t *v;
         json_object_foreach((json_t *) env, k, v) {
                 if (!env_name_is_valid(k))
-                        return bad(err, "field '%s': '%.64s' is not a valid variable name", field, k);
+                        return api_error_invalid(err, "field '%s': '%.64s' is not a valid variable name",
+                                                 field, k);
                 if (!json_is_string(v))
-                        return bad(err, "field '%s': value of '%.64s' must be a string", field, k);
+                        return api_error_invalid(err, "field '%s': value of '%.64s' must be a string", field,
+                                                 k);
         }
         return 0;
 }
 
 static int check_metadata(const json_t *md, char *err) {
         if (!json_is_object(md))
-                return bad(err, "field 'metadata' must be an object of strings");
+                return api_error_invalid(err, "field 'metadata' must be an object of strings");
         if (json_object_size(md) > APIREQ_METADATA_MAX)
-                return bad(err, "field 'metadata' has more than %d entries", APIREQ_METADATA_MAX);
+                return api_error_invalid(err, "field 'metadata' has more than %d entries",
+                                         APIREQ_METADATA_MAX);
         const char *k;
         json_t *v;
         json_object_foreach((json_t *) md, k, v) {
                 if (strlen(k) == 0 || strlen(k) > 128)
-                        return bad(err, "field 'metadata': keys must be 1..128 bytes");
+                        return api_error_invalid(err, "field 'metadata': keys must be 1..128 bytes");
                 if (!json_is_string(v) || json_string_length(v) > APIREQ_METADATA_VALUE_MAX)
-                        return bad(err, "field 'metadata': value of '%.64s' must be a string of at most %d bytes", k,
-                                   APIREQ_METADATA_VALUE_MAX);
+                        return api_error_invalid(
+                                err,
+                                "field 'metadata': value of '%.64s' must be a string of at most %d bytes", k,
+                                APIREQ_METADATA_VALUE_MAX);
         }
         return 0;
 }
@@ -195,31 +191,31 @@ static int check_metadata(const json_t *md, char *err) {
 int apireq_check_cmd(const json_t *cmd, char *err) {
         static const char msg[] = "field 'cmd' must be a non-empty array of strings";
         if (!json_is_array(cmd) || json_array_size(cmd) == 0)
-                return bad(err, "%s", msg);
+                return api_error_invalid(err, "%s", msg);
         if (json_array_size(cmd) > APIREQ_CMD_MAX_ARGS)
-                return bad(err, "field 'cmd' has more than %d elements", APIREQ_CMD_MAX_ARGS);
+                return api_error_invalid(err, "field 'cmd' has more than %d elements", APIREQ_CMD_MAX_ARGS);
         size_t i;
         json_t *v;
         json_array_foreach(cmd, i, v) {
                 if (!json_is_string(v))
-                        return bad(err, "%s", msg);
+                        return api_error_invalid(err, "%s", msg);
         }
         if (json_string_length(json_array_get(cmd, 0)) == 0)
-                return bad(err, "field 'cmd': the program name (cmd[0]) must not be empty");
+                return api_error_invalid(err, "field 'cmd': the program name (cmd[0]) must not be empty");
         return 0;
 }
 
 int apireq_check_path(const char *path, size_t len, char *err) {
         if (!path || len == 0)
-                return bad(err, "path must not be empty");
+                return api_error_invalid(err, "path must not be empty");
         if (len > APIREQ_PATH_MAX)
-                return bad(err, "path is longer than %d bytes", APIREQ_PATH_MAX);
+                return api_error_invalid(err, "path is longer than %d bytes", APIREQ_PATH_MAX);
         if (memchr(path, 0, len))
-                return bad(err, "path must not contain NUL bytes");
+                return api_error_invalid(err, "path must not contain NUL bytes");
         if (path[0] != '/')
-                return bad(err, "path must be absolute (start with '/')");
+                return api_error_invalid(err, "path must be absolute (start with '/')");
         if (path_check(path, len) < 0)
-                return bad(err, "path must not contain '..' components");
+                return api_error_invalid(err, "path must not contain '..' components");
         return 0;
 }
 
@@ -229,7 +225,7 @@ static int opt_string(const json_t *o, const char *field, char **ret, char *err)
         if (!v || json_is_null(v))
                 return 0;
         if (!json_is_string(v))
-                return bad(err, "field '%s' must be a string", field);
+                return api_error_invalid(err, "field '%s' must be a string", field);
         char *s = strndup(json_string_value(v), json_string_length(v));
         if (!s)
                 return -ENOMEM;
@@ -265,7 +261,7 @@ static int opt_cwd(const json_t *o, char **ret, char *err) {
                 return 0;
         char perr[API_ERRMSG_MAX];
         if (apireq_check_path(cwd, strlen(cwd), perr) < 0)
-                return bad(err, "field 'cwd': %s", perr);
+                return api_error_invalid(err, "field 'cwd': %s", perr);
         *ret = TAKE_PTR(cwd);
         return 0;
 }
@@ -278,7 +274,8 @@ static int opt_uint(const json_t *o, const char *field, uint32_t min, uint32_t m
                 return 0;
         }
         if (!json_is_integer(v) || json_integer_value(v) < (json_int_t) min || json_integer_value(v) > (json_int_t) max)
-                return bad(err, "field '%s' must be an integer from %u to %u", field, min, max);
+                return api_error_invalid(err, "field '%s' must be an integer from %u to %u", field, min,
+                                         max);
         *ret = (uint32_t) json_integer_value(v);
         return 0;
 }
@@ -290,7 +287,7 @@ static int opt_bool(const json_t *o, const char *field, bool *ret, char *err) {
                 return 0;
         }
         if (!json_is_boolean(v))
-                return bad(err, "field '%s' must be true or false", field);
+                return api_error_invalid(err, "field '%s' must be true or false", field);
         *ret = json_is_true(v);
         return 0;
 }
@@ -301,14 +298,14 @@ int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
         if (r < 0 || (r = opt_string(o, "image", &c.image, err)) < 0)
                 return r;
         if (c.image && c.template_name)
-                return bad(err, "give 'template' or 'image', not both");
+                return api_error_invalid(err, "give 'template' or 'image', not both");
         if (c.image && !name_is_valid(c.image))
-                return bad(err, "field 'image' must be 1..64 characters of [A-Za-z0-9._-]");
+                return api_error_invalid(err, "field 'image' must be 1..64 characters of [A-Za-z0-9._-]");
         /* made from an image: the handler takes the image's template */
         if (!c.template_name && !(c.template_name = strdup(APIREQ_DEFAULT_TEMPLATE)))
                 return -ENOMEM;
         if (!name_is_valid(c.template_name))
-                return bad(err, "field 'template' must be 1..64 characters of [A-Za-z0-9._-]");
+                return api_error_invalid(err, "field 'template' must be 1..64 characters of [A-Za-z0-9._-]");
         r = opt_env(o, &c.env, err);
         if (r < 0)
                 return r;
@@ -323,15 +320,16 @@ int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
         json_t *sp = json_object_get(o, "snapshot_policy");
         if (sp && !json_is_null(sp)) {
                 if (!json_is_object(sp))
-                        return bad(err, "field 'snapshot_policy' must be an object");
+                        return api_error_invalid(err, "field 'snapshot_policy' must be an object");
                 c.snapshot_policy = json_incref(sp);
         }
         json_t *idle = json_object_get(o, "idle_timeout_s");
         if (idle && !json_is_null(idle)) {
                 if (!json_is_integer(idle) || json_integer_value(idle) < 0 ||
                     json_integer_value(idle) > CONFIG_IDLE_TIMEOUT_S_MAX)
-                        return bad(err, "field 'idle_timeout_s' must be an integer from 0 (never) to %d",
-                                   CONFIG_IDLE_TIMEOUT_S_MAX);
+                        return api_error_invalid(
+                                err, "field 'idle_timeout_s' must be an integer from 0 (never) to %d",
+                                CONFIG_IDLE_TIMEOUT_S_MAX);
                 c.has_idle_timeout = true;
                 c.idle_timeout_s = json_integer_value(idle);
         }
@@ -339,15 +337,17 @@ int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
         if (rec && !json_is_null(rec)) {
                 const char *v = json_string_value(rec);
                 if (!v || (strcmp(v, "boot") != 0 && strcmp(v, "checkpoint") != 0))
-                        return bad(err, "field 'recovery' must be \"boot\" (after a crash, boot the disk: nothing "
-                                        "acknowledged is lost) or \"checkpoint\" (resume the newest full snapshot: "
-                                        "processes kept, later writes lost)");
+                        return api_error_invalid(
+                                err,
+                                "field 'recovery' must be \"boot\" (after a crash, boot the disk: nothing "
+                                "acknowledged is lost) or \"checkpoint\" (resume the newest full snapshot: "
+                                "processes kept, later writes lost)");
                 c.recovery = strcmp(v, "boot") == 0 ? "boot" : "checkpoint";
         }
         json_t *net = json_object_get(o, "network");
         if (net && !json_is_null(net)) {
                 if (!json_is_object(net))
-                        return bad(err, "field 'network' must be an object");
+                        return api_error_invalid(err, "field 'network' must be an object");
                 c.network = json_incref(net);
         }
         /* a size within the template's: the node checks it against that */
@@ -355,21 +355,25 @@ int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
         if (mem && !json_is_null(mem)) {
                 if (!json_is_integer(mem) || json_integer_value(mem) < APIREQ_MEMORY_MIN_MIB ||
                     json_integer_value(mem) > (1 << 20))
-                        return bad(err, "field 'memory_mib' must be an integer from %d (MiB; at most the template's)",
-                                   APIREQ_MEMORY_MIN_MIB);
+                        return api_error_invalid(err,
+                                                 "field 'memory_mib' must be an integer from %d (MiB; at "
+                                                 "most the template's)",
+                                                 APIREQ_MEMORY_MIN_MIB);
                 c.memory_mib = json_integer_value(mem);
         }
         if (cpus && !json_is_null(cpus)) {
                 if (!json_is_integer(cpus) || json_integer_value(cpus) < 1 || json_integer_value(cpus) > 256)
-                        return bad(err, "field 'vcpus' must be an integer from 1 (at most the template's)");
+                        return api_error_invalid(
+                                err, "field 'vcpus' must be an integer from 1 (at most the template's)");
                 c.vcpus = json_integer_value(cpus);
         }
         json_t *wait = json_object_get(o, "template_wait_s");
         if (wait && !json_is_null(wait)) {
                 if (!json_is_integer(wait) || json_integer_value(wait) < 1 ||
                     json_integer_value(wait) > APIREQ_TEMPLATE_WAIT_MAX_S)
-                        return bad(err, "field 'template_wait_s' must be an integer from 1 to %d (seconds)",
-                                   APIREQ_TEMPLATE_WAIT_MAX_S);
+                        return api_error_invalid(
+                                err, "field 'template_wait_s' must be an integer from 1 to %d (seconds)",
+                                APIREQ_TEMPLATE_WAIT_MAX_S);
                 c.template_wait_s = json_integer_value(wait);
         }
         /* [{"name","path","read_only"?}]: the volumes (api-volumes.c
@@ -379,35 +383,46 @@ int apireq_parse_create(const json_t *o, struct apireq_create *ret, char *err) {
                 size_t i;
                 json_t *v;
                 if (!json_is_array(vols) || json_array_size(vols) > APIREQ_VOLUMES_MAX)
-                        return bad(err, "field 'volumes' must be an array of at most %d volumes", APIREQ_VOLUMES_MAX);
+                        return api_error_invalid(err,
+                                                 "field 'volumes' must be an array of at most %d volumes",
+                                                 APIREQ_VOLUMES_MAX);
                 json_array_foreach(vols, i, v) {
                         json_t *ro = json_object_get(v, "read_only");
                         const char *name = json_string_value(json_object_get(v, "name"));
                         const char *path = json_string_value(json_object_get(v, "path"));
                         if (!json_is_object(v) || json_object_size(v) != 2u + (ro ? 1u : 0u) || !name ||
                             !name_is_valid(name) || !path || (ro && !json_is_boolean(ro)))
-                                return bad(err, "volumes[%zu] must be {\"name\": a volume's name or id, \"path\": "
-                                                "where it is mounted, \"read_only\"?: bool}", i);
+                                return api_error_invalid(
+                                        err,
+                                        "volumes[%zu] must be {\"name\": a volume's name or id, \"path\": "
+                                        "where it is mounted, \"read_only\"?: bool}",
+                                        i);
                         if (!proto_volume_path_is_allowed(path))
-                                return bad(err, "volumes[%zu]: '%.128s' is not a path a volume may be mounted at: "
-                                                "absolute, plain, not / and not under /bin /boot /dev /etc /lib* "
-                                                "/proc /run /sbin /sys /usr (the system's own)", i, path);
+                                return api_error_invalid(
+                                        err,
+                                        "volumes[%zu]: '%.128s' is not a path a volume may be mounted at: "
+                                        "absolute, plain, not / and not under /bin /boot /dev /etc /lib* "
+                                        "/proc /run /sbin /sys /usr (the system's own)",
+                                        i, path);
                 }
                 c.volumes = json_incref(vols);
         }
         if ((r = opt_string(o, "node", &c.node, err)) < 0)
                 return r;
         if (c.node && (strlen(c.node) > 63 || !name_is_valid(c.node)))
-                return bad(err, "field 'node' must be a node's name (see GET /v1/nodes)");
+                return api_error_invalid(err, "field 'node' must be a node's name (see GET /v1/nodes)");
         json_t *labels = json_object_get(o, "node_labels");
         if (labels && !json_is_null(labels)) {
                 const char *k;
                 json_t *v;
                 if (!json_is_object(labels) || json_object_size(labels) > 16)
-                        return bad(err, "field 'node_labels' must be an object of at most 16 strings");
-                json_object_foreach(labels, k, v) if (!json_is_string(v) || strlen(k) > 63 ||
-                                                      strlen(json_string_value(v)) > 63)
-                        return bad(err, "field 'node_labels' must map label keys to strings of at most 63 characters");
+                        return api_error_invalid(
+                                err, "field 'node_labels' must be an object of at most 16 strings");
+                json_object_foreach(labels, k, v) if (
+                        !json_is_string(v) || strlen(k) > 63 ||
+                        strlen(json_string_value(v)) >
+                                63) return api_error_invalid(err, "field 'node_labels' must map label keys "
+                                                                  "to strings of at most 63 characters");
                 c.node_labels = json_incref(labels);
         }
         *ret = c;
@@ -427,7 +442,8 @@ int apireq_check_snapshot_policy(const json_t *policy, const struct retention_po
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
-                return bad(err, "field 'snapshot_policy': %s", msg ? msg : "invalid snapshot policy");
+                return api_error_invalid(err, "field 'snapshot_policy': %s",
+                                         msg ? msg : "invalid snapshot policy");
         char *text = json_dumps(policy, JSON_COMPACT | JSON_SORT_KEYS);
         if (!text)
                 return -ENOMEM;
@@ -461,7 +477,9 @@ int apireq_parse_exec(const json_t *o, uint32_t max_timeout_s, struct apireq_exe
             (r = opt_string(o, "stdin", &e.stdin_data, err)) < 0)
                 return r;
         if (e.stdin_data && strlen(e.stdin_data) != json_string_length(json_object_get(o, "stdin")))
-                return bad(err, "field 'stdin' must not contain NUL characters; use a session for binary input");
+                return api_error_invalid(
+                        err,
+                        "field 'stdin' must not contain NUL characters; use a session for binary input");
         r = opt_uint(o, "timeout_s", 1, max_timeout_s, MIN((uint32_t) APIREQ_DEFAULT_EXEC_TIMEOUT_S, max_timeout_s),
                      &e.timeout_s, err);
         if (r < 0)
@@ -545,23 +563,24 @@ int apireq_parse_stdin(const json_t *o, struct apireq_stdin *ret, char *err) {
         json_t *data = json_object_get(o, "data"), *text = json_object_get(o, "text");
         int r;
         if (data && !json_is_null(data) && text && !json_is_null(text))
-                return bad(err, "give either 'data' or 'text', not both");
+                return api_error_invalid(err, "give either 'data' or 'text', not both");
         if (data && !json_is_null(data)) {
                 if (!json_is_string(data))
-                        return bad(err, "field 'data' must be a base64 string");
+                        return api_error_invalid(err, "field 'data' must be a base64 string");
                 r = apireq_base64_decode(json_string_value(data), json_string_length(data), APIREQ_STDIN_MAX, &s.data,
                                          &s.len);
                 if (r == -EFBIG) {
-                        bad(err, "field 'data' decodes to more than %u bytes", APIREQ_STDIN_MAX);
+                        api_error_invalid(err, "field 'data' decodes to more than %u bytes",
+                                          APIREQ_STDIN_MAX);
                         return -EFBIG;
                 }
                 if (r < 0)
-                        return r == -ENOMEM ? r : bad(err, "field 'data' is not valid base64");
+                        return r == -ENOMEM ? r : api_error_invalid(err, "field 'data' is not valid base64");
         } else if (text && !json_is_null(text)) {
                 if (!json_is_string(text))
-                        return bad(err, "field 'text' must be a string");
+                        return api_error_invalid(err, "field 'text' must be a string");
                 if (json_string_length(text) > APIREQ_STDIN_MAX) {
-                        bad(err, "field 'text' is longer than %u bytes", APIREQ_STDIN_MAX);
+                        api_error_invalid(err, "field 'text' is longer than %u bytes", APIREQ_STDIN_MAX);
                         return -EFBIG;
                 }
                 s.len = json_string_length(text);
@@ -579,7 +598,7 @@ int apireq_parse_stdin(const json_t *o, struct apireq_stdin *ret, char *err) {
         }
         if (s.len == 0 && !s.close) {
                 free(s.data);
-                return bad(err, "nothing to do: give 'data', 'text' or \"close\":true");
+                return api_error_invalid(err, "nothing to do: give 'data', 'text' or \"close\":true");
         }
         if (s.len == 0) {
                 free(s.data);
@@ -623,7 +642,8 @@ int apireq_parse_resize(const json_t *o, unsigned *ret_rows, unsigned *ret_cols,
         for (size_t i = 0; i < 2; i++) {
                 json_t *n = json_object_get(o, keys[i]);
                 if (!json_is_integer(n) || json_integer_value(n) < 1 || json_integer_value(n) > APIREQ_TERMINAL_MAX)
-                        return bad(err, "field '%s' must be an integer from 1 to %d", keys[i], APIREQ_TERMINAL_MAX);
+                        return api_error_invalid(err, "field '%s' must be an integer from 1 to %d", keys[i],
+                                                 APIREQ_TERMINAL_MAX);
                 v[i] = (unsigned) json_integer_value(n);
         }
         *ret_rows = v[0];
@@ -636,16 +656,18 @@ int apireq_parse_signal(const json_t *o, int *ret, char *err) {
         if (json_is_integer(v)) {
                 json_int_t n = json_integer_value(v);
                 if (n < 1 || n > 64)
-                        return bad(err, "field 'signal' must be a signal number from 1 to 64");
+                        return api_error_invalid(err, "field 'signal' must be a signal number from 1 to 64");
                 *ret = (int) n;
                 return 0;
         }
         if (json_is_string(v)) {
                 int sig = apireq_signal_from_name(json_string_value(v));
                 if (sig < 0)
-                        return bad(err, "field 'signal': unknown signal name '%.32s'", json_string_value(v));
+                        return api_error_invalid(err, "field 'signal': unknown signal name '%.32s'",
+                                                 json_string_value(v));
                 *ret = sig;
                 return 0;
         }
-        return bad(err, "field 'signal' must be a number or a name like \"TERM\" or \"SIGKILL\"");
+        return api_error_invalid(err,
+                                 "field 'signal' must be a number or a name like \"TERM\" or \"SIGKILL\"");
 }

@@ -37,15 +37,6 @@ void mcp_progress(struct mcp_call *call, double amount, const char *message) {
 }
 
 /* A message for a bad argument into err: -EINVAL. */
-static int bad(char *err, const char *fmt, ...) _printf_(2, 3);
-static int bad(char *err, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, API_ERRMSG_MAX, fmt, ap);
-        va_end(ap);
-        return -EINVAL;
-}
-
 static const char *type_name(enum mcp_type t) {
         switch (t) {
         case MCP_STRING:
@@ -99,13 +90,14 @@ static int check_value(const struct mcp_field *f, const json_t *v, char *err) {
                 break;
         }
         if (!ok)
-                return bad(err, "argument \"%s\" must be %s", f->name, type_name(f->type));
+                return api_error_invalid(err, "argument \"%s\" must be %s", f->name, type_name(f->type));
         if (f->type == MCP_INTEGER && (f->min || f->max) &&
             (json_integer_value(v) < f->min || json_integer_value(v) > f->max))
-                return bad(err, "argument \"%s\" must be an integer from %lld to %lld", f->name,
-                           (long long) f->min, (long long) f->max);
+                return api_error_invalid(err, "argument \"%s\" must be an integer from %lld to %lld",
+                                         f->name, (long long) f->min, (long long) f->max);
         if (f->type == MCP_STRING && f->max > 0 && json_string_length(v) > (size_t) f->max)
-                return bad(err, "argument \"%s\" is longer than %lld bytes", f->name, (long long) f->max);
+                return api_error_invalid(err, "argument \"%s\" is longer than %lld bytes", f->name,
+                                         (long long) f->max);
         if (f->type == MCP_STRING && f->choices) {
                 for (const char *const *c = f->choices; *c; c++)
                         if (strcmp(*c, json_string_value(v)) == 0)
@@ -120,7 +112,7 @@ static int check_value(const struct mcp_field *f, const json_t *v, char *err) {
 
 int mcp_args_check(const struct mcp_field *fields, const json_t *args, char *err) {
         if (args && !json_is_object(args))
-                return bad(err, "the arguments must be an object");
+                return api_error_invalid(err, "the arguments must be an object");
         const char *k;
         json_t *v;
         json_object_foreach((json_t *) args, k, v) {
@@ -143,7 +135,7 @@ int mcp_args_check(const struct mcp_field *fields, const json_t *args, char *err
         }
         for (const struct mcp_field *f = fields; f->name; f++)
                 if (f->required && !json_object_get(args, f->name))
-                        return bad(err, "missing required argument \"%s\"", f->name);
+                        return api_error_invalid(err, "missing required argument \"%s\"", f->name);
         return 0;
 }
 

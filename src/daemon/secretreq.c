@@ -22,15 +22,6 @@
 _Static_assert(CREDSTORE_VALUE_MAX == CREDSET_VALUE_MAX, "credstore and credset disagree on a value's size");
 _Static_assert(CREDSTORE_NAME_MAX == CREDSET_NAME_MAX, "credstore and credset disagree on a name's size");
 
-static int bad(char *err, const char *fmt, ...) _printf_(2, 3);
-static int bad(char *err, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, API_ERRMSG_MAX, fmt, ap);
-        va_end(ap);
-        return -EINVAL;
-}
-
 /* Printable ASCII without controls (and without space when !space). */
 static bool printable(const char *s, size_t n, bool space) {
         for (size_t i = 0; i < n; i++) {
@@ -53,15 +44,16 @@ static int check_host(const char *h, size_t len, char *out, size_t outsz, char *
         char perr[NETPOLICY_ERR_MAX] = "";
         int r = netpolicy_parse(pol, "hosts", &p, perr, sizeof perr);
         if (r == -ENOPKG)
-                return bad(err,
-                           "field 'hosts[%zu]': wildcards cannot be checked: no public suffix list loads on "
-                           "this "
-                           "host",
-                           idx);
+                return api_error_invalid(
+                        err,
+                        "field 'hosts[%zu]': wildcards cannot be checked: no public suffix list loads on "
+                        "this "
+                        "host",
+                        idx);
         if (r < 0) {
                 /* netpolicy names "hosts.allow[0].host": say which entry */
                 const char *m = strstr(perr, ": ");
-                return bad(err, "field 'hosts[%zu]': %s", idx, m ? m + 2 : "not a host name");
+                return api_error_invalid(err, "field 'hosts[%zu]': %s", idx, m ? m + 2 : "not a host name");
         }
         bool wild = len > 2 && h[0] == '*' && h[1] == '.';
         const char *name = wild ? h + 2 : h;
@@ -71,7 +63,8 @@ static int check_host(const char *h, size_t len, char *out, size_t outsz, char *
         char *dst = wild ? out + 2 : out;
         r = netpolicy_name_canonical(name, nlen, dst, outsz - (wild ? 2 : 0));
         if (r < 0)
-                return bad(err, "field 'hosts[%zu]' is not a host name (exact, or \"*.example.com\")", idx);
+                return api_error_invalid(
+                        err, "field 'hosts[%zu]' is not a host name (exact, or \"*.example.com\")", idx);
         if (wild)
                 memcpy(out, "*.", 2);
         return 0;
@@ -79,10 +72,11 @@ static int check_host(const char *h, size_t len, char *out, size_t outsz, char *
 
 static int parse_hosts(const json_t *v, json_t **ret, char *err) {
         if (!json_is_array(v) || json_array_size(v) == 0)
-                return bad(err, "field 'hosts' is required: an array of host names (\"api.github.com\", "
-                                "\"*.example.com\")");
+                return api_error_invalid(
+                        err, "field 'hosts' is required: an array of host names (\"api.github.com\", "
+                             "\"*.example.com\")");
         if (json_array_size(v) > SECRETREQ_HOSTS_MAX)
-                return bad(err, "field 'hosts' has more than %d entries", SECRETREQ_HOSTS_MAX);
+                return api_error_invalid(err, "field 'hosts' has more than %d entries", SECRETREQ_HOSTS_MAX);
         _cleanup_(json_decrefp) json_t *a = json_array();
         if (!a)
                 return -ENOMEM;
@@ -90,7 +84,7 @@ static int parse_hosts(const json_t *v, json_t **ret, char *err) {
         json_t *e;
         json_array_foreach(v, i, e) {
                 if (!json_is_string(e))
-                        return bad(err, "field 'hosts[%zu]' must be a string", i);
+                        return api_error_invalid(err, "field 'hosts[%zu]' must be a string", i);
                 char canon[NETPOLICY_NAME_MAX + 3];
                 int r = check_host(json_string_value(e), json_string_length(e), canon, sizeof canon, err, i);
                 if (r < 0)
@@ -112,7 +106,8 @@ static int parse_ports(const json_t *v, json_t **ret, char *err) {
                 return *ret ? 0 : -ENOMEM;
         }
         if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > SECRETREQ_PORTS_MAX)
-                return bad(err, "field 'ports' must be an array of 1-%d ports", SECRETREQ_PORTS_MAX);
+                return api_error_invalid(err, "field 'ports' must be an array of 1-%d ports",
+                                         SECRETREQ_PORTS_MAX);
         _cleanup_(json_decrefp) json_t *a = json_array();
         if (!a)
                 return -ENOMEM;
@@ -120,7 +115,8 @@ static int parse_ports(const json_t *v, json_t **ret, char *err) {
         json_t *e;
         json_array_foreach(v, i, e) {
                 if (!json_is_integer(e) || json_integer_value(e) < 1 || json_integer_value(e) > 65535)
-                        return bad(err, "field 'ports[%zu]' must be a port number (1-65535)", i);
+                        return api_error_invalid(err, "field 'ports[%zu]' must be a port number (1-65535)",
+                                                 i);
                 if (json_array_append_new(a, json_integer(json_integer_value(e))) < 0)
                         return -ENOMEM;
         }
@@ -137,18 +133,23 @@ static int parse_header(const json_t *v, json_t **ret, char *err) {
         const char *s = json_string_value(v);
         size_t len = json_string_length(v);
         if (!s)
-                return bad(err, "field 'header' must be a string: \"Authorization: Bearer {value}\"");
+                return api_error_invalid(
+                        err, "field 'header' must be a string: \"Authorization: Bearer {value}\"");
         const char *colon = memchr(s, ':', len);
         if (!colon || colon == s || (size_t) (colon - s) > SECRETREQ_HEADER_NAME_MAX)
-                return bad(err, "field 'header' must be \"NAME: TEMPLATE\" with a header name of 1-%d characters",
-                           SECRETREQ_HEADER_NAME_MAX);
+                return api_error_invalid(
+                        err,
+                        "field 'header' must be \"NAME: TEMPLATE\" with a header name of 1-%d characters",
+                        SECRETREQ_HEADER_NAME_MAX);
         size_t nlen = (size_t) (colon - s);
         for (size_t i = 0; i < nlen; i++)
                 if (!token_char(s[i]))
-                        return bad(err, "field 'header': the header name may hold only letters, digits, '-' "
-                                        "and '_'");
+                        return api_error_invalid(
+                                err, "field 'header': the header name may hold only letters, digits, '-' "
+                                     "and '_'");
         if (!credset_header_name_ok(s, nlen)) /* one the gateway owns, or that frames a request */
-                return bad(err, "field 'header': the gateway does not inject '%.*s'", (int) nlen, s);
+                return api_error_invalid(err, "field 'header': the gateway does not inject '%.*s'",
+                                         (int) nlen, s);
         const char *t = colon + 1;
         size_t tlen = len - nlen - 1;
         while (tlen > 0 && *t == ' ') {
@@ -156,12 +157,15 @@ static int parse_header(const json_t *v, json_t **ret, char *err) {
                 tlen--;
         }
         if (tlen == 0 || tlen > SECRETREQ_TEMPLATE_MAX)
-                return bad(err, "field 'header': the template must be 1-%d characters", SECRETREQ_TEMPLATE_MAX);
+                return api_error_invalid(err, "field 'header': the template must be 1-%d characters",
+                                         SECRETREQ_TEMPLATE_MAX);
         if (!printable(t, tlen, true))
-                return bad(err, "field 'header': the template may hold only printable ASCII (no CR, LF or NUL)");
+                return api_error_invalid(
+                        err,
+                        "field 'header': the template may hold only printable ASCII (no CR, LF or NUL)");
         const char *first = memmem(t, tlen, "{value}", 7);
         if (!first || memmem(first + 1, tlen - (size_t) (first + 1 - t), "{value}", 7))
-                return bad(err, "field 'header': the template must hold {value} exactly once");
+                return api_error_invalid(err, "field 'header': the template must hold {value} exactly once");
         *ret = json_pack("{s:s%, s:s%}", "header", s, nlen, "template", t, tlen);
         return *ret ? 0 : -ENOMEM;
 }
@@ -170,8 +174,9 @@ static int parse_basic(const json_t *v, json_t **ret, char *err) {
         const char *s = json_string_value(v);
         size_t len = json_string_length(v);
         if (!s || len == 0 || len > SECRETREQ_USER_MAX || !printable(s, len, true) || memchr(s, ':', len))
-                return bad(err, "field 'basic' must be a user name of 1-%d printable characters without ':'",
-                           SECRETREQ_USER_MAX);
+                return api_error_invalid(
+                        err, "field 'basic' must be a user name of 1-%d printable characters without ':'",
+                        SECRETREQ_USER_MAX);
         *ret = json_pack("{s:s%}", "basic", s, len);
         return *ret ? 0 : -ENOMEM;
 }
@@ -186,7 +191,8 @@ static int parse_list(const json_t *v, const char *field, size_t max, const char
                 return *ret ? 0 : -ENOMEM;
         }
         if (!json_is_array(v) || json_array_size(v) > max)
-                return bad(err, "field '%s' must be an array of at most %zu %s", field, max, what);
+                return api_error_invalid(err, "field '%s' must be an array of at most %zu %s", field, max,
+                                         what);
         size_t i;
         json_t *e;
         json_array_foreach(v, i, e) {
@@ -205,7 +211,8 @@ static int check_method(const json_t *e, size_t i, char *err) {
         for (size_t k = 0; ok && k < n; k++)
                 ok = m[k] >= 'A' && m[k] <= 'Z';
         if (!ok)
-                return bad(err, "field 'methods[%zu]' must be an HTTP method in capitals (\"GET\")", i);
+                return api_error_invalid(
+                        err, "field 'methods[%zu]' must be an HTTP method in capitals (\"GET\")", i);
         return 0;
 }
 
@@ -214,18 +221,21 @@ static int check_path(const json_t *e, size_t i, char *err) {
         size_t n = json_string_length(e);
         if (!p || n == 0 || n > SECRETREQ_PATH_MAX || p[0] != '/' || !printable(p, n, false) || memchr(p, '?', n) ||
             memchr(p, '#', n))
-                return bad(err,
-                           "field 'paths[%zu]' must be a path prefix starting with '/' (no spaces, '?' "
-                           "or '#', at most %d characters)",
-                           i, SECRETREQ_PATH_MAX);
+                return api_error_invalid(
+                        err,
+                        "field 'paths[%zu]' must be a path prefix starting with '/' (no spaces, '?' "
+                        "or '#', at most %d characters)",
+                        i, SECRETREQ_PATH_MAX);
         /* the gateway compares requests' paths as the origin reads them
          * (credset_path_canonical()): a prefix is written so */
         char canon[SECRETREQ_PATH_MAX + 1];
         const char *why = NULL;
         if (credset_path_canonical(p, n, canon, sizeof canon, &why) < 0)
-                return bad(err, "field 'paths[%zu]' is refused: %s", i, why);
+                return api_error_invalid(err, "field 'paths[%zu]' is refused: %s", i, why);
         if (strcmp(canon, p) != 0)
-                return bad(err, "field 'paths[%zu]' must be written as requests are compared: \"%s\"", i, canon);
+                return api_error_invalid(
+                        err, "field 'paths[%zu]' must be written as requests are compared: \"%s\"", i,
+                        canon);
         return 0;
 }
 
@@ -290,14 +300,14 @@ static int parse_expiry(const json_t *v, int64_t now_s, int64_t *ret, char *err)
         if (json_is_integer(v))
                 t = json_integer_value(v);
         else if (!json_is_string(v) || secretreq_parse_rfc3339(json_string_value(v), &t) < 0)
-                return bad(err, "field 'expires_at' must be Unix seconds or an RFC 3339 time "
-                                "(\"2026-12-31T23:59:59Z\")");
+                return api_error_invalid(err, "field 'expires_at' must be Unix seconds or an RFC 3339 time "
+                                              "(\"2026-12-31T23:59:59Z\")");
         if (json_is_integer(v) && t == 0) {
                 *ret = 0; /* never */
                 return 0;
         }
         if (t <= now_s)
-                return bad(err, "field 'expires_at' is in the past");
+                return api_error_invalid(err, "field 'expires_at' is in the past");
         *ret = t;
         return 0;
 }
@@ -313,7 +323,7 @@ static int opt_id(const json_t *o, const char *field, char **ret, char *err) {
         for (size_t i = 0; ok && i < n; i++)
                 ok = token_char(s[i]);
         if (!ok)
-                return bad(err, "field '%s' must be an id", field);
+                return api_error_invalid(err, "field '%s' must be an id", field);
         *ret = strdup(s);
         return *ret ? 0 : -ENOMEM;
 }
@@ -321,25 +331,29 @@ static int opt_id(const json_t *o, const char *field, char **ret, char *err) {
 int secretreq_parse(const json_t *o, int64_t now_s, struct secretreq *ret, char *err) {
         _cleanup_(secretreq_release) struct secretreq q = { 0 };
         if (!json_is_object(o))
-                return bad(err, "the request body must be a JSON object");
+                return api_error_invalid(err, "the request body must be a JSON object");
         const char *name = json_string_value(json_object_get(o, "name"));
         if (!name || !credstore_name_is_valid(name) || strlen(name) != json_string_length(json_object_get(o, "name")))
-                return bad(err, "field 'name' is required: 1-%d characters of a-z, 0-9, '_' and '-'",
-                           CREDSTORE_NAME_MAX);
+                return api_error_invalid(
+                        err, "field 'name' is required: 1-%d characters of a-z, 0-9, '_' and '-'",
+                        CREDSTORE_NAME_MAX);
         json_t *v = json_object_get(o, "value");
         size_t vlen = json_string_length(v);
         if (!json_is_string(v) || vlen == 0 || vlen > CREDSTORE_VALUE_MAX)
-                return bad(err, "field 'value' is required: a string of 1-%d bytes", CREDSTORE_VALUE_MAX);
+                return api_error_invalid(err, "field 'value' is required: a string of 1-%d bytes",
+                                         CREDSTORE_VALUE_MAX);
         /* the value goes into a header line: nothing there may end it */
         if (!credset_value_ok(json_string_value(v), vlen))
-                return bad(err, "field 'value' may not hold NUL, CR or LF, or another control character but tab");
+                return api_error_invalid(
+                        err,
+                        "field 'value' may not hold NUL, CR or LF, or another control character but tab");
         json_t *header = json_object_get(o, "header"), *basic = json_object_get(o, "basic");
         if (json_is_null(header))
                 header = NULL;
         if (json_is_null(basic))
                 basic = NULL;
         if (header && basic)
-                return bad(err, "give one of 'header' and 'basic', not both");
+                return api_error_invalid(err, "give one of 'header' and 'basic', not both");
         _cleanup_(json_decrefp) json_t *hosts = NULL, *ports = NULL, *inject = NULL, *methods = NULL, *paths = NULL;
         int r;
         if ((r = parse_hosts(json_object_get(o, "hosts"), &hosts, err)) < 0 ||
@@ -359,7 +373,8 @@ int secretreq_parse(const json_t *o, int64_t now_s, struct secretreq *ret, char 
         json_t *rate = json_object_get(o, "rate_per_min");
         if (rate && !json_is_null(rate) &&
             (!json_is_integer(rate) || json_integer_value(rate) < 0 || json_integer_value(rate) > SECRETREQ_RATE_MAX))
-                return bad(err, "field 'rate_per_min' must be 0 (unlimited) to %d", SECRETREQ_RATE_MAX);
+                return api_error_invalid(err, "field 'rate_per_min' must be 0 (unlimited) to %d",
+                                         SECRETREQ_RATE_MAX);
         q.spec = json_pack("{s:O, s:O, s:O, s:O, s:O, s:I}", "hosts", hosts, "ports", ports, "inject", inject,
                            "methods", methods, "paths", paths, "rate_per_min",
                            (json_int_t) (json_is_integer(rate) ? json_integer_value(rate) : 0));
