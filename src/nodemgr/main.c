@@ -70,25 +70,49 @@ static int daemon_argv(int argc, char **argv, const char *binary, char **out, si
         return 0;
 }
 
-static int spawn_daemon(char **argv, uid_t uid, gid_t gid, pid_t *ret_pid) {
+/* Forks and execs argv (as uid/gid with drop, else as root), with the
+ * signal mask cleared. It must not outlive us: nobody would supervise it
+ * (set after the drop: changing credentials clears it). */
+static int spawn_child(char *const argv[], bool drop, uid_t uid, gid_t gid, pid_t *ret_pid) {
         pid_t pid = fork();
         if (pid < 0)
-                return log_error_errno(negative_errno(), "Failed to fork airlockd: %m");
+                return log_error_errno(negative_errno(), "Failed to fork %s: %m", argv[0]);
         if (pid == 0) {
                 sigset_t none;
                 sigemptyset(&none);
                 sigprocmask(SIG_SETMASK, &none, NULL);
-                /* it must not outlive us: nobody would supervise its node
-                 * (after the drop: changing credentials clears it) */
                 pid_t parent = getppid();
-                if (privsep_drop(uid, gid) < 0 || prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+                if ((drop && privsep_drop(uid, gid) < 0) || prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 ||
+                    getppid() != parent)
                         _exit(126);
                 execv(argv[0], argv);
                 _exit(127);
         }
-        log_info("started airlockd pid=%d as uid %u", (int) pid, (unsigned) uid);
         *ret_pid = pid;
         return 0;
+}
+
+static int spawn_daemon(char **argv, uid_t uid, gid_t gid, pid_t *ret_pid) {
+        int r = spawn_child(argv, true, uid, gid, ret_pid);
+        if (r >= 0)
+                log_info("started airlockd pid=%d as uid %u", (int) *ret_pid, (unsigned) uid);
+        return r;
+}
+
+/* airlockd ended with status: *clean and *exit_code say how; a start that
+ * failed (it said why, it served nothing) sets *stopping. */
+static void daemon_ended(int status, bool *clean, int *exit_code, bool *stopping) {
+        char how[32];
+        *clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+        if (*clean)
+                log_info("airlockd exited (%s)", startup_describe(status, how, sizeof how));
+        else if (*exit_code == AIRLOCKD_EXIT_START_FAILED) {
+                /* nothing to hand over */
+                log_error("airlockd did not start; stopping the node");
+                *stopping = true;
+        } else
+                log_error("airlockd exited (%s)", startup_describe(status, how, sizeof how));
 }
 
 /* ---- one machine on a shared store ---- */
@@ -109,23 +133,11 @@ static int start_joined_node(const struct daemon_config *c, void *userdata, pid_
                                c->local_node_listen, "--node-name", c->local_node_name, "--log-level",
                                joined.log_level, NULL };
         *ret_pid = -1;
-        pid_t pid = fork();
-        if (pid < 0)
-                return log_error_errno(negative_errno(), "Failed to fork airlock-node: %m");
-        if (pid == 0) {
-                sigset_t none;
-                sigemptyset(&none);
-                sigprocmask(SIG_SETMASK, &none, NULL);
-                pid_t parent = getppid();
-                if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
-                        _exit(126);
-                execv(argv[0], (char **) argv);
-                _exit(127);
-        }
-        log_info("started this machine's node %s (airlock-node --join %s) pid=%d", c->local_node_name, c->advertise,
-                 (int) pid);
-        *ret_pid = pid;
-        return 0;
+        int r = spawn_child((char *const *) argv, false, 0, 0, ret_pid);
+        if (r >= 0)
+                log_info("started this machine's node %s (airlock-node --join %s) pid=%d", c->local_node_name,
+                         c->advertise, (int) *ret_pid);
+        return r;
 }
 
 /* airlockd (unprivileged, the replica) first; once it wrote the join token,
@@ -183,10 +195,7 @@ static int run_joined(const struct daemon_config *c, char **dargv, uid_t uid, gi
                                 node_exited = true;
                         } else if (p == daemon_pid) {
                                 daemon_pid = -1;
-                                clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-                                exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-                                log_emit(clean ? LOG_LEVEL_INFO : LOG_LEVEL_ERROR, NULL, "airlockd exited (%s)",
-                                         startup_describe(status, how, sizeof how));
+                                daemon_ended(status, &clean, &exit_code, &stopping);
                         }
                 }
                 if (node_exited && daemon_pid > 0 && !stopping &&
@@ -316,7 +325,6 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                         continue;
                 }
                 int status;
-                char how[32];
                 bool node_exited = false;
                 for (pid_t p; (p = waitpid(-1, &status, WNOHANG)) > 0;) {
                         if (mgr_server_reaped(mgr, p, status))
@@ -326,17 +334,7 @@ static int run(const struct daemon_config *c, int argc, char **argv) {
                                 continue;
                         }
                         daemon_pid = -1;
-                        clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-                        exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-                        if (clean)
-                                log_info("airlockd exited (%s)", startup_describe(status, how, sizeof how));
-                        else if (exit_code == AIRLOCKD_EXIT_START_FAILED) {
-                                /* it said why; it served nothing, so there
-                                 * is nothing to hand over */
-                                log_error("airlockd did not start; stopping the node");
-                                stopping = true;
-                        } else
-                                log_error("airlockd exited (%s)", startup_describe(status, how, sizeof how));
+                        daemon_ended(status, &clean, &exit_code, &stopping);
                 }
                 if (node_exited && daemon_pid > 0 && !stopping &&
                     spawn_restart(c, restarts, &n_restarts, start_node, mgr_server_serve_for, mgr, &node_pid) < 0) {
