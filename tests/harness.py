@@ -10,6 +10,7 @@ lock and reuse it)."""
 
 import base64
 import contextlib
+import glob
 import http.client
 import json
 import os
@@ -247,6 +248,19 @@ class Airlock:
                 return b"\n".join(f.read().splitlines()[-n:]).decode(errors="replace")
         except OSError:
             return ""
+
+    def console_tails(self, n=30):
+        """The last n lines of each VM's serial console under the data dir."""
+        out = []
+        for path in sorted(glob.glob(os.path.join(self.data_dir, "**", "console.log"), recursive=True)):
+            try:
+                with open(path, "rb") as f:
+                    lines = f.read().splitlines()[-n:]
+            except OSError:
+                continue
+            out.append(f"--- console of {os.path.relpath(path, self.data_dir)}\n"
+                       + b"\n".join(lines).decode(errors="replace"))
+        return "\n".join(out)
 
     # --- HTTP -------------------------------------------------------------
     def request(self, method, path, body=None, auth=True, token=None, headers=None, timeout=600):
@@ -606,12 +620,15 @@ def airlock_factory(templates, request):
 
     yield start
     leaks = []
+    failed = request.node.rep_call.failed if hasattr(request.node, "rep_call") else False
+    for a in started:
+        if failed:  # what the guests printed, while their VMs are still there
+            print(a.console_tails())
     for a in started:  # all first: VM cgroups are host-wide
         a.stop()
     for a in started:
         left_behind = _check_no_leaks(a.data_dir)
         leaks += left_behind
-        failed = request.node.rep_call.failed if hasattr(request.node, "rep_call") else False
         if failed or left_behind:
             print(f"--- log of {a.data_dir}\n{a.log_tail(200)}")
         _remove(a)

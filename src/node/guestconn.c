@@ -27,6 +27,13 @@
 #define HANDSHAKE_BUF_MAX (PROTO_HEADER_SIZE + PROTO_MAX_PAYLOAD)
 /* A guest that takes no byte of a frame for this long is treated as hung. */
 #define SEND_STALL_MS 60000
+/* A call unanswered this long sends the guest one PING on a stream of its
+ * own: new bytes on the channel are a new notification both ways, so a
+ * reply (or a request) whose virtio notification was lost, as suspected
+ * after a pause or a restore under nested KVM, is picked up with it rather
+ * than waiting out the call's timeout. Harmless to a call that is merely
+ * slow: the guest answers the PING, which nobody waits for. */
+#define NUDGE_MS 5000
 
 /* A guestconn_call() waiting for RESULT/ERROR on a stream. Lives on the
  * caller's stack; the reader touches it only under g->lock while it is
@@ -587,6 +594,21 @@ static void call_wait(struct guestconn *g, struct call *c, int timeout_ms) {
                         break;
 }
 
+/* Sends one PING on a stream of its own, which nobody waits on; called
+ * and returns with g->lock held. Its stream id, or 0 when none was sent. */
+static uint32_t nudge(struct guestconn *g) {
+        struct stream *n;
+        if (stream_add(g, NULL, NULL, &n) < 0)
+                return 0;
+        uint32_t id = n->id;
+        pthread_mutex_unlock(&g->lock);
+        int r = send_frame(g, PROTO_PING, id, "{}", 2);
+        pthread_mutex_lock(&g->lock);
+        if (r < 0 && (n = stream_find(g, id)))
+                stream_remove(g, n);
+        return r < 0 ? 0 : id;
+}
+
 static int call_on(struct guestconn *g, uint32_t stream, bool fresh, uint8_t type, json_t *req, int timeout_ms,
                    json_t **ret_result, char **ret_message) {
         if (!req || !json_is_object(req))
@@ -616,17 +638,31 @@ static int call_on(struct guestconn *g, uint32_t stream, bool fresh, uint8_t typ
                 return r;
 
         /* Registered before sending, so the reply cannot overtake us. */
+        uint64_t t0 = now_monotonic_ns();
         r = send_frame(g, type, stream, text, strlen(text));
 
+        uint32_t nudged = 0;
         pthread_mutex_lock(&g->lock);
-        if (r >= 0)
-                call_wait(g, &c, MAX(timeout_ms, 0));
+        if (r >= 0) {
+                timeout_ms = MAX(timeout_ms, 0);
+                call_wait(g, &c, MIN(timeout_ms, NUDGE_MS));
+                if (!c.done && !g->dead && timeout_ms > NUDGE_MS) {
+                        nudged = nudge(g);
+                        call_wait(g, &c, timeout_ms - NUDGE_MS);
+                }
+        }
         s = stream_find(g, stream);
         if (s && s->call == &c)
                 s->call = NULL;
         if (fresh && s)
                 stream_remove(g, s);
+        if (nudged && (s = stream_find(g, nudged)))
+                stream_remove(g, s); /* a PING's reply after this is dropped, as a timed-out call's is */
         pthread_mutex_unlock(&g->lock);
+        if (nudged && c.done)
+                log_emit(LOG_LEVEL_INFO, g->ctx, "the guest answered %s after %llu ms (sent a PING at %d ms)",
+                         proto_type_name(type), (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
+                         NUDGE_MS);
 
         if (r < 0)
                 return log_errno(LOG_LEVEL_WARN, r, g->ctx, "failed to send %s: %m", proto_type_name(type));

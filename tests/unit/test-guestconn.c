@@ -200,6 +200,50 @@ static void test_handshake_and_calls(void **state) {
         fake_join(&f);
 }
 
+/* Holds back its reply to LIST until a PING comes, as a guest whose
+ * notification of the LIST was lost would: then answers both. */
+static void *guest_needs_nudge(void *arg) {
+        struct guest *g = arg;
+        guest_handshake(g, false);
+        struct proto_header h;
+        json_t *m;
+        uint32_t list_stream = 0;
+        unsigned pings = 0;
+        while (guest_recv(g, &h, &m)) {
+                if (h.type == PROTO_LIST) {
+                        list_stream = h.stream;
+                } else if (h.type == PROTO_PING) {
+                        pings++;
+                        assert_int_not_equal(h.stream, list_stream);
+                        guest_send_json(g, PROTO_RESULT, h.stream, "{}");
+                        if (list_stream)
+                                guest_send_json(g, PROTO_RESULT, list_stream, "{\"entries\":[]}");
+                        list_stream = 0;
+                } else {
+                        fail_msg("unexpected frame type %u", h.type);
+                }
+                json_decref(m);
+        }
+        assert_int_equal(pings, 1); /* one PING per unanswered call, and no more */
+        return NULL;
+}
+
+/* A call unanswered for NUDGE_MS sends one PING, and its reply that came
+ * with the PING's is taken: the call succeeds within its timeout. */
+static void test_unanswered_call_is_nudged(void **state) {
+        struct fake f;
+        struct guestconn *c = fake_open(&f, guest_needs_nudge);
+        json_t *req = json_pack("{s:s}", "path", "/");
+        json_t *res = NULL;
+        assert_int_equal(guestconn_call(c, PROTO_LIST, req, 20000, &res, NULL), 0);
+        assert_non_null(json_object_get(res, "entries"));
+        json_decref(res);
+        json_decref(req);
+        guestconn_free(c);
+        fake_join(&f);
+        (void) state;
+}
+
 static void *guest_silent(void *arg) {
         struct guest *g = arg;
         guest_drain(g); /* reads our HELLO, never answers */
@@ -859,6 +903,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_shutdown_unblocks_senders),
                 cmocka_unit_test(test_handshake_and_calls),
+                cmocka_unit_test(test_unanswered_call_is_nudged),
                 cmocka_unit_test(test_handshake_failures),
                 cmocka_unit_test(test_stream_exec),
                 cmocka_unit_test(test_channel_death),
