@@ -158,6 +158,7 @@ static const struct option long_options[] = {
         {"node-lost-after-s", required_argument, NULL, 'x'},
         {"volume-quota-gib", required_argument, NULL, 'q'},
         {"volumes-max", required_argument, NULL, 'r'},
+        {"webhook-open", required_argument, NULL, 'w'},
         {"log-level", required_argument, NULL, 'L'},
         {"snapshot-policy", required_argument, NULL, 'p'},
         {"snapshot-tick-ms", required_argument, NULL, 't'},
@@ -238,6 +239,10 @@ void config_help(FILE *f) {
               "                       egress of a sandbox created without a policy whose tenant\n"
               "                       has no default: allow-all or deny-all\n"
               "                       (AIRLOCK_NETWORK_DEFAULT, default allow-all; docs/network.md)\n"
+              "  --webhook-open RANGES\n"
+              "                       ranges of the platform deny set webhooks may be delivered\n"
+              "                       to (AIRLOCK_WEBHOOK_OPEN, CIDR,...; default none; never\n"
+              "                       loopback, link-local or metadata; docs/webhooks.md)\n"
               "  --e2b-templates MAP  the Airlock template of each E2B template name, as\n"
               "                       E2B=AIRLOCK,... (AIRLOCK_E2B_TEMPLATES, default " DEFAULT_E2B_TEMPLATES ";\n"
               "                       docs/e2b.md)\n"
@@ -354,6 +359,12 @@ static int apply(struct daemon_config *c, int opt, const char *val, const char *
                 return apply_bounded(val, 1, 1u << 24, "GiB", origin, &c->volume_quota_gib, errbuf, errlen);
         case 'r':
                 return apply_bounded(val, 1, 100000, "volumes", origin, &c->volumes_max, errbuf, errlen);
+        case 'w': {
+                char msg[NETPOLICY_ERR_MAX];
+                if (netpolicy_platform_parse(val, &c->webhook_platform, msg, sizeof msg) < 0)
+                        return fail(errbuf, errlen, "%s: %s", origin, msg);
+                return 0;
+        }
         case 'D':
                 if (set_str(c->database, sizeof c->database, val) < 0)
                         return fail(errbuf, errlen, "%s: database URL too long", origin);
@@ -461,6 +472,7 @@ int config_load(int argc, char **argv, struct daemon_config *ret, char *errbuf, 
                 {"AIRLOCK_CPU_MODEL", 'u'},
                 {"AIRLOCK_VOLUME_QUOTA_GIB", 'q'}, {"AIRLOCK_VOLUMES_MAX", 'r'},
                 {"AIRLOCK_LOCAL_NODE_LISTEN", 'g'}, {"AIRLOCK_NODE_NAME", 'j'},
+                {"AIRLOCK_WEBHOOK_OPEN", 'w'},
         };
         for (size_t i = 0; i < ARRAY_SIZE(envs); i++) {
                 const char *v = getenv(envs[i].name);
@@ -607,6 +619,9 @@ void config_print(const struct daemon_config *c, FILE *f) {
         if (c->join_local)
                 fprintf(f, "local_node_name=%s\nlocal_node_listen=%s\n", c->local_node_name, c->local_node_listen);
         fprintf(f, "volume_quota_gib=%u\nvolumes_max=%u\n", c->volume_quota_gib, c->volumes_max);
+        _cleanup_free_ char *open = NULL;
+        fprintf(f, "webhook_open=%s\n",
+                netpolicy_platform_format(&c->webhook_platform, &open) >= 0 ? open : "?");
 }
 
 int config_start_failedv(const char *prog, bool check_hint, int r, const char *fmt, va_list ap) {

@@ -134,6 +134,10 @@ struct daemon_config {
          * admin) may have, in all and in number */
         unsigned volume_quota_gib;
         unsigned volumes_max;
+        /* webhooks (docs/webhooks.md): the ranges of the platform deny
+         * set their targets may be in (AIRLOCK_WEBHOOK_OPEN; nothing by
+         * default), apart from what sandboxes may reach */
+        struct netpolicy_platform webhook_platform;
 };
 
 /*

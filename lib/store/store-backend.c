@@ -6,6 +6,7 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,6 +197,29 @@ void store_params_event(struct store_params *q, const struct store_event *ev) {
         store_param_text(q, ev->type);
         store_param_text(q, ev->state);
         store_param_text(q, ev->previous);
+        store_param_text(q, ev->detail);
+}
+
+void store_params_webhook(struct store_params *q, const struct store_webhook *w, size_t max) {
+        store_param_text(q, w->id);
+        store_param_text(q, w->tenant_id);
+        store_param_text(q, w->url);
+        store_param_text(q, w->events);
+        store_param_text(q, w->secret);
+        store_param_int(q, w->created_at ?: store_now_ms());
+        store_param_int(q, (int64_t) MIN(max, (size_t) INT64_MAX));
+}
+
+void store_params_webhook_delivery(struct store_params *q, const struct store_webhook_delivery *d) {
+        store_param_text(q, d->webhook_id);
+        store_param_int(q, d->event_id);
+        store_param_text(q, d->event_type);
+        store_param_text(q, d->sandbox_id);
+        store_param_int(q, d->ts_ms ?: store_now_ms());
+        store_param_int(q, d->attempt);
+        store_param_int(q, d->status);
+        store_param_text(q, d->error);
+        store_param_int(q, d->duration_ms);
 }
 
 void store_params_node(struct store_params *q, const struct store_node *n) {
@@ -469,16 +493,60 @@ int store_read_event(const struct store_row *r, void *ret) {
         int k;
         if ((k = store_row_strdup(r, 2, &e.tenant_id)) < 0 || (k = store_row_strdup(r, 3, &e.sandbox_id)) < 0 ||
             (k = store_row_strdup(r, 4, &e.type)) < 0 || (k = store_row_strdup(r, 5, &e.state)) < 0 ||
-            (k = store_row_strdup(r, 6, &e.previous)) < 0 || !e.sandbox_id || !e.type) {
+            (k = store_row_strdup(r, 6, &e.previous)) < 0 || (k = store_row_strdup(r, 7, &e.detail)) < 0 ||
+            !e.sandbox_id || !e.type) {
                 store_event_array_free(NULL, 0);
                 free(e.tenant_id);
                 free(e.sandbox_id);
                 free(e.type);
                 free(e.state);
                 free(e.previous);
+                free(e.detail);
                 return k < 0 ? k : -EBADMSG;
         }
         *(struct store_event *) ret = e;
+        return 0;
+}
+
+int store_read_webhook(const struct store_row *r, void *ret) {
+        _cleanup_(store_webhook_release) struct store_webhook w = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 0, &w.id)) < 0 || (k = store_row_strdup(r, 1, &w.tenant_id)) < 0 ||
+            (k = store_row_strdup(r, 2, &w.url)) < 0 || (k = store_row_strdup(r, 3, &w.events)) < 0 ||
+            (k = store_row_strdup(r, 4, &w.secret)) < 0 || (k = store_row_strdup(r, 9, &w.last_error)) < 0)
+                return k;
+        int64_t attempts = store_row_int64(r, 7);
+        if (!w.id || !w.url || !w.events || !w.secret || attempts < 0 || attempts > INT_MAX)
+                return -EBADMSG;
+        w.created_at = store_row_int64(r, 5);
+        w.cursor = store_row_int64(r, 6);
+        w.attempts = (int) attempts;
+        w.next_at = store_row_int64(r, 8);
+        w.delivered = store_row_int64(r, 10);
+        w.failed = store_row_int64(r, 11);
+        *(struct store_webhook *) ret = w;
+        w = (struct store_webhook){ 0 };
+        return 0;
+}
+
+int store_read_webhook_delivery(const struct store_row *r, void *ret) {
+        _cleanup_(store_webhook_delivery_release) struct store_webhook_delivery d = { 0 };
+        int k;
+        if ((k = store_row_strdup(r, 1, &d.webhook_id)) < 0 || (k = store_row_strdup(r, 3, &d.event_type)) < 0 ||
+            (k = store_row_strdup(r, 4, &d.sandbox_id)) < 0 || (k = store_row_strdup(r, 8, &d.error)) < 0)
+                return k;
+        int64_t attempt = store_row_int64(r, 6), status = store_row_int64(r, 7);
+        if (!d.webhook_id || !d.event_type || attempt < INT_MIN || attempt > INT_MAX || status < INT_MIN ||
+            status > INT_MAX)
+                return -EBADMSG;
+        d.id = store_row_int64(r, 0);
+        d.event_id = store_row_int64(r, 2);
+        d.ts_ms = store_row_int64(r, 5);
+        d.attempt = (int) attempt;
+        d.status = (int) status;
+        d.duration_ms = store_row_int64(r, 9);
+        *(struct store_webhook_delivery *) ret = d;
+        d = (struct store_webhook_delivery){ 0 };
         return 0;
 }
 
@@ -748,6 +816,9 @@ STORE_LIST(replica, struct store_replica, store_read_replica, store_replica_arra
 STORE_LIST(string, char *, store_read_string, store_string_array_free);
 STORE_LIST(node_count, struct store_node_count, store_read_node_count, node_count_array_free);
 STORE_LIST(node_beat, struct store_node_beat, store_read_node_beat, node_beat_array_free);
+STORE_LIST(webhook, struct store_webhook, store_read_webhook, store_webhook_array_free);
+STORE_LIST(webhook_delivery, struct store_webhook_delivery, store_read_webhook_delivery,
+           store_webhook_delivery_array_free);
 
 int store_rows_match_key(struct store_row *r, const uint8_t hash[STORE_HASH_SIZE], char **ret_tenant_id) {
         _cleanup_free_ char *tenant_id = NULL;

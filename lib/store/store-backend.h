@@ -54,7 +54,9 @@
         X(p, operation_lease_renew) X(p, operation_take_over) X(p, api_key_insert) X(p, api_key_create)         \
         X(p, tenant_insert) X(p, template_put) X(p, volume_insert) X(p, volume_get) X(p, volume_find)           \
         X(p, volume_list) X(p, volume_delete) X(p, volume_usage) X(p, volume_hold_insert)                       \
-        X(p, volume_holds_of_volume) X(p, volume_holds_of_sandbox) X(p, volume_set_node)
+        X(p, volume_holds_of_volume) X(p, volume_holds_of_sandbox) X(p, volume_set_node)                        \
+        X(p, webhook_insert) X(p, webhook_get) X(p, webhook_list) X(p, webhook_delete) X(p, webhook_advance)    \
+        X(p, webhook_delivery_insert) X(p, webhook_delivery_list)
 
 /* A table's initializer of op: .op = p_op */
 #define STORE_OP_INIT(p, op) .op = p##_##op,
@@ -111,6 +113,11 @@ void store_params_secret(struct store_params *q, const struct store_secret *sec)
 void store_params_audit_event(struct store_params *q, const struct store_audit_event *ev, const char *source,
                               const char *boot_id, int64_t seq);
 void store_params_event(struct store_params *q, const struct store_event *ev);
+/* a webhook's id, tenant_id, url, events, secret, created_at, then the
+ * limit max on the owner's webhooks */
+void store_params_webhook(struct store_params *q, const struct store_webhook *w, size_t max);
+/* a delivery's, in STORE_WEBHOOK_DELIVERY_COLUMNS' order but its id */
+void store_params_webhook_delivery(struct store_params *q, const struct store_webhook_delivery *d);
 void store_params_node(struct store_params *q, const struct store_node *n);
 /* a heartbeat's: name, address, boot_id, info, heartbeat_at */
 void store_params_node_beat(struct store_params *q, const struct store_node *n);
@@ -171,13 +178,17 @@ int64_t store_now_ms(void);
 #define STORE_AUDIT_COLUMNS                                                                             \
         "id, ts_ms, tenant_id, actor, sandbox_id, secret, host, port, method, path, action, reason"
 #define STORE_ATTACHMENT_COLUMNS "sandbox_id, name, placeholder, env_name"
-#define STORE_EVENT_COLUMNS "id, ts_ms, tenant_id, sandbox_id, type, state, previous"
+#define STORE_EVENT_COLUMNS "id, ts_ms, tenant_id, sandbox_id, type, state, previous, detail"
 #define STORE_NODE_COLUMNS "name, address, boot_id, info, draining, lost_at, joined_at, heartbeat_at"
 #define STORE_CAP_KEY_COLUMNS "kid, public_key, replica, created_at"
 #define STORE_REPLICA_COLUMNS "id, cluster_address, api_address, started_at, seen_at"
 /* volumes and their holds (read by store-sql.c's own readers) */
 #define STORE_VOLUME_COLUMNS "id, tenant_id, name, size, node, source_id, created_at"
 #define STORE_VOLUME_HOLD_COLUMNS "sandbox_id, volume_id, slot, path, read_only"
+#define STORE_WEBHOOK_COLUMNS                                                                           \
+        "id, tenant_id, url, events, secret, created_at, cursor, attempts, next_at, last_error, delivered, failed"
+#define STORE_WEBHOOK_DELIVERY_COLUMNS                                                                  \
+        "id, webhook_id, event_id, event_type, sandbox_id, ts_ms, attempt, status, error, duration_ms"
 
 /* Readers: the current row into *ret (the struct named), which they fill
  * only on success. -EBADMSG for a row that breaks the schema's promises. */
@@ -195,6 +206,8 @@ int store_read_template(const struct store_row *r, void *ret);
 int store_read_audit_event(const struct store_row *r, void *ret);
 int store_read_event(const struct store_row *r, void *ret);
 int store_read_attachment(const struct store_row *r, void *ret);
+int store_read_webhook(const struct store_row *r, void *ret);
+int store_read_webhook_delivery(const struct store_row *r, void *ret);
 /* where reading a gateway's audit events stopped (boot_id, seq) */
 struct store_audit_cursor {
         char *boot_id;
@@ -256,7 +269,8 @@ struct store_list {
 extern const struct store_list store_list_sandbox, store_list_snapshot, store_list_operation, store_list_api_key,
         store_list_tenant, store_list_secret, store_list_image, store_list_template, store_list_audit_event,
         store_list_event, store_list_attachment, store_list_node, store_list_cap_key, store_list_replica,
-        store_list_string, store_list_node_count, store_list_node_beat, store_list_volume, store_list_volume_hold;
+        store_list_string, store_list_node_count, store_list_node_beat, store_list_volume, store_list_volume_hold,
+        store_list_webhook, store_list_webhook_delivery;
 
 /* Reads at most max rows through list into a new array: *ret (a pointer to
  * the element type's array pointer) and *ret_n on success; on failure what
@@ -269,12 +283,13 @@ int store_rows_list(struct store_row *r, const struct store_list *list, size_t m
  * rows through list (select_all, store_rows_list()), or a write and the
  * rows it touched (write; write_one: -ENOENT when it touched none). pg:
  * which of a statement's two texts the database takes. */
-/* What a limited write counts: API keys or templates of the scope (a
- * tenant id; NULL or "": the admin's), or tenants. */
+/* What a limited write counts: API keys, templates or webhooks of the
+ * scope (a tenant id; NULL or "": the admin's), or tenants. */
 enum store_limit {
         STORE_LIMIT_API_KEYS,
         STORE_LIMIT_TEMPLATES,
         STORE_LIMIT_TENANTS,
+        STORE_LIMIT_WEBHOOKS,
 };
 struct store_sql {
         bool pg;

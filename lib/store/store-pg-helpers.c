@@ -90,6 +90,11 @@ int64_t pg_lock_template_scope(const char *tenant_id) {
         return PG_LOCK_CLASS | 0x40000000 | (scope_hash(tenant_id) & 0x3fffffff);
 }
 
+int64_t pg_lock_webhook_scope(const char *tenant_id) {
+        /* bits 31 and 30 clear, bit 29 set: neither of the above nor a fixed key */
+        return PG_LOCK_CLASS | 0x20000000 | (scope_hash(tenant_id) & 0x1fffffff);
+}
+
 /* Maps a failed statement's result to a negative errno: the only place
  * where SQLSTATEs are looked at. Marks the call broken (its connection is
  * gone or failed) or in conflict (it may run again). */
@@ -490,6 +495,7 @@ static int pg_write_limited(struct store *s, const char *sql, const struct store
                             const char *scope, uint64_t *ret_changed) {
         int64_t key = limit == STORE_LIMIT_TENANTS     ? PG_LOCK_TENANTS
                       : limit == STORE_LIMIT_TEMPLATES ? pg_lock_template_scope(scope)
+                      : limit == STORE_LIMIT_WEBHOOKS  ? pg_lock_webhook_scope(scope)
                                                        : pg_lock_key_scope(scope);
         return pg_write_locked(s, key, sql, q, ret_changed);
 }

@@ -89,6 +89,8 @@ int pg_lock(struct pg_call *c, int64_t key);
 int64_t pg_lock_key_scope(const char *tenant_id);
 /* the template count of one owner (tenant_id "" or NULL: the admin's) */
 int64_t pg_lock_template_scope(const char *tenant_id);
+/* the webhook count of one owner (tenant_id NULL: the admin's) */
+int64_t pg_lock_webhook_scope(const char *tenant_id);
 
 /* One statement as a call of its own, for the calls that are one:
  * a SELECT's rows (pg_select_one: the first through read_row, or -ENOENT;

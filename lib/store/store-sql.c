@@ -640,10 +640,10 @@ int store_sql_event_insert(struct store *s, const struct store_event *ev) {
         struct store_params q = { 0 };
         store_params_event(&q, ev);
         return RUN(write, s,
-                   "INSERT INTO sandbox_events (ts_ms, tenant_id, sandbox_id, type, state, previous) VALUES (?1, "
-                   "?2, ?3, ?4, ?5, ?6)",
-                   "INSERT INTO sandbox_events (ts_ms, tenant_id, sandbox_id, type, state, previous) VALUES ($1, "
-                   "$2, $3, $4, $5, $6)",
+                   "INSERT INTO sandbox_events (ts_ms, tenant_id, sandbox_id, type, state, previous, detail) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                   "INSERT INTO sandbox_events (ts_ms, tenant_id, sandbox_id, type, state, previous, detail) "
+                   "VALUES ($1, $2, $3, $4, $5, $6, $7)",
                    &q, NULL);
 }
 
@@ -670,13 +670,138 @@ int store_sql_event_last_id(struct store *s, int64_t *ret) {
                    NULL, store_read_int64, ret);
 }
 
-int store_sql_event_prune(struct store *s, int64_t before_ms) {
+int store_sql_event_prune(struct store *s, int64_t before_ms, int64_t hard_before_ms) {
         struct store_params q = { 0 };
         store_param_int(&q, before_ms);
+        store_param_int(&q, hard_before_ms);
+        /* an event past before_ms stays while a webhook's cursor is below
+         * it (no webhook: the COALESCE lets every one go); the MIN is one
+         * subquery, computed once, not once a row */
         return RUN(write, s,
-                   "DELETE FROM sandbox_events WHERE ts_ms < ?1",
-                   "DELETE FROM sandbox_events WHERE ts_ms < $1",
+                   "DELETE FROM sandbox_events WHERE ts_ms < ?2 OR (ts_ms < ?1 AND id <= COALESCE((SELECT "
+                   "MIN(cursor) FROM webhooks), id))",
+                   "DELETE FROM sandbox_events WHERE ts_ms < $2 OR (ts_ms < $1 AND id <= COALESCE((SELECT "
+                   "MIN(cursor) FROM webhooks), id))",
                    &q, NULL);
+}
+
+/* ---- webhooks and their deliveries ---- */
+
+int store_sql_webhook_insert(struct store *s, const struct store_webhook *w, size_t max) {
+        struct store_params q = { 0 };
+        store_params_webhook(&q, w, max);
+        /* the limit is part of the statement (run under the owner's lock on
+         * PostgreSQL: write_limited), so racing inserts cannot both pass
+         * it; no row inserted means "over the limit". The cursor is read in
+         * the same statement: no event comes between it and the row. */
+        uint64_t n = 0;
+        int r = RUN(write_limited, s,
+                    "INSERT INTO webhooks (id, tenant_id, url, events, secret, created_at, cursor) "
+                    "SELECT ?1, ?2, ?3, ?4, ?5, ?6, (SELECT COALESCE(MAX(id), 0) FROM sandbox_events) "
+                    "WHERE (SELECT COUNT(*) FROM webhooks WHERE tenant_id IS ?2) < ?7",
+                    "INSERT INTO webhooks (id, tenant_id, url, events, secret, created_at, cursor) "
+                    "SELECT $1, $2, $3, $4, $5, $6, (SELECT COALESCE(MAX(id), 0) FROM sandbox_events) "
+                    "WHERE (SELECT COUNT(*) FROM webhooks WHERE tenant_id IS NOT DISTINCT FROM $2) < $7",
+                    &q, STORE_LIMIT_WEBHOOKS, w->tenant_id, &n); /* -ENOENT: the tenant's foreign key */
+        return r < 0 ? r : n == 0 ? -EDQUOT : 0;
+}
+
+int store_sql_webhook_get(struct store *s, const char *id, struct store_webhook *ret) {
+        return select_by(s,
+                         "SELECT " STORE_WEBHOOK_COLUMNS " FROM webhooks WHERE id = ?1",
+                         "SELECT " STORE_WEBHOOK_COLUMNS " FROM webhooks WHERE id = $1",
+                         id, store_read_webhook, ret);
+}
+
+int store_sql_webhook_list(struct store *s, bool all, const char *tenant_id, size_t max, struct store_webhook **ret,
+                           size_t *ret_n) {
+        struct store_params q = { 0 };
+        store_param_bool(&q, all);
+        store_param_text(&q, tenant_id ?: "");
+        store_param_int(&q, (int64_t) max);
+        return RUN(select_all, s,
+                   "SELECT " STORE_WEBHOOK_COLUMNS " FROM webhooks WHERE (?1 OR " SCOPE_IS(2) ") "
+                   "ORDER BY created_at, id LIMIT ?3",
+                   "SELECT " STORE_WEBHOOK_COLUMNS " FROM webhooks WHERE ($1 OR " PG_SCOPE_IS(2) ") "
+                   "ORDER BY created_at, id COLLATE \"C\" LIMIT $3",
+                   &q, &store_list_webhook, max, ret, ret_n);
+}
+
+int store_sql_webhook_delete(struct store *s, const char *id) {
+        /* its deliveries go by their foreign key's cascade */
+        return write_by(s,
+                        "DELETE FROM webhooks WHERE id = ?1",
+                        "DELETE FROM webhooks WHERE id = $1",
+                        id);
+}
+
+int store_sql_webhook_advance(struct store *s, const char *id, int64_t from_cursor, const struct store_webhook *next) {
+        struct store_params q = { 0 };
+        store_param_text(&q, id);
+        store_param_int(&q, from_cursor);
+        store_param_int(&q, next->cursor);
+        store_param_int(&q, next->attempts);
+        store_param_int(&q, next->next_at);
+        store_param_text(&q, next->last_error);
+        store_param_int(&q, next->delivered);
+        store_param_int(&q, next->failed);
+        /* one statement, a compare-and-set on the cursor: of two replicas
+         * that delivered the same event, the second finds it moved */
+        int r = RUN(write_one, s,
+                    "UPDATE webhooks SET cursor = ?3, attempts = ?4, next_at = ?5, last_error = ?6, "
+                    "delivered = delivered + ?7, failed = failed + ?8 WHERE id = ?1 AND cursor = ?2",
+                    "UPDATE webhooks SET cursor = $3, attempts = $4, next_at = $5, last_error = $6, "
+                    "delivered = delivered + $7, failed = failed + $8 WHERE id = $1 AND cursor = $2",
+                    &q);
+        if (r != -ENOENT)
+                return r;
+        /* nothing changed: the row is gone, or its cursor moved */
+        int64_t found = 0;
+        r = select_by(s,
+                      "SELECT 1 FROM webhooks WHERE id = ?1",
+                      "SELECT 1 FROM webhooks WHERE id = $1",
+                      id, store_read_int64, &found);
+        return r < 0 ? r : -ESTALE;
+}
+
+int store_sql_webhook_delivery_insert(struct store *s, const struct store_webhook_delivery *d, size_t keep) {
+        struct store_params q = { 0 };
+        store_params_webhook_delivery(&q, d);
+        /* -ENOENT: the webhook's foreign key (it was deleted) */
+        int r = RUN(write, s,
+                    "INSERT INTO webhook_deliveries (webhook_id, event_id, event_type, sandbox_id, ts_ms, attempt, "
+                    "status, error, duration_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                    "INSERT INTO webhook_deliveries (webhook_id, event_id, event_type, sandbox_id, ts_ms, attempt, "
+                    "status, error, duration_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    &q, NULL);
+        if (r < 0)
+                return r;
+        /* the keep newest stay: every row at or below the id of the one
+         * after them goes (none when there are keep or fewer: the subquery
+         * is NULL); a walk of keep entries of the (webhook_id, id) index */
+        struct store_params p = { 0 };
+        store_param_text(&p, d->webhook_id);
+        store_param_int(&p, (int64_t) MIN(keep, (size_t) INT64_MAX));
+        return RUN(write, s,
+                   "DELETE FROM webhook_deliveries WHERE webhook_id = ?1 AND id <= (SELECT id FROM "
+                   "webhook_deliveries WHERE webhook_id = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+                   "DELETE FROM webhook_deliveries WHERE webhook_id = $1 AND id <= (SELECT id FROM "
+                   "webhook_deliveries WHERE webhook_id = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)",
+                   &p, NULL);
+}
+
+int store_sql_webhook_delivery_list(struct store *s, const char *webhook_id, int64_t before_id, size_t max,
+                                    struct store_webhook_delivery **ret, size_t *ret_n) {
+        struct store_params q = { 0 };
+        store_param_text(&q, webhook_id);
+        store_param_int(&q, before_id);
+        store_param_int(&q, (int64_t) max);
+        return RUN(select_all, s,
+                   "SELECT " STORE_WEBHOOK_DELIVERY_COLUMNS " FROM webhook_deliveries WHERE webhook_id = ?1 AND "
+                   "(?2 = 0 OR id < ?2) ORDER BY id DESC LIMIT ?3",
+                   "SELECT " STORE_WEBHOOK_DELIVERY_COLUMNS " FROM webhook_deliveries WHERE webhook_id = $1 AND "
+                   "($2 = 0 OR id < $2) ORDER BY id DESC LIMIT $3",
+                   &q, &store_list_webhook_delivery, max, ret, ret_n);
 }
 
 /* ---- credentials, their attachments, the audit log ---- */

@@ -15,6 +15,7 @@ void store_event_array_free(struct store_event *a, size_t n) {
                 free(a[i].type);
                 free(a[i].state);
                 free(a[i].previous);
+                free(a[i].detail);
         }
         free(a);
 }
@@ -280,5 +281,39 @@ void store_replica_array_free(struct store_replica *a, size_t n) {
                 free(a[i].cluster_address);
                 free(a[i].api_address);
         }
+        free(a);
+}
+
+void store_webhook_release(struct store_webhook *w) {
+        if (!w)
+                return;
+        free(w->id);
+        free(w->tenant_id);
+        free(w->url);
+        free(w->events);
+        free(w->secret);
+        free(w->last_error);
+        *w = (struct store_webhook){ 0 };
+}
+
+void store_webhook_array_free(struct store_webhook *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                store_webhook_release(&a[i]);
+        free(a);
+}
+
+void store_webhook_delivery_release(struct store_webhook_delivery *d) {
+        if (!d)
+                return;
+        free(d->webhook_id);
+        free(d->event_type);
+        free(d->sandbox_id);
+        free(d->error);
+        *d = (struct store_webhook_delivery){ 0 };
+}
+
+void store_webhook_delivery_array_free(struct store_webhook_delivery *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                store_webhook_delivery_release(&a[i]);
         free(a);
 }

@@ -96,15 +96,27 @@ static const char *event_type(const char *previous, const char *state) {
         return NULL; /* running after a fork or a pause that failed: nothing changed for a client */
 }
 
-/* Appends an event; a failure is the event's, never the change's. Every
- * 256th append prunes what is older than STORE_EVENTS_KEEP_MS. */
+/* Appends an event. Every 256th append (of this process) prunes: what is
+ * older than STORE_EVENTS_KEEP_MS and every webhook handled, and whatever
+ * is older than STORE_EVENTS_WEBHOOK_KEEP_MS; a failed prune is tried
+ * again 256 appends later. */
+static int event_append(struct store *s, const struct store_event *ev) {
+        static atomic_uint appended;
+        int r = s->ops->event_insert(s, ev);
+        if (r >= 0 && atomic_fetch_add(&appended, 1) % 256 == 0) {
+                int64_t now = store_now_ms();
+                (void) s->ops->event_prune(s, now - STORE_EVENTS_KEEP_MS, now - STORE_EVENTS_WEBHOOK_KEEP_MS);
+        }
+        return r;
+}
+
+/* Appends an event of the store's own; a failure is the event's, never the
+ * change's. */
 static void event_add(struct store *s, const char *tenant, const char *id, const char *type, const char *state,
                       const char *previous) {
-        static atomic_uint appended;
         struct store_event ev = { .tenant_id = (char *) tenant, .sandbox_id = (char *) id, .type = (char *) type,
                                   .state = (char *) state, .previous = (char *) previous };
-        if (s->ops->event_insert(s, &ev) >= 0 && atomic_fetch_add(&appended, 1) % 256 == 0)
-                (void) s->ops->event_prune(s, store_now_ms() - STORE_EVENTS_KEEP_MS);
+        (void) event_append(s, &ev);
 }
 
 /* After a change of id's state from before (read just before it) to state. */
@@ -146,6 +158,63 @@ int store_event_list(struct store *s, bool all, const char *tenant_id, const cha
 
 int store_event_last_id(struct store *s, int64_t *ret) {
         return ret ? s->ops->event_last_id(s, ret) : -EINVAL;
+}
+
+int store_event_append(struct store *s, const struct store_event *ev) {
+        if (!ev || !ev->sandbox_id || !ev->type || !*ev->type || ev->ts_ms < 0)
+                return -EINVAL;
+        return event_append(s, ev);
+}
+
+/* ---- webhooks ---- */
+
+int store_webhook_insert(struct store *s, const struct store_webhook *w) {
+        if (!w || !w->id || !*w->id || !w->url || !*w->url || !w->events || !*w->events || !w->secret ||
+            w->created_at < 0)
+                return -EINVAL;
+        return s->ops->webhook_insert(s, w, STORE_WEBHOOKS_MAX);
+}
+
+int store_webhook_get(struct store *s, const char *id, struct store_webhook *ret) {
+        if (!id || !ret)
+                return -EINVAL;
+        return s->ops->webhook_get(s, id, ret);
+}
+
+int store_webhook_list(struct store *s, bool all, const char *tenant_id, struct store_webhook **ret,
+                       size_t *ret_n) {
+        if (!ret || !ret_n)
+                return -EINVAL;
+        return s->ops->webhook_list(s, all, tenant_id, STORE_LIST_MAX, ret, ret_n);
+}
+
+int store_webhook_delete(struct store *s, const char *id) {
+        if (!id)
+                return -EINVAL;
+        return s->ops->webhook_delete(s, id);
+}
+
+int store_webhook_advance(struct store *s, const char *id, int64_t from_cursor, const struct store_webhook *next) {
+        /* a cursor never goes back: what it passed may be pruned already */
+        if (!id || !next || from_cursor < 0 || next->cursor < from_cursor || next->attempts < 0 ||
+            next->next_at < 0 || next->delivered < 0 || next->failed < 0)
+                return -EINVAL;
+        return s->ops->webhook_advance(s, id, from_cursor, next);
+}
+
+int store_webhook_delivery_insert(struct store *s, const struct store_webhook_delivery *d) {
+        if (!d || !d->webhook_id || !d->event_type || d->ts_ms < 0 || d->attempt < 0 || d->status < 0 ||
+            d->duration_ms < 0)
+                return -EINVAL;
+        return s->ops->webhook_delivery_insert(s, d, STORE_WEBHOOK_DELIVERIES_KEEP);
+}
+
+int store_webhook_delivery_list(struct store *s, const char *webhook_id, int64_t before_id, size_t max,
+                                struct store_webhook_delivery **ret, size_t *ret_n) {
+        if (!webhook_id || before_id < 0 || !ret || !ret_n)
+                return -EINVAL;
+        return s->ops->webhook_delivery_list(s, webhook_id, before_id, MIN(max, (size_t) STORE_LIST_MAX), ret,
+                                             ret_n);
 }
 
 int store_image_insert(struct store *s, const struct store_image *img) {

@@ -216,18 +216,22 @@ struct store_audit_event {
 /* A sandbox's lifecycle event: a change of its settled state (created,
  * paused, resumed, stopped, started, suspended, woken, rolled_back, failed,
  * recovering, recovered, lost, archived) or its deletion, as the store saw
- * it (GET /v1/events). */
+ * it, or one the caller appended (store_event_append(): a snapshot taken, a
+ * request its policy denied) (GET /v1/events, webhooks). */
 struct store_event {
         int64_t id;      /* ascending (set by the store) */
-        int64_t ts_ms;   /* Unix time, milliseconds */
+        int64_t ts_ms;   /* Unix time, milliseconds (0 on append: now) */
         char *tenant_id; /* the sandbox's owner; NULL: admin scope */
         char *sandbox_id;
         char *type;      /* "sandbox.paused", ... */
         char *state;     /* its state now (NULL: deleted) */
         char *previous;  /* its state before, or NULL */
+        char *detail;    /* JSON object text of what else there is to say, or NULL (a plain change of state) */
 };
 
 struct store_node;
+struct store_webhook;
+struct store_webhook_delivery;
 struct store_cap_key;
 struct store_replica;
 
@@ -339,7 +343,9 @@ struct store_ops {
         int (*event_list)(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, int64_t after_id,
                           size_t max, struct store_event **ret, size_t *ret_n);
         int (*event_last_id)(struct store *s, int64_t *ret);
-        int (*event_prune)(struct store *s, int64_t before_ms);
+        /* deletes the events older than hard_before_ms, and those older
+         * than before_ms that every webhook has handled */
+        int (*event_prune)(struct store *s, int64_t before_ms, int64_t hard_before_ms);
         int (*audit_insert)(struct store *s, const struct store_audit_event *ev, const char *source,
                             const char *boot_id, int64_t seq);
         int (*audit_list)(struct store *s, bool all, const char *tenant_id, const char *sandbox_id,
@@ -377,6 +383,18 @@ struct store_ops {
                                       size_t *ret_n);
         int (*operation_list_unfinished)(struct store *s, size_t max, struct store_operation **ret, size_t *ret_n);
         int (*operation_take_over)(struct store *s, const char *id, const char *owner, int64_t now, int64_t until);
+
+        /* webhooks; max: the limit on the owner's webhooks, keep: the
+         * deliveries a webhook keeps */
+        int (*webhook_insert)(struct store *s, const struct store_webhook *w, size_t max);
+        int (*webhook_get)(struct store *s, const char *id, struct store_webhook *ret);
+        int (*webhook_list)(struct store *s, bool all, const char *tenant_id, size_t max, struct store_webhook **ret,
+                            size_t *ret_n);
+        int (*webhook_delete)(struct store *s, const char *id);
+        int (*webhook_advance)(struct store *s, const char *id, int64_t from_cursor, const struct store_webhook *next);
+        int (*webhook_delivery_insert)(struct store *s, const struct store_webhook_delivery *d, size_t keep);
+        int (*webhook_delivery_list)(struct store *s, const char *webhook_id, int64_t before_id, size_t max,
+                                     struct store_webhook_delivery **ret, size_t *ret_n);
 };
 
 struct store {
@@ -682,10 +700,20 @@ void store_audit_event_release(struct store_audit_event *ev);
  * between loses the event, never the change). Those after after_id (0:
  * from the oldest kept), oldest first, in the caller's scope (all, or the
  * tenant's; tenant_id NULL with !all: the admin scope's), at most max.
- * Events older than STORE_EVENTS_KEEP_MS are pruned as new ones come. */
+ * Events are pruned as new ones come: those older than
+ * STORE_EVENTS_KEEP_MS once every webhook has handled them (its cursor is
+ * at or past their id), and whatever is older than
+ * STORE_EVENTS_WEBHOOK_KEEP_MS, handled or not (a webhook that far behind
+ * misses them). */
 #define STORE_EVENTS_KEEP_MS (3600 * 1000)
+#define STORE_EVENTS_WEBHOOK_KEEP_MS (24 * 3600 * 1000)
 int store_event_list(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, int64_t after_id,
                      size_t max, struct store_event **ret, size_t *ret_n);
+/* Appends an event the store does not make itself ("sandbox.snapshot_taken",
+ * "sandbox.policy_denied", with ev->detail), pruning as the store's own do;
+ * ts_ms 0: now, otherwise used as given. ev->id is ignored. -EINVAL
+ * without a sandbox_id or a type. */
+int store_event_append(struct store *s, const struct store_event *ev);
 /* The newest event's id (0: none): where a stream that wants only what
  * comes next starts. */
 int store_event_last_id(struct store *s, int64_t *ret);
@@ -695,6 +723,90 @@ void store_audit_event_array_free(struct store_audit_event *a, size_t n);
  * sequence number stored. -ENOENT when never read. */
 int store_audit_cursor_get(struct store *s, const char *source, char **ret_boot_id, int64_t *ret_seq);
 int store_audit_cursor_set(struct store *s, const char *source, const char *boot_id, int64_t seq);
+
+/*
+ * Webhooks: an owner's (tenant_id NULL: the admin scope) endpoints that
+ * lifecycle events are POSTed to, in the order of sandbox_events. The
+ * store keeps how far each got (its cursor) and its retries; the caller
+ * (the delivery worker, on whichever replica) delivers and advances the
+ * cursor with store_webhook_advance(), a compare-and-set, so that of
+ * replicas delivering at once one moves each webhook on. A tenant's go
+ * with it.
+ */
+#define STORE_WEBHOOKS_MAX 32             /* per owner (tenant or admin scope) */
+#define STORE_WEBHOOK_DELIVERIES_KEEP 500 /* per webhook, newest kept */
+
+struct store_webhook {
+        char *id;           /* "wh-" + 16 hex, made by the caller */
+        char *tenant_id;    /* owner, or NULL: the admin scope */
+        char *url;          /* where events are POSTed */
+        char *events;       /* event types, comma-separated, or "*": every one */
+        char *secret;       /* what signs its deliveries */
+        int64_t created_at; /* Unix ms (0 on insert: now) */
+        /* how far it got, set by the store on insert and by
+         * store_webhook_advance() after: */
+        int64_t cursor;     /* the last sandbox_events id it handled (done with: delivered or skipped) */
+        int attempts;       /* failed tries at the event after cursor */
+        int64_t next_at;    /* Unix ms: no try before (0: now) */
+        char *last_error;   /* why the last try failed, or NULL */
+        int64_t delivered;  /* events delivered (advance: how many more) */
+        int64_t failed;     /* failed tries (advance: how many more) */
+};
+
+/* One try at delivering one event to a webhook. */
+struct store_webhook_delivery {
+        int64_t id;          /* ascending (set by the store) */
+        char *webhook_id;
+        int64_t event_id;    /* the sandbox_events id */
+        char *event_type;
+        char *sandbox_id;    /* or NULL */
+        int64_t ts_ms;       /* Unix ms of the try (0 on insert: now) */
+        int attempt;         /* 1 for the first try at this event */
+        int status;          /* the HTTP status answered; 0: none (no answer) */
+        char *error;         /* why it failed, or NULL: delivered */
+        int64_t duration_ms; /* how long the try took */
+};
+
+/* Adds webhook w (id, url, events and secret required; created_at 0:
+ * now). Its cursor starts at the newest event's id (store_event_last_id()),
+ * so it gets only what comes after; attempts, next_at, last_error and the
+ * counters start at 0 and NULL (w's are not read). -EEXIST when the id is
+ * taken, -ENOENT when tenant_id names no tenant, -EDQUOT when the owner
+ * has STORE_WEBHOOKS_MAX already (counted and inserted at once: racing
+ * inserts, on any replica, cannot pass it). */
+int store_webhook_insert(struct store *s, const struct store_webhook *w);
+/* Reads one webhook; -ENOENT when unknown. Release with
+ * store_webhook_release(). */
+int store_webhook_get(struct store *s, const char *id, struct store_webhook *ret);
+/* Every owner's webhooks (all: the delivery worker's view), or the scope
+ * of tenant_id (NULL: the admin scope's) only, by created_at then id. Free
+ * with store_webhook_array_free(). */
+int store_webhook_list(struct store *s, bool all, const char *tenant_id, struct store_webhook **ret,
+                       size_t *ret_n);
+/* Deletes a webhook and its deliveries. -ENOENT when unknown. */
+int store_webhook_delete(struct store *s, const char *id);
+/* Moves webhook id on from from_cursor (the cursor it was read with): sets
+ * its cursor (never below from_cursor: -EINVAL), attempts, next_at and
+ * last_error to next's, and adds next->delivered and next->failed to its
+ * counters (increments here). A compare-and-set: -ESTALE when its cursor
+ * is no longer from_cursor (another replica moved it on), -ENOENT when it
+ * is gone. Events a webhook does not want must be stepped over too: an
+ * event older than STORE_EVENTS_KEEP_MS is kept while a cursor is below it. */
+int store_webhook_advance(struct store *s, const char *id, int64_t from_cursor, const struct store_webhook *next);
+/* Appends a delivery (ts_ms 0: now) and prunes the webhook's to the newest
+ * STORE_WEBHOOK_DELIVERIES_KEEP (a later statement: after a crash in
+ * between, the next append prunes). -ENOENT when the webhook is gone. */
+int store_webhook_delivery_insert(struct store *s, const struct store_webhook_delivery *d);
+/* A webhook's deliveries, newest first, those before before_id (0: from
+ * the newest), at most max (bounded by STORE_LIST_MAX). Free with
+ * store_webhook_delivery_array_free(). */
+int store_webhook_delivery_list(struct store *s, const char *webhook_id, int64_t before_id, size_t max,
+                                struct store_webhook_delivery **ret, size_t *ret_n);
+/* Free the strings of one (not the struct itself); NULL is fine. */
+void store_webhook_release(struct store_webhook *w);
+void store_webhook_delivery_release(struct store_webhook_delivery *d);
+void store_webhook_array_free(struct store_webhook *a, size_t n);
+void store_webhook_delivery_array_free(struct store_webhook_delivery *a, size_t n);
 
 /*
  * A cluster (docs/cluster.md): worker nodes that joined with a token and

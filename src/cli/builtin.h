@@ -38,6 +38,7 @@ int cmd_doctor(struct cli *cli, int argc, char **argv);
 int cmd_net(struct cli *cli, int argc, char **argv);
 int cmd_secret(struct cli *cli, int argc, char **argv);
 int cmd_volume(struct cli *cli, int argc, char **argv);
+int cmd_webhook(struct cli *cli, int argc, char **argv);
 int cmd_audit(struct cli *cli, int argc, char **argv);
 int cmd_events(struct cli *cli, int argc, char **argv);
 int cmd_usage(struct cli *cli, int argc, char **argv);

@@ -84,6 +84,13 @@ static const struct cli_command commands[] = {
          "Manage volumes: persistent disks that outlive sandboxes (create --volume mounts one)",
          "  --size SIZE       with 'create': bytes, or with K, M, G or T (10G); at least 16M\n"
          "  --name N          with 'snapshot': the copy's name (default NAME-TIME)\n"},
+        {"webhook", cmd_webhook, "add URL [--events T,...] [--secret S] | ls | inspect ID | deliveries ID | rm ID",
+         "Manage webhooks: sandboxes' lifecycle events POSTed to a URL, signed (docs/webhooks.md)",
+         "  --events T,...    with 'add': only these (sandbox.created, sandbox.paused, ...;\n"
+         "                    default every event)\n"
+         "  --secret S        with 'add': the signing secret, whsec_ and base64 of 24-64 bytes\n"
+         "                    (default: one is made and printed, this once)\n"
+         "  --tenant ID       with 'add': the tenant's scope (admin token only)\n"},
         {"audit", cmd_audit, "[--sandbox SBX] [--secret NAME] [--limit N]",
          "Show the credential audit log, newest first", NULL},
         {"events", cmd_events, "[--sandbox SBX] [--after ID] [--count N]",

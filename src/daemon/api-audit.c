@@ -62,6 +62,34 @@ static const char *field(const json_t *ev, const char *key) {
         return s && json_string_length(v) <= AUDIT_FIELD_MAX && strlen(s) == json_string_length(v) ? s : NULL;
 }
 
+/* A denial the gateway recorded: not a credential's audit event but the
+ * sandbox's lifecycle event sandbox.policy_denied (GET /v1/events,
+ * webhooks), its detail what was denied and why; of a sandbox the store
+ * no longer has, nothing. */
+static int store_policy_denied(struct store *store, const json_t *ev, const char *sandbox,
+                               const struct store_sandbox *sb) {
+        if (!sandbox || !sb->id)
+                return 0;
+        json_t *port = json_object_get(ev, "port"), *ts = json_object_get(ev, "ts_ms"),
+               *suppressed = json_object_get(ev, "suppressed");
+        _cleanup_(json_decrefp) json_t *d = json_pack(
+                "{s:s?, s:I, s:s?, s:I}", "host", field(ev, "host"), "port",
+                json_is_integer(port) ? json_integer_value(port) : 0, "reason", field(ev, "reason"),
+                "suppressed", json_is_integer(suppressed) ? json_integer_value(suppressed) : 0);
+        _cleanup_free_ char *detail = d ? json_dumps(d, JSON_COMPACT) : NULL;
+        if (!detail)
+                return -ENOMEM;
+        struct store_event e = {
+                .ts_ms = json_is_integer(ts) && json_integer_value(ts) > 0 ? json_integer_value(ts) : 0,
+                .tenant_id = sb->tenant_id,
+                .sandbox_id = (char *) sandbox,
+                .type = "sandbox.policy_denied",
+                .state = sb->state,
+                .detail = detail,
+        };
+        return store_event_append(store, &e);
+}
+
 /* Stores one gateway event; its tenant is its sandbox's. */
 static int store_gateway_event(struct store *store, const json_t *ev, const char *source, const char *boot_id) {
         json_t *seq = json_object_get(ev, "seq");
@@ -73,6 +101,8 @@ static int store_gateway_event(struct store *store, const json_t *ev, const char
         if (sandbox && store_sandbox_get(store, sandbox, &sb) < 0)
                 sb = (struct store_sandbox){ 0 };
         json_t *port = json_object_get(ev, "port"), *ts = json_object_get(ev, "ts_ms");
+        if (strcmp(action, "denied") == 0)
+                return store_policy_denied(store, ev, sandbox, &sb);
         struct store_audit_event e = {
                 .ts_ms = json_is_integer(ts) && json_integer_value(ts) > 0 ? json_integer_value(ts) : 0,
                 .tenant_id = sb.tenant_id,

@@ -40,20 +40,6 @@ static void stream_free(void *cls) {
         free(s);
 }
 
-static json_t *event_json(const struct store_event *e) {
-        char ts[48];
-        api_format_time(e->ts_ms, ts, sizeof ts);
-        json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:I}", "id", (json_int_t) e->id, "type", e->type, "sandbox_id",
-                              e->sandbox_id, "ts", ts, "ts_ms", (json_int_t) e->ts_ms);
-        if (o && e->state)
-                json_object_set_new(o, "state", json_string(e->state));
-        if (o && e->previous)
-                json_object_set_new(o, "previous", json_string(e->previous));
-        if (o && e->tenant_id)
-                json_object_set_new(o, "tenant_id", json_string(e->tenant_id));
-        return o;
-}
-
 /* The SSE text of a batch: "id: N\nevent: TYPE\ndata: JSON\n\n" each. */
 static int batch_text(struct store_event *e, size_t n, char **ret, size_t *ret_len) {
         char *text = NULL;
@@ -63,7 +49,7 @@ static int batch_text(struct store_event *e, size_t n, char **ret, size_t *ret_l
                 return -ENOMEM;
         int r = 0;
         for (size_t i = 0; i < n && r >= 0; i++) {
-                _cleanup_(json_decrefp) json_t *o = event_json(&e[i]);
+                _cleanup_(json_decrefp) json_t *o = api_event_json(&e[i]);
                 _cleanup_free_ char *d = o ? json_dumps(o, JSON_COMPACT) : NULL;
                 if (!d)
                         r = -ENOMEM;

@@ -10,6 +10,7 @@
 
 #include "log.h"
 #include "store.h"
+#include "util.h"
 
 int api_fail(struct api_ctx *ctx, int r, const char *fmt, ...) {
         va_list ap;
@@ -75,6 +76,46 @@ int api_tenant_check(struct api_ctx *ctx, const char *field, const char *id) {
         if (r < 0)
                 return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read tenant: %m");
         return 0;
+}
+
+int api_scope_of(struct api_ctx *ctx, const char *given, const char *what, const char **ret) {
+        if (!given || !*given) {
+                *ret = ctx->tenant_id;
+                return 0;
+        }
+        if (ctx->tenant_id) {
+                if (strcmp(given, ctx->tenant_id) != 0)
+                        return api_fail(ctx, -EPERM, "'tenant': a tenant key manages its own tenant's %s",
+                                        what);
+                *ret = ctx->tenant_id;
+                return 0;
+        }
+        if (!name_is_valid(given))
+                return api_fail(ctx, -EINVAL, "'tenant' must be a tenant id");
+        int r = api_tenant_check(ctx, "'tenant'", given);
+        if (r < 0)
+                return r;
+        *ret = given;
+        return 0;
+}
+
+json_t *api_event_json(const struct store_event *e) {
+        char ts[48];
+        api_format_time(e->ts_ms, ts, sizeof ts);
+        json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:I}", "id", (json_int_t) e->id, "type", e->type,
+                              "sandbox_id", e->sandbox_id, "ts", ts, "ts_ms", (json_int_t) e->ts_ms);
+        if (o && e->state)
+                json_object_set_new(o, "state", json_string(e->state));
+        if (o && e->previous)
+                json_object_set_new(o, "previous", json_string(e->previous));
+        if (o && e->tenant_id)
+                json_object_set_new(o, "tenant_id", json_string(e->tenant_id));
+        json_t *detail = o && e->detail ? json_loads(e->detail, 0, NULL) : NULL;
+        if (json_is_object(detail))
+                json_object_set_new(o, "detail", detail);
+        else
+                json_decref(detail);
+        return o;
 }
 
 /* Looks up a sandbox row, turning "no row" into a 404 with a message.

@@ -82,6 +82,17 @@ bool api_tenant_may_see(const struct api_ctx *ctx, const char *tenant_id);
  * "FIELD: no tenant 'ID'" when it does not; a store failure logged. */
 int api_tenant_check(struct api_ctx *ctx, const char *field, const char *id);
 
+/* The owner a request names: a tenant key's own tenant (another given is
+ * a 403 saying a tenant key manages its own tenant's WHAT), an admin's
+ * `tenant` (body field or ?tenant=; it must exist), else the admin scope
+ * (NULL). *ret points into ctx or given. */
+int api_scope_of(struct api_ctx *ctx, const char *given, const char *what, const char **ret);
+
+/* A sandbox's lifecycle event as GET /v1/events and webhooks show it:
+ * {id, type, sandbox_id, ts, ts_ms, state?, previous?, tenant_id?, detail?}. */
+struct store_event;
+json_t *api_event_json(const struct store_event *e);
+
 /* The sandbox row id as the caller may see it (another tenant's is a 404
  * too), or an error with ctx->err set. */
 int api_sandbox_lookup(struct api_ctx *ctx, const char *id, struct store_sandbox *ret);

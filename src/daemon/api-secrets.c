@@ -45,29 +45,6 @@ static int64_t now_s(void) {
 
 /* ---- scope ---- */
 
-/* The scope a request names: a tenant key's own tenant (another given is
- * 403), an admin's `tenant` (body field or ?tenant=; it must exist), else
- * the admin scope (NULL). *ret points into ctx or given. */
-static int scope_of(struct api_ctx *ctx, const char *given, const char **ret) {
-        if (!given || !*given) {
-                *ret = ctx->tenant_id;
-                return 0;
-        }
-        if (ctx->tenant_id) {
-                if (strcmp(given, ctx->tenant_id) != 0)
-                        return api_fail(ctx, -EPERM, "'tenant': a tenant key manages its own tenant's secrets");
-                *ret = ctx->tenant_id;
-                return 0;
-        }
-        if (!name_is_valid(given))
-                return api_fail(ctx, -EINVAL, "'tenant' must be a tenant id");
-        int r = api_tenant_check(ctx, "'tenant'", given);
-        if (r < 0)
-                return r;
-        *ret = given;
-        return 0;
-}
-
 static bool same_scope(const char *a, const char *b) {
         return (!a && !b) || (a && b && strcmp(a, b) == 0);
 }
@@ -298,7 +275,7 @@ int api_secret_create(struct api_ctx *ctx, const json_t *body, struct api_reply 
         if (r < 0)
                 return r;
         const char *tenant_id;
-        if ((r = scope_of(ctx, q.tenant, &tenant_id)) < 0)
+        if ((r = api_scope_of(ctx, q.tenant, "secrets", &tenant_id)) < 0)
                 return r;
         if (!creds)
                 return api_fail(ctx, -EIO, "the credential store is not available");
@@ -351,7 +328,7 @@ int api_secret_create(struct api_ctx *ctx, const json_t *body, struct api_reply 
 
 int api_secret_list(struct api_ctx *ctx, const char *tenant_q, struct api_reply *ret) {
         const char *tenant_id;
-        int r = scope_of(ctx, tenant_q, &tenant_id);
+        int r = api_scope_of(ctx, tenant_q, "secrets", &tenant_id);
         if (r < 0)
                 return r;
         if (!creds)
@@ -368,7 +345,7 @@ int api_secret_list(struct api_ctx *ctx, const char *tenant_q, struct api_reply 
 
 static int secret_lookup(struct api_ctx *ctx, const char *name, const char *tenant_q, const char **ret_scope,
                          struct credstore_meta *ret) {
-        int r = scope_of(ctx, tenant_q, ret_scope);
+        int r = api_scope_of(ctx, tenant_q, "secrets", ret_scope);
         if (r < 0)
                 return r;
         if (!creds)

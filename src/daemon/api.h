@@ -414,6 +414,18 @@ void api_secrets_shutdown(void);
  * "tenant": an admin's choice of scope). A DELETE takes the secret from the
  * running sandboxes that have it at once. */
 int api_secret_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
+
+/* ---- api-webhooks.c: /v1/webhooks (docs/webhooks.md) ---- */
+
+/* POST /v1/webhooks {url, events?, secret?, tenant?}: 201 with the secret,
+ * shown this once; a URL whose host is in the platform deny set is 400. */
+int api_webhook_create(struct api_ctx *ctx, const json_t *body, struct api_reply *ret);
+int api_webhook_list(struct api_ctx *ctx, const char *tenant_q, struct api_reply *ret);
+int api_webhook_get(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+int api_webhook_delete(struct api_ctx *ctx, const char *id, struct api_reply *ret);
+/* GET /v1/webhooks/{id}/deliveries[?limit=N][&before=ID]: newest first. */
+int api_webhook_deliveries(struct api_ctx *ctx, const char *id, const char *limit_s, const char *before_s,
+                           struct api_reply *ret);
 int api_secret_list(struct api_ctx *ctx, const char *tenant_q, struct api_reply *ret);
 int api_secret_get(struct api_ctx *ctx, const char *name, const char *tenant_q, struct api_reply *ret);
 int api_secret_delete(struct api_ctx *ctx, const char *name, const char *tenant_q, struct api_reply *ret);

@@ -125,6 +125,7 @@ static const struct {
         [APIREQ_BODY_TEMPLATE] = { (const char *const[]){ "spec", "dockerfile", "name", "memory_mib", "vcpus",
                                                           "disk_mib", NULL } },
         [APIREQ_BODY_VOLUME] = { (const char *const[]){ "name", "size", "node", NULL } },
+        [APIREQ_BODY_WEBHOOK] = { (const char *const[]){ "url", "events", "secret", "tenant", NULL } },
 };
 
 int apireq_check_body(const json_t *o, enum apireq_body kind, bool lenient, char *err) {

@@ -56,6 +56,7 @@ enum apireq_body {
         APIREQ_BODY_TEMPLATE,   /* POST /v1/templates: {"spec"} or {"dockerfile","name",sizes}
                                    (api-templates.c) */
         APIREQ_BODY_VOLUME,     /* POST /v1/volumes: {"name","size"} (api-volumes.c) */
+        APIREQ_BODY_WEBHOOK,    /* POST /v1/webhooks: {"url","events","secret","tenant"} (api-webhooks.c) */
         _APIREQ_BODY_MAX,
 };
 

@@ -745,6 +745,15 @@ static int h_secret_delete(const struct call *c, struct api_reply *ret) {
         return api_secret_delete(c->ctx, c->id, query_arg(c->conn, "tenant", NULL), ret);
 }
 
+static int h_webhook_list(const struct call *c, struct api_reply *ret) {
+        return api_webhook_list(c->ctx, query_arg(c->conn, "tenant", NULL), ret);
+}
+
+static int h_webhook_deliveries(const struct call *c, struct api_reply *ret) {
+        return api_webhook_deliveries(c->ctx, c->id, query_arg(c->conn, "limit", NULL),
+                                      query_arg(c->conn, "before", NULL), ret);
+}
+
 static int h_audit(const struct call *c, struct api_reply *ret) {
         return api_audit_get(c->ctx, query_arg(c->conn, "sandbox", NULL), query_arg(c->conn, "secret", NULL),
                              query_arg(c->conn, "limit", NULL), ret);
@@ -859,6 +868,11 @@ static const struct route routes[] = {
         { M_DELETE, "/v1/secrets/{id}", AUTH_API, .call = h_secret_delete },
         { M_GET, "/v1/sandboxes/{id}/secrets", AUTH_API, .run_id = api_sandbox_secrets_get },
         { M_GET, "/v1/audit", AUTH_API, .call = h_audit },
+        { M_GET, "/v1/webhooks", AUTH_API, .call = h_webhook_list },
+        { M_POST, "/v1/webhooks", AUTH_API, APIREQ_BODY_WEBHOOK, .run_body = api_webhook_create },
+        { M_GET, "/v1/webhooks/{id}", AUTH_API, .run_id = api_webhook_get },
+        { M_DELETE, "/v1/webhooks/{id}", AUTH_API, .run_id = api_webhook_delete },
+        { M_GET, "/v1/webhooks/{id}/deliveries", AUTH_API, .call = h_webhook_deliveries },
         { M_GET, "/v1/nodes", AUTH_ADMIN, .run = api_node_list },
         { M_POST, "/v1/nodes/tokens", AUTH_ADMIN, APIREQ_BODY_JOIN_TOKEN, .run_body = api_node_token_create },
         { M_GET, "/v1/nodes/{id}", AUTH_ADMIN, .run_id = api_node_get },

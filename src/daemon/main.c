@@ -49,6 +49,7 @@
 #include "spawn.h"
 #include "store.h"
 #include "util.h"
+#include "webhook.h"
 
 /* The API's address as a client reaches it: http://HOST:PORT (a wildcard
  * address is reached on loopback). */
@@ -146,6 +147,7 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         struct scheduler *scheduler = NULL;
         struct idle_watch *idle = NULL;
         struct api_audit_poller *audit = NULL;
+        struct webhook_worker *webhooks = NULL;
         struct progress_watch *progress = NULL;
         pid_t node_pid = -1;
         uint64_t restarts[SPAWN_RESTARTS_MAX];
@@ -267,6 +269,9 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         r = idle_watch_start(c, store, &idle);
         if (r < 0)
                 log_error_errno(r, "Failed to start the idle watch: %m");
+        r = webhook_worker_start(c, store, &webhooks);
+        if (r < 0)
+                log_error_errno(r, "Failed to start the webhook senders: %m");
         char url[160];
         api_url(c, http_server_port(http), url, sizeof url);
         print_banner(c, url);
@@ -316,6 +321,7 @@ static int run(const struct daemon_config *c, uint64_t start_ns, bool *ret_serve
         scheduler_stop(scheduler);
         idle_watch_stop(idle);
         api_audit_poller_stop(audit);
+        webhook_worker_stop(webhooks);
         replica_stop(TAKE_PTR(replica));
         if (node_pid > 0) {
                 r = spawn_stop(node_pid, SIGTERM, SPAWN_STOP_GRACE_S, NULL, NULL);

@@ -150,6 +150,26 @@ static int node_snapshot_delete(const struct daemon_config *config, const char *
         return r == -ENOENT ? 0 : r;
 }
 
+/* sandbox.snapshot_taken (GET /v1/events, webhooks): which snapshot, of
+ * which kind, and whether the schedule took it; a failure is the event's,
+ * never the snapshot's. */
+static void snapshot_taken_event(struct store *store, const struct store_snapshot *sn) {
+        _cleanup_(store_sandbox_release) struct store_sandbox sb = {0};
+        if (store_sandbox_get(store, sn->sandbox_id, &sb) < 0)
+                return;
+        _cleanup_(json_decrefp) json_t *d =
+                json_pack("{s:s, s:s, s:I, s:b}", "snapshot_id", sn->id, "kind", sn->kind, "size",
+                          (json_int_t) sn->size, "scheduled", !sn->pinned);
+        _cleanup_free_ char *detail = d ? json_dumps(d, JSON_COMPACT) : NULL;
+        struct store_event e = {.tenant_id = sb.tenant_id,
+                                .sandbox_id = sb.id,
+                                .type = "sandbox.snapshot_taken",
+                                .state = sb.state,
+                                .detail = detail};
+        if (!detail || store_event_append(store, &e) < 0)
+                log_emit(LOG_LEVEL_WARN, NULL, "store: failed to record the event of snapshot %s", sn->id);
+}
+
 int scheduler_snapshot_take(const struct daemon_config *config, struct store *store, const char *sandbox_id,
                             enum snapshot_kind kind, bool pinned, struct store_snapshot *ret, json_t **ret_info,
                             char *err) {
@@ -193,6 +213,7 @@ int scheduler_snapshot_take(const struct daemon_config *config, struct store *st
                         return set_err(err, r, "sandbox '%.64s' not found", sandbox_id);
                 return set_err(err, r, "store: failed to record the snapshot: %s", strerror(-r));
         }
+        snapshot_taken_event(store, ret);
         if (ret_info)
                 *ret_info = json_incref(info);
         return 0;

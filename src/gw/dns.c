@@ -117,6 +117,7 @@ static void upstream_readable(int fd, uint32_t events, void *userdata) {
                         char why[GWNAME_MAX + 64];
                         snprintf(why, sizeof why, "the answer's CNAME chain passes the denied name %s", a.cname[i]);
                         gw_sandbox_log(p->sb, true, false, p->q.name, (struct in_addr){ 0 }, 53, why);
+                        gw_audit_denied(p->sb, p->q.name, 53, why);
                         a.n_addr = 0;
                         a.n_cname = 0;
                         break;
@@ -219,6 +220,7 @@ static void query(struct gw_sandbox *s, struct peer *from, const uint8_t *buf, s
                 /* answered here; nothing about the name leaves the machine */
                 reply_rcode(s, from, &q, DNSMSG_RCODE_REFUSED);
                 gw_sandbox_log(s, true, false, q.name, (struct in_addr){ 0 }, 53, why);
+                gw_audit_denied(s, q.name, 53, why);
                 return;
         }
         if (q.qtype != DNSMSG_TYPE_A) {

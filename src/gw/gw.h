@@ -101,6 +101,15 @@ struct gw_secret {
         uint64_t tokens_at_ms;
 };
 
+/* What an audit event records: a credential put into a request or
+ * refused (the credential audit log), or a connection or query the policy
+ * denied (a sandbox.policy_denied event for webhooks). */
+enum gw_audit_action {
+        GW_AUDIT_INJECTED,
+        GW_AUDIT_REFUSED,
+        GW_AUDIT_DENIED,
+};
+
 struct gw_audit_event {
         uint64_t seq, ts_ms;
         char sandbox[GW_ID_MAX + 1];
@@ -109,9 +118,14 @@ struct gw_audit_event {
         uint16_t port;
         char method[16];
         char path[256];
-        bool injected;
+        enum gw_audit_action action;
+        unsigned suppressed; /* DENIED: denials of the sandbox not recorded since the last one */
         char reason[96];
 };
+
+/* A sandbox's denials become audit events at most this often; those in
+ * between are counted into the next one's "suppressed". */
+#define GW_DENIED_EVERY_MS 1000
 
 /* A sandbox's open connections, relayed (struct conn, relay.c) or
  * terminated (struct term, tlsterm.c): lists linked through prev and next,
@@ -167,6 +181,8 @@ struct gw_sandbox {
         size_t state_lines; /* in the journal */
         struct gw_secret *secrets;
         size_t n_secrets;
+        uint64_t denied_at_ms;      /* its last denial recorded as an audit event */
+        unsigned denied_suppressed; /* denials since, not recorded */
         struct gw_sandbox *next;
 };
 
@@ -279,6 +295,9 @@ struct gw_secret *gw_secrets_pick(struct gw_sandbox *sb, const char *host, uint1
                                   const char *path, const char **ret_refusal);
 void gw_audit(const struct gw_sandbox *sb, const struct gw_secret *s, const char *host, uint16_t port,
               const char *method, const char *path, bool injected, const char *reason);
+/* Records a denial (host: the name, else the address) as an audit event,
+ * at most one per GW_DENIED_EVERY_MS of the sandbox. */
+void gw_audit_denied(struct gw_sandbox *sb, const char *host, uint16_t port, const char *reason);
 /* {"events": [...], "next": N}: the events after seq `after`. */
 json_t *gw_audit_read(uint64_t after, size_t limit);
 

@@ -272,6 +272,15 @@ static void start_connect(struct conn *c) {
         update_interest(c);
 }
 
+/* deny() for what the policy (or the platform deny set) decided: also an
+ * audit event, which the control plane turns into sandbox.policy_denied. */
+static void policy_deny(struct conn *c, const char *name, const char *why) {
+        char a[INET_ADDRSTRLEN] = "";
+        inet_ntop(AF_INET, &c->dst.sin_addr, a, sizeof a);
+        gw_audit_denied(c->sb, name && *name ? name : a, ntohs(c->dst.sin_port), why);
+        deny(c, name, why);
+}
+
 /* Decides by address: no name, or a policy with no host rules. */
 static void decide_addr(struct conn *c) {
         struct in6_addr a = gw_addr_v4(c->dst.sin_addr);
@@ -279,7 +288,7 @@ static void decide_addr(struct conn *c) {
         if (!netpolicy_check_addr(c->sb->policy, &c->sb->gw->config.platform, &a, ntohs(c->dst.sin_port), &d)) {
                 char why[NETPOLICY_DECISION_STRING_MAX];
                 (void) netpolicy_decision_format(&d, why, sizeof why);
-                deny(c, c->name, why);
+                policy_deny(c, c->name, why);
                 return;
         }
         start_connect(c);
@@ -311,21 +320,22 @@ static void decide_name(struct conn *c, const char *name, bool tls) {
         struct in6_addr a = gw_addr_v4(c->dst.sin_addr);
         enum netpolicy_reason pr;
         if (netpolicy_platform_denied(&c->sb->gw->config.platform, &a, &pr)) {
-                deny(c, name, netpolicy_reason_to_string(pr));
+                policy_deny(c, name, netpolicy_reason_to_string(pr));
                 return;
         }
         struct netpolicy_decision d;
         if (!netpolicy_check_name(c->sb->policy, name, ntohs(c->dst.sin_port), &d)) {
                 char why[NETPOLICY_DECISION_STRING_MAX];
                 (void) netpolicy_decision_format(&d, why, sizeof why);
-                deny(c, name, why);
+                policy_deny(c, name, why);
                 return;
         }
         /* allowed by a rule (not merely by allow-all): the address must be
          * one the gateway resolved the name to for this sandbox */
         bool by_rule = netpolicy_mode(c->sb->policy) == NETPOLICY_ALLOWLIST;
         if (by_rule && !gw_sandbox_bound(c->sb, name, c->dst.sin_addr)) {
-                deny(c, name, "the gateway did not resolve the name to that address for this sandbox");
+                policy_deny(c, name,
+                            "the gateway did not resolve the name to that address for this sandbox");
                 return;
         }
         /* TLS is terminated where its name decided (so Host can be checked

@@ -180,8 +180,10 @@ bool gw_secrets_path_scoped(const struct gw_sandbox *sb, const char *host, uint1
 void gw_audit(const struct gw_sandbox *sb, const struct gw_secret *s, const char *host, uint16_t port,
               const char *method, const char *path, bool injected, const char *reason) {
         struct gw_audit_event *e = &audit[audit_next_seq % AUDIT_MAX];
-        *e = (struct gw_audit_event){
-                .seq = audit_next_seq++, .ts_ms = wall_ms(), .port = port, .injected = injected};
+        *e = (struct gw_audit_event){.seq = audit_next_seq++,
+                                     .ts_ms = wall_ms(),
+                                     .port = port,
+                                     .action = injected ? GW_AUDIT_INJECTED : GW_AUDIT_REFUSED};
         snprintf(e->sandbox, sizeof e->sandbox, "%s", sb->id);
         snprintf(e->secret, sizeof e->secret, "%s", s ? s->name : "");
         snprintf(e->host, sizeof e->host, "%s", host ? host : "");
@@ -193,17 +195,41 @@ void gw_audit(const struct gw_sandbox *sb, const struct gw_secret *s, const char
                  e->method, injected ? "injected" : "refused", reason);
 }
 
+void gw_audit_denied(struct gw_sandbox *sb, const char *host, uint16_t port, const char *reason) {
+        uint64_t now = wall_ms();
+        if (sb->denied_at_ms && now >= sb->denied_at_ms && now - sb->denied_at_ms < GW_DENIED_EVERY_MS) {
+                sb->denied_suppressed++;
+                return;
+        }
+        struct gw_audit_event *e = &audit[audit_next_seq % AUDIT_MAX];
+        *e = (struct gw_audit_event){.seq = audit_next_seq++,
+                                     .ts_ms = now,
+                                     .port = port,
+                                     .action = GW_AUDIT_DENIED,
+                                     .suppressed = sb->denied_suppressed};
+        snprintf(e->sandbox, sizeof e->sandbox, "%s", sb->id);
+        snprintf(e->host, sizeof e->host, "%s", host ? host : "");
+        snprintf(e->reason, sizeof e->reason, "%s", reason);
+        sb->denied_at_ms = now;
+        sb->denied_suppressed = 0;
+}
+
+static const char *action_name(enum gw_audit_action a) {
+        return a == GW_AUDIT_INJECTED ? "injected" : a == GW_AUDIT_REFUSED ? "refused" : "denied";
+}
+
 json_t *gw_audit_read(uint64_t after, size_t limit) {
         json_t *a = json_array();
         uint64_t first = audit_next_seq > AUDIT_MAX ? audit_next_seq - AUDIT_MAX : 1;
         uint64_t seq = MAX(after + 1, first);
         for (; a && seq < audit_next_seq && json_array_size(a) < limit; seq++) {
                 const struct gw_audit_event *e = &audit[seq % AUDIT_MAX];
-                json_t *o =
-                        json_pack("{sI sI ss ss ss si ss ss ss ss}", "seq", (json_int_t) e->seq, "ts_ms",
-                                  (json_int_t) e->ts_ms, "sandbox", e->sandbox, "secret", e->secret, "host",
-                                  e->host, "port", (int) e->port, "method", e->method, "path", e->path,
-                                  "action", e->injected ? "injected" : "refused", "reason", e->reason);
+                json_t *o = json_pack("{sI sI ss ss ss si ss ss ss ss}", "seq", (json_int_t) e->seq, "ts_ms",
+                                      (json_int_t) e->ts_ms, "sandbox", e->sandbox, "secret", e->secret,
+                                      "host", e->host, "port", (int) e->port, "method", e->method, "path",
+                                      e->path, "action", action_name(e->action), "reason", e->reason);
+                if (o && e->action == GW_AUDIT_DENIED)
+                        json_object_set_new(o, "suppressed", json_integer(e->suppressed));
                 if (o)
                         json_array_append_new(a, o);
         }

@@ -766,6 +766,311 @@ static void test_events(void **state) {
         assert_true(last > second);
 }
 
+/* A webhook as the tests make it: owner tenant_id (NULL: the admin's). */
+static int webhook_add(struct store *s, const char *id, const char *tenant_id, int64_t created_at) {
+        struct store_webhook w = { .id = (char *) id, .tenant_id = (char *) tenant_id,
+                                   .url = "https://hooks.example/in", .events = "*", .secret = "whsec",
+                                   .created_at = created_at };
+        return store_webhook_insert(s, &w);
+}
+
+/* Webhooks: made in a scope under its limit, starting after the newest
+ * event; listed by scope; moved on by a compare-and-set of their cursor
+ * that adds to their counters; gone with their tenant. */
+static void test_webhooks(void **state) {
+        struct backend *b = BACKEND;
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(b->url, &s), 0);
+        struct store_tenant t = { .id = "ten-w", .name = "hooked" };
+        assert_int_equal(store_tenant_insert(s, &t, 10), 0);
+        struct store_event ev = { .sandbox_id = "sbx-w", .type = "sandbox.snapshot_taken" };
+        assert_int_equal(store_event_append(s, &ev), 0);
+        int64_t last = 0;
+        assert_int_equal(store_event_last_id(s, &last), 0);
+        assert_true(last > 0);
+
+        /* what the caller says of its progress is not read on insert */
+        struct store_webhook a = { .id = "wh-a", .tenant_id = "ten-w", .url = "https://a.example/hook",
+                                   .events = "sandbox.created,sandbox.deleted", .secret = "sa", .created_at = 1000,
+                                   .cursor = 77, .attempts = 3, .next_at = 9, .last_error = "x", .delivered = 5,
+                                   .failed = 6 };
+        assert_int_equal(store_webhook_insert(s, &a), 0);
+        assert_int_equal(store_webhook_insert(s, &a), -EEXIST);
+        assert_int_equal(webhook_add(s, "wh-admin", NULL, 2000), 0);
+        assert_int_equal(webhook_add(s, "wh-x", "ten-none", 0), -ENOENT);
+        struct store_webhook nourl = { .id = "wh-y", .events = "*", .secret = "s" };
+        assert_int_equal(store_webhook_insert(s, &nourl), -EINVAL);
+
+        struct store_webhook g = { 0 };
+        assert_int_equal(store_webhook_get(s, "wh-a", &g), 0);
+        assert_string_equal(g.id, "wh-a");
+        assert_string_equal(g.tenant_id, "ten-w");
+        assert_string_equal(g.url, "https://a.example/hook");
+        assert_string_equal(g.events, "sandbox.created,sandbox.deleted");
+        assert_string_equal(g.secret, "sa");
+        assert_int_equal(g.created_at, 1000);
+        assert_int_equal(g.cursor, last); /* only what comes after it */
+        assert_int_equal(g.attempts, 0);
+        assert_int_equal(g.next_at, 0);
+        assert_null(g.last_error);
+        assert_int_equal(g.delivered, 0);
+        assert_int_equal(g.failed, 0);
+        store_webhook_release(&g);
+        assert_int_equal(store_webhook_get(s, "wh-admin", &g), 0);
+        assert_null(g.tenant_id);
+        assert_true(g.created_at == 2000);
+        store_webhook_release(&g);
+        assert_int_equal(store_webhook_get(s, "wh-none", &g), -ENOENT);
+
+        /* scopes: the tenant's, the admin's, every owner's */
+        struct store_webhook *l = NULL;
+        size_t n = 0;
+        assert_int_equal(store_webhook_list(s, false, "ten-w", &l, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(l[0].id, "wh-a");
+        store_webhook_array_free(l, n);
+        assert_int_equal(store_webhook_list(s, false, NULL, &l, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(l[0].id, "wh-admin");
+        store_webhook_array_free(l, n);
+        assert_int_equal(store_webhook_list(s, true, NULL, &l, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(l[0].id, "wh-a"); /* by created_at */
+        assert_string_equal(l[1].id, "wh-admin");
+        store_webhook_array_free(l, n);
+
+        /* the limit is per owner */
+        for (int i = 1; i < STORE_WEBHOOKS_MAX; i++) {
+                char id[32];
+                snprintf(id, sizeof id, "wh-t%02d", i);
+                assert_int_equal(webhook_add(s, id, "ten-w", 1000 + i), 0);
+        }
+        assert_int_equal(webhook_add(s, "wh-over", "ten-w", 0), -EDQUOT);
+        assert_int_equal(webhook_add(s, "wh-admin2", NULL, 3000), 0);
+        assert_int_equal(store_webhook_list(s, false, "ten-w", &l, &n), 0);
+        assert_int_equal(n, STORE_WEBHOOKS_MAX);
+        store_webhook_array_free(l, n);
+
+        /* delivered: the cursor moves on, the counters add up */
+        struct store_webhook next = { .cursor = last + 1, .delivered = 1 };
+        assert_int_equal(store_webhook_advance(s, "wh-a", last, &next), 0);
+        /* a failed try: the cursor stays, the retry is noted */
+        next = (struct store_webhook){ .cursor = last + 1, .attempts = 1, .next_at = 5000, .last_error = "HTTP 500",
+                                       .failed = 1 };
+        assert_int_equal(store_webhook_advance(s, "wh-a", last + 1, &next), 0);
+        assert_int_equal(store_webhook_get(s, "wh-a", &g), 0);
+        assert_int_equal(g.cursor, last + 1);
+        assert_int_equal(g.attempts, 1);
+        assert_int_equal(g.next_at, 5000);
+        assert_string_equal(g.last_error, "HTTP 500");
+        store_webhook_release(&g);
+        next = (struct store_webhook){ .cursor = last + 3, .delivered = 2, .failed = 1 };
+        assert_int_equal(store_webhook_advance(s, "wh-a", last + 1, &next), 0);
+        assert_int_equal(store_webhook_get(s, "wh-a", &g), 0);
+        assert_int_equal(g.cursor, last + 3);
+        assert_int_equal(g.attempts, 0);
+        assert_int_equal(g.next_at, 0);
+        assert_null(g.last_error);
+        assert_int_equal(g.delivered, 3);
+        assert_int_equal(g.failed, 2);
+        store_webhook_release(&g);
+        /* another replica moved it on first; one that is gone; never back */
+        assert_int_equal(store_webhook_advance(s, "wh-a", last + 1, &next), -ESTALE);
+        assert_int_equal(store_webhook_advance(s, "wh-none", last + 1, &next), -ENOENT);
+        next.cursor = last;
+        assert_int_equal(store_webhook_advance(s, "wh-a", last + 3, &next), -EINVAL);
+
+        assert_int_equal(store_webhook_delete(s, "wh-admin"), 0);
+        assert_int_equal(store_webhook_delete(s, "wh-admin"), -ENOENT);
+        assert_int_equal(store_webhook_get(s, "wh-admin", &g), -ENOENT);
+
+        /* a tenant's go with it, and their deliveries with them */
+        struct store_webhook_delivery d = { .webhook_id = "wh-a", .event_id = last, .event_type = "sandbox.created",
+                                            .attempt = 1, .status = 204 };
+        assert_int_equal(store_webhook_delivery_insert(s, &d), 0);
+        assert_int_equal(store_tenant_delete(s, "ten-w"), 0);
+        assert_int_equal(store_webhook_get(s, "wh-a", &g), -ENOENT);
+        assert_int_equal(store_webhook_list(s, true, NULL, &l, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(l[0].id, "wh-admin2");
+        store_webhook_array_free(l, n);
+        assert_int_equal(raw_count(b, "SELECT COUNT(*) FROM webhook_deliveries"), 0);
+}
+
+/* A webhook's deliveries: newest first, paged by id, pruned to the newest
+ * STORE_WEBHOOK_DELIVERIES_KEEP, gone with it. */
+static void test_webhook_deliveries(void **state) {
+        struct backend *b = BACKEND;
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(b->url, &s), 0);
+        assert_int_equal(webhook_add(s, "wh-d", NULL, 0), 0);
+        struct store_webhook_delivery d1 = { .webhook_id = "wh-d", .event_id = 1, .event_type = "sandbox.created",
+                                             .sandbox_id = "sbx-1", .attempt = 1, .status = 500,
+                                             .error = "HTTP 500", .duration_ms = 12 };
+        struct store_webhook_delivery d2 = { .webhook_id = "wh-d", .event_id = 1, .event_type = "sandbox.created",
+                                             .sandbox_id = "sbx-1", .ts_ms = 1234, .attempt = 2, .status = 200,
+                                             .duration_ms = 7 };
+        assert_int_equal(store_webhook_delivery_insert(s, &d1), 0);
+        assert_int_equal(store_webhook_delivery_insert(s, &d2), 0);
+        struct store_webhook_delivery orphan = { .webhook_id = "wh-none", .event_id = 1, .event_type = "x" };
+        assert_int_equal(store_webhook_delivery_insert(s, &orphan), -ENOENT);
+        struct store_webhook_delivery bad = { .webhook_id = "wh-d", .event_type = "x", .attempt = -1 };
+        assert_int_equal(store_webhook_delivery_insert(s, &bad), -EINVAL);
+
+        struct store_webhook_delivery *l = NULL;
+        size_t n = 0;
+        assert_int_equal(store_webhook_delivery_list(s, "wh-d", 0, 10, &l, &n), 0);
+        assert_int_equal(n, 2);
+        assert_true(l[0].id > l[1].id);
+        assert_string_equal(l[0].webhook_id, "wh-d");
+        assert_int_equal(l[0].attempt, 2);
+        assert_int_equal(l[0].status, 200);
+        assert_null(l[0].error);
+        assert_int_equal(l[0].ts_ms, 1234);
+        assert_int_equal(l[0].duration_ms, 7);
+        assert_int_equal(l[1].event_id, 1);
+        assert_string_equal(l[1].event_type, "sandbox.created");
+        assert_string_equal(l[1].sandbox_id, "sbx-1");
+        assert_int_equal(l[1].attempt, 1);
+        assert_int_equal(l[1].status, 500);
+        assert_string_equal(l[1].error, "HTTP 500");
+        assert_true(l[1].ts_ms > 0);
+        assert_int_equal(l[1].duration_ms, 12);
+        int64_t newest = l[0].id;
+        store_webhook_delivery_array_free(l, n);
+        assert_int_equal(store_webhook_delivery_list(s, "wh-d", newest, 10, &l, &n), 0);
+        assert_int_equal(n, 1);
+        assert_int_equal(l[0].attempt, 1);
+        store_webhook_delivery_array_free(l, n);
+        assert_int_equal(store_webhook_delivery_list(s, "wh-d", 0, 1, &l, &n), 0);
+        assert_int_equal(n, 1);
+        assert_int_equal(l[0].id, newest);
+        store_webhook_delivery_array_free(l, n);
+
+        /* KEEP + 3 in all: the 3 oldest go */
+        for (int i = 0; i <= STORE_WEBHOOK_DELIVERIES_KEEP; i++) {
+                struct store_webhook_delivery d = { .webhook_id = "wh-d", .event_id = 100 + i,
+                                                    .event_type = "sandbox.paused", .attempt = 1, .status = 204 };
+                assert_int_equal(store_webhook_delivery_insert(s, &d), 0);
+        }
+        assert_int_equal(store_webhook_delivery_list(s, "wh-d", 0, STORE_LIST_MAX, &l, &n), 0);
+        assert_int_equal(n, STORE_WEBHOOK_DELIVERIES_KEEP);
+        assert_int_equal(l[0].event_id, 100 + STORE_WEBHOOK_DELIVERIES_KEEP);
+        assert_int_equal(l[n - 1].event_id, 101);
+        store_webhook_delivery_array_free(l, n);
+
+        assert_int_equal(store_webhook_delete(s, "wh-d"), 0);
+        assert_int_equal(raw_count(b, "SELECT COUNT(*) FROM webhook_deliveries"), 0);
+        assert_int_equal(store_webhook_delivery_list(s, "wh-d", 0, 10, &l, &n), 0);
+        assert_int_equal(n, 0);
+        store_webhook_delivery_array_free(l, n);
+}
+
+/* Whether an event of sandbox_id is kept (listed). */
+static bool event_kept(struct store *s, const char *sandbox_id) {
+        struct store_event *e = NULL;
+        size_t n = 0;
+        assert_int_equal(store_event_list(s, true, NULL, sandbox_id, 0, 10, &e, &n), 0);
+        store_event_array_free(e, n);
+        return n > 0;
+}
+
+/* Appends n fresh events: among any 256 appends one prunes. */
+static void events_fill(struct store *s, int n) {
+        for (int i = 0; i < n; i++) {
+                struct store_event ev = { .sandbox_id = "sbx-fill", .type = "sandbox.snapshot_taken" };
+                assert_int_equal(store_event_append(s, &ev), 0);
+        }
+}
+
+/* Events the caller appends, with their detail; the prune keeps what a
+ * webhook has yet to handle up to a day, past the hour. */
+static void test_event_append_and_prune(void **state) {
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(URL, &s), 0);
+        int64_t start = 0;
+        assert_int_equal(store_event_last_id(s, &start), 0);
+        struct store_event snap = { .tenant_id = NULL, .sandbox_id = "sbx-p", .type = "sandbox.snapshot_taken",
+                                    .state = "running", .detail = "{\"snapshot_id\":\"snap-1\"}" };
+        assert_int_equal(store_event_append(s, &snap), 0);
+        struct store_sandbox sb = { .id = "sbx-p", .template_name = "minimal", .state = "creating" };
+        assert_int_equal(store_sandbox_insert(s, &sb), 0);
+        assert_int_equal(store_sandbox_update_state(s, "sbx-p", "running", NULL), 0);
+        struct store_event notype = { .sandbox_id = "sbx-p" };
+        assert_int_equal(store_event_append(s, &notype), -EINVAL);
+
+        struct store_event *e = NULL;
+        size_t n = 0;
+        assert_int_equal(store_event_list(s, false, NULL, "sbx-p", start, 10, &e, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(e[0].type, "sandbox.snapshot_taken");
+        assert_string_equal(e[0].detail, "{\"snapshot_id\":\"snap-1\"}");
+        assert_string_equal(e[0].state, "running");
+        assert_null(e[0].previous);
+        assert_true(e[0].ts_ms > 0);
+        assert_string_equal(e[1].type, "sandbox.created");
+        assert_null(e[1].detail); /* a plain change of state */
+        store_event_array_free(e, n);
+
+        /* handled by the webhook (its cursor starts there) and past the hour */
+        int64_t now = (int64_t) (now_realtime_ns() / 1000000ULL);
+        struct store_event done = { .ts_ms = now - 2 * 3600 * 1000, .sandbox_id = "sbx-done", .type = "sandbox.x" };
+        assert_int_equal(store_event_append(s, &done), 0);
+        assert_int_equal(webhook_add(s, "wh-p", NULL, 0), 0);
+        /* not handled yet: past the hour, within the day, and past the day */
+        struct store_event mid = { .ts_ms = now - 2 * 3600 * 1000, .sandbox_id = "sbx-mid",
+                                   .type = "sandbox.policy_denied", .detail = "{\"host\":\"evil.example\"}" };
+        struct store_event old = { .ts_ms = now - 25 * 3600 * 1000, .sandbox_id = "sbx-old", .type = "sandbox.x" };
+        assert_int_equal(store_event_append(s, &mid), 0);
+        assert_int_equal(store_event_append(s, &old), 0);
+        assert_true(event_kept(s, "sbx-mid"));
+        events_fill(s, 256);
+        assert_false(event_kept(s, "sbx-done"));
+        assert_false(event_kept(s, "sbx-old"));
+        assert_true(event_kept(s, "sbx-mid"));
+        assert_true(event_kept(s, "sbx-p")); /* within the hour */
+
+        /* the webhook passed it: it goes */
+        struct store_webhook w = { 0 };
+        assert_int_equal(store_webhook_get(s, "wh-p", &w), 0);
+        int64_t last = 0;
+        assert_int_equal(store_event_last_id(s, &last), 0);
+        struct store_webhook next = { .cursor = last, .delivered = 1 };
+        assert_int_equal(store_webhook_advance(s, "wh-p", w.cursor, &next), 0);
+        store_webhook_release(&w);
+        events_fill(s, 256);
+        assert_false(event_kept(s, "sbx-mid"));
+        assert_true(event_kept(s, "sbx-p"));
+}
+
+/* A database of version 18: its events read with no detail, and a new
+ * webhook starts after them. */
+static void test_migration_19_upgrade(void **state) {
+        struct backend *b = BACKEND;
+        raw_migrate_to(b, 18);
+        assert_int_equal(raw_exec(b, "INSERT INTO sandbox_events (ts_ms, sandbox_id, type, state) "
+                                     "VALUES (1, 'sbx-old', 'sandbox.created', 'running')"),
+                         0);
+        _cleanup_(store_closep) struct store *s = NULL;
+        assert_int_equal(store_open(URL, &s), 0);
+        unsigned v = 0;
+        assert_int_equal(store_schema_version(s, &v), 0);
+        assert_int_equal(v, b->n_migrations);
+        assert_true(v >= 19);
+        struct store_event *e = NULL;
+        size_t n = 0;
+        assert_int_equal(store_event_list(s, true, NULL, NULL, 0, 10, &e, &n), 0);
+        assert_int_equal(n, 1);
+        assert_null(e[0].detail);
+        int64_t id = e[0].id;
+        store_event_array_free(e, n);
+        assert_int_equal(webhook_add(s, "wh-up", NULL, 0), 0);
+        struct store_webhook w = { 0 };
+        assert_int_equal(store_webhook_get(s, "wh-up", &w), 0);
+        assert_int_equal(w.cursor, id);
+        store_webhook_release(&w);
+}
+
 static void test_images(void **state) {
         _cleanup_(store_closep) struct store *s = NULL;
         assert_int_equal(store_open(URL, &s), 0);
@@ -1606,46 +1911,81 @@ static void test_migration_12_upgrade(void **state) {
 
 /* PostgreSQL only: what several replicas sharing one database rely on. */
 
-struct key_race {
+/* Two replicas adding to one tenant at once, each n times through add
+ * (its nth thing: 0 made, limit_errno refused): how many were made and
+ * refused in all. */
+struct limit_race {
         struct store *s;
-        unsigned from; /* the first of the key ids it creates */
+        int (*add)(struct store *s, unsigned nth);
+        unsigned from, n; /* the first nth, and how many */
+        int limit_errno;
         unsigned made, limited;
 };
 
-static void *key_race_run(void *arg) {
-        struct key_race *k = arg;
-        for (unsigned i = 0; i < 10; i++) {
-                char id[32];
-                uint8_t h[STORE_HASH_SIZE];
-                snprintf(id, sizeof id, "key-%016u", k->from + i);
-                memset(h, 0, sizeof h);
-                memcpy(h, &(unsigned){ k->from + i }, sizeof(unsigned));
-                int r = store_api_key_create(k->s, id, "ten-race", NULL, h, 7);
+static void *limit_race_run(void *arg) {
+        struct limit_race *k = arg;
+        for (unsigned i = 0; i < k->n; i++) {
+                int r = k->add(k->s, k->from + i);
                 if (r == 0)
                         k->made++;
-                else if (r == -EDQUOT)
+                else if (r == k->limit_errno)
                         k->limited++;
         }
         return NULL;
+}
+
+static void limit_race(struct backend *b, const char *tenant_id, int (*add)(struct store *s, unsigned nth),
+                       unsigned n, int limit_errno, unsigned *ret_made, unsigned *ret_limited) {
+        _cleanup_(store_closep) struct store *s1 = open_pg(b);
+        _cleanup_(store_closep) struct store *s2 = open_pg(b);
+        struct store_tenant t = { .id = (char *) tenant_id, .name = (char *) tenant_id };
+        assert_int_equal(store_tenant_insert(s1, &t, 10), 0);
+        struct limit_race k1 = { .s = s1, .add = add, .from = 1000, .n = n, .limit_errno = limit_errno };
+        struct limit_race k2 = { .s = s2, .add = add, .from = 2000, .n = n, .limit_errno = limit_errno };
+        pthread_t t1, t2;
+        assert_int_equal(pthread_create(&t1, NULL, limit_race_run, &k1), 0);
+        assert_int_equal(pthread_create(&t2, NULL, limit_race_run, &k2), 0);
+        pthread_join(t1, NULL);
+        pthread_join(t2, NULL);
+        *ret_made = k1.made + k2.made;
+        *ret_limited = k1.limited + k2.limited;
+}
+
+static int race_key_add(struct store *s, unsigned nth) {
+        char id[32];
+        uint8_t h[STORE_HASH_SIZE];
+        snprintf(id, sizeof id, "key-%016u", nth);
+        memset(h, 0, sizeof h);
+        memcpy(h, &nth, sizeof nth);
+        return store_api_key_create(s, id, "ten-race", NULL, h, 7);
 }
 
 /* Two replicas adding keys to one tenant at once never pass its limit:
  * the count and the insert are one transaction under the scope's lock. */
 static void test_pg_key_limit_across_replicas(void **state) {
         struct backend *b = BACKEND;
-        _cleanup_(store_closep) struct store *s1 = open_pg(b);
-        _cleanup_(store_closep) struct store *s2 = open_pg(b);
-        struct store_tenant t = { .id = "ten-race", .name = "race" };
-        assert_int_equal(store_tenant_insert(s1, &t, 10), 0);
-        struct key_race k1 = { .s = s1, .from = 1000 }, k2 = { .s = s2, .from = 2000 };
-        pthread_t t1, t2;
-        assert_int_equal(pthread_create(&t1, NULL, key_race_run, &k1), 0);
-        assert_int_equal(pthread_create(&t2, NULL, key_race_run, &k2), 0);
-        pthread_join(t1, NULL);
-        pthread_join(t2, NULL);
-        assert_int_equal(k1.made + k2.made, 7);
-        assert_int_equal(k1.limited + k2.limited, 13);
+        unsigned made, limited;
+        limit_race(b, "ten-race", race_key_add, 10, -EDQUOT, &made, &limited);
+        assert_int_equal(made, 7);
+        assert_int_equal(limited, 13);
         assert_int_equal(raw_count(b, "SELECT COUNT(*) FROM api_keys WHERE tenant_id = 'ten-race'"), 7);
+}
+
+static int race_webhook_add(struct store *s, unsigned nth) {
+        char id[32];
+        snprintf(id, sizeof id, "wh-%016u", nth);
+        return webhook_add(s, id, "ten-wrace", 0);
+}
+
+/* The same of webhooks and their limit. */
+static void test_pg_webhook_limit_across_replicas(void **state) {
+        struct backend *b = BACKEND;
+        unsigned made, limited;
+        limit_race(b, "ten-wrace", race_webhook_add, 20, -EDQUOT, &made, &limited);
+        assert_int_equal(made, STORE_WEBHOOKS_MAX);
+        assert_int_equal(limited, 40 - STORE_WEBHOOKS_MAX);
+        assert_int_equal(raw_count(b, "SELECT COUNT(*) FROM webhooks WHERE tenant_id = 'ten-wrace'"),
+                         STORE_WEBHOOKS_MAX);
 }
 
 struct opener {
@@ -1746,6 +2086,10 @@ static void test_pg_connection_lost(void **state) {
         cmocka_unit_test_prestate_setup_teardown(test_migration_18_upgrade, setup, teardown, b),   \
         cmocka_unit_test_prestate_setup_teardown(test_volume_races, setup, teardown, b),           \
         cmocka_unit_test_prestate_setup_teardown(test_events, setup, teardown, b),                 \
+        cmocka_unit_test_prestate_setup_teardown(test_webhooks, setup, teardown, b),               \
+        cmocka_unit_test_prestate_setup_teardown(test_webhook_deliveries, setup, teardown, b),     \
+        cmocka_unit_test_prestate_setup_teardown(test_event_append_and_prune, setup, teardown, b), \
+        cmocka_unit_test_prestate_setup_teardown(test_migration_19_upgrade, setup, teardown, b),   \
         cmocka_unit_test_prestate_setup_teardown(test_nodes, setup, teardown, b),                  \
         cmocka_unit_test_prestate_setup_teardown(test_sandbox_nodes, setup, teardown, b),          \
         cmocka_unit_test_prestate_setup_teardown(test_join_tokens, setup, teardown, b),            \
@@ -1763,6 +2107,8 @@ int main(void) {
         const struct CMUnitTest pg_tests[] = {
                 BACKEND_TESTS(&pg_backend),
                 cmocka_unit_test_prestate_setup_teardown(test_pg_key_limit_across_replicas, setup, teardown,
+                                                         &pg_backend),
+                cmocka_unit_test_prestate_setup_teardown(test_pg_webhook_limit_across_replicas, setup, teardown,
                                                          &pg_backend),
                 cmocka_unit_test_prestate_setup_teardown(test_pg_concurrent_migrations, setup, teardown,
                                                          &pg_backend),

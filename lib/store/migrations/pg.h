@@ -266,4 +266,38 @@ static const char *const store_pg_migrations[] = {
         ");\n"
         "CREATE INDEX sandbox_volumes_volume ON sandbox_volumes(volume_id);\n"
         "CREATE UNIQUE INDEX sandbox_volumes_rw ON sandbox_volumes(volume_id) WHERE NOT read_only;\n",
+        /* 19: webhooks: an owner's endpoints for lifecycle events
+         * (tenant_id NULL: the admin's; they go with their tenant), how far
+         * each got through sandbox_events (cursor, no reference) and its
+         * retries; their recent deliveries (they go with it); an event's
+         * detail (JSON object text, or NULL) */
+        "CREATE TABLE webhooks (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  tenant_id TEXT REFERENCES tenants(id) ON DELETE CASCADE,\n"
+        "  url TEXT NOT NULL,\n"
+        "  events TEXT NOT NULL,\n"
+        "  secret TEXT NOT NULL,\n"
+        "  created_at BIGINT NOT NULL,\n"
+        "  cursor BIGINT NOT NULL DEFAULT 0,\n"
+        "  attempts INTEGER NOT NULL DEFAULT 0,\n"
+        "  next_at BIGINT NOT NULL DEFAULT 0,\n"
+        "  last_error TEXT,\n"
+        "  delivered BIGINT NOT NULL DEFAULT 0,\n"
+        "  failed BIGINT NOT NULL DEFAULT 0\n"
+        ");\n"
+        "CREATE INDEX webhooks_tenant ON webhooks(tenant_id);\n"
+        "CREATE TABLE webhook_deliveries (\n"
+        "  id BIGSERIAL PRIMARY KEY,\n"
+        "  webhook_id TEXT NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,\n"
+        "  event_id BIGINT NOT NULL,\n"
+        "  event_type TEXT NOT NULL,\n"
+        "  sandbox_id TEXT,\n"
+        "  ts_ms BIGINT NOT NULL,\n"
+        "  attempt INTEGER NOT NULL,\n"
+        "  status INTEGER NOT NULL,\n"
+        "  error TEXT,\n"
+        "  duration_ms BIGINT NOT NULL\n"
+        ");\n"
+        "CREATE INDEX webhook_deliveries_webhook ON webhook_deliveries(webhook_id, id);\n"
+        "ALTER TABLE sandbox_events ADD COLUMN detail TEXT;\n",
 };

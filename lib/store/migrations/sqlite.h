@@ -296,4 +296,41 @@ static const char *const store_sqlite_migrations[] = {
         ");\n"
         "CREATE INDEX sandbox_volumes_volume ON sandbox_volumes(volume_id);\n"
         "CREATE UNIQUE INDEX sandbox_volumes_rw ON sandbox_volumes(volume_id) WHERE read_only = 0;\n",
+        /* 19: webhooks: an owner's endpoints for lifecycle events
+         * (tenant_id NULL: the admin's; they go with their tenant), each
+         * with how far it got through sandbox_events (cursor: the last
+         * event id it handled; no reference, events are pruned), the failed
+         * tries at the next one and when to try again; their recent
+         * deliveries (pruned to the newest few hundred a webhook; they go
+         * with it); and an event's detail (JSON object text, NULL for a
+         * plain change of state) */
+        "CREATE TABLE webhooks (\n"
+        "  id TEXT PRIMARY KEY NOT NULL,\n"
+        "  tenant_id TEXT REFERENCES tenants(id) ON DELETE CASCADE,\n"
+        "  url TEXT NOT NULL,\n"
+        "  events TEXT NOT NULL,\n"
+        "  secret TEXT NOT NULL,\n"
+        "  created_at INTEGER NOT NULL,\n"
+        "  cursor INTEGER NOT NULL DEFAULT 0,\n"
+        "  attempts INTEGER NOT NULL DEFAULT 0,\n"
+        "  next_at INTEGER NOT NULL DEFAULT 0,\n"
+        "  last_error TEXT,\n"
+        "  delivered INTEGER NOT NULL DEFAULT 0,\n"
+        "  failed INTEGER NOT NULL DEFAULT 0\n"
+        ");\n"
+        "CREATE INDEX webhooks_tenant ON webhooks(tenant_id);\n"
+        "CREATE TABLE webhook_deliveries (\n"
+        "  id INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+        "  webhook_id TEXT NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,\n"
+        "  event_id INTEGER NOT NULL,\n"
+        "  event_type TEXT NOT NULL,\n"
+        "  sandbox_id TEXT,\n"
+        "  ts_ms INTEGER NOT NULL,\n"
+        "  attempt INTEGER NOT NULL,\n"
+        "  status INTEGER NOT NULL,\n"
+        "  error TEXT,\n"
+        "  duration_ms INTEGER NOT NULL\n"
+        ");\n"
+        "CREATE INDEX webhook_deliveries_webhook ON webhook_deliveries(webhook_id, id);\n"
+        "ALTER TABLE sandbox_events ADD COLUMN detail TEXT;\n",
 };
