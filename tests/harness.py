@@ -179,7 +179,8 @@ class ApiError(Exception):
 class Airlock:
     """One running airlockd + airlock-node."""
 
-    def __init__(self, data_dir, env_extra=None, prebuild=None):
+    def __init__(self, data_dir, env_extra=None, prebuild=None, airlockd=None):
+        """airlockd: another build's (an earlier release's, for upgrades)."""
         self.data_dir = data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -196,7 +197,7 @@ class Airlock:
         env.update(env_extra or {})
         self.log = open(self.log_path, "ab")  # a restart on the same data dir adds to it
         self.proc = subprocess.Popen(
-            [AIRLOCKD, "--data-dir", data_dir, "--listen", f"127.0.0.1:{self.port}"],
+            [airlockd or AIRLOCKD, "--data-dir", data_dir, "--listen", f"127.0.0.1:{self.port}"],
             stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.token = None
 
@@ -610,9 +611,13 @@ def airlock_factory(templates, request):
     started = []
     before = _volume_entries()
 
-    def start(base=VOLUME, env=None, prebuild=None, wait=True):
-        data_dir = volume_tempdir("airlock-t-") if base == VOLUME else tempfile.mkdtemp(prefix="airlock-t-", dir=base)
-        a = Airlock(data_dir, env, prebuild)
+    def start(base=VOLUME, env=None, prebuild=None, wait=True, airlockd=None, data_dir=None):
+        """data_dir: another instance's, stopped (the same data, started
+        again: by another build's airlockd, say)."""
+        if not data_dir:
+            data_dir = volume_tempdir("airlock-t-") if base == VOLUME else tempfile.mkdtemp(prefix="airlock-t-",
+                                                                                         dir=base)
+        a = Airlock(data_dir, env, prebuild, airlockd)
         started.append(a)
         if wait:
             a.wait_ready(START_TIMEOUT)
@@ -621,12 +626,13 @@ def airlock_factory(templates, request):
     yield start
     leaks = []
     failed = request.node.rep_call.failed if hasattr(request.node, "rep_call") else False
-    for a in started:
+    last = list({a.data_dir: a for a in started}.values())  # each data dir's latest instance
+    for a in last:
         if failed:  # what the guests printed, while their VMs are still there
             print(a.console_tails())
     for a in started:  # all first: VM cgroups are host-wide
         a.stop()
-    for a in started:
+    for a in last:
         left_behind = _check_no_leaks(a.data_dir)
         leaks += left_behind
         if failed or left_behind:

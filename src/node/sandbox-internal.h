@@ -285,6 +285,10 @@ void sandbox_upload_cancel(const char *id);
 
 /* What a wake leaves in DIR/wake/ while it runs. */
 #define WAKE_SNAPSHOT "wake/snapshot"
+/* A running or paused sandbox's VM saved (memory, devices) at the node's
+ * stop, for the next node to resume; STOP_PAUSED when it was paused. */
+#define STOP_STATE "stop.state"
+#define STOP_PAUSED "stop.paused"
 /* A snapshot's manifest (-ENXIO with *ret_error when it is not
  * restorable); a restore of a downloaded full snapshot into a registered
  * sandbox (on failure it is gone). */

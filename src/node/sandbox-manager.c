@@ -28,6 +28,11 @@
 /* How long shutdown and hand-over wait for a verb in progress. */
 #define SHUTDOWN_BUSY_WAIT_NS (30 * 1000000000ULL)
 
+/* How long a node's stop may spend saving its sandboxes' VMs, all of them
+ * together (a service manager waits 90 s): those after it are stopped as
+ * they are, and the next node boots their disks. */
+#define SHUTDOWN_SAVE_BUDGET_NS (45 * 1000000000ULL)
+
 static int suspend_takeover(struct sandbox *s, bool vm_adopted) {
         _cleanup_free_ char *dir = strdup_printf("%s/suspend", s->dir);
         if (!dir)
@@ -75,6 +80,39 @@ static int suspend_takeover(struct sandbox *s, bool vm_adopted) {
         }
         (void) rm_rf(dir);
         return ret;
+}
+
+/* The VM an earlier node saved at its stop (shutdown_save()): resumed by
+ * the recovery, paused again if it was; when that VM still runs (the node
+ * died between the save and the kill), it goes on as it was. */
+static int stop_takeover(struct sandbox *s, bool vm_adopted) {
+        _cleanup_free_ char *state = strdup_printf("%s/" STOP_STATE, s->dir);
+        _cleanup_free_ char *paused = strdup_printf("%s/" STOP_PAUSED, s->dir);
+        if (!state || !paused)
+                return -ENOMEM;
+        bool was_paused = access(paused, F_OK) == 0;
+        (void) unlink(paused);
+        if (access(state, F_OK) < 0)
+                return 0;
+        if (vm_adopted) {
+                s->resume_after_adopt = !was_paused;
+                (void) unlink(state);
+                return 0;
+        }
+        char *resume = strdup_printf("%s/resume.state", s->dir);
+        if (!resume || rename(state, resume) < 0) {
+                int r = resume ? negative_errno() : -ENOMEM;
+                free(resume);
+                (void) unlink(state);
+                return log_errno(LOG_LEVEL_WARN, r, s->ctx,
+                                 "cannot take over the VM saved at the node's stop "
+                                 "(its disk is booted instead): %m");
+        }
+        free(s->resume_state);
+        s->resume_state = resume;
+        s->resume_saved = true;
+        s->resume_paused = was_paused;
+        return 1;
 }
 
 static void suspended_takeover(const char *id, const char *dir) {
@@ -161,7 +199,9 @@ static int takeover_one(const char *name, const char *dir) {
                 if (!s->adopt_vmm)
                         s->state = SANDBOX_FAILED;
         }
-        r = suspend_takeover(s, s->adopt_vmm != NULL);
+        r = s->state == SANDBOX_STOPPED ? 0 : stop_takeover(s, s->adopt_vmm != NULL);
+        if (r >= 0 && !s->resume_state)
+                r = suspend_takeover(s, s->adopt_vmm != NULL);
         if (r < 0) {
                 sandbox_unref(s);
                 return r;
@@ -256,7 +296,9 @@ int sandbox_manager_init(const struct node_config *cfg, enum vmm_accel accel, co
                 }
                 if (sandbox_state_is(s, SANDBOX_FAILED)) {
                         recovering++;
-                        sandbox_recover_schedule(s, s->error ? s->error : "the VM was gone when the node started");
+                        const char *why = s->error ?: "the VM was gone when the node started";
+                        sandbox_recover_schedule(s, s->resume_saved ? "the node stopped; its VM was saved"
+                                                                    : why);
                 } else if (sandbox_state_is(s, SANDBOX_STOPPED))
                         stopped++;
                 sandbox_unref(s);
@@ -288,12 +330,50 @@ static struct sandbox *take_next(uint64_t deadline) {
         }
 }
 
+/* Saves a running or paused sandbox's VM (its memory and devices; the
+ * disk stays as the stopped VM leaves it) into DIR/STOP_STATE, for the
+ * next node to resume: its processes go on after a restart or an
+ * upgrade. Whether it was saved. */
+static bool shutdown_save(struct sandbox *s) {
+        bool paused = sandbox_state_is(s, SANDBOX_PAUSED);
+        if (!paused && !sandbox_state_is(s, SANDBOX_RUNNING))
+                return false;
+        _cleanup_free_ char *state = strdup_printf("%s/" STOP_STATE, s->dir);
+        _cleanup_free_ char *marker = strdup_printf("%s/" STOP_PAUSED, s->dir);
+        if (!state || !marker)
+                return false;
+        uint64_t t0 = now_monotonic_ns();
+        struct snapshot_job job = { .s = s, .state_path = state, .leave_paused = true };
+        /* the marker first: a state without it is a running VM's */
+        int r = paused ? sandbox_suspend_mark(s, STOP_PAUSED) : 0;
+        if (r >= 0)
+                r = sandbox_post_command(s, SANDBOX_CMD_SNAPSHOT, &job, -1);
+        if (r < 0) {
+                (void) unlink(state);
+                (void) unlink(marker);
+                log_errno(LOG_LEVEL_WARN, r, s->ctx,
+                          "cannot save the VM for the node's stop (the next node boots "
+                          "its disk): %m");
+                return false;
+        }
+        log_emit(LOG_LEVEL_INFO, s->ctx,
+                 "VM saved for the node's stop in %llu ms (%llu MiB); the next node "
+                 "resumes it%s",
+                 (unsigned long long) ((now_monotonic_ns() - t0) / 1000000ULL),
+                 (unsigned long long) (job.stats.bytes >> 20), paused ? ", paused" : "");
+        return true;
+}
+
 void sandbox_shutdown_all(void) {
         sandbox_agent_upgrader_stop();
         uint64_t deadline = now_monotonic_ns() + SHUTDOWN_BUSY_WAIT_NS;
+        uint64_t save_until = now_monotonic_ns() + SHUTDOWN_SAVE_BUDGET_NS;
         for (struct sandbox *s; (s = take_next(deadline));) {
-                /* the guest flushes its disks; a paused or failed one cannot */
+                /* the guest flushes its disks (a paused or failed one
+                 * cannot): what a boot of the disk finds, should the saved
+                 * VM not resume */
                 (void) sandbox_guest_sync(s, SHUTDOWN_SYNC_MS, "the node's shutdown");
+                bool saved = now_monotonic_ns() < save_until && shutdown_save(s);
                 pthread_mutex_lock(&s->lock);
                 s->deleted = true; /* ops still holding it see "gone" */
                 bool had_vm = s->thread_started;
@@ -302,7 +382,7 @@ void sandbox_shutdown_all(void) {
                 sandbox_thread_stop(s);
                 if (s->run_dir)
                         rm_rf(s->run_dir);
-                if (had_vm)
+                if (had_vm && !saved)
                         log_emit(LOG_LEVEL_INFO, s->ctx, "VM stopped for the node shutdown; the next node boots it "
                                  "again");
                 sandbox_unref(s);

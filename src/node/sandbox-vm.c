@@ -429,8 +429,8 @@ static void flush_disk_before_pause(struct sandbox *s) {
 
 static int snapshot_job_paused(void *userdata) {
         struct snapshot_job *job = userdata;
-        _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", job->s->dir);
-        int r = rootfs ? sandbox_clone_replace(job->s, rootfs, job->disk_dst) : -ENOMEM;
+        _cleanup_free_ char *rootfs = job->disk_dst ? strdup_printf("%s/rootfs.img", job->s->dir) : NULL;
+        int r = !job->disk_dst ? 0 : rootfs ? sandbox_clone_replace(job->s, rootfs, job->disk_dst) : -ENOMEM;
         if (r >= 0 && job->volumes_of)
                 r = sandbox_volumes_snapshot(job->s, job->volumes_of);
         if (r >= 0 && job->volumes_to)
@@ -1003,10 +1003,14 @@ static void *recover_thread(void *arg) {
         bool resumed = false, resumed_suspend = false;
         if (s->resume_state) {
                 resumed_suspend = true;
-                /* the whole snapshot of a suspend the node died in: nothing
-                 * ran after it, so it is the latest state there is */
+                /* the whole snapshot of a suspend the node died in, or the
+                 * VM the node saved at its stop: nothing ran after it, so
+                 * it is the latest state there is */
                 s->restore_state = TAKE_PTR(s->resume_state);
-                snprintf(how, sizeof how, "resumed the snapshot of the suspend it was in when the node stopped");
+                snprintf(how, sizeof how,
+                         s->resume_saved ? "resumed the VM saved at the node's stop"
+                                         : "resumed the snapshot of the suspend it was in when the "
+                                           "node stopped");
         } else if (s->recover_checkpoint && sandbox_checkpoint_of_execution(s, snap, sizeof snap, &snap_at) > 0) {
                 _cleanup_free_ char *img = sandbox_snapshot_path(s, snap);
                 _cleanup_free_ char *rootfs = strdup_printf("%s/rootfs.img", s->dir);
@@ -1027,6 +1031,14 @@ static void *recover_thread(void *arg) {
         r = sandbox_start_claimed(s, &err);
         if (resumed_suspend && s->restore_state)
                 (void) unlink(s->restore_state); /* loaded (or unusable): nobody else needs it */
+        /* paused when the node stopped: paused again (it ran for the
+         * moment between its restore and this) */
+        if (r >= 0 && resumed_suspend && s->resume_paused) {
+                int k = sandbox_post_command(s, SANDBOX_CMD_PAUSE, NULL, LIFECYCLE_CMD_WAIT_MS);
+                if (k < 0)
+                        log_errno(LOG_LEVEL_WARN, k, s->ctx, "cannot pause it again as it was: %m");
+        }
+        s->resume_saved = s->resume_paused = false;
         free(s->restore_state);
         s->restore_state = NULL;
         pthread_mutex_lock(&s->lock);

@@ -118,6 +118,8 @@ struct sandbox {
         struct vmm *adopt_vmm;   /* a VM an earlier node started, until the thread takes it over */
         bool resume_after_adopt; /* that VM is paused only by a suspend the earlier node did not finish */
         char *resume_state;      /* the whole snapshot of such a suspend, whose VM is gone: recovery resumes it */
+        bool resume_saved;       /* resume_state is the VM the earlier node saved at its stop (STOP_STATE) */
+        bool resume_paused;      /* ... which was paused: paused again once resumed */
         bool hand_over;          /* the thread lets go of the VM instead of destroying it */
         unsigned execution;      /* 1 for the created VM, +1 for every start, recovery or restore */
         bool recovering;         /* a recovery runs: shown as state "recovering" */

@@ -41,8 +41,9 @@ def test_one_machine_on_postgres_runs_its_own_node(lab, airlock_factory):  # noq
     assert not [p for p in os.listdir("/proc") if p.isdigit() and _is_node_of(p, alone.data_dir)]
 
     # one machine: the same store, started as root without flags
-    one = airlock_factory(env={"AIRLOCK_STORE": pg.url, "AIRLOCK_CLUSTER_LISTEN": f"127.0.0.1:{free_port()}",
-                               "AIRLOCK_LOCAL_NODE_LISTEN": f"127.0.0.1:{free_port()}"}, prebuild="minimal")
+    one_env = {"AIRLOCK_STORE": pg.url, "AIRLOCK_CLUSTER_LISTEN": f"127.0.0.1:{free_port()}",
+               "AIRLOCK_LOCAL_NODE_LISTEN": f"127.0.0.1:{free_port()}"}
+    one = airlock_factory(env=one_env, prebuild="minimal")
     wait_for(lambda: "airlock: ready after" in log_text(one), 30,
              lambda: f"the start's progress did not end ready:\n{one.log_tail(60)}")
     assert f"this machine's node {name} joins the cluster" in log_text(one), one.log_tail(60)
@@ -59,7 +60,26 @@ def test_one_machine_on_postgres_runs_its_own_node(lab, airlock_factory):  # noq
     alone.wait_ready(30)
     assert alone.api("GET", f"/v1/sandboxes/{sid}")["node"] == name
     assert alone.exec(sid, ["cat", "/proc/sys/kernel/hostname"])["exit_code"] == 0
-    one.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)
+    one.put_file(sid, "/root/kept", b"before the backup")
+
+    # docs/operations.md, "Backups": the store with pg_dump while Airlock
+    # is stopped (its data directory as on SQLite), the database lost and
+    # restored with pg_restore: the next start has the sandbox
+    alone.stop()
+    one.stop()
+    dump = os.path.join(os.path.dirname(one.data_dir), os.path.basename(one.data_dir) + ".pgdump")
+    try:
+        subprocess.run([os.path.join(pg.bin, "pg_dump"), "-Fc", "-d", pg.socket_url(), "-f", dump], check=True)
+        pg.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+        subprocess.run([os.path.join(pg.bin, "pg_restore"), "-d", pg.socket_url(), dump], check=True)
+    finally:
+        if os.path.exists(dump):
+            os.unlink(dump)
+    again = airlock_factory(data_dir=one.data_dir, prebuild="minimal", env=one_env)  # its settings, as a service
+    wait_for(lambda: again.api("GET", f"/v1/sandboxes/{sid}")["state"] == "running", 120,
+             lambda: f"the sandbox did not come back:\n{again.log_tail(60)}")
+    assert again.get_file(sid, "/root/kept") == b"before the backup"
+    again.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)
 
 
 def _is_node_of(pid, data_dir):

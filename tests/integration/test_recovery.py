@@ -97,27 +97,65 @@ def test_airlockd_killed_vms_handed_over(airlock_factory):
     assert qemu_pids(a.data_dir) == []
 
 
-def test_clean_restart_boots_sandboxes_again(airlock_factory):
+def test_clean_restart_resumes_sandboxes(airlock_factory):
+    """A stop saves each running and paused sandbox's VM and the next start
+    resumes it: processes and unsynced writes go on, a paused one is paused
+    again, a stopped one stays stopped."""
     a = airlock_factory(prebuild="minimal")
     token = a.token
     sid = a.create("minimal")["id"]
+    paused = a.create("minimal")["id"]
     stopped = a.create("minimal")["id"]
-    a.exec(sid, ["sh", "-c", "echo kept > /root/data"])  # not synced: shutdown flushes
+    a.exec(sid, ["sh", "-c", "echo kept > /root/data"])  # not synced: in the guest's page cache
+    sleeper = start_sleeper(a, sid)
+    paused_sleeper = start_sleeper(a, paused)
+    a.api("POST", f"/v1/sandboxes/{paused}/pause?wait=true")
     a.api("POST", f"/v1/sandboxes/{stopped}/stop?wait=true")
     a.stop()
     assert qemu_pids(a.data_dir) == []
+    assert "VM saved for the node's stop" in a.log_tail(400)
 
     b = Airlock(a.data_dir, prebuild="minimal")
     try:
         b.wait_ready(START_TIMEOUT)
         assert b.token == token
         sbx = wait_state(b, sid, "running", execution=2)
-        assert sbx["recoveries"][-1]["ok"] is True
+        assert sbx["recoveries"][-1]["ok"] is True, sbx["recoveries"]
+        assert sbx["recoveries"][-1]["how"] == "resumed the VM saved at the node's stop", sbx["recoveries"]
+        assert alive_in_guest(b, sid, sleeper), "the process the sandbox ran before the restart"
         assert b.exec(sid, ["cat", "/root/data"])["stdout"] == "kept\n"
         assert b.exec(sid, ["hostname"])["stdout"].strip() == sid
+        assert wait_state(b, paused, "paused", execution=2)
+        b.api("POST", f"/v1/sandboxes/{paused}/resume?wait=true")
+        assert alive_in_guest(b, paused, paused_sleeper)
         assert wait_state(b, stopped, "stopped")
-        for s in (sid, stopped):
+        for s in (sid, paused, stopped):
             assert b.request("DELETE", f"/v1/sandboxes/{s}")[0] == 204
+    finally:
+        b.stop()
+
+
+def test_a_saved_vm_that_does_not_resume_is_booted(airlock_factory):
+    """The VM saved at the stop cannot be resumed (its state file is
+    damaged, as a QEMU of another version could find it): the next start
+    boots the sandbox's disk instead, its synced writes kept."""
+    a = airlock_factory(prebuild="minimal")
+    sid = a.create("minimal")["id"]
+    a.exec(sid, ["sh", "-c", "echo durable > /root/data; sync"])
+    a.stop()
+    state = os.path.join(a.data_dir, "sandboxes", sid, "stop.state")
+    assert os.path.getsize(state) > 0
+    with open(state, "r+b") as f:
+        f.write(b"\0" * 4096)  # QEMU's stream header and the first sections
+    b = Airlock(a.data_dir, prebuild="minimal")
+    try:
+        b.wait_ready(START_TIMEOUT)
+        sbx = wait_state(b, sid, "running", execution=2)  # a failed attempt makes no execution
+        hows = [(r["ok"], r["how"]) for r in sbx["recoveries"]]
+        assert hows[0] == (False, "resumed the VM saved at the node's stop"), hows
+        assert hows[-1] == (True, "cold boot of its disk (attempt 2)"), hows
+        assert b.exec(sid, ["cat", "/root/data"])["stdout"] == "durable\n"
+        assert b.request("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
     finally:
         b.stop()
 
