@@ -308,11 +308,13 @@ static void *reader_main(void *arg) {
  * and may stop reading: a write that makes no progress for SEND_STALL_MS
  * fails with -ETIMEDOUT and shuts the channel down (a frame cut short
  * leaves no usable stream anyway), so no node thread waits on it forever. */
-static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const void *payload, size_t len) {
+/* Sends one frame; with try_only, only when that needs no wait: the
+ * writer lock free and room for the first bytes at once (-EAGAIN when
+ * not; a frame begun is always finished). */
+static int send_frame_how(struct guestconn *g, uint8_t type, uint32_t stream, const void *payload, size_t len,
+                          bool try_only) {
         if (len > PROTO_MAX_PAYLOAD)
                 return -EMSGSIZE;
-        if (is_use(type))
-                __atomic_store_n(&g->used_ns, now_monotonic_ns(), __ATOMIC_RELAXED);
         uint8_t hdr[PROTO_HEADER_SIZE];
         proto_header_encode(&(struct proto_header){ .version = PROTO_VERSION, .type = type, .stream = stream,
                                                      .length = (uint32_t) len },
@@ -321,7 +323,13 @@ static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const 
         struct msghdr mh = { .msg_iov = iov, .msg_iovlen = len > 0 ? 2 : 1 };
         int r = 0;
 
-        pthread_mutex_lock(&g->wlock);
+        if (!try_only)
+                pthread_mutex_lock(&g->wlock);
+        else if (pthread_mutex_trylock(&g->wlock) != 0)
+                return -EAGAIN;
+        if (is_use(type))
+                __atomic_store_n(&g->used_ns, now_monotonic_ns(), __ATOMIC_RELAXED);
+        bool begun = false;
         while (mh.msg_iovlen > 0) {
                 ssize_t k = sendmsg(g->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (k < 0) {
@@ -329,6 +337,10 @@ static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const 
                                 continue;
                         if (errno != EAGAIN) {
                                 r = negative_errno();
+                                break;
+                        }
+                        if (try_only && !begun) {
+                                r = -EAGAIN;
                                 break;
                         }
                         struct pollfd p = { .fd = g->fd, .events = POLLOUT };
@@ -347,6 +359,7 @@ static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const 
                         }
                         continue;
                 }
+                begun = true;
                 size_t adv = (size_t) k;
                 while (mh.msg_iovlen > 0 && adv >= mh.msg_iov[0].iov_len) {
                         adv -= mh.msg_iov[0].iov_len;
@@ -360,6 +373,10 @@ static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const 
         }
         pthread_mutex_unlock(&g->wlock);
         return r;
+}
+
+static int send_frame(struct guestconn *g, uint8_t type, uint32_t stream, const void *payload, size_t len) {
+        return send_frame_how(g, type, stream, payload, len, false);
 }
 
 int guestconn_send(struct guestconn *g, uint8_t type, uint32_t stream, const void *payload, size_t len) {
@@ -594,15 +611,18 @@ static void call_wait(struct guestconn *g, struct call *c, int timeout_ms) {
                         break;
 }
 
-/* Sends one PING on a stream of its own, which nobody waits on; called
- * and returns with g->lock held. Its stream id, or 0 when none was sent. */
+/* Sends one PING on a stream of its own, which nobody waits on, when that
+ * needs no wait; called and returns with g->lock held. Its stream id, or 0
+ * when none was sent. */
 static uint32_t nudge(struct guestconn *g) {
         struct stream *n;
         if (stream_add(g, NULL, NULL, &n) < 0)
                 return 0;
         uint32_t id = n->id;
         pthread_mutex_unlock(&g->lock);
-        int r = send_frame(g, PROTO_PING, id, "{}", 2);
+        /* never a wait: a channel another write holds, or one the guest
+         * takes nothing from, has bytes on the way already */
+        int r = send_frame_how(g, PROTO_PING, id, "{}", 2, true);
         pthread_mutex_lock(&g->lock);
         if (r < 0 && (n = stream_find(g, id)))
                 stream_remove(g, n);

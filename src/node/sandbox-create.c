@@ -161,7 +161,15 @@ static void sandbox_delete_removed(struct sandbox *s, bool keep_snapshots) {
         sandbox_thread_stop(s);
         sandbox_volumes_release(s);
         rm_rf(s->run_dir);
-        int r = keep_snapshots ? sandbox_park(s) : rm_rf(s->dir);
+        _cleanup_free_ char *gone = keep_snapshots ? NULL : strdup_printf("%s" DELETING_SUFFIX, s->dir);
+        int r;
+        if (keep_snapshots)
+                r = sandbox_park(s);
+        else if (gone && rename(s->dir, gone) >= 0) {
+                node_hold_point("delete.renamed");
+                r = rm_rf(gone);
+        } else
+                r = rm_rf(s->dir);
         if (r < 0)
                 log_errno(LOG_LEVEL_WARN, r, s->ctx, "Failed to remove %s: %m", s->dir);
         log_emit(LOG_LEVEL_INFO, s->ctx, "sandbox deleted%s in %llu ms", keep_snapshots ? " (snapshots kept)" : "",

@@ -288,6 +288,11 @@ void sandbox_upload_cancel(const char *id);
 /* A running or paused sandbox's VM saved (memory, devices) at the node's
  * stop, for the next node to resume; STOP_PAUSED when it was paused. */
 #define STOP_STATE "stop.state"
+/* A deleted sandbox's directory while it is removed: out of the
+ * sandboxes' names at once, so that a node killed in the middle of the
+ * removal leaves nothing the next node would take for a sandbox (it
+ * finishes the removal). */
+#define DELETING_SUFFIX ".deleting"
 #define STOP_PAUSED "stop.paused"
 /* A snapshot's manifest (-ENXIO with *ret_error when it is not
  * restorable); a restore of a downloaded full snapshot into a registered

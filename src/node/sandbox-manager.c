@@ -243,6 +243,13 @@ int sandbox_manager_init(const struct node_config *cfg, enum vmm_accel accel, co
                         closedir(d);
                         return -ENOMEM;
                 }
+                size_t nlen = strlen(de->d_name), slen = strlen(DELETING_SUFFIX);
+                if (nlen > slen && strcmp(de->d_name + nlen - slen, DELETING_SUFFIX) == 0) {
+                        log_info("finishing the removal of a deleted sandbox's %s", path);
+                        if ((r = rm_rf(path)) < 0)
+                                log_warn_errno(r, "Failed to remove %s: %m", path);
+                        continue;
+                }
                 if (name_is_valid(de->d_name) && sandbox_dir_is_parked(path)) {
                         /* a record in a parked directory: a wake (or a rollback
                          * of an archived sandbox) made it visible again, and its

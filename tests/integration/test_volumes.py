@@ -12,9 +12,11 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
+import threading
 import urllib.parse
 
-from harness import ApiError, kill_node, qemu_pids, wait_for
+from harness import ApiError, kill_node, node_pids, qemu_pids, wait_for
 from test_recovery import wait_state
 
 
@@ -287,6 +289,42 @@ def test_volumes_survive_a_node_restart_and_a_vmm_crash(airlock_factory):
     assert read(a, other, "/w/f") == "two\n"
     a.api("DELETE", f"/v1/sandboxes/{other}", expect=204)
     a.api("DELETE", "/v1/volumes/ws", expect=204)
+
+
+def test_a_delete_cut_off_by_a_node_kill_is_finished(airlock_factory):
+    """The node killed in the middle of a delete, once the VM is gone and
+    the volume back in the store, while it removes the sandbox's
+    directory (the soak's fault that found this): the next node finishes
+    the removal rather than taking the half-removed sandbox for one to
+    recover; the delete, asked again, is done; the volume holds what the
+    guest synced and serves the next sandbox."""
+    # where the node (unprivileged) can see it
+    release = tempfile.mktemp(prefix="release-", dir=os.environ["AIRLOCK_TEST_VOLUME"])
+    a = airlock_factory(prebuild="minimal", env={"AIRLOCK_TEST_HOLD": "delete.renamed",
+                                                 "AIRLOCK_TEST_HOLD_RELEASE": release})
+    a.api("POST", "/v1/volumes", {"name": "ws", "size": "32M"}, expect=201)
+    sid = a.create(volumes=[{"name": "ws", "path": "/workspace"}])["id"]
+    sh(a, sid, "echo kept > /workspace/f && sync")
+    old = node_pids(a.data_dir)
+    t = threading.Thread(target=lambda: a.request("DELETE", f"/v1/sandboxes/{sid}"))
+    t.start()
+    try:
+        wait_for(lambda: "test hold point delete.renamed reached" in a.log_tail(400), "the hold point", a)
+        assert os.path.isdir(os.path.join(a.data_dir, "sandboxes", sid + ".deleting"))
+    finally:
+        os.kill(old[0], signal.SIGKILL)  # also when it failed: a held node never stops by itself
+        open(release, "w").close()
+        t.join()
+    wait_for(lambda: (new := node_pids(a.data_dir)) and new != old and
+             a.request("GET", "/v1/health", auth=False)[0] == 200, "no new node", a)
+    assert "finishing the removal of a deleted sandbox's" in a.log_tail(400)
+    assert not os.path.exists(os.path.join(a.data_dir, "sandboxes", sid + ".deleting"))
+    wait_for(lambda: a.request("DELETE", f"/v1/sandboxes/{sid}")[0] in (204, 404), "the delete done", a)
+    assert a.request("GET", f"/v1/sandboxes/{sid}")[0] == 404
+    other = a.create(volumes=[{"name": "ws", "path": "/w"}])["id"]
+    assert read(a, other, "/w/f") == "kept\n"
+    a.api("DELETE", f"/v1/sandboxes/{other}", expect=204)
+    os.unlink(release)
 
 
 def test_volume_content_api_goes_where_the_volume_is(airlock_factory):

@@ -523,6 +523,38 @@ static uint64_t mono_ms(void) {
         return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
 }
 
+/* Takes the host's LIST, then floods PINGs and reads nothing more: the
+ * node's answers fill the channel and its sends stall. */
+static void *guest_takes_one_then_floods(void *arg) {
+        struct guest *g = arg;
+        guest_handshake(g, false);
+        struct proto_header h;
+        json_t *m = NULL;
+        assert_true(guest_recv(g, &h, &m));
+        assert_int_equal(h.type, PROTO_LIST);
+        json_decref(m);
+        while (proto_write_frame(g->fd, PROTO_PING, 0, "{}", 2) == 0)
+                ;
+        return NULL;
+}
+
+/* The PING of an unanswered call never waits on a stalled channel: the
+ * call ends at its own timeout, while the channel is still open (a PING
+ * that waited would end it only when the stall closes the channel, a
+ * minute later). */
+static void test_nudge_never_waits_on_a_stalled_channel(void **state) {
+        signal(SIGPIPE, SIG_IGN);
+        struct fake f;
+        struct guestconn *c = fake_open(&f, guest_takes_one_then_floods);
+        json_t *req = json_pack("{s:s}", "path", "/");
+        assert_int_equal(guestconn_call(c, PROTO_LIST, req, 7000, NULL, NULL), -ETIMEDOUT);
+        assert_true(guestconn_alive(c));
+        json_decref(req);
+        guestconn_free(c);
+        fake_join(&f);
+        (void) state;
+}
+
 /* A guest that stops reading stalls the node's sends to it (for up to the
  * stall timeout, a minute): guestconn_shutdown() fails them at once, so a
  * delete does not wait for it. Shut down only once both are stuck: the
@@ -904,6 +936,7 @@ int main(void) {
                 cmocka_unit_test(test_shutdown_unblocks_senders),
                 cmocka_unit_test(test_handshake_and_calls),
                 cmocka_unit_test(test_unanswered_call_is_nudged),
+                cmocka_unit_test(test_nudge_never_waits_on_a_stalled_channel),
                 cmocka_unit_test(test_handshake_failures),
                 cmocka_unit_test(test_stream_exec),
                 cmocka_unit_test(test_channel_death),
