@@ -420,23 +420,31 @@ static void test_snapshot_pinned_and_policy(void **state) {
         store_snapshot_array_free(list, n);
 }
 
+/* A database an older airlockd left at migration from, with sql run in it
+ * (its rows), opened by this one: every migration applied since. */
+static struct store *open_upgraded(struct backend *b, unsigned from, const char *sql) {
+        raw_migrate_to(b, from);
+        assert_int_equal(raw_exec(b, sql), 0);
+        struct store *s = NULL;
+        assert_int_equal(store_open(b->url, &s), 0);
+        unsigned v = 0;
+        assert_int_equal(store_schema_version(s, &v), 0);
+        assert_int_equal(v, b->n_migrations);
+        assert_true(v > from);
+        return s;
+}
+
 /* A database written by an airlockd before migration 5: its snapshots were
  * all taken on demand, so they come out pinned; its sandboxes have no
  * policy of their own. */
 static void test_migration_5_upgrade(void **state) {
         struct backend *b = BACKEND;
-        raw_migrate_to(b, 4);
-        assert_int_equal(raw_exec(b, "INSERT INTO sandboxes (id, template, state, created_at, updated_at) "
-                                     "VALUES ('sbx-old', 'minimal', 'running', 1, 1);"
-                                     "INSERT INTO snapshots (id, sandbox_id, kind, size, created_at) "
-                                     "VALUES ('snap-old', 'sbx-old', 'disk', 4096, 5)"),
-                         0);
-
-        _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(URL, &s), 0);
-        unsigned v = 0;
-        assert_int_equal(store_schema_version(s, &v), 0);
-        assert_int_equal(v, b->n_migrations);
+        _cleanup_(store_closep) struct store *s =
+                open_upgraded(b, 4,
+                              "INSERT INTO sandboxes (id, template, state, created_at, updated_at) "
+                              "VALUES ('sbx-old', 'minimal', 'running', 1, 1);"
+                              "INSERT INTO snapshots (id, sandbox_id, kind, size, created_at) "
+                              "VALUES ('snap-old', 'sbx-old', 'disk', 4096, 5)");
         struct store_snapshot g = { 0 };
         assert_int_equal(store_snapshot_get(s, "snap-old", &g), 0);
         assert_true(g.pinned);
@@ -1047,16 +1055,9 @@ static void test_event_append_and_prune(void **state) {
  * webhook starts after them. */
 static void test_migration_19_upgrade(void **state) {
         struct backend *b = BACKEND;
-        raw_migrate_to(b, 18);
-        assert_int_equal(raw_exec(b, "INSERT INTO sandbox_events (ts_ms, sandbox_id, type, state) "
-                                     "VALUES (1, 'sbx-old', 'sandbox.created', 'running')"),
-                         0);
-        _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(URL, &s), 0);
-        unsigned v = 0;
-        assert_int_equal(store_schema_version(s, &v), 0);
-        assert_int_equal(v, b->n_migrations);
-        assert_true(v >= 19);
+        _cleanup_(store_closep) struct store *s =
+                open_upgraded(b, 18, "INSERT INTO sandbox_events (ts_ms, sandbox_id, type, state) "
+                                     "VALUES (1, 'sbx-old', 'sandbox.created', 'running')");
         struct store_event *e = NULL;
         size_t n = 0;
         assert_int_equal(store_event_list(s, true, NULL, NULL, 0, 10, &e, &n), 0);
@@ -1434,16 +1435,9 @@ static void test_volume_races(void **state) {
  * tables on open; its sandboxes may hold volumes then. */
 static void test_migration_18_upgrade(void **state) {
         struct backend *b = BACKEND;
-        raw_migrate_to(b, 17);
-        assert_int_equal(raw_exec(b, "INSERT INTO sandboxes (id, template, state, created_at, updated_at) "
-                                     "VALUES ('sbx-old', 'minimal', 'running', 1, 1)"),
-                         0);
-        _cleanup_(store_closep) struct store *s = NULL;
-        assert_int_equal(store_open(URL, &s), 0);
-        unsigned v = 0;
-        assert_int_equal(store_schema_version(s, &v), 0);
-        assert_int_equal(v, b->n_migrations);
-        assert_true(v >= 18);
+        _cleanup_(store_closep) struct store *s =
+                open_upgraded(b, 17, "INSERT INTO sandboxes (id, template, state, created_at, updated_at) "
+                                     "VALUES ('sbx-old', 'minimal', 'running', 1, 1)");
         struct store_volume vol = { .id = "vol-1", .name = "data", .size = GIB };
         assert_int_equal(store_volume_insert(s, &vol), 0);
         assert_int_equal(hold(s, "sbx-old", "vol-1", 0, false), 0);
