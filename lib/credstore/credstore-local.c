@@ -45,7 +45,8 @@ static int local_put(struct credstore *cs, const struct credstore_meta *m, const
         struct credstore_local *l = to_local(cs);
         _cleanup_free_ uint8_t *sealed = NULL;
         size_t sealed_len;
-        int r = credstore_seal(l->key, m->tenant_id, m->name, value, len, &sealed, &sealed_len);
+        int r = credstore_seal(l->key, CREDSTORE_FOR_SECRET, m->tenant_id, m->name, value, len, &sealed,
+                               &sealed_len);
         if (r < 0)
                 return r;
         struct store_secret row = {
@@ -73,7 +74,8 @@ static int local_get(struct credstore *cs, const char *tenant_id, const char *na
         size_t vlen = 0;
         /* opened with the scope and name asked for: a row moved to
          * another scope or name does not open */
-        if (ret_value && (r = credstore_unseal(l->key, tenant_id, name, row.sealed, row.sealed_len, &v, &vlen)) < 0)
+        if (ret_value && (r = credstore_unseal(l->key, CREDSTORE_FOR_SECRET, tenant_id, name, row.sealed,
+                                               row.sealed_len, &v, &vlen)) < 0)
                 return r;
         meta_from_row(&row, ret);
         if (ret_value) {

@@ -20,7 +20,6 @@
 
 #define SEAL_VERSION 1
 #define NONCE_SIZE crypto_aead_xchacha20poly1305_ietf_NPUBBYTES
-#define AD_PREFIX "airlock-secret-v1"
 
 _Static_assert(CREDSTORE_SEALED_OVERHEAD ==
                        1 + crypto_aead_xchacha20poly1305_ietf_NPUBBYTES + crypto_aead_xchacha20poly1305_ietf_ABYTES,
@@ -41,38 +40,52 @@ bool credstore_name_is_valid(const char *name) {
         return true;
 }
 
-/* AD = prefix NUL tenant NUL name: NUL cannot occur in either, so no two
- * (tenant, name) pairs give the same bytes. The admin scope is "". */
-static int make_ad(const char *tenant_id, const char *name, uint8_t **ret, size_t *ret_len) {
-        if (!credstore_name_is_valid(name) || (tenant_id && strlen(tenant_id) > 256))
+/* What a sealed value is for, the first part of its additional data: a
+ * value sealed for one purpose does not open for another. */
+static const char *ad_prefix(enum credstore_purpose purpose) {
+        switch (purpose) {
+        case CREDSTORE_FOR_SECRET: return "airlock-secret-v1";
+        case CREDSTORE_FOR_WEBHOOK: return "airlock-webhook-secret-v1";
+        }
+        return NULL;
+}
+
+/* AD = purpose NUL tenant NUL name: NUL cannot occur in any of them, so no
+ * two (purpose, tenant, name) give the same bytes. The admin scope is "". */
+static int make_ad(enum credstore_purpose purpose, const char *tenant_id, const char *name, uint8_t **ret,
+                   size_t *ret_len) {
+        const char *p = ad_prefix(purpose);
+        if (!p || !credstore_name_is_valid(name) || (tenant_id && strlen(tenant_id) > 256))
                 return -EINVAL;
         const char *t = tenant_id ?: "";
-        size_t n = sizeof AD_PREFIX + strlen(t) + 1 + strlen(name);
+        size_t pl = strlen(p) + 1, n = pl + strlen(t) + 1 + strlen(name);
         uint8_t *ad = malloc(n);
         if (!ad)
                 return -ENOMEM;
-        memcpy(ad, AD_PREFIX, sizeof AD_PREFIX);
-        memcpy(ad + sizeof AD_PREFIX, t, strlen(t) + 1);
-        memcpy(ad + sizeof AD_PREFIX + strlen(t) + 1, name, strlen(name));
+        memcpy(ad, p, pl);
+        memcpy(ad + pl, t, strlen(t) + 1);
+        memcpy(ad + pl + strlen(t) + 1, name, strlen(name));
         *ret = ad;
         *ret_len = n;
         return 0;
 }
 
 /* libsodium ready and the additional data of (tenant_id, name). */
-static int crypto_begin(const char *tenant_id, const char *name, uint8_t **ret_ad, size_t *ret_ad_len) {
+static int crypto_begin(enum credstore_purpose purpose, const char *tenant_id, const char *name,
+                        uint8_t **ret_ad, size_t *ret_ad_len) {
         if (sodium_init() < 0)
                 return -EIO;
-        return make_ad(tenant_id, name, ret_ad, ret_ad_len);
+        return make_ad(purpose, tenant_id, name, ret_ad, ret_ad_len);
 }
 
-int credstore_seal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_id, const char *name, const char *value,
-                   size_t len, uint8_t **ret, size_t *ret_len) {
+int credstore_seal(const uint8_t key[CREDSTORE_KEY_SIZE], enum credstore_purpose purpose,
+                   const char *tenant_id, const char *name, const char *value, size_t len, uint8_t **ret,
+                   size_t *ret_len) {
         if (!key || !value || len == 0 || len > CREDSTORE_VALUE_MAX || memchr(value, 0, len))
                 return -EINVAL;
         _cleanup_free_ uint8_t *ad = NULL;
         size_t ad_len;
-        int r = crypto_begin(tenant_id, name, &ad, &ad_len);
+        int r = crypto_begin(purpose, tenant_id, name, &ad, &ad_len);
         if (r < 0)
                 return r;
         size_t n = len + CREDSTORE_SEALED_OVERHEAD;
@@ -89,15 +102,16 @@ int credstore_seal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_id,
         return 0;
 }
 
-int credstore_unseal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_id, const char *name,
-                     const uint8_t *sealed, size_t sealed_len, char **ret_value, size_t *ret_len) {
+int credstore_unseal(const uint8_t key[CREDSTORE_KEY_SIZE], enum credstore_purpose purpose,
+                     const char *tenant_id, const char *name, const uint8_t *sealed, size_t sealed_len,
+                     char **ret_value, size_t *ret_len) {
         if (!key || !sealed)
                 return -EINVAL;
         if (sealed_len <= CREDSTORE_SEALED_OVERHEAD || sealed_len > CREDSTORE_SEALED_MAX || sealed[0] != SEAL_VERSION)
                 return -EBADMSG;
         _cleanup_free_ uint8_t *ad = NULL;
         size_t ad_len;
-        int r = crypto_begin(tenant_id, name, &ad, &ad_len);
+        int r = crypto_begin(purpose, tenant_id, name, &ad, &ad_len);
         if (r < 0)
                 return r;
         size_t max = sealed_len - CREDSTORE_SEALED_OVERHEAD;

@@ -98,16 +98,25 @@ void credstore_meta_array_free(struct credstore_meta *a, size_t n);
 /* Wipes and frees a value from credstore_get(); NULL is fine. */
 void credstore_value_free(char *value, size_t len);
 
+/* What a value is sealed for: the additional data names it. */
+enum credstore_purpose {
+        CREDSTORE_FOR_SECRET,  /* a credential's value (the backends') */
+        CREDSTORE_FOR_WEBHOOK, /* a webhook's signing secret, named by the webhook's id */
+};
+
 /*
- * The sealing itself (the local backend's; exposed for tests and for other
- * backends that keep sealed bytes): *ret = version || nonce || ciphertext,
- * bound to (tenant_id, name) by the additional data. unseal gives -EBADMSG
- * for anything that does not open: wrong key, other tenant or name, a
- * changed byte, a short or unknown-version blob.
+ * The sealing itself (the local backend's; exposed for tests, for other
+ * backends that keep sealed bytes, and for webhooks' secrets): *ret =
+ * version || nonce || ciphertext, bound to (purpose, tenant_id, name) by
+ * the additional data. unseal gives -EBADMSG for anything that does not
+ * open: wrong key, other purpose, tenant or name, a changed byte, a short
+ * or unknown-version blob.
  */
-int credstore_seal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_id, const char *name, const char *value,
-                   size_t len, uint8_t **ret, size_t *ret_len);
-int credstore_unseal(const uint8_t key[CREDSTORE_KEY_SIZE], const char *tenant_id, const char *name,
-                     const uint8_t *sealed, size_t sealed_len, char **ret_value, size_t *ret_len);
+int credstore_seal(const uint8_t key[CREDSTORE_KEY_SIZE], enum credstore_purpose purpose,
+                   const char *tenant_id, const char *name, const char *value, size_t len, uint8_t **ret,
+                   size_t *ret_len);
+int credstore_unseal(const uint8_t key[CREDSTORE_KEY_SIZE], enum credstore_purpose purpose,
+                     const char *tenant_id, const char *name, const uint8_t *sealed, size_t sealed_len,
+                     char **ret_value, size_t *ret_len);
 /* Reads or makes the key file (see credstore_local_new()). */
 int credstore_key_load(const char *path, uint8_t ret[CREDSTORE_KEY_SIZE]);

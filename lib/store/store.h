@@ -741,7 +741,7 @@ struct store_webhook {
         char *tenant_id;    /* owner, or NULL: the admin scope */
         char *url;          /* where events are POSTed */
         char *events;       /* event types, comma-separated, or "*": every one */
-        char *secret;       /* what signs its deliveries */
+        char *secret;       /* what signs its deliveries, as its caller keeps it (sealed) */
         int64_t created_at; /* Unix ms (0 on insert: now) */
         /* how far it got, set by the store on insert and by
          * store_webhook_advance() after: */

@@ -8,6 +8,7 @@
 #include "api.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +75,8 @@ int api_webhook_create(struct api_ctx *ctx, const json_t *body, struct api_reply
         int r = api_scope_of(ctx, json_string_value(tenant), "webhooks", &owner);
         if (r < 0)
                 return r;
-        _cleanup_free_ char *events = NULL, *sec = NULL;
+        _cleanup_free_ char *events = NULL;
+        _cleanup_(webhook_secret_freep) char *sec = NULL;
         if ((r = webhook_events_parse(json_object_get(body, "events"), &events, ctx->err, sizeof ctx->err)) <
                     0 ||
             (r = webhook_secret_take(json_string_value(secret), &sec, ctx->err, sizeof ctx->err)) < 0)
@@ -90,11 +92,20 @@ int api_webhook_create(struct api_ctx *ctx, const json_t *body, struct api_reply
         char id[32];
         if ((r = random_id("wh-", 8, id, sizeof id)) < 0)
                 return r;
+        /* kept sealed: the store's readers cannot sign as Airlock */
+        _cleanup_free_ char *sealed = NULL;
+        uint8_t key[CREDSTORE_KEY_SIZE];
+        r = webhook_key_load(ctx->config, key);
+        if (r >= 0)
+                r = webhook_secret_seal(key, owner, id, sec, &sealed);
+        sodium_memzero(key, sizeof key);
+        if (r < 0)
+                return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "failed to seal a webhook's secret: %m");
         struct store_webhook w = {.id = id,
                                   .tenant_id = (char *) owner,
                                   .url = (char *) json_string_value(url),
                                   .events = events,
-                                  .secret = sec,
+                                  .secret = sealed,
                                   .created_at = now_unix_ms()};
         r = store_webhook_insert(ctx->store, &w);
         if (r == -EDQUOT)

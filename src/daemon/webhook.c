@@ -15,6 +15,7 @@
 
 #include "airlock-config.h"
 #include "api-reply.h"
+#include "credstore.h"
 #include "log.h"
 #include "macros.h"
 #include "netpolicy.h"
@@ -129,6 +130,57 @@ int webhook_secret_take(const char *given, char **ret, char *err, size_t errlen)
         *ret = strdup_printf(WEBHOOK_SECRET_PREFIX "%s", b64);
         sodium_memzero(b64, sizeof b64);
         return *ret ? 0 : -ENOMEM;
+}
+
+int webhook_key_load(const struct daemon_config *config, uint8_t key[static CREDSTORE_KEY_SIZE]) {
+        char path[sizeof config->control_dir + sizeof CREDSTORE_KEY_FILE + 1];
+        snprintf(path, sizeof path, "%s/%s", config->control_dir, CREDSTORE_KEY_FILE);
+        return credstore_key_load(path, key);
+}
+
+int webhook_secret_seal(const uint8_t key[static CREDSTORE_KEY_SIZE], const char *tenant_id, const char *id,
+                        const char *secret, char **ret) {
+        _cleanup_free_ uint8_t *sealed = NULL;
+        size_t n = 0;
+        int r = credstore_seal(key, CREDSTORE_FOR_WEBHOOK, tenant_id, id, secret, strlen(secret), &sealed,
+                               &n);
+        if (r < 0)
+                return r;
+        size_t b64len = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+        char *out = malloc(strlen(WEBHOOK_SEALED_PREFIX) + b64len);
+        if (!out)
+                return -ENOMEM;
+        memcpy(out, WEBHOOK_SEALED_PREFIX, strlen(WEBHOOK_SEALED_PREFIX));
+        sodium_bin2base64(out + strlen(WEBHOOK_SEALED_PREFIX), b64len, sealed, n,
+                          sodium_base64_VARIANT_ORIGINAL);
+        *ret = out;
+        return 0;
+}
+
+int webhook_secret_open(const uint8_t key[static CREDSTORE_KEY_SIZE], const struct store_webhook *w,
+                        char **ret) {
+        size_t plen = strlen(WEBHOOK_SEALED_PREFIX);
+        if (!w->secret)
+                return -EBADMSG;
+        if (strncmp(w->secret, WEBHOOK_SECRET_PREFIX, strlen(WEBHOOK_SECRET_PREFIX)) == 0) {
+                /* kept as it is by 0.2.0, which sealed nothing */
+                *ret = strdup(w->secret);
+                return *ret ? 0 : -ENOMEM;
+        }
+        if (strncmp(w->secret, WEBHOOK_SEALED_PREFIX, plen) != 0)
+                return -EBADMSG;
+        const char *b64 = w->secret + plen;
+        uint8_t sealed[CREDSTORE_SEALED_OVERHEAD + WEBHOOK_SECRET_MAX];
+        size_t n = 0, len = 0;
+        if (sodium_base642bin(sealed, sizeof sealed, b64, strlen(b64), NULL, &n, NULL,
+                              sodium_base64_VARIANT_ORIGINAL) != 0)
+                return -EBADMSG;
+        return credstore_unseal(key, CREDSTORE_FOR_WEBHOOK, w->tenant_id, w->id, sealed, n, ret, &len);
+}
+
+void webhook_secret_free(char *secret) {
+        if (secret)
+                credstore_value_free(secret, strlen(secret));
 }
 
 int webhook_sign(const char *secret, const char *msg_id, int64_t ts_s, const char *body, size_t len,
@@ -274,8 +326,9 @@ struct attempt {
         int64_t duration_ms;
 };
 
-/* POSTs one event to w's URL; what came of it in *a. */
-static void deliver(const struct daemon_config *config, const struct store_webhook *w,
+/* POSTs one event to w's URL, signed with secret (w's, opened); what
+ * came of it in *a. */
+static void deliver(const struct daemon_config *config, const struct store_webhook *w, const char *secret,
                     const struct store_event *e, const atomic_bool *stopping, struct attempt *a) {
         *a = (struct attempt){0};
         uint64_t t0 = now_monotonic_ns();
@@ -285,7 +338,7 @@ static void deliver(const struct daemon_config *config, const struct store_webho
         _cleanup_free_ char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
         int64_t ts_s = (int64_t) (now_realtime_ns() / 1000000000ULL);
         snprintf(msg_id, sizeof msg_id, "%s-%lld", w->id, (long long) e->id);
-        if (!body || webhook_sign(w->secret, msg_id, ts_s, body, strlen(body), sig) < 0) {
+        if (!body || webhook_sign(secret, msg_id, ts_s, body, strlen(body), sig) < 0) {
                 snprintf(a->error, sizeof a->error, "cannot make the request: %s",
                          body ? "bad secret" : "no memory");
                 return;
@@ -362,6 +415,7 @@ struct webhook_worker {
         const struct daemon_config *config;
         struct store *store;
         atomic_bool stopping;
+        uint8_t key[CREDSTORE_KEY_SIZE]; /* what the secrets are sealed with */
         struct sender senders[WEBHOOK_SENDERS];
 };
 
@@ -391,6 +445,8 @@ static void run_webhook(struct webhook_worker *ww, const struct store_webhook *w
                 return;
         }
         int64_t now = now_unix_ms();
+        _cleanup_(webhook_secret_freep) char *secret = NULL;
+        int sr = webhook_secret_open(ww->key, w, &secret);
         struct store_webhook next = {
                 .cursor = w->cursor, .attempts = w->attempts, .next_at = 0, .last_error = w->last_error};
         bool moved = false;
@@ -403,8 +459,14 @@ static void run_webhook(struct webhook_worker *ww, const struct store_webhook *w
                         moved = true;
                         continue;
                 }
-                struct attempt a;
-                deliver(ww->config, w, &ev[i], &ww->stopping, &a);
+                struct attempt a = {0};
+                if (sr < 0)
+                        snprintf(a.error, sizeof a.error,
+                                 "its secret does not open with this replica's key (%s): "
+                                 "control/" CREDSTORE_KEY_FILE " must be the same on every replica",
+                                 strerror(-sr));
+                else
+                        deliver(ww->config, w, secret, &ev[i], &ww->stopping, &a);
                 if (atomic_load(&ww->stopping) && a.error[0])
                         break; /* cut short by the stop: tried again at the next start */
                 struct store_webhook_delivery d = {.webhook_id = w->id,
@@ -477,10 +539,14 @@ int webhook_worker_start(const struct daemon_config *config, struct store *store
                 return -ENOMEM;
         ww->config = config;
         ww->store = store;
+        int r = webhook_key_load(config, ww->key);
+        if (r < 0) {
+                free(ww);
+                return r;
+        }
         for (unsigned i = 0; i < WEBHOOK_SENDERS; i++) {
                 ww->senders[i] = (struct sender){.ww = ww, .index = i};
-                int r = worker_start(sender_pass, &ww->senders[i], WEBHOOK_TICK_MS, 0,
-                                     &ww->senders[i].worker);
+                r = worker_start(sender_pass, &ww->senders[i], WEBHOOK_TICK_MS, 0, &ww->senders[i].worker);
                 if (r < 0) {
                         webhook_worker_stop(ww);
                         return r;
@@ -496,5 +562,6 @@ void webhook_worker_stop(struct webhook_worker *ww) {
         atomic_store(&ww->stopping, true);
         for (unsigned i = 0; i < WEBHOOK_SENDERS; i++)
                 worker_stop(ww->senders[i].worker);
+        sodium_memzero(ww->key, sizeof ww->key);
         free(ww);
 }

@@ -32,6 +32,8 @@
 #include <jansson.h>
 
 #include "config.h"
+#include "credstore.h"
+#include "macros.h"
 #include "store.h"
 
 #define WEBHOOK_URL_MAX 2048
@@ -55,6 +57,29 @@ int webhook_events_parse(const json_t *v, char **ret, char *err, size_t errlen);
 
 /* Checks a secret's form; makes one when given is NULL (*ret malloc'd). */
 int webhook_secret_take(const char *given, char **ret, char *err, size_t errlen);
+/*
+ * A secret at rest: the store keeps it sealed (lib/credstore,
+ * CREDSTORE_FOR_WEBHOOK, bound to the webhook's owner and id) under the
+ * credential store's key (DATA_DIR/control/secrets.key, which every
+ * replica shares), as WEBHOOK_SEALED_PREFIX and the base64 of the sealed
+ * bytes: a reader of the store cannot sign as Airlock.
+ */
+#define WEBHOOK_SEALED_PREFIX "sealed1:"
+/* Reads (or makes) that key. */
+int webhook_key_load(const struct daemon_config *config, uint8_t key[static CREDSTORE_KEY_SIZE]);
+/* The stored form of secret for webhook id of tenant_id (NULL: the admin
+ * scope's) in *ret (malloc'd). */
+int webhook_secret_seal(const uint8_t key[static CREDSTORE_KEY_SIZE], const char *tenant_id, const char *id,
+                        const char *secret, char **ret);
+/* w's secret as it signs, opened from its stored form, or taken as it is
+ * when the store kept it plain (made by 0.2.0): *ret for
+ * webhook_secret_free(); -EBADMSG when it does not open (another key,
+ * another webhook's, changed). */
+int webhook_secret_open(const uint8_t key[static CREDSTORE_KEY_SIZE], const struct store_webhook *w,
+                        char **ret);
+/* Wipes and frees a secret from webhook_secret_open(); NULL is fine. */
+void webhook_secret_free(char *secret);
+DEFINE_TRIVIAL_CLEANUP_FUNC(char *, webhook_secret_free)
 /* The webhook-signature header's value for a message into out. */
 int webhook_sign(const char *secret, const char *msg_id, int64_t ts_s, const char *body, size_t len,
                  char out[static WEBHOOK_SIGNATURE_MAX]);

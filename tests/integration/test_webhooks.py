@@ -11,10 +11,12 @@ through a file: "ok" (204), "fail" (500) or "hang" (holds the request until
 told otherwise)."""
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -297,3 +299,70 @@ def test_targets_pass_the_platform_deny_set(airlock_factory, receiver):
     with pytest.raises(ApiError) as e:
         add(b, url="http://127.0.0.1/hook")
     assert e.value.status == 400
+
+
+def _db(a):
+    return os.path.join(a.data_dir, "control", "airlock.db")
+
+
+def _store_bytes(a):
+    """Every byte of the store as a reader of its files gets them (the
+    database and its write-ahead log)."""
+    out = b""
+    for p in (_db(a), _db(a) + "-wal"):
+        if os.path.exists(p):
+            with open(p, "rb") as f:
+                out += f.read()
+    return out
+
+
+def _set_secret(a, wid, value):
+    """What an attacker with the store's write access does: a webhook's
+    stored secret replaced (airlockd runs: SQLite's WAL lets this in)."""
+    with contextlib.closing(sqlite3.connect(_db(a), timeout=30)) as c:
+        c.execute("UPDATE webhooks SET secret = ? WHERE id = ?", (value, wid))
+        c.commit()
+
+
+def _stored_secret(a, wid):
+    with contextlib.closing(sqlite3.connect(f"file:{_db(a)}?mode=ro", uri=True, timeout=30)) as c:
+        return c.execute("SELECT secret FROM webhooks WHERE id = ?", (wid,)).fetchone()[0]
+
+
+def test_secrets_are_sealed_in_the_store(airlock, receiver):
+    """A reader of the store cannot sign as Airlock: a webhook's secret is
+    kept sealed under the credential store's key, bound to its webhook.
+    The attack: webhook A's sealed secret moved into webhook B's row; B's
+    deliveries must fail to sign, never go out signed with A's secret. The
+    control: A's deliveries verify throughout, and a secret kept plain (as
+    0.2.0 kept them) still signs B's."""
+    a = airlock
+    wa, wb = add(a, events=["sandbox.created"]), add(a, events=["sandbox.created"])
+    stored_a, stored_b = _stored_secret(a, wa["id"]), _stored_secret(a, wb["id"])
+    everything = _store_bytes(a)
+    assert wa["id"].encode() in everything and wb["id"].encode() in everything  # the right files
+    for w, stored in ((wa, stored_a), (wb, stored_b)):
+        key_b64 = w["secret"].removeprefix("whsec_")
+        assert stored.startswith("sealed1:") and key_b64 not in stored, stored
+        assert key_b64.encode() not in everything
+        assert base64.b64decode(key_b64) not in everything
+
+    _set_secret(a, wb["id"], stored_a)
+    sid = a.create("minimal")["id"]
+
+    def of(w):
+        return [r for _, r in receiver.events(sid) if r["headers"]["webhook-id"].startswith(w["id"] + "-")]
+
+    got_a = wait_for(lambda: of(wa), "webhook A's delivery", a, timeout=60)
+    assert verify(wa["secret"], got_a[0])
+    failed = wait_for(lambda: [d for d in a.api("GET", f"/v1/webhooks/{wb['id']}/deliveries")["deliveries"]
+                               if not d["delivered"]],
+                      "webhook B's failed delivery", a, timeout=60)
+    assert failed[0]["status"] == 0 and "does not open" in failed[0]["error"], failed
+    assert of(wb) == []  # nothing of B's went out, signed with A's secret or otherwise
+
+    # a secret kept as it is, as 0.2.0 kept them, still signs
+    _set_secret(a, wb["id"], wb["secret"])
+    got_b = wait_for(lambda: of(wb), "webhook B's delivery once its secret is whole", a, timeout=60)
+    assert verify(wb["secret"], got_b[0]) and not verify(wa["secret"], got_b[0])
+    a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)

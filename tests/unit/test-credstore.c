@@ -65,42 +65,75 @@ static void test_seal_round_trip(void **state) {
         fill_key(other, 8);
         _cleanup_free_ uint8_t *sealed = NULL;
         size_t n = 0;
-        assert_int_equal(credstore_seal(key, "ten-1", "gh", VALUE, strlen(VALUE), &sealed, &n), 0);
+        assert_int_equal(
+                credstore_seal(key, CREDSTORE_FOR_SECRET, "ten-1", "gh", VALUE, strlen(VALUE), &sealed, &n),
+                0);
         assert_int_equal(n, strlen(VALUE) + CREDSTORE_SEALED_OVERHEAD);
         assert_null(memmem(sealed, n, VALUE, strlen(VALUE))); /* not in the clear */
 
         char *v = NULL;
         size_t vlen = 0;
-        assert_int_equal(credstore_unseal(key, "ten-1", "gh", sealed, n, &v, &vlen), 0);
+        assert_int_equal(credstore_unseal(key, CREDSTORE_FOR_SECRET, "ten-1", "gh", sealed, n, &v, &vlen),
+                         0);
         assert_int_equal(vlen, strlen(VALUE));
         assert_string_equal(v, VALUE);
         credstore_value_free(v, vlen);
 
         /* wrong key, other tenant, other name, admin scope: refused */
         v = NULL;
-        assert_int_equal(credstore_unseal(other, "ten-1", "gh", sealed, n, &v, &vlen), -EBADMSG);
-        assert_int_equal(credstore_unseal(key, "ten-2", "gh", sealed, n, &v, &vlen), -EBADMSG);
-        assert_int_equal(credstore_unseal(key, "ten-1", "gh2", sealed, n, &v, &vlen), -EBADMSG);
-        assert_int_equal(credstore_unseal(key, NULL, "gh", sealed, n, &v, &vlen), -EBADMSG);
+        assert_int_equal(credstore_unseal(other, CREDSTORE_FOR_SECRET, "ten-1", "gh", sealed, n, &v, &vlen),
+                         -EBADMSG);
+        assert_int_equal(credstore_unseal(key, CREDSTORE_FOR_SECRET, "ten-2", "gh", sealed, n, &v, &vlen),
+                         -EBADMSG);
+        assert_int_equal(credstore_unseal(key, CREDSTORE_FOR_SECRET, "ten-1", "gh2", sealed, n, &v, &vlen),
+                         -EBADMSG);
+        assert_int_equal(credstore_unseal(key, CREDSTORE_FOR_SECRET, NULL, "gh", sealed, n, &v, &vlen),
+                         -EBADMSG);
         /* "ten-1"+"gh" must not equal "ten-1g"+"h" */
-        assert_int_equal(credstore_unseal(key, "ten-1g", "h", sealed, n, &v, &vlen), -EBADMSG);
+        assert_int_equal(credstore_unseal(key, CREDSTORE_FOR_SECRET, "ten-1g", "h", sealed, n, &v, &vlen),
+                         -EBADMSG);
+        /* sealed as a credential, it is no webhook's secret (nor the other way) */
+        assert_int_equal(credstore_unseal(key, CREDSTORE_FOR_WEBHOOK, "ten-1", "gh", sealed, n, &v, &vlen),
+                         -EBADMSG);
+        _cleanup_free_ uint8_t *wh = NULL;
+        size_t whn = 0;
+        assert_int_equal(
+                credstore_seal(key, CREDSTORE_FOR_WEBHOOK, "ten-1", "gh", VALUE, strlen(VALUE), &wh, &whn),
+                0);
+        assert_int_equal(credstore_unseal(key, CREDSTORE_FOR_SECRET, "ten-1", "gh", wh, whn, &v, &vlen),
+                         -EBADMSG);
+        assert_int_equal(credstore_unseal(key, CREDSTORE_FOR_WEBHOOK, "ten-1", "gh", wh, whn, &v, &vlen), 0);
+        assert_string_equal(v, VALUE);
+        credstore_value_free(v, vlen);
+        v = NULL;
+        assert_int_equal(
+                credstore_unseal(key, (enum credstore_purpose) 7, "ten-1", "gh", wh, whn, &v, &vlen),
+                -EINVAL);
         assert_null(v);
 
         /* every single changed byte is refused, the version byte included */
         for (size_t i = 0; i < n; i++) {
                 sealed[i] ^= 0x01;
-                assert_int_equal(credstore_unseal(key, "ten-1", "gh", sealed, n, &v, &vlen), -EBADMSG);
+                assert_int_equal(
+                        credstore_unseal(key, CREDSTORE_FOR_SECRET, "ten-1", "gh", sealed, n, &v, &vlen),
+                        -EBADMSG);
                 sealed[i] ^= 0x01;
         }
         /* short or truncated */
-        assert_int_equal(credstore_unseal(key, "ten-1", "gh", sealed, n - 1, &v, &vlen), -EBADMSG);
-        assert_int_equal(credstore_unseal(key, "ten-1", "gh", sealed, CREDSTORE_SEALED_OVERHEAD, &v, &vlen), -EBADMSG);
+        assert_int_equal(
+                credstore_unseal(key, CREDSTORE_FOR_SECRET, "ten-1", "gh", sealed, n - 1, &v, &vlen),
+                -EBADMSG);
+        assert_int_equal(credstore_unseal(key, CREDSTORE_FOR_SECRET, "ten-1", "gh", sealed,
+                                          CREDSTORE_SEALED_OVERHEAD, &v, &vlen),
+                         -EBADMSG);
         assert_null(v);
 
         /* two seals of one value differ (random nonce) */
         _cleanup_free_ uint8_t *again = NULL;
         size_t n2 = 0;
-        assert_int_equal(credstore_seal(key, "ten-1", "gh", VALUE, strlen(VALUE), &again, &n2), 0);
+        assert_int_equal(
+                credstore_seal(key, CREDSTORE_FOR_SECRET, "ten-1", "gh", VALUE, strlen(VALUE), &again, &n2),
+                0);
         assert_int_equal(n, n2);
         assert_memory_not_equal(sealed, again, n);
 }
@@ -110,19 +143,25 @@ static void test_seal_limits(void **state) {
         fill_key(key, 1);
         uint8_t *sealed = NULL;
         size_t n = 0;
-        assert_int_equal(credstore_seal(key, NULL, "gh", "", 0, &sealed, &n), -EINVAL);
-        assert_int_equal(credstore_seal(key, NULL, "gh", "a\0b", 3, &sealed, &n), -EINVAL);
-        assert_int_equal(credstore_seal(key, NULL, "Bad", "x", 1, &sealed, &n), -EINVAL);
+        assert_int_equal(credstore_seal(key, CREDSTORE_FOR_SECRET, NULL, "gh", "", 0, &sealed, &n), -EINVAL);
+        assert_int_equal(credstore_seal(key, CREDSTORE_FOR_SECRET, NULL, "gh", "a\0b", 3, &sealed, &n),
+                         -EINVAL);
+        assert_int_equal(credstore_seal(key, CREDSTORE_FOR_SECRET, NULL, "Bad", "x", 1, &sealed, &n),
+                         -EINVAL);
         char *big = malloc(CREDSTORE_VALUE_MAX + 1);
         assert_non_null(big);
         memset(big, 'x', CREDSTORE_VALUE_MAX + 1);
-        assert_int_equal(credstore_seal(key, NULL, "gh", big, CREDSTORE_VALUE_MAX + 1, &sealed, &n), -EINVAL);
+        assert_int_equal(credstore_seal(key, CREDSTORE_FOR_SECRET, NULL, "gh", big, CREDSTORE_VALUE_MAX + 1,
+                                        &sealed, &n),
+                         -EINVAL);
         assert_null(sealed);
-        assert_int_equal(credstore_seal(key, NULL, "gh", big, CREDSTORE_VALUE_MAX, &sealed, &n), 0);
+        assert_int_equal(
+                credstore_seal(key, CREDSTORE_FOR_SECRET, NULL, "gh", big, CREDSTORE_VALUE_MAX, &sealed, &n),
+                0);
         assert_int_equal(n, CREDSTORE_SEALED_MAX);
         char *v = NULL;
         size_t vlen;
-        assert_int_equal(credstore_unseal(key, NULL, "gh", sealed, n, &v, &vlen), 0);
+        assert_int_equal(credstore_unseal(key, CREDSTORE_FOR_SECRET, NULL, "gh", sealed, n, &v, &vlen), 0);
         assert_int_equal(vlen, CREDSTORE_VALUE_MAX);
         credstore_value_free(v, vlen);
         free(sealed);
