@@ -24,7 +24,9 @@
 #include "worker.h"
 
 #define WEBHOOK_SENDERS 4
-#define WEBHOOK_TICK_MS 250
+#define WEBHOOK_TICK_MS 250 /* the dispatcher's */
+#define WEBHOOK_SENDER_IDLE_MS 60000
+#define WEBHOOK_RESCAN_MS 5000 /* a webhook that found nothing is read again after this at most */
 #define WEBHOOK_BATCH 50 /* events one pass reads for a webhook */
 #define WEBHOOK_CONNECT_TIMEOUT_S 5
 #define WEBHOOK_TIMEOUT_S 10
@@ -401,7 +403,22 @@ static void deliver(const struct daemon_config *config, const struct store_webho
         a->duration_ms = (int64_t) ((now_monotonic_ns() - t0) / 1000000ULL);
 }
 
-/* ---- the senders ---- */
+/* ---- the dispatcher and the senders ---- */
+
+/* A webhook handed to its sender, with the newest event's id then. */
+struct due {
+        char *id;
+        int64_t last;
+};
+
+/* What a webhook's last run found: nothing after cursor, the newest event
+ * being upto. It is not handed out again before a newer event, a moved
+ * cursor or WEBHOOK_RESCAN_MS: a tenant's webhook, whose cursor moves only
+ * over its owner's events, is not read each tick for other owners'. */
+struct seen {
+        char *id;
+        int64_t cursor, upto, at_ms;
+};
 
 struct webhook_worker;
 
@@ -409,6 +426,10 @@ struct sender {
         struct webhook_worker *ww;
         unsigned index;
         struct worker *worker;
+        /* under ww->lock: */
+        struct due *queue;
+        size_t n_queue;
+        char *running; /* the id of the webhook it runs, or NULL */
 };
 
 struct webhook_worker {
@@ -416,7 +437,11 @@ struct webhook_worker {
         struct store *store;
         atomic_bool stopping;
         uint8_t key[CREDSTORE_KEY_SIZE]; /* what the secrets are sealed with */
+        struct worker *dispatcher;
+        pthread_mutex_t lock;
         struct sender senders[WEBHOOK_SENDERS];
+        struct seen *seen; /* under lock */
+        size_t n_seen;
 };
 
 static unsigned sender_of(const char *id) {
@@ -433,8 +458,9 @@ static int64_t backoff_ms(int attempts) {
 }
 
 /* Delivers what w has waiting, oldest first, until one fails or the
- * batch ends; then moves its cursor in the store. */
-static void run_webhook(struct webhook_worker *ww, const struct store_webhook *w) {
+ * batch ends; then moves its cursor in the store. Whether it found no
+ * event after the cursor. */
+static bool run_webhook(struct webhook_worker *ww, const struct store_webhook *w) {
         struct store_event *ev = NULL;
         size_t n = 0;
         /* an admin's webhook hears every sandbox; a tenant's its own */
@@ -442,7 +468,7 @@ static void run_webhook(struct webhook_worker *ww, const struct store_webhook *w
                                  &n);
         if (r < 0) {
                 log_errno(LOG_LEVEL_WARN, r, NULL, "webhook %s: store: failed to read events: %m", w->id);
-                return;
+                return false;
         }
         int64_t now = now_unix_ms();
         _cleanup_(webhook_secret_freep) char *secret = NULL;
@@ -501,28 +527,144 @@ static void run_webhook(struct webhook_worker *ww, const struct store_webhook *w
         }
         store_event_array_free(ev, n);
         if (!moved)
-                return;
+                return n == 0;
         r = store_webhook_advance(ww->store, w->id, w->cursor, &next);
         if (r < 0 && r != -ESTALE && r != -ENOENT)
                 log_errno(LOG_LEVEL_WARN, r, NULL, "webhook %s: store: failed to move its cursor: %m",
                           w->id);
+        return false;
 }
 
+/* Takes the next webhook of s's queue (its id in *ret, now s's running
+ * one); false when there is none. */
+static bool sender_next(struct sender *s, struct due *ret) {
+        struct webhook_worker *ww = s->ww;
+        pthread_mutex_lock(&ww->lock);
+        free(TAKE_PTR(s->running));
+        bool got = s->n_queue > 0 && !atomic_load(&ww->stopping);
+        if (got) {
+                *ret = s->queue[0];
+                memmove(s->queue, s->queue + 1, --s->n_queue * sizeof *s->queue);
+                s->running = strdup(ret->id); /* NULL at worst: a run the dispatcher may hand again */
+        }
+        pthread_mutex_unlock(&ww->lock);
+        return got;
+}
+
+static struct seen *seen_find(struct webhook_worker *ww, const char *id) {
+        for (size_t i = 0; i < ww->n_seen; i++)
+                if (strcmp(ww->seen[i].id, id) == 0)
+                        return &ww->seen[i];
+        return NULL;
+}
+
+/* Records that w's run found nothing after its cursor (under ww->lock). */
+static void seen_record(struct webhook_worker *ww, const struct store_webhook *w, int64_t upto) {
+        struct seen *e = seen_find(ww, w->id);
+        if (!e) {
+                char *id = strdup(w->id);
+                struct seen *grown = id ? realloc(ww->seen, (ww->n_seen + 1) * sizeof *grown) : NULL;
+                if (!grown) {
+                        free(id);
+                        return; /* only a pass read again */
+                }
+                ww->seen = grown;
+                e = &ww->seen[ww->n_seen++];
+                *e = (struct seen){.id = id};
+        }
+        e->cursor = w->cursor;
+        e->upto = upto;
+        e->at_ms = now_unix_ms();
+}
+
+/* A sender's run: the webhooks the dispatcher handed it, one at a time,
+ * each read from the store as it is now (its cursor moved by the run
+ * before). */
 static int sender_pass(void *arg) {
         struct sender *s = arg;
         struct webhook_worker *ww = s->ww;
+        struct due d;
+        while (sender_next(s, &d)) {
+                _cleanup_(store_webhook_release) struct store_webhook w = {0};
+                int r = store_webhook_get(ww->store, d.id, &w);
+                if (r < 0 && r != -ENOENT)
+                        log_errno(LOG_LEVEL_WARN, r, NULL, "webhook %s: store: failed to read it: %m", d.id);
+                if (r >= 0 && w.next_at <= now_unix_ms() && replica_owns(w.id) && run_webhook(ww, &w)) {
+                        pthread_mutex_lock(&ww->lock);
+                        seen_record(ww, &w, d.last);
+                        pthread_mutex_unlock(&ww->lock);
+                }
+                free(d.id);
+        }
+        return 0;
+}
+
+/* Whether webhook w has something to do (under ww->lock). */
+static bool is_due(struct webhook_worker *ww, const struct store_webhook *w, int64_t last, int64_t now) {
+        if (w->next_at > now || w->cursor >= last || !replica_owns(w->id))
+                return false;
+        const struct seen *e = seen_find(ww, w->id);
+        return !e || e->cursor != w->cursor || e->upto < last || now - e->at_ms >= WEBHOOK_RESCAN_MS;
+}
+
+/* Hands w to its sender unless it has it already (under ww->lock). */
+static bool hand(struct webhook_worker *ww, const struct store_webhook *w, int64_t last) {
+        struct sender *s = &ww->senders[sender_of(w->id)];
+        if (s->running && strcmp(s->running, w->id) == 0)
+                return false;
+        for (size_t i = 0; i < s->n_queue; i++)
+                if (strcmp(s->queue[i].id, w->id) == 0)
+                        return false;
+        char *id = strdup(w->id);
+        struct due *grown = id ? realloc(s->queue, (s->n_queue + 1) * sizeof *grown) : NULL;
+        if (!grown) {
+                free(id);
+                return false; /* handed at a later tick */
+        }
+        s->queue = grown;
+        s->queue[s->n_queue++] = (struct due){.id = id, .last = last};
+        return true;
+}
+
+/* The dispatcher's tick: one listing of the webhooks and one read of the
+ * newest event's id, whatever their number; each webhook with something
+ * to do goes to its sender. */
+static int dispatch_pass(void *arg) {
+        struct webhook_worker *ww = arg;
         struct store_webhook *w = NULL;
         size_t n = 0;
+        int64_t last = 0;
         int r = store_webhook_list(ww->store, true, NULL, &w, &n);
+        if (r >= 0 && n > 0)
+                r = store_event_last_id(ww->store, &last);
         if (r < 0) {
                 log_errno(LOG_LEVEL_WARN, r, NULL, "webhooks: store: failed to list them: %m");
+                store_webhook_array_free(w, n);
                 return 0;
         }
         int64_t now = now_unix_ms();
-        for (size_t i = 0; i < n && !atomic_load(&ww->stopping); i++)
-                if (sender_of(w[i].id) == s->index && w[i].next_at <= now && replica_owns(w[i].id))
-                        run_webhook(ww, &w[i]);
+        bool wake[WEBHOOK_SENDERS] = {false};
+        pthread_mutex_lock(&ww->lock);
+        /* forget the deleted ones */
+        for (size_t i = 0; i < ww->n_seen;) {
+                bool listed = false;
+                for (size_t j = 0; j < n && !listed; j++)
+                        listed = strcmp(w[j].id, ww->seen[i].id) == 0;
+                if (listed) {
+                        i++;
+                        continue;
+                }
+                free(ww->seen[i].id);
+                ww->seen[i] = ww->seen[--ww->n_seen];
+        }
+        for (size_t i = 0; i < n; i++)
+                if (is_due(ww, &w[i], last, now) && hand(ww, &w[i], last))
+                        wake[sender_of(w[i].id)] = true;
+        pthread_mutex_unlock(&ww->lock);
         store_webhook_array_free(w, n);
+        for (unsigned i = 0; i < WEBHOOK_SENDERS; i++)
+                if (wake[i])
+                        worker_wake(ww->senders[i].worker);
         return 0;
 }
 
@@ -539,18 +681,19 @@ int webhook_worker_start(const struct daemon_config *config, struct store *store
                 return -ENOMEM;
         ww->config = config;
         ww->store = store;
+        pthread_mutex_init(&ww->lock, NULL);
         int r = webhook_key_load(config, ww->key);
-        if (r < 0) {
-                free(ww);
-                return r;
-        }
-        for (unsigned i = 0; i < WEBHOOK_SENDERS; i++) {
+        for (unsigned i = 0; i < WEBHOOK_SENDERS && r >= 0; i++) {
                 ww->senders[i] = (struct sender){.ww = ww, .index = i};
-                r = worker_start(sender_pass, &ww->senders[i], WEBHOOK_TICK_MS, 0, &ww->senders[i].worker);
-                if (r < 0) {
-                        webhook_worker_stop(ww);
-                        return r;
-                }
+                /* woken by the dispatcher; the interval is only a floor */
+                r = worker_start(sender_pass, &ww->senders[i], WEBHOOK_SENDER_IDLE_MS, WORKER_WAIT_FIRST,
+                                 &ww->senders[i].worker);
+        }
+        if (r >= 0)
+                r = worker_start(dispatch_pass, ww, WEBHOOK_TICK_MS, 0, &ww->dispatcher);
+        if (r < 0) {
+                webhook_worker_stop(ww);
+                return r;
         }
         *ret = ww;
         return 0;
@@ -560,8 +703,19 @@ void webhook_worker_stop(struct webhook_worker *ww) {
         if (!ww)
                 return;
         atomic_store(&ww->stopping, true);
-        for (unsigned i = 0; i < WEBHOOK_SENDERS; i++)
-                worker_stop(ww->senders[i].worker);
+        worker_stop(ww->dispatcher);
+        for (unsigned i = 0; i < WEBHOOK_SENDERS; i++) {
+                struct sender *s = &ww->senders[i];
+                worker_stop(s->worker);
+                for (size_t j = 0; j < s->n_queue; j++)
+                        free(s->queue[j].id);
+                free(s->queue);
+                free(s->running);
+        }
+        for (size_t i = 0; i < ww->n_seen; i++)
+                free(ww->seen[i].id);
+        free(ww->seen);
+        pthread_mutex_destroy(&ww->lock);
         sodium_memzero(ww->key, sizeof ww->key);
         free(ww);
 }

@@ -5,13 +5,17 @@
  * Webhooks (docs/webhooks.md): sandboxes' lifecycle events POSTed to an
  * owner's URL, signed, retried, in order. The events are the store's
  * (GET /v1/events: store_event_*); each webhook keeps a cursor in the
- * store, the id of the last event it handled. WEBHOOK_SENDERS threads
- * deliver, each the webhooks whose id hashes to it (so one webhook's
- * events go out one at a time, in order) and, on a shared store, only
- * those this replica owns (replica_owns()). A delivery that fails is
- * tried again after 1, 2, 4 ... WEBHOOK_BACKOFF_MAX_S seconds; the event
- * waits in the store meanwhile (up to STORE_EVENTS_WEBHOOK_KEEP_MS). No
- * request handler waits on a delivery.
+ * store, the id of the last event it handled. One dispatcher thread lists
+ * the webhooks and reads the newest event's id each tick (two queries,
+ * whatever their number) and hands each that has something to do to the
+ * one of WEBHOOK_SENDERS threads its id hashes to (so one webhook's
+ * events go out one at a time, in order); on a shared store, only those
+ * this replica owns (replica_owns()). A sender reads the webhook again
+ * before it runs it, so it never starts from a cursor it moved on itself.
+ * A delivery that fails is tried again after 1, 2, 4 ...
+ * WEBHOOK_BACKOFF_MAX_S seconds; the event waits in the store meanwhile
+ * (up to STORE_EVENTS_WEBHOOK_KEEP_MS). No request handler waits on a
+ * delivery.
  *
  * The signature is Standard Webhooks' (standardwebhooks.com): headers
  * webhook-id, webhook-timestamp (Unix seconds) and webhook-signature

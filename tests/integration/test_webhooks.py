@@ -25,6 +25,7 @@ import uuid
 import pytest
 
 from harness import ApiError, wait_for
+from test_tenants import _tenant_with_key
 
 HOST_ADDR, RECV_ADDR, PORT = "198.19.77.1", "198.19.77.2", 8080
 URL = f"http://{RECV_ADDR}:{PORT}/hook"
@@ -366,3 +367,58 @@ def test_secrets_are_sealed_in_the_store(airlock, receiver):
     got_b = wait_for(lambda: of(wb), "webhook B's delivery once its secret is whole", a, timeout=60)
     assert verify(wb["secret"], got_b[0]) and not verify(wa["secret"], got_b[0])
     a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204)
+
+
+def test_a_tenants_webhook_hears_its_own_sandboxes(airlock, receiver):
+    """Tenant A's webhook gets A's sandboxes' events only, B's B's, the
+    admin's everyone's. B's events come first and many (A's webhook finds
+    nothing of its own in them: it must still get A's event after them).
+    The attack: B's key reads, deletes and adds webhooks for A; each is
+    refused, A's webhook is untouched and delivers after it (the control)."""
+    a = airlock
+    ta, ka = _tenant_with_key(a, "wh-a")
+    tb, kb = _tenant_with_key(a, "wh-b")
+    evs = {"events": ["sandbox.created", "sandbox.deleted"]}
+    wa = a.api("POST", "/v1/webhooks", dict(url=URL, **evs), expect=201, token=ka["key"])
+    wb = a.api("POST", "/v1/webhooks", dict(url=URL, **evs), expect=201, token=kb["key"])
+    wadm = add(a, **evs)
+    assert wa["tenant_id"] == ta["id"] and wb["tenant_id"] == tb["id"] and wadm["tenant_id"] is None
+
+    b_sids = []
+    for _ in range(3):
+        sid = a.api("POST", "/v1/sandboxes", {"template": "minimal"}, expect=201, token=kb["key"])["id"]
+        a.api("DELETE", f"/v1/sandboxes/{sid}", expect=204, token=kb["key"])
+        b_sids.append(sid)
+
+    def by_webhook():
+        out = {}
+        for r in receiver.requests():
+            body = json.loads(r["body"])
+            out.setdefault(r["headers"]["webhook-id"].rsplit("-", 1)[0], []).append(
+                (body["type"], body["data"]["sandbox_id"], r))
+        return out
+
+    wait_for(lambda: len(by_webhook().get(wb["id"], [])) >= 6, "B's six events at B's webhook", a, timeout=60)
+    # the attack, between B's events and A's
+    for method, path, body in [("GET", f"/v1/webhooks/{wa['id']}", None),
+                               ("GET", f"/v1/webhooks/{wa['id']}/deliveries", None),
+                               ("DELETE", f"/v1/webhooks/{wa['id']}", None)]:
+        with pytest.raises(ApiError) as e:
+            a.api(method, path, body, token=kb["key"])
+        assert e.value.status == 404, (method, path, e.value.body)
+    with pytest.raises(ApiError) as e:
+        a.api("POST", "/v1/webhooks", {"url": URL, "tenant": ta["id"]}, expect=201, token=kb["key"])
+    assert e.value.status == 403 and "its own tenant" in e.value.body.decode()
+    assert [w["id"] for w in a.api("GET", "/v1/webhooks", token=kb["key"])["webhooks"]] == [wb["id"]]
+    assert a.api("GET", f"/v1/webhooks/{wa['id']}", token=ka["key"])["id"] == wa["id"]
+
+    sa = a.api("POST", "/v1/sandboxes", {"template": "minimal"}, expect=201, token=ka["key"])["id"]
+    a.api("DELETE", f"/v1/sandboxes/{sa}", expect=204, token=ka["key"])
+    got = wait_for(lambda: (lambda d: d if len(d.get(wa["id"], [])) >= 2
+                            and len(d.get(wadm["id"], [])) >= 8 else None)(by_webhook()),
+                   "A's two events at A's webhook, all eight at the admin's", a, timeout=60)
+    assert [(t, s) for t, s, _ in got[wa["id"]]] == [("sandbox.created", sa), ("sandbox.deleted", sa)]
+    assert {s for _, s, _ in got[wb["id"]]} == set(b_sids)
+    assert [s for _, s, _ in got[wadm["id"]]] == [s for s in b_sids for _ in (0, 1)] + [sa, sa]
+    for w in (wa, wb, wadm):
+        assert all(verify(w["secret"], r) for _, _, r in got[w["id"]])
