@@ -30,6 +30,7 @@ namespace reaches them. Nothing leaves the machine.
 import contextlib
 import ctypes
 import fcntl
+import glob
 import ipaddress
 import json
 import os
@@ -571,6 +572,7 @@ class PostgresServer:
         self.port = None
         self.proc = None
         self._closed = False
+        self._shm_before = set()
         if not self.listen:
             raise ValueError("PostgresServer: listen on at least one address")
 
@@ -645,6 +647,7 @@ class PostgresServer:
                 raise RuntimeError(f"{self.bin}/{b} not found: install postgresql-15 "
                                    "(scripts/deps.sh --test) or set AIRLOCK_PG_BIN")
         prefix, as_pg = self._as_postgres()
+        self._shm_before = set(glob.glob("/dev/shm/PostgreSQL.*"))  # another server's (the machine's own)
         self.dir = tempfile.mkdtemp(prefix="airlock-pg-", dir=self.base_dir)
         # other users may use the socket (a replica that dropped root); the
         # data directory inside stays postgres's own (0700)
@@ -672,8 +675,12 @@ class PostgresServer:
         """Starts the postmaster (exec'd as postgres directly, so that
         self.proc is the postmaster itself: kill9(pg.proc) crashes the
         database); False if a port was taken meanwhile."""
+        # dynamic shared memory in files of the data directory, removed
+        # with it: an immediate shutdown (stop()) or a killed postmaster
+        # leaves the default's /dev/shm/PostgreSQL.* segments behind
         opts = {"listen_addresses": ",".join(self.listen), "port": str(self.port),
-                "unix_socket_directories": self.dir, "fsync": "off", "full_page_writes": "off"}
+                "unix_socket_directories": self.dir, "fsync": "off", "full_page_writes": "off",
+                "dynamic_shared_memory_type": "mmap"}
         opts.update({k: str(v) for k, v in self.settings.items()})
         argv = [os.path.join(self.bin, "postgres"), "-D", self.data_dir]
         for k, v in opts.items():
@@ -763,6 +770,8 @@ class PostgresServer:
         finally:
             if self.dir:
                 shutil.rmtree(self.dir, ignore_errors=True)
+        left = set(glob.glob("/dev/shm/PostgreSQL.*")) - self._shm_before
+        assert not left, f"PostgreSQL's shared memory left behind: {sorted(left)}"
 
 
 # ---- the lab ---------------------------------------------------------------------

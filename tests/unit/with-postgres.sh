@@ -54,7 +54,8 @@ fail() {
   fail initdb
 started=true
 "${as_pg[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-  -o "-c listen_addresses='' -k $dir -p $port -c fsync=off -c full_page_writes=off" start >/dev/null ||
+  -o "-c listen_addresses='' -k $dir -p $port -c fsync=off -c full_page_writes=off -c dynamic_shared_memory_type=mmap" \
+  start >/dev/null ||
   fail "starting the server"
 "${as_pg[@]}" "$bin/createdb" -h "$dir" -p "$port" -U postgres airlock_test >>"$dir/setup.log" 2>&1 ||
   fail "creating the database"
