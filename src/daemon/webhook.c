@@ -411,12 +411,17 @@ struct due {
         int64_t last;
 };
 
-/* What a webhook's last run found: nothing after cursor, the newest event
- * being upto. It is not handed out again before a newer event, a moved
- * cursor or WEBHOOK_RESCAN_MS: a tenant's webhook, whose cursor moves only
- * over its owner's events, is not read each tick for other owners'. */
-struct seen {
+/* What the dispatcher knows of a webhook between its ticks. */
+struct track {
         char *id;
+        unsigned gen; /* the last tick that listed it */
+        bool busy;    /* handed to its sender and not yet run */
+        /* its last run found nothing after cursor, the newest event being
+         * upto: it is not handed again before a newer event, a moved cursor
+         * or WEBHOOK_RESCAN_MS (a tenant's webhook, whose cursor moves
+         * only over its owner's events, is not read each tick for other
+         * owners') */
+        bool found_nothing;
         int64_t cursor, upto, at_ms;
 };
 
@@ -424,12 +429,9 @@ struct webhook_worker;
 
 struct sender {
         struct webhook_worker *ww;
-        unsigned index;
         struct worker *worker;
-        /* under ww->lock: */
-        struct due *queue;
+        struct due *queue; /* under ww->lock */
         size_t n_queue;
-        char *running; /* the id of the webhook it runs, or NULL */
 };
 
 struct webhook_worker {
@@ -438,10 +440,11 @@ struct webhook_worker {
         atomic_bool stopping;
         uint8_t key[CREDSTORE_KEY_SIZE]; /* what the secrets are sealed with */
         struct worker *dispatcher;
-        pthread_mutex_t lock;
         struct sender senders[WEBHOOK_SENDERS];
-        struct seen *seen; /* under lock */
-        size_t n_seen;
+        pthread_mutex_t lock;
+        struct track *tracks; /* under lock, by id */
+        size_t n_tracks, cap_tracks;
+        unsigned gen;
 };
 
 static unsigned sender_of(const char *id) {
@@ -535,46 +538,53 @@ static bool run_webhook(struct webhook_worker *ww, const struct store_webhook *w
         return false;
 }
 
-/* Takes the next webhook of s's queue (its id in *ret, now s's running
- * one); false when there is none. */
+/* The track of webhook id, or where it would go (*at), in ww->tracks. */
+static struct track *track_find(struct webhook_worker *ww, const char *id, size_t *at) {
+        size_t lo = 0, hi = ww->n_tracks;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                int c = strcmp(ww->tracks[mid].id, id);
+                if (c == 0)
+                        return &ww->tracks[mid];
+                if (c < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        if (at)
+                *at = lo;
+        return NULL;
+}
+
+static struct track *track_add(struct webhook_worker *ww, const char *id, size_t at) {
+        if (ww->n_tracks == ww->cap_tracks) {
+                size_t cap = ww->cap_tracks ? 2 * ww->cap_tracks : 16;
+                struct track *grown = realloc(ww->tracks, cap * sizeof *grown);
+                if (!grown)
+                        return NULL;
+                ww->tracks = grown;
+                ww->cap_tracks = cap;
+        }
+        char *copy = strdup(id);
+        if (!copy)
+                return NULL;
+        memmove(&ww->tracks[at + 1], &ww->tracks[at], (ww->n_tracks - at) * sizeof *ww->tracks);
+        ww->n_tracks++;
+        ww->tracks[at] = (struct track){.id = copy};
+        return &ww->tracks[at];
+}
+
+/* Takes the next webhook of s's queue; false when there is none. */
 static bool sender_next(struct sender *s, struct due *ret) {
         struct webhook_worker *ww = s->ww;
         pthread_mutex_lock(&ww->lock);
-        free(TAKE_PTR(s->running));
         bool got = s->n_queue > 0 && !atomic_load(&ww->stopping);
         if (got) {
                 *ret = s->queue[0];
                 memmove(s->queue, s->queue + 1, --s->n_queue * sizeof *s->queue);
-                s->running = strdup(ret->id); /* NULL at worst: a run the dispatcher may hand again */
         }
         pthread_mutex_unlock(&ww->lock);
         return got;
-}
-
-static struct seen *seen_find(struct webhook_worker *ww, const char *id) {
-        for (size_t i = 0; i < ww->n_seen; i++)
-                if (strcmp(ww->seen[i].id, id) == 0)
-                        return &ww->seen[i];
-        return NULL;
-}
-
-/* Records that w's run found nothing after its cursor (under ww->lock). */
-static void seen_record(struct webhook_worker *ww, const struct store_webhook *w, int64_t upto) {
-        struct seen *e = seen_find(ww, w->id);
-        if (!e) {
-                char *id = strdup(w->id);
-                struct seen *grown = id ? realloc(ww->seen, (ww->n_seen + 1) * sizeof *grown) : NULL;
-                if (!grown) {
-                        free(id);
-                        return; /* only a pass read again */
-                }
-                ww->seen = grown;
-                e = &ww->seen[ww->n_seen++];
-                *e = (struct seen){.id = id};
-        }
-        e->cursor = w->cursor;
-        e->upto = upto;
-        e->at_ms = now_unix_ms();
 }
 
 /* A sender's run: the webhooks the dispatcher handed it, one at a time,
@@ -589,37 +599,42 @@ static int sender_pass(void *arg) {
                 int r = store_webhook_get(ww->store, d.id, &w);
                 if (r < 0 && r != -ENOENT)
                         log_errno(LOG_LEVEL_WARN, r, NULL, "webhook %s: store: failed to read it: %m", d.id);
-                if (r >= 0 && w.next_at <= now_unix_ms() && replica_owns(w.id) && run_webhook(ww, &w)) {
-                        pthread_mutex_lock(&ww->lock);
-                        seen_record(ww, &w, d.last);
-                        pthread_mutex_unlock(&ww->lock);
+                bool nothing =
+                        r >= 0 && w.next_at <= now_unix_ms() && replica_owns(w.id) && run_webhook(ww, &w);
+                pthread_mutex_lock(&ww->lock);
+                struct track *t = track_find(ww, d.id, NULL);
+                if (t) {
+                        t->busy = false;
+                        t->found_nothing = nothing;
+                        if (nothing) {
+                                t->cursor = w.cursor;
+                                t->upto = d.last;
+                                t->at_ms = now_unix_ms();
+                        }
                 }
+                pthread_mutex_unlock(&ww->lock);
                 free(d.id);
         }
         return 0;
 }
 
-/* Whether webhook w has something to do (under ww->lock). */
-static bool is_due(struct webhook_worker *ww, const struct store_webhook *w, int64_t last, int64_t now) {
-        if (w->next_at > now || w->cursor >= last || !replica_owns(w->id))
+/* Whether webhook w, tracked by t, has something to do. */
+static bool is_due(const struct track *t, const struct store_webhook *w, int64_t last, int64_t now) {
+        if (t->busy || w->next_at > now || w->cursor >= last || !replica_owns(w->id))
                 return false;
-        const struct seen *e = seen_find(ww, w->id);
-        return !e || e->cursor != w->cursor || e->upto < last || now - e->at_ms >= WEBHOOK_RESCAN_MS;
+        return !t->found_nothing || t->cursor != w->cursor || t->upto < last ||
+               now - t->at_ms >= WEBHOOK_RESCAN_MS;
 }
 
-/* Hands w to its sender unless it has it already (under ww->lock). */
+/* Hands w to its sender (under ww->lock); false when out of memory (it
+ * is handed at a later tick). */
 static bool hand(struct webhook_worker *ww, const struct store_webhook *w, int64_t last) {
         struct sender *s = &ww->senders[sender_of(w->id)];
-        if (s->running && strcmp(s->running, w->id) == 0)
-                return false;
-        for (size_t i = 0; i < s->n_queue; i++)
-                if (strcmp(s->queue[i].id, w->id) == 0)
-                        return false;
         char *id = strdup(w->id);
         struct due *grown = id ? realloc(s->queue, (s->n_queue + 1) * sizeof *grown) : NULL;
         if (!grown) {
                 free(id);
-                return false; /* handed at a later tick */
+                return false;
         }
         s->queue = grown;
         s->queue[s->n_queue++] = (struct due){.id = id, .last = last};
@@ -645,21 +660,27 @@ static int dispatch_pass(void *arg) {
         int64_t now = now_unix_ms();
         bool wake[WEBHOOK_SENDERS] = {false};
         pthread_mutex_lock(&ww->lock);
-        /* forget the deleted ones */
-        for (size_t i = 0; i < ww->n_seen;) {
-                bool listed = false;
-                for (size_t j = 0; j < n && !listed; j++)
-                        listed = strcmp(w[j].id, ww->seen[i].id) == 0;
-                if (listed) {
-                        i++;
-                        continue;
-                }
-                free(ww->seen[i].id);
-                ww->seen[i] = ww->seen[--ww->n_seen];
-        }
-        for (size_t i = 0; i < n; i++)
-                if (is_due(ww, &w[i], last, now) && hand(ww, &w[i], last))
+        unsigned gen = ++ww->gen;
+        for (size_t i = 0; i < n; i++) {
+                size_t at = 0;
+                struct track *t = track_find(ww, w[i].id, &at) ?: track_add(ww, w[i].id, at);
+                if (!t)
+                        continue; /* out of memory: at a later tick */
+                t->gen = gen;
+                if (is_due(t, &w[i], last, now) && hand(ww, &w[i], last)) {
+                        t->busy = true;
                         wake[sender_of(w[i].id)] = true;
+                }
+        }
+        /* forget the deleted ones (once their sender is done with them) */
+        size_t kept = 0;
+        for (size_t i = 0; i < ww->n_tracks; i++) {
+                if (ww->tracks[i].gen == gen || ww->tracks[i].busy)
+                        ww->tracks[kept++] = ww->tracks[i];
+                else
+                        free(ww->tracks[i].id);
+        }
+        ww->n_tracks = kept;
         pthread_mutex_unlock(&ww->lock);
         store_webhook_array_free(w, n);
         for (unsigned i = 0; i < WEBHOOK_SENDERS; i++)
@@ -684,7 +705,7 @@ int webhook_worker_start(const struct daemon_config *config, struct store *store
         pthread_mutex_init(&ww->lock, NULL);
         int r = webhook_key_load(config, ww->key);
         for (unsigned i = 0; i < WEBHOOK_SENDERS && r >= 0; i++) {
-                ww->senders[i] = (struct sender){.ww = ww, .index = i};
+                ww->senders[i] = (struct sender){.ww = ww};
                 /* woken by the dispatcher; the interval is only a floor */
                 r = worker_start(sender_pass, &ww->senders[i], WEBHOOK_SENDER_IDLE_MS, WORKER_WAIT_FIRST,
                                  &ww->senders[i].worker);
@@ -710,11 +731,10 @@ void webhook_worker_stop(struct webhook_worker *ww) {
                 for (size_t j = 0; j < s->n_queue; j++)
                         free(s->queue[j].id);
                 free(s->queue);
-                free(s->running);
         }
-        for (size_t i = 0; i < ww->n_seen; i++)
-                free(ww->seen[i].id);
-        free(ww->seen);
+        for (size_t i = 0; i < ww->n_tracks; i++)
+                free(ww->tracks[i].id);
+        free(ww->tracks);
         pthread_mutex_destroy(&ww->lock);
         sodium_memzero(ww->key, sizeof ww->key);
         free(ww);
