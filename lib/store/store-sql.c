@@ -663,11 +663,13 @@ int store_sql_event_list(struct store *s, bool all, const char *tenant_id, const
                    &q, &store_list_event, max, ret, ret_n);
 }
 
-int store_sql_event_last_id(struct store *s, int64_t *ret) {
+int store_sql_event_last_id(struct store *s, int64_t before_ms, int64_t *ret) {
+        struct store_params q = {0};
+        store_param_int(&q, before_ms);
         return RUN(select_one, s,
-                   "SELECT COALESCE(MAX(id), 0) FROM sandbox_events",
-                   "SELECT COALESCE(MAX(id), 0) FROM sandbox_events",
-                   NULL, store_read_int64, ret);
+                   "SELECT COALESCE(MAX(id), 0) FROM sandbox_events WHERE ?1 = 0 OR ts_ms < ?1",
+                   "SELECT COALESCE(MAX(id), 0) FROM sandbox_events WHERE $1 = 0 OR ts_ms < $1", &q,
+                   store_read_int64, ret);
 }
 
 int store_sql_event_prune(struct store *s, int64_t before_ms, int64_t hard_before_ms) {

@@ -156,8 +156,8 @@ int store_event_list(struct store *s, bool all, const char *tenant_id, const cha
                                   ret_n);
 }
 
-int store_event_last_id(struct store *s, int64_t *ret) {
-        return ret ? s->ops->event_last_id(s, ret) : -EINVAL;
+int store_event_last_id(struct store *s, int64_t before_ms, int64_t *ret) {
+        return ret && before_ms >= 0 ? s->ops->event_last_id(s, before_ms, ret) : -EINVAL;
 }
 
 int store_event_append(struct store *s, const struct store_event *ev) {

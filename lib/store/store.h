@@ -342,7 +342,7 @@ struct store_ops {
         int (*event_insert)(struct store *s, const struct store_event *ev);
         int (*event_list)(struct store *s, bool all, const char *tenant_id, const char *sandbox_id, int64_t after_id,
                           size_t max, struct store_event **ret, size_t *ret_n);
-        int (*event_last_id)(struct store *s, int64_t *ret);
+        int (*event_last_id)(struct store *s, int64_t before_ms, int64_t *ret);
         /* deletes the events older than hard_before_ms, and those older
          * than before_ms that every webhook has handled */
         int (*event_prune)(struct store *s, int64_t before_ms, int64_t hard_before_ms);
@@ -715,8 +715,9 @@ int store_event_list(struct store *s, bool all, const char *tenant_id, const cha
  * without a sandbox_id or a type. */
 int store_event_append(struct store *s, const struct store_event *ev);
 /* The newest event's id (0: none): where a stream that wants only what
- * comes next starts. */
-int store_event_last_id(struct store *s, int64_t *ret);
+ * comes next starts. before_ms, unless 0: of the events older than that
+ * (Unix ms). */
+int store_event_last_id(struct store *s, int64_t before_ms, int64_t *ret);
 void store_event_array_free(struct store_event *a, size_t n);
 void store_audit_event_array_free(struct store_audit_event *a, size_t n);
 /* Where reading a gateway's events stopped: its boot id and the last

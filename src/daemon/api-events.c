@@ -110,7 +110,7 @@ int api_events(struct api_ctx *ctx, const char *sandbox_id, const char *after, c
         if (from)
                 cursor = (int64_t) v;
         else { /* what comes next */
-                int r = store_event_last_id(ctx->store, &cursor);
+                int r = store_event_last_id(ctx->store, 0, &cursor);
                 if (r < 0)
                         return log_errno(LOG_LEVEL_ERROR, r, ctx->log_ctx, "store: failed to read events: %m");
         }

@@ -461,9 +461,12 @@ static int64_t backoff_ms(int attempts) {
 }
 
 /* Delivers what w has waiting, oldest first, until one fails or the
- * batch ends; then moves its cursor in the store. Whether it found no
- * event after the cursor. */
-static bool run_webhook(struct webhook_worker *ww, const struct store_webhook *w) {
+ * batch ends; then moves its cursor in the store. With no event of its
+ * owner's after the cursor, the cursor moves on to skip_to: the newest
+ * event id read before the events were, of those already committed (a
+ * tenant's webhook steps over other owners' events, which the store may
+ * then prune). Whether it found no event after the cursor. */
+static bool run_webhook(struct webhook_worker *ww, const struct store_webhook *w, int64_t skip_to) {
         struct store_event *ev = NULL;
         size_t n = 0;
         /* an admin's webhook hears every sandbox; a tenant's its own */
@@ -529,13 +532,30 @@ static bool run_webhook(struct webhook_worker *ww, const struct store_webhook *w
                 next.last_error = NULL;
         }
         store_event_array_free(ev, n);
+        if (n == 0 && skip_to > w->cursor) {
+                next.cursor = skip_to;
+                moved = true;
+        }
         if (!moved)
                 return n == 0;
         r = store_webhook_advance(ww->store, w->id, w->cursor, &next);
         if (r < 0 && r != -ESTALE && r != -ENOENT)
                 log_errno(LOG_LEVEL_WARN, r, NULL, "webhook %s: store: failed to move its cursor: %m",
                           w->id);
-        return false;
+        return n == 0;
+}
+
+/* The id run_webhook() may move w's cursor to when it finds nothing of
+ * its own: the newest event's when the dispatcher handed it (events
+ * commit in the order of their ids on a store of one airlockd), or, on a
+ * shared store, the newest of those WEBHOOK_SETTLE_MS old; read before
+ * the run reads the events. */
+static int64_t skip_bound(struct webhook_worker *ww, const struct due *d) {
+        if (!ww->config->shared_store)
+                return d->last;
+        int64_t settled = 0;
+        int r = store_event_last_id(ww->store, now_unix_ms() - WEBHOOK_SETTLE_MS, &settled);
+        return r < 0 ? 0 : MIN(settled, d->last);
 }
 
 /* The track of webhook id, or where it would go (*at), in ww->tracks. */
@@ -599,8 +619,8 @@ static int sender_pass(void *arg) {
                 int r = store_webhook_get(ww->store, d.id, &w);
                 if (r < 0 && r != -ENOENT)
                         log_errno(LOG_LEVEL_WARN, r, NULL, "webhook %s: store: failed to read it: %m", d.id);
-                bool nothing =
-                        r >= 0 && w.next_at <= now_unix_ms() && replica_owns(w.id) && run_webhook(ww, &w);
+                bool nothing = r >= 0 && w.next_at <= now_unix_ms() && replica_owns(w.id) &&
+                               run_webhook(ww, &w, skip_bound(ww, &d));
                 pthread_mutex_lock(&ww->lock);
                 struct track *t = track_find(ww, d.id, NULL);
                 if (t) {
@@ -651,7 +671,7 @@ static int dispatch_pass(void *arg) {
         int64_t last = 0;
         int r = store_webhook_list(ww->store, true, NULL, &w, &n);
         if (r >= 0 && n > 0)
-                r = store_event_last_id(ww->store, &last);
+                r = store_event_last_id(ww->store, 0, &last);
         if (r < 0) {
                 log_errno(LOG_LEVEL_WARN, r, NULL, "webhooks: store: failed to list them: %m");
                 store_webhook_array_free(w, n);

@@ -24,7 +24,8 @@ import uuid
 
 import pytest
 
-from harness import ApiError, wait_for
+from clusterlab import lab  # noqa: F401 (the fixture)
+from harness import ApiError, free_port, wait_for
 from test_tenants import _tenant_with_key
 
 HOST_ADDR, RECV_ADDR, PORT = "198.19.77.1", "198.19.77.2", 8080
@@ -325,9 +326,11 @@ def _set_secret(a, wid, value):
         c.commit()
 
 
-def _stored_secret(a, wid):
+def _stored(a, wid, column):
+    """A column of webhook wid's row in the store."""
+    assert column in ("secret", "cursor")
     with contextlib.closing(sqlite3.connect(f"file:{_db(a)}?mode=ro", uri=True, timeout=30)) as c:
-        return c.execute("SELECT secret FROM webhooks WHERE id = ?", (wid,)).fetchone()[0]
+        return c.execute(f"SELECT {column} FROM webhooks WHERE id = ?", (wid,)).fetchone()[0]
 
 
 def test_secrets_are_sealed_in_the_store(airlock, receiver):
@@ -339,7 +342,7 @@ def test_secrets_are_sealed_in_the_store(airlock, receiver):
     0.2.0 kept them) still signs B's."""
     a = airlock
     wa, wb = add(a, events=["sandbox.created"]), add(a, events=["sandbox.created"])
-    stored_a, stored_b = _stored_secret(a, wa["id"]), _stored_secret(a, wb["id"])
+    stored_a, stored_b = _stored(a, wa["id"], "secret"), _stored(a, wb["id"], "secret")
     everything = _store_bytes(a)
     assert wa["id"].encode() in everything and wb["id"].encode() in everything  # the right files
     for w, stored in ((wa, stored_a), (wb, stored_b)):
@@ -371,11 +374,33 @@ def test_secrets_are_sealed_in_the_store(airlock, receiver):
 
 def test_a_tenants_webhook_hears_its_own_sandboxes(airlock, receiver):
     """Tenant A's webhook gets A's sandboxes' events only, B's B's, the
-    admin's everyone's. B's events come first and many (A's webhook finds
-    nothing of its own in them: it must still get A's event after them).
-    The attack: B's key reads, deletes and adds webhooks for A; each is
-    refused, A's webhook is untouched and delivers after it (the control)."""
-    a = airlock
+    admin's everyone's. B's events come first and many: A's webhook finds
+    nothing of its own in them, steps over them (its cursor in the store
+    passes them, so they may be pruned) and still gets A's events after
+    them. The attack: B's key reads, deletes and adds webhooks for A; each
+    is refused, A's webhook is untouched and delivers after it (the
+    control)."""
+    _tenants_scenario(airlock, receiver, lambda wid: _stored(airlock, wid, "cursor"))
+
+
+def test_on_a_shared_store(lab, airlock_factory, receiver):  # noqa: F811
+    """The same on PostgreSQL (a shared store: events are read once they
+    are 2 s old, and a cursor steps only over events that old), with the
+    secrets sealed there too."""
+    pg = lab.postgres()
+    a = airlock_factory(env={"AIRLOCK_STORE": pg.url, "AIRLOCK_CLUSTER_LISTEN": f"127.0.0.1:{free_port()}",
+                             "AIRLOCK_LOCAL_NODE_LISTEN": f"127.0.0.1:{free_port()}"}, prebuild="minimal")
+    def column(wid, name):
+        return pg.psql(f"SELECT {name} FROM webhooks WHERE id = '{wid}'").strip()
+
+    for w in _tenants_scenario(a, receiver, lambda wid: int(column(wid, "cursor"))):
+        stored = column(w["id"], "secret")
+        assert stored.startswith("sealed1:") and w["secret"].removeprefix("whsec_") not in stored, stored
+
+
+def _tenants_scenario(a, receiver, cursor_of):
+    """test_a_tenants_webhook_hears_its_own_sandboxes on Airlock a, the
+    store's cursor of a webhook read by cursor_of(id); the three webhooks."""
     ta, ka = _tenant_with_key(a, "wh-a")
     tb, kb = _tenant_with_key(a, "wh-b")
     evs = {"events": ["sandbox.created", "sandbox.deleted"]}
@@ -399,6 +424,10 @@ def test_a_tenants_webhook_hears_its_own_sandboxes(airlock, receiver):
         return out
 
     wait_for(lambda: len(by_webhook().get(wb["id"], [])) >= 6, "B's six events at B's webhook", a, timeout=60)
+    # A's webhook steps over B's events, so that the store may prune them
+    # an hour on, not a day (its cursor holds back the events' pruning)
+    b_last = max(json.loads(r["body"])["data"]["id"] for _, _, r in by_webhook()[wb["id"]])
+    wait_for(lambda: cursor_of(wa["id"]) >= b_last, "A's webhook's cursor past B's events", a, timeout=30)
     # the attack, between B's events and A's
     for method, path, body in [("GET", f"/v1/webhooks/{wa['id']}", None),
                                ("GET", f"/v1/webhooks/{wa['id']}/deliveries", None),
@@ -422,3 +451,4 @@ def test_a_tenants_webhook_hears_its_own_sandboxes(airlock, receiver):
     assert [s for _, s, _ in got[wadm["id"]]] == [s for s in b_sids for _ in (0, 1)] + [sa, sa]
     for w in (wa, wb, wadm):
         assert all(verify(w["secret"], r) for _, _, r in got[w["id"]])
+    return wa, wb, wadm

@@ -717,7 +717,7 @@ static void test_events(void **state) {
         struct store_tenant t = { .id = "ten-e", .name = "evented" };
         assert_int_equal(store_tenant_insert(s, &t, 10), 0);
         int64_t start = -1;
-        assert_int_equal(store_event_last_id(s, &start), 0);
+        assert_int_equal(store_event_last_id(s, 0, &start), 0);
         struct store_sandbox a = { .id = "sbx-ev-a", .tenant_id = "ten-e", .template_name = "minimal",
                                    .state = "creating" };
         struct store_sandbox b = { .id = "sbx-ev-b", .template_name = "minimal", .state = "creating" };
@@ -770,8 +770,26 @@ static void test_events(void **state) {
         assert_int_equal(n, 1);
         store_event_array_free(e, n);
         int64_t last = 0;
-        assert_int_equal(store_event_last_id(s, &last), 0);
+        assert_int_equal(store_event_last_id(s, 0, &last), 0);
         assert_true(last > second);
+
+        /* the newest of those older than a time: an event of a minute ago
+         * (ts_ms given; within what a prune keeps), then one of now */
+        int64_t minute_ago = now_unix_ms() - 60000;
+        struct store_event old = {
+                .sandbox_id = "sbx-ev-old", .type = "sandbox.snapshot_taken", .ts_ms = minute_ago};
+        struct store_event fresh = {.sandbox_id = "sbx-ev-new", .type = "sandbox.snapshot_taken"};
+        assert_int_equal(store_event_append(s, &old), 0);
+        int64_t old_id = 0, newest = 0, before = -1;
+        assert_int_equal(store_event_last_id(s, 0, &old_id), 0);
+        assert_int_equal(store_event_append(s, &fresh), 0);
+        assert_int_equal(store_event_last_id(s, 0, &newest), 0);
+        assert_true(newest > old_id && old_id > last);
+        assert_int_equal(store_event_last_id(s, minute_ago + 30000, &before), 0);
+        assert_int_equal(before, old_id);
+        assert_int_equal(store_event_last_id(s, minute_ago, &before), 0); /* older than: not at */
+        assert_int_equal(before, 0);
+        assert_int_equal(store_event_last_id(s, -1, &before), -EINVAL);
 }
 
 /* A webhook as the tests make it: owner tenant_id (NULL: the admin's). */
@@ -794,7 +812,7 @@ static void test_webhooks(void **state) {
         struct store_event ev = { .sandbox_id = "sbx-w", .type = "sandbox.snapshot_taken" };
         assert_int_equal(store_event_append(s, &ev), 0);
         int64_t last = 0;
-        assert_int_equal(store_event_last_id(s, &last), 0);
+        assert_int_equal(store_event_last_id(s, 0, &last), 0);
         assert_true(last > 0);
 
         /* what the caller says of its progress is not read on insert */
@@ -997,7 +1015,7 @@ static void test_event_append_and_prune(void **state) {
         _cleanup_(store_closep) struct store *s = NULL;
         assert_int_equal(store_open(URL, &s), 0);
         int64_t start = 0;
-        assert_int_equal(store_event_last_id(s, &start), 0);
+        assert_int_equal(store_event_last_id(s, 0, &start), 0);
         struct store_event snap = { .tenant_id = NULL, .sandbox_id = "sbx-p", .type = "sandbox.snapshot_taken",
                                     .state = "running", .detail = "{\"snapshot_id\":\"snap-1\"}" };
         assert_int_equal(store_event_append(s, &snap), 0);
@@ -1042,7 +1060,7 @@ static void test_event_append_and_prune(void **state) {
         struct store_webhook w = { 0 };
         assert_int_equal(store_webhook_get(s, "wh-p", &w), 0);
         int64_t last = 0;
-        assert_int_equal(store_event_last_id(s, &last), 0);
+        assert_int_equal(store_event_last_id(s, 0, &last), 0);
         struct store_webhook next = { .cursor = last, .delivered = 1 };
         assert_int_equal(store_webhook_advance(s, "wh-p", w.cursor, &next), 0);
         store_webhook_release(&w);
