@@ -109,9 +109,15 @@ def accel_argv(manifest):
     return ["-accel", "tcg,tb-size=32", "-cpu", "max"]
 
 
+# src/node/vmm.h: VMM_VOLUMES_MAX of VMM_MACHINE_REVISION "microvm-4 rtc=on
+# virtio-serial+virtio-blk+virtio-net+4 volume slots"
+VOLUME_SLOTS = 4
+
+
 def qemu_argv(tpl_dir, manifest, work, khz, memory_object, rootfs, tap_fd):
-    """The machine of src/node/vmm.c's build_argv(), device for device (or
-    the state will not load; VMM_MACHINE_REVISION), without the jail, the
+    """The machine of src/node/vmm-qemu.c's vmm_build_argv(), device for
+    device (or the state will not load; VMM_MACHINE_REVISION; checked by
+    tests/integration/test_bench_baseline.py), without the jail, the
     seccomp filter and the egress gateway: its NIC's tap leads nowhere.
     The binary is the node's: AIRLOCK_QEMU, else qemu-system-x86_64."""
     mem = manifest["memory_mib"]
@@ -128,7 +134,12 @@ def qemu_argv(tpl_dir, manifest, work, khz, memory_object, rootfs, tap_fd):
             "-device", "virtserialport,chardev=ch0,name=airlock.0",
             "-drive", f"id=d0,file={rootfs},format=raw,if=none,cache=writeback", "-device", "virtio-blk-device,drive=d0",
             "-netdev", f"tap,id=n0,fd={tap_fd}", "-device", "virtio-net-device,netdev=n0,mac=02:a1:0c:00:00:02",
-            "-qmp", f"unix:{work}/qmp.sock,server=on,wait=off", "-incoming", "defer"]
+            "-qmp", f"unix:{work}/qmp.sock,server=on,wait=off",
+            # the volume slots (VMM_VOLUMES_MAX), empty
+            *[arg for i in range(VOLUME_SLOTS)
+              for arg in ("-drive", f"id=v{i},driver=null-co,size=0,if=none",
+                          "-device", f"virtio-blk-device,drive=v{i},serial=vol{i}")],
+            "-incoming", "defer"]
 
 
 def spawn_restored(tpl_dir, manifest, work, khz):
@@ -140,9 +151,11 @@ def spawn_restored(tpl_dir, manifest, work, khz):
     tap = tap_open()
     args = qemu_argv(tpl_dir, manifest, work, khz,
                      f"memory-backend-file,id=mem,size={{mem}}M,mem-path={tpl_dir}/mem,share=off", rootfs, tap)
+    log = os.path.join(work, "qemu.log")
     t0 = time.monotonic()
     try:
-        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(tap,))
+        with open(log, "wb") as err:
+            p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, pass_fds=(tap,))
     finally:
         os.close(tap)
     try:
@@ -153,10 +166,15 @@ def spawn_restored(tpl_dir, manifest, work, khz):
             time.sleep(0.0005)
         q.cmd("cont")
         return p, q, (time.monotonic() - t0) * 1000
-    except BaseException:
+    except BaseException as e:
         p.kill()
         p.wait()
         os.unlink(rootfs)
+        with open(log, errors="replace") as f:
+            said = f.read().strip()
+        if said and isinstance(e, Exception):
+            # a machine that is not the node's says so here, not in the QMP error
+            raise RuntimeError(f"the bare restore of {tpl_dir} failed: {said}") from e
         raise
 
 

@@ -133,8 +133,9 @@ def spawn_from_state(tpl_dir, manifest, state, rootfs_src, work, khz):
         os.close(fd)
 
 
-def raw_stop_copy(q, path):
-    """stop, migrate all RAM + devices to path, cont: (pause ms, bytes)."""
+def raw_save(q, path):
+    """stop, migrate all RAM + devices to path (kept; the VM stays
+    stopped): ms."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         t0 = time.monotonic()
@@ -142,12 +143,21 @@ def raw_stop_copy(q, path):
         qmp_getfd(q, fd, "snap")
         q.cmd("migrate", uri="fd:snap")
         wait_migrate(q)
-        q.cmd("cont")
-        ms = (time.monotonic() - t0) * 1000
-        return ms, os.fstat(fd).st_size
+        return (time.monotonic() - t0) * 1000
     finally:
         os.close(fd)
-        os.unlink(path)
+
+
+def raw_stop_copy(q, path):
+    """stop, migrate all RAM + devices to path, cont: (pause ms, bytes)."""
+    try:
+        t0 = time.monotonic()
+        raw_save(q, path)
+        q.cmd("cont")
+        return (time.monotonic() - t0) * 1000, os.path.getsize(path)
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
 
 
 class LogTail:
