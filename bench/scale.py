@@ -97,12 +97,13 @@ class Instance:
     """One airlockd (+ the node it spawns) of our own: data dir under base,
     API on a free port, templates from templates_dir, extra env."""
 
-    def __init__(self, base, templates_dir, env=None, airlockd=None, prebuild="minimal"):
+    def __init__(self, base, templates_dir, env=None, airlockd=None, prebuild="minimal", data_dir=None):
+        """data_dir: a stopped instance's (terminate()), started again."""
         import socket
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self.data_dir = tempfile.mkdtemp(prefix="airlock-bench-", dir=base)
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="airlock-bench-", dir=base)
         self.log_path = self.data_dir + ".log"
         e = dict(os.environ)
         e.update({"AIRLOCK_TEMPLATES_DIR": templates_dir, "AIRLOCK_PREBUILD": prebuild, "AIRLOCK_PREBUILD_BACKGROUND": "",
@@ -110,7 +111,7 @@ class Instance:
                   "AIRLOCK_EGRESS_CA_DIR": os.path.join(os.path.dirname(os.path.abspath(templates_dir)), "egress-ca")})
         e.update(env or {})
         self.env = {k: v for k, v in (env or {}).items()}
-        self.log = open(self.log_path, "wb")
+        self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [airlockd or os.path.join(ROOT, "build", "src", "daemon", "airlockd"), "--data-dir", self.data_dir,
              "--listen", f"127.0.0.1:{self.port}"],
@@ -168,6 +169,16 @@ class Instance:
         except OSError:
             return []
 
+    def terminate(self, timeout=120):
+        """Stops airlockd as a service manager does (SIGTERM), keeping its
+        sandboxes and data dir for the next Instance(data_dir=...); the ms
+        it took to exit."""
+        t = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=timeout)
+        self.log.close()
+        return (time.monotonic() - t) * 1000
+
     def stop(self):
         """Deletes what is left, stops airlockd (SIGTERM: the node stops
         every VM), kills any QEMU of this data dir still there, removes the
@@ -187,7 +198,8 @@ class Instance:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        self.log.close()
+        if not self.log.closed:
+            self.log.close()
         time.sleep(0.5)
         for pid in qemu_pids(self.data_dir):
             leftovers.append(pid)

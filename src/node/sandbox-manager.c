@@ -33,6 +33,11 @@
  * they are, and the next node boots their disks. */
 #define SHUTDOWN_SAVE_BUDGET_NS (45 * 1000000000ULL)
 
+/* At most this many sandboxes are flushed, saved and stopped at once at a
+ * node's stop (one a CPU below it): a save is QEMU writing the VM's
+ * memory out, a core and the disk's bandwidth. */
+#define SHUTDOWN_SAVERS_MAX 8
+
 static int suspend_takeover(struct sandbox *s, bool vm_adopted) {
         _cleanup_free_ char *dir = strdup_printf("%s/suspend", s->dir);
         if (!dir)
@@ -371,10 +376,16 @@ static bool shutdown_save(struct sandbox *s) {
         return true;
 }
 
-void sandbox_shutdown_all(void) {
-        sandbox_agent_upgrader_stop();
-        uint64_t deadline = now_monotonic_ns() + SHUTDOWN_BUSY_WAIT_NS;
-        uint64_t save_until = now_monotonic_ns() + SHUTDOWN_SAVE_BUDGET_NS;
+struct shutdown_pass {
+        uint64_t deadline;   /* for a verb in progress */
+        uint64_t save_until; /* for saving VMs */
+};
+
+/* One of the threads of a node's stop: takes the sandboxes one at a time
+ * until none is left. */
+static void *shutdown_sandboxes(void *arg) {
+        const struct shutdown_pass *p = arg;
+        uint64_t deadline = p->deadline, save_until = p->save_until;
         for (struct sandbox *s; (s = take_next(deadline));) {
                 /* the guest flushes its disks (a paused or failed one
                  * cannot): what a boot of the disk finds, should the saved
@@ -394,6 +405,22 @@ void sandbox_shutdown_all(void) {
                                  "again");
                 sandbox_unref(s);
         }
+        return NULL;
+}
+
+void sandbox_shutdown_all(void) {
+        sandbox_agent_upgrader_stop();
+        struct shutdown_pass p = {.deadline = now_monotonic_ns() + SHUTDOWN_BUSY_WAIT_NS,
+                                  .save_until = now_monotonic_ns() + SHUTDOWN_SAVE_BUDGET_NS};
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        unsigned want = cpus < 1 ? 1 : (unsigned) MIN(cpus, SHUTDOWN_SAVERS_MAX), n = 0;
+        pthread_t more[SHUTDOWN_SAVERS_MAX];
+        for (unsigned i = 1; i < want; i++) /* one fewer: this thread is one */
+                if (pthread_create(&more[n], NULL, shutdown_sandboxes, &p) == 0)
+                        n++;
+        shutdown_sandboxes(&p);
+        for (unsigned i = 0; i < n; i++)
+                pthread_join(more[i], NULL);
 }
 
 void sandbox_hand_over_all(void) {

@@ -960,6 +960,36 @@ struct recovery {
 
 static void recover_schedule(struct sandbox *s, const char *reason, unsigned attempt);
 
+/* Recoveries start their VMs one a CPU at a time (at least 2, at most
+ * RECOVER_STARTS_MAX): after a node's restart every running sandbox is
+ * recovered at once, and QEMUs loading their states side by side on a few
+ * cores each took as long as all of them (bench/restart.py, 16 sandboxes
+ * on 2 cores: 4-7 s each). Not fewer than 2, so that one boot that hangs
+ * until its timeout does not hold up every other recovery. */
+#define RECOVER_STARTS_MIN 2
+#define RECOVER_STARTS_MAX 8
+
+static pthread_mutex_t recover_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t recover_cond = PTHREAD_COND_INITIALIZER;
+static unsigned recover_starting;
+
+static void recover_start_slot(void) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        unsigned most = (unsigned) MAX(RECOVER_STARTS_MIN, MIN(cpus, RECOVER_STARTS_MAX));
+        pthread_mutex_lock(&recover_lock);
+        while (recover_starting >= most)
+                pthread_cond_wait(&recover_cond, &recover_lock);
+        recover_starting++;
+        pthread_mutex_unlock(&recover_lock);
+}
+
+static void recover_start_done(void) {
+        pthread_mutex_lock(&recover_lock);
+        recover_starting--;
+        pthread_cond_signal(&recover_cond);
+        pthread_mutex_unlock(&recover_lock);
+}
+
 /* Brings a failed sandbox back as a new execution: a cold boot of its own
  * disk (the freshest state it has: every write the guest synced is there;
  * its file systems replay their journals as after a power cut), or, for a
@@ -1028,7 +1058,9 @@ static void *recover_thread(void *arg) {
                 snprintf(how + k, sizeof how - k, " (attempt %u)", rc->attempt);
         }
         log_emit(LOG_LEVEL_WARN, s->ctx, "recovering the sandbox (%s): %s", rc->reason, how);
+        recover_start_slot();
         r = sandbox_start_claimed(s, &err);
+        recover_start_done();
         if (resumed_suspend && s->restore_state)
                 (void) unlink(s->restore_state); /* loaded (or unusable): nobody else needs it */
         /* paused when the node stopped: paused again (it ran for the
