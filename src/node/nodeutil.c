@@ -385,3 +385,10 @@ int node_program_version(const char *program, char **ret) {
         *ret = s;
         return 0;
 }
+
+unsigned node_cpus_within(unsigned lo, unsigned hi) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        if (cpus < (long) lo)
+                return lo;
+        return cpus > (long) hi ? hi : (unsigned) cpus;
+}

@@ -102,3 +102,7 @@ void node_deadline_after_ms(struct timespec *ts, int64_t ms);
 /* A field of /proc/meminfo ("MemTotal", "MemAvailable", ...) in KiB; 0
  * when it cannot be read. */
 uint64_t node_meminfo_kib(const char *field);
+
+/* How many threads to run side by side, one a CPU online: that number
+ * kept within lo..hi (lo when it cannot be read). */
+unsigned node_cpus_within(unsigned lo, unsigned hi);

@@ -475,8 +475,7 @@ int pool_init(const struct node_config *cfg, const char *pool_dir) {
 int pool_start(void) {
         if (n_pools == 0)
                 return 0;
-        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        unsigned want = (unsigned) MIN(MAX(ncpu, 1L), (long) FILLERS_MAX);
+        unsigned want = node_cpus_within(1, FILLERS_MAX);
         for (; n_fillers < want; n_fillers++) {
                 int r = -pthread_create(&fillers[n_fillers], NULL, filler_thread, NULL);
                 if (r < 0)

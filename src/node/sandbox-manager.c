@@ -412,8 +412,7 @@ void sandbox_shutdown_all(void) {
         sandbox_agent_upgrader_stop();
         struct shutdown_pass p = {.deadline = now_monotonic_ns() + SHUTDOWN_BUSY_WAIT_NS,
                                   .save_until = now_monotonic_ns() + SHUTDOWN_SAVE_BUDGET_NS};
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        unsigned want = cpus < 1 ? 1 : (unsigned) MIN(cpus, SHUTDOWN_SAVERS_MAX), n = 0;
+        unsigned want = node_cpus_within(1, SHUTDOWN_SAVERS_MAX), n = 0;
         pthread_t more[SHUTDOWN_SAVERS_MAX];
         for (unsigned i = 1; i < want; i++) /* one fewer: this thread is one */
                 if (pthread_create(&more[n], NULL, shutdown_sandboxes, &p) == 0)

@@ -974,8 +974,7 @@ static pthread_cond_t recover_cond = PTHREAD_COND_INITIALIZER;
 static unsigned recover_starting;
 
 static void recover_start_slot(void) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        unsigned most = (unsigned) MAX(RECOVER_STARTS_MIN, MIN(cpus, RECOVER_STARTS_MAX));
+        unsigned most = node_cpus_within(RECOVER_STARTS_MIN, RECOVER_STARTS_MAX);
         pthread_mutex_lock(&recover_lock);
         while (recover_starting >= most)
                 pthread_cond_wait(&recover_cond, &recover_lock);

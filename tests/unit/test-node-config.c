@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -325,6 +326,16 @@ static void test_user_names(void **state) {
 }
 
 /* Which of two guest agents is newer (the upgrade's rule). */
+/* One a CPU, within the bounds asked for. */
+static void test_cpus_within(void **state) {
+        (void) state;
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        assert_true(cpus >= 1);
+        assert_int_equal(node_cpus_within(1, 1000), (unsigned) cpus);
+        assert_int_equal(node_cpus_within(1, 1), 1);
+        assert_int_equal(node_cpus_within(1000, 2000), 1000);
+}
+
 static void test_agent_versions(void **state) {
         (void) state;
         assert_string_equal(node_agent_version("airlock-guest 0.2.0"), "0.2.0");
@@ -371,6 +382,7 @@ int main(void) {
                 cmocka_unit_test(test_user_names),
                 cmocka_unit_test(test_base64),
                 cmocka_unit_test(test_agent_versions),
+                cmocka_unit_test(test_cpus_within),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
